@@ -1,0 +1,13 @@
+"""mlcc: an ahead-of-time compiler from ONNX models to portable C with a tiny runtime.
+
+    import mlcc
+    mlcc.compile("model.onnx", "build/model", target="x86", shapes={"images": (1, 3, 320, 320)})
+    m = mlcc.load("build/model")
+    outputs = m.run({"images": x})
+"""
+__version__ = "0.1.0"
+
+from .api import compile, inspect, load, verify  # noqa: E402  (needs __version__ above)
+from .errors import MlccError  # noqa: E402
+
+__all__ = ["__version__", "compile", "inspect", "load", "verify", "MlccError"]

@@ -1,0 +1,285 @@
+"""The public Python API: compile, load, verify, inspect. The CLI is a thin layer over it."""
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from . import __version__
+from .codegen import generate, model_prefix, write_folder
+from .codegen.lower import lower_graph
+from .codegen.memory import plan_memory
+from .errors import InputError, MlccError, UnsupportedError
+from .frontend import import_model, load_onnx, to_graph, bind_shapes
+from .ir import Graph, format_type
+from .ops import lookup, unsupported_reason
+from .ops.registry import describe
+from .passes import run_pipeline
+from .runtime import CompiledModel
+from .runtime import load as _load
+from .targets import load_target
+from .targets.build import build_library, makefile
+
+Shapes = dict[str, tuple[int, ...]]
+
+
+@dataclass
+class CompileResult:
+    folder: Path
+    manifest: dict
+    graph: Graph
+
+
+def _optimize(model: str | Path, shapes: Shapes | None, extra_outputs: list[str] | None,
+              dump: Callable[[str], None] | None) -> Graph:
+    g = import_model(model, shapes)
+    if extra_outputs:
+        g.outputs = list(g.outputs) + [o for o in extra_outputs if o not in g.outputs]
+    return run_pipeline(g, dump=dump)
+
+
+def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
+            shapes: Shapes | None = None, name: str | None = None,
+            max_arena: int | None = None, dump_ir: Callable[[str], None] | None = None,
+            build: bool = True, extra_outputs: list[str] | None = None) -> CompileResult:
+    """Compiles an ONNX file into `output_dir` (model.h, model.c, weights.bin, runtime sources,
+    Makefile, manifest.json and, with build=True, the library)."""
+    tgt = load_target(target)
+    g = _optimize(model, shapes, extra_outputs, dump_ir)
+    prefix = model_prefix(name or Path(model).stem)
+    gen = generate(g, prefix=prefix, target_name=tgt.name, source_name=Path(model).name,
+                   max_arena=max_arena,
+                   manifest_extra={"shapes": {k: list(v) for k, v in sorted((shapes or {}).items())},
+                                   "library": tgt.library_name})
+    folder = Path(output_dir)
+    if folder.exists() and not folder.is_dir():
+        raise MlccError(f"output folder {folder} exists and is not a folder")
+    gen.files["Makefile"] = makefile(tgt, gen.sources).encode()
+    gen.manifest["files"] = sorted(gen.files) + [tgt.library_name]
+    gen.files["manifest.json"] = (json.dumps(gen.manifest, indent=2, sort_keys=True) + "\n"
+                                  ).encode()
+    write_folder(folder, gen.files)
+    if build:
+        build_library(tgt, folder, gen.sources)
+    return CompileResult(folder, gen.manifest, gen.program.graph)
+
+
+def load(folder: str | Path) -> CompiledModel:
+    """Loads a compiled model folder: m.run({"input": array}) -> {"output": array}."""
+    return _load(folder)
+
+
+# --------------------------------------------------------------------------------- verify
+
+@dataclass
+class OutputCheck:
+    name: str
+    max_abs_error: float
+    tolerance: float
+    argmax_ok: bool | None
+    ok: bool
+
+
+@dataclass
+class LayerCheck:
+    node: str
+    op_type: str
+    value: str
+    max_abs_error: float
+    tolerance: float
+
+
+@dataclass
+class VerifyResult:
+    ok: bool
+    outputs: list[OutputCheck]
+    first_divergence: LayerCheck | None = None
+    layers_checked: int = 0
+    folder: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def random_inputs(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name in g.inputs:
+        v = g.values[name]
+        if v.dtype.startswith("float"):
+            feeds[name] = rng.standard_normal(v.shape).astype(v.dtype)
+        elif v.dtype == "bool":
+            feeds[name] = rng.integers(0, 2, v.shape).astype(bool)
+        else:
+            feeds[name] = rng.integers(0, 2, v.shape).astype(v.dtype)
+    return feeds
+
+
+def tolerance_for(reference: np.ndarray) -> float:
+    """1e-4 x max(1, max |reference|): relative for large outputs, absolute for small ones."""
+    peak = float(np.max(np.abs(reference))) if reference.size else 0.0
+    return 1e-4 * max(1.0, peak if math.isfinite(peak) else 1.0)
+
+
+def compare(name: str, got: np.ndarray, ref: np.ndarray) -> OutputCheck:
+    tol = tolerance_for(ref)
+    if got.shape != ref.shape:
+        return OutputCheck(name, math.inf, tol, None, False)
+    if got.dtype.kind in "fc":
+        both_nan = np.isnan(got) & np.isnan(ref)
+        diff = np.where(both_nan, 0.0, np.abs(got.astype(np.float64) - ref.astype(np.float64)))
+        err = float(np.nanmax(np.where(np.isnan(diff), np.inf, diff))) if diff.size else 0.0
+    else:
+        err = float(np.max(np.abs(got.astype(np.int64) - ref.astype(np.int64)))) if got.size else 0.0
+    argmax_ok = None
+    if ref.ndim == 2 and ref.shape[1] > 1 and got.dtype.kind == "f":
+        top = np.argmax(ref, axis=1)
+        mine = np.argmax(got, axis=1)
+        rows = np.arange(ref.shape[0])
+        # A disagreement only counts where the reference's top two are not a tie within tol.
+        near_tie = np.abs(ref[rows, top] - ref[rows, mine]) <= tol
+        argmax_ok = bool(np.all((top == mine) | near_tie))
+    ok = err <= tol and argmax_ok is not False
+    return OutputCheck(name, err, tol, argmax_ok, ok)
+
+
+def _onnxruntime_outputs(model_path: str | Path, feeds: dict, names: list[str] | None = None
+                         ) -> dict[str, np.ndarray]:
+    import onnx
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    if names:
+        proto = onnx.load(str(model_path))
+        have = {o.name for o in proto.graph.output}
+        for n in names:
+            if n not in have:
+                proto.graph.output.append(onnx.ValueInfoProto(name=n))
+        sess = ort.InferenceSession(proto.SerializeToString(), opts,
+                                    providers=["CPUExecutionProvider"])
+    else:
+        sess = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+    wanted = names or [o.name for o in sess.get_outputs()]
+    return dict(zip(wanted, sess.run(wanted, feeds)))
+
+
+def load_inputs_npz(path: str | Path, g: Graph) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            feeds = {k: data[k] for k in data.files}
+    except Exception as exc:
+        raise InputError(f"{path}: cannot read inputs ({exc})") from None
+    missing = [n for n in g.inputs if n not in feeds]
+    if missing:
+        raise InputError(f"{path}: has no array for input(s) {', '.join(missing)} "
+                         f"(it has {', '.join(feeds) or 'none'})")
+    return {n: feeds[n] for n in g.inputs}
+
+
+def verify(model: str | Path, *, target: str = "x86", shapes: Shapes | None = None,
+           inputs: dict[str, np.ndarray] | None = None, per_layer: bool = False,
+           output_dir: str | Path | None = None, seed: int = 0) -> VerifyResult:
+    """Compiles the model, runs it and onnxruntime on the same inputs and compares."""
+    with tempfile.TemporaryDirectory(prefix="mlcc-verify-") as tmp:
+        folder = Path(output_dir) if output_dir else Path(tmp) / "model"
+        res = compile(model, folder, target=target, shapes=shapes)
+        feeds = inputs if inputs is not None else random_inputs(res.graph, seed)
+        compiled = _load(folder)
+        got = compiled.run(feeds)
+        ref = _onnxruntime_outputs(model, {k: np.asarray(v) for k, v in feeds.items()})
+        checks = [compare(n, got[n], ref[n]) for n in got]
+        result = VerifyResult(all(c.ok for c in checks), checks, folder=folder)
+        if per_layer and (not result.ok or per_layer == "always"):
+            result.first_divergence, result.layers_checked = _first_divergence(
+                model, target, shapes, feeds, Path(tmp) / "layers")
+        return result
+
+
+def _first_divergence(model, target, shapes, feeds, folder) -> tuple[LayerCheck | None, int]:
+    """Compiles again with every surviving ONNX value as an output and finds, in order,
+    the first node whose output differs from onnxruntime's."""
+    g = _optimize(model, shapes, None, None)
+    proto = load_onnx(model)
+    onnx_values = {o for n in proto.graph.node for o in n.output if o}
+    producers = {o: n for n in g.nodes for o in n.outputs}
+    candidates = [o for n in g.nodes for o in n.outputs
+                  if o in onnx_values and o not in g.outputs]
+    res = compile(model, folder, target=target, shapes=shapes, extra_outputs=candidates)
+    got = _load(folder).run(feeds)
+    ref = _onnxruntime_outputs(model, feeds, candidates + list(g.outputs))
+    checked = 0
+    for name in candidates + list(g.outputs):
+        if name not in got or name not in ref:
+            continue
+        checked += 1
+        c = compare(name, got[name], ref[name])
+        if c.max_abs_error > c.tolerance:
+            node = producers.get(name)
+            label = node.name if node is not None else name
+            op = "+".join([node.op_type] + [f.split(":")[-1] for f in node.fused]) if node else "?"
+            return LayerCheck(label, op, name, c.max_abs_error, c.tolerance), checked
+    del res
+    return None, checked
+
+
+# --------------------------------------------------------------------------------- inspect
+
+@dataclass
+class InspectReport:
+    text: str
+    unsupported: list[str]
+
+
+def inspect(model: str | Path, *, shapes: Shapes | None = None) -> InspectReport:
+    """Operators, shapes, FLOPs, every unsupported node, and the memory plan."""
+    proto = load_onnx(model)
+    raw = to_graph(proto)
+    lines = [f"model {Path(model).name}: opset {raw.opset}, {len(raw.nodes)} nodes, "
+             f"{sum(1 for v in raw.values.values() if v.is_const)} initializers"]
+    counts = Counter(n.op_type for n in raw.nodes)
+    lines.append("operators: " + ", ".join(f"{op} x{c}" for op, c in sorted(counts.items())))
+    lines.append("inputs: " + ", ".join(f"{n} {format_type(raw.values[n])}" for n in raw.inputs))
+    g = bind_shapes(raw, shapes)
+    try:
+        g = run_pipeline(g)
+    except UnsupportedError as exc:
+        unsupported = exc.message.splitlines()[1:] or [exc.message]
+        lines.append(exc.message)
+        return InspectReport("\n".join(lines) + "\n", [u.strip() for u in unsupported])
+    total_flops = 0
+    lines.append("")
+    lines.append(f"{'node':40} {'op':24} {'output':32} {'MFLOPs':>10}")
+    for n in g.nodes:
+        d = lookup(n)
+        fl = d.flops(n, g) if d is not None else 0
+        total_flops += fl
+        op = "+".join([n.op_type] + [f.split(":")[-1] for f in n.fused])
+        out = format_type(g.values[n.outputs[0]]) if n.outputs else ""
+        lines.append(f"{n.name[:40]:40} {op[:24]:24} {out[:32]:32} {fl / 1e6:10.2f}")
+    prog, slots = lower_graph(g)
+    plan = plan_memory(prog, slots)
+    weights = sum(np.asarray(v.const).nbytes for v in prog.constants())
+    lines += ["",
+              f"total: {total_flops / 1e9:.3f} GFLOPs per inference, {len(g.nodes)} nodes after "
+              f"optimization, {len(prog.calls)} kernel calls",
+              f"memory plan: arena {plan.arena_size} bytes (sum of all intermediate tensors "
+              f"{plan.total_intermediate} bytes, {_ratio(plan)}), weights {weights} bytes",
+              "peak layers: " + "; ".join(
+                  f"{', '.join(prog.calls[t].nodes) or prog.calls[t].kernel} "
+                  f"({plan.live_bytes[t]} bytes live)" for t in plan.peak_calls())]
+    return InspectReport("\n".join(lines) + "\n", [])
+
+
+def _ratio(plan) -> str:
+    if not plan.total_intermediate:
+        return "no intermediates"
+    return f"reuse saves {100 * (1 - plan.arena_size / plan.total_intermediate):.0f}%"
+
+
+__all__ = ["compile", "load", "verify", "inspect", "CompileResult", "VerifyResult",
+           "random_inputs", "compare", "__version__", "describe", "unsupported_reason"]

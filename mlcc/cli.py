@@ -1,0 +1,222 @@
+"""The mlcc command line: parse, call the API, print, exit code. Nothing else lives here.
+
+Exit codes: 0 success; 1 a user error (bad model, target, inputs) or a failed verification;
+3 the model uses something mlcc does not support; 70 an internal error (a bug in mlcc).
+"""
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .errors import InputError, MlccError
+
+EXIT_VERIFY_FAILED = 1
+EXIT_INTERNAL = 70
+
+
+def _shapes(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    from .frontend import parse_shape_option
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for text in values:
+        name, dims = parse_shape_option(text)
+        if name in shapes:
+            raise MlccError(f"--shape {name} is given twice")
+        shapes[name] = dims
+    return shapes
+
+
+def _size(text: str | None) -> int | None:
+    if text is None:
+        return None
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().rstrip("b").rstrip("i")
+    mult = units.get(t[-1:], 1)
+    num = t[:-1] if t[-1:] in units else t
+    try:
+        value = int(float(num) * mult)
+    except ValueError:
+        raise MlccError(f"--max-arena {text!r}: expected a byte count such as 65536 or 512K"
+                        ) from None
+    if value < 0:
+        raise MlccError("--max-arena must not be negative")
+    return value
+
+
+class _Ctx:
+    verbose = False
+
+
+def _fail(exc: BaseException) -> None:
+    if isinstance(exc, MlccError):
+        click.echo(f"mlcc: error: {exc.message}", err=True)
+        if _Ctx.verbose and exc.detail:
+            click.echo(exc.detail, err=True)
+        sys.exit(exc.exit_code)
+    click.echo(f"mlcc: internal error: {type(exc).__name__}: {exc} (this is a bug in mlcc; "
+               f"rerun with --verbose for details)", err=True)
+    if _Ctx.verbose:
+        traceback.print_exc()
+    sys.exit(EXIT_INTERNAL)
+
+
+def _guard(fn):
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except click.exceptions.Exit:
+            raise
+        except (click.ClickException, click.Abort):
+            raise
+        except SystemExit:
+            raise
+        except KeyboardInterrupt:
+            click.echo("mlcc: interrupted", err=True)
+            sys.exit(130)
+        except BaseException as exc:  # noqa: BLE001 - the one place that turns errors into exits
+            _fail(exc)
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="mlcc")
+@click.option("--verbose", "-v", is_flag=True, help="Print details (and tracebacks of bugs).")
+def main(verbose: bool) -> None:
+    """mlcc: compile ONNX models to portable C and a shared library."""
+    _Ctx.verbose = verbose
+
+
+target_option = click.option("--target", "-t", default="x86", show_default=True,
+                             help="Built-in target name (see `mlcc targets`) or a YAML file.")
+shape_option = click.option("--shape", "shapes", multiple=True, metavar="NAME=D1,D2,...",
+                            help="Static shape of an input; repeat for each input.")
+
+
+@main.command("compile")
+@click.argument("model", type=click.Path(dir_okay=False))
+@target_option
+@click.option("--output", "-o", "output", default=None, type=click.Path(file_okay=False),
+              help="Output folder (default: build/<model name>).")
+@shape_option
+@click.option("--name", default=None, help="Prefix of the C symbols (default: the file name).")
+@click.option("--max-arena", default=None, metavar="BYTES",
+              help="Fail if the working memory exceeds this (e.g. 262144 or 256K).")
+@click.option("--dump-ir", is_flag=True, help="Print the graph after each pass.")
+@click.option("--no-build", is_flag=True, help="Write the sources only; skip the C compiler.")
+@_guard
+def compile_cmd(model, target, output, shapes, name, max_arena, dump_ir, no_build):
+    """Compile MODEL (an .onnx file) into C sources, a weight blob and a library."""
+    from . import api
+
+    out = output or str(Path("build") / Path(model).stem)
+    res = api.compile(model, out, target=target, shapes=_shapes(shapes), name=name,
+                      max_arena=_size(max_arena), build=not no_build,
+                      dump_ir=(lambda text: click.echo(text)) if dump_ir else None)
+    m = res.manifest
+    click.echo(f"compiled {Path(model).name} for {m['target']} into {res.folder}/: "
+               f"{m['kernel_calls']} kernel calls, arena {m['arena_size']} bytes, "
+               f"weights {m['weights_size']} bytes"
+               + ("" if no_build else f", {m['library']}"))
+
+
+@main.command("run")
+@click.argument("folder", type=click.Path(file_okay=False))
+@click.option("--inputs", "-i", "inputs", required=True, type=click.Path(dir_okay=False),
+              help=".npz file with one array per model input, keyed by input name.")
+@click.option("--outputs", "-o", "outputs", default=None, type=click.Path(dir_okay=False),
+              help=".npz file to write the outputs to (keyed by output name).")
+@_guard
+def run_cmd(folder, inputs, outputs):
+    """Run a compiled model FOLDER on inputs from an .npz file."""
+    import numpy as np
+
+    from . import api
+
+    m = api.load(folder)
+    try:
+        with np.load(inputs, allow_pickle=False) as data:
+            feeds = {k: data[k] for k in data.files}
+    except Exception as exc:
+        raise InputError(f"{inputs}: cannot read inputs ({exc})") from None
+    result = m.run(feeds)
+    if outputs:
+        np.savez(outputs, **result)
+    for name, arr in result.items():
+        flat = arr.reshape(-1)
+        head = ", ".join(f"{x:.6g}" for x in flat[:6]) + (", ..." if flat.size > 6 else "")
+        click.echo(f"{name}: {arr.dtype} {list(arr.shape)} [{head}]")
+
+
+@main.command("verify")
+@click.argument("model", type=click.Path(dir_okay=False))
+@target_option
+@shape_option
+@click.option("--inputs", "-i", "inputs", default=None, type=click.Path(dir_okay=False),
+              help=".npz inputs (default: seeded random inputs).")
+@click.option("--per-layer", is_flag=True,
+              help="On a mismatch, find the first ONNX node whose output diverges.")
+@click.option("--output", "-o", "output", default=None, type=click.Path(file_okay=False),
+              help="Keep the compiled model in this folder.")
+@_guard
+def verify_cmd(model, target, shapes, inputs, per_layer, output):
+    """Compile MODEL and compare its outputs with onnxruntime's."""
+    from . import api
+    from .frontend import import_model
+
+    sh = _shapes(shapes)
+    feeds = api.load_inputs_npz(inputs, import_model(model, sh)) if inputs else None
+    res = api.verify(model, target=target, shapes=sh, inputs=feeds, per_layer=per_layer,
+                     output_dir=output)
+    for c in res.outputs:
+        extra = "" if c.argmax_ok is None else f", argmax {'same' if c.argmax_ok else 'DIFFERS'}"
+        click.echo(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: max abs error {c.max_abs_error:.3g} "
+                   f"(tolerance {c.tolerance:.3g}{extra})")
+    if res.first_divergence is not None:
+        d = res.first_divergence
+        click.echo(f"first diverging node: {d.node!r} ({d.op_type}) output {d.value!r}: max abs "
+                   f"error {d.max_abs_error:.3g} > {d.tolerance:.3g}")
+    elif per_layer and not res.ok:
+        click.echo(f"per-layer: all {res.layers_checked} intermediate values match; only the "
+                   f"outputs differ")
+    click.echo("verified: outputs match onnxruntime" if res.ok else "verification FAILED")
+    if not res.ok:
+        sys.exit(EXIT_VERIFY_FAILED)
+
+
+@main.command("inspect")
+@click.argument("model", type=click.Path(dir_okay=False))
+@shape_option
+@_guard
+def inspect_cmd(model, shapes):
+    """Show MODEL's operators, shapes, FLOPs, unsupported nodes and memory plan."""
+    from . import api
+
+    report = api.inspect(model, shapes=_shapes(shapes))
+    click.echo(report.text, nl=False)
+    if report.unsupported:
+        sys.exit(3)
+
+
+@main.command("targets")
+@_guard
+def targets_cmd():
+    """List the built-in targets and whether their toolchains are installed."""
+    from .targets import builtin_targets, load_target
+
+    for name in builtin_targets():
+        t = load_target(name)
+        found = t.compiler_found()
+        status = "ready" if found else (
+            f"missing {t.toolchain.cc}" +
+            (f" (apt-get install {t.toolchain.package})" if t.toolchain.package else ""))
+        click.echo(f"{name:14} {t.description:60} {status}")
+
+
+if __name__ == "__main__":
+    main()

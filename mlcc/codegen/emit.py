@@ -1,0 +1,80 @@
+"""The back half of the compiler: optimized graph -> files of the output folder."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import __version__
+from ..ir import Graph, Program
+from .c_writer import RUNTIME_DIR, write_c
+from .lower import lower_graph
+from .memory import MemoryPlan, check_arena_limit, plan_memory
+from .weights import build_blob, layout_weights
+
+
+@dataclass
+class Generated:
+    files: dict[str, bytes]           # relative path -> contents
+    sources: list[str]                # the .c files to compile, relative to the folder
+    program: Program
+    plan: MemoryPlan
+    manifest: dict = field(default_factory=dict)
+
+
+def generate(g: Graph, *, prefix: str, target_name: str, source_name: str,
+             max_arena: int | None = None, manifest_extra: dict | None = None) -> Generated:
+    prog, slots = lower_graph(g)
+    plan = plan_memory(prog, slots)
+    check_arena_limit(prog, plan, max_arena)
+    consts = prog.constants()
+    offsets, size = layout_weights(consts)
+    blob, model_id = build_blob(consts, offsets, size)
+    src = write_c(prog, plan, offsets, prefix=prefix, model_id=model_id, weights_size=size,
+                  source_name=source_name, target_name=target_name)
+    files: dict[str, bytes] = {"model.h": src.header.encode(), "model.c": src.source.encode(),
+                               "weights.bin": blob}
+    for rel in src.runtime_files:
+        files[f"runtime/{rel}"] = (RUNTIME_DIR / rel).read_bytes()
+    sources = ["model.c"] + [f"runtime/{r}" for r in src.runtime_files if r.endswith(".c")]
+    pg = prog.graph
+
+    def tensors(names):
+        return [{"name": n, "dtype": pg.values[n].dtype, "shape": list(pg.values[n].shape)}
+                for n in names]
+
+    manifest = {
+        "mlcc_version": __version__,
+        "name": prefix,
+        "source": {"file": source_name, "sha256": g.source_sha256},
+        "target": target_name,
+        "inputs": tensors(pg.inputs),
+        "outputs": tensors(pg.outputs),
+        "arena_size": plan.arena_size,
+        "arena_align": 64,
+        "intermediate_bytes": plan.total_intermediate,
+        "weights_size": size,
+        "model_id": f"{model_id:016x}",
+        "kernel_calls": len(prog.calls),
+        **(manifest_extra or {}),
+    }
+    return Generated(files, sources, prog, plan, manifest)
+
+
+def write_folder(folder: Path, files: dict[str, bytes]) -> None:
+    """Writes files below `folder` (and nowhere else), replacing a previous mlcc output."""
+    folder.mkdir(parents=True, exist_ok=True)
+    old = folder / "manifest.json"
+    if old.is_file():
+        try:
+            previous = json.loads(old.read_text()).get("files", [])
+        except (ValueError, OSError):
+            previous = []
+        for rel in previous:
+            p = (folder / rel).resolve()
+            if folder.resolve() in p.parents and p.is_file() and rel not in files:
+                p.unlink()
+    for rel, data in sorted(files.items()):
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)

@@ -1,0 +1,103 @@
+"""Static memory planning: every run-time tensor gets an offset in one arena.
+
+Tensors whose lifetimes (first write .. last read, in call order) overlap never share bytes;
+others may. Placement is greedy by size (largest first, each at the lowest offset that fits
+between already placed tensors alive at the same time), which is deterministic and within a few
+percent of optimal on CNNs. Graph inputs and outputs live in the caller's buffers and constants
+in the weight blob, so neither takes arena space.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import MlccError
+from ..ir import Program
+
+ALIGN = 64
+
+
+@dataclass
+class Storage:
+    kind: str        # "input", "output", "weights", "arena"
+    index: int       # input/output position, or byte offset in weights/arena
+
+
+@dataclass
+class MemoryPlan:
+    storage: dict[str, Storage]                 # every tensor name -> where its bytes are
+    scratch: dict[int, int]                     # call index -> arena offset of its scratch
+    arena_size: int
+    total_intermediate: int                     # what the arena would be without any reuse
+    live_bytes: list[int] = field(default_factory=list)   # arena bytes live at each call
+
+    def peak_calls(self, n: int = 3) -> list[int]:
+        order = sorted(range(len(self.live_bytes)), key=lambda i: (-self.live_bytes[i], i))
+        return order[:n]
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def plan_memory(prog: Program, output_slots: dict[str, int]) -> MemoryPlan:
+    """`output_slots` maps the tensors written straight into the caller's output buffers to
+    their output positions."""
+    g = prog.graph
+    storage: dict[str, Storage] = {}
+    for i, name in enumerate(g.inputs):
+        storage[name] = Storage("input", i)
+    for name, slot in output_slots.items():
+        storage[name] = Storage("output", slot)
+
+    # Lifetimes of the arena-resident tensors (by storage root), plus one per call's scratch.
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for t, call in enumerate(prog.calls):
+        for name in call.args:
+            if not name:
+                continue
+            root = prog.root(name)
+            if root in storage or g.values[root].is_const:
+                continue
+            first.setdefault(root, t)
+            last[root] = t
+    items = [(name, _align(g.values[name].nbytes), first[name], last[name]) for name in first]
+    items += [(f"#scratch{t}", _align(c.scratch_bytes), t, t)
+              for t, c in enumerate(prog.calls) if c.scratch_bytes]
+
+    placed: list[tuple[int, int, int, int]] = []     # (offset, size, first, last)
+    offsets: dict[str, int] = {}
+    for name, size, lo, hi in sorted(items, key=lambda it: (-it[1], it[2], it[0])):
+        busy = sorted((o, s) for o, s, f, l in placed if not (l < lo or hi < f))
+        offset = 0
+        for o, s in busy:
+            if offset + size <= o:
+                break
+            offset = max(offset, o + s)
+        placed.append((offset, size, lo, hi))
+        offsets[name] = offset
+    arena = max((o + s for o, s, _, _ in placed), default=0)
+
+    for name, off in offsets.items():
+        if not name.startswith("#"):
+            storage[name] = Storage("arena", off)
+    scratch = {int(n[8:]): off for n, off in offsets.items() if n.startswith("#scratch")}
+    live = [sum(s for _, s, f, l in placed if f <= t <= l) for t in range(len(prog.calls))]
+    total = sum(size for _, size, _, _ in items)
+    return MemoryPlan(storage, scratch, arena, total, live)
+
+
+class ArenaTooLarge(MlccError):
+    pass
+
+
+def check_arena_limit(prog: Program, plan: MemoryPlan, limit: int | None) -> None:
+    if limit is None or plan.arena_size <= limit:
+        return
+    peaks = []
+    for t in plan.peak_calls():
+        call = prog.calls[t]
+        peaks.append(f"{', '.join(call.nodes) or call.kernel} ({call.op}): "
+                     f"{plan.live_bytes[t]} bytes live")
+    raise ArenaTooLarge(f"the arena needs {plan.arena_size} bytes, more than --max-arena "
+                        f"{limit}; peak layers: " + "; ".join(peaks))

@@ -1,0 +1,228 @@
+"""ONNX ModelProto -> ir.Graph: parse, check, inline functions, resolve opsets, bind shapes.
+
+The result has every initializer as a constant value and every graph input with a fully static
+shape (from the model or from --shape). Output types are left to shape inference.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..errors import ModelError, UnsupportedError
+from ..ir import Graph, Node, Value
+
+MIN_OPSET = 7
+MAX_FILE_BYTES = 4 << 30          # protobuf itself cannot hold more than 2 GB plus external data
+
+
+def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
+    """Reads and validates an ONNX file, with external data kept inside the model's folder."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"{path}: no such file")
+    size = path.stat().st_size
+    if size == 0:
+        raise ModelError(f"{path}: the file is empty")
+    if size > MAX_FILE_BYTES:
+        raise ModelError(f"{path}: {size} bytes is larger than an ONNX protobuf can be")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf raises several types for the same problem
+        raise ModelError(f"{path}: not a valid ONNX file (truncated or corrupted?)",
+                         detail=str(exc)) from None
+    if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
+        raise ModelError(f"{path}: the file holds no ONNX graph")
+    _load_external_data(model, path.parent)
+    try:
+        onnx.checker.check_model(model)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"{path}: the ONNX checker rejects the model: {first}",
+                         detail=str(exc)) from None
+    if model.functions:
+        try:
+            model = onnx.inliner.inline_local_functions(model)
+        except Exception as exc:
+            raise ModelError(f"{path}: cannot inline the model's local functions: {exc}") from None
+    return model
+
+
+def _external_tensors(model: onnx.ModelProto):
+    for t in model.graph.initializer:
+        yield t
+    for n in model.graph.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.TENSOR:
+                yield a.t
+
+
+def _load_external_data(model: onnx.ModelProto, base: Path) -> None:
+    root = base.resolve()
+    for t in _external_tensors(model):
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        location = info.get("location", "")
+        target = (root / location).resolve()
+        if not location or os.path.isabs(location) or root not in target.parents:
+            raise ModelError(f"tensor {t.name!r}: external data path {location!r} leaves the "
+                             f"model's folder; refusing to read it")
+        if not target.is_file():
+            raise ModelError(f"tensor {t.name!r}: external data file {location!r} is missing")
+        try:
+            offset, length = int(info.get("offset", 0)), int(info.get("length", -1))
+        except ValueError:
+            raise ModelError(f"tensor {t.name!r}: malformed external data offset/length") from None
+        fsize = target.stat().st_size
+        if offset < 0 or offset > fsize or (length >= 0 and offset + length > fsize):
+            raise ModelError(f"tensor {t.name!r}: external data range {offset}+{length} is "
+                             f"outside {location!r} ({fsize} bytes)")
+    try:
+        onnx.external_data_helper.load_external_data_for_model(model, str(root))
+    except Exception as exc:
+        raise ModelError(f"cannot read the model's external data: {exc}") from None
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            return int(o.version)
+    raise ModelError("the model imports no version of the default ONNX operator set")
+
+
+def _attr_value(a: onnx.AttributeProto):
+    v = helper.get_attribute_value(a)
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, onnx.TensorProto):
+        return numpy_helper.to_array(v)
+    if isinstance(v, list):
+        if v and isinstance(v[0], bytes):
+            return [x.decode("utf-8", "replace") for x in v]
+        if v and isinstance(v[0], (onnx.TensorProto, onnx.GraphProto)):
+            return v  # kept opaque: ops that take them refuse them by attribute check
+        return list(v)
+    return v
+
+
+def _np_dtype(elem_type: int, what: str) -> str:
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
+    except Exception:
+        raise UnsupportedError(f"{what}: element type {elem_type} is not supported") from None
+
+
+def to_graph(model: onnx.ModelProto, source_sha256: str = "") -> Graph:
+    """Converts a checked ModelProto into the IR (no shapes bound yet)."""
+    opset = default_opset(model)
+    if opset < MIN_OPSET:
+        raise UnsupportedError(f"opset {opset} is older than the oldest mlcc reads "
+                               f"({MIN_OPSET}); upgrade it with onnx.version_converter")
+    domains = {o.domain: int(o.version) for o in model.opset_import}
+    g = model.graph
+    values: dict[str, Value] = {}
+    for t in g.initializer:
+        try:
+            arr = numpy_helper.to_array(t)
+        except Exception as exc:
+            raise ModelError(f"initializer {t.name!r} cannot be read: {exc}") from None
+        values[t.name] = Value(t.name, arr.dtype.name, tuple(int(d) for d in arr.shape), arr)
+    inputs = []
+    for vi in g.input:
+        if vi.name in values:
+            continue  # old exporters list initializers as inputs too; they stay constants
+        tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+        if tt is None:
+            raise UnsupportedError(f"input {vi.name!r}: only tensor inputs are supported")
+        shape = None
+        if tt.HasField("shape"):
+            shape = tuple(d.dim_value if d.HasField("dim_value") else
+                          (d.dim_param or None) for d in tt.shape.dim)
+        values[vi.name] = Value(vi.name, _np_dtype(tt.elem_type, f"input {vi.name!r}"), shape)
+        inputs.append(vi.name)
+
+    nodes, used_names = [], set()
+    for index, n in enumerate(g.node):
+        name = n.name or f"{n.op_type}_{index}"
+        while name in used_names:
+            name = f"{name}_{index}"
+        used_names.add(name)
+        domain = "" if n.domain == "ai.onnx" else n.domain
+        try:
+            version = onnx.defs.get_schema(n.op_type, domains.get(domain, opset),
+                                           domain).since_version
+        except Exception:
+            version = domains.get(domain, 0)
+        attrs = {a.name: _attr_value(a) for a in n.attribute}
+        nodes.append(Node(name, n.op_type, list(n.input), list(n.output), attrs, domain, version))
+        for o in n.output:
+            if o:
+                values.setdefault(o, Value(o))
+    outputs = [o.name for o in g.output]
+    return Graph(g.name or "model", nodes, values, inputs, outputs, opset, source_sha256)
+
+
+def bind_shapes(g: Graph, shapes: dict[str, tuple[int, ...]] | None) -> Graph:
+    """Replaces every dynamic input dimension by the value given with --shape."""
+    shapes = dict(shapes or {})
+    unknown = sorted(set(shapes) - set(g.inputs))
+    if unknown:
+        raise ModelError(f"--shape names {', '.join(map(repr, unknown))}, which "
+                         f"{'is not an input' if len(unknown) == 1 else 'are not inputs'}; "
+                         f"the model's inputs are: {', '.join(g.inputs) or '(none)'}")
+    g = g.copy()
+    for name in g.inputs:
+        v = g.values[name]
+        given = shapes.get(name)
+        if given is not None:
+            if any(d < 0 for d in given):
+                raise ModelError(f"--shape {name}: dimensions must not be negative")
+            if v.shape is not None and len(v.shape) != len(given):
+                raise ModelError(f"--shape {name}={','.join(map(str, given))} has rank "
+                                 f"{len(given)}, but input {name!r} has rank {len(v.shape)} "
+                                 f"({_dims(v.shape)})")
+            if v.shape is not None:
+                for axis, (have, want) in enumerate(zip(v.shape, given)):
+                    if isinstance(have, int) and have != want:
+                        raise ModelError(f"--shape {name}: dimension {axis} is fixed to {have} "
+                                         f"in the model, not {want}")
+            v.shape = tuple(int(d) for d in given)
+            continue
+        if v.shape is None:
+            raise ModelError(f"input {name!r} has no shape in the model: give one with "
+                             f"--shape {name}=D1,D2,...")
+        for axis, d in enumerate(v.shape):
+            if not isinstance(d, int):
+                label = f" ({d!r})" if isinstance(d, str) else ""
+                raise ModelError(f"input {name!r}: dimension {axis}{label} is dynamic "
+                                 f"({_dims(v.shape)}); bind it with --shape {name}=D1,D2,...")
+    return g
+
+
+def _dims(shape) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def import_model(path: str | os.PathLike, shapes: dict[str, tuple[int, ...]] | None = None
+                 ) -> Graph:
+    """The frontend in one call: file -> graph with static input shapes."""
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest() if Path(path).is_file() else ""
+    model = load_onnx(path)
+    return bind_shapes(to_graph(model, digest), shapes)
+
+
+def parse_shape_option(text: str) -> tuple[str, tuple[int, ...]]:
+    """'images=1,3,320,320' -> ('images', (1, 3, 320, 320))."""
+    name, sep, dims = text.rpartition("=")
+    if not sep or not name:
+        raise ModelError(f"--shape {text!r}: expected NAME=D1,D2,... (e.g. images=1,3,224,224)")
+    try:
+        values = tuple(int(d) for d in dims.split(",")) if dims.strip() else ()
+    except ValueError:
+        raise ModelError(f"--shape {text!r}: dimensions must be integers") from None
+    return name, values

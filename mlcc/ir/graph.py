@@ -1,0 +1,125 @@
+"""The graph IR: values with static types, nodes in topological order.
+
+Values are named as in the ONNX model, so every diagnostic and every comment in the generated C
+can name what the user sees in Netron. A value either carries constant data (`const`) or is
+computed at run time. Shapes are tuples of ints once specialized; before that a dimension may be a
+string (an ONNX dim_param) or None (unknown).
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+
+Dim = int | str | None
+
+
+@dataclass
+class Value:
+    name: str
+    dtype: str | None = None          # numpy dtype name: "float32", "int64", "bool", ...
+    shape: tuple[Dim, ...] | None = None
+    const: np.ndarray | None = None   # constant data (initializers and folded values)
+
+    @property
+    def is_const(self) -> bool:
+        return self.const is not None
+
+    @property
+    def is_static(self) -> bool:
+        return self.shape is not None and all(isinstance(d, int) for d in self.shape)
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * np.dtype(self.dtype).itemsize
+
+
+@dataclass
+class Node:
+    name: str
+    op_type: str
+    inputs: list[str]                 # "" marks an omitted optional input
+    outputs: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    domain: str = ""
+    version: int = 0                  # since_version of the ONNX schema this node follows
+    fused: list[str] = field(default_factory=list)   # names of nodes folded into this one
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.attrs.get(name, default)
+
+    def input(self, i: int) -> str:
+        """The name of input i, or "" when it is absent."""
+        return self.inputs[i] if i < len(self.inputs) else ""
+
+
+@dataclass
+class Graph:
+    name: str
+    nodes: list[Node]
+    values: dict[str, Value]
+    inputs: list[str]
+    outputs: list[str]
+    opset: int
+    source_sha256: str = ""
+
+    def value(self, name: str) -> Value:
+        return self.values[name]
+
+    def const(self, name: str) -> np.ndarray | None:
+        """The constant data of `name`, or None if absent or computed at run time."""
+        if not name:
+            return None
+        v = self.values.get(name)
+        return None if v is None else v.const
+
+    def producers(self) -> dict[str, Node]:
+        return {out: n for n in self.nodes for out in n.outputs if out}
+
+    def consumers(self) -> dict[str, list[Node]]:
+        users: dict[str, list[Node]] = {}
+        for n in self.nodes:
+            for i in n.inputs:
+                if i:
+                    users.setdefault(i, []).append(n)
+        return users
+
+    def add_const(self, name: str, data: np.ndarray) -> str:
+        """Adds a constant under a fresh name derived from `name` and returns that name."""
+        name = self.fresh_name(name)
+        data = np.ascontiguousarray(data)
+        self.values[name] = Value(name, data.dtype.name, tuple(int(d) for d in data.shape), data)
+        return name
+
+    def fresh_name(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.values:
+            name = f"{base}_{k}"
+            k += 1
+        return name
+
+    def copy(self) -> "Graph":
+        """A copy whose lists, dicts, nodes and values may be changed freely.
+
+        Constant arrays are shared: passes replace them, never write into them."""
+        values = {k: Value(v.name, v.dtype, v.shape, v.const) for k, v in self.values.items()}
+        nodes = [copy.copy(n) for n in self.nodes]
+        for n in nodes:
+            n.inputs, n.outputs = list(n.inputs), list(n.outputs)
+            n.attrs, n.fused = dict(n.attrs), list(n.fused)
+        return Graph(self.name, nodes, values, list(self.inputs), list(self.outputs),
+                     self.opset, self.source_sha256)
+
+    def replace_uses(self, old: str, new: str) -> None:
+        """Makes every node that reads `old` read `new` (graph outputs are left alone)."""
+        for n in self.nodes:
+            n.inputs = [new if i == old else i for i in n.inputs]
+
+    def runtime_values(self) -> Iterable[Value]:
+        return (v for v in self.values.values() if not v.is_const)

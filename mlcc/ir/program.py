@@ -1,0 +1,108 @@
+"""The lowered program: a straight list of C kernel calls over named tensors.
+
+Operators lower into this form (mlcc/ops), the memory planner gives every run-time tensor an
+arena offset (mlcc/codegen/memory.py) and the C writer prints it (mlcc/codegen/c_writer.py).
+Tensors keep the graph's value names; kernels that need constant data in another layout than the
+model's (transposed weights, lookup tables) add new constants to the program.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .graph import Graph, Value
+
+
+@dataclass(frozen=True)
+class Enum:
+    """A C enumerator or macro written verbatim into a params struct, e.g. MLCC_ACT_RELU."""
+    name: str
+
+
+@dataclass
+class KernelCall:
+    kernel: str                        # C function, e.g. "mlcc_f32_conv2d"
+    args: list[str]                    # tensor names in argument order; "" passes NULL
+    writes: list[str]                  # the args this call writes (its outputs)
+    params_type: str | None = None     # C struct passed by pointer as the first argument
+    params: dict[str, Any] = field(default_factory=dict)
+    scratch_bytes: int | None = None   # temporary arena space passed as the last argument
+                                       # (None: the kernel takes none; 0: it gets NULL)
+    returns_status: bool = False       # the kernel can fail on run-time data (e.g. indices)
+    nodes: list[str] = field(default_factory=list)   # ONNX node names it implements
+    op: str = ""                       # what the banner comment calls it, e.g. "Conv+Relu"
+
+
+@dataclass
+class Program:
+    graph: Graph                       # the optimized graph (types and shapes of all values)
+    calls: list[KernelCall] = field(default_factory=list)
+    aliases: dict[str, str] = field(default_factory=dict)   # view -> the tensor it reinterprets
+
+    def value(self, name: str) -> Value:
+        return self.graph.values[name]
+
+    def root(self, name: str) -> str:
+        """The tensor that owns the storage of `name` (following reshape-like views)."""
+        while name in self.aliases:
+            name = self.aliases[name]
+        return name
+
+    def constants(self) -> list[Value]:
+        """Constants the calls read, in order of first use (the weight blob's order)."""
+        seen: dict[str, Value] = {}
+        for call in self.calls:
+            for a in call.args:
+                if a and a not in seen:
+                    v = self.graph.values[self.root(a)]
+                    if v.is_const:
+                        seen.setdefault(v.name, v)
+        for out in self.graph.outputs:
+            v = self.graph.values[self.root(out)]
+            if v.is_const:
+                seen.setdefault(v.name, v)
+        return list(seen.values())
+
+
+class Lowering:
+    """What an operator's `lower` method writes to: kernel calls, views and new constants."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self.graph = program.graph
+        self._node = None
+
+    def begin(self, node) -> None:
+        self._node = node
+
+    def call(self, kernel: str, args: list[str], writes: list[str], *,
+             params_type: str | None = None, params: dict[str, Any] | None = None,
+             scratch_bytes: int | None = None, returns_status: bool = False,
+             op: str = "") -> None:
+        node = self._node
+        # node.fused holds "name:OpType" entries (see passes.fuse_activations)
+        names = [node.name] + [f.rsplit(":", 1)[0] for f in node.fused] if node else []
+        label = op or ("+".join([node.op_type] + [f.rsplit(":", 1)[-1] for f in node.fused])
+                       if node is not None else kernel)
+        self.program.calls.append(KernelCall(
+            kernel, list(args), list(writes), params_type, dict(params or {}),
+            None if scratch_bytes is None else int(scratch_bytes),
+            returns_status, names, label))
+
+    def alias(self, view: str, of: str) -> None:
+        """`view` shares the storage of `of` (a reshape: same bytes, new shape)."""
+        self.program.aliases[view] = of
+
+    def add_const(self, base: str, data: np.ndarray) -> str:
+        return self.graph.add_const(base, data)
+
+    def temp(self, base: str, dtype: str, shape: tuple[int, ...]) -> str:
+        """A run-time tensor private to this lowering (e.g. a transposed copy)."""
+        name = self.graph.fresh_name(base)
+        self.graph.values[name] = Value(name, dtype, tuple(shape))
+        return name
+
+    def value(self, name: str) -> Value:
+        return self.graph.values[name]

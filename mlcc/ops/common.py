@@ -1,0 +1,132 @@
+"""Helpers shared by operator definitions: axes, broadcasting, constant inputs, copies."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import ModelError, UnsupportedError
+from ..ir import Enum, Graph, Lowering, Node, Value
+
+MAX_RANK = 8                       # MLCC_MAX_RANK in mlcc_runtime.h
+
+C_DTYPES = {"float32": "MLCC_FLOAT32", "uint8": "MLCC_UINT8", "int8": "MLCC_INT8",
+            "int32": "MLCC_INT32", "int64": "MLCC_INT64", "bool": "MLCC_BOOL"}
+
+
+def norm_axis(axis: int, rank: int, what: str = "axis") -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise ModelError(f"{what} {axis} is out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
+    """Numpy-style (multidirectional) broadcasting of static shapes."""
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for axis in range(rank):
+        dims = {s[axis - rank + len(s)] for s in shapes if axis - rank + len(s) >= 0}
+        dims.discard(1)
+        if len(dims) > 1:
+            raise ModelError(f"shapes {' and '.join(str(list(s)) for s in shapes)} do not "
+                             f"broadcast")
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def broadcast_strides(shape: Sequence[int], out_shape: Sequence[int]) -> list[int]:
+    """Element strides that read a `shape` tensor as if it had `out_shape` (0 on broadcast axes)."""
+    rank = len(out_shape)
+    padded = [1] * (rank - len(shape)) + list(shape)
+    strides, step = [0] * rank, 1
+    for axis in range(rank - 1, -1, -1):
+        strides[axis] = step if padded[axis] != 1 else 0
+        step *= padded[axis]
+    return strides
+
+
+def contiguous_strides(shape: Sequence[int]) -> list[int]:
+    strides, step = [0] * len(shape), 1
+    for axis in range(len(shape) - 1, -1, -1):
+        strides[axis] = step
+        step *= shape[axis]
+    return strides
+
+
+def const_input(g: Graph, node: Node, index: int, what: str) -> np.ndarray | None:
+    """Input `index` as a constant array, None if absent; refuses a run-time value."""
+    name = node.input(index)
+    if not name:
+        return None
+    arr = g.const(name)
+    if arr is None:
+        raise UnsupportedError(f"{what} (input {index}, {name!r}) must be a constant once "
+                               f"shapes are static; it is computed at run time")
+    return arr
+
+
+def ints_attr_or_input(g: Graph, node: Node, attr: str, index: int,
+                       input_since: int) -> list[int] | None:
+    """An int list given as attribute before opset `input_since` and as input from then on."""
+    if node.version < input_since:
+        v = node.attr(attr)
+        return None if v is None else [int(x) for x in v]
+    arr = const_input(g, node, index, attr)
+    return None if arr is None else [int(x) for x in np.asarray(arr).reshape(-1)]
+
+
+def require_dtype(node: Node, values: Sequence[Value | None], allowed: Sequence[str]) -> str:
+    """The common dtype of the present inputs; refuses types without a run-time kernel."""
+    dtypes = {v.dtype for v in values if v is not None}
+    if len(dtypes) > 1:
+        raise ModelError(f"inputs have different types: {', '.join(sorted(dtypes))}")
+    dtype = dtypes.pop() if dtypes else "float32"
+    if dtype not in allowed:
+        raise UnsupportedError(f"{dtype} tensors at run time are not supported "
+                               f"(supported: {', '.join(allowed)})")
+    return dtype
+
+
+def act_params(node: Node) -> dict:
+    """The mlcc_act struct for an activation fused by passes.fuse_activations (or none)."""
+    kind, alpha, beta = node.attrs.get("_act", ("NONE", 0.0, 0.0))
+    return {"kind": Enum(f"MLCC_ACT_{kind}"), "alpha": float(alpha), "beta": float(beta)}
+
+
+def simplify_copy(shape: Sequence[int], src_strides: Sequence[int],
+                  dst_strides: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+    """Drops size-1 axes and merges axes that are contiguous in both source and destination."""
+    dims = [(d, s, t) for d, s, t in zip(shape, src_strides, dst_strides) if d != 1]
+    merged: list[list[int]] = []
+    for d, s, t in dims:
+        if merged:
+            pd, ps, pt = merged[-1]
+            if ps == s * d and pt == t * d:
+                merged[-1] = [pd * d, s, t]
+                continue
+        merged.append([d, s, t])
+    if not merged:
+        merged = [[1, 1, 1]]
+    if len(merged) > MAX_RANK:
+        raise UnsupportedError(f"a copy over {len(merged)} non-mergeable axes exceeds rank "
+                               f"{MAX_RANK}")
+    return [m[0] for m in merged], [m[1] for m in merged], [m[2] for m in merged]
+
+
+def emit_copy(lo: Lowering, src: str, dst: str, shape: Sequence[int],
+              src_strides: Sequence[int], dst_strides: Sequence[int], *,
+              src_offset: int = 0, dst_offset: int = 0, op: str = "") -> None:
+    """dst[dst_offset + sum i_k * dst_strides[k]] = src[src_offset + sum i_k * src_strides[k]]
+    for every index i of `shape` (strides and offsets in elements; 0 strides broadcast)."""
+    itemsize = np.dtype(lo.value(src).dtype).itemsize
+    dims, ss, ds = simplify_copy(shape, src_strides, dst_strides)
+    pad = MAX_RANK - len(dims)
+    lo.call("mlcc_copy_strided", [src, dst], [dst], params_type="mlcc_copy_params", params={
+        "rank": len(dims), "elem_size": itemsize,
+        "shape": dims + [1] * pad, "src_strides": ss + [0] * pad, "dst_strides": ds + [0] * pad,
+        "src_offset": int(src_offset), "dst_offset": int(dst_offset)}, op=op)
+
+
+def emit_plain_copy(lo: Lowering, src: str, dst: str, op: str = "copy") -> None:
+    v = lo.value(src)
+    emit_copy(lo, src, dst, [v.numel], [1], [1], op=op)

@@ -1,0 +1,120 @@
+"""Conv: 1-D and 2-D convolution (NCHW), grouped and depthwise, with fused bias and activation."""
+from __future__ import annotations
+
+import math
+
+from ..errors import ModelError, UnsupportedError
+from ..ir import Graph, Lowering, Node, Value
+from .common import act_params, require_dtype
+from .registry import OpDef, register
+
+AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+def window_geometry(node: Node, in_spatial: list[int], kernel: list[int], *,
+                    ceil_mode: bool = False) -> dict:
+    """Strides, dilations, begin/end pads and output sizes of a sliding window (Conv, pools)."""
+    rank = len(in_spatial)
+    strides = list(node.attr("strides", [1] * rank))
+    dilations = list(node.attr("dilations", [1] * rank))
+    pads = list(node.attr("pads", [0] * (2 * rank)))
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    if len(strides) != rank or len(dilations) != rank or len(pads) != 2 * rank:
+        raise ModelError(f"strides/dilations/pads do not match {rank} spatial dimensions")
+    if any(s < 1 for s in strides) or any(d < 1 for d in dilations) or any(p < 0 for p in pads):
+        raise ModelError("strides and dilations must be positive and pads non-negative")
+    if any(k < 1 for k in kernel):
+        raise ModelError(f"kernel shape {kernel} must be positive")
+    begin, end, out = [], [], []
+    for i, k, s, d, pb, pe in zip(in_spatial, kernel, strides, dilations, pads[:rank], pads[rank:]):
+        extent = d * (k - 1) + 1
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            o = -(-i // s)
+            total = max(0, (o - 1) * s + extent - i)
+            pb = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+            pe = total - pb
+        elif auto_pad == "VALID":
+            pb = pe = 0
+        span = i + pb + pe - extent
+        if span < 0:
+            raise ModelError(f"the window ({extent}) is larger than the padded input "
+                             f"({i + pb + pe})")
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            o = -(-i // s)
+        elif ceil_mode:
+            o = -(-span // s) + 1
+            if (o - 1) * s >= i + pb:   # the last window must start inside the input or left pad
+                o -= 1
+        else:
+            o = span // s + 1
+        begin.append(pb), end.append(pe), out.append(o)
+    return {"strides": strides, "dilations": dilations, "begin": begin, "end": end, "out": out}
+
+
+def _spatial2d(values: list[int], fill: int) -> list[int]:
+    """1-D windows run as 2-D ones with a leading axis of size 1."""
+    return [fill] + values if len(values) == 1 else values
+
+
+@register("Conv")
+class Conv(OpDef):
+    attributes = {"auto_pad": lambda v: v in AUTO_PAD, "dilations": None, "group": None,
+                  "kernel_shape": None, "pads": None, "strides": None}
+
+    def _geometry(self, node: Node, x: Value, w: Value) -> dict:
+        if len(x.shape) not in (3, 4):
+            raise UnsupportedError(f"{len(x.shape) - 2}-D convolution is not supported "
+                                   f"(1-D and 2-D are)")
+        if len(w.shape) != len(x.shape):
+            raise ModelError(f"weight rank {len(w.shape)} does not match input rank "
+                             f"{len(x.shape)}")
+        kernel = list(w.shape[2:])
+        if node.attr("kernel_shape") is not None and list(node.attr("kernel_shape")) != kernel:
+            raise ModelError(f"kernel_shape {node.attr('kernel_shape')} disagrees with the "
+                             f"weight shape {list(w.shape)}")
+        group = int(node.attr("group", 1))
+        n, c = x.shape[:2]
+        m = w.shape[0]
+        if group < 1 or c % group or m % group or w.shape[1] * group != c:
+            raise ModelError(f"group={group} does not fit {c} input channels, weight "
+                             f"{list(w.shape)}")
+        geo = window_geometry(node, list(x.shape[2:]), kernel)
+        geo.update(n=n, c=c, m=m, group=group, kernel=kernel)
+        return geo
+
+    def infer(self, node, ins, g):
+        x, w = ins[0], ins[1]
+        require_dtype(node, [x, w] + ([ins[2]] if len(ins) > 2 else []), ["float32"])
+        geo = self._geometry(node, x, w)
+        if len(ins) > 2 and ins[2] is not None and ins[2].shape != (geo["m"],):
+            raise ModelError(f"bias shape {list(ins[2].shape)} is not [{geo['m']}]")
+        return [("float32", (geo["n"], geo["m"], *geo["out"]))]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        x, w = lo.value(node.inputs[0]), lo.value(node.inputs[1])
+        geo = self._geometry(node, x, w)
+        kh, kw = _spatial2d(geo["kernel"], 1)
+        ih, iw = _spatial2d(list(x.shape[2:]), 1)
+        oh, ow = _spatial2d(geo["out"], 1)
+        sh, sw = _spatial2d(geo["strides"], 1)
+        dh, dw = _spatial2d(geo["dilations"], 1)
+        pt, pl = _spatial2d(geo["begin"], 0)
+        params = {"batch": geo["n"], "in_channels": geo["c"], "in_h": ih, "in_w": iw,
+                  "out_channels": geo["m"], "out_h": oh, "out_w": ow, "kernel_h": kh,
+                  "kernel_w": kw, "stride_h": sh, "stride_w": sw, "dilation_h": dh,
+                  "dilation_w": dw, "pad_top": pt, "pad_left": pl, "groups": geo["group"],
+                  "act": act_params(node)}
+        args = [node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]]
+        depthwise = geo["group"] == geo["c"] == geo["m"] and geo["group"] > 1
+        if depthwise:
+            lo.call("mlcc_f32_conv2d_depthwise", args, [node.outputs[0]],
+                    params_type="mlcc_conv2d_params", params=params)
+            return
+        direct = kh == kw == sh == sw == 1 and pt == pl == 0 and (oh, ow) == (ih, iw)
+        scratch = 0 if direct else (geo["c"] // geo["group"]) * kh * kw * oh * ow * 4
+        lo.call("mlcc_f32_conv2d", args, [node.outputs[0]], params_type="mlcc_conv2d_params",
+                params=params, scratch_bytes=scratch)
+
+    def flops(self, node: Node, g: Graph) -> int:
+        w, y = g.values[node.inputs[1]], g.values[node.outputs[0]]
+        return 2 * y.numel * math.prod(w.shape[1:])

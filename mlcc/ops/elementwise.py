@@ -1,0 +1,238 @@
+"""Elementwise float operators: activations and math functions (one unary kernel) and
+broadcasting arithmetic (one binary kernel)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ModelError, UnsupportedError
+from ..ir import Enum, Graph, Lowering, Node
+from .common import (MAX_RANK, act_params, broadcast_shapes, broadcast_strides,
+                     contiguous_strides, emit_plain_copy, require_dtype)
+from .registry import OpDef, register
+
+
+class _Unary(OpDef):
+    attributes = {}
+    unary_op = "ACT"
+    act = ("NONE", 0.0, 0.0)
+
+    def act_of(self, node: Node, g: Graph) -> tuple[str, float, float]:
+        return self.act
+
+    def params_of(self, node: Node) -> tuple[float, float]:
+        return 0.0, 0.0
+
+    def unary_op_of(self, node: Node) -> str:
+        return self.unary_op
+
+    def infer(self, node, ins, g):
+        require_dtype(node, ins[:1], ["float32"])
+        return [(ins[0].dtype, ins[0].shape)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        x = lo.value(node.inputs[0])
+        kind, a, b = self.act_of(node, lo.graph)
+        alpha, beta = self.params_of(node)
+        fake = Node("", "", [], [], {"_act": (kind, a, b)})
+        lo.call("mlcc_f32_unary", [node.inputs[0], node.outputs[0]], [node.outputs[0]],
+                params_type="mlcc_unary_params",
+                params={"n": x.numel, "op": Enum(f"MLCC_UNARY_{self.unary_op_of(node)}"),
+                        "alpha": float(alpha), "beta": float(beta), "act": act_params(fake)})
+
+    def flops(self, node, g):
+        return g.values[node.outputs[0]].numel
+
+
+def _unary(op_type: str, unary_op: str = "ACT", act: tuple = ("NONE", 0.0, 0.0), **kw):
+    cls = type(op_type, (_Unary,), {"unary_op": unary_op, "act": act, **kw})
+    register(op_type)(cls)
+    return cls
+
+
+_unary("Relu", act=("RELU", 0.0, 0.0))
+_unary("Sigmoid", act=("SIGMOID", 0.0, 0.0))
+_unary("Tanh", act=("TANH", 0.0, 0.0))
+_unary("HardSwish", act=("HARD_SWISH", 0.0, 0.0))
+for _name, _op in [("Exp", "EXP"), ("Log", "LOG"), ("Sqrt", "SQRT"), ("Neg", "NEG"),
+                   ("Abs", "ABS"), ("Reciprocal", "RECIPROCAL"), ("Erf", "ERF"),
+                   ("Floor", "FLOOR"), ("Ceil", "CEIL"), ("Round", "ROUND"), ("Sin", "SIN"),
+                   ("Cos", "COS"), ("Softplus", "SOFTPLUS"), ("Softsign", "SOFTSIGN"),
+                   ("Sign", "SIGN"), ("Mish", "MISH")]:
+    _unary(_name, _op)
+
+
+@register("LeakyRelu")
+class LeakyRelu(_Unary):
+    attributes = {"alpha": None}
+
+    def act_of(self, node, g):
+        return ("LEAKY_RELU", float(node.attr("alpha", 0.01)), 0.0)
+
+
+@register("HardSigmoid")
+class HardSigmoid(_Unary):
+    attributes = {"alpha": None, "beta": None}
+
+    def act_of(self, node, g):
+        return ("HARD_SIGMOID", float(node.attr("alpha", 0.2)), float(node.attr("beta", 0.5)))
+
+
+@register("Elu")
+class Elu(_Unary):
+    attributes = {"alpha": None}
+    unary_op = "ELU"
+
+    def params_of(self, node):
+        return float(node.attr("alpha", 1.0)), 0.0
+
+
+@register("Selu")
+class Selu(_Unary):
+    attributes = {"alpha": None, "gamma": None}
+    unary_op = "SELU"
+
+    def params_of(self, node):
+        return float(node.attr("alpha", 1.67326319217681884765625)), \
+            float(node.attr("gamma", 1.05070102214813232421875))
+
+
+@register("Celu")
+class Celu(_Unary):
+    attributes = {"alpha": None}
+    unary_op = "CELU"
+
+    def params_of(self, node):
+        return float(node.attr("alpha", 1.0)), 0.0
+
+
+@register("ThresholdedRelu")
+class ThresholdedRelu(_Unary):
+    attributes = {"alpha": None}
+    unary_op = "THRESHOLDED_RELU"
+
+    def params_of(self, node):
+        return float(node.attr("alpha", 1.0)), 0.0
+
+
+@register("Gelu")
+class Gelu(_Unary):
+    attributes = {"approximate": lambda v: v in ("none", "tanh")}
+
+    def unary_op_of(self, node):
+        return "GELU_TANH" if node.attr("approximate", "none") == "tanh" else "GELU"
+
+
+@register("Clip")
+class Clip(_Unary):
+    attributes = {"min": None, "max": None}
+
+    def infer(self, node, ins, g):
+        if node.version >= 11:
+            for i in (1, 2):
+                if node.input(i) and g.const(node.input(i)) is None:
+                    raise UnsupportedError("Clip bounds computed at run time are not supported")
+        return super().infer(node, ins, g)
+
+    def act_of(self, node, g):
+        if node.version < 11:
+            lo_v, hi_v = node.attr("min", -3.4028234663852886e38), node.attr("max", 3.4028234663852886e38)
+        else:
+            lo_a, hi_a = g.const(node.input(1)), g.const(node.input(2))
+            lo_v = float(lo_a) if lo_a is not None else -3.4028234663852886e38
+            hi_v = float(hi_a) if hi_a is not None else 3.4028234663852886e38
+        return ("CLIP", float(lo_v), float(hi_v))
+
+
+# ---------------------------------------------------------------------------------------------
+# Broadcasting binary operators
+
+def _merge_axes(shape, stride_sets):
+    """Drops size-1 axes and merges neighbours that are contiguous for the output and for
+    every input, so that the kernel's innermost loop is as long as possible."""
+    out_strides = contiguous_strides(shape)
+    axes = [(d, [s[i] for s in stride_sets], out_strides[i]) for i, d in enumerate(shape) if d != 1]
+    merged: list = []
+    for d, ss, o in axes:
+        if merged:
+            pd, pss, po = merged[-1]
+            if po == o * d and all(ps == s * d for ps, s in zip(pss, ss)):
+                merged[-1] = (pd * d, ss, o)
+                continue
+        merged.append((d, ss, o))
+    if not merged:
+        merged = [(1, [0] * len(stride_sets), 1)]
+    if len(merged) > MAX_RANK:
+        raise UnsupportedError(f"broadcasting over more than {MAX_RANK} axes")
+    return [m[0] for m in merged], [[m[1][k] for m in merged] for k in range(len(stride_sets))]
+
+
+def emit_binary(lo: Lowering, op: str, a: str, b: str, out: str) -> None:
+    out_shape = lo.value(out).shape
+    sa = broadcast_strides(lo.value(a).shape, out_shape)
+    sb = broadcast_strides(lo.value(b).shape, out_shape)
+    dims, (sa, sb) = _merge_axes(out_shape, [sa, sb])
+    pad = MAX_RANK - len(dims)
+    lo.call("mlcc_f32_binary", [a, b, out], [out], params_type="mlcc_binary_params",
+            params={"op": Enum(f"MLCC_BINARY_{op}"), "rank": len(dims),
+                    "shape": dims + [1] * pad, "a_strides": sa + [0] * pad,
+                    "b_strides": sb + [0] * pad})
+
+
+class _Binary(OpDef):
+    attributes = {"broadcast": None, "axis": None}   # opset < 7 legacy broadcasting
+    binary_op = "ADD"
+
+    def check(self, node):
+        problems = super().check(node)
+        if node.attr("axis") is not None and node.version < 7:
+            problems.append("legacy broadcast with an axis attribute is not supported")
+        return problems
+
+    def infer(self, node, ins, g):
+        require_dtype(node, ins, ["float32"])
+        return [(ins[0].dtype, broadcast_shapes(*(v.shape for v in ins)))]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        emit_binary(lo, self.binary_op, node.inputs[0], node.inputs[1], node.outputs[0])
+
+    def flops(self, node, g):
+        return g.values[node.outputs[0]].numel
+
+
+for _name, _op in [("Add", "ADD"), ("Sub", "SUB"), ("Mul", "MUL"), ("Div", "DIV"),
+                   ("Pow", "POW"), ("PRelu", "PRELU")]:
+    register(_name)(type(_name, (_Binary,), {"binary_op": _op}))
+
+
+class _Variadic(_Binary):
+    """Sum, Max, Min, Mean: a chain of binary kernels, the first writing the output."""
+    attributes = {}
+    scale_mean = False
+
+    def infer(self, node, ins, g):
+        if not ins:
+            raise ModelError(f"{node.op_type} needs at least one input")
+        return super().infer(node, ins, g)
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        ins, out = node.inputs, node.outputs[0]
+        if len(ins) == 1:
+            emit_plain_copy(lo, ins[0], out, op=node.op_type)
+            return
+        acc = ins[0]
+        for i, name in enumerate(ins[1:]):
+            last = i == len(ins) - 2
+            # Partial results take the full output shape only when broadcasting demands it.
+            dst = out if last else lo.temp(f"{out}.partial{i}", "float32", broadcast_shapes(
+                lo.value(acc).shape, lo.value(name).shape))
+            emit_binary(lo, self.binary_op, acc, name, dst)
+            acc = dst
+        if self.scale_mean:
+            scale = lo.add_const(f"{node.name}.inv_count",
+                                 np.array(1.0 / len(ins), dtype=np.float32))
+            emit_binary(lo, "MUL", out, scale, out)
+
+
+for _name, _op, _mean in [("Sum", "ADD", False), ("Max", "MAX", False), ("Min", "MIN", False),
+                          ("Mean", "ADD", True)]:
+    register(_name)(type(_name, (_Variadic,), {"binary_op": _op, "scale_mean": _mean}))

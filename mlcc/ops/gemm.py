@@ -1,0 +1,131 @@
+"""Gemm and MatMul, lowered onto one GEMM kernel (mlcc_f32_gemm and its batched form)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ModelError
+from ..ir import Graph, Lowering, Node
+from .common import act_params, broadcast_shapes, broadcast_strides, emit_copy, require_dtype
+from .registry import OpDef, register
+
+
+def gemm_params(m: int, n: int, k: int, *, a_strides: tuple[int, int], ldb: int, ldc: int,
+                bias_strides: tuple[int, int] = (0, 0), alpha: float = 1.0, beta: float = 1.0,
+                node: Node | None = None) -> dict:
+    return {"m": m, "n": n, "k": k, "a_row_stride": a_strides[0], "a_col_stride": a_strides[1],
+            "ldb": ldb, "ldc": ldc, "bias_row_stride": bias_strides[0],
+            "bias_col_stride": bias_strides[1], "alpha": float(alpha), "beta": float(beta),
+            "act": act_params(node) if node is not None else act_params(Node("", "", [], []))}
+
+
+@register("Gemm")
+class Gemm(OpDef):
+    attributes = {"alpha": None, "beta": None, "transA": None, "transB": None,
+                  "broadcast": lambda v: True}   # opset < 7 flag; broadcasting is the default
+
+    def _dims(self, node: Node, a, b):
+        if len(a.shape) != 2 or len(b.shape) != 2:
+            raise ModelError(f"Gemm needs 2-D A and B, got {list(a.shape)} and {list(b.shape)}")
+        m, k = a.shape[::-1] if node.attr("transA", 0) else a.shape
+        k2, n = b.shape[::-1] if node.attr("transB", 0) else b.shape
+        if k != k2:
+            raise ModelError(f"inner dimensions differ: A {list(a.shape)}, B {list(b.shape)} "
+                             f"(transA={node.attr('transA', 0)}, transB={node.attr('transB', 0)})")
+        return m, n, k
+
+    def infer(self, node, ins, g):
+        require_dtype(node, ins, ["float32"])
+        m, n, _ = self._dims(node, ins[0], ins[1])
+        if len(ins) > 2 and ins[2] is not None:
+            broadcast_shapes(ins[2].shape, (m, n))
+            if broadcast_shapes(ins[2].shape, (m, n)) != (m, n):
+                raise ModelError(f"C {list(ins[2].shape)} does not broadcast to [{m}, {n}]")
+        return [("float32", (m, n))]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        g = lo.graph
+        a, b = lo.value(node.inputs[0]), lo.value(node.inputs[1])
+        m, n, k = self._dims(node, a, b)
+        alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
+        a_strides = (1, m) if node.attr("transA", 0) else (k, 1)
+        b_name, b_const = node.inputs[1], g.const(node.inputs[1])
+        if b_const is not None:
+            # The kernel reads B as contiguous [K, N] rows: transpose and scale at compile time.
+            packed = (b_const.T if node.attr("transB", 0) else b_const) * np.float32(alpha)
+            b_name, alpha = lo.add_const(f"{node.name}.B_kn", packed.astype(np.float32)), 1.0
+        elif node.attr("transB", 0):
+            b_name = lo.temp(f"{node.name}.B_kn", "float32", (k, n))
+            emit_copy(lo, node.inputs[1], b_name, [k, n], [1, k], [n, 1], op="Transpose(B)")
+        c_name, bias_strides = node.input(2), (0, 0)
+        if c_name:
+            c = lo.value(c_name)
+            bias_strides = tuple(broadcast_strides(c.shape, (m, n)))
+            if c.const is not None and beta != 1.0:
+                c_name, beta = lo.add_const(f"{node.name}.C_scaled",
+                                            (c.const * np.float32(beta)).astype(np.float32)), 1.0
+        lo.call("mlcc_f32_gemm", [node.inputs[0], b_name, c_name, node.outputs[0]],
+                [node.outputs[0]], params_type="mlcc_gemm_params",
+                params=gemm_params(m, n, k, a_strides=a_strides, ldb=n, ldc=n,
+                                   bias_strides=bias_strides, alpha=alpha, beta=beta, node=node))
+
+    def flops(self, node: Node, g: Graph) -> int:
+        a = g.values[node.inputs[0]]
+        k = a.shape[0] if node.attr("transA", 0) else a.shape[1]
+        return 2 * g.values[node.outputs[0]].numel * k
+
+
+@register("MatMul")
+class MatMul(OpDef):
+    attributes = {}
+
+    @staticmethod
+    def _shapes(a_shape, b_shape):
+        """(batch shape, M, N, K, a as >=2-D, b as >=2-D, output shape)."""
+        if not a_shape or not b_shape:
+            raise ModelError("MatMul inputs must have rank >= 1")
+        a2 = (1,) + tuple(a_shape) if len(a_shape) == 1 else tuple(a_shape)
+        b2 = tuple(b_shape) + (1,) if len(b_shape) == 1 else tuple(b_shape)
+        if a2[-1] != b2[-2]:
+            raise ModelError(f"inner dimensions differ: {list(a_shape)} x {list(b_shape)}")
+        batch = broadcast_shapes(a2[:-2], b2[:-2])
+        m, k, n = a2[-2], a2[-1], b2[-1]
+        out = batch + ((m,) if len(a_shape) > 1 else ()) + ((n,) if len(b_shape) > 1 else ())
+        return batch, m, n, k, a2, b2, out
+
+    def infer(self, node, ins, g):
+        require_dtype(node, ins, ["float32"])
+        return [("float32", self._shapes(ins[0].shape, ins[1].shape)[-1])]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        a, b = lo.value(node.inputs[0]), lo.value(node.inputs[1])
+        batch, m, n, k, a2, b2, _ = self._shapes(a.shape, b.shape)
+        out = node.outputs[0]
+        nb = math.prod(batch)
+        if math.prod(b2[:-2]) == 1:
+            # B is shared by every batch: stack A's batches into one tall GEMM.
+            lo.call("mlcc_f32_gemm", [node.inputs[0], node.inputs[1], "", out], [out],
+                    params_type="mlcc_gemm_params",
+                    params=gemm_params(nb * m, n, k, a_strides=(k, 1), ldb=n, ldc=n, node=node))
+            return
+        a_off = self._offsets(a2, batch, m * k)
+        b_off = self._offsets(b2, batch, k * n)
+        a_tab = lo.add_const(f"{node.name}.a_offsets", a_off)
+        b_tab = lo.add_const(f"{node.name}.b_offsets", b_off)
+        lo.call("mlcc_f32_batched_gemm", [node.inputs[0], node.inputs[1], "", out, a_tab, b_tab],
+                [out], params_type="mlcc_batched_gemm_params",
+                params={"gemm": gemm_params(m, n, k, a_strides=(k, 1), ldb=n, ldc=n, node=node),
+                        "batch": nb, "c_batch_stride": m * n})
+
+    @staticmethod
+    def _offsets(shape2, batch, matrix_size) -> np.ndarray:
+        """Element offset of each broadcast batch's matrix inside the operand."""
+        strides = broadcast_strides(shape2[:-2], batch)
+        idx = np.indices(batch).reshape(len(batch), -1) if batch else np.zeros((0, 1), np.int64)
+        offs = (np.asarray(strides, np.int64).reshape(-1, 1) * idx).sum(axis=0) * matrix_size
+        return offs.astype(np.int64).reshape(-1)
+
+    def flops(self, node: Node, g: Graph) -> int:
+        a = g.values[node.inputs[0]]
+        return 2 * g.values[node.outputs[0]].numel * a.shape[-1]

@@ -1,0 +1,97 @@
+"""The operator registry: one OpDef per ONNX operator (and version range), found by lookup().
+
+An OpDef owns everything mlcc knows about an operator: which attributes and values it supports
+(`check`), its output types and static shapes (`infer`), how it folds when its inputs are
+constant (`fold`, by default the ONNX reference implementation), how it lowers to C kernels
+(`lower`) and its cost (`flops`). Adding an operator means adding one class in one module.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import UnsupportedError
+from ..ir import Graph, Lowering, Node, Value
+
+TypeShape = tuple[str, tuple[int, ...]]
+
+
+class OpDef:
+    op_type: str = ""
+    domain: str = ""
+    since: int = 1
+    until: int | None = None
+    # Supported attributes: name -> None (any value) or a predicate on the value that says
+    # whether mlcc handles it. Attributes not listed make the node unsupported.
+    attributes: dict[str, Callable[[Any], bool] | None] = {}
+
+    def check(self, node: Node) -> list[str]:
+        """What about this node (from its attributes alone) mlcc does not support."""
+        problems = []
+        for key, value in sorted(node.attrs.items()):
+            if key not in self.attributes:
+                problems.append(f"attribute {key!r} is not supported")
+            else:
+                accept = self.attributes[key]
+                if accept is not None and not accept(value):
+                    problems.append(f"attribute {key}={value!r} is not supported")
+        return problems
+
+    def infer(self, node: Node, inputs: list[Value | None], g: Graph) -> list[TypeShape]:
+        raise NotImplementedError
+
+    def fold(self, node: Node, arrays: list[np.ndarray | None]) -> list[np.ndarray] | None:
+        """Evaluates the node on constant inputs; None means: use the ONNX reference."""
+        return None
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        raise UnsupportedError(f"node {node.name!r} ({node.op_type}) has no run-time kernel")
+
+    def flops(self, node: Node, g: Graph) -> int:
+        """Floating-point operations at run time (a multiply-add counts as two)."""
+        return 0
+
+
+_REGISTRY: dict[tuple[str, str], list[OpDef]] = {}
+
+
+def register(op_type: str, *, since: int = 1, until: int | None = None, domain: str = ""):
+    """Class decorator: registers an OpDef for ONNX schema versions since..until of op_type."""
+    def wrap(cls):
+        inst = cls()
+        inst.op_type, inst.domain, inst.since, inst.until = op_type, domain, since, until
+        _REGISTRY.setdefault((domain, op_type), []).append(inst)
+        _REGISTRY[(domain, op_type)].sort(key=lambda d: d.since)
+        return cls
+    return wrap
+
+
+def lookup(node: Node) -> OpDef | None:
+    """The definition that covers this node's schema version, or None."""
+    best = None
+    for d in _REGISTRY.get((node.domain, node.op_type), []):
+        if d.since <= node.version and (d.until is None or node.version <= d.until):
+            best = d
+    return best
+
+
+def unsupported_reason(node: Node) -> list[str]:
+    """Why this node cannot be compiled at run time (empty if it can)."""
+    defs = _REGISTRY.get((node.domain, node.op_type))
+    if not defs:
+        where = f" in domain {node.domain!r}" if node.domain else ""
+        return [f"operator {node.op_type}{where} is not supported"]
+    d = lookup(node)
+    if d is None:
+        known = ", ".join(f"{x.since}..{x.until or 'latest'}" for x in defs)
+        return [f"version {node.version} is not supported (supported: {known})"]
+    return d.check(node)
+
+
+def registered_ops() -> list[str]:
+    return sorted(op for (_, op) in _REGISTRY)
+
+
+def describe(node: Node) -> str:
+    return f"node {node.name!r} ({node.op_type}-{node.version})"

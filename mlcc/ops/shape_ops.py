@@ -1,0 +1,128 @@
+"""Operators that only reinterpret a tensor's shape: views of the same bytes at run time."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ModelError
+from ..ir import Lowering, Node
+from .common import const_input, emit_plain_copy, ints_attr_or_input, norm_axis
+from .registry import OpDef, register
+
+
+class _View(OpDef):
+    """Output = input with another shape; lowered to an alias (a copy if it is a graph output)."""
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        src, dst = node.inputs[0], node.outputs[0]
+        if dst in lo.graph.outputs or src in lo.graph.outputs:
+            emit_plain_copy(lo, src, dst, op=node.op_type)
+        else:
+            lo.alias(dst, src)
+
+
+@register("Reshape")
+class Reshape(_View):
+    attributes = {"allowzero": None, "shape": None}   # "shape" is the opset < 5 attribute
+
+    def infer(self, node, ins, g):
+        x = ins[0]
+        if node.version < 5:
+            target = [int(d) for d in node.attr("shape", [])]
+        else:
+            target = [int(d) for d in const_input(g, node, 1, "shape").reshape(-1)]
+        return [(x.dtype, reshape_target(x.shape, target, bool(node.attr("allowzero", 0))))]
+
+
+def reshape_target(shape, target, allowzero=False) -> tuple[int, ...]:
+    out = [shape[i] if d == 0 and not allowzero and i < len(shape) else d
+           for i, d in enumerate(target)]
+    total = math.prod(shape)
+    if out.count(-1) > 1:
+        raise ModelError(f"reshape target {target} has more than one -1")
+    if -1 in out:
+        known = math.prod(d for d in out if d != -1)
+        if known == 0 or total % known:
+            raise ModelError(f"cannot reshape {list(shape)} to {target}")
+        out[out.index(-1)] = total // known
+    if any(d < 0 for d in out) or math.prod(out) != total:
+        raise ModelError(f"cannot reshape {list(shape)} ({total} elements) to {target}")
+    return tuple(out)
+
+
+@register("Flatten")
+class Flatten(_View):
+    attributes = {"axis": None}
+
+    def infer(self, node, ins, g):
+        x = ins[0]
+        axis = norm_axis(int(node.attr("axis", 1)), len(x.shape) + 1)
+        return [(x.dtype, (math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))]
+
+
+@register("Squeeze")
+class Squeeze(_View):
+    attributes = {"axes": None}
+
+    def infer(self, node, ins, g):
+        x = ins[0]
+        axes = ints_attr_or_input(g, node, "axes", 1, 13)
+        if axes is None:
+            return [(x.dtype, tuple(d for d in x.shape if d != 1))]
+        axes = {norm_axis(a, len(x.shape), "axes") for a in axes}
+        if any(x.shape[a] != 1 for a in axes):
+            raise ModelError(f"cannot squeeze axes {sorted(axes)} of {list(x.shape)}")
+        return [(x.dtype, tuple(d for i, d in enumerate(x.shape) if i not in axes))]
+
+
+@register("Unsqueeze")
+class Unsqueeze(_View):
+    attributes = {"axes": None}
+
+    def infer(self, node, ins, g):
+        x = ins[0]
+        axes = ints_attr_or_input(g, node, "axes", 1, 13)
+        if axes is None:
+            raise ModelError("Unsqueeze needs axes")
+        rank = len(x.shape) + len(axes)
+        axes = sorted(norm_axis(a, rank, "axes") for a in axes)
+        if len(set(axes)) != len(axes):
+            raise ModelError(f"repeated axes {axes}")
+        dims = iter(x.shape)
+        return [(x.dtype, tuple(1 if i in axes else next(dims) for i in range(rank)))]
+
+
+@register("Identity")
+class Identity(_View):
+    attributes = {}
+
+    def infer(self, node, ins, g):
+        return [(ins[0].dtype, ins[0].shape)]
+
+
+@register("Dropout")
+class Dropout(_View):
+    attributes = {"ratio": None, "seed": None, "is_test": None}
+
+    def infer(self, node, ins, g):
+        x = ins[0]
+        training = const_input(g, node, 2, "training_mode") if node.version >= 12 else None
+        if training is not None and bool(np.asarray(training)):
+            raise ModelError("Dropout in training mode cannot be compiled for inference")
+        types = [(x.dtype, x.shape)]
+        if len(node.outputs) > 1:
+            types.append(("bool", x.shape))
+        return types
+
+    def fold(self, node, arrays):
+        outs = [arrays[0]]
+        if len(node.outputs) > 1:
+            outs.append(np.ones(arrays[0].shape, dtype=bool))
+        return outs
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        if len([o for o in node.outputs if o]) > 1:
+            from ..errors import UnsupportedError
+            raise UnsupportedError("Dropout's mask output is not supported at run time")
+        super().lower(node, lo)

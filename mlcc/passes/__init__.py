@@ -1,0 +1,38 @@
+"""Graph passes: each a pure function Graph -> Graph; the pipeline is a list."""
+from __future__ import annotations
+
+from typing import Callable
+
+from ..ir import Graph, format_graph
+from .dead_code import eliminate_dead_code
+from .fold_batchnorm import fold_batchnorm
+from .fuse_activations import fuse_activations
+from .infer_and_fold import infer_and_fold
+from .remove_noops import remove_noops
+
+Pass = Callable[[Graph], Graph]
+
+PIPELINE: list[Pass] = [
+    infer_and_fold,
+    eliminate_dead_code,
+    remove_noops,
+    fold_batchnorm,
+    fuse_activations,
+    eliminate_dead_code,
+]
+
+
+def run_pipeline(g: Graph, passes: list[Pass] | None = None,
+                 dump: Callable[[str], None] | None = None) -> Graph:
+    """Runs the passes in order; `dump` receives the printed graph after each one."""
+    if dump is not None:
+        dump(format_graph(g, "import"))
+    for p in PIPELINE if passes is None else passes:
+        g = p(g)
+        if dump is not None:
+            dump(format_graph(g, p.__name__))
+    return g
+
+
+__all__ = ["PIPELINE", "run_pipeline", "infer_and_fold", "eliminate_dead_code", "remove_noops",
+           "fold_batchnorm", "fuse_activations"]

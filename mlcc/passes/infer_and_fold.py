@@ -1,0 +1,174 @@
+"""Static shape and type inference, with constant folding in the same walk.
+
+Needs: a graph whose inputs all have static shapes (frontend.bind_shapes).
+Guarantees: every value has a dtype and a static shape; every node whose inputs are all constant
+(including Shape/Size of a statically shaped tensor) has been evaluated and its outputs are
+constants. The nodes themselves stay for dead_code to remove.
+
+Inference and folding are one walk because each needs the other: a Reshape's output shape comes
+from a folded Shape->Gather->Concat chain, and Shape folds only once its input's shape is known.
+Every node that can neither fold nor be compiled is reported, all in one error.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..errors import ModelError, UnsupportedError
+from ..ir import Graph, Node
+from ..ops import lookup, unsupported_reason
+from ..ops.registry import describe
+
+MAX_CONST_BYTES = 1 << 30        # a folded constant larger than this is surely a broken model
+NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                    "Multinomial", "Bernoulli"}
+
+
+def infer_and_fold(g: Graph) -> Graph:
+    g = g.copy()
+    problems: list[str] = []
+    unknown: set[str] = set()     # values whose type could not be inferred (after a problem)
+    for node in g.nodes:
+        ins = [g.values.get(i) if i else None for i in node.inputs]
+        if any(i and i in unknown for i in node.inputs):
+            # Downstream of a problem: no types to infer, but still report what is unsupported.
+            reasons = unsupported_reason(node)
+            if reasons:
+                problems.append(f"{describe(node)}: {'; '.join(reasons)}")
+            unknown.update(o for o in node.outputs if o)
+            continue
+        missing = [i for i, v in zip(node.inputs, ins) if i and (v is None or v.dtype is None)]
+        if missing:
+            raise ModelError(f"{describe(node)} reads {missing[0]!r}, which nothing defines")
+        try:
+            results = _fold(g, node)
+        except UnsupportedError as exc:
+            problems.append(f"{describe(node)}: {exc.message}")
+            unknown.update(o for o in node.outputs if o)
+            continue
+        if results is not None:
+            for name, arr in zip(node.outputs, results):
+                if name:
+                    _set_const(g, name, arr)
+            continue
+        reasons = unsupported_reason(node)
+        if reasons:
+            problems.append(f"{describe(node)}: {'; '.join(reasons)}")
+            unknown.update(o for o in node.outputs if o)
+            continue
+        try:
+            types = lookup(node).infer(node, ins, g)
+        except UnsupportedError as exc:
+            problems.append(f"{describe(node)}: {exc.message}")
+            unknown.update(o for o in node.outputs if o)
+            continue
+        except ModelError as exc:
+            raise ModelError(f"{describe(node)}: {exc.message}", exc.detail) from None
+        for name, (dtype, shape) in zip(node.outputs, types):
+            if name:
+                if any(d < 0 for d in shape):
+                    raise ModelError(f"{describe(node)}: output {name!r} would have a negative "
+                                     f"dimension {list(shape)}")
+                v = g.values[name]
+                v.dtype, v.shape = dtype, tuple(int(d) for d in shape)
+    if problems:
+        raise UnsupportedError(
+            f"{len(problems)} node{'s' if len(problems) > 1 else ''} cannot be compiled:\n  "
+            + "\n  ".join(problems))
+    for name in g.outputs:
+        v = g.values.get(name)
+        if v is None or v.dtype is None or not v.is_static:
+            raise ModelError(f"graph output {name!r} has no static type after inference")
+    return g
+
+
+def _set_const(g: Graph, name: str, arr: np.ndarray) -> None:
+    arr = np.asarray(arr)
+    if arr.nbytes > MAX_CONST_BYTES:
+        raise ModelError(f"folding {name!r} gives a {arr.nbytes}-byte constant; refusing")
+    v = g.values[name]
+    v.dtype, v.shape, v.const = arr.dtype.name, tuple(int(d) for d in arr.shape), arr
+
+
+def _fold(g: Graph, node: Node) -> list[np.ndarray] | None:
+    """The node's outputs as constants, or None if it must run at run time."""
+    if node.op_type == "Constant" and node.domain == "":
+        return [_constant_value(node)]
+    if node.domain == "" and node.op_type in ("Shape", "Size"):
+        v = g.values[node.inputs[0]]
+        if v.is_static:
+            if node.op_type == "Size":
+                return [np.array(v.numel, dtype=np.int64)]
+            start, end = node.attr("start", 0), node.attr("end", None)
+            return [np.array(v.shape[slice(start, end)], dtype=np.int64)]
+        return None
+    if node.op_type in NONDETERMINISTIC or node.domain not in ("", "ai.onnx"):
+        return None
+    arrays = [g.const(i) if i else None for i in node.inputs]
+    if any(i and a is None for i, a in zip(node.inputs, arrays)):
+        return None
+    if not node.inputs and node.op_type not in ("ConstantOfShape", "Range", "EyeLike"):
+        return None
+    _guard_size(node, arrays)
+    d = lookup(node)
+    out = d.fold(node, arrays) if d is not None else None
+    if out is None:
+        out = reference_eval(node, arrays, g.opset)
+    return out
+
+
+def _guard_size(node: Node, arrays: list) -> None:
+    """Refuses folds that would build absurdly large tensors before numpy tries to."""
+    if node.op_type in ("ConstantOfShape", "Expand", "Tile") and len(arrays) >= 1:
+        shape_arg = arrays[0] if node.op_type == "ConstantOfShape" else arrays[1]
+        if shape_arg is not None:
+            dims = [int(x) for x in np.asarray(shape_arg).reshape(-1)]
+            if any(d < 0 for d in dims):
+                raise ModelError(f"{describe(node)}: negative dimension in {dims}")
+            total = 1
+            for d in dims:
+                total *= max(d, 1)
+            if total * 8 > MAX_CONST_BYTES:
+                raise ModelError(f"{describe(node)}: folding would build a tensor of "
+                                 f"{total} elements; refusing")
+
+
+def _constant_value(node: Node) -> np.ndarray:
+    a = node.attrs
+    if "value" in a:
+        return np.asarray(a["value"])
+    if "value_float" in a:
+        return np.array(a["value_float"], dtype=np.float32)
+    if "value_floats" in a:
+        return np.array(a["value_floats"], dtype=np.float32)
+    if "value_int" in a:
+        return np.array(a["value_int"], dtype=np.int64)
+    if "value_ints" in a:
+        return np.array(a["value_ints"], dtype=np.int64)
+    raise UnsupportedError("Constant with sparse or string values is not supported")
+
+
+def reference_eval(node: Node, arrays: list[np.ndarray | None], opset: int) -> list[np.ndarray]:
+    """Runs one node through onnx.reference (the ONNX reference implementation)."""
+    from onnx.reference import ReferenceEvaluator
+
+    names = [f"in{i}" if a is not None else "" for i, a in enumerate(arrays)]
+    outs = [f"out{i}" if o else "" for i, o in enumerate(node.outputs)]
+    attrs = {k: (numpy_helper.from_array(v) if isinstance(v, np.ndarray) else v)
+             for k, v in node.attrs.items() if not k.startswith("_")}
+    proto = helper.make_node(node.op_type, names, outs, domain=node.domain, **attrs)
+    graph = helper.make_graph(
+        [proto], "fold",
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+         for n, a in zip(names, arrays) if a is not None],
+        [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in outs if o])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    try:
+        results = ReferenceEvaluator(model).run(None, {n: a for n, a in zip(names, arrays)
+                                                       if a is not None})
+    except Exception as exc:
+        raise ModelError(f"{describe(node)}: evaluating it on constant inputs failed: {exc}"
+                         ) from None
+    it = iter(results)
+    return [np.asarray(next(it)) if o else None for o in outs]

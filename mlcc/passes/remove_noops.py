@@ -1,0 +1,56 @@
+"""Removal of nodes that compute nothing at inference time.
+
+Needs: static shapes and types (infer_and_fold).
+Guarantees: no Identity, Dropout (inference mode), Reshape/Flatten/Squeeze/Unsqueeze that keep
+the shape, Cast to the same type, or identity Transpose remains, unless its output is a graph
+output fed directly by a graph input (the compiled model must still copy it).
+"""
+from __future__ import annotations
+
+from ..ir import Graph, Node
+
+
+def _is_noop(g: Graph, n: Node) -> bool:
+    if n.domain != "":
+        return False
+    if n.op_type == "Identity":
+        return True
+    if n.op_type == "Dropout":
+        # Inference: output = input; a requested mask output keeps the node.
+        return len([o for o in n.outputs if o]) == 1
+    if not n.inputs or not n.inputs[0] or not n.outputs:
+        return False
+    src, dst = g.values[n.inputs[0]], g.values[n.outputs[0]]
+    if n.op_type in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand"):
+        return src.shape == dst.shape and src.dtype == dst.dtype
+    if n.op_type == "Cast":
+        return src.dtype == dst.dtype
+    if n.op_type == "Transpose":
+        perm = n.attr("perm")
+        return perm is not None and list(perm) == sorted(perm)
+    return False
+
+
+def remove_noops(g: Graph) -> Graph:
+    g = g.copy()
+    kept = []
+    outputs = set(g.outputs)
+    for n in g.nodes:
+        if not _is_noop(g, n):
+            kept.append(n)
+            continue
+        src, dst = n.inputs[0], n.outputs[0]
+        if dst in outputs:
+            if src in g.inputs or src in outputs or g.values[src].is_const:
+                kept.append(n)
+                continue
+            # Let the producer of src write the graph output directly.
+            for m in kept:
+                m.outputs = [dst if o == src else o for o in m.outputs]
+                m.inputs = [dst if i == src else i for i in m.inputs]
+            g.replace_uses(src, dst)
+            g.values[dst].dtype, g.values[dst].shape = g.values[src].dtype, g.values[src].shape
+        else:
+            g.replace_uses(dst, src)
+    g.nodes = kept
+    return g

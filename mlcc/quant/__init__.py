@@ -1,0 +1,1 @@
+"""Post-training quantization (calibration, observers, rewrite). Not implemented yet."""

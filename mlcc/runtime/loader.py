@@ -1,0 +1,130 @@
+"""Loading a compiled model folder into Python through cffi (ABI mode: no C compiler needed).
+
+This is the convenience layer on top of the C API: it allocates the arena and an aligned copy
+of the weights, and checks names, shapes and dtypes of the inputs before calling run.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from cffi import FFI
+
+from ..errors import InputError, MlccError, RuntimeStatusError
+
+_CDEF = """
+typedef struct mlcc_context { const uint8_t *weights; uint8_t *arena; const void *model; }
+    mlcc_context;
+const char *mlcc_status_string(int status);
+int {p}_init(mlcc_context *ctx, const void *weights, size_t weights_size, void *arena,
+             size_t arena_size);
+int {p}_run_v(const mlcc_context *ctx, const void *const *inputs, void *const *outputs);
+"""
+_loaded_paths: set[str] = set()
+
+
+def aligned_empty(nbytes: int, align: int = 64) -> np.ndarray:
+    """A uint8 array of nbytes whose data pointer is a multiple of align."""
+    raw = np.empty(max(nbytes, 1) + align, dtype=np.uint8)
+    skip = (-raw.ctypes.data) % align
+    return raw[skip:skip + max(nbytes, 1)][:nbytes] if nbytes else raw[skip:skip + 1]
+
+
+class CompiledModel:
+    """A compiled model loaded in this process. Not thread-safe: one context, one arena."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        manifest_path = self.folder / "manifest.json"
+        if not manifest_path.is_file():
+            raise MlccError(f"{self.folder}: not an mlcc output folder (no manifest.json)")
+        try:
+            self.manifest = json.loads(manifest_path.read_text())
+            self.prefix = self.manifest["name"]
+            self.inputs = self.manifest["inputs"]
+            self.outputs = self.manifest["outputs"]
+            library = self.folder / self.manifest["library"]
+        except (ValueError, KeyError) as exc:
+            raise MlccError(f"{manifest_path}: malformed manifest ({exc})") from None
+        if not library.is_file():
+            raise MlccError(f"{library}: the compiled library is missing (rebuild with make)")
+        weights_path = self.folder / "weights.bin"
+        if not weights_path.is_file():
+            raise MlccError(f"{weights_path}: the weight blob is missing")
+        self._ffi = FFI()
+        self._ffi.cdef(_CDEF.replace("{p}", self.prefix))
+        self._lib = self._ffi.dlopen(self._unique_path(library))
+        raw = np.fromfile(weights_path, dtype=np.uint8)
+        self._weights = aligned_empty(raw.nbytes)
+        self._weights[:] = raw
+        self._arena = aligned_empty(int(self.manifest["arena_size"]))
+        self._ctx = self._ffi.new("mlcc_context *")
+        init = getattr(self._lib, f"{self.prefix}_init")
+        status = init(self._ctx, self._ptr(self._weights), self._weights.nbytes,
+                      self._ptr(self._arena), self._arena.nbytes)
+        if status != 0:
+            raise RuntimeStatusError(f"{self.folder}: init failed: {self.status_string(status)}")
+        self._run = getattr(self._lib, f"{self.prefix}_run_v")
+
+    @staticmethod
+    def _unique_path(library: Path) -> str:
+        # dlopen returns the already-loaded library for a path it has seen: after a recompile
+        # into the same folder, load a private copy so the new code is what runs.
+        path = str(library.resolve())
+        if path in _loaded_paths:
+            tmp = Path(tempfile.mkdtemp(prefix="mlcc-lib-")) / library.name
+            shutil.copy2(library, tmp)
+            return str(tmp)
+        _loaded_paths.add(path)
+        return path
+
+    def _ptr(self, arr: np.ndarray):
+        return self._ffi.cast("void *", arr.ctypes.data)
+
+    def status_string(self, status: int) -> str:
+        return self._ffi.string(self._lib.mlcc_status_string(status)).decode()
+
+    def _check_inputs(self, feeds: dict) -> list[np.ndarray]:
+        if not isinstance(feeds, dict):
+            raise InputError("inputs must be a dict of name -> array")
+        names = [t["name"] for t in self.inputs]
+        missing = [n for n in names if n not in feeds]
+        extra = sorted(set(feeds) - set(names))
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append(f"missing {', '.join(map(repr, missing))}")
+            if extra:
+                parts.append(f"unknown {', '.join(map(repr, extra))}")
+            raise InputError(f"inputs do not match the model ({'; '.join(parts)}); it takes "
+                             f"{', '.join(names)}")
+        arrays = []
+        for t in self.inputs:
+            want = np.dtype(t["dtype"])
+            arr = np.asarray(feeds[t["name"]])
+            if arr.dtype != want and not np.can_cast(arr.dtype, want, "same_kind"):
+                raise InputError(f"input {t['name']!r} must be {want.name}, got {arr.dtype.name}")
+            if list(arr.shape) != list(t["shape"]):
+                raise InputError(f"input {t['name']!r} must have shape {t['shape']}, got "
+                                 f"{list(arr.shape)}")
+            arrays.append(np.ascontiguousarray(arr, dtype=want))
+        return arrays
+
+    def run(self, feeds: dict) -> dict[str, np.ndarray]:
+        arrays = self._check_inputs(feeds)
+        outs = [np.empty(t["shape"], dtype=t["dtype"]) for t in self.outputs]
+        in_ptrs = self._ffi.new("void *[]", [self._ptr(a) for a in arrays] or [self._ffi.NULL])
+        out_ptrs = self._ffi.new("void *[]", [self._ptr(a) for a in outs] or [self._ffi.NULL])
+        status = self._run(self._ctx, in_ptrs, out_ptrs)
+        if status != 0:
+            raise RuntimeStatusError(f"run failed: {self.status_string(status)}")
+        return {t["name"]: a for t, a in zip(self.outputs, outs)}
+
+    __call__ = run
+
+
+def load(folder: str | Path) -> CompiledModel:
+    return CompiledModel(folder)

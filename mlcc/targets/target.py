@@ -1,0 +1,154 @@
+"""Target descriptions: targets/*.yaml (or a user's file) -> a validated, frozen Target.
+
+One schema serves every target, native or cross: the C compiler and its flags, the SIMD level
+and vector width the kernels are built for, the memory alignment, the cache sizes that blocking
+uses, and how to run a binary built for the target (empty for the host, an emulator such as
+qemu-aarch64, or node for wasm).
+"""
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from ..errors import TargetError
+
+BUILTIN_DIR = Path(__file__).resolve().parents[2] / "targets"
+SIMD_LEVELS = ("none", "sse2", "avx2", "avx512", "neon", "simd128")
+OUTPUT_KINDS = ("shared",)
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    cc: str
+    cflags: tuple[str, ...] = ()
+    ldflags: tuple[str, ...] = ()
+    ar: str = "ar"
+    package: str = ""             # the Debian package that provides cc, for hints
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    description: str
+    arch: str
+    toolchain: Toolchain
+    simd: str = "none"
+    vector_bits: int = 128
+    alignment: int = 64
+    threads: int = 1
+    output: str = "shared"
+    cache_kib: dict = field(default_factory=dict)   # l1d, l2, l3
+    cpu: dict = field(default_factory=dict)         # ghz, fma_units: for peak FLOP/s estimates
+    run: tuple[str, ...] = ()     # command prefix that runs a target binary; () on the host
+    path: str = ""
+
+    @property
+    def library_name(self) -> str:
+        return "libmodel.so"
+
+    @property
+    def is_host(self) -> bool:
+        return not self.run
+
+    def compiler_found(self) -> bool:
+        return shutil.which(self.toolchain.cc) is not None
+
+    def defines(self) -> list[str]:
+        """Macros that tell the runtime kernels what the target offers."""
+        return [f"-DMLCC_VECTOR_BYTES={max(self.vector_bits // 8, 4)}"]
+
+
+_SCHEMA = {
+    "name": str, "description": str, "arch": str, "toolchain": dict, "simd": str,
+    "vector_bits": int, "alignment": int, "threads": int, "output": str, "cache_kib": dict,
+    "cpu": dict, "run": list,
+}
+_TOOLCHAIN = {"cc": str, "cflags": list, "ldflags": list, "ar": str, "package": str}
+_REQUIRED = ("name", "arch", "toolchain")
+
+
+def _check_keys(data: dict, schema: dict, where: str, path: str) -> None:
+    for key, value in data.items():
+        if key not in schema:
+            raise TargetError(f"{path}: unknown key {where}{key!r} (known: "
+                              f"{', '.join(sorted(schema))})")
+        want = schema[key]
+        if want is int and isinstance(value, bool) or not isinstance(value, want):
+            raise TargetError(f"{path}: {where}{key} must be a {want.__name__}, got "
+                              f"{type(value).__name__} {value!r}")
+
+
+def parse_target(text: str, path: str = "<target>") -> Target:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise TargetError(f"{path}: not valid YAML{where}: "
+                          f"{getattr(exc, 'problem', None) or exc}") from None
+    if not isinstance(data, dict):
+        raise TargetError(f"{path}: a target file must be a YAML mapping")
+    _check_keys(data, _SCHEMA, "", path)
+    for key in _REQUIRED:
+        if key not in data:
+            raise TargetError(f"{path}: missing required key {key!r}")
+    tc = data["toolchain"]
+    _check_keys(tc, _TOOLCHAIN, "toolchain.", path)
+    if "cc" not in tc or not tc["cc"].strip():
+        raise TargetError(f"{path}: toolchain.cc (the C compiler) is required")
+    for key in ("cflags", "ldflags"):
+        if not all(isinstance(f, str) for f in tc.get(key, [])):
+            raise TargetError(f"{path}: toolchain.{key} must be a list of strings")
+    simd = data.get("simd", "none")
+    if simd not in SIMD_LEVELS:
+        raise TargetError(f"{path}: simd must be one of {', '.join(SIMD_LEVELS)}, not {simd!r}")
+    vb = data.get("vector_bits", 128)
+    if vb not in (32, 64, 128, 256, 512):
+        raise TargetError(f"{path}: vector_bits must be 32, 64, 128, 256 or 512, not {vb}")
+    align = data.get("alignment", 64)
+    if align < 16 or align & (align - 1) or align > 4096:
+        raise TargetError(f"{path}: alignment must be a power of two from 16 to 4096")
+    threads = data.get("threads", 1)
+    if threads < 1:
+        raise TargetError(f"{path}: threads must be at least 1")
+    output = data.get("output", "shared")
+    if output not in OUTPUT_KINDS:
+        raise TargetError(f"{path}: output must be one of {', '.join(OUTPUT_KINDS)}")
+    for key in ("cache_kib", "cpu"):
+        for k, v in data.get(key, {}).items():
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+                raise TargetError(f"{path}: {key}.{k} must be a non-negative number")
+    run = data.get("run", [])
+    if not all(isinstance(r, str) for r in run):
+        raise TargetError(f"{path}: run must be a list of strings (a command prefix)")
+    return Target(
+        name=data["name"], description=data.get("description", ""), arch=data["arch"],
+        toolchain=Toolchain(tc["cc"], tuple(tc.get("cflags", [])), tuple(tc.get("ldflags", [])),
+                            tc.get("ar", "ar"), tc.get("package", "")),
+        simd=simd, vector_bits=vb, alignment=align, threads=threads, output=output,
+        cache_kib=dict(data.get("cache_kib", {})), cpu=dict(data.get("cpu", {})),
+        run=tuple(run), path=path)
+
+
+def builtin_targets() -> list[str]:
+    return sorted(p.stem for p in BUILTIN_DIR.glob("*.yaml"))
+
+
+def load_target(spec: str) -> Target:
+    """A built-in name (targets/NAME.yaml) or the path of a YAML file."""
+    path = Path(spec)
+    if spec in builtin_targets():
+        path = BUILTIN_DIR / f"{spec}.yaml"
+    elif not (path.suffix in (".yaml", ".yml") or path.exists()):
+        raise TargetError(f"unknown target {spec!r}: built-in targets are "
+                          f"{', '.join(builtin_targets())}, or give a path to a YAML file")
+    if not path.is_file():
+        raise TargetError(f"target file {spec} does not exist")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TargetError(f"cannot read target file {spec}: {exc}") from None
+    return parse_target(text, str(path))

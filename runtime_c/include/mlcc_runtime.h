@@ -1,0 +1,112 @@
+/*
+ * mlcc runtime: the part of every compiled model that is not generated.
+ *
+ * A compiled model "net" (the prefix is the model's name) is used like this:
+ *
+ *     #include "net.h"
+ *     static float arena[NET_ARENA_SIZE / sizeof(float)];   // or any NET_ARENA_ALIGN-aligned memory
+ *     mlcc_context ctx;
+ *     int st = net_init(&ctx, weights, weights_size, arena, sizeof arena);
+ *     if (st != MLCC_OK) { fprintf(stderr, "%s\n", mlcc_status_string(st)); return 1; }
+ *     st = net_run(&ctx, input, output);                    // typed pointers, one per tensor
+ *
+ * Memory: the caller owns everything. The weights (the model's weights.bin, loaded or embedded,
+ * aligned to MLCC_WEIGHTS_ALIGN) and the arena (NET_ARENA_SIZE bytes aligned to NET_ARENA_ALIGN)
+ * must outlive the context. Nothing in the runtime allocates memory or keeps global state.
+ *
+ * Threads: a context is thread-compatible: one thread at a time may run it. Any number of
+ * contexts may run concurrently, each with its own arena; they may share one weights buffer,
+ * which the runtime only reads.
+ *
+ * Errors: every function returns an int status, MLCC_OK (0) on success. The runtime never aborts
+ * and never prints.
+ */
+#ifndef MLCC_RUNTIME_H
+#define MLCC_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Version of the weight blob format (the header that weights.bin starts with). */
+#define MLCC_WEIGHTS_FORMAT_VERSION 1u
+#define MLCC_WEIGHTS_HEADER_SIZE 64u
+#define MLCC_WEIGHTS_ALIGN 64u
+#define MLCC_MAX_RANK 8
+
+#if defined(__GNUC__) || defined(__clang__)
+#define MLCC_EXPORT __attribute__((visibility("default")))
+#else
+#define MLCC_EXPORT
+#endif
+
+enum mlcc_status {
+    MLCC_OK = 0,
+    MLCC_ERR_NULL_ARGUMENT = 1,        /* a required pointer is NULL */
+    MLCC_ERR_NOT_INITIALIZED = 2,      /* the context was not initialized for this model */
+    MLCC_ERR_ARENA_TOO_SMALL = 3,      /* arena_size < the model's ARENA_SIZE */
+    MLCC_ERR_MISALIGNED = 4,           /* arena or weights not aligned as the header says */
+    MLCC_ERR_WEIGHTS_MAGIC = 5,        /* not an mlcc weight blob */
+    MLCC_ERR_WEIGHTS_VERSION = 6,      /* a blob format this runtime does not read */
+    MLCC_ERR_WEIGHTS_SIZE = 7,         /* truncated or too long */
+    MLCC_ERR_WEIGHTS_CHECKSUM = 8,     /* corrupted */
+    MLCC_ERR_WEIGHTS_MODEL = 9,        /* a valid blob, but of another model */
+    MLCC_ERR_INDEX_OUT_OF_RANGE = 10   /* an index input (e.g. of Gather) is outside its axis */
+};
+
+enum mlcc_dtype {
+    MLCC_FLOAT32 = 1, MLCC_UINT8 = 2, MLCC_INT8 = 3, MLCC_INT32 = 6, MLCC_INT64 = 7,
+    MLCC_BOOL = 9
+};
+
+/* Shape and type of one model input or output. */
+typedef struct mlcc_tensor_info {
+    const char *name;                  /* as in the ONNX model */
+    int dtype;                         /* enum mlcc_dtype */
+    int rank;
+    int64_t dims[MLCC_MAX_RANK];
+    size_t size_bytes;
+} mlcc_tensor_info;
+
+/* Everything a generic caller (bindings, test harnesses) needs to know about a model. */
+typedef struct mlcc_model_info {
+    const char *name;
+    const char *mlcc_version;
+    uint64_t model_id;                 /* ties a weight blob to the code generated with it */
+    size_t arena_size, arena_align;
+    size_t weights_size;
+    int num_inputs, num_outputs;
+    const mlcc_tensor_info *inputs, *outputs;
+} mlcc_model_info;
+
+/* Filled by a model's init function; opaque to callers, who must not change it. */
+typedef struct mlcc_context {
+    const uint8_t *weights;
+    uint8_t *arena;
+    const mlcc_model_info *model;      /* NULL until init succeeds */
+} mlcc_context;
+
+/* A short English description of a status code (a static string). */
+MLCC_EXPORT const char *mlcc_status_string(int status);
+
+/* Checks a weight blob (magic, version, size, model, checksum, alignment) and, if it is valid,
+ * fills ctx. Generated init functions call this; applications call the model's init. */
+MLCC_EXPORT int mlcc_context_init(mlcc_context *ctx, const mlcc_model_info *model,
+                                  const void *weights, size_t weights_size,
+                                  void *arena, size_t arena_size);
+
+/* Checks the blob only (no context): useful to validate a file before keeping it. */
+MLCC_EXPORT int mlcc_weights_check(const mlcc_model_info *model, const void *weights,
+                                   size_t weights_size);
+
+/* CRC-32 (IEEE 802.3, as zlib computes it) of n bytes. */
+uint32_t mlcc_crc32(const void *data, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MLCC_RUNTIME_H */

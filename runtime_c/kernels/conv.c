@@ -1,0 +1,132 @@
+#include "conv.h"
+#include "gemm.h"
+
+/* The output columns [lo, hi) whose input column ow * stride - pad + offset lies in [0, size). */
+static void valid_range(ptrdiff_t out_size, ptrdiff_t stride, ptrdiff_t pad, ptrdiff_t offset,
+                        ptrdiff_t size, ptrdiff_t *lo, ptrdiff_t *hi) {
+    /* smallest o with o*stride >= pad - offset; largest o with o*stride <= size - 1 + pad - offset */
+    ptrdiff_t first = pad - offset, last = size - 1 + pad - offset;
+    ptrdiff_t l = first <= 0 ? 0 : (first + stride - 1) / stride;
+    ptrdiff_t h = last < 0 ? -1 : last / stride;
+    if (h > out_size - 1) h = out_size - 1;
+    *lo = l;
+    *hi = h + 1 > l ? h + 1 : l;
+}
+
+/* Rows of the im2col matrix: one per (channel, kh, kw), out_h * out_w columns. */
+static void im2col(const mlcc_conv2d_params *p, ptrdiff_t channels, const float *x, float *col) {
+    const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
+    const ptrdiff_t oh_n = (ptrdiff_t)p->out_h, ow_n = (ptrdiff_t)p->out_w;
+    const ptrdiff_t sh = (ptrdiff_t)p->stride_h, sw = (ptrdiff_t)p->stride_w;
+    ptrdiff_t c, kh, kw, oh, ow;
+    for (c = 0; c < channels; c++) {
+        const float *xc = x + c * ih_n * iw_n;
+        for (kh = 0; kh < p->kernel_h; kh++) {
+            const ptrdiff_t ioff = kh * (ptrdiff_t)p->dilation_h - (ptrdiff_t)p->pad_top;
+            for (kw = 0; kw < p->kernel_w; kw++) {
+                const ptrdiff_t joff = kw * (ptrdiff_t)p->dilation_w;
+                ptrdiff_t lo, hi;
+                valid_range(ow_n, sw, (ptrdiff_t)p->pad_left, joff, iw_n, &lo, &hi);
+                for (oh = 0; oh < oh_n; oh++) {
+                    const ptrdiff_t ih = oh * sh + ioff;
+                    float *row = col + oh * ow_n;
+                    if (ih < 0 || ih >= ih_n) {
+                        for (ow = 0; ow < ow_n; ow++) row[ow] = 0.0f;
+                        continue;
+                    }
+                    {
+                        /* in-bounds input column of output column ow: ow * sw + shift */
+                        const float *xr = xc + ih * iw_n;
+                        const ptrdiff_t shift = joff - (ptrdiff_t)p->pad_left;
+                        for (ow = 0; ow < lo; ow++) row[ow] = 0.0f;
+                        if (sw == 1 && hi > lo)
+                            memcpy(row + lo, xr + lo + shift, (size_t)(hi - lo) * sizeof(float));
+                        else
+                            for (ow = lo; ow < hi; ow++) row[ow] = xr[ow * sw + shift];
+                        for (ow = hi; ow < ow_n; ow++) row[ow] = 0.0f;
+                    }
+                }
+                col += oh_n * ow_n;
+            }
+        }
+    }
+}
+
+void mlcc_f32_conv2d(const mlcc_conv2d_params *p, const float *x, const float *w,
+                     const float *bias, float *y, float *scratch) {
+    const ptrdiff_t groups = (ptrdiff_t)p->groups;
+    const ptrdiff_t cin_g = (ptrdiff_t)p->in_channels / groups;
+    const ptrdiff_t cout_g = (ptrdiff_t)p->out_channels / groups;
+    const ptrdiff_t kdim = cin_g * (ptrdiff_t)(p->kernel_h * p->kernel_w);
+    const ptrdiff_t spatial = (ptrdiff_t)(p->out_h * p->out_w);
+    const ptrdiff_t in_plane = (ptrdiff_t)(p->in_h * p->in_w);
+    const int direct = p->kernel_h == 1 && p->kernel_w == 1 && p->stride_h == 1 &&
+                       p->stride_w == 1 && p->pad_top == 0 && p->pad_left == 0 &&
+                       p->out_h == p->in_h && p->out_w == p->in_w;
+    mlcc_gemm_params g;
+    ptrdiff_t n, gi;
+
+    g.m = cout_g;
+    g.n = spatial;
+    g.k = kdim;
+    g.a_row_stride = kdim;
+    g.a_col_stride = 1;
+    g.ldb = spatial;
+    g.ldc = spatial;
+    g.bias_row_stride = 1;
+    g.bias_col_stride = 0;
+    g.alpha = 1.0f;
+    g.beta = 1.0f;
+    g.act = p->act;
+    for (n = 0; n < p->batch; n++) {
+        for (gi = 0; gi < groups; gi++) {
+            const float *xg = x + (n * (ptrdiff_t)p->in_channels + gi * cin_g) * in_plane;
+            const float *b = xg;
+            if (!direct) {
+                im2col(p, cin_g, xg, scratch);
+                b = scratch;
+            }
+            mlcc_f32_gemm(&g, w + gi * cout_g * kdim, b, bias ? bias + gi * cout_g : NULL,
+                          y + (n * (ptrdiff_t)p->out_channels + gi * cout_g) * spatial);
+        }
+    }
+}
+
+void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, const float *w,
+                               const float *bias, float *y) {
+    const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
+    const ptrdiff_t oh_n = (ptrdiff_t)p->out_h, ow_n = (ptrdiff_t)p->out_w;
+    const ptrdiff_t kh_n = (ptrdiff_t)p->kernel_h, kw_n = (ptrdiff_t)p->kernel_w;
+    const ptrdiff_t sh = (ptrdiff_t)p->stride_h, sw = (ptrdiff_t)p->stride_w;
+    const ptrdiff_t channels = (ptrdiff_t)p->out_channels;
+    ptrdiff_t n, c, oh, kh, kw, ow;
+    for (n = 0; n < p->batch; n++) {
+        for (c = 0; c < channels; c++) {
+            const float *xc = x + (n * channels + c) * ih_n * iw_n;
+            const float *wc = w + c * kh_n * kw_n;
+            float *yc = y + (n * channels + c) * oh_n * ow_n;
+            const float b = bias ? bias[c] : 0.0f;
+            for (oh = 0; oh < oh_n; oh++) {
+                float *yr = yc + oh * ow_n;
+                for (ow = 0; ow < ow_n; ow++) yr[ow] = b;
+                for (kh = 0; kh < kh_n; kh++) {
+                    const ptrdiff_t ih = oh * sh + kh * (ptrdiff_t)p->dilation_h - (ptrdiff_t)p->pad_top;
+                    if (ih < 0 || ih >= ih_n) continue;
+                    for (kw = 0; kw < kw_n; kw++) {
+                        const ptrdiff_t joff = kw * (ptrdiff_t)p->dilation_w;
+                        const float wv = wc[kh * kw_n + kw];
+                        const float *xr = xc + ih * iw_n;
+                        const ptrdiff_t shift = joff - (ptrdiff_t)p->pad_left;
+                        ptrdiff_t lo, hi;
+                        valid_range(ow_n, sw, (ptrdiff_t)p->pad_left, joff, iw_n, &lo, &hi);
+                        if (sw == 1)
+                            for (ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow + shift];
+                        else
+                            for (ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow * sw + shift];
+                    }
+                }
+                mlcc_act_apply(&p->act, yr, ow_n);
+            }
+        }
+    }
+}

@@ -1,0 +1,29 @@
+/* 2-D convolution (NCHW activations, OIHW weights) with fused bias and activation. */
+#ifndef MLCC_CONV_H
+#define MLCC_CONV_H
+
+#include "mlcc_kernel.h"
+
+typedef struct mlcc_conv2d_params {
+    int64_t batch, in_channels, in_h, in_w;
+    int64_t out_channels, out_h, out_w;
+    int64_t kernel_h, kernel_w;
+    int64_t stride_h, stride_w;
+    int64_t dilation_h, dilation_w;
+    int64_t pad_top, pad_left;        /* bottom/right padding follows from out_h/out_w */
+    int64_t groups;
+    mlcc_act act;
+} mlcc_conv2d_params;
+
+/* General grouped convolution as im2col + GEMM per group. scratch holds
+ * (in_channels / groups) * kernel_h * kernel_w * out_h * out_w floats, or nothing for a
+ * 1x1 convolution with stride 1 and no padding (which multiplies x directly).
+ * bias may be NULL. */
+void mlcc_f32_conv2d(const mlcc_conv2d_params *p, const float *x, const float *w,
+                     const float *bias, float *y, float *scratch);
+
+/* Depthwise convolution (groups == in_channels == out_channels), computed directly. */
+void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, const float *w,
+                               const float *bias, float *y);
+
+#endif /* MLCC_CONV_H */

@@ -1,0 +1,120 @@
+/* Register-blocked GEMM. The C tile of MR rows x NR columns stays in vector registers while the
+ * k loop streams a column of A (broadcast) and a row of B; K is cut into KC-deep blocks so that
+ * the KC x NR strip of B being reused stays in L1. */
+#include "gemm.h"
+
+#define MR 6
+#define KC 256
+
+#if MLCC_HAVE_VECTORS
+#define NR (2 * MLCC_VF_LANES)
+
+/* acc[r] (two vectors) = sum over p < kc of A[r][p] * B[p][0..NR) */
+static inline void tile_full(ptrdiff_t mr, ptrdiff_t kc, const float *a, ptrdiff_t ars,
+                             ptrdiff_t acs, const float *b, ptrdiff_t ldb, float *c,
+                             ptrdiff_t ldc, float alpha, int accumulate) {
+    mlcc_vf acc0[MR], acc1[MR];
+    ptrdiff_t r, p;
+    for (r = 0; r < MR; r++) acc0[r] = acc1[r] = mlcc_vf_splat(0.0f);
+    for (p = 0; p < kc; p++) {
+        const mlcc_vf b0 = mlcc_vf_load(b + p * ldb);
+        const mlcc_vf b1 = mlcc_vf_load(b + p * ldb + MLCC_VF_LANES);
+        for (r = 0; r < mr; r++) {
+            const mlcc_vf av = mlcc_vf_splat(a[r * ars + p * acs]);
+            acc0[r] += av * b0;
+            acc1[r] += av * b1;
+        }
+    }
+    for (r = 0; r < mr; r++) {
+        float *cr = c + r * ldc;
+        mlcc_vf c0 = acc0[r] * alpha, c1 = acc1[r] * alpha;
+        if (accumulate) {
+            c0 += mlcc_vf_load(cr);
+            c1 += mlcc_vf_load(cr + MLCC_VF_LANES);
+        }
+        mlcc_vf_store(cr, c0);
+        mlcc_vf_store(cr + MLCC_VF_LANES, c1);
+    }
+}
+#else
+#define NR 8
+#endif
+
+/* The same product for a tile narrower than NR columns (the right edge), in scalar code. */
+static void tile_edge(ptrdiff_t mr, ptrdiff_t nr, ptrdiff_t kc, const float *a, ptrdiff_t ars,
+                      ptrdiff_t acs, const float *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc,
+                      float alpha, int accumulate) {
+    ptrdiff_t r, j, p;
+    for (r = 0; r < mr; r++) {
+        float acc[NR];
+        for (j = 0; j < nr; j++) acc[j] = 0.0f;
+        for (p = 0; p < kc; p++) {
+            const float av = a[r * ars + p * acs];
+            const float *bp = b + p * ldb;
+            for (j = 0; j < nr; j++) acc[j] += av * bp[j];
+        }
+        for (j = 0; j < nr; j++) c[r * ldc + j] = alpha * acc[j] + (accumulate ? c[r * ldc + j] : 0.0f);
+    }
+}
+
+void mlcc_f32_gemm(const mlcc_gemm_params *p, const float *a, const float *b, const float *bias,
+                   float *c) {
+    const ptrdiff_t m = (ptrdiff_t)p->m, n = (ptrdiff_t)p->n, k = (ptrdiff_t)p->k;
+    const ptrdiff_t ars = (ptrdiff_t)p->a_row_stride, acs = (ptrdiff_t)p->a_col_stride;
+    const ptrdiff_t ldb = (ptrdiff_t)p->ldb, ldc = (ptrdiff_t)p->ldc;
+    ptrdiff_t i, j, k0;
+
+    if (k == 0) {
+        for (i = 0; i < m; i++)
+            for (j = 0; j < n; j++) c[i * ldc + j] = 0.0f;
+    }
+    for (k0 = 0; k0 < k; k0 += KC) {
+        const ptrdiff_t kc = k - k0 < KC ? k - k0 : KC;
+        const int accumulate = k0 > 0;
+        const float *ak = a + k0 * acs;
+        const float *bk = b + k0 * ldb;
+        for (j = 0; j < n; j += NR) {
+            const ptrdiff_t nr = n - j < NR ? n - j : NR;
+            for (i = 0; i < m; i += MR) {
+                const ptrdiff_t mr = m - i < MR ? m - i : MR;
+#if MLCC_HAVE_VECTORS
+                if (nr == NR) {
+                    if (mr == MR)
+                        tile_full(MR, kc, ak + i * ars, ars, acs, bk + j, ldb, c + i * ldc + j,
+                                  ldc, p->alpha, accumulate);
+                    else
+                        tile_full(mr, kc, ak + i * ars, ars, acs, bk + j, ldb, c + i * ldc + j,
+                                  ldc, p->alpha, accumulate);
+                    continue;
+                }
+#endif
+                tile_edge(mr, nr, kc, ak + i * ars, ars, acs, bk + j, ldb, c + i * ldc + j, ldc,
+                          p->alpha, accumulate);
+            }
+        }
+    }
+    for (i = 0; i < m; i++) {
+        float *ci = c + i * ldc;
+        if (bias != NULL) {
+            const float *bi = bias + i * (ptrdiff_t)p->bias_row_stride;
+            const ptrdiff_t bcs = (ptrdiff_t)p->bias_col_stride;
+            const float beta = p->beta;
+            if (bcs == 0) {
+                const float v = beta * bi[0];
+                for (j = 0; j < n; j++) ci[j] += v;
+            } else {
+                for (j = 0; j < n; j++) ci[j] += beta * bi[j * bcs];
+            }
+        }
+        mlcc_act_apply(&p->act, ci, n);
+    }
+}
+
+void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, const float *b,
+                           const float *bias, float *c, const int64_t *a_offsets,
+                           const int64_t *b_offsets) {
+    int64_t t;
+    for (t = 0; t < p->batch; t++)
+        mlcc_f32_gemm(&p->gemm, a + a_offsets[t], b + b_offsets[t], bias,
+                      c + t * p->c_batch_stride);
+}

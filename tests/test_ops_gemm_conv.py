@@ -1,0 +1,62 @@
+"""Conv, Gemm and MatMul against onnxruntime on odd shapes."""
+import numpy as np
+import pytest
+
+from util import check_node, rand
+
+
+@pytest.mark.parametrize("n,c,h,w,m,k,stride,pads,dil,group", [
+    (1, 3, 7, 11, 5, 3, 1, [1, 1, 1, 1], 1, 1),
+    (2, 4, 13, 9, 6, 3, 2, [0, 1, 2, 0], 1, 2),
+    (1, 5, 17, 17, 7, 5, 3, [2, 2, 2, 2], 1, 1),
+    (1, 6, 11, 13, 6, 3, 1, [1, 1, 1, 1], 2, 6),      # depthwise, dilated
+    (1, 8, 9, 9, 8, 3, 2, [1, 1, 1, 1], 1, 8),        # depthwise, stride 2
+    (1, 7, 5, 5, 11, 1, 1, [0, 0, 0, 0], 1, 1),       # 1x1 as plain GEMM
+    (1, 3, 8, 8, 13, 1, 2, [0, 0, 0, 0], 1, 1),       # strided 1x1
+    (1, 4, 6, 6, 4, 2, 1, [0, 0, 1, 1], 1, 1),        # even kernel, asymmetric pad
+])
+def test_conv2d(tmp_path, n, c, h, w, m, k, stride, pads, dil, group):
+    x = rand(n, c, h, w)
+    wt = rand(m, c // group, k, k, seed=1)
+    b = rand(m, seed=2)
+    check_node("Conv", {"x": x}, initializers={"w": wt, "b": b}, tmp_path=tmp_path,
+               strides=[stride, stride], pads=pads, dilations=[dil, dil], group=group)
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
+def test_conv_auto_pad(tmp_path, auto_pad):
+    check_node("Conv", {"x": rand(1, 2, 10, 7)}, initializers={"w": rand(3, 2, 4, 3, seed=1)},
+               tmp_path=tmp_path, strides=[2, 3], auto_pad=auto_pad)
+
+
+def test_conv1d(tmp_path):
+    check_node("Conv", {"x": rand(2, 3, 19)}, initializers={"w": rand(4, 3, 5, seed=1)},
+               tmp_path=tmp_path, strides=[2], pads=[2, 1])
+
+
+@pytest.mark.parametrize("m,k,n,ta,tb", [(1, 7, 13, 0, 1), (5, 31, 17, 0, 0), (37, 3, 2, 1, 0),
+                                         (6, 300, 33, 1, 1)])
+def test_gemm(tmp_path, m, k, n, ta, tb):
+    a = rand(*((k, m) if ta else (m, k)))
+    b = rand(*((n, k) if tb else (k, n)), seed=1)
+    c = rand(n, seed=2)
+    check_node("Gemm", {"a": a}, initializers={"b": b, "c": c}, tmp_path=tmp_path,
+               transA=ta, transB=tb, alpha=0.5, beta=2.0)
+
+
+def test_gemm_runtime_b_and_column_bias(tmp_path):
+    check_node("Gemm", {"a": rand(4, 6), "b": rand(5, 6, seed=1)},
+               initializers={"c": rand(4, 1, seed=2)}, tmp_path=tmp_path, transB=1, beta=0.5)
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [
+    ((3, 5), (5, 7)), ((2, 3, 5), (5, 4)), ((7,), (7, 3)), ((4, 7), (7,)),
+    ((2, 1, 3, 5), (4, 5, 6)), ((1, 3, 5), (2, 5, 6)), ((3, 2, 4, 8), (3, 2, 8, 9)),
+])
+def test_matmul_runtime(tmp_path, a_shape, b_shape):
+    check_node("MatMul", {"a": rand(*a_shape), "b": rand(*b_shape, seed=1)}, tmp_path=tmp_path)
+
+
+def test_matmul_const_weight(tmp_path):
+    check_node("MatMul", {"a": rand(2, 9, 33)}, initializers={"b": rand(33, 19, seed=1)},
+               tmp_path=tmp_path)

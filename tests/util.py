@@ -1,0 +1,101 @@
+"""Shared helpers for tests: build one-node ONNX models, compile them, compare with references."""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import mlcc
+from mlcc.api import compare
+
+_counter = itertools.count()
+
+
+def make_model(nodes, inputs: dict[str, np.ndarray], outputs: list[str], *,
+               initializers: dict[str, np.ndarray] | None = None, opset: int = 17,
+               input_shapes: dict[str, list] | None = None) -> onnx.ModelProto:
+    """A model from nodes; graph inputs are typed from the example arrays (or input_shapes,
+    which may hold dim_param strings), outputs are left for inference."""
+    graph_inputs = [
+        helper.make_tensor_value_info(
+            name, helper.np_dtype_to_tensor_dtype(arr.dtype),
+            (input_shapes or {}).get(name, list(arr.shape)))
+        for name, arr in inputs.items()]
+    inits = [numpy_helper.from_array(np.asarray(v), k) for k, v in (initializers or {}).items()]
+    graph = helper.make_graph(list(nodes), "test", graph_inputs, [], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = min(model.ir_version, 9)   # onnxruntime reads IR <= 10
+    # Output types come from ONNX shape inference, as an exporter would write them.
+    inferred = onnx.shape_inference.infer_shapes(model)
+    known = {v.name: v for v in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    for o in outputs:
+        vi = known.get(o)
+        if vi is None or not vi.type.tensor_type.elem_type:
+            raise ValueError(f"ONNX shape inference cannot type output {o!r}")
+        model.graph.output.append(vi)
+    return model
+
+
+def reference_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict:
+    """onnxruntime's outputs; onnx.reference where onnxruntime cannot run the model."""
+    import onnxruntime as ort
+    names = [o.name for o in model.graph.output]
+    try:
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        sess = ort.InferenceSession(model.SerializeToString(), opts,
+                                    providers=["CPUExecutionProvider"])
+        return dict(zip(names, sess.run(names, feeds)))
+    except Exception:
+        from onnx.reference import ReferenceEvaluator
+        return dict(zip(names, ReferenceEvaluator(model).run(None, feeds)))
+
+
+def compile_and_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray], tmp_path: Path, *,
+                    target: str = "x86", shapes=None) -> dict[str, np.ndarray]:
+    folder = Path(tmp_path) / f"m{next(_counter)}"
+    folder.mkdir(parents=True)
+    path = folder / "model.onnx"
+    onnx.save(model, str(path))
+    mlcc.compile(path, folder / "out", target=target, shapes=shapes)
+    return mlcc.load(folder / "out").run(feeds)
+
+
+def check_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], tmp_path: Path, *,
+                target: str = "x86", shapes=None, rtol_scale: float = 1.0) -> dict:
+    """Compiles and runs the model and asserts every output matches the reference within
+    mlcc's verify tolerance (1e-4 x max(1, max |ref|))."""
+    got = compile_and_run(model, feeds, tmp_path, target=target, shapes=shapes)
+    ref = reference_outputs(model, feeds)
+    for name, r in ref.items():
+        r = np.asarray(r)
+        g = got[name]
+        assert g.shape == r.shape, f"{name}: shape {g.shape} != reference {r.shape}"
+        assert g.dtype == r.dtype, f"{name}: dtype {g.dtype} != reference {r.dtype}"
+        c = compare(name, g, r)
+        assert c.max_abs_error <= c.tolerance * rtol_scale, (
+            f"{name}: max abs error {c.max_abs_error} > {c.tolerance * rtol_scale}")
+    return got
+
+
+def check_node(op_type: str, inputs: dict[str, np.ndarray], *, tmp_path: Path,
+               initializers: dict[str, np.ndarray] | None = None, n_outputs: int = 1,
+               opset: int = 17, target: str = "x86", **attrs) -> dict:
+    """One-node model: runtime inputs from `inputs`, constant ones from `initializers`
+    (given in node input order: inputs first, then initializers, unless names say otherwise)."""
+    initializers = initializers or {}
+    in_names = list(inputs) + list(initializers)
+    outs = [f"y{i}" for i in range(n_outputs)]
+    node = helper.make_node(op_type, in_names, outs, name=f"{op_type.lower()}_node", **attrs)
+    model = make_model([node], inputs, outs, initializers=initializers, opset=opset)
+    return check_model(model, inputs, tmp_path, target=target)
+
+
+def rand(*shape, seed: int = 0, dtype=np.float32, low=None, high=None) -> np.ndarray:
+    rng = np.random.default_rng(seed + sum(shape) * 7919)
+    if low is not None:
+        return rng.uniform(low, high, shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
