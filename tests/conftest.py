@@ -1,4 +1,43 @@
 import sys
 from pathlib import Path
 
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
 sys.path.insert(0, str(Path(__file__).parent))
+
+from util import make_model  # noqa: E402
+
+
+def tiny_cnn(batch="N") -> onnx.ModelProto:
+    """Conv+Relu -> Flatten -> Gemm, input 'images' [batch, 2, 6, 6] with a dynamic batch."""
+    rng = np.random.default_rng(42)
+    nodes = [
+        helper.make_node("Conv", ["images", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Flatten", ["r"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["logits"], name="fc", transB=1),
+    ]
+    inits = {"w": rng.standard_normal((4, 2, 3, 3)).astype(np.float32),
+             "b": rng.standard_normal(4).astype(np.float32),
+             "fc_w": (rng.standard_normal((5, 144)) * 0.1).astype(np.float32),
+             "fc_b": rng.standard_normal(5).astype(np.float32)}
+    x = np.zeros((1, 2, 6, 6), np.float32)
+    return make_model(nodes, {"images": x}, ["logits"], initializers=inits,
+                      input_shapes={"images": [batch, 2, 6, 6]})
+
+
+@pytest.fixture
+def tiny_model_path(tmp_path) -> Path:
+    path = tmp_path / "tiny.onnx"
+    onnx.save(tiny_cnn(), str(path))
+    return path
+
+
+@pytest.fixture
+def tiny_static_path(tmp_path) -> Path:
+    path = tmp_path / "tiny_static.onnx"
+    onnx.save(tiny_cnn(batch=1), str(path))
+    return path

@@ -28,9 +28,9 @@ _loaded_paths: set[str] = set()
 
 def aligned_empty(nbytes: int, align: int = 64) -> np.ndarray:
     """A uint8 array of nbytes whose data pointer is a multiple of align."""
-    raw = np.empty(max(nbytes, 1) + align, dtype=np.uint8)
+    raw = np.empty(nbytes + align, dtype=np.uint8)
     skip = (-raw.ctypes.data) % align
-    return raw[skip:skip + max(nbytes, 1)][:nbytes] if nbytes else raw[skip:skip + 1]
+    return raw[skip:skip + nbytes]
 
 
 class CompiledModel:
@@ -105,7 +105,8 @@ class CompiledModel:
         for t in self.inputs:
             want = np.dtype(t["dtype"])
             arr = np.asarray(feeds[t["name"]])
-            if arr.dtype != want and not np.can_cast(arr.dtype, want, "same_kind"):
+            # float64 -> float32 is accepted (numpy's default); a change of kind is not.
+            if arr.dtype != want and arr.dtype.kind != want.kind:
                 raise InputError(f"input {t['name']!r} must be {want.name}, got {arr.dtype.name}")
             if list(arr.shape) != list(t["shape"]):
                 raise InputError(f"input {t['name']!r} must have shape {t['shape']}, got "

@@ -89,12 +89,12 @@ static const char weights_magic[8] = {'M', 'L', 'C', 'C', 'W', 'T', 'S', '\0'};
 int mlcc_weights_check(const mlcc_model_info *model, const void *weights, size_t weights_size) {
     const uint8_t *w = (const uint8_t *)weights;
     if (model == NULL || weights == NULL) return MLCC_ERR_NULL_ARGUMENT;
-    if (((uintptr_t)w) % MLCC_WEIGHTS_ALIGN != 0) return MLCC_ERR_MISALIGNED;
     if (weights_size < MLCC_WEIGHTS_HEADER_SIZE) {
         return weights_size >= 8 && memcmp(w, weights_magic, 8) == 0 ? MLCC_ERR_WEIGHTS_SIZE
                                                                      : MLCC_ERR_WEIGHTS_MAGIC;
     }
     if (memcmp(w, weights_magic, 8) != 0) return MLCC_ERR_WEIGHTS_MAGIC;
+    if (((uintptr_t)w) % MLCC_WEIGHTS_ALIGN != 0) return MLCC_ERR_MISALIGNED;
     if (read_le(w + 8, 4) != MLCC_WEIGHTS_FORMAT_VERSION) return MLCC_ERR_WEIGHTS_VERSION;
     if (read_le(w + 12, 4) != MLCC_WEIGHTS_HEADER_SIZE) return MLCC_ERR_WEIGHTS_VERSION;
     if (read_le(w + 16, 8) != (uint64_t)weights_size) return MLCC_ERR_WEIGHTS_SIZE;

@@ -1,0 +1,30 @@
+/* 2-D transposed convolution (NCHW activations) with fused bias and activation. */
+#ifndef MLCC_CONV_TRANSPOSE_H
+#define MLCC_CONV_TRANSPOSE_H
+
+#include "mlcc_kernel.h"
+
+/* Output y[n][m][oh][ow] sums x[n][c][ih][iw] * W[c][m % (M/groups)][kh][kw] over the input
+ * channels c of m's group and the taps with oh = ih * stride_h + kh * dilation_h - pad_top
+ * (likewise for ow). Output positions no tap reaches (output_padding) hold the bias. */
+typedef struct mlcc_conv_transpose2d_params {
+    int64_t batch, in_channels, in_h, in_w;
+    int64_t out_channels, out_h, out_w;
+    int64_t kernel_h, kernel_w;
+    int64_t stride_h, stride_w;
+    int64_t dilation_h, dilation_w;
+    int64_t pad_top, pad_left;        /* begin padding; the end follows from out_h/out_w */
+    int64_t groups;
+    mlcc_act act;
+} mlcc_conv_transpose2d_params;
+
+/* One GEMM per group into a column buffer, then a col2im scatter-add into y.
+ * w is packed at compile time as [groups][out_channels/groups * kernel_h * kernel_w]
+ *   [in_channels/groups] (each group's weight slice transposed).
+ * scratch holds (out_channels / groups) * kernel_h * kernel_w * in_h * in_w floats, or nothing
+ * (NULL) for a 1x1 kernel with stride 1, no padding and out == in, which multiplies directly.
+ * bias may be NULL. y must not overlap x, w, bias or scratch. */
+void mlcc_f32_conv_transpose2d(const mlcc_conv_transpose2d_params *p, const float *x,
+                               const float *w, const float *bias, float *y, float *scratch);
+
+#endif /* MLCC_CONV_TRANSPOSE_H */

@@ -1,0 +1,187 @@
+"""The CLI contract: commands, options, outputs and exit codes, including every error path."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+
+from mlcc.cli import main
+
+
+def run(*args, cwd=None):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_compile_writes_the_output_folder(tiny_model_path, tmp_path):
+    out = tmp_path / "out"
+    r = run("compile", tiny_model_path, "--target", "x86", "-o", out, "--shape", "images=2,2,6,6")
+    assert r.exit_code == 0, r.output
+    for f in ["model.h", "model.c", "weights.bin", "Makefile", "manifest.json", "libmodel.so",
+              "runtime/include/mlcc_runtime.h", "runtime/src/mlcc_runtime.c",
+              "runtime/kernels/conv.c", "runtime/kernels/gemm.c"]:
+        assert (out / f).is_file(), f
+    # only the kernels this model needs
+    assert not (out / "runtime/kernels/elementwise.c").exists()
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["inputs"] == [{"name": "images", "dtype": "float32", "shape": [2, 2, 6, 6]}]
+    assert m["outputs"][0]["shape"] == [2, 5]
+    assert m["target"] == "x86" and m["source"]["sha256"] and m["mlcc_version"]
+    assert m["arena_size"] > 0
+
+
+def test_generated_makefile_rebuilds_the_library(tiny_static_path, tmp_path):
+    out = tmp_path / "out"
+    assert run("compile", tiny_static_path, "-o", out).exit_code == 0
+    (out / "libmodel.so").unlink()
+    subprocess.run(["make", "-s", "-C", str(out)], check=True)
+    assert (out / "libmodel.so").is_file()
+
+
+def test_run_and_outputs_npz(tiny_static_path, tmp_path):
+    out = tmp_path / "out"
+    assert run("compile", tiny_static_path, "-o", out).exit_code == 0
+    x = np.random.default_rng(0).standard_normal((1, 2, 6, 6)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", images=x)
+    r = run("run", out, "-i", tmp_path / "in.npz", "-o", tmp_path / "out.npz")
+    assert r.exit_code == 0, r.output
+    assert "logits: float32 [1, 5]" in r.output
+    got = np.load(tmp_path / "out.npz")["logits"]
+    import onnxruntime as ort
+    ref = ort.InferenceSession(str(tiny_static_path)).run(None, {"images": x})[0]
+    np.testing.assert_allclose(got, ref, atol=1e-5)
+
+
+def test_verify_passes(tiny_model_path):
+    r = run("verify", tiny_model_path, "--shape", "images=3,2,6,6")
+    assert r.exit_code == 0, r.output
+    assert "verified" in r.output and "argmax same" in r.output
+
+
+def test_verify_with_inputs_and_per_layer(tiny_static_path, tmp_path):
+    np.savez(tmp_path / "in.npz", images=np.ones((1, 2, 6, 6), np.float32))
+    r = run("verify", tiny_static_path, "-i", tmp_path / "in.npz", "--per-layer")
+    assert r.exit_code == 0, r.output
+
+
+def test_inspect_reports_flops_and_memory(tiny_static_path):
+    r = run("inspect", tiny_static_path)
+    assert r.exit_code == 0, r.output
+    assert "Conv x1" in r.output and "GFLOPs" in r.output and "arena" in r.output
+
+
+def test_inspect_lists_every_unsupported_node(tmp_path):
+    from onnx import helper
+    from util import make_model
+    nodes = [helper.make_node("Det", ["x"], ["d"], name="det1"),
+             helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Einsum", ["r", "r"], ["e"], name="einsum1", equation="ij,jk->ik")]
+    model = make_model(nodes, {"x": np.zeros((3, 3), np.float32)}, ["d", "e"])
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    r = run("inspect", tmp_path / "m.onnx")
+    assert r.exit_code == 3
+    assert "det1" in r.output and "einsum1" in r.output and "Det" in r.output
+    r = run("compile", tmp_path / "m.onnx", "-o", tmp_path / "o")
+    assert r.exit_code == 3
+    assert "'det1' (Det" in r.output and "'einsum1' (Einsum" in r.output
+
+
+def test_targets_lists_builtin_targets():
+    r = run("targets")
+    assert r.exit_code == 0
+    assert "x86 " in r.output and "x86-native" in r.output and "ready" in r.output
+
+
+def test_dump_ir_shows_each_pass(tiny_static_path, tmp_path):
+    r = run("compile", tiny_static_path, "-o", tmp_path / "o", "--dump-ir", "--no-build")
+    assert r.exit_code == 0
+    for p in ["import", "infer_and_fold", "fuse_activations", "eliminate_dead_code"]:
+        assert f"after {p}" in r.output
+    assert "fused[relu:Relu]" in r.output
+
+
+def test_max_arena_names_the_peak_layers(tiny_static_path, tmp_path):
+    r = run("compile", tiny_static_path, "-o", tmp_path / "o", "--max-arena", "16")
+    assert r.exit_code != 0
+    assert "--max-arena" in r.output and "conv" in r.output
+    assert run("compile", tiny_static_path, "-o", tmp_path / "o2", "--max-arena", "1M"
+               ).exit_code == 0
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--shape", "images=1,2,6"], "rank"),
+    (["--shape", "nope=1,2,6,6"], "not an input"),
+    (["--shape", "images=1,3,6,6"], "fixed to 2"),
+    (["--shape", "images"], "NAME=D1"),
+    (["--shape", "images=a,b"], "integers"),
+    ([], "dimension 0 ('N') is dynamic"),
+    (["--target", "nowhere"], "unknown target"),
+    (["--max-arena", "lots"], "--max-arena"),
+])
+def test_compile_errors_are_one_line(tiny_model_path, tmp_path, args, message):
+    r = run("compile", tiny_model_path, "-o", tmp_path / "o", *args)
+    assert r.exit_code != 0
+    assert message in r.output
+    assert "Traceback" not in r.output
+    assert r.output.strip().count("\n") == 0, r.output
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00\x01garbage" * 10, None])
+def test_malformed_onnx_files(tmp_path, tiny_static_path, content):
+    bad = tmp_path / "bad.onnx"
+    data = tiny_static_path.read_bytes()
+    bad.write_bytes(data[: len(data) // 3] if content is None else content)
+    r = run("compile", bad, "-o", tmp_path / "o")
+    assert r.exit_code == 1 and "mlcc: error:" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "o" / "model.c").exists()
+
+
+def test_missing_model_file(tmp_path):
+    r = run("compile", tmp_path / "absent.onnx", "-o", tmp_path / "o")
+    assert r.exit_code == 1 and "no such file" in r.output
+
+
+def test_bad_target_yaml(tiny_static_path, tmp_path):
+    cases = {
+        "syntax.yaml": "name: [unclosed",
+        "unknown.yaml": "name: t\narch: x86_64\ntoolchain: {cc: gcc}\nturbo: true\n",
+        "type.yaml": "name: t\narch: x86_64\ntoolchain: {cc: gcc}\nthreads: many\n",
+        "nocc.yaml": "name: t\narch: x86_64\ntoolchain: {cflags: [-O2]}\n",
+        "missing.yaml": "name: t\ntoolchain: {cc: gcc}\n",
+        "nocompiler.yaml": "name: t\narch: x86_64\ntoolchain: {cc: no-such-cc-42, package: foo}\n",
+    }
+    expect = {"syntax.yaml": "not valid YAML", "unknown.yaml": "unknown key 'turbo'",
+              "type.yaml": "threads must be a int", "nocc.yaml": "toolchain.cc",
+              "missing.yaml": "missing required key 'arch'",
+              "nocompiler.yaml": "apt-get install foo"}
+    for fname, text in cases.items():
+        (tmp_path / fname).write_text(text)
+        r = run("compile", tiny_static_path, "-o", tmp_path / "o", "--target", tmp_path / fname)
+        assert r.exit_code == 1, (fname, r.output)
+        assert expect[fname] in r.output, (fname, r.output)
+
+
+def test_run_input_errors(tiny_static_path, tmp_path):
+    out = tmp_path / "out"
+    assert run("compile", tiny_static_path, "-o", out).exit_code == 0
+    np.savez(tmp_path / "wrong_name.npz", x=np.zeros((1, 2, 6, 6), np.float32))
+    np.savez(tmp_path / "wrong_shape.npz", images=np.zeros((1, 2, 6, 5), np.float32))
+    np.savez(tmp_path / "wrong_dtype.npz", images=np.zeros((1, 2, 6, 6), np.int64))
+    (tmp_path / "garbage.npz").write_bytes(b"not a zip")
+    for name, msg in [("wrong_name", "missing 'images'"), ("wrong_shape", "must have shape"),
+                      ("wrong_dtype", "must be float32"), ("garbage", "cannot read inputs")]:
+        r = run("run", out, "-i", tmp_path / f"{name}.npz")
+        assert r.exit_code == 1 and msg in r.output, (name, r.output)
+    r = run("run", tmp_path / "nowhere", "-i", tmp_path / "wrong_name.npz")
+    assert r.exit_code == 1 and "not an mlcc output folder" in r.output
+
+
+def test_entry_point_runs_as_a_program(tiny_static_path, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "mlcc.cli", "compile", str(tiny_static_path),
+                           "-o", str(tmp_path / "o"), "--shape", "bad"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("mlcc: error:") and "Traceback" not in proc.stderr

@@ -1,0 +1,193 @@
+"""The runtime contract: weight blob validation, status codes, caller-owned memory, threads,
+sanitizers, determinism."""
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mlcc
+from mlcc.errors import InputError, RuntimeStatusError
+
+HARNESS = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "model.h"
+
+#define CHECK(cond) do { if (!(cond)) { printf("FAIL line %d: %s\n", __LINE__, #cond); \
+    return 1; } } while (0)
+
+typedef struct { const void *w; size_t wsize; const float *x; float y[TINY_OUTPUT_LOGITS_SIZE];
+                 int status; } job;
+
+static void *worker(void *arg) {
+    job *j = (job *)arg;
+    void *arena = aligned_alloc(TINY_ARENA_ALIGN, TINY_ARENA_SIZE);
+    mlcc_context ctx;
+    int i;
+    j->status = tiny_init(&ctx, j->w, j->wsize, arena, TINY_ARENA_SIZE);
+    for (i = 0; i < 200 && j->status == MLCC_OK; i++) j->status = tiny_run(&ctx, j->x, j->y);
+    free(arena);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    FILE *f = fopen(argv[1], "rb");
+    static unsigned char blob[TINY_WEIGHTS_SIZE + 64] __attribute__((aligned(64)));
+    static unsigned char arena[TINY_ARENA_SIZE + 64] __attribute__((aligned(64)));
+    float x[TINY_INPUT_IMAGES_SIZE], y[TINY_OUTPUT_LOGITS_SIZE], y2[TINY_OUTPUT_LOGITS_SIZE];
+    mlcc_context ctx;
+    pthread_t threads[2];
+    job jobs[2];
+    size_t i;
+    (void)argc;
+    CHECK(f != NULL);
+    CHECK(fread(blob, 1, TINY_WEIGHTS_SIZE, f) == TINY_WEIGHTS_SIZE);
+    fclose(f);
+    for (i = 0; i < TINY_INPUT_IMAGES_SIZE; i++) x[i] = (float)((int)(i * 7 % 13) - 6) / 3.0f;
+
+    /* Every misuse is a status, never a crash. */
+    memset(&ctx, 0, sizeof ctx);
+    CHECK(tiny_run(&ctx, x, y) == MLCC_ERR_NOT_INITIALIZED);
+    CHECK(tiny_run(NULL, x, y) == MLCC_ERR_NOT_INITIALIZED);
+    CHECK(tiny_init(NULL, blob, TINY_WEIGHTS_SIZE, arena, TINY_ARENA_SIZE) == MLCC_ERR_NULL_ARGUMENT);
+    CHECK(tiny_init(&ctx, NULL, TINY_WEIGHTS_SIZE, arena, TINY_ARENA_SIZE) == MLCC_ERR_NULL_ARGUMENT);
+    CHECK(tiny_init(&ctx, blob, TINY_WEIGHTS_SIZE, arena, TINY_ARENA_SIZE - 1) == MLCC_ERR_ARENA_TOO_SMALL);
+    CHECK(tiny_init(&ctx, blob, TINY_WEIGHTS_SIZE, arena + 8, TINY_ARENA_SIZE) == MLCC_ERR_MISALIGNED);
+    CHECK(tiny_init(&ctx, blob, TINY_WEIGHTS_SIZE - 64, arena, TINY_ARENA_SIZE) == MLCC_ERR_WEIGHTS_SIZE);
+    CHECK(tiny_init(&ctx, blob, 10, arena, TINY_ARENA_SIZE) == MLCC_ERR_WEIGHTS_SIZE);
+    blob[TINY_WEIGHTS_SIZE - 1] ^= 0x10;
+    CHECK(tiny_init(&ctx, blob, TINY_WEIGHTS_SIZE, arena, TINY_ARENA_SIZE) == MLCC_ERR_WEIGHTS_CHECKSUM);
+    blob[TINY_WEIGHTS_SIZE - 1] ^= 0x10;
+    blob[0] = 'X';
+    CHECK(tiny_init(&ctx, blob, TINY_WEIGHTS_SIZE, arena, TINY_ARENA_SIZE) == MLCC_ERR_WEIGHTS_MAGIC);
+    blob[0] = 'M';
+    CHECK(tiny_run(&ctx, x, y) == MLCC_ERR_NOT_INITIALIZED);   /* failed init leaves it unusable */
+    CHECK(strcmp(mlcc_status_string(MLCC_ERR_WEIGHTS_CHECKSUM), "ok") != 0);
+
+    CHECK(tiny_init(&ctx, blob, TINY_WEIGHTS_SIZE, arena, TINY_ARENA_SIZE) == MLCC_OK);
+    CHECK(tiny_run(&ctx, NULL, y) == MLCC_ERR_NULL_ARGUMENT);
+    CHECK(tiny_run(&ctx, x, y) == MLCC_OK);
+    CHECK(tiny_model_info()->num_inputs == 1 && tiny_model_info()->inputs[0].dims[1] == 2);
+
+    /* Two contexts sharing the weights, in two threads, give the sequential result. */
+    for (i = 0; i < 2; i++) {
+        jobs[i].w = blob; jobs[i].wsize = TINY_WEIGHTS_SIZE; jobs[i].x = x;
+        CHECK(pthread_create(&threads[i], NULL, worker, &jobs[i]) == 0);
+    }
+    for (i = 0; i < 2; i++) CHECK(pthread_join(threads[i], NULL) == 0);
+    for (i = 0; i < 2; i++) {
+        CHECK(jobs[i].status == MLCC_OK);
+        CHECK(memcmp(jobs[i].y, y, sizeof y) == 0);
+    }
+    CHECK(tiny_run(&ctx, x, y2) == MLCC_OK && memcmp(y, y2, sizeof y) == 0);
+    printf("OK\n");
+    return 0;
+}
+"""
+
+
+@pytest.fixture
+def tiny_out(tiny_static_path, tmp_path) -> Path:
+    out = tmp_path / "tiny"
+    mlcc.compile(tiny_static_path, out, name="tiny")
+    return out
+
+
+@pytest.mark.parametrize("sanitize", ["", "-fsanitize=address,undefined -fno-sanitize-recover=all",
+                                      "-fsanitize=thread"])
+def test_c_api_contract(tiny_out, tmp_path, sanitize):
+    """Builds the generated sources into a C program (strict warnings, optionally sanitized)
+    that checks every status code, then runs two contexts in two threads."""
+    (tmp_path / "harness.c").write_text(HARNESS)
+    sources = ["model.c"] + [str(p.relative_to(tiny_out)) for p in
+                             sorted((tiny_out / "runtime").rglob("*.c"))]
+    exe = tmp_path / "harness"
+    cmd = ["gcc", "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-pedantic",
+           *sanitize.split(), "-I.", "-Iruntime/include", "-Iruntime/kernels",
+           str(tmp_path / "harness.c"), *sources, "-o", str(exe), "-lm", "-pthread"]
+    subprocess.run(cmd, cwd=tiny_out, check=True)
+    proc = subprocess.run([str(exe), str(tiny_out / "weights.bin")], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "OK", proc.stdout + proc.stderr
+
+
+def test_generated_code_is_warning_free_under_clang(tiny_out):
+    import shutil
+    if not shutil.which("clang"):
+        pytest.skip("clang is not installed")
+    sources = ["model.c"] + [str(p.relative_to(tiny_out)) for p in
+                             sorted((tiny_out / "runtime").rglob("*.c"))]
+    subprocess.run(["clang", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic",
+                    "-fsyntax-only", "-I.", "-Iruntime/include", "-Iruntime/kernels", *sources],
+                   cwd=tiny_out, check=True)
+
+
+@pytest.mark.parametrize("damage,message", [
+    (lambda b: b[:-100], "wrong size"),
+    (lambda b: b[:40], "wrong size"),
+    (lambda b: b[:-1] + bytes([b[-1] ^ 1]), "corrupted"),
+    (lambda b: b"XXXX" + b[4:], "bad magic"),
+    (lambda b: b[:8] + b"\x07" + b[9:], "format version"),
+    (lambda b: b"", "bad magic"),
+])
+def test_damaged_weight_blob_is_refused(tiny_out, damage, message):
+    blob = (tiny_out / "weights.bin").read_bytes()
+    (tiny_out / "weights.bin").write_bytes(damage(blob))
+    with pytest.raises(RuntimeStatusError, match=message):
+        mlcc.load(tiny_out)
+
+
+def test_blob_of_another_model_is_refused(tiny_static_path, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    mlcc.compile(tiny_static_path, a, name="tiny")
+    mlcc.compile(tiny_static_path, b, name="tiny", shapes={})
+    import onnx
+    m = onnx.load(str(tiny_static_path))
+    m.graph.initializer[0].raw_data = bytes(len(m.graph.initializer[0].raw_data))
+    onnx.save(m, str(tmp_path / "other.onnx"))
+    mlcc.compile(tmp_path / "other.onnx", b, name="tiny")
+    (a / "weights.bin").write_bytes((b / "weights.bin").read_bytes())
+    with pytest.raises(RuntimeStatusError, match="another model"):
+        mlcc.load(a)
+
+
+def test_python_binding_checks_inputs(tiny_out):
+    m = mlcc.load(tiny_out)
+    x = np.ones((1, 2, 6, 6), np.float32)
+    y = m.run({"images": x})["logits"]
+    assert y.shape == (1, 5) and y.dtype == np.float32
+    np.testing.assert_array_equal(m.run({"images": x.astype(np.float64)})["logits"], y)
+    with pytest.raises(InputError, match="missing 'images'"):
+        m.run({})
+    with pytest.raises(InputError, match="unknown 'other'"):
+        m.run({"images": x, "other": x})
+    with pytest.raises(InputError, match="shape"):
+        m.run({"images": x[:, :1]})
+    with pytest.raises(InputError, match="float32"):
+        m.run({"images": x.astype(np.int32)})
+    # non-contiguous input is accepted
+    big = np.ones((1, 2, 6, 12), np.float32)[..., ::2]
+    np.testing.assert_array_equal(m.run({"images": big})["logits"], y)
+
+
+def test_recompiling_into_the_same_folder_loads_the_new_code(tiny_static_path, tmp_path):
+    out = tmp_path / "o"
+    mlcc.compile(tiny_static_path, out, name="tiny")
+    first = mlcc.load(out).run({"images": np.ones((1, 2, 6, 6), np.float32)})["logits"]
+    mlcc.compile(tiny_static_path, out, name="tiny", shapes={"images": (1, 2, 6, 6)})
+    second = mlcc.load(out).run({"images": np.ones((1, 2, 6, 6), np.float32)})["logits"]
+    np.testing.assert_array_equal(first, second)
+
+
+def test_compiling_twice_gives_identical_folders(tiny_model_path, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for out in (a, b):
+        mlcc.compile(tiny_model_path, out, shapes={"images": (2, 2, 6, 6)})
+    files_a = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    files_b = sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    assert files_a == files_b
+    for rel in files_a:
+        assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
