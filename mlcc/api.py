@@ -47,14 +47,15 @@ def _optimize(model: str | Path, shapes: Shapes | None, extra_outputs: list[str]
 def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
             shapes: Shapes | None = None, name: str | None = None,
             max_arena: int | None = None, dump_ir: Callable[[str], None] | None = None,
-            build: bool = True, extra_outputs: list[str] | None = None) -> CompileResult:
+            build: bool = True, extra_outputs: list[str] | None = None,
+            embed_weights: bool = False) -> CompileResult:
     """Compiles an ONNX file into `output_dir` (model.h, model.c, weights.bin, runtime sources,
     Makefile, manifest.json and, with build=True, the library)."""
     tgt = load_target(target)
     g = _optimize(model, shapes, extra_outputs, dump_ir)
     prefix = model_prefix(name or Path(model).stem)
     gen = generate(g, prefix=prefix, target_name=tgt.name, source_name=Path(model).name,
-                   max_arena=max_arena,
+                   max_arena=max_arena, embed_weights=embed_weights,
                    manifest_extra={"shapes": {k: list(v) for k, v in sorted((shapes or {}).items())},
                                    "library": tgt.library_name})
     folder = Path(output_dir)

@@ -107,16 +107,21 @@ shape_option = click.option("--shape", "shapes", multiple=True, metavar="NAME=D1
 @click.option("--name", default=None, help="Prefix of the C symbols (default: the file name).")
 @click.option("--max-arena", default=None, metavar="BYTES",
               help="Fail if the working memory exceeds this (e.g. 262144 or 256K).")
+@click.option("--embed-weights", is_flag=True,
+              help="Also compile the weights into the library (weights.c), for devices "
+                   "without files.")
 @click.option("--dump-ir", is_flag=True, help="Print the graph after each pass.")
 @click.option("--no-build", is_flag=True, help="Write the sources only; skip the C compiler.")
 @_guard
-def compile_cmd(model, target, output, shapes, name, max_arena, dump_ir, no_build):
+def compile_cmd(model, target, output, shapes, name, max_arena, embed_weights, dump_ir,
+                no_build):
     """Compile MODEL (an .onnx file) into C sources, a weight blob and a library."""
     from . import api
 
     out = output or str(Path("build") / Path(model).stem)
     res = api.compile(model, out, target=target, shapes=_shapes(shapes), name=name,
                       max_arena=_size(max_arena), build=not no_build,
+                      embed_weights=embed_weights,
                       dump_ir=(lambda text: click.echo(text)) if dump_ir else None)
     m = res.manifest
     click.echo(f"compiled {Path(model).name} for {m['target']} into {res.folder}/: "

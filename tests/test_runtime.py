@@ -191,3 +191,15 @@ def test_compiling_twice_gives_identical_folders(tiny_model_path, tmp_path):
     assert files_a == files_b
     for rel in files_a:
         assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
+
+
+def test_embedded_weights(tiny_static_path, tmp_path):
+    out = tmp_path / "emb"
+    mlcc.compile(tiny_static_path, out, name="tiny", embed_weights=True)
+    assert (out / "weights.c").is_file()
+    (out / "weights.bin").unlink()          # not needed at run time any more
+    x = np.ones((1, 2, 6, 6), np.float32)
+    ref = mlcc.load(out).run({"images": x})["logits"]
+    plain = tmp_path / "plain"
+    mlcc.compile(tiny_static_path, plain, name="tiny")
+    np.testing.assert_array_equal(mlcc.load(plain).run({"images": x})["logits"], ref)

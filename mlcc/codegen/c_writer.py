@@ -27,6 +27,7 @@ class ModelSource:
     header: str                    # model.h
     source: str                    # model.c
     runtime_files: list[str]       # paths under runtime_c/ the model needs
+    banner: str = ""
 
 
 def c_float(x: float) -> str:
@@ -105,7 +106,8 @@ def _dims(shape) -> str:
 
 
 def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, prefix: str,
-            model_id: int, weights_size: int, source_name: str, target_name: str) -> ModelSource:
+            model_id: int, weights_size: int, source_name: str, target_name: str,
+            embedded: bool = False) -> ModelSource:
     g = prog.graph
     P = prefix.upper()
     names = NameTable()
@@ -152,7 +154,13 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
     h += ["",
           "/* The same, with inputs and outputs as arrays in model order (for generic callers). */",
           f"MLCC_EXPORT int {prefix}_run_v(const mlcc_context *ctx, const void *const *inputs, "
-          f"void *const *outputs);", "",
+          f"void *const *outputs);", ""]
+    if embedded:
+        h += ["/* The weights compiled into the library (weights.c): no file to load. */",
+              f"MLCC_EXPORT const void *{prefix}_embedded_weights(void);",
+              f"MLCC_EXPORT int {prefix}_init_embedded(mlcc_context *ctx, void *arena, "
+              f"size_t arena_size);", ""]
+    h += [
           "#ifdef __cplusplus", "}", "#endif", "", f"#endif /* MLCC_MODEL_{P}_H */", ""]
 
     # ---------------------------------------------------------------- model.c
@@ -249,7 +257,20 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
         + [f"({C_TYPES[g.values[n].dtype]} *)outputs[{i}]" for i, n in enumerate(g.outputs)]
     c.append(f"    return {prefix}_run({', '.join(call_args)});")
     c += ["}", ""]
-    return ModelSource("\n".join(h), "\n".join(c), runtime_files)
+    return ModelSource("\n".join(h), "\n".join(c), runtime_files, banner)
+
+
+def write_embedded_weights(blob: bytes, prefix: str, banner: str) -> str:
+    """weights.c: the blob as a const array, for devices without a file system."""
+    lines = [banner, '#include "model.h"', "",
+             f"static const unsigned char MLCC_ALIGNED(64) blob[{len(blob)}] = {{"]
+    for i in range(0, len(blob), 20):
+        lines.append("    " + ",".join(str(b) for b in blob[i:i + 20]) + ",")
+    lines += ["};", "",
+              f"const void *{prefix}_embedded_weights(void) {{ return blob; }}", "",
+              f"int {prefix}_init_embedded(mlcc_context *ctx, void *arena, size_t arena_size) {{",
+              f"    return {prefix}_init(ctx, blob, sizeof blob, arena, arena_size);", "}", ""]
+    return "\n".join(lines)
 
 
 def _struct(head: str, fields: dict) -> str:

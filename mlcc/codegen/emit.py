@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..ir import Graph, Program
-from .c_writer import RUNTIME_DIR, write_c
+from .c_writer import RUNTIME_DIR, write_c, write_embedded_weights
 from .lower import lower_graph
 from .memory import MemoryPlan, check_arena_limit, plan_memory
 from .weights import build_blob, layout_weights
@@ -23,7 +23,8 @@ class Generated:
 
 
 def generate(g: Graph, *, prefix: str, target_name: str, source_name: str,
-             max_arena: int | None = None, manifest_extra: dict | None = None) -> Generated:
+             max_arena: int | None = None, embed_weights: bool = False,
+             manifest_extra: dict | None = None) -> Generated:
     prog, slots = lower_graph(g)
     plan = plan_memory(prog, slots)
     check_arena_limit(prog, plan, max_arena)
@@ -31,12 +32,15 @@ def generate(g: Graph, *, prefix: str, target_name: str, source_name: str,
     offsets, size = layout_weights(consts)
     blob, model_id = build_blob(consts, offsets, size)
     src = write_c(prog, plan, offsets, prefix=prefix, model_id=model_id, weights_size=size,
-                  source_name=source_name, target_name=target_name)
+                  source_name=source_name, target_name=target_name, embedded=embed_weights)
     files: dict[str, bytes] = {"model.h": src.header.encode(), "model.c": src.source.encode(),
                                "weights.bin": blob}
+    if embed_weights:
+        files["weights.c"] = write_embedded_weights(blob, prefix, src.banner).encode()
     for rel in src.runtime_files:
         files[f"runtime/{rel}"] = (RUNTIME_DIR / rel).read_bytes()
-    sources = ["model.c"] + [f"runtime/{r}" for r in src.runtime_files if r.endswith(".c")]
+    sources = ["model.c"] + (["weights.c"] if embed_weights else []) + \
+        [f"runtime/{r}" for r in src.runtime_files if r.endswith(".c")]
     pg = prog.graph
 
     def tensors(names):
@@ -56,6 +60,7 @@ def generate(g: Graph, *, prefix: str, target_name: str, source_name: str,
         "weights_size": size,
         "model_id": f"{model_id:016x}",
         "kernel_calls": len(prog.calls),
+        "embedded_weights": embed_weights,
         **(manifest_extra or {}),
     }
     return Generated(files, sources, prog, plan, manifest)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx.inliner
 from onnx import helper, numpy_helper
 
 from ..errors import ModelError, UnsupportedError

@@ -23,6 +23,7 @@ int {p}_init(mlcc_context *ctx, const void *weights, size_t weights_size, void *
              size_t arena_size);
 int {p}_run_v(const mlcc_context *ctx, const void *const *inputs, void *const *outputs);
 """
+_CDEF_EMBEDDED = "int {p}_init_embedded(mlcc_context *ctx, void *arena, size_t arena_size);\n"
 _loaded_paths: set[str] = set()
 
 
@@ -51,20 +52,26 @@ class CompiledModel:
             raise MlccError(f"{manifest_path}: malformed manifest ({exc})") from None
         if not library.is_file():
             raise MlccError(f"{library}: the compiled library is missing (rebuild with make)")
+        embedded = bool(self.manifest.get("embedded_weights"))
         weights_path = self.folder / "weights.bin"
-        if not weights_path.is_file():
+        if not embedded and not weights_path.is_file():
             raise MlccError(f"{weights_path}: the weight blob is missing")
         self._ffi = FFI()
-        self._ffi.cdef(_CDEF.replace("{p}", self.prefix))
+        self._ffi.cdef(_CDEF.replace("{p}", self.prefix) +
+                       (_CDEF_EMBEDDED.replace("{p}", self.prefix) if embedded else ""))
         self._lib = self._ffi.dlopen(self._unique_path(library))
-        raw = np.fromfile(weights_path, dtype=np.uint8)
-        self._weights = aligned_empty(raw.nbytes)
-        self._weights[:] = raw
         self._arena = aligned_empty(int(self.manifest["arena_size"]))
         self._ctx = self._ffi.new("mlcc_context *")
-        init = getattr(self._lib, f"{self.prefix}_init")
-        status = init(self._ctx, self._ptr(self._weights), self._weights.nbytes,
-                      self._ptr(self._arena), self._arena.nbytes)
+        if embedded:
+            init = getattr(self._lib, f"{self.prefix}_init_embedded")
+            status = init(self._ctx, self._ptr(self._arena), self._arena.nbytes)
+        else:
+            raw = np.fromfile(weights_path, dtype=np.uint8)
+            self._weights = aligned_empty(raw.nbytes)
+            self._weights[:] = raw
+            init = getattr(self._lib, f"{self.prefix}_init")
+            status = init(self._ctx, self._ptr(self._weights), self._weights.nbytes,
+                          self._ptr(self._arena), self._arena.nbytes)
         if status != 0:
             raise RuntimeStatusError(f"{self.folder}: init failed: {self.status_string(status)}")
         self._run = getattr(self._lib, f"{self.prefix}_run_v")

@@ -43,6 +43,15 @@ extern "C" {
 #define MLCC_EXPORT
 #endif
 
+/* Alignment for static buffers (arenas, embedded weights). */
+#if defined(__GNUC__) || defined(__clang__)
+#define MLCC_ALIGNED(n) __attribute__((aligned(n)))
+#elif defined(_MSC_VER)
+#define MLCC_ALIGNED(n) __declspec(align(n))
+#else
+#define MLCC_ALIGNED(n) /* init checks the alignment and reports MLCC_ERR_MISALIGNED */
+#endif
+
 enum mlcc_status {
     MLCC_OK = 0,
     MLCC_ERR_NULL_ARGUMENT = 1,        /* a required pointer is NULL */
