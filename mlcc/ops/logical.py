@@ -1,0 +1,91 @@
+"""Comparisons (Equal, Less, Greater, LessOrEqual, GreaterOrEqual), boolean logic (And, Or, Xor,
+Not) and Where, with numpy broadcasting. Comparisons take any run-time dtype and give bool;
+one kernel, mlcc_compare, covers them all (Not is Equal to false). Where moves elements of any
+size."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ModelError
+from ..ir import Enum, Lowering, Node
+from .common import MAX_RANK, C_DTYPES, broadcast_shapes, broadcast_strides, require_dtype
+from .elementwise import _merge_axes
+from .registry import OpDef, register
+
+
+def emit_compare(lo: Lowering, op: str, a: str, b: str, out: str) -> None:
+    out_shape = lo.value(out).shape
+    sa = broadcast_strides(lo.value(a).shape, out_shape)
+    sb = broadcast_strides(lo.value(b).shape, out_shape)
+    dims, (sa, sb) = _merge_axes(out_shape, [sa, sb])
+    pad = MAX_RANK - len(dims)
+    lo.call("mlcc_compare", [a, b, out], [out], params_type="mlcc_compare_params",
+            params={"op": Enum(f"MLCC_COMPARE_{op}"),
+                    "dtype": Enum(C_DTYPES[lo.value(a).dtype]), "rank": len(dims),
+                    "shape": dims + [1] * pad, "a_strides": sa + [0] * pad,
+                    "b_strides": sb + [0] * pad})
+
+
+class _Compare(OpDef):
+    attributes = {}
+    compare_op = "EQUAL"
+    input_dtypes = list(C_DTYPES)
+
+    def infer(self, node, ins, g):
+        if len(ins) != 2 or any(v is None for v in ins):
+            raise ModelError(f"{node.op_type} takes two inputs")
+        require_dtype(node, ins, self.input_dtypes)
+        return [("bool", broadcast_shapes(ins[0].shape, ins[1].shape))]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        emit_compare(lo, self.compare_op, node.inputs[0], node.inputs[1], node.outputs[0])
+
+    def flops(self, node, g):
+        return g.values[node.outputs[0]].numel
+
+
+for _name, _op, _since in [("Equal", "EQUAL", 7), ("Less", "LESS", 7),
+                           ("Greater", "GREATER", 7), ("LessOrEqual", "LESS_EQUAL", 12),
+                           ("GreaterOrEqual", "GREATER_EQUAL", 12)]:
+    register(_name, since=_since)(type(_name, (_Compare,), {"compare_op": _op}))
+
+for _name, _op in [("And", "AND"), ("Or", "OR"), ("Xor", "XOR")]:
+    register(_name, since=7)(type(_name, (_Compare,), {"compare_op": _op,
+                                                       "input_dtypes": ["bool"]}))
+
+
+@register("Not")
+class Not(OpDef):
+    attributes = {}
+
+    def infer(self, node, ins, g):
+        require_dtype(node, ins[:1], ["bool"])
+        return [("bool", ins[0].shape)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        false = lo.add_const(f"{node.name}.false", np.array(False))
+        emit_compare(lo, "EQUAL", node.inputs[0], false, node.outputs[0])
+
+
+@register("Where", since=9)
+class Where(OpDef):
+    attributes = {}
+
+    def infer(self, node, ins, g):
+        cond, x, y = ins
+        if cond.dtype != "bool":
+            raise ModelError(f"the condition must be bool, not {cond.dtype}")
+        dtype = require_dtype(node, [x, y], list(C_DTYPES))
+        return [(dtype, broadcast_shapes(cond.shape, x.shape, y.shape))]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        c, x, y = node.inputs
+        out = node.outputs[0]
+        out_shape = lo.value(out).shape
+        strides = [broadcast_strides(lo.value(n).shape, out_shape) for n in (c, x, y)]
+        dims, (sc, sx, sy) = _merge_axes(out_shape, strides)
+        pad = MAX_RANK - len(dims)
+        lo.call("mlcc_where", [c, x, y, out], [out], params_type="mlcc_where_params",
+                params={"elem_size": np.dtype(lo.value(out).dtype).itemsize, "rank": len(dims),
+                        "shape": dims + [1] * pad, "c_strides": sc + [0] * pad,
+                        "x_strides": sx + [0] * pad, "y_strides": sy + [0] * pad})

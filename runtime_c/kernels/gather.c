@@ -1,0 +1,53 @@
+#include "gather.h"
+
+static int64_t load_index(const void *indices, int wide, ptrdiff_t j) {
+    return wide ? ((const int64_t *)indices)[j] : (int64_t)((const int32_t *)indices)[j];
+}
+
+/* Copies one element; fixed sizes let the compiler emit a single load and store. */
+static void copy_elem(uint8_t *dst, const uint8_t *src, ptrdiff_t es) {
+    switch (es) {
+    case 1: *dst = *src; break;
+    case 4: memcpy(dst, src, 4); break;
+    case 8: memcpy(dst, src, 8); break;
+    default: memcpy(dst, src, (size_t)es); break;
+    }
+}
+
+static int gather(const mlcc_gather_params *p, const void *data, const void *indices, int wide,
+                  void *out) {
+    const ptrdiff_t es = (ptrdiff_t)p->elem_size, n = (ptrdiff_t)p->n_indices;
+    const ptrdiff_t dim = (ptrdiff_t)p->axis_dim, block = (ptrdiff_t)p->inner * es;
+    const uint8_t *src = (const uint8_t *)data;
+    uint8_t *dst = (uint8_t *)out;
+    ptrdiff_t o, j;
+    /* Validate every index before writing: a bad index fails the call as a whole. */
+    for (j = 0; j < n; j++) {
+        int64_t idx = load_index(indices, wide, j);
+        if (idx < -p->axis_dim || idx >= p->axis_dim) return MLCC_ERR_INDEX_OUT_OF_RANGE;
+    }
+    if (block == 0) return MLCC_OK;
+    for (o = 0; o < (ptrdiff_t)p->outer; o++) {
+        const uint8_t *plane = src + o * dim * block;
+        for (j = 0; j < n; j++) {
+            ptrdiff_t idx = (ptrdiff_t)load_index(indices, wide, j);
+            if (idx < 0) idx += dim;
+            if (block == es)
+                copy_elem(dst, plane + idx * block, es);
+            else
+                memcpy(dst, plane + idx * block, (size_t)block);
+            dst += block;
+        }
+    }
+    return MLCC_OK;
+}
+
+int mlcc_gather_i64(const mlcc_gather_params *p, const void *data, const int64_t *indices,
+                    void *out) {
+    return gather(p, data, indices, 1, out);
+}
+
+int mlcc_gather_i32(const mlcc_gather_params *p, const void *data, const int32_t *indices,
+                    void *out) {
+    return gather(p, data, indices, 0, out);
+}

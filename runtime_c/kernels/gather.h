@@ -1,0 +1,26 @@
+/* Gather along one axis, for elements of any size: the indices may come from the model's data
+ * at run time, so they are checked and never used to read out of bounds. */
+#ifndef MLCC_GATHER_H
+#define MLCC_GATHER_H
+
+#include "mlcc_kernel.h"
+
+/* data is viewed as [outer, axis_dim, inner], the output as [outer, n_indices, inner]:
+ *   out[o, j, i] = data[o, indices[j] (+ axis_dim if negative), i]
+ * Sizes count elements of elem_size bytes. */
+typedef struct mlcc_gather_params {
+    int64_t outer;              /* product of the data dimensions before the axis */
+    int64_t axis_dim;           /* data dimension along the axis */
+    int64_t inner;              /* product of the data dimensions after the axis */
+    int64_t n_indices;          /* number of indices */
+    int32_t elem_size;          /* bytes per element */
+} mlcc_gather_params;
+
+/* Return MLCC_OK, or MLCC_ERR_INDEX_OUT_OF_RANGE (writing nothing) when an index lies outside
+ * [-axis_dim, axis_dim). */
+int mlcc_gather_i64(const mlcc_gather_params *p, const void *data, const int64_t *indices,
+                    void *out);
+int mlcc_gather_i32(const mlcc_gather_params *p, const void *data, const int32_t *indices,
+                    void *out);
+
+#endif /* MLCC_GATHER_H */

@@ -1,0 +1,64 @@
+#include "pad.h"
+
+static void fill(uint8_t *dst, const uint8_t *value, ptrdiff_t n, ptrdiff_t es) {
+    ptrdiff_t i;
+    if (es == 1) {
+        memset(dst, *value, (size_t)n);
+    } else if (es == 4) {
+        for (i = 0; i < n; i++) memcpy(dst + i * 4, value, 4);
+    } else {
+        for (i = 0; i < n; i++) memcpy(dst + i * es, value, (size_t)es);
+    }
+}
+
+/* Output elements [begin, end) of one row, through the innermost axis map. */
+static void mapped(uint8_t *row, const uint8_t *src, const int32_t *map, ptrdiff_t begin,
+                   ptrdiff_t end, const uint8_t *value, ptrdiff_t es) {
+    ptrdiff_t i;
+    for (i = begin; i < end; i++)
+        memcpy(row + i * es, map[i] < 0 ? value : src + (ptrdiff_t)map[i] * es, (size_t)es);
+}
+
+void mlcc_pad(const mlcc_pad_params *p, const void *x, const int32_t *map, const void *value,
+              void *y) {
+    const ptrdiff_t es = (ptrdiff_t)p->elem_size;
+    const int inner = p->rank - 1;
+    const ptrdiff_t n = (ptrdiff_t)p->out_shape[inner];
+    const ptrdiff_t run_begin = (ptrdiff_t)p->run_begin;
+    const ptrdiff_t run_end = run_begin + (ptrdiff_t)p->run_length;
+    const int32_t *inner_map = map + p->map_offset[inner];
+    const uint8_t *v = (const uint8_t *)value;
+    uint8_t *row = (uint8_t *)y;
+    int64_t index[MLCC_MAX_RANK] = {0};
+    int axis;
+    for (axis = 0; axis < p->rank; axis++)
+        if (p->out_shape[axis] == 0) return;
+    for (;;) {
+        /* Where this row starts in the input, or -1 if an outer axis is in the padding. */
+        ptrdiff_t base = 0;
+        for (axis = 0; axis < inner; axis++) {
+            int32_t m = map[p->map_offset[axis] + index[axis]];
+            if (m < 0) {
+                base = -1;
+                break;
+            }
+            base += (ptrdiff_t)m * (ptrdiff_t)p->in_strides[axis];
+        }
+        if (base < 0) {
+            fill(row, v, n, es);
+        } else {
+            const uint8_t *src = (const uint8_t *)x + base * es;
+            mapped(row, src, inner_map, 0, run_begin, v, es);
+            if (run_end > run_begin)
+                memcpy(row + run_begin * es, src + (ptrdiff_t)p->run_src * es,
+                       (size_t)((run_end - run_begin) * es));
+            mapped(row, src, inner_map, run_end, n, v, es);
+        }
+        row += n * es;
+        for (axis = inner - 1; axis >= 0; axis--) {
+            if (++index[axis] < p->out_shape[axis]) break;
+            index[axis] = 0;
+        }
+        if (axis < 0) return;
+    }
+}

@@ -1,0 +1,30 @@
+/* Resize (and Upsample) of the two innermost axes, nearest and linear. The compiler computes
+ * every source index and interpolation weight per output row and column (tables in the weight
+ * blob), so these kernels only gather and blend; all coordinate modes share them. */
+#ifndef MLCC_RESIZE_H
+#define MLCC_RESIZE_H
+
+#include "mlcc_kernel.h"
+
+/* The input is planes x in_h x in_w, the output planes x out_h x out_w, both contiguous. */
+typedef struct mlcc_resize_params {
+    int64_t planes;             /* product of the leading (not resized) dimensions */
+    int64_t in_h, in_w, out_h, out_w;
+    int32_t elem_size;          /* bytes per element (nearest only; linear is float) */
+} mlcc_resize_params;
+
+/* y[p, i, j] = x[p, map[i], map[out_h + j]]; map entries lie in [0, in_h) and [0, in_w).
+ * Any element size. */
+void mlcc_resize_nearest(const mlcc_resize_params *p, const void *x, const int32_t *map,
+                         void *y);
+
+/* Bilinear blend of two source rows and two source columns per output element:
+ *   rows: r0 = map[i], r1 = map[out_h + i] with weights wt[i], wt[out_h + i]
+ *   cols: c0 = map[2 out_h + j], c1 = map[2 out_h + out_w + j], weights at the same places
+ *   y[p, i, j] = wr0 (wc0 x[r0, c0] + wc1 x[r0, c1]) + wr1 (wc0 x[r1, c0] + wc1 x[r1, c1])
+ * scratch holds 2 * out_w floats: source rows blended along the width, reused by the output
+ * rows that read them. */
+void mlcc_f32_resize_linear(const mlcc_resize_params *p, const float *x, const int32_t *map,
+                            const float *wt, float *y, float *scratch);
+
+#endif /* MLCC_RESIZE_H */

@@ -1,0 +1,78 @@
+"""Cast and CastLike between every pair of run-time types, against onnxruntime."""
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from mlcc.errors import UnsupportedError
+from util import check_model, check_node, make_model
+
+DTYPES = ["float32", "int64", "int32", "int8", "uint8", "bool"]
+
+# Values every conversion handles the same way in ORT, numpy and mlcc: fractions of both signs
+# (truncation toward zero), zeros, and integers that wrap when narrowed.
+SAMPLES = {
+    "float32": np.array([0.0, -0.0, 0.4, -0.6, 1.5, -2.5, 7.9, -8.99, 100.25, -127.5, 0.001,
+                         -1e-3, 3.0, 126.7, -100.0], np.float32),
+    "int64": np.array([0, 1, -1, 127, -128, 255, 256, 300, -300, 70000, -70000, 2**31 + 5,
+                       -(2**31) - 7, 2**40 + 3, -(2**62)], np.int64),
+    "int32": np.array([0, 1, -1, 127, -128, 255, 256, 300, -300, 70000, -70000, 2**31 - 1,
+                       -(2**31), 12345678, -9], np.int32),
+    "int8": np.array([0, 1, -1, 127, -128, 5, -5, 100, -100, 64, -64, 2, -2, 3, 9], np.int8),
+    "uint8": np.array([0, 1, 255, 128, 127, 5, 200, 100, 64, 2, 3, 9, 250, 129, 17], np.uint8),
+    "bool": np.array([0, 1, 1, 0, 1, 0, 0, 1, 1, 1, 0, 0, 1, 0, 1], bool),
+}
+
+
+@pytest.mark.parametrize("src", DTYPES)
+def test_cast_to_every_type(tmp_path, src):
+    x = SAMPLES[src].reshape(3, 5)
+    targets = [d for d in DTYPES if d != src]
+    if src == "float32":
+        # Negative floats to uint8 are out of range (no ONNX-defined result): use magnitudes.
+        nodes = [helper.make_node("Abs", ["x"], ["ax"])]
+        nodes += [helper.make_node("Cast", ["x" if d != "uint8" else "ax"], [f"y_{d}"],
+                                   to=helper.np_dtype_to_tensor_dtype(np.dtype(d)))
+                  for d in targets]
+    else:
+        nodes = [helper.make_node("Cast", ["x"], [f"y_{d}"],
+                                  to=helper.np_dtype_to_tensor_dtype(np.dtype(d)))
+                 for d in targets]
+    model = make_model(nodes, {"x": x}, [f"y_{d}" for d in targets], opset=13)
+    check_model(model, {"x": x}, tmp_path)
+
+
+def test_cast_odd_shape_large(tmp_path):
+    x = np.random.default_rng(0).uniform(-1000, 1000, (3, 37, 41)).astype(np.float32)
+    check_node("Cast", {"x": x}, tmp_path=tmp_path, to=TensorProto.INT32)
+
+
+def test_cast_opset19_saturate_attribute(tmp_path):
+    check_node("Cast", {"x": SAMPLES["int32"]}, tmp_path=tmp_path, opset=19,
+               to=TensorProto.FLOAT, saturate=0)
+
+
+def test_cast_same_type_graph_input_to_output(tmp_path):
+    check_node("Cast", {"x": SAMPLES["int8"]}, tmp_path=tmp_path, to=TensorProto.INT8)
+
+
+@pytest.mark.parametrize("opset", [15, 19])
+def test_castlike(tmp_path, opset):
+    x = SAMPLES["float32"]
+    like = np.zeros((2,), np.int8)
+    check_node("CastLike", {"x": x, "like": like}, tmp_path=tmp_path, opset=opset)
+
+
+def test_castlike_const_target(tmp_path):
+    check_node("CastLike", {"x": SAMPLES["int64"]}, initializers={"like": np.array([1.0],
+               np.float32)}, tmp_path=tmp_path, opset=15)
+
+
+def test_cast_to_float16_refused(tmp_path):
+    with pytest.raises(UnsupportedError, match="cast_node.*FLOAT16"):
+        check_node("Cast", {"x": SAMPLES["float32"]}, tmp_path=tmp_path, to=TensorProto.FLOAT16)
+
+
+def test_cast_to_float8_refused(tmp_path):
+    with pytest.raises(UnsupportedError, match="cast_node.*float8"):
+        check_node("Cast", {"x": SAMPLES["float32"]}, tmp_path=tmp_path, opset=19,
+                   to=TensorProto.FLOAT8E4M3FN, saturate=1)

@@ -1,0 +1,69 @@
+"""Comparisons, boolean logic and Where against onnxruntime, with broadcasting and every dtype."""
+import numpy as np
+import pytest
+from onnx import helper
+
+from util import check_model, check_node, make_model
+
+
+def arr(shape, dtype="float32", seed=0):
+    """Small value ranges so that equal elements occur."""
+    rng = np.random.default_rng(seed + 31 * len(shape) + sum(shape))
+    if dtype == "bool":
+        return rng.random(shape) > 0.5
+    if dtype == "float32":
+        return rng.integers(-3, 4, shape).astype(np.float32) / 2
+    return rng.integers(0 if dtype == "uint8" else -3, 4, shape).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int64", "int32", "int8", "uint8"])
+def test_comparisons_all_dtypes(tmp_path, dtype):
+    a, b = arr((3, 1, 5), dtype), arr((4, 5), dtype, 1)       # broadcast to [3, 4, 5]
+    ops = ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"]
+    nodes = [helper.make_node(op, ["a", "b"], [f"y_{op}"]) for op in ops]
+    model = make_model(nodes, {"a": a, "b": b}, [f"y_{op}" for op in ops], opset=16)
+    check_model(model, {"a": a, "b": b}, tmp_path)
+
+
+def test_equal_bool_and_const(tmp_path):
+    check_node("Equal", {"a": arr((2, 7), "bool")}, initializers={"b": arr((7,), "bool", 3)},
+               tmp_path=tmp_path, opset=13)
+
+
+@pytest.mark.parametrize("opset", [7, 9, 13])
+def test_less_greater_opsets(tmp_path, opset):
+    a, b = arr((2, 3, 1), "float32"), arr((1, 1, 4), "float32", 1)
+    nodes = [helper.make_node("Less", ["a", "b"], ["lt"]),
+             helper.make_node("Greater", ["a", "b"], ["gt"])]
+    model = make_model(nodes, {"a": a, "b": b}, ["lt", "gt"], opset=opset)
+    check_model(model, {"a": a, "b": b}, tmp_path)
+
+
+def test_logic(tmp_path):
+    a, b = arr((5, 1, 3), "bool"), arr((4, 3), "bool", 1)
+    nodes = [helper.make_node(op, ["a", "b"], [f"y_{op}"]) for op in ("And", "Or", "Xor")]
+    nodes.append(helper.make_node("Not", ["a"], ["y_Not"]))
+    outs = ["y_And", "y_Or", "y_Xor", "y_Not"]
+    model = make_model(nodes, {"a": a, "b": b}, outs)
+    check_model(model, {"a": a, "b": b}, tmp_path)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int64", "int32", "int8", "uint8", "bool"])
+def test_where_dtypes(tmp_path, dtype):
+    check_node("Where", {"c": arr((3, 1, 5), "bool"), "x": arr((4, 5), dtype, 1),
+                         "y": arr((3, 4, 1), dtype, 2)}, tmp_path=tmp_path, opset=16)
+
+
+def test_where_const_branch(tmp_path):
+    """The masking pattern of attention models: where(mask, x, -inf-ish constant)."""
+    check_node("Where", {"c": arr((2, 1, 7), "bool"), "x": arr((2, 3, 7), "float32")},
+               initializers={"y": np.array(-1e9, np.float32)}, tmp_path=tmp_path, opset=9)
+
+
+def test_compare_then_where_chain(tmp_path):
+    x = arr((4, 9), "float32")
+    nodes = [helper.make_node("Greater", ["x", "zero"], ["pos"]),
+             helper.make_node("Not", ["pos"], ["neg"]),
+             helper.make_node("Where", ["neg", "x", "zero"], ["y"])]
+    model = make_model(nodes, {"x": x}, ["y"], initializers={"zero": np.array(0, np.float32)})
+    check_model(model, {"x": x}, tmp_path)

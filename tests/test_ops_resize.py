@@ -1,0 +1,149 @@
+"""Resize and Upsample against onnxruntime: nearest and linear, every coordinate mode and
+nearest mode, scales and sizes, each opset's inputs, odd sizes up and down."""
+import numpy as np
+import pytest
+from onnx import helper
+
+from mlcc.errors import UnsupportedError
+from mlcc.ops.resize import linear_table, nearest_table, F32
+from util import check_model, compile_and_run, make_model, rand, reference_outputs
+
+
+def resize(tmp_path, x, *, opset=19, scales=None, sizes=None, op="Resize", **attrs):
+    """A one-node Resize model with constant scales or sizes, checked against onnxruntime."""
+    inits = {}
+    if op == "Upsample" or opset == 10:
+        inits["scales"] = np.array(scales, np.float32)
+        names = ["x", "scales"]
+    else:
+        inits["roi"] = np.zeros(0, np.float32)
+        names = ["x", "roi"]
+        if scales is not None:
+            inits["scales"] = np.array(scales, np.float32)
+            names.append("scales")
+        else:
+            # Opset 11 wants an (empty) scales tensor before sizes; 13+ takes "".
+            if opset == 11:
+                inits["no_scales"] = np.zeros(0, np.float32)
+            names.append("no_scales" if opset == 11 else "")
+            inits["sizes"] = np.array(sizes, np.int64)
+            names.append("sizes")
+    node = helper.make_node(op, names, ["y"], name="resize_node", **attrs)
+    model = make_model([node], {"x": x}, ["y"], initializers=inits, opset=opset)
+    return check_model(model, {"x": x}, tmp_path)
+
+
+def test_yolov8_upsample(tmp_path):
+    resize(tmp_path, rand(1, 5, 7, 9), opset=17, scales=[1, 1, 2, 2], mode="nearest",
+           coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+
+
+@pytest.mark.parametrize("coord", ["half_pixel", "asymmetric", "align_corners",
+                                   "pytorch_half_pixel", "half_pixel_symmetric"])
+@pytest.mark.parametrize("nearest_mode", ["round_prefer_floor", "round_prefer_ceil", "floor",
+                                          "ceil"])
+def test_nearest_modes(tmp_path, coord, nearest_mode):
+    # Up on H (7 -> 17), down on W (13 -> 6): both directions in one call.
+    resize(tmp_path, rand(2, 3, 7, 13), sizes=[2, 3, 17, 6], mode="nearest",
+           coordinate_transformation_mode=coord, nearest_mode=nearest_mode)
+
+
+@pytest.mark.parametrize("nearest_mode", ["round_prefer_floor", "ceil"])
+def test_nearest_tf_half_pixel_for_nn_opset11(tmp_path, nearest_mode):
+    resize(tmp_path, rand(1, 2, 5, 11), opset=11, scales=[1, 1, 2.5, 0.5], mode="nearest",
+           coordinate_transformation_mode="tf_half_pixel_for_nn", nearest_mode=nearest_mode)
+
+
+@pytest.mark.parametrize("coord", ["half_pixel", "asymmetric", "align_corners",
+                                   "pytorch_half_pixel", "half_pixel_symmetric"])
+@pytest.mark.parametrize("sizes", [[1, 3, 17, 6], [1, 3, 1, 29]])
+def test_linear_modes(tmp_path, coord, sizes):
+    resize(tmp_path, rand(1, 3, 7, 13), sizes=sizes, mode="linear",
+           coordinate_transformation_mode=coord)
+
+
+@pytest.mark.parametrize("scales", [[1, 1, 2, 2], [1, 1, 1.5, 3], [1, 1, 0.5, 0.75],
+                                    [1, 1, 1, 2.5]])
+def test_linear_scales_opset13(tmp_path, scales):
+    resize(tmp_path, rand(2, 2, 6, 8), opset=13, scales=scales, mode="linear")
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int64", "int32"])
+def test_nearest_dtypes(tmp_path, dtype):
+    rng = np.random.default_rng(0)
+    x = (rng.random((1, 2, 5, 7)) > 0.5) if dtype == "bool" else \
+        rng.integers(-100 if dtype != "uint8" else 0, 100, (1, 2, 5, 7)).astype(dtype)
+    resize(tmp_path, x, scales=[1, 1, 2, 3], mode="nearest")
+
+
+def test_nearest_bool(tmp_path):
+    """Neither onnxruntime nor onnx.reference resizes bool tensors: compare with the same
+    model run on uint8 by onnxruntime."""
+    x = np.random.default_rng(1).random((1, 2, 5, 7)) > 0.5
+    inits = {"roi": np.zeros(0, np.float32), "scales": np.array([1, 1, 2, 0.5], np.float32)}
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode="nearest")
+    got = compile_and_run(make_model([node], {"x": x}, ["y"], initializers=inits), {"x": x},
+                          tmp_path)["y"]
+    as_u8 = make_model([node], {"x": x.astype(np.uint8)}, ["y"], initializers=inits)
+    want = reference_outputs(as_u8, {"x": x.astype(np.uint8)})["y"]
+    assert got.dtype == bool
+    np.testing.assert_array_equal(got, want.astype(bool))
+
+
+@pytest.mark.parametrize("mode,scales", [("nearest", [1, 1, 2, 3]), ("nearest", [1, 1, 0.6, 0.5]),
+                                         ("linear", [1, 1, 2, 1.5]), ("linear", [1, 1, 0.5, 0.8])])
+def test_resize_opset10(tmp_path, mode, scales):
+    resize(tmp_path, rand(1, 2, 5, 10), opset=10, scales=scales, mode=mode)
+
+
+@pytest.mark.parametrize("opset,mode", [(7, "nearest"), (7, "linear"), (9, "nearest"),
+                                        (9, "linear")])
+def test_upsample(tmp_path, opset, mode):
+    x = rand(1, 3, 4, 5)
+    scales = [1.0, 1.0, 2.0, 3.0]
+    if opset == 7:
+        node = helper.make_node("Upsample", ["x"], ["y"], mode=mode, scales=scales)
+        model = make_model([node], {"x": x}, ["y"], opset=7)
+        check_model(model, {"x": x}, tmp_path)
+    else:
+        resize(tmp_path, x, opset=9, op="Upsample", scales=scales, mode=mode)
+
+
+def test_axes_opset18_sizes(tmp_path):
+    resize(tmp_path, rand(1, 2, 6, 9), opset=18, sizes=[4, 14], axes=[2, 3], mode="linear")
+
+
+def test_axes_opset18_negative_scales(tmp_path):
+    resize(tmp_path, rand(1, 2, 6, 9), opset=18, scales=[3.0], axes=[-1], mode="nearest")
+
+
+def test_rank3_width_only(tmp_path):
+    resize(tmp_path, rand(2, 5, 11), sizes=[2, 5, 23], mode="linear",
+           coordinate_transformation_mode="align_corners")
+
+
+def test_tables_match_reference_on_exact_cases():
+    """Where no float32 tie is near, the tables equal onnx.reference's choice (ratio 2)."""
+    np.testing.assert_array_equal(nearest_table("asymmetric", "floor", 8, 4, F32(2)),
+                                  [0, 0, 1, 1, 2, 2, 3, 3])
+    np.testing.assert_array_equal(nearest_table("half_pixel", "round_prefer_floor", 2, 4,
+                                                F32(0.5)), [0, 2])
+    i0, i1, w0, w1 = linear_table("half_pixel", 4, 2, F32(2))
+    np.testing.assert_array_equal(i0, [0, 0, 0, 1])
+    np.testing.assert_allclose(w1, [0.0, 0.25, 0.75, 0.5])
+
+
+@pytest.mark.parametrize("attrs,match", [
+    ({"mode": "cubic"}, "cubic"),
+    ({"mode": "linear", "antialias": 1}, "antialias"),
+    ({"mode": "nearest", "coordinate_transformation_mode": "tf_crop_and_resize"},
+     "tf_crop_and_resize"),
+])
+def test_refused_attributes(tmp_path, attrs, match):
+    with pytest.raises(UnsupportedError, match=f"resize_node.*{match}"):
+        resize(tmp_path, rand(1, 1, 4, 4), scales=[1, 1, 2, 2], **attrs)
+
+
+def test_refused_channel_scaling(tmp_path):
+    with pytest.raises(UnsupportedError, match="resize_node.*axis 1"):
+        resize(tmp_path, rand(1, 2, 4, 4), scales=[1, 2, 2, 2], mode="nearest")
