@@ -130,3 +130,23 @@ def emit_copy(lo: Lowering, src: str, dst: str, shape: Sequence[int],
 def emit_plain_copy(lo: Lowering, src: str, dst: str, op: str = "copy") -> None:
     v = lo.value(src)
     emit_copy(lo, src, dst, [v.numel], [1], [1], op=op)
+
+
+def merge_broadcast_axes(shape, stride_sets):
+    """Drops size-1 axes and merges neighbours that are contiguous for the output and for
+    every input, so that the kernel's innermost loop is as long as possible."""
+    out_strides = contiguous_strides(shape)
+    axes = [(d, [s[i] for s in stride_sets], out_strides[i]) for i, d in enumerate(shape) if d != 1]
+    merged: list = []
+    for d, ss, o in axes:
+        if merged:
+            pd, pss, po = merged[-1]
+            if po == o * d and all(ps == s * d for ps, s in zip(pss, ss)):
+                merged[-1] = (pd * d, ss, o)
+                continue
+        merged.append((d, ss, o))
+    if not merged:
+        merged = [(1, [0] * len(stride_sets), 1)]
+    if len(merged) > MAX_RANK:
+        raise UnsupportedError(f"broadcasting over more than {MAX_RANK} axes")
+    return [m[0] for m in merged], [[m[1][k] for m in merged] for k in range(len(stride_sets))]

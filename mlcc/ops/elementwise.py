@@ -7,7 +7,7 @@ import numpy as np
 from ..errors import ModelError, UnsupportedError
 from ..ir import Enum, Graph, Lowering, Node
 from .common import (MAX_RANK, act_params, broadcast_shapes, broadcast_strides,
-                     contiguous_strides, emit_plain_copy, require_dtype)
+                     emit_plain_copy, merge_broadcast_axes, require_dtype)
 from .registry import OpDef, register
 
 
@@ -146,31 +146,11 @@ class Clip(_Unary):
 # ---------------------------------------------------------------------------------------------
 # Broadcasting binary operators
 
-def _merge_axes(shape, stride_sets):
-    """Drops size-1 axes and merges neighbours that are contiguous for the output and for
-    every input, so that the kernel's innermost loop is as long as possible."""
-    out_strides = contiguous_strides(shape)
-    axes = [(d, [s[i] for s in stride_sets], out_strides[i]) for i, d in enumerate(shape) if d != 1]
-    merged: list = []
-    for d, ss, o in axes:
-        if merged:
-            pd, pss, po = merged[-1]
-            if po == o * d and all(ps == s * d for ps, s in zip(pss, ss)):
-                merged[-1] = (pd * d, ss, o)
-                continue
-        merged.append((d, ss, o))
-    if not merged:
-        merged = [(1, [0] * len(stride_sets), 1)]
-    if len(merged) > MAX_RANK:
-        raise UnsupportedError(f"broadcasting over more than {MAX_RANK} axes")
-    return [m[0] for m in merged], [[m[1][k] for m in merged] for k in range(len(stride_sets))]
-
-
 def emit_binary(lo: Lowering, op: str, a: str, b: str, out: str) -> None:
     out_shape = lo.value(out).shape
     sa = broadcast_strides(lo.value(a).shape, out_shape)
     sb = broadcast_strides(lo.value(b).shape, out_shape)
-    dims, (sa, sb) = _merge_axes(out_shape, [sa, sb])
+    dims, (sa, sb) = merge_broadcast_axes(out_shape, [sa, sb])
     pad = MAX_RANK - len(dims)
     lo.call("mlcc_f32_binary", [a, b, out], [out], params_type="mlcc_binary_params",
             params={"op": Enum(f"MLCC_BINARY_{op}"), "rank": len(dims),

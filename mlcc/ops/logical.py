@@ -8,8 +8,8 @@ import numpy as np
 
 from ..errors import ModelError
 from ..ir import Enum, Lowering, Node
-from .common import MAX_RANK, C_DTYPES, broadcast_shapes, broadcast_strides, require_dtype
-from .elementwise import _merge_axes
+from .common import (MAX_RANK, C_DTYPES, broadcast_shapes, broadcast_strides,
+                     merge_broadcast_axes, require_dtype)
 from .registry import OpDef, register
 
 
@@ -17,7 +17,7 @@ def emit_compare(lo: Lowering, op: str, a: str, b: str, out: str) -> None:
     out_shape = lo.value(out).shape
     sa = broadcast_strides(lo.value(a).shape, out_shape)
     sb = broadcast_strides(lo.value(b).shape, out_shape)
-    dims, (sa, sb) = _merge_axes(out_shape, [sa, sb])
+    dims, (sa, sb) = merge_broadcast_axes(out_shape, [sa, sb])
     pad = MAX_RANK - len(dims)
     lo.call("mlcc_compare", [a, b, out], [out], params_type="mlcc_compare_params",
             params={"op": Enum(f"MLCC_COMPARE_{op}"),
@@ -83,7 +83,7 @@ class Where(OpDef):
         out = node.outputs[0]
         out_shape = lo.value(out).shape
         strides = [broadcast_strides(lo.value(n).shape, out_shape) for n in (c, x, y)]
-        dims, (sc, sx, sy) = _merge_axes(out_shape, strides)
+        dims, (sc, sx, sy) = merge_broadcast_axes(out_shape, strides)
         pad = MAX_RANK - len(dims)
         lo.call("mlcc_where", [c, x, y, out], [out], params_type="mlcc_where_params",
                 params={"elem_size": np.dtype(lo.value(out).dtype).itemsize, "rank": len(dims),
