@@ -185,3 +185,23 @@ def test_entry_point_runs_as_a_program(tiny_static_path, tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 1
     assert proc.stderr.startswith("mlcc: error:") and "Traceback" not in proc.stderr
+
+
+def test_per_layer_names_the_first_diverging_node(tiny_static_path, monkeypatch):
+    """A kernel that goes wrong (simulated by perturbing the ReLU-fused conv's output) is
+    reported by node name, and the nodes after it are not blamed."""
+    from mlcc.runtime.loader import CompiledModel
+
+    real_run = CompiledModel.run
+
+    def broken_run(self, feeds):
+        out = real_run(self, feeds)
+        for name in out:
+            if name in ("r", "logits"):
+                out[name] = out[name] + 1.0
+        return out
+
+    monkeypatch.setattr(CompiledModel, "run", broken_run)
+    r = run("verify", tiny_static_path, "--per-layer")
+    assert r.exit_code == 1
+    assert "first diverging node: 'conv' (Conv+Relu) output 'r'" in r.output

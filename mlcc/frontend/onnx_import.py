@@ -93,7 +93,9 @@ def default_opset(model: onnx.ModelProto) -> int:
     for o in model.opset_import:
         if o.domain in ("", "ai.onnx"):
             return int(o.version)
-    raise ModelError("the model imports no version of the default ONNX operator set")
+    domains = ", ".join(sorted(o.domain for o in model.opset_import)) or "none"
+    raise UnsupportedError(f"the model uses only operator sets mlcc does not support "
+                           f"({domains}); mlcc compiles the default ONNX domain")
 
 
 def _attr_value(a: onnx.AttributeProto):
@@ -142,7 +144,8 @@ def to_graph(model: onnx.ModelProto, source_sha256: str = "") -> Graph:
             raise UnsupportedError(f"input {vi.name!r}: only tensor inputs are supported")
         shape = None
         if tt.HasField("shape"):
-            shape = tuple(d.dim_value if d.HasField("dim_value") else
+            # Some exporters (paddle2onnx) write -1 for a dynamic dimension.
+            shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else
                           (d.dim_param or None) for d in tt.shape.dim)
         values[vi.name] = Value(vi.name, _np_dtype(tt.elem_type, f"input {vi.name!r}"), shape)
         inputs.append(vi.name)

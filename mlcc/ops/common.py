@@ -79,7 +79,8 @@ def require_dtype(node: Node, values: Sequence[Value | None], allowed: Sequence[
     """The common dtype of the present inputs; refuses types without a run-time kernel."""
     dtypes = {v.dtype for v in values if v is not None}
     if len(dtypes) > 1:
-        raise ModelError(f"inputs have different types: {', '.join(sorted(dtypes))}")
+        raise UnsupportedError(f"inputs of mixed types ({', '.join(sorted(dtypes))}) are not "
+                               f"supported")
     dtype = dtypes.pop() if dtypes else "float32"
     if dtype not in allowed:
         raise UnsupportedError(f"{dtype} tensors at run time are not supported "

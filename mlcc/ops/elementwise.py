@@ -180,8 +180,26 @@ class _Binary(OpDef):
 
 
 for _name, _op in [("Add", "ADD"), ("Sub", "SUB"), ("Mul", "MUL"), ("Div", "DIV"),
-                   ("Pow", "POW"), ("PRelu", "PRELU")]:
+                   ("PRelu", "PRELU")]:
     register(_name)(type(_name, (_Binary,), {"binary_op": _op}))
+
+
+@register("Pow")
+class Pow(_Binary):
+    """Pow allows an exponent of another type; a constant one is converted at compile time."""
+    binary_op = "POW"
+
+    def infer(self, node, ins, g):
+        base, exp = ins
+        if exp.dtype != base.dtype and exp.const is not None and base.dtype == "float32":
+            return [(base.dtype, broadcast_shapes(base.shape, exp.shape))]
+        return super().infer(node, ins, g)
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        exp = node.inputs[1]
+        if lo.value(exp).dtype != "float32":
+            exp = lo.add_const(f"{node.name}.exponent", lo.graph.const(exp).astype(np.float32))
+        emit_binary(lo, "POW", node.inputs[0], exp, node.outputs[0])
 
 
 class _Variadic(_Binary):

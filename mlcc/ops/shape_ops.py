@@ -57,7 +57,10 @@ class Flatten(_View):
 
     def infer(self, node, ins, g):
         x = ins[0]
-        axis = norm_axis(int(node.attr("axis", 1)), len(x.shape) + 1)
+        axis = int(node.attr("axis", 1))     # in [-rank, rank]: rank flattens to [N, 1]
+        if not -len(x.shape) <= axis <= len(x.shape):
+            raise ModelError(f"axis {axis} is out of range for rank {len(x.shape)}")
+        axis = axis + len(x.shape) if axis < 0 else axis
         return [(x.dtype, (math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))]
 
 

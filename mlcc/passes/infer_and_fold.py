@@ -112,6 +112,10 @@ def _fold(g: Graph, node: Node) -> list[np.ndarray] | None:
         return None
     if node.op_type in NONDETERMINISTIC or node.domain not in ("", "ai.onnx"):
         return None
+    if any(isinstance(v, onnx.GraphProto) or (isinstance(v, list) and v and
+                                              isinstance(v[0], onnx.GraphProto))
+           for v in node.attrs.values()):
+        raise UnsupportedError("control flow (operators with subgraphs) is not supported")
     arrays = [g.const(i) if i else None for i in node.inputs]
     if any(i and a is None for i, a in zip(node.inputs, arrays)):
         return None
