@@ -1,0 +1,182 @@
+"""Pooling: MaxPool and AveragePool (1-D and 2-D windows, NCHW) on one direct kernel each;
+GlobalAveragePool and GlobalMaxPool as reductions over the spatial axes.
+
+Output sizes and pads come from conv.window_geometry, whose ceil_mode rule (a window that
+would start in the right padding is dropped) matches onnxruntime and the ONNX spec. The compiler
+precomputes what the kernels would otherwise recompute per window: where each kernel column
+reads in a row (a tap table; for strides > 1 the kernel splits input rows into stride phases so
+that every tap reads contiguous inputs), and for AveragePool the divisors, which are a product
+of a row count and a column count (out_h + out_w reciprocals).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ModelError, UnsupportedError
+from ..ir import Graph, Lowering, Node, Value
+from .common import require_dtype
+from .conv import AUTO_PAD, _spatial2d, window_geometry
+from .reduce import KINDS, emit_reduce
+from .registry import OpDef, register
+
+
+def _dead_or_absent(lo: Lowering, node: Node, index: int) -> bool:
+    """True if optional output `index` is absent or nothing reads it (dead code removed it)."""
+    name = node.outputs[index] if index < len(node.outputs) else ""
+    return not name or name not in lo.graph.values
+
+
+class _Pool(OpDef):
+    attributes = {"auto_pad": lambda v: v in AUTO_PAD, "ceil_mode": lambda v: v in (0, 1),
+                  "dilations": None, "kernel_shape": None, "pads": None, "strides": None}
+
+    def _geometry(self, node: Node, x: Value) -> dict:
+        if len(x.shape) < 3:
+            raise ModelError(f"input {list(x.shape)} has no spatial axes")
+        if len(x.shape) > 4:
+            raise UnsupportedError(f"{len(x.shape) - 2}-D pooling is not supported "
+                                   f"(1-D and 2-D are)")
+        kernel = node.attr("kernel_shape")
+        if kernel is None:
+            raise ModelError("kernel_shape is required")
+        kernel = [int(k) for k in kernel]
+        spatial = list(x.shape[2:])
+        if len(kernel) != len(spatial):
+            raise ModelError(f"kernel_shape {kernel} does not match input {list(x.shape)}")
+        auto_pad = node.attr("auto_pad", "NOTSET")
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            # Where onnxruntime and the ONNX spec disagree, refuse rather than pick one:
+            # onnxruntime pads pools by the undilated kernel, and with a kernel shorter than
+            # the stride the padding would be negative (onnxruntime then shifts the windows of
+            # AveragePool and rejects MaxPool).
+            dilations = list(node.attr("dilations", [1] * len(kernel)))
+            strides = list(node.attr("strides", [1] * len(kernel)))
+            if any(d != 1 for d in dilations):
+                raise UnsupportedError(f"auto_pad={auto_pad} with dilations {dilations} is not "
+                                       f"supported")
+            for i, k, s in zip(spatial, kernel, strides):
+                if (-(-i // s) - 1) * s + k - i < 0:
+                    raise UnsupportedError(f"auto_pad={auto_pad} would need negative padding "
+                                           f"(kernel {kernel}, strides {strides}, input "
+                                           f"{spatial}); not supported")
+        geo = window_geometry(node, spatial, kernel, ceil_mode=bool(node.attr("ceil_mode", 0)))
+        geo["kernel"] = kernel
+        return geo
+
+    def infer(self, node, ins, g):
+        x = ins[0]
+        require_dtype(node, ins[:1], ["float32"])
+        geo = self._geometry(node, x)
+        return [("float32", (*x.shape[:2], *geo["out"]))]
+
+    def _params(self, node: Node, x: Value) -> tuple[dict, dict]:
+        geo = self._geometry(node, x)
+        kh, kw = _spatial2d(geo["kernel"], 1)
+        ih, iw = _spatial2d(list(x.shape[2:]), 1)
+        oh, ow = _spatial2d(geo["out"], 1)
+        sh, sw = _spatial2d(geo["strides"], 1)
+        dh, dw = _spatial2d(geo["dilations"], 1)
+        pt, pl = _spatial2d(geo["begin"], 0)
+        return geo, {"planes": x.shape[0] * x.shape[1], "in_h": ih, "in_w": iw, "out_h": oh,
+                     "out_w": ow, "kernel_h": kh, "kernel_w": kw, "stride_h": sh,
+                     "stride_w": sw, "dilation_h": dh, "dilation_w": dw, "pad_top": pt,
+                     "pad_left": pl, "phase_width": -(-iw // sw)}
+
+    def _emit(self, node: Node, lo: Lowering, kernel: str, params: dict,
+              extra: list[str]) -> None:
+        """The call, with its tap table: where kernel column kw of output column ow reads in a
+        row (of x for stride 1, of the stride phases in scratch otherwise; see pool.h)."""
+        sw, width = params["stride_w"], params["phase_width"]
+        t = np.arange(params["kernel_w"]) * params["dilation_w"] - params["pad_left"]
+        taps = t if sw == 1 else (t % sw) * width + t // sw
+        tab = lo.add_const(f"{node.name}.tap_offsets", taps.astype(np.int64))
+        scratch = 0 if sw == 1 else params["in_h"] * sw * width * 4
+        lo.call(kernel, [node.inputs[0], tab, *extra, node.outputs[0]], [node.outputs[0]],
+                params_type="mlcc_pool2d_params", params=params, scratch_bytes=scratch)
+
+    def flops(self, node: Node, g: Graph) -> int:
+        return g.values[node.outputs[0]].numel * math.prod(node.attr("kernel_shape", [1]))
+
+
+@register("MaxPool")
+class MaxPool(_Pool):
+    attributes = {**_Pool.attributes, "storage_order": lambda v: v == 0}
+
+    def infer(self, node, ins, g):
+        types = super().infer(node, ins, g)
+        if len(node.outputs) > 1:
+            types.append(("int64", types[0][1]))
+        return types
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        if not _dead_or_absent(lo, node, 1):
+            raise UnsupportedError("the Indices output of MaxPool is not supported")
+        x = lo.value(node.inputs[0])
+        _, params = self._params(node, x)
+        self._emit(node, lo, "mlcc_f32_maxpool2d", params, [])
+
+
+def tap_counts(out: int, kernel: int, stride: int, dilation: int, begin: int, lo: int,
+               hi: int) -> np.ndarray:
+    """For each output position, how many of its taps o * stride + k * dilation - begin fall
+    inside [lo, hi)."""
+    taps = (np.arange(out)[:, None] * stride + np.arange(kernel)[None, :] * dilation - begin)
+    return ((taps >= lo) & (taps < hi)).sum(axis=1)
+
+
+@register("AveragePool")
+class AveragePool(_Pool):
+    attributes = {**_Pool.attributes, "count_include_pad": lambda v: v in (0, 1)}
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        x = lo.value(node.inputs[0])
+        geo, params = self._params(node, x)
+        include_pad = bool(node.attr("count_include_pad", 0))
+        begin_h, begin_w = _spatial2d(geo["begin"], 0)
+        end_h, end_w = _spatial2d(geo["end"], 0)
+        tables = []
+        for size, out, k, s, d, b, e in (
+                (params["in_h"], params["out_h"], params["kernel_h"], params["stride_h"],
+                 params["dilation_h"], begin_h, end_h),
+                (params["in_w"], params["out_w"], params["kernel_w"], params["stride_w"],
+                 params["dilation_w"], begin_w, end_w)):
+            # count_include_pad counts the taps inside the padded input, not the whole kernel:
+            # with ceil_mode the last window may reach past the right padding (as onnxruntime).
+            counts = tap_counts(out, k, s, d, b, -b if include_pad else 0,
+                                size + e if include_pad else size)
+            tables.append(np.where(counts > 0, 1.0 / np.maximum(counts, 1), 0.0))
+        inv = lo.add_const(f"{node.name}.inv_count",
+                           np.concatenate(tables).astype(np.float32))
+        self._emit(node, lo, "mlcc_f32_avgpool2d", params, [inv])
+
+
+class _GlobalPool(OpDef):
+    attributes = {}
+    kind = "ReduceMean"
+
+    def infer(self, node, ins, g):
+        x = ins[0]
+        require_dtype(node, ins[:1], ["float32"])
+        if len(x.shape) < 2:
+            raise ModelError(f"input {list(x.shape)} has no channel axis")
+        return [("float32", (*x.shape[:2], *[1] * (len(x.shape) - 2)))]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        rank = len(lo.value(node.inputs[0]).shape)
+        emit_reduce(lo, KINDS[self.kind], node.inputs[0], node.outputs[0], set(range(2, rank)),
+                    op=node.op_type)
+
+    def flops(self, node, g):
+        return g.values[node.inputs[0]].numel
+
+
+@register("GlobalAveragePool")
+class GlobalAveragePool(_GlobalPool):
+    kind = "ReduceMean"
+
+
+@register("GlobalMaxPool")
+class GlobalMaxPool(_GlobalPool):
+    kind = "ReduceMax"

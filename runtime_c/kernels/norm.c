@@ -1,0 +1,131 @@
+#include "norm.h"
+
+#define LANES 8
+#define BLOCK 512
+
+void mlcc_f32_channel_affine(const mlcc_channel_affine_params *p, const float *x,
+                             const float *scale, const float *shift, float *y) {
+    const ptrdiff_t channels = (ptrdiff_t)p->channels, inner = (ptrdiff_t)p->inner;
+    ptrdiff_t o, c, i;
+    for (o = 0; o < (ptrdiff_t)p->outer; o++) {
+        const float *xo = x + o * channels * inner;
+        float *yo = y + o * channels * inner;
+        if (inner == 1) {
+            for (c = 0; c < channels; c++) yo[c] = xo[c] * scale[c] + shift[c];
+            continue;
+        }
+        for (c = 0; c < channels; c++) {
+            const float s = scale[c], b = shift[c];
+            const float *xr = xo + c * inner;
+            float *yr = yo + c * inner;
+            for (i = 0; i < inner; i++) yr[i] = xr[i] * s + b;
+        }
+    }
+}
+
+void mlcc_f32_lrn(const mlcc_lrn_params *p, const float *x, float *y) {
+    const ptrdiff_t channels = (ptrdiff_t)p->channels, inner = (ptrdiff_t)p->inner;
+    const ptrdiff_t before = (ptrdiff_t)(p->size - 1) / 2, after = (ptrdiff_t)p->size / 2;
+    const float k = p->bias, a = p->alpha_over_size, nb = -p->beta;
+    ptrdiff_t n, c, j, i;
+    for (n = 0; n < (ptrdiff_t)p->batch; n++) {
+        const float *xn = x + n * channels * inner;
+        float *yn = y + n * channels * inner;
+        for (c = 0; c < channels; c++) {
+            const ptrdiff_t lo = c - before < 0 ? 0 : c - before;
+            const ptrdiff_t hi = c + after >= channels ? channels - 1 : c + after;
+            float *yr = yn + c * inner;
+            const float *xr = xn + c * inner;
+            /* y accumulates the sum of squares first, then becomes the result */
+            for (i = 0; i < inner; i++) yr[i] = 0.0f;
+            for (j = lo; j <= hi; j++) {
+                const float *xj = xn + j * inner;
+                for (i = 0; i < inner; i++) yr[i] += xj[i] * xj[i];
+            }
+            for (i = 0; i < inner; i++) yr[i] = xr[i] * powf(k + a * yr[i], nb);
+        }
+    }
+}
+
+/* Mean and biased variance of n floats, in two passes (no cancellation), with float lanes per
+ * block and the blocks added in double. */
+static void row_moments(const float *x, ptrdiff_t n, float *mean, float *var) {
+    double total = 0.0, m;
+    ptrdiff_t start, i, j;
+    float mf;
+    if (n == 0) {
+        *mean = 0.0f;
+        *var = 0.0f;
+        return;
+    }
+    for (start = 0; start < n; start += BLOCK) {
+        const ptrdiff_t len = n - start < BLOCK ? n - start : BLOCK;
+        const ptrdiff_t body = len - len % LANES;
+        const float *xb = x + start;
+        float lane[LANES] = {0};
+        float part = 0.0f;
+        for (i = 0; i < body; i += LANES)
+            for (j = 0; j < LANES; j++) lane[j] += xb[i + j];
+        for (i = body; i < len; i++) part += xb[i];
+        for (j = 0; j < LANES; j++) part += lane[j];
+        total += part;
+    }
+    m = total / (double)n;
+    mf = (float)m;
+    total = 0.0;
+    for (start = 0; start < n; start += BLOCK) {
+        const ptrdiff_t len = n - start < BLOCK ? n - start : BLOCK;
+        const ptrdiff_t body = len - len % LANES;
+        const float *xb = x + start;
+        float lane[LANES] = {0};
+        float part = 0.0f;
+        for (i = 0; i < body; i += LANES)
+            for (j = 0; j < LANES; j++) {
+                const float d = xb[i + j] - mf;
+                lane[j] += d * d;
+            }
+        for (i = body; i < len; i++) {
+            const float d = xb[i] - mf;
+            part += d * d;
+        }
+        for (j = 0; j < LANES; j++) part += lane[j];
+        total += part;
+    }
+    *mean = mf;
+    *var = (float)(total / (double)n);
+}
+
+void mlcc_f32_instance_norm(const mlcc_instance_norm_params *p, const float *x,
+                            const float *scale, const float *bias, float *y) {
+    const ptrdiff_t channels = (ptrdiff_t)p->channels, inner = (ptrdiff_t)p->inner;
+    ptrdiff_t n, c, i;
+    for (n = 0; n < (ptrdiff_t)p->batch; n++) {
+        for (c = 0; c < channels; c++) {
+            const ptrdiff_t row = (n * channels + c) * inner;
+            const float *xr = x + row;
+            float *yr = y + row;
+            float mean, var, a;
+            const float b = bias[c];
+            row_moments(xr, inner, &mean, &var);
+            a = scale[c] / sqrtf(var + p->epsilon);
+            for (i = 0; i < inner; i++) yr[i] = (xr[i] - mean) * a + b;
+        }
+    }
+}
+
+void mlcc_f32_layer_norm(const mlcc_layer_norm_params *p, const float *x, const float *scale,
+                         const float *bias, float *y) {
+    const ptrdiff_t n = (ptrdiff_t)p->n;
+    ptrdiff_t o, j;
+    for (o = 0; o < (ptrdiff_t)p->outer; o++) {
+        const float *xr = x + o * n;
+        float *yr = y + o * n;
+        float mean, var, inv;
+        row_moments(xr, n, &mean, &var);
+        inv = 1.0f / sqrtf(var + p->epsilon);
+        if (bias != NULL)
+            for (j = 0; j < n; j++) yr[j] = (xr[j] - mean) * inv * scale[j] + bias[j];
+        else
+            for (j = 0; j < n; j++) yr[j] = (xr[j] - mean) * inv * scale[j];
+    }
+}

@@ -1,0 +1,51 @@
+/* Normalizations: BatchNormalization (inference, as a per-channel affine map), LRN,
+ * InstanceNormalization and LayerNormalization.
+ *
+ * Thread-compatible: no state; y must not overlap x (or the other inputs). */
+#ifndef MLCC_NORM_H
+#define MLCC_NORM_H
+
+#include "mlcc_kernel.h"
+
+/* y[o][c][i] = x[o][c][i] * scale[c] + shift[c] over an [outer, channels, inner] view.
+ * Inference BatchNormalization: the compiler folds gamma, beta, mean, var and epsilon into
+ * scale = gamma / sqrt(var + epsilon) and shift = beta - mean * scale. */
+typedef struct mlcc_channel_affine_params {
+    int64_t outer, channels, inner;
+} mlcc_channel_affine_params;
+
+void mlcc_f32_channel_affine(const mlcc_channel_affine_params *p, const float *x,
+                             const float *scale, const float *shift, float *y);
+
+/* Local response normalization across channels of [batch, channels, inner]:
+ *   y[n][c][i] = x[n][c][i] * (bias + alpha_over_size * sum_{c'} x[n][c'][i]^2)^-beta
+ * over c - (size - 1) / 2 <= c' <= c + size / 2 (clipped to the channels). */
+typedef struct mlcc_lrn_params {
+    int64_t batch, channels, inner;
+    int64_t size;
+    float alpha_over_size, beta, bias;
+} mlcc_lrn_params;
+
+void mlcc_f32_lrn(const mlcc_lrn_params *p, const float *x, float *y);
+
+/* InstanceNormalization over [batch, channels, inner]: each (n, c) row of `inner` values is
+ * normalized by its own mean and (biased) variance, then y = scale[c] * x_hat + bias[c]. */
+typedef struct mlcc_instance_norm_params {
+    int64_t batch, channels, inner;
+    float epsilon;
+} mlcc_instance_norm_params;
+
+void mlcc_f32_instance_norm(const mlcc_instance_norm_params *p, const float *x,
+                            const float *scale, const float *bias, float *y);
+
+/* LayerNormalization over [outer, n]: each row of n values is normalized by its mean and
+ * (biased) variance, then y[o][j] = x_hat[o][j] * scale[j] + bias[j]; bias may be NULL. */
+typedef struct mlcc_layer_norm_params {
+    int64_t outer, n;
+    float epsilon;
+} mlcc_layer_norm_params;
+
+void mlcc_f32_layer_norm(const mlcc_layer_norm_params *p, const float *x, const float *scale,
+                         const float *bias, float *y);
+
+#endif /* MLCC_NORM_H */

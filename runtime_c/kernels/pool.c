@@ -1,0 +1,205 @@
+#include <float.h>
+
+#include "pool.h"
+
+#define MAX_OF(a, v) ((v) > (a) ? (v) : (a))
+#define ADD_TO(a, v) ((a) + (v))
+
+#if MLCC_HAVE_VECTORS
+#define VL MLCC_VF_LANES
+/* Lane-wise (b > a ? b : a): compilers turn this loop into one max instruction. */
+static inline mlcc_vf vf_max(mlcc_vf a, mlcc_vf b) {
+    mlcc_vf r;
+    ptrdiff_t i;
+    for (i = 0; i < VL; i++) r[i] = b[i] > a[i] ? b[i] : a[i];
+    return r;
+}
+#define VMAX_OF(a, v) vf_max(a, v)
+#define VADD_TO(a, v) ((a) + (v))
+#endif
+
+/* floor(a / s) for s >= 1 (stride 1, the usual case, without a division). */
+static ptrdiff_t div_floor(ptrdiff_t a, ptrdiff_t s) {
+    if (s == 1) return a;
+    return a >= 0 ? a / s : -((-a + s - 1) / s);
+}
+
+/* The first o >= 0 with o * stride + offset >= 0. */
+static ptrdiff_t first_inside(ptrdiff_t stride, ptrdiff_t offset) {
+    return offset >= 0 ? 0 : -div_floor(offset, stride);
+}
+
+/* One past the last o < out_size with o * stride + offset < size (0 if none). */
+static ptrdiff_t end_inside(ptrdiff_t out_size, ptrdiff_t stride, ptrdiff_t offset,
+                            ptrdiff_t size) {
+    const ptrdiff_t last = size - 1 - offset;
+    const ptrdiff_t end = last < 0 ? 0 : div_floor(last, stride) + 1;
+    return end < out_size ? end : out_size;
+}
+
+/* The geometry of one output row: its source rows and which columns need bounds tests. */
+typedef struct row_ctx {
+    const float *x;          /* the input plane (border columns read it with bounds tests) */
+    const float *src;        /* the tap source plane: x, or its phases in scratch */
+    ptrdiff_t pitch;         /* row pitch of src */
+    const int64_t *taps;     /* tap_offsets */
+    ptrdiff_t ih0, kh_lo, kh_hi;       /* kernel rows kh_lo..kh_hi-1 are inside the input */
+    ptrdiff_t lo, hi;                  /* columns [lo, hi) have every tap inside the input */
+} row_ctx;
+
+/* One output row. Inner columns run BLOCK outputs at a time (several vectors of independent
+ * accumulators) reading contiguous taps; the few border columns test each tap. Taps are
+ * addressed by index (ow + tap offset >= 0 inside [lo, hi)), never by a pointer before a row. */
+#if MLCC_HAVE_VECTORS
+#define VECTOR_BLOCKS(VCOMBINE)                                                              \
+    for (; ow + 4 * VL <= c->hi; ow += 4 * VL) {                                             \
+        mlcc_vf a0 = mlcc_vf_splat(init), a1 = a0, a2 = a0, a3 = a0;                         \
+        for (kh = c->kh_lo; kh < c->kh_hi; kh++) {                                           \
+            const float *r = c->src + (c->ih0 + kh * dh) * c->pitch;                         \
+            for (kw = 0; kw < kw_n; kw++) {                                                  \
+                const float *t = r + (ow + (ptrdiff_t)c->taps[kw]);                          \
+                a0 = VCOMBINE(a0, mlcc_vf_load(t));                                          \
+                a1 = VCOMBINE(a1, mlcc_vf_load(t + VL));                                     \
+                a2 = VCOMBINE(a2, mlcc_vf_load(t + 2 * VL));                                 \
+                a3 = VCOMBINE(a3, mlcc_vf_load(t + 3 * VL));                                 \
+            }                                                                                \
+        }                                                                                    \
+        mlcc_vf_store(yr + ow, a0);                                                          \
+        mlcc_vf_store(yr + ow + VL, a1);                                                     \
+        mlcc_vf_store(yr + ow + 2 * VL, a2);                                                 \
+        mlcc_vf_store(yr + ow + 3 * VL, a3);                                                 \
+    }                                                                                        \
+    for (; ow + VL <= c->hi; ow += VL) {                                                     \
+        mlcc_vf a0 = mlcc_vf_splat(init);                                                    \
+        for (kh = c->kh_lo; kh < c->kh_hi; kh++) {                                           \
+            const float *r = c->src + (c->ih0 + kh * dh) * c->pitch;                         \
+            for (kw = 0; kw < kw_n; kw++)                                                    \
+                a0 = VCOMBINE(a0, mlcc_vf_load(r + (ow + (ptrdiff_t)c->taps[kw])));          \
+        }                                                                                    \
+        mlcc_vf_store(yr + ow, a0);                                                          \
+    }
+#else
+#define VECTOR_BLOCKS(VCOMBINE)
+#endif
+
+#define POOL_ROW(NAME, COMBINE, VCOMBINE)                                                    \
+    static void NAME(const mlcc_pool2d_params *p, const row_ctx *c, float init, float *yr) { \
+        const ptrdiff_t iw_n = (ptrdiff_t)p->in_w, ow_n = (ptrdiff_t)p->out_w;               \
+        const ptrdiff_t kw_n = (ptrdiff_t)p->kernel_w, sw = (ptrdiff_t)p->stride_w;          \
+        const ptrdiff_t dh = (ptrdiff_t)p->dilation_h, dw = (ptrdiff_t)p->dilation_w;        \
+        const ptrdiff_t pl = (ptrdiff_t)p->pad_left;                                         \
+        ptrdiff_t ow, kh, kw;                                                                \
+        for (ow = 0; ow < ow_n; ow++) {                                                      \
+            float acc = init;                                                                \
+            if (ow == c->lo && c->hi > c->lo) {                                              \
+                ow = c->hi - 1;                                                              \
+                continue;                                                                    \
+            }                                                                                \
+            for (kh = c->kh_lo; kh < c->kh_hi; kh++) {                                       \
+                const float *xr = c->x + (c->ih0 + kh * dh) * iw_n;                          \
+                for (kw = 0; kw < kw_n; kw++) {                                              \
+                    const ptrdiff_t iw = ow * sw - pl + kw * dw;                             \
+                    if (iw >= 0 && iw < iw_n) acc = COMBINE(acc, xr[iw]);                    \
+                }                                                                            \
+            }                                                                                \
+            yr[ow] = acc;                                                                    \
+        }                                                                                    \
+        ow = c->lo;                                                                          \
+        VECTOR_BLOCKS(VCOMBINE)                                                              \
+        for (; ow < c->hi; ow++) {                                                           \
+            float acc = init;                                                                \
+            for (kh = c->kh_lo; kh < c->kh_hi; kh++) {                                       \
+                const float *r = c->src + (c->ih0 + kh * dh) * c->pitch;                     \
+                for (kw = 0; kw < kw_n; kw++)                                                \
+                    acc = COMBINE(acc, r[ow + (ptrdiff_t)c->taps[kw]]);                      \
+            }                                                                                \
+            yr[ow] = acc;                                                                    \
+        }                                                                                    \
+    }
+
+POOL_ROW(max_row, MAX_OF, VMAX_OF)
+POOL_ROW(sum_row, ADD_TO, VADD_TO)
+
+/* Phase q of row r goes to phases[r * stride * width + q * width + j] = x[r * in_w + q +
+ * j * stride] for the j that stay inside the row. */
+static void split_phases(const float *x, ptrdiff_t rows, ptrdiff_t in_w, ptrdiff_t stride,
+                         ptrdiff_t width, float *phases) {
+    ptrdiff_t q, r, j;
+    if (stride == 2) {
+        /* one pass per row, both phases at once (vectorizes as a deinterleave) */
+        const ptrdiff_t pairs = in_w / 2;
+        for (r = 0; r < rows; r++) {
+            const float *xr = x + r * in_w;
+            float *even = phases + r * 2 * width, *odd = even + width;
+            for (j = 0; j < pairs; j++) {
+                even[j] = xr[2 * j];
+                odd[j] = xr[2 * j + 1];
+            }
+            if (in_w % 2) even[pairs] = xr[in_w - 1];
+        }
+        return;
+    }
+    for (q = 0; q < stride && q < in_w; q++) {
+        const ptrdiff_t n = (in_w - q + stride - 1) / stride;
+        for (r = 0; r < rows; r++) {
+            const float *xr = x + r * in_w + q;
+            float *pr = phases + r * stride * width + q * width;
+            for (j = 0; j < n; j++) pr[j] = xr[j * stride];
+        }
+    }
+}
+
+static void pool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *taps, float *y,
+                   float *scratch, int is_max, const float *inv_count) {
+    const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
+    const ptrdiff_t oh_n = (ptrdiff_t)p->out_h, ow_n = (ptrdiff_t)p->out_w;
+    const ptrdiff_t kh_n = (ptrdiff_t)p->kernel_h, kw_n = (ptrdiff_t)p->kernel_w;
+    const ptrdiff_t sh = (ptrdiff_t)p->stride_h, sw = (ptrdiff_t)p->stride_w;
+    const ptrdiff_t dh = (ptrdiff_t)p->dilation_h, dw = (ptrdiff_t)p->dilation_w;
+    const ptrdiff_t pt = (ptrdiff_t)p->pad_top, pl = (ptrdiff_t)p->pad_left;
+    const float init = is_max ? -FLT_MAX : 0.0f;
+    /* Output columns whose first and last kernel columns (hence all) are inside the input. */
+    const ptrdiff_t lo0 = first_inside(sw, -pl), lo1 = first_inside(sw, (kw_n - 1) * dw - pl);
+    const ptrdiff_t hi0 = end_inside(ow_n, sw, -pl, iw_n);
+    const ptrdiff_t hi1 = end_inside(ow_n, sw, (kw_n - 1) * dw - pl, iw_n);
+    row_ctx c;
+    ptrdiff_t plane, oh, ow;
+    c.taps = taps;
+    c.lo = lo0 > lo1 ? lo0 : lo1;
+    c.hi = hi0 < hi1 ? hi0 : hi1;
+    if (c.hi < c.lo) c.hi = c.lo;
+    c.pitch = sw == 1 ? iw_n : sw * (ptrdiff_t)p->phase_width;
+    for (plane = 0; plane < (ptrdiff_t)p->planes; plane++) {
+        float *yp = y + plane * oh_n * ow_n;
+        c.x = x + plane * ih_n * iw_n;
+        c.src = c.x;
+        if (sw > 1 && c.hi > c.lo) {
+            split_phases(c.x, ih_n, iw_n, sw, (ptrdiff_t)p->phase_width, scratch);
+            c.src = scratch;
+        }
+        for (oh = 0; oh < oh_n; oh++) {
+            float *yr = yp + oh * ow_n;
+            c.ih0 = oh * sh - pt;
+            c.kh_lo = first_inside(dh, c.ih0);
+            c.kh_hi = end_inside(kh_n, dh, c.ih0, ih_n);
+            if (is_max) {
+                max_row(p, &c, init, yr);
+            } else {
+                const float rh = inv_count[oh];
+                const float *rw = inv_count + oh_n;
+                sum_row(p, &c, init, yr);
+                for (ow = 0; ow < ow_n; ow++) yr[ow] *= rh * rw[ow];
+            }
+        }
+    }
+}
+
+void mlcc_f32_maxpool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *tap_offsets,
+                        float *y, float *scratch) {
+    pool2d(p, x, tap_offsets, y, scratch, 1, NULL);
+}
+
+void mlcc_f32_avgpool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *tap_offsets,
+                        const float *inv_count, float *y, float *scratch) {
+    pool2d(p, x, tap_offsets, y, scratch, 0, inv_count);
+}

@@ -1,0 +1,44 @@
+/* 2-D max and average pooling over NCHW planes (1-D pooling runs with in_h = out_h = 1).
+ *
+ * Thread-compatible: no state; x, y and scratch must not overlap. */
+#ifndef MLCC_POOL_H
+#define MLCC_POOL_H
+
+#include "mlcc_kernel.h"
+
+/* Output pixel (oh, ow) of plane n covers the input taps
+ *   (oh * stride_h + kh * dilation_h - pad_top, ow * stride_w + kw * dilation_w - pad_left)
+ * for kh < kernel_h, kw < kernel_w; taps outside the input are padding. Bottom/right padding
+ * and ceil_mode are already in out_h/out_w.
+ *
+ * For stride_w > 1 each input plane is first split into stride_w phases (phase q holds the
+ * columns q, q + stride_w, ...; phase_width = ceil(in_w / stride_w) columns each) in scratch,
+ * so that every kernel column reads contiguous inputs. tap_offsets[kw] (kernel_w entries,
+ * precomputed by the compiler) is where kernel column kw of output column ow sits in a row:
+ *   stride_w == 1: at x_row[ow + tap_offsets[kw]]     (kw * dilation_w - pad_left)
+ *   stride_w  > 1: at phases_row[ow + tap_offsets[kw]] (q * phase_width + floor(t / stride_w)
+ *                  with t = kw * dilation_w - pad_left and q = t mod stride_w)
+ * scratch holds in_h * stride_w * phase_width floats when stride_w > 1 (else it may be NULL). */
+typedef struct mlcc_pool2d_params {
+    int64_t planes;                   /* batch * channels */
+    int64_t in_h, in_w, out_h, out_w;
+    int64_t kernel_h, kernel_w;
+    int64_t stride_h, stride_w;
+    int64_t dilation_h, dilation_w;
+    int64_t pad_top, pad_left;
+    int64_t phase_width;              /* ceil(in_w / stride_w) */
+} mlcc_pool2d_params;
+
+/* Maximum over the taps inside the input; -FLT_MAX for a window that is all padding (as
+ * onnxruntime). NaN inputs are skipped. */
+void mlcc_f32_maxpool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *tap_offsets,
+                        float *y, float *scratch);
+
+/* Sum over the taps inside the input times inv_count[oh] * inv_count[out_h + ow]: the
+ * divisor (taps inside the input, or inside the padded input for count_include_pad) is a
+ * product of a row and a column count, precomputed by the compiler as reciprocals
+ * (out_h + out_w floats; 0 for an empty count). */
+void mlcc_f32_avgpool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *tap_offsets,
+                        const float *inv_count, float *y, float *scratch);
+
+#endif /* MLCC_POOL_H */

@@ -1,0 +1,153 @@
+"""BatchNormalization (standalone), LRN, InstanceNormalization and LayerNormalization against
+onnxruntime on odd shapes."""
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import mlcc
+from mlcc.errors import UnsupportedError
+from util import check_model, check_node, compile_and_run, make_model, rand
+
+
+def _bn_params(c, seed=1):
+    return {"scale": rand(c, seed=seed), "B": rand(c, seed=seed + 1),
+            "mean": rand(c, seed=seed + 2), "var": rand(c, seed=seed + 3, low=0.2, high=2.0)}
+
+
+@pytest.mark.parametrize("shape,opset", [((3, 7), 15), ((2, 5, 13), 15), ((2, 3, 7, 11), 9),
+                                         ((1, 4, 3, 5, 6), 14), ((2, 6, 5, 5), 7)])
+def test_batchnorm(tmp_path, shape, opset):
+    check_node("BatchNormalization", {"x": rand(*shape)}, initializers=_bn_params(shape[1]),
+               tmp_path=tmp_path, opset=opset, epsilon=1e-3)
+
+
+def test_batchnorm_spatial0_opset7(tmp_path):
+    """spatial=0: statistics per (channel, position), an affine map per element."""
+    shape = (2, 3, 4, 5)
+    params = {"scale": rand(3, 4, 5, seed=1), "B": rand(3, 4, 5, seed=2),
+              "mean": rand(3, 4, 5, seed=3), "var": rand(3, 4, 5, seed=4, low=0.2, high=2.0)}
+    check_node("BatchNormalization", {"x": rand(*shape)}, initializers=params,
+               tmp_path=tmp_path, opset=7, spatial=0)
+
+
+def test_batchnorm_not_after_conv(tmp_path):
+    """A BatchNormalization after an Add has no Conv to fold into: it runs on its own kernel."""
+    x, z = rand(1, 4, 6, 7), rand(1, 4, 6, 7, seed=9)
+    inits = _bn_params(4)
+    nodes = [helper.make_node("Add", ["x", "z"], ["s"]),
+             helper.make_node("BatchNormalization", ["s", *inits], ["y"])]
+    check_model(make_model(nodes, {"x": x, "z": z}, ["y"], initializers=inits),
+                {"x": x, "z": z}, tmp_path)
+
+
+def test_batchnorm_refuses_training_mode(tmp_path):
+    inits = _bn_params(3)
+    node = helper.make_node("BatchNormalization", ["x", *inits], ["y"], name="bn",
+                            training_mode=1)
+    graph = helper.make_graph(
+        [node], "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    model.ir_version = 9
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    with pytest.raises(UnsupportedError, match="bn.*training_mode"):
+        mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", build=False)
+
+
+def test_batchnorm_refuses_runtime_statistics(tmp_path):
+    p = _bn_params(3)
+    with pytest.raises(UnsupportedError, match="batchnormalization_node.*must be a constant"):
+        check_node("BatchNormalization", {"x": rand(2, 3, 4), "scale": p["scale"],
+                                          "B": p["B"], "mean": p["mean"]},
+                   initializers={"var": p["var"]}, tmp_path=tmp_path, opset=15)
+
+
+@pytest.mark.parametrize("shape,size,alpha,beta,bias", [
+    ((1, 7, 5, 5), 3, 1e-4, 0.75, 1.0),
+    ((2, 16, 9, 11), 5, 2e-3, 0.6, 2.0),
+    ((1, 3, 2, 2), 9, 0.3, 0.75, 1.0),         # window wider than the channels
+])
+def test_lrn(tmp_path, shape, size, alpha, beta, bias):
+    check_node("LRN", {"x": rand(*shape) * 3.0}, tmp_path=tmp_path, size=size, alpha=alpha,
+               beta=beta, bias=bias)
+
+
+def _lrn_spec(x, size, alpha, beta, bias):
+    """The ONNX spec formula (onnxruntime takes only 4-D and odd sizes; onnx.reference's LRN
+    loops over the batch axis instead of the channels)."""
+    c = x.shape[1]
+    sq = np.zeros(x.shape, np.float64)
+    for ch in range(c):
+        lo, hi = max(0, ch - (size - 1) // 2), min(c - 1, ch + -(-(size - 1) // 2))
+        sq[:, ch] = (x[:, lo:hi + 1].astype(np.float64) ** 2).sum(axis=1)
+    return (x / (bias + alpha / size * sq) ** beta).astype(np.float32)
+
+
+@pytest.mark.parametrize("shape,size", [((1, 6, 4, 3), 4),     # even: one more channel after
+                                        ((2, 5, 13), 3),       # 3-D input
+                                        ((1, 7, 2, 3, 2), 2)])  # 5-D input
+def test_lrn_against_spec(tmp_path, shape, size):
+    x = rand(*shape) * 3.0
+    node = helper.make_node("LRN", ["x"], ["y"], size=size, alpha=0.5, beta=0.9, bias=1.5)
+    got = compile_and_run(make_model([node], {"x": x}, ["y"]), {"x": x}, tmp_path)["y"]
+    np.testing.assert_allclose(got, _lrn_spec(x, size, 0.5, 0.9, 1.5), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 7, 11), (1, 4, 50), (2, 3, 3, 4, 5), (1, 2, 4099)])
+def test_instance_norm(tmp_path, shape):
+    c = shape[1]
+    check_node("InstanceNormalization", {"x": rand(*shape) * 2.0 + 5.0},
+               initializers={"scale": rand(c, seed=1), "B": rand(c, seed=2)},
+               tmp_path=tmp_path, epsilon=1e-4)
+
+
+def test_instance_norm_runtime_scale(tmp_path):
+    check_node("InstanceNormalization", {"x": rand(2, 3, 5, 4), "scale": rand(3, seed=1),
+                                         "B": rand(3, seed=2)}, tmp_path=tmp_path)
+
+
+@pytest.mark.parametrize("shape,axis,scale_shape,bias", [
+    ((3, 7, 33), -1, (33,), True),
+    ((2, 3, 5, 7), 1, (3, 5, 7), True),
+    ((2, 3, 5, 7), -2, (5, 7), False),        # no bias
+    ((4, 4099), -1, (4099,), True),           # long rows
+    ((2, 5, 6), 0, (2, 5, 6), True),          # whole tensor
+    ((3, 5, 6), 1, (1, 6), True),             # scale broadcast over axis 1
+])
+def test_layer_norm(tmp_path, shape, axis, scale_shape, bias):
+    inits = {"scale": rand(*scale_shape, seed=1)}
+    if bias:
+        inits["B"] = rand(*scale_shape, seed=2)
+    check_node("LayerNormalization", {"x": rand(*shape) + 3.0}, initializers=inits,
+               tmp_path=tmp_path, axis=axis, epsilon=1e-5)
+
+
+def test_layer_norm_runtime_scale_broadcast(tmp_path):
+    check_node("LayerNormalization", {"x": rand(2, 3, 5, 7), "scale": rand(5, 1, seed=1),
+                                      "B": rand(7, seed=2)}, tmp_path=tmp_path, axis=-2)
+
+
+def test_layer_norm_large_mean(tmp_path):
+    """Mean 1000, spread 1: E[x^2] - E[x]^2 would lose all digits in float."""
+    check_node("LayerNormalization", {"x": rand(3, 257) + 1000.0},
+               initializers={"scale": rand(257, seed=1), "B": rand(257, seed=2)},
+               tmp_path=tmp_path)
+
+
+def test_layer_norm_refuses_used_mean_output(tmp_path):
+    with pytest.raises(UnsupportedError, match="layernormalization_node.*Mean"):
+        check_node("LayerNormalization", {"x": rand(3, 8)},
+                   initializers={"scale": rand(8, seed=1)}, tmp_path=tmp_path, n_outputs=2)
+
+
+def test_lrn_folds_with_the_spec_formula(tmp_path):
+    """An LRN of a constant folds at compile time (not through onnx.reference's LRN)."""
+    c = (rand(2, 5, 3, 3) * 3.0).astype(np.float32)
+    x = rand(2, 5, 3, 3, seed=7)
+    nodes = [helper.make_node("LRN", ["c"], ["l"], size=3, alpha=0.5, beta=0.9, bias=1.5),
+             helper.make_node("Add", ["x", "l"], ["y"])]
+    model = make_model(nodes, {"x": x}, ["y"], initializers={"c": c})
+    got = compile_and_run(model, {"x": x}, tmp_path)["y"]
+    np.testing.assert_allclose(got, x + _lrn_spec(c, 3, 0.5, 0.9, 1.5), rtol=1e-5, atol=1e-6)

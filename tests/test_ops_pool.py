@@ -1,0 +1,255 @@
+"""MaxPool, AveragePool, GlobalAveragePool and GlobalMaxPool against onnxruntime on odd shapes."""
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import mlcc
+from mlcc.errors import UnsupportedError
+from mlcc.ir import Node
+from mlcc.ops.conv import window_geometry
+from util import (check_model, check_node, compile_and_run, make_model, rand,
+                  reference_outputs)
+
+
+@pytest.mark.parametrize("shape,kernel,strides,pads,dil,ceil", [
+    ((1, 3, 9, 11), [3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 0),
+    ((2, 4, 13, 7), [2, 2], [2, 2], [0, 0, 0, 0], [1, 1], 0),      # the classic 2x2/2
+    ((1, 5, 17, 13), [3, 2], [3, 1], [2, 0, 1, 1], [1, 1], 0),      # asymmetric pads, stride 3
+    ((1, 2, 11, 11), [3, 3], [2, 3], [1, 1, 0, 2], [2, 2], 0),      # dilated
+    ((1, 3, 10, 7), [3, 3], [2, 2], [0, 0, 0, 0], [1, 1], 1),       # ceil_mode adds a window
+    ((1, 2, 7, 7), [2, 2], [3, 3], [1, 1, 1, 1], [1, 1], 1),        # ceil window would start
+                                                                    # in the right pad: dropped
+    ((1, 2, 5, 9), [2, 3], [3, 2], [1, 0, 1, 2], [2, 1], 1),        # ceil + dilation
+])
+def test_maxpool2d(tmp_path, shape, kernel, strides, pads, dil, ceil):
+    check_node("MaxPool", {"x": rand(*shape)}, tmp_path=tmp_path, kernel_shape=kernel,
+               strides=strides, pads=pads, dilations=dil, ceil_mode=ceil)
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_pool_auto_pad(tmp_path, op, auto_pad):
+    attrs = {"count_include_pad": 1} if op == "AveragePool" else {}
+    check_node(op, {"x": rand(1, 3, 10, 13)}, tmp_path=tmp_path, kernel_shape=[4, 3],
+               strides=[2, 3], auto_pad=auto_pad, **attrs)
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("kernel,strides,pads,ceil", [
+    ([3], [2], [1, 1], 0), ([4], [3], [2, 1], 1), ([1], [2], [0, 0], 0)])
+def test_pool1d(tmp_path, op, kernel, strides, pads, ceil):
+    check_node(op, {"x": rand(2, 3, 23)}, tmp_path=tmp_path, kernel_shape=kernel,
+               strides=strides, pads=pads, ceil_mode=ceil)
+
+
+@pytest.mark.parametrize("shape,kernel,strides,pads,include,ceil", [
+    ((1, 3, 9, 11), [3, 3], [2, 2], [1, 1, 1, 1], 0, 0),
+    ((1, 3, 9, 11), [3, 3], [2, 2], [1, 1, 1, 1], 1, 0),
+    ((2, 2, 10, 7), [3, 2], [2, 2], [0, 1, 2, 0], 0, 1),
+    ((2, 2, 10, 7), [3, 2], [2, 2], [0, 1, 2, 0], 1, 1),           # the last windows reach past
+                                                                   # the padding: not counted
+    ((1, 4, 13, 17), [5, 4], [3, 3], [2, 1, 2, 3], 1, 1),
+    ((1, 2, 7, 7), [7, 7], [1, 1], [0, 0, 0, 0], 0, 0),            # global-sized window
+])
+def test_avgpool2d(tmp_path, shape, kernel, strides, pads, include, ceil):
+    check_node("AveragePool", {"x": rand(*shape)}, tmp_path=tmp_path, kernel_shape=kernel,
+               strides=strides, pads=pads, count_include_pad=include, ceil_mode=ceil)
+
+
+@pytest.mark.parametrize("include", [0, 1])
+def test_avgpool_dilations_opset19(tmp_path, include):
+    check_node("AveragePool", {"x": rand(1, 3, 11, 12)}, tmp_path=tmp_path, opset=19,
+               kernel_shape=[3, 3], strides=[2, 1], pads=[1, 2, 1, 0], dilations=[2, 3],
+               count_include_pad=include, ceil_mode=1)
+
+
+@pytest.mark.parametrize("op,opset", [("MaxPool", 8), ("MaxPool", 11), ("MaxPool", 12),
+                                      ("AveragePool", 7), ("AveragePool", 10)])
+def test_pool_older_opsets(tmp_path, op, opset):
+    check_node(op, {"x": rand(1, 2, 8, 9)}, tmp_path=tmp_path, opset=opset, kernel_shape=[3, 3],
+               strides=[2, 2], pads=[1, 0, 0, 1])
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+@pytest.mark.parametrize("shape", [(2, 5, 7, 9), (1, 3, 31), (1, 2, 3, 5, 7), (3, 7, 1, 1)])
+def test_global_pool(tmp_path, op, shape):
+    check_node(op, {"x": rand(*shape)}, tmp_path=tmp_path)
+
+
+def test_pool_windows_all_padding(tmp_path):
+    """Dilated taps can all miss the input: MaxPool gives -FLT_MAX and AveragePool without
+    count_include_pad 0, as onnxruntime (compared exactly: -FLT_MAX would swamp the tolerance)."""
+    x = rand(1, 2, 1, 7)
+    for op, attrs in (("MaxPool", {}), ("AveragePool", {"count_include_pad": 0})):
+        node = helper.make_node(op, ["x"], ["y"], kernel_shape=[2, 1], strides=[3, 2],
+                                pads=[1, 0, 1, 0], dilations=[2, 1], **attrs)
+        model = make_model([node], {"x": x}, ["y"], opset=19)
+        got = compile_and_run(model, {"x": x}, tmp_path)["y"]
+        ref = reference_outputs(model, {"x": x})["y"]
+        assert got.shape == ref.shape == (1, 2, 1, 4)
+        np.testing.assert_array_equal(got, ref)
+        assert got.flat[0] == (np.finfo(np.float32).min if op == "MaxPool" else 0.0)
+
+
+def test_pool_chain(tmp_path):
+    """Pools compose with other ops (and their outputs feed later kernels)."""
+    x = rand(1, 3, 12, 12)
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("AveragePool", ["p"], ["y"], kernel_shape=[2, 2], strides=[2, 2],
+                              ceil_mode=1)]
+    check_model(make_model(nodes, {"x": x}, ["y"]), {"x": x}, tmp_path)
+
+
+KERNELS = Path(__file__).resolve().parents[1] / "runtime_c"
+
+TWIN_C = r"""
+/* The pool kernels' vector path against their scalar twin (MLCC_HAVE_VECTORS 0) and a naive
+ * reference, over random geometries. Prints the number of mismatches. */
+#include <float.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "pool.h"
+#undef MLCC_HAVE_VECTORS
+#define MLCC_HAVE_VECTORS 0
+#define mlcc_f32_maxpool2d scalar_maxpool2d
+#define mlcc_f32_avgpool2d scalar_avgpool2d
+#include "pool.c"
+#undef mlcc_f32_maxpool2d
+#undef mlcc_f32_avgpool2d
+
+static int rnd(int lo, int hi) { return lo + rand() % (hi - lo + 1); }
+
+int main(void) {
+    int trial, bad = 0;
+    for (trial = 0; trial < 3000; trial++) {
+        mlcc_pool2d_params p;
+        int64_t taps[8];
+        float x[2 * 40 * 40], y0[2 * 40 * 40], y1[2 * 40 * 40], scr[40 * 48], inv[100];
+        long i, k, n;
+        p.planes = 2; p.in_h = rnd(1, 9); p.in_w = rnd(1, 40);
+        p.kernel_h = rnd(1, 4); p.kernel_w = rnd(1, 4);
+        p.stride_h = rnd(1, 3); p.stride_w = rnd(1, 4);
+        p.dilation_h = rnd(1, 2); p.dilation_w = rnd(1, 3);
+        p.pad_top = rnd(0, 3); p.pad_left = rnd(0, 3);
+        {
+            long eh = p.dilation_h * (p.kernel_h - 1) + 1, ew = p.dilation_w * (p.kernel_w - 1) + 1;
+            long sh = p.in_h + p.pad_top + rnd(0, 3) - eh;
+            long swid = p.in_w + p.pad_left + rnd(0, 3) - ew;
+            if (sh < 0 || swid < 0) continue;
+            p.out_h = sh / p.stride_h + 1; p.out_w = swid / p.stride_w + 1;
+        }
+        p.phase_width = (p.in_w + p.stride_w - 1) / p.stride_w;
+        for (k = 0; k < p.kernel_w; k++) {
+            long t = k * p.dilation_w - p.pad_left, s = p.stride_w, q = ((t % s) + s) % s;
+            taps[k] = s == 1 ? t : q * p.phase_width + (t - q) / s;
+        }
+        n = p.planes * p.in_h * p.in_w;
+        for (i = 0; i < n; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
+        for (i = 0; i < p.out_h + p.out_w; i++) inv[i] = 1.0f;
+        for (k = 0; k < 2; k++) {
+            long plane, oh, ow, kh, kw;
+            if (k == 0) {
+                mlcc_f32_maxpool2d(&p, x, taps, y0, scr);
+                scalar_maxpool2d(&p, x, taps, y1, scr);
+            } else {
+                mlcc_f32_avgpool2d(&p, x, taps, inv, y0, scr);
+                scalar_avgpool2d(&p, x, taps, inv, y1, scr);
+            }
+            for (plane = 0; plane < p.planes; plane++)
+                for (oh = 0; oh < p.out_h; oh++)
+                    for (ow = 0; ow < p.out_w; ow++) {
+                        float r = k == 0 ? -FLT_MAX : 0.0f;
+                        long o = (plane * p.out_h + oh) * p.out_w + ow;
+                        for (kh = 0; kh < p.kernel_h; kh++)
+                            for (kw = 0; kw < p.kernel_w; kw++) {
+                                long ih = oh * p.stride_h + kh * p.dilation_h - p.pad_top;
+                                long iw = ow * p.stride_w + kw * p.dilation_w - p.pad_left;
+                                float v;
+                                if (ih < 0 || ih >= p.in_h || iw < 0 || iw >= p.in_w) continue;
+                                v = x[(plane * p.in_h + ih) * p.in_w + iw];
+                                r = k == 0 ? (v > r ? v : r) : r + v;
+                            }
+                        if ((k == 0 && (y0[o] != r || y1[o] != r)) ||
+                            (k == 1 && (fabsf(y0[o] - r) > 1e-5f || fabsf(y1[o] - r) > 1e-5f))) {
+                            if (bad < 5) printf("mismatch k=%ld trial %d\n", k, trial);
+                            bad++;
+                        }
+                    }
+        }
+    }
+    printf("%d mismatches\n", bad);
+    return bad != 0;
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_pool_kernels_against_scalar_twin_and_naive(tmp_path):
+    """The vector path, the portable scalar path (MLCC_HAVE_VECTORS 0) and a naive loop agree on
+    3000 random geometries (strides 1-4 through the phase split, dilations, pads, borders),
+    under ASan and UBSan."""
+    (tmp_path / "twin.c").write_text(TWIN_C)
+    cmd = ["gcc", "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-O1", "-g",
+           "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+           f"-I{KERNELS / 'include'}", f"-I{KERNELS / 'kernels'}", str(tmp_path / "twin.c"),
+           str(KERNELS / "kernels" / "pool.c"), "-o", str(tmp_path / "twin"), "-lm"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    run = subprocess.run([str(tmp_path / "twin")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def _ceil_rule_reference(i, k, s, d, pb, pe):
+    """PyTorch / onnxruntime: ceil, minus a window that would start in the right padding."""
+    o = -(-(i + pb + pe - d * (k - 1) - 1) // s) + 1
+    return o - 1 if (o - 1) * s >= i + pb else o
+
+
+def test_window_geometry_ceil_rule():
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        i, k, s, d = (int(v) for v in rng.integers(1, 9, 4))
+        pb, pe = (int(v) for v in rng.integers(0, k, 2))
+        if i + pb + pe < d * (k - 1) + 1:
+            continue
+        node = Node("n", "MaxPool", ["x"], ["y"], {"kernel_shape": [k], "strides": [s],
+                                                   "pads": [pb, pe], "dilations": [d]})
+        geo = window_geometry(node, [i], [k], ceil_mode=True)
+        assert geo["out"] == [_ceil_rule_reference(i, k, s, d, pb, pe)], (i, k, s, d, pb, pe)
+
+
+def _compile_fails(tmp_path, op, n_outputs=1, **attrs):
+    with pytest.raises(UnsupportedError, match=f"{op.lower()}_node") as err:
+        check_node(op, {"x": rand(1, 2, 6, 6)}, tmp_path=tmp_path, n_outputs=n_outputs, **attrs)
+    return str(err.value)
+
+
+def test_refuses_storage_order(tmp_path):
+    msg = _compile_fails(tmp_path, "MaxPool", kernel_shape=[2, 2], storage_order=1)
+    assert "storage_order" in msg
+
+
+def test_refuses_indices_output(tmp_path):
+    msg = _compile_fails(tmp_path, "MaxPool", n_outputs=2, kernel_shape=[2, 2])
+    assert "Indices" in msg
+
+
+def test_refuses_same_with_dilation(tmp_path):
+    msg = _compile_fails(tmp_path, "MaxPool", kernel_shape=[2, 2], auto_pad="SAME_UPPER",
+                         dilations=[2, 2])
+    assert "dilations" in msg
+
+
+def test_refuses_3d_pool(tmp_path):
+    x = rand(1, 2, 4, 4, 4)
+    node = helper.make_node("MaxPool", ["x"], ["y"], name="pool3d", kernel_shape=[2, 2, 2])
+    model = make_model([node], {"x": x}, ["y"])
+    path = tmp_path / "m.onnx"
+    import onnx
+    onnx.save(model, str(path))
+    with pytest.raises(UnsupportedError, match="pool3d.*3-D pooling"):
+        mlcc.compile(path, tmp_path / "out", build=False)

@@ -1,0 +1,120 @@
+"""Reduce* operators against onnxruntime: every op, axis sets that need one, two and three
+kernel calls, both opset forms of axes, keepdims, noop_with_empty_axes, long reductions."""
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import mlcc
+from mlcc.errors import UnsupportedError
+from mlcc.ops.reduce import reduce_calls
+from util import check_node, make_model, check_model, rand
+
+OPS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+       "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"]
+
+
+def _input(op, shape, seed=0):
+    x = rand(*shape, seed=seed)
+    if op == "ReduceProd":
+        return (1.0 + 0.1 * x).astype(np.float32)       # products of O(1) numbers
+    if op == "ReduceLogSum":
+        return np.abs(x) + 0.1                           # a positive sum
+    return x
+
+
+def _reduce(op, x, tmp_path, axes, opset=18, **attrs):
+    """Axes as an input from opset 18 (13 for ReduceSum), as an attribute before."""
+    since = 13 if op == "ReduceSum" else 18
+    if axes is None:
+        return check_node(op, {"x": x}, tmp_path=tmp_path, opset=opset, **attrs)
+    if opset >= since:
+        return check_node(op, {"x": x}, initializers={"axes": np.array(axes, np.int64)},
+                          tmp_path=tmp_path, opset=opset, **attrs)
+    return check_node(op, {"x": x}, tmp_path=tmp_path, opset=opset, axes=axes, **attrs)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_each_op_middle_axes(tmp_path, op):
+    # axes 1 and 3 of 5-D: two reduced groups, two kernel calls (inner > 1 and inner == 1)
+    _reduce(op, _input(op, (2, 3, 5, 7, 4)), tmp_path, [1, -1])
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_each_op_attribute_form_last_axis(tmp_path, op):
+    _reduce(op, _input(op, (3, 5, 13)), tmp_path, [-1], opset=13, keepdims=0)
+
+
+@pytest.mark.parametrize("shape,axes,keepdims", [
+    ((2, 3, 5, 7, 4), [0], 1),                # outer == 1, inner > 1
+    ((2, 3, 5, 7, 4), [1, 2], 0),             # adjacent axes merge into one call
+    ((2, 3, 5, 7, 4), [0, 2, 4], 1),          # three groups, three calls
+    ((2, 3, 5, 7, 4), [-4, -2], 0),           # negative axes
+    ((2, 1, 5, 1, 3), [1, 2, 3], 1),          # size-1 axes dropped before merging
+    ((2, 1, 5, 1, 3), [1, 3], 0),             # only size-1 axes: a copy
+    ((3, 67, 130), None, 1),                  # all axes (no axes given)
+    ((11,), [0], 0),                          # to a scalar
+])
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceMax", "ReduceL2"])
+def test_axis_patterns(tmp_path, op, shape, axes, keepdims):
+    _reduce(op, _input(op, shape, seed=3), tmp_path, axes, keepdims=keepdims)
+
+
+@pytest.mark.parametrize("shape,axes", [((1, 100003), [1]), ((20011, 3), [0]),
+                                        ((7, 4099, 5), [1])])
+def test_long_sums(tmp_path, shape, axes):
+    """Sums of many positive values: float accumulation would drift past the tolerance."""
+    x = rand(*shape, low=0.5, high=1.5)
+    _reduce("ReduceSum", x, tmp_path, axes)
+    _reduce("ReduceMean", x, tmp_path, axes)
+
+
+def test_log_sum_exp_large_values(tmp_path):
+    x = rand(4, 9, 6) * 80.0            # exp would overflow without the max shift
+    _reduce("ReduceLogSumExp", x, tmp_path, [1])
+    _reduce("ReduceLogSumExp", x, tmp_path, [2])
+
+
+@pytest.mark.parametrize("op,opset", [("ReduceSum", 13), ("ReduceL2", 18),
+                                      ("ReduceSumSquare", 18), ("ReduceMax", 18)])
+def test_noop_with_empty_axes(tmp_path, op, opset):
+    """No axes with noop_with_empty_axes=1 reduces over nothing: the element transform."""
+    x = _input(op, (3, 4, 5))
+    check_node(op, {"x": x}, tmp_path=tmp_path, opset=opset, noop_with_empty_axes=1)
+    check_node(op, {"x": x}, initializers={"axes": np.zeros(0, np.int64)}, tmp_path=tmp_path,
+               opset=opset, noop_with_empty_axes=0)      # empty axes, no noop: reduce all
+
+
+def test_reduce_feeds_another_op(tmp_path):
+    """The usual pattern: mean over H, W then a consumer (output not a graph output)."""
+    x = rand(2, 6, 5, 7)
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[2, 3], keepdims=0),
+             helper.make_node("ReduceMax", ["m"], ["y"], axes=[-1], keepdims=1)]
+    check_model(make_model(nodes, {"x": x}, ["y"], opset=13), {"x": x}, tmp_path)
+
+
+def test_reduce_calls_canonical_form():
+    assert reduce_calls((2, 3, 5, 7), {1, 2}) == [(2, 15, 7)]
+    assert reduce_calls((2, 1, 5, 1, 3), {0, 1, 3}) == [(1, 2, 15)]
+    assert reduce_calls((2, 3, 5, 7, 4), {1, 3}) == [(30, 7, 4), (2, 3, 20)]
+    assert reduce_calls((2, 3, 5), {0, 1, 2}) == [(1, 30, 1)]
+    assert reduce_calls((4, 1, 1), {1, 2}) == []
+
+
+def test_refuses_runtime_axes(tmp_path):
+    node = helper.make_node("ReduceMean", ["x", "axes"], ["y"], name="reducemean_node")
+    graph = helper.make_graph(
+        [node], "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4]),
+                      helper.make_tensor_value_info("axes", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    with pytest.raises(UnsupportedError, match="reducemean_node.*axes"):
+        mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", build=False)
+
+
+def test_refuses_bad_keepdims(tmp_path):
+    with pytest.raises(UnsupportedError, match="reducesum_node.*keepdims"):
+        check_node("ReduceSum", {"x": rand(3, 4)}, tmp_path=tmp_path, opset=11, axes=[1],
+                   keepdims=2)

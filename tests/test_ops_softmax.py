@@ -1,0 +1,51 @@
+"""Softmax and LogSoftmax against onnxruntime: the opset < 13 coercion to 2-D and the opset 13
+single axis, including non-last axes (inner > 1) at tile edges."""
+import numpy as np
+import pytest
+
+from mlcc.errors import UnsupportedError
+from util import check_node, rand
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("shape,axis", [
+    ((3, 7, 11), -1),
+    ((3, 7, 11), 0),                 # outer == 1, inner 77
+    ((3, 7, 11), 1),
+    ((2, 3, 5, 7), -3),              # channel softmax of NCHW, inner 35
+    ((2, 5, 64), 1),                 # inner exactly one tile
+    ((2, 5, 131), 1),                # inner = two tiles + 3
+    ((2, 70, 3), 1),                 # long axis, narrow inner
+    ((1, 1), 0),
+    ((13,), 0),
+])
+def test_softmax_opset13(tmp_path, op, shape, axis):
+    check_node(op, {"x": rand(*shape) * 3.0}, tmp_path=tmp_path, opset=13, axis=axis)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("opset", [7, 11])
+@pytest.mark.parametrize("shape,axis", [((2, 3, 5), None), ((2, 3, 5), 0), ((2, 3, 5), 2),
+                                        ((4, 3, 2, 5), -2)])
+def test_softmax_coerced_2d(tmp_path, op, opset, shape, axis):
+    attrs = {} if axis is None else {"axis": axis}
+    check_node(op, {"x": rand(*shape)}, tmp_path=tmp_path, opset=opset, **attrs)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_large_values(tmp_path, op):
+    """exp would overflow without subtracting the maximum."""
+    x = rand(3, 17, 5) * 100.0
+    check_node(op, {"x": x}, tmp_path=tmp_path, opset=13, axis=-1)
+    check_node(op, {"x": x}, tmp_path=tmp_path, opset=13, axis=1)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_long_rows(tmp_path, op):
+    check_node(op, {"x": rand(2, 50021)}, tmp_path=tmp_path, opset=13)
+    check_node(op, {"x": rand(3001, 2, 7)}, tmp_path=tmp_path, opset=13, axis=0)
+
+
+def test_refuses_float64(tmp_path):
+    with pytest.raises(UnsupportedError, match="softmax_node.*float64"):
+        check_node("Softmax", {"x": rand(3, 4, dtype=np.float64)}, tmp_path=tmp_path, opset=13)
