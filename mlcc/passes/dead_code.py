@@ -18,6 +18,7 @@ def eliminate_dead_code(g: Graph) -> Graph:
         if any(o in live for o in computes):
             kept.append(node)
             live.update(i for i in node.inputs if i)
+            live.update(o for o in node.outputs if o)   # it still writes its unread outputs
     g.nodes = kept[::-1]
     live.update(g.inputs)
     g.values = {k: v for k, v in g.values.items() if k in live}

@@ -16,8 +16,9 @@ def _is_noop(g: Graph, n: Node) -> bool:
     if n.op_type == "Identity":
         return True
     if n.op_type == "Dropout":
-        # Inference: output = input; a requested mask output keeps the node.
-        return len([o for o in n.outputs if o]) == 1
+        # Inference: output = input; a mask output that is read keeps the node.
+        mask = n.outputs[1] if len(n.outputs) > 1 else ""
+        return not mask or (mask not in g.outputs and mask not in g.consumers())
     if not n.inputs or not n.inputs[0] or not n.outputs:
         return False
     src, dst = g.values[n.inputs[0]], g.values[n.outputs[0]]
