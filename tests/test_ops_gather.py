@@ -5,19 +5,8 @@ import pytest
 from onnx import helper
 
 from mlcc.errors import ModelError, RuntimeStatusError
-from util import check_model, check_node, compile_and_run, make_model, rand
-
-DTYPES = ["float32", "int64", "int32", "int8", "uint8", "bool"]
-
-
-def arr(shape, dtype="float32", seed=0):
-    rng = np.random.default_rng(seed + 31 * len(shape) + sum(shape))
-    if dtype == "float32":
-        return rng.standard_normal(shape).astype(np.float32)
-    if dtype == "bool":
-        return rng.random(shape) > 0.5
-    info = np.iinfo(dtype)
-    return rng.integers(max(info.min, -1000), min(info.max, 1000), shape).astype(dtype)
+from util import (DTYPES, arr, check_model, check_node, compile_and_run, make_model,
+                  rand)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

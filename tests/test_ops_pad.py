@@ -4,17 +4,7 @@ import numpy as np
 import pytest
 
 from mlcc.errors import UnsupportedError
-from util import check_node, rand
-
-
-def arr(shape, dtype="float32", seed=0):
-    rng = np.random.default_rng(seed + 31 * len(shape) + sum(shape))
-    if dtype == "float32":
-        return rng.standard_normal(shape).astype(np.float32)
-    if dtype == "bool":
-        return rng.random(shape) > 0.5
-    info = np.iinfo(dtype)
-    return rng.integers(max(info.min, -1000), min(info.max, 1000), shape).astype(dtype)
+from util import DTYPES, arr, check_node, rand
 
 
 @pytest.mark.parametrize("opset,mode", [(7, "constant"), (10, "reflect"), (10, "edge")])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Lowering, Node, Value
@@ -56,22 +57,51 @@ def _spatial2d(values: list[int], fill: int) -> list[int]:
     return [fill] + values if len(values) == 1 else values
 
 
+class Window2d(NamedTuple):
+    """A sliding window's geometry as the 2-D kernels take it (1-D: height 1)."""
+    kh: int
+    kw: int
+    ih: int
+    iw: int
+    oh: int
+    ow: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    pt: int
+    pl: int
+
+
+def window2d(geo: dict, in_spatial) -> Window2d:
+    """Packs window_geometry()'s result (plus the input's spatial size) for a 2-D kernel."""
+    return Window2d(*_spatial2d(list(geo["kernel"]), 1), *_spatial2d(list(in_spatial), 1),
+                    *_spatial2d(list(geo["out"]), 1), *_spatial2d(list(geo["strides"]), 1),
+                    *_spatial2d(list(geo["dilations"]), 1), *_spatial2d(list(geo["begin"]), 0))
+
+
+def check_conv_weight(node: Node, x: Value, w: Value, what: str) -> list[int]:
+    """Validates the ranks of a (transposed) convolution and returns its kernel shape."""
+    if len(x.shape) not in (3, 4):
+        raise UnsupportedError(f"{len(x.shape) - 2}-D {what} is not supported "
+                               f"(1-D and 2-D are)")
+    if len(w.shape) != len(x.shape):
+        raise ModelError(f"weight rank {len(w.shape)} does not match input rank "
+                         f"{len(x.shape)}")
+    kernel = list(w.shape[2:])
+    if node.attr("kernel_shape") is not None and list(node.attr("kernel_shape")) != kernel:
+        raise ModelError(f"kernel_shape {node.attr('kernel_shape')} disagrees with the "
+                         f"weight shape {list(w.shape)}")
+    return kernel
+
+
 @register("Conv")
 class Conv(OpDef):
     attributes = {"auto_pad": lambda v: v in AUTO_PAD, "dilations": None, "group": None,
                   "kernel_shape": None, "pads": None, "strides": None}
 
     def _geometry(self, node: Node, x: Value, w: Value) -> dict:
-        if len(x.shape) not in (3, 4):
-            raise UnsupportedError(f"{len(x.shape) - 2}-D convolution is not supported "
-                                   f"(1-D and 2-D are)")
-        if len(w.shape) != len(x.shape):
-            raise ModelError(f"weight rank {len(w.shape)} does not match input rank "
-                             f"{len(x.shape)}")
-        kernel = list(w.shape[2:])
-        if node.attr("kernel_shape") is not None and list(node.attr("kernel_shape")) != kernel:
-            raise ModelError(f"kernel_shape {node.attr('kernel_shape')} disagrees with the "
-                             f"weight shape {list(w.shape)}")
+        kernel = check_conv_weight(node, x, w, "convolution")
         group = int(node.attr("group", 1))
         n, c = x.shape[:2]
         m = w.shape[0]
@@ -93,12 +123,7 @@ class Conv(OpDef):
     def lower(self, node: Node, lo: Lowering) -> None:
         x, w = lo.value(node.inputs[0]), lo.value(node.inputs[1])
         geo = self._geometry(node, x, w)
-        kh, kw = _spatial2d(geo["kernel"], 1)
-        ih, iw = _spatial2d(list(x.shape[2:]), 1)
-        oh, ow = _spatial2d(geo["out"], 1)
-        sh, sw = _spatial2d(geo["strides"], 1)
-        dh, dw = _spatial2d(geo["dilations"], 1)
-        pt, pl = _spatial2d(geo["begin"], 0)
+        kh, kw, ih, iw, oh, ow, sh, sw, dh, dw, pt, pl = window2d(geo, x.shape[2:])
         params = {"batch": geo["n"], "in_channels": geo["c"], "in_h": ih, "in_w": iw,
                   "out_channels": geo["m"], "out_h": oh, "out_w": ow, "kernel_h": kh,
                   "kernel_w": kw, "stride_h": sh, "stride_w": sw, "dilation_h": dh,

@@ -9,7 +9,7 @@ import numpy as np
 from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Lowering, Node, Value
 from .common import act_params, const_input, require_dtype
-from .conv import AUTO_PAD, _spatial2d
+from .conv import AUTO_PAD, check_conv_weight, window2d
 from .registry import OpDef, register
 
 
@@ -65,16 +65,7 @@ class ConvTranspose(OpDef):
                   "pads": None, "strides": None}
 
     def _geometry(self, node: Node, x: Value, w: Value) -> dict:
-        if len(x.shape) not in (3, 4):
-            raise UnsupportedError(f"{len(x.shape) - 2}-D transposed convolution is not "
-                                   f"supported (1-D and 2-D are)")
-        if len(w.shape) != len(x.shape):
-            raise ModelError(f"weight rank {len(w.shape)} does not match input rank "
-                             f"{len(x.shape)}")
-        kernel = list(w.shape[2:])
-        if node.attr("kernel_shape") is not None and list(node.attr("kernel_shape")) != kernel:
-            raise ModelError(f"kernel_shape {node.attr('kernel_shape')} disagrees with the "
-                             f"weight shape {list(w.shape)}")
+        kernel = check_conv_weight(node, x, w, "transposed convolution")
         group = int(node.attr("group", 1))
         n, c = x.shape[:2]
         if group < 1 or c % group or w.shape[0] != c:
@@ -97,12 +88,7 @@ class ConvTranspose(OpDef):
         geo = self._geometry(node, x, w)
         weight = const_input(lo.graph, node, 1, "the weight")
         group, c, m = geo["group"], geo["c"], geo["m"]
-        kh, kw = _spatial2d(geo["kernel"], 1)
-        ih, iw = _spatial2d(list(x.shape[2:]), 1)
-        oh, ow = _spatial2d(geo["out"], 1)
-        sh, sw = _spatial2d(geo["strides"], 1)
-        dh, dw = _spatial2d(geo["dilations"], 1)
-        pt, pl = _spatial2d(geo["begin"], 0)
+        kh, kw, ih, iw, oh, ow, sh, sw, dh, dw, pt, pl = window2d(geo, x.shape[2:])
         cg, mg = c // group, m // group
         # The GEMM's A per group is [Mg*kh*kw, Cg] with contiguous rows: the transpose of the
         # group's slice of W [Cg, Mg, kh, kw].

@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Lowering, Node, Value
 from .common import require_dtype
-from .conv import AUTO_PAD, _spatial2d, window_geometry
+from .conv import AUTO_PAD, _spatial2d, window2d, window_geometry
 from .reduce import KINDS, emit_reduce
 from .registry import OpDef, register
 
@@ -73,12 +73,7 @@ class _Pool(OpDef):
 
     def _params(self, node: Node, x: Value) -> tuple[dict, dict]:
         geo = self._geometry(node, x)
-        kh, kw = _spatial2d(geo["kernel"], 1)
-        ih, iw = _spatial2d(list(x.shape[2:]), 1)
-        oh, ow = _spatial2d(geo["out"], 1)
-        sh, sw = _spatial2d(geo["strides"], 1)
-        dh, dw = _spatial2d(geo["dilations"], 1)
-        pt, pl = _spatial2d(geo["begin"], 0)
+        kh, kw, ih, iw, oh, ow, sh, sw, dh, dw, pt, pl = window2d(geo, x.shape[2:])
         return geo, {"planes": x.shape[0] * x.shape[1], "in_h": ih, "in_w": iw, "out_h": oh,
                      "out_w": ow, "kernel_h": kh, "kernel_w": kw, "stride_h": sh,
                      "stride_w": sw, "dilation_h": dh, "dilation_w": dw, "pad_top": pt,
