@@ -16,14 +16,14 @@ from .codegen import generate, model_prefix, write_folder
 from .codegen.lower import lower_graph
 from .codegen.memory import plan_memory
 from .errors import InputError, MlccError, UnsupportedError
-from .frontend import import_model, load_onnx, to_graph, bind_shapes
+from .frontend import bind_shapes, import_model, load_onnx, parse_shape_option, to_graph
 from .ir import Graph, format_type
 from .ops import lookup, unsupported_reason
 from .ops.registry import describe
 from .passes import run_pipeline
 from .runtime import CompiledModel
 from .runtime import load as _load
-from .targets import load_target
+from .targets import builtin_targets, load_target
 from .targets.build import build_library, makefile
 
 Shapes = dict[str, tuple[int, ...]]
@@ -169,7 +169,33 @@ def _onnxruntime_outputs(model_path: str | Path, feeds: dict, names: list[str] |
     return dict(zip(wanted, sess.run(wanted, feeds)))
 
 
-def load_inputs_npz(path: str | Path, g: Graph) -> dict[str, np.ndarray]:
+def parse_shapes(texts) -> Shapes:
+    """--shape options ("images=1,3,224,224", ...) -> {"images": (1, 3, 224, 224)}."""
+    shapes: Shapes = {}
+    for text in texts:
+        name, dims = parse_shape_option(text)
+        if name in shapes:
+            raise MlccError(f"--shape {name} is given twice")
+        shapes[name] = dims
+    return shapes
+
+
+def list_targets() -> list[tuple[str, str, str]]:
+    """(name, description, "ready" or what to install) for every built-in target."""
+    rows = []
+    for name in builtin_targets():
+        t = load_target(name)
+        status = "ready" if t.compiler_found() else (
+            f"missing {t.toolchain.cc}" +
+            (f" (apt-get install {t.toolchain.package})" if t.toolchain.package else ""))
+        rows.append((name, t.description, status))
+    return rows
+
+
+def load_inputs_npz(path: str | Path, model: str | Path, shapes: Shapes | None = None
+                    ) -> dict[str, np.ndarray]:
+    """The arrays of an .npz file for each input of the model (keyed by input name)."""
+    g = import_model(model, shapes)
     try:
         with np.load(path, allow_pickle=False) as data:
             feeds = {k: data[k] for k in data.files}

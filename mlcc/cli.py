@@ -19,15 +19,9 @@ EXIT_INTERNAL = 70
 
 
 def _shapes(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
-    from .frontend import parse_shape_option
+    from . import api
 
-    shapes: dict[str, tuple[int, ...]] = {}
-    for text in values:
-        name, dims = parse_shape_option(text)
-        if name in shapes:
-            raise MlccError(f"--shape {name} is given twice")
-        shapes[name] = dims
-    return shapes
+    return api.parse_shapes(values)
 
 
 def _size(text: str | None) -> int | None:
@@ -172,10 +166,9 @@ def run_cmd(folder, inputs, outputs):
 def verify_cmd(model, target, shapes, inputs, per_layer, output):
     """Compile MODEL and compare its outputs with onnxruntime's."""
     from . import api
-    from .frontend import import_model
 
     sh = _shapes(shapes)
-    feeds = api.load_inputs_npz(inputs, import_model(model, sh)) if inputs else None
+    feeds = api.load_inputs_npz(inputs, model, sh) if inputs else None
     res = api.verify(model, target=target, shapes=sh, inputs=feeds, per_layer=per_layer,
                      output_dir=output)
     for c in res.outputs:
@@ -212,15 +205,10 @@ def inspect_cmd(model, shapes):
 @_guard
 def targets_cmd():
     """List the built-in targets and whether their toolchains are installed."""
-    from .targets import builtin_targets, load_target
+    from . import api
 
-    for name in builtin_targets():
-        t = load_target(name)
-        found = t.compiler_found()
-        status = "ready" if found else (
-            f"missing {t.toolchain.cc}" +
-            (f" (apt-get install {t.toolchain.package})" if t.toolchain.package else ""))
-        click.echo(f"{name:14} {t.description:60} {status}")
+    for name, description, status in api.list_targets():
+        click.echo(f"{name:14} {description:60} {status}")
 
 
 if __name__ == "__main__":

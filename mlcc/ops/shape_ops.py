@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from ..errors import ModelError
+from ..errors import ModelError, UnsupportedError
 from ..ir import Lowering, Node
 from .common import const_input, emit_plain_copy, ints_attr_or_input, norm_axis
 from .registry import OpDef, register
@@ -126,6 +126,5 @@ class Dropout(_View):
 
     def lower(self, node: Node, lo: Lowering) -> None:
         if len([o for o in node.outputs if o]) > 1:
-            from ..errors import UnsupportedError
             raise UnsupportedError("Dropout's mask output is not supported at run time")
         super().lower(node, lo)
