@@ -144,7 +144,7 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
           " * fills ctx. Allocates nothing; weights and arena must outlive ctx. */",
           f"MLCC_EXPORT int {prefix}_init(mlcc_context *ctx, const void *weights, "
           f"size_t weights_size,",
-          f"                    void *arena, size_t arena_size);", "",
+          " " * len(f"MLCC_EXPORT int {prefix}_init(") + "void *arena, size_t arena_size);", "",
           "/* Runs one inference. Inputs are read, outputs written in full; none may overlap the",
           " * arena. One thread at a time per context. */"]
     sig = [f"const mlcc_context *ctx"]
@@ -203,7 +203,7 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
 
     c += [f"const mlcc_model_info *{prefix}_model_info(void) {{ return &model_info; }}", "",
           f"int {prefix}_init(mlcc_context *ctx, const void *weights, size_t weights_size,",
-          f"                    void *arena, size_t arena_size) {{",
+          " " * len(f"int {prefix}_init(") + "void *arena, size_t arena_size) {",
           "    return mlcc_context_init(ctx, &model_info, weights, weights_size, arena, "
           "arena_size);", "}", ""]
 
