@@ -211,16 +211,13 @@ def inspect_cmd(model, shapes):
 @main.command("targets")
 @_guard
 def targets_cmd():
-    """List the built-in targets and whether their toolchains are installed."""
+    """List the built-in targets and whether their compilers and emulators are installed."""
     from .targets import builtin_targets, load_target
 
     for name in builtin_targets():
         t = load_target(name)
-        found = t.compiler_found()
-        status = "ready" if found else (
-            f"missing {t.toolchain.cc}" +
-            (f" (apt-get install {t.toolchain.package})" if t.toolchain.package else ""))
-        click.echo(f"{name:14} {t.description:60} {status}")
+        missing = t.missing_tools()
+        click.echo(f"{name:14} {t.description:60} {'; '.join(missing) or 'ready'}")
 
 
 if __name__ == "__main__":
