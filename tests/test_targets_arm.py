@@ -277,7 +277,8 @@ def test_damaged_weights_and_harness_errors(digits_arm, tmp_path):
     assert not (tmp_path / "out.bin").exists()
     proc = subprocess.run([*ARM.run, str(digits_arm / "harness")], capture_output=True,
                           text=True)
-    assert proc.returncode == 1 and "usage: harness WEIGHTS IN_0" in proc.stderr
+    assert proc.returncode == 1 and "usage: harness WEIGHTS IN... OUT...  (1 input file, " \
+        "then 1 output file, in model order)" in proc.stderr
 
 
 def test_cli_compile_run_and_verify(digits_arm, tmp_path):
@@ -355,6 +356,43 @@ def test_harness_on_the_host_matches_the_library(tmp_path):
     x = _digits_input(3)
     via_harness = mlcc.load(out, run=[]).run(x)["logits"]
     np.testing.assert_array_equal(via_harness, mlcc.load(out).run(x)["logits"])
+
+
+def test_harness_is_sanitizer_clean(tmp_path):
+    """Library and harness rebuilt with ASan and UBSan (through the folder's Makefile), run on
+    good inputs and on every error path."""
+    out = tmp_path / "digits"
+    mlcc.compile(DIGITS, out, target="x86", name="digits", build=False)
+    san = "-fsanitize=address,undefined -fno-sanitize-recover=all"
+    subprocess.run(["make", "-s", "all", "harness",
+                    f"CFLAGS=-O1 -g -std=c99 -fPIC -fvisibility=hidden {san}",
+                    f"LDFLAGS=-shared -lm {san}"], cwd=out, check=True, capture_output=True)
+    x = _digits_input(4)
+    got = mlcc.load(out, run=[]).run(x)["logits"]
+    plain = tmp_path / "plain"
+    mlcc.compile(DIGITS, plain, target="x86", name="digits")
+    np.testing.assert_allclose(got, mlcc.load(plain).run(x)["logits"], rtol=1e-6, atol=1e-5)
+
+    def harness(*args):
+        return subprocess.run([str(out / "harness"), *map(str, args)], capture_output=True,
+                              text=True, cwd=tmp_path)
+    x["input"].astype("<f4").tofile(tmp_path / "in.bin")
+    (tmp_path / "bad.bin").write_bytes(b"MLCCWTS" + bytes(100))
+    for args, code, message in [
+        ((), 1, "usage"),
+        (("nofile", "in.bin", "o.bin"), 1, "cannot open nofile"),
+        ((out / "weights.bin", out / "weights.bin", "o.bin"), 1, "exactly 256 bytes"),
+        (("bad.bin", "in.bin", "o.bin"), 1, "exactly"),
+        ((out / "weights.bin", "in.bin", tmp_path / "no" / "o.bin"), 1, "cannot create"),
+    ]:
+        proc = harness(*args)
+        assert proc.returncode == code and message in proc.stderr, (args, proc.stderr)
+    blob = bytearray((out / "weights.bin").read_bytes())
+    blob[0] ^= 1
+    (tmp_path / "magic.bin").write_bytes(bytes(blob))
+    proc = harness("magic.bin", "in.bin", "o.bin")
+    assert proc.returncode == 2 and "init failed: " in proc.stderr and "(status 5)" in proc.stderr
+    assert harness("--info").stdout.splitlines()[2] == "input 0 input float32 [1,1,8,8] 256 bytes"
 
 
 def test_targets_report_missing_compiler_and_emulator(monkeypatch, tmp_path):

@@ -113,8 +113,11 @@ static int print_info(const mlcc_model_info *info) {
 }
 
 static void usage(const mlcc_model_info *info) {
-    fprintf(stderr, "usage: harness WEIGHTS IN_0 ... IN_%d OUT_0 ... OUT_%d\n"
-                    "       harness --info\n", info->num_inputs - 1, info->num_outputs - 1);
+    fprintf(stderr, "usage: harness WEIGHTS IN... OUT...  (%d input file%s, then %d output "
+                    "file%s, in model order)\n"
+                    "       harness --info                (lists them)\n",
+            info->num_inputs, info->num_inputs == 1 ? "" : "s", info->num_outputs,
+            info->num_outputs == 1 ? "" : "s");
 }
 
 int main(int argc, char **argv) {
