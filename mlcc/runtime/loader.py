@@ -1,7 +1,8 @@
 """Loading a compiled model folder into Python through cffi (ABI mode: no C compiler needed).
 
 This is the convenience layer on top of the C API: it allocates the arena and an aligned copy
-of the weights, and checks names, shapes and dtypes of the inputs before calling run.
+of the weights, and checks names, shapes and dtypes of the inputs before calling run. Models
+built for another machine run through runner.py instead; load() picks the right one.
 """
 from __future__ import annotations
 
@@ -34,22 +35,73 @@ def aligned_empty(nbytes: int, align: int = 64) -> np.ndarray:
     return raw[skip:skip + nbytes]
 
 
-class CompiledModel:
-    """A compiled model loaded in this process. Not thread-safe: one context, one arena."""
+def read_manifest(folder: Path) -> dict:
+    manifest_path = folder / "manifest.json"
+    if not manifest_path.is_file():
+        raise MlccError(f"{folder}: not an mlcc output folder (no manifest.json)")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except ValueError as exc:
+        raise MlccError(f"{manifest_path}: malformed manifest ({exc})") from None
+    missing = [k for k in ("name", "inputs", "outputs", "library")
+               if not isinstance(manifest, dict) or k not in manifest]
+    if missing:
+        raise MlccError(f"{manifest_path}: malformed manifest (no {', '.join(missing)})")
+    return manifest
+
+
+class ModelBase:
+    """What every way of running a compiled folder shares: its manifest and the checks of the
+    inputs against the model's names, shapes and dtypes."""
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
-        manifest_path = self.folder / "manifest.json"
-        if not manifest_path.is_file():
-            raise MlccError(f"{self.folder}: not an mlcc output folder (no manifest.json)")
-        try:
-            self.manifest = json.loads(manifest_path.read_text())
-            self.prefix = self.manifest["name"]
-            self.inputs = self.manifest["inputs"]
-            self.outputs = self.manifest["outputs"]
-            library = self.folder / self.manifest["library"]
-        except (ValueError, KeyError) as exc:
-            raise MlccError(f"{manifest_path}: malformed manifest ({exc})") from None
+        self.manifest = read_manifest(self.folder)
+        self.prefix = self.manifest["name"]
+        self.inputs = self.manifest["inputs"]
+        self.outputs = self.manifest["outputs"]
+
+    def _check_inputs(self, feeds: dict) -> list[np.ndarray]:
+        if not isinstance(feeds, dict):
+            raise InputError("inputs must be a dict of name -> array")
+        names = [t["name"] for t in self.inputs]
+        missing = [n for n in names if n not in feeds]
+        extra = sorted(set(feeds) - set(names))
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append(f"missing {', '.join(map(repr, missing))}")
+            if extra:
+                parts.append(f"unknown {', '.join(map(repr, extra))}")
+            raise InputError(f"inputs do not match the model ({'; '.join(parts)}); it takes "
+                             f"{', '.join(names)}")
+        arrays = []
+        for t in self.inputs:
+            want = np.dtype(t["dtype"])
+            arr = np.asarray(feeds[t["name"]])
+            # float64 -> float32 is accepted (numpy's default); a change of kind is not.
+            if arr.dtype != want and arr.dtype.kind != want.kind:
+                raise InputError(f"input {t['name']!r} must be {want.name}, got {arr.dtype.name}")
+            if list(arr.shape) != list(t["shape"]):
+                raise InputError(f"input {t['name']!r} must have shape {t['shape']}, got "
+                                 f"{list(arr.shape)}")
+            arrays.append(np.ascontiguousarray(arr, dtype=want))
+        return arrays
+
+    def run(self, feeds: dict) -> dict[str, np.ndarray]:
+        """Runs one inference: {input name: array} -> {output name: array}."""
+        raise NotImplementedError
+
+    def __call__(self, feeds: dict) -> dict[str, np.ndarray]:
+        return self.run(feeds)
+
+
+class CompiledModel(ModelBase):
+    """A compiled model loaded in this process. Not thread-safe: one context, one arena."""
+
+    def __init__(self, folder: str | Path):
+        super().__init__(folder)
+        library = self.folder / self.manifest["library"]
         if not library.is_file():
             raise MlccError(f"{library}: the compiled library is missing (rebuild with make)")
         embedded = bool(self.manifest.get("embedded_weights"))
@@ -94,33 +146,6 @@ class CompiledModel:
     def status_string(self, status: int) -> str:
         return self._ffi.string(self._lib.mlcc_status_string(status)).decode()
 
-    def _check_inputs(self, feeds: dict) -> list[np.ndarray]:
-        if not isinstance(feeds, dict):
-            raise InputError("inputs must be a dict of name -> array")
-        names = [t["name"] for t in self.inputs]
-        missing = [n for n in names if n not in feeds]
-        extra = sorted(set(feeds) - set(names))
-        if missing or extra:
-            parts = []
-            if missing:
-                parts.append(f"missing {', '.join(map(repr, missing))}")
-            if extra:
-                parts.append(f"unknown {', '.join(map(repr, extra))}")
-            raise InputError(f"inputs do not match the model ({'; '.join(parts)}); it takes "
-                             f"{', '.join(names)}")
-        arrays = []
-        for t in self.inputs:
-            want = np.dtype(t["dtype"])
-            arr = np.asarray(feeds[t["name"]])
-            # float64 -> float32 is accepted (numpy's default); a change of kind is not.
-            if arr.dtype != want and arr.dtype.kind != want.kind:
-                raise InputError(f"input {t['name']!r} must be {want.name}, got {arr.dtype.name}")
-            if list(arr.shape) != list(t["shape"]):
-                raise InputError(f"input {t['name']!r} must have shape {t['shape']}, got "
-                                 f"{list(arr.shape)}")
-            arrays.append(np.ascontiguousarray(arr, dtype=want))
-        return arrays
-
     def run(self, feeds: dict) -> dict[str, np.ndarray]:
         arrays = self._check_inputs(feeds)
         outs = [np.empty(t["shape"], dtype=t["dtype"]) for t in self.outputs]
@@ -131,8 +156,13 @@ class CompiledModel:
             raise RuntimeStatusError(f"run failed: {self.status_string(status)}")
         return {t["name"]: a for t, a in zip(self.outputs, outs)}
 
-    __call__ = run
 
+def load(folder: str | Path, *, run: list[str] | None = None) -> ModelBase:
+    """A host model in this process; a cross-target model (its manifest names a harness and
+    a run command) through that command, or through `run` if given."""
+    from .runner import HarnessModel
 
-def load(folder: str | Path) -> CompiledModel:
+    manifest = read_manifest(Path(folder))
+    if run is not None or manifest.get("harness"):
+        return HarnessModel(folder, run=run)
     return CompiledModel(folder)

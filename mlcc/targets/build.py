@@ -1,10 +1,18 @@
 """Building a generated model folder with the target's toolchain.
 
-The same command line goes into the folder's Makefile, so a user can rebuild the library with
+The same command lines go into the folder's Makefile, so a user can rebuild the library with
 `make` (or another compiler: `make CC=clang`) and get what mlcc built.
+
+Every folder also gets the generic test harness (harness.c, a copy of
+runtime_c/harness/mlcc_harness.c: weights and inputs from raw files, outputs to raw files).
+For targets that run binaries through a command prefix
+(an emulator, a board), mlcc builds it as the executable `harness`, linked against the
+library: that is how Python runs a model it cannot load into its own process. On the host,
+`make harness` builds it.
 """
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -13,6 +21,20 @@ from ..errors import BuildError, TargetError
 from .target import Target
 
 BUILD_TIMEOUT_S = 1800
+HARNESS_SOURCE = Path(__file__).resolve().parents[2] / "runtime_c" / "harness" / "mlcc_harness.c"
+HARNESS_REL = "harness.c"
+HARNESS_EXE = "harness"
+_LIBC_HEADER = re.compile(r"\b(std\w*|math|string|limits|features)\.h: No such file")
+
+
+def harness_files() -> dict[str, bytes]:
+    """The harness source, as it is copied into every output folder."""
+    return {HARNESS_REL: HARNESS_SOURCE.read_bytes()}
+
+
+def builds_harness(target: Target) -> bool:
+    """Cross targets with a native executable format get the harness built at compile time."""
+    return not target.is_host and target.output == "shared"
 
 
 def library_command(target: Target, sources: list[str], out: str) -> list[str]:
@@ -21,46 +43,84 @@ def library_command(target: Target, sources: list[str], out: str) -> list[str]:
              "-I.", "-o", out, *sources, *tc.ldflags])
 
 
-def makefile(target: Target, sources: list[str]) -> str:
+def harness_command(target: Target, prefix: str) -> list[str]:
+    """Links the harness against the library; the rpath lets it find the library next to
+    itself wherever the folder is copied (a board, a mounted share)."""
+    tc = target.toolchain
+    return [tc.cc, *tc.cflags, "-Iruntime/include", f"-DMLCC_MODEL={prefix}", "-o", HARNESS_EXE,
+            HARNESS_REL, "-L.", "-lmodel", "-Wl,-rpath,$ORIGIN"]
+
+
+def makefile(target: Target, sources: list[str], prefix: str) -> str:
     tc = target.toolchain
     lib = target.library_name
+    default = [lib, HARNESS_EXE] if builds_harness(target) else [lib]
     return "\n".join([
         f"# Rebuilds {lib} from the generated sources (written by mlcc for target "
         f"{target.name}).",
+        f"# `make harness` builds the test harness (harness.c, generic) linked against it.",
         "# Override the toolchain as usual, e.g. make CC=clang.",
         f"CC = {tc.cc}",
         f"CFLAGS = {' '.join(shlex.quote(f) for f in tc.cflags)}",
         f"CPPFLAGS = {' '.join(target.defines())} -Iruntime/include -Iruntime/kernels -I.",
         f"LDFLAGS = {' '.join(shlex.quote(f) for f in tc.ldflags)}",
         f"SOURCES = {' '.join(sources)}",
+        f"MODEL = {prefix}",
+        "",
+        f"all: {' '.join(default)}",
         "",
         f"{lib}: $(SOURCES) $(wildcard *.h runtime/include/*.h runtime/kernels/*.h)",
         f"\t$(CC) $(CFLAGS) $(CPPFLAGS) -o $@ $(SOURCES) $(LDFLAGS)",
         "",
-        "clean:",
-        f"\trm -f {lib}",
+        f"{HARNESS_EXE}: {HARNESS_REL} {lib} runtime/include/mlcc_runtime.h",
+        f"\t$(CC) $(CFLAGS) -Iruntime/include -DMLCC_MODEL=$(MODEL) -o $@ {HARNESS_REL} "
+        f"-L. -lmodel '-Wl,-rpath,$$ORIGIN'",
         "",
-        ".PHONY: clean",
+        "clean:",
+        f"\trm -f {lib} {HARNESS_EXE}",
+        "",
+        ".PHONY: all clean",
         ""])
 
 
-def build_library(target: Target, folder: Path, sources: list[str]) -> Path:
-    if not target.compiler_found():
-        hint = f" (install it: apt-get install {target.toolchain.package})" \
-            if target.toolchain.package else ""
-        raise TargetError(f"target {target.name}: compiler {target.toolchain.cc!r} not found"
-                          f"{hint}")
-    cmd = library_command(target, sources, target.library_name)
+def _install_hint(target: Target) -> str:
+    package = target.toolchain.package
+    return f" (install it: apt-get install {package})" if package else ""
+
+
+def _run_toolchain(target: Target, folder: Path, cmd: list[str], what: str) -> None:
     try:
         proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True,
                               timeout=BUILD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise BuildError(f"{target.toolchain.cc} did not finish within {BUILD_TIMEOUT_S} s"
                          ) from None
-    if proc.returncode != 0:
-        first = next((l for l in proc.stderr.splitlines() if "error" in l), "").strip()
-        raise BuildError(f"{target.toolchain.cc} failed on the generated code"
-                         f"{': ' + first if first else ''} (this is an mlcc bug; please "
-                         f"report it with --verbose output)",
-                         detail=f"$ {shlex.join(cmd)}\n{proc.stderr}")
+    if proc.returncode == 0:
+        return
+    detail = f"$ {shlex.join(cmd)}\n{proc.stderr}"
+    # A compiler without its C library (a cross gcc without libc6-dev-<arch>-cross) fails
+    # to link: that is a missing package, not a bug.
+    missing = next((l for l in proc.stderr.splitlines()
+                    if "cannot find" in l or _LIBC_HEADER.search(l)), "")
+    if missing:
+        raise TargetError(f"target {target.name}: the toolchain is incomplete: "
+                          f"{missing.strip()}{_install_hint(target)}", detail=detail)
+    first = next((l for l in proc.stderr.splitlines() if "error" in l), "").strip()
+    raise BuildError(f"{target.toolchain.cc} failed on {what}"
+                     f"{': ' + first if first else ''} (this is an mlcc bug; please "
+                     f"report it with --verbose output)", detail=detail)
+
+
+def build_library(target: Target, folder: Path, sources: list[str]) -> Path:
+    if not target.compiler_found():
+        raise TargetError(f"target {target.name}: compiler {target.toolchain.cc!r} not found"
+                          f"{_install_hint(target)}")
+    cmd = library_command(target, sources, target.library_name)
+    _run_toolchain(target, folder, cmd, "the generated code")
     return folder / target.library_name
+
+
+def build_harness(target: Target, folder: Path, prefix: str) -> Path:
+    """Builds the harness executable in `folder`, next to the library it links against."""
+    _run_toolchain(target, folder, harness_command(target, prefix), "the test harness")
+    return folder / HARNESS_EXE

@@ -3,7 +3,7 @@
 One schema serves every target, native or cross: the C compiler and its flags, the SIMD level
 and vector width the kernels are built for, the memory alignment, the cache sizes that blocking
 uses, and how to run a binary built for the target (empty for the host, an emulator such as
-qemu-aarch64, or node for wasm).
+qemu-aarch64, or node for wasm; a user with a board replaces it, e.g. with an ssh command).
 """
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ class Target:
     cache_kib: dict = field(default_factory=dict)   # l1d, l2, l3
     cpu: dict = field(default_factory=dict)         # ghz, fma_units: for peak FLOP/s estimates
     run: tuple[str, ...] = ()     # command prefix that runs a target binary; () on the host
+    run_package: str = ""         # the Debian package that provides run[0], for hints
     path: str = ""
 
     @property
@@ -56,6 +57,24 @@ class Target:
     def compiler_found(self) -> bool:
         return shutil.which(self.toolchain.cc) is not None
 
+    def runner_found(self) -> bool:
+        """Whether the program that runs target binaries (run[0]) is installed; True on the
+        host, which needs none."""
+        return not self.run or shutil.which(self.run[0]) is not None
+
+    def missing_tools(self) -> list[str]:
+        """One line per program this target needs that is not installed, with the Debian
+        package to install where the target file names it."""
+        missing = []
+        for found, program, package in ((self.compiler_found(), self.toolchain.cc,
+                                         self.toolchain.package),
+                                        (self.runner_found(), self.run[0] if self.run else "",
+                                         self.run_package)):
+            if not found:
+                missing.append(f"{program} is not installed"
+                               + (f" (apt-get install {package})" if package else ""))
+        return missing
+
     def defines(self) -> list[str]:
         """Macros that tell the runtime kernels what the target offers."""
         return [f"-DMLCC_VECTOR_BYTES={max(self.vector_bits // 8, 4)}"]
@@ -64,7 +83,7 @@ class Target:
 _SCHEMA = {
     "name": str, "description": str, "arch": str, "toolchain": dict, "simd": str,
     "vector_bits": int, "alignment": int, "threads": int, "output": str, "cache_kib": dict,
-    "cpu": dict, "run": list,
+    "cpu": dict, "run": list, "run_package": str,
 }
 _TOOLCHAIN = {"cc": str, "cflags": list, "ldflags": list, "ar": str, "package": str}
 _REQUIRED = ("name", "arch", "toolchain")
@@ -122,15 +141,16 @@ def parse_target(text: str, path: str = "<target>") -> Target:
             if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
                 raise TargetError(f"{path}: {key}.{k} must be a non-negative number")
     run = data.get("run", [])
-    if not all(isinstance(r, str) for r in run):
-        raise TargetError(f"{path}: run must be a list of strings (a command prefix)")
+    if not all(isinstance(r, str) and r for r in run):
+        raise TargetError(f"{path}: run must be a list of non-empty strings (a command "
+                          f"prefix)")
     return Target(
         name=data["name"], description=data.get("description", ""), arch=data["arch"],
         toolchain=Toolchain(tc["cc"], tuple(tc.get("cflags", [])), tuple(tc.get("ldflags", [])),
                             tc.get("ar", "ar"), tc.get("package", "")),
         simd=simd, vector_bits=vb, alignment=align, threads=threads, output=output,
         cache_kib=dict(data.get("cache_kib", {})), cpu=dict(data.get("cpu", {})),
-        run=tuple(run), path=path)
+        run=tuple(run), run_package=data.get("run_package", ""), path=path)
 
 
 def builtin_targets() -> list[str]:

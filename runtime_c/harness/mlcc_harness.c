@@ -1,0 +1,185 @@
+/*
+ * mlcc_harness: runs a compiled model on raw files, for targets that Python cannot load
+ * directly (a cross-compiled library run under an emulator or on a board).
+ *
+ *     harness WEIGHTS IN_0 ... IN_{n-1} OUT_0 ... OUT_{m-1}
+ *     harness --info
+ *
+ * WEIGHTS is the model's weights.bin. Each IN_i holds input i in model order as raw
+ * little-endian elements of the input's type (exactly its size in bytes); each OUT_i is written
+ * the same way. --info prints the model's name, arena and weight sizes, and the name, type and
+ * shape of every input and output (the order the files follow).
+ *
+ * Exit status: 0 success; 1 wrong usage or a file that cannot be read or written (or has the
+ * wrong size); 2 the model returned an error status from init or run, printed on stderr as
+ * "harness: init failed: <mlcc_status_string> (status N)" or "harness: run failed: ...".
+ *
+ * The program is generic: it only uses the model's public API, <prefix>_model_info(),
+ * <prefix>_init() and <prefix>_run_v(), and is linked against the model's library. The prefix
+ * comes from the command line of the build: -DMLCC_MODEL=<prefix> (the folder's Makefile passes
+ * it). Plain C99 and the C library; all memory is allocated here, none by the model.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mlcc_runtime.h"
+
+#ifndef MLCC_MODEL
+#error "build with -DMLCC_MODEL=<model prefix> (the Makefile in the model folder does)"
+#endif
+
+#define MLCC_PASTE_(a, b) a##b
+#define MLCC_PASTE(a, b) MLCC_PASTE_(a, b)
+#define MODEL_FN(suffix) MLCC_PASTE(MLCC_MODEL, suffix)
+
+/* The model's API (also declared in model.h, which this file does not need). */
+MLCC_EXPORT const mlcc_model_info *MODEL_FN(_model_info)(void);
+MLCC_EXPORT int MODEL_FN(_init)(mlcc_context *ctx, const void *weights, size_t weights_size,
+                                void *arena, size_t arena_size);
+MLCC_EXPORT int MODEL_FN(_run_v)(const mlcc_context *ctx, const void *const *inputs,
+                                 void *const *outputs);
+
+enum { EXIT_USAGE = 1, EXIT_STATUS = 2 };
+
+/* A block of at least `size` bytes whose start is a multiple of `align` (a power of two).
+ * `*base` receives what must be passed to free(). */
+static unsigned char *alloc_aligned(size_t size, size_t align, void **base) {
+    unsigned char *raw = (unsigned char *)malloc(size + align);
+    size_t skip;
+    *base = raw;
+    if (raw == NULL) return NULL;
+    skip = (size_t)((align - (uintptr_t)raw % align) % align);
+    return raw + skip;
+}
+
+/* Reads exactly `size` bytes from `path` into `dst`; the file must hold no more. */
+static int read_exact(const char *path, void *dst, size_t size) {
+    FILE *f = fopen(path, "rb");
+    int ok;
+    if (f == NULL) {
+        fprintf(stderr, "harness: cannot open %s\n", path);
+        return 0;
+    }
+    ok = fread(dst, 1, size, f) == size && fgetc(f) == EOF;
+    fclose(f);
+    if (!ok) fprintf(stderr, "harness: %s must hold exactly %lu bytes\n", path,
+                     (unsigned long)size);
+    return ok;
+}
+
+static int write_all(const char *path, const void *src, size_t size) {
+    FILE *f = fopen(path, "wb");
+    int ok;
+    if (f == NULL) {
+        fprintf(stderr, "harness: cannot create %s\n", path);
+        return 0;
+    }
+    ok = fwrite(src, 1, size, f) == size;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok) fprintf(stderr, "harness: cannot write %s\n", path);
+    return ok;
+}
+
+static const char *dtype_name(int dtype) {
+    switch (dtype) {
+    case MLCC_FLOAT32: return "float32";
+    case MLCC_UINT8: return "uint8";
+    case MLCC_INT8: return "int8";
+    case MLCC_INT32: return "int32";
+    case MLCC_INT64: return "int64";
+    case MLCC_BOOL: return "bool";
+    default: return "unknown";
+    }
+}
+
+static void print_tensor(const char *kind, int index, const mlcc_tensor_info *t) {
+    int d;
+    printf("%s %d %s %s [", kind, index, t->name, dtype_name(t->dtype));
+    for (d = 0; d < t->rank; d++) printf("%s%lld", d ? "," : "", (long long)t->dims[d]);
+    printf("] %lu bytes\n", (unsigned long)t->size_bytes);
+}
+
+static int print_info(const mlcc_model_info *info) {
+    int i;
+    printf("model %s (mlcc %s), id %016llx\n", info->name, info->mlcc_version,
+           (unsigned long long)info->model_id);
+    printf("arena %lu bytes (align %lu), weights %lu bytes\n", (unsigned long)info->arena_size,
+           (unsigned long)info->arena_align, (unsigned long)info->weights_size);
+    for (i = 0; i < info->num_inputs; i++) print_tensor("input", i, &info->inputs[i]);
+    for (i = 0; i < info->num_outputs; i++) print_tensor("output", i, &info->outputs[i]);
+    return 0;
+}
+
+static void usage(const mlcc_model_info *info) {
+    fprintf(stderr, "usage: harness WEIGHTS IN... OUT...  (%d input file%s, then %d output "
+                    "file%s, in model order)\n"
+                    "       harness --info                (lists them)\n",
+            info->num_inputs, info->num_inputs == 1 ? "" : "s", info->num_outputs,
+            info->num_outputs == 1 ? "" : "s");
+}
+
+int main(int argc, char **argv) {
+    const mlcc_model_info *info = MODEL_FN(_model_info)();
+    const int ni = info->num_inputs, no = info->num_outputs;
+    /* One array of buffers for inputs then outputs, and the bases to free. */
+    void **bases = NULL, **bufs = NULL;
+    void *weights_base = NULL, *arena_base = NULL;
+    unsigned char *weights, *arena;
+    mlcc_context ctx;
+    int i, status, result = EXIT_USAGE;
+
+    if (argc == 2 && strcmp(argv[1], "--info") == 0) return print_info(info);
+    if (argc != 2 + ni + no) {
+        usage(info);
+        return EXIT_USAGE;
+    }
+    /* Sizes + 1: malloc(0) may return NULL, which would read as a failure. */
+    weights = alloc_aligned(info->weights_size + 1, MLCC_WEIGHTS_ALIGN, &weights_base);
+    arena = alloc_aligned(info->arena_size + 1, info->arena_align, &arena_base);
+    bases = (void **)calloc((size_t)(ni + no) + 1, sizeof *bases);
+    bufs = (void **)calloc((size_t)(ni + no) + 1, sizeof *bufs);
+    if (weights == NULL || arena == NULL || bases == NULL || bufs == NULL) {
+        fprintf(stderr, "harness: out of memory\n");
+        goto done;
+    }
+    for (i = 0; i < ni + no; i++) {
+        const mlcc_tensor_info *t = i < ni ? &info->inputs[i] : &info->outputs[i - ni];
+        bufs[i] = alloc_aligned(t->size_bytes + 1, 64, &bases[i]);
+        if (bufs[i] == NULL) {
+            fprintf(stderr, "harness: out of memory\n");
+            goto done;
+        }
+    }
+    if (!read_exact(argv[1], weights, info->weights_size)) goto done;
+    for (i = 0; i < ni; i++)
+        if (!read_exact(argv[2 + i], bufs[i], info->inputs[i].size_bytes)) goto done;
+
+    result = EXIT_STATUS;
+    status = MODEL_FN(_init)(&ctx, weights, info->weights_size, arena, info->arena_size);
+    if (status != MLCC_OK) {
+        fprintf(stderr, "harness: init failed: %s (status %d)\n", mlcc_status_string(status),
+                status);
+        goto done;
+    }
+    status = MODEL_FN(_run_v)(&ctx, (const void *const *)bufs, bufs + ni);
+    if (status != MLCC_OK) {
+        fprintf(stderr, "harness: run failed: %s (status %d)\n", mlcc_status_string(status),
+                status);
+        goto done;
+    }
+    result = EXIT_USAGE;
+    for (i = 0; i < no; i++)
+        if (!write_all(argv[2 + ni + i], bufs[ni + i], info->outputs[i].size_bytes)) goto done;
+    result = 0;
+
+done:
+    if (bases != NULL)
+        for (i = 0; i < ni + no; i++) free(bases[i]);
+    free(bases);
+    free(bufs);
+    free(arena_base);
+    free(weights_base);
+    return result;
+}

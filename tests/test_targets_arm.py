@@ -1,0 +1,416 @@
+"""The arm targets (aarch64 Linux): cross-compiled, run under qemu-aarch64 through the test
+harness, compared with onnxruntime on the host at the same tolerance as x86.
+
+Skipped when the cross compiler, its C library or qemu-aarch64 is missing (`make test`
+installs them on Debian). This file holds what CI runs on every change (operators whose
+kernels have vector paths, data types through the raw-file protocol, status codes, small and
+medium models); `make test-targets` runs every model of test_models.py for arm as well.
+The harness itself is also tested on the host, where it needs no emulator.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import helper
+
+import fetch_models as fm
+import mlcc
+import test_models as tm
+from mlcc.cli import main as cli_main
+from mlcc.errors import InputError, RuntimeStatusError, TargetError
+from mlcc.targets import load_target, parse_target
+from util import check_model, check_node, compile_and_run, make_model, rand
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGITS = ROOT / "examples" / "digits" / "digits_cnn.onnx"
+ARM = load_target("arm")
+
+
+def _arm_missing() -> str:
+    missing = ARM.missing_tools()
+    if missing:
+        return "; ".join(missing)
+    # The cross gcc installs without its C library (only recommended): ask it for crt1.o.
+    crt = subprocess.run([ARM.toolchain.cc, "-print-file-name=crt1.o"], capture_output=True,
+                         text=True).stdout.strip()
+    if not os.path.isabs(crt):
+        return "the aarch64 C library is not installed (apt-get install libc6-dev-arm64-cross)"
+    return ""
+
+
+MISSING = _arm_missing()
+needs_arm = pytest.mark.skipif(bool(MISSING), reason=MISSING or "arm toolchain present")
+
+
+def _elf_machine(path: Path) -> int:
+    head = path.read_bytes()[:20]
+    assert head[:4] == b"\x7fELF", f"{path} is not an ELF file"
+    return int.from_bytes(head[18:20], "little")
+
+
+# --------------------------------------------------------------------------------- the folder
+
+@needs_arm
+def test_compile_builds_library_and_harness_for_aarch64(tmp_path):
+    out = tmp_path / "digits"
+    res = mlcc.compile(DIGITS, out, target="arm", name="digits")
+    assert _elf_machine(out / "libmodel.so") == 183            # EM_AARCH64
+    assert _elf_machine(out / "harness") == 183
+    m = res.manifest
+    assert m["target"] == "arm" and m["harness"] == "harness"
+    assert m["run"] == ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"]
+    assert {"harness", "harness.c", "libmodel.so", "model.h", "weights.bin"} <= set(m["files"])
+    assert "-march=armv8-a" in (out / "Makefile").read_text()
+    info = subprocess.run([*ARM.run, str(out / "harness"), "--info"], capture_output=True,
+                          text=True, check=True).stdout
+    assert "model digits" in info and "input 0 input float32 [1,1,8,8] 256 bytes" in info
+    assert "output 0 logits float32 [1,10] 40 bytes" in info
+
+
+@needs_arm
+def test_arm_folders_are_deterministic(tmp_path):
+    for out in ("a", "b"):
+        mlcc.compile(DIGITS, tmp_path / out, target="arm", name="digits")
+    files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*")
+                   if p.is_file())
+    assert Path("harness") in files and Path("libmodel.so") in files
+    for rel in files:
+        assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes(), rel
+
+
+@needs_arm
+def test_runtime_and_harness_compile_warning_free_for_aarch64():
+    """Every kernel, the runtime core and the harness, strict warnings, for both arm cores."""
+    rt = ROOT / "runtime_c"
+    for target in (ARM, load_target("arm-dotprod")):
+        march = [f for f in target.toolchain.cflags if f.startswith("-march")]
+        common = [target.toolchain.cc, "-std=c99", "-O2", "-Wall", "-Wextra", "-pedantic",
+                  "-Werror", *march, *target.defines(), f"-I{rt / 'include'}",
+                  f"-I{rt / 'kernels'}", "-fsyntax-only"]
+        sources = sorted((rt / "kernels").glob("*.c")) + sorted((rt / "src").glob("*.c"))
+        subprocess.run([*common, *map(str, sources)], check=True)
+        subprocess.run([*common, "-Wconversion", "-DMLCC_MODEL=digits",
+                        str(rt / "harness" / "mlcc_harness.c")], check=True)
+
+
+# --------------------------------------------------------------------------------- operators
+
+@needs_arm
+@pytest.mark.parametrize("c,h,w,m,k,stride,pads,group", [
+    (3, 11, 9, 5, 3, 2, [1, 0, 2, 1], 1),       # im2col + GEMM, asymmetric pads
+    (7, 5, 5, 11, 1, 1, [0, 0, 0, 0], 1),       # 1x1 as plain GEMM
+    (6, 10, 7, 6, 3, 2, [1, 1, 1, 1], 6),       # depthwise, stride 2
+    (8, 9, 13, 8, 5, 1, [2, 2, 2, 2], 8),       # depthwise 5x5
+])
+def test_conv(tmp_path, c, h, w, m, k, stride, pads, group):
+    check_node("Conv", {"x": rand(1, c, h, w)},
+               initializers={"w": rand(m, c // group, k, k, seed=1), "b": rand(m, seed=2)},
+               tmp_path=tmp_path, target="arm", strides=[stride, stride], pads=pads,
+               group=group)
+
+
+@needs_arm
+@pytest.mark.parametrize("m,k,n,tb", [(7, 13, 17, 1), (6, 300, 33, 0), (1, 9, 8, 1)])
+def test_gemm(tmp_path, m, k, n, tb):
+    """Column counts around the NEON tile (2 x 4 lanes), K past one cache block (256)."""
+    b = rand(*((n, k) if tb else (k, n)), seed=1)
+    check_node("Gemm", {"a": rand(m, k)}, initializers={"b": b, "c": rand(n, seed=2)},
+               tmp_path=tmp_path, target="arm", transB=tb, alpha=0.5, beta=2.0)
+
+
+@needs_arm
+def test_matmul_batched_runtime_operands(tmp_path):
+    check_node("MatMul", {"a": rand(2, 1, 3, 5), "b": rand(4, 5, 9, seed=1)},
+               tmp_path=tmp_path, target="arm")
+
+
+@needs_arm
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 1],
+                 "ceil_mode": 1}),
+    ("AveragePool", {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 1, 0, 0],
+                     "count_include_pad": 0}),
+    ("GlobalAveragePool", {}),
+])
+def test_pool(tmp_path, op, attrs):
+    check_node(op, {"x": rand(1, 5, 13, 10)}, tmp_path=tmp_path, target="arm", **attrs)
+
+
+@needs_arm
+@pytest.mark.parametrize("mode,ctm", [("linear", "half_pixel"), ("nearest", "asymmetric")])
+def test_resize(tmp_path, mode, ctm):
+    x = rand(1, 3, 7, 9)
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], name="resize_node",
+                            mode=mode, coordinate_transformation_mode=ctm)
+    inits = {"roi": np.zeros(0, np.float32), "scales": np.array([1, 1, 2, 1.5], np.float32)}
+    check_model(make_model([node], {"x": x}, ["y"], initializers=inits, opset=19), {"x": x},
+                tmp_path, target="arm")
+
+
+@needs_arm
+@pytest.mark.parametrize("axis,opset", [(-1, 17), (1, 11)])
+def test_softmax(tmp_path, axis, opset):
+    check_node("Softmax", {"x": rand(3, 37, 5) * 20}, tmp_path=tmp_path, target="arm",
+               opset=opset, axis=axis)
+
+
+@needs_arm
+def test_fused_activations_and_broadcasting(tmp_path):
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("HardSwish", ["c"], ["h"], name="hswish"),
+             helper.make_node("Mul", ["h", "s"], ["m"], name="scale"),
+             helper.make_node("LeakyRelu", ["m"], ["y"], name="leaky", alpha=0.1)]
+    x = rand(1, 4, 9, 6)
+    model = make_model(nodes, {"x": x, "s": rand(1, 5, 1, 6, seed=3)}, ["y"],
+                       initializers={"w": rand(5, 4, 3, 3, seed=1)})
+    check_model(model, {"x": x, "s": rand(1, 5, 1, 6, seed=3)}, tmp_path, target="arm")
+
+
+@needs_arm
+def test_every_dtype_through_the_raw_files(tmp_path):
+    """bool, int64, uint8, int32 inputs and outputs, several of each, in model order."""
+    rng = np.random.default_rng(0)
+    feeds = {"cond": rng.random((3, 4)) > 0.5, "a": rand(3, 4), "b": rand(1, 4, seed=1),
+             "idx": np.array([[2, -1], [0, 1]], np.int64),
+             "bytes": rng.integers(0, 256, (2, 5)).astype(np.uint8),
+             "i32": rng.integers(-1000, 1000, (4,)).astype(np.int32)}
+    nodes = [helper.make_node("Where", ["cond", "a", "b"], ["w"], name="where"),
+             helper.make_node("Not", ["cond"], ["ncond"], name="not"),
+             helper.make_node("Gather", ["w", "idx"], ["g"], name="gather", axis=1),
+             helper.make_node("Concat", ["idx", "idx"], ["idx2"], name="cat", axis=0),
+             helper.make_node("Transpose", ["bytes"], ["bytes_t"], name="tr"),
+             helper.make_node("Concat", ["i32", "i32"], ["i32n"], name="cat32", axis=0)]
+    model = make_model(nodes, feeds, ["g", "ncond", "idx2", "bytes_t", "i32n"])
+    got = check_model(model, feeds, tmp_path, target="arm")
+    assert got["ncond"].dtype == np.bool_ and got["idx2"].dtype == np.int64
+    assert list(got) == ["g", "ncond", "idx2", "bytes_t", "i32n"]
+
+
+@needs_arm
+def test_gather_out_of_range_index_is_a_status(tmp_path):
+    x = rand(5, 3)
+    i = np.array([0, 7, 1], dtype=np.int64)
+    model = make_model([helper.make_node("Gather", ["x", "i"], ["y"], axis=0)],
+                       {"x": x, "i": i}, ["y"])
+    with pytest.raises(RuntimeStatusError, match="out of range"):
+        compile_and_run(model, {"x": x, "i": i}, tmp_path, target="arm")
+
+
+# --------------------------------------------------------------------------------- the runner
+
+@pytest.fixture(scope="module")
+def digits_arm(tmp_path_factory) -> Path:
+    if MISSING:
+        pytest.skip(MISSING)
+    out = tmp_path_factory.mktemp("arm") / "digits"
+    mlcc.compile(DIGITS, out, target="arm", name="digits")
+    return out
+
+
+def _digits_input(seed: int = 0) -> dict[str, np.ndarray]:
+    return {"input": np.random.default_rng(seed).standard_normal((1, 1, 8, 8)).astype(np.float32)}
+
+
+def test_runner_checks_inputs_like_the_in_process_model(digits_arm):
+    m = mlcc.load(digits_arm)
+    assert type(m).__name__ == "HarnessModel"
+    x = _digits_input()["input"]
+    y = m.run({"input": x})["logits"]
+    assert y.shape == (1, 10) and y.dtype == np.float32
+    np.testing.assert_array_equal(m({"input": x.astype(np.float64)})["logits"], y)
+    with pytest.raises(InputError, match="missing 'input'"):
+        m.run({})
+    with pytest.raises(InputError, match="shape"):
+        m.run({"input": x[..., :4]})
+    with pytest.raises(InputError, match="float32"):
+        m.run({"input": x.astype(np.int32)})
+    assert not [p for p in digits_arm.iterdir() if p.name.startswith(".run-")]
+
+
+def test_run_command_can_be_replaced(digits_arm, tmp_path):
+    """What a user with a board does (e.g. run: [ssh, board]): here a wrapper script that
+    logs its arguments and then runs the emulator."""
+    log = tmp_path / "calls.txt"
+    wrapper = tmp_path / "board"
+    wrapper.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexec {" ".join(ARM.run)} "$@"\n')
+    wrapper.chmod(0o755)
+    x = _digits_input(1)
+    via_wrapper = mlcc.load(digits_arm, run=[str(wrapper)]).run(x)
+    np.testing.assert_array_equal(via_wrapper["logits"], mlcc.load(digits_arm).run(x)["logits"])
+    args = log.read_text().split()
+    assert args[0] == str((digits_arm / "harness").resolve()) and len(args) == 4
+
+
+def test_missing_emulator_names_the_package(digits_arm, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(digits_arm, folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["run"] = ["no-such-emulator-xyz"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(TargetError, match="no-such-emulator-xyz is not installed.*"
+                                          r"apt-get install qemu-user"):
+        mlcc.load(folder)
+
+
+def test_damaged_weights_and_harness_errors(digits_arm, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(digits_arm, folder)
+    blob = bytearray((folder / "weights.bin").read_bytes())
+    blob[-1] ^= 1
+    (folder / "weights.bin").write_bytes(bytes(blob))
+    with pytest.raises(RuntimeStatusError, match="init failed: .*corrupted"):
+        mlcc.load(folder).run(_digits_input())
+    # The harness on its own: a short input file is refused (exit 1), nothing is written.
+    (tmp_path / "short.bin").write_bytes(b"\0" * 255)
+    proc = subprocess.run([*ARM.run, str(digits_arm / "harness"),
+                           str(digits_arm / "weights.bin"), str(tmp_path / "short.bin"),
+                           str(tmp_path / "out.bin")], capture_output=True, text=True)
+    assert proc.returncode == 1 and "exactly 256 bytes" in proc.stderr
+    assert not (tmp_path / "out.bin").exists()
+    proc = subprocess.run([*ARM.run, str(digits_arm / "harness")], capture_output=True,
+                          text=True)
+    assert proc.returncode == 1 and "usage: harness WEIGHTS IN... OUT...  (1 input file, " \
+        "then 1 output file, in model order)" in proc.stderr
+
+
+def test_cli_compile_run_and_verify(digits_arm, tmp_path):
+    runner = CliRunner()
+    np.savez(tmp_path / "in.npz", **_digits_input(2))
+    r = runner.invoke(cli_main, ["run", str(digits_arm), "-i", str(tmp_path / "in.npz"),
+                                 "-o", str(tmp_path / "out.npz")])
+    assert r.exit_code == 0, r.output
+    assert "logits: float32 [1, 10]" in r.output
+    with np.load(tmp_path / "out.npz") as out:
+        np.testing.assert_array_equal(out["logits"], mlcc.load(digits_arm).run(
+            _digits_input(2))["logits"])
+    r = runner.invoke(cli_main, ["verify", str(DIGITS), "--target", "arm"])
+    assert r.exit_code == 0, r.output
+    assert "verified: outputs match onnxruntime" in r.output
+
+
+# --------------------------------------------------------------------------------- models
+
+@pytest.fixture(scope="module")
+def small_models(tmp_path_factory):
+    return fm.build_small_models(tmp_path_factory.mktemp("small"))
+
+
+@needs_arm
+@pytest.mark.parametrize("name", ["patterns_mlp", "small_cnn", "small_unet"])
+def test_small_model(small_models, name):
+    path, shapes = small_models[name]
+    tm.check(path, shapes, target="arm")
+
+
+@needs_arm
+def test_patterns_mlp_accuracy_matches_onnxruntime(small_models, tmp_path):
+    path, shapes = small_models["patterns_mlp"]
+    x, labels = fm.pattern_dataset(640, seed=123)
+    got, ref = tm._compiled_and_reference(path, x, shapes, tmp_path / "mlp", target="arm")
+    assert tm._assert_same_accuracy(got, ref, labels) > 0.9
+
+
+@needs_arm
+@pytest.mark.parametrize("name", ["digits_cnn.onnx", "digits_cnn_bn.onnx", "digits_mlp.onnx"])
+def test_shared_digits_model(name):
+    """The digits models of ../shared/models (development and CI only)."""
+    path = tm._shared(name)
+    model = onnx.load(str(path))
+    inits = {t.name for t in model.graph.initializer}
+    shapes = {vi.name: tuple(d.dim_value or 1 for d in vi.type.tensor_type.shape.dim)
+              for vi in model.graph.input if vi.name not in inits}
+    tm.check(path, shapes, target="arm")
+
+
+@needs_arm
+def test_squeezenet_random_weights():
+    tm.check(fm.randomized_light_model("squeezenet"), target="arm")
+
+
+@needs_arm
+def test_arm_dotprod_target(tmp_path):
+    """The second arm file: same harness and emulator, ARMv8.2-A code."""
+    assert "-march=armv8.2-a+dotprod" in load_target("arm-dotprod").toolchain.cflags
+    res = mlcc.verify(DIGITS, target="arm-dotprod", output_dir=tmp_path / "d")
+    assert res.ok, [(o.name, o.max_abs_error) for o in res.outputs]
+    assert _elf_machine(tmp_path / "d" / "harness") == 183
+
+
+# --------------------------------------------------------------------------------- host-only
+
+def test_harness_on_the_host_matches_the_library(tmp_path):
+    """`make harness` in an x86 folder; mlcc.load(folder, run=[]) then runs it natively:
+    the generic harness and the runner, tested without an emulator."""
+    out = tmp_path / "digits"
+    mlcc.compile(DIGITS, out, target="x86", name="digits")
+    assert (out / "harness.c").is_file() and not (out / "harness").exists()
+    subprocess.run(["make", "-s", "harness"], cwd=out, check=True, capture_output=True)
+    x = _digits_input(3)
+    via_harness = mlcc.load(out, run=[]).run(x)["logits"]
+    np.testing.assert_array_equal(via_harness, mlcc.load(out).run(x)["logits"])
+
+
+def test_harness_is_sanitizer_clean(tmp_path):
+    """Library and harness rebuilt with ASan and UBSan (through the folder's Makefile), run on
+    good inputs and on every error path."""
+    out = tmp_path / "digits"
+    mlcc.compile(DIGITS, out, target="x86", name="digits", build=False)
+    san = "-fsanitize=address,undefined -fno-sanitize-recover=all"
+    subprocess.run(["make", "-s", "all", "harness",
+                    f"CFLAGS=-O1 -g -std=c99 -fPIC -fvisibility=hidden {san}",
+                    f"LDFLAGS=-shared -lm {san}"], cwd=out, check=True, capture_output=True)
+    x = _digits_input(4)
+    got = mlcc.load(out, run=[]).run(x)["logits"]
+    plain = tmp_path / "plain"
+    mlcc.compile(DIGITS, plain, target="x86", name="digits")
+    np.testing.assert_allclose(got, mlcc.load(plain).run(x)["logits"], rtol=1e-6, atol=1e-5)
+
+    def harness(*args):
+        return subprocess.run([str(out / "harness"), *map(str, args)], capture_output=True,
+                              text=True, cwd=tmp_path)
+    x["input"].astype("<f4").tofile(tmp_path / "in.bin")
+    (tmp_path / "bad.bin").write_bytes(b"MLCCWTS" + bytes(100))
+    for args, code, message in [
+        ((), 1, "usage"),
+        (("nofile", "in.bin", "o.bin"), 1, "cannot open nofile"),
+        ((out / "weights.bin", out / "weights.bin", "o.bin"), 1, "exactly 256 bytes"),
+        (("bad.bin", "in.bin", "o.bin"), 1, "exactly"),
+        ((out / "weights.bin", "in.bin", tmp_path / "no" / "o.bin"), 1, "cannot create"),
+    ]:
+        proc = harness(*args)
+        assert proc.returncode == code and message in proc.stderr, (args, proc.stderr)
+    blob = bytearray((out / "weights.bin").read_bytes())
+    blob[0] ^= 1
+    (tmp_path / "magic.bin").write_bytes(bytes(blob))
+    proc = harness("magic.bin", "in.bin", "o.bin")
+    assert proc.returncode == 2 and "init failed: " in proc.stderr and "(status 5)" in proc.stderr
+    assert harness("--info").stdout.splitlines()[2] == "input 0 input float32 [1,1,8,8] 256 bytes"
+
+
+def test_targets_report_missing_compiler_and_emulator(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    r = CliRunner().invoke(cli_main, ["targets"])
+    assert r.exit_code == 0
+    line = next(l for l in r.output.splitlines() if l.startswith("arm "))
+    assert ("aarch64-linux-gnu-gcc is not installed (apt-get install gcc-aarch64-linux-gnu "
+            "libc6-dev-arm64-cross)") in line
+    assert "qemu-aarch64 is not installed (apt-get install qemu-user)" in line
+
+
+def test_target_schema_run_keys(tmp_path):
+    t = parse_target("name: board\narch: aarch64\ntoolchain: {cc: gcc}\n"
+                     "run: [ssh, pi@board]\nrun_package: openssh-client\n")
+    assert t.run == ("ssh", "pi@board") and t.run_package == "openssh-client"
+    assert not t.is_host
+    with pytest.raises(TargetError, match="run_package must be a str"):
+        parse_target("name: b\narch: a\ntoolchain: {cc: gcc}\nrun_package: [x]\n")
+    with pytest.raises(TargetError, match="non-empty strings"):
+        parse_target("name: b\narch: a\ntoolchain: {cc: gcc}\nrun: ['']\n")
