@@ -235,6 +235,15 @@ def test_runner_checks_inputs_like_the_in_process_model(digits_arm):
     assert not [p for p in digits_arm.iterdir() if p.name.startswith(".run-")]
 
 
+def test_arm_outputs_are_the_x86_targets_bit_for_bit(digits_arm, tmp_path):
+    """Neither target fuses multiply-adds, and the kernels fix the order of every sum."""
+    x86 = tmp_path / "x86"
+    mlcc.compile(DIGITS, x86, target="x86", name="digits")
+    x = _digits_input(5)
+    np.testing.assert_array_equal(mlcc.load(digits_arm).run(x)["logits"],
+                                  mlcc.load(x86).run(x)["logits"])
+
+
 def test_run_command_can_be_replaced(digits_arm, tmp_path):
     """What a user with a board does (e.g. run: [ssh, board]): here a wrapper script that
     logs its arguments and then runs the emulator."""
