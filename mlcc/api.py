@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from . import __version__
-from . import bench as _bench
+from . import benchmark as _bench
 from .codegen import generate, model_prefix, write_folder
 from .codegen.lower import lower_graph
 from .codegen.memory import plan_memory
@@ -304,7 +304,7 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
           threads: int = 1, runs: int | None = None, output_dir: str | Path | None = None,
           seed: int = 0) -> BenchResult:
     """Compiles the model, then times the library and onnxruntime (`threads` intra-op threads,
-    graph optimizations ALL) interleaved in this process; see mlcc/bench.py for the method.
+    graph optimizations ALL) interleaved in this process; see mlcc/benchmark.py for the method.
 
     runs: timed samples per engine (None: as many as fit about 10 s). The mlcc runtime is
     single-threaded today: `threads` only applies to onnxruntime."""

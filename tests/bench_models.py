@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import onnxruntime
     import mlcc
-    from mlcc.bench import markdown_table
+    from mlcc.benchmark import markdown_table
     from mlcc.targets import load_target
 
     rows, skipped = [], []

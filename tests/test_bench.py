@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 import mlcc
-from mlcc.bench import TABLE_COLUMNS, markdown_table, peak_of
+from mlcc.benchmark import TABLE_COLUMNS, markdown_table, peak_of
 from mlcc.cli import main
 from mlcc.errors import InputError
 
