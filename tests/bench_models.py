@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         ""]
     if skipped:
         header.insert(2, f"Not available here: {', '.join(skipped)}.")
-    text = "\n".join(header) + markdown_table(rows)
+    text = "\n".join(header) + "\n" + markdown_table(rows)
     print(text)
     if args.output:
         args.output.write_text(text)
