@@ -57,5 +57,11 @@ target-tools:
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS) tests
 
+# mlcc against onnxruntime on the benchmark models (issue 3), one Markdown table; not a test.
+# BENCH_ARGS: e.g. --threads 2, or model names (python tests/bench_models.py --list).
+BENCH_ARGS ?=
+bench: $(STAMP)
+	$(BIN)/python tests/bench_models.py $(BENCH_ARGS)
+
 clean:
 	rm -rf build .pytest_cache

@@ -7,7 +7,7 @@
 """
 __version__ = "0.1.0"
 
-from .api import compile, inspect, load, verify  # noqa: E402  (needs __version__ above)
+from .api import bench, compile, inspect, load, verify  # noqa: E402  (needs __version__ above)
 from .errors import MlccError  # noqa: E402
 
-__all__ = ["__version__", "compile", "inspect", "load", "verify", "MlccError"]
+__all__ = ["__version__", "bench", "compile", "inspect", "load", "verify", "MlccError"]

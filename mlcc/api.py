@@ -1,9 +1,12 @@
-"""The public Python API: compile, load, verify, inspect. The CLI is a thin layer over it."""
+"""The public Python API: compile, load, verify, inspect, bench. The CLI is a thin layer over
+it."""
 from __future__ import annotations
 
 import json
 import math
+import os
 import tempfile
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +15,7 @@ from typing import Callable
 import numpy as np
 
 from . import __version__
+from . import benchmark as _bench
 from .codegen import generate, model_prefix, write_folder
 from .codegen.lower import lower_graph
 from .codegen.memory import plan_memory
@@ -294,8 +298,7 @@ def inspect(model: str | Path, *, shapes: Shapes | None = None) -> InspectReport
     lines.append("")
     lines.append(f"{'node':40} {'op':24} {'output':32} {'MFLOPs':>10}")
     for n in g.nodes:
-        d = lookup(n)
-        fl = d.flops(n, g) if d is not None else 0
+        fl = node_flops(n, g)
         total_flops += fl
         op = "+".join([n.op_type] + [f.split(":")[-1] for f in n.fused])
         out = format_type(g.values[n.outputs[0]]) if n.outputs else ""
@@ -314,11 +317,81 @@ def inspect(model: str | Path, *, shapes: Shapes | None = None) -> InspectReport
     return InspectReport("\n".join(lines) + "\n", [])
 
 
+def node_flops(n, g: Graph) -> int:
+    d = lookup(n)
+    return d.flops(n, g) if d is not None else 0
+
+
+def graph_flops(g: Graph) -> int:
+    """Run-time FLOPs of an optimized graph per inference (a multiply-add counts as two)."""
+    return sum(node_flops(n, g) for n in g.nodes)
+
+
 def _ratio(plan) -> str:
     if not plan.total_intermediate:
         return "no intermediates"
     return f"reuse saves {100 * (1 - plan.arena_size / plan.total_intermediate):.0f}%"
 
 
-__all__ = ["compile", "load", "verify", "inspect", "CompileResult", "VerifyResult",
+# --------------------------------------------------------------------------------- bench
+
+BenchResult = _bench.BenchResult
+
+
+def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | None = None,
+          threads: int = 1, runs: int | None = None, output_dir: str | Path | None = None,
+          seed: int = 0) -> BenchResult:
+    """Compiles the model, then times the library and onnxruntime (`threads` intra-op threads,
+    graph optimizations ALL) interleaved in this process; see mlcc/benchmark.py for the method.
+
+    runs: timed samples per engine (None: as many as fit about 10 s). The mlcc runtime is
+    single-threaded today: `threads` only applies to onnxruntime."""
+    if threads < 1:
+        raise InputError("threads must be at least 1")
+    if runs is not None and runs < 1:
+        raise InputError("runs must be at least 1")
+    tgt = load_target(target)
+    if not tgt.is_host:
+        raise InputError(f"target {tgt.name} does not run on this machine: bench times host "
+                         f"targets only")
+    with tempfile.TemporaryDirectory(prefix="mlcc-bench-") as tmp:
+        folder = Path(output_dir) if output_dir else Path(tmp) / "model"
+        t0 = time.perf_counter()
+        res = compile(model, folder, target=target, shapes=shapes)
+        compile_time = time.perf_counter() - t0
+        flops = graph_flops(res.graph)
+        feeds = random_inputs(res.graph, seed)
+        compiled = _load(folder)
+        run_mlcc, got = compiled.prepare(feeds)
+        status = run_mlcc()
+        if status != 0:
+            raise MlccError(f"run failed: {compiled.status_string(status)}")
+        run_ort, ref = _bench.onnxruntime_runner(str(model), feeds, threads)
+        run_ort()
+        checks = [compare(n, got[n], ref[n]) for n in got if n in ref]
+        samples = _bench.measure({"mlcc": run_mlcc, "onnxruntime": run_ort}, runs)
+        peak = _bench.peak_of(tgt)
+        calls = samples["_calls"]
+        notes = ["threads: 1 for both (the mlcc runtime is single-threaded)" if threads == 1
+                 else f"threads: onnxruntime {threads} intra-op threads (% of the peak of "
+                      f"{threads} cores); mlcc runs on 1 (the runtime has no thread pool yet; "
+                      f"% of one core's peak)"]
+        return BenchResult(
+            model=Path(model).name, target=tgt.name,
+            shapes={n: tuple(res.graph.values[n].shape) for n in res.graph.inputs},
+            threads=threads, flops=flops,
+            mlcc=_bench.summarize("mlcc", samples["mlcc"], int(calls[0]), flops,
+                                  peak.gflops_per_core),
+            onnxruntime=_bench.summarize("onnxruntime", samples["onnxruntime"], int(calls[1]),
+                                         flops, peak.gflops_per_core * threads),
+            peak=peak, arena_size=int(res.manifest["arena_size"]),
+            weights_size=int(res.manifest["weights_size"]),
+            library_size=os.path.getsize(folder / res.manifest["library"]),
+            compile_time_s=compile_time, kernel_calls=int(res.manifest["kernel_calls"]),
+            max_abs_error=max((c.max_abs_error for c in checks), default=0.0),
+            outputs_agree=all(c.ok for c in checks), notes=notes)
+
+
+__all__ = ["compile", "load", "verify", "inspect", "bench", "CompileResult", "VerifyResult",
+           "BenchResult", "graph_flops",
            "random_inputs", "compare", "__version__", "describe", "unsupported_reason"]

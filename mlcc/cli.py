@@ -201,6 +201,27 @@ def inspect_cmd(model, shapes):
         sys.exit(3)
 
 
+@main.command("bench")
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("--target", "-t", default="x86-native", show_default=True,
+              help="Built-in target name or a YAML file; it must run on this machine.")
+@shape_option
+@click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1),
+              help="onnxruntime's intra-op threads (the mlcc runtime is single-threaded).")
+@click.option("--runs", default=None, type=click.IntRange(min=1),
+              help="Timed samples per engine (default: as many as fit about 10 s).")
+@click.option("--output", "-o", "output", default=None, type=click.Path(file_okay=False),
+              help="Keep the compiled model in this folder.")
+@_guard
+def bench_cmd(model, target, shapes, threads, runs, output):
+    """Time MODEL compiled by mlcc against onnxruntime, interleaved in one process."""
+    from . import api
+
+    res = api.bench(model, target=target, shapes=_shapes(shapes), threads=threads, runs=runs,
+                    output_dir=output)
+    click.echo(res.report(), nl=False)
+
+
 @main.command("targets")
 @_guard
 def targets_cmd():

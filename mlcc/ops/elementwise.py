@@ -69,6 +69,16 @@ class LeakyRelu(_Unary):
         return ("LEAKY_RELU", float(node.attr("alpha", 0.01)), 0.0)
 
 
+@register("Swish")
+class Swish(_Unary):
+    """x * sigmoid(alpha * x) (ONNX opset 24); passes.fuse_silu also writes it for the
+    Mul(x, Sigmoid(x)) of SiLU networks, so it fuses into a producing convolution."""
+    attributes = {"alpha": None}
+
+    def act_of(self, node, g):
+        return ("SILU", float(node.attr("alpha", 1.0)), 0.0)
+
+
 @register("HardSigmoid")
 class HardSigmoid(_Unary):
     attributes = {"alpha": None, "beta": None}

@@ -6,7 +6,11 @@ from typing import Callable
 from ..ir import Graph, format_graph
 from .dead_code import eliminate_dead_code
 from .fold_batchnorm import fold_batchnorm
+from .fold_bias_add import fold_bias_add
+from .fold_scale_mul import fold_scale_mul
 from .fuse_activations import fuse_activations
+from .fuse_hardswish import fuse_hardswish
+from .fuse_silu import fuse_silu
 from .infer_and_fold import infer_and_fold
 from .remove_noops import remove_noops
 
@@ -16,7 +20,11 @@ PIPELINE: list[Pass] = [
     infer_and_fold,
     eliminate_dead_code,
     remove_noops,
+    fold_scale_mul,
+    fold_bias_add,
     fold_batchnorm,
+    fuse_silu,
+    fuse_hardswish,
     fuse_activations,
     eliminate_dead_code,
 ]
@@ -35,4 +43,5 @@ def run_pipeline(g: Graph, passes: list[Pass] | None = None,
 
 
 __all__ = ["PIPELINE", "run_pipeline", "infer_and_fold", "eliminate_dead_code", "remove_noops",
-           "fold_batchnorm", "fuse_activations"]
+           "fold_scale_mul", "fold_bias_add", "fold_batchnorm", "fuse_silu", "fuse_hardswish",
+           "fuse_activations"]

@@ -29,6 +29,8 @@ def _act_of(g: Graph, n: Node):
         return ("HARD_SIGMOID", float(n.attr("alpha", 0.2)), float(n.attr("beta", 0.5)))
     if t == "HardSwish":
         return ("HARD_SWISH", 0.0, 0.0)
+    if t == "Swish":
+        return ("SILU", float(n.attr("alpha", 1.0)), 0.0)
     if t == "Clip":
         if n.version < 11:
             lo, hi = n.attr("min", -np.inf), n.attr("max", np.inf)
@@ -61,7 +63,7 @@ def fuse_activations(g: Graph) -> Graph:
             continue
         prod.attrs["_act"] = kind
         prod.outputs = [act.outputs[0]]
-        prod.fused.append(f"{act.name}:{act.op_type}")
+        prod.fused += act.fused + [f"{act.name}:{act.op_type}"]
         removed.add(id(act))
     g.nodes = [n for n in g.nodes if id(n) not in removed]
     return g

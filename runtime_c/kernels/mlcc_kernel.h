@@ -46,7 +46,8 @@ enum mlcc_act_kind {
     MLCC_ACT_SIGMOID = 4,
     MLCC_ACT_HARD_SIGMOID = 5,  /* max(0, min(1, alpha * x + beta)) */
     MLCC_ACT_HARD_SWISH = 6,
-    MLCC_ACT_TANH = 7
+    MLCC_ACT_TANH = 7,
+    MLCC_ACT_SILU = 8           /* x * sigmoid(alpha * x): SiLU with alpha = 1, ONNX Swish */
 };
 
 typedef struct mlcc_act {
@@ -69,9 +70,50 @@ static inline float mlcc_act_scalar(const mlcc_act *act, float x) {
         return x * (y < 0.0f ? 0.0f : (y > 1.0f ? 1.0f : y));
     }
     case MLCC_ACT_TANH: return tanhf(x);
+    case MLCC_ACT_SILU: return x / (1.0f + expf(-act->alpha * x));
     default: return x;
     }
 }
+
+#if MLCC_HAVE_VECTORS
+typedef int32_t mlcc_vi __attribute__((vector_size(MLCC_VECTOR_BYTES)));    /* masks */
+typedef uint32_t mlcc_vu __attribute__((vector_size(MLCC_VECTOR_BYTES)));   /* float bits */
+
+/* Lane-wise select: where mask (from a vector comparison) is set, a; elsewhere b. */
+static inline mlcc_vf mlcc_vf_select(mlcc_vi mask, mlcc_vf a, mlcc_vf b) {
+    return (mlcc_vf)(((mlcc_vi)a & mask) | ((mlcc_vi)b & ~mask));
+}
+
+/* e^x for every lane, within 2 ulp of expf on [-87.3, 88] (Cephes' expf: x = n ln2 + r with
+ * |r| <= ln2 / 2, e^r by a polynomial, 2^n written into the exponent bits). Inputs are clamped
+ * to that range, so lanes below it give ~1e-38 instead of 0 and lanes above it 1.65e38 instead
+ * of infinity (what sigmoid needs); NaN lanes stay NaN (their comparisons are false). */
+static inline mlcc_vf mlcc_vf_exp(mlcc_vf x) {
+    const mlcc_vf hi = mlcc_vf_splat(88.0f), lo = mlcc_vf_splat(-87.3365447505531f);
+    const mlcc_vf magic = mlcc_vf_splat(12582912.0f);   /* 1.5 * 2^23: rounds to an integer */
+    mlcc_vf t, n, r, p;
+    x = mlcc_vf_select(x > hi, hi, x);
+    x = mlcc_vf_select(x < lo, lo, x);
+    t = x * 1.44269504088896341f + magic;
+    n = t - magic;                                      /* round(x / ln2), in [-126, 127] */
+    r = x - n * 0.693359375f;                           /* ln2 in two parts: r exact */
+    r = r - n * -2.12194440e-4f;
+    p = mlcc_vf_splat(1.9875691500e-4f);
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    /* t's low mantissa bits hold n: 2^n has the float bits (n + 127) << 23 */
+    return p * (mlcc_vf)(((mlcc_vu)t - (mlcc_vu)magic + 127u) << 23);
+}
+
+/* 1 / (1 + e^-(alpha x)) per lane; NaN stays NaN. */
+static inline mlcc_vf mlcc_vf_sigmoid(mlcc_vf x, float alpha) {
+    return 1.0f / (1.0f + mlcc_vf_exp(x * -alpha));
+}
+#endif
 
 /* Applies the activation to n contiguous values in place. The switch sits outside the loops
  * so that each loop vectorizes. */
@@ -87,6 +129,46 @@ static inline void mlcc_act_apply(const mlcc_act *act, float *y, ptrdiff_t n) {
         for (i = 0; i < n; i++) y[i] = y[i] < lo ? lo : (y[i] > hi ? hi : y[i]);
         return;
     }
+    case MLCC_ACT_LEAKY_RELU: {
+        const float a = act->alpha;
+        for (i = 0; i < n; i++) y[i] = y[i] >= 0.0f ? y[i] : y[i] * a;
+        return;
+    }
+    case MLCC_ACT_HARD_SIGMOID: {
+        const float a = act->alpha, b = act->beta;
+        for (i = 0; i < n; i++) {
+            const float v = a * y[i] + b;
+            y[i] = v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v);
+        }
+        return;
+    }
+    case MLCC_ACT_HARD_SWISH:
+        for (i = 0; i < n; i++) {
+            const float v = y[i] / 6.0f + 0.5f;
+            y[i] *= v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v);
+        }
+        return;
+#if MLCC_HAVE_VECTORS
+    case MLCC_ACT_SIGMOID:
+    case MLCC_ACT_SILU: {
+        const int silu = act->kind == MLCC_ACT_SILU;
+        const float a = silu ? act->alpha : 1.0f;
+        for (i = 0; i + MLCC_VF_LANES <= n; i += MLCC_VF_LANES) {
+            const mlcc_vf v = mlcc_vf_load(y + i), s = mlcc_vf_sigmoid(v, a);
+            mlcc_vf_store(y + i, silu ? v * s : s);
+        }
+        if (i < n) {   /* the tail through a zero-padded vector: same results as the body */
+            float tmp[MLCC_VECTOR_BYTES / sizeof(float)] = {0};
+            mlcc_vf v, s;
+            memcpy(tmp, y + i, (size_t)(n - i) * sizeof(float));
+            v = mlcc_vf_load(tmp);
+            s = mlcc_vf_sigmoid(v, a);
+            mlcc_vf_store(tmp, silu ? v * s : s);
+            memcpy(y + i, tmp, (size_t)(n - i) * sizeof(float));
+        }
+        return;
+    }
+#endif
     default:
         for (i = 0; i < n; i++) y[i] = mlcc_act_scalar(act, y[i]);
         return;

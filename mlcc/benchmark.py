@@ -1,0 +1,240 @@
+"""Timing a compiled model against onnxruntime in one process: the machinery behind
+mlcc.bench() (api.py) and `mlcc bench`.
+
+Method: both engines get the same inputs and preallocated outputs (mlcc: one cffi call of
+NAME_run_v; onnxruntime: run_with_iobinding on bound numpy buffers), so neither pays for
+Python-side allocation. After warm-up, each engine's calls are grouped into samples of at least
+MIN_SAMPLE_S (many calls per sample for models of a few microseconds, one for large ones), and
+the samples of the two engines are interleaved (alternating which goes first), so that a slow
+phase of a shared machine hits both. Latency = sample time / calls per sample; the report gives
+the median and the 90th percentile over samples.
+"""
+from __future__ import annotations
+
+import gc
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+MIN_SAMPLE_S = 0.002        # a sample lasts at least this long (timer noise << 1%)
+WARMUP_S = 0.3              # per engine, and at least WARMUP_CALLS calls
+WARMUP_CALLS = 3
+TIME_BUDGET_S = 10.0        # total timed time when runs are not given
+MIN_RUNS, MAX_RUNS = 10, 300
+
+
+@dataclass
+class Timing:
+    engine: str
+    median_s: float
+    p90_s: float
+    samples: int
+    calls_per_sample: int
+    gflops: float               # at the median latency
+    peak_fraction: float        # of the peak of the cores this engine may use
+
+    @property
+    def median_ms(self) -> float:
+        return self.median_s * 1e3
+
+
+@dataclass
+class Peak:
+    gflops_per_core: float      # fp32
+    assumption: str
+
+
+@dataclass
+class BenchResult:
+    model: str
+    target: str
+    shapes: dict
+    threads: int
+    flops: int                  # per inference, from the OpDefs' flops() (as mlcc inspect)
+    mlcc: Timing
+    onnxruntime: Timing
+    peak: Peak
+    arena_size: int
+    weights_size: int
+    library_size: int
+    compile_time_s: float
+    kernel_calls: int
+    max_abs_error: float        # mlcc vs onnxruntime on the timed inputs
+    outputs_agree: bool
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float:
+        """mlcc median latency / onnxruntime median latency (< 1: mlcc is faster)."""
+        return self.mlcc.median_s / self.onnxruntime.median_s
+
+    def report(self) -> str:
+        shapes = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in self.shapes.items())
+        lines = [
+            f"mlcc bench {self.model}: target {self.target}, inputs {shapes or '(as declared)'}, "
+            f"{self.threads} thread{'s' * (self.threads != 1)}",
+            f"compile {self.compile_time_s:.2f} s (graph, C generation and the C compiler), "
+            f"{self.kernel_calls} kernel calls; arena {format_bytes(self.arena_size)}, weights "
+            f"{format_bytes(self.weights_size)}, library {format_bytes(self.library_size)}",
+            f"work: {self.flops / 1e9:.4g} GFLOP per inference (the OpDefs' flops(), as "
+            f"mlcc inspect counts them)",
+            "",
+            "| engine | median | p90 | GFLOP/s | % of peak | samples x calls |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for t in (self.mlcc, self.onnxruntime):
+            lines.append(f"| {t.engine} | {format_seconds(t.median_s)} | "
+                         f"{format_seconds(t.p90_s)} | {t.gflops:.2f} | "
+                         f"{100 * t.peak_fraction:.1f}% | {t.samples} x {t.calls_per_sample} |")
+        lines += [
+            "",
+            f"ratio mlcc/onnxruntime (median latency): {self.ratio:.3f} "
+            f"({'mlcc faster' if self.ratio < 1 else 'onnxruntime faster'})",
+            f"peak: {self.peak.gflops_per_core:.1f} GFLOP/s per core assumed: "
+            f"{self.peak.assumption}",
+            f"outputs: {'agree' if self.outputs_agree else 'DIFFER'} (max abs error "
+            f"{self.max_abs_error:.3g} vs onnxruntime)",
+        ]
+        lines += self.notes
+        return "\n".join(lines) + "\n"
+
+
+def format_seconds(s: float) -> str:
+    if s < 1e-3:
+        return f"{s * 1e6:.1f} us"
+    if s < 1.0:
+        return f"{s * 1e3:.3g} ms" if s < 0.1 else f"{s * 1e3:.1f} ms"
+    return f"{s:.2f} s"
+
+
+def format_bytes(n: int) -> str:
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def peak_of(target) -> Peak:
+    """fp32 peak of one core from the target description: GHz x FMA units x vector lanes x 2."""
+    ghz = float(target.cpu.get("ghz", 0) or 0)
+    fma = float(target.cpu.get("fma_units", 0) or 0)
+    lanes = max(target.vector_bits // 32, 1)
+    where = f"target {target.name}" + (f" ({Path(target.path).name})" if target.path else "")
+    if ghz <= 0 or fma <= 0:
+        return Peak(math.nan, f"unknown ({where} gives no cpu.ghz and cpu.fma_units)")
+    return Peak(ghz * fma * lanes * 2,
+                f"{ghz:g} GHz x {fma:g} FMA units x {lanes} fp32 lanes "
+                f"({target.vector_bits}-bit vectors) x 2 FLOP per FMA, from {where}")
+
+
+def onnxruntime_runner(model_path: str, feeds: dict[str, np.ndarray], threads: int
+                       ) -> tuple[Callable[[], None], dict[str, np.ndarray]]:
+    """(call, outputs): onnxruntime with `threads` intra-op threads and every graph
+    optimization, inputs and outputs bound to preallocated CPU buffers."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    sess = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    # One plain run tells the output shapes; the bound buffers then get reused.
+    first = dict(zip(names, sess.run(names, feeds)))
+    outs = {n: np.empty_like(a) for n, a in first.items()}
+    inputs = {n: np.ascontiguousarray(a) for n, a in feeds.items()}
+    binding = sess.io_binding()
+    for name, arr in inputs.items():
+        binding.bind_cpu_input(name, arr)
+    for name, arr in outs.items():
+        binding.bind_output(name, "cpu", 0, arr.dtype, list(arr.shape), arr.ctypes.data)
+    run = sess.run_with_iobinding
+
+    def call(_run=run, _binding=binding, _keep=(sess, inputs)) -> None:
+        _run(_binding)
+
+    return call, outs
+
+
+def _time_calls(call: Callable, n: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(n):
+        call()
+    return time.perf_counter() - t0
+
+
+def _warm_up(call: Callable) -> float:
+    """Runs `call` for WARMUP_S (at least WARMUP_CALLS times); returns the fastest call."""
+    best, spent, calls = math.inf, 0.0, 0
+    while calls < WARMUP_CALLS or spent < WARMUP_S:
+        t = _time_calls(call, 1)
+        best, spent, calls = min(best, t), spent + t, calls + 1
+    return best
+
+
+def measure(engines: dict[str, Callable], runs: int | None = None) -> dict[str, list[float]]:
+    """Interleaved per-call latencies (seconds, one per sample) of each engine.
+
+    runs: samples per engine; None picks as many as fit TIME_BUDGET_S (MIN_RUNS..MAX_RUNS).
+    Returns {engine: [latency per sample]} and, under the key "_calls", calls per sample."""
+    per_call = {name: _warm_up(call) for name, call in engines.items()}
+    calls = {name: max(1, math.ceil(MIN_SAMPLE_S / max(t, 1e-9))) for name, t in per_call.items()}
+    if runs is None:
+        pair = sum(per_call[n] * calls[n] for n in engines)
+        runs = int(min(MAX_RUNS, max(MIN_RUNS, TIME_BUDGET_S / max(pair, 1e-9))))
+    names = list(engines)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for i in range(runs):
+            for name in names if i % 2 == 0 else names[::-1]:
+                samples[name].append(_time_calls(engines[name], calls[name]) / calls[name])
+    finally:
+        if enabled:
+            gc.enable()
+    samples["_calls"] = [float(calls[n]) for n in names]
+    return samples
+
+
+def summarize(engine: str, latencies: list[float], calls: int, flops: int,
+              peak_gflops: float) -> Timing:
+    lat = np.asarray(latencies)
+    median, p90 = float(np.median(lat)), float(np.percentile(lat, 90))
+    gflops = flops / median / 1e9 if median > 0 else math.nan
+    return Timing(engine, median, p90, len(latencies), calls, gflops,
+                  gflops / peak_gflops if peak_gflops > 0 else math.nan)
+
+
+# --------------------------------------------------------------------------------- tables
+
+TABLE_COLUMNS = ["model", "input", "GFLOP", "mlcc median", "mlcc p90", "onnxruntime median",
+                 "onnxruntime p90", "mlcc/ort", "mlcc GFLOP/s", "mlcc % peak", "ort % peak",
+                 "arena", "library", "compile"]
+
+
+def markdown_table(rows: list[tuple[str, BenchResult]]) -> str:
+    """One Markdown table over several bench results, with the geometric mean of the ratios."""
+    out = ["| " + " | ".join(TABLE_COLUMNS) + " |",
+           "|" + "|".join("---" if i < 2 else "---:" for i in range(len(TABLE_COLUMNS))) + "|"]
+    for label, r in rows:
+        shape = "; ".join("x".join(map(str, v)) for v in r.shapes.values())
+        out.append("| " + " | ".join([
+            label, shape, f"{r.flops / 1e9:.3g}",
+            format_seconds(r.mlcc.median_s), format_seconds(r.mlcc.p90_s),
+            format_seconds(r.onnxruntime.median_s), format_seconds(r.onnxruntime.p90_s),
+            f"{r.ratio:.2f}" + ("" if r.outputs_agree else " (outputs differ)"),
+            f"{r.mlcc.gflops:.1f}", f"{100 * r.mlcc.peak_fraction:.0f}%",
+            f"{100 * r.onnxruntime.peak_fraction:.0f}%",
+            format_bytes(r.arena_size), format_bytes(r.library_size),
+            f"{r.compile_time_s:.1f} s"]) + " |")
+    if rows:
+        gm = math.exp(sum(math.log(r.ratio) for _, r in rows) / len(rows))
+        out.append(f"\nGeometric mean of mlcc/onnxruntime over {len(rows)} models: {gm:.2f}")
+    return "\n".join(out) + "\n"

