@@ -404,6 +404,17 @@ def test_harness_is_sanitizer_clean(tmp_path):
     assert harness("--info").stdout.splitlines()[2] == "input 0 input float32 [1,1,8,8] 256 bytes"
 
 
+def test_compiler_without_its_c_library_is_a_target_error(tmp_path):
+    """What a cross gcc without libc6-dev-<arch>-cross does: a missing package, not a bug."""
+    (tmp_path / "nolibc.yaml").write_text(
+        "name: nolibc\narch: x86_64\ntoolchain:\n  cc: gcc\n"
+        "  cflags: [-O1, -std=c99, -fPIC, --sysroot=/nonexistent-sysroot]\n"
+        "  ldflags: [-shared, -lm]\n  package: libc6-dev-fake\n")
+    with pytest.raises(TargetError, match="toolchain is incomplete: .*apt-get install "
+                                          "libc6-dev-fake"):
+        mlcc.compile(DIGITS, tmp_path / "o", target=str(tmp_path / "nolibc.yaml"))
+
+
 def test_targets_report_missing_compiler_and_emulator(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     r = CliRunner().invoke(cli_main, ["targets"])

@@ -5,10 +5,9 @@ The same command lines go into the folder's Makefile, so a user can rebuild the 
 
 Every folder also gets the generic test harness (harness.c, a copy of
 runtime_c/harness/mlcc_harness.c: weights and inputs from raw files, outputs to raw files).
-For targets that run binaries through a command prefix
-(an emulator, a board), mlcc builds it as the executable `harness`, linked against the
-library: that is how Python runs a model it cannot load into its own process. On the host,
-`make harness` builds it.
+For targets that run binaries through a command prefix (an emulator, a board), mlcc builds it
+as the executable `harness`, linked against the library: that is how Python runs a model it
+cannot load into its own process. On the host, `make harness` builds it.
 """
 from __future__ import annotations
 
@@ -58,7 +57,7 @@ def makefile(target: Target, sources: list[str], prefix: str) -> str:
     return "\n".join([
         f"# Rebuilds {lib} from the generated sources (written by mlcc for target "
         f"{target.name}).",
-        f"# `make harness` builds the test harness (harness.c, generic) linked against it.",
+        "# `make harness` builds the test harness (harness.c, generic) linked against it.",
         "# Override the toolchain as usual, e.g. make CC=clang.",
         f"CC = {tc.cc}",
         f"CFLAGS = {' '.join(shlex.quote(f) for f in tc.cflags)}",
