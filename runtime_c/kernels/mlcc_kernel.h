@@ -66,8 +66,10 @@ static inline float mlcc_act_scalar(const mlcc_act *act, float x) {
         return y < 0.0f ? 0.0f : (y > 1.0f ? 1.0f : y);
     }
     case MLCC_ACT_HARD_SWISH: {
-        float y = x / 6.0f + 0.5f;
-        return x * (y < 0.0f ? 0.0f : (y > 1.0f ? 1.0f : y));
+        /* x * relu6(x + 3) / 6: rounds exactly like the Add/Clip/Mul/Div graphs that
+         * passes.fuse_hardswish replaces (same value as x * hard_sigmoid(x) within 1 ulp) */
+        const float c = x + 3.0f;
+        return x * (c < 0.0f ? 0.0f : (c > 6.0f ? 6.0f : c)) / 6.0f;
     }
     case MLCC_ACT_TANH: return tanhf(x);
     case MLCC_ACT_SILU: return x / (1.0f + expf(-act->alpha * x));
@@ -142,10 +144,10 @@ static inline void mlcc_act_apply(const mlcc_act *act, float *y, ptrdiff_t n) {
         }
         return;
     }
-    case MLCC_ACT_HARD_SWISH:
+    case MLCC_ACT_HARD_SWISH:   /* as in mlcc_act_scalar */
         for (i = 0; i < n; i++) {
-            const float v = y[i] / 6.0f + 0.5f;
-            y[i] *= v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v);
+            const float c = y[i] + 3.0f;
+            y[i] = y[i] * (c < 0.0f ? 0.0f : (c > 6.0f ? 6.0f : c)) / 6.0f;
         }
         return;
 #if MLCC_HAVE_VECTORS
