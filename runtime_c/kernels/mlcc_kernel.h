@@ -143,7 +143,7 @@ static inline void mlcc_act_apply(const mlcc_act *act, float *y, ptrdiff_t n) {
         }
         return;
     }
-    case MLCC_ACT_HARD_SWISH:
+    case MLCC_ACT_HARD_SWISH:   /* as in mlcc_act_scalar */
         for (i = 0; i < n; i++) {
             const float v = y[i] + 3.0f;
             y[i] = y[i] * (v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v)) / 6.0f;
