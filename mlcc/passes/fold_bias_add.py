@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node
+from .patterns import constant_operands
 
 PRODUCERS = {"Conv", "ConvTranspose", "Gemm"}
 
@@ -55,17 +56,10 @@ def fold_bias_add(g: Graph) -> Graph:
     outputs = set(g.outputs)
     removed = set()
     for add in g.nodes:
-        if add.op_type not in ("Add", "Sub") or add.domain != "" or len(add.inputs) != 2:
+        if add.op_type not in ("Add", "Sub"):
             continue
-        for k in ((0, 1) if add.op_type == "Add" else (0,)):
-            y, d_name = add.inputs[k], add.inputs[1 - k]
-            prod, d = producers.get(y), g.const(d_name)
-            if prod is None or d is None or d.dtype != np.float32:
-                continue
-            if prod.op_type not in PRODUCERS or prod.domain != "" or prod.attrs.get("_act"):
-                continue
-            if y in outputs or len(consumers.get(y, [])) != 1 or len(prod.outputs) != 1:
-                continue
+        for y, prod, d in constant_operands(g, add, producers, consumers, outputs, PRODUCERS,
+                                            commutative=add.op_type == "Add"):
             if g.values[add.outputs[0]].shape != g.values[y].shape:
                 continue                              # the Add broadcasts to a larger shape
             got = _new_bias(g, prod, -d if add.op_type == "Sub" else d)

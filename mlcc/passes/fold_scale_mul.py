@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node
+from .patterns import constant_operands
 
 PRODUCERS = {"Conv", "ConvTranspose", "Gemm", "MatMul"}
 
@@ -62,17 +63,10 @@ def fold_scale_mul(g: Graph) -> Graph:
     outputs = set(g.outputs)
     removed = set()
     for mul in g.nodes:
-        if mul.op_type not in ("Mul", "Div") or mul.domain != "" or len(mul.inputs) != 2:
+        if mul.op_type not in ("Mul", "Div"):
             continue
-        for k in ((0, 1) if mul.op_type == "Mul" else (0,)):
-            y, d_name = mul.inputs[k], mul.inputs[1 - k]
-            prod, d = producers.get(y), g.const(d_name)
-            if prod is None or d is None or d.dtype != np.float32:
-                continue
-            if prod.op_type not in PRODUCERS or prod.domain != "" or prod.attrs.get("_act"):
-                continue
-            if y in outputs or len(consumers.get(y, [])) != 1 or len(prod.outputs) != 1:
-                continue
+        for y, prod, d in constant_operands(g, mul, producers, consumers, outputs, PRODUCERS,
+                                            commutative=mul.op_type == "Mul"):
             out_shape = g.values[y].shape
             if g.values[mul.outputs[0]].shape != out_shape or not out_shape:
                 continue
