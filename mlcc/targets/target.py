@@ -76,7 +76,10 @@ class Target:
         return missing
 
     def defines(self) -> list[str]:
-        """Macros that tell the runtime kernels what the target offers."""
+        """Macros that tell the runtime kernels what the target offers: the vector width, or
+        with `simd: none` that the kernels use their portable scalar loops."""
+        if self.simd == "none":
+            return ["-DMLCC_NO_VECTORS"]
         return [f"-DMLCC_VECTOR_BYTES={max(self.vector_bits // 8, 4)}"]
 
 

@@ -3,7 +3,8 @@
  * Kernels are plain C99. Where the compiler is GCC or Clang, hot loops use the compilers' vector
  * extensions, which compile to SSE/AVX/AVX-512, NEON or WASM SIMD128 from one source;
  * MLCC_VECTOR_BYTES (set from the target's vector_bits) picks the width. Elsewhere the same
- * kernels fall back to scalar loops. */
+ * kernels fall back to scalar loops; -DMLCC_NO_VECTORS (a target with `simd: none`) forces
+ * those portable loops on GCC and Clang too, e.g. to compare their cost with the vector code. */
 #ifndef MLCC_KERNEL_H
 #define MLCC_KERNEL_H
 
@@ -16,6 +17,11 @@
 
 #if defined(__GNUC__) || defined(__clang__)
 #define MLCC_RESTRICT __restrict__
+#else
+#define MLCC_RESTRICT
+#endif
+
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(MLCC_NO_VECTORS)
 #define MLCC_HAVE_VECTORS 1
 #ifndef MLCC_VECTOR_BYTES
 #define MLCC_VECTOR_BYTES 16
@@ -33,7 +39,6 @@ static inline mlcc_vf mlcc_vf_load(const float *p) {
 static inline void mlcc_vf_store(float *p, mlcc_vf v) { memcpy(p, &v, sizeof v); }
 static inline mlcc_vf mlcc_vf_splat(float x) { return (mlcc_vf){0} + x; }
 #else
-#define MLCC_RESTRICT
 #define MLCC_HAVE_VECTORS 0
 #endif
 
