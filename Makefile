@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 ARM_PACKAGES := gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
-.PHONY: setup demo test test-fast test-targets target-tools bench clean
+.PHONY: setup demo test test-fast test-targets target-tools bench icount-arm clean
 
 setup: $(STAMP)
 
@@ -62,6 +62,13 @@ test-fast: $(STAMP)
 BENCH_ARGS ?=
 bench: $(STAMP)
 	$(BIN)/python tests/bench_models.py $(BENCH_ARGS)
+
+# Instructions per inference of the arm (NEON) build against the arm-portable build, counted
+# under qemu-aarch64 by the TCG plugin of tools/qemu-icount; one Markdown table, not a test.
+# ICOUNT_ARGS: model names (python tests/icount_arm.py --list), --output FILE.
+ICOUNT_ARGS ?=
+icount-arm: $(STAMP) target-tools
+	$(BIN)/python tests/icount_arm.py $(ICOUNT_ARGS)
 
 clean:
 	rm -rf build .pytest_cache
