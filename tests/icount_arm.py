@@ -2,6 +2,7 @@
 
     python tests/icount_arm.py                          # the default model set
     python tests/icount_arm.py digits_cnn mobilenetv2   # some of them
+    python tests/icount_arm.py --dotprod                # adds the arm-dotprod build (fmla)
     python tests/icount_arm.py --list
 
 No speed can be measured under qemu-aarch64, so this counts instructions instead: a repeatable
@@ -38,6 +39,7 @@ sys.path.insert(0, str(HERE))
 # The set of issue 4: small, medium and large models; others from bench_models.py on request.
 DEFAULT_MODELS = ["digits_mlp", "digits_cnn", "mobilenetv2", "ppocr_rec", "yolov8n"]
 VECTOR_TARGET, PORTABLE_TARGET = "arm", "arm-portable"
+FUSED_TARGET = "arm-dotprod"      # --dotprod: ARMv8.2-A, multiplies and adds fused into fmla
 QEMU_TIMEOUT_S = 3600
 _LINE = re.compile(r"^icount: insns (\d+) simd (\d+) fp (\d+) simd_mem (\d+) target (\S+)$",
                    re.M)
@@ -143,14 +145,22 @@ def _fmt(n: int) -> str:
     return f"{n:,}"
 
 
-def markdown_table(rows: list[tuple[str, Counts, Counts]]) -> str:
-    lines = ["| model | arm (NEON): instructions | arm-portable: instructions | portable / NEON "
-             "| SIMD share, NEON | SIMD share, portable |",
-             "|---|---:|---:|---:|---:|---:|"]
-    for name, vec, port in rows:
-        lines.append(f"| {name} | {_fmt(vec.insns)} | {_fmt(port.insns)} | "
-                     f"{port.insns / vec.insns:.2f} | {vec.simd_share:.1%} | "
-                     f"{port.simd_share:.1%} |")
+def markdown_table(rows: list[tuple]) -> str:
+    """rows: (model name, arm counts, arm-portable counts[, arm-dotprod counts])."""
+    fused = any(len(r) > 3 for r in rows)
+    head = ["model", "arm (NEON): instructions", "arm-portable: instructions",
+            "portable / NEON"]
+    if fused:
+        head += ["arm-dotprod (NEON, fmla): instructions", "portable / dotprod"]
+    head += ["SIMD share, NEON", "SIMD share, portable"]
+    lines = ["| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 1) + "|"]
+    for name, vec, port, *rest in rows:
+        cells = [name, _fmt(vec.insns), _fmt(port.insns), f"{port.insns / vec.insns:.2f}"]
+        if fused:
+            cells += [_fmt(rest[0].insns), f"{port.insns / rest[0].insns:.2f}"] if rest \
+                else ["", ""]
+        cells += [f"{vec.simd_share:.1%}", f"{port.simd_share:.1%}"]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -173,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output", "-o", type=Path, help="also write the table to this file")
     ap.add_argument("--no-check", action="store_true",
                     help="skip the second --runs 1 count that checks repeatability")
+    ap.add_argument("--dotprod", action="store_true",
+                    help=f"also count the {FUSED_TARGET} build (multiply-adds fused into fmla)")
     ap.add_argument("--list", action="store_true", help="list the models and exit")
     args = ap.parse_args(argv)
     if args.list:
@@ -184,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import mlcc
     from mlcc.targets import load_target
-    missing = [m for t in (VECTOR_TARGET, PORTABLE_TARGET)
-               for m in load_target(t).missing_tools()]
+    targets = [VECTOR_TARGET, PORTABLE_TARGET] + ([FUSED_TARGET] if args.dotprod else [])
+    missing = [m for t in targets for m in load_target(t).missing_tools()]
     if missing:
         print(f"icount_arm: {'; '.join(sorted(set(missing)))}", file=sys.stderr)
         return 1
@@ -204,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
                     skipped.append(name)
                     continue
                 counts = []
-                for target in (VECTOR_TARGET, PORTABLE_TARGET):
+                for target in targets:
                     folder = tmp_dir / name / target
                     print(f"{name}: compiling for {target} and counting ...", file=sys.stderr,
                           flush=True)

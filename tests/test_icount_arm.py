@@ -142,3 +142,13 @@ def test_harness_runs_option(folders, tmp_path):
                                str(folder / "weights.bin"), *map(str, inputs),
                                str(tmp_path / "o.bin")], capture_output=True, text=True)
         assert proc.returncode == 1 and "--runs needs a count" in proc.stderr, bad
+
+
+def test_table_columns():
+    vec, port = ic.Counts(1000, 400, 0, 0), ic.Counts(2500, 500, 0, 0)
+    fused = ic.Counts(800, 300, 0, 0)
+    two = ic.markdown_table([("m", vec, port)]).splitlines()
+    assert two[0].count("|") == 7 and two[2] == "| m | 1,000 | 2,500 | 2.50 | 40.0% | 20.0% |"
+    three = ic.markdown_table([("m", vec, port, fused)]).splitlines()
+    assert "arm-dotprod" in three[0] and three[0].count("|") == 9
+    assert three[2] == "| m | 1,000 | 2,500 | 2.50 | 800 | 3.12 | 40.0% | 20.0% |"
