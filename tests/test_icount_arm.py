@@ -103,7 +103,9 @@ def test_neon_build_executes_fewer_instructions_than_the_portable_build(plugin, 
     counts = {t: ic.one_inference(folder, plugin, tmp_path / t) for t, folder in folders.items()}
     vec, port = counts[ic.VECTOR_TARGET], counts[ic.PORTABLE_TARGET]
     assert 0 < vec.insns < port.insns
-    assert vec.simd > 0 and vec.simd_share > port.simd_share
+    # No claim on the portable build's SIMD share: GCC auto-vectorizes its plain loops at -O3,
+    # more or less depending on how they are written.
+    assert vec.simd > 0
     table = ic.markdown_table([("digits_cnn", vec, port)])
     assert f"| digits_cnn | {vec.insns:,} | {port.insns:,} | {port.insns / vec.insns:.2f} |" \
         in table
