@@ -16,7 +16,7 @@ import yaml
 from ..errors import TargetError
 
 BUILTIN_DIR = Path(__file__).resolve().parents[2] / "targets"
-SIMD_LEVELS = ("none", "sse2", "avx2", "avx512", "neon", "simd128")
+SIMD_LEVELS = ("auto", "none", "sse2", "avx2", "avx512", "neon", "simd128")
 OUTPUT_KINDS = ("shared",)
 
 
@@ -35,7 +35,7 @@ class Target:
     description: str
     arch: str
     toolchain: Toolchain
-    simd: str = "none"
+    simd: str = "auto"
     vector_bits: int = 128
     alignment: int = 64
     threads: int = 1
@@ -124,7 +124,7 @@ def parse_target(text: str, path: str = "<target>") -> Target:
     for key in ("cflags", "ldflags"):
         if not all(isinstance(f, str) for f in tc.get(key, [])):
             raise TargetError(f"{path}: toolchain.{key} must be a list of strings")
-    simd = data.get("simd", "none")
+    simd = data.get("simd", "auto")
     if simd not in SIMD_LEVELS:
         raise TargetError(f"{path}: simd must be one of {', '.join(SIMD_LEVELS)}, not {simd!r}")
     vb = data.get("vector_bits", 128)
