@@ -39,8 +39,11 @@ def _act_of(g: Graph, n: Node):
             lo_arr, hi_arr = g.const(lo_name), g.const(hi_name)
             if (lo_name and lo_arr is None) or (hi_name and hi_arr is None):
                 return None
-            lo = float(lo_arr) if lo_arr is not None else -np.inf
-            hi = float(hi_arr) if hi_arr is not None else np.inf
+            if any(a is not None and a.size != 1 for a in (lo_arr, hi_arr)):
+                return None
+            # onnxruntime accepts bounds of shape [1] as well as scalars
+            lo = float(lo_arr.reshape(-1)[0]) if lo_arr is not None else -np.inf
+            hi = float(hi_arr.reshape(-1)[0]) if hi_arr is not None else np.inf
         return ("CLIP", float(lo), float(hi))
     return None
 
