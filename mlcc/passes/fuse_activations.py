@@ -29,6 +29,8 @@ def _act_of(g: Graph, n: Node):
         return ("HARD_SIGMOID", float(n.attr("alpha", 0.2)), float(n.attr("beta", 0.5)))
     if t == "HardSwish":
         return ("HARD_SWISH", 0.0, 0.0)
+    if t == "Gelu" and n.attr("approximate", "none") == "none":
+        return ("GELU", 0.0, 0.0)
     if t == "Swish":
         return ("SILU", float(n.attr("alpha", 1.0)), 0.0)
     if t == "Clip":
