@@ -9,6 +9,7 @@ from .fold_batchnorm import fold_batchnorm
 from .fold_bias_add import fold_bias_add
 from .fold_scale_mul import fold_scale_mul
 from .fuse_activations import fuse_activations
+from .fuse_attention import fuse_attention
 from .fuse_gelu import fuse_gelu
 from .fuse_hardswish import fuse_hardswish
 from .fuse_matmul_bias import fuse_matmul_bias
@@ -25,6 +26,7 @@ PIPELINE: list[Pass] = [
     fold_scale_mul,
     fold_bias_add,
     fuse_matmul_bias,
+    fuse_attention,
     fold_batchnorm,
     fuse_silu,
     fuse_hardswish,
@@ -48,5 +50,5 @@ def run_pipeline(g: Graph, passes: list[Pass] | None = None,
 
 __all__ = ["PIPELINE", "run_pipeline", "infer_and_fold", "eliminate_dead_code", "remove_noops",
            "fold_scale_mul", "fold_bias_add", "fold_batchnorm", "fuse_silu", "fuse_hardswish",
-           "fuse_gelu", "fuse_matmul_bias",
+           "fuse_gelu", "fuse_matmul_bias", "fuse_attention",
            "fuse_activations"]
