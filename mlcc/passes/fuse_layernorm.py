@@ -81,7 +81,7 @@ def fuse_layernorm(g: Graph) -> Graph:
         if sub is None or sub.inputs != [x, rm1.outputs[0]]:
             continue
         d = sub.outputs[0]
-        users = readers(d)
+        users = list({id(u): u for u in readers(d)}.values())     # Mul(d, d) reads d twice
         sq = next((u for u in users if (u.op_type == "Pow" and u.inputs[0] == d
                                         and _scalar(g, u.inputs[1], 2.0))
                    or (u.op_type == "Mul" and u.inputs == [d, d])), None)

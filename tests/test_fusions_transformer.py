@@ -1,0 +1,256 @@
+"""Transformer fusions: LayerNorm written out (fuse_layernorm), GELU from its Erf pattern
+(fuse_gelu, then fuse_activations into the MatMul), constant biases into MatMul
+(fuse_matmul_bias) and scaled dot-product attention into one kernel (fuse_attention). Each case
+checks the graph after the pipeline and the numbers against onnxruntime on small graphs with odd
+sizes, at vector widths 128 (x86) and 512 (x86-native), and that near misses are left alone."""
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from mlcc.frontend import import_model
+from mlcc.passes import run_pipeline
+from util import check_model, make_model, rand
+
+TARGETS = ["x86", "x86-native"]
+
+
+def _graph(model, tmp_path):
+    path = tmp_path / "g.onnx"
+    onnx.save(model, str(path))
+    return run_pipeline(import_model(path))
+
+
+def _ops(g):
+    return [n.op_type for n in g.nodes]
+
+
+def _n(op, ins, outs, **attrs):
+    return helper.make_node(op, ins, outs if isinstance(outs, list) else [outs],
+                            name=(outs if isinstance(outs, str) else outs[0]) + "_node", **attrs)
+
+
+def f32(v):
+    return np.array(v, np.float32)
+
+
+# --------------------------------------------------------------------------------- GELU
+
+def _gelu(x, y, form):
+    """GELU written out in one of the three orders exporters use."""
+    inner = [_n("Div", [x, "sqrt2"], f"{y}_d"), _n("Erf", [f"{y}_d"], f"{y}_e"),
+             _n("Add", ["one", f"{y}_e"], f"{y}_a")]
+    if form == "torch":        # (x * (1 + erf)) * 0.5
+        return inner + [_n("Mul", [x, f"{y}_a"], f"{y}_m"), _n("Mul", [f"{y}_m", "half"], y)]
+    if form == "half_first":   # (x * 0.5) * (1 + erf)
+        return inner + [_n("Mul", ["half", x], f"{y}_h"), _n("Mul", [f"{y}_h", f"{y}_a"], y)]
+    return inner + [_n("Mul", [f"{y}_a", "half"], f"{y}_m"), _n("Mul", [x, f"{y}_m"], y)]
+
+
+GELU_CONSTS = {"sqrt2": f32(np.sqrt(2.0)), "one": f32(1.0), "half": f32(0.5)}
+
+
+@pytest.mark.parametrize("form,target", [("torch", "x86-native"), ("half_first", "x86"),
+                                         ("half_inner", "x86")])
+def test_gelu_and_bias_fuse_into_matmul(tmp_path, target, form):
+    # [2, 7, 13] x [13, 37]: 37 columns, not a multiple of any vector width
+    x = rand(2, 7, 13) * 2
+    nodes = [_n("MatMul", ["x", "w"], "mm"), _n("Add", ["b", "mm"], "h")] + _gelu("h", "y", form)
+    model = make_model(nodes, {"x": x}, ["y"], initializers={
+        "w": rand(13, 37, seed=1), "b": rand(37, seed=2), **GELU_CONSTS})
+    g = _graph(model, tmp_path)
+    assert _ops(g) == ["MatMul"]
+    assert g.nodes[0].attrs["_act"] == ("GELU", 0.0, 0.0) and len(g.nodes[0].inputs) == 3
+    check_model(model, {"x": x}, tmp_path, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_standalone_gelu_and_extremes(tmp_path, target):
+    # erf's clamp at |x / sqrt 2| = 4, large values, zeros; 101 values (vector tails)
+    x = np.concatenate([np.linspace(-12, 12, 96), [0.0, -0.0, 5.657, -5.657, 1e-30]]
+                       ).astype(np.float32).reshape(1, 101)
+    model = make_model(_gelu("x", "y", "torch"), {"x": x}, ["y"], initializers=GELU_CONSTS)
+    g = _graph(model, tmp_path)
+    assert _ops(g) == ["Gelu"]
+    check_model(model, {"x": x}, tmp_path, target=target)
+
+
+def test_gelu_with_an_intermediate_read_elsewhere_stays(tmp_path):
+    x = rand(3, 11)
+    nodes = _gelu("x", "y", "torch")
+    model = make_model(nodes, {"x": x}, ["y", "y_e"], initializers=GELU_CONSTS)
+    g = _graph(model, tmp_path)
+    assert "Gelu" not in _ops(g) and "Erf" in _ops(g)
+    check_model(model, {"x": x}, tmp_path)
+
+
+# --------------------------------------------------------------------------------- MatMul bias
+
+def test_bias_folds_into_matmul(tmp_path):
+    # biases of shape [1, 1, 11] and [1] (a scalar for every column), activation behind them
+    x = rand(3, 5, 7)
+    nodes = [_n("MatMul", ["x", "w"], "mm"), _n("Add", ["mm", "b"], "y"), _n("Relu", ["y"], "r"),
+             _n("MatMul", ["r", "w2"], "mm2"), _n("Add", ["b2", "mm2"], "z")]
+    model = make_model(nodes, {"x": x}, ["z"], initializers={
+        "w": rand(7, 11, seed=1), "b": rand(1, 1, 11, seed=2), "w2": rand(11, 4, seed=3),
+        "b2": rand(1, seed=4)})
+    g = _graph(model, tmp_path)
+    assert _ops(g) == ["MatMul", "MatMul"] and g.nodes[0].attrs["_act"][0] == "RELU"
+    check_model(model, {"x": x}, tmp_path)
+
+
+def test_bias_folds_into_batched_matmul(tmp_path):
+    # both operands at run time, batch broadcast ([3, 5, 7] x [1, 7, 11])
+    a, b = rand(3, 5, 7), rand(1, 7, 11, seed=1)
+    nodes = [_n("MatMul", ["a", "b"], "mm"), _n("Add", ["bias", "mm"], "y")]
+    model = make_model(nodes, {"a": a, "b": b}, ["y"], initializers={"bias": rand(11, seed=3)})
+    g = _graph(model, tmp_path)
+    assert _ops(g) == ["MatMul"]
+    check_model(model, {"a": a, "b": b}, tmp_path)
+
+
+def test_bias_that_varies_by_row_or_enlarges_stays(tmp_path):
+    x = rand(3, 5, 7)
+    nodes = [_n("MatMul", ["x", "w"], "mm"), _n("Add", ["mm", "b"], "y"),
+             _n("MatMul", ["x", "w"], "mm2"), _n("Add", ["mm2", "b2"], "z")]
+    model = make_model(nodes, {"x": x}, ["y", "z"], initializers={
+        "w": rand(7, 11, seed=1), "b": rand(5, 11, seed=2), "b2": rand(2, 3, 5, 11, seed=3)})
+    g = _graph(model, tmp_path)
+    assert _ops(g) == ["MatMul", "Add", "MatMul", "Add"]
+    check_model(model, {"x": x}, tmp_path)
+
+
+# --------------------------------------------------------------------------------- attention
+
+def _attention_model(*, sq=19, sk=19, heads=3, d=5, scale_op="Div", mask="input",
+                     rank=4, seed=0):
+    """A BERT-style attention block over x [1, sq, heads*d] (and y [1, sk, heads*d] when
+    sk != sq): projections, head split, scores, scale, mask, softmax, context, head merge."""
+    hd = heads * d
+    x = rand(1, sq, hd, seed=seed)
+    feeds = {"x": x}
+    kv_src = "x"
+    if sk != sq:
+        feeds["y"] = rand(1, sk, hd, seed=seed + 1)
+        kv_src = "y"
+    inits = {f"w{p}": rand(hd, hd, seed=seed + 10 + i) * 0.5 for i, p in enumerate("qkv")}
+    inits.update({f"b{p}": rand(hd, seed=seed + 20 + i) for i, p in enumerate("qkv")})
+    nodes = []
+    for p, src in (("q", "x"), ("k", kv_src), ("v", kv_src)):
+        s = sq if p == "q" else sk
+        nodes += [_n("MatMul", [src, f"w{p}"], f"{p}_mm"), _n("Add", [f"{p}_mm", f"b{p}"],
+                                                              f"{p}_lin")]
+        if rank == 4:
+            inits[f"{p}_shape"] = np.array([1, s, heads, d], np.int64)
+            nodes += [_n("Reshape", [f"{p}_lin", f"{p}_shape"], f"{p}_r"),
+                      _n("Transpose", [f"{p}_r"], p, perm=[0, 2, 3, 1] if p == "k"
+                         else [0, 2, 1, 3])]
+        else:      # rank 3: one head, K transposed by its own Transpose
+            nodes.append(_n("Transpose", [f"{p}_lin"], p, perm=[0, 2, 1]) if p == "k"
+                         else _n("Identity", [f"{p}_lin"], p))
+    nodes.append(_n("MatMul", ["q", "k"], "scores"))
+    cur = "scores"
+    if scale_op == "Div":
+        inits["c"] = f32(np.sqrt(d))
+        nodes.append(_n("Div", [cur, "c"], "scaled"))
+        cur = "scaled"
+    elif scale_op == "Mul":
+        inits["c"] = f32(1 / np.sqrt(d))
+        nodes.append(_n("Mul", ["c", cur], "scaled"))
+        cur = "scaled"
+    if mask == "input":       # padding mask from an int64 attention_mask, as BERT computes it
+        m = np.ones((1, sk), np.int64)
+        m[0, sk - 4:] = 0
+        feeds["attention_mask"] = m
+        inits.update({"axes": np.array([1, 2] if rank == 4 else [1], np.int64),
+                      "one": f32(1.0), "fmin": f32(np.finfo(np.float32).min)})
+        nodes += [_n("Unsqueeze", ["attention_mask", "axes"], "m_u"),
+                  _n("Cast", ["m_u"], "m_f", to=TensorProto.FLOAT),
+                  _n("Sub", ["one", "m_f"], "m_s"), _n("Mul", ["m_s", "fmin"], "mask"),
+                  _n("Add", [cur, "mask"], "masked")]
+        cur = "masked"
+    elif mask == "causal":    # a constant [sq, sk] mask (folded at compile time)
+        inits["mask"] = np.triu(np.full((sq, sk), -1e4, np.float32), 1)
+        nodes.append(_n("Add", ["mask", cur], "masked"))
+        cur = "masked"
+    nodes += [_n("Softmax", [cur], "probs", axis=-1), _n("MatMul", ["probs", "v"], "ctx")]
+    if rank == 4:
+        inits["merged"] = np.array([1, sq, hd], np.int64)
+        nodes += [_n("Transpose", ["ctx"], "ctx_t", perm=[0, 2, 1, 3]),
+                  _n("Reshape", ["ctx_t", "merged"], "out")]
+    else:
+        nodes.append(_n("Identity", ["ctx"], "out"))
+    return make_model(nodes, feeds, ["out"], initializers=inits), feeds
+
+
+@pytest.mark.parametrize("case,target", [
+    (dict(), "x86"), (dict(), "x86-native"), (dict(scale_op="Mul", mask="causal", d=17), "x86"),
+    (dict(scale_op="Mul", mask="causal", d=17), "x86-native"),
+    (dict(scale_op=None, mask=None, heads=2), "x86"), (dict(sq=11, sk=23, d=16, heads=1), "x86"),
+    (dict(rank=3, d=13, sq=7, sk=7), "x86"), (dict(sq=1, sk=37, d=3), "x86-native")])
+def test_attention_is_one_kernel(tmp_path, target, case):
+    model, feeds = _attention_model(**case)
+    g = _graph(model, tmp_path)
+    assert _ops(g).count("Attention") == 1
+    assert "Softmax" not in _ops(g) and "Transpose" not in _ops(g)
+    assert _ops(g).count("MatMul") == 3          # the projections, biases fused
+    check_model(model, feeds, tmp_path, target=target)
+
+
+def test_attention_with_scores_read_elsewhere_stays(tmp_path):
+    model, feeds = _attention_model()
+    model.graph.output.append(helper.make_tensor_value_info("probs", TensorProto.FLOAT,
+                                                            [1, 3, 19, 19]))
+    g = _graph(model, tmp_path)
+    assert "Attention" not in _ops(g) and "Softmax" in _ops(g)
+    check_model(model, feeds, tmp_path)
+
+
+# --------------------------------------------------------------------------------- LayerNorm
+
+def _layernorm(x, y, axes, *, square="Pow", gamma=True, beta=True, opset=17):
+    ax = {"axes": axes} if opset < 18 else {}
+    ax_in = [] if opset < 18 else ["axes"]
+    nodes = [_n("ReduceMean", [x] + ax_in, "mean", **ax), _n("Sub", [x, "mean"], "d"),
+             _n("Pow", ["d", "two"], "sq") if square == "Pow" else _n("Mul", ["d", "d"], "sq"),
+             _n("ReduceMean", ["sq"] + ax_in, "var", **ax), _n("Add", ["var", "eps"], "ve"),
+             _n("Sqrt", ["ve"], "std"), _n("Div", ["d", "std"], "n0" if gamma or beta else y)]
+    cur = "n0"
+    if gamma:
+        nodes.append(_n("Mul", ["gamma", cur], "n1" if beta else y))
+        cur = "n1"
+    if beta:
+        nodes.append(_n("Add", [cur, "beta"], y))
+    return nodes
+
+
+@pytest.mark.parametrize("axes,square,gamma,beta,opset,target", [
+    ([-1], "Pow", True, True, 17, "x86-native"), ([2], "Mul", True, False, 13, "x86"),
+    ([-2, -1], "Pow", True, True, 18, "x86"), ([-1], "Pow", False, True, 17, "x86"),
+    ([-1], "Mul", False, False, 18, "x86")])
+def test_layernorm_is_one_node(tmp_path, target, axes, square, gamma, beta, opset):
+    x = rand(2, 5, 37) * 3 + 1
+    norm_shape = (37,) if len(axes) == 1 else (5, 37)
+    inits = {"two": f32(2.0), "eps": f32(1e-5), "gamma": rand(*norm_shape, seed=1),
+             "beta": rand(*norm_shape, seed=2)}
+    if opset >= 18:
+        inits["axes"] = np.array(axes, np.int64)
+    model = make_model(_layernorm("x", "y", axes, square=square, gamma=gamma, beta=beta,
+                                  opset=opset), {"x": x}, ["y"], initializers=inits, opset=opset)
+    g = _graph(model, tmp_path)
+    assert _ops(g) == ["LayerNormalization"]
+    check_model(model, {"x": x}, tmp_path, target=target)
+
+
+def test_layernorm_over_a_middle_axis_or_with_a_shared_intermediate_stays(tmp_path):
+    x = rand(2, 5, 37)
+    inits = {"two": f32(2.0), "eps": f32(1e-5), "gamma": rand(37, seed=1),
+             "beta": rand(37, seed=2)}
+    model = make_model(_layernorm("x", "y", [1]), {"x": x}, ["y"],
+                       initializers={**inits, "gamma": rand(5, 1, seed=1),
+                                     "beta": rand(5, 1, seed=2)})
+    assert "LayerNormalization" not in _ops(_graph(model, tmp_path))
+    check_model(model, {"x": x}, tmp_path)
+    model = make_model(_layernorm("x", "y", [-1]), {"x": x}, ["y", "d"], initializers=inits)
+    assert "LayerNormalization" not in _ops(_graph(model, tmp_path))
+    check_model(model, {"x": x}, tmp_path)
