@@ -12,7 +12,6 @@ from mlcc.frontend import import_model
 from mlcc.passes import run_pipeline
 from util import check_model, make_model, rand
 
-TARGETS = ["x86", "x86-native"]
 
 
 def _graph(model, tmp_path):
@@ -64,15 +63,14 @@ def test_gelu_and_bias_fuse_into_matmul(tmp_path, target, form):
     check_model(model, {"x": x}, tmp_path, target=target)
 
 
-@pytest.mark.parametrize("target", TARGETS)
-def test_standalone_gelu_and_extremes(tmp_path, target):
+def test_standalone_gelu_and_extremes(tmp_path):
     # erf's clamp at |x / sqrt 2| = 4, large values, zeros; 101 values (vector tails)
     x = np.concatenate([np.linspace(-12, 12, 96), [0.0, -0.0, 5.657, -5.657, 1e-30]]
                        ).astype(np.float32).reshape(1, 101)
     model = make_model(_gelu("x", "y", "torch"), {"x": x}, ["y"], initializers=GELU_CONSTS)
     g = _graph(model, tmp_path)
     assert _ops(g) == ["Gelu"]
-    check_model(model, {"x": x}, tmp_path, target=target)
+    check_model(model, {"x": x}, tmp_path, target="x86-native")
 
 
 def test_gelu_with_an_intermediate_read_elsewhere_stays(tmp_path):
@@ -184,7 +182,7 @@ def _attention_model(*, sq=19, sk=19, heads=3, d=5, scale_op="Div", mask="input"
 
 
 @pytest.mark.parametrize("case,target", [
-    (dict(), "x86"), (dict(), "x86-native"), (dict(scale_op="Mul", mask="causal", d=17), "x86"),
+    (dict(), "x86"), (dict(scale_op="Mul", mask="causal", d=17), "x86"),
     (dict(scale_op="Mul", mask="causal", d=17), "x86-native"),
     (dict(scale_op=None, mask=None, heads=2), "x86"), (dict(sq=11, sk=23, d=16, heads=1), "x86"),
     (dict(rank=3, d=13, sq=7, sk=7), "x86"), (dict(sq=1, sk=37, d=3), "x86-native")])
