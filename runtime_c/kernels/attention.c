@@ -1,7 +1,8 @@
 /* Attention: for each (batch, head) K is packed transposed ([d][sk], rows padded) into scratch,
- * so that up to ROWS query rows at a time compute their scores with vector loads along j; then
- * each row's softmax and its weighted sum of V rows (vectorized along the head dimension when
- * V and out are contiguous there). */
+ * so that ROWS query rows at a time compute their scores with vector loads along j; then each
+ * row's softmax (vectorized over the padded row, with the vector exp of mlcc_kernel.h), and the
+ * rows' weighted sums of V rows, which share every load of a V row (vectorized along the head
+ * dimension when V and out are contiguous there). */
 #include "attention.h"
 
 #define ROWS 4
@@ -10,36 +11,35 @@ static ptrdiff_t padded(ptrdiff_t n) {
     return (n + MLCC_ATTENTION_PAD - 1) / MLCC_ATTENTION_PAD * MLCC_ATTENTION_PAD;
 }
 
-/* e^x for x <= 0 over n values in place (x - max of a softmax row). */
-static void exp_row(float *x, ptrdiff_t n) {
-    ptrdiff_t j = 0;
-#if MLCC_HAVE_VECTORS
-    for (; j + MLCC_VF_LANES <= n; j += MLCC_VF_LANES)
-        mlcc_vf_store(x + j, mlcc_vf_exp(mlcc_vf_load(x + j)));
-    if (j < n) {   /* the tail through a padded vector: same results as the body */
-        float tmp[MLCC_VECTOR_BYTES / sizeof(float)] = {0};
-        memcpy(tmp, x + j, (size_t)(n - j) * sizeof(float));
-        mlcc_vf_store(tmp, mlcc_vf_exp(mlcc_vf_load(tmp)));
-        memcpy(x + j, tmp, (size_t)(n - j) * sizeof(float));
-    }
-#else
-    for (; j < n; j++) x[j] = expf(x[j]);
-#endif
-}
-
 /* scores[r][j] = sum_c q_r[c] * kt[c][j] for r < rows, j < skp (kt rows are skp long). */
 static void scores_block(ptrdiff_t rows, ptrdiff_t d, ptrdiff_t skp, const float *const *qr,
                          ptrdiff_t qcs, const float *kt, float *scores) {
     ptrdiff_t r, c, j;
 #if MLCC_HAVE_VECTORS
-    for (j = 0; j < skp; j += MLCC_VF_LANES) {
-        mlcc_vf acc[ROWS];
-        for (r = 0; r < ROWS; r++) acc[r] = mlcc_vf_splat(0.0f);
-        for (c = 0; c < d; c++) {
-            const mlcc_vf kv = mlcc_vf_load(kt + c * skp + j);
-            for (r = 0; r < rows; r++) acc[r] += mlcc_vf_splat(qr[r][c * qcs]) * kv;
+    if (rows == ROWS) {   /* four named accumulators stay in registers */
+        for (j = 0; j < skp; j += MLCC_VF_LANES) {
+            mlcc_vf a0 = mlcc_vf_splat(0.0f), a1 = a0, a2 = a0, a3 = a0;
+            for (c = 0; c < d; c++) {
+                const mlcc_vf kv = mlcc_vf_load(kt + c * skp + j);
+                a0 += mlcc_vf_splat(qr[0][c * qcs]) * kv;
+                a1 += mlcc_vf_splat(qr[1][c * qcs]) * kv;
+                a2 += mlcc_vf_splat(qr[2][c * qcs]) * kv;
+                a3 += mlcc_vf_splat(qr[3][c * qcs]) * kv;
+            }
+            mlcc_vf_store(scores + j, a0);
+            mlcc_vf_store(scores + skp + j, a1);
+            mlcc_vf_store(scores + 2 * skp + j, a2);
+            mlcc_vf_store(scores + 3 * skp + j, a3);
         }
-        for (r = 0; r < rows; r++) mlcc_vf_store(scores + r * skp + j, acc[r]);
+        return;
+    }
+    for (r = 0; r < rows; r++) {
+        for (j = 0; j < skp; j += MLCC_VF_LANES) {
+            mlcc_vf acc = mlcc_vf_splat(0.0f);
+            for (c = 0; c < d; c++)
+                acc += mlcc_vf_splat(qr[r][c * qcs]) * mlcc_vf_load(kt + c * skp + j);
+            mlcc_vf_store(scores + r * skp + j, acc);
+        }
     }
 #else
     for (r = 0; r < rows; r++) {
@@ -49,6 +49,50 @@ static void scores_block(ptrdiff_t rows, ptrdiff_t d, ptrdiff_t skp, const float
             for (j = 0; j < skp; j++) scores[r * skp + j] += qv * kt[c * skp + j];
         }
     }
+#endif
+}
+
+/* s[j] = softmax_j(s[j] * scale + m[j * mstride]) over j < sk (m NULL: no mask); s is skp
+ * long and s[sk..skp) ends 0. */
+static void softmax_row(float *s, ptrdiff_t sk, ptrdiff_t skp, float scale, const float *m,
+                        ptrdiff_t mstride) {
+    ptrdiff_t j;
+    float mx, sum = 0.0f, inv;
+    if (m == NULL)
+        for (j = 0; j < sk; j++) s[j] *= scale;
+    else if (mstride == 1)
+        for (j = 0; j < sk; j++) s[j] = s[j] * scale + m[j];
+    else
+        for (j = 0; j < sk; j++) s[j] = s[j] * scale + m[j * mstride];
+#if MLCC_HAVE_VECTORS
+    {
+        mlcc_vf vmax, vsum = mlcc_vf_splat(0.0f);
+        for (j = sk; j < skp; j++) s[j] = -3.4028234663852886e38f;
+        vmax = mlcc_vf_load(s);
+        for (j = MLCC_VF_LANES; j < skp; j += MLCC_VF_LANES) {
+            const mlcc_vf x = mlcc_vf_load(s + j);
+            vmax = mlcc_vf_select(x > vmax, x, vmax);
+        }
+        mx = vmax[0];
+        for (j = 1; j < MLCC_VF_LANES; j++) mx = vmax[j] > mx ? vmax[j] : mx;
+        for (j = 0; j < skp; j += MLCC_VF_LANES) {
+            const mlcc_vf e = mlcc_vf_exp(mlcc_vf_load(s + j) - mx);
+            mlcc_vf_store(s + j, e);
+        }
+        for (j = sk; j < skp; j++) s[j] = 0.0f;
+        for (j = 0; j < skp; j += MLCC_VF_LANES) vsum += mlcc_vf_load(s + j);
+        for (j = 0; j < MLCC_VF_LANES; j++) sum += vsum[j];
+        inv = 1.0f / sum;
+        for (j = 0; j < skp; j += MLCC_VF_LANES) mlcc_vf_store(s + j, mlcc_vf_load(s + j) * inv);
+    }
+#else
+    (void)skp;
+    mx = s[0];
+    for (j = 1; j < sk; j++) mx = s[j] > mx ? s[j] : mx;
+    for (j = 0; j < sk; j++) s[j] = expf(s[j] - mx);
+    for (j = 0; j < sk; j++) sum += s[j];
+    inv = 1.0f / sum;
+    for (j = 0; j < sk; j++) s[j] *= inv;
 #endif
 }
 
@@ -73,52 +117,54 @@ void mlcc_f32_attention(const mlcc_attention_params *p, const float *q, const fl
             for (i0 = 0; i0 < sq; i0 += ROWS) {
                 const ptrdiff_t rows = sq - i0 < ROWS ? sq - i0 : ROWS;
                 const float *qr[ROWS];
-                for (r = 0; r < rows; r++)
-                    qr[r] = q + b * qs[0] + h * qs[1] + (i0 + r) * qs[2];
-                scores_block(rows, d, skp, qr, (ptrdiff_t)qs[3], kt, scores);
+                float *o[ROWS];
                 for (r = 0; r < rows; r++) {
-                    float *s = scores + r * skp;
-                    float *o = out + b * os[0] + h * os[1] + (i0 + r) * os[2];
-                    float mx, sum = 0.0f, inv;
-                    if (mask != NULL) {
-                        const float *m = mask + b * ms[0] + h * ms[1] + (i0 + r) * ms[2];
-                        for (j = 0; j < sk; j++) s[j] = s[j] * p->scale + m[j * ms[3]];
-                    } else {
-                        for (j = 0; j < sk; j++) s[j] *= p->scale;
-                    }
-                    mx = s[0];
-                    for (j = 1; j < sk; j++) mx = s[j] > mx ? s[j] : mx;
-                    for (j = 0; j < sk; j++) s[j] -= mx;
-                    exp_row(s, sk);
-                    for (j = 0; j < sk; j++) sum += s[j];
-                    inv = 1.0f / sum;
-                    for (j = 0; j < sk; j++) s[j] *= inv;
-                    c = 0;
+                    qr[r] = q + b * qs[0] + h * qs[1] + (i0 + r) * qs[2];
+                    o[r] = out + b * os[0] + h * os[1] + (i0 + r) * os[2];
+                }
+                scores_block(rows, d, skp, qr, (ptrdiff_t)qs[3], kt, scores);
+                for (r = 0; r < rows; r++)
+                    softmax_row(scores + r * skp, sk, skp, p->scale,
+                                mask ? mask + b * ms[0] + h * ms[1] + (i0 + r) * ms[2] : NULL,
+                                (ptrdiff_t)ms[3]);
+                c = 0;
 #if MLCC_HAVE_VECTORS
-                    if (vs[3] == 1 && os[3] == 1) {
-                        for (; c + 2 * MLCC_VF_LANES <= d; c += 2 * MLCC_VF_LANES) {
-                            mlcc_vf a0 = mlcc_vf_splat(0.0f), a1 = mlcc_vf_splat(0.0f);
-                            for (j = 0; j < sk; j++) {
-                                const float *vr = vb + j * vs[2] + c;
-                                const mlcc_vf pj = mlcc_vf_splat(s[j]);
-                                a0 += pj * mlcc_vf_load(vr);
-                                a1 += pj * mlcc_vf_load(vr + MLCC_VF_LANES);
-                            }
-                            mlcc_vf_store(o + c, a0);
-                            mlcc_vf_store(o + c + MLCC_VF_LANES, a1);
+                if (vs[3] == 1 && os[3] == 1 && rows == ROWS) {
+                    /* four rows share each load of a V row */
+                    const float *s0 = scores, *s1 = scores + skp, *s2 = scores + 2 * skp,
+                                *s3 = scores + 3 * skp;
+                    for (; c + MLCC_VF_LANES <= d; c += MLCC_VF_LANES) {
+                        mlcc_vf a0 = mlcc_vf_splat(0.0f), a1 = a0, a2 = a0, a3 = a0;
+                        for (j = 0; j < sk; j++) {
+                            const mlcc_vf vr = mlcc_vf_load(vb + j * vs[2] + c);
+                            a0 += mlcc_vf_splat(s0[j]) * vr;
+                            a1 += mlcc_vf_splat(s1[j]) * vr;
+                            a2 += mlcc_vf_splat(s2[j]) * vr;
+                            a3 += mlcc_vf_splat(s3[j]) * vr;
                         }
-                        for (; c + MLCC_VF_LANES <= d; c += MLCC_VF_LANES) {
-                            mlcc_vf a0 = mlcc_vf_splat(0.0f);
+                        mlcc_vf_store(o[0] + c, a0);
+                        mlcc_vf_store(o[1] + c, a1);
+                        mlcc_vf_store(o[2] + c, a2);
+                        mlcc_vf_store(o[3] + c, a3);
+                    }
+                } else if (vs[3] == 1 && os[3] == 1) {
+                    for (; c + MLCC_VF_LANES <= d; c += MLCC_VF_LANES) {
+                        for (r = 0; r < rows; r++) {
+                            const float *sr = scores + r * skp;
+                            mlcc_vf acc = mlcc_vf_splat(0.0f);
                             for (j = 0; j < sk; j++)
-                                a0 += mlcc_vf_splat(s[j]) * mlcc_vf_load(vb + j * vs[2] + c);
-                            mlcc_vf_store(o + c, a0);
+                                acc += mlcc_vf_splat(sr[j]) * mlcc_vf_load(vb + j * vs[2] + c);
+                            mlcc_vf_store(o[r] + c, acc);
                         }
                     }
+                }
 #endif
-                    for (; c < d; c++) {
+                for (; c < d; c++) {
+                    for (r = 0; r < rows; r++) {
+                        const float *sr = scores + r * skp;
                         float acc = 0.0f;
-                        for (j = 0; j < sk; j++) acc += s[j] * vb[j * vs[2] + c * vs[3]];
-                        o[c * os[3]] = acc;
+                        for (j = 0; j < sk; j++) acc += sr[j] * vb[j * vs[2] + c * vs[3]];
+                        o[r][c * os[3]] = acc;
                     }
                 }
             }
