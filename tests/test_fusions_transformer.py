@@ -8,6 +8,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+import mlcc
+from mlcc.errors import UnsupportedError
 from mlcc.frontend import import_model
 from mlcc.passes import run_pipeline
 from util import check_model, make_model, rand
@@ -252,3 +254,14 @@ def test_layernorm_over_a_middle_axis_or_with_a_shared_intermediate_stays(tmp_pa
     model = make_model(_layernorm("x", "y", [-1]), {"x": x}, ["y", "d"], initializers=inits)
     assert "LayerNormalization" not in _ops(_graph(model, tmp_path))
     check_model(model, {"x": x}, tmp_path)
+
+
+def test_a_model_may_not_use_the_internal_attention_node(tmp_path):
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], domain="mlcc", name="att")
+    vi = [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 2, 3, 4]) for x in "qkvy"]
+    model = helper.make_model(helper.make_graph([node], "t", vi[:3], vi[3:]), opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid("mlcc", 1)])
+    path = tmp_path / "att.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(UnsupportedError, match="fuse_attention"):
+        mlcc.compile(path, tmp_path / "out")

@@ -35,6 +35,11 @@ class Attention(OpDef):
     attributes = {k: None for k in ("dims", "q_strides", "k_strides", "v_strides",
                                      "mask_strides", "out_strides", "out_shape", "scale")}
 
+    def check(self, node: Node) -> list[str]:
+        # Only reached for nodes read from a model file: the pass's nodes are made after the
+        # checks of infer_and_fold, and their attributes are mlcc's own, not a model's.
+        return ["mlcc.Attention is made by mlcc's fuse_attention pass; a model may not use it"]
+
     def infer(self, node, ins, g):
         require_dtype(node, [v for v in ins if v is not None], ["float32"])
         batch, heads, sq, _, d = node.attrs["dims"]

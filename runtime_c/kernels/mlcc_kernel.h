@@ -31,7 +31,9 @@ static inline mlcc_vf mlcc_vf_load(const float *p) {
     return v;
 }
 static inline void mlcc_vf_store(float *p, mlcc_vf v) { memcpy(p, &v, sizeof v); }
-static inline mlcc_vf mlcc_vf_splat(float x) { return (mlcc_vf){0} + x; }
+/* x - 0 (not 0 + x, which must turn -0 into +0): compilers drop the subtraction and emit a
+ * single broadcast, where 0 + x cost a scalar add before every broadcast in the hot loops. */
+static inline mlcc_vf mlcc_vf_splat(float x) { return x - (mlcc_vf){0}; }
 #else
 #define MLCC_RESTRICT
 #define MLCC_HAVE_VECTORS 0
