@@ -35,6 +35,30 @@ def f32(v):
     return np.array(v, np.float32)
 
 
+def _merged(parts):
+    """One model holding several (model, feeds) cases side by side, each case's names
+    prefixed with c0_, c1_, ...: one compile checks them all."""
+    out, feeds = None, {}
+    for k, (model, case_feeds) in enumerate(parts):
+        model = onnx.ModelProto.FromString(model.SerializeToString())
+        g, p = model.graph, f"c{k}_"
+        for node in g.node:
+            node.name = p + node.name
+            node.input[:] = [p + i if i else i for i in node.input]
+            node.output[:] = [p + o if o else o for o in node.output]
+        for t in g.initializer:
+            t.name = p + t.name
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            vi.name = p + vi.name
+        feeds.update({p + name: v for name, v in case_feeds.items()})
+        if out is None:
+            out = model
+        else:
+            for field in ("node", "initializer", "input", "output"):
+                getattr(out.graph, field).extend(getattr(g, field))
+    return out, feeds
+
+
 # --------------------------------------------------------------------------------- GELU
 
 def _gelu(x, y, form):
@@ -51,18 +75,20 @@ def _gelu(x, y, form):
 GELU_CONSTS = {"sqrt2": f32(np.sqrt(2.0)), "one": f32(1.0), "half": f32(0.5)}
 
 
-@pytest.mark.parametrize("form,target", [("torch", "x86-native"), ("half_first", "x86"),
-                                         ("half_inner", "x86")])
-def test_gelu_and_bias_fuse_into_matmul(tmp_path, target, form):
-    # [2, 7, 13] x [13, 37]: 37 columns, not a multiple of any vector width
-    x = rand(2, 7, 13) * 2
-    nodes = [_n("MatMul", ["x", "w"], "mm"), _n("Add", ["b", "mm"], "h")] + _gelu("h", "y", form)
-    model = make_model(nodes, {"x": x}, ["y"], initializers={
-        "w": rand(13, 37, seed=1), "b": rand(37, seed=2), **GELU_CONSTS})
+def test_gelu_and_bias_fuse_into_matmul(tmp_path):
+    # [2, 7, 13] x [13, 37]: 37 columns, not a multiple of any vector width; the three forms
+    parts = []
+    for k, form in enumerate(["torch", "half_first", "half_inner"]):
+        x = rand(2, 7, 13, seed=k) * 2
+        nodes = [_n("MatMul", ["x", "w"], "mm"), _n("Add", ["b", "mm"], "h")] + _gelu(
+            "h", "y", form)
+        parts.append((make_model(nodes, {"x": x}, ["y"], initializers={
+            "w": rand(13, 37, seed=k + 1), "b": rand(37, seed=k + 2), **GELU_CONSTS}), {"x": x}))
+    model, feeds = _merged(parts)
     g = _graph(model, tmp_path)
-    assert _ops(g) == ["MatMul"]
-    assert g.nodes[0].attrs["_act"] == ("GELU", 0.0, 0.0) and len(g.nodes[0].inputs) == 3
-    check_model(model, {"x": x}, tmp_path, target=target)
+    assert _ops(g) == ["MatMul"] * 3
+    assert all(n.attrs["_act"] == ("GELU", 0.0, 0.0) and len(n.inputs) == 3 for n in g.nodes)
+    check_model(model, feeds, tmp_path, target="x86-native")
 
 
 def test_standalone_gelu_and_extremes(tmp_path):
@@ -87,26 +113,19 @@ def test_gelu_with_an_intermediate_read_elsewhere_stays(tmp_path):
 # --------------------------------------------------------------------------------- MatMul bias
 
 def test_bias_folds_into_matmul(tmp_path):
-    # biases of shape [1, 1, 11] and [1] (a scalar for every column), activation behind them
-    x = rand(3, 5, 7)
+    # biases of shape [1, 1, 11] and [1] (a scalar for every column), activation behind them;
+    # a batched MatMul with both operands at run time ([3, 5, 7] x [1, 7, 11]) and a bias
+    x, a, b = rand(3, 5, 7), rand(3, 5, 7, seed=5), rand(1, 7, 11, seed=6)
     nodes = [_n("MatMul", ["x", "w"], "mm"), _n("Add", ["mm", "b"], "y"), _n("Relu", ["y"], "r"),
-             _n("MatMul", ["r", "w2"], "mm2"), _n("Add", ["b2", "mm2"], "z")]
-    model = make_model(nodes, {"x": x}, ["z"], initializers={
+             _n("MatMul", ["r", "w2"], "mm2"), _n("Add", ["b2", "mm2"], "z"),
+             _n("MatMul", ["a", "bb"], "mm3"), _n("Add", ["b3", "mm3"], "u")]
+    feeds = {"x": x, "a": a, "bb": b}
+    model = make_model(nodes, feeds, ["z", "u"], initializers={
         "w": rand(7, 11, seed=1), "b": rand(1, 1, 11, seed=2), "w2": rand(11, 4, seed=3),
-        "b2": rand(1, seed=4)})
+        "b2": rand(1, seed=4), "b3": rand(11, seed=7)})
     g = _graph(model, tmp_path)
-    assert _ops(g) == ["MatMul", "MatMul"] and g.nodes[0].attrs["_act"][0] == "RELU"
-    check_model(model, {"x": x}, tmp_path)
-
-
-def test_bias_folds_into_batched_matmul(tmp_path):
-    # both operands at run time, batch broadcast ([3, 5, 7] x [1, 7, 11])
-    a, b = rand(3, 5, 7), rand(1, 7, 11, seed=1)
-    nodes = [_n("MatMul", ["a", "b"], "mm"), _n("Add", ["bias", "mm"], "y")]
-    model = make_model(nodes, {"a": a, "b": b}, ["y"], initializers={"bias": rand(11, seed=3)})
-    g = _graph(model, tmp_path)
-    assert _ops(g) == ["MatMul"]
-    check_model(model, {"a": a, "b": b}, tmp_path)
+    assert _ops(g) == ["MatMul"] * 3 and g.nodes[0].attrs["_act"][0] == "RELU"
+    check_model(model, feeds, tmp_path)
 
 
 def test_bias_that_varies_by_row_or_enlarges_stays(tmp_path):
@@ -183,17 +202,21 @@ def _attention_model(*, sq=19, sk=19, heads=3, d=5, scale_op="Div", mask="input"
     return make_model(nodes, feeds, ["out"], initializers=inits), feeds
 
 
-@pytest.mark.parametrize("case,target", [
-    (dict(), "x86"), (dict(scale_op="Mul", mask="causal", d=17), "x86"),
-    (dict(scale_op="Mul", mask="causal", d=17), "x86-native"),
-    (dict(scale_op=None, mask=None, heads=2), "x86"), (dict(sq=11, sk=23, d=16, heads=1), "x86"),
-    (dict(rank=3, d=13, sq=7, sk=7), "x86"), (dict(sq=1, sk=37, d=3), "x86-native")])
-def test_attention_is_one_kernel(tmp_path, target, case):
-    model, feeds = _attention_model(**case)
+ATTENTION_CASES = [
+    dict(), dict(scale_op="Mul", mask="causal", d=17), dict(scale_op=None, mask=None, heads=2),
+    dict(sq=11, sk=23, d=16, heads=1), dict(rank=3, d=13, sq=7, sk=7), dict(sq=1, sk=37, d=3)]
+
+
+@pytest.mark.parametrize("target", ["x86", "x86-native"])
+def test_attention_is_one_kernel(tmp_path, target):
+    # BERT's block; Mul scale, constant causal mask, d = 17 (vector tails); no scale, no mask;
+    # cross attention (sq != sk); rank 3 (one head); a single query row
+    model, feeds = _merged([_attention_model(seed=k, **case)
+                            for k, case in enumerate(ATTENTION_CASES)])
     g = _graph(model, tmp_path)
-    assert _ops(g).count("Attention") == 1
+    assert _ops(g).count("Attention") == len(ATTENTION_CASES)
     assert "Softmax" not in _ops(g) and "Transpose" not in _ops(g)
-    assert _ops(g).count("MatMul") == 3          # the projections, biases fused
+    assert _ops(g).count("MatMul") == 3 * len(ATTENTION_CASES)   # projections, biases fused
     check_model(model, feeds, tmp_path, target=target)
 
 
@@ -224,36 +247,42 @@ def _layernorm(x, y, axes, *, square="Pow", gamma=True, beta=True, opset=17):
     return nodes
 
 
-@pytest.mark.parametrize("axes,square,gamma,beta,opset,target", [
-    ([-1], "Pow", True, True, 17, "x86-native"), ([2], "Mul", True, False, 13, "x86"),
-    ([-2, -1], "Pow", True, True, 18, "x86"), ([-1], "Pow", False, True, 17, "x86"),
-    ([-1], "Mul", False, False, 18, "x86")])
-def test_layernorm_is_one_node(tmp_path, target, axes, square, gamma, beta, opset):
-    x = rand(2, 5, 37) * 3 + 1
-    norm_shape = (37,) if len(axes) == 1 else (5, 37)
-    inits = {"two": f32(2.0), "eps": f32(1e-5), "gamma": rand(*norm_shape, seed=1),
-             "beta": rand(*norm_shape, seed=2)}
-    if opset >= 18:
-        inits["axes"] = np.array(axes, np.int64)
-    model = make_model(_layernorm("x", "y", axes, square=square, gamma=gamma, beta=beta,
-                                  opset=opset), {"x": x}, ["y"], initializers=inits, opset=opset)
+LAYERNORM_CASES = {   # opset -> (axes, square, gamma, beta) cases; target
+    17: ([([-1], "Pow", True, True), ([2], "Mul", True, False), ([-1], "Pow", False, True)],
+         "x86-native"),
+    18: ([([-2, -1], "Pow", True, True), ([-1], "Mul", False, False)], "x86")}
+
+
+@pytest.mark.parametrize("opset", [17, 18])
+def test_layernorm_is_one_node(tmp_path, opset):
+    cases, target = LAYERNORM_CASES[opset]
+    parts = []
+    for k, (axes, square, gamma, beta) in enumerate(cases):
+        x = rand(2, 5, 37, seed=k) * 3 + 1
+        norm_shape = (37,) if len(axes) == 1 else (5, 37)
+        inits = {"two": f32(2.0), "eps": f32(1e-5), "gamma": rand(*norm_shape, seed=k + 1),
+                 "beta": rand(*norm_shape, seed=k + 2)}
+        if opset >= 18:
+            inits["axes"] = np.array(axes, np.int64)
+        parts.append((make_model(_layernorm("x", "y", axes, square=square, gamma=gamma,
+                                            beta=beta, opset=opset), {"x": x}, ["y"],
+                                 initializers=inits, opset=opset), {"x": x}))
+    model, feeds = _merged(parts)
     g = _graph(model, tmp_path)
-    assert _ops(g) == ["LayerNormalization"]
-    check_model(model, {"x": x}, tmp_path, target=target)
+    assert _ops(g) == ["LayerNormalization"] * len(cases)
+    check_model(model, feeds, tmp_path, target=target)
 
 
 def test_layernorm_over_a_middle_axis_or_with_a_shared_intermediate_stays(tmp_path):
     x = rand(2, 5, 37)
     inits = {"two": f32(2.0), "eps": f32(1e-5), "gamma": rand(37, seed=1),
              "beta": rand(37, seed=2)}
-    model = make_model(_layernorm("x", "y", [1]), {"x": x}, ["y"],
-                       initializers={**inits, "gamma": rand(5, 1, seed=1),
-                                     "beta": rand(5, 1, seed=2)})
+    middle = make_model(_layernorm("x", "y", [1]), {"x": x}, ["y"], initializers={
+        **inits, "gamma": rand(5, 1, seed=1), "beta": rand(5, 1, seed=2)})
+    shared = make_model(_layernorm("x", "y", [-1]), {"x": x}, ["y", "d"], initializers=inits)
+    model, feeds = _merged([(middle, {"x": x}), (shared, {"x": x})])
     assert "LayerNormalization" not in _ops(_graph(model, tmp_path))
-    check_model(model, {"x": x}, tmp_path)
-    model = make_model(_layernorm("x", "y", [-1]), {"x": x}, ["y", "d"], initializers=inits)
-    assert "LayerNormalization" not in _ops(_graph(model, tmp_path))
-    check_model(model, {"x": x}, tmp_path)
+    check_model(model, feeds, tmp_path)
 
 
 def test_a_model_may_not_use_the_internal_attention_node(tmp_path):
