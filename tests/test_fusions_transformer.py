@@ -294,3 +294,57 @@ def test_a_model_may_not_use_the_internal_attention_node(tmp_path):
     onnx.save(model, str(path))
     with pytest.raises(UnsupportedError, match="fuse_attention"):
         mlcc.compile(path, tmp_path / "out")
+
+
+def test_attention_kernel_against_numpy_with_and_without_vectors(tmp_path):
+    """mlcc_f32_attention alone, against float64 numpy, at edge sizes (sk below, at and above
+    the 16-column padding, d = 1 vector, a tail, one row, ROWS + 1 rows), built with vectors
+    (x86-native width) and as the scalar fallback other compilers get (mlcc_kernel.h with its
+    vector branch disabled)."""
+    import ctypes
+    import subprocess
+    from pathlib import Path
+    kernels = Path(__file__).resolve().parents[1] / "runtime_c"
+    scalar = tmp_path / "scalar"
+    scalar.mkdir()
+    header = (kernels / "kernels" / "mlcc_kernel.h").read_text()
+    assert "#if defined(__GNUC__) || defined(__clang__)" in header
+    (scalar / "mlcc_kernel.h").write_text(
+        header.replace("#if defined(__GNUC__) || defined(__clang__)", "#if 0", 1))
+
+    class Params(ctypes.Structure):
+        _fields_ = ([(n, ctypes.c_int64) for n in ("batch", "heads", "sq", "sk", "d")]
+                    + [(n, ctypes.c_int64 * 4) for n in ("q", "k", "v", "mask", "out")]
+                    + [("scale", ctypes.c_float)])
+
+    # 64-byte vectors: AVX-512 here, split by the compiler into narrower ones on other CPUs
+    builds = {"vector": ["-march=native", "-DMLCC_VECTOR_BYTES=64"], "scalar": [f"-I{scalar}"]}
+    for name, flags in builds.items():
+        lib_path = tmp_path / f"att_{name}.so"
+        subprocess.run(["cc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
+                        *flags, f"-I{kernels / 'kernels'}", f"-I{kernels / 'include'}",
+                        str(kernels / "kernels" / "attention.c"), "-o", str(lib_path), "-lm"],
+                       check=True)
+        lib = ctypes.CDLL(str(lib_path))
+        for b, h, sq, sk, d, masked in [(1, 2, 7, 19, 5, True), (2, 3, 5, 16, 17, False),
+                                        (1, 1, 1, 37, 16, True), (1, 2, 9, 1, 3, True)]:
+            rng = np.random.default_rng(sq * 7 + d)
+            q, k, v = (rng.standard_normal((b, h, n, d)).astype(np.float32) for n in (sq, sk, sk))
+            k = np.ascontiguousarray(k.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)  # strided K
+            mask = (rng.standard_normal((b, 1, 1, sk)) * 3).astype(np.float32)
+            out = np.zeros((b, h, sq, d), np.float32)
+            scratch = np.zeros((d + 4) * ((sk + 15) // 16 * 16), np.float32)
+
+            def strides(a):
+                return (ctypes.c_int64 * 4)(*[s // 4 for s in a.strides])
+            p = Params(b, h, sq, sk, d, strides(q), strides(k), strides(v),
+                       (ctypes.c_int64 * 4)(sk, 0, 0, 1), strides(out), 0.37)
+            ptr = ctypes.c_void_p
+            lib.mlcc_f32_attention(ctypes.byref(p), ptr(q.ctypes.data), ptr(k.ctypes.data),
+                                   ptr(v.ctypes.data), ptr(mask.ctypes.data) if masked else None,
+                                   ptr(out.ctypes.data), ptr(scratch.ctypes.data))
+            s = np.einsum("bhic,bhjc->bhij", q.astype(np.float64), k) * np.float64(
+                np.float32(0.37)) + (mask if masked else 0)
+            s = np.exp(s - s.max(-1, keepdims=True))
+            ref = np.einsum("bhij,bhjc->bhic", s / s.sum(-1, keepdims=True), v)
+            assert np.abs(out - ref).max() < 2e-6, (name, b, h, sq, sk, d)
