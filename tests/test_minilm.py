@@ -3,7 +3,8 @@ written as ONNX without torch (examples/minilm/minilm.py through fetch_models.mi
 sentences tokenized with the model's WordPiece vocab (padding present), compiled for x86 and
 compared with onnxruntime: max abs error <= 1e-4 on the hidden states and cosine >= 0.9999 on
 the sentence embeddings, at sequence lengths 128 and 32. Also: the transformer fusions all fire
-on it, and its embeddings rank a paraphrase above an unrelated sentence.
+on it, its embeddings rank a paraphrase above an unrelated sentence, and a token id outside
+the vocabulary is refused at run time (MLCC_ERR_INDEX_OUT_OF_RANGE), not read out of bounds.
 
 torch is not needed here; examples/minilm/export_torch.py --check compares this graph with
 torch's own export where torch is installed.
@@ -16,6 +17,7 @@ import pytest
 
 import fetch_models as fm
 import mlcc
+from mlcc.errors import RuntimeStatusError
 from mlcc.frontend import import_model
 from mlcc.passes import run_pipeline
 
@@ -90,6 +92,10 @@ def test_minilm_matches_onnxruntime(tmp_path, tokenizer, seq_len):
         cos = _cosine(got["sentence_embedding"], ref_e)
         assert err <= 1e-4 and cos >= 0.9999, (f, err, cos)
         embeddings.append(got["sentence_embedding"][0])
+    bad = dict(feeds[0], input_ids=feeds[0]["input_ids"].copy())
+    bad["input_ids"][0, 1] = 30522                   # one past the vocabulary
+    with pytest.raises(RuntimeStatusError, match="out of range"):
+        model.run(bad)
     e = np.array(embeddings)
     assert np.allclose(np.linalg.norm(e, axis=1), 1.0, atol=1e-5)
     paraphrase, unrelated = float(e[0] @ e[1]), float(e[0] @ e[2])
