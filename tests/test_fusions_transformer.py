@@ -139,6 +139,18 @@ def test_bias_that_varies_by_row_or_enlarges_stays(tmp_path):
     check_model(model, {"x": x}, tmp_path)
 
 
+def test_clip_bounds_of_shape_one_fuse(tmp_path):
+    # onnxruntime accepts Clip bounds of shape [1] as well as scalars (np.ascontiguousarray
+    # makes them so); they used to stop the compiler with a TypeError
+    x = rand(3, 5, 7)
+    nodes = [_n("MatMul", ["x", "w"], "mm"), _n("Clip", ["mm", "lo", "hi"], "y")]
+    model = make_model(nodes, {"x": x}, ["y"], initializers={
+        "w": rand(7, 11, seed=1), "lo": f32([-0.5]), "hi": f32([0.75])})
+    g = _graph(model, tmp_path)
+    assert _ops(g) == ["MatMul"] and g.nodes[0].attrs["_act"] == ("CLIP", -0.5, 0.75)
+    check_model(model, {"x": x}, tmp_path)
+
+
 # --------------------------------------------------------------------------------- attention
 
 def _attention_model(*, sq=19, sk=19, heads=3, d=5, scale_op="Div", mask="input",

