@@ -154,7 +154,7 @@ def test_clip_bounds_of_shape_one_fuse(tmp_path):
 # --------------------------------------------------------------------------------- attention
 
 def _attention_model(*, sq=19, sk=19, heads=3, d=5, scale_op="Div", mask="input",
-                     rank=4, seed=0):
+                     rank=4, seed=0, mask_first=False):
     """A BERT-style attention block over x [1, sq, heads*d] (and y [1, sk, heads*d] when
     sk != sq): projections, head split, scores, scale, mask, softmax, context, head merge."""
     hd = heads * d
@@ -198,7 +198,7 @@ def _attention_model(*, sq=19, sk=19, heads=3, d=5, scale_op="Div", mask="input"
         nodes += [_n("Unsqueeze", ["attention_mask", "axes"], "m_u"),
                   _n("Cast", ["m_u"], "m_f", to=TensorProto.FLOAT),
                   _n("Sub", ["one", "m_f"], "m_s"), _n("Mul", ["m_s", "fmin"], "mask"),
-                  _n("Add", [cur, "mask"], "masked")]
+                  _n("Add", ["mask", cur] if mask_first else [cur, "mask"], "masked")]
         cur = "masked"
     elif mask == "causal":    # a constant [sq, sk] mask (folded at compile time)
         inits["mask"] = np.triu(np.full((sq, sk), -1e4, np.float32), 1)
@@ -216,13 +216,15 @@ def _attention_model(*, sq=19, sk=19, heads=3, d=5, scale_op="Div", mask="input"
 
 ATTENTION_CASES = [
     dict(), dict(scale_op="Mul", mask="causal", d=17), dict(scale_op=None, mask=None, heads=2),
-    dict(sq=11, sk=23, d=16, heads=1), dict(rank=3, d=13, sq=7, sk=7), dict(sq=1, sk=37, d=3)]
+    dict(sq=11, sk=23, d=16, heads=1), dict(rank=3, d=13, sq=7, sk=7), dict(sq=1, sk=37, d=3),
+    dict(scale_op="Mul", mask_first=True)]
 
 
 @pytest.mark.parametrize("target", ["x86", "x86-native"])
 def test_attention_is_one_kernel(tmp_path, target):
     # BERT's block; Mul scale, constant causal mask, d = 17 (vector tails); no scale, no mask;
-    # cross attention (sq != sk); rank 3 (one head); a single query row
+    # cross attention (sq != sk); rank 3 (one head); a single query row; the mask (itself a
+    # Mul's output) as the Add's first operand
     model, feeds = _merged([_attention_model(seed=k, **case)
                             for k, case in enumerate(ATTENTION_CASES)])
     g = _graph(model, tmp_path)

@@ -62,6 +62,26 @@ def fuse_attention(g: Graph) -> Graph:
         perm = t.attr("perm") or list(range(len(shape)))[::-1]
         return t.inputs[0], [base[p] for p in perm], [t]
 
+    def scores(value: str, reader: Node) -> tuple[Node, Node | None, float] | None:
+        """(MatMul, scale node or None, scale) if `value` is MatMul(Q, KT) [times or divided
+        by a constant scalar], read only by `reader`."""
+        scale_node, scale = None, 1.0
+        for op in ("Div", "Mul"):
+            sc = feeding(value, op, reader)
+            if sc is None:
+                continue
+            k = 0 if _scalar(g, sc.inputs[1]) is not None else 1      # the scores' operand
+            c = _scalar(g, sc.inputs[1 - k])
+            if c is None or (op == "Div" and k != 0) or c == 0.0:
+                return None
+            scale_node, scale = sc, (1.0 / c if op == "Div" else c)
+            value, reader = sc.inputs[k], sc
+            break
+        mm1 = feeding(value, "MatMul", reader)
+        if mm1 is None or len(mm1.inputs) != 2:
+            return None
+        return mm1, scale_node, scale
+
     removed: set[int] = set()
     replace: dict[int, Node] = {}
     for mm2 in g.nodes:
@@ -76,35 +96,24 @@ def fuse_attention(g: Graph) -> Graph:
         if rank not in (3, 4) or int(sm.attr("axis", -1 if sm.version >= 13 else 1)) not in (
                 -1, rank - 1):
             continue
-        chain, cur, mask, scale = [sm], sm, "", 1.0
-        add = feeding(cur.inputs[0], "Add", cur)
+        chain, mask = [sm], ""
+        found = scores(sm.inputs[0], sm)
+        add = feeding(sm.inputs[0], "Add", sm) if found is None else None
         if add is not None:
-            k = 0 if producers.get(add.inputs[0]) and producers[add.inputs[0]].op_type in (
-                "Div", "Mul", "MatMul") else 1
-            mask = add.inputs[1 - k]
-            mv = g.values[mask]
-            if (mv.dtype != "float32" or len(mv.shape) > rank
-                    or broadcast_shapes(mv.shape, s_shape) != tuple(s_shape)):
+            for k in (0, 1):               # which operand is the scores: Add commutes
+                found = scores(add.inputs[k], add)
+                if found is not None:
+                    mask = add.inputs[1 - k]
+                    break
+            mv = g.values[mask] if mask else None
+            if mv is None or (mv.dtype != "float32" or len(mv.shape) > rank
+                              or broadcast_shapes(mv.shape, s_shape) != tuple(s_shape)):
                 continue
             chain.append(add)
-            cur, cur_in = add, add.inputs[k]
-        else:
-            cur_in = cur.inputs[0]
-        for op in ("Div", "Mul"):
-            sc = feeding(cur_in, op, cur)
-            if sc is None:
-                continue
-            k = 0 if sc.inputs[0] == cur_in or _scalar(g, sc.inputs[1]) is not None else 1
-            c = _scalar(g, sc.inputs[1 - k])
-            if c is None or (op == "Div" and k != 0) or c == 0.0:
-                continue
-            scale = 1.0 / c if op == "Div" else c
-            chain.append(sc)
-            cur, cur_in = sc, sc.inputs[k]
-            break
-        mm1 = feeding(cur_in, "MatMul", cur)
-        if mm1 is None or len(mm1.inputs) != 2:
+        if found is None:
             continue
+        mm1, sc, scale = found
+        chain += [sc] if sc is not None else []
         q, kt, v = mm1.inputs[0], mm1.inputs[1], mm2.inputs[1]
         qs, kts, vs = (g.values[x].shape for x in (q, kt, v))
         if any(len(s) != rank for s in (qs, kts, vs)) or not (
