@@ -118,9 +118,12 @@ class CompiledModel(ModelBase):
             init = getattr(self._lib, f"{self.prefix}_init_embedded")
             status = init(self._ctx, self._ptr(self._arena), self._arena.nbytes)
         else:
-            raw = np.fromfile(weights_path, dtype=np.uint8)
-            self._weights = aligned_empty(raw.nbytes)
-            self._weights[:] = raw
+            # read straight into the aligned buffer: one copy of the weights in memory, not two
+            size = weights_path.stat().st_size
+            self._weights = aligned_empty(size)
+            with open(weights_path, "rb") as f:
+                if f.readinto(memoryview(self._weights)) != size:
+                    raise MlccError(f"{weights_path}: the weight blob changed while read")
             init = getattr(self._lib, f"{self.prefix}_init")
             status = init(self._ctx, self._ptr(self._weights), self._weights.nbytes,
                           self._ptr(self._arena), self._arena.nbytes)
