@@ -31,7 +31,8 @@ def portable(tmp_path_factory) -> str:
 
 def test_simd_level_picks_the_kernel_defines():
     base = "name: t\narch: aarch64\ntoolchain: {cc: gcc}\n"
-    assert parse_target(base).defines() == ["-DMLCC_NO_VECTORS"]       # simd defaults to none
+    assert parse_target(base).defines() == ["-DMLCC_VECTOR_BYTES=16"]   # simd: auto
+    assert parse_target(base + "simd: none\n").defines() == ["-DMLCC_NO_VECTORS"]
     assert parse_target(base + "simd: neon\nvector_bits: 128\n").defines() == [
         "-DMLCC_VECTOR_BYTES=16"]
 
