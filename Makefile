@@ -16,7 +16,7 @@ WASM_PACKAGES := emscripten nodejs wabt chromium
 TARGET_PACKAGES := $(ARM_PACKAGES) $(WASM_PACKAGES)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
-.PHONY: setup demo test test-fast test-targets target-tools bench bench-wasm clean
+.PHONY: web-digits setup demo test test-fast test-targets target-tools bench bench-wasm clean
 
 setup: $(STAMP)
 
@@ -59,6 +59,11 @@ target-tools:
 	$(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
 	  apt-get install -y -q --no-install-recommends $$missing || \
 	  echo "could not install$$missing; the tests that need them will be skipped"
+
+# The web-digits page (examples/web-digits): the digits CNN compiled for wasm, in build/web-digits.
+web-digits: $(STAMP)
+	$(BIN)/python examples/web-digits/build.py build/web-digits
+	@echo "serve it: $(BIN)/python -m http.server -d build/web-digits -b 127.0.0.1 8000"
 
 # Everything but the large real models.
 test-fast: $(STAMP)
