@@ -21,6 +21,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -107,6 +108,8 @@ def median(xs: list[float]) -> float:
 
 
 def fmt_ms(ms: float) -> str:
+    if ms >= 1000:
+        return f"{ms / 1000:.3g} s"
     return f"{ms:.3g} ms" if ms >= 1 else f"{ms * 1000:.3g} us"
 
 
@@ -173,9 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     entry = ensure_ort_web()
     node_version = subprocess.run(["node", "--version"], capture_output=True,
                                   text=True).stdout.strip()
-    emcc_version = subprocess.run(["emcc", "--version"], capture_output=True, text=True,
-                                  env={**os.environ, "NODE_PATH": "/usr/share/nodejs"}
-                                  ).stdout.splitlines()[0]
+    emcc_out = subprocess.run(["emcc", "--version"], capture_output=True, text=True,
+                              env={**os.environ, "NODE_PATH": "/usr/share/nodejs"}).stdout
+    emcc_version = "emcc " + (re.findall(r"\) (\d+\.\d+\.\d+)", emcc_out) or ["?"])[0]
     rows = []
     with tempfile.TemporaryDirectory(prefix="mlcc-bench-wasm-") as tmp:
         for name in names:
@@ -185,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     ort_size = ort_wasm_file(entry).stat().st_size
     date = datetime.date.today().isoformat()
     print(f"Measured with `make bench-wasm` on {date}: {bm.cpu_name()}; node {node_version}, "
-          f"1 thread; mlcc {bm._git_rev() if hasattr(bm, '_git_rev') else ''} target wasm "
+          f"1 thread; mlcc at {bm._git_rev()}, target wasm "
           f"({emcc_version}, -O3 -msimd128); onnxruntime-web {ORT_WEB_VERSION} (wasm backend, "
           f"numThreads 1, SIMD, graph optimizations all). Medians over alternating runs.\n")
     print("| model | input | mlcc wasm | onnxruntime-web | mlcc/ort-web | max abs diff | "
