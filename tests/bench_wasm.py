@@ -63,7 +63,9 @@ let maxDiff = 0;
 for (const name of Object.keys(a)) {
   if (!(name in b)) continue;
   const x = a[name], y = b[name].data;
-  for (let i = 0; i < x.length; i++) maxDiff = Math.max(maxDiff, Math.abs(Number(x[i]) - Number(y[i])));
+  for (let i = 0; i < x.length; i++) {
+    maxDiff = Math.max(maxDiff, Math.abs(Number(x[i]) - Number(y[i])));
+  }
 }
 const t0 = performance.now();
 for (let i = 0; i < 2; i++) { runMlcc(); await runOrt(); }

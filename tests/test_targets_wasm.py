@@ -10,6 +10,7 @@ wasm as well (MLCC_TEST_TARGET=wasm).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -128,8 +129,8 @@ def test_runtime_compiles_warning_free_with_emcc():
            "-Werror", *WASM.defines(), f"-I{rt / 'include'}", f"-I{rt / 'kernels'}",
            "-fsyntax-only", *map(str, sorted((rt / "kernels").glob("*.c"))
                                  + sorted((rt / "src").glob("*.c")))]
-    subprocess.run(cmd, check=True, env={**__import__("os").environ,
-                                         **dict(WASM.toolchain.env)}, timeout=300)
+    subprocess.run(cmd, check=True, env={**os.environ, **dict(WASM.toolchain.env)},
+                   timeout=300)
 
 
 # --------------------------------------------------------------------------------- operators

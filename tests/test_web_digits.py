@@ -13,6 +13,7 @@ import base64
 import functools
 import http.server
 import json
+import math
 import os
 import select
 import shutil
@@ -40,8 +41,8 @@ TIMEOUT_S = 60
 
 # Strokes in pad fractions (0..1): a person's way of writing each digit.
 DIGITS = {
-    "0": [[(0.5 + 0.2 * __import__("math").sin(t / 20 * 6.3),
-            0.5 - 0.32 * __import__("math").cos(t / 20 * 6.3)) for t in range(21)]],
+    "0": [[(0.5 + 0.2 * math.sin(t / 20 * 2 * math.pi), 0.5 - 0.32 * math.cos(t / 20 * 2 * math.pi))
+           for t in range(21)]],
     "1": [[(0.42, 0.25), (0.52, 0.15), (0.52, 0.85)]],
     "4": [[(0.55, 0.15), (0.25, 0.6), (0.75, 0.6)], [(0.6, 0.4), (0.6, 0.88)]],
     "7": [[(0.25, 0.18), (0.75, 0.18), (0.45, 0.86)]],
