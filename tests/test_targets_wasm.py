@@ -442,6 +442,10 @@ def test_targets_report_missing_emcc_and_node(monkeypatch, tmp_path):
     line = next(l for l in r.output.splitlines() if l.startswith("wasm "))
     assert "emcc is not installed (apt-get install emscripten)" in line
     assert "node is not installed (apt-get install nodejs)" in line
+    r = CliRunner().invoke(cli_main, ["compile", str(DIGITS), "-t", "wasm", "-o",
+                                      str(tmp_path / "out")])
+    assert r.exit_code == 1
+    assert "compiler 'emcc' not found (install it: apt-get install emscripten)" in r.output
 
 
 def test_target_schema_env_and_output(tmp_path):
