@@ -3,8 +3,9 @@ served on 127.0.0.1, opened in Debian's chromium (headless), and digits are draw
 with mouse events; the page must show the right digit.
 
 Chromium is driven through the DevTools protocol over --remote-debugging-pipe (JSON messages
-on file descriptors 3 and 4): the standard library is enough, no websocket client or
-playwright (whose browser downloads are not reachable here) needed. Skipped when chromium,
+on file descriptors 3 and 4): the standard library is enough, so no new test dependency
+(a websocket client, or playwright's large wheel with its own node driver) for what the
+DevTools class below does in a hundred lines. Skipped when chromium,
 emcc or node is missing (`make test` installs them on Debian).
 """
 from __future__ import annotations
