@@ -55,7 +55,8 @@ class Target:
 
     @property
     def is_host(self) -> bool:
-        return not self.run
+        """Whether Python can load what this target builds (a wasm module never)."""
+        return not self.run and self.output == "shared"
 
     def compiler_found(self) -> bool:
         return shutil.which(self.toolchain.cc) is not None
