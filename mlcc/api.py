@@ -362,7 +362,9 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
     tgt = load_target(target)
     if not tgt.is_host:
         raise InputError(f"target {tgt.name} does not run on this machine: bench times host "
-                         f"targets only")
+                         f"targets only" + (" (for wasm, `make bench-wasm` times it in node "
+                                            "against onnxruntime-web)"
+                                            if tgt.output == "wasm" else ""))
     with tempfile.TemporaryDirectory(prefix="mlcc-bench-") as tmp:
         folder = Path(output_dir) if output_dir else Path(tmp) / "model"
         t0 = time.perf_counter()
