@@ -13,13 +13,13 @@ from __future__ import annotations
 import base64
 import functools
 import http.server
+import importlib.util
 import json
 import math
 import os
 import select
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -157,11 +157,11 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    sys.path.insert(0, str(ROOT / "examples" / "web-digits"))
-    try:
-        import build as web_build
-    finally:
-        sys.path.pop(0)
+    # Loaded from its file: a module called "build" may already be imported (PyPA's build).
+    spec = importlib.util.spec_from_file_location("web_digits_build",
+                                                  ROOT / "examples" / "web-digits" / "build.py")
+    web_build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(web_build)
     out = web_build.build(tmp_path_factory.mktemp("web") / "site")
     server = http.server.ThreadingHTTPServer(
         ("127.0.0.1", 0), functools.partial(_Quiet, directory=str(out)))
