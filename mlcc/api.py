@@ -29,7 +29,8 @@ from .runtime import ModelBase
 from .runtime import load as _load
 from .targets import builtin_targets, load_target
 from .targets.build import (HARNESS_EXE, build_harness, build_library, builds_harness,
-                            harness_files, makefile)
+                            harness_files, makefile, wasm_exports)
+from .targets.wasm import HARNESS_JS, js_files
 
 Shapes = dict[str, tuple[int, ...]]
 
@@ -67,19 +68,27 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
         # through the target's command prefix instead (mlcc/runtime/runner.py).
         extra.update(harness=HARNESS_EXE, run=list(tgt.run), run_package=tgt.run_package)
         built.append(HARNESS_EXE)
+    exports: list[str] = []
+    if tgt.output == "wasm":
+        # model.wasm runs in node through harness.mjs over the JavaScript wrapper.
+        extra.update(harness=HARNESS_JS, run=list(tgt.run), run_package=tgt.run_package)
+        exports = wasm_exports(prefix, embed_weights)
     gen = generate(g, prefix=prefix, target_name=tgt.name, source_name=Path(model).name,
                    max_arena=max_arena, embed_weights=embed_weights, manifest_extra=extra)
     folder = Path(output_dir)
     if folder.exists() and not folder.is_dir():
         raise MlccError(f"output folder {folder} exists and is not a folder")
-    gen.files.update(harness_files())
-    gen.files["Makefile"] = makefile(tgt, gen.sources, prefix).encode()
+    if tgt.output == "wasm":
+        gen.files.update(js_files(gen.manifest))
+    else:
+        gen.files.update(harness_files())
+    gen.files["Makefile"] = makefile(tgt, gen.sources, prefix, exports).encode()
     gen.manifest["files"] = sorted(gen.files) + built
     gen.files["manifest.json"] = (json.dumps(gen.manifest, indent=2, sort_keys=True) + "\n"
                                   ).encode()
     write_folder(folder, gen.files)
     if build:
-        build_library(tgt, folder, gen.sources)
+        build_library(tgt, folder, gen.sources, exports)
         if builds_harness(tgt):
             build_harness(tgt, folder, prefix)
     return CompileResult(folder, gen.manifest, gen.program.graph)
@@ -353,7 +362,9 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
     tgt = load_target(target)
     if not tgt.is_host:
         raise InputError(f"target {tgt.name} does not run on this machine: bench times host "
-                         f"targets only")
+                         f"targets only" + (" (for wasm, `make bench-wasm` times it in node "
+                                            "against onnxruntime-web)"
+                                            if tgt.output == "wasm" else ""))
     with tempfile.TemporaryDirectory(prefix="mlcc-bench-") as tmp:
         folder = Path(output_dir) if output_dir else Path(tmp) / "model"
         t0 = time.perf_counter()

@@ -17,7 +17,9 @@ from ..errors import TargetError
 
 BUILTIN_DIR = Path(__file__).resolve().parents[2] / "targets"
 SIMD_LEVELS = ("auto", "none", "sse2", "avx2", "avx512", "neon", "simd128")
-OUTPUT_KINDS = ("shared",)
+# shared: a shared library (libmodel.so); wasm: a standalone WebAssembly module (model.wasm)
+# with the JavaScript wrapper of mlcc/targets/wasm.py.
+OUTPUT_KINDS = ("shared", "wasm")
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ class Toolchain:
     ldflags: tuple[str, ...] = ()
     ar: str = "ar"
     package: str = ""             # the Debian package that provides cc, for hints
+    env: tuple[tuple[str, str], ...] = ()   # environment variables the compiler needs
 
 
 @dataclass(frozen=True)
@@ -48,11 +51,12 @@ class Target:
 
     @property
     def library_name(self) -> str:
-        return "libmodel.so"
+        return "model.wasm" if self.output == "wasm" else "libmodel.so"
 
     @property
     def is_host(self) -> bool:
-        return not self.run
+        """Whether Python can load what this target builds (a wasm module never)."""
+        return not self.run and self.output == "shared"
 
     def compiler_found(self) -> bool:
         return shutil.which(self.toolchain.cc) is not None
@@ -88,7 +92,8 @@ _SCHEMA = {
     "vector_bits": int, "alignment": int, "threads": int, "output": str, "cache_kib": dict,
     "cpu": dict, "run": list, "run_package": str,
 }
-_TOOLCHAIN = {"cc": str, "cflags": list, "ldflags": list, "ar": str, "package": str}
+_TOOLCHAIN = {"cc": str, "cflags": list, "ldflags": list, "ar": str, "package": str,
+              "env": dict}
 _REQUIRED = ("name", "arch", "toolchain")
 
 
@@ -124,6 +129,9 @@ def parse_target(text: str, path: str = "<target>") -> Target:
     for key in ("cflags", "ldflags"):
         if not all(isinstance(f, str) for f in tc.get(key, [])):
             raise TargetError(f"{path}: toolchain.{key} must be a list of strings")
+    env = tc.get("env", {})
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise TargetError(f"{path}: toolchain.env must map variable names to strings")
     simd = data.get("simd", "auto")
     if simd not in SIMD_LEVELS:
         raise TargetError(f"{path}: simd must be one of {', '.join(SIMD_LEVELS)}, not {simd!r}")
@@ -150,7 +158,8 @@ def parse_target(text: str, path: str = "<target>") -> Target:
     return Target(
         name=data["name"], description=data.get("description", ""), arch=data["arch"],
         toolchain=Toolchain(tc["cc"], tuple(tc.get("cflags", [])), tuple(tc.get("ldflags", [])),
-                            tc.get("ar", "ar"), tc.get("package", "")),
+                            tc.get("ar", "ar"), tc.get("package", ""),
+                            tuple(sorted(env.items()))),
         simd=simd, vector_bits=vb, alignment=align, threads=threads, output=output,
         cache_kib=dict(data.get("cache_kib", {})), cpu=dict(data.get("cpu", {})),
         run=tuple(run), run_package=data.get("run_package", ""), path=path)
