@@ -25,6 +25,8 @@ from .ir import Graph, format_type
 from .ops import lookup, unsupported_reason
 from .ops.registry import describe
 from .passes import run_pipeline
+from .quant import (CalibrationSet, QuantOptions, QuantResult, calibrate, observed_values,
+                    quantize_graph)
 from .runtime import ModelBase
 from .runtime import load as _load
 from .targets import builtin_targets, load_target
@@ -39,6 +41,25 @@ class CompileResult:
     folder: Path
     manifest: dict
     graph: Graph
+    quant: QuantResult | None = None
+
+
+@dataclass
+class QuantizeConfig:
+    """Post-training int8 quantization (`--quantize int8`).
+
+    calibration: an .npz (one array per input, first axis = samples), a folder of .npy/.npz
+    files, or a .py file defining calibration_data() that yields input dicts.
+    calibrator: minmax, percentile (at `percentile`) or entropy (KL search).
+    requant: None = the target's int8.requant ("float" or "fixed")."""
+    calibration: str | Path
+    calibrator: str = "minmax"
+    percentile: float = 99.99
+    per_channel: bool = True
+    requant: str | None = None
+    report: str | Path | None = None
+    max_samples: int | None = None
+    progress: Callable[[str], None] | None = None
 
 
 def _optimize(model: str | Path, shapes: Shapes | None, extra_outputs: list[str] | None,
@@ -53,14 +74,20 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
             shapes: Shapes | None = None, name: str | None = None,
             max_arena: int | None = None, dump_ir: Callable[[str], None] | None = None,
             build: bool = True, extra_outputs: list[str] | None = None,
-            embed_weights: bool = False) -> CompileResult:
+            embed_weights: bool = False, quantize: QuantizeConfig | None = None
+            ) -> CompileResult:
     """Compiles an ONNX file into `output_dir` (model.h, model.c, weights.bin, runtime sources,
-    Makefile, manifest.json and, with build=True, the library)."""
+    Makefile, manifest.json and, with build=True, the library). With `quantize`, the model is
+    calibrated and compiled to integer kernels (see QuantizeConfig)."""
     tgt = load_target(target)
     g = _optimize(model, shapes, extra_outputs, dump_ir)
     prefix = model_prefix(name or Path(model).stem)
     extra = {"shapes": {k: list(v) for k, v in sorted((shapes or {}).items())},
              "library": tgt.library_name}
+    quant_result = None
+    if quantize is not None:
+        g, quant_result, qinfo = _quantize(g, tgt, model, quantize, dump_ir)
+        extra["quantization"] = qinfo
     built = [tgt.library_name]
     if builds_harness(tgt):
         # Python cannot load a library built for another machine: it runs this executable
@@ -82,7 +109,60 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
         build_library(tgt, folder, gen.sources)
         if builds_harness(tgt):
             build_harness(tgt, folder, prefix)
-    return CompileResult(folder, gen.manifest, gen.program.graph)
+    return CompileResult(folder, gen.manifest, gen.program.graph, quant_result)
+
+
+def _input_spec(g: Graph) -> dict:
+    return {n: (g.values[n].dtype, tuple(g.values[n].shape)) for n in g.inputs}
+
+
+def float_runner(g: Graph, folder: Path, names: list[str]):
+    """Builds the optimized float graph for this machine with `names` as extra outputs and
+    returns run(sample) -> {name: array} (one sample at a time: nothing accumulates)."""
+    fg = g.copy()
+    fg.outputs = list(g.outputs) + [n for n in names if n not in g.outputs and n not in g.inputs]
+    host = load_target("x86")
+    gen = generate(fg, prefix="mlcc_calibration", target_name=host.name,
+                   source_name="calibration", manifest_extra={"library": host.library_name})
+    gen.files["Makefile"] = makefile(host, gen.sources, "mlcc_calibration").encode()
+    gen.manifest["files"] = sorted(gen.files) + [host.library_name]
+    gen.files["manifest.json"] = json.dumps(gen.manifest, indent=2, sort_keys=True).encode()
+    write_folder(folder, gen.files)
+    build_library(host, folder, gen.sources)
+    return _load(folder).run
+
+
+def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir) -> tuple[Graph, QuantResult,
+                                                                             dict]:
+    data = CalibrationSet(cfg.calibration, _input_spec(g), cfg.max_samples)
+    names = observed_values(g)
+    say = cfg.progress or (lambda text: None)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="mlcc-calibrate-") as tmp:
+        run = float_runner(g, Path(tmp) / "float", names)
+
+        def progress(p, passes, k):
+            if k % 8 == 0:
+                say(f"calibrating ({cfg.calibrator}): pass {p + 1}/{passes}, {k} samples")
+        ranges = calibrate(data, run, names, method=cfg.calibrator, percentile=cfg.percentile,
+                           progress=progress)
+    say(f"calibrated {len(ranges)} tensors on {data.count} samples in "
+        f"{time.perf_counter() - t0:.1f} s")
+    opts = QuantOptions(per_channel=cfg.per_channel, requant=cfg.requant or tgt.int8_requant,
+                        activations=tgt.int8_activations)
+    res = quantize_graph(g, ranges, opts)
+    res.ranges = ranges
+    if dump_ir is not None:
+        from .ir import format_graph
+        dump_ir(format_graph(res.graph, "quantize"))
+    info = {"scheme": "int8", "calibrator": cfg.calibrator, "samples": data.count,
+            "per_channel": cfg.per_channel, "requant": opts.requant,
+            "activations": opts.activations,
+            "integer_layers": sum(1 for layer in res.layers if layer.integer),
+            "float_layers": [layer.node for layer in res.layers if not layer.integer]}
+    if cfg.calibrator == "percentile":
+        info["percentile"] = cfg.percentile
+    return res.graph, res, info
 
 
 def load(folder: str | Path, *, run: list[str] | None = None) -> ModelBase:
