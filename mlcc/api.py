@@ -27,6 +27,7 @@ from .ops.registry import describe
 from .passes import run_pipeline
 from .quant import (CalibrationSet, QuantOptions, QuantResult, calibrate, observed_values,
                     quantize_graph)
+from .quant.report import ErrorStats, LayerRow, markdown
 from .runtime import ModelBase
 from .runtime import load as _load
 from .targets import builtin_targets, load_target
@@ -84,7 +85,7 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
     prefix = model_prefix(name or Path(model).stem)
     extra = {"shapes": {k: list(v) for k, v in sorted((shapes or {}).items())},
              "library": tgt.library_name}
-    quant_result = None
+    quant_result, float_graph = None, g
     if quantize is not None:
         g, quant_result, qinfo = _quantize(g, tgt, model, quantize, dump_ir)
         extra["quantization"] = qinfo
@@ -109,6 +110,8 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
         build_library(tgt, folder, gen.sources)
         if builds_harness(tgt):
             build_harness(tgt, folder, prefix)
+    if quantize is not None and quantize.report:
+        _write_report(float_graph, quant_result, quantize, model, tgt.name, qinfo)
     return CompileResult(folder, gen.manifest, gen.program.graph, quant_result)
 
 
@@ -116,20 +119,82 @@ def _input_spec(g: Graph) -> dict:
     return {n: (g.values[n].dtype, tuple(g.values[n].shape)) for n in g.inputs}
 
 
-def float_runner(g: Graph, folder: Path, names: list[str]):
-    """Builds the optimized float graph for this machine with `names` as extra outputs and
-    returns run(sample) -> {name: array} (one sample at a time: nothing accumulates)."""
-    fg = g.copy()
-    fg.outputs = list(g.outputs) + [n for n in names if n not in g.outputs and n not in g.inputs]
+def _host_runner(g: Graph, folder: Path, prefix: str):
+    """Builds a graph for this machine (target x86) into `folder` and returns its run()."""
     host = load_target("x86")
-    gen = generate(fg, prefix="mlcc_calibration", target_name=host.name,
-                   source_name="calibration", manifest_extra={"library": host.library_name})
-    gen.files["Makefile"] = makefile(host, gen.sources, "mlcc_calibration").encode()
+    gen = generate(g, prefix=prefix, target_name=host.name, source_name=prefix,
+                   manifest_extra={"library": host.library_name})
+    gen.files["Makefile"] = makefile(host, gen.sources, prefix).encode()
     gen.manifest["files"] = sorted(gen.files) + [host.library_name]
     gen.files["manifest.json"] = json.dumps(gen.manifest, indent=2, sort_keys=True).encode()
     write_folder(folder, gen.files)
     build_library(host, folder, gen.sources)
     return _load(folder).run
+
+
+def float_runner(g: Graph, folder: Path, names: list[str]):
+    """Builds the optimized float graph for this machine with `names` as extra outputs and
+    returns run(sample) -> {name: array} (one sample at a time: nothing accumulates)."""
+    fg = g.copy()
+    fg.outputs = list(g.outputs) + [n for n in names if n not in g.outputs and n not in g.inputs]
+    return _host_runner(fg, folder, "mlcc_float")
+
+
+REPORT_SAMPLES = 32
+
+
+def _write_report(fg: Graph, qres: QuantResult, cfg: QuantizeConfig, model, target_name: str,
+                  info: dict) -> None:
+    """Runs the float and the int8 program side by side on (up to REPORT_SAMPLES) calibration
+    samples and writes the markdown report (mlcc/quant/report.py)."""
+    qg0 = qres.graph
+    values = [v for v in qres.qnames if v in fg.values]
+    producers = qg0.producers()
+    float_outs = [n.outputs[0] for n in qg0.nodes if n.domain == "mlcc" and
+                  n.op_type in ("QConv", "QFC") and qg0.values[n.outputs[0]].dtype == "float32"]
+    limit = min(cfg.max_samples or REPORT_SAMPLES, REPORT_SAMPLES)
+    data = CalibrationSet(cfg.calibration, _input_spec(fg), limit)
+    stats = {v: ErrorStats() for v in values + float_outs}
+    outs = {o: ErrorStats() for o in fg.outputs}
+    with tempfile.TemporaryDirectory(prefix="mlcc-report-") as tmp:
+        run_f = float_runner(fg, Path(tmp) / "float", observed_values(fg))
+        qg = qg0.copy()
+        extra = [qres.qnames[v] for v in values] + float_outs
+        qg.outputs = list(qg.outputs) + [e for e in extra if e not in qg.outputs]
+        run_q = _host_runner(qg, Path(tmp) / "int8", "mlcc_int8")
+        for sample in data:
+            f, q = run_f(sample), run_q(sample)
+            f = {**sample, **f}
+            for v in values:
+                qp = qres.qparams[v]
+                stats[v].update(f[v], qp.dequantize(q[qres.qnames[v]]), qp)
+            for v in float_outs:
+                stats[v].update(f[v], q[v])
+            for o in fg.outputs:
+                outs[o].update(f[o], q[o])
+    rows = []
+    for v in values + float_outs:
+        node = producers.get(qres.qnames.get(v, v))
+        r = qres.ranges.get(v)
+        op = "+".join([node.op_type] + [x.rsplit(":", 1)[-1] for x in node.fused]) if node \
+            else "input"
+        rows.append(LayerRow(v, node.name if node else v, op, stats[v],
+                             r.lo if r else math.nan, r.hi if r else math.nan,
+                             qres.qparams.get(v) if v in qres.qnames else None))
+    header = [f"Model `{Path(model).name}`, target {target_name}; calibrator {cfg.calibrator}"
+              + (f" ({cfg.percentile})" if cfg.calibrator == "percentile" else "")
+              + f" on {info['samples']} samples of `{Path(cfg.calibration).name}`; weights "
+              f"{'per channel' if cfg.per_channel else 'per tensor'}, requantization "
+              f"{info['requant']}; statistics over the first {data.count} calibration samples.",
+              "", f"{info['integer_layers']} layers run as integer kernels, "
+              f"{len(info['float_layers'])} in float."]
+    text = markdown("mlcc int8 quantization report", header, rows, info["float_layers"],
+                    list(outs.items()))
+    path = Path(cfg.report)
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise MlccError(f"cannot write the report to {path}: {exc}") from None
 
 
 def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir) -> tuple[Graph, QuantResult,
@@ -321,6 +386,56 @@ def verify(model: str | Path, *, target: str = "x86", shapes: Shapes | None = No
             result.first_divergence, result.layers_checked = _first_divergence(
                 model, target, shapes, feeds, Path(tmp) / "layers")
         return result
+
+
+DEFAULT_MIN_SQNR = 15.0
+
+
+@dataclass
+class QuantOutputCheck:
+    name: str
+    sqnr_db: float
+    cosine: float
+    argmax_agreement: float | None
+    samples: int
+    min_sqnr: float
+    ok: bool
+
+
+@dataclass
+class QuantVerifyResult:
+    ok: bool
+    outputs: list[QuantOutputCheck]
+    folder: Path | None = None
+
+
+def verify_quantized(model: str | Path, cfg: QuantizeConfig, *, target: str = "x86",
+                     shapes: Shapes | None = None, inputs: str | Path | None = None,
+                     output_dir: str | Path | None = None,
+                     min_sqnr: float = DEFAULT_MIN_SQNR) -> QuantVerifyResult:
+    """Compiles the model to int8 and compares its outputs with onnxruntime's float outputs on
+    every sample of `inputs` (same formats as calibration data; default: the calibration set):
+    SQNR over all samples, cosine, and argmax agreement for outputs whose last axis holds
+    scores. An output passes with SQNR >= min_sqnr."""
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory(prefix="mlcc-verify-") as tmp:
+        folder = Path(output_dir) if output_dir else Path(tmp) / "model"
+        res = compile(model, folder, target=target, shapes=shapes, quantize=cfg)
+        compiled = _load(folder)
+        data = CalibrationSet(inputs or cfg.calibration, _input_spec(res.graph))
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        sess = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
+        names = [o.name for o in sess.get_outputs()]
+        stats = {n: ErrorStats() for n in names}
+        for sample in data:
+            got = compiled.run(sample)
+            for n, ref in zip(names, sess.run(names, sample)):
+                stats[n].update(ref, got[n])
+        checks = [QuantOutputCheck(n, st.sqnr_db, st.cosine, st.argmax_agreement, data.count,
+                                   min_sqnr, st.sqnr_db >= min_sqnr) for n, st in stats.items()]
+        return QuantVerifyResult(all(c.ok for c in checks), checks, folder)
 
 
 def _first_divergence(model, target, shapes, feeds, folder) -> tuple[LayerCheck | None, int]:
