@@ -25,8 +25,8 @@ from .ir import Graph, format_type
 from .ops import lookup, unsupported_reason
 from .ops.registry import describe
 from .passes import run_pipeline
-from .quant import (CalibrationSet, QuantOptions, QuantResult, calibrate, observed_values,
-                    quantize_graph)
+from .quant import (CalibrationSet, QuantOptions, QuantResult, calibrate, needed_ranges,
+                    observed_values, quantize_graph)
 from .quant.report import ErrorStats, LayerRow, markdown
 from .runtime import ModelBase
 from .runtime import load as _load
@@ -120,8 +120,10 @@ def _input_spec(g: Graph) -> dict:
 
 
 def _host_runner(g: Graph, folder: Path, prefix: str):
-    """Builds a graph for this machine (target x86) into `folder` and returns its run()."""
-    host = load_target("x86")
+    """Builds a graph for this machine (x86-native: the fastest float code) into `folder` and
+    returns its run()."""
+    import platform
+    host = load_target("x86-native" if platform.machine() in ("x86_64", "AMD64") else "x86")
     gen = generate(g, prefix=prefix, target_name=host.name, source_name=prefix,
                    manifest_extra={"library": host.library_name})
     gen.files["Makefile"] = makefile(host, gen.sources, prefix).encode()
@@ -157,7 +159,7 @@ def _write_report(fg: Graph, qres: QuantResult, cfg: QuantizeConfig, model, targ
     stats = {v: ErrorStats() for v in values + float_outs}
     outs = {o: ErrorStats() for o in fg.outputs}
     with tempfile.TemporaryDirectory(prefix="mlcc-report-") as tmp:
-        run_f = float_runner(fg, Path(tmp) / "float", observed_values(fg))
+        run_f = float_runner(fg, Path(tmp) / "float", values + float_outs)
         qg = qg0.copy()
         extra = [qres.qnames[v] for v in values] + float_outs
         qg.outputs = list(qg.outputs) + [e for e in extra if e not in qg.outputs]
@@ -200,7 +202,9 @@ def _write_report(fg: Graph, qres: QuantResult, cfg: QuantizeConfig, model, targ
 def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir) -> tuple[Graph, QuantResult,
                                                                              dict]:
     data = CalibrationSet(cfg.calibration, _input_spec(g), cfg.max_samples)
-    names = observed_values(g)
+    opts = QuantOptions(per_channel=cfg.per_channel, requant=cfg.requant or tgt.int8_requant,
+                        activations=tgt.int8_activations)
+    names = needed_ranges(g, opts)
     say = cfg.progress or (lambda text: None)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="mlcc-calibrate-") as tmp:
@@ -213,8 +217,6 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir) -> tuple[Graph
                            progress=progress)
     say(f"calibrated {len(ranges)} tensors on {data.count} samples in "
         f"{time.perf_counter() - t0:.1f} s")
-    opts = QuantOptions(per_channel=cfg.per_channel, requant=cfg.requant or tgt.int8_requant,
-                        activations=tgt.int8_activations)
     res = quantize_graph(g, ranges, opts)
     res.ranges = ranges
     if dump_ir is not None:

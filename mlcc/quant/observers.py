@@ -89,44 +89,73 @@ class HistogramObserver:
         return float(self.hist[(centers < lo) | (centers > hi)].sum() / total)
 
 
+def flatten_zero_bin(hist: np.ndarray) -> np.ndarray:
+    """The bin at 0 holds every exact zero (half of a ReLU output): left as is, its spike spread
+    over a quantization level costs so much KL that every wide threshold loses. NVIDIA's
+    pytorch-quantization entropy calibrator sets it to its neighbour's count; so does mlcc."""
+    h = hist.astype(np.float64).copy()
+    if len(h) > 1:
+        h[0] = h[1]
+    return h
+
+
+def kl_divergences(hist: np.ndarray, levels: int) -> tuple[np.ndarray, np.ndarray]:
+    """KL(P_i || Q_i) for every candidate i = levels .. len(hist) (TensorRT's definition, see
+    the module docstring), in closed form from prefix sums: within a quantization group every
+    non-empty bin gets the same Q, so each candidate costs O(levels) instead of O(i).
+
+    P_i: hist[:i] with the mass of hist[i:] added to bin i - 1. Q_i: hist[:i] (without that
+    mass) split into `levels` groups (bin j in group j * levels // i), each group's mass spread
+    evenly over its non-empty bins. Both normalized; where P > 0 and Q = 0 (only possible at
+    bin i - 1) Q gets 1e-4 and is renormalized. Returns (candidates, kl); kl is inf where Q is
+    empty."""
+    h = np.asarray(hist, np.float64)
+    n = len(h)
+    C = np.concatenate([[0.0], np.cumsum(h)])
+    NZ = np.concatenate([[0.0], np.cumsum(h > 0)])
+    safe = np.where(h > 0, h, 1.0)
+    HL = np.concatenate([[0.0], np.cumsum(np.where(h > 0, h * np.log(safe), 0.0))])
+    total = C[n]
+    cand = np.arange(levels, n + 1)
+    g = np.arange(levels + 1)
+    bounds = -(-(g[None, :] * cand[:, None]) // levels)          # first bin of each group
+    sums = C[bounds[:, 1:]] - C[bounds[:, :-1]]
+    nz = NZ[bounds[:, 1:]] - NZ[bounds[:, :-1]]
+    qg = np.where(nz > 0, sums / np.maximum(nz, 1.0), 0.0)        # Q of a non-empty bin
+    logq = np.log(np.where(qg > 0, qg, 1.0))
+    hlast = h[cand - 1]
+    suffix = total - C[cand]
+    qs = C[cand]
+    excl = sums.copy()
+    excl[:, -1] -= hlast                                          # all bins but i - 1
+    sum_hlogq = np.sum(excl * logq, axis=1)
+    mass = C[cand - 1]
+    hole = (hlast == 0) & (suffix > 0)
+    z = np.where(hole, 1.0 + 1e-4, 1.0)
+    qs_safe = np.where(qs > 0, qs, 1.0)
+    part = (HL[cand - 1] - mass * np.log(total) - sum_hlogq + mass * np.log(qs_safe)) / total \
+        + (mass / total) * np.log(z)
+    plast = hlast + suffix
+    pn_last = plast / total
+    qn_last = np.where(hole, 1e-4 / z, qg[:, -1] / qs_safe)
+    last = np.where(plast > 0, pn_last * np.log(np.where(plast > 0, pn_last, 1.0) /
+                                                np.where(qn_last > 0, qn_last, 1.0)), 0.0)
+    kl = np.where(qs > 0, part + last, np.inf)
+    return cand, kl
+
+
 def kl_threshold_bin(hist: np.ndarray, levels: int) -> int:
     """TensorRT's search: the number of histogram bins (from `levels` to len(hist)) to keep so
-    that the clipped and quantized distribution is closest (KL) to the observed one."""
-    hist = hist.astype(np.float64).copy()
-    # The bin at 0 holds every exact zero (half of a ReLU output): left as is, its spike
-    # spread over a quantization level costs so much KL that every wide threshold loses.
-    # NVIDIA's pytorch-quantization entropy calibrator flattens it the same way.
-    if len(hist) > 1:
-        hist[0] = hist[1]
-    n = len(hist)
-    if n <= levels or hist[levels:].sum() == 0:
+    that the clipped and quantized distribution is closest (KL) to the observed one. Every
+    candidate is evaluated."""
+    h = flatten_zero_bin(hist)
+    n = len(h)
+    if n <= levels or h[levels:].sum() == 0:
         # Everything fits into `levels` bins: no clipping can help.
-        nz = np.nonzero(hist)[0]
+        nz = np.nonzero(h)[0]
         return int(nz[-1]) + 1 if nz.size else n
-    best_i, best_kl = n, np.inf
-    suffix = np.concatenate([np.cumsum(hist[::-1])[::-1], [0.0]])
-    for i in range(levels, n + 1):
-        p = hist[:i].copy()
-        p[i - 1] += suffix[i]                       # outliers clipped into the last bin
-        # Quantize the cut histogram (without the outliers) into `levels` groups.
-        group = (np.arange(i) * levels) // i
-        src = hist[:i]
-        sums = np.bincount(group, weights=src, minlength=levels)
-        nonzero = np.bincount(group, weights=(src > 0).astype(np.float64), minlength=levels)
-        q = np.where(src > 0, sums[group] / np.maximum(nonzero[group], 1.0), 0.0)
-        ps, qs = p.sum(), q.sum()
-        if qs == 0:
-            continue
-        pn, qn = p / ps, q / qs
-        mask = pn > 0
-        if np.any(mask & (qn == 0)):
-            # TensorRT smooths Q where P has mass it cannot represent: an epsilon there.
-            qn = np.where(mask & (qn == 0), 1e-4, qn)
-            qn = qn / qn.sum()
-        kl = float(np.sum(pn[mask] * np.log(pn[mask] / qn[mask])))
-        if kl < best_kl:
-            best_kl, best_i = kl, i
-    return best_i
+    cand, kl = kl_divergences(h, levels)
+    return int(cand[int(np.argmin(kl))])
 
 
 @dataclass

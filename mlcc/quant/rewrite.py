@@ -100,8 +100,6 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None) -> 
     g = g.copy()
     consumers = g.consumers()
     qparams: dict[str, QParams] = {}
-    for name, r in ranges.items():
-        qparams[name] = activation_qparams(r.lo, r.hi)
     qnames: dict[str, str] = {}
     float_missing: set[str] = set()
     nodes: list[Node] = []
@@ -109,8 +107,11 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None) -> 
 
     def params_of(v: str) -> QParams:
         if v not in qparams:
-            raise InputError(f"no calibrated range for {v!r}: the calibration did not observe "
-                             f"it")
+            if v not in ranges:
+                raise InputError(f"no calibrated range for {v!r}: the calibration did not "
+                                 f"observe it")
+            r = ranges[v]
+            qparams[v] = activation_qparams(r.lo, r.hi)
         return qparams[v]
 
     def scalar_consts(v: str, qp: QParams) -> tuple[str, str]:
@@ -232,10 +233,10 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None) -> 
             continue
         if n.domain == "" and op == "Add" and len(ins_q) == 2 and all(ins_q) and \
                 g.values[n.inputs[0]].shape == g.values[n.inputs[1]].shape == \
-                g.values[n.outputs[0]].shape and n.outputs[0] in qparams:
+                g.values[n.outputs[0]].shape and n.outputs[0] in ranges:
             a, b = n.inputs
             out = n.outputs[0]
-            qa, qb, qy = qparams[a], qparams[b], qparams[out]
+            qa, qb, qy = qparams[a], qparams[b], params_of(out)
             yname = new_value(f"{out}_quantized", "uint8", g.values[out].shape)
             nodes.append(Node(n.name, "QAdd", [qnames[a], qnames[b]], [yname],
                               {"a": (qa.scale, qa.zero_point), "b": (qb.scale, qb.zero_point),
@@ -246,9 +247,9 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None) -> 
             layers.append(LayerPlan(n.name, op, True, "requantizing add"))
             continue
         if n.domain == "" and op == "Concat" and ins_q and all(ins_q) and \
-                len(ins_q) == len(n.inputs) and n.outputs[0] in qparams:
+                len(ins_q) == len(n.inputs) and n.outputs[0] in ranges:
             out = n.outputs[0]
-            qy = qparams[out]
+            qy = params_of(out)
             parts = []
             for i in n.inputs:
                 qi = qparams[i]
@@ -277,6 +278,31 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None) -> 
         ensure_float(o)
     g.nodes = nodes
     return QuantResult(g, qparams, qnames, layers)
+
+
+class _Recorder(dict):
+    """Ranges that exist for every value and remember which were asked for."""
+
+    def __init__(self):
+        super().__init__()
+        self.asked: list[str] = []
+
+    def __contains__(self, key) -> bool:
+        return True
+
+    def __getitem__(self, key):
+        from .observers import Range
+        if key not in self.asked:
+            self.asked.append(key)
+        return Range(0.0, 1.0, 0.0, 1.0, 0.0)
+
+
+def needed_ranges(g: Graph, opts: QuantOptions | None = None) -> list[str]:
+    """The values whose calibrated ranges quantize_graph will use (what is worth observing):
+    the rewrite's decisions depend on the graph only, not on the ranges' values."""
+    rec = _Recorder()
+    quantize_graph(g, rec, opts)
+    return rec.asked
 
 
 def _pool_ok(g: Graph, n: Node) -> bool:
