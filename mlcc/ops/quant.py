@@ -262,8 +262,11 @@ class QAdd(OpDef):
         lo.call("mlcc_u8_qadd", [node.inputs[0], node.inputs[1], out], [out],
                 params_type="mlcc_qadd_params",
                 params={"count": lo.value(out).numel, "a_zero_point": int(za),
-                        "b_zero_point": int(zb), "a_mult_f": float(np.float64(sa) / sy),
-                        "b_mult_f": float(np.float64(sb) / sy), "a_mult": fixed[0],
+                        "b_zero_point": int(zb),
+                        # float32 multipliers: each product with a code is then exact in
+                        # double, so the sum rounds once with or without FMA contraction
+                        "a_mult_f": float(np.float32(sa / sy)),
+                        "b_mult_f": float(np.float32(sb / sy)), "a_mult": fixed[0],
                         "a_shift": fixed[1], "b_mult": fixed[2], "b_shift": fixed[3],
                         "out_mult": fixed[4], "out_shift": fixed[5],
                         "rq": {"out_kind": Enum("MLCC_QOUT_U8"),

@@ -20,9 +20,9 @@ void mlcc_f32_quantize_u8(const mlcc_quantize_params *p, const float *x, uint8_t
 void mlcc_u8_dequantize_f32(const mlcc_quantize_params *p, const uint8_t *x, float *y);
 
 /* Requantizing Add of two uint8 tensors of the same shape:
- *   MLCC_REQUANT_FLOAT: y = clamp(rint_even((a - za) * ma + (b - zb) * mb) + zy) in double
- *     (ma = sa / sy, mb = sb / sy; each product and the sum are exact or rounded once, so the
- *     result does not depend on FMA contraction);
+ *   MLCC_REQUANT_FLOAT: y = clamp(rint_even((a - za) * ma + (b - zb) * mb) + zy) in double,
+ *     with ma = sa / sy and mb = sb / sy rounded to float32 by the compiler: each product is
+ *     then exact in double and the sum rounds once, with or without FMA contraction;
  *   MLCC_REQUANT_FIXED: TFLite's integer Add: each input shifted left by 20 bits and scaled by
  *     its Q31 multiplier (a_mult, a_shift; b_mult, b_shift) to a common scale, the sum scaled by
  *     (out_mult, out_shift), then + zy and clamped. */
