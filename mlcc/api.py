@@ -202,6 +202,7 @@ def _write_report(fg: Graph, qres: QuantResult, cfg: QuantizeConfig, model, targ
 def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir) -> tuple[Graph, QuantResult,
                                                                              dict]:
     data = CalibrationSet(cfg.calibration, _input_spec(g), cfg.max_samples)
+    data.check_first()
     opts = QuantOptions(per_channel=cfg.per_channel, requant=cfg.requant or tgt.int8_requant,
                         activations=tgt.int8_activations)
     names = needed_ranges(g, opts)

@@ -27,14 +27,14 @@ class CalibrationSet:
         self.spec = spec
         self.limit = limit
         path = Path(source)
+        if not path.exists():
+            raise InputError(f"calibration data {source} does not exist")
         if path.is_dir():
             self._open: Callable[[], Iterator] = lambda: self._folder(path)
         elif path.suffix == ".npz":
             self._open = lambda: self._npz(path)
         elif path.suffix == ".py":
             self._open = lambda: self._python(path)
-        elif not path.exists():
-            raise InputError(f"calibration data {source} does not exist")
         else:
             raise InputError(f"calibration data {source}: expected an .npz file, a folder of "
                              f".npy/.npz files or a .py file defining a generator of input "
@@ -51,6 +51,12 @@ class CalibrationSet:
         if n == 0:
             raise InputError(f"calibration data {self.source} is empty: it has no samples")
         self.count = n
+
+    def check_first(self) -> None:
+        """Reads and checks the first sample (an empty set is an error): bad data is reported
+        before any expensive work."""
+        for _ in self:
+            return
 
     # ------------------------------------------------------------------ checks
     def _check(self, where: str, sample) -> dict[str, np.ndarray]:

@@ -73,11 +73,12 @@ class HistogramObserver:
         total = self.hist.sum()
         if total == 0:
             return 0.0, 0.0
-        cdf = np.cumsum(self.hist) / total
+        cum = np.cumsum(self.hist)
         edges = self.edges()
         tail = (100.0 - p) / 100.0
-        lo_bin = int(np.searchsorted(cdf, tail, side="right"))      # first bin past the tail
-        hi_bin = int(np.searchsorted(cdf, 1.0 - tail, side="left"))
+        eps = 1e-9 * total                       # counts, not float fractions: no off-by-one
+        lo_bin = int(np.searchsorted(cum, tail * total + eps, side="right"))
+        hi_bin = int(np.searchsorted(cum, (1.0 - tail) * total - eps, side="left"))
         return float(edges[lo_bin]), float(edges[min(hi_bin + 1, len(edges) - 1)])
 
     def share_outside(self, lo: float, hi: float) -> float:
