@@ -165,9 +165,11 @@ class CompiledModel(ModelBase):
         in_ptrs = self._ffi.new("void *[]", [self._ptr(a) for a in arrays] or [self._ffi.NULL])
         out_ptrs = self._ffi.new("void *[]", [self._ptr(a) for a in outs] or [self._ffi.NULL])
 
-        # Defaults bind everything as locals and keep the input copies alive with the call.
+        # Defaults bind everything as locals and keep the input copies and the output arrays
+        # alive with the call (a caller that drops the outputs dict must not make the call
+        # write into freed memory).
         def call(_run=self._run, _ctx=self._ctx, _in=in_ptrs, _out=out_ptrs,
-                 _keep=arrays) -> int:
+                 _keep=(arrays, outs)) -> int:
             return _run(_ctx, _in, _out)
 
         return call, {t["name"]: a for t, a in zip(self.outputs, outs)}
