@@ -208,7 +208,7 @@ def test_qconv_matches_numpy(lib, case, out_kind, mode):
         wp[:, :kk] = w.reshape(m, -1)
         # the kernel's bias has the input zero point folded in (as the compiler does)
         eff = (bias - zp * w.reshape(m, -1).astype(np.int32).sum(axis=1)).astype(np.int32)
-        scratch = np.zeros(4 * k4 * oh * ow, np.uint8)
+        scratch = np.zeros(4 * (k4 + 1) * oh * ow, np.uint8)
         L.mlcc_u8_qconv2d(p, ptr(ffi, x), ptr(ffi, wp), ptr(ffi, eff), ptr(ffi, scale),
                           ptr(ffi, fbias), ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y),
                           ptr(ffi, scratch))

@@ -204,7 +204,7 @@ class QConv(OpDef):
         bname = lo.add_const(f"{node.name}.bias_zp", eff.astype(np.int32))
         lo.call("mlcc_u8_qconv2d", [node.inputs[0], wname, bname, *_channel_args(node), out],
                 [out], params_type="mlcc_qconv2d_params", params=params,
-                scratch_bytes=4 * k4 * oh * ow, op=label)
+                scratch_bytes=4 * (k4 + 1) * oh * ow, op=label)
 
     def flops(self, node: Node, g: Graph) -> int:
         w, y = g.values[node.inputs[1]], g.values[node.outputs[0]]

@@ -21,7 +21,8 @@ typedef struct mlcc_qconv2d_params {
 
 /* Grouped or plain convolution as im2col + mlcc_qgemm_u8s8. w: [out_channels][4 * k4] int8,
  * k4 = ceil(in_channels / groups * kernel_h * kernel_w / 4), zero-padded; bias already holds
- * -x_zero_point * sum(w[c]) (the compiler folds it). scratch: 4 * k4 * out_h * out_w bytes. */
+ * -x_zero_point * sum(w[c]) (the compiler folds it). scratch: 4 * (k4 + 1) * out_h * out_w
+ * bytes (the packed columns, then four unpacked rows). */
 void mlcc_u8_qconv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
                      const int32_t *bias, const float *scale, const float *fbias,
                      const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch);

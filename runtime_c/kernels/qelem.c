@@ -2,21 +2,27 @@
 #include "qelem.h"
 
 void mlcc_f32_quantize_u8(const mlcc_quantize_params *p, const float *x, uint8_t *y) {
+    /* locals: y (uint8_t) may alias *p, which would force reloads and block vectorization */
     const float s = p->scale, lo = (float)(0 - p->zero_point), hi = (float)(255 - p->zero_point);
     const float magic = 12582912.0f;
+    const int32_t zp = p->zero_point;
+    const int64_t n = p->count;
     int64_t i;
-    for (i = 0; i < p->count; i++) {
+    for (i = 0; i < n; i++) {
         float f = x[i] / s;
         f = f > lo ? f : lo;          /* NaN -> lo */
         f = f < hi ? f : hi;
         f = (f + magic) - magic;      /* round half to even */
-        y[i] = (uint8_t)((int32_t)f + p->zero_point);
+        y[i] = (uint8_t)((int32_t)f + zp);
     }
 }
 
 void mlcc_u8_dequantize_f32(const mlcc_quantize_params *p, const uint8_t *x, float *y) {
+    const int32_t zp = p->zero_point;
+    const float s = p->scale;
+    const int64_t n = p->count;
     int64_t i;
-    for (i = 0; i < p->count; i++) y[i] = (float)((int32_t)x[i] - p->zero_point) * p->scale;
+    for (i = 0; i < n; i++) y[i] = (float)((int32_t)x[i] - zp) * s;
 }
 
 static inline int32_t srdhm(int32_t a, int32_t b) {
@@ -46,10 +52,11 @@ static inline uint8_t clamp_u8(int32_t v, const mlcc_requant *rq) {
 }
 
 void mlcc_u8_qadd(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y) {
+    const int64_t n = p->count;
     int64_t i;
     const int32_t za = p->a_zero_point, zb = p->b_zero_point, zy = p->rq.zero_point;
     if (p->rq.mode == MLCC_REQUANT_FIXED) {
-        for (i = 0; i < p->count; i++) {
+        for (i = 0; i < n; i++) {
             const int32_t sa = mbqm(((int32_t)a[i] - za) * (1 << 20), p->a_mult, p->a_shift);
             const int32_t sb = mbqm(((int32_t)b[i] - zb) * (1 << 20), p->b_mult, p->b_shift);
             y[i] = clamp_u8(mbqm(sa + sb, p->out_mult, p->out_shift) + zy, &p->rq);
@@ -59,7 +66,7 @@ void mlcc_u8_qadd(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b,
     {
         const double ma = p->a_mult_f, mb = p->b_mult_f, magic = 6755399441055744.0;
         const double lo = (double)(p->rq.qmin - zy), hi = (double)(p->rq.qmax - zy);
-        for (i = 0; i < p->count; i++) {
+        for (i = 0; i < n; i++) {
             double f = (double)((int32_t)a[i] - za) * ma + (double)((int32_t)b[i] - zb) * mb;
             f = f < lo ? lo : f;
             f = f > hi ? hi : f;
@@ -70,17 +77,18 @@ void mlcc_u8_qadd(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b,
 }
 
 void mlcc_u8_requantize(const mlcc_qrequant_params *p, const uint8_t *x, uint8_t *y) {
+    const int64_t n = p->count;
     int64_t i;
     const int32_t zx = p->x_zero_point, zy = p->rq.zero_point;
     if (p->rq.mode == MLCC_REQUANT_FIXED) {
-        for (i = 0; i < p->count; i++)
+        for (i = 0; i < n; i++)
             y[i] = clamp_u8(mbqm((int32_t)x[i] - zx, p->mult, p->shift) + zy, &p->rq);
         return;
     }
     {
         const float m = p->mult_f, magic = 12582912.0f;
         const float lo = (float)(p->rq.qmin - zy), hi = (float)(p->rq.qmax - zy);
-        for (i = 0; i < p->count; i++) {
+        for (i = 0; i < n; i++) {
             float f = (float)((int32_t)x[i] - zx) * m;
             f = f < lo ? lo : f;
             f = f > hi ? hi : f;

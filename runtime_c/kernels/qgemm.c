@@ -8,7 +8,7 @@
 #define MLCC_QGEMM_VNNI 0
 #endif
 
-#define QMR 4     /* rows per tile */
+#define QMR 8     /* rows per tile */
 #define QNR 16    /* columns per tile: one 512-bit vector of int32 */
 
 /* gemmlowp's SaturatingRoundingDoublingHighMul. */
@@ -70,6 +70,41 @@ void mlcc_requant_run(const mlcc_requant *rq, const mlcc_qchannels *ch, int64_t 
     }
 }
 
+/* As mlcc_requant_run, with the channel advancing along the run (Gemm: channel = column). */
+static void requant_cols(const mlcc_requant *rq, const mlcc_qchannels *ch, int64_t c0,
+                         const int32_t *acc, int64_t count, void *y, int64_t y_index) {
+    int64_t i;
+    if (rq->out_kind == MLCC_QOUT_F32) {
+        float *out = (float *)y + y_index;
+        for (i = 0; i < count; i++)
+            out[i] = (float)(acc[i] + ch->bias[c0 + i]) * ch->scale[c0 + i] +
+                     (ch->fbias ? ch->fbias[c0 + i] : 0.0f);
+        mlcc_act_apply(&rq->act, out, (ptrdiff_t)count);
+        return;
+    }
+    {
+        uint8_t *out = (uint8_t *)y + y_index;
+        const int32_t zp = rq->zero_point, qmin = rq->qmin, qmax = rq->qmax;
+        if (rq->mode == MLCC_REQUANT_FIXED) {
+            for (i = 0; i < count; i++) {
+                int32_t v = fixed_requant(acc[i] + ch->bias[c0 + i], ch->mult[c0 + i],
+                                          ch->shift[c0 + i]) + zp;
+                out[i] = (uint8_t)(v < qmin ? qmin : (v > qmax ? qmax : v));
+            }
+        } else {
+            const float lo = (float)(qmin - zp), hi = (float)(qmax - zp);
+            const float magic = 12582912.0f;
+            for (i = 0; i < count; i++) {
+                float f = (float)(acc[i] + ch->bias[c0 + i]) * ch->scale[c0 + i];
+                f = f < lo ? lo : f;
+                f = f > hi ? hi : f;
+                f = (f + magic) - magic;
+                out[i] = (uint8_t)((int32_t)f + zp);
+            }
+        }
+    }
+}
+
 /* The epilogue of one tile: acc[r][j] for rows i0 + r, columns j0 + j. */
 static void tile_epilogue(const mlcc_qgemm_desc *d, const mlcc_requant *rq,
                           const mlcc_qchannels *ch, int32_t acc[QMR][QNR], int64_t i0,
@@ -81,8 +116,8 @@ static void tile_epilogue(const mlcc_qgemm_desc *d, const mlcc_requant *rq,
         return;
     }
     for (r = 0; r < mr; r++)
-        for (j = 0; j < nr; j++)
-            mlcc_requant_run(rq, ch, j0 + j, &acc[r][j], 1, y, (i0 + r) * d->ldy + j0 + j);
+        requant_cols(rq, ch, j0, acc[r], nr, y, (i0 + r) * d->ldy + j0);
+    (void)j;
 }
 
 #define PORTABLE_TILE(ATYPE, BTYPE)                                                         \
@@ -102,10 +137,12 @@ static void tile_epilogue(const mlcc_qgemm_desc *d, const mlcc_requant *rq,
 void mlcc_qgemm_u8s8_portable(const mlcc_qgemm_desc *d, const void *a, const void *b,
                               const mlcc_requant *rq, const mlcc_qchannels *ch, void *y) {
     int64_t i0, j0, k4, r, j;
-    for (i0 = 0; i0 < d->m; i0 += QMR) {
-        const int64_t mr = d->m - i0 < QMR ? d->m - i0 : QMR;
-        for (j0 = 0; j0 < d->n; j0 += QNR) {
-            const int64_t nr = d->n - j0 < QNR ? d->n - j0 : QNR;
+    /* Column blocks outside: one block of the packed operand (k4 x 64 bytes) stays in L1
+     * while every row block passes over it. */
+    for (j0 = 0; j0 < d->n; j0 += QNR) {
+        const int64_t nr = d->n - j0 < QNR ? d->n - j0 : QNR;
+        for (i0 = 0; i0 < d->m; i0 += QMR) {
+            const int64_t mr = d->m - i0 < QMR ? d->m - i0 : QMR;
             int32_t acc[QMR][QNR];
             memset(acc, 0, sizeof acc);
             if (d->a_signed) {
@@ -127,41 +164,49 @@ static inline __m512i bcast4(const void *p) {
 
 /* vpdpbusd multiplies unsigned bytes of its second operand by signed bytes of its third and
  * adds groups of 4 to int32 lanes without saturation: exactly the portable sum. */
+#define VNNI_STEP(c, row)                                                                  \
+    c = d->a_signed ? _mm512_dpbusd_epi32(c, bv, bcast4(row + k4 * 4))                     \
+                    : _mm512_dpbusd_epi32(c, bcast4(row + k4 * 4), bv)
+
 static void qgemm_vnni(const mlcc_qgemm_desc *d, const uint8_t *a, const uint8_t *b,
                        const mlcc_requant *rq, const mlcc_qchannels *ch, void *y) {
-    int64_t i0, j0, k4, r;
+    int64_t i0, j0, k4;
     const int64_t lda = d->lda;
-    for (i0 = 0; i0 < d->m; i0 += QMR) {
-        const int64_t mr = d->m - i0 < QMR ? d->m - i0 : QMR;
-        for (j0 = 0; j0 < d->n; j0 += QNR) {
-            const int64_t nr = d->n - j0 < QNR ? d->n - j0 : QNR;
-            const __mmask16 mask = (__mmask16)(nr == QNR ? 0xFFFFu : ((1u << nr) - 1u));
-            __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0;
+    for (j0 = 0; j0 < d->n; j0 += QNR) {
+        const int64_t nr = d->n - j0 < QNR ? d->n - j0 : QNR;
+        const __mmask16 mask = (__mmask16)(nr == QNR ? 0xFFFFu : ((1u << nr) - 1u));
+        const uint8_t *bj = b + j0 * 4;
+        for (i0 = 0; i0 < d->m; i0 += QMR) {
+            const int64_t mr = d->m - i0 < QMR ? d->m - i0 : QMR;
+            __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0,
+                    c6 = c0, c7 = c0;
             int32_t acc[QMR][QNR];
-            const uint8_t *a0 = a + i0 * lda, *a1 = a0 + (mr > 1 ? lda : 0),
-                          *a2 = a0 + (mr > 2 ? 2 * lda : 0), *a3 = a0 + (mr > 3 ? 3 * lda : 0);
-            if (d->a_signed) {
+            /* rows past the end repeat the last row (computed, never stored) */
+            const uint8_t *r0 = a + i0 * lda;
+            const uint8_t *r1 = r0 + (mr > 1 ? 1 : 0) * lda, *r2 = r0 + (mr > 2 ? 2 : 0) * lda,
+                          *r3 = r0 + (mr > 3 ? 3 : 0) * lda, *r4 = r0 + (mr > 4 ? 4 : 0) * lda,
+                          *r5 = r0 + (mr > 5 ? 5 : 0) * lda, *r6 = r0 + (mr > 6 ? 6 : 0) * lda,
+                          *r7 = r0 + (mr > 7 ? 7 : 0) * lda;
+            if (mr > 4) {
                 for (k4 = 0; k4 < d->k4; k4++) {
-                    const __m512i bv = _mm512_maskz_loadu_epi32(mask, b + (k4 * d->n + j0) * 4);
-                    c0 = _mm512_dpbusd_epi32(c0, bv, bcast4(a0 + k4 * 4));
-                    c1 = _mm512_dpbusd_epi32(c1, bv, bcast4(a1 + k4 * 4));
-                    c2 = _mm512_dpbusd_epi32(c2, bv, bcast4(a2 + k4 * 4));
-                    c3 = _mm512_dpbusd_epi32(c3, bv, bcast4(a3 + k4 * 4));
+                    const __m512i bv = _mm512_maskz_loadu_epi32(mask, bj + k4 * d->n * 4);
+                    VNNI_STEP(c0, r0); VNNI_STEP(c1, r1); VNNI_STEP(c2, r2); VNNI_STEP(c3, r3);
+                    VNNI_STEP(c4, r4); VNNI_STEP(c5, r5); VNNI_STEP(c6, r6); VNNI_STEP(c7, r7);
                 }
             } else {
                 for (k4 = 0; k4 < d->k4; k4++) {
-                    const __m512i bv = _mm512_maskz_loadu_epi32(mask, b + (k4 * d->n + j0) * 4);
-                    c0 = _mm512_dpbusd_epi32(c0, bcast4(a0 + k4 * 4), bv);
-                    c1 = _mm512_dpbusd_epi32(c1, bcast4(a1 + k4 * 4), bv);
-                    c2 = _mm512_dpbusd_epi32(c2, bcast4(a2 + k4 * 4), bv);
-                    c3 = _mm512_dpbusd_epi32(c3, bcast4(a3 + k4 * 4), bv);
+                    const __m512i bv = _mm512_maskz_loadu_epi32(mask, bj + k4 * d->n * 4);
+                    VNNI_STEP(c0, r0); VNNI_STEP(c1, r1); VNNI_STEP(c2, r2); VNNI_STEP(c3, r3);
                 }
             }
             _mm512_storeu_si512((void *)acc[0], c0);
             _mm512_storeu_si512((void *)acc[1], c1);
             _mm512_storeu_si512((void *)acc[2], c2);
             _mm512_storeu_si512((void *)acc[3], c3);
-            (void)r;
+            _mm512_storeu_si512((void *)acc[4], c4);
+            _mm512_storeu_si512((void *)acc[5], c5);
+            _mm512_storeu_si512((void *)acc[6], c6);
+            _mm512_storeu_si512((void *)acc[7], c7);
             tile_epilogue(d, rq, ch, acc, i0, mr, j0, nr, y);
         }
     }
