@@ -27,6 +27,7 @@ from .ops.registry import describe
 from .passes import run_pipeline
 from .quant import (CalibrationSet, QuantOptions, QuantResult, calibrate, needed_ranges,
                     observed_values, quantize_graph)
+from .quant.qdq import extract_qdq, has_qdq
 from .quant.report import ErrorStats, LayerRow, markdown
 from .runtime import ModelBase
 from .runtime import load as _load
@@ -53,7 +54,7 @@ class QuantizeConfig:
     files, or a .py file defining calibration_data() that yields input dicts.
     calibrator: minmax, percentile (at `percentile`) or entropy (KL search).
     requant: None = the target's int8.requant ("float" or "fixed")."""
-    calibration: str | Path
+    calibration: str | Path | None = None       # None: a QDQ model's own parameters
     calibrator: str = "minmax"
     percentile: float = 99.99
     per_channel: bool = True
@@ -81,13 +82,22 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
     Makefile, manifest.json and, with build=True, the library). With `quantize`, the model is
     calibrated and compiled to integer kernels (see QuantizeConfig)."""
     tgt = load_target(target)
-    g = _optimize(model, shapes, extra_outputs, dump_ir)
+    qdq = None
+    if quantize is not None:
+        raw = import_model(model, shapes)
+        if has_qdq(raw):
+            raw, qdq = extract_qdq(raw)       # an already-quantized model: its own parameters
+        if extra_outputs:
+            raw.outputs = list(raw.outputs) + [o for o in extra_outputs if o not in raw.outputs]
+        g = run_pipeline(raw, dump=dump_ir)
+    else:
+        g = _optimize(model, shapes, extra_outputs, dump_ir)
     prefix = model_prefix(name or Path(model).stem)
     extra = {"shapes": {k: list(v) for k, v in sorted((shapes or {}).items())},
              "library": tgt.library_name}
     quant_result, float_graph = None, g
     if quantize is not None:
-        g, quant_result, qinfo = _quantize(g, tgt, model, quantize, dump_ir)
+        g, quant_result, qinfo = _quantize(g, tgt, model, quantize, dump_ir, qdq)
         extra["quantization"] = qinfo
     built = [tgt.library_name]
     if builds_harness(tgt):
@@ -199,31 +209,45 @@ def _write_report(fg: Graph, qres: QuantResult, cfg: QuantizeConfig, model, targ
         raise MlccError(f"cannot write the report to {path}: {exc}") from None
 
 
-def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir) -> tuple[Graph, QuantResult,
-                                                                             dict]:
-    data = CalibrationSet(cfg.calibration, _input_spec(g), cfg.max_samples)
-    data.check_first()
+def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
+              ) -> tuple[Graph, QuantResult, dict]:
     opts = QuantOptions(per_channel=cfg.per_channel, requant=cfg.requant or tgt.int8_requant,
                         activations=tgt.int8_activations)
-    names = needed_ranges(g, opts)
     say = cfg.progress or (lambda text: None)
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="mlcc-calibrate-") as tmp:
-        run = float_runner(g, Path(tmp) / "float", names)
+    ranges: dict = {}
+    data = None
+    if cfg.calibration is None:
+        if qdq is None:
+            raise InputError("--quantize int8 needs --calibration DATA (an .npz, a folder of "
+                             ".npy/.npz files or a .py file): the model has no "
+                             "QuantizeLinear/DequantizeLinear pairs of its own")
+        if cfg.report:
+            raise InputError("--report needs --calibration DATA (the samples it measures on)")
+    else:
+        data = CalibrationSet(cfg.calibration, _input_spec(g), cfg.max_samples)
+        data.check_first()
+        names = [n for n in needed_ranges(g, opts)
+                 if qdq is None or n not in qdq.activations]
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="mlcc-calibrate-") as tmp:
+            run = float_runner(g, Path(tmp) / "float", names)
 
-        def progress(p, passes, k):
-            if k % 8 == 0:
-                say(f"calibrating ({cfg.calibrator}): pass {p + 1}/{passes}, {k} samples")
-        ranges = calibrate(data, run, names, method=cfg.calibrator, percentile=cfg.percentile,
-                           progress=progress)
-    say(f"calibrated {len(ranges)} tensors on {data.count} samples in "
-        f"{time.perf_counter() - t0:.1f} s")
-    res = quantize_graph(g, ranges, opts)
+            def progress(p, passes, k):
+                if k % 8 == 0:
+                    say(f"calibrating ({cfg.calibrator}): pass {p + 1}/{passes}, {k} samples")
+            ranges = calibrate(data, run, names, method=cfg.calibrator,
+                               percentile=cfg.percentile, progress=progress)
+        say(f"calibrated {len(ranges)} tensors on {data.count} samples in "
+            f"{time.perf_counter() - t0:.1f} s")
+    res = quantize_graph(g, ranges, opts, qdq)
     res.ranges = ranges
     if dump_ir is not None:
         from .ir import format_graph
         dump_ir(format_graph(res.graph, "quantize"))
-    info = {"scheme": "int8", "calibrator": cfg.calibrator, "samples": data.count,
+    info = {"scheme": "int8",
+            "calibrator": cfg.calibrator if data is not None else "none (QDQ model)",
+            "samples": data.count if data is not None else 0,
+            "qdq_import": qdq is not None,
             "per_channel": cfg.per_channel, "requant": opts.requant,
             "activations": opts.activations,
             "integer_layers": sum(1 for layer in res.layers if layer.integer),
@@ -426,6 +450,8 @@ def verify_quantized(model: str | Path, cfg: QuantizeConfig, *, target: str = "x
         folder = Path(output_dir) if output_dir else Path(tmp) / "model"
         res = compile(model, folder, target=target, shapes=shapes, quantize=cfg)
         compiled = _load(folder)
+        if inputs is None and cfg.calibration is None:
+            raise InputError("verify --quantize needs inputs (-i) or --calibration data")
         data = CalibrationSet(inputs or cfg.calibration, _input_spec(res.graph))
         opts = ort.SessionOptions()
         opts.log_severity_level = 3

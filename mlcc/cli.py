@@ -126,9 +126,6 @@ def _quant_config(quantize, calibration, calibrator, percentile, per_channel, re
         if calibration or report:
             raise MlccError("--calibration and --report need --quantize int8")
         return None
-    if not calibration:
-        raise MlccError("--quantize int8 needs --calibration DATA (an .npz, a folder of "
-                        ".npy/.npz files or a .py file)")
     return api.QuantizeConfig(calibration, calibrator=calibrator, percentile=percentile,
                               per_channel=per_channel, requant=requant, report=report,
                               progress=lambda text: click.echo(text, err=True))

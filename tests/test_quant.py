@@ -228,7 +228,7 @@ def test_bad_calibration_data_exits_1_from_the_cli(tmp_path):
     assert "NaN or Inf" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(main, ["compile", str(DIGITS), "-o", str(tmp_path / "o"),
                                   "--quantize", "int8"])
-    assert r.exit_code == 1 and "needs --calibration" in r.output
+    assert r.exit_code == 1 and "needs --calibration" in r.output   # not a QDQ model
     r = CliRunner().invoke(main, ["compile", str(DIGITS), "-o", str(tmp_path / "o"),
                                   "--quantize", "int8", "--calibration",
                                   str(tmp_path / "missing.npz")])
@@ -323,3 +323,53 @@ def test_operators_without_integer_kernels_run_in_float(tmp_path):
                      "mlcc_f32_quantize_u8", "mlcc_u8_qconv2d",     # Conv+Relu
                      "mlcc_u8_maxpool2d", "mlcc_u8_qconv2d", "mlcc_u8_qadd",
                      "mlcc_u8_dequantize_f32", "mlcc_f32_softmax"]
+
+
+def test_qdq_model_from_onnxruntime_runs_on_integer_kernels_bit_exact(tmp_path):
+    """A model quantized by onnxruntime.quantization.quantize_static (QDQ, per-channel) compiles
+    without calibration onto the same integer kernels, using its own int8 weights and scales,
+    and matches onnxruntime's own int8 run bit for bit."""
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+    rng = np.random.default_rng(0)
+    arrays = {"w1": rng.normal(0, 0.3, (8, 3, 3, 3)), "b1": rng.normal(0, 0.1, 8),
+              "w2": rng.normal(0, 0.2, (16, 8, 3, 3)), "b2": rng.normal(0, 0.1, 16),
+              "wf": rng.normal(0, 0.1, (16 * 4 * 5, 10)), "bf": rng.normal(0, 0.1, 10)}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("MaxPool", ["r2"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Gemm", ["f", "wf", "bf"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        [numpy_helper.from_array(a.astype(np.float32), n) for n, a in arrays.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "f.onnx"))
+    samples = [rng.normal(0, 1, (1, 3, 8, 10)).astype(np.float32) for _ in range(16)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(samples)
+
+        def get_next(self):
+            x = next(self.it, None)
+            return None if x is None else {"x": x}
+
+    quantize_static(str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx"), Reader(),
+                    quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    res = api.compile(tmp_path / "q.onnx", tmp_path / "out", target="x86-native",
+                      quantize=api.QuantizeConfig())
+    q = res.manifest["quantization"]
+    assert q["qdq_import"] and q["integer_layers"] == 5
+    calls = (tmp_path / "out" / "model.c").read_text()
+    assert calls.count("mlcc_u8_qconv2d(") == 2 and "mlcc_u8_qfc(" in calls
+    lib = mlcc.load(tmp_path / "out")
+    sess = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"])
+    for _ in range(10):
+        x = rng.normal(0, 1, (1, 3, 8, 10)).astype(np.float32)
+        np.testing.assert_array_equal(lib.run({"x": x})["y"], sess.run(None, {"x": x})[0])

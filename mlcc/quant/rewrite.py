@@ -92,14 +92,22 @@ def _is_integer_producer(g: Graph, n: Node) -> bool:
     return _weight_matrix(g, n) is not None
 
 
-def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None) -> QuantResult:
+def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None,
+                   qdq=None) -> QuantResult:
+    """qdq (a qdq.QDQParams): fixed activation parameters and int8 weights of an imported QDQ
+    model; a value with neither those nor a calibrated range keeps its readers in float."""
     opts = opts or QuantOptions()
+    fixed = dict(qdq.activations) if qdq is not None else {}
+    fixed_weights = qdq.weights if qdq is not None else {}
     if opts.activations != "uint8":
         raise UnsupportedError(f"{opts.activations} activations are not implemented yet "
                                f"(uint8 is)")
     g = g.copy()
     consumers = g.consumers()
-    qparams: dict[str, QParams] = {}
+    qparams: dict[str, QParams] = dict(fixed)
+
+    def has(v: str) -> bool:
+        return v in qparams or v in ranges
     qnames: dict[str, str] = {}
     float_missing: set[str] = set()
     nodes: list[Node] = []
@@ -170,13 +178,13 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None) -> 
 
     for n in g.nodes:
         op = n.op_type
-        if _is_integer_producer(g, n):
+        if _is_integer_producer(g, n) and has(n.inputs[0]):
             x = n.inputs[0]
             xq = ensure_q(x)
             qx = params_of(x)
             out = n.outputs[0]
             act = _act(n)
-            uint8_out = act[0] in CLAMP_ACTS and wants_uint8(out)
+            uint8_out = act[0] in CLAMP_ACTS and wants_uint8(out) and has(out)
             out_q = params_of(out) if uint8_out else None
             if op == "Conv":
                 w = g.const(n.inputs[1]).astype(np.float32)
@@ -184,6 +192,9 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None) -> 
             else:
                 w, bias = _weight_matrix(g, n)
             wq, ws = quantize_weights(w, opts.per_channel)
+            given = _given_weights(fixed_weights, n, w.shape)
+            if given is not None:
+                wq, ws = given
             if uint8_out:
                 lo, hi = act_clamp(act, out_q)
                 rq = ("uint8", opts.requant, out_q.zero_point, lo, hi)
@@ -233,7 +244,7 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None) -> 
             continue
         if n.domain == "" and op == "Add" and len(ins_q) == 2 and all(ins_q) and \
                 g.values[n.inputs[0]].shape == g.values[n.inputs[1]].shape == \
-                g.values[n.outputs[0]].shape and n.outputs[0] in ranges:
+                g.values[n.outputs[0]].shape and has(n.outputs[0]):
             a, b = n.inputs
             out = n.outputs[0]
             qa, qb, qy = qparams[a], qparams[b], params_of(out)
@@ -247,7 +258,7 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None) -> 
             layers.append(LayerPlan(n.name, op, True, "requantizing add"))
             continue
         if n.domain == "" and op == "Concat" and ins_q and all(ins_q) and \
-                len(ins_q) == len(n.inputs) and n.outputs[0] in ranges:
+                len(ins_q) == len(n.inputs) and has(n.outputs[0]):
             out = n.outputs[0]
             qy = params_of(out)
             parts = []
@@ -278,6 +289,31 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None) -> 
         ensure_float(o)
     g.nodes = nodes
     return QuantResult(g, qparams, qnames, layers)
+
+
+def _given_weights(fixed_weights: dict, n: Node, shape) -> tuple[np.ndarray, np.ndarray] | None:
+    """The model's own int8 weights and per-channel scales (QDQ import), in the layout the
+    rewrite uses ([out channels, ...]); None where they do not map onto it exactly."""
+    name = n.inputs[1]
+    if name not in fixed_weights:
+        return None
+    q, scale, axis = fixed_weights[name]
+    if q.dtype != np.int8:
+        return None
+    if n.op_type == "Conv":
+        if q.shape != tuple(shape) or (scale.size != 1 and axis not in (0, -q.ndim)):
+            return None
+        return q, np.broadcast_to(scale, (q.shape[0],)).astype(np.float32).copy()
+    if n.op_type == "MatMul" and q.ndim == 2 and (scale.size == 1 or axis in (1, -1)):
+        return np.ascontiguousarray(q.T), np.broadcast_to(scale, (q.shape[1],)).astype(
+            np.float32).copy()
+    if n.op_type == "Gemm" and q.ndim == 2 and float(n.attr("alpha", 1.0)) == 1.0:
+        if n.attr("transB", 0) and (scale.size == 1 or axis == 0):
+            return q, np.broadcast_to(scale, (q.shape[0],)).astype(np.float32).copy()
+        if not n.attr("transB", 0) and (scale.size == 1 or axis in (1, -1)):
+            return np.ascontiguousarray(q.T), np.broadcast_to(scale, (q.shape[1],)).astype(
+                np.float32).copy()
+    return None
 
 
 class _Recorder(dict):
