@@ -27,6 +27,7 @@ from .ops.registry import describe
 from .passes import run_pipeline
 from .quant import (CalibrationSet, QuantOptions, QuantResult, calibrate, needed_ranges,
                     observed_values, quantize_graph)
+from .quant.export import export_qdq
 from .quant.qdq import extract_qdq, has_qdq
 from .quant.report import ErrorStats, LayerRow, markdown
 from .runtime import ModelBase
@@ -60,6 +61,7 @@ class QuantizeConfig:
     per_channel: bool = True
     requant: str | None = None
     report: str | Path | None = None
+    export_qdq: str | Path | None = None         # write the quantization as a QDQ ONNX model
     max_samples: int | None = None
     progress: Callable[[str], None] | None = None
 
@@ -122,6 +124,10 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
             build_harness(tgt, folder, prefix)
     if quantize is not None and quantize.report:
         _write_report(float_graph, quant_result, quantize, model, tgt.name, qinfo)
+    if quantize is not None and quantize.export_qdq:
+        notes = export_qdq(model, quantize.export_qdq, quant_result)
+        for note in notes:
+            (quantize.progress or (lambda text: None))(f"export-qdq: {note}")
     return CompileResult(folder, gen.manifest, gen.program.graph, quant_result)
 
 

@@ -113,21 +113,26 @@ def quant_options(fn):
                      help="Requantization arithmetic (default: the target's int8.requant)."),
         click.option("--report", default=None, type=click.Path(dir_okay=False),
                      help="Write a per-layer accuracy report (markdown) to this file."),
+        click.option("--export-qdq", "export_qdq", default=None,
+                     type=click.Path(dir_okay=False),
+                     help="Also write the quantization as a QDQ ONNX model (for onnxruntime)."),
     ]
     for o in reversed(opts):
         fn = o(fn)
     return fn
 
 
-def _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant, report):
+def _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant, report,
+                  export_qdq=None):
     from . import api
 
     if quantize is None:
-        if calibration or report:
-            raise MlccError("--calibration and --report need --quantize int8")
+        if calibration or report or export_qdq:
+            raise MlccError("--calibration, --report and --export-qdq need --quantize int8")
         return None
     return api.QuantizeConfig(calibration, calibrator=calibrator, percentile=percentile,
                               per_channel=per_channel, requant=requant, report=report,
+                              export_qdq=export_qdq,
                               progress=lambda text: click.echo(text, err=True))
 
 
@@ -149,12 +154,12 @@ def _quant_config(quantize, calibration, calibrator, percentile, per_channel, re
 @_guard
 def compile_cmd(model, target, output, shapes, name, max_arena, embed_weights, dump_ir,
                 no_build, quantize, calibration, calibrator, percentile, per_channel, requant,
-                report):
+                report, export_qdq):
     """Compile MODEL (an .onnx file) into C sources, a weight blob and a library."""
     from . import api
 
     qcfg = _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant,
-                         report)
+                         report, export_qdq)
     out = output or str(Path("build") / Path(model).stem)
     res = api.compile(model, out, target=target, shapes=_shapes(shapes), name=name,
                       max_arena=_size(max_arena), build=not no_build,
@@ -216,13 +221,13 @@ def run_cmd(folder, inputs, outputs):
 @quant_options
 @_guard
 def verify_cmd(model, target, shapes, inputs, per_layer, output, min_sqnr, quantize,
-               calibration, calibrator, percentile, per_channel, requant, report):
+               calibration, calibrator, percentile, per_channel, requant, report, export_qdq):
     """Compile MODEL and compare its outputs with onnxruntime's."""
     from . import api
 
     sh = _shapes(shapes)
     qcfg = _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant,
-                         report)
+                         report, export_qdq)
     if qcfg is not None:
         res = api.verify_quantized(model, qcfg, target=target, shapes=sh, inputs=inputs,
                                    output_dir=output,

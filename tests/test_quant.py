@@ -257,7 +257,8 @@ def test_example_digits_int8_agrees_with_float(tmp_path, requant):
     np.savez(calib, input=x[:, None])
     report = tmp_path / "report.md"
     res = api.compile(DIGITS, tmp_path / "q", target="x86", quantize=api.QuantizeConfig(
-        calib, calibrator="entropy", requant=requant, report=report))
+        calib, calibrator="entropy", requant=requant, report=report,
+        export_qdq=tmp_path / "qdq.onnx"))
     q = res.manifest["quantization"]
     assert q["integer_layers"] == 7 and q["float_layers"] == [] and q["requant"] == requant
     assert _argmax_agreement(tmp_path / "q", DIGITS, x) >= 0.95
@@ -267,6 +268,20 @@ def test_example_digits_int8_agrees_with_float(tmp_path, requant):
     rep = report.read_text()
     assert "## Layers, most damaging first" in rep and "| logits |" in rep
     assert res.manifest["weights_size"] < 0.3 * DIGITS.stat().st_size
+    # the exported QDQ model runs the same quantization in onnxruntime
+    exported = onnx.load(str(tmp_path / "qdq.onnx"))
+    onnx.checker.check_model(exported)
+    ops = [n.op_type for n in exported.graph.node]
+    assert ops.count("QuantizeLinear") >= 5    # activations; + one DQ per weight (5 layers)
+    assert ops.count("DequantizeLinear") == ops.count("QuantizeLinear") + 5
+    sess = ort.InferenceSession(str(tmp_path / "qdq.onnx"), providers=["CPUExecutionProvider"])
+    m = mlcc.load(tmp_path / "q")
+    for xi in x[:8]:
+        a = sess.run(None, {"input": xi[None]})[0]
+        b = m.run({"input": xi[None]})["logits"]
+        if requant == "float":      # onnxruntime's arithmetic: equal up to the last float Gemm
+            np.testing.assert_allclose(a, b, atol=1e-4 * np.abs(a).max())
+        assert np.argmax(a) == np.argmax(b)
 
 
 def test_shared_digits_int8_accuracy_within_half_a_point(tmp_path):

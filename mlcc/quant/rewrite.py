@@ -53,6 +53,8 @@ class QuantResult:
     qnames: dict[str, str]                      # float value -> name of its uint8 form
     layers: list[LayerPlan] = field(default_factory=list)
     ranges: dict = field(default_factory=dict)  # float value -> observers.Range
+    # ONNX node name -> (int8 weights [out channels, ...], float32 scales) of QConv / QFC
+    weights: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
 
 def _act(node: Node) -> tuple:
@@ -112,6 +114,7 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None,
     float_missing: set[str] = set()
     nodes: list[Node] = []
     layers: list[LayerPlan] = []
+    weights: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def params_of(v: str) -> QParams:
         if v not in qparams:
@@ -209,6 +212,7 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None,
                          y_scale=out_q.scale if out_q else 0.0, rq=rq)
             if not uint8_out:
                 attrs["_act"] = act
+            weights[n.name] = (wq, ws)
             wname = g.add_const(f"{n.name}.w_int8", wq)
             ins = [xq, wname] + channel_consts(n, qx.scale, ws, bias, out_q)
             q = Node(n.name, "QConv" if op == "Conv" else "QFC", ins, [yname], attrs, "mlcc", 1,
@@ -288,7 +292,7 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None,
     for o in g.outputs:
         ensure_float(o)
     g.nodes = nodes
-    return QuantResult(g, qparams, qnames, layers)
+    return QuantResult(g, qparams, qnames, layers, weights=weights)
 
 
 def _given_weights(fixed_weights: dict, n: Node, shape) -> tuple[np.ndarray, np.ndarray] | None:
