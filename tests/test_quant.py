@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -282,6 +283,27 @@ def test_example_digits_int8_agrees_with_float(tmp_path, requant):
         if requant == "float":      # onnxruntime's arithmetic: equal up to the last float Gemm
             np.testing.assert_allclose(a, b, atol=1e-4 * np.abs(a).max())
         assert np.argmax(a) == np.argmax(b)
+    if requant == "fixed":
+        _sanitized_run_matches(tmp_path / "q", res.manifest["name"], x[0][None], m)
+
+
+def _sanitized_run_matches(folder: Path, prefix: str, x: np.ndarray, loaded) -> None:
+    """The int8 program built with -march=native (the VNNI path where the CPU has it), strict
+    warnings, ASan and UBSan, run by the generic harness: clean and the same output."""
+    sources = ["model.c"] + [str(p.relative_to(folder)) for p in
+                             sorted((folder / "runtime").rglob("*.c"))]
+    exe = folder / "harness_asan"
+    subprocess.run(["gcc", "-std=c99", "-O1", "-g", "-march=native", "-Wall", "-Wextra",
+                    "-Werror", "-pedantic", "-fsanitize=address,undefined",
+                    "-fno-sanitize-recover=all", "-DMLCC_VECTOR_BYTES=64", f"-DMLCC_MODEL={prefix}",
+                    "-I.", "-Iruntime/include", "-Iruntime/kernels", "harness.c", *sources,
+                    "-o", str(exe), "-lm"], cwd=folder, check=True)
+    x.astype("<f4").tofile(folder / "in.bin")
+    proc = subprocess.run([str(exe), "weights.bin", "in.bin", "out.bin"], cwd=folder,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = np.fromfile(folder / "out.bin", dtype="<f4")
+    np.testing.assert_array_equal(got, loaded.run({"input": x})["logits"].ravel())
 
 
 def test_shared_digits_int8_accuracy_within_half_a_point(tmp_path):
