@@ -132,7 +132,7 @@ def test_weights_symmetric_per_channel():
     assert np.all(st == st[0])
 
 
-def test_float_requant_is_bit_exact_with_onnxruntime_qlinearconv():
+def test_float_requant_is_bit_exact_with_onnxruntime_qlinearconv(tmp_path):
     """onnxruntime's QLinearConv against the numpy model of the float requantization (the C
     kernel matches that model bit for bit, tests/test_quant_kernels.py)."""
     rng = np.random.default_rng(7)
@@ -148,7 +148,7 @@ def test_float_requant_is_bit_exact_with_onnxruntime_qlinearconv():
               ("ys", ys), ("yz", yz), ("b", b)]]
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(
         "x", TensorProto.UINT8, list(x.shape))], [helper.make_tensor_value_info(
-            "y", TensorProto.UINT8, None)], inits)
+            "y", TensorProto.UINT8, [1, 24, 11, 13])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     ref = ort.InferenceSession(model.SerializeToString(),
@@ -163,6 +163,34 @@ def test_float_requant_is_bit_exact_with_onnxruntime_qlinearconv():
     got = requantize_float(acc.astype(np.int32), mult, QParams(float(ys), int(yz)))
     assert ref.size == 3432
     np.testing.assert_array_equal(got, ref)
+    # and the ONNX QLinearConv node itself, compiled by mlcc onto the integer kernels
+    np.testing.assert_array_equal(_mlcc_run(model, {"x": x}, tmp_path)["y"], ref)
+
+
+def _mlcc_run(model, feeds, tmp_path):
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    api.compile(tmp_path / "m.onnx", tmp_path / "m", target="x86-native")
+    return mlcc.load(tmp_path / "m").run(feeds)
+
+
+def test_qlinearmatmul_matches_onnxruntime(tmp_path):
+    rng = np.random.default_rng(9)
+    a = rng.integers(0, 256, (2, 5, 37)).astype(np.uint8)
+    b = rng.integers(-127, 128, (37, 19)).astype(np.int8)
+    consts = [("as", np.float32(0.05)), ("az", np.uint8(128)), ("b", b),
+              ("bs", rng.uniform(0.001, 0.01, 19).astype(np.float32)),
+              ("bz", np.zeros(19, np.int8)), ("ys", np.float32(0.3)), ("yz", np.uint8(100))]
+    node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"],
+                            ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(
+        "a", TensorProto.UINT8, list(a.shape))], [helper.make_tensor_value_info(
+            "y", TensorProto.UINT8, [2, 5, 19])],
+        [numpy_helper.from_array(np.asarray(v), n) for n, v in consts])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    ref = ort.InferenceSession(model.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+    np.testing.assert_array_equal(_mlcc_run(model, {"a": a}, tmp_path)["y"], ref)
 
 
 def test_fixed_requant_within_one_step_of_exact():

@@ -366,3 +366,109 @@ class QMaxPool(_QPool):
 @register("QAvgPool", domain=MLCC)
 class QAvgPool(_QPool):
     kernel = "mlcc_u8_avgpool2d"
+
+
+# ------------------------------------------------------------------ ONNX integer operators
+
+def _qscalar(g: Graph, name: str, what: str):
+    arr = g.const(name) if name else None
+    if name and arr is None:
+        raise UnsupportedError(f"{what} ({name!r}) must be a constant")
+    return arr
+
+
+def _onnx_requant(node: Node, lo: Lowering, x_scale: float, w_scale: np.ndarray,
+                  y_scale: float, y_zp: int) -> tuple[list[str], dict]:
+    """Per-channel constants and requant params for ONNX QLinear* nodes (float requant, the
+    arithmetic onnxruntime uses)."""
+    scale = ((np.float32(x_scale) * w_scale.astype(np.float32)) / np.float32(y_scale)
+             ).astype(np.float32)
+    names = [lo.add_const(f"{node.name}.scale", scale), "", "", ""]
+    return names, {"out_kind": Enum("MLCC_QOUT_U8"), "mode": Enum("MLCC_REQUANT_FLOAT"),
+                   "zero_point": int(y_zp), "qmin": 0, "qmax": 255,
+                   "act": act_params(Node("", "", [], []))}
+
+
+def _check_u8_s8(node: Node, g: Graph, x_zp, w, w_zp, y_zp) -> None:
+    if x_zp is not None and np.asarray(x_zp).dtype != np.uint8 or \
+            y_zp is not None and np.asarray(y_zp).dtype != np.uint8:
+        raise UnsupportedError("only uint8 activations are supported")
+    if w is None or w.dtype != np.int8:
+        raise UnsupportedError("the weights must be a constant int8 tensor")
+    if w_zp is not None and np.any(np.asarray(w_zp) != 0):
+        raise UnsupportedError("weight zero points other than 0 are not supported")
+
+
+@register("QLinearConv", since=10)
+class QLinearConv(OpDef):
+    attributes = {"auto_pad": lambda v: v in AUTO_PAD, "dilations": None, "group": None,
+                  "kernel_shape": None, "pads": None, "strides": None}
+
+    def infer(self, node, ins, g):
+        x, w = ins[0], ins[3]
+        if x.dtype != "uint8":
+            raise UnsupportedError(f"{x.dtype} input is not supported (uint8 is)")
+        kernel = list(w.shape[2:])
+        geo = window_geometry(node, list(x.shape[2:]), kernel)
+        return [("uint8", (x.shape[0], w.shape[0], *geo["out"]))]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        g = lo.graph
+        xs, xz = _qscalar(g, node.input(1), "x_scale"), _qscalar(g, node.input(2), "x_zero_point")
+        w = _qscalar(g, node.input(3), "w")
+        ws, wz = _qscalar(g, node.input(4), "w_scale"), _qscalar(g, node.input(5), "w_zero_point")
+        ys, yz = _qscalar(g, node.input(6), "y_scale"), _qscalar(g, node.input(7), "y_zero_point")
+        _check_u8_s8(node, g, xz, w, wz, yz)
+        if np.size(xs) != 1 or np.size(ys) != 1:
+            raise UnsupportedError("per-axis activation scales are not supported")
+        m = w.shape[0]
+        w_scale = np.broadcast_to(np.asarray(ws, np.float32).reshape(-1), (m,))
+        bias = _qscalar(g, node.input(8), "B") if node.input(8) else np.zeros(m, np.int32)
+        bname = lo.add_const(f"{node.name}.bias", np.asarray(bias, np.int32))
+        names, rq = _onnx_requant(node, lo, float(np.asarray(xs).reshape(())), w_scale,
+                                  float(np.asarray(ys).reshape(())),
+                                  int(np.asarray(yz).reshape(())) if yz is not None else 0)
+        # Rewrite as the mlcc.QConv lowering does (same kernels), through a synthetic node.
+        zx = int(np.asarray(xz).reshape(())) if xz is not None else 0
+        wname = lo.add_const(f"{node.name}.w", np.asarray(w, np.int8))
+        q = Node(node.name, "QConv", [node.inputs[0], wname, bname, names[0], "", "", ""],
+                 list(node.outputs), dict(node.attrs), MLCC, 1)
+        q.attrs.update(x_zero_point=zx, x_scale=float(np.asarray(xs).reshape(())),
+                       y_scale=float(np.asarray(ys).reshape(())),
+                       rq=("uint8", "float", rq["zero_point"], 0, 255))
+        QConv().lower(q, lo)
+
+
+@register("QLinearMatMul", since=10)
+class QLinearMatMul(OpDef):
+    attributes = {}
+
+    def infer(self, node, ins, g):
+        a, b = ins[0], ins[3]
+        if a.dtype != "uint8" or len(b.shape) != 2:
+            raise UnsupportedError("uint8 A and a 2-D constant int8 B are supported")
+        return [("uint8", tuple(a.shape[:-1]) + (b.shape[1],))]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        g = lo.graph
+        xs, xz = _qscalar(g, node.input(1), "a_scale"), _qscalar(g, node.input(2), "a_zero_point")
+        b = _qscalar(g, node.input(3), "b")
+        bs, bz = _qscalar(g, node.input(4), "b_scale"), _qscalar(g, node.input(5), "b_zero_point")
+        ys, yz = _qscalar(g, node.input(6), "y_scale"), _qscalar(g, node.input(7), "y_zero_point")
+        _check_u8_s8(node, g, xz, b, bz, yz)
+        if np.size(xs) != 1 or np.size(ys) != 1:
+            raise UnsupportedError("per-axis activation scales are not supported")
+        n = b.shape[1]
+        w_scale = np.broadcast_to(np.asarray(bs, np.float32).reshape(-1), (n,))
+        names, rq = _onnx_requant(node, lo, float(np.asarray(xs).reshape(())), w_scale,
+                                  float(np.asarray(ys).reshape(())),
+                                  int(np.asarray(yz).reshape(())) if yz is not None else 0)
+        zx = int(np.asarray(xz).reshape(())) if xz is not None else 0
+        wname = lo.add_const(f"{node.name}.w", np.ascontiguousarray(np.asarray(b, np.int8).T))
+        bname = lo.add_const(f"{node.name}.bias", np.zeros(n, np.int32))
+        q = Node(node.name, "QFC", [node.inputs[0], wname, bname, names[0], "", "", ""],
+                 list(node.outputs), {}, MLCC, 1)
+        q.attrs.update(x_zero_point=zx, x_scale=float(np.asarray(xs).reshape(())),
+                       y_scale=float(np.asarray(ys).reshape(())),
+                       rq=("uint8", "float", rq["zero_point"], 0, 255))
+        QFC().lower(q, lo)
