@@ -438,3 +438,15 @@ def test_qdq_model_from_onnxruntime_runs_on_integer_kernels_bit_exact(tmp_path):
     for _ in range(10):
         x = rng.normal(0, 1, (1, 3, 8, 10)).astype(np.float32)
         np.testing.assert_array_equal(lib.run({"x": x})["y"], sess.run(None, {"x": x})[0])
+
+
+def test_target_yaml_int8_settings():
+    from mlcc.errors import TargetError
+    from mlcc.targets import load_target, parse_target
+    base = "name: t\narch: x86_64\ntoolchain: {cc: gcc}\n"
+    t = parse_target(base + "int8: {activations: uint8, requant: fixed}\n")
+    assert (t.int8_activations, t.int8_requant) == ("uint8", "fixed")
+    assert load_target("x86-native").int8_requant == "float"
+    for bad in ("int8: {requant: exact}\n", "int8: {activations: int4}\n", "int8: {bits: 8}\n"):
+        with pytest.raises(TargetError, match="int8"):
+            parse_target(base + bad)
