@@ -450,3 +450,28 @@ def test_target_yaml_int8_settings():
     for bad in ("int8: {requant: exact}\n", "int8: {activations: int4}\n", "int8: {bits: 8}\n"):
         with pytest.raises(TargetError, match="int8"):
             parse_target(base + bad)
+
+
+@pytest.mark.parametrize("op", ["ConvInteger", "MatMulInteger"])
+def test_integer_ops_match_onnxruntime(tmp_path, op):
+    rng = np.random.default_rng(11)
+    if op == "ConvInteger":
+        x = rng.integers(0, 256, (1, 6, 9, 7)).astype(np.uint8)
+        w = rng.integers(-127, 128, (6, 3, 3, 2)).astype(np.int8)
+        node = helper.make_node(op, ["x", "w", "xz"], ["y"], pads=[1, 0, 1, 1], group=2,
+                                strides=[2, 1])
+        out_shape = [1, 6, 5, 7]
+    else:
+        x = rng.integers(0, 256, (3, 4, 29)).astype(np.uint8)
+        w = rng.integers(-127, 128, (29, 11)).astype(np.int8)
+        node = helper.make_node(op, ["x", "w", "xz"], ["y"])
+        out_shape = [3, 4, 11]
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(
+        "x", TensorProto.UINT8, list(x.shape))], [helper.make_tensor_value_info(
+            "y", TensorProto.INT32, out_shape)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.uint8(77), "xz")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    ref = ort.InferenceSession(model.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(_mlcc_run(model, {"x": x}, tmp_path)["y"], ref)

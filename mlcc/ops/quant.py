@@ -119,7 +119,8 @@ class DequantizeLinear(OpDef):
 def requant_params(node: Node) -> dict:
     rq = node.attr("rq")
     out_kind, mode, zp, qmin, qmax = rq
-    return {"out_kind": Enum(f"MLCC_QOUT_{'F32' if out_kind == 'float32' else 'U8'}"),
+    kind = {"float32": "F32", "int32": "S32"}.get(out_kind, "U8")
+    return {"out_kind": Enum(f"MLCC_QOUT_{kind}"),
             "mode": Enum(f"MLCC_REQUANT_{mode.upper()}"), "zero_point": int(zp),
             "qmin": int(qmin), "qmax": int(qmax),
             "act": act_params(node) if out_kind == "float32" else act_params(Node("", "", [], []))}
@@ -134,7 +135,7 @@ def banner(node: Node, what: str) -> str:
         text += (f" y_scale={node.attr('y_scale'):.6g} y_zp={zp} clamp=[{qmin},{qmax}] "
                  f"requant={mode}")
     else:
-        text += " -> float32"
+        text += f" -> {out_kind}"
     return text
 
 
@@ -471,4 +472,63 @@ class QLinearMatMul(OpDef):
         q.attrs.update(x_zero_point=zx, x_scale=float(np.asarray(xs).reshape(())),
                        y_scale=float(np.asarray(ys).reshape(())),
                        rq=("uint8", "float", rq["zero_point"], 0, 255))
+        QFC().lower(q, lo)
+
+
+@register("ConvInteger", since=10)
+class ConvInteger(OpDef):
+    """y = conv(x - x_zero_point, w) in int32, on the integer convolution kernels."""
+    attributes = QLinearConv.attributes
+
+    def infer(self, node, ins, g):
+        x, w = ins[0], ins[1]
+        if x.dtype != "uint8":
+            raise UnsupportedError(f"{x.dtype} input is not supported (uint8 is)")
+        geo = window_geometry(node, list(x.shape[2:]), list(w.shape[2:]))
+        return [("int32", (x.shape[0], w.shape[0], *geo["out"]))]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        g = lo.graph
+        w = _qscalar(g, node.input(1), "w")
+        xz = _qscalar(g, node.input(2), "x_zero_point")
+        wz = _qscalar(g, node.input(3), "w_zero_point")
+        _check_u8_s8(node, g, xz, w, wz, None)
+        if xz is not None and np.size(xz) != 1:
+            raise UnsupportedError("a per-axis x_zero_point is not supported")
+        m = w.shape[0]
+        zx = int(np.asarray(xz).reshape(())) if xz is not None else 0
+        q = Node(node.name, "QConv", [node.inputs[0], lo.add_const(f"{node.name}.w", w),
+                                      lo.add_const(f"{node.name}.bias", np.zeros(m, np.int32)),
+                                      "", "", "", ""], list(node.outputs), dict(node.attrs),
+                 MLCC, 1)
+        q.attrs.update(x_zero_point=zx, x_scale=1.0, y_scale=0.0, rq=("int32", "float", 0, 0, 0))
+        QConv().lower(q, lo)
+
+
+@register("MatMulInteger", since=10)
+class MatMulInteger(OpDef):
+    """y = (a - a_zero_point) @ b in int32 with a constant 2-D int8 b."""
+    attributes = {}
+
+    def infer(self, node, ins, g):
+        a, b = ins[0], ins[1]
+        if a.dtype != "uint8" or len(b.shape) != 2:
+            raise UnsupportedError("uint8 A and a 2-D constant int8 B are supported")
+        return [("int32", tuple(a.shape[:-1]) + (b.shape[1],))]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        g = lo.graph
+        b = _qscalar(g, node.input(1), "B")
+        az = _qscalar(g, node.input(2), "a_zero_point")
+        bz = _qscalar(g, node.input(3), "b_zero_point")
+        _check_u8_s8(node, g, az, b, bz, None)
+        if az is not None and np.size(az) != 1:
+            raise UnsupportedError("a per-row a_zero_point is not supported")
+        n = b.shape[1]
+        zx = int(np.asarray(az).reshape(())) if az is not None else 0
+        q = Node(node.name, "QFC", [node.inputs[0],
+                                    lo.add_const(f"{node.name}.w", np.ascontiguousarray(b.T)),
+                                    lo.add_const(f"{node.name}.bias", np.zeros(n, np.int32)),
+                                    "", "", "", ""], list(node.outputs), {}, MLCC, 1)
+        q.attrs.update(x_zero_point=zx, x_scale=1.0, y_scale=0.0, rq=("int32", "float", 0, 0, 0))
         QFC().lower(q, lo)

@@ -83,7 +83,7 @@ void mlcc_u8_qconv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_
     const int64_t cg = p->in_channels / p->groups, mg = p->out_channels / p->groups;
     const int64_t k4 = (cg * p->kernel_h * p->kernel_w + 3) / 4;
     const int64_t P = p->out_h * p->out_w;
-    const size_t esize = p->rq.out_kind == MLCC_QOUT_F32 ? sizeof(float) : 1;
+    const size_t esize = p->rq.out_kind == MLCC_QOUT_U8 ? 1 : 4;   /* float or int32 */
     int64_t n, g;
     for (n = 0; n < p->batch; n++) {
         for (g = 0; g < p->groups; g++) {

@@ -39,6 +39,11 @@ void mlcc_requant_run(const mlcc_requant *rq, const mlcc_qchannels *ch, int64_t 
                       const int32_t *acc, int64_t count, void *y, int64_t y_index) {
     int64_t i;
     const int32_t bias = ch->bias[channel];
+    if (rq->out_kind == MLCC_QOUT_S32) {
+        int32_t *out = (int32_t *)y + y_index;
+        for (i = 0; i < count; i++) out[i] = acc[i] + bias;
+        return;
+    }
     if (rq->out_kind == MLCC_QOUT_F32) {
         float *out = (float *)y + y_index;
         const float s = ch->scale[channel], fb = ch->fbias ? ch->fbias[channel] : 0.0f;
@@ -74,6 +79,11 @@ void mlcc_requant_run(const mlcc_requant *rq, const mlcc_qchannels *ch, int64_t 
 static void requant_cols(const mlcc_requant *rq, const mlcc_qchannels *ch, int64_t c0,
                          const int32_t *acc, int64_t count, void *y, int64_t y_index) {
     int64_t i;
+    if (rq->out_kind == MLCC_QOUT_S32) {
+        int32_t *out = (int32_t *)y + y_index;
+        for (i = 0; i < count; i++) out[i] = acc[i] + ch->bias[c0 + i];
+        return;
+    }
     if (rq->out_kind == MLCC_QOUT_F32) {
         float *out = (float *)y + y_index;
         for (i = 0; i < count; i++)

@@ -13,6 +13,7 @@
  *       y = clamp(rdbpot(srdhm(acc << max(shift, 0), mult[ch]), max(-shift, 0)) + zp, qmin, qmax)
  *   MLCC_QOUT_F32 (a float consumer, or an activation without an integer form):
  *       y = act((float) acc * scale[ch] + fbias[ch])
+ *   MLCC_QOUT_S32 (ONNX ConvInteger / MatMulInteger): y = acc (int32)
  * qmin/qmax hold the fused Relu/Clip as a clamp in the quantized domain.
  *
  * Packed layout of the "vector" operand (B): [ceil(K / 4)][N][4]: for each group of 4 k, the
@@ -25,7 +26,7 @@
 
 #include "mlcc_kernel.h"
 
-enum mlcc_qout_kind { MLCC_QOUT_U8 = 0, MLCC_QOUT_F32 = 1 };
+enum mlcc_qout_kind { MLCC_QOUT_U8 = 0, MLCC_QOUT_F32 = 1, MLCC_QOUT_S32 = 2 };
 enum mlcc_requant_mode { MLCC_REQUANT_FLOAT = 0, MLCC_REQUANT_FIXED = 1 };
 
 typedef struct mlcc_requant {
