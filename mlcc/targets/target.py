@@ -47,6 +47,11 @@ class Target:
     cpu: dict = field(default_factory=dict)         # ghz, fma_units: for peak FLOP/s estimates
     run: tuple[str, ...] = ()     # command prefix that runs a target binary; () on the host
     run_package: str = ""         # the Debian package that provides run[0], for hints
+    # int8 quantization: activation type the target's integer dot products want (uint8 for
+    # x86 u8 x s8 VNNI/vpmaddubsw), and how accumulators are requantized: "float" (a float32
+    # multiplier, onnxruntime's arithmetic) or "fixed" (integer-only Q31 multiplier + shift)
+    int8_activations: str = "uint8"
+    int8_requant: str = "float"
     path: str = ""
 
     @property
@@ -90,8 +95,11 @@ class Target:
 _SCHEMA = {
     "name": str, "description": str, "arch": str, "toolchain": dict, "simd": str,
     "vector_bits": int, "alignment": int, "threads": int, "output": str, "cache_kib": dict,
-    "cpu": dict, "run": list, "run_package": str,
+    "cpu": dict, "run": list, "run_package": str, "int8": dict,
 }
+_INT8 = {"activations": str, "requant": str}
+INT8_ACTIVATIONS = ("uint8",)
+INT8_REQUANT = ("float", "fixed")
 _TOOLCHAIN = {"cc": str, "cflags": list, "ldflags": list, "ar": str, "package": str,
               "env": dict}
 _REQUIRED = ("name", "arch", "toolchain")
@@ -155,6 +163,14 @@ def parse_target(text: str, path: str = "<target>") -> Target:
     if not all(isinstance(r, str) and r for r in run):
         raise TargetError(f"{path}: run must be a list of non-empty strings (a command "
                           f"prefix)")
+    int8 = data.get("int8", {})
+    _check_keys(int8, _INT8, "int8.", path)
+    if int8.get("activations", "uint8") not in INT8_ACTIVATIONS:
+        raise TargetError(f"{path}: int8.activations must be one of "
+                          f"{', '.join(INT8_ACTIVATIONS)}, not {int8['activations']!r}")
+    if int8.get("requant", "float") not in INT8_REQUANT:
+        raise TargetError(f"{path}: int8.requant must be one of {', '.join(INT8_REQUANT)}, "
+                          f"not {int8['requant']!r}")
     return Target(
         name=data["name"], description=data.get("description", ""), arch=data["arch"],
         toolchain=Toolchain(tc["cc"], tuple(tc.get("cflags", [])), tuple(tc.get("ldflags", [])),
@@ -162,7 +178,9 @@ def parse_target(text: str, path: str = "<target>") -> Target:
                             tuple(sorted(env.items()))),
         simd=simd, vector_bits=vb, alignment=align, threads=threads, output=output,
         cache_kib=dict(data.get("cache_kib", {})), cpu=dict(data.get("cpu", {})),
-        run=tuple(run), run_package=data.get("run_package", ""), path=path)
+        run=tuple(run), run_package=data.get("run_package", ""),
+        int8_activations=int8.get("activations", "uint8"),
+        int8_requant=int8.get("requant", "float"), path=path)
 
 
 def builtin_targets() -> list[str]:
