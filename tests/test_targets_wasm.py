@@ -496,3 +496,20 @@ def test_yolov8n():
     per-layer comparison of every model runs in `make test-targets`."""
     tm.check(tm._real("yolov8n"), fm.REAL_MODELS["yolov8n"].shapes, target="wasm",
              per_layer=True)
+
+
+@needs_wasm
+def test_int8_digits_on_wasm_is_the_x86_result_bit_for_bit(tmp_path):
+    """The int8 program (portable integer kernels, float requantization) gives the same bits
+    in wasm as on x86."""
+    with np.load(ROOT / "examples" / "digits" / "digits_sample.npz") as d:
+        x = d["input"].astype(np.float32)
+    np.savez(tmp_path / "calib.npz", input=x[:, None])
+    outs = {}
+    for target in ("x86", "wasm"):
+        mlcc.compile(DIGITS, tmp_path / target, target=target,
+                     quantize=mlcc.api.QuantizeConfig(tmp_path / "calib.npz"))
+        m = mlcc.load(tmp_path / target)
+        outs[target] = [m.run({"input": xi[None]})["logits"] for xi in x[:6]]
+    for a, b in zip(outs["x86"], outs["wasm"]):
+        np.testing.assert_array_equal(a, b)
