@@ -4,12 +4,18 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import numpy as np
+
 from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Lowering, Node, Value
 from .common import act_params, require_dtype
+from .gemm import pack_a
 from .registry import OpDef, register
 
 AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+# The im2col panels one mlcc_f32_conv2d_packed step gathers: about this many bytes (so that they
+# stay in L2 while every weight panel passes over them), in multiples of 64 output positions.
+PANEL_BYTES = 256 * 1024
 
 
 def window_geometry(node: Node, in_spatial: list[int], kernel: list[int], *,
@@ -134,6 +140,20 @@ class Conv(OpDef):
         if depthwise:
             lo.call("mlcc_f32_conv2d_depthwise", args, [node.outputs[0]],
                     params_type="mlcc_conv2d_params", params=params)
+            return
+        w_const = lo.graph.const(node.inputs[1])
+        if w_const is not None:
+            kdim = (geo["c"] // geo["group"]) * kh * kw
+            spatial = oh * ow
+            block = max(64, PANEL_BYTES // (4 * kdim) // 64 * 64)
+            block = min(block, -(-spatial // 64) * 64)
+            g = geo["group"]
+            packed = pack_a(np.asarray(w_const, np.float32).reshape(g, geo["m"] // g, kdim))
+            args[1] = lo.add_const(f"{node.name}.W_packed", packed)
+            lo.call("mlcc_f32_conv2d_packed", args, [node.outputs[0]],
+                    params_type="mlcc_conv2d_packed_params",
+                    params={"conv": params, "block_cols": block},
+                    scratch_bytes=kdim * block * 4)
             return
         direct = kh == kw == sh == sw == 1 and pt == pl == 0 and (oh, ow) == (ih, iw)
         scratch = 0 if direct else (geo["c"] // geo["group"]) * kh * kw * oh * ow * 4

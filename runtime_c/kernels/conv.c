@@ -92,6 +92,105 @@ void mlcc_f32_conv2d(const mlcc_conv2d_params *p, const float *x, const float *w
     }
 }
 
+/* n values (src[t * step], or zeros if src is NULL) into B panel columns jj..jj+n of panel
+ * row dst_k (= panels + k * NR), where panels lie panel_size floats apart. */
+static void put_run(float *dst_k, ptrdiff_t panel_size, ptrdiff_t jj, ptrdiff_t n,
+                    const float *src, ptrdiff_t step) {
+    while (n > 0) {
+        const ptrdiff_t off = jj % MLCC_GEMM_NR;
+        const ptrdiff_t take = n < MLCC_GEMM_NR - off ? n : MLCC_GEMM_NR - off;
+        float *d = dst_k + (jj / MLCC_GEMM_NR) * panel_size + off;
+        ptrdiff_t t;
+        if (src == NULL) {
+            for (t = 0; t < take; t++) d[t] = 0.0f;
+        } else if (step == 1) {
+            memcpy(d, src, (size_t)take * sizeof(float));
+            src += take;
+        } else {
+            for (t = 0; t < take; t++) d[t] = src[t * step];
+            src += take * step;
+        }
+        jj += take;
+        n -= take;
+    }
+}
+
+/* Columns [j0, j0 + nc) of the im2col matrix of x (channels planes) as B panels (gemm.h),
+ * zero-padded to a whole panel. */
+static void pack_im2col(const mlcc_conv2d_params *p, ptrdiff_t channels, const float *x,
+                        ptrdiff_t j0, ptrdiff_t nc, float *panels) {
+    const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
+    const ptrdiff_t ow_n = (ptrdiff_t)p->out_w;
+    const ptrdiff_t sh = (ptrdiff_t)p->stride_h, sw = (ptrdiff_t)p->stride_w;
+    const ptrdiff_t khw = (ptrdiff_t)(p->kernel_h * p->kernel_w);
+    const ptrdiff_t kdim = channels * khw;
+    const ptrdiff_t panel_size = kdim * MLCC_GEMM_NR;
+    const ptrdiff_t ncp = (nc + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR * MLCC_GEMM_NR;
+    ptrdiff_t c, kh, kw;
+    for (c = 0; c < channels; c++) {
+        const float *xc = x + c * ih_n * iw_n;
+        for (kh = 0; kh < p->kernel_h; kh++) {
+            const ptrdiff_t ioff = kh * (ptrdiff_t)p->dilation_h - (ptrdiff_t)p->pad_top;
+            for (kw = 0; kw < p->kernel_w; kw++) {
+                const ptrdiff_t k = (c * (ptrdiff_t)p->kernel_h + kh) * (ptrdiff_t)p->kernel_w + kw;
+                const ptrdiff_t joff = kw * (ptrdiff_t)p->dilation_w;
+                const ptrdiff_t shift = joff - (ptrdiff_t)p->pad_left;
+                float *dst_k = panels + k * MLCC_GEMM_NR;
+                ptrdiff_t lo, hi, jj = 0, oh = j0 / ow_n, ow = j0 % ow_n;
+                valid_range(ow_n, sw, (ptrdiff_t)p->pad_left, joff, iw_n, &lo, &hi);
+                while (jj < nc) {
+                    /* output row oh, columns [ow, end) */
+                    const ptrdiff_t end = ow + (nc - jj < ow_n - ow ? nc - jj : ow_n - ow);
+                    const ptrdiff_t ih = oh * sh + ioff;
+                    if (ih < 0 || ih >= ih_n) {
+                        put_run(dst_k, panel_size, jj, end - ow, NULL, 0);
+                    } else {
+                        const float *xr = xc + ih * iw_n;
+                        const ptrdiff_t a = ow > lo ? ow : lo, b = end < hi ? end : hi;
+                        if (a < b) {
+                            put_run(dst_k, panel_size, jj, a - ow, NULL, 0);
+                            put_run(dst_k, panel_size, jj + a - ow, b - a, xr + a * sw + shift, sw);
+                            put_run(dst_k, panel_size, jj + b - ow, end - b, NULL, 0);
+                        } else {
+                            put_run(dst_k, panel_size, jj, end - ow, NULL, 0);
+                        }
+                    }
+                    jj += end - ow;
+                    oh++;
+                    ow = 0;
+                }
+                put_run(dst_k, panel_size, nc, ncp - nc, NULL, 0);
+            }
+        }
+    }
+}
+
+void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *pp, const float *x, const float *w,
+                            const float *bias, float *y, float *scratch) {
+    const mlcc_conv2d_params *p = &pp->conv;
+    const ptrdiff_t groups = (ptrdiff_t)p->groups;
+    const ptrdiff_t cin_g = (ptrdiff_t)p->in_channels / groups;
+    const ptrdiff_t cout_g = (ptrdiff_t)p->out_channels / groups;
+    const ptrdiff_t cout_pad = (cout_g + MLCC_GEMM_MR - 1) / MLCC_GEMM_MR * MLCC_GEMM_MR;
+    const ptrdiff_t kdim = cin_g * (ptrdiff_t)(p->kernel_h * p->kernel_w);
+    const ptrdiff_t spatial = (ptrdiff_t)(p->out_h * p->out_w);
+    const ptrdiff_t in_plane = (ptrdiff_t)(p->in_h * p->in_w);
+    const ptrdiff_t block = (ptrdiff_t)pp->block_cols;
+    ptrdiff_t n, gi, j0;
+    for (n = 0; n < p->batch; n++) {
+        for (gi = 0; gi < groups; gi++) {
+            const float *xg = x + (n * (ptrdiff_t)p->in_channels + gi * cin_g) * in_plane;
+            float *yg = y + (n * (ptrdiff_t)p->out_channels + gi * cout_g) * spatial;
+            for (j0 = 0; j0 < spatial; j0 += block) {
+                const ptrdiff_t nc = spatial - j0 < block ? spatial - j0 : block;
+                pack_im2col(p, cin_g, xg, j0, nc, scratch);
+                mlcc_f32_gemm_packed(cout_g, nc, kdim, w + gi * cout_pad * kdim, scratch,
+                                     bias ? bias + gi * cout_g : NULL, &p->act, yg + j0, spatial);
+            }
+        }
+    }
+}
+
 void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, const float *w,
                                const float *bias, float *y) {
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;

@@ -15,7 +15,8 @@ typedef struct mlcc_conv2d_params {
     mlcc_act act;
 } mlcc_conv2d_params;
 
-/* General grouped convolution as im2col + GEMM per group. scratch holds
+/* General grouped convolution as im2col + GEMM per group, with unpacked weights (OIHW): the
+ * portable reference of mlcc_f32_conv2d_packed. scratch holds
  * (in_channels / groups) * kernel_h * kernel_w * out_h * out_w floats, or nothing for a
  * 1x1 convolution with stride 1 and no padding (which multiplies x directly).
  * bias may be NULL. */
@@ -25,5 +26,20 @@ void mlcc_f32_conv2d(const mlcc_conv2d_params *p, const float *x, const float *w
 /* Depthwise convolution (groups == in_channels == out_channels), computed directly. */
 void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, const float *w,
                                const float *bias, float *y);
+
+/* General grouped convolution as a GEMM of the weights, packed at compile time (gemm.h's A
+ * layout per group: ceil(out_channels / groups / MLCC_GEMM_MR) panels, each kernel_size deep),
+ * by the im2col matrix, which is never materialized whole: block_cols output positions at a time
+ * are gathered straight into the GEMM's B panels in scratch. block_cols is a multiple of 64 (so
+ * of MLCC_GEMM_NR) chosen by the compiler so that the panels stay in L2; scratch holds
+ * (in_channels / groups) * kernel_h * kernel_w * min(block_cols, out_h * out_w rounded up to 64)
+ * floats. bias may be NULL. */
+typedef struct mlcc_conv2d_packed_params {
+    mlcc_conv2d_params conv;
+    int64_t block_cols;
+} mlcc_conv2d_packed_params;
+
+void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *p, const float *x, const float *w,
+                            const float *bias, float *y, float *scratch);
 
 #endif /* MLCC_CONV_H */
