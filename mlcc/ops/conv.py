@@ -16,6 +16,7 @@ AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 # The im2col panels one mlcc_f32_conv2d_packed step gathers: about this many bytes (so that they
 # stay in L2 while every weight panel passes over them), in multiples of 64 output positions.
 PANEL_BYTES = 256 * 1024
+DW_SLACK = 32        # MLCC_DW_SLACK in runtime_c/kernels/conv.h
 
 
 def window_geometry(node: Node, in_spatial: list[int], kernel: list[int], *,
@@ -138,8 +139,13 @@ class Conv(OpDef):
         args = [node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]]
         depthwise = geo["group"] == geo["c"] == geo["m"] and geo["group"] > 1
         if depthwise:
-            lo.call("mlcc_f32_conv2d_depthwise", args, [node.outputs[0]],
-                    params_type="mlcc_conv2d_params", params=params)
+            # mlcc_dw_scratch_floats() in runtime_c/kernels/conv.h: the padded input of one
+            # channel, split into stride_w column phases, each DW_SLACK columns longer.
+            ph = (oh - 1) * sh + (kh - 1) * dh + 1
+            pw = (ow - 1) * sw + (kw - 1) * dw + 1
+            scratch = ph * sw * (-(-pw // sw) + DW_SLACK) * 4
+            lo.call("mlcc_f32_conv2d_depthwise_vec", args, [node.outputs[0]],
+                    params_type="mlcc_conv2d_params", params=params, scratch_bytes=scratch)
             return
         w_const = lo.graph.const(node.inputs[1])
         if w_const is not None:

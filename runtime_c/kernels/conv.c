@@ -229,3 +229,118 @@ void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, cons
         }
     }
 }
+
+/* The padded input plane of one channel, split by column phase (see conv.h). */
+static void dw_fill_phases(const mlcc_conv2d_params *p, const float *xc, float *buf,
+                           ptrdiff_t ph, ptrdiff_t wq) {
+    const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
+    const ptrdiff_t sw = (ptrdiff_t)p->stride_w, pt = (ptrdiff_t)p->pad_top;
+    const ptrdiff_t pl = (ptrdiff_t)p->pad_left;
+    ptrdiff_t r, q, j;
+    for (r = 0; r < ph; r++) {
+        const ptrdiff_t ih = r - pt;
+        float *row = buf + r * sw * wq;
+        if (ih < 0 || ih >= ih_n) {
+            memset(row, 0, (size_t)(sw * wq) * sizeof(float));
+            continue;
+        }
+        for (q = 0; q < sw; q++) {
+            /* phase q, position j: padded column j * sw + q, input column j * sw + q - pl */
+            float *dst = row + q * wq;
+            const float *xr = xc + ih * iw_n;
+            ptrdiff_t lo = pl - q <= 0 ? 0 : (pl - q + sw - 1) / sw;
+            ptrdiff_t hi = (iw_n + pl - q + sw - 1) / sw;
+            if (lo > wq) lo = wq;
+            if (hi > wq) hi = wq;
+            if (hi < lo) hi = lo;
+            memset(dst, 0, (size_t)lo * sizeof(float));
+            if (sw == 1) {
+                memcpy(dst + lo, xr + (lo - pl), (size_t)(hi - lo) * sizeof(float));
+            } else {
+                for (j = lo; j < hi; j++) dst[j] = xr[j * sw + q - pl];
+            }
+            memset(dst + hi, 0, (size_t)(wq - hi) * sizeof(float));
+        }
+    }
+}
+
+#define DW_MAX_TAPS 64
+
+#if MLCC_HAVE_VECTORS
+/* One output row: taps (offsets into the phase planes, weights) accumulated in registers, two
+ * vectors of outputs at a time. Inlined with ntaps = 9 for 3x3 kernels, which unrolls it. */
+static inline void dw_row(const float *base, const ptrdiff_t *off, const float *wt,
+                          ptrdiff_t ntaps, float b, float *yr, ptrdiff_t ow_n,
+                          const mlcc_act *act) {
+    ptrdiff_t ow, t;
+    for (ow = 0; ow < ow_n; ow += 2 * MLCC_VF_LANES) {
+        mlcc_vf acc0 = mlcc_vf_splat(b), acc1 = acc0;
+        for (t = 0; t < ntaps; t++) {
+            const float *src = base + off[t] + ow;
+            acc0 += wt[t] * mlcc_vf_load(src);
+            acc1 += wt[t] * mlcc_vf_load(src + MLCC_VF_LANES);
+        }
+        acc0 = mlcc_vf_act(act, acc0);
+        acc1 = mlcc_vf_act(act, acc1);
+        if (ow + 2 * MLCC_VF_LANES <= ow_n) {
+            mlcc_vf_store(yr + ow, acc0);
+            mlcc_vf_store(yr + ow + MLCC_VF_LANES, acc1);
+        } else {
+            float tmp[2 * MLCC_VECTOR_BYTES / sizeof(float)];
+            mlcc_vf_store(tmp, acc0);
+            mlcc_vf_store(tmp + MLCC_VF_LANES, acc1);
+            memcpy(yr + ow, tmp, (size_t)(ow_n - ow) * sizeof(float));
+        }
+    }
+}
+#else
+static void dw_row(const float *base, const ptrdiff_t *off, const float *wt, ptrdiff_t ntaps,
+                   float b, float *yr, ptrdiff_t ow_n, const mlcc_act *act) {
+    ptrdiff_t ow, t;
+    for (ow = 0; ow < ow_n; ow++) {
+        float acc = b;
+        for (t = 0; t < ntaps; t++) acc += wt[t] * base[off[t] + ow];
+        yr[ow] = mlcc_act_scalar(act, acc);
+    }
+}
+#endif
+
+void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, const float *w,
+                                   const float *bias, float *y, float *scratch) {
+    const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
+    const ptrdiff_t oh_n = (ptrdiff_t)p->out_h, ow_n = (ptrdiff_t)p->out_w;
+    const ptrdiff_t kh_n = (ptrdiff_t)p->kernel_h, kw_n = (ptrdiff_t)p->kernel_w;
+    const ptrdiff_t sh = (ptrdiff_t)p->stride_h, sw = (ptrdiff_t)p->stride_w;
+    const ptrdiff_t dh = (ptrdiff_t)p->dilation_h, dw = (ptrdiff_t)p->dilation_w;
+    const ptrdiff_t channels = (ptrdiff_t)p->out_channels;
+    const ptrdiff_t wq = mlcc_dw_phase_width(p);
+    const ptrdiff_t ph = (oh_n - 1) * sh + (kh_n - 1) * dh + 1;
+    const ptrdiff_t ntaps = kh_n * kw_n;
+    ptrdiff_t off[DW_MAX_TAPS];
+    ptrdiff_t n, c, oh, kh, kw;
+    if (ntaps > DW_MAX_TAPS) {   /* larger kernels than 8 x 8: the direct kernel */
+        mlcc_f32_conv2d_depthwise(p, x, w, bias, y);
+        return;
+    }
+    for (kh = 0; kh < kh_n; kh++)
+        for (kw = 0; kw < kw_n; kw++) {
+            const ptrdiff_t col = kw * dw;
+            off[kh * kw_n + kw] = kh * dh * sw * wq + (col % sw) * wq + col / sw;
+        }
+    for (n = 0; n < p->batch; n++) {
+        for (c = 0; c < channels; c++) {
+            const float *wc = w + c * ntaps;
+            float *yc = y + (n * channels + c) * oh_n * ow_n;
+            const float b = bias ? bias[c] : 0.0f;
+            dw_fill_phases(p, x + (n * channels + c) * ih_n * iw_n, scratch, ph, wq);
+            for (oh = 0; oh < oh_n; oh++) {
+                const float *base = scratch + oh * sh * sw * wq;
+                float *yr = yc + oh * ow_n;
+                if (ntaps == 9)
+                    dw_row(base, off, wc, 9, b, yr, ow_n, &p->act);
+                else
+                    dw_row(base, off, wc, ntaps, b, yr, ow_n, &p->act);
+            }
+        }
+    }
+}

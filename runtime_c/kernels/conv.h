@@ -42,4 +42,21 @@ typedef struct mlcc_conv2d_packed_params {
 void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *p, const float *x, const float *w,
                             const float *bias, float *y, float *scratch);
 
+/* Depthwise convolution with vectors along the output row: each channel's zero-padded input is
+ * first copied into scratch split by column phase (column c of the padded input goes to phase
+ * c % stride_w, position c / stride_w), so that every kernel tap reads contiguous input for
+ * consecutive outputs whatever the stride; the taps accumulate in registers. scratch holds
+ * mlcc_dw_scratch_floats(p) floats (mlcc/ops/conv.py computes the same number). */
+#define MLCC_DW_SLACK 32   /* zero columns past each phase row: two whole vectors may be loaded */
+static inline ptrdiff_t mlcc_dw_phase_width(const mlcc_conv2d_params *p) {
+    const ptrdiff_t pw = (ptrdiff_t)((p->out_w - 1) * p->stride_w + (p->kernel_w - 1) * p->dilation_w + 1);
+    return (pw + (ptrdiff_t)p->stride_w - 1) / (ptrdiff_t)p->stride_w + MLCC_DW_SLACK;
+}
+static inline ptrdiff_t mlcc_dw_scratch_floats(const mlcc_conv2d_params *p) {
+    const ptrdiff_t ph = (ptrdiff_t)((p->out_h - 1) * p->stride_h + (p->kernel_h - 1) * p->dilation_h + 1);
+    return ph * (ptrdiff_t)p->stride_w * mlcc_dw_phase_width(p);
+}
+void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, const float *w,
+                                   const float *bias, float *y, float *scratch);
+
 #endif /* MLCC_CONV_H */

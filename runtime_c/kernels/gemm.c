@@ -165,10 +165,12 @@ static inline void packed_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a,
             for (v = 0; v < MLCC_GEMM_NV; v++) {
                 mlcc_vf out = acc[r][v];
                 if (!first) out += mlcc_vf_load(cr + v * MLCC_VF_LANES);
-                if (last && bias != NULL) out += bias[r];
+                if (last) {
+                    if (bias != NULL) out += bias[r];
+                    out = mlcc_vf_act(act, out);
+                }
                 mlcc_vf_store(cr + v * MLCC_VF_LANES, out);
             }
-            if (last) mlcc_act_apply(act, cr, PNR);
         }
         return;
     }
