@@ -103,6 +103,12 @@ static void put_run(float *dst_k, ptrdiff_t panel_size, ptrdiff_t jj, ptrdiff_t 
         ptrdiff_t t;
         if (src == NULL) {
             for (t = 0; t < take; t++) d[t] = 0.0f;
+#if MLCC_HAVE_VECTORS
+        } else if (step == 1 && take == MLCC_GEMM_NR) {   /* a whole panel row: no libc call */
+            for (t = 0; t < MLCC_GEMM_NR; t += MLCC_VF_LANES)
+                mlcc_vf_store(d + t, mlcc_vf_load(src + t));
+            src += take;
+#endif
         } else if (step == 1) {
             memcpy(d, src, (size_t)take * sizeof(float));
             src += take;
@@ -127,6 +133,15 @@ static void pack_im2col(const mlcc_conv2d_params *p, ptrdiff_t channels, const f
     const ptrdiff_t panel_size = kdim * MLCC_GEMM_NR;
     const ptrdiff_t ncp = (nc + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR * MLCC_GEMM_NR;
     ptrdiff_t c, kh, kw;
+    if (khw == 1 && sh == 1 && sw == 1 && p->pad_top == 0 && p->pad_left == 0 &&
+        p->out_h == ih_n && ow_n == iw_n) {
+        /* 1x1, stride 1, no padding: row k of the im2col matrix is input plane k */
+        for (c = 0; c < channels; c++) {
+            put_run(panels + c * MLCC_GEMM_NR, panel_size, 0, nc, x + c * ih_n * iw_n + j0, 1);
+            put_run(panels + c * MLCC_GEMM_NR, panel_size, nc, ncp - nc, NULL, 0);
+        }
+        return;
+    }
     for (c = 0; c < channels; c++) {
         const float *xc = x + c * ih_n * iw_n;
         for (kh = 0; kh < p->kernel_h; kh++) {
