@@ -199,17 +199,23 @@ static void packed_tile(ptrdiff_t kc, const float *a, const float *b, float *c, 
 void mlcc_f32_gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed,
                           const float *b_panels, const float *bias, const mlcc_act *act, float *c,
                           ptrdiff_t ldc) {
-    ptrdiff_t k0, i, j;
+    ptrdiff_t k0, i0, i, j;
     for (k0 = 0; k0 < k; k0 += MLCC_GEMM_KC) {
         const ptrdiff_t kc = k - k0 < MLCC_GEMM_KC ? k - k0 : MLCC_GEMM_KC;
         const int first = k0 == 0, last = k0 + kc == k;
-        for (j = 0; j < n; j += PNR) {
-            const ptrdiff_t nr = n - j < PNR ? n - j : PNR;
-            const float *bp = b_panels + (j / PNR) * k * PNR + k0 * PNR;
-            for (i = 0; i < m; i += PMR) {
-                const ptrdiff_t mr = m - i < PMR ? m - i : PMR;
-                packed_tile(kc, a_packed + (i / PMR) * k * PMR + k0 * PMR, bp, c + i * ldc + j,
-                            ldc, mr, nr, first, last, bias ? bias + i : NULL, act);
+        /* MLCC_GEMM_MC rows of A (MC x kc) stay in L2 while each B panel (kc x NR, in L1)
+         * passes over them */
+        for (i0 = 0; i0 < m; i0 += MLCC_GEMM_MC) {
+            const ptrdiff_t i1 = m - i0 < MLCC_GEMM_MC ? m : i0 + MLCC_GEMM_MC;
+            for (j = 0; j < n; j += PNR) {
+                const ptrdiff_t nr = n - j < PNR ? n - j : PNR;
+                const float *bp = b_panels + (j / PNR) * k * PNR + k0 * PNR;
+                for (i = i0; i < i1; i += PMR) {
+                    const ptrdiff_t mr = m - i < PMR ? m - i : PMR;
+                    packed_tile(kc, a_packed + (i / PMR) * k * PMR + k0 * PMR, bp,
+                                c + i * ldc + j, ldc, mr, nr, first, last,
+                                bias ? bias + i : NULL, act);
+                }
             }
         }
     }

@@ -61,6 +61,8 @@ void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, co
 /* Depth of one k block: the B panel (MLCC_GEMM_KC x NR) stays in L1 while A panels stream.
  * A constant, not derived from the cache size, so that every target sums in the same order. */
 #define MLCC_GEMM_KC 256
+/* Rows of A per block: MC x KC floats (256 KiB) stay in L2. A multiple of MLCC_GEMM_MR. */
+#define MLCC_GEMM_MC 256
 
 /* C[i][j] = act(sum_p A[i][p] * B[p][j] + bias[i]) for i < m, j < n; C[i][j] = c[i * ldc + j].
  * bias may be NULL. */
