@@ -78,7 +78,7 @@ def _conv(ffi, lib, x, w, bias, *, stride, pad, groups, act, block_cols):
                         buf(ref), buf(scratch))
     packed = pack_a(w.reshape(groups, m // groups, kdim))
     cols = min(block_cols, -(-oh * ow // 64) * 64)
-    scratch = np.full(kdim * cols, np.nan, np.float32)      # stale data must never leak through
+    scratch = np.full((kdim + 1) * cols, np.nan, np.float32)   # stale data must never leak
     out = np.full((n, m, oh, ow), np.nan, np.float32)
     lib.mlcc_f32_conv2d_packed(ffi.new("mlcc_conv2d_packed_params *",
                                        {"conv": conv, "block_cols": block_cols}),

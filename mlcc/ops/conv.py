@@ -159,7 +159,7 @@ class Conv(OpDef):
             lo.call("mlcc_f32_conv2d_packed", args, [node.outputs[0]],
                     params_type="mlcc_conv2d_packed_params",
                     params={"conv": params, "block_cols": block},
-                    scratch_bytes=kdim * block * 4)
+                    scratch_bytes=(kdim + 1) * block * 4)   # panels + one im2col row
             return
         direct = kh == kw == sh == sw == 1 and pt == pl == 0 and (oh, ow) == (ih, iw)
         scratch = 0 if direct else (geo["c"] // geo["group"]) * kh * kw * oh * ow * 4

@@ -121,10 +121,19 @@ static void put_run(float *dst_k, ptrdiff_t panel_size, ptrdiff_t jj, ptrdiff_t 
     }
 }
 
+static inline void copy_panel_row(float *d, const float *src) {
+#if MLCC_HAVE_VECTORS
+    ptrdiff_t t;
+    for (t = 0; t < MLCC_GEMM_NR; t += MLCC_VF_LANES) mlcc_vf_store(d + t, mlcc_vf_load(src + t));
+#else
+    memcpy(d, src, MLCC_GEMM_NR * sizeof(float));
+#endif
+}
+
 /* Columns [j0, j0 + nc) of the im2col matrix of x (channels planes) as B panels (gemm.h),
- * zero-padded to a whole panel. */
+ * zero-padded to a whole panel; row (nc rounded up to a panel floats) is working space. */
 static void pack_im2col(const mlcc_conv2d_params *p, ptrdiff_t channels, const float *x,
-                        ptrdiff_t j0, ptrdiff_t nc, float *panels) {
+                        ptrdiff_t j0, ptrdiff_t nc, float *panels, float *row) {
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
     const ptrdiff_t ow_n = (ptrdiff_t)p->out_w;
     const ptrdiff_t sh = (ptrdiff_t)p->stride_h, sw = (ptrdiff_t)p->stride_w;
@@ -142,6 +151,8 @@ static void pack_im2col(const mlcc_conv2d_params *p, ptrdiff_t channels, const f
         }
         return;
     }
+    /* Each im2col row is built contiguously in row (after the panels: ncp floats), a few
+     * long copies per output row, then dealt out to the panels a whole vector at a time. */
     for (c = 0; c < channels; c++) {
         const float *xc = x + c * ih_n * iw_n;
         for (kh = 0; kh < p->kernel_h; kh++) {
@@ -150,31 +161,37 @@ static void pack_im2col(const mlcc_conv2d_params *p, ptrdiff_t channels, const f
                 const ptrdiff_t k = (c * (ptrdiff_t)p->kernel_h + kh) * (ptrdiff_t)p->kernel_w + kw;
                 const ptrdiff_t joff = kw * (ptrdiff_t)p->dilation_w;
                 const ptrdiff_t shift = joff - (ptrdiff_t)p->pad_left;
-                float *dst_k = panels + k * MLCC_GEMM_NR;
-                ptrdiff_t lo, hi, jj = 0, oh = j0 / ow_n, ow = j0 % ow_n;
+                ptrdiff_t lo, hi, jj = 0, oh = j0 / ow_n, ow = j0 % ow_n, t;
                 valid_range(ow_n, sw, (ptrdiff_t)p->pad_left, joff, iw_n, &lo, &hi);
                 while (jj < nc) {
                     /* output row oh, columns [ow, end) */
                     const ptrdiff_t end = ow + (nc - jj < ow_n - ow ? nc - jj : ow_n - ow);
                     const ptrdiff_t ih = oh * sh + ioff;
+                    float *r = row + jj - ow;      /* r[o]: output column o of this row */
                     if (ih < 0 || ih >= ih_n) {
-                        put_run(dst_k, panel_size, jj, end - ow, NULL, 0);
+                        for (t = ow; t < end; t++) r[t] = 0.0f;
                     } else {
                         const float *xr = xc + ih * iw_n;
                         const ptrdiff_t a = ow > lo ? ow : lo, b = end < hi ? end : hi;
                         if (a < b) {
-                            put_run(dst_k, panel_size, jj, a - ow, NULL, 0);
-                            put_run(dst_k, panel_size, jj + a - ow, b - a, xr + a * sw + shift, sw);
-                            put_run(dst_k, panel_size, jj + b - ow, end - b, NULL, 0);
+                            for (t = ow; t < a; t++) r[t] = 0.0f;
+                            if (sw == 1)
+                                memcpy(r + a, xr + a + shift, (size_t)(b - a) * sizeof(float));
+                            else
+                                for (t = a; t < b; t++) r[t] = xr[t * sw + shift];
+                            for (t = b; t < end; t++) r[t] = 0.0f;
                         } else {
-                            put_run(dst_k, panel_size, jj, end - ow, NULL, 0);
+                            for (t = ow; t < end; t++) r[t] = 0.0f;
                         }
                     }
                     jj += end - ow;
                     oh++;
                     ow = 0;
                 }
-                put_run(dst_k, panel_size, nc, ncp - nc, NULL, 0);
+                for (t = nc; t < ncp; t++) row[t] = 0.0f;
+                for (t = 0; t < ncp; t += MLCC_GEMM_NR)
+                    copy_panel_row(panels + (t / MLCC_GEMM_NR) * panel_size + k * MLCC_GEMM_NR,
+                                   row + t);
             }
         }
     }
@@ -198,7 +215,7 @@ void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *pp, const float *x,
             float *yg = y + (n * (ptrdiff_t)p->out_channels + gi * cout_g) * spatial;
             for (j0 = 0; j0 < spatial; j0 += block) {
                 const ptrdiff_t nc = spatial - j0 < block ? spatial - j0 : block;
-                pack_im2col(p, cin_g, xg, j0, nc, scratch);
+                pack_im2col(p, cin_g, xg, j0, nc, scratch, scratch + kdim * block);
                 mlcc_f32_gemm_packed(cout_g, nc, kdim, w + gi * cout_pad * kdim, scratch,
                                      bias ? bias + gi * cout_g : NULL, &p->act, yg + j0, spatial);
             }

@@ -32,8 +32,8 @@ void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, cons
  * by the im2col matrix, which is never materialized whole: block_cols output positions at a time
  * are gathered straight into the GEMM's B panels in scratch. block_cols is a multiple of 64 (so
  * of MLCC_GEMM_NR) chosen by the compiler so that the panels stay in L2; scratch holds
- * (in_channels / groups) * kernel_h * kernel_w * min(block_cols, out_h * out_w rounded up to 64)
- * floats. bias may be NULL. */
+ * (in_channels / groups * kernel_h * kernel_w + 1) * block floats, where block = min(block_cols,
+ * out_h * out_w rounded up to 64) (the panels and one im2col row). bias may be NULL. */
 typedef struct mlcc_conv2d_packed_params {
     mlcc_conv2d_params conv;
     int64_t block_cols;
