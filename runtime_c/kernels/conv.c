@@ -175,8 +175,10 @@ static void pack_im2col(const mlcc_conv2d_params *p, ptrdiff_t channels, const f
                         const ptrdiff_t a = ow > lo ? ow : lo, b = end < hi ? end : hi;
                         if (a < b) {
                             for (t = ow; t < a; t++) r[t] = 0.0f;
-                            if (sw == 1)
+                            if (sw == 1 && b - a > 16)
                                 memcpy(r + a, xr + a + shift, (size_t)(b - a) * sizeof(float));
+                            else if (sw == 1)   /* short runs (small maps): no libc call */
+                                for (t = a; t < b; t++) r[t] = xr[t + shift];
                             else
                                 for (t = a; t < b; t++) r[t] = xr[t * sw + shift];
                             for (t = b; t < end; t++) r[t] = 0.0f;
