@@ -4,12 +4,19 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import numpy as np
+
 from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Lowering, Node, Value
 from .common import act_params, require_dtype
+from .gemm import pack_a
 from .registry import OpDef, register
 
 AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+# The im2col panels one mlcc_f32_conv2d_packed step gathers: about this many bytes (so that they
+# stay in L2 while every weight panel passes over them), in multiples of 64 output positions.
+PANEL_BYTES = 256 * 1024
+DW_SLACK = 32        # MLCC_DW_SLACK in runtime_c/kernels/conv.h
 
 
 def window_geometry(node: Node, in_spatial: list[int], kernel: list[int], *,
@@ -132,8 +139,27 @@ class Conv(OpDef):
         args = [node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]]
         depthwise = geo["group"] == geo["c"] == geo["m"] and geo["group"] > 1
         if depthwise:
-            lo.call("mlcc_f32_conv2d_depthwise", args, [node.outputs[0]],
-                    params_type="mlcc_conv2d_params", params=params)
+            # mlcc_dw_scratch_floats() in runtime_c/kernels/conv.h: the padded input of one
+            # channel, split into stride_w column phases, each DW_SLACK columns longer.
+            ph = (oh - 1) * sh + (kh - 1) * dh + 1
+            pw = (ow - 1) * sw + (kw - 1) * dw + 1
+            scratch = ph * sw * (-(-pw // sw) + DW_SLACK) * 4
+            lo.call("mlcc_f32_conv2d_depthwise_vec", args, [node.outputs[0]],
+                    params_type="mlcc_conv2d_params", params=params, scratch_bytes=scratch)
+            return
+        w_const = lo.graph.const(node.inputs[1])
+        if w_const is not None:
+            kdim = (geo["c"] // geo["group"]) * kh * kw
+            spatial = oh * ow
+            block = max(64, PANEL_BYTES // (4 * kdim) // 64 * 64)
+            block = min(block, -(-spatial // 64) * 64)
+            g = geo["group"]
+            packed = pack_a(np.asarray(w_const, np.float32).reshape(g, geo["m"] // g, kdim))
+            args[1] = lo.add_const(f"{node.name}.W_packed", packed)
+            lo.call("mlcc_f32_conv2d_packed", args, [node.outputs[0]],
+                    params_type="mlcc_conv2d_packed_params",
+                    params={"conv": params, "block_cols": block},
+                    scratch_bytes=(kdim + 1) * block * 4)   # panels + one im2col row
             return
         direct = kh == kw == sh == sw == 1 and pt == pl == 0 and (oh, ow) == (ih, iw)
         scratch = 0 if direct else (geo["c"] // geo["group"]) * kh * kw * oh * ow * 4

@@ -11,6 +11,20 @@ from .common import act_params, broadcast_shapes, broadcast_strides, emit_copy, 
 from .registry import OpDef, register
 
 
+GEMM_MR = 8          # MLCC_GEMM_MR in runtime_c/kernels/gemm.h: rows of a packed A panel
+
+
+def pack_a(a: np.ndarray) -> np.ndarray:
+    """[..., M, K] -> the packed A layout of mlcc_f32_gemm_packed (gemm.h), per leading index:
+    ceil(M / GEMM_MR) panels of K x GEMM_MR, rows past M zero."""
+    *lead, m, k = a.shape
+    mp = -(-m // GEMM_MR) * GEMM_MR
+    padded = np.zeros((*lead, mp, k), np.float32)
+    padded[..., :m, :] = a
+    panels = padded.reshape(*lead, mp // GEMM_MR, GEMM_MR, k).swapaxes(-1, -2)
+    return np.ascontiguousarray(panels).reshape(-1)
+
+
 def gemm_params(m: int, n: int, k: int, *, a_strides: tuple[int, int], ldb: int, ldc: int,
                 bias_strides: tuple[int, int] = (0, 0), alpha: float = 1.0, beta: float = 1.0,
                 node: Node | None = None) -> dict:

@@ -92,6 +92,139 @@ void mlcc_f32_conv2d(const mlcc_conv2d_params *p, const float *x, const float *w
     }
 }
 
+/* n values (src[t * step], or zeros if src is NULL) into B panel columns jj..jj+n of panel
+ * row dst_k (= panels + k * NR), where panels lie panel_size floats apart. */
+static void put_run(float *dst_k, ptrdiff_t panel_size, ptrdiff_t jj, ptrdiff_t n,
+                    const float *src, ptrdiff_t step) {
+    while (n > 0) {
+        const ptrdiff_t off = jj % MLCC_GEMM_NR;
+        const ptrdiff_t take = n < MLCC_GEMM_NR - off ? n : MLCC_GEMM_NR - off;
+        float *d = dst_k + (jj / MLCC_GEMM_NR) * panel_size + off;
+        ptrdiff_t t;
+        if (src == NULL) {
+            for (t = 0; t < take; t++) d[t] = 0.0f;
+#if MLCC_HAVE_VECTORS
+        } else if (step == 1 && take == MLCC_GEMM_NR) {   /* a whole panel row: no libc call */
+            for (t = 0; t < MLCC_GEMM_NR; t += MLCC_VF_LANES)
+                mlcc_vf_store(d + t, mlcc_vf_load(src + t));
+            src += take;
+#endif
+        } else if (step == 1) {
+            memcpy(d, src, (size_t)take * sizeof(float));
+            src += take;
+        } else {
+            for (t = 0; t < take; t++) d[t] = src[t * step];
+            src += take * step;
+        }
+        jj += take;
+        n -= take;
+    }
+}
+
+static inline void copy_panel_row(float *d, const float *src) {
+#if MLCC_HAVE_VECTORS
+    ptrdiff_t t;
+    for (t = 0; t < MLCC_GEMM_NR; t += MLCC_VF_LANES) mlcc_vf_store(d + t, mlcc_vf_load(src + t));
+#else
+    memcpy(d, src, MLCC_GEMM_NR * sizeof(float));
+#endif
+}
+
+/* Columns [j0, j0 + nc) of the im2col matrix of x (channels planes) as B panels (gemm.h),
+ * zero-padded to a whole panel; row (nc rounded up to a panel floats) is working space. */
+static void pack_im2col(const mlcc_conv2d_params *p, ptrdiff_t channels, const float *x,
+                        ptrdiff_t j0, ptrdiff_t nc, float *panels, float *row) {
+    const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
+    const ptrdiff_t ow_n = (ptrdiff_t)p->out_w;
+    const ptrdiff_t sh = (ptrdiff_t)p->stride_h, sw = (ptrdiff_t)p->stride_w;
+    const ptrdiff_t khw = (ptrdiff_t)(p->kernel_h * p->kernel_w);
+    const ptrdiff_t kdim = channels * khw;
+    const ptrdiff_t panel_size = kdim * MLCC_GEMM_NR;
+    const ptrdiff_t ncp = (nc + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR * MLCC_GEMM_NR;
+    ptrdiff_t c, kh, kw;
+    if (khw == 1 && sh == 1 && sw == 1 && p->pad_top == 0 && p->pad_left == 0 &&
+        p->out_h == ih_n && ow_n == iw_n) {
+        /* 1x1, stride 1, no padding: row k of the im2col matrix is input plane k */
+        for (c = 0; c < channels; c++) {
+            put_run(panels + c * MLCC_GEMM_NR, panel_size, 0, nc, x + c * ih_n * iw_n + j0, 1);
+            put_run(panels + c * MLCC_GEMM_NR, panel_size, nc, ncp - nc, NULL, 0);
+        }
+        return;
+    }
+    /* Each im2col row is built contiguously in row (after the panels: ncp floats), a few
+     * long copies per output row, then dealt out to the panels a whole vector at a time. */
+    for (c = 0; c < channels; c++) {
+        const float *xc = x + c * ih_n * iw_n;
+        for (kh = 0; kh < p->kernel_h; kh++) {
+            const ptrdiff_t ioff = kh * (ptrdiff_t)p->dilation_h - (ptrdiff_t)p->pad_top;
+            for (kw = 0; kw < p->kernel_w; kw++) {
+                const ptrdiff_t k = (c * (ptrdiff_t)p->kernel_h + kh) * (ptrdiff_t)p->kernel_w + kw;
+                const ptrdiff_t joff = kw * (ptrdiff_t)p->dilation_w;
+                const ptrdiff_t shift = joff - (ptrdiff_t)p->pad_left;
+                ptrdiff_t lo, hi, jj = 0, oh = j0 / ow_n, ow = j0 % ow_n, t;
+                valid_range(ow_n, sw, (ptrdiff_t)p->pad_left, joff, iw_n, &lo, &hi);
+                while (jj < nc) {
+                    /* output row oh, columns [ow, end) */
+                    const ptrdiff_t end = ow + (nc - jj < ow_n - ow ? nc - jj : ow_n - ow);
+                    const ptrdiff_t ih = oh * sh + ioff;
+                    float *r = row + jj - ow;      /* r[o]: output column o of this row */
+                    if (ih < 0 || ih >= ih_n) {
+                        for (t = ow; t < end; t++) r[t] = 0.0f;
+                    } else {
+                        const float *xr = xc + ih * iw_n;
+                        const ptrdiff_t a = ow > lo ? ow : lo, b = end < hi ? end : hi;
+                        if (a < b) {
+                            for (t = ow; t < a; t++) r[t] = 0.0f;
+                            if (sw == 1 && b - a > 16)
+                                memcpy(r + a, xr + a + shift, (size_t)(b - a) * sizeof(float));
+                            else if (sw == 1)   /* short runs (small maps): no libc call */
+                                for (t = a; t < b; t++) r[t] = xr[t + shift];
+                            else
+                                for (t = a; t < b; t++) r[t] = xr[t * sw + shift];
+                            for (t = b; t < end; t++) r[t] = 0.0f;
+                        } else {
+                            for (t = ow; t < end; t++) r[t] = 0.0f;
+                        }
+                    }
+                    jj += end - ow;
+                    oh++;
+                    ow = 0;
+                }
+                for (t = nc; t < ncp; t++) row[t] = 0.0f;
+                for (t = 0; t < ncp; t += MLCC_GEMM_NR)
+                    copy_panel_row(panels + (t / MLCC_GEMM_NR) * panel_size + k * MLCC_GEMM_NR,
+                                   row + t);
+            }
+        }
+    }
+}
+
+void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *pp, const float *x, const float *w,
+                            const float *bias, float *y, float *scratch) {
+    const mlcc_conv2d_params *p = &pp->conv;
+    const ptrdiff_t groups = (ptrdiff_t)p->groups;
+    const ptrdiff_t cin_g = (ptrdiff_t)p->in_channels / groups;
+    const ptrdiff_t cout_g = (ptrdiff_t)p->out_channels / groups;
+    const ptrdiff_t cout_pad = (cout_g + MLCC_GEMM_MR - 1) / MLCC_GEMM_MR * MLCC_GEMM_MR;
+    const ptrdiff_t kdim = cin_g * (ptrdiff_t)(p->kernel_h * p->kernel_w);
+    const ptrdiff_t spatial = (ptrdiff_t)(p->out_h * p->out_w);
+    const ptrdiff_t in_plane = (ptrdiff_t)(p->in_h * p->in_w);
+    const ptrdiff_t block = (ptrdiff_t)pp->block_cols;
+    ptrdiff_t n, gi, j0;
+    for (n = 0; n < p->batch; n++) {
+        for (gi = 0; gi < groups; gi++) {
+            const float *xg = x + (n * (ptrdiff_t)p->in_channels + gi * cin_g) * in_plane;
+            float *yg = y + (n * (ptrdiff_t)p->out_channels + gi * cout_g) * spatial;
+            for (j0 = 0; j0 < spatial; j0 += block) {
+                const ptrdiff_t nc = spatial - j0 < block ? spatial - j0 : block;
+                pack_im2col(p, cin_g, xg, j0, nc, scratch, scratch + kdim * block);
+                mlcc_f32_gemm_packed(cout_g, nc, kdim, w + gi * cout_pad * kdim, scratch,
+                                     bias ? bias + gi * cout_g : NULL, &p->act, yg + j0, spatial);
+            }
+        }
+    }
+}
+
 void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, const float *w,
                                const float *bias, float *y) {
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
@@ -126,6 +259,121 @@ void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, cons
                     }
                 }
                 mlcc_act_apply(&p->act, yr, ow_n);
+            }
+        }
+    }
+}
+
+/* The padded input plane of one channel, split by column phase (see conv.h). */
+static void dw_fill_phases(const mlcc_conv2d_params *p, const float *xc, float *buf,
+                           ptrdiff_t ph, ptrdiff_t wq) {
+    const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
+    const ptrdiff_t sw = (ptrdiff_t)p->stride_w, pt = (ptrdiff_t)p->pad_top;
+    const ptrdiff_t pl = (ptrdiff_t)p->pad_left;
+    ptrdiff_t r, q, j;
+    for (r = 0; r < ph; r++) {
+        const ptrdiff_t ih = r - pt;
+        float *row = buf + r * sw * wq;
+        if (ih < 0 || ih >= ih_n) {
+            memset(row, 0, (size_t)(sw * wq) * sizeof(float));
+            continue;
+        }
+        for (q = 0; q < sw; q++) {
+            /* phase q, position j: padded column j * sw + q, input column j * sw + q - pl */
+            float *dst = row + q * wq;
+            const float *xr = xc + ih * iw_n;
+            ptrdiff_t lo = pl - q <= 0 ? 0 : (pl - q + sw - 1) / sw;
+            ptrdiff_t hi = (iw_n + pl - q + sw - 1) / sw;
+            if (lo > wq) lo = wq;
+            if (hi > wq) hi = wq;
+            if (hi < lo) hi = lo;
+            memset(dst, 0, (size_t)lo * sizeof(float));
+            if (sw == 1) {
+                memcpy(dst + lo, xr + (lo - pl), (size_t)(hi - lo) * sizeof(float));
+            } else {
+                for (j = lo; j < hi; j++) dst[j] = xr[j * sw + q - pl];
+            }
+            memset(dst + hi, 0, (size_t)(wq - hi) * sizeof(float));
+        }
+    }
+}
+
+#define DW_MAX_TAPS 64
+
+#if MLCC_HAVE_VECTORS
+/* One output row: taps (offsets into the phase planes, weights) accumulated in registers, two
+ * vectors of outputs at a time. Inlined with ntaps = 9 for 3x3 kernels, which unrolls it. */
+static inline void dw_row(const float *base, const ptrdiff_t *off, const float *wt,
+                          ptrdiff_t ntaps, float b, float *yr, ptrdiff_t ow_n,
+                          const mlcc_act *act) {
+    ptrdiff_t ow, t;
+    for (ow = 0; ow < ow_n; ow += 2 * MLCC_VF_LANES) {
+        mlcc_vf acc0 = mlcc_vf_splat(b), acc1 = acc0;
+        for (t = 0; t < ntaps; t++) {
+            const float *src = base + off[t] + ow;
+            acc0 += wt[t] * mlcc_vf_load(src);
+            acc1 += wt[t] * mlcc_vf_load(src + MLCC_VF_LANES);
+        }
+        acc0 = mlcc_vf_act(act, acc0);
+        acc1 = mlcc_vf_act(act, acc1);
+        if (ow + 2 * MLCC_VF_LANES <= ow_n) {
+            mlcc_vf_store(yr + ow, acc0);
+            mlcc_vf_store(yr + ow + MLCC_VF_LANES, acc1);
+        } else {
+            float tmp[2 * MLCC_VECTOR_BYTES / sizeof(float)];
+            mlcc_vf_store(tmp, acc0);
+            mlcc_vf_store(tmp + MLCC_VF_LANES, acc1);
+            memcpy(yr + ow, tmp, (size_t)(ow_n - ow) * sizeof(float));
+        }
+    }
+}
+#else
+static void dw_row(const float *base, const ptrdiff_t *off, const float *wt, ptrdiff_t ntaps,
+                   float b, float *yr, ptrdiff_t ow_n, const mlcc_act *act) {
+    ptrdiff_t ow, t;
+    for (ow = 0; ow < ow_n; ow++) {
+        float acc = b;
+        for (t = 0; t < ntaps; t++) acc += wt[t] * base[off[t] + ow];
+        yr[ow] = mlcc_act_scalar(act, acc);
+    }
+}
+#endif
+
+void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, const float *w,
+                                   const float *bias, float *y, float *scratch) {
+    const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
+    const ptrdiff_t oh_n = (ptrdiff_t)p->out_h, ow_n = (ptrdiff_t)p->out_w;
+    const ptrdiff_t kh_n = (ptrdiff_t)p->kernel_h, kw_n = (ptrdiff_t)p->kernel_w;
+    const ptrdiff_t sh = (ptrdiff_t)p->stride_h, sw = (ptrdiff_t)p->stride_w;
+    const ptrdiff_t dh = (ptrdiff_t)p->dilation_h, dw = (ptrdiff_t)p->dilation_w;
+    const ptrdiff_t channels = (ptrdiff_t)p->out_channels;
+    const ptrdiff_t wq = mlcc_dw_phase_width(p);
+    const ptrdiff_t ph = (oh_n - 1) * sh + (kh_n - 1) * dh + 1;
+    const ptrdiff_t ntaps = kh_n * kw_n;
+    ptrdiff_t off[DW_MAX_TAPS];
+    ptrdiff_t n, c, oh, kh, kw;
+    if (ntaps > DW_MAX_TAPS) {   /* larger kernels than 8 x 8: the direct kernel */
+        mlcc_f32_conv2d_depthwise(p, x, w, bias, y);
+        return;
+    }
+    for (kh = 0; kh < kh_n; kh++)
+        for (kw = 0; kw < kw_n; kw++) {
+            const ptrdiff_t col = kw * dw;
+            off[kh * kw_n + kw] = kh * dh * sw * wq + (col % sw) * wq + col / sw;
+        }
+    for (n = 0; n < p->batch; n++) {
+        for (c = 0; c < channels; c++) {
+            const float *wc = w + c * ntaps;
+            float *yc = y + (n * channels + c) * oh_n * ow_n;
+            const float b = bias ? bias[c] : 0.0f;
+            dw_fill_phases(p, x + (n * channels + c) * ih_n * iw_n, scratch, ph, wq);
+            for (oh = 0; oh < oh_n; oh++) {
+                const float *base = scratch + oh * sh * sw * wq;
+                float *yr = yc + oh * ow_n;
+                if (ntaps == 9)
+                    dw_row(base, off, wc, 9, b, yr, ow_n, &p->act);
+                else
+                    dw_row(base, off, wc, ntaps, b, yr, ow_n, &p->act);
             }
         }
     }

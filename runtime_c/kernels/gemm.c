@@ -118,3 +118,105 @@ void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, co
         mlcc_f32_gemm(&p->gemm, a + a_offsets[t], b + b_offsets[t], bias,
                       c + t * p->c_batch_stride);
 }
+
+/* ---- The packed GEMM (see gemm.h for the panel layouts) ---- */
+
+#define PMR MLCC_GEMM_MR
+#define PNR MLCC_GEMM_NR
+
+/* Adds bias, applies the activation and writes (or adds, unless first) one tile row. */
+static inline void packed_store_row(float *cr, const float *tile_row, ptrdiff_t nr, int first,
+                                    int last, const float *bias_r, const mlcc_act *act) {
+    ptrdiff_t j;
+    if (first) {
+        memcpy(cr, tile_row, (size_t)nr * sizeof(float));
+    } else {
+        for (j = 0; j < nr; j++) cr[j] += tile_row[j];
+    }
+    if (last) {
+        if (bias_r != NULL)
+            for (j = 0; j < nr; j++) cr[j] += *bias_r;
+        mlcc_act_apply(act, cr, nr);
+    }
+}
+
+#if MLCC_HAVE_VECTORS
+/* The micro-kernel: an MR x NR tile of C in NV * MR vector registers; per k step, NV vector
+ * loads of B and MR broadcasts of A. With -ffp-contract=fast the multiply-add is one FMA. */
+static inline void packed_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a,
+                               const float *MLCC_RESTRICT b, float *c, ptrdiff_t ldc,
+                               ptrdiff_t mr, ptrdiff_t nr, int first, int last,
+                               const float *bias, const mlcc_act *act) {
+    mlcc_vf acc[PMR][MLCC_GEMM_NV];
+    ptrdiff_t r, v, p;
+    for (r = 0; r < PMR; r++)
+        for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] = mlcc_vf_splat(0.0f);
+    for (p = 0; p < kc; p++) {
+        mlcc_vf bv[MLCC_GEMM_NV];
+        for (v = 0; v < MLCC_GEMM_NV; v++) bv[v] = mlcc_vf_load(b + p * PNR + v * MLCC_VF_LANES);
+        for (r = 0; r < PMR; r++) {
+            const mlcc_vf av = mlcc_vf_splat(a[p * PMR + r]);
+            for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] += av * bv[v];
+        }
+    }
+    if (nr == PNR) {
+        for (r = 0; r < mr; r++) {
+            float *cr = c + r * ldc;
+            for (v = 0; v < MLCC_GEMM_NV; v++) {
+                mlcc_vf out = acc[r][v];
+                if (!first) out += mlcc_vf_load(cr + v * MLCC_VF_LANES);
+                if (last) {
+                    if (bias != NULL) out += bias[r];
+                    out = mlcc_vf_act(act, out);
+                }
+                mlcc_vf_store(cr + v * MLCC_VF_LANES, out);
+            }
+        }
+        return;
+    }
+    for (r = 0; r < mr; r++) {
+        float row[PNR];
+        for (v = 0; v < MLCC_GEMM_NV; v++) mlcc_vf_store(row + v * MLCC_VF_LANES, acc[r][v]);
+        packed_store_row(c + r * ldc, row, nr, first, last, bias ? bias + r : NULL, act);
+    }
+}
+#else
+static void packed_tile(ptrdiff_t kc, const float *a, const float *b, float *c, ptrdiff_t ldc,
+                        ptrdiff_t mr, ptrdiff_t nr, int first, int last, const float *bias,
+                        const mlcc_act *act) {
+    float acc[PMR][PNR];
+    ptrdiff_t r, j, p;
+    for (r = 0; r < PMR; r++)
+        for (j = 0; j < PNR; j++) acc[r][j] = 0.0f;
+    for (p = 0; p < kc; p++)
+        for (r = 0; r < PMR; r++)
+            for (j = 0; j < PNR; j++) acc[r][j] += a[p * PMR + r] * b[p * PNR + j];
+    for (r = 0; r < mr; r++)
+        packed_store_row(c + r * ldc, acc[r], nr, first, last, bias ? bias + r : NULL, act);
+}
+#endif
+
+void mlcc_f32_gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed,
+                          const float *b_panels, const float *bias, const mlcc_act *act, float *c,
+                          ptrdiff_t ldc) {
+    ptrdiff_t k0, i0, i, j;
+    for (k0 = 0; k0 < k; k0 += MLCC_GEMM_KC) {
+        const ptrdiff_t kc = k - k0 < MLCC_GEMM_KC ? k - k0 : MLCC_GEMM_KC;
+        const int first = k0 == 0, last = k0 + kc == k;
+        /* MLCC_GEMM_MC rows of A (MC x kc) stay in L2 while each B panel (kc x NR, in L1)
+         * passes over them */
+        for (i0 = 0; i0 < m; i0 += MLCC_GEMM_MC) {
+            const ptrdiff_t i1 = m - i0 < MLCC_GEMM_MC ? m : i0 + MLCC_GEMM_MC;
+            for (j = 0; j < n; j += PNR) {
+                const ptrdiff_t nr = n - j < PNR ? n - j : PNR;
+                const float *bp = b_panels + (j / PNR) * k * PNR + k0 * PNR;
+                for (i = i0; i < i1; i += PMR) {
+                    const ptrdiff_t mr = m - i < PMR ? m - i : PMR;
+                    packed_tile(kc, a_packed + (i / PMR) * k * PMR + k0 * PMR, bp,
+                                c + i * ldc + j, ldc, mr, nr, first, last,
+                                bias ? bias + i : NULL, act);
+                }
+            }
+        }
+    }
+}

@@ -35,4 +35,39 @@ void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, co
                            const float *bias, float *c, const int64_t *a_offsets,
                            const int64_t *b_offsets);
 
+/* The packed GEMM: A (the constant operand, weights) packed at compile time, B packed at run
+ * time into the panels the micro-kernel reads, both contiguous in the order the k loop walks.
+ *
+ *   A packed: ceil(m / MLCC_GEMM_MR) panels of k x MLCC_GEMM_MR floats (panel i, depth p, row r
+ *             holds A[i * MR + r][p]; rows past m are zero). mlcc/ops/gemm.py pack_a() writes it.
+ *   B panels: ceil(n / MLCC_GEMM_NR) panels of k x MLCC_GEMM_NR floats (panel j, depth p, column
+ *             t holds B[p][j * NR + t]; columns past n are zero).
+ *
+ * MLCC_GEMM_MR is fixed (the blob's layout must not depend on the vector width); MLCC_GEMM_NR is
+ * the vector width times the vectors per row that the target's registers hold: 2 where there
+ * are 32 vector registers (AVX-512, aarch64), else 1, so the 8 x NR tile of accumulators plus
+ * the operands always fit in registers. */
+#define MLCC_GEMM_MR 8
+#if MLCC_HAVE_VECTORS
+#if MLCC_VECTOR_BYTES >= 64 || defined(__aarch64__)
+#define MLCC_GEMM_NV 2
+#else
+#define MLCC_GEMM_NV 1
+#endif
+#define MLCC_GEMM_NR (MLCC_GEMM_NV * MLCC_VF_LANES)
+#else
+#define MLCC_GEMM_NR 8
+#endif
+/* Depth of one k block: the B panel (MLCC_GEMM_KC x NR) stays in L1 while A panels stream.
+ * A constant, not derived from the cache size, so that every target sums in the same order. */
+#define MLCC_GEMM_KC 256
+/* Rows of A per block: MC x KC floats (256 KiB) stay in L2. A multiple of MLCC_GEMM_MR. */
+#define MLCC_GEMM_MC 256
+
+/* C[i][j] = act(sum_p A[i][p] * B[p][j] + bias[i]) for i < m, j < n; C[i][j] = c[i * ldc + j].
+ * bias may be NULL. */
+void mlcc_f32_gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed,
+                          const float *b_panels, const float *bias, const mlcc_act *act, float *c,
+                          ptrdiff_t ldc);
+
 #endif /* MLCC_GEMM_H */

@@ -153,6 +153,40 @@ static inline mlcc_vf mlcc_vf_sigmoid(mlcc_vf x, float alpha) {
 }
 #endif
 
+#if MLCC_HAVE_VECTORS
+/* The activation of one vector, lane for lane what mlcc_act_apply computes: epilogues apply it in
+ * registers before the store. */
+static inline mlcc_vf mlcc_vf_act(const mlcc_act *act, mlcc_vf x) {
+    const mlcc_vf zero = mlcc_vf_splat(0.0f);
+    switch (act->kind) {
+    case MLCC_ACT_NONE: return x;
+    case MLCC_ACT_RELU: return mlcc_vf_select(x > zero, x, zero);
+    case MLCC_ACT_CLIP: {
+        const mlcc_vf lo = mlcc_vf_splat(act->alpha), hi = mlcc_vf_splat(act->beta);
+        return mlcc_vf_select(x < lo, lo, mlcc_vf_select(x > hi, hi, x));
+    }
+    case MLCC_ACT_LEAKY_RELU: return mlcc_vf_select(x >= zero, x, x * act->alpha);
+    case MLCC_ACT_HARD_SIGMOID: {
+        const mlcc_vf v = x * act->alpha + act->beta, one = mlcc_vf_splat(1.0f);
+        return mlcc_vf_select(v < zero, zero, mlcc_vf_select(v > one, one, v));
+    }
+    case MLCC_ACT_HARD_SWISH: {
+        const mlcc_vf v = x + 3.0f, six = mlcc_vf_splat(6.0f);
+        return x * mlcc_vf_select(v < zero, zero, mlcc_vf_select(v > six, six, v)) / 6.0f;
+    }
+    case MLCC_ACT_SIGMOID: return mlcc_vf_sigmoid(x, 1.0f);
+    case MLCC_ACT_SILU: return x * mlcc_vf_sigmoid(x, act->alpha);
+    default: {
+        float tmp[MLCC_VECTOR_BYTES / sizeof(float)];
+        ptrdiff_t i;
+        mlcc_vf_store(tmp, x);
+        for (i = 0; i < MLCC_VF_LANES; i++) tmp[i] = mlcc_act_scalar(act, tmp[i]);
+        return mlcc_vf_load(tmp);
+    }
+    }
+}
+#endif
+
 /* Applies the activation to n contiguous values in place. The switch sits outside the loops
  * so that each loop vectorizes. */
 static inline void mlcc_act_apply(const mlcc_act *act, float *y, ptrdiff_t n) {

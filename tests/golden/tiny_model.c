@@ -17,16 +17,14 @@ static const mlcc_tensor_info output_info[] = {
     {"logits", MLCC_FLOAT32, 2, {2, 5, 0, 0, 0, 0, 0, 0}, 40u},
 };
 static const mlcc_model_info model_info = {
-    "tiny", "0.1.0", 0x391E68584C530513ull,
+    "tiny", "0.1.0", 0x741241420C2A61BBull,
     TINY_ARENA_SIZE, TINY_ARENA_ALIGN, TINY_WEIGHTS_SIZE,
     TINY_NUM_INPUTS, TINY_NUM_OUTPUTS, input_info, output_info
 };
 
-static const mlcc_conv2d_params p_conv = {
-    .batch = 2, .in_channels = 2, .in_h = 6, .in_w = 6, .out_channels = 4, .out_h = 6,
-    .out_w = 6, .kernel_h = 3, .kernel_w = 3, .stride_h = 1, .stride_w = 1, .dilation_h = 1,
-    .dilation_w = 1, .pad_top = 1, .pad_left = 1, .groups = 1,
-    .act = {.kind = MLCC_ACT_RELU, .alpha = 0.0f, .beta = 0.0f}
+static const mlcc_conv2d_packed_params p_conv = {
+    .conv = {.batch = 2, .in_channels = 2, .in_h = 6, .in_w = 6, .out_channels = 4, .out_h = 6, .out_w = 6, .kernel_h = 3, .kernel_w = 3, .stride_h = 1, .stride_w = 1, .dilation_h = 1, .dilation_w = 1, .pad_top = 1, .pad_left = 1, .groups = 1, .act = {.kind = MLCC_ACT_RELU, .alpha = 0.0f, .beta = 0.0f}},
+    .block_cols = 64
 };
 static const mlcc_gemm_params p_fc = {
     .m = 2, .n = 5, .k = 144, .a_row_stride = 144, .a_col_stride = 1, .ldb = 5, .ldc = 5,
@@ -45,9 +43,9 @@ int tiny_run(const mlcc_context *ctx, const float *images, float *logits) {
     if (ctx == NULL || ctx->model != &model_info) return MLCC_ERR_NOT_INITIALIZED;
     if (images == NULL || logits == NULL) return MLCC_ERR_NULL_ARGUMENT;
     /* conv, relu (Conv+Relu): images[2, 2, 6, 6] -> r[2, 4, 6, 6] */
-    mlcc_f32_conv2d(&p_conv, images, WEIGHT(64), WEIGHT(384), ARENA(2624), ARENA(0));
+    mlcc_f32_conv2d_packed(&p_conv, images, WEIGHT(64), WEIGHT(640), ARENA(4864), ARENA(0));
     /* fc (Gemm): f[2, 144] -> logits[2, 5] */
-    mlcc_f32_gemm(&p_fc, ARENA(2624), WEIGHT(448), WEIGHT(3328), logits);
+    mlcc_f32_gemm(&p_fc, ARENA(4864), WEIGHT(704), WEIGHT(3584), logits);
     return MLCC_OK;
 }
 

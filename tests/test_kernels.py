@@ -1,0 +1,153 @@
+"""Fast kernels against their portable twins, at tile edges (XNNPACK's habit, STYLE.md).
+
+The packed convolution (weights packed by mlcc.ops.gemm.pack_a, im2col gathered block by block
+into the micro-kernel's panels) is compared with the reference im2col + GEMM convolution of the
+same runtime, built from the same sources, for output channels around the micro-kernel's rows
+(MLCC_GEMM_MR), output positions around its columns (MLCC_GEMM_NR: 32 with AVX-512, 4 or 8
+elsewhere) and the column block, and depths across a k block (MLCC_GEMM_KC = 256). The vector
+depthwise convolution is compared with the direct scalar one for row lengths around one and two
+vectors (4 to 32 lanes), strides, dilations and asymmetric padding. Each target's
+flags (x86: SSE2 without FMA, x86-native: AVX-512 with FMA) build one library."""
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mlcc.ops.conv import DW_SLACK
+from mlcc.ops.gemm import GEMM_MR, pack_a
+from mlcc.targets import load_target
+
+RUNTIME = Path(__file__).resolve().parents[1] / "runtime_c"
+
+CDEF = """
+typedef struct { int32_t kind; float alpha, beta; } mlcc_act;
+typedef struct {
+    int64_t batch, in_channels, in_h, in_w;
+    int64_t out_channels, out_h, out_w;
+    int64_t kernel_h, kernel_w;
+    int64_t stride_h, stride_w;
+    int64_t dilation_h, dilation_w;
+    int64_t pad_top, pad_left;
+    int64_t groups;
+    mlcc_act act;
+} mlcc_conv2d_params;
+typedef struct { mlcc_conv2d_params conv; int64_t block_cols; } mlcc_conv2d_packed_params;
+void mlcc_f32_conv2d(const mlcc_conv2d_params *p, const float *x, const float *w,
+                     const float *bias, float *y, float *scratch);
+void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *p, const float *x, const float *w,
+                            const float *bias, float *y, float *scratch);
+void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, const float *w,
+                               const float *bias, float *y);
+void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, const float *w,
+                                   const float *bias, float *y, float *scratch);
+"""
+
+
+@pytest.fixture(scope="module", params=["x86", "x86-native"])
+def kernels(request, tmp_path_factory):
+    cffi = pytest.importorskip("cffi")
+    target = load_target(request.param)
+    lib_path = tmp_path_factory.mktemp(request.param) / "libkernels.so"
+    cflags = [f for f in target.toolchain.cflags if f != "-fvisibility=hidden"]
+    subprocess.run([target.toolchain.cc, *cflags, *target.defines(), "-shared", "-Wall",
+                    "-Wextra", "-Werror", f"-I{RUNTIME / 'include'}", f"-I{RUNTIME / 'kernels'}",
+                    str(RUNTIME / "kernels" / "conv.c"), str(RUNTIME / "kernels" / "gemm.c"),
+                    "-o", str(lib_path), "-lm"], check=True)
+    ffi = cffi.FFI()
+    ffi.cdef(CDEF)
+    return ffi, ffi.dlopen(str(lib_path))
+
+
+def _conv(ffi, lib, x, w, bias, *, stride, pad, groups, act, block_cols):
+    n, c, ih, iw = x.shape
+    m, _, kh, kw = w.shape
+    oh, ow = (ih + 2 * pad - kh) // stride + 1, (iw + 2 * pad - kw) // stride + 1
+    conv = dict(batch=n, in_channels=c, in_h=ih, in_w=iw, out_channels=m, out_h=oh, out_w=ow,
+                kernel_h=kh, kernel_w=kw, stride_h=stride, stride_w=stride, dilation_h=1,
+                dilation_w=1, pad_top=pad, pad_left=pad, groups=groups,
+                act={"kind": act, "alpha": 1.0, "beta": 0.0})
+    kdim = c // groups * kh * kw
+
+    def buf(a):
+        return ffi.cast("float *", ffi.from_buffer(a))
+
+    ref = np.zeros((n, m, oh, ow), np.float32)
+    scratch = np.zeros(kdim * oh * ow + 1, np.float32)
+    lib.mlcc_f32_conv2d(ffi.new("mlcc_conv2d_params *", conv), buf(x), buf(w), buf(bias),
+                        buf(ref), buf(scratch))
+    packed = pack_a(w.reshape(groups, m // groups, kdim))
+    cols = min(block_cols, -(-oh * ow // 64) * 64)
+    scratch = np.full((kdim + 1) * cols, np.nan, np.float32)   # stale data must never leak
+    out = np.full((n, m, oh, ow), np.nan, np.float32)
+    lib.mlcc_f32_conv2d_packed(ffi.new("mlcc_conv2d_packed_params *",
+                                       {"conv": conv, "block_cols": block_cols}),
+                               buf(x), buf(packed), buf(bias), buf(out), buf(scratch))
+    return ref, out
+
+
+@pytest.mark.parametrize("m", [1, GEMM_MR - 1, GEMM_MR, GEMM_MR + 1, 2 * GEMM_MR + 5])
+@pytest.mark.parametrize("spatial", [(1, 1), (1, 31), (4, 8), (3, 11), (5, 13), (9, 15)])
+def test_packed_conv_matches_reference_at_tile_edges(kernels, m, spatial):
+    ffi, lib = kernels
+    rng = np.random.default_rng(m * 100 + spatial[1])
+    x = rng.standard_normal((1, 3, *spatial)).astype(np.float32)
+    w = rng.standard_normal((m, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    act = {1: 0, GEMM_MR - 1: 1, GEMM_MR: 6, GEMM_MR + 1: 8}.get(m, 7)  # none relu hswish silu tanh
+    ref, out = _conv(ffi, lib, x, w, b, stride=1, pad=1, groups=1, act=act, block_cols=64)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("c,k,stride,pad,groups", [
+    (257, 1, 1, 0, 1),       # depth 257: two k blocks, the second one deep
+    (29, 3, 2, 1, 1),        # depth 261, strided, padded
+    (6, 5, 1, 2, 2),         # grouped
+    (64, 3, 1, 0, 1),        # depth 576, no padding
+])
+def test_packed_conv_matches_reference_across_k_blocks(kernels, c, k, stride, pad, groups):
+    ffi, lib = kernels
+    rng = np.random.default_rng(c)
+    x = rng.standard_normal((2, c, 13, 17)).astype(np.float32)
+    w = rng.standard_normal((10, c // groups, k, k)).astype(np.float32)
+    b = rng.standard_normal(10).astype(np.float32)
+    ref, out = _conv(ffi, lib, x, w, b, stride=stride, pad=pad, groups=groups, act=0,
+                     block_cols=64)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("width", [1, 7, 15, 16, 17, 31, 32, 33, 47])
+@pytest.mark.parametrize("k,stride,dil,pads", [
+    (3, 1, 1, (1, 1)), (3, 2, 1, (1, 1)), (5, 2, 1, (2, 2)), (3, 1, 2, (2, 2)), (3, 3, 1, (0, 1)),
+    (2, 1, 1, (0, 1)),
+])
+def test_vector_depthwise_matches_reference(kernels, width, k, stride, dil, pads):
+    ffi, lib = kernels
+    rng = np.random.default_rng(width * 10 + k)
+    c, ih = 3, 6
+    x = rng.standard_normal((2, c, ih, width)).astype(np.float32)
+    w = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    top, left = pads
+    ext = dil * (k - 1) + 1
+    oh = (ih + 2 * top - ext) // stride + 1
+    ow = (width + 2 * left - ext) // stride + 1
+    if oh < 1 or ow < 1:
+        pytest.skip("window larger than the padded input")
+    conv = ffi.new("mlcc_conv2d_params *", dict(
+        batch=2, in_channels=c, in_h=ih, in_w=width, out_channels=c, out_h=oh, out_w=ow,
+        kernel_h=k, kernel_w=k, stride_h=stride, stride_w=stride, dilation_h=dil,
+        dilation_w=dil, pad_top=top, pad_left=left, groups=c,
+        act={"kind": 2, "alpha": -0.5, "beta": 0.5}))
+
+    def buf(a):
+        return ffi.cast("float *", ffi.from_buffer(a))
+
+    ref = np.zeros((2, c, oh, ow), np.float32)
+    lib.mlcc_f32_conv2d_depthwise(conv, buf(x), buf(w), buf(b), buf(ref))
+    ph = (oh - 1) * stride + ext
+    pw = (ow - 1) * stride + ext
+    scratch = np.full(ph * stride * (-(-pw // stride) + DW_SLACK), np.nan, np.float32)
+    out = np.full((2, c, oh, ow), np.nan, np.float32)
+    lib.mlcc_f32_conv2d_depthwise_vec(conv, buf(x), buf(w), buf(b), buf(out), buf(scratch))
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
