@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 ARM_PACKAGES := gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
-.PHONY: setup demo test test-fast test-targets target-tools bench clean
+.PHONY: setup demo test test-fast test-targets target-tools bench conformance clean
 
 setup: $(STAMP)
 
@@ -62,6 +62,13 @@ test-fast: $(STAMP)
 BENCH_ARGS ?=
 bench: $(STAMP)
 	$(BIN)/python tests/bench_models.py $(BENCH_ARGS)
+
+# The ONNX backend node tests through mlcc (x86): a table per operator, passed / bound /
+# refused / failed; fails if any test gives a wrong answer or crashes. CONFORMANCE_ARGS: e.g.
+# --ops model (the operator types of the real models), --filter resize, --verbose.
+CONFORMANCE_ARGS ?=
+conformance: $(STAMP)
+	$(BIN)/python tests/conformance.py $(CONFORMANCE_ARGS)
 
 clean:
 	rm -rf build .pytest_cache

@@ -45,12 +45,31 @@ def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"{path}: the ONNX checker rejects the model: {first}",
                          detail=str(exc)) from None
+    model = _upgrade_old_opset(model)
     if model.functions:
         try:
             model = onnx.inliner.inline_local_functions(model)
         except Exception as exc:
             raise ModelError(f"{path}: cannot inline the model's local functions: {exc}") from None
     return model
+
+
+def _upgrade_old_opset(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Models older than MIN_OPSET go through onnx's version converter; when it cannot
+    convert them, they stay as they are and to_graph refuses them."""
+    try:
+        opset = default_opset(model)
+    except UnsupportedError:
+        return model
+    if opset >= MIN_OPSET:
+        return model
+    try:
+        import onnx.version_converter
+        converted = onnx.version_converter.convert_version(model, MIN_OPSET)
+        onnx.checker.check_model(converted)
+        return converted
+    except Exception:
+        return model
 
 
 def _external_tensors(model: onnx.ModelProto):
