@@ -109,7 +109,8 @@ def generate(folder: Path) -> list[dict]:
             for kind, arrays in (("input", inputs), ("output", outputs)):
                 for i, a in enumerate(arrays):
                     try:
-                        t = numpy_helper.from_array(np.asarray(a))
+                        t = a if isinstance(a, onnx.TensorProto) else \
+                            numpy_helper.from_array(np.asarray(a))
                     except Exception:
                         tensors = False
                         break

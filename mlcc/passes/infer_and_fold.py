@@ -18,7 +18,7 @@ from onnx import helper, numpy_helper
 from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Node
 from ..ops import lookup, unsupported_reason
-from ..ops.common import MAX_RANK
+from ..ops.common import C_DTYPES, MAX_RANK
 from ..ops.registry import describe
 
 MAX_CONST_BYTES = 1 << 30        # a folded constant larger than this is surely a broken model
@@ -83,6 +83,10 @@ def infer_and_fold(g: Graph) -> Graph:
             raise ModelError(f"graph output {name!r} has no static type after inference")
     for kind, names in (("input", g.inputs), ("output", g.outputs)):
         for name in names:
+            if g.values[name].dtype not in C_DTYPES:
+                raise UnsupportedError(f"graph {kind} {name!r} has type "
+                                       f"{g.values[name].dtype}, which mlcc does not support "
+                                       f"at run time (supported: {', '.join(C_DTYPES)})")
             if len(g.values[name].shape) > MAX_RANK:
                 raise UnsupportedError(f"graph {kind} {name!r} has rank "
                                        f"{len(g.values[name].shape)}; at most {MAX_RANK} "
