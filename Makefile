@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 ARM_PACKAGES := gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
-.PHONY: setup demo test test-fast test-targets target-tools bench conformance clean
+.PHONY: setup demo test test-fast test-targets target-tools bench conformance fuzz fuzz-runtime sanitize-models clean
 
 setup: $(STAMP)
 
@@ -69,6 +69,16 @@ bench: $(STAMP)
 CONFORMANCE_ARGS ?=
 conformance: $(STAMP)
 	$(BIN)/python tests/conformance.py $(CONFORMANCE_ARGS)
+
+# Fuzzing of the compiler's input (ONNX and target files; tests/fuzz_compiler.py): the corpus,
+# the structured cases, then FUZZ_SECONDS of random mutations per seed. New failures are saved
+# into tests/corpus. `make test` runs a 40-second version (tests/test_fuzz.py).
+FUZZ_SECONDS ?= 300
+fuzz: $(STAMP)
+	for seed in 1 2; do \
+	  $(BIN)/python tests/fuzz_compiler.py --seconds $(FUZZ_SECONDS) --seed $$seed \
+	    --save-failures || exit 1; \
+	done
 
 clean:
 	rm -rf build .pytest_cache

@@ -38,6 +38,8 @@ def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
                          detail=str(exc)) from None
     if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
         raise ModelError(f"{path}: the file holds no ONNX graph")
+    if not model.graph.output:
+        raise ModelError(f"{path}: the graph has no outputs: nothing to compute")
     _load_external_data(model, path.parent)
     try:
         onnx.checker.check_model(model)
