@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 ARM_PACKAGES := gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
-.PHONY: setup demo test test-fast test-targets target-tools bench conformance fuzz fuzz-runtime sanitize-models clean
+.PHONY: setup demo test test-fast test-targets target-tools bench conformance fuzz fuzz-runtime sanitize-models safety-tools clean
 
 setup: $(STAMP)
 
@@ -27,7 +27,7 @@ demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
 # The whole test suite, real models included (downloaded once into ~/.cache/mlcc-models).
-test: $(STAMP) target-tools
+test: $(STAMP) target-tools safety-tools
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS) tests
 
 # Every model of tests/test_models.py compiled for arm and verified under qemu-aarch64 (slow:
@@ -79,6 +79,33 @@ fuzz: $(STAMP)
 	  $(BIN)/python tests/fuzz_compiler.py --seconds $(FUZZ_SECONDS) --seed $$seed \
 	    --save-failures || exit 1; \
 	done
+
+# libFuzzer on the runtime's weight-blob loader (tests/fuzz_runtime.py; make test runs 20 s).
+FUZZ_RUNTIME_SECONDS ?= 300
+fuzz-runtime: $(STAMP) safety-tools
+	$(BIN)/python tests/fuzz_runtime.py --seconds $(FUZZ_RUNTIME_SECONDS)
+
+# Every model (real ones included) under ASan+UBSan, valgrind memcheck and a counting malloc
+# (tests/sanitize_models.py; make test runs a few). SANITIZE_ARGS: e.g. --mode asan yolov8n.
+SANITIZE_ARGS ?=
+sanitize-models: $(STAMP) safety-tools
+	$(BIN)/python tests/sanitize_models.py $(SANITIZE_ARGS)
+
+# clang with libFuzzer (libclang-rt-dev) and valgrind, for the runtime safety tests: installed
+# with apt-get when missing (as root or through sudo), else those tests skip.
+safety-tools:
+	@missing=""; \
+	command -v valgrind >/dev/null || missing="$$missing valgrind"; \
+	echo 'int LLVMFuzzerTestOneInput(const char *d, long n) { (void)d; (void)n; return 0; }' | \
+	  clang -fsanitize=fuzzer -x c - -o /dev/null 2>/dev/null || \
+	  missing="$$missing clang libclang-rt-dev"; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if ! command -v apt-get >/dev/null || { [ "$$(id -u)" != 0 ] && [ -z "$(SUDO)" ]; }; then \
+	  echo "install$$missing for the runtime safety tests (they skip without them)"; exit 0; fi; \
+	echo "installing Debian packages for the runtime safety tests:$$missing"; \
+	$(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y -q --no-install-recommends $$missing || \
+	  echo "could not install$$missing; the runtime safety tests will skip"
 
 clean:
 	rm -rf build .pytest_cache
