@@ -45,14 +45,15 @@ MAX_BIND_ROUNDS = 4
 
 # The operator types of the real models the project works with: the CNNs of ../shared/models
 # and the onnx package's light_* model zoo, YOLOv8n, PP-OCRv4 det/rec/cls (all fetched by
-# tests/fetch_models.py) and a MiniLM sentence-transformer export (BERT-style encoder).
+# tests/fetch_models.py) and the MiniLM sentence-transformer exports (BERT-style encoder) when
+# they are in the cache (they add ReduceL2).
 # model_op_types() recomputes the first part from the files; this list is what the CI subset
 # uses, so that it does not depend on which models happen to be cached.
 MODEL_OPS = sorted(set("""
 Add AveragePool BatchNormalization Cast Clip Concat Constant ConstantOfShape Conv ConvTranspose
 Div Dropout Equal Erf Expand Flatten Gather Gemm GlobalAveragePool HardSigmoid Identity LRN
-LayerNormalization MatMul MaxPool Mul Not Pow Range ReduceMean ReduceSum Relu Reshape Resize
-Shape Sigmoid Slice Softmax Split Sqrt Squeeze Sub Sum Tanh Transpose Unsqueeze Where
+LayerNormalization MatMul MaxPool Mul Not Pow Range ReduceL2 ReduceMean ReduceSum Relu Reshape
+Resize Shape Sigmoid Slice Softmax Split Sqrt Squeeze Sub Sum Tanh Transpose Unsqueeze Where
 """.split()))
 
 

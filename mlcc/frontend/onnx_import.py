@@ -53,7 +53,44 @@ def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
             model = onnx.inliner.inline_local_functions(model)
         except Exception as exc:
             raise ModelError(f"{path}: cannot inline the model's local functions: {exc}") from None
+    _check_types(model, path)
     return model
+
+
+SMALL_INITIALIZER = 1024   # elements: shape-like constants ONNX inference reads the values of
+
+
+def _check_types(model: onnx.ModelProto, path: Path) -> None:
+    """Runs ONNX type inference in strict mode, so that a model whose tensors break the
+    operators' type constraints (a float 'shape' for Reshape, mixed types in Concat) is a
+    clear error here rather than a surprise in an operator's shape rule. Large initializers
+    are passed as typed graph inputs: inference needs their types and shapes, not their bytes
+    (copying them made this take 30 s on VGG-19)."""
+    light = onnx.ModelProto()
+    light.ir_version = model.ir_version
+    light.opset_import.extend(model.opset_import)
+    g = light.graph
+    g.name = model.graph.name
+    g.node.extend(model.graph.node)
+    g.output.extend(model.graph.output)
+    g.value_info.extend(model.graph.value_info)
+    names = {i.name for i in model.graph.input}
+    g.input.extend(model.graph.input)
+    for t in model.graph.initializer:
+        count = 1
+        for d in t.dims:        # (reading the bytes, even their length, copies them)
+            count *= max(int(d), 0)
+        if count <= SMALL_INITIALIZER:
+            g.initializer.append(t)
+        elif t.name not in names:
+            g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    try:
+        onnx.shape_inference.infer_shapes(light, check_type=True, strict_mode=True)
+    except Exception as exc:
+        text = str(exc).strip()
+        first = text.splitlines()[0] if text else type(exc).__name__
+        raise ModelError(f"{path}: ONNX type inference rejects the model: {first}",
+                         detail=text) from None
 
 
 def _upgrade_old_opset(model: onnx.ModelProto) -> onnx.ModelProto:
