@@ -168,7 +168,6 @@ def _inputs(out: Path, path: Path, shapes: dict, work: Path) -> tuple[list[Path]
 
 def check(name: str, mode: str, work: Path) -> str:
     """Runs one model in one mode; returns a one-line result, raises on failure."""
-    import mlcc
     from mlcc.api import compare
     path, _ = model_path(name)
     out, prefix, shapes = _compile(name, work)

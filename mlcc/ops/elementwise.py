@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ModelError, UnsupportedError
+from ..errors import ModelError
 from ..ir import Enum, Graph, Lowering, Node
 from .common import (C_DTYPES, INT_DTYPES, MAX_RANK, act_params, broadcast_shapes,
                      broadcast_strides, emit_plain_copy, merge_broadcast_axes, require_dtype)
@@ -169,7 +169,7 @@ class Clip(_Unary):
             emit_plain_copy(lo, x, out, op="Clip")
             return
         src = x
-        for k, (op, b) in enumerate(bounds):
+        for op, b in bounds:
             emit_arith(lo, op, src, b, out)
             src = out
 

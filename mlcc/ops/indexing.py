@@ -8,8 +8,8 @@ import numpy as np
 
 from ..errors import ModelError
 from ..ir import Enum, Lowering, Node
-from .common import C_DTYPES, broadcast_strides, const_input, contiguous_strides, norm_axis, \
-    require_dtype
+from .common import (C_DTYPES, MAX_RANK, const_input, contiguous_strides, norm_axis,
+                     require_dtype)
 from .registry import OpDef, register
 
 
@@ -123,7 +123,6 @@ class GatherElements(OpDef):
         if out.numel == 0:
             return
         axis = norm_axis(int(node.attr("axis", 0)), len(data.shape))
-        from .common import MAX_RANK
         pad = MAX_RANK - len(out.shape)
         kernel = "mlcc_gather_elements_i64" if idx.dtype == "int64" else \
             "mlcc_gather_elements_i32"
