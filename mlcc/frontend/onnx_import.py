@@ -40,6 +40,7 @@ def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
         raise ModelError(f"{path}: the file holds no ONNX graph")
     if not model.graph.output:
         raise ModelError(f"{path}: the graph has no outputs: nothing to compute")
+    _check_names(model, path)
     _load_external_data(model, path.parent)
     try:
         onnx.checker.check_model(model)
@@ -55,6 +56,37 @@ def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
             raise ModelError(f"{path}: cannot inline the model's local functions: {exc}") from None
     _check_types(model, path)
     return model
+
+
+def _check_names(model: onnx.ModelProto, path: Path) -> None:
+    """Every name must be text: protobuf hands strings that are not valid UTF-8 over as bytes
+    (or fails decoding them), which would surface later as crashes in the C writer."""
+    def text(v) -> bool:
+        return isinstance(v, str)
+
+    def bad(what: str):
+        raise ModelError(f"{path}: {what} is not valid UTF-8 (a damaged file?)")
+
+    try:
+        g = model.graph
+        if not text(g.name):
+            bad("the graph's name")
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            if not text(vi.name):
+                bad(f"a graph value name ({vi.name!r})")
+        for t in g.initializer:
+            if not text(t.name):
+                bad(f"an initializer name ({t.name!r})")
+        for n in g.node:
+            if not all(text(s) for s in [n.name, n.op_type, n.domain, *n.input, *n.output]):
+                bad(f"a name in node {n.name!r}")
+            if not all(text(a.name) for a in n.attribute):
+                bad(f"an attribute name of node {n.name!r}")
+        for o in model.opset_import:
+            if not text(o.domain):
+                bad("an opset domain")
+    except UnicodeDecodeError:
+        bad("a name")
 
 
 SMALL_INITIALIZER = 1024   # elements: shape-like constants ONNX inference reads the values of
