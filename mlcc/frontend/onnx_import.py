@@ -93,9 +93,11 @@ SMALL_INITIALIZER = 1024   # elements: shape-like constants ONNX inference reads
 
 
 def _check_types(model: onnx.ModelProto, path: Path) -> None:
-    """Runs ONNX type inference in strict mode, so that a model whose tensors break the
+    """Runs ONNX type inference with type checking, so that a model whose tensors break the
     operators' type constraints (a float 'shape' for Reshape, mixed types in Concat) is a
-    clear error here rather than a surprise in an operator's shape rule. Large initializers
+    clear error here rather than a surprise in an operator's shape rule. Not strict mode:
+    that also fails on shape-inference gaps of valid models (the MeanVarianceNormalization
+    node test). Large initializers
     are passed as typed graph inputs: inference needs their types and shapes, not their bytes
     (copying them made this take 30 s on VGG-19)."""
     light = onnx.ModelProto()
@@ -117,7 +119,7 @@ def _check_types(model: onnx.ModelProto, path: Path) -> None:
         elif t.name not in names:
             g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
     try:
-        onnx.shape_inference.infer_shapes(light, check_type=True, strict_mode=True)
+        onnx.shape_inference.infer_shapes(light, check_type=True, strict_mode=False)
     except Exception as exc:
         text = str(exc).strip()
         first = text.splitlines()[0] if text else type(exc).__name__
