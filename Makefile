@@ -7,12 +7,17 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-# Debian packages for the arm targets (cross compiler, its C library, qemu-aarch64). `make test`
-# installs the missing ones (as root, or through sudo); without them the arm tests are skipped.
+# Debian packages for the arm targets (cross compiler, its C library, qemu-aarch64) and the wasm
+# target (emcc, node; wabt's wasm-objdump to check the SIMD128 code; chromium for the web-digits
+# page test). `make test` installs the missing ones (as root, or through sudo); without them
+# the tests that need them are skipped.
 ARM_PACKAGES := gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+WASM_PACKAGES := emscripten nodejs wabt chromium
+TARGET_PACKAGES := $(ARM_PACKAGES) $(WASM_PACKAGES)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
-.PHONY: setup demo test test-fast test-targets target-tools bench conformance fuzz fuzz-runtime sanitize-models safety-tools clean
+.PHONY: setup demo test test-fast test-targets target-tools bench bench-wasm icount-arm web-digits \
+	conformance fuzz fuzz-runtime sanitize-models safety-tools clean
 
 setup: $(STAMP)
 
@@ -30,28 +35,36 @@ demo: $(STAMP)
 test: $(STAMP) target-tools safety-tools
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS) tests
 
-# Every model of tests/test_models.py compiled for arm and verified under qemu-aarch64 (slow:
-# the CI runs a subset in tests/test_targets_arm.py as part of `make test`).
+# Every model of tests/test_models.py compiled for arm and verified under qemu-aarch64, then
+# for wasm and verified in node (slow: the CI runs subsets in tests/test_targets_arm.py and
+# tests/test_targets_wasm.py as part of `make test`).
 test-targets: $(STAMP) target-tools
 	MLCC_TEST_TARGET=arm $(BIN)/python -m pytest -q $(PYTEST_ARGS) tests/test_models.py
+	MLCC_TEST_TARGET=wasm $(BIN)/python -m pytest -q $(PYTEST_ARGS) tests/test_models.py
 
-# Installs the Debian packages of ARM_PACKAGES that are missing (apt-get update first), and
+# Installs the Debian packages of TARGET_PACKAGES that are missing (apt-get update first), and
 # says which. Not an error where it cannot: on other systems, or without root or sudo.
 target-tools:
-	@missing=""; for p in $(ARM_PACKAGES); do \
+	@missing=""; for p in $(TARGET_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || \
 	    missing="$$missing $$p"; \
 	done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if ! command -v apt-get >/dev/null; then \
-	  echo "not a Debian system: install$$missing yourself for the arm tests"; exit 0; fi; \
-	if [ "$$(id -u)" != 0 ] && [ -z "$(SUDO)" ]; then \
-	  echo "run as root (or install sudo) to install$$missing; the arm tests will be skipped"; \
+	  echo "not a Debian system: install$$missing yourself for the arm and wasm tests"; \
 	  exit 0; fi; \
-	echo "installing Debian packages for the arm target:$$missing"; \
+	if [ "$$(id -u)" != 0 ] && [ -z "$(SUDO)" ]; then \
+	  echo "run as root (or install sudo) to install$$missing; the tests that need them" \
+	    "will be skipped"; exit 0; fi; \
+	echo "installing Debian packages for the arm and wasm targets:$$missing"; \
 	$(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
 	  apt-get install -y -q --no-install-recommends $$missing || \
-	  echo "could not install$$missing; the arm tests will be skipped"
+	  echo "could not install$$missing; the tests that need them will be skipped"
+
+# The web-digits page (examples/web-digits): the digits CNN compiled for wasm, in build/web-digits.
+web-digits: $(STAMP)
+	$(BIN)/python examples/web-digits/build.py build/web-digits
+	@echo "serve it: $(BIN)/python -m http.server -d build/web-digits -b 127.0.0.1 8000"
 
 # Everything but the large real models.
 test-fast: $(STAMP)
@@ -106,6 +119,19 @@ safety-tools:
 	$(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
 	  apt-get install -y -q --no-install-recommends $$missing || \
 	  echo "could not install$$missing; the runtime safety tests will skip"
+
+# Instructions per inference of the arm (NEON) build against the arm-portable build, counted
+# under qemu-aarch64 by the TCG plugin of tools/qemu-icount; one Markdown table, not a test.
+# ICOUNT_ARGS: model names (python tests/icount_arm.py --list), --output FILE.
+ICOUNT_ARGS ?=
+icount-arm: $(STAMP) target-tools
+	$(BIN)/python tests/icount_arm.py $(ICOUNT_ARGS)
+
+# mlcc's wasm build against onnxruntime-web (npm, into ~/.cache/mlcc-npm) in node, one
+# Markdown table; not a test. BENCH_WASM_ARGS: e.g. model names (--list).
+BENCH_WASM_ARGS ?=
+bench-wasm: $(STAMP) target-tools
+	$(BIN)/python tests/bench_wasm.py $(BENCH_WASM_ARGS)
 
 clean:
 	rm -rf build .pytest_cache

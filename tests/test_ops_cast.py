@@ -119,7 +119,8 @@ def test_integer_arithmetic(tmp_path, dtype):
     feeds = {"a": a, "b": b, "w": w}
     if "Pow" in ops:
         feeds["p"] = rng.integers(-5, 6, (3, 1, 7)).astype(dtype)
-    model = make_model(nodes, feeds, [f"y_{op}" for op in ops], opset=13)
+    # opset 14: Add/Sub/Mul/Div take 8- and 16-bit integers from version 14 on
+    model = make_model(nodes, feeds, [f"y_{op}" for op in ops], opset=14)
     check_model(model, feeds, tmp_path)
 
 

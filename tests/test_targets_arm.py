@@ -434,3 +434,20 @@ def test_target_schema_run_keys(tmp_path):
         parse_target("name: b\narch: a\ntoolchain: {cc: gcc}\nrun_package: [x]\n")
     with pytest.raises(TargetError, match="non-empty strings"):
         parse_target("name: b\narch: a\ntoolchain: {cc: gcc}\nrun: ['']\n")
+
+
+@needs_arm
+def test_int8_digits_on_arm_is_the_x86_result_bit_for_bit(tmp_path):
+    """The int8 program (portable integer kernels, float requantization) gives the same bits
+    on aarch64 (qemu) as on x86."""
+    with np.load(ROOT / "examples" / "digits" / "digits_sample.npz") as d:
+        x = d["input"].astype(np.float32)
+    np.savez(tmp_path / "calib.npz", input=x[:, None])
+    outs = {}
+    for target in ("x86", "arm"):
+        mlcc.compile(DIGITS, tmp_path / target, target=target,
+                     quantize=mlcc.api.QuantizeConfig(tmp_path / "calib.npz"))
+        m = mlcc.load(tmp_path / target)
+        outs[target] = [m.run({"input": xi[None]})["logits"] for xi in x[:6]]
+    for a, b in zip(outs["x86"], outs["arm"]):
+        np.testing.assert_array_equal(a, b)

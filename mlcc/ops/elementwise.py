@@ -155,8 +155,9 @@ class Clip(_Unary):
             lo_v, hi_v = node.attr("min", -3.4028234663852886e38), node.attr("max", 3.4028234663852886e38)
         else:
             lo_a, hi_a = g.const(node.input(1)), g.const(node.input(2))
-            lo_v = float(lo_a) if lo_a is not None else -3.4028234663852886e38
-            hi_v = float(hi_a) if hi_a is not None else 3.4028234663852886e38
+            # bounds of shape [1] (onnxruntime accepts them) as well as scalars
+            lo_v = float(lo_a.reshape(-1)[0]) if lo_a is not None else -3.4028234663852886e38
+            hi_v = float(hi_a.reshape(-1)[0]) if hi_a is not None else 3.4028234663852886e38
         return ("CLIP", float(lo_v), float(hi_v))
 
     def lower(self, node: Node, lo: Lowering) -> None:

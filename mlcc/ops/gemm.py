@@ -96,26 +96,34 @@ class MatMul(OpDef):
 
     def infer(self, node, ins, g):
         require_dtype(node, ins, ["float32"])
-        return [("float32", self._shapes(ins[0].shape, ins[1].shape)[-1])]
+        out = self._shapes(ins[0].shape, ins[1].shape)[-1]
+        if len(ins) > 2 and ins[2] is not None and (len(out) < 2 or ins[2].shape != out[-1:]):
+            # a third input only comes from passes.fuse_matmul_bias: one bias per column
+            raise ModelError(f"MatMul bias {list(ins[2].shape)} is not [{out[-1]}]")
+        return [("float32", out)]
 
     def lower(self, node: Node, lo: Lowering) -> None:
         a, b = lo.value(node.inputs[0]), lo.value(node.inputs[1])
         batch, m, n, k, a2, b2, _ = self._shapes(a.shape, b.shape)
         out = node.outputs[0]
         nb = math.prod(batch)
+        bias = node.input(2)                  # set by passes.fuse_matmul_bias: [N]
+        bias_strides = (0, 1) if bias else (0, 0)
         if math.prod(b2[:-2]) == 1:
             # B is shared by every batch: stack A's batches into one tall GEMM.
-            lo.call("mlcc_f32_gemm", [node.inputs[0], node.inputs[1], "", out], [out],
+            lo.call("mlcc_f32_gemm", [node.inputs[0], node.inputs[1], bias, out], [out],
                     params_type="mlcc_gemm_params",
-                    params=gemm_params(nb * m, n, k, a_strides=(k, 1), ldb=n, ldc=n, node=node))
+                    params=gemm_params(nb * m, n, k, a_strides=(k, 1), ldb=n, ldc=n,
+                                       bias_strides=bias_strides, node=node))
             return
         a_off = self._offsets(a2, batch, m * k)
         b_off = self._offsets(b2, batch, k * n)
         a_tab = lo.add_const(f"{node.name}.a_offsets", a_off)
         b_tab = lo.add_const(f"{node.name}.b_offsets", b_off)
-        lo.call("mlcc_f32_batched_gemm", [node.inputs[0], node.inputs[1], "", out, a_tab, b_tab],
+        lo.call("mlcc_f32_batched_gemm", [node.inputs[0], node.inputs[1], bias, out, a_tab, b_tab],
                 [out], params_type="mlcc_batched_gemm_params",
-                params={"gemm": gemm_params(m, n, k, a_strides=(k, 1), ldb=n, ldc=n, node=node),
+                params={"gemm": gemm_params(m, n, k, a_strides=(k, 1), ldb=n, ldc=n,
+                                            bias_strides=bias_strides, node=node),
                         "batch": nb, "c_batch_stride": m * n})
 
     @staticmethod

@@ -9,7 +9,11 @@ from .fold_batchnorm import fold_batchnorm
 from .fold_bias_add import fold_bias_add
 from .fold_scale_mul import fold_scale_mul
 from .fuse_activations import fuse_activations
+from .fuse_attention import fuse_attention
+from .fuse_gelu import fuse_gelu
 from .fuse_hardswish import fuse_hardswish
+from .fuse_layernorm import fuse_layernorm
+from .fuse_matmul_bias import fuse_matmul_bias
 from .fuse_silu import fuse_silu
 from .infer_and_fold import infer_and_fold
 from .remove_noops import remove_noops
@@ -20,11 +24,15 @@ PIPELINE: list[Pass] = [
     infer_and_fold,
     eliminate_dead_code,
     remove_noops,
+    fuse_layernorm,
     fold_scale_mul,
     fold_bias_add,
+    fuse_matmul_bias,
+    fuse_attention,
     fold_batchnorm,
     fuse_silu,
     fuse_hardswish,
+    fuse_gelu,
     fuse_activations,
     eliminate_dead_code,
 ]
@@ -44,4 +52,5 @@ def run_pipeline(g: Graph, passes: list[Pass] | None = None,
 
 __all__ = ["PIPELINE", "run_pipeline", "infer_and_fold", "eliminate_dead_code", "remove_noops",
            "fold_scale_mul", "fold_bias_add", "fold_batchnorm", "fuse_silu", "fuse_hardswish",
+           "fuse_gelu", "fuse_matmul_bias", "fuse_attention", "fuse_layernorm",
            "fuse_activations"]

@@ -8,7 +8,7 @@ every position of a channel (shape [M], [1, M, 1, 1], a scalar, ...), are gone: 
 bias is b + D (or -D) and it writes the Add's output. The same for a Gemm and any constant D that
 broadcasts to its [M, N] output (its C becomes beta * C + D, beta 1). Nothing changes where the
 Add would broadcast the output to a larger shape, or where the existing bias is computed at run
-time. (MatMul has no bias input and is left alone.)
+time. (MatMul has no bias input here: passes.fuse_matmul_bias gives it one.)
 """
 from __future__ import annotations
 

@@ -29,6 +29,8 @@ def _act_of(g: Graph, n: Node):
         return ("HARD_SIGMOID", float(n.attr("alpha", 0.2)), float(n.attr("beta", 0.5)))
     if t == "HardSwish":
         return ("HARD_SWISH", 0.0, 0.0)
+    if t == "Gelu" and n.attr("approximate", "none") == "none":
+        return ("GELU", 0.0, 0.0)
     if t == "Swish":
         return ("SILU", float(n.attr("alpha", 1.0)), 0.0)
     if t == "Clip":
@@ -39,8 +41,11 @@ def _act_of(g: Graph, n: Node):
             lo_arr, hi_arr = g.const(lo_name), g.const(hi_name)
             if (lo_name and lo_arr is None) or (hi_name and hi_arr is None):
                 return None
-            lo = float(lo_arr) if lo_arr is not None else -np.inf
-            hi = float(hi_arr) if hi_arr is not None else np.inf
+            if any(a is not None and a.size != 1 for a in (lo_arr, hi_arr)):
+                return None
+            # onnxruntime accepts bounds of shape [1] as well as scalars
+            lo = float(lo_arr.reshape(-1)[0]) if lo_arr is not None else -np.inf
+            hi = float(hi_arr.reshape(-1)[0]) if hi_arr is not None else np.inf
         return ("CLIP", float(lo), float(hi))
     return None
 

@@ -118,9 +118,12 @@ class CompiledModel(ModelBase):
             init = getattr(self._lib, f"{self.prefix}_init_embedded")
             status = init(self._ctx, self._ptr(self._arena), self._arena.nbytes)
         else:
-            raw = np.fromfile(weights_path, dtype=np.uint8)
-            self._weights = aligned_empty(raw.nbytes)
-            self._weights[:] = raw
+            # read straight into the aligned buffer: one copy of the weights in memory, not two
+            size = weights_path.stat().st_size
+            self._weights = aligned_empty(size)
+            with open(weights_path, "rb") as f:
+                if f.readinto(memoryview(self._weights)) != size:
+                    raise MlccError(f"{weights_path}: the weight blob changed while read")
             init = getattr(self._lib, f"{self.prefix}_init")
             status = init(self._ctx, self._ptr(self._weights), self._weights.nbytes,
                           self._ptr(self._arena), self._arena.nbytes)
@@ -165,9 +168,10 @@ class CompiledModel(ModelBase):
         in_ptrs = self._ffi.new("void *[]", [self._ptr(a) for a in arrays] or [self._ffi.NULL])
         out_ptrs = self._ffi.new("void *[]", [self._ptr(a) for a in outs] or [self._ffi.NULL])
 
-        # Defaults bind everything as locals and keep the input copies alive with the call.
+        # Defaults bind everything as locals and keep the input copies and the output arrays
+        # alive with the call (a caller may drop the outputs dict and keep timing).
         def call(_run=self._run, _ctx=self._ctx, _in=in_ptrs, _out=out_ptrs,
-                 _keep=arrays) -> int:
+                 _keep=(arrays, outs)) -> int:
             return _run(_ctx, _in, _out)
 
         return call, {t["name"]: a for t, a in zip(self.outputs, outs)}

@@ -12,6 +12,9 @@ mounts the model folder at the same path (sshfs, NFS) sees them at the paths it 
 
 Each run is one process: the harness loads and checks the weights, runs once and exits. A
 damaged weight blob is therefore reported by run(), not by load().
+
+The wasm target uses the same contract: its `harness` is harness.mjs, a node script over the
+model's JavaScript API (mlcc/targets/wasm.py), and its run prefix is `node`.
 """
 from __future__ import annotations
 

@@ -8,9 +8,14 @@ runtime_c/harness/mlcc_harness.c: weights and inputs from raw files, outputs to 
 For targets that run binaries through a command prefix (an emulator, a board), mlcc builds it
 as the executable `harness`, linked against the library: that is how Python runs a model it
 cannot load into its own process. On the host, `make harness` builds it.
+
+The wasm target builds model.wasm instead, a standalone module whose exports are the model's
+API, mlcc_status_string and malloc/free (for the wrapper's one-time allocations); its harness
+is harness.mjs, a node script over the JavaScript wrapper (mlcc/targets/wasm.py).
 """
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -36,10 +41,26 @@ def builds_harness(target: Target) -> bool:
     return not target.is_host and target.output == "shared"
 
 
-def library_command(target: Target, sources: list[str], out: str) -> list[str]:
+def wasm_exports(prefix: str, embedded: bool) -> list[str]:
+    """The C functions model.wasm exports: what the JavaScript wrapper calls."""
+    names = [f"{prefix}_init", f"{prefix}_run_v", f"{prefix}_model_info",
+             "mlcc_status_string", "malloc", "free"]
+    if embedded:
+        names.insert(1, f"{prefix}_init_embedded")
+    return names
+
+
+def _export_flags(target: Target, exports: list[str]) -> list[str]:
+    if target.output != "wasm":
+        return []       # a shared library exports what MLCC_EXPORT marks
+    return ["-sEXPORTED_FUNCTIONS=" + ",".join("_" + e for e in exports)]
+
+
+def library_command(target: Target, sources: list[str], out: str,
+                    exports: list[str] = ()) -> list[str]:
     tc = target.toolchain
     return ([tc.cc, *tc.cflags, *target.defines(), "-Iruntime/include", "-Iruntime/kernels",
-             "-I.", "-o", out, *sources, *tc.ldflags])
+             "-I.", "-o", out, *sources, *tc.ldflags, *_export_flags(target, list(exports))])
 
 
 def harness_command(target: Target, prefix: str) -> list[str]:
@@ -50,9 +71,12 @@ def harness_command(target: Target, prefix: str) -> list[str]:
             HARNESS_REL, "-L.", "-lmodel", "-Wl,-rpath,$ORIGIN"]
 
 
-def makefile(target: Target, sources: list[str], prefix: str) -> str:
+def makefile(target: Target, sources: list[str], prefix: str,
+             exports: list[str] = ()) -> str:
     tc = target.toolchain
     lib = target.library_name
+    if target.output == "wasm":
+        return _wasm_makefile(target, sources, list(exports))
     default = [lib, HARNESS_EXE] if builds_harness(target) else [lib]
     return "\n".join([
         f"# Rebuilds {lib} from the generated sources (written by mlcc for target "
@@ -82,6 +106,33 @@ def makefile(target: Target, sources: list[str], prefix: str) -> str:
         ""])
 
 
+def _wasm_makefile(target: Target, sources: list[str], exports: list[str]) -> str:
+    tc = target.toolchain
+    lib = target.library_name
+    return "\n".join([
+        f"# Rebuilds {lib} from the generated sources (written by mlcc for target "
+        f"{target.name}).",
+        "# model.mjs / model.cjs (the JavaScript wrapper) and harness.mjs need no build.",
+        f"CC = {tc.cc}",
+        f"CFLAGS = {' '.join(shlex.quote(f) for f in tc.cflags)}",
+        f"CPPFLAGS = {' '.join(target.defines())} -Iruntime/include -Iruntime/kernels -I.",
+        f"LDFLAGS = {' '.join(shlex.quote(f) for f in tc.ldflags)} "
+        f"{' '.join(_export_flags(target, exports))}",
+        f"SOURCES = {' '.join(sources)}",
+        *[f"export {k} ?= {v}" for k, v in tc.env],
+        "",
+        f"all: {lib}",
+        "",
+        f"{lib}: $(SOURCES) $(wildcard *.h runtime/include/*.h runtime/kernels/*.h)",
+        f"\t$(CC) $(CFLAGS) $(CPPFLAGS) -o $@ $(SOURCES) $(LDFLAGS)",
+        "",
+        "clean:",
+        f"\trm -f {lib}",
+        "",
+        ".PHONY: all clean",
+        ""])
+
+
 def _install_hint(target: Target) -> str:
     package = target.toolchain.package
     return f" (install it: apt-get install {package})" if package else ""
@@ -90,7 +141,8 @@ def _install_hint(target: Target) -> str:
 def _run_toolchain(target: Target, folder: Path, cmd: list[str], what: str) -> None:
     try:
         proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True,
-                              timeout=BUILD_TIMEOUT_S)
+                              timeout=BUILD_TIMEOUT_S,
+                              env={**os.environ, **dict(target.toolchain.env)})
     except subprocess.TimeoutExpired:
         raise BuildError(f"{target.toolchain.cc} did not finish within {BUILD_TIMEOUT_S} s"
                          ) from None
@@ -110,11 +162,13 @@ def _run_toolchain(target: Target, folder: Path, cmd: list[str], what: str) -> N
                      f"report it with --verbose output)", detail=detail)
 
 
-def build_library(target: Target, folder: Path, sources: list[str]) -> Path:
+def build_library(target: Target, folder: Path, sources: list[str],
+                  exports: list[str] = ()) -> Path:
+    """Builds the target's library (or model.wasm, exporting `exports`) in `folder`."""
     if not target.compiler_found():
         raise TargetError(f"target {target.name}: compiler {target.toolchain.cc!r} not found"
                           f"{_install_hint(target)}")
-    cmd = library_command(target, sources, target.library_name)
+    cmd = library_command(target, sources, target.library_name, exports)
     _run_toolchain(target, folder, cmd, "the generated code")
     return folder / target.library_name
 

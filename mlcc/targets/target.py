@@ -16,8 +16,10 @@ import yaml
 from ..errors import TargetError
 
 BUILTIN_DIR = Path(__file__).resolve().parents[2] / "targets"
-SIMD_LEVELS = ("none", "sse2", "avx2", "avx512", "neon", "simd128")
-OUTPUT_KINDS = ("shared",)
+SIMD_LEVELS = ("auto", "none", "sse2", "avx2", "avx512", "neon", "simd128")
+# shared: a shared library (libmodel.so); wasm: a standalone WebAssembly module (model.wasm)
+# with the JavaScript wrapper of mlcc/targets/wasm.py.
+OUTPUT_KINDS = ("shared", "wasm")
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ class Toolchain:
     ldflags: tuple[str, ...] = ()
     ar: str = "ar"
     package: str = ""             # the Debian package that provides cc, for hints
+    env: tuple[tuple[str, str], ...] = ()   # environment variables the compiler needs
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,7 @@ class Target:
     description: str
     arch: str
     toolchain: Toolchain
-    simd: str = "none"
+    simd: str = "auto"
     vector_bits: int = 128
     alignment: int = 64
     threads: int = 1
@@ -44,15 +47,21 @@ class Target:
     cpu: dict = field(default_factory=dict)         # ghz, fma_units: for peak FLOP/s estimates
     run: tuple[str, ...] = ()     # command prefix that runs a target binary; () on the host
     run_package: str = ""         # the Debian package that provides run[0], for hints
+    # int8 quantization: activation type the target's integer dot products want (uint8 for
+    # x86 u8 x s8 VNNI/vpmaddubsw), and how accumulators are requantized: "float" (a float32
+    # multiplier, onnxruntime's arithmetic) or "fixed" (integer-only Q31 multiplier + shift)
+    int8_activations: str = "uint8"
+    int8_requant: str = "float"
     path: str = ""
 
     @property
     def library_name(self) -> str:
-        return "libmodel.so"
+        return "model.wasm" if self.output == "wasm" else "libmodel.so"
 
     @property
     def is_host(self) -> bool:
-        return not self.run
+        """Whether Python can load what this target builds (a wasm module never)."""
+        return not self.run and self.output == "shared"
 
     def compiler_found(self) -> bool:
         return shutil.which(self.toolchain.cc) is not None
@@ -76,16 +85,23 @@ class Target:
         return missing
 
     def defines(self) -> list[str]:
-        """Macros that tell the runtime kernels what the target offers."""
+        """Macros that tell the runtime kernels what the target offers: the vector width, or
+        with `simd: none` that the kernels use their portable scalar loops."""
+        if self.simd == "none":
+            return ["-DMLCC_NO_VECTORS"]
         return [f"-DMLCC_VECTOR_BYTES={max(self.vector_bits // 8, 4)}"]
 
 
 _SCHEMA = {
     "name": str, "description": str, "arch": str, "toolchain": dict, "simd": str,
     "vector_bits": int, "alignment": int, "threads": int, "output": str, "cache_kib": dict,
-    "cpu": dict, "run": list, "run_package": str,
+    "cpu": dict, "run": list, "run_package": str, "int8": dict,
 }
-_TOOLCHAIN = {"cc": str, "cflags": list, "ldflags": list, "ar": str, "package": str}
+_INT8 = {"activations": str, "requant": str}
+INT8_ACTIVATIONS = ("uint8",)
+INT8_REQUANT = ("float", "fixed")
+_TOOLCHAIN = {"cc": str, "cflags": list, "ldflags": list, "ar": str, "package": str,
+              "env": dict}
 _REQUIRED = ("name", "arch", "toolchain")
 
 
@@ -124,7 +140,10 @@ def parse_target(text: str, path: str = "<target>") -> Target:
     for key in ("cflags", "ldflags"):
         if not all(isinstance(f, str) for f in tc.get(key, [])):
             raise TargetError(f"{path}: toolchain.{key} must be a list of strings")
-    simd = data.get("simd", "none")
+    env = tc.get("env", {})
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise TargetError(f"{path}: toolchain.env must map variable names to strings")
+    simd = data.get("simd", "auto")
     if simd not in SIMD_LEVELS:
         raise TargetError(f"{path}: simd must be one of {', '.join(SIMD_LEVELS)}, not {simd!r}")
     vb = data.get("vector_bits", 128)
@@ -147,13 +166,24 @@ def parse_target(text: str, path: str = "<target>") -> Target:
     if not all(isinstance(r, str) and r for r in run):
         raise TargetError(f"{path}: run must be a list of non-empty strings (a command "
                           f"prefix)")
+    int8 = data.get("int8", {})
+    _check_keys(int8, _INT8, "int8.", path)
+    if int8.get("activations", "uint8") not in INT8_ACTIVATIONS:
+        raise TargetError(f"{path}: int8.activations must be one of "
+                          f"{', '.join(INT8_ACTIVATIONS)}, not {int8['activations']!r}")
+    if int8.get("requant", "float") not in INT8_REQUANT:
+        raise TargetError(f"{path}: int8.requant must be one of {', '.join(INT8_REQUANT)}, "
+                          f"not {int8['requant']!r}")
     return Target(
         name=data["name"], description=data.get("description", ""), arch=data["arch"],
         toolchain=Toolchain(tc["cc"], tuple(tc.get("cflags", [])), tuple(tc.get("ldflags", [])),
-                            tc.get("ar", "ar"), tc.get("package", "")),
+                            tc.get("ar", "ar"), tc.get("package", ""),
+                            tuple(sorted(env.items()))),
         simd=simd, vector_bits=vb, alignment=align, threads=threads, output=output,
         cache_kib=dict(data.get("cache_kib", {})), cpu=dict(data.get("cpu", {})),
-        run=tuple(run), run_package=data.get("run_package", ""), path=path)
+        run=tuple(run), run_package=data.get("run_package", ""),
+        int8_activations=int8.get("activations", "uint8"),
+        int8_requant=int8.get("requant", "float"), path=path)
 
 
 def builtin_targets() -> list[str]:

@@ -3,12 +3,16 @@
  * directly (a cross-compiled library run under an emulator or on a board).
  *
  *     harness WEIGHTS IN_0 ... IN_{n-1} OUT_0 ... OUT_{m-1}
+ *     harness --runs N WEIGHTS IN_0 ... OUT_0 ...
  *     harness --info
  *
  * WEIGHTS is the model's weights.bin. Each IN_i holds input i in model order as raw
  * little-endian elements of the input's type (exactly its size in bytes); each OUT_i is written
  * the same way. --info prints the model's name, arena and weight sizes, and the name, type and
- * shape of every input and output (the order the files follow).
+ * shape of every input and output (the order the files follow). --runs N (1 to 1000000, default
+ * 1) runs the model N times on the same inputs before writing the outputs: a cost measure
+ * under an emulator subtracts the instructions of N = 1 from those of N = 2 to get exactly one
+ * inference, without the start-up, file reading and init around it.
  *
  * Exit status: 0 success; 1 wrong usage or a file that cannot be read or written (or has the
  * wrong size); 2 the model returned an error status from init or run, printed on stderr as
@@ -121,6 +125,7 @@ static int print_info(const mlcc_model_info *info) {
 static void usage(const mlcc_model_info *info) {
     fprintf(stderr, "usage: harness WEIGHTS IN... OUT...  (%d input file%s, then %d output "
                     "file%s, in model order)\n"
+                    "       harness --runs N WEIGHTS IN... OUT...  (runs the model N times)\n"
                     "       harness --info                (lists them)\n",
             info->num_inputs, info->num_inputs == 1 ? "" : "s", info->num_outputs,
             info->num_outputs == 1 ? "" : "s");
@@ -134,9 +139,21 @@ int main(int argc, char **argv) {
     void *weights_base = NULL, *arena_base = NULL;
     unsigned char *weights, *arena;
     mlcc_context ctx;
+    long runs = 1, r;
     int i, status, result = EXIT_USAGE;
 
     if (argc == 2 && strcmp(argv[1], "--info") == 0) return print_info(info);
+    if (argc >= 3 && strcmp(argv[1], "--runs") == 0) {
+        char *end;
+        runs = strtol(argv[2], &end, 10);
+        if (end == argv[2] || *end != '\0' || runs < 1 || runs > 1000000) {
+            fprintf(stderr, "harness: --runs needs a count from 1 to 1000000, not '%s'\n",
+                    argv[2]);
+            return EXIT_USAGE;
+        }
+        argc -= 2;
+        argv += 2;
+    }
     if (argc != 2 + ni + no) {
         usage(info);
         return EXIT_USAGE;
@@ -169,11 +186,13 @@ int main(int argc, char **argv) {
                 status);
         goto done;
     }
-    status = MODEL_FN(_run_v)(&ctx, (const void *const *)bufs, bufs + ni);
-    if (status != MLCC_OK) {
-        fprintf(stderr, "harness: run failed: %s (status %d)\n", mlcc_status_string(status),
-                status);
-        goto done;
+    for (r = 0; r < runs; r++) {
+        status = MODEL_FN(_run_v)(&ctx, (const void *const *)bufs, bufs + ni);
+        if (status != MLCC_OK) {
+            fprintf(stderr, "harness: run failed: %s (status %d)\n",
+                    mlcc_status_string(status), status);
+            goto done;
+        }
     }
     result = EXIT_USAGE;
     for (i = 0; i < no; i++)

@@ -1,0 +1,534 @@
+"""Quantized operators: ONNX QuantizeLinear / DequantizeLinear (the float boundaries) and the
+integer operators mlcc's quantizer (mlcc/quant) writes, in the "mlcc" domain:
+
+- mlcc.QConv: Conv (plain, grouped, depthwise) on uint8 activations and int8 weights, int32
+  accumulation, requantized to uint8 (fused Relu/Clip as the clamp) or written as float32 with
+  a float activation epilogue (for activations without an integer form).
+- mlcc.QFC: Gemm / MatMul with a constant weight, the same epilogue.
+- mlcc.QAdd: requantizing Add of two uint8 tensors; mlcc.QRequant: uint8 -> uint8 at another
+  scale; mlcc.QMaxPool / mlcc.QAvgPool: pooling on codes.
+
+Inputs of QConv / QFC: x (uint8), w (int8 [M, C/g, kh, kw] or [N, K]), bias (int32, the
+quantized bias), scale (float32 per channel: x_s * w_s[c] / y_s, or x_s * w_s[c] for float
+output), fbias (float32, float output only, else ""), mult and shift (int32, fixed-point
+requantization only, else ""). Attributes: the Conv geometry, x_zero_point, and rq =
+(out_kind, mode, zero_point, qmin, qmax) plus the scales for the banner.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ModelError, UnsupportedError
+from ..ir import Enum, Graph, Lowering, Node
+from .common import act_params
+from .conv import AUTO_PAD, window2d, window_geometry
+from .registry import OpDef, register
+
+MLCC = "mlcc"
+
+
+def _scalar(g: Graph, node: Node, index: int, what: str, default=None):
+    name = node.input(index)
+    if not name:
+        if default is None:
+            raise ModelError(f"{what} (input {index}) is required")
+        return default
+    arr = g.const(name)
+    if arr is None:
+        raise UnsupportedError(f"{what} ({name!r}) must be a constant")
+    arr = np.asarray(arr)
+    if arr.size != 1:
+        raise UnsupportedError(f"per-axis {what} ({list(arr.shape)}) is not supported here "
+                               f"(per-tensor only)")
+    return arr.reshape(()).item(), arr.dtype
+
+
+def qlinear_params(g: Graph, node: Node) -> tuple[float, int, str]:
+    """(scale, zero point, quantized dtype) of a QuantizeLinear / DequantizeLinear node."""
+    scale, _ = _scalar(g, node, 1, "scale")
+    zp_name = node.input(2)
+    if zp_name:
+        zp, zdt = _scalar(g, node, 2, "zero point")
+        qdtype = np.dtype(zdt).name
+    else:
+        zp, qdtype = 0, "uint8"
+    if qdtype != "uint8":
+        raise UnsupportedError(f"{qdtype} quantization is not supported at run time (uint8 "
+                               f"activations are)")
+    if not (np.isfinite(scale) and scale > 0):
+        raise ModelError(f"scale {scale} must be positive and finite")
+    return float(np.float32(scale)), int(zp), qdtype
+
+
+@register("QuantizeLinear", since=10)
+class QuantizeLinear(OpDef):
+    attributes = {"axis": None, "saturate": lambda v: v == 1, "block_size": lambda v: v == 0,
+                  "output_dtype": lambda v: v in (0, 2)}
+
+    def infer(self, node, ins, g):
+        if ins[0].dtype != "float32":
+            raise UnsupportedError(f"{ins[0].dtype} input is not supported (float32 is)")
+        _, _, qdtype = qlinear_params(g, node)
+        return [(qdtype, ins[0].shape)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        scale, zp, _ = qlinear_params(lo.graph, node)
+        x = lo.value(node.inputs[0])
+        lo.call("mlcc_f32_quantize_u8", [node.inputs[0], node.outputs[0]], [node.outputs[0]],
+                params_type="mlcc_quantize_params",
+                params={"count": x.numel, "scale": scale, "zero_point": zp},
+                op=f"QuantizeLinear scale={scale:.6g} zp={zp}")
+
+
+@register("DequantizeLinear", since=10)
+class DequantizeLinear(OpDef):
+    attributes = {"axis": None, "block_size": lambda v: v == 0}
+
+    def infer(self, node, ins, g):
+        if ins[0].dtype != "uint8":
+            raise UnsupportedError(f"{ins[0].dtype} input is not supported at run time "
+                                   f"(uint8 is)")
+        qlinear_params(g, node)
+        return [("float32", ins[0].shape)]
+
+    def fold(self, node, arrays):
+        x, scale = arrays[0], np.asarray(arrays[1], np.float32)
+        zp = np.asarray(arrays[2]) if len(arrays) > 2 and arrays[2] is not None else 0
+        axis = node.attr("axis", 1)
+        if scale.ndim == 1 and scale.size > 1:
+            shape = [1] * x.ndim
+            shape[axis] = -1
+            scale = scale.reshape(shape)
+            zp = np.asarray(zp).reshape(shape) if np.ndim(zp) else zp
+        return [((x.astype(np.int32) - np.asarray(zp, np.int32)).astype(np.float32) * scale)
+                .astype(np.float32)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        scale, zp, _ = qlinear_params(lo.graph, node)
+        x = lo.value(node.inputs[0])
+        lo.call("mlcc_u8_dequantize_f32", [node.inputs[0], node.outputs[0]], [node.outputs[0]],
+                params_type="mlcc_quantize_params",
+                params={"count": x.numel, "scale": scale, "zero_point": zp},
+                op=f"DequantizeLinear scale={scale:.6g} zp={zp}")
+
+
+# ------------------------------------------------------------------ mlcc-domain integer ops
+
+def requant_params(node: Node) -> dict:
+    rq = node.attr("rq")
+    out_kind, mode, zp, qmin, qmax = rq
+    kind = {"float32": "F32", "int32": "S32"}.get(out_kind, "U8")
+    return {"out_kind": Enum(f"MLCC_QOUT_{kind}"),
+            "mode": Enum(f"MLCC_REQUANT_{mode.upper()}"), "zero_point": int(zp),
+            "qmin": int(qmin), "qmax": int(qmax),
+            "act": act_params(node) if out_kind == "float32" else act_params(Node("", "", [], []))}
+
+
+def banner(node: Node, what: str) -> str:
+    out_kind, mode, zp, qmin, qmax = node.attr("rq")
+    fused = [f.rsplit(":", 1)[-1] for f in node.fused]
+    text = "+".join([what] + fused)
+    text += f" int8 x_scale={node.attr('x_scale'):.6g} x_zp={node.attr('x_zero_point')}"
+    if out_kind == "uint8":
+        text += (f" y_scale={node.attr('y_scale'):.6g} y_zp={zp} clamp=[{qmin},{qmax}] "
+                 f"requant={mode}")
+    else:
+        text += f" -> {out_kind}"
+    return text
+
+
+def _packed_rows(w: np.ndarray) -> tuple[np.ndarray, int]:
+    """[M, K...] int8 -> [M, 4 * k4] with zero padding; k4."""
+    m = w.shape[0]
+    flat = w.reshape(m, -1)
+    k = flat.shape[1]
+    k4 = -(-k // 4)
+    out = np.zeros((m, 4 * k4), np.int8)
+    out[:, :k] = flat
+    return out, k4
+
+
+def _const(lo: Lowering, name: str) -> np.ndarray:
+    arr = lo.graph.const(name)
+    if arr is None:
+        raise UnsupportedError(f"{name!r} must be a constant")
+    return np.asarray(arr)
+
+
+def _channel_args(node: Node) -> list[str]:
+    return [node.input(3), node.input(4), node.input(5), node.input(6)]
+
+
+@register("QConv", domain=MLCC)
+class QConv(OpDef):
+    attributes = {"auto_pad": lambda v: v in AUTO_PAD, "dilations": None, "group": None,
+                  "kernel_shape": None, "pads": None, "strides": None, "x_zero_point": None,
+                  "x_scale": None, "y_scale": None, "rq": None, "_act": None}
+
+    def infer(self, node, ins, g):
+        return [(g.values[node.outputs[0]].dtype, g.values[node.outputs[0]].shape)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        x, w = lo.value(node.inputs[0]), lo.value(node.inputs[1])
+        if len(x.shape) not in (3, 4):
+            raise UnsupportedError("only 1-D and 2-D convolutions are quantized")
+        kernel = list(w.shape[2:])
+        geo = window_geometry(node, list(x.shape[2:]), kernel)
+        geo["kernel"] = kernel
+        kh, kw, ih, iw, oh, ow, sh, sw, dh, dw, pt, pl = window2d(geo, x.shape[2:])
+        group = int(node.attr("group", 1))
+        n, c = x.shape[:2]
+        m = w.shape[0]
+        params = {"batch": n, "in_channels": c, "in_h": ih, "in_w": iw, "out_channels": m,
+                  "out_h": oh, "out_w": ow, "kernel_h": kh, "kernel_w": kw, "stride_h": sh,
+                  "stride_w": sw, "dilation_h": dh, "dilation_w": dw, "pad_top": pt,
+                  "pad_left": pl, "groups": group, "x_zero_point": int(node.attr("x_zero_point")),
+                  "rq": requant_params(node)}
+        wq = _const(lo, node.inputs[1]).astype(np.int8)
+        bias = _const(lo, node.inputs[2]).astype(np.int64)
+        out = node.outputs[0]
+        label = banner(node, "Conv")
+        if group == c == m and group > 1:
+            wname = lo.add_const(f"{node.name}.w_dw", wq.reshape(m, kh * kw))
+            lo.call("mlcc_u8_qconv2d_depthwise",
+                    [node.inputs[0], wname, node.inputs[2], *_channel_args(node), out], [out],
+                    params_type="mlcc_qconv2d_params", params=params, op=label)
+            return
+        packed, k4 = _packed_rows(wq)
+        zx = int(node.attr("x_zero_point"))
+        eff = bias - zx * wq.reshape(m, -1).astype(np.int64).sum(axis=1)
+        if np.any(np.abs(eff) >= 2**31):
+            raise UnsupportedError("the folded int32 bias overflows")
+        wname = lo.add_const(f"{node.name}.w_packed", packed)
+        bname = lo.add_const(f"{node.name}.bias_zp", eff.astype(np.int32))
+        lo.call("mlcc_u8_qconv2d", [node.inputs[0], wname, bname, *_channel_args(node), out],
+                [out], params_type="mlcc_qconv2d_params", params=params,
+                scratch_bytes=4 * (k4 + 1) * oh * ow, op=label)
+
+    def flops(self, node: Node, g: Graph) -> int:
+        w, y = g.values[node.inputs[1]], g.values[node.outputs[0]]
+        return 2 * y.numel * math.prod(w.shape[1:])
+
+
+@register("QFC", domain=MLCC)
+class QFC(OpDef):
+    """y[..., n] = epilogue(sum_k x[..., k] w[n][k]): all leading axes of x are rows."""
+    attributes = {"x_zero_point": None, "x_scale": None, "y_scale": None, "rq": None,
+                  "_act": None}
+
+    def infer(self, node, ins, g):
+        return [(g.values[node.outputs[0]].dtype, g.values[node.outputs[0]].shape)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        x = lo.value(node.inputs[0])
+        wq = _const(lo, node.inputs[1]).astype(np.int8)
+        nout, k = wq.shape
+        rows = x.numel // k
+        k4 = -(-k // 4)
+        packed = np.zeros((k4 * 4, nout), np.int8)
+        packed[:k] = wq.T
+        # [k4][n][4]: the 4 k of a group adjacent for each column
+        packed = packed.reshape(k4, 4, nout).transpose(0, 2, 1).copy()
+        zx = int(node.attr("x_zero_point"))
+        eff = _const(lo, node.inputs[2]).astype(np.int64) - zx * wq.astype(np.int64).sum(axis=1)
+        wname = lo.add_const(f"{node.name}.w_packed", packed)
+        bname = lo.add_const(f"{node.name}.bias_zp", eff.astype(np.int32))
+        out = node.outputs[0]
+        lo.call("mlcc_u8_qfc", [node.inputs[0], wname, bname, *_channel_args(node), out], [out],
+                params_type="mlcc_qfc_params",
+                params={"m": rows, "n": nout, "k": k, "rq": requant_params(node)},
+                scratch_bytes=0 if k % 4 == 0 else rows * 4 * k4,
+                op=banner(node, "Gemm"))
+
+    def flops(self, node: Node, g: Graph) -> int:
+        w = g.values[node.inputs[1]]
+        return 2 * g.values[node.outputs[0]].numel * w.shape[1]
+
+
+@register("QAdd", domain=MLCC)
+class QAdd(OpDef):
+    attributes = {"a": None, "b": None, "y": None, "mode": None, "clamp": None}
+
+    def infer(self, node, ins, g):
+        return [("uint8", ins[0].shape)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        (sa, za), (sb, zb), (sy, zy) = node.attr("a"), node.attr("b"), node.attr("y")
+        mode = node.attr("mode")
+        qmin, qmax = node.attr("clamp")
+        fixed = add_fixed_multipliers(sa, sb, sy)
+        out = node.outputs[0]
+        lo.call("mlcc_u8_qadd", [node.inputs[0], node.inputs[1], out], [out],
+                params_type="mlcc_qadd_params",
+                params={"count": lo.value(out).numel, "a_zero_point": int(za),
+                        "b_zero_point": int(zb),
+                        # float32 multipliers: each product with a code is then exact in
+                        # double, so the sum rounds once with or without FMA contraction
+                        "a_mult_f": float(np.float32(sa / sy)),
+                        "b_mult_f": float(np.float32(sb / sy)), "a_mult": fixed[0],
+                        "a_shift": fixed[1], "b_mult": fixed[2], "b_shift": fixed[3],
+                        "out_mult": fixed[4], "out_shift": fixed[5],
+                        "rq": {"out_kind": Enum("MLCC_QOUT_U8"),
+                               "mode": Enum(f"MLCC_REQUANT_{mode.upper()}"),
+                               "zero_point": int(zy), "qmin": int(qmin), "qmax": int(qmax),
+                               "act": act_params(Node("", "", [], []))}},
+                op=f"Add int8 a=({sa:.6g},{za}) b=({sb:.6g},{zb}) y=({sy:.6g},{zy}) "
+                   f"requant={mode}")
+
+
+def fixed_multiplier(m: float) -> tuple[int, int]:
+    """m = m0 * 2^shift / 2^31, m0 in [2^30, 2^31) (gemmlowp QuantizeMultiplier)."""
+    if m <= 0:
+        return 0, 0
+    mant, exp = math.frexp(m)
+    m0 = int(round(mant * (1 << 31)))
+    if m0 == 1 << 31:
+        m0 //= 2
+        exp += 1
+    if exp < -31:
+        return 0, 0
+    return m0, exp
+
+
+def add_fixed_multipliers(sa: float, sb: float, sy: float) -> tuple[int, ...]:
+    """TFLite's integer Add: inputs to a common scale 2 * max(sa, sb) / 2^20, then out."""
+    twice_max = 2.0 * max(sa, sb)
+    a = fixed_multiplier(sa / twice_max)
+    b = fixed_multiplier(sb / twice_max)
+    o = fixed_multiplier(twice_max / ((1 << 20) * sy))
+    return (*a, *b, *o)
+
+
+@register("QRequant", domain=MLCC)
+class QRequant(OpDef):
+    attributes = {"x": None, "y": None, "mode": None}
+
+    def infer(self, node, ins, g):
+        return [("uint8", ins[0].shape)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        (sx, zx), (sy, zy) = node.attr("x"), node.attr("y")
+        mf = float(np.float32(np.float32(sx) / np.float32(sy)))
+        m0, sh = fixed_multiplier(float(sx) / float(sy))
+        out = node.outputs[0]
+        mode = node.attr("mode")
+        lo.call("mlcc_u8_requantize", [node.inputs[0], out], [out],
+                params_type="mlcc_qrequant_params",
+                params={"count": lo.value(out).numel, "x_zero_point": int(zx), "mult_f": mf,
+                        "mult": m0, "shift": sh,
+                        "rq": {"out_kind": Enum("MLCC_QOUT_U8"),
+                               "mode": Enum(f"MLCC_REQUANT_{mode.upper()}"),
+                               "zero_point": int(zy), "qmin": 0, "qmax": 255,
+                               "act": act_params(Node("", "", [], []))}},
+                op=f"Requantize ({sx:.6g},{zx}) -> ({sy:.6g},{zy}) requant={mode}")
+
+
+class _QPool(OpDef):
+    attributes = {"kernel_shape": None, "pads": None, "strides": None, "dilations": None,
+                  "auto_pad": lambda v: v in AUTO_PAD, "ceil_mode": lambda v: v in (0, 1),
+                  "zero_point": None, "global": None, "scale": None}
+    kernel = ""
+
+    def infer(self, node, ins, g):
+        return [("uint8", g.values[node.outputs[0]].shape)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        x, y = lo.value(node.inputs[0]), lo.value(node.outputs[0])
+        if node.attr("global"):
+            spatial = list(x.shape[2:])
+            ih, iw = ([1] + spatial)[-2:] if len(spatial) == 1 else spatial
+            p = {"planes": x.shape[0] * x.shape[1], "in_h": ih, "in_w": iw, "out_h": 1,
+                 "out_w": 1, "kernel_h": ih, "kernel_w": iw, "stride_h": 1, "stride_w": 1,
+                 "dilation_h": 1, "dilation_w": 1, "pad_top": 0, "pad_left": 0}
+        else:
+            kernel = [int(k) for k in node.attr("kernel_shape")]
+            geo = window_geometry(node, list(x.shape[2:]), kernel,
+                                  ceil_mode=bool(node.attr("ceil_mode", 0)))
+            geo["kernel"] = kernel
+            kh, kw, ih, iw, oh, ow, sh, sw, dh, dw, pt, pl = window2d(geo, x.shape[2:])
+            p = {"planes": x.shape[0] * x.shape[1], "in_h": ih, "in_w": iw, "out_h": oh,
+                 "out_w": ow, "kernel_h": kh, "kernel_w": kw, "stride_h": sh, "stride_w": sw,
+                 "dilation_h": dh, "dilation_w": dw, "pad_top": pt, "pad_left": pl}
+        p["pad_value"] = int(node.attr("zero_point"))
+        del y
+        lo.call(self.kernel, [node.inputs[0], node.outputs[0]], [node.outputs[0]],
+                params_type="mlcc_qpool2d_params", params=p,
+                op=f"{self.op_type} int8 scale={node.attr('scale'):.6g} "
+                   f"zp={node.attr('zero_point')}")
+
+
+@register("QMaxPool", domain=MLCC)
+class QMaxPool(_QPool):
+    kernel = "mlcc_u8_maxpool2d"
+
+
+@register("QAvgPool", domain=MLCC)
+class QAvgPool(_QPool):
+    kernel = "mlcc_u8_avgpool2d"
+
+
+# ------------------------------------------------------------------ ONNX integer operators
+
+def _qscalar(g: Graph, name: str, what: str):
+    arr = g.const(name) if name else None
+    if name and arr is None:
+        raise UnsupportedError(f"{what} ({name!r}) must be a constant")
+    return arr
+
+
+def _onnx_requant(node: Node, lo: Lowering, x_scale: float, w_scale: np.ndarray,
+                  y_scale: float, y_zp: int) -> tuple[list[str], dict]:
+    """Per-channel constants and requant params for ONNX QLinear* nodes (float requant, the
+    arithmetic onnxruntime uses)."""
+    scale = ((np.float32(x_scale) * w_scale.astype(np.float32)) / np.float32(y_scale)
+             ).astype(np.float32)
+    names = [lo.add_const(f"{node.name}.scale", scale), "", "", ""]
+    return names, {"out_kind": Enum("MLCC_QOUT_U8"), "mode": Enum("MLCC_REQUANT_FLOAT"),
+                   "zero_point": int(y_zp), "qmin": 0, "qmax": 255,
+                   "act": act_params(Node("", "", [], []))}
+
+
+def _check_u8_s8(node: Node, g: Graph, x_zp, w, w_zp, y_zp) -> None:
+    if x_zp is not None and np.asarray(x_zp).dtype != np.uint8 or \
+            y_zp is not None and np.asarray(y_zp).dtype != np.uint8:
+        raise UnsupportedError("only uint8 activations are supported")
+    if w is None or w.dtype != np.int8:
+        raise UnsupportedError("the weights must be a constant int8 tensor")
+    if w_zp is not None and np.any(np.asarray(w_zp) != 0):
+        raise UnsupportedError("weight zero points other than 0 are not supported")
+
+
+@register("QLinearConv", since=10)
+class QLinearConv(OpDef):
+    attributes = {"auto_pad": lambda v: v in AUTO_PAD, "dilations": None, "group": None,
+                  "kernel_shape": None, "pads": None, "strides": None}
+
+    def infer(self, node, ins, g):
+        x, w = ins[0], ins[3]
+        if x.dtype != "uint8":
+            raise UnsupportedError(f"{x.dtype} input is not supported (uint8 is)")
+        kernel = list(w.shape[2:])
+        geo = window_geometry(node, list(x.shape[2:]), kernel)
+        return [("uint8", (x.shape[0], w.shape[0], *geo["out"]))]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        g = lo.graph
+        xs, xz = _qscalar(g, node.input(1), "x_scale"), _qscalar(g, node.input(2), "x_zero_point")
+        w = _qscalar(g, node.input(3), "w")
+        ws, wz = _qscalar(g, node.input(4), "w_scale"), _qscalar(g, node.input(5), "w_zero_point")
+        ys, yz = _qscalar(g, node.input(6), "y_scale"), _qscalar(g, node.input(7), "y_zero_point")
+        _check_u8_s8(node, g, xz, w, wz, yz)
+        if np.size(xs) != 1 or np.size(ys) != 1:
+            raise UnsupportedError("per-axis activation scales are not supported")
+        m = w.shape[0]
+        w_scale = np.broadcast_to(np.asarray(ws, np.float32).reshape(-1), (m,))
+        bias = _qscalar(g, node.input(8), "B") if node.input(8) else np.zeros(m, np.int32)
+        bname = lo.add_const(f"{node.name}.bias", np.asarray(bias, np.int32))
+        names, rq = _onnx_requant(node, lo, float(np.asarray(xs).reshape(())), w_scale,
+                                  float(np.asarray(ys).reshape(())),
+                                  int(np.asarray(yz).reshape(())) if yz is not None else 0)
+        # Rewrite as the mlcc.QConv lowering does (same kernels), through a synthetic node.
+        zx = int(np.asarray(xz).reshape(())) if xz is not None else 0
+        wname = lo.add_const(f"{node.name}.w", np.asarray(w, np.int8))
+        q = Node(node.name, "QConv", [node.inputs[0], wname, bname, names[0], "", "", ""],
+                 list(node.outputs), dict(node.attrs), MLCC, 1)
+        q.attrs.update(x_zero_point=zx, x_scale=float(np.asarray(xs).reshape(())),
+                       y_scale=float(np.asarray(ys).reshape(())),
+                       rq=("uint8", "float", rq["zero_point"], 0, 255))
+        QConv().lower(q, lo)
+
+
+@register("QLinearMatMul", since=10)
+class QLinearMatMul(OpDef):
+    attributes = {}
+
+    def infer(self, node, ins, g):
+        a, b = ins[0], ins[3]
+        if a.dtype != "uint8" or len(b.shape) != 2:
+            raise UnsupportedError("uint8 A and a 2-D constant int8 B are supported")
+        return [("uint8", tuple(a.shape[:-1]) + (b.shape[1],))]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        g = lo.graph
+        xs, xz = _qscalar(g, node.input(1), "a_scale"), _qscalar(g, node.input(2), "a_zero_point")
+        b = _qscalar(g, node.input(3), "b")
+        bs, bz = _qscalar(g, node.input(4), "b_scale"), _qscalar(g, node.input(5), "b_zero_point")
+        ys, yz = _qscalar(g, node.input(6), "y_scale"), _qscalar(g, node.input(7), "y_zero_point")
+        _check_u8_s8(node, g, xz, b, bz, yz)
+        if np.size(xs) != 1 or np.size(ys) != 1:
+            raise UnsupportedError("per-axis activation scales are not supported")
+        n = b.shape[1]
+        w_scale = np.broadcast_to(np.asarray(bs, np.float32).reshape(-1), (n,))
+        names, rq = _onnx_requant(node, lo, float(np.asarray(xs).reshape(())), w_scale,
+                                  float(np.asarray(ys).reshape(())),
+                                  int(np.asarray(yz).reshape(())) if yz is not None else 0)
+        zx = int(np.asarray(xz).reshape(())) if xz is not None else 0
+        wname = lo.add_const(f"{node.name}.w", np.ascontiguousarray(np.asarray(b, np.int8).T))
+        bname = lo.add_const(f"{node.name}.bias", np.zeros(n, np.int32))
+        q = Node(node.name, "QFC", [node.inputs[0], wname, bname, names[0], "", "", ""],
+                 list(node.outputs), {}, MLCC, 1)
+        q.attrs.update(x_zero_point=zx, x_scale=float(np.asarray(xs).reshape(())),
+                       y_scale=float(np.asarray(ys).reshape(())),
+                       rq=("uint8", "float", rq["zero_point"], 0, 255))
+        QFC().lower(q, lo)
+
+
+@register("ConvInteger", since=10)
+class ConvInteger(OpDef):
+    """y = conv(x - x_zero_point, w) in int32, on the integer convolution kernels."""
+    attributes = QLinearConv.attributes
+
+    def infer(self, node, ins, g):
+        x, w = ins[0], ins[1]
+        if x.dtype != "uint8":
+            raise UnsupportedError(f"{x.dtype} input is not supported (uint8 is)")
+        geo = window_geometry(node, list(x.shape[2:]), list(w.shape[2:]))
+        return [("int32", (x.shape[0], w.shape[0], *geo["out"]))]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        g = lo.graph
+        w = _qscalar(g, node.input(1), "w")
+        xz = _qscalar(g, node.input(2), "x_zero_point")
+        wz = _qscalar(g, node.input(3), "w_zero_point")
+        _check_u8_s8(node, g, xz, w, wz, None)
+        if xz is not None and np.size(xz) != 1:
+            raise UnsupportedError("a per-axis x_zero_point is not supported")
+        m = w.shape[0]
+        zx = int(np.asarray(xz).reshape(())) if xz is not None else 0
+        q = Node(node.name, "QConv", [node.inputs[0], lo.add_const(f"{node.name}.w", w),
+                                      lo.add_const(f"{node.name}.bias", np.zeros(m, np.int32)),
+                                      "", "", "", ""], list(node.outputs), dict(node.attrs),
+                 MLCC, 1)
+        q.attrs.update(x_zero_point=zx, x_scale=1.0, y_scale=0.0, rq=("int32", "float", 0, 0, 0))
+        QConv().lower(q, lo)
+
+
+@register("MatMulInteger", since=10)
+class MatMulInteger(OpDef):
+    """y = (a - a_zero_point) @ b in int32 with a constant 2-D int8 b."""
+    attributes = {}
+
+    def infer(self, node, ins, g):
+        a, b = ins[0], ins[1]
+        if a.dtype != "uint8" or len(b.shape) != 2:
+            raise UnsupportedError("uint8 A and a 2-D constant int8 B are supported")
+        return [("int32", tuple(a.shape[:-1]) + (b.shape[1],))]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        g = lo.graph
+        b = _qscalar(g, node.input(1), "B")
+        az = _qscalar(g, node.input(2), "a_zero_point")
+        bz = _qscalar(g, node.input(3), "b_zero_point")
+        _check_u8_s8(node, g, az, b, bz, None)
+        if az is not None and np.size(az) != 1:
+            raise UnsupportedError("a per-row a_zero_point is not supported")
+        n = b.shape[1]
+        zx = int(np.asarray(az).reshape(())) if az is not None else 0
+        q = Node(node.name, "QFC", [node.inputs[0],
+                                    lo.add_const(f"{node.name}.w", np.ascontiguousarray(b.T)),
+                                    lo.add_const(f"{node.name}.bias", np.zeros(n, np.int32)),
+                                    "", "", "", ""], list(node.outputs), {}, MLCC, 1)
+        q.attrs.update(x_zero_point=zx, x_scale=1.0, y_scale=0.0, rq=("int32", "float", 0, 0, 0))
+        QFC().lower(q, lo)

@@ -1,0 +1,190 @@
+"""Calibration data readers: an .npz file, a folder of .npy/.npz files, or a Python file.
+
+Every reader yields one sample at a time (a dict input name -> array with the model's shape,
+batch included), so that calibration memory does not grow with the number of samples. The set
+is re-iterable (calibrators with a histogram make two passes). Wrong names, shapes or dtypes,
+an empty set and NaN/Inf values are InputErrors naming the file, the sample and the input.
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+from ..errors import InputError
+
+Spec = dict[str, tuple[str, tuple[int, ...]]]     # input name -> (dtype, static shape)
+
+
+class CalibrationSet:
+    """A re-iterable source of input dicts, checked against the model's inputs."""
+
+    def __init__(self, source: str | Path, spec: Spec, limit: int | None = None):
+        self.source = str(source)
+        self.spec = spec
+        self.limit = limit
+        path = Path(source)
+        if not path.exists():
+            raise InputError(f"calibration data {source} does not exist")
+        if path.is_dir():
+            self._open: Callable[[], Iterator] = lambda: self._folder(path)
+        elif path.suffix == ".npz":
+            self._open = lambda: self._npz(path)
+        elif path.suffix == ".py":
+            self._open = lambda: self._python(path)
+        else:
+            raise InputError(f"calibration data {source}: expected an .npz file, a folder of "
+                             f".npy/.npz files or a .py file defining a generator of input "
+                             f"dicts")
+        self.count = None                        # known after one full pass
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        n = 0
+        for where, sample in self._open():
+            if self.limit is not None and n >= self.limit:
+                break
+            yield self._check(where, sample)
+            n += 1
+        if n == 0:
+            raise InputError(f"calibration data {self.source} is empty: it has no samples")
+        self.count = n
+
+    def check_first(self) -> None:
+        """Reads and checks the first sample (an empty set is an error): bad data is reported
+        before any expensive work."""
+        for _ in self:
+            return
+
+    # ------------------------------------------------------------------ checks
+    def _check(self, where: str, sample) -> dict[str, np.ndarray]:
+        if not isinstance(sample, dict):
+            raise InputError(f"{where}: a calibration sample must be a dict of input name -> "
+                             f"array, got {type(sample).__name__}")
+        names = list(self.spec)
+        missing = [n for n in names if n not in sample]
+        extra = sorted(set(sample) - set(names))
+        if missing or extra:
+            parts = ([f"missing input(s) {', '.join(map(repr, missing))}"] if missing else []) + \
+                    ([f"unknown name(s) {', '.join(map(repr, extra))}"] if extra else [])
+            raise InputError(f"{where}: {'; '.join(parts)} (the model takes "
+                             f"{', '.join(names)})")
+        out = {}
+        for name, (dtype, shape) in self.spec.items():
+            arr = np.asarray(sample[name])
+            want = np.dtype(dtype)
+            if arr.dtype.kind != want.kind or (want.kind == "f" and arr.dtype.itemsize > 8):
+                raise InputError(f"{where}: input {name!r} must be {want.name}, got "
+                                 f"{arr.dtype.name}")
+            if arr.shape != shape:
+                # A sample may leave out the batch axis of size 1.
+                if (1,) + arr.shape == shape:
+                    arr = arr.reshape(shape)
+                else:
+                    raise InputError(f"{where}: input {name!r} must have shape {list(shape)} "
+                                     f"(one sample), got {list(arr.shape)}")
+            if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+                bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+                raise InputError(f"{where}: input {name!r} has {bad} NaN or Inf value(s)")
+            out[name] = np.ascontiguousarray(arr, dtype=want)
+        return out
+
+    # ------------------------------------------------------------------ readers
+    def _sample_axis(self, path: str, arrays: dict[str, np.ndarray]) -> Iterator:
+        """Arrays whose first axis counts samples (an .npz of the calibration set)."""
+        counts = {}
+        for name, arr in arrays.items():
+            if name not in self.spec:
+                continue
+            shape = self.spec[name][1]
+            if arr.ndim == len(shape) and shape and shape[0] == 1:
+                counts[name] = arr.shape[0]          # [samples, ...] with the batch axis
+            elif arr.ndim == len(shape) + 1:
+                counts[name] = arr.shape[0]          # [samples, 1, ...]
+            else:
+                raise InputError(f"{path}: array {name!r} has shape {list(arr.shape)}; expected "
+                                 f"[samples, {', '.join(map(str, shape[1:] if shape and shape[0] == 1 else shape))}]"
+                                 f" (first axis = samples)")
+        if len(set(counts.values())) > 1:
+            raise InputError(f"{path}: arrays have different sample counts "
+                             f"({', '.join(f'{k}: {v}' for k, v in counts.items())})")
+        n = next(iter(counts.values()), 0)
+        for i in range(n):
+            sample = {k: (arrays[k][i] if k in counts else arrays[k]) for k in arrays}
+            for k, shape in ((k, self.spec[k][1]) for k in counts):
+                sample[k] = sample[k].reshape(shape) if sample[k].size == math.prod(shape) \
+                    else sample[k]
+            yield f"{path} sample {i}", sample
+
+    def _npz(self, path: Path) -> Iterator:
+        try:
+            data = np.load(path, allow_pickle=False, mmap_mode="r")
+            arrays = {k: data[k] for k in data.files}
+        except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's
+            raise InputError(f"{path}: cannot read calibration data ({exc})") from None
+        missing = [n for n in self.spec if n not in arrays]
+        if missing:
+            raise InputError(f"{path}: has no array for input(s) {', '.join(map(repr, missing))}"
+                             f" (it has {', '.join(map(repr, arrays)) or 'none'}; the model "
+                             f"takes {', '.join(self.spec)})")
+        yield from self._sample_axis(str(path), {k: arrays[k] for k in self.spec})
+
+    def _folder(self, folder: Path) -> Iterator:
+        files = sorted(p for p in folder.iterdir() if p.suffix in (".npy", ".npz"))
+        if not files:
+            raise InputError(f"calibration folder {folder} has no .npy or .npz files")
+        for p in files:
+            try:
+                if p.suffix == ".npy":
+                    if len(self.spec) != 1:
+                        raise InputError(f"{p}: an .npy file holds one array, but the model has "
+                                         f"{len(self.spec)} inputs: use .npz files")
+                    arr = np.load(p, allow_pickle=False)
+                    sample = {next(iter(self.spec)): arr}
+                else:
+                    with np.load(p, allow_pickle=False) as data:
+                        sample = {k: data[k] for k in data.files}
+            except InputError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                raise InputError(f"{p}: cannot read calibration data ({exc})") from None
+            name0, (_, shape0) = next(iter(self.spec.items()))
+            first = sample.get(name0)
+            if first is not None and first.ndim == len(shape0) and shape0 and shape0[0] == 1 \
+                    and first.shape[0] > 1:
+                yield from self._sample_axis(str(p), sample)    # a file with several samples
+            else:
+                yield str(p), sample
+
+    def _python(self, path: Path) -> Iterator:
+        spec = importlib.util.spec_from_file_location(f"mlcc_calibration_{abs(hash(path))}",
+                                                      path)
+        if spec is None or spec.loader is None:
+            raise InputError(f"{path}: cannot load as a Python module")
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # noqa: BLE001 - the user's code failed
+            raise InputError(f"{path}: failed to run ({type(exc).__name__}: {exc})") from None
+        fn = getattr(module, "calibration_data", None) or getattr(module, "samples", None)
+        if not callable(fn):
+            raise InputError(f"{path}: define a function calibration_data() that yields dicts "
+                             f"of input name -> array")
+        try:
+            it = iter(fn())
+        except Exception as exc:  # noqa: BLE001
+            raise InputError(f"{path}: calibration_data() failed ({type(exc).__name__}: "
+                             f"{exc})") from None
+        i = 0
+        while True:
+            try:
+                sample = next(it)
+            except StopIteration:
+                return
+            except Exception as exc:  # noqa: BLE001
+                raise InputError(f"{path}: calibration_data() failed at sample {i} "
+                                 f"({type(exc).__name__}: {exc})") from None
+            yield f"{path} sample {i}", sample
+            i += 1

@@ -1,0 +1,218 @@
+"""Streaming observers of activation ranges, and the calibrators built on them.
+
+Memory does not grow with the number of samples: a MinMax observer keeps two floats, a
+Histogram observer a fixed number of bins over [-A, A] where A is the largest magnitude found
+by a first (min/max) pass. Calibrators turn what was observed into a range [lo, hi]:
+
+- minmax: the observed minimum and maximum.
+- percentile: the values below which (100 - p)% and p% of all observed values lie, read from
+  the histogram (to one bin width, A / 2048), each tail separately.
+- entropy: TensorRT's KL-divergence search. On the histogram of |x| (2048 bins over [0, A]),
+  every threshold bin i from the number of quantization levels to 2048 is tried: the reference
+  distribution P is the histogram cut at i with the clipped mass added to its last bin, Q is P
+  quantized to the available levels and expanded back (each level's mass spread over its
+  non-empty bins); the i with the smallest KL(P || Q) wins and the range is clipped to
+  +-(i * bin width). The levels are 128 for tensors with negative values (one side of a signed
+  range) and 256 for non-negative ones (all of uint8 on [0, T]), and the bin at 0 is set to its
+  neighbour's count first (exact zeros of ReLU outputs), as NVIDIA's pytorch-quantization does.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InputError
+
+HALF_BINS = 2048            # bins per sign: the histogram has 2 * HALF_BINS over [-A, A]
+CALIBRATORS = ("minmax", "percentile", "entropy")
+
+
+class MinMaxObserver:
+    def __init__(self):
+        self.lo = np.inf
+        self.hi = -np.inf
+        self.count = 0
+
+    def update(self, x: np.ndarray) -> None:
+        if x.size:
+            self.lo = min(self.lo, float(x.min()))
+            self.hi = max(self.hi, float(x.max()))
+            self.count += x.size
+
+    @property
+    def amax(self) -> float:
+        return max(abs(self.lo), abs(self.hi), 0.0)
+
+
+class HistogramObserver:
+    """Counts of values in 2 * HALF_BINS equal bins over [-amax, amax] (amax > 0)."""
+
+    def __init__(self, amax: float, half_bins: int = HALF_BINS):
+        self.amax = float(amax) if amax > 0 else 1.0
+        self.half = half_bins
+        self.hist = np.zeros(2 * half_bins, dtype=np.int64)
+
+    def update(self, x: np.ndarray) -> None:
+        h, _ = np.histogram(x.astype(np.float32, copy=False), bins=2 * self.half,
+                            range=(-self.amax, self.amax))
+        self.hist += h
+
+    @property
+    def width(self) -> float:
+        return self.amax / self.half
+
+    def edges(self) -> np.ndarray:
+        return np.linspace(-self.amax, self.amax, 2 * self.half + 1)
+
+    def abs_hist(self) -> np.ndarray:
+        """Histogram of |x|: HALF_BINS bins over [0, amax]."""
+        return self.hist[self.half:] + self.hist[:self.half][::-1]
+
+    def percentile_range(self, p: float) -> tuple[float, float]:
+        total = self.hist.sum()
+        if total == 0:
+            return 0.0, 0.0
+        cum = np.cumsum(self.hist)
+        edges = self.edges()
+        tail = (100.0 - p) / 100.0
+        eps = 1e-9 * total                       # counts, not float fractions: no off-by-one
+        lo_bin = int(np.searchsorted(cum, tail * total + eps, side="right"))
+        hi_bin = int(np.searchsorted(cum, (1.0 - tail) * total - eps, side="left"))
+        return float(edges[lo_bin]), float(edges[min(hi_bin + 1, len(edges) - 1)])
+
+    def share_outside(self, lo: float, hi: float) -> float:
+        """Share of observed values outside [lo, hi] (to one bin)."""
+        total = self.hist.sum()
+        if total == 0:
+            return 0.0
+        centers = (self.edges()[:-1] + self.edges()[1:]) / 2
+        return float(self.hist[(centers < lo) | (centers > hi)].sum() / total)
+
+
+def flatten_zero_bin(hist: np.ndarray) -> np.ndarray:
+    """The bin at 0 holds every exact zero (half of a ReLU output): left as is, its spike spread
+    over a quantization level costs so much KL that every wide threshold loses. NVIDIA's
+    pytorch-quantization entropy calibrator sets it to its neighbour's count; so does mlcc."""
+    h = hist.astype(np.float64).copy()
+    if len(h) > 1:
+        h[0] = h[1]
+    return h
+
+
+def kl_divergences(hist: np.ndarray, levels: int) -> tuple[np.ndarray, np.ndarray]:
+    """KL(P_i || Q_i) for every candidate i = levels .. len(hist) (TensorRT's definition, see
+    the module docstring), in closed form from prefix sums: within a quantization group every
+    non-empty bin gets the same Q, so each candidate costs O(levels) instead of O(i).
+
+    P_i: hist[:i] with the mass of hist[i:] added to bin i - 1. Q_i: hist[:i] (without that
+    mass) split into `levels` groups (bin j in group j * levels // i), each group's mass spread
+    evenly over its non-empty bins. Both normalized; where P > 0 and Q = 0 (only possible at
+    bin i - 1) Q gets 1e-4 and is renormalized. Returns (candidates, kl); kl is inf where Q is
+    empty."""
+    h = np.asarray(hist, np.float64)
+    n = len(h)
+    C = np.concatenate([[0.0], np.cumsum(h)])
+    NZ = np.concatenate([[0.0], np.cumsum(h > 0)])
+    safe = np.where(h > 0, h, 1.0)
+    HL = np.concatenate([[0.0], np.cumsum(np.where(h > 0, h * np.log(safe), 0.0))])
+    total = C[n]
+    cand = np.arange(levels, n + 1)
+    g = np.arange(levels + 1)
+    bounds = -(-(g[None, :] * cand[:, None]) // levels)          # first bin of each group
+    sums = C[bounds[:, 1:]] - C[bounds[:, :-1]]
+    nz = NZ[bounds[:, 1:]] - NZ[bounds[:, :-1]]
+    qg = np.where(nz > 0, sums / np.maximum(nz, 1.0), 0.0)        # Q of a non-empty bin
+    logq = np.log(np.where(qg > 0, qg, 1.0))
+    hlast = h[cand - 1]
+    suffix = total - C[cand]
+    qs = C[cand]
+    excl = sums.copy()
+    excl[:, -1] -= hlast                                          # all bins but i - 1
+    sum_hlogq = np.sum(excl * logq, axis=1)
+    mass = C[cand - 1]
+    hole = (hlast == 0) & (suffix > 0)
+    z = np.where(hole, 1.0 + 1e-4, 1.0)
+    qs_safe = np.where(qs > 0, qs, 1.0)
+    part = (HL[cand - 1] - mass * np.log(total) - sum_hlogq + mass * np.log(qs_safe)) / total \
+        + (mass / total) * np.log(z)
+    plast = hlast + suffix
+    pn_last = plast / total
+    qn_last = np.where(hole, 1e-4 / z, qg[:, -1] / qs_safe)
+    last = np.where(plast > 0, pn_last * np.log(np.where(plast > 0, pn_last, 1.0) /
+                                                np.where(qn_last > 0, qn_last, 1.0)), 0.0)
+    kl = np.where(qs > 0, part + last, np.inf)
+    return cand, kl
+
+
+def kl_threshold_bin(hist: np.ndarray, levels: int) -> int:
+    """TensorRT's search: the number of histogram bins (from `levels` to len(hist)) to keep so
+    that the clipped and quantized distribution is closest (KL) to the observed one. Every
+    candidate is evaluated."""
+    h = flatten_zero_bin(hist)
+    n = len(h)
+    if n <= levels or h[levels:].sum() == 0:
+        # Everything fits into `levels` bins: no clipping can help.
+        nz = np.nonzero(h)[0]
+        return int(nz[-1]) + 1 if nz.size else n
+    cand, kl = kl_divergences(h, levels)
+    return int(cand[int(np.argmin(kl))])
+
+
+@dataclass
+class Range:
+    lo: float
+    hi: float
+    observed_lo: float
+    observed_hi: float
+    clipped: float            # share of observed values outside [lo, hi]
+
+
+def choose_range(method: str, mm: MinMaxObserver, hist: HistogramObserver | None,
+                 percentile: float = 99.99) -> Range:
+    if mm.count == 0:
+        return Range(0.0, 0.0, 0.0, 0.0, 0.0)
+    if method == "minmax" or hist is None:
+        return Range(mm.lo, mm.hi, mm.lo, mm.hi, 0.0)
+    if method == "percentile":
+        lo, hi = hist.percentile_range(percentile)
+        lo, hi = max(lo, mm.lo), min(hi, mm.hi)
+    elif method == "entropy":
+        levels = 128 if mm.lo < 0 else 256
+        i = kl_threshold_bin(hist.abs_hist(), levels)
+        t = i * hist.width
+        lo, hi = max(mm.lo, -t), min(mm.hi, t)
+    else:
+        raise InputError(f"unknown calibrator {method!r} (known: {', '.join(CALIBRATORS)})")
+    return Range(lo, hi, mm.lo, mm.hi, hist.share_outside(lo, hi))
+
+
+class Calibrator:
+    """Observes named tensors sample by sample; two passes for histogram methods."""
+
+    def __init__(self, method: str = "minmax", percentile: float = 99.99):
+        if method not in CALIBRATORS:
+            raise InputError(f"unknown calibrator {method!r} (known: {', '.join(CALIBRATORS)})")
+        if not 50.0 < percentile <= 100.0:
+            raise InputError(f"percentile must be in (50, 100], got {percentile}")
+        self.method = method
+        self.percentile = percentile
+        self.minmax: dict[str, MinMaxObserver] = {}
+        self.hists: dict[str, HistogramObserver] = {}
+
+    @property
+    def passes(self) -> int:
+        return 1 if self.method == "minmax" else 2
+
+    def observe(self, pass_index: int, tensors: dict[str, np.ndarray]) -> None:
+        for name, x in tensors.items():
+            if pass_index == 0:
+                self.minmax.setdefault(name, MinMaxObserver()).update(x)
+            else:
+                if name not in self.hists:
+                    self.hists[name] = HistogramObserver(self.minmax[name].amax)
+                self.hists[name].update(x)
+
+    def ranges(self) -> dict[str, Range]:
+        return {n: choose_range(self.method, mm, self.hists.get(n), self.percentile)
+                for n, mm in self.minmax.items()}

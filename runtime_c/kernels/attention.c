@@ -1,0 +1,177 @@
+/* Attention: for each (batch, head) K is packed transposed ([d][sk], rows padded) into scratch,
+ * so that ROWS query rows at a time compute their scores with vector loads along j; then each
+ * row's softmax (vectorized over the padded row, with the vector exp of mlcc_kernel.h), and the
+ * rows' weighted sums of V rows, which share every load of a V row (vectorized along the head
+ * dimension when V and out are contiguous there). */
+#include "attention.h"
+
+#define ROWS 4
+
+static ptrdiff_t padded(ptrdiff_t n) {
+    return (n + MLCC_ATTENTION_PAD - 1) / MLCC_ATTENTION_PAD * MLCC_ATTENTION_PAD;
+}
+
+/* scores[r][j] = sum_c q_r[c] * kt[c][j] for r < rows, j < skp (kt rows are skp long). */
+static void scores_block(ptrdiff_t rows, ptrdiff_t d, ptrdiff_t skp, const float *const *qr,
+                         ptrdiff_t qcs, const float *kt, float *scores) {
+    ptrdiff_t r, c, j;
+#if MLCC_HAVE_VECTORS
+    if (rows == ROWS) {   /* four named accumulators stay in registers */
+        for (j = 0; j < skp; j += MLCC_VF_LANES) {
+            mlcc_vf a0 = mlcc_vf_splat(0.0f), a1 = a0, a2 = a0, a3 = a0;
+            for (c = 0; c < d; c++) {
+                const mlcc_vf kv = mlcc_vf_load(kt + c * skp + j);
+                a0 += mlcc_vf_splat(qr[0][c * qcs]) * kv;
+                a1 += mlcc_vf_splat(qr[1][c * qcs]) * kv;
+                a2 += mlcc_vf_splat(qr[2][c * qcs]) * kv;
+                a3 += mlcc_vf_splat(qr[3][c * qcs]) * kv;
+            }
+            mlcc_vf_store(scores + j, a0);
+            mlcc_vf_store(scores + skp + j, a1);
+            mlcc_vf_store(scores + 2 * skp + j, a2);
+            mlcc_vf_store(scores + 3 * skp + j, a3);
+        }
+        return;
+    }
+    for (r = 0; r < rows; r++) {
+        for (j = 0; j < skp; j += MLCC_VF_LANES) {
+            mlcc_vf acc = mlcc_vf_splat(0.0f);
+            for (c = 0; c < d; c++)
+                acc += mlcc_vf_splat(qr[r][c * qcs]) * mlcc_vf_load(kt + c * skp + j);
+            mlcc_vf_store(scores + r * skp + j, acc);
+        }
+    }
+#else
+    for (r = 0; r < rows; r++) {
+        for (j = 0; j < skp; j++) scores[r * skp + j] = 0.0f;
+        for (c = 0; c < d; c++) {
+            const float qv = qr[r][c * qcs];
+            for (j = 0; j < skp; j++) scores[r * skp + j] += qv * kt[c * skp + j];
+        }
+    }
+#endif
+}
+
+/* s[j] = softmax_j(s[j] * scale + m[j * mstride]) over j < sk (m NULL: no mask); s is skp
+ * long and s[sk..skp) ends 0. */
+static void softmax_row(float *s, ptrdiff_t sk, ptrdiff_t skp, float scale, const float *m,
+                        ptrdiff_t mstride) {
+    ptrdiff_t j;
+    float mx, sum = 0.0f, inv;
+    if (m == NULL)
+        for (j = 0; j < sk; j++) s[j] *= scale;
+    else if (mstride == 1)
+        for (j = 0; j < sk; j++) s[j] = s[j] * scale + m[j];
+    else
+        for (j = 0; j < sk; j++) s[j] = s[j] * scale + m[j * mstride];
+#if MLCC_HAVE_VECTORS
+    {
+        const mlcc_vf lo = mlcc_vf_splat(-87.0f), zero = mlcc_vf_splat(0.0f);
+        mlcc_vf vmax, vsum = zero;
+        for (j = sk; j < skp; j++) s[j] = -3.4028234663852886e38f;
+        vmax = mlcc_vf_load(s);
+        for (j = MLCC_VF_LANES; j < skp; j += MLCC_VF_LANES) {
+            const mlcc_vf x = mlcc_vf_load(s + j);
+            vmax = mlcc_vf_select(x > vmax, x, vmax);
+        }
+        mx = vmax[0];
+        for (j = 1; j < MLCC_VF_LANES; j++) mx = vmax[j] > mx ? vmax[j] : mx;
+        for (j = 0; j < skp; j += MLCC_VF_LANES) {
+            /* exactly 0 where e^x underflows (masked keys): mlcc_vf_exp clamps them to ~1e-38,
+             * which the division by the sum would make subnormal, and every multiply-add of the
+             * P x V loop with a subnormal operand costs ~100 cycles on x86 */
+            const mlcc_vf x = mlcc_vf_load(s + j) - mx;
+            mlcc_vf_store(s + j, mlcc_vf_select(x < lo, zero, mlcc_vf_exp(x)));
+        }
+        for (j = sk; j < skp; j++) s[j] = 0.0f;
+        for (j = 0; j < skp; j += MLCC_VF_LANES) vsum += mlcc_vf_load(s + j);
+        for (j = 0; j < MLCC_VF_LANES; j++) sum += vsum[j];
+        inv = 1.0f / sum;
+        for (j = 0; j < skp; j += MLCC_VF_LANES) mlcc_vf_store(s + j, mlcc_vf_load(s + j) * inv);
+    }
+#else
+    (void)skp;
+    mx = s[0];
+    for (j = 1; j < sk; j++) mx = s[j] > mx ? s[j] : mx;
+    for (j = 0; j < sk; j++) s[j] = s[j] - mx < -87.0f ? 0.0f : expf(s[j] - mx);   /* as above */
+    for (j = 0; j < sk; j++) sum += s[j];
+    inv = 1.0f / sum;
+    for (j = 0; j < sk; j++) s[j] *= inv;
+#endif
+}
+
+void mlcc_f32_attention(const mlcc_attention_params *p, const float *q, const float *k,
+                        const float *v, const float *mask, float *out, float *scratch) {
+    const ptrdiff_t sq = (ptrdiff_t)p->sq, sk = (ptrdiff_t)p->sk, d = (ptrdiff_t)p->d;
+    const ptrdiff_t skp = padded(sk);
+    const int64_t *qs = p->q_strides, *ks = p->k_strides, *vs = p->v_strides;
+    const int64_t *ms = p->mask_strides, *os = p->out_strides;
+    float *kt = scratch, *scores = scratch + d * skp;
+    int64_t b, h;
+    ptrdiff_t i0, r, j, c;
+
+    for (b = 0; b < p->batch; b++) {
+        for (h = 0; h < p->heads; h++) {
+            const float *kb = k + b * ks[0] + h * ks[1];
+            const float *vb = v + b * vs[0] + h * vs[1];
+            for (c = 0; c < d; c++) {
+                for (j = 0; j < sk; j++) kt[c * skp + j] = kb[j * ks[2] + c * ks[3]];
+                for (; j < skp; j++) kt[c * skp + j] = 0.0f;
+            }
+            for (i0 = 0; i0 < sq; i0 += ROWS) {
+                const ptrdiff_t rows = sq - i0 < ROWS ? sq - i0 : ROWS;
+                const float *qr[ROWS];
+                float *o[ROWS];
+                for (r = 0; r < rows; r++) {
+                    qr[r] = q + b * qs[0] + h * qs[1] + (i0 + r) * qs[2];
+                    o[r] = out + b * os[0] + h * os[1] + (i0 + r) * os[2];
+                }
+                scores_block(rows, d, skp, qr, (ptrdiff_t)qs[3], kt, scores);
+                for (r = 0; r < rows; r++)
+                    softmax_row(scores + r * skp, sk, skp, p->scale,
+                                mask ? mask + b * ms[0] + h * ms[1] + (i0 + r) * ms[2] : NULL,
+                                (ptrdiff_t)ms[3]);
+                c = 0;
+#if MLCC_HAVE_VECTORS
+                if (vs[3] == 1 && os[3] == 1 && rows == ROWS) {
+                    /* four rows share each load of a V row */
+                    const float *s0 = scores, *s1 = scores + skp, *s2 = scores + 2 * skp,
+                                *s3 = scores + 3 * skp;
+                    for (; c + MLCC_VF_LANES <= d; c += MLCC_VF_LANES) {
+                        mlcc_vf a0 = mlcc_vf_splat(0.0f), a1 = a0, a2 = a0, a3 = a0;
+                        for (j = 0; j < sk; j++) {
+                            const mlcc_vf vr = mlcc_vf_load(vb + j * vs[2] + c);
+                            a0 += mlcc_vf_splat(s0[j]) * vr;
+                            a1 += mlcc_vf_splat(s1[j]) * vr;
+                            a2 += mlcc_vf_splat(s2[j]) * vr;
+                            a3 += mlcc_vf_splat(s3[j]) * vr;
+                        }
+                        mlcc_vf_store(o[0] + c, a0);
+                        mlcc_vf_store(o[1] + c, a1);
+                        mlcc_vf_store(o[2] + c, a2);
+                        mlcc_vf_store(o[3] + c, a3);
+                    }
+                } else if (vs[3] == 1 && os[3] == 1) {
+                    for (; c + MLCC_VF_LANES <= d; c += MLCC_VF_LANES) {
+                        for (r = 0; r < rows; r++) {
+                            const float *sr = scores + r * skp;
+                            mlcc_vf acc = mlcc_vf_splat(0.0f);
+                            for (j = 0; j < sk; j++)
+                                acc += mlcc_vf_splat(sr[j]) * mlcc_vf_load(vb + j * vs[2] + c);
+                            mlcc_vf_store(o[r] + c, acc);
+                        }
+                    }
+                }
+#endif
+                for (; c < d; c++) {
+                    for (r = 0; r < rows; r++) {
+                        const float *sr = scores + r * skp;
+                        float acc = 0.0f;
+                        for (j = 0; j < sk; j++) acc += sr[j] * vb[j * vs[2] + c * vs[3]];
+                        o[r][c * os[3]] = acc;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,30 @@
+/* Scaled dot-product attention in one pass per query row: the row of scores lives in a small
+ * scratch buffer (in cache) instead of a [heads, Sq, Sk] tensor written and read back by
+ * MatMul, Div, Add, Softmax and MatMul kernels in turn.
+ *
+ * Thread-compatible: no state. out must not overlap q, k, v or mask. */
+#ifndef MLCC_ATTENTION_H
+#define MLCC_ATTENTION_H
+
+#include "mlcc_kernel.h"
+
+/* Scores are padded to a multiple of this many columns in the scratch buffer. */
+#define MLCC_ATTENTION_PAD 16
+
+/* For b < batch, h < heads, i < sq (every operand addressed through its own element strides,
+ * in the order [b][h][row][column], so that transposed and broadcast operands cost nothing):
+ *   s[j]       = scale * sum_{c < d} q[b][h][i][c] * k[b][h][j][c] + mask[b][h][i][j]
+ *   p[j]       = exp(s[j] - max s) / sum_j' exp(s[j'] - max s)          (j < sk)
+ *   out[b][h][i][c] = sum_j p[j] * v[b][h][j][c]
+ * mask may be NULL (no mask). scratch holds (d + 4) * round_up(sk, MLCC_ATTENTION_PAD) floats:
+ * mlcc_attention_scratch_floats(). */
+typedef struct mlcc_attention_params {
+    int64_t batch, heads, sq, sk, d;
+    int64_t q_strides[4], k_strides[4], v_strides[4], mask_strides[4], out_strides[4];
+    float scale;
+} mlcc_attention_params;
+
+void mlcc_f32_attention(const mlcc_attention_params *p, const float *q, const float *k,
+                        const float *v, const float *mask, float *out, float *scratch);
+
+#endif /* MLCC_ATTENTION_H */

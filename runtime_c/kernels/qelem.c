@@ -1,0 +1,148 @@
+/* Boundary and element-wise integer kernels (see qelem.h). */
+#include "qelem.h"
+
+void mlcc_f32_quantize_u8(const mlcc_quantize_params *p, const float *x, uint8_t *y) {
+    /* locals: y (uint8_t) may alias *p, which would force reloads and block vectorization */
+    const float s = p->scale, lo = (float)(0 - p->zero_point), hi = (float)(255 - p->zero_point);
+    const float magic = 12582912.0f;
+    const int32_t zp = p->zero_point;
+    const int64_t n = p->count;
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        float f = x[i] / s;
+        f = f > lo ? f : lo;          /* NaN -> lo */
+        f = f < hi ? f : hi;
+        f = (f + magic) - magic;      /* round half to even */
+        y[i] = (uint8_t)((int32_t)f + zp);
+    }
+}
+
+void mlcc_u8_dequantize_f32(const mlcc_quantize_params *p, const uint8_t *x, float *y) {
+    const int32_t zp = p->zero_point;
+    const float s = p->scale;
+    const int64_t n = p->count;
+    int64_t i;
+    for (i = 0; i < n; i++) y[i] = (float)((int32_t)x[i] - zp) * s;
+}
+
+static inline int32_t srdhm(int32_t a, int32_t b) {
+    int64_t ab, nudge;
+    if (a == INT32_MIN && b == INT32_MIN) return INT32_MAX;
+    ab = (int64_t)a * (int64_t)b;
+    nudge = ab >= 0 ? ((int64_t)1 << 30) : (1 - ((int64_t)1 << 30));
+    return (int32_t)((ab + nudge) / ((int64_t)1 << 31));
+}
+
+static inline int32_t rdbpot(int32_t x, int32_t e) {
+    const int32_t mask = (int32_t)(((int64_t)1 << e) - 1);
+    const int32_t remainder = x & mask;
+    const int32_t threshold = (mask >> 1) + (x < 0 ? 1 : 0);
+    return (x >> e) + (remainder > threshold ? 1 : 0);
+}
+
+static inline int32_t mbqm(int32_t x, int32_t mult, int32_t shift) {
+    int64_t v = (int64_t)x * ((int64_t)1 << (shift > 0 ? shift : 0));
+    if (v > INT32_MAX) v = INT32_MAX;
+    if (v < INT32_MIN) v = INT32_MIN;
+    return rdbpot(srdhm((int32_t)v, mult), shift < 0 ? -shift : 0);
+}
+
+static inline uint8_t clamp_u8(int32_t v, const mlcc_requant *rq) {
+    return (uint8_t)(v < rq->qmin ? rq->qmin : (v > rq->qmax ? rq->qmax : v));
+}
+
+void mlcc_u8_qadd(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y) {
+    const int64_t n = p->count;
+    int64_t i;
+    const int32_t za = p->a_zero_point, zb = p->b_zero_point, zy = p->rq.zero_point;
+    if (p->rq.mode == MLCC_REQUANT_FIXED) {
+        for (i = 0; i < n; i++) {
+            const int32_t sa = mbqm(((int32_t)a[i] - za) * (1 << 20), p->a_mult, p->a_shift);
+            const int32_t sb = mbqm(((int32_t)b[i] - zb) * (1 << 20), p->b_mult, p->b_shift);
+            y[i] = clamp_u8(mbqm(sa + sb, p->out_mult, p->out_shift) + zy, &p->rq);
+        }
+        return;
+    }
+    {
+        const double ma = p->a_mult_f, mb = p->b_mult_f, magic = 6755399441055744.0;
+        const double lo = (double)(p->rq.qmin - zy), hi = (double)(p->rq.qmax - zy);
+        for (i = 0; i < n; i++) {
+            double f = (double)((int32_t)a[i] - za) * ma + (double)((int32_t)b[i] - zb) * mb;
+            f = f < lo ? lo : f;
+            f = f > hi ? hi : f;
+            f = (f + magic) - magic;
+            y[i] = (uint8_t)((int32_t)f + zy);
+        }
+    }
+}
+
+void mlcc_u8_requantize(const mlcc_qrequant_params *p, const uint8_t *x, uint8_t *y) {
+    const int64_t n = p->count;
+    int64_t i;
+    const int32_t zx = p->x_zero_point, zy = p->rq.zero_point;
+    if (p->rq.mode == MLCC_REQUANT_FIXED) {
+        for (i = 0; i < n; i++)
+            y[i] = clamp_u8(mbqm((int32_t)x[i] - zx, p->mult, p->shift) + zy, &p->rq);
+        return;
+    }
+    {
+        const float m = p->mult_f, magic = 12582912.0f;
+        const float lo = (float)(p->rq.qmin - zy), hi = (float)(p->rq.qmax - zy);
+        for (i = 0; i < n; i++) {
+            float f = (float)((int32_t)x[i] - zx) * m;
+            f = f < lo ? lo : f;
+            f = f > hi ? hi : f;
+            f = (f + magic) - magic;
+            y[i] = (uint8_t)((int32_t)f + zy);
+        }
+    }
+}
+
+void mlcc_u8_maxpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y) {
+    int64_t c, oh, ow, kh, kw;
+    for (c = 0; c < p->planes; c++) {
+        const uint8_t *plane = x + c * p->in_h * p->in_w;
+        uint8_t *out = y + c * p->out_h * p->out_w;
+        for (oh = 0; oh < p->out_h; oh++) {
+            for (ow = 0; ow < p->out_w; ow++) {
+                int32_t best = -1;
+                for (kh = 0; kh < p->kernel_h; kh++) {
+                    const int64_t ih = oh * p->stride_h + kh * p->dilation_h - p->pad_top;
+                    if (ih < 0 || ih >= p->in_h) continue;
+                    for (kw = 0; kw < p->kernel_w; kw++) {
+                        const int64_t iw = ow * p->stride_w + kw * p->dilation_w - p->pad_left;
+                        if (iw >= 0 && iw < p->in_w && plane[ih * p->in_w + iw] > best)
+                            best = plane[ih * p->in_w + iw];
+                    }
+                }
+                out[oh * p->out_w + ow] = (uint8_t)(best < 0 ? p->pad_value : best);
+            }
+        }
+    }
+}
+
+void mlcc_u8_avgpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y) {
+    int64_t c, oh, ow, kh, kw;
+    for (c = 0; c < p->planes; c++) {
+        const uint8_t *plane = x + c * p->in_h * p->in_w;
+        uint8_t *out = y + c * p->out_h * p->out_w;
+        for (oh = 0; oh < p->out_h; oh++) {
+            for (ow = 0; ow < p->out_w; ow++) {
+                int64_t sum = 0, count = 0;
+                for (kh = 0; kh < p->kernel_h; kh++) {
+                    const int64_t ih = oh * p->stride_h + kh * p->dilation_h - p->pad_top;
+                    if (ih < 0 || ih >= p->in_h) continue;
+                    for (kw = 0; kw < p->kernel_w; kw++) {
+                        const int64_t iw = ow * p->stride_w + kw * p->dilation_w - p->pad_left;
+                        if (iw >= 0 && iw < p->in_w) {
+                            sum += plane[ih * p->in_w + iw];
+                            count++;
+                        }
+                    }
+                }
+                out[oh * p->out_w + ow] =
+                    (uint8_t)(count ? (sum + count / 2) / count : p->pad_value);
+            }
+        }
+    }
+}

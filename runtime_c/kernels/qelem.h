@@ -1,0 +1,65 @@
+/* Boundaries and element-wise integer kernels on uint8 tensors: QuantizeLinear,
+ * DequantizeLinear, requantizing Add, a requantizing copy (Concat inputs of another scale),
+ * max and average pooling.
+ *
+ * Thread-compatible: no state; outputs must not overlap inputs. */
+#ifndef MLCC_QELEM_H
+#define MLCC_QELEM_H
+
+#include "qgemm.h"
+
+typedef struct mlcc_quantize_params {
+    int64_t count;
+    float scale;
+    int32_t zero_point;
+} mlcc_quantize_params;
+
+/* y = clamp(rint_even(x / scale) + zero_point, 0, 255) (ONNX QuantizeLinear; NaN gives 0). */
+void mlcc_f32_quantize_u8(const mlcc_quantize_params *p, const float *x, uint8_t *y);
+/* y = (float)(x - zero_point) * scale (ONNX DequantizeLinear). */
+void mlcc_u8_dequantize_f32(const mlcc_quantize_params *p, const uint8_t *x, float *y);
+
+/* Requantizing Add of two uint8 tensors of the same shape:
+ *   MLCC_REQUANT_FLOAT: y = clamp(rint_even((a - za) * ma + (b - zb) * mb) + zy) in double,
+ *     with ma = sa / sy and mb = sb / sy rounded to float32 by the compiler: each product is
+ *     then exact in double and the sum rounds once, with or without FMA contraction;
+ *   MLCC_REQUANT_FIXED: TFLite's integer Add: each input shifted left by 20 bits and scaled by
+ *     its Q31 multiplier (a_mult, a_shift; b_mult, b_shift) to a common scale, the sum scaled by
+ *     (out_mult, out_shift), then + zy and clamped. */
+typedef struct mlcc_qadd_params {
+    int64_t count;
+    int32_t a_zero_point, b_zero_point;
+    double a_mult_f, b_mult_f;
+    int32_t a_mult, a_shift, b_mult, b_shift, out_mult, out_shift;
+    mlcc_requant rq;          /* mode, zero_point, qmin, qmax (out_kind U8) */
+} mlcc_qadd_params;
+
+void mlcc_u8_qadd(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y);
+
+/* y = clamp(requant((x - x_zero_point), m)) + zy: the float mode as (float)(x - zx) * mult_f
+ * rounded half to even, the fixed mode through (mult, shift). */
+typedef struct mlcc_qrequant_params {
+    int64_t count;
+    int32_t x_zero_point;
+    float mult_f;
+    int32_t mult, shift;
+    mlcc_requant rq;
+} mlcc_qrequant_params;
+
+void mlcc_u8_requantize(const mlcc_qrequant_params *p, const uint8_t *x, uint8_t *y);
+
+/* Pooling over NCHW uint8 planes with the output's scale and zero point equal to the input's
+ * (max commutes with the monotonic quantization; an average of codes is the code of the
+ * average). Taps as in pool.h (no tap table); average: (sum of codes over taps inside the
+ * input + count / 2) / count, count = taps inside the input, integer only. */
+typedef struct mlcc_qpool2d_params {
+    int64_t planes, in_h, in_w, out_h, out_w;
+    int64_t kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w;
+    int64_t pad_top, pad_left;
+    int32_t pad_value;        /* code of an all-padding max window (the zero point) */
+} mlcc_qpool2d_params;
+
+void mlcc_u8_maxpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y);
+void mlcc_u8_avgpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y);
+
+#endif /* MLCC_QELEM_H */

@@ -1,0 +1,255 @@
+/* u8 x s8 -> s32 matrix products and the requantizing epilogue (see qgemm.h). */
+#include "qgemm.h"
+
+#if defined(__AVX512VNNI__) && defined(__AVX512F__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#define MLCC_QGEMM_VNNI 1
+#else
+#define MLCC_QGEMM_VNNI 0
+#endif
+
+#define QMR 8     /* rows per tile */
+#define QNR 16    /* columns per tile: one 512-bit vector of int32 */
+
+/* gemmlowp's SaturatingRoundingDoublingHighMul. */
+static inline int32_t srdhm(int32_t a, int32_t b) {
+    int64_t ab, nudge;
+    if (a == INT32_MIN && b == INT32_MIN) return INT32_MAX;
+    ab = (int64_t)a * (int64_t)b;
+    nudge = ab >= 0 ? ((int64_t)1 << 30) : (1 - ((int64_t)1 << 30));
+    return (int32_t)((ab + nudge) / ((int64_t)1 << 31));   /* C division: toward zero */
+}
+
+/* gemmlowp's RoundingDivideByPOT (round half away from zero). */
+static inline int32_t rdbpot(int32_t x, int32_t e) {
+    const int32_t mask = (int32_t)(((int64_t)1 << e) - 1);
+    const int32_t remainder = x & mask;
+    const int32_t threshold = (mask >> 1) + (x < 0 ? 1 : 0);
+    return (x >> e) + (remainder > threshold ? 1 : 0);
+}
+
+static inline int32_t fixed_requant(int32_t acc, int32_t mult, int32_t shift) {
+    int64_t v = (int64_t)acc * ((int64_t)1 << (shift > 0 ? shift : 0));
+    if (v > INT32_MAX) v = INT32_MAX;
+    if (v < INT32_MIN) v = INT32_MIN;
+    return rdbpot(srdhm((int32_t)v, mult), shift < 0 ? -shift : 0);
+}
+
+void mlcc_requant_run(const mlcc_requant *rq, const mlcc_qchannels *ch, int64_t channel,
+                      const int32_t *acc, int64_t count, void *y, int64_t y_index) {
+    int64_t i;
+    const int32_t bias = ch->bias[channel];
+    if (rq->out_kind == MLCC_QOUT_S32) {
+        int32_t *out = (int32_t *)y + y_index;
+        for (i = 0; i < count; i++) out[i] = acc[i] + bias;
+        return;
+    }
+    if (rq->out_kind == MLCC_QOUT_F32) {
+        float *out = (float *)y + y_index;
+        const float s = ch->scale[channel], fb = ch->fbias ? ch->fbias[channel] : 0.0f;
+        for (i = 0; i < count; i++) out[i] = (float)(acc[i] + bias) * s + fb;
+        mlcc_act_apply(&rq->act, out, (ptrdiff_t)count);
+        return;
+    }
+    {
+        uint8_t *out = (uint8_t *)y + y_index;
+        const int32_t zp = rq->zero_point, qmin = rq->qmin, qmax = rq->qmax;
+        if (rq->mode == MLCC_REQUANT_FIXED) {
+            const int32_t m = ch->mult[channel], sh = ch->shift[channel];
+            for (i = 0; i < count; i++) {
+                int32_t v = fixed_requant(acc[i] + bias, m, sh) + zp;
+                out[i] = (uint8_t)(v < qmin ? qmin : (v > qmax ? qmax : v));
+            }
+        } else {
+            const float s = ch->scale[channel];
+            const float lo = (float)(qmin - zp), hi = (float)(qmax - zp);
+            const float magic = 12582912.0f;
+            for (i = 0; i < count; i++) {
+                float f = (float)(acc[i] + bias) * s;
+                f = f < lo ? lo : f;
+                f = f > hi ? hi : f;
+                f = (f + magic) - magic;
+                out[i] = (uint8_t)((int32_t)f + zp);
+            }
+        }
+    }
+}
+
+/* As mlcc_requant_run, with the channel advancing along the run (Gemm: channel = column). */
+static void requant_cols(const mlcc_requant *rq, const mlcc_qchannels *ch, int64_t c0,
+                         const int32_t *acc, int64_t count, void *y, int64_t y_index) {
+    int64_t i;
+    if (rq->out_kind == MLCC_QOUT_S32) {
+        int32_t *out = (int32_t *)y + y_index;
+        for (i = 0; i < count; i++) out[i] = acc[i] + ch->bias[c0 + i];
+        return;
+    }
+    if (rq->out_kind == MLCC_QOUT_F32) {
+        float *out = (float *)y + y_index;
+        for (i = 0; i < count; i++)
+            out[i] = (float)(acc[i] + ch->bias[c0 + i]) * ch->scale[c0 + i] +
+                     (ch->fbias ? ch->fbias[c0 + i] : 0.0f);
+        mlcc_act_apply(&rq->act, out, (ptrdiff_t)count);
+        return;
+    }
+    {
+        uint8_t *out = (uint8_t *)y + y_index;
+        const int32_t zp = rq->zero_point, qmin = rq->qmin, qmax = rq->qmax;
+        if (rq->mode == MLCC_REQUANT_FIXED) {
+            for (i = 0; i < count; i++) {
+                int32_t v = fixed_requant(acc[i] + ch->bias[c0 + i], ch->mult[c0 + i],
+                                          ch->shift[c0 + i]) + zp;
+                out[i] = (uint8_t)(v < qmin ? qmin : (v > qmax ? qmax : v));
+            }
+        } else {
+            const float lo = (float)(qmin - zp), hi = (float)(qmax - zp);
+            const float magic = 12582912.0f;
+            for (i = 0; i < count; i++) {
+                float f = (float)(acc[i] + ch->bias[c0 + i]) * ch->scale[c0 + i];
+                f = f < lo ? lo : f;
+                f = f > hi ? hi : f;
+                f = (f + magic) - magic;
+                out[i] = (uint8_t)((int32_t)f + zp);
+            }
+        }
+    }
+}
+
+/* The epilogue of one tile: acc[r][j] for rows i0 + r, columns j0 + j. */
+static void tile_epilogue(const mlcc_qgemm_desc *d, const mlcc_requant *rq,
+                          const mlcc_qchannels *ch, int32_t acc[QMR][QNR], int64_t i0,
+                          int64_t mr, int64_t j0, int64_t nr, void *y) {
+    int64_t r, j;
+    if (d->channel_is_row) {
+        for (r = 0; r < mr; r++)
+            mlcc_requant_run(rq, ch, i0 + r, acc[r], nr, y, (i0 + r) * d->ldy + j0);
+        return;
+    }
+    for (r = 0; r < mr; r++)
+        requant_cols(rq, ch, j0, acc[r], nr, y, (i0 + r) * d->ldy + j0);
+    (void)j;
+}
+
+#define PORTABLE_TILE(ATYPE, BTYPE)                                                         \
+    for (k4 = 0; k4 < d->k4; k4++) {                                                       \
+        const BTYPE *bk = (const BTYPE *)b + (k4 * d->n + j0) * 4;                         \
+        for (r = 0; r < mr; r++) {                                                         \
+            const ATYPE *ar = (const ATYPE *)a + (i0 + r) * d->lda + k4 * 4;               \
+            const int32_t a0 = ar[0], a1 = ar[1], a2 = ar[2], a3 = ar[3];                  \
+            for (j = 0; j < nr; j++) {                                                     \
+                const BTYPE *bj = bk + j * 4;                                              \
+                acc[r][j] += a0 * (int32_t)bj[0] + a1 * (int32_t)bj[1] +                   \
+                             a2 * (int32_t)bj[2] + a3 * (int32_t)bj[3];                    \
+            }                                                                              \
+        }                                                                                  \
+    }
+
+void mlcc_qgemm_u8s8_portable(const mlcc_qgemm_desc *d, const void *a, const void *b,
+                              const mlcc_requant *rq, const mlcc_qchannels *ch, void *y) {
+    int64_t i0, j0, k4, r, j;
+    /* Column blocks outside: one block of the packed operand (k4 x 64 bytes) stays in L1
+     * while every row block passes over it. */
+    for (j0 = 0; j0 < d->n; j0 += QNR) {
+        const int64_t nr = d->n - j0 < QNR ? d->n - j0 : QNR;
+        for (i0 = 0; i0 < d->m; i0 += QMR) {
+            const int64_t mr = d->m - i0 < QMR ? d->m - i0 : QMR;
+            int32_t acc[QMR][QNR];
+            memset(acc, 0, sizeof acc);
+            if (d->a_signed) {
+                PORTABLE_TILE(int8_t, uint8_t)
+            } else {
+                PORTABLE_TILE(uint8_t, int8_t)
+            }
+            tile_epilogue(d, rq, ch, acc, i0, mr, j0, nr, y);
+        }
+    }
+}
+
+#if MLCC_QGEMM_VNNI
+static inline __m512i bcast4(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* vpdpbusd multiplies unsigned bytes of its second operand by signed bytes of its third and
+ * adds groups of 4 to int32 lanes without saturation: exactly the portable sum. */
+#define VNNI_STEP(c, row)                                                                  \
+    c = d->a_signed ? _mm512_dpbusd_epi32(c, bv, bcast4(row + k4 * 4))                     \
+                    : _mm512_dpbusd_epi32(c, bcast4(row + k4 * 4), bv)
+
+static void qgemm_vnni(const mlcc_qgemm_desc *d, const uint8_t *a, const uint8_t *b,
+                       const mlcc_requant *rq, const mlcc_qchannels *ch, void *y) {
+    int64_t i0, j0, k4;
+    const int64_t lda = d->lda;
+    for (j0 = 0; j0 < d->n; j0 += QNR) {
+        const int64_t nr = d->n - j0 < QNR ? d->n - j0 : QNR;
+        const __mmask16 mask = (__mmask16)(nr == QNR ? 0xFFFFu : ((1u << nr) - 1u));
+        const uint8_t *bj = b + j0 * 4;
+        for (i0 = 0; i0 < d->m; i0 += QMR) {
+            const int64_t mr = d->m - i0 < QMR ? d->m - i0 : QMR;
+            __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0,
+                    c6 = c0, c7 = c0;
+            int32_t acc[QMR][QNR];
+            /* rows past the end repeat the last row (computed, never stored) */
+            const uint8_t *r0 = a + i0 * lda;
+            const uint8_t *r1 = r0 + (mr > 1 ? 1 : 0) * lda, *r2 = r0 + (mr > 2 ? 2 : 0) * lda,
+                          *r3 = r0 + (mr > 3 ? 3 : 0) * lda, *r4 = r0 + (mr > 4 ? 4 : 0) * lda,
+                          *r5 = r0 + (mr > 5 ? 5 : 0) * lda, *r6 = r0 + (mr > 6 ? 6 : 0) * lda,
+                          *r7 = r0 + (mr > 7 ? 7 : 0) * lda;
+            if (mr > 4) {
+                for (k4 = 0; k4 < d->k4; k4++) {
+                    const __m512i bv = _mm512_maskz_loadu_epi32(mask, bj + k4 * d->n * 4);
+                    VNNI_STEP(c0, r0); VNNI_STEP(c1, r1); VNNI_STEP(c2, r2); VNNI_STEP(c3, r3);
+                    VNNI_STEP(c4, r4); VNNI_STEP(c5, r5); VNNI_STEP(c6, r6); VNNI_STEP(c7, r7);
+                }
+            } else {
+                for (k4 = 0; k4 < d->k4; k4++) {
+                    const __m512i bv = _mm512_maskz_loadu_epi32(mask, bj + k4 * d->n * 4);
+                    VNNI_STEP(c0, r0); VNNI_STEP(c1, r1); VNNI_STEP(c2, r2); VNNI_STEP(c3, r3);
+                }
+            }
+            _mm512_storeu_si512((void *)acc[0], c0);
+            _mm512_storeu_si512((void *)acc[1], c1);
+            _mm512_storeu_si512((void *)acc[2], c2);
+            _mm512_storeu_si512((void *)acc[3], c3);
+            _mm512_storeu_si512((void *)acc[4], c4);
+            _mm512_storeu_si512((void *)acc[5], c5);
+            _mm512_storeu_si512((void *)acc[6], c6);
+            _mm512_storeu_si512((void *)acc[7], c7);
+            tile_epilogue(d, rq, ch, acc, i0, mr, j0, nr, y);
+        }
+    }
+}
+#endif
+
+void mlcc_qgemm_u8s8(const mlcc_qgemm_desc *d, const void *a, const void *b,
+                     const mlcc_requant *rq, const mlcc_qchannels *ch, void *y) {
+#if MLCC_QGEMM_VNNI
+    qgemm_vnni(d, (const uint8_t *)a, (const uint8_t *)b, rq, ch, y);
+#else
+    mlcc_qgemm_u8s8_portable(d, a, b, rq, ch, y);
+#endif
+}
+
+void mlcc_u8_qfc(const mlcc_qfc_params *p, const uint8_t *x, const int8_t *w_packed,
+                 const int32_t *bias, const float *scale, const float *fbias,
+                 const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch) {
+    const int64_t k4 = (p->k + 3) / 4;
+    const mlcc_qchannels ch = {bias, scale, fbias, mult, shift};
+    mlcc_qgemm_desc d;
+    const uint8_t *a = x;
+    d.m = p->m; d.n = p->n; d.k4 = k4; d.lda = 4 * k4; d.ldy = p->n;
+    d.channel_is_row = 0; d.a_signed = 0;
+    if (p->k % 4 != 0) {
+        int64_t i;
+        for (i = 0; i < p->m; i++) {
+            memcpy(scratch + i * 4 * k4, x + i * p->k, (size_t)p->k);
+            memset(scratch + i * 4 * k4 + p->k, 0, (size_t)(4 * k4 - p->k));
+        }
+        a = scratch;
+    } else {
+        d.lda = p->k;
+    }
+    mlcc_qgemm_u8s8(&d, a, w_packed, &p->rq, &ch, y);
+}

@@ -1,0 +1,89 @@
+/* Integer (int8) kernels: u8 x s8 -> s32 matrix products with a requantizing epilogue.
+ *
+ * Arithmetic (the Python side, mlcc/quant/scheme.py, holds numpy models of it that tests
+ * compare bit for bit):
+ *   acc[i][j] = bias[ch] + sum_k A[i][k] * B[k][j]                 (exact, int32)
+ * where ch is the output channel: the row i (convolutions: rows are output channels) or the
+ * column j (Gemm: columns are output features). The zero point of the uint8 operand is already
+ * folded into bias by the compiler (bias[ch] -= zx * sum_k w[ch][k]), so the product needs no
+ * subtraction. The epilogue then writes one of
+ *   MLCC_QOUT_U8, requant MLCC_REQUANT_FLOAT (onnxruntime's QLinearConv arithmetic):
+ *       y = (uint8) (rint_even(min(max((float) acc * scale[ch], qmin - zp), qmax - zp)) + zp)
+ *   MLCC_QOUT_U8, requant MLCC_REQUANT_FIXED (gemmlowp, integer only):
+ *       y = clamp(rdbpot(srdhm(acc << max(shift, 0), mult[ch]), max(-shift, 0)) + zp, qmin, qmax)
+ *   MLCC_QOUT_F32 (a float consumer, or an activation without an integer form):
+ *       y = act((float) acc * scale[ch] + fbias[ch])
+ *   MLCC_QOUT_S32 (ONNX ConvInteger / MatMulInteger): y = acc (int32)
+ * qmin/qmax hold the fused Relu/Clip as a clamp in the quantized domain.
+ *
+ * Packed layout of the "vector" operand (B): [ceil(K / 4)][N][4]: for each group of 4 k, the
+ * 4 bytes of column j are adjacent (what VNNI vpdpbusd and arm sdot consume). K is padded to a
+ * multiple of 4 with zeros (in both operands).
+ *
+ * Thread-compatible: no state. */
+#ifndef MLCC_QGEMM_H
+#define MLCC_QGEMM_H
+
+#include "mlcc_kernel.h"
+
+enum mlcc_qout_kind { MLCC_QOUT_U8 = 0, MLCC_QOUT_F32 = 1, MLCC_QOUT_S32 = 2 };
+enum mlcc_requant_mode { MLCC_REQUANT_FLOAT = 0, MLCC_REQUANT_FIXED = 1 };
+
+typedef struct mlcc_requant {
+    int32_t out_kind;          /* mlcc_qout_kind */
+    int32_t mode;              /* mlcc_requant_mode */
+    int32_t zero_point;        /* of the uint8 output */
+    int32_t qmin, qmax;        /* clamp of the uint8 output (fused Relu/Clip) */
+    mlcc_act act;              /* MLCC_QOUT_F32 only */
+} mlcc_requant;
+
+/* Per-channel constants of the epilogue (arrays in the weight blob; unused ones may be NULL):
+ * bias (int32, always), scale (float: MLCC_REQUANT_FLOAT or MLCC_QOUT_F32), fbias (float,
+ * MLCC_QOUT_F32), mult and shift (int32, MLCC_REQUANT_FIXED). */
+typedef struct mlcc_qchannels {
+    const int32_t *bias;
+    const float *scale;
+    const float *fbias;
+    const int32_t *mult;
+    const int32_t *shift;
+} mlcc_qchannels;
+
+/* C = epilogue(bias + A B) for an m x n block. k4 = ceil(K / 4).
+ * a: the row operand, row i at a + i * lda (4 * k4 bytes used per row);
+ * b: the packed column operand ([k4][n][4], see above);
+ * y: output, element (i, j) at y + i * ldy + j (uint8_t or float per rq->out_kind);
+ * channel_is_row: 1 if the channel index is i (conv), 0 if it is j (Gemm).
+ * a_signed: 1 if a is int8 and b uint8 (conv: weights x columns), 0 if a is uint8 and b int8
+ * (Gemm: activations x packed weights). */
+typedef struct mlcc_qgemm_desc {
+    int64_t m, n, k4;
+    int64_t lda, ldy;
+    int32_t channel_is_row;
+    int32_t a_signed;
+} mlcc_qgemm_desc;
+
+/* The fastest path the compiler flags allow (AVX512-VNNI where __AVX512VNNI__ is defined). */
+void mlcc_qgemm_u8s8(const mlcc_qgemm_desc *d, const void *a, const void *b,
+                     const mlcc_requant *rq, const mlcc_qchannels *ch, void *y);
+/* The portable C twin: bit-identical results (tests compare them at tile edges). */
+void mlcc_qgemm_u8s8_portable(const mlcc_qgemm_desc *d, const void *a, const void *b,
+                              const mlcc_requant *rq, const mlcc_qchannels *ch, void *y);
+
+/* Requantizes `count` accumulators of one channel run (shared by the integer kernels). */
+void mlcc_requant_run(const mlcc_requant *rq, const mlcc_qchannels *ch, int64_t channel,
+                      const int32_t *acc, int64_t count, void *y, int64_t y_index);
+
+/* Fully connected layer: y[i][j] = epilogue(sum_k x[i][k] w[j][k]) with the weights packed as
+ * [ceil(k / 4)][n][4] int8 by the compiler; x rows are `k` bytes apart but the kernel reads
+ * 4 * ceil(k / 4) bytes per row, so x is first copied into scratch with zero padding when k is
+ * not a multiple of 4 (scratch: m * 4 * ceil(k / 4) bytes, else NULL). */
+typedef struct mlcc_qfc_params {
+    int64_t m, n, k;
+    mlcc_requant rq;
+} mlcc_qfc_params;
+
+void mlcc_u8_qfc(const mlcc_qfc_params *p, const uint8_t *x, const int8_t *w_packed,
+                 const int32_t *bias, const float *scale, const float *fbias,
+                 const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch);
+
+#endif /* MLCC_QGEMM_H */

@@ -1,0 +1,93 @@
+// harness.mjs: runs a model compiled for the wasm target on raw files, in node. The same
+// contract as the C test harness (runtime_c/harness/mlcc_harness.c), through the JavaScript
+// wrapper model.mjs next to this file:
+//
+//     node harness.mjs WEIGHTS IN_0 ... IN_{n-1} OUT_0 ... OUT_{m-1}
+//     node harness.mjs --info
+//
+// Each IN_i holds input i in model order as raw little-endian elements (exactly its size);
+// each OUT_i is written the same way. WEIGHTS is weights.bin, or "-" for the weights embedded
+// in model.wasm (--embed-weights). Exit status: 0 success; 1 wrong usage or a file that cannot
+// be read or written (or has the wrong size); 2 the model returned an error status, printed
+// on stderr as "harness: init failed: <mlcc_status_string> (status N)" or "harness: run
+// failed: ...".
+import { readFileSync, writeFileSync } from "node:fs";
+import { createModel, modelInfo } from "./model.mjs";
+
+const EXIT_USAGE = 1;
+const EXIT_STATUS = 2;
+const TYPED_ARRAYS = {
+  float32: Float32Array, int64: BigInt64Array, int32: Int32Array, int8: Int8Array,
+  uint8: Uint8Array, bool: Uint8Array,
+};
+
+function fail(message, code) {
+  process.stderr.write(`harness: ${message}\n`);
+  process.exit(code);
+}
+
+function size(t) {
+  return t.shape.reduce((a, b) => a * b, 1) * TYPED_ARRAYS[t.dtype].BYTES_PER_ELEMENT;
+}
+
+const args = process.argv.slice(2);
+const ni = modelInfo.inputs.length;
+const no = modelInfo.outputs.length;
+if (args.length === 1 && args[0] === "--info") {
+  console.log(`model ${modelInfo.name}, arena ${modelInfo.arena_size} bytes (align ` +
+    `${modelInfo.arena_align}), weights ${modelInfo.weights_size} bytes` +
+    (modelInfo.embedded_weights ? " (embedded)" : ""));
+  modelInfo.inputs.forEach((t, i) => console.log(`input ${i} ${t.name} ${t.dtype} ` +
+    `[${t.shape.join(",")}] ${size(t)} bytes`));
+  modelInfo.outputs.forEach((t, i) => console.log(`output ${i} ${t.name} ${t.dtype} ` +
+    `[${t.shape.join(",")}] ${size(t)} bytes`));
+  process.exit(0);
+}
+if (args.length !== 1 + ni + no) {
+  fail(`usage: node harness.mjs WEIGHTS IN... OUT...  (${ni} input file${ni === 1 ? "" : "s"}` +
+    `, then ${no} output file${no === 1 ? "" : "s"}, in model order; WEIGHTS - for embedded ` +
+    `weights)\n       node harness.mjs --info                (lists them)`, EXIT_USAGE);
+}
+
+function read(path, bytes) {
+  let data;
+  try {
+    data = readFileSync(path);
+  } catch (err) {
+    fail(`cannot open ${path}`, EXIT_USAGE);
+  }
+  if (bytes !== undefined && data.length !== bytes) {
+    fail(`${path} must hold exactly ${bytes} bytes`, EXIT_USAGE);
+  }
+  return data;
+}
+
+const weights = args[0] === "-" ? undefined : read(args[0]);
+const feeds = {};
+modelInfo.inputs.forEach((t, i) => {
+  const data = read(args[1 + i], size(t));
+  // A copy into a fresh, aligned buffer (node's Buffer may share an unaligned pool).
+  const bytes = new Uint8Array(data.length);
+  bytes.set(data);
+  feeds[t.name] = new TYPED_ARRAYS[t.dtype](bytes.buffer);
+});
+
+let outputs;
+try {
+  const model = await createModel(weights === undefined ? {} : { weights });
+  outputs = model.run(feeds);
+} catch (err) {
+  if (err.status) {
+    const stage = err.message.startsWith("mlcc: init") ? "init" : "run";
+    fail(`${stage} failed: ${err.statusText} (status ${err.status})`, EXIT_STATUS);
+  }
+  fail(err.message, EXIT_USAGE);
+}
+modelInfo.outputs.forEach((t, i) => {
+  const a = outputs[t.name];
+  try {
+    writeFileSync(args[1 + ni + i], new Uint8Array(a.buffer, a.byteOffset, a.byteLength));
+  } catch (err) {
+    fail(`cannot write ${args[1 + ni + i]}`, EXIT_USAGE);
+  }
+});

@@ -1,0 +1,477 @@
+"""Post-training int8 quantization: observers and calibrators against numpy, the scheme's
+arithmetic against onnxruntime's QLinearConv, calibration data errors, the rewrite's float
+fallback, and end-to-end accuracy on the digits CNN."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+import mlcc
+from mlcc import api
+from mlcc.cli import main
+from mlcc.errors import InputError
+from mlcc.quant.calib import CalibrationSet
+from mlcc.quant.observers import (Calibrator, HistogramObserver, MinMaxObserver,
+                                  flatten_zero_bin, kl_divergences, kl_threshold_bin)
+from mlcc.quant.scheme import (QParams, activation_qparams, fixed_multipliers,
+                               float_multipliers, quantize_weights, requantize_fixed,
+                               requantize_float)
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGITS = ROOT / "examples" / "digits" / "digits_cnn.onnx"
+DIGITS_DATA = ROOT / "examples" / "digits" / "digits_sample.npz"
+SHARED = ROOT.parent / "shared" / "models"
+
+
+# ------------------------------------------------------------------ observers, calibrators
+
+def test_minmax_streams_to_numpy_min_max():
+    rng = np.random.default_rng(0)
+    chunks = [rng.normal(i, 2 + i, (3, 7)).astype(np.float32) for i in range(9)]
+    mm = MinMaxObserver()
+    for c in chunks:
+        mm.update(c)
+    allv = np.concatenate([c.ravel() for c in chunks])
+    assert (mm.lo, mm.hi) == (float(allv.min()), float(allv.max()))
+
+
+def test_percentile_range_is_numpy_percentile_to_a_bin():
+    rng = np.random.default_rng(1)
+    chunks = [rng.standard_t(4, 5000).astype(np.float32) for _ in range(6)]
+    allv = np.concatenate(chunks)
+    h = HistogramObserver(float(np.abs(allv).max()))
+    for c in chunks:
+        h.update(c)
+    for p in (99.0, 99.9, 99.99):
+        lo, hi = h.percentile_range(p)
+        assert abs(lo - np.percentile(allv, 100 - p)) <= 2 * h.width   # a bin, plus ranks
+        assert abs(hi - np.percentile(allv, p)) <= 2 * h.width
+
+
+def _kl_loop(hist, levels, i):
+    """TensorRT's KL for threshold bin i, written as the plain loop."""
+    hist = flatten_zero_bin(hist)
+    p = hist[:i].copy()
+    p[i - 1] += hist[i:].sum()
+    group = (np.arange(i) * levels) // i
+    src = hist[:i]
+    sums = np.bincount(group, weights=src, minlength=levels)
+    nonzero = np.bincount(group, weights=(src > 0).astype(np.float64), minlength=levels)
+    q = np.where(src > 0, sums[group] / np.maximum(nonzero[group], 1.0), 0.0)
+    pn, qn = p / p.sum(), q / q.sum()
+    mask = pn > 0
+    if np.any(mask & (qn == 0)):
+        qn = np.where(mask & (qn == 0), 1e-4, qn)
+        qn = qn / qn.sum()
+    return float(np.sum(pn[mask] * np.log(pn[mask] / qn[mask])))
+
+
+@pytest.mark.parametrize("levels", [128, 256])
+def test_entropy_search_evaluates_every_candidate_exactly(levels):
+    rng = np.random.default_rng(levels)
+    h, _ = np.histogram(np.abs(rng.standard_t(3, 40000)), bins=2048)
+    h[rng.integers(1, 2048, 300)] = 0                # holes, including at candidate ends
+    cand, kl = kl_divergences(flatten_zero_bin(h), levels)
+    assert list(cand) == list(range(levels, 2049))
+    ref = np.array([_kl_loop(h, levels, i) for i in cand])
+    np.testing.assert_allclose(kl, ref, rtol=1e-9, atol=1e-12)
+    assert kl_threshold_bin(h, levels) == cand[int(np.argmin(ref))]
+
+
+def test_entropy_clips_outliers_and_differs_from_minmax():
+    rng = np.random.default_rng(3)
+    x = np.maximum(rng.normal(0, 1, 200000), 0).astype(np.float32)
+    x[:20] = 40.0                                     # rare outliers
+    cal = {m: Calibrator(m) for m in ("minmax", "entropy", "percentile")}
+    for c in cal.values():
+        for p in range(c.passes):
+            for chunk in np.split(x, 10):
+                c.observe(p, {"t": chunk})
+    r = {m: c.ranges()["t"] for m, c in cal.items()}
+    assert r["minmax"].hi == 40.0
+    assert 2.5 < r["entropy"].hi < 10.0 and 0 < r["entropy"].clipped < 0.01
+    assert 3.0 < r["percentile"].hi < 5.0
+
+
+def test_observer_memory_does_not_grow_with_samples():
+    cal = Calibrator("entropy")
+    rng = np.random.default_rng(0)
+    sizes = []
+    for p in range(2):
+        for k in range(50):
+            cal.observe(p, {"a": rng.normal(size=(4, 5)), "b": rng.normal(size=7)})
+            if p == 1:
+                sizes.append(sum(h.hist.nbytes for h in cal.hists.values()))
+    assert len(set(sizes)) == 1
+
+
+# ------------------------------------------------------------------ scheme
+
+def test_activation_params_cover_zero_and_the_range():
+    qp = activation_qparams(-1.0, 3.0)
+    assert qp.scale == pytest.approx(4 / 255) and qp.zero_point == 64
+    assert activation_qparams(0.5, 2.0).zero_point == 0          # range widened to hold 0
+    assert activation_qparams(0.0, 0.0).scale == 1.0             # a constant-zero tensor
+
+
+def test_weights_symmetric_per_channel():
+    w = np.array([[1.0, -2.0], [0.1, 0.05], [0.0, 0.0]], np.float32)
+    q, s = quantize_weights(w)
+    np.testing.assert_array_equal(q[0], [64, -127])
+    assert s[2] == 1.0 and not q[2].any()
+    _, st = quantize_weights(w, per_channel=False)
+    assert np.all(st == st[0])
+
+
+def test_float_requant_is_bit_exact_with_onnxruntime_qlinearconv(tmp_path):
+    """onnxruntime's QLinearConv against the numpy model of the float requantization (the C
+    kernel matches that model bit for bit, tests/test_quant_kernels.py)."""
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, 256, (1, 8, 11, 13)).astype(np.uint8)
+    w = rng.integers(-127, 128, (24, 8, 3, 3)).astype(np.int8)
+    w_scale = rng.uniform(0.001, 0.02, 24).astype(np.float32)
+    b = rng.integers(-5000, 5000, 24).astype(np.int32)
+    xs, xz, ys, yz = np.float32(0.023), np.uint8(17), np.float32(0.11), np.uint8(120)
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"],
+                            ["y"], pads=[1, 1, 1, 1])
+    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in
+             [("xs", xs), ("xz", xz), ("w", w), ("ws", w_scale), ("wz", np.zeros(24, np.int8)),
+              ("ys", ys), ("yz", yz), ("b", b)]]
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(
+        "x", TensorProto.UINT8, list(x.shape))], [helper.make_tensor_value_info(
+            "y", TensorProto.UINT8, [1, 24, 11, 13])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    ref = ort.InferenceSession(model.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    xp = np.pad(x.astype(np.int32) - int(xz), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    acc = np.zeros((1, 24, 11, 13), np.int64) + b.reshape(1, -1, 1, 1)
+    for i in range(3):
+        for j in range(3):
+            acc += np.einsum("nchw,mc->nmhw", xp[:, :, i:i + 11, j:j + 13],
+                             w[:, :, i, j].astype(np.int64))
+    mult = float_multipliers(float(xs), w_scale, float(ys)).reshape(1, -1, 1, 1)
+    got = requantize_float(acc.astype(np.int32), mult, QParams(float(ys), int(yz)))
+    assert ref.size == 3432
+    np.testing.assert_array_equal(got, ref)
+    # and the ONNX QLinearConv node itself, compiled by mlcc onto the integer kernels
+    np.testing.assert_array_equal(_mlcc_run(model, {"x": x}, tmp_path)["y"], ref)
+
+
+def _mlcc_run(model, feeds, tmp_path):
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    api.compile(tmp_path / "m.onnx", tmp_path / "m", target="x86-native")
+    return mlcc.load(tmp_path / "m").run(feeds)
+
+
+def test_qlinearmatmul_matches_onnxruntime(tmp_path):
+    rng = np.random.default_rng(9)
+    a = rng.integers(0, 256, (2, 5, 37)).astype(np.uint8)
+    b = rng.integers(-127, 128, (37, 19)).astype(np.int8)
+    consts = [("as", np.float32(0.05)), ("az", np.uint8(128)), ("b", b),
+              ("bs", rng.uniform(0.001, 0.01, 19).astype(np.float32)),
+              ("bz", np.zeros(19, np.int8)), ("ys", np.float32(0.3)), ("yz", np.uint8(100))]
+    node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"],
+                            ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(
+        "a", TensorProto.UINT8, list(a.shape))], [helper.make_tensor_value_info(
+            "y", TensorProto.UINT8, [2, 5, 19])],
+        [numpy_helper.from_array(np.asarray(v), n) for n, v in consts])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    ref = ort.InferenceSession(model.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+    np.testing.assert_array_equal(_mlcc_run(model, {"a": a}, tmp_path)["y"], ref)
+
+
+def test_fixed_requant_within_one_step_of_exact():
+    rng = np.random.default_rng(2)
+    acc = rng.integers(-2**20, 2**20, 20000).astype(np.int64)
+    real = rng.uniform(1e-5, 0.9, 20000)
+    m0, sh = fixed_multipliers(real)
+    got = requantize_fixed(acc, m0, sh, QParams(1.0, 0, -2**31, 2**31 - 1, "int64"))
+    exact = np.floor(acc * real + 0.5)
+    assert np.max(np.abs(got - exact)) <= 1
+
+
+# ------------------------------------------------------------------ calibration data
+
+SPEC = {"input": ("float32", (1, 1, 8, 8))}
+
+
+def _iterate(path):
+    return list(CalibrationSet(path, SPEC))
+
+
+def test_readers_npz_folder_and_python(tmp_path):
+    x = np.random.default_rng(0).random((5, 1, 1, 8, 8)).astype(np.float32)
+    np.savez(tmp_path / "a.npz", input=x)
+    assert len(_iterate(tmp_path / "a.npz")) == 5
+    np.savez(tmp_path / "b.npz", input=x[:, 0])                   # [samples, 1, 8, 8]
+    assert len(_iterate(tmp_path / "b.npz")) == 5
+    folder = tmp_path / "f"
+    folder.mkdir()
+    for i in range(3):
+        np.save(folder / f"{i}.npy", x[i])
+    got = _iterate(folder)
+    assert len(got) == 3 and np.array_equal(got[2]["input"], x[2])
+    (tmp_path / "gen.py").write_text(
+        "import numpy as np\n"
+        "def calibration_data():\n"
+        "    for i in range(4):\n"
+        "        yield {'input': np.full((1, 1, 8, 8), i, np.float32)}\n")
+    got = _iterate(tmp_path / "gen.py")
+    assert [float(s["input"].max()) for s in got] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("arrays,message", [
+    ({"pixels": np.zeros((2, 1, 8, 8), np.float32)}, "has no array for input(s) 'input'"),
+    ({"input": np.zeros((2, 1, 9, 8), np.float32)}, "must have shape [1, 1, 8, 8]"),
+    ({"input": np.zeros((2, 1, 8, 8), np.int32)}, "must be float32, got int32"),
+    ({"input": np.zeros((0, 1, 8, 8), np.float32)}, "is empty"),
+    ({"input": np.full((2, 1, 8, 8), np.nan, np.float32)}, "NaN or Inf"),
+])
+def test_bad_calibration_data_is_a_clear_error(tmp_path, arrays, message):
+    path = tmp_path / "bad.npz"
+    np.savez(path, **arrays)
+    with pytest.raises(InputError, match=None) as exc:
+        _iterate(path)
+    assert message in exc.value.message
+
+
+def test_bad_calibration_data_exits_1_from_the_cli(tmp_path):
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, input=np.full((3, 1, 8, 8), np.inf, np.float32))
+    r = CliRunner().invoke(main, ["compile", str(DIGITS), "-o", str(tmp_path / "o"),
+                                  "--quantize", "int8", "--calibration", str(bad)])
+    assert r.exit_code == 1
+    assert "NaN or Inf" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(main, ["compile", str(DIGITS), "-o", str(tmp_path / "o"),
+                                  "--quantize", "int8"])
+    assert r.exit_code == 1 and "needs --calibration" in r.output   # not a QDQ model
+    r = CliRunner().invoke(main, ["compile", str(DIGITS), "-o", str(tmp_path / "o"),
+                                  "--quantize", "int8", "--calibration",
+                                  str(tmp_path / "missing.npz")])
+    assert r.exit_code == 1 and "does not exist" in r.output
+
+
+# ------------------------------------------------------------------ rewrite and end to end
+
+def _argmax_agreement(folder, model, x):
+    m = mlcc.load(folder)
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    same = 0
+    for xi in x:
+        got = list(m.run({name: xi[None]}).values())[0]
+        ref = sess.run(None, {name: xi[None]})[0]
+        same += int(np.argmax(got) == np.argmax(ref))
+    return same / len(x)
+
+
+@pytest.mark.parametrize("requant", ["float", "fixed"])
+def test_example_digits_int8_agrees_with_float(tmp_path, requant):
+    with np.load(DIGITS_DATA) as d:
+        x = d["input"].astype(np.float32)
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, input=x[:, None])
+    report = tmp_path / "report.md"
+    res = api.compile(DIGITS, tmp_path / "q", target="x86", quantize=api.QuantizeConfig(
+        calib, calibrator="entropy", requant=requant, report=report,
+        export_qdq=tmp_path / "qdq.onnx"))
+    q = res.manifest["quantization"]
+    assert q["integer_layers"] == 7 and q["float_layers"] == [] and q["requant"] == requant
+    assert _argmax_agreement(tmp_path / "q", DIGITS, x) >= 0.95
+    text = (tmp_path / "q" / "model.c").read_text()
+    assert "mlcc_u8_qconv2d(" in text and "x_scale=" in text and "y_zp=" in text
+    assert "mlcc_f32_conv2d" not in text                # no float convolution left
+    rep = report.read_text()
+    assert "## Layers, most damaging first" in rep and "| logits |" in rep
+    assert res.manifest["weights_size"] < 0.3 * DIGITS.stat().st_size
+    # the exported QDQ model runs the same quantization in onnxruntime
+    exported = onnx.load(str(tmp_path / "qdq.onnx"))
+    onnx.checker.check_model(exported)
+    ops = [n.op_type for n in exported.graph.node]
+    assert ops.count("QuantizeLinear") >= 5    # activations; + one DQ per weight (5 layers)
+    assert ops.count("DequantizeLinear") == ops.count("QuantizeLinear") + 5
+    sess = ort.InferenceSession(str(tmp_path / "qdq.onnx"), providers=["CPUExecutionProvider"])
+    m = mlcc.load(tmp_path / "q")
+    for xi in x[:8]:
+        a = sess.run(None, {"input": xi[None]})[0]
+        b = m.run({"input": xi[None]})["logits"]
+        if requant == "float":      # onnxruntime's arithmetic: equal up to the last float Gemm
+            np.testing.assert_allclose(a, b, atol=1e-4 * np.abs(a).max())
+        assert np.argmax(a) == np.argmax(b)
+    if requant == "fixed":
+        _sanitized_run_matches(tmp_path / "q", res.manifest["name"], x[0][None], m)
+
+
+def _sanitized_run_matches(folder: Path, prefix: str, x: np.ndarray, loaded) -> None:
+    """The int8 program built with -march=native (the VNNI path where the CPU has it), strict
+    warnings, ASan and UBSan, run by the generic harness: clean and the same output."""
+    sources = ["model.c"] + [str(p.relative_to(folder)) for p in
+                             sorted((folder / "runtime").rglob("*.c"))]
+    exe = folder / "harness_asan"
+    subprocess.run(["gcc", "-std=c99", "-O1", "-g", "-march=native", "-Wall", "-Wextra",
+                    "-Werror", "-pedantic", "-fsanitize=address,undefined",
+                    "-fno-sanitize-recover=all", "-DMLCC_VECTOR_BYTES=64", f"-DMLCC_MODEL={prefix}",
+                    "-I.", "-Iruntime/include", "-Iruntime/kernels", "harness.c", *sources,
+                    "-o", str(exe), "-lm"], cwd=folder, check=True)
+    x.astype("<f4").tofile(folder / "in.bin")
+    proc = subprocess.run([str(exe), "weights.bin", "in.bin", "out.bin"], cwd=folder,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = np.fromfile(folder / "out.bin", dtype="<f4")
+    np.testing.assert_array_equal(got, loaded.run({"input": x})["logits"].ravel())
+
+
+def test_shared_digits_int8_accuracy_within_half_a_point(tmp_path):
+    if not (SHARED / "digits_cnn.onnx").exists():
+        pytest.skip("../shared/models is not available (development and CI only)")
+    with np.load(SHARED / "digits_test.npz") as d:
+        x, labels = d["input"].astype(np.float32), d["label"]
+    api.compile(SHARED / "digits_cnn.onnx", tmp_path / "q", target="x86-native",
+                quantize=api.QuantizeConfig(SHARED / "digits_calib.npz", calibrator="entropy"))
+    m = mlcc.load(tmp_path / "q")
+    sess = ort.InferenceSession(str(SHARED / "digits_cnn.onnx"),
+                                providers=["CPUExecutionProvider"])
+    acc_q = np.mean([np.argmax(m.run({"input": xi[None]})["logits"]) == y
+                     for xi, y in zip(x, labels)])
+    acc_f = np.mean([np.argmax(sess.run(None, {"input": xi[None]})[0]) == y
+                     for xi, y in zip(x, labels)])
+    assert acc_q >= acc_f - 0.005, (acc_q, acc_f)
+
+
+def test_operators_without_integer_kernels_run_in_float(tmp_path):
+    """Conv -> Sigmoid (float epilogue) -> Conv+Relu -> MaxPool -> Add(residual) ->
+    Softmax (float): integer where possible, Q/DQ exactly at the crossings."""
+    rng = np.random.default_rng(0)
+    w1 = rng.normal(0, 0.3, (6, 3, 3, 3)).astype(np.float32)
+    w2 = rng.normal(0, 0.3, (6, 6, 3, 3)).astype(np.float32)
+    w3 = rng.normal(0, 0.3, (6, 6, 1, 1)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["c1"], ["s1"]),
+             helper.make_node("Conv", ["s1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("MaxPool", ["r2"], ["p2"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p2", "w3"], ["c3"]),
+             helper.make_node("Relu", ["c3"], ["r3"]),
+             helper.make_node("Add", ["r3", "p2"], ["a"]),
+             helper.make_node("Softmax", ["a"], ["y"], axis=1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 3, 10, 14])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 6, 5, 7])],
+        [numpy_helper.from_array(w, n) for n, w in (("w1", w1), ("w2", w2), ("w3", w3))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    calib = tmp_path / "c.npz"
+    np.savez(calib, x=rng.normal(0, 1, (16, 1, 3, 10, 14)).astype(np.float32))
+    out = api.verify_quantized(path, api.QuantizeConfig(calib), inputs=calib, min_sqnr=25.0,
+                               output_dir=tmp_path / "q")
+    assert out.ok, out.outputs
+    manifest = json.loads((tmp_path / "q" / "manifest.json").read_text())
+    assert manifest["quantization"]["integer_layers"] == 5
+    assert len(manifest["quantization"]["float_layers"]) == 1      # the Softmax
+    calls = re.findall(r"^    (mlcc_\w+)\(", (tmp_path / "q" / "model.c").read_text(), re.M)
+    assert calls == ["mlcc_f32_quantize_u8", "mlcc_u8_qconv2d",     # Conv, Sigmoid in float
+                     "mlcc_f32_quantize_u8", "mlcc_u8_qconv2d",     # Conv+Relu
+                     "mlcc_u8_maxpool2d", "mlcc_u8_qconv2d", "mlcc_u8_qadd",
+                     "mlcc_u8_dequantize_f32", "mlcc_f32_softmax"]
+
+
+def test_qdq_model_from_onnxruntime_runs_on_integer_kernels_bit_exact(tmp_path):
+    """A model quantized by onnxruntime.quantization.quantize_static (QDQ, per-channel) compiles
+    without calibration onto the same integer kernels, using its own int8 weights and scales,
+    and matches onnxruntime's own int8 run bit for bit."""
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+    rng = np.random.default_rng(0)
+    arrays = {"w1": rng.normal(0, 0.3, (8, 3, 3, 3)), "b1": rng.normal(0, 0.1, 8),
+              "w2": rng.normal(0, 0.2, (16, 8, 3, 3)), "b2": rng.normal(0, 0.1, 16),
+              "wf": rng.normal(0, 0.1, (16 * 4 * 5, 10)), "bf": rng.normal(0, 0.1, 10)}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("MaxPool", ["r2"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Gemm", ["f", "wf", "bf"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        [numpy_helper.from_array(a.astype(np.float32), n) for n, a in arrays.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "f.onnx"))
+    samples = [rng.normal(0, 1, (1, 3, 8, 10)).astype(np.float32) for _ in range(16)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(samples)
+
+        def get_next(self):
+            x = next(self.it, None)
+            return None if x is None else {"x": x}
+
+    quantize_static(str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx"), Reader(),
+                    quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    res = api.compile(tmp_path / "q.onnx", tmp_path / "out", target="x86-native",
+                      quantize=api.QuantizeConfig())
+    q = res.manifest["quantization"]
+    assert q["qdq_import"] and q["integer_layers"] == 5
+    calls = (tmp_path / "out" / "model.c").read_text()
+    assert calls.count("mlcc_u8_qconv2d(") == 2 and "mlcc_u8_qfc(" in calls
+    lib = mlcc.load(tmp_path / "out")
+    sess = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"])
+    for _ in range(10):
+        x = rng.normal(0, 1, (1, 3, 8, 10)).astype(np.float32)
+        np.testing.assert_array_equal(lib.run({"x": x})["y"], sess.run(None, {"x": x})[0])
+
+
+def test_target_yaml_int8_settings():
+    from mlcc.errors import TargetError
+    from mlcc.targets import load_target, parse_target
+    base = "name: t\narch: x86_64\ntoolchain: {cc: gcc}\n"
+    t = parse_target(base + "int8: {activations: uint8, requant: fixed}\n")
+    assert (t.int8_activations, t.int8_requant) == ("uint8", "fixed")
+    assert load_target("x86-native").int8_requant == "float"
+    for bad in ("int8: {requant: exact}\n", "int8: {activations: int4}\n", "int8: {bits: 8}\n"):
+        with pytest.raises(TargetError, match="int8"):
+            parse_target(base + bad)
+
+
+@pytest.mark.parametrize("op", ["ConvInteger", "MatMulInteger"])
+def test_integer_ops_match_onnxruntime(tmp_path, op):
+    rng = np.random.default_rng(11)
+    if op == "ConvInteger":
+        x = rng.integers(0, 256, (1, 6, 9, 7)).astype(np.uint8)
+        w = rng.integers(-127, 128, (6, 3, 3, 2)).astype(np.int8)
+        node = helper.make_node(op, ["x", "w", "xz"], ["y"], pads=[1, 0, 1, 1], group=2,
+                                strides=[2, 1])
+        out_shape = [1, 6, 5, 7]
+    else:
+        x = rng.integers(0, 256, (3, 4, 29)).astype(np.uint8)
+        w = rng.integers(-127, 128, (29, 11)).astype(np.int8)
+        node = helper.make_node(op, ["x", "w", "xz"], ["y"])
+        out_shape = [3, 4, 11]
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(
+        "x", TensorProto.UINT8, list(x.shape))], [helper.make_tensor_value_info(
+            "y", TensorProto.INT32, out_shape)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.uint8(77), "xz")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    ref = ort.InferenceSession(model.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(_mlcc_run(model, {"x": x}, tmp_path)["y"], ref)

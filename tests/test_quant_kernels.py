@@ -1,0 +1,330 @@
+"""The int8 kernels (runtime_c/kernels/qgemm.c, qconv.c, qelem.c) bit for bit against numpy
+models of the same integer arithmetic (mlcc/quant/scheme.py), at odd shapes and tile edges;
+the vector (AVX512-VNNI) path against its portable twin."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cffi import FFI
+
+from mlcc.ops.quant import add_fixed_multipliers, fixed_multiplier
+from mlcc.quant.scheme import (QParams, fixed_multipliers, multiply_by_quantized_multiplier,
+                               quantize_linear, requantize_fixed, requantize_float)
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = ROOT / "runtime_c" / "kernels"
+
+CDEF = """
+typedef struct { int32_t kind; float alpha, beta; } mlcc_act;
+typedef struct { int32_t out_kind, mode, zero_point, qmin, qmax; mlcc_act act; } mlcc_requant;
+typedef struct { const int32_t *bias; const float *scale; const float *fbias;
+                 const int32_t *mult; const int32_t *shift; } mlcc_qchannels;
+typedef struct { int64_t m, n, k4, lda, ldy; int32_t channel_is_row, a_signed; }
+    mlcc_qgemm_desc;
+typedef struct { int64_t m, n, k; mlcc_requant rq; } mlcc_qfc_params;
+typedef struct { int64_t batch, in_channels, in_h, in_w, out_channels, out_h, out_w,
+                 kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w,
+                 pad_top, pad_left, groups; int32_t x_zero_point; mlcc_requant rq; }
+    mlcc_qconv2d_params;
+typedef struct { int64_t count; float scale; int32_t zero_point; } mlcc_quantize_params;
+typedef struct { int64_t count; int32_t a_zero_point, b_zero_point; double a_mult_f, b_mult_f;
+                 int32_t a_mult, a_shift, b_mult, b_shift, out_mult, out_shift;
+                 mlcc_requant rq; } mlcc_qadd_params;
+typedef struct { int64_t count; int32_t x_zero_point; float mult_f; int32_t mult, shift;
+                 mlcc_requant rq; } mlcc_qrequant_params;
+typedef struct { int64_t planes, in_h, in_w, out_h, out_w, kernel_h, kernel_w, stride_h,
+                 stride_w, dilation_h, dilation_w, pad_top, pad_left; int32_t pad_value; }
+    mlcc_qpool2d_params;
+void mlcc_qgemm_u8s8(const mlcc_qgemm_desc *d, const void *a, const void *b,
+                     const mlcc_requant *rq, const mlcc_qchannels *ch, void *y);
+void mlcc_qgemm_u8s8_portable(const mlcc_qgemm_desc *d, const void *a, const void *b,
+                              const mlcc_requant *rq, const mlcc_qchannels *ch, void *y);
+void mlcc_u8_qfc(const mlcc_qfc_params *p, const uint8_t *x, const int8_t *w_packed,
+                 const int32_t *bias, const float *scale, const float *fbias,
+                 const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch);
+void mlcc_u8_qconv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
+                     const int32_t *bias, const float *scale, const float *fbias,
+                     const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch);
+void mlcc_u8_qconv2d_depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
+                               const int32_t *bias, const float *scale, const float *fbias,
+                               const int32_t *mult, const int32_t *shift, void *y);
+void mlcc_f32_quantize_u8(const mlcc_quantize_params *p, const float *x, uint8_t *y);
+void mlcc_u8_dequantize_f32(const mlcc_quantize_params *p, const uint8_t *x, float *y);
+void mlcc_u8_qadd(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y);
+void mlcc_u8_requantize(const mlcc_qrequant_params *p, const uint8_t *x, uint8_t *y);
+void mlcc_u8_maxpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y);
+void mlcc_u8_avgpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y);
+"""
+
+FLAGS = {"portable": ["-O2"], "native": ["-O3", "-march=native", "-ffp-contract=fast"]}
+
+
+def _native_has_vnni() -> bool:
+    out = subprocess.run(["gcc", "-march=native", "-dM", "-E", "-x", "c", "/dev/null"],
+                         capture_output=True, text=True).stdout
+    return "__AVX512VNNI__" in out
+
+
+@pytest.fixture(scope="module", params=sorted(FLAGS))
+def lib(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp(f"qk_{request.param}") / "libq.so"
+    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
+                    *FLAGS[request.param], f"-I{ROOT / 'runtime_c' / 'include'}",
+                    f"-I{KERNELS}", "-o", str(out), str(KERNELS / "qgemm.c"),
+                    str(KERNELS / "qconv.c"), str(KERNELS / "qelem.c"), "-lm"], check=True)
+    ffi = FFI()
+    ffi.cdef(CDEF)
+    return ffi, ffi.dlopen(str(out)), request.param
+
+
+def ptr(ffi, arr):
+    return ffi.cast("void *", arr.ctypes.data) if arr is not None else ffi.NULL
+
+
+def requant(ffi, out_kind, mode, zp, qmin=0, qmax=255, act=0):
+    return {"out_kind": out_kind, "mode": mode, "zero_point": zp, "qmin": qmin, "qmax": qmax,
+            "act": {"kind": act, "alpha": 0.0, "beta": 0.0}}
+
+
+def channel_consts(rng, m, mode):
+    bias = rng.integers(-3000, 3000, m).astype(np.int32)
+    scale = rng.uniform(2e-4, 2e-2, m).astype(np.float32)
+    m0, sh = fixed_multipliers(scale.astype(np.float64))
+    fbias = rng.normal(0, 1, m).astype(np.float32)
+    return bias, scale, fbias, m0, sh
+
+
+def expected(acc, scale, fbias, m0, sh, out_kind, mode, zp, qmin, qmax, axis):
+    """The epilogue's numpy model; channel constants broadcast along `axis` of acc."""
+    shape = [1] * acc.ndim
+    shape[axis] = -1
+    r = lambda a: a.reshape(shape)   # noqa: E731
+    qp = QParams(1.0, zp)
+    if out_kind == 1:
+        return acc.astype(np.float32) * r(scale) + r(fbias)
+    if mode == 1:
+        return requantize_fixed(acc, r(m0), r(sh), qp, qmin, qmax)
+    return requantize_float(acc, r(scale), qp, qmin, qmax)
+
+
+MODES = [(0, 0), (0, 1), (1, 0)]        # (out_kind, mode): u8 float, u8 fixed, f32
+
+
+def check(flavour, got, want, out_kind):
+    """uint8 outputs bit for bit; float outputs too, except that the native build contracts
+    acc * scale + bias into one FMA (-ffp-contract=fast, as the float kernels): one rounding
+    fewer."""
+    if out_kind == 1 and flavour == "native":
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("out_kind,mode", MODES)
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (3, 17, 5), (4, 16, 4), (5, 15, 67),
+                                   (9, 33, 13), (2, 64, 100)])
+def test_qfc_matches_numpy(lib, m, n, k, out_kind, mode):
+    ffi, L, flavour = lib
+    rng = np.random.default_rng(m * 1000 + n * 10 + k)
+    x = rng.integers(0, 256, (m, k)).astype(np.uint8)
+    w = rng.integers(-127, 128, (n, k)).astype(np.int8)
+    bias, scale, fbias, m0, sh = channel_consts(rng, n, mode)
+    k4 = -(-k // 4)
+    packed = np.zeros((4 * k4, n), np.int8)
+    packed[:k] = w.T
+    packed = np.ascontiguousarray(packed.reshape(k4, 4, n).transpose(0, 2, 1))
+    zp, qmin, qmax = 7, 7, 250
+    y = np.zeros((m, n), np.float32 if out_kind else np.uint8)
+    scratch = np.zeros(m * 4 * k4, np.uint8)
+    p = ffi.new("mlcc_qfc_params *", {"m": m, "n": n, "k": k,
+                                      "rq": requant(ffi, out_kind, mode, zp, qmin, qmax)})
+    L.mlcc_u8_qfc(p, ptr(ffi, x), ptr(ffi, packed), ptr(ffi, bias), ptr(ffi, scale),
+                  ptr(ffi, fbias), ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y), ptr(ffi, scratch))
+    acc = x.astype(np.int32) @ w.T.astype(np.int32) + bias[None, :]
+    want = expected(acc, scale, fbias, m0, sh, out_kind, mode, zp, qmin, qmax, axis=1)
+    check(flavour, y, want, out_kind)
+
+
+def _conv_reference(x, w, bias, zp, stride, pad, dil, groups):
+    n, c, h, wd = x.shape
+    m, cg, kh, kw = w.shape
+    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pad[0], pad[0]), (pad[1], pad[1])),
+                constant_values=zp) - zp          # real zero outside the input
+    oh = (h + 2 * pad[0] - dil[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (wd + 2 * pad[1] - dil[1] * (kw - 1) - 1) // stride[1] + 1
+    acc = np.zeros((n, m, oh, ow), np.int64) + bias.reshape(1, m, 1, 1)
+    mg = m // groups
+    for i in range(kh):
+        for j in range(kw):
+            patch = xp[:, :, i * dil[0]: i * dil[0] + stride[0] * (oh - 1) + 1: stride[0],
+                       j * dil[1]: j * dil[1] + stride[1] * (ow - 1) + 1: stride[1]]
+            for g in range(groups):
+                acc[:, g * mg:(g + 1) * mg] += np.einsum(
+                    "nchw,mc->nmhw", patch[:, g * cg:(g + 1) * cg],
+                    w[g * mg:(g + 1) * mg, :, i, j].astype(np.int64))
+    return acc.astype(np.int32), oh, ow
+
+
+CONVS = [  # n, c, h, w, m, k, stride, pad, dil, groups
+    (1, 3, 7, 9, 5, (3, 3), (1, 1), (1, 1), (1, 1), 1),
+    (2, 4, 6, 5, 6, (2, 3), (2, 1), (0, 1), (1, 1), 2),
+    (1, 5, 11, 13, 17, (1, 1), (1, 1), (0, 0), (1, 1), 1),
+    (1, 7, 9, 8, 7, (3, 3), (2, 2), (1, 1), (1, 1), 7),       # depthwise
+    (1, 6, 10, 10, 6, (5, 5), (1, 1), (2, 2), (2, 2), 6),     # depthwise, dilated
+    (1, 8, 5, 37, 16, (3, 3), (1, 2), (1, 1), (1, 1), 1),
+]
+
+
+@pytest.mark.parametrize("out_kind,mode", MODES)
+@pytest.mark.parametrize("case", CONVS)
+def test_qconv_matches_numpy(lib, case, out_kind, mode):
+    ffi, L, flavour = lib
+    n, c, h, wd, m, k, stride, pad, dil, groups = case
+    rng = np.random.default_rng(sum(case[:5]))
+    zp = 37
+    x = rng.integers(0, 256, (n, c, h, wd)).astype(np.uint8)
+    w = rng.integers(-127, 128, (m, c // groups, *k)).astype(np.int8)
+    bias, scale, fbias, m0, sh = channel_consts(rng, m, mode)
+    depthwise = groups == c == m
+    acc, oh, ow = _conv_reference(x, w, bias, zp, stride, pad, dil, groups)
+    params = {"batch": n, "in_channels": c, "in_h": h, "in_w": wd, "out_channels": m,
+              "out_h": oh, "out_w": ow, "kernel_h": k[0], "kernel_w": k[1],
+              "stride_h": stride[0], "stride_w": stride[1], "dilation_h": dil[0],
+              "dilation_w": dil[1], "pad_top": pad[0], "pad_left": pad[1], "groups": groups,
+              "x_zero_point": zp, "rq": requant(ffi, out_kind, mode, 3, 3, 255)}
+    p = ffi.new("mlcc_qconv2d_params *", params)
+    y = np.zeros((n, m, oh, ow), np.float32 if out_kind else np.uint8)
+    if depthwise:
+        L.mlcc_u8_qconv2d_depthwise(p, ptr(ffi, x), ptr(ffi, np.ascontiguousarray(w)),
+                                    ptr(ffi, bias), ptr(ffi, scale), ptr(ffi, fbias),
+                                    ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y))
+    else:
+        kk = w[0].size
+        k4 = -(-kk // 4)
+        wp = np.zeros((m, 4 * k4), np.int8)
+        wp[:, :kk] = w.reshape(m, -1)
+        # the kernel's bias has the input zero point folded in (as the compiler does)
+        eff = (bias - zp * w.reshape(m, -1).astype(np.int32).sum(axis=1)).astype(np.int32)
+        scratch = np.zeros(4 * (k4 + 1) * oh * ow, np.uint8)
+        L.mlcc_u8_qconv2d(p, ptr(ffi, x), ptr(ffi, wp), ptr(ffi, eff), ptr(ffi, scale),
+                          ptr(ffi, fbias), ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y),
+                          ptr(ffi, scratch))
+    want = expected(acc, scale, fbias, m0, sh, out_kind, mode, 3, 3, 255, axis=1)
+    check(flavour, y, want, out_kind)
+
+
+@pytest.mark.parametrize("m,n,k4", [(1, 1, 1), (3, 15, 2), (4, 16, 3), (5, 17, 1),
+                                    (8, 31, 7), (7, 33, 5), (13, 48, 2)])
+@pytest.mark.parametrize("a_signed", [0, 1])
+def test_vector_qgemm_matches_portable_twin(lib, m, n, k4, a_signed):
+    ffi, L, flavour = lib
+    if flavour == "native" and not _native_has_vnni():
+        pytest.skip("this CPU has no AVX512-VNNI: both names run the portable code")
+    rng = np.random.default_rng(m * 100 + n + k4)
+    a = rng.integers(-128 if a_signed else 0, 128 if a_signed else 256, (m, 4 * k4 + 3))
+    a = a.astype(np.int8 if a_signed else np.uint8)
+    b = rng.integers(0 if a_signed else -128, 256 if a_signed else 128, (k4, n, 4))
+    b = b.astype(np.uint8 if a_signed else np.int8)
+    bias = rng.integers(-100000, 100000, max(m, n)).astype(np.int32)
+    scale = np.ones(max(m, n), np.float32)
+    fbias = np.zeros(max(m, n), np.float32)
+    d = ffi.new("mlcc_qgemm_desc *", {"m": m, "n": n, "k4": k4, "lda": 4 * k4 + 3, "ldy": n,
+                                      "channel_is_row": 1, "a_signed": a_signed})
+    rq = ffi.new("mlcc_requant *", requant(ffi, 1, 0, 0))
+    ch = ffi.new("mlcc_qchannels *", {"bias": ffi.cast("int32_t *", bias.ctypes.data),
+                                      "scale": ffi.cast("float *", scale.ctypes.data),
+                                      "fbias": ffi.cast("float *", fbias.ctypes.data)})
+    y1 = np.zeros((m, n), np.float32)
+    y2 = np.ones((m, n), np.float32)
+    L.mlcc_qgemm_u8s8(d, ptr(ffi, a), ptr(ffi, b), rq, ch, ptr(ffi, y1))
+    L.mlcc_qgemm_u8s8_portable(d, ptr(ffi, a), ptr(ffi, b), rq, ch, ptr(ffi, y2))
+    np.testing.assert_array_equal(y1, y2)
+    acc = (a[:, :4 * k4].astype(np.int64) @ b.transpose(0, 2, 1).reshape(4 * k4, n)
+           .astype(np.int64)) + bias[:m, None]
+    np.testing.assert_array_equal(y1, acc.astype(np.float32))   # |acc| < 2^24: exact
+
+
+def test_quantize_dequantize_match_numpy(lib):
+    ffi, L, _ = lib
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(0, 3, 1001), np.arange(-20, 20) * 0.25,
+                        [1e9, -1e9, np.nan]]).astype(np.float32)
+    qp = QParams(0.5, 11)
+    p = ffi.new("mlcc_quantize_params *", {"count": x.size, "scale": 0.5, "zero_point": 11})
+    y = np.zeros(x.size, np.uint8)
+    L.mlcc_f32_quantize_u8(p, ptr(ffi, x), ptr(ffi, y))
+    finite = np.isfinite(x)
+    np.testing.assert_array_equal(y[finite], quantize_linear(x[finite], qp))
+    assert y[-1] == 0                                      # NaN -> the lowest code
+    back = np.zeros(x.size, np.float32)
+    L.mlcc_u8_dequantize_f32(p, ptr(ffi, y), ptr(ffi, back))
+    np.testing.assert_array_equal(back, (y.astype(np.int32) - 11).astype(np.float32) * 0.5)
+
+
+def _qadd_model(a, b, sa, za, sb, zb, sy, zy, mode):
+    if mode == 0:
+        ma, mb = float(np.float32(sa / sy)), float(np.float32(sb / sy))
+        f = (a.astype(np.float64) - za) * ma + (b.astype(np.float64) - zb) * mb
+        return (np.clip(np.rint(np.clip(f, -zy, 255 - zy)) + zy, 0, 255)).astype(np.uint8)
+    am, ash, bm, bsh, om, osh = add_fixed_multipliers(sa, sb, sy)
+    xa = multiply_by_quantized_multiplier((a.astype(np.int64) - za) << 20, np.int64(am), ash)
+    xb = multiply_by_quantized_multiplier((b.astype(np.int64) - zb) << 20, np.int64(bm), bsh)
+    out = multiply_by_quantized_multiplier(xa + xb, np.int64(om), osh) + zy
+    return np.clip(out, 0, 255).astype(np.uint8)
+
+
+@pytest.mark.parametrize("mode", [0, 1])
+def test_qadd_and_requantize_match_numpy(lib, mode):
+    ffi, L, _ = lib
+    rng = np.random.default_rng(mode)
+    a = rng.integers(0, 256, 997).astype(np.uint8)
+    b = rng.integers(0, 256, 997).astype(np.uint8)
+    sa, za, sb, zb, sy, zy = 0.02, 100, 0.05, 3, 0.06, 90
+    am, ash, bm, bsh, om, osh = add_fixed_multipliers(sa, sb, sy)
+    p = ffi.new("mlcc_qadd_params *", {
+        "count": a.size, "a_zero_point": za, "b_zero_point": zb,
+        "a_mult_f": float(np.float32(sa / sy)), "b_mult_f": float(np.float32(sb / sy)), "a_mult": am, "a_shift": ash, "b_mult": bm, "b_shift": bsh,
+        "out_mult": om, "out_shift": osh, "rq": requant(ffi, 0, mode, zy)})
+    y = np.zeros(a.size, np.uint8)
+    L.mlcc_u8_qadd(p, ptr(ffi, a), ptr(ffi, b), ptr(ffi, y))
+    np.testing.assert_array_equal(y, _qadd_model(a, b, sa, za, sb, zb, sy, zy, mode))
+    # requantize: u8 at (0.02, 100) -> (0.03, 20)
+    mf = np.float32(np.float32(0.02) / np.float32(0.03))
+    m0, sh = fixed_multiplier(0.02 / 0.03)
+    p = ffi.new("mlcc_qrequant_params *", {"count": a.size, "x_zero_point": 100,
+                                           "mult_f": float(mf), "mult": m0, "shift": sh,
+                                           "rq": requant(ffi, 0, mode, 20)})
+    L.mlcc_u8_requantize(p, ptr(ffi, a), ptr(ffi, y))
+    acc = a.astype(np.int32) - 100
+    if mode == 0:
+        want = requantize_float(acc, np.float32(mf), QParams(1.0, 20))
+    else:
+        want = requantize_fixed(acc, np.int64(m0), np.int64(sh), QParams(1.0, 20))
+    np.testing.assert_array_equal(y, want)
+
+
+def test_pools_match_numpy(lib):
+    ffi, L, _ = lib
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 256, (2, 3, 7, 9)).astype(np.uint8)
+    kh, kw, s, pad = 3, 2, 2, 1
+    oh, ow = (7 + 2 * pad - kh) // s + 1, (9 + 2 * pad - kw) // s + 1
+    p = ffi.new("mlcc_qpool2d_params *", {
+        "planes": 6, "in_h": 7, "in_w": 9, "out_h": oh, "out_w": ow, "kernel_h": kh,
+        "kernel_w": kw, "stride_h": s, "stride_w": s, "dilation_h": 1, "dilation_w": 1,
+        "pad_top": pad, "pad_left": pad, "pad_value": 0})
+    ymax = np.zeros((2, 3, oh, ow), np.uint8)
+    yavg = np.zeros((2, 3, oh, ow), np.uint8)
+    L.mlcc_u8_maxpool2d(p, ptr(ffi, x), ptr(ffi, ymax))
+    L.mlcc_u8_avgpool2d(p, ptr(ffi, x), ptr(ffi, yavg))
+    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=-1)
+    for i in range(oh):
+        for j in range(ow):
+            win = xp[:, :, i * s:i * s + kh, j * s:j * s + kw].reshape(2, 3, -1)
+            valid = win >= 0
+            np.testing.assert_array_equal(ymax[:, :, i, j], win.max(axis=2))
+            total, count = np.where(valid, win, 0).sum(axis=2), valid.sum(axis=2)
+            np.testing.assert_array_equal(yavg[:, :, i, j], (total + count // 2) // count)

@@ -1,0 +1,515 @@
+"""The wasm target: model.wasm built by emcc (SIMD128), its JavaScript wrapper (model.mjs,
+model.cjs) and harness.mjs, run in node and compared with onnxruntime at the x86 tolerance.
+
+Skipped when emcc (Debian's emscripten) or node (nodejs) is missing; `make test` installs them
+on Debian. This file holds what CI runs on every change: operators at odd shapes, the data
+types through the raw-file protocol, the JavaScript API and its errors, embedded and external
+weights, and a few real models; `make test-targets` runs every model of test_models.py for
+wasm as well (MLCC_TEST_TARGET=wasm).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import helper
+
+import fetch_models as fm
+import mlcc
+import test_models as tm
+from mlcc.cli import main as cli_main
+from mlcc.errors import InputError, RuntimeStatusError, TargetError
+from mlcc.targets import load_target, parse_target
+from util import check_model, check_node, compile_and_run, make_model, rand
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGITS = ROOT / "examples" / "digits" / "digits_cnn.onnx"
+WASM = load_target("wasm")
+MISSING = "; ".join(WASM.missing_tools())
+needs_wasm = pytest.mark.skipif(bool(MISSING), reason=MISSING or "emcc and node present")
+NODE_TIMEOUT_S = 120
+
+
+def node(script: str, cwd: Path, *args: str, module: str = "mjs"
+         ) -> subprocess.CompletedProcess:
+    """Runs a JavaScript snippet in node from `cwd` (an ES module, or CommonJS)."""
+    path = cwd / f"test_script.{module}"
+    path.write_text(script)
+    return subprocess.run(["node", str(path), *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=NODE_TIMEOUT_S)
+
+
+def _digits_input(seed: int = 0) -> dict[str, np.ndarray]:
+    return {"input": np.random.default_rng(seed).standard_normal((1, 1, 8, 8)).astype(np.float32)}
+
+
+@pytest.fixture(scope="module")
+def digits_wasm(tmp_path_factory) -> Path:
+    if MISSING:
+        pytest.skip(MISSING)
+    out = tmp_path_factory.mktemp("wasm") / "digits"
+    mlcc.compile(DIGITS, out, target="wasm", name="digits")
+    return out
+
+
+@pytest.fixture(scope="module")
+def digits_embedded(tmp_path_factory) -> Path:
+    if MISSING:
+        pytest.skip(MISSING)
+    out = tmp_path_factory.mktemp("wasm") / "digits_embedded"
+    mlcc.compile(DIGITS, out, target="wasm", name="digits", embed_weights=True)
+    return out
+
+
+# --------------------------------------------------------------------------------- the folder
+
+def test_compile_writes_module_wrappers_and_harness(digits_wasm):
+    m = json.loads((digits_wasm / "manifest.json").read_text())
+    assert m["target"] == "wasm" and m["library"] == "model.wasm"
+    assert m["harness"] == "harness.mjs" and m["run"] == ["node"]
+    assert m["run_package"] == "nodejs"
+    assert {"model.wasm", "model.mjs", "model.cjs", "harness.mjs", "model.h",
+            "weights.bin"} <= set(m["files"])
+    assert "harness.c" not in m["files"] and not (digits_wasm / "libmodel.so").exists()
+    assert (digits_wasm / "model.wasm").read_bytes()[:4] == b"\0asm"
+    assert "-msimd128" in (digits_wasm / "Makefile").read_text()
+    # A standalone module: no Emscripten glue, one import, the model's API as exports.
+    r = node("""
+        import { readFileSync } from "node:fs";
+        const m = new WebAssembly.Module(readFileSync("model.wasm"));
+        console.log(JSON.stringify({imports: WebAssembly.Module.imports(m).map(i => i.name),
+                                    exports: WebAssembly.Module.exports(m).map(e => e.name)}));
+        """, digits_wasm)
+    assert r.returncode == 0, r.stderr
+    io = json.loads(r.stdout)
+    assert io["imports"] == ["emscripten_notify_memory_growth"]
+    assert {"digits_init", "digits_run_v", "digits_model_info", "mlcc_status_string", "malloc",
+            "memory"} <= set(io["exports"])
+    assert "digits_init_embedded" not in io["exports"]
+
+
+def test_folders_are_deterministic(digits_wasm, tmp_path):
+    mlcc.compile(DIGITS, tmp_path / "b", target="wasm", name="digits")
+    files = sorted(p.relative_to(digits_wasm) for p in digits_wasm.rglob("*")
+                   if p.is_file() and not p.name.startswith("test_script"))
+    assert Path("model.wasm") in files and Path("model.mjs") in files
+    for rel in files:
+        assert (digits_wasm / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes(), rel
+
+
+@needs_wasm
+def test_kernels_compile_to_simd128(digits_wasm):
+    """The vector-extension kernels become SIMD128 instructions (wasm-objdump from Debian's
+    wabt reads the module)."""
+    if shutil.which("wasm-objdump") is None:
+        pytest.skip("wasm-objdump is not installed (apt-get install wabt)")
+    dis = subprocess.run(["wasm-objdump", "-d", str(digits_wasm / "model.wasm")],
+                         capture_output=True, text=True, check=True).stdout
+    for instruction in ("f32x4.mul", "f32x4.add", "v128.load", "v128.store", "f32x4.max"):
+        assert instruction in dis, instruction
+    assert "f32x4.relaxed" not in dis      # no fused multiply-add: rounding as on x86
+
+
+def test_module_size_budget(digits_wasm):
+    """Code only (the weights are in weights.bin): the digits CNN's module stays small."""
+    assert (digits_wasm / "model.wasm").stat().st_size < 64 * 1024
+
+
+@needs_wasm
+def test_runtime_compiles_warning_free_with_emcc():
+    rt = ROOT / "runtime_c"
+    cmd = [WASM.toolchain.cc, "-std=c99", "-O2", "-msimd128", "-Wall", "-Wextra", "-pedantic",
+           "-Werror", *WASM.defines(), f"-I{rt / 'include'}", f"-I{rt / 'kernels'}",
+           "-fsyntax-only", *map(str, sorted((rt / "kernels").glob("*.c"))
+                                 + sorted((rt / "src").glob("*.c")))]
+    subprocess.run(cmd, check=True, env={**os.environ, **dict(WASM.toolchain.env)},
+                   timeout=300)
+
+
+# --------------------------------------------------------------------------------- operators
+
+@needs_wasm
+@pytest.mark.parametrize("c,h,w,m,k,stride,pads,group", [
+    (3, 11, 9, 5, 3, 2, [1, 0, 2, 1], 1),       # im2col + GEMM, asymmetric pads
+    (7, 5, 5, 11, 1, 1, [0, 0, 0, 0], 1),       # 1x1 as plain GEMM
+    (6, 10, 7, 6, 3, 2, [1, 1, 1, 1], 6),       # depthwise, stride 2
+])
+def test_conv(tmp_path, c, h, w, m, k, stride, pads, group):
+    check_node("Conv", {"x": rand(1, c, h, w)},
+               initializers={"w": rand(m, c // group, k, k, seed=1), "b": rand(m, seed=2)},
+               tmp_path=tmp_path, target="wasm", strides=[stride, stride], pads=pads,
+               group=group)
+
+
+@needs_wasm
+@pytest.mark.parametrize("m,k,n,tb", [(7, 13, 17, 1), (6, 300, 33, 0)])
+def test_gemm(tmp_path, m, k, n, tb):
+    """Column counts around the SIMD128 tile (2 x 4 lanes), K past one cache block (256)."""
+    b = rand(*((n, k) if tb else (k, n)), seed=1)
+    check_node("Gemm", {"a": rand(m, k)}, initializers={"b": b, "c": rand(n, seed=2)},
+               tmp_path=tmp_path, target="wasm", transB=tb, alpha=0.5, beta=2.0)
+
+
+@needs_wasm
+def test_matmul_batched_runtime_operands(tmp_path):
+    check_node("MatMul", {"a": rand(2, 1, 3, 5), "b": rand(4, 5, 9, seed=1)},
+               tmp_path=tmp_path, target="wasm")
+
+
+@needs_wasm
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 1],
+                 "ceil_mode": 1}),
+    ("AveragePool", {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 1, 0, 0],
+                     "count_include_pad": 0}),
+])
+def test_pool(tmp_path, op, attrs):
+    check_node(op, {"x": rand(1, 5, 13, 10)}, tmp_path=tmp_path, target="wasm", **attrs)
+
+
+@needs_wasm
+def test_resize_linear(tmp_path):
+    x = rand(1, 3, 7, 9)
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], name="resize_node",
+                            mode="linear", coordinate_transformation_mode="half_pixel")
+    inits = {"roi": np.zeros(0, np.float32), "scales": np.array([1, 1, 2, 1.5], np.float32)}
+    check_model(make_model([node], {"x": x}, ["y"], initializers=inits, opset=19), {"x": x},
+                tmp_path, target="wasm")
+
+
+@needs_wasm
+def test_softmax_and_transcendentals(tmp_path):
+    """Softmax, Sigmoid and Tanh: musl's expf/tanhf and the vector exp under SIMD128."""
+    x = rand(3, 37, 5) * 8
+    nodes = [helper.make_node("Softmax", ["x"], ["s"], name="softmax", axis=1),
+             helper.make_node("Sigmoid", ["x"], ["g"], name="sigmoid"),
+             helper.make_node("Tanh", ["x"], ["t"], name="tanh")]
+    check_model(make_model(nodes, {"x": x}, ["s", "g", "t"]), {"x": x}, tmp_path,
+                target="wasm")
+
+
+@needs_wasm
+def test_fused_activations_and_broadcasting(tmp_path):
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("HardSwish", ["c"], ["h"], name="hswish"),
+             helper.make_node("Mul", ["h", "s"], ["m"], name="scale"),
+             helper.make_node("LeakyRelu", ["m"], ["y"], name="leaky", alpha=0.1)]
+    x = rand(1, 4, 9, 6)
+    model = make_model(nodes, {"x": x, "s": rand(1, 5, 1, 6, seed=3)}, ["y"],
+                       initializers={"w": rand(5, 4, 3, 3, seed=1)})
+    check_model(model, {"x": x, "s": rand(1, 5, 1, 6, seed=3)}, tmp_path, target="wasm")
+
+
+@needs_wasm
+def test_every_dtype_through_the_raw_files(tmp_path):
+    """bool, int64 (BigInt64Array in JavaScript), uint8, int32 inputs and outputs."""
+    rng = np.random.default_rng(0)
+    feeds = {"cond": rng.random((3, 4)) > 0.5, "a": rand(3, 4), "b": rand(1, 4, seed=1),
+             "idx": np.array([[2, -1], [0, 1]], np.int64),
+             "bytes": rng.integers(0, 256, (2, 5)).astype(np.uint8),
+             "i32": rng.integers(-1000, 1000, (4,)).astype(np.int32)}
+    nodes = [helper.make_node("Where", ["cond", "a", "b"], ["w"], name="where"),
+             helper.make_node("Not", ["cond"], ["ncond"], name="not"),
+             helper.make_node("Gather", ["w", "idx"], ["g"], name="gather", axis=1),
+             helper.make_node("Concat", ["idx", "idx"], ["idx2"], name="cat", axis=0),
+             helper.make_node("Transpose", ["bytes"], ["bytes_t"], name="tr"),
+             helper.make_node("Concat", ["i32", "i32"], ["i32n"], name="cat32", axis=0)]
+    model = make_model(nodes, feeds, ["g", "ncond", "idx2", "bytes_t", "i32n"])
+    got = check_model(model, feeds, tmp_path, target="wasm")
+    assert got["ncond"].dtype == np.bool_ and got["idx2"].dtype == np.int64
+    assert list(got) == ["g", "ncond", "idx2", "bytes_t", "i32n"]
+
+
+@needs_wasm
+def test_gather_out_of_range_index_is_a_status(tmp_path):
+    x = rand(5, 3)
+    i = np.array([0, 7, 1], dtype=np.int64)
+    model = make_model([helper.make_node("Gather", ["x", "i"], ["y"], axis=0)],
+                       {"x": x, "i": i}, ["y"])
+    with pytest.raises(RuntimeStatusError, match="run failed: .*out of range"):
+        compile_and_run(model, {"x": x, "i": i}, tmp_path, target="wasm")
+
+
+# --------------------------------------------------------------------------------- JS API
+
+def test_js_api_runs_and_checks_its_inputs(digits_wasm):
+    x = _digits_input(7)["input"]
+    x.astype("<f4").tofile(digits_wasm / "x.bin")
+    r = node("""
+        import { readFileSync } from "node:fs";
+        import { createModel, MlccError } from "./model.mjs";
+        const model = await createModel();
+        const x = new Float32Array(new Uint8Array(readFileSync("x.bin")).buffer);
+        const out = model.run({ input: x });
+        const errors = [];
+        for (const bad of [{}, { input: x, extra: x }, { input: new Float64Array(64) },
+                           { input: new Float32Array(65) }, { input: Array.from(x) }, null]) {
+          try { model.run(bad); errors.push("no error"); }
+          catch (e) { errors.push(`${e instanceof MlccError} ${e.status} ${e.message}`); }
+        }
+        console.log(JSON.stringify({
+          logits: Array.from(out.logits), type: out.logits.constructor.name,
+          again: model.run({ input: x }).logits.every((v, i) => v === out.logits[i]),
+          inputs: model.inputs, outputs: model.outputs, errors }));
+        """, digits_wasm)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["type"] == "Float32Array" and res["again"]
+    expected = mlcc.load(digits_wasm).run({"input": x})["logits"][0]
+    np.testing.assert_array_equal(np.array(res["logits"], np.float32), expected)
+    assert res["inputs"] == [{"dtype": "float32", "name": "input", "shape": [1, 1, 8, 8],
+                              "size": 64}]
+    assert res["outputs"][0]["name"] == "logits" and res["outputs"][0]["shape"] == [1, 10]
+    e = res["errors"]
+    assert e[0] == 'true 0 inputs do not match the model (missing "input"); it takes "input"'
+    assert e[1] == 'true 0 inputs do not match the model (unknown "extra"); it takes "input"'
+    assert e[2] == ('true 0 input "input" must be a Float32Array of 64 elements (float32 '
+                    '[1, 1, 8, 8]), got a Float64Array of 64 elements')
+    assert "got a Float32Array of 65 elements" in e[3] and "got an Array" in e[4]
+    assert e[5].startswith("true 0 run takes an object {input name: typed array}")
+
+
+def test_js_status_codes_become_errors_with_the_status_text(digits_wasm):
+    blob = bytearray((digits_wasm / "weights.bin").read_bytes())
+    blob[-1] ^= 1
+    (digits_wasm / "corrupt.bin").write_bytes(bytes(blob))
+    r = node("""
+        import { createModel } from "./model.mjs";
+        for (const weights of ["corrupt.bin", new Uint8Array(10), "missing.bin", 42]) {
+          try { await createModel({ weights }); console.log("no error"); }
+          catch (e) { console.log(`${e.name} ${e.status} ${e.message}`); }
+        }
+        try { await createModel({ weight: "weights.bin" }); }
+        catch (e) { console.log(e.message); }
+        """, digits_wasm)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == ("MlccError 8 mlcc: init failed: the weight blob is corrupted (checksum "
+                        "mismatch) (status 8)")
+    assert lines[1] == ("MlccError 5 mlcc: init failed: the weights are not an mlcc weight "
+                        "blob (bad magic) (status 5)")
+    assert lines[2].startswith("MlccError 0 cannot read the weights from missing.bin")
+    assert lines[3] == ("MlccError 0 the weights must be a URL, a path, an ArrayBuffer or a "
+                        "typed array, not number")
+    assert lines[4] == "unknown option weight (createModel takes wasm and weights)"
+
+
+def test_embedded_and_external_weights_give_the_same_outputs(digits_wasm, digits_embedded):
+    """--embed-weights: createModel() needs no weights.bin (removed here); CommonJS too."""
+    (digits_embedded / "weights.bin").rename(digits_embedded / "weights.moved")
+    try:
+        x = _digits_input(3)["input"]
+        for folder in (digits_embedded, digits_wasm):
+            x.astype("<f4").tofile(folder / "x.bin")
+        script = """
+            const { createModel } = require("./model.cjs");
+            const x = new Float32Array(new Uint8Array(require("fs").readFileSync("x.bin")).buffer);
+            createModel().then((m) => console.log(JSON.stringify(
+              Array.from(m.run({ input: x }).logits))));
+            """
+        r = node(script, digits_embedded, module="cjs")
+        assert r.returncode == 0, r.stderr
+        embedded = np.array(json.loads(r.stdout), np.float32)
+        r = node(script, digits_wasm, module="cjs")
+        assert r.returncode == 0, r.stderr
+        external = np.array(json.loads(r.stdout), np.float32)
+    finally:
+        (digits_embedded / "weights.moved").rename(digits_embedded / "weights.bin")
+    np.testing.assert_array_equal(embedded, external)
+    # Without embedded weights and without weights.bin: a clear error.
+    folder = digits_wasm.parent / "no_weights"
+    shutil.copytree(digits_wasm, folder)
+    (folder / "weights.bin").unlink()
+    r = node('import { createModel } from "./model.mjs";\n'
+             'try { await createModel(); } catch (e) { console.log(e.message); }\n', folder)
+    assert "cannot read weights.bin from" in r.stdout and "no such file" in r.stdout
+
+
+def test_embedded_harness_and_wasm_option(digits_embedded):
+    """harness.mjs with "-" uses the embedded weights; createModel({wasm}) takes bytes."""
+    x = _digits_input(4)["input"]
+    x.astype("<f4").tofile(digits_embedded / "in.bin")
+    proc = subprocess.run(["node", "harness.mjs", "-", "in.bin", "out.bin"],
+                          cwd=digits_embedded, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    got = np.fromfile(digits_embedded / "out.bin", "<f4").reshape(1, 10)
+    np.testing.assert_array_equal(got, mlcc.load(digits_embedded).run({"input": x})["logits"])
+    r = node("""
+        import { readFileSync } from "node:fs";
+        import { createModel } from "./model.mjs";
+        const wasm = new WebAssembly.Module(readFileSync("model.wasm"));
+        const m = await createModel({ wasm });
+        console.log(m.run({ input: new Float32Array(64) }).logits.length);
+        try { await createModel({ wasm: new Uint8Array([1, 2, 3]) }); }
+        catch (e) { console.log(e.message); }
+        """, digits_embedded)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "10" and lines[1].startswith("model.wasm is not a valid WebAssembly")
+
+
+# --------------------------------------------------------------------------------- the runner
+
+def test_runner_checks_inputs_like_the_in_process_model(digits_wasm):
+    m = mlcc.load(digits_wasm)
+    assert type(m).__name__ == "HarnessModel"
+    x = _digits_input()["input"]
+    y = m.run({"input": x})["logits"]
+    assert y.shape == (1, 10) and y.dtype == np.float32
+    with pytest.raises(InputError, match="missing 'input'"):
+        m.run({})
+    with pytest.raises(InputError, match="shape"):
+        m.run({"input": x[..., :4]})
+    assert not [p for p in digits_wasm.iterdir() if p.name.startswith(".run-")]
+
+
+def test_wasm_outputs_are_the_x86_targets_bit_for_bit(digits_wasm, tmp_path):
+    """Same vector width (16 bytes), no fused multiply-adds on either: same sums, same order."""
+    x86 = tmp_path / "x86"
+    mlcc.compile(DIGITS, x86, target="x86", name="digits")
+    x = _digits_input(5)
+    np.testing.assert_array_equal(mlcc.load(digits_wasm).run(x)["logits"],
+                                  mlcc.load(x86).run(x)["logits"])
+
+
+def test_harness_errors(digits_wasm, tmp_path):
+    def harness(*args):
+        return subprocess.run(["node", str(digits_wasm / "harness.mjs"), *map(str, args)],
+                              capture_output=True, text=True, cwd=tmp_path)
+    (tmp_path / "short.bin").write_bytes(b"\0" * 255)
+    proc = harness(digits_wasm / "weights.bin", "short.bin", "out.bin")
+    assert proc.returncode == 1 and "exactly 256 bytes" in proc.stderr
+    assert not (tmp_path / "out.bin").exists()
+    proc = harness()
+    assert proc.returncode == 1 and "usage: node harness.mjs WEIGHTS IN... OUT...  (1 input " \
+        "file, then 1 output file" in proc.stderr
+    blob = bytearray((digits_wasm / "weights.bin").read_bytes())
+    blob[0] ^= 1
+    (tmp_path / "magic.bin").write_bytes(bytes(blob))
+    (tmp_path / "in.bin").write_bytes(b"\0" * 256)
+    proc = harness("magic.bin", "in.bin", "out.bin")
+    assert proc.returncode == 2 and "harness: init failed: " in proc.stderr
+    assert "(status 5)" in proc.stderr
+    assert harness("--info").stdout.splitlines()[1] == "input 0 input float32 [1,1,8,8] 256 bytes"
+
+
+def test_damaged_weights_through_the_runner(digits_wasm, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(digits_wasm, folder)
+    blob = bytearray((folder / "weights.bin").read_bytes())
+    blob[-1] ^= 1
+    (folder / "weights.bin").write_bytes(bytes(blob))
+    with pytest.raises(RuntimeStatusError, match="init failed: .*corrupted"):
+        mlcc.load(folder).run(_digits_input())
+
+
+def test_cli_run_and_verify(digits_wasm, tmp_path):
+    runner = CliRunner()
+    np.savez(tmp_path / "in.npz", **_digits_input(2))
+    r = runner.invoke(cli_main, ["run", str(digits_wasm), "-i", str(tmp_path / "in.npz"),
+                                 "-o", str(tmp_path / "out.npz")])
+    assert r.exit_code == 0, r.output
+    with np.load(tmp_path / "out.npz") as out:
+        np.testing.assert_array_equal(out["logits"], mlcc.load(digits_wasm).run(
+            _digits_input(2))["logits"])
+    r = runner.invoke(cli_main, ["verify", str(DIGITS), "--target", "wasm"])
+    assert r.exit_code == 0, r.output
+    assert "verified: outputs match onnxruntime" in r.output
+
+
+def test_missing_node_names_the_package(digits_wasm, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(digits_wasm, folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["run"] = ["no-such-node-xyz"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(TargetError, match="no-such-node-xyz is not installed.*"
+                                          r"apt-get install nodejs"):
+        mlcc.load(folder)
+
+
+def test_targets_report_missing_emcc_and_node(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    r = CliRunner().invoke(cli_main, ["targets"])
+    assert r.exit_code == 0
+    line = next(l for l in r.output.splitlines() if l.startswith("wasm "))
+    assert "emcc is not installed (apt-get install emscripten)" in line
+    assert "node is not installed (apt-get install nodejs)" in line
+    r = CliRunner().invoke(cli_main, ["compile", str(DIGITS), "-t", "wasm", "-o",
+                                      str(tmp_path / "out")])
+    assert r.exit_code == 1
+    assert "compiler 'emcc' not found (install it: apt-get install emscripten)" in r.output
+
+
+def test_target_schema_env_and_output(tmp_path):
+    t = parse_target("name: w\narch: wasm32\noutput: wasm\n"
+                     "toolchain: {cc: emcc, env: {NODE_PATH: /x}}\n")
+    assert t.library_name == "model.wasm" and t.toolchain.env == (("NODE_PATH", "/x"),)
+    with pytest.raises(TargetError, match="toolchain.env must map"):
+        parse_target("name: w\narch: a\ntoolchain: {cc: emcc, env: {A: 1}}\n")
+    with pytest.raises(TargetError, match="output must be one of shared, wasm"):
+        parse_target("name: w\narch: a\noutput: exe\ntoolchain: {cc: emcc}\n")
+
+
+# --------------------------------------------------------------------------------- models
+
+@pytest.fixture(scope="module")
+def small_models(tmp_path_factory):
+    return fm.build_small_models(tmp_path_factory.mktemp("small"))
+
+
+@needs_wasm
+@pytest.mark.parametrize("name", ["small_cnn", "small_unet"])
+def test_small_model(small_models, name):
+    path, shapes = small_models[name]
+    tm.check(path, shapes, target="wasm")
+
+
+@needs_wasm
+@pytest.mark.parametrize("name", ["digits_cnn.onnx", "digits_mlp.onnx"])
+def test_shared_digits_model(name):
+    """The digits models of ../shared/models (development and CI only)."""
+    path = tm._shared(name)
+    model = onnx.load(str(path))
+    inits = {t.name for t in model.graph.initializer}
+    shapes = {vi.name: tuple(d.dim_value or 1 for d in vi.type.tensor_type.shape.dim)
+              for vi in model.graph.input if vi.name not in inits}
+    tm.check(path, shapes, target="wasm")
+
+
+@needs_wasm
+def test_squeezenet_random_weights():
+    tm.check(fm.randomized_light_model("squeezenet"), target="wasm")
+
+
+@needs_wasm
+@pytest.mark.slow
+def test_yolov8n():
+    """A real detector (SiLU epilogues: the vector exp in SIMD128), outputs only: the
+    per-layer comparison of every model runs in `make test-targets`."""
+    tm.check(tm._real("yolov8n"), fm.REAL_MODELS["yolov8n"].shapes, target="wasm",
+             per_layer=True)
+
+
+@needs_wasm
+def test_int8_digits_on_wasm_is_the_x86_result_bit_for_bit(tmp_path):
+    """The int8 program (portable integer kernels, float requantization) gives the same bits
+    in wasm as on x86."""
+    with np.load(ROOT / "examples" / "digits" / "digits_sample.npz") as d:
+        x = d["input"].astype(np.float32)
+    np.savez(tmp_path / "calib.npz", input=x[:, None])
+    outs = {}
+    for target in ("x86", "wasm"):
+        mlcc.compile(DIGITS, tmp_path / target, target=target,
+                     quantize=mlcc.api.QuantizeConfig(tmp_path / "calib.npz"))
+        m = mlcc.load(tmp_path / target)
+        outs[target] = [m.run({"input": xi[None]})["logits"] for xi in x[:6]]
+    for a, b in zip(outs["x86"], outs["wasm"]):
+        np.testing.assert_array_equal(a, b)
