@@ -16,7 +16,8 @@ WASM_PACKAGES := emscripten nodejs wabt chromium
 TARGET_PACKAGES := $(ARM_PACKAGES) $(WASM_PACKAGES)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
-.PHONY: setup demo test test-fast test-targets target-tools bench bench-wasm icount-arm web-digits clean
+.PHONY: setup demo test test-fast test-targets target-tools bench bench-wasm icount-arm web-digits \
+	conformance fuzz fuzz-runtime sanitize-models safety-tools clean
 
 setup: $(STAMP)
 
@@ -31,7 +32,7 @@ demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
 # The whole test suite, real models included (downloaded once into ~/.cache/mlcc-models).
-test: $(STAMP) target-tools
+test: $(STAMP) target-tools safety-tools
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS) tests
 
 # Every model of tests/test_models.py compiled for arm and verified under qemu-aarch64, then
@@ -74,6 +75,50 @@ test-fast: $(STAMP)
 BENCH_ARGS ?=
 bench: $(STAMP)
 	$(BIN)/python tests/bench_models.py $(BENCH_ARGS)
+
+# The ONNX backend node tests through mlcc (x86): a table per operator, passed / bound /
+# refused / failed; fails if any test gives a wrong answer or crashes. CONFORMANCE_ARGS: e.g.
+# --ops model (the operator types of the real models), --filter resize, --verbose.
+CONFORMANCE_ARGS ?=
+conformance: $(STAMP)
+	$(BIN)/python tests/conformance.py $(CONFORMANCE_ARGS)
+
+# Fuzzing of the compiler's input (ONNX and target files; tests/fuzz_compiler.py): the corpus,
+# the structured cases, then FUZZ_SECONDS of random mutations per seed. New failures are saved
+# into tests/corpus. `make test` runs a 40-second version (tests/test_fuzz.py).
+FUZZ_SECONDS ?= 300
+fuzz: $(STAMP)
+	for seed in 1 2; do \
+	  $(BIN)/python tests/fuzz_compiler.py --seconds $(FUZZ_SECONDS) --seed $$seed \
+	    --save-failures || exit 1; \
+	done
+
+# libFuzzer on the runtime's weight-blob loader (tests/fuzz_runtime.py; make test runs 20 s).
+FUZZ_RUNTIME_SECONDS ?= 300
+fuzz-runtime: $(STAMP) safety-tools
+	$(BIN)/python tests/fuzz_runtime.py --seconds $(FUZZ_RUNTIME_SECONDS)
+
+# Every model (real ones included) under ASan+UBSan, valgrind memcheck and a counting malloc
+# (tests/sanitize_models.py; make test runs a few). SANITIZE_ARGS: e.g. --mode asan yolov8n.
+SANITIZE_ARGS ?=
+sanitize-models: $(STAMP) safety-tools
+	$(BIN)/python tests/sanitize_models.py $(SANITIZE_ARGS)
+
+# clang with libFuzzer (libclang-rt-dev) and valgrind, for the runtime safety tests: installed
+# with apt-get when missing (as root or through sudo), else those tests skip.
+safety-tools:
+	@missing=""; \
+	command -v valgrind >/dev/null || missing="$$missing valgrind"; \
+	echo 'int LLVMFuzzerTestOneInput(const char *d, long n) { (void)d; (void)n; return 0; }' | \
+	  clang -fsanitize=fuzzer -x c - -o /dev/null 2>/dev/null || \
+	  missing="$$missing clang libclang-rt-dev"; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if ! command -v apt-get >/dev/null || { [ "$$(id -u)" != 0 ] && [ -z "$(SUDO)" ]; }; then \
+	  echo "install$$missing for the runtime safety tests (they skip without them)"; exit 0; fi; \
+	echo "installing Debian packages for the runtime safety tests:$$missing"; \
+	$(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y -q --no-install-recommends $$missing || \
+	  echo "could not install$$missing; the runtime safety tests will skip"
 
 # Instructions per inference of the arm (NEON) build against the arm-portable build, counted
 # under qemu-aarch64 by the TCG plugin of tools/qemu-icount; one Markdown table, not a test.

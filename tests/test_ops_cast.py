@@ -4,7 +4,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from mlcc.errors import UnsupportedError
-from util import check_model, check_node, make_model
+from util import check_model, check_node, compile_and_run, make_model, reference_outputs
 
 DTYPES = ["float32", "int64", "int32", "int8", "uint8", "bool"]
 
@@ -67,9 +67,61 @@ def test_castlike_const_target(tmp_path):
                np.float32)}, tmp_path=tmp_path, opset=15)
 
 
-def test_cast_to_float16_refused(tmp_path):
-    with pytest.raises(UnsupportedError, match="cast_node.*FLOAT16"):
-        check_node("Cast", {"x": SAMPLES["float32"]}, tmp_path=tmp_path, to=TensorProto.FLOAT16)
+WIDE = ["float16", "float64", "int16", "uint16", "uint32", "uint64"]
+
+
+@pytest.mark.parametrize("other", WIDE)
+def test_cast_float16_float64_and_wide_ints(tmp_path, other):
+    """float32 <-> float16 (round to nearest even: ties, subnormals, overflow to inf), float64,
+    and the 16/32/64-bit integer types, both ways and through int64, against onnxruntime."""
+    if other.startswith("float"):
+        x = np.array([0.0, -0.0, 1.0 / 3, 65504.0, 65520.0, 1e5, -1e5, 6e-8, 3e-8, 1e-10,
+                      2049.0, 2051.0, -7.25, 0.1, np.inf, -np.inf, 1.00048828125,
+                      1.0009765625 * 3], np.float32)
+    else:
+        x = np.array([0, 1, 2, 3, 100, 127, 200, 255, 1000, 4095, 30000, 65535, 7, 9, 11, 13,
+                      17, 19], np.float32)
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(other))
+    nodes = [helper.make_node("Cast", ["x"], ["a"], to=t),
+             helper.make_node("Cast", ["a"], ["back"], to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["a"], ["wide"], to=TensorProto.INT64 if
+                              not other.startswith("float") else TensorProto.DOUBLE),
+             helper.make_node("Cast", ["wide"], ["again"], to=t)]
+    feeds = {"x": x.reshape(3, 6)}
+    model = make_model(nodes, feeds, ["a", "back", "wide", "again"], opset=13)
+    got, ref = compile_and_run(model, feeds, tmp_path), reference_outputs(model, feeds)
+    for name, r in ref.items():   # conversions are exact: bit for bit (inf included)
+        assert got[name].dtype == r.dtype, name
+        np.testing.assert_array_equal(got[name], r, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint16", "int32", "uint32",
+                                   "int64", "uint64"])
+def test_integer_arithmetic(tmp_path, dtype):
+    """Add/Sub/Mul/Div/Mod/Max/Min/Pow on every integer type with broadcasting (odd shapes),
+    wrap-around included, against onnxruntime."""
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(7)
+    a = rng.integers(max(info.min, -100), min(info.max, 100), (3, 1, 7)).astype(dtype)
+    b = rng.integers(1, min(info.max, 13), (5, 1)).astype(dtype)
+    w = a.copy()
+    w.flat[0] = info.max   # Add/Mul wrap around (onnxruntime computes int64 Mod in double:
+    # not at the extremes)
+    ops = ["Add", "Sub", "Mul", "Div", "Max", "Min"]
+    nodes = [helper.make_node(op, ["w" if op in ("Add", "Mul") else "a", "b"], [f"y_{op}"])
+             for op in ops]
+    nodes.append(helper.make_node("Mod", ["a", "b"], ["y_Mod"], fmod=1))
+    ops.append("Mod")
+    if dtype in ("int32", "int64"):
+        nodes.append(helper.make_node("Pow", ["p", "b"], ["y_Pow"]))   # no overflow
+        nodes.append(helper.make_node("Mod", ["a", "b"], ["y_ModPy"]))
+        ops += ["Pow", "ModPy"]
+    feeds = {"a": a, "b": b, "w": w}
+    if "Pow" in ops:
+        feeds["p"] = rng.integers(-5, 6, (3, 1, 7)).astype(dtype)
+    # opset 14: Add/Sub/Mul/Div take 8- and 16-bit integers from version 14 on
+    model = make_model(nodes, feeds, [f"y_{op}" for op in ops], opset=14)
+    check_model(model, feeds, tmp_path)
 
 
 def test_cast_to_float8_refused(tmp_path):

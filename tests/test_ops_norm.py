@@ -136,10 +136,12 @@ def test_layer_norm_large_mean(tmp_path):
                tmp_path=tmp_path)
 
 
-def test_layer_norm_refuses_used_mean_output(tmp_path):
-    with pytest.raises(UnsupportedError, match="layernormalization_node.*Mean"):
-        check_node("LayerNormalization", {"x": rand(3, 8)},
-                   initializers={"scale": rand(8, seed=1)}, tmp_path=tmp_path, n_outputs=2)
+@pytest.mark.parametrize("n_outputs,axis", [(2, -1), (3, 1), (3, -2)])
+def test_layer_norm_mean_and_inv_std_outputs(tmp_path, n_outputs, axis):
+    check_node("LayerNormalization", {"x": rand(3, 5, 7)},
+               initializers={"scale": rand(*(5, 7)[axis + 3 - 1 if axis < 0 else axis - 1:],
+                                           seed=1)},
+               tmp_path=tmp_path, n_outputs=n_outputs, axis=axis)
 
 
 def test_lrn_folds_with_the_spec_formula(tmp_path):

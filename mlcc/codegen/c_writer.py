@@ -19,7 +19,9 @@ from .names import NameTable
 
 RUNTIME_DIR = Path(__file__).resolve().parents[2] / "runtime_c"
 C_TYPES = {"float32": "float", "uint8": "uint8_t", "int8": "int8_t", "int32": "int32_t",
-           "int64": "int64_t", "bool": "uint8_t"}
+           "int64": "int64_t", "bool": "uint8_t", "int16": "int16_t", "uint16": "uint16_t",
+           "uint32": "uint32_t", "uint64": "uint64_t", "float64": "double",
+           "float16": "uint16_t"}   # float16: IEEE binary16 bits
 
 
 @dataclass

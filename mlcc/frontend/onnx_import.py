@@ -38,6 +38,9 @@ def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
                          detail=str(exc)) from None
     if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
         raise ModelError(f"{path}: the file holds no ONNX graph")
+    if not model.graph.output:
+        raise ModelError(f"{path}: the graph has no outputs: nothing to compute")
+    _check_names(model, path)
     _load_external_data(model, path.parent)
     try:
         onnx.checker.check_model(model)
@@ -45,12 +48,101 @@ def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"{path}: the ONNX checker rejects the model: {first}",
                          detail=str(exc)) from None
+    model = _upgrade_old_opset(model)
     if model.functions:
         try:
             model = onnx.inliner.inline_local_functions(model)
         except Exception as exc:
             raise ModelError(f"{path}: cannot inline the model's local functions: {exc}") from None
+    _check_types(model, path)
     return model
+
+
+def _check_names(model: onnx.ModelProto, path: Path) -> None:
+    """Every name must be text: protobuf hands strings that are not valid UTF-8 over as bytes
+    (or fails decoding them), which would surface later as crashes in the C writer."""
+    def text(v) -> bool:
+        return isinstance(v, str)
+
+    def bad(what: str):
+        raise ModelError(f"{path}: {what} is not valid UTF-8 (a damaged file?)")
+
+    try:
+        g = model.graph
+        if not text(g.name):
+            bad("the graph's name")
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            if not text(vi.name):
+                bad(f"a graph value name ({vi.name!r})")
+        for t in g.initializer:
+            if not text(t.name):
+                bad(f"an initializer name ({t.name!r})")
+        for n in g.node:
+            if not all(text(s) for s in [n.name, n.op_type, n.domain, *n.input, *n.output]):
+                bad(f"a name in node {n.name!r}")
+            if not all(text(a.name) for a in n.attribute):
+                bad(f"an attribute name of node {n.name!r}")
+        for o in model.opset_import:
+            if not text(o.domain):
+                bad("an opset domain")
+    except UnicodeDecodeError:
+        bad("a name")
+
+
+SMALL_INITIALIZER = 1024   # elements: shape-like constants ONNX inference reads the values of
+
+
+def _check_types(model: onnx.ModelProto, path: Path) -> None:
+    """Runs ONNX type inference with type checking, so that a model whose tensors break the
+    operators' type constraints (a float 'shape' for Reshape, mixed types in Concat) is a
+    clear error here rather than a surprise in an operator's shape rule. Not strict mode:
+    that also fails on shape-inference gaps of valid models (the MeanVarianceNormalization
+    node test). Large initializers
+    are passed as typed graph inputs: inference needs their types and shapes, not their bytes
+    (copying them made this take 30 s on VGG-19)."""
+    light = onnx.ModelProto()
+    light.ir_version = model.ir_version
+    light.opset_import.extend(model.opset_import)
+    g = light.graph
+    g.name = model.graph.name
+    g.node.extend(model.graph.node)
+    g.output.extend(model.graph.output)
+    g.value_info.extend(model.graph.value_info)
+    names = {i.name for i in model.graph.input}
+    g.input.extend(model.graph.input)
+    for t in model.graph.initializer:
+        count = 1
+        for d in t.dims:        # (reading the bytes, even their length, copies them)
+            count *= max(int(d), 0)
+        if count <= SMALL_INITIALIZER:
+            g.initializer.append(t)
+        elif t.name not in names:
+            g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    try:
+        onnx.shape_inference.infer_shapes(light, check_type=True, strict_mode=False)
+    except Exception as exc:
+        text = str(exc).strip()
+        first = text.splitlines()[0] if text else type(exc).__name__
+        raise ModelError(f"{path}: ONNX type inference rejects the model: {first}",
+                         detail=text) from None
+
+
+def _upgrade_old_opset(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Models older than MIN_OPSET go through onnx's version converter; when it cannot
+    convert them, they stay as they are and to_graph refuses them."""
+    try:
+        opset = default_opset(model)
+    except UnsupportedError:
+        return model
+    if opset >= MIN_OPSET:
+        return model
+    try:
+        import onnx.version_converter
+        converted = onnx.version_converter.convert_version(model, MIN_OPSET)
+        onnx.checker.check_model(converted)
+        return converted
+    except Exception:
+        return model
 
 
 def _external_tensors(model: onnx.ModelProto):

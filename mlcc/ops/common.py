@@ -10,7 +10,11 @@ from ..ir import Enum, Graph, Lowering, Node, Value
 
 MAX_RANK = 8                       # MLCC_MAX_RANK in mlcc_runtime.h
 
+# Integer types with arithmetic kernels (runtime_c/kernels/int_arith.c).
+INT_DTYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
 C_DTYPES = {"float32": "MLCC_FLOAT32", "uint8": "MLCC_UINT8", "int8": "MLCC_INT8",
+            "int16": "MLCC_INT16", "uint16": "MLCC_UINT16", "uint32": "MLCC_UINT32",
+            "uint64": "MLCC_UINT64", "float16": "MLCC_FLOAT16", "float64": "MLCC_FLOAT64",
             "int32": "MLCC_INT32", "int64": "MLCC_INT64", "bool": "MLCC_BOOL"}
 
 

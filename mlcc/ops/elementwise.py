@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ModelError, UnsupportedError
+from ..errors import ModelError
 from ..ir import Enum, Graph, Lowering, Node
-from .common import (MAX_RANK, act_params, broadcast_shapes, broadcast_strides,
-                     emit_plain_copy, merge_broadcast_axes, require_dtype)
+from .common import (C_DTYPES, INT_DTYPES, MAX_RANK, act_params, broadcast_shapes,
+                     broadcast_strides, emit_plain_copy, merge_broadcast_axes, require_dtype)
 from .registry import OpDef, register
 
 
@@ -134,14 +134,21 @@ class Gelu(_Unary):
 
 @register("Clip")
 class Clip(_Unary):
+    """Float32 Clip with constant bounds is an activation (it fuses into a producer); bounds
+    computed at run time, and integer tensors, run as Max then Min with the bound tensors."""
     attributes = {"min": None, "max": None}
 
+    def _plain(self, node, g) -> bool:
+        return g.values[node.inputs[0]].dtype == "float32" and (node.version < 11 or all(
+            not node.input(i) or g.const(node.input(i)) is not None for i in (1, 2)))
+
     def infer(self, node, ins, g):
-        if node.version >= 11:
-            for i in (1, 2):
-                if node.input(i) and g.const(node.input(i)) is None:
-                    raise UnsupportedError("Clip bounds computed at run time are not supported")
-        return super().infer(node, ins, g)
+        x = ins[0]
+        if node.version < 11:
+            require_dtype(node, [x], ["float32"])
+        else:
+            require_dtype(node, [v for v in ins if v is not None], ["float32"] + INT_DTYPES)
+        return [(x.dtype, x.shape)]
 
     def act_of(self, node, g):
         if node.version < 11:
@@ -152,6 +159,20 @@ class Clip(_Unary):
             lo_v = float(lo_a.reshape(-1)[0]) if lo_a is not None else -3.4028234663852886e38
             hi_v = float(hi_a.reshape(-1)[0]) if hi_a is not None else 3.4028234663852886e38
         return ("CLIP", float(lo_v), float(hi_v))
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        if self._plain(node, lo.graph):
+            super().lower(node, lo)
+            return
+        x, out = node.inputs[0], node.outputs[0]
+        bounds = [(op, node.input(i)) for op, i in (("MAX", 1), ("MIN", 2)) if node.input(i)]
+        if not bounds:
+            emit_plain_copy(lo, x, out, op="Clip")
+            return
+        src = x
+        for op, b in bounds:
+            emit_arith(lo, op, src, b, out)
+            src = out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -169,9 +190,36 @@ def emit_binary(lo: Lowering, op: str, a: str, b: str, out: str) -> None:
                     "b_strides": sb + [0] * pad})
 
 
+# Binary ops that also have an integer kernel (mlcc_int_binary), by their float name.
+INT_BINARY_OPS = {"ADD", "SUB", "MUL", "DIV", "MAX", "MIN", "POW", "MOD", "FMOD"}
+
+
+def emit_int_binary(lo: Lowering, op: str, a: str, b: str, out: str) -> None:
+    out_shape = lo.value(out).shape
+    sa = broadcast_strides(lo.value(a).shape, out_shape)
+    sb = broadcast_strides(lo.value(b).shape, out_shape)
+    dims, (sa, sb) = merge_broadcast_axes(out_shape, [sa, sb])
+    pad = MAX_RANK - len(dims)
+    lo.call("mlcc_int_binary", [a, b, out], [out], params_type="mlcc_int_binary_params",
+            params={"op": Enum(f"MLCC_INT_{op}"), "dtype": Enum(C_DTYPES[lo.value(out).dtype]),
+                    "rank": len(dims), "shape": dims + [1] * pad,
+                    "a_strides": sa + [0] * pad, "b_strides": sb + [0] * pad})
+
+
+def emit_arith(lo: Lowering, op: str, a: str, b: str, out: str) -> None:
+    """The float or the integer kernel, by the output's type."""
+    if lo.value(out).dtype == "float32":
+        emit_binary(lo, op, a, b, out)
+    else:
+        emit_int_binary(lo, op, a, b, out)
+
+
 class _Binary(OpDef):
     attributes = {"broadcast": None, "axis": None}   # opset < 7 legacy broadcasting
     binary_op = "ADD"
+
+    def dtypes(self) -> list[str]:
+        return ["float32"] + (INT_DTYPES if self.binary_op in INT_BINARY_OPS else [])
 
     def check(self, node):
         problems = super().check(node)
@@ -180,11 +228,11 @@ class _Binary(OpDef):
         return problems
 
     def infer(self, node, ins, g):
-        require_dtype(node, ins, ["float32"])
+        require_dtype(node, ins, self.dtypes())
         return [(ins[0].dtype, broadcast_shapes(*(v.shape for v in ins)))]
 
     def lower(self, node: Node, lo: Lowering) -> None:
-        emit_binary(lo, self.binary_op, node.inputs[0], node.inputs[1], node.outputs[0])
+        emit_arith(lo, self.binary_op, node.inputs[0], node.inputs[1], node.outputs[0])
 
     def flops(self, node, g):
         return g.values[node.outputs[0]].numel
@@ -197,20 +245,56 @@ for _name, _op in [("Add", "ADD"), ("Sub", "SUB"), ("Mul", "MUL"), ("Div", "DIV"
 
 @register("Pow")
 class Pow(_Binary):
-    """Pow allows an exponent of another type; a constant one is converted at compile time."""
+    """Pow allows an exponent of another type. A float base with an integer exponent converts
+    the exponent (at compile time when constant); an integer base with a float exponent is
+    computed in float32 and truncated back; integer with integer multiplies."""
     binary_op = "POW"
 
     def infer(self, node, ins, g):
         base, exp = ins
-        if exp.dtype != base.dtype and exp.const is not None and base.dtype == "float32":
-            return [(base.dtype, broadcast_shapes(base.shape, exp.shape))]
-        return super().infer(node, ins, g)
+        for v in (base, exp):
+            require_dtype(node, [v], self.dtypes())
+        return [(base.dtype, broadcast_shapes(base.shape, exp.shape))]
 
     def lower(self, node: Node, lo: Lowering) -> None:
-        exp = node.inputs[1]
-        if lo.value(exp).dtype != "float32":
-            exp = lo.add_const(f"{node.name}.exponent", lo.graph.const(exp).astype(np.float32))
-        emit_binary(lo, "POW", node.inputs[0], exp, node.outputs[0])
+        from .cast import emit_cast
+        base, exp, out = node.inputs[0], node.inputs[1], node.outputs[0]
+        bt, et = lo.value(base).dtype, lo.value(exp).dtype
+        if bt == "float32" or et == "float32":
+            if et != "float32":
+                arr = lo.graph.const(exp)
+                if arr is not None:
+                    exp = lo.add_const(f"{node.name}.exponent", arr.astype(np.float32))
+                else:
+                    tmp = lo.temp(f"{exp}.f32", "float32", lo.value(exp).shape)
+                    emit_cast(lo, exp, tmp, op="Pow")
+                    exp = tmp
+            if bt != "float32":
+                fb = lo.temp(f"{base}.f32", "float32", lo.value(base).shape)
+                emit_cast(lo, base, fb, op="Pow")
+                fo = lo.temp(f"{out}.f32", "float32", lo.value(out).shape)
+                emit_binary(lo, "POW", fb, exp, fo)
+                emit_cast(lo, fo, out, op="Pow")
+                return
+            emit_binary(lo, "POW", base, exp, out)
+            return
+        if et != bt:
+            tmp = lo.temp(f"{exp}.{bt}", bt, lo.value(exp).shape)
+            emit_cast(lo, exp, tmp, op="Pow")
+            exp = tmp
+        emit_int_binary(lo, "POW", base, exp, out)
+
+
+@register("Mod", since=10)
+class Mod(_Binary):
+    """fmod=0: the result takes the divisor's sign (Python's %); fmod=1: the dividend's
+    (C's fmod and %)."""
+    attributes = {"fmod": lambda v: v in (0, 1)}
+    binary_op = "MOD"
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        op = "FMOD" if node.attr("fmod", 0) else "MOD"
+        emit_arith(lo, op, node.inputs[0], node.inputs[1], node.outputs[0])
 
 
 class _Variadic(_Binary):
@@ -232,9 +316,10 @@ class _Variadic(_Binary):
         for i, name in enumerate(ins[1:]):
             last = i == len(ins) - 2
             # Partial results take the full output shape only when broadcasting demands it.
-            dst = out if last else lo.temp(f"{out}.partial{i}", "float32", broadcast_shapes(
-                lo.value(acc).shape, lo.value(name).shape))
-            emit_binary(lo, self.binary_op, acc, name, dst)
+            dst = out if last else lo.temp(f"{out}.partial{i}", lo.value(out).dtype,
+                                           broadcast_shapes(lo.value(acc).shape,
+                                                            lo.value(name).shape))
+            emit_arith(lo, self.binary_op, acc, name, dst)
             acc = dst
         if self.scale_mean:
             scale = lo.add_const(f"{node.name}.inv_count",
@@ -242,6 +327,14 @@ class _Variadic(_Binary):
             emit_binary(lo, "MUL", out, scale, out)
 
 
-for _name, _op, _mean in [("Sum", "ADD", False), ("Max", "MAX", False), ("Min", "MIN", False),
-                          ("Mean", "ADD", True)]:
+for _name, _op, _mean in [("Sum", "ADD", False), ("Max", "MAX", False), ("Min", "MIN", False)]:
     register(_name)(type(_name, (_Variadic,), {"binary_op": _op, "scale_mean": _mean}))
+
+
+@register("Mean")
+class Mean(_Variadic):
+    binary_op = "ADD"
+    scale_mean = True
+
+    def dtypes(self):
+        return ["float32"]

@@ -29,7 +29,8 @@ def emit_compare(lo: Lowering, op: str, a: str, b: str, out: str) -> None:
 class _Compare(OpDef):
     attributes = {}
     compare_op = "EQUAL"
-    input_dtypes = list(C_DTYPES)
+    # float16 would need converting first: refused
+    input_dtypes = [d for d in C_DTYPES if d != "float16"]
 
     def infer(self, node, ins, g):
         if len(ins) != 2 or any(v is None for v in ins):
@@ -80,12 +81,16 @@ class Where(OpDef):
 
     def lower(self, node: Node, lo: Lowering) -> None:
         c, x, y = node.inputs
-        out = node.outputs[0]
-        out_shape = lo.value(out).shape
-        strides = [broadcast_strides(lo.value(n).shape, out_shape) for n in (c, x, y)]
-        dims, (sc, sx, sy) = merge_broadcast_axes(out_shape, strides)
-        pad = MAX_RANK - len(dims)
-        lo.call("mlcc_where", [c, x, y, out], [out], params_type="mlcc_where_params",
-                params={"elem_size": np.dtype(lo.value(out).dtype).itemsize, "rank": len(dims),
-                        "shape": dims + [1] * pad, "c_strides": sc + [0] * pad,
-                        "x_strides": sx + [0] * pad, "y_strides": sy + [0] * pad})
+        emit_where(lo, c, x, y, node.outputs[0])
+
+
+def emit_where(lo: Lowering, c: str, x: str, y: str, out: str) -> None:
+    """out = c ? x : y with broadcasting (c bool; x, y and out of one type)."""
+    out_shape = lo.value(out).shape
+    strides = [broadcast_strides(lo.value(n).shape, out_shape) for n in (c, x, y)]
+    dims, (sc, sx, sy) = merge_broadcast_axes(out_shape, strides)
+    pad = MAX_RANK - len(dims)
+    lo.call("mlcc_where", [c, x, y, out], [out], params_type="mlcc_where_params",
+            params={"elem_size": np.dtype(lo.value(out).dtype).itemsize, "rank": len(dims),
+                    "shape": dims + [1] * pad, "c_strides": sc + [0] * pad,
+                    "x_strides": sx + [0] * pad, "y_strides": sy + [0] * pad})

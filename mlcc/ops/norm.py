@@ -196,7 +196,6 @@ class LayerNormalization(OpDef):
         return tmp
 
     def lower(self, node: Node, lo: Lowering) -> None:
-        _refuse_live_outputs(lo, node, "Mean and InvStdDev")
         x = lo.value(node.inputs[0])
         axis = self._axis(node, x)
         norm_shape = tuple(x.shape[axis:])
@@ -207,6 +206,16 @@ class LayerNormalization(OpDef):
                 [node.outputs[0]], params_type="mlcc_layer_norm_params",
                 params={"outer": math.prod(x.shape[:axis]), "n": math.prod(norm_shape),
                         "epsilon": float(node.attr("epsilon", 1e-5))})
+        stats = [o if o and o in lo.graph.values else "" for o in node.outputs[1:3]]
+        if any(stats):
+            stat_shape = tuple(x.shape[:axis]) + (1,) * len(norm_shape)
+            mean, inv = [s or lo.temp(f"{node.name}.{what}", "float32", stat_shape)
+                         for s, what in zip(stats + [""] * (2 - len(stats)),
+                                            ("mean", "inv_std"))]
+            lo.call("mlcc_f32_layer_norm_stats", [node.inputs[0], mean, inv], [mean, inv],
+                    params_type="mlcc_layer_norm_params",
+                    params={"outer": math.prod(x.shape[:axis]), "n": math.prod(norm_shape),
+                            "epsilon": float(node.attr("epsilon", 1e-5))})
 
     def flops(self, node, g):
         return 8 * g.values[node.inputs[0]].numel

@@ -130,6 +130,13 @@ class _ResizeBase(OpDef):
             if any(not s > 0 for s in scl):
                 raise ModelError(f"scales {scales} must be positive")
             out = [int(math.floor(F32(s * F32(d)))) for s, d in zip(scl, shape)]
+            if self._coord_mode(node) == "align_corners" and any(
+                    F32(s * F32(d)) != o for s, d, o in zip(scl, shape, out)):
+                # The ONNX reference divides by the fractional output length (scale x size),
+                # onnxruntime by the integer one: the engines disagree, so mlcc refuses.
+                raise UnsupportedError(f"align_corners with scales {scales} whose output "
+                                       f"lengths are fractional is not supported (onnxruntime "
+                                       f"and the ONNX reference disagree there); give sizes")
         else:
             raise ModelError("Resize needs scales or sizes")
         if rank < 2:

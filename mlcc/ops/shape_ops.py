@@ -7,7 +7,8 @@ import numpy as np
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Lowering, Node
-from .common import const_input, emit_plain_copy, ints_attr_or_input, norm_axis
+from .common import (const_input, contiguous_strides, emit_copy, emit_plain_copy,
+                     ints_attr_or_input, norm_axis)
 from .registry import OpDef, register
 
 
@@ -106,13 +107,18 @@ class Identity(_View):
 
 @register("Dropout")
 class Dropout(_View):
+    """Inference Dropout is the identity and its mask all true. Training mode drops random
+    elements, which a compiled model cannot reproduce, unless the ratio is 0."""
     attributes = {"ratio": None, "seed": None, "is_test": None}
 
     def infer(self, node, ins, g):
         x = ins[0]
         training = const_input(g, node, 2, "training_mode") if node.version >= 12 else None
         if training is not None and bool(np.asarray(training)):
-            raise ModelError("Dropout in training mode cannot be compiled for inference")
+            ratio = const_input(g, node, 1, "ratio")
+            if ratio is None or float(np.asarray(ratio)) != 0.0:
+                raise UnsupportedError("Dropout in training mode (random, with a non-zero "
+                                       "ratio) cannot be compiled for inference")
         types = [(x.dtype, x.shape)]
         if len(node.outputs) > 1:
             types.append(("bool", x.shape))
@@ -125,6 +131,11 @@ class Dropout(_View):
         return outs
 
     def lower(self, node: Node, lo: Lowering) -> None:
-        if len([o for o in node.outputs if o]) > 1:
-            raise UnsupportedError("Dropout's mask output is not supported at run time")
+        mask = node.outputs[1] if len(node.outputs) > 1 else ""
+        if mask:
+            # All true: one constant element broadcast over the mask (stride 0).
+            one = lo.add_const(f"{node.name}.true", np.ones(1, dtype=bool))
+            shape = lo.value(mask).shape
+            emit_copy(lo, one, mask, list(shape), [0] * len(shape),
+                      contiguous_strides(shape), op=node.op_type)
         super().lower(node, lo)

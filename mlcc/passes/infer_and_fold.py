@@ -11,6 +11,8 @@ Every node that can neither fold nor be compiled is reported, all in one error.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
@@ -18,9 +20,12 @@ from onnx import helper, numpy_helper
 from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Node
 from ..ops import lookup, unsupported_reason
-from ..ops.common import MAX_RANK
+from ..ops.common import C_DTYPES, MAX_RANK
 from ..ops.registry import describe
 
+# No tensor may be larger: sizes and offsets stay far from overflowing size_t and int64 in the
+# generated C (a 2^62-element input once gave an arena size of 2^64, which wraps to 0).
+MAX_TENSOR_BYTES = 1 << 40
 MAX_CONST_BYTES = 1 << 30        # a folded constant larger than this is surely a broken model
 NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                     "Multinomial", "Bernoulli"}
@@ -81,8 +86,20 @@ def infer_and_fold(g: Graph) -> Graph:
         v = g.values.get(name)
         if v is None or v.dtype is None or not v.is_static:
             raise ModelError(f"graph output {name!r} has no static type after inference")
+    for v in g.values.values():
+        if v.shape is not None and v.dtype is not None and all(
+                isinstance(d, int) for d in v.shape):
+            nbytes = math.prod(v.shape) * np.dtype(v.dtype).itemsize
+            if nbytes > MAX_TENSOR_BYTES:
+                raise ModelError(f"tensor {v.name!r} {list(v.shape)} would take {nbytes} "
+                                 f"bytes; mlcc refuses tensors over {MAX_TENSOR_BYTES} bytes "
+                                 f"(1 TiB)")
     for kind, names in (("input", g.inputs), ("output", g.outputs)):
         for name in names:
+            if g.values[name].dtype not in C_DTYPES:
+                raise UnsupportedError(f"graph {kind} {name!r} has type "
+                                       f"{g.values[name].dtype}, which mlcc does not support "
+                                       f"at run time (supported: {', '.join(C_DTYPES)})")
             if len(g.values[name].shape) > MAX_RANK:
                 raise UnsupportedError(f"graph {kind} {name!r} has rank "
                                        f"{len(g.values[name].shape)}; at most {MAX_RANK} "

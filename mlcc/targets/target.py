@@ -122,8 +122,11 @@ def parse_target(text: str, path: str = "<target>") -> Target:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
+        what = str(getattr(exc, "problem", None) or exc).strip().splitlines()
         raise TargetError(f"{path}: not valid YAML{where}: "
-                          f"{getattr(exc, 'problem', None) or exc}") from None
+                          f"{what[0] if what else type(exc).__name__}") from None
+    except RecursionError:   # PyYAML's composer recurses once per nesting level
+        raise TargetError(f"{path}: not valid YAML: nested too deeply") from None
     if not isinstance(data, dict):
         raise TargetError(f"{path}: a target file must be a YAML mapping")
     _check_keys(data, _SCHEMA, "", path)

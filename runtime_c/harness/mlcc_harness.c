@@ -94,6 +94,12 @@ static const char *dtype_name(int dtype) {
     case MLCC_INT32: return "int32";
     case MLCC_INT64: return "int64";
     case MLCC_BOOL: return "bool";
+    case MLCC_INT16: return "int16";
+    case MLCC_UINT16: return "uint16";
+    case MLCC_UINT32: return "uint32";
+    case MLCC_UINT64: return "uint64";
+    case MLCC_FLOAT16: return "float16";
+    case MLCC_FLOAT64: return "float64";
     default: return "unknown";
     }
 }

@@ -67,8 +67,9 @@ enum mlcc_status {
 };
 
 enum mlcc_dtype {
-    MLCC_FLOAT32 = 1, MLCC_UINT8 = 2, MLCC_INT8 = 3, MLCC_INT32 = 6, MLCC_INT64 = 7,
-    MLCC_BOOL = 9
+    MLCC_FLOAT32 = 1, MLCC_UINT8 = 2, MLCC_INT8 = 3, MLCC_UINT16 = 4, MLCC_INT16 = 5,
+    MLCC_INT32 = 6, MLCC_INT64 = 7, MLCC_BOOL = 9, MLCC_FLOAT16 = 10, MLCC_FLOAT64 = 11,
+    MLCC_UINT32 = 12, MLCC_UINT64 = 13   /* the values of ONNX TensorProto.DataType */
 };
 
 /* Shape and type of one model input or output. */

@@ -71,6 +71,12 @@ void mlcc_f32_unary(const mlcc_unary_params *p, const float *x, float *y) {
     }
 }
 
+/* Python's float %: fmod, moved into the divisor's sign. */
+static inline float py_mod(float x, float z) {
+    const float r = fmodf(x, z);
+    return (r != 0.0f && ((r < 0.0f) != (z < 0.0f))) ? r + z : r;
+}
+
 #define BINARY_LOOPS(EXPR)                                                          \
     do {                                                                            \
         if (sa == 1 && sb == 1) {                                                   \
@@ -102,6 +108,8 @@ static void binary_row(int op, const float *a, ptrdiff_t sa, const float *b, ptr
     case MLCC_BINARY_MAX: BINARY_LOOPS((x > z || x != x) ? x : z); return;
     case MLCC_BINARY_MIN: BINARY_LOOPS((x < z || x != x) ? x : z); return;
     case MLCC_BINARY_PRELU: BINARY_LOOPS(x >= 0.0f ? x : x * z); return;
+    case MLCC_BINARY_FMOD: BINARY_LOOPS(fmodf(x, z)); return;
+    case MLCC_BINARY_MOD: BINARY_LOOPS(py_mod(x, z)); return;
     default: return;
     }
 }

@@ -26,7 +26,9 @@ void mlcc_f32_unary(const mlcc_unary_params *p, const float *x, float *y);
 
 enum mlcc_binary_op {
     MLCC_BINARY_ADD = 0, MLCC_BINARY_SUB, MLCC_BINARY_MUL, MLCC_BINARY_DIV, MLCC_BINARY_POW,
-    MLCC_BINARY_MAX, MLCC_BINARY_MIN, MLCC_BINARY_PRELU   /* a >= 0 ? a : a * b */
+    MLCC_BINARY_MAX, MLCC_BINARY_MIN, MLCC_BINARY_PRELU,  /* a >= 0 ? a : a * b */
+    MLCC_BINARY_FMOD,                                     /* fmodf(a, b) */
+    MLCC_BINARY_MOD                                       /* fmodf(a, b), sign of b */
 };
 
 /* y[i] = a[i] op b[i] over a contiguous output of shape[0..rank); a and b are read through

@@ -40,6 +40,11 @@ COMPARE_ROW(compare_i64, int64_t)
 COMPARE_ROW(compare_i32, int32_t)
 COMPARE_ROW(compare_i8, int8_t)
 COMPARE_ROW(compare_u8, uint8_t)
+COMPARE_ROW(compare_i16, int16_t)
+COMPARE_ROW(compare_u16, uint16_t)
+COMPARE_ROW(compare_u32, uint32_t)
+COMPARE_ROW(compare_u64, uint64_t)
+COMPARE_ROW(compare_f64, double)
 
 void mlcc_compare(const mlcc_compare_params *p, const void *a, const void *b, uint8_t *y) {
     void (*row)(int, const void *, ptrdiff_t, const void *, ptrdiff_t, uint8_t *, ptrdiff_t);
@@ -54,6 +59,11 @@ void mlcc_compare(const mlcc_compare_params *p, const void *a, const void *b, ui
     case MLCC_INT64: row = compare_i64; es = 8; break;
     case MLCC_INT32: row = compare_i32; es = 4; break;
     case MLCC_INT8: row = compare_i8; es = 1; break;
+    case MLCC_INT16: row = compare_i16; es = 2; break;
+    case MLCC_UINT16: row = compare_u16; es = 2; break;
+    case MLCC_UINT32: row = compare_u32; es = 4; break;
+    case MLCC_UINT64: row = compare_u64; es = 8; break;
+    case MLCC_FLOAT64: row = compare_f64; es = 8; break;
     default: row = compare_u8; es = 1; break;   /* uint8 and bool */
     }
     for (axis = 0; axis < p->rank; axis++)

@@ -129,3 +129,15 @@ void mlcc_f32_layer_norm(const mlcc_layer_norm_params *p, const float *x, const 
             for (j = 0; j < n; j++) yr[j] = (xr[j] - mean) * inv * scale[j];
     }
 }
+
+void mlcc_f32_layer_norm_stats(const mlcc_layer_norm_params *p, const float *x, float *mean,
+                               float *inv_std) {
+    const ptrdiff_t n = (ptrdiff_t)p->n;
+    ptrdiff_t o;
+    for (o = 0; o < (ptrdiff_t)p->outer; o++) {
+        float m, var;
+        row_moments(x + o * n, n, &m, &var);
+        mean[o] = m;
+        inv_std[o] = 1.0f / sqrtf(var + p->epsilon);
+    }
+}

@@ -48,4 +48,9 @@ typedef struct mlcc_layer_norm_params {
 void mlcc_f32_layer_norm(const mlcc_layer_norm_params *p, const float *x, const float *scale,
                          const float *bias, float *y);
 
+/* The per-row statistics of the same normalization: mean[o] and inv_std[o] =
+ * 1 / sqrt(var + epsilon), the optional Mean and InvStdDev outputs of LayerNormalization. */
+void mlcc_f32_layer_norm_stats(const mlcc_layer_norm_params *p, const float *x, float *mean,
+                               float *inv_std);
+
 #endif /* MLCC_NORM_H */

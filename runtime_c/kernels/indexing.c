@@ -1,0 +1,129 @@
+#include "indexing.h"
+
+void mlcc_f32_arg_reduce(const mlcc_arg_reduce_params *p, const float *x, int64_t *y) {
+    const ptrdiff_t dim = (ptrdiff_t)p->dim, inner = (ptrdiff_t)p->inner;
+    ptrdiff_t o, i, k;
+    for (o = 0; o < (ptrdiff_t)p->outer; o++) {
+        for (i = 0; i < inner; i++) {
+            const float *col = x + o * dim * inner + i;
+            ptrdiff_t best = 0;
+            float v = dim > 0 ? col[0] : 0.0f;
+            for (k = 1; k < dim; k++) {
+                const float c = col[k * inner];
+                const int better = p->is_min ? (p->select_last ? c <= v : c < v)
+                                             : (p->select_last ? c >= v : c > v);
+                if (better) {
+                    v = c;
+                    best = k;
+                }
+            }
+            y[o * inner + i] = (int64_t)best;
+        }
+    }
+}
+
+#define CUMSUM(T, ACC, ADD)                                                                  \
+    do {                                                                                     \
+        const T *xs = (const T *)x;                                                          \
+        T *ys = (T *)y;                                                                      \
+        for (o = 0; o < (ptrdiff_t)p->outer; o++)                                            \
+            for (i = 0; i < inner; i++) {                                                    \
+                ACC acc = 0;                                                                 \
+                for (j = 0; j < dim; j++) {                                                  \
+                    const ptrdiff_t k = p->reverse ? dim - 1 - j : j;                        \
+                    const ptrdiff_t at = (o * dim + k) * inner + i;                          \
+                    const ACC v = (ACC)xs[at];                                               \
+                    if (!p->exclusive) acc = ADD(acc, v);                                    \
+                    ys[at] = (T)acc;                                                         \
+                    if (p->exclusive) acc = ADD(acc, v);                                     \
+                }                                                                            \
+            }                                                                                \
+    } while (0)
+
+#define ADD_F(a, b) ((a) + (b))
+
+void mlcc_cumsum(const mlcc_cumsum_params *p, const void *x, void *y) {
+    const ptrdiff_t dim = (ptrdiff_t)p->dim, inner = (ptrdiff_t)p->inner;
+    ptrdiff_t o, i, j;
+    switch (p->dtype) {
+    case MLCC_FLOAT32: CUMSUM(float, float, ADD_F); break;
+    case MLCC_FLOAT64: CUMSUM(double, double, ADD_F); break;
+    case MLCC_INT32: {   /* wrapping: accumulate in uint32_t, store the bits */
+        const int32_t *xs = (const int32_t *)x;
+        int32_t *ys = (int32_t *)y;
+        for (o = 0; o < (ptrdiff_t)p->outer; o++)
+            for (i = 0; i < inner; i++) {
+                uint32_t acc = 0;
+                for (j = 0; j < dim; j++) {
+                    const ptrdiff_t k = p->reverse ? dim - 1 - j : j;
+                    const ptrdiff_t at = (o * dim + k) * inner + i;
+                    const uint32_t v = (uint32_t)xs[at];
+                    if (!p->exclusive) acc += v;
+                    memcpy(&ys[at], &acc, sizeof acc);
+                    if (p->exclusive) acc += v;
+                }
+            }
+        break;
+    }
+    case MLCC_INT64: {
+        const int64_t *xs = (const int64_t *)x;
+        int64_t *ys = (int64_t *)y;
+        for (o = 0; o < (ptrdiff_t)p->outer; o++)
+            for (i = 0; i < inner; i++) {
+                uint64_t acc = 0;
+                for (j = 0; j < dim; j++) {
+                    const ptrdiff_t k = p->reverse ? dim - 1 - j : j;
+                    const ptrdiff_t at = (o * dim + k) * inner + i;
+                    const uint64_t v = (uint64_t)xs[at];
+                    if (!p->exclusive) acc += v;
+                    memcpy(&ys[at], &acc, sizeof acc);
+                    if (p->exclusive) acc += v;
+                }
+            }
+        break;
+    }
+    default: break;
+    }
+}
+
+static int gather_elements(const mlcc_gather_elements_params *p, const void *data,
+                           const void *indices, int wide, void *out) {
+    const ptrdiff_t es = (ptrdiff_t)p->elem_size;
+    const uint8_t *src = (const uint8_t *)data;
+    uint8_t *dst = (uint8_t *)out;
+    int64_t index[MLCC_MAX_RANK] = {0};
+    ptrdiff_t total = 1, n, off = 0;
+    int axis;
+    for (axis = 0; axis < p->rank; axis++) total *= (ptrdiff_t)p->shape[axis];
+    for (n = 0; n < total; n++) {
+        const int64_t idx = wide ? ((const int64_t *)indices)[n]
+                                 : (int64_t)((const int32_t *)indices)[n];
+        if (idx < -p->axis_dim || idx >= p->axis_dim) return MLCC_ERR_INDEX_OUT_OF_RANGE;
+    }
+    for (n = 0; n < total; n++) {
+        int64_t idx = wide ? ((const int64_t *)indices)[n]
+                           : (int64_t)((const int32_t *)indices)[n];
+        if (idx < 0) idx += p->axis_dim;
+        /* off: the data offset of index[] with the axis coordinate left out */
+        memcpy(dst + n * es,
+               src + (off + (ptrdiff_t)(idx * p->data_strides[p->axis])) * es, (size_t)es);
+        for (axis = p->rank - 1; axis >= 0; axis--) {
+            index[axis]++;
+            if (axis != p->axis) off += (ptrdiff_t)p->data_strides[axis];
+            if (index[axis] < p->shape[axis]) break;
+            if (axis != p->axis) off -= (ptrdiff_t)(p->data_strides[axis] * p->shape[axis]);
+            index[axis] = 0;
+        }
+    }
+    return MLCC_OK;
+}
+
+int mlcc_gather_elements_i64(const mlcc_gather_elements_params *p, const void *data,
+                             const int64_t *indices, void *out) {
+    return gather_elements(p, data, indices, 1, out);
+}
+
+int mlcc_gather_elements_i32(const mlcc_gather_elements_params *p, const void *data,
+                             const int32_t *indices, void *out) {
+    return gather_elements(p, data, indices, 0, out);
+}

@@ -1,0 +1,44 @@
+/* Index-producing and index-driven operators: ArgMax/ArgMin, CumSum and GatherElements. */
+#ifndef MLCC_INDEXING_H
+#define MLCC_INDEXING_H
+
+#include "mlcc_kernel.h"
+
+/* x viewed as [outer, dim, inner] (float32), y as [outer, inner] (int64): the index along
+ * dim of the largest (is_min = 0) or smallest (is_min = 1) value, the first one of equal
+ * values, or the last one with select_last. NaN compares as neither larger nor smaller. */
+typedef struct mlcc_arg_reduce_params {
+    int64_t outer, dim, inner;
+    int32_t is_min, select_last;
+} mlcc_arg_reduce_params;
+
+void mlcc_f32_arg_reduce(const mlcc_arg_reduce_params *p, const float *x, int64_t *y);
+
+/* Running sums along dim of x viewed as [outer, dim, inner]: y[o, k, i] = sum of x[o, j, i]
+ * over j <= k (j < k when exclusive), or over j >= k (j > k) when reverse. dtype is float32,
+ * float64, int32 or int64 (integers wrap). */
+typedef struct mlcc_cumsum_params {
+    int64_t outer, dim, inner;
+    int32_t dtype, exclusive, reverse;
+} mlcc_cumsum_params;
+
+void mlcc_cumsum(const mlcc_cumsum_params *p, const void *x, void *y);
+
+/* GatherElements: for every index i of the output (contiguous, shape[0..rank)),
+ * out[i] = data[i with axis coordinate replaced by indices[i]] (negative indices count from
+ * the end). data is read through data_strides (elements); indices has the output's shape. */
+typedef struct mlcc_gather_elements_params {
+    int32_t rank, axis, elem_size;
+    int64_t axis_dim;
+    int64_t shape[MLCC_MAX_RANK];
+    int64_t data_strides[MLCC_MAX_RANK];
+} mlcc_gather_elements_params;
+
+/* Return MLCC_OK, or MLCC_ERR_INDEX_OUT_OF_RANGE (having checked every index before writing)
+ * when an index lies outside [-axis_dim, axis_dim). */
+int mlcc_gather_elements_i64(const mlcc_gather_elements_params *p, const void *data,
+                             const int64_t *indices, void *out);
+int mlcc_gather_elements_i32(const mlcc_gather_elements_params *p, const void *data,
+                             const int32_t *indices, void *out);
+
+#endif /* MLCC_INDEXING_H */

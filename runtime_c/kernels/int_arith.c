@@ -1,0 +1,119 @@
+#include "int_arith.h"
+
+/* Every operation runs on 64-bit values: signed types sign-extended, unsigned zero-extended;
+ * + - * in uint64_t (wrapping, no signed overflow), then truncated to the element type by the
+ * store, which keeps the low bits as two's complement does. */
+static int64_t sdiv(int64_t a, int64_t b) {
+    if (b == 0) return 0;
+    if (b == -1) return (int64_t)(0 - (uint64_t)a);            /* INT64_MIN / -1 wraps */
+    return a / b;
+}
+static int64_t smod(int64_t a, int64_t b, int c_style) {
+    int64_t r;
+    if (b == 0 || b == -1) return 0;
+    r = a % b;
+    if (!c_style && r != 0 && ((r < 0) != (b < 0))) r += b;
+    return r;
+}
+static uint64_t upow(uint64_t base, uint64_t e) {
+    uint64_t r = 1;
+    while (e) {
+        if (e & 1) r *= base;
+        base *= base;
+        e >>= 1;
+    }
+    return r;
+}
+static int64_t spow(int64_t base, int64_t e) {
+    if (e < 0) return base == 1 ? 1 : base == -1 ? (((uint64_t)e & 1) ? -1 : 1) : 0;
+    return (int64_t)upow((uint64_t)base, (uint64_t)e);
+}
+
+static int64_t sop(int op, int64_t a, int64_t b) {
+    switch (op) {
+    case MLCC_INT_ADD: return (int64_t)((uint64_t)a + (uint64_t)b);
+    case MLCC_INT_SUB: return (int64_t)((uint64_t)a - (uint64_t)b);
+    case MLCC_INT_MUL: return (int64_t)((uint64_t)a * (uint64_t)b);
+    case MLCC_INT_DIV: return sdiv(a, b);
+    case MLCC_INT_MOD: return smod(a, b, 0);
+    case MLCC_INT_FMOD: return smod(a, b, 1);
+    case MLCC_INT_MAX: return a > b ? a : b;
+    case MLCC_INT_MIN: return a < b ? a : b;
+    default: return spow(a, b);
+    }
+}
+static uint64_t uop(int op, uint64_t a, uint64_t b) {
+    switch (op) {
+    case MLCC_INT_ADD: return a + b;
+    case MLCC_INT_SUB: return a - b;
+    case MLCC_INT_MUL: return a * b;
+    case MLCC_INT_DIV: return b ? a / b : 0;
+    case MLCC_INT_MOD: case MLCC_INT_FMOD: return b ? a % b : 0;
+    case MLCC_INT_MAX: return a > b ? a : b;
+    case MLCC_INT_MIN: return a < b ? a : b;
+    default: return upow(a, b);
+    }
+}
+
+/* One innermost row for element type T, computed in W (int64_t or uint64_t) by F. The store
+ * of a signed result goes through the unsigned type of T: no implementation-defined
+ * narrowing. */
+#define INT_ROW(NAME, T, UT, W, F)                                                          \
+    static void NAME(int op, const void *va, ptrdiff_t sa, const void *vb, ptrdiff_t sb,   \
+                     void *vy, ptrdiff_t n) {                                              \
+        const T *a = (const T *)va, *b = (const T *)vb;                                    \
+        T *y = (T *)vy;                                                                    \
+        ptrdiff_t i;                                                                       \
+        for (i = 0; i < n; i++) {                                                          \
+            const UT bits = (UT)(uint64_t)F(op, (W)a[i * sa], (W)b[i * sb]);               \
+            memcpy(&y[i], &bits, sizeof bits);                                             \
+        }                                                                                  \
+    }
+
+INT_ROW(row_i8, int8_t, uint8_t, int64_t, sop)
+INT_ROW(row_i16, int16_t, uint16_t, int64_t, sop)
+INT_ROW(row_i32, int32_t, uint32_t, int64_t, sop)
+INT_ROW(row_i64, int64_t, uint64_t, int64_t, sop)
+INT_ROW(row_u8, uint8_t, uint8_t, uint64_t, uop)
+INT_ROW(row_u16, uint16_t, uint16_t, uint64_t, uop)
+INT_ROW(row_u32, uint32_t, uint32_t, uint64_t, uop)
+INT_ROW(row_u64, uint64_t, uint64_t, uint64_t, uop)
+
+void mlcc_int_binary(const mlcc_int_binary_params *p, const void *a, const void *b, void *y) {
+    void (*row)(int, const void *, ptrdiff_t, const void *, ptrdiff_t, void *, ptrdiff_t);
+    const int inner = p->rank - 1;
+    const ptrdiff_t n = (ptrdiff_t)p->shape[inner];
+    ptrdiff_t es;
+    int64_t index[MLCC_MAX_RANK] = {0};
+    ptrdiff_t ao = 0, bo = 0, yo = 0;
+    int axis;
+    switch (p->dtype) {
+    case MLCC_INT8: row = row_i8; es = 1; break;
+    case MLCC_INT16: row = row_i16; es = 2; break;
+    case MLCC_INT32: row = row_i32; es = 4; break;
+    case MLCC_INT64: row = row_i64; es = 8; break;
+    case MLCC_UINT8: row = row_u8; es = 1; break;
+    case MLCC_UINT16: row = row_u16; es = 2; break;
+    case MLCC_UINT32: row = row_u32; es = 4; break;
+    case MLCC_UINT64: row = row_u64; es = 8; break;
+    default: return;
+    }
+    for (axis = 0; axis < p->rank; axis++)
+        if (p->shape[axis] == 0) return;
+    for (;;) {
+        row(p->op, (const uint8_t *)a + ao * es, (ptrdiff_t)p->a_strides[inner],
+            (const uint8_t *)b + bo * es, (ptrdiff_t)p->b_strides[inner],
+            (uint8_t *)y + yo * es, n);
+        yo += n;
+        for (axis = inner - 1; axis >= 0; axis--) {
+            index[axis]++;
+            ao += (ptrdiff_t)p->a_strides[axis];
+            bo += (ptrdiff_t)p->b_strides[axis];
+            if (index[axis] < p->shape[axis]) break;
+            ao -= (ptrdiff_t)(p->a_strides[axis] * p->shape[axis]);
+            bo -= (ptrdiff_t)(p->b_strides[axis] * p->shape[axis]);
+            index[axis] = 0;
+        }
+        if (axis < 0) return;
+    }
+}

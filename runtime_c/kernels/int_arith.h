@@ -1,0 +1,30 @@
+/* Broadcasting arithmetic on integer tensors (int8 to int64, uint8 to uint64), as ONNX defines
+ * it for integers: results wrap around (two's complement), Div truncates toward zero, Mod
+ * follows the divisor's sign (fmod=0, Python's %) or the dividend's (fmod=1, C's %), Pow
+ * multiplies (a negative exponent gives 0 except for bases 1 and -1). Division or modulo by
+ * zero has no ONNX-defined result; here it gives 0 (and INT_MIN / -1 wraps to INT_MIN),
+ * never a trap. */
+#ifndef MLCC_INT_ARITH_H
+#define MLCC_INT_ARITH_H
+
+#include "mlcc_kernel.h"
+
+enum mlcc_int_op {
+    MLCC_INT_ADD = 0, MLCC_INT_SUB, MLCC_INT_MUL, MLCC_INT_DIV, MLCC_INT_MOD, MLCC_INT_FMOD,
+    MLCC_INT_MAX, MLCC_INT_MIN, MLCC_INT_POW
+};
+
+/* y[i] = a[i] op b[i] over a contiguous output of shape[0..rank); a, b and y all of type
+ * dtype (enum mlcc_dtype), a and b read through their strides (0 on broadcast axes). */
+typedef struct mlcc_int_binary_params {
+    int32_t op;                 /* enum mlcc_int_op */
+    int32_t dtype;
+    int32_t rank;
+    int64_t shape[MLCC_MAX_RANK];
+    int64_t a_strides[MLCC_MAX_RANK];
+    int64_t b_strides[MLCC_MAX_RANK];
+} mlcc_int_binary_params;
+
+void mlcc_int_binary(const mlcc_int_binary_params *p, const void *a, const void *b, void *y);
+
+#endif /* MLCC_INT_ARITH_H */

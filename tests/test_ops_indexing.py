@@ -1,0 +1,63 @@
+"""ArgMax/ArgMin, CumSum, GatherElements and Trilu against onnxruntime on odd shapes."""
+import numpy as np
+import pytest
+from onnx import helper
+
+from mlcc.errors import RuntimeStatusError
+from util import arr, check_model, check_node, compile_and_run, make_model, rand
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("axis,keepdims,last", [(0, 1, 0), (1, 0, 0), (-1, 1, 1), (2, 0, 1)])
+def test_arg_reduce(tmp_path, op, axis, keepdims, last):
+    x = rand(3, 7, 5)
+    x[1, 2:5, 3] = 9.0             # ties: first or last index
+    x[0, 0, :] = -9.0
+    check_node(op, {"x": x}, tmp_path=tmp_path, opset=13, axis=axis, keepdims=keepdims,
+               select_last_index=last)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64"])
+@pytest.mark.parametrize("axis,exclusive,reverse", [(0, 0, 0), (1, 1, 0), (-1, 0, 1), (1, 1, 1)])
+def test_cumsum(tmp_path, dtype, axis, exclusive, reverse):
+    x = arr((3, 11, 5), "float32").astype(dtype) if dtype.startswith("float") else \
+        arr((3, 11, 5), dtype)
+    check_node("CumSum", {"x": x}, initializers={"axis": np.array(axis, np.int64)},
+               tmp_path=tmp_path, opset=14, exclusive=exclusive, reverse=reverse)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int64", "uint8", "bool"])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_gather_elements(tmp_path, dtype, axis):
+    data = arr((5, 7, 3), dtype)
+    rng = np.random.default_rng(axis + 5)
+    shape = [4, 6, 3]
+    dim = data.shape[axis]
+    idx = rng.integers(-dim, dim, shape).astype(np.int64)
+    check_node("GatherElements", {"data": data, "idx": idx}, tmp_path=tmp_path, opset=13,
+               axis=axis)
+
+
+def test_gather_elements_constant_int32_indices(tmp_path):
+    idx = np.array([[0, 2, 1], [1, 0, -1]], np.int32)
+    check_node("GatherElements", {"data": rand(2, 3)}, initializers={"idx": idx},
+               tmp_path=tmp_path, opset=13, axis=1)
+
+
+def test_gather_elements_bad_runtime_index_is_a_status(tmp_path):
+    model = make_model([helper.make_node("GatherElements", ["d", "i"], ["y"], axis=0)],
+                       {"d": rand(3, 2), "i": np.zeros((2, 2), np.int64)}, ["y"], opset=13)
+    with pytest.raises(RuntimeStatusError, match="out of range"):
+        compile_and_run(model, {"d": rand(3, 2), "i": np.array([[0, 1], [3, 0]], np.int64)},
+                        tmp_path)
+
+
+@pytest.mark.parametrize("upper", [0, 1])
+@pytest.mark.parametrize("k", [0, 2, -3])
+def test_trilu(tmp_path, upper, k):
+    check_node("Trilu", {"x": rand(2, 5, 7)}, initializers={"k": np.array(k, np.int64)},
+               tmp_path=tmp_path, opset=14, upper=upper)
+
+
+def test_trilu_int64_without_k(tmp_path):
+    check_node("Trilu", {"x": arr((6, 4), "int64")}, tmp_path=tmp_path, opset=14, upper=0)
