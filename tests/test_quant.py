@@ -475,3 +475,27 @@ def test_integer_ops_match_onnxruntime(tmp_path, op):
     ref = ort.InferenceSession(model.SerializeToString(),
                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(_mlcc_run(model, {"x": x}, tmp_path)["y"], ref)
+
+
+def test_matmul_with_fused_bias_keeps_its_bias(tmp_path):
+    """MatMul + constant Add (a transformer projection): fuse_matmul_bias moves the bias into
+    the MatMul, and the integer layer must add it (it once dropped it)."""
+    rng = np.random.default_rng(3)
+    w = rng.normal(0, 0.3, (7, 11)).astype(np.float32)
+    b = rng.normal(2.0, 1.0, (11,)).astype(np.float32)        # large next to x @ w
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]),
+             helper.make_node("Add", ["m", "b"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 5, 7])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 5, 11])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    calib = tmp_path / "c.npz"
+    np.savez(calib, x=rng.normal(0, 1, (16, 1, 5, 7)).astype(np.float32))
+    out = api.verify_quantized(path, api.QuantizeConfig(calib), inputs=calib, min_sqnr=30.0,
+                               output_dir=tmp_path / "q")
+    assert out.ok, out.outputs
+    assert "mlcc_u8_qfc(" in (tmp_path / "q" / "model.c").read_text()

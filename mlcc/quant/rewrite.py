@@ -80,7 +80,13 @@ def _weight_matrix(g: Graph, n: Node) -> tuple[np.ndarray, np.ndarray | None] | 
         x = g.values[n.inputs[0]]
         if b is None or b.ndim != 2 or x.is_const or len(x.shape) < 2:
             return None
-        return np.ascontiguousarray(b.T, np.float32), None
+        bias = None
+        if n.input(2):                    # the bias fuse_matmul_bias moved into the MatMul
+            bias = g.const(n.input(2))
+            if bias is None or bias.size != b.shape[1]:
+                return None
+            bias = bias.reshape(-1).astype(np.float32)
+        return np.ascontiguousarray(b.T, np.float32), bias
     return None
 
 
