@@ -2,10 +2,10 @@
 model.cjs) and harness.mjs, run in node and compared with onnxruntime at the x86 tolerance.
 
 Skipped when emcc (Debian's emscripten) or node (nodejs) is missing; `make test` installs them
-on Debian. This file holds what CI runs on every change: operators at odd shapes, the data
-types through the raw-file protocol, the JavaScript API and its errors, embedded and external
-weights, and a few real models; `make test-targets` runs every model of test_models.py for
-wasm as well (MLCC_TEST_TARGET=wasm).
+on Debian. This file holds what CI runs on every change for wasm alone: the build, the
+JavaScript API and its errors, embedded and external weights, and a few real models (the
+operator cases shared with arm are in test_cross_targets.py); `make test-targets` runs every
+model of test_models.py for wasm as well (MLCC_TEST_TARGET=wasm).
 """
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
-from onnx import helper
 
 import fetch_models as fm
 import mlcc
@@ -27,7 +26,6 @@ import test_models as tm
 from mlcc.cli import main as cli_main
 from mlcc.errors import InputError, RuntimeStatusError, TargetError
 from mlcc.targets import load_target, parse_target
-from util import check_model, check_node, compile_and_run, make_model, rand
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "digits" / "digits_cnn.onnx"
@@ -134,108 +132,6 @@ def test_runtime_compiles_warning_free_with_emcc():
 
 
 # --------------------------------------------------------------------------------- operators
-
-@needs_wasm
-@pytest.mark.parametrize("c,h,w,m,k,stride,pads,group", [
-    (3, 11, 9, 5, 3, 2, [1, 0, 2, 1], 1),       # im2col + GEMM, asymmetric pads
-    (7, 5, 5, 11, 1, 1, [0, 0, 0, 0], 1),       # 1x1 as plain GEMM
-    (6, 10, 7, 6, 3, 2, [1, 1, 1, 1], 6),       # depthwise, stride 2
-])
-def test_conv(tmp_path, c, h, w, m, k, stride, pads, group):
-    check_node("Conv", {"x": rand(1, c, h, w)},
-               initializers={"w": rand(m, c // group, k, k, seed=1), "b": rand(m, seed=2)},
-               tmp_path=tmp_path, target="wasm", strides=[stride, stride], pads=pads,
-               group=group)
-
-
-@needs_wasm
-@pytest.mark.parametrize("m,k,n,tb", [(7, 13, 17, 1), (6, 300, 33, 0)])
-def test_gemm(tmp_path, m, k, n, tb):
-    """Column counts around the SIMD128 tile (2 x 4 lanes), K past one cache block (256)."""
-    b = rand(*((n, k) if tb else (k, n)), seed=1)
-    check_node("Gemm", {"a": rand(m, k)}, initializers={"b": b, "c": rand(n, seed=2)},
-               tmp_path=tmp_path, target="wasm", transB=tb, alpha=0.5, beta=2.0)
-
-
-@needs_wasm
-def test_matmul_batched_runtime_operands(tmp_path):
-    check_node("MatMul", {"a": rand(2, 1, 3, 5), "b": rand(4, 5, 9, seed=1)},
-               tmp_path=tmp_path, target="wasm")
-
-
-@needs_wasm
-@pytest.mark.parametrize("op,attrs", [
-    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 1],
-                 "ceil_mode": 1}),
-    ("AveragePool", {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 1, 0, 0],
-                     "count_include_pad": 0}),
-])
-def test_pool(tmp_path, op, attrs):
-    check_node(op, {"x": rand(1, 5, 13, 10)}, tmp_path=tmp_path, target="wasm", **attrs)
-
-
-@needs_wasm
-def test_resize_linear(tmp_path):
-    x = rand(1, 3, 7, 9)
-    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], name="resize_node",
-                            mode="linear", coordinate_transformation_mode="half_pixel")
-    inits = {"roi": np.zeros(0, np.float32), "scales": np.array([1, 1, 2, 1.5], np.float32)}
-    check_model(make_model([node], {"x": x}, ["y"], initializers=inits, opset=19), {"x": x},
-                tmp_path, target="wasm")
-
-
-@needs_wasm
-def test_softmax_and_transcendentals(tmp_path):
-    """Softmax, Sigmoid and Tanh: musl's expf/tanhf and the vector exp under SIMD128."""
-    x = rand(3, 37, 5) * 8
-    nodes = [helper.make_node("Softmax", ["x"], ["s"], name="softmax", axis=1),
-             helper.make_node("Sigmoid", ["x"], ["g"], name="sigmoid"),
-             helper.make_node("Tanh", ["x"], ["t"], name="tanh")]
-    check_model(make_model(nodes, {"x": x}, ["s", "g", "t"]), {"x": x}, tmp_path,
-                target="wasm")
-
-
-@needs_wasm
-def test_fused_activations_and_broadcasting(tmp_path):
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
-             helper.make_node("HardSwish", ["c"], ["h"], name="hswish"),
-             helper.make_node("Mul", ["h", "s"], ["m"], name="scale"),
-             helper.make_node("LeakyRelu", ["m"], ["y"], name="leaky", alpha=0.1)]
-    x = rand(1, 4, 9, 6)
-    model = make_model(nodes, {"x": x, "s": rand(1, 5, 1, 6, seed=3)}, ["y"],
-                       initializers={"w": rand(5, 4, 3, 3, seed=1)})
-    check_model(model, {"x": x, "s": rand(1, 5, 1, 6, seed=3)}, tmp_path, target="wasm")
-
-
-@needs_wasm
-def test_every_dtype_through_the_raw_files(tmp_path):
-    """bool, int64 (BigInt64Array in JavaScript), uint8, int32 inputs and outputs."""
-    rng = np.random.default_rng(0)
-    feeds = {"cond": rng.random((3, 4)) > 0.5, "a": rand(3, 4), "b": rand(1, 4, seed=1),
-             "idx": np.array([[2, -1], [0, 1]], np.int64),
-             "bytes": rng.integers(0, 256, (2, 5)).astype(np.uint8),
-             "i32": rng.integers(-1000, 1000, (4,)).astype(np.int32)}
-    nodes = [helper.make_node("Where", ["cond", "a", "b"], ["w"], name="where"),
-             helper.make_node("Not", ["cond"], ["ncond"], name="not"),
-             helper.make_node("Gather", ["w", "idx"], ["g"], name="gather", axis=1),
-             helper.make_node("Concat", ["idx", "idx"], ["idx2"], name="cat", axis=0),
-             helper.make_node("Transpose", ["bytes"], ["bytes_t"], name="tr"),
-             helper.make_node("Concat", ["i32", "i32"], ["i32n"], name="cat32", axis=0)]
-    model = make_model(nodes, feeds, ["g", "ncond", "idx2", "bytes_t", "i32n"])
-    got = check_model(model, feeds, tmp_path, target="wasm")
-    assert got["ncond"].dtype == np.bool_ and got["idx2"].dtype == np.int64
-    assert list(got) == ["g", "ncond", "idx2", "bytes_t", "i32n"]
-
-
-@needs_wasm
-def test_gather_out_of_range_index_is_a_status(tmp_path):
-    x = rand(5, 3)
-    i = np.array([0, 7, 1], dtype=np.int64)
-    model = make_model([helper.make_node("Gather", ["x", "i"], ["y"], axis=0)],
-                       {"x": x, "i": i}, ["y"])
-    with pytest.raises(RuntimeStatusError, match="run failed: .*out of range"):
-        compile_and_run(model, {"x": x, "i": i}, tmp_path, target="wasm")
-
 
 # --------------------------------------------------------------------------------- JS API
 
@@ -496,20 +392,3 @@ def test_yolov8n():
     per-layer comparison of every model runs in `make test-targets`."""
     tm.check(tm._real("yolov8n"), fm.REAL_MODELS["yolov8n"].shapes, target="wasm",
              per_layer=True)
-
-
-@needs_wasm
-def test_int8_digits_on_wasm_is_the_x86_result_bit_for_bit(tmp_path):
-    """The int8 program (portable integer kernels, float requantization) gives the same bits
-    in wasm as on x86."""
-    with np.load(ROOT / "examples" / "digits" / "digits_sample.npz") as d:
-        x = d["input"].astype(np.float32)
-    np.savez(tmp_path / "calib.npz", input=x[:, None])
-    outs = {}
-    for target in ("x86", "wasm"):
-        mlcc.compile(DIGITS, tmp_path / target, target=target,
-                     quantize=mlcc.api.QuantizeConfig(tmp_path / "calib.npz"))
-        m = mlcc.load(tmp_path / target)
-        outs[target] = [m.run({"input": xi[None]})["logits"] for xi in x[:6]]
-    for a, b in zip(outs["x86"], outs["wasm"]):
-        np.testing.assert_array_equal(a, b)

@@ -1,0 +1,154 @@
+"""Operators on the cross targets, arm (aarch64 under qemu) and wasm (in node), against
+onnxruntime on the host at the same tolerance as x86: the kernels with vector paths (NEON and
+SIMD128 from the same vector-extension source), every data type through the harness's raw
+files, status codes, and the int8 program bit for bit against x86.
+
+Each case runs once per target; a target whose toolchain is missing is skipped with the
+package to install (`make test` installs them on Debian). Target-specific matters (the
+harness, the runner, the JavaScript API) live in test_targets_arm.py and test_targets_wasm.py.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import mlcc
+from mlcc.errors import RuntimeStatusError
+from test_targets_arm import needs_arm
+from test_targets_wasm import needs_wasm
+from util import check_model, check_node, compile_and_run, make_model, rand
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGITS = ROOT / "examples" / "digits" / "digits_cnn.onnx"
+TARGETS = [pytest.param("arm", marks=needs_arm), pytest.param("wasm", marks=needs_wasm)]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("c,h,w,m,k,stride,pads,group", [
+    (3, 11, 9, 5, 3, 2, [1, 0, 2, 1], 1),       # packed GEMM over gathered panels, odd pads
+    (7, 5, 5, 11, 1, 1, [0, 0, 0, 0], 1),       # 1x1 stride 1: input planes read directly
+    (6, 10, 7, 6, 3, 2, [1, 1, 1, 1], 6),       # depthwise, stride 2
+    (8, 9, 13, 8, 5, 1, [2, 2, 2, 2], 8),       # depthwise 5x5
+])
+def test_conv(tmp_path, target, c, h, w, m, k, stride, pads, group):
+    check_node("Conv", {"x": rand(1, c, h, w)},
+               initializers={"w": rand(m, c // group, k, k, seed=1), "b": rand(m, seed=2)},
+               tmp_path=tmp_path, target=target, strides=[stride, stride], pads=pads,
+               group=group)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("m,k,n,tb", [(7, 13, 17, 1), (6, 300, 33, 0), (1, 9, 8, 1)])
+def test_gemm(tmp_path, target, m, k, n, tb):
+    """Column counts around the 128-bit tiles (2 x 4 lanes), K past one cache block (256)."""
+    b = rand(*((n, k) if tb else (k, n)), seed=1)
+    check_node("Gemm", {"a": rand(m, k)}, initializers={"b": b, "c": rand(n, seed=2)},
+               tmp_path=tmp_path, target=target, transB=tb, alpha=0.5, beta=2.0)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_matmul_batched_runtime_operands(tmp_path, target):
+    check_node("MatMul", {"a": rand(2, 1, 3, 5), "b": rand(4, 5, 9, seed=1)},
+               tmp_path=tmp_path, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 1],
+                 "ceil_mode": 1}),
+    ("AveragePool", {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 1, 0, 0],
+                     "count_include_pad": 0}),
+    ("GlobalAveragePool", {}),
+])
+def test_pool(tmp_path, target, op, attrs):
+    check_node(op, {"x": rand(1, 5, 13, 10)}, tmp_path=tmp_path, target=target, **attrs)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("mode,ctm", [("linear", "half_pixel"), ("nearest", "asymmetric")])
+def test_resize(tmp_path, target, mode, ctm):
+    x = rand(1, 3, 7, 9)
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], name="resize_node",
+                            mode=mode, coordinate_transformation_mode=ctm)
+    inits = {"roi": np.zeros(0, np.float32), "scales": np.array([1, 1, 2, 1.5], np.float32)}
+    check_model(make_model([node], {"x": x}, ["y"], initializers=inits, opset=19), {"x": x},
+                tmp_path, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("axis,opset", [(-1, 17), (1, 11)])
+def test_softmax(tmp_path, target, axis, opset):
+    check_node("Softmax", {"x": rand(3, 37, 5) * 20}, tmp_path=tmp_path, target=target,
+               opset=opset, axis=axis)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_transcendentals(tmp_path, target):
+    """Sigmoid and Tanh: the C library's expf/tanhf and the vector exp."""
+    x = rand(3, 37, 5) * 8
+    nodes = [helper.make_node("Sigmoid", ["x"], ["g"], name="sigmoid"),
+             helper.make_node("Tanh", ["x"], ["t"], name="tanh")]
+    check_model(make_model(nodes, {"x": x}, ["g", "t"]), {"x": x}, tmp_path, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_fused_activations_and_broadcasting(tmp_path, target):
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("HardSwish", ["c"], ["h"], name="hswish"),
+             helper.make_node("Mul", ["h", "s"], ["m"], name="scale"),
+             helper.make_node("LeakyRelu", ["m"], ["y"], name="leaky", alpha=0.1)]
+    x = rand(1, 4, 9, 6)
+    model = make_model(nodes, {"x": x, "s": rand(1, 5, 1, 6, seed=3)}, ["y"],
+                       initializers={"w": rand(5, 4, 3, 3, seed=1)})
+    check_model(model, {"x": x, "s": rand(1, 5, 1, 6, seed=3)}, tmp_path, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_dtype_through_the_raw_files(tmp_path, target):
+    """bool, int64 (BigInt64Array in JavaScript), uint8, int32 inputs and outputs, several of
+    each, in model order."""
+    rng = np.random.default_rng(0)
+    feeds = {"cond": rng.random((3, 4)) > 0.5, "a": rand(3, 4), "b": rand(1, 4, seed=1),
+             "idx": np.array([[2, -1], [0, 1]], np.int64),
+             "bytes": rng.integers(0, 256, (2, 5)).astype(np.uint8),
+             "i32": rng.integers(-1000, 1000, (4,)).astype(np.int32)}
+    nodes = [helper.make_node("Where", ["cond", "a", "b"], ["w"], name="where"),
+             helper.make_node("Not", ["cond"], ["ncond"], name="not"),
+             helper.make_node("Gather", ["w", "idx"], ["g"], name="gather", axis=1),
+             helper.make_node("Concat", ["idx", "idx"], ["idx2"], name="cat", axis=0),
+             helper.make_node("Transpose", ["bytes"], ["bytes_t"], name="tr"),
+             helper.make_node("Concat", ["i32", "i32"], ["i32n"], name="cat32", axis=0)]
+    model = make_model(nodes, feeds, ["g", "ncond", "idx2", "bytes_t", "i32n"])
+    got = check_model(model, feeds, tmp_path, target=target)
+    assert got["ncond"].dtype == np.bool_ and got["idx2"].dtype == np.int64
+    assert list(got) == ["g", "ncond", "idx2", "bytes_t", "i32n"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_gather_out_of_range_index_is_a_status(tmp_path, target):
+    x = rand(5, 3)
+    i = np.array([0, 7, 1], dtype=np.int64)
+    model = make_model([helper.make_node("Gather", ["x", "i"], ["y"], axis=0)],
+                       {"x": x, "i": i}, ["y"])
+    with pytest.raises(RuntimeStatusError, match="out of range"):
+        compile_and_run(model, {"x": x, "i": i}, tmp_path, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_int8_digits_is_the_x86_result_bit_for_bit(tmp_path, target):
+    """The int8 program (portable integer kernels, float requantization) gives the same bits
+    on the target as on x86."""
+    with np.load(ROOT / "examples" / "digits" / "digits_sample.npz") as d:
+        x = d["input"].astype(np.float32)
+    np.savez(tmp_path / "calib.npz", input=x[:, None])
+    outs = {}
+    for name in ("x86", target):
+        mlcc.compile(DIGITS, tmp_path / name, target=name,
+                     quantize=mlcc.api.QuantizeConfig(tmp_path / "calib.npz"))
+        m = mlcc.load(tmp_path / name)
+        outs[name] = [m.run({"input": xi[None]})["logits"] for xi in x[:6]]
+    for a, b in zip(outs["x86"], outs[target]):
+        np.testing.assert_array_equal(a, b)
