@@ -114,7 +114,8 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
         extra.update(harness=HARNESS_JS, run=list(tgt.run), run_package=tgt.run_package)
         exports = wasm_exports(prefix, embed_weights)
     gen = generate(g, prefix=prefix, target_name=tgt.name, source_name=Path(model).name,
-                   max_arena=max_arena, embed_weights=embed_weights, manifest_extra=extra)
+                   max_arena=max_arena, embed_weights=embed_weights, manifest_extra=extra,
+                   pointer_bits=tgt.pointer_bits, arch=tgt.arch)
     folder = Path(output_dir)
     if folder.exists() and not folder.is_dir():
         raise MlccError(f"output folder {folder} exists and is not a folder")

@@ -1,4 +1,4 @@
-"""Fuzzing of the compiler's input: ONNX files and target YAML files.
+"""Fuzzing of the compiler's input: ONNX files, target YAML files and calibration data.
 
     python tests/fuzz_compiler.py [--seconds 60] [--seed 0] [--corpus tests/corpus]
                                   [--save-failures] [--memory-mb 3072]
@@ -16,8 +16,13 @@ The cases, in order:
      initializer sizes, cycles, undefined inputs, huge and negative dimensions, zero-size
      tensors, unknown opset domains, external data pointing outside the model folder,
      a 2^31-element dimension product, bad attributes, duplicate names...;
-  3. seeded random mutations (byte flips, truncation, splices, protobuf field edits) of the
-     valid models and of targets/x86.yaml, until the time budget is spent.
+  3. calibration data for `--quantize int8 --calibration` (the small CNN): .npz files
+     truncated, flipped, with wrong names, dtypes or shapes, NaN/Inf, no samples, huge
+     arrays, pickled object arrays whose unpickling would create a file; folders of .npy/.npz
+     (empty, mixed, unreadable); .py generators that raise, exit, or yield garbage;
+  4. seeded random mutations (byte flips, truncation, splices, protobuf field edits) of the
+     valid models, of targets/x86.yaml and of a calibration .npz, until the time budget is
+     spent.
 Prints a summary; exits 1 if any case failed (each is written to the corpus with
 --save-failures).
 """
@@ -299,6 +304,153 @@ def structured_cases(seeds: dict[str, onnx.ModelProto]):
         yield label, {"model.onnx": good, "target.yaml": text.encode("utf-8", "replace")}
 
 
+# ---------------------------------------------------------------------- calibration cases
+
+def _npz(**arrays) -> bytes:
+    import io
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def _npy(arr: np.ndarray) -> bytes:
+    import io
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=True)
+    return buf.getvalue()
+
+
+def _pickle_bomb_npy() -> bytes:
+    """An .npy of dtype object whose pickle, if loaded, would create ./PWNED."""
+    import pickle
+
+    class Bomb:
+        def __reduce__(self):
+            return (os.system, ("touch PWNED",))
+    payload = pickle.dumps(np.array([Bomb()], dtype=object), protocol=2)
+    header = "{'descr': '|O', 'fortran_order': False, 'shape': (1,), }"
+    header = header + " " * (63 - (len(header) + 10) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + payload
+
+
+def _zip(members: dict[str, bytes]) -> bytes:
+    import io
+    import zipfile
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for k, v in members.items():
+            z.writestr(k, v)
+    return buf.getvalue()
+
+
+def _huge_npy_header(shape, descr="<f4") -> bytes:
+    """An .npy header promising a huge array, followed by a few bytes."""
+    header = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {tuple(shape)}, }}"
+    header = header + " " * (63 - (len(header) + 10) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + \
+        b"\0" * 64
+
+
+def calibration_files(rnd: random.Random | None = None) -> dict[str, bytes]:
+    """A valid calibration set for the CNN seed (input x: [1, 2, 6, 6]), 4 samples."""
+    x = np.random.default_rng(0).standard_normal((4, 1, 2, 6, 6)).astype(np.float32)
+    return {"calib.npz": _npz(x=x)}
+
+
+def calibration_cases(seeds: dict[str, onnx.ModelProto]):
+    good = seeds["cnn"].SerializeToString()
+    x = np.random.default_rng(0).standard_normal((4, 1, 2, 6, 6)).astype(np.float32)
+    valid = _npz(x=x)
+
+    def case(label, files):
+        return f"calib-{label}", {"model.onnx": good, **files}
+
+    yield case("valid", {"calib.npz": valid})
+    for frac in (0, 0.1, 0.5, 0.9, 0.99):
+        yield case(f"truncated-{frac}", {"calib.npz": valid[:int(len(valid) * frac)]})
+    rnd = random.Random(7)
+    for k in range(4):
+        b = bytearray(valid)
+        for _ in range(4):
+            b[rnd.randrange(len(b))] ^= 1 << rnd.randrange(8)
+        yield case(f"flipped-{k}", {"calib.npz": bytes(b)})
+    nan = x.copy()
+    nan[2, 0, 1, 3, 3] = np.nan
+    inf = x.copy()
+    inf[0, 0, 0, 0, 0] = -np.inf
+    for label, arrays in (
+            ("wrong-name", {"input": x}), ("float64", {"x": x.astype(np.float64)}),
+            ("int32", {"x": x.astype(np.int32)}), ("bool", {"x": x > 0}),
+            ("complex", {"x": x.astype(np.complex64)}), ("strings", {"x": np.array(["a", "b"])}),
+            ("bytes", {"x": np.array([b"ab"])}),
+            ("structured", {"x": np.zeros(4, dtype=[("a", "f4"), ("b", "i4")])}),
+            ("scalar", {"x": np.float32(1)}), ("wrong-shape", {"x": x[:, :, :, :5]}),
+            ("no-batch", {"x": x[:, 0]}), ("rank-1", {"x": x.reshape(-1)}),
+            ("nan", {"x": nan}), ("inf", {"x": inf}),
+            ("empty", {"x": x[:0]}), ("no-arrays", {}),
+            ("zero-size-axis", {"x": np.zeros((4, 1, 2, 0, 6), np.float32)}),
+            ("many-samples", {"x": np.zeros((5000, 1, 2, 6, 6), np.float32)})):
+        yield case(label, {"calib.npz": _npz(**arrays)})
+    # Arrays that must never be unpickled (allow_pickle=False), as npz members and .npy files.
+    bomb = _pickle_bomb_npy()
+    yield case("pickle-npz", {"calib.npz": _zip({"x.npy": bomb})})
+    yield case("pickle-npy", {"calib/0.npy": bomb})
+    yield case("object-npz", {"calib.npz": _zip({"x.npy": _npy(np.array([x[0]], dtype=object))})})
+    # Headers that promise huge arrays: refused without allocating them.
+    for label, shape in (("huge-4TB", (1 << 40, 1, 2, 6, 6)), ("huge-2^62", (1 << 62,)),
+                         ("huge-negative", (-1, 1, 2, 6, 6)),
+                         ("huge-dims", (1 << 31, 1 << 31, 1 << 31))):
+        yield case(f"{label}-npz", {"calib.npz": _zip({"x.npy": _huge_npy_header(shape)})})
+        yield case(f"{label}-npy", {"calib/0.npy": _huge_npy_header(shape)})
+    yield case("bad-descr-npz", {"calib.npz": _zip({"x.npy": _huge_npy_header((4,), "<zz")})})
+    yield case("not-a-zip", {"calib.npz": b"PK\x03\x04 not really"})
+    yield case("zip-directory", {"calib.npz": _zip({"x.npy/": b""})})
+    # Folders.
+    yield case("folder-empty", {"calib/README": b"nothing here"})
+    yield case("folder-npy", {f"calib/{i}.npy": _npy(x[i]) for i in range(3)})
+    yield case("folder-mixed", {"calib/0.npy": _npy(x[0]), "calib/1.npz": _npz(x=x[1]),
+                                "calib/2.npz": _npz(z=x[2])})
+    yield case("folder-bad-file", {"calib/0.npy": _npy(x[0]), "calib/1.npy": b"garbage"})
+    yield case("folder-npy-dir", {"calib/0.npy/inner": b""})
+    yield case("folder-nan", {"calib/0.npy": _npy(nan[2])})
+    yield case("wrong-suffix", {"calib.txt": b"1 2 3"})
+    # Python generators.
+    for label, code in (
+            ("py-valid", "import numpy as np\ndef calibration_data():\n"
+                         "    for i in range(3):\n"
+                         "        yield {'x': np.full((1, 2, 6, 6), i, np.float32)}\n"),
+            ("py-syntax", "def calibration_data(:\n"),
+            ("py-raises-at-import", "raise RuntimeError('boom')\n"),
+            ("py-exit-at-import", "import sys\nsys.exit(0)\n"),
+            ("py-exit-3", "import sys\ndef calibration_data():\n    sys.exit(3)\n"),
+            ("py-no-function", "x = 1\n"), ("py-not-callable", "calibration_data = 3\n"),
+            ("py-raises", "def calibration_data():\n    raise ValueError('no data')\n"),
+            ("py-raises-later", "import numpy as np\ndef calibration_data():\n"
+                                "    yield {'x': np.zeros((1, 2, 6, 6), np.float32)}\n"
+                                "    raise OSError('disk gone')\n"),
+            ("py-returns-none", "def calibration_data():\n    return None\n"),
+            ("py-returns-int", "def calibration_data():\n    return 5\n"),
+            ("py-yields-none", "def calibration_data():\n    yield None\n"),
+            ("py-yields-list", "import numpy as np\ndef calibration_data():\n"
+                               "    yield [np.zeros((1, 2, 6, 6), np.float32)]\n"),
+            ("py-yields-strings", "def calibration_data():\n    yield {'x': 'abc'}\n"),
+            ("py-yields-objects", "def calibration_data():\n    yield {'x': object()}\n"),
+            ("py-yields-ragged", "def calibration_data():\n    yield {'x': [[1.0], [1.0, 2.0]]}\n"),
+            ("py-yields-huge-int", "def calibration_data():\n    yield {'x': 10 ** 400}\n"),
+            ("py-yields-nan", "import numpy as np\ndef calibration_data():\n"
+                              "    yield {'x': np.full((1, 2, 6, 6), np.nan, np.float32)}\n"),
+            ("py-yields-nonstr-key", "import numpy as np\ndef calibration_data():\n"
+                                     "    yield {0: np.zeros((1, 2, 6, 6), np.float32)}\n"),
+            ("py-empty", "def calibration_data():\n    return iter(())\n"),
+            ("py-bad-bytes", "\xff\xfe\x00garbage")):
+        yield case(label, {"calib.py": code.encode("latin-1")})
+
+
+def mutate_calibration(rnd: random.Random) -> bytes:
+    """A random byte mutation of a valid calibration .npz (a zip of .npy members)."""
+    return mutate_bytes(calibration_files()["calib.npz"], rnd)
+
+
 # --------------------------------------------------------------------------- random cases
 
 def mutate_bytes(data: bytes, rnd: random.Random) -> bytes:
@@ -387,6 +539,9 @@ def run_case(files: dict[str, bytes], work: Path) -> tuple[bool, str]:
     args = ["compile", str(case / "model.onnx"), "-o", str(case / "out"), "--no-build"]
     if "target.yaml" in files:
         args += ["--target", str(case / "target.yaml")]
+    calib = sorted({rel.split("/")[0] for rel in files if rel.startswith("calib")})
+    if calib:
+        args += ["--quantize", "int8", "--calibration", str(case / calib[0])]
     old = os.getcwd()
     os.chdir(cwd)
     signal.signal(signal.SIGALRM, _alarm)
@@ -396,6 +551,8 @@ def run_case(files: dict[str, bytes], work: Path) -> tuple[bool, str]:
         result = CliRunner().invoke(cli, args, catch_exceptions=True)
     except _Timeout:
         return False, f"no answer within {CASE_SECONDS} s"
+    except BaseException as exc:  # noqa: BLE001 - what escapes click (KeyboardInterrupt...)
+        return False, f"escaped the command line: {type(exc).__name__}: {exc}"
     finally:
         signal.alarm(0)
         os.chdir(old)
@@ -414,6 +571,8 @@ def run_case(files: dict[str, bytes], work: Path) -> tuple[bool, str]:
         if not lines or not lines[0].startswith("mlcc: error: ") or any(
                 not l.startswith("  ") for l in lines[1:]):
             return False, f"not a clear error message: {out.strip()[:300]!r}"
+    if result.exit_code == 0 and not (case / "out" / "model.h").is_file():
+        return False, "exit code 0 without an output folder"
     after = sorted(str(p.relative_to(work)) for p in work.rglob("*"))
     stray = [p for p in after if p not in before and not p.startswith("case/out")]
     if stray:
@@ -429,6 +588,10 @@ def corpus_cases(corpus: Path):
         yaml = f.with_suffix(".yaml")
         if yaml.is_file():
             files["target.yaml"] = yaml.read_bytes()
+        for suffix in (".npz", ".py"):     # calibration data: calib.npz / calib.py
+            calib = f.with_suffix(suffix)
+            if calib.is_file():
+                files[f"calib{suffix}"] = calib.read_bytes()
         yield f"corpus/{f.name}", files
 
 
@@ -439,6 +602,9 @@ def save_failure(corpus: Path, name: str, files: dict[str, bytes]) -> str:
     (corpus / f"{stem}.onnx").write_bytes(files["model.onnx"])
     if "target.yaml" in files:
         (corpus / f"{stem}.yaml").write_bytes(files["target.yaml"])
+    for suffix in (".npz", ".py"):
+        if f"calib{suffix}" in files:
+            (corpus / f"{stem}{suffix}").write_bytes(files[f"calib{suffix}"])
     return stem
 
 
@@ -481,6 +647,8 @@ def main(argv=None) -> int:
             one(name, files)
         for name, files in structured_cases(seeds):
             one(name, files)
+        for name, files in calibration_cases(seeds):
+            one(name, files)
         fixed = len(results)
         deadline = time.monotonic() + args.seconds
         i = 0
@@ -490,9 +658,13 @@ def main(argv=None) -> int:
             if r < 0.45:
                 files = {"model.onnx": mutate_bytes(seeds[which].SerializeToString(), rnd)}
                 name = f"random-bytes-{which}-{args.seed}-{i}"
-            elif r < 0.9:
+            elif r < 0.85:
                 files = {"model.onnx": mutate_model(seeds[which], rnd)}
                 name = f"random-edit-{which}-{args.seed}-{i}"
+            elif r < 0.9:
+                files = {"model.onnx": seeds["cnn"].SerializeToString(),
+                         "calib.npz": mutate_calibration(rnd)}
+                name = f"random-calib-{args.seed}-{i}"
             else:
                 files = {"model.onnx": seeds["cnn"].SerializeToString(),
                          "target.yaml": mutate_bytes(x86, rnd)}

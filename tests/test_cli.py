@@ -205,3 +205,38 @@ def test_per_layer_names_the_first_diverging_node(tiny_static_path, monkeypatch)
     r = run("verify", tiny_static_path, "--per-layer")
     assert r.exit_code == 1
     assert "first diverging node: 'conv' (Conv+Relu) output 'r'" in r.output
+
+
+@pytest.mark.parametrize("dims,target,code", [
+    ([1 << 30, 3], "wasm", 3),      # 12 GiB tensors: more than a 32-bit size_t holds
+    ([1 << 29, 2], "wasm", 3),      # a 4 GiB arena: one byte over 2^32 - 1
+    ([1 << 26, 3], "wasm", 0),      # 768 MiB: fits
+    ([1 << 30, 3], "x86", 0),       # 64-bit: fits
+])
+def test_arena_must_fit_the_targets_size_t(tmp_path, dims, target, code):
+    """An arena or weight blob over what size_t holds on the target is refused at compile
+    time, naming the pointer width, instead of a size constant that wraps in C."""
+    from onnx import TensorProto, helper
+    # A [1, 1] input expanded to `dims`: only the intermediates (the arena) are large.
+    g = helper.make_graph([helper.make_node("Expand", ["x", "shape"], ["y"]),
+                           helper.make_node("Sigmoid", ["y"], ["s"]),
+                           helper.make_node("ReduceMax", ["s"], ["z"], keepdims=0)], "big",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, [])],
+                          [onnx.numpy_helper.from_array(np.array(dims, np.int64), "shape")])
+    path = tmp_path / "big.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    r = CliRunner().invoke(main, ["compile", str(path), "-o", str(tmp_path / "out"),
+                                  "--target", target, "--no-build"])
+    assert r.exit_code == code, r.output
+    if code:
+        assert "32-bit target wasm32" in r.output and "4294967295" in r.output, r.output
+
+
+def test_pointer_bits_from_arch_and_file():
+    from mlcc.targets.target import load_target, parse_target
+    assert load_target("wasm").pointer_bits == 32
+    assert load_target("x86").pointer_bits == 64 and load_target("arm").pointer_bits == 64
+    text = "name: m\narch: armv7\ntoolchain: {cc: gcc}\n"
+    assert parse_target(text).pointer_bits == 32
+    assert parse_target(text + "pointer_bits: 64\n").pointer_bits == 64

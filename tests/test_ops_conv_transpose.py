@@ -138,10 +138,26 @@ def test_conv_transpose_runtime_weight_is_refused(tmp_path):
         mlcc.compile(path, tmp_path / "out", build=False)
 
 
-def test_conv_transpose3d_is_refused(tmp_path):
-    x, w = rand(1, 2, 3, 3, 3), rand(2, 2, 2, 2, 2, seed=1)
+@pytest.mark.parametrize("stride,pads,out_pad,dil,group", [
+    ([2, 1, 3], [1, 0, 0, 0, 1, 2], [1, 0, 2], [1, 2, 1], 1),
+    ([1, 2, 2], [0, 0, 0, 0, 0, 0], [0, 1, 0], [1, 1, 1], 2),
+    ([1, 1, 1], [0, 0, 0, 0, 0, 0], [0, 0, 0], [1, 1, 1], 1),      # 1x1x1: the direct path
+])
+def test_conv_transpose3d(tmp_path, stride, pads, out_pad, dil, group):
+    kernel = [1, 1, 1] if stride == [1, 1, 1] else [3, 2, 3]
+    x, w, b = rand(2, 4, 3, 5, 4), rand(4, 3, *kernel, seed=1), rand(3 * group, seed=2)
+    got = check_node("ConvTranspose", {"x": x}, initializers={"w": w, "b": b},
+                     tmp_path=tmp_path, strides=stride, pads=pads, output_padding=out_pad,
+                     dilations=dil, group=group)["y0"]
+    ref = convtranspose_ref(x, w, b, strides=stride, begin=pads[:3], out=got.shape[2:],
+                            dilations=dil, group=group)
+    np.testing.assert_allclose(got, ref, atol=1e-4)
+
+
+def test_conv_transpose4d_is_refused(tmp_path):
+    x, w = rand(1, 2, 3, 3, 3, 3), rand(2, 2, 2, 2, 2, 2, seed=1)
     path = tmp_path / "m.onnx"
-    onnx.save(make_model([helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="up3d")],
+    onnx.save(make_model([helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="up4d")],
                          {"x": x}, ["y"], initializers={"w": w}), str(path))
-    with pytest.raises(UnsupportedError, match="up3d"):
+    with pytest.raises(UnsupportedError, match="up4d"):
         mlcc.compile(path, tmp_path / "out", build=False)

@@ -41,19 +41,21 @@ def test_batchnorm_not_after_conv(tmp_path):
                 {"x": x, "z": z}, tmp_path)
 
 
-def test_batchnorm_refuses_training_mode(tmp_path):
-    inits = _bn_params(3)
-    node = helper.make_node("BatchNormalization", ["x", *inits], ["y"], name="bn",
-                            training_mode=1)
-    graph = helper.make_graph(
-        [node], "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])],
-        [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
-    model.ir_version = 9
-    onnx.save(model, str(tmp_path / "m.onnx"))
-    with pytest.raises(UnsupportedError, match="bn.*training_mode"):
-        mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", build=False)
+def test_batchnorm_training_mode_after_conv_is_not_folded(tmp_path):
+    """A training-mode BatchNormalization behind a Conv normalizes by the batch's statistics:
+    fold_batchnorm must leave it alone."""
+    from onnx.reference import ReferenceEvaluator
+    inits = {"w": rand(3, 2, 3, 3, seed=5), **_bn_params(3)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", *list(inits)[1:]], ["y"], name="bn",
+                              training_mode=1)]
+    x = rand(2, 2, 5, 7)
+    model = make_model(nodes, {"x": x}, [], initializers=inits, opset=15)
+    model.graph.output.append(helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                            [2, 3, 5, 7]))
+    got = compile_and_run(model, {"x": x}, tmp_path)["y"]
+    np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, {"x": x})[0],
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_batchnorm_refuses_runtime_statistics(tmp_path):
@@ -153,3 +155,25 @@ def test_lrn_folds_with_the_spec_formula(tmp_path):
     model = make_model(nodes, {"x": x}, ["y"], initializers={"c": c})
     got = compile_and_run(model, {"x": x}, tmp_path)["y"]
     np.testing.assert_allclose(got, x + _lrn_spec(c, 3, 0.5, 0.9, 1.5), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape,outputs", [((3, 5, 7, 2), 3), ((2, 4, 9), 1), ((5, 3), 3)])
+def test_batchnorm_training_mode(tmp_path, shape, outputs):
+    """Batch statistics at run time, with scale, B, mean and var as run-time inputs, and the
+    running statistics, against onnx.reference (onnxruntime's CPU build has no training
+    mode)."""
+    from onnx.reference import ReferenceEvaluator
+    c = shape[1]
+    feeds = {"x": rand(*shape, low=-2, high=3), "s": rand(c, seed=1), "b": rand(c, seed=2),
+             "m": rand(c, seed=3), "v": rand(c, seed=4, low=0.5, high=2)}
+    outs = ["y", "rm", "rv"][:outputs]
+    node = helper.make_node("BatchNormalization", list(feeds), outs, training_mode=1,
+                            momentum=0.7, epsilon=1e-3)
+    model = make_model([node], feeds, [], opset=15)   # ONNX cannot type y alone in training
+    model.graph.output.extend(
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))] +
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, [c]) for o in outs[1:]])
+    got = compile_and_run(model, feeds, tmp_path)
+    want = ReferenceEvaluator(model).run(None, feeds)
+    for name, w in zip(outs, want):
+        np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-5)

@@ -118,6 +118,10 @@ TWIN_C = r"""
 #define MLCC_HAVE_VECTORS 0
 #define mlcc_f32_maxpool2d scalar_maxpool2d
 #define mlcc_f32_avgpool2d scalar_avgpool2d
+#define mlcc_f32_maxpool_nd scalar_f32_maxpool_nd
+#define mlcc_u8_maxpool_nd scalar_u8_maxpool_nd
+#define mlcc_s8_maxpool_nd scalar_s8_maxpool_nd
+#define mlcc_f32_avgpool_nd scalar_f32_avgpool_nd
 #include "pool.c"
 #undef mlcc_f32_maxpool2d
 #undef mlcc_f32_avgpool2d
@@ -228,28 +232,53 @@ def _compile_fails(tmp_path, op, n_outputs=1, **attrs):
     return str(err.value)
 
 
-def test_refuses_storage_order(tmp_path):
-    msg = _compile_fails(tmp_path, "MaxPool", kernel_shape=[2, 2], storage_order=1)
-    assert "storage_order" in msg
+@pytest.mark.parametrize("shape,kernel,strides,pads,storage_order", [
+    ((2, 3, 7, 9), [3, 2], [2, 2], [1, 0, 1, 1], 0),
+    ((1, 2, 6, 11), [2, 3], [1, 3], [0, 1, 1, 0], 1),      # column-major indices
+    ((2, 3, 13), [4], [3], [2, 1], 0),                      # 1-D
+    ((1, 2, 5, 6, 7), [2, 3, 2], [2, 1, 3], [1, 0, 1, 0, 1, 1], 1),   # 3-D, column-major
+])
+def test_maxpool_indices(tmp_path, shape, kernel, strides, pads, storage_order):
+    """The Indices output: flat indices into x (plane offset included), row- or column-major
+    over the spatial axes."""
+    x = np.random.default_rng(3).permutation(np.prod(shape)).reshape(shape).astype(np.float32)
+    check_node("MaxPool", {"x": x}, tmp_path=tmp_path, n_outputs=2, kernel_shape=kernel,
+               strides=strides, pads=pads, storage_order=storage_order, opset=12)
 
 
-def test_refuses_indices_output(tmp_path):
-    msg = _compile_fails(tmp_path, "MaxPool", n_outputs=2, kernel_shape=[2, 2])
-    assert "Indices" in msg
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("kernel,strides,pads,dil,ceil", [
+    ([2, 2, 2], [2, 2, 2], [0] * 6, [1, 1, 1], 0),
+    ([3, 2, 3], [2, 3, 1], [1, 0, 1, 1, 1, 0], [1, 1, 1], 1),
+    ([2, 3, 2], [1, 2, 2], [0, 1, 0, 1, 0, 1], [2, 1, 2], 0),
+])
+def test_pool3d(tmp_path, op, kernel, strides, pads, dil, ceil):
+    attrs = {"count_include_pad": 1} if op == "AveragePool" and pads[1] else {}
+    check_node(op, {"x": rand(2, 3, 7, 9, 5)}, tmp_path=tmp_path, kernel_shape=kernel,
+               strides=strides, pads=pads, dilations=dil, ceil_mode=ceil, opset=19, **attrs)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_maxpool_8bit(tmp_path, dtype):
+    info = np.iinfo(dtype)
+    x = np.random.default_rng(5).integers(info.min, info.max + 1, (2, 3, 9, 7)).astype(dtype)
+    got = check_node("MaxPool", {"x": x}, tmp_path=tmp_path, kernel_shape=[3, 2],
+                     strides=[2, 2], pads=[1, 1, 1, 0], opset=12)
+    assert got["y0"].dtype == dtype
+
+
+def test_refuses_4d_pool(tmp_path):
+    x = rand(1, 1, 3, 3, 3, 3)
+    node = helper.make_node("MaxPool", ["x"], ["y"], name="pool4d", kernel_shape=[2, 2, 2, 2])
+    model = make_model([node], {"x": x}, ["y"])
+    path = tmp_path / "m.onnx"
+    import onnx
+    onnx.save(model, str(path))
+    with pytest.raises(UnsupportedError, match="pool4d.*4-D pooling"):
+        mlcc.compile(path, tmp_path / "out", build=False)
 
 
 def test_refuses_same_with_dilation(tmp_path):
     msg = _compile_fails(tmp_path, "MaxPool", kernel_shape=[2, 2], auto_pad="SAME_UPPER",
                          dilations=[2, 2])
     assert "dilations" in msg
-
-
-def test_refuses_3d_pool(tmp_path):
-    x = rand(1, 2, 4, 4, 4)
-    node = helper.make_node("MaxPool", ["x"], ["y"], name="pool3d", kernel_shape=[2, 2, 2])
-    model = make_model([node], {"x": x}, ["y"])
-    path = tmp_path / "m.onnx"
-    import onnx
-    onnx.save(model, str(path))
-    with pytest.raises(UnsupportedError, match="pool3d.*3-D pooling"):
-        mlcc.compile(path, tmp_path / "out", build=False)

@@ -134,8 +134,7 @@ def test_tables_match_reference_on_exact_cases():
 
 
 @pytest.mark.parametrize("attrs,match", [
-    ({"mode": "cubic"}, "cubic"),
-    ({"mode": "linear", "antialias": 1}, "antialias"),
+    ({"mode": "area"}, "area"),
     ({"mode": "nearest", "coordinate_transformation_mode": "tf_crop_and_resize"},
      "tf_crop_and_resize"),
 ])
@@ -147,3 +146,79 @@ def test_refused_attributes(tmp_path, attrs, match):
 def test_refused_channel_scaling(tmp_path):
     with pytest.raises(UnsupportedError, match="resize_node.*axis 1"):
         resize(tmp_path, rand(1, 2, 4, 4), scales=[1, 2, 2, 2], mode="nearest")
+
+
+@pytest.mark.parametrize("coord", ["half_pixel", "asymmetric", "align_corners",
+                                   "pytorch_half_pixel", "half_pixel_symmetric"])
+@pytest.mark.parametrize("sizes", [[1, 3, 17, 6], [2, 3, 1, 29]])
+def test_cubic_modes(tmp_path, coord, sizes):
+    resize(tmp_path, rand(sizes[0], 3, 7, 13), sizes=sizes, mode="cubic",
+           coordinate_transformation_mode=coord)
+
+
+@pytest.mark.parametrize("a,exclude", [(-0.5, 1), (-0.75, 1), (-0.6, 0)])
+def test_cubic_coeff_exclude_outside(tmp_path, a, exclude):
+    resize(tmp_path, rand(1, 2, 5, 11), scales=[1, 1, 2.6, 0.7], mode="cubic",
+           cubic_coeff_a=a, exclude_outside=exclude)
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+@pytest.mark.parametrize("sizes", [[1, 2, 3, 5], [1, 2, 7, 19], [1, 2, 11, 4]])
+def test_antialias(tmp_path, mode, sizes):
+    # Down by 1/4 and 1/5 (wide filters), up on one axis (no stretching there).
+    resize(tmp_path, rand(1, 2, 13, 23), opset=18, sizes=sizes, mode=mode, antialias=1)
+
+
+@pytest.mark.parametrize("policy", ["not_larger", "not_smaller"])
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_keep_aspect_ratio_policy(tmp_path, policy, mode):
+    resize(tmp_path, rand(1, 3, 9, 14), opset=18, sizes=[5, 17], axes=[2, 3], mode=mode,
+           keep_aspect_ratio_policy=policy)
+
+
+def _reference(model, feeds):
+    from onnx.reference import ReferenceEvaluator
+    return ReferenceEvaluator(model).run(None, feeds)[0]
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+@pytest.mark.parametrize("extrapolation", [0.0, 7.5])
+def test_tf_crop_and_resize(tmp_path, mode, extrapolation):
+    """The roi reaches outside the input on both axes: those outputs are the extrapolation
+    value. onnx.reference is the yardstick (onnxruntime has no tf_crop_and_resize cubic)."""
+    x = rand(2, 3, 7, 11)
+    roi = np.array([0, 0, -0.2, 0.3, 1, 1, 0.9, 1.4], np.float32)
+    inits = {"roi": roi, "sizes": np.array([2, 3, 5, 13], np.int64)}
+    node = helper.make_node("Resize", ["x", "roi", "", "sizes"], ["y"], mode=mode,
+                            coordinate_transformation_mode="tf_crop_and_resize",
+                            extrapolation_value=extrapolation)
+    model = make_model([node], {"x": x}, ["y"], initializers=inits, opset=19)
+    got = compile_and_run(model, {"x": x}, tmp_path)["y"]
+    want = _reference(model, {"x": x})
+    assert (want == extrapolation).any() and (want != extrapolation).any()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_align_corners_fractional_length(tmp_path, mode):
+    """Scales whose output length scale x size is fractional (0.6 x 9 = 5.4, 1.7 x 7 = 11.9):
+    mlcc divides by the fractional length as onnx.reference does (onnxruntime by the
+    integer one)."""
+    x = rand(1, 2, 7, 9)
+    inits = {"roi": np.zeros(0, np.float32), "scales": np.array([1, 1, 1.7, 0.6], np.float32)}
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode=mode,
+                            coordinate_transformation_mode="align_corners")
+    model = make_model([node], {"x": x}, ["y"], initializers=inits, opset=19)
+    got = compile_and_run(model, {"x": x}, tmp_path)["y"]
+    np.testing.assert_allclose(got, _reference(model, {"x": x}), rtol=1e-4, atol=1e-5)
+
+
+def test_tf_crop_and_resize_scales_refused(tmp_path):
+    x = rand(1, 1, 4, 4)
+    inits = {"roi": np.array([0, 0, 0.2, 0.2, 1, 1, 0.8, 0.8], np.float32),
+             "scales": np.array([1, 1, 2, 2], np.float32)}
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode="linear",
+                            coordinate_transformation_mode="tf_crop_and_resize")
+    with pytest.raises(UnsupportedError, match="tf_crop_and_resize with scales"):
+        compile_and_run(make_model([node], {"x": x}, ["y"], initializers=inits, opset=19),
+                        {"x": x}, tmp_path)

@@ -9,7 +9,7 @@ from .. import __version__
 from ..ir import Graph, Program
 from .c_writer import RUNTIME_DIR, write_c, write_embedded_weights
 from .lower import lower_graph
-from .memory import MemoryPlan, check_arena_limit, plan_memory
+from .memory import MemoryPlan, check_address_space, check_arena_limit, plan_memory
 from .weights import build_blob, layout_weights
 
 
@@ -24,12 +24,15 @@ class Generated:
 
 def generate(g: Graph, *, prefix: str, target_name: str, source_name: str,
              max_arena: int | None = None, embed_weights: bool = False,
-             manifest_extra: dict | None = None) -> Generated:
+             manifest_extra: dict | None = None, pointer_bits: int = 64,
+             arch: str = "") -> Generated:
     prog, slots = lower_graph(g)
     plan = plan_memory(prog, slots)
     check_arena_limit(prog, plan, max_arena)
     consts = prog.constants()
     offsets, size = layout_weights(consts)
+    io_bytes = {n: prog.graph.values[n].nbytes for n in prog.graph.inputs + prog.graph.outputs}
+    check_address_space(plan, size, io_bytes, pointer_bits, arch or target_name)
     blob, model_id = build_blob(consts, offsets, size)
     src = write_c(prog, plan, offsets, prefix=prefix, model_id=model_id, weights_size=size,
                   source_name=source_name, target_name=target_name, embedded=embed_weights)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import MlccError
+from ..errors import MlccError, UnsupportedError
 from ..ir import Program
 
 ALIGN = 64
@@ -101,3 +101,20 @@ def check_arena_limit(prog: Program, plan: MemoryPlan, limit: int | None) -> Non
                      f"{plan.live_bytes[t]} bytes live")
     raise ArenaTooLarge(f"the arena needs {plan.arena_size} bytes, more than --max-arena "
                         f"{limit}; peak layers: " + "; ".join(peaks))
+
+
+def check_address_space(plan: MemoryPlan, weights_size: int, io_bytes: dict[str, int],
+                        pointer_bits: int, arch: str) -> None:
+    """The arena, the weights and each graph input and output must be representable in the
+    target's size_t (arena and weights fit in its address space at once): the generated code
+    states their sizes as size_t constants, which would wrap on a 32-bit target instead of
+    failing."""
+    limit = (1 << pointer_bits) - 1
+    sizes = [("arena", plan.arena_size), ("weight blob", weights_size),
+             ("arena and weight blob together", plan.arena_size + weights_size)]
+    sizes += [(f"tensor {name!r}", n) for name, n in io_bytes.items()]
+    for what, size in sizes:
+        if size > limit:
+            raise UnsupportedError(f"the {what} needs {size} bytes, more than the "
+                                f"{pointer_bits}-bit target {arch} can address (size_t holds "
+                                f"at most {limit})")

@@ -1,5 +1,6 @@
-"""ConvTranspose: 1-D and 2-D transposed convolution (NCHW), grouped, with fused bias and
-activation. Lowered as one GEMM per group into a column buffer, then a col2im scatter-add."""
+"""ConvTranspose: 1-D, 2-D and 3-D transposed convolution (NC + spatial), grouped, with fused
+bias and activation. Lowered as one GEMM per group into a column buffer, then a col2im
+scatter-add."""
 from __future__ import annotations
 
 import math
@@ -65,7 +66,16 @@ class ConvTranspose(OpDef):
                   "pads": None, "strides": None}
 
     def _geometry(self, node: Node, x: Value, w: Value) -> dict:
-        kernel = check_conv_weight(node, x, w, "transposed convolution")
+        if len(x.shape) == 5:     # check_conv_weight covers 1-D and 2-D (Conv's kernels)
+            if len(w.shape) != 5:
+                raise ModelError(f"weight rank {len(w.shape)} does not match input rank 5")
+            kernel = list(w.shape[2:])
+            if node.attr("kernel_shape") is not None and \
+                    list(node.attr("kernel_shape")) != kernel:
+                raise ModelError(f"kernel_shape {node.attr('kernel_shape')} disagrees with "
+                                 f"the weight shape {list(w.shape)}")
+        else:
+            kernel = check_conv_weight(node, x, w, "transposed convolution")
         group = int(node.attr("group", 1))
         n, c = x.shape[:2]
         if group < 1 or c % group or w.shape[0] != c:
@@ -88,19 +98,32 @@ class ConvTranspose(OpDef):
         geo = self._geometry(node, x, w)
         weight = const_input(lo.graph, node, 1, "the weight")
         group, c, m = geo["group"], geo["c"], geo["m"]
-        kh, kw, ih, iw, oh, ow, sh, sw, dh, dw, pt, pl = window2d(geo, x.shape[2:])
+        spatial = list(x.shape[2:])
+        if len(spatial) == 3:
+            # The depth axis apart; the kernel's 2-D geometry covers height and width.
+            kd, idp, od, sd, dd, pf = (geo["kernel"][0], spatial[0], geo["out"][0],
+                                       geo["strides"][0], geo["dilations"][0], geo["begin"][0])
+            geo = {k: v[1:] for k, v in geo.items() if isinstance(v, list)}
+            spatial = spatial[1:]
+        else:
+            kd, idp, od, sd, dd, pf = 1, 1, 1, 1, 1, 0
+        kh, kw, ih, iw, oh, ow, sh, sw, dh, dw, pt, pl = window2d(geo, spatial)
         cg, mg = c // group, m // group
         # The GEMM's A per group is [Mg*kh*kw, Cg] with contiguous rows: the transpose of the
         # group's slice of W [Cg, Mg, kh, kw].
         packed = np.ascontiguousarray(
-            np.asarray(weight, np.float32).reshape(group, cg, mg * kh * kw).transpose(0, 2, 1))
+            np.asarray(weight, np.float32).reshape(group, cg, mg * kd * kh * kw)
+            .transpose(0, 2, 1))
         w_name = lo.add_const(f"{node.name}.W_packed", packed)
-        params = {"batch": geo["n"], "in_channels": c, "in_h": ih, "in_w": iw,
+        params = {"batch": x.shape[0], "in_channels": c, "in_h": ih, "in_w": iw,
                   "out_channels": m, "out_h": oh, "out_w": ow, "kernel_h": kh, "kernel_w": kw,
                   "stride_h": sh, "stride_w": sw, "dilation_h": dh, "dilation_w": dw,
-                  "pad_top": pt, "pad_left": pl, "groups": group, "act": act_params(node)}
-        direct = kh == kw == sh == sw == 1 and pt == pl == 0 and (oh, ow) == (ih, iw)
-        scratch = 0 if direct else mg * kh * kw * ih * iw * 4
+                  "pad_top": pt, "pad_left": pl, "groups": group, "act": act_params(node),
+                  "in_d": idp, "out_d": od, "kernel_d": kd, "stride_d": sd, "dilation_d": dd,
+                  "pad_front": pf}
+        direct = kd == kh == kw == sd == sh == sw == 1 and pf == pt == pl == 0 and \
+            (od, oh, ow) == (idp, ih, iw)
+        scratch = 0 if direct else mg * kd * kh * kw * idp * ih * iw * 4
         lo.call("mlcc_f32_conv_transpose2d",
                 [node.inputs[0], w_name, node.input(2), node.outputs[0]], [node.outputs[0]],
                 params_type="mlcc_conv_transpose2d_params", params=params,

@@ -1,5 +1,5 @@
-"""Normalizations: BatchNormalization (inference), LRN, InstanceNormalization and
-LayerNormalization.
+"""Normalizations: BatchNormalization (inference, and training mode from opset 14), LRN,
+InstanceNormalization and LayerNormalization.
 
 A BatchNormalization that follows a Conv is folded into its weights by
 passes.fold_batchnorm; the others run here as one per-channel affine kernel whose scale and
@@ -31,7 +31,10 @@ def _refuse_live_outputs(lo: Lowering, node: Node, what: str) -> None:
 class BatchNormalization(OpDef):
     attributes = {"epsilon": None, "momentum": None, "spatial": lambda v: v in (0, 1),
                   "is_test": None, "consumed_inputs": None,
-                  "training_mode": lambda v: v == 0}
+                  "training_mode": lambda v: v in (0, 1)}
+
+    def _training(self, node: Node) -> bool:
+        return node.version >= 14 and bool(node.attr("training_mode", 0))
 
     def _stats_shape(self, node: Node, x: Value) -> tuple[int, ...]:
         """Shape of scale/B/mean/var: [C], or [C, D1, ...] for spatial=0 (opset < 9)."""
@@ -56,6 +59,9 @@ class BatchNormalization(OpDef):
         return types
 
     def lower(self, node: Node, lo: Lowering) -> None:
+        if self._training(node):
+            self._lower_training(node, lo)
+            return
         _refuse_live_outputs(lo, node, "training statistics")
         g = lo.graph
         x = lo.value(node.inputs[0])
@@ -71,6 +77,24 @@ class BatchNormalization(OpDef):
                 [node.outputs[0]], params_type="mlcc_channel_affine_params",
                 params={"outer": x.shape[0], "channels": channels,
                         "inner": x.numel // max(1, x.shape[0] * channels)})
+
+    def _lower_training(self, node: Node, lo: Lowering) -> None:
+        """Batch statistics at run time (scale, B, mean and var may be run-time inputs);
+        outputs running_mean and running_var when they are used."""
+        x = lo.value(node.inputs[0])
+        if len(x.shape) < 2 or self._stats_shape(node, x) != (x.shape[1],):
+            raise UnsupportedError("training mode needs per-channel statistics")
+        outs = [o if o and o in lo.graph.values else "" for o in
+                (list(node.outputs) + ["", ""])[1:3]]
+        channels = x.shape[1]
+        lo.call("mlcc_f32_batchnorm_train",
+                [node.inputs[0], *node.inputs[1:5], node.outputs[0], *outs],
+                [node.outputs[0]] + [o for o in outs if o],
+                params_type="mlcc_batchnorm_train_params",
+                params={"batch": x.shape[0], "channels": channels,
+                        "inner": x.numel // max(1, x.shape[0] * channels),
+                        "epsilon": float(node.attr("epsilon", 1e-5)),
+                        "momentum": float(node.attr("momentum", 0.9))})
 
     def flops(self, node, g):
         return 2 * g.values[node.inputs[0]].numel

@@ -1,5 +1,7 @@
-"""Pooling: MaxPool and AveragePool (1-D and 2-D windows, NCHW) on one direct kernel each;
-GlobalAveragePool and GlobalMaxPool as reductions over the spatial axes.
+"""Pooling: MaxPool and AveragePool (1-D, 2-D and 3-D windows, NC + spatial) on one direct
+kernel each for float 1-D and 2-D, and a general one (pool.h, mlcc_*_pool_nd) for 3-D windows,
+MaxPool's Indices output and int8/uint8 MaxPool; GlobalAveragePool and GlobalMaxPool as
+reductions over the spatial axes.
 
 Output sizes and pads come from conv.window_geometry, whose ceil_mode rule (a window that
 would start in the right padding is dropped) matches onnxruntime and the ONNX spec. The compiler
@@ -35,9 +37,9 @@ class _Pool(OpDef):
     def _geometry(self, node: Node, x: Value) -> dict:
         if len(x.shape) < 3:
             raise ModelError(f"input {list(x.shape)} has no spatial axes")
-        if len(x.shape) > 4:
+        if len(x.shape) > 5:
             raise UnsupportedError(f"{len(x.shape) - 2}-D pooling is not supported "
-                                   f"(1-D and 2-D are)")
+                                   f"(1-D, 2-D and 3-D are)")
         kernel = node.attr("kernel_shape")
         if kernel is None:
             raise ModelError("kernel_shape is required")
@@ -65,11 +67,26 @@ class _Pool(OpDef):
         geo["kernel"] = kernel
         return geo
 
+    dtypes = ["float32"]
+
     def infer(self, node, ins, g):
         x = ins[0]
-        require_dtype(node, ins[:1], ["float32"])
+        require_dtype(node, ins[:1], self.dtypes)
         geo = self._geometry(node, x)
-        return [("float32", (*x.shape[:2], *geo["out"]))]
+        return [(x.dtype, (*x.shape[:2], *geo["out"]))]
+
+    def _nd_params(self, node: Node, x: Value) -> tuple[dict, dict]:
+        """Parameters of the general kernel: the spatial axes right-aligned into three."""
+        geo = self._geometry(node, x)
+        lead = 3 - len(geo["out"])
+
+        def three(values, fill):
+            return [fill] * lead + [int(v) for v in values]
+        return geo, {"planes": x.shape[0] * x.shape[1], "in": three(x.shape[2:], 1),
+                     "out": three(geo["out"], 1), "kernel": three(geo["kernel"], 1),
+                     "stride": three(geo["strides"], 1), "dilation": three(geo["dilations"], 1),
+                     "pad": three(geo["begin"], 0),
+                     "storage_order": int(node.attr("storage_order", 0))}
 
     def _params(self, node: Node, x: Value) -> tuple[dict, dict]:
         geo = self._geometry(node, x)
@@ -97,7 +114,8 @@ class _Pool(OpDef):
 
 @register("MaxPool")
 class MaxPool(_Pool):
-    attributes = {**_Pool.attributes, "storage_order": lambda v: v == 0}
+    attributes = {**_Pool.attributes, "storage_order": lambda v: v in (0, 1)}
+    dtypes = ["float32", "int8", "uint8"]
 
     def infer(self, node, ins, g):
         types = super().infer(node, ins, g)
@@ -106,11 +124,18 @@ class MaxPool(_Pool):
         return types
 
     def lower(self, node: Node, lo: Lowering) -> None:
-        if not _dead_or_absent(lo, node, 1):
-            raise UnsupportedError("the Indices output of MaxPool is not supported")
         x = lo.value(node.inputs[0])
-        _, params = self._params(node, x)
-        self._emit(node, lo, "mlcc_f32_maxpool2d", params, [])
+        indices = "" if _dead_or_absent(lo, node, 1) else node.outputs[1]
+        if len(x.shape) <= 4 and x.dtype == "float32" and not indices:
+            _, params = self._params(node, x)
+            self._emit(node, lo, "mlcc_f32_maxpool2d", params, [])
+            return
+        _, params = self._nd_params(node, x)
+        kernel = {"float32": "mlcc_f32_maxpool_nd", "uint8": "mlcc_u8_maxpool_nd",
+                  "int8": "mlcc_s8_maxpool_nd"}[x.dtype]
+        lo.call(kernel, [node.inputs[0], node.outputs[0], indices],
+                [node.outputs[0]] + ([indices] if indices else []),
+                params_type="mlcc_poolnd_params", params=params)
 
 
 def tap_counts(out: int, kernel: int, stride: int, dilation: int, begin: int, lo: int,
@@ -127,6 +152,9 @@ class AveragePool(_Pool):
 
     def lower(self, node: Node, lo: Lowering) -> None:
         x = lo.value(node.inputs[0])
+        if len(x.shape) == 5:
+            self._lower_nd(node, lo, x)
+            return
         geo, params = self._params(node, x)
         include_pad = bool(node.attr("count_include_pad", 0))
         begin_h, begin_w = _spatial2d(geo["begin"], 0)
@@ -145,6 +173,20 @@ class AveragePool(_Pool):
         inv = lo.add_const(f"{node.name}.inv_count",
                            np.concatenate(tables).astype(np.float32))
         self._emit(node, lo, "mlcc_f32_avgpool2d", params, [inv])
+
+    def _lower_nd(self, node: Node, lo: Lowering, x: Value) -> None:
+        geo, params = self._nd_params(node, x)
+        include_pad = bool(node.attr("count_include_pad", 0))
+        tables = []
+        for size, out, k, s, d, b, e in zip(x.shape[2:], geo["out"], geo["kernel"],
+                                            geo["strides"], geo["dilations"], geo["begin"],
+                                            geo["end"]):
+            counts = tap_counts(out, k, s, d, b, -b if include_pad else 0,
+                                size + e if include_pad else size)
+            tables.append(np.where(counts > 0, 1.0 / np.maximum(counts, 1), 0.0))
+        inv = lo.add_const(f"{node.name}.inv_count", np.concatenate(tables).astype(np.float32))
+        lo.call("mlcc_f32_avgpool_nd", [node.inputs[0], inv, node.outputs[0]],
+                [node.outputs[0]], params_type="mlcc_poolnd_params", params=params)
 
 
 class _GlobalPool(OpDef):

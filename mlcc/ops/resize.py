@@ -1,4 +1,4 @@
-"""Resize (opsets 10-19) and Upsample (7, 9): nearest and linear on the two innermost axes.
+"""Resize (opsets 10-19) and Upsample (7, 9): nearest, linear and cubic on the two innermost axes.
 
 Everything that depends on the coordinate mode is computed here, per output row and column:
 source indices for nearest, two source indices and two weights for linear. The kernels
@@ -11,6 +11,13 @@ output sizes floor(float32(scale) * size), `length_resized` the integer output s
 pytorch_half_pixel), round_prefer_* ties detected within 1e-6, and Resize-10/Upsample using
 asymmetric coordinates with floor (ceil when downsampling) for nearest. The ONNX reference computes
 in float64 and can pick the neighbouring pixel where a coordinate lands within rounding of a tie.
+
+Cubic, antialias, exclude_outside, tf_crop_and_resize and align_corners on a fractional output
+length (scale x size) take the general path: per output row and column, a fixed number of source
+indices ("taps") and weights, computed in float64 as onnx/reference/ops/op_resize.py does
+(onnxruntime agrees with it on these up to float32 rounding, except align_corners with a fractional
+length, where onnxruntime divides by the integer length; mlcc follows the reference and the backend test there; and pytorch_half_pixel
+onto one output pixel, where mlcc takes coordinate 0 as the spec text and onnxruntime do).
 """
 from __future__ import annotations
 
@@ -99,6 +106,81 @@ def linear_table(coord_mode: str, out_size: int, in_size: int,
     return i0, i1, w0, w1
 
 
+def _cubic_coeffs(ratio: np.ndarray, a: float) -> np.ndarray:
+    r = ratio[:, None]
+    d = np.concatenate([r + 1, r, 1 - r, 2 - r], axis=1)       # distances of the four taps
+    return _cubic_kernel(d, a)
+
+
+def _cubic_kernel(d: np.ndarray, a: float) -> np.ndarray:
+    d = np.abs(d)
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+
+
+def taps_table(mode: str, coord_mode: str, out_size: int, in_size: int, scale: float, *,
+               cubic_a: float = -0.75, antialias: bool = False, exclude_outside: bool = False,
+               roi: tuple[float, float] | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per output index along one axis: `taps` source indices (clamped to the edge), their
+    float64 weights, and whether the coordinate falls outside the input (tf_crop_and_resize,
+    where the output is the extrapolation value). As the ONNX reference computes it: the
+    output width in the coordinate formulas is scale x in_size, which may be fractional."""
+    y = np.arange(out_size, dtype=np.float64)
+    width = scale * in_size
+    outside = np.zeros(out_size, bool)
+    if coord_mode == "align_corners":
+        x = np.zeros(out_size) if width == 1 else y * (in_size - 1) / (width - 1)
+    elif coord_mode == "asymmetric":
+        x = y / scale
+    elif coord_mode == "tf_crop_and_resize":
+        r0, r1 = roi
+        x = np.full(out_size, (r1 - r0) * (in_size - 1) / 2) if width == 1 else \
+            y * (r1 - r0) * (in_size - 1) / (width - 1)
+        x = x + r0 * (in_size - 1)
+        outside = (x < 0) | (x > in_size - 1)
+    elif coord_mode == "pytorch_half_pixel":
+        # 0 for one output pixel, as the spec says and onnxruntime does (the reference: -0.5)
+        x = np.zeros(out_size) if out_size == 1 else (y + 0.5) / scale - 0.5
+    elif coord_mode == "half_pixel":
+        x = (y + 0.5) / scale - 0.5
+    elif coord_mode == "half_pixel_symmetric":
+        offset = in_size / 2 * (1 - out_size / width)
+        x = offset + (y + 0.5) / scale - 0.5
+    else:
+        raise UnsupportedError(f"coordinate_transformation_mode={coord_mode!r} is not "
+                               f"supported with mode={mode!r}")
+    base = np.floor(x)
+    ratio = np.where(x == base, 1.0, x - base)            # in (0, 1]: prefer the left pixel
+    base = np.where(x == base, base - 1, base)            # ... so the taps sit around x - ratio
+    if antialias and scale < 1:
+        # The filter stretched by 1/scale: more source pixels per output pixel.
+        if mode == "linear":
+            start = int(np.floor(-1 / scale) + 1)
+            k = np.arange(start, 2 - start)
+            w = np.clip(1 - np.abs((k[None, :] - ratio[:, None]) * scale), 0, 1)
+        else:
+            start = int(np.floor(-2 / scale) + 1)
+            k = np.arange(start, 2 - start)
+            w = _cubic_kernel((k[None, :] - ratio[:, None]) * scale, cubic_a)
+        w = w / w.sum(axis=1, keepdims=True)
+        first = start
+    elif mode == "linear":
+        w = np.stack([1 - ratio, ratio], axis=1)
+        first = 0
+    else:
+        w = _cubic_coeffs(ratio, cubic_a)
+        first = -1
+    taps = w.shape[1]
+    idx = base[:, None].astype(np.int64) + first + np.arange(taps)[None, :]
+    if exclude_outside:
+        w = np.where((idx < 0) | (idx >= in_size), 0.0, w)
+        total = w.sum(axis=1, keepdims=True)
+        w = w / np.where(total == 0, 1.0, total)
+    return np.clip(idx, 0, in_size - 1), w, outside
+
+
 class _ResizeBase(OpDef):
     """Shared by Resize and Upsample: subclasses say where scales/sizes come from."""
 
@@ -111,32 +193,48 @@ class _ResizeBase(OpDef):
     def _nearest_mode(self, node: Node) -> str:
         return "simple"
 
-    def _scales_sizes(self, node: Node, rank: int, g) -> tuple[list | None, list | None]:
+    def _scales_sizes(self, node: Node, rank: int, g
+                      ) -> tuple[list | None, list | None, list[int] | None]:
+        """Scales or sizes over all axes, and the axes attribute (normalized) if given."""
         raise NotImplementedError
 
-    def _plan(self, node: Node, shape, g) -> tuple[list[int], list[np.float32]]:
-        """Output shape and per-axis float32 scales; refuses what the kernels do not cover."""
+    def _policy(self, node: Node) -> str:
+        return "stretch"
+
+    def _general(self, node: Node) -> bool:
+        """Whether the float64 taps path (cubic, antialias, ...) computes this node."""
+        return False
+
+    def _plan(self, node: Node, shape, g) -> tuple[list[int], list[np.float32], list[float]]:
+        """Output shape, per-axis float32 scales (the nearest and linear tables, as
+        onnxruntime) and float64 scales (the taps path, as the ONNX reference); refuses what
+        the kernels do not cover."""
         rank = len(shape)
-        scales, sizes = self._scales_sizes(node, rank, g)
+        scales, sizes, axes = self._scales_sizes(node, rank, g)
         if sizes is not None:
             if len(sizes) != rank:
                 raise ModelError(f"sizes {sizes} do not match rank {rank}")
             out = [int(s) for s in sizes]
-            scl = [F32(o) / F32(i) if i else F32(1) for o, i in zip(out, shape)]
+            if any(o < 1 for o in out):
+                raise ModelError(f"sizes {sizes} must be positive")
+            scl64 = [o / i if i else 1.0 for o, i in zip(out, shape)]
+            policy = self._policy(node)
+            if policy != "stretch":
+                axes = list(range(rank)) if axes is None else axes
+                pick = min if policy == "not_larger" else max
+                s = pick(scl64[a] for a in axes)
+                scl64 = [s if a in axes else 1.0 for a in range(rank)]
+                out = [int(s * d + 0.5) if a in axes else d for a, d in enumerate(shape)]
+            scl = [F32(s) for s in scl64] if policy != "stretch" else \
+                [F32(o) / F32(i) if i else F32(1) for o, i in zip(out, shape)]
         elif scales is not None:
             if len(scales) != rank:
                 raise ModelError(f"scales {scales} do not match rank {rank}")
             scl = [F32(s) for s in scales]
             if any(not s > 0 for s in scl):
                 raise ModelError(f"scales {scales} must be positive")
+            scl64 = [float(s) for s in scl]
             out = [int(math.floor(F32(s * F32(d)))) for s, d in zip(scl, shape)]
-            if self._coord_mode(node) == "align_corners" and any(
-                    F32(s * F32(d)) != o for s, d, o in zip(scl, shape, out)):
-                # The ONNX reference divides by the fractional output length (scale x size),
-                # onnxruntime by the integer one: the engines disagree, so mlcc refuses.
-                raise UnsupportedError(f"align_corners with scales {scales} whose output "
-                                       f"lengths are fractional is not supported (onnxruntime "
-                                       f"and the ONNX reference disagree there); give sizes")
         else:
             raise ModelError("Resize needs scales or sizes")
         if rank < 2:
@@ -148,23 +246,36 @@ class _ResizeBase(OpDef):
                                    f"innermost (H and W) axes can be resized")
         if any(o < 1 for o in out):
             raise ModelError(f"output shape {out} has an empty axis")
-        return out, scl
+        return out, scl, scl64
 
     def infer(self, node, ins, g):
         x = ins[0]
         mode = self._mode(node)
-        if mode not in ("nearest", "linear", "bilinear"):
-            raise UnsupportedError(f"mode={mode!r} is not supported (nearest and linear are)")
+        if mode not in ("nearest", "linear", "bilinear", "cubic"):
+            raise UnsupportedError(f"mode={mode!r} is not supported (nearest, linear and "
+                                   f"cubic are)")
         if mode == "nearest":
             require_dtype(node, [x], list(C_DTYPES))
         else:
             require_dtype(node, [x], ["float32"])
-        out, _ = self._plan(node, x.shape, g)
+        out, _, _ = self._plan(node, x.shape, g)
+        if self._coord_mode(node) == "tf_crop_and_resize":
+            if mode == "nearest":
+                raise UnsupportedError("tf_crop_and_resize with mode='nearest' is not "
+                                       "supported (linear and cubic are)")
+            if self._scales_sizes(node, len(x.shape), g)[1] is None:
+                raise UnsupportedError("tf_crop_and_resize with scales is not supported (the "
+                                       "ONNX reference ignores the roi in the output size); "
+                                       "give sizes")
+            for axis in range(len(x.shape) - 2):
+                if self._roi(node, g, len(x.shape), axis) != (0.0, 1.0):
+                    raise UnsupportedError(f"a roi that crops axis {axis} is not supported: "
+                                           f"only the two innermost axes can be resized")
         return [(x.dtype, tuple(out))]
 
     def lower(self, node: Node, lo: Lowering) -> None:
         x, y = lo.value(node.inputs[0]), lo.value(node.outputs[0])
-        out, scl = self._plan(node, x.shape, lo.graph)
+        out, scl, scl64 = self._plan(node, x.shape, lo.graph)
         ih, iw = x.shape[-2:]
         oh, ow = out[-2:]
         params = {"planes": math.prod(x.shape[:-2]), "in_h": ih, "in_w": iw, "out_h": oh,
@@ -178,6 +289,11 @@ class _ResizeBase(OpDef):
             lo.call("mlcc_resize_nearest", [x.name, name, y.name], [y.name],
                     params_type="mlcc_resize_params", params=params, op=f"{node.op_type}(nearest)")
             return
+        if self._mode(node) == "cubic" or self._general(node) or (
+                coord == "align_corners" and any(F32(s * F32(d)) != o for s, d, o in
+                                                  zip(scl[-2:], x.shape[-2:], out[-2:]))):
+            self._lower_taps(node, lo, x, y, out, scl64)
+            return
         r0, r1, wr0, wr1 = linear_table(coord, oh, ih, scl[-2])
         c0, c1, wc0, wc1 = linear_table(coord, ow, iw, scl[-1])
         index = lo.add_const(f"{node.name}.index",
@@ -188,6 +304,40 @@ class _ResizeBase(OpDef):
                 params_type="mlcc_resize_params", params=params, scratch_bytes=2 * ow * 4,
                 op=f"{node.op_type}(linear)")
 
+    def _lower_taps(self, node: Node, lo: Lowering, x, y, out, scl64) -> None:
+        """Cubic, antialias, exclude_outside, tf_crop_and_resize, fractional align_corners:
+        per output row and column, `taps` source indices and weights (float64 tables stored
+        as float32); -1 as the first index of a row or column marks an extrapolated one."""
+        ih, iw = x.shape[-2:]
+        oh, ow = out[-2:]
+        mode = "cubic" if self._mode(node) == "cubic" else "linear"
+        rank = len(x.shape)
+        tables = []
+        for axis, (o, i) in ((rank - 2, (oh, ih)), (rank - 1, (ow, iw))):
+            idx, w, outside = taps_table(
+                mode, self._coord_mode(node), o, i, scl64[axis],
+                cubic_a=float(node.attr("cubic_coeff_a", -0.75)),
+                antialias=bool(node.attr("antialias", 0)),
+                exclude_outside=bool(node.attr("exclude_outside", 0)),
+                roi=self._roi(node, lo.graph, rank, axis))
+            idx = idx.copy()
+            idx[outside, 0] = -1
+            tables.append((idx, w))
+        (hi, hw), (wi, ww) = tables
+        index = lo.add_const(f"{node.name}.index",
+                             np.concatenate([hi.reshape(-1), wi.reshape(-1)]).astype(np.int32))
+        weights = lo.add_const(f"{node.name}.weights",
+                               np.concatenate([hw.reshape(-1), ww.reshape(-1)]).astype(F32))
+        params = {"planes": math.prod(x.shape[:-2]), "in_h": ih, "in_w": iw, "out_h": oh,
+                  "out_w": ow, "taps_h": hi.shape[1], "taps_w": wi.shape[1],
+                  "extrapolation_value": float(F32(node.attr("extrapolation_value", 0.0)))}
+        lo.call("mlcc_f32_resize_taps", [x.name, index, weights, y.name], [y.name],
+                params_type="mlcc_resize_taps_params", params=params,
+                scratch_bytes=ih * ow * 4, op=f"{node.op_type}({self._mode(node)})")
+
+    def _roi(self, node: Node, g, rank: int, axis: int) -> tuple[float, float] | None:
+        return None
+
     def flops(self, node, g):
         y = g.values[node.outputs[0]]
         return 3 * y.numel if self._mode(node) != "nearest" else 0
@@ -197,15 +347,47 @@ class _ResizeBase(OpDef):
 class Resize(_ResizeBase):
     attributes = {
         "mode": None,                    # checked in infer, with a clearer message
-        "coordinate_transformation_mode": lambda v: v in COORD_MODES,
+        "coordinate_transformation_mode": lambda v: v in COORD_MODES + ("tf_crop_and_resize",),
         "nearest_mode": lambda v: v in NEAREST_MODES,
         "cubic_coeff_a": None,           # cubic only
-        "exclude_outside": None,         # linear and nearest neighbours are clamped anyway
+        "exclude_outside": lambda v: int(v) in (0, 1),
         "extrapolation_value": None,     # tf_crop_and_resize only
-        "antialias": lambda v: int(v) == 0,
+        "antialias": lambda v: int(v) in (0, 1),
         "axes": None,
-        "keep_aspect_ratio_policy": lambda v: v == "stretch",
+        "keep_aspect_ratio_policy": lambda v: v in ("stretch", "not_larger", "not_smaller"),
     }
+
+    def _policy(self, node):
+        return node.attr("keep_aspect_ratio_policy", "stretch") if node.version >= 18 \
+            else "stretch"
+
+    def _general(self, node):
+        # exclude_outside changes nothing where the taps never leave the input (linear
+        # without antialias: clamped), so only the modes that reach outside take the path.
+        mode = self._mode(node)
+        return (self._coord_mode(node) == "tf_crop_and_resize"
+                or (mode != "nearest" and bool(node.attr("antialias", 0)))
+                or (mode == "cubic"))
+
+    def _roi(self, node, g, rank, axis):
+        if self._coord_mode(node) != "tf_crop_and_resize":
+            return None
+        roi = const_input(g, node, 1, "roi")
+        if roi is None or roi.size == 0:
+            raise ModelError("tf_crop_and_resize needs a roi")
+        roi = [float(v) for v in roi.reshape(-1)]
+        axes = node.attr("axes") if node.version >= 18 else None
+        if axes is not None:
+            axes = [norm_axis(int(a), rank, "axes") for a in axes]
+            if len(roi) != 2 * len(axes):
+                raise ModelError(f"roi {roi} does not match axes {axes}")
+            full = [0.0] * rank + [1.0] * rank
+            for k, a in enumerate(axes):
+                full[a], full[rank + a] = roi[k], roi[len(axes) + k]
+            roi = full
+        if len(roi) != 2 * rank:
+            raise ModelError(f"roi {roi} does not match rank {rank}")
+        return roi[axis], roi[rank + axis]
 
     def _coord_mode(self, node):
         if node.version < 11:
@@ -219,7 +401,7 @@ class Resize(_ResizeBase):
 
     def _scales_sizes(self, node, rank, g):
         if node.version < 11:
-            return [float(s) for s in const_input(g, node, 1, "scales").reshape(-1)], None
+            return [float(s) for s in const_input(g, node, 1, "scales").reshape(-1)], None, None
         scales = const_input(g, node, 2, "scales")
         sizes = const_input(g, node, 3, "sizes")
         scales = None if scales is None or scales.size == 0 else \
@@ -240,7 +422,7 @@ class Resize(_ResizeBase):
                 scales = full
             else:
                 sizes = full
-        return scales, sizes
+        return scales, sizes, axes
 
 
 @register("Upsample", since=7, until=9)
@@ -257,4 +439,4 @@ class Upsample(_ResizeBase):
         scales = [float(s) for s in scales]
         if any(s < 1 for s in scales):
             raise ModelError(f"Upsample scales {scales} must be >= 1")
-        return scales, None
+        return scales, None, None

@@ -73,7 +73,10 @@ class CalibrationSet:
                              f"{', '.join(names)})")
         out = {}
         for name, (dtype, shape) in self.spec.items():
-            arr = np.asarray(sample[name])
+            try:
+                arr = np.asarray(sample[name])
+            except Exception as exc:  # noqa: BLE001 - ragged lists and the like are the user's
+                raise InputError(f"{where}: input {name!r} is not an array ({exc})") from None
             want = np.dtype(dtype)
             if arr.dtype.kind != want.kind or (want.kind == "f" and arr.dtype.itemsize > 8):
                 raise InputError(f"{where}: input {name!r} must be {want.name}, got "
@@ -164,9 +167,11 @@ class CalibrationSet:
         if spec is None or spec.loader is None:
             raise InputError(f"{path}: cannot load as a Python module")
         module = importlib.util.module_from_spec(spec)
+        # SystemExit too: a calibration file that calls sys.exit() must not end mlcc (with
+        # status 0 and no output, or any status without a message).
         try:
             spec.loader.exec_module(module)
-        except Exception as exc:  # noqa: BLE001 - the user's code failed
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code failed
             raise InputError(f"{path}: failed to run ({type(exc).__name__}: {exc})") from None
         fn = getattr(module, "calibration_data", None) or getattr(module, "samples", None)
         if not callable(fn):
@@ -174,7 +179,7 @@ class CalibrationSet:
                              f"of input name -> array")
         try:
             it = iter(fn())
-        except Exception as exc:  # noqa: BLE001
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
             raise InputError(f"{path}: calibration_data() failed ({type(exc).__name__}: "
                              f"{exc})") from None
         i = 0
@@ -183,7 +188,7 @@ class CalibrationSet:
                 sample = next(it)
             except StopIteration:
                 return
-            except Exception as exc:  # noqa: BLE001
+            except (Exception, SystemExit) as exc:  # noqa: BLE001
                 raise InputError(f"{path}: calibration_data() failed at sample {i} "
                                  f"({type(exc).__name__}: {exc})") from None
             yield f"{path} sample {i}", sample

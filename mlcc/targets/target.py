@@ -53,6 +53,7 @@ class Target:
     int8_activations: str = "uint8"
     int8_requant: str = "float"
     path: str = ""
+    pointer_bits: int = 64        # the width of size_t and pointers (wasm32: 32)
 
     @property
     def library_name(self) -> str:
@@ -95,8 +96,17 @@ class Target:
 _SCHEMA = {
     "name": str, "description": str, "arch": str, "toolchain": dict, "simd": str,
     "vector_bits": int, "alignment": int, "threads": int, "output": str, "cache_kib": dict,
-    "cpu": dict, "run": list, "run_package": str, "int8": dict,
+    "cpu": dict, "run": list, "run_package": str, "int8": dict, "pointer_bits": int,
 }
+# Architectures whose pointers and size_t have 32 bits, when the file does not say
+# (`pointer_bits`): the arena and the weights must fit in what size_t holds there.
+ARCH_32 = ("wasm32", "i386", "i486", "i586", "i686", "arm", "armv6", "armv7", "armv7a",
+           "armv7m", "armv7em", "armhf", "armel", "thumbv6m", "thumbv7m", "thumbv7em",
+           "riscv32", "mips", "mipsel", "xtensa", "powerpc")
+
+
+def arch_pointer_bits(arch: str) -> int:
+    return 32 if arch.lower() in ARCH_32 else 64
 _INT8 = {"activations": str, "requant": str}
 INT8_ACTIVATIONS = ("uint8",)
 INT8_REQUANT = ("float", "fixed")
@@ -174,7 +184,11 @@ def parse_target(text: str, path: str = "<target>") -> Target:
     if int8.get("requant", "float") not in INT8_REQUANT:
         raise TargetError(f"{path}: int8.requant must be one of {', '.join(INT8_REQUANT)}, "
                           f"not {int8['requant']!r}")
+    pointer_bits = data.get("pointer_bits", arch_pointer_bits(data["arch"]))
+    if pointer_bits not in (32, 64):
+        raise TargetError(f"{path}: pointer_bits must be 32 or 64, not {pointer_bits}")
     return Target(
+        pointer_bits=pointer_bits,
         name=data["name"], description=data.get("description", ""), arch=data["arch"],
         toolchain=Toolchain(tc["cc"], tuple(tc.get("cflags", [])), tuple(tc.get("ldflags", [])),
                             tc.get("ar", "ar"), tc.get("package", ""),

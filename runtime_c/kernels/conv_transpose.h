@@ -1,4 +1,5 @@
-/* 2-D transposed convolution (NCHW activations) with fused bias and activation. */
+/* 1-D, 2-D and 3-D transposed convolution (NC + spatial activations) with fused bias and
+ * activation. */
 #ifndef MLCC_CONV_TRANSPOSE_H
 #define MLCC_CONV_TRANSPOSE_H
 
@@ -16,12 +17,16 @@ typedef struct mlcc_conv_transpose2d_params {
     int64_t pad_top, pad_left;        /* begin padding; the end follows from out_h/out_w */
     int64_t groups;
     mlcc_act act;
+    /* The depth axis of a 3-D convolution (1, 1, 1, 1, 1, 0 for 1-D and 2-D): activations
+     * are [N][C][in_d][in_h][in_w], the weight [C][M/groups][kernel_d][kernel_h][kernel_w]. */
+    int64_t in_d, out_d, kernel_d, stride_d, dilation_d, pad_front;
 } mlcc_conv_transpose2d_params;
 
 /* One GEMM per group into a column buffer, then a col2im scatter-add into y.
- * w is packed at compile time as [groups][out_channels/groups * kernel_h * kernel_w]
- *   [in_channels/groups] (each group's weight slice transposed).
- * scratch holds (out_channels / groups) * kernel_h * kernel_w * in_h * in_w floats, or nothing
+ * w is packed at compile time as [groups][out_channels/groups * kernel_d * kernel_h *
+ *   kernel_w][in_channels/groups] (each group's weight slice transposed).
+ * scratch holds (out_channels / groups) * kernel_d * kernel_h * kernel_w * in_d * in_h * in_w
+ * floats, or nothing
  * (NULL) for a 1x1 kernel with stride 1, no padding and out == in, which multiplies directly.
  * bias may be NULL. y must not overlap x, w, bias or scratch. */
 void mlcc_f32_conv_transpose2d(const mlcc_conv_transpose2d_params *p, const float *x,

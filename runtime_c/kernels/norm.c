@@ -141,3 +141,38 @@ void mlcc_f32_layer_norm_stats(const mlcc_layer_norm_params *p, const float *x, 
         inv_std[o] = 1.0f / sqrtf(var + p->epsilon);
     }
 }
+
+void mlcc_f32_batchnorm_train(const mlcc_batchnorm_train_params *p, const float *x,
+                              const float *scale, const float *bias, const float *in_mean,
+                              const float *in_var, float *y, float *running_mean,
+                              float *running_var) {
+    const ptrdiff_t batch = (ptrdiff_t)p->batch, channels = (ptrdiff_t)p->channels;
+    const ptrdiff_t inner = (ptrdiff_t)p->inner;
+    const double count = (double)batch * (double)inner;
+    ptrdiff_t n, c, i;
+    for (c = 0; c < channels; c++) {
+        double sum = 0.0, sq = 0.0, mean, var;
+        float a, b;
+        for (n = 0; n < batch; n++) {
+            const float *xr = x + (n * channels + c) * inner;
+            for (i = 0; i < inner; i++) sum += xr[i];
+        }
+        mean = count > 0 ? sum / count : 0.0;
+        for (n = 0; n < batch; n++) {
+            const float *xr = x + (n * channels + c) * inner;
+            for (i = 0; i < inner; i++) sq += (xr[i] - mean) * (xr[i] - mean);
+        }
+        var = count > 0 ? sq / count : 0.0;
+        a = (float)(scale[c] / sqrt(var + p->epsilon));
+        b = (float)(bias[c] - mean * a);
+        for (n = 0; n < batch; n++) {
+            const float *xr = x + (n * channels + c) * inner;
+            float *yr = y + (n * channels + c) * inner;
+            for (i = 0; i < inner; i++) yr[i] = xr[i] * a + b;
+        }
+        if (running_mean != NULL)
+            running_mean[c] = (float)(in_mean[c] * p->momentum + mean * (1.0 - p->momentum));
+        if (running_var != NULL)
+            running_var[c] = (float)(in_var[c] * p->momentum + var * (1.0 - p->momentum));
+    }
+}

@@ -53,4 +53,18 @@ void mlcc_f32_layer_norm(const mlcc_layer_norm_params *p, const float *x, const 
 void mlcc_f32_layer_norm_stats(const mlcc_layer_norm_params *p, const float *x, float *mean,
                                float *inv_std);
 
+/* BatchNormalization in training mode over [batch, channels, inner]: per channel, the mean
+ * and (biased) variance over batch and inner, y = scale[c] (x - mean) / sqrt(var + epsilon)
+ * + bias[c]; the running statistics (either may be NULL)
+ *   running_mean[c] = in_mean[c] * momentum + mean * (1 - momentum), likewise for var. */
+typedef struct mlcc_batchnorm_train_params {
+    int64_t batch, channels, inner;
+    float epsilon, momentum;
+} mlcc_batchnorm_train_params;
+
+void mlcc_f32_batchnorm_train(const mlcc_batchnorm_train_params *p, const float *x,
+                              const float *scale, const float *bias, const float *in_mean,
+                              const float *in_var, float *y, float *running_mean,
+                              float *running_var);
+
 #endif /* MLCC_NORM_H */

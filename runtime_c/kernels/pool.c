@@ -1,4 +1,5 @@
 #include <float.h>
+#include <stdint.h>
 
 #include "pool.h"
 
@@ -201,4 +202,109 @@ void mlcc_f32_maxpool2d(const mlcc_pool2d_params *p, const float *x, const int64
 void mlcc_f32_avgpool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *tap_offsets,
                         const float *inv_count, float *y, float *scratch) {
     pool2d(p, x, tap_offsets, y, scratch, 0, inv_count);
+}
+
+/* The window of output index o along one axis: kernel taps [k_lo, k_hi) are inside. */
+static void window_nd(const mlcc_poolnd_params *p, int a, ptrdiff_t o, ptrdiff_t *start,
+                      ptrdiff_t *k_lo, ptrdiff_t *k_hi) {
+    *start = o * (ptrdiff_t)p->stride[a] - (ptrdiff_t)p->pad[a];
+    *k_lo = first_inside((ptrdiff_t)p->dilation[a], *start);
+    *k_hi = end_inside((ptrdiff_t)p->kernel[a], (ptrdiff_t)p->dilation[a], *start,
+                       (ptrdiff_t)p->in[a]);
+}
+
+#define MAXPOOL_ND(NAME, T, LOWEST)                                                          \
+    static void NAME(const mlcc_poolnd_params *p, const T *x, T *y, int64_t *indices) {    \
+        const ptrdiff_t i0 = (ptrdiff_t)p->in[0], i1 = (ptrdiff_t)p->in[1];                  \
+        const ptrdiff_t i2 = (ptrdiff_t)p->in[2], plane_size = i0 * i1 * i2;                 \
+        const ptrdiff_t d0 = (ptrdiff_t)p->dilation[0], d1 = (ptrdiff_t)p->dilation[1];      \
+        const ptrdiff_t d2 = (ptrdiff_t)p->dilation[2];                                      \
+        ptrdiff_t n, o0, o1, o2, k0, k1, k2;                                                 \
+        for (n = 0; n < (ptrdiff_t)p->planes; n++) {                                         \
+            const T *xp = x + n * plane_size;                                                \
+            for (o0 = 0; o0 < (ptrdiff_t)p->out[0]; o0++) {                                  \
+                ptrdiff_t s0, a0, b0;                                                        \
+                window_nd(p, 0, o0, &s0, &a0, &b0);                                          \
+                for (o1 = 0; o1 < (ptrdiff_t)p->out[1]; o1++) {                              \
+                    ptrdiff_t s1, a1, b1;                                                    \
+                    window_nd(p, 1, o1, &s1, &a1, &b1);                                      \
+                    for (o2 = 0; o2 < (ptrdiff_t)p->out[2]; o2++) {                          \
+                        ptrdiff_t s2, a2, b2, best = -1;                                     \
+                        T acc = LOWEST;                                                      \
+                        window_nd(p, 2, o2, &s2, &a2, &b2);                                  \
+                        for (k0 = a0; k0 < b0; k0++)                                         \
+                            for (k1 = a1; k1 < b1; k1++)                                     \
+                                for (k2 = a2; k2 < b2; k2++) {                               \
+                                    const ptrdiff_t at = ((s0 + k0 * d0) * i1 + s1 +         \
+                                                          k1 * d1) * i2 + s2 + k2 * d2;      \
+                                    if (best < 0 ? !(xp[at] < acc) && xp[at] == xp[at]       \
+                                                 : xp[at] > acc) {                           \
+                                        acc = xp[at];                                        \
+                                        best = at;                                           \
+                                    }                                                        \
+                                }                                                            \
+                        *y++ = acc;                                                          \
+                        if (indices) {                                                       \
+                            ptrdiff_t idx = best;                                            \
+                            if (best >= 0 && p->storage_order) {                             \
+                                const ptrdiff_t h = best / i2 % i1, w = best % i2;           \
+                                idx = best / (i1 * i2) + h * i0 + w * i0 * i1;               \
+                            }                                                                \
+                            *indices++ = best < 0 ? -1 : (int64_t)(n * plane_size + idx);    \
+                        }                                                                    \
+                    }                                                                        \
+                }                                                                            \
+            }                                                                                \
+        }                                                                                    \
+    }
+
+MAXPOOL_ND(maxpool_nd_f32, float, -FLT_MAX)
+MAXPOOL_ND(maxpool_nd_u8, uint8_t, 0)
+MAXPOOL_ND(maxpool_nd_s8, int8_t, INT8_MIN)
+
+void mlcc_f32_maxpool_nd(const mlcc_poolnd_params *p, const float *x, float *y,
+                         int64_t *indices) {
+    maxpool_nd_f32(p, x, y, indices);
+}
+
+void mlcc_u8_maxpool_nd(const mlcc_poolnd_params *p, const uint8_t *x, uint8_t *y,
+                        int64_t *indices) {
+    maxpool_nd_u8(p, x, y, indices);
+}
+
+void mlcc_s8_maxpool_nd(const mlcc_poolnd_params *p, const int8_t *x, int8_t *y,
+                        int64_t *indices) {
+    maxpool_nd_s8(p, x, y, indices);
+}
+
+void mlcc_f32_avgpool_nd(const mlcc_poolnd_params *p, const float *x, const float *inv_count,
+                         float *y) {
+    const ptrdiff_t i0 = (ptrdiff_t)p->in[0], i1 = (ptrdiff_t)p->in[1];
+    const ptrdiff_t i2 = (ptrdiff_t)p->in[2], plane_size = i0 * i1 * i2;
+    const ptrdiff_t d0 = (ptrdiff_t)p->dilation[0], d1 = (ptrdiff_t)p->dilation[1];
+    const ptrdiff_t d2 = (ptrdiff_t)p->dilation[2];
+    const float *inv1 = inv_count + p->out[0], *inv2 = inv1 + p->out[1];
+    ptrdiff_t n, o0, o1, o2, k0, k1, k2;
+    for (n = 0; n < (ptrdiff_t)p->planes; n++) {
+        const float *xp = x + n * plane_size;
+        for (o0 = 0; o0 < (ptrdiff_t)p->out[0]; o0++) {
+            ptrdiff_t s0, a0, b0;
+            window_nd(p, 0, o0, &s0, &a0, &b0);
+            for (o1 = 0; o1 < (ptrdiff_t)p->out[1]; o1++) {
+                ptrdiff_t s1, a1, b1;
+                window_nd(p, 1, o1, &s1, &a1, &b1);
+                for (o2 = 0; o2 < (ptrdiff_t)p->out[2]; o2++) {
+                    ptrdiff_t s2, a2, b2;
+                    float acc = 0.0f;
+                    window_nd(p, 2, o2, &s2, &a2, &b2);
+                    for (k0 = a0; k0 < b0; k0++)
+                        for (k1 = a1; k1 < b1; k1++)
+                            for (k2 = a2; k2 < b2; k2++)
+                                acc += xp[((s0 + k0 * d0) * i1 + s1 + k1 * d1) * i2 + s2 +
+                                          k2 * d2];
+                    *y++ = acc * (inv_count[o0] * inv1[o1] * inv2[o2]);
+                }
+            }
+        }
+    }
 }

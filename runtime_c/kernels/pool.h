@@ -41,4 +41,31 @@ void mlcc_f32_maxpool2d(const mlcc_pool2d_params *p, const float *x, const int64
 void mlcc_f32_avgpool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *tap_offsets,
                         const float *inv_count, float *y, float *scratch);
 
+/* The general form: up to 3 spatial axes (1-D and 2-D windows given as 3-D with leading
+ * extents 1), MaxPool's Indices output, other element types. A direct loop over each window:
+ * the 2-D float kernels above are the fast path; this one serves what they do not cover.
+ * Output pixel o covers the taps o[a] * stride[a] + k[a] * dilation[a] - pad[a] along each
+ * axis a; taps outside the input are padding (skipped). */
+typedef struct mlcc_poolnd_params {
+    int64_t planes;                   /* batch * channels */
+    int64_t in[3], out[3], kernel[3], stride[3], dilation[3], pad[3];
+    int32_t storage_order;            /* Indices: 0 row-major, 1 column-major spatial index */
+} mlcc_poolnd_params;
+
+/* Maximum over the taps inside the input (the first one on ties; NaN skipped; the type's
+ * lowest value for a window that is all padding). indices (may be NULL): per output, the
+ * flat index of the maximum in x, plane * in[0] * in[1] * in[2] plus the spatial index in
+ * storage_order (-1 for an all-padding window). */
+void mlcc_f32_maxpool_nd(const mlcc_poolnd_params *p, const float *x, float *y,
+                         int64_t *indices);
+void mlcc_u8_maxpool_nd(const mlcc_poolnd_params *p, const uint8_t *x, uint8_t *y,
+                        int64_t *indices);
+void mlcc_s8_maxpool_nd(const mlcc_poolnd_params *p, const int8_t *x, int8_t *y,
+                        int64_t *indices);
+
+/* Sum over the taps inside the input times inv_count[o0] * inv_count[out0 + o1] *
+ * inv_count[out0 + out1 + o2] (per-axis reciprocal counts, as mlcc_f32_avgpool2d). */
+void mlcc_f32_avgpool_nd(const mlcc_poolnd_params *p, const float *x, const float *inv_count,
+                         float *y);
+
 #endif /* MLCC_POOL_H */

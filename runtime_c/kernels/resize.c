@@ -95,3 +95,48 @@ void mlcc_f32_resize_linear(const mlcc_resize_params *p, const float *x, const i
         }
     }
 }
+
+void mlcc_f32_resize_taps(const mlcc_resize_taps_params *p, const float *x, const int32_t *map,
+                          const float *wt, float *y, float *scratch) {
+    const ptrdiff_t ih = (ptrdiff_t)p->in_h, iw = (ptrdiff_t)p->in_w;
+    const ptrdiff_t oh = (ptrdiff_t)p->out_h, ow = (ptrdiff_t)p->out_w;
+    const ptrdiff_t th = (ptrdiff_t)p->taps_h, tw = (ptrdiff_t)p->taps_w;
+    const int32_t *rows = map, *cols = map + oh * th;
+    const float *wr = wt, *wc = wt + oh * th;
+    ptrdiff_t plane, r, i, j, k;
+    for (plane = 0; plane < (ptrdiff_t)p->planes; plane++) {
+        const float *in = x + plane * ih * iw;
+        float *out = y + plane * oh * ow;
+        /* Along the width: every source row, once. */
+        for (r = 0; r < ih; r++) {
+            const float *src = in + r * iw;
+            float *dst = scratch + r * ow;
+            for (j = 0; j < ow; j++) {
+                const int32_t *c = cols + j * tw;
+                const float *w = wc + j * tw;
+                float acc = 0.0f;
+                if (c[0] >= 0)
+                    for (k = 0; k < tw; k++) acc += w[k] * src[c[k]];
+                dst[j] = acc;
+            }
+        }
+        /* Along the height: blend the resized rows. */
+        for (i = 0; i < oh; i++) {
+            const int32_t *rr = rows + i * th;
+            const float *w = wr + i * th;
+            float *o = out + i * ow;
+            if (rr[0] < 0) {
+                for (j = 0; j < ow; j++) o[j] = p->extrapolation_value;
+                continue;
+            }
+            for (j = 0; j < ow; j++) o[j] = w[0] * scratch[(ptrdiff_t)rr[0] * ow + j];
+            for (k = 1; k < th; k++) {
+                const float *s = scratch + (ptrdiff_t)rr[k] * ow;
+                const float wk = w[k];
+                for (j = 0; j < ow; j++) o[j] += wk * s[j];
+            }
+            for (j = 0; j < ow; j++)
+                if (cols[j * tw] < 0) o[j] = p->extrapolation_value;
+        }
+    }
+}

@@ -27,4 +27,22 @@ void mlcc_resize_nearest(const mlcc_resize_params *p, const void *x, const int32
 void mlcc_f32_resize_linear(const mlcc_resize_params *p, const float *x, const int32_t *map,
                             const float *wt, float *y, float *scratch);
 
+/* The general separable form (cubic, antialias, exclude_outside, tf_crop_and_resize):
+ * taps_h source rows per output row and taps_w source columns per output column.
+ *   map: out_h x taps_h row indices, then out_w x taps_w column indices, in [0, in_h) and
+ *        [0, in_w), except that -1 as the first index of an output row or column marks it as
+ *        outside the input: those outputs are extrapolation_value.
+ *   wt:  the weights, laid out as map.
+ *   y[p, i, j] = sum_a wr[i, a] sum_b wc[j, b] x[p, rows[i, a], cols[j, b]]
+ * scratch holds in_h * out_w floats (every source row resized along the width). */
+typedef struct mlcc_resize_taps_params {
+    int64_t planes;
+    int64_t in_h, in_w, out_h, out_w;
+    int32_t taps_h, taps_w;
+    float extrapolation_value;
+} mlcc_resize_taps_params;
+
+void mlcc_f32_resize_taps(const mlcc_resize_taps_params *p, const float *x, const int32_t *map,
+                          const float *wt, float *y, float *scratch);
+
 #endif /* MLCC_RESIZE_H */

@@ -1,0 +1,3 @@
+import sys
+def calibration_data():
+    sys.exit(3)
