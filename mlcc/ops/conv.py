@@ -17,6 +17,7 @@ AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 # stay in L2 while every weight panel passes over them), in multiples of 64 output positions.
 PANEL_BYTES = 256 * 1024
 DW_SLACK = 32        # MLCC_DW_SLACK in runtime_c/kernels/conv.h
+DW_SLICES = 4        # MLCC_DW_SLICES: threads of a pool that share a depthwise convolution
 
 
 def window_geometry(node: Node, in_spatial: list[int], kernel: list[int], *,
@@ -140,12 +141,14 @@ class Conv(OpDef):
         depthwise = geo["group"] == geo["c"] == geo["m"] and geo["group"] > 1
         if depthwise:
             # mlcc_dw_scratch_floats() in runtime_c/kernels/conv.h: the padded input of one
-            # channel, split into stride_w column phases, each DW_SLACK columns longer.
+            # channel, split into stride_w column phases, each DW_SLACK columns longer; one
+            # per thread (up to DW_SLICES).
             ph = (oh - 1) * sh + (kh - 1) * dh + 1
             pw = (ow - 1) * sw + (kw - 1) * dw + 1
-            scratch = ph * sw * (-(-pw // sw) + DW_SLACK) * 4
+            scratch = DW_SLICES * ph * sw * (-(-pw // sw) + DW_SLACK) * 4
             lo.call("mlcc_f32_conv2d_depthwise_vec", args, [node.outputs[0]],
-                    params_type="mlcc_conv2d_params", params=params, scratch_bytes=scratch)
+                    params_type="mlcc_conv2d_params", params=params, scratch_bytes=scratch,
+                    pool=True)
             return
         w_const = lo.graph.const(node.inputs[1])
         if w_const is not None:
@@ -159,7 +162,8 @@ class Conv(OpDef):
             lo.call("mlcc_f32_conv2d_packed", args, [node.outputs[0]],
                     params_type="mlcc_conv2d_packed_params",
                     params={"conv": params, "block_cols": block},
-                    scratch_bytes=(kdim + 1) * block * 4)   # panels + one im2col row
+                    scratch_bytes=(kdim + 1) * block * 4,   # panels + one im2col row
+                    pool=True)
             return
         direct = kh == kw == sh == sw == 1 and pt == pl == 0 and (oh, ow) == (ih, iw)
         scratch = 0 if direct else (geo["c"] // geo["group"]) * kh * kw * oh * ow * 4

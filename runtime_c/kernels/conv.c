@@ -199,30 +199,133 @@ static void pack_im2col(const mlcc_conv2d_params *p, ptrdiff_t channels, const f
     }
 }
 
-void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *pp, const float *x, const float *w,
-                            const float *bias, float *y, float *scratch) {
-    const mlcc_conv2d_params *p = &pp->conv;
-    const ptrdiff_t groups = (ptrdiff_t)p->groups;
-    const ptrdiff_t cin_g = (ptrdiff_t)p->in_channels / groups;
-    const ptrdiff_t cout_g = (ptrdiff_t)p->out_channels / groups;
-    const ptrdiff_t cout_pad = (cout_g + MLCC_GEMM_MR - 1) / MLCC_GEMM_MR * MLCC_GEMM_MR;
-    const ptrdiff_t kdim = cin_g * (ptrdiff_t)(p->kernel_h * p->kernel_w);
-    const ptrdiff_t spatial = (ptrdiff_t)(p->out_h * p->out_w);
-    const ptrdiff_t in_plane = (ptrdiff_t)(p->in_h * p->in_w);
-    const ptrdiff_t block = (ptrdiff_t)pp->block_cols;
-    ptrdiff_t n, gi, j0;
+/* The packed convolution on a pool. Output positions come in blocks of block_cols; within a
+ * block, panels of MLCC_GEMM_NR columns. Two static partitions, chosen by which balances better:
+ *  - by panels (one section for the whole convolution): thread t owns the same panels of every
+ *    block, gathers them (into its own part of scratch: panels and the im2col row buffer are
+ *    laid out by column) and multiplies all weight rows by them;
+ *  - by weight rows (few panels, many output channels: late layers of deep networks): per
+ *    block, one section gathers the panels split by panel, a second one multiplies, each
+ *    thread a range of MLCC_GEMM_MR-row weight panels.
+ * Every output is computed by the same tile code with the same k order either way, so results
+ * are bit-identical whatever the number of threads. */
+typedef struct conv_packed_job {
+    const mlcc_conv2d_packed_params *pp;
+    const float *x, *w, *bias;
+    float *y, *scratch;
+    ptrdiff_t block;                   /* columns per block (<= block_cols) */
+    ptrdiff_t n, gi, j0, nc;           /* the current block (partition by rows) */
+} conv_packed_job;
+
+static void conv_packed_geometry(const mlcc_conv2d_params *p, ptrdiff_t *cin_g,
+                                 ptrdiff_t *cout_g, ptrdiff_t *cout_pad, ptrdiff_t *kdim,
+                                 ptrdiff_t *spatial, ptrdiff_t *in_plane) {
+    *cin_g = (ptrdiff_t)p->in_channels / (ptrdiff_t)p->groups;
+    *cout_g = (ptrdiff_t)p->out_channels / (ptrdiff_t)p->groups;
+    *cout_pad = (*cout_g + MLCC_GEMM_MR - 1) / MLCC_GEMM_MR * MLCC_GEMM_MR;
+    *kdim = *cin_g * (ptrdiff_t)(p->kernel_h * p->kernel_w);
+    *spatial = (ptrdiff_t)(p->out_h * p->out_w);
+    *in_plane = (ptrdiff_t)(p->in_h * p->in_w);
+}
+
+/* Partition by panels: thread t of nt. */
+static void conv_packed_by_panels(void *arg, int t, int nt) {
+    const conv_packed_job *job = (const conv_packed_job *)arg;
+    const mlcc_conv2d_params *p = &job->pp->conv;
+    ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, n, gi, j0;
+    ptrdiff_t np_block, q0, q1;
+    conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
+    np_block = ((spatial < job->block ? spatial : job->block) + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR;
+    q0 = np_block * t / nt;
+    q1 = np_block * (t + 1) / nt;
     for (n = 0; n < p->batch; n++) {
-        for (gi = 0; gi < groups; gi++) {
-            const float *xg = x + (n * (ptrdiff_t)p->in_channels + gi * cin_g) * in_plane;
-            float *yg = y + (n * (ptrdiff_t)p->out_channels + gi * cout_g) * spatial;
-            for (j0 = 0; j0 < spatial; j0 += block) {
-                const ptrdiff_t nc = spatial - j0 < block ? spatial - j0 : block;
-                pack_im2col(p, cin_g, xg, j0, nc, scratch, scratch + kdim * block);
-                mlcc_f32_gemm_packed(cout_g, nc, kdim, w + gi * cout_pad * kdim, scratch,
-                                     bias ? bias + gi * cout_g : NULL, &p->act, yg + j0, spatial);
+        for (gi = 0; gi < (ptrdiff_t)p->groups; gi++) {
+            const float *xg = job->x + (n * (ptrdiff_t)p->in_channels + gi * cin_g) * in_plane;
+            float *yg = job->y + (n * (ptrdiff_t)p->out_channels + gi * cout_g) * spatial;
+            for (j0 = 0; j0 < spatial; j0 += job->block) {
+                const ptrdiff_t nc = spatial - j0 < job->block ? spatial - j0 : job->block;
+                const ptrdiff_t c0 = q0 * MLCC_GEMM_NR;
+                const ptrdiff_t c1 = q1 * MLCC_GEMM_NR < nc ? q1 * MLCC_GEMM_NR : nc;
+                float *panels = job->scratch + q0 * kdim * MLCC_GEMM_NR;
+                if (c0 >= c1) continue;
+                pack_im2col(p, cin_g, xg, j0 + c0, c1 - c0, panels,
+                            job->scratch + kdim * job->block + c0);
+                mlcc_f32_gemm_packed(cout_g, c1 - c0, kdim, job->w + gi * cout_pad * kdim, panels,
+                                     job->bias ? job->bias + gi * cout_g : NULL, &p->act,
+                                     yg + j0 + c0, spatial);
             }
         }
     }
+}
+
+/* Partition by rows, first section: gather the current block's panels, split by panel. */
+static void conv_packed_gather(void *arg, int t, int nt) {
+    const conv_packed_job *job = (const conv_packed_job *)arg;
+    const mlcc_conv2d_params *p = &job->pp->conv;
+    ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, c0, c1;
+    const ptrdiff_t np = (job->nc + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR;
+    conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
+    c0 = np * t / nt * MLCC_GEMM_NR;
+    c1 = np * (t + 1) / nt * MLCC_GEMM_NR;
+    if (c1 > job->nc) c1 = job->nc;
+    if (c0 >= c1) return;
+    pack_im2col(p, cin_g,
+                job->x + (job->n * (ptrdiff_t)p->in_channels + job->gi * cin_g) * in_plane,
+                job->j0 + c0, c1 - c0, job->scratch + c0 * kdim,
+                job->scratch + kdim * job->block + c0);
+}
+
+/* Partition by rows, second section: multiply, split by MLCC_GEMM_MR-row weight panels. */
+static void conv_packed_multiply(void *arg, int t, int nt) {
+    const conv_packed_job *job = (const conv_packed_job *)arg;
+    const mlcc_conv2d_params *p = &job->pp->conv;
+    ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, r0, r1, mb;
+    conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
+    mb = cout_pad / MLCC_GEMM_MR;
+    r0 = mb * t / nt * MLCC_GEMM_MR;
+    r1 = mb * (t + 1) / nt * MLCC_GEMM_MR;
+    if (r1 > cout_g) r1 = cout_g;
+    if (r0 >= r1) return;
+    mlcc_f32_gemm_packed(r1 - r0, job->nc, kdim, job->w + (job->gi * cout_pad + r0) * kdim,
+                         job->scratch, job->bias ? job->bias + job->gi * cout_g + r0 : NULL,
+                         &p->act,
+                         job->y + (job->n * (ptrdiff_t)p->out_channels + job->gi * cout_g + r0)
+                                      * spatial + job->j0,
+                         spatial);
+}
+
+/* Of the work split into `units` equal parts over nt threads, the fraction the busiest thread
+ * does not waste (1 = perfect balance), in 1/1024. */
+static ptrdiff_t balance(ptrdiff_t units, ptrdiff_t nt) {
+    return units * 1024 / (nt * ((units + nt - 1) / nt));
+}
+
+void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *pp, const float *x, const float *w,
+                            const float *bias, float *y, float *scratch, mlcc_threadpool *pool) {
+    const mlcc_conv2d_params *p = &pp->conv;
+    const ptrdiff_t nt = mlcc_threadpool_size(pool);
+    ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, np_block;
+    conv_packed_job job;
+    conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
+    job.pp = pp;
+    job.x = x;
+    job.w = w;
+    job.bias = bias;
+    job.y = y;
+    job.scratch = scratch;
+    job.block = (ptrdiff_t)pp->block_cols;
+    np_block = ((spatial < job.block ? spatial : job.block) + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR;
+    if (nt == 1 || balance(np_block, nt) + 64 >= balance(cout_pad / MLCC_GEMM_MR, nt)) {
+        mlcc_threadpool_run(pool, conv_packed_by_panels, &job);
+        return;
+    }
+    for (job.n = 0; job.n < p->batch; job.n++)
+        for (job.gi = 0; job.gi < (ptrdiff_t)p->groups; job.gi++)
+            for (job.j0 = 0; job.j0 < spatial; job.j0 += job.block) {
+                job.nc = spatial - job.j0 < job.block ? spatial - job.j0 : job.block;
+                mlcc_threadpool_run(pool, conv_packed_gather, &job);
+                mlcc_threadpool_run(pool, conv_packed_multiply, &job);
+            }
 }
 
 void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, const float *w,
@@ -339,8 +442,17 @@ static void dw_row(const float *base, const ptrdiff_t *off, const float *wt, ptr
 }
 #endif
 
-void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, const float *w,
-                                   const float *bias, float *y, float *scratch) {
+typedef struct dw_job {
+    const mlcc_conv2d_params *p;
+    const float *x, *w, *bias;
+    float *y, *scratch;
+    ptrdiff_t slices;                  /* threads that take part (each has a scratch slice) */
+} dw_job;
+
+/* Thread t of nt: channels [c0, c1) of every image, with its own scratch slice. */
+static void dw_task(void *arg, int t, int nt) {
+    const dw_job *job = (const dw_job *)arg;
+    const mlcc_conv2d_params *p = job->p;
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
     const ptrdiff_t oh_n = (ptrdiff_t)p->out_h, ow_n = (ptrdiff_t)p->out_w;
     const ptrdiff_t kh_n = (ptrdiff_t)p->kernel_h, kw_n = (ptrdiff_t)p->kernel_w;
@@ -350,23 +462,25 @@ void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, 
     const ptrdiff_t wq = mlcc_dw_phase_width(p);
     const ptrdiff_t ph = (oh_n - 1) * sh + (kh_n - 1) * dh + 1;
     const ptrdiff_t ntaps = kh_n * kw_n;
+    const ptrdiff_t slices = job->slices < nt ? job->slices : nt;
     ptrdiff_t off[DW_MAX_TAPS];
-    ptrdiff_t n, c, oh, kh, kw;
-    if (ntaps > DW_MAX_TAPS) {   /* larger kernels than 8 x 8: the direct kernel */
-        mlcc_f32_conv2d_depthwise(p, x, w, bias, y);
-        return;
-    }
+    ptrdiff_t n, c, c0, c1, oh, kh, kw;
+    float *scratch;
+    if (t >= slices) return;
+    c0 = channels * t / slices;
+    c1 = channels * (t + 1) / slices;
+    scratch = job->scratch + t * mlcc_dw_scratch_floats(p);
     for (kh = 0; kh < kh_n; kh++)
         for (kw = 0; kw < kw_n; kw++) {
             const ptrdiff_t col = kw * dw;
             off[kh * kw_n + kw] = kh * dh * sw * wq + (col % sw) * wq + col / sw;
         }
     for (n = 0; n < p->batch; n++) {
-        for (c = 0; c < channels; c++) {
-            const float *wc = w + c * ntaps;
-            float *yc = y + (n * channels + c) * oh_n * ow_n;
-            const float b = bias ? bias[c] : 0.0f;
-            dw_fill_phases(p, x + (n * channels + c) * ih_n * iw_n, scratch, ph, wq);
+        for (c = c0; c < c1; c++) {
+            const float *wc = job->w + c * ntaps;
+            float *yc = job->y + (n * channels + c) * oh_n * ow_n;
+            const float b = job->bias ? job->bias[c] : 0.0f;
+            dw_fill_phases(p, job->x + (n * channels + c) * ih_n * iw_n, scratch, ph, wq);
             for (oh = 0; oh < oh_n; oh++) {
                 const float *base = scratch + oh * sh * sw * wq;
                 float *yr = yc + oh * ow_n;
@@ -377,4 +491,22 @@ void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, 
             }
         }
     }
+}
+
+void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, const float *w,
+                                   const float *bias, float *y, float *scratch,
+                                   mlcc_threadpool *pool) {
+    dw_job job;
+    if (p->kernel_h * p->kernel_w > DW_MAX_TAPS) {   /* larger kernels than 8 x 8: direct */
+        mlcc_f32_conv2d_depthwise(p, x, w, bias, y);
+        return;
+    }
+    job.p = p;
+    job.x = x;
+    job.w = w;
+    job.bias = bias;
+    job.y = y;
+    job.scratch = scratch;
+    job.slices = MLCC_DW_SLICES;
+    mlcc_threadpool_run(pool, dw_task, &job);
 }
