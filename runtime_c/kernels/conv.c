@@ -200,20 +200,23 @@ static void pack_im2col(const mlcc_conv2d_params *p, ptrdiff_t channels, const f
 }
 
 /* The packed convolution on a pool. Output positions come in blocks of block_cols; within a
- * block, panels of MLCC_GEMM_NR columns. Two static partitions, chosen by which balances better:
- *  - by panels (one section for the whole convolution): thread t owns the same panels of every
- *    block, gathers them (into its own part of scratch: panels and the im2col row buffer are
- *    laid out by column) and multiplies all weight rows by them;
+ * block, panels of MLCC_GEMM_NR columns. Two static partitions into units, chosen by which
+ * balances better:
+ *  - by panels (one loop for the whole convolution): unit u owns the same range of panels in
+ *    every block, gathers them (into its own part of scratch: panels and the im2col row buffer
+ *    are laid out by column) and multiplies all weight rows by them;
  *  - by weight rows (few panels, many output channels: late layers of deep networks): per
- *    block, one section gathers the panels split by panel, a second one multiplies, each
- *    thread a range of MLCC_GEMM_MR-row weight panels.
- * Every output is computed by the same tile code with the same k order either way, so results
- * are bit-identical whatever the number of threads. */
+ *    block, one loop gathers the panels, one unit per range of panels, and a second one
+ *    multiplies, one unit per range of MLCC_GEMM_MR-row weight panels.
+ * Every output is computed by the same tile code with the same k order whatever the units, so
+ * results are bit-identical whatever the number of threads. */
 typedef struct conv_packed_job {
     const mlcc_conv2d_packed_params *pp;
     const float *x, *w, *bias;
     float *y, *scratch;
-    ptrdiff_t block;                   /* columns per block (<= block_cols) */
+    ptrdiff_t block;                   /* columns per block (block_cols) */
+    ptrdiff_t np_block;                /* panels in a (full) block */
+    ptrdiff_t units;
     ptrdiff_t n, gi, j0, nc;           /* the current block (partition by rows) */
 } conv_packed_job;
 
@@ -228,16 +231,15 @@ static void conv_packed_geometry(const mlcc_conv2d_params *p, ptrdiff_t *cin_g,
     *in_plane = (ptrdiff_t)(p->in_h * p->in_w);
 }
 
-/* Partition by panels: thread t of nt. */
-static void conv_packed_by_panels(void *arg, int t, int nt) {
+/* Partition by panels: unit u of job->units, every block. */
+static void conv_packed_by_panels(void *arg, int u, int thread) {
     const conv_packed_job *job = (const conv_packed_job *)arg;
     const mlcc_conv2d_params *p = &job->pp->conv;
     ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, n, gi, j0;
-    ptrdiff_t np_block, q0, q1;
+    const ptrdiff_t q0 = job->np_block * u / job->units;
+    const ptrdiff_t q1 = job->np_block * (u + 1) / job->units;
+    (void)thread;
     conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
-    np_block = ((spatial < job->block ? spatial : job->block) + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR;
-    q0 = np_block * t / nt;
-    q1 = np_block * (t + 1) / nt;
     for (n = 0; n < p->batch; n++) {
         for (gi = 0; gi < (ptrdiff_t)p->groups; gi++) {
             const float *xg = job->x + (n * (ptrdiff_t)p->in_channels + gi * cin_g) * in_plane;
@@ -258,32 +260,35 @@ static void conv_packed_by_panels(void *arg, int t, int nt) {
     }
 }
 
-/* Partition by rows, first section: gather the current block's panels, split by panel. */
-static void conv_packed_gather(void *arg, int t, int nt) {
+/* Partition by rows, first loop: gather the current block's panels, unit u a range of them. */
+static void conv_packed_gather(void *arg, int u, int thread) {
     const conv_packed_job *job = (const conv_packed_job *)arg;
     const mlcc_conv2d_params *p = &job->pp->conv;
     ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, c0, c1;
     const ptrdiff_t np = (job->nc + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR;
+    const ptrdiff_t units = np < job->units ? np : job->units;
+    (void)thread;
     conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
-    c0 = np * t / nt * MLCC_GEMM_NR;
-    c1 = np * (t + 1) / nt * MLCC_GEMM_NR;
+    if (u >= units) return;
+    c0 = np * u / units * MLCC_GEMM_NR;
+    c1 = np * (u + 1) / units * MLCC_GEMM_NR;
     if (c1 > job->nc) c1 = job->nc;
-    if (c0 >= c1) return;
     pack_im2col(p, cin_g,
                 job->x + (job->n * (ptrdiff_t)p->in_channels + job->gi * cin_g) * in_plane,
                 job->j0 + c0, c1 - c0, job->scratch + c0 * kdim,
                 job->scratch + kdim * job->block + c0);
 }
 
-/* Partition by rows, second section: multiply, split by MLCC_GEMM_MR-row weight panels. */
-static void conv_packed_multiply(void *arg, int t, int nt) {
+/* Partition by rows, second loop: multiply, unit u a range of MLCC_GEMM_MR-row weight panels. */
+static void conv_packed_multiply(void *arg, int u, int thread) {
     const conv_packed_job *job = (const conv_packed_job *)arg;
     const mlcc_conv2d_params *p = &job->pp->conv;
     ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, r0, r1, mb;
+    (void)thread;
     conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
     mb = cout_pad / MLCC_GEMM_MR;
-    r0 = mb * t / nt * MLCC_GEMM_MR;
-    r1 = mb * (t + 1) / nt * MLCC_GEMM_MR;
+    r0 = mb * u / job->units * MLCC_GEMM_MR;
+    r1 = mb * (u + 1) / job->units * MLCC_GEMM_MR;
     if (r1 > cout_g) r1 = cout_g;
     if (r0 >= r1) return;
     mlcc_f32_gemm_packed(r1 - r0, job->nc, kdim, job->w + (job->gi * cout_pad + r0) * kdim,
@@ -294,8 +299,12 @@ static void conv_packed_multiply(void *arg, int t, int nt) {
                          spatial);
 }
 
-/* Of the work split into `units` equal parts over nt threads, the fraction the busiest thread
- * does not waste (1 = perfect balance), in 1/1024. */
+/* Units per thread: enough for the threads that run to take over the share of one the OS
+ * has not scheduled (a busy machine), few enough to keep each unit's GEMM large. */
+#define UNITS_PER_THREAD 4
+
+/* Of `units` equal parts over nt threads, the fraction the busiest thread does not waste
+ * (1024 = perfect balance). */
 static ptrdiff_t balance(ptrdiff_t units, ptrdiff_t nt) {
     return units * 1024 / (nt * ((units + nt - 1) / nt));
 }
@@ -304,7 +313,7 @@ void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *pp, const float *x,
                             const float *bias, float *y, float *scratch, mlcc_threadpool *pool) {
     const mlcc_conv2d_params *p = &pp->conv;
     const ptrdiff_t nt = mlcc_threadpool_size(pool);
-    ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, np_block;
+    ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, mb;
     conv_packed_job job;
     conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
     job.pp = pp;
@@ -314,17 +323,23 @@ void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *pp, const float *x,
     job.y = y;
     job.scratch = scratch;
     job.block = (ptrdiff_t)pp->block_cols;
-    np_block = ((spatial < job.block ? spatial : job.block) + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR;
-    if (nt == 1 || balance(np_block, nt) + 64 >= balance(cout_pad / MLCC_GEMM_MR, nt)) {
-        mlcc_threadpool_run(pool, conv_packed_by_panels, &job);
+    job.np_block = ((spatial < job.block ? spatial : job.block) + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR;
+    mb = cout_pad / MLCC_GEMM_MR;
+    if (nt == 1 || balance(job.np_block, nt) + 64 >= balance(mb, nt)) {
+        job.units = nt == 1 ? 1 : job.np_block < UNITS_PER_THREAD * nt ? job.np_block
+                                                                      : UNITS_PER_THREAD * nt;
+        mlcc_threadpool_for(pool, conv_packed_by_panels, &job, (int)job.units, (int)nt);
         return;
     }
     for (job.n = 0; job.n < p->batch; job.n++)
         for (job.gi = 0; job.gi < (ptrdiff_t)p->groups; job.gi++)
             for (job.j0 = 0; job.j0 < spatial; job.j0 += job.block) {
+                const ptrdiff_t np0 = job.np_block;
                 job.nc = spatial - job.j0 < job.block ? spatial - job.j0 : job.block;
-                mlcc_threadpool_run(pool, conv_packed_gather, &job);
-                mlcc_threadpool_run(pool, conv_packed_multiply, &job);
+                job.units = np0 < UNITS_PER_THREAD * nt ? np0 : UNITS_PER_THREAD * nt;
+                mlcc_threadpool_for(pool, conv_packed_gather, &job, (int)job.units, (int)nt);
+                job.units = mb < UNITS_PER_THREAD * nt ? mb : UNITS_PER_THREAD * nt;
+                mlcc_threadpool_for(pool, conv_packed_multiply, &job, (int)job.units, (int)nt);
             }
 }
 
@@ -446,11 +461,11 @@ typedef struct dw_job {
     const mlcc_conv2d_params *p;
     const float *x, *w, *bias;
     float *y, *scratch;
-    ptrdiff_t slices;                  /* threads that take part (each has a scratch slice) */
+    ptrdiff_t units;
 } dw_job;
 
-/* Thread t of nt: channels [c0, c1) of every image, with its own scratch slice. */
-static void dw_task(void *arg, int t, int nt) {
+/* Unit u: channels [c0, c1) of every image, in the scratch slice of the thread running it. */
+static void dw_task(void *arg, int u, int thread) {
     const dw_job *job = (const dw_job *)arg;
     const mlcc_conv2d_params *p = job->p;
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
@@ -462,14 +477,10 @@ static void dw_task(void *arg, int t, int nt) {
     const ptrdiff_t wq = mlcc_dw_phase_width(p);
     const ptrdiff_t ph = (oh_n - 1) * sh + (kh_n - 1) * dh + 1;
     const ptrdiff_t ntaps = kh_n * kw_n;
-    const ptrdiff_t slices = job->slices < nt ? job->slices : nt;
+    const ptrdiff_t c0 = channels * u / job->units, c1 = channels * (u + 1) / job->units;
+    float *scratch = job->scratch + thread * mlcc_dw_scratch_floats(p);
     ptrdiff_t off[DW_MAX_TAPS];
-    ptrdiff_t n, c, c0, c1, oh, kh, kw;
-    float *scratch;
-    if (t >= slices) return;
-    c0 = channels * t / slices;
-    c1 = channels * (t + 1) / slices;
-    scratch = job->scratch + t * mlcc_dw_scratch_floats(p);
+    ptrdiff_t n, c, oh, kh, kw;
     for (kh = 0; kh < kh_n; kh++)
         for (kw = 0; kw < kw_n; kw++) {
             const ptrdiff_t col = kw * dw;
@@ -507,6 +518,11 @@ void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, 
     job.bias = bias;
     job.y = y;
     job.scratch = scratch;
-    job.slices = MLCC_DW_SLICES;
-    mlcc_threadpool_run(pool, dw_task, &job);
+    {
+        const ptrdiff_t nt = mlcc_threadpool_size(pool) < MLCC_DW_SLICES
+                                 ? mlcc_threadpool_size(pool) : MLCC_DW_SLICES;
+        const ptrdiff_t per = nt == 1 ? 1 : UNITS_PER_THREAD * nt;
+        job.units = p->out_channels < per ? (ptrdiff_t)p->out_channels : per;
+        mlcc_threadpool_for(pool, dw_task, &job, (int)job.units, (int)nt);
+    }
 }

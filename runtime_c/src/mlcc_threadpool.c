@@ -1,14 +1,18 @@
-/* mlcc thread pool: a fixed set of worker threads that run one parallel section at a time.
+/* mlcc thread pool: a fixed set of worker threads that run one parallel loop at a time.
  *
- * mlcc_threadpool_run(pool, fn, arg) calls fn(arg, i, n) once for every i < n (n = the pool's
- * size), i = 0 on the calling thread, and returns when all calls have returned. Kernels split
- * their work by a static partition of i, so results never depend on timing.
+ * mlcc_threadpool_for(pool, fn, arg, units, max_threads) calls fn(arg, u, t) once for every
+ * unit u < units, t being the index of the thread that runs it (0 = the caller, t <
+ * max_threads), and returns when all calls have returned. Kernels cut their work into units by
+ * a static partition, so results never depend on timing; which thread runs a unit is decided
+ * at run time (each takes the next unit from a shared counter), so a worker that the OS has
+ * not scheduled yet (a machine busy with other jobs) costs nothing: the others take its share,
+ * and the caller does not wait for a worker that has not joined.
  *
- * Workers spin briefly on the section counter before sleeping on a condition variable: the
- * sections of one inference follow each other within microseconds, while between inferences
- * the workers sleep. Allocation happens in mlcc_threadpool_create only. Built without threads
+ * Workers spin briefly on the loop counter before sleeping on a condition variable: the loops
+ * of one inference follow each other within microseconds, while between inferences the
+ * workers sleep. Allocation happens in mlcc_threadpool_create only. Built without threads
  * (MLCC_NO_THREADS, set by the wasm target, or a compiler without pthreads), create fails with
- * MLCC_ERR_THREADS and run calls fn(arg, 0, 1). */
+ * MLCC_ERR_THREADS and mlcc_threadpool_for runs every unit on the caller. */
 #include "mlcc_runtime.h"
 
 #include <stdlib.h>
@@ -34,6 +38,16 @@
 /* Spin iterations before sleeping (a few tens of microseconds). */
 #define SPIN 20000
 
+/* The loop state, one atomic word: loop number (24 bits, wrapping), max_threads (8 bits), next
+ * unit and units (16 bits each). A worker takes a unit with a compare-and-swap that also checks
+ * the loop number, so a worker that wakes late never takes a unit of another loop (it would
+ * have to stall between two instructions for 2^24 loops). */
+#define ST_LOOP(s) ((s) >> 40)
+#define ST_MAXT(s) (((s) >> 32) & 0xFFu)
+#define ST_NEXT(s) (((s) >> 16) & 0xFFFFu)
+#define ST_UNITS(s) ((s) & 0xFFFFu)
+#define MAX_UNITS 0xFFFFu
+
 typedef struct worker {
     struct mlcc_threadpool *pool;
     int index;
@@ -43,40 +57,55 @@ typedef struct worker {
 struct mlcc_threadpool {
     int size;                          /* threads, the caller included */
     int started;                       /* workers created (size - 1 once create succeeds) */
-    pthread_mutex_t run_lock;          /* serializes sections of contexts sharing the pool */
+    pthread_mutex_t run_lock;          /* serializes loops of contexts sharing the pool */
     pthread_mutex_t mu;
     pthread_cond_t wake, done;
-    /* written under mu with atomic stores; read atomically by spinners */
-    unsigned long section;             /* incremented per section */
-    int remaining;                     /* workers still running the current section */
-    int stop;
-    mlcc_task_fn fn;
+    uint64_t state;                    /* atomic: see ST_* */
+    int busy;                          /* atomic: workers inside the current loop */
+    int stop;                          /* atomic */
+    /* the current loop; written by the caller before it publishes state, read by a worker
+     * only while it holds a unit (the caller waits for busy == 0 before changing them) */
+    mlcc_unit_fn fn;
     void *arg;
     worker workers[MLCC_MAX_THREADS];
 };
 
+/* Takes the next unit of loop `loop` for thread `index`; -1 when there is none for it. */
+static long take_unit(struct mlcc_threadpool *pool, uint64_t loop, int index) {
+    uint64_t s = __atomic_load_n(&pool->state, __ATOMIC_ACQUIRE);
+    while (ST_LOOP(s) == loop && (uint64_t)index < ST_MAXT(s) && ST_NEXT(s) < ST_UNITS(s)) {
+        if (__atomic_compare_exchange_n(&pool->state, &s, s + (1u << 16), 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            return (long)ST_NEXT(s);
+    }
+    return -1;
+}
+
 static void *worker_main(void *p) {
     worker *w = (worker *)p;
     struct mlcc_threadpool *pool = w->pool;
-    unsigned long seen = 0;
+    uint64_t seen = 0;
     for (;;) {
-        unsigned long now = __atomic_load_n(&pool->section, __ATOMIC_ACQUIRE);
+        uint64_t now = ST_LOOP(__atomic_load_n(&pool->state, __ATOMIC_ACQUIRE));
+        long u;
         int i;
         for (i = 0; now == seen && i < SPIN; i++) {
             CPU_RELAX();
-            now = __atomic_load_n(&pool->section, __ATOMIC_ACQUIRE);
+            now = ST_LOOP(__atomic_load_n(&pool->state, __ATOMIC_ACQUIRE));
         }
         if (now == seen) {
             pthread_mutex_lock(&pool->mu);
-            while ((now = __atomic_load_n(&pool->section, __ATOMIC_ACQUIRE)) == seen &&
+            while ((now = ST_LOOP(__atomic_load_n(&pool->state, __ATOMIC_ACQUIRE))) == seen &&
                    !__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE))
                 pthread_cond_wait(&pool->wake, &pool->mu);
             pthread_mutex_unlock(&pool->mu);
         }
         if (now == seen) return NULL;  /* stop */
         seen = now;
-        pool->fn(pool->arg, w->index, pool->size);
-        if (__atomic_sub_fetch(&pool->remaining, 1, __ATOMIC_ACQ_REL) == 0) {
+        /* join before taking units: the caller waits for busy == 0 once the units are gone */
+        __atomic_add_fetch(&pool->busy, 1, __ATOMIC_SEQ_CST);
+        while ((u = take_unit(pool, now, w->index)) >= 0) pool->fn(pool->arg, (int)u, w->index);
+        if (__atomic_sub_fetch(&pool->busy, 1, __ATOMIC_SEQ_CST) == 0) {
             pthread_mutex_lock(&pool->mu);
             pthread_cond_signal(&pool->done);
             pthread_mutex_unlock(&pool->mu);
@@ -145,26 +174,33 @@ int mlcc_threadpool_size(const mlcc_threadpool *pool) {
     return pool == NULL ? 1 : pool->size;
 }
 
-void mlcc_threadpool_run(mlcc_threadpool *pool, mlcc_task_fn fn, void *arg) {
+void mlcc_threadpool_for(mlcc_threadpool *pool, mlcc_unit_fn fn, void *arg, int units,
+                         int max_threads) {
+    uint64_t loop;
+    long u;
     int i;
-    if (pool == NULL || pool->size == 1) {
-        fn(arg, 0, 1);
+    if (units <= 0) return;
+    if (pool == NULL || pool->size == 1 || max_threads <= 1 || units == 1 ||
+        (unsigned)units > MAX_UNITS) {
+        for (i = 0; i < units; i++) fn(arg, i, 0);
         return;
     }
     pthread_mutex_lock(&pool->run_lock);
-    pthread_mutex_lock(&pool->mu);
+    if (max_threads > pool->size) max_threads = pool->size;
     pool->fn = fn;
     pool->arg = arg;
-    __atomic_store_n(&pool->remaining, pool->size - 1, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&pool->section, 1, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&pool->mu);
+    loop = (ST_LOOP(__atomic_load_n(&pool->state, __ATOMIC_RELAXED)) + 1) & 0xFFFFFFu;
+    __atomic_store_n(&pool->state, (loop << 40) | ((uint64_t)max_threads << 32) |
+                     (uint64_t)units, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->mu);
-    fn(arg, 0, pool->size);
-    for (i = 0; __atomic_load_n(&pool->remaining, __ATOMIC_ACQUIRE) != 0 && i < SPIN; i++)
+    while ((u = take_unit(pool, loop, 0)) >= 0) fn(arg, (int)u, 0);
+    for (i = 0; __atomic_load_n(&pool->busy, __ATOMIC_SEQ_CST) != 0 && i < SPIN; i++)
         CPU_RELAX();
-    if (__atomic_load_n(&pool->remaining, __ATOMIC_ACQUIRE) != 0) {
+    if (__atomic_load_n(&pool->busy, __ATOMIC_SEQ_CST) != 0) {
         pthread_mutex_lock(&pool->mu);
-        while (__atomic_load_n(&pool->remaining, __ATOMIC_ACQUIRE) != 0)
+        while (__atomic_load_n(&pool->busy, __ATOMIC_SEQ_CST) != 0)
             pthread_cond_wait(&pool->done, &pool->mu);
         pthread_mutex_unlock(&pool->mu);
     }
@@ -191,9 +227,12 @@ int mlcc_threadpool_size(const mlcc_threadpool *pool) {
     return 1;
 }
 
-void mlcc_threadpool_run(mlcc_threadpool *pool, mlcc_task_fn fn, void *arg) {
+void mlcc_threadpool_for(mlcc_threadpool *pool, mlcc_unit_fn fn, void *arg, int units,
+                         int max_threads) {
+    int i;
     (void)pool;
-    fn(arg, 0, 1);
+    (void)max_threads;
+    for (i = 0; i < units; i++) fn(arg, i, 0);
 }
 
 #endif
