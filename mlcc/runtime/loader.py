@@ -186,10 +186,11 @@ class CompiledModel(ModelBase):
         in_ptrs = self._ffi.new("void *[]", [self._ptr(a) for a in arrays] or [self._ffi.NULL])
         out_ptrs = self._ffi.new("void *[]", [self._ptr(a) for a in outs] or [self._ffi.NULL])
 
-        # Defaults bind everything as locals and keep the input copies and the output arrays
-        # alive with the call (a caller may drop the outputs dict and keep timing).
+        # Defaults bind everything as locals and keep the model (its arena, weights and
+        # thread pool), the input copies and the output arrays alive with the call (a caller
+        # may drop the model and the outputs dict and keep timing).
         def call(_run=self._run, _ctx=self._ctx, _in=in_ptrs, _out=out_ptrs,
-                 _keep=(arrays, outs)) -> int:
+                 _keep=(self, arrays, outs)) -> int:
             return _run(_ctx, _in, _out)
 
         return call, {t["name"]: a for t, a in zip(self.outputs, outs)}
