@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlcc.ops.conv import DW_SLACK, DW_SLICES
+from mlcc.ops.conv import DW_SLACK, DW_SLICES, im2col_table
 from mlcc.ops.gemm import GEMM_MR, pack_a
 from mlcc.targets import load_target
 
@@ -41,6 +41,9 @@ void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, cons
                                const float *bias, float *y);
 void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, const float *w,
                                    const float *bias, float *y, float *scratch, void *pool);
+void mlcc_f32_conv2d_packed_table(const mlcc_conv2d_packed_params *p, const float *x,
+                                  const float *w, const float *bias, const int32_t *table,
+                                  float *y, float *scratch, void *pool);
 int mlcc_threadpool_create(void **pool, int nthreads);
 void mlcc_threadpool_destroy(void *pool);
 """
@@ -227,3 +230,42 @@ def test_depthwise_is_bit_identical_across_thread_counts(kernels, pools, channel
     np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=1e-5)
     for out in outs[1:]:
         assert np.array_equal(out, outs[0])
+
+
+@pytest.mark.parametrize("c,m,hw,k,stride,pad,groups", [
+    (1, 16, (8, 8), 3, 1, 1, 1),      # the digits CNN's first layer
+    (32, 64, (4, 4), 3, 1, 1, 1),     # 16 positions: half a 32-column panel
+    (6, 10, (7, 5), 3, 2, 1, 2),      # strided, grouped, odd sizes
+    (3, 8, (11, 13), 5, 1, 2, 1),     # 143 positions: three blocks of 64, the last partial
+])
+def test_table_gather_conv_matches_packed(kernels, pools, c, m, hw, k, stride, pad, groups):
+    """The small-map convolution gathers im2col through a compile-time offset table: the
+    same panels as pack_im2col, so the same bits, on 1 and 3 threads."""
+    ffi, lib = kernels
+    rng = np.random.default_rng(c * m)
+    x = rng.standard_normal((2, c, *hw)).astype(np.float32)
+    w = rng.standard_normal((m, c // groups, k, k)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    ref, out = _conv(ffi, lib, x, w, b, stride=stride, pad=pad, groups=groups, act=1,
+                     block_cols=64)
+    oh, ow = ref.shape[2:]
+    table = im2col_table(c // groups, *hw, k, k, oh, ow, stride, stride, 1, 1, pad, pad)
+    kdim = c // groups * k * k
+    conv = dict(batch=2, in_channels=c, in_h=hw[0], in_w=hw[1], out_channels=m, out_h=oh,
+                out_w=ow, kernel_h=k, kernel_w=k, stride_h=stride, stride_w=stride,
+                dilation_h=1, dilation_w=1, pad_top=pad, pad_left=pad, groups=groups,
+                act={"kind": 1, "alpha": 1.0, "beta": 0.0})
+    packed = pack_a(w.reshape(groups, m // groups, kdim))
+    cols = min(64, -(-oh * ow // 64) * 64)
+
+    def buf(a, t="float *"):
+        return ffi.cast(t, ffi.from_buffer(a))
+
+    for pool in (ffi.NULL, pools[3]):
+        scratch = np.full((kdim + 1) * cols, np.nan, np.float32)
+        got = np.full_like(ref, np.nan)
+        lib.mlcc_f32_conv2d_packed_table(
+            ffi.new("mlcc_conv2d_packed_params *", {"conv": conv, "block_cols": 64}), buf(x),
+            buf(packed), buf(b), buf(table, "int32_t *"), buf(got), buf(scratch), pool)
+        assert np.array_equal(got, out)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)

@@ -18,6 +18,23 @@ AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 PANEL_BYTES = 256 * 1024
 DW_SLACK = 32        # MLCC_DW_SLACK in runtime_c/kernels/conv.h
 DW_SLICES = 4        # MLCC_DW_SLICES: threads of a pool that share a depthwise convolution
+# Small maps (output rows of at most TABLE_MAX_W columns) gather im2col through a compile-time
+# offset table, when it is at most TABLE_MAX_BYTES (int32 per im2col value).
+TABLE_MAX_W = 16
+TABLE_MAX_BYTES = 64 * 1024
+
+
+def im2col_table(c: int, ih: int, iw: int, kh: int, kw: int, oh: int, ow: int, sh: int,
+                 sw: int, dh: int, dw: int, pt: int, pl: int) -> np.ndarray:
+    """[c * kh * kw, oh * ow] int32: the offset in a (c, ih, iw) input of each im2col value,
+    -1 where the window reads padding (mlcc_f32_conv2d_packed_table)."""
+    ci, ki, kj, oi, oj = np.meshgrid(np.arange(c), np.arange(kh), np.arange(kw), np.arange(oh),
+                                     np.arange(ow), indexing="ij")
+    y = oi * sh + ki * dh - pt
+    x = oj * sw + kj * dw - pl
+    off = (ci * ih + y) * iw + x
+    valid = (y >= 0) & (y < ih) & (x >= 0) & (x < iw)
+    return np.where(valid, off, -1).astype(np.int32).reshape(c * kh * kw, oh * ow)
 
 
 def window_geometry(node: Node, in_spatial: list[int], kernel: list[int], *,
@@ -159,6 +176,14 @@ class Conv(OpDef):
             g = geo["group"]
             packed = pack_a(np.asarray(w_const, np.float32).reshape(g, geo["m"] // g, kdim))
             args[1] = lo.add_const(f"{node.name}.W_packed", packed)
+            if ow <= TABLE_MAX_W and kdim * spatial * 4 <= TABLE_MAX_BYTES and kh * kw > 1:
+                table = im2col_table(geo["c"] // g, ih, iw, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
+                args.insert(3, lo.add_const(f"{node.name}.im2col_table", table))
+                lo.call("mlcc_f32_conv2d_packed_table", args, [node.outputs[0]],
+                        params_type="mlcc_conv2d_packed_params",
+                        params={"conv": params, "block_cols": block},
+                        scratch_bytes=(kdim + 1) * block * 4, pool=True)
+                return
             lo.call("mlcc_f32_conv2d_packed", args, [node.outputs[0]],
                     params_type="mlcc_conv2d_packed_params",
                     params={"conv": params, "block_cols": block},

@@ -1,4 +1,8 @@
 #include "conv.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 #include "gemm.h"
 
 /* The output columns [lo, hi) whose input column ow * stride - pad + offset lies in [0, size). */
@@ -199,6 +203,53 @@ static void pack_im2col(const mlcc_conv2d_params *p, ptrdiff_t channels, const f
     }
 }
 
+/* The panels of im2col columns [j0, j0 + nc) from the compile-time table of input offsets
+ * (kdim x spatial, -1 for padding): one indexed load per value, no run logic (small maps).
+ * With AVX-512, 16 values per masked gather instruction. */
+static void gather_im2col(const int32_t *table, ptrdiff_t spatial, ptrdiff_t kdim,
+                          const float *x, ptrdiff_t j0, ptrdiff_t nc, float *panels) {
+    const ptrdiff_t ncp = (nc + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR * MLCC_GEMM_NR;
+    ptrdiff_t k, j;
+#if defined(__AVX512F__) && MLCC_HAVE_VECTORS && MLCC_VECTOR_BYTES >= 64   /* NR = 32 */
+    for (k = 0; k < kdim; k++) {
+        const int32_t *tk = table + k * spatial + j0;
+        for (j = 0; j < ncp; j += 16) {
+            float *d = panels + (j / MLCC_GEMM_NR) * kdim * MLCC_GEMM_NR + k * MLCC_GEMM_NR +
+                       j % MLCC_GEMM_NR;
+            const ptrdiff_t left = nc - j;
+            const __mmask16 lanes = left >= 16 ? (__mmask16)0xFFFF
+                                    : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
+            const __m512i idx = _mm512_maskz_loadu_epi32(lanes, tk + j);
+            const __mmask16 m = _mm512_mask_cmpge_epi32_mask(lanes, idx, _mm512_setzero_si512());
+            _mm512_storeu_ps(d, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, x, 4));
+        }
+    }
+#else
+    ptrdiff_t t;
+    for (k = 0; k < kdim; k++) {
+        const int32_t *tk = table + k * spatial + j0;
+        for (j = 0; j < ncp; j += MLCC_GEMM_NR) {
+            float *d = panels + (j / MLCC_GEMM_NR) * kdim * MLCC_GEMM_NR + k * MLCC_GEMM_NR;
+            for (t = 0; t < MLCC_GEMM_NR; t++) {
+                const int32_t o = j + t < nc ? tk[j + t] : -1;
+                d[t] = o >= 0 ? x[o] : 0.0f;
+            }
+        }
+    }
+#endif
+}
+
+/* Gathers columns [j0, j0 + nc) of the group's im2col matrix into panels: from the table if
+ * there is one, else with pack_im2col (row is its buffer of one im2col row). */
+static void gather_block(const mlcc_conv2d_params *p, const int32_t *table, ptrdiff_t cin_g,
+                         const float *xg, ptrdiff_t j0, ptrdiff_t nc, float *panels, float *row) {
+    if (table != NULL)
+        gather_im2col(table, (ptrdiff_t)(p->out_h * p->out_w),
+                      cin_g * (ptrdiff_t)(p->kernel_h * p->kernel_w), xg, j0, nc, panels);
+    else
+        pack_im2col(p, cin_g, xg, j0, nc, panels, row);
+}
+
 /* The packed convolution on a pool. Output positions come in blocks of block_cols; within a
  * block, panels of MLCC_GEMM_NR columns. Two static partitions into units, chosen by which
  * balances better:
@@ -214,6 +265,7 @@ typedef struct conv_packed_job {
     const mlcc_conv2d_packed_params *pp;
     const float *x, *w, *bias;
     float *y, *scratch;
+    const int32_t *table;              /* NULL, or the im2col offsets (mlcc_f32_conv2d_packed_table) */
     ptrdiff_t block;                   /* columns per block (block_cols) */
     ptrdiff_t np_block;                /* panels in a (full) block */
     ptrdiff_t units;
@@ -250,8 +302,8 @@ static void conv_packed_by_panels(void *arg, int u, int thread) {
                 const ptrdiff_t c1 = q1 * MLCC_GEMM_NR < nc ? q1 * MLCC_GEMM_NR : nc;
                 float *panels = job->scratch + q0 * kdim * MLCC_GEMM_NR;
                 if (c0 >= c1) continue;
-                pack_im2col(p, cin_g, xg, j0 + c0, c1 - c0, panels,
-                            job->scratch + kdim * job->block + c0);
+                gather_block(p, job->table, cin_g, xg, j0 + c0, c1 - c0, panels,
+                             job->scratch + kdim * job->block + c0);
                 mlcc_f32_gemm_packed(cout_g, c1 - c0, kdim, job->w + gi * cout_pad * kdim, panels,
                                      job->bias ? job->bias + gi * cout_g : NULL, &p->act,
                                      yg + j0 + c0, spatial);
@@ -273,10 +325,10 @@ static void conv_packed_gather(void *arg, int u, int thread) {
     c0 = np * u / units * MLCC_GEMM_NR;
     c1 = np * (u + 1) / units * MLCC_GEMM_NR;
     if (c1 > job->nc) c1 = job->nc;
-    pack_im2col(p, cin_g,
-                job->x + (job->n * (ptrdiff_t)p->in_channels + job->gi * cin_g) * in_plane,
-                job->j0 + c0, c1 - c0, job->scratch + c0 * kdim,
-                job->scratch + kdim * job->block + c0);
+    gather_block(p, job->table, cin_g,
+                 job->x + (job->n * (ptrdiff_t)p->in_channels + job->gi * cin_g) * in_plane,
+                 job->j0 + c0, c1 - c0, job->scratch + c0 * kdim,
+                 job->scratch + kdim * job->block + c0);
 }
 
 /* Partition by rows, second loop: multiply, unit u a range of MLCC_GEMM_MR-row weight panels. */
@@ -309,8 +361,9 @@ static ptrdiff_t balance(ptrdiff_t units, ptrdiff_t nt) {
     return units * 1024 / (nt * ((units + nt - 1) / nt));
 }
 
-void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *pp, const float *x, const float *w,
-                            const float *bias, float *y, float *scratch, mlcc_threadpool *pool) {
+static void conv_packed(const mlcc_conv2d_packed_params *pp, const float *x, const float *w,
+                        const float *bias, const int32_t *table, float *y, float *scratch,
+                        mlcc_threadpool *pool) {
     const mlcc_conv2d_params *p = &pp->conv;
     const ptrdiff_t nt = mlcc_threadpool_size(pool);
     ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, mb;
@@ -322,6 +375,7 @@ void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *pp, const float *x,
     job.bias = bias;
     job.y = y;
     job.scratch = scratch;
+    job.table = table;
     job.block = (ptrdiff_t)pp->block_cols;
     job.np_block = ((spatial < job.block ? spatial : job.block) + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR;
     mb = cout_pad / MLCC_GEMM_MR;
@@ -341,6 +395,17 @@ void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *pp, const float *x,
                 job.units = mb < UNITS_PER_THREAD * nt ? mb : UNITS_PER_THREAD * nt;
                 mlcc_threadpool_for(pool, conv_packed_multiply, &job, (int)job.units, (int)nt);
             }
+}
+
+void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *pp, const float *x, const float *w,
+                            const float *bias, float *y, float *scratch, mlcc_threadpool *pool) {
+    conv_packed(pp, x, w, bias, NULL, y, scratch, pool);
+}
+
+void mlcc_f32_conv2d_packed_table(const mlcc_conv2d_packed_params *pp, const float *x,
+                                  const float *w, const float *bias, const int32_t *table,
+                                  float *y, float *scratch, mlcc_threadpool *pool) {
+    conv_packed(pp, x, w, bias, table, y, scratch, pool);
 }
 
 void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, const float *w,

@@ -44,6 +44,13 @@ typedef struct mlcc_conv2d_packed_params {
 void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *p, const float *x, const float *w,
                             const float *bias, float *y, float *scratch, mlcc_threadpool *pool);
 
+/* The same convolution for small feature maps, where the im2col rows are made of short runs:
+ * the im2col matrix is gathered through a table made at compile time, table[k * out_h * out_w
+ * + j] = the offset in the group's input of im2col row k, column j, or -1 for padding. */
+void mlcc_f32_conv2d_packed_table(const mlcc_conv2d_packed_params *p, const float *x,
+                                  const float *w, const float *bias, const int32_t *table,
+                                  float *y, float *scratch, mlcc_threadpool *pool);
+
 /* Depthwise convolution with vectors along the output row: each channel's zero-padded input is
  * first copied into scratch split by column phase (column c of the padded input goes to phase
  * c % stride_w, position c / stride_w), so that every kernel tap reads contiguous input for
