@@ -365,7 +365,7 @@ static void conv_packed(const mlcc_conv2d_packed_params *pp, const float *x, con
                         const float *bias, const int32_t *table, float *y, float *scratch,
                         mlcc_threadpool *pool) {
     const mlcc_conv2d_params *p = &pp->conv;
-    const ptrdiff_t nt = mlcc_threadpool_size(pool);
+    ptrdiff_t nt = mlcc_threadpool_size(pool);
     ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, mb;
     conv_packed_job job;
     conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
@@ -379,6 +379,9 @@ static void conv_packed(const mlcc_conv2d_packed_params *pp, const float *x, con
     job.block = (ptrdiff_t)pp->block_cols;
     job.np_block = ((spatial < job.block ? spatial : job.block) + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR;
     mb = cout_pad / MLCC_GEMM_MR;
+    if ((double)cout_g * (double)spatial * (double)kdim * (double)p->batch * (double)p->groups <
+        (double)MLCC_MIN_PARALLEL_MACS)
+        nt = 1, pool = NULL;
     if (nt == 1 || balance(job.np_block, nt) + 64 >= balance(mb, nt)) {
         job.units = nt == 1 ? 1 : job.np_block < UNITS_PER_THREAD * nt ? job.np_block
                                                                       : UNITS_PER_THREAD * nt;
@@ -583,6 +586,9 @@ void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, 
     job.bias = bias;
     job.y = y;
     job.scratch = scratch;
+    if ((double)p->out_channels * (double)(p->out_h * p->out_w) * (double)p->batch *
+            (double)(p->kernel_h * p->kernel_w) < (double)MLCC_MIN_PARALLEL_MACS / 4)
+        pool = NULL;   /* depthwise MACs are cheaper to split: a quarter of the threshold */
     {
         const ptrdiff_t nt = mlcc_threadpool_size(pool) < MLCC_DW_SLICES
                                  ? mlcc_threadpool_size(pool) : MLCC_DW_SLICES;
