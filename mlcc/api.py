@@ -273,14 +273,16 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
     return res.graph, res, info
 
 
-def load(folder: str | Path, *, run: list[str] | None = None) -> ModelBase:
+def load(folder: str | Path, *, run: list[str] | None = None, threads: int = 1) -> ModelBase:
     """Loads a compiled model folder: m.run({"input": array}) -> {"output": array}.
 
-    A model built for the host is loaded into this process (cffi). A model built for a cross
-    target runs in its test harness through the target's command prefix (manifest.json "run",
-    e.g. qemu-aarch64), one process per run; `run` replaces that prefix (e.g. ["ssh", "board"]).
+    A model built for the host is loaded into this process (cffi); `threads` > 1 gives it a
+    thread pool of that many threads (outputs are bit-identical whatever the count). A model
+    built for a cross target runs in its test harness through the target's command prefix
+    (manifest.json "run", e.g. qemu-aarch64), one process per run; `run` replaces that prefix
+    (e.g. ["ssh", "board"]).
     """
-    return _load(folder, run=run)
+    return _load(folder, run=run, threads=threads)
 
 
 # --------------------------------------------------------------------------------- verify
@@ -584,8 +586,8 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
     """Compiles the model, then times the library and onnxruntime (`threads` intra-op threads,
     graph optimizations ALL) interleaved in this process; see mlcc/benchmark.py for the method.
 
-    runs: timed samples per engine (None: as many as fit about 10 s). The mlcc runtime is
-    single-threaded today: `threads` only applies to onnxruntime."""
+    runs: timed samples per engine (None: as many as fit about 10 s). mlcc runs on a thread
+    pool of `threads` threads (load(threads=...)), onnxruntime with as many intra-op threads."""
     if threads < 1:
         raise InputError("threads must be at least 1")
     if runs is not None and runs < 1:
@@ -603,7 +605,7 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
         compile_time = time.perf_counter() - t0
         flops = graph_flops(res.graph)
         feeds = random_inputs(res.graph, seed)
-        compiled = _load(folder)
+        compiled = _load(folder, threads=threads)
         run_mlcc, got = compiled.prepare(feeds)
         status = run_mlcc()
         if status != 0:
@@ -614,16 +616,16 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
         samples = _bench.measure({"mlcc": run_mlcc, "onnxruntime": run_ort}, runs)
         peak = _bench.peak_of(tgt)
         calls = samples["_calls"]
-        notes = ["threads: 1 for both (the mlcc runtime is single-threaded)" if threads == 1
-                 else f"threads: onnxruntime {threads} intra-op threads (% of the peak of "
-                      f"{threads} cores); mlcc runs on 1 (the runtime has no thread pool yet; "
-                      f"% of one core's peak)"]
+        notes = ["threads: 1 for both" if threads == 1
+                 else f"threads: {threads} for both (mlcc: a pool of {threads} threads; "
+                      f"onnxruntime: {threads} intra-op threads); % of the peak of "
+                      f"{threads} cores"]
         return BenchResult(
             model=Path(model).name, target=tgt.name,
             shapes={n: tuple(res.graph.values[n].shape) for n in res.graph.inputs},
             threads=threads, flops=flops,
             mlcc=_bench.summarize("mlcc", samples["mlcc"], int(calls[0]), flops,
-                                  peak.gflops_per_core),
+                                  peak.gflops_per_core * threads),
             onnxruntime=_bench.summarize("onnxruntime", samples["onnxruntime"], int(calls[1]),
                                          flops, peak.gflops_per_core * threads),
             peak=peak, arena_size=int(res.manifest["arena_size"]),

@@ -281,7 +281,7 @@ def inspect_cmd(model, shapes):
               help="Built-in target name or a YAML file; it must run on this machine.")
 @shape_option
 @click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1),
-              help="onnxruntime's intra-op threads (the mlcc runtime is single-threaded).")
+              help="threads of both engines (mlcc's thread pool, onnxruntime's intra-op threads).")
 @click.option("--runs", default=None, type=click.IntRange(min=1),
               help="Timed samples per engine (default: as many as fit about 10 s).")
 @click.option("--output", "-o", "output", default=None, type=click.Path(file_okay=False),

@@ -26,7 +26,7 @@ const TYPED_ARRAYS = {
   uint8: Uint8Array, bool: Uint8Array,
 };
 const WEIGHTS_ALIGN = 64;
-const CONTEXT_BYTES = 64;     // sizeof(mlcc_context) is 12 on wasm32; room to spare
+const CONTEXT_BYTES = 64;     // sizeof(mlcc_context) is 16 on wasm32; room to spare
 const IS_NODE = typeof process === "object" && process !== null && process.versions != null &&
   process.versions.node != null;
 

@@ -97,7 +97,7 @@ def _cc_version(cc: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("names", nargs="*", help=f"models (default: all): {', '.join(MODELS)}")
-    ap.add_argument("--threads", type=int, default=1, help="onnxruntime threads (default 1)")
+    ap.add_argument("--threads", type=int, default=1, help="threads of mlcc's pool and onnxruntime (default 1)")
     ap.add_argument("--runs", type=int, default=None, help="samples per engine (default auto)")
     ap.add_argument("--target", default="x86-native")
     ap.add_argument("--output", "-o", type=Path, help="also write the table to this file")
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         f"`make bench` on {datetime.date.today().isoformat()}: {cpu_name()}; "
         f"{args.threads} thread{'s' * (args.threads != 1)} "
         f"(onnxruntime {onnxruntime.__version__}, intra-op threads {args.threads}, graph "
-        f"optimizations ALL; mlcc runtime single-threaded); target {target.name}, "
+        f"optimizations ALL; mlcc thread pool of the same size); target {target.name}, "
         f"{_cc_version(target.toolchain.cc)}; mlcc {mlcc.__version__} at {_git_rev()}.",
         "Latencies are medians and 90th percentiles over interleaved samples after warm-up."
         + (f" Peak assumed: {peak.gflops_per_core:.0f} GFLOP/s per core ({peak.assumption})."

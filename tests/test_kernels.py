@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlcc.ops.conv import DW_SLACK
+from mlcc.ops.conv import DW_SLACK, DW_SLICES, im2col_table
 from mlcc.ops.gemm import GEMM_MR, pack_a
 from mlcc.targets import load_target
 
@@ -36,11 +36,16 @@ typedef struct { mlcc_conv2d_params conv; int64_t block_cols; } mlcc_conv2d_pack
 void mlcc_f32_conv2d(const mlcc_conv2d_params *p, const float *x, const float *w,
                      const float *bias, float *y, float *scratch);
 void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *p, const float *x, const float *w,
-                            const float *bias, float *y, float *scratch);
+                            const float *bias, float *y, float *scratch, void *pool);
 void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, const float *w,
                                const float *bias, float *y);
 void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, const float *w,
-                                   const float *bias, float *y, float *scratch);
+                                   const float *bias, float *y, float *scratch, void *pool);
+void mlcc_f32_conv2d_packed_table(const mlcc_conv2d_packed_params *p, const float *x,
+                                  const float *w, const float *bias, const int32_t *table,
+                                  float *y, float *scratch, void *pool);
+int mlcc_threadpool_create(void **pool, int nthreads);
+void mlcc_threadpool_destroy(void *pool);
 """
 
 
@@ -50,16 +55,19 @@ def kernels(request, tmp_path_factory):
     target = load_target(request.param)
     lib_path = tmp_path_factory.mktemp(request.param) / "libkernels.so"
     cflags = [f for f in target.toolchain.cflags if f != "-fvisibility=hidden"]
+    # MLCC_MIN_PARALLEL_MACS=0: these small cases use the pool too
     subprocess.run([target.toolchain.cc, *cflags, *target.defines(), "-shared", "-Wall",
+                    "-DMLCC_MIN_PARALLEL_MACS=0",
                     "-Wextra", "-Werror", f"-I{RUNTIME / 'include'}", f"-I{RUNTIME / 'kernels'}",
                     str(RUNTIME / "kernels" / "conv.c"), str(RUNTIME / "kernels" / "gemm.c"),
+                    str(RUNTIME / "src" / "mlcc_threadpool.c"), str(RUNTIME / "src" / "mlcc_runtime.c"),
                     "-o", str(lib_path), "-lm"], check=True)
     ffi = cffi.FFI()
     ffi.cdef(CDEF)
     return ffi, ffi.dlopen(str(lib_path))
 
 
-def _conv(ffi, lib, x, w, bias, *, stride, pad, groups, act, block_cols):
+def _conv(ffi, lib, x, w, bias, *, stride, pad, groups, act, block_cols, pool=None):
     n, c, ih, iw = x.shape
     m, _, kh, kw = w.shape
     oh, ow = (ih + 2 * pad - kh) // stride + 1, (iw + 2 * pad - kw) // stride + 1
@@ -82,7 +90,8 @@ def _conv(ffi, lib, x, w, bias, *, stride, pad, groups, act, block_cols):
     out = np.full((n, m, oh, ow), np.nan, np.float32)
     lib.mlcc_f32_conv2d_packed(ffi.new("mlcc_conv2d_packed_params *",
                                        {"conv": conv, "block_cols": block_cols}),
-                               buf(x), buf(packed), buf(bias), buf(out), buf(scratch))
+                               buf(x), buf(packed), buf(bias), buf(out), buf(scratch),
+                               pool or ffi.NULL)
     return ref, out
 
 
@@ -147,7 +156,118 @@ def test_vector_depthwise_matches_reference(kernels, width, k, stride, dil, pads
     lib.mlcc_f32_conv2d_depthwise(conv, buf(x), buf(w), buf(b), buf(ref))
     ph = (oh - 1) * stride + ext
     pw = (ow - 1) * stride + ext
-    scratch = np.full(ph * stride * (-(-pw // stride) + DW_SLACK), np.nan, np.float32)
+    scratch = np.full(DW_SLICES * ph * stride * (-(-pw // stride) + DW_SLACK), np.nan, np.float32)
     out = np.full((2, c, oh, ow), np.nan, np.float32)
-    lib.mlcc_f32_conv2d_depthwise_vec(conv, buf(x), buf(w), buf(b), buf(out), buf(scratch))
+    lib.mlcc_f32_conv2d_depthwise_vec(conv, buf(x), buf(w), buf(b), buf(out), buf(scratch),
+                                      ffi.NULL)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def pools(kernels):
+    ffi, lib = kernels
+    made = {}
+    for n in (2, 3, 5):
+        p = ffi.new("void **")
+        assert lib.mlcc_threadpool_create(p, n) == 0
+        made[n] = p[0]
+    yield made
+    for p in made.values():
+        lib.mlcc_threadpool_destroy(p)
+
+
+@pytest.mark.parametrize("c,m,spatial,stride,block_cols", [
+    (3, 21, (9, 15), 1, 64),      # 135 positions: 3 blocks, the last one partial
+    (16, 70, (7, 7), 1, 64),      # few panels, many rows: split by rows
+    (29, 9, (13, 17), 2, 128),    # strided, one block
+    (300, 40, (5, 6), 1, 64),     # two k blocks
+])
+def test_packed_conv_is_bit_identical_across_thread_counts(kernels, pools, c, m, spatial,
+                                                          stride, block_cols):
+    """Both static partitions (by panels, by weight rows) compute every output with the same
+    tile code and k order: 1, 2, 3 and 5 threads give the same bits, as the reference within
+    rounding."""
+    ffi, lib = kernels
+    rng = np.random.default_rng(c + m)
+    x = rng.standard_normal((2, c, *spatial)).astype(np.float32)
+    w = rng.standard_normal((m, c, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    kw = dict(stride=stride, pad=1, groups=1, act=8, block_cols=block_cols)
+    ref, one = _conv(ffi, lib, x, w, b, **kw)
+    np.testing.assert_allclose(one, ref, rtol=1e-4, atol=1e-4)
+    for n, pool in pools.items():
+        _, out = _conv(ffi, lib, x, w, b, pool=pool, **kw)
+        assert np.array_equal(out, one), f"{n} threads"
+
+
+@pytest.mark.parametrize("channels", [1, 5, 13])
+def test_depthwise_is_bit_identical_across_thread_counts(kernels, pools, channels):
+    ffi, lib = kernels
+    rng = np.random.default_rng(channels)
+    ih, iw, k, stride = 11, 19, 3, 2
+    x = rng.standard_normal((2, channels, ih, iw)).astype(np.float32)
+    w = rng.standard_normal((channels, 1, k, k)).astype(np.float32)
+    b = rng.standard_normal(channels).astype(np.float32)
+    oh, ow = (ih + 2 - k) // stride + 1, (iw + 2 - k) // stride + 1
+    conv = ffi.new("mlcc_conv2d_params *", dict(
+        batch=2, in_channels=channels, in_h=ih, in_w=iw, out_channels=channels, out_h=oh,
+        out_w=ow, kernel_h=k, kernel_w=k, stride_h=stride, stride_w=stride, dilation_h=1,
+        dilation_w=1, pad_top=1, pad_left=1, groups=channels,
+        act={"kind": 1, "alpha": 0.0, "beta": 0.0}))
+
+    def buf(a):
+        return ffi.cast("float *", ffi.from_buffer(a))
+
+    ph, pw = (oh - 1) * stride + k, (ow - 1) * stride + k
+    scratch = np.full(DW_SLICES * ph * stride * (-(-pw // stride) + DW_SLACK), np.nan,
+                      np.float32)
+    ref = np.zeros((2, channels, oh, ow), np.float32)
+    lib.mlcc_f32_conv2d_depthwise(conv, buf(x), buf(w), buf(b), buf(ref))
+    outs = []
+    for pool in [ffi.NULL, *pools.values()]:
+        out = np.full_like(ref, np.nan)
+        lib.mlcc_f32_conv2d_depthwise_vec(conv, buf(x), buf(w), buf(b), buf(out),
+                                          buf(scratch), pool)
+        outs.append(out)
+    np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=1e-5)
+    for out in outs[1:]:
+        assert np.array_equal(out, outs[0])
+
+
+@pytest.mark.parametrize("c,m,hw,k,stride,pad,groups", [
+    (1, 16, (8, 8), 3, 1, 1, 1),      # the digits CNN's first layer
+    (32, 64, (4, 4), 3, 1, 1, 1),     # 16 positions: half a 32-column panel
+    (6, 10, (7, 5), 3, 2, 1, 2),      # strided, grouped, odd sizes
+    (3, 8, (11, 13), 5, 1, 2, 1),     # 143 positions: three blocks of 64, the last partial
+])
+def test_table_gather_conv_matches_packed(kernels, pools, c, m, hw, k, stride, pad, groups):
+    """The small-map convolution gathers im2col through a compile-time offset table: the
+    same panels as pack_im2col, so the same bits, on 1 and 3 threads."""
+    ffi, lib = kernels
+    rng = np.random.default_rng(c * m)
+    x = rng.standard_normal((2, c, *hw)).astype(np.float32)
+    w = rng.standard_normal((m, c // groups, k, k)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    ref, out = _conv(ffi, lib, x, w, b, stride=stride, pad=pad, groups=groups, act=1,
+                     block_cols=64)
+    oh, ow = ref.shape[2:]
+    table = im2col_table(c // groups, *hw, k, k, oh, ow, stride, stride, 1, 1, pad, pad)
+    kdim = c // groups * k * k
+    conv = dict(batch=2, in_channels=c, in_h=hw[0], in_w=hw[1], out_channels=m, out_h=oh,
+                out_w=ow, kernel_h=k, kernel_w=k, stride_h=stride, stride_w=stride,
+                dilation_h=1, dilation_w=1, pad_top=pad, pad_left=pad, groups=groups,
+                act={"kind": 1, "alpha": 1.0, "beta": 0.0})
+    packed = pack_a(w.reshape(groups, m // groups, kdim))
+    cols = min(64, -(-oh * ow // 64) * 64)
+
+    def buf(a, t="float *"):
+        return ffi.cast(t, ffi.from_buffer(a))
+
+    for pool in (ffi.NULL, pools[3]):
+        scratch = np.full((kdim + 1) * cols, np.nan, np.float32)
+        got = np.full_like(ref, np.nan)
+        lib.mlcc_f32_conv2d_packed_table(
+            ffi.new("mlcc_conv2d_packed_params *", {"conv": conv, "block_cols": 64}), buf(x),
+            buf(packed), buf(b), buf(table, "int32_t *"), buf(got), buf(scratch), pool)
+        assert np.array_equal(got, out)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)

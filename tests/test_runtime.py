@@ -20,7 +20,7 @@ HARNESS = r"""
     return 1; } } while (0)
 
 typedef struct { const void *w; size_t wsize; const float *x; float y[TINY_OUTPUT_LOGITS_SIZE];
-                 int status; } job;
+                 mlcc_threadpool *pool; int status; } job;
 
 static void *worker(void *arg) {
     job *j = (job *)arg;
@@ -28,6 +28,7 @@ static void *worker(void *arg) {
     mlcc_context ctx;
     int i;
     j->status = tiny_init(&ctx, j->w, j->wsize, arena, TINY_ARENA_SIZE);
+    if (j->status == MLCC_OK) j->status = mlcc_context_set_threadpool(&ctx, j->pool);
     for (i = 0; i < 200 && j->status == MLCC_OK; i++) j->status = tiny_run(&ctx, j->x, j->y);
     free(arena);
     return NULL;
@@ -39,8 +40,9 @@ int main(int argc, char **argv) {
     static unsigned char arena[TINY_ARENA_SIZE + 64] __attribute__((aligned(64)));
     float x[TINY_INPUT_IMAGES_SIZE], y[TINY_OUTPUT_LOGITS_SIZE], y2[TINY_OUTPUT_LOGITS_SIZE];
     mlcc_context ctx;
-    pthread_t threads[2];
-    job jobs[2];
+    mlcc_threadpool *pools[3];
+    pthread_t threads[5];
+    job jobs[5];
     size_t i;
     (void)argc;
     CHECK(f != NULL);
@@ -72,16 +74,32 @@ int main(int argc, char **argv) {
     CHECK(tiny_run(&ctx, x, y) == MLCC_OK);
     CHECK(tiny_model_info()->num_inputs == 1 && tiny_model_info()->inputs[0].dims[1] == 2);
 
-    /* Two contexts sharing the weights, in two threads, give the sequential result. */
-    for (i = 0; i < 2; i++) {
+    /* Thread pools: misuse is a status too. */
+    CHECK(mlcc_threadpool_create(NULL, 2) == MLCC_ERR_NULL_ARGUMENT);
+    CHECK(mlcc_threadpool_create(&pools[0], 0) == MLCC_ERR_THREADS && pools[0] == NULL);
+    CHECK(mlcc_threadpool_create(&pools[0], MLCC_MAX_THREADS + 1) == MLCC_ERR_THREADS);
+    CHECK(mlcc_context_set_threadpool(NULL, NULL) == MLCC_ERR_NULL_ARGUMENT);
+    for (i = 0; i < 3; i++) CHECK(mlcc_threadpool_create(&pools[i], (int)i + 2) == MLCC_OK);
+    CHECK(mlcc_threadpool_size(pools[1]) == 3 && mlcc_threadpool_size(NULL) == 1);
+
+    /* Five contexts sharing the weights, in five threads, give the sequential result, bit for
+     * bit: without a pool, with pools of 2 and 3 threads, and two sharing a pool of 4. */
+    for (i = 0; i < 5; i++) {
         jobs[i].w = blob; jobs[i].wsize = TINY_WEIGHTS_SIZE; jobs[i].x = x;
+        jobs[i].pool = i == 0 ? NULL : pools[i < 3 ? i - 1 : 2];
         CHECK(pthread_create(&threads[i], NULL, worker, &jobs[i]) == 0);
     }
-    for (i = 0; i < 2; i++) CHECK(pthread_join(threads[i], NULL) == 0);
-    for (i = 0; i < 2; i++) {
+    for (i = 0; i < 5; i++) CHECK(pthread_join(threads[i], NULL) == 0);
+    for (i = 0; i < 5; i++) {
         CHECK(jobs[i].status == MLCC_OK);
         CHECK(memcmp(jobs[i].y, y, sizeof y) == 0);
     }
+    CHECK(mlcc_context_set_threadpool(&ctx, pools[1]) == MLCC_OK);
+    CHECK(tiny_run(&ctx, x, y2) == MLCC_OK && memcmp(y, y2, sizeof y) == 0);
+    CHECK(tiny_init(&ctx, blob, TINY_WEIGHTS_SIZE, arena, TINY_ARENA_SIZE) == MLCC_OK);
+    CHECK(ctx.pool == NULL);                                   /* init detaches the pool */
+    for (i = 0; i < 3; i++) mlcc_threadpool_destroy(pools[i]);
+    mlcc_threadpool_destroy(NULL);
     CHECK(tiny_run(&ctx, x, y2) == MLCC_OK && memcmp(y, y2, sizeof y) == 0);
     printf("OK\n");
     return 0;
@@ -100,12 +118,14 @@ def tiny_out(tiny_static_path, tmp_path) -> Path:
                                       "-fsanitize=thread"])
 def test_c_api_contract(tiny_out, tmp_path, sanitize):
     """Builds the generated sources into a C program (strict warnings, optionally sanitized)
-    that checks every status code, then runs two contexts in two threads."""
+    that checks every status code, then runs contexts in five threads, four of them on thread
+    pools (two sharing one): ThreadSanitizer checks the pool's synchronization."""
     (tmp_path / "harness.c").write_text(HARNESS)
     sources = ["model.c"] + [str(p.relative_to(tiny_out)) for p in
                              sorted((tiny_out / "runtime").rglob("*.c"))]
     exe = tmp_path / "harness"
     cmd = ["gcc", "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-pedantic",
+           "-DMLCC_MIN_PARALLEL_MACS=0",   # the tiny model's convolution uses the pools
            *sanitize.split(), "-I.", "-Iruntime/include", "-Iruntime/kernels",
            str(tmp_path / "harness.c"), *sources, "-o", str(exe), "-lm", "-pthread"]
     subprocess.run(cmd, cwd=tiny_out, check=True)
@@ -203,3 +223,33 @@ def test_embedded_weights(tiny_static_path, tmp_path):
     plain = tmp_path / "plain"
     mlcc.compile(tiny_static_path, plain, name="tiny")
     np.testing.assert_array_equal(mlcc.load(plain).run({"images": x})["logits"], ref)
+
+
+def test_threads_give_bit_identical_outputs(tmp_path):
+    """load(threads=N) runs the model on a pool of N threads: the same bits for 1, 2 and 3
+    (a model with packed and depthwise convolutions large enough to be split)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    w1 = rng.standard_normal((48, 3, 3, 3)).astype(np.float32)
+    w2 = rng.standard_normal((48, 1, 3, 3)).astype(np.float32)
+    w3 = rng.standard_normal((40, 48, 1, 1)).astype(np.float32)
+    inits = [helper.make_tensor(n, TensorProto.FLOAT, a.shape, a.ravel()) for n, a in
+             (("w1", w1), ("w2", w2), ("w3", w3))]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Conv", ["b", "w2"], ["c"], pads=[1, 1, 1, 1], group=48,
+                              strides=[2, 2]),
+             helper.make_node("Conv", ["c", "w3"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 3, 64, 61])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 40, 32, 31])], inits)
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    mlcc.compile(path, tmp_path / "out", target="x86")
+    x = rng.standard_normal((1, 3, 64, 61)).astype(np.float32)
+    outs = [mlcc.load(tmp_path / "out", threads=t).run({"x": x})["y"] for t in (1, 2, 3)]
+    assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])
+    with pytest.raises(InputError, match="threads"):
+        mlcc.load(tmp_path / "out", threads=0)

@@ -95,7 +95,7 @@ def needed_runtime(calls: list[KernelCall]) -> list[str]:
         stems.add(s)
         todo.update(deps.get(s, set()))
     kernels = RUNTIME_DIR / "kernels"
-    files = ["include/mlcc_runtime.h", "src/mlcc_runtime.c"]
+    files = ["include/mlcc_runtime.h", "src/mlcc_runtime.c", "src/mlcc_threadpool.c"]
     for s in sorted(stems):
         for ext in (".h", ".c"):
             if (kernels / f"{s}{ext}").exists():
@@ -243,6 +243,8 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
             [pointer(a) for a in call.args]
         if call.scratch_bytes is not None:
             args.append(f"ARENA({plan.scratch[t]})" if call.scratch_bytes else "NULL")
+        if call.pool:
+            args.append("ctx->pool")
         text = f"{call.kernel}({', '.join(args)})"
         if call.returns_status:
             c.append(f"    status = {text};")

@@ -31,6 +31,7 @@ class KernelCall:
     scratch_bytes: int | None = None   # temporary arena space passed as the last argument
                                        # (None: the kernel takes none; 0: it gets NULL)
     returns_status: bool = False       # the kernel can fail on run-time data (e.g. indices)
+    pool: bool = False                 # takes the context's thread pool as the last argument
     nodes: list[str] = field(default_factory=list)   # ONNX node names it implements
     op: str = ""                       # what the banner comment calls it, e.g. "Conv+Relu"
 
@@ -80,7 +81,7 @@ class Lowering:
     def call(self, kernel: str, args: list[str], writes: list[str], *,
              params_type: str | None = None, params: dict[str, Any] | None = None,
              scratch_bytes: int | None = None, returns_status: bool = False,
-             op: str = "") -> None:
+             op: str = "", pool: bool = False) -> None:
         node = self._node
         # node.fused holds "name:OpType" entries (see passes.fuse_activations)
         names = [node.name] + [f.rsplit(":", 1)[0] for f in node.fused] if node else []
@@ -89,7 +90,7 @@ class Lowering:
         self.program.calls.append(KernelCall(
             kernel, list(args), list(writes), params_type, dict(params or {}),
             None if scratch_bytes is None else int(scratch_bytes),
-            returns_status, names, label))
+            returns_status, pool, names, label))
 
     def alias(self, view: str, of: str) -> None:
         """`view` shares the storage of `of` (a reshape: same bytes, new shape)."""

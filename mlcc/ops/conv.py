@@ -17,6 +17,24 @@ AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 # stay in L2 while every weight panel passes over them), in multiples of 64 output positions.
 PANEL_BYTES = 256 * 1024
 DW_SLACK = 32        # MLCC_DW_SLACK in runtime_c/kernels/conv.h
+DW_SLICES = 4        # MLCC_DW_SLICES: threads of a pool that share a depthwise convolution
+# Small maps (output rows of at most TABLE_MAX_W columns) gather im2col through a compile-time
+# offset table, when it is at most TABLE_MAX_BYTES (int32 per im2col value).
+TABLE_MAX_W = 16
+TABLE_MAX_BYTES = 64 * 1024
+
+
+def im2col_table(c: int, ih: int, iw: int, kh: int, kw: int, oh: int, ow: int, sh: int,
+                 sw: int, dh: int, dw: int, pt: int, pl: int) -> np.ndarray:
+    """[c * kh * kw, oh * ow] int32: the offset in a (c, ih, iw) input of each im2col value,
+    -1 where the window reads padding (mlcc_f32_conv2d_packed_table)."""
+    ci, ki, kj, oi, oj = np.meshgrid(np.arange(c), np.arange(kh), np.arange(kw), np.arange(oh),
+                                     np.arange(ow), indexing="ij")
+    y = oi * sh + ki * dh - pt
+    x = oj * sw + kj * dw - pl
+    off = (ci * ih + y) * iw + x
+    valid = (y >= 0) & (y < ih) & (x >= 0) & (x < iw)
+    return np.where(valid, off, -1).astype(np.int32).reshape(c * kh * kw, oh * ow)
 
 
 def window_geometry(node: Node, in_spatial: list[int], kernel: list[int], *,
@@ -140,12 +158,14 @@ class Conv(OpDef):
         depthwise = geo["group"] == geo["c"] == geo["m"] and geo["group"] > 1
         if depthwise:
             # mlcc_dw_scratch_floats() in runtime_c/kernels/conv.h: the padded input of one
-            # channel, split into stride_w column phases, each DW_SLACK columns longer.
+            # channel, split into stride_w column phases, each DW_SLACK columns longer; one
+            # per thread (up to DW_SLICES).
             ph = (oh - 1) * sh + (kh - 1) * dh + 1
             pw = (ow - 1) * sw + (kw - 1) * dw + 1
-            scratch = ph * sw * (-(-pw // sw) + DW_SLACK) * 4
+            scratch = DW_SLICES * ph * sw * (-(-pw // sw) + DW_SLACK) * 4
             lo.call("mlcc_f32_conv2d_depthwise_vec", args, [node.outputs[0]],
-                    params_type="mlcc_conv2d_params", params=params, scratch_bytes=scratch)
+                    params_type="mlcc_conv2d_params", params=params, scratch_bytes=scratch,
+                    pool=True)
             return
         w_const = lo.graph.const(node.inputs[1])
         if w_const is not None:
@@ -156,10 +176,19 @@ class Conv(OpDef):
             g = geo["group"]
             packed = pack_a(np.asarray(w_const, np.float32).reshape(g, geo["m"] // g, kdim))
             args[1] = lo.add_const(f"{node.name}.W_packed", packed)
+            if ow <= TABLE_MAX_W and kdim * spatial * 4 <= TABLE_MAX_BYTES and kh * kw > 1:
+                table = im2col_table(geo["c"] // g, ih, iw, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
+                args.insert(3, lo.add_const(f"{node.name}.im2col_table", table))
+                lo.call("mlcc_f32_conv2d_packed_table", args, [node.outputs[0]],
+                        params_type="mlcc_conv2d_packed_params",
+                        params={"conv": params, "block_cols": block},
+                        scratch_bytes=(kdim + 1) * block * 4, pool=True)
+                return
             lo.call("mlcc_f32_conv2d_packed", args, [node.outputs[0]],
                     params_type="mlcc_conv2d_packed_params",
                     params={"conv": params, "block_cols": block},
-                    scratch_bytes=(kdim + 1) * block * 4)   # panels + one im2col row
+                    scratch_bytes=(kdim + 1) * block * 4,   # panels + one im2col row
+                    pool=True)
             return
         direct = kh == kw == sh == sw == 1 and pt == pl == 0 and (oh, ow) == (ih, iw)
         scratch = 0 if direct else (geo["c"] // geo["group"]) * kh * kw * oh * ow * 4

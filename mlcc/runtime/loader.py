@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +18,12 @@ from cffi import FFI
 from ..errors import InputError, MlccError, RuntimeStatusError
 
 _CDEF = """
-typedef struct mlcc_context { const uint8_t *weights; uint8_t *arena; const void *model; }
-    mlcc_context;
+typedef struct mlcc_context { const uint8_t *weights; uint8_t *arena; const void *model;
+    void *pool; } mlcc_context;
 const char *mlcc_status_string(int status);
+int mlcc_threadpool_create(void **pool, int nthreads);
+void mlcc_threadpool_destroy(void *pool);
+int mlcc_context_set_threadpool(mlcc_context *ctx, void *pool);
 int {p}_init(mlcc_context *ctx, const void *weights, size_t weights_size, void *arena,
              size_t arena_size);
 int {p}_run_v(const mlcc_context *ctx, const void *const *inputs, void *const *outputs);
@@ -97,10 +101,14 @@ class ModelBase:
 
 
 class CompiledModel(ModelBase):
-    """A compiled model loaded in this process. Not thread-safe: one context, one arena."""
+    """A compiled model loaded in this process. Not thread-safe: one context, one arena.
+    threads > 1 runs it on a thread pool of its own (the calling thread and threads - 1
+    workers, created here and stopped with the object); outputs do not depend on threads."""
 
-    def __init__(self, folder: str | Path):
+    def __init__(self, folder: str | Path, threads: int = 1):
         super().__init__(folder)
+        if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+            raise InputError(f"threads must be a positive integer, not {threads!r}")
         library = self.folder / self.manifest["library"]
         if not library.is_file():
             raise MlccError(f"{library}: the compiled library is missing (rebuild with make)")
@@ -129,6 +137,16 @@ class CompiledModel(ModelBase):
                           self._ptr(self._arena), self._arena.nbytes)
         if status != 0:
             raise RuntimeStatusError(f"{self.folder}: init failed: {self.status_string(status)}")
+        self.threads = threads
+        if threads > 1:
+            pool = self._ffi.new("void **")
+            status = self._lib.mlcc_threadpool_create(pool, threads)
+            if status != 0:
+                raise RuntimeStatusError(f"{self.folder}: no pool of {threads} threads: "
+                                         f"{self.status_string(status)}")
+            # the finalizer holds the library and the pool; the context dies with self first
+            weakref.finalize(self, self._lib.mlcc_threadpool_destroy, pool[0])
+            self._lib.mlcc_context_set_threadpool(self._ctx, pool[0])
         self._run = getattr(self._lib, f"{self.prefix}_run_v")
 
     @staticmethod
@@ -168,21 +186,25 @@ class CompiledModel(ModelBase):
         in_ptrs = self._ffi.new("void *[]", [self._ptr(a) for a in arrays] or [self._ffi.NULL])
         out_ptrs = self._ffi.new("void *[]", [self._ptr(a) for a in outs] or [self._ffi.NULL])
 
-        # Defaults bind everything as locals and keep the input copies and the output arrays
-        # alive with the call (a caller may drop the outputs dict and keep timing).
+        # Defaults bind everything as locals and keep the model (its arena, weights and
+        # thread pool), the input copies and the output arrays alive with the call (a caller
+        # may drop the model and the outputs dict and keep timing).
         def call(_run=self._run, _ctx=self._ctx, _in=in_ptrs, _out=out_ptrs,
-                 _keep=(arrays, outs)) -> int:
+                 _keep=(self, arrays, outs)) -> int:
             return _run(_ctx, _in, _out)
 
         return call, {t["name"]: a for t, a in zip(self.outputs, outs)}
 
 
-def load(folder: str | Path, *, run: list[str] | None = None) -> ModelBase:
+def load(folder: str | Path, *, run: list[str] | None = None, threads: int = 1) -> ModelBase:
     """A host model in this process; a cross-target model (its manifest names a harness and
-    a run command) through that command, or through `run` if given."""
+    a run command) through that command, or through `run` if given (single-threaded)."""
     from .runner import HarnessModel
 
     manifest = read_manifest(Path(folder))
     if run is not None or manifest.get("harness"):
+        if threads != 1:
+            raise InputError("threads applies to models loaded into this process; the test "
+                             "harness of a cross target runs single-threaded")
         return HarnessModel(folder, run=run)
-    return CompiledModel(folder)
+    return CompiledModel(folder, threads=threads)

@@ -16,7 +16,19 @@
  *
  * Threads: a context is thread-compatible: one thread at a time may run it. Any number of
  * contexts may run concurrently, each with its own arena; they may share one weights buffer,
- * which the runtime only reads.
+ * which the runtime only reads. To use several cores for one inference, create a thread pool
+ * (the only function that allocates) and attach it to the context:
+ *
+ *     mlcc_threadpool *pool;
+ *     st = mlcc_threadpool_create(&pool, 2);                // 2 threads: the caller + 1 worker
+ *     if (st == MLCC_OK) st = mlcc_context_set_threadpool(&ctx, pool);
+ *     ...                                                    // net_run(&ctx, ...) as before
+ *     mlcc_threadpool_destroy(pool);                         // after the last run
+ *
+ * Results are bit-identical whatever the pool's size (kernels split work by a static
+ * partition). A pool is thread-safe: contexts that share one may run concurrently from several
+ * threads, but their parallel sections then take turns (one section at a time per pool); give
+ * each concurrently running context its own pool to use more cores.
  *
  * Errors: every function returns an int status, MLCC_OK (0) on success. The runtime never aborts
  * and never prints.
@@ -63,7 +75,9 @@ enum mlcc_status {
     MLCC_ERR_WEIGHTS_SIZE = 7,         /* truncated or too long */
     MLCC_ERR_WEIGHTS_CHECKSUM = 8,     /* corrupted */
     MLCC_ERR_WEIGHTS_MODEL = 9,        /* a valid blob, but of another model */
-    MLCC_ERR_INDEX_OUT_OF_RANGE = 10   /* an index input (e.g. of Gather) is outside its axis */
+    MLCC_ERR_INDEX_OUT_OF_RANGE = 10,  /* an index input (e.g. of Gather) is outside its axis */
+    MLCC_ERR_THREADS = 11              /* no thread pool: built without threads (wasm,
+                                          MLCC_NO_THREADS), a bad size or out of resources */
 };
 
 enum mlcc_dtype {
@@ -92,11 +106,18 @@ typedef struct mlcc_model_info {
     const mlcc_tensor_info *inputs, *outputs;
 } mlcc_model_info;
 
+/* A pool of threads that run the parallel sections of kernels (opaque). */
+typedef struct mlcc_threadpool mlcc_threadpool;
+
+/* The largest pool mlcc_threadpool_create accepts. */
+#define MLCC_MAX_THREADS 64
+
 /* Filled by a model's init function; opaque to callers, who must not change it. */
 typedef struct mlcc_context {
     const uint8_t *weights;
     uint8_t *arena;
     const mlcc_model_info *model;      /* NULL until init succeeds */
+    mlcc_threadpool *pool;             /* NULL (after init): everything runs on the caller */
 } mlcc_context;
 
 /* A short English description of a status code (a static string). */
@@ -111,6 +132,31 @@ MLCC_EXPORT int mlcc_context_init(mlcc_context *ctx, const mlcc_model_info *mode
 /* Checks the blob only (no context): useful to validate a file before keeping it. */
 MLCC_EXPORT int mlcc_weights_check(const mlcc_model_info *model, const void *weights,
                                    size_t weights_size);
+
+/* Creates a pool of nthreads threads (1 <= nthreads <= MLCC_MAX_THREADS), the thread that calls
+ * a model's run being one of them: nthreads - 1 workers are started, and sleep when idle. The
+ * only allocating function of the runtime; pair it with mlcc_threadpool_destroy. Fails with
+ * MLCC_ERR_THREADS (and *pool = NULL) in builds without threads (wasm, -DMLCC_NO_THREADS). */
+MLCC_EXPORT int mlcc_threadpool_create(mlcc_threadpool **pool, int nthreads);
+
+/* Stops and joins the workers and frees the pool. No context may be running with it, and none
+ * may run with it afterwards. NULL is ignored. */
+MLCC_EXPORT void mlcc_threadpool_destroy(mlcc_threadpool *pool);
+
+/* Threads of the pool (the caller included); 1 for NULL. */
+MLCC_EXPORT int mlcc_threadpool_size(const mlcc_threadpool *pool);
+
+/* Runs ctx's kernels on pool from now on (NULL: on the calling thread only). Call after init
+ * (init resets it to NULL); the pool must outlive every run of ctx that uses it. */
+MLCC_EXPORT int mlcc_context_set_threadpool(mlcc_context *ctx, mlcc_threadpool *pool);
+
+/* For kernels: calls fn(arg, unit, thread) for every unit < units (at most 65535; more run on
+ * the caller), on at most max_threads threads of the pool (thread < max_threads: 0 is the
+ * caller; kernels index per-thread scratch with it), and returns when all calls have returned.
+ * Which thread runs which unit depends on timing: a unit's result must not. pool may be NULL. */
+typedef void (*mlcc_unit_fn)(void *arg, int unit, int thread);
+void mlcc_threadpool_for(mlcc_threadpool *pool, mlcc_unit_fn fn, void *arg, int units,
+                         int max_threads);
 
 /* CRC-32 (IEEE 802.3, as zlib computes it) of n bytes. */
 uint32_t mlcc_crc32(const void *data, size_t n);

@@ -1,4 +1,8 @@
 #include "conv.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 #include "gemm.h"
 
 /* The output columns [lo, hi) whose input column ow * stride - pad + offset lies in [0, size). */
@@ -199,30 +203,212 @@ static void pack_im2col(const mlcc_conv2d_params *p, ptrdiff_t channels, const f
     }
 }
 
-void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *pp, const float *x, const float *w,
-                            const float *bias, float *y, float *scratch) {
-    const mlcc_conv2d_params *p = &pp->conv;
-    const ptrdiff_t groups = (ptrdiff_t)p->groups;
-    const ptrdiff_t cin_g = (ptrdiff_t)p->in_channels / groups;
-    const ptrdiff_t cout_g = (ptrdiff_t)p->out_channels / groups;
-    const ptrdiff_t cout_pad = (cout_g + MLCC_GEMM_MR - 1) / MLCC_GEMM_MR * MLCC_GEMM_MR;
-    const ptrdiff_t kdim = cin_g * (ptrdiff_t)(p->kernel_h * p->kernel_w);
-    const ptrdiff_t spatial = (ptrdiff_t)(p->out_h * p->out_w);
-    const ptrdiff_t in_plane = (ptrdiff_t)(p->in_h * p->in_w);
-    const ptrdiff_t block = (ptrdiff_t)pp->block_cols;
-    ptrdiff_t n, gi, j0;
-    for (n = 0; n < p->batch; n++) {
-        for (gi = 0; gi < groups; gi++) {
-            const float *xg = x + (n * (ptrdiff_t)p->in_channels + gi * cin_g) * in_plane;
-            float *yg = y + (n * (ptrdiff_t)p->out_channels + gi * cout_g) * spatial;
-            for (j0 = 0; j0 < spatial; j0 += block) {
-                const ptrdiff_t nc = spatial - j0 < block ? spatial - j0 : block;
-                pack_im2col(p, cin_g, xg, j0, nc, scratch, scratch + kdim * block);
-                mlcc_f32_gemm_packed(cout_g, nc, kdim, w + gi * cout_pad * kdim, scratch,
-                                     bias ? bias + gi * cout_g : NULL, &p->act, yg + j0, spatial);
+/* The panels of im2col columns [j0, j0 + nc) from the compile-time table of input offsets
+ * (kdim x spatial, -1 for padding): one indexed load per value, no run logic (small maps).
+ * With AVX-512, 16 values per masked gather instruction. */
+static void gather_im2col(const int32_t *table, ptrdiff_t spatial, ptrdiff_t kdim,
+                          const float *x, ptrdiff_t j0, ptrdiff_t nc, float *panels) {
+    const ptrdiff_t ncp = (nc + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR * MLCC_GEMM_NR;
+    ptrdiff_t k, j;
+#if defined(__AVX512F__) && MLCC_HAVE_VECTORS && MLCC_VECTOR_BYTES >= 64   /* NR = 32 */
+    for (k = 0; k < kdim; k++) {
+        const int32_t *tk = table + k * spatial + j0;
+        for (j = 0; j < ncp; j += 16) {
+            float *d = panels + (j / MLCC_GEMM_NR) * kdim * MLCC_GEMM_NR + k * MLCC_GEMM_NR +
+                       j % MLCC_GEMM_NR;
+            const ptrdiff_t left = nc - j;
+            const __mmask16 lanes = left >= 16 ? (__mmask16)0xFFFF
+                                    : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
+            const __m512i idx = _mm512_maskz_loadu_epi32(lanes, tk + j);
+            const __mmask16 m = _mm512_mask_cmpge_epi32_mask(lanes, idx, _mm512_setzero_si512());
+            _mm512_storeu_ps(d, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, x, 4));
+        }
+    }
+#else
+    ptrdiff_t t;
+    for (k = 0; k < kdim; k++) {
+        const int32_t *tk = table + k * spatial + j0;
+        for (j = 0; j < ncp; j += MLCC_GEMM_NR) {
+            float *d = panels + (j / MLCC_GEMM_NR) * kdim * MLCC_GEMM_NR + k * MLCC_GEMM_NR;
+            for (t = 0; t < MLCC_GEMM_NR; t++) {
+                const int32_t o = j + t < nc ? tk[j + t] : -1;
+                d[t] = o >= 0 ? x[o] : 0.0f;
             }
         }
     }
+#endif
+}
+
+/* Gathers columns [j0, j0 + nc) of the group's im2col matrix into panels: from the table if
+ * there is one, else with pack_im2col (row is its buffer of one im2col row). */
+static void gather_block(const mlcc_conv2d_params *p, const int32_t *table, ptrdiff_t cin_g,
+                         const float *xg, ptrdiff_t j0, ptrdiff_t nc, float *panels, float *row) {
+    if (table != NULL)
+        gather_im2col(table, (ptrdiff_t)(p->out_h * p->out_w),
+                      cin_g * (ptrdiff_t)(p->kernel_h * p->kernel_w), xg, j0, nc, panels);
+    else
+        pack_im2col(p, cin_g, xg, j0, nc, panels, row);
+}
+
+/* The packed convolution on a pool. Output positions come in blocks of block_cols; within a
+ * block, panels of MLCC_GEMM_NR columns. Two static partitions into units, chosen by which
+ * balances better:
+ *  - by panels (one loop for the whole convolution): unit u owns the same range of panels in
+ *    every block, gathers them (into its own part of scratch: panels and the im2col row buffer
+ *    are laid out by column) and multiplies all weight rows by them;
+ *  - by weight rows (few panels, many output channels: late layers of deep networks): per
+ *    block, one loop gathers the panels, one unit per range of panels, and a second one
+ *    multiplies, one unit per range of MLCC_GEMM_MR-row weight panels.
+ * Every output is computed by the same tile code with the same k order whatever the units, so
+ * results are bit-identical whatever the number of threads. */
+typedef struct conv_packed_job {
+    const mlcc_conv2d_packed_params *pp;
+    const float *x, *w, *bias;
+    float *y, *scratch;
+    const int32_t *table;              /* NULL, or the im2col offsets (mlcc_f32_conv2d_packed_table) */
+    ptrdiff_t block;                   /* columns per block (block_cols) */
+    ptrdiff_t np_block;                /* panels in a (full) block */
+    ptrdiff_t units;
+    ptrdiff_t n, gi, j0, nc;           /* the current block (partition by rows) */
+} conv_packed_job;
+
+static void conv_packed_geometry(const mlcc_conv2d_params *p, ptrdiff_t *cin_g,
+                                 ptrdiff_t *cout_g, ptrdiff_t *cout_pad, ptrdiff_t *kdim,
+                                 ptrdiff_t *spatial, ptrdiff_t *in_plane) {
+    *cin_g = (ptrdiff_t)p->in_channels / (ptrdiff_t)p->groups;
+    *cout_g = (ptrdiff_t)p->out_channels / (ptrdiff_t)p->groups;
+    *cout_pad = (*cout_g + MLCC_GEMM_MR - 1) / MLCC_GEMM_MR * MLCC_GEMM_MR;
+    *kdim = *cin_g * (ptrdiff_t)(p->kernel_h * p->kernel_w);
+    *spatial = (ptrdiff_t)(p->out_h * p->out_w);
+    *in_plane = (ptrdiff_t)(p->in_h * p->in_w);
+}
+
+/* Partition by panels: unit u of job->units, every block. */
+static void conv_packed_by_panels(void *arg, int u, int thread) {
+    const conv_packed_job *job = (const conv_packed_job *)arg;
+    const mlcc_conv2d_params *p = &job->pp->conv;
+    ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, n, gi, j0;
+    const ptrdiff_t q0 = job->np_block * u / job->units;
+    const ptrdiff_t q1 = job->np_block * (u + 1) / job->units;
+    (void)thread;
+    conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
+    for (n = 0; n < p->batch; n++) {
+        for (gi = 0; gi < (ptrdiff_t)p->groups; gi++) {
+            const float *xg = job->x + (n * (ptrdiff_t)p->in_channels + gi * cin_g) * in_plane;
+            float *yg = job->y + (n * (ptrdiff_t)p->out_channels + gi * cout_g) * spatial;
+            for (j0 = 0; j0 < spatial; j0 += job->block) {
+                const ptrdiff_t nc = spatial - j0 < job->block ? spatial - j0 : job->block;
+                const ptrdiff_t c0 = q0 * MLCC_GEMM_NR;
+                const ptrdiff_t c1 = q1 * MLCC_GEMM_NR < nc ? q1 * MLCC_GEMM_NR : nc;
+                float *panels = job->scratch + q0 * kdim * MLCC_GEMM_NR;
+                if (c0 >= c1) continue;
+                gather_block(p, job->table, cin_g, xg, j0 + c0, c1 - c0, panels,
+                             job->scratch + kdim * job->block + c0);
+                mlcc_f32_gemm_packed(cout_g, c1 - c0, kdim, job->w + gi * cout_pad * kdim, panels,
+                                     job->bias ? job->bias + gi * cout_g : NULL, &p->act,
+                                     yg + j0 + c0, spatial);
+            }
+        }
+    }
+}
+
+/* Partition by rows, first loop: gather the current block's panels, unit u a range of them. */
+static void conv_packed_gather(void *arg, int u, int thread) {
+    const conv_packed_job *job = (const conv_packed_job *)arg;
+    const mlcc_conv2d_params *p = &job->pp->conv;
+    ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, c0, c1;
+    const ptrdiff_t np = (job->nc + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR;
+    const ptrdiff_t units = np < job->units ? np : job->units;
+    (void)thread;
+    conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
+    if (u >= units) return;
+    c0 = np * u / units * MLCC_GEMM_NR;
+    c1 = np * (u + 1) / units * MLCC_GEMM_NR;
+    if (c1 > job->nc) c1 = job->nc;
+    gather_block(p, job->table, cin_g,
+                 job->x + (job->n * (ptrdiff_t)p->in_channels + job->gi * cin_g) * in_plane,
+                 job->j0 + c0, c1 - c0, job->scratch + c0 * kdim,
+                 job->scratch + kdim * job->block + c0);
+}
+
+/* Partition by rows, second loop: multiply, unit u a range of MLCC_GEMM_MR-row weight panels. */
+static void conv_packed_multiply(void *arg, int u, int thread) {
+    const conv_packed_job *job = (const conv_packed_job *)arg;
+    const mlcc_conv2d_params *p = &job->pp->conv;
+    ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, r0, r1, mb;
+    (void)thread;
+    conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
+    mb = cout_pad / MLCC_GEMM_MR;
+    r0 = mb * u / job->units * MLCC_GEMM_MR;
+    r1 = mb * (u + 1) / job->units * MLCC_GEMM_MR;
+    if (r1 > cout_g) r1 = cout_g;
+    if (r0 >= r1) return;
+    mlcc_f32_gemm_packed(r1 - r0, job->nc, kdim, job->w + (job->gi * cout_pad + r0) * kdim,
+                         job->scratch, job->bias ? job->bias + job->gi * cout_g + r0 : NULL,
+                         &p->act,
+                         job->y + (job->n * (ptrdiff_t)p->out_channels + job->gi * cout_g + r0)
+                                      * spatial + job->j0,
+                         spatial);
+}
+
+/* Units per thread: enough for the threads that run to take over the share of one the OS
+ * has not scheduled (a busy machine), few enough to keep each unit's GEMM large. */
+#define UNITS_PER_THREAD 4
+
+/* Of `units` equal parts over nt threads, the fraction the busiest thread does not waste
+ * (1024 = perfect balance). */
+static ptrdiff_t balance(ptrdiff_t units, ptrdiff_t nt) {
+    return units * 1024 / (nt * ((units + nt - 1) / nt));
+}
+
+static void conv_packed(const mlcc_conv2d_packed_params *pp, const float *x, const float *w,
+                        const float *bias, const int32_t *table, float *y, float *scratch,
+                        mlcc_threadpool *pool) {
+    const mlcc_conv2d_params *p = &pp->conv;
+    ptrdiff_t nt = mlcc_threadpool_size(pool);
+    ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, mb;
+    conv_packed_job job;
+    conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
+    job.pp = pp;
+    job.x = x;
+    job.w = w;
+    job.bias = bias;
+    job.y = y;
+    job.scratch = scratch;
+    job.table = table;
+    job.block = (ptrdiff_t)pp->block_cols;
+    job.np_block = ((spatial < job.block ? spatial : job.block) + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR;
+    mb = cout_pad / MLCC_GEMM_MR;
+    if ((double)cout_g * (double)spatial * (double)kdim * (double)p->batch * (double)p->groups <
+        (double)MLCC_MIN_PARALLEL_MACS)
+        nt = 1, pool = NULL;
+    if (nt == 1 || balance(job.np_block, nt) + 64 >= balance(mb, nt)) {
+        job.units = nt == 1 ? 1 : job.np_block < UNITS_PER_THREAD * nt ? job.np_block
+                                                                      : UNITS_PER_THREAD * nt;
+        mlcc_threadpool_for(pool, conv_packed_by_panels, &job, (int)job.units, (int)nt);
+        return;
+    }
+    for (job.n = 0; job.n < p->batch; job.n++)
+        for (job.gi = 0; job.gi < (ptrdiff_t)p->groups; job.gi++)
+            for (job.j0 = 0; job.j0 < spatial; job.j0 += job.block) {
+                const ptrdiff_t np0 = job.np_block;
+                job.nc = spatial - job.j0 < job.block ? spatial - job.j0 : job.block;
+                job.units = np0 < UNITS_PER_THREAD * nt ? np0 : UNITS_PER_THREAD * nt;
+                mlcc_threadpool_for(pool, conv_packed_gather, &job, (int)job.units, (int)nt);
+                job.units = mb < UNITS_PER_THREAD * nt ? mb : UNITS_PER_THREAD * nt;
+                mlcc_threadpool_for(pool, conv_packed_multiply, &job, (int)job.units, (int)nt);
+            }
+}
+
+void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *pp, const float *x, const float *w,
+                            const float *bias, float *y, float *scratch, mlcc_threadpool *pool) {
+    conv_packed(pp, x, w, bias, NULL, y, scratch, pool);
+}
+
+void mlcc_f32_conv2d_packed_table(const mlcc_conv2d_packed_params *pp, const float *x,
+                                  const float *w, const float *bias, const int32_t *table,
+                                  float *y, float *scratch, mlcc_threadpool *pool) {
+    conv_packed(pp, x, w, bias, table, y, scratch, pool);
 }
 
 void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, const float *w,
@@ -339,8 +525,17 @@ static void dw_row(const float *base, const ptrdiff_t *off, const float *wt, ptr
 }
 #endif
 
-void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, const float *w,
-                                   const float *bias, float *y, float *scratch) {
+typedef struct dw_job {
+    const mlcc_conv2d_params *p;
+    const float *x, *w, *bias;
+    float *y, *scratch;
+    ptrdiff_t units;
+} dw_job;
+
+/* Unit u: channels [c0, c1) of every image, in the scratch slice of the thread running it. */
+static void dw_task(void *arg, int u, int thread) {
+    const dw_job *job = (const dw_job *)arg;
+    const mlcc_conv2d_params *p = job->p;
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
     const ptrdiff_t oh_n = (ptrdiff_t)p->out_h, ow_n = (ptrdiff_t)p->out_w;
     const ptrdiff_t kh_n = (ptrdiff_t)p->kernel_h, kw_n = (ptrdiff_t)p->kernel_w;
@@ -350,23 +545,21 @@ void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, 
     const ptrdiff_t wq = mlcc_dw_phase_width(p);
     const ptrdiff_t ph = (oh_n - 1) * sh + (kh_n - 1) * dh + 1;
     const ptrdiff_t ntaps = kh_n * kw_n;
+    const ptrdiff_t c0 = channels * u / job->units, c1 = channels * (u + 1) / job->units;
+    float *scratch = job->scratch + thread * mlcc_dw_scratch_floats(p);
     ptrdiff_t off[DW_MAX_TAPS];
     ptrdiff_t n, c, oh, kh, kw;
-    if (ntaps > DW_MAX_TAPS) {   /* larger kernels than 8 x 8: the direct kernel */
-        mlcc_f32_conv2d_depthwise(p, x, w, bias, y);
-        return;
-    }
     for (kh = 0; kh < kh_n; kh++)
         for (kw = 0; kw < kw_n; kw++) {
             const ptrdiff_t col = kw * dw;
             off[kh * kw_n + kw] = kh * dh * sw * wq + (col % sw) * wq + col / sw;
         }
     for (n = 0; n < p->batch; n++) {
-        for (c = 0; c < channels; c++) {
-            const float *wc = w + c * ntaps;
-            float *yc = y + (n * channels + c) * oh_n * ow_n;
-            const float b = bias ? bias[c] : 0.0f;
-            dw_fill_phases(p, x + (n * channels + c) * ih_n * iw_n, scratch, ph, wq);
+        for (c = c0; c < c1; c++) {
+            const float *wc = job->w + c * ntaps;
+            float *yc = job->y + (n * channels + c) * oh_n * ow_n;
+            const float b = job->bias ? job->bias[c] : 0.0f;
+            dw_fill_phases(p, job->x + (n * channels + c) * ih_n * iw_n, scratch, ph, wq);
             for (oh = 0; oh < oh_n; oh++) {
                 const float *base = scratch + oh * sh * sw * wq;
                 float *yr = yc + oh * ow_n;
@@ -376,5 +569,31 @@ void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, 
                     dw_row(base, off, wc, ntaps, b, yr, ow_n, &p->act);
             }
         }
+    }
+}
+
+void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, const float *w,
+                                   const float *bias, float *y, float *scratch,
+                                   mlcc_threadpool *pool) {
+    dw_job job;
+    if (p->kernel_h * p->kernel_w > DW_MAX_TAPS) {   /* larger kernels than 8 x 8: direct */
+        mlcc_f32_conv2d_depthwise(p, x, w, bias, y);
+        return;
+    }
+    job.p = p;
+    job.x = x;
+    job.w = w;
+    job.bias = bias;
+    job.y = y;
+    job.scratch = scratch;
+    if ((double)p->out_channels * (double)(p->out_h * p->out_w) * (double)p->batch *
+            (double)(p->kernel_h * p->kernel_w) < (double)MLCC_MIN_PARALLEL_MACS / 4)
+        pool = NULL;   /* depthwise MACs are cheaper to split: a quarter of the threshold */
+    {
+        const ptrdiff_t nt = mlcc_threadpool_size(pool) < MLCC_DW_SLICES
+                                 ? mlcc_threadpool_size(pool) : MLCC_DW_SLICES;
+        const ptrdiff_t per = nt == 1 ? 1 : UNITS_PER_THREAD * nt;
+        job.units = p->out_channels < per ? (ptrdiff_t)p->out_channels : per;
+        mlcc_threadpool_for(pool, dw_task, &job, (int)job.units, (int)nt);
     }
 }

@@ -27,6 +27,13 @@ void mlcc_f32_conv2d(const mlcc_conv2d_params *p, const float *x, const float *w
 void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, const float *w,
                                const float *bias, float *y);
 
+/* pool: see mlcc_runtime.h (NULL: the calling thread only); results do not depend on it.
+ * Convolutions of fewer multiply-adds than this run on the caller: waking a worker costs more
+ * than it saves (the digits CNN, 0.3 M per layer, was 2x slower on 2 threads than on 1). */
+#ifndef MLCC_MIN_PARALLEL_MACS
+#define MLCC_MIN_PARALLEL_MACS (1L << 20)
+#endif
+
 /* General grouped convolution as a GEMM of the weights, packed at compile time (gemm.h's A
  * layout per group: ceil(out_channels / groups / MLCC_GEMM_MR) panels, each kernel_size deep),
  * by the im2col matrix, which is never materialized whole: block_cols output positions at a time
@@ -40,13 +47,22 @@ typedef struct mlcc_conv2d_packed_params {
 } mlcc_conv2d_packed_params;
 
 void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *p, const float *x, const float *w,
-                            const float *bias, float *y, float *scratch);
+                            const float *bias, float *y, float *scratch, mlcc_threadpool *pool);
+
+/* The same convolution for small feature maps, where the im2col rows are made of short runs:
+ * the im2col matrix is gathered through a table made at compile time, table[k * out_h * out_w
+ * + j] = the offset in the group's input of im2col row k, column j, or -1 for padding. */
+void mlcc_f32_conv2d_packed_table(const mlcc_conv2d_packed_params *p, const float *x,
+                                  const float *w, const float *bias, const int32_t *table,
+                                  float *y, float *scratch, mlcc_threadpool *pool);
 
 /* Depthwise convolution with vectors along the output row: each channel's zero-padded input is
  * first copied into scratch split by column phase (column c of the padded input goes to phase
  * c % stride_w, position c / stride_w), so that every kernel tap reads contiguous input for
  * consecutive outputs whatever the stride; the taps accumulate in registers. scratch holds
- * mlcc_dw_scratch_floats(p) floats (mlcc/ops/conv.py computes the same number). */
+ * MLCC_DW_SLICES * mlcc_dw_scratch_floats(p) floats (mlcc/ops/conv.py computes the same
+ * number): on a pool, up to MLCC_DW_SLICES threads each take a range of channels and a slice. */
+#define MLCC_DW_SLICES 4
 #define MLCC_DW_SLACK 32   /* zero columns past each phase row: two whole vectors may be loaded */
 static inline ptrdiff_t mlcc_dw_phase_width(const mlcc_conv2d_params *p) {
     const ptrdiff_t pw = (ptrdiff_t)((p->out_w - 1) * p->stride_w + (p->kernel_w - 1) * p->dilation_w + 1);
@@ -57,6 +73,7 @@ static inline ptrdiff_t mlcc_dw_scratch_floats(const mlcc_conv2d_params *p) {
     return ph * (ptrdiff_t)p->stride_w * mlcc_dw_phase_width(p);
 }
 void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, const float *w,
-                                   const float *bias, float *y, float *scratch);
+                                   const float *bias, float *y, float *scratch,
+                                   mlcc_threadpool *pool);
 
 #endif /* MLCC_CONV_H */

@@ -17,6 +17,7 @@ const char *mlcc_status_string(int status) {
     case MLCC_ERR_WEIGHTS_CHECKSUM: return "the weight blob is corrupted (checksum mismatch)";
     case MLCC_ERR_WEIGHTS_MODEL: return "the weight blob belongs to another model";
     case MLCC_ERR_INDEX_OUT_OF_RANGE: return "an index input is out of range";
+    case MLCC_ERR_THREADS: return "no thread pool (built without threads, bad size or no resources)";
     default: return "unknown status";
     }
 }
@@ -111,6 +112,7 @@ int mlcc_context_init(mlcc_context *ctx, const mlcc_model_info *model, const voi
     int status;
     if (ctx == NULL || model == NULL) return MLCC_ERR_NULL_ARGUMENT;
     ctx->model = NULL;
+    ctx->pool = NULL;
     if (arena == NULL && model->arena_size > 0) return MLCC_ERR_NULL_ARGUMENT;
     if (arena_size < model->arena_size) return MLCC_ERR_ARENA_TOO_SMALL;
     if (model->arena_size > 0 && ((uintptr_t)arena) % model->arena_align != 0)
