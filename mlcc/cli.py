@@ -150,16 +150,23 @@ def _quant_config(quantize, calibration, calibrator, percentile, per_channel, re
                    "without files.")
 @click.option("--dump-ir", is_flag=True, help="Print the graph after each pass.")
 @click.option("--no-build", is_flag=True, help="Write the sources only; skip the C compiler.")
+@click.option("--min-sqnr", "min_sqnr", type=float, default=None, metavar="DB",
+              help="With --quantize: keep the most sensitive layers in float, one by one, "
+                   "until the output SQNR on the calibration set reaches DB.")
 @quant_options
 @_guard
 def compile_cmd(model, target, output, shapes, name, max_arena, embed_weights, dump_ir,
-                no_build, quantize, calibration, calibrator, percentile, per_channel, requant,
-                report, export_qdq):
+                no_build, min_sqnr, quantize, calibration, calibrator, percentile, per_channel,
+                requant, report, export_qdq):
     """Compile MODEL (an .onnx file) into C sources, a weight blob and a library."""
     from . import api
 
     qcfg = _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant,
                          report, export_qdq)
+    if min_sqnr is not None:
+        if qcfg is None:
+            raise MlccError("--min-sqnr needs --quantize int8")
+        qcfg.min_sqnr = min_sqnr
     out = output or str(Path("build") / Path(model).stem)
     res = api.compile(model, out, target=target, shapes=_shapes(shapes), name=name,
                       max_arena=_size(max_arena), build=not no_build,
@@ -171,6 +178,13 @@ def compile_cmd(model, target, output, shapes, name, max_arena, embed_weights, d
         click.echo(f"int8: {q['integer_layers']} integer layers, {len(floats)} in float"
                    + (f" ({', '.join(floats[:8])}{', ...' if len(floats) > 8 else ''})"
                       if floats else "") + (f"; report in {report}" if report else ""))
+        if "min_sqnr" in q:
+            ms = q["min_sqnr"]
+            click.echo(f"min-sqnr {ms['target_db']:g} dB {'met' if ms['met'] else 'NOT met'}: "
+                       f"{len(ms['kept'])} groups kept in float, output SQNR "
+                       f"{ms['base_db']:.2f} -> {ms['final_db']:.2f} dB, latency "
+                       f"{ms['ms_all_integer']:.3g} -> {ms['ms']:.3g} ms, weights "
+                       f"{ms['weights_all_integer']} -> {ms['weights']} bytes")
     m = res.manifest
     click.echo(f"compiled {Path(model).name} for {m['target']} into {res.folder}/: "
                f"{m['kernel_calls']} kernel calls, arena {m['arena_size']} bytes, "

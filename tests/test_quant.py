@@ -499,3 +499,73 @@ def test_matmul_with_fused_bias_keeps_its_bias(tmp_path):
                                output_dir=tmp_path / "q")
     assert out.ok, out.outputs
     assert "mlcc_u8_qfc(" in (tmp_path / "q" / "model.c").read_text()
+
+
+# ------------------------------------------------------------------ --min-sqnr
+
+def test_min_sqnr_search_is_greedy_on_end_to_end_gains():
+    """sensitivity.search ranks the groups by their gain alone against the all-integer
+    program, then keeps them in float in that order until the target is met."""
+    from mlcc.quant import sensitivity
+    # a toy program: each group adds its own noise energy; one pair interacts
+    noise = {"a": 1.0, "b": 4.0, "c": 0.5, "d": 2.0}
+    calls = []
+
+    def evaluate(keep):
+        calls.append(keep)
+        e = sum(v for k, v in noise.items() if k not in keep)
+        if "b" not in keep and "d" not in keep:
+            e += 3.0                                 # b and d compound
+        return 10 * np.log10(100.0 / e) if e else np.inf
+
+    res = sensitivity.search(list(noise), evaluate, 16.0)
+    assert calls[0] == frozenset() and len(calls) == res.evaluations
+    assert res.base_db == pytest.approx(10 * np.log10(100 / 10.5))
+    assert max(res.gains, key=res.gains.get) == "b"
+    assert res.kept == ["b", "d"] and res.met and res.final_db >= 16.0
+    assert [db for _, db in res.steps] == sorted(db for _, db in res.steps)
+    easy = sensitivity.search(list(noise), evaluate, 5.0)
+    assert easy.kept == [] and easy.met and easy.evaluations == 1
+    never = sensitivity.search(["a"], lambda keep: 1.0, 5.0)
+    assert not never.met and never.kept == ["a"]
+
+
+def test_min_sqnr_keeps_groups_in_float_from_the_cli(tmp_path):
+    """--min-sqnr on a two-layer MLP with an unreachable target: both groups end in float in
+    the order of their measured gains, the program has no integer layer left, and the
+    manifest, the CLI and the report say what was kept and what it cost."""
+    rng = np.random.default_rng(5)
+    w1 = rng.normal(0, 0.4, (13, 17)).astype(np.float32)
+    w2 = rng.normal(0, 0.4, (17, 7)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [3, 13])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [3, 7])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    calib = tmp_path / "c.npz"
+    np.savez(calib, x=rng.normal(0, 1, (8, 3, 13)).astype(np.float32))
+    report = tmp_path / "r.md"
+    r = CliRunner().invoke(main, ["compile", str(path), "-o", str(tmp_path / "q"),
+                                  "--target", "x86-native", "--quantize", "int8",
+                                  "--calibration", str(calib), "--min-sqnr", "300",
+                                  "--report", str(report)])
+    assert r.exit_code == 0, r.output
+    info = json.loads((tmp_path / "q" / "manifest.json").read_text())["quantization"]
+    ms = info["min_sqnr"]
+    assert ms["met"] and ms["final_db"] == float("inf") and ms["base_db"] < 60
+    assert sorted(ms["kept"]) == sorted(ms["gains"]) and len(ms["kept"]) == 2
+    assert ms["kept"][0] == max(ms["gains"], key=ms["gains"].get)
+    assert ms["evaluations"] == 5 and ms["weights"] > ms["weights_all_integer"]
+    assert "mlcc_u8_qfc(" not in (tmp_path / "q" / "model.c").read_text()
+    assert "min-sqnr 300 dB met: 2 groups kept in float" in r.output
+    text = report.read_text()
+    assert "## --min-sqnr" in text and f"| `{ms['kept'][0]}` |" in text
+    r = CliRunner().invoke(main, ["compile", str(path), "-o", str(tmp_path / "f"),
+                                  "--min-sqnr", "30"])
+    assert r.exit_code == 1 and "--min-sqnr needs --quantize int8" in r.output

@@ -36,6 +36,9 @@ class QuantOptions:
     per_channel: bool = True
     requant: str = "float"            # "float" (onnxruntime's) or "fixed" (integer only)
     activations: str = "uint8"
+    # node names (of the optimized graph) to run in float even where an integer kernel exists
+    # (--min-sqnr's choice, mlcc/quant/sensitivity.py)
+    keep_float: frozenset = frozenset()
 
 
 @dataclass
@@ -187,7 +190,8 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None,
 
     for n in g.nodes:
         op = n.op_type
-        if _is_integer_producer(g, n) and has(n.inputs[0]):
+        kept = n.name in opts.keep_float
+        if _is_integer_producer(g, n) and has(n.inputs[0]) and not kept:
             x = n.inputs[0]
             xq = ensure_q(x)
             qx = params_of(x)
@@ -229,7 +233,7 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None,
                                     "uint8 out" if uint8_out else "float out"))
             continue
         ins_q = [i in qnames for i in n.inputs if i and not g.values[i].is_const]
-        if n.domain == "" and op in MOVEMENT | POOLS and ins_q and ins_q[0] and \
+        if n.domain == "" and op in MOVEMENT | POOLS and ins_q and ins_q[0] and not kept and \
                 g.values[n.inputs[0]].dtype == "float32" and _pool_ok(g, n):
             x = n.inputs[0]
             qp = qparams[x]
@@ -252,7 +256,7 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None,
             float_missing.add(out)
             layers.append(LayerPlan(n.name, op, True, "data movement on uint8"))
             continue
-        if n.domain == "" and op == "Add" and len(ins_q) == 2 and all(ins_q) and \
+        if n.domain == "" and op == "Add" and len(ins_q) == 2 and all(ins_q) and not kept and \
                 g.values[n.inputs[0]].shape == g.values[n.inputs[1]].shape == \
                 g.values[n.outputs[0]].shape and has(n.outputs[0]):
             a, b = n.inputs
@@ -267,7 +271,7 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None,
             float_missing.add(out)
             layers.append(LayerPlan(n.name, op, True, "requantizing add"))
             continue
-        if n.domain == "" and op == "Concat" and ins_q and all(ins_q) and \
+        if n.domain == "" and op == "Concat" and ins_q and all(ins_q) and not kept and \
                 len(ins_q) == len(n.inputs) and has(n.outputs[0]):
             out = n.outputs[0]
             qy = params_of(out)
@@ -294,7 +298,8 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None,
                 ensure_float(i)
         nodes.append(n)
         layers.append(LayerPlan(n.name, "+".join([op] + [f.rsplit(':', 1)[-1] for f in n.fused]),
-                                False, "float (no integer kernel)"))
+                                False, "float (kept by --min-sqnr)" if kept
+                                else "float (no integer kernel)"))
     for o in g.outputs:
         ensure_float(o)
     g.nodes = nodes
