@@ -28,6 +28,7 @@ from .passes import run_pipeline
 from .quant import (CalibrationSet, QuantOptions, QuantResult, calibrate, needed_ranges,
                     observed_values, quantize_graph)
 from .quant.export import export_qdq
+from .quant.smooth import smooth, smoothable
 from .quant.qdq import extract_qdq, has_qdq
 from .quant.report import ErrorStats, LayerRow, markdown
 from .runtime import ModelBase
@@ -68,6 +69,10 @@ class QuantizeConfig:
     # keep the most sensitive layers in float until the output SQNR on the calibration set
     # reaches this (dB); mlcc/quant/sensitivity.py
     min_sqnr: float | None = None
+    # SmoothQuant alpha for the float activations read by integer MatMuls (mlcc/quant/smooth.py)
+    smooth: float | None = None
+    # node names (of the optimized graph, as the report names them) to keep in float
+    keep_float: tuple[str, ...] = ()
 
 
 def _optimize(model: str | Path, shapes: Shapes | None, extra_outputs: list[str] | None,
@@ -230,7 +235,7 @@ def _write_report(fg: Graph, qres: QuantResult, cfg: QuantizeConfig, model, targ
 def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
               ) -> tuple[Graph, QuantResult, dict]:
     opts = QuantOptions(per_channel=cfg.per_channel, requant=cfg.requant or tgt.int8_requant,
-                        activations=tgt.int8_activations)
+                        activations=tgt.int8_activations, keep_float=frozenset(cfg.keep_float))
     say = cfg.progress or (lambda text: None)
     ranges: dict = {}
     data = None
@@ -255,10 +260,15 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
             def progress(p, passes, k):
                 if k % 8 == 0:
                     say(f"calibrating ({cfg.calibrator}): pass {p + 1}/{passes}, {k} samples")
+            watch = frozenset(smoothable(g)) if cfg.smooth is not None else frozenset()
             ranges = calibrate(data, run, names, method=cfg.calibrator,
-                               percentile=cfg.percentile, progress=progress)
+                               percentile=cfg.percentile, progress=progress, channels=watch)
             say(f"calibrated {len(ranges)} tensors on {data.count} samples in "
                 f"{time.perf_counter() - t0:.1f} s")
+            if cfg.smooth is not None:
+                g, ranges, smoothed = smooth(g, ranges, cfg.smooth)
+                say(f"smoothed (alpha {cfg.smooth:g}) the inputs of the integer MatMuls "
+                    f"reading {len(smoothed)} values")
             if cfg.min_sqnr is not None:
                 opts, sens = _min_sqnr_search(g, ranges, opts, qdq, cfg, run, Path(tmp), say)
     if cfg.min_sqnr is not None and data is None:
@@ -280,6 +290,8 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
         info["percentile"] = cfg.percentile
     if cfg.min_sqnr is not None:
         info["min_sqnr"] = sens
+    if cfg.smooth is not None:
+        info["smooth_alpha"] = cfg.smooth
     return res.graph, res, info
 
 
@@ -302,7 +314,7 @@ def _min_sqnr_search(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: Quant
     count = [0]
 
     def evaluate(keep: frozenset) -> float:
-        res = quantize_graph(g, ranges, replace(opts, keep_float=keep), qdq)
+        res = quantize_graph(g, ranges, replace(opts, keep_float=opts.keep_float | keep), qdq)
         folder = tmp / f"sensitivity{count[0]}"
         count[0] += 1
         run_q = _host_runner(res.graph, folder, "mlcc_int8")
@@ -335,7 +347,7 @@ def _min_sqnr_search(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: Quant
     if not found.met:
         say(f"min-sqnr: the target {cfg.min_sqnr:g} dB is not met even with every candidate "
             f"in float ({found.final_db:.2f} dB)")
-    return replace(opts, keep_float=frozenset(found.kept)), info
+    return replace(opts, keep_float=opts.keep_float | frozenset(found.kept)), info
 
 
 def _interleaved_ms(run_a, run_b, sample, rounds: int = 5, reps: int = 3
