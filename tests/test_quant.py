@@ -569,3 +569,95 @@ def test_min_sqnr_keeps_groups_in_float_from_the_cli(tmp_path):
     r = CliRunner().invoke(main, ["compile", str(path), "-o", str(tmp_path / "f"),
                                   "--min-sqnr", "30"])
     assert r.exit_code == 1 and "--min-sqnr needs --quantize int8" in r.output
+
+
+def test_smooth_moves_channel_ranges_into_the_weights(tmp_path):
+    """SmoothQuant's rewrite: x -> x * (1/s) read by both MatMuls (the Add still reads x), the
+    weights' rows multiplied by s, the function unchanged, and x/s's range derived from x's
+    per-channel ranges (channel k's range divided by s_k)."""
+    from mlcc.frontend import import_model
+    from mlcc.passes import run_pipeline
+    from mlcc.quant.observers import Range
+    from mlcc.quant.smooth import smooth, smoothable
+
+    rng = np.random.default_rng(7)
+    k = 11
+    gamma = rng.normal(1, 0.2, k).astype(np.float32)
+    w1 = rng.normal(0, 0.3, (k, 5)).astype(np.float32)
+    w2 = rng.normal(0, 0.3, (k, 3)).astype(np.float32)
+    nodes = [helper.make_node("LayerNormalization", ["x", "gamma"], ["n"], axis=-1),
+             helper.make_node("MatMul", ["n", "w1"], ["y1"]),
+             helper.make_node("MatMul", ["n", "w2"], ["y2"]),
+             helper.make_node("Add", ["n", "x"], ["y3"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 7, k])], [helper.make_tensor_value_info(o, TensorProto.FLOAT,
+                                                                            [1, 7, d])
+                                          for o, d in (("y1", 5), ("y2", 3), ("y3", k))],
+        [numpy_helper.from_array(a, n) for n, a in (("gamma", gamma), ("w1", w1), ("w2", w2))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    g = run_pipeline(import_model(tmp_path / "m.onnx"))
+    assert smoothable(g) == ["n"]
+    lo = -np.abs(rng.normal(0, 1, k)) * np.array([1] * 10 + [40])     # one outlier channel
+    hi = np.abs(rng.normal(0, 1, k)) * np.array([1] * 10 + [40])
+    ranges = {"n": Range(lo.min(), hi.max(), lo.min(), hi.max(), 0.0, lo, hi)}
+    sg, sranges, done = smooth(g, ranges, 0.5)
+    assert done == ["n"]
+    mul = next(n for n in sg.nodes if n.op_type == "Mul")
+    inv = sg.const(mul.inputs[1])
+    xs = mul.outputs[0]
+    readers = [n for n in sg.nodes if n.op_type == "MatMul"]
+    assert all(n.inputs[0] == xs for n in readers)
+    assert next(n for n in sg.nodes if n.op_type == "Add").inputs[0] == "n"
+    x = rng.normal(0, 1, (7, k)).astype(np.float32) * (hi - lo).astype(np.float32)
+    for n, w in zip(readers, (w1, w2)):
+        ws = sg.const(n.inputs[1])
+        np.testing.assert_allclose((x * inv) @ ws, x @ w, rtol=1e-4, atol=1e-4)
+    s = 1 / inv.astype(np.float64)
+    amax = np.maximum(-lo, hi)
+    wmax = np.maximum(np.abs(w1).max(axis=1), np.abs(w2).max(axis=1))
+    np.testing.assert_allclose(s, np.sqrt(amax) / np.sqrt(wmax), rtol=1e-6)
+    assert sranges[xs].lo == pytest.approx((lo * inv).min())
+    assert sranges[xs].hi == pytest.approx((hi * inv).max())
+    # the outlier channel no longer dominates: the range shrinks relative to typical channels
+    assert (hi * inv).max() / np.median(hi * inv) < hi.max() / np.median(hi)
+
+
+def test_matmul_writes_float_where_its_uint8_form_would_only_be_dequantized(tmp_path):
+    """MatMul -> Reshape -> Softmax (float) writes float (no uint8 round trip and no
+    DequantizeLinear), while MatMul -> Relu -> MatMul still hands uint8 to the next integer
+    MatMul; an Add with a float input leaves its MatMul input in float too."""
+    from mlcc.frontend import import_model
+    from mlcc.passes import run_pipeline
+    from mlcc.quant import observed_values, quantize_graph
+    from mlcc.quant.observers import Range
+
+    rng = np.random.default_rng(2)
+    w = {n: rng.normal(0, 0.3, (6, 6)).astype(np.float32) for n in ("w1", "w2", "w3")}
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"]),
+             helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["b"]),
+             helper.make_node("Reshape", ["b", "shape"], ["br"]),
+             helper.make_node("Softmax", ["br"], ["y"], axis=-1),
+             helper.make_node("MatMul", ["r", "w3"], ["c"]),
+             helper.make_node("Sigmoid", ["x"], ["sx"]),
+             helper.make_node("Add", ["c", "sx"], ["z"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [4, 6])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [2, 12]), helper.make_tensor_value_info(
+            "z", TensorProto.FLOAT, [4, 6])],
+        [numpy_helper.from_array(a, n) for n, a in w.items()]
+        + [numpy_helper.from_array(np.array([2, 12], np.int64), "shape")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    g = run_pipeline(import_model(tmp_path / "m.onnx"))
+    ranges = {v: Range(-1.0, 1.0, -1.0, 1.0, 0.0) for v in observed_values(g)}
+    qg = quantize_graph(g, ranges).graph
+    out_kind = {n.name: n.attr("rq")[0] for n in qg.nodes if n.op_type == "QFC"}
+    assert len(out_kind) == 3
+    first = next(n for n in qg.nodes if n.op_type == "QFC")
+    assert out_kind[first.name] == "uint8"
+    assert sorted(out_kind.values()) == ["float32", "float32", "uint8"]
+    assert not any(n.op_type == "DequantizeLinear" for n in qg.nodes)
