@@ -224,7 +224,8 @@ def _write_report(fg: Graph, qres: QuantResult, cfg: QuantizeConfig, model, targ
               "", f"{info['integer_layers']} layers run as integer kernels, "
               f"{len(info['float_layers'])} in float."]
     text = markdown("mlcc int8 quantization report", header, rows, info["float_layers"],
-                    list(outs.items()), info.get("min_sqnr"))
+                    list(outs.items()),
+                    {**info["min_sqnr"], **qres.timing} if "min_sqnr" in info else None)
     path = Path(cfg.report)
     try:
         path.write_text(text)
@@ -270,7 +271,8 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
                 say(f"smoothed (alpha {cfg.smooth:g}) the inputs of the integer MatMuls "
                     f"reading {len(smoothed)} values")
             if cfg.min_sqnr is not None:
-                opts, sens = _min_sqnr_search(g, ranges, opts, qdq, cfg, run, Path(tmp), say)
+                opts, sens, timing = _min_sqnr_search(g, ranges, opts, qdq, cfg, run,
+                                                      Path(tmp), say)
     if cfg.min_sqnr is not None and data is None:
         raise InputError("--min-sqnr needs --calibration DATA (the samples it measures on)")
     res = quantize_graph(g, ranges, opts, qdq)
@@ -289,7 +291,8 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
     if cfg.calibrator == "percentile":
         info["percentile"] = cfg.percentile
     if cfg.min_sqnr is not None:
-        info["min_sqnr"] = sens
+        info["min_sqnr"] = sens         # deterministic: SQNRs and sizes, no latencies
+        res.timing = timing
     if cfg.smooth is not None:
         info["smooth_alpha"] = cfg.smooth
     return res.graph, res, info
@@ -299,7 +302,7 @@ SENSITIVITY_SAMPLES = 16
 
 
 def _min_sqnr_search(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: QuantizeConfig,
-                     run_float, tmp: Path, say) -> tuple[QuantOptions, dict]:
+                     run_float, tmp: Path, say) -> tuple[QuantOptions, dict, dict]:
     """--min-sqnr: the greedy end-to-end search of mlcc/quant/sensitivity.py, each candidate
     set measured on the real integer program built for this machine, on the first
     SENSITIVITY_SAMPLES calibration samples; then the speed and size of the result against
@@ -342,12 +345,12 @@ def _min_sqnr_search(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: Quant
             "steps": [[n, db] for n, db in found.steps],
             "gains": {n: round(d, 3) for n, d in found.gains.items()},
             "evaluations": found.evaluations, "samples": len(samples),
-            "ms_all_integer": ms_base, "ms": ms_last,
             "weights_all_integer": size_base, "weights": size_last}
     if not found.met:
         say(f"min-sqnr: the target {cfg.min_sqnr:g} dB is not met even with every candidate "
             f"in float ({found.final_db:.2f} dB)")
-    return replace(opts, keep_float=opts.keep_float | frozenset(found.kept)), info
+    timing = {"ms_all_integer": ms_base, "ms": ms_last}
+    return replace(opts, keep_float=opts.keep_float | frozenset(found.kept)), info, timing
 
 
 def _interleaved_ms(run_a, run_b, sample, rounds: int = 5, reps: int = 3

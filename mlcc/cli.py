@@ -184,7 +184,7 @@ def compile_cmd(model, target, output, shapes, name, max_arena, embed_weights, d
                    + (f" ({', '.join(floats[:8])}{', ...' if len(floats) > 8 else ''})"
                       if floats else "") + (f"; report in {report}" if report else ""))
         if "min_sqnr" in q:
-            ms = q["min_sqnr"]
+            ms = {**q["min_sqnr"], **res.quant.timing}
             click.echo(f"min-sqnr {ms['target_db']:g} dB {'met' if ms['met'] else 'NOT met'}: "
                        f"{len(ms['kept'])} groups kept in float, output SQNR "
                        f"{ms['base_db']:.2f} -> {ms['final_db']:.2f} dB, latency "

@@ -566,6 +566,7 @@ def test_min_sqnr_keeps_groups_in_float_from_the_cli(tmp_path):
     assert "min-sqnr 300 dB met: 2 groups kept in float" in r.output
     text = report.read_text()
     assert "## --min-sqnr" in text and f"| `{ms['kept'][0]}` |" in text
+    assert "Cost: latency" in text and "ms" not in ms      # no timing in the output folder
     r = CliRunner().invoke(main, ["compile", str(path), "-o", str(tmp_path / "f"),
                                   "--min-sqnr", "30"])
     assert r.exit_code == 1 and "--min-sqnr needs --quantize int8" in r.output

@@ -58,6 +58,9 @@ class QuantResult:
     ranges: dict = field(default_factory=dict)  # float value -> observers.Range
     # ONNX node name -> (int8 weights [out channels, ...], float32 scales) of QConv / QFC
     weights: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    # measurements that must not enter the (byte-identical) output folder, e.g. --min-sqnr's
+    # latencies: {"ms_all_integer": float, "ms": float}
+    timing: dict = field(default_factory=dict)
 
 
 def _act(node: Node) -> tuple:
