@@ -28,6 +28,7 @@ from .passes import run_pipeline
 from .quant import (CalibrationSet, QuantOptions, QuantResult, calibrate, needed_ranges,
                     observed_values, quantize_graph)
 from .quant.export import export_qdq
+from .quant.smooth import smooth, smoothable
 from .quant.qdq import extract_qdq, has_qdq
 from .quant.report import ErrorStats, LayerRow, markdown
 from .runtime import ModelBase
@@ -65,6 +66,13 @@ class QuantizeConfig:
     export_qdq: str | Path | None = None         # write the quantization as a QDQ ONNX model
     max_samples: int | None = None
     progress: Callable[[str], None] | None = None
+    # keep the most sensitive layers in float until the output SQNR on the calibration set
+    # reaches this (dB); mlcc/quant/sensitivity.py
+    min_sqnr: float | None = None
+    # SmoothQuant alpha for the float activations read by integer MatMuls (mlcc/quant/smooth.py)
+    smooth: float | None = None
+    # node names (of the optimized graph, as the report names them) to keep in float
+    keep_float: tuple[str, ...] = ()
 
 
 def _optimize(model: str | Path, shapes: Shapes | None, extra_outputs: list[str] | None,
@@ -217,7 +225,8 @@ def _write_report(fg: Graph, qres: QuantResult, cfg: QuantizeConfig, model, targ
               "", f"{info['integer_layers']} layers run as integer kernels, "
               f"{len(info['float_layers'])} in float."]
     text = markdown("mlcc int8 quantization report", header, rows, info["float_layers"],
-                    list(outs.items()))
+                    list(outs.items()),
+                    {**info["min_sqnr"], **qres.timing} if "min_sqnr" in info else None)
     path = Path(cfg.report)
     try:
         path.write_text(text)
@@ -228,7 +237,7 @@ def _write_report(fg: Graph, qres: QuantResult, cfg: QuantizeConfig, model, targ
 def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
               ) -> tuple[Graph, QuantResult, dict]:
     opts = QuantOptions(per_channel=cfg.per_channel, requant=cfg.requant or tgt.int8_requant,
-                        activations=tgt.int8_activations)
+                        activations=tgt.int8_activations, keep_float=frozenset(cfg.keep_float))
     say = cfg.progress or (lambda text: None)
     ranges: dict = {}
     data = None
@@ -242,8 +251,10 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
     else:
         data = CalibrationSet(cfg.calibration, _input_spec(g), cfg.max_samples)
         data.check_first()
-        names = [n for n in needed_ranges(g, opts)
-                 if qdq is None or n not in qdq.activations]
+        # --min-sqnr may keep any group in float, which makes its neighbours quantize values
+        # the all-integer program keeps in uint8 (a MaxPool's output): observe them all
+        needed = observed_values(g) if cfg.min_sqnr is not None else needed_ranges(g, opts)
+        names = [n for n in needed if qdq is None or n not in qdq.activations]
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="mlcc-calibrate-") as tmp:
             run = float_runner(g, Path(tmp) / "float", names)
@@ -251,10 +262,20 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
             def progress(p, passes, k):
                 if k % 8 == 0:
                     say(f"calibrating ({cfg.calibrator}): pass {p + 1}/{passes}, {k} samples")
+            watch = frozenset(smoothable(g)) if cfg.smooth is not None else frozenset()
             ranges = calibrate(data, run, names, method=cfg.calibrator,
-                               percentile=cfg.percentile, progress=progress)
-        say(f"calibrated {len(ranges)} tensors on {data.count} samples in "
-            f"{time.perf_counter() - t0:.1f} s")
+                               percentile=cfg.percentile, progress=progress, channels=watch)
+            say(f"calibrated {len(ranges)} tensors on {data.count} samples in "
+                f"{time.perf_counter() - t0:.1f} s")
+            if cfg.smooth is not None:
+                g, ranges, smoothed = smooth(g, ranges, cfg.smooth)
+                say(f"smoothed (alpha {cfg.smooth:g}) the inputs of the integer MatMuls "
+                    f"reading {len(smoothed)} values")
+            if cfg.min_sqnr is not None:
+                opts, sens, timing = _min_sqnr_search(g, ranges, opts, qdq, cfg, run,
+                                                      Path(tmp), say)
+    if cfg.min_sqnr is not None and data is None:
+        raise InputError("--min-sqnr needs --calibration DATA (the samples it measures on)")
     res = quantize_graph(g, ranges, opts, qdq)
     res.ranges = ranges
     if dump_ir is not None:
@@ -270,7 +291,83 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
             "float_layers": [layer.node for layer in res.layers if not layer.integer]}
     if cfg.calibrator == "percentile":
         info["percentile"] = cfg.percentile
+    if cfg.min_sqnr is not None:
+        info["min_sqnr"] = sens         # deterministic: SQNRs and sizes, no latencies
+        res.timing = timing
+    if cfg.smooth is not None:
+        info["smooth_alpha"] = cfg.smooth
     return res.graph, res, info
+
+
+SENSITIVITY_SAMPLES = 16
+
+
+def _min_sqnr_search(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: QuantizeConfig,
+                     run_float, tmp: Path, say) -> tuple[QuantOptions, dict, dict]:
+    """--min-sqnr: the greedy end-to-end search of mlcc/quant/sensitivity.py, each candidate
+    set measured on the real integer program built for this machine, on the first
+    SENSITIVITY_SAMPLES calibration samples; then the speed and size of the result against
+    the program with every group in integer."""
+    from dataclasses import replace
+
+    from .quant import sensitivity
+
+    samples = list(CalibrationSet(cfg.calibration, _input_spec(g), SENSITIVITY_SAMPLES))
+    refs = [{o: run_float(s)[o] for o in g.outputs} for s in samples]
+    built: dict[frozenset, tuple] = {}
+    count = [0]
+
+    def evaluate(keep: frozenset) -> float:
+        res = quantize_graph(g, ranges, replace(opts, keep_float=opts.keep_float | keep), qdq)
+        folder = tmp / f"sensitivity{count[0]}"
+        count[0] += 1
+        run_q = _host_runner(res.graph, folder, "mlcc_int8")
+        stats = {o: ErrorStats() for o in g.outputs}
+        for s, ref in zip(samples, refs):
+            got = run_q(s)
+            for o in g.outputs:
+                stats[o].update(ref[o], got[o])
+        size = json.loads((folder / "manifest.json").read_text())["weights_size"]
+        if not keep:
+            built["base"] = (run_q, size)
+        built["last"] = (run_q, size)
+        return sensitivity.worst_db([st.sqnr_db for st in stats.values()])
+
+    first = quantize_graph(g, ranges, opts, qdq)
+    found = sensitivity.search(sensitivity.candidates(first.layers), evaluate, cfg.min_sqnr,
+                               say)
+    (run_base, size_base), (run_last, size_last) = built["base"], built["last"]
+    ms_base, ms_last = _interleaved_ms(run_base, run_last, samples[0])
+    say(f"min-sqnr: {len(found.kept)} groups kept in float, output SQNR {found.base_db:.2f} -> "
+        f"{found.final_db:.2f} dB; {ms_base:.3g} -> {ms_last:.3g} ms, weights {size_base} -> "
+        f"{size_last} bytes")
+    info = {"target_db": cfg.min_sqnr, "met": found.met, "base_db": found.base_db,
+            "final_db": found.final_db, "kept": found.kept,
+            "steps": [[n, db] for n, db in found.steps],
+            "gains": {n: round(d, 3) for n, d in found.gains.items()},
+            "evaluations": found.evaluations, "samples": len(samples),
+            "weights_all_integer": size_base, "weights": size_last}
+    if not found.met:
+        say(f"min-sqnr: the target {cfg.min_sqnr:g} dB is not met even with every candidate "
+            f"in float ({found.final_db:.2f} dB)")
+    timing = {"ms_all_integer": ms_base, "ms": ms_last}
+    return replace(opts, keep_float=opts.keep_float | frozenset(found.kept)), info, timing
+
+
+def _interleaved_ms(run_a, run_b, sample, rounds: int = 5, reps: int = 3
+                    ) -> tuple[float, float]:
+    """Median milliseconds of two programs on one sample, timed alternately (a loaded machine
+    slows both alike)."""
+    import statistics
+    ta, tb = [], []
+    run_a(sample), run_b(sample)
+    for _ in range(rounds):
+        for fn, acc in ((run_a, ta), (run_b, tb)):
+            t = time.perf_counter()
+            for _ in range(reps):
+                fn(sample)
+            acc.append((time.perf_counter() - t) / reps * 1e3)
+    return statistics.median(ta), statistics.median(tb)
 
 
 def load(folder: str | Path, *, run: list[str] | None = None, threads: int = 1) -> ModelBase:

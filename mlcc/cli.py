@@ -116,6 +116,10 @@ def quant_options(fn):
         click.option("--export-qdq", "export_qdq", default=None,
                      type=click.Path(dir_okay=False),
                      help="Also write the quantization as a QDQ ONNX model (for onnxruntime)."),
+        click.option("--smooth", default=None, type=click.FloatRange(0.0, 1.0),
+                     metavar="ALPHA",
+                     help="SmoothQuant: move activation outliers of the integer MatMuls' "
+                          "inputs into their weights (0.5 for transformers)."),
     ]
     for o in reversed(opts):
         fn = o(fn)
@@ -123,16 +127,17 @@ def quant_options(fn):
 
 
 def _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant, report,
-                  export_qdq=None):
+                  export_qdq=None, smooth=None):
     from . import api
 
     if quantize is None:
-        if calibration or report or export_qdq:
-            raise MlccError("--calibration, --report and --export-qdq need --quantize int8")
+        if calibration or report or export_qdq or smooth is not None:
+            raise MlccError("--calibration, --report, --export-qdq and --smooth need "
+                            "--quantize int8")
         return None
     return api.QuantizeConfig(calibration, calibrator=calibrator, percentile=percentile,
                               per_channel=per_channel, requant=requant, report=report,
-                              export_qdq=export_qdq,
+                              export_qdq=export_qdq, smooth=smooth,
                               progress=lambda text: click.echo(text, err=True))
 
 
@@ -150,16 +155,23 @@ def _quant_config(quantize, calibration, calibrator, percentile, per_channel, re
                    "without files.")
 @click.option("--dump-ir", is_flag=True, help="Print the graph after each pass.")
 @click.option("--no-build", is_flag=True, help="Write the sources only; skip the C compiler.")
+@click.option("--min-sqnr", "min_sqnr", type=float, default=None, metavar="DB",
+              help="With --quantize: keep the most sensitive layers in float, one by one, "
+                   "until the output SQNR on the calibration set reaches DB.")
 @quant_options
 @_guard
 def compile_cmd(model, target, output, shapes, name, max_arena, embed_weights, dump_ir,
-                no_build, quantize, calibration, calibrator, percentile, per_channel, requant,
-                report, export_qdq):
+                no_build, min_sqnr, quantize, calibration, calibrator, percentile, per_channel,
+                requant, report, export_qdq, smooth):
     """Compile MODEL (an .onnx file) into C sources, a weight blob and a library."""
     from . import api
 
     qcfg = _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant,
-                         report, export_qdq)
+                         report, export_qdq, smooth)
+    if min_sqnr is not None:
+        if qcfg is None:
+            raise MlccError("--min-sqnr needs --quantize int8")
+        qcfg.min_sqnr = min_sqnr
     out = output or str(Path("build") / Path(model).stem)
     res = api.compile(model, out, target=target, shapes=_shapes(shapes), name=name,
                       max_arena=_size(max_arena), build=not no_build,
@@ -171,6 +183,13 @@ def compile_cmd(model, target, output, shapes, name, max_arena, embed_weights, d
         click.echo(f"int8: {q['integer_layers']} integer layers, {len(floats)} in float"
                    + (f" ({', '.join(floats[:8])}{', ...' if len(floats) > 8 else ''})"
                       if floats else "") + (f"; report in {report}" if report else ""))
+        if "min_sqnr" in q:
+            ms = {**q["min_sqnr"], **res.quant.timing}
+            click.echo(f"min-sqnr {ms['target_db']:g} dB {'met' if ms['met'] else 'NOT met'}: "
+                       f"{len(ms['kept'])} groups kept in float, output SQNR "
+                       f"{ms['base_db']:.2f} -> {ms['final_db']:.2f} dB, latency "
+                       f"{ms['ms_all_integer']:.3g} -> {ms['ms']:.3g} ms, weights "
+                       f"{ms['weights_all_integer']} -> {ms['weights']} bytes")
     m = res.manifest
     click.echo(f"compiled {Path(model).name} for {m['target']} into {res.folder}/: "
                f"{m['kernel_calls']} kernel calls, arena {m['arena_size']} bytes, "
@@ -221,13 +240,14 @@ def run_cmd(folder, inputs, outputs):
 @quant_options
 @_guard
 def verify_cmd(model, target, shapes, inputs, per_layer, output, min_sqnr, quantize,
-               calibration, calibrator, percentile, per_channel, requant, report, export_qdq):
+               calibration, calibrator, percentile, per_channel, requant, report, export_qdq,
+               smooth):
     """Compile MODEL and compare its outputs with onnxruntime's."""
     from . import api
 
     sh = _shapes(shapes)
     qcfg = _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant,
-                         report, export_qdq)
+                         report, export_qdq, smooth)
     if qcfg is not None:
         res = api.verify_quantized(model, qcfg, target=target, shapes=sh, inputs=inputs,
                                    output_dir=output,

@@ -145,7 +145,8 @@ def session(path: Path):
     return ort.InferenceSession(str(path), o, providers=["CPUExecutionProvider"])
 
 
-def bench(name: str, calibrator: str, ort_calibrator: str, runs: int, tmp: Path) -> str:
+def bench(name: str, calibrator: str, ort_calibrator: str, runs: int, tmp: Path,
+          smooth: float | None = None, min_sqnr: float | None = None) -> str:
     import mlcc
     from mlcc import api
 
@@ -158,7 +159,8 @@ def bench(name: str, calibrator: str, ort_calibrator: str, runs: int, tmp: Path)
     say = lambda text: print(f"[{name}] {text}", file=sys.stderr)   # noqa: E731
     t0 = time.perf_counter()
     res = api.compile(fixed, work / "int8", target="x86-native", quantize=api.QuantizeConfig(
-        work / "calib.npz", calibrator=calibrator))
+        work / "calib.npz", calibrator=calibrator, smooth=smooth, min_sqnr=min_sqnr,
+        progress=say))
     t_compile = time.perf_counter() - t0
     api.compile(fixed, work / "float", target="x86-native")
     say(f"mlcc int8 compiled in {t_compile:.1f} s")
@@ -183,7 +185,9 @@ def bench(name: str, calibrator: str, ort_calibrator: str, runs: int, tmp: Path)
     q = res.manifest["quantization"]
     fsize = (work / "float" / "weights.bin").stat().st_size
     qsize = (work / "int8" / "weights.bin").stat().st_size
-    return (f"| {name} | {calibrator} / {ort_calibrator} | {len(calib)} | {len(test)} | "
+    mode = calibrator + (f" smooth {smooth:g}" if smooth is not None else "") + \
+        (f" min-sqnr {min_sqnr:g}" if min_sqnr is not None else "")
+    return (f"| {name} | {mode} / {ort_calibrator} | {len(calib)} | {len(test)} | "
             f"{sqnr(ref, got_mlcc):.1f} | {sqnr(ref, got_ort):.1f} | "
             f"{q['integer_layers']} / {len(q['float_layers'])} | "
             + " | ".join(f"{lat[k]:.3g}" for k in ("mlcc float", "mlcc int8", "ort float",
@@ -203,6 +207,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ort-calibrator", default="minmax",
                     choices=["minmax", "percentile", "entropy"])
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--smooth", type=float, default=None, help="mlcc --smooth ALPHA")
+    ap.add_argument("--min-sqnr", type=float, default=None, help="mlcc --min-sqnr DB")
     args = ap.parse_args(argv)
     rows = ["| model | calibrator mlcc / ort | calib samples | eval samples | mlcc int8 SQNR "
             "(dB) | ort int8 SQNR (dB) | mlcc integer / float layers | mlcc float ms | "
@@ -210,7 +216,8 @@ def main(argv=None) -> int:
             "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     with tempfile.TemporaryDirectory(prefix="mlcc-bench-quant-") as tmp:
         for name in args.models:
-            rows.append(bench(name, args.calibrator, args.ort_calibrator, args.runs, Path(tmp)))
+            rows.append(bench(name, args.calibrator, args.ort_calibrator, args.runs, Path(tmp),
+                              args.smooth, args.min_sqnr))
             print(rows[-1], file=sys.stderr)
     print("\n".join(rows))
     return 0

@@ -499,3 +499,166 @@ def test_matmul_with_fused_bias_keeps_its_bias(tmp_path):
                                output_dir=tmp_path / "q")
     assert out.ok, out.outputs
     assert "mlcc_u8_qfc(" in (tmp_path / "q" / "model.c").read_text()
+
+
+# ------------------------------------------------------------------ --min-sqnr
+
+def test_min_sqnr_search_is_greedy_on_end_to_end_gains():
+    """sensitivity.search ranks the groups by their gain alone against the all-integer
+    program, then keeps them in float in that order until the target is met."""
+    from mlcc.quant import sensitivity
+    # a toy program: each group adds its own noise energy; one pair interacts
+    noise = {"a": 1.0, "b": 4.0, "c": 0.5, "d": 2.0}
+    calls = []
+
+    def evaluate(keep):
+        calls.append(keep)
+        e = sum(v for k, v in noise.items() if k not in keep)
+        if "b" not in keep and "d" not in keep:
+            e += 3.0                                 # b and d compound
+        return 10 * np.log10(100.0 / e) if e else np.inf
+
+    res = sensitivity.search(list(noise), evaluate, 16.0)
+    assert calls[0] == frozenset() and len(calls) == res.evaluations
+    assert res.base_db == pytest.approx(10 * np.log10(100 / 10.5))
+    assert max(res.gains, key=res.gains.get) == "b"
+    assert res.kept == ["b", "d"] and res.met and res.final_db >= 16.0
+    assert [db for _, db in res.steps] == sorted(db for _, db in res.steps)
+    easy = sensitivity.search(list(noise), evaluate, 5.0)
+    assert easy.kept == [] and easy.met and easy.evaluations == 1
+    never = sensitivity.search(["a"], lambda keep: 1.0, 5.0)
+    assert not never.met and never.kept == ["a"]
+
+
+def test_min_sqnr_keeps_groups_in_float_from_the_cli(tmp_path):
+    """--min-sqnr on a two-layer MLP with an unreachable target: both groups end in float in
+    the order of their measured gains, the program has no integer layer left, and the
+    manifest, the CLI and the report say what was kept and what it cost."""
+    rng = np.random.default_rng(5)
+    w1 = rng.normal(0, 0.4, (13, 17)).astype(np.float32)
+    w2 = rng.normal(0, 0.4, (17, 7)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [3, 13])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [3, 7])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    calib = tmp_path / "c.npz"
+    np.savez(calib, x=rng.normal(0, 1, (8, 3, 13)).astype(np.float32))
+    report = tmp_path / "r.md"
+    r = CliRunner().invoke(main, ["compile", str(path), "-o", str(tmp_path / "q"),
+                                  "--target", "x86-native", "--quantize", "int8",
+                                  "--calibration", str(calib), "--min-sqnr", "300",
+                                  "--report", str(report)])
+    assert r.exit_code == 0, r.output
+    info = json.loads((tmp_path / "q" / "manifest.json").read_text())["quantization"]
+    ms = info["min_sqnr"]
+    assert ms["met"] and ms["final_db"] == float("inf") and ms["base_db"] < 60
+    assert sorted(ms["kept"]) == sorted(ms["gains"]) and len(ms["kept"]) == 2
+    assert ms["kept"][0] == max(ms["gains"], key=ms["gains"].get)
+    assert ms["evaluations"] == 5 and ms["weights"] > ms["weights_all_integer"]
+    assert "mlcc_u8_qfc(" not in (tmp_path / "q" / "model.c").read_text()
+    assert "min-sqnr 300 dB met: 2 groups kept in float" in r.output
+    text = report.read_text()
+    assert "## --min-sqnr" in text and f"| `{ms['kept'][0]}` |" in text
+    assert "Cost: latency" in text and "ms" not in ms      # no timing in the output folder
+    r = CliRunner().invoke(main, ["compile", str(path), "-o", str(tmp_path / "f"),
+                                  "--min-sqnr", "30"])
+    assert r.exit_code == 1 and "--min-sqnr needs --quantize int8" in r.output
+
+
+def test_smooth_moves_channel_ranges_into_the_weights(tmp_path):
+    """SmoothQuant's rewrite: x -> x * (1/s) read by both MatMuls (the Add still reads x), the
+    weights' rows multiplied by s, the function unchanged, and x/s's range derived from x's
+    per-channel ranges (channel k's range divided by s_k)."""
+    from mlcc.frontend import import_model
+    from mlcc.passes import run_pipeline
+    from mlcc.quant.observers import Range
+    from mlcc.quant.smooth import smooth, smoothable
+
+    rng = np.random.default_rng(7)
+    k = 11
+    gamma = rng.normal(1, 0.2, k).astype(np.float32)
+    w1 = rng.normal(0, 0.3, (k, 5)).astype(np.float32)
+    w2 = rng.normal(0, 0.3, (k, 3)).astype(np.float32)
+    nodes = [helper.make_node("LayerNormalization", ["x", "gamma"], ["n"], axis=-1),
+             helper.make_node("MatMul", ["n", "w1"], ["y1"]),
+             helper.make_node("MatMul", ["n", "w2"], ["y2"]),
+             helper.make_node("Add", ["n", "x"], ["y3"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 7, k])], [helper.make_tensor_value_info(o, TensorProto.FLOAT,
+                                                                            [1, 7, d])
+                                          for o, d in (("y1", 5), ("y2", 3), ("y3", k))],
+        [numpy_helper.from_array(a, n) for n, a in (("gamma", gamma), ("w1", w1), ("w2", w2))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    g = run_pipeline(import_model(tmp_path / "m.onnx"))
+    assert smoothable(g) == ["n"]
+    lo = -np.abs(rng.normal(0, 1, k)) * np.array([1] * 10 + [40])     # one outlier channel
+    hi = np.abs(rng.normal(0, 1, k)) * np.array([1] * 10 + [40])
+    ranges = {"n": Range(lo.min(), hi.max(), lo.min(), hi.max(), 0.0, lo, hi)}
+    sg, sranges, done = smooth(g, ranges, 0.5)
+    assert done == ["n"]
+    mul = next(n for n in sg.nodes if n.op_type == "Mul")
+    inv = sg.const(mul.inputs[1])
+    xs = mul.outputs[0]
+    readers = [n for n in sg.nodes if n.op_type == "MatMul"]
+    assert all(n.inputs[0] == xs for n in readers)
+    assert next(n for n in sg.nodes if n.op_type == "Add").inputs[0] == "n"
+    x = rng.normal(0, 1, (7, k)).astype(np.float32) * (hi - lo).astype(np.float32)
+    for n, w in zip(readers, (w1, w2)):
+        ws = sg.const(n.inputs[1])
+        np.testing.assert_allclose((x * inv) @ ws, x @ w, rtol=1e-4, atol=1e-4)
+    s = 1 / inv.astype(np.float64)
+    amax = np.maximum(-lo, hi)
+    wmax = np.maximum(np.abs(w1).max(axis=1), np.abs(w2).max(axis=1))
+    np.testing.assert_allclose(s, np.sqrt(amax) / np.sqrt(wmax), rtol=1e-6)
+    assert sranges[xs].lo == pytest.approx((lo * inv).min())
+    assert sranges[xs].hi == pytest.approx((hi * inv).max())
+    # the outlier channel no longer dominates: the range shrinks relative to typical channels
+    assert (hi * inv).max() / np.median(hi * inv) < hi.max() / np.median(hi)
+
+
+def test_matmul_writes_float_where_its_uint8_form_would_only_be_dequantized(tmp_path):
+    """MatMul -> Reshape -> Softmax (float) writes float (no uint8 round trip and no
+    DequantizeLinear), while MatMul -> Relu -> MatMul still hands uint8 to the next integer
+    MatMul; an Add with a float input leaves its MatMul input in float too."""
+    from mlcc.frontend import import_model
+    from mlcc.passes import run_pipeline
+    from mlcc.quant import observed_values, quantize_graph
+    from mlcc.quant.observers import Range
+
+    rng = np.random.default_rng(2)
+    w = {n: rng.normal(0, 0.3, (6, 6)).astype(np.float32) for n in ("w1", "w2", "w3")}
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"]),
+             helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["b"]),
+             helper.make_node("Reshape", ["b", "shape"], ["br"]),
+             helper.make_node("Softmax", ["br"], ["y"], axis=-1),
+             helper.make_node("MatMul", ["r", "w3"], ["c"]),
+             helper.make_node("Sigmoid", ["x"], ["sx"]),
+             helper.make_node("Add", ["c", "sx"], ["z"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [4, 6])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [2, 12]), helper.make_tensor_value_info(
+            "z", TensorProto.FLOAT, [4, 6])],
+        [numpy_helper.from_array(a, n) for n, a in w.items()]
+        + [numpy_helper.from_array(np.array([2, 12], np.int64), "shape")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    g = run_pipeline(import_model(tmp_path / "m.onnx"))
+    ranges = {v: Range(-1.0, 1.0, -1.0, 1.0, 0.0) for v in observed_values(g)}
+    qg = quantize_graph(g, ranges).graph
+    out_kind = {n.name: n.attr("rq")[0] for n in qg.nodes if n.op_type == "QFC"}
+    assert len(out_kind) == 3
+    first = next(n for n in qg.nodes if n.op_type == "QFC")
+    assert out_kind[first.name] == "uint8"
+    assert sorted(out_kind.values()) == ["float32", "float32", "uint8"]
+    assert not any(n.op_type == "DequantizeLinear" for n in qg.nodes)

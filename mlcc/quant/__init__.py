@@ -33,10 +33,12 @@ def observed_values(g: Graph) -> list[str]:
 
 def calibrate(data: Iterable[dict[str, np.ndarray]], run: RunFn, names: list[str], *,
               method: str = "minmax", percentile: float = 99.99,
-              progress: Callable[[int, int, int], None] | None = None) -> dict[str, Range]:
+              progress: Callable[[int, int, int], None] | None = None,
+              channels: frozenset = frozenset()) -> dict[str, Range]:
     """Ranges of `names` over the calibration samples. `run(sample)` returns the float values
-    (graph inputs included or not: the sample's own arrays are observed too)."""
-    cal = Calibrator(method, percentile)
+    (graph inputs included or not: the sample's own arrays are observed too). The values in
+    `channels` also get per-channel (last axis) minima and maxima."""
+    cal = Calibrator(method, percentile, channels)
     for p in range(cal.passes):
         k = 0
         for sample in data:

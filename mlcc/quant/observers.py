@@ -159,6 +159,22 @@ def kl_threshold_bin(hist: np.ndarray, levels: int) -> int:
     return int(cand[int(np.argmin(kl))])
 
 
+class ChannelMinMaxObserver:
+    """Minimum and maximum of every channel along the last axis (SmoothQuant's statistics)."""
+
+    def __init__(self):
+        self.lo: np.ndarray | None = None
+        self.hi: np.ndarray | None = None
+
+    def update(self, x: np.ndarray) -> None:
+        if x.ndim == 0 or x.size == 0:
+            return
+        flat = x.reshape(-1, x.shape[-1])
+        lo, hi = flat.min(axis=0).astype(np.float64), flat.max(axis=0).astype(np.float64)
+        self.lo = lo if self.lo is None else np.minimum(self.lo, lo)
+        self.hi = hi if self.hi is None else np.maximum(self.hi, hi)
+
+
 @dataclass
 class Range:
     lo: float
@@ -166,6 +182,9 @@ class Range:
     observed_lo: float
     observed_hi: float
     clipped: float            # share of observed values outside [lo, hi]
+    # per channel along the last axis, for the values calibrate() was asked to watch so
+    channel_lo: np.ndarray | None = None
+    channel_hi: np.ndarray | None = None
 
 
 def choose_range(method: str, mm: MinMaxObserver, hist: HistogramObserver | None,
@@ -190,7 +209,8 @@ def choose_range(method: str, mm: MinMaxObserver, hist: HistogramObserver | None
 class Calibrator:
     """Observes named tensors sample by sample; two passes for histogram methods."""
 
-    def __init__(self, method: str = "minmax", percentile: float = 99.99):
+    def __init__(self, method: str = "minmax", percentile: float = 99.99,
+                 channels: frozenset = frozenset()):
         if method not in CALIBRATORS:
             raise InputError(f"unknown calibrator {method!r} (known: {', '.join(CALIBRATORS)})")
         if not 50.0 < percentile <= 100.0:
@@ -199,6 +219,7 @@ class Calibrator:
         self.percentile = percentile
         self.minmax: dict[str, MinMaxObserver] = {}
         self.hists: dict[str, HistogramObserver] = {}
+        self.channels = {n: ChannelMinMaxObserver() for n in channels}
 
     @property
     def passes(self) -> int:
@@ -208,11 +229,17 @@ class Calibrator:
         for name, x in tensors.items():
             if pass_index == 0:
                 self.minmax.setdefault(name, MinMaxObserver()).update(x)
+                if name in self.channels:
+                    self.channels[name].update(x)
             else:
                 if name not in self.hists:
                     self.hists[name] = HistogramObserver(self.minmax[name].amax)
                 self.hists[name].update(x)
 
     def ranges(self) -> dict[str, Range]:
-        return {n: choose_range(self.method, mm, self.hists.get(n), self.percentile)
-                for n, mm in self.minmax.items()}
+        out = {n: choose_range(self.method, mm, self.hists.get(n), self.percentile)
+               for n, mm in self.minmax.items()}
+        for n, ch in self.channels.items():
+            if n in out and ch.lo is not None:
+                out[n].channel_lo, out[n].channel_hi = ch.lo, ch.hi
+        return out

@@ -96,7 +96,7 @@ class LayerRow:
 
 
 def markdown(title: str, header: list[str], rows: list[LayerRow], float_layers: list[str],
-             outputs: list[tuple[str, ErrorStats]]) -> str:
+             outputs: list[tuple[str, ErrorStats]], min_sqnr: dict | None = None) -> str:
     def num(x: float, fmt: str = ".1f") -> str:
         return "inf" if x == math.inf else ("-inf" if x == -math.inf else format(x, fmt))
 
@@ -121,4 +121,25 @@ def markdown(title: str, header: list[str], rows: list[LayerRow], float_layers: 
                      f"{100 * r.stats.clipped_share:.3f}% |")
     lines += ["", "## Layers kept in float", ""]
     lines += [f"- `{n}`" for n in float_layers] or ["none"]
+    if min_sqnr is not None:
+        lines += ["", "## --min-sqnr", "", min_sqnr_text(min_sqnr)]
     return "\n".join(lines) + "\n"
+
+
+def min_sqnr_text(m: dict) -> str:
+    """The --min-sqnr search (mlcc.api's manifest entry) as markdown: the target, what was kept
+    in float in the order kept with the output SQNR after each, and the cost in speed and size
+    against the program with every group in integer."""
+    met = "met" if m["met"] else "NOT met (every candidate group tried)"
+    lines = [f"Target {m['target_db']:g} dB on {m['samples']} calibration samples: {met}. "
+             f"Output SQNR with every group in integer {m['base_db']:.2f} dB, after "
+             f"{len(m['kept'])} groups kept in float {m['final_db']:.2f} dB "
+             f"({m['evaluations']} programs built and measured).", "",
+             f"Cost: latency {m['ms_all_integer']:.3g} ms -> {m['ms']:.3g} ms (this machine, "
+             f"x86-native build, timed alternately), weights {m['weights_all_integer']} -> "
+             f"{m['weights']} bytes.", "",
+             "| kept in float (in order) | gain alone (dB) | output SQNR after (dB) |",
+             "|---|---:|---:|"]
+    for node, db in m["steps"]:
+        lines.append(f"| `{node}` | {m['gains'].get(node, math.nan):+.2f} | {db:.2f} |")
+    return "\n".join(lines)

@@ -36,6 +36,9 @@ class QuantOptions:
     per_channel: bool = True
     requant: str = "float"            # "float" (onnxruntime's) or "fixed" (integer only)
     activations: str = "uint8"
+    # node names (of the optimized graph) to run in float even where an integer kernel exists
+    # (--min-sqnr's choice, mlcc/quant/sensitivity.py)
+    keep_float: frozenset = frozenset()
 
 
 @dataclass
@@ -55,6 +58,9 @@ class QuantResult:
     ranges: dict = field(default_factory=dict)  # float value -> observers.Range
     # ONNX node name -> (int8 weights [out channels, ...], float32 scales) of QConv / QFC
     weights: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    # measurements that must not enter the (byte-identical) output folder, e.g. --min-sqnr's
+    # latencies: {"ms_all_integer": float, "ms": float}
+    timing: dict = field(default_factory=dict)
 
 
 def _act(node: Node) -> tuple:
@@ -103,7 +109,55 @@ def _is_integer_producer(g: Graph, n: Node) -> bool:
 def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None,
                    qdq=None) -> QuantResult:
     """qdq (a qdq.QDQParams): fixed activation parameters and int8 weights of an imported QDQ
-    model; a value with neither those nor a calibrated range keeps its readers in float."""
+    model; a value with neither those nor a calibrated range keeps its readers in float.
+
+    A producer writes uint8 only where an integer kernel reads it: a first rewrite decides by
+    the readers' op types, then every value whose uint8 form is only dequantized (directly or
+    through data movement: a projection reshaped into a float attention, a MatMul feeding an
+    Add that stays float) is written in float instead, which saves its quantization error and
+    the Q/DQ crossing; repeated until nothing changes."""
+    float_out: frozenset = frozenset()
+    while True:
+        res = _quantize_once(g, ranges, opts, qdq, float_out)
+        wasted = _only_dequantized(res) - float_out
+        if not wasted:
+            return res
+        float_out = float_out | wasted
+
+
+def _only_dequantized(res: QuantResult) -> set[str]:
+    """Float values written as uint8 by a QConv / QFC (or moved after one) that no integer
+    kernel reads."""
+    g = res.graph
+    consumers = g.consumers()
+    by_q = {q: v for v, q in res.qnames.items()}
+    memo: dict[str, bool] = {}
+
+    def wasted(q: str) -> bool:
+        if q not in memo:
+            memo[q] = False             # cycles cannot happen in a DAG; guards recursion
+            readers = consumers.get(q, [])
+            memo[q] = q not in g.outputs and bool(readers) and all(
+                c.op_type == "DequantizeLinear" or
+                (c.op_type in MOVEMENT and c.domain == "" and c.inputs[0] == q and
+                 all(wasted(o) for o in c.outputs if o))
+                for c in readers)
+        return memo[q]
+    # only the uint8 outputs of QConv / QFC (and the data movement after them) change: an
+    # integer Add or Concat read only in float stays integer (its inputs are uint8 anyway)
+    out: set[str] = set()
+    for n in g.nodes:
+        q = n.outputs[0] if n.outputs else ""
+        if q not in by_q or g.values[q].dtype != "uint8" or not wasted(q):
+            continue
+        if (n.domain == "mlcc" and n.op_type in ("QConv", "QFC")) or \
+                (n.op_type in MOVEMENT and by_q.get(n.inputs[0]) in out):
+            out.add(by_q[q])
+    return out
+
+
+def _quantize_once(g: Graph, ranges: dict, opts: QuantOptions | None, qdq,
+                   float_out: frozenset) -> QuantResult:
     opts = opts or QuantOptions()
     fixed = dict(qdq.activations) if qdq is not None else {}
     fixed_weights = qdq.weights if qdq is not None else {}
@@ -187,13 +241,15 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None,
 
     for n in g.nodes:
         op = n.op_type
-        if _is_integer_producer(g, n) and has(n.inputs[0]):
+        kept = n.name in opts.keep_float
+        if _is_integer_producer(g, n) and has(n.inputs[0]) and not kept:
             x = n.inputs[0]
             xq = ensure_q(x)
             qx = params_of(x)
             out = n.outputs[0]
             act = _act(n)
-            uint8_out = act[0] in CLAMP_ACTS and wants_uint8(out) and has(out)
+            uint8_out = (act[0] in CLAMP_ACTS and wants_uint8(out) and has(out)
+                         and out not in float_out)
             out_q = params_of(out) if uint8_out else None
             if op == "Conv":
                 w = g.const(n.inputs[1]).astype(np.float32)
@@ -229,7 +285,9 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None,
                                     "uint8 out" if uint8_out else "float out"))
             continue
         ins_q = [i in qnames for i in n.inputs if i and not g.values[i].is_const]
-        if n.domain == "" and op in MOVEMENT | POOLS and ins_q and ins_q[0] and \
+        wasted_out = bool(n.outputs) and n.outputs[0] in float_out
+        kept = kept or wasted_out
+        if n.domain == "" and op in MOVEMENT | POOLS and ins_q and ins_q[0] and not kept and \
                 g.values[n.inputs[0]].dtype == "float32" and _pool_ok(g, n):
             x = n.inputs[0]
             qp = qparams[x]
@@ -252,7 +310,7 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None,
             float_missing.add(out)
             layers.append(LayerPlan(n.name, op, True, "data movement on uint8"))
             continue
-        if n.domain == "" and op == "Add" and len(ins_q) == 2 and all(ins_q) and \
+        if n.domain == "" and op == "Add" and len(ins_q) == 2 and all(ins_q) and not kept and \
                 g.values[n.inputs[0]].shape == g.values[n.inputs[1]].shape == \
                 g.values[n.outputs[0]].shape and has(n.outputs[0]):
             a, b = n.inputs
@@ -267,7 +325,7 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None,
             float_missing.add(out)
             layers.append(LayerPlan(n.name, op, True, "requantizing add"))
             continue
-        if n.domain == "" and op == "Concat" and ins_q and all(ins_q) and \
+        if n.domain == "" and op == "Concat" and ins_q and all(ins_q) and not kept and \
                 len(ins_q) == len(n.inputs) and has(n.outputs[0]):
             out = n.outputs[0]
             qy = params_of(out)
@@ -294,7 +352,9 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None,
                 ensure_float(i)
         nodes.append(n)
         layers.append(LayerPlan(n.name, "+".join([op] + [f.rsplit(':', 1)[-1] for f in n.fused]),
-                                False, "float (no integer kernel)"))
+                                False, "float (its uint8 form would only be dequantized)"
+                                if wasted_out else "float (kept in float)" if kept
+                                else "float (no integer kernel)"))
     for o in g.outputs:
         ensure_float(o)
     g.nodes = nodes
