@@ -145,12 +145,17 @@ def main(argv: list[str] | None = None) -> int:
         + (f" Peak assumed: {peak.gflops_per_core:.0f} GFLOP/s per core ({peak.assumption})."
            if peak else ""),
         ""]
+    return print_report(header, markdown_table(rows), skipped, args.output)
+
+
+def print_report(header: list[str], table: str, skipped: list[str], output) -> int:
+    """Prints the header lines and the Markdown table (also into `output` if given)."""
     if skipped:
         header.insert(2, f"Not available here: {', '.join(skipped)}.")
-    text = "\n".join(header) + "\n" + markdown_table(rows)
+    text = "\n".join(header) + "\n" + table
     print(text)
-    if args.output:
-        args.output.write_text(text)
+    if output:
+        output.write_text(text)
     return 0
 
 

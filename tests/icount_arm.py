@@ -237,13 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         "SIMD share: Advanced SIMD vector data-processing instructions among all executed "
         "(loads and stores of vector registers not included).",
         ""]
-    if skipped:
-        header.insert(2, f"Not available here: {', '.join(skipped)}.")
-    text = "\n".join(header) + "\n" + markdown_table(rows)
-    print(text)
-    if args.output:
-        args.output.write_text(text)
-    return 0
+    return bm.print_report(header, markdown_table(rows), skipped, args.output)
 
 
 if __name__ == "__main__":

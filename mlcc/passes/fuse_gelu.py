@@ -17,6 +17,7 @@ import math
 
 from ..ir import Graph, Node
 from .fuse_hardswish import _other, _scalar
+from .patterns import sole_reader
 
 GELU_SINCE = 20    # the ONNX opset that defines Gelu
 
@@ -68,15 +69,9 @@ def _chain(g: Graph, erf: Node, producers, only_reader) -> tuple[str, list[Node]
 
 def fuse_gelu(g: Graph) -> Graph:
     g = g.copy()
-    producers, consumers = g.producers(), g.consumers()
-    outputs = set(g.outputs)
+    producers = g.producers()
 
-    def only_reader(value: str) -> Node | None:
-        readers = consumers.get(value, [])
-        if value in outputs or len(readers) != 1 or readers[0].domain != "":
-            return None
-        return readers[0]
-
+    only_reader = sole_reader(g)
     removed: set[int] = set()
     replace: dict[int, Node] = {}
     for n in g.nodes:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node
+from .patterns import sole_reader
 from .fuse_activations import _act_of as activation_of
 
 HARDSWISH_SINCE = 14    # the ONNX opset that defines HardSwish
@@ -78,15 +79,8 @@ def _chain(g: Graph, start: Node, only_reader) -> tuple[str, list[Node]] | None:
 
 def fuse_hardswish(g: Graph) -> Graph:
     g = g.copy()
-    consumers = g.consumers()
-    outputs = set(g.outputs)
 
-    def only_reader(value: str) -> Node | None:
-        readers = consumers.get(value, [])
-        if value in outputs or len(readers) != 1 or readers[0].domain != "":
-            return None
-        return readers[0]
-
+    only_reader = sole_reader(g)
     removed: set[int] = set()
     replace: dict[int, Node] = {}
     for n in g.nodes:

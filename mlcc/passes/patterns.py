@@ -26,3 +26,16 @@ def constant_operands(g: Graph, node: Node, producers: dict, consumers: dict, ou
         if y in outputs or len(consumers.get(y, [])) != 1 or len(prod.outputs) != 1:
             continue
         yield y, prod, d
+
+
+def sole_reader(g: Graph):
+    """reader(value): the one default-domain node reading `value`, or None when the value is a
+    graph output or has other readers (a chain may only swallow values nobody else sees)."""
+    consumers, outputs = g.consumers(), set(g.outputs)
+
+    def reader(value: str) -> Node | None:
+        readers = consumers.get(value, [])
+        if value in outputs or len(readers) != 1 or readers[0].domain != "":
+            return None
+        return readers[0]
+    return reader
