@@ -1,5 +1,6 @@
 """The CLI contract: commands, options, outputs and exit codes, including every error path."""
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -240,3 +241,19 @@ def test_pointer_bits_from_arch_and_file():
     text = "name: m\narch: armv7\ntoolchain: {cc: gcc}\n"
     assert parse_target(text).pointer_bits == 32
     assert parse_target(text + "pointer_bits: 64\n").pointer_bits == 64
+
+
+def test_gemm_tile_from_target_file():
+    from mlcc.targets.target import TargetError, load_target, parse_target
+    assert load_target("wasm").defines() == ["-DMLCC_VECTOR_BYTES=16", "-DMLCC_GEMM_TILE_ROWS=4",
+                                             "-DMLCC_GEMM_NV=2"]
+    assert load_target("x86").tile_defines() == [] and load_target("arm").tile_defines() == []
+    base = "name: m\narch: x86_64\ntoolchain: {cc: gcc}\n"
+    assert parse_target(base + "gemm_tile: {rows: 2, vectors: 4}\n").gemm_tile == (2, 4)
+    for bad, msg in [("{rows: 3, vectors: 2}", "gemm_tile.rows must be one of"),
+                     ("{rows: 4, vectors: 3}", "gemm_tile.vectors one of"),
+                     ("{rows: 4}", "needs both rows and vectors"),
+                     ("{rows: 4, vectors: 2, depth: 1}", "unknown key gemm_tile.'depth'"),
+                     ("{rows: four, vectors: 2}", "gemm_tile.rows must be a int")]:
+        with pytest.raises(TargetError, match=re.escape(msg)):
+            parse_target(base + f"gemm_tile: {bad}\n")

@@ -7,7 +7,9 @@ same runtime, built from the same sources, for output channels around the micro-
 elsewhere) and the column block, and depths across a k block (MLCC_GEMM_KC = 256). The vector
 depthwise convolution is compared with the direct scalar one for row lengths around one and two
 vectors (4 to 32 lanes), strides, dilations and asymmetric padding. Each target's
-flags (x86: SSE2 without FMA, x86-native: AVX-512 with FMA) build one library."""
+flags (x86: SSE2 without FMA, x86-native: AVX-512 with FMA) build one library; a third is the
+x86 build with the wasm target's own register tile (gemm_tile: 4 rows x 2 vectors, each 8-row A
+panel read as two halves), the C that model.wasm runs, compiled natively."""
 import subprocess
 from pathlib import Path
 
@@ -49,14 +51,20 @@ void mlcc_threadpool_destroy(void *pool);
 """
 
 
-@pytest.fixture(scope="module", params=["x86", "x86-native"])
+@pytest.fixture(scope="module", params=["x86", "x86-native", "x86+wasm-tile"])
 def kernels(request, tmp_path_factory):
     cffi = pytest.importorskip("cffi")
-    target = load_target(request.param)
+    name, _, tile_of = request.param.partition("+")
+    target = load_target(name)
+    defines = target.defines()
+    if tile_of:
+        tile = load_target(tile_of.removesuffix("-tile")).tile_defines()
+        assert tile, f"{tile_of}: the target no longer sets gemm_tile; drop this build"
+        defines += tile
     lib_path = tmp_path_factory.mktemp(request.param) / "libkernels.so"
     cflags = [f for f in target.toolchain.cflags if f != "-fvisibility=hidden"]
     # MLCC_MIN_PARALLEL_MACS=0: these small cases use the pool too
-    subprocess.run([target.toolchain.cc, *cflags, *target.defines(), "-shared", "-Wall",
+    subprocess.run([target.toolchain.cc, *cflags, *defines, "-shared", "-Wall",
                     "-DMLCC_MIN_PARALLEL_MACS=0",
                     "-Wextra", "-Werror", f"-I{RUNTIME / 'include'}", f"-I{RUNTIME / 'kernels'}",
                     str(RUNTIME / "kernels" / "conv.c"), str(RUNTIME / "kernels" / "gemm.c"),
@@ -95,7 +103,8 @@ def _conv(ffi, lib, x, w, bias, *, stride, pad, groups, act, block_cols, pool=No
     return ref, out
 
 
-@pytest.mark.parametrize("m", [1, GEMM_MR - 1, GEMM_MR, GEMM_MR + 1, 2 * GEMM_MR + 5])
+@pytest.mark.parametrize("m", [1, GEMM_MR // 2, GEMM_MR // 2 + 1, GEMM_MR - 1, GEMM_MR,
+                               GEMM_MR + 1, 2 * GEMM_MR + 5])
 @pytest.mark.parametrize("spatial", [(1, 1), (1, 31), (4, 8), (3, 11), (5, 13), (9, 15)])
 def test_packed_conv_matches_reference_at_tile_edges(kernels, m, spatial):
     ffi, lib = kernels

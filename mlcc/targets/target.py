@@ -54,6 +54,9 @@ class Target:
     int8_requant: str = "float"
     path: str = ""
     pointer_bits: int = 64        # the width of size_t and pointers (wasm32: 32)
+    # The packed GEMM's register tile (rows of C, vectors of columns), when the target picks
+    # its own: () keeps the kernels' default (runtime_c/kernels/gemm.h)
+    gemm_tile: tuple[int, ...] = ()
 
     @property
     def library_name(self) -> str:
@@ -90,14 +93,26 @@ class Target:
         with `simd: none` that the kernels use their portable scalar loops."""
         if self.simd == "none":
             return ["-DMLCC_NO_VECTORS"]
-        return [f"-DMLCC_VECTOR_BYTES={max(self.vector_bits // 8, 4)}"]
+        return [f"-DMLCC_VECTOR_BYTES={max(self.vector_bits // 8, 4)}", *self.tile_defines()]
+
+    def tile_defines(self) -> list[str]:
+        """The macros of the target's own packed-GEMM register tile (`gemm_tile`), if any."""
+        if not self.gemm_tile:
+            return []
+        return [f"-DMLCC_GEMM_TILE_ROWS={self.gemm_tile[0]}", f"-DMLCC_GEMM_NV={self.gemm_tile[1]}"]
 
 
 _SCHEMA = {
     "name": str, "description": str, "arch": str, "toolchain": dict, "simd": str,
     "vector_bits": int, "alignment": int, "threads": int, "output": str, "cache_kib": dict,
     "cpu": dict, "run": list, "run_package": str, "int8": dict, "pointer_bits": int,
+    "gemm_tile": dict,
 }
+_GEMM_TILE = {"rows": int, "vectors": int}
+# rows divide the packed A panel's 8 rows (MLCC_GEMM_MR); vectors keep the B panel's width a
+# divisor of the convolution's 64-column blocks
+GEMM_TILE_ROWS = (1, 2, 4, 8)
+GEMM_TILE_VECTORS = (1, 2, 4)
 # Architectures whose pointers and size_t have 32 bits, when the file does not say
 # (`pointer_bits`): the arena and the weights must fit in what size_t holds there.
 ARCH_32 = ("wasm32", "i386", "i486", "i586", "i686", "arm", "armv6", "armv7", "armv7a",
@@ -184,6 +199,14 @@ def parse_target(text: str, path: str = "<target>") -> Target:
     if int8.get("requant", "float") not in INT8_REQUANT:
         raise TargetError(f"{path}: int8.requant must be one of {', '.join(INT8_REQUANT)}, "
                           f"not {int8['requant']!r}")
+    tile = data.get("gemm_tile")
+    if tile is not None:
+        _check_keys(tile, _GEMM_TILE, "gemm_tile.", path)
+        if set(tile) != set(_GEMM_TILE):
+            raise TargetError(f"{path}: gemm_tile needs both rows and vectors")
+        if tile["rows"] not in GEMM_TILE_ROWS or tile["vectors"] not in GEMM_TILE_VECTORS:
+            raise TargetError(f"{path}: gemm_tile.rows must be one of {GEMM_TILE_ROWS} and "
+                              f"gemm_tile.vectors one of {GEMM_TILE_VECTORS}")
     pointer_bits = data.get("pointer_bits", arch_pointer_bits(data["arch"]))
     if pointer_bits not in (32, 64):
         raise TargetError(f"{path}: pointer_bits must be 32 or 64, not {pointer_bits}")
@@ -197,7 +220,8 @@ def parse_target(text: str, path: str = "<target>") -> Target:
         cache_kib=dict(data.get("cache_kib", {})), cpu=dict(data.get("cpu", {})),
         run=tuple(run), run_package=data.get("run_package", ""),
         int8_activations=int8.get("activations", "uint8"),
-        int8_requant=int8.get("requant", "float"), path=path)
+        int8_requant=int8.get("requant", "float"), path=path,
+        gemm_tile=(tile["rows"], tile["vectors"]) if tile is not None else ())
 
 
 def builtin_targets() -> list[str]:

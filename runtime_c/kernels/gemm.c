@@ -123,6 +123,7 @@ void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, co
 
 #define PMR MLCC_GEMM_MR
 #define PNR MLCC_GEMM_NR
+#define PTR MLCC_GEMM_TILE_ROWS   /* rows per tile: PMR or a divisor of it */
 
 /* Adds bias, applies the activation and writes (or adds, unless first) one tile row. */
 static inline void packed_store_row(float *cr, const float *tile_row, ptrdiff_t nr, int first,
@@ -141,20 +142,21 @@ static inline void packed_store_row(float *cr, const float *tile_row, ptrdiff_t 
 }
 
 #if MLCC_HAVE_VECTORS
-/* The micro-kernel: an MR x NR tile of C in NV * MR vector registers; per k step, NV vector
- * loads of B and MR broadcasts of A. With -ffp-contract=fast the multiply-add is one FMA. */
+/* The micro-kernel: a TILE_ROWS x NR tile of C in NV * TILE_ROWS vector registers; per k step,
+ * NV vector loads of B and TILE_ROWS broadcasts of A (a points at the tile's first row in an
+ * MR-row A panel). With -ffp-contract=fast the multiply-add is one FMA. */
 static inline void packed_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a,
                                const float *MLCC_RESTRICT b, float *c, ptrdiff_t ldc,
                                ptrdiff_t mr, ptrdiff_t nr, int first, int last,
                                const float *bias, const mlcc_act *act) {
-    mlcc_vf acc[PMR][MLCC_GEMM_NV];
+    mlcc_vf acc[PTR][MLCC_GEMM_NV];
     ptrdiff_t r, v, p;
-    for (r = 0; r < PMR; r++)
+    for (r = 0; r < PTR; r++)
         for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] = mlcc_vf_splat(0.0f);
     for (p = 0; p < kc; p++) {
         mlcc_vf bv[MLCC_GEMM_NV];
         for (v = 0; v < MLCC_GEMM_NV; v++) bv[v] = mlcc_vf_load(b + p * PNR + v * MLCC_VF_LANES);
-        for (r = 0; r < PMR; r++) {
+        for (r = 0; r < PTR; r++) {
             const mlcc_vf av = mlcc_vf_splat(a[p * PMR + r]);
             for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] += av * bv[v];
         }
@@ -184,12 +186,12 @@ static inline void packed_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a,
 static void packed_tile(ptrdiff_t kc, const float *a, const float *b, float *c, ptrdiff_t ldc,
                         ptrdiff_t mr, ptrdiff_t nr, int first, int last, const float *bias,
                         const mlcc_act *act) {
-    float acc[PMR][PNR];
+    float acc[PTR][PNR];
     ptrdiff_t r, j, p;
-    for (r = 0; r < PMR; r++)
+    for (r = 0; r < PTR; r++)
         for (j = 0; j < PNR; j++) acc[r][j] = 0.0f;
     for (p = 0; p < kc; p++)
-        for (r = 0; r < PMR; r++)
+        for (r = 0; r < PTR; r++)
             for (j = 0; j < PNR; j++) acc[r][j] += a[p * PMR + r] * b[p * PNR + j];
     for (r = 0; r < mr; r++)
         packed_store_row(c + r * ldc, acc[r], nr, first, last, bias ? bias + r : NULL, act);
@@ -210,9 +212,9 @@ void mlcc_f32_gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_
             for (j = 0; j < n; j += PNR) {
                 const ptrdiff_t nr = n - j < PNR ? n - j : PNR;
                 const float *bp = b_panels + (j / PNR) * k * PNR + k0 * PNR;
-                for (i = i0; i < i1; i += PMR) {
-                    const ptrdiff_t mr = m - i < PMR ? m - i : PMR;
-                    packed_tile(kc, a_packed + (i / PMR) * k * PMR + k0 * PMR, bp,
+                for (i = i0; i < i1; i += PTR) {
+                    const ptrdiff_t mr = m - i < PTR ? m - i : PTR;
+                    packed_tile(kc, a_packed + (i / PMR) * k * PMR + k0 * PMR + i % PMR, bp,
                                 c + i * ldc + j, ldc, mr, nr, first, last,
                                 bias ? bias + i : NULL, act);
                 }

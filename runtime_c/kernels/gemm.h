@@ -46,17 +46,32 @@ void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, co
  * MLCC_GEMM_MR is fixed (the blob's layout must not depend on the vector width); MLCC_GEMM_NR is
  * the vector width times the vectors per row that the target's registers hold: 2 where there
  * are 32 vector registers (AVX-512, aarch64), else 1, so the 8 x NR tile of accumulators plus
- * the operands always fit in registers. */
+ * the operands always fit in registers. A target may choose its own register tile instead
+ * (the target file's `gemm_tile`, passed as -DMLCC_GEMM_TILE_ROWS and -DMLCC_GEMM_NV): wasm takes
+ * 4 rows x 2 vectors, each 8-row A panel then read as two 4-row halves, because V8 allocates
+ * registers for 8 accumulators plus two B vectors without spilling and the tile needs half the
+ * broadcasts of A per multiply (measured: README, wasm Speed). Every output is still one
+ * product sum in k order, so the tile shape never changes a result. */
 #define MLCC_GEMM_MR 8
 #if MLCC_HAVE_VECTORS
+#ifndef MLCC_GEMM_NV
 #if MLCC_VECTOR_BYTES >= 64 || defined(__aarch64__)
 #define MLCC_GEMM_NV 2
 #else
 #define MLCC_GEMM_NV 1
 #endif
+#endif
 #define MLCC_GEMM_NR (MLCC_GEMM_NV * MLCC_VF_LANES)
 #else
 #define MLCC_GEMM_NR 8
+#endif
+/* Rows of C per micro-kernel tile: a divisor of MLCC_GEMM_MR (the tile reads rows
+ * [r0, r0 + TILE_ROWS) of an A panel). */
+#ifndef MLCC_GEMM_TILE_ROWS
+#define MLCC_GEMM_TILE_ROWS MLCC_GEMM_MR
+#endif
+#if MLCC_GEMM_MR % MLCC_GEMM_TILE_ROWS != 0
+#error "MLCC_GEMM_TILE_ROWS must divide MLCC_GEMM_MR"
 #endif
 /* Depth of one k block: the B panel (MLCC_GEMM_KC x NR) stays in L1 while A panels stream.
  * A constant, not derived from the cache size, so that every target sums in the same order. */
