@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import bench_models as bm  # noqa: E402
+from mlcc.targets import load_target  # noqa: E402
 
 ORT_WEB_VERSION = "1.30.0"
 DEFAULT_MODELS = ["mobilenetv2", "light_squeezenet", "yolov8n", "light_resnet50"]
@@ -189,9 +190,13 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row)
     ort_size = ort_wasm_file(entry).stat().st_size
     date = datetime.date.today().isoformat()
+    target = load_target("wasm")
+    flags = " ".join(f for f in target.toolchain.cflags if f.startswith(("-O", "-m")))
+    if target.gemm_tile:
+        flags += f", GEMM tile {target.gemm_tile[0]} x {target.gemm_tile[1]} vectors"
     print(f"Measured with `make bench-wasm` on {date}: {bm.cpu_name()}; node {node_version}, "
           f"1 thread; mlcc at {bm._git_rev()}, target wasm "
-          f"({emcc_version}, -O3 -msimd128); onnxruntime-web {ORT_WEB_VERSION} (wasm backend, "
+          f"({emcc_version}, {flags}); onnxruntime-web {ORT_WEB_VERSION} (wasm backend, "
           f"numThreads 1, SIMD, graph optimizations all). Medians over alternating runs.\n")
     print("| model | input | mlcc wasm | onnxruntime-web | mlcc/ort-web | max abs diff | "
           "model.wasm (code) | weights.bin | runs |")
