@@ -17,6 +17,21 @@ static void valid_range(ptrdiff_t out_size, ptrdiff_t stride, ptrdiff_t pad, ptr
     *hi = h + 1 > l ? h + 1 : l;
 }
 
+/* dst[t] = src[2 t] for t < n, where src has avail readable floats: with 4-lane vectors the
+ * even lanes of two loads (stride-2 convolutions' im2col rows and depthwise phases). */
+static void copy_stride2(float *dst, const float *src, ptrdiff_t n, ptrdiff_t avail) {
+    ptrdiff_t t = 0;
+#if MLCC_HAVE_VECTORS && MLCC_VECTOR_BYTES == 16
+    for (; t + 4 <= n && 2 * t + 8 <= avail; t += 4) {
+        const mlcc_vf v0 = mlcc_vf_load(src + 2 * t), v1 = mlcc_vf_load(src + 2 * t + 4);
+        mlcc_vf_store(dst + t, __builtin_shufflevector(v0, v1, 0, 2, 4, 6));
+    }
+#else
+    (void)avail;
+#endif
+    for (; t < n; t++) dst[t] = src[2 * t];
+}
+
 /* Rows of the im2col matrix: one per (channel, kh, kw), out_h * out_w columns. */
 static void im2col(const mlcc_conv2d_params *p, ptrdiff_t channels, const float *x, float *col) {
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
@@ -183,6 +198,9 @@ static void pack_im2col(const mlcc_conv2d_params *p, ptrdiff_t channels, const f
                                 memcpy(r + a, xr + a + shift, (size_t)(b - a) * sizeof(float));
                             else if (sw == 1)   /* short runs (small maps): no libc call */
                                 for (t = a; t < b; t++) r[t] = xr[t + shift];
+                            else if (sw == 2)
+                                copy_stride2(r + a, xr + a * 2 + shift, b - a,
+                                             iw_n - (a * 2 + shift));
                             else
                                 for (t = a; t < b; t++) r[t] = xr[t * sw + shift];
                             for (t = b; t < end; t++) r[t] = 0.0f;
@@ -476,17 +494,10 @@ static void dw_fill_phases(const mlcc_conv2d_params *p, const float *xc, float *
             if (hi < lo) hi = lo;
             if (sw == 1) {
                 memcpy(dst + lo, xr + (lo - pl), (size_t)(hi - lo) * sizeof(float));
+            } else if (sw == 2 && hi > lo) {
+                copy_stride2(dst + lo, xr + lo * 2 + q - pl, hi - lo, iw_n - (lo * 2 + q - pl));
             } else {
-                j = lo;
-#if MLCC_HAVE_VECTORS && MLCC_VECTOR_BYTES == 16
-                if (sw == 2)   /* the loads stay inside input row ih */
-                    for (; j + 4 <= hi && (j + 4) * 2 + q - pl <= iw_n; j += 4) {
-                        const float *src = xr + j * 2 + q - pl;
-                        const mlcc_vf v0 = mlcc_vf_load(src), v1 = mlcc_vf_load(src + 4);
-                        mlcc_vf_store(dst + j, __builtin_shufflevector(v0, v1, 0, 2, 4, 6));
-                    }
-#endif
-                for (; j < hi; j++) dst[j] = xr[j * sw + q - pl];
+                for (j = lo; j < hi; j++) dst[j] = xr[j * sw + q - pl];
             }
         }
     }
