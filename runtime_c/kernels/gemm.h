@@ -48,10 +48,11 @@ void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, co
  * are 32 vector registers (AVX-512, aarch64), else 1, so the 8 x NR tile of accumulators plus
  * the operands always fit in registers. A target may choose its own register tile instead
  * (the target file's `gemm_tile`, passed as -DMLCC_GEMM_TILE_ROWS and -DMLCC_GEMM_NV): wasm takes
- * 4 rows x 2 vectors, each 8-row A panel then read as two 4-row halves, because V8 allocates
- * registers for 8 accumulators plus two B vectors without spilling and the tile needs half the
- * broadcasts of A per multiply (measured: README, wasm Speed). Every output is still one
- * product sum in k order, so the tile shape never changes a result. */
+ * 4 rows x 2 vectors, each 8-row A panel then read as two 4-row halves. V8 issues a k step's
+ * broadcasts of A before its multiplies, so 8 x 1 needs 17 of the 16 xmm registers and keeps an
+ * accumulator on the stack; 4 x 2 needs 14 and half the broadcasts per multiply (1.6x the
+ * speed: README, wasm Speed). Every output is still one product sum in k order, so the tile
+ * shape never changes a result. */
 #define MLCC_GEMM_MR 8
 #if MLCC_HAVE_VECTORS
 #ifndef MLCC_GEMM_NV
