@@ -20,7 +20,7 @@ from onnx import helper, numpy_helper
 from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Node
 from ..ops import lookup, unsupported_reason
-from ..ops.common import C_DTYPES, MAX_RANK
+from ..ops.common import IO_DTYPES, MAX_RANK
 from ..ops.registry import describe
 
 # No tensor may be larger: sizes and offsets stay far from overflowing size_t and int64 in the
@@ -96,10 +96,10 @@ def infer_and_fold(g: Graph) -> Graph:
                                  f"(1 TiB)")
     for kind, names in (("input", g.inputs), ("output", g.outputs)):
         for name in names:
-            if g.values[name].dtype not in C_DTYPES:
+            if g.values[name].dtype not in IO_DTYPES:
                 raise UnsupportedError(f"graph {kind} {name!r} has type "
                                        f"{g.values[name].dtype}, which mlcc does not support "
-                                       f"at run time (supported: {', '.join(C_DTYPES)})")
+                                       f"at run time (supported: {', '.join(IO_DTYPES)})")
             if len(g.values[name].shape) > MAX_RANK:
                 raise UnsupportedError(f"graph {kind} {name!r} has rank "
                                        f"{len(g.values[name].shape)}; at most {MAX_RANK} "
