@@ -139,7 +139,10 @@ def _read(folder: Path, kind: str) -> list[np.ndarray]:
     return out
 
 
-_CONST_INPUT = re.compile(r"\(input \d+, '([^']+)'\) must be a constant once shapes are static")
+# What mlcc says of a graph input it needs as a compile-time constant (ops/common.py
+# const_input; passes/infer_and_fold.py for a Loop's inputs).
+_CONST_INPUT = re.compile(r"(?:\(input \d+, |graph input )'([^']+)'\)? must be a constant once "
+                          r"shapes are static")
 
 
 def run_case(entry: dict, root: Path) -> tuple[str, str, str, str]:
