@@ -241,3 +241,23 @@ def test_endless_loop_is_refused_in_bounded_time(tmp_path):
             mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", target="x86")
     finally:
         f.MAX_LOOP_ITERATIONS = old
+
+
+def test_sequence_and_string_inputs_refused_with_the_reason(tmp_path):
+    seq = helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [2])
+    out = helper.make_tensor_sequence_value_info("t", TensorProto.FLOAT, [2])
+    model = helper.make_model(helper.make_graph([helper.make_node("Identity", ["s"], ["t"])],
+                                                "g", [seq], [out]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(tmp_path / "s.onnx"))
+    with pytest.raises(UnsupportedError, match="'s' is a sequence: mlcc compiles dense tensors"):
+        mlcc.compile(tmp_path / "s.onnx", tmp_path / "out", target="x86")
+    strings = [helper.make_tensor_value_info(n, TensorProto.STRING, [2]) for n in "ab"]
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Equal", ["a", "b"], ["y"])], "g", strings,
+        [helper.make_tensor_value_info("y", TensorProto.BOOL, [2])]),
+        opset_imports=[helper.make_opsetid("", 19)])
+    onnx.save(model, str(tmp_path / "e.onnx"))
+    with pytest.raises(UnsupportedError, match="Equal.*string tensors are not supported.*"
+                                               "variable length"):
+        mlcc.compile(tmp_path / "e.onnx", tmp_path / "out2", target="x86")

@@ -94,6 +94,10 @@ def require_dtype(node: Node, values: Sequence[Value | None], allowed: Sequence[
         raise UnsupportedError(f"inputs of mixed types ({', '.join(sorted(dtypes))}) are not "
                                f"supported")
     dtype = dtypes.pop() if dtypes else "float32"
+    if dtype == "object":           # numpy's name for ONNX strings
+        raise UnsupportedError("string tensors are not supported: mlcc's C runtime holds "
+                               "fixed-size elements in an arena planned at compile time, and "
+                               "strings have variable length")
     if dtype not in allowed:
         raise UnsupportedError(f"{dtype} tensors at run time are not supported "
                                f"(supported: {', '.join(allowed)})")
