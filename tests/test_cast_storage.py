@@ -4,6 +4,8 @@ float8 e8m0, float4 e2m1, int4, uint4, int2, uint2), bit for bit against onnx.re
 float32 sweep (each type's values, the halfway points between neighbours and their
 neighbours, subnormals, infinities, NaN, overflow) encoded, saturate 0 and 1, every
 round_mode; packed types at odd lengths. One model, compiled once."""
+import subprocess
+
 import numpy as np
 import onnx
 import pytest
@@ -170,6 +172,12 @@ def test_packed_sizes_in_the_manifest_and_arena(tmp_path):
     ref = ReferenceEvaluator(model).run(None, {"x": x})
     for g, r in zip((got["y"], got["z"]), ref):
         np.testing.assert_array_equal(g.view(np.uint8), r.view(np.uint8))
+    # the file harness of the cross targets, run on the host: same bytes through files
+    subprocess.run(["make", "-s", "harness"], cwd=tmp_path / "out", check=True,
+                   capture_output=True)
+    via_files = mlcc.load(tmp_path / "out", run=[]).run({"x": x})
+    for name in ("y", "z"):
+        np.testing.assert_array_equal(via_files[name].view(np.uint8), got[name].view(np.uint8))
 
 
 def test_storage_types_refused_outside_cast(tmp_path):
