@@ -269,6 +269,13 @@ def test_npz_truncated_or_with_objects_is_a_clear_error(tmp_path):
     path.write_bytes(b"PK\x03\x04 not really a zip")
     with pytest.raises(InputError, match="cannot read calibration data"):
         _iterate(path)
+    # a flipped bit in the deflated data: found while streaming, still a clear error
+    np.savez_compressed(path, input=np.random.default_rng(0).random((40, 1, 1, 8, 8)))
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(InputError, match="cut.npz"):
+        _iterate(path)
 
 
 @pytest.mark.parametrize("arrays,message", [

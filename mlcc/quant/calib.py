@@ -43,6 +43,14 @@ class _NpyStream:
         self._next, self._whole = 0, None
 
     def __getitem__(self, i: int) -> np.ndarray:
+        try:
+            return self._read(i)
+        except InputError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a damaged member (bad CRC, bad deflate data)
+            raise InputError(f"{self._where}: cannot read sample {i} ({exc})") from None
+
+    def _read(self, i: int) -> np.ndarray:
         if self._fortran and self.ndim > 1:
             if self._whole is None:
                 self._whole = np.lib.format.read_array(self._zf.open(self._member),
