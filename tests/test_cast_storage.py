@@ -190,3 +190,31 @@ def test_storage_types_refused_outside_cast(tmp_path):
     with pytest.raises(UnsupportedError, match="Relu.*bfloat16"):
         mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", target="x86")
     assert x.dtype.name == "bfloat16"
+
+
+def test_storage_inputs_from_an_npz_and_wrong_storage_type(tmp_path):
+    """np.savez keeps bfloat16/int4 arrays as raw bytes ("V2", "V1"): run takes them as the
+    codes they are; a different storage type of the same size is still refused."""
+    from mlcc.errors import InputError
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT),
+         helper.make_node("Cast", ["b"], ["z"], to=TensorProto.FLOAT)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.INT4, [5]),
+         helper.make_tensor_value_info("b", TensorProto.BFLOAT16, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 25)])
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", target="x86")
+    x = np.array([-8, -1, 0, 3, 7], np.float32)
+    b = np.array([1.5, -2.0, 0.25], np.float32)
+    np.savez(tmp_path / "in.npz", x=x.astype(np.dtype("int4")), b=b.astype(np.dtype("bfloat16")))
+    with np.load(tmp_path / "in.npz") as data:
+        feeds = {k: data[k] for k in data.files}
+    assert feeds["b"].dtype == np.dtype("V2")
+    m = mlcc.load(tmp_path / "out")
+    got = m.run(feeds)
+    np.testing.assert_array_equal(got["y"], x)
+    np.testing.assert_array_equal(got["z"], b)
+    with pytest.raises(InputError, match="'x' must be int4, got uint4"):
+        m.run({"x": np.zeros(5, np.dtype("uint4")), "b": feeds["b"]})

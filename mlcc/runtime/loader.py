@@ -84,8 +84,14 @@ class ModelBase:
         for t in self.inputs:
             want = np.dtype(t["dtype"])
             arr = np.asarray(feeds[t["name"]])
-            # float64 -> float32 is accepted (numpy's default); a change of kind is not.
-            if arr.dtype != want and arr.dtype.kind != want.kind:
+            if isinstance(arr.dtype, np.dtypes.VoidDType) and arr.dtype.fields is None \
+                    and arr.dtype.itemsize == want.itemsize and want.kind == "V":
+                # bfloat16, float8, int4... come back from np.savez/np.load as raw bytes
+                # ("V2", "V1"): their codes, which is what C takes
+                arr = arr.view(want)
+            # float64 -> float32 is accepted (numpy's default); a change of kind is not, and
+            # neither is one storage type for another (both of kind "V").
+            if arr.dtype != want and (arr.dtype.kind != want.kind or want.kind == "V"):
                 raise InputError(f"input {t['name']!r} must be {want.name}, got {arr.dtype.name}")
             if list(arr.shape) != list(t["shape"]):
                 raise InputError(f"input {t['name']!r} must have shape {t['shape']}, got "
