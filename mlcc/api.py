@@ -508,6 +508,10 @@ def load_inputs_npz(path: str | Path, model: str | Path, shapes: Shapes | None =
     if missing:
         raise InputError(f"{path}: has no array for input(s) {', '.join(missing)} "
                          f"(it has {', '.join(feeds) or 'none'})")
+    extra = [k for k in feeds if k not in g.inputs]
+    if extra:    # a misspelt name or the wrong file: better said than silently ignored
+        raise InputError(f"{path}: array(s) {', '.join(map(repr, extra))} are not inputs of "
+                         f"the model (it takes {', '.join(map(repr, g.inputs))})")
     return {n: feeds[n] for n in g.inputs}
 
 

@@ -216,12 +216,17 @@ def run_cmd(folder, inputs, outputs):
             feeds = {k: data[k] for k in data.files}
     except Exception as exc:
         raise InputError(f"{inputs}: cannot read inputs ({exc})") from None
-    result = m.run(feeds)
+    try:
+        result = m.run(feeds)
+    except InputError as exc:
+        raise InputError(f"{inputs}: {exc.message}") from None
     if outputs:
         np.savez(outputs, **result)
     for name, arr in result.items():
         flat = arr.reshape(-1)
-        head = ", ".join(f"{x:.6g}" for x in flat[:6]) + (", ..." if flat.size > 6 else "")
+        # float(x): bfloat16, float8 and int4 scalars (ml_dtypes) have no format of their own
+        head = ", ".join(f"{float(x):.6g}" for x in flat[:6]) + (", ..." if flat.size > 6
+                                                                  else "")
         click.echo(f"{name}: {arr.dtype} {list(arr.shape)} [{head}]")
 
 

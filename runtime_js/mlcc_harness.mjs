@@ -12,22 +12,19 @@
 // on stderr as "harness: init failed: <mlcc_status_string> (status N)" or "harness: run
 // failed: ...".
 import { readFileSync, writeFileSync } from "node:fs";
-import { createModel, modelInfo } from "./model.mjs";
+import { arraySize, createModel, modelInfo, typedArrays } from "./model.mjs";
 
 const EXIT_USAGE = 1;
 const EXIT_STATUS = 2;
-const TYPED_ARRAYS = {
-  float32: Float32Array, int64: BigInt64Array, int32: Int32Array, int8: Int8Array,
-  uint8: Uint8Array, bool: Uint8Array,
-};
 
 function fail(message, code) {
   process.stderr.write(`harness: ${message}\n`);
   process.exit(code);
 }
 
+// Bytes of a tensor, in the wrapper's terms (packed types: their packed bytes).
 function size(t) {
-  return t.shape.reduce((a, b) => a * b, 1) * TYPED_ARRAYS[t.dtype].BYTES_PER_ELEMENT;
+  return arraySize(t) * typedArrays[t.dtype].BYTES_PER_ELEMENT;
 }
 
 const args = process.argv.slice(2);
@@ -69,7 +66,7 @@ modelInfo.inputs.forEach((t, i) => {
   // A copy into a fresh, aligned buffer (node's Buffer may share an unaligned pool).
   const bytes = new Uint8Array(data.length);
   bytes.set(data);
-  feeds[t.name] = new TYPED_ARRAYS[t.dtype](bytes.buffer);
+  feeds[t.name] = new typedArrays[t.dtype](bytes.buffer);
 });
 
 let outputs;

@@ -17,14 +17,25 @@
 //            for fetch() in a browser (relative to the page).
 // All memory (arena, weights, inputs, outputs) is allocated once by createModel; run() only
 // copies the inputs in, calls the model and copies the outputs out: no allocation in wasm.
-// model.inputs / model.outputs list {name, dtype, shape, size} in model order. Errors are
-// thrown as MlccError (an Error; .status is the C status code, or 0 for a wrong argument).
+// model.inputs / model.outputs list {name, dtype, shape, size} in model order (size: the
+// typed array's length). Errors are thrown as MlccError (an Error; .status is the C status
+// code, or 0 for a wrong argument).
 // A model object is not reentrant (one arena); create several for concurrent use.
 
+// The typed array of each element type. float16, bfloat16 and the float8 types travel as their
+// bit patterns; the packed types (PACKED_BITS: several elements per byte, lowest index in the
+// lowest bits, as in ONNX) as a Uint8Array of their ceil(count * bits / 8) bytes, and their
+// `size` counts those bytes.
 const TYPED_ARRAYS = {
-  float32: Float32Array, int64: BigInt64Array, int32: Int32Array, int8: Int8Array,
-  uint8: Uint8Array, bool: Uint8Array,
+  float32: Float32Array, float64: Float64Array, int64: BigInt64Array, uint64: BigUint64Array,
+  int32: Int32Array, uint32: Uint32Array, int16: Int16Array, uint16: Uint16Array,
+  int8: Int8Array, uint8: Uint8Array, bool: Uint8Array, float16: Uint16Array,
+  bfloat16: Uint16Array, float8_e4m3fn: Uint8Array, float8_e4m3fnuz: Uint8Array,
+  float8_e5m2: Uint8Array, float8_e5m2fnuz: Uint8Array, float8_e8m0fnu: Uint8Array,
+  float4_e2m1fn: Uint8Array, int4: Uint8Array, uint4: Uint8Array, int2: Uint8Array,
+  uint2: Uint8Array,
 };
+const PACKED_BITS = { float4_e2m1fn: 4, int4: 4, uint4: 4, int2: 2, uint2: 2 };
 const WEIGHTS_ALIGN = 64;
 const CONTEXT_BYTES = 64;     // sizeof(mlcc_context) is 16 on wasm32; room to spare
 const IS_NODE = typeof process === "object" && process !== null && process.versions != null &&
@@ -43,8 +54,14 @@ function elementCount(shape) {
   return shape.reduce((a, b) => a * b, 1);
 }
 
+function arraySize(t) {
+  const n = elementCount(t.shape);
+  return PACKED_BITS[t.dtype] ? Math.ceil((n * PACKED_BITS[t.dtype]) / 8) : n;
+}
+
 function describe(t) {
-  return `${TYPED_ARRAYS[t.dtype].name} of ${elementCount(t.shape)} elements ` +
+  const what = PACKED_BITS[t.dtype] ? "packed bytes" : "elements";
+  return `${TYPED_ARRAYS[t.dtype].name} of ${t.size} ${what} ` +
     `(${t.dtype} [${t.shape.join(", ")}])`;
 }
 
@@ -155,8 +172,8 @@ class Model {
     }
     this._x = exports;
     this.name = p;
-    this.inputs = MODEL.inputs.map((t) => ({ ...t, size: elementCount(t.shape) }));
-    this.outputs = MODEL.outputs.map((t) => ({ ...t, size: elementCount(t.shape) }));
+    this.inputs = MODEL.inputs.map((t) => ({ ...t, size: arraySize(t) }));
+    this.outputs = MODEL.outputs.map((t) => ({ ...t, size: arraySize(t) }));
     if (typeof exports._initialize === "function") exports._initialize();
 
     // Every allocation happens here, once. Sizes + 1: malloc(0) may return 0.

@@ -66,6 +66,10 @@ def test_verify_with_inputs_and_per_layer(tiny_static_path, tmp_path):
     np.savez(tmp_path / "in.npz", images=np.ones((1, 2, 6, 6), np.float32))
     r = run("verify", tiny_static_path, "-i", tmp_path / "in.npz", "--per-layer")
     assert r.exit_code == 0, r.output
+    np.savez(tmp_path / "extra.npz", images=np.ones((1, 2, 6, 6), np.float32),
+             imgaes=np.ones(2, np.float32))
+    r = run("verify", tiny_static_path, "-i", tmp_path / "extra.npz")
+    assert r.exit_code == 1 and "array(s) 'imgaes' are not inputs of the model" in r.output
 
 
 def test_inspect_reports_flops_and_memory(tiny_static_path):
@@ -171,9 +175,12 @@ def test_run_input_errors(tiny_static_path, tmp_path):
     np.savez(tmp_path / "wrong_name.npz", x=np.zeros((1, 2, 6, 6), np.float32))
     np.savez(tmp_path / "wrong_shape.npz", images=np.zeros((1, 2, 6, 5), np.float32))
     np.savez(tmp_path / "wrong_dtype.npz", images=np.zeros((1, 2, 6, 6), np.int64))
+    np.savez(tmp_path / "extra.npz", images=np.zeros((1, 2, 6, 6), np.float32),
+             labels=np.zeros(3))
     (tmp_path / "garbage.npz").write_bytes(b"not a zip")
     for name, msg in [("wrong_name", "missing 'images'"), ("wrong_shape", "must have shape"),
-                      ("wrong_dtype", "must be float32"), ("garbage", "cannot read inputs")]:
+                      ("wrong_dtype", "must be float32"), ("garbage", "cannot read inputs"),
+                      ("extra", "extra.npz: inputs do not match the model (unknown 'labels')")]:
         r = run("run", out, "-i", tmp_path / f"{name}.npz")
         assert r.exit_code == 1 and msg in r.output, (name, r.output)
     r = run("run", tmp_path / "nowhere", "-i", tmp_path / "wrong_name.npz")

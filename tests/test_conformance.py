@@ -32,4 +32,4 @@ def test_model_operator_node_tests_never_give_a_wrong_answer():
           f"{len(failed)} failed")
     assert not failed, "\n".join(failed)
     # The model operators must keep passing: a refusal creeping in is a regression too.
-    assert passed >= 0.75 * len(results), f"only {passed} of {len(results)} passed"
+    assert passed >= 0.95 * len(results), f"only {passed} of {len(results)} passed"

@@ -156,3 +156,108 @@ def test_dims_bound_by_shape_option_propagate(tmp_path):
     assert g.values["y"].shape == (5, 7)
     with pytest.raises(ModelError, match=r"dimension 0 \('batch'\) is dynamic"):
         import_model(tmp_path / "m.onnx")
+
+
+def _loop_model(trip_as_input: bool, with_cond: bool):
+    """acc, stack = Loop(M=4, cond, acc0): body acc += x (outer scope) * i; a scan output of
+    shape (2, 3) per iteration; with a cond, the body stops after iteration 2."""
+    i, c, acc = "i", "c", "acc"
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) + 0.5
+    body = helper.make_graph(
+        [helper.make_node("Cast", [i], ["fi"], to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["x", "fi"], ["xi"]),
+         helper.make_node("Add", [acc, "xi"], ["acc_out"]),
+         helper.make_node("Less", [i, "two"], ["c_out"]) if with_cond else
+         helper.make_node("Identity", [c], ["c_out"]),
+         helper.make_node("Identity", ["xi"], ["scan"])],
+        "body", [helper.make_tensor_value_info(i, TensorProto.INT64, []),
+                 helper.make_tensor_value_info(c, TensorProto.BOOL, []),
+                 helper.make_tensor_value_info(acc, TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("scan", TensorProto.FLOAT, [None, 2, 3])],
+        [numpy_helper.from_array(np.array(2, np.int64), "two")])
+    inits = [numpy_helper.from_array(x, "x"), numpy_helper.from_array(np.zeros((2, 3), np.float32),
+                                                                      "acc0"),
+             numpy_helper.from_array(np.array(True), "cond")]
+    inputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])]
+    if trip_as_input:
+        inputs.append(helper.make_tensor_value_info("m", TensorProto.INT64, []))
+    else:
+        inits.append(numpy_helper.from_array(np.array(4, np.int64), "m"))
+    nodes = [helper.make_node("Loop", ["m", "cond" if with_cond else "", "acc0"],
+                              ["acc_final", "stack"], body=body),
+             helper.make_node("Add", ["acc_final", "y"], ["out"])]
+    graph = helper.make_graph(nodes, "g", inputs,
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 3]),
+                               helper.make_tensor_value_info("stack", TensorProto.FLOAT,
+                                                             [None, 2, 3])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), x
+
+
+@pytest.mark.parametrize("with_cond", [False, True])
+def test_loop_with_constant_inputs_folds(tmp_path, with_cond):
+    """The folded Loop follows the ONNX semantics: scan outputs stacked on a new first axis
+    (onnx.reference's own Loop would give (8, 3) here), the cond output ignored without a
+    cond input, and outer-scope values read from the enclosing graph."""
+    model, x = _loop_model(trip_as_input=False, with_cond=with_cond)
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", target="x86")
+    y = rand(2, 3)
+    got = mlcc.load(tmp_path / "out").run({"y": y})
+    steps = 3 if with_cond else 4
+    np.testing.assert_allclose(got["out"], y + x * sum(range(steps)), rtol=1e-6)
+    np.testing.assert_array_equal(got["stack"], np.stack([x * k for k in range(steps)]))
+
+
+def test_loop_with_run_time_trip_count_names_the_input(tmp_path):
+    model, _ = _loop_model(trip_as_input=True, with_cond=False)
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    with pytest.raises(UnsupportedError, match=r"Loop's trip count \(input 0, 'm'\) must be a "
+                                               r"constant once shapes are static"):
+        mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", target="x86")
+
+
+def test_loop_computed_from_a_graph_input_names_it(tmp_path):
+    model, _ = _loop_model(trip_as_input=True, with_cond=False)
+    model.graph.node.insert(0, helper.make_node("Add", ["m", "m"], ["m2"]))
+    model.graph.node[1].input[0] = "m2"
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    with pytest.raises(UnsupportedError, match=r"Loop's trip count 'm2' is computed at run "
+                                               r"time from graph input 'm': graph input 'm' "
+                                               r"must be a constant"):
+        mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", target="x86")
+
+
+def test_endless_loop_is_refused_in_bounded_time(tmp_path):
+    model, _ = _loop_model(trip_as_input=False, with_cond=False)
+    model.graph.node[0].input[0] = ""           # no trip count, no cond: runs until a limit
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    import sys
+    f = sys.modules["mlcc.passes.infer_and_fold"]
+    old, f.MAX_LOOP_ITERATIONS = f.MAX_LOOP_ITERATIONS, 50
+    try:
+        with pytest.raises(UnsupportedError, match="more than 50 iterations"):
+            mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", target="x86")
+    finally:
+        f.MAX_LOOP_ITERATIONS = old
+
+
+def test_sequence_and_string_inputs_refused_with_the_reason(tmp_path):
+    seq = helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [2])
+    out = helper.make_tensor_sequence_value_info("t", TensorProto.FLOAT, [2])
+    model = helper.make_model(helper.make_graph([helper.make_node("Identity", ["s"], ["t"])],
+                                                "g", [seq], [out]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(tmp_path / "s.onnx"))
+    with pytest.raises(UnsupportedError, match="'s' is a sequence: mlcc compiles dense tensors"):
+        mlcc.compile(tmp_path / "s.onnx", tmp_path / "out", target="x86")
+    strings = [helper.make_tensor_value_info(n, TensorProto.STRING, [2]) for n in "ab"]
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Equal", ["a", "b"], ["y"])], "g", strings,
+        [helper.make_tensor_value_info("y", TensorProto.BOOL, [2])]),
+        opset_imports=[helper.make_opsetid("", 19)])
+    onnx.save(model, str(tmp_path / "e.onnx"))
+    with pytest.raises(UnsupportedError, match="Equal.*string tensors are not supported.*"
+                                               "variable length"):
+        mlcc.compile(tmp_path / "e.onnx", tmp_path / "out2", target="x86")

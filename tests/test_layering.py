@@ -7,14 +7,15 @@ PKG = Path(__file__).resolve().parents[1] / "mlcc"
 
 ALLOWED = {
     "errors": set(),
-    "ir": {"errors"},
+    "dtypes": set(),
+    "ir": {"errors", "dtypes"},
     "frontend": {"errors", "ir"},
     "ops": {"errors", "ir"},
     "passes": {"errors", "ir", "ops"},
     "quant": {"errors", "ir", "ops", "passes"},
     "codegen": {"errors", "ir", "ops", "__init__"},
     "targets": {"errors"},
-    "runtime": {"errors"},
+    "runtime": {"errors", "dtypes"},
     "api": {"errors", "ir", "frontend", "ops", "passes", "quant", "codegen", "targets",
             "runtime", "benchmark", "__init__"},
     "benchmark": {"errors"},

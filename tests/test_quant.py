@@ -233,6 +233,52 @@ def test_readers_npz_folder_and_python(tmp_path):
     assert [float(s["input"].max()) for s in got] == [0, 1, 2, 3]
 
 
+@pytest.mark.parametrize("compressed", [False, True])
+def test_npz_memory_does_not_grow_with_samples(tmp_path, compressed):
+    """An .npz of the calibration set is read one sample at a time from the zip member's
+    stream, stored or deflated: the peak of Python allocations stays near one sample (16 KiB
+    here) for a 16 MiB file, and the samples are the file's, in order."""
+    import tracemalloc
+    spec = {"input": ("float32", (1, 1, 64, 64))}
+    x = np.random.default_rng(0).random((1024, 1, 1, 64, 64), dtype=np.float32)
+    path = tmp_path / "big.npz"
+    (np.savez_compressed if compressed else np.savez)(path, input=x)
+    del x
+    tracemalloc.start()
+    try:
+        n, checksum = 0, 0.0
+        for i, sample in enumerate(CalibrationSet(path, spec)):
+            assert sample["input"].shape == (1, 1, 64, 64)
+            checksum += float(sample["input"][0, 0, i % 64, i % 64])
+            n += 1
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    x = np.load(path)["input"]
+    assert n == 1024 and checksum == pytest.approx(
+        sum(float(x[i, 0, 0, i % 64, i % 64]) for i in range(1024)))
+    assert peak < 1 << 20, f"peak {peak} bytes while reading a {x.nbytes}-byte set"
+
+
+def test_npz_truncated_or_with_objects_is_a_clear_error(tmp_path):
+    path = tmp_path / "obj.npz"
+    np.savez(path, input=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(InputError, match="Python objects"):
+        _iterate(path)
+    path = tmp_path / "cut.npz"
+    path.write_bytes(b"PK\x03\x04 not really a zip")
+    with pytest.raises(InputError, match="cannot read calibration data"):
+        _iterate(path)
+    # a flipped byte in the samples (0.5 stays finite whatever byte flips): the zip member's
+    # CRC fails once streaming reaches its end, still a clear error
+    np.savez(path, input=np.full((40, 1, 1, 8, 8), 0.5, np.float32))
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(InputError, match=r"cut.npz: array 'input.npy': cannot read sample"):
+        _iterate(path)
+
+
 @pytest.mark.parametrize("arrays,message", [
     ({"pixels": np.zeros((2, 1, 8, 8), np.float32)}, "has no array for input(s) 'input'"),
     ({"input": np.zeros((2, 1, 9, 8), np.float32)}, "must have shape [1, 1, 8, 8]"),

@@ -266,6 +266,30 @@ def test_runner_checks_inputs_like_the_in_process_model(digits_wasm):
     assert not [p for p in digits_wasm.iterdir() if p.name.startswith(".run-")]
 
 
+@needs_wasm
+def test_storage_types_through_the_js_wrapper_and_harness(tmp_path):
+    """int4 (packed, an odd count) and bfloat16 inputs, int2 and float8 outputs: the JS
+    wrapper's typed arrays and the node harness's byte sizes (both from one table)."""
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+    nodes = [helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["xf"], ["y"], to=TensorProto.INT2),
+             helper.make_node("Cast", ["b"], ["f8"], to=TensorProto.FLOAT8E4M3FN)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.INT4, [7]),
+                     helper.make_tensor_value_info("b", TensorProto.BFLOAT16, [5])],
+        [helper.make_tensor_value_info("y", TensorProto.INT2, [7]),
+         helper.make_tensor_value_info("f8", TensorProto.FLOAT8E4M3FN, [5])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 25)])
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", target="wasm")
+    feeds = {"x": np.array([0, 1, -2, 3, 7, -8, 5], np.float32).astype(np.dtype("int4")),
+             "b": np.array([1.5, -2, 3e38, 0, 1e-3], np.float32).astype(np.dtype("bfloat16"))}
+    got = mlcc.load(tmp_path / "out").run(feeds)
+    for name, ref in zip(("y", "f8"), ReferenceEvaluator(model).run(None, feeds)):
+        np.testing.assert_array_equal(got[name].view(np.uint8), ref.view(np.uint8))
+
+
 def test_wasm_outputs_are_the_x86_targets_bit_for_bit(digits_wasm, tmp_path):
     """Same vector width (16 bytes), no fused multiply-adds on either: same sums, same order."""
     x86 = tmp_path / "x86"

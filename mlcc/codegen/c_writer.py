@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import __version__
 from ..ir import Enum, KernelCall, Program
-from ..ops.common import C_DTYPES
+from ..ops.common import IO_DTYPES
 from .memory import MemoryPlan
 from .names import NameTable
 
@@ -21,7 +21,12 @@ RUNTIME_DIR = Path(__file__).resolve().parents[2] / "runtime_c"
 C_TYPES = {"float32": "float", "uint8": "uint8_t", "int8": "int8_t", "int32": "int32_t",
            "int64": "int64_t", "bool": "uint8_t", "int16": "int16_t", "uint16": "uint16_t",
            "uint32": "uint32_t", "uint64": "uint64_t", "float64": "double",
-           "float16": "uint16_t"}   # float16: IEEE binary16 bits
+           "float16": "uint16_t",     # float16: IEEE binary16 bits
+           "bfloat16": "uint16_t", "float8_e4m3fn": "uint8_t", "float8_e4m3fnuz": "uint8_t",
+           "float8_e5m2": "uint8_t", "float8_e5m2fnuz": "uint8_t", "float8_e8m0fnu": "uint8_t",
+           # packed, several per byte (mlcc_runtime.h)
+           "float4_e2m1fn": "uint8_t", "int4": "uint8_t", "uint4": "uint8_t", "int2": "uint8_t",
+           "uint2": "uint8_t"}
 
 
 @dataclass
@@ -181,7 +186,7 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
         for name in tensors:
             v = g.values[name]
             dims = list(v.shape) + [0] * (8 - len(v.shape))
-            rows.append(f"    {{\"{_c_string(name)}\", {C_DTYPES[v.dtype]}, {len(v.shape)}, "
+            rows.append(f"    {{\"{_c_string(name)}\", {IO_DTYPES[v.dtype]}, {len(v.shape)}, "
                         f"{{{', '.join(str(d) for d in dims)}}}, {v.nbytes}u}},")
         return rows or ["    {0}"]
 

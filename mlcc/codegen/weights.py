@@ -15,7 +15,7 @@ import zlib
 
 import numpy as np
 
-from ..ir import Value
+from ..ir import PACKED_BITS, Value, pack_elements
 
 MAGIC = b"MLCCWTS\0"
 FORMAT_VERSION = 1
@@ -28,7 +28,7 @@ def layout_weights(consts: list[Value]) -> tuple[dict[str, int], int]:
     offsets, pos = {}, HEADER_SIZE
     for v in consts:
         offsets[v.name] = pos
-        pos += (np.asarray(v.const).nbytes + ALIGN - 1) // ALIGN * ALIGN
+        pos += (v.nbytes + ALIGN - 1) // ALIGN * ALIGN
     return offsets, pos
 
 
@@ -37,7 +37,7 @@ def build_blob(consts: list[Value], offsets: dict[str, int], size: int) -> tuple
     body = bytearray(size - HEADER_SIZE)
     for v in consts:
         data = np.ascontiguousarray(v.const).astype(np.asarray(v.const).dtype.newbyteorder("<"))
-        raw = data.tobytes()
+        raw = (pack_elements(data) if v.dtype in PACKED_BITS else data).tobytes()
         start = offsets[v.name] - HEADER_SIZE
         body[start:start + len(raw)] = raw
     layout = ";".join(f"{v.name}:{v.dtype}:{list(v.shape)}@{offsets[v.name]}" for v in consts)

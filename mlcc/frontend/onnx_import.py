@@ -233,7 +233,13 @@ def to_graph(model: onnx.ModelProto, source_sha256: str = "") -> Graph:
             continue  # old exporters list initializers as inputs too; they stay constants
         tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
         if tt is None:
-            raise UnsupportedError(f"input {vi.name!r}: only tensor inputs are supported")
+            kind = vi.type.WhichOneof("value") or "untyped"
+            kind = {"sequence_type": "a sequence", "optional_type": "an optional",
+                    "map_type": "a map", "sparse_tensor_type": "a sparse tensor"}.get(kind, kind)
+            raise UnsupportedError(
+                f"input {vi.name!r} is {kind}: mlcc compiles dense tensors only (a sequence's "
+                f"length, an optional's presence and a map's keys are known only at run time, "
+                f"which a static arena planned at compile time cannot hold)")
         shape = None
         if tt.HasField("shape"):
             # Some exporters (paddle2onnx) write -1 for a dynamic dimension.

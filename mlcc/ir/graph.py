@@ -13,6 +13,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from ..dtypes import PACKED_BITS, pack_elements, storage_bytes, unpack_elements  # noqa: F401
+
 Dim = int | str | None
 
 
@@ -37,7 +39,7 @@ class Value:
 
     @property
     def nbytes(self) -> int:
-        return self.numel * np.dtype(self.dtype).itemsize
+        return storage_bytes(self.dtype, self.numel)
 
 
 @dataclass

@@ -1,6 +1,7 @@
-"""Cast and CastLike between the run-time types (float32, int64, int32, int8, uint8, bool), on
-one kernel, mlcc_cast. Other types (float16, double, float8, strings) are refused; `saturate`
-only concerns float8 targets, so it is accepted and has no effect."""
+"""Cast and CastLike between every run-time type (common.C_DTYPES) and the storage-only types
+(common.STORAGE_DTYPES: bfloat16, float8, float8 e8m0, float4 e2m1, int4, uint4, int2, uint2),
+on one kernel, mlcc_cast (runtime_c/kernels/cast.h states the conversion rules). `saturate`
+concerns float8 targets and float8 e8m0, `round_mode` float8 e8m0. Strings are refused."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,10 +9,11 @@ from onnx import TensorProto, helper
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Enum, Lowering, Node
-from .common import C_DTYPES, emit_plain_copy, require_dtype
+from .common import IO_DTYPES, emit_plain_copy, require_dtype
 from .registry import OpDef, register
 
-RUNTIME_DTYPES = list(C_DTYPES)
+RUNTIME_DTYPES = list(IO_DTYPES)
+ROUND_MODES = {"up": "MLCC_ROUND_UP", "down": "MLCC_ROUND_DOWN", "nearest": "MLCC_ROUND_NEAREST"}
 
 
 def onnx_type_to_dtype(to: int) -> str:
@@ -25,40 +27,54 @@ def onnx_type_to_dtype(to: int) -> str:
     except Exception:
         dtype = None
     if dtype not in RUNTIME_DTYPES:
-        kind = " (float8 types are not supported)" if name.startswith("FLOAT8") else ""
+        kind = (" (strings have no run-time representation in mlcc's static C runtime)"
+                if name == "STRING" else "")
         raise UnsupportedError(f"casting to {name} is not supported{kind}; supported targets: "
                                f"{', '.join(RUNTIME_DTYPES)}")
     return dtype
 
 
-def emit_cast(lo: Lowering, src: str, dst: str, op: str = "Cast") -> None:
+def round_mode(node: Node) -> str:
+    mode = node.attr("round_mode", "up")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in ROUND_MODES:
+        raise ModelError(f"round_mode must be one of {', '.join(ROUND_MODES)}, not {mode!r}")
+    return mode
+
+
+def emit_cast(lo: Lowering, src: str, dst: str, op: str = "Cast", saturate: int = 1,
+              mode: str = "up") -> None:
     a, b = lo.value(src), lo.value(dst)
     if a.dtype == b.dtype:
         emit_plain_copy(lo, src, dst, op=op)
         return
     lo.call("mlcc_cast", [src, dst], [dst], params_type="mlcc_cast_params",
-            params={"n": a.numel, "from": Enum(C_DTYPES[a.dtype]), "to": Enum(C_DTYPES[b.dtype])},
+            params={"n": a.numel, "from": Enum(IO_DTYPES[a.dtype]),
+                    "to": Enum(IO_DTYPES[b.dtype]), "saturate": 1 if saturate else 0,
+                    "round_mode": Enum(ROUND_MODES[mode])},
             op=op)
 
 
 @register("Cast", since=6)
 class Cast(OpDef):
-    attributes = {"to": None, "saturate": None}
+    attributes = {"to": None, "saturate": None, "round_mode": None}
 
     def infer(self, node, ins, g):
         x = ins[0]
         require_dtype(node, [x], RUNTIME_DTYPES)
         if node.attr("to") is None:
             raise ModelError("Cast needs a 'to' attribute")
+        round_mode(node)
         return [(onnx_type_to_dtype(node.attr("to")), x.shape)]
 
     def lower(self, node: Node, lo: Lowering) -> None:
-        emit_cast(lo, node.inputs[0], node.outputs[0], op=node.op_type)
+        emit_cast(lo, node.inputs[0], node.outputs[0], op=node.op_type,
+                  saturate=node.attr("saturate", 1), mode=round_mode(node))
 
 
 @register("CastLike", since=15)
 class CastLike(OpDef):
-    attributes = {"saturate": None}
+    attributes = {"saturate": None, "round_mode": None}
 
     def infer(self, node, ins, g):
         x, like = ins[0], ins[1]
@@ -66,7 +82,9 @@ class CastLike(OpDef):
         if like.dtype not in RUNTIME_DTYPES:
             raise UnsupportedError(f"casting to {like.dtype} is not supported; supported "
                                    f"targets: {', '.join(RUNTIME_DTYPES)}")
+        round_mode(node)
         return [(like.dtype, x.shape)]
 
     def lower(self, node: Node, lo: Lowering) -> None:
-        emit_cast(lo, node.inputs[0], node.outputs[0], op=node.op_type)
+        emit_cast(lo, node.inputs[0], node.outputs[0], op=node.op_type,
+                  saturate=node.attr("saturate", 1), mode=round_mode(node))

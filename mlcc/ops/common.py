@@ -6,7 +6,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ModelError, UnsupportedError
-from ..ir import Enum, Graph, Lowering, Node, Value
+from ..ir import PACKED_BITS, Enum, Graph, Lowering, Node, Value
 
 MAX_RANK = 8                       # MLCC_MAX_RANK in mlcc_runtime.h
 
@@ -16,6 +16,14 @@ C_DTYPES = {"float32": "MLCC_FLOAT32", "uint8": "MLCC_UINT8", "int8": "MLCC_INT8
             "int16": "MLCC_INT16", "uint16": "MLCC_UINT16", "uint32": "MLCC_UINT32",
             "uint64": "MLCC_UINT64", "float16": "MLCC_FLOAT16", "float64": "MLCC_FLOAT64",
             "int32": "MLCC_INT32", "int64": "MLCC_INT64", "bool": "MLCC_BOOL"}
+# Storage-only types: graph inputs and outputs and Cast (runtime_c/kernels/cast.c) take them,
+# nothing computes on them (int4, uint4, float4 e2m1, int2, uint2 are packed, ir.PACKED_BITS).
+STORAGE_DTYPES = {"bfloat16": "MLCC_BFLOAT16", "float8_e4m3fn": "MLCC_FLOAT8E4M3FN",
+                  "float8_e4m3fnuz": "MLCC_FLOAT8E4M3FNUZ", "float8_e5m2": "MLCC_FLOAT8E5M2",
+                  "float8_e5m2fnuz": "MLCC_FLOAT8E5M2FNUZ", "float8_e8m0fnu": "MLCC_FLOAT8E8M0",
+                  "float4_e2m1fn": "MLCC_FLOAT4E2M1", "int4": "MLCC_INT4", "uint4": "MLCC_UINT4",
+                  "int2": "MLCC_INT2", "uint2": "MLCC_UINT2"}
+IO_DTYPES = {**C_DTYPES, **STORAGE_DTYPES}
 
 
 def norm_axis(axis: int, rank: int, what: str = "axis") -> int:
@@ -86,6 +94,10 @@ def require_dtype(node: Node, values: Sequence[Value | None], allowed: Sequence[
         raise UnsupportedError(f"inputs of mixed types ({', '.join(sorted(dtypes))}) are not "
                                f"supported")
     dtype = dtypes.pop() if dtypes else "float32"
+    if dtype == "object":           # numpy's name for ONNX strings
+        raise UnsupportedError("string tensors are not supported: mlcc's C runtime holds "
+                               "fixed-size elements in an arena planned at compile time, and "
+                               "strings have variable length")
     if dtype not in allowed:
         raise UnsupportedError(f"{dtype} tensors at run time are not supported "
                                f"(supported: {', '.join(allowed)})")
@@ -123,6 +135,9 @@ def emit_copy(lo: Lowering, src: str, dst: str, shape: Sequence[int],
               src_offset: int = 0, dst_offset: int = 0, op: str = "") -> None:
     """dst[dst_offset + sum i_k * dst_strides[k]] = src[src_offset + sum i_k * src_strides[k]]
     for every index i of `shape` (strides and offsets in elements; 0 strides broadcast)."""
+    if lo.value(src).dtype in PACKED_BITS:
+        raise UnsupportedError(f"{lo.value(src).dtype} tensors (several elements per byte) "
+                               f"can only be cast or copied whole")
     itemsize = np.dtype(lo.value(src).dtype).itemsize
     dims, ss, ds = simplify_copy(shape, src_strides, dst_strides)
     pad = MAX_RANK - len(dims)
@@ -134,6 +149,13 @@ def emit_copy(lo: Lowering, src: str, dst: str, shape: Sequence[int],
 
 def emit_plain_copy(lo: Lowering, src: str, dst: str, op: str = "copy") -> None:
     v = lo.value(src)
+    if v.dtype in PACKED_BITS:      # several elements per byte: copy the bytes
+        pad = MAX_RANK - 1
+        lo.call("mlcc_copy_strided", [src, dst], [dst], params_type="mlcc_copy_params", params={
+            "rank": 1, "elem_size": 1, "shape": [v.nbytes] + [1] * pad,
+            "src_strides": [1] + [0] * pad, "dst_strides": [1] + [0] * pad,
+            "src_offset": 0, "dst_offset": 0}, op=op)
+        return
     emit_copy(lo, src, dst, [v.numel], [1], [1], op=op)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import zipfile
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -17,6 +18,51 @@ import numpy as np
 from ..errors import InputError
 
 Spec = dict[str, tuple[str, tuple[int, ...]]]     # input name -> (dtype, static shape)
+
+
+class _NpyStream:
+    """One array of an .npz, read one sample (first-axis slice) at a time and in order, from
+    the zip member's stream: memory holds one sample whatever the file's size, compressed
+    (np.savez_compressed) or not. A Fortran-ordered array has no contiguous samples and is
+    read whole when first indexed."""
+
+    def __init__(self, zf: zipfile.ZipFile, member: str, path: Path):
+        self._where = f"{path}: array {member!r}"
+        self._zf, self._member = zf, member
+        self._f = zf.open(member)
+        fmt = np.lib.format
+        version = fmt.read_magic(self._f)
+        read = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}.get(
+            version, lambda f: fmt._read_array_header(f, version))  # 3.0: utf-8 field names
+        self.shape, self._fortran, self.dtype = read(self._f)
+        if self.dtype.hasobject:
+            raise InputError(f"{self._where} holds Python objects; calibration data must be "
+                             f"numeric arrays")
+        self.ndim = len(self.shape)
+        self._sample_bytes = math.prod(self.shape[1:]) * self.dtype.itemsize
+        self._next, self._whole = 0, None
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        try:
+            return self._read(i)
+        except InputError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a damaged member (bad CRC, bad deflate data)
+            raise InputError(f"{self._where}: cannot read sample {i} ({exc})") from None
+
+    def _read(self, i: int) -> np.ndarray:
+        if self._fortran and self.ndim > 1:
+            if self._whole is None:
+                self._whole = np.lib.format.read_array(self._zf.open(self._member),
+                                                       allow_pickle=False)
+            return self._whole[i]
+        if i != self._next:
+            raise AssertionError("samples are read in order")
+        self._next += 1
+        data = self._f.read(self._sample_bytes)
+        if len(data) != self._sample_bytes:
+            raise InputError(f"{self._where} is truncated at sample {i}")
+        return np.frombuffer(data, self.dtype).reshape(self.shape[1:])
 
 
 class CalibrationSet:
@@ -123,16 +169,21 @@ class CalibrationSet:
 
     def _npz(self, path: Path) -> Iterator:
         try:
-            data = np.load(path, allow_pickle=False, mmap_mode="r")
-            arrays = {k: data[k] for k in data.files}
+            zf = zipfile.ZipFile(path)
+            arrays = {m[:-4] if m.endswith(".npy") else m: _NpyStream(zf, m, path)
+                      for m in zf.namelist()}
+        except InputError:
+            raise
         except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's
             raise InputError(f"{path}: cannot read calibration data ({exc})") from None
-        missing = [n for n in self.spec if n not in arrays]
-        if missing:
-            raise InputError(f"{path}: has no array for input(s) {', '.join(map(repr, missing))}"
-                             f" (it has {', '.join(map(repr, arrays)) or 'none'}; the model "
-                             f"takes {', '.join(self.spec)})")
-        yield from self._sample_axis(str(path), {k: arrays[k] for k in self.spec})
+        with zf:
+            missing = [n for n in self.spec if n not in arrays]
+            if missing:
+                raise InputError(f"{path}: has no array for input(s) "
+                                 f"{', '.join(map(repr, missing))} (it has "
+                                 f"{', '.join(map(repr, arrays)) or 'none'}; the model takes "
+                                 f"{', '.join(self.spec)})")
+            yield from self._sample_axis(str(path), arrays)
 
     def _folder(self, folder: Path) -> Iterator:
         files = sorted(p for p in folder.iterdir() if p.suffix in (".npy", ".npz"))

@@ -16,6 +16,7 @@ import numpy as np
 from cffi import FFI
 
 from ..errors import InputError, MlccError, RuntimeStatusError
+from ..dtypes import PACKED_BITS, pack_elements, storage_bytes, unpack_elements
 
 _CDEF = """
 typedef struct mlcc_context { const uint8_t *weights; uint8_t *arena; const void *model;
@@ -83,14 +84,32 @@ class ModelBase:
         for t in self.inputs:
             want = np.dtype(t["dtype"])
             arr = np.asarray(feeds[t["name"]])
-            # float64 -> float32 is accepted (numpy's default); a change of kind is not.
-            if arr.dtype != want and arr.dtype.kind != want.kind:
+            if isinstance(arr.dtype, np.dtypes.VoidDType) and arr.dtype.fields is None \
+                    and arr.dtype.itemsize == want.itemsize and want.kind == "V":
+                # bfloat16, float8, int4... come back from np.savez/np.load as raw bytes
+                # ("V2", "V1"): their codes, which is what C takes
+                arr = arr.view(want)
+            # float64 -> float32 is accepted (numpy's default); a change of kind is not, and
+            # neither is one storage type for another (both of kind "V").
+            if arr.dtype != want and (arr.dtype.kind != want.kind or want.kind == "V"):
                 raise InputError(f"input {t['name']!r} must be {want.name}, got {arr.dtype.name}")
             if list(arr.shape) != list(t["shape"]):
                 raise InputError(f"input {t['name']!r} must have shape {t['shape']}, got "
                                  f"{list(arr.shape)}")
-            arrays.append(np.ascontiguousarray(arr, dtype=want))
+            arr = np.ascontiguousarray(arr, dtype=want)
+            # int4, uint4, int2, uint2, float4: numpy keeps one per byte, C takes them packed
+            arrays.append(pack_elements(arr) if want.name in PACKED_BITS else arr)
         return arrays
+
+    def _empty_outputs(self) -> list[np.ndarray]:
+        """Output buffers in the C layout (packed types as their packed bytes)."""
+        return [np.empty(storage_bytes(t["dtype"], int(np.prod(t["shape"], dtype=np.int64))),
+                         np.uint8) if t["dtype"] in PACKED_BITS
+                else np.empty(t["shape"], dtype=t["dtype"]) for t in self.outputs]
+
+    def _from_c(self, outs: list[np.ndarray]) -> dict[str, np.ndarray]:
+        return {t["name"]: unpack_elements(a, t["dtype"], t["shape"])
+                if t["dtype"] in PACKED_BITS else a for t, a in zip(self.outputs, outs)}
 
     def run(self, feeds: dict) -> dict[str, np.ndarray]:
         """Runs one inference: {input name: array} -> {output name: array}."""
@@ -169,18 +188,23 @@ class CompiledModel(ModelBase):
 
     def run(self, feeds: dict) -> dict[str, np.ndarray]:
         arrays = self._check_inputs(feeds)
-        outs = [np.empty(t["shape"], dtype=t["dtype"]) for t in self.outputs]
+        outs = self._empty_outputs()
         in_ptrs = self._ffi.new("void *[]", [self._ptr(a) for a in arrays] or [self._ffi.NULL])
         out_ptrs = self._ffi.new("void *[]", [self._ptr(a) for a in outs] or [self._ffi.NULL])
         status = self._run(self._ctx, in_ptrs, out_ptrs)
         if status != 0:
             raise RuntimeStatusError(f"run failed: {self.status_string(status)}")
-        return {t["name"]: a for t, a in zip(self.outputs, outs)}
+        return self._from_c(outs)
 
     def prepare(self, feeds: dict) -> tuple:
         """(call, outputs) for timing: call() runs the model on a checked copy of `feeds` into
         the preallocated `outputs` dict and returns the C status, with no per-call checks,
         allocation or conversion (one cffi call)."""
+        packed = [t["name"] for t in self.outputs if t["dtype"] in PACKED_BITS]
+        if packed:
+            raise InputError(f"prepare() returns the output arrays the C code writes, and "
+                             f"outputs {', '.join(map(repr, packed))} are of a packed type "
+                             f"(several elements per byte); use run()")
         arrays = self._check_inputs(feeds)
         outs = [np.empty(t["shape"], dtype=t["dtype"]) for t in self.outputs]
         in_ptrs = self._ffi.new("void *[]", [self._ptr(a) for a in arrays] or [self._ffi.NULL])

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import MlccError, RuntimeStatusError, TargetError
+from ..dtypes import PACKED_BITS, storage_bytes, unpack_elements
 from .loader import ModelBase
 
 RUN_TIMEOUT_S = 3600
@@ -101,8 +102,10 @@ class HarnessModel(ModelBase):
         dtype = np.dtype(t["dtype"]).newbyteorder("<")
         count = int(np.prod(t["shape"], dtype=np.int64))
         data = path.read_bytes() if path.is_file() else b""
-        if len(data) != count * dtype.itemsize:
+        if len(data) != storage_bytes(t["dtype"], count):
             raise MlccError(f"the harness wrote {len(data)} bytes for output {t['name']!r}, "
-                            f"expected {count * dtype.itemsize}")
+                            f"expected {storage_bytes(t['dtype'], count)}")
+        if t["dtype"] in PACKED_BITS:
+            return unpack_elements(np.frombuffer(data, np.uint8), t["dtype"], t["shape"])
         return np.frombuffer(data, dtype=dtype).astype(dtype.newbyteorder("="), copy=True
                                                         ).reshape(t["shape"])

@@ -28,8 +28,10 @@ _HEADERS = {
     "model.cjs": '"use strict";\nconst BASE_URL = require("url").pathToFileURL(__filename).href;\n',
 }
 _FOOTERS = {
-    "model.mjs": "export { createModel, MlccError, MODEL as modelInfo };\n",
-    "model.cjs": "module.exports = { createModel, MlccError, modelInfo: MODEL };\n",
+    "model.mjs": "export { createModel, MlccError, MODEL as modelInfo, TYPED_ARRAYS as typedArrays,"
+                 " arraySize };\n",
+    "model.cjs": "module.exports = { createModel, MlccError, modelInfo: MODEL, "
+                 "typedArrays: TYPED_ARRAYS, arraySize };\n",
 }
 
 

@@ -100,6 +100,17 @@ static const char *dtype_name(int dtype) {
     case MLCC_UINT64: return "uint64";
     case MLCC_FLOAT16: return "float16";
     case MLCC_FLOAT64: return "float64";
+    case MLCC_BFLOAT16: return "bfloat16";
+    case MLCC_FLOAT8E4M3FN: return "float8_e4m3fn";
+    case MLCC_FLOAT8E4M3FNUZ: return "float8_e4m3fnuz";
+    case MLCC_FLOAT8E5M2: return "float8_e5m2";
+    case MLCC_FLOAT8E5M2FNUZ: return "float8_e5m2fnuz";
+    case MLCC_FLOAT8E8M0: return "float8_e8m0fnu";
+    case MLCC_FLOAT4E2M1: return "float4_e2m1fn";     /* packed: see mlcc_runtime.h */
+    case MLCC_INT4: return "int4";
+    case MLCC_UINT4: return "uint4";
+    case MLCC_INT2: return "int2";
+    case MLCC_UINT2: return "uint2";
     default: return "unknown";
     }
 }

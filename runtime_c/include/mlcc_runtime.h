@@ -83,7 +83,14 @@ enum mlcc_status {
 enum mlcc_dtype {
     MLCC_FLOAT32 = 1, MLCC_UINT8 = 2, MLCC_INT8 = 3, MLCC_UINT16 = 4, MLCC_INT16 = 5,
     MLCC_INT32 = 6, MLCC_INT64 = 7, MLCC_BOOL = 9, MLCC_FLOAT16 = 10, MLCC_FLOAT64 = 11,
-    MLCC_UINT32 = 12, MLCC_UINT64 = 13   /* the values of ONNX TensorProto.DataType */
+    MLCC_UINT32 = 12, MLCC_UINT64 = 13,  /* the values of ONNX TensorProto.DataType */
+    /* Storage-only types: graph inputs and outputs and Cast, no arithmetic. bfloat16 and the
+     * float8 types are one code per element (uint16_t, uint8_t); int4, uint4 and float4 e2m1
+     * are two per byte, int2 and uint2 four per byte, the lowest index in the lowest bits
+     * (ONNX's packing; a tensor of n elements takes ceil(n * bits / 8) bytes). */
+    MLCC_BFLOAT16 = 16, MLCC_FLOAT8E4M3FN = 17, MLCC_FLOAT8E4M3FNUZ = 18, MLCC_FLOAT8E5M2 = 19,
+    MLCC_FLOAT8E5M2FNUZ = 20, MLCC_UINT4 = 21, MLCC_INT4 = 22, MLCC_FLOAT4E2M1 = 23,
+    MLCC_FLOAT8E8M0 = 24, MLCC_UINT2 = 25, MLCC_INT2 = 26
 };
 
 /* Shape and type of one model input or output. */

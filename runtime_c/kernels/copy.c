@@ -18,24 +18,11 @@ void mlcc_copy_strided(const mlcc_copy_params *p, const void *src, void *dst) {
     const int inner = p->rank - 1;
     const uint8_t *s = (const uint8_t *)src + (ptrdiff_t)p->src_offset * es;
     uint8_t *d = (uint8_t *)dst + (ptrdiff_t)p->dst_offset * es;
-    int64_t index[MLCC_MAX_RANK] = {0};
-    ptrdiff_t so = 0, dof = 0;
-    int axis;
-    for (axis = 0; axis < p->rank; axis++)
-        if (p->shape[axis] == 0) return;
-    for (;;) {
-        copy_row(s + so * es, d + dof * es, (ptrdiff_t)p->shape[inner],
+    mlcc_odometer o;
+    if (!mlcc_odometer_init(&o, p->rank, p->shape, p->src_strides, p->dst_strides, NULL))
+        return;
+    do {
+        copy_row(s + o.off[0] * es, d + o.off[1] * es, (ptrdiff_t)p->shape[inner],
                  (ptrdiff_t)p->src_strides[inner], (ptrdiff_t)p->dst_strides[inner], es);
-        /* odometer over the outer axes */
-        for (axis = inner - 1; axis >= 0; axis--) {
-            index[axis]++;
-            so += (ptrdiff_t)p->src_strides[axis];
-            dof += (ptrdiff_t)p->dst_strides[axis];
-            if (index[axis] < p->shape[axis]) break;
-            so -= (ptrdiff_t)(p->src_strides[axis] * p->shape[axis]);
-            dof -= (ptrdiff_t)(p->dst_strides[axis] * p->shape[axis]);
-            index[axis] = 0;
-        }
-        if (axis < 0) return;
-    }
+    } while (mlcc_odometer_next(&o));
 }

@@ -117,24 +117,11 @@ static void binary_row(int op, const float *a, ptrdiff_t sa, const float *b, ptr
 void mlcc_f32_binary(const mlcc_binary_params *p, const float *a, const float *b, float *y) {
     const int inner = p->rank - 1;
     const ptrdiff_t n = (ptrdiff_t)p->shape[inner];
-    int64_t index[MLCC_MAX_RANK] = {0};
-    ptrdiff_t ao = 0, bo = 0, yo = 0;
-    int axis;
-    for (axis = 0; axis < p->rank; axis++)
-        if (p->shape[axis] == 0) return;
-    for (;;) {
-        binary_row(p->op, a + ao, (ptrdiff_t)p->a_strides[inner], b + bo,
-                   (ptrdiff_t)p->b_strides[inner], y + yo, n);
-        yo += n;
-        for (axis = inner - 1; axis >= 0; axis--) {
-            index[axis]++;
-            ao += (ptrdiff_t)p->a_strides[axis];
-            bo += (ptrdiff_t)p->b_strides[axis];
-            if (index[axis] < p->shape[axis]) break;
-            ao -= (ptrdiff_t)(p->a_strides[axis] * p->shape[axis]);
-            bo -= (ptrdiff_t)(p->b_strides[axis] * p->shape[axis]);
-            index[axis] = 0;
-        }
-        if (axis < 0) return;
-    }
+    mlcc_odometer o;
+    if (!mlcc_odometer_init(&o, p->rank, p->shape, p->a_strides, p->b_strides, NULL)) return;
+    do {
+        binary_row(p->op, a + o.off[0], (ptrdiff_t)p->a_strides[inner], b + o.off[1],
+                   (ptrdiff_t)p->b_strides[inner], y, n);
+        y += n;
+    } while (mlcc_odometer_next(&o));
 }

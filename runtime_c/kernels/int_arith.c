@@ -84,9 +84,7 @@ void mlcc_int_binary(const mlcc_int_binary_params *p, const void *a, const void 
     const int inner = p->rank - 1;
     const ptrdiff_t n = (ptrdiff_t)p->shape[inner];
     ptrdiff_t es;
-    int64_t index[MLCC_MAX_RANK] = {0};
-    ptrdiff_t ao = 0, bo = 0, yo = 0;
-    int axis;
+    mlcc_odometer o;
     switch (p->dtype) {
     case MLCC_INT8: row = row_i8; es = 1; break;
     case MLCC_INT16: row = row_i16; es = 2; break;
@@ -98,22 +96,10 @@ void mlcc_int_binary(const mlcc_int_binary_params *p, const void *a, const void 
     case MLCC_UINT64: row = row_u64; es = 8; break;
     default: return;
     }
-    for (axis = 0; axis < p->rank; axis++)
-        if (p->shape[axis] == 0) return;
-    for (;;) {
-        row(p->op, (const uint8_t *)a + ao * es, (ptrdiff_t)p->a_strides[inner],
-            (const uint8_t *)b + bo * es, (ptrdiff_t)p->b_strides[inner],
-            (uint8_t *)y + yo * es, n);
-        yo += n;
-        for (axis = inner - 1; axis >= 0; axis--) {
-            index[axis]++;
-            ao += (ptrdiff_t)p->a_strides[axis];
-            bo += (ptrdiff_t)p->b_strides[axis];
-            if (index[axis] < p->shape[axis]) break;
-            ao -= (ptrdiff_t)(p->a_strides[axis] * p->shape[axis]);
-            bo -= (ptrdiff_t)(p->b_strides[axis] * p->shape[axis]);
-            index[axis] = 0;
-        }
-        if (axis < 0) return;
-    }
+    if (!mlcc_odometer_init(&o, p->rank, p->shape, p->a_strides, p->b_strides, NULL)) return;
+    do {
+        row(p->op, (const uint8_t *)a + o.off[0] * es, (ptrdiff_t)p->a_strides[inner],
+            (const uint8_t *)b + o.off[1] * es, (ptrdiff_t)p->b_strides[inner], y, n);
+        y = (uint8_t *)y + n * es;
+    } while (mlcc_odometer_next(&o));
 }

@@ -51,9 +51,7 @@ void mlcc_compare(const mlcc_compare_params *p, const void *a, const void *b, ui
     const int inner = p->rank - 1;
     const ptrdiff_t n = (ptrdiff_t)p->shape[inner];
     ptrdiff_t es;
-    int64_t index[MLCC_MAX_RANK] = {0};
-    ptrdiff_t ao = 0, bo = 0, yo = 0;
-    int axis;
+    mlcc_odometer o;
     switch (p->dtype) {
     case MLCC_FLOAT32: row = compare_f32; es = 4; break;
     case MLCC_INT64: row = compare_i64; es = 8; break;
@@ -66,23 +64,12 @@ void mlcc_compare(const mlcc_compare_params *p, const void *a, const void *b, ui
     case MLCC_FLOAT64: row = compare_f64; es = 8; break;
     default: row = compare_u8; es = 1; break;   /* uint8 and bool */
     }
-    for (axis = 0; axis < p->rank; axis++)
-        if (p->shape[axis] == 0) return;
-    for (;;) {
-        row(p->op, (const uint8_t *)a + ao * es, (ptrdiff_t)p->a_strides[inner],
-            (const uint8_t *)b + bo * es, (ptrdiff_t)p->b_strides[inner], y + yo, n);
-        yo += n;
-        for (axis = inner - 1; axis >= 0; axis--) {
-            index[axis]++;
-            ao += (ptrdiff_t)p->a_strides[axis];
-            bo += (ptrdiff_t)p->b_strides[axis];
-            if (index[axis] < p->shape[axis]) break;
-            ao -= (ptrdiff_t)(p->a_strides[axis] * p->shape[axis]);
-            bo -= (ptrdiff_t)(p->b_strides[axis] * p->shape[axis]);
-            index[axis] = 0;
-        }
-        if (axis < 0) return;
-    }
+    if (!mlcc_odometer_init(&o, p->rank, p->shape, p->a_strides, p->b_strides, NULL)) return;
+    do {
+        row(p->op, (const uint8_t *)a + o.off[0] * es, (ptrdiff_t)p->a_strides[inner],
+            (const uint8_t *)b + o.off[1] * es, (ptrdiff_t)p->b_strides[inner], y, n);
+        y += n;
+    } while (mlcc_odometer_next(&o));
 }
 
 /* One innermost row of Where for elements of ES bytes: memcpy of a constant size compiles to
@@ -105,37 +92,25 @@ void mlcc_where(const mlcc_where_params *p, const uint8_t *cond, const void *x, 
     const ptrdiff_t n = (ptrdiff_t)p->shape[inner], es = (ptrdiff_t)p->elem_size;
     const uint8_t *xb = (const uint8_t *)x, *yb = (const uint8_t *)y;
     uint8_t *ob = (uint8_t *)out;
-    int64_t index[MLCC_MAX_RANK] = {0};
-    ptrdiff_t co = 0, xo = 0, yo = 0, oo = 0, i;
-    int axis;
-    for (axis = 0; axis < p->rank; axis++)
-        if (p->shape[axis] == 0) return;
-    for (;;) {
-        const uint8_t *c = cond + co;
-        const ptrdiff_t sc = (ptrdiff_t)p->c_strides[inner];
-        const ptrdiff_t sx = (ptrdiff_t)p->x_strides[inner], sy = (ptrdiff_t)p->y_strides[inner];
+    const ptrdiff_t sc = (ptrdiff_t)p->c_strides[inner];
+    const ptrdiff_t sx = (ptrdiff_t)p->x_strides[inner], sy = (ptrdiff_t)p->y_strides[inner];
+    mlcc_odometer o;
+    ptrdiff_t i;
+    if (!mlcc_odometer_init(&o, p->rank, p->shape, p->c_strides, p->x_strides, p->y_strides))
+        return;
+    do {
+        const uint8_t *c = cond + o.off[0];
+        const ptrdiff_t xo = o.off[1], yo = o.off[2];
         switch (es) {
-        case 1: where_1(c, sc, xb + xo, sx, yb + yo, sy, ob + oo * es, n); break;
-        case 4: where_4(c, sc, xb + xo * 4, sx, yb + yo * 4, sy, ob + oo * es, n); break;
-        case 8: where_8(c, sc, xb + xo * 8, sx, yb + yo * 8, sy, ob + oo * es, n); break;
+        case 1: where_1(c, sc, xb + xo, sx, yb + yo, sy, ob, n); break;
+        case 4: where_4(c, sc, xb + xo * 4, sx, yb + yo * 4, sy, ob, n); break;
+        case 8: where_8(c, sc, xb + xo * 8, sx, yb + yo * 8, sy, ob, n); break;
         default:
             for (i = 0; i < n; i++)
-                memcpy(ob + (oo + i) * es, c[i * sc] ? xb + (xo + i * sx) * es
-                                                     : yb + (yo + i * sy) * es, (size_t)es);
+                memcpy(ob + i * es, c[i * sc] ? xb + (xo + i * sx) * es
+                                              : yb + (yo + i * sy) * es, (size_t)es);
             break;
         }
-        oo += n;
-        for (axis = inner - 1; axis >= 0; axis--) {
-            index[axis]++;
-            co += (ptrdiff_t)p->c_strides[axis];
-            xo += (ptrdiff_t)p->x_strides[axis];
-            yo += (ptrdiff_t)p->y_strides[axis];
-            if (index[axis] < p->shape[axis]) break;
-            co -= (ptrdiff_t)(p->c_strides[axis] * p->shape[axis]);
-            xo -= (ptrdiff_t)(p->x_strides[axis] * p->shape[axis]);
-            yo -= (ptrdiff_t)(p->y_strides[axis] * p->shape[axis]);
-            index[axis] = 0;
-        }
-        if (axis < 0) return;
-    }
+        ob += n * es;
+    } while (mlcc_odometer_next(&o));
 }

@@ -257,4 +257,60 @@ static inline void mlcc_act_apply(const mlcc_act *act, float *y, ptrdiff_t n) {
     }
 }
 
+/* The loop nest around the innermost row of a strided or broadcasting kernel (binary ops,
+ * comparisons, Where, strided copies): an odometer over the outer axes 0..rank-2 that keeps
+ * the element offset of up to three operands read (or written) through their own strides.
+ * Usage:
+ *     mlcc_odometer o;
+ *     if (!mlcc_odometer_init(&o, rank, shape, a_strides, b_strides, NULL)) return;
+ *     do { row(a + o.off[0], b + o.off[1], ...); } while (mlcc_odometer_next(&o));
+ * A caller-stack object: no allocation, nothing shared. */
+typedef struct mlcc_odometer {
+    int rank;
+    const int64_t *shape;
+    const int64_t *strides[3];          /* an absent operand reads mlcc_zero_strides */
+    int64_t index[MLCC_MAX_RANK];
+    ptrdiff_t off[3];                   /* element offsets of the current row's start */
+} mlcc_odometer;
+
+static const int64_t mlcc_zero_strides[MLCC_MAX_RANK] = {0};
+
+/* 0 when a dimension is 0 (nothing to visit), else 1 with every offset at 0. rank >= 1;
+ * s1 and s2 may be NULL (fewer operands). */
+static inline int mlcc_odometer_init(mlcc_odometer *o, int rank, const int64_t *shape,
+                                     const int64_t *s0, const int64_t *s1, const int64_t *s2) {
+    int axis;
+    o->rank = rank;
+    o->shape = shape;
+    o->strides[0] = s0;
+    o->strides[1] = s1 ? s1 : mlcc_zero_strides;
+    o->strides[2] = s2 ? s2 : mlcc_zero_strides;
+    o->off[0] = o->off[1] = o->off[2] = 0;
+    for (axis = 0; axis < rank; axis++) {
+        o->index[axis] = 0;
+        if (shape[axis] == 0) return 0;
+    }
+    return 1;
+}
+
+/* Moves to the next row (the last axis is the caller's); 0 after the last row. Branch-light
+ * on purpose: with rows of a few elements this runs once per few outputs. */
+static inline int mlcc_odometer_next(mlcc_odometer *o) {
+    int axis;
+    for (axis = o->rank - 2; axis >= 0; axis--) {
+        const int64_t *s0 = o->strides[0], *s1 = o->strides[1], *s2 = o->strides[2];
+        if (++o->index[axis] < o->shape[axis]) {
+            o->off[0] += (ptrdiff_t)s0[axis];
+            o->off[1] += (ptrdiff_t)s1[axis];
+            o->off[2] += (ptrdiff_t)s2[axis];
+            return 1;
+        }
+        o->index[axis] = 0;    /* carry: rewind this axis */
+        o->off[0] -= (ptrdiff_t)(s0[axis] * (o->shape[axis] - 1));
+        o->off[1] -= (ptrdiff_t)(s1[axis] * (o->shape[axis] - 1));
+        o->off[2] -= (ptrdiff_t)(s2[axis] * (o->shape[axis] - 1));
+    }
+    return 0;
+}
+
 #endif /* MLCC_KERNEL_H */
