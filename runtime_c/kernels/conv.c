@@ -597,3 +597,242 @@ void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, 
         mlcc_threadpool_for(pool, dw_task, &job, (int)job.units, (int)nt);
     }
 }
+
+/* ---- Stride-1 convolution as an implicit GEMM (conv.h) ---- */
+
+/* MLCC_IMPLICIT_SLACK must cover the reads past the planes of one B panel */
+typedef char mlcc_implicit_slack_covers_a_panel[MLCC_GEMM_NR <= MLCC_IMPLICIT_SLACK ? 1 : -1];
+
+/* Where the columns of one virtual panel go in the output: n columns from tile column t to
+ * output position y (at most one run per column). */
+typedef struct implicit_segs {
+    ptrdiff_t count;
+    ptrdiff_t t[MLCC_GEMM_NR], n[MLCC_GEMM_NR], y[MLCC_GEMM_NR];
+} implicit_segs;
+
+static void implicit_panel_segs(ptrdiff_t q0, ptrdiff_t nv, ptrdiff_t wp, ptrdiff_t ow_n,
+                                implicit_segs *s) {
+    ptrdiff_t t = 0;
+    s->count = 0;
+    while (t < MLCC_GEMM_NR && q0 + t < nv) {
+        const ptrdiff_t q = q0 + t, oh = q / wp, ow = q % wp;
+        if (ow >= ow_n) {       /* a padding column: skip to the next output row */
+            t += wp - ow;
+            continue;
+        }
+        {
+            ptrdiff_t n = ow_n - ow;
+            if (n > MLCC_GEMM_NR - t) n = MLCC_GEMM_NR - t;
+            if (n > nv - q) n = nv - q;
+            s->t[s->count] = t;
+            s->n[s->count] = n;
+            s->y[s->count] = oh * ow_n + ow;
+            s->count++;
+            t += n;
+        }
+    }
+}
+
+/* Output row r of a tile (row[] = its NR values after bias and activation) into y. */
+static inline void implicit_scatter_row(float *yr, const float *row, const implicit_segs *s) {
+    ptrdiff_t i, t;
+    for (i = 0; i < s->count; i++) {
+        float *d = yr + s->y[i];
+        const float *src = row + s->t[i];
+        for (t = 0; t < s->n[i]; t++) d[t] = src[t];
+    }
+}
+
+/* One MR x NR tile: A panel (kc x MR, packed) times the B rows b + off[p]. Partial sums (not
+ * last) go to part (row stride ldp); the last k block adds bias, applies the activation and
+ * writes the output columns into y (row stride ldy). Same order of operations as packed_tile. */
+#if MLCC_HAVE_VECTORS
+static inline void implicit_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a,
+                                 const float *MLCC_RESTRICT b, const int32_t *MLCC_RESTRICT off,
+                                 ptrdiff_t mr, float *part, ptrdiff_t ldp, int first, int last,
+                                 float *y, ptrdiff_t ldy, const implicit_segs *s,
+                                 const float *bias, const mlcc_act *act) {
+    mlcc_vf acc[MLCC_GEMM_MR][MLCC_GEMM_NV];
+    ptrdiff_t r, v, p;
+    for (r = 0; r < MLCC_GEMM_MR; r++)
+        for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] = mlcc_vf_splat(0.0f);
+    for (p = 0; p < kc; p++) {
+        const float *bp = b + off[p];
+        mlcc_vf bv[MLCC_GEMM_NV];
+        for (v = 0; v < MLCC_GEMM_NV; v++) bv[v] = mlcc_vf_load(bp + v * MLCC_VF_LANES);
+        for (r = 0; r < MLCC_GEMM_MR; r++) {
+            const mlcc_vf av = mlcc_vf_splat(a[p * MLCC_GEMM_MR + r]);
+            for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] += av * bv[v];
+        }
+    }
+    for (r = 0; r < mr; r++) {
+        float *pr = part + r * ldp;
+        float row[MLCC_GEMM_NR];
+        const int whole = s->count == 1 && s->n[0] == MLCC_GEMM_NR;
+        for (v = 0; v < MLCC_GEMM_NV; v++) {
+            mlcc_vf out = acc[r][v];
+            if (!first) out += mlcc_vf_load(pr + v * MLCC_VF_LANES);
+            if (!last) {
+                mlcc_vf_store(pr + v * MLCC_VF_LANES, out);
+                continue;
+            }
+            if (bias != NULL) out += bias[r];
+            out = mlcc_vf_act(act, out);
+            if (whole)
+                mlcc_vf_store(y + r * ldy + s->y[0] + v * MLCC_VF_LANES, out);
+            else
+                mlcc_vf_store(row + v * MLCC_VF_LANES, out);
+        }
+        if (last && !whole) implicit_scatter_row(y + r * ldy, row, s);
+    }
+}
+#else
+static void implicit_tile(ptrdiff_t kc, const float *a, const float *b, const int32_t *off,
+                          ptrdiff_t mr, float *part, ptrdiff_t ldp, int first, int last, float *y,
+                          ptrdiff_t ldy, const implicit_segs *s, const float *bias,
+                          const mlcc_act *act) {
+    float acc[MLCC_GEMM_MR][MLCC_GEMM_NR];
+    ptrdiff_t r, j, p;
+    for (r = 0; r < MLCC_GEMM_MR; r++)
+        for (j = 0; j < MLCC_GEMM_NR; j++) acc[r][j] = 0.0f;
+    for (p = 0; p < kc; p++)
+        for (r = 0; r < MLCC_GEMM_MR; r++)
+            for (j = 0; j < MLCC_GEMM_NR; j++) acc[r][j] += a[p * MLCC_GEMM_MR + r] * b[off[p] + j];
+    for (r = 0; r < mr; r++) {
+        float *pr = part + r * ldp;
+        for (j = 0; j < MLCC_GEMM_NR; j++) {
+            float out = acc[r][j];
+            if (!first) out += pr[j];
+            if (!last) {
+                pr[j] = out;
+                continue;
+            }
+            if (bias != NULL) out += bias[r];
+            acc[r][j] = mlcc_act_scalar(act, out);
+        }
+        if (last) implicit_scatter_row(y + r * ldy, acc[r], s);
+    }
+}
+#endif
+
+typedef struct implicit_job {
+    const mlcc_conv2d_packed_params *pp;
+    const float *w, *bias, *pad;       /* pad: the current group's padded input */
+    const int32_t *off;
+    float *y, *part;                   /* y: the current group's output */
+    ptrdiff_t gi;
+    ptrdiff_t hp, wp, nv, bc, nb;      /* padded plane, virtual columns, block width, blocks */
+    ptrdiff_t col_units, row_units;    /* unit u: column blocks of u % col_units, rows of u / */
+    ptrdiff_t part_floats;             /* per thread slice */
+} implicit_job;
+
+static void implicit_task(void *arg, int u, int thread) {
+    const implicit_job *job = (const implicit_job *)arg;
+    const mlcc_conv2d_params *p = &job->pp->conv;
+    ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane;
+    ptrdiff_t b0, b1, r0, r1, mb, jb, i0, k0, i, j;
+    float *part = job->part + thread * job->part_floats;
+    implicit_segs segs;
+    conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
+    segs.count = 0;   /* set before every last k block, which alone reads it */
+    mb = cout_pad / MLCC_GEMM_MR;
+    b0 = job->nb * (u % job->col_units) / job->col_units;
+    b1 = job->nb * (u % job->col_units + 1) / job->col_units;
+    r0 = mb * (u / job->col_units) / job->row_units * MLCC_GEMM_MR;
+    r1 = mb * (u / job->col_units + 1) / job->row_units * MLCC_GEMM_MR;
+    if (r1 > cout_g) r1 = cout_g;
+    for (jb = b0; jb < b1; jb++) {
+        const ptrdiff_t js = jb * job->bc;
+        const ptrdiff_t je = js + job->bc < job->nv ? js + job->bc : job->nv;
+        for (i0 = r0; i0 < r1; i0 += MLCC_GEMM_MC) {
+            const ptrdiff_t i1 = r1 - i0 < MLCC_GEMM_MC ? r1 : i0 + MLCC_GEMM_MC;
+            for (k0 = 0; k0 < kdim; k0 += MLCC_GEMM_KC) {
+                const ptrdiff_t kc = kdim - k0 < MLCC_GEMM_KC ? kdim - k0 : MLCC_GEMM_KC;
+                const int first = k0 == 0, last = k0 + kc == kdim;
+                for (j = js; j < je; j += MLCC_GEMM_NR) {
+                    if (last) implicit_panel_segs(j, job->nv, job->wp, (ptrdiff_t)p->out_w, &segs);
+                    for (i = i0; i < i1; i += MLCC_GEMM_MR) {
+                        const ptrdiff_t mr = i1 - i < MLCC_GEMM_MR ? i1 - i : MLCC_GEMM_MR;
+                        /* weights: k-block-major (conv.h), block k0 holds kc x cout_pad */
+                        implicit_tile(kc, job->w + job->gi * cout_pad * kdim + k0 * cout_pad + i * kc,
+                                      job->pad + j, job->off + k0, mr,
+                                      part + (i - i0) * job->bc + (j - js), job->bc, first, last,
+                                      job->y + i * spatial, spatial, &segs,
+                                      job->bias ? job->bias + job->gi * cout_g + i : NULL,
+                                      &p->act);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* Group gi's input, zero-padded, into planes of hp x wp (and zeros past them). */
+static void implicit_fill(const mlcc_conv2d_params *p, const float *xg, ptrdiff_t cin_g,
+                          ptrdiff_t hp, ptrdiff_t wp, float *pad) {
+    const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
+    const ptrdiff_t pt = (ptrdiff_t)p->pad_top, pl = (ptrdiff_t)p->pad_left;
+    const ptrdiff_t pr = wp - pl - iw_n;   /* >= 0 for stride 1 */
+    ptrdiff_t c, r;
+    for (c = 0; c < cin_g; c++) {
+        const float *xc = xg + c * ih_n * iw_n;
+        float *dc = pad + c * hp * wp;
+        for (r = 0; r < hp; r++) {
+            const ptrdiff_t ih = r - pt;
+            float *d = dc + r * wp;
+            if (ih < 0 || ih >= ih_n) {
+                memset(d, 0, (size_t)wp * sizeof(float));
+                continue;
+            }
+            memset(d, 0, (size_t)pl * sizeof(float));
+            memcpy(d + pl, xc + ih * iw_n, (size_t)iw_n * sizeof(float));
+            memset(d + pl + iw_n, 0, (size_t)pr * sizeof(float));
+        }
+    }
+    memset(pad + cin_g * hp * wp, 0,
+           (size_t)((p->kernel_w - 1) * p->dilation_w + MLCC_IMPLICIT_SLACK) * sizeof(float));
+}
+
+void mlcc_f32_conv2d_implicit(const mlcc_conv2d_packed_params *pp, const float *x,
+                              const float *w, const float *bias, const int32_t *offsets,
+                              float *y, float *scratch, mlcc_threadpool *pool) {
+    const mlcc_conv2d_params *p = &pp->conv;
+    ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, mb, nt, n;
+    implicit_job job;
+    conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
+    job.pp = pp;
+    job.w = w;
+    job.bias = bias;
+    job.off = offsets;
+    job.pad = scratch;
+    job.hp = (ptrdiff_t)(p->out_h + (p->kernel_h - 1) * p->dilation_h);
+    job.wp = (ptrdiff_t)(p->out_w + (p->kernel_w - 1) * p->dilation_w);
+    job.nv = (ptrdiff_t)p->out_h * job.wp;
+    job.bc = (ptrdiff_t)pp->block_cols;
+    job.nb = (job.nv + job.bc - 1) / job.bc;
+    job.part = scratch + mlcc_implicit_pad_floats(p);
+    job.part_floats = kdim <= MLCC_GEMM_KC ? 0   /* one k block: no partial sums */
+                      : (cout_pad < MLCC_GEMM_MC ? cout_pad : MLCC_GEMM_MC) * job.bc;
+    mb = cout_pad / MLCC_GEMM_MR;
+    nt = mlcc_threadpool_size(pool);
+    if (nt > MLCC_IMPLICIT_SLICES) nt = MLCC_IMPLICIT_SLICES;
+    if ((double)cout_g * (double)spatial * (double)kdim * (double)p->batch * (double)p->groups <
+        (double)MLCC_MIN_PARALLEL_MACS)
+        nt = 1, pool = NULL;
+    /* units: column blocks first; rows of weight panels too when blocks are few */
+    job.col_units = nt == 1 ? 1 : job.nb < UNITS_PER_THREAD * nt ? job.nb : UNITS_PER_THREAD * nt;
+    job.row_units = 1;
+    if (nt > 1 && job.col_units < UNITS_PER_THREAD * nt) {
+        job.row_units = (UNITS_PER_THREAD * nt + job.col_units - 1) / job.col_units;
+        if (job.row_units > mb) job.row_units = mb;
+    }
+    for (n = 0; n < p->batch; n++) {
+        for (job.gi = 0; job.gi < (ptrdiff_t)p->groups; job.gi++) {
+            implicit_fill(p, x + (n * (ptrdiff_t)p->in_channels + job.gi * cin_g) * in_plane,
+                          cin_g, job.hp, job.wp, scratch);
+            job.y = y + (n * (ptrdiff_t)p->out_channels + job.gi * cout_g) * spatial;
+            mlcc_threadpool_for(pool, implicit_task, &job, (int)(job.col_units * job.row_units),
+                                (int)nt);
+        }
+    }
+}
