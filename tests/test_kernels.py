@@ -14,8 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlcc.ops.conv import (DW_SLACK, DW_SLICES, im2col_table, implicit_offsets, implicit_plan,
-                           pack_a_kblocked)
+from mlcc.ops.conv import DW_SLACK, DW_SLICES, im2col_table, implicit_offsets, implicit_plan
 from mlcc.ops.gemm import GEMM_MR, pack_a
 from mlcc.targets import load_target
 
@@ -319,17 +318,16 @@ def test_implicit_conv_matches_packed(kernels, pools, c, m, hw, k, dil, pads, gr
     lib.mlcc_f32_conv2d(ffi.new("mlcc_conv2d_params *", conv), buf(x), buf(w), buf(b),
                         buf(ref), buf(ref_scratch))
     packed = np.full((2, m, oh, ow), np.nan, np.float32)
-    wp = pack_a(w.reshape(groups, m // groups, kdim))
+    wk = pack_a(w.reshape(groups, m // groups, kdim))
     packed_scratch = np.zeros((kdim + 1) * 64, np.float32)
     lib.mlcc_f32_conv2d_packed(ffi.new("mlcc_conv2d_packed_params *",
                                        {"conv": conv, "block_cols": 64}),
-                               buf(x), buf(wp), buf(b), buf(packed), buf(packed_scratch),
+                               buf(x), buf(wk), buf(b), buf(packed), buf(packed_scratch),
                                ffi.NULL)
     block, nbytes = implicit_plan(cin_g, m // groups, kh, kw, oh, ow, dil, dil,
                                   **({"part_bytes": 0} if small_blocks else {}))
     offsets = implicit_offsets(cin_g, kh, kw, dil, dil, oh + (kh - 1) * dil,
                                ow + (kw - 1) * dil)
-    wk = pack_a_kblocked(w.reshape(groups, m // groups, kdim))
     params = ffi.new("mlcc_conv2d_packed_params *", {"conv": conv, "block_cols": block})
     for pool in (ffi.NULL, *pools.values()):
         scratch = np.full(nbytes // 4, np.nan, np.float32)   # stale data must never leak

@@ -9,7 +9,7 @@ import numpy as np
 from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Lowering, Node, Value
 from .common import act_params, require_dtype
-from .gemm import GEMM_MR, pack_a
+from .gemm import GEMM_KC, GEMM_MC, GEMM_MR, pack_a
 from .registry import OpDef, register
 
 AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -25,8 +25,6 @@ TABLE_MAX_BYTES = 64 * 1024
 # The implicit GEMM of stride-1 convolutions (mlcc_f32_conv2d_implicit, conv.h).
 IMPLICIT_SLACK = 64      # MLCC_IMPLICIT_SLACK
 IMPLICIT_SLICES = 4      # MLCC_IMPLICIT_SLICES
-GEMM_KC = 256            # MLCC_GEMM_KC in gemm.h: the depth of one k block
-GEMM_MC = 256            # MLCC_GEMM_MC: rows of weights per block
 # Partial sums of one block (rows x virtual columns) kept per thread when the depth exceeds
 # GEMM_KC: about this many bytes.
 IMPLICIT_PART_BYTES = 128 * 1024
@@ -51,17 +49,6 @@ def implicit_offsets(c: int, kh: int, kw: int, dh: int, dw: int, hp: int,
     input planes (c, hp, wp) of mlcc_f32_conv2d_implicit."""
     ci, ki, kj = np.meshgrid(np.arange(c), np.arange(kh), np.arange(kw), indexing="ij")
     return ((ci * hp + ki * dh) * wp + kj * dw).astype(np.int32).reshape(-1)
-
-
-def pack_a_kblocked(w: np.ndarray) -> np.ndarray:
-    """[groups, M, K] -> the weights of mlcc_f32_conv2d_implicit: pack_a's panels, cut into
-    GEMM_KC-deep blocks, block-major (per group: block k0, then panel, then depth, then row), so
-    that the rows of one k block, which the kernel streams together, are contiguous."""
-    g, m, k = w.shape
-    mp = -(-m // GEMM_MR) * GEMM_MR
-    panels = pack_a(w).reshape(g, mp // GEMM_MR, k, GEMM_MR)
-    blocks = [panels[:, :, k0:k0 + GEMM_KC, :].reshape(g, -1) for k0 in range(0, k, GEMM_KC)]
-    return np.ascontiguousarray(np.concatenate(blocks, axis=1)).reshape(-1)
 
 
 def implicit_plan(cin_g: int, cout_g: int, kh: int, kw: int, oh: int, ow: int, dh: int,
@@ -214,21 +201,20 @@ class Conv(OpDef):
             block = max(64, PANEL_BYTES // (4 * kdim) // 64 * 64)
             block = min(block, -(-spatial // 64) * 64)
             g = geo["group"]
-            wk = np.asarray(w_const, np.float32).reshape(g, geo["m"] // g, kdim)
+            packed = pack_a(np.asarray(w_const, np.float32).reshape(g, geo["m"] // g, kdim))
+            args[1] = lo.add_const(f"{node.name}.W_packed", packed)
             if sh == sw == 1 and kh * kw > 1:
                 # stride 1: an implicit GEMM over the padded input, nothing gathered
                 cin_g = geo["c"] // g
                 block, scratch = implicit_plan(cin_g, geo["m"] // g, kh, kw, oh, ow, dh, dw)
                 offsets = implicit_offsets(cin_g, kh, kw, dh, dw, oh + (kh - 1) * dh,
                                            ow + (kw - 1) * dw)
-                args[1] = lo.add_const(f"{node.name}.W_packed", pack_a_kblocked(wk))
                 args.insert(3, lo.add_const(f"{node.name}.implicit_offsets", offsets))
                 lo.call("mlcc_f32_conv2d_implicit", args, [node.outputs[0]],
                         params_type="mlcc_conv2d_packed_params",
                         params={"conv": params, "block_cols": block},
                         scratch_bytes=scratch, pool=True)
                 return
-            args[1] = lo.add_const(f"{node.name}.W_packed", pack_a(wk))
             if ow <= TABLE_MAX_W and kdim * spatial * 4 <= TABLE_MAX_BYTES and kh * kw > 1:
                 table = im2col_table(geo["c"] // g, ih, iw, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
                 args.insert(3, lo.add_const(f"{node.name}.im2col_table", table))

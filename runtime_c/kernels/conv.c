@@ -304,7 +304,8 @@ static void conv_packed_by_panels(void *arg, int u, int thread) {
                 if (c0 >= c1) continue;
                 gather_block(p, job->table, cin_g, xg, j0 + c0, c1 - c0, panels,
                              job->scratch + kdim * job->block + c0);
-                mlcc_f32_gemm_packed(cout_g, c1 - c0, kdim, job->w + gi * cout_pad * kdim, panels,
+                mlcc_f32_gemm_packed(cout_g, c1 - c0, kdim, job->w + gi * cout_pad * kdim,
+                                     cout_pad, 0, panels,
                                      job->bias ? job->bias + gi * cout_g : NULL, &p->act,
                                      yg + j0 + c0, spatial);
             }
@@ -343,8 +344,8 @@ static void conv_packed_multiply(void *arg, int u, int thread) {
     r1 = mb * (u + 1) / job->units * MLCC_GEMM_MR;
     if (r1 > cout_g) r1 = cout_g;
     if (r0 >= r1) return;
-    mlcc_f32_gemm_packed(r1 - r0, job->nc, kdim, job->w + (job->gi * cout_pad + r0) * kdim,
-                         job->scratch, job->bias ? job->bias + job->gi * cout_g + r0 : NULL,
+    mlcc_f32_gemm_packed(r1 - r0, job->nc, kdim, job->w + job->gi * cout_pad * kdim, cout_pad,
+                         r0, job->scratch, job->bias ? job->bias + job->gi * cout_g + r0 : NULL,
                          &p->act,
                          job->y + (job->n * (ptrdiff_t)p->out_channels + job->gi * cout_g + r0)
                                       * spatial + job->j0,

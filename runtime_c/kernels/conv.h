@@ -35,7 +35,7 @@ void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, cons
 #endif
 
 /* General grouped convolution as a GEMM of the weights, packed at compile time (gemm.h's A
- * layout per group: ceil(out_channels / groups / MLCC_GEMM_MR) panels, each kernel_size deep),
+ * layout per group, of out_channels / groups rows rounded up to MLCC_GEMM_MR, kernel_size deep),
  * by the im2col matrix, which is never materialized whole: block_cols output positions at a time
  * are gathered straight into the GEMM's B panels in scratch. block_cols is a multiple of 64 (so
  * of MLCC_GEMM_NR) chosen by the compiler so that the panels stay in L2; scratch holds
@@ -82,10 +82,8 @@ void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, 
  * q = oh * wp + ow, for which row k = (c, kh, kw) of the im2col matrix is the contiguous run of
  * padded input starting at offsets[k] = (c * hp + kh * dilation_h) * wp + kw * dilation_w.
  * The micro-kernel reads those runs in place; the columns ow >= out_w are computed and
- * dropped (wp - out_w of every wp). w holds the panels of mlcc_f32_conv2d_packed cut into
- * MLCC_GEMM_KC-deep blocks, block-major (per group: block, panel, depth, row; mlcc.ops.conv.
- * pack_a_kblocked), so that the weights one k block streams are contiguous. Every output sums
- * its terms in the same order as mlcc_f32_conv2d_packed: the results are bit-identical.
+ * dropped (wp - out_w of every wp). w is packed as for mlcc_f32_conv2d_packed, and every
+ * output sums its terms in the same order: the results are bit-identical to it.
  * block_cols (a multiple of 64) is the virtual columns per block; when the depth
  * (in_channels / groups * kernel_h * kernel_w) exceeds MLCC_GEMM_KC, partial sums of
  * min(MLCC_GEMM_MC, out_channels / groups rounded up to 8) rows x block_cols columns are kept
