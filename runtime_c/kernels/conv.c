@@ -477,6 +477,9 @@ static void dw_fill_phases(const mlcc_conv2d_params *p, const float *xc, float *
             memset(dst, 0, (size_t)lo * sizeof(float));
             if (sw == 1) {
                 memcpy(dst + lo, xr + (lo - pl), (size_t)(hi - lo) * sizeof(float));
+            } else if (sw == 2) {   /* a constant stride: compilers vectorize it (permutes) */
+                const float *src = xr + q - pl;
+                for (j = lo; j < hi; j++) dst[j] = src[2 * j];
             } else {
                 for (j = lo; j < hi; j++) dst[j] = xr[j * sw + q - pl];
             }
