@@ -276,36 +276,40 @@ def test_table_gather_conv_matches_packed(kernels, pools, c, m, hw, k, stride, p
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("c,m,hw,k,dil,pads,groups,small_blocks", [
-    (1, 16, (8, 8), 3, 1, (1, 1, 1, 1), 1, False),     # the digits CNN's first layer
-    (3, 7, (1, 33), 3, 1, (1, 1, 1, 1), 1, False),     # one row of 33: 35 virtual columns
-    (5, 9, (7, 31), 3, 1, (1, 1, 1, 1), 1, True),      # rows of 33 virtual columns, 4 blocks
-    (4, 1, (6, 30), 3, 1, (1, 1, 1, 1), 1, False),     # wp 32: one panel per row (AVX-512)
-    (2, 8, (5, 32), 3, 1, (0, 0, 0, 0), 1, False),     # no padding: 30 of 32 columns kept
-    (13, 17, (9, 11), 5, 1, (2, 1, 0, 3), 1, False),   # 5x5, asymmetric pads
-    (6, 10, (11, 12), 3, 2, (2, 2, 2, 2), 2, False),   # dilation 2, two groups
-    (29, 8, (7, 7), 3, 1, (1, 1, 1, 1), 1, False),     # depth 261: two k blocks, tail of 5
-    (60, 21, (13, 10), 3, 1, (1, 1, 1, 1), 1, True),   # three k blocks, partial sums, 3 blocks
-    (3, 5, (4, 9), 1, 1, (0, 0, 0, 0), 1, False),      # k = 1 here means a 1 x 3 kernel
+@pytest.mark.parametrize("c,m,hw,k,stride,dil,pads,groups,small_blocks", [
+    (1, 16, (8, 8), 3, 1, 1, (1, 1, 1, 1), 1, False),     # the digits CNN's first layer
+    (3, 7, (1, 33), 3, 1, 1, (1, 1, 1, 1), 1, False),     # one row of 33: 35 virtual columns
+    (5, 9, (7, 31), 3, 1, 1, (1, 1, 1, 1), 1, True),      # rows of 33 virtual columns, 4 blocks
+    (4, 1, (6, 30), 3, 1, 1, (1, 1, 1, 1), 1, False),     # wq 32: one panel per row (AVX-512)
+    (2, 8, (5, 32), 3, 1, 1, (0, 0, 0, 0), 1, False),     # no padding: 30 of 32 columns kept
+    (13, 17, (9, 11), 5, 1, 1, (2, 1, 0, 3), 1, False),   # 5x5, asymmetric pads
+    (6, 10, (11, 12), 3, 1, 2, (2, 2, 2, 2), 2, False),   # dilation 2, two groups
+    (29, 8, (7, 7), 3, 1, 1, (1, 1, 1, 1), 1, False),     # depth 261: two k blocks, tail of 5
+    (60, 21, (13, 10), 3, 1, 1, (1, 1, 1, 1), 1, True),   # three k blocks, partial sums
+    (3, 5, (4, 9), 1, 1, 1, (0, 0, 0, 0), 1, False),      # k = 1 here means a 1 x 3 kernel
+    (3, 16, (33, 65), 3, 2, 1, (1, 1, 1, 1), 1, False),   # stride 2 (YOLOv8n's stem), odd sizes
+    (3, 9, (23, 22), 7, 2, 1, (3, 3, 3, 3), 1, True),     # 7x7/2 (ResNet's stem)
+    (31, 8, (10, 13), 3, 2, 1, (0, 1, 1, 0), 1, False),   # stride 2, two k blocks, asymmetric
+    (4, 6, (14, 17), 3, 3, 2, (2, 1, 2, 0), 2, False),    # stride 3, dilation 2, groups
 ])
-def test_implicit_conv_matches_packed(kernels, pools, c, m, hw, k, dil, pads, groups,
+def test_implicit_conv_matches_packed(kernels, pools, c, m, hw, k, stride, dil, pads, groups,
                                       small_blocks):
-    """The stride-1 implicit GEMM reads the padded input in place instead of gathering
-    im2col panels, with the weights k-block-major: the same sums in the same order as the
-    packed convolution (so the same bits) on 1, 2, 3 and 5 threads, and the reference within
-    rounding; odd channels, widths around the panel (NR = 8 or 32), k blocks, pads, dilation."""
+    """The implicit GEMM reads the padded input (split by stride phase) in place instead of
+    gathering im2col panels: the same sums in the same order as the packed convolution (so the
+    same bits) on 1, 2, 3 and 5 threads, and the reference within rounding; odd channels,
+    widths around the panel (NR = 4 or 32), k blocks, pads, strides, dilation, groups."""
     ffi, lib = kernels
-    kh, kw = (1, 3) if k == 1 else (k, k)   # the last case: a 1-D kernel (height 1)
+    kh, kw = (1, 3) if k == 1 else (k, k)   # k = 1: a 1-D kernel (height 1)
     rng = np.random.default_rng(c * m + k)
     x = rng.standard_normal((2, c, *hw)).astype(np.float32)
     w = rng.standard_normal((m, c // groups, kh, kw)).astype(np.float32)
     b = rng.standard_normal(m).astype(np.float32)
     pt, pl, pb, pr = pads
-    oh = hw[0] + pt + pb - (kh - 1) * dil
-    ow = hw[1] + pl + pr - (kw - 1) * dil
+    oh = (hw[0] + pt + pb - (kh - 1) * dil - 1) // stride + 1
+    ow = (hw[1] + pl + pr - (kw - 1) * dil - 1) // stride + 1
     conv = dict(batch=2, in_channels=c, in_h=hw[0], in_w=hw[1], out_channels=m, out_h=oh,
-                out_w=ow, kernel_h=kh, kernel_w=kw, stride_h=1, stride_w=1, dilation_h=dil,
-                dilation_w=dil, pad_top=pt, pad_left=pl, groups=groups,
+                out_w=ow, kernel_h=kh, kernel_w=kw, stride_h=stride, stride_w=stride,
+                dilation_h=dil, dilation_w=dil, pad_top=pt, pad_left=pl, groups=groups,
                 act={"kind": 1, "alpha": 1.0, "beta": 0.0})
     cin_g, kdim = c // groups, c // groups * kh * kw
 
@@ -324,10 +328,9 @@ def test_implicit_conv_matches_packed(kernels, pools, c, m, hw, k, dil, pads, gr
                                        {"conv": conv, "block_cols": 64}),
                                buf(x), buf(wk), buf(b), buf(packed), buf(packed_scratch),
                                ffi.NULL)
-    block, nbytes = implicit_plan(cin_g, m // groups, kh, kw, oh, ow, dil, dil,
-                                  **({"part_bytes": 0} if small_blocks else {}))
-    offsets = implicit_offsets(cin_g, kh, kw, dil, dil, oh + (kh - 1) * dil,
-                               ow + (kw - 1) * dil)
+    block, nbytes, hq, wq = implicit_plan(cin_g, m // groups, kh, kw, oh, ow, stride, stride,
+                                          dil, dil, **({"part_bytes": 0} if small_blocks else {}))
+    offsets = implicit_offsets(cin_g, kh, kw, stride, stride, dil, dil, hq, wq)
     params = ffi.new("mlcc_conv2d_packed_params *", {"conv": conv, "block_cols": block})
     for pool in (ffi.NULL, *pools.values()):
         scratch = np.full(nbytes // 4, np.nan, np.float32)   # stale data must never leak

@@ -22,12 +22,16 @@ DW_SLICES = 4        # MLCC_DW_SLICES: threads of a pool that share a depthwise 
 # offset table, when it is at most TABLE_MAX_BYTES (int32 per im2col value).
 TABLE_MAX_W = 16
 TABLE_MAX_BYTES = 64 * 1024
-# The implicit GEMM of stride-1 convolutions (mlcc_f32_conv2d_implicit, conv.h).
+# The implicit GEMM of KxK convolutions (mlcc_f32_conv2d_implicit, conv.h).
 IMPLICIT_SLACK = 64      # MLCC_IMPLICIT_SLACK
 IMPLICIT_SLICES = 4      # MLCC_IMPLICIT_SLICES
 # Partial sums of one block (rows x virtual columns) kept per thread when the depth exceeds
 # GEMM_KC: about this many bytes.
 IMPLICIT_PART_BYTES = 128 * 1024
+# Strided convolutions shallower than this (3-channel stems: depth 27) gather im2col panels:
+# measured, the implicit path was 1.28x slower on YOLOv8n's 3x3/2 stem and even on
+# SqueezeNet's, while 0.80-0.86x on ResNet-50's strided 3x3 and 7x7 (depth 147) layers.
+IMPLICIT_MIN_STRIDED_DEPTH = 64
 
 
 def im2col_table(c: int, ih: int, iw: int, kh: int, kw: int, oh: int, ow: int, sh: int,
@@ -43,25 +47,27 @@ def im2col_table(c: int, ih: int, iw: int, kh: int, kw: int, oh: int, ow: int, s
     return np.where(valid, off, -1).astype(np.int32).reshape(c * kh * kw, oh * ow)
 
 
-def implicit_offsets(c: int, kh: int, kw: int, dh: int, dw: int, hp: int,
-                     wp: int) -> np.ndarray:
-    """[c * kh * kw] int32: where row (c, kh, kw) of the im2col matrix starts in the padded
-    input planes (c, hp, wp) of mlcc_f32_conv2d_implicit."""
+def implicit_offsets(c: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, hq: int,
+                     wq: int) -> np.ndarray:
+    """[c * kh * kw] int32: where row (c, kh, kw) of the im2col matrix starts in the stride-phase
+    sub-planes (c, sh, sw, hq, wq) of mlcc_f32_conv2d_implicit (conv.h)."""
     ci, ki, kj = np.meshgrid(np.arange(c), np.arange(kh), np.arange(kw), indexing="ij")
-    return ((ci * hp + ki * dh) * wp + kj * dw).astype(np.int32).reshape(-1)
+    plane = (ci * sh + ki * dh % sh) * sw + kj * dw % sw
+    return (plane * hq * wq + (ki * dh // sh) * wq + kj * dw // sw).astype(np.int32).reshape(-1)
 
 
-def implicit_plan(cin_g: int, cout_g: int, kh: int, kw: int, oh: int, ow: int, dh: int,
-                  dw: int, part_bytes: int = IMPLICIT_PART_BYTES) -> tuple[int, int]:
-    """(block_cols, scratch bytes) of mlcc_f32_conv2d_implicit (conv.h)."""
-    hp, wp = oh + (kh - 1) * dh, ow + (kw - 1) * dw
-    nv = oh * wp
+def implicit_plan(cin_g: int, cout_g: int, kh: int, kw: int, oh: int, ow: int, sh: int,
+                  sw: int, dh: int, dw: int,
+                  part_bytes: int = IMPLICIT_PART_BYTES) -> tuple[int, int, int, int]:
+    """(block_cols, scratch bytes, hq, wq) of mlcc_f32_conv2d_implicit (conv.h)."""
+    hq, wq = oh + (kh - 1) * dh // sh, ow + (kw - 1) * dw // sw
+    nv = oh * wq
     rows = min(GEMM_MC, -(-cout_g // GEMM_MR) * GEMM_MR)
     block = max(64, part_bytes // (4 * rows) // 64 * 64)
     block = min(block, -(-nv // 64) * 64)
-    pad = cin_g * hp * wp + (kw - 1) * dw + IMPLICIT_SLACK
+    pad = cin_g * sh * sw * hq * wq + (kw - 1) * dw + IMPLICIT_SLACK
     part = IMPLICIT_SLICES * rows * block if cin_g * kh * kw > GEMM_KC else 0
-    return block, 4 * (pad + part)
+    return block, 4 * (pad + part), hq, wq
 
 
 def window_geometry(node: Node, in_spatial: list[int], kernel: list[int], *,
@@ -203,12 +209,13 @@ class Conv(OpDef):
             g = geo["group"]
             packed = pack_a(np.asarray(w_const, np.float32).reshape(g, geo["m"] // g, kdim))
             args[1] = lo.add_const(f"{node.name}.W_packed", packed)
-            if sh == sw == 1 and kh * kw > 1:
-                # stride 1: an implicit GEMM over the padded input, nothing gathered
+            if kh * kw > 1 and (sh == sw == 1 or kdim >= IMPLICIT_MIN_STRIDED_DEPTH):
+                # an implicit GEMM over the padded input split by stride phase: nothing
+                # gathered (1x1 convolutions copy their input into panels faster)
                 cin_g = geo["c"] // g
-                block, scratch = implicit_plan(cin_g, geo["m"] // g, kh, kw, oh, ow, dh, dw)
-                offsets = implicit_offsets(cin_g, kh, kw, dh, dw, oh + (kh - 1) * dh,
-                                           ow + (kw - 1) * dw)
+                block, scratch, hq, wq = implicit_plan(cin_g, geo["m"] // g, kh, kw, oh, ow,
+                                                       sh, sw, dh, dw)
+                offsets = implicit_offsets(cin_g, kh, kw, sh, sw, dh, dw, hq, wq)
                 args.insert(3, lo.add_const(f"{node.name}.implicit_offsets", offsets))
                 lo.call("mlcc_f32_conv2d_implicit", args, [node.outputs[0]],
                         params_type="mlcc_conv2d_packed_params",

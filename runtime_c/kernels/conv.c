@@ -602,7 +602,7 @@ void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, 
     }
 }
 
-/* ---- Stride-1 convolution as an implicit GEMM (conv.h) ---- */
+/* ---- Convolution as an implicit GEMM (conv.h) ---- */
 
 /* MLCC_IMPLICIT_SLACK must cover the reads past the planes of one B panel */
 typedef char mlcc_implicit_slack_covers_a_panel[MLCC_GEMM_NR <= MLCC_IMPLICIT_SLACK ? 1 : -1];
@@ -614,14 +614,14 @@ typedef struct implicit_segs {
     ptrdiff_t t[MLCC_GEMM_NR], n[MLCC_GEMM_NR], y[MLCC_GEMM_NR];
 } implicit_segs;
 
-static void implicit_panel_segs(ptrdiff_t q0, ptrdiff_t nv, ptrdiff_t wp, ptrdiff_t ow_n,
+static void implicit_panel_segs(ptrdiff_t q0, ptrdiff_t nv, ptrdiff_t wq, ptrdiff_t ow_n,
                                 implicit_segs *s) {
     ptrdiff_t t = 0;
     s->count = 0;
     while (t < MLCC_GEMM_NR && q0 + t < nv) {
-        const ptrdiff_t q = q0 + t, oh = q / wp, ow = q % wp;
+        const ptrdiff_t q = q0 + t, oh = q / wq, ow = q % wq;
         if (ow >= ow_n) {       /* a padding column: skip to the next output row */
-            t += wp - ow;
+            t += wq - ow;
             continue;
         }
         {
@@ -725,7 +725,7 @@ typedef struct implicit_job {
     const int32_t *off;
     float *y, *part;                   /* y: the current group's output */
     ptrdiff_t gi;
-    ptrdiff_t hp, wp, nv, bc, nb;      /* padded plane, virtual columns, block width, blocks */
+    ptrdiff_t hq, wq, nv, bc, nb;      /* sub-plane, virtual columns, block width, blocks */
     ptrdiff_t col_units, row_units;    /* unit u: column blocks of u % col_units, rows of u / */
     ptrdiff_t part_floats;             /* per thread slice */
 } implicit_job;
@@ -754,7 +754,7 @@ static void implicit_task(void *arg, int u, int thread) {
                 const ptrdiff_t kc = kdim - k0 < MLCC_GEMM_KC ? kdim - k0 : MLCC_GEMM_KC;
                 const int first = k0 == 0, last = k0 + kc == kdim;
                 for (j = js; j < je; j += MLCC_GEMM_NR) {
-                    if (last) implicit_panel_segs(j, job->nv, job->wp, (ptrdiff_t)p->out_w, &segs);
+                    if (last) implicit_panel_segs(j, job->nv, job->wq, (ptrdiff_t)p->out_w, &segs);
                     for (i = i0; i < i1; i += MLCC_GEMM_MR) {
                         const ptrdiff_t mr = i1 - i < MLCC_GEMM_MR ? i1 - i : MLCC_GEMM_MR;
                         /* weights: k-block-major (conv.h), block k0 holds kc x cout_pad */
@@ -771,29 +771,48 @@ static void implicit_task(void *arg, int u, int thread) {
     }
 }
 
-/* Group gi's input, zero-padded, into planes of hp x wp (and zeros past them). */
+/* Group gi's input, zero-padded and split by stride phase (conv.h), into scratch: per channel,
+ * stride_h * stride_w sub-planes of hq x wq (and zeros past them). */
 static void implicit_fill(const mlcc_conv2d_params *p, const float *xg, ptrdiff_t cin_g,
-                          ptrdiff_t hp, ptrdiff_t wp, float *pad) {
+                          ptrdiff_t hq, ptrdiff_t wq, float *pad) {
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
+    const ptrdiff_t sh = (ptrdiff_t)p->stride_h, sw = (ptrdiff_t)p->stride_w;
     const ptrdiff_t pt = (ptrdiff_t)p->pad_top, pl = (ptrdiff_t)p->pad_left;
-    const ptrdiff_t pr = wp - pl - iw_n;   /* >= 0 for stride 1 */
-    ptrdiff_t c, r;
+    const ptrdiff_t sub = hq * wq;
+    ptrdiff_t c, ry, rx, r, j;
     for (c = 0; c < cin_g; c++) {
         const float *xc = xg + c * ih_n * iw_n;
-        float *dc = pad + c * hp * wp;
-        for (r = 0; r < hp; r++) {
-            const ptrdiff_t ih = r - pt;
-            float *d = dc + r * wp;
-            if (ih < 0 || ih >= ih_n) {
-                memset(d, 0, (size_t)wp * sizeof(float));
-                continue;
+        for (ry = 0; ry < sh; ry++) {
+            for (rx = 0; rx < sw; rx++) {
+                float *dq = pad + ((c * sh + ry) * sw + rx) * sub;
+                /* position j of this phase: padded column j * sw + rx, input column - pl */
+                ptrdiff_t lo = pl - rx <= 0 ? 0 : (pl - rx + sw - 1) / sw;
+                ptrdiff_t hi = (iw_n + pl - rx + sw - 1) / sw;
+                if (lo > wq) lo = wq;
+                if (hi > wq) hi = wq;
+                if (hi < lo) hi = lo;
+                for (r = 0; r < hq; r++) {
+                    const ptrdiff_t ih = r * sh + ry - pt;
+                    float *d = dq + r * wq;
+                    const float *xr;
+                    if (ih < 0 || ih >= ih_n) {
+                        memset(d, 0, (size_t)wq * sizeof(float));
+                        continue;
+                    }
+                    xr = xc + ih * iw_n;
+                    memset(d, 0, (size_t)lo * sizeof(float));
+                    if (sw == 1)
+                        memcpy(d + lo, xr + (lo - pl), (size_t)(hi - lo) * sizeof(float));
+                    else if (sw == 2)   /* a constant stride: compilers vectorize it */
+                        for (j = lo; j < hi; j++) d[j] = xr[2 * j + rx - pl];
+                    else
+                        for (j = lo; j < hi; j++) d[j] = xr[j * sw + rx - pl];
+                    memset(d + hi, 0, (size_t)(wq - hi) * sizeof(float));
+                }
             }
-            memset(d, 0, (size_t)pl * sizeof(float));
-            memcpy(d + pl, xc + ih * iw_n, (size_t)iw_n * sizeof(float));
-            memset(d + pl + iw_n, 0, (size_t)pr * sizeof(float));
         }
     }
-    memset(pad + cin_g * hp * wp, 0,
+    memset(pad + cin_g * sh * sw * sub, 0,
            (size_t)((p->kernel_w - 1) * p->dilation_w + MLCC_IMPLICIT_SLACK) * sizeof(float));
 }
 
@@ -809,9 +828,9 @@ void mlcc_f32_conv2d_implicit(const mlcc_conv2d_packed_params *pp, const float *
     job.bias = bias;
     job.off = offsets;
     job.pad = scratch;
-    job.hp = (ptrdiff_t)(p->out_h + (p->kernel_h - 1) * p->dilation_h);
-    job.wp = (ptrdiff_t)(p->out_w + (p->kernel_w - 1) * p->dilation_w);
-    job.nv = (ptrdiff_t)p->out_h * job.wp;
+    job.hq = mlcc_implicit_sub_h(p);
+    job.wq = mlcc_implicit_sub_w(p);
+    job.nv = (ptrdiff_t)p->out_h * job.wq;
     job.bc = (ptrdiff_t)pp->block_cols;
     job.nb = (job.nv + job.bc - 1) / job.bc;
     job.part = scratch + mlcc_implicit_pad_floats(p);
@@ -833,7 +852,7 @@ void mlcc_f32_conv2d_implicit(const mlcc_conv2d_packed_params *pp, const float *
     for (n = 0; n < p->batch; n++) {
         for (job.gi = 0; job.gi < (ptrdiff_t)p->groups; job.gi++) {
             implicit_fill(p, x + (n * (ptrdiff_t)p->in_channels + job.gi * cin_g) * in_plane,
-                          cin_g, job.hp, job.wp, scratch);
+                          cin_g, job.hq, job.wq, scratch);
             job.y = y + (n * (ptrdiff_t)p->out_channels + job.gi * cout_g) * spatial;
             mlcc_threadpool_for(pool, implicit_task, &job, (int)(job.col_units * job.row_units),
                                 (int)nt);
