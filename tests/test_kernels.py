@@ -7,7 +7,9 @@ same runtime, built from the same sources, for output channels around the micro-
 elsewhere) and the column block, and depths across a k block (MLCC_GEMM_KC = 256). The vector
 depthwise convolution is compared with the direct scalar one for row lengths around one and two
 vectors (4 to 32 lanes), strides, dilations and asymmetric padding. Each target's
-flags (x86: SSE2 without FMA, x86-native: AVX-512 with FMA) build one library."""
+flags (x86: SSE2 without FMA, x86-native: AVX-512 with FMA) build one library, and x86's with
+MLCC_NO_VECTORS a third (the scalar fallback). The implicit GEMM convolution must equal the
+packed one bit for bit (same sums in the same order), on 1, 2, 3 and 5 threads."""
 import subprocess
 from pathlib import Path
 
@@ -52,12 +54,16 @@ void mlcc_threadpool_destroy(void *pool);
 """
 
 
-@pytest.fixture(scope="module", params=["x86", "x86-native"])
+@pytest.fixture(scope="module", params=["x86", "x86-native", "scalar"])
 def kernels(request, tmp_path_factory):
+    """The kernels built with each target's flags; "scalar": x86's with MLCC_NO_VECTORS, the
+    portable fallback of compilers without vector extensions."""
     cffi = pytest.importorskip("cffi")
-    target = load_target(request.param)
+    target = load_target("x86" if request.param == "scalar" else request.param)
     lib_path = tmp_path_factory.mktemp(request.param) / "libkernels.so"
     cflags = [f for f in target.toolchain.cflags if f != "-fvisibility=hidden"]
+    if request.param == "scalar":
+        cflags.append("-DMLCC_NO_VECTORS")
     # MLCC_MIN_PARALLEL_MACS=0: these small cases use the pool too
     subprocess.run([target.toolchain.cc, *cflags, *target.defines(), "-shared", "-Wall",
                     "-DMLCC_MIN_PARALLEL_MACS=0",
