@@ -209,7 +209,10 @@ class Conv(OpDef):
             g = geo["group"]
             packed = pack_a(np.asarray(w_const, np.float32).reshape(g, geo["m"] // g, kdim))
             args[1] = lo.add_const(f"{node.name}.W_packed", packed)
-            if kh * kw > 1 and (sh == sw == 1 or kdim >= IMPLICIT_MIN_STRIDED_DEPTH):
+            sub_floats = (geo["c"] // g) * sh * sw * (oh + (kh - 1) * dh // sh) * \
+                (ow + (kw - 1) * dw // sw)
+            if (kh * kw > 1 and (sh == sw == 1 or kdim >= IMPLICIT_MIN_STRIDED_DEPTH)
+                    and sub_floats < 2**31 - 2**20):   # offsets are int32
                 # an implicit GEMM over the padded input split by stride phase: nothing
                 # gathered (1x1 convolutions copy their input into panels faster)
                 cin_g = geo["c"] // g
