@@ -757,9 +757,9 @@ static void implicit_task(void *arg, int u, int thread) {
                     if (last) implicit_panel_segs(j, job->nv, job->wq, (ptrdiff_t)p->out_w, &segs);
                     for (i = i0; i < i1; i += MLCC_GEMM_MR) {
                         const ptrdiff_t mr = i1 - i < MLCC_GEMM_MR ? i1 - i : MLCC_GEMM_MR;
-                        /* weights: k-block-major (conv.h), block k0 holds kc x cout_pad */
-                        implicit_tile(kc, job->w + job->gi * cout_pad * kdim + k0 * cout_pad + i * kc,
-                                      job->pad + j, job->off + k0, mr,
+                        /* weights k-block-major (gemm.h): block k0 holds kc x cout_pad */
+                        const float *a = job->w + job->gi * cout_pad * kdim + k0 * cout_pad + i * kc;
+                        implicit_tile(kc, a, job->pad + j, job->off + k0, mr,
                                       part + (i - i0) * job->bc + (j - js), job->bc, first, last,
                                       job->y + i * spatial, spatial, &segs,
                                       job->bias ? job->bias + job->gi * cout_g + i : NULL,
