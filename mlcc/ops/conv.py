@@ -29,8 +29,9 @@ IMPLICIT_SLICES = 4      # MLCC_IMPLICIT_SLICES
 # GEMM_KC: about this many bytes.
 IMPLICIT_PART_BYTES = 128 * 1024
 # Strided convolutions shallower than this (3-channel stems: depth 27) gather im2col panels:
-# measured, the implicit path was 1.28x slower on YOLOv8n's 3x3/2 stem and even on
-# SqueezeNet's, while 0.80-0.86x on ResNet-50's strided 3x3 and 7x7 (depth 147) layers.
+# measured (A/B interleaved), the implicit path was 1.15-1.16x slower on SqueezeNet's and
+# MobileNetV2's 3x3/2 stems (0.80x on YOLOv8n's, of 16 channels only), while 0.80-0.86x on
+# ResNet-50's strided 3x3 and 7x7 (depth 147) layers.
 IMPLICIT_MIN_STRIDED_DEPTH = 64
 
 

@@ -616,12 +616,14 @@ typedef struct implicit_segs {
 
 static void implicit_panel_segs(ptrdiff_t q0, ptrdiff_t nv, ptrdiff_t wq, ptrdiff_t ow_n,
                                 implicit_segs *s) {
-    ptrdiff_t t = 0;
+    ptrdiff_t t = 0, oh = q0 / wq, ow = q0 % wq;   /* then advanced without dividing */
     s->count = 0;
     while (t < MLCC_GEMM_NR && q0 + t < nv) {
-        const ptrdiff_t q = q0 + t, oh = q / wq, ow = q % wq;
+        const ptrdiff_t q = q0 + t;
         if (ow >= ow_n) {       /* a padding column: skip to the next output row */
             t += wq - ow;
+            oh++;
+            ow = 0;
             continue;
         }
         {
@@ -633,6 +635,7 @@ static void implicit_panel_segs(ptrdiff_t q0, ptrdiff_t nv, ptrdiff_t wq, ptrdif
             s->y[s->count] = oh * ow_n + ow;
             s->count++;
             t += n;
+            ow += n;
         }
     }
 }
