@@ -9,14 +9,16 @@ depthwise convolution is compared with the direct scalar one for row lengths aro
 vectors (4 to 32 lanes), strides, dilations and asymmetric padding. Each target's
 flags (x86: SSE2 without FMA, x86-native: AVX-512 with FMA) build one library; a third is the
 x86 build with the wasm target's own register tile (gemm_tile: 4 rows x 2 vectors, each 8-row A
-panel read as two halves), the C that model.wasm runs, compiled natively."""
+panel read as two halves), the C that model.wasm runs, compiled natively, and x86's with
+MLCC_NO_VECTORS a fourth (the scalar fallback). The implicit GEMM convolution must equal the
+packed one bit for bit (same sums in the same order), on 1, 2, 3 and 5 threads."""
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from mlcc.ops.conv import DW_SLACK, DW_SLICES, im2col_table
+from mlcc.ops.conv import DW_SLACK, DW_SLICES, im2col_table, implicit_offsets, implicit_plan
 from mlcc.ops.gemm import GEMM_MR, pack_a
 from mlcc.targets import load_target
 
@@ -46,16 +48,21 @@ void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, 
 void mlcc_f32_conv2d_packed_table(const mlcc_conv2d_packed_params *p, const float *x,
                                   const float *w, const float *bias, const int32_t *table,
                                   float *y, float *scratch, void *pool);
+void mlcc_f32_conv2d_implicit(const mlcc_conv2d_packed_params *p, const float *x,
+                              const float *w, const float *bias, const int32_t *offsets,
+                              float *y, float *scratch, void *pool);
 int mlcc_threadpool_create(void **pool, int nthreads);
 void mlcc_threadpool_destroy(void *pool);
 """
 
 
-@pytest.fixture(scope="module", params=["x86", "x86-native", "x86+wasm-tile"])
+@pytest.fixture(scope="module", params=["x86", "x86-native", "x86+wasm-tile", "scalar"])
 def kernels(request, tmp_path_factory):
+    """The kernels built with each target's flags; "scalar": x86's with MLCC_NO_VECTORS, the
+    portable fallback of compilers without vector extensions."""
     cffi = pytest.importorskip("cffi")
     name, _, tile_of = request.param.partition("+")
-    target = load_target(name)
+    target = load_target("x86" if name == "scalar" else name)
     defines = target.defines()
     if tile_of:
         tile = load_target(tile_of.removesuffix("-tile")).tile_defines()
@@ -63,6 +70,8 @@ def kernels(request, tmp_path_factory):
         defines += tile
     lib_path = tmp_path_factory.mktemp(request.param) / "libkernels.so"
     cflags = [f for f in target.toolchain.cflags if f != "-fvisibility=hidden"]
+    if request.param == "scalar":
+        cflags.append("-DMLCC_NO_VECTORS")
     # MLCC_MIN_PARALLEL_MACS=0: these small cases use the pool too
     subprocess.run([target.toolchain.cc, *cflags, *defines, "-shared", "-Wall",
                     "-DMLCC_MIN_PARALLEL_MACS=0",
@@ -280,3 +289,68 @@ def test_table_gather_conv_matches_packed(kernels, pools, c, m, hw, k, stride, p
             buf(packed), buf(b), buf(table, "int32_t *"), buf(got), buf(scratch), pool)
         assert np.array_equal(got, out)
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("c,m,hw,k,stride,dil,pads,groups,small_blocks", [
+    (1, 16, (8, 8), 3, 1, 1, (1, 1, 1, 1), 1, False),     # the digits CNN's first layer
+    (3, 7, (1, 33), 3, 1, 1, (1, 1, 1, 1), 1, False),     # one row of 33: 35 virtual columns
+    (5, 9, (7, 31), 3, 1, 1, (1, 1, 1, 1), 1, True),      # rows of 33 virtual columns, 4 blocks
+    (4, 1, (6, 30), 3, 1, 1, (1, 1, 1, 1), 1, False),     # wq 32: one panel per row (AVX-512)
+    (2, 8, (5, 32), 3, 1, 1, (0, 0, 0, 0), 1, False),     # no padding: 30 of 32 columns kept
+    (13, 17, (9, 11), 5, 1, 1, (2, 1, 0, 3), 1, False),   # 5x5, asymmetric pads
+    (6, 10, (11, 12), 3, 1, 2, (2, 2, 2, 2), 2, False),   # dilation 2, two groups
+    (29, 8, (7, 7), 3, 1, 1, (1, 1, 1, 1), 1, False),     # depth 261: two k blocks, tail of 5
+    (60, 21, (13, 10), 3, 1, 1, (1, 1, 1, 1), 1, True),   # three k blocks, partial sums
+    (3, 5, (4, 9), 1, 1, 1, (0, 0, 0, 0), 1, False),      # k = 1 here means a 1 x 3 kernel
+    (3, 16, (33, 65), 3, 2, 1, (1, 1, 1, 1), 1, False),   # stride 2 (YOLOv8n's stem), odd sizes
+    (3, 9, (23, 22), 7, 2, 1, (3, 3, 3, 3), 1, True),     # 7x7/2 (ResNet's stem)
+    (31, 8, (10, 13), 3, 2, 1, (0, 1, 1, 0), 1, False),   # stride 2, two k blocks, asymmetric
+    (4, 6, (14, 17), 3, 3, 2, (2, 1, 2, 0), 2, False),    # stride 3, dilation 2, groups
+])
+def test_implicit_conv_matches_packed(kernels, pools, c, m, hw, k, stride, dil, pads, groups,
+                                      small_blocks):
+    """The implicit GEMM reads the padded input (split by stride phase) in place instead of
+    gathering im2col panels: the same sums in the same order as the packed convolution (so the
+    same bits) on 1, 2, 3 and 5 threads, and the reference within rounding; odd channels,
+    widths around the panel (NR = 4 or 32), k blocks, pads, strides, dilation, groups."""
+    ffi, lib = kernels
+    kh, kw = (1, 3) if k == 1 else (k, k)   # k = 1: a 1-D kernel (height 1)
+    rng = np.random.default_rng(c * m + k)
+    x = rng.standard_normal((2, c, *hw)).astype(np.float32)
+    w = rng.standard_normal((m, c // groups, kh, kw)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    pt, pl, pb, pr = pads
+    oh = (hw[0] + pt + pb - (kh - 1) * dil - 1) // stride + 1
+    ow = (hw[1] + pl + pr - (kw - 1) * dil - 1) // stride + 1
+    conv = dict(batch=2, in_channels=c, in_h=hw[0], in_w=hw[1], out_channels=m, out_h=oh,
+                out_w=ow, kernel_h=kh, kernel_w=kw, stride_h=stride, stride_w=stride,
+                dilation_h=dil, dilation_w=dil, pad_top=pt, pad_left=pl, groups=groups,
+                act={"kind": 1, "alpha": 1.0, "beta": 0.0})
+    cin_g, kdim = c // groups, c // groups * kh * kw
+
+    def buf(a, t="float *"):
+        return ffi.cast(t, ffi.from_buffer(a))
+
+    # every array passed to C is bound to a name: buf() does not keep a temporary alive
+    ref = np.zeros((2, m, oh, ow), np.float32)
+    ref_scratch = np.zeros(kdim * oh * ow + 1, np.float32)
+    lib.mlcc_f32_conv2d(ffi.new("mlcc_conv2d_params *", conv), buf(x), buf(w), buf(b),
+                        buf(ref), buf(ref_scratch))
+    packed = np.full((2, m, oh, ow), np.nan, np.float32)
+    wk = pack_a(w.reshape(groups, m // groups, kdim))
+    packed_scratch = np.zeros((kdim + 1) * 64, np.float32)
+    lib.mlcc_f32_conv2d_packed(ffi.new("mlcc_conv2d_packed_params *",
+                                       {"conv": conv, "block_cols": 64}),
+                               buf(x), buf(wk), buf(b), buf(packed), buf(packed_scratch),
+                               ffi.NULL)
+    block, nbytes, hq, wq = implicit_plan(cin_g, m // groups, kh, kw, oh, ow, stride, stride,
+                                          dil, dil, **({"part_bytes": 0} if small_blocks else {}))
+    offsets = implicit_offsets(cin_g, kh, kw, stride, stride, dil, dil, hq, wq)
+    params = ffi.new("mlcc_conv2d_packed_params *", {"conv": conv, "block_cols": block})
+    for pool in (ffi.NULL, *pools.values()):
+        scratch = np.full(nbytes // 4, np.nan, np.float32)   # stale data must never leak
+        got = np.full_like(ref, np.nan)
+        lib.mlcc_f32_conv2d_implicit(params, buf(x), buf(wk), buf(b),
+                                     buf(offsets, "int32_t *"), buf(got), buf(scratch), pool)
+        assert np.array_equal(got, packed)
+    np.testing.assert_allclose(packed, ref, rtol=1e-4, atol=1e-4)

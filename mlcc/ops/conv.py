@@ -9,7 +9,7 @@ import numpy as np
 from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Lowering, Node, Value
 from .common import act_params, require_dtype
-from .gemm import pack_a
+from .gemm import GEMM_KC, GEMM_MC, GEMM_MR, pack_a
 from .registry import OpDef, register
 
 AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -22,6 +22,17 @@ DW_SLICES = 4        # MLCC_DW_SLICES: threads of a pool that share a depthwise 
 # offset table, when it is at most TABLE_MAX_BYTES (int32 per im2col value).
 TABLE_MAX_W = 16
 TABLE_MAX_BYTES = 64 * 1024
+# The implicit GEMM of KxK convolutions (mlcc_f32_conv2d_implicit, conv.h).
+IMPLICIT_SLACK = 64      # MLCC_IMPLICIT_SLACK
+IMPLICIT_SLICES = 4      # MLCC_IMPLICIT_SLICES
+# Partial sums of one block (rows x virtual columns) kept per thread when the depth exceeds
+# GEMM_KC: about this many bytes.
+IMPLICIT_PART_BYTES = 128 * 1024
+# Strided convolutions shallower than this (3-channel stems: depth 27) gather im2col panels:
+# measured (A/B interleaved), the implicit path was 1.15-1.16x slower on SqueezeNet's and
+# MobileNetV2's 3x3/2 stems (0.80x on YOLOv8n's, of 16 channels only), while 0.80-0.86x on
+# ResNet-50's strided 3x3 and 7x7 (depth 147) layers.
+IMPLICIT_MIN_STRIDED_DEPTH = 64
 
 
 def im2col_table(c: int, ih: int, iw: int, kh: int, kw: int, oh: int, ow: int, sh: int,
@@ -35,6 +46,29 @@ def im2col_table(c: int, ih: int, iw: int, kh: int, kw: int, oh: int, ow: int, s
     off = (ci * ih + y) * iw + x
     valid = (y >= 0) & (y < ih) & (x >= 0) & (x < iw)
     return np.where(valid, off, -1).astype(np.int32).reshape(c * kh * kw, oh * ow)
+
+
+def implicit_offsets(c: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, hq: int,
+                     wq: int) -> np.ndarray:
+    """[c * kh * kw] int32: where row (c, kh, kw) of the im2col matrix starts in the stride-phase
+    sub-planes (c, sh, sw, hq, wq) of mlcc_f32_conv2d_implicit (conv.h)."""
+    ci, ki, kj = np.meshgrid(np.arange(c), np.arange(kh), np.arange(kw), indexing="ij")
+    plane = (ci * sh + ki * dh % sh) * sw + kj * dw % sw
+    return (plane * hq * wq + (ki * dh // sh) * wq + kj * dw // sw).astype(np.int32).reshape(-1)
+
+
+def implicit_plan(cin_g: int, cout_g: int, kh: int, kw: int, oh: int, ow: int, sh: int,
+                  sw: int, dh: int, dw: int,
+                  part_bytes: int = IMPLICIT_PART_BYTES) -> tuple[int, int, int, int]:
+    """(block_cols, scratch bytes, hq, wq) of mlcc_f32_conv2d_implicit (conv.h)."""
+    hq, wq = oh + (kh - 1) * dh // sh, ow + (kw - 1) * dw // sw
+    nv = oh * wq
+    rows = min(GEMM_MC, -(-cout_g // GEMM_MR) * GEMM_MR)
+    block = max(64, part_bytes // (4 * rows) // 64 * 64)
+    block = min(block, -(-nv // 64) * 64)
+    pad = cin_g * sh * sw * hq * wq + (kw - 1) * dw + IMPLICIT_SLACK
+    part = IMPLICIT_SLICES * rows * block if cin_g * kh * kw > GEMM_KC else 0
+    return block, 4 * (pad + part), hq, wq
 
 
 def window_geometry(node: Node, in_spatial: list[int], kernel: list[int], *,
@@ -176,6 +210,22 @@ class Conv(OpDef):
             g = geo["group"]
             packed = pack_a(np.asarray(w_const, np.float32).reshape(g, geo["m"] // g, kdim))
             args[1] = lo.add_const(f"{node.name}.W_packed", packed)
+            sub_floats = (geo["c"] // g) * sh * sw * (oh + (kh - 1) * dh // sh) * \
+                (ow + (kw - 1) * dw // sw)
+            if (kh * kw > 1 and (sh == sw == 1 or kdim >= IMPLICIT_MIN_STRIDED_DEPTH)
+                    and sub_floats < 2**31 - 2**20):   # offsets are int32
+                # an implicit GEMM over the padded input split by stride phase: nothing
+                # gathered (1x1 convolutions copy their input into panels faster)
+                cin_g = geo["c"] // g
+                block, scratch, hq, wq = implicit_plan(cin_g, geo["m"] // g, kh, kw, oh, ow,
+                                                       sh, sw, dh, dw)
+                offsets = implicit_offsets(cin_g, kh, kw, sh, sw, dh, dw, hq, wq)
+                args.insert(3, lo.add_const(f"{node.name}.implicit_offsets", offsets))
+                lo.call("mlcc_f32_conv2d_implicit", args, [node.outputs[0]],
+                        params_type="mlcc_conv2d_packed_params",
+                        params={"conv": params, "block_cols": block},
+                        scratch_bytes=scratch, pool=True)
+                return
             if ow <= TABLE_MAX_W and kdim * spatial * 4 <= TABLE_MAX_BYTES and kh * kw > 1:
                 table = im2col_table(geo["c"] // g, ih, iw, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
                 args.insert(3, lo.add_const(f"{node.name}.im2col_table", table))

@@ -12,17 +12,24 @@ from .registry import OpDef, register
 
 
 GEMM_MR = 8          # MLCC_GEMM_MR in runtime_c/kernels/gemm.h: rows of a packed A panel
+GEMM_KC = 256        # MLCC_GEMM_KC: the depth of one k block
+GEMM_MC = 256        # MLCC_GEMM_MC: rows of A per block
 
 
 def pack_a(a: np.ndarray) -> np.ndarray:
     """[..., M, K] -> the packed A layout of mlcc_f32_gemm_packed (gemm.h), per leading index:
-    ceil(M / GEMM_MR) panels of K x GEMM_MR, rows past M zero."""
+    K cut into GEMM_KC-deep blocks, block-major; in a block of depth kc, ceil(M / GEMM_MR)
+    panels of kc x GEMM_MR (rows past M zero)."""
     *lead, m, k = a.shape
     mp = -(-m // GEMM_MR) * GEMM_MR
     padded = np.zeros((*lead, mp, k), np.float32)
     padded[..., :m, :] = a
     panels = padded.reshape(*lead, mp // GEMM_MR, GEMM_MR, k).swapaxes(-1, -2)
-    return np.ascontiguousarray(panels).reshape(-1)
+    flat = math.prod(lead)
+    blocks = [panels[..., k0:k0 + GEMM_KC, :].reshape(flat, -1) for k0 in range(0, k, GEMM_KC)]
+    if not blocks:
+        return np.zeros(0, np.float32)
+    return np.ascontiguousarray(np.concatenate(blocks, axis=1)).reshape(-1)
 
 
 def gemm_params(m: int, n: int, k: int, *, a_strides: tuple[int, int], ldb: int, ldc: int,

@@ -322,7 +322,8 @@ static void conv_packed_by_panels(void *arg, int u, int thread) {
                 if (c0 >= c1) continue;
                 gather_block(p, job->table, cin_g, xg, j0 + c0, c1 - c0, panels,
                              job->scratch + kdim * job->block + c0);
-                mlcc_f32_gemm_packed(cout_g, c1 - c0, kdim, job->w + gi * cout_pad * kdim, panels,
+                mlcc_f32_gemm_packed(cout_g, c1 - c0, kdim, job->w + gi * cout_pad * kdim,
+                                     cout_pad, 0, panels,
                                      job->bias ? job->bias + gi * cout_g : NULL, &p->act,
                                      yg + j0 + c0, spatial);
             }
@@ -361,8 +362,8 @@ static void conv_packed_multiply(void *arg, int u, int thread) {
     r1 = mb * (u + 1) / job->units * MLCC_GEMM_MR;
     if (r1 > cout_g) r1 = cout_g;
     if (r0 >= r1) return;
-    mlcc_f32_gemm_packed(r1 - r0, job->nc, kdim, job->w + (job->gi * cout_pad + r0) * kdim,
-                         job->scratch, job->bias ? job->bias + job->gi * cout_g + r0 : NULL,
+    mlcc_f32_gemm_packed(r1 - r0, job->nc, kdim, job->w + job->gi * cout_pad * kdim, cout_pad,
+                         r0, job->scratch, job->bias ? job->bias + job->gi * cout_g + r0 : NULL,
                          &p->act,
                          job->y + (job->n * (ptrdiff_t)p->out_channels + job->gi * cout_g + r0)
                                       * spatial + job->j0,
@@ -619,5 +620,270 @@ void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, 
         const ptrdiff_t per = nt == 1 ? 1 : UNITS_PER_THREAD * nt;
         job.units = p->out_channels < per ? (ptrdiff_t)p->out_channels : per;
         mlcc_threadpool_for(pool, dw_task, &job, (int)job.units, (int)nt);
+    }
+}
+
+/* ---- Convolution as an implicit GEMM (conv.h) ---- */
+
+/* MLCC_IMPLICIT_SLACK must cover the reads past the planes of one B panel */
+typedef char mlcc_implicit_slack_covers_a_panel[MLCC_GEMM_NR <= MLCC_IMPLICIT_SLACK ? 1 : -1];
+
+/* Where the columns of one virtual panel go in the output: n columns from tile column t to
+ * output position y (at most one run per column). */
+typedef struct implicit_segs {
+    ptrdiff_t count;
+    ptrdiff_t t[MLCC_GEMM_NR], n[MLCC_GEMM_NR], y[MLCC_GEMM_NR];
+} implicit_segs;
+
+static void implicit_panel_segs(ptrdiff_t q0, ptrdiff_t nv, ptrdiff_t wq, ptrdiff_t ow_n,
+                                implicit_segs *s) {
+    ptrdiff_t t = 0, oh = q0 / wq, ow = q0 % wq;   /* then advanced without dividing */
+    s->count = 0;
+    while (t < MLCC_GEMM_NR && q0 + t < nv) {
+        const ptrdiff_t q = q0 + t;
+        if (ow >= ow_n) {       /* a padding column: skip to the next output row */
+            t += wq - ow;
+            oh++;
+            ow = 0;
+            continue;
+        }
+        {
+            ptrdiff_t n = ow_n - ow;
+            if (n > MLCC_GEMM_NR - t) n = MLCC_GEMM_NR - t;
+            if (n > nv - q) n = nv - q;
+            s->t[s->count] = t;
+            s->n[s->count] = n;
+            s->y[s->count] = oh * ow_n + ow;
+            s->count++;
+            t += n;
+            ow += n;
+        }
+    }
+}
+
+/* Output row r of a tile (row[] = its NR values after bias and activation) into y. */
+static inline void implicit_scatter_row(float *yr, const float *row, const implicit_segs *s) {
+    ptrdiff_t i, t;
+    for (i = 0; i < s->count; i++) {
+        float *d = yr + s->y[i];
+        const float *src = row + s->t[i];
+        for (t = 0; t < s->n[i]; t++) d[t] = src[t];
+    }
+}
+
+/* One TILE_ROWS x NR tile (gemm.h: MR, or a divisor of it on targets with few registers):
+ * rows of an A panel (kc x MR, packed; a points at the tile's first row) times the B rows
+ * b + off[p]. Partial sums (not last) go to part (row stride ldp); the last k block adds bias, applies the activation and
+ * writes the output columns into y (row stride ldy). Same order of operations as packed_tile. */
+#if MLCC_HAVE_VECTORS
+static inline void implicit_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a,
+                                 const float *MLCC_RESTRICT b, const int32_t *MLCC_RESTRICT off,
+                                 ptrdiff_t mr, float *part, ptrdiff_t ldp, int first, int last,
+                                 float *y, ptrdiff_t ldy, const implicit_segs *s,
+                                 const float *bias, const mlcc_act *act) {
+    mlcc_vf acc[MLCC_GEMM_TILE_ROWS][MLCC_GEMM_NV];
+    ptrdiff_t r, v, p;
+    for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
+        for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] = mlcc_vf_splat(0.0f);
+    for (p = 0; p < kc; p++) {
+        const float *bp = b + off[p];
+        mlcc_vf bv[MLCC_GEMM_NV];
+        for (v = 0; v < MLCC_GEMM_NV; v++) bv[v] = mlcc_vf_load(bp + v * MLCC_VF_LANES);
+        for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++) {
+            const mlcc_vf av = mlcc_vf_splat(a[p * MLCC_GEMM_MR + r]);
+            for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] += av * bv[v];
+        }
+    }
+    for (r = 0; r < mr; r++) {
+        float *pr = part + r * ldp;
+        float row[MLCC_GEMM_NR];
+        const int whole = s->count == 1 && s->n[0] == MLCC_GEMM_NR;
+        for (v = 0; v < MLCC_GEMM_NV; v++) {
+            mlcc_vf out = acc[r][v];
+            if (!first) out += mlcc_vf_load(pr + v * MLCC_VF_LANES);
+            if (!last) {
+                mlcc_vf_store(pr + v * MLCC_VF_LANES, out);
+                continue;
+            }
+            if (bias != NULL) out += bias[r];
+            out = mlcc_vf_act(act, out);
+            if (whole)
+                mlcc_vf_store(y + r * ldy + s->y[0] + v * MLCC_VF_LANES, out);
+            else
+                mlcc_vf_store(row + v * MLCC_VF_LANES, out);
+        }
+        if (last && !whole) implicit_scatter_row(y + r * ldy, row, s);
+    }
+}
+#else
+static void implicit_tile(ptrdiff_t kc, const float *a, const float *b, const int32_t *off,
+                          ptrdiff_t mr, float *part, ptrdiff_t ldp, int first, int last, float *y,
+                          ptrdiff_t ldy, const implicit_segs *s, const float *bias,
+                          const mlcc_act *act) {
+    float acc[MLCC_GEMM_TILE_ROWS][MLCC_GEMM_NR];
+    ptrdiff_t r, j, p;
+    for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
+        for (j = 0; j < MLCC_GEMM_NR; j++) acc[r][j] = 0.0f;
+    for (p = 0; p < kc; p++)
+        for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
+            for (j = 0; j < MLCC_GEMM_NR; j++) acc[r][j] += a[p * MLCC_GEMM_MR + r] * b[off[p] + j];
+    for (r = 0; r < mr; r++) {
+        float *pr = part + r * ldp;
+        for (j = 0; j < MLCC_GEMM_NR; j++) {
+            float out = acc[r][j];
+            if (!first) out += pr[j];
+            if (!last) {
+                pr[j] = out;
+                continue;
+            }
+            if (bias != NULL) out += bias[r];
+            acc[r][j] = mlcc_act_scalar(act, out);
+        }
+        if (last) implicit_scatter_row(y + r * ldy, acc[r], s);
+    }
+}
+#endif
+
+typedef struct implicit_job {
+    const mlcc_conv2d_packed_params *pp;
+    const float *w, *bias, *pad;       /* pad: the current group's padded input */
+    const int32_t *off;
+    float *y, *part;                   /* y: the current group's output */
+    ptrdiff_t gi;
+    ptrdiff_t hq, wq, nv, bc, nb;      /* sub-plane, virtual columns, block width, blocks */
+    ptrdiff_t col_units, row_units;    /* unit u: column blocks of u % col_units, rows of u / */
+    ptrdiff_t part_floats;             /* per thread slice */
+} implicit_job;
+
+static void implicit_task(void *arg, int u, int thread) {
+    const implicit_job *job = (const implicit_job *)arg;
+    const mlcc_conv2d_params *p = &job->pp->conv;
+    ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane;
+    ptrdiff_t b0, b1, r0, r1, mb, jb, i0, k0, i, j;
+    float *part = job->part + thread * job->part_floats;
+    implicit_segs segs;
+    conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
+    segs.count = 0;   /* set before every last k block, which alone reads it */
+    mb = cout_pad / MLCC_GEMM_MR;
+    b0 = job->nb * (u % job->col_units) / job->col_units;
+    b1 = job->nb * (u % job->col_units + 1) / job->col_units;
+    r0 = mb * (u / job->col_units) / job->row_units * MLCC_GEMM_MR;
+    r1 = mb * (u / job->col_units + 1) / job->row_units * MLCC_GEMM_MR;
+    if (r1 > cout_g) r1 = cout_g;
+    for (jb = b0; jb < b1; jb++) {
+        const ptrdiff_t js = jb * job->bc;
+        const ptrdiff_t je = js + job->bc < job->nv ? js + job->bc : job->nv;
+        for (i0 = r0; i0 < r1; i0 += MLCC_GEMM_MC) {
+            const ptrdiff_t i1 = r1 - i0 < MLCC_GEMM_MC ? r1 : i0 + MLCC_GEMM_MC;
+            for (k0 = 0; k0 < kdim; k0 += MLCC_GEMM_KC) {
+                const ptrdiff_t kc = kdim - k0 < MLCC_GEMM_KC ? kdim - k0 : MLCC_GEMM_KC;
+                const int first = k0 == 0, last = k0 + kc == kdim;
+                for (j = js; j < je; j += MLCC_GEMM_NR) {
+                    if (last) implicit_panel_segs(j, job->nv, job->wq, (ptrdiff_t)p->out_w, &segs);
+                    for (i = i0; i < i1; i += MLCC_GEMM_TILE_ROWS) {
+                        const ptrdiff_t mr = i1 - i < MLCC_GEMM_TILE_ROWS ? i1 - i
+                                                                           : MLCC_GEMM_TILE_ROWS;
+                        /* weights k-block-major (gemm.h): block k0 holds kc x cout_pad; a
+                         * tile starts i % MR rows into its panel */
+                        const float *a = job->w + job->gi * cout_pad * kdim + k0 * cout_pad +
+                                         (i - i % MLCC_GEMM_MR) * kc + i % MLCC_GEMM_MR;
+                        implicit_tile(kc, a, job->pad + j, job->off + k0, mr,
+                                      part + (i - i0) * job->bc + (j - js), job->bc, first, last,
+                                      job->y + i * spatial, spatial, &segs,
+                                      job->bias ? job->bias + job->gi * cout_g + i : NULL,
+                                      &p->act);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* Group gi's input, zero-padded and split by stride phase (conv.h), into scratch: per channel,
+ * stride_h * stride_w sub-planes of hq x wq (and zeros past them). */
+static void implicit_fill(const mlcc_conv2d_params *p, const float *xg, ptrdiff_t cin_g,
+                          ptrdiff_t hq, ptrdiff_t wq, float *pad) {
+    const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
+    const ptrdiff_t sh = (ptrdiff_t)p->stride_h, sw = (ptrdiff_t)p->stride_w;
+    const ptrdiff_t pt = (ptrdiff_t)p->pad_top, pl = (ptrdiff_t)p->pad_left;
+    const ptrdiff_t sub = hq * wq;
+    ptrdiff_t c, ry, rx, r, j;
+    for (c = 0; c < cin_g; c++) {
+        const float *xc = xg + c * ih_n * iw_n;
+        for (ry = 0; ry < sh; ry++) {
+            for (rx = 0; rx < sw; rx++) {
+                float *dq = pad + ((c * sh + ry) * sw + rx) * sub;
+                /* position j of this phase: padded column j * sw + rx, input column - pl */
+                ptrdiff_t lo = pl - rx <= 0 ? 0 : (pl - rx + sw - 1) / sw;
+                ptrdiff_t hi = (iw_n + pl - rx + sw - 1) / sw;
+                if (lo > wq) lo = wq;
+                if (hi > wq) hi = wq;
+                if (hi < lo) hi = lo;
+                for (r = 0; r < hq; r++) {
+                    const ptrdiff_t ih = r * sh + ry - pt;
+                    float *d = dq + r * wq;
+                    const float *xr;
+                    if (ih < 0 || ih >= ih_n) {
+                        memset(d, 0, (size_t)wq * sizeof(float));
+                        continue;
+                    }
+                    xr = xc + ih * iw_n;
+                    memset(d, 0, (size_t)lo * sizeof(float));
+                    if (sw == 1)
+                        memcpy(d + lo, xr + (lo - pl), (size_t)(hi - lo) * sizeof(float));
+                    else if (sw == 2)   /* a constant stride: compilers vectorize it */
+                        for (j = lo; j < hi; j++) d[j] = xr[2 * j + rx - pl];
+                    else
+                        for (j = lo; j < hi; j++) d[j] = xr[j * sw + rx - pl];
+                    memset(d + hi, 0, (size_t)(wq - hi) * sizeof(float));
+                }
+            }
+        }
+    }
+    memset(pad + cin_g * sh * sw * sub, 0,
+           (size_t)((p->kernel_w - 1) * p->dilation_w + MLCC_IMPLICIT_SLACK) * sizeof(float));
+}
+
+void mlcc_f32_conv2d_implicit(const mlcc_conv2d_packed_params *pp, const float *x,
+                              const float *w, const float *bias, const int32_t *offsets,
+                              float *y, float *scratch, mlcc_threadpool *pool) {
+    const mlcc_conv2d_params *p = &pp->conv;
+    ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, mb, nt, n;
+    implicit_job job;
+    conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
+    job.pp = pp;
+    job.w = w;
+    job.bias = bias;
+    job.off = offsets;
+    job.pad = scratch;
+    job.hq = mlcc_implicit_sub_h(p);
+    job.wq = mlcc_implicit_sub_w(p);
+    job.nv = (ptrdiff_t)p->out_h * job.wq;
+    job.bc = (ptrdiff_t)pp->block_cols;
+    job.nb = (job.nv + job.bc - 1) / job.bc;
+    job.part = scratch + mlcc_implicit_pad_floats(p);
+    job.part_floats = kdim <= MLCC_GEMM_KC ? 0   /* one k block: no partial sums */
+                      : (cout_pad < MLCC_GEMM_MC ? cout_pad : MLCC_GEMM_MC) * job.bc;
+    mb = cout_pad / MLCC_GEMM_MR;
+    nt = mlcc_threadpool_size(pool);
+    if (nt > MLCC_IMPLICIT_SLICES) nt = MLCC_IMPLICIT_SLICES;
+    if ((double)cout_g * (double)spatial * (double)kdim * (double)p->batch * (double)p->groups <
+        (double)MLCC_MIN_PARALLEL_MACS)
+        nt = 1, pool = NULL;
+    /* units: column blocks first; rows of weight panels too when blocks are few */
+    job.col_units = nt == 1 ? 1 : job.nb < UNITS_PER_THREAD * nt ? job.nb : UNITS_PER_THREAD * nt;
+    job.row_units = 1;
+    if (nt > 1 && job.col_units < UNITS_PER_THREAD * nt) {
+        job.row_units = (UNITS_PER_THREAD * nt + job.col_units - 1) / job.col_units;
+        if (job.row_units > mb) job.row_units = mb;
+    }
+    for (n = 0; n < p->batch; n++) {
+        for (job.gi = 0; job.gi < (ptrdiff_t)p->groups; job.gi++) {
+            implicit_fill(p, x + (n * (ptrdiff_t)p->in_channels + job.gi * cin_g) * in_plane,
+                          cin_g, job.hq, job.wq, scratch);
+            job.y = y + (n * (ptrdiff_t)p->out_channels + job.gi * cout_g) * spatial;
+            mlcc_threadpool_for(pool, implicit_task, &job, (int)(job.col_units * job.row_units),
+                                (int)nt);
+        }
     }
 }

@@ -35,7 +35,7 @@ void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, cons
 #endif
 
 /* General grouped convolution as a GEMM of the weights, packed at compile time (gemm.h's A
- * layout per group: ceil(out_channels / groups / MLCC_GEMM_MR) panels, each kernel_size deep),
+ * layout per group, of out_channels / groups rows rounded up to MLCC_GEMM_MR, kernel_size deep),
  * by the im2col matrix, which is never materialized whole: block_cols output positions at a time
  * are gathered straight into the GEMM's B panels in scratch. block_cols is a multiple of 64 (so
  * of MLCC_GEMM_NR) chosen by the compiler so that the panels stay in L2; scratch holds
@@ -75,5 +75,40 @@ static inline ptrdiff_t mlcc_dw_scratch_floats(const mlcc_conv2d_params *p) {
 void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, const float *w,
                                    const float *bias, float *y, float *scratch,
                                    mlcc_threadpool *pool);
+
+/* Convolution as an implicit GEMM (no im2col at all): each group's input is copied once,
+ * zero-padded and split by stride phase, into scratch: per channel, stride_h x stride_w
+ * sub-planes (phase (ry, rx) holds padded rows ry, ry + stride_h, ... and columns rx,
+ * rx + stride_w, ...) of hq x wq = (out_h + (kernel_h - 1) * dilation_h / stride_h) x
+ * (out_w + (kernel_w - 1) * dilation_w / stride_w) (integer divisions); stride 1 is one
+ * sub-plane, the padded input itself. The GEMM then runs over "virtual" output positions
+ * q = oh * wq + ow, for which row k = (c, kh, kw) of the im2col matrix is the contiguous run
+ * starting at offsets[k] = ((c * stride_h + kh * dilation_h % stride_h) * stride_w + kw *
+ * dilation_w % stride_w) * hq * wq + (kh * dilation_h / stride_h) * wq + kw * dilation_w /
+ * stride_w. The micro-kernel reads those runs in place; the columns ow >= out_w are computed
+ * and dropped (wq - out_w of every wq). w is packed as for mlcc_f32_conv2d_packed, and every
+ * output sums its terms in the same order: the results are bit-identical to it.
+ * block_cols (a multiple of 64) is the virtual columns per block; when the depth
+ * (in_channels / groups * kernel_h * kernel_w) exceeds MLCC_GEMM_KC, partial sums of
+ * min(MLCC_GEMM_MC, out_channels / groups rounded up to 8) rows x block_cols columns are kept
+ * in scratch, one such buffer per thread, up to MLCC_IMPLICIT_SLICES threads.
+ * scratch: mlcc_implicit_pad_floats() floats, then the partial sums (mlcc/ops/conv.py
+ * implicit_plan computes the same). */
+#define MLCC_IMPLICIT_SLICES 4
+#define MLCC_IMPLICIT_SLACK 64  /* zeros past the sub-planes: reads of the last panel */
+static inline ptrdiff_t mlcc_implicit_sub_h(const mlcc_conv2d_params *p) {
+    return (ptrdiff_t)(p->out_h + (p->kernel_h - 1) * p->dilation_h / p->stride_h);
+}
+static inline ptrdiff_t mlcc_implicit_sub_w(const mlcc_conv2d_params *p) {
+    return (ptrdiff_t)(p->out_w + (p->kernel_w - 1) * p->dilation_w / p->stride_w);
+}
+static inline ptrdiff_t mlcc_implicit_pad_floats(const mlcc_conv2d_params *p) {
+    return (ptrdiff_t)(p->in_channels / p->groups * p->stride_h * p->stride_w) *
+               mlcc_implicit_sub_h(p) * mlcc_implicit_sub_w(p) +
+           (ptrdiff_t)((p->kernel_w - 1) * p->dilation_w) + MLCC_IMPLICIT_SLACK;
+}
+void mlcc_f32_conv2d_implicit(const mlcc_conv2d_packed_params *p, const float *x,
+                              const float *w, const float *bias, const int32_t *offsets,
+                              float *y, float *scratch, mlcc_threadpool *pool);
 
 #endif /* MLCC_CONV_H */

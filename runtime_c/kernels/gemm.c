@@ -206,8 +206,8 @@ static void packed_tile(ptrdiff_t kc, const float *a, const float *b, float *c, 
 #endif
 
 void mlcc_f32_gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed,
-                          const float *b_panels, const float *bias, const mlcc_act *act, float *c,
-                          ptrdiff_t ldc) {
+                          ptrdiff_t a_rows, ptrdiff_t a_row0, const float *b_panels,
+                          const float *bias, const mlcc_act *act, float *c, ptrdiff_t ldc) {
     ptrdiff_t k0, i0, i, j;
     for (k0 = 0; k0 < k; k0 += MLCC_GEMM_KC) {
         const ptrdiff_t kc = k - k0 < MLCC_GEMM_KC ? k - k0 : MLCC_GEMM_KC;
@@ -221,7 +221,10 @@ void mlcc_f32_gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_
                 const float *bp = b_panels + (j / PNR) * k * PNR + k0 * PNR;
                 for (i = i0; i < i1; i += PTR) {
                     const ptrdiff_t mr = m - i < PTR ? m - i : PTR;
-                    packed_tile(kc, a_packed + (i / PMR) * k * PMR + k0 * PMR + i % PMR, bp,
+                    /* block k0 of A: kc x a_rows, panel by panel (gemm.h); a tile of PTR
+                     * rows starts i % PMR rows into its panel */
+                    packed_tile(kc,
+                                a_packed + k0 * a_rows + (a_row0 + i - i % PMR) * kc + i % PMR, bp,
                                 c + i * ldc + j, ldc, mr, nr, first, last,
                                 bias ? bias + i : NULL, act);
                 }

@@ -38,8 +38,12 @@ void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, co
 /* The packed GEMM: A (the constant operand, weights) packed at compile time, B packed at run
  * time into the panels the micro-kernel reads, both contiguous in the order the k loop walks.
  *
- *   A packed: ceil(m / MLCC_GEMM_MR) panels of k x MLCC_GEMM_MR floats (panel i, depth p, row r
- *             holds A[i * MR + r][p]; rows past m are zero). mlcc/ops/gemm.py pack_a() writes it.
+ *   A packed: k cut into MLCC_GEMM_KC-deep blocks, block-major (block k0 at k0 * a_rows, where
+ *             a_rows is the rows rounded up to MLCC_GEMM_MR); within a block of depth kc,
+ *             a_rows / MR panels of kc x MLCC_GEMM_MR floats (panel i, depth p, row r holds
+ *             A[i * MR + r][k0 + p]; rows past m are zero), so that the weights one k block
+ *             streams are contiguous (weights larger than L2 came from memory 1.6x slower in
+ *             whole-depth panels). mlcc/ops/gemm.py pack_a() writes it.
  *   B panels: ceil(n / MLCC_GEMM_NR) panels of k x MLCC_GEMM_NR floats (panel j, depth p, column
  *             t holds B[p][j * NR + t]; columns past n are zero).
  *
@@ -80,10 +84,11 @@ void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, co
 /* Rows of A per block: MC x KC floats (256 KiB) stay in L2. A multiple of MLCC_GEMM_MR. */
 #define MLCC_GEMM_MC 256
 
-/* C[i][j] = act(sum_p A[i][p] * B[p][j] + bias[i]) for i < m, j < n; C[i][j] = c[i * ldc + j].
- * bias may be NULL. */
+/* C[i][j] = act(sum_p A[a_row0 + i][p] * B[p][j] + bias[i]) for i < m, j < n, where A (a_rows
+ * rows in all, packed) starts at a_packed and a_row0 is a multiple of MLCC_GEMM_MR;
+ * C[i][j] = c[i * ldc + j]. bias may be NULL. */
 void mlcc_f32_gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed,
-                          const float *b_panels, const float *bias, const mlcc_act *act, float *c,
-                          ptrdiff_t ldc);
+                          ptrdiff_t a_rows, ptrdiff_t a_row0, const float *b_panels,
+                          const float *bias, const mlcc_act *act, float *c, ptrdiff_t ldc);
 
 #endif /* MLCC_GEMM_H */

@@ -69,8 +69,11 @@ typedef struct row_ctx {
         mlcc_vf_store(yr + ow + 2 * VL, a2);                                                 \
         mlcc_vf_store(yr + ow + 3 * VL, a3);                                                 \
     }                                                                                        \
-    for (; ow + VL <= c->hi; ow += VL) {                                                     \
+    for (; ow < c->hi && c->hi - c->lo >= VL; ow += VL) {                                   \
         mlcc_vf a0 = mlcc_vf_splat(init);                                                    \
+        /* the last vector overlaps the one before: the columns it recomputes get the same \
+         * values, and no scalar tail is left (rows of 55 had 6 scalar columns of 9 taps) */ \
+        if (ow + VL > c->hi) ow = c->hi - VL;                                                \
         for (kh = c->kh_lo; kh < c->kh_hi; kh++) {                                           \
             const float *r = c->src + (c->ih0 + kh * dh) * c->pitch;                         \
             for (kw = 0; kw < kw_n; kw++)                                                    \
@@ -149,6 +152,65 @@ static void split_phases(const float *x, ptrdiff_t rows, ptrdiff_t in_w, ptrdiff
     }
 }
 
+/* Max pooling with stride_w > 1, separably: per output row, the maximum over the kernel rows
+ * (contiguous vectors) into tmp (in_w floats), then over the kernel columns of tmp. Max is
+ * exact and skips NaN either way, so the result is that of the 2-D window. Cheaper than the
+ * phase split (SqueezeNet's 3x3 stride-2 pools: the split rewrote every input value). */
+static void max_plane_separable(const mlcc_pool2d_params *p, const float *x, float *y,
+                                float *tmp, ptrdiff_t lo, ptrdiff_t hi) {
+    const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
+    const ptrdiff_t oh_n = (ptrdiff_t)p->out_h, ow_n = (ptrdiff_t)p->out_w;
+    const ptrdiff_t kh_n = (ptrdiff_t)p->kernel_h, kw_n = (ptrdiff_t)p->kernel_w;
+    const ptrdiff_t sh = (ptrdiff_t)p->stride_h, sw = (ptrdiff_t)p->stride_w;
+    const ptrdiff_t dh = (ptrdiff_t)p->dilation_h, dw = (ptrdiff_t)p->dilation_w;
+    const ptrdiff_t pt = (ptrdiff_t)p->pad_top, pl = (ptrdiff_t)p->pad_left;
+    ptrdiff_t oh, ow, kh, kw, j;
+    for (oh = 0; oh < oh_n; oh++) {
+        const ptrdiff_t ih0 = oh * sh - pt;
+        const ptrdiff_t kh_lo = first_inside(dh, ih0), kh_hi = end_inside(kh_n, dh, ih0, ih_n);
+        float *yr = y + oh * ow_n;
+        if (kh_hi <= kh_lo) {   /* all padding */
+            for (ow = 0; ow < ow_n; ow++) yr[ow] = -FLT_MAX;
+            continue;
+        }
+        memcpy(tmp, x + (ih0 + kh_lo * dh) * iw_n, (size_t)iw_n * sizeof(float));
+        for (kh = kh_lo + 1; kh < kh_hi; kh++) {
+            const float *r = x + (ih0 + kh * dh) * iw_n;
+            j = 0;
+#if MLCC_HAVE_VECTORS
+            for (; j + VL <= iw_n; j += VL)
+                mlcc_vf_store(tmp + j, vf_max(mlcc_vf_load(tmp + j), mlcc_vf_load(r + j)));
+#endif
+            for (; j < iw_n; j++) tmp[j] = MAX_OF(tmp[j], r[j]);
+        }
+        for (ow = 0; ow < ow_n; ow++) {
+            float acc = -FLT_MAX;
+            if (ow == lo && hi > lo) {   /* every tap inside */
+                if (sw == 2 && kw_n == 3 && dw == 1) {
+                    for (; ow < hi; ow++) {
+                        const float *t = tmp + 2 * ow - pl;
+                        yr[ow] = MAX_OF(MAX_OF(t[0], t[1]), t[2]);
+                    }
+                } else {
+                    for (; ow < hi; ow++) {
+                        const float *t = tmp + ow * sw - pl;
+                        acc = -FLT_MAX;
+                        for (kw = 0; kw < kw_n; kw++) acc = MAX_OF(acc, t[kw * dw]);
+                        yr[ow] = acc;
+                    }
+                }
+                ow--;
+                continue;
+            }
+            for (kw = 0; kw < kw_n; kw++) {
+                const ptrdiff_t iw = ow * sw - pl + kw * dw;
+                if (iw >= 0 && iw < iw_n) acc = MAX_OF(acc, tmp[iw]);
+            }
+            yr[ow] = acc;
+        }
+    }
+}
+
 static void pool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *taps, float *y,
                    float *scratch, int is_max, const float *inv_count) {
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
@@ -173,6 +235,10 @@ static void pool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *t
         float *yp = y + plane * oh_n * ow_n;
         c.x = x + plane * ih_n * iw_n;
         c.src = c.x;
+        if (is_max && sw > 1) {   /* scratch holds at least in_w floats */
+            max_plane_separable(p, c.x, yp, scratch, c.lo, c.hi);
+            continue;
+        }
         if (sw > 1 && c.hi > c.lo) {
             split_phases(c.x, ih_n, iw_n, sw, (ptrdiff_t)p->phase_width, scratch);
             c.src = scratch;
