@@ -50,7 +50,8 @@ void mlcc_u8_qconv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_
                      const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch);
 void mlcc_u8_qconv2d_depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
                                const int32_t *bias, const float *scale, const float *fbias,
-                               const int32_t *mult, const int32_t *shift, void *y);
+                               const int32_t *mult, const int32_t *shift, void *y,
+                               uint8_t *scratch);
 void mlcc_f32_quantize_u8(const mlcc_quantize_params *p, const float *x, uint8_t *y);
 void mlcc_u8_dequantize_f32(const mlcc_quantize_params *p, const uint8_t *x, float *y);
 void mlcc_u8_qadd(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y);
@@ -175,6 +176,12 @@ CONVS = [  # n, c, h, w, m, k, stride, pad, dil, groups
     (1, 7, 9, 8, 7, (3, 3), (2, 2), (1, 1), (1, 1), 7),       # depthwise
     (1, 6, 10, 10, 6, (5, 5), (1, 1), (2, 2), (2, 2), 6),     # depthwise, dilated
     (1, 8, 5, 37, 16, (3, 3), (1, 2), (1, 1), (1, 1), 1),
+    # depthwise as PP-OCR rec has them: stride (2, 1); 5 x 5; a row longer than the kernel's
+    # 256-column chunk; stride 3 and unequal padding (the padded plane's edges)
+    (1, 5, 9, 23, 5, (3, 3), (2, 1), (1, 1), (1, 1), 5),
+    (2, 3, 7, 11, 3, (5, 5), (1, 1), (2, 2), (1, 1), 3),
+    (1, 2, 3, 301, 2, (3, 3), (1, 1), (1, 1), (1, 1), 2),
+    (1, 3, 8, 13, 3, (2, 4), (3, 3), (0, 2), (1, 1), 3),
 ]
 
 
@@ -198,9 +205,14 @@ def test_qconv_matches_numpy(lib, case, out_kind, mode):
     p = ffi.new("mlcc_qconv2d_params *", params)
     y = np.zeros((n, m, oh, ow), np.float32 if out_kind else np.uint8)
     if depthwise:
+        # qconv.h's MLCC_QDW_PADDED_H / _W: one channel plane, padded, as int16
+        dw_hp = (oh - 1) * stride[0] + (k[0] - 1) * dil[0] + 1
+        dw_wp = (ow - 1) * stride[1] + (k[1] - 1) * dil[1] + 1
+        scratch = np.zeros(2 * dw_hp * dw_wp, np.uint8)
         L.mlcc_u8_qconv2d_depthwise(p, ptr(ffi, x), ptr(ffi, np.ascontiguousarray(w)),
                                     ptr(ffi, bias), ptr(ffi, scale), ptr(ffi, fbias),
-                                    ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y))
+                                    ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y),
+                                    ptr(ffi, scratch))
     else:
         kk = w[0].size
         k4 = -(-kk // 4)

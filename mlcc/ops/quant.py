@@ -192,9 +192,12 @@ class QConv(OpDef):
         label = banner(node, "Conv")
         if group == c == m and group > 1:
             wname = lo.add_const(f"{node.name}.w_dw", wq.reshape(m, kh * kw))
+            # the padded int16 plane of one channel (qconv.h's MLCC_QDW_PADDED_H / _W)
+            hp, wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
             lo.call("mlcc_u8_qconv2d_depthwise",
                     [node.inputs[0], wname, node.inputs[2], *_channel_args(node), out], [out],
-                    params_type="mlcc_qconv2d_params", params=params, op=label)
+                    params_type="mlcc_qconv2d_params", params=params,
+                    scratch_bytes=2 * hp * wp, op=label)
             return
         packed, k4 = _packed_rows(wq)
         zx = int(node.attr("x_zero_point"))

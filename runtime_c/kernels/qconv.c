@@ -104,34 +104,64 @@ void mlcc_u8_qconv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_
 
 #define DW_CHUNK 256
 
+/* One channel plane minus the zero point as int16, padded with real zeros (code zx) on every
+ * side the kernel window reaches: hp x wp, so that the tap loops below have no bounds checks
+ * and vectorize (each output row is a sum of kernel_h * kernel_w shifted rows). */
+static void dw_padded_plane(const mlcc_qconv2d_params *p, const uint8_t *plane, int64_t hp,
+                            int64_t wp, int16_t *dst) {
+    const int32_t zp = p->x_zero_point;
+    int64_t r, q;
+    for (r = 0; r < hp; r++) {
+        const int64_t ih = r - p->pad_top;
+        int16_t *d = dst + r * wp;
+        const uint8_t *src;
+        int64_t lo, hi;
+        if (ih < 0 || ih >= p->in_h) {
+            memset(d, 0, sizeof(int16_t) * (size_t)wp);
+            continue;
+        }
+        /* padded columns [lo, hi) hold input columns [lo - pad_left, hi - pad_left) */
+        lo = p->pad_left < wp ? p->pad_left : wp;
+        hi = p->pad_left + p->in_w < wp ? p->pad_left + p->in_w : wp;
+        for (q = 0; q < lo; q++) d[q] = 0;
+        src = plane + ih * p->in_w - p->pad_left;
+        for (q = lo; q < hi; q++) d[q] = (int16_t)((int32_t)src[q] - zp);
+        for (q = hi; q < wp; q++) d[q] = 0;
+    }
+}
+
 void mlcc_u8_qconv2d_depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
                                const int32_t *bias, const float *scale, const float *fbias,
-                               const int32_t *mult, const int32_t *shift, void *y) {
+                               const int32_t *mult, const int32_t *shift, void *y,
+                               uint8_t *scratch) {
     const int64_t C = p->out_channels, P = p->out_h * p->out_w;
     const int64_t kk = p->kernel_h * p->kernel_w;
-    const int32_t zp = p->x_zero_point;
+    const int64_t hp = MLCC_QDW_PADDED_H(p), wp = MLCC_QDW_PADDED_W(p);
+    const int64_t sw = p->stride_w;
     const mlcc_qchannels ch = {bias, scale, fbias, mult, shift};
+    int16_t *xp = (int16_t *)(void *)scratch;
     int32_t acc[DW_CHUNK];
-    int64_t n, c, oh, ow0, ow, kh, kw;
+    int64_t n, c, oh, ow0, o, kh, kw;
     for (n = 0; n < p->batch; n++) {
         for (c = 0; c < C; c++) {
-            const uint8_t *plane = x + (n * C + c) * p->in_h * p->in_w;
             const int8_t *wc = w + c * kk;
+            dw_padded_plane(p, x + (n * C + c) * p->in_h * p->in_w, hp, wp, xp);
             for (oh = 0; oh < p->out_h; oh++) {
                 for (ow0 = 0; ow0 < p->out_w; ow0 += DW_CHUNK) {
                     const int64_t nw = p->out_w - ow0 < DW_CHUNK ? p->out_w - ow0 : DW_CHUNK;
                     memset(acc, 0, sizeof(int32_t) * (size_t)nw);
                     for (kh = 0; kh < p->kernel_h; kh++) {
-                        const int64_t ih = oh * p->stride_h + kh * p->dilation_h - p->pad_top;
-                        if (ih < 0 || ih >= p->in_h) continue;
+                        const int16_t *row = xp + (oh * p->stride_h + kh * p->dilation_h) * wp +
+                                             ow0 * sw;
                         for (kw = 0; kw < p->kernel_w; kw++) {
                             const int32_t wv = wc[kh * p->kernel_w + kw];
-                            const uint8_t *row = plane + ih * p->in_w;
-                            for (ow = 0; ow < nw; ow++) {
-                                const int64_t iw = (ow0 + ow) * p->stride_w +
-                                                   kw * p->dilation_w - p->pad_left;
-                                if (iw >= 0 && iw < p->in_w)
-                                    acc[ow] += wv * ((int32_t)row[iw] - zp);
+                            const int16_t *src = row + kw * p->dilation_w;
+                            if (sw == 1) {
+                                for (o = 0; o < nw; o++) acc[o] += wv * (int32_t)src[o];
+                            } else if (sw == 2) {
+                                for (o = 0; o < nw; o++) acc[o] += wv * (int32_t)src[2 * o];
+                            } else {
+                                for (o = 0; o < nw; o++) acc[o] += wv * (int32_t)src[o * sw];
                             }
                         }
                     }

@@ -29,9 +29,15 @@ void mlcc_u8_qconv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_
 
 /* Depthwise convolution (groups = in_channels = out_channels), direct:
  * acc = bias[c] + sum over taps inside the input of w[c][kh][kw] * (x - x_zero_point);
- * bias here is the quantized bias alone. */
+ * bias here is the quantized bias alone. scratch: 2 * MLCC_QDW_PADDED_H(p) *
+ * MLCC_QDW_PADDED_W(p) bytes, 2-byte aligned (one channel plane, padded, as int16). */
+#define MLCC_QDW_PADDED_H(p) \
+    (((p)->out_h - 1) * (p)->stride_h + ((p)->kernel_h - 1) * (p)->dilation_h + 1)
+#define MLCC_QDW_PADDED_W(p) \
+    (((p)->out_w - 1) * (p)->stride_w + ((p)->kernel_w - 1) * (p)->dilation_w + 1)
 void mlcc_u8_qconv2d_depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
                                const int32_t *bias, const float *scale, const float *fbias,
-                               const int32_t *mult, const int32_t *shift, void *y);
+                               const int32_t *mult, const int32_t *shift, void *y,
+                               uint8_t *scratch);
 
 #endif /* MLCC_QCONV_H */
