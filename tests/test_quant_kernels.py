@@ -182,6 +182,14 @@ CONVS = [  # n, c, h, w, m, k, stride, pad, dil, groups
     (2, 3, 7, 11, 3, (5, 5), (1, 1), (2, 2), (1, 1), 3),
     (1, 2, 3, 301, 2, (3, 3), (1, 1), (1, 1), (1, 1), 2),
     (1, 3, 8, 13, 3, (2, 4), (3, 3), (0, 2), (1, 1), 3),
+    # packed from padded planes: stride 2 as YOLOv8n downsamples; a 1 x 1 stride-2 conv (no
+    # padding but a copy); a 1 x 1 conv read in place with K not a multiple of 4; a window
+    # that does not reach the last input row / column; dilation with groups
+    (1, 6, 11, 13, 7, (3, 3), (2, 2), (1, 1), (1, 1), 1),
+    (1, 5, 9, 9, 3, (1, 1), (2, 2), (0, 0), (1, 1), 1),
+    (2, 7, 5, 3, 9, (1, 1), (1, 1), (0, 0), (1, 1), 1),
+    (1, 4, 10, 12, 5, (3, 2), (3, 3), (0, 0), (1, 1), 1),
+    (1, 6, 9, 10, 4, (3, 3), (1, 1), (2, 2), (2, 2), 2),
 ]
 
 
@@ -204,11 +212,11 @@ def test_qconv_matches_numpy(lib, case, out_kind, mode):
               "x_zero_point": zp, "rq": requant(ffi, out_kind, mode, 3, 3, 255)}
     p = ffi.new("mlcc_qconv2d_params *", params)
     y = np.zeros((n, m, oh, ow), np.float32 if out_kind else np.uint8)
+    # qconv.h's MLCC_QCONV_PADDED_H / _W: the input rows and columns the window reaches
+    ph = (oh - 1) * stride[0] + (k[0] - 1) * dil[0] + 1
+    pw = (ow - 1) * stride[1] + (k[1] - 1) * dil[1] + 1
     if depthwise:
-        # qconv.h's MLCC_QDW_PADDED_H / _W: one channel plane, padded, as int16
-        dw_hp = (oh - 1) * stride[0] + (k[0] - 1) * dil[0] + 1
-        dw_wp = (ow - 1) * stride[1] + (k[1] - 1) * dil[1] + 1
-        scratch = np.zeros(2 * dw_hp * dw_wp, np.uint8)
+        scratch = np.zeros(2 * ph * pw, np.uint8)       # one channel plane as int16
         L.mlcc_u8_qconv2d_depthwise(p, ptr(ffi, x), ptr(ffi, np.ascontiguousarray(w)),
                                     ptr(ffi, bias), ptr(ffi, scale), ptr(ffi, fbias),
                                     ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y),
@@ -220,7 +228,7 @@ def test_qconv_matches_numpy(lib, case, out_kind, mode):
         wp[:, :kk] = w.reshape(m, -1)
         # the kernel's bias has the input zero point folded in (as the compiler does)
         eff = (bias - zp * w.reshape(m, -1).astype(np.int32).sum(axis=1)).astype(np.int32)
-        scratch = np.zeros(4 * (k4 + 1) * oh * ow, np.uint8)
+        scratch = np.zeros(4 * k4 * oh * ow + c // groups * ph * pw, np.uint8)
         L.mlcc_u8_qconv2d(p, ptr(ffi, x), ptr(ffi, wp), ptr(ffi, eff), ptr(ffi, scale),
                           ptr(ffi, fbias), ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y),
                           ptr(ffi, scratch))

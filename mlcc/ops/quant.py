@@ -180,6 +180,8 @@ class QConv(OpDef):
         kh, kw, ih, iw, oh, ow, sh, sw, dh, dw, pt, pl = window2d(geo, x.shape[2:])
         group = int(node.attr("group", 1))
         n, c = x.shape[:2]
+        # the input rows and columns the window reaches (qconv.h's MLCC_QCONV_PADDED_H / _W)
+        hp, wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
         m = w.shape[0]
         params = {"batch": n, "in_channels": c, "in_h": ih, "in_w": iw, "out_channels": m,
                   "out_h": oh, "out_w": ow, "kernel_h": kh, "kernel_w": kw, "stride_h": sh,
@@ -192,8 +194,6 @@ class QConv(OpDef):
         label = banner(node, "Conv")
         if group == c == m and group > 1:
             wname = lo.add_const(f"{node.name}.w_dw", wq.reshape(m, kh * kw))
-            # the padded int16 plane of one channel (qconv.h's MLCC_QDW_PADDED_H / _W)
-            hp, wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
             lo.call("mlcc_u8_qconv2d_depthwise",
                     [node.inputs[0], wname, node.inputs[2], *_channel_args(node), out], [out],
                     params_type="mlcc_qconv2d_params", params=params,
@@ -208,7 +208,7 @@ class QConv(OpDef):
         bname = lo.add_const(f"{node.name}.bias_zp", eff.astype(np.int32))
         lo.call("mlcc_u8_qconv2d", [node.inputs[0], wname, bname, *_channel_args(node), out],
                 [out], params_type="mlcc_qconv2d_params", params=params,
-                scratch_bytes=4 * (k4 + 1) * oh * ow, op=label)
+                scratch_bytes=4 * k4 * oh * ow + c // group * hp * wp, op=label)
 
     def flops(self, node: Node, g: Graph) -> int:
         w, y = g.values[node.inputs[1]], g.values[node.outputs[0]]
