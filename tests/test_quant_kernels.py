@@ -239,7 +239,10 @@ def test_qconv_matches_numpy(lib, case, out_kind, mode):
 @pytest.mark.parametrize("m,n,k4", [(1, 1, 1), (3, 15, 2), (4, 16, 3), (5, 17, 1),
                                     (8, 31, 7), (7, 33, 5), (13, 48, 2)])
 @pytest.mark.parametrize("a_signed", [0, 1])
-def test_vector_qgemm_matches_portable_twin(lib, m, n, k4, a_signed):
+@pytest.mark.parametrize("out_kind,channel_is_row", [(1, 1), (0, 1), (0, 0)])
+def test_vector_qgemm_matches_portable_twin(lib, m, n, k4, a_signed, out_kind, channel_is_row):
+    """Float outputs (exact: |acc| < 2^24) and uint8 codes through the vector path's own
+    requantizing epilogue, per row (conv) and per column (Gemm)."""
     ffi, L, flavour = lib
     if flavour == "native" and not _native_has_vnni():
         pytest.skip("this CPU has no AVX512-VNNI: both names run the portable code")
@@ -249,22 +252,34 @@ def test_vector_qgemm_matches_portable_twin(lib, m, n, k4, a_signed):
     b = rng.integers(0 if a_signed else -128, 256 if a_signed else 128, (k4, n, 4))
     b = b.astype(np.uint8 if a_signed else np.int8)
     bias = rng.integers(-100000, 100000, max(m, n)).astype(np.int32)
-    scale = np.ones(max(m, n), np.float32)
+    if out_kind == 1:
+        scale = np.ones(max(m, n), np.float32)
+    else:       # codes spread over [0, 255], clamped at both ends, halves to round
+        scale = rng.uniform(2e-4, 2e-3, max(m, n)).astype(np.float32)
+        scale[::3] = 0.5
     fbias = np.zeros(max(m, n), np.float32)
     d = ffi.new("mlcc_qgemm_desc *", {"m": m, "n": n, "k4": k4, "lda": 4 * k4 + 3, "ldy": n,
-                                      "channel_is_row": 1, "a_signed": a_signed})
-    rq = ffi.new("mlcc_requant *", requant(ffi, 1, 0, 0))
+                                      "channel_is_row": channel_is_row, "a_signed": a_signed})
+    rq = ffi.new("mlcc_requant *", requant(ffi, out_kind, 0, 0 if out_kind else 131, 2, 250))
     ch = ffi.new("mlcc_qchannels *", {"bias": ffi.cast("int32_t *", bias.ctypes.data),
                                       "scale": ffi.cast("float *", scale.ctypes.data),
                                       "fbias": ffi.cast("float *", fbias.ctypes.data)})
-    y1 = np.zeros((m, n), np.float32)
-    y2 = np.ones((m, n), np.float32)
+    dtype = np.float32 if out_kind else np.uint8
+    y1 = np.zeros((m, n), dtype)
+    y2 = np.ones((m, n), dtype)
     L.mlcc_qgemm_u8s8(d, ptr(ffi, a), ptr(ffi, b), rq, ch, ptr(ffi, y1))
     L.mlcc_qgemm_u8s8_portable(d, ptr(ffi, a), ptr(ffi, b), rq, ch, ptr(ffi, y2))
     np.testing.assert_array_equal(y1, y2)
     acc = (a[:, :4 * k4].astype(np.int64) @ b.transpose(0, 2, 1).reshape(4 * k4, n)
-           .astype(np.int64)) + bias[:m, None]
-    np.testing.assert_array_equal(y1, acc.astype(np.float32))   # |acc| < 2^24: exact
+           .astype(np.int64))
+    if out_kind == 1:
+        np.testing.assert_array_equal(y1, (acc + bias[:m, None]).astype(np.float32))
+    else:
+        axis = 0 if channel_is_row else 1
+        ch_bias = bias[:m, None] if channel_is_row else bias[None, :n]
+        want = expected(acc + ch_bias, scale[:(m if channel_is_row else n)], None, None, None,
+                        0, 0, 131, 2, 250, axis)
+        np.testing.assert_array_equal(y1, want)
 
 
 def test_quantize_dequantize_match_numpy(lib):
