@@ -11,8 +11,9 @@ import pytest
 from cffi import FFI
 
 from mlcc.ops.quant import add_fixed_multipliers, fixed_multiplier
-from mlcc.quant.scheme import (QParams, fixed_multipliers, multiply_by_quantized_multiplier,
-                               quantize_linear, requantize_fixed, requantize_float)
+from mlcc.quant.scheme import (QParams, activation_table, fixed_multipliers,
+                               multiply_by_quantized_multiplier, quantize_linear,
+                               requantize_fixed, requantize_float)
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = ROOT / "runtime_c" / "kernels"
@@ -56,6 +57,8 @@ void mlcc_f32_quantize_u8(const mlcc_quantize_params *p, const float *x, uint8_t
 void mlcc_u8_dequantize_f32(const mlcc_quantize_params *p, const uint8_t *x, float *y);
 void mlcc_u8_qadd(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y);
 void mlcc_u8_requantize(const mlcc_qrequant_params *p, const uint8_t *x, uint8_t *y);
+typedef struct { int64_t count; } mlcc_lut_params;
+void mlcc_u8_lut(const mlcc_lut_params *p, const uint8_t *x, const uint8_t *table, uint8_t *y);
 void mlcc_u8_maxpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y);
 void mlcc_u8_avgpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y);
 """
@@ -280,6 +283,23 @@ def test_vector_qgemm_matches_portable_twin(lib, m, n, k4, a_signed, out_kind, c
         want = expected(acc + ch_bias, scale[:(m if channel_is_row else n)], None, None, None,
                         0, 0, 131, 2, 250, axis)
         np.testing.assert_array_equal(y1, want)
+
+
+def test_lut_matches_numpy(lib):
+    """mlcc_u8_lut: table[x] for every code, at a length that is no vector multiple; the
+    table of an activation is quantize(act(dequantize(code))) (scheme.activation_table)."""
+    ffi, L, _ = lib
+    rng = np.random.default_rng(5)
+    qx, qy = QParams(0.061, 140), QParams(0.024, 12)
+    table = activation_table(("SILU", 1.0, 0.0), qx, qy)
+    real = (np.arange(256) - 140) * np.float32(0.061)
+    np.testing.assert_array_equal(
+        table, np.clip(np.rint(real / (1 + np.exp(-real)) / np.float32(0.024)) + 12, 0, 255))
+    x = np.concatenate([np.arange(256), rng.integers(0, 256, 1000)]).astype(np.uint8)
+    y = np.zeros(x.size, np.uint8)
+    L.mlcc_u8_lut(ffi.new("mlcc_lut_params *", {"count": x.size}), ptr(ffi, x),
+                  ptr(ffi, table), ptr(ffi, y))
+    np.testing.assert_array_equal(y, table[x])
 
 
 def test_quantize_dequantize_match_numpy(lib):

@@ -6,7 +6,8 @@ integer operators mlcc's quantizer (mlcc/quant) writes, in the "mlcc" domain:
   a float activation epilogue (for activations without an integer form).
 - mlcc.QFC: Gemm / MatMul with a constant weight, the same epilogue.
 - mlcc.QAdd: requantizing Add of two uint8 tensors; mlcc.QRequant: uint8 -> uint8 at another
-  scale; mlcc.QMaxPool / mlcc.QAvgPool: pooling on codes.
+  scale; mlcc.QMaxPool / mlcc.QAvgPool: pooling on codes; mlcc.QLut: an activation (Sigmoid,
+  SiLU, HardSwish, ...) as a 256-entry table on codes.
 
 Inputs of QConv / QFC: x (uint8), w (int8 [M, C/g, kh, kw] or [N, K]), bias (int32, the
 quantized bias), scale (float32 per channel: x_s * w_s[c] / y_s, or x_s * w_s[c] for float
@@ -326,6 +327,26 @@ class QRequant(OpDef):
                                "zero_point": int(zy), "qmin": 0, "qmax": 255,
                                "act": act_params(Node("", "", [], []))}},
                 op=f"Requantize ({sx:.6g},{zx}) -> ({sy:.6g},{zy}) requant={mode}")
+
+
+@register("QLut", domain=MLCC)
+class QLut(OpDef):
+    """y = table[x]: an activation on uint8 codes; input 1 is the 256-entry uint8 table the
+    quantizer computed (mlcc/quant/scheme.py's activation_table). Attributes x, y: (scale,
+    zero point) and act: the activation's name, for the banner."""
+    attributes = {"x": None, "y": None, "act": None}
+
+    def infer(self, node, ins, g):
+        if ins[0].dtype != "uint8" or ins[1].dtype != "uint8" or tuple(ins[1].shape) != (256,):
+            raise UnsupportedError("QLut reads uint8 codes through a [256] uint8 table")
+        return [("uint8", ins[0].shape)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        (sx, zx), (sy, zy) = node.attr("x"), node.attr("y")
+        out = node.outputs[0]
+        lo.call("mlcc_u8_lut", [node.inputs[0], node.inputs[1], out], [out],
+                params_type="mlcc_lut_params", params={"count": lo.value(out).numel},
+                op=f"{node.attr('act')} int8 table x=({sx:.6g},{zx}) y=({sy:.6g},{zy})")
 
 
 class _QPool(OpDef):

@@ -146,3 +146,9 @@ void mlcc_u8_avgpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *
         }
     }
 }
+
+void mlcc_u8_lut(const mlcc_lut_params *p, const uint8_t *x, const uint8_t *table, uint8_t *y) {
+    const int64_t n = p->count;
+    int64_t i;
+    for (i = 0; i < n; i++) y[i] = table[x[i]];
+}
