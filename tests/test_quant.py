@@ -718,3 +718,47 @@ def test_activations_run_as_tables_on_preactivation_codes(tmp_path):
     # the dead channel: relu(3.0) everywhere, to the output's step
     y_step = float(np.ptp(got)) / 255
     np.testing.assert_allclose(got[:, 0, 2], 3.0, atol=y_step)
+
+
+def test_split_and_concat_stay_integer(tmp_path):
+    """YOLOv8's C2f block: Conv+Relu -> Split -> one part through Conv+Relu -> Concat of the
+    parts and that output -> Conv. The Split moves uint8 data; the convolution read only by
+    the Concat writes at the Concat's scale (no requantization for it); the Split parts, at
+    their input's scale, are requantized into it."""
+    rng = np.random.default_rng(3)
+    w1 = rng.normal(0, 0.4, (6, 3, 3, 3)).astype(np.float32)
+    w2 = rng.normal(0, 0.4, (3, 3, 3, 3)).astype(np.float32)
+    w3 = rng.normal(0, 0.3, (5, 9, 1, 1)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Split", ["r1", "sizes"], ["p0", "p1"], axis=1),
+             helper.make_node("Conv", ["p1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("Concat", ["p0", "p1", "r2"], ["cat"], axis=1),
+             helper.make_node("Conv", ["cat", "w3"], ["y"])]
+    consts = {"w1": w1, "w2": w2, "w3": w3, "sizes": np.array([3, 3], np.int64)}
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 3, 9, 11])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 5, 9, 11])],
+        [numpy_helper.from_array(a, n) for n, a in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    calib = tmp_path / "c.npz"
+    np.savez(calib, x=rng.normal(0, 1, (16, 1, 3, 9, 11)).astype(np.float32))
+    res = api.compile(path, tmp_path / "q", target="x86-native",
+                      quantize=api.QuantizeConfig(calib))
+    assert res.manifest["quantization"]["float_layers"] == []
+    calls = re.findall(r"^    (mlcc_\w+)\(", (tmp_path / "q" / "model.c").read_text(), re.M)
+    assert calls[0] == "mlcc_f32_quantize_u8" and calls[-1] == "mlcc_u8_qconv2d"
+    assert not any(c.startswith("mlcc_f32") or "dequantize" in c for c in calls[1:])
+    assert calls.count("mlcc_u8_requantize") <= 2                  # the two Split parts
+    q = res.quant
+    assert q.qparams["r2"] == q.qparams["cat"] and q.qparams["p0"] == q.qparams["r1"]
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    m = mlcc.load(tmp_path / "q")
+    xs = rng.normal(0, 1, (6, 1, 3, 9, 11)).astype(np.float32)
+    ref = np.stack([sess.run(None, {"x": x})[0] for x in xs])
+    got = np.stack([m.run({"x": x})["y"] for x in xs])
+    assert 10 * np.log10(np.sum(ref ** 2) / np.sum((ref - got) ** 2)) > 30

@@ -33,6 +33,7 @@ from .scheme import (TABLE_ACTS, QParams, act_clamp, activation_qparams, activat
 
 CLAMP_ACTS = ("NONE", "RELU", "CLIP")
 MOVEMENT = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Identity"}
+# (Split, data movement with several outputs, has its own branch)
 POOLS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
 # standalone activations run as a table on uint8 codes (mlcc.QLut): op type -> its mlcc_act
 # (kind, alpha, beta); split_table_activations writes them back from the mlcc_act kinds
@@ -78,7 +79,7 @@ def _table_input(g: Graph, n: Node) -> str:
 
 
 # the op types whose readers may take uint8 (an element-wise op: if _table_fn allows it)
-INTEGER_READERS = {"Conv", "Gemm", "MatMul", "Add", "Concat"} | MOVEMENT | POOLS
+INTEGER_READERS = {"Conv", "Gemm", "MatMul", "Add", "Concat", "Split"} | MOVEMENT | POOLS
 
 
 @dataclass
@@ -290,7 +291,22 @@ def _quantize_once(g: Graph, ranges: dict, opts: QuantOptions | None, qdq,
                if n.domain == "" and n.op_type in TABLE_OPS and n.inputs[0] not in g.outputs
                and len(consumers.get(n.inputs[0], [])) == 1}
 
+    # values read by one Concat only: written straight at the Concat's scale, which spares
+    # the Concat a requantization (and the value a second rounding)
+    concat_of = {}
+    for n in g.nodes:
+        if n.domain == "" and n.op_type == "Concat" and n.outputs[0] not in g.outputs:
+            for i in n.inputs:
+                if i and i not in g.outputs and i not in fixed and \
+                        len(consumers.get(i, [])) == 1 and n.inputs.count(i) == 1:
+                    concat_of[i] = n.outputs[0]
+
     def params_of(v: str) -> QParams:
+        if v not in qparams and v in concat_of and v in ranges and concat_of[v] in ranges:
+            # its own range is read all the same: needed_ranges records what is read, and
+            # the report shows the value's calibrated range
+            ranges[v]   # noqa: B018
+            qparams[v] = params_of(concat_of[v])
         if v not in qparams:
             if v not in ranges:
                 raise InputError(f"no calibrated range for {v!r}: the calibration did not "
@@ -456,6 +472,22 @@ def _quantize_once(g: Graph, ranges: dict, opts: QuantOptions | None, qdq,
             qnames[out] = yname
             float_missing.add(out)
             layers.append(LayerPlan(n.name, op, True, "table on uint8"))
+            continue
+        if n.domain == "" and op == "Split" and ins_q and ins_q[0] and not kept and \
+                g.values[n.inputs[0]].dtype == "float32":
+            # pure data movement: every part keeps the input's scale and zero point
+            x = n.inputs[0]
+            outs = []
+            for o in n.outputs:
+                if o:
+                    outs.append(new_value(f"{o}_quantized", "uint8", g.values[o].shape))
+                    qparams[o], qnames[o] = qparams[x], outs[-1]
+                    float_missing.add(o)
+                else:
+                    outs.append("")
+            nodes.append(Node(n.name, op, [qnames[x]] + n.inputs[1:], outs, dict(n.attrs),
+                              n.domain, n.version, list(n.fused)))
+            layers.append(LayerPlan(n.name, op, True, "data movement on uint8"))
             continue
         if n.domain == "" and op == "Add" and len(ins_q) == 2 and all(ins_q) and not kept and \
                 g.values[n.inputs[0]].shape == g.values[n.inputs[1]].shape == \
