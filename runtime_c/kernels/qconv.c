@@ -45,6 +45,35 @@ static const uint8_t *padded_planes(const mlcc_qconv2d_params *p, const uint8_t 
     } while (0)
 #endif
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#include <immintrin.h>
+#define MLCC_QCONV_AVX512 1
+#else
+#define MLCC_QCONV_AVX512 0
+#endif
+
+/* d[4 q + t] = r_t[q] for q < n: 4 rows interleaved into words. The AVX-512 path takes 16
+ * pixels at a time with masked loads and stores, so that the short rows of small feature maps
+ * (20 or 40 pixels) do not fall to a scalar loop. */
+static void interleave4(const uint8_t *r0, const uint8_t *r1, const uint8_t *r2,
+                        const uint8_t *r3, int64_t n, uint8_t *d) {
+    int64_t q = 0;
+#if MLCC_QCONV_AVX512
+    for (; q < n; q += 16) {
+        const __mmask16 m = (__mmask16)(n - q >= 16 ? 0xFFFFu : (1u << (n - q)) - 1u);
+        const __m512i a = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, r0 + q));
+        const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, r1 + q));
+        const __m512i c = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, r2 + q));
+        const __m512i e = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, r3 + q));
+        const __m512i v = _mm512_or_si512(
+            _mm512_or_si512(a, _mm512_slli_epi32(b, 8)),
+            _mm512_or_si512(_mm512_slli_epi32(c, 16), _mm512_slli_epi32(e, 24)));
+        _mm512_mask_storeu_epi32((void *)(d + 4 * q), m, v);
+    }
+#endif
+    for (; q < n; q++) PUT4(d + 4 * q, r0[q], r1[q], r2[q], r3[q]);
+}
+
 /* Packs the im2col matrix of one group into [k4][P][4] (qgemm.h's column operand) straight
  * from the padded planes: for each group of 4 rows (taps) and output row, one pass that reads
  * the 4 taps' input rows and writes the interleaved words (one vectorizable loop; strides 1
@@ -69,7 +98,7 @@ static void pack_columns(const mlcc_qconv2d_params *p, const uint8_t *xp, int64_
         }
         if (contiguous) {
             const uint8_t *r0 = r[0], *r1 = r[1], *r2 = r[2], *r3 = r[3];
-            for (q = 0; q < P; q++) PUT4(dst + 4 * q, r0[q], r1[q], r2[q], r3[q]);
+            interleave4(r0, r1, r2, r3, P, dst);
             continue;
         }
         for (oh = 0; oh < OH; oh++) {
@@ -77,7 +106,7 @@ static void pack_columns(const mlcc_qconv2d_params *p, const uint8_t *xp, int64_
                           *r2 = r[2] + oh * row_step, *r3 = r[3] + oh * row_step;
             uint8_t *d = dst + 4 * oh * OW;
             if (sw == 1) {
-                for (q = 0; q < OW; q++) PUT4(d + 4 * q, r0[q], r1[q], r2[q], r3[q]);
+                interleave4(r0, r1, r2, r3, OW, d);
             } else if (sw == 2) {
                 for (q = 0; q < OW; q++)
                     PUT4(d + 4 * q, r0[2 * q], r1[2 * q], r2[2 * q], r3[2 * q]);
