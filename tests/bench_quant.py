@@ -82,15 +82,19 @@ def sqnr(ref: list[np.ndarray], got: list[np.ndarray]) -> float:
     return float("inf") if noise == 0 else 10 * np.log10(float(np.sum(r * r)) / noise)
 
 
-def median_ms(fn, runs: int) -> float:
-    for _ in range(2):
+def medians_ms(fns: dict, runs: int) -> dict:
+    """Median latency of each function, the functions timed in turn (round robin) so that
+    the load of a shared machine weighs on all of them alike and their ratios hold."""
+    for fn in fns.values():
         fn()
-    times = []
+        fn()
+    times: dict = {k: [] for k in fns}
     for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return 1e3 * float(np.median(times))
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t)
+    return {k: 1e3 * float(np.median(v)) for k, v in times.items()}
 
 
 def fixed_model(path: Path, shapes: dict, out: Path) -> Path:
@@ -179,9 +183,9 @@ def bench(name: str, calibrator: str, ort_calibrator: str, runs: int, tmp: Path,
     x0 = test[0]
     call_q, _ = mq.prepare({inp: x0})
     call_f, _ = mf.prepare({inp: x0})
-    lat = {"mlcc float": median_ms(call_f, runs), "mlcc int8": median_ms(call_q, runs),
-           "ort float": median_ms(lambda: f_sess.run(outs, {inp: x0}), runs),
-           "ort int8": median_ms(lambda: q_sess.run(outs, {inp: x0}), runs)}
+    lat = medians_ms({"mlcc float": call_f, "mlcc int8": call_q,
+                      "ort float": lambda: f_sess.run(outs, {inp: x0}),
+                      "ort int8": lambda: q_sess.run(outs, {inp: x0})}, runs)
     q = res.manifest["quantization"]
     fsize = (work / "float" / "weights.bin").stat().st_size
     qsize = (work / "int8" / "weights.bin").stat().st_size

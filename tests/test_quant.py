@@ -398,8 +398,9 @@ def test_shared_digits_int8_accuracy_within_half_a_point(tmp_path):
 
 
 def test_operators_without_integer_kernels_run_in_float(tmp_path):
-    """Conv -> Sigmoid (float epilogue) -> Conv+Relu -> MaxPool -> Add(residual) ->
-    Softmax (float): integer where possible, Q/DQ exactly at the crossings."""
+    """Conv -> Sigmoid (a table on the conv's uint8 pre-activation codes) -> Conv+Relu ->
+    MaxPool -> Add(residual) -> Softmax (float): integer where possible, Q/DQ exactly at the
+    crossings."""
     rng = np.random.default_rng(0)
     w1 = rng.normal(0, 0.3, (6, 3, 3, 3)).astype(np.float32)
     w2 = rng.normal(0, 0.3, (6, 6, 3, 3)).astype(np.float32)
@@ -427,11 +428,11 @@ def test_operators_without_integer_kernels_run_in_float(tmp_path):
                                output_dir=tmp_path / "q")
     assert out.ok, out.outputs
     manifest = json.loads((tmp_path / "q" / "manifest.json").read_text())
-    assert manifest["quantization"]["integer_layers"] == 5
+    assert manifest["quantization"]["integer_layers"] == 6
     assert len(manifest["quantization"]["float_layers"]) == 1      # the Softmax
     calls = re.findall(r"^    (mlcc_\w+)\(", (tmp_path / "q" / "model.c").read_text(), re.M)
-    assert calls == ["mlcc_f32_quantize_u8", "mlcc_u8_qconv2d",     # Conv, Sigmoid in float
-                     "mlcc_f32_quantize_u8", "mlcc_u8_qconv2d",     # Conv+Relu
+    assert calls == ["mlcc_f32_quantize_u8", "mlcc_u8_qconv2d",     # Conv
+                     "mlcc_u8_lut", "mlcc_u8_qconv2d",              # Sigmoid, Conv+Relu
                      "mlcc_u8_maxpool2d", "mlcc_u8_qconv2d", "mlcc_u8_qadd",
                      "mlcc_u8_dequantize_f32", "mlcc_f32_softmax"]
 
@@ -688,7 +689,7 @@ def test_matmul_writes_float_where_its_uint8_form_would_only_be_dequantized(tmp_
              helper.make_node("Reshape", ["b", "shape"], ["br"]),
              helper.make_node("Softmax", ["br"], ["y"], axis=-1),
              helper.make_node("MatMul", ["r", "w3"], ["c"]),
-             helper.make_node("Sigmoid", ["x"], ["sx"]),
+             helper.make_node("Exp", ["x"], ["sx"]),        # no integer form
              helper.make_node("Add", ["c", "sx"], ["z"])]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
         "x", TensorProto.FLOAT, [4, 6])], [helper.make_tensor_value_info(
@@ -708,3 +709,102 @@ def test_matmul_writes_float_where_its_uint8_form_would_only_be_dequantized(tmp_
     assert out_kind[first.name] == "uint8"
     assert sorted(out_kind.values()) == ["float32", "float32", "uint8"]
     assert not any(n.op_type == "DequantizeLinear" for n in qg.nodes)
+
+
+def test_activations_run_as_tables_on_preactivation_codes(tmp_path):
+    """Conv -> SiLU (Mul(x, Sigmoid(x))) -> Conv -> HardSwish -> Mul(c) -> Add(c) -> Conv+Relu:
+    each activation is taken out of its convolution again, the convolution writes uint8 at the
+    calibrated pre-activation scale (HardSwish's codes start at -3, below which it is 0) and
+    the activation runs as one table on the codes, the scalar affine after it composed into
+    the same table. A channel whose weights are negligible next to its bias (1e-30 against
+    3.0) gets a weight scale its int32 bias fits (it overflowed before)."""
+    rng = np.random.default_rng(7)
+    w1 = rng.normal(0, 0.4, (5, 3, 3, 3)).astype(np.float32)
+    w2 = rng.normal(0, 0.3, (7, 5, 3, 3)).astype(np.float32)
+    w3 = rng.normal(0, 0.3, (4, 7, 1, 1)).astype(np.float32)
+    w3[2] = 1e-30
+    b3 = np.array([0.1, -0.2, 3.0, 0.0], np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["c1"], ["s1"]),
+             helper.make_node("Mul", ["c1", "s1"], ["m1"]),
+             helper.make_node("Conv", ["m1", "w2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("HardSwish", ["c2"], ["h2"]),
+             helper.make_node("Mul", ["h2", "k"], ["a2"]),
+             helper.make_node("Add", ["a2", "d"], ["e2"]),
+             helper.make_node("Conv", ["e2", "w3", "b3"], ["c3"]),
+             helper.make_node("Relu", ["c3"], ["y"])]
+    consts = {"w1": w1, "w2": w2, "w3": w3, "b3": b3, "k": np.array(1.7, np.float32),
+              "d": np.array(-0.2, np.float32)}
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 3, 11, 13])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 4, 6, 7])],
+        [numpy_helper.from_array(a, n) for n, a in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    calib = tmp_path / "c.npz"
+    np.savez(calib, x=rng.normal(0, 1, (24, 1, 3, 11, 13)).astype(np.float32))
+    res = api.compile(path, tmp_path / "q", target="x86-native",
+                      quantize=api.QuantizeConfig(calib))
+    calls = re.findall(r"^    (mlcc_\w+)\(", (tmp_path / "q" / "model.c").read_text(), re.M)
+    assert calls == ["mlcc_f32_quantize_u8", "mlcc_u8_qconv2d", "mlcc_u8_lut",
+                     "mlcc_u8_qconv2d", "mlcc_u8_lut", "mlcc_u8_qconv2d"]   # float out
+    luts = [n for n in res.graph.nodes if n.op_type == "QLut"]
+    assert [n.attr("act") for n in luts] == ["Swish", "HardSwish+Mul+Add"]
+    scale, zp = luts[1].attr("x")
+    assert -zp * scale >= -3.0 - scale             # the codes start at HardSwish's knee
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    m = mlcc.load(tmp_path / "q")
+    xs = rng.normal(0, 1, (8, 1, 3, 11, 13)).astype(np.float32)
+    ref = np.stack([sess.run(None, {"x": x})[0] for x in xs])
+    got = np.stack([m.run({"x": x})["y"] for x in xs])
+    sqnr = 10 * np.log10(np.sum(ref ** 2) / np.sum((ref - got) ** 2))
+    assert sqnr > 30, sqnr
+    # the dead channel: relu(3.0) everywhere, to the output's step
+    y_step = float(np.ptp(got)) / 255
+    np.testing.assert_allclose(got[:, 0, 2], 3.0, atol=y_step)
+
+
+def test_split_and_concat_stay_integer(tmp_path):
+    """YOLOv8's C2f block: Conv+Relu -> Split -> one part through Conv+Relu -> Concat of the
+    parts and that output -> Conv. The Split moves uint8 data; the convolution read only by
+    the Concat writes at the Concat's scale (no requantization for it); the Split parts, at
+    their input's scale, are requantized into it."""
+    rng = np.random.default_rng(3)
+    w1 = rng.normal(0, 0.4, (6, 3, 3, 3)).astype(np.float32)
+    w2 = rng.normal(0, 0.4, (3, 3, 3, 3)).astype(np.float32)
+    w3 = rng.normal(0, 0.3, (5, 9, 1, 1)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Split", ["r1", "sizes"], ["p0", "p1"], axis=1),
+             helper.make_node("Conv", ["p1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("Concat", ["p0", "p1", "r2"], ["cat"], axis=1),
+             helper.make_node("Conv", ["cat", "w3"], ["y"])]
+    consts = {"w1": w1, "w2": w2, "w3": w3, "sizes": np.array([3, 3], np.int64)}
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 3, 9, 11])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 5, 9, 11])],
+        [numpy_helper.from_array(a, n) for n, a in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    calib = tmp_path / "c.npz"
+    np.savez(calib, x=rng.normal(0, 1, (16, 1, 3, 9, 11)).astype(np.float32))
+    res = api.compile(path, tmp_path / "q", target="x86-native",
+                      quantize=api.QuantizeConfig(calib))
+    assert res.manifest["quantization"]["float_layers"] == []
+    calls = re.findall(r"^    (mlcc_\w+)\(", (tmp_path / "q" / "model.c").read_text(), re.M)
+    assert calls[0] == "mlcc_f32_quantize_u8" and calls[-1] == "mlcc_u8_qconv2d"
+    assert not any(c.startswith("mlcc_f32") or "dequantize" in c for c in calls[1:])
+    assert calls.count("mlcc_u8_requantize") <= 2                  # the two Split parts
+    q = res.quant
+    assert q.qparams["r2"] == q.qparams["cat"] and q.qparams["p0"] == q.qparams["r1"]
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    m = mlcc.load(tmp_path / "q")
+    xs = rng.normal(0, 1, (6, 1, 3, 9, 11)).astype(np.float32)
+    ref = np.stack([sess.run(None, {"x": x})[0] for x in xs])
+    got = np.stack([m.run({"x": x})["y"] for x in xs])
+    assert 10 * np.log10(np.sum(ref ** 2) / np.sum((ref - got) ** 2)) > 30

@@ -11,8 +11,9 @@ import pytest
 from cffi import FFI
 
 from mlcc.ops.quant import add_fixed_multipliers, fixed_multiplier
-from mlcc.quant.scheme import (QParams, fixed_multipliers, multiply_by_quantized_multiplier,
-                               quantize_linear, requantize_fixed, requantize_float)
+from mlcc.quant.scheme import (QParams, activation_table, fixed_multipliers,
+                               multiply_by_quantized_multiplier, quantize_linear,
+                               requantize_fixed, requantize_float)
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = ROOT / "runtime_c" / "kernels"
@@ -50,11 +51,14 @@ void mlcc_u8_qconv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_
                      const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch);
 void mlcc_u8_qconv2d_depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
                                const int32_t *bias, const float *scale, const float *fbias,
-                               const int32_t *mult, const int32_t *shift, void *y);
+                               const int32_t *mult, const int32_t *shift, void *y,
+                               uint8_t *scratch);
 void mlcc_f32_quantize_u8(const mlcc_quantize_params *p, const float *x, uint8_t *y);
 void mlcc_u8_dequantize_f32(const mlcc_quantize_params *p, const uint8_t *x, float *y);
 void mlcc_u8_qadd(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y);
 void mlcc_u8_requantize(const mlcc_qrequant_params *p, const uint8_t *x, uint8_t *y);
+typedef struct { int64_t count; } mlcc_lut_params;
+void mlcc_u8_lut(const mlcc_lut_params *p, const uint8_t *x, const uint8_t *table, uint8_t *y);
 void mlcc_u8_maxpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y);
 void mlcc_u8_avgpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y);
 """
@@ -175,6 +179,20 @@ CONVS = [  # n, c, h, w, m, k, stride, pad, dil, groups
     (1, 7, 9, 8, 7, (3, 3), (2, 2), (1, 1), (1, 1), 7),       # depthwise
     (1, 6, 10, 10, 6, (5, 5), (1, 1), (2, 2), (2, 2), 6),     # depthwise, dilated
     (1, 8, 5, 37, 16, (3, 3), (1, 2), (1, 1), (1, 1), 1),
+    # depthwise as PP-OCR rec has them: stride (2, 1); 5 x 5; a row longer than the kernel's
+    # 256-column chunk; stride 3 and unequal padding (the padded plane's edges)
+    (1, 5, 9, 23, 5, (3, 3), (2, 1), (1, 1), (1, 1), 5),
+    (2, 3, 7, 11, 3, (5, 5), (1, 1), (2, 2), (1, 1), 3),
+    (1, 2, 3, 301, 2, (3, 3), (1, 1), (1, 1), (1, 1), 2),
+    (1, 3, 8, 13, 3, (2, 4), (3, 3), (0, 2), (1, 1), 3),
+    # packed from padded planes: stride 2 as YOLOv8n downsamples; a 1 x 1 stride-2 conv (no
+    # padding but a copy); a 1 x 1 conv read in place with K not a multiple of 4; a window
+    # that does not reach the last input row / column; dilation with groups
+    (1, 6, 11, 13, 7, (3, 3), (2, 2), (1, 1), (1, 1), 1),
+    (1, 5, 9, 9, 3, (1, 1), (2, 2), (0, 0), (1, 1), 1),
+    (2, 7, 5, 3, 9, (1, 1), (1, 1), (0, 0), (1, 1), 1),
+    (1, 4, 10, 12, 5, (3, 2), (3, 3), (0, 0), (1, 1), 1),
+    (1, 6, 9, 10, 4, (3, 3), (1, 1), (2, 2), (2, 2), 2),
 ]
 
 
@@ -197,10 +215,15 @@ def test_qconv_matches_numpy(lib, case, out_kind, mode):
               "x_zero_point": zp, "rq": requant(ffi, out_kind, mode, 3, 3, 255)}
     p = ffi.new("mlcc_qconv2d_params *", params)
     y = np.zeros((n, m, oh, ow), np.float32 if out_kind else np.uint8)
+    # qconv.h's MLCC_QCONV_PADDED_H / _W: the input rows and columns the window reaches
+    ph = (oh - 1) * stride[0] + (k[0] - 1) * dil[0] + 1
+    pw = (ow - 1) * stride[1] + (k[1] - 1) * dil[1] + 1
     if depthwise:
+        scratch = np.zeros(2 * ph * pw, np.uint8)       # one channel plane as int16
         L.mlcc_u8_qconv2d_depthwise(p, ptr(ffi, x), ptr(ffi, np.ascontiguousarray(w)),
                                     ptr(ffi, bias), ptr(ffi, scale), ptr(ffi, fbias),
-                                    ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y))
+                                    ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y),
+                                    ptr(ffi, scratch))
     else:
         kk = w[0].size
         k4 = -(-kk // 4)
@@ -208,7 +231,7 @@ def test_qconv_matches_numpy(lib, case, out_kind, mode):
         wp[:, :kk] = w.reshape(m, -1)
         # the kernel's bias has the input zero point folded in (as the compiler does)
         eff = (bias - zp * w.reshape(m, -1).astype(np.int32).sum(axis=1)).astype(np.int32)
-        scratch = np.zeros(4 * (k4 + 1) * oh * ow, np.uint8)
+        scratch = np.zeros(4 * k4 * oh * ow + c // groups * ph * pw, np.uint8)
         L.mlcc_u8_qconv2d(p, ptr(ffi, x), ptr(ffi, wp), ptr(ffi, eff), ptr(ffi, scale),
                           ptr(ffi, fbias), ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y),
                           ptr(ffi, scratch))
@@ -219,7 +242,10 @@ def test_qconv_matches_numpy(lib, case, out_kind, mode):
 @pytest.mark.parametrize("m,n,k4", [(1, 1, 1), (3, 15, 2), (4, 16, 3), (5, 17, 1),
                                     (8, 31, 7), (7, 33, 5), (13, 48, 2)])
 @pytest.mark.parametrize("a_signed", [0, 1])
-def test_vector_qgemm_matches_portable_twin(lib, m, n, k4, a_signed):
+@pytest.mark.parametrize("out_kind,channel_is_row", [(1, 1), (0, 1), (0, 0)])
+def test_vector_qgemm_matches_portable_twin(lib, m, n, k4, a_signed, out_kind, channel_is_row):
+    """Float outputs (exact: |acc| < 2^24) and uint8 codes through the vector path's own
+    requantizing epilogue, per row (conv) and per column (Gemm)."""
     ffi, L, flavour = lib
     if flavour == "native" and not _native_has_vnni():
         pytest.skip("this CPU has no AVX512-VNNI: both names run the portable code")
@@ -229,22 +255,51 @@ def test_vector_qgemm_matches_portable_twin(lib, m, n, k4, a_signed):
     b = rng.integers(0 if a_signed else -128, 256 if a_signed else 128, (k4, n, 4))
     b = b.astype(np.uint8 if a_signed else np.int8)
     bias = rng.integers(-100000, 100000, max(m, n)).astype(np.int32)
-    scale = np.ones(max(m, n), np.float32)
+    if out_kind == 1:
+        scale = np.ones(max(m, n), np.float32)
+    else:       # codes spread over [0, 255], clamped at both ends, halves to round
+        scale = rng.uniform(2e-4, 2e-3, max(m, n)).astype(np.float32)
+        scale[::3] = 0.5
     fbias = np.zeros(max(m, n), np.float32)
     d = ffi.new("mlcc_qgemm_desc *", {"m": m, "n": n, "k4": k4, "lda": 4 * k4 + 3, "ldy": n,
-                                      "channel_is_row": 1, "a_signed": a_signed})
-    rq = ffi.new("mlcc_requant *", requant(ffi, 1, 0, 0))
+                                      "channel_is_row": channel_is_row, "a_signed": a_signed})
+    rq = ffi.new("mlcc_requant *", requant(ffi, out_kind, 0, 0 if out_kind else 131, 2, 250))
     ch = ffi.new("mlcc_qchannels *", {"bias": ffi.cast("int32_t *", bias.ctypes.data),
                                       "scale": ffi.cast("float *", scale.ctypes.data),
                                       "fbias": ffi.cast("float *", fbias.ctypes.data)})
-    y1 = np.zeros((m, n), np.float32)
-    y2 = np.ones((m, n), np.float32)
+    dtype = np.float32 if out_kind else np.uint8
+    y1 = np.zeros((m, n), dtype)
+    y2 = np.ones((m, n), dtype)
     L.mlcc_qgemm_u8s8(d, ptr(ffi, a), ptr(ffi, b), rq, ch, ptr(ffi, y1))
     L.mlcc_qgemm_u8s8_portable(d, ptr(ffi, a), ptr(ffi, b), rq, ch, ptr(ffi, y2))
     np.testing.assert_array_equal(y1, y2)
     acc = (a[:, :4 * k4].astype(np.int64) @ b.transpose(0, 2, 1).reshape(4 * k4, n)
-           .astype(np.int64)) + bias[:m, None]
-    np.testing.assert_array_equal(y1, acc.astype(np.float32))   # |acc| < 2^24: exact
+           .astype(np.int64))
+    if out_kind == 1:
+        np.testing.assert_array_equal(y1, (acc + bias[:m, None]).astype(np.float32))
+    else:
+        axis = 0 if channel_is_row else 1
+        ch_bias = bias[:m, None] if channel_is_row else bias[None, :n]
+        want = expected(acc + ch_bias, scale[:(m if channel_is_row else n)], None, None, None,
+                        0, 0, 131, 2, 250, axis)
+        np.testing.assert_array_equal(y1, want)
+
+
+def test_lut_matches_numpy(lib):
+    """mlcc_u8_lut: table[x] for every code, at a length that is no vector multiple; the
+    table of an activation is quantize(act(dequantize(code))) (scheme.activation_table)."""
+    ffi, L, _ = lib
+    rng = np.random.default_rng(5)
+    qx, qy = QParams(0.061, 140), QParams(0.024, 12)
+    table = activation_table(("SILU", 1.0, 0.0), qx, qy)
+    real = (np.arange(256) - 140) * np.float32(0.061)
+    np.testing.assert_array_equal(
+        table, np.clip(np.rint(real / (1 + np.exp(-real)) / np.float32(0.024)) + 12, 0, 255))
+    x = np.concatenate([np.arange(256), rng.integers(0, 256, 1000)]).astype(np.uint8)
+    y = np.zeros(x.size, np.uint8)
+    L.mlcc_u8_lut(ffi.new("mlcc_lut_params *", {"count": x.size}), ptr(ffi, x),
+                  ptr(ffi, table), ptr(ffi, y))
+    np.testing.assert_array_equal(y, table[x])
 
 
 def test_quantize_dequantize_match_numpy(lib):

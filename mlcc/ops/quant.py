@@ -6,7 +6,8 @@ integer operators mlcc's quantizer (mlcc/quant) writes, in the "mlcc" domain:
   a float activation epilogue (for activations without an integer form).
 - mlcc.QFC: Gemm / MatMul with a constant weight, the same epilogue.
 - mlcc.QAdd: requantizing Add of two uint8 tensors; mlcc.QRequant: uint8 -> uint8 at another
-  scale; mlcc.QMaxPool / mlcc.QAvgPool: pooling on codes.
+  scale; mlcc.QMaxPool / mlcc.QAvgPool: pooling on codes; mlcc.QLut: an activation (Sigmoid,
+  SiLU, HardSwish, ...) as a 256-entry table on codes.
 
 Inputs of QConv / QFC: x (uint8), w (int8 [M, C/g, kh, kw] or [N, K]), bias (int32, the
 quantized bias), scale (float32 per channel: x_s * w_s[c] / y_s, or x_s * w_s[c] for float
@@ -180,6 +181,8 @@ class QConv(OpDef):
         kh, kw, ih, iw, oh, ow, sh, sw, dh, dw, pt, pl = window2d(geo, x.shape[2:])
         group = int(node.attr("group", 1))
         n, c = x.shape[:2]
+        # the input rows and columns the window reaches (qconv.h's MLCC_QCONV_PADDED_H / _W)
+        hp, wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
         m = w.shape[0]
         params = {"batch": n, "in_channels": c, "in_h": ih, "in_w": iw, "out_channels": m,
                   "out_h": oh, "out_w": ow, "kernel_h": kh, "kernel_w": kw, "stride_h": sh,
@@ -194,7 +197,8 @@ class QConv(OpDef):
             wname = lo.add_const(f"{node.name}.w_dw", wq.reshape(m, kh * kw))
             lo.call("mlcc_u8_qconv2d_depthwise",
                     [node.inputs[0], wname, node.inputs[2], *_channel_args(node), out], [out],
-                    params_type="mlcc_qconv2d_params", params=params, op=label)
+                    params_type="mlcc_qconv2d_params", params=params,
+                    scratch_bytes=2 * hp * wp, op=label)
             return
         packed, k4 = _packed_rows(wq)
         zx = int(node.attr("x_zero_point"))
@@ -205,7 +209,7 @@ class QConv(OpDef):
         bname = lo.add_const(f"{node.name}.bias_zp", eff.astype(np.int32))
         lo.call("mlcc_u8_qconv2d", [node.inputs[0], wname, bname, *_channel_args(node), out],
                 [out], params_type="mlcc_qconv2d_params", params=params,
-                scratch_bytes=4 * (k4 + 1) * oh * ow, op=label)
+                scratch_bytes=4 * k4 * oh * ow + c // group * hp * wp, op=label)
 
     def flops(self, node: Node, g: Graph) -> int:
         w, y = g.values[node.inputs[1]], g.values[node.outputs[0]]
@@ -323,6 +327,26 @@ class QRequant(OpDef):
                                "zero_point": int(zy), "qmin": 0, "qmax": 255,
                                "act": act_params(Node("", "", [], []))}},
                 op=f"Requantize ({sx:.6g},{zx}) -> ({sy:.6g},{zy}) requant={mode}")
+
+
+@register("QLut", domain=MLCC)
+class QLut(OpDef):
+    """y = table[x]: an activation on uint8 codes; input 1 is the 256-entry uint8 table the
+    quantizer computed (mlcc/quant/scheme.py's activation_table). Attributes x, y: (scale,
+    zero point) and act: the activation's name, for the banner."""
+    attributes = {"x": None, "y": None, "act": None}
+
+    def infer(self, node, ins, g):
+        if ins[0].dtype != "uint8" or ins[1].dtype != "uint8" or tuple(ins[1].shape) != (256,):
+            raise UnsupportedError("QLut reads uint8 codes through a [256] uint8 table")
+        return [("uint8", ins[0].shape)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        (sx, zx), (sy, zy) = node.attr("x"), node.attr("y")
+        out = node.outputs[0]
+        lo.call("mlcc_u8_lut", [node.inputs[0], node.inputs[1], out], [out],
+                params_type="mlcc_lut_params", params={"count": lo.value(out).numel},
+                op=f"{node.attr('act')} int8 table x=({sx:.6g},{zx}) y=({sy:.6g},{zy})")
 
 
 class _QPool(OpDef):

@@ -15,7 +15,8 @@ import numpy as np
 from ..ir import Graph
 from .calib import CalibrationSet
 from .observers import CALIBRATORS, Calibrator, Range
-from .rewrite import QuantOptions, QuantResult, needed_ranges, quantize_graph
+from .rewrite import (QuantOptions, QuantResult, needed_ranges, quantize_graph,
+                      split_table_activations)
 from .scheme import QParams, activation_qparams
 
 RunFn = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
@@ -54,4 +55,4 @@ def calibrate(data: Iterable[dict[str, np.ndarray]], run: RunFn, names: list[str
 __all__ = ["CALIBRATORS", "CalibrationSet", "Calibrator", "QParams", "QuantOptions",
            "QuantResult", "Range", "activation_qparams", "calibrate", "needed_ranges",
            "observed_values",
-           "quantize_graph"]
+           "quantize_graph", "split_table_activations"]

@@ -11,8 +11,12 @@ crosses between the two (chosen automatically, lazily: only where a reader needs
 Scheme (mlcc/quant/scheme.py): activations per tensor uint8 asymmetric from the calibrated
 range; weights symmetric int8 per output channel (or per tensor); bias int32. A producer whose
 fused activation is Relu or Clip (or none) writes uint8 with the activation as the clamp, when
-some reader takes uint8; with another activation (SiLU, HardSwish, Sigmoid, ...) it writes
-float32 through its float epilogue and the reader quantizes that.
+some reader takes uint8. Sigmoid, SiLU, HardSwish, HardSigmoid and Tanh were split out of
+their producers before calibration (split_table_activations): the producer writes uint8 at
+the pre-activation scale and the activation, and any element-wise op with a scalar constant
+after it, runs as one 256-entry table on the codes (mlcc.QLut); where the producer stays
+float the activation goes back into its float epilogue. Other activations: the producer
+writes float32 through its float epilogue and the reader quantizes that.
 """
 from __future__ import annotations
 
@@ -22,13 +26,60 @@ import numpy as np
 
 from ..errors import InputError, UnsupportedError
 from ..ir import Graph, Node, Value
-from .scheme import (QParams, act_clamp, activation_qparams, fixed_multipliers,
-                     float_multipliers, quantize_bias, quantize_weights)
+from ..passes.fuse_activations import fuse_activations
+from .scheme import (TABLE_ACTS, QParams, act_clamp, activation_qparams, activation_table,
+                     fit_bias, fixed_multipliers, float_multipliers, function_table,
+                     quantize_bias, quantize_weights, table_window)
 
 CLAMP_ACTS = ("NONE", "RELU", "CLIP")
 MOVEMENT = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Identity"}
+# (Split, data movement with several outputs, has its own branch)
 POOLS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
-CONSUMERS = {"Conv", "Gemm", "MatMul", "Add", "Concat"} | MOVEMENT | POOLS
+# standalone activations run as a table on uint8 codes (mlcc.QLut): op type -> its mlcc_act
+# (kind, alpha, beta); split_table_activations writes them back from the mlcc_act kinds
+TABLE_OPS = {"Sigmoid": lambda n: ("SIGMOID", 0.0, 0.0),
+             "Swish": lambda n: ("SILU", float(n.attr("alpha", 1.0)), 0.0),
+             "HardSwish": lambda n: ("HARD_SWISH", 0.0, 0.0),
+             "HardSigmoid": lambda n: ("HARD_SIGMOID", float(n.attr("alpha", 0.2)),
+                                       float(n.attr("beta", 0.5))),
+             "Tanh": lambda n: ("TANH", 0.0, 0.0)}
+TABLE_NODES = {"SIGMOID": ("Sigmoid", 13), "SILU": ("Swish", 24),
+               "HARD_SWISH": ("HardSwish", 14), "HARD_SIGMOID": ("HardSigmoid", 6),
+               "TANH": ("Tanh", 13)}
+assert set(TABLE_NODES) == set(TABLE_ACTS)
+# an element-wise op of a run-time value and a scalar constant is a table too (PP-LCNet's
+# learnable affine blocks: Mul then Add after every activation)
+SCALAR_OPS = {"Mul", "Add", "Sub", "Div"}
+
+
+def _table_fn(g: Graph, n: Node):
+    """fn(float32 array) of a node that runs as a table on its first run-time input, or None."""
+    if n.domain != "" or len(n.outputs) != 1:
+        return None
+    if n.op_type in TABLE_OPS and len(n.inputs) == 1:
+        kind, a, b = TABLE_OPS[n.op_type](n)
+        return lambda v: TABLE_ACTS[kind](v.astype(np.float64), a, b)
+    if n.op_type not in SCALAR_OPS or len(n.inputs) != 2:
+        return None
+    consts = [g.const(i) for i in n.inputs]
+    k = 0 if consts[1] is not None else 1          # the run-time operand
+    c = consts[1 - k]
+    if c is None or consts[k] is not None or c.size != 1 or c.dtype != np.float32 or \
+            g.values[n.outputs[0]].shape != g.values[n.inputs[k]].shape:
+        return None
+    c = np.float32(c.reshape(()))
+    # float32 arithmetic, the operand order of the node (as the float kernel computes it)
+    ops = {"Mul": np.multiply, "Add": np.add, "Sub": np.subtract, "Div": np.divide}
+    f = ops[n.op_type]
+    return (lambda v: f(v, c)) if k == 0 else (lambda v: f(c, v))
+
+
+def _table_input(g: Graph, n: Node) -> str:
+    return next(i for i in n.inputs if g.const(i) is None)
+
+
+# the op types whose readers may take uint8 (an element-wise op: if _table_fn allows it)
+INTEGER_READERS = {"Conv", "Gemm", "MatMul", "Add", "Concat", "Split"} | MOVEMENT | POOLS
 
 
 @dataclass
@@ -121,8 +172,65 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None,
         res = _quantize_once(g, ranges, opts, qdq, float_out)
         wasted = _only_dequantized(res) - float_out
         if not wasted:
-            return res
+            break
         float_out = float_out | wasted
+    # an activation split_table_activations took out of a producer that stayed float goes
+    # back into its epilogue
+    res.graph = _fold_float_acts(fuse_activations(res.graph))
+    kept = {n.name for n in res.graph.nodes}
+    res.layers = [layer for layer in res.layers if layer.integer or layer.node in kept]
+    return res
+
+
+def _fold_float_acts(g: Graph) -> Graph:
+    """A table activation left in float after a QConv / QFC that writes float32 goes back
+    into that kernel's float epilogue (as before split_table_activations)."""
+    g = g.copy()
+    consumers = g.consumers()
+    folded: set[int] = set()
+    for n in g.nodes:
+        if n.domain != "mlcc" or n.op_type not in ("QConv", "QFC") or \
+                n.attr("rq")[0] != "float32" or _act(n)[0] != "NONE" or n.outputs[0] in g.outputs:
+            continue
+        readers = consumers.get(n.outputs[0], [])
+        if len(readers) != 1 or readers[0].domain != "" or readers[0].op_type not in TABLE_OPS:
+            continue
+        a = readers[0]
+        n.attrs["_act"] = TABLE_OPS[a.op_type](a)
+        del g.values[n.outputs[0]]
+        n.outputs = [a.outputs[0]]
+        n.fused = n.fused + a.fused + [f"{a.name}:{a.op_type}"]
+        folded.add(id(a))
+    g.nodes = [n for n in g.nodes if id(n) not in folded]
+    return g
+
+
+def split_table_activations(g: Graph) -> Graph:
+    """Sigmoid, SiLU, HardSwish, HardSigmoid and Tanh fused into a Conv / Gemm / MatMul the
+    integer kernels can run become their own node again, reading the producer's pre-activation
+    output (a new value, `<output>.preact`): calibration then observes that value's range,
+    and the rewrite runs the producer as an integer kernel writing uint8 at the pre-activation
+    scale and the activation as a table on the codes (mlcc.QLut). The function is unchanged;
+    where the producer stays float, quantize_graph fuses the activation back."""
+    g = g.copy()
+    nodes: list[Node] = []
+    for n in g.nodes:
+        act = _act(n)
+        if act[0] not in TABLE_NODES or not _is_integer_producer(g, n):
+            nodes.append(n)
+            continue
+        out = n.outputs[0]
+        pre = g.fresh_name(f"{out}.preact")
+        g.values[pre] = Value(pre, "float32", g.values[out].shape)
+        op, version = TABLE_NODES[act[0]]
+        attrs = {"SILU": {"alpha": act[1]},
+                 "HARD_SIGMOID": {"alpha": act[1], "beta": act[2]}}.get(act[0], {})
+        prod = Node(n.name, n.op_type, list(n.inputs), [pre] + list(n.outputs[1:]),
+                    {k: v for k, v in n.attrs.items() if k != "_act"}, n.domain, n.version,
+                    list(n.fused))
+        nodes += [prod, Node(f"{n.name}/{op}", op, [pre], [out], attrs, "", version)]
+    g.nodes = nodes
+    return g
 
 
 def _only_dequantized(res: QuantResult) -> set[str]:
@@ -150,7 +258,7 @@ def _only_dequantized(res: QuantResult) -> set[str]:
         q = n.outputs[0] if n.outputs else ""
         if q not in by_q or g.values[q].dtype != "uint8" or not wasted(q):
             continue
-        if (n.domain == "mlcc" and n.op_type in ("QConv", "QFC")) or \
+        if (n.domain == "mlcc" and n.op_type in ("QConv", "QFC", "QLut")) or \
                 (n.op_type in MOVEMENT and by_q.get(n.inputs[0]) in out):
             out.add(by_q[q])
     return out
@@ -175,14 +283,37 @@ def _quantize_once(g: Graph, ranges: dict, opts: QuantOptions | None, qdq,
     nodes: list[Node] = []
     layers: list[LayerPlan] = []
     weights: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    # uint8 value -> (its QLut node, the float function it tabulates, input params, input)
+    luts: dict[str, tuple] = {}
+
+    # values read by one table activation only: their codes need to span its window only
+    windows = {n.inputs[0]: table_window(TABLE_OPS[n.op_type](n)) for n in g.nodes
+               if n.domain == "" and n.op_type in TABLE_OPS and n.inputs[0] not in g.outputs
+               and len(consumers.get(n.inputs[0], [])) == 1}
+
+    # values read by one Concat only: written straight at the Concat's scale, which spares
+    # the Concat a requantization (and the value a second rounding)
+    concat_of = {}
+    for n in g.nodes:
+        if n.domain == "" and n.op_type == "Concat" and n.outputs[0] not in g.outputs:
+            for i in n.inputs:
+                if i and i not in g.outputs and i not in fixed and \
+                        len(consumers.get(i, [])) == 1 and n.inputs.count(i) == 1:
+                    concat_of[i] = n.outputs[0]
 
     def params_of(v: str) -> QParams:
+        if v not in qparams and v in concat_of and v in ranges and concat_of[v] in ranges:
+            # its own range is read all the same: needed_ranges records what is read, and
+            # the report shows the value's calibrated range
+            ranges[v]   # noqa: B018
+            qparams[v] = params_of(concat_of[v])
         if v not in qparams:
             if v not in ranges:
                 raise InputError(f"no calibrated range for {v!r}: the calibration did not "
                                  f"observe it")
             r = ranges[v]
-            qparams[v] = activation_qparams(r.lo, r.hi)
+            lo, hi = windows.get(v, (-np.inf, np.inf))
+            qparams[v] = activation_qparams(min(max(r.lo, lo), hi), max(min(r.hi, hi), lo))
         return qparams[v]
 
     def scalar_consts(v: str, qp: QParams) -> tuple[str, str]:
@@ -215,8 +346,9 @@ def _quantize_once(g: Graph, ranges: dict, opts: QuantOptions | None, qdq,
             float_missing.discard(v)
 
     def wants_uint8(v: str) -> bool:
-        return v not in g.outputs and any(c.op_type in CONSUMERS and c.domain == ""
-                                          for c in consumers.get(v, []))
+        return v not in g.outputs and any(
+            c.domain == "" and (c.op_type in INTEGER_READERS or _table_fn(g, c) is not None)
+            for c in consumers.get(v, []))
 
     def channel_consts(n: Node, sx: float, w_scale: np.ndarray, bias: np.ndarray | None,
                        out_q: QParams | None) -> list[str]:
@@ -260,6 +392,8 @@ def _quantize_once(g: Graph, ranges: dict, opts: QuantOptions | None, qdq,
             given = _given_weights(fixed_weights, n, w.shape)
             if given is not None:
                 wq, ws = given
+            elif uint8_out:
+                wq, ws = fit_bias(w, wq, ws, bias, qx.scale)
             if uint8_out:
                 lo, hi = act_clamp(act, out_q)
                 rq = ("uint8", opts.requant, out_q.zero_point, lo, hi)
@@ -308,6 +442,51 @@ def _quantize_once(g: Graph, ranges: dict, opts: QuantOptions | None, qdq,
             qparams[out] = qp
             qnames[out] = yname
             float_missing.add(out)
+            layers.append(LayerPlan(n.name, op, True, "data movement on uint8"))
+            continue
+        fn = _table_fn(g, n) if not kept else None
+        if fn is not None and _table_input(g, n) in qnames and has(n.outputs[0]) and \
+                g.values[_table_input(g, n)].dtype == "float32":
+            x, out = _table_input(g, n), n.outputs[0]
+            qx, qy = qparams[x], params_of(out)
+            src, label, fused = qnames[x], op, list(n.fused)
+            prev = luts.get(x)
+            if prev is not None and x not in g.outputs and len(consumers.get(x, [])) == 1:
+                # a table read only by this one: one table of the composed function, computed
+                # in float (one rounding instead of two)
+                pnode, pfn, pq, psrc = prev
+                nodes.remove(pnode)
+                qnames.pop(x)
+                float_missing.discard(x)
+                fn = (lambda f, g_: (lambda v: f(np.asarray(g_(v), np.float32))))(fn, pfn)
+                qx, src = pq, psrc
+                label = f"{pnode.attr('act')}+{op}"
+                fused = pnode.fused + [f"{pnode.name}:{pnode.attr('act')}"] + fused
+            table = g.add_const(f"{n.name}.table", function_table(fn, qx, qy))
+            yname = new_value(f"{out}_quantized", "uint8", g.values[out].shape)
+            lut = Node(n.name, "QLut", [src, table], [yname],
+                       {"x": (qx.scale, qx.zero_point), "y": (qy.scale, qy.zero_point),
+                        "act": label}, "mlcc", 1, fused)
+            nodes.append(lut)
+            luts[out] = (lut, fn, qx, src)
+            qnames[out] = yname
+            float_missing.add(out)
+            layers.append(LayerPlan(n.name, op, True, "table on uint8"))
+            continue
+        if n.domain == "" and op == "Split" and ins_q and ins_q[0] and not kept and \
+                g.values[n.inputs[0]].dtype == "float32":
+            # pure data movement: every part keeps the input's scale and zero point
+            x = n.inputs[0]
+            outs = []
+            for o in n.outputs:
+                if o:
+                    outs.append(new_value(f"{o}_quantized", "uint8", g.values[o].shape))
+                    qparams[o], qnames[o] = qparams[x], outs[-1]
+                    float_missing.add(o)
+                else:
+                    outs.append("")
+            nodes.append(Node(n.name, op, [qnames[x]] + n.inputs[1:], outs, dict(n.attrs),
+                              n.domain, n.version, list(n.fused)))
             layers.append(LayerPlan(n.name, op, True, "data movement on uint8"))
             continue
         if n.domain == "" and op == "Add" and len(ins_q) == 2 and all(ins_q) and not kept and \

@@ -71,6 +71,30 @@ def quantize_weights(w: np.ndarray, per_channel: bool = True) -> tuple[np.ndarra
     return q.reshape(w.shape), scale
 
 
+BIAS_LIMIT = 2**30      # |quantized bias| bound: the folded zero-point term still fits int32
+
+
+def fit_bias(w: np.ndarray, q: np.ndarray, scale: np.ndarray, b: np.ndarray | None,
+             x_scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """Weights (q, scale) whose channels' quantized bias b / (x_scale * scale) stays within
+    BIAS_LIMIT: a channel whose weights are negligible next to its bias (PP-OCR rec has
+    them: weights near 1e-30) gets the larger scale |b| / (x_scale * BIAS_LIMIT) and its weights
+    requantized with it (onnxruntime's quantizer adjusts such weight scales the same way)."""
+    if b is None:
+        return q, scale
+    need = (np.abs(np.asarray(b, np.float64).reshape(-1)) /
+            (np.float64(np.float32(x_scale)) * BIAS_LIMIT)).astype(np.float32)
+    # float32 rounding of need may land a hair below the bound: one step up
+    need = np.nextafter(need, np.float32(np.inf))
+    grow = need > scale
+    if not np.any(grow):
+        return q, scale
+    scale = np.where(grow, need, scale).astype(np.float32)
+    flat = np.asarray(w, np.float32).reshape(w.shape[0], -1)
+    q = np.clip(np.rint(flat / scale[:, None]), -WMAX, WMAX).astype(np.int8).reshape(q.shape)
+    return q, scale
+
+
 def quantize_bias(b: np.ndarray | None, x_scale: float, w_scale: np.ndarray) -> np.ndarray:
     if b is None:
         return np.zeros(len(w_scale), np.int32)
@@ -167,3 +191,50 @@ def act_clamp(act: tuple, qp: QParams) -> tuple[int, int]:
     hi = qp.qmax if hi_f == np.inf else int(np.clip(np.rint(hi_f / qp.scale) + qp.zero_point,
                                                     qp.qmin, qp.qmax))
     return lo, hi
+
+
+# the activations the quantizer runs as a table on uint8 codes (mlcc_act_kind names) and their
+# float definitions, as the float kernels compute them (runtime_c/kernels/mlcc_kernel.h)
+TABLE_ACTS = {
+    "SIGMOID": lambda x, a, b: 1.0 / (1.0 + np.exp(-x)),
+    "SILU": lambda x, a, b: x / (1.0 + np.exp(-a * x)),
+    "HARD_SWISH": lambda x, a, b: x * np.clip(x + 3.0, 0.0, 6.0) / 6.0,
+    "HARD_SIGMOID": lambda x, a, b: np.clip(a * x + b, 0.0, 1.0),
+    "TANH": lambda x, a, b: np.tanh(x),
+}
+
+
+def table_window(act: tuple) -> tuple[float, float]:
+    """The input interval outside which an activation is constant to within a fraction of its
+    output step: a value read only by that activation's table needs its uint8 codes there
+    only, which gives finer steps (HardSwish is exactly 0 below -3; SiLU's |x sigmoid(x)| is
+    below 0.0027 under -8 and Sigmoid within 0.00034 of 0 or 1 beyond +-8, Tanh within
+    0.00068 of +-1 beyond +-4: less than half a step of a uint8 output over their ranges)."""
+    kind, a, b = act
+    if kind == "HARD_SWISH":
+        return -3.0, np.inf
+    if kind == "SILU" and a > 0:
+        return -8.0 / a, np.inf
+    if kind == "SIGMOID":
+        return -8.0, 8.0
+    if kind == "TANH":
+        return -4.0, 4.0
+    if kind == "HARD_SIGMOID" and a > 0:
+        return -b / a, (1.0 - b) / a
+    return -np.inf, np.inf
+
+
+def activation_table(act: tuple, x: QParams, y: QParams) -> np.ndarray:
+    """The 256 uint8 outputs of an activation (mlcc_act kind, alpha, beta) for every uint8
+    input code: function_table of TABLE_ACTS[kind]."""
+    kind, a, b = act
+    return function_table(lambda v: TABLE_ACTS[kind](v.astype(np.float64), a, b), x, y)
+
+
+def function_table(fn, x: QParams, y: QParams) -> np.ndarray:
+    """quantize(fn(dequantize(code, x)), y) for the 256 input codes: an element-wise function
+    of one uint8 tensor as a table. fn gets float32 reals and may compute in float64; its
+    result is rounded to float32 before quantizing. Computed once by the compiler, so every
+    target reads the same bytes: bit-exact by construction."""
+    real = dequantize_linear(np.arange(256, dtype=np.uint8), x)
+    return quantize_linear(np.asarray(fn(real)).astype(np.float32), y)

@@ -1,79 +1,120 @@
 /* Integer convolutions (see qconv.h). */
 #include "qconv.h"
 
-/* Row k of the im2col matrix of one group ((channel, kh, kw) of the kernel window over all
- * output pixels) as P contiguous bytes: padding taps read the zero point. Rows of a 1 x 1,
- * stride 1, unpadded convolution are the input planes themselves and are not copied. */
-static const uint8_t *im2col_row(const mlcc_qconv2d_params *p, const uint8_t *x, int64_t k,
-                                 uint8_t *row) {
-    const int64_t kk = p->kernel_h * p->kernel_w;
-    const int64_t c = k / kk, kh = (k % kk) / p->kernel_w, kw = k % p->kernel_w;
-    const uint8_t *plane = x + c * p->in_h * p->in_w;
+/* The input channels of one group, padded with the zero point on every side the kernel window
+ * reaches: cg planes of hp x wp (MLCC_QCONV_PADDED_H / _W), so that tap (c, kh, kw) of output
+ * (oh, ow) is plane c at row oh * stride_h + kh * dilation_h, column ow * stride_w +
+ * kw * dilation_w, with no bounds check. An unpadded input already has that layout and is
+ * used in place (returned); otherwise it is copied into `dst`. */
+static const uint8_t *padded_planes(const mlcc_qconv2d_params *p, const uint8_t *x, int64_t cg,
+                                    int64_t hp, int64_t wp, uint8_t *dst) {
     const uint8_t zp = (uint8_t)p->x_zero_point;
-    const int64_t off = kw * p->dilation_w - p->pad_left, sw = p->stride_w;
-    int64_t oh, ow, lo, hi;
-    if (kk == 1 && p->stride_h == 1 && sw == 1 && p->pad_top == 0 && p->pad_left == 0 &&
-        p->out_h == p->in_h && p->out_w == p->in_w)
-        return plane;
-    /* output columns whose tap ow * sw + off lies inside the row: [lo, hi) */
-    lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
-    hi = p->in_w - off <= 0 ? 0 : (p->in_w - off + sw - 1) / sw;
-    if (hi > p->out_w) hi = p->out_w;
-    if (lo > hi) lo = hi;
-    for (oh = 0; oh < p->out_h; oh++) {
-        const int64_t ih = oh * p->stride_h + kh * p->dilation_h - p->pad_top;
-        uint8_t *dst = row + oh * p->out_w;
-        if (ih < 0 || ih >= p->in_h) {
-            memset(dst, zp, (size_t)p->out_w);
-            continue;
+    int64_t c, r;
+    if (p->pad_top == 0 && p->pad_left == 0 && wp == p->in_w && hp <= p->in_h && hp > 0)
+        return x;       /* plane stride in_h * in_w: callers use plane_stride() */
+    for (c = 0; c < cg; c++) {
+        const uint8_t *plane = x + c * p->in_h * p->in_w;
+        uint8_t *d = dst + c * hp * wp;
+        for (r = 0; r < hp; r++, d += wp) {
+            const int64_t ih = r - p->pad_top;
+            const int64_t lo = p->pad_left < wp ? p->pad_left : wp;
+            const int64_t hi = p->pad_left + p->in_w < wp ? p->pad_left + p->in_w : wp;
+            if (ih < 0 || ih >= p->in_h) {
+                memset(d, zp, (size_t)wp);
+                continue;
+            }
+            memset(d, zp, (size_t)lo);
+            if (hi > lo) memcpy(d + lo, plane + ih * p->in_w + (lo - p->pad_left),
+                                (size_t)(hi - lo));
+            if (wp > hi) memset(d + hi, zp, (size_t)(wp - hi));
         }
-        memset(dst, zp, (size_t)lo);
-        if (sw == 1) {
-            memcpy(dst + lo, plane + ih * p->in_w + lo + off, (size_t)(hi - lo));
-        } else {
-            const uint8_t *src = plane + ih * p->in_w + off;
-            for (ow = lo; ow < hi; ow++) dst[ow] = src[ow * sw];
-        }
-        memset(dst + hi, zp, (size_t)(p->out_w - hi));
     }
-    return row;
+    return dst;
 }
 
-/* Packs the im2col matrix of one group into [k4][P][4] (qgemm.h's column operand), four rows
- * at a time through `rows` (4 * P bytes); padding rows (k >= K) are 0. */
-static void pack_columns(const mlcc_qconv2d_params *p, const uint8_t *x, int64_t k4,
-                         uint8_t *col, uint8_t *rows) {
+/* 4 bytes from 4 rows as one little-endian word: the [k4][P][4] layout of qgemm.h. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define PUT4(d, a, b, c, e) do {                                                            \
+        const uint32_t v_ = (uint32_t)(a) | ((uint32_t)(b) << 8) | ((uint32_t)(c) << 16) |  \
+                            ((uint32_t)(e) << 24);                                         \
+        memcpy((d), &v_, 4);                                                               \
+    } while (0)
+#else
+#define PUT4(d, a, b, c, e) do {                                                            \
+        (d)[0] = (a); (d)[1] = (b); (d)[2] = (c); (d)[3] = (e);                             \
+    } while (0)
+#endif
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#include <immintrin.h>
+#define MLCC_QCONV_AVX512 1
+#else
+#define MLCC_QCONV_AVX512 0
+#endif
+
+/* d[4 q + t] = r_t[q] for q < n: 4 rows interleaved into words. The AVX-512 path takes 16
+ * pixels at a time with masked loads and stores, so that the short rows of small feature maps
+ * (20 or 40 pixels) do not fall to a scalar loop. */
+static void interleave4(const uint8_t *r0, const uint8_t *r1, const uint8_t *r2,
+                        const uint8_t *r3, int64_t n, uint8_t *d) {
+    int64_t q = 0;
+#if MLCC_QCONV_AVX512
+    for (; q < n; q += 16) {
+        const __mmask16 m = (__mmask16)(n - q >= 16 ? 0xFFFFu : (1u << (n - q)) - 1u);
+        const __m512i a = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, r0 + q));
+        const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, r1 + q));
+        const __m512i c = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, r2 + q));
+        const __m512i e = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, r3 + q));
+        const __m512i v = _mm512_or_si512(
+            _mm512_or_si512(a, _mm512_slli_epi32(b, 8)),
+            _mm512_or_si512(_mm512_slli_epi32(c, 16), _mm512_slli_epi32(e, 24)));
+        _mm512_mask_storeu_epi32((void *)(d + 4 * q), m, v);
+    }
+#endif
+    for (; q < n; q++) PUT4(d + 4 * q, r0[q], r1[q], r2[q], r3[q]);
+}
+
+/* Packs the im2col matrix of one group into [k4][P][4] (qgemm.h's column operand) straight
+ * from the padded planes: for each group of 4 rows (taps) and output row, one pass that reads
+ * the 4 taps' input rows and writes the interleaved words (one vectorizable loop; strides 1
+ * and 2 are constants for the compiler). Rows k >= K (padding to a multiple of 4) meet zero
+ * weights, so they read any valid tap. */
+static void pack_columns(const mlcc_qconv2d_params *p, const uint8_t *xp, int64_t plane_stride,
+                         int64_t wp, int64_t k4, uint8_t *col) {
     const int64_t cg = p->in_channels / p->groups;
-    const int64_t K = cg * p->kernel_h * p->kernel_w;
-    const int64_t P = p->out_h * p->out_w;
-    int64_t g, q, t;
+    const int64_t kk = p->kernel_h * p->kernel_w, K = cg * kk;
+    const int64_t OH = p->out_h, OW = p->out_w, P = OH * OW;
+    const int64_t sw = p->stride_w, row_step = p->stride_h * wp;
+    /* output rows contiguous in the source too: one loop over all P pixels */
+    const int contiguous = sw == 1 && row_step == OW;
+    int64_t g, t, oh, q;
     for (g = 0; g < k4; g++) {
         const uint8_t *r[4];
         uint8_t *dst = col + g * P * 4;
         for (t = 0; t < 4; t++) {
-            const int64_t k = 4 * g + t;
-            if (k < K) {
-                r[t] = im2col_row(p, x, k, rows + t * P);
+            const int64_t k = 4 * g + t < K ? 4 * g + t : 0;
+            const int64_t c = k / kk, kh = (k % kk) / p->kernel_w, kw = k % p->kernel_w;
+            r[t] = xp + c * plane_stride + kh * p->dilation_h * wp + kw * p->dilation_w;
+        }
+        if (contiguous) {
+            const uint8_t *r0 = r[0], *r1 = r[1], *r2 = r[2], *r3 = r[3];
+            interleave4(r0, r1, r2, r3, P, dst);
+            continue;
+        }
+        for (oh = 0; oh < OH; oh++) {
+            const uint8_t *r0 = r[0] + oh * row_step, *r1 = r[1] + oh * row_step,
+                          *r2 = r[2] + oh * row_step, *r3 = r[3] + oh * row_step;
+            uint8_t *d = dst + 4 * oh * OW;
+            if (sw == 1) {
+                interleave4(r0, r1, r2, r3, OW, d);
+            } else if (sw == 2) {
+                for (q = 0; q < OW; q++)
+                    PUT4(d + 4 * q, r0[2 * q], r1[2 * q], r2[2 * q], r3[2 * q]);
             } else {
-                memset(rows + t * P, 0, (size_t)P);
-                r[t] = rows + t * P;
+                for (q = 0; q < OW; q++)
+                    PUT4(d + 4 * q, r0[q * sw], r1[q * sw], r2[q * sw], r3[q * sw]);
             }
         }
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-        /* one 32-bit word per pixel: vectorizes as widen, shift, or */
-        for (q = 0; q < P; q++) {
-            const uint32_t v = (uint32_t)r[0][q] | ((uint32_t)r[1][q] << 8) |
-                               ((uint32_t)r[2][q] << 16) | ((uint32_t)r[3][q] << 24);
-            memcpy(dst + 4 * q, &v, 4);
-        }
-#else
-        for (q = 0; q < P; q++) {
-            dst[4 * q] = r[0][q];
-            dst[4 * q + 1] = r[1][q];
-            dst[4 * q + 2] = r[2][q];
-            dst[4 * q + 3] = r[3][q];
-        }
-#endif
     }
 }
 
@@ -83,6 +124,7 @@ void mlcc_u8_qconv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_
     const int64_t cg = p->in_channels / p->groups, mg = p->out_channels / p->groups;
     const int64_t k4 = (cg * p->kernel_h * p->kernel_w + 3) / 4;
     const int64_t P = p->out_h * p->out_w;
+    const int64_t hp = MLCC_QCONV_PADDED_H(p), wp = MLCC_QCONV_PADDED_W(p);
     const size_t esize = p->rq.out_kind == MLCC_QOUT_U8 ? 1 : 4;   /* float or int32 */
     int64_t n, g;
     for (n = 0; n < p->batch; n++) {
@@ -92,8 +134,9 @@ void mlcc_u8_qconv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_
                                        fbias ? fbias + c0 : NULL, mult ? mult + c0 : NULL,
                                        shift ? shift + c0 : NULL};
             mlcc_qgemm_desc d;
-            pack_columns(p, x + (n * p->in_channels + g * cg) * p->in_h * p->in_w, k4, scratch,
-                         scratch + 4 * k4 * P);
+            const uint8_t *xg = x + (n * p->in_channels + g * cg) * p->in_h * p->in_w;
+            const uint8_t *xp = padded_planes(p, xg, cg, hp, wp, scratch + 4 * k4 * P);
+            pack_columns(p, xp, xp == xg ? p->in_h * p->in_w : hp * wp, wp, k4, scratch);
             d.m = mg; d.n = P; d.k4 = k4; d.lda = 4 * k4; d.ldy = P;
             d.channel_is_row = 1; d.a_signed = 1;
             mlcc_qgemm_u8s8(&d, w + c0 * 4 * k4, scratch, &p->rq, &ch,
@@ -104,34 +147,64 @@ void mlcc_u8_qconv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_
 
 #define DW_CHUNK 256
 
+/* One channel plane minus the zero point as int16, padded with real zeros (code zx) on every
+ * side the kernel window reaches: hp x wp, so that the tap loops below have no bounds checks
+ * and vectorize (each output row is a sum of kernel_h * kernel_w shifted rows). */
+static void dw_padded_plane(const mlcc_qconv2d_params *p, const uint8_t *plane, int64_t hp,
+                            int64_t wp, int16_t *dst) {
+    const int32_t zp = p->x_zero_point;
+    int64_t r, q;
+    for (r = 0; r < hp; r++) {
+        const int64_t ih = r - p->pad_top;
+        int16_t *d = dst + r * wp;
+        const uint8_t *src;
+        int64_t lo, hi;
+        if (ih < 0 || ih >= p->in_h) {
+            memset(d, 0, sizeof(int16_t) * (size_t)wp);
+            continue;
+        }
+        /* padded columns [lo, hi) hold input columns [lo - pad_left, hi - pad_left) */
+        lo = p->pad_left < wp ? p->pad_left : wp;
+        hi = p->pad_left + p->in_w < wp ? p->pad_left + p->in_w : wp;
+        for (q = 0; q < lo; q++) d[q] = 0;
+        src = plane + ih * p->in_w - p->pad_left;
+        for (q = lo; q < hi; q++) d[q] = (int16_t)((int32_t)src[q] - zp);
+        for (q = hi; q < wp; q++) d[q] = 0;
+    }
+}
+
 void mlcc_u8_qconv2d_depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
                                const int32_t *bias, const float *scale, const float *fbias,
-                               const int32_t *mult, const int32_t *shift, void *y) {
+                               const int32_t *mult, const int32_t *shift, void *y,
+                               uint8_t *scratch) {
     const int64_t C = p->out_channels, P = p->out_h * p->out_w;
     const int64_t kk = p->kernel_h * p->kernel_w;
-    const int32_t zp = p->x_zero_point;
+    const int64_t hp = MLCC_QCONV_PADDED_H(p), wp = MLCC_QCONV_PADDED_W(p);
+    const int64_t sw = p->stride_w;
     const mlcc_qchannels ch = {bias, scale, fbias, mult, shift};
+    int16_t *xp = (int16_t *)(void *)scratch;
     int32_t acc[DW_CHUNK];
-    int64_t n, c, oh, ow0, ow, kh, kw;
+    int64_t n, c, oh, ow0, o, kh, kw;
     for (n = 0; n < p->batch; n++) {
         for (c = 0; c < C; c++) {
-            const uint8_t *plane = x + (n * C + c) * p->in_h * p->in_w;
             const int8_t *wc = w + c * kk;
+            dw_padded_plane(p, x + (n * C + c) * p->in_h * p->in_w, hp, wp, xp);
             for (oh = 0; oh < p->out_h; oh++) {
                 for (ow0 = 0; ow0 < p->out_w; ow0 += DW_CHUNK) {
                     const int64_t nw = p->out_w - ow0 < DW_CHUNK ? p->out_w - ow0 : DW_CHUNK;
                     memset(acc, 0, sizeof(int32_t) * (size_t)nw);
                     for (kh = 0; kh < p->kernel_h; kh++) {
-                        const int64_t ih = oh * p->stride_h + kh * p->dilation_h - p->pad_top;
-                        if (ih < 0 || ih >= p->in_h) continue;
+                        const int16_t *row = xp + (oh * p->stride_h + kh * p->dilation_h) * wp +
+                                             ow0 * sw;
                         for (kw = 0; kw < p->kernel_w; kw++) {
                             const int32_t wv = wc[kh * p->kernel_w + kw];
-                            const uint8_t *row = plane + ih * p->in_w;
-                            for (ow = 0; ow < nw; ow++) {
-                                const int64_t iw = (ow0 + ow) * p->stride_w +
-                                                   kw * p->dilation_w - p->pad_left;
-                                if (iw >= 0 && iw < p->in_w)
-                                    acc[ow] += wv * ((int32_t)row[iw] - zp);
+                            const int16_t *src = row + kw * p->dilation_w;
+                            if (sw == 1) {
+                                for (o = 0; o < nw; o++) acc[o] += wv * (int32_t)src[o];
+                            } else if (sw == 2) {
+                                for (o = 0; o < nw; o++) acc[o] += wv * (int32_t)src[2 * o];
+                            } else {
+                                for (o = 0; o < nw; o++) acc[o] += wv * (int32_t)src[o * sw];
                             }
                         }
                     }

@@ -19,19 +19,29 @@ typedef struct mlcc_qconv2d_params {
     mlcc_requant rq;
 } mlcc_qconv2d_params;
 
+/* The input rows and columns the kernel window reaches, padding included (the padded planes
+ * both kernels read). */
+#define MLCC_QCONV_PADDED_H(p) \
+    (((p)->out_h - 1) * (p)->stride_h + ((p)->kernel_h - 1) * (p)->dilation_h + 1)
+#define MLCC_QCONV_PADDED_W(p) \
+    (((p)->out_w - 1) * (p)->stride_w + ((p)->kernel_w - 1) * (p)->dilation_w + 1)
+
 /* Grouped or plain convolution as im2col + mlcc_qgemm_u8s8. w: [out_channels][4 * k4] int8,
  * k4 = ceil(in_channels / groups * kernel_h * kernel_w / 4), zero-padded; bias already holds
- * -x_zero_point * sum(w[c]) (the compiler folds it). scratch: 4 * (k4 + 1) * out_h * out_w
- * bytes (the packed columns, then four unpacked rows). */
+ * -x_zero_point * sum(w[c]) (the compiler folds it). scratch: 4 * k4 * out_h * out_w +
+ * in_channels / groups * MLCC_QCONV_PADDED_H(p) * MLCC_QCONV_PADDED_W(p) bytes (the packed
+ * columns, then one group's input planes padded with the zero point). */
 void mlcc_u8_qconv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
                      const int32_t *bias, const float *scale, const float *fbias,
                      const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch);
 
 /* Depthwise convolution (groups = in_channels = out_channels), direct:
  * acc = bias[c] + sum over taps inside the input of w[c][kh][kw] * (x - x_zero_point);
- * bias here is the quantized bias alone. */
+ * bias here is the quantized bias alone. scratch: 2 * MLCC_QCONV_PADDED_H(p) *
+ * MLCC_QCONV_PADDED_W(p) bytes, 2-byte aligned (one channel plane, padded, as int16). */
 void mlcc_u8_qconv2d_depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
                                const int32_t *bias, const float *scale, const float *fbias,
-                               const int32_t *mult, const int32_t *shift, void *y);
+                               const int32_t *mult, const int32_t *shift, void *y,
+                               uint8_t *scratch);
 
 #endif /* MLCC_QCONV_H */

@@ -146,3 +146,31 @@ void mlcc_u8_avgpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *
         }
     }
 }
+
+#if defined(__AVX512VBMI__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#define MLCC_LUT_VBMI 1
+#else
+#define MLCC_LUT_VBMI 0
+#endif
+
+void mlcc_u8_lut(const mlcc_lut_params *p, const uint8_t *x, const uint8_t *table, uint8_t *y) {
+    const int64_t n = p->count;
+    int64_t i = 0;
+#if MLCC_LUT_VBMI
+    /* 64 lookups at a time: two 2-register byte permutes (entries 0-127 and 128-255, index
+     * bit 6 picks the register) and a blend on index bit 7 */
+    const __m512i t0 = _mm512_loadu_si512((const void *)table);
+    const __m512i t1 = _mm512_loadu_si512((const void *)(table + 64));
+    const __m512i t2 = _mm512_loadu_si512((const void *)(table + 128));
+    const __m512i t3 = _mm512_loadu_si512((const void *)(table + 192));
+    for (; i + 64 <= n; i += 64) {
+        const __m512i idx = _mm512_loadu_si512((const void *)(x + i));
+        const __m512i lo = _mm512_permutex2var_epi8(t0, idx, t1);
+        const __m512i hi = _mm512_permutex2var_epi8(t2, idx, t3);
+        _mm512_storeu_si512((void *)(y + i),
+                            _mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), lo, hi));
+    }
+#endif
+    for (; i < n; i++) y[i] = table[x[i]];
+}

@@ -1,6 +1,6 @@
 /* Boundaries and element-wise integer kernels on uint8 tensors: QuantizeLinear,
  * DequantizeLinear, requantizing Add, a requantizing copy (Concat inputs of another scale),
- * max and average pooling.
+ * max and average pooling, table lookup.
  *
  * Thread-compatible: no state; outputs must not overlap inputs. */
 #ifndef MLCC_QELEM_H
@@ -61,5 +61,14 @@ typedef struct mlcc_qpool2d_params {
 
 void mlcc_u8_maxpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y);
 void mlcc_u8_avgpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y);
+
+/* y = table[x]: an element-wise function of one uint8 tensor (Sigmoid, SiLU, HardSwish, ...)
+ * as a 256-entry table the compiler computes from the input's and the output's scales and
+ * zero points (mlcc/quant/scheme.py's activation_table). */
+typedef struct mlcc_lut_params {
+    int64_t count;
+} mlcc_lut_params;
+
+void mlcc_u8_lut(const mlcc_lut_params *p, const uint8_t *x, const uint8_t *table, uint8_t *y);
 
 #endif /* MLCC_QELEM_H */
