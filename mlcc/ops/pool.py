@@ -23,8 +23,6 @@ from .conv import AUTO_PAD, _spatial2d, window2d, window_geometry
 from .reduce import KINDS, emit_reduce
 from .registry import OpDef, register
 
-POOL_SLICES = 4        # MLCC_POOL_SLICES: threads of a pool that share one 2-D pooling
-
 
 def _dead_or_absent(lo: Lowering, node: Node, index: int) -> bool:
     """True if optional output `index` is absent or nothing reads it (dead code removed it)."""
@@ -106,11 +104,9 @@ class _Pool(OpDef):
         t = np.arange(params["kernel_w"]) * params["dilation_w"] - params["pad_left"]
         taps = t if sw == 1 else (t % sw) * width + t // sw
         tab = lo.add_const(f"{node.name}.tap_offsets", taps.astype(np.int64))
-        # one scratch copy per thread that may share the pooling (MLCC_POOL_SLICES, pool.h)
-        scratch = 0 if sw == 1 else POOL_SLICES * params["in_h"] * sw * width * 4
+        scratch = 0 if sw == 1 else params["in_h"] * sw * width * 4
         lo.call(kernel, [node.inputs[0], tab, *extra, node.outputs[0]], [node.outputs[0]],
-                params_type="mlcc_pool2d_params", params=params, scratch_bytes=scratch,
-                pool=True)
+                params_type="mlcc_pool2d_params", params=params, scratch_bytes=scratch)
 
     def flops(self, node: Node, g: Graph) -> int:
         return g.values[node.outputs[0]].numel * math.prod(node.attr("kernel_shape", [1]))

@@ -211,10 +211,8 @@ static void max_plane_separable(const mlcc_pool2d_params *p, const float *x, flo
     }
 }
 
-/* Planes [plane0, plane1). */
-static void pool2d_planes(const mlcc_pool2d_params *p, const float *x, const int64_t *taps,
-                          float *y, float *scratch, int is_max, const float *inv_count,
-                          ptrdiff_t plane0, ptrdiff_t plane1) {
+static void pool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *taps, float *y,
+                   float *scratch, int is_max, const float *inv_count) {
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
     const ptrdiff_t oh_n = (ptrdiff_t)p->out_h, ow_n = (ptrdiff_t)p->out_w;
     const ptrdiff_t kh_n = (ptrdiff_t)p->kernel_h, kw_n = (ptrdiff_t)p->kernel_w;
@@ -233,7 +231,7 @@ static void pool2d_planes(const mlcc_pool2d_params *p, const float *x, const int
     c.hi = hi0 < hi1 ? hi0 : hi1;
     if (c.hi < c.lo) c.hi = c.lo;
     c.pitch = sw == 1 ? iw_n : sw * (ptrdiff_t)p->phase_width;
-    for (plane = plane0; plane < plane1; plane++) {
+    for (plane = 0; plane < (ptrdiff_t)p->planes; plane++) {
         float *yp = y + plane * oh_n * ow_n;
         c.x = x + plane * ih_n * iw_n;
         c.src = c.x;
@@ -262,51 +260,14 @@ static void pool2d_planes(const mlcc_pool2d_params *p, const float *x, const int
     }
 }
 
-#define POOL_UNITS 16
-
-typedef struct pool2d_job {
-    const mlcc_pool2d_params *p;
-    const float *x, *inv_count;
-    const int64_t *taps;
-    float *y, *scratch;
-    ptrdiff_t scratch_floats, units;
-    int is_max;
-} pool2d_job;
-
-static void pool2d_unit(void *arg, int unit, int thread) {
-    const pool2d_job *job = (const pool2d_job *)arg;
-    const ptrdiff_t planes = (ptrdiff_t)job->p->planes;
-    pool2d_planes(job->p, job->x, job->taps, job->y,
-                  job->scratch ? job->scratch + thread * job->scratch_floats : NULL, job->is_max,
-                  job->inv_count, planes * unit / job->units, planes * (unit + 1) / job->units);
-}
-
-static void pool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *taps, float *y,
-                   float *scratch, int is_max, const float *inv_count, mlcc_threadpool *pool) {
-    const int nt = mlcc_threadpool_size(pool) < MLCC_POOL_SLICES ? mlcc_threadpool_size(pool)
-                                                                 : MLCC_POOL_SLICES;
-    pool2d_job job;
-    job.p = p, job.x = x, job.inv_count = inv_count, job.taps = taps, job.y = y;
-    job.scratch = scratch, job.is_max = is_max;
-    job.scratch_floats = (ptrdiff_t)(p->in_h * p->stride_w * p->phase_width);
-    job.units = p->planes < POOL_UNITS ? (ptrdiff_t)p->planes : POOL_UNITS;
-    if (nt > 1 && job.units > 1 &&
-        (double)p->planes * (double)(p->out_h * p->out_w) * (double)(p->kernel_h * p->kernel_w) >=
-            (double)MLCC_MIN_PARALLEL_MACS / 4) {
-        mlcc_threadpool_for(pool, pool2d_unit, &job, (int)job.units, nt);
-        return;
-    }
-    pool2d_planes(p, x, taps, y, scratch, is_max, inv_count, 0, (ptrdiff_t)p->planes);
-}
-
 void mlcc_f32_maxpool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *tap_offsets,
-                        float *y, float *scratch, mlcc_threadpool *pool) {
-    pool2d(p, x, tap_offsets, y, scratch, 1, NULL, pool);
+                        float *y, float *scratch) {
+    pool2d(p, x, tap_offsets, y, scratch, 1, NULL);
 }
 
 void mlcc_f32_avgpool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *tap_offsets,
-                        const float *inv_count, float *y, float *scratch, mlcc_threadpool *pool) {
-    pool2d(p, x, tap_offsets, y, scratch, 0, inv_count, pool);
+                        const float *inv_count, float *y, float *scratch) {
+    pool2d(p, x, tap_offsets, y, scratch, 0, inv_count);
 }
 
 /* The window of output index o along one axis: kernel taps [k_lo, k_hi) are inside. */

@@ -18,8 +18,7 @@
  *   stride_w == 1: at x_row[ow + tap_offsets[kw]]     (kw * dilation_w - pad_left)
  *   stride_w  > 1: at phases_row[ow + tap_offsets[kw]] (q * phase_width + floor(t / stride_w)
  *                  with t = kw * dilation_w - pad_left and q = t mod stride_w)
- * scratch holds MLCC_POOL_SLICES x in_h * stride_w * phase_width floats when stride_w > 1 (else
- * it may be NULL): one copy per thread, see below. */
+ * scratch holds in_h * stride_w * phase_width floats when stride_w > 1 (else it may be NULL). */
 typedef struct mlcc_pool2d_params {
     int64_t planes;                   /* batch * channels */
     int64_t in_h, in_w, out_h, out_w;
@@ -33,21 +32,14 @@ typedef struct mlcc_pool2d_params {
 /* Maximum over the taps inside the input; -FLT_MAX for a window that is all padding (as
  * onnxruntime). NaN inputs are skipped. */
 void mlcc_f32_maxpool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *tap_offsets,
-                        float *y, float *scratch, mlcc_threadpool *pool);
+                        float *y, float *scratch);
 
 /* Sum over the taps inside the input times inv_count[oh] * inv_count[out_h + ow]: the
  * divisor (taps inside the input, or inside the padded input for count_include_pad) is a
  * product of a row and a column count, precomputed by the compiler as reciprocals
  * (out_h + out_w floats; 0 for an empty count). */
 void mlcc_f32_avgpool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *tap_offsets,
-                        const float *inv_count, float *y, float *scratch, mlcc_threadpool *pool);
-
-/* Both 2-D poolings run on pool (NULL: the calling thread only) by ranges of planes, at most 16
- * (each plane computed as on one thread: the same bits), on up to MLCC_POOL_SLICES threads,
- * each with its own copy of the scratch (stride_w > 1: MLCC_POOL_SLICES copies of in_h *
- * stride_w * phase_width floats). Poolings of fewer than MLCC_MIN_PARALLEL_MACS / 4
- * output values x taps stay on the caller (memory-bound, like depthwise convolutions). */
-#define MLCC_POOL_SLICES 4
+                        const float *inv_count, float *y, float *scratch);
 
 /* The general form: up to 3 spatial axes (1-D and 2-D windows given as 3-D with leading
  * extents 1), MaxPool's Indices output, other element types. A direct loop over each window:
