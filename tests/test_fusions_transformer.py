@@ -337,7 +337,9 @@ def test_attention_kernel_against_numpy_with_and_without_vectors(tmp_path):
         lib_path = tmp_path / f"att_{name}.so"
         subprocess.run(["cc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
                         *flags, f"-I{kernels / 'kernels'}", f"-I{kernels / 'include'}",
-                        str(kernels / "kernels" / "attention.c"), "-o", str(lib_path), "-lm"],
+                        str(kernels / "kernels" / "attention.c"),
+                        str(kernels / "src" / "mlcc_threadpool.c"),
+                        str(kernels / "src" / "mlcc_runtime.c"), "-o", str(lib_path), "-lm"],
                        check=True)
         lib = ctypes.CDLL(str(lib_path))
         for b, h, sq, sk, d, masked in [(1, 2, 7, 19, 5, True), (2, 3, 5, 16, 17, False),
@@ -356,7 +358,7 @@ def test_attention_kernel_against_numpy_with_and_without_vectors(tmp_path):
             ptr = ctypes.c_void_p
             lib.mlcc_f32_attention(ctypes.byref(p), ptr(q.ctypes.data), ptr(k.ctypes.data),
                                    ptr(v.ctypes.data), ptr(mask.ctypes.data) if masked else None,
-                                   ptr(out.ctypes.data), ptr(scratch.ctypes.data))
+                                   ptr(out.ctypes.data), ptr(scratch.ctypes.data), None)
             s = np.einsum("bhic,bhjc->bhij", q.astype(np.float64), k) * np.float64(
                 np.float32(0.37)) + (mask if masked else 0)
             s = np.exp(s - s.max(-1, keepdims=True))

@@ -22,12 +22,14 @@ from .registry import OpDef, register
 
 DOMAIN = "mlcc"
 PAD = 16                       # MLCC_ATTENTION_PAD in attention.h
+SLICES = 4                     # MLCC_ATTENTION_SLICES: threads of a pool that share one attention
 
 
 def scratch_floats(sk: int, d: int) -> int:
-    """The kernel's scratch: K transposed ([d][sk] padded) and 4 rows of scores."""
+    """The kernel's scratch: per thread (SLICES of them), K transposed ([d][sk] padded) and 4
+    rows of scores."""
     skp = (sk + PAD - 1) // PAD * PAD
-    return (d + 4) * skp
+    return SLICES * (d + 4) * skp
 
 
 @register("Attention", domain=DOMAIN)
@@ -57,7 +59,7 @@ class Attention(OpDef):
                     **{f"{w}_strides": [int(s) for s in node.attrs[f"{w}_strides"]]
                        for w in ("q", "k", "v", "mask", "out")},
                     "scale": float(node.attrs["scale"])},
-                scratch_bytes=4 * scratch_floats(sk, d))
+                scratch_bytes=4 * scratch_floats(sk, d), pool=True)
 
     def flops(self, node: Node, g: Graph) -> int:
         batch, heads, sq, sk, d = (int(x) for x in node.attrs["dims"])

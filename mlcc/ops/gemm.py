@@ -1,4 +1,4 @@
-"""Gemm and MatMul, lowered onto one GEMM kernel (mlcc_f32_gemm and its batched form)."""
+"""Gemm and MatMul, lowered onto one GEMM kernel (mlcc_f32_gemm_threaded and its batched form)."""
 from __future__ import annotations
 
 import math
@@ -86,8 +86,8 @@ class Gemm(OpDef):
             if c.const is not None and beta != 1.0:
                 c_name, beta = lo.add_const(f"{node.name}.C_scaled",
                                             (c.const * np.float32(beta)).astype(np.float32)), 1.0
-        lo.call("mlcc_f32_gemm", [node.inputs[0], b_name, c_name, node.outputs[0]],
-                [node.outputs[0]], params_type="mlcc_gemm_params",
+        lo.call("mlcc_f32_gemm_threaded", [node.inputs[0], b_name, c_name, node.outputs[0]],
+                [node.outputs[0]], params_type="mlcc_gemm_params", pool=True,
                 params=gemm_params(m, n, k, a_strides=a_strides, ldb=n, ldc=n,
                                    bias_strides=bias_strides, alpha=alpha, beta=beta, node=node))
 
@@ -132,8 +132,8 @@ class MatMul(OpDef):
         bias_strides = (0, 1) if bias else (0, 0)
         if math.prod(b2[:-2]) == 1:
             # B is shared by every batch: stack A's batches into one tall GEMM.
-            lo.call("mlcc_f32_gemm", [node.inputs[0], node.inputs[1], bias, out], [out],
-                    params_type="mlcc_gemm_params",
+            lo.call("mlcc_f32_gemm_threaded", [node.inputs[0], node.inputs[1], bias, out], [out],
+                    params_type="mlcc_gemm_params", pool=True,
                     params=gemm_params(nb * m, n, k, a_strides=(k, 1), ldb=n, ldc=n,
                                        bias_strides=bias_strides, node=node))
             return
@@ -142,7 +142,7 @@ class MatMul(OpDef):
         a_tab = lo.add_const(f"{node.name}.a_offsets", a_off)
         b_tab = lo.add_const(f"{node.name}.b_offsets", b_off)
         lo.call("mlcc_f32_batched_gemm", [node.inputs[0], node.inputs[1], bias, out, a_tab, b_tab],
-                [out], params_type="mlcc_batched_gemm_params",
+                [out], params_type="mlcc_batched_gemm_params", pool=True,
                 params={"gemm": gemm_params(m, n, k, a_strides=(k, 1), ldb=n, ldc=n,
                                             bias_strides=bias_strides, node=node),
                         "batch": nb, "c_batch_stride": m * n})

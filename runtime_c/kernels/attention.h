@@ -11,13 +11,20 @@
 /* Scores are padded to a multiple of this many columns in the scratch buffer. */
 #define MLCC_ATTENTION_PAD 16
 
+/* Threads of a pool that share one attention (each with its own scratch copy). */
+#define MLCC_ATTENTION_SLICES 4
+
 /* For b < batch, h < heads, i < sq (every operand addressed through its own element strides,
  * in the order [b][h][row][column], so that transposed and broadcast operands cost nothing):
  *   s[j]       = scale * sum_{c < d} q[b][h][i][c] * k[b][h][j][c] + mask[b][h][i][j]
  *   p[j]       = exp(s[j] - max s) / sum_j' exp(s[j'] - max s)          (j < sk)
  *   out[b][h][i][c] = sum_j p[j] * v[b][h][j][c]
- * mask may be NULL (no mask). scratch holds (d + 4) * round_up(sk, MLCC_ATTENTION_PAD) floats:
- * mlcc_attention_scratch_floats(). */
+ * mask may be NULL (no mask). scratch holds MLCC_ATTENTION_SLICES copies of (d + 4) *
+ * round_up(sk, MLCC_ATTENTION_PAD) floats (mlcc/ops/attention.py scratch_floats()), one per
+ * thread. On pool (NULL: the calling thread only), up to MLCC_ATTENTION_SLICES threads take
+ * units of (batch, head, range of query rows); the cut depends on the shape alone, so the
+ * results are the same bits on any number of threads. Under MLCC_MIN_PARALLEL_MACS
+ * multiply-adds everything runs on the caller. */
 typedef struct mlcc_attention_params {
     int64_t batch, heads, sq, sk, d;
     int64_t q_strides[4], k_strides[4], v_strides[4], mask_strides[4], out_strides[4];
@@ -25,6 +32,7 @@ typedef struct mlcc_attention_params {
 } mlcc_attention_params;
 
 void mlcc_f32_attention(const mlcc_attention_params *p, const float *q, const float *k,
-                        const float *v, const float *mask, float *out, float *scratch);
+                        const float *v, const float *mask, float *out, float *scratch,
+                        mlcc_threadpool *pool);
 
 #endif /* MLCC_ATTENTION_H */

@@ -22,9 +22,16 @@ typedef struct mlcc_gemm_params {
 void mlcc_f32_gemm(const mlcc_gemm_params *p, const float *a, const float *b, const float *bias,
                    float *c);
 
+/* The same product on pool (NULL: the calling thread only), cut into blocks of columns and rows
+ * by the shape alone: the same bits as mlcc_f32_gemm on any number of threads. Products of
+ * fewer than MLCC_MIN_PARALLEL_MACS multiply-adds run on the caller. */
+void mlcc_f32_gemm_threaded(const mlcc_gemm_params *p, const float *a, const float *b,
+                            const float *bias, float *c, mlcc_threadpool *pool);
+
 /* Batched form (MatMul): batch b multiplies a + a_offsets[b], b + b_offsets[b] into
  * c + b * c_batch_stride. The offsets are tables in the weight blob, so that any broadcasting
- * of batch dimensions costs nothing at run time. */
+ * of batch dimensions costs nothing at run time. Threaded as mlcc_f32_gemm_threaded (units:
+ * batches x blocks). */
 typedef struct mlcc_batched_gemm_params {
     mlcc_gemm_params gemm;
     int64_t batch;
@@ -33,7 +40,7 @@ typedef struct mlcc_batched_gemm_params {
 
 void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, const float *b,
                            const float *bias, float *c, const int64_t *a_offsets,
-                           const int64_t *b_offsets);
+                           const int64_t *b_offsets, mlcc_threadpool *pool);
 
 /* The packed GEMM: A (the constant operand, weights) packed at compile time, B packed at run
  * time into the panels the micro-kernel reads, both contiguous in the order the k loop walks.

@@ -45,7 +45,7 @@ int tiny_run(const mlcc_context *ctx, const float *images, float *logits) {
     /* conv, relu (Conv+Relu): images[2, 2, 6, 6] -> r[2, 4, 6, 6] */
     mlcc_f32_conv2d_implicit(&p_conv, images, WEIGHT(64), WEIGHT(640), WEIGHT(704), ARENA(0), ARENA(1152), ctx->pool);
     /* fc (Gemm): f[2, 144] -> logits[2, 5] */
-    mlcc_f32_gemm(&p_fc, ARENA(0), WEIGHT(832), WEIGHT(3712), logits);
+    mlcc_f32_gemm_threaded(&p_fc, ARENA(0), WEIGHT(832), WEIGHT(3712), logits, ctx->pool);
     return MLCC_OK;
 }
 

@@ -1,0 +1,178 @@
+"""The threaded unpacked GEMM (MatMul, Gemm) and attention kernels: the same bits on 1, 2, 3 and
+5 threads and without a pool, as the serial GEMM (mlcc_f32_gemm, the reference kept for the
+convolutions that call it), and within rounding of float64 numpy; on odd shapes around the
+register tile (6 rows x 2 vectors) and the unit cut (16 column blocks, then row blocks), built
+with AVX-512 vectors and as the scalar fallback, with MLCC_MIN_PARALLEL_MACS=0 so that even
+these small cases take the pool."""
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mlcc.targets import load_target
+
+RUNTIME = Path(__file__).resolve().parents[1] / "runtime_c"
+
+CDEF = """
+typedef struct { int32_t kind; float alpha, beta; } mlcc_act;
+typedef struct {
+    int64_t m, n, k;
+    int64_t a_row_stride, a_col_stride;
+    int64_t ldb, ldc;
+    int64_t bias_row_stride, bias_col_stride;
+    float alpha, beta;
+    mlcc_act act;
+} mlcc_gemm_params;
+typedef struct { mlcc_gemm_params gemm; int64_t batch; int64_t c_batch_stride; }
+    mlcc_batched_gemm_params;
+typedef struct {
+    int64_t batch, heads, sq, sk, d;
+    int64_t q_strides[4], k_strides[4], v_strides[4], mask_strides[4], out_strides[4];
+    float scale;
+} mlcc_attention_params;
+void mlcc_f32_gemm(const mlcc_gemm_params *p, const float *a, const float *b, const float *bias,
+                   float *c);
+void mlcc_f32_gemm_threaded(const mlcc_gemm_params *p, const float *a, const float *b,
+                            const float *bias, float *c, void *pool);
+void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, const float *b,
+                           const float *bias, float *c, const int64_t *a_offsets,
+                           const int64_t *b_offsets, void *pool);
+void mlcc_f32_attention(const mlcc_attention_params *p, const float *q, const float *k,
+                        const float *v, const float *mask, float *out, float *scratch,
+                        void *pool);
+int mlcc_threadpool_create(void **pool, int nthreads);
+void mlcc_threadpool_destroy(void *pool);
+"""
+
+
+@pytest.fixture(scope="module", params=["x86-native", "scalar"])
+def lib(request, tmp_path_factory):
+    cffi = pytest.importorskip("cffi")
+    target = load_target("x86" if request.param == "scalar" else request.param)
+    cflags = [f for f in target.toolchain.cflags if f != "-fvisibility=hidden"]
+    if request.param == "scalar":
+        cflags.append("-DMLCC_NO_VECTORS")
+    path = tmp_path_factory.mktemp(request.param) / "libthreads.so"
+    subprocess.run([target.toolchain.cc, *cflags, *target.defines(), "-shared", "-Wall",
+                    "-Wextra", "-Werror", "-DMLCC_MIN_PARALLEL_MACS=0",
+                    f"-I{RUNTIME / 'include'}", f"-I{RUNTIME / 'kernels'}",
+                    *(str(RUNTIME / f) for f in ("kernels/gemm.c", "kernels/attention.c",
+                                                 "src/mlcc_threadpool.c", "src/mlcc_runtime.c")),
+                    "-o", str(path), "-lm"], check=True)
+    ffi = cffi.FFI()
+    ffi.cdef(CDEF)
+    dl = ffi.dlopen(str(path))
+    pools = {}
+    for n in (2, 3, 5):
+        p = ffi.new("void **")
+        assert dl.mlcc_threadpool_create(p, n) == 0
+        pools[n] = p[0]
+    yield ffi, dl, pools
+    for p in pools.values():
+        dl.mlcc_threadpool_destroy(p)
+
+
+def _f(ffi, a):
+    return ffi.cast("float *", ffi.from_buffer(a))
+
+
+@pytest.mark.parametrize("m,n,k,bias,act", [
+    (1, 1, 1, None, 0),
+    (7, 33, 5, "row", 1),         # one full and one 1-column tile (AVX-512: 32 columns)
+    (13, 600, 257, "col", 8),     # 19 column tiles -> 16 units; two k blocks; SiLU tails
+    (97, 65, 300, "full", 9),     # 3 column tiles -> row blocks too; GELU
+    (128, 384, 64, "col", 0),     # a MiniLM projection's shape, shallower
+])
+def test_gemm_is_bit_identical_across_thread_counts(lib, m, n, k, bias, act):
+    ffi, dl, pools = lib
+    rng = np.random.default_rng(m * 1000 + n + k)
+    a = rng.standard_normal((k, m)).astype(np.float32)       # transposed A: strides (1, m)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    shape, strides = {None: ((1,), (0, 0)), "row": ((m,), (1, 0)), "col": ((n,), (0, 1)),
+                      "full": ((m, n), (n, 1))}[bias]
+    bv = rng.standard_normal(shape).astype(np.float32)
+    p = ffi.new("mlcc_gemm_params *", dict(
+        m=m, n=n, k=k, a_row_stride=1, a_col_stride=m, ldb=n, ldc=n,
+        bias_row_stride=strides[0], bias_col_stride=strides[1], alpha=0.75, beta=1.5,
+        act={"kind": act, "alpha": 1.0, "beta": 0.0}))
+    bias_ptr = ffi.NULL if bias is None else _f(ffi, bv)
+
+    def run(pool):
+        c = np.full((m, n), np.nan, np.float32)
+        if pool == "serial":
+            dl.mlcc_f32_gemm(p, _f(ffi, a), _f(ffi, b), bias_ptr, _f(ffi, c))
+        else:
+            dl.mlcc_f32_gemm_threaded(p, _f(ffi, a), _f(ffi, b), bias_ptr, _f(ffi, c), pool)
+        return c
+
+    serial = run("serial")
+    x = 0.75 * (a.T.astype(np.float64) @ b) + (0 if bias is None else 1.5 * bv.reshape(
+        (m, 1) if bias == "row" else bv.shape))
+    act_ref = {0: lambda v: v, 1: lambda v: np.maximum(v, 0), 8: lambda v: v / (1 + np.exp(-v)),
+               9: lambda v: v * 0.5 * (1 + np.vectorize(__import__("math").erf)(v / 2 ** 0.5))}
+    np.testing.assert_allclose(serial, act_ref[act](x), rtol=1e-4, atol=1e-4 * np.sqrt(k))
+    for name, pool in [("no pool", ffi.NULL), *pools.items()]:
+        assert np.array_equal(run(pool), serial), name
+
+
+def test_batched_gemm_is_bit_identical_across_thread_counts(lib):
+    """Broadcast batches (B shared by pairs of A batches through the offset tables)."""
+    ffi, dl, pools = lib
+    batch, m, n, k = 6, 11, 70, 19
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((batch, m, k)).astype(np.float32)
+    b = rng.standard_normal((batch // 2, k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    a_off = np.arange(batch, dtype=np.int64) * m * k
+    b_off = np.arange(batch, dtype=np.int64) // 2 * k * n
+    p = ffi.new("mlcc_batched_gemm_params *", dict(
+        gemm=dict(m=m, n=n, k=k, a_row_stride=k, a_col_stride=1, ldb=n, ldc=n,
+                  bias_row_stride=0, bias_col_stride=1, alpha=1.0, beta=1.0,
+                  act={"kind": 1, "alpha": 0.0, "beta": 0.0}),
+        batch=batch, c_batch_stride=m * n))
+
+    def run(pool):
+        c = np.full((batch, m, n), np.nan, np.float32)
+        dl.mlcc_f32_batched_gemm(p, _f(ffi, a), _f(ffi, b), _f(ffi, bias), _f(ffi, c),
+                                 ffi.cast("int64_t *", ffi.from_buffer(a_off)),
+                                 ffi.cast("int64_t *", ffi.from_buffer(b_off)), pool)
+        return c
+
+    one = run(ffi.NULL)
+    ref = np.maximum(a.astype(np.float64) @ np.repeat(b, 2, axis=0) + bias, 0)
+    np.testing.assert_allclose(one, ref, rtol=1e-4, atol=1e-4)
+    for n_threads, pool in pools.items():
+        assert np.array_equal(run(pool), one), f"{n_threads} threads"
+
+
+@pytest.mark.parametrize("b,h,sq,sk,d", [
+    (1, 2, 7, 19, 5),      # 2 heads: each cut into 2 row ranges of 4-row tiles
+    (2, 3, 33, 16, 17),    # 6 pairs x 3 ranges, a partial last tile
+    (1, 1, 1, 37, 16),     # one row: one unit
+    (1, 20, 9, 5, 3),      # more pairs than units: one unit per pair
+])
+def test_attention_is_bit_identical_across_thread_counts(lib, b, h, sq, sk, d):
+    ffi, dl, pools = lib
+    rng = np.random.default_rng(sq * 7 + d)
+    q, k, v = (rng.standard_normal((b, h, n, d)).astype(np.float32) for n in (sq, sk, sk))
+    mask = (rng.standard_normal((b, 1, 1, sk)) * 3).astype(np.float32)
+    scratch = np.zeros(4 * (d + 4) * ((sk + 15) // 16 * 16), np.float32)   # 4 slices
+    p = ffi.new("mlcc_attention_params *", dict(
+        batch=b, heads=h, sq=sq, sk=sk, d=d, q_strides=[s // 4 for s in q.strides],
+        k_strides=[s // 4 for s in k.strides], v_strides=[s // 4 for s in v.strides],
+        mask_strides=[sk, 0, 0, 1], out_strides=[h * sq * d, sq * d, d, 1], scale=0.37))
+
+    def run(pool):
+        out = np.full((b, h, sq, d), np.nan, np.float32)
+        dl.mlcc_f32_attention(p, _f(ffi, q), _f(ffi, k), _f(ffi, v), _f(ffi, mask),
+                              _f(ffi, out), _f(ffi, scratch), pool)
+        return out
+
+    one = run(ffi.NULL)
+    s = np.einsum("bhic,bhjc->bhij", q.astype(np.float64), k) * np.float64(np.float32(0.37)) + mask
+    s = np.exp(s - s.max(-1, keepdims=True))
+    ref = np.einsum("bhij,bhjc->bhic", s / s.sum(-1, keepdims=True), v)
+    assert np.abs(one - ref).max() < 2e-6
+    for n_threads, pool in pools.items():
+        assert np.array_equal(run(pool), one), f"{n_threads} threads"
