@@ -219,7 +219,16 @@ class Conv(OpDef):
             args[1] = lo.add_const(f"{node.name}.W_packed", packed)
             sub_floats = (geo["c"] // g) * sh * sw * (oh + (kh - 1) * dh // sh) * \
                 (ow + (kw - 1) * dw // sw)
-            if (kh * kw > 1 and (sh == sw == 1 or kdim >= IMPLICIT_MIN_STRIDED_DEPTH)
+            small = ow <= TABLE_MAX_W and kdim * spatial * 4 <= TABLE_MAX_BYTES and kh * kw > 1
+            # Small maps where the implicit GEMM would compute at least 1.5x the useful
+            # columns (wq / ow: the digits CNN's 4x4 layer, 24 for 16), or shallow ones, gather
+            # through the table instead (A/B on the digits CNN: its 4x4 layer 0.92x with the
+            # half-width tile, its depth-9 stem 0.48x; its 8x8 layer, 1.25x the columns, was
+            # 1.07x slower that way and stays implicit).
+            table_first = small and (kdim < IMPLICIT_MIN_STRIDED_DEPTH or
+                                     2 * (kw - 1) * dw // sw >= ow)
+            if (not table_first and kh * kw > 1
+                    and (sh == sw == 1 or kdim >= IMPLICIT_MIN_STRIDED_DEPTH)
                     and sub_floats < 2**31 - 2**20):   # offsets are int32
                 # an implicit GEMM over the padded input split by stride phase: nothing
                 # gathered (1x1 convolutions copy their input into panels faster)
@@ -233,7 +242,7 @@ class Conv(OpDef):
                         params={"conv": params, "block_cols": block},
                         scratch_bytes=scratch, pool=True)
                 return
-            if ow <= TABLE_MAX_W and kdim * spatial * 4 <= TABLE_MAX_BYTES and kh * kw > 1:
+            if small:
                 table = im2col_table(geo["c"] // g, ih, iw, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
                 args.insert(3, lo.add_const(f"{node.name}.im2col_table", table))
                 lo.call("mlcc_f32_conv2d_packed_table", args, [node.outputs[0]],

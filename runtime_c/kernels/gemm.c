@@ -168,7 +168,10 @@ static PACKED_INLINE void packed_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a
                                       const float *MLCC_RESTRICT b, float *c, ptrdiff_t ldc,
                                       ptrdiff_t mr, ptrdiff_t nr, int first, int last,
                                       const float *bias, const float *res,
-                                      const mlcc_act *act) {
+                                      const mlcc_act *act, int half) {
+    /* half (a constant at each call): only the first vector of each row, for panels of at
+     * most one vector of columns (small feature maps) */
+    const ptrdiff_t nv = half ? 1 : MLCC_GEMM_NV;
     mlcc_vf acc[PTR][MLCC_GEMM_NV];
     ptrdiff_t r, v, p;
     for (r = 0; r < PTR; r++)
@@ -177,21 +180,21 @@ static PACKED_INLINE void packed_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a
     /* the residual rows are a feature map apart: fetch them while the k loop runs */
     if (res != NULL && last)
         for (r = 0; r < mr; r++)
-            for (v = 0; v < MLCC_GEMM_NV; v++)
+            for (v = 0; v < nv; v++)
                 __builtin_prefetch(res + r * ldc + v * MLCC_VF_LANES);
 #endif
     for (p = 0; p < kc; p++) {
         mlcc_vf bv[MLCC_GEMM_NV];
-        for (v = 0; v < MLCC_GEMM_NV; v++) bv[v] = mlcc_vf_load(b + p * PNR + v * MLCC_VF_LANES);
+        for (v = 0; v < nv; v++) bv[v] = mlcc_vf_load(b + p * PNR + v * MLCC_VF_LANES);
         for (r = 0; r < PTR; r++) {
             const mlcc_vf av = mlcc_vf_splat(a[p * PMR + r]);
-            for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] += av * bv[v];
+            for (v = 0; v < nv; v++) acc[r][v] += av * bv[v];
         }
     }
-    if (nr == PNR) {
+    if (nr == nv * MLCC_VF_LANES) {
         for (r = 0; r < mr; r++) {
             float *cr = c + r * ldc;
-            for (v = 0; v < MLCC_GEMM_NV; v++) {
+            for (v = 0; v < nv; v++) {
                 mlcc_vf out = acc[r][v];
                 if (!first) out += mlcc_vf_load(cr + v * MLCC_VF_LANES);
                 if (last) {
@@ -214,7 +217,7 @@ static PACKED_INLINE void packed_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a
 #else
 static void packed_tile(ptrdiff_t kc, const float *a, const float *b, float *c, ptrdiff_t ldc,
                         ptrdiff_t mr, ptrdiff_t nr, int first, int last, const float *bias,
-                        const float *res, const mlcc_act *act) {
+                        const float *res, const mlcc_act *act, int half) {
     float acc[PTR][PNR];
     ptrdiff_t r, j, p;
     for (r = 0; r < PTR; r++)
@@ -222,6 +225,7 @@ static void packed_tile(ptrdiff_t kc, const float *a, const float *b, float *c, 
     for (p = 0; p < kc; p++)
         for (r = 0; r < PTR; r++)
             for (j = 0; j < PNR; j++) acc[r][j] += a[p * PMR + r] * b[p * PNR + j];
+    (void)half;
     for (r = 0; r < mr; r++)
         packed_store_row(c + r * ldc, acc[r], nr, first, last, bias ? bias + r : NULL,
                          res ? res + r * ldc : NULL, act);
@@ -247,10 +251,18 @@ static PACKED_INLINE void gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
                     const ptrdiff_t mr = m - i < PTR ? m - i : PTR;
                     /* block k0 of A: kc x a_rows, panel by panel (gemm.h); a tile of PTR
                      * rows starts i % PMR rows into its panel */
-                    packed_tile(kc,
-                                a_packed + k0 * a_rows + (a_row0 + i - i % PMR) * kc + i % PMR, bp,
-                                c + i * ldc + j, ldc, mr, nr, first, last,
-                                bias ? bias + i : NULL, res ? res + i * ldc + j : NULL, act);
+                    const float *at = a_packed + k0 * a_rows + (a_row0 + i - i % PMR) * kc +
+                                      i % PMR;
+                    const float *rt = res ? res + i * ldc + j : NULL;
+                    const float *bt = bias ? bias + i : NULL;
+#if MLCC_HAVE_VECTORS && MLCC_GEMM_NV > 1
+                    if (nr <= MLCC_VF_LANES)   /* the same sums: half the work */
+                        packed_tile(kc, at, bp, c + i * ldc + j, ldc, mr, nr, first, last, bt,
+                                    rt, act, 1);
+                    else
+#endif
+                        packed_tile(kc, at, bp, c + i * ldc + j, ldc, mr, nr, first, last, bt,
+                                    rt, act, 0);
                 }
             }
         }
