@@ -24,7 +24,7 @@ from .frontend import bind_shapes, import_model, load_onnx, parse_shape_option, 
 from .ir import Graph, format_type
 from .ops import lookup, unsupported_reason
 from .ops.registry import describe
-from .passes import run_pipeline
+from .passes import INT8_PIPELINE, run_pipeline
 from .quant import (CalibrationSet, QuantOptions, QuantResult, calibrate, needed_ranges,
                     observed_values, quantize_graph, split_table_activations)
 from .quant.export import export_qdq
@@ -100,7 +100,7 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
             raw, qdq = extract_qdq(raw)       # an already-quantized model: its own parameters
         if extra_outputs:
             raw.outputs = list(raw.outputs) + [o for o in extra_outputs if o not in raw.outputs]
-        g = run_pipeline(raw, dump=dump_ir)
+        g = run_pipeline(raw, INT8_PIPELINE, dump=dump_ir)
         if qdq is None:     # calibrate the pre-activation ranges the tables need
             g = split_table_activations(g)
     else:

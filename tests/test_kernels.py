@@ -11,7 +11,8 @@ flags (x86: SSE2 without FMA, x86-native: AVX-512 with FMA) build one library; a
 x86 build with the wasm target's own register tile (gemm_tile: 4 rows x 2 vectors, each 8-row A
 panel read as two halves), the C that model.wasm runs, compiled natively, and x86's with
 MLCC_NO_VECTORS a fourth (the scalar fallback). The implicit GEMM convolution must equal the
-packed one bit for bit (same sums in the same order), on 1, 2, 3 and 5 threads."""
+packed one bit for bit (same sums in the same order), on 1, 2, 3 and 5 threads, and the packed
+convolution with a fused residual must equal the packed one, then the Add, then the activation."""
 import subprocess
 from pathlib import Path
 
@@ -51,6 +52,9 @@ void mlcc_f32_conv2d_packed_table(const mlcc_conv2d_packed_params *p, const floa
 void mlcc_f32_conv2d_implicit(const mlcc_conv2d_packed_params *p, const float *x,
                               const float *w, const float *bias, const int32_t *offsets,
                               float *y, float *scratch, void *pool);
+void mlcc_f32_conv2d_packed_residual(const mlcc_conv2d_packed_params *p, const float *x,
+                                     const float *w, const float *bias, const float *residual,
+                                     float *y, float *scratch, void *pool);
 int mlcc_threadpool_create(void **pool, int nthreads);
 void mlcc_threadpool_destroy(void *pool);
 """
@@ -114,7 +118,10 @@ def _conv(ffi, lib, x, w, bias, *, stride, pad, groups, act, block_cols, pool=No
 
 @pytest.mark.parametrize("m", [1, GEMM_MR // 2, GEMM_MR // 2 + 1, GEMM_MR - 1, GEMM_MR,
                                GEMM_MR + 1, 2 * GEMM_MR + 5])
-@pytest.mark.parametrize("spatial", [(1, 1), (1, 31), (4, 8), (3, 11), (5, 13), (9, 15)])
+# (4, 4) and (6, 8): a last panel of exactly one vector (16 or 48 columns with AVX-512, 4 on
+# NEON and wasm), which the half-width tile computes whole
+@pytest.mark.parametrize("spatial", [(1, 1), (1, 31), (4, 4), (4, 8), (3, 11), (6, 8), (5, 13),
+                                     (9, 15)])
 def test_packed_conv_matches_reference_at_tile_edges(kernels, m, spatial):
     ffi, lib = kernels
     rng = np.random.default_rng(m * 100 + spatial[1])
@@ -354,3 +361,49 @@ def test_implicit_conv_matches_packed(kernels, pools, c, m, hw, k, stride, dil, 
                                      buf(offsets, "int32_t *"), buf(got), buf(scratch), pool)
         assert np.array_equal(got, packed)
     np.testing.assert_allclose(packed, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("c,m,spatial,block_cols,act", [
+    (5, 13, (9, 7), 64, 1),       # 63 positions: one partial panel row; relu
+    (3, 21, (9, 15), 64, 0),      # 3 blocks, the last one partial; no activation
+    (16, 70, (7, 7), 64, 1),      # few panels, many rows: split by rows on a pool
+    (300, 9, (5, 6), 64, 1),      # two k blocks
+    (7, 11, (13, 17), 128, 6),    # hard-swish after the residual
+])
+def test_packed_residual_conv_equals_conv_then_add(kernels, pools, c, m, spatial, block_cols,
+                                                   act):
+    """act(conv + bias + residual) as the unfused graph computes it: the packed convolution
+    without activation, then the Add, then the activation (bit for bit where numpy computes
+    the same activation: none, relu), on 1, 2, 3 and 5 threads."""
+    ffi, lib = kernels
+    rng = np.random.default_rng(c * 7 + m)
+    x = rng.standard_normal((2, c, *spatial)).astype(np.float32)
+    w = rng.standard_normal((m, c, 1, 1)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    res = rng.standard_normal((2, m, *spatial)).astype(np.float32)
+    _, plain = _conv(ffi, lib, x, w, b, stride=1, pad=0, groups=1, act=0, block_cols=block_cols)
+    want = plain + res
+    if act == 1:
+        want = np.maximum(want, np.float32(0))
+    elif act == 6:
+        want = want * np.clip(want + np.float32(3), 0, 6) / np.float32(6)
+    conv = dict(batch=2, in_channels=c, in_h=spatial[0], in_w=spatial[1], out_channels=m,
+                out_h=spatial[0], out_w=spatial[1], kernel_h=1, kernel_w=1, stride_h=1,
+                stride_w=1, dilation_h=1, dilation_w=1, pad_top=0, pad_left=0, groups=1,
+                act={"kind": act, "alpha": 0.0, "beta": 0.0})
+    packed = pack_a(w.reshape(1, m, c))
+    cols = min(block_cols, -(-spatial[0] * spatial[1] // 64) * 64)
+
+    def buf(a):
+        return ffi.cast("float *", ffi.from_buffer(a))
+
+    for n, pool in [(1, ffi.NULL)] + list(pools.items()):
+        scratch = np.full((c + 1) * cols, np.nan, np.float32)
+        out = np.full(res.shape, np.nan, np.float32)
+        lib.mlcc_f32_conv2d_packed_residual(
+            ffi.new("mlcc_conv2d_packed_params *", {"conv": conv, "block_cols": block_cols}),
+            buf(x), buf(packed), buf(b), buf(res), buf(out), buf(scratch), pool)
+        if act == 6:
+            np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6, err_msg=f"{n} threads")
+        else:
+            assert np.array_equal(out, want), f"{n} threads"

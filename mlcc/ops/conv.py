@@ -173,11 +173,15 @@ class Conv(OpDef):
 
     def infer(self, node, ins, g):
         x, w = ins[0], ins[1]
-        require_dtype(node, [x, w] + ([ins[2]] if len(ins) > 2 else []), ["float32"])
+        require_dtype(node, [x, w] + [v for v in ins[2:] if v is not None], ["float32"])
         geo = self._geometry(node, x, w)
         if len(ins) > 2 and ins[2] is not None and ins[2].shape != (geo["m"],):
             raise ModelError(f"bias shape {list(ins[2].shape)} is not [{geo['m']}]")
-        return [("float32", (geo["n"], geo["m"], *geo["out"]))]
+        out = (geo["n"], geo["m"], *geo["out"])
+        if len(ins) > 3 and (not node.attrs.get("_residual") or ins[3] is None
+                             or ins[3].shape != out):
+            raise ModelError(f"Conv takes 2 or 3 inputs, not {len(ins)}")
+        return [("float32", out)]
 
     def lower(self, node: Node, lo: Lowering) -> None:
         x, w = lo.value(node.inputs[0]), lo.value(node.inputs[1])
@@ -189,6 +193,9 @@ class Conv(OpDef):
                   "dilation_w": dw, "pad_top": pt, "pad_left": pl, "groups": geo["group"],
                   "act": act_params(node)}
         args = [node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]]
+        if node.attrs.get("_residual"):
+            self._lower_residual(node, lo, geo, params, args)
+            return
         depthwise = geo["group"] == geo["c"] == geo["m"] and geo["group"] > 1
         if depthwise:
             # mlcc_dw_scratch_floats() in runtime_c/kernels/conv.h: the padded input of one
@@ -212,7 +219,16 @@ class Conv(OpDef):
             args[1] = lo.add_const(f"{node.name}.W_packed", packed)
             sub_floats = (geo["c"] // g) * sh * sw * (oh + (kh - 1) * dh // sh) * \
                 (ow + (kw - 1) * dw // sw)
-            if (kh * kw > 1 and (sh == sw == 1 or kdim >= IMPLICIT_MIN_STRIDED_DEPTH)
+            small = ow <= TABLE_MAX_W and kdim * spatial * 4 <= TABLE_MAX_BYTES and kh * kw > 1
+            # Small maps where the implicit GEMM would compute at least 1.5x the useful
+            # columns (wq / ow: the digits CNN's 4x4 layer, 24 for 16), or shallow ones, gather
+            # through the table instead (A/B on the digits CNN: its 4x4 layer 0.92x with the
+            # half-width tile, its depth-9 stem 0.48x; its 8x8 layer, 1.25x the columns, was
+            # 1.07x slower that way and stays implicit).
+            table_first = small and (kdim < IMPLICIT_MIN_STRIDED_DEPTH or
+                                     2 * (kw - 1) * dw // sw >= ow)
+            if (not table_first and kh * kw > 1
+                    and (sh == sw == 1 or kdim >= IMPLICIT_MIN_STRIDED_DEPTH)
                     and sub_floats < 2**31 - 2**20):   # offsets are int32
                 # an implicit GEMM over the padded input split by stride phase: nothing
                 # gathered (1x1 convolutions copy their input into panels faster)
@@ -226,7 +242,7 @@ class Conv(OpDef):
                         params={"conv": params, "block_cols": block},
                         scratch_bytes=scratch, pool=True)
                 return
-            if ow <= TABLE_MAX_W and kdim * spatial * 4 <= TABLE_MAX_BYTES and kh * kw > 1:
+            if small:
                 table = im2col_table(geo["c"] // g, ih, iw, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
                 args.insert(3, lo.add_const(f"{node.name}.im2col_table", table))
                 lo.call("mlcc_f32_conv2d_packed_table", args, [node.outputs[0]],
@@ -245,6 +261,26 @@ class Conv(OpDef):
         lo.call("mlcc_f32_conv2d", args, [node.outputs[0]], params_type="mlcc_conv2d_params",
                 params=params, scratch_bytes=scratch)
 
+    def _lower_residual(self, node: Node, lo: Lowering, geo: dict, params: dict,
+                        args: list[str]) -> None:
+        """A 1x1 convolution with a residual Add (passes.fuse_residual_add) on the gathered
+        path, which is what plain 1x1 convolutions take."""
+        w_const = lo.graph.const(node.inputs[1])
+        if w_const is None or geo["group"] != 1 or list(geo["kernel"]) != [1, 1]:
+            raise RuntimeError(f"{node.name}: a residual is only fused into a 1x1 Conv with "
+                            f"constant weights (passes.fuse_residual_add)")
+        kdim = geo["c"]
+        block = max(64, PANEL_BYTES // (4 * kdim) // 64 * 64)
+        block = min(block, -(-(params["out_h"] * params["out_w"]) // 64) * 64)
+        packed = pack_a(np.asarray(w_const, np.float32).reshape(1, geo["m"], kdim))
+        args[1] = lo.add_const(f"{node.name}.W_packed", packed)
+        args.insert(3, node.inputs[3])
+        lo.call("mlcc_f32_conv2d_packed_residual", args, [node.outputs[0]],
+                params_type="mlcc_conv2d_packed_params",
+                params={"conv": params, "block_cols": block},
+                scratch_bytes=(kdim + 1) * block * 4, pool=True)
+
     def flops(self, node: Node, g: Graph) -> int:
         w, y = g.values[node.inputs[1]], g.values[node.outputs[0]]
-        return 2 * y.numel * math.prod(w.shape[1:])
+        return 2 * y.numel * math.prod(w.shape[1:]) + (y.numel if node.attrs.get("_residual")
+                                                        else 0)

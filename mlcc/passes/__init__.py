@@ -14,6 +14,7 @@ from .fuse_gelu import fuse_gelu
 from .fuse_hardswish import fuse_hardswish
 from .fuse_layernorm import fuse_layernorm
 from .fuse_matmul_bias import fuse_matmul_bias
+from .fuse_residual_add import fuse_residual_add
 from .fuse_silu import fuse_silu
 from .infer_and_fold import infer_and_fold
 from .remove_noops import remove_noops
@@ -33,9 +34,12 @@ PIPELINE: list[Pass] = [
     fuse_silu,
     fuse_hardswish,
     fuse_gelu,
+    fuse_residual_add,
     fuse_activations,
     eliminate_dead_code,
 ]
+# The int8 rewrite (mlcc.quant) quantizes Conv nodes whole: a QConv has no residual input.
+INT8_PIPELINE: list[Pass] = [p for p in PIPELINE if p is not fuse_residual_add]
 
 
 def run_pipeline(g: Graph, passes: list[Pass] | None = None,
@@ -50,7 +54,7 @@ def run_pipeline(g: Graph, passes: list[Pass] | None = None,
     return g
 
 
-__all__ = ["PIPELINE", "run_pipeline", "infer_and_fold", "eliminate_dead_code", "remove_noops",
+__all__ = ["PIPELINE", "INT8_PIPELINE", "run_pipeline", "infer_and_fold", "eliminate_dead_code", "remove_noops",
            "fold_scale_mul", "fold_bias_add", "fold_batchnorm", "fuse_silu", "fuse_hardswish",
            "fuse_gelu", "fuse_matmul_bias", "fuse_attention", "fuse_layernorm",
-           "fuse_activations"]
+           "fuse_residual_add", "fuse_activations"]

@@ -284,6 +284,7 @@ typedef struct conv_packed_job {
     const float *x, *w, *bias;
     float *y, *scratch;
     const int32_t *table;              /* NULL, or the im2col offsets (mlcc_f32_conv2d_packed_table) */
+    const float *residual;             /* NULL, or added before the activation (_residual) */
     ptrdiff_t block;                   /* columns per block (block_cols) */
     ptrdiff_t np_block;                /* panels in a (full) block */
     ptrdiff_t units;
@@ -299,6 +300,19 @@ static void conv_packed_geometry(const mlcc_conv2d_params *p, ptrdiff_t *cin_g,
     *kdim = *cin_g * (ptrdiff_t)(p->kernel_h * p->kernel_w);
     *spatial = (ptrdiff_t)(p->out_h * p->out_w);
     *in_plane = (ptrdiff_t)(p->in_h * p->in_w);
+}
+
+/* The packed GEMM of one block, with the residual (at the same offset as c) when there is one:
+ * mlcc_f32_gemm_packed has no trace of residuals (gemm.c). */
+static void block_gemm(const conv_packed_job *job, ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
+                       const float *a, ptrdiff_t a_rows, ptrdiff_t a_row0, const float *b,
+                       const float *bias, ptrdiff_t c_off, ptrdiff_t ldc) {
+    const mlcc_act *act = &job->pp->conv.act;
+    if (job->residual)
+        mlcc_f32_gemm_packed_residual(m, n, k, a, a_rows, a_row0, b, bias,
+                                      job->residual + c_off, act, job->y + c_off, ldc);
+    else
+        mlcc_f32_gemm_packed(m, n, k, a, a_rows, a_row0, b, bias, act, job->y + c_off, ldc);
 }
 
 /* Partition by panels: unit u of job->units, every block. */
@@ -322,10 +336,9 @@ static void conv_packed_by_panels(void *arg, int u, int thread) {
                 if (c0 >= c1) continue;
                 gather_block(p, job->table, cin_g, xg, j0 + c0, c1 - c0, panels,
                              job->scratch + kdim * job->block + c0);
-                mlcc_f32_gemm_packed(cout_g, c1 - c0, kdim, job->w + gi * cout_pad * kdim,
-                                     cout_pad, 0, panels,
-                                     job->bias ? job->bias + gi * cout_g : NULL, &p->act,
-                                     yg + j0 + c0, spatial);
+                block_gemm(job, cout_g, c1 - c0, kdim, job->w + gi * cout_pad * kdim, cout_pad,
+                           0, panels, job->bias ? job->bias + gi * cout_g : NULL,
+                           (yg - job->y) + j0 + c0, spatial);
             }
         }
     }
@@ -362,12 +375,10 @@ static void conv_packed_multiply(void *arg, int u, int thread) {
     r1 = mb * (u + 1) / job->units * MLCC_GEMM_MR;
     if (r1 > cout_g) r1 = cout_g;
     if (r0 >= r1) return;
-    mlcc_f32_gemm_packed(r1 - r0, job->nc, kdim, job->w + job->gi * cout_pad * kdim, cout_pad,
-                         r0, job->scratch, job->bias ? job->bias + job->gi * cout_g + r0 : NULL,
-                         &p->act,
-                         job->y + (job->n * (ptrdiff_t)p->out_channels + job->gi * cout_g + r0)
-                                      * spatial + job->j0,
-                         spatial);
+    block_gemm(job, r1 - r0, job->nc, kdim, job->w + job->gi * cout_pad * kdim, cout_pad, r0,
+               job->scratch, job->bias ? job->bias + job->gi * cout_g + r0 : NULL,
+               (job->n * (ptrdiff_t)p->out_channels + job->gi * cout_g + r0) * spatial + job->j0,
+               spatial);
 }
 
 /* Units per thread: enough for the threads that run to take over the share of one the OS
@@ -381,8 +392,8 @@ static ptrdiff_t balance(ptrdiff_t units, ptrdiff_t nt) {
 }
 
 static void conv_packed(const mlcc_conv2d_packed_params *pp, const float *x, const float *w,
-                        const float *bias, const int32_t *table, float *y, float *scratch,
-                        mlcc_threadpool *pool) {
+                        const float *bias, const int32_t *table, const float *residual,
+                        float *y, float *scratch, mlcc_threadpool *pool) {
     const mlcc_conv2d_params *p = &pp->conv;
     ptrdiff_t nt = mlcc_threadpool_size(pool);
     ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, mb;
@@ -395,6 +406,7 @@ static void conv_packed(const mlcc_conv2d_packed_params *pp, const float *x, con
     job.y = y;
     job.scratch = scratch;
     job.table = table;
+    job.residual = residual;
     job.block = (ptrdiff_t)pp->block_cols;
     job.np_block = ((spatial < job.block ? spatial : job.block) + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR;
     mb = cout_pad / MLCC_GEMM_MR;
@@ -421,13 +433,19 @@ static void conv_packed(const mlcc_conv2d_packed_params *pp, const float *x, con
 
 void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *pp, const float *x, const float *w,
                             const float *bias, float *y, float *scratch, mlcc_threadpool *pool) {
-    conv_packed(pp, x, w, bias, NULL, y, scratch, pool);
+    conv_packed(pp, x, w, bias, NULL, NULL, y, scratch, pool);
+}
+
+void mlcc_f32_conv2d_packed_residual(const mlcc_conv2d_packed_params *pp, const float *x,
+                                     const float *w, const float *bias, const float *residual,
+                                     float *y, float *scratch, mlcc_threadpool *pool) {
+    conv_packed(pp, x, w, bias, NULL, residual, y, scratch, pool);
 }
 
 void mlcc_f32_conv2d_packed_table(const mlcc_conv2d_packed_params *pp, const float *x,
                                   const float *w, const float *bias, const int32_t *table,
                                   float *y, float *scratch, mlcc_threadpool *pool) {
-    conv_packed(pp, x, w, bias, table, y, scratch, pool);
+    conv_packed(pp, x, w, bias, table, NULL, y, scratch, pool);
 }
 
 void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, const float *w,

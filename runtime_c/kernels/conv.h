@@ -49,6 +49,14 @@ typedef struct mlcc_conv2d_packed_params {
 void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *p, const float *x, const float *w,
                             const float *bias, float *y, float *scratch, mlcc_threadpool *pool);
 
+/* The same convolution followed by a residual Add and the activation, fused
+ * (passes.fuse_residual_add): y = act(conv(x) + bias + residual), summed in that order (the
+ * unfused Conv -> Add -> activation's, so the results are the same bits), in the GEMM's
+ * epilogue (mlcc_f32_gemm_packed_residual). residual has y's shape and must not overlap y. */
+void mlcc_f32_conv2d_packed_residual(const mlcc_conv2d_packed_params *p, const float *x,
+                                     const float *w, const float *bias, const float *residual,
+                                     float *y, float *scratch, mlcc_threadpool *pool);
+
 /* The same convolution for small feature maps, where the im2col rows are made of short runs:
  * the im2col matrix is gathered through a table made at compile time, table[k * out_h * out_w
  * + j] = the offset in the group's input of im2col row k, column j, or -1 for padding. */

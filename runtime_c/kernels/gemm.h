@@ -98,4 +98,12 @@ void mlcc_f32_gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_
                           ptrdiff_t a_rows, ptrdiff_t a_row0, const float *b_panels,
                           const float *bias, const mlcc_act *act, float *c, ptrdiff_t ldc);
 
+/* The same with a residual added in the epilogue, in registers, before the activation:
+ * C[i][j] = act(sum + bias[i] + res[i * ldc + j]) (the order of an unfused Add after the GEMM,
+ * so the same bits). res must not overlap c. */
+void mlcc_f32_gemm_packed_residual(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed,
+                                   ptrdiff_t a_rows, ptrdiff_t a_row0, const float *b_panels,
+                                   const float *bias, const float *res, const mlcc_act *act,
+                                   float *c, ptrdiff_t ldc);
+
 #endif /* MLCC_GEMM_H */

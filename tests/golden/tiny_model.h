@@ -11,10 +11,10 @@ extern "C" {
 #endif
 
 /* Bytes of working memory a context needs (caller-owned, TINY_ARENA_ALIGN-aligned). */
-#define TINY_ARENA_SIZE 1984u
+#define TINY_ARENA_SIZE 6016u
 #define TINY_ARENA_ALIGN 64u
 /* Size of weights.bin, which must be MLCC_WEIGHTS_ALIGN-aligned in memory. */
-#define TINY_WEIGHTS_SIZE 3776u
+#define TINY_WEIGHTS_SIZE 6272u
 #define TINY_NUM_INPUTS 1
 #define TINY_NUM_OUTPUTS 1
 
