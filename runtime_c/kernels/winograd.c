@@ -170,27 +170,56 @@ static void output_transform(void *arg, int unit, int thread) {
         const float *mk = job->m + k * (ptrdiff_t)job->pp->block_cols;
         const float b = job->bias ? job->bias[k] : 0.0f;
         ptrdiff_t ty = job->t0 / tw, tx = job->t0 % tw;
-        for (tl = 0; tl < job->nb; tl++) {
-            float s[2][4], o[2][2];
-            const ptrdiff_t y0 = 2 * ty, x0 = 2 * tx;
-            int j;
-            for (j = 0; j < 4; j++) {   /* A^T M: rows */
-                const float m0 = mk[(0 + j) * plane + tl], m1 = mk[(4 + j) * plane + tl];
-                const float m2 = mk[(8 + j) * plane + tl], m3 = mk[(12 + j) * plane + tl];
-                s[0][j] = m0 + m1 + m2;
-                s[1][j] = m1 - m2 - m3;
+        tl = 0;
+        while (tl < job->nb) {
+            const ptrdiff_t txe = tw - tx < job->nb - tl ? tw : tx + (job->nb - tl);
+            const ptrdiff_t y0 = 2 * ty;
+#if MLCC_HAVE_VECTORS && MLCC_VECTOR_BYTES == 16
+            /* four tiles at once where their 2 x 8 outputs are all inside: the rows of the
+             * 2x2 results interleaved into two runs of 8 floats */
+            for (; y0 + 1 < oh && tx + 4 <= txe && 2 * tx + 8 <= ow; tx += 4, tl += 4) {
+                const mlcc_vf vb = mlcc_vf_splat(b);
+                mlcc_vf sv[2][4], o[2][2];
+                int j;
+                for (j = 0; j < 4; j++) {
+                    const mlcc_vf m0 = mlcc_vf_load(mk + (0 + j) * plane + tl);
+                    const mlcc_vf m1 = mlcc_vf_load(mk + (4 + j) * plane + tl);
+                    const mlcc_vf m2 = mlcc_vf_load(mk + (8 + j) * plane + tl);
+                    const mlcc_vf m3 = mlcc_vf_load(mk + (12 + j) * plane + tl);
+                    sv[0][j] = m0 + m1 + m2;
+                    sv[1][j] = m1 - m2 - m3;
+                }
+                for (j = 0; j < 2; j++) {
+                    float *yr = yk + (y0 + j) * ow + 2 * tx;
+                    o[j][0] = sv[j][0] + sv[j][1] + sv[j][2] + vb;
+                    o[j][1] = sv[j][1] - sv[j][2] - sv[j][3] + vb;
+                    mlcc_vf_store(yr, __builtin_shufflevector(o[j][0], o[j][1], 0, 4, 1, 5));
+                    mlcc_vf_store(yr + 4, __builtin_shufflevector(o[j][0], o[j][1], 2, 6, 3, 7));
+                }
             }
-            for (j = 0; j < 2; j++) {   /* (A^T M) A: columns, then the bias */
-                o[j][0] = s[j][0] + s[j][1] + s[j][2] + b;
-                o[j][1] = s[j][1] - s[j][2] - s[j][3] + b;
+#endif
+            for (; tx < txe; tx++, tl++) {
+                float sc[2][4], o[2][2];
+                const ptrdiff_t x0 = 2 * tx;
+                int j;
+                for (j = 0; j < 4; j++) {   /* A^T M: rows */
+                    const float m0 = mk[(0 + j) * plane + tl], m1 = mk[(4 + j) * plane + tl];
+                    const float m2 = mk[(8 + j) * plane + tl], m3 = mk[(12 + j) * plane + tl];
+                    sc[0][j] = m0 + m1 + m2;
+                    sc[1][j] = m1 - m2 - m3;
+                }
+                for (j = 0; j < 2; j++) {   /* (A^T M) A: columns, then the bias */
+                    o[j][0] = sc[j][0] + sc[j][1] + sc[j][2] + b;
+                    o[j][1] = sc[j][1] - sc[j][2] - sc[j][3] + b;
+                }
+                yk[y0 * ow + x0] = o[0][0];
+                if (x0 + 1 < ow) yk[y0 * ow + x0 + 1] = o[0][1];
+                if (y0 + 1 < oh) {
+                    yk[(y0 + 1) * ow + x0] = o[1][0];
+                    if (x0 + 1 < ow) yk[(y0 + 1) * ow + x0 + 1] = o[1][1];
+                }
             }
-            yk[y0 * ow + x0] = o[0][0];
-            if (x0 + 1 < ow) yk[y0 * ow + x0 + 1] = o[0][1];
-            if (y0 + 1 < oh) {
-                yk[(y0 + 1) * ow + x0] = o[1][0];
-                if (x0 + 1 < ow) yk[(y0 + 1) * ow + x0 + 1] = o[1][1];
-            }
-            if (++tx == tw) tx = 0, ty++;
+            if (tx == tw) tx = 0, ty++;
         }
     }
 }
