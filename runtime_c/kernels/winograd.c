@@ -32,7 +32,21 @@ static void fill_rows(const mlcc_conv2d_params *p, const float *xc, ptrdiff_t ty
             for (k = 0; k <= tw; k++) even[k] = odd[k] = 0.0f;
             continue;
         }
-        for (k = 0; k <= tw; k++) {
+        k = 0;
+        for (; k <= tw && 2 * k - pl < 0; k++) {
+            const ptrdiff_t x0 = 2 * k - pl, x1 = x0 + 1;
+            even[k] = x0 >= 0 && x0 < iw ? xc[yy * iw + x0] : 0.0f;
+            odd[k] = x1 >= 0 && x1 < iw ? xc[yy * iw + x1] : 0.0f;
+        }
+#if MLCC_HAVE_VECTORS && MLCC_VECTOR_BYTES == 16
+        for (; k + 4 <= tw + 1 && 2 * k - pl + 8 <= iw; k += 4) {   /* inside: by shuffles */
+            const float *src = xc + yy * iw + 2 * k - pl;
+            const mlcc_vf v0 = mlcc_vf_load(src), v1 = mlcc_vf_load(src + 4);
+            mlcc_vf_store(even + k, __builtin_shufflevector(v0, v1, 0, 2, 4, 6));
+            mlcc_vf_store(odd + k, __builtin_shufflevector(v0, v1, 1, 3, 5, 7));
+        }
+#endif
+        for (; k <= tw; k++) {
             const ptrdiff_t x0 = 2 * k - pl, x1 = x0 + 1;
             even[k] = x0 >= 0 && x0 < iw ? xc[yy * iw + x0] : 0.0f;
             odd[k] = x1 >= 0 && x1 < iw ? xc[yy * iw + x1] : 0.0f;
