@@ -13,15 +13,15 @@ from onnx import helper
 
 from mlcc.ops import winograd
 from mlcc.targets import load_target
+from mlcc.targets.target import BUILTIN_DIR
 from util import compile_and_run, make_model, reference_outputs
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def x86_winograd(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("target") / "x86-winograd.yaml"
-    text = (ROOT / "targets" / "x86.yaml").read_text()
+    text = (BUILTIN_DIR / "x86.yaml").read_text()
     path.write_text(text.replace("name: x86", "name: x86-winograd", 1) + "\nwinograd: true\n")
     assert load_target(str(path)).winograd
     return str(path)
