@@ -101,3 +101,12 @@ def test_default_targets_keep_the_direct_convolution():
     assert load_target("wasm").winograd
     for name in ("x86", "arm"):
         assert not load_target(name).winograd
+
+
+def test_winograd_key_is_a_bool():
+    from mlcc.targets.target import TargetError, parse_target
+    base = "name: t\narch: x86_64\ntoolchain: {cc: gcc}\n"
+    assert not parse_target(base).winograd
+    assert parse_target(base + "winograd: true\n").winograd
+    with pytest.raises(TargetError, match="winograd must be a bool"):
+        parse_target(base + "winograd: 1\n")
