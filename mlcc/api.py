@@ -125,7 +125,8 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
         exports = wasm_exports(prefix, embed_weights)
     gen = generate(g, prefix=prefix, target_name=tgt.name, source_name=Path(model).name,
                    max_arena=max_arena, embed_weights=embed_weights, manifest_extra=extra,
-                   pointer_bits=tgt.pointer_bits, arch=tgt.arch)
+                   pointer_bits=tgt.pointer_bits, arch=tgt.arch,
+                   options=tgt.lowering_options())
     folder = Path(output_dir)
     if folder.exists() and not folder.is_dir():
         raise MlccError(f"output folder {folder} exists and is not a folder")

@@ -25,8 +25,8 @@ class Generated:
 def generate(g: Graph, *, prefix: str, target_name: str, source_name: str,
              max_arena: int | None = None, embed_weights: bool = False,
              manifest_extra: dict | None = None, pointer_bits: int = 64,
-             arch: str = "") -> Generated:
-    prog, slots = lower_graph(g)
+             arch: str = "", options: dict | None = None) -> Generated:
+    prog, slots = lower_graph(g, options)
     plan = plan_memory(prog, slots)
     check_arena_limit(prog, plan, max_arena)
     consts = prog.constants()

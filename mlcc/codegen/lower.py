@@ -8,11 +8,12 @@ from ..ops.common import emit_plain_copy
 from ..ops.registry import describe
 
 
-def lower_graph(g: Graph) -> tuple[Program, dict[str, int]]:
-    """The program, and which tensors are written straight into which output buffer."""
+def lower_graph(g: Graph, options: dict | None = None) -> tuple[Program, dict[str, int]]:
+    """The program, and which tensors are written straight into which output buffer.
+    options: the target's lowering choices (Lowering.options)."""
     g = g.copy()
     prog = Program(g)
-    lo = Lowering(prog)
+    lo = Lowering(prog, options)
     for node in g.nodes:
         d = lookup(node)
         if d is None:

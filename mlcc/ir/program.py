@@ -70,10 +70,12 @@ class Program:
 class Lowering:
     """What an operator's `lower` method writes to: kernel calls, views and new constants."""
 
-    def __init__(self, program: Program):
+    def __init__(self, program: Program, options: dict[str, Any] | None = None):
         self.program = program
         self.graph = program.graph
         self._node = None
+        # target choices that change how operators lower (e.g. {"winograd": True})
+        self.options = dict(options or {})
 
     def begin(self, node) -> None:
         self._node = node

@@ -11,6 +11,7 @@ from ..ir import Graph, Lowering, Node, Value
 from .common import act_params, require_dtype
 from .gemm import GEMM_KC, GEMM_MC, GEMM_MR, pack_a
 from .registry import OpDef, register
+from . import winograd
 
 AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 # The im2col panels one mlcc_f32_conv2d_packed step gathers: about this many bytes (so that they
@@ -215,6 +216,17 @@ class Conv(OpDef):
             block = max(64, PANEL_BYTES // (4 * kdim) // 64 * 64)
             block = min(block, -(-spatial // 64) * 64)
             g = geo["group"]
+            if lo.options.get("winograd") and winograd.applies(
+                    kh, kw, sh, sw, dh, dw, g, geo["c"], geo["m"]):
+                # the target opted in to Winograd's rounding (runtime_c/kernels/winograd.h)
+                block, scratch = winograd.plan(geo["c"], geo["m"], oh, ow)
+                args[1] = lo.add_const(f"{node.name}.W_winograd",
+                                       winograd.transform_weights(w_const))
+                lo.call("mlcc_f32_conv2d_winograd", args, [node.outputs[0]],
+                        params_type="mlcc_conv2d_packed_params",
+                        params={"conv": params, "block_cols": block},
+                        scratch_bytes=scratch, pool=True)
+                return
             packed = pack_a(np.asarray(w_const, np.float32).reshape(g, geo["m"] // g, kdim))
             args[1] = lo.add_const(f"{node.name}.W_packed", packed)
             sub_floats = (geo["c"] // g) * sh * sw * (oh + (kh - 1) * dh // sh) * \

@@ -57,6 +57,9 @@ class Target:
     # The packed GEMM's register tile (rows of C, vectors of columns), when the target picks
     # its own: () keeps the kernels' default (runtime_c/kernels/gemm.h)
     gemm_tile: tuple[int, ...] = ()
+    # 3x3 stride-1 convolutions by Winograd F(2x2, 3x3): 2.25x fewer multiplications, rounded
+    # differently from the direct convolution (runtime_c/kernels/winograd.h)
+    winograd: bool = False
 
     @property
     def library_name(self) -> str:
@@ -95,6 +98,10 @@ class Target:
             return ["-DMLCC_NO_VECTORS"]
         return [f"-DMLCC_VECTOR_BYTES={max(self.vector_bits // 8, 4)}", *self.tile_defines()]
 
+    def lowering_options(self) -> dict:
+        """The target's choices that change how operators lower (ir.Lowering.options)."""
+        return {"winograd": self.winograd}
+
     def tile_defines(self) -> list[str]:
         """The macros of the target's own packed-GEMM register tile (`gemm_tile`), if any."""
         if not self.gemm_tile:
@@ -106,7 +113,7 @@ _SCHEMA = {
     "name": str, "description": str, "arch": str, "toolchain": dict, "simd": str,
     "vector_bits": int, "alignment": int, "threads": int, "output": str, "cache_kib": dict,
     "cpu": dict, "run": list, "run_package": str, "int8": dict, "pointer_bits": int,
-    "gemm_tile": dict,
+    "gemm_tile": dict, "winograd": bool,
 }
 _GEMM_TILE = {"rows": int, "vectors": int}
 # rows divide the packed A panel's 8 rows (MLCC_GEMM_MR); vectors keep the B panel's width a
@@ -221,7 +228,8 @@ def parse_target(text: str, path: str = "<target>") -> Target:
         run=tuple(run), run_package=data.get("run_package", ""),
         int8_activations=int8.get("activations", "uint8"),
         int8_requant=int8.get("requant", "float"), path=path,
-        gemm_tile=(tile["rows"], tile["vectors"]) if tile is not None else ())
+        gemm_tile=(tile["rows"], tile["vectors"]) if tile is not None else (),
+        winograd=data.get("winograd", False))
 
 
 def builtin_targets() -> list[str]:

@@ -1,0 +1,30 @@
+/* 3x3 stride-1 convolution by Winograd's minimal filtering F(2x2, 3x3). */
+#ifndef MLCC_WINOGRAD_H
+#define MLCC_WINOGRAD_H
+
+#include "conv.h"
+
+/* y = act(conv(x, w) + bias) for kernel 3x3, stride 1, dilation 1, groups 1 (any padding),
+ * computed on 2x2 output tiles: each tile's 4x4 input patch d becomes V = B^T d B, the weights
+ * were transformed at compile time into U = G g G^T (16 matrices of out_channels x
+ * in_channels, each packed as gemm.h's A: mlcc/ops/winograd.py writes them), the 16
+ * element-wise products M = U V run as 16 packed GEMMs over in_channels, and each tile's
+ * output is A^T M A. 2.25x fewer multiplications than the direct convolution, but rounded
+ * differently (sums of transformed values): results differ from mlcc_f32_conv2d by a few ulps
+ * of the largest terms, which is why a target opts in (`winograd: true`).
+ * p->conv must describe such a convolution; p->block_cols (a multiple of 64) is the tiles per
+ * block. scratch holds mlcc_winograd_scratch_floats(p) floats: the transformed input (16 x
+ * in_channels x block), the products (16 x out_channels x block) and, per thread (up to
+ * MLCC_WINOGRAD_SLICES), four input rows split by column parity (8 x (out_w / 2 + 2)).
+ * pool: see mlcc_runtime.h; results do not depend on it. */
+#define MLCC_WINOGRAD_SLICES 4
+static inline ptrdiff_t mlcc_winograd_scratch_floats(const mlcc_conv2d_packed_params *p) {
+    return 16 * (ptrdiff_t)(p->conv.in_channels + p->conv.out_channels) *
+               (ptrdiff_t)p->block_cols +
+           MLCC_WINOGRAD_SLICES * 8 * (((ptrdiff_t)p->conv.out_w + 1) / 2 + 1);
+}
+void mlcc_f32_conv2d_winograd(const mlcc_conv2d_packed_params *p, const float *x,
+                              const float *u, const float *bias, float *y, float *scratch,
+                              mlcc_threadpool *pool);
+
+#endif /* MLCC_WINOGRAD_H */

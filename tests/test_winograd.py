@@ -1,0 +1,112 @@
+"""Winograd F(2x2, 3x3) convolutions (runtime_c/kernels/winograd.c, mlcc/ops/winograd.py):
+against the direct convolution (the same model without `winograd`) and onnxruntime, on odd
+channel counts and sizes, with padding, bias and fused activations. Runs on the host through a
+copy of the x86 target with `winograd: true` (the wasm target's own model tests run in
+tests/test_targets_wasm.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from mlcc.ops import winograd
+from mlcc.targets import load_target
+from mlcc.targets.target import BUILTIN_DIR
+from util import compile_and_run, make_model, reference_outputs
+
+
+
+@pytest.fixture(scope="module")
+def x86_winograd(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("target") / "x86-winograd.yaml"
+    text = (BUILTIN_DIR / "x86.yaml").read_text()
+    path.write_text(text.replace("name: x86", "name: x86-winograd", 1) + "\nwinograd: true\n")
+    assert load_target(str(path)).winograd
+    return str(path)
+
+
+def test_weight_transform_matches_definition():
+    """U = G g G^T, and the F(2x2, 3x3) identity Y = A^T [U * (B^T d B)] A on one tile."""
+    rng = np.random.default_rng(1)
+    g, d = rng.standard_normal((3, 3)), rng.standard_normal((4, 4))
+    bt = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], float)
+    at = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], float)
+    u = winograd.G @ g @ winograd.G.T
+    y = at @ (u * (bt @ d @ bt.T)) @ at.T
+    direct = np.array([[np.sum(d[i:i + 3, j:j + 3] * g) for j in range(2)] for i in range(2)])
+    np.testing.assert_allclose(y, direct, rtol=1e-12, atol=1e-12)
+    packed = winograd.transform_weights(g.reshape(1, 1, 3, 3))
+    # one 8-row panel per product (rows past the one output channel are zero)
+    np.testing.assert_allclose(packed.reshape(16, 8)[:, 0], u.reshape(16), rtol=1e-6)
+
+
+def test_applies_only_to_3x3_stride1_dense():
+    assert winograd.applies(3, 3, 1, 1, 1, 1, 1, 16, 16)
+    assert not winograd.applies(3, 3, 2, 2, 1, 1, 1, 16, 16)
+    assert not winograd.applies(3, 3, 1, 1, 2, 2, 1, 128, 128)
+    assert not winograd.applies(3, 3, 1, 1, 1, 1, 2, 16, 16)
+    assert not winograd.applies(1, 1, 1, 1, 1, 1, 1, 16, 16)
+    assert not winograd.applies(3, 3, 1, 1, 1, 1, 1, 3, 16)
+
+
+# (in channels, out channels, height, width, padding, activation): 1/3/17 channels, maps from
+# 1x1 to 13x13 (odd: partial 2x2 tiles), more tiles than one 64-tile block, a deep one (> 256,
+# the GEMM's k block)
+CASES = [(1, 1, 1, 1, 1, None), (3, 17, 5, 7, 1, "Relu"), (17, 3, 13, 11, 0, None),
+         (17, 17, 13, 13, 1, "Sigmoid"), (3, 1, 3, 3, 0, None), (1, 3, 2, 9, 1, "Relu"),
+         (9, 24, 23, 19, 1, None), (300, 9, 4, 5, 1, "Relu")]
+
+
+@pytest.mark.parametrize("target", ["x86-winograd", "wasm"])
+def test_winograd_conv(target, x86_winograd, tmp_path, monkeypatch):
+    """Every case is a branch of one model (two builds in all: winograd and direct). On wasm
+    the GEMM's panels are 8 columns wide against 4-lane transforms: tiles straddle panels."""
+    if target == "wasm":
+        missing = "; ".join(load_target("wasm").missing_tools())
+        if missing:
+            pytest.skip(missing)
+
+    monkeypatch.setattr(winograd, "MIN_CHANNELS", 1)   # the kernel at every channel count
+    rng = np.random.default_rng(5)
+    feeds, weights, nodes, outs = {}, {}, [], []
+    for i, (cin, cout, h, w, pad, act) in enumerate(CASES):
+        feeds[f"x{i}"] = rng.standard_normal((2, cin, h, w)).astype(np.float32)
+        weights[f"W{i}"] = rng.standard_normal((cout, cin, 3, 3)).astype(np.float32)
+        weights[f"b{i}"] = rng.standard_normal(cout).astype(np.float32)
+        nodes.append(helper.make_node("Conv", [f"x{i}", f"W{i}", f"b{i}"],
+                                      [f"c{i}" if act else f"y{i}"], pads=[pad] * 4))
+        if act:
+            nodes.append(helper.make_node(act, [f"c{i}"], [f"y{i}"]))
+        outs.append(f"y{i}")
+    model = make_model(nodes, feeds, outs, initializers=weights)
+    got = compile_and_run(model, feeds, tmp_path / "w",
+                          target=x86_winograd if target == "x86-winograd" else target)
+    src = next((tmp_path / "w").glob("*/out/model.c")).read_text()
+    assert src.count("mlcc_f32_conv2d_winograd(") == len(CASES)
+    direct = compile_and_run(model, feeds, tmp_path / "d")
+    assert "mlcc_f32_conv2d_winograd(" not in next((tmp_path / "d").glob("*/out/model.c")).read_text()
+    ref = reference_outputs(model, feeds)
+    for name in outs:
+        assert got[name].shape == ref[name].shape
+        # mlcc verify's tolerance: 1e-4 x max(1, max |ref|)
+        tol = 1e-4 * max(1.0, float(np.abs(ref[name]).max()))
+        assert np.abs(got[name] - direct[name]).max() <= tol, name
+        assert np.abs(got[name] - ref[name]).max() <= tol, name
+        assert not np.array_equal(got[name], direct[name]) or name == "y0", name
+
+
+def test_default_targets_keep_the_direct_convolution():
+    assert load_target("wasm").winograd
+    for name in ("x86", "arm"):
+        assert not load_target(name).winograd
+
+
+def test_winograd_key_is_a_bool():
+    from mlcc.targets.target import TargetError, parse_target
+    base = "name: t\narch: x86_64\ntoolchain: {cc: gcc}\n"
+    assert not parse_target(base).winograd
+    assert parse_target(base + "winograd: true\n").winograd
+    with pytest.raises(TargetError, match="winograd must be a bool"):
+        parse_target(base + "winograd: 1\n")
