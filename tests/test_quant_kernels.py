@@ -185,6 +185,15 @@ CONVS = [  # n, c, h, w, m, k, stride, pad, dil, groups
     (2, 3, 7, 11, 3, (5, 5), (1, 1), (2, 2), (1, 1), 3),
     (1, 2, 3, 301, 2, (3, 3), (1, 1), (1, 1), (1, 1), 2),
     (1, 3, 8, 13, 3, (2, 4), (3, 3), (0, 2), (1, 1), 3),
+    # the AVX-512 tap-pair path (stride_w 1): rows of 1, 15, 16, 17, 31, 33 outputs and even
+    # kernel widths; a width-1 kernel (portable path)
+    (1, 2, 5, 1, 2, (3, 3), (1, 1), (1, 1), (1, 1), 2),
+    (1, 3, 6, 15, 3, (5, 5), (2, 1), (2, 2), (1, 1), 3),
+    (1, 2, 4, 16, 2, (3, 2), (1, 1), (1, 0), (2, 1), 2),
+    (1, 2, 5, 17, 2, (3, 3), (1, 1), (1, 1), (1, 1), 2),
+    (1, 2, 3, 31, 2, (1, 4), (1, 1), (0, 2), (1, 1), 2),
+    (1, 3, 4, 33, 3, (3, 5), (1, 1), (1, 2), (1, 1), 3),
+    (1, 2, 6, 9, 2, (3, 1), (1, 1), (1, 0), (1, 1), 2),
     # packed from padded planes: stride 2 as YOLOv8n downsamples; a 1 x 1 stride-2 conv (no
     # padding but a copy); a 1 x 1 conv read in place with K not a multiple of 4; a window
     # that does not reach the last input row / column; dilation with groups

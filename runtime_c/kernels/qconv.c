@@ -173,6 +173,53 @@ static void dw_padded_plane(const mlcc_qconv2d_params *p, const uint8_t *plane, 
     }
 }
 
+#if MLCC_QCONV_AVX512
+/* acc[o] = sum over taps of w[kh][kw] * row_kh[o + kw] for o < nw (stride_w = dilation_w = 1,
+ * kernel_w >= 2; row_kh = row0 + kh * step). The taps go in horizontal pairs through
+ * vpmaddwd: an int32 load at int16 element j holds (x[j], x[j + 1]), so one load from
+ * row + kw + o0 gives the pairs of the even outputs o0, o0 + 2, ... and one from
+ * row + kw + o0 + 1 those of the odd outputs; an odd kernel width's last tap is paired with
+ * a zero weight on its left neighbour (no read past the row). 32 outputs stay in two
+ * registers over all taps and are interleaved back into order once. Exact integer sums
+ * (|pair| <= 2 * 255 * 128), so the result is the portable loop's bit for bit. Masked loads
+ * keep the tails inside the padded plane. */
+static void dw_rows_pairs(const int16_t *row0, int64_t step, const int8_t *wc, int64_t kh_n,
+                          int64_t kw_n, int64_t nw, int32_t *acc) {
+    const __m512i idx_lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                            16, 0);
+    const __m512i idx_hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10,
+                                            25, 9, 24, 8);
+    int64_t o0, kh, kw;
+    for (o0 = 0; o0 < nw; o0 += 32) {
+        const int64_t rem = nw - o0 < 32 ? nw - o0 : 32;
+        const __mmask16 me = (__mmask16)((1u << ((rem + 1) / 2)) - 1u);
+        const __mmask16 mo = (__mmask16)((1u << (rem / 2)) - 1u);
+        __m512i e = _mm512_setzero_si512(), od = _mm512_setzero_si512();
+        for (kh = 0; kh < kh_n; kh++) {
+            const int16_t *r = row0 + kh * step + o0;
+            const int8_t *wr = wc + kh * kw_n;
+            for (kw = 0; kw < kw_n; kw += 2) {
+                const int last = kw + 1 >= kw_n;
+                const int64_t off = last ? kw - 1 : kw;
+                const int32_t w0 = last ? 0 : wr[kw], w1 = last ? wr[kw] : wr[kw + 1];
+                const __m512i wp = _mm512_set1_epi32((int32_t)((uint32_t)(uint16_t)w0 |
+                                                               ((uint32_t)(uint16_t)w1 << 16)));
+                e = _mm512_add_epi32(e, _mm512_madd_epi16(
+                        _mm512_maskz_loadu_epi32(me, r + off), wp));
+                od = _mm512_add_epi32(od, _mm512_madd_epi16(
+                        _mm512_maskz_loadu_epi32(mo, r + off + 1), wp));
+            }
+        }
+        _mm512_mask_storeu_epi32(acc + o0, (__mmask16)(rem >= 16 ? 0xFFFFu
+                                                       : (1u << rem) - 1u),
+                                 _mm512_permutex2var_epi32(e, idx_lo, od));
+        if (rem > 16)
+            _mm512_mask_storeu_epi32(acc + o0 + 16, (__mmask16)((1u << (rem - 16)) - 1u),
+                                     _mm512_permutex2var_epi32(e, idx_hi, od));
+    }
+}
+#endif
+
 void mlcc_u8_qconv2d_depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
                                const int32_t *bias, const float *scale, const float *fbias,
                                const int32_t *mult, const int32_t *shift, void *y,
@@ -192,6 +239,15 @@ void mlcc_u8_qconv2d_depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, c
             for (oh = 0; oh < p->out_h; oh++) {
                 for (ow0 = 0; ow0 < p->out_w; ow0 += DW_CHUNK) {
                     const int64_t nw = p->out_w - ow0 < DW_CHUNK ? p->out_w - ow0 : DW_CHUNK;
+#if MLCC_QCONV_AVX512
+                    if (sw == 1 && p->dilation_w == 1 && p->kernel_w >= 2) {
+                        dw_rows_pairs(xp + oh * p->stride_h * wp + ow0, p->dilation_h * wp, wc,
+                                      p->kernel_h, p->kernel_w, nw, acc);
+                        mlcc_requant_run(&p->rq, &ch, c, acc, nw, y,
+                                         (n * C + c) * P + oh * p->out_w + ow0);
+                        continue;
+                    }
+#endif
                     memset(acc, 0, sizeof(int32_t) * (size_t)nw);
                     for (kh = 0; kh < p->kernel_h; kh++) {
                         const int16_t *row = xp + (oh * p->stride_h + kh * p->dilation_h) * wp +
