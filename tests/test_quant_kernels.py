@@ -202,6 +202,10 @@ CONVS = [  # n, c, h, w, m, k, stride, pad, dil, groups
     (2, 7, 5, 3, 9, (1, 1), (1, 1), (0, 0), (1, 1), 1),
     (1, 4, 10, 12, 5, (3, 2), (3, 3), (0, 0), (1, 1), 1),
     (1, 6, 9, 10, 4, (3, 3), (1, 1), (2, 2), (2, 2), 2),
+    # packed and multiplied in chunks of output rows (qconv.c's QCONV_CHUNK_BYTES, 256 KiB of
+    # columns): one row per chunk; two rows per chunk with a shorter last chunk
+    (1, 64, 5, 457, 3, (3, 3), (1, 1), (1, 1), (1, 1), 1),
+    (1, 32, 5, 350, 5, (3, 3), (1, 1), (1, 1), (1, 1), 1),
 ]
 
 
