@@ -396,3 +396,18 @@ def test_pools_match_numpy(lib):
             np.testing.assert_array_equal(ymax[:, :, i, j], win.max(axis=2))
             total, count = np.where(valid, win, 0).sum(axis=2), valid.sum(axis=2)
             np.testing.assert_array_equal(yavg[:, :, i, j], (total + count // 2) // count)
+
+
+@pytest.mark.parametrize("h,w", [(1, 1), (7, 9), (160, 160), (300, 257)])
+def test_global_avgpool_matches_numpy(lib, h, w):
+    """The whole-plane window (contiguous sums; 300 x 257 spans two 2^16 blocks)."""
+    ffi, L, _ = lib
+    x = np.random.default_rng(h * w).integers(0, 256, (3, h, w)).astype(np.uint8)
+    p = ffi.new("mlcc_qpool2d_params *", {
+        "planes": 3, "in_h": h, "in_w": w, "out_h": 1, "out_w": 1, "kernel_h": h,
+        "kernel_w": w, "stride_h": 1, "stride_w": 1, "dilation_h": 1, "dilation_w": 1,
+        "pad_top": 0, "pad_left": 0, "pad_value": 0})
+    y = np.zeros(3, np.uint8)
+    L.mlcc_u8_avgpool2d(p, ptr(ffi, x), ptr(ffi, y))
+    total, count = x.reshape(3, -1).astype(np.int64).sum(axis=1), h * w
+    np.testing.assert_array_equal(y, (total + count // 2) // count)
