@@ -33,7 +33,7 @@ from .scheme import (TABLE_ACTS, QParams, act_clamp, activation_qparams, activat
 
 CLAMP_ACTS = ("NONE", "RELU", "CLIP")
 MOVEMENT = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Identity",
-            "DepthToSpace"}
+            "DepthToSpace", "Resize"}      # Resize: nearest only (_pool_ok)
 # (Split, data movement with several outputs, has its own branch)
 POOLS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
 # standalone activations run as a table on uint8 codes (mlcc.QLut): op type -> its mlcc_act
@@ -394,7 +394,8 @@ def _quantize_once(g: Graph, ranges: dict, opts: QuantOptions | None, qdq,
 
     def wants_uint8(v: str) -> bool:
         return v not in g.outputs and any(
-            c.domain == "" and (c.op_type in INTEGER_READERS or _table_fn(g, c) is not None)
+            c.domain == "" and ((c.op_type in INTEGER_READERS and _pool_ok(g, c)) or
+                                _table_fn(g, c) is not None)
             for c in consumers.get(v, []))
 
     def channel_consts(n: Node, sx: float, w_scale: np.ndarray, bias: np.ndarray | None,
@@ -638,6 +639,11 @@ def needed_ranges(g: Graph, opts: QuantOptions | None = None) -> list[str]:
 
 
 def _pool_ok(g: Graph, n: Node) -> bool:
+    """Whether a pooling or data-movement node can run on uint8 codes (Resize: nearest picks
+    input elements, any other mode blends them)."""
+    if n.op_type == "Resize":
+        mode = n.attr("mode", "nearest")
+        return (mode.decode() if isinstance(mode, bytes) else mode) == "nearest"
     if n.op_type not in POOLS:
         return True
     x = g.values[n.inputs[0]]
