@@ -26,7 +26,8 @@ from .ops import lookup, unsupported_reason
 from .ops.registry import describe
 from .passes import INT8_PIPELINE, run_pipeline
 from .quant import (CalibrationSet, QuantOptions, QuantResult, calibrate, needed_ranges,
-                    observed_values, quantize_graph, split_table_activations)
+                    conv_transpose_as_conv, observed_values, quantize_graph,
+                    split_table_activations)
 from .quant.export import export_qdq
 from .quant.smooth import smooth, smoothable
 from .quant.qdq import extract_qdq, has_qdq
@@ -102,7 +103,7 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
             raw.outputs = list(raw.outputs) + [o for o in extra_outputs if o not in raw.outputs]
         g = run_pipeline(raw, INT8_PIPELINE, dump=dump_ir)
         if qdq is None:     # calibrate the pre-activation ranges the tables need
-            g = split_table_activations(g)
+            g = split_table_activations(conv_transpose_as_conv(g))
     else:
         g = _optimize(model, shapes, extra_outputs, dump_ir)
     prefix = model_prefix(name or Path(model).stem)

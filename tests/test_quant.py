@@ -808,3 +808,84 @@ def test_split_and_concat_stay_integer(tmp_path):
     ref = np.stack([sess.run(None, {"x": x})[0] for x in xs])
     got = np.stack([m.run({"x": x})["y"] for x in xs])
     assert 10 * np.log10(np.sum(ref ** 2) / np.sum((ref - got) ** 2)) > 30
+
+
+def test_conv_transpose_with_stride_equal_to_kernel_runs_as_integer_conv(tmp_path):
+    """PP-OCR det's upsampling head: ConvTranspose k2 s2 (+bias, Relu) and k3 s3 (no bias,
+    Sigmoid) become a 1x1 QConv to out_channels * k * k and a DepthToSpace on uint8; one with
+    padding (overlap trimmed) stays a float ConvTranspose."""
+    rng = np.random.default_rng(5)
+    w0 = rng.normal(0, 0.4, (5, 3, 3, 3)).astype(np.float32)
+    w1 = rng.normal(0, 0.4, (5, 3, 2, 2)).astype(np.float32)
+    w2 = rng.normal(0, 0.4, (3, 2, 3, 3)).astype(np.float32)
+    w3 = rng.normal(0, 0.4, (2, 2, 2, 2)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("ConvTranspose", ["r0", "w1", "b1"], ["t1"], strides=[2, 2]),
+             helper.make_node("Relu", ["t1"], ["r1"]),
+             helper.make_node("ConvTranspose", ["r1", "w2"], ["t2"], strides=[3, 3],
+                              kernel_shape=[3, 3]),
+             helper.make_node("Sigmoid", ["t2"], ["s2"]),
+             helper.make_node("ConvTranspose", ["s2", "w3"], ["y"], strides=[2, 2],
+                              pads=[1, 1, 1, 1])]
+    consts = {"w0": w0, "w1": w1, "w2": w2, "w3": w3,
+              "b1": rng.normal(0, 0.3, 3).astype(np.float32)}
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 3, 7, 5])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 2, 40, 28])],
+        [numpy_helper.from_array(a, n) for n, a in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    calib = tmp_path / "c.npz"
+    np.savez(calib, x=rng.normal(0, 1, (16, 1, 3, 7, 5)).astype(np.float32))
+    res = api.compile(path, tmp_path / "q", target="x86-native",
+                      quantize=api.QuantizeConfig(calib))
+    calls = re.findall(r"^    (mlcc_\w+)\(", (tmp_path / "q" / "model.c").read_text(), re.M)
+    assert calls.count("mlcc_f32_conv_transpose2d") == 1 and calls.count("mlcc_u8_qconv2d") == 3
+    assert [n.op_type for n in res.quant.graph.nodes].count("DepthToSpace") == 2
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    m = mlcc.load(tmp_path / "q")
+    xs = rng.normal(0, 1, (6, 1, 3, 7, 5)).astype(np.float32)
+    ref = np.stack([sess.run(None, {"x": x})[0] for x in xs])
+    got = np.stack([m.run({"x": x})["y"] for x in xs])
+    assert 10 * np.log10(np.sum(ref ** 2) / np.sum((ref - got) ** 2)) > 30
+
+
+def test_resize_nearest_moves_uint8_and_linear_stays_float(tmp_path):
+    """An FPN's upsampling (PP-OCR det): Resize nearest of a uint8 value is data movement at
+    its input's scale, read by an integer Add; a linear Resize (blends) stays float."""
+    rng = np.random.default_rng(7)
+    w0 = rng.normal(0, 0.4, (4, 3, 3, 3)).astype(np.float32)
+    w1 = rng.normal(0, 0.4, (4, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("Resize", ["r0", "", "scales"], ["up"], mode="nearest"),
+             helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["up", "c1"], ["s"]),
+             helper.make_node("Resize", ["s", "", "scales"], ["y"], mode="linear")]
+    consts = {"w0": w0, "w1": w1, "scales": np.array([1, 1, 2, 2], np.float32)}
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 3, 10, 14])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 4, 20, 28])],
+        [numpy_helper.from_array(a, n) for n, a in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    calib = tmp_path / "c.npz"
+    np.savez(calib, x=rng.normal(0, 1, (16, 1, 3, 10, 14)).astype(np.float32))
+    res = api.compile(path, tmp_path / "q", target="x86-native",
+                      quantize=api.QuantizeConfig(calib))
+    calls = re.findall(r"^    (mlcc_\w+)\(", (tmp_path / "q" / "model.c").read_text(), re.M)
+    assert calls[:5] == ["mlcc_f32_quantize_u8", "mlcc_u8_qconv2d", "mlcc_resize_nearest",
+                         "mlcc_u8_qconv2d", "mlcc_u8_qadd"]
+    assert calls[5:] == ["mlcc_u8_dequantize_f32", "mlcc_f32_resize_linear"]
+    assert res.quant.qparams["up"] == res.quant.qparams["r0"]
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    m = mlcc.load(tmp_path / "q")
+    xs = rng.normal(0, 1, (6, 1, 3, 10, 14)).astype(np.float32)
+    ref = np.stack([sess.run(None, {"x": x})[0] for x in xs])
+    got = np.stack([m.run({"x": x})["y"] for x in xs])
+    assert 10 * np.log10(np.sum(ref ** 2) / np.sum((ref - got) ** 2)) > 30

@@ -185,6 +185,15 @@ CONVS = [  # n, c, h, w, m, k, stride, pad, dil, groups
     (2, 3, 7, 11, 3, (5, 5), (1, 1), (2, 2), (1, 1), 3),
     (1, 2, 3, 301, 2, (3, 3), (1, 1), (1, 1), (1, 1), 2),
     (1, 3, 8, 13, 3, (2, 4), (3, 3), (0, 2), (1, 1), 3),
+    # the AVX-512 tap-pair path (stride_w 1): rows of 1, 15, 16, 17, 31, 33 outputs and even
+    # kernel widths; a width-1 kernel (portable path)
+    (1, 2, 5, 1, 2, (3, 3), (1, 1), (1, 1), (1, 1), 2),
+    (1, 3, 6, 15, 3, (5, 5), (2, 1), (2, 2), (1, 1), 3),
+    (1, 2, 4, 16, 2, (3, 2), (1, 1), (1, 0), (2, 1), 2),
+    (1, 2, 5, 17, 2, (3, 3), (1, 1), (1, 1), (1, 1), 2),
+    (1, 2, 3, 31, 2, (1, 4), (1, 1), (0, 2), (1, 1), 2),
+    (1, 3, 4, 33, 3, (3, 5), (1, 1), (1, 2), (1, 1), 3),
+    (1, 2, 6, 9, 2, (3, 1), (1, 1), (1, 0), (1, 1), 2),
     # packed from padded planes: stride 2 as YOLOv8n downsamples; a 1 x 1 stride-2 conv (no
     # padding but a copy); a 1 x 1 conv read in place with K not a multiple of 4; a window
     # that does not reach the last input row / column; dilation with groups
@@ -193,6 +202,10 @@ CONVS = [  # n, c, h, w, m, k, stride, pad, dil, groups
     (2, 7, 5, 3, 9, (1, 1), (1, 1), (0, 0), (1, 1), 1),
     (1, 4, 10, 12, 5, (3, 2), (3, 3), (0, 0), (1, 1), 1),
     (1, 6, 9, 10, 4, (3, 3), (1, 1), (2, 2), (2, 2), 2),
+    # packed and multiplied in chunks of output rows (qconv.c's QCONV_CHUNK_BYTES, 256 KiB of
+    # columns): one row per chunk; two rows per chunk with a shorter last chunk
+    (1, 64, 5, 457, 3, (3, 3), (1, 1), (1, 1), (1, 1), 1),
+    (1, 32, 5, 350, 5, (3, 3), (1, 1), (1, 1), (1, 1), 1),
 ]
 
 
@@ -383,3 +396,18 @@ def test_pools_match_numpy(lib):
             np.testing.assert_array_equal(ymax[:, :, i, j], win.max(axis=2))
             total, count = np.where(valid, win, 0).sum(axis=2), valid.sum(axis=2)
             np.testing.assert_array_equal(yavg[:, :, i, j], (total + count // 2) // count)
+
+
+@pytest.mark.parametrize("h,w", [(1, 1), (7, 9), (160, 160), (300, 257)])
+def test_global_avgpool_matches_numpy(lib, h, w):
+    """The whole-plane window (contiguous sums; 300 x 257 spans two 2^16 blocks)."""
+    ffi, L, _ = lib
+    x = np.random.default_rng(h * w).integers(0, 256, (3, h, w)).astype(np.uint8)
+    p = ffi.new("mlcc_qpool2d_params *", {
+        "planes": 3, "in_h": h, "in_w": w, "out_h": 1, "out_w": 1, "kernel_h": h,
+        "kernel_w": w, "stride_h": 1, "stride_w": 1, "dilation_h": 1, "dilation_w": 1,
+        "pad_top": 0, "pad_left": 0, "pad_value": 0})
+    y = np.zeros(3, np.uint8)
+    L.mlcc_u8_avgpool2d(p, ptr(ffi, x), ptr(ffi, y))
+    total, count = x.reshape(3, -1).astype(np.int64).sum(axis=1), h * w
+    np.testing.assert_array_equal(y, (total + count // 2) // count)

@@ -16,7 +16,7 @@ from ..ir import Graph
 from .calib import CalibrationSet
 from .observers import CALIBRATORS, Calibrator, Range
 from .rewrite import (QuantOptions, QuantResult, needed_ranges, quantize_graph,
-                      split_table_activations)
+                      conv_transpose_as_conv, split_table_activations)
 from .scheme import QParams, activation_qparams
 
 RunFn = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
@@ -55,4 +55,4 @@ def calibrate(data: Iterable[dict[str, np.ndarray]], run: RunFn, names: list[str
 __all__ = ["CALIBRATORS", "CalibrationSet", "Calibrator", "QParams", "QuantOptions",
            "QuantResult", "Range", "activation_qparams", "calibrate", "needed_ranges",
            "observed_values",
-           "quantize_graph", "split_table_activations"]
+           "quantize_graph", "split_table_activations", "conv_transpose_as_conv"]

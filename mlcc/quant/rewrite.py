@@ -32,7 +32,8 @@ from .scheme import (TABLE_ACTS, QParams, act_clamp, activation_qparams, activat
                      quantize_bias, quantize_weights, table_window)
 
 CLAMP_ACTS = ("NONE", "RELU", "CLIP")
-MOVEMENT = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Identity"}
+MOVEMENT = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Identity",
+            "DepthToSpace", "Resize"}      # Resize: nearest only (_pool_ok)
 # (Split, data movement with several outputs, has its own branch)
 POOLS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
 # standalone activations run as a table on uint8 codes (mlcc.QLut): op type -> its mlcc_act
@@ -205,6 +206,52 @@ def _fold_float_acts(g: Graph) -> Graph:
     return g
 
 
+def conv_transpose_as_conv(g: Graph) -> Graph:
+    """A 2-D ConvTranspose whose stride equals its square kernel (no padding, dilation, group
+    or output padding: PP-OCR det's upsampling heads, U-Net style decoders) becomes a 1x1 Conv
+    to out_channels * k * k channels followed by DepthToSpace (CRD, blocksize k): the
+    kernel's windows do not overlap, so each input pixel's k x k output block is one matrix
+    product. The Conv then runs as an integer kernel and the DepthToSpace moves uint8 codes.
+    Conv weight row (m * k + i) * k + j is W[:, m, i, j]; the bias is repeated k * k times;
+    a fused activation stays on the Conv (element-wise, so it commutes with the move). The
+    function is unchanged up to float rounding order (each output is the same sum of Cin
+    products)."""
+    g = g.copy()
+    nodes: list[Node] = []
+    for n in g.nodes:
+        w = g.const(n.input(1)) if n.op_type == "ConvTranspose" and n.domain == "" else None
+        b = g.const(n.input(2)) if n.input(2) else None
+        x = g.values[n.inputs[0]] if w is not None else None
+        k = w.shape[2] if w is not None and w.ndim == 4 else 0
+        y = g.values[n.outputs[0]] if k else None
+        if not k or w.dtype != np.float32 or len(x.shape) != 4 or w.shape[3] != k or \
+                int(n.attr("group", 1)) != 1 or n.attr("auto_pad", "NOTSET") != "NOTSET" or \
+                list(n.attr("strides", [1, 1])) != [k, k] or \
+                any(int(v) != 1 for v in n.attr("dilations", [1, 1])) or \
+                any(int(v) != 0 for v in n.attr("pads", [0] * 4)) or \
+                any(int(v) != 0 for v in n.attr("output_padding", [0, 0])) or \
+                (n.input(2) and b is None) or \
+                y.shape != (x.shape[0], w.shape[1], x.shape[2] * k, x.shape[3] * k):
+            nodes.append(n)
+            continue
+        cin, m = w.shape[:2]
+        wc = np.ascontiguousarray(w.transpose(1, 2, 3, 0).reshape(m * k * k, cin, 1, 1))
+        ins = [n.inputs[0], g.add_const(f"{n.name}.W_conv", wc)]
+        if b is not None:
+            ins.append(g.add_const(f"{n.name}.B_conv", np.repeat(b.astype(np.float32), k * k)))
+        mid = g.fresh_name(f"{n.outputs[0]}.blocks")
+        g.values[mid] = Value(mid, "float32", (x.shape[0], m * k * k, x.shape[2], x.shape[3]))
+        attrs = {"kernel_shape": [1, 1], "strides": [1, 1], "pads": [0, 0, 0, 0],
+                 "dilations": [1, 1], "group": 1}
+        if "_act" in n.attrs:
+            attrs["_act"] = n.attrs["_act"]
+        nodes += [Node(n.name, "Conv", ins, [mid], attrs, "", 11, list(n.fused)),
+                  Node(f"{n.name}/DepthToSpace", "DepthToSpace", [mid], [n.outputs[0]],
+                       {"blocksize": k, "mode": "CRD"}, "", 13)]
+    g.nodes = nodes
+    return g
+
+
 def split_table_activations(g: Graph) -> Graph:
     """Sigmoid, SiLU, HardSwish, HardSigmoid and Tanh fused into a Conv / Gemm / MatMul the
     integer kernels can run become their own node again, reading the producer's pre-activation
@@ -347,7 +394,8 @@ def _quantize_once(g: Graph, ranges: dict, opts: QuantOptions | None, qdq,
 
     def wants_uint8(v: str) -> bool:
         return v not in g.outputs and any(
-            c.domain == "" and (c.op_type in INTEGER_READERS or _table_fn(g, c) is not None)
+            c.domain == "" and ((c.op_type in INTEGER_READERS and _pool_ok(g, c)) or
+                                _table_fn(g, c) is not None)
             for c in consumers.get(v, []))
 
     def channel_consts(n: Node, sx: float, w_scale: np.ndarray, bias: np.ndarray | None,
@@ -591,6 +639,11 @@ def needed_ranges(g: Graph, opts: QuantOptions | None = None) -> list[str]:
 
 
 def _pool_ok(g: Graph, n: Node) -> bool:
+    """Whether a pooling or data-movement node can run on uint8 codes (Resize: nearest picks
+    input elements, any other mode blends them)."""
+    if n.op_type == "Resize":
+        mode = n.attr("mode", "nearest")
+        return (mode.decode() if isinstance(mode, bytes) else mode) == "nearest"
     if n.op_type not in POOLS:
         return True
     x = g.values[n.inputs[0]]

@@ -13,12 +13,52 @@ static void copy_row(const uint8_t *src, uint8_t *dst, ptrdiff_t n, ptrdiff_t ss
     }
 }
 
+/* Interleaves k source rows (k >= 2, each n elements, ss apart) into dst: dst[i * k + j] =
+ * src[j * ss + i], one element type per loop so that the stores vectorize as a group. The
+ * shape of DepthToSpace and of a Transpose that moves a short axis innermost, where a row of
+ * k elements per odometer step would cost a function call per element. */
+#define MLCC_INTERLEAVE(T)                                                                \
+    do {                                                                                  \
+        const T *s_ = (const T *)src;                                                     \
+        T *d_ = (T *)dst;                                                                 \
+        if (k == 2) {                                                                     \
+            for (i = 0; i < n; i++) { d_[2 * i] = s_[i]; d_[2 * i + 1] = s_[ss + i]; }  \
+        } else {                                                                          \
+            for (i = 0; i < n; i++)                                                       \
+                for (j = 0; j < k; j++) d_[i * k + j] = s_[j * ss + i];                 \
+        }                                                                                 \
+    } while (0)
+
+static void interleave_rows(const uint8_t *src, uint8_t *dst, ptrdiff_t n, ptrdiff_t k,
+                            ptrdiff_t ss, ptrdiff_t es) {
+    ptrdiff_t i, j;
+    if (es == 1) MLCC_INTERLEAVE(uint8_t);
+    else if (es == 2) MLCC_INTERLEAVE(uint16_t);
+    else if (es == 4) MLCC_INTERLEAVE(uint32_t);
+    else
+        for (i = 0; i < n; i++)
+            for (j = 0; j < k; j++)
+                memcpy(dst + (i * k + j) * es, src + (j * ss + i) * es, (size_t)es);
+}
+
 void mlcc_copy_strided(const mlcc_copy_params *p, const void *src, void *dst) {
     const ptrdiff_t es = (ptrdiff_t)p->elem_size;
     const int inner = p->rank - 1;
     const uint8_t *s = (const uint8_t *)src + (ptrdiff_t)p->src_offset * es;
     uint8_t *d = (uint8_t *)dst + (ptrdiff_t)p->dst_offset * es;
     mlcc_odometer o;
+    if (inner >= 1 && p->shape[inner] <= 8 && p->dst_strides[inner] == 1 &&
+            p->src_strides[inner - 1] == 1 && p->dst_strides[inner - 1] == p->shape[inner]) {
+        /* a short innermost axis written contiguously, read across rows: the two inner axes
+         * as one interleave per odometer step (the odometer over the axes before them) */
+        if (!mlcc_odometer_init(&o, inner, p->shape, p->src_strides, p->dst_strides, NULL))
+            return;
+        do {
+            interleave_rows(s + o.off[0] * es, d + o.off[1] * es, (ptrdiff_t)p->shape[inner - 1],
+                            (ptrdiff_t)p->shape[inner], (ptrdiff_t)p->src_strides[inner], es);
+        } while (mlcc_odometer_next(&o));
+        return;
+    }
     if (!mlcc_odometer_init(&o, p->rank, p->shape, p->src_strides, p->dst_strides, NULL))
         return;
     do {
