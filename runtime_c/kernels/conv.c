@@ -407,7 +407,10 @@ static void conv_packed(const mlcc_conv2d_packed_params *pp, const float *x, con
     job.scratch = scratch;
     job.table = table;
     job.residual = residual;
-    job.block = (ptrdiff_t)pp->block_cols;
+    /* scratch holds (kdim + 1) x block floats, block = block_cols capped at the output positions
+     * rounded up to 64 (conv.h): the im2col row buffer sits at kdim * block */
+    job.block = (spatial + 63) / 64 * 64;
+    if ((ptrdiff_t)pp->block_cols < job.block) job.block = (ptrdiff_t)pp->block_cols;
     job.np_block = ((spatial < job.block ? spatial : job.block) + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR;
     mb = cout_pad / MLCC_GEMM_MR;
     if ((double)cout_g * (double)spatial * (double)kdim * (double)p->batch * (double)p->groups <
