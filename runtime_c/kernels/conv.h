@@ -28,11 +28,8 @@ void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, cons
                                const float *bias, float *y);
 
 /* pool: see mlcc_runtime.h (NULL: the calling thread only); results do not depend on it.
- * Convolutions of fewer multiply-adds than this run on the caller: waking a worker costs more
- * than it saves (the digits CNN, 0.3 M per layer, was 2x slower on 2 threads than on 1). */
-#ifndef MLCC_MIN_PARALLEL_MACS
-#define MLCC_MIN_PARALLEL_MACS (1L << 20)
-#endif
+ * Convolutions of fewer than MLCC_MIN_PARALLEL_MACS multiply-adds (mlcc_kernel.h) run on the
+ * caller. */
 
 /* General grouped convolution as a GEMM of the weights, packed at compile time (gemm.h's A
  * layout per group, of out_channels / groups rows rounded up to MLCC_GEMM_MR, kernel_size deep),
