@@ -34,6 +34,45 @@ SHARED = ROOT.parent / "shared" / "models"
 
 # ------------------------------------------------------------------ observers, calibrators
 
+def _save_model(tmp_path, nodes, x_shape, outputs: dict, consts: dict) -> Path:
+    """tmp_path/m.onnx: nodes over one float input x (opset 17, IR 8), float outputs."""
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs.items()],
+        [numpy_helper.from_array(a, n) for n, a in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def _calibration(tmp_path, rng, samples: int, x_shape) -> Path:
+    """tmp_path/c.npz: samples normal draws of input x."""
+    calib = tmp_path / "c.npz"
+    np.savez(calib, x=rng.normal(0, 1, (samples, *x_shape)).astype(np.float32))
+    return calib
+
+
+def _compile_int8(path, folder, calib):
+    return api.compile(path, folder, target="x86-native", quantize=api.QuantizeConfig(calib))
+
+
+def _kernel_calls(folder) -> list[str]:
+    """The kernel calls of folder's model.c, in order."""
+    return re.findall(r"^    (mlcc_\w+)\(", (folder / "model.c").read_text(), re.M)
+
+
+def _sqnr_vs_onnxruntime(path, folder, xs):
+    """SQNR (dB) of the compiled folder's output y against onnxruntime's over the samples xs,
+    and mlcc's outputs."""
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    m = mlcc.load(folder)
+    ref = np.stack([sess.run(None, {"x": x})[0] for x in xs])
+    got = np.stack([m.run({"x": x})["y"] for x in xs])
+    return 10 * np.log10(np.sum(ref ** 2) / np.sum((ref - got) ** 2)), got
+
+
 def test_minmax_streams_to_numpy_min_max():
     rng = np.random.default_rng(0)
     chunks = [rng.normal(i, 2 + i, (3, 7)).astype(np.float32) for i in range(9)]
@@ -430,7 +469,7 @@ def test_operators_without_integer_kernels_run_in_float(tmp_path):
     manifest = json.loads((tmp_path / "q" / "manifest.json").read_text())
     assert manifest["quantization"]["integer_layers"] == 6
     assert len(manifest["quantization"]["float_layers"]) == 1      # the Softmax
-    calls = re.findall(r"^    (mlcc_\w+)\(", (tmp_path / "q" / "model.c").read_text(), re.M)
+    calls = _kernel_calls(tmp_path / "q")
     assert calls == ["mlcc_f32_quantize_u8", "mlcc_u8_qconv2d",     # Conv
                      "mlcc_u8_lut", "mlcc_u8_qconv2d",              # Sigmoid, Conv+Relu
                      "mlcc_u8_maxpool2d", "mlcc_u8_qconv2d", "mlcc_u8_qadd",
@@ -735,31 +774,17 @@ def test_activations_run_as_tables_on_preactivation_codes(tmp_path):
              helper.make_node("Relu", ["c3"], ["y"])]
     consts = {"w1": w1, "w2": w2, "w3": w3, "b3": b3, "k": np.array(1.7, np.float32),
               "d": np.array(-0.2, np.float32)}
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, [1, 3, 11, 13])], [helper.make_tensor_value_info(
-            "y", TensorProto.FLOAT, [1, 4, 6, 7])],
-        [numpy_helper.from_array(a, n) for n, a in consts.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path / "m.onnx"
-    onnx.save(model, str(path))
-    calib = tmp_path / "c.npz"
-    np.savez(calib, x=rng.normal(0, 1, (24, 1, 3, 11, 13)).astype(np.float32))
-    res = api.compile(path, tmp_path / "q", target="x86-native",
-                      quantize=api.QuantizeConfig(calib))
-    calls = re.findall(r"^    (mlcc_\w+)\(", (tmp_path / "q" / "model.c").read_text(), re.M)
+    path = _save_model(tmp_path, nodes, [1, 3, 11, 13], {"y": [1, 4, 6, 7]}, consts)
+    res = _compile_int8(path, tmp_path / "q", _calibration(tmp_path, rng, 24, [1, 3, 11, 13]))
+    calls = _kernel_calls(tmp_path / "q")
     assert calls == ["mlcc_f32_quantize_u8", "mlcc_u8_qconv2d", "mlcc_u8_lut",
                      "mlcc_u8_qconv2d", "mlcc_u8_lut", "mlcc_u8_qconv2d"]   # float out
     luts = [n for n in res.graph.nodes if n.op_type == "QLut"]
     assert [n.attr("act") for n in luts] == ["Swish", "HardSwish+Mul+Add"]
     scale, zp = luts[1].attr("x")
     assert -zp * scale >= -3.0 - scale             # the codes start at HardSwish's knee
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    m = mlcc.load(tmp_path / "q")
     xs = rng.normal(0, 1, (8, 1, 3, 11, 13)).astype(np.float32)
-    ref = np.stack([sess.run(None, {"x": x})[0] for x in xs])
-    got = np.stack([m.run({"x": x})["y"] for x in xs])
-    sqnr = 10 * np.log10(np.sum(ref ** 2) / np.sum((ref - got) ** 2))
+    sqnr, got = _sqnr_vs_onnxruntime(path, tmp_path / "q", xs)
     assert sqnr > 30, sqnr
     # the dead channel: relu(3.0) everywhere, to the output's step
     y_step = float(np.ptp(got)) / 255
@@ -783,31 +808,17 @@ def test_split_and_concat_stay_integer(tmp_path):
              helper.make_node("Concat", ["p0", "p1", "r2"], ["cat"], axis=1),
              helper.make_node("Conv", ["cat", "w3"], ["y"])]
     consts = {"w1": w1, "w2": w2, "w3": w3, "sizes": np.array([3, 3], np.int64)}
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, [1, 3, 9, 11])], [helper.make_tensor_value_info(
-            "y", TensorProto.FLOAT, [1, 5, 9, 11])],
-        [numpy_helper.from_array(a, n) for n, a in consts.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path / "m.onnx"
-    onnx.save(model, str(path))
-    calib = tmp_path / "c.npz"
-    np.savez(calib, x=rng.normal(0, 1, (16, 1, 3, 9, 11)).astype(np.float32))
-    res = api.compile(path, tmp_path / "q", target="x86-native",
-                      quantize=api.QuantizeConfig(calib))
+    path = _save_model(tmp_path, nodes, [1, 3, 9, 11], {"y": [1, 5, 9, 11]}, consts)
+    res = _compile_int8(path, tmp_path / "q", _calibration(tmp_path, rng, 16, [1, 3, 9, 11]))
     assert res.manifest["quantization"]["float_layers"] == []
-    calls = re.findall(r"^    (mlcc_\w+)\(", (tmp_path / "q" / "model.c").read_text(), re.M)
+    calls = _kernel_calls(tmp_path / "q")
     assert calls[0] == "mlcc_f32_quantize_u8" and calls[-1] == "mlcc_u8_qconv2d"
     assert not any(c.startswith("mlcc_f32") or "dequantize" in c for c in calls[1:])
     assert calls.count("mlcc_u8_requantize") <= 2                  # the two Split parts
     q = res.quant
     assert q.qparams["r2"] == q.qparams["cat"] and q.qparams["p0"] == q.qparams["r1"]
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    m = mlcc.load(tmp_path / "q")
     xs = rng.normal(0, 1, (6, 1, 3, 9, 11)).astype(np.float32)
-    ref = np.stack([sess.run(None, {"x": x})[0] for x in xs])
-    got = np.stack([m.run({"x": x})["y"] for x in xs])
-    assert 10 * np.log10(np.sum(ref ** 2) / np.sum((ref - got) ** 2)) > 30
+    assert _sqnr_vs_onnxruntime(path, tmp_path / "q", xs)[0] > 30
 
 
 def test_conv_transpose_with_stride_equal_to_kernel_runs_as_integer_conv(tmp_path):
@@ -830,27 +841,13 @@ def test_conv_transpose_with_stride_equal_to_kernel_runs_as_integer_conv(tmp_pat
                               pads=[1, 1, 1, 1])]
     consts = {"w0": w0, "w1": w1, "w2": w2, "w3": w3,
               "b1": rng.normal(0, 0.3, 3).astype(np.float32)}
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, [1, 3, 7, 5])], [helper.make_tensor_value_info(
-            "y", TensorProto.FLOAT, [1, 2, 40, 28])],
-        [numpy_helper.from_array(a, n) for n, a in consts.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path / "m.onnx"
-    onnx.save(model, str(path))
-    calib = tmp_path / "c.npz"
-    np.savez(calib, x=rng.normal(0, 1, (16, 1, 3, 7, 5)).astype(np.float32))
-    res = api.compile(path, tmp_path / "q", target="x86-native",
-                      quantize=api.QuantizeConfig(calib))
-    calls = re.findall(r"^    (mlcc_\w+)\(", (tmp_path / "q" / "model.c").read_text(), re.M)
+    path = _save_model(tmp_path, nodes, [1, 3, 7, 5], {"y": [1, 2, 40, 28]}, consts)
+    res = _compile_int8(path, tmp_path / "q", _calibration(tmp_path, rng, 16, [1, 3, 7, 5]))
+    calls = _kernel_calls(tmp_path / "q")
     assert calls.count("mlcc_f32_conv_transpose2d") == 1 and calls.count("mlcc_u8_qconv2d") == 3
     assert [n.op_type for n in res.quant.graph.nodes].count("DepthToSpace") == 2
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    m = mlcc.load(tmp_path / "q")
     xs = rng.normal(0, 1, (6, 1, 3, 7, 5)).astype(np.float32)
-    ref = np.stack([sess.run(None, {"x": x})[0] for x in xs])
-    got = np.stack([m.run({"x": x})["y"] for x in xs])
-    assert 10 * np.log10(np.sum(ref ** 2) / np.sum((ref - got) ** 2)) > 30
+    assert _sqnr_vs_onnxruntime(path, tmp_path / "q", xs)[0] > 30
 
 
 def test_resize_nearest_moves_uint8_and_linear_stays_float(tmp_path):
@@ -866,26 +863,12 @@ def test_resize_nearest_moves_uint8_and_linear_stays_float(tmp_path):
              helper.make_node("Add", ["up", "c1"], ["s"]),
              helper.make_node("Resize", ["s", "", "scales"], ["y"], mode="linear")]
     consts = {"w0": w0, "w1": w1, "scales": np.array([1, 1, 2, 2], np.float32)}
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, [1, 3, 10, 14])], [helper.make_tensor_value_info(
-            "y", TensorProto.FLOAT, [1, 4, 20, 28])],
-        [numpy_helper.from_array(a, n) for n, a in consts.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path / "m.onnx"
-    onnx.save(model, str(path))
-    calib = tmp_path / "c.npz"
-    np.savez(calib, x=rng.normal(0, 1, (16, 1, 3, 10, 14)).astype(np.float32))
-    res = api.compile(path, tmp_path / "q", target="x86-native",
-                      quantize=api.QuantizeConfig(calib))
-    calls = re.findall(r"^    (mlcc_\w+)\(", (tmp_path / "q" / "model.c").read_text(), re.M)
+    path = _save_model(tmp_path, nodes, [1, 3, 10, 14], {"y": [1, 4, 20, 28]}, consts)
+    res = _compile_int8(path, tmp_path / "q", _calibration(tmp_path, rng, 16, [1, 3, 10, 14]))
+    calls = _kernel_calls(tmp_path / "q")
     assert calls[:5] == ["mlcc_f32_quantize_u8", "mlcc_u8_qconv2d", "mlcc_resize_nearest",
                          "mlcc_u8_qconv2d", "mlcc_u8_qadd"]
     assert calls[5:] == ["mlcc_u8_dequantize_f32", "mlcc_f32_resize_linear"]
     assert res.quant.qparams["up"] == res.quant.qparams["r0"]
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    m = mlcc.load(tmp_path / "q")
     xs = rng.normal(0, 1, (6, 1, 3, 10, 14)).astype(np.float32)
-    ref = np.stack([sess.run(None, {"x": x})[0] for x in xs])
-    got = np.stack([m.run({"x": x})["y"] for x in xs])
-    assert 10 * np.log10(np.sum(ref ** 2) / np.sum((ref - got) ** 2)) > 30
+    assert _sqnr_vs_onnxruntime(path, tmp_path / "q", xs)[0] > 30
