@@ -13,8 +13,6 @@ panel read as two halves), the C that model.wasm runs, compiled natively, and x8
 MLCC_NO_VECTORS a fourth (the scalar fallback). The implicit GEMM convolution must equal the
 packed one bit for bit (same sums in the same order), on 1, 2, 3 and 5 threads, and the packed
 convolution with a fused residual must equal the packed one, then the Add, then the activation."""
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,8 +20,8 @@ import pytest
 from mlcc.ops.conv import DW_SLACK, DW_SLICES, im2col_table, implicit_offsets, implicit_plan
 from mlcc.ops.gemm import GEMM_MR, pack_a
 from mlcc.targets import load_target
+from util import build_kernels
 
-RUNTIME = Path(__file__).resolve().parents[1] / "runtime_c"
 
 CDEF = """
 typedef struct { int32_t kind; float alpha, beta; } mlcc_act;
@@ -66,23 +64,13 @@ def kernels(request, tmp_path_factory):
     portable fallback of compilers without vector extensions."""
     cffi = pytest.importorskip("cffi")
     name, _, tile_of = request.param.partition("+")
-    target = load_target("x86" if name == "scalar" else name)
-    defines = target.defines()
+    defines = []
     if tile_of:
-        tile = load_target(tile_of.removesuffix("-tile")).tile_defines()
-        assert tile, f"{tile_of}: the target no longer sets gemm_tile; drop this build"
-        defines += tile
-    lib_path = tmp_path_factory.mktemp(request.param) / "libkernels.so"
-    cflags = [f for f in target.toolchain.cflags if f != "-fvisibility=hidden"]
-    if request.param == "scalar":
-        cflags.append("-DMLCC_NO_VECTORS")
-    # MLCC_MIN_PARALLEL_MACS=0: these small cases use the pool too
-    subprocess.run([target.toolchain.cc, *cflags, *defines, "-shared", "-Wall",
-                    "-DMLCC_MIN_PARALLEL_MACS=0",
-                    "-Wextra", "-Werror", f"-I{RUNTIME / 'include'}", f"-I{RUNTIME / 'kernels'}",
-                    str(RUNTIME / "kernels" / "conv.c"), str(RUNTIME / "kernels" / "gemm.c"),
-                    str(RUNTIME / "src" / "mlcc_threadpool.c"), str(RUNTIME / "src" / "mlcc_runtime.c"),
-                    "-o", str(lib_path), "-lm"], check=True)
+        defines = load_target(tile_of.removesuffix("-tile")).tile_defines()
+        assert defines, f"{tile_of}: the target no longer sets gemm_tile; drop this build"
+    lib_path = build_kernels(tmp_path_factory.mktemp(request.param) / "libkernels.so", name,
+                             ["kernels/conv.c", "kernels/gemm.c", "src/mlcc_threadpool.c",
+                              "src/mlcc_runtime.c"], defines)
     ffi = cffi.FFI()
     ffi.cdef(CDEF)
     return ffi, ffi.dlopen(str(lib_path))

@@ -4,15 +4,12 @@ convolutions that call it), and within rounding of float64 numpy; on odd shapes 
 register tile (6 rows x 2 vectors) and the unit cut (16 column blocks, then row blocks), built
 with AVX-512 vectors and as the scalar fallback, with MLCC_MIN_PARALLEL_MACS=0 so that even
 these small cases take the pool."""
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from mlcc.targets import load_target
+from util import build_kernels
 
-RUNTIME = Path(__file__).resolve().parents[1] / "runtime_c"
 
 CDEF = """
 typedef struct { int32_t kind; float alpha, beta; } mlcc_act;
@@ -49,17 +46,9 @@ void mlcc_threadpool_destroy(void *pool);
 @pytest.fixture(scope="module", params=["x86-native", "scalar"])
 def lib(request, tmp_path_factory):
     cffi = pytest.importorskip("cffi")
-    target = load_target("x86" if request.param == "scalar" else request.param)
-    cflags = [f for f in target.toolchain.cflags if f != "-fvisibility=hidden"]
-    if request.param == "scalar":
-        cflags.append("-DMLCC_NO_VECTORS")
-    path = tmp_path_factory.mktemp(request.param) / "libthreads.so"
-    subprocess.run([target.toolchain.cc, *cflags, *target.defines(), "-shared", "-Wall",
-                    "-Wextra", "-Werror", "-DMLCC_MIN_PARALLEL_MACS=0",
-                    f"-I{RUNTIME / 'include'}", f"-I{RUNTIME / 'kernels'}",
-                    *(str(RUNTIME / f) for f in ("kernels/gemm.c", "kernels/attention.c",
-                                                 "src/mlcc_threadpool.c", "src/mlcc_runtime.c")),
-                    "-o", str(path), "-lm"], check=True)
+    path = build_kernels(tmp_path_factory.mktemp(request.param) / "libthreads.so",
+                         request.param, ["kernels/gemm.c", "kernels/attention.c",
+                                         "src/mlcc_threadpool.c", "src/mlcc_runtime.c"])
     ffi = cffi.FFI()
     ffi.cdef(CDEF)
     dl = ffi.dlopen(str(path))

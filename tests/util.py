@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import itertools
+import os
+import shlex
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +15,28 @@ import mlcc
 from mlcc.api import compare
 
 _counter = itertools.count()
+RUNTIME = Path(__file__).resolve().parents[1] / "runtime_c"
+
+
+def build_kernels(lib_path: Path, build: str, sources: list[str], defines=()) -> Path:
+    """Runtime sources (paths under runtime_c/) as one shared library for the kernel tests,
+    with a target's flags (build: a target name, or "scalar": x86's with MLCC_NO_VECTORS, the
+    fallback of compilers without vector extensions) and MLCC_MIN_PARALLEL_MACS=0, so that
+    even small cases use the pool. MLCC_TEST_KERNEL_CFLAGS adds flags, e.g. "-fsanitize=address
+    -g" (then run pytest with LD_PRELOAD=$(gcc -print-file-name=libasan.so), -s and
+    -p no:faulthandler, or the report is lost)."""
+    from mlcc.targets import load_target
+    target = load_target("x86" if build == "scalar" else build)
+    cflags = [f for f in target.toolchain.cflags if f != "-fvisibility=hidden"]
+    if build == "scalar":
+        cflags.append("-DMLCC_NO_VECTORS")
+    cflags += shlex.split(os.environ.get("MLCC_TEST_KERNEL_CFLAGS", ""))
+    subprocess.run([target.toolchain.cc, *cflags, *target.defines(), *defines, "-shared",
+                    "-Wall", "-Wextra", "-Werror", "-DMLCC_MIN_PARALLEL_MACS=0",
+                    f"-I{RUNTIME / 'include'}", f"-I{RUNTIME / 'kernels'}",
+                    *(str(RUNTIME / f) for f in sources), "-o", str(lib_path), "-lm"],
+                   check=True)
+    return lib_path
 
 
 def make_model(nodes, inputs: dict[str, np.ndarray], outputs: list[str], *,
