@@ -62,3 +62,24 @@ def test_bench_refuses_bad_counts(tiny_static_path):
         mlcc.bench(tiny_static_path, threads=0)
     r = CliRunner().invoke(main, ["bench", str(tiny_static_path), "--runs", "0"])
     assert r.exit_code == 2
+
+
+def test_ab_models_compares_a_pass_left_out(tiny_static_path, tmp_path, capsys):
+    """tests/ab_models.py, the A/B tool the README's pass measurements come from: leaving
+    fuse_activations out must leave a separate Relu kernel in the old build and give the same
+    outputs; the report names both builds and gives both clocks."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    import ab_models
+
+    old, new = ab_models.compile_pair(str(tiny_static_path), ["fuse_activations"], "x86",
+                                      None, tmp_path)
+    assert "MLCC_UNARY_ACT" in (old / "model.c").read_text()
+    assert "MLCC_UNARY_ACT" not in (new / "model.c").read_text()
+    ab_models.ab(old, new, threads=2, rounds=3, seed=0)
+    out = capsys.readouterr().out
+    assert "max |old - new| over the outputs 0\n" in out
+    assert "wall clock: old" in out and "caller CPU time: old" in out
+    with pytest.raises(SystemExit, match="no pass named fuse_everything"):
+        ab_models.compile_pair(str(tiny_static_path), ["fuse_everything"], "x86", None, tmp_path)
