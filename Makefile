@@ -17,7 +17,7 @@ TARGET_PACKAGES := $(ARM_PACKAGES) $(WASM_PACKAGES)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
 .PHONY: setup demo test test-fast test-targets target-tools bench bench-wasm icount-arm web-digits \
-	conformance fuzz fuzz-runtime sanitize-models safety-tools clean
+	conformance fuzz fuzz-runtime sanitize-models sanitize-kernels safety-tools clean
 
 setup: $(STAMP)
 
@@ -103,6 +103,15 @@ fuzz-runtime: $(STAMP) safety-tools
 SANITIZE_ARGS ?=
 sanitize-models: $(STAMP) safety-tools
 	$(BIN)/python tests/sanitize_models.py $(SANITIZE_ARGS)
+
+# The kernel tests (test_kernels, test_kernels_threads, test_quant_kernels) with their kernels
+# built under ASan and UBSan (MLCC_TEST_KERNEL_CFLAGS, tests/util.py): out-of-bounds scratch or
+# buffer use that a passing comparison can hide. About 1-2 minutes here; not part of `make test`.
+sanitize-kernels: $(STAMP)
+	MLCC_TEST_KERNEL_CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -g" \
+	  LD_PRELOAD=$$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 \
+	  $(BIN)/python -m pytest -q -s -p no:faulthandler $(PYTEST_ARGS) tests/test_kernels.py \
+	  tests/test_kernels_threads.py tests/test_quant_kernels.py
 
 # clang with libFuzzer (libclang-rt-dev) and valgrind, for the runtime safety tests: installed
 # with apt-get when missing (as root or through sudo), else those tests skip.

@@ -3,6 +3,8 @@ models of the same integer arithmetic (mlcc/quant/scheme.py), at odd shapes and 
 the vector (AVX512-VNNI) path against its portable twin."""
 from __future__ import annotations
 
+import os
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -76,7 +78,9 @@ def _native_has_vnni() -> bool:
 def lib(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(f"qk_{request.param}") / "libq.so"
     subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
-                    *FLAGS[request.param], f"-I{ROOT / 'runtime_c' / 'include'}",
+                    *FLAGS[request.param],
+                    *shlex.split(os.environ.get("MLCC_TEST_KERNEL_CFLAGS", "")),  # see util.py
+                    f"-I{ROOT / 'runtime_c' / 'include'}",
                     f"-I{KERNELS}", "-o", str(out), str(KERNELS / "qgemm.c"),
                     str(KERNELS / "qconv.c"), str(KERNELS / "qelem.c"), "-lm"], check=True)
     ffi = FFI()
