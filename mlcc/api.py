@@ -8,7 +8,7 @@ import os
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -29,6 +29,9 @@ from .quant import (CalibrationSet, QuantOptions, QuantResult, calibrate, needed
                     conv_transpose_as_conv, observed_values, quantize_graph,
                     split_table_activations)
 from .quant.export import export_qdq
+from .quant.bias_correction import ChannelMeans, watched
+from .quant.bias_correction import summary as bias_summary
+from .quant.equalize import equalize as equalize_graph
 from .quant.smooth import smooth, smoothable
 from .quant.qdq import extract_qdq, has_qdq
 from .quant.report import ErrorStats, LayerRow, markdown
@@ -74,6 +77,12 @@ class QuantizeConfig:
     smooth: float | None = None
     # node names (of the optimized graph, as the report names them) to keep in float
     keep_float: tuple[str, ...] = ()
+    # cross-layer equalization of Conv -> Conv pairs before calibration: True (exact pairs
+    # only) or "relu6" (also through Relu6, replaced by Relu); mlcc/quant/equalize.py
+    equalize: bool | str = False
+    # add (W - Wq) E[x] (E[x] from the calibration data) to each integer layer's bias;
+    # mlcc/quant/bias_correction.py
+    bias_correction: bool = False
 
 
 def _optimize(model: str | Path, shapes: Shapes | None, extra_outputs: list[str] | None,
@@ -145,7 +154,8 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
         if builds_harness(tgt):
             build_harness(tgt, folder, prefix)
     if quantize is not None and quantize.report:
-        _write_report(float_graph, quant_result, quantize, model, tgt.name, qinfo)
+        _write_report(quant_result.float_graph or float_graph, quant_result, quantize, model,
+                      tgt.name, qinfo)
     if quantize is not None and quantize.export_qdq:
         notes = export_qdq(model, quantize.export_qdq, quant_result)
         for note in notes:
@@ -228,6 +238,7 @@ def _write_report(fg: Graph, qres: QuantResult, cfg: QuantizeConfig, model, targ
               f"{info['requant']}; statistics over the first {data.count} calibration samples.",
               "", f"{info['integer_layers']} layers run as integer kernels, "
               f"{len(info['float_layers'])} in float."]
+    header += _option_lines(info)
     text = markdown("mlcc int8 quantization report", header, rows, info["float_layers"],
                     list(outs.items()),
                     {**info["min_sqnr"], **qres.timing} if "min_sqnr" in info else None)
@@ -236,6 +247,27 @@ def _write_report(fg: Graph, qres: QuantResult, cfg: QuantizeConfig, model, targ
         path.write_text(text)
     except OSError as exc:
         raise MlccError(f"cannot write the report to {path}: {exc}") from None
+
+
+def _option_lines(info: dict) -> list[str]:
+    """The report's account of --equalize and --bias-correction."""
+    lines = []
+    if "equalize" in info:
+        eq = info["equalize"]
+        lines += ["", f"Cross-layer equalization (--equalize{'-relu6' if eq['relu6'] else ''}) "
+                  f"applied: {eq['summary']}. The per-layer statistics below compare with "
+                  f"the equalized float model (the same function, rescaled channels)."]
+        lines += [f"- equalized `{a}` -> `{b}`" for a, b in eq["pairs"]]
+        lines += [f"- skipped `{a}` -> `{b}`: {why}" for a, b, why in eq["skipped"]]
+    if "bias_correction" in info:
+        bc = info["bias_correction"]
+        lines += ["", f"Bias correction (--bias-correction) applied: {bc['summary']}. "
+                  f"Largest |shift| per layer (float units of the layer's output):"]
+        top = sorted(bc["max_abs_shift"].items(), key=lambda kv: (-kv[1], kv[0]))
+        lines += [f"- `{k}`: {v:.4g}" for k, v in top[:10]]
+        if len(top) > 10:
+            lines.append(f"- ... and {len(top) - 10} more")
+    return lines
 
 
 def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
@@ -252,27 +284,60 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
                              "QuantizeLinear/DequantizeLinear pairs of its own")
         if cfg.report:
             raise InputError("--report needs --calibration DATA (the samples it measures on)")
+        if cfg.equalize or cfg.bias_correction:
+            raise InputError("--equalize and --bias-correction need --calibration DATA (a "
+                             "QDQ model's own parameters cannot be recomputed for them)")
     else:
         data = CalibrationSet(cfg.calibration, _input_spec(g), cfg.max_samples)
         data.check_first()
+        eq = None
+        if cfg.export_qdq and (cfg.equalize or cfg.bias_correction):
+            raise InputError("--export-qdq cannot write --equalize or --bias-correction "
+                             "(they change the weights and biases, not only the "
+                             "quantization): leave them out to export")
+        if cfg.equalize:
+            if cfg.equalize not in (True, "relu6"):
+                raise InputError(f"equalize must be True, False or 'relu6', not "
+                                 f"{cfg.equalize!r}")
+            eq = equalize_graph(g, relu6=cfg.equalize == "relu6")
+            g = eq.graph
+            say(eq.summary())
+        means = ChannelMeans(watched(g) if cfg.bias_correction else {})
         # --min-sqnr may keep any group in float, which makes its neighbours quantize values
         # the all-integer program keeps in uint8 (a MaxPool's output): observe them all
         needed = observed_values(g) if cfg.min_sqnr is not None else needed_ranges(g, opts)
         names = [n for n in needed if qdq is None or n not in qdq.activations]
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="mlcc-calibrate-") as tmp:
-            run = float_runner(g, Path(tmp) / "float", names)
+            # --bias-correction reads the means of every integer layer's input, including
+            # those whose range is not needed (a MaxPool's output keeps its input's scale)
+            run = float_runner(g, Path(tmp) / "float",
+                               names + [v for v in means.axes if v not in names])
 
             def progress(p, passes, k):
                 if k % 8 == 0:
                     say(f"calibrating ({cfg.calibrator}): pass {p + 1}/{passes}, {k} samples")
             watch = frozenset(smoothable(g)) if cfg.smooth is not None else frozenset()
-            ranges = calibrate(data, run, names, method=cfg.calibrator,
+
+            def run_observed(sample):
+                values = run(sample)
+                if means.axes:          # --bias-correction: per-channel input means
+                    means.observe({**sample, **values})
+                return values
+            ranges = calibrate(data, run_observed, names, method=cfg.calibrator,
                                percentile=cfg.percentile, progress=progress, channels=watch)
+            if cfg.bias_correction:
+                opts = replace(opts, input_means=means.means())
             say(f"calibrated {len(ranges)} tensors on {data.count} samples in "
                 f"{time.perf_counter() - t0:.1f} s")
             if cfg.smooth is not None:
                 g, ranges, smoothed = smooth(g, ranges, cfg.smooth)
+                if opts.input_means:    # the smoothed copy x * (1/s) has mean E[x] / s
+                    m = dict(opts.input_means)
+                    for n in g.nodes:
+                        if n.name.endswith("/Smooth") and n.inputs[0] in m:
+                            m[n.outputs[0]] = m[n.inputs[0]] * g.const(n.inputs[1])
+                    opts = replace(opts, input_means=m)
                 say(f"smoothed (alpha {cfg.smooth:g}) the inputs of the integer MatMuls "
                     f"reading {len(smoothed)} values")
             if cfg.min_sqnr is not None:
@@ -282,6 +347,8 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
         raise InputError("--min-sqnr needs --calibration DATA (the samples it measures on)")
     res = quantize_graph(g, ranges, opts, qdq)
     res.ranges = ranges
+    if cfg.equalize:
+        res.float_graph = g
     if dump_ir is not None:
         from .ir import format_graph
         dump_ir(format_graph(res.graph, "quantize"))
@@ -300,6 +367,17 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
         res.timing = timing
     if cfg.smooth is not None:
         info["smooth_alpha"] = cfg.smooth
+    if cfg.equalize:
+        info["equalize"] = {"relu6": cfg.equalize == "relu6", "pairs": [list(p) for p in eq.pairs],
+                            "skipped": [list(p) for p in eq.skipped],
+                            "relu6_replaced": eq.relu6_replaced, "iterations": eq.iterations,
+                            "summary": eq.summary()}
+    if cfg.bias_correction:
+        info["bias_correction"] = {
+            "layers": len(res.bias_shift),
+            "max_abs_shift": {k: float(np.abs(v).max()) for k, v in sorted(res.bias_shift.items())},
+            "summary": bias_summary(res.bias_shift)}
+        say(f"bias correction: {info['bias_correction']['summary']}")
     return res.graph, res, info
 
 

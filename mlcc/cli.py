@@ -120,6 +120,15 @@ def quant_options(fn):
                      metavar="ALPHA",
                      help="SmoothQuant: move activation outliers of the integer MatMuls' "
                           "inputs into their weights (0.5 for transformers)."),
+        click.option("--equalize", is_flag=True,
+                     help="Cross-layer equalization of Conv -> Conv pairs before "
+                          "calibration (exact: pairs through Relu6 are skipped)."),
+        click.option("--equalize-relu6", "equalize_relu6", is_flag=True,
+                     help="--equalize, also through Relu6, replaced by Relu (changes the "
+                          "float function where a value exceeded 6)."),
+        click.option("--bias-correction", "bias_correction", is_flag=True,
+                     help="Add the mean output shift of weight rounding, (W - Wq) E[x] with "
+                          "E[x] from the calibration data, back to each layer's bias."),
     ]
     for o in reversed(opts):
         fn = o(fn)
@@ -127,17 +136,21 @@ def quant_options(fn):
 
 
 def _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant, report,
-                  export_qdq=None, smooth=None):
+                  export_qdq=None, smooth=None, equalize=False, equalize_relu6=False,
+                  bias_correction=False):
     from . import api
 
     if quantize is None:
-        if calibration or report or export_qdq or smooth is not None:
-            raise MlccError("--calibration, --report, --export-qdq and --smooth need "
-                            "--quantize int8")
+        if calibration or report or export_qdq or smooth is not None or equalize or \
+                equalize_relu6 or bias_correction:
+            raise MlccError("--calibration, --report, --export-qdq, --smooth, --equalize, "
+                            "--equalize-relu6 and --bias-correction need --quantize int8")
         return None
     return api.QuantizeConfig(calibration, calibrator=calibrator, percentile=percentile,
                               per_channel=per_channel, requant=requant, report=report,
                               export_qdq=export_qdq, smooth=smooth,
+                              equalize="relu6" if equalize_relu6 else bool(equalize),
+                              bias_correction=bias_correction,
                               progress=lambda text: click.echo(text, err=True))
 
 
@@ -162,12 +175,14 @@ def _quant_config(quantize, calibration, calibrator, percentile, per_channel, re
 @_guard
 def compile_cmd(model, target, output, shapes, name, max_arena, embed_weights, dump_ir,
                 no_build, min_sqnr, quantize, calibration, calibrator, percentile, per_channel,
-                requant, report, export_qdq, smooth):
+                requant, report, export_qdq, smooth, equalize, equalize_relu6,
+                bias_correction):
     """Compile MODEL (an .onnx file) into C sources, a weight blob and a library."""
     from . import api
 
     qcfg = _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant,
-                         report, export_qdq, smooth)
+                         report, export_qdq, smooth, equalize, equalize_relu6,
+                         bias_correction)
     if min_sqnr is not None:
         if qcfg is None:
             raise MlccError("--min-sqnr needs --quantize int8")
@@ -246,13 +261,14 @@ def run_cmd(folder, inputs, outputs):
 @_guard
 def verify_cmd(model, target, shapes, inputs, per_layer, output, min_sqnr, quantize,
                calibration, calibrator, percentile, per_channel, requant, report, export_qdq,
-               smooth):
+               smooth, equalize, equalize_relu6, bias_correction):
     """Compile MODEL and compare its outputs with onnxruntime's."""
     from . import api
 
     sh = _shapes(shapes)
     qcfg = _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant,
-                         report, export_qdq, smooth)
+                         report, export_qdq, smooth, equalize, equalize_relu6,
+                         bias_correction)
     if qcfg is not None:
         res = api.verify_quantized(model, qcfg, target=target, shapes=sh, inputs=inputs,
                                    output_dir=output,

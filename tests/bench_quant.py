@@ -4,6 +4,7 @@ inputs), output SQNR against the float model and latency on one thread.
 
     python tests/bench_quant.py                       # every model
     python tests/bench_quant.py digits_cnn ppocr_rec --calibrator entropy
+    python tests/bench_quant.py mobilenetv2 --variants pt,pt+eq,pt+bc,pt+eq+bc,pc,pc+eq
 
 Calibration and evaluation inputs are generated here (no downloads): the digits splits of
 ../shared/models when present (else the 20 samples of examples/digits), smooth random images
@@ -12,6 +13,13 @@ for YOLOv8n and PP-OCR det, and synthetic text lines (dark strokes on a light ba
 Percentile calibrator keeps every intermediate tensor in memory (6.8 GB for 32 PP-OCR rec
 images), and its Entropy method equals MinMax through quantize_static. This is not a test:
 nothing here asserts a number. Progress goes to stderr, the table to stdout.
+
+--variants compares mlcc's own options instead (no latencies): each variant is a `+`-joined
+set of pt (--per-tensor weights) or pc (per channel, the default), eq (--equalize), eq6
+(--equalize-relu6), bc (--bias-correction); the table gives each one's output SQNR against
+float (and, for digits_cnn, the test accuracy), next to onnxruntime's quantize_static
+(per-channel) on the same inputs. mobilenetv2 (../shared/models: random weights with
+BatchNorm statistics, smooth random images) is only in this mode's default set.
 """
 from __future__ import annotations
 
@@ -62,6 +70,12 @@ def digits():
     return ROOT / "examples" / "digits" / "digits_cnn.onnx", {"input": (1, 1, 8, 8)}, x, x
 
 
+def mobilenetv2():
+    shape = (1, 3, 224, 224)
+    return (SHARED / "mobilenetv2.onnx", {"input": shape}, images(16, shape, 0, -2.0, 2.0),
+            images(4, shape, 100, -2.0, 2.0))
+
+
 MODELS = {
     "digits_cnn": digits,
     "yolov8n": lambda: (fm.fetch("yolov8n"), {"images": (1, 3, 320, 320)},
@@ -73,6 +87,7 @@ MODELS = {
     "ppocr_rec": lambda: (fm.fetch("ppocr_rec"), {"x": (1, 3, 48, 320)},
                           text_lines(64, 0), text_lines(16, 100)),
 }
+VARIANT_MODELS = {**MODELS, "mobilenetv2": mobilenetv2}
 
 
 def sqnr(ref: list[np.ndarray], got: list[np.ndarray]) -> float:
@@ -199,13 +214,81 @@ def bench(name: str, calibrator: str, ort_calibrator: str, runs: int, tmp: Path,
             + f" | {lat['mlcc int8'] / lat['mlcc float']:.2f} | {qsize / fsize:.2f} |")
 
 
+VARIANT_TOKENS = {"pt": {"per_channel": False}, "pc": {"per_channel": True},
+                  "eq": {"equalize": True}, "eq6": {"equalize": "relu6"},
+                  "bc": {"bias_correction": True}}
+
+
+def variant_config(spec: str) -> dict:
+    cfg: dict = {}
+    for token in spec.split("+"):
+        if token not in VARIANT_TOKENS:
+            raise SystemExit(f"unknown variant token {token!r} in {spec!r} (known: "
+                             f"{', '.join(VARIANT_TOKENS)})")
+        cfg.update(VARIANT_TOKENS[token])
+    return cfg
+
+
+def bench_variants(name: str, calibrator: str, ort_calibrator: str, variants: list[str],
+                   tmp: Path) -> list[str]:
+    """One row per variant: output SQNR against float (and digits accuracy)."""
+    import mlcc
+    from mlcc import api
+
+    path, shapes, calib, test = VARIANT_MODELS[name]()
+    (inp,) = shapes
+    work = tmp / name
+    work.mkdir()
+    fixed = fixed_model(path, shapes, work / "fixed.onnx")
+    np.savez(work / "calib.npz", **{inp: calib})
+    labels = None
+    if name == "digits_cnn" and (SHARED / "digits_test.npz").exists():
+        with np.load(SHARED / "digits_test.npz") as t:
+            labels = t["label"]
+    say = lambda text: print(f"[{name}] {text}", file=sys.stderr)   # noqa: E731
+    f_sess = session(fixed)
+    outs = [o.name for o in f_sess.get_outputs()]
+    ref = [f_sess.run(outs, {inp: x}) for x in test]
+
+    def score(got: list[list[np.ndarray]]) -> str:
+        db = sqnr([a for r in ref for a in r], [a for r in got for a in r])
+        if labels is None:
+            return f"{db:.1f} | "
+        acc = np.mean([np.argmax(g[0]) == y for g, y in zip(got, labels)])
+        return f"{db:.1f} | {100 * acc:.2f}%"
+    ort_q = session(ort_int8(fixed, inp, work / "calib.npz", ort_calibrator,
+                             work / "ort_int8.onnx"))
+    ort_score = score([ort_q.run(outs, {inp: x}) for x in test])
+    rows = []
+    for k, spec in enumerate(variants):
+        t0 = time.perf_counter()
+        res = api.compile(fixed, work / f"int8_{k}", target="x86-native",
+                          quantize=api.QuantizeConfig(work / "calib.npz", calibrator=calibrator,
+                                                      progress=say, **variant_config(spec)))
+        m = mlcc.load(work / f"int8_{k}")
+        got = [[m.run({inp: x})[o] for o in outs] for x in test]
+        q = res.manifest["quantization"]
+        note = []
+        if "equalize" in q:
+            note.append(f"{len(q['equalize']['pairs'])} pairs equalized")
+            if q["equalize"]["relu6_replaced"]:
+                note.append(f"{len(q['equalize']['relu6_replaced'])} Relu6 -> Relu")
+        if "bias_correction" in q:
+            note.append(f"{q['bias_correction']['layers']} biases corrected")
+        rows.append(f"| {name} | {spec} | {calibrator} | {len(calib)} | {len(test)} | "
+                    f"{score(got)} | {ort_score} | {'; '.join(note)} |")
+        say(f"{spec}: {rows[-1]} ({time.perf_counter() - t0:.1f} s)")
+    return rows
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--ort-quantize"]:
         _ort_int8(Path(argv[1]), argv[2], Path(argv[3]), argv[4], Path(argv[5]))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("models", nargs="*", default=list(MODELS))
+    ap.add_argument("models", nargs="*", help=f"default: {', '.join(MODELS)} (with "
+                    f"--variants also mobilenetv2)")
     ap.add_argument("--calibrator", default="minmax",
                     choices=["minmax", "percentile", "entropy"])
     ap.add_argument("--ort-calibrator", default="minmax",
@@ -213,13 +296,36 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--smooth", type=float, default=None, help="mlcc --smooth ALPHA")
     ap.add_argument("--min-sqnr", type=float, default=None, help="mlcc --min-sqnr DB")
+    ap.add_argument("--variants", default=None,
+                    help="compare mlcc options instead: comma-separated variants such as "
+                         "pt,pt+eq,pt+bc,pc,pc+eq+bc (see the module docstring)")
     args = ap.parse_args(argv)
+    if args.variants:
+        variants = args.variants.split(",")
+        for v in variants:
+            variant_config(v)
+        models = args.models or list(VARIANT_MODELS)
+        for name in models:
+            if name not in VARIANT_MODELS:
+                ap.error(f"unknown model {name!r} (known: {', '.join(VARIANT_MODELS)})")
+        rows = ["| model | variant | calibrator | calib samples | eval samples | mlcc int8 "
+                "SQNR (dB) | accuracy | ort int8 per-channel SQNR (dB) | ort accuracy | "
+                "options did |", "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+        with tempfile.TemporaryDirectory(prefix="mlcc-bench-quant-") as tmp:
+            for name in models:
+                rows += bench_variants(name, args.calibrator, args.ort_calibrator, variants,
+                                       Path(tmp))
+        print("\n".join(rows))
+        return 0
+    for name in args.models:
+        if name not in MODELS:
+            ap.error(f"unknown model {name!r} (known: {', '.join(MODELS)})")
     rows = ["| model | calibrator mlcc / ort | calib samples | eval samples | mlcc int8 SQNR "
             "(dB) | ort int8 SQNR (dB) | mlcc integer / float layers | mlcc float ms | "
             "mlcc int8 ms | ort float ms | ort int8 ms | mlcc int8/float | weights int8/float |",
             "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     with tempfile.TemporaryDirectory(prefix="mlcc-bench-quant-") as tmp:
-        for name in args.models:
+        for name in args.models or list(MODELS):
             rows.append(bench(name, args.calibrator, args.ort_calibrator, args.runs, Path(tmp),
                               args.smooth, args.min_sqnr))
             print(rows[-1], file=sys.stderr)

@@ -27,6 +27,7 @@ import numpy as np
 from ..errors import InputError, UnsupportedError
 from ..ir import Graph, Node, Value
 from ..passes.fuse_activations import fuse_activations
+from .bias_correction import correction, shifted_bias
 from .scheme import (TABLE_ACTS, QParams, act_clamp, activation_qparams, activation_table,
                      fit_bias, fixed_multipliers, float_multipliers, function_table,
                      quantize_bias, quantize_weights, table_window)
@@ -91,6 +92,10 @@ class QuantOptions:
     # node names (of the optimized graph) to run in float even where an integer kernel exists
     # (--min-sqnr's choice, mlcc/quant/sensitivity.py)
     keep_float: frozenset = frozenset()
+    # --bias-correction: data input value -> its per-channel calibration mean; the float bias
+    # of each integer Conv / Gemm / MatMul reading one gets (W - Wq) E[x] added
+    # (mlcc/quant/bias_correction.py)
+    input_means: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -113,6 +118,11 @@ class QuantResult:
     # measurements that must not enter the (byte-identical) output folder, e.g. --min-sqnr's
     # latencies: {"ms_all_integer": float, "ms": float}
     timing: dict = field(default_factory=dict)
+    # the float graph that was quantized, when it differs from the compiled one's source
+    # (--equalize rescales its channels): the report compares against this one
+    float_graph: Graph | None = None
+    # --bias-correction: ONNX node name -> the (W - Wq) E[x] added to its float bias
+    bias_shift: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def _act(node: Node) -> tuple:
@@ -330,6 +340,7 @@ def _quantize_once(g: Graph, ranges: dict, opts: QuantOptions | None, qdq,
     nodes: list[Node] = []
     layers: list[LayerPlan] = []
     weights: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    bias_shift: dict[str, np.ndarray] = {}
     # uint8 value -> (its QLut node, the float function it tabulates, input params, input)
     luts: dict[str, tuple] = {}
 
@@ -440,8 +451,12 @@ def _quantize_once(g: Graph, ranges: dict, opts: QuantOptions | None, qdq,
             given = _given_weights(fixed_weights, n, w.shape)
             if given is not None:
                 wq, ws = given
-            elif uint8_out:
-                wq, ws = fit_bias(w, wq, ws, bias, qx.scale)
+            else:
+                if x in opts.input_means:
+                    bias_shift[n.name] = correction(n, w, wq, ws, opts.input_means[x])
+                    bias = shifted_bias(bias, bias_shift[n.name])
+                if uint8_out:
+                    wq, ws = fit_bias(w, wq, ws, bias, qx.scale)
             if uint8_out:
                 lo, hi = act_clamp(act, out_q)
                 rq = ("uint8", opts.requant, out_q.zero_point, lo, hi)
@@ -585,7 +600,7 @@ def _quantize_once(g: Graph, ranges: dict, opts: QuantOptions | None, qdq,
     for o in g.outputs:
         ensure_float(o)
     g.nodes = nodes
-    return QuantResult(g, qparams, qnames, layers, weights=weights)
+    return QuantResult(g, qparams, qnames, layers, weights=weights, bias_shift=bias_shift)
 
 
 def _given_weights(fixed_weights: dict, n: Node, shape) -> tuple[np.ndarray, np.ndarray] | None:
