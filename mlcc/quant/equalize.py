@@ -52,8 +52,9 @@ class EqualizeResult:
     skipped: list[tuple[str, str, str]] = field(default_factory=list)  # (first, second, why)
     relu6_replaced: list[str] = field(default_factory=list)      # Convs whose Relu6 -> Relu
     iterations: int = 0
-    # per equalized Conv: mean over output channels of channel range / layer range (how well
-    # one per-tensor scale fits its channels; 1 = every channel spans the layer's range)
+    # per first Conv of a pair (its output channels are the ones rescaled): mean over output
+    # channels of channel range / layer range (how well one per-tensor scale fits its
+    # channels; 1 = every channel spans the layer's range)
     precision_before: dict[str, float] = field(default_factory=dict)
     precision_after: dict[str, float] = field(default_factory=dict)
 
@@ -65,7 +66,7 @@ class EqualizeResult:
         after = float(np.mean([self.precision_after[n] for n in names]))
         text = (f"equalized {len(self.pairs)} Conv pairs in {self.iterations} sweeps "
                 f"({len(self.skipped)} skipped); mean channel range / layer range "
-                f"{before:.3f} -> {after:.3f} over {len(names)} Convs")
+                f"{before:.3f} -> {after:.3f} over the {len(names)} first Convs")
         if self.relu6_replaced:
             text += f"; Relu6 replaced by Relu after {len(self.relu6_replaced)} Convs"
         return text
@@ -167,8 +168,9 @@ def equalize(g: Graph, relu6: bool = False) -> EqualizeResult:
     convs = {id(n): n for pair in pairs for n in pair}
     w = {k: g.const(n.input(1)).astype(np.float64) for k, n in convs.items()}
     b = {k: g.const(n.input(2)).astype(np.float64) for k, n in convs.items() if n.input(2)}
-    for n in convs.values():
-        res.precision_before[n.name] = _precision(w[id(n)])
+    firsts = [id(first) for first, _ in pairs]
+    for k in firsts:
+        res.precision_before[convs[k].name] = _precision(w[k])
     for it in range(MAX_ITERATIONS):
         res.iterations = it + 1
         moved = 0.0
@@ -190,7 +192,8 @@ def equalize(g: Graph, relu6: bool = False) -> EqualizeResult:
         n.inputs[1] = g.add_const(f"{n.input(1)}.equalized", w[k].astype(np.float32))
         if k in b:
             n.inputs[2] = g.add_const(f"{n.input(2)}.equalized", b[k].astype(np.float32))
-        res.precision_after[n.name] = _precision(w[k])
+        if k in firsts:
+            res.precision_after[n.name] = _precision(w[k])
     if relu6:
         for first, _ in pairs:
             if is_relu6(_act(first)):
