@@ -19,7 +19,8 @@ set of pt (--per-tensor weights) or pc (per channel, the default), eq (--equaliz
 (--equalize-relu6), bc (--bias-correction); the table gives each one's output SQNR against
 float (and, for digits_cnn, the test accuracy), next to onnxruntime's quantize_static
 (per-channel) on the same inputs. mobilenetv2 (../shared/models: random weights with
-BatchNorm statistics, smooth random images) is only in this mode's default set.
+BatchNorm statistics, smooth random images) and mobilenetv2_relu (the same with Relu for
+Relu6, so that CLE applies exactly) are only in this mode's default set.
 """
 from __future__ import annotations
 
@@ -76,6 +77,19 @@ def mobilenetv2():
             images(4, shape, 100, -2.0, 2.0))
 
 
+def mobilenetv2_relu():
+    """MobileNetV2 with every Relu6 but the last replaced by Relu (what the CLE paper did):
+    a depthwise network CLE can equalize exactly (a ModelProto: fixed_model saves it)."""
+    import onnx
+    path, shapes, calib, test = mobilenetv2()
+    m = onnx.load(str(path))
+    clips = [n for n in m.graph.node if n.op_type == "Clip"]
+    for n in clips[:-1]:
+        n.op_type = "Relu"
+        del n.input[1:]
+    return m, shapes, calib, test
+
+
 MODELS = {
     "digits_cnn": digits,
     "yolov8n": lambda: (fm.fetch("yolov8n"), {"images": (1, 3, 320, 320)},
@@ -87,7 +101,7 @@ MODELS = {
     "ppocr_rec": lambda: (fm.fetch("ppocr_rec"), {"x": (1, 3, 48, 320)},
                           text_lines(64, 0), text_lines(16, 100)),
 }
-VARIANT_MODELS = {**MODELS, "mobilenetv2": mobilenetv2}
+VARIANT_MODELS = {**MODELS, "mobilenetv2": mobilenetv2, "mobilenetv2_relu": mobilenetv2_relu}
 
 
 def sqnr(ref: list[np.ndarray], got: list[np.ndarray]) -> float:
@@ -115,7 +129,7 @@ def medians_ms(fns: dict, runs: int) -> dict:
 def fixed_model(path: Path, shapes: dict, out: Path) -> Path:
     """The model with static input shapes (quantize_static calibrates with them)."""
     import onnx
-    m = onnx.load(str(path))
+    m = path if isinstance(path, onnx.ModelProto) else onnx.load(str(path))
     for vi in m.graph.input:
         if vi.name in shapes:
             for d, v in zip(vi.type.tensor_type.shape.dim, shapes[vi.name]):

@@ -54,6 +54,14 @@ def _chain(rng, kind: str) -> tuple[onnx.ModelProto, dict]:
         nodes.append(helper.make_node("LeakyRelu", ["d"], ["dr"], alpha=0.1))
         conv("c2", "dr", "p", 9, 12, 1, pad=0)
         conv("c3", "p", "y", 6, 9, 3, group=3)
+    elif kind == "pool":              # pooling in between commutes with the scaling
+        conv("c1", "x", "a", 10, 6, 3)
+        nodes.append(helper.make_node("Relu", ["a"], ["r"]))
+        nodes.append(helper.make_node("MaxPool", ["r"], ["mp"], kernel_shape=[2, 2],
+                                      strides=[2, 2]))
+        nodes.append(helper.make_node("AveragePool", ["mp"], ["ap"], kernel_shape=[3, 3],
+                                      pads=[1, 1, 1, 1]))
+        conv("c2", "ap", "y", 7, 10, 3)
     elif kind == "branch":            # the intermediate read twice: skipped
         conv("c1", "x", "a", 10, 6, 3)
         nodes.append(helper.make_node("Relu", ["a"], ["r"]))
@@ -103,6 +111,7 @@ def _run(model, feeds):
 @pytest.mark.parametrize("kind, pairs", [
     ("relu", [("c1", "c2")]),
     ("depthwise", [("c1", "dw"), ("dw", "c2"), ("c2", "c3")]),
+    ("pool", [("c1", "c2")]),
     ("branch", []),
     ("relu6", []),
 ])

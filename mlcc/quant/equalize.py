@@ -15,7 +15,8 @@ repeatedly, until no scale moves by more than TOLERANCE (at most MAX_ITERATIONS 
 
 Which pairs: a Conv (constant float weights, constant or no bias, any group count) whose
 output is read by exactly one node, a Conv with constant weights reading it as its data
-input, and is not a graph output; the first Conv's fused activation (attrs["_act"]) must be
+input, and is not a graph output (MaxPool, AveragePool, Relu and LeakyRelu nodes may sit in
+between, each read once: they commute with a positive per-channel scale); the first Conv's fused activation (attrs["_act"]) must be
 positively homogeneous: none, Relu, LeakyRelu, or Clip with lower bound 0 and no upper
 bound. Relu6 (Clip(0, 6)) is not homogeneous (Clip(x / s, 0, 6) != Clip(x, 0, 6) / s): such
 pairs are skipped, unless relu6=True, which replaces the Relu6 of each equalized pair by Relu
@@ -96,6 +97,13 @@ def is_relu6(act: tuple) -> bool:
     return act[0] == "CLIP" and act[1] == 0.0 and np.isfinite(act[2]) and act[2] > 0
 
 
+def _passes_scaling(n: Node) -> bool:
+    """Nodes between the two Convs that commute with a positive per-channel scaling (NCHW):
+    max and average pooling (including their padding), Relu, LeakyRelu."""
+    return n.domain == "" and n.op_type in ("MaxPool", "AveragePool", "Relu", "LeakyRelu") \
+        and len([o for o in n.outputs if o]) == 1
+
+
 def find_pairs(g: Graph, relu6: bool = False
                ) -> tuple[list[tuple[Node, Node]], list[tuple[str, str, str]]]:
     """The (first, second) Conv pairs CLE may scale, in graph order, and the Conv -> Conv
@@ -107,12 +115,17 @@ def find_pairs(g: Graph, relu6: bool = False
             continue
         y = n.outputs[0]
         readers = consumers.get(y, [])
+        via = []            # pooling and Relu nodes in between (they commute with the scaling)
+        while len(readers) == 1 and y not in g.outputs and _passes_scaling(readers[0]):
+            via.append(readers[0])
+            y = readers[0].outputs[0]
+            readers = consumers.get(y, [])
         convs = [c for c in readers if c.op_type == "Conv" and c.domain == ""]
         if not convs:
             continue
         second = convs[0]
         why = ""
-        if y in g.outputs:
+        if y in g.outputs or any(v.outputs[0] in g.outputs for v in via):
             why = "the intermediate is a graph output"
         elif len(readers) > 1:
             why = f"the intermediate has {len(readers)} readers"
