@@ -19,8 +19,9 @@ set of pt (--per-tensor weights) or pc (per channel, the default), eq (--equaliz
 (--equalize-relu6), bc (--bias-correction); the table gives each one's output SQNR against
 float (and, for digits_cnn, the test accuracy), next to onnxruntime's quantize_static
 (per-channel) on the same inputs. mobilenetv2 (../shared/models: random weights with
-BatchNorm statistics, smooth random images) and mobilenetv2_relu (the same with Relu for
-Relu6, so that CLE applies exactly) are only in this mode's default set.
+BatchNorm statistics, smooth random images), mobilenetv2_relu (the same with Relu for
+Relu6, so that CLE applies exactly) and ppocr_det_text (PP-OCR det on pages of the synthetic
+text lines, where its output has signal) are only in this mode's default set.
 """
 from __future__ import annotations
 
@@ -77,6 +78,18 @@ def mobilenetv2():
             images(4, shape, 100, -2.0, 2.0))
 
 
+def text_pages(n: int, seed: int) -> np.ndarray:
+    """[n, 1, 3, 640, 640] pages of the synthetic text lines (13 rows of 2 lines each, a
+    light background, [-1, 1]): inputs on which PP-OCR det's probability map has signal."""
+    lines = text_lines(n * 26, seed)
+    out = np.full((n, 1, 3, 640, 640), lines.max(), np.float32)
+    for i in range(n):
+        for k in range(26):
+            r, c = divmod(k, 2)
+            out[i, 0, :, r * 48:(r + 1) * 48, c * 320:(c + 1) * 320] = lines[i * 26 + k, 0]
+    return out
+
+
 def mobilenetv2_relu():
     """MobileNetV2 with every Relu6 but the last replaced by Relu (what the CLE paper did):
     a depthwise network CLE can equalize exactly (a ModelProto: fixed_model saves it)."""
@@ -101,7 +114,9 @@ MODELS = {
     "ppocr_rec": lambda: (fm.fetch("ppocr_rec"), {"x": (1, 3, 48, 320)},
                           text_lines(64, 0), text_lines(16, 100)),
 }
-VARIANT_MODELS = {**MODELS, "mobilenetv2": mobilenetv2, "mobilenetv2_relu": mobilenetv2_relu}
+VARIANT_MODELS = {**MODELS, "mobilenetv2": mobilenetv2, "mobilenetv2_relu": mobilenetv2_relu,
+                  "ppocr_det_text": lambda: (fm.fetch("ppocr_det"), {"x": (1, 3, 640, 640)},
+                                             text_pages(8, 0), text_pages(2, 100))}
 
 
 def sqnr(ref: list[np.ndarray], got: list[np.ndarray]) -> float:
