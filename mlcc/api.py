@@ -368,14 +368,16 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
     if cfg.smooth is not None:
         info["smooth_alpha"] = cfg.smooth
     if cfg.equalize:
-        info["equalize"] = {"relu6": cfg.equalize == "relu6", "pairs": [list(p) for p in eq.pairs],
+        info["equalize"] = {"relu6": cfg.equalize == "relu6",
+                            "pairs": [list(p) for p in eq.pairs],
                             "skipped": [list(p) for p in eq.skipped],
                             "relu6_replaced": eq.relu6_replaced, "iterations": eq.iterations,
                             "summary": eq.summary()}
     if cfg.bias_correction:
         info["bias_correction"] = {
             "layers": len(res.bias_shift),
-            "max_abs_shift": {k: float(np.abs(v).max()) for k, v in sorted(res.bias_shift.items())},
+            "max_abs_shift": {k: float(np.abs(v).max())
+                              for k, v in sorted(res.bias_shift.items())},
             "summary": bias_summary(res.bias_shift)}
         say(f"bias correction: {info['bias_correction']['summary']}")
     return res.graph, res, info

@@ -4,6 +4,7 @@ correction's arithmetic and its effect on an int8 output biased by weight roundi
 options from the command line, the report and determinism."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ import mlcc
 from mlcc import api
 from mlcc.cli import main
 from mlcc.frontend import import_model
+from mlcc.ir import Node
 from mlcc.passes import INT8_PIPELINE, run_pipeline
 from mlcc.quant.bias_correction import ChannelMeans, correction
 from mlcc.quant.equalize import _in_ranges, _out_ranges, equalize
@@ -171,7 +173,6 @@ def test_channel_means_stream_and_correction_matches_a_grouped_conv():
     # (W - Wq) E[x] equals the grouped conv of the weight error over an input that is each
     # channel's mean everywhere (3 groups, 6 input and 9 output channels, 3x3 taps)
     node = onnx.helper.make_node("Conv", ["x", "w"], ["y"], group=3)
-    from mlcc.ir import Node
     n = Node("c", "Conv", ["x", "w"], ["y"], {"group": 3}, "", 11)
     w = rng.normal(0, 1, (9, 2, 3, 3)).astype(np.float32)
     wq, ws = quantize_weights(w, per_channel=False)
@@ -183,40 +184,37 @@ def test_channel_means_stream_and_correction_matches_a_grouped_conv():
     np.testing.assert_allclose(correction(n, w, wq, ws, mean), want, rtol=1e-4, atol=1e-6)
 
 
-def _biased_model(tmp_path) -> tuple[Path, Path, np.ndarray]:
+def test_bias_correction_moves_the_int8_mean_to_the_float_mean(tmp_path):
     """A 1x1 Conv whose weights all sit 0.4 of a quantization step above the int8 grid (each
     row's largest weight fixes the step at 1/127 of it), on inputs with mean 4: rounding
-    lowers every output by about 63 * 0.4 * step * 4."""
+    lowers every output by about 63 * 0.4 * step * 4, which the correction must remove."""
     rng = np.random.default_rng(1)
     m, c = 8, 64
     step = rng.uniform(0.001, 0.003, m)
     k = rng.integers(-100, 100, (m, c)).astype(np.float64) + 0.4
     k[:, 0] = 127
     w = (k * step[:, None]).reshape(m, c, 1, 1).astype(np.float32)
-    x = (4 + rng.normal(0, 1, (1, c, 5, 5))).astype(np.float32)
+    x0 = (4 + rng.normal(0, 1, (1, c, 5, 5))).astype(np.float32)
     node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv")
     path = tmp_path / "biased.onnx"
-    onnx.save(make_model([node], {"x": x}, ["y"], initializers={"w": w}), str(path))
+    onnx.save(make_model([node], {"x": x0}, ["y"], initializers={"w": w}), str(path))
     calib = tmp_path / "calib.npz"
-    np.savez(calib, x=(4 + rng.normal(0, 1, (32, 1, c, 5, 5))).astype(np.float32))
-    test = (4 + rng.normal(0, 1, (8, 1, c, 5, 5))).astype(np.float32)
-    return path, calib, test
-
-
-def test_bias_correction_moves_the_int8_mean_to_the_float_mean(tmp_path):
-    path, calib, test = _biased_model(tmp_path)
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    ref = np.stack([sess.run(None, {"x": x})[0] for x in test])
-    shift = {}
-    for bc in (False, True):
-        res = api.compile(path, tmp_path / f"q{bc}", target="x86-native",
-                          quantize=api.QuantizeConfig(calib, bias_correction=bc))
-        q = mlcc.load(tmp_path / f"q{bc}")
-        got = np.stack([q.run({"x": x})["y"] for x in test])
-        shift[bc] = float(np.mean(got - ref))
+    xs = (4 + rng.normal(0, 1, (32, 1, c, 5, 5))).astype(np.float32)
+    np.savez(calib, x=xs)
+    # the rounding's shift of each output channel without correction: -(W - Wq) E[x]
+    wq, ws = quantize_weights(w)
+    bias_of_rounding = -(w - wq * ws[:, None, None, None]).reshape(m, c) @ \
+        xs.mean(axis=(0, 1, 3, 4), dtype=np.float64)
+    assert np.all(bias_of_rounding < -0.05)
+    res = api.compile(path, tmp_path / "q", target="x86-native",
+                      quantize=api.QuantizeConfig(calib, bias_correction=True))
+    np.testing.assert_allclose(res.quant.bias_shift["conv"], -bias_of_rounding, rtol=1e-5)
     assert res.manifest["quantization"]["bias_correction"]["layers"] == 1
-    assert shift[False] < -0.05                      # the rounding's bias, measured
-    assert abs(shift[True]) < 0.1 * abs(shift[False])
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    q = mlcc.load(tmp_path / "q")
+    err = np.stack([q.run({"x": x})["y"] - sess.run(None, {"x": x})[0] for x in xs[:8]])
+    # per output channel, the int8 program's mean error is a small part of the rounding's
+    assert np.all(np.abs(err.mean(axis=(0, 1, 3, 4))) < 0.1 * np.abs(bias_of_rounding))
 
 
 def test_options_from_the_cli_report_and_determinism(tmp_path):
@@ -247,7 +245,6 @@ def test_options_from_the_cli_report_and_determinism(tmp_path):
     assert "Cross-layer equalization (--equalize) applied: equalized 3 Conv pairs" in text
     assert "- equalized `dw` -> `c2`" in text
     assert "Bias correction (--bias-correction) applied: 4 layers' biases shifted" in text
-    import json
     q = json.loads((tmp_path / "a" / "manifest.json").read_text())["quantization"]
     assert [tuple(p) for p in q["equalize"]["pairs"]] == [("c1", "dw"), ("dw", "c2"),
                                                           ("c2", "c3")]

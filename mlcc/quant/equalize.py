@@ -16,9 +16,9 @@ repeatedly, until no scale moves by more than TOLERANCE (at most MAX_ITERATIONS 
 Which pairs: a Conv (constant float weights, constant or no bias, any group count) whose
 output is read by exactly one node, a Conv with constant weights reading it as its data
 input, and is not a graph output (MaxPool, AveragePool, Relu and LeakyRelu nodes may sit in
-between, each read once: they commute with a positive per-channel scale); the first Conv's fused activation (attrs["_act"]) must be
-positively homogeneous: none, Relu, LeakyRelu, or Clip with lower bound 0 and no upper
-bound. Relu6 (Clip(0, 6)) is not homogeneous (Clip(x / s, 0, 6) != Clip(x, 0, 6) / s): such
+between, each read once: they commute with a positive per-channel scale); the first
+Conv's fused activation (attrs["_act"]) must be positively homogeneous: none, Relu,
+LeakyRelu, or Clip with lower bound 0 and no upper bound. Relu6 (Clip(0, 6)) is not homogeneous (Clip(x / s, 0, 6) != Clip(x, 0, 6) / s): such
 pairs are skipped, unless relu6=True, which replaces the Relu6 of each equalized pair by Relu
 as the paper does for MobileNetV2 (this changes the float function wherever a value exceeded
 6; the int8 program is then measured against the original float model, so the cost shows).
