@@ -295,6 +295,9 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
             raise InputError("--export-qdq cannot write --equalize or --bias-correction "
                              "(they change the weights and biases, not only the "
                              "quantization): leave them out to export")
+        if cfg.equalize and qdq is not None:
+            raise InputError("--equalize cannot rescale an already-quantized (QDQ) model: "
+                             "its own scales were fixed for the original channels")
         if cfg.equalize:
             if cfg.equalize not in (True, "relu6"):
                 raise InputError(f"equalize must be True, False or 'relu6', not "

@@ -17,6 +17,7 @@ from onnx import helper, numpy_helper
 import mlcc
 from mlcc import api
 from mlcc.cli import main
+from mlcc.errors import InputError
 from mlcc.frontend import import_model
 from mlcc.ir import Node
 from mlcc.passes import INT8_PIPELINE, run_pipeline
@@ -255,3 +256,15 @@ def test_options_from_the_cli_report_and_determinism(tmp_path):
     bad = runner.invoke(main, base + ["-o", str(tmp_path / "d"), "--export-qdq",
                                       str(tmp_path / "e.onnx")])
     assert bad.exit_code == 1 and "--export-qdq cannot write --equalize" in bad.output
+
+
+def test_bad_equalize_value_is_a_clear_error(tmp_path):
+    model, _ = _chain(np.random.default_rng(2), "relu")
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    calib = tmp_path / "c.npz"
+    np.savez(calib, x=np.zeros((2, 1, 6, 11, 13), np.float32))
+    with pytest.raises(InputError, match="equalize must be True, False or 'relu6'"):
+        api.compile(path, tmp_path / "o", build=False,
+                    quantize=api.QuantizeConfig(calib, equalize="relu"))
+    assert not (tmp_path / "o").exists()
