@@ -1,4 +1,4 @@
-"""Winograd F(2x2, 3x3) convolutions (runtime_c/kernels/winograd.c, mlcc/ops/winograd.py):
+"""Winograd F(2x2, 3x3) and F(4x4, 3x3) convolutions (runtime_c/kernels/winograd.c, mlcc/ops/winograd.py):
 against the direct convolution (the same model without `winograd`) and onnxruntime, on odd
 channel counts and sizes, with padding, bias and fused activations. Runs on the host through a
 copy of the x86 target with `winograd: true` (the wasm target's own model tests run in
@@ -54,21 +54,27 @@ def test_applies_only_to_3x3_stride1_dense():
 # (in channels, out channels, height, width, padding, activation): 1/3/17 channels, maps from
 # 1x1 to 13x13 (odd: partial 2x2 tiles), more tiles than one 64-tile block, a deep one (> 256,
 # the GEMM's k block)
+# and, for 4x4 tiles, rows of more than 16 columns (the vector paths of the row split and of
+# the output transform) with partial tiles at the right and bottom
 CASES = [(1, 1, 1, 1, 1, None), (3, 17, 5, 7, 1, "Relu"), (17, 3, 13, 11, 0, None),
          (17, 17, 13, 13, 1, "Sigmoid"), (3, 1, 3, 3, 0, None), (1, 3, 2, 9, 1, "Relu"),
-         (9, 24, 23, 19, 1, None), (300, 9, 4, 5, 1, "Relu")]
+         (9, 24, 23, 19, 1, None), (300, 9, 4, 5, 1, "Relu"), (5, 7, 18, 37, 1, None),
+         (8, 8, 33, 35, 0, "Relu")]
 
 
+@pytest.mark.parametrize("tile", [2, 4])
 @pytest.mark.parametrize("target", ["x86-winograd", "wasm"])
-def test_winograd_conv(target, x86_winograd, tmp_path, monkeypatch):
-    """Every case is a branch of one model (two builds in all: winograd and direct). On wasm
-    the GEMM's panels are 8 columns wide against 4-lane transforms: tiles straddle panels."""
+def test_winograd_conv(target, tile, x86_winograd, tmp_path, monkeypatch):
+    """Every case is a branch of one model (two builds in all: winograd and direct), all on
+    F(tile x tile, 3x3). On wasm the GEMM's panels are 8 columns wide against 4-lane
+    transforms: tiles straddle panels."""
     if target == "wasm":
         missing = "; ".join(load_target("wasm").missing_tools())
         if missing:
             pytest.skip(missing)
 
     monkeypatch.setattr(winograd, "MIN_CHANNELS", 1)   # the kernel at every channel count
+    monkeypatch.setattr(winograd, "tile_size", lambda oh, ow: tile)
     rng = np.random.default_rng(5)
     feeds, weights, nodes, outs = {}, {}, [], []
     for i, (cin, cout, h, w, pad, act) in enumerate(CASES):
@@ -84,7 +90,7 @@ def test_winograd_conv(target, x86_winograd, tmp_path, monkeypatch):
     got = compile_and_run(model, feeds, tmp_path / "w",
                           target=x86_winograd if target == "x86-winograd" else target)
     src = next((tmp_path / "w").glob("*/out/model.c")).read_text()
-    assert src.count("mlcc_f32_conv2d_winograd(") == len(CASES)
+    assert src.count(winograd.KERNELS[tile] + "(") == len(CASES)
     direct = compile_and_run(model, feeds, tmp_path / "d")
     assert "mlcc_f32_conv2d_winograd(" not in next((tmp_path / "d").glob("*/out/model.c")).read_text()
     ref = reference_outputs(model, feeds)
