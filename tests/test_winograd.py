@@ -42,6 +42,33 @@ def test_weight_transform_matches_definition():
     np.testing.assert_allclose(packed.reshape(16, 8)[:, 0], u.reshape(16), rtol=1e-6)
 
 
+def test_f4x4_transform_matches_definition():
+    """F(4x4, 3x3) with its own B^T and A^T (written out here, not taken from the kernel):
+    Y = A^T [(G4 g G4^T) * (B^T d B)] A is the direct 4x4 output of a 6x6 patch, and the packed
+    weights hold the 36 U_e in order."""
+    rng = np.random.default_rng(2)
+    g, d = rng.standard_normal((3, 3)), rng.standard_normal((6, 6))
+    bt = np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                   [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], float)
+    at = np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
+                   [0, 1, -1, 8, -8, 1]], float)
+    u = winograd.G4 @ g @ winograd.G4.T
+    y = at @ (u * (bt @ d @ bt.T)) @ at.T
+    direct = np.array([[np.sum(d[i:i + 3, j:j + 3] * g) for j in range(4)] for i in range(4)])
+    np.testing.assert_allclose(y, direct, rtol=1e-12, atol=1e-12)
+    packed = winograd.transform_weights(g.reshape(1, 1, 3, 3), 4)
+    np.testing.assert_allclose(packed.reshape(36, 8)[:, 0], u.reshape(36), rtol=1e-6)
+
+
+def test_tile_size_by_panels():
+    """F(4x4) from 11x11 up (fewer products in whole 8-tile panels), F(2x2) below and on thin
+    maps; the plan's scratch grows with the 36 products."""
+    assert [winograd.tile_size(s, s) for s in (1, 3, 7, 10, 11, 14, 56)] == [2] * 4 + [4] * 3
+    assert winograd.tile_size(2, 200) == 2 and winograd.tile_size(200, 2) == 2
+    assert winograd.tile_size(5, 11) == 4
+    assert winograd.plan(64, 64, 56, 56, 4)[1] > winograd.plan(64, 64, 56, 56, 2)[1]
+
+
 def test_applies_only_to_3x3_stride1_dense():
     assert winograd.applies(3, 3, 1, 1, 1, 1, 1, 16, 16)
     assert not winograd.applies(3, 3, 2, 2, 1, 1, 1, 16, 16)
