@@ -19,12 +19,20 @@ from util import compile_and_run, make_model, reference_outputs
 
 
 @pytest.fixture(scope="module")
-def x86_winograd(tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("target") / "x86-winograd.yaml"
-    text = (BUILTIN_DIR / "x86.yaml").read_text()
-    path.write_text(text.replace("name: x86", "name: x86-winograd", 1) + "\nwinograd: true\n")
-    assert load_target(str(path)).winograd
-    return str(path)
+def x86_winograd(tmp_path_factory) -> dict[str, str]:
+    """x86 with winograd: true, and the same with simd: none (the kernel's scalar loops)."""
+    folder = tmp_path_factory.mktemp("target")
+    text = (BUILTIN_DIR / "x86.yaml").read_text().replace("name: x86", "name: x86-winograd", 1)
+    text += "\nwinograd: true\n"
+    assert "\nsimd: sse2\n" in text
+    paths = {}
+    for name, body in (("x86-winograd", text),
+                       ("x86-portable-winograd", text.replace("\nsimd: sse2\n", "\nsimd: none\n"))):
+        paths[name] = str(folder / f"{name}.yaml")
+        Path(paths[name]).write_text(body)
+        assert load_target(paths[name]).winograd
+    assert load_target(paths["x86-portable-winograd"]).defines() == ["-DMLCC_NO_VECTORS"]
+    return paths
 
 
 def test_weight_transform_matches_definition():
@@ -89,19 +97,10 @@ CASES = [(1, 1, 1, 1, 1, None), (3, 17, 5, 7, 1, "Relu"), (17, 3, 13, 11, 0, Non
          (8, 8, 33, 35, 0, "Relu")]
 
 
-@pytest.mark.parametrize("tile", [2, 4])
-@pytest.mark.parametrize("target", ["x86-winograd", "wasm"])
-def test_winograd_conv(target, tile, x86_winograd, tmp_path, monkeypatch):
-    """Every case is a branch of one model (two builds in all: winograd and direct), all on
-    F(tile x tile, 3x3). On wasm the GEMM's panels are 8 columns wide against 4-lane
-    transforms: tiles straddle panels."""
-    if target == "wasm":
-        missing = "; ".join(load_target("wasm").missing_tools())
-        if missing:
-            pytest.skip(missing)
-
-    monkeypatch.setattr(winograd, "MIN_CHANNELS", 1)   # the kernel at every channel count
-    monkeypatch.setattr(winograd, "tile_size", lambda oh, ow: tile)
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory):
+    """Every case as a branch of one model: (model, feeds, outputs of the direct build on x86,
+    onnxruntime's outputs), shared by all targets and tiles."""
     rng = np.random.default_rng(5)
     feeds, weights, nodes, outs = {}, {}, [], []
     for i, (cin, cout, h, w, pad, act) in enumerate(CASES):
@@ -114,14 +113,31 @@ def test_winograd_conv(target, tile, x86_winograd, tmp_path, monkeypatch):
             nodes.append(helper.make_node(act, [f"c{i}"], [f"y{i}"]))
         outs.append(f"y{i}")
     model = make_model(nodes, feeds, outs, initializers=weights)
+    folder = tmp_path_factory.mktemp("direct")
+    direct = compile_and_run(model, feeds, folder)
+    assert "mlcc_f32_conv2d_winograd" not in next(folder.glob("*/out/model.c")).read_text()
+    return model, feeds, direct, reference_outputs(model, feeds)
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+@pytest.mark.parametrize("target", ["x86-winograd", "x86-portable-winograd", "wasm"])
+def test_winograd_conv(target, tile, x86_winograd, cases, tmp_path, monkeypatch):
+    """All cases on F(tile x tile, 3x3), against the direct convolution and onnxruntime. On
+    wasm the GEMM's panels are 8 columns wide against 4-lane transforms: tiles straddle
+    panels; the portable build runs the scalar loops the vector builds leave out."""
+    if target == "wasm":
+        missing = "; ".join(load_target("wasm").missing_tools())
+        if missing:
+            pytest.skip(missing)
+
+    monkeypatch.setattr(winograd, "MIN_CHANNELS", 1)   # the kernel at every channel count
+    monkeypatch.setattr(winograd, "tile_size", lambda oh, ow: tile)
+    model, feeds, direct, ref = cases
     got = compile_and_run(model, feeds, tmp_path / "w",
-                          target=x86_winograd if target == "x86-winograd" else target)
+                          target=x86_winograd.get(target, target))
     src = next((tmp_path / "w").glob("*/out/model.c")).read_text()
     assert src.count(winograd.KERNELS[tile] + "(") == len(CASES)
-    direct = compile_and_run(model, feeds, tmp_path / "d")
-    assert "mlcc_f32_conv2d_winograd(" not in next((tmp_path / "d").glob("*/out/model.c")).read_text()
-    ref = reference_outputs(model, feeds)
-    for name in outs:
+    for name in ref:
         assert got[name].shape == ref[name].shape
         # mlcc verify's tolerance: 1e-4 x max(1, max |ref|)
         tol = 1e-4 * max(1.0, float(np.abs(ref[name]).max()))
