@@ -1,8 +1,8 @@
-"""Winograd F(2x2, 3x3) and F(4x4, 3x3) convolutions (runtime_c/kernels/winograd.c, mlcc/ops/winograd.py):
-against the direct convolution (the same model without `winograd`) and onnxruntime, on odd
-channel counts and sizes, with padding, bias and fused activations. Runs on the host through a
-copy of the x86 target with `winograd: true` (the wasm target's own model tests run in
-tests/test_targets_wasm.py)."""
+"""Winograd F(2x2, 3x3) and F(4x4, 3x3) convolutions (runtime_c/kernels/winograd.c,
+mlcc/ops/winograd.py): against the direct convolution (the same model without `winograd`) and
+onnxruntime, on odd channel counts and sizes, with padding, bias and fused activations. Runs on
+the host through copies of the x86 target with `winograd: true` (the wasm target's own model
+tests run in tests/test_targets_wasm.py)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -37,8 +37,8 @@ def _tiles(oh: int, ow: int, m: int) -> int:
 
 def tile_size(oh: int, ow: int) -> int:
     """4 (F(4x4, 3x3)) where its products, counted in whole GEMM panels, are fewer than
-    F(2x2, 3x3)'s: square maps of 11x11 and up (ResNet-50's 56x56 to 14x14, YOLOv8n's 160x160
-    to 20x20, SqueezeNet's 55x55 to 13x13); 2 on smaller maps, where partial 4x4 tiles and
+    F(2x2, 3x3)'s: square maps of 11x11 and up (ResNet-50's 56x56 to 14x14, YOLOv8n's 80x80 to
+    20x20, SqueezeNet's 55x55 to 13x13); 2 on smaller maps, where partial 4x4 tiles and
     panels waste the difference (7x7: 4 tiles of 36 products in one 8-column panel against 16
     tiles of 16 in two; 1.27x slower as F(4x4) in node)."""
     def cost(m: int) -> int:

@@ -8,7 +8,7 @@ typedef struct winograd_job {
     float *y, *v, *m, *rows;
     ptrdiff_t n, t0, nb, units;
     ptrdiff_t ne;   /* products: 16 for F(2x2, 3x3), 36 for F(4x4, 3x3) */
-    ptrdiff_t vplane, mplane;   /* floats from one product's operand (V) or result (M) to the next */
+    ptrdiff_t vplane, mplane;   /* floats from one product's operand (V), result (M) to the next */
 } winograd_job;
 
 /* Units of a phase: ranges of channels (or of the 16 products), at most 4 per thread. */

@@ -37,9 +37,9 @@ void mlcc_f32_conv2d_winograd(const mlcc_conv2d_packed_params *p, const float *x
 
 /* The same convolution by F(4x4, 3x3): 4x4 output tiles from 6x6 input patches, 36 products
  * (U: 36 packed matrices of G g G^T with F(4x4, 3x3)'s G), 4x fewer multiplications than the
- * direct convolution instead of 2.25x, for a few times F(2x2, 3x3)'s rounding error (its
- * transforms multiply by up to 8 and, in G, divide by 24). mlcc/ops/winograd.py picks it per
- * convolution where the map holds enough 4x4 tiles. scratch holds
+ * direct convolution instead of 2.25x, for 10-20x F(2x2, 3x3)'s rounding error in one-layer
+ * tests (its transforms multiply by up to 8 and, in G, divide by 24). mlcc/ops/winograd.py
+ * picks it per convolution where the map holds enough 4x4 tiles. scratch holds
  * mlcc_winograd_4x4_scratch_floats(p) floats: the transformed input (36 x in_channels x
  * block), the products (36 x out_channels x block) and, per thread, six input rows split into
  * four column phases (24 x (ceil(out_w / 4) + MLCC_WINOGRAD_ROW_SLACK)). */
