@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
+import mlcc
 from mlcc.ops import winograd
 from mlcc.targets import load_target
 from mlcc.targets.target import BUILTIN_DIR
@@ -88,13 +89,13 @@ def test_applies_only_to_3x3_stride1_dense():
 
 # (in channels, out channels, height, width, padding, activation): 1/3/17 channels, maps from
 # 1x1 to 13x13 (odd: partial 2x2 tiles), more tiles than one 64-tile block, a deep one (> 256,
-# the GEMM's k block)
-# and, for 4x4 tiles, rows of more than 16 columns (the vector paths of the row split and of
-# the output transform) with partial tiles at the right and bottom
+# the GEMM's k block), rows of more than 16 columns (for 4x4 tiles, the vector paths of the row
+# split and of the output transform) with partial tiles at the right and bottom, and one large
+# enough to be cut between threads (MLCC_MIN_PARALLEL_MACS)
 CASES = [(1, 1, 1, 1, 1, None), (3, 17, 5, 7, 1, "Relu"), (17, 3, 13, 11, 0, None),
          (17, 17, 13, 13, 1, "Sigmoid"), (3, 1, 3, 3, 0, None), (1, 3, 2, 9, 1, "Relu"),
          (9, 24, 23, 19, 1, None), (300, 9, 4, 5, 1, "Relu"), (5, 7, 18, 37, 1, None),
-         (8, 8, 33, 35, 0, "Relu")]
+         (8, 8, 33, 35, 0, "Relu"), (64, 40, 30, 29, 1, "Relu")]
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +138,10 @@ def test_winograd_conv(target, tile, x86_winograd, cases, tmp_path, monkeypatch)
                           target=x86_winograd.get(target, target))
     src = next((tmp_path / "w").glob("*/out/model.c")).read_text()
     assert src.count(winograd.KERNELS[tile] + "(") == len(CASES)
+    if target == "x86-winograd":   # the same bits on 3 threads (phases cut into units)
+        threaded = mlcc.load(next((tmp_path / "w").glob("*/out")), threads=3).run(feeds)
+        for name in ref:
+            np.testing.assert_array_equal(threaded[name], got[name], err_msg=name)
     for name in ref:
         assert got[name].shape == ref[name].shape
         # mlcc verify's tolerance: 1e-4 x max(1, max |ref|)
