@@ -1,8 +1,8 @@
-"""Winograd F(2x2, 3x3) convolutions (runtime_c/kernels/winograd.c, mlcc/ops/winograd.py):
-against the direct convolution (the same model without `winograd`) and onnxruntime, on odd
-channel counts and sizes, with padding, bias and fused activations. Runs on the host through a
-copy of the x86 target with `winograd: true` (the wasm target's own model tests run in
-tests/test_targets_wasm.py)."""
+"""Winograd F(2x2, 3x3) and F(4x4, 3x3) convolutions (runtime_c/kernels/winograd.c,
+mlcc/ops/winograd.py): against the direct convolution (the same model without `winograd`) and
+onnxruntime, on odd channel counts and sizes, with padding, bias and fused activations. Runs on
+the host through copies of the x86 target with `winograd: true` (the wasm target's own model
+tests run in tests/test_targets_wasm.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
+import mlcc
 from mlcc.ops import winograd
 from mlcc.targets import load_target
 from mlcc.targets.target import BUILTIN_DIR
@@ -19,12 +20,20 @@ from util import compile_and_run, make_model, reference_outputs
 
 
 @pytest.fixture(scope="module")
-def x86_winograd(tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("target") / "x86-winograd.yaml"
-    text = (BUILTIN_DIR / "x86.yaml").read_text()
-    path.write_text(text.replace("name: x86", "name: x86-winograd", 1) + "\nwinograd: true\n")
-    assert load_target(str(path)).winograd
-    return str(path)
+def x86_winograd(tmp_path_factory) -> dict[str, str]:
+    """x86 with winograd: true, and the same with simd: none (the kernel's scalar loops)."""
+    folder = tmp_path_factory.mktemp("target")
+    text = (BUILTIN_DIR / "x86.yaml").read_text().replace("name: x86", "name: x86-winograd", 1)
+    text += "\nwinograd: true\n"
+    assert "\nsimd: sse2\n" in text
+    paths = {}
+    for name, body in (("x86-winograd", text),
+                       ("x86-portable-winograd", text.replace("\nsimd: sse2\n", "\nsimd: none\n"))):
+        paths[name] = str(folder / f"{name}.yaml")
+        Path(paths[name]).write_text(body)
+        assert load_target(paths[name]).winograd
+    assert load_target(paths["x86-portable-winograd"]).defines() == ["-DMLCC_NO_VECTORS"]
+    return paths
 
 
 def test_weight_transform_matches_definition():
@@ -42,6 +51,33 @@ def test_weight_transform_matches_definition():
     np.testing.assert_allclose(packed.reshape(16, 8)[:, 0], u.reshape(16), rtol=1e-6)
 
 
+def test_f4x4_transform_matches_definition():
+    """F(4x4, 3x3) with its own B^T and A^T (written out here, not taken from the kernel):
+    Y = A^T [(G4 g G4^T) * (B^T d B)] A is the direct 4x4 output of a 6x6 patch, and the packed
+    weights hold the 36 U_e in order."""
+    rng = np.random.default_rng(2)
+    g, d = rng.standard_normal((3, 3)), rng.standard_normal((6, 6))
+    bt = np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                   [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], float)
+    at = np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
+                   [0, 1, -1, 8, -8, 1]], float)
+    u = winograd.G4 @ g @ winograd.G4.T
+    y = at @ (u * (bt @ d @ bt.T)) @ at.T
+    direct = np.array([[np.sum(d[i:i + 3, j:j + 3] * g) for j in range(4)] for i in range(4)])
+    np.testing.assert_allclose(y, direct, rtol=1e-12, atol=1e-12)
+    packed = winograd.transform_weights(g.reshape(1, 1, 3, 3), 4)
+    np.testing.assert_allclose(packed.reshape(36, 8)[:, 0], u.reshape(36), rtol=1e-6)
+
+
+def test_tile_size_by_panels():
+    """F(4x4) from 11x11 up (fewer products in whole 8-tile panels), F(2x2) below and on thin
+    maps; the plan's scratch grows with the 36 products."""
+    assert [winograd.tile_size(s, s) for s in (1, 3, 7, 10, 11, 14, 56)] == [2] * 4 + [4] * 3
+    assert winograd.tile_size(2, 200) == 2 and winograd.tile_size(200, 2) == 2
+    assert winograd.tile_size(5, 11) == 4
+    assert winograd.plan(64, 64, 56, 56, 4)[1] > winograd.plan(64, 64, 56, 56, 2)[1]
+
+
 def test_applies_only_to_3x3_stride1_dense():
     assert winograd.applies(3, 3, 1, 1, 1, 1, 1, 16, 16)
     assert not winograd.applies(3, 3, 2, 2, 1, 1, 1, 16, 16)
@@ -53,22 +89,19 @@ def test_applies_only_to_3x3_stride1_dense():
 
 # (in channels, out channels, height, width, padding, activation): 1/3/17 channels, maps from
 # 1x1 to 13x13 (odd: partial 2x2 tiles), more tiles than one 64-tile block, a deep one (> 256,
-# the GEMM's k block)
+# the GEMM's k block), rows of more than 16 columns (for 4x4 tiles, the vector paths of the row
+# split and of the output transform) with partial tiles at the right and bottom, and one large
+# enough to be cut between threads (MLCC_MIN_PARALLEL_MACS)
 CASES = [(1, 1, 1, 1, 1, None), (3, 17, 5, 7, 1, "Relu"), (17, 3, 13, 11, 0, None),
          (17, 17, 13, 13, 1, "Sigmoid"), (3, 1, 3, 3, 0, None), (1, 3, 2, 9, 1, "Relu"),
-         (9, 24, 23, 19, 1, None), (300, 9, 4, 5, 1, "Relu")]
+         (9, 24, 23, 19, 1, None), (300, 9, 4, 5, 1, "Relu"), (5, 7, 18, 37, 1, None),
+         (8, 8, 33, 35, 0, "Relu"), (64, 40, 30, 29, 1, "Relu")]
 
 
-@pytest.mark.parametrize("target", ["x86-winograd", "wasm"])
-def test_winograd_conv(target, x86_winograd, tmp_path, monkeypatch):
-    """Every case is a branch of one model (two builds in all: winograd and direct). On wasm
-    the GEMM's panels are 8 columns wide against 4-lane transforms: tiles straddle panels."""
-    if target == "wasm":
-        missing = "; ".join(load_target("wasm").missing_tools())
-        if missing:
-            pytest.skip(missing)
-
-    monkeypatch.setattr(winograd, "MIN_CHANNELS", 1)   # the kernel at every channel count
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory):
+    """Every case as a branch of one model: (model, feeds, outputs of the direct build on x86,
+    onnxruntime's outputs), shared by all targets and tiles."""
     rng = np.random.default_rng(5)
     feeds, weights, nodes, outs = {}, {}, [], []
     for i, (cin, cout, h, w, pad, act) in enumerate(CASES):
@@ -81,14 +114,35 @@ def test_winograd_conv(target, x86_winograd, tmp_path, monkeypatch):
             nodes.append(helper.make_node(act, [f"c{i}"], [f"y{i}"]))
         outs.append(f"y{i}")
     model = make_model(nodes, feeds, outs, initializers=weights)
+    folder = tmp_path_factory.mktemp("direct")
+    direct = compile_and_run(model, feeds, folder)
+    assert "mlcc_f32_conv2d_winograd" not in next(folder.glob("*/out/model.c")).read_text()
+    return model, feeds, direct, reference_outputs(model, feeds)
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+@pytest.mark.parametrize("target", ["x86-winograd", "x86-portable-winograd", "wasm"])
+def test_winograd_conv(target, tile, x86_winograd, cases, tmp_path, monkeypatch):
+    """All cases on F(tile x tile, 3x3), against the direct convolution and onnxruntime. On
+    wasm the GEMM's panels are 8 columns wide against 4-lane transforms: tiles straddle
+    panels; the portable build runs the scalar loops the vector builds leave out."""
+    if target == "wasm":
+        missing = "; ".join(load_target("wasm").missing_tools())
+        if missing:
+            pytest.skip(missing)
+
+    monkeypatch.setattr(winograd, "MIN_CHANNELS", 1)   # the kernel at every channel count
+    monkeypatch.setattr(winograd, "tile_size", lambda oh, ow: tile)
+    model, feeds, direct, ref = cases
     got = compile_and_run(model, feeds, tmp_path / "w",
-                          target=x86_winograd if target == "x86-winograd" else target)
+                          target=x86_winograd.get(target, target))
     src = next((tmp_path / "w").glob("*/out/model.c")).read_text()
-    assert src.count("mlcc_f32_conv2d_winograd(") == len(CASES)
-    direct = compile_and_run(model, feeds, tmp_path / "d")
-    assert "mlcc_f32_conv2d_winograd(" not in next((tmp_path / "d").glob("*/out/model.c")).read_text()
-    ref = reference_outputs(model, feeds)
-    for name in outs:
+    assert src.count(winograd.KERNELS[tile] + "(") == len(CASES)
+    if target == "x86-winograd":   # the same bits on 3 threads (phases cut into units)
+        threaded = mlcc.load(next((tmp_path / "w").glob("*/out")), threads=3).run(feeds)
+        for name in ref:
+            np.testing.assert_array_equal(threaded[name], got[name], err_msg=name)
+    for name in ref:
         assert got[name].shape == ref[name].shape
         # mlcc verify's tolerance: 1e-4 x max(1, max |ref|)
         tol = 1e-4 * max(1.0, float(np.abs(ref[name]).max()))

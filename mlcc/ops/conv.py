@@ -219,10 +219,11 @@ class Conv(OpDef):
             if lo.options.get("winograd") and winograd.applies(
                     kh, kw, sh, sw, dh, dw, g, geo["c"], geo["m"]):
                 # the target opted in to Winograd's rounding (runtime_c/kernels/winograd.h)
-                block, scratch = winograd.plan(geo["c"], geo["m"], oh, ow)
+                m = winograd.tile_size(oh, ow)
+                block, scratch = winograd.plan(geo["c"], geo["m"], oh, ow, m)
                 args[1] = lo.add_const(f"{node.name}.W_winograd",
-                                       winograd.transform_weights(w_const))
-                lo.call("mlcc_f32_conv2d_winograd", args, [node.outputs[0]],
+                                       winograd.transform_weights(w_const, m))
+                lo.call(winograd.KERNELS[m], args, [node.outputs[0]],
                         params_type="mlcc_conv2d_packed_params",
                         params={"conv": params, "block_cols": block},
                         scratch_bytes=scratch, pool=True)

@@ -57,8 +57,9 @@ class Target:
     # The packed GEMM's register tile (rows of C, vectors of columns), when the target picks
     # its own: () keeps the kernels' default (runtime_c/kernels/gemm.h)
     gemm_tile: tuple[int, ...] = ()
-    # 3x3 stride-1 convolutions by Winograd F(2x2, 3x3): 2.25x fewer multiplications, rounded
-    # differently from the direct convolution (runtime_c/kernels/winograd.h)
+    # 3x3 stride-1 convolutions by Winograd F(4x4, 3x3) or F(2x2, 3x3), per layer: 4x or 2.25x
+    # fewer multiplications, rounded differently from the direct convolution
+    # (runtime_c/kernels/winograd.h, mlcc/ops/winograd.py)
     winograd: bool = False
 
     @property

@@ -7,6 +7,8 @@ typedef struct winograd_job {
     const float *x, *u, *bias;
     float *y, *v, *m, *rows;
     ptrdiff_t n, t0, nb, units;
+    ptrdiff_t ne;   /* products: 16 for F(2x2, 3x3), 36 for F(4x4, 3x3) */
+    ptrdiff_t vplane, mplane;   /* floats from one product's operand (V), result (M) to the next */
 } winograd_job;
 
 /* Units of a phase: ranges of channels (or of the 16 products), at most 4 per thread. */
@@ -17,6 +19,11 @@ static ptrdiff_t phase_units(ptrdiff_t items, ptrdiff_t nt) {
 /* Up to this many threads share a convolution: each has its own row buffers in scratch. */
 #define WINOGRAD_SLICES MLCC_WINOGRAD_SLICES
 
+/* Floats per column phase of a row buffer: the tw + 1 columns a row of tw tiles reads, and
+ * zeros up to tw + MLCC_WINOGRAD_ROW_SLACK, so that a vector of tiles starting at any tile of
+ * the row reads inside the buffer (its lanes past the row are computed and not stored). */
+#define ROW_STRIDE(tw) ((tw) + MLCC_WINOGRAD_ROW_SLACK)
+
 /* The four input rows of tile row ty, zero-padded and split by column parity: row i of the
  * tiles' 4x4 patches is even[i][tx], odd[i][tx], even[i][tx + 1], odd[i][tx + 1] (columns
  * 2 tx .. 2 tx + 3 of the padded input), so that consecutive tiles read consecutive floats. */
@@ -26,8 +33,9 @@ static void fill_rows(const mlcc_conv2d_params *p, const float *xc, ptrdiff_t ty
     int i;
     for (i = 0; i < 4; i++) {
         const ptrdiff_t yy = 2 * ty - (ptrdiff_t)p->pad_top + i;
-        float *even = buf + 2 * i * (tw + 1), *odd = even + tw + 1;
+        float *even = buf + 2 * i * ROW_STRIDE(tw), *odd = even + ROW_STRIDE(tw);
         ptrdiff_t k;
+        for (k = tw + 1; k < ROW_STRIDE(tw); k++) even[k] = odd[k] = 0.0f;
         if (yy < 0 || yy >= ih) {
             for (k = 0; k <= tw; k++) even[k] = odd[k] = 0.0f;
             continue;
@@ -55,15 +63,15 @@ static void fill_rows(const mlcc_conv2d_params *p, const float *xc, ptrdiff_t ty
 }
 
 /* V = B^T d B of every tile of the block, for channels [c0, c1), written as the 16 GEMMs' B
- * panels: product e's panels start at v + e * in_channels * block; tile tl of the block is
+ * panels: product e's panels start at v + e * vplane; tile tl of the block is
  * column tl % NR of panel tl / NR. */
 static void input_transform(void *arg, int unit, int thread) {
     const winograd_job *job = (const winograd_job *)arg;
     const mlcc_conv2d_params *p = &job->pp->conv;
     const ptrdiff_t cin = (ptrdiff_t)p->in_channels, tw = ((ptrdiff_t)p->out_w + 1) / 2;
-    const ptrdiff_t plane = cin * (ptrdiff_t)job->pp->block_cols;
+    const ptrdiff_t plane = job->vplane;
     const ptrdiff_t c0 = cin * unit / job->units, c1 = cin * (unit + 1) / job->units;
-    float *buf = job->rows + thread * 8 * (tw + 1);
+    float *buf = job->rows + thread * 8 * ROW_STRIDE(tw);
     ptrdiff_t c, tl;
     for (c = c0; c < c1; c++) {
         const float *xc = job->x + (job->n * cin + c) * (ptrdiff_t)(p->in_h * p->in_w);
@@ -75,10 +83,13 @@ static void input_transform(void *arg, int unit, int thread) {
             const ptrdiff_t txe = tw - tx < job->nb - tl ? tw : tx + (job->nb - tl);
             const float *r0, *r1, *r2, *r3;
             fill_rows(p, xc, ty, buf);
-            r0 = buf, r1 = buf + 2 * (tw + 1), r2 = buf + 4 * (tw + 1), r3 = buf + 6 * (tw + 1);
+            r0 = buf, r1 = buf + 2 * ROW_STRIDE(tw), r2 = buf + 4 * ROW_STRIDE(tw);
+            r3 = buf + 6 * ROW_STRIDE(tw);
 #if MLCC_HAVE_VECTORS
-            for (; tx + MLCC_VF_LANES <= txe; tx += MLCC_VF_LANES, tl += MLCC_VF_LANES) {
-                const ptrdiff_t o = tw + 1;
+            /* vectors of tiles; the row's last one may be partial (lanes past it not stored) */
+            for (; tx < txe; tx += MLCC_VF_LANES, tl += MLCC_VF_LANES) {
+                const ptrdiff_t o = ROW_STRIDE(tw);
+                const ptrdiff_t nl = txe - tx < MLCC_VF_LANES ? txe - tx : MLCC_VF_LANES;
                 float *vo = vc + (tl / MLCC_GEMM_NR) * cin * MLCC_GEMM_NR + tl % MLCC_GEMM_NR;
                 mlcc_vf d[4][4], r[4][4], v[16];
                 const float *rows[4];
@@ -102,20 +113,21 @@ static void input_transform(void *arg, int unit, int thread) {
                     v[4 * i + 2] = r[i][2] - r[i][1];
                     v[4 * i + 3] = r[i][1] - r[i][3];
                 }
-                if (tl % MLCC_GEMM_NR + MLCC_VF_LANES <= MLCC_GEMM_NR) {
+                if (nl == MLCC_VF_LANES && tl % MLCC_GEMM_NR + MLCC_VF_LANES <= MLCC_GEMM_NR) {
                     for (i = 0; i < 16; i++) mlcc_vf_store(vo + i * plane, v[i]);
-                } else {   /* the tiles straddle two panels */
+                } else {   /* a partial vector, or tiles that straddle two panels */
                     ptrdiff_t l;
-                    for (l = 0; l < MLCC_VF_LANES; l++) {
+                    for (l = 0; l < nl; l++) {
                         float *vl = vc + ((tl + l) / MLCC_GEMM_NR) * cin * MLCC_GEMM_NR +
                                     (tl + l) % MLCC_GEMM_NR;
                         for (i = 0; i < 16; i++) vl[i * plane] = v[i][l];
                     }
                 }
+                if (nl < MLCC_VF_LANES) tx -= MLCC_VF_LANES - nl, tl -= MLCC_VF_LANES - nl;
             }
 #endif
             for (; tx < txe; tx++, tl++) {
-                const ptrdiff_t o = tw + 1;
+                const ptrdiff_t o = ROW_STRIDE(tw);
                 float *vo = vc + (tl / MLCC_GEMM_NR) * cin * MLCC_GEMM_NR + tl % MLCC_GEMM_NR;
                 float d[4][4], r[4][4];
                 const float *rows[4];
@@ -159,13 +171,13 @@ static void products(void *arg, int unit, int thread) {
     const ptrdiff_t cin = (ptrdiff_t)p->in_channels, cout = (ptrdiff_t)p->out_channels;
     const ptrdiff_t cout_pad = (cout + MLCC_GEMM_MR - 1) / MLCC_GEMM_MR * MLCC_GEMM_MR;
     const ptrdiff_t block = (ptrdiff_t)job->pp->block_cols;
-    const ptrdiff_t e0 = 16 * unit / job->units, e1 = 16 * (unit + 1) / job->units;
+    const ptrdiff_t e0 = job->ne * unit / job->units, e1 = job->ne * (unit + 1) / job->units;
     const mlcc_act none = {MLCC_ACT_NONE, 0.0f, 0.0f};
     ptrdiff_t e;
     (void)thread;
     for (e = e0; e < e1; e++)
         mlcc_f32_gemm_packed(cout, job->nb, cin, job->u + e * cout_pad * cin, cout_pad, 0,
-                             job->v + e * cin * block, NULL, &none, job->m + e * cout * block,
+                             job->v + e * job->vplane, NULL, &none, job->m + e * job->mplane,
                              block);
 }
 
@@ -175,7 +187,7 @@ static void output_transform(void *arg, int unit, int thread) {
     const mlcc_conv2d_params *p = &job->pp->conv;
     const ptrdiff_t cout = (ptrdiff_t)p->out_channels, oh = (ptrdiff_t)p->out_h;
     const ptrdiff_t ow = (ptrdiff_t)p->out_w, tw = (ow + 1) / 2;
-    const ptrdiff_t plane = cout * (ptrdiff_t)job->pp->block_cols;
+    const ptrdiff_t plane = job->mplane;
     const ptrdiff_t k0 = cout * unit / job->units, k1 = cout * (unit + 1) / job->units;
     ptrdiff_t k, tl;
     (void)thread;
@@ -238,6 +250,226 @@ static void output_transform(void *arg, int unit, int thread) {
     }
 }
 
+/* F(4x4, 3x3). B^T of the 6x6 input patches, one dimension: r = B^T d (Lavin and Gray's
+ * matrices, evaluated with shared differences as in NNPACK and ncnn). Works on floats and on
+ * vectors of tiles alike. */
+#define WINO4_BT(T, d0, d1, d2, d3, d4, d5, r)                      \
+    do {                                                            \
+        const T s12_ = (d4) - 4.0f * (d2), s13_ = (d3) - 4.0f * (d1); \
+        const T s42_ = (d4) - (d2), s31_ = 2.0f * ((d3) - (d1));      \
+        (r)[0] = 4.0f * (d0) - 5.0f * (d2) + (d4);                   \
+        (r)[1] = s12_ + s13_;                                         \
+        (r)[2] = s12_ - s13_;                                         \
+        (r)[3] = s42_ + s31_;                                         \
+        (r)[4] = s42_ - s31_;                                         \
+        (r)[5] = 4.0f * (d1) - 5.0f * (d3) + (d5);                   \
+    } while (0)
+/* A^T of the products, one dimension: o = A^T m (4 outputs of 6). */
+#define WINO4_AT(T, m0, m1, m2, m3, m4, m5, o)                      \
+    do {                                                            \
+        const T a_ = (m1) + (m2), b_ = (m1) - (m2);                 \
+        const T c_ = (m3) + (m4), d_ = (m3) - (m4);                 \
+        (o)[0] = (m0) + a_ + c_;                                    \
+        (o)[1] = b_ + 2.0f * d_;                                    \
+        (o)[2] = a_ + 4.0f * c_;                                    \
+        (o)[3] = b_ + 8.0f * d_ + (m5);                             \
+    } while (0)
+
+/* The six input rows of tile row ty, zero-padded and split into four column phases: phase q of
+ * row i is buf + (4 i + q) ROW_STRIDE(tw), element k holding padded column 4 k + q, so column j of
+ * the patch of tile tx is phase j % 4, element tx + j / 4 (consecutive tiles, consecutive
+ * floats). Phases are ROW_STRIDE(tw) floats apart. */
+static void fill_rows_4x4(const mlcc_conv2d_params *p, const float *xc, ptrdiff_t ty,
+                          float *buf) {
+    const ptrdiff_t ih = (ptrdiff_t)p->in_h, iw = (ptrdiff_t)p->in_w;
+    const ptrdiff_t tw = ((ptrdiff_t)p->out_w + 3) / 4, pl = (ptrdiff_t)p->pad_left;
+    int i, q;
+    for (i = 0; i < 6; i++) {
+        const ptrdiff_t yy = 4 * ty - (ptrdiff_t)p->pad_top + i;
+        float *ph = buf + 4 * i * ROW_STRIDE(tw);
+        const float *src = xc + yy * iw;
+        ptrdiff_t k;
+        for (q = 0; q < 4; q++)
+            for (k = tw + 1; k < ROW_STRIDE(tw); k++) ph[q * ROW_STRIDE(tw) + k] = 0.0f;
+        if (yy < 0 || yy >= ih) {
+            for (q = 0; q < 4; q++)
+                for (k = 0; k <= tw; k++) ph[q * ROW_STRIDE(tw) + k] = 0.0f;
+            continue;
+        }
+        k = 0;
+        for (; k <= tw && 4 * k - pl < 0; k++)
+            for (q = 0; q < 4; q++) {
+                const ptrdiff_t xx = 4 * k + q - pl;
+                ph[q * ROW_STRIDE(tw) + k] = xx >= 0 && xx < iw ? src[xx] : 0.0f;
+            }
+#if MLCC_HAVE_VECTORS && MLCC_VECTOR_BYTES == 16
+        for (; k + 4 <= tw + 1 && 4 * k - pl + 16 <= iw; k += 4) {   /* inside: by shuffles */
+            const float *s = src + 4 * k - pl;
+            const mlcc_vf v0 = mlcc_vf_load(s), v1 = mlcc_vf_load(s + 4);
+            const mlcc_vf v2 = mlcc_vf_load(s + 8), v3 = mlcc_vf_load(s + 12);
+            const mlcc_vf a = __builtin_shufflevector(v0, v1, 0, 2, 4, 6);
+            const mlcc_vf b = __builtin_shufflevector(v0, v1, 1, 3, 5, 7);
+            const mlcc_vf c = __builtin_shufflevector(v2, v3, 0, 2, 4, 6);
+            const mlcc_vf d = __builtin_shufflevector(v2, v3, 1, 3, 5, 7);
+            mlcc_vf_store(ph + k, __builtin_shufflevector(a, c, 0, 2, 4, 6));
+            mlcc_vf_store(ph + ROW_STRIDE(tw) + k, __builtin_shufflevector(b, d, 0, 2, 4, 6));
+            mlcc_vf_store(ph + 2 * ROW_STRIDE(tw) + k, __builtin_shufflevector(a, c, 1, 3, 5, 7));
+            mlcc_vf_store(ph + 3 * ROW_STRIDE(tw) + k, __builtin_shufflevector(b, d, 1, 3, 5, 7));
+        }
+#endif
+        for (; k <= tw; k++)
+            for (q = 0; q < 4; q++) {
+                const ptrdiff_t xx = 4 * k + q - pl;
+                ph[q * ROW_STRIDE(tw) + k] = xx >= 0 && xx < iw ? src[xx] : 0.0f;
+            }
+    }
+}
+
+/* V = B^T d B of every 4x4-output tile of the block (6x6 patches), for channels [c0, c1), as
+ * the 36 GEMMs' B panels (laid out as in input_transform). */
+static void input_transform_4x4(void *arg, int unit, int thread) {
+    const winograd_job *job = (const winograd_job *)arg;
+    const mlcc_conv2d_params *p = &job->pp->conv;
+    const ptrdiff_t cin = (ptrdiff_t)p->in_channels, tw = ((ptrdiff_t)p->out_w + 3) / 4;
+    const ptrdiff_t plane = job->vplane, o = ROW_STRIDE(tw);
+    const ptrdiff_t c0 = cin * unit / job->units, c1 = cin * (unit + 1) / job->units;
+    float *buf = job->rows + thread * 24 * ROW_STRIDE(tw);
+    ptrdiff_t c, tl;
+    for (c = c0; c < c1; c++) {
+        const float *xc = job->x + (job->n * cin + c) * (ptrdiff_t)(p->in_h * p->in_w);
+        float *vc = job->v + c * MLCC_GEMM_NR;
+        ptrdiff_t ty = job->t0 / tw, tx = job->t0 % tw;
+        tl = 0;
+        while (tl < job->nb) {
+            const ptrdiff_t txe = tw - tx < job->nb - tl ? tw : tx + (job->nb - tl);
+            fill_rows_4x4(p, xc, ty, buf);
+#if MLCC_HAVE_VECTORS
+            for (; tx < txe; tx += MLCC_VF_LANES, tl += MLCC_VF_LANES) {   /* as in F(2x2) */
+                const ptrdiff_t nl = txe - tx < MLCC_VF_LANES ? txe - tx : MLCC_VF_LANES;
+                float *vo = vc + (tl / MLCC_GEMM_NR) * cin * MLCC_GEMM_NR + tl % MLCC_GEMM_NR;
+                mlcc_vf r[6][6], v[36];
+                int i, j;
+                for (j = 0; j < 6; j++) {   /* B^T d: column j of the patches */
+                    const float *col = buf + (j % 4) * o + tx + j / 4;
+                    WINO4_BT(mlcc_vf, mlcc_vf_load(col), mlcc_vf_load(col + 4 * o),
+                             mlcc_vf_load(col + 8 * o), mlcc_vf_load(col + 12 * o),
+                             mlcc_vf_load(col + 16 * o), mlcc_vf_load(col + 20 * o), r[j]);
+                }
+                for (i = 0; i < 6; i++)     /* (B^T d) B: row i */
+                    WINO4_BT(mlcc_vf, r[0][i], r[1][i], r[2][i], r[3][i], r[4][i], r[5][i],
+                             v + 6 * i);
+                if (nl == MLCC_VF_LANES && tl % MLCC_GEMM_NR + MLCC_VF_LANES <= MLCC_GEMM_NR) {
+                    for (i = 0; i < 36; i++) mlcc_vf_store(vo + i * plane, v[i]);
+                } else {
+                    ptrdiff_t l;
+                    for (l = 0; l < nl; l++) {
+                        float *vl = vc + ((tl + l) / MLCC_GEMM_NR) * cin * MLCC_GEMM_NR +
+                                    (tl + l) % MLCC_GEMM_NR;
+                        for (i = 0; i < 36; i++) vl[i * plane] = v[i][l];
+                    }
+                }
+                if (nl < MLCC_VF_LANES) tx -= MLCC_VF_LANES - nl, tl -= MLCC_VF_LANES - nl;
+            }
+#endif
+            for (; tx < txe; tx++, tl++) {
+                float *vo = vc + (tl / MLCC_GEMM_NR) * cin * MLCC_GEMM_NR + tl % MLCC_GEMM_NR;
+                float r[6][6], v[6];
+                int i, j;
+                for (j = 0; j < 6; j++) {
+                    const float *col = buf + (j % 4) * o + tx + j / 4;
+                    WINO4_BT(float, col[0], col[4 * o], col[8 * o], col[12 * o], col[16 * o],
+                             col[20 * o], r[j]);
+                }
+                for (i = 0; i < 6; i++) {
+                    WINO4_BT(float, r[0][i], r[1][i], r[2][i], r[3][i], r[4][i], r[5][i], v);
+                    for (j = 0; j < 6; j++) vo[(6 * i + j) * plane] = v[j];
+                }
+            }
+            if (tx == tw) tx = 0, ty++;
+        }
+        for (tl = job->nb; tl % MLCC_GEMM_NR; tl++) {   /* zeros past the block */
+            int e;
+            for (e = 0; e < 36; e++)
+                vc[e * plane + (tl / MLCC_GEMM_NR) * cin * MLCC_GEMM_NR + tl % MLCC_GEMM_NR] =
+                    0.0f;
+        }
+    }
+}
+
+/* Y = A^T M A + bias of every 4x4 tile of the block, for output channels [k0, k1): four tiles
+ * at a time in block order (their products are consecutive floats whatever rows the tiles are
+ * in), transposed into the tiles' output rows and stored tile by tile, clipped at the edges. */
+static void output_transform_4x4(void *arg, int unit, int thread) {
+    const winograd_job *job = (const winograd_job *)arg;
+    const mlcc_conv2d_params *p = &job->pp->conv;
+    const ptrdiff_t cout = (ptrdiff_t)p->out_channels, oh = (ptrdiff_t)p->out_h;
+    const ptrdiff_t ow = (ptrdiff_t)p->out_w, tw = (ow + 3) / 4;
+    const ptrdiff_t plane = job->mplane;
+    const ptrdiff_t k0 = cout * unit / job->units, k1 = cout * (unit + 1) / job->units;
+    ptrdiff_t k, tl;
+    (void)thread;
+    for (k = k0; k < k1; k++) {
+        float *yk = job->y + (job->n * cout + k) * oh * ow;
+        const float *mk = job->m + k * (ptrdiff_t)job->pp->block_cols;
+        const float b = job->bias ? job->bias[k] : 0.0f;
+        tl = 0;
+#if MLCC_HAVE_VECTORS && MLCC_VECTOR_BYTES == 16
+        for (; tl + 4 <= job->nb; tl += 4) {
+            const mlcc_vf vb = mlcc_vf_splat(b);
+            mlcc_vf s[6][4], o[4], rows[4][4];   /* rows[i][t]: output row i of tile t */
+            int i, j, t;
+            for (j = 0; j < 6; j++) {   /* A^T M: column j */
+                const float *mj = mk + j * plane + tl;
+                WINO4_AT(mlcc_vf, mlcc_vf_load(mj), mlcc_vf_load(mj + 6 * plane),
+                         mlcc_vf_load(mj + 12 * plane), mlcc_vf_load(mj + 18 * plane),
+                         mlcc_vf_load(mj + 24 * plane), mlcc_vf_load(mj + 30 * plane), s[j]);
+            }
+            for (i = 0; i < 4; i++) {   /* (A^T M) A: output row i, transposed */
+                mlcc_vf t0, t1, t2, t3;
+                WINO4_AT(mlcc_vf, s[0][i], s[1][i], s[2][i], s[3][i], s[4][i], s[5][i], o);
+                o[0] += vb, o[1] += vb, o[2] += vb, o[3] += vb;
+                t0 = __builtin_shufflevector(o[0], o[1], 0, 4, 1, 5);
+                t1 = __builtin_shufflevector(o[2], o[3], 0, 4, 1, 5);
+                t2 = __builtin_shufflevector(o[0], o[1], 2, 6, 3, 7);
+                t3 = __builtin_shufflevector(o[2], o[3], 2, 6, 3, 7);
+                rows[i][0] = __builtin_shufflevector(t0, t1, 0, 1, 4, 5);
+                rows[i][1] = __builtin_shufflevector(t0, t1, 2, 3, 6, 7);
+                rows[i][2] = __builtin_shufflevector(t2, t3, 0, 1, 4, 5);
+                rows[i][3] = __builtin_shufflevector(t2, t3, 2, 3, 6, 7);
+            }
+            for (t = 0; t < 4; t++) {
+                const ptrdiff_t tile = job->t0 + tl + t;
+                const ptrdiff_t y0 = tile / tw * 4, x0 = tile % tw * 4;
+                for (i = 0; i < 4 && y0 + i < oh; i++) {
+                    float *yr = yk + (y0 + i) * ow + x0;
+                    if (x0 + 4 <= ow) {
+                        mlcc_vf_store(yr, rows[i][t]);
+                    } else {
+                        for (j = 0; j < ow - x0; j++) yr[j] = rows[i][t][j];
+                    }
+                }
+            }
+        }
+#endif
+        for (; tl < job->nb; tl++) {
+            const ptrdiff_t tile = job->t0 + tl;
+            const ptrdiff_t y0 = tile / tw * 4, x0 = tile % tw * 4;
+            float s[6][4], o[4];
+            int i, j;
+            for (j = 0; j < 6; j++) {
+                const float *mj = mk + j * plane + tl;
+                WINO4_AT(float, mj[0], mj[6 * plane], mj[12 * plane], mj[18 * plane],
+                         mj[24 * plane], mj[30 * plane], s[j]);
+            }
+            for (i = 0; i < 4 && y0 + i < oh; i++) {
+                float *yr = yk + (y0 + i) * ow + x0;
+                WINO4_AT(float, s[0][i], s[1][i], s[2][i], s[3][i], s[4][i], s[5][i], o);
+                for (j = 0; j < 4 && x0 + j < ow; j++) yr[j] = o[j] + b;
+            }
+        }
+    }
+}
+
 /* The activation over whole output planes, once all blocks are written. */
 static void activate(void *arg, int unit, int thread) {
     const winograd_job *job = (const winograd_job *)arg;
@@ -248,15 +480,18 @@ static void activate(void *arg, int unit, int thread) {
     mlcc_act_apply(&p->act, job->y + (job->n * cout + k0) * hw, (k1 - k0) * hw);
 }
 
-void mlcc_f32_conv2d_winograd(const mlcc_conv2d_packed_params *pp, const float *x,
-                              const float *u, const float *bias, float *y, float *scratch,
-                              mlcc_threadpool *pool) {
+/* The convolution by blocks of tiles: input transform, products, output transform per block
+ * (tile: 2 or 4 outputs square), then the activation over the whole output. */
+static void winograd_run(const mlcc_conv2d_packed_params *pp, const float *x, const float *u,
+                         const float *bias, float *y, float *scratch, mlcc_threadpool *pool,
+                         ptrdiff_t tile, mlcc_unit_fn in_fn, mlcc_unit_fn out_fn) {
     const mlcc_conv2d_params *p = &pp->conv;
-    const ptrdiff_t tiles = ((ptrdiff_t)p->out_h + 1) / 2 * (((ptrdiff_t)p->out_w + 1) / 2);
-    const ptrdiff_t block = (ptrdiff_t)pp->block_cols;
+    const ptrdiff_t tiles = ((ptrdiff_t)p->out_h + tile - 1) / tile *
+                            (((ptrdiff_t)p->out_w + tile - 1) / tile);
+    const ptrdiff_t block = (ptrdiff_t)pp->block_cols, ne = (tile + 2) * (tile + 2);
     ptrdiff_t nt = mlcc_threadpool_size(pool);
     winograd_job job;
-    if ((double)p->out_channels * (double)p->in_channels * 16.0 * (double)tiles <
+    if ((double)p->out_channels * (double)p->in_channels * (double)ne * (double)tiles <
         (double)MLCC_MIN_PARALLEL_MACS)
         nt = 1, pool = NULL;
     job.pp = pp;
@@ -264,23 +499,38 @@ void mlcc_f32_conv2d_winograd(const mlcc_conv2d_packed_params *pp, const float *
     job.u = u;
     job.bias = bias;
     job.y = y;
+    job.ne = ne;
     job.v = scratch;
-    job.m = scratch + 16 * (ptrdiff_t)p->in_channels * block;
-    job.rows = job.m + 16 * (ptrdiff_t)p->out_channels * block;
+    job.vplane = (ptrdiff_t)p->in_channels * block + MLCC_WINOGRAD_PLANE_PAD;
+    job.mplane = (ptrdiff_t)p->out_channels * block + MLCC_WINOGRAD_PLANE_PAD;
+    job.m = scratch + ne * job.vplane;
+    job.rows = job.m + ne * job.mplane;
     if (nt > WINOGRAD_SLICES) nt = WINOGRAD_SLICES;
     for (job.n = 0; job.n < p->batch; job.n++) {
         for (job.t0 = 0; job.t0 < tiles; job.t0 += block) {
             job.nb = tiles - job.t0 < block ? tiles - job.t0 : block;
             job.units = phase_units((ptrdiff_t)p->in_channels, nt);
-            mlcc_threadpool_for(pool, input_transform, &job, (int)job.units, (int)nt);
-            job.units = phase_units(16, nt);
+            mlcc_threadpool_for(pool, in_fn, &job, (int)job.units, (int)nt);
+            job.units = phase_units(ne, nt);
             mlcc_threadpool_for(pool, products, &job, (int)job.units, (int)nt);
             job.units = phase_units((ptrdiff_t)p->out_channels, nt);
-            mlcc_threadpool_for(pool, output_transform, &job, (int)job.units, (int)nt);
+            mlcc_threadpool_for(pool, out_fn, &job, (int)job.units, (int)nt);
         }
         if (p->act.kind != MLCC_ACT_NONE) {
             job.units = phase_units((ptrdiff_t)p->out_channels, nt);
             mlcc_threadpool_for(pool, activate, &job, (int)job.units, (int)nt);
         }
     }
+}
+
+void mlcc_f32_conv2d_winograd(const mlcc_conv2d_packed_params *pp, const float *x,
+                              const float *u, const float *bias, float *y, float *scratch,
+                              mlcc_threadpool *pool) {
+    winograd_run(pp, x, u, bias, y, scratch, pool, 2, input_transform, output_transform);
+}
+
+void mlcc_f32_conv2d_winograd_4x4(const mlcc_conv2d_packed_params *pp, const float *x,
+                                  const float *u, const float *bias, float *y, float *scratch,
+                                  mlcc_threadpool *pool) {
+    winograd_run(pp, x, u, bias, y, scratch, pool, 4, input_transform_4x4, output_transform_4x4);
 }

@@ -1,4 +1,4 @@
-/* 3x3 stride-1 convolution by Winograd's minimal filtering F(2x2, 3x3). */
+/* 3x3 stride-1 convolution by Winograd's minimal filtering F(2x2, 3x3) or F(4x4, 3x3). */
 #ifndef MLCC_WINOGRAD_H
 #define MLCC_WINOGRAD_H
 
@@ -15,16 +15,42 @@
  * p->conv must describe such a convolution; p->block_cols (a multiple of 64) is the tiles per
  * block. scratch holds mlcc_winograd_scratch_floats(p) floats: the transformed input (16 x
  * in_channels x block), the products (16 x out_channels x block) and, per thread (up to
- * MLCC_WINOGRAD_SLICES), four input rows split by column parity (8 x (out_w / 2 + 2)).
+ * MLCC_WINOGRAD_SLICES), four input rows split by column parity (8 x (ceil(out_w / 2) +
+ * MLCC_WINOGRAD_ROW_SLACK)).
  * pool: see mlcc_runtime.h; results do not depend on it. */
 #define MLCC_WINOGRAD_SLICES 4
+/* Floats between consecutive products' operands and results in scratch: their planes, of
+ * channels x block floats (a power of two times 64 bytes in most networks), would otherwise
+ * fall on the same L1 sets, and the transforms touch all 16 or 36 of them per tile. */
+#define MLCC_WINOGRAD_PLANE_PAD 16
+/* Slack after each row buffer's column phase: the widest vector's lanes (AVX-512: 16). */
+#define MLCC_WINOGRAD_ROW_SLACK 16
 static inline ptrdiff_t mlcc_winograd_scratch_floats(const mlcc_conv2d_packed_params *p) {
-    return 16 * (ptrdiff_t)(p->conv.in_channels + p->conv.out_channels) *
-               (ptrdiff_t)p->block_cols +
-           MLCC_WINOGRAD_SLICES * 8 * (((ptrdiff_t)p->conv.out_w + 1) / 2 + 1);
+    return 16 * ((ptrdiff_t)(p->conv.in_channels + p->conv.out_channels) *
+                     (ptrdiff_t)p->block_cols + 2 * MLCC_WINOGRAD_PLANE_PAD) +
+           MLCC_WINOGRAD_SLICES * 8 * (((ptrdiff_t)p->conv.out_w + 1) / 2 +
+                                       MLCC_WINOGRAD_ROW_SLACK);
 }
 void mlcc_f32_conv2d_winograd(const mlcc_conv2d_packed_params *p, const float *x,
                               const float *u, const float *bias, float *y, float *scratch,
                               mlcc_threadpool *pool);
+
+/* The same convolution by F(4x4, 3x3): 4x4 output tiles from 6x6 input patches, 36 products
+ * (U: 36 packed matrices of G g G^T with F(4x4, 3x3)'s G), 4x fewer multiplications than the
+ * direct convolution instead of 2.25x, for 10-20x F(2x2, 3x3)'s rounding error in one-layer
+ * tests (its transforms multiply by up to 8 and, in G, divide by 24). mlcc/ops/winograd.py
+ * picks it per convolution where the map holds enough 4x4 tiles. scratch holds
+ * mlcc_winograd_4x4_scratch_floats(p) floats: the transformed input (36 x in_channels x
+ * block), the products (36 x out_channels x block) and, per thread, six input rows split into
+ * four column phases (24 x (ceil(out_w / 4) + MLCC_WINOGRAD_ROW_SLACK)). */
+static inline ptrdiff_t mlcc_winograd_4x4_scratch_floats(const mlcc_conv2d_packed_params *p) {
+    return 36 * ((ptrdiff_t)(p->conv.in_channels + p->conv.out_channels) *
+                     (ptrdiff_t)p->block_cols + 2 * MLCC_WINOGRAD_PLANE_PAD) +
+           MLCC_WINOGRAD_SLICES * 24 * (((ptrdiff_t)p->conv.out_w + 3) / 4 +
+                                        MLCC_WINOGRAD_ROW_SLACK);
+}
+void mlcc_f32_conv2d_winograd_4x4(const mlcc_conv2d_packed_params *p, const float *x,
+                                  const float *u, const float *bias, float *y, float *scratch,
+                                  mlcc_threadpool *pool);
 
 #endif /* MLCC_WINOGRAD_H */
