@@ -134,15 +134,7 @@ def peak_of(target) -> Peak:
 def onnxruntime_runner(model_path: str, feeds: dict[str, np.ndarray], threads: int
                        ) -> tuple[Callable[[], None], dict[str, np.ndarray]]:
     """(call, outputs): onnxruntime with `threads` intra-op threads and every graph
-    optimization, inputs and outputs bound to preallocated CPU buffers.
-
-    Its worker threads stop spinning when a run returns ("session.force_spinning_stop"; they
-    still spin between the operators of a run). By default they spin on after every run,
-    about 30 ms of CPU time after a MobileNetV2 run here (and 0.08 ms with the option), so
-    every mlcc sample of `measure`, interleaved with onnxruntime's, ran with one of the two
-    CPUs taken by that spinning worker: mlcc on 2 threads measured slower than on 1 (README,
-    Performance, Threads). mlcc's own workers spin 25 us (1000 pauses) before they sleep, so
-    now both engines start each sample with their workers about to sleep."""
+    optimization, inputs and outputs bound to preallocated CPU buffers."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -151,7 +143,6 @@ def onnxruntime_runner(model_path: str, feeds: dict[str, np.ndarray], threads: i
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.add_session_config_entry("session.force_spinning_stop", "1")
     sess = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     # One plain run tells the output shapes; the bound buffers then get reused.
