@@ -122,9 +122,12 @@ static void *worker_main(void *p) {
         uint64_t now = ST_LOOP(__atomic_load_n(&pool->state, __ATOMIC_ACQUIRE));
         long u;
         int i;
+        /* Yield now and then: a worker woken onto the caller's CPU (the other one busy) must
+         * not spin away the time the caller needs to finish the loop and start the next. */
         for (i = 0; now == seen && i < SPIN; i++) {
             CPU_RELAX();
             now = ST_LOOP(__atomic_load_n(&pool->state, __ATOMIC_ACQUIRE));
+            if (i % 64 == 63) sched_yield();
         }
         if (now == seen) {
 #ifdef MLCC_POOL_STATS
