@@ -8,9 +8,9 @@
  * not scheduled yet (a machine busy with other jobs) costs nothing: the others take its share,
  * and the caller does not wait for a worker that has not joined.
  *
- * Workers spin briefly on the loop counter before sleeping on a condition variable: the loops
- * of one inference follow each other within microseconds, while between inferences the
- * workers sleep. Allocation happens in mlcc_threadpool_create only. Built without threads
+ * Workers spin briefly on the loop counter (yielding now and then) before sleeping on a
+ * condition variable: the loops of one inference follow each other within microseconds, while
+ * between inferences the workers sleep. Allocation happens in mlcc_threadpool_create only. Built without threads
  * (MLCC_NO_THREADS, set by the wasm target, or a compiler without pthreads), create fails with
  * MLCC_ERR_THREADS and mlcc_threadpool_for runs every unit on the caller. */
 #if defined(MLCC_POOL_STATS) && !defined(_POSIX_C_SOURCE)
