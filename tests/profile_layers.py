@@ -2,6 +2,7 @@
 
     python tests/profile_layers.py OUT_DIR [--runs 21] [--top 25]
     python tests/profile_layers.py OLD_DIR NEW_DIR [--runs 21]    # A/B, calls alternating
+    python tests/profile_layers.py DIR --threads 1,2 [--pool-stats]  # the same build on 1 and 2
 
 OUT_DIR is an `mlcc compile` output folder for this machine. Its generated model.c is copied
 into a temporary folder with a timer around every kernel call (CLOCK_MONOTONIC, summed into
@@ -10,7 +11,13 @@ loaded with mlcc.runtime; each run resets and reads the timers. Prints the media
 kernel (summed over calls) and the slowest calls with the convolution shapes from the params.
 With two folders of the same model (e.g. compiled by two versions of mlcc), both are loaded
 into one process and run alternately, so machine load affects both alike: compare the ratios.
-This is a measuring tool, not a test: nothing here asserts a time.
+--threads N or N,M runs the build(s) on a pool of N (and M) threads; with one folder and two
+thread counts, that folder is loaded twice (an A/B of the thread counts). --pool-stats builds
+the runtime with -DMLCC_POOL_STATS and prints, per kernel, what survives a busy machine: the
+CPU time spent in parallel units (all threads), the caller's CPU time outside them (serial
+work), its wait for workers, and the share of units the workers ran. "work" = serial + unit
+CPU time: on 2 threads against 1, work above 1.0x is work the partition adds or slows down
+(duplicated gathers, cache or bandwidth contention), not the machine's load.
 """
 from __future__ import annotations
 
@@ -29,18 +36,46 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mlcc.runtime.loader import load  # noqa: E402
 
 CALL = re.compile(r"^    (mlcc_[a-z0-9_]+)\((?:&(p_\w+))?")
+FIELDS = 10  # per call: wall, caller CPU, then (pool stats) units' CPU on the caller and on
+             # workers, the caller's wait (wall, CPU), units on the caller, on workers, the
+             # workers' delay from a loop's start to their first unit, and their sleeps
 TIMER = """#include <time.h>
-static double mlcc_prof_t[4096];
-static double mlcc_prof_now(void) {
+static double mlcc_prof_t[4096 * 10];
+static double mlcc_prof_now(clockid_t id) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(id, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+#ifdef MLCC_POOL_STATS
+void mlcc_threadpool_stats(mlcc_threadpool *pool, double *out);
+#endif
+static void mlcc_prof_pool(double *f, mlcc_threadpool *pool) {
+#ifdef MLCC_POOL_STATS
+    double s[7 * MLCC_MAX_THREADS];
+    int t;
+    if (pool == NULL) return;
+    mlcc_threadpool_stats(pool, s);
+    f[2] += s[0];
+    f[4] += s[2];
+    f[5] += s[3];
+    f[6] += s[1];
+    for (t = 1; t < mlcc_threadpool_size(pool); t++) {
+        f[3] += s[7 * t];
+        f[7] += s[7 * t + 1];
+        f[8] += s[7 * t + 5];
+        f[9] += s[7 * t + 6];
+    }
+#else
+    (void)f;
+    (void)pool;
+#endif
 }
 __attribute__((visibility("default"))) double *mlcc_prof(void) { return mlcc_prof_t; }
 """
 
 
-def instrument(folder: Path, into: Path) -> tuple[list[tuple[str, str]], dict[str, str]]:
+def instrument(folder: Path, into: Path,
+               pool_stats: bool = False) -> tuple[list[tuple[str, str]], dict[str, str]]:
     """Copies folder to into with every kernel call of model.c timed; rebuilds it."""
     shutil.copytree(folder, into)
     calls, lines = [], []
@@ -48,14 +83,24 @@ def instrument(folder: Path, into: Path) -> tuple[list[tuple[str, str]], dict[st
     for line in source.split("\n"):
         m = CALL.match(line)
         if m and line.rstrip().endswith(";") and len(calls) < 4096:
-            lines += ["    { double mlcc_prof_t0 = mlcc_prof_now();", line,
-                      f"    mlcc_prof_t[{len(calls)}] += mlcc_prof_now() - mlcc_prof_t0; }}"]
+            f = f"mlcc_prof_t + {len(calls) * FIELDS}"
+            lines += ["    { double mlcc_prof_t0 = mlcc_prof_now(CLOCK_MONOTONIC), "
+                      "mlcc_prof_c0 = mlcc_prof_now(CLOCK_THREAD_CPUTIME_ID);",
+                      f"    mlcc_prof_pool({f}, ctx->pool);", line,
+                      f"    ({f})[0] += mlcc_prof_now(CLOCK_MONOTONIC) - mlcc_prof_t0;",
+                      f"    ({f})[1] += mlcc_prof_now(CLOCK_THREAD_CPUTIME_ID) - mlcc_prof_c0;",
+                      f"    mlcc_prof_pool({f}, ctx->pool); }}"]
             calls.append((m.group(1), m.group(2) or ""))
         else:
             lines.append(line)
     text = "\n".join(lines).replace('#include "model.h"\n', '#include "model.h"\n' + TIMER, 1)
+    text = "#define _POSIX_C_SOURCE 200112L\n" + text
     (into / "model.c").write_text(text)
-    subprocess.run(["make", "-s", "-B", "-C", str(into)], check=True)
+    make = ["make", "-s", "-B", "-C", str(into)]
+    if pool_stats:
+        cppflags = re.search(r"^CPPFLAGS = (.*)$", (into / "Makefile").read_text(), re.M)
+        make.append(f"CPPFLAGS={cppflags.group(1) if cppflags else ''} -DMLCC_POOL_STATS")
+    subprocess.run(make, check=True)
     params = dict(re.findall(r"static const \w+ (p_\w+) = \{(.*?)\n\};", text, re.S))
     return calls, params
 
@@ -71,19 +116,47 @@ def describe(params: str) -> str:
             f"s{get('stride_h')} g{get('groups')}")
 
 
+def stats(samples: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-call medians (ms) over runs of the wall time and, from the pool statistics, the work:
+    serial (the caller's CPU time outside units and waits), units (all threads' CPU time in
+    parallel units), wait (the caller's wall time waiting for workers) and the workers' share
+    of the units run."""
+    s = np.asarray(samples)                                 # runs x calls x FIELDS
+    serial = s[:, :, 1] - s[:, :, 2] - s[:, :, 5]
+    units = s[:, :, 2] + s[:, :, 3]
+    ran = s[:, :, 6] + s[:, :, 7]
+    return {"wall": np.median(s[:, :, 0], axis=0) * 1e3,
+            "serial": np.median(serial, axis=0) * 1e3,
+            "units": np.median(units, axis=0) * 1e3,
+            "work": np.median(serial + units, axis=0) * 1e3,
+            "wait": np.median(s[:, :, 4], axis=0) * 1e3,
+            "share": np.sum(s[:, :, 7], axis=0) / np.maximum(np.sum(ran, axis=0), 1),
+            "join": np.median(s[:, :, 8], axis=0) * 1e3,
+            "sleeps": np.mean(s[:, :, 9], axis=0)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("folders", nargs="+", type=Path, help="one folder, or two for an A/B")
     ap.add_argument("--runs", type=int, default=21)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--threads", default="1",
+                    help="threads of each build: N, or N,M (one folder twice, or one per folder)")
+    ap.add_argument("--pool-stats", action="store_true",
+                    help="build with -DMLCC_POOL_STATS; print work, serial time and waits")
     args = ap.parse_args()
-    if len(args.folders) > 2:
-        ap.error("one folder, or two for an A/B")
+    threads = [int(t) for t in args.threads.split(",")]
+    if len(args.folders) > 2 or len(threads) > 2:
+        ap.error("one folder, or two for an A/B; one or two thread counts")
+    folders = args.folders * (2 if len(args.folders) == 1 and len(threads) == 2 else 1)
+    threads = threads * (len(folders) if len(threads) == 1 else 1)
+    if len(threads) != len(folders):
+        ap.error("one thread count, or one per build")
     with tempfile.TemporaryDirectory() as tmp:
         builds = []
-        for i, folder in enumerate(args.folders):
-            calls, params = instrument(folder, Path(tmp) / f"m{i}")
-            model = load(Path(tmp) / f"m{i}")
+        for i, (folder, nt) in enumerate(zip(folders, threads)):
+            calls, params = instrument(folder, Path(tmp) / f"m{i}", args.pool_stats)
+            model = load(Path(tmp) / f"m{i}", threads=nt)
             model._ffi.cdef("double *mlcc_prof(void);")
             manifest = json.loads((folder / "manifest.json").read_text())
             rng = np.random.default_rng(0)
@@ -96,18 +169,23 @@ def main() -> int:
             print("note: the two builds call different kernels (compared call by call)")
         for r in range(args.runs + 2):                       # 2 warm-up runs
             for calls, params, model, run, prof, samples in builds:
-                for i in range(n):
+                for i in range(n * FIELDS):
                     prof[i] = 0.0
                 run()
                 if r >= 2:
-                    samples.append([prof[i] for i in range(n)])
-        meds = [np.median(np.array(b[5]), axis=0) * 1e3 for b in builds]
-        totals = [float(np.median(np.array(b[5]).sum(axis=1))) * 1e3 for b in builds]
+                    samples.append(np.frombuffer(model._ffi.buffer(prof, n * FIELDS * 8))
+                                   .reshape(n, FIELDS).copy())
+        st = [stats(b[5]) for b in builds]
+        meds = [x["wall"] for x in st]
+        totals = [float(np.median(np.array(b[5])[:, :, 0].sum(axis=1))) * 1e3 for b in builds]
         calls, params = builds[0][0], builds[0][1]
+        names = " / ".join(f"{f.name} on {t} thread{'s' if t > 1 else ''}"
+                           for f, t in zip(folders, threads))
         if len(builds) == 1:
-            print(f"total {totals[0]:.3f} ms over {n} kernel calls (median of {args.runs})")
+            print(f"{names}: total {totals[0]:.3f} ms over {n} kernel calls "
+                  f"(median of {args.runs})")
         else:
-            print(f"total A {totals[0]:.3f} ms, B {totals[1]:.3f} ms, B/A "
+            print(f"{names}: total A {totals[0]:.3f} ms, B {totals[1]:.3f} ms, B/A "
                   f"{totals[1] / totals[0]:.3f} (medians of {args.runs} alternating runs)")
         per_kernel: dict[tuple, list[float]] = {}
         for i in range(n):
@@ -119,12 +197,27 @@ def main() -> int:
             cols = "  ".join(f"{t:8.3f}" for t in times)
             ratio = f"  {times[1] / times[0]:5.2f}" if len(times) == 2 and times[0] else ""
             print(f"  {' -> '.join(key):60s} {cols} ms{ratio}")
+        if args.pool_stats:
+            print("work (ms, medians summed over calls): serial + units = work; wait; workers' "
+                  "share of units" + ("; work B/A" if len(builds) == 2 else ""))
+            for k, x in enumerate(st):
+                print(f"  {'AB'[k]}: serial {x['serial'].sum():8.3f}  units {x['units'].sum():8.3f}"
+                      f"  work {x['work'].sum():8.3f}  wait {x['wait'].sum():8.3f}  wall "
+                      f"{x['wall'].sum():8.3f}  workers' join delay {x['join'].sum():8.3f}"
+                      f"  sleeps per run {x['sleeps'].sum():6.1f}")
         print(f"slowest calls{' (of A)' if len(builds) == 2 else ''}:")
         for i in sorted(range(n), key=lambda i: -meds[0][i])[:args.top]:
             times = "  ".join(f"{med[i]:7.3f}" for med in meds)
             ratio = f" {meds[1][i] / meds[0][i]:5.2f}" if len(meds) == 2 and meds[0][i] else ""
+            extra = ""
+            if args.pool_stats:
+                extra = " |" + " |".join(
+                    f" work {x['work'][i]:6.3f} ser {x['serial'][i]:6.3f} wait {x['wait'][i]:6.3f}"
+                    f" wk {x['share'][i]:4.2f} join {x['join'][i]:6.3f}" for x in st)
+                if len(st) == 2 and st[0]["work"][i]:
+                    extra += f" | work B/A {st[1]['work'][i] / st[0]['work'][i]:5.2f}"
             print(f"{i:4d} {times} ms{ratio}  {calls[i][0]} "
-                  f"{describe(params.get(calls[i][1], ''))}")
+                  f"{describe(params.get(calls[i][1], ''))}{extra}")
     return 0
 
 

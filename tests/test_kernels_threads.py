@@ -165,3 +165,38 @@ def test_attention_is_bit_identical_across_thread_counts(lib, b, h, sq, sk, d):
     assert np.abs(one - ref).max() < 2e-6
     for n_threads, pool in pools.items():
         assert np.array_equal(run(pool), one), f"{n_threads} threads"
+
+
+def test_pool_statistics_count_every_unit(tmp_path):
+    """The measuring build (-DMLCC_POOL_STATS, tests/profile_layers.py --pool-stats) compiles
+    cleanly and accounts for every unit of a loop exactly once, on whichever thread ran it;
+    the shipped runtime is built without it."""
+    cffi = pytest.importorskip("cffi")
+    path = build_kernels(tmp_path / "libstats.so", "x86", ["kernels/gemm.c",
+                         "src/mlcc_threadpool.c", "src/mlcc_runtime.c"],
+                         defines=["-DMLCC_POOL_STATS"])
+    ffi = cffi.FFI()
+    ffi.cdef(CDEF + "void mlcc_threadpool_stats(void *pool, double *out);")
+    dl = ffi.dlopen(str(path))
+    m, n, k = 40, 1000, 64     # 1000 columns: 16 units of column tiles (GEMM_UNITS)
+    a = np.ones((m, k), np.float32)
+    b = np.ones((k, n), np.float32)
+    c = np.zeros((m, n), np.float32)
+    p = ffi.new("mlcc_gemm_params *", dict(
+        m=m, n=n, k=k, a_row_stride=k, a_col_stride=1, ldb=n, ldc=n, bias_row_stride=0,
+        bias_col_stride=0, alpha=1.0, beta=0.0, act={"kind": 0, "alpha": 0.0, "beta": 0.0}))
+    for threads in (2, 3):
+        pp = ffi.new("void **")
+        assert dl.mlcc_threadpool_create(pp, threads) == 0
+        out = ffi.new("double[]", 7 * threads)
+        dl.mlcc_threadpool_stats(pp[0], out)                 # zeroes them
+        for _ in range(3):
+            dl.mlcc_f32_gemm_threaded(p, _f(ffi, a), _f(ffi, b), ffi.NULL, _f(ffi, c), pp[0])
+        dl.mlcc_threadpool_stats(pp[0], out)
+        units = sum(out[7 * t + 1] for t in range(threads))
+        assert units == 3 * 16 and out[4] == 3, list(out)    # every unit once; 3 loops
+        assert all(out[7 * t] >= 0 for t in range(threads)) and out[2] >= 0
+        dl.mlcc_threadpool_stats(pp[0], out)
+        assert all(v == 0 for v in out), "read and reset"
+        dl.mlcc_threadpool_destroy(pp[0])
+    assert np.all(c == k)

@@ -575,11 +575,16 @@ typedef struct dw_job {
     const float *x, *w, *bias;
     float *y, *scratch;
     ptrdiff_t units;
+    /* per thread: its scratch slice holds the zero padding already. The units of one call
+     * write the same positions of the slice, so a thread zeroes it once, not once per unit
+     * (8 units of 66 KiB each on 2 threads for a 112 x 112 layer: 1.07-1.14x the work of one
+     * thread). Each thread writes only its own entry. */
+    unsigned char zeroed[MLCC_DW_SLICES];
 } dw_job;
 
 /* Unit u: channels [c0, c1) of every image, in the scratch slice of the thread running it. */
 static void dw_task(void *arg, int u, int thread) {
-    const dw_job *job = (const dw_job *)arg;
+    dw_job *job = (dw_job *)arg;
     const mlcc_conv2d_params *p = job->p;
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
     const ptrdiff_t oh_n = (ptrdiff_t)p->out_h, ow_n = (ptrdiff_t)p->out_w;
@@ -599,7 +604,10 @@ static void dw_task(void *arg, int u, int thread) {
             const ptrdiff_t col = kw * dw;
             off[kh * kw_n + kw] = kh * dh * sw * wq + (col % sw) * wq + col / sw;
         }
-    memset(scratch, 0, (size_t)(ph * sw * wq) * sizeof(float));   /* the padding, see above */
+    if (!job->zeroed[thread]) {   /* the padding, see above */
+        memset(scratch, 0, (size_t)(ph * sw * wq) * sizeof(float));
+        job->zeroed[thread] = 1;
+    }
     for (n = 0; n < p->batch; n++) {
         for (c = c0; c < c1; c++) {
             const float *wc = job->w + c * ntaps;
@@ -632,6 +640,7 @@ void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, 
     job.bias = bias;
     job.y = y;
     job.scratch = scratch;
+    memset(job.zeroed, 0, sizeof job.zeroed);
     if ((double)p->out_channels * (double)(p->out_h * p->out_w) * (double)p->batch *
             (double)(p->kernel_h * p->kernel_w) < (double)MLCC_MIN_PARALLEL_MACS / 4)
         pool = NULL;   /* depthwise MACs are cheaper to split: a quarter of the threshold */

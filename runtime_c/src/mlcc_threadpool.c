@@ -8,11 +8,14 @@
  * not scheduled yet (a machine busy with other jobs) costs nothing: the others take its share,
  * and the caller does not wait for a worker that has not joined.
  *
- * Workers spin briefly on the loop counter before sleeping on a condition variable: the loops
- * of one inference follow each other within microseconds, while between inferences the
- * workers sleep. Allocation happens in mlcc_threadpool_create only. Built without threads
+ * Workers spin briefly on the loop counter (yielding now and then) before sleeping on a
+ * condition variable: the loops of one inference follow each other within microseconds, while
+ * between inferences the workers sleep. Allocation happens in mlcc_threadpool_create only. Built without threads
  * (MLCC_NO_THREADS, set by the wasm target, or a compiler without pthreads), create fails with
  * MLCC_ERR_THREADS and mlcc_threadpool_for runs every unit on the caller. */
+#if defined(MLCC_POOL_STATS) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200112L   /* clock_gettime under -std=c99 */
+#endif
 #include "mlcc_runtime.h"
 
 #include <stdlib.h>
@@ -53,6 +56,27 @@
 #define ST_UNITS(s) ((s) & 0xFFFFu)
 #define MAX_UNITS 0xFFFFu
 
+/* Measuring builds only (-DMLCC_POOL_STATS, tests/profile_layers.py --pool-stats): per thread,
+ * the CPU time spent taking and running units (CLOCK_THREAD_CPUTIME_ID: what a preempted thread
+ * did not run is not counted) and the units run; for the caller, the wall time it waited for
+ * workers after the last unit, and the loops. Read and reset by mlcc_threadpool_stats. */
+#ifdef MLCC_POOL_STATS
+#include <string.h>
+#include <time.h>
+typedef struct pool_stats {
+    double unit_cpu, wait, wait_cpu, join;
+    long units, loops, sleeps;
+    char pad[64 - 4 * sizeof(double) - 3 * sizeof(long)];   /* one cache line per thread */
+} pool_stats;
+static double stats_clock(clockid_t id) {
+    struct timespec t;
+    clock_gettime(id, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+#define STATS_CPU() stats_clock(CLOCK_THREAD_CPUTIME_ID)
+#define STATS_WALL() stats_clock(CLOCK_MONOTONIC)
+#endif
+
 typedef struct worker {
     struct mlcc_threadpool *pool;
     int index;
@@ -73,6 +97,10 @@ struct mlcc_threadpool {
     mlcc_unit_fn fn;
     void *arg;
     worker workers[MLCC_MAX_THREADS];
+#ifdef MLCC_POOL_STATS
+    pool_stats stats[MLCC_MAX_THREADS];
+    double published;                  /* wall time the current loop was published */
+#endif
 };
 
 /* Takes the next unit of loop `loop` for thread `index`; -1 when there is none for it. */
@@ -94,11 +122,17 @@ static void *worker_main(void *p) {
         uint64_t now = ST_LOOP(__atomic_load_n(&pool->state, __ATOMIC_ACQUIRE));
         long u;
         int i;
+        /* Yield now and then: a worker woken onto the caller's CPU (the other one busy) must
+         * not spin away the time the caller needs to finish the loop and start the next. */
         for (i = 0; now == seen && i < SPIN; i++) {
             CPU_RELAX();
             now = ST_LOOP(__atomic_load_n(&pool->state, __ATOMIC_ACQUIRE));
+            if (i % 64 == 63) sched_yield();
         }
         if (now == seen) {
+#ifdef MLCC_POOL_STATS
+            pool->stats[w->index].sleeps++;
+#endif
             pthread_mutex_lock(&pool->mu);
             while ((now = ST_LOOP(__atomic_load_n(&pool->state, __ATOMIC_ACQUIRE))) == seen &&
                    !__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE))
@@ -109,7 +143,22 @@ static void *worker_main(void *p) {
         seen = now;
         /* join before taking units: the caller waits for busy == 0 once the units are gone */
         __atomic_add_fetch(&pool->busy, 1, __ATOMIC_SEQ_CST);
-        while ((u = take_unit(pool, now, w->index)) >= 0) pool->fn(pool->arg, (int)u, w->index);
+        {
+#ifdef MLCC_POOL_STATS
+            const double t0 = STATS_CPU();
+            long n = 0;
+            while ((u = take_unit(pool, now, w->index)) >= 0) {
+                if (n == 0) pool->stats[w->index].join += STATS_WALL() - pool->published;
+                pool->fn(pool->arg, (int)u, w->index);
+                n++;
+            }
+            pool->stats[w->index].unit_cpu += STATS_CPU() - t0;
+            pool->stats[w->index].units += n;
+#else
+            while ((u = take_unit(pool, now, w->index)) >= 0)
+                pool->fn(pool->arg, (int)u, w->index);
+#endif
+        }
         if (__atomic_sub_fetch(&pool->busy, 1, __ATOMIC_SEQ_CST) == 0) {
             pthread_mutex_lock(&pool->mu);
             pthread_cond_signal(&pool->done);
@@ -194,13 +243,32 @@ void mlcc_threadpool_for(mlcc_threadpool *pool, mlcc_unit_fn fn, void *arg, int 
     if (max_threads > pool->size) max_threads = pool->size;
     pool->fn = fn;
     pool->arg = arg;
+#ifdef MLCC_POOL_STATS
+    pool->published = STATS_WALL();
+#endif
     pthread_mutex_lock(&pool->mu);
     loop = (ST_LOOP(__atomic_load_n(&pool->state, __ATOMIC_RELAXED)) + 1) & 0xFFFFFFu;
     __atomic_store_n(&pool->state, (loop << 40) | ((uint64_t)max_threads << 32) |
                      (uint64_t)units, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->mu);
+#ifdef MLCC_POOL_STATS
+    {
+        const double t0 = STATS_CPU();
+        long n = 0;
+        while ((u = take_unit(pool, loop, 0)) >= 0) {
+            fn(arg, (int)u, 0);
+            n++;
+        }
+        pool->stats[0].unit_cpu += STATS_CPU() - t0;
+        pool->stats[0].units += n;
+        pool->stats[0].loops++;
+        pool->stats[0].wait -= STATS_WALL();
+        pool->stats[0].wait_cpu -= STATS_CPU();
+    }
+#else
     while ((u = take_unit(pool, loop, 0)) >= 0) fn(arg, (int)u, 0);
+#endif
     /* a worker still busy may have been preempted: yield, so that it can run here */
     for (i = 0; __atomic_load_n(&pool->busy, __ATOMIC_SEQ_CST) != 0 && i < SPIN; i++) {
         CPU_RELAX();
@@ -212,8 +280,33 @@ void mlcc_threadpool_for(mlcc_threadpool *pool, mlcc_unit_fn fn, void *arg, int 
             pthread_cond_wait(&pool->done, &pool->mu);
         pthread_mutex_unlock(&pool->mu);
     }
+#ifdef MLCC_POOL_STATS
+    pool->stats[0].wait += STATS_WALL();
+    pool->stats[0].wait_cpu += STATS_CPU();
+#endif
     pthread_mutex_unlock(&pool->run_lock);
 }
+
+#ifdef MLCC_POOL_STATS
+/* out[7 * t + 0..6] of thread t < size: unit CPU seconds, units, wait (wall) seconds, wait CPU
+ * seconds, loops (those three for the caller, t = 0), then for workers the wall seconds from
+ * each loop's start to their first unit of it, and the times they went to sleep; then zeroes
+ * them. Call between runs. */
+MLCC_EXPORT void mlcc_threadpool_stats(mlcc_threadpool *pool, double *out);
+void mlcc_threadpool_stats(mlcc_threadpool *pool, double *out) {
+    int t;
+    for (t = 0; pool != NULL && t < pool->size; t++) {
+        out[7 * t] = pool->stats[t].unit_cpu;
+        out[7 * t + 1] = (double)pool->stats[t].units;
+        out[7 * t + 2] = pool->stats[t].wait;
+        out[7 * t + 3] = pool->stats[t].wait_cpu;
+        out[7 * t + 4] = (double)pool->stats[t].loops;
+        out[7 * t + 5] = pool->stats[t].join;
+        out[7 * t + 6] = (double)pool->stats[t].sleeps;
+        memset(&pool->stats[t], 0, sizeof pool->stats[t]);
+    }
+}
+#endif
 
 #else /* no threads */
 
