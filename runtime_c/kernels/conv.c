@@ -18,7 +18,7 @@ static void valid_range(ptrdiff_t out_size, ptrdiff_t stride, ptrdiff_t pad, ptr
 }
 
 /* dst[t] = src[2 t] for t < n, where src has avail readable floats: with 4-lane vectors the
- * even lanes of two loads (stride-2 convolutions' im2col rows and depthwise phases). */
+ * even lanes of two loads (stride-2 convolutions' im2col rows). */
 static void copy_stride2(float *dst, const float *src, ptrdiff_t n, ptrdiff_t avail) {
     ptrdiff_t t = 0;
 #if MLCC_HAVE_VECTORS && MLCC_VECTOR_BYTES == 16
@@ -583,6 +583,30 @@ static void dw_flat_fill(const mlcc_conv2d_params *p, const float *xc, float *pa
                          ih_n * iw_n, r1 - pt, iw_n);
         return;
     }
+    if (sw == 2) {
+        /* one pass per input row, both column phases at once (a deinterleave): input column i
+         * is padded column i + pl, phase (i + pl) % 2, position (i + pl) / 2 */
+        const ptrdiff_t e_at = pl / 2, o_at = (pl + 1) / 2;
+        ptrdiff_t ne = (iw_n + 1) / 2, no = iw_n / 2, ih;
+        if (ne > wq - e_at) ne = wq - e_at;
+        if (no > wq - o_at) no = wq - o_at;
+        for (ih = 0; ih < ih_n; ih++) {
+            const ptrdiff_t pr = ih + pt;
+            const float *xr = xc + ih * iw_n;
+            float *row = pad + (pr % sh) * 2 * hq * wq + (pr / sh) * wq;
+            float *pe = row + (pl % 2) * hq * wq + e_at;
+            float *po = row + ((pl + 1) % 2) * hq * wq + o_at;
+            const ptrdiff_t both = ne < no ? ne : no;
+            if (pr / sh >= hq) break;
+            for (j = 0; j < both; j++) {
+                pe[j] = xr[2 * j];
+                po[j] = xr[2 * j + 1];
+            }
+            for (j = both; j < ne; j++) pe[j] = xr[2 * j];
+            for (j = both; j < no; j++) po[j] = xr[2 * j + 1];
+        }
+        return;
+    }
     for (ry = 0; ry < sh; ry++) {
         for (rx = 0; rx < sw; rx++) {
             float *dq = pad + (ry * sw + rx) * hq * wq;
@@ -598,9 +622,6 @@ static void dw_flat_fill(const mlcc_conv2d_params *p, const float *xc, float *pa
                 xr = xc + ih * iw_n;
                 if (sw == 1)
                     memcpy(dq + r * wq + lo, xr + (lo - pl), (size_t)(hi - lo) * sizeof(float));
-                else if (sw == 2 && hi > lo)
-                    copy_stride2(dq + r * wq + lo, xr + 2 * lo + rx - pl, hi - lo,
-                                 iw_n - (2 * lo + rx - pl));
                 else
                     for (j = lo; j < hi; j++) dq[r * wq + j] = xr[j * sw + rx - pl];
             }
