@@ -587,23 +587,26 @@ static void dw_flat_fill(const mlcc_conv2d_params *p, const float *xc, float *pa
         /* one pass per input row, both column phases at once (a deinterleave): input column i
          * is padded column i + pl, phase (i + pl) % 2, position (i + pl) / 2 */
         const ptrdiff_t e_at = pl / 2, o_at = (pl + 1) / 2;
-        ptrdiff_t ne = (iw_n + 1) / 2, no = iw_n / 2, ih;
+        ptrdiff_t ne = (iw_n + 1) / 2, no = iw_n / 2, both, ih;
+        ptrdiff_t ry = pt % sh, r = pt / sh;   /* padded row ih + pt: sub-plane ry, row r */
         if (ne > wq - e_at) ne = wq - e_at;
         if (no > wq - o_at) no = wq - o_at;
-        for (ih = 0; ih < ih_n; ih++) {
-            const ptrdiff_t pr = ih + pt;
-            const float *xr = xc + ih * iw_n;
-            float *row = pad + (pr % sh) * 2 * hq * wq + (pr / sh) * wq;
-            float *pe = row + (pl % 2) * hq * wq + e_at;
-            float *po = row + ((pl + 1) % 2) * hq * wq + o_at;
-            const ptrdiff_t both = ne < no ? ne : no;
-            if (pr / sh >= hq) break;
+        both = ne < no ? ne : no;
+        for (ih = 0; ih < ih_n && r < hq; ih++) {
+            const float *MLCC_RESTRICT xr = xc + ih * iw_n;
+            float *row = pad + ry * 2 * hq * wq + r * wq;
+            float *MLCC_RESTRICT pe = row + (pl % 2) * hq * wq + e_at;
+            float *MLCC_RESTRICT po = row + ((pl + 1) % 2) * hq * wq + o_at;
             for (j = 0; j < both; j++) {
                 pe[j] = xr[2 * j];
                 po[j] = xr[2 * j + 1];
             }
             for (j = both; j < ne; j++) pe[j] = xr[2 * j];
             for (j = both; j < no; j++) po[j] = xr[2 * j + 1];
+            if (++ry == sh) {   /* no division per row */
+                ry = 0;
+                r++;
+            }
         }
         return;
     }
