@@ -164,6 +164,7 @@ def dw_scratch_floats(p: dict) -> int:
     hq, wq = oh + (kh - 1) * dh // sh, ow + (kw - 1) * dw // sw
     return sh * sw * hq * wq + kw * dw + DW_CHUNK + (-(-oh * wq // DW_CHUNK) + 1) * DW_CHUNK
 
+
 @register("Conv")
 class Conv(OpDef):
     attributes = {"auto_pad": lambda v: v in AUTO_PAD, "dilations": None, "group": None,

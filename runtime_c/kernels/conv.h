@@ -71,8 +71,8 @@ void mlcc_f32_conv2d_packed_table(const mlcc_conv2d_packed_params *p, const floa
  * FMAs). scratch holds MLCC_DW_SLICES * mlcc_dw_scratch_floats(p) floats (mlcc/ops/conv.py
  * dw_scratch_floats computes the same number): the sub-planes, zeros past them for the last
  * chunk's reads, then the plane of virtual outputs rounded up to a chunk, and one chunk more
- * (read by the whole-vector row copies); on a pool, up to
- * MLCC_DW_SLICES threads each take a range of channels and a slice. */
+ * (read by the whole-vector row copies); on a pool, up to MLCC_DW_SLICES threads each take a
+ * range of channels and a slice. */
 #define MLCC_DW_SLICES 4
 #define MLCC_DW_CHUNK 64   /* floats per step along the plane (4 vectors of up to 16 lanes) */
 static inline ptrdiff_t mlcc_dw_scratch_floats(const mlcc_conv2d_params *p) {
