@@ -141,7 +141,7 @@ def test_packed_conv_matches_reference_across_k_blocks(kernels, c, k, stride, pa
 @pytest.mark.parametrize("width", [1, 7, 15, 16, 17, 31, 32, 33, 47])
 @pytest.mark.parametrize("k,stride,dil,pads", [
     (3, 1, 1, (1, 1)), (3, 2, 1, (1, 1)), (5, 2, 1, (2, 2)), (3, 1, 2, (2, 2)), (3, 3, 1, (0, 1)),
-    (2, 1, 1, (0, 1)),
+    (2, 1, 1, (0, 1)), (3, 2, 1, (0, 0)), (4, 2, 1, (2, 1)),
 ])
 def test_vector_depthwise_matches_reference(kernels, width, k, stride, dil, pads):
     ffi, lib = kernels
