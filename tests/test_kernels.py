@@ -17,7 +17,7 @@ convolution with a fused residual must equal the packed one, then the Add, then 
 import numpy as np
 import pytest
 
-from mlcc.ops.conv import DW_SLACK, DW_SLICES, im2col_table, implicit_offsets, implicit_plan
+from mlcc.ops.conv import DW_SLICES, dw_scratch_floats, im2col_table, implicit_offsets, implicit_plan
 from mlcc.ops.gemm import GEMM_MR, pack_a
 from mlcc.targets import load_target
 from util import build_kernels
@@ -141,7 +141,7 @@ def test_packed_conv_matches_reference_across_k_blocks(kernels, c, k, stride, pa
 @pytest.mark.parametrize("width", [1, 7, 15, 16, 17, 31, 32, 33, 47])
 @pytest.mark.parametrize("k,stride,dil,pads", [
     (3, 1, 1, (1, 1)), (3, 2, 1, (1, 1)), (5, 2, 1, (2, 2)), (3, 1, 2, (2, 2)), (3, 3, 1, (0, 1)),
-    (2, 1, 1, (0, 1)),
+    (2, 1, 1, (0, 1)), (3, 2, 1, (0, 0)), (4, 2, 1, (2, 1)),
 ])
 def test_vector_depthwise_matches_reference(kernels, width, k, stride, dil, pads):
     ffi, lib = kernels
@@ -156,20 +156,19 @@ def test_vector_depthwise_matches_reference(kernels, width, k, stride, dil, pads
     ow = (width + 2 * left - ext) // stride + 1
     if oh < 1 or ow < 1:
         pytest.skip("window larger than the padded input")
-    conv = ffi.new("mlcc_conv2d_params *", dict(
+    params = dict(
         batch=2, in_channels=c, in_h=ih, in_w=width, out_channels=c, out_h=oh, out_w=ow,
         kernel_h=k, kernel_w=k, stride_h=stride, stride_w=stride, dilation_h=dil,
         dilation_w=dil, pad_top=top, pad_left=left, groups=c,
-        act={"kind": 2, "alpha": -0.5, "beta": 0.5}))
+        act={"kind": 2, "alpha": -0.5, "beta": 0.5})
+    conv = ffi.new("mlcc_conv2d_params *", params)
 
     def buf(a):
         return ffi.cast("float *", ffi.from_buffer(a))
 
     ref = np.zeros((2, c, oh, ow), np.float32)
     lib.mlcc_f32_conv2d_depthwise(conv, buf(x), buf(w), buf(b), buf(ref))
-    ph = (oh - 1) * stride + ext
-    pw = (ow - 1) * stride + ext
-    scratch = np.full(DW_SLICES * ph * stride * (-(-pw // stride) + DW_SLACK), np.nan, np.float32)
+    scratch = np.full(DW_SLICES * dw_scratch_floats(params), np.nan, np.float32)
     out = np.full((2, c, oh, ow), np.nan, np.float32)
     lib.mlcc_f32_conv2d_depthwise_vec(conv, buf(x), buf(w), buf(b), buf(out), buf(scratch),
                                       ffi.NULL)
@@ -222,18 +221,17 @@ def test_depthwise_is_bit_identical_across_thread_counts(kernels, pools, channel
     w = rng.standard_normal((channels, 1, k, k)).astype(np.float32)
     b = rng.standard_normal(channels).astype(np.float32)
     oh, ow = (ih + 2 - k) // stride + 1, (iw + 2 - k) // stride + 1
-    conv = ffi.new("mlcc_conv2d_params *", dict(
+    params = dict(
         batch=2, in_channels=channels, in_h=ih, in_w=iw, out_channels=channels, out_h=oh,
         out_w=ow, kernel_h=k, kernel_w=k, stride_h=stride, stride_w=stride, dilation_h=1,
         dilation_w=1, pad_top=1, pad_left=1, groups=channels,
-        act={"kind": 1, "alpha": 0.0, "beta": 0.0}))
+        act={"kind": 1, "alpha": 0.0, "beta": 0.0})
+    conv = ffi.new("mlcc_conv2d_params *", params)
 
     def buf(a):
         return ffi.cast("float *", ffi.from_buffer(a))
 
-    ph, pw = (oh - 1) * stride + k, (ow - 1) * stride + k
-    scratch = np.full(DW_SLICES * ph * stride * (-(-pw // stride) + DW_SLACK), np.nan,
-                      np.float32)
+    scratch = np.full(DW_SLICES * dw_scratch_floats(params), np.nan, np.float32)
     ref = np.zeros((2, channels, oh, ow), np.float32)
     lib.mlcc_f32_conv2d_depthwise(conv, buf(x), buf(w), buf(b), buf(ref))
     outs = []

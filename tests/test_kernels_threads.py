@@ -105,6 +105,37 @@ def test_gemm_is_bit_identical_across_thread_counts(lib, m, n, k, bias, act):
         assert np.array_equal(run(pool), serial), name
 
 
+@pytest.mark.parametrize("n,k", [(1, 1), (15, 3), (17, 257), (129, 64), (161, 300),
+                                 (1000, 1280)])
+def test_one_row_gemm_matches_the_tiles_on_every_pool(lib, n, k):
+    """A one-row product (gemv_block: 8, 4, 2 vectors of columns per step) gives the same bits on
+    every pool and agrees with the same row of a product of more rows (the register tiles;
+    within rounding: the compiler may contract alpha * sum + previous blocks differently):
+    column counts around one and eight vectors (4-16 lanes), depths across the 256 block,
+    the MobileNetV2 classifier's shape."""
+    ffi, dl, pools = lib
+    rng = np.random.default_rng(n * 7 + k)
+    a = rng.standard_normal((3, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    bv = rng.standard_normal(n).astype(np.float32)
+
+    def run(m, pool):
+        p = ffi.new("mlcc_gemm_params *", dict(
+            m=m, n=n, k=k, a_row_stride=k, a_col_stride=1, ldb=n, ldc=n, bias_row_stride=0,
+            bias_col_stride=1, alpha=0.75, beta=1.5, act={"kind": 1, "alpha": 0.0, "beta": 0.0}))
+        c = np.full((m, n), np.nan, np.float32)
+        dl.mlcc_f32_gemm_threaded(p, _f(ffi, a), _f(ffi, b), _f(ffi, bv), _f(ffi, c), pool)
+        return c
+
+    tiled = run(3, ffi.NULL)
+    ref = np.maximum(0.75 * (a.astype(np.float64) @ b) + 1.5 * bv, 0)
+    np.testing.assert_allclose(tiled, ref, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+    one = run(1, ffi.NULL)[0]
+    np.testing.assert_allclose(one, tiled[0], rtol=1e-6, atol=1e-6 * np.sqrt(k))
+    for name, pool in pools.items():
+        assert np.array_equal(run(1, pool)[0], one), name
+
+
 def test_batched_gemm_is_bit_identical_across_thread_counts(lib):
     """Broadcast batches (B shared by pairs of A batches through the offset tables)."""
     ffi, dl, pools = lib

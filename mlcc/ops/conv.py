@@ -17,8 +17,8 @@ AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 # The im2col panels one mlcc_f32_conv2d_packed step gathers: about this many bytes (so that they
 # stay in L2 while every weight panel passes over them), in multiples of 64 output positions.
 PANEL_BYTES = 256 * 1024
-DW_SLACK = 32        # MLCC_DW_SLACK in runtime_c/kernels/conv.h
 DW_SLICES = 4        # MLCC_DW_SLICES: threads of a pool that share a depthwise convolution
+DW_CHUNK = 64        # MLCC_DW_CHUNK: floats per step of the depthwise kernel's flat layout
 # Small maps (output rows of at most TABLE_MAX_W columns) gather im2col through a compile-time
 # offset table, when it is at most TABLE_MAX_BYTES (int32 per im2col value).
 TABLE_MAX_W = 16
@@ -155,6 +155,16 @@ def check_conv_weight(node: Node, x: Value, w: Value, what: str) -> list[int]:
     return kernel
 
 
+def dw_scratch_floats(p: dict) -> int:
+    """mlcc_dw_scratch_floats() in runtime_c/kernels/conv.h: one thread's slice of a depthwise
+    convolution's scratch: one channel's padded input split into stride_h x stride_w
+    sub-planes, zeros for the last chunk's reads, and the plane of virtual outputs."""
+    kh, kw, sh, sw = p["kernel_h"], p["kernel_w"], p["stride_h"], p["stride_w"]
+    dh, dw, oh, ow = p["dilation_h"], p["dilation_w"], p["out_h"], p["out_w"]
+    hq, wq = oh + (kh - 1) * dh // sh, ow + (kw - 1) * dw // sw
+    return sh * sw * hq * wq + kw * dw + DW_CHUNK + (-(-oh * wq // DW_CHUNK) + 1) * DW_CHUNK
+
+
 @register("Conv")
 class Conv(OpDef):
     attributes = {"auto_pad": lambda v: v in AUTO_PAD, "dilations": None, "group": None,
@@ -199,12 +209,7 @@ class Conv(OpDef):
             return
         depthwise = geo["group"] == geo["c"] == geo["m"] and geo["group"] > 1
         if depthwise:
-            # mlcc_dw_scratch_floats() in runtime_c/kernels/conv.h: the padded input of one
-            # channel, split into stride_w column phases, each DW_SLACK columns longer; one
-            # per thread (up to DW_SLICES).
-            ph = (oh - 1) * sh + (kh - 1) * dh + 1
-            pw = (ow - 1) * sw + (kw - 1) * dw + 1
-            scratch = DW_SLICES * ph * sw * (-(-pw // sw) + DW_SLACK) * 4
+            scratch = DW_SLICES * dw_scratch_floats(params) * 4
             lo.call("mlcc_f32_conv2d_depthwise_vec", args, [node.outputs[0]],
                     params_type="mlcc_conv2d_params", params=params, scratch_bytes=scratch,
                     pool=True)

@@ -18,7 +18,7 @@ static void valid_range(ptrdiff_t out_size, ptrdiff_t stride, ptrdiff_t pad, ptr
 }
 
 /* dst[t] = src[2 t] for t < n, where src has avail readable floats: with 4-lane vectors the
- * even lanes of two loads (stride-2 convolutions' im2col rows and depthwise phases). */
+ * even lanes of two loads (stride-2 convolutions' im2col rows). */
 static void copy_stride2(float *dst, const float *src, ptrdiff_t n, ptrdiff_t avail) {
     ptrdiff_t t = 0;
 #if MLCC_HAVE_VECTORS && MLCC_VECTOR_BYTES == 16
@@ -490,85 +490,7 @@ void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, cons
     }
 }
 
-/* The padded input plane of one channel, split by column phase (see conv.h). Writes only the
- * input's values: the padding lies at the same places for every channel, so dw_task zeroes buf
- * once instead of per channel, row and phase (two memsets per row, each a memory.fill call in
- * wasm). Stride-2 phases are the even and odd lanes of two vector loads. With both, one
- * depthwise layer ran in 0.82 (stride 2) to 0.94 (stride 1) of the time in node. */
-static void dw_fill_phases(const mlcc_conv2d_params *p, const float *xc, float *buf,
-                           ptrdiff_t ph, ptrdiff_t wq) {
-    const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
-    const ptrdiff_t sw = (ptrdiff_t)p->stride_w, pt = (ptrdiff_t)p->pad_top;
-    const ptrdiff_t pl = (ptrdiff_t)p->pad_left;
-    ptrdiff_t r, q, j;
-    for (r = 0; r < ph; r++) {
-        const ptrdiff_t ih = r - pt;
-        float *row = buf + r * sw * wq;
-        if (ih < 0 || ih >= ih_n) continue;
-        for (q = 0; q < sw; q++) {
-            /* phase q, position j: padded column j * sw + q, input column j * sw + q - pl */
-            float *dst = row + q * wq;
-            const float *xr = xc + ih * iw_n;
-            ptrdiff_t lo = pl - q <= 0 ? 0 : (pl - q + sw - 1) / sw;
-            ptrdiff_t hi = (iw_n + pl - q + sw - 1) / sw;
-            if (lo > wq) lo = wq;
-            if (hi > wq) hi = wq;
-            if (hi < lo) hi = lo;
-            if (sw == 1) {
-                memcpy(dst + lo, xr + (lo - pl), (size_t)(hi - lo) * sizeof(float));
-            } else if (sw == 2 && hi > lo) {
-                copy_stride2(dst + lo, xr + lo * 2 + q - pl, hi - lo, iw_n - (lo * 2 + q - pl));
-            } else {
-                for (j = lo; j < hi; j++) dst[j] = xr[j * sw + q - pl];
-            }
-        }
-    }
-}
-
 #define DW_MAX_TAPS 64
-
-#if MLCC_HAVE_VECTORS
-/* One output row: taps (offsets into the phase planes, weights) accumulated in registers, four
- * vectors of outputs at a time while the row has them, then two. Inlined with ntaps = 9 for 3x3
- * kernels, which unrolls it. Each accumulator is a chain of ntaps dependent adds, so the adds'
- * latency bounds the loop: two chains ran at 4.5 cycles per output in wasm (V8, x86-64), four
- * at half that. Every output sums its taps in the same order whatever the chunk. */
-static inline void dw_row(const float *base, const ptrdiff_t *off, const float *wt,
-                          ptrdiff_t ntaps, float b, float *yr, ptrdiff_t ow_n,
-                          const mlcc_act *act) {
-    ptrdiff_t ow, t;
-    ow = 0;
-    for (; ow < ow_n; ow += 2 * MLCC_VF_LANES) {
-        mlcc_vf acc0 = mlcc_vf_splat(b), acc1 = acc0;
-        for (t = 0; t < ntaps; t++) {
-            const float *src = base + off[t] + ow;
-            acc0 += wt[t] * mlcc_vf_load(src);
-            acc1 += wt[t] * mlcc_vf_load(src + MLCC_VF_LANES);
-        }
-        acc0 = mlcc_vf_act(act, acc0);
-        acc1 = mlcc_vf_act(act, acc1);
-        if (ow + 2 * MLCC_VF_LANES <= ow_n) {
-            mlcc_vf_store(yr + ow, acc0);
-            mlcc_vf_store(yr + ow + MLCC_VF_LANES, acc1);
-        } else {
-            float tmp[2 * MLCC_VECTOR_BYTES / sizeof(float)];
-            mlcc_vf_store(tmp, acc0);
-            mlcc_vf_store(tmp + MLCC_VF_LANES, acc1);
-            memcpy(yr + ow, tmp, (size_t)(ow_n - ow) * sizeof(float));
-        }
-    }
-}
-#else
-static void dw_row(const float *base, const ptrdiff_t *off, const float *wt, ptrdiff_t ntaps,
-                   float b, float *yr, ptrdiff_t ow_n, const mlcc_act *act) {
-    ptrdiff_t ow, t;
-    for (ow = 0; ow < ow_n; ow++) {
-        float acc = b;
-        for (t = 0; t < ntaps; t++) acc += wt[t] * base[off[t] + ow];
-        yr[ow] = mlcc_act_scalar(act, acc);
-    }
-}
-#endif
 
 typedef struct dw_job {
     const mlcc_conv2d_params *p;
@@ -582,8 +504,141 @@ typedef struct dw_job {
     unsigned char zeroed[MLCC_DW_SLICES];
 } dw_job;
 
+/* ---- Depthwise over the whole plane as one run (conv.h: the flat layout) ---- */
+
+/* One channel's virtual outputs q = oh * wq + ow, q < nv, four vectors at a time (four
+ * independent chains of ntaps adds), into out (rounded up to MLCC_DW_CHUNK floats). Each
+ * output sums its taps in order, as the direct reference kernel does. */
+#if MLCC_HAVE_VECTORS
+static inline void dw_flat_run(const float *base, const ptrdiff_t *off, const float *wt,
+                               ptrdiff_t ntaps, float b, float *out, ptrdiff_t nv,
+                               const mlcc_act *act) {
+    ptrdiff_t q, t;
+    for (q = 0; q < nv; q += 4 * MLCC_VF_LANES) {
+        mlcc_vf acc0 = mlcc_vf_splat(b), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+        for (t = 0; t < ntaps; t++) {
+            const float *src = base + off[t] + q;
+            acc0 += wt[t] * mlcc_vf_load(src);
+            acc1 += wt[t] * mlcc_vf_load(src + MLCC_VF_LANES);
+            acc2 += wt[t] * mlcc_vf_load(src + 2 * MLCC_VF_LANES);
+            acc3 += wt[t] * mlcc_vf_load(src + 3 * MLCC_VF_LANES);
+        }
+        mlcc_vf_store(out + q, mlcc_vf_act(act, acc0));
+        mlcc_vf_store(out + q + MLCC_VF_LANES, mlcc_vf_act(act, acc1));
+        mlcc_vf_store(out + q + 2 * MLCC_VF_LANES, mlcc_vf_act(act, acc2));
+        mlcc_vf_store(out + q + 3 * MLCC_VF_LANES, mlcc_vf_act(act, acc3));
+    }
+}
+#else
+static void dw_flat_run(const float *base, const ptrdiff_t *off, const float *wt,
+                        ptrdiff_t ntaps, float b, float *out, ptrdiff_t nv,
+                        const mlcc_act *act) {
+    ptrdiff_t q, t;
+    for (q = 0; q < nv; q++) {
+        float acc = b;
+        for (t = 0; t < ntaps; t++) acc += wt[t] * base[off[t] + q];
+        out[q] = mlcc_act_scalar(act, acc);
+    }
+}
+#endif
+
+/* Copies rows of n floats (src rows src_step apart, dst rows dst_step apart, ascending) in
+ * whole vectors, the lanes past n zeroed, while the last vector of a row ends at or before
+ * dst_limit floats past dst and src_limit past src; memcpy for the rest. A row's overrun
+ * writes zeros on the following rows' places: their padding stays zero and their values are
+ * written after it. Rows of a few values (7 x 7 maps) would cost a memcpy call each. */
+static inline void dw_copy_rows(float *dst, ptrdiff_t dst_step, ptrdiff_t dst_limit,
+                                const float *src, ptrdiff_t src_step, ptrdiff_t src_limit,
+                                ptrdiff_t rows, ptrdiff_t n) {
+    ptrdiff_t r = 0;
+#if MLCC_HAVE_VECTORS
+    const ptrdiff_t nv = (n + MLCC_VF_LANES - 1) / MLCC_VF_LANES * MLCC_VF_LANES;
+    const ptrdiff_t full = n / MLCC_VF_LANES * MLCC_VF_LANES;
+    mlcc_vi tail;
+    ptrdiff_t j;
+    for (j = 0; j < MLCC_VF_LANES; j++) tail[j] = j < n - full ? -1 : 0;
+    for (; r < rows && r * dst_step + nv <= dst_limit && r * src_step + nv <= src_limit; r++) {
+        float *d = dst + r * dst_step;
+        const float *sr = src + r * src_step;
+        for (j = 0; j < full; j += MLCC_VF_LANES) mlcc_vf_store(d + j, mlcc_vf_load(sr + j));
+        if (full < n) mlcc_vf_store(d + full, (mlcc_vf)((mlcc_vi)mlcc_vf_load(sr + full) & tail));
+    }
+#else
+    (void)dst_limit;
+    (void)src_limit;
+#endif
+    for (; r < rows; r++) memcpy(dst + r * dst_step, src + r * src_step, (size_t)n * sizeof(float));
+}
+
+/* One channel's zero-padded input split by stride phase into sh * sw sub-planes of hq x wq
+ * (implicit_fill's layout for one channel). Writes only the input's values: the padding lies
+ * at the same places for every channel and dw_flat_task zeroes it once. */
+static void dw_flat_fill(const mlcc_conv2d_params *p, const float *xc, float *pad,
+                         ptrdiff_t hq, ptrdiff_t wq) {
+    const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
+    const ptrdiff_t sh = (ptrdiff_t)p->stride_h, sw = (ptrdiff_t)p->stride_w;
+    const ptrdiff_t pt = (ptrdiff_t)p->pad_top, pl = (ptrdiff_t)p->pad_left;
+    ptrdiff_t ry, rx, r, j;
+    if (sh == 1 && sw == 1 && pl + iw_n <= wq) {
+        /* rows pt.. hold input rows; whole-vector copies overrun (with zeros) at most one
+         * vector past the last one, into the bottom padding or the slack */
+        const ptrdiff_t r1 = pt + ih_n < hq ? pt + ih_n : hq;
+        if (r1 > pt)
+            dw_copy_rows(pad + pt * wq + pl, wq, (hq - pt) * wq + MLCC_DW_CHUNK - pl, xc, iw_n,
+                         ih_n * iw_n, r1 - pt, iw_n);
+        return;
+    }
+    if (sw == 2) {
+        /* one pass per input row, both column phases at once (a deinterleave): input column i
+         * is padded column i + pl, phase (i + pl) % 2, position (i + pl) / 2 */
+        const ptrdiff_t e_at = pl / 2, o_at = (pl + 1) / 2;
+        ptrdiff_t ne = (iw_n + 1) / 2, no = iw_n / 2, both, ih;
+        ptrdiff_t ry = pt % sh, r = pt / sh;   /* padded row ih + pt: sub-plane ry, row r */
+        if (ne > wq - e_at) ne = wq - e_at;
+        if (no > wq - o_at) no = wq - o_at;
+        both = ne < no ? ne : no;
+        for (ih = 0; ih < ih_n && r < hq; ih++) {
+            const float *MLCC_RESTRICT xr = xc + ih * iw_n;
+            float *row = pad + ry * 2 * hq * wq + r * wq;
+            float *MLCC_RESTRICT pe = row + (pl % 2) * hq * wq + e_at;
+            float *MLCC_RESTRICT po = row + ((pl + 1) % 2) * hq * wq + o_at;
+            for (j = 0; j < both; j++) {
+                pe[j] = xr[2 * j];
+                po[j] = xr[2 * j + 1];
+            }
+            for (j = both; j < ne; j++) pe[j] = xr[2 * j];
+            for (j = both; j < no; j++) po[j] = xr[2 * j + 1];
+            if (++ry == sh) {   /* no division per row */
+                ry = 0;
+                r++;
+            }
+        }
+        return;
+    }
+    for (ry = 0; ry < sh; ry++) {
+        for (rx = 0; rx < sw; rx++) {
+            float *dq = pad + (ry * sw + rx) * hq * wq;
+            ptrdiff_t lo = pl - rx <= 0 ? 0 : (pl - rx + sw - 1) / sw;
+            ptrdiff_t hi = (iw_n + pl - rx + sw - 1) / sw;
+            if (lo > wq) lo = wq;
+            if (hi > wq) hi = wq;
+            if (hi < lo) hi = lo;
+            for (r = 0; r < hq; r++) {
+                const ptrdiff_t ih = r * sh + ry - pt;
+                const float *xr;
+                if (ih < 0 || ih >= ih_n) continue;
+                xr = xc + ih * iw_n;
+                if (sw == 1)
+                    memcpy(dq + r * wq + lo, xr + (lo - pl), (size_t)(hi - lo) * sizeof(float));
+                else
+                    for (j = lo; j < hi; j++) dq[r * wq + j] = xr[j * sw + rx - pl];
+            }
+        }
+    }
+}
+
 /* Unit u: channels [c0, c1) of every image, in the scratch slice of the thread running it. */
-static void dw_task(void *arg, int u, int thread) {
+static void dw_flat_task(void *arg, int u, int thread) {
     dw_job *job = (dw_job *)arg;
     const mlcc_conv2d_params *p = job->p;
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
@@ -592,20 +647,22 @@ static void dw_task(void *arg, int u, int thread) {
     const ptrdiff_t sh = (ptrdiff_t)p->stride_h, sw = (ptrdiff_t)p->stride_w;
     const ptrdiff_t dh = (ptrdiff_t)p->dilation_h, dw = (ptrdiff_t)p->dilation_w;
     const ptrdiff_t channels = (ptrdiff_t)p->out_channels;
-    const ptrdiff_t wq = mlcc_dw_phase_width(p);
-    const ptrdiff_t ph = (oh_n - 1) * sh + (kh_n - 1) * dh + 1;
+    const ptrdiff_t hq = mlcc_implicit_sub_h(p), wq = mlcc_implicit_sub_w(p);
+    const ptrdiff_t planes = sh * sw * hq * wq, nv = oh_n * wq;
     const ptrdiff_t ntaps = kh_n * kw_n;
     const ptrdiff_t c0 = channels * u / job->units, c1 = channels * (u + 1) / job->units;
-    float *scratch = job->scratch + thread * mlcc_dw_scratch_floats(p);
+    float *pad = job->scratch + thread * mlcc_dw_scratch_floats(p);
+    float *out = pad + planes + kw_n * dw + MLCC_DW_CHUNK;
     ptrdiff_t off[DW_MAX_TAPS];
-    ptrdiff_t n, c, oh, kh, kw;
+    ptrdiff_t n, c, kh, kw;
     for (kh = 0; kh < kh_n; kh++)
-        for (kw = 0; kw < kw_n; kw++) {
-            const ptrdiff_t col = kw * dw;
-            off[kh * kw_n + kw] = kh * dh * sw * wq + (col % sw) * wq + col / sw;
-        }
-    if (!job->zeroed[thread]) {   /* the padding, see above */
-        memset(scratch, 0, (size_t)(ph * sw * wq) * sizeof(float));
+        for (kw = 0; kw < kw_n; kw++)
+            off[kh * kw_n + kw] = ((kh * dh % sh) * sw + kw * dw % sw) * hq * wq +
+                                  (kh * dh / sh) * wq + kw * dw / sw;
+    /* the padding and the slack read by the last chunk (see above): dw_flat_fill writes only
+     * input values there and zeros, so a thread clears its slice once per call (job.zeroed) */
+    if (!job->zeroed[thread]) {
+        memset(pad, 0, (size_t)(planes + kw_n * dw + MLCC_DW_CHUNK) * sizeof(float));
         job->zeroed[thread] = 1;
     }
     for (n = 0; n < p->batch; n++) {
@@ -613,15 +670,12 @@ static void dw_task(void *arg, int u, int thread) {
             const float *wc = job->w + c * ntaps;
             float *yc = job->y + (n * channels + c) * oh_n * ow_n;
             const float b = job->bias ? job->bias[c] : 0.0f;
-            dw_fill_phases(p, job->x + (n * channels + c) * ih_n * iw_n, scratch, ph, wq);
-            for (oh = 0; oh < oh_n; oh++) {
-                const float *base = scratch + oh * sh * sw * wq;
-                float *yr = yc + oh * ow_n;
-                if (ntaps == 9)
-                    dw_row(base, off, wc, 9, b, yr, ow_n, &p->act);
-                else
-                    dw_row(base, off, wc, ntaps, b, yr, ow_n, &p->act);
-            }
+            dw_flat_fill(p, job->x + (n * channels + c) * ih_n * iw_n, pad, hq, wq);
+            if (ntaps == 9)
+                dw_flat_run(pad, off, wc, 9, b, out, nv, &p->act);
+            else
+                dw_flat_run(pad, off, wc, ntaps, b, out, nv, &p->act);
+            dw_copy_rows(yc, ow_n, oh_n * ow_n, out, wq, nv + MLCC_DW_CHUNK, oh_n, ow_n);
         }
     }
 }
@@ -649,7 +703,7 @@ void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, 
                                  ? mlcc_threadpool_size(pool) : MLCC_DW_SLICES;
         const ptrdiff_t per = nt == 1 ? 1 : UNITS_PER_THREAD * nt;
         job.units = p->out_channels < per ? (ptrdiff_t)p->out_channels : per;
-        mlcc_threadpool_for(pool, dw_task, &job, (int)job.units, (int)nt);
+        mlcc_threadpool_for(pool, dw_flat_task, &job, (int)job.units, (int)nt);
     }
 }
 

@@ -61,21 +61,27 @@ void mlcc_f32_conv2d_packed_table(const mlcc_conv2d_packed_params *p, const floa
                                   const float *w, const float *bias, const int32_t *table,
                                   float *y, float *scratch, mlcc_threadpool *pool);
 
-/* Depthwise convolution with vectors along the output row: each channel's zero-padded input is
- * first copied into scratch split by column phase (column c of the padded input goes to phase
- * c % stride_w, position c / stride_w), so that every kernel tap reads contiguous input for
- * consecutive outputs whatever the stride; the taps accumulate in registers. scratch holds
- * MLCC_DW_SLICES * mlcc_dw_scratch_floats(p) floats (mlcc/ops/conv.py computes the same
- * number): on a pool, up to MLCC_DW_SLICES threads each take a range of channels and a slice. */
+/* Depthwise convolution with vectors along the output plane: each channel's zero-padded input
+ * is first copied into scratch split by stride phase (the implicit GEMM's sub-planes, below,
+ * for one channel: stride_h x stride_w sub-planes of hq x wq), so that every kernel tap reads
+ * one contiguous run of input for the whole plane of "virtual" outputs q = oh * wq + ow, which
+ * is computed as one run of vectors (taps accumulated in registers) into scratch; its rows are
+ * then copied out. A row of 7 outputs costs 9 virtual columns, not a whole chunk of vectors.
+ * Each output sums its taps in order (the results are the reference's, up to contraction into
+ * FMAs). scratch holds MLCC_DW_SLICES * mlcc_dw_scratch_floats(p) floats (mlcc/ops/conv.py
+ * dw_scratch_floats computes the same number): the sub-planes, zeros past them for the last
+ * chunk's reads, then the plane of virtual outputs rounded up to a chunk, and one chunk more
+ * (read by the whole-vector row copies); on a pool, up to MLCC_DW_SLICES threads each take a
+ * range of channels and a slice. */
 #define MLCC_DW_SLICES 4
-#define MLCC_DW_SLACK 32   /* zero columns past each phase row: two whole vectors may be loaded */
-static inline ptrdiff_t mlcc_dw_phase_width(const mlcc_conv2d_params *p) {
-    const ptrdiff_t pw = (ptrdiff_t)((p->out_w - 1) * p->stride_w + (p->kernel_w - 1) * p->dilation_w + 1);
-    return (pw + (ptrdiff_t)p->stride_w - 1) / (ptrdiff_t)p->stride_w + MLCC_DW_SLACK;
-}
+#define MLCC_DW_CHUNK 64   /* floats per step along the plane (4 vectors of up to 16 lanes) */
 static inline ptrdiff_t mlcc_dw_scratch_floats(const mlcc_conv2d_params *p) {
-    const ptrdiff_t ph = (ptrdiff_t)((p->out_h - 1) * p->stride_h + (p->kernel_h - 1) * p->dilation_h + 1);
-    return ph * (ptrdiff_t)p->stride_w * mlcc_dw_phase_width(p);
+    const ptrdiff_t hq = (ptrdiff_t)(p->out_h + (p->kernel_h - 1) * p->dilation_h / p->stride_h);
+    const ptrdiff_t wq = (ptrdiff_t)(p->out_w + (p->kernel_w - 1) * p->dilation_w / p->stride_w);
+    const ptrdiff_t nv = (ptrdiff_t)p->out_h * wq;
+    return (ptrdiff_t)(p->stride_h * p->stride_w) * hq * wq +
+           (ptrdiff_t)(p->kernel_w * p->dilation_w) + MLCC_DW_CHUNK +
+           (nv + 2 * MLCC_DW_CHUNK - 1) / MLCC_DW_CHUNK * MLCC_DW_CHUNK;
 }
 void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, const float *w,
                                    const float *bias, float *y, float *scratch,

@@ -64,6 +64,63 @@ static void tile_edge(ptrdiff_t mr, ptrdiff_t nr, ptrdiff_t kc, const float *a, 
     }
 }
 
+#if MLCC_HAVE_VECTORS
+/* One row of C (a matrix-vector product: batch-1 Gemm, the classifiers of CNNs), columns
+ * [0, n) of one k block: 8, then 4 and 2 vectors of columns at a time, so that each step of p reads
+ * a contiguous run of a B row and feeds independent accumulators (tile_full with one row has
+ * two chains of dependent FMAs, and reads 2 vectors per B row, rows ldb apart). The columns
+ * of the last partial NR tile go to tile_edge as before. Only for products of one row, so
+ * that every element of a product is computed by the same code whatever the partition into
+ * blocks (a one-row block of a larger product keeps the tiles). */
+#define GEMV_VECS 8
+/* One vector of c = alpha * acc (+ c): one copy of this code, never inlined nor cloned per
+ * width, so that the compiler's choice of contracting it into an FMA is the same for every
+ * column whatever the cut of the columns into blocks (inlined into each width, or cloned per
+ * constant count, it differed: 2 threads gave other bits). Called once per vector and k block. */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((noinline, noclone))
+#else
+__attribute__((noinline))
+#endif
+static void gemv_store(float *c, const mlcc_vf *acc, float alpha, int accumulate) {
+    mlcc_vf cv = *acc * alpha;
+    if (accumulate) cv += mlcc_vf_load(c);
+    mlcc_vf_store(c, cv);
+}
+
+/* nv vectors of columns from j: nv independent chains of FMAs (inlined with a constant nv) */
+static inline void gemv_vecs(ptrdiff_t nv, ptrdiff_t kc, const float *a, ptrdiff_t acs,
+                             const float *b, ptrdiff_t ldb, float *c, float alpha,
+                             int accumulate) {
+    mlcc_vf acc[GEMV_VECS];
+    ptrdiff_t p, v;
+    for (v = 0; v < nv; v++) acc[v] = mlcc_vf_splat(0.0f);
+    for (p = 0; p < kc; p++) {
+        const mlcc_vf av = mlcc_vf_splat(a[p * acs]);
+        const float *bp = b + p * ldb;
+        for (v = 0; v < nv; v++) acc[v] += av * mlcc_vf_load(bp + v * MLCC_VF_LANES);
+    }
+    for (v = 0; v < nv; v++) gemv_store(c + v * MLCC_VF_LANES, &acc[v], alpha, accumulate);
+}
+
+static void gemv_block(ptrdiff_t n, ptrdiff_t kc, const float *a, ptrdiff_t acs, const float *b,
+                       ptrdiff_t ldb, float *c, float alpha, int accumulate) {
+    const ptrdiff_t whole = n / NR * NR;   /* a multiple of 2 vectors */
+    ptrdiff_t j = 0;
+    for (; j + 8 * MLCC_VF_LANES <= whole; j += 8 * MLCC_VF_LANES)
+        gemv_vecs(8, kc, a, acs, b + j, ldb, c + j, alpha, accumulate);
+    if (j + 4 * MLCC_VF_LANES <= whole) {
+        gemv_vecs(4, kc, a, acs, b + j, ldb, c + j, alpha, accumulate);
+        j += 4 * MLCC_VF_LANES;
+    }
+    if (j < whole) {
+        gemv_vecs(2, kc, a, acs, b + j, ldb, c + j, alpha, accumulate);
+        j += 2 * MLCC_VF_LANES;
+    }
+    if (j < n) tile_edge(1, n - j, kc, a, 0, acs, b + j, ldb, c + j, 0, alpha, accumulate);
+}
+#endif
+
 /* C[i0, i1) x [j0, j1) with its bias and activation: j0 a multiple of NR, the order of the sums
  * for an element (k blocks in order, then bias, then activation) the same wherever the block
  * boundaries fall, so that any partition into blocks gives the same bits. */
@@ -84,6 +141,13 @@ static void gemm_block(const mlcc_gemm_params *p, const float *a, const float *b
         const int accumulate = k0 > 0;
         const float *ak = a + k0 * acs;
         const float *bk = b + k0 * ldb;
+#if MLCC_HAVE_VECTORS
+        if (p->m == 1) {   /* not a one-row block of a larger product: its rows' bits */
+            gemv_block(j1 - j0, kc, ak + i0 * ars, acs, bk + j0, ldb, c + i0 * ldc + j0,
+                       p->alpha, accumulate);
+            continue;
+        }
+#endif
         for (j = j0; j < j1; j += NR) {
             const ptrdiff_t nr = j1 - j < NR ? j1 - j : NR;
             for (i = i0; i < i1; i += MR) {

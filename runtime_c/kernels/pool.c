@@ -155,7 +155,9 @@ static void split_phases(const float *x, ptrdiff_t rows, ptrdiff_t in_w, ptrdiff
 /* Max pooling with stride_w > 1, separably: per output row, the maximum over the kernel rows
  * (contiguous vectors) into tmp (in_w floats), then over the kernel columns of tmp. Max is
  * exact and skips NaN either way, so the result is that of the 2-D window. Cheaper than the
- * phase split (SqueezeNet's 3x3 stride-2 pools: the split rewrote every input value). */
+ * phase split (SqueezeNet's 3x3 stride-2 pools: the split rewrote every input value). Windows
+ * of three rows take them in one pass (3 loads and a store per vector instead of a copy and
+ * two read-modify-writes of tmp): SqueezeNet's pools 0.61-0.93x. */
 static void max_plane_separable(const mlcc_pool2d_params *p, const float *x, float *y,
                                 float *tmp, ptrdiff_t lo, ptrdiff_t hi) {
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
@@ -167,13 +169,27 @@ static void max_plane_separable(const mlcc_pool2d_params *p, const float *x, flo
     ptrdiff_t oh, ow, kh, kw, j;
     for (oh = 0; oh < oh_n; oh++) {
         const ptrdiff_t ih0 = oh * sh - pt;
-        const ptrdiff_t kh_lo = first_inside(dh, ih0), kh_hi = end_inside(kh_n, dh, ih0, ih_n);
+        const ptrdiff_t kh_hi = end_inside(kh_n, dh, ih0, ih_n);
+        ptrdiff_t kh_lo = first_inside(dh, ih0);
         float *yr = y + oh * ow_n;
         if (kh_hi <= kh_lo) {   /* all padding */
             for (ow = 0; ow < ow_n; ow++) yr[ow] = -FLT_MAX;
             continue;
         }
-        memcpy(tmp, x + (ih0 + kh_lo * dh) * iw_n, (size_t)iw_n * sizeof(float));
+        if (kh_hi - kh_lo == 3) {   /* 3-row windows (SqueezeNet, ResNet): one pass */
+            const float *r0 = x + (ih0 + kh_lo * dh) * iw_n, *r1 = r0 + dh * iw_n;
+            const float *r2 = r1 + dh * iw_n;
+            j = 0;
+#if MLCC_HAVE_VECTORS
+            for (; j + VL <= iw_n; j += VL)
+                mlcc_vf_store(tmp + j, vf_max(vf_max(mlcc_vf_load(r0 + j), mlcc_vf_load(r1 + j)),
+                                              mlcc_vf_load(r2 + j)));
+#endif
+            for (; j < iw_n; j++) tmp[j] = MAX_OF(MAX_OF(r0[j], r1[j]), r2[j]);
+            kh_lo = kh_hi;   /* done: skip the row loop below */
+        } else {
+            memcpy(tmp, x + (ih0 + kh_lo * dh) * iw_n, (size_t)iw_n * sizeof(float));
+        }
         for (kh = kh_lo + 1; kh < kh_hi; kh++) {
             const float *r = x + (ih0 + kh * dh) * iw_n;
             j = 0;
