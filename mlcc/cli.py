@@ -120,6 +120,10 @@ def quant_options(fn):
                      metavar="ALPHA",
                      help="SmoothQuant: move activation outliers of the integer MatMuls' "
                           "inputs into their weights (0.5 for transformers)."),
+        click.option("--keep-float", "keep_float", multiple=True, metavar="PATTERN",
+                     help="Keep these groups in float (repeatable or comma-separated): node "
+                          "names as the compile output and the report print them, shell-style "
+                          "patterns over them (p2o.Conv.3*), or op:TYPE (op:Conv)."),
     ]
     for o in reversed(opts):
         fn = o(fn)
@@ -127,17 +131,19 @@ def quant_options(fn):
 
 
 def _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant, report,
-                  export_qdq=None, smooth=None):
+                  export_qdq=None, smooth=None, keep_float=()):
     from . import api
 
     if quantize is None:
-        if calibration or report or export_qdq or smooth is not None:
-            raise MlccError("--calibration, --report, --export-qdq and --smooth need "
-                            "--quantize int8")
+        if calibration or report or export_qdq or smooth is not None or keep_float:
+            raise MlccError("--calibration, --report, --export-qdq, --smooth and --keep-float "
+                            "need --quantize int8")
         return None
     return api.QuantizeConfig(calibration, calibrator=calibrator, percentile=percentile,
                               per_channel=per_channel, requant=requant, report=report,
                               export_qdq=export_qdq, smooth=smooth,
+                              keep_float=tuple(p.strip() for item in keep_float
+                                               for p in item.split(",") if p.strip()),
                               progress=lambda text: click.echo(text, err=True))
 
 
@@ -162,12 +168,12 @@ def _quant_config(quantize, calibration, calibrator, percentile, per_channel, re
 @_guard
 def compile_cmd(model, target, output, shapes, name, max_arena, embed_weights, dump_ir,
                 no_build, min_sqnr, quantize, calibration, calibrator, percentile, per_channel,
-                requant, report, export_qdq, smooth):
+                requant, report, export_qdq, smooth, keep_float):
     """Compile MODEL (an .onnx file) into C sources, a weight blob and a library."""
     from . import api
 
     qcfg = _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant,
-                         report, export_qdq, smooth)
+                         report, export_qdq, smooth, keep_float)
     if min_sqnr is not None:
         if qcfg is None:
             raise MlccError("--min-sqnr needs --quantize int8")
@@ -246,13 +252,13 @@ def run_cmd(folder, inputs, outputs):
 @_guard
 def verify_cmd(model, target, shapes, inputs, per_layer, output, min_sqnr, quantize,
                calibration, calibrator, percentile, per_channel, requant, report, export_qdq,
-               smooth):
+               smooth, keep_float):
     """Compile MODEL and compare its outputs with onnxruntime's."""
     from . import api
 
     sh = _shapes(shapes)
     qcfg = _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant,
-                         report, export_qdq, smooth)
+                         report, export_qdq, smooth, keep_float)
     if qcfg is not None:
         res = api.verify_quantized(model, qcfg, target=target, shapes=sh, inputs=inputs,
                                    output_dir=output,
