@@ -207,7 +207,8 @@ def main(argv=None) -> int:
                          "holds every intermediate tensor in memory (6.8 GB for 32 lines)")
     ap.add_argument("--variants", default=",".join(VARIANTS),
                     help="comma-separated: " + ", ".join(VARIANTS) + "; an mlcc variant may "
-                         "be percentile:P (e.g. mlcc-percentile:99.999) and add +keep=P1|P2 (--keep-float patterns, e.g. op:Conv|p2o.MatMul.*)")
+                         "be percentile:P (e.g. mlcc-percentile:99.999) and add +keep=P1|P2 "
+                         "(--keep-float patterns, e.g. op:Conv|p2o.MatMul.*)")
     ap.add_argument("--seed", type=int, default=2,
                     help="seed of the evaluation lines (the calibration lines use 1)")
     ap.add_argument("--runs", type=int, default=30, help="latency runs")
