@@ -16,8 +16,8 @@ WASM_PACKAGES := emscripten nodejs wabt chromium
 TARGET_PACKAGES := $(ARM_PACKAGES) $(WASM_PACKAGES)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
-.PHONY: setup demo test test-fast test-targets target-tools bench bench-wasm icount-arm web-digits \
-	conformance fuzz fuzz-runtime sanitize-models sanitize-kernels safety-tools clean
+.PHONY: setup demo test test-fast test-targets target-tools bench bench-ocr bench-wasm icount-arm \
+	web-digits conformance fuzz fuzz-runtime sanitize-models sanitize-kernels safety-tools clean
 
 setup: $(STAMP)
 
@@ -135,6 +135,16 @@ safety-tools:
 ICOUNT_ARGS ?=
 icount-arm: $(STAMP) target-tools
 	$(BIN)/python tests/icount_arm.py $(ICOUNT_ARGS)
+
+# PP-OCR rec int8 against float on rendered text lines (exact match, issue 5), one Markdown
+# table; not a test. Pillow (the [bench] extra) renders the lines with the DejaVu fonts.
+# BENCH_OCR_ARGS: e.g. --lines 300 --variants mlcc-float,mlcc-percentile (--help).
+BENCH_OCR_ARGS ?=
+bench-ocr: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	@test -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf || \
+		{ $(SUDO) apt-get update && $(SUDO) apt-get install -y fonts-dejavu-core; }
+	$(BIN)/python tests/eval_ocr_int8.py $(BENCH_OCR_ARGS)
 
 # mlcc's wasm build against onnxruntime-web (npm, into ~/.cache/mlcc-npm) in node, one
 # Markdown table; not a test. BENCH_WASM_ARGS: e.g. model names (--list).

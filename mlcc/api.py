@@ -75,7 +75,8 @@ class QuantizeConfig:
     min_sqnr: float | None = None
     # SmoothQuant alpha for the float activations read by integer MatMuls (mlcc/quant/smooth.py)
     smooth: float | None = None
-    # node names (of the optimized graph, as the report names them) to keep in float
+    # groups to keep in float: node names of the optimized graph as the report names them,
+    # shell-style patterns over them, or op:TYPE (mlcc/quant/sensitivity.select_nodes)
     keep_float: tuple[str, ...] = ()
     # cross-layer equalization of Conv -> Conv pairs before calibration: True (exact pairs
     # only) or "relu6" (also through Relu6, replaced by Relu); mlcc/quant/equalize.py
@@ -272,8 +273,15 @@ def _option_lines(info: dict) -> list[str]:
 
 def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
               ) -> tuple[Graph, QuantResult, dict]:
+    from .quant.sensitivity import select_nodes
+    keep, unmatched = select_nodes(g, cfg.keep_float)
+    if unmatched:
+        raise InputError(f"--keep-float: {', '.join(unmatched)} matches no node of the "
+                         f"optimized graph (give node names as the compile output and the "
+                         f"report print them, shell-style patterns over them, or op:TYPE, "
+                         f"e.g. op:Conv)")
     opts = QuantOptions(per_channel=cfg.per_channel, requant=cfg.requant or tgt.int8_requant,
-                        activations=tgt.int8_activations, keep_float=frozenset(cfg.keep_float))
+                        activations=tgt.int8_activations, keep_float=keep)
     say = cfg.progress or (lambda text: None)
     ranges: dict = {}
     data = None

@@ -129,6 +129,10 @@ def quant_options(fn):
         click.option("--bias-correction", "bias_correction", is_flag=True,
                      help="Add the mean output shift of weight rounding, (W - Wq) E[x] with "
                           "E[x] from the calibration data, back to each layer's bias."),
+        click.option("--keep-float", "keep_float", multiple=True, metavar="PATTERN",
+                     help="Keep these groups in float (repeatable or comma-separated): node "
+                          "names as the compile output and the report print them, shell-style "
+                          "patterns over them (p2o.Conv.3*), or op:TYPE (op:Conv)."),
     ]
     for o in reversed(opts):
         fn = o(fn)
@@ -137,20 +141,23 @@ def quant_options(fn):
 
 def _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant, report,
                   export_qdq=None, smooth=None, equalize=False, equalize_relu6=False,
-                  bias_correction=False):
+                  bias_correction=False, keep_float=()):
     from . import api
 
     if quantize is None:
         if calibration or report or export_qdq or smooth is not None or equalize or \
-                equalize_relu6 or bias_correction:
+                equalize_relu6 or bias_correction or keep_float:
             raise MlccError("--calibration, --report, --export-qdq, --smooth, --equalize, "
-                            "--equalize-relu6 and --bias-correction need --quantize int8")
+                            "--equalize-relu6, --bias-correction and --keep-float need "
+                            "--quantize int8")
         return None
     return api.QuantizeConfig(calibration, calibrator=calibrator, percentile=percentile,
                               per_channel=per_channel, requant=requant, report=report,
                               export_qdq=export_qdq, smooth=smooth,
                               equalize="relu6" if equalize_relu6 else bool(equalize),
                               bias_correction=bias_correction,
+                              keep_float=tuple(p.strip() for item in keep_float
+                                               for p in item.split(",") if p.strip()),
                               progress=lambda text: click.echo(text, err=True))
 
 
@@ -176,13 +183,13 @@ def _quant_config(quantize, calibration, calibrator, percentile, per_channel, re
 def compile_cmd(model, target, output, shapes, name, max_arena, embed_weights, dump_ir,
                 no_build, min_sqnr, quantize, calibration, calibrator, percentile, per_channel,
                 requant, report, export_qdq, smooth, equalize, equalize_relu6,
-                bias_correction):
+                bias_correction, keep_float):
     """Compile MODEL (an .onnx file) into C sources, a weight blob and a library."""
     from . import api
 
     qcfg = _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant,
                          report, export_qdq, smooth, equalize, equalize_relu6,
-                         bias_correction)
+                         bias_correction, keep_float)
     if min_sqnr is not None:
         if qcfg is None:
             raise MlccError("--min-sqnr needs --quantize int8")
@@ -261,14 +268,14 @@ def run_cmd(folder, inputs, outputs):
 @_guard
 def verify_cmd(model, target, shapes, inputs, per_layer, output, min_sqnr, quantize,
                calibration, calibrator, percentile, per_channel, requant, report, export_qdq,
-               smooth, equalize, equalize_relu6, bias_correction):
+               smooth, equalize, equalize_relu6, bias_correction, keep_float):
     """Compile MODEL and compare its outputs with onnxruntime's."""
     from . import api
 
     sh = _shapes(shapes)
     qcfg = _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant,
                          report, export_qdq, smooth, equalize, equalize_relu6,
-                         bias_correction)
+                         bias_correction, keep_float)
     if qcfg is not None:
         res = api.verify_quantized(model, qcfg, target=target, shapes=sh, inputs=inputs,
                                    output_dir=output,

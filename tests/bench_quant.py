@@ -159,7 +159,7 @@ def ort_int8(model: Path, name: str, calib: Path, method: str, out: Path) -> Pat
     this keeps its memory out of the measurements)."""
     import subprocess
     subprocess.run([sys.executable, __file__, "--ort-quantize", str(model), name, str(calib),
-                    method, str(out)], check=True)
+                    method, str(out)], check=True, stdout=sys.stderr)
     return out
 
 

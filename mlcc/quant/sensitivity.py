@@ -17,10 +17,12 @@ what is measured is what ships): the worst output SQNR in dB over the samples.
 """
 from __future__ import annotations
 
+import fnmatch
 import math
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..ir import Graph
 from .rewrite import LayerPlan
 
 # Integer groups whose quantization adds error (data movement and MaxPool on uint8 are exact).
@@ -73,3 +75,21 @@ def search(cands: list[str], evaluate: Callable[[frozenset], float], target_db: 
 
 def worst_db(values: list[float]) -> float:
     return min(values) if values else math.inf
+
+
+def select_nodes(g: Graph, patterns) -> tuple[frozenset, list[str]]:
+    """`--keep-float` patterns -> (node names of g, patterns that matched nothing). A pattern
+    is `op:TYPE` (every node of that ONNX op type: `op:Conv`, `op:MatMul`; a fused Conv
+    keeps its type) or a shell-style pattern over node names as the report and the compile
+    output print them (`p2o.Conv.3[3-7]`, `p2o.MatMul.*`), matched case-sensitively."""
+    names: set[str] = set()
+    unmatched = []
+    for pat in patterns:
+        if pat.startswith("op:"):
+            hit = {n.name for n in g.nodes if n.op_type == pat[3:]}
+        else:
+            hit = {n.name for n in g.nodes if fnmatch.fnmatchcase(n.name, pat)}
+        names |= hit
+        if not hit:
+            unmatched.append(pat)
+    return frozenset(names), unmatched
