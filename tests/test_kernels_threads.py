@@ -228,6 +228,7 @@ def test_pool_statistics_count_every_unit(tmp_path):
         assert units == 3 * 16 and out[4] == 3, list(out)    # every unit once; 3 loops
         assert all(out[7 * t] >= 0 for t in range(threads)) and out[2] >= 0
         dl.mlcc_threadpool_stats(pp[0], out)
-        assert all(v == 0 for v in out), "read and reset"
+        # read and reset; a worker may go to sleep after the loop returned (slot 6 counts it)
+        assert all(v == 0 for i, v in enumerate(out) if i % 7 != 6), "read and reset"
         dl.mlcc_threadpool_destroy(pp[0])
     assert np.all(c == k)

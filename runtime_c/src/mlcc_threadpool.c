@@ -291,7 +291,8 @@ void mlcc_threadpool_for(mlcc_threadpool *pool, mlcc_unit_fn fn, void *arg, int 
 /* out[7 * t + 0..6] of thread t < size: unit CPU seconds, units, wait (wall) seconds, wait CPU
  * seconds, loops (those three for the caller, t = 0), then for workers the wall seconds from
  * each loop's start to their first unit of it, and the times they went to sleep; then zeroes
- * them. Call between runs. */
+ * them. Call between runs (a worker that goes to sleep after a loop returned may count
+ * that sleep after the reset). */
 MLCC_EXPORT void mlcc_threadpool_stats(mlcc_threadpool *pool, double *out);
 void mlcc_threadpool_stats(mlcc_threadpool *pool, double *out) {
     int t;
