@@ -809,13 +809,15 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
         run_ort, ref = _bench.onnxruntime_runner(str(model), feeds, threads)
         run_ort()
         checks = [compare(n, got[n], ref[n]) for n in got if n in ref]
-        samples = _bench.measure({"mlcc": run_mlcc, "onnxruntime": run_ort}, runs)
+        samples = _bench.measure({"mlcc": run_mlcc, "onnxruntime": run_ort}, runs,
+                                 settle_s=_bench.SETTLE_S if threads > 1 else 0.0)
         peak = _bench.peak_of(tgt)
         calls = samples["_calls"]
         notes = ["threads: 1 for both" if threads == 1
                  else f"threads: {threads} for both (mlcc: a pool of {threads} threads; "
                       f"onnxruntime: {threads} intra-op threads); % of the peak of "
-                      f"{threads} cores"]
+                      f"{threads} cores; each sample after {_bench.SETTLE_S:g} s of rest "
+                      f"and one untimed call of the same engine"]
         return BenchResult(
             model=Path(model).name, target=tgt.name,
             shapes={n: tuple(res.graph.values[n].shape) for n in res.graph.inputs},

@@ -24,6 +24,7 @@ MIN_SAMPLE_S = 0.002        # a sample lasts at least this long (timer noise << 
 WARMUP_S = 0.3              # per engine, and at least WARMUP_CALLS calls
 WARMUP_CALLS = 3
 TIME_BUDGET_S = 10.0        # total timed time when runs are not given
+SETTLE_S = 0.1              # with threads: the other engine's spinning workers stop (measure)
 MIN_RUNS, MAX_RUNS = 10, 300
 
 
@@ -156,7 +157,9 @@ def onnxruntime_runner(model_path: str, feeds: dict[str, np.ndarray], threads: i
         binding.bind_output(name, "cpu", 0, arr.dtype, list(arr.shape), arr.ctypes.data)
     run = sess.run_with_iobinding
 
-    def call(_run=run, _binding=binding, _keep=(sess, inputs)) -> None:
+    # the outputs are bound by address: the call keeps them alive, like the session and the
+    # inputs (a caller that dropped them made onnxruntime write into freed memory)
+    def call(_run=run, _binding=binding, _keep=(sess, inputs, outs)) -> None:
         _run(_binding)
 
     return call, outs
@@ -178,15 +181,21 @@ def _warm_up(call: Callable) -> float:
     return best
 
 
-def measure(engines: dict[str, Callable], runs: int | None = None) -> dict[str, list[float]]:
+def measure(engines: dict[str, Callable], runs: int | None = None,
+            settle_s: float = 0.0) -> dict[str, list[float]]:
     """Interleaved per-call latencies (seconds, one per sample) of each engine.
 
     runs: samples per engine; None picks as many as fit TIME_BUDGET_S (MIN_RUNS..MAX_RUNS).
+    settle_s > 0 (engines with several threads): before each sample, wait that long and make
+    one untimed call of the same engine. onnxruntime's workers spin for 20-50 ms after a run
+    returns (measured here), and a spinning worker of one engine takes the CPU the other's
+    worker needs: timed right after onnxruntime on 2 threads, mlcc's MobileNetV2 took 5.5 ms
+    instead of 3.2. The untimed call leaves each engine its own warm, spinning workers.
     Returns {engine: [latency per sample]} and, under the key "_calls", calls per sample."""
     per_call = {name: _warm_up(call) for name, call in engines.items()}
     calls = {name: max(1, math.ceil(MIN_SAMPLE_S / max(t, 1e-9))) for name, t in per_call.items()}
     if runs is None:
-        pair = sum(per_call[n] * calls[n] for n in engines)
+        pair = sum(per_call[n] * (calls[n] + (settle_s > 0)) + settle_s for n in engines)
         runs = int(min(MAX_RUNS, max(MIN_RUNS, TIME_BUDGET_S / max(pair, 1e-9))))
     names = list(engines)
     samples: dict[str, list[float]] = {n: [] for n in names}
@@ -195,6 +204,9 @@ def measure(engines: dict[str, Callable], runs: int | None = None) -> dict[str, 
     try:
         for i in range(runs):
             for name in names if i % 2 == 0 else names[::-1]:
+                if settle_s > 0:
+                    time.sleep(settle_s)
+                    engines[name]()
                 samples[name].append(_time_calls(engines[name], calls[name]) / calls[name])
     finally:
         if enabled:

@@ -109,3 +109,19 @@ def test_peak_memory_counts_each_engines_weights(tmp_path):
     assert m.mlcc_added >= w.nbytes and m.onnxruntime_added >= w.nbytes
     assert m.ratio == (m.arena_size + m.weights_size) / m.onnxruntime_added
     assert "| mm | " in memory_table([("mm", m)])
+
+
+def test_measure_settles_before_each_sample_with_threads():
+    """With settle_s, every sample follows a rest and one untimed call of its own engine
+    (onnxruntime's spinning workers must not run into mlcc's samples, nor mlcc's into its)."""
+    from mlcc.benchmark import measure
+    log = []
+    engines = {"a": lambda: log.append("a"), "b": lambda: log.append("b")}
+    res = measure(engines, runs=4, settle_s=0.001)
+    assert len(res["a"]) == len(res["b"]) == 4
+    calls = res["_calls"]
+    # after warm-up, runs of one engine: its untimed call, then its timed calls
+    tail = "".join(log[-4 * (int(calls[0]) + int(calls[1]) + 2):])
+    runs = [len(r) for r in tail.replace("ab", "a|b").replace("ba", "b|a").split("|")]
+    a, b = int(calls[0]) + 1, int(calls[1]) + 1
+    assert runs == [a, 2 * b, 2 * a, 2 * b, a]      # rounds alternate: ab ba ab ba
