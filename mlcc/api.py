@@ -816,8 +816,8 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
         notes = ["threads: 1 for both" if threads == 1
                  else f"threads: {threads} for both (mlcc: a pool of {threads} threads; "
                       f"onnxruntime: {threads} intra-op threads); % of the peak of "
-                      f"{threads} cores; each sample after {_bench.SETTLE_S:g} s of rest "
-                      f"and one untimed call of the same engine"]
+                      f"{threads} cores; each sample after {_bench.SETTLE_S:g} s of untimed "
+                      f"calls of the same engine (the other's workers stop spinning)"]
         return BenchResult(
             model=Path(model).name, target=tgt.name,
             shapes={n: tuple(res.graph.values[n].shape) for n in res.graph.inputs},

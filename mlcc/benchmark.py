@@ -24,7 +24,7 @@ MIN_SAMPLE_S = 0.002        # a sample lasts at least this long (timer noise << 
 WARMUP_S = 0.3              # per engine, and at least WARMUP_CALLS calls
 WARMUP_CALLS = 3
 TIME_BUDGET_S = 10.0        # total timed time when runs are not given
-SETTLE_S = 0.1              # with threads: the other engine's spinning workers stop (measure)
+SETTLE_S = 0.1              # with threads: untimed calls before each sample (measure)
 MIN_RUNS, MAX_RUNS = 10, 300
 
 
@@ -181,16 +181,26 @@ def _warm_up(call: Callable) -> float:
     return best
 
 
+def _run_for(call: Callable, seconds: float) -> None:
+    """Untimed calls for about `seconds` (at least one)."""
+    end = time.perf_counter() + seconds
+    call()
+    while time.perf_counter() < end:
+        call()
+
+
 def measure(engines: dict[str, Callable], runs: int | None = None,
             settle_s: float = 0.0) -> dict[str, list[float]]:
     """Interleaved per-call latencies (seconds, one per sample) of each engine.
 
     runs: samples per engine; None picks as many as fit TIME_BUDGET_S (MIN_RUNS..MAX_RUNS).
-    settle_s > 0 (engines with several threads): before each sample, wait that long and make
-    one untimed call of the same engine. onnxruntime's workers spin for 20-50 ms after a run
-    returns (measured here), and a spinning worker of one engine takes the CPU the other's
-    worker needs: timed right after onnxruntime on 2 threads, mlcc's MobileNetV2 took 5.5 ms
-    instead of 3.2. The untimed call leaves each engine its own warm, spinning workers.
+    settle_s > 0 (engines with several threads): before each sample, run the same engine
+    untimed for that long. onnxruntime's workers spin for 20-50 ms after a run returns
+    (measured here), and a spinning worker of one engine takes the CPU the other's worker
+    needs: timed right after onnxruntime on 2 threads, mlcc's MobileNetV2 took 5.5 ms instead
+    of 2.9-3.4. Resting instead (a sleep, then one call) was no better (5.5 ms): on this VM a
+    worker that has slept a while is slow to come back. Each sample so measures an engine in
+    the steady state of back-to-back calls, with its own workers warm and the other's asleep.
     Returns {engine: [latency per sample]} and, under the key "_calls", calls per sample."""
     per_call = {name: _warm_up(call) for name, call in engines.items()}
     calls = {name: max(1, math.ceil(MIN_SAMPLE_S / max(t, 1e-9))) for name, t in per_call.items()}
@@ -205,8 +215,7 @@ def measure(engines: dict[str, Callable], runs: int | None = None,
         for i in range(runs):
             for name in names if i % 2 == 0 else names[::-1]:
                 if settle_s > 0:
-                    time.sleep(settle_s)
-                    engines[name]()
+                    _run_for(engines[name], settle_s)
                 samples[name].append(_time_calls(engines[name], calls[name]) / calls[name])
     finally:
         if enabled:

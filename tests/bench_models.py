@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     if memory:
         table += ("\nPeak memory (issue 3: arena + weights below onnxruntime's peak RSS): mlcc's "
                   "static need from the manifest, and the peak RSS that loading each engine and "
-                  "one inference add to a fresh Python process (ru_maxrss after, minus after the "
+                  "one inference add to a fresh Python process (VmHWM after, minus after the "
                   "imports; onnxruntime with 1 intra-op thread).\n\n" + memory_table(memory))
     return print_report(header, table, skipped, args.output)
 
