@@ -117,8 +117,11 @@ def test_kernels_compile_to_simd128(digits_wasm):
 
 
 def test_module_size_budget(digits_wasm):
-    """Code only (the weights are in weights.bin): the digits CNN's module stays small."""
-    assert (digits_wasm / "model.wasm").stat().st_size < 64 * 1024
+    """Code only (the weights are in weights.bin): the digits CNN's module stays small. The
+    issue's goal is 1/20 of onnxruntime-web's 14.2 MB; this is a tripwire for accidental bloat
+    (libc's printf, a kernel file pulled in whole). 62.8 KiB at 9f7bd57, 67.1 KiB after the
+    one-row GEMM and Winograd's partial vectors."""
+    assert (digits_wasm / "model.wasm").stat().st_size < 96 * 1024
 
 
 @needs_wasm
