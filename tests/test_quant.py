@@ -363,6 +363,20 @@ def _argmax_agreement(folder, model, x):
     return same / len(x)
 
 
+def test_report_range_of_a_value_without_its_own_range():
+    """An average pool's output keeps its input's parameters and has no calibrated range of
+    its own: the report printed [nan, nan] for it."""
+    import math
+    from mlcc.quant.report import ErrorStats, LayerRow, range_text
+    qp = QParams(0.5, 10)
+    own = LayerRow("a", "n", "QConv", ErrorStats(), -1.0, 2.0, qp)
+    inherited = LayerRow("b", "n", "QAvgPool", ErrorStats(), math.nan, math.nan, qp)
+    float_out = LayerRow("c", "n", "QFC", ErrorStats(), math.nan, math.nan, None)
+    assert range_text(own) == "[-1, 2]"
+    assert range_text(inherited) == "[-5, 122.5] (input's)"
+    assert range_text(float_out) == "float"
+
+
 @pytest.mark.parametrize("requant", ["float", "fixed"])
 def test_example_digits_int8_agrees_with_float(tmp_path, requant):
     with np.load(DIGITS_DATA) as d:

@@ -95,6 +95,18 @@ class LayerRow:
     qp: QParams | None
 
 
+def range_text(r: LayerRow) -> str:
+    """The calibrated range; a value without one of its own (an average pool's output, which
+    keeps its input's scale; a float output) shows what its parameters represent, marked."""
+    if not (math.isnan(r.lo) or math.isnan(r.hi)):
+        return f"[{r.lo:.4g}, {r.hi:.4g}]"
+    if r.qp is None:
+        return "float"
+    lo = (r.qp.qmin - r.qp.zero_point) * r.qp.scale
+    hi = (r.qp.qmax - r.qp.zero_point) * r.qp.scale
+    return f"[{lo:.4g}, {hi:.4g}] (input's)"
+
+
 def markdown(title: str, header: list[str], rows: list[LayerRow], float_layers: list[str],
              outputs: list[tuple[str, ErrorStats]], min_sqnr: dict | None = None) -> str:
     def num(x: float, fmt: str = ".1f") -> str:
@@ -117,7 +129,7 @@ def markdown(title: str, header: list[str], rows: list[LayerRow], float_layers: 
         qp = f"{r.qp.scale:.4g} / {r.qp.zero_point}" if r.qp else "float output"
         own = num(r.stats.own_sqnr_db) if r.qp else ""
         lines.append(f"| `{r.value}` | `{r.node}` | {r.op} | {own} | {num(r.stats.sqnr_db)} | "
-                     f"{r.stats.cosine:.5f} | [{r.lo:.4g}, {r.hi:.4g}] | {qp} | "
+                     f"{r.stats.cosine:.5f} | {range_text(r)} | {qp} | "
                      f"{100 * r.stats.clipped_share:.3f}% |")
     lines += ["", "## Layers kept in float", ""]
     lines += [f"- `{n}`" for n in float_layers] or ["none"]
