@@ -287,7 +287,7 @@ class Conv(OpDef):
             # columns (wq / ow: the digits CNN's 4x4 layer, 24 for 16), or shallow ones, gather
             # through the table instead (A/B on the digits CNN: its 4x4 layer 0.92x with the
             # half-width tile, its depth-9 stem 0.48x; its 8x8 layer, 1.25x the columns, was
-            # 1.07x slower that way and stays implicit).
+            # 1.07x slower that way; all three now take the shifted copies above).
             table_first = small and (kdim < IMPLICIT_MIN_STRIDED_DEPTH or
                                      2 * (kw - 1) * dw // sw >= ow)
             if (not table_first and kh * kw > 1
