@@ -17,7 +17,8 @@ convolution with a fused residual must equal the packed one, then the Add, then 
 import numpy as np
 import pytest
 
-from mlcc.ops.conv import DW_SLICES, dw_scratch_floats, im2col_table, implicit_offsets, implicit_plan
+from mlcc.ops.conv import (DW_SLICES, dw_scratch_floats, im2col_table, implicit_cols_offsets,
+                           implicit_offsets, implicit_plan)
 from mlcc.ops.gemm import GEMM_MR, pack_a
 from mlcc.targets import load_target
 from util import build_kernels
@@ -50,6 +51,9 @@ void mlcc_f32_conv2d_packed_table(const mlcc_conv2d_packed_params *p, const floa
 void mlcc_f32_conv2d_implicit(const mlcc_conv2d_packed_params *p, const float *x,
                               const float *w, const float *bias, const int32_t *offsets,
                               float *y, float *scratch, void *pool);
+void mlcc_f32_conv2d_implicit_cols(const mlcc_conv2d_packed_params *p, const float *x,
+                                   const float *w, const float *bias, const int32_t *offsets,
+                                   float *y, float *scratch, void *pool);
 void mlcc_f32_conv2d_packed_residual(const mlcc_conv2d_packed_params *p, const float *x,
                                      const float *w, const float *bias, const float *residual,
                                      float *y, float *scratch, void *pool);
@@ -295,6 +299,10 @@ def test_table_gather_conv_matches_packed(kernels, pools, c, m, hw, k, stride, p
 
 @pytest.mark.parametrize("c,m,hw,k,stride,dil,pads,groups,small_blocks", [
     (1, 16, (8, 8), 3, 1, 1, (1, 1, 1, 1), 1, False),     # the digits CNN's first layer
+    (16, 32, (8, 8), 3, 1, 1, (1, 1, 1, 1), 1, False),    # its second: two whole panels (cols)
+    (32, 64, (4, 4), 3, 1, 1, (1, 1, 1, 1), 1, False),    # its third: two k blocks, half a panel
+    (7, 9, (5, 5), 3, 1, 1, (1, 1, 1, 1), 1, False),      # 25 columns (cols: partial panel)
+    (3, 5, (6, 9), 2, 1, 1, (0, 1, 0, 0), 1, False),      # 2x2, rows narrower than the output
     (3, 7, (1, 33), 3, 1, 1, (1, 1, 1, 1), 1, False),     # one row of 33: 35 virtual columns
     (5, 9, (7, 31), 3, 1, 1, (1, 1, 1, 1), 1, True),      # rows of 33 virtual columns, 4 blocks
     (4, 1, (6, 30), 3, 1, 1, (1, 1, 1, 1), 1, False),     # wq 32: one panel per row (AVX-512)
@@ -355,6 +363,23 @@ def test_implicit_conv_matches_packed(kernels, pools, c, m, hw, k, stride, dil, 
         lib.mlcc_f32_conv2d_implicit(params, buf(x), buf(wk), buf(b),
                                      buf(offsets, "int32_t *"), buf(got), buf(scratch), pool)
         assert np.array_equal(got, packed)
+    if stride == 1:
+        # the same over kernel_w shifted copies of the input (no virtual columns); the
+        # input sits inside a NaN-filled buffer: reads outside it must never leak
+        block, nbytes, hp, _ = implicit_plan(cin_g, m // groups, kh, kw, oh, ow, 1, 1, dil,
+                                             dil, cols=True,
+                                             **({"part_bytes": 0} if small_blocks else {}))
+        offsets = implicit_cols_offsets(cin_g, kh, kw, dil, hp, ow)
+        params = ffi.new("mlcc_conv2d_packed_params *", {"conv": conv, "block_cols": block})
+        framed = np.full(x.size + 64, np.nan, np.float32)
+        framed[32:32 + x.size] = x.reshape(-1)
+        for pool in (ffi.NULL, *pools.values()):
+            scratch = np.full(nbytes // 4, np.nan, np.float32)
+            got = np.full_like(ref, np.nan)
+            lib.mlcc_f32_conv2d_implicit_cols(params, buf(framed[32:]), buf(wk), buf(b),
+                                              buf(offsets, "int32_t *"), buf(got),
+                                              buf(scratch), pool)
+            assert np.array_equal(got, packed)
     np.testing.assert_allclose(packed, ref, rtol=1e-4, atol=1e-4)
 
 

@@ -106,13 +106,14 @@ def test_gemm_is_bit_identical_across_thread_counts(lib, m, n, k, bias, act):
 
 
 @pytest.mark.parametrize("n,k", [(1, 1), (15, 3), (17, 257), (129, 64), (161, 300),
-                                 (1000, 1280)])
+                                 (1000, 1280), (10, 64), (3, 300), (26, 5)])
 def test_one_row_gemm_matches_the_tiles_on_every_pool(lib, n, k):
     """A one-row product (gemv_block: 8, 4, 2 vectors of columns per step) gives the same bits on
     every pool and agrees with the same row of a product of more rows (the register tiles;
     within rounding: the compiler may contract alpha * sum + previous blocks differently):
     column counts around one and eight vectors (4-16 lanes), depths across the 256 block,
-    the MobileNetV2 classifier's shape."""
+    the MobileNetV2 classifier's shape, the digits CNN's logits (10 columns: gemv_tail) and
+    rows narrower than a vector across k blocks (its loads must stay inside B)."""
     ffi, dl, pools = lib
     rng = np.random.default_rng(n * 7 + k)
     a = rng.standard_normal((3, k)).astype(np.float32)

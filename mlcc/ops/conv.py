@@ -58,16 +58,45 @@ def implicit_offsets(c: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: in
     return (plane * hq * wq + (ki * dh // sh) * wq + kj * dw // sw).astype(np.int32).reshape(-1)
 
 
+def implicit_cols_offsets(c: int, kh: int, kw: int, dh: int, hp: int, ow: int) -> np.ndarray:
+    """[c * kh * kw] int32: where row (c, kh, kw) of the im2col matrix starts in the shifted
+    planes (c, kw, hp, ow) of mlcc_f32_conv2d_implicit_cols (conv.h)."""
+    ci, ki, kj = np.meshgrid(np.arange(c), np.arange(kh), np.arange(kw), indexing="ij")
+    return (((ci * kw + kj) * hp + ki * dh) * ow).astype(np.int32).reshape(-1)
+
+
+def implicit_cols_pays(kh: int, kw: int, oh: int, ow: int, sh: int, sw: int, dw: int) -> bool:
+    """Whether a stride-1 convolution on a small map takes mlcc_f32_conv2d_implicit_cols: when
+    the implicit GEMM's virtual columns, in whole panels of 32 (AVX-512; a last one of at most
+    16 runs half-width), are at least 1.2x the output positions in the same panels. The
+    digits CNN's 8 x 8 and 4 x 4 layers (80 for 64, 32 for 16), not ResNet's 7 x 7 ones (64
+    for 64) nor its 14 x 14 ones (224 for 208)."""
+    def panels(n: int) -> int:
+        tail = n % 32
+        return n // 32 * 32 + (0 if tail == 0 else 16 if tail <= 16 else 32)
+    if sh != 1 or sw != 1 or kw < 2 or ow > TABLE_MAX_W or kh * kw < 2:
+        return False
+    return panels(oh * (ow + (kw - 1) * dw)) >= 1.2 * panels(oh * ow)
+
+
 def implicit_plan(cin_g: int, cout_g: int, kh: int, kw: int, oh: int, ow: int, sh: int,
                   sw: int, dh: int, dw: int,
-                  part_bytes: int = IMPLICIT_PART_BYTES) -> tuple[int, int, int, int]:
-    """(block_cols, scratch bytes, hq, wq) of mlcc_f32_conv2d_implicit (conv.h)."""
-    hq, wq = oh + (kh - 1) * dh // sh, ow + (kw - 1) * dw // sw
+                  part_bytes: int = IMPLICIT_PART_BYTES,
+                  cols: bool = False) -> tuple[int, int, int, int]:
+    """(block_cols, scratch bytes, hq, wq) of mlcc_f32_conv2d_implicit (conv.h), or with
+    cols=True of mlcc_f32_conv2d_implicit_cols (stride 1; hq = the planes' padded rows)."""
+    if cols:
+        hq, wq = oh + (kh - 1) * dh, ow
+    else:
+        hq, wq = oh + (kh - 1) * dh // sh, ow + (kw - 1) * dw // sw
     nv = oh * wq
     rows = min(GEMM_MC, -(-cout_g // GEMM_MR) * GEMM_MR)
     block = max(64, part_bytes // (4 * rows) // 64 * 64)
     block = min(block, -(-nv // 64) * 64)
-    pad = cin_g * sh * sw * hq * wq + (kw - 1) * dw + IMPLICIT_SLACK
+    if cols:
+        pad = cin_g * kw * hq * ow + IMPLICIT_SLACK
+    else:
+        pad = cin_g * sh * sw * hq * wq + (kw - 1) * dw + IMPLICIT_SLACK
     part = IMPLICIT_SLICES * rows * block if cin_g * kh * kw > GEMM_KC else 0
     return block, 4 * (pad + part), hq, wq
 
@@ -238,11 +267,27 @@ class Conv(OpDef):
             sub_floats = (geo["c"] // g) * sh * sw * (oh + (kh - 1) * dh // sh) * \
                 (ow + (kw - 1) * dw // sw)
             small = ow <= TABLE_MAX_W and kdim * spatial * 4 <= TABLE_MAX_BYTES and kh * kw > 1
+            if implicit_cols_pays(kh, kw, oh, ow, sh, sw, dw) and \
+                    (geo["c"] // g) * kw * (oh + (kh - 1) * dh) * ow < 2**31 - 2**20:
+                # stride 1 on a small map: the implicit GEMM over kernel_w shifted copies of
+                # the input, no dropped columns (conv.h). The digits CNN's three layers,
+                # measured alone (C, thread CPU time, load 5-6): 16 -> 32 on 8 x 8 0.68x the
+                # implicit GEMM, 32 -> 64 on 4 x 4 0.66x the table path, 1 -> 16 0.87x.
+                cin_g = geo["c"] // g
+                block, scratch, hp, _ = implicit_plan(cin_g, geo["m"] // g, kh, kw, oh, ow,
+                                                      sh, sw, dh, dw, cols=True)
+                offsets = implicit_cols_offsets(cin_g, kh, kw, dh, hp, ow)
+                args.insert(3, lo.add_const(f"{node.name}.implicit_offsets", offsets))
+                lo.call("mlcc_f32_conv2d_implicit_cols", args, [node.outputs[0]],
+                        params_type="mlcc_conv2d_packed_params",
+                        params={"conv": params, "block_cols": block},
+                        scratch_bytes=scratch, pool=True)
+                return
             # Small maps where the implicit GEMM would compute at least 1.5x the useful
             # columns (wq / ow: the digits CNN's 4x4 layer, 24 for 16), or shallow ones, gather
             # through the table instead (A/B on the digits CNN: its 4x4 layer 0.92x with the
             # half-width tile, its depth-9 stem 0.48x; its 8x8 layer, 1.25x the columns, was
-            # 1.07x slower that way and stays implicit).
+            # 1.07x slower that way; all three now take the shifted copies above).
             table_first = small and (kdim < IMPLICIT_MIN_STRIDED_DEPTH or
                                      2 * (kw - 1) * dw // sw >= ow)
             if (not table_first and kh * kw > 1

@@ -723,6 +723,13 @@ static void implicit_panel_segs(ptrdiff_t q0, ptrdiff_t nv, ptrdiff_t wq, ptrdif
                                 implicit_segs *s) {
     ptrdiff_t t = 0, oh = q0 / wq, ow = q0 % wq;   /* then advanced without dividing */
     s->count = 0;
+    if (wq == ow_n) {   /* no padding columns (mlcc_f32_conv2d_implicit_cols): one run */
+        s->count = 1;
+        s->t[0] = 0;
+        s->n[0] = nv - q0 < MLCC_GEMM_NR ? nv - q0 : MLCC_GEMM_NR;
+        s->y[0] = q0;
+        return;
+    }
     while (t < MLCC_GEMM_NR && q0 + t < nv) {
         const ptrdiff_t q = q0 + t;
         if (ow >= ow_n) {       /* a padding column: skip to the next output row */
@@ -764,7 +771,7 @@ static inline void implicit_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a,
                                  const float *MLCC_RESTRICT b, const int32_t *MLCC_RESTRICT off,
                                  ptrdiff_t mr, float *part, ptrdiff_t ldp, int first, int last,
                                  float *y, ptrdiff_t ldy, const implicit_segs *s,
-                                 const float *bias, const mlcc_act *act) {
+                                 const float *bias, const mlcc_act *act, const ptrdiff_t nvec) {
     mlcc_vf acc[MLCC_GEMM_TILE_ROWS][MLCC_GEMM_NV];
     ptrdiff_t r, v, p;
     for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
@@ -772,17 +779,17 @@ static inline void implicit_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a,
     for (p = 0; p < kc; p++) {
         const float *bp = b + off[p];
         mlcc_vf bv[MLCC_GEMM_NV];
-        for (v = 0; v < MLCC_GEMM_NV; v++) bv[v] = mlcc_vf_load(bp + v * MLCC_VF_LANES);
+        for (v = 0; v < nvec; v++) bv[v] = mlcc_vf_load(bp + v * MLCC_VF_LANES);
         for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++) {
             const mlcc_vf av = mlcc_vf_splat(a[p * MLCC_GEMM_MR + r]);
-            for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] += av * bv[v];
+            for (v = 0; v < nvec; v++) acc[r][v] += av * bv[v];
         }
     }
     for (r = 0; r < mr; r++) {
         float *pr = part + r * ldp;
         float row[MLCC_GEMM_NR];
-        const int whole = s->count == 1 && s->n[0] == MLCC_GEMM_NR;
-        for (v = 0; v < MLCC_GEMM_NV; v++) {
+        const int whole = s->count == 1 && s->n[0] == nvec * MLCC_VF_LANES;
+        for (v = 0; v < nvec; v++) {
             mlcc_vf out = acc[r][v];
             if (!first) out += mlcc_vf_load(pr + v * MLCC_VF_LANES);
             if (!last) {
@@ -803,9 +810,10 @@ static inline void implicit_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a,
 static void implicit_tile(ptrdiff_t kc, const float *a, const float *b, const int32_t *off,
                           ptrdiff_t mr, float *part, ptrdiff_t ldp, int first, int last, float *y,
                           ptrdiff_t ldy, const implicit_segs *s, const float *bias,
-                          const mlcc_act *act) {
+                          const mlcc_act *act, ptrdiff_t nvec) {
     float acc[MLCC_GEMM_TILE_ROWS][MLCC_GEMM_NR];
     ptrdiff_t r, j, p;
+    (void)nvec;
     for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
         for (j = 0; j < MLCC_GEMM_NR; j++) acc[r][j] = 0.0f;
     for (p = 0; p < kc; p++)
@@ -826,6 +834,12 @@ static void implicit_tile(ptrdiff_t kc, const float *a, const float *b, const in
         if (last) implicit_scatter_row(y + r * ldy, acc[r], s);
     }
 }
+#endif
+
+#if MLCC_HAVE_VECTORS
+#define IMPLICIT_NV MLCC_GEMM_NV
+#else
+#define IMPLICIT_NV 1   /* unused by the scalar tile */
 #endif
 
 typedef struct implicit_job {
@@ -871,11 +885,20 @@ static void implicit_task(void *arg, int u, int thread) {
                          * tile starts i % MR rows into its panel */
                         const float *a = job->w + job->gi * cout_pad * kdim + k0 * cout_pad +
                                          (i - i % MLCC_GEMM_MR) * kc + i % MLCC_GEMM_MR;
-                        implicit_tile(kc, a, job->pad + j, job->off + k0, mr,
-                                      part + (i - i0) * job->bc + (j - js), job->bc, first, last,
-                                      job->y + i * spatial, spatial, &segs,
-                                      job->bias ? job->bias + job->gi * cout_g + i : NULL,
-                                      &p->act);
+                        float *pt = part + (i - i0) * job->bc + (j - js);
+                        const float *bi = job->bias ? job->bias + job->gi * cout_g + i : NULL;
+                        /* a panel of at most one vector of columns: the half-width tile
+                         * (the same sums, half the FMAs; a constant count per call site) */
+#if MLCC_HAVE_VECTORS
+                        if (MLCC_GEMM_NV > 1 && je - j <= MLCC_VF_LANES)
+                            implicit_tile(kc, a, job->pad + j, job->off + k0, mr, pt, job->bc,
+                                          first, last, job->y + i * spatial, spatial, &segs, bi,
+                                          &p->act, 1);
+                        else
+#endif
+                            implicit_tile(kc, a, job->pad + j, job->off + k0, mr, pt, job->bc,
+                                          first, last, job->y + i * spatial, spatial, &segs, bi,
+                                          &p->act, IMPLICIT_NV);
                     }
                 }
             }
@@ -928,9 +951,94 @@ static void implicit_fill(const mlcc_conv2d_params *p, const float *xg, ptrdiff_
            (size_t)((p->kernel_w - 1) * p->dilation_w + MLCC_IMPLICIT_SLACK) * sizeof(float));
 }
 
-void mlcc_f32_conv2d_implicit(const mlcc_conv2d_packed_params *pp, const float *x,
-                              const float *w, const float *bias, const int32_t *offsets,
-                              float *y, float *scratch, mlcc_threadpool *pool) {
+/* Group input for mlcc_f32_conv2d_implicit_cols (stride 1, conv.h): per channel c and kernel
+ * column kj, a plane of hp x out_w whose row r, column j is input row r - pad_top, column
+ * j + kj * dilation_w - pad_left (zero outside the input), written in address order. Vector
+ * stores may run past a row or a plane: what they write there is written again later (the
+ * lanes past the last plane land in the slack, zeroed last). Vector reads stay inside the
+ * input tensor (xs floats from x0), else that vector goes one value at a time. When the input
+ * rows are as wide as the output's (padding "same": the digits CNN), a plane's rows of input
+ * are one flat run of the channel shifted by kj * dilation_w - pad_left, its columns outside
+ * the input zeroed by lane masks that repeat every period vectors; else row by row. */
+#define IMPLICIT_COLS_MAX_KW 8
+#define IMPLICIT_COLS_MAX_PERIOD 4
+static void implicit_fill_cols(const mlcc_conv2d_params *p, const float *xg, ptrdiff_t cin_g,
+                               ptrdiff_t hp, const float *x0, ptrdiff_t xs, float *pad) {
+    const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
+    const ptrdiff_t ow_n = (ptrdiff_t)p->out_w, kw_n = (ptrdiff_t)p->kernel_w;
+    const ptrdiff_t dw = (ptrdiff_t)p->dilation_w;
+    const ptrdiff_t pt = (ptrdiff_t)p->pad_top, pl = (ptrdiff_t)p->pad_left;
+    const ptrdiff_t xg_off = xg - x0;
+    ptrdiff_t c, kj, r, j;
+#if MLCC_HAVE_VECTORS
+    const ptrdiff_t VL = MLCC_VF_LANES;
+    ptrdiff_t period = ow_n, g = VL, v;
+    mlcc_vi keep[IMPLICIT_COLS_MAX_KW][IMPLICIT_COLS_MAX_PERIOD];
+    int flat;
+    while (g != 0) {   /* period = ow / gcd(ow, VL) vectors */
+        const ptrdiff_t t = period % g;
+        period = g;
+        g = t;
+    }
+    period = ow_n / period;
+    flat = iw_n == ow_n && kw_n <= IMPLICIT_COLS_MAX_KW && period <= IMPLICIT_COLS_MAX_PERIOD;
+    for (kj = 0; flat && kj < kw_n; kj++) {
+        const ptrdiff_t s = kj * dw - pl;
+        for (v = 0; v < period; v++)
+            for (j = 0; j < VL; j++) {
+                const ptrdiff_t col = (v * VL + j) % ow_n;
+                keep[kj][v][j] = col + s >= 0 && col + s < iw_n ? -1 : 0;
+            }
+    }
+#else
+    (void)xs;
+#endif
+    for (c = 0; c < cin_g; c++) {
+        for (kj = 0; kj < kw_n; kj++) {
+            const ptrdiff_t s = kj * dw - pl;   /* input column of output column 0 */
+            const ptrdiff_t lo = s < 0 ? (-s < ow_n ? -s : ow_n) : 0;
+            ptrdiff_t hi = iw_n - s < ow_n ? iw_n - s : ow_n;
+            float *d = pad + (c * kw_n + kj) * hp * ow_n;
+            if (hi < lo) hi = lo;
+#if MLCC_HAVE_VECTORS
+            if (flat) {
+                /* rows pt .. pt + ih_n - 1 as one run (its last vector may run into the
+                 * bottom rows, zeroed after it), then the padding rows */
+                const ptrdiff_t n = ih_n * ow_n, src = xg_off + c * ih_n * iw_n + s;
+                float *dd = d + pt * ow_n;
+                for (v = 0, j = 0; j < n; j += VL, v = v + 1 == period ? 0 : v + 1) {
+                    if (src + j >= 0 && src + j + VL <= xs) {
+                        mlcc_vf_store(dd + j, (mlcc_vf)((mlcc_vi)mlcc_vf_load(x0 + src + j) &
+                                                        keep[kj][v]));
+                    } else {
+                        ptrdiff_t t;
+                        for (t = 0; t < VL && j + t < n; t++)
+                            dd[j + t] = keep[kj][v][t] ? x0[src + j + t] : 0.0f;
+                    }
+                }
+                for (j = 0; j < pt * ow_n; j++) d[j] = 0.0f;
+                for (j = (pt + ih_n) * ow_n; j < hp * ow_n; j++) d[j] = 0.0f;
+                continue;
+            }
+#endif
+            for (r = 0; r < hp; r++) {
+                const ptrdiff_t ih = r - pt;
+                float *dr = d + r * ow_n;
+                const ptrdiff_t src = xg_off + (c * ih_n + ih) * iw_n + s;   /* from x0 */
+                if (ih < 0 || ih >= ih_n || hi == lo) {
+                    for (j = 0; j < ow_n; j++) dr[j] = 0.0f;
+                    continue;
+                }
+                for (j = 0; j < ow_n; j++) dr[j] = j >= lo && j < hi ? x0[src + j] : 0.0f;
+            }
+        }
+    }
+    memset(pad + cin_g * kw_n * hp * ow_n, 0, MLCC_IMPLICIT_SLACK * sizeof(float));
+}
+
+static void implicit_conv(const mlcc_conv2d_packed_params *pp, const float *x, const float *w,
+                          const float *bias, const int32_t *offsets, float *y, float *scratch,
+                          mlcc_threadpool *pool, int cols) {
     const mlcc_conv2d_params *p = &pp->conv;
     ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, mb, nt, n;
     implicit_job job;
@@ -940,12 +1048,12 @@ void mlcc_f32_conv2d_implicit(const mlcc_conv2d_packed_params *pp, const float *
     job.bias = bias;
     job.off = offsets;
     job.pad = scratch;
-    job.hq = mlcc_implicit_sub_h(p);
-    job.wq = mlcc_implicit_sub_w(p);
+    job.hq = cols ? mlcc_implicit_cols_h(p) : mlcc_implicit_sub_h(p);
+    job.wq = cols ? (ptrdiff_t)p->out_w : mlcc_implicit_sub_w(p);
     job.nv = (ptrdiff_t)p->out_h * job.wq;
     job.bc = (ptrdiff_t)pp->block_cols;
     job.nb = (job.nv + job.bc - 1) / job.bc;
-    job.part = scratch + mlcc_implicit_pad_floats(p);
+    job.part = scratch + (cols ? mlcc_implicit_cols_pad_floats(p) : mlcc_implicit_pad_floats(p));
     job.part_floats = kdim <= MLCC_GEMM_KC ? 0   /* one k block: no partial sums */
                       : (cout_pad < MLCC_GEMM_MC ? cout_pad : MLCC_GEMM_MC) * job.bc;
     mb = cout_pad / MLCC_GEMM_MR;
@@ -963,11 +1071,28 @@ void mlcc_f32_conv2d_implicit(const mlcc_conv2d_packed_params *pp, const float *
     }
     for (n = 0; n < p->batch; n++) {
         for (job.gi = 0; job.gi < (ptrdiff_t)p->groups; job.gi++) {
-            implicit_fill(p, x + (n * (ptrdiff_t)p->in_channels + job.gi * cin_g) * in_plane,
-                          cin_g, job.hq, job.wq, scratch);
+            const float *xg = x + (n * (ptrdiff_t)p->in_channels + job.gi * cin_g) * in_plane;
+            if (cols)
+                implicit_fill_cols(p, xg, cin_g, job.hq, x,
+                                   (ptrdiff_t)p->batch * (ptrdiff_t)p->in_channels * in_plane,
+                                   scratch);
+            else
+                implicit_fill(p, xg, cin_g, job.hq, job.wq, scratch);
             job.y = y + (n * (ptrdiff_t)p->out_channels + job.gi * cout_g) * spatial;
             mlcc_threadpool_for(pool, implicit_task, &job, (int)(job.col_units * job.row_units),
                                 (int)nt);
         }
     }
+}
+
+void mlcc_f32_conv2d_implicit(const mlcc_conv2d_packed_params *pp, const float *x,
+                              const float *w, const float *bias, const int32_t *offsets,
+                              float *y, float *scratch, mlcc_threadpool *pool) {
+    implicit_conv(pp, x, w, bias, offsets, y, scratch, pool, 0);
+}
+
+void mlcc_f32_conv2d_implicit_cols(const mlcc_conv2d_packed_params *pp, const float *x,
+                                   const float *w, const float *bias, const int32_t *offsets,
+                                   float *y, float *scratch, mlcc_threadpool *pool) {
+    implicit_conv(pp, x, w, bias, offsets, y, scratch, pool, 1);
 }

@@ -122,4 +122,25 @@ void mlcc_f32_conv2d_implicit(const mlcc_conv2d_packed_params *p, const float *x
                               const float *w, const float *bias, const int32_t *offsets,
                               float *y, float *scratch, mlcc_threadpool *pool);
 
+/* The same implicit GEMM for stride-1 convolutions on small maps, without virtual columns:
+ * per input channel c and kernel column kj, the input shifted by kj * dilation_w - pad_left
+ * columns (zero-padded) is copied into scratch as a plane of hp x out_w, hp = out_h +
+ * (kernel_h - 1) * dilation_h (padded rows); row k = (c, kh, kw) of the im2col matrix is then
+ * the run of out_h * out_w values at offsets[k] = ((c * kernel_w + kw) * hp + kh *
+ * dilation_h) * out_w. kernel_w copies of the input instead of one, but no dropped columns:
+ * an 8 x 8 map of a 3x3 kernel computes 64 columns instead of 80 (96 in whole panels of 32),
+ * a 4 x 4 map 16 instead of 24 (32). Same sums in the same order as the packed convolution.
+ * scratch: mlcc_implicit_cols_pad_floats() floats, then the partial sums as above
+ * (mlcc/ops/conv.py implicit_plan(..., cols=True)). */
+static inline ptrdiff_t mlcc_implicit_cols_h(const mlcc_conv2d_params *p) {
+    return (ptrdiff_t)(p->out_h + (p->kernel_h - 1) * p->dilation_h);
+}
+static inline ptrdiff_t mlcc_implicit_cols_pad_floats(const mlcc_conv2d_params *p) {
+    return (ptrdiff_t)(p->in_channels / p->groups * p->kernel_w) * mlcc_implicit_cols_h(p) *
+               (ptrdiff_t)p->out_w + MLCC_IMPLICIT_SLACK;
+}
+void mlcc_f32_conv2d_implicit_cols(const mlcc_conv2d_packed_params *p, const float *x,
+                                   const float *w, const float *bias, const int32_t *offsets,
+                                   float *y, float *scratch, mlcc_threadpool *pool);
+
 #endif /* MLCC_CONV_H */

@@ -103,6 +103,28 @@ static inline void gemv_vecs(ptrdiff_t nv, ptrdiff_t kc, const float *a, ptrdiff
     for (v = 0; v < nv; v++) gemv_store(c + v * MLCC_VF_LANES, &acc[v], alpha, accumulate);
 }
 
+/* The last r < one vector of columns (the digits CNN's 10 logits): one vector of
+ * accumulators whose B loads run past the r columns into the next B rows (lanes dropped at
+ * the store), except for the rows whose vector would pass the block's last needed value,
+ * read from a zero-padded copy: the product may end there. The same store as the other
+ * columns (gemv_store, through a copy of c). */
+static void gemv_tail(ptrdiff_t r, ptrdiff_t kc, const float *a, ptrdiff_t acs, const float *b,
+                      ptrdiff_t ldb, float *c, float alpha, int accumulate) {
+    const ptrdiff_t limit = (kc - 1) * ldb + r;   /* floats from b the block may read */
+    float row[MLCC_VF_LANES], out[MLCC_VF_LANES];
+    mlcc_vf acc = mlcc_vf_splat(0.0f);
+    ptrdiff_t p, t;
+    for (p = 0; p < kc && p * ldb + MLCC_VF_LANES <= limit; p++)
+        acc += mlcc_vf_splat(a[p * acs]) * mlcc_vf_load(b + p * ldb);
+    for (; p < kc; p++) {
+        for (t = 0; t < MLCC_VF_LANES; t++) row[t] = t < r ? b[p * ldb + t] : 0.0f;
+        acc += mlcc_vf_splat(a[p * acs]) * mlcc_vf_load(row);
+    }
+    for (t = 0; t < MLCC_VF_LANES; t++) out[t] = t < r ? c[t] : 0.0f;
+    gemv_store(out, &acc, alpha, accumulate);
+    for (t = 0; t < r; t++) c[t] = out[t];
+}
+
 static void gemv_block(ptrdiff_t n, ptrdiff_t kc, const float *a, ptrdiff_t acs, const float *b,
                        ptrdiff_t ldb, float *c, float alpha, int accumulate) {
     const ptrdiff_t whole = n / NR * NR;   /* a multiple of 2 vectors */
@@ -117,7 +139,11 @@ static void gemv_block(ptrdiff_t n, ptrdiff_t kc, const float *a, ptrdiff_t acs,
         gemv_vecs(2, kc, a, acs, b + j, ldb, c + j, alpha, accumulate);
         j += 2 * MLCC_VF_LANES;
     }
-    if (j < n) tile_edge(1, n - j, kc, a, 0, acs, b + j, ldb, c + j, 0, alpha, accumulate);
+    if (j + MLCC_VF_LANES <= n) {
+        gemv_vecs(1, kc, a, acs, b + j, ldb, c + j, alpha, accumulate);
+        j += MLCC_VF_LANES;
+    }
+    if (j < n) gemv_tail(n - j, kc, a, acs, b + j, ldb, c + j, alpha, accumulate);
 }
 #endif
 
