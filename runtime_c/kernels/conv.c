@@ -391,6 +391,178 @@ static ptrdiff_t balance(ptrdiff_t units, ptrdiff_t nt) {
     return units * 1024 / (nt * ((units + nt - 1) / nt));
 }
 
+/* ---- 1x1 convolutions of small maps as a transposed product ----
+ * On a 7 x 7 map the packed GEMM computes 64 columns (two NR = 32 panels) for 49 outputs. With
+ * the output channels along the vectors and the output positions along the tile's rows, 49
+ * positions are 5 tiles of 10 (the last one starting at 39: row 39 is computed twice, the same
+ * bits) and the channels (out_channels rounded up to MR = 8) waste nothing. The weights are read
+ * in their packed layout (gemm.h: at depth p, 8 consecutive output channels are contiguous, a
+ * vector of 16 is two panels' rows); the input planes are read in place (1x1, stride 1, no
+ * padding: B[k][j] = x[k * spatial + j]), one broadcast per row and depth. Every output is the
+ * same sum as in gemm_packed (k blocks of MLCC_GEMM_KC, each summed from zero in k order with one
+ * FMA per step, added to the previous blocks' total, then bias, residual, activation), so the
+ * results are the same bits; the tile goes to the output transposed through a small buffer. */
+#if MLCC_HAVE_VECTORS && MLCC_VECTOR_BYTES == 64 && MLCC_GEMM_MR == 8 && \
+    (defined(__GNUC__) || defined(__clang__))
+#define CONV_TR 1
+#define TR_MAX_ROWS 12
+typedef float tr_half __attribute__((vector_size(32)));
+
+/* output channels [c0, c0 + nv * 16) at depth p of a k block (kc deep, panels of 8 x kc):
+ * a points at panel c0 / 8, depth p; zero_hi: the last vector's upper half is past the panels */
+static inline mlcc_vf tr_load_w(const float *a, ptrdiff_t kc, ptrdiff_t v, int zero_hi) {
+    tr_half lo, hi = {0};
+    memcpy(&lo, a + 2 * v * 8 * kc, sizeof lo);
+    if (!zero_hi) memcpy(&hi, a + (2 * v + 1) * 8 * kc, sizeof hi);
+    return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+
+typedef struct conv_tr_job {
+    const mlcc_conv2d_packed_params *pp;
+    const float *x, *w, *bias, *residual;
+    float *y;
+    ptrdiff_t rows;                    /* R, the tile's output positions */
+    ptrdiff_t ctiles;                  /* tiles of 32 output channels (the last may be less) */
+    ptrdiff_t units;
+} conv_tr_job;
+
+/* Output positions [s0, s0 + R) x channels [c0, c0 + 16 nv) (the second vector, when
+ * zero_hi, of 8): R, nv, zero_hi constants at each call. */
+static inline __attribute__((always_inline)) void
+tr_tile(const conv_tr_job *job, const float *xn, float *yn, const float *rn, ptrdiff_t s0,
+        ptrdiff_t c0, const int R, const int nv, const int zero_hi) {
+    const mlcc_conv2d_params *p = &job->pp->conv;
+    const ptrdiff_t spatial = (ptrdiff_t)(p->out_h * p->out_w);
+    const ptrdiff_t kdim = (ptrdiff_t)p->in_channels, cout = (ptrdiff_t)p->out_channels;
+    const ptrdiff_t cout_pad = (cout + MLCC_GEMM_MR - 1) / MLCC_GEMM_MR * MLCC_GEMM_MR;
+    mlcc_vf total[TR_MAX_ROWS][2];
+    float tmp[TR_MAX_ROWS][32];
+    ptrdiff_t k0, r, v, q, ch;
+    for (k0 = 0; k0 < kdim; k0 += MLCC_GEMM_KC) {
+        const ptrdiff_t kc = kdim - k0 < MLCC_GEMM_KC ? kdim - k0 : MLCC_GEMM_KC;
+        const float *a = job->w + k0 * cout_pad + c0 * kc;
+        const float *xb = xn + k0 * spatial + s0;
+        mlcc_vf acc[TR_MAX_ROWS][2];
+        for (r = 0; r < R; r++)
+            for (v = 0; v < nv; v++) acc[r][v] = mlcc_vf_splat(0.0f);
+        for (q = 0; q < kc; q++) {
+            mlcc_vf wv[2];
+            for (v = 0; v < nv; v++) wv[v] = tr_load_w(a + q * 8, kc, v, zero_hi && v == nv - 1);
+            for (r = 0; r < R; r++) {
+                const mlcc_vf xv = mlcc_vf_splat(xb[q * spatial + r]);
+                for (v = 0; v < nv; v++) acc[r][v] += xv * wv[v];
+            }
+        }
+        for (r = 0; r < R; r++)
+            for (v = 0; v < nv; v++) total[r][v] = k0 == 0 ? acc[r][v] : acc[r][v] + total[r][v];
+    }
+    {
+        const ptrdiff_t nch = (cout - c0 < 16 * nv ? cout - c0 : 16 * nv);
+        float bias[32], res[32];
+        for (ch = 0; ch < 32; ch++) bias[ch] = job->bias && ch < nch ? job->bias[c0 + ch] : 0.0f;
+        for (r = 0; r < R; r++) {
+            if (rn != NULL)
+                for (ch = 0; ch < 32; ch++)
+                    res[ch] = ch < nch ? rn[(c0 + ch) * spatial + s0 + r] : 0.0f;
+            for (v = 0; v < nv; v++) {
+                mlcc_vf out = total[r][v];
+                if (job->bias != NULL) out += mlcc_vf_load(bias + 16 * v);
+                if (rn != NULL) out += mlcc_vf_load(res + 16 * v);
+                mlcc_vf_store(tmp[r] + 16 * v, mlcc_vf_act(&p->act, out));
+            }
+        }
+        for (ch = 0; ch < nch; ch++) {
+            float *yc = yn + (c0 + ch) * spatial + s0;
+            for (r = 0; r < R; r++) yc[r] = tmp[r][ch];
+        }
+    }
+}
+
+static void tr_tiles(const conv_tr_job *job, const float *xn, float *yn, const float *rn,
+                     ptrdiff_t c0, const int R) {
+    const mlcc_conv2d_params *p = &job->pp->conv;
+    const ptrdiff_t spatial = (ptrdiff_t)(p->out_h * p->out_w);
+    const ptrdiff_t cout_pad = ((ptrdiff_t)p->out_channels + MLCC_GEMM_MR - 1) / MLCC_GEMM_MR *
+                               MLCC_GEMM_MR;
+    const ptrdiff_t left = cout_pad - c0;   /* 32 or more, 24, 16 or 8 */
+    ptrdiff_t s0 = 0;
+    for (;;) {
+        if (s0 + R > spatial) s0 = spatial - R;   /* the last tile overlaps the one before */
+        if (left >= 32) tr_tile(job, xn, yn, rn, s0, c0, R, 2, 0);
+        else if (left == 24) tr_tile(job, xn, yn, rn, s0, c0, R, 2, 1);
+        else if (left == 16) tr_tile(job, xn, yn, rn, s0, c0, R, 1, 0);
+        else tr_tile(job, xn, yn, rn, s0, c0, R, 1, 1);
+        if (s0 + R >= spatial) break;
+        s0 += R;
+    }
+}
+
+static void conv_tr_task(void *arg, int u, int thread) {
+    const conv_tr_job *job = (const conv_tr_job *)arg;
+    const mlcc_conv2d_params *p = &job->pp->conv;
+    const ptrdiff_t spatial = (ptrdiff_t)(p->out_h * p->out_w);
+    const ptrdiff_t t0 = job->ctiles * u / job->units, t1 = job->ctiles * (u + 1) / job->units;
+    ptrdiff_t n, t;
+    (void)thread;
+    for (n = 0; n < p->batch; n++) {
+        const float *xn = job->x + n * (ptrdiff_t)p->in_channels * spatial;
+        float *yn = job->y + n * (ptrdiff_t)p->out_channels * spatial;
+        const float *rn = job->residual ? job->residual + n * (ptrdiff_t)p->out_channels * spatial
+                                        : NULL;
+        for (t = t0; t < t1; t++) {
+            switch (job->rows) {
+            case 12: tr_tiles(job, xn, yn, rn, t * 32, 12); break;
+            case 10: tr_tiles(job, xn, yn, rn, t * 32, 10); break;
+            default: tr_tiles(job, xn, yn, rn, t * 32, 8); break;
+            }
+        }
+    }
+}
+
+/* The tile rows for this many output positions when the transposed product computes fewer
+ * columns than the packed GEMM's panels by a margin, else 0. */
+static ptrdiff_t conv_tr_rows(const mlcc_conv2d_params *p) {
+    const ptrdiff_t spatial = (ptrdiff_t)(p->out_h * p->out_w);
+    const ptrdiff_t rem = spatial % MLCC_GEMM_NR;
+    const ptrdiff_t packed = spatial / MLCC_GEMM_NR * MLCC_GEMM_NR +
+                             (rem == 0 ? 0 : rem <= MLCC_VF_LANES ? MLCC_VF_LANES : MLCC_GEMM_NR);
+    ptrdiff_t best = 0, best_cols = 0, R;
+    if (p->groups != 1 || p->kernel_h != 1 || p->kernel_w != 1 || p->stride_h != 1 ||
+        p->stride_w != 1 || p->pad_top != 0 || p->pad_left != 0 || p->out_h != p->in_h ||
+        p->out_w != p->in_w || spatial < 8)
+        return 0;
+    for (R = 8; R <= TR_MAX_ROWS; R += 2) {
+        const ptrdiff_t cols = (spatial + R - 1) / R * R;
+        if (best == 0 || cols <= best_cols) best = R, best_cols = cols;
+    }
+    return packed * 100 >= best_cols * 115 ? best : 0;
+}
+
+static void conv_tr(const mlcc_conv2d_packed_params *pp, ptrdiff_t rows, const float *x,
+                    const float *w, const float *bias, const float *residual, float *y,
+                    mlcc_threadpool *pool) {
+    const mlcc_conv2d_params *p = &pp->conv;
+    ptrdiff_t nt = mlcc_threadpool_size(pool);
+    const ptrdiff_t cout_pad = ((ptrdiff_t)p->out_channels + MLCC_GEMM_MR - 1) / MLCC_GEMM_MR *
+                               MLCC_GEMM_MR;
+    conv_tr_job job;
+    job.pp = pp;
+    job.x = x;
+    job.w = w;
+    job.bias = bias;
+    job.residual = residual;
+    job.y = y;
+    job.rows = rows;
+    job.ctiles = (cout_pad + 31) / 32;
+    if ((double)p->out_channels * (double)(p->out_h * p->out_w) * (double)p->in_channels *
+            (double)p->batch < (double)MLCC_MIN_PARALLEL_MACS)
+        nt = 1, pool = NULL;
+    job.units = nt == 1 ? 1 : job.ctiles < UNITS_PER_THREAD * nt ? job.ctiles
+                                                                  : UNITS_PER_THREAD * nt;
+    mlcc_threadpool_for(pool, conv_tr_task, &job, (int)job.units, (int)nt);
+}
+#endif
+
 static void conv_packed(const mlcc_conv2d_packed_params *pp, const float *x, const float *w,
                         const float *bias, const int32_t *table, const float *residual,
                         float *y, float *scratch, mlcc_threadpool *pool) {
@@ -398,6 +570,15 @@ static void conv_packed(const mlcc_conv2d_packed_params *pp, const float *x, con
     ptrdiff_t nt = mlcc_threadpool_size(pool);
     ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, mb;
     conv_packed_job job;
+#if defined(CONV_TR)
+    if (table == NULL) {
+        const ptrdiff_t rows = conv_tr_rows(p);
+        if (rows > 0) {
+            conv_tr(pp, rows, x, w, bias, residual, y, pool);
+            return;
+        }
+    }
+#endif
     conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
     job.pp = pp;
     job.x = x;
