@@ -175,6 +175,43 @@ def test_vector_depthwise_matches_reference(kernels, width, k, stride, dil, pads
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("ih,width,top,left,k", [
+    (14, 14, 1, 1, 3),    # MobileNetV2's 14 -> 7: rows of 7 per phase, one vector each
+    (9, 70, 1, 1, 3),     # 35 and 35 per phase: whole vectors, then a partial one
+    (11, 33, 0, 0, 3),    # no padding: 17 even, 16 odd columns
+    (8, 47, 2, 1, 5),     # 5x5, the even phase one column longer
+    (3, 5, 1, 1, 3),      # tiny: the reads would pass the input, scalar
+])
+def test_vector_depthwise_stride2_rows(kernels, ih, width, top, left, k):
+    """The stride-2 fill's whole-vector deinterleave (dw_deinterleave_vec): rows of odd lengths
+    and heights, the zeros its last vector writes past a row, the limits at the end of the
+    input and of each sub-plane; three channels reuse one padded buffer."""
+    ffi, lib = kernels
+    rng = np.random.default_rng(ih * 100 + width)
+    c = 3
+    x = rng.standard_normal((1, c, ih, width)).astype(np.float32)
+    w = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    oh = (ih + 2 * top - k) // 2 + 1
+    ow = (width + 2 * left - k) // 2 + 1
+    params = dict(
+        batch=1, in_channels=c, in_h=ih, in_w=width, out_channels=c, out_h=oh, out_w=ow,
+        kernel_h=k, kernel_w=k, stride_h=2, stride_w=2, dilation_h=1, dilation_w=1,
+        pad_top=top, pad_left=left, groups=c, act={"kind": 0, "alpha": 0.0, "beta": 0.0})
+    conv = ffi.new("mlcc_conv2d_params *", params)
+
+    def buf(a):
+        return ffi.cast("float *", ffi.from_buffer(a))
+
+    ref = np.zeros((1, c, oh, ow), np.float32)
+    lib.mlcc_f32_conv2d_depthwise(conv, buf(x), buf(w), buf(b), buf(ref))
+    scratch = np.full(DW_SLICES * dw_scratch_floats(params), np.nan, np.float32)
+    out = np.full((1, c, oh, ow), np.nan, np.float32)
+    lib.mlcc_f32_conv2d_depthwise_vec(conv, buf(x), buf(w), buf(b), buf(out), buf(scratch),
+                                      ffi.NULL)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
 @pytest.fixture(scope="module")
 def pools(kernels):
     ffi, lib = kernels
