@@ -392,7 +392,6 @@ def test_implicit_conv_matches_packed(kernels, pools, c, m, hw, k, stride, dil, 
     (17, 24, (3, 13)),     # 39 positions; 24 channels: one vector and a half
     (5, 13, (1, 17)),      # 13 channels (rows past them zero), 17 positions
     (9, 57, (2, 9)),       # 18 positions: a tile of 8 rows, then two overlapping ones
-    (520, 510, (13, 13)),  # 1 MiB of weights, 169 positions (SqueezeNet's classifier)
 ])
 def test_small_map_1x1_conv_matches_implicit(kernels, pools, c, m, hw):
     """1x1 convolutions of small maps (AVX-512: output channels along the vectors, the packed

@@ -406,7 +406,6 @@ static ptrdiff_t balance(ptrdiff_t units, ptrdiff_t nt) {
     (defined(__GNUC__) || defined(__clang__))
 #define CONV_TR 1
 #define TR_MAX_ROWS 12
-#define TR_BIG_WEIGHTS (1L << 20)   /* bytes of weights the packed GEMM would stream per block */
 typedef float tr_half __attribute__((vector_size(32)));
 
 /* output channels [c0, c0 + nv * 16) at depth p of a k block (kc deep, panels of 8 x kc):
@@ -521,13 +520,11 @@ static void conv_tr_task(void *arg, int u, int thread) {
 }
 
 /* The tile rows for this many output positions when the transposed product computes fewer
- * columns than the packed GEMM's panels by a margin, or when the weights do not fit in L2 but
- * the input does: the transposed product reads them once (a tile of 32 output channels, all
- * depths, then every position), where the packed GEMM streams them once per block of
- * block_cols columns and passes its partial sums (k blocks) through memory (SqueezeNet's
- * classifier, 512 -> 1000 on 13 x 13: 2 MB of weights, two blocks); else 0. Not for shallow
- * products (depth < 128): the transposed write-out of each tile then costs more than the
- * columns it saves (SqueezeNet's 16 -> 64 on 55 x 55: 1.48x slower). */
+ * columns than the packed GEMM's panels by a margin, else 0. Not where the waste is small: the
+ * transposed write-out of each tile then costs more than the columns it saves (all of
+ * MobileNetV2's and SqueezeNet's 1x1 layers on maps of 13 x 13 and more, 1.0-1.5x slower, but
+ * for deep products reading large weights: SqueezeNet's classifier 0.95x in the model, 1.07x
+ * slower with the weights in cache). */
 static ptrdiff_t conv_tr_rows(const mlcc_conv2d_params *p) {
     const ptrdiff_t spatial = (ptrdiff_t)(p->out_h * p->out_w);
     const ptrdiff_t rem = spatial % MLCC_GEMM_NR;
@@ -542,11 +539,7 @@ static ptrdiff_t conv_tr_rows(const mlcc_conv2d_params *p) {
         const ptrdiff_t cols = (spatial + R - 1) / R * R;
         if (best == 0 || cols <= best_cols) best = R, best_cols = cols;
     }
-    if (packed * 100 >= best_cols * 115) return best;
-    if (p->in_channels >= 128 && p->in_channels * p->out_channels * 4 >= TR_BIG_WEIGHTS &&
-        p->in_channels * spatial * 4 <= TR_BIG_WEIGHTS / 2)
-        return best;
-    return 0;
+    return packed * 100 >= best_cols * 115 ? best : 0;
 }
 
 static void conv_tr(const mlcc_conv2d_packed_params *pp, ptrdiff_t rows, const float *x,
