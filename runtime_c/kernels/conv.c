@@ -1164,6 +1164,126 @@ static void implicit_fill(const mlcc_conv2d_params *p, const float *xg, ptrdiff_
            (size_t)((p->kernel_w - 1) * p->dilation_w + MLCC_IMPLICIT_SLACK) * sizeof(float));
 }
 
+#if defined(CONV_TR)
+/* ---- The implicit GEMM of small maps as a transposed product ----
+ * conv.c's transposed 1x1 product for any kernel: output positions along the tile's rows, read
+ * from the padded input split by stride phase (implicit_fill) at virtual column q = oh * wq + ow
+ * plus the offset of each im2col row (offsets), output channels along the vectors. Only the
+ * real positions are computed, where the implicit GEMM's panels cover all virtual columns
+ * (13 x 13 maps with 3x3 kernels: 195 virtual columns in 208 for 169 outputs; 7 x 7: 64 for
+ * 49). The same sums in the same order as implicit_tile, so the same bits. */
+typedef struct implicit_tr_job {
+    const mlcc_conv2d_packed_params *pp;
+    const float *w, *bias, *pad;
+    const int32_t *off;
+    float *y;
+    ptrdiff_t wq, rows, ctiles, units;
+} implicit_tr_job;
+
+static inline __attribute__((always_inline)) void
+implicit_tr_tile(const implicit_tr_job *job, ptrdiff_t s0, ptrdiff_t c0, const int R,
+                 const int nv, const int zero_hi) {
+    const mlcc_conv2d_params *p = &job->pp->conv;
+    const ptrdiff_t ow_n = (ptrdiff_t)p->out_w, spatial = (ptrdiff_t)(p->out_h * p->out_w);
+    const ptrdiff_t kdim = (ptrdiff_t)(p->in_channels * p->kernel_h * p->kernel_w);
+    const ptrdiff_t cout = (ptrdiff_t)p->out_channels;
+    const ptrdiff_t cout_pad = (cout + MLCC_GEMM_MR - 1) / MLCC_GEMM_MR * MLCC_GEMM_MR;
+    const float *rowp[TR_MAX_ROWS];
+    mlcc_vf total[TR_MAX_ROWS][2];
+    float tmp[TR_MAX_ROWS][32];
+    ptrdiff_t k0, r, v, q, ch, oh = s0 / ow_n, ow = s0 % ow_n;
+    for (r = 0; r < R; r++) {   /* virtual column of output position s0 + r */
+        rowp[r] = job->pad + oh * job->wq + ow;
+        if (++ow == ow_n) ow = 0, oh++;
+    }
+    for (k0 = 0; k0 < kdim; k0 += MLCC_GEMM_KC) {
+        const ptrdiff_t kc = kdim - k0 < MLCC_GEMM_KC ? kdim - k0 : MLCC_GEMM_KC;
+        const float *a = job->w + k0 * cout_pad + c0 * kc;
+        const int32_t *off = job->off + k0;
+        mlcc_vf acc[TR_MAX_ROWS][2];
+        for (r = 0; r < R; r++)
+            for (v = 0; v < nv; v++) acc[r][v] = mlcc_vf_splat(0.0f);
+        for (q = 0; q < kc; q++) {
+            const ptrdiff_t o = off[q];
+            mlcc_vf wv[2];
+            for (v = 0; v < nv; v++) wv[v] = tr_load_w(a + q * 8, kc, v, zero_hi && v == nv - 1);
+            for (r = 0; r < R; r++) {
+                const mlcc_vf xv = mlcc_vf_splat(rowp[r][o]);
+                for (v = 0; v < nv; v++) acc[r][v] += xv * wv[v];
+            }
+        }
+        for (r = 0; r < R; r++)
+            for (v = 0; v < nv; v++) total[r][v] = k0 == 0 ? acc[r][v] : acc[r][v] + total[r][v];
+    }
+    {
+        const ptrdiff_t nch = (cout - c0 < 16 * nv ? cout - c0 : 16 * nv);
+        float bias[32];
+        for (ch = 0; ch < 32; ch++) bias[ch] = job->bias && ch < nch ? job->bias[c0 + ch] : 0.0f;
+        for (r = 0; r < R; r++)
+            for (v = 0; v < nv; v++) {
+                mlcc_vf out = total[r][v];
+                if (job->bias != NULL) out += mlcc_vf_load(bias + 16 * v);
+                mlcc_vf_store(tmp[r] + 16 * v, mlcc_vf_act(&p->act, out));
+            }
+        for (ch = 0; ch < nch; ch++) {
+            float *yc = job->y + (c0 + ch) * spatial + s0;
+            for (r = 0; r < R; r++) yc[r] = tmp[r][ch];
+        }
+    }
+}
+
+static void implicit_tr_tiles(const implicit_tr_job *job, ptrdiff_t c0, const int R) {
+    const mlcc_conv2d_params *p = &job->pp->conv;
+    const ptrdiff_t spatial = (ptrdiff_t)(p->out_h * p->out_w);
+    const ptrdiff_t cout_pad = ((ptrdiff_t)p->out_channels + MLCC_GEMM_MR - 1) / MLCC_GEMM_MR *
+                               MLCC_GEMM_MR;
+    const ptrdiff_t left = cout_pad - c0;
+    ptrdiff_t s0 = 0;
+    for (;;) {
+        if (s0 + R > spatial) s0 = spatial - R;   /* the last tile overlaps the one before */
+        if (left >= 32) implicit_tr_tile(job, s0, c0, R, 2, 0);
+        else if (left == 24) implicit_tr_tile(job, s0, c0, R, 2, 1);
+        else if (left == 16) implicit_tr_tile(job, s0, c0, R, 1, 0);
+        else implicit_tr_tile(job, s0, c0, R, 1, 1);
+        if (s0 + R >= spatial) break;
+        s0 += R;
+    }
+}
+
+static void implicit_tr_task(void *arg, int u, int thread) {
+    const implicit_tr_job *job = (const implicit_tr_job *)arg;
+    const ptrdiff_t t0 = job->ctiles * u / job->units, t1 = job->ctiles * (u + 1) / job->units;
+    ptrdiff_t t;
+    (void)thread;
+    for (t = t0; t < t1; t++) {
+        switch (job->rows) {
+        case 12: implicit_tr_tiles(job, t * 32, 12); break;
+        case 10: implicit_tr_tiles(job, t * 32, 10); break;
+        default: implicit_tr_tiles(job, t * 32, 8); break;
+        }
+    }
+}
+
+/* The tile rows when the transposed product computes fewer columns than the implicit GEMM's
+ * panels of virtual columns by a margin, for one group and a depth of 128 or more (shallower
+ * products: the transposed write-out costs more than it saves), else 0. */
+static ptrdiff_t implicit_tr_rows(const mlcc_conv2d_params *p) {
+    const ptrdiff_t spatial = (ptrdiff_t)(p->out_h * p->out_w);
+    const ptrdiff_t nv = (ptrdiff_t)p->out_h * mlcc_implicit_sub_w(p);
+    const ptrdiff_t rem = nv % MLCC_GEMM_NR;
+    const ptrdiff_t cols = nv / MLCC_GEMM_NR * MLCC_GEMM_NR +
+                           (rem == 0 ? 0 : rem <= MLCC_VF_LANES ? MLCC_VF_LANES : MLCC_GEMM_NR);
+    ptrdiff_t best = 0, best_cols = 0, R;
+    if (p->groups != 1 || spatial < 8 || p->in_channels * p->kernel_h * p->kernel_w < 128)
+        return 0;
+    for (R = 8; R <= TR_MAX_ROWS; R += 2) {
+        const ptrdiff_t c = (spatial + R - 1) / R * R;
+        if (best == 0 || c <= best_cols) best = R, best_cols = c;
+    }
+    return cols * 100 >= best_cols * 115 ? best : 0;
+}
+#endif
+
 void mlcc_f32_conv2d_implicit(const mlcc_conv2d_packed_params *pp, const float *x,
                               const float *w, const float *bias, const int32_t *offsets,
                               float *y, float *scratch, mlcc_threadpool *pool) {
@@ -1171,6 +1291,35 @@ void mlcc_f32_conv2d_implicit(const mlcc_conv2d_packed_params *pp, const float *
     ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, mb, nt, n;
     implicit_job job;
     conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
+#if defined(CONV_TR)
+    {
+        const ptrdiff_t rows = implicit_tr_rows(p);
+        if (rows > 0) {
+            implicit_tr_job tj;
+            tj.pp = pp;
+            tj.w = w;
+            tj.bias = bias;
+            tj.pad = scratch;
+            tj.off = offsets;
+            tj.wq = mlcc_implicit_sub_w(p);
+            tj.rows = rows;
+            tj.ctiles = (cout_pad + 31) / 32;
+            nt = mlcc_threadpool_size(pool);
+            if ((double)cout_g * (double)spatial * (double)kdim * (double)p->batch <
+                (double)MLCC_MIN_PARALLEL_MACS)
+                nt = 1, pool = NULL;
+            tj.units = nt == 1 ? 1 : tj.ctiles < UNITS_PER_THREAD * nt ? tj.ctiles
+                                                                      : UNITS_PER_THREAD * nt;
+            for (n = 0; n < p->batch; n++) {
+                implicit_fill(p, x + n * (ptrdiff_t)p->in_channels * in_plane, cin_g,
+                              mlcc_implicit_sub_h(p), tj.wq, scratch);
+                tj.y = y + n * (ptrdiff_t)p->out_channels * spatial;
+                mlcc_threadpool_for(pool, implicit_tr_task, &tj, (int)tj.units, (int)nt);
+            }
+            return;
+        }
+    }
+#endif
     job.pp = pp;
     job.w = w;
     job.bias = bias;
