@@ -188,6 +188,43 @@ def test_vector_depthwise_matches_reference(kernels, width, k, stride, dil, pads
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("ih,width,top,left,k", [
+    (14, 14, 1, 1, 3),    # MobileNetV2's 14 -> 7: rows of 7 per phase, one vector each
+    (9, 70, 1, 1, 3),     # 35 and 35 per phase: whole vectors, then a partial one
+    (11, 33, 0, 0, 3),    # no padding: 17 even, 16 odd columns
+    (8, 47, 2, 1, 5),     # 5x5, the even phase one column longer
+    (3, 5, 1, 1, 3),      # tiny: the reads would pass the input, scalar
+])
+def test_vector_depthwise_stride2_rows(kernels, ih, width, top, left, k):
+    """The stride-2 fill's whole-vector deinterleave (dw_deinterleave_vec): rows of odd lengths
+    and heights, the zeros its last vector writes past a row, the limits at the end of the
+    input and of each sub-plane; three channels reuse one padded buffer."""
+    ffi, lib = kernels
+    rng = np.random.default_rng(ih * 100 + width)
+    c = 3
+    x = rng.standard_normal((1, c, ih, width)).astype(np.float32)
+    w = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    oh = (ih + 2 * top - k) // 2 + 1
+    ow = (width + 2 * left - k) // 2 + 1
+    params = dict(
+        batch=1, in_channels=c, in_h=ih, in_w=width, out_channels=c, out_h=oh, out_w=ow,
+        kernel_h=k, kernel_w=k, stride_h=2, stride_w=2, dilation_h=1, dilation_w=1,
+        pad_top=top, pad_left=left, groups=c, act={"kind": 0, "alpha": 0.0, "beta": 0.0})
+    conv = ffi.new("mlcc_conv2d_params *", params)
+
+    def buf(a):
+        return ffi.cast("float *", ffi.from_buffer(a))
+
+    ref = np.zeros((1, c, oh, ow), np.float32)
+    lib.mlcc_f32_conv2d_depthwise(conv, buf(x), buf(w), buf(b), buf(ref))
+    scratch = np.full(DW_SLICES * dw_scratch_floats(params), np.nan, np.float32)
+    out = np.full((1, c, oh, ow), np.nan, np.float32)
+    lib.mlcc_f32_conv2d_depthwise_vec(conv, buf(x), buf(w), buf(b), buf(out), buf(scratch),
+                                      ffi.NULL)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
 @pytest.fixture(scope="module")
 def pools(kernels):
     ffi, lib = kernels
@@ -316,6 +353,10 @@ def test_table_gather_conv_matches_packed(kernels, pools, c, m, hw, k, stride, p
     (3, 9, (23, 22), 7, 2, 1, (3, 3, 3, 3), 1, True),     # 7x7/2 (ResNet's stem)
     (31, 8, (10, 13), 3, 2, 1, (0, 1, 1, 0), 1, False),   # stride 2, two k blocks, asymmetric
     (4, 6, (14, 17), 3, 3, 2, (2, 1, 2, 0), 2, False),    # stride 3, dilation 2, groups
+    # AVX-512: small maps as a transposed product (output channels along the vectors); the
+    # depth-261, 540 and 279 cases above take it too
+    (64, 37, (13, 13), 3, 1, 1, (1, 1, 1, 1), 1, False),  # SqueezeNet's 13 x 13; 32 + 5 channels
+    (20, 16, (9, 9), 3, 1, 2, (2, 2, 2, 2), 1, False),    # dilation 2: 84 rows for 81 positions
 ])
 def test_implicit_conv_matches_packed(kernels, pools, c, m, hw, k, stride, dil, pads, groups,
                                       small_blocks):
@@ -383,12 +424,59 @@ def test_implicit_conv_matches_packed(kernels, pools, c, m, hw, k, stride, dil, 
     np.testing.assert_allclose(packed, ref, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("c,m,hw", [
+    (160, 96, (7, 7)),     # 49 positions: tiles of 10 rows, the last one overlapping
+    (300, 40, (7, 7)),     # two k blocks; 40 channels: a tile of 32, then one of 8
+    (17, 24, (3, 13)),     # 39 positions; 24 channels: one vector and a half
+    (5, 13, (1, 17)),      # 13 channels (rows past them zero), 17 positions
+    (9, 57, (2, 9)),       # 18 positions: a tile of 8 rows, then two overlapping ones
+])
+def test_small_map_1x1_conv_matches_implicit(kernels, pools, c, m, hw):
+    """1x1 convolutions of small maps (AVX-512: output channels along the vectors, the packed
+    weights read in place, conv.c's transposed product) against the implicit GEMM, which sums as
+    the packed GEMM does: the same bits on 1, 2, 3 and 5 threads, the reference within rounding."""
+    ffi, lib = kernels
+    rng = np.random.default_rng(c * m)
+    x = rng.standard_normal((2, c, *hw)).astype(np.float32)
+    w = rng.standard_normal((m, c, 1, 1)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    conv = dict(batch=2, in_channels=c, in_h=hw[0], in_w=hw[1], out_channels=m, out_h=hw[0],
+                out_w=hw[1], kernel_h=1, kernel_w=1, stride_h=1, stride_w=1, dilation_h=1,
+                dilation_w=1, pad_top=0, pad_left=0, groups=1,
+                act={"kind": 2, "alpha": 0.0, "beta": 6.0})
+
+    def buf(a, t="float *"):
+        return ffi.cast(t, ffi.from_buffer(a))
+
+    ref = np.zeros((2, m, *hw), np.float32)
+    ref_scratch = np.zeros(c * hw[0] * hw[1] + 1, np.float32)
+    lib.mlcc_f32_conv2d(ffi.new("mlcc_conv2d_params *", conv), buf(x), buf(w), buf(b),
+                        buf(ref), buf(ref_scratch))
+    wk = pack_a(w.reshape(1, m, c))
+    block, nbytes, hq, wq = implicit_plan(c, m, 1, 1, hw[0], hw[1], 1, 1, 1, 1)
+    offsets = implicit_offsets(c, 1, 1, 1, 1, 1, 1, hq, wq)
+    params = ffi.new("mlcc_conv2d_packed_params *", {"conv": conv, "block_cols": block})
+    want = np.full_like(ref, np.nan)
+    scratch = np.full(nbytes // 4, np.nan, np.float32)
+    lib.mlcc_f32_conv2d_implicit(params, buf(x), buf(wk), buf(b), buf(offsets, "int32_t *"),
+                                 buf(want), buf(scratch), ffi.NULL)
+    np.testing.assert_allclose(want, ref, rtol=1e-4, atol=1e-4)
+    params = ffi.new("mlcc_conv2d_packed_params *", {"conv": conv, "block_cols": 64})
+    for n, pool in [(1, ffi.NULL)] + list(pools.items()):
+        scratch = np.full((c + 1) * 64, np.nan, np.float32)
+        got = np.full_like(ref, np.nan)
+        lib.mlcc_f32_conv2d_packed(params, buf(x), buf(wk), buf(b), buf(got), buf(scratch), pool)
+        assert np.array_equal(got, want), f"{n} threads"
+
+
 @pytest.mark.parametrize("c,m,spatial,block_cols,act", [
     (5, 13, (9, 7), 64, 1),       # 63 positions: one partial panel row; relu
     (3, 21, (9, 15), 64, 0),      # 3 blocks, the last one partial; no activation
     (16, 70, (7, 7), 64, 1),      # few panels, many rows: split by rows on a pool
     (300, 9, (5, 6), 64, 1),      # two k blocks
     (7, 11, (13, 17), 128, 6),    # hard-swish after the residual
+    (300, 40, (7, 7), 64, 1),     # 49 positions: AVX-512's transposed product, two k blocks
+    (20, 13, (5, 7), 64, 6),      # 35 positions, 13 channels: the same, hard-swish
 ])
 def test_packed_residual_conv_equals_conv_then_add(kernels, pools, c, m, spatial, block_cols,
                                                    act):

@@ -391,6 +391,182 @@ static ptrdiff_t balance(ptrdiff_t units, ptrdiff_t nt) {
     return units * 1024 / (nt * ((units + nt - 1) / nt));
 }
 
+/* ---- 1x1 convolutions of small maps as a transposed product ----
+ * On a 7 x 7 map the packed GEMM computes 64 columns (two NR = 32 panels) for 49 outputs. With
+ * the output channels along the vectors and the output positions along the tile's rows, 49
+ * positions are 5 tiles of 10 (the last one starting at 39: row 39 is computed twice, the same
+ * bits) and the channels (out_channels rounded up to MR = 8) waste nothing. The weights are read
+ * in their packed layout (gemm.h: at depth p, 8 consecutive output channels are contiguous, a
+ * vector of 16 is two panels' rows); the input planes are read in place (1x1, stride 1, no
+ * padding: B[k][j] = x[k * spatial + j]), one broadcast per row and depth. Every output is the
+ * same sum as in gemm_packed (k blocks of MLCC_GEMM_KC, each summed from zero in k order with one
+ * FMA per step, added to the previous blocks' total, then bias, residual, activation), so the
+ * results are the same bits; the tile goes to the output transposed through a small buffer. */
+#if MLCC_HAVE_VECTORS && MLCC_VECTOR_BYTES == 64 && MLCC_GEMM_MR == 8 && \
+    (defined(__GNUC__) || defined(__clang__))
+#define CONV_TR 1
+#define TR_MAX_ROWS 12
+typedef float tr_half __attribute__((vector_size(32)));
+
+/* output channels [c0, c0 + nv * 16) at depth p of a k block (kc deep, panels of 8 x kc):
+ * a points at panel c0 / 8, depth p; zero_hi: the last vector's upper half is past the panels */
+static inline mlcc_vf tr_load_w(const float *a, ptrdiff_t kc, ptrdiff_t v, int zero_hi) {
+    tr_half lo, hi = {0};
+    memcpy(&lo, a + 2 * v * 8 * kc, sizeof lo);
+    if (!zero_hi) memcpy(&hi, a + (2 * v + 1) * 8 * kc, sizeof hi);
+    return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+
+typedef struct conv_tr_job {
+    const mlcc_conv2d_packed_params *pp;
+    const float *x, *w, *bias, *residual;
+    float *y;
+    ptrdiff_t rows;                    /* R, the tile's output positions */
+    ptrdiff_t ctiles;                  /* tiles of 32 output channels (the last may be less) */
+    ptrdiff_t units;
+} conv_tr_job;
+
+/* Output positions [s0, s0 + R) x channels [c0, c0 + 16 nv) (the second vector, when
+ * zero_hi, of 8): R, nv, zero_hi constants at each call. */
+static inline __attribute__((always_inline)) void
+tr_tile(const conv_tr_job *job, const float *xn, float *yn, const float *rn, ptrdiff_t s0,
+        ptrdiff_t c0, const int R, const int nv, const int zero_hi) {
+    const mlcc_conv2d_params *p = &job->pp->conv;
+    const ptrdiff_t spatial = (ptrdiff_t)(p->out_h * p->out_w);
+    const ptrdiff_t kdim = (ptrdiff_t)p->in_channels, cout = (ptrdiff_t)p->out_channels;
+    const ptrdiff_t cout_pad = (cout + MLCC_GEMM_MR - 1) / MLCC_GEMM_MR * MLCC_GEMM_MR;
+    mlcc_vf total[TR_MAX_ROWS][2];
+    float tmp[TR_MAX_ROWS][32];
+    ptrdiff_t k0, r, v, q, ch;
+    for (k0 = 0; k0 < kdim; k0 += MLCC_GEMM_KC) {
+        const ptrdiff_t kc = kdim - k0 < MLCC_GEMM_KC ? kdim - k0 : MLCC_GEMM_KC;
+        const float *a = job->w + k0 * cout_pad + c0 * kc;
+        const float *xb = xn + k0 * spatial + s0;
+        mlcc_vf acc[TR_MAX_ROWS][2];
+        for (r = 0; r < R; r++)
+            for (v = 0; v < nv; v++) acc[r][v] = mlcc_vf_splat(0.0f);
+        for (q = 0; q < kc; q++) {
+            mlcc_vf wv[2];
+            for (v = 0; v < nv; v++) wv[v] = tr_load_w(a + q * 8, kc, v, zero_hi && v == nv - 1);
+            for (r = 0; r < R; r++) {
+                const mlcc_vf xv = mlcc_vf_splat(xb[q * spatial + r]);
+                for (v = 0; v < nv; v++) acc[r][v] += xv * wv[v];
+            }
+        }
+        for (r = 0; r < R; r++)
+            for (v = 0; v < nv; v++) total[r][v] = k0 == 0 ? acc[r][v] : acc[r][v] + total[r][v];
+    }
+    {
+        const ptrdiff_t nch = (cout - c0 < 16 * nv ? cout - c0 : 16 * nv);
+        float bias[32], res[32];
+        for (ch = 0; ch < 32; ch++) bias[ch] = job->bias && ch < nch ? job->bias[c0 + ch] : 0.0f;
+        for (r = 0; r < R; r++) {
+            if (rn != NULL)
+                for (ch = 0; ch < 32; ch++)
+                    res[ch] = ch < nch ? rn[(c0 + ch) * spatial + s0 + r] : 0.0f;
+            for (v = 0; v < nv; v++) {
+                mlcc_vf out = total[r][v];
+                if (job->bias != NULL) out += mlcc_vf_load(bias + 16 * v);
+                if (rn != NULL) out += mlcc_vf_load(res + 16 * v);
+                mlcc_vf_store(tmp[r] + 16 * v, mlcc_vf_act(&p->act, out));
+            }
+        }
+        for (ch = 0; ch < nch; ch++) {
+            float *yc = yn + (c0 + ch) * spatial + s0;
+            for (r = 0; r < R; r++) yc[r] = tmp[r][ch];
+        }
+    }
+}
+
+static void tr_tiles(const conv_tr_job *job, const float *xn, float *yn, const float *rn,
+                     ptrdiff_t c0, const int R) {
+    const mlcc_conv2d_params *p = &job->pp->conv;
+    const ptrdiff_t spatial = (ptrdiff_t)(p->out_h * p->out_w);
+    const ptrdiff_t cout_pad = ((ptrdiff_t)p->out_channels + MLCC_GEMM_MR - 1) / MLCC_GEMM_MR *
+                               MLCC_GEMM_MR;
+    const ptrdiff_t left = cout_pad - c0;   /* 32 or more, 24, 16 or 8 */
+    ptrdiff_t s0 = 0;
+    for (;;) {
+        if (s0 + R > spatial) s0 = spatial - R;   /* the last tile overlaps the one before */
+        if (left >= 32) tr_tile(job, xn, yn, rn, s0, c0, R, 2, 0);
+        else if (left == 24) tr_tile(job, xn, yn, rn, s0, c0, R, 2, 1);
+        else if (left == 16) tr_tile(job, xn, yn, rn, s0, c0, R, 1, 0);
+        else tr_tile(job, xn, yn, rn, s0, c0, R, 1, 1);
+        if (s0 + R >= spatial) break;
+        s0 += R;
+    }
+}
+
+static void conv_tr_task(void *arg, int u, int thread) {
+    const conv_tr_job *job = (const conv_tr_job *)arg;
+    const mlcc_conv2d_params *p = &job->pp->conv;
+    const ptrdiff_t spatial = (ptrdiff_t)(p->out_h * p->out_w);
+    const ptrdiff_t t0 = job->ctiles * u / job->units, t1 = job->ctiles * (u + 1) / job->units;
+    ptrdiff_t n, t;
+    (void)thread;
+    for (n = 0; n < p->batch; n++) {
+        const float *xn = job->x + n * (ptrdiff_t)p->in_channels * spatial;
+        float *yn = job->y + n * (ptrdiff_t)p->out_channels * spatial;
+        const float *rn = job->residual ? job->residual + n * (ptrdiff_t)p->out_channels * spatial
+                                        : NULL;
+        for (t = t0; t < t1; t++) {
+            switch (job->rows) {
+            case 12: tr_tiles(job, xn, yn, rn, t * 32, 12); break;
+            case 10: tr_tiles(job, xn, yn, rn, t * 32, 10); break;
+            default: tr_tiles(job, xn, yn, rn, t * 32, 8); break;
+            }
+        }
+    }
+}
+
+/* The tile rows for this many output positions when the transposed product computes fewer
+ * columns than the packed GEMM's panels by a margin, else 0. Not where the waste is small: the
+ * transposed write-out of each tile then costs more than the columns it saves (all of
+ * MobileNetV2's and SqueezeNet's 1x1 layers on maps of 13 x 13 and more, 1.0-1.5x slower, but
+ * for deep products reading large weights: SqueezeNet's classifier 0.95x in the model, 1.07x
+ * slower with the weights in cache). */
+static ptrdiff_t conv_tr_rows(const mlcc_conv2d_params *p) {
+    const ptrdiff_t spatial = (ptrdiff_t)(p->out_h * p->out_w);
+    const ptrdiff_t rem = spatial % MLCC_GEMM_NR;
+    const ptrdiff_t packed = spatial / MLCC_GEMM_NR * MLCC_GEMM_NR +
+                             (rem == 0 ? 0 : rem <= MLCC_VF_LANES ? MLCC_VF_LANES : MLCC_GEMM_NR);
+    ptrdiff_t best = 0, best_cols = 0, R;
+    if (p->groups != 1 || p->kernel_h != 1 || p->kernel_w != 1 || p->stride_h != 1 ||
+        p->stride_w != 1 || p->pad_top != 0 || p->pad_left != 0 || p->out_h != p->in_h ||
+        p->out_w != p->in_w || spatial < 8)
+        return 0;
+    for (R = 8; R <= TR_MAX_ROWS; R += 2) {
+        const ptrdiff_t cols = (spatial + R - 1) / R * R;
+        if (best == 0 || cols <= best_cols) best = R, best_cols = cols;
+    }
+    return packed * 100 >= best_cols * 115 ? best : 0;
+}
+
+static void conv_tr(const mlcc_conv2d_packed_params *pp, ptrdiff_t rows, const float *x,
+                    const float *w, const float *bias, const float *residual, float *y,
+                    mlcc_threadpool *pool) {
+    const mlcc_conv2d_params *p = &pp->conv;
+    ptrdiff_t nt = mlcc_threadpool_size(pool);
+    const ptrdiff_t cout_pad = ((ptrdiff_t)p->out_channels + MLCC_GEMM_MR - 1) / MLCC_GEMM_MR *
+                               MLCC_GEMM_MR;
+    conv_tr_job job;
+    job.pp = pp;
+    job.x = x;
+    job.w = w;
+    job.bias = bias;
+    job.residual = residual;
+    job.y = y;
+    job.rows = rows;
+    job.ctiles = (cout_pad + 31) / 32;
+    if ((double)p->out_channels * (double)(p->out_h * p->out_w) * (double)p->in_channels *
+            (double)p->batch < (double)MLCC_MIN_PARALLEL_MACS)
+        nt = 1, pool = NULL;
+    job.units = nt == 1 ? 1 : job.ctiles < UNITS_PER_THREAD * nt ? job.ctiles
+                                                                  : UNITS_PER_THREAD * nt;
+    mlcc_threadpool_for(pool, conv_tr_task, &job, (int)job.units, (int)nt);
+}
+#endif
+
 static void conv_packed(const mlcc_conv2d_packed_params *pp, const float *x, const float *w,
                         const float *bias, const int32_t *table, const float *residual,
                         float *y, float *scratch, mlcc_threadpool *pool) {
@@ -398,6 +574,15 @@ static void conv_packed(const mlcc_conv2d_packed_params *pp, const float *x, con
     ptrdiff_t nt = mlcc_threadpool_size(pool);
     ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, mb;
     conv_packed_job job;
+#if defined(CONV_TR)
+    if (table == NULL) {
+        const ptrdiff_t rows = conv_tr_rows(p);
+        if (rows > 0) {
+            conv_tr(pp, rows, x, w, bias, residual, y, pool);
+            return;
+        }
+    }
+#endif
     conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
     job.pp = pp;
     job.x = x;
@@ -570,6 +755,55 @@ static inline void dw_copy_rows(float *dst, ptrdiff_t dst_step, ptrdiff_t dst_li
     for (; r < rows; r++) memcpy(dst + r * dst_step, src + r * src_step, (size_t)n * sizeof(float));
 }
 
+/* The stride-2 deinterleave of one input row (dw_flat_fill) in whole vectors: pe[j] = xr[2 j]
+ * for j < ne, po[j] = xr[2 j + 1] for j < no, the lanes past them zeros, while the reads stay
+ * within the avail floats from xr and the writes within room floats from pe and from po (the
+ * rest of their sub-planes). The zeros land on the row's right padding and on the following
+ * rows' places of the same sub-plane, whose padding stays zero and whose values are written
+ * after (as dw_copy_rows does). Returns the j where the scalar loop goes on: MobileNetV2's
+ * 14 -> 7 layer (rows of 7 per phase) ran the scalar loop for every value, a third of its
+ * time. */
+static inline ptrdiff_t dw_deinterleave_vec(const float *xr, ptrdiff_t avail, float *pe,
+                                            float *po, ptrdiff_t ne, ptrdiff_t no,
+                                            ptrdiff_t room) {
+    ptrdiff_t j = 0;
+#if MLCC_HAVE_VECTORS && (MLCC_VECTOR_BYTES == 16 || MLCC_VECTOR_BYTES == 32 || \
+                          MLCC_VECTOR_BYTES == 64)
+    mlcc_vi iota;
+    ptrdiff_t t;
+    for (t = 0; t < MLCC_VF_LANES; t++) iota[t] = (int32_t)t;
+    for (; j < ne && j + MLCC_VF_LANES <= room && 2 * (j + MLCC_VF_LANES) <= avail;
+         j += MLCC_VF_LANES) {
+        const mlcc_vf v0 = mlcc_vf_load(xr + 2 * j), v1 = mlcc_vf_load(xr + 2 * j + MLCC_VF_LANES);
+#if MLCC_VECTOR_BYTES == 64
+        const mlcc_vf ev = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20,
+                                                   22, 24, 26, 28, 30);
+        const mlcc_vf od = __builtin_shufflevector(v0, v1, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21,
+                                                   23, 25, 27, 29, 31);
+#elif MLCC_VECTOR_BYTES == 32
+        const mlcc_vf ev = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14);
+        const mlcc_vf od = __builtin_shufflevector(v0, v1, 1, 3, 5, 7, 9, 11, 13, 15);
+#else
+        const mlcc_vf ev = __builtin_shufflevector(v0, v1, 0, 2, 4, 6);
+        const mlcc_vf od = __builtin_shufflevector(v0, v1, 1, 3, 5, 7);
+#endif
+        const mlcc_vi at = iota + (int32_t)j;
+        mlcc_vf_store(pe + j, mlcc_vf_select(at < (int32_t)ne, ev, mlcc_vf_splat(0.0f)));
+        mlcc_vf_store(po + j, mlcc_vf_select(at < (int32_t)no, od, mlcc_vf_splat(0.0f)));
+    }
+    if (j > ne) j = ne;   /* the last vector covered both rows' ends */
+#else
+    (void)xr;
+    (void)avail;
+    (void)pe;
+    (void)po;
+    (void)ne;
+    (void)no;
+    (void)room;
+#endif
+    return j;
+}
+
 /* One channel's zero-padded input split by stride phase into sh * sw sub-planes of hq x wq
  * (implicit_fill's layout for one channel). Writes only the input's values: the padding lies
  * at the same places for every channel and dw_flat_task zeroes it once. */
@@ -602,12 +836,14 @@ static void dw_flat_fill(const mlcc_conv2d_params *p, const float *xc, float *pa
             float *row = pad + ry * 2 * hq * wq + r * wq;
             float *MLCC_RESTRICT pe = row + (pl % 2) * hq * wq + e_at;
             float *MLCC_RESTRICT po = row + ((pl + 1) % 2) * hq * wq + o_at;
-            for (j = 0; j < both; j++) {
+            j = dw_deinterleave_vec(xr, (ih_n - ih) * iw_n, pe, po, ne, no,
+                                    hq * wq - (r * wq + (e_at > o_at ? e_at : o_at)));
+            for (; j < both; j++) {
                 pe[j] = xr[2 * j];
                 po[j] = xr[2 * j + 1];
             }
-            for (j = both; j < ne; j++) pe[j] = xr[2 * j];
-            for (j = both; j < no; j++) po[j] = xr[2 * j + 1];
+            for (; j < ne; j++) pe[j] = xr[2 * j];
+            for (; j < no; j++) po[j] = xr[2 * j + 1];
             if (++ry == sh) {   /* no division per row */
                 ry = 0;
                 r++;
@@ -1036,6 +1272,126 @@ static void implicit_fill_cols(const mlcc_conv2d_params *p, const float *xg, ptr
     memset(pad + cin_g * kw_n * hp * ow_n, 0, MLCC_IMPLICIT_SLACK * sizeof(float));
 }
 
+#if defined(CONV_TR)
+/* ---- The implicit GEMM of small maps as a transposed product ----
+ * conv.c's transposed 1x1 product for any kernel: output positions along the tile's rows, read
+ * from the padded input split by stride phase (implicit_fill) at virtual column q = oh * wq + ow
+ * plus the offset of each im2col row (offsets), output channels along the vectors. Only the
+ * real positions are computed, where the implicit GEMM's panels cover all virtual columns
+ * (13 x 13 maps with 3x3 kernels: 195 virtual columns in 208 for 169 outputs; 7 x 7: 64 for
+ * 49). The same sums in the same order as implicit_tile, so the same bits. */
+typedef struct implicit_tr_job {
+    const mlcc_conv2d_packed_params *pp;
+    const float *w, *bias, *pad;
+    const int32_t *off;
+    float *y;
+    ptrdiff_t wq, rows, ctiles, units;
+} implicit_tr_job;
+
+static inline __attribute__((always_inline)) void
+implicit_tr_tile(const implicit_tr_job *job, ptrdiff_t s0, ptrdiff_t c0, const int R,
+                 const int nv, const int zero_hi) {
+    const mlcc_conv2d_params *p = &job->pp->conv;
+    const ptrdiff_t ow_n = (ptrdiff_t)p->out_w, spatial = (ptrdiff_t)(p->out_h * p->out_w);
+    const ptrdiff_t kdim = (ptrdiff_t)(p->in_channels * p->kernel_h * p->kernel_w);
+    const ptrdiff_t cout = (ptrdiff_t)p->out_channels;
+    const ptrdiff_t cout_pad = (cout + MLCC_GEMM_MR - 1) / MLCC_GEMM_MR * MLCC_GEMM_MR;
+    const float *rowp[TR_MAX_ROWS];
+    mlcc_vf total[TR_MAX_ROWS][2];
+    float tmp[TR_MAX_ROWS][32];
+    ptrdiff_t k0, r, v, q, ch, oh = s0 / ow_n, ow = s0 % ow_n;
+    for (r = 0; r < R; r++) {   /* virtual column of output position s0 + r */
+        rowp[r] = job->pad + oh * job->wq + ow;
+        if (++ow == ow_n) ow = 0, oh++;
+    }
+    for (k0 = 0; k0 < kdim; k0 += MLCC_GEMM_KC) {
+        const ptrdiff_t kc = kdim - k0 < MLCC_GEMM_KC ? kdim - k0 : MLCC_GEMM_KC;
+        const float *a = job->w + k0 * cout_pad + c0 * kc;
+        const int32_t *off = job->off + k0;
+        mlcc_vf acc[TR_MAX_ROWS][2];
+        for (r = 0; r < R; r++)
+            for (v = 0; v < nv; v++) acc[r][v] = mlcc_vf_splat(0.0f);
+        for (q = 0; q < kc; q++) {
+            const ptrdiff_t o = off[q];
+            mlcc_vf wv[2];
+            for (v = 0; v < nv; v++) wv[v] = tr_load_w(a + q * 8, kc, v, zero_hi && v == nv - 1);
+            for (r = 0; r < R; r++) {
+                const mlcc_vf xv = mlcc_vf_splat(rowp[r][o]);
+                for (v = 0; v < nv; v++) acc[r][v] += xv * wv[v];
+            }
+        }
+        for (r = 0; r < R; r++)
+            for (v = 0; v < nv; v++) total[r][v] = k0 == 0 ? acc[r][v] : acc[r][v] + total[r][v];
+    }
+    {
+        const ptrdiff_t nch = (cout - c0 < 16 * nv ? cout - c0 : 16 * nv);
+        float bias[32];
+        for (ch = 0; ch < 32; ch++) bias[ch] = job->bias && ch < nch ? job->bias[c0 + ch] : 0.0f;
+        for (r = 0; r < R; r++)
+            for (v = 0; v < nv; v++) {
+                mlcc_vf out = total[r][v];
+                if (job->bias != NULL) out += mlcc_vf_load(bias + 16 * v);
+                mlcc_vf_store(tmp[r] + 16 * v, mlcc_vf_act(&p->act, out));
+            }
+        for (ch = 0; ch < nch; ch++) {
+            float *yc = job->y + (c0 + ch) * spatial + s0;
+            for (r = 0; r < R; r++) yc[r] = tmp[r][ch];
+        }
+    }
+}
+
+static void implicit_tr_tiles(const implicit_tr_job *job, ptrdiff_t c0, const int R) {
+    const mlcc_conv2d_params *p = &job->pp->conv;
+    const ptrdiff_t spatial = (ptrdiff_t)(p->out_h * p->out_w);
+    const ptrdiff_t cout_pad = ((ptrdiff_t)p->out_channels + MLCC_GEMM_MR - 1) / MLCC_GEMM_MR *
+                               MLCC_GEMM_MR;
+    const ptrdiff_t left = cout_pad - c0;
+    ptrdiff_t s0 = 0;
+    for (;;) {
+        if (s0 + R > spatial) s0 = spatial - R;   /* the last tile overlaps the one before */
+        if (left >= 32) implicit_tr_tile(job, s0, c0, R, 2, 0);
+        else if (left == 24) implicit_tr_tile(job, s0, c0, R, 2, 1);
+        else if (left == 16) implicit_tr_tile(job, s0, c0, R, 1, 0);
+        else implicit_tr_tile(job, s0, c0, R, 1, 1);
+        if (s0 + R >= spatial) break;
+        s0 += R;
+    }
+}
+
+static void implicit_tr_task(void *arg, int u, int thread) {
+    const implicit_tr_job *job = (const implicit_tr_job *)arg;
+    const ptrdiff_t t0 = job->ctiles * u / job->units, t1 = job->ctiles * (u + 1) / job->units;
+    ptrdiff_t t;
+    (void)thread;
+    for (t = t0; t < t1; t++) {
+        switch (job->rows) {
+        case 12: implicit_tr_tiles(job, t * 32, 12); break;
+        case 10: implicit_tr_tiles(job, t * 32, 10); break;
+        default: implicit_tr_tiles(job, t * 32, 8); break;
+        }
+    }
+}
+
+/* The tile rows when the transposed product computes fewer columns than the implicit GEMM's
+ * panels of virtual columns by a margin, for one group and a depth of 128 or more (shallower
+ * products: the transposed write-out costs more than it saves), else 0. */
+static ptrdiff_t implicit_tr_rows(const mlcc_conv2d_params *p) {
+    const ptrdiff_t spatial = (ptrdiff_t)(p->out_h * p->out_w);
+    const ptrdiff_t nv = (ptrdiff_t)p->out_h * mlcc_implicit_sub_w(p);
+    const ptrdiff_t rem = nv % MLCC_GEMM_NR;
+    const ptrdiff_t cols = nv / MLCC_GEMM_NR * MLCC_GEMM_NR +
+                           (rem == 0 ? 0 : rem <= MLCC_VF_LANES ? MLCC_VF_LANES : MLCC_GEMM_NR);
+    ptrdiff_t best = 0, best_cols = 0, R;
+    if (p->groups != 1 || spatial < 8 || p->in_channels * p->kernel_h * p->kernel_w < 128)
+        return 0;
+    for (R = 8; R <= TR_MAX_ROWS; R += 2) {
+        const ptrdiff_t c = (spatial + R - 1) / R * R;
+        if (best == 0 || c <= best_cols) best = R, best_cols = c;
+    }
+    return cols * 100 >= best_cols * 115 ? best : 0;
+}
+#endif
+
 static void implicit_conv(const mlcc_conv2d_packed_params *pp, const float *x, const float *w,
                           const float *bias, const int32_t *offsets, float *y, float *scratch,
                           mlcc_threadpool *pool, int cols) {
@@ -1043,6 +1399,36 @@ static void implicit_conv(const mlcc_conv2d_packed_params *pp, const float *x, c
     ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, mb, nt, n;
     implicit_job job;
     conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
+#if defined(CONV_TR)
+    {
+        /* not for shifted copies: their offsets index another layout */
+        const ptrdiff_t rows = cols ? 0 : implicit_tr_rows(p);
+        if (rows > 0) {
+            implicit_tr_job tj;
+            tj.pp = pp;
+            tj.w = w;
+            tj.bias = bias;
+            tj.pad = scratch;
+            tj.off = offsets;
+            tj.wq = mlcc_implicit_sub_w(p);
+            tj.rows = rows;
+            tj.ctiles = (cout_pad + 31) / 32;
+            nt = mlcc_threadpool_size(pool);
+            if ((double)cout_g * (double)spatial * (double)kdim * (double)p->batch <
+                (double)MLCC_MIN_PARALLEL_MACS)
+                nt = 1, pool = NULL;
+            tj.units = nt == 1 ? 1 : tj.ctiles < UNITS_PER_THREAD * nt ? tj.ctiles
+                                                                      : UNITS_PER_THREAD * nt;
+            for (n = 0; n < p->batch; n++) {
+                implicit_fill(p, x + n * (ptrdiff_t)p->in_channels * in_plane, cin_g,
+                              mlcc_implicit_sub_h(p), tj.wq, scratch);
+                tj.y = y + n * (ptrdiff_t)p->out_channels * spatial;
+                mlcc_threadpool_for(pool, implicit_tr_task, &tj, (int)tj.units, (int)nt);
+            }
+            return;
+        }
+    }
+#endif
     job.pp = pp;
     job.w = w;
     job.bias = bias;
