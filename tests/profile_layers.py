@@ -2,6 +2,7 @@
 
     python tests/profile_layers.py OUT_DIR [--runs 21] [--top 25]
     python tests/profile_layers.py OLD_DIR NEW_DIR [--runs 21]    # A/B, calls alternating
+    python tests/profile_layers.py OLD_DIR NEW_DIR --cpu   # the caller's CPU time per call
     python tests/profile_layers.py DIR --threads 1,2 [--pool-stats]  # the same build on 1 and 2
 
 OUT_DIR is an `mlcc compile` output folder for this machine. Its generated model.c is copied
@@ -142,6 +143,9 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--threads", default="1",
                     help="threads of each build: N, or N,M (one folder twice, or one per folder)")
+    ap.add_argument("--cpu", action="store_true",
+                    help="time each call by the calling thread's CPU time, not wall-clock "
+                         "(1 thread on a busy machine: preempted calls do not count)")
     ap.add_argument("--pool-stats", action="store_true",
                     help="build with -DMLCC_POOL_STATS; print work, serial time and waits")
     args = ap.parse_args()
@@ -176,8 +180,9 @@ def main() -> int:
                     samples.append(np.frombuffer(model._ffi.buffer(prof, n * FIELDS * 8))
                                    .reshape(n, FIELDS).copy())
         st = [stats(b[5]) for b in builds]
-        meds = [x["wall"] for x in st]
-        totals = [float(np.median(np.array(b[5])[:, :, 0].sum(axis=1))) * 1e3 for b in builds]
+        col = 1 if args.cpu else 0
+        meds = [np.median(np.array(b[5])[:, :, col], axis=0) * 1e3 for b in builds]
+        totals = [float(np.median(np.array(b[5])[:, :, col].sum(axis=1))) * 1e3 for b in builds]
         calls, params = builds[0][0], builds[0][1]
         names = " / ".join(f"{f.name} on {t} thread{'s' if t > 1 else ''}"
                            for f, t in zip(folders, threads))

@@ -17,8 +17,8 @@ convolution with a fused residual must equal the packed one, then the Add, then 
 import numpy as np
 import pytest
 
-from mlcc.ops.conv import (DW_SLICES, dw_scratch_floats, im2col_table, implicit_cols_offsets,
-                           implicit_offsets, implicit_plan)
+from mlcc.ops.conv import (CONVT_CP, DW_SLICES, convt_plan, dw_scratch_floats, im2col_table,
+                           implicit_cols_offsets, implicit_offsets, implicit_plan)
 from mlcc.ops.gemm import GEMM_MR, pack_a
 from mlcc.targets import load_target
 from util import build_kernels
@@ -57,6 +57,13 @@ void mlcc_f32_conv2d_implicit_cols(const mlcc_conv2d_packed_params *p, const flo
 void mlcc_f32_conv2d_packed_residual(const mlcc_conv2d_packed_params *p, const float *x,
                                      const float *w, const float *bias, const float *residual,
                                      float *y, float *scratch, void *pool);
+void mlcc_f32_conv2d_implicit_t(const mlcc_conv2d_packed_params *p, const float *x,
+                                const float *w, const float *bias, const int32_t *offsets,
+                                float *y, float *scratch, void *pool);
+void mlcc_f32_conv2d_implicit_t_residual(const mlcc_conv2d_packed_params *p, const float *x,
+                                         const float *w, const float *bias,
+                                         const int32_t *offsets, const float *residual,
+                                         float *y, float *scratch, void *pool);
 int mlcc_threadpool_create(void **pool, int nthreads);
 void mlcc_threadpool_destroy(void *pool);
 """
@@ -357,6 +364,10 @@ def test_table_gather_conv_matches_packed(kernels, pools, c, m, hw, k, stride, p
     # depth-261, 540 and 279 cases above take it too
     (64, 37, (13, 13), 3, 1, 1, (1, 1, 1, 1), 1, False),  # SqueezeNet's 13 x 13; 32 + 5 channels
     (20, 16, (9, 9), 3, 1, 2, (2, 2, 2, 2), 1, False),    # dilation 2: 84 rows for 81 positions
+    # channels along the vectors (implicit_t): 2 panels of 32 channels, the last partial; rows
+    # of 19 in chunks of 7, 6, 6; rows of 70 (9 chunks) in blocks of 7 rows of partial sums
+    (40, 37, (9, 19), 3, 1, 1, (1, 1, 1, 1), 1, False),
+    (31, 33, (23, 70), 3, 2, 1, (1, 1, 1, 1), 1, False),
 ])
 def test_implicit_conv_matches_packed(kernels, pools, c, m, hw, k, stride, dil, pads, groups,
                                       small_blocks):
@@ -403,6 +414,15 @@ def test_implicit_conv_matches_packed(kernels, pools, c, m, hw, k, stride, dil, 
         got = np.full_like(ref, np.nan)
         lib.mlcc_f32_conv2d_implicit(params, buf(x), buf(wk), buf(b),
                                      buf(offsets, "int32_t *"), buf(got), buf(scratch), pool)
+        assert np.array_equal(got, packed)
+    # the same sums with output channels along the vectors (mlcc_f32_conv2d_implicit_t)
+    wt = pack_a(w.reshape(groups, m // groups, kdim), CONVT_CP)
+    nbytes = convt_plan(cin_g, kh, kw, oh, ow, stride, stride, dil, dil)
+    for pool in (ffi.NULL, *pools.values()):
+        scratch = np.full(nbytes // 4, np.nan, np.float32)
+        got = np.full_like(ref, np.nan)
+        lib.mlcc_f32_conv2d_implicit_t(params, buf(x), buf(wt), buf(b),
+                                       buf(offsets, "int32_t *"), buf(got), buf(scratch), pool)
         assert np.array_equal(got, packed)
     if stride == 1:
         # the same over kernel_w shifted copies of the input (no virtual columns); the
@@ -467,6 +487,62 @@ def test_small_map_1x1_conv_matches_implicit(kernels, pools, c, m, hw):
         got = np.full_like(ref, np.nan)
         lib.mlcc_f32_conv2d_packed(params, buf(x), buf(wk), buf(b), buf(got), buf(scratch), pool)
         assert np.array_equal(got, want), f"{n} threads"
+
+
+
+
+@pytest.mark.parametrize("c,m,hw,stride,act", [
+    (300, 45, (7, 7), 1, 1),      # two k blocks, 2 channel panels; in place; relu
+    (37, 64, (14, 14), 1, 6),     # hard-swish after the residual; rows of 14 in 2 chunks
+    (260, 33, (13, 11), 2, 0),    # stride 2: 7 x 6 from the first phase; no activation
+])
+def test_implicit_t_1x1_and_residual(kernels, pools, c, m, hw, stride, act):
+    """1x1 convolutions through mlcc_f32_conv2d_implicit_t (ResNets' 7 x 7 and 14 x 14 maps),
+    with and without a residual: the packed convolution's bits, and conv, then Add, then the
+    activation, on 1, 2, 3 and 5 threads."""
+    ffi, lib = kernels
+    rng = np.random.default_rng(c + m)
+    x = rng.standard_normal((2, c, *hw)).astype(np.float32)
+    w = rng.standard_normal((m, c, 1, 1)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    oh, ow = (hw[0] - 1) // stride + 1, (hw[1] - 1) // stride + 1
+    res = rng.standard_normal((2, m, oh, ow)).astype(np.float32)
+    plain_ref, plain = _conv(ffi, lib, x, w, b, stride=stride, pad=0, groups=1, act=0,
+                             block_cols=64)
+    _, with_act = _conv(ffi, lib, x, w, b, stride=stride, pad=0, groups=1, act=act,
+                        block_cols=64)
+    want = plain + res
+    if act == 1:
+        want = np.maximum(want, np.float32(0))
+    elif act == 6:
+        want = want * np.clip(want + np.float32(3), 0, 6) / np.float32(6)
+    conv = dict(batch=2, in_channels=c, in_h=hw[0], in_w=hw[1], out_channels=m, out_h=oh,
+                out_w=ow, kernel_h=1, kernel_w=1, stride_h=stride, stride_w=stride,
+                dilation_h=1, dilation_w=1, pad_top=0, pad_left=0, groups=1,
+                act={"kind": act, "alpha": 0.0, "beta": 0.0})
+    params = ffi.new("mlcc_conv2d_packed_params *", {"conv": conv, "block_cols": 64})
+    wt = pack_a(w.reshape(1, m, c), CONVT_CP)
+    offsets = implicit_offsets(c, 1, 1, stride, stride, 1, 1, oh, ow)
+    nbytes = convt_plan(c, 1, 1, oh, ow, stride, stride, 1, 1, stride == 1)
+
+    def buf(a, t="float *"):
+        return ffi.cast(t, ffi.from_buffer(a))
+
+    for n, pool in [(1, ffi.NULL)] + list(pools.items()):
+        scratch = np.full(max(nbytes // 4, 1), np.nan, np.float32)
+        got = np.full(res.shape, np.nan, np.float32)
+        lib.mlcc_f32_conv2d_implicit_t(params, buf(x), buf(wt), buf(b),
+                                       buf(offsets, "int32_t *"), buf(got), buf(scratch), pool)
+        assert np.array_equal(got, with_act), f"{n} threads"
+        got = np.full(res.shape, np.nan, np.float32)
+        lib.mlcc_f32_conv2d_implicit_t_residual(params, buf(x), buf(wt), buf(b),
+                                                buf(offsets, "int32_t *"), buf(res), buf(got),
+                                                buf(scratch), pool)
+        if act == 6:
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=f"{n} threads")
+        else:
+            assert np.array_equal(got, want), f"{n} threads"
+    np.testing.assert_allclose(plain, plain_ref, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("c,m,spatial,block_cols,act", [

@@ -24,7 +24,9 @@ from util import (check_model, check_node, compile_and_run, make_model, rand,
     ((1, 2, 7, 7), [2, 2], [3, 3], [1, 1, 1, 1], [1, 1], 1),        # ceil window would start
                                                                     # in the right pad: dropped
     ((1, 2, 5, 9), [2, 3], [3, 2], [1, 0, 1, 2], [2, 1], 1),        # ceil + dilation
-])
+    ((1, 3, 10, 10), [5, 5], [1, 1], [2, 2, 2, 2], [1, 1], 0),      # YOLOv8n's SPPF: stride 1
+    ((2, 2, 7, 13), [3, 4], [1, 1], [0, 2, 1, 1], [1, 1], 0),       # on a narrow map (padded
+])                                                                  # copy, flat passes)
 def test_maxpool2d(tmp_path, shape, kernel, strides, pads, dil, ceil):
     check_node("MaxPool", {"x": rand(*shape)}, tmp_path=tmp_path, kernel_shape=kernel,
                strides=strides, pads=pads, dilations=dil, ceil_mode=ceil)

@@ -34,6 +34,40 @@ IMPLICIT_PART_BYTES = 128 * 1024
 # MobileNetV2's 3x3/2 stems (0.80x on YOLOv8n's, of 16 channels only), while 0.80-0.86x on
 # ResNet-50's strided 3x3 and 7x7 (depth 147) layers.
 IMPLICIT_MIN_STRIDED_DEPTH = 64
+# mlcc_f32_conv2d_implicit_t (conv.h): output channels along the vectors, tiles of up to
+# CONVT_RMAX positions of an output row x CONVT_CP channels. Taken by the convolutions (KxK
+# implicit GEMMs and 1x1) whose columns, rounded up to whole panels of 32, would be at least
+# CONVT_MIN_WASTE times the useful ones (ResNets' 7 x 7 maps: 64 for 49; 14 x 14: 224 for
+# 196; 28 x 28 3x3: 840 virtual columns for 784), when at least CONVT_MIN_DEPTH deep (its
+# epilogue transposes the tile with scalar copies: ResNet's 3-channel 7x7/2 stem, depth
+# 147, was 1.16x slower that way).
+CONVT_CP = 32
+CONVT_RMAX = 8
+CONVT_MIN_WASTE = 1.05
+CONVT_MIN_DEPTH = 256
+# 1x1 convolutions (their depth is their input channels): ResNet-50's of depth 256 and 512
+# on 14 x 14 maps were 1.07-1.2x slower that way, those of depth 1024-2048 0.87-0.99x.
+CONVT_MIN_DEPTH_1X1 = 1024
+CONVT_PART_POS = 512     # MLCC_CONVT_PART_POS
+
+
+def convt_applies(oh: int, ow: int, wq: int, cout_g: int, kdim: int) -> bool:
+    """Whether a convolution with this output map takes mlcc_f32_conv2d_implicit_t (wq: the
+    implicit GEMM's virtual row width; out_w for 1x1 convolutions)."""
+    nv = oh * wq
+    return (kdim >= CONVT_MIN_DEPTH and cout_g >= CONVT_CP
+            and -(-nv // 32) * 32 >= CONVT_MIN_WASTE * oh * ow)
+
+
+def convt_plan(cin_g: int, kh: int, kw: int, oh: int, ow: int, sh: int, sw: int, dh: int,
+               dw: int, direct: bool = False) -> int:
+    """Scratch bytes of mlcc_f32_conv2d_implicit_t (conv.h); direct: a 1x1 convolution of
+    stride 1 without padding, which reads its input in place."""
+    hq, wq = oh + (kh - 1) * dh // sh, ow + (kw - 1) * dw // sw
+    pad = 0 if direct else cin_g * sh * sw * hq * wq + (kw - 1) * dw + IMPLICIT_SLACK
+    rows = min(max(1, CONVT_PART_POS // ow), oh)
+    part = IMPLICIT_SLICES * rows * ow * CONVT_CP if cin_g * kh * kw > GEMM_KC else 0
+    return 4 * (pad + part)
 
 
 def im2col_table(c: int, ih: int, iw: int, kh: int, kw: int, oh: int, ow: int, sh: int,
@@ -262,8 +296,10 @@ class Conv(OpDef):
                         params={"conv": params, "block_cols": block},
                         scratch_bytes=scratch, pool=True)
                 return
-            packed = pack_a(np.asarray(w_const, np.float32).reshape(g, geo["m"] // g, kdim))
-            args[1] = lo.add_const(f"{node.name}.W_packed", packed)
+            def pack_weights(mr: int = GEMM_MR, suffix: str = "W_packed") -> str:
+                return lo.add_const(f"{node.name}.{suffix}", pack_a(
+                    np.asarray(w_const, np.float32).reshape(g, geo["m"] // g, kdim), mr))
+
             sub_floats = (geo["c"] // g) * sh * sw * (oh + (kh - 1) * dh // sh) * \
                 (ow + (kw - 1) * dw // sw)
             small = ow <= TABLE_MAX_W and kdim * spatial * 4 <= TABLE_MAX_BYTES and kh * kw > 1
@@ -278,6 +314,7 @@ class Conv(OpDef):
                                                       sh, sw, dh, dw, cols=True)
                 offsets = implicit_cols_offsets(cin_g, kh, kw, dh, hp, ow)
                 args.insert(3, lo.add_const(f"{node.name}.implicit_offsets", offsets))
+                args[1] = pack_weights()
                 lo.call("mlcc_f32_conv2d_implicit_cols", args, [node.outputs[0]],
                         params_type="mlcc_conv2d_packed_params",
                         params={"conv": params, "block_cols": block},
@@ -300,7 +337,15 @@ class Conv(OpDef):
                                                        sh, sw, dh, dw)
                 offsets = implicit_offsets(cin_g, kh, kw, sh, sw, dh, dw, hq, wq)
                 args.insert(3, lo.add_const(f"{node.name}.implicit_offsets", offsets))
-                lo.call("mlcc_f32_conv2d_implicit", args, [node.outputs[0]],
+                kernel = "mlcc_f32_conv2d_implicit"
+                if lo.options.get("channel_tiles") and convt_applies(oh, ow, wq,
+                                                                     geo["m"] // g, kdim):
+                    kernel = "mlcc_f32_conv2d_implicit_t"
+                    scratch = convt_plan(cin_g, kh, kw, oh, ow, sh, sw, dh, dw)
+                    args[1] = pack_weights(CONVT_CP, "W_convt")
+                else:
+                    args[1] = pack_weights()
+                lo.call(kernel, args, [node.outputs[0]],
                         params_type="mlcc_conv2d_packed_params",
                         params={"conv": params, "block_cols": block},
                         scratch_bytes=scratch, pool=True)
@@ -308,11 +353,15 @@ class Conv(OpDef):
             if small:
                 table = im2col_table(geo["c"] // g, ih, iw, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
                 args.insert(3, lo.add_const(f"{node.name}.im2col_table", table))
+                args[1] = pack_weights()
                 lo.call("mlcc_f32_conv2d_packed_table", args, [node.outputs[0]],
                         params_type="mlcc_conv2d_packed_params",
                         params={"conv": params, "block_cols": block},
                         scratch_bytes=(kdim + 1) * block * 4, pool=True)
                 return
+            if self._lower_convt_1x1(node, lo, geo, params, args, w_const):
+                return
+            args[1] = pack_weights()
             lo.call("mlcc_f32_conv2d_packed", args, [node.outputs[0]],
                     params_type="mlcc_conv2d_packed_params",
                     params={"conv": params, "block_cols": block},
@@ -324,6 +373,33 @@ class Conv(OpDef):
         lo.call("mlcc_f32_conv2d", args, [node.outputs[0]], params_type="mlcc_conv2d_params",
                 params=params, scratch_bytes=scratch)
 
+    def _lower_convt_1x1(self, node: Node, lo: Lowering, geo: dict, params: dict,
+                         args: list[str], w_const, residual: str | None = None) -> bool:
+        """A 1x1 convolution on a map that wastes columns of the packed GEMM's panels, through
+        mlcc_f32_conv2d_implicit_t (with the residual, if any); False if it does not apply."""
+        p = params
+        g, kdim = geo["group"], geo["c"] // geo["group"]
+        oh, ow, sh, sw = p["out_h"], p["out_w"], p["stride_h"], p["stride_w"]
+        if (not lo.options.get("channel_tiles")
+                or (p["kernel_h"], p["kernel_w"]) != (1, 1)
+                or kdim < CONVT_MIN_DEPTH_1X1
+                or not convt_applies(oh, ow, ow, geo["m"] // g, kdim)
+                or kdim * sh * sw * oh * ow >= 2**31 - 2**20):   # offsets are int32
+            return False
+        direct = sh == sw == 1 and (p["in_h"], p["in_w"]) == (oh, ow)
+        offsets = implicit_offsets(kdim, 1, 1, sh, sw, 1, 1, oh, ow)
+        args[1] = lo.add_const(f"{node.name}.W_convt", pack_a(
+            np.asarray(w_const, np.float32).reshape(g, geo["m"] // g, kdim), CONVT_CP))
+        args.insert(3, lo.add_const(f"{node.name}.implicit_offsets", offsets))
+        kernel = "mlcc_f32_conv2d_implicit_t"
+        if residual is not None:
+            args.insert(4, residual)
+            kernel += "_residual"
+        lo.call(kernel, args, [node.outputs[0]], params_type="mlcc_conv2d_packed_params",
+                params={"conv": params, "block_cols": 64},
+                scratch_bytes=convt_plan(kdim, 1, 1, oh, ow, sh, sw, 1, 1, direct), pool=True)
+        return True
+
     def _lower_residual(self, node: Node, lo: Lowering, geo: dict, params: dict,
                         args: list[str]) -> None:
         """A 1x1 convolution with a residual Add (passes.fuse_residual_add) on the gathered
@@ -333,6 +409,8 @@ class Conv(OpDef):
             raise RuntimeError(f"{node.name}: a residual is only fused into a 1x1 Conv with "
                             f"constant weights (passes.fuse_residual_add)")
         kdim = geo["c"]
+        if self._lower_convt_1x1(node, lo, geo, params, args, w_const, node.inputs[3]):
+            return
         block = max(64, PANEL_BYTES // (4 * kdim) // 64 * 64)
         block = min(block, -(-(params["out_h"] * params["out_w"]) // 64) * 64)
         packed = pack_a(np.asarray(w_const, np.float32).reshape(1, geo["m"], kdim))

@@ -16,10 +16,11 @@ GEMM_KC = 256        # MLCC_GEMM_KC: the depth of one k block
 GEMM_MC = 256        # MLCC_GEMM_MC: rows of A per block
 
 
-def pack_a(a: np.ndarray) -> np.ndarray:
+def pack_a(a: np.ndarray, mr: int = GEMM_MR) -> np.ndarray:
     """[..., M, K] -> the packed A layout of mlcc_f32_gemm_packed (gemm.h), per leading index:
-    K cut into GEMM_KC-deep blocks, block-major; in a block of depth kc, ceil(M / GEMM_MR)
-    panels of kc x GEMM_MR (rows past M zero)."""
+    K cut into GEMM_KC-deep blocks, block-major; in a block of depth kc, ceil(M / mr)
+    panels of kc x mr (rows past M zero). mr = 32: mlcc_f32_conv2d_implicit_t (conv.h)."""
+    GEMM_MR = mr  # noqa: N806
     *lead, m, k = a.shape
     mp = -(-m // GEMM_MR) * GEMM_MR
     padded = np.zeros((*lead, mp, k), np.float32)

@@ -24,6 +24,17 @@ from .reduce import KINDS, emit_reduce
 from .registry import OpDef, register
 
 
+MAXPOOL_SMALL_W = 32   # MLCC_MAXPOOL_SMALL_W (pool.h)
+
+
+def maxpool_small(params: dict) -> bool:
+    """Whether mlcc_f32_maxpool2d pools over a padded copy of each plane (pool.h
+    mlcc_maxpool_small): stride 1, dilation 1, output rows of at most MAXPOOL_SMALL_W."""
+    return (params["stride_h"] == params["stride_w"] == 1
+            and params["dilation_h"] == params["dilation_w"] == 1
+            and params["out_w"] <= MAXPOOL_SMALL_W)
+
+
 def _dead_or_absent(lo: Lowering, node: Node, index: int) -> bool:
     """True if optional output `index` is absent or nothing reads it (dead code removed it)."""
     name = node.outputs[index] if index < len(node.outputs) else ""
@@ -105,6 +116,10 @@ class _Pool(OpDef):
         taps = t if sw == 1 else (t % sw) * width + t // sw
         tab = lo.add_const(f"{node.name}.tap_offsets", taps.astype(np.int64))
         scratch = 0 if sw == 1 else params["in_h"] * sw * width * 4
+        if kernel == "mlcc_f32_maxpool2d" and maxpool_small(params):
+            pitch = params["out_w"] + params["kernel_w"] - 1
+            scratch = 4 * ((params["out_h"] + params["kernel_h"] - 1) * pitch +
+                           2 * params["out_h"] * pitch + params["kernel_w"])
         lo.call(kernel, [node.inputs[0], tab, *extra, node.outputs[0]], [node.outputs[0]],
                 params_type="mlcc_pool2d_params", params=params, scratch_bytes=scratch)
 

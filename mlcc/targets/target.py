@@ -101,7 +101,11 @@ class Target:
 
     def lowering_options(self) -> dict:
         """The target's choices that change how operators lower (ir.Lowering.options)."""
-        return {"winograd": self.winograd}
+        # channel_tiles: mlcc_f32_conv2d_implicit_t's tiles of 32 channels by 8 positions were
+        # written and measured for 512-bit vectors (two vectors of 16 per position); with
+        # 128-bit ones they would hold 16 accumulators in 16 registers and spill
+        return {"winograd": self.winograd,
+                "channel_tiles": self.simd != "none" and self.vector_bits >= 512}
 
     def tile_defines(self) -> list[str]:
         """The macros of the target's own packed-GEMM register tile (`gemm_tile`), if any."""

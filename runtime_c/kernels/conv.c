@@ -1303,6 +1303,8 @@ implicit_tr_tile(const implicit_tr_job *job, ptrdiff_t s0, ptrdiff_t c0, const i
     for (r = 0; r < R; r++) {   /* virtual column of output position s0 + r */
         rowp[r] = job->pad + oh * job->wq + ow;
         if (++ow == ow_n) ow = 0, oh++;
+        /* set by the first k block; zeroed so that GCC need not prove it (-Wmaybe-uninit) */
+        total[r][0] = total[r][1] = mlcc_vf_splat(0.0f);
     }
     for (k0 = 0; k0 < kdim; k0 += MLCC_GEMM_KC) {
         const ptrdiff_t kc = kdim - k0 < MLCC_GEMM_KC ? kdim - k0 : MLCC_GEMM_KC;
@@ -1481,4 +1483,211 @@ void mlcc_f32_conv2d_implicit_cols(const mlcc_conv2d_packed_params *pp, const fl
                                    const float *w, const float *bias, const int32_t *offsets,
                                    float *y, float *scratch, mlcc_threadpool *pool) {
     implicit_conv(pp, x, w, bias, offsets, y, scratch, pool, 1);
+}
+
+/* ---- The implicit GEMM transposed: output channels along the vectors (conv.h) ---- */
+
+#define TCP MLCC_CONVT_CP
+#define TRMAX MLCC_CONVT_RMAX
+
+/* acc (R positions x TCP channels, row-major into out) = sum over p < kc of the input at
+ * b[off[p] + r] times the weights a[p * TCP + ch]: one k block of one tile. Each value is one
+ * chain of multiply-adds over p in order, from zero, as in implicit_tile. */
+#if MLCC_HAVE_VECTORS
+#if MLCC_VECTOR_BYTES / 2 <= TCP   /* 2 * lanes <= TCP */
+#define TCH (2 * MLCC_VF_LANES)   /* channels per pass: two vectors */
+#else
+#define TCH TCP
+#endif
+static inline void convt_tile(ptrdiff_t R, ptrdiff_t kc, const float *MLCC_RESTRICT a,
+                              const float *MLCC_RESTRICT b, const int32_t *MLCC_RESTRICT off,
+                              float *MLCC_RESTRICT out) {
+    ptrdiff_t c0, p, r, v;
+    for (c0 = 0; c0 < TCP; c0 += TCH) {
+        mlcc_vf acc[TRMAX][TCH / MLCC_VF_LANES];
+        for (r = 0; r < R; r++)
+            for (v = 0; v < TCH / MLCC_VF_LANES; v++) acc[r][v] = mlcc_vf_splat(0.0f);
+        for (p = 0; p < kc; p++) {
+            const float *bp = b + off[p];
+            mlcc_vf wv[TCH / MLCC_VF_LANES];
+            for (v = 0; v < TCH / MLCC_VF_LANES; v++)
+                wv[v] = mlcc_vf_load(a + p * TCP + c0 + v * MLCC_VF_LANES);
+            for (r = 0; r < R; r++) {
+                const mlcc_vf xv = mlcc_vf_splat(bp[r]);
+                for (v = 0; v < TCH / MLCC_VF_LANES; v++) acc[r][v] += xv * wv[v];
+            }
+        }
+        for (r = 0; r < R; r++)
+            for (v = 0; v < TCH / MLCC_VF_LANES; v++)
+                mlcc_vf_store(out + r * TCP + c0 + v * MLCC_VF_LANES, acc[r][v]);
+    }
+}
+
+static void convt_tile_any(ptrdiff_t R, ptrdiff_t kc, const float *a, const float *b,
+                           const int32_t *off, float *out) {
+    switch (R) {   /* a constant R per copy: the accumulators stay in registers */
+    case 8: convt_tile(8, kc, a, b, off, out); break;
+    case 7: convt_tile(7, kc, a, b, off, out); break;
+    case 6: convt_tile(6, kc, a, b, off, out); break;
+    case 5: convt_tile(5, kc, a, b, off, out); break;
+    default: convt_tile(R, kc, a, b, off, out); break;
+    }
+}
+#else
+static void convt_tile_any(ptrdiff_t R, ptrdiff_t kc, const float *a, const float *b,
+                           const int32_t *off, float *out) {
+    ptrdiff_t p, r, j;
+    for (r = 0; r < R; r++) {
+        float *o = out + r * TCP;
+        for (j = 0; j < TCP; j++) o[j] = 0.0f;
+        for (p = 0; p < kc; p++) {
+            const float xv = b[off[p] + r];
+            for (j = 0; j < TCP; j++) o[j] += xv * a[p * TCP + j];
+        }
+    }
+}
+#endif
+
+/* The tile's epilogue: partial sums (part: TCP per position) unless last; on the last k block
+ * bias, residual and activation in the order of implicit_tile / packed_store_row, then the
+ * tile transposed into y (nch channels of y, R positions from y0 of each plane). */
+static void convt_store(ptrdiff_t R, float *tile, float *part, int first, int last,
+                        const float *bias, const float *res, const mlcc_act *act, float *y,
+                        ptrdiff_t spatial, ptrdiff_t y0, ptrdiff_t nch) {
+    ptrdiff_t r, j;
+    if (!first)
+        for (j = 0; j < R * TCP; j++) tile[j] += part[j];
+    if (!last) {
+        memcpy(part, tile, (size_t)(R * TCP) * sizeof(float));
+        return;
+    }
+    for (r = 0; r < R; r++) {
+        float *t = tile + r * TCP;
+        if (bias != NULL)
+            for (j = 0; j < TCP; j++) t[j] += bias[j];
+        if (res != NULL)
+            for (j = 0; j < nch; j++) t[j] += res[j * spatial + y0 + r];
+        mlcc_act_apply(act, t, TCP);
+    }
+    for (j = 0; j < nch; j++) {
+        float *yj = y + j * spatial + y0;
+        for (r = 0; r < R; r++) yj[r] = tile[r * TCP + j];
+    }
+}
+
+typedef struct convt_job {
+    const mlcc_conv2d_packed_params *pp;
+    const float *w, *bias, *pad, *res;
+    const int32_t *off;
+    float *y, *part;
+    ptrdiff_t gi, wq, cout_g, cpan, chunks, row_units, rows_per_block, part_floats;
+} convt_job;
+
+/* Unit u: channel panel u % cpan, output rows of range u / cpan (of row_units). */
+static void convt_task(void *arg, int u, int thread) {
+    const convt_job *job = (const convt_job *)arg;
+    const mlcc_conv2d_params *p = &job->pp->conv;
+    const ptrdiff_t ow_n = (ptrdiff_t)p->out_w, oh_n = (ptrdiff_t)p->out_h;
+    const ptrdiff_t spatial = oh_n * ow_n;
+    const ptrdiff_t kdim = (ptrdiff_t)(p->in_channels / p->groups * p->kernel_h * p->kernel_w);
+    const ptrdiff_t cpad = job->cpan * TCP;
+    const ptrdiff_t cp = u % job->cpan, ru = u / job->cpan;
+    const ptrdiff_t h0 = oh_n * ru / job->row_units, h1 = oh_n * (ru + 1) / job->row_units;
+    const ptrdiff_t ch0 = cp * TCP;
+    const ptrdiff_t nch = job->cout_g - ch0 < TCP ? job->cout_g - ch0 : TCP;
+    float *part = job->part + thread * job->part_floats;
+    float bias[TCP];
+    float tile[TRMAX * TCP];
+    ptrdiff_t hb, k0, oh, c, j;
+    for (j = 0; j < TCP; j++)
+        bias[j] = job->bias != NULL && j < nch ? job->bias[job->gi * job->cout_g + ch0 + j] : 0.0f;
+    for (hb = h0; hb < h1; hb += job->rows_per_block) {   /* partial sums of rb rows */
+        const ptrdiff_t he = h1 - hb < job->rows_per_block ? h1 : hb + job->rows_per_block;
+        for (k0 = 0; k0 < kdim; k0 += MLCC_GEMM_KC) {
+            const ptrdiff_t kc = kdim - k0 < MLCC_GEMM_KC ? kdim - k0 : MLCC_GEMM_KC;
+            const int first = k0 == 0, last = k0 + kc == kdim;
+            /* weights k-block-major: block k0 holds kc x cpad, panels of kc x TCP */
+            const float *a = job->w + job->gi * cpad * kdim + k0 * cpad + ch0 * kc;
+            for (oh = hb; oh < he; oh++) {
+                for (c = 0; c < job->chunks; c++) {
+                    const ptrdiff_t w0 = ow_n * c / job->chunks;
+                    const ptrdiff_t w1 = ow_n * (c + 1) / job->chunks;
+                    const ptrdiff_t y0 = oh * ow_n + w0;
+                    convt_tile_any(w1 - w0, kc, a, job->pad + oh * job->wq + w0, job->off + k0,
+                                   tile);
+                    convt_store(w1 - w0, tile, part + (y0 - hb * ow_n) * TCP, first, last,
+                                job->bias != NULL ? bias : NULL,
+                                job->res != NULL ? job->res + ch0 * spatial : NULL, &p->act,
+                                job->y + ch0 * spatial, spatial, y0, nch);
+                }
+            }
+        }
+    }
+}
+
+static void conv_implicit_t(const mlcc_conv2d_packed_params *pp, const float *x, const float *w,
+                            const float *bias, const int32_t *offsets, const float *residual,
+                            float *y, float *scratch, mlcc_threadpool *pool) {
+    const mlcc_conv2d_params *p = &pp->conv;
+    ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, nt, n, units;
+    convt_job job;
+    /* 1x1, stride 1, no padding: the tiles read their R inputs from one input row */
+    const int direct = p->kernel_h == 1 && p->kernel_w == 1 && p->stride_h == 1 &&
+                       p->stride_w == 1 && p->in_h == p->out_h && p->in_w == p->out_w;
+    conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
+    job.pp = pp;
+    job.w = w;
+    job.bias = bias;
+    job.off = offsets;
+    job.pad = scratch;
+    job.wq = mlcc_implicit_sub_w(p);
+    job.cout_g = cout_g;
+    job.cpan = (cout_g + TCP - 1) / TCP;
+    job.chunks = ((ptrdiff_t)p->out_w + TRMAX - 1) / TRMAX;
+    job.part = scratch + (direct ? 0 : mlcc_implicit_pad_floats(p));
+    job.rows_per_block = mlcc_convt_block_rows(p);
+    job.part_floats = kdim <= MLCC_GEMM_KC ? 0 : job.rows_per_block * (ptrdiff_t)p->out_w * TCP;
+    nt = mlcc_threadpool_size(pool);
+    if (nt > MLCC_IMPLICIT_SLICES) nt = MLCC_IMPLICIT_SLICES;
+    if ((double)cout_g * (double)spatial * (double)kdim * (double)p->batch * (double)p->groups <
+        (double)MLCC_MIN_PARALLEL_MACS)
+        nt = 1, pool = NULL;
+    /* units: channel panels; rows of the output too when panels are few */
+    job.row_units = 1;
+    if (nt > 1 && job.cpan < UNITS_PER_THREAD * nt) {
+        job.row_units = (UNITS_PER_THREAD * nt + job.cpan - 1) / job.cpan;
+        if (job.row_units > (ptrdiff_t)p->out_h) job.row_units = (ptrdiff_t)p->out_h;
+    }
+    units = nt == 1 ? 1 : job.cpan * job.row_units;
+    for (n = 0; n < p->batch; n++) {
+        for (job.gi = 0; job.gi < (ptrdiff_t)p->groups; job.gi++) {
+            const ptrdiff_t yo = (n * (ptrdiff_t)p->out_channels + job.gi * cout_g) * spatial;
+            const float *xg = x + (n * (ptrdiff_t)p->in_channels + job.gi * cin_g) * in_plane;
+            if (direct)   /* the input planes are the sub-planes: read in place */
+                job.pad = xg;
+            else
+                implicit_fill(p, xg, cin_g, mlcc_implicit_sub_h(p), job.wq, scratch);
+            job.y = y + yo;
+            job.res = residual != NULL ? residual + yo : NULL;
+            if (units == 1) {
+                ptrdiff_t u;
+                for (u = 0; u < job.cpan; u++) convt_task(&job, (int)u, 0);
+            } else {
+                mlcc_threadpool_for(pool, convt_task, &job, (int)units, (int)nt);
+            }
+        }
+    }
+}
+
+void mlcc_f32_conv2d_implicit_t(const mlcc_conv2d_packed_params *pp, const float *x,
+                                const float *w, const float *bias, const int32_t *offsets,
+                                float *y, float *scratch, mlcc_threadpool *pool) {
+    conv_implicit_t(pp, x, w, bias, offsets, NULL, y, scratch, pool);
+}
+
+void mlcc_f32_conv2d_implicit_t_residual(const mlcc_conv2d_packed_params *pp, const float *x,
+                                         const float *w, const float *bias,
+                                         const int32_t *offsets, const float *residual,
+                                         float *y, float *scratch, mlcc_threadpool *pool) {
+    conv_implicit_t(pp, x, w, bias, offsets, residual, y, scratch, pool);
 }

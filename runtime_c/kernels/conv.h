@@ -143,4 +143,34 @@ void mlcc_f32_conv2d_implicit_cols(const mlcc_conv2d_packed_params *p, const flo
                                    const float *w, const float *bias, const int32_t *offsets,
                                    float *y, float *scratch, mlcc_threadpool *pool);
 
+/* The same implicit GEMM transposed, for small maps: output channels along the vectors, so
+ * that no virtual column is computed (a 7 x 7 map costs 49 positions, not 64 columns). Tiles
+ * of up to MLCC_CONVT_RMAX output positions of one output row (the row cut into
+ * ceil(out_w / RMAX) nearly equal chunks) x MLCC_CONVT_CP output channels; per k step the
+ * tile broadcasts the R inputs at offsets[k] + q (q = oh * wq + ow as above: consecutive) and
+ * loads CP weights. w is packed like gemm.h's A layout with panels of MLCC_CONVT_CP rows
+ * instead of MLCC_GEMM_MR (mlcc/ops/conv.py pack_convt). Each output sums its terms in the
+ * order of mlcc_f32_conv2d_implicit (k blocks of MLCC_GEMM_KC, each a fresh chain, added to
+ * the partial sums): bit-identical to it and to the gathered path. scratch:
+ * mlcc_implicit_pad_floats() floats (none for 1x1 convolutions of stride 1 without padding,
+ * which read their input in place), then, when the depth exceeds MLCC_GEMM_KC, partial sums
+ * of mlcc_convt_block_rows() output rows (about MLCC_CONVT_PART_POS positions) x
+ * MLCC_CONVT_CP floats per thread (up to MLCC_IMPLICIT_SLICES).
+ * The _residual form adds residual (y's shape) after the bias, before the activation, as
+ * mlcc_f32_conv2d_packed_residual does. */
+#define MLCC_CONVT_CP 32
+#define MLCC_CONVT_RMAX 8
+#define MLCC_CONVT_PART_POS 512
+static inline ptrdiff_t mlcc_convt_block_rows(const mlcc_conv2d_params *p) {
+    const ptrdiff_t rows = MLCC_CONVT_PART_POS / (ptrdiff_t)p->out_w;
+    return rows < 1 ? 1 : rows > (ptrdiff_t)p->out_h ? (ptrdiff_t)p->out_h : rows;
+}
+void mlcc_f32_conv2d_implicit_t(const mlcc_conv2d_packed_params *p, const float *x,
+                                const float *w, const float *bias, const int32_t *offsets,
+                                float *y, float *scratch, mlcc_threadpool *pool);
+void mlcc_f32_conv2d_implicit_t_residual(const mlcc_conv2d_packed_params *p, const float *x,
+                                         const float *w, const float *bias,
+                                         const int32_t *offsets, const float *residual,
+                                         float *y, float *scratch, mlcc_threadpool *pool);
+
 #endif /* MLCC_CONV_H */

@@ -227,6 +227,62 @@ static void max_plane_separable(const mlcc_pool2d_params *p, const float *x, flo
     }
 }
 
+/* Max pooling of stride 1 on narrow maps (pool.h: mlcc_maxpool_small): the plane copied into
+ * xp, padded with -FLT_MAX to (out_h + kernel_h - 1) rows of out_w + kernel_w - 1 columns, then
+ * two flat passes over the virtual positions q = oh * pitch + ow (the implicit GEMM's trick):
+ * v[q] = max over kh of xp[q + kh * pitch], then u[q] = max over kw of v[q + kw], whose rows
+ * are copied out. Every vector is whole (YOLOv8n's SPPF: 5 x 5 windows on 10 x 10 maps, where
+ * max_row tested the bounds of every tap of every output: 0.19 ms a pool). NaN is skipped and
+ * all padding gives -FLT_MAX, as in max_row; the maximum of the same taps. */
+static void max_plane_small(const mlcc_pool2d_params *p, const float *x, float *y,
+                            float *scratch) {
+    const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
+    const ptrdiff_t oh_n = (ptrdiff_t)p->out_h, ow_n = (ptrdiff_t)p->out_w;
+    const ptrdiff_t kh_n = (ptrdiff_t)p->kernel_h, kw_n = (ptrdiff_t)p->kernel_w;
+    const ptrdiff_t pt = (ptrdiff_t)p->pad_top, pl = (ptrdiff_t)p->pad_left;
+    const ptrdiff_t pitch = ow_n + kw_n - 1, rows = oh_n + kh_n - 1;
+    const ptrdiff_t nq = oh_n * pitch;
+    float *xp = scratch, *v = xp + rows * pitch, *u = v + nq + kw_n;
+    ptrdiff_t r, q, k, ow;
+    for (r = 0; r < rows; r++) {   /* padded row r: input row r - pt, columns c - pl */
+        float *d = xp + r * pitch;
+        const ptrdiff_t ih = r - pt;
+        for (q = 0; q < pitch; q++) {
+            const ptrdiff_t iw = q - pl;
+            d[q] = ih >= 0 && ih < ih_n && iw >= 0 && iw < iw_n ? x[ih * iw_n + iw] : -FLT_MAX;
+        }
+    }
+    for (q = nq; q < nq + kw_n; q++) v[q] = -FLT_MAX;
+    q = 0;
+#if MLCC_HAVE_VECTORS
+    for (; q + VL <= nq; q += VL) {
+        mlcc_vf a = mlcc_vf_splat(-FLT_MAX);
+        for (k = 0; k < kh_n; k++) a = vf_max(a, mlcc_vf_load(xp + q + k * pitch));
+        mlcc_vf_store(v + q, a);
+    }
+#endif
+    for (; q < nq; q++) {
+        float a = -FLT_MAX;
+        for (k = 0; k < kh_n; k++) a = MAX_OF(a, xp[q + k * pitch]);
+        v[q] = a;
+    }
+    q = 0;
+#if MLCC_HAVE_VECTORS
+    for (; q + VL <= nq; q += VL) {
+        mlcc_vf a = mlcc_vf_splat(-FLT_MAX);
+        for (k = 0; k < kw_n; k++) a = vf_max(a, mlcc_vf_load(v + q + k));
+        mlcc_vf_store(u + q, a);
+    }
+#endif
+    for (; q < nq; q++) {
+        float a = -FLT_MAX;
+        for (k = 0; k < kw_n; k++) a = MAX_OF(a, v[q + k]);
+        u[q] = a;
+    }
+    for (r = 0; r < oh_n; r++)
+        for (ow = 0; ow < ow_n; ow++) y[r * ow_n + ow] = u[r * pitch + ow];
+}
+
 static void pool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *taps, float *y,
                    float *scratch, int is_max, const float *inv_count) {
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
@@ -270,6 +326,10 @@ static void pool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *t
         float *yp = y + plane * oh_n * ow_n;
         c.x = x + plane * ih_n * iw_n;
         c.src = c.x;
+        if (is_max && mlcc_maxpool_small(p)) {
+            max_plane_small(p, c.x, yp, scratch);
+            continue;
+        }
         if (is_max && sw > 1) {   /* scratch holds at least in_w floats */
             max_plane_separable(p, c.x, yp, scratch, c.lo, c.hi);
             continue;

@@ -31,6 +31,19 @@ typedef struct mlcc_pool2d_params {
 
 /* Maximum over the taps inside the input; -FLT_MAX for a window that is all padding (as
  * onnxruntime). NaN inputs are skipped. */
+/* Max pools of stride 1 and dilation 1 whose output rows are at most MLCC_MAXPOOL_SMALL_W
+ * wide run over a padded copy of each plane (pool.c max_plane_small): scratch holds
+ * mlcc_maxpool_small_floats() floats then (mlcc/ops/pool.py computes the same). */
+#define MLCC_MAXPOOL_SMALL_W 32
+static inline int mlcc_maxpool_small(const mlcc_pool2d_params *p) {
+    return p->stride_h == 1 && p->stride_w == 1 && p->dilation_h == 1 && p->dilation_w == 1 &&
+           p->out_w <= MLCC_MAXPOOL_SMALL_W;
+}
+static inline ptrdiff_t mlcc_maxpool_small_floats(const mlcc_pool2d_params *p) {
+    const ptrdiff_t pitch = (ptrdiff_t)(p->out_w + p->kernel_w - 1);
+    return (ptrdiff_t)(p->out_h + p->kernel_h - 1) * pitch + 2 * (ptrdiff_t)p->out_h * pitch +
+           (ptrdiff_t)p->kernel_w;
+}
 void mlcc_f32_maxpool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *tap_offsets,
                         float *y, float *scratch);
 
