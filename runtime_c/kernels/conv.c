@@ -680,6 +680,138 @@ static void dw_flat_task(void *arg, int u, int thread) {
     }
 }
 
+#if MLCC_HAVE_VECTORS && defined(__wasm_simd128__)
+/* ---- wasm: the flat depthwise kernel writing the output rows directly ----
+ * dw_flat_task computes a channel's virtual outputs into a buffer (oh rows of wq >= ow columns)
+ * and copies the rows out, and applies the activation through mlcc_vf_act (a br_table per
+ * vector in V8). Here each output row's vectors are stored in place (a row's last vector may
+ * run past its end into the next row, which is written afterwards; never past the plane), and
+ * the activation is chosen once per call: ReLU and Clip as f32x4.pmax/pmin, the same bits as
+ * mlcc_vf_act (gemm.c, packed_tile_whole). Each output sums its taps in the same order. */
+enum { DW_WASM_NONE, DW_WASM_RELU, DW_WASM_CLIP, DW_WASM_OTHER };
+
+static inline __attribute__((always_inline)) mlcc_vf dw_wasm_act(int cls, mlcc_vf x, mlcc_vf lo,
+                                                                 mlcc_vf hi,
+                                                                 const mlcc_act *act) {
+    switch (cls) {
+    case DW_WASM_NONE: return x;
+    case DW_WASM_RELU: return __builtin_wasm_pmax_f32x4(lo, x);
+    case DW_WASM_CLIP: return __builtin_wasm_pmax_f32x4(__builtin_wasm_pmin_f32x4(x, hi), lo);
+    default: return mlcc_vf_act(act, x);
+    }
+}
+
+/* nv vectors (1, 2 or 4: a constant after inlining) of virtual outputs from src into y */
+static inline __attribute__((always_inline)) void dw_wasm_vecs(int nv, const float *src,
+                                                               const ptrdiff_t *off,
+                                                               const float *wt, ptrdiff_t ntaps,
+                                                               float b, float *y, int cls,
+                                                               mlcc_vf lo, mlcc_vf hi,
+                                                               const mlcc_act *act) {
+    mlcc_vf acc[4];
+    ptrdiff_t t, v;
+    for (v = 0; v < nv; v++) acc[v] = mlcc_vf_splat(b);
+    for (t = 0; t < ntaps; t++) {
+        const mlcc_vf w = mlcc_vf_splat(wt[t]);
+        for (v = 0; v < nv; v++) acc[v] += w * mlcc_vf_load(src + off[t] + v * MLCC_VF_LANES);
+    }
+    for (v = 0; v < nv; v++) mlcc_vf_store(y + v * MLCC_VF_LANES, dw_wasm_act(cls, acc[v], lo, hi, act));
+}
+
+static inline __attribute__((always_inline)) void dw_wasm_plane(const float *base,
+                                                                const ptrdiff_t *off,
+                                                                const float *wt,
+                                                                ptrdiff_t ntaps, float b,
+                                                                float *y, ptrdiff_t oh_n,
+                                                                ptrdiff_t ow_n, ptrdiff_t wq,
+                                                                int cls,
+                                                                const mlcc_act *act) {
+    const ptrdiff_t plane = oh_n * ow_n;
+    mlcc_vf lo, hi;
+    ptrdiff_t oh, j;
+    if (cls == DW_WASM_CLIP) {
+        lo = mlcc_vf_splat(act->alpha);
+        hi = mlcc_vf_splat(act->beta);
+    } else {
+        lo = hi = mlcc_vf_splat(0.0f);
+    }
+    for (oh = 0; oh < oh_n; oh++) {
+        const float *src = base + oh * wq;
+        float *yr = y + oh * ow_n;
+        j = 0;
+        while (j < ow_n) {
+            /* 4 vectors while more than 2 remain, then 2 or 1: a row's last step may write
+             * up to 3 vectors past its end (small maps: 14 columns in one step of 16) */
+            const ptrdiff_t rem = ow_n - j;
+            const ptrdiff_t nv = rem > 2 * MLCC_VF_LANES ? 4 : rem > MLCC_VF_LANES ? 2 : 1;
+            if (oh * ow_n + j + nv * MLCC_VF_LANES <= plane) {
+                if (nv == 4)
+                    dw_wasm_vecs(4, src + j, off, wt, ntaps, b, yr + j, cls, lo, hi, act);
+                else if (nv == 2)
+                    dw_wasm_vecs(2, src + j, off, wt, ntaps, b, yr + j, cls, lo, hi, act);
+                else
+                    dw_wasm_vecs(1, src + j, off, wt, ntaps, b, yr + j, cls, lo, hi, act);
+                j += nv * MLCC_VF_LANES;
+            } else if (rem >= MLCC_VF_LANES) {   /* near the plane's end: exact vectors */
+                dw_wasm_vecs(1, src + j, off, wt, ntaps, b, yr + j, cls, lo, hi, act);
+                j += MLCC_VF_LANES;
+            } else {   /* the plane's last values: not past its end */
+                float tmp[MLCC_VF_LANES];
+                ptrdiff_t t;
+                dw_wasm_vecs(1, src + j, off, wt, ntaps, b, tmp, cls, lo, hi, act);
+                for (t = 0; t < rem; t++) yr[j + t] = tmp[t];
+                j = ow_n;
+            }
+        }
+    }
+}
+
+static void dw_wasm_task(void *arg, int u, int thread) {
+    dw_job *job = (dw_job *)arg;
+    const mlcc_conv2d_params *p = job->p;
+    const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
+    const ptrdiff_t oh_n = (ptrdiff_t)p->out_h, ow_n = (ptrdiff_t)p->out_w;
+    const ptrdiff_t kh_n = (ptrdiff_t)p->kernel_h, kw_n = (ptrdiff_t)p->kernel_w;
+    const ptrdiff_t sh = (ptrdiff_t)p->stride_h, sw = (ptrdiff_t)p->stride_w;
+    const ptrdiff_t dh = (ptrdiff_t)p->dilation_h, dw = (ptrdiff_t)p->dilation_w;
+    const ptrdiff_t channels = (ptrdiff_t)p->out_channels;
+    const ptrdiff_t hq = mlcc_implicit_sub_h(p), wq = mlcc_implicit_sub_w(p);
+    const ptrdiff_t planes = sh * sw * hq * wq;
+    const ptrdiff_t ntaps = kh_n * kw_n;
+    const ptrdiff_t c0 = channels * u / job->units, c1 = channels * (u + 1) / job->units;
+    const int kind = p->act.kind;
+    const int cls = kind == MLCC_ACT_NONE ? DW_WASM_NONE : kind == MLCC_ACT_RELU ? DW_WASM_RELU
+                    : kind == MLCC_ACT_CLIP ? DW_WASM_CLIP : DW_WASM_OTHER;
+    float *pad = job->scratch + thread * mlcc_dw_scratch_floats(p);
+    ptrdiff_t off[DW_MAX_TAPS];
+    ptrdiff_t n, c, kh, kw;
+    for (kh = 0; kh < kh_n; kh++)
+        for (kw = 0; kw < kw_n; kw++)
+            off[kh * kw_n + kw] = ((kh * dh % sh) * sw + kw * dw % sw) * hq * wq +
+                                  (kh * dh / sh) * wq + kw * dw / sw;
+    if (!job->zeroed[thread]) {
+        memset(pad, 0, (size_t)(planes + kw_n * dw + MLCC_DW_CHUNK) * sizeof(float));
+        job->zeroed[thread] = 1;
+    }
+    for (n = 0; n < p->batch; n++) {
+        for (c = c0; c < c1; c++) {
+            const float *wc = job->w + c * ntaps;
+            float *yc = job->y + (n * channels + c) * oh_n * ow_n;
+            const float b = job->bias ? job->bias[c] : 0.0f;
+            dw_flat_fill(p, job->x + (n * channels + c) * ih_n * iw_n, pad, hq, wq);
+            if (ntaps == 9 && cls == DW_WASM_CLIP)
+                dw_wasm_plane(pad, off, wc, 9, b, yc, oh_n, ow_n, wq, DW_WASM_CLIP, &p->act);
+            else if (ntaps == 9 && cls == DW_WASM_RELU)
+                dw_wasm_plane(pad, off, wc, 9, b, yc, oh_n, ow_n, wq, DW_WASM_RELU, &p->act);
+            else if (ntaps == 9 && cls == DW_WASM_NONE)
+                dw_wasm_plane(pad, off, wc, 9, b, yc, oh_n, ow_n, wq, DW_WASM_NONE, &p->act);
+            else
+                dw_wasm_plane(pad, off, wc, ntaps, b, yc, oh_n, ow_n, wq, cls, &p->act);
+        }
+    }
+}
+#endif
+
 void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, const float *w,
                                    const float *bias, float *y, float *scratch,
                                    mlcc_threadpool *pool) {
@@ -703,7 +835,11 @@ void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, 
                                  ? mlcc_threadpool_size(pool) : MLCC_DW_SLICES;
         const ptrdiff_t per = nt == 1 ? 1 : UNITS_PER_THREAD * nt;
         job.units = p->out_channels < per ? (ptrdiff_t)p->out_channels : per;
+#if MLCC_HAVE_VECTORS && defined(__wasm_simd128__)
+        mlcc_threadpool_for(pool, dw_wasm_task, &job, (int)job.units, (int)nt);
+#else
         mlcc_threadpool_for(pool, dw_flat_task, &job, (int)job.units, (int)nt);
+#endif
     }
 }
 
