@@ -718,17 +718,48 @@ static inline __attribute__((always_inline)) void dw_wasm_vecs(int nv, const flo
     for (v = 0; v < nv; v++) mlcc_vf_store(y + v * MLCC_VF_LANES, dw_wasm_act(cls, acc[v], lo, hi, act));
 }
 
+/* The same for a 3x3 window of stride s (1 or 2) without dilation, from row pointers: for
+ * window row kh, e[kh] is the sub-plane row of column phase 0 and o[kh] of phase 1 (stride 2),
+ * so every load is a row pointer plus a constant (dw_wasm_vecs reads each tap's offset from
+ * the off array in every step: 9 loads and address computations more per step) */
+static inline __attribute__((always_inline)) void dw3_vecs(int nv, int s, const float *const *e,
+                                                           const float *const *o, ptrdiff_t j,
+                                                           const float *wt, float b, float *y,
+                                                           int cls, mlcc_vf lo, mlcc_vf hi,
+                                                           const mlcc_act *act) {
+    mlcc_vf acc[4];
+    ptrdiff_t kh, kw, v;
+    for (v = 0; v < nv; v++) acc[v] = mlcc_vf_splat(b);
+    for (kh = 0; kh < 3; kh++)
+        for (kw = 0; kw < 3; kw++) {
+            const float *src = s == 1 ? e[kh] + j + kw : kw == 1 ? o[kh] + j : e[kh] + j + kw / 2;
+            const mlcc_vf w = mlcc_vf_splat(wt[kh * 3 + kw]);
+            for (v = 0; v < nv; v++) acc[v] += w * mlcc_vf_load(src + v * MLCC_VF_LANES);
+        }
+    for (v = 0; v < nv; v++) mlcc_vf_store(y + v * MLCC_VF_LANES, dw_wasm_act(cls, acc[v], lo, hi, act));
+}
+
+/* nv vectors of output row yr from column j: the 3x3 form when s3 (its stride) is set */
+#define DW_WASM_STEP(nv, dst)                                                                 \
+    do {                                                                                      \
+        if (s3)                                                                               \
+            dw3_vecs(nv, s3, e, o, j, wt, b, dst, cls, lo, hi, act);                          \
+        else                                                                                  \
+            dw_wasm_vecs(nv, src + j, off, wt, ntaps, b, dst, cls, lo, hi, act);              \
+    } while (0)
+
 static inline __attribute__((always_inline)) void dw_wasm_plane(const float *base,
                                                                 const ptrdiff_t *off,
                                                                 const float *wt,
                                                                 ptrdiff_t ntaps, float b,
                                                                 float *y, ptrdiff_t oh_n,
                                                                 ptrdiff_t ow_n, ptrdiff_t wq,
-                                                                int cls,
+                                                                ptrdiff_t hq, int s3, int cls,
                                                                 const mlcc_act *act) {
     const ptrdiff_t plane = oh_n * ow_n;
+    const float *e[3] = {NULL, NULL, NULL}, *o[3] = {NULL, NULL, NULL};
     mlcc_vf lo, hi;
-    ptrdiff_t oh, j;
+    ptrdiff_t oh, j, kh;
     if (cls == DW_WASM_CLIP) {
         lo = mlcc_vf_splat(act->alpha);
         hi = mlcc_vf_splat(act->beta);
@@ -738,6 +769,10 @@ static inline __attribute__((always_inline)) void dw_wasm_plane(const float *bas
     for (oh = 0; oh < oh_n; oh++) {
         const float *src = base + oh * wq;
         float *yr = y + oh * ow_n;
+        for (kh = 0; kh < 3 && s3; kh++) {   /* sub-plane (kh % s3, phase), row oh + kh / s3 */
+            e[kh] = base + (kh % s3) * s3 * hq * wq + (oh + kh / s3) * wq;
+            o[kh] = e[kh] + hq * wq;
+        }
         j = 0;
         while (j < ow_n) {
             /* 4 vectors while more than 2 remain, then 2 or 1: a row's last step may write
@@ -746,19 +781,19 @@ static inline __attribute__((always_inline)) void dw_wasm_plane(const float *bas
             const ptrdiff_t nv = rem > 2 * MLCC_VF_LANES ? 4 : rem > MLCC_VF_LANES ? 2 : 1;
             if (oh * ow_n + j + nv * MLCC_VF_LANES <= plane) {
                 if (nv == 4)
-                    dw_wasm_vecs(4, src + j, off, wt, ntaps, b, yr + j, cls, lo, hi, act);
+                    DW_WASM_STEP(4, yr + j);
                 else if (nv == 2)
-                    dw_wasm_vecs(2, src + j, off, wt, ntaps, b, yr + j, cls, lo, hi, act);
+                    DW_WASM_STEP(2, yr + j);
                 else
-                    dw_wasm_vecs(1, src + j, off, wt, ntaps, b, yr + j, cls, lo, hi, act);
+                    DW_WASM_STEP(1, yr + j);
                 j += nv * MLCC_VF_LANES;
             } else if (rem >= MLCC_VF_LANES) {   /* near the plane's end: exact vectors */
-                dw_wasm_vecs(1, src + j, off, wt, ntaps, b, yr + j, cls, lo, hi, act);
+                DW_WASM_STEP(1, yr + j);
                 j += MLCC_VF_LANES;
             } else {   /* the plane's last values: not past its end */
                 float tmp[MLCC_VF_LANES];
                 ptrdiff_t t;
-                dw_wasm_vecs(1, src + j, off, wt, ntaps, b, tmp, cls, lo, hi, act);
+                DW_WASM_STEP(1, tmp);
                 for (t = 0; t < rem; t++) yr[j + t] = tmp[t];
                 j = ow_n;
             }
@@ -782,6 +817,9 @@ static void dw_wasm_task(void *arg, int u, int thread) {
     const int kind = p->act.kind;
     const int cls = kind == MLCC_ACT_NONE ? DW_WASM_NONE : kind == MLCC_ACT_RELU ? DW_WASM_RELU
                     : kind == MLCC_ACT_CLIP ? DW_WASM_CLIP : DW_WASM_OTHER;
+    /* 3x3 windows of stride 1 or 2 (both ways), no dilation: the row-pointer form */
+    const int s3 = kh_n == 3 && kw_n == 3 && dh == 1 && dw == 1 && sh == sw && sh <= 2
+                   ? (int)sh : 0;
     float *pad = job->scratch + thread * mlcc_dw_scratch_floats(p);
     ptrdiff_t off[DW_MAX_TAPS];
     ptrdiff_t n, c, kh, kw;
@@ -799,14 +837,18 @@ static void dw_wasm_task(void *arg, int u, int thread) {
             float *yc = job->y + (n * channels + c) * oh_n * ow_n;
             const float b = job->bias ? job->bias[c] : 0.0f;
             dw_flat_fill(p, job->x + (n * channels + c) * ih_n * iw_n, pad, hq, wq);
-            if (ntaps == 9 && cls == DW_WASM_CLIP)
-                dw_wasm_plane(pad, off, wc, 9, b, yc, oh_n, ow_n, wq, DW_WASM_CLIP, &p->act);
-            else if (ntaps == 9 && cls == DW_WASM_RELU)
-                dw_wasm_plane(pad, off, wc, 9, b, yc, oh_n, ow_n, wq, DW_WASM_RELU, &p->act);
-            else if (ntaps == 9 && cls == DW_WASM_NONE)
-                dw_wasm_plane(pad, off, wc, 9, b, yc, oh_n, ow_n, wq, DW_WASM_NONE, &p->act);
+            if (s3 == 1 && cls == DW_WASM_CLIP)
+                dw_wasm_plane(pad, off, wc, 9, b, yc, oh_n, ow_n, wq, hq, 1, DW_WASM_CLIP, &p->act);
+            else if (s3 == 2 && cls == DW_WASM_CLIP)
+                dw_wasm_plane(pad, off, wc, 9, b, yc, oh_n, ow_n, wq, hq, 2, DW_WASM_CLIP, &p->act);
+            else if (s3 == 1 && cls == DW_WASM_RELU)
+                dw_wasm_plane(pad, off, wc, 9, b, yc, oh_n, ow_n, wq, hq, 1, DW_WASM_RELU, &p->act);
+            else if (s3 == 2 && cls == DW_WASM_RELU)
+                dw_wasm_plane(pad, off, wc, 9, b, yc, oh_n, ow_n, wq, hq, 2, DW_WASM_RELU, &p->act);
+            else if (s3 == 1 && cls == DW_WASM_NONE)
+                dw_wasm_plane(pad, off, wc, 9, b, yc, oh_n, ow_n, wq, hq, 1, DW_WASM_NONE, &p->act);
             else
-                dw_wasm_plane(pad, off, wc, ntaps, b, yc, oh_n, ow_n, wq, cls, &p->act);
+                dw_wasm_plane(pad, off, wc, ntaps, b, yc, oh_n, ow_n, wq, hq, 0, cls, &p->act);
         }
     }
 }
@@ -914,6 +956,24 @@ static inline void implicit_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a,
             for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] += av * bv[v];
         }
     }
+#if defined(__wasm_simd128__)
+    /* wasm: a whole tile's last k block written in one run (nearly every tile), the epilogue
+     * in registers and the activation switched once (gemm.c, packed_tile_whole) */
+    if (last && mr == MLCC_GEMM_TILE_ROWS && s->count == 1 && s->n[0] == MLCC_GEMM_NR) {
+        if (!first)
+            for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
+                for (v = 0; v < MLCC_GEMM_NV; v++)
+                    acc[r][v] += mlcc_vf_load(part + r * ldp + v * MLCC_VF_LANES);
+        if (bias != NULL)
+            for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
+                for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] += bias[r];
+        mlcc_wasm_act_vecs(act, &acc[0][0], MLCC_GEMM_TILE_ROWS * MLCC_GEMM_NV);
+        for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
+            for (v = 0; v < MLCC_GEMM_NV; v++)
+                mlcc_vf_store(y + r * ldy + s->y[0] + v * MLCC_VF_LANES, acc[r][v]);
+        return;
+    }
+#endif
     for (r = 0; r < mr; r++) {
         float *pr = part + r * ldp;
         float row[MLCC_GEMM_NR];

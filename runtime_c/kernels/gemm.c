@@ -395,11 +395,8 @@ static void packed_tile(ptrdiff_t kc, const float *a, const float *b, float *c, 
  * accumulators in registers. packed_tile's epilogue loops over a variable number of rows and
  * switches on the activation per vector, so clang spills the accumulators to the stack and V8
  * runs a br_table per vector; with ReLU6 the epilogue took a third of the time of MobileNetV2's
- * 16 -> 96 1x1 convolution (k = 16). Here the rows are a constant, the switch is taken once per
- * tile, and ReLU and Clip are f32x4.pmax/pmin (one maxps/minps each in V8; the compare-and-select
- * form costs a compare and a three-instruction select). Same values and bits as
- * mlcc_vf_act: pmax(0, x) = 0 < x ? x : 0 is ReLU's select (x > 0 ? x : 0, so -0 and NaN give
- * +0), pmax(pmin(x, hi), lo) is Clip's (x < lo ? lo : (x > hi ? hi : x)). */
+ * 16 -> 96 1x1 convolution (k = 16). Here the rows are a constant and the activation is
+ * mlcc_wasm_act_vecs (mlcc_kernel.h: the switch once per tile, ReLU and Clip as pmax/pmin). */
 static PACKED_INLINE void packed_tile_whole(ptrdiff_t kc, const float *MLCC_RESTRICT a,
                                             const float *MLCC_RESTRICT b, float *c,
                                             ptrdiff_t ldc, int first, int last,
@@ -429,28 +426,7 @@ static PACKED_INLINE void packed_tile_whole(ptrdiff_t kc, const float *MLCC_REST
             for (r = 0; r < PTR; r++)
                 for (v = 0; v < MLCC_GEMM_NV; v++)
                     acc[r][v] += mlcc_vf_load(res + r * ldc + v * MLCC_VF_LANES);
-        switch (act->kind) {
-        case MLCC_ACT_NONE:
-            break;
-        case MLCC_ACT_RELU: {
-            const mlcc_vf zero = mlcc_vf_splat(0.0f);
-            for (r = 0; r < PTR; r++)
-                for (v = 0; v < MLCC_GEMM_NV; v++)
-                    acc[r][v] = __builtin_wasm_pmax_f32x4(zero, acc[r][v]);
-            break;
-        }
-        case MLCC_ACT_CLIP: {
-            const mlcc_vf lo = mlcc_vf_splat(act->alpha), hi = mlcc_vf_splat(act->beta);
-            for (r = 0; r < PTR; r++)
-                for (v = 0; v < MLCC_GEMM_NV; v++)
-                    acc[r][v] = __builtin_wasm_pmax_f32x4(__builtin_wasm_pmin_f32x4(acc[r][v], hi),
-                                                          lo);
-            break;
-        }
-        default:
-            for (r = 0; r < PTR; r++)
-                for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] = mlcc_vf_act(act, acc[r][v]);
-        }
+        mlcc_wasm_act_vecs(act, &acc[0][0], PTR * MLCC_GEMM_NV);
     }
     for (r = 0; r < PTR; r++)
         for (v = 0; v < MLCC_GEMM_NV; v++) mlcc_vf_store(c + r * ldc + v * MLCC_VF_LANES, acc[r][v]);
