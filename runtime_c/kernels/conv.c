@@ -893,6 +893,7 @@ void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, 
         const ptrdiff_t per = nt == 1 ? 1 : UNITS_PER_THREAD * nt;
         job.units = p->out_channels < per ? (ptrdiff_t)p->out_channels : per;
 #if MLCC_HAVE_VECTORS && defined(__wasm_simd128__)
+        (void)dw_flat_task;   /* wasm's own task replaces it */
         mlcc_threadpool_for(pool, dw_wasm_task, &job, (int)job.units, (int)nt);
 #else
         mlcc_threadpool_for(pool, dw_flat_task, &job, (int)job.units, (int)nt);
