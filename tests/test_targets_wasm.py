@@ -27,6 +27,8 @@ import test_models as tm
 from mlcc.cli import main as cli_main
 from mlcc.errors import InputError, RuntimeStatusError, TargetError
 from mlcc.targets import load_target, parse_target
+from onnx import helper
+from util import compile_and_run, make_model, reference_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "digits" / "digits_cnn.onnx"
@@ -306,6 +308,96 @@ def test_wasm_outputs_are_the_x86_targets_bit_for_bit(digits_wasm, tmp_path):
     x = _digits_input(5)
     np.testing.assert_array_equal(mlcc.load(digits_wasm).run(x)["logits"],
                                   mlcc.load(x86).run(x)["logits"])
+
+
+# (channels, height, width, kernel, stride, pad, dilation, activation): wasm's own depthwise
+# kernel (conv.c, dw_wasm_task: output rows written in place, the last step of a row running
+# into the next one, never past the plane) on maps of 1 to 37 columns, stride 2, 5x5 (not 9
+# taps) and dilated windows
+DW_CASES = [(3, 14, 14, 3, 1, 1, 1, "Clip"), (2, 1, 1, 3, 1, 1, 1, None),
+            (17, 7, 7, 3, 1, 1, 1, "Relu"), (5, 13, 11, 3, 2, 1, 1, "Clip"),
+            (4, 29, 37, 3, 1, 0, 1, "Sigmoid"), (2, 9, 5, 5, 1, 2, 1, None),
+            (3, 23, 19, 3, 2, 1, 2, "Relu"), (6, 2, 3, 3, 1, 1, 1, "LeakyRelu"),
+            (2, 33, 33, 3, 1, 1, 1, None), (4, 17, 18, 3, 2, 1, 1, "Relu"), (3, 8, 9, 3, 2, 0, 1, None)]
+# (in channels, out channels, height, width, activation, residual): 1x1 convolutions through
+# the packed GEMM's whole 4 x 8 tiles on wasm (gemm.c, packed_tile_whole) and its edge tiles:
+# channel counts off the 4-row tile, maps off the 8-column panel, a depth over one k block (256)
+PW_CASES = [(16, 21, 11, 13, "Clip", False), (3, 8, 4, 8, "Relu", True),
+            (300, 13, 5, 7, None, True), (24, 36, 9, 9, "Sigmoid", False),
+            (7, 5, 3, 3, "Relu", False), (32, 40, 17, 16, "Clip", True)]
+
+
+# (in channels, out channels, height, width, stride, activation): 3x3 convolutions on the
+# implicit GEMM (conv.c, implicit_tile: wasm's whole-tile epilogue): stride 2 from depth 64 up,
+# stride 1 below Winograd's 8 channels, a depth over one k block (the partial sums)
+IM_CASES = [(8, 13, 21, 19, 2, "Relu"), (5, 6, 20, 23, 1, "Clip"), (32, 9, 11, 17, 2, None),
+            (9, 16, 16, 16, 2, "Sigmoid")]
+
+
+def _act_node(act: str, x: str, y: str):
+    if act == "Clip":
+        return helper.make_node("Clip", [x, "clip_lo", "clip_hi"], [y])
+    if act == "LeakyRelu":
+        return helper.make_node("LeakyRelu", [x], [y], alpha=0.1)
+    return helper.make_node(act, [x], [y])
+
+
+@needs_wasm
+def test_depthwise_and_pointwise_are_the_x86_targets_bit_for_bit(tmp_path):
+    """wasm's own depthwise kernel and whole-tile GEMM epilogues (packed and implicit;
+    f32x4.pmin/pmax for ReLU and Clip, the activation chosen once per call or tile) against
+    the x86 target's kernels: the
+    same sums in the same order, so the same bits, and onnxruntime within mlcc verify's
+    tolerance."""
+    rng = np.random.default_rng(11)
+    feeds, weights, nodes, outs = {}, {"clip_lo": np.float32(-0.5), "clip_hi": np.float32(0.75)}, [], []
+    for i, (c, h, w, k, s, pad, dil, act) in enumerate(DW_CASES):
+        feeds[f"d{i}"] = rng.standard_normal((1, c, h, w)).astype(np.float32)
+        weights[f"dW{i}"] = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+        weights[f"db{i}"] = rng.standard_normal(c).astype(np.float32)
+        nodes.append(helper.make_node("Conv", [f"d{i}", f"dW{i}", f"db{i}"],
+                                      [f"dc{i}" if act else f"dy{i}"], group=c, strides=[s, s],
+                                      pads=[pad] * 4, dilations=[dil, dil]))
+        if act:
+            nodes.append(_act_node(act, f"dc{i}", f"dy{i}"))
+        outs.append(f"dy{i}")
+    for i, (cin, cout, h, w, act, res) in enumerate(PW_CASES):
+        feeds[f"p{i}"] = rng.standard_normal((1, cin, h, w)).astype(np.float32)
+        weights[f"pW{i}"] = (rng.standard_normal((cout, cin, 1, 1)) / np.sqrt(cin)).astype(np.float32)
+        weights[f"pb{i}"] = rng.standard_normal(cout).astype(np.float32)
+        y = f"pc{i}"
+        nodes.append(helper.make_node("Conv", [f"p{i}", f"pW{i}", f"pb{i}"], [y]))
+        if res:
+            feeds[f"r{i}"] = rng.standard_normal((1, cout, h, w)).astype(np.float32)
+            nodes.append(helper.make_node("Add", [y, f"r{i}"], [f"pa{i}"]))
+            y = f"pa{i}"
+        if act:
+            nodes.append(_act_node(act, y, f"py{i}"))
+        else:
+            nodes.append(helper.make_node("Identity", [y], [f"py{i}"]))
+        outs.append(f"py{i}")
+    for i, (cin, cout, h, w, st, act) in enumerate(IM_CASES):
+        feeds[f"i{i}"] = rng.standard_normal((1, cin, h, w)).astype(np.float32)
+        weights[f"iW{i}"] = (rng.standard_normal((cout, cin, 3, 3)) / cin).astype(np.float32)
+        weights[f"ib{i}"] = rng.standard_normal(cout).astype(np.float32)
+        nodes.append(helper.make_node("Conv", [f"i{i}", f"iW{i}", f"ib{i}"],
+                                      [f"ic{i}" if act else f"iy{i}"], strides=[st, st],
+                                      pads=[1] * 4))
+        if act:
+            nodes.append(_act_node(act, f"ic{i}", f"iy{i}"))
+        outs.append(f"iy{i}")
+    model = make_model(nodes, feeds, outs, initializers=weights)
+    got = compile_and_run(model, feeds, tmp_path / "wasm", target="wasm")
+    src = next((tmp_path / "wasm").glob("*/out/model.c")).read_text()
+    assert src.count("mlcc_f32_conv2d_depthwise_vec(") == len(DW_CASES)
+    assert src.count("mlcc_f32_conv2d_implicit(") == len(IM_CASES)
+    assert "mlcc_f32_conv2d_packed_residual(" in src
+    x86 = compile_and_run(model, feeds, tmp_path / "x86", target="x86")
+    ref = reference_outputs(model, feeds)
+    for name in outs:
+        np.testing.assert_array_equal(got[name], x86[name], err_msg=name)
+        tol = 1e-4 * max(1.0, float(np.abs(ref[name]).max()))
+        assert np.abs(got[name] - ref[name]).max() <= tol, name
 
 
 def test_harness_errors(digits_wasm, tmp_path):

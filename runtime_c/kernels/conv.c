@@ -916,6 +916,183 @@ static void dw_flat_task(void *arg, int u, int thread) {
     }
 }
 
+#if MLCC_HAVE_VECTORS && defined(__wasm_simd128__)
+/* ---- wasm: the flat depthwise kernel writing the output rows directly ----
+ * dw_flat_task computes a channel's virtual outputs into a buffer (oh rows of wq >= ow columns)
+ * and copies the rows out, and applies the activation through mlcc_vf_act (a br_table per
+ * vector in V8). Here each output row's vectors are stored in place (a row's last vector may
+ * run past its end into the next row, which is written afterwards; never past the plane), and
+ * the activation is chosen once per call: ReLU and Clip as f32x4.pmax/pmin, the same bits as
+ * mlcc_vf_act (gemm.c, packed_tile_whole). Each output sums its taps in the same order. */
+enum { DW_WASM_NONE, DW_WASM_RELU, DW_WASM_CLIP, DW_WASM_OTHER };
+
+static inline __attribute__((always_inline)) mlcc_vf dw_wasm_act(int cls, mlcc_vf x, mlcc_vf lo,
+                                                                 mlcc_vf hi,
+                                                                 const mlcc_act *act) {
+    switch (cls) {
+    case DW_WASM_NONE: return x;
+    case DW_WASM_RELU: return __builtin_wasm_pmax_f32x4(lo, x);
+    case DW_WASM_CLIP: return __builtin_wasm_pmax_f32x4(__builtin_wasm_pmin_f32x4(x, hi), lo);
+    default: return mlcc_vf_act(act, x);
+    }
+}
+
+/* nv vectors (1, 2 or 4: a constant after inlining) of virtual outputs from src into y */
+static inline __attribute__((always_inline)) void dw_wasm_vecs(int nv, const float *src,
+                                                               const ptrdiff_t *off,
+                                                               const float *wt, ptrdiff_t ntaps,
+                                                               float b, float *y, int cls,
+                                                               mlcc_vf lo, mlcc_vf hi,
+                                                               const mlcc_act *act) {
+    mlcc_vf acc[4];
+    ptrdiff_t t, v;
+    for (v = 0; v < nv; v++) acc[v] = mlcc_vf_splat(b);
+    for (t = 0; t < ntaps; t++) {
+        const mlcc_vf w = mlcc_vf_splat(wt[t]);
+        for (v = 0; v < nv; v++) acc[v] += w * mlcc_vf_load(src + off[t] + v * MLCC_VF_LANES);
+    }
+    for (v = 0; v < nv; v++) mlcc_vf_store(y + v * MLCC_VF_LANES, dw_wasm_act(cls, acc[v], lo, hi, act));
+}
+
+/* The same for a 3x3 window of stride s (1 or 2) without dilation, from row pointers: for
+ * window row kh, e[kh] is the sub-plane row of column phase 0 and o[kh] of phase 1 (stride 2),
+ * so every load is a row pointer plus a constant (dw_wasm_vecs reads each tap's offset from
+ * the off array in every step: 9 loads and address computations more per step) */
+static inline __attribute__((always_inline)) void dw3_vecs(int nv, int s, const float *const *e,
+                                                           const float *const *o, ptrdiff_t j,
+                                                           const float *wt, float b, float *y,
+                                                           int cls, mlcc_vf lo, mlcc_vf hi,
+                                                           const mlcc_act *act) {
+    mlcc_vf acc[4];
+    ptrdiff_t kh, kw, v;
+    for (v = 0; v < nv; v++) acc[v] = mlcc_vf_splat(b);
+    /* window rows not unrolled: V8 issues a block's loads before its arithmetic, and 36 loads
+     * of 9 taps spilled most of them (the rolled loop: 0.83-0.90x in a node micro-benchmark) */
+#pragma clang loop unroll(disable)
+    for (kh = 0; kh < 3; kh++)
+        for (kw = 0; kw < 3; kw++) {
+            const float *src = s == 1 ? e[kh] + j + kw : kw == 1 ? o[kh] + j : e[kh] + j + kw / 2;
+            const mlcc_vf w = mlcc_vf_splat(wt[kh * 3 + kw]);
+            for (v = 0; v < nv; v++) acc[v] += w * mlcc_vf_load(src + v * MLCC_VF_LANES);
+        }
+    for (v = 0; v < nv; v++) mlcc_vf_store(y + v * MLCC_VF_LANES, dw_wasm_act(cls, acc[v], lo, hi, act));
+}
+
+/* nv vectors of output row yr from column j: the 3x3 form when s3 (its stride) is set */
+#define DW_WASM_STEP(nv, dst)                                                                 \
+    do {                                                                                      \
+        if (s3)                                                                               \
+            dw3_vecs(nv, s3, e, o, j, wt, b, dst, cls, lo, hi, act);                          \
+        else                                                                                  \
+            dw_wasm_vecs(nv, src + j, off, wt, ntaps, b, dst, cls, lo, hi, act);              \
+    } while (0)
+
+static inline __attribute__((always_inline)) void dw_wasm_plane(const float *base,
+                                                                const ptrdiff_t *off,
+                                                                const float *wt,
+                                                                ptrdiff_t ntaps, float b,
+                                                                float *y, ptrdiff_t oh_n,
+                                                                ptrdiff_t ow_n, ptrdiff_t wq,
+                                                                ptrdiff_t hq, int s3, int cls,
+                                                                const mlcc_act *act) {
+    const ptrdiff_t plane = oh_n * ow_n;
+    const float *e[3] = {NULL, NULL, NULL}, *o[3] = {NULL, NULL, NULL};
+    mlcc_vf lo, hi;
+    ptrdiff_t oh, j, kh;
+    if (cls == DW_WASM_CLIP) {
+        lo = mlcc_vf_splat(act->alpha);
+        hi = mlcc_vf_splat(act->beta);
+    } else {
+        lo = hi = mlcc_vf_splat(0.0f);
+    }
+    for (oh = 0; oh < oh_n; oh++) {
+        const float *src = base + oh * wq;
+        float *yr = y + oh * ow_n;
+        for (kh = 0; kh < 3 && s3; kh++) {   /* sub-plane (kh % s3, phase), row oh + kh / s3 */
+            e[kh] = base + (kh % s3) * s3 * hq * wq + (oh + kh / s3) * wq;
+            o[kh] = e[kh] + hq * wq;
+        }
+        j = 0;
+        while (j < ow_n) {
+            /* 4 vectors while more than 2 remain, then 2 or 1: a row's last step may write
+             * up to 3 vectors past its end (small maps: 14 columns in one step of 16) */
+            const ptrdiff_t rem = ow_n - j;
+            const ptrdiff_t nv = rem > 2 * MLCC_VF_LANES ? 4 : rem > MLCC_VF_LANES ? 2 : 1;
+            if (oh * ow_n + j + nv * MLCC_VF_LANES <= plane) {
+                if (nv == 4)
+                    DW_WASM_STEP(4, yr + j);
+                else if (nv == 2)
+                    DW_WASM_STEP(2, yr + j);
+                else
+                    DW_WASM_STEP(1, yr + j);
+                j += nv * MLCC_VF_LANES;
+            } else if (rem >= MLCC_VF_LANES) {   /* near the plane's end: exact vectors */
+                DW_WASM_STEP(1, yr + j);
+                j += MLCC_VF_LANES;
+            } else {   /* the plane's last values: not past its end */
+                float tmp[MLCC_VF_LANES];
+                ptrdiff_t t;
+                DW_WASM_STEP(1, tmp);
+                for (t = 0; t < rem; t++) yr[j + t] = tmp[t];
+                j = ow_n;
+            }
+        }
+    }
+}
+
+static void dw_wasm_task(void *arg, int u, int thread) {
+    dw_job *job = (dw_job *)arg;
+    const mlcc_conv2d_params *p = job->p;
+    const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
+    const ptrdiff_t oh_n = (ptrdiff_t)p->out_h, ow_n = (ptrdiff_t)p->out_w;
+    const ptrdiff_t kh_n = (ptrdiff_t)p->kernel_h, kw_n = (ptrdiff_t)p->kernel_w;
+    const ptrdiff_t sh = (ptrdiff_t)p->stride_h, sw = (ptrdiff_t)p->stride_w;
+    const ptrdiff_t dh = (ptrdiff_t)p->dilation_h, dw = (ptrdiff_t)p->dilation_w;
+    const ptrdiff_t channels = (ptrdiff_t)p->out_channels;
+    const ptrdiff_t hq = mlcc_implicit_sub_h(p), wq = mlcc_implicit_sub_w(p);
+    const ptrdiff_t planes = sh * sw * hq * wq;
+    const ptrdiff_t ntaps = kh_n * kw_n;
+    const ptrdiff_t c0 = channels * u / job->units, c1 = channels * (u + 1) / job->units;
+    const int kind = p->act.kind;
+    const int cls = kind == MLCC_ACT_NONE ? DW_WASM_NONE : kind == MLCC_ACT_RELU ? DW_WASM_RELU
+                    : kind == MLCC_ACT_CLIP ? DW_WASM_CLIP : DW_WASM_OTHER;
+    /* 3x3 windows of stride 1 or 2 (both ways), no dilation: the row-pointer form */
+    const int s3 = kh_n == 3 && kw_n == 3 && dh == 1 && dw == 1 && sh == sw && sh <= 2
+                   ? (int)sh : 0;
+    float *pad = job->scratch + thread * mlcc_dw_scratch_floats(p);
+    ptrdiff_t off[DW_MAX_TAPS];
+    ptrdiff_t n, c, kh, kw;
+    for (kh = 0; kh < kh_n; kh++)
+        for (kw = 0; kw < kw_n; kw++)
+            off[kh * kw_n + kw] = ((kh * dh % sh) * sw + kw * dw % sw) * hq * wq +
+                                  (kh * dh / sh) * wq + kw * dw / sw;
+    if (!job->zeroed[thread]) {
+        memset(pad, 0, (size_t)(planes + kw_n * dw + MLCC_DW_CHUNK) * sizeof(float));
+        job->zeroed[thread] = 1;
+    }
+    for (n = 0; n < p->batch; n++) {
+        for (c = c0; c < c1; c++) {
+            const float *wc = job->w + c * ntaps;
+            float *yc = job->y + (n * channels + c) * oh_n * ow_n;
+            const float b = job->bias ? job->bias[c] : 0.0f;
+            dw_flat_fill(p, job->x + (n * channels + c) * ih_n * iw_n, pad, hq, wq);
+            if (s3 == 1 && cls == DW_WASM_CLIP)
+                dw_wasm_plane(pad, off, wc, 9, b, yc, oh_n, ow_n, wq, hq, 1, DW_WASM_CLIP, &p->act);
+            else if (s3 == 2 && cls == DW_WASM_CLIP)
+                dw_wasm_plane(pad, off, wc, 9, b, yc, oh_n, ow_n, wq, hq, 2, DW_WASM_CLIP, &p->act);
+            else if (s3 == 1 && cls == DW_WASM_RELU)
+                dw_wasm_plane(pad, off, wc, 9, b, yc, oh_n, ow_n, wq, hq, 1, DW_WASM_RELU, &p->act);
+            else if (s3 == 2 && cls == DW_WASM_RELU)
+                dw_wasm_plane(pad, off, wc, 9, b, yc, oh_n, ow_n, wq, hq, 2, DW_WASM_RELU, &p->act);
+            else if (s3 == 1 && cls == DW_WASM_NONE)
+                dw_wasm_plane(pad, off, wc, 9, b, yc, oh_n, ow_n, wq, hq, 1, DW_WASM_NONE, &p->act);
+            else
+                dw_wasm_plane(pad, off, wc, ntaps, b, yc, oh_n, ow_n, wq, hq, 0, cls, &p->act);
+        }
+    }
+}
+#endif
+
 void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, const float *w,
                                    const float *bias, float *y, float *scratch,
                                    mlcc_threadpool *pool) {
@@ -939,7 +1116,12 @@ void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, 
                                  ? mlcc_threadpool_size(pool) : MLCC_DW_SLICES;
         const ptrdiff_t per = nt == 1 ? 1 : UNITS_PER_THREAD * nt;
         job.units = p->out_channels < per ? (ptrdiff_t)p->out_channels : per;
+#if MLCC_HAVE_VECTORS && defined(__wasm_simd128__)
+        (void)dw_flat_task;   /* wasm's own task replaces it */
+        mlcc_threadpool_for(pool, dw_wasm_task, &job, (int)job.units, (int)nt);
+#else
         mlcc_threadpool_for(pool, dw_flat_task, &job, (int)job.units, (int)nt);
+#endif
     }
 }
 
@@ -1021,6 +1203,24 @@ static inline void implicit_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a,
             for (v = 0; v < nvec; v++) acc[r][v] += av * bv[v];
         }
     }
+#if defined(__wasm_simd128__)
+    /* wasm: a whole tile's last k block written in one run (nearly every tile), the epilogue
+     * in registers and the activation switched once (gemm.c, packed_tile_whole) */
+    if (last && mr == MLCC_GEMM_TILE_ROWS && s->count == 1 && s->n[0] == MLCC_GEMM_NR) {
+        if (!first)
+            for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
+                for (v = 0; v < MLCC_GEMM_NV; v++)
+                    acc[r][v] += mlcc_vf_load(part + r * ldp + v * MLCC_VF_LANES);
+        if (bias != NULL)
+            for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
+                for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] += bias[r];
+        mlcc_wasm_act_vecs(act, &acc[0][0], MLCC_GEMM_TILE_ROWS * MLCC_GEMM_NV);
+        for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
+            for (v = 0; v < MLCC_GEMM_NV; v++)
+                mlcc_vf_store(y + r * ldy + s->y[0] + v * MLCC_VF_LANES, acc[r][v]);
+        return;
+    }
+#endif
     for (r = 0; r < mr; r++) {
         float *pr = part + r * ldp;
         float row[MLCC_GEMM_NR];

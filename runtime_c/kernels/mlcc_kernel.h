@@ -194,6 +194,34 @@ static inline mlcc_vf mlcc_vf_act(const mlcc_act *act, mlcc_vf x) {
 }
 #endif
 
+#if MLCC_HAVE_VECTORS && defined(__wasm_simd128__)
+/* wasm: the activation of n vectors (a constant where inlined: they stay in registers), the
+ * kind switched once, not per vector as mlcc_vf_act in a loop (a br_table per vector in V8,
+ * and clang keeps such a loop's vectors on the stack). ReLU and Clip as f32x4.pmax/pmin, one
+ * maxps/minps each in V8, with mlcc_vf_act's bits: pmax(0, x) = 0 < x ? x : 0 is ReLU's
+ * select (x > 0 ? x : 0: -0 and NaN give +0), pmax(pmin(x, hi), lo) is Clip's
+ * (x < lo ? lo : (x > hi ? hi : x)). */
+static inline __attribute__((always_inline)) void mlcc_wasm_act_vecs(const mlcc_act *act,
+                                                                     mlcc_vf *x, int n) {
+    int i;
+    switch (act->kind) {
+    case MLCC_ACT_NONE: return;
+    case MLCC_ACT_RELU: {
+        const mlcc_vf zero = mlcc_vf_splat(0.0f);
+        for (i = 0; i < n; i++) x[i] = __builtin_wasm_pmax_f32x4(zero, x[i]);
+        return;
+    }
+    case MLCC_ACT_CLIP: {
+        const mlcc_vf lo = mlcc_vf_splat(act->alpha), hi = mlcc_vf_splat(act->beta);
+        for (i = 0; i < n; i++) x[i] = __builtin_wasm_pmax_f32x4(__builtin_wasm_pmin_f32x4(x[i], hi), lo);
+        return;
+    }
+    default:
+        for (i = 0; i < n; i++) x[i] = mlcc_vf_act(act, x[i]);
+    }
+}
+#endif
+
 /* Applies the activation to n contiguous values in place. The switch sits outside the loops
  * so that each loop vectorizes. */
 static inline void mlcc_act_apply(const mlcc_act *act, float *y, ptrdiff_t n) {
