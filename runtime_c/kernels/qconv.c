@@ -120,6 +120,185 @@ static void pack_columns(const mlcc_qconv2d_params *p, const uint8_t *xp, int64_
     }
 }
 
+#if MLCC_QCONV_AVX512 && defined(__AVX512VNNI__)
+/* Direct ("implicit GEMM") convolution for stride_w 1 and kernels of more than one tap, with
+ * AVX512-VNNI: no im2col. The input is rewritten once as planes of 4 interleaved channels,
+ * xc[c4][hp][wp][4] (padded with the zero point), so that for a tap (kh, kw) and a group of
+ * 4 channels the [k4][P][4] words of 16 consecutive outputs of one row are 64 contiguous
+ * bytes of xc: the product reads them in place. The K order becomes (kh, kw, c4) and the
+ * weights are reordered to it per call (out_channels * taps * 4 * c4 bytes, small next to
+ * the input). PP-OCR det's 96 -> 24 3x3 convolutions at 160 x 160 packed 22 MB of columns
+ * per call; this reads a 2.5 MB plane set. Exact integer sums, the same epilogue: the result
+ * is the packed path's bit for bit. */
+#define MLCC_QCONV_DIRECT 1
+
+static int64_t direct_bytes(const mlcc_qconv2d_params *p, int64_t c4n, int64_t hp, int64_t wp) {
+    return 4 * c4n * hp * wp + p->out_channels * p->kernel_h * p->kernel_w * 4 * c4n;
+}
+
+static void direct_input(const mlcc_qconv2d_params *p, const uint8_t *x, int64_t c4n,
+                         int64_t hp, int64_t wp, uint8_t *xc) {
+    const uint8_t zp = (uint8_t)p->x_zero_point;
+    const int64_t C = p->in_channels, plane = p->in_h * p->in_w;
+    const int64_t lo = p->pad_left < wp ? p->pad_left : wp;
+    const int64_t hi = p->pad_left + p->in_w < wp ? p->pad_left + p->in_w : wp;
+    int64_t c4, r, t;
+    for (c4 = 0; c4 < c4n; c4++) {
+        for (r = 0; r < hp; r++) {
+            uint8_t *d = xc + (c4 * hp + r) * wp * 4;
+            const int64_t ih = r - p->pad_top;
+            const uint8_t *src[4];
+            if (ih < 0 || ih >= p->in_h) {
+                memset(d, zp, (size_t)(4 * wp));
+                continue;
+            }
+            memset(d, zp, (size_t)(4 * lo));
+            if (hi > lo) {
+                /* channels past C meet zero weights: they may read any valid row */
+                for (t = 0; t < 4; t++)
+                    src[t] = x + (4 * c4 + t < C ? 4 * c4 + t : C - 1) * plane +
+                             ih * p->in_w + (lo - p->pad_left);
+                interleave4(src[0], src[1], src[2], src[3], hi - lo, d + 4 * lo);
+            }
+            if (wp > hi) memset(d + 4 * hi, zp, (size_t)(4 * (wp - hi)));
+        }
+    }
+}
+
+/* wd[m][tap][c4][4] from the packed rows w[m][4 * k4] (k = c * taps + tap), zeros past C. */
+static void direct_weights(const mlcc_qconv2d_params *p, const int8_t *w, int64_t c4n,
+                           int8_t *wd) {
+    const int64_t C = p->in_channels, kk = p->kernel_h * p->kernel_w, k4 = (C * kk + 3) / 4;
+    int64_t m, tap, c;
+    for (m = 0; m < p->out_channels; m++)
+        for (tap = 0; tap < kk; tap++) {
+            int8_t *d = wd + (m * kk + tap) * c4n * 4;
+            for (c = 0; c < 4 * c4n; c++)
+                d[c] = c < C ? w[m * 4 * k4 + c * kk + tap] : 0;
+        }
+}
+
+static inline __m512i dbcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* qgemm.c's vnni_store_u8: the same operations in the same order. */
+static inline void direct_store_u8(__m512i c, int32_t bias, float scale, const mlcc_requant *rq,
+                                   __mmask16 mask, uint8_t *out) {
+    const __m512 lo = _mm512_set1_ps((float)(rq->qmin - rq->zero_point));
+    const __m512 hi = _mm512_set1_ps((float)(rq->qmax - rq->zero_point));
+    const __m512 magic = _mm512_set1_ps(12582912.0f);
+    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c, _mm512_set1_epi32(bias))),
+                             _mm512_set1_ps(scale));
+    f = _mm512_max_ps(f, lo);
+    f = _mm512_min_ps(f, hi);
+    f = _mm512_sub_ps(_mm512_add_ps(f, magic), magic);     /* round half to even */
+    _mm_mask_storeu_epi8(out, mask, _mm512_cvtepi32_epi8(
+        _mm512_add_epi32(_mm512_cvttps_epi32(f), _mm512_set1_epi32(rq->zero_point))));
+}
+
+#define DSTEP(cr0, cr1, r)                                                                  \
+    do {                                                                                    \
+        const __m512i a_ = dbcast4(a + (r) * wstride);                                      \
+        cr0 = _mm512_dpbusd_epi32(cr0, b0, a_);                                             \
+        if (NV > 1) cr1 = _mm512_dpbusd_epi32(cr1, b1, a_);                                 \
+    } while (0)
+
+/* Output channels [i0, i0 + mr) (mr <= 8; rows past mr repeat the last one, computed, never
+ * stored) x NV vectors of 16 outputs of row oh from column ow0 (masks m0, m1). */
+static inline __attribute__((always_inline)) void direct_tile(
+        const mlcc_qconv2d_params *p, const mlcc_qchannels *ch, const uint8_t *xc, int64_t hp,
+        int64_t wp, int64_t c4n, const int8_t *wd, int64_t i0, int64_t mr, int64_t oh,
+        int64_t ow0, __mmask16 m0, __mmask16 m1, const int NV, void *y) {
+    const int64_t kk = p->kernel_h * p->kernel_w, wstride = kk * c4n * 4;
+    const int64_t plane4 = hp * wp * 4, P = p->out_h * p->out_w;
+    __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00,
+            c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00,
+            c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+    int64_t kh, kw, c4, r;
+    const int64_t rr[8] = {0, mr > 1 ? 1 : 0, mr > 2 ? 2 : 0, mr > 3 ? 3 : 0, mr > 4 ? 4 : 0,
+                           mr > 5 ? 5 : 0, mr > 6 ? 6 : 0, mr > 7 ? 7 : 0};
+    for (kh = 0; kh < p->kernel_h; kh++) {
+        for (kw = 0; kw < p->kernel_w; kw++) {
+            const uint8_t *b = xc + ((oh * p->stride_h + kh * p->dilation_h) * wp + ow0 +
+                                     kw * p->dilation_w) * 4;
+            const int8_t *a0 = wd + i0 * wstride + (kh * p->kernel_w + kw) * c4n * 4;
+            for (c4 = 0; c4 < c4n; c4++, b += plane4, a0 += 4) {
+                const __m512i b0 = _mm512_maskz_loadu_epi32(m0, b);
+                const __m512i b1 = NV > 1 ? _mm512_maskz_loadu_epi32(m1, b + 64) : b0;
+                const int8_t *a = a0;
+                if (mr > 4) {
+                    DSTEP(c00, c01, rr[0]); DSTEP(c10, c11, rr[1]); DSTEP(c20, c21, rr[2]);
+                    DSTEP(c30, c31, rr[3]); DSTEP(c40, c41, rr[4]); DSTEP(c50, c51, rr[5]);
+                    DSTEP(c60, c61, rr[6]); DSTEP(c70, c71, rr[7]);
+                } else {
+                    DSTEP(c00, c01, rr[0]); DSTEP(c10, c11, rr[1]); DSTEP(c20, c21, rr[2]);
+                    DSTEP(c30, c31, rr[3]);
+                }
+            }
+        }
+    }
+    {
+        const __m512i cs[8][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31},
+                                  {c40, c41}, {c50, c51}, {c60, c61}, {c70, c71}};
+        const __mmask16 ms[2] = {m0, m1};
+        const int64_t base = oh * p->out_w + ow0;
+        int v;
+        for (r = 0; r < mr; r++) {
+            const int64_t c = i0 + r;
+            for (v = 0; v < NV; v++) {
+                const int64_t n = ow0 + 16 * v >= p->out_w ? 0
+                                  : (p->out_w - ow0 - 16 * v < 16 ? p->out_w - ow0 - 16 * v : 16);
+                if (n == 0) continue;
+                if (p->rq.out_kind == MLCC_QOUT_U8 && p->rq.mode == MLCC_REQUANT_FLOAT) {
+                    direct_store_u8(cs[r][v], ch->bias[c], ch->scale[c], &p->rq, ms[v],
+                                    (uint8_t *)y + c * P + base + 16 * v);
+                } else {
+                    int32_t acc[16];
+                    _mm512_storeu_si512((void *)acc, cs[r][v]);
+                    mlcc_requant_run(&p->rq, ch, c, acc, n, y, c * P + base + 16 * v);
+                }
+            }
+        }
+    }
+}
+#undef DSTEP
+
+static void qconv_direct(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
+                         const mlcc_qchannels *ch, void *y, int64_t c4n, int64_t hp, int64_t wp,
+                         uint8_t *scratch) {
+    const int64_t M = p->out_channels, OW = p->out_w;
+    const size_t esize = p->rq.out_kind == MLCC_QOUT_U8 ? 1 : 4;
+    uint8_t *xc = scratch;
+    int8_t *wd = (int8_t *)(scratch + 4 * c4n * hp * wp);
+    int64_t n, oh, ow0, i0;
+    direct_weights(p, w, c4n, wd);
+    for (n = 0; n < p->batch; n++) {
+        uint8_t *yn = (uint8_t *)y + (size_t)(n * M * p->out_h * OW) * esize;
+        direct_input(p, x + n * p->in_channels * p->in_h * p->in_w, c4n, hp, wp, xc);
+        for (oh = 0; oh < p->out_h; oh++) {
+            for (ow0 = 0; ow0 < OW; ow0 += 32) {
+                const int64_t rem = OW - ow0;
+                const __mmask16 m0 = (__mmask16)(rem >= 16 ? 0xFFFFu : (1u << rem) - 1u);
+                const __mmask16 m1 = (__mmask16)(rem >= 32 ? 0xFFFFu
+                                                 : rem > 16 ? (1u << (rem - 16)) - 1u : 0u);
+                for (i0 = 0; i0 < M; i0 += 8) {
+                    const int64_t mr = M - i0 < 8 ? M - i0 : 8;
+                    if (rem > 16)
+                        direct_tile(p, ch, xc, hp, wp, c4n, wd, i0, mr, oh, ow0, m0, m1, 2, yn);
+                    else
+                        direct_tile(p, ch, xc, hp, wp, c4n, wd, i0, mr, oh, ow0, m0, m1, 1, yn);
+                }
+            }
+        }
+    }
+}
+#else
+#define MLCC_QCONV_DIRECT 0
+#endif
+
 #define QCONV_CHUNK_BYTES 262144     /* within a core's L2 on the machines measured */
 
 void mlcc_u8_qconv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
@@ -136,6 +315,17 @@ void mlcc_u8_qconv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_
     const int64_t row_bytes = 4 * k4 * p->out_w;
     const int64_t rows = row_bytes >= QCONV_CHUNK_BYTES ? 1 : QCONV_CHUNK_BYTES / row_bytes;
     int64_t n, g;
+#if MLCC_QCONV_DIRECT
+    {
+        const int64_t c4n = (p->in_channels + 3) / 4;
+        if (p->groups == 1 && p->stride_w == 1 && p->kernel_h * p->kernel_w > 1 &&
+            direct_bytes(p, c4n, hp, wp) <= 4 * k4 * P + cg * hp * wp) {
+            const mlcc_qchannels ch = {bias, scale, fbias, mult, shift};
+            qconv_direct(p, x, w, &ch, y, c4n, hp, wp, scratch);
+            return;
+        }
+    }
+#endif
     for (n = 0; n < p->batch; n++) {
         for (g = 0; g < p->groups; g++) {
             const int64_t c0 = g * mg;
