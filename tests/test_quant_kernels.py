@@ -38,6 +38,10 @@ typedef struct { int64_t count; int32_t a_zero_point, b_zero_point; double a_mul
                  mlcc_requant rq; } mlcc_qadd_params;
 typedef struct { int64_t count; int32_t x_zero_point; float mult_f; int32_t mult, shift;
                  mlcc_requant rq; } mlcc_qrequant_params;
+typedef struct { int64_t batch, channels, plane, s_batch; int32_t x_zero_point;
+                 float offset, mult_f; mlcc_requant rq; } mlcc_qchannel_scale_params;
+void mlcc_u8_channel_scale(const mlcc_qchannel_scale_params *p, const uint8_t *x,
+                           const float *s, uint8_t *y);
 typedef struct { int64_t planes, in_h, in_w, out_h, out_w, kernel_h, kernel_w, stride_h,
                  stride_w, dilation_h, dilation_w, pad_top, pad_left; int32_t pad_value; }
     mlcc_qpool2d_params;
@@ -428,3 +432,27 @@ def test_global_avgpool_matches_numpy(lib, h, w):
     L.mlcc_u8_avgpool2d(p, ptr(ffi, x), ptr(ffi, y))
     total, count = x.reshape(3, -1).astype(np.int64).sum(axis=1), h * w
     np.testing.assert_array_equal(y, (total + count // 2) // count)
+
+
+@pytest.mark.parametrize("batch,channels,plane,s_batch,offset", [
+    (1, 5, 21, 0, 0.0), (2, 3, 37, 0, 1.0), (2, 7, 1, 7, 1.0), (3, 1, 65, 1, 0.0)])
+def test_channel_scale_matches_numpy(lib, batch, channels, plane, s_batch, offset):
+    """mlcc_u8_channel_scale (squeeze-excitation x * (s + offset) on codes) bit for bit against
+    its float32 model, with negative and large scales (clamped both ways), clamp [3, 250]."""
+    ffi, L, _ = lib
+    rng = np.random.default_rng(batch * 100 + channels * 10 + plane)
+    x = rng.integers(0, 256, (batch, channels, plane)).astype(np.uint8)
+    s = rng.uniform(-1.5, 3.0, (batch if s_batch else 1, channels)).astype(np.float32)
+    zx, zy, mf = 131, 17, np.float32(0.8137)
+    p = ffi.new("mlcc_qchannel_scale_params *", {
+        "batch": batch, "channels": channels, "plane": plane, "s_batch": s_batch,
+        "x_zero_point": zx, "offset": offset, "mult_f": float(mf),
+        "rq": requant(ffi, 0, 0, zy, 3, 250)})
+    y = np.zeros_like(x)
+    L.mlcc_u8_channel_scale(p, ptr(ffi, x), ptr(ffi, s), ptr(ffi, y))
+    m = ((s + np.float32(offset)) * mf).astype(np.float32)
+    m = np.broadcast_to(m, (batch, channels))[:, :, None]
+    f = (x.astype(np.int32) - zx).astype(np.float32) * m
+    f = np.clip(f, np.float32(3 - zy), np.float32(250 - zy))
+    want = (np.rint(f).astype(np.int32) + zy).astype(np.uint8)
+    np.testing.assert_array_equal(y, want)
