@@ -52,6 +52,23 @@ static const uint8_t *padded_planes(const mlcc_qconv2d_params *p, const uint8_t 
 #define MLCC_QCONV_AVX512 0
 #endif
 
+#if MLCC_QCONV_AVX512
+/* qgemm.c's vnni_store_u8: the same operations in the same order. */
+static inline void store_u8(__m512i c, int32_t bias, float scale, const mlcc_requant *rq,
+                                   __mmask16 mask, uint8_t *out) {
+    const __m512 lo = _mm512_set1_ps((float)(rq->qmin - rq->zero_point));
+    const __m512 hi = _mm512_set1_ps((float)(rq->qmax - rq->zero_point));
+    const __m512 magic = _mm512_set1_ps(12582912.0f);
+    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c, _mm512_set1_epi32(bias))),
+                             _mm512_set1_ps(scale));
+    f = _mm512_max_ps(f, lo);
+    f = _mm512_min_ps(f, hi);
+    f = _mm512_sub_ps(_mm512_add_ps(f, magic), magic);     /* round half to even */
+    _mm_mask_storeu_epi8(out, mask, _mm512_cvtepi32_epi8(
+        _mm512_add_epi32(_mm512_cvttps_epi32(f), _mm512_set1_epi32(rq->zero_point))));
+}
+#endif
+
 /* d[4 q + t] = r_t[q] for q < n: 4 rows interleaved into words. The AVX-512 path takes 16
  * pixels at a time with masked loads and stores, so that the short rows of small feature maps
  * (20 or 40 pixels) do not fall to a scalar loop. */
@@ -184,21 +201,6 @@ static inline __m512i dbcast4(const int8_t *p) {
     return _mm512_set1_epi32(v);
 }
 
-/* qgemm.c's vnni_store_u8: the same operations in the same order. */
-static inline void direct_store_u8(__m512i c, int32_t bias, float scale, const mlcc_requant *rq,
-                                   __mmask16 mask, uint8_t *out) {
-    const __m512 lo = _mm512_set1_ps((float)(rq->qmin - rq->zero_point));
-    const __m512 hi = _mm512_set1_ps((float)(rq->qmax - rq->zero_point));
-    const __m512 magic = _mm512_set1_ps(12582912.0f);
-    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c, _mm512_set1_epi32(bias))),
-                             _mm512_set1_ps(scale));
-    f = _mm512_max_ps(f, lo);
-    f = _mm512_min_ps(f, hi);
-    f = _mm512_sub_ps(_mm512_add_ps(f, magic), magic);     /* round half to even */
-    _mm_mask_storeu_epi8(out, mask, _mm512_cvtepi32_epi8(
-        _mm512_add_epi32(_mm512_cvttps_epi32(f), _mm512_set1_epi32(rq->zero_point))));
-}
-
 #define DSTEP(cr0, cr1, r)                                                                  \
     do {                                                                                    \
         const __m512i a_ = dbcast4(a + (r) * wstride);                                      \
@@ -253,7 +255,7 @@ static inline __attribute__((always_inline)) void direct_tile(
                                   : (p->out_w - ow0 - 16 * v < 16 ? p->out_w - ow0 - 16 * v : 16);
                 if (n == 0) continue;
                 if (p->rq.out_kind == MLCC_QOUT_U8 && p->rq.mode == MLCC_REQUANT_FLOAT) {
-                    direct_store_u8(cs[r][v], ch->bias[c], ch->scale[c], &p->rq, ms[v],
+                    store_u8(cs[r][v], ch->bias[c], ch->scale[c], &p->rq, ms[v],
                                     (uint8_t *)y + c * P + base + 16 * v);
                 } else {
                     int32_t acc[16];
@@ -388,8 +390,34 @@ static void dw_padded_plane(const mlcc_qconv2d_params *p, const uint8_t *plane, 
  * registers over all taps and are interleaved back into order once. Exact integer sums
  * (|pair| <= 2 * 255 * 128), so the result is the portable loop's bit for bit. Masked loads
  * keep the tails inside the padded plane. */
-static void dw_rows_pairs(const int16_t *row0, int64_t step, const int8_t *wc, int64_t kh_n,
-                          int64_t kw_n, int64_t nw, int32_t *acc) {
+#define DW_MAX_PAIRS 64      /* kernel_h * ceil(kernel_w / 2) of the tap-pair path */
+
+/* The weight pairs of one channel as the int32 words vpmaddwd takes (w0 | w1 << 16, an odd
+ * kernel width's last tap as (0, w)): computed once per channel, not per row. */
+static void dw_weight_pairs(const int8_t *wc, int64_t kh_n, int64_t kw_n, int32_t *pairs) {
+    int64_t kh, kw, i = 0;
+    for (kh = 0; kh < kh_n; kh++)
+        for (kw = 0; kw < kw_n; kw += 2) {
+            const int last = kw + 1 >= kw_n;
+            const int32_t w0 = last ? 0 : wc[kh * kw_n + kw];
+            const int32_t w1 = last ? wc[kh * kw_n + kw] : wc[kh * kw_n + kw + 1];
+            pairs[i++] = (int32_t)((uint32_t)(uint16_t)w0 | ((uint32_t)(uint16_t)w1 << 16));
+        }
+}
+
+/* e += pairs . x (int16 pairs to int32): vpdpwssd where AVX512-VNNI is there (one
+ * instruction; no saturation, so the same sums), else vpmaddwd + vpaddd. */
+static inline __m512i dw_dot(__m512i e, __m512i x, __m512i w) {
+#if defined(__AVX512VNNI__)
+    return _mm512_dpwssd_epi32(e, x, w);
+#else
+    return _mm512_add_epi32(e, _mm512_madd_epi16(x, w));
+#endif
+}
+
+static void dw_rows_pairs(const int16_t *row0, int64_t step, const int32_t *pairs,
+                          int64_t kh_n, int64_t kw_n, int64_t nw, int32_t *acc,
+                          const mlcc_requant *rq, int32_t bias, float scale, uint8_t *out) {
     const __m512i idx_lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
                                             16, 0);
     const __m512i idx_hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10,
@@ -399,28 +427,46 @@ static void dw_rows_pairs(const int16_t *row0, int64_t step, const int8_t *wc, i
         const int64_t rem = nw - o0 < 32 ? nw - o0 : 32;
         const __mmask16 me = (__mmask16)((1u << ((rem + 1) / 2)) - 1u);
         const __mmask16 mo = (__mmask16)((1u << (rem / 2)) - 1u);
-        __m512i e = _mm512_setzero_si512(), od = _mm512_setzero_si512();
-        for (kh = 0; kh < kh_n; kh++) {
+        /* two pairs of accumulators (even and odd kernel rows): the dependency chains of
+         * the dot products are half as long (they, not the throughput, bounded the loop) */
+        __m512i e = _mm512_setzero_si512(), od = e, e2 = e, od2 = e;
+        const int32_t *pw = pairs;
+        for (kh = 0; kh + 1 < kh_n; kh += 2) {
+            const int16_t *r = row0 + kh * step + o0, *r2 = r + step;
+            const int32_t *pw2 = pw + (kw_n + 1) / 2;
+            for (kw = 0; kw < kw_n; kw += 2, pw++, pw2++) {
+                const int64_t off = kw + 1 >= kw_n ? kw - 1 : kw;
+                const __m512i wp = _mm512_set1_epi32(*pw), wp2 = _mm512_set1_epi32(*pw2);
+                e = dw_dot(e, _mm512_maskz_loadu_epi32(me, r + off), wp);
+                od = dw_dot(od, _mm512_maskz_loadu_epi32(mo, r + off + 1), wp);
+                e2 = dw_dot(e2, _mm512_maskz_loadu_epi32(me, r2 + off), wp2);
+                od2 = dw_dot(od2, _mm512_maskz_loadu_epi32(mo, r2 + off + 1), wp2);
+            }
+            pw = pw2;
+        }
+        if (kh < kh_n) {
             const int16_t *r = row0 + kh * step + o0;
-            const int8_t *wr = wc + kh * kw_n;
-            for (kw = 0; kw < kw_n; kw += 2) {
-                const int last = kw + 1 >= kw_n;
-                const int64_t off = last ? kw - 1 : kw;
-                const int32_t w0 = last ? 0 : wr[kw], w1 = last ? wr[kw] : wr[kw + 1];
-                const __m512i wp = _mm512_set1_epi32((int32_t)((uint32_t)(uint16_t)w0 |
-                                                               ((uint32_t)(uint16_t)w1 << 16)));
-                e = _mm512_add_epi32(e, _mm512_madd_epi16(
-                        _mm512_maskz_loadu_epi32(me, r + off), wp));
-                od = _mm512_add_epi32(od, _mm512_madd_epi16(
-                        _mm512_maskz_loadu_epi32(mo, r + off + 1), wp));
+            for (kw = 0; kw < kw_n; kw += 2, pw++) {
+                const int64_t off = kw + 1 >= kw_n ? kw - 1 : kw;
+                const __m512i wp = _mm512_set1_epi32(*pw);
+                e = dw_dot(e, _mm512_maskz_loadu_epi32(me, r + off), wp);
+                od = dw_dot(od, _mm512_maskz_loadu_epi32(mo, r + off + 1), wp);
             }
         }
-        _mm512_mask_storeu_epi32(acc + o0, (__mmask16)(rem >= 16 ? 0xFFFFu
-                                                       : (1u << rem) - 1u),
-                                 _mm512_permutex2var_epi32(e, idx_lo, od));
+        const __mmask16 m0 = (__mmask16)(rem >= 16 ? 0xFFFFu : (1u << rem) - 1u);
+        const __mmask16 m1 = (__mmask16)(rem > 16 ? (1u << (rem - 16)) - 1u : 0u);
+        e = _mm512_add_epi32(e, e2);
+        od = _mm512_add_epi32(od, od2);
+        if (out != NULL) {      /* uint8, float requantization: in registers */
+            store_u8(_mm512_permutex2var_epi32(e, idx_lo, od), bias, scale, rq, m0, out + o0);
+            if (rem > 16)
+                store_u8(_mm512_permutex2var_epi32(e, idx_hi, od), bias, scale, rq, m1,
+                         out + o0 + 16);
+            continue;
+        }
+        _mm512_mask_storeu_epi32(acc + o0, m0, _mm512_permutex2var_epi32(e, idx_lo, od));
         if (rem > 16)
-            _mm512_mask_storeu_epi32(acc + o0 + 16, (__mmask16)((1u << (rem - 16)) - 1u),
-                                     _mm512_permutex2var_epi32(e, idx_hi, od));
+            _mm512_mask_storeu_epi32(acc + o0 + 16, m1, _mm512_permutex2var_epi32(e, idx_hi, od));
     }
 }
 #endif
@@ -440,14 +486,26 @@ void mlcc_u8_qconv2d_depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, c
     for (n = 0; n < p->batch; n++) {
         for (c = 0; c < C; c++) {
             const int8_t *wc = w + c * kk;
+#if MLCC_QCONV_AVX512
+            int32_t pairs[DW_MAX_PAIRS];
+            const int use_pairs = sw == 1 && p->dilation_w == 1 && p->kernel_w >= 2 &&
+                                  p->kernel_h * ((p->kernel_w + 1) / 2) <= DW_MAX_PAIRS;
+            if (use_pairs) dw_weight_pairs(wc, p->kernel_h, p->kernel_w, pairs);
+#endif
             dw_padded_plane(p, x + (n * C + c) * p->in_h * p->in_w, hp, wp, xp);
             for (oh = 0; oh < p->out_h; oh++) {
                 for (ow0 = 0; ow0 < p->out_w; ow0 += DW_CHUNK) {
                     const int64_t nw = p->out_w - ow0 < DW_CHUNK ? p->out_w - ow0 : DW_CHUNK;
 #if MLCC_QCONV_AVX512
-                    if (sw == 1 && p->dilation_w == 1 && p->kernel_w >= 2) {
-                        dw_rows_pairs(xp + oh * p->stride_h * wp + ow0, p->dilation_h * wp, wc,
-                                      p->kernel_h, p->kernel_w, nw, acc);
+                    if (use_pairs) {
+                        const int64_t at = (n * C + c) * P + oh * p->out_w + ow0;
+                        const int in_regs = p->rq.out_kind == MLCC_QOUT_U8 &&
+                                            p->rq.mode == MLCC_REQUANT_FLOAT;
+                        dw_rows_pairs(xp + oh * p->stride_h * wp + ow0, p->dilation_h * wp,
+                                      pairs, p->kernel_h, p->kernel_w, nw, acc, &p->rq,
+                                      bias[c], in_regs ? scale[c] : 0.0f,
+                                      in_regs ? (uint8_t *)y + at : NULL);
+                        if (in_regs) continue;
                         mlcc_requant_run(&p->rq, &ch, c, acc, nw, y,
                                          (n * C + c) * P + oh * p->out_w + ow0);
                         continue;
