@@ -202,6 +202,14 @@ CONVS = [  # n, c, h, w, m, k, stride, pad, dil, groups
     (1, 2, 3, 31, 2, (1, 4), (1, 1), (0, 2), (1, 1), 2),
     (1, 3, 4, 33, 3, (3, 5), (1, 1), (1, 2), (1, 1), 3),
     (1, 2, 6, 9, 2, (3, 1), (1, 1), (1, 0), (1, 1), 2),
+    # the stride-2 tap-pair path: rows of 1, 15, 16, 17, 33 outputs, kernel widths 2 to 5,
+    # stride (2, 2) as PP-OCR det downsamples and (1, 2), a row past the 256-column chunk
+    (1, 3, 7, 2, 3, (3, 3), (2, 2), (1, 1), (1, 1), 3),
+    (1, 2, 9, 30, 2, (3, 3), (2, 2), (1, 1), (1, 1), 2),
+    (2, 3, 5, 32, 3, (5, 5), (1, 2), (2, 2), (1, 1), 3),
+    (1, 2, 6, 34, 2, (2, 4), (2, 2), (0, 1), (2, 1), 2),
+    (1, 3, 4, 66, 3, (3, 5), (1, 2), (1, 2), (1, 1), 3),
+    (1, 2, 3, 601, 2, (3, 3), (1, 2), (1, 1), (1, 1), 2),
     # packed from padded planes: stride 2 as YOLOv8n downsamples; a 1 x 1 stride-2 conv (no
     # padding but a copy); a 1 x 1 conv read in place with K not a multiple of 4; a window
     # that does not reach the last input row / column; dilation with groups

@@ -469,6 +469,38 @@ static void dw_rows_pairs(const int16_t *row0, int64_t step, const int32_t *pair
             _mm512_mask_storeu_epi32(acc + o0 + 16, m1, _mm512_permutex2var_epi32(e, idx_hi, od));
     }
 }
+
+/* dw_rows_pairs for stride_w 2: output o's pair (x[2 o + kw], x[2 o + kw + 1]) is the int32
+ * word at int16 element 2 o + kw, so one load from row + kw + 2 o0 holds the pairs of 16
+ * consecutive outputs, in order (no even / odd split). Two vectors (32 outputs) per pass. */
+static void dw_rows_pairs_s2(const int16_t *row0, int64_t step, const int32_t *pairs,
+                             int64_t kh_n, int64_t kw_n, int64_t nw, int32_t *acc,
+                             const mlcc_requant *rq, int32_t bias, float scale, uint8_t *out) {
+    int64_t o0, kh, kw;
+    for (o0 = 0; o0 < nw; o0 += 32) {
+        const int64_t rem = nw - o0 < 32 ? nw - o0 : 32;
+        const __mmask16 m0 = (__mmask16)(rem >= 16 ? 0xFFFFu : (1u << rem) - 1u);
+        const __mmask16 m1 = (__mmask16)(rem > 16 ? (1u << (rem - 16)) - 1u : 0u);
+        __m512i e = _mm512_setzero_si512(), f = e;
+        const int32_t *pw = pairs;
+        for (kh = 0; kh < kh_n; kh++) {
+            const int16_t *r = row0 + kh * step + 2 * o0;
+            for (kw = 0; kw < kw_n; kw += 2, pw++) {
+                const int64_t off = kw + 1 >= kw_n ? kw - 1 : kw;
+                const __m512i wp = _mm512_set1_epi32(*pw);
+                e = dw_dot(e, _mm512_maskz_loadu_epi32(m0, r + off), wp);
+                f = dw_dot(f, _mm512_maskz_loadu_epi32(m1, r + off + 32), wp);
+            }
+        }
+        if (out != NULL) {
+            store_u8(e, bias, scale, rq, m0, out + o0);
+            if (rem > 16) store_u8(f, bias, scale, rq, m1, out + o0 + 16);
+            continue;
+        }
+        _mm512_mask_storeu_epi32(acc + o0, m0, e);
+        if (rem > 16) _mm512_mask_storeu_epi32(acc + o0 + 16, m1, f);
+    }
+}
 #endif
 
 void mlcc_u8_qconv2d_depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
@@ -488,7 +520,8 @@ void mlcc_u8_qconv2d_depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, c
             const int8_t *wc = w + c * kk;
 #if MLCC_QCONV_AVX512
             int32_t pairs[DW_MAX_PAIRS];
-            const int use_pairs = sw == 1 && p->dilation_w == 1 && p->kernel_w >= 2 &&
+            const int use_pairs = (sw == 1 || sw == 2) && p->dilation_w == 1 &&
+                                  p->kernel_w >= 2 &&
                                   p->kernel_h * ((p->kernel_w + 1) / 2) <= DW_MAX_PAIRS;
             if (use_pairs) dw_weight_pairs(wc, p->kernel_h, p->kernel_w, pairs);
 #endif
@@ -501,10 +534,10 @@ void mlcc_u8_qconv2d_depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, c
                         const int64_t at = (n * C + c) * P + oh * p->out_w + ow0;
                         const int in_regs = p->rq.out_kind == MLCC_QOUT_U8 &&
                                             p->rq.mode == MLCC_REQUANT_FLOAT;
-                        dw_rows_pairs(xp + oh * p->stride_h * wp + ow0, p->dilation_h * wp,
-                                      pairs, p->kernel_h, p->kernel_w, nw, acc, &p->rq,
-                                      bias[c], in_regs ? scale[c] : 0.0f,
-                                      in_regs ? (uint8_t *)y + at : NULL);
+                        (sw == 1 ? dw_rows_pairs : dw_rows_pairs_s2)(
+                            xp + oh * p->stride_h * wp + ow0 * sw, p->dilation_h * wp, pairs,
+                            p->kernel_h, p->kernel_w, nw, acc, &p->rq, bias[c],
+                            in_regs ? scale[c] : 0.0f, in_regs ? (uint8_t *)y + at : NULL);
                         if (in_regs) continue;
                         mlcc_requant_run(&p->rq, &ch, c, acc, nw, y,
                                          (n * C + c) * P + oh * p->out_w + ow0);
