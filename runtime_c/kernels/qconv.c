@@ -375,7 +375,19 @@ static void dw_padded_plane(const mlcc_qconv2d_params *p, const uint8_t *plane, 
         hi = p->pad_left + p->in_w < wp ? p->pad_left + p->in_w : wp;
         for (q = 0; q < lo; q++) d[q] = 0;
         src = plane + ih * p->in_w - p->pad_left;
-        for (q = lo; q < hi; q++) d[q] = (int16_t)((int32_t)src[q] - zp);
+        q = lo;
+#if MLCC_QCONV_AVX512
+        /* 32 columns at a time (uint8 may alias the int16 plane for the compiler, which
+         * then left this loop scalar) */
+        for (; q < hi; q += 32) {
+            const __mmask32 m = (__mmask32)(hi - q >= 32 ? 0xFFFFFFFFu
+                                            : (1u << (hi - q)) - 1u);
+            _mm512_mask_storeu_epi16(d + q, m, _mm512_sub_epi16(
+                _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, src + q)),
+                _mm512_set1_epi16((int16_t)zp)));
+        }
+#endif
+        for (; q < hi; q++) d[q] = (int16_t)((int32_t)src[q] - zp);
         for (q = hi; q < wp; q++) d[q] = 0;
     }
 }
