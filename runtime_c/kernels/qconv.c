@@ -482,6 +482,55 @@ static void dw_rows_pairs(const int16_t *row0, int64_t step, const int32_t *pair
     }
 }
 
+/* dw_rows_pairs for two adjacent output rows at once (stride_h = dilation_h = 1, uint8 with
+ * the float requantization): input row j serves kernel row j of the first and kernel row
+ * j - 1 of the second, so each loaded vector feeds two dot products (half the loads, which
+ * bounded the loop: every one is unaligned and crosses a cache line). */
+static void dw_two_rows_pairs(const int16_t *row0, int64_t step, const int32_t *pairs,
+                              int64_t kh_n, int64_t kw_n, int64_t nw, const mlcc_requant *rq,
+                              int32_t bias, float scale, uint8_t *out_a, uint8_t *out_b) {
+    const __m512i idx_lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                            16, 0);
+    const __m512i idx_hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10,
+                                            25, 9, 24, 8);
+    const int64_t np = (kw_n + 1) / 2;
+    int64_t o0, j, kw, i;
+    for (o0 = 0; o0 < nw; o0 += 32) {
+        const int64_t rem = nw - o0 < 32 ? nw - o0 : 32;
+        const __mmask16 me = (__mmask16)((1u << ((rem + 1) / 2)) - 1u);
+        const __mmask16 mo = (__mmask16)((1u << (rem / 2)) - 1u);
+        const __mmask16 m0 = (__mmask16)(rem >= 16 ? 0xFFFFu : (1u << rem) - 1u);
+        const __mmask16 m1 = (__mmask16)(rem > 16 ? (1u << (rem - 16)) - 1u : 0u);
+        __m512i ea = _mm512_setzero_si512(), oa = ea, eb = ea, ob = ea;
+        for (j = 0; j <= kh_n; j++) {
+            const int16_t *r = row0 + j * step + o0;
+            for (kw = 0, i = 0; kw < kw_n; kw += 2, i++) {
+                const int64_t off = kw + 1 >= kw_n ? kw - 1 : kw;
+                const __m512i xe = _mm512_maskz_loadu_epi32(me, r + off);
+                const __m512i xo = _mm512_maskz_loadu_epi32(mo, r + off + 1);
+                if (j < kh_n) {
+                    const __m512i w = _mm512_set1_epi32(pairs[j * np + i]);
+                    ea = dw_dot(ea, xe, w);
+                    oa = dw_dot(oa, xo, w);
+                }
+                if (j > 0) {
+                    const __m512i w = _mm512_set1_epi32(pairs[(j - 1) * np + i]);
+                    eb = dw_dot(eb, xe, w);
+                    ob = dw_dot(ob, xo, w);
+                }
+            }
+        }
+        store_u8(_mm512_permutex2var_epi32(ea, idx_lo, oa), bias, scale, rq, m0, out_a + o0);
+        store_u8(_mm512_permutex2var_epi32(eb, idx_lo, ob), bias, scale, rq, m0, out_b + o0);
+        if (rem > 16) {
+            store_u8(_mm512_permutex2var_epi32(ea, idx_hi, oa), bias, scale, rq, m1,
+                     out_a + o0 + 16);
+            store_u8(_mm512_permutex2var_epi32(eb, idx_hi, ob), bias, scale, rq, m1,
+                     out_b + o0 + 16);
+        }
+    }
+}
+
 /* dw_rows_pairs for stride_w 2: output o's pair (x[2 o + kw], x[2 o + kw + 1]) is the int32
  * word at int16 element 2 o + kw, so one load from row + kw + 2 o0 holds the pairs of 16
  * consecutive outputs, in order (no even / odd split). Two vectors (32 outputs) per pass. */
@@ -539,6 +588,22 @@ void mlcc_u8_qconv2d_depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, c
 #endif
             dw_padded_plane(p, x + (n * C + c) * p->in_h * p->in_w, hp, wp, xp);
             for (oh = 0; oh < p->out_h; oh++) {
+#if MLCC_QCONV_AVX512
+                if (use_pairs && sw == 1 && p->stride_h == 1 && p->dilation_h == 1 &&
+                    oh + 1 < p->out_h && p->rq.out_kind == MLCC_QOUT_U8 &&
+                    p->rq.mode == MLCC_REQUANT_FLOAT) {
+                    uint8_t *ya = (uint8_t *)y + (n * C + c) * P + oh * p->out_w;
+                    for (ow0 = 0; ow0 < p->out_w; ow0 += DW_CHUNK) {
+                        const int64_t nw = p->out_w - ow0 < DW_CHUNK ? p->out_w - ow0
+                                                                     : DW_CHUNK;
+                        dw_two_rows_pairs(xp + oh * wp + ow0, wp, pairs, p->kernel_h,
+                                          p->kernel_w, nw, &p->rq, bias[c], scale[c],
+                                          ya + ow0, ya + p->out_w + ow0);
+                    }
+                    oh++;       /* rows oh and oh + 1 done */
+                    continue;
+                }
+#endif
                 for (ow0 = 0; ow0 < p->out_w; ow0 += DW_CHUNK) {
                     const int64_t nw = p->out_w - ow0 < DW_CHUNK ? p->out_w - ow0 : DW_CHUNK;
 #if MLCC_QCONV_AVX512
