@@ -224,16 +224,18 @@ CONVS = [  # n, c, h, w, m, k, stride, pad, dil, groups
     (1, 32, 5, 350, 5, (3, 3), (1, 1), (1, 1), (1, 1), 1),
     # the direct VNNI path (groups 1, stride_w 1, more than one tap; qconv.c's qconv_direct):
     # channels not a multiple of 4, 8-channel blocks with a tail (9, 17, 25), rows of 1, 15,
-    # 16, 17, 31, 32, 33, 47 outputs, stride_h 2, dilation, unequal kernels, padding wider
-    # than the input, and a 1 x 1 output whose scratch is too small for it (packed path)
+    # 16, 31, 32, 33, 43, 49 outputs, stride_h 2, dilation, unequal kernels, padding wider
+    # than the input; packed instead: 64 channels of rows of 20 (too many lanes lost) and a
+    # 1 x 1 output whose scratch is too small for it
     (1, 5, 4, 15, 9, (3, 3), (1, 1), (1, 1), (1, 1), 1),
     (1, 6, 3, 16, 17, (3, 3), (1, 1), (1, 1), (1, 1), 1),
-    (2, 7, 5, 17, 25, (3, 3), (2, 1), (1, 1), (1, 1), 1),
+    (2, 7, 5, 49, 25, (3, 3), (2, 1), (1, 1), (1, 1), 1),
+    (1, 7, 4, 20, 64, (3, 3), (1, 1), (1, 1), (1, 1), 1),
     (1, 9, 3, 31, 8, (2, 3), (1, 1), (0, 1), (2, 1), 1),
     (1, 4, 4, 32, 4, (1, 3), (1, 1), (0, 1), (1, 1), 1),
     (1, 3, 5, 33, 24, (3, 1), (1, 1), (1, 0), (1, 1), 1),
     (1, 13, 6, 47, 5, (3, 5), (1, 1), (2, 2), (1, 2), 1),
-    (1, 2, 1, 1, 3, (3, 3), (1, 1), (2, 2), (1, 1), 1),
+    (1, 2, 1, 1, 2, (3, 3), (1, 1), (2, 2), (1, 1), 1),
     (1, 3, 3, 3, 40, (3, 3), (1, 1), (0, 0), (1, 1), 1),
 ]
 
