@@ -886,3 +886,37 @@ def test_resize_nearest_moves_uint8_and_linear_stays_float(tmp_path):
     assert res.quant.qparams["up"] == res.quant.qparams["r0"]
     xs = rng.normal(0, 1, (6, 1, 3, 10, 14)).astype(np.float32)
     assert _sqnr_vs_onnxruntime(path, tmp_path / "q", xs)[0] > 30
+
+
+@pytest.mark.parametrize("fused_add", [True, False])
+def test_squeeze_excitation_product_runs_on_uint8(tmp_path, fused_add):
+    """PP-OCR det's squeeze-excitation: x * hardsigmoid(conv(pool(x))) (a per-channel scale of
+    a run-time tensor) and the Add x + x * s after it run as one QChannelScale on x's codes
+    (x * (s + 1)), so the Add and what reads it (Resize nearest, Add) stay integer; without
+    the Add, x * s alone."""
+    rng = np.random.default_rng(11)
+    w0 = rng.normal(0, 0.4, (5, 3, 3, 3)).astype(np.float32)
+    w1 = rng.normal(0, 0.4, (5, 5, 1, 1)).astype(np.float32)
+    w2 = rng.normal(0, 0.4, (4, 5, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]),
+             helper.make_node("GlobalAveragePool", ["c0"], ["p"]),
+             helper.make_node("Conv", ["p", "w1"], ["c1"]),
+             helper.make_node("HardSigmoid", ["c1"], ["s"], alpha=0.2, beta=0.5),
+             helper.make_node("Mul", ["c0", "s"], ["m"])]
+    if fused_add:
+        nodes.append(helper.make_node("Add", ["c0", "m"], ["a"]))
+    nodes += [helper.make_node("Resize", ["a" if fused_add else "m", "", "scales"], ["up"],
+                               mode="nearest"),
+              helper.make_node("Conv", ["up", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    consts = {"w0": w0, "w1": w1, "w2": w2, "scales": np.array([1, 1, 2, 2], np.float32)}
+    path = _save_model(tmp_path, nodes, [1, 3, 7, 9], {"y": [1, 4, 14, 18]}, consts)
+    res = _compile_int8(path, tmp_path / "q", _calibration(tmp_path, rng, 16, [1, 3, 7, 9]))
+    calls = _kernel_calls(tmp_path / "q")
+    assert calls == ["mlcc_f32_quantize_u8", "mlcc_u8_qconv2d", "mlcc_u8_avgpool2d",
+                     "mlcc_u8_qconv2d",                    # Conv + HardSigmoid, float out
+                     "mlcc_u8_channel_scale", "mlcc_resize_nearest", "mlcc_u8_qconv2d"]
+    plans = {p.node: p for p in res.quant.layers}
+    assert all(p.integer for p in plans.values())
+    assert res.quant.qparams["up"] == res.quant.qparams["a" if fused_add else "m"]
+    xs = rng.normal(0, 1, (6, 1, 3, 7, 9)).astype(np.float32)
+    assert _sqnr_vs_onnxruntime(path, tmp_path / "q", xs)[0] > 30

@@ -38,6 +38,10 @@ typedef struct { int64_t count; int32_t a_zero_point, b_zero_point; double a_mul
                  mlcc_requant rq; } mlcc_qadd_params;
 typedef struct { int64_t count; int32_t x_zero_point; float mult_f; int32_t mult, shift;
                  mlcc_requant rq; } mlcc_qrequant_params;
+typedef struct { int64_t batch, channels, plane, s_batch; int32_t x_zero_point;
+                 float offset, mult_f; mlcc_requant rq; } mlcc_qchannel_scale_params;
+void mlcc_u8_channel_scale(const mlcc_qchannel_scale_params *p, const uint8_t *x,
+                           const float *s, uint8_t *y);
 typedef struct { int64_t planes, in_h, in_w, out_h, out_w, kernel_h, kernel_w, stride_h,
                  stride_w, dilation_h, dilation_w, pad_top, pad_left; int32_t pad_value; }
     mlcc_qpool2d_params;
@@ -198,6 +202,14 @@ CONVS = [  # n, c, h, w, m, k, stride, pad, dil, groups
     (1, 2, 3, 31, 2, (1, 4), (1, 1), (0, 2), (1, 1), 2),
     (1, 3, 4, 33, 3, (3, 5), (1, 1), (1, 2), (1, 1), 3),
     (1, 2, 6, 9, 2, (3, 1), (1, 1), (1, 0), (1, 1), 2),
+    # the stride-2 tap-pair path: rows of 1, 15, 16, 17, 33 outputs, kernel widths 2 to 5,
+    # stride (2, 2) as PP-OCR det downsamples and (1, 2), a row past the 256-column chunk
+    (1, 3, 7, 2, 3, (3, 3), (2, 2), (1, 1), (1, 1), 3),
+    (1, 2, 9, 30, 2, (3, 3), (2, 2), (1, 1), (1, 1), 2),
+    (2, 3, 5, 32, 3, (5, 5), (1, 2), (2, 2), (1, 1), 3),
+    (1, 2, 6, 34, 2, (2, 4), (2, 2), (0, 1), (2, 1), 2),
+    (1, 3, 4, 66, 3, (3, 5), (1, 2), (1, 2), (1, 1), 3),
+    (1, 2, 3, 601, 2, (3, 3), (1, 2), (1, 1), (1, 1), 2),
     # packed from padded planes: stride 2 as YOLOv8n downsamples; a 1 x 1 stride-2 conv (no
     # padding but a copy); a 1 x 1 conv read in place with K not a multiple of 4; a window
     # that does not reach the last input row / column; dilation with groups
@@ -210,6 +222,21 @@ CONVS = [  # n, c, h, w, m, k, stride, pad, dil, groups
     # columns): one row per chunk; two rows per chunk with a shorter last chunk
     (1, 64, 5, 457, 3, (3, 3), (1, 1), (1, 1), (1, 1), 1),
     (1, 32, 5, 350, 5, (3, 3), (1, 1), (1, 1), (1, 1), 1),
+    # the direct VNNI path (groups 1, stride_w 1, more than one tap; qconv.c's qconv_direct):
+    # channels not a multiple of 4, 8-channel blocks with a tail (9, 17, 25), rows of 1, 15,
+    # 16, 31, 32, 33, 43, 49 outputs, stride_h 2, dilation, unequal kernels, padding wider
+    # than the input; packed instead: 64 channels of rows of 20 (too many lanes lost) and a
+    # 1 x 1 output whose scratch is too small for it
+    (1, 5, 4, 15, 9, (3, 3), (1, 1), (1, 1), (1, 1), 1),
+    (1, 6, 3, 16, 17, (3, 3), (1, 1), (1, 1), (1, 1), 1),
+    (2, 7, 5, 49, 25, (3, 3), (2, 1), (1, 1), (1, 1), 1),
+    (1, 7, 4, 20, 64, (3, 3), (1, 1), (1, 1), (1, 1), 1),
+    (1, 9, 3, 31, 8, (2, 3), (1, 1), (0, 1), (2, 1), 1),
+    (1, 4, 4, 32, 4, (1, 3), (1, 1), (0, 1), (1, 1), 1),
+    (1, 3, 5, 33, 24, (3, 1), (1, 1), (1, 0), (1, 1), 1),
+    (1, 13, 6, 47, 5, (3, 5), (1, 1), (2, 2), (1, 2), 1),
+    (1, 2, 1, 1, 2, (3, 3), (1, 1), (2, 2), (1, 1), 1),
+    (1, 3, 3, 3, 40, (3, 3), (1, 1), (0, 0), (1, 1), 1),
 ]
 
 
@@ -415,3 +442,27 @@ def test_global_avgpool_matches_numpy(lib, h, w):
     L.mlcc_u8_avgpool2d(p, ptr(ffi, x), ptr(ffi, y))
     total, count = x.reshape(3, -1).astype(np.int64).sum(axis=1), h * w
     np.testing.assert_array_equal(y, (total + count // 2) // count)
+
+
+@pytest.mark.parametrize("batch,channels,plane,s_batch,offset", [
+    (1, 5, 21, 0, 0.0), (2, 3, 37, 0, 1.0), (2, 7, 1, 7, 1.0), (3, 1, 65, 1, 0.0)])
+def test_channel_scale_matches_numpy(lib, batch, channels, plane, s_batch, offset):
+    """mlcc_u8_channel_scale (squeeze-excitation x * (s + offset) on codes) bit for bit against
+    its float32 model, with negative and large scales (clamped both ways), clamp [3, 250]."""
+    ffi, L, _ = lib
+    rng = np.random.default_rng(batch * 100 + channels * 10 + plane)
+    x = rng.integers(0, 256, (batch, channels, plane)).astype(np.uint8)
+    s = rng.uniform(-1.5, 3.0, (batch if s_batch else 1, channels)).astype(np.float32)
+    zx, zy, mf = 131, 17, np.float32(0.8137)
+    p = ffi.new("mlcc_qchannel_scale_params *", {
+        "batch": batch, "channels": channels, "plane": plane, "s_batch": s_batch,
+        "x_zero_point": zx, "offset": offset, "mult_f": float(mf),
+        "rq": requant(ffi, 0, 0, zy, 3, 250)})
+    y = np.zeros_like(x)
+    L.mlcc_u8_channel_scale(p, ptr(ffi, x), ptr(ffi, s), ptr(ffi, y))
+    m = ((s + np.float32(offset)) * mf).astype(np.float32)
+    m = np.broadcast_to(m, (batch, channels))[:, :, None]
+    f = (x.astype(np.int32) - zx).astype(np.float32) * m
+    f = np.clip(f, np.float32(3 - zy), np.float32(250 - zy))
+    want = (np.rint(f).astype(np.int32) + zy).astype(np.uint8)
+    np.testing.assert_array_equal(y, want)

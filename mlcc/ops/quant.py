@@ -329,6 +329,42 @@ class QRequant(OpDef):
                 op=f"Requantize ({sx:.6g},{zx}) -> ({sy:.6g},{zy}) requant={mode}")
 
 
+@register("QChannelScale", domain=MLCC)
+class QChannelScale(OpDef):
+    """y = x * (s + offset) on uint8 codes, s a run-time float per channel (axis 1) of x:
+    the squeeze-excitation product x * s (offset 0) or x + x * s (offset 1), which the
+    quantizer fuses. Attributes x, y: (scale, zero point); offset."""
+    attributes = {"x": None, "y": None, "offset": None}
+
+    def infer(self, node, ins, g):
+        x, s = ins[0], ins[1]
+        if x.dtype != "uint8" or s.dtype != "float32" or len(x.shape) < 2:
+            raise UnsupportedError("QChannelScale reads uint8 codes and a float32 scale")
+        return [("uint8", x.shape)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        (sx, zx), (sy, zy) = node.attr("x"), node.attr("y")
+        x, s = lo.value(node.inputs[0]), lo.value(node.inputs[1])
+        n, c = x.shape[0], x.shape[1]
+        sshape = [1] * (len(x.shape) - len(s.shape)) + list(s.shape)
+        if any(d != 1 for d in sshape[2:]) or sshape[1] != c or sshape[0] not in (1, n):
+            raise UnsupportedError("QChannelScale's scale must be [N or 1, C, 1, ...]")
+        out = node.outputs[0]
+        mf = float(np.float32(np.float32(sx) / np.float32(sy)))
+        lo.call("mlcc_u8_channel_scale", [node.inputs[0], node.inputs[1], out], [out],
+                params_type="mlcc_qchannel_scale_params",
+                params={"batch": n, "channels": c, "plane": x.numel // max(n * c, 1),
+                        "s_batch": c if sshape[0] == n and n > 1 else 0,
+                        "x_zero_point": int(zx), "offset": float(node.attr("offset")),
+                        "mult_f": mf,
+                        "rq": {"out_kind": Enum("MLCC_QOUT_U8"),
+                               "mode": Enum("MLCC_REQUANT_FLOAT"),
+                               "zero_point": int(zy), "qmin": 0, "qmax": 255,
+                               "act": act_params(Node("", "", [], []))}},
+                op=f"ChannelScale x * (s + {node.attr('offset'):g}) int8 "
+                   f"x=({sx:.6g},{zx}) y=({sy:.6g},{zy})")
+
+
 @register("QLut", domain=MLCC)
 class QLut(OpDef):
     """y = table[x]: an activation on uint8 codes; input 1 is the 256-entry uint8 table the

@@ -168,6 +168,27 @@ def _is_integer_producer(g: Graph, n: Node) -> bool:
     return _weight_matrix(g, n) is not None
 
 
+def _channel_scale_operands(g: Graph, n: Node) -> tuple[str, str] | None:
+    """(x, s) of a Mul that scales each channel of a run-time tensor x by a run-time float s
+    of shape [1 or N, C, 1, ...] (squeeze-excitation's x * hardsigmoid(...)): QChannelScale
+    runs it on x's uint8 codes."""
+    if n.domain != "" or n.op_type != "Mul" or len(n.inputs) != 2 or n.fused:
+        return None
+    for x, s in (n.inputs, n.inputs[::-1]):
+        vx, vs = g.values.get(x), g.values.get(s)
+        if vx is None or vs is None or vx.is_const or vs.is_const or x == s:
+            continue
+        if vx.dtype != "float32" or vs.dtype != "float32" or len(vx.shape) < 3 or \
+                len(vs.shape) > len(vx.shape) or tuple(g.values[n.outputs[0]].shape) != \
+                tuple(vx.shape):
+            continue
+        sshape = [1] * (len(vx.shape) - len(vs.shape)) + list(vs.shape)
+        if sshape[1] == vx.shape[1] and sshape[0] in (1, vx.shape[0]) and \
+                all(d == 1 for d in sshape[2:]):
+            return x, s
+    return None
+
+
 def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None,
                    qdq=None) -> QuantResult:
     """qdq (a qdq.QDQParams): fixed activation parameters and int8 weights of an imported QDQ
@@ -343,6 +364,8 @@ def _quantize_once(g: Graph, ranges: dict, opts: QuantOptions | None, qdq,
     bias_shift: dict[str, np.ndarray] = {}
     # uint8 value -> (its QLut node, the float function it tabulates, input params, input)
     luts: dict[str, tuple] = {}
+    # Adds fused into the QChannelScale before them (x + x * s)
+    absorbed: set[str] = set()
 
     # values read by one table activation only: their codes need to span its window only
     windows = {n.inputs[0]: table_window(TABLE_OPS[n.op_type](n)) for n in g.nodes
@@ -406,7 +429,9 @@ def _quantize_once(g: Graph, ranges: dict, opts: QuantOptions | None, qdq,
     def wants_uint8(v: str) -> bool:
         return v not in g.outputs and any(
             c.domain == "" and ((c.op_type in INTEGER_READERS and _pool_ok(g, c)) or
-                                _table_fn(g, c) is not None)
+                                _table_fn(g, c) is not None or
+                                (opts.requant == "float" and
+                                 (_channel_scale_operands(g, c) or ("", ""))[0] == v))
             for c in consumers.get(v, []))
 
     def channel_consts(n: Node, sx: float, w_scale: np.ndarray, bias: np.ndarray | None,
@@ -431,6 +456,8 @@ def _quantize_once(g: Graph, ranges: dict, opts: QuantOptions | None, qdq,
         return names
 
     for n in g.nodes:
+        if n.name in absorbed:
+            continue
         op = n.op_type
         kept = n.name in opts.keep_float
         if _is_integer_producer(g, n) and has(n.inputs[0]) and not kept:
@@ -552,6 +579,36 @@ def _quantize_once(g: Graph, ranges: dict, opts: QuantOptions | None, qdq,
                               n.domain, n.version, list(n.fused)))
             layers.append(LayerPlan(n.name, op, True, "data movement on uint8"))
             continue
+        se = _channel_scale_operands(g, n) if opts.requant == "float" and not kept else None
+        if se is not None and se[0] in qnames and g.values[se[0]].dtype == "float32":
+            # x * s, or x + x * s as x * (s + 1) (the Add fused: one pass, one rounding)
+            x, sv = se
+            out, offset, add = n.outputs[0], 0.0, None
+            readers = consumers.get(out, [])
+            if len(readers) == 1 and out not in g.outputs:
+                c = readers[0]
+                if c.domain == "" and c.op_type == "Add" and not c.fused and \
+                        sorted(c.inputs) == sorted([x, out]) and \
+                        c.name not in opts.keep_float and c.outputs[0] not in float_out and \
+                        tuple(g.values[c.outputs[0]].shape) == tuple(g.values[x].shape) and \
+                        has(c.outputs[0]):
+                    out, offset, add = c.outputs[0], 1.0, c
+            if out not in float_out and has(out):
+                ensure_float(sv)
+                qx, qy = qparams[x], params_of(out)
+                yname = new_value(f"{out}_quantized", "uint8", g.values[out].shape)
+                fused = list(n.fused) + ([f"{add.name}:Add"] if add is not None else [])
+                nodes.append(Node(n.name, "QChannelScale", [qnames[x], sv], [yname],
+                                  {"x": (qx.scale, qx.zero_point), "y": (qy.scale, qy.zero_point),
+                                   "offset": offset}, "mlcc", 1, fused))
+                qnames[out] = yname
+                float_missing.add(out)
+                layers.append(LayerPlan(n.name, op, True, "channel scale on uint8"))
+                if add is not None:
+                    absorbed.add(add.name)
+                    layers.append(LayerPlan(add.name, "Add", True,
+                                            f"fused into {n.name}: x * (s + 1) on uint8"))
+                continue
         if n.domain == "" and op == "Add" and len(ins_q) == 2 and all(ins_q) and not kept and \
                 g.values[n.inputs[0]].shape == g.values[n.inputs[1]].shape == \
                 g.values[n.outputs[0]].shape and has(n.outputs[0]):

@@ -52,6 +52,25 @@ static const uint8_t *padded_planes(const mlcc_qconv2d_params *p, const uint8_t 
 #define MLCC_QCONV_AVX512 0
 #endif
 
+#if MLCC_QCONV_AVX512
+/* qgemm.c's vnni_store_u8: the same operations in the same order (the same bits). */
+static inline void store_u8(__m512i c, int32_t bias, float scale, const mlcc_requant *rq,
+                                   __mmask16 mask, uint8_t *out) {
+    const __m512 lo = _mm512_set1_ps((float)(rq->qmin - rq->zero_point));
+    const __m512 hi = _mm512_set1_ps((float)(rq->qmax - rq->zero_point));
+    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c, _mm512_set1_epi32(bias))),
+                             _mm512_set1_ps(scale));
+    f = _mm512_max_ps(f, lo);
+    f = _mm512_min_ps(f, hi);
+    /* rounded half to even by the conversion itself (the portable loop's (f + magic) -
+     * magic, in one instruction: f is clamped to [-255, 255], an exact integer either way) */
+    _mm_mask_storeu_epi8(out, mask, _mm512_cvtepi32_epi8(
+        _mm512_add_epi32(_mm512_cvt_roundps_epi32(f, _MM_FROUND_TO_NEAREST_INT |
+                                                         _MM_FROUND_NO_EXC),
+                         _mm512_set1_epi32(rq->zero_point))));
+}
+#endif
+
 /* d[4 q + t] = r_t[q] for q < n: 4 rows interleaved into words. The AVX-512 path takes 16
  * pixels at a time with masked loads and stores, so that the short rows of small feature maps
  * (20 or 40 pixels) do not fall to a scalar loop. */
@@ -120,6 +139,170 @@ static void pack_columns(const mlcc_qconv2d_params *p, const uint8_t *xp, int64_
     }
 }
 
+#if MLCC_QCONV_AVX512 && defined(__AVX512VNNI__)
+/* Direct ("implicit GEMM") convolution for stride_w 1 and kernels of more than one tap, with
+ * AVX512-VNNI: no im2col. The input is rewritten once as planes of 4 interleaved channels,
+ * xc[c4][hp][wp][4] (padded with the zero point), so that for a tap (kh, kw) and a group of
+ * 4 channels the [k4][P][4] words of 16 consecutive outputs of one row are 64 contiguous
+ * bytes of xc: the product reads them in place. The K order becomes (kh, kw, c4) and the
+ * weights are reordered to it per call (out_channels * taps * 4 * c4 bytes, small next to
+ * the input). PP-OCR det's 96 -> 24 3x3 convolutions at 160 x 160 packed 22 MB of columns
+ * per call; this reads a 2.5 MB plane set. Exact integer sums, the same epilogue: the result
+ * is the packed path's bit for bit. */
+#define MLCC_QCONV_DIRECT 1
+
+static int64_t direct_bytes(const mlcc_qconv2d_params *p, int64_t c4n, int64_t hp, int64_t wp) {
+    return 4 * c4n * hp * wp + p->out_channels * p->kernel_h * p->kernel_w * 4 * c4n;
+}
+
+static void direct_input(const mlcc_qconv2d_params *p, const uint8_t *x, int64_t c4n,
+                         int64_t hp, int64_t wp, uint8_t *xc) {
+    const uint8_t zp = (uint8_t)p->x_zero_point;
+    const int64_t C = p->in_channels, plane = p->in_h * p->in_w;
+    const int64_t lo = p->pad_left < wp ? p->pad_left : wp;
+    const int64_t hi = p->pad_left + p->in_w < wp ? p->pad_left + p->in_w : wp;
+    int64_t c4, r, t;
+    for (c4 = 0; c4 < c4n; c4++) {
+        for (r = 0; r < hp; r++) {
+            uint8_t *d = xc + (c4 * hp + r) * wp * 4;
+            const int64_t ih = r - p->pad_top;
+            const uint8_t *src[4];
+            if (ih < 0 || ih >= p->in_h) {
+                memset(d, zp, (size_t)(4 * wp));
+                continue;
+            }
+            memset(d, zp, (size_t)(4 * lo));
+            if (hi > lo) {
+                /* channels past C meet zero weights: they may read any valid row */
+                for (t = 0; t < 4; t++)
+                    src[t] = x + (4 * c4 + t < C ? 4 * c4 + t : C - 1) * plane +
+                             ih * p->in_w + (lo - p->pad_left);
+                interleave4(src[0], src[1], src[2], src[3], hi - lo, d + 4 * lo);
+            }
+            if (wp > hi) memset(d + 4 * hi, zp, (size_t)(4 * (wp - hi)));
+        }
+    }
+}
+
+/* wd[m][tap][c4][4] from the packed rows w[m][4 * k4] (k = c * taps + tap), zeros past C. */
+static void direct_weights(const mlcc_qconv2d_params *p, const int8_t *w, int64_t c4n,
+                           int8_t *wd) {
+    const int64_t C = p->in_channels, kk = p->kernel_h * p->kernel_w, k4 = (C * kk + 3) / 4;
+    int64_t m, tap, c;
+    for (m = 0; m < p->out_channels; m++)
+        for (tap = 0; tap < kk; tap++) {
+            int8_t *d = wd + (m * kk + tap) * c4n * 4;
+            for (c = 0; c < 4 * c4n; c++)
+                d[c] = c < C ? w[m * 4 * k4 + c * kk + tap] : 0;
+        }
+}
+
+static inline __m512i dbcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+#define DSTEP(cr0, cr1, r)                                                                  \
+    do {                                                                                    \
+        const __m512i a_ = dbcast4(a + (r) * wstride);                                      \
+        cr0 = _mm512_dpbusd_epi32(cr0, b0, a_);                                             \
+        if (NV > 1) cr1 = _mm512_dpbusd_epi32(cr1, b1, a_);                                 \
+    } while (0)
+
+/* Output channels [i0, i0 + mr) (mr <= 8; rows past mr repeat the last one, computed, never
+ * stored) x NV vectors of 16 outputs of row oh from column ow0 (masks m0, m1). */
+static inline __attribute__((always_inline)) void direct_tile(
+        const mlcc_qconv2d_params *p, const mlcc_qchannels *ch, const uint8_t *xc, int64_t hp,
+        int64_t wp, int64_t c4n, const int8_t *wd, int64_t i0, int64_t mr, int64_t oh,
+        int64_t ow0, __mmask16 m0, __mmask16 m1, const int NV, void *y) {
+    const int64_t kk = p->kernel_h * p->kernel_w, wstride = kk * c4n * 4;
+    const int64_t plane4 = hp * wp * 4, P = p->out_h * p->out_w;
+    __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00,
+            c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00,
+            c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+    int64_t kh, kw, c4, r;
+    const int64_t rr[8] = {0, mr > 1 ? 1 : 0, mr > 2 ? 2 : 0, mr > 3 ? 3 : 0, mr > 4 ? 4 : 0,
+                           mr > 5 ? 5 : 0, mr > 6 ? 6 : 0, mr > 7 ? 7 : 0};
+    for (kh = 0; kh < p->kernel_h; kh++) {
+        for (kw = 0; kw < p->kernel_w; kw++) {
+            const uint8_t *b = xc + ((oh * p->stride_h + kh * p->dilation_h) * wp + ow0 +
+                                     kw * p->dilation_w) * 4;
+            const int8_t *a0 = wd + i0 * wstride + (kh * p->kernel_w + kw) * c4n * 4;
+            for (c4 = 0; c4 < c4n; c4++, b += plane4, a0 += 4) {
+                const __m512i b0 = _mm512_maskz_loadu_epi32(m0, b);
+                const __m512i b1 = NV > 1 ? _mm512_maskz_loadu_epi32(m1, b + 64) : b0;
+                const int8_t *a = a0;
+                if (mr > 4) {
+                    DSTEP(c00, c01, rr[0]); DSTEP(c10, c11, rr[1]); DSTEP(c20, c21, rr[2]);
+                    DSTEP(c30, c31, rr[3]); DSTEP(c40, c41, rr[4]); DSTEP(c50, c51, rr[5]);
+                    DSTEP(c60, c61, rr[6]); DSTEP(c70, c71, rr[7]);
+                } else {
+                    DSTEP(c00, c01, rr[0]); DSTEP(c10, c11, rr[1]); DSTEP(c20, c21, rr[2]);
+                    DSTEP(c30, c31, rr[3]);
+                }
+            }
+        }
+    }
+    {
+        const __m512i cs[8][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31},
+                                  {c40, c41}, {c50, c51}, {c60, c61}, {c70, c71}};
+        const __mmask16 ms[2] = {m0, m1};
+        const int64_t base = oh * p->out_w + ow0;
+        int v;
+        for (r = 0; r < mr; r++) {
+            const int64_t c = i0 + r;
+            for (v = 0; v < NV; v++) {
+                const int64_t n = ow0 + 16 * v >= p->out_w ? 0
+                                  : (p->out_w - ow0 - 16 * v < 16 ? p->out_w - ow0 - 16 * v : 16);
+                if (n == 0) continue;
+                if (p->rq.out_kind == MLCC_QOUT_U8 && p->rq.mode == MLCC_REQUANT_FLOAT) {
+                    store_u8(cs[r][v], ch->bias[c], ch->scale[c], &p->rq, ms[v],
+                                    (uint8_t *)y + c * P + base + 16 * v);
+                } else {
+                    int32_t acc[16];
+                    _mm512_storeu_si512((void *)acc, cs[r][v]);
+                    mlcc_requant_run(&p->rq, ch, c, acc, n, y, c * P + base + 16 * v);
+                }
+            }
+        }
+    }
+}
+#undef DSTEP
+
+static void qconv_direct(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
+                         const mlcc_qchannels *ch, void *y, int64_t c4n, int64_t hp, int64_t wp,
+                         uint8_t *scratch) {
+    const int64_t M = p->out_channels, OW = p->out_w;
+    const size_t esize = p->rq.out_kind == MLCC_QOUT_U8 ? 1 : 4;
+    uint8_t *xc = scratch;
+    int8_t *wd = (int8_t *)(scratch + 4 * c4n * hp * wp);
+    int64_t n, oh, ow0, i0;
+    direct_weights(p, w, c4n, wd);
+    for (n = 0; n < p->batch; n++) {
+        uint8_t *yn = (uint8_t *)y + (size_t)(n * M * p->out_h * OW) * esize;
+        direct_input(p, x + n * p->in_channels * p->in_h * p->in_w, c4n, hp, wp, xc);
+        for (oh = 0; oh < p->out_h; oh++) {
+            for (ow0 = 0; ow0 < OW; ow0 += 32) {
+                const int64_t rem = OW - ow0;
+                const __mmask16 m0 = (__mmask16)(rem >= 16 ? 0xFFFFu : (1u << rem) - 1u);
+                const __mmask16 m1 = (__mmask16)(rem >= 32 ? 0xFFFFu
+                                                 : rem > 16 ? (1u << (rem - 16)) - 1u : 0u);
+                for (i0 = 0; i0 < M; i0 += 8) {
+                    const int64_t mr = M - i0 < 8 ? M - i0 : 8;
+                    if (rem > 16)
+                        direct_tile(p, ch, xc, hp, wp, c4n, wd, i0, mr, oh, ow0, m0, m1, 2, yn);
+                    else
+                        direct_tile(p, ch, xc, hp, wp, c4n, wd, i0, mr, oh, ow0, m0, m1, 1, yn);
+                }
+            }
+        }
+    }
+}
+#else
+#define MLCC_QCONV_DIRECT 0
+#endif
+
 #define QCONV_CHUNK_BYTES 262144     /* within a core's L2 on the machines measured */
 
 void mlcc_u8_qconv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
@@ -136,6 +319,23 @@ void mlcc_u8_qconv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_
     const int64_t row_bytes = 4 * k4 * p->out_w;
     const int64_t rows = row_bytes >= QCONV_CHUNK_BYTES ? 1 : QCONV_CHUNK_BYTES / row_bytes;
     int64_t n, g;
+#if MLCC_QCONV_DIRECT
+    {
+        const int64_t c4n = (p->in_channels + 3) / 4;
+        /* rows are tiled by 16 outputs: a row of 20 computes 32. Worth it while the lanes
+         * lost (out_channels * (padded - out_w)) cost less than the packing saved, about 12
+         * channels' products per output (measured: PP-OCR det's 24-channel outputs gain at
+         * widths 40 and 160, YOLOv8n's 64-channel ones lose 4-23% at widths 40 and 20) */
+        const int64_t lost = (16 - p->out_w % 16) % 16;
+        if (p->groups == 1 && p->stride_w == 1 && p->kernel_h * p->kernel_w > 1 &&
+            p->out_channels * lost < 12 * p->out_w &&
+            direct_bytes(p, c4n, hp, wp) <= 4 * k4 * P + cg * hp * wp) {
+            const mlcc_qchannels ch = {bias, scale, fbias, mult, shift};
+            qconv_direct(p, x, w, &ch, y, c4n, hp, wp, scratch);
+            return;
+        }
+    }
+#endif
     for (n = 0; n < p->batch; n++) {
         for (g = 0; g < p->groups; g++) {
             const int64_t c0 = g * mg;
@@ -183,7 +383,19 @@ static void dw_padded_plane(const mlcc_qconv2d_params *p, const uint8_t *plane, 
         hi = p->pad_left + p->in_w < wp ? p->pad_left + p->in_w : wp;
         for (q = 0; q < lo; q++) d[q] = 0;
         src = plane + ih * p->in_w - p->pad_left;
-        for (q = lo; q < hi; q++) d[q] = (int16_t)((int32_t)src[q] - zp);
+        q = lo;
+#if MLCC_QCONV_AVX512
+        /* 32 columns at a time (uint8 may alias the int16 plane for the compiler, which
+         * then left this loop scalar) */
+        for (; q < hi; q += 32) {
+            const __mmask32 m = (__mmask32)(hi - q >= 32 ? 0xFFFFFFFFu
+                                            : (1u << (hi - q)) - 1u);
+            _mm512_mask_storeu_epi16(d + q, m, _mm512_sub_epi16(
+                _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, src + q)),
+                _mm512_set1_epi16((int16_t)zp)));
+        }
+#endif
+        for (; q < hi; q++) d[q] = (int16_t)((int32_t)src[q] - zp);
         for (q = hi; q < wp; q++) d[q] = 0;
     }
 }
@@ -198,8 +410,34 @@ static void dw_padded_plane(const mlcc_qconv2d_params *p, const uint8_t *plane, 
  * registers over all taps and are interleaved back into order once. Exact integer sums
  * (|pair| <= 2 * 255 * 128), so the result is the portable loop's bit for bit. Masked loads
  * keep the tails inside the padded plane. */
-static void dw_rows_pairs(const int16_t *row0, int64_t step, const int8_t *wc, int64_t kh_n,
-                          int64_t kw_n, int64_t nw, int32_t *acc) {
+#define DW_MAX_PAIRS 64      /* kernel_h * ceil(kernel_w / 2) of the tap-pair path */
+
+/* The weight pairs of one channel as the int32 words vpmaddwd takes (w0 | w1 << 16, an odd
+ * kernel width's last tap as (0, w)): computed once per channel, not per row. */
+static void dw_weight_pairs(const int8_t *wc, int64_t kh_n, int64_t kw_n, int32_t *pairs) {
+    int64_t kh, kw, i = 0;
+    for (kh = 0; kh < kh_n; kh++)
+        for (kw = 0; kw < kw_n; kw += 2) {
+            const int last = kw + 1 >= kw_n;
+            const int32_t w0 = last ? 0 : wc[kh * kw_n + kw];
+            const int32_t w1 = last ? wc[kh * kw_n + kw] : wc[kh * kw_n + kw + 1];
+            pairs[i++] = (int32_t)((uint32_t)(uint16_t)w0 | ((uint32_t)(uint16_t)w1 << 16));
+        }
+}
+
+/* e += pairs . x (int16 pairs to int32): vpdpwssd where AVX512-VNNI is there (one
+ * instruction; no saturation, so the same sums), else vpmaddwd + vpaddd. */
+static inline __m512i dw_dot(__m512i e, __m512i x, __m512i w) {
+#if defined(__AVX512VNNI__)
+    return _mm512_dpwssd_epi32(e, x, w);
+#else
+    return _mm512_add_epi32(e, _mm512_madd_epi16(x, w));
+#endif
+}
+
+static void dw_rows_pairs(const int16_t *row0, int64_t step, const int32_t *pairs,
+                          int64_t kh_n, int64_t kw_n, int64_t nw, int32_t *acc,
+                          const mlcc_requant *rq, int32_t bias, float scale, uint8_t *out) {
     const __m512i idx_lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
                                             16, 0);
     const __m512i idx_hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10,
@@ -209,28 +447,127 @@ static void dw_rows_pairs(const int16_t *row0, int64_t step, const int8_t *wc, i
         const int64_t rem = nw - o0 < 32 ? nw - o0 : 32;
         const __mmask16 me = (__mmask16)((1u << ((rem + 1) / 2)) - 1u);
         const __mmask16 mo = (__mmask16)((1u << (rem / 2)) - 1u);
-        __m512i e = _mm512_setzero_si512(), od = _mm512_setzero_si512();
-        for (kh = 0; kh < kh_n; kh++) {
+        /* two pairs of accumulators (even and odd kernel rows): the dependency chains of
+         * the dot products are half as long (they, not the throughput, bounded the loop) */
+        __m512i e = _mm512_setzero_si512(), od = e, e2 = e, od2 = e;
+        const int32_t *pw = pairs;
+        for (kh = 0; kh + 1 < kh_n; kh += 2) {
+            const int16_t *r = row0 + kh * step + o0, *r2 = r + step;
+            const int32_t *pw2 = pw + (kw_n + 1) / 2;
+            for (kw = 0; kw < kw_n; kw += 2, pw++, pw2++) {
+                const int64_t off = kw + 1 >= kw_n ? kw - 1 : kw;
+                const __m512i wp = _mm512_set1_epi32(*pw), wp2 = _mm512_set1_epi32(*pw2);
+                e = dw_dot(e, _mm512_maskz_loadu_epi32(me, r + off), wp);
+                od = dw_dot(od, _mm512_maskz_loadu_epi32(mo, r + off + 1), wp);
+                e2 = dw_dot(e2, _mm512_maskz_loadu_epi32(me, r2 + off), wp2);
+                od2 = dw_dot(od2, _mm512_maskz_loadu_epi32(mo, r2 + off + 1), wp2);
+            }
+            pw = pw2;
+        }
+        if (kh < kh_n) {
             const int16_t *r = row0 + kh * step + o0;
-            const int8_t *wr = wc + kh * kw_n;
-            for (kw = 0; kw < kw_n; kw += 2) {
-                const int last = kw + 1 >= kw_n;
-                const int64_t off = last ? kw - 1 : kw;
-                const int32_t w0 = last ? 0 : wr[kw], w1 = last ? wr[kw] : wr[kw + 1];
-                const __m512i wp = _mm512_set1_epi32((int32_t)((uint32_t)(uint16_t)w0 |
-                                                               ((uint32_t)(uint16_t)w1 << 16)));
-                e = _mm512_add_epi32(e, _mm512_madd_epi16(
-                        _mm512_maskz_loadu_epi32(me, r + off), wp));
-                od = _mm512_add_epi32(od, _mm512_madd_epi16(
-                        _mm512_maskz_loadu_epi32(mo, r + off + 1), wp));
+            for (kw = 0; kw < kw_n; kw += 2, pw++) {
+                const int64_t off = kw + 1 >= kw_n ? kw - 1 : kw;
+                const __m512i wp = _mm512_set1_epi32(*pw);
+                e = dw_dot(e, _mm512_maskz_loadu_epi32(me, r + off), wp);
+                od = dw_dot(od, _mm512_maskz_loadu_epi32(mo, r + off + 1), wp);
             }
         }
-        _mm512_mask_storeu_epi32(acc + o0, (__mmask16)(rem >= 16 ? 0xFFFFu
-                                                       : (1u << rem) - 1u),
-                                 _mm512_permutex2var_epi32(e, idx_lo, od));
+        const __mmask16 m0 = (__mmask16)(rem >= 16 ? 0xFFFFu : (1u << rem) - 1u);
+        const __mmask16 m1 = (__mmask16)(rem > 16 ? (1u << (rem - 16)) - 1u : 0u);
+        e = _mm512_add_epi32(e, e2);
+        od = _mm512_add_epi32(od, od2);
+        if (out != NULL) {      /* uint8, float requantization: in registers */
+            store_u8(_mm512_permutex2var_epi32(e, idx_lo, od), bias, scale, rq, m0, out + o0);
+            if (rem > 16)
+                store_u8(_mm512_permutex2var_epi32(e, idx_hi, od), bias, scale, rq, m1,
+                         out + o0 + 16);
+            continue;
+        }
+        _mm512_mask_storeu_epi32(acc + o0, m0, _mm512_permutex2var_epi32(e, idx_lo, od));
         if (rem > 16)
-            _mm512_mask_storeu_epi32(acc + o0 + 16, (__mmask16)((1u << (rem - 16)) - 1u),
-                                     _mm512_permutex2var_epi32(e, idx_hi, od));
+            _mm512_mask_storeu_epi32(acc + o0 + 16, m1, _mm512_permutex2var_epi32(e, idx_hi, od));
+    }
+}
+
+/* dw_rows_pairs for two adjacent output rows at once (stride_h = dilation_h = 1, uint8 with
+ * the float requantization): input row j serves kernel row j of the first and kernel row
+ * j - 1 of the second, so each loaded vector feeds two dot products (half the loads, which
+ * bounded the loop: every one is unaligned and crosses a cache line). */
+static void dw_two_rows_pairs(const int16_t *row0, int64_t step, const int32_t *pairs,
+                              int64_t kh_n, int64_t kw_n, int64_t nw, const mlcc_requant *rq,
+                              int32_t bias, float scale, uint8_t *out_a, uint8_t *out_b) {
+    const __m512i idx_lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                            16, 0);
+    const __m512i idx_hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10,
+                                            25, 9, 24, 8);
+    const int64_t np = (kw_n + 1) / 2;
+    int64_t o0, j, kw, i;
+    for (o0 = 0; o0 < nw; o0 += 32) {
+        const int64_t rem = nw - o0 < 32 ? nw - o0 : 32;
+        const __mmask16 me = (__mmask16)((1u << ((rem + 1) / 2)) - 1u);
+        const __mmask16 mo = (__mmask16)((1u << (rem / 2)) - 1u);
+        const __mmask16 m0 = (__mmask16)(rem >= 16 ? 0xFFFFu : (1u << rem) - 1u);
+        const __mmask16 m1 = (__mmask16)(rem > 16 ? (1u << (rem - 16)) - 1u : 0u);
+        __m512i ea = _mm512_setzero_si512(), oa = ea, eb = ea, ob = ea;
+        for (j = 0; j <= kh_n; j++) {
+            const int16_t *r = row0 + j * step + o0;
+            for (kw = 0, i = 0; kw < kw_n; kw += 2, i++) {
+                const int64_t off = kw + 1 >= kw_n ? kw - 1 : kw;
+                const __m512i xe = _mm512_maskz_loadu_epi32(me, r + off);
+                const __m512i xo = _mm512_maskz_loadu_epi32(mo, r + off + 1);
+                if (j < kh_n) {
+                    const __m512i w = _mm512_set1_epi32(pairs[j * np + i]);
+                    ea = dw_dot(ea, xe, w);
+                    oa = dw_dot(oa, xo, w);
+                }
+                if (j > 0) {
+                    const __m512i w = _mm512_set1_epi32(pairs[(j - 1) * np + i]);
+                    eb = dw_dot(eb, xe, w);
+                    ob = dw_dot(ob, xo, w);
+                }
+            }
+        }
+        store_u8(_mm512_permutex2var_epi32(ea, idx_lo, oa), bias, scale, rq, m0, out_a + o0);
+        store_u8(_mm512_permutex2var_epi32(eb, idx_lo, ob), bias, scale, rq, m0, out_b + o0);
+        if (rem > 16) {
+            store_u8(_mm512_permutex2var_epi32(ea, idx_hi, oa), bias, scale, rq, m1,
+                     out_a + o0 + 16);
+            store_u8(_mm512_permutex2var_epi32(eb, idx_hi, ob), bias, scale, rq, m1,
+                     out_b + o0 + 16);
+        }
+    }
+}
+
+/* dw_rows_pairs for stride_w 2: output o's pair (x[2 o + kw], x[2 o + kw + 1]) is the int32
+ * word at int16 element 2 o + kw, so one load from row + kw + 2 o0 holds the pairs of 16
+ * consecutive outputs, in order (no even / odd split). Two vectors (32 outputs) per pass. */
+static void dw_rows_pairs_s2(const int16_t *row0, int64_t step, const int32_t *pairs,
+                             int64_t kh_n, int64_t kw_n, int64_t nw, int32_t *acc,
+                             const mlcc_requant *rq, int32_t bias, float scale, uint8_t *out) {
+    int64_t o0, kh, kw;
+    for (o0 = 0; o0 < nw; o0 += 32) {
+        const int64_t rem = nw - o0 < 32 ? nw - o0 : 32;
+        const __mmask16 m0 = (__mmask16)(rem >= 16 ? 0xFFFFu : (1u << rem) - 1u);
+        const __mmask16 m1 = (__mmask16)(rem > 16 ? (1u << (rem - 16)) - 1u : 0u);
+        __m512i e = _mm512_setzero_si512(), f = e;
+        const int32_t *pw = pairs;
+        for (kh = 0; kh < kh_n; kh++) {
+            const int16_t *r = row0 + kh * step + 2 * o0;
+            for (kw = 0; kw < kw_n; kw += 2, pw++) {
+                const int64_t off = kw + 1 >= kw_n ? kw - 1 : kw;
+                const __m512i wp = _mm512_set1_epi32(*pw);
+                e = dw_dot(e, _mm512_maskz_loadu_epi32(m0, r + off), wp);
+                f = dw_dot(f, _mm512_maskz_loadu_epi32(m1, r + off + 32), wp);
+            }
+        }
+        if (out != NULL) {
+            store_u8(e, bias, scale, rq, m0, out + o0);
+            if (rem > 16) store_u8(f, bias, scale, rq, m1, out + o0 + 16);
+            continue;
+        }
+        _mm512_mask_storeu_epi32(acc + o0, m0, e);
+        if (rem > 16) _mm512_mask_storeu_epi32(acc + o0 + 16, m1, f);
     }
 }
 #endif
@@ -250,14 +587,43 @@ void mlcc_u8_qconv2d_depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, c
     for (n = 0; n < p->batch; n++) {
         for (c = 0; c < C; c++) {
             const int8_t *wc = w + c * kk;
+#if MLCC_QCONV_AVX512
+            int32_t pairs[DW_MAX_PAIRS];
+            const int use_pairs = (sw == 1 || sw == 2) && p->dilation_w == 1 &&
+                                  p->kernel_w >= 2 &&
+                                  p->kernel_h * ((p->kernel_w + 1) / 2) <= DW_MAX_PAIRS;
+            if (use_pairs) dw_weight_pairs(wc, p->kernel_h, p->kernel_w, pairs);
+#endif
             dw_padded_plane(p, x + (n * C + c) * p->in_h * p->in_w, hp, wp, xp);
             for (oh = 0; oh < p->out_h; oh++) {
+#if MLCC_QCONV_AVX512
+                if (use_pairs && sw == 1 && p->stride_h == 1 && p->dilation_h == 1 &&
+                    oh + 1 < p->out_h && p->rq.out_kind == MLCC_QOUT_U8 &&
+                    p->rq.mode == MLCC_REQUANT_FLOAT) {
+                    uint8_t *ya = (uint8_t *)y + (n * C + c) * P + oh * p->out_w;
+                    for (ow0 = 0; ow0 < p->out_w; ow0 += DW_CHUNK) {
+                        const int64_t nw = p->out_w - ow0 < DW_CHUNK ? p->out_w - ow0
+                                                                     : DW_CHUNK;
+                        dw_two_rows_pairs(xp + oh * wp + ow0, wp, pairs, p->kernel_h,
+                                          p->kernel_w, nw, &p->rq, bias[c], scale[c],
+                                          ya + ow0, ya + p->out_w + ow0);
+                    }
+                    oh++;       /* rows oh and oh + 1 done */
+                    continue;
+                }
+#endif
                 for (ow0 = 0; ow0 < p->out_w; ow0 += DW_CHUNK) {
                     const int64_t nw = p->out_w - ow0 < DW_CHUNK ? p->out_w - ow0 : DW_CHUNK;
 #if MLCC_QCONV_AVX512
-                    if (sw == 1 && p->dilation_w == 1 && p->kernel_w >= 2) {
-                        dw_rows_pairs(xp + oh * p->stride_h * wp + ow0, p->dilation_h * wp, wc,
-                                      p->kernel_h, p->kernel_w, nw, acc);
+                    if (use_pairs) {
+                        const int64_t at = (n * C + c) * P + oh * p->out_w + ow0;
+                        const int in_regs = p->rq.out_kind == MLCC_QOUT_U8 &&
+                                            p->rq.mode == MLCC_REQUANT_FLOAT;
+                        (sw == 1 ? dw_rows_pairs : dw_rows_pairs_s2)(
+                            xp + oh * p->stride_h * wp + ow0 * sw, p->dilation_h * wp, pairs,
+                            p->kernel_h, p->kernel_w, nw, acc, &p->rq, bias[c],
+                            in_regs ? scale[c] : 0.0f, in_regs ? (uint8_t *)y + at : NULL);
+                        if (in_regs) continue;
                         mlcc_requant_run(&p->rq, &ch, c, acc, nw, y,
                                          (n * C + c) * P + oh * p->out_w + ow0);
                         continue;

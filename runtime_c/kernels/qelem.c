@@ -98,6 +98,24 @@ void mlcc_u8_requantize(const mlcc_qrequant_params *p, const uint8_t *x, uint8_t
     }
 }
 
+void mlcc_u8_channel_scale(const mlcc_qchannel_scale_params *p, const uint8_t *x,
+                           const float *s, uint8_t *y) {
+    mlcc_qrequant_params q;
+    int64_t n, c;
+    q.count = p->plane;
+    q.x_zero_point = p->x_zero_point;
+    q.mult = 0;
+    q.shift = 0;
+    q.rq = p->rq;
+    q.rq.mode = MLCC_REQUANT_FLOAT;
+    for (n = 0; n < p->batch; n++)
+        for (c = 0; c < p->channels; c++) {
+            const int64_t at = (n * p->channels + c) * p->plane;
+            q.mult_f = (s[n * p->s_batch + c] + p->offset) * p->mult_f;
+            mlcc_u8_requantize(&q, x + at, y + at);
+        }
+}
+
 void mlcc_u8_maxpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y) {
     int64_t c, oh, ow, kh, kw;
     for (c = 0; c < p->planes; c++) {

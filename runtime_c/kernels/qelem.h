@@ -48,6 +48,21 @@ typedef struct mlcc_qrequant_params {
 
 void mlcc_u8_requantize(const mlcc_qrequant_params *p, const uint8_t *x, uint8_t *y);
 
+/* A per-channel scale of a uint8 [batch][channels][plane] tensor by a run-time float vector s
+ * (squeeze-excitation: x * s, and x + x * s as x * (s + 1)): for plane (n, c),
+ *   m = (s[n * s_batch + c] + offset) * mult_f                  (float32; mult_f = sx / sy)
+ *   y = clamp(rint_even((float)(x - x_zero_point) * m) + zy)    (mlcc_u8_requantize's float
+ * mode with m as its multiplier). s_batch: channels, or 0 when s is shared by the batch. */
+typedef struct mlcc_qchannel_scale_params {
+    int64_t batch, channels, plane, s_batch;
+    int32_t x_zero_point;
+    float offset, mult_f;
+    mlcc_requant rq;          /* zero_point, qmin, qmax (out_kind U8, mode FLOAT) */
+} mlcc_qchannel_scale_params;
+
+void mlcc_u8_channel_scale(const mlcc_qchannel_scale_params *p, const uint8_t *x,
+                           const float *s, uint8_t *y);
+
 /* Pooling over NCHW uint8 planes with the output's scale and zero point equal to the input's
  * (max commutes with the monotonic quantization; an average of codes is the code of the
  * average). Taps as in pool.h (no tap table); average: (sum of codes over taps inside the

@@ -187,19 +187,21 @@ static inline __m512i bcast4(const void *p) {
                     : _mm512_dpbusd_epi32(c, bcast4(row + k4 * 4), bv)
 
 /* The float requantization to uint8 (mlcc_requant_run's arithmetic, the same operations in
- * the same order, so the same bits) of one row of a tile, in registers: per-row constants
+ * the same order up to the rounding, done by the conversion: the same bits) of one row of a tile, in registers: per-row constants
  * (conv: the channel is the row) or per-column ones (Gemm). */
 static inline void vnni_store_u8(__m512i c, __m512i bias, __m512 scale, const mlcc_requant *rq,
                                  __mmask16 mask, uint8_t *out) {
     const __m512 lo = _mm512_set1_ps((float)(rq->qmin - rq->zero_point));
     const __m512 hi = _mm512_set1_ps((float)(rq->qmax - rq->zero_point));
-    const __m512 magic = _mm512_set1_ps(12582912.0f);
     __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c, bias)), scale);
     f = _mm512_max_ps(f, lo);
     f = _mm512_min_ps(f, hi);
-    f = _mm512_sub_ps(_mm512_add_ps(f, magic), magic);     /* round half to even */
+    /* rounded half to even by the conversion itself (the portable loop's (f + magic) -
+     * magic, in one instruction: f is clamped to [-255, 255], an exact integer either way) */
     _mm_mask_storeu_epi8(out, mask, _mm512_cvtepi32_epi8(
-        _mm512_add_epi32(_mm512_cvttps_epi32(f), _mm512_set1_epi32(rq->zero_point))));
+        _mm512_add_epi32(_mm512_cvt_roundps_epi32(f, _MM_FROUND_TO_NEAREST_INT |
+                                                         _MM_FROUND_NO_EXC),
+                         _mm512_set1_epi32(rq->zero_point))));
 }
 
 static void qgemm_vnni(const mlcc_qgemm_desc *d, const uint8_t *a, const uint8_t *b,
