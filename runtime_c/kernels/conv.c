@@ -873,6 +873,27 @@ static void dw_flat_fill(const mlcc_conv2d_params *p, const float *xc, float *pa
     }
 }
 
+/* What a dw_flat task needs before its channels: each tap's offset in the stride-phase
+ * sub-planes (off, kernel_h * kernel_w entries) and, once per call and thread, the thread's
+ * slice zeroed: the padding and the slack read by the last chunk, where dw_flat_fill writes
+ * only input values (job.zeroed). */
+static void dw_flat_prepare(dw_job *job, int thread, float *pad, ptrdiff_t *off) {
+    const mlcc_conv2d_params *p = job->p;
+    const ptrdiff_t kh_n = (ptrdiff_t)p->kernel_h, kw_n = (ptrdiff_t)p->kernel_w;
+    const ptrdiff_t sh = (ptrdiff_t)p->stride_h, sw = (ptrdiff_t)p->stride_w;
+    const ptrdiff_t dh = (ptrdiff_t)p->dilation_h, dw = (ptrdiff_t)p->dilation_w;
+    const ptrdiff_t hq = mlcc_implicit_sub_h(p), wq = mlcc_implicit_sub_w(p);
+    ptrdiff_t kh, kw;
+    for (kh = 0; kh < kh_n; kh++)
+        for (kw = 0; kw < kw_n; kw++)
+            off[kh * kw_n + kw] = ((kh * dh % sh) * sw + kw * dw % sw) * hq * wq +
+                                  (kh * dh / sh) * wq + kw * dw / sw;
+    if (!job->zeroed[thread]) {
+        memset(pad, 0, (size_t)(sh * sw * hq * wq + kw_n * dw + MLCC_DW_CHUNK) * sizeof(float));
+        job->zeroed[thread] = 1;
+    }
+}
+
 /* Unit u: channels [c0, c1) of every image, in the scratch slice of the thread running it. */
 static void dw_flat_task(void *arg, int u, int thread) {
     dw_job *job = (dw_job *)arg;
@@ -881,7 +902,7 @@ static void dw_flat_task(void *arg, int u, int thread) {
     const ptrdiff_t oh_n = (ptrdiff_t)p->out_h, ow_n = (ptrdiff_t)p->out_w;
     const ptrdiff_t kh_n = (ptrdiff_t)p->kernel_h, kw_n = (ptrdiff_t)p->kernel_w;
     const ptrdiff_t sh = (ptrdiff_t)p->stride_h, sw = (ptrdiff_t)p->stride_w;
-    const ptrdiff_t dh = (ptrdiff_t)p->dilation_h, dw = (ptrdiff_t)p->dilation_w;
+    const ptrdiff_t dw = (ptrdiff_t)p->dilation_w;
     const ptrdiff_t channels = (ptrdiff_t)p->out_channels;
     const ptrdiff_t hq = mlcc_implicit_sub_h(p), wq = mlcc_implicit_sub_w(p);
     const ptrdiff_t planes = sh * sw * hq * wq, nv = oh_n * wq;
@@ -890,17 +911,8 @@ static void dw_flat_task(void *arg, int u, int thread) {
     float *pad = job->scratch + thread * mlcc_dw_scratch_floats(p);
     float *out = pad + planes + kw_n * dw + MLCC_DW_CHUNK;
     ptrdiff_t off[DW_MAX_TAPS];
-    ptrdiff_t n, c, kh, kw;
-    for (kh = 0; kh < kh_n; kh++)
-        for (kw = 0; kw < kw_n; kw++)
-            off[kh * kw_n + kw] = ((kh * dh % sh) * sw + kw * dw % sw) * hq * wq +
-                                  (kh * dh / sh) * wq + kw * dw / sw;
-    /* the padding and the slack read by the last chunk (see above): dw_flat_fill writes only
-     * input values there and zeros, so a thread clears its slice once per call (job.zeroed) */
-    if (!job->zeroed[thread]) {
-        memset(pad, 0, (size_t)(planes + kw_n * dw + MLCC_DW_CHUNK) * sizeof(float));
-        job->zeroed[thread] = 1;
-    }
+    ptrdiff_t n, c;
+    dw_flat_prepare(job, thread, pad, off);
     for (n = 0; n < p->batch; n++) {
         for (c = c0; c < c1; c++) {
             const float *wc = job->w + c * ntaps;
@@ -1050,7 +1062,6 @@ static void dw_wasm_task(void *arg, int u, int thread) {
     const ptrdiff_t dh = (ptrdiff_t)p->dilation_h, dw = (ptrdiff_t)p->dilation_w;
     const ptrdiff_t channels = (ptrdiff_t)p->out_channels;
     const ptrdiff_t hq = mlcc_implicit_sub_h(p), wq = mlcc_implicit_sub_w(p);
-    const ptrdiff_t planes = sh * sw * hq * wq;
     const ptrdiff_t ntaps = kh_n * kw_n;
     const ptrdiff_t c0 = channels * u / job->units, c1 = channels * (u + 1) / job->units;
     const int kind = p->act.kind;
@@ -1061,15 +1072,8 @@ static void dw_wasm_task(void *arg, int u, int thread) {
                    ? (int)sh : 0;
     float *pad = job->scratch + thread * mlcc_dw_scratch_floats(p);
     ptrdiff_t off[DW_MAX_TAPS];
-    ptrdiff_t n, c, kh, kw;
-    for (kh = 0; kh < kh_n; kh++)
-        for (kw = 0; kw < kw_n; kw++)
-            off[kh * kw_n + kw] = ((kh * dh % sh) * sw + kw * dw % sw) * hq * wq +
-                                  (kh * dh / sh) * wq + kw * dw / sw;
-    if (!job->zeroed[thread]) {
-        memset(pad, 0, (size_t)(planes + kw_n * dw + MLCC_DW_CHUNK) * sizeof(float));
-        job->zeroed[thread] = 1;
-    }
+    ptrdiff_t n, c;
+    dw_flat_prepare(job, thread, pad, off);
     for (n = 0; n < p->batch; n++) {
         for (c = c0; c < c1; c++) {
             const float *wc = job->w + c * ntaps;
