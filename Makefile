@@ -6,6 +6,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# Test processes (pytest-xdist), one per CPU up to 4; a test file stays in one process, so its
+# module fixtures (kernel builds, compiled models) are built once. TEST_JOBS=0: no workers.
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
+PARALLEL := -n $(TEST_JOBS) --dist loadfile -rs
 
 # Debian packages for the arm targets (cross compiler, its C library, qemu-aarch64) and the wasm
 # target (emcc, node; wabt's wasm-objdump to check the SIMD128 code; chromium for the web-digits
@@ -33,14 +37,14 @@ demo: $(STAMP)
 
 # The whole test suite, real models included (downloaded once into ~/.cache/mlcc-models).
 test: $(STAMP) target-tools safety-tools
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS) tests
+	$(BIN)/python -m pytest -q $(PARALLEL) $(PYTEST_ARGS) tests
 
 # Every model of tests/test_models.py compiled for arm and verified under qemu-aarch64, then
 # for wasm and verified in node (slow: the CI runs subsets in tests/test_targets_arm.py and
 # tests/test_targets_wasm.py as part of `make test`).
 test-targets: $(STAMP) target-tools
-	MLCC_TEST_TARGET=arm $(BIN)/python -m pytest -q $(PYTEST_ARGS) tests/test_models.py
-	MLCC_TEST_TARGET=wasm $(BIN)/python -m pytest -q $(PYTEST_ARGS) tests/test_models.py
+	MLCC_TEST_TARGET=arm $(BIN)/python -m pytest -q -n $(TEST_JOBS) $(PYTEST_ARGS) tests/test_models.py
+	MLCC_TEST_TARGET=wasm $(BIN)/python -m pytest -q -n $(TEST_JOBS) $(PYTEST_ARGS) tests/test_models.py
 
 # Installs the Debian packages of TARGET_PACKAGES that are missing (apt-get update first), and
 # says which. Not an error where it cannot: on other systems, or without root or sudo.
@@ -68,7 +72,7 @@ web-digits: $(STAMP)
 
 # Everything but the large real models.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS) tests
+	$(BIN)/python -m pytest -q $(PARALLEL) -m "not slow" $(PYTEST_ARGS) tests
 
 # mlcc against onnxruntime on the benchmark models (issue 3), one Markdown table; not a test.
 # BENCH_ARGS: e.g. --threads 2, or model names (python tests/bench_models.py --list).
