@@ -122,8 +122,9 @@ def test_module_size_budget(digits_wasm):
     """Code only (the weights are in weights.bin): the digits CNN's module stays small. The
     issue's goal is 1/20 of onnxruntime-web's 14.2 MB; this is a tripwire for accidental bloat
     (libc's printf, a kernel file pulled in whole). 62.8 KiB at 9f7bd57, 67.1 KiB after the
-    one-row GEMM and Winograd's partial vectors."""
-    assert (digits_wasm / "model.wasm").stat().st_size < 96 * 1024
+    one-row GEMM and Winograd's partial vectors, 101.8 KiB after the epilogues in registers, the
+    shifted-copy implicit GEMM and its tile inlined per vector count (2026-11-26)."""
+    assert (digits_wasm / "model.wasm").stat().st_size < 128 * 1024
 
 
 @needs_wasm
