@@ -53,21 +53,10 @@ static const uint8_t *padded_planes(const mlcc_qconv2d_params *p, const uint8_t 
 #endif
 
 #if MLCC_QCONV_AVX512
-/* qgemm.c's vnni_store_u8: the same operations in the same order (the same bits). */
+/* One row of 16 requantized to uint8 with one channel's constants (qgemm.h). */
 static inline void store_u8(__m512i c, int32_t bias, float scale, const mlcc_requant *rq,
-                                   __mmask16 mask, uint8_t *out) {
-    const __m512 lo = _mm512_set1_ps((float)(rq->qmin - rq->zero_point));
-    const __m512 hi = _mm512_set1_ps((float)(rq->qmax - rq->zero_point));
-    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c, _mm512_set1_epi32(bias))),
-                             _mm512_set1_ps(scale));
-    f = _mm512_max_ps(f, lo);
-    f = _mm512_min_ps(f, hi);
-    /* rounded half to even by the conversion itself (the portable loop's (f + magic) -
-     * magic, in one instruction: f is clamped to [-255, 255], an exact integer either way) */
-    _mm_mask_storeu_epi8(out, mask, _mm512_cvtepi32_epi8(
-        _mm512_add_epi32(_mm512_cvt_roundps_epi32(f, _MM_FROUND_TO_NEAREST_INT |
-                                                         _MM_FROUND_NO_EXC),
-                         _mm512_set1_epi32(rq->zero_point))));
+                            __mmask16 mask, uint8_t *out) {
+    mlcc_u8_store_requant16(c, _mm512_set1_epi32(bias), _mm512_set1_ps(scale), rq, mask, out);
 }
 #endif
 

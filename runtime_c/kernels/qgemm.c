@@ -1,7 +1,8 @@
 /* u8 x s8 -> s32 matrix products and the requantizing epilogue (see qgemm.h). */
 #include "qgemm.h"
 
-#if defined(__AVX512VNNI__) && defined(__AVX512F__) && defined(__AVX512BW__)
+#if defined(__AVX512VNNI__) && defined(__AVX512F__) && defined(__AVX512BW__) && \
+    defined(__AVX512VL__)   /* mlcc_u8_store_requant16 (qgemm.h) */
 #include <immintrin.h>
 #define MLCC_QGEMM_VNNI 1
 #else
@@ -186,24 +187,6 @@ static inline __m512i bcast4(const void *p) {
     c = d->a_signed ? _mm512_dpbusd_epi32(c, bv, bcast4(row + k4 * 4))                     \
                     : _mm512_dpbusd_epi32(c, bcast4(row + k4 * 4), bv)
 
-/* The float requantization to uint8 (mlcc_requant_run's arithmetic, the same operations in
- * the same order up to the rounding, done by the conversion: the same bits) of one row of a tile, in registers: per-row constants
- * (conv: the channel is the row) or per-column ones (Gemm). */
-static inline void vnni_store_u8(__m512i c, __m512i bias, __m512 scale, const mlcc_requant *rq,
-                                 __mmask16 mask, uint8_t *out) {
-    const __m512 lo = _mm512_set1_ps((float)(rq->qmin - rq->zero_point));
-    const __m512 hi = _mm512_set1_ps((float)(rq->qmax - rq->zero_point));
-    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c, bias)), scale);
-    f = _mm512_max_ps(f, lo);
-    f = _mm512_min_ps(f, hi);
-    /* rounded half to even by the conversion itself (the portable loop's (f + magic) -
-     * magic, in one instruction: f is clamped to [-255, 255], an exact integer either way) */
-    _mm_mask_storeu_epi8(out, mask, _mm512_cvtepi32_epi8(
-        _mm512_add_epi32(_mm512_cvt_roundps_epi32(f, _MM_FROUND_TO_NEAREST_INT |
-                                                         _MM_FROUND_NO_EXC),
-                         _mm512_set1_epi32(rq->zero_point))));
-}
-
 static void qgemm_vnni(const mlcc_qgemm_desc *d, const uint8_t *a, const uint8_t *b,
                        const mlcc_requant *rq, const mlcc_qchannels *ch, void *y) {
     int64_t i0, j0, k4;
@@ -241,14 +224,14 @@ static void qgemm_vnni(const mlcc_qgemm_desc *d, const uint8_t *a, const uint8_t
                 int64_t r;
                 if (d->channel_is_row) {
                     for (r = 0; r < mr; r++)
-                        vnni_store_u8(cs[r], _mm512_set1_epi32(ch->bias[i0 + r]),
+                        mlcc_u8_store_requant16(cs[r], _mm512_set1_epi32(ch->bias[i0 + r]),
                                       _mm512_set1_ps(ch->scale[i0 + r]), rq, mask,
                                       yt + r * d->ldy);
                 } else {
                     const __m512i bias = _mm512_maskz_loadu_epi32(mask, ch->bias + j0);
                     const __m512 scale = _mm512_maskz_loadu_ps(mask, ch->scale + j0);
                     for (r = 0; r < mr; r++)
-                        vnni_store_u8(cs[r], bias, scale, rq, mask, yt + r * d->ldy);
+                        mlcc_u8_store_requant16(cs[r], bias, scale, rq, mask, yt + r * d->ldy);
                 }
                 continue;
             }

@@ -86,4 +86,27 @@ void mlcc_u8_qfc(const mlcc_qfc_params *p, const uint8_t *x, const int8_t *w_pac
                  const int32_t *bias, const float *scale, const float *fbias,
                  const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch);
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#include <immintrin.h>
+/* The float requantization to uint8 (mlcc_requant_run's arithmetic, the same operations in
+ * the same order up to the rounding, done by the conversion: the same bits) of one row of a tile, in registers: per-row constants
+ * (conv: the channel is the row) or per-column ones (Gemm). Shared by qgemm.c and qconv.c
+ * (AVX-512 F, BW and VL: the masked byte store). */
+static inline void mlcc_u8_store_requant16(__m512i c, __m512i bias, __m512 scale,
+                                           const mlcc_requant *rq, __mmask16 mask,
+                                           uint8_t *out) {
+    const __m512 lo = _mm512_set1_ps((float)(rq->qmin - rq->zero_point));
+    const __m512 hi = _mm512_set1_ps((float)(rq->qmax - rq->zero_point));
+    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c, bias)), scale);
+    f = _mm512_max_ps(f, lo);
+    f = _mm512_min_ps(f, hi);
+    /* rounded half to even by the conversion itself (the portable loop's (f + magic) -
+     * magic, in one instruction: f is clamped to [-255, 255], an exact integer either way) */
+    _mm_mask_storeu_epi8(out, mask, _mm512_cvtepi32_epi8(
+        _mm512_add_epi32(_mm512_cvt_roundps_epi32(f, _MM_FROUND_TO_NEAREST_INT |
+                                                         _MM_FROUND_NO_EXC),
+                         _mm512_set1_epi32(rq->zero_point))));
+}
+#endif
+
 #endif /* MLCC_QGEMM_H */
