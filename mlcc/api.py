@@ -811,7 +811,7 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
         checks = [compare(n, got[n], ref[n]) for n in got if n in ref]
         samples = _bench.measure({"mlcc": run_mlcc, "onnxruntime": run_ort}, runs,
                                  settle_s=_bench.SETTLE_S if threads > 1 else 0.0)
-        peak = _bench.peak_of(tgt)
+        peak = _bench.machine_peak(tgt)
         calls = samples["_calls"]
         notes = ["threads: 1 for both" if threads == 1
                  else f"threads: {threads} for both (mlcc: a pool of {threads} threads; "

@@ -11,8 +11,11 @@ the median and the 90th percentile over samples.
 """
 from __future__ import annotations
 
+import functools
 import gc
 import math
+import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +133,80 @@ def peak_of(target) -> Peak:
     return Peak(ghz * fma * lanes * 2,
                 f"{ghz:g} GHz x {fma:g} FMA units x {lanes} fp32 lanes "
                 f"({target.vector_bits}-bit vectors) x 2 FLOP per FMA, from {where}")
+
+
+# One core's fp32 peak, measured: 12 independent chains of multiply-adds on the target's
+# widest vectors, so that neither the FMA latency nor anything but the FMA units limits it.
+# A description's GHz x FMA units x lanes is wrong on CPUs that split wide vectors (Zen 4
+# runs 512-bit FMAs on 256-bit units: half the peak of a Zen 5 with the same flags).
+_PEAK_LOOP = r"""
+typedef float vf __attribute__((vector_size(VECTOR_BYTES)));
+#define CHAIN(x) x = x * m + a
+__attribute__((visibility("default"))) float mlcc_peak_loop(long iters, float seed) {
+    vf zero = {0}, m = zero + seed * 0.99999f, a = zero + seed * 1e-6f;
+    vf c0 = m + seed, c1 = c0 + 1, c2 = c0 + 2, c3 = c0 + 3, c4 = c0 + 4, c5 = c0 + 5,
+       c6 = c0 + 6, c7 = c0 + 7, c8 = c0 + 8, c9 = c0 + 9, c10 = c0 + 10, c11 = c0 + 11;
+    for (long i = 0; i < iters; i++) {
+        CHAIN(c0); CHAIN(c1); CHAIN(c2); CHAIN(c3); CHAIN(c4); CHAIN(c5);
+        CHAIN(c6); CHAIN(c7); CHAIN(c8); CHAIN(c9); CHAIN(c10); CHAIN(c11);
+    }
+    vf s = ((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7)) + ((c8 + c9) + (c10 + c11));
+    float total = 0;
+    for (unsigned i = 0; i < sizeof s / sizeof s[0]; i++) total += s[i];
+    return total;
+}
+"""
+_PEAK_CHAINS = 12
+
+
+@functools.lru_cache(maxsize=None)
+def _measure_peak(cc: str, cflags: tuple[str, ...], ldflags: tuple[str, ...],
+                  vector_bits: int) -> float:
+    """GFLOP/s of _PEAK_LOOP built with this toolchain, best of 5 runs of ~30 ms each."""
+    import ctypes
+    with tempfile.TemporaryDirectory(prefix="mlcc-peak-") as tmp:
+        src, lib = Path(tmp) / "peak.c", Path(tmp) / "peak.so"
+        src.write_text(_PEAK_LOOP)
+        subprocess.run([cc, *cflags, f"-DVECTOR_BYTES={vector_bits // 8}", "-o", str(lib),
+                        str(src), *ldflags], check=True, capture_output=True, timeout=60)
+        loop = ctypes.CDLL(str(lib)).mlcc_peak_loop
+        loop.argtypes, loop.restype = [ctypes.c_long, ctypes.c_float], ctypes.c_float
+        iters = 10_000
+        while _timed(lambda: loop(iters, 1.0)) < 0.01:      # size one run to about 30 ms
+            iters *= 4
+        iters *= 3
+        best = min(_timed(lambda: loop(iters, 1.0)) for _ in range(5))
+    flops = iters * _PEAK_CHAINS * (vector_bits // 32) * 2
+    return flops / best / 1e9
+
+
+def _timed(call: Callable[[], object]) -> float:
+    """CPU seconds of the calling thread: time the machine gave to other jobs is not counted."""
+    t0 = time.thread_time()
+    call()
+    return time.thread_time() - t0
+
+
+def machine_peak(target) -> Peak:
+    """The peak of one core of this machine measured with the target's own compiler and
+    flags, when its libraries run here (a host target whose compiler is installed); the
+    description's peak (peak_of) otherwise. Both are named in the assumption."""
+    described = peak_of(target)
+    if not (target.is_host and target.compiler_found()):
+        return described
+    tc = target.toolchain
+    cflags = tuple(f for f in tc.cflags if f != "-fvisibility=hidden")
+    try:
+        ldflags = tuple(tc.ldflags) + (() if "-shared" in tc.ldflags else ("-shared",))
+        measured = _measure_peak(tc.cc, cflags, ldflags,
+                                 max(target.vector_bits, 128))
+    except (OSError, subprocess.SubprocessError):
+        return described
+    return Peak(measured, f"measured on this machine: {_PEAK_CHAINS} chains of "
+                          f"{max(target.vector_bits, 128)}-bit multiply-adds on one core, "
+                          f"built with {target.name}'s compiler and flags; target "
+                          f"{target.name} describes {described.gflops_per_core:.0f}: "
+                          f"{described.assumption}")
 
 
 def onnxruntime_runner(model_path: str, feeds: dict[str, np.ndarray], threads: int

@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         f"optimizations ALL; mlcc thread pool of the same size); target {target.name}, "
         f"{_cc_version(target.toolchain.cc)}; mlcc {mlcc.__version__} at {_git_rev()}.",
         "Latencies are medians and 90th percentiles over interleaved samples after warm-up."
-        + (f" Peak assumed: {peak.gflops_per_core:.0f} GFLOP/s per core ({peak.assumption})."
+        + (f" Peak: {peak.gflops_per_core:.0f} GFLOP/s per core ({peak.assumption})."
            if peak else ""),
         ""]
     table = markdown_table(rows)

@@ -7,9 +7,10 @@ import pytest
 from click.testing import CliRunner
 
 import mlcc
-from mlcc.benchmark import TABLE_COLUMNS, markdown_table, peak_of
+from mlcc.benchmark import TABLE_COLUMNS, machine_peak, markdown_table, peak_of
 from mlcc.cli import main
 from mlcc.errors import InputError
+from mlcc.targets.target import load_target
 
 
 def test_cli_bench_prints_the_report(tiny_static_path):
@@ -55,6 +56,18 @@ def test_peak_from_the_target_description():
     assert "3 GHz" in peak.assumption and "8 fp32 lanes" in peak.assumption
     unknown = peak_of(SimpleNamespace(name="t", path="", vector_bits=128, cpu={}))
     assert math.isnan(unknown.gflops_per_core) and "unknown" in unknown.assumption
+
+
+def test_peak_measured_on_the_host_described_elsewhere():
+    """The host target's peak is measured (a positive figure, the description named beside
+    it); a target whose binaries do not run here keeps the description's."""
+    host = load_target("x86")
+    peak = machine_peak(host)
+    assert peak.gflops_per_core > 0 and "measured on this machine" in peak.assumption
+    assert "128-bit" in peak.assumption and "x86.yaml" in peak.assumption
+    cross = SimpleNamespace(name="board", path="", vector_bits=128, is_host=False,
+                            cpu={"ghz": 2.0, "fma_units": 1})
+    assert machine_peak(cross).gflops_per_core == 2.0 * 1 * 4 * 2
 
 
 def test_bench_refuses_bad_counts(tiny_static_path):
