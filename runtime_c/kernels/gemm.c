@@ -465,51 +465,26 @@ static PACKED_INLINE void packed_tile_whole(ptrdiff_t kc, const float *MLCC_REST
 
 #if MLCC_HAVE_VECTORS && !defined(__wasm_simd128__)
 /* Other vector targets: a whole TILE_ROWS x NR tile (nearly every tile) with the epilogue in
- * registers, the activation's kind switched once per tile. packed_tile's epilogue (a variable
- * number of rows, mlcc_vf_act's switch per vector) made GCC spill the 16 accumulators to the
- * stack after every k loop: on MobileNetV2's 16 -> 96 layer (k = 16) that was a third of the
- * time. The same operations in the same order as packed_tile: the same bits. */
-/* The activations other than ReLU and Clip, out of line: their code (SiLU's exp) inlined next
- * to the tile's accumulators made GCC keep all of them on the stack. */
+ * registers, the activation's kind switched once per tile (gemm.h, mlcc_tile_act).
+ * packed_tile's epilogue (a variable number of rows, mlcc_vf_act's switch per vector) made GCC
+ * spill the 16 accumulators to the stack after every k loop: on MobileNetV2's 16 -> 96 layer
+ * (k = 16) that was a third of the time. The same operations in the same order as
+ * packed_tile: the same bits. */
+/* The activations other than ReLU and Clip (gemm.h, mlcc_tile_act): their code (SiLU's exp)
+ * inlined next to a tile's accumulators made GCC keep all of them on the stack. */
 #if defined(__GNUC__) && !defined(__clang__)
 __attribute__((noinline, noclone))
 #else
 __attribute__((noinline))
 #endif
-static void tile_act_other(const mlcc_act *act, mlcc_vf *x) {
+void mlcc_vf_act_n(const mlcc_act *act, mlcc_vf *x, ptrdiff_t n) {
     ptrdiff_t i;
-    for (i = 0; i < PTR * MLCC_GEMM_NV; i++) x[i] = mlcc_vf_act(act, x[i]);
-}
-
-static inline __attribute__((always_inline)) void tile_act(const mlcc_act *act,
-                                                           mlcc_vf acc[PTR][MLCC_GEMM_NV]) {
-    ptrdiff_t r, v;
-    switch (act->kind) {
-    case MLCC_ACT_NONE: return;
-    case MLCC_ACT_RELU: {
-        const mlcc_vf zero = mlcc_vf_splat(0.0f);
-        for (r = 0; r < PTR; r++)
-            for (v = 0; v < MLCC_GEMM_NV; v++)
-                acc[r][v] = mlcc_vf_select(acc[r][v] > zero, acc[r][v], zero);
+    if (act->kind == MLCC_ACT_SILU) {   /* YOLOv8n's: the switch once, not per vector */
+        const float alpha = act->alpha;
+        for (i = 0; i < n; i++) x[i] = x[i] * mlcc_vf_sigmoid(x[i], alpha);
         return;
     }
-    case MLCC_ACT_CLIP: {
-        const mlcc_vf lo = mlcc_vf_splat(act->alpha), hi = mlcc_vf_splat(act->beta);
-        for (r = 0; r < PTR; r++)
-            for (v = 0; v < MLCC_GEMM_NV; v++)
-                acc[r][v] = mlcc_vf_select(acc[r][v] < lo, lo,
-                                           mlcc_vf_select(acc[r][v] > hi, hi, acc[r][v]));
-        return;
-    }
-    default: {
-        mlcc_vf t[PTR * MLCC_GEMM_NV];   /* a copy: acc itself never has its address taken */
-        for (r = 0; r < PTR; r++)
-            for (v = 0; v < MLCC_GEMM_NV; v++) t[r * MLCC_GEMM_NV + v] = acc[r][v];
-        tile_act_other(act, t);
-        for (r = 0; r < PTR; r++)
-            for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] = t[r * MLCC_GEMM_NV + v];
-    }
-    }
+    for (i = 0; i < n; i++) x[i] = mlcc_vf_act(act, x[i]);
 }
 
 static PACKED_INLINE void packed_tile_whole(ptrdiff_t kc, const float *MLCC_RESTRICT a,
@@ -547,7 +522,7 @@ static PACKED_INLINE void packed_tile_whole(ptrdiff_t kc, const float *MLCC_REST
             for (r = 0; r < PTR; r++)
                 for (v = 0; v < MLCC_GEMM_NV; v++)
                     acc[r][v] += mlcc_vf_load(res + r * ldc + v * MLCC_VF_LANES);
-        tile_act(act, acc);
+        mlcc_tile_act(act, &acc[0][0], PTR * MLCC_GEMM_NV);
     }
     for (r = 0; r < PTR; r++)
         for (v = 0; v < MLCC_GEMM_NV; v++) mlcc_vf_store(c + r * ldc + v * MLCC_VF_LANES, acc[r][v]);
