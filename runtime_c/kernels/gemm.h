@@ -106,4 +106,37 @@ void mlcc_f32_gemm_packed_residual(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const 
                                    const float *bias, const float *res, const mlcc_act *act,
                                    float *c, ptrdiff_t ldc);
 
+#if MLCC_HAVE_VECTORS && !defined(__wasm_simd128__)
+/* The activation of a register tile of n (a constant) vectors, its kind switched once: ReLU and
+ * Clip inline, the others through mlcc_vf_act_n (gemm.c), out of line and on a copy, so that
+ * the tile's accumulators stay in registers (GCC spilled them all when SiLU's exp was inlined
+ * beside them, or when their address reached a call). Lane for lane mlcc_vf_act: the same bits.
+ * (wasm has its own, mlcc_wasm_act_vecs in mlcc_kernel.h.) */
+void mlcc_vf_act_n(const mlcc_act *act, mlcc_vf *x, ptrdiff_t n);
+
+static inline __attribute__((always_inline)) void mlcc_tile_act(const mlcc_act *act, mlcc_vf *x,
+                                                                const int n) {
+    int i;
+    switch (act->kind) {
+    case MLCC_ACT_NONE: return;
+    case MLCC_ACT_RELU: {
+        const mlcc_vf zero = mlcc_vf_splat(0.0f);
+        for (i = 0; i < n; i++) x[i] = mlcc_vf_select(x[i] > zero, x[i], zero);
+        return;
+    }
+    case MLCC_ACT_CLIP: {
+        const mlcc_vf lo = mlcc_vf_splat(act->alpha), hi = mlcc_vf_splat(act->beta);
+        for (i = 0; i < n; i++) x[i] = mlcc_vf_select(x[i] < lo, lo, mlcc_vf_select(x[i] > hi, hi, x[i]));
+        return;
+    }
+    default: {
+        mlcc_vf t[MLCC_GEMM_TILE_ROWS * MLCC_GEMM_NV];   /* a copy: x never reaches the call */
+        for (i = 0; i < n; i++) t[i] = x[i];
+        mlcc_vf_act_n(act, t, n);
+        for (i = 0; i < n; i++) x[i] = t[i];
+    }
+    }
+}
+#endif
+
 #endif /* MLCC_GEMM_H */
