@@ -463,11 +463,58 @@ static PACKED_INLINE void packed_tile_whole(ptrdiff_t kc, const float *MLCC_REST
 }
 #endif
 
+#if MLCC_HAVE_VECTORS && defined(__wasm_simd128__)
+/* wasm, depths of at most this (one k block): gemm_packed's tiles row by row, each TILE_ROWS
+ * rows across all the panels. Columns first, a shallow product (3-channel stems, MobileNetV2's
+ * 16 -> 96 1x1 on 112 x 112) stores each B panel's results into every row of C: 64-96 store
+ * streams of 32 bytes whose lines come from L3, which took a third of SqueezeNet's 3 -> 64
+ * stem (tiles written to one L1 buffer instead: 0.65x). Rows first, C is written in TILE_ROWS
+ * sequential streams and the B panels (PANEL_BYTES, L2) are read in order: the stems 0.75x
+ * and 0.87x, 16 -> 96 0.87x (tests/profile_wasm.py A/B); deeper products were 1.05-1.17x. */
+#define WASM_ROWS_FIRST_K 64
+static inline __attribute__((always_inline)) void
+gemm_packed_rows_first(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed,
+                       ptrdiff_t a_rows, ptrdiff_t a_row0, const float *b_panels,
+                       const float *bias, const mlcc_act *act, float *c, ptrdiff_t ldc) {
+    ptrdiff_t i, j;
+    (void)a_rows;   /* one k block */
+    for (i = 0; i < m; i += PTR) {
+        const ptrdiff_t mr = m - i < PTR ? m - i : PTR;
+        const float *at = a_packed + (a_row0 + i - i % PMR) * k + i % PMR;
+        const float *bt = bias ? bias + i : NULL;
+        for (j = 0; j < n; j += PNR) {
+            const ptrdiff_t nr = n - j < PNR ? n - j : PNR;
+            const float *bp = b_panels + (j / PNR) * k * PNR;
+            if (mr == PTR && nr == PNR)
+                packed_tile_whole(k, at, bp, c + i * ldc + j, ldc, 1, 1, bt, NULL, act);
+#if MLCC_GEMM_NV > 1
+            else if (nr <= MLCC_VF_LANES)
+                packed_tile(k, at, bp, c + i * ldc + j, ldc, mr, nr, 1, 1, bt, NULL, act, 1);
+#endif
+            else
+                packed_tile(k, at, bp, c + i * ldc + j, ldc, mr, nr, 1, 1, bt, NULL, act, 0);
+        }
+    }
+}
+#endif
+
+/* rows_first: a constant, 1 from the entry point without a residual (wasm: the residual's
+ * entry point with the second loop nest inlined too ran MobileNetV2's residual 1x1
+ * convolutions 2.6x slower in node) */
 static PACKED_INLINE void gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
                                       const float *a_packed, ptrdiff_t a_rows, ptrdiff_t a_row0,
                                       const float *b_panels, const float *bias, const float *res,
-                                      const mlcc_act *act, float *c, ptrdiff_t ldc) {
+                                      const mlcc_act *act, float *c, ptrdiff_t ldc,
+                                      const int rows_first) {
     ptrdiff_t k0, i0, i, j;
+#if MLCC_HAVE_VECTORS && defined(__wasm_simd128__)
+    if (rows_first && k <= WASM_ROWS_FIRST_K) {
+        gemm_packed_rows_first(m, n, k, a_packed, a_rows, a_row0, b_panels, bias, act, c, ldc);
+        return;
+    }
+#else
+    (void)rows_first;
+#endif
     for (k0 = 0; k0 < k; k0 += MLCC_GEMM_KC) {
         const ptrdiff_t kc = k - k0 < MLCC_GEMM_KC ? k - k0 : MLCC_GEMM_KC;
         const int first = k0 == 0, last = k0 + kc == k;
@@ -509,12 +556,12 @@ static PACKED_INLINE void gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
 void mlcc_f32_gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed,
                           ptrdiff_t a_rows, ptrdiff_t a_row0, const float *b_panels,
                           const float *bias, const mlcc_act *act, float *c, ptrdiff_t ldc) {
-    gemm_packed(m, n, k, a_packed, a_rows, a_row0, b_panels, bias, NULL, act, c, ldc);
+    gemm_packed(m, n, k, a_packed, a_rows, a_row0, b_panels, bias, NULL, act, c, ldc, 1);
 }
 
 void mlcc_f32_gemm_packed_residual(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed,
                                    ptrdiff_t a_rows, ptrdiff_t a_row0, const float *b_panels,
                                    const float *bias, const float *res, const mlcc_act *act,
                                    float *c, ptrdiff_t ldc) {
-    gemm_packed(m, n, k, a_packed, a_rows, a_row0, b_panels, bias, res, act, c, ldc);
+    gemm_packed(m, n, k, a_packed, a_rows, a_row0, b_panels, bias, res, act, c, ldc, 0);
 }
