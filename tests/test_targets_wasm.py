@@ -328,11 +328,14 @@ PW_CASES = [(16, 21, 11, 13, "Clip", False), (3, 8, 4, 8, "Relu", True),
             (7, 5, 3, 3, "Relu", False), (32, 40, 17, 16, "Clip", True)]
 
 
-# (in channels, out channels, height, width, stride, activation): 3x3 convolutions on the
-# implicit GEMM (conv.c, implicit_tile: wasm's whole-tile epilogue): stride 2 from depth 64 up,
-# stride 1 below Winograd's 8 channels, a depth over one k block (the partial sums)
-IM_CASES = [(8, 13, 21, 19, 2, "Relu"), (5, 6, 20, 23, 1, "Clip"), (32, 9, 11, 17, 2, None),
-            (9, 16, 16, 16, 2, "Sigmoid")]
+# (in channels, out channels, height, width, stride, dilation, activation): 3x3 convolutions
+# that x86 computes by the implicit GEMM and wasm by it (conv.c, implicit_tile: wasm's
+# whole-tile epilogue) where the stride is 1 (below Winograd's 8 channels, dilated, a depth
+# over one k block: the partial sums), by gathered panels where it is 2 (`implicit_strided:
+# false` in targets/wasm.yaml): the same sums either way
+IM_CASES = [(8, 13, 21, 19, 2, 1, "Relu"), (5, 6, 20, 23, 1, 1, "Clip"),
+            (32, 9, 11, 17, 2, 1, None), (9, 16, 16, 16, 2, 1, "Sigmoid"),
+            (32, 11, 13, 19, 1, 2, "Relu")]
 
 
 def _act_node(act: str, x: str, y: str):
@@ -377,13 +380,13 @@ def test_depthwise_and_pointwise_are_the_x86_targets_bit_for_bit(tmp_path):
         else:
             nodes.append(helper.make_node("Identity", [y], [f"py{i}"]))
         outs.append(f"py{i}")
-    for i, (cin, cout, h, w, st, act) in enumerate(IM_CASES):
+    for i, (cin, cout, h, w, st, dil, act) in enumerate(IM_CASES):
         feeds[f"i{i}"] = rng.standard_normal((1, cin, h, w)).astype(np.float32)
         weights[f"iW{i}"] = (rng.standard_normal((cout, cin, 3, 3)) / cin).astype(np.float32)
         weights[f"ib{i}"] = rng.standard_normal(cout).astype(np.float32)
         nodes.append(helper.make_node("Conv", [f"i{i}", f"iW{i}", f"ib{i}"],
                                       [f"ic{i}" if act else f"iy{i}"], strides=[st, st],
-                                      pads=[1] * 4))
+                                      pads=[dil] * 4, dilations=[dil, dil]))
         if act:
             nodes.append(_act_node(act, f"ic{i}", f"iy{i}"))
         outs.append(f"iy{i}")
@@ -391,9 +394,11 @@ def test_depthwise_and_pointwise_are_the_x86_targets_bit_for_bit(tmp_path):
     got = compile_and_run(model, feeds, tmp_path / "wasm", target="wasm")
     src = next((tmp_path / "wasm").glob("*/out/model.c")).read_text()
     assert src.count("mlcc_f32_conv2d_depthwise_vec(") == len(DW_CASES)
-    assert src.count("mlcc_f32_conv2d_implicit(") == len(IM_CASES)
+    assert src.count("mlcc_f32_conv2d_implicit(") == sum(c[4] == 1 for c in IM_CASES)
     assert "mlcc_f32_conv2d_packed_residual(" in src
     x86 = compile_and_run(model, feeds, tmp_path / "x86", target="x86")
+    src = next((tmp_path / "x86").glob("*/out/model.c")).read_text()
+    assert src.count("mlcc_f32_conv2d_implicit(") == len(IM_CASES)
     ref = reference_outputs(model, feeds)
     for name in outs:
         np.testing.assert_array_equal(got[name], x86[name], err_msg=name)
@@ -478,6 +483,11 @@ def test_target_schema_env_and_output(tmp_path):
         parse_target("name: w\narch: a\ntoolchain: {cc: emcc, env: {A: 1}}\n")
     with pytest.raises(TargetError, match="output must be one of shared, wasm"):
         parse_target("name: w\narch: a\noutput: exe\ntoolchain: {cc: emcc}\n")
+    # strided convolutions: gathered panels on wasm, the implicit GEMM elsewhere (default)
+    assert t.lowering_options()["implicit_strided"]
+    assert not load_target("wasm").lowering_options()["implicit_strided"]
+    with pytest.raises(TargetError, match="implicit_strided must be a bool"):
+        parse_target("name: w\narch: a\ntoolchain: {cc: emcc}\nimplicit_strided: 0\n")
 
 
 # --------------------------------------------------------------------------------- models

@@ -327,8 +327,10 @@ class Conv(OpDef):
             # 1.07x slower that way; all three now take the shifted copies above).
             table_first = small and (kdim < IMPLICIT_MIN_STRIDED_DEPTH or
                                      2 * (kw - 1) * dw // sw >= ow)
+            strided_ok = kdim >= IMPLICIT_MIN_STRIDED_DEPTH and \
+                lo.options.get("implicit_strided", True)   # targets/wasm.yaml: off
             if (not table_first and kh * kw > 1
-                    and (sh == sw == 1 or kdim >= IMPLICIT_MIN_STRIDED_DEPTH)
+                    and (sh == sw == 1 or strided_ok)
                     and sub_floats < 2**31 - 2**20):   # offsets are int32
                 # an implicit GEMM over the padded input split by stride phase: nothing
                 # gathered (1x1 convolutions copy their input into panels faster)

@@ -61,6 +61,10 @@ class Target:
     # fewer multiplications, rounded differently from the direct convolution
     # (runtime_c/kernels/winograd.h, mlcc/ops/winograd.py)
     winograd: bool = False
+    # Strided KxK convolutions (depth 64+) by the implicit GEMM (conv.h) rather than gathered
+    # im2col panels through the packed GEMM; wasm turns it off (the gathered path was
+    # 0.72-0.88x per layer in node: README, wasm Speed)
+    implicit_strided: bool = True
 
     @property
     def library_name(self) -> str:
@@ -105,7 +109,8 @@ class Target:
         # written and measured for 512-bit vectors (two vectors of 16 per position); with
         # 128-bit ones they would hold 16 accumulators in 16 registers and spill
         return {"winograd": self.winograd,
-                "channel_tiles": self.simd != "none" and self.vector_bits >= 512}
+                "channel_tiles": self.simd != "none" and self.vector_bits >= 512,
+                "implicit_strided": self.implicit_strided}
 
     def tile_defines(self) -> list[str]:
         """The macros of the target's own packed-GEMM register tile (`gemm_tile`), if any."""
@@ -118,7 +123,7 @@ _SCHEMA = {
     "name": str, "description": str, "arch": str, "toolchain": dict, "simd": str,
     "vector_bits": int, "alignment": int, "threads": int, "output": str, "cache_kib": dict,
     "cpu": dict, "run": list, "run_package": str, "int8": dict, "pointer_bits": int,
-    "gemm_tile": dict, "winograd": bool,
+    "gemm_tile": dict, "winograd": bool, "implicit_strided": bool,
 }
 _GEMM_TILE = {"rows": int, "vectors": int}
 # rows divide the packed A panel's 8 rows (MLCC_GEMM_MR); vectors keep the B panel's width a
@@ -234,7 +239,8 @@ def parse_target(text: str, path: str = "<target>") -> Target:
         int8_activations=int8.get("activations", "uint8"),
         int8_requant=int8.get("requant", "float"), path=path,
         gemm_tile=(tile["rows"], tile["vectors"]) if tile is not None else (),
-        winograd=data.get("winograd", False))
+        winograd=data.get("winograd", False),
+        implicit_strided=data.get("implicit_strided", True))
 
 
 def builtin_targets() -> list[str]:
