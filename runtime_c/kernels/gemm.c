@@ -157,57 +157,13 @@ static void gemv_block(ptrdiff_t n, ptrdiff_t kc, const float *a, ptrdiff_t acs,
 }
 #endif
 
-/* C[i0, i1) x [j0, j1) with its bias and activation: j0 a multiple of NR, the order of the sums
- * for an element (k blocks in order, then bias, then activation) the same wherever the block
- * boundaries fall, so that any partition into blocks gives the same bits. bw: 0 for B in rows
- * (ldb apart), MLCC_GEMM_B_PANEL for B in column panels (gemm.h): a tile of NR columns then
- * reads one panel's rows, bw floats apart, and the order of the sums is the same. */
-static void gemm_block(const mlcc_gemm_params *p, const float *a, const float *b,
-                       const float *bias, float *c, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t j0,
-                       ptrdiff_t j1, ptrdiff_t bw) {
-    const ptrdiff_t k = (ptrdiff_t)p->k;
-    const ptrdiff_t ars = (ptrdiff_t)p->a_row_stride, acs = (ptrdiff_t)p->a_col_stride;
-    const ptrdiff_t ldb = bw ? bw : (ptrdiff_t)p->ldb, ldc = (ptrdiff_t)p->ldc;
-    ptrdiff_t i, j, k0;
-
-    if (k == 0) {
-        for (i = i0; i < i1; i++)
-            for (j = j0; j < j1; j++) c[i * ldc + j] = 0.0f;
-    }
-    for (k0 = 0; k0 < k; k0 += KC) {
-        const ptrdiff_t kc = k - k0 < KC ? k - k0 : KC;
-        const int accumulate = k0 > 0;
-        const float *ak = a + k0 * acs;
-        const float *bk = b + k0 * ldb;
-#if MLCC_HAVE_VECTORS
-        if (p->m == 1 && bw == 0) {   /* not a one-row block of a larger product: its bits */
-            gemv_block(j1 - j0, kc, ak + i0 * ars, acs, bk + j0, ldb, c + i0 * ldc + j0,
-                       p->alpha, accumulate);
-            continue;
-        }
-#endif
-        for (j = j0; j < j1; j += NR) {
-            const ptrdiff_t nr = j1 - j < NR ? j1 - j : NR;
-            /* column j of block k0's rows */
-            const float *bj = bw ? b + (j / bw) * k * bw + k0 * bw + j % bw : bk + j;
-            for (i = i0; i < i1; i += MR) {
-                const ptrdiff_t mr = i1 - i < MR ? i1 - i : MR;
-#if MLCC_HAVE_VECTORS
-                if (nr == NR) {
-                    if (mr == MR)
-                        tile_full(MR, kc, ak + i * ars, ars, acs, bj, ldb, c + i * ldc + j,
-                                  ldc, p->alpha, accumulate);
-                    else
-                        tile_full(mr, kc, ak + i * ars, ars, acs, bj, ldb, c + i * ldc + j,
-                                  ldc, p->alpha, accumulate);
-                    continue;
-                }
-#endif
-                tile_edge(mr, nr, kc, ak + i * ars, ars, acs, bj, ldb, c + i * ldc + j, ldc,
-                          p->alpha, accumulate);
-            }
-        }
-    }
+/* Bias and activation of C[i0, i1) x [j0, j1), once its sums are complete. Per element the
+ * same operations wherever the range falls (mlcc_act_apply's tail goes through a padded vector,
+ * the same code as its body). */
+static void block_epilogue(const mlcc_gemm_params *p, const float *bias, float *c, ptrdiff_t i0,
+                           ptrdiff_t i1, ptrdiff_t j0, ptrdiff_t j1) {
+    const ptrdiff_t ldc = (ptrdiff_t)p->ldc;
+    ptrdiff_t i, j;
     for (i = i0; i < i1; i++) {
         float *ci = c + i * ldc + j0;
         if (bias != NULL) {
@@ -223,6 +179,85 @@ static void gemm_block(const mlcc_gemm_params *p, const float *a, const float *b
         }
         mlcc_act_apply(&p->act, ci, j1 - j0);
     }
+}
+
+/* Rows [i0, i1) x columns [j, j + nr) of C, k block k0 (depth kc) */
+static void strip_kblock(const mlcc_gemm_params *p, const float *a, const float *b, float *c,
+                         ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t j, ptrdiff_t nr, ptrdiff_t k0,
+                         ptrdiff_t bw) {
+    const ptrdiff_t k = (ptrdiff_t)p->k, kc = k - k0 < KC ? k - k0 : KC;
+    const ptrdiff_t ars = (ptrdiff_t)p->a_row_stride, acs = (ptrdiff_t)p->a_col_stride;
+    const ptrdiff_t ldb = bw ? bw : (ptrdiff_t)p->ldb, ldc = (ptrdiff_t)p->ldc;
+    const int accumulate = k0 > 0;
+    const float *ak = a + k0 * acs;
+    /* column j of block k0's rows */
+    const float *bj = bw ? b + (j / bw) * k * bw + k0 * bw + j % bw : b + k0 * ldb + j;
+    ptrdiff_t i;
+    for (i = i0; i < i1; i += MR) {
+        const ptrdiff_t mr = i1 - i < MR ? i1 - i : MR;
+#if MLCC_HAVE_VECTORS
+        if (nr == NR) {
+            if (mr == MR)
+                tile_full(MR, kc, ak + i * ars, ars, acs, bj, ldb, c + i * ldc + j, ldc,
+                          p->alpha, accumulate);
+            else
+                tile_full(mr, kc, ak + i * ars, ars, acs, bj, ldb, c + i * ldc + j, ldc,
+                          p->alpha, accumulate);
+            continue;
+        }
+#endif
+        tile_edge(mr, nr, kc, ak + i * ars, ars, acs, bj, ldb, c + i * ldc + j, ldc, p->alpha,
+                  accumulate);
+    }
+}
+
+/* A block of A (rows x depth) up to this many floats (256 KiB) is read whole for each strip of
+ * NR columns, all k blocks of the strip in turn and then its epilogue, while the strip of C
+ * (rows x NR) stays in L1: MiniLM's 32 x 1536 x 384 products had gone over all of C (and the
+ * bias and GELU passes over it again) once per k block. Larger blocks of A go k block by k
+ * block over all strips, so that the block of A is what stays in cache. Each element is summed
+ * the same way in both orders. */
+#define STRIP_A_FLOATS (64 * 1024)
+
+/* C[i0, i1) x [j0, j1) with its bias and activation: j0 a multiple of NR, the order of the sums
+ * for an element (k blocks in order, then bias, then activation) the same wherever the block
+ * boundaries fall, so that any partition into blocks gives the same bits. bw: 0 for B in rows
+ * (ldb apart), MLCC_GEMM_B_PANEL for B in column panels (gemm.h): a tile of NR columns then
+ * reads one panel's rows, bw floats apart, and the order of the sums is the same. */
+static void gemm_block(const mlcc_gemm_params *p, const float *a, const float *b,
+                       const float *bias, float *c, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t j0,
+                       ptrdiff_t j1, ptrdiff_t bw) {
+    const ptrdiff_t k = (ptrdiff_t)p->k;
+    const ptrdiff_t ldc = (ptrdiff_t)p->ldc;
+    ptrdiff_t i, j, k0;
+
+    if (k == 0) {
+        for (i = i0; i < i1; i++)
+            for (j = j0; j < j1; j++) c[i * ldc + j] = 0.0f;
+    }
+#if MLCC_HAVE_VECTORS
+    if (p->m == 1 && bw == 0) {   /* not a one-row block of a larger product: its bits */
+        const ptrdiff_t ars = (ptrdiff_t)p->a_row_stride, acs = (ptrdiff_t)p->a_col_stride;
+        for (k0 = 0; k0 < k; k0 += KC)
+            gemv_block(j1 - j0, k - k0 < KC ? k - k0 : KC, a + k0 * acs + i0 * ars, acs,
+                       b + k0 * (ptrdiff_t)p->ldb + j0, (ptrdiff_t)p->ldb, c + i0 * ldc + j0,
+                       p->alpha, k0 > 0);
+        block_epilogue(p, bias, c, i0, i1, j0, j1);
+        return;
+    }
+#endif
+    if ((double)(i1 - i0) * (double)k <= (double)STRIP_A_FLOATS) {
+        for (j = j0; j < j1; j += NR) {
+            const ptrdiff_t nr = j1 - j < NR ? j1 - j : NR;
+            for (k0 = 0; k0 < k; k0 += KC) strip_kblock(p, a, b, c, i0, i1, j, nr, k0, bw);
+            block_epilogue(p, bias, c, i0, i1, j, j + nr);
+        }
+        return;
+    }
+    for (k0 = 0; k0 < k; k0 += KC)
+        for (j = j0; j < j1; j += NR)
+            strip_kblock(p, a, b, c, i0, i1, j, j1 - j < NR ? j1 - j : NR, k0, bw);
+    block_epilogue(p, bias, c, i0, i1, j0, j1);
 }
 
 void mlcc_f32_gemm(const mlcc_gemm_params *p, const float *a, const float *b, const float *bias,
