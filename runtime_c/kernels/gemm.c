@@ -157,9 +157,24 @@ static void gemv_block(ptrdiff_t n, ptrdiff_t kc, const float *a, ptrdiff_t acs,
 }
 #endif
 
+/* One copy of the code that computes an element, whatever calls it: inlined (or cloned per
+ * constant argument) into its callers, the compiler may contract alpha * sum + c or beta * bias
+ * + c into an FMA in one copy and not another (gemv_store below). gemm_block takes the strip
+ * or the k-block order by the rows of its block (a cut of the product into units can change
+ * that) and is reached with B in rows or in panels; the ASan build gave the panels other bits
+ * than the rows until these two were kept out of line. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define ONE_COPY __attribute__((noinline, noclone))
+#elif defined(__GNUC__)
+#define ONE_COPY __attribute__((noinline))
+#else
+#define ONE_COPY
+#endif
+
 /* Bias and activation of C[i0, i1) x [j0, j1), once its sums are complete. Per element the
  * same operations wherever the range falls (mlcc_act_apply's tail goes through a padded vector,
  * the same code as its body). */
+ONE_COPY
 static void block_epilogue(const mlcc_gemm_params *p, const float *bias, float *c, ptrdiff_t i0,
                            ptrdiff_t i1, ptrdiff_t j0, ptrdiff_t j1) {
     const ptrdiff_t ldc = (ptrdiff_t)p->ldc;
@@ -182,6 +197,7 @@ static void block_epilogue(const mlcc_gemm_params *p, const float *bias, float *
 }
 
 /* Rows [i0, i1) x columns [j, j + nr) of C, k block k0 (depth kc) */
+ONE_COPY
 static void strip_kblock(const mlcc_gemm_params *p, const float *a, const float *b, float *c,
                          ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t j, ptrdiff_t nr, ptrdiff_t k0,
                          ptrdiff_t bw) {
