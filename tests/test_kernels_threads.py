@@ -1,13 +1,14 @@
 """The threaded unpacked GEMM (MatMul, Gemm) and attention kernels: the same bits on 1, 2, 3 and
 5 threads and without a pool, as the serial GEMM (mlcc_f32_gemm, the reference kept for the
 convolutions that call it), and within rounding of float64 numpy; on odd shapes around the
-register tile (6 rows x 2 vectors) and the unit cut (16 column blocks, then row blocks), built
+register tile (8 rows x 2 vectors with AVX-512, 6 in the scalar build) and the unit cut (16 column blocks, then row blocks), built
 with AVX-512 vectors and as the scalar fallback, with MLCC_MIN_PARALLEL_MACS=0 so that even
 these small cases take the pool."""
 
 import numpy as np
 import pytest
 
+from mlcc.ops.gemm import pack_b_panels
 from util import build_kernels
 
 
@@ -32,6 +33,9 @@ void mlcc_f32_gemm(const mlcc_gemm_params *p, const float *a, const float *b, co
                    float *c);
 void mlcc_f32_gemm_threaded(const mlcc_gemm_params *p, const float *a, const float *b,
                             const float *bias, float *c, void *pool);
+void mlcc_f32_gemm_panels_threaded(const mlcc_gemm_params *p, const float *a,
+                                   const float *b_panels, const float *bias, float *c,
+                                   void *pool);
 void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, const float *b,
                            const float *bias, float *c, const int64_t *a_offsets,
                            const int64_t *b_offsets, void *pool);
@@ -72,6 +76,8 @@ def _f(ffi, a):
     (13, 600, 257, "col", 8),     # 19 column tiles -> 16 units; two k blocks; SiLU tails
     (97, 65, 300, "full", 9),     # 3 column tiles -> row blocks too; GELU
     (128, 384, 64, "col", 0),     # a MiniLM projection's shape, shallower
+    (32, 1536, 384, "col", 9),    # MiniLM at 32 tokens: whole 8-row tiles, 48 B panels
+    (9, 70, 300, "col", 0),       # a last B panel of 6 columns (zero-padded), an 8 + 1 row cut
 ])
 def test_gemm_is_bit_identical_across_thread_counts(lib, m, n, k, bias, act):
     ffi, dl, pools = lib
@@ -103,6 +109,15 @@ def test_gemm_is_bit_identical_across_thread_counts(lib, m, n, k, bias, act):
     np.testing.assert_allclose(serial, act_ref[act](x), rtol=1e-4, atol=1e-4 * np.sqrt(k))
     for name, pool in [("no pool", ffi.NULL), *pools.items()]:
         assert np.array_equal(run(pool), serial), name
+    # B in column panels (constant weights: mlcc.ops.gemm.pack_b_panels): the same bits for
+    # every product of more than one row (one row reads B in rows, gemv_block)
+    if m > 1:
+        panels = pack_b_panels(b)
+        for name, pool in [("no pool", ffi.NULL), *pools.items()]:
+            c = np.full((m, n), np.nan, np.float32)
+            dl.mlcc_f32_gemm_panels_threaded(p, _f(ffi, a), _f(ffi, panels), bias_ptr,
+                                             _f(ffi, c), pool)
+            assert np.array_equal(c, serial), f"panels, {name}"
 
 
 @pytest.mark.parametrize("n,k", [(1, 1), (15, 3), (17, 257), (129, 64), (161, 300),

@@ -14,6 +14,7 @@ from .registry import OpDef, register
 GEMM_MR = 8          # MLCC_GEMM_MR in runtime_c/kernels/gemm.h: rows of a packed A panel
 GEMM_KC = 256        # MLCC_GEMM_KC: the depth of one k block
 GEMM_MC = 256        # MLCC_GEMM_MC: rows of A per block
+GEMM_B_PANEL = 32    # MLCC_GEMM_B_PANEL: columns of a B panel (mlcc_f32_gemm_panels_threaded)
 
 
 def pack_a(a: np.ndarray, mr: int = GEMM_MR) -> np.ndarray:
@@ -31,6 +32,35 @@ def pack_a(a: np.ndarray, mr: int = GEMM_MR) -> np.ndarray:
     if not blocks:
         return np.zeros(0, np.float32)
     return np.ascontiguousarray(np.concatenate(blocks, axis=1)).reshape(-1)
+
+
+def pack_b_panels(b: np.ndarray, w: int = GEMM_B_PANEL) -> np.ndarray:
+    """[K, N] -> the B panels of mlcc_f32_gemm_panels_threaded (gemm.h): ceil(N / w) panels of
+    K x w, panel j holding columns [j * w, j * w + w) (columns past N zero)."""
+    k, n = b.shape
+    npan = -(-n // w)
+    padded = np.zeros((k, npan * w), np.float32)
+    padded[:, :n] = b
+    return np.ascontiguousarray(padded.reshape(k, npan, w).transpose(1, 0, 2)).reshape(-1)
+
+
+def gemm_call(lo: Lowering, a: str, b: str, bias: str | None, out: str, params: dict) -> None:
+    """One product on mlcc_f32_gemm_threaded; a constant B of a product of more than one row
+    is stored in column panels instead and read by mlcc_f32_gemm_panels_threaded (the same
+    sums, contiguous weights: gemm.h). One-row products keep B in rows, which their
+    matrix-vector loop reads along, and so do B with more than an eighth of padding in the
+    last panel (narrow B: its rows are close together anyway, and the blob would grow)."""
+    b_const = lo.graph.const(b)
+    n = params["n"]
+    waste = -n % GEMM_B_PANEL
+    if b_const is not None and params["m"] > 1 and params["ldb"] == n and waste <= n // 8:
+        panels = pack_b_panels(b_const.reshape(params["k"], params["n"]).astype(np.float32))
+        b = lo.add_const(f"{b}.panels", panels)
+        lo.call("mlcc_f32_gemm_panels_threaded", [a, b, bias, out], [out],
+                params_type="mlcc_gemm_params", pool=True, params=params)
+        return
+    lo.call("mlcc_f32_gemm_threaded", [a, b, bias, out], [out],
+            params_type="mlcc_gemm_params", pool=True, params=params)
 
 
 def gemm_params(m: int, n: int, k: int, *, a_strides: tuple[int, int], ldb: int, ldc: int,
@@ -87,10 +117,9 @@ class Gemm(OpDef):
             if c.const is not None and beta != 1.0:
                 c_name, beta = lo.add_const(f"{node.name}.C_scaled",
                                             (c.const * np.float32(beta)).astype(np.float32)), 1.0
-        lo.call("mlcc_f32_gemm_threaded", [node.inputs[0], b_name, c_name, node.outputs[0]],
-                [node.outputs[0]], params_type="mlcc_gemm_params", pool=True,
-                params=gemm_params(m, n, k, a_strides=a_strides, ldb=n, ldc=n,
-                                   bias_strides=bias_strides, alpha=alpha, beta=beta, node=node))
+        gemm_call(lo, node.inputs[0], b_name, c_name, node.outputs[0],
+                  gemm_params(m, n, k, a_strides=a_strides, ldb=n, ldc=n,
+                              bias_strides=bias_strides, alpha=alpha, beta=beta, node=node))
 
     def flops(self, node: Node, g: Graph) -> int:
         a = g.values[node.inputs[0]]
@@ -133,10 +162,9 @@ class MatMul(OpDef):
         bias_strides = (0, 1) if bias else (0, 0)
         if math.prod(b2[:-2]) == 1:
             # B is shared by every batch: stack A's batches into one tall GEMM.
-            lo.call("mlcc_f32_gemm_threaded", [node.inputs[0], node.inputs[1], bias, out], [out],
-                    params_type="mlcc_gemm_params", pool=True,
-                    params=gemm_params(nb * m, n, k, a_strides=(k, 1), ldb=n, ldc=n,
-                                       bias_strides=bias_strides, node=node))
+            gemm_call(lo, node.inputs[0], node.inputs[1], bias, out,
+                      gemm_params(nb * m, n, k, a_strides=(k, 1), ldb=n, ldc=n,
+                                  bias_strides=bias_strides, node=node))
             return
         a_off = self._offsets(a2, batch, m * k)
         b_off = self._offsets(b2, batch, k * n)

@@ -3,11 +3,18 @@
  * the KC x NR strip of B being reused stays in L1. */
 #include "gemm.h"
 
-/* 6 rows x 2 vectors, or fewer rows where the target chose a smaller packed tile (gemm_tile,
- * gemm.h): in wasm, V8 holds 6 x 2's twelve accumulators and six broadcasts of A only by
- * spilling; 4 rows ran MiniLM (128 tokens, 36 MatMuls) in 0.71 of the time in node. */
+/* 8 rows x 2 vectors where there are 32 vector registers (AVX-512, aarch64: 16 accumulators,
+ * 2 B vectors and a broadcast), else 6 x 2 (SSE2, AVX2: 12 + 3 of 16), or fewer rows where the
+ * target chose a smaller packed tile (gemm_tile, gemm.h): in wasm, V8 holds 6 x 2's twelve
+ * accumulators and six broadcasts of A only by spilling; 4 rows ran MiniLM (128 tokens, 36
+ * MatMuls) in 0.71 of the time in node. 8 rows: the 32 and 128 rows of MiniLM's products are
+ * whole tiles (6 left a tile of 2 rows that streamed the B strip once more for 2 rows) and
+ * each B load feeds 8 FMAs: 32 x 384 x 1536 0.90x, with B in panels (below) 0.93x. The tile
+ * never changes a result: every element is one sum in k order per k block. */
 #if MLCC_GEMM_TILE_ROWS < 6
 #define MR MLCC_GEMM_TILE_ROWS
+#elif MLCC_HAVE_VECTORS && MLCC_GEMM_NV > 1
+#define MR 8
 #else
 #define MR 6
 #endif
@@ -43,6 +50,9 @@ static inline void tile_full(ptrdiff_t mr, ptrdiff_t kc, const float *a, ptrdiff
         mlcc_vf_store(cr + MLCC_VF_LANES, c1);
     }
 }
+#if MLCC_GEMM_B_PANEL % (MLCC_VECTOR_BYTES / 4 * 2) != 0
+#error "a B panel must hold whole NR-column tiles"
+#endif
 #else
 #define NR 8
 #endif
@@ -147,53 +157,28 @@ static void gemv_block(ptrdiff_t n, ptrdiff_t kc, const float *a, ptrdiff_t acs,
 }
 #endif
 
-/* C[i0, i1) x [j0, j1) with its bias and activation: j0 a multiple of NR, the order of the sums
- * for an element (k blocks in order, then bias, then activation) the same wherever the block
- * boundaries fall, so that any partition into blocks gives the same bits. */
-static void gemm_block(const mlcc_gemm_params *p, const float *a, const float *b,
-                       const float *bias, float *c, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t j0,
-                       ptrdiff_t j1) {
-    const ptrdiff_t k = (ptrdiff_t)p->k;
-    const ptrdiff_t ars = (ptrdiff_t)p->a_row_stride, acs = (ptrdiff_t)p->a_col_stride;
-    const ptrdiff_t ldb = (ptrdiff_t)p->ldb, ldc = (ptrdiff_t)p->ldc;
-    ptrdiff_t i, j, k0;
+/* One copy of the code that computes an element, whatever calls it: inlined (or cloned per
+ * constant argument) into its callers, the compiler may contract alpha * sum + c or beta * bias
+ * + c into an FMA in one copy and not another (gemv_store below). gemm_block takes the strip
+ * or the k-block order by the rows of its block (a cut of the product into units can change
+ * that) and is reached with B in rows or in panels; the ASan build gave the panels other bits
+ * than the rows until these two were kept out of line. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define ONE_COPY __attribute__((noinline, noclone))
+#elif defined(__GNUC__)
+#define ONE_COPY __attribute__((noinline))
+#else
+#define ONE_COPY
+#endif
 
-    if (k == 0) {
-        for (i = i0; i < i1; i++)
-            for (j = j0; j < j1; j++) c[i * ldc + j] = 0.0f;
-    }
-    for (k0 = 0; k0 < k; k0 += KC) {
-        const ptrdiff_t kc = k - k0 < KC ? k - k0 : KC;
-        const int accumulate = k0 > 0;
-        const float *ak = a + k0 * acs;
-        const float *bk = b + k0 * ldb;
-#if MLCC_HAVE_VECTORS
-        if (p->m == 1) {   /* not a one-row block of a larger product: its rows' bits */
-            gemv_block(j1 - j0, kc, ak + i0 * ars, acs, bk + j0, ldb, c + i0 * ldc + j0,
-                       p->alpha, accumulate);
-            continue;
-        }
-#endif
-        for (j = j0; j < j1; j += NR) {
-            const ptrdiff_t nr = j1 - j < NR ? j1 - j : NR;
-            for (i = i0; i < i1; i += MR) {
-                const ptrdiff_t mr = i1 - i < MR ? i1 - i : MR;
-#if MLCC_HAVE_VECTORS
-                if (nr == NR) {
-                    if (mr == MR)
-                        tile_full(MR, kc, ak + i * ars, ars, acs, bk + j, ldb, c + i * ldc + j,
-                                  ldc, p->alpha, accumulate);
-                    else
-                        tile_full(mr, kc, ak + i * ars, ars, acs, bk + j, ldb, c + i * ldc + j,
-                                  ldc, p->alpha, accumulate);
-                    continue;
-                }
-#endif
-                tile_edge(mr, nr, kc, ak + i * ars, ars, acs, bk + j, ldb, c + i * ldc + j, ldc,
-                          p->alpha, accumulate);
-            }
-        }
-    }
+/* Bias and activation of C[i0, i1) x [j0, j1), once its sums are complete. Per element the
+ * same operations wherever the range falls (mlcc_act_apply's tail goes through a padded vector,
+ * the same code as its body). */
+ONE_COPY
+static void block_epilogue(const mlcc_gemm_params *p, const float *bias, float *c, ptrdiff_t i0,
+                           ptrdiff_t i1, ptrdiff_t j0, ptrdiff_t j1) {
+    const ptrdiff_t ldc = (ptrdiff_t)p->ldc;
+    ptrdiff_t i, j;
     for (i = i0; i < i1; i++) {
         float *ci = c + i * ldc + j0;
         if (bias != NULL) {
@@ -211,9 +196,89 @@ static void gemm_block(const mlcc_gemm_params *p, const float *a, const float *b
     }
 }
 
+/* Rows [i0, i1) x columns [j, j + nr) of C, k block k0 (depth kc) */
+ONE_COPY
+static void strip_kblock(const mlcc_gemm_params *p, const float *a, const float *b, float *c,
+                         ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t j, ptrdiff_t nr, ptrdiff_t k0,
+                         ptrdiff_t bw) {
+    const ptrdiff_t k = (ptrdiff_t)p->k, kc = k - k0 < KC ? k - k0 : KC;
+    const ptrdiff_t ars = (ptrdiff_t)p->a_row_stride, acs = (ptrdiff_t)p->a_col_stride;
+    const ptrdiff_t ldb = bw ? bw : (ptrdiff_t)p->ldb, ldc = (ptrdiff_t)p->ldc;
+    const int accumulate = k0 > 0;
+    const float *ak = a + k0 * acs;
+    /* column j of block k0's rows */
+    const float *bj = bw ? b + (j / bw) * k * bw + k0 * bw + j % bw : b + k0 * ldb + j;
+    ptrdiff_t i;
+    for (i = i0; i < i1; i += MR) {
+        const ptrdiff_t mr = i1 - i < MR ? i1 - i : MR;
+#if MLCC_HAVE_VECTORS
+        if (nr == NR) {
+            if (mr == MR)
+                tile_full(MR, kc, ak + i * ars, ars, acs, bj, ldb, c + i * ldc + j, ldc,
+                          p->alpha, accumulate);
+            else
+                tile_full(mr, kc, ak + i * ars, ars, acs, bj, ldb, c + i * ldc + j, ldc,
+                          p->alpha, accumulate);
+            continue;
+        }
+#endif
+        tile_edge(mr, nr, kc, ak + i * ars, ars, acs, bj, ldb, c + i * ldc + j, ldc, p->alpha,
+                  accumulate);
+    }
+}
+
+/* A block of A (rows x depth) up to this many floats (256 KiB) is read whole for each strip of
+ * NR columns, all k blocks of the strip in turn and then its epilogue, while the strip of C
+ * (rows x NR) stays in L1: MiniLM's 32 x 1536 x 384 products had gone over all of C (and the
+ * bias and GELU passes over it again) once per k block. Larger blocks of A go k block by k
+ * block over all strips, so that the block of A is what stays in cache. Each element is summed
+ * the same way in both orders. */
+#define STRIP_A_FLOATS (64 * 1024)
+
+/* C[i0, i1) x [j0, j1) with its bias and activation: j0 a multiple of NR, the order of the sums
+ * for an element (k blocks in order, then bias, then activation) the same wherever the block
+ * boundaries fall, so that any partition into blocks gives the same bits. bw: 0 for B in rows
+ * (ldb apart), MLCC_GEMM_B_PANEL for B in column panels (gemm.h): a tile of NR columns then
+ * reads one panel's rows, bw floats apart, and the order of the sums is the same. */
+static void gemm_block(const mlcc_gemm_params *p, const float *a, const float *b,
+                       const float *bias, float *c, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t j0,
+                       ptrdiff_t j1, ptrdiff_t bw) {
+    const ptrdiff_t k = (ptrdiff_t)p->k;
+    const ptrdiff_t ldc = (ptrdiff_t)p->ldc;
+    ptrdiff_t i, j, k0;
+
+    if (k == 0) {
+        for (i = i0; i < i1; i++)
+            for (j = j0; j < j1; j++) c[i * ldc + j] = 0.0f;
+    }
+#if MLCC_HAVE_VECTORS
+    if (p->m == 1 && bw == 0) {   /* not a one-row block of a larger product: its bits */
+        const ptrdiff_t ars = (ptrdiff_t)p->a_row_stride, acs = (ptrdiff_t)p->a_col_stride;
+        for (k0 = 0; k0 < k; k0 += KC)
+            gemv_block(j1 - j0, k - k0 < KC ? k - k0 : KC, a + k0 * acs + i0 * ars, acs,
+                       b + k0 * (ptrdiff_t)p->ldb + j0, (ptrdiff_t)p->ldb, c + i0 * ldc + j0,
+                       p->alpha, k0 > 0);
+        block_epilogue(p, bias, c, i0, i1, j0, j1);
+        return;
+    }
+#endif
+    if ((double)(i1 - i0) * (double)k <= (double)STRIP_A_FLOATS) {
+        for (j = j0; j < j1; j += NR) {
+            const ptrdiff_t nr = j1 - j < NR ? j1 - j : NR;
+            for (k0 = 0; k0 < k; k0 += KC) strip_kblock(p, a, b, c, i0, i1, j, nr, k0, bw);
+            block_epilogue(p, bias, c, i0, i1, j, j + nr);
+        }
+        return;
+    }
+    for (k0 = 0; k0 < k; k0 += KC)
+        for (j = j0; j < j1; j += NR)
+            strip_kblock(p, a, b, c, i0, i1, j, j1 - j < NR ? j1 - j : NR, k0, bw);
+    block_epilogue(p, bias, c, i0, i1, j0, j1);
+}
+
 void mlcc_f32_gemm(const mlcc_gemm_params *p, const float *a, const float *b, const float *bias,
                    float *c) {
-    gemm_block(p, a, b, bias, c, 0, (ptrdiff_t)p->m, 0, (ptrdiff_t)p->n);
+    gemm_block(p, a, b, bias, c, 0, (ptrdiff_t)p->m, 0, (ptrdiff_t)p->n, 0);
 }
 
 /* The threaded forms cut each product into at most GEMM_UNITS blocks: by ranges of NR-column
@@ -230,6 +295,7 @@ typedef struct gemm_job {
     float *c;
     const int64_t *a_offsets, *b_offsets;   /* NULL: one product */
     int64_t c_batch_stride;
+    ptrdiff_t bw;                            /* gemm_block's B layout */
     ptrdiff_t col_tiles, row_tiles, col_units, row_units;
 } gemm_job;
 
@@ -266,7 +332,7 @@ static void gemm_unit(void *arg, int unit, int thread) {
         b += job->b_offsets[t];
         c += t * job->c_batch_stride;
     }
-    gemm_block(p, a, b, job->bias, c, i0, i1, j0, j1);
+    gemm_block(p, a, b, job->bias, c, i0, i1, j0, j1, job->bw);
 }
 
 static int gemm_parallel(const mlcc_gemm_params *p, int64_t batch) {
@@ -274,19 +340,31 @@ static int gemm_parallel(const mlcc_gemm_params *p, int64_t batch) {
            (double)MLCC_MIN_PARALLEL_MACS;
 }
 
-void mlcc_f32_gemm_threaded(const mlcc_gemm_params *p, const float *a, const float *b,
-                            const float *bias, float *c, mlcc_threadpool *pool) {
+static void gemm_threaded(const mlcc_gemm_params *p, const float *a, const float *b,
+                          const float *bias, float *c, mlcc_threadpool *pool, ptrdiff_t bw) {
     gemm_job job;
     if (mlcc_threadpool_size(pool) == 1 || !gemm_parallel(p, 1)) {
-        gemm_block(p, a, b, bias, c, 0, (ptrdiff_t)p->m, 0, (ptrdiff_t)p->n);   /* same bits */
+        gemm_block(p, a, b, bias, c, 0, (ptrdiff_t)p->m, 0, (ptrdiff_t)p->n, bw);   /* same bits */
         return;
     }
     gemm_job_init(&job, p);
     job.a = a, job.b = b, job.bias = bias, job.c = c;
     job.a_offsets = job.b_offsets = NULL;
     job.c_batch_stride = 0;
+    job.bw = bw;
     mlcc_threadpool_for(pool, gemm_unit, &job, (int)(job.col_units * job.row_units),
                         mlcc_threadpool_size(pool));
+}
+
+void mlcc_f32_gemm_threaded(const mlcc_gemm_params *p, const float *a, const float *b,
+                            const float *bias, float *c, mlcc_threadpool *pool) {
+    gemm_threaded(p, a, b, bias, c, pool, 0);
+}
+
+void mlcc_f32_gemm_panels_threaded(const mlcc_gemm_params *p, const float *a,
+                                   const float *b_panels, const float *bias, float *c,
+                                   mlcc_threadpool *pool) {
+    gemm_threaded(p, a, b_panels, bias, c, pool, MLCC_GEMM_B_PANEL);
 }
 
 void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, const float *b,
@@ -298,6 +376,7 @@ void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, co
     job.a = a, job.b = b, job.bias = bias, job.c = c;
     job.a_offsets = a_offsets, job.b_offsets = b_offsets;
     job.c_batch_stride = p->c_batch_stride;
+    job.bw = 0;
     if (mlcc_threadpool_size(pool) > 1 && gemm_parallel(&p->gemm, p->batch) &&
         (double)p->batch * (double)(job.col_units * job.row_units) <= 65535.0) {
         mlcc_threadpool_for(pool, gemm_unit, &job,
