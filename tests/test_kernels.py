@@ -445,15 +445,18 @@ def test_implicit_conv_matches_packed(kernels, pools, c, m, hw, k, stride, dil, 
 
 
 @pytest.mark.parametrize("c,m,hw", [
-    (160, 96, (7, 7)),     # 49 positions: tiles of 10 rows, the last one overlapping
-    (300, 40, (7, 7)),     # two k blocks; 40 channels: a tile of 32, then one of 8
-    (17, 24, (3, 13)),     # 39 positions; 24 channels: one vector and a half
-    (5, 13, (1, 17)),      # 13 channels (rows past them zero), 17 positions
-    (9, 57, (2, 9)),       # 18 positions: a tile of 8 rows, then two overlapping ones
+    (160, 96, (7, 7)),     # 49 positions: flat tiles of 9 and 10 positions across rows
+    (300, 40, (7, 7)),     # two k blocks; 40 channels: a panel of 32, then a half one
+    (17, 24, (3, 13)),     # 39 positions; 24 channels: one panel, three quarters used
+    (5, 13, (1, 17)),      # 13 channels (a half panel), 17 positions
+    (9, 57, (2, 9)),       # 18 positions: two tiles of 9
+    (520, 48, (13, 13)),   # three k blocks, 169 positions in 15 tiles of 11-12; 32 + 16
+    (7, 16, (3, 3)),       # 9 positions, one tile; 16 channels: one half panel
 ])
 def test_small_map_1x1_conv_matches_implicit(kernels, pools, c, m, hw):
-    """1x1 convolutions of small maps (AVX-512: output channels along the vectors, the packed
-    weights read in place, conv.c's transposed product) against the implicit GEMM, which sums as
+    """1x1 convolutions of small maps through the packed GEMM and through
+    mlcc_f32_conv2d_implicit_t (output channels along the vectors, flat tiles of up to 12
+    positions across rows, each over the whole depth) against the implicit GEMM, which sums as
     the packed GEMM does: the same bits on 1, 2, 3 and 5 threads, the reference within rounding."""
     ffi, lib = kernels
     rng = np.random.default_rng(c * m)
@@ -487,6 +490,12 @@ def test_small_map_1x1_conv_matches_implicit(kernels, pools, c, m, hw):
         got = np.full_like(ref, np.nan)
         lib.mlcc_f32_conv2d_packed(params, buf(x), buf(wk), buf(b), buf(got), buf(scratch), pool)
         assert np.array_equal(got, want), f"{n} threads"
+    wt = pack_a(w.reshape(1, m, c), CONVT_CP)
+    for n, pool in [(1, ffi.NULL)] + list(pools.items()):
+        got = np.full_like(ref, np.nan)
+        lib.mlcc_f32_conv2d_implicit_t(params, buf(x), buf(wt), buf(b),
+                                       buf(offsets, "int32_t *"), buf(got), ffi.NULL, pool)
+        assert np.array_equal(got, want), f"implicit_t, {n} threads"
 
 
 
@@ -495,6 +504,9 @@ def test_small_map_1x1_conv_matches_implicit(kernels, pools, c, m, hw):
     (300, 45, (7, 7), 1, 1),      # two k blocks, 2 channel panels; in place; relu
     (37, 64, (14, 14), 1, 6),     # hard-swish after the residual; rows of 14 in 2 chunks
     (260, 33, (13, 11), 2, 0),    # stride 2: 7 x 6 from the first phase; no activation
+    (520, 48, (5, 5), 1, 1),      # three k blocks; a panel of 32 and a half one; 25 positions
+    (33, 16, (3, 3), 1, 6),       # one tile of 9, one half panel
+    (70, 80, (13, 13), 2, 1),     # stride 2 into 7 x 7: flat tiles; 32 + 32 + a half panel
 ])
 def test_implicit_t_1x1_and_residual(kernels, pools, c, m, hw, stride, act):
     """1x1 convolutions through mlcc_f32_conv2d_implicit_t (ResNets' 7 x 7 and 14 x 14 maps),
