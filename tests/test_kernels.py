@@ -269,6 +269,55 @@ def test_packed_conv_is_bit_identical_across_thread_counts(kernels, pools, c, m,
         assert np.array_equal(out, one), f"{n} threads"
 
 
+@pytest.mark.parametrize("ih,iw,k,dil", [
+    (7, 7, 3, 1),      # MobileNetV2's 7 x 7: 4 vectors of 16, the last overlapping
+    (14, 14, 3, 1),    # 13 vectors: three groups of four chains, one more
+    (4, 4, 3, 1),      # 16 values: one vector
+    (5, 3, 3, 1),      # 15 values: under one AVX-512 vector (the padded layout)
+    (9, 11, 5, 1),     # 5x5, pad 2
+    (6, 7, 3, 2),      # dilation 2, pad 2
+    (13, 3, 3, 1),     # 3 columns: every lane masked by a column
+    (3, 16, 5, 1),     # the widest map taking it, 5x5
+    (16, 17, 3, 1),    # too wide: the padded layout
+])
+def test_depthwise_small_same_planes(kernels, pools, ih, iw, k, dil):
+    """Stride-1 "same" depthwise convolutions of small planes (conv.c dw_small_plane: the plane
+    flat, lanes masked by column) give the bits of the padded layout, here run on the input
+    padded by hand (a valid convolution, which cannot take the flat path), on 1, 2, 3 and 5
+    threads."""
+    ffi, lib = kernels
+    rng = np.random.default_rng(ih * 100 + iw * 10 + k)
+    c, pad = 7, dil * (k - 1) // 2
+    x = rng.standard_normal((2, c, ih, iw)).astype(np.float32)
+    w = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    xp = np.ascontiguousarray(np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad))))
+
+    def params(h, wd, p):
+        return dict(batch=2, in_channels=c, in_h=h, in_w=wd, out_channels=c, out_h=ih,
+                    out_w=iw, kernel_h=k, kernel_w=k, stride_h=1, stride_w=1, dilation_h=dil,
+                    dilation_w=dil, pad_top=p, pad_left=p, groups=c,
+                    act={"kind": 2, "alpha": -0.5, "beta": 0.5})
+
+    def buf(a):
+        return ffi.cast("float *", ffi.from_buffer(a))
+
+    def run(inp, prm, pool):
+        scratch = np.full(DW_SLICES * dw_scratch_floats(prm), np.nan, np.float32)
+        out = np.full((2, c, ih, iw), np.nan, np.float32)
+        lib.mlcc_f32_conv2d_depthwise_vec(ffi.new("mlcc_conv2d_params *", prm), buf(inp),
+                                          buf(w), buf(b), buf(out), buf(scratch), pool)
+        return out
+
+    want = run(xp, params(ih + 2 * pad, iw + 2 * pad, 0), ffi.NULL)
+    ref = np.zeros_like(want)
+    lib.mlcc_f32_conv2d_depthwise(ffi.new("mlcc_conv2d_params *", params(ih, iw, pad)),
+                                  buf(x), buf(w), buf(b), buf(ref))
+    np.testing.assert_allclose(want, ref, rtol=1e-5, atol=1e-5)
+    for n, pool in [(1, ffi.NULL)] + list(pools.items()):
+        assert np.array_equal(run(x, params(ih, iw, pad), pool), want), f"{n} threads"
+
+
 @pytest.mark.parametrize("channels", [1, 5, 13])
 def test_depthwise_is_bit_identical_across_thread_counts(kernels, pools, channels):
     ffi, lib = kernels

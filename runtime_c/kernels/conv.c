@@ -709,6 +709,115 @@ static void dw_flat_prepare(dw_job *job, int thread, float *pad, ptrdiff_t *off)
     }
 }
 
+/* ---- Small planes, stride 1, output size = input size ("same" padding) ----
+ * The plane (n = H x W values, contiguous in x and y) is computed flat: output q's tap t reads
+ * input q + d_t (d_t = dy * W + dx), the lanes whose column + dx leaves [0, W) set to zero
+ * (what the padding holds), the rows above and below read from zeros around a contiguous copy
+ * of the plane. No padded rows, no virtual outputs, no copy out: a 7 x 7 map is 4 vectors
+ * (the last one overlapping the third: the same values written twice), where the padded
+ * layout computed 63 virtual outputs, filled 7 rows and copied 7 rows out per channel. Each
+ * output sums its taps in the same order from the bias (zeros where padding was read): the
+ * same bits as dw_flat_run. Measured (tests/profile_layers.py, MobileNetV2): 7 x 7 and 14 x 14
+ * 0.8-0.95x the padded layout; 28 x 28 1.2x slower (the lane masks cost more than the
+ * virtual columns they save), and copies of the plane per kernel column, zeroed where no valid
+ * output reads them, instead of masks: 28 x 28 0.9x, 14 x 14 0.95x, 7 x 7 1.02-1.15x slower
+ * (the tap loads read across the just-written copies' stores). */
+#if MLCC_HAVE_VECTORS
+#define DW_SMALL_MAX_W 16            /* widths up to this take it (measured: 7, 14, 28) */
+#define DW_SMALL_MAX_VECS 64         /* planes of at most 64 vectors (a column-mask table) */
+#define DW_SMALL_MAX_KW 5
+
+typedef struct dw_small_plan {
+    ptrdiff_t n, w, mb, nvec;        /* plane, width, zeros before the copy, vectors */
+    ptrdiff_t d[DW_MAX_TAPS];        /* tap t's offset from the output position */
+    mlcc_vi ok[DW_SMALL_MAX_VECS][DW_SMALL_MAX_KW];   /* lanes of vector j whose column + dx is in */
+} dw_small_plan;
+
+/* The scratch floats dw_small needs (zeros, the plane, zeros), or 0 where it does not apply. */
+static ptrdiff_t dw_small_floats(const mlcc_conv2d_params *p, ptrdiff_t *mb) {
+    const ptrdiff_t h = (ptrdiff_t)p->in_h, w = (ptrdiff_t)p->in_w;
+    const ptrdiff_t kh = (ptrdiff_t)p->kernel_h, kw = (ptrdiff_t)p->kernel_w;
+    const ptrdiff_t n = h * w;
+    ptrdiff_t lo, hi, need;
+    if (p->stride_h != 1 || p->stride_w != 1 || p->out_h != p->in_h || p->out_w != p->in_w ||
+        w > DW_SMALL_MAX_W || kw > DW_SMALL_MAX_KW || n < MLCC_VF_LANES ||
+        (n + MLCC_VF_LANES - 1) / MLCC_VF_LANES > DW_SMALL_MAX_VECS)
+        return 0;
+    /* the smallest and largest tap offsets */
+    lo = -(ptrdiff_t)p->pad_top * w - (ptrdiff_t)p->pad_left;
+    hi = ((kh - 1) * (ptrdiff_t)p->dilation_h - (ptrdiff_t)p->pad_top) * w +
+         (kw - 1) * (ptrdiff_t)p->dilation_w - (ptrdiff_t)p->pad_left;
+    *mb = lo < 0 ? -lo : 0;
+    need = *mb + n + (hi > 0 ? hi : 0) + MLCC_VF_LANES;
+    return need <= mlcc_dw_scratch_floats(p) ? need : 0;
+}
+
+static void dw_small_prepare(const mlcc_conv2d_params *p, ptrdiff_t mb, dw_small_plan *s) {
+    const ptrdiff_t w = (ptrdiff_t)p->in_w, kw_n = (ptrdiff_t)p->kernel_w;
+    ptrdiff_t kh, kw, j, l;
+    s->n = (ptrdiff_t)(p->in_h * p->in_w);
+    s->w = w;
+    s->mb = mb;
+    s->nvec = (s->n + MLCC_VF_LANES - 1) / MLCC_VF_LANES;
+    for (kh = 0; kh < (ptrdiff_t)p->kernel_h; kh++)
+        for (kw = 0; kw < kw_n; kw++) {
+            s->d[kh * kw_n + kw] = (kh * (ptrdiff_t)p->dilation_h - (ptrdiff_t)p->pad_top) * w +
+                                   kw * (ptrdiff_t)p->dilation_w - (ptrdiff_t)p->pad_left;
+        }
+    for (j = 0; j < s->nvec; j++) {
+        /* the last vector starts at n - lanes (overlapping the one before) */
+        const ptrdiff_t q0 = (j + 1) * MLCC_VF_LANES > s->n ? s->n - MLCC_VF_LANES : j * MLCC_VF_LANES;
+        for (kw = 0; kw < kw_n; kw++) {
+            const ptrdiff_t dx = kw * (ptrdiff_t)p->dilation_w - (ptrdiff_t)p->pad_left;
+            ptrdiff_t col = q0 % w;   /* lane l's column, counted along (no division) */
+            for (l = 0; l < MLCC_VF_LANES; l++) {
+                s->ok[j][kw][l] = col + dx >= 0 && col + dx < w ? -1 : 0;
+                if (++col == w) col = 0;
+            }
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void
+dw_small_plane(const dw_small_plan *s, const float *MLCC_RESTRICT xc, float *MLCC_RESTRICT buf,
+               const float *MLCC_RESTRICT wt, const ptrdiff_t ntaps, const ptrdiff_t kw_n,
+               const ptrdiff_t free_kw, float b, float *MLCC_RESTRICT yc, const mlcc_act *act) {
+    const ptrdiff_t n = s->n;
+    const mlcc_vf zero = mlcc_vf_splat(0.0f);
+    float *pl = buf + s->mb;
+    ptrdiff_t q, j, t;
+    for (q = 0; q + MLCC_VF_LANES <= n; q += MLCC_VF_LANES) mlcc_vf_store(pl + q, mlcc_vf_load(xc + q));
+    if (q < n) mlcc_vf_store(pl + n - MLCC_VF_LANES, mlcc_vf_load(xc + n - MLCC_VF_LANES));
+/* free_kw: a kernel column of shift 0, which needs no mask (-1: none known at compile time) */
+#define DW_SMALL_TAP(k, j, q0)                                                               \
+    (t % kw_n == free_kw ? wt[t] * mlcc_vf_load(pl + (q0) + s->d[t])                        \
+                         : wt[t] * mlcc_vf_select(s->ok[j][t % kw_n],                       \
+                                                  mlcc_vf_load(pl + (q0) + s->d[t]), zero))
+    j = 0;
+    for (; j + 4 <= s->nvec && (j + 4) * MLCC_VF_LANES <= n; j += 4) {   /* four chains */
+        const ptrdiff_t q0 = j * MLCC_VF_LANES;
+        mlcc_vf a0 = mlcc_vf_splat(b), a1 = a0, a2 = a0, a3 = a0;
+        for (t = 0; t < ntaps; t++) {
+            a0 += DW_SMALL_TAP(t, j, q0);
+            a1 += DW_SMALL_TAP(t, j + 1, q0 + MLCC_VF_LANES);
+            a2 += DW_SMALL_TAP(t, j + 2, q0 + 2 * MLCC_VF_LANES);
+            a3 += DW_SMALL_TAP(t, j + 3, q0 + 3 * MLCC_VF_LANES);
+        }
+        mlcc_vf_store(yc + q0, mlcc_vf_act(act, a0));
+        mlcc_vf_store(yc + q0 + MLCC_VF_LANES, mlcc_vf_act(act, a1));
+        mlcc_vf_store(yc + q0 + 2 * MLCC_VF_LANES, mlcc_vf_act(act, a2));
+        mlcc_vf_store(yc + q0 + 3 * MLCC_VF_LANES, mlcc_vf_act(act, a3));
+    }
+    for (; j < s->nvec; j++) {
+        const ptrdiff_t q0 = (j + 1) * MLCC_VF_LANES > n ? n - MLCC_VF_LANES : j * MLCC_VF_LANES;
+        mlcc_vf acc = mlcc_vf_splat(b);
+        for (t = 0; t < ntaps; t++) acc += DW_SMALL_TAP(t, j, q0);
+        mlcc_vf_store(yc + q0, mlcc_vf_act(act, acc));
+    }
+#undef DW_SMALL_TAP
+}
+#endif
+
 /* Unit u: channels [c0, c1) of every image, in the scratch slice of the thread running it. */
 static void dw_flat_task(void *arg, int u, int thread) {
     dw_job *job = (dw_job *)arg;
@@ -727,6 +836,31 @@ static void dw_flat_task(void *arg, int u, int thread) {
     float *out = pad + planes + kw_n * dw + MLCC_DW_CHUNK;
     ptrdiff_t off[DW_MAX_TAPS];
     ptrdiff_t n, c;
+#if MLCC_HAVE_VECTORS
+    {
+        ptrdiff_t mb = 0;
+        if (dw_small_floats(p, &mb) > 0) {
+            dw_small_plan sp;
+            dw_small_prepare(p, mb, &sp);
+            if (!job->zeroed[thread]) {   /* the zeros around the copy, once per call */
+                memset(pad, 0, (size_t)mlcc_dw_scratch_floats(p) * sizeof(float));
+                job->zeroed[thread] = 1;
+            }
+            for (n = 0; n < p->batch; n++)
+                for (c = c0; c < c1; c++) {
+                    const float *xc = job->x + (n * channels + c) * ih_n * iw_n;
+                    float *yc = job->y + (n * channels + c) * oh_n * ow_n;
+                    const float b = job->bias ? job->bias[c] : 0.0f;
+                    if (ntaps == 9 && kw_n == 3 && p->dilation_w == p->pad_left)
+                        dw_small_plane(&sp, xc, pad, job->w + c * 9, 9, 3, 1, b, yc, &p->act);
+                    else
+                        dw_small_plane(&sp, xc, pad, job->w + c * ntaps, ntaps, kw_n, -1, b, yc,
+                                       &p->act);
+                }
+            return;
+        }
+    }
+#endif
     dw_flat_prepare(job, thread, pad, off);
     for (n = 0; n < p->batch; n++) {
         for (c = c0; c < c1; c++) {
@@ -888,6 +1022,31 @@ static void dw_wasm_task(void *arg, int u, int thread) {
     float *pad = job->scratch + thread * mlcc_dw_scratch_floats(p);
     ptrdiff_t off[DW_MAX_TAPS];
     ptrdiff_t n, c;
+#if MLCC_HAVE_VECTORS
+    {
+        ptrdiff_t mb = 0;
+        if (dw_small_floats(p, &mb) > 0) {
+            dw_small_plan sp;
+            dw_small_prepare(p, mb, &sp);
+            if (!job->zeroed[thread]) {   /* the zeros around the copy, once per call */
+                memset(pad, 0, (size_t)mlcc_dw_scratch_floats(p) * sizeof(float));
+                job->zeroed[thread] = 1;
+            }
+            for (n = 0; n < p->batch; n++)
+                for (c = c0; c < c1; c++) {
+                    const float *xc = job->x + (n * channels + c) * ih_n * iw_n;
+                    float *yc = job->y + (n * channels + c) * oh_n * ow_n;
+                    const float b = job->bias ? job->bias[c] : 0.0f;
+                    if (ntaps == 9 && kw_n == 3 && p->dilation_w == p->pad_left)
+                        dw_small_plane(&sp, xc, pad, job->w + c * 9, 9, 3, 1, b, yc, &p->act);
+                    else
+                        dw_small_plane(&sp, xc, pad, job->w + c * ntaps, ntaps, kw_n, -1, b, yc,
+                                       &p->act);
+                }
+            return;
+        }
+    }
+#endif
     dw_flat_prepare(job, thread, pad, off);
     for (n = 0; n < p->batch; n++) {
         for (c = c0; c < c1; c++) {
