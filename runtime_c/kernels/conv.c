@@ -731,6 +731,11 @@ typedef struct dw_small_plan {
     ptrdiff_t n, w, mb, nvec;        /* plane, width, zeros before the copy, vectors */
     ptrdiff_t d[DW_MAX_TAPS];        /* tap t's offset from the output position */
     mlcc_vi ok[DW_SMALL_MAX_VECS][DW_SMALL_MAX_KW];   /* lanes of vector j whose column + dx is in */
+#if defined(__AVX512F__) && MLCC_VECTOR_BYTES == 64
+    /* AVX-512: lanes of vector j whose tap t lies inside the plane, for masked loads straight
+     * from the input (a masked-off lane is not read: no copy, no zeros around it) */
+    __mmask16 km[DW_SMALL_MAX_VECS][DW_MAX_TAPS];
+#endif
 } dw_small_plan;
 
 /* The scratch floats dw_small needs (zeros, the plane, zeros), or 0 where it does not apply. */
@@ -764,6 +769,25 @@ static void dw_small_prepare(const mlcc_conv2d_params *p, ptrdiff_t mb, dw_small
             s->d[kh * kw_n + kw] = (kh * (ptrdiff_t)p->dilation_h - (ptrdiff_t)p->pad_top) * w +
                                    kw * (ptrdiff_t)p->dilation_w - (ptrdiff_t)p->pad_left;
         }
+#if defined(__AVX512F__) && MLCC_VECTOR_BYTES == 64
+    for (j = 0; j < s->nvec; j++) {
+        const ptrdiff_t q0 = (j + 1) * 16 > s->n ? s->n - 16 : j * 16;
+        for (kh = 0; kh < (ptrdiff_t)p->kernel_h; kh++)
+            for (kw = 0; kw < kw_n; kw++) {
+                const ptrdiff_t dy = kh * (ptrdiff_t)p->dilation_h - (ptrdiff_t)p->pad_top;
+                const ptrdiff_t dx = kw * (ptrdiff_t)p->dilation_w - (ptrdiff_t)p->pad_left;
+                ptrdiff_t row = q0 / w, col = q0 % w;
+                unsigned m = 0;
+                for (l = 0; l < 16; l++) {
+                    if (row + dy >= 0 && row + dy < (ptrdiff_t)p->in_h && col + dx >= 0 &&
+                        col + dx < w)
+                        m |= 1u << l;
+                    if (++col == w) col = 0, row++;
+                }
+                s->km[j][kh * kw_n + kw] = (__mmask16)m;
+            }
+    }
+#endif
     for (j = 0; j < s->nvec; j++) {
         /* the last vector starts at n - lanes (overlapping the one before) */
         const ptrdiff_t q0 = (j + 1) * MLCC_VF_LANES > s->n ? s->n - MLCC_VF_LANES : j * MLCC_VF_LANES;
@@ -786,6 +810,35 @@ dw_small_plane(const dw_small_plan *s, const float *MLCC_RESTRICT xc, float *MLC
     const mlcc_vf zero = mlcc_vf_splat(0.0f);
     float *pl = buf + s->mb;
     ptrdiff_t q, j, t;
+#if defined(__AVX512F__) && MLCC_VECTOR_BYTES == 64
+    /* masked loads from the input itself: the same terms, zeros where padding was read */
+#define DW_SMALL_KTAP(j, q0) \
+    (wt[t] * (mlcc_vf)_mm512_maskz_loadu_ps(s->km[j][t], xc + (q0) + s->d[t]))
+    (void)buf, (void)pl, (void)q, (void)zero, (void)free_kw;
+    j = 0;
+    for (; (j + 4) * 16 <= n; j += 4) {   /* four chains */
+        const ptrdiff_t q0 = j * 16;
+        mlcc_vf a0 = mlcc_vf_splat(b), a1 = a0, a2 = a0, a3 = a0;
+        for (t = 0; t < ntaps; t++) {
+            a0 += DW_SMALL_KTAP(j, q0);
+            a1 += DW_SMALL_KTAP(j + 1, q0 + 16);
+            a2 += DW_SMALL_KTAP(j + 2, q0 + 32);
+            a3 += DW_SMALL_KTAP(j + 3, q0 + 48);
+        }
+        mlcc_vf_store(yc + q0, mlcc_vf_act(act, a0));
+        mlcc_vf_store(yc + q0 + 16, mlcc_vf_act(act, a1));
+        mlcc_vf_store(yc + q0 + 32, mlcc_vf_act(act, a2));
+        mlcc_vf_store(yc + q0 + 48, mlcc_vf_act(act, a3));
+    }
+    for (; j < s->nvec; j++) {
+        const ptrdiff_t q0 = (j + 1) * 16 > n ? n - 16 : j * 16;
+        mlcc_vf acc = mlcc_vf_splat(b);
+        for (t = 0; t < ntaps; t++) acc += DW_SMALL_KTAP(j, q0);
+        mlcc_vf_store(yc + q0, mlcc_vf_act(act, acc));
+    }
+#undef DW_SMALL_KTAP
+    return;
+#endif
     for (q = 0; q + MLCC_VF_LANES <= n; q += MLCC_VF_LANES) mlcc_vf_store(pl + q, mlcc_vf_load(xc + q));
     if (q < n) mlcc_vf_store(pl + n - MLCC_VF_LANES, mlcc_vf_load(xc + n - MLCC_VF_LANES));
 /* free_kw: a kernel column of shift 0, which needs no mask (-1: none known at compile time) */
