@@ -816,19 +816,20 @@ dw_small_plane(const dw_small_plan *s, const float *MLCC_RESTRICT xc, float *MLC
     (wt[t] * (mlcc_vf)_mm512_maskz_loadu_ps(s->km[j][t], xc + (q0) + s->d[t]))
     (void)buf, (void)pl, (void)q, (void)zero, (void)free_kw;
     j = 0;
-    for (; (j + 4) * 16 <= n; j += 4) {   /* four chains */
-        const ptrdiff_t q0 = j * 16;
+    for (; j + 4 <= s->nvec; j += 4) {   /* four chains (a 7 x 7 plane: its 4 vectors) */
+        const ptrdiff_t q0 = j * 16, q1 = q0 + 16, q2 = q0 + 32;
+        const ptrdiff_t q3 = (j + 4) * 16 > n ? n - 16 : q0 + 48;
         mlcc_vf a0 = mlcc_vf_splat(b), a1 = a0, a2 = a0, a3 = a0;
         for (t = 0; t < ntaps; t++) {
             a0 += DW_SMALL_KTAP(j, q0);
-            a1 += DW_SMALL_KTAP(j + 1, q0 + 16);
-            a2 += DW_SMALL_KTAP(j + 2, q0 + 32);
-            a3 += DW_SMALL_KTAP(j + 3, q0 + 48);
+            a1 += DW_SMALL_KTAP(j + 1, q1);
+            a2 += DW_SMALL_KTAP(j + 2, q2);
+            a3 += DW_SMALL_KTAP(j + 3, q3);
         }
         mlcc_vf_store(yc + q0, mlcc_vf_act(act, a0));
-        mlcc_vf_store(yc + q0 + 16, mlcc_vf_act(act, a1));
-        mlcc_vf_store(yc + q0 + 32, mlcc_vf_act(act, a2));
-        mlcc_vf_store(yc + q0 + 48, mlcc_vf_act(act, a3));
+        mlcc_vf_store(yc + q1, mlcc_vf_act(act, a1));
+        mlcc_vf_store(yc + q2, mlcc_vf_act(act, a2));
+        mlcc_vf_store(yc + q3, mlcc_vf_act(act, a3));
     }
     for (; j < s->nvec; j++) {
         const ptrdiff_t q0 = (j + 1) * 16 > n ? n - 16 : j * 16;
