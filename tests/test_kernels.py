@@ -269,6 +269,55 @@ def test_packed_conv_is_bit_identical_across_thread_counts(kernels, pools, c, m,
         assert np.array_equal(out, one), f"{n} threads"
 
 
+@pytest.mark.parametrize("ih,iw,k,dil", [
+    (7, 7, 3, 1),      # MobileNetV2's 7 x 7: 4 vectors of 16, the last overlapping
+    (14, 14, 3, 1),    # 13 vectors: three groups of four chains, one more
+    (4, 4, 3, 1),      # 16 values: one vector
+    (5, 3, 3, 1),      # 15 values: under one AVX-512 vector (the padded layout)
+    (9, 11, 5, 1),     # 5x5, pad 2
+    (6, 7, 3, 2),      # dilation 2, pad 2
+    (13, 3, 3, 1),     # 3 columns: every lane masked by a column
+    (3, 16, 5, 1),     # the widest map taking it, 5x5
+    (16, 17, 3, 1),    # too wide: the padded layout
+])
+def test_depthwise_small_same_planes(kernels, pools, ih, iw, k, dil):
+    """Stride-1 "same" depthwise convolutions of small planes (conv.c dw_small_plane: the plane
+    flat, lanes masked by column) give the bits of the padded layout, here run on the input
+    padded by hand (a valid convolution, which cannot take the flat path), on 1, 2, 3 and 5
+    threads."""
+    ffi, lib = kernels
+    rng = np.random.default_rng(ih * 100 + iw * 10 + k)
+    c, pad = 7, dil * (k - 1) // 2
+    x = rng.standard_normal((2, c, ih, iw)).astype(np.float32)
+    w = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    xp = np.ascontiguousarray(np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad))))
+
+    def params(h, wd, p):
+        return dict(batch=2, in_channels=c, in_h=h, in_w=wd, out_channels=c, out_h=ih,
+                    out_w=iw, kernel_h=k, kernel_w=k, stride_h=1, stride_w=1, dilation_h=dil,
+                    dilation_w=dil, pad_top=p, pad_left=p, groups=c,
+                    act={"kind": 2, "alpha": -0.5, "beta": 0.5})
+
+    def buf(a):
+        return ffi.cast("float *", ffi.from_buffer(a))
+
+    def run(inp, prm, pool):
+        scratch = np.full(DW_SLICES * dw_scratch_floats(prm), np.nan, np.float32)
+        out = np.full((2, c, ih, iw), np.nan, np.float32)
+        lib.mlcc_f32_conv2d_depthwise_vec(ffi.new("mlcc_conv2d_params *", prm), buf(inp),
+                                          buf(w), buf(b), buf(out), buf(scratch), pool)
+        return out
+
+    want = run(xp, params(ih + 2 * pad, iw + 2 * pad, 0), ffi.NULL)
+    ref = np.zeros_like(want)
+    lib.mlcc_f32_conv2d_depthwise(ffi.new("mlcc_conv2d_params *", params(ih, iw, pad)),
+                                  buf(x), buf(w), buf(b), buf(ref))
+    np.testing.assert_allclose(want, ref, rtol=1e-5, atol=1e-5)
+    for n, pool in [(1, ffi.NULL)] + list(pools.items()):
+        assert np.array_equal(run(x, params(ih, iw, pad), pool), want), f"{n} threads"
+
+
 @pytest.mark.parametrize("channels", [1, 5, 13])
 def test_depthwise_is_bit_identical_across_thread_counts(kernels, pools, channels):
     ffi, lib = kernels
@@ -445,15 +494,18 @@ def test_implicit_conv_matches_packed(kernels, pools, c, m, hw, k, stride, dil, 
 
 
 @pytest.mark.parametrize("c,m,hw", [
-    (160, 96, (7, 7)),     # 49 positions: tiles of 10 rows, the last one overlapping
-    (300, 40, (7, 7)),     # two k blocks; 40 channels: a tile of 32, then one of 8
-    (17, 24, (3, 13)),     # 39 positions; 24 channels: one vector and a half
-    (5, 13, (1, 17)),      # 13 channels (rows past them zero), 17 positions
-    (9, 57, (2, 9)),       # 18 positions: a tile of 8 rows, then two overlapping ones
+    (160, 96, (7, 7)),     # 49 positions: flat tiles of 9 and 10 positions across rows
+    (300, 40, (7, 7)),     # two k blocks; 40 channels: a panel of 32, then a half one
+    (17, 24, (3, 13)),     # 39 positions; 24 channels: one panel, three quarters used
+    (5, 13, (1, 17)),      # 13 channels (a half panel), 17 positions
+    (9, 57, (2, 9)),       # 18 positions: two tiles of 9
+    (520, 48, (13, 13)),   # three k blocks, 169 positions in 15 tiles of 11-12; 32 + 16
+    (7, 16, (3, 3)),       # 9 positions, one tile; 16 channels: one half panel
 ])
 def test_small_map_1x1_conv_matches_implicit(kernels, pools, c, m, hw):
-    """1x1 convolutions of small maps (AVX-512: output channels along the vectors, the packed
-    weights read in place, conv.c's transposed product) against the implicit GEMM, which sums as
+    """1x1 convolutions of small maps through the packed GEMM and through
+    mlcc_f32_conv2d_implicit_t (output channels along the vectors, flat tiles of up to 12
+    positions across rows, each over the whole depth) against the implicit GEMM, which sums as
     the packed GEMM does: the same bits on 1, 2, 3 and 5 threads, the reference within rounding."""
     ffi, lib = kernels
     rng = np.random.default_rng(c * m)
@@ -487,6 +539,12 @@ def test_small_map_1x1_conv_matches_implicit(kernels, pools, c, m, hw):
         got = np.full_like(ref, np.nan)
         lib.mlcc_f32_conv2d_packed(params, buf(x), buf(wk), buf(b), buf(got), buf(scratch), pool)
         assert np.array_equal(got, want), f"{n} threads"
+    wt = pack_a(w.reshape(1, m, c), CONVT_CP)
+    for n, pool in [(1, ffi.NULL)] + list(pools.items()):
+        got = np.full_like(ref, np.nan)
+        lib.mlcc_f32_conv2d_implicit_t(params, buf(x), buf(wt), buf(b),
+                                       buf(offsets, "int32_t *"), buf(got), ffi.NULL, pool)
+        assert np.array_equal(got, want), f"implicit_t, {n} threads"
 
 
 
@@ -495,6 +553,9 @@ def test_small_map_1x1_conv_matches_implicit(kernels, pools, c, m, hw):
     (300, 45, (7, 7), 1, 1),      # two k blocks, 2 channel panels; in place; relu
     (37, 64, (14, 14), 1, 6),     # hard-swish after the residual; rows of 14 in 2 chunks
     (260, 33, (13, 11), 2, 0),    # stride 2: 7 x 6 from the first phase; no activation
+    (520, 48, (5, 5), 1, 1),      # three k blocks; a panel of 32 and a half one; 25 positions
+    (33, 16, (3, 3), 1, 6),       # one tile of 9, one half panel
+    (70, 80, (13, 13), 2, 1),     # stride 2 into 7 x 7: flat tiles; 32 + 32 + a half panel
 ])
 def test_implicit_t_1x1_and_residual(kernels, pools, c, m, hw, stride, act):
     """1x1 convolutions through mlcc_f32_conv2d_implicit_t (ResNets' 7 x 7 and 14 x 14 maps),

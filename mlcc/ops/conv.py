@@ -35,7 +35,9 @@ IMPLICIT_PART_BYTES = 128 * 1024
 # ResNet-50's strided 3x3 and 7x7 (depth 147) layers.
 IMPLICIT_MIN_STRIDED_DEPTH = 64
 # mlcc_f32_conv2d_implicit_t (conv.h): output channels along the vectors, tiles of up to
-# CONVT_RMAX positions of an output row x CONVT_CP channels. Taken by the convolutions (KxK
+# CONVT_RMAX positions of an output row (1x1: up to 12 across rows) x CONVT_CP channels; the
+# one small-map transposed product (the packed GEMM no longer picks one at run time). Taken
+# on 512-bit targets (channel_tiles) by the convolutions (KxK
 # implicit GEMMs and 1x1) whose columns, rounded up to whole panels of 32, would be at least
 # CONVT_MIN_WASTE times the useful ones (ResNets' 7 x 7 maps: 64 for 49; 14 x 14: 224 for
 # 196; 28 x 28 3x3: 840 virtual columns for 784), when at least CONVT_MIN_DEPTH deep (its
@@ -48,7 +50,19 @@ CONVT_MIN_DEPTH = 256
 # 1x1 convolutions (their depth is their input channels): ResNet-50's of depth 256 and 512
 # on 14 x 14 maps were 1.07-1.2x slower that way, those of depth 1024-2048 0.87-0.99x.
 CONVT_MIN_DEPTH_1X1 = 1024
+# 1x1 convolutions of any depth where the packed GEMM's panels (of 32 columns, a last one of
+# at most 16 half-width) would compute at least this many times the output positions: 7 x 7
+# maps, 64 columns for 49 (MobileNetV2's eight 160-960-channel layers there 0.80-0.85x the
+# packed GEMM), not 14 x 14 (208 for 196) nor 13 x 13 (176 for 169).
+CONVT_MIN_WASTE_1X1 = 1.15
 CONVT_PART_POS = 512     # MLCC_CONVT_PART_POS
+
+
+def panel_cols(n: int) -> int:
+    """The columns the packed GEMM computes for n (AVX-512: panels of 32; a last one of at
+    most 16 runs half-width)."""
+    tail = n % 32
+    return n // 32 * 32 + (0 if tail == 0 else 16 if tail <= 16 else 32)
 
 
 def convt_applies(oh: int, ow: int, wq: int, cout_g: int, kdim: int) -> bool:
@@ -59,6 +73,15 @@ def convt_applies(oh: int, ow: int, wq: int, cout_g: int, kdim: int) -> bool:
             and -(-nv // 32) * 32 >= CONVT_MIN_WASTE * oh * ow)
 
 
+def convt_1x1_applies(oh: int, ow: int, cout_g: int, kdim: int) -> bool:
+    """Whether a 1x1 convolution takes mlcc_f32_conv2d_implicit_t: deep ones on the maps where
+    KxK ones do (convt_applies), any depth where the packed panels waste the most."""
+    if kdim >= CONVT_MIN_DEPTH_1X1 and convt_applies(oh, ow, ow, cout_g, kdim):
+        return True
+    n = oh * ow
+    return cout_g >= CONVT_CP // 2 and n >= 8 and panel_cols(n) >= CONVT_MIN_WASTE_1X1 * n
+
+
 def convt_plan(cin_g: int, kh: int, kw: int, oh: int, ow: int, sh: int, sw: int, dh: int,
                dw: int, direct: bool = False) -> int:
     """Scratch bytes of mlcc_f32_conv2d_implicit_t (conv.h); direct: a 1x1 convolution of
@@ -66,7 +89,9 @@ def convt_plan(cin_g: int, kh: int, kw: int, oh: int, ow: int, sh: int, sw: int,
     hq, wq = oh + (kh - 1) * dh // sh, ow + (kw - 1) * dw // sw
     pad = 0 if direct else cin_g * sh * sw * hq * wq + (kw - 1) * dw + IMPLICIT_SLACK
     rows = min(max(1, CONVT_PART_POS // ow), oh)
-    part = IMPLICIT_SLICES * rows * ow * CONVT_CP if cin_g * kh * kw > GEMM_KC else 0
+    # 1x1 convolutions run flat tiles over the whole depth, their sums in registers
+    flat = kh == 1 and kw == 1
+    part = IMPLICIT_SLICES * rows * ow * CONVT_CP if cin_g * kh * kw > GEMM_KC and not flat else 0
     return 4 * (pad + part)
 
 
@@ -105,12 +130,9 @@ def implicit_cols_pays(kh: int, kw: int, oh: int, ow: int, sh: int, sw: int, dw:
     16 runs half-width), are at least 1.2x the output positions in the same panels. The
     digits CNN's 8 x 8 and 4 x 4 layers (80 for 64, 32 for 16), not ResNet's 7 x 7 ones (64
     for 64) nor its 14 x 14 ones (224 for 208)."""
-    def panels(n: int) -> int:
-        tail = n % 32
-        return n // 32 * 32 + (0 if tail == 0 else 16 if tail <= 16 else 32)
     if sh != 1 or sw != 1 or kw < 2 or ow > TABLE_MAX_W or kh * kw < 2:
         return False
-    return panels(oh * (ow + (kw - 1) * dw)) >= 1.2 * panels(oh * ow)
+    return panel_cols(oh * (ow + (kw - 1) * dw)) >= 1.2 * panel_cols(oh * ow)
 
 
 def implicit_plan(cin_g: int, cout_g: int, kh: int, kw: int, oh: int, ow: int, sh: int,
@@ -384,8 +406,7 @@ class Conv(OpDef):
         oh, ow, sh, sw = p["out_h"], p["out_w"], p["stride_h"], p["stride_w"]
         if (not lo.options.get("channel_tiles")
                 or (p["kernel_h"], p["kernel_w"]) != (1, 1)
-                or kdim < CONVT_MIN_DEPTH_1X1
-                or not convt_applies(oh, ow, ow, geo["m"] // g, kdim)
+                or not convt_1x1_applies(oh, ow, geo["m"] // g, kdim)
                 or kdim * sh * sw * oh * ow >= 2**31 - 2**20):   # offsets are int32
             return False
         direct = sh == sw == 1 and (p["in_h"], p["in_w"]) == (oh, ow)

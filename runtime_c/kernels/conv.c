@@ -391,182 +391,6 @@ static ptrdiff_t balance(ptrdiff_t units, ptrdiff_t nt) {
     return units * 1024 / (nt * ((units + nt - 1) / nt));
 }
 
-/* ---- 1x1 convolutions of small maps as a transposed product ----
- * On a 7 x 7 map the packed GEMM computes 64 columns (two NR = 32 panels) for 49 outputs. With
- * the output channels along the vectors and the output positions along the tile's rows, 49
- * positions are 5 tiles of 10 (the last one starting at 39: row 39 is computed twice, the same
- * bits) and the channels (out_channels rounded up to MR = 8) waste nothing. The weights are read
- * in their packed layout (gemm.h: at depth p, 8 consecutive output channels are contiguous, a
- * vector of 16 is two panels' rows); the input planes are read in place (1x1, stride 1, no
- * padding: B[k][j] = x[k * spatial + j]), one broadcast per row and depth. Every output is the
- * same sum as in gemm_packed (k blocks of MLCC_GEMM_KC, each summed from zero in k order with one
- * FMA per step, added to the previous blocks' total, then bias, residual, activation), so the
- * results are the same bits; the tile goes to the output transposed through a small buffer. */
-#if MLCC_HAVE_VECTORS && MLCC_VECTOR_BYTES == 64 && MLCC_GEMM_MR == 8 && \
-    (defined(__GNUC__) || defined(__clang__))
-#define CONV_TR 1
-#define TR_MAX_ROWS 12
-typedef float tr_half __attribute__((vector_size(32)));
-
-/* output channels [c0, c0 + nv * 16) at depth p of a k block (kc deep, panels of 8 x kc):
- * a points at panel c0 / 8, depth p; zero_hi: the last vector's upper half is past the panels */
-static inline mlcc_vf tr_load_w(const float *a, ptrdiff_t kc, ptrdiff_t v, int zero_hi) {
-    tr_half lo, hi = {0};
-    memcpy(&lo, a + 2 * v * 8 * kc, sizeof lo);
-    if (!zero_hi) memcpy(&hi, a + (2 * v + 1) * 8 * kc, sizeof hi);
-    return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-}
-
-typedef struct conv_tr_job {
-    const mlcc_conv2d_packed_params *pp;
-    const float *x, *w, *bias, *residual;
-    float *y;
-    ptrdiff_t rows;                    /* R, the tile's output positions */
-    ptrdiff_t ctiles;                  /* tiles of 32 output channels (the last may be less) */
-    ptrdiff_t units;
-} conv_tr_job;
-
-/* Output positions [s0, s0 + R) x channels [c0, c0 + 16 nv) (the second vector, when
- * zero_hi, of 8): R, nv, zero_hi constants at each call. */
-static inline __attribute__((always_inline)) void
-tr_tile(const conv_tr_job *job, const float *xn, float *yn, const float *rn, ptrdiff_t s0,
-        ptrdiff_t c0, const int R, const int nv, const int zero_hi) {
-    const mlcc_conv2d_params *p = &job->pp->conv;
-    const ptrdiff_t spatial = (ptrdiff_t)(p->out_h * p->out_w);
-    const ptrdiff_t kdim = (ptrdiff_t)p->in_channels, cout = (ptrdiff_t)p->out_channels;
-    const ptrdiff_t cout_pad = (cout + MLCC_GEMM_MR - 1) / MLCC_GEMM_MR * MLCC_GEMM_MR;
-    mlcc_vf total[TR_MAX_ROWS][2];
-    float tmp[TR_MAX_ROWS][32];
-    ptrdiff_t k0, r, v, q, ch;
-    for (k0 = 0; k0 < kdim; k0 += MLCC_GEMM_KC) {
-        const ptrdiff_t kc = kdim - k0 < MLCC_GEMM_KC ? kdim - k0 : MLCC_GEMM_KC;
-        const float *a = job->w + k0 * cout_pad + c0 * kc;
-        const float *xb = xn + k0 * spatial + s0;
-        mlcc_vf acc[TR_MAX_ROWS][2];
-        for (r = 0; r < R; r++)
-            for (v = 0; v < nv; v++) acc[r][v] = mlcc_vf_splat(0.0f);
-        for (q = 0; q < kc; q++) {
-            mlcc_vf wv[2];
-            for (v = 0; v < nv; v++) wv[v] = tr_load_w(a + q * 8, kc, v, zero_hi && v == nv - 1);
-            for (r = 0; r < R; r++) {
-                const mlcc_vf xv = mlcc_vf_splat(xb[q * spatial + r]);
-                for (v = 0; v < nv; v++) acc[r][v] += xv * wv[v];
-            }
-        }
-        for (r = 0; r < R; r++)
-            for (v = 0; v < nv; v++) total[r][v] = k0 == 0 ? acc[r][v] : acc[r][v] + total[r][v];
-    }
-    {
-        const ptrdiff_t nch = (cout - c0 < 16 * nv ? cout - c0 : 16 * nv);
-        float bias[32], res[32];
-        for (ch = 0; ch < 32; ch++) bias[ch] = job->bias && ch < nch ? job->bias[c0 + ch] : 0.0f;
-        for (r = 0; r < R; r++) {
-            if (rn != NULL)
-                for (ch = 0; ch < 32; ch++)
-                    res[ch] = ch < nch ? rn[(c0 + ch) * spatial + s0 + r] : 0.0f;
-            for (v = 0; v < nv; v++) {
-                mlcc_vf out = total[r][v];
-                if (job->bias != NULL) out += mlcc_vf_load(bias + 16 * v);
-                if (rn != NULL) out += mlcc_vf_load(res + 16 * v);
-                mlcc_vf_store(tmp[r] + 16 * v, mlcc_vf_act(&p->act, out));
-            }
-        }
-        for (ch = 0; ch < nch; ch++) {
-            float *yc = yn + (c0 + ch) * spatial + s0;
-            for (r = 0; r < R; r++) yc[r] = tmp[r][ch];
-        }
-    }
-}
-
-static void tr_tiles(const conv_tr_job *job, const float *xn, float *yn, const float *rn,
-                     ptrdiff_t c0, const int R) {
-    const mlcc_conv2d_params *p = &job->pp->conv;
-    const ptrdiff_t spatial = (ptrdiff_t)(p->out_h * p->out_w);
-    const ptrdiff_t cout_pad = ((ptrdiff_t)p->out_channels + MLCC_GEMM_MR - 1) / MLCC_GEMM_MR *
-                               MLCC_GEMM_MR;
-    const ptrdiff_t left = cout_pad - c0;   /* 32 or more, 24, 16 or 8 */
-    ptrdiff_t s0 = 0;
-    for (;;) {
-        if (s0 + R > spatial) s0 = spatial - R;   /* the last tile overlaps the one before */
-        if (left >= 32) tr_tile(job, xn, yn, rn, s0, c0, R, 2, 0);
-        else if (left == 24) tr_tile(job, xn, yn, rn, s0, c0, R, 2, 1);
-        else if (left == 16) tr_tile(job, xn, yn, rn, s0, c0, R, 1, 0);
-        else tr_tile(job, xn, yn, rn, s0, c0, R, 1, 1);
-        if (s0 + R >= spatial) break;
-        s0 += R;
-    }
-}
-
-static void conv_tr_task(void *arg, int u, int thread) {
-    const conv_tr_job *job = (const conv_tr_job *)arg;
-    const mlcc_conv2d_params *p = &job->pp->conv;
-    const ptrdiff_t spatial = (ptrdiff_t)(p->out_h * p->out_w);
-    const ptrdiff_t t0 = job->ctiles * u / job->units, t1 = job->ctiles * (u + 1) / job->units;
-    ptrdiff_t n, t;
-    (void)thread;
-    for (n = 0; n < p->batch; n++) {
-        const float *xn = job->x + n * (ptrdiff_t)p->in_channels * spatial;
-        float *yn = job->y + n * (ptrdiff_t)p->out_channels * spatial;
-        const float *rn = job->residual ? job->residual + n * (ptrdiff_t)p->out_channels * spatial
-                                        : NULL;
-        for (t = t0; t < t1; t++) {
-            switch (job->rows) {
-            case 12: tr_tiles(job, xn, yn, rn, t * 32, 12); break;
-            case 10: tr_tiles(job, xn, yn, rn, t * 32, 10); break;
-            default: tr_tiles(job, xn, yn, rn, t * 32, 8); break;
-            }
-        }
-    }
-}
-
-/* The tile rows for this many output positions when the transposed product computes fewer
- * columns than the packed GEMM's panels by a margin, else 0. Not where the waste is small: the
- * transposed write-out of each tile then costs more than the columns it saves (all of
- * MobileNetV2's and SqueezeNet's 1x1 layers on maps of 13 x 13 and more, 1.0-1.5x slower, but
- * for deep products reading large weights: SqueezeNet's classifier 0.95x in the model, 1.07x
- * slower with the weights in cache). */
-static ptrdiff_t conv_tr_rows(const mlcc_conv2d_params *p) {
-    const ptrdiff_t spatial = (ptrdiff_t)(p->out_h * p->out_w);
-    const ptrdiff_t rem = spatial % MLCC_GEMM_NR;
-    const ptrdiff_t packed = spatial / MLCC_GEMM_NR * MLCC_GEMM_NR +
-                             (rem == 0 ? 0 : rem <= MLCC_VF_LANES ? MLCC_VF_LANES : MLCC_GEMM_NR);
-    ptrdiff_t best = 0, best_cols = 0, R;
-    if (p->groups != 1 || p->kernel_h != 1 || p->kernel_w != 1 || p->stride_h != 1 ||
-        p->stride_w != 1 || p->pad_top != 0 || p->pad_left != 0 || p->out_h != p->in_h ||
-        p->out_w != p->in_w || spatial < 8)
-        return 0;
-    for (R = 8; R <= TR_MAX_ROWS; R += 2) {
-        const ptrdiff_t cols = (spatial + R - 1) / R * R;
-        if (best == 0 || cols <= best_cols) best = R, best_cols = cols;
-    }
-    return packed * 100 >= best_cols * 115 ? best : 0;
-}
-
-static void conv_tr(const mlcc_conv2d_packed_params *pp, ptrdiff_t rows, const float *x,
-                    const float *w, const float *bias, const float *residual, float *y,
-                    mlcc_threadpool *pool) {
-    const mlcc_conv2d_params *p = &pp->conv;
-    ptrdiff_t nt = mlcc_threadpool_size(pool);
-    const ptrdiff_t cout_pad = ((ptrdiff_t)p->out_channels + MLCC_GEMM_MR - 1) / MLCC_GEMM_MR *
-                               MLCC_GEMM_MR;
-    conv_tr_job job;
-    job.pp = pp;
-    job.x = x;
-    job.w = w;
-    job.bias = bias;
-    job.residual = residual;
-    job.y = y;
-    job.rows = rows;
-    job.ctiles = (cout_pad + 31) / 32;
-    if ((double)p->out_channels * (double)(p->out_h * p->out_w) * (double)p->in_channels *
-            (double)p->batch < (double)MLCC_MIN_PARALLEL_MACS)
-        nt = 1, pool = NULL;
-    job.units = nt == 1 ? 1 : job.ctiles < UNITS_PER_THREAD * nt ? job.ctiles
-                                                                  : UNITS_PER_THREAD * nt;
-    mlcc_threadpool_for(pool, conv_tr_task, &job, (int)job.units, (int)nt);
-}
-#endif
-
 static void conv_packed(const mlcc_conv2d_packed_params *pp, const float *x, const float *w,
                         const float *bias, const int32_t *table, const float *residual,
                         float *y, float *scratch, mlcc_threadpool *pool) {
@@ -574,15 +398,6 @@ static void conv_packed(const mlcc_conv2d_packed_params *pp, const float *x, con
     ptrdiff_t nt = mlcc_threadpool_size(pool);
     ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, mb;
     conv_packed_job job;
-#if defined(CONV_TR)
-    if (table == NULL) {
-        const ptrdiff_t rows = conv_tr_rows(p);
-        if (rows > 0) {
-            conv_tr(pp, rows, x, w, bias, residual, y, pool);
-            return;
-        }
-    }
-#endif
     conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
     job.pp = pp;
     job.x = x;
@@ -909,6 +724,169 @@ static void dw_flat_prepare(dw_job *job, int thread, float *pad, ptrdiff_t *off)
     }
 }
 
+/* ---- Small planes, stride 1, output size = input size ("same" padding) ----
+ * The plane (n = H x W values, contiguous in x and y) is computed flat: output q's tap t reads
+ * input q + d_t (d_t = dy * W + dx), the lanes whose column + dx leaves [0, W) set to zero
+ * (what the padding holds), the rows above and below read from zeros around a contiguous copy
+ * of the plane. No padded rows, no virtual outputs, no copy out: a 7 x 7 map is 4 vectors
+ * (the last one overlapping the third: the same values written twice), where the padded
+ * layout computed 63 virtual outputs, filled 7 rows and copied 7 rows out per channel. Each
+ * output sums its taps in the same order from the bias (zeros where padding was read): the
+ * same bits as dw_flat_run. Measured (tests/profile_layers.py, MobileNetV2): 7 x 7 and 14 x 14
+ * 0.8-0.95x the padded layout; 28 x 28 1.2x slower (the lane masks cost more than the
+ * virtual columns they save), and copies of the plane per kernel column, zeroed where no valid
+ * output reads them, instead of masks: 28 x 28 0.9x, 14 x 14 0.95x, 7 x 7 1.02-1.15x slower
+ * (the tap loads read across the just-written copies' stores). */
+#if MLCC_HAVE_VECTORS
+#define DW_SMALL_MAX_W 16            /* widths up to this take it (measured: 7, 14, 28) */
+#define DW_SMALL_MAX_VECS 64         /* planes of at most 64 vectors (a column-mask table) */
+#define DW_SMALL_MAX_KW 5
+
+typedef struct dw_small_plan {
+    ptrdiff_t n, w, mb, nvec;        /* plane, width, zeros before the copy, vectors */
+    ptrdiff_t d[DW_MAX_TAPS];        /* tap t's offset from the output position */
+    mlcc_vi ok[DW_SMALL_MAX_VECS][DW_SMALL_MAX_KW];   /* lanes of vector j whose column + dx is in */
+#if defined(__AVX512F__) && MLCC_VECTOR_BYTES == 64
+    /* AVX-512: lanes of vector j whose tap t lies inside the plane, for masked loads straight
+     * from the input (a masked-off lane is not read: no copy, no zeros around it) */
+    __mmask16 km[DW_SMALL_MAX_VECS][DW_MAX_TAPS];
+#endif
+} dw_small_plan;
+
+/* The scratch floats dw_small needs (zeros, the plane, zeros), or 0 where it does not apply. */
+static ptrdiff_t dw_small_floats(const mlcc_conv2d_params *p, ptrdiff_t *mb) {
+    const ptrdiff_t h = (ptrdiff_t)p->in_h, w = (ptrdiff_t)p->in_w;
+    const ptrdiff_t kh = (ptrdiff_t)p->kernel_h, kw = (ptrdiff_t)p->kernel_w;
+    const ptrdiff_t n = h * w;
+    ptrdiff_t lo, hi, need;
+    if (p->stride_h != 1 || p->stride_w != 1 || p->out_h != p->in_h || p->out_w != p->in_w ||
+        w > DW_SMALL_MAX_W || kw > DW_SMALL_MAX_KW || n < MLCC_VF_LANES ||
+        (n + MLCC_VF_LANES - 1) / MLCC_VF_LANES > DW_SMALL_MAX_VECS)
+        return 0;
+    /* the smallest and largest tap offsets */
+    lo = -(ptrdiff_t)p->pad_top * w - (ptrdiff_t)p->pad_left;
+    hi = ((kh - 1) * (ptrdiff_t)p->dilation_h - (ptrdiff_t)p->pad_top) * w +
+         (kw - 1) * (ptrdiff_t)p->dilation_w - (ptrdiff_t)p->pad_left;
+    *mb = lo < 0 ? -lo : 0;
+    need = *mb + n + (hi > 0 ? hi : 0) + MLCC_VF_LANES;
+    return need <= mlcc_dw_scratch_floats(p) ? need : 0;
+}
+
+static void dw_small_prepare(const mlcc_conv2d_params *p, ptrdiff_t mb, dw_small_plan *s) {
+    const ptrdiff_t w = (ptrdiff_t)p->in_w, kw_n = (ptrdiff_t)p->kernel_w;
+    ptrdiff_t kh, kw, j, l;
+    s->n = (ptrdiff_t)(p->in_h * p->in_w);
+    s->w = w;
+    s->mb = mb;
+    s->nvec = (s->n + MLCC_VF_LANES - 1) / MLCC_VF_LANES;
+    for (kh = 0; kh < (ptrdiff_t)p->kernel_h; kh++)
+        for (kw = 0; kw < kw_n; kw++) {
+            s->d[kh * kw_n + kw] = (kh * (ptrdiff_t)p->dilation_h - (ptrdiff_t)p->pad_top) * w +
+                                   kw * (ptrdiff_t)p->dilation_w - (ptrdiff_t)p->pad_left;
+        }
+#if defined(__AVX512F__) && MLCC_VECTOR_BYTES == 64
+    for (j = 0; j < s->nvec; j++) {
+        const ptrdiff_t q0 = (j + 1) * 16 > s->n ? s->n - 16 : j * 16;
+        for (kh = 0; kh < (ptrdiff_t)p->kernel_h; kh++)
+            for (kw = 0; kw < kw_n; kw++) {
+                const ptrdiff_t dy = kh * (ptrdiff_t)p->dilation_h - (ptrdiff_t)p->pad_top;
+                const ptrdiff_t dx = kw * (ptrdiff_t)p->dilation_w - (ptrdiff_t)p->pad_left;
+                ptrdiff_t row = q0 / w, col = q0 % w;
+                unsigned m = 0;
+                for (l = 0; l < 16; l++) {
+                    if (row + dy >= 0 && row + dy < (ptrdiff_t)p->in_h && col + dx >= 0 &&
+                        col + dx < w)
+                        m |= 1u << l;
+                    if (++col == w) col = 0, row++;
+                }
+                s->km[j][kh * kw_n + kw] = (__mmask16)m;
+            }
+    }
+#endif
+    for (j = 0; j < s->nvec; j++) {
+        /* the last vector starts at n - lanes (overlapping the one before) */
+        const ptrdiff_t q0 = (j + 1) * MLCC_VF_LANES > s->n ? s->n - MLCC_VF_LANES : j * MLCC_VF_LANES;
+        for (kw = 0; kw < kw_n; kw++) {
+            const ptrdiff_t dx = kw * (ptrdiff_t)p->dilation_w - (ptrdiff_t)p->pad_left;
+            ptrdiff_t col = q0 % w;   /* lane l's column, counted along (no division) */
+            for (l = 0; l < MLCC_VF_LANES; l++) {
+                s->ok[j][kw][l] = col + dx >= 0 && col + dx < w ? -1 : 0;
+                if (++col == w) col = 0;
+            }
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void
+dw_small_plane(const dw_small_plan *s, const float *MLCC_RESTRICT xc, float *MLCC_RESTRICT buf,
+               const float *MLCC_RESTRICT wt, const ptrdiff_t ntaps, const ptrdiff_t kw_n,
+               const ptrdiff_t free_kw, float b, float *MLCC_RESTRICT yc, const mlcc_act *act) {
+    const ptrdiff_t n = s->n;
+    const mlcc_vf zero = mlcc_vf_splat(0.0f);
+    float *pl = buf + s->mb;
+    ptrdiff_t q, j, t;
+#if defined(__AVX512F__) && MLCC_VECTOR_BYTES == 64
+    /* masked loads from the input itself: the same terms, zeros where padding was read */
+#define DW_SMALL_KTAP(j, q0) \
+    (wt[t] * (mlcc_vf)_mm512_maskz_loadu_ps(s->km[j][t], xc + (q0) + s->d[t]))
+    (void)buf, (void)pl, (void)q, (void)zero, (void)free_kw;
+    j = 0;
+    for (; j + 4 <= s->nvec; j += 4) {   /* four chains (a 7 x 7 plane: its 4 vectors) */
+        const ptrdiff_t q0 = j * 16, q1 = q0 + 16, q2 = q0 + 32;
+        const ptrdiff_t q3 = (j + 4) * 16 > n ? n - 16 : q0 + 48;
+        mlcc_vf a0 = mlcc_vf_splat(b), a1 = a0, a2 = a0, a3 = a0;
+        for (t = 0; t < ntaps; t++) {
+            a0 += DW_SMALL_KTAP(j, q0);
+            a1 += DW_SMALL_KTAP(j + 1, q1);
+            a2 += DW_SMALL_KTAP(j + 2, q2);
+            a3 += DW_SMALL_KTAP(j + 3, q3);
+        }
+        mlcc_vf_store(yc + q0, mlcc_vf_act(act, a0));
+        mlcc_vf_store(yc + q1, mlcc_vf_act(act, a1));
+        mlcc_vf_store(yc + q2, mlcc_vf_act(act, a2));
+        mlcc_vf_store(yc + q3, mlcc_vf_act(act, a3));
+    }
+    for (; j < s->nvec; j++) {
+        const ptrdiff_t q0 = (j + 1) * 16 > n ? n - 16 : j * 16;
+        mlcc_vf acc = mlcc_vf_splat(b);
+        for (t = 0; t < ntaps; t++) acc += DW_SMALL_KTAP(j, q0);
+        mlcc_vf_store(yc + q0, mlcc_vf_act(act, acc));
+    }
+#undef DW_SMALL_KTAP
+    return;
+#endif
+    for (q = 0; q + MLCC_VF_LANES <= n; q += MLCC_VF_LANES) mlcc_vf_store(pl + q, mlcc_vf_load(xc + q));
+    if (q < n) mlcc_vf_store(pl + n - MLCC_VF_LANES, mlcc_vf_load(xc + n - MLCC_VF_LANES));
+/* free_kw: a kernel column of shift 0, which needs no mask (-1: none known at compile time) */
+#define DW_SMALL_TAP(k, j, q0)                                                               \
+    (t % kw_n == free_kw ? wt[t] * mlcc_vf_load(pl + (q0) + s->d[t])                        \
+                         : wt[t] * mlcc_vf_select(s->ok[j][t % kw_n],                       \
+                                                  mlcc_vf_load(pl + (q0) + s->d[t]), zero))
+    j = 0;
+    for (; j + 4 <= s->nvec && (j + 4) * MLCC_VF_LANES <= n; j += 4) {   /* four chains */
+        const ptrdiff_t q0 = j * MLCC_VF_LANES;
+        mlcc_vf a0 = mlcc_vf_splat(b), a1 = a0, a2 = a0, a3 = a0;
+        for (t = 0; t < ntaps; t++) {
+            a0 += DW_SMALL_TAP(t, j, q0);
+            a1 += DW_SMALL_TAP(t, j + 1, q0 + MLCC_VF_LANES);
+            a2 += DW_SMALL_TAP(t, j + 2, q0 + 2 * MLCC_VF_LANES);
+            a3 += DW_SMALL_TAP(t, j + 3, q0 + 3 * MLCC_VF_LANES);
+        }
+        mlcc_vf_store(yc + q0, mlcc_vf_act(act, a0));
+        mlcc_vf_store(yc + q0 + MLCC_VF_LANES, mlcc_vf_act(act, a1));
+        mlcc_vf_store(yc + q0 + 2 * MLCC_VF_LANES, mlcc_vf_act(act, a2));
+        mlcc_vf_store(yc + q0 + 3 * MLCC_VF_LANES, mlcc_vf_act(act, a3));
+    }
+    for (; j < s->nvec; j++) {
+        const ptrdiff_t q0 = (j + 1) * MLCC_VF_LANES > n ? n - MLCC_VF_LANES : j * MLCC_VF_LANES;
+        mlcc_vf acc = mlcc_vf_splat(b);
+        for (t = 0; t < ntaps; t++) acc += DW_SMALL_TAP(t, j, q0);
+        mlcc_vf_store(yc + q0, mlcc_vf_act(act, acc));
+    }
+#undef DW_SMALL_TAP
+}
+#endif
+
 /* Unit u: channels [c0, c1) of every image, in the scratch slice of the thread running it. */
 static void dw_flat_task(void *arg, int u, int thread) {
     dw_job *job = (dw_job *)arg;
@@ -927,6 +905,31 @@ static void dw_flat_task(void *arg, int u, int thread) {
     float *out = pad + planes + kw_n * dw + MLCC_DW_CHUNK;
     ptrdiff_t off[DW_MAX_TAPS];
     ptrdiff_t n, c;
+#if MLCC_HAVE_VECTORS
+    {
+        ptrdiff_t mb = 0;
+        if (dw_small_floats(p, &mb) > 0) {
+            dw_small_plan sp;
+            dw_small_prepare(p, mb, &sp);
+            if (!job->zeroed[thread]) {   /* the zeros around the copy, once per call */
+                memset(pad, 0, (size_t)mlcc_dw_scratch_floats(p) * sizeof(float));
+                job->zeroed[thread] = 1;
+            }
+            for (n = 0; n < p->batch; n++)
+                for (c = c0; c < c1; c++) {
+                    const float *xc = job->x + (n * channels + c) * ih_n * iw_n;
+                    float *yc = job->y + (n * channels + c) * oh_n * ow_n;
+                    const float b = job->bias ? job->bias[c] : 0.0f;
+                    if (ntaps == 9 && kw_n == 3 && p->dilation_w == p->pad_left)
+                        dw_small_plane(&sp, xc, pad, job->w + c * 9, 9, 3, 1, b, yc, &p->act);
+                    else
+                        dw_small_plane(&sp, xc, pad, job->w + c * ntaps, ntaps, kw_n, -1, b, yc,
+                                       &p->act);
+                }
+            return;
+        }
+    }
+#endif
     dw_flat_prepare(job, thread, pad, off);
     for (n = 0; n < p->batch; n++) {
         for (c = c0; c < c1; c++) {
@@ -1088,6 +1091,31 @@ static void dw_wasm_task(void *arg, int u, int thread) {
     float *pad = job->scratch + thread * mlcc_dw_scratch_floats(p);
     ptrdiff_t off[DW_MAX_TAPS];
     ptrdiff_t n, c;
+#if MLCC_HAVE_VECTORS
+    {
+        ptrdiff_t mb = 0;
+        if (dw_small_floats(p, &mb) > 0) {
+            dw_small_plan sp;
+            dw_small_prepare(p, mb, &sp);
+            if (!job->zeroed[thread]) {   /* the zeros around the copy, once per call */
+                memset(pad, 0, (size_t)mlcc_dw_scratch_floats(p) * sizeof(float));
+                job->zeroed[thread] = 1;
+            }
+            for (n = 0; n < p->batch; n++)
+                for (c = c0; c < c1; c++) {
+                    const float *xc = job->x + (n * channels + c) * ih_n * iw_n;
+                    float *yc = job->y + (n * channels + c) * oh_n * ow_n;
+                    const float b = job->bias ? job->bias[c] : 0.0f;
+                    if (ntaps == 9 && kw_n == 3 && p->dilation_w == p->pad_left)
+                        dw_small_plane(&sp, xc, pad, job->w + c * 9, 9, 3, 1, b, yc, &p->act);
+                    else
+                        dw_small_plane(&sp, xc, pad, job->w + c * ntaps, ntaps, kw_n, -1, b, yc,
+                                       &p->act);
+                }
+            return;
+        }
+    }
+#endif
     dw_flat_prepare(job, thread, pad, off);
     for (n = 0; n < p->batch; n++) {
         for (c = c0; c < c1; c++) {
@@ -1495,128 +1523,6 @@ static void implicit_fill_cols(const mlcc_conv2d_params *p, const float *xg, ptr
     memset(pad + cin_g * kw_n * hp * ow_n, 0, MLCC_IMPLICIT_SLACK * sizeof(float));
 }
 
-#if defined(CONV_TR)
-/* ---- The implicit GEMM of small maps as a transposed product ----
- * conv.c's transposed 1x1 product for any kernel: output positions along the tile's rows, read
- * from the padded input split by stride phase (implicit_fill) at virtual column q = oh * wq + ow
- * plus the offset of each im2col row (offsets), output channels along the vectors. Only the
- * real positions are computed, where the implicit GEMM's panels cover all virtual columns
- * (13 x 13 maps with 3x3 kernels: 195 virtual columns in 208 for 169 outputs; 7 x 7: 64 for
- * 49). The same sums in the same order as implicit_tile, so the same bits. */
-typedef struct implicit_tr_job {
-    const mlcc_conv2d_packed_params *pp;
-    const float *w, *bias, *pad;
-    const int32_t *off;
-    float *y;
-    ptrdiff_t wq, rows, ctiles, units;
-} implicit_tr_job;
-
-static inline __attribute__((always_inline)) void
-implicit_tr_tile(const implicit_tr_job *job, ptrdiff_t s0, ptrdiff_t c0, const int R,
-                 const int nv, const int zero_hi) {
-    const mlcc_conv2d_params *p = &job->pp->conv;
-    const ptrdiff_t ow_n = (ptrdiff_t)p->out_w, spatial = (ptrdiff_t)(p->out_h * p->out_w);
-    const ptrdiff_t kdim = (ptrdiff_t)(p->in_channels * p->kernel_h * p->kernel_w);
-    const ptrdiff_t cout = (ptrdiff_t)p->out_channels;
-    const ptrdiff_t cout_pad = (cout + MLCC_GEMM_MR - 1) / MLCC_GEMM_MR * MLCC_GEMM_MR;
-    const float *rowp[TR_MAX_ROWS];
-    mlcc_vf total[TR_MAX_ROWS][2];
-    float tmp[TR_MAX_ROWS][32];
-    ptrdiff_t k0, r, v, q, ch, oh = s0 / ow_n, ow = s0 % ow_n;
-    for (r = 0; r < R; r++) {   /* virtual column of output position s0 + r */
-        rowp[r] = job->pad + oh * job->wq + ow;
-        if (++ow == ow_n) ow = 0, oh++;
-        /* set by the first k block; zeroed so that GCC need not prove it (-Wmaybe-uninit) */
-        total[r][0] = total[r][1] = mlcc_vf_splat(0.0f);
-    }
-    for (k0 = 0; k0 < kdim; k0 += MLCC_GEMM_KC) {
-        const ptrdiff_t kc = kdim - k0 < MLCC_GEMM_KC ? kdim - k0 : MLCC_GEMM_KC;
-        const float *a = job->w + k0 * cout_pad + c0 * kc;
-        const int32_t *off = job->off + k0;
-        mlcc_vf acc[TR_MAX_ROWS][2];
-        for (r = 0; r < R; r++)
-            for (v = 0; v < nv; v++) acc[r][v] = mlcc_vf_splat(0.0f);
-        for (q = 0; q < kc; q++) {
-            const ptrdiff_t o = off[q];
-            mlcc_vf wv[2];
-            for (v = 0; v < nv; v++) wv[v] = tr_load_w(a + q * 8, kc, v, zero_hi && v == nv - 1);
-            for (r = 0; r < R; r++) {
-                const mlcc_vf xv = mlcc_vf_splat(rowp[r][o]);
-                for (v = 0; v < nv; v++) acc[r][v] += xv * wv[v];
-            }
-        }
-        for (r = 0; r < R; r++)
-            for (v = 0; v < nv; v++) total[r][v] = k0 == 0 ? acc[r][v] : acc[r][v] + total[r][v];
-    }
-    {
-        const ptrdiff_t nch = (cout - c0 < 16 * nv ? cout - c0 : 16 * nv);
-        float bias[32];
-        for (ch = 0; ch < 32; ch++) bias[ch] = job->bias && ch < nch ? job->bias[c0 + ch] : 0.0f;
-        for (r = 0; r < R; r++)
-            for (v = 0; v < nv; v++) {
-                mlcc_vf out = total[r][v];
-                if (job->bias != NULL) out += mlcc_vf_load(bias + 16 * v);
-                mlcc_vf_store(tmp[r] + 16 * v, mlcc_vf_act(&p->act, out));
-            }
-        for (ch = 0; ch < nch; ch++) {
-            float *yc = job->y + (c0 + ch) * spatial + s0;
-            for (r = 0; r < R; r++) yc[r] = tmp[r][ch];
-        }
-    }
-}
-
-static void implicit_tr_tiles(const implicit_tr_job *job, ptrdiff_t c0, const int R) {
-    const mlcc_conv2d_params *p = &job->pp->conv;
-    const ptrdiff_t spatial = (ptrdiff_t)(p->out_h * p->out_w);
-    const ptrdiff_t cout_pad = ((ptrdiff_t)p->out_channels + MLCC_GEMM_MR - 1) / MLCC_GEMM_MR *
-                               MLCC_GEMM_MR;
-    const ptrdiff_t left = cout_pad - c0;
-    ptrdiff_t s0 = 0;
-    for (;;) {
-        if (s0 + R > spatial) s0 = spatial - R;   /* the last tile overlaps the one before */
-        if (left >= 32) implicit_tr_tile(job, s0, c0, R, 2, 0);
-        else if (left == 24) implicit_tr_tile(job, s0, c0, R, 2, 1);
-        else if (left == 16) implicit_tr_tile(job, s0, c0, R, 1, 0);
-        else implicit_tr_tile(job, s0, c0, R, 1, 1);
-        if (s0 + R >= spatial) break;
-        s0 += R;
-    }
-}
-
-static void implicit_tr_task(void *arg, int u, int thread) {
-    const implicit_tr_job *job = (const implicit_tr_job *)arg;
-    const ptrdiff_t t0 = job->ctiles * u / job->units, t1 = job->ctiles * (u + 1) / job->units;
-    ptrdiff_t t;
-    (void)thread;
-    for (t = t0; t < t1; t++) {
-        switch (job->rows) {
-        case 12: implicit_tr_tiles(job, t * 32, 12); break;
-        case 10: implicit_tr_tiles(job, t * 32, 10); break;
-        default: implicit_tr_tiles(job, t * 32, 8); break;
-        }
-    }
-}
-
-/* The tile rows when the transposed product computes fewer columns than the implicit GEMM's
- * panels of virtual columns by a margin, for one group and a depth of 128 or more (shallower
- * products: the transposed write-out costs more than it saves), else 0. */
-static ptrdiff_t implicit_tr_rows(const mlcc_conv2d_params *p) {
-    const ptrdiff_t spatial = (ptrdiff_t)(p->out_h * p->out_w);
-    const ptrdiff_t nv = (ptrdiff_t)p->out_h * mlcc_implicit_sub_w(p);
-    const ptrdiff_t rem = nv % MLCC_GEMM_NR;
-    const ptrdiff_t cols = nv / MLCC_GEMM_NR * MLCC_GEMM_NR +
-                           (rem == 0 ? 0 : rem <= MLCC_VF_LANES ? MLCC_VF_LANES : MLCC_GEMM_NR);
-    ptrdiff_t best = 0, best_cols = 0, R;
-    if (p->groups != 1 || spatial < 8 || p->in_channels * p->kernel_h * p->kernel_w < 128)
-        return 0;
-    for (R = 8; R <= TR_MAX_ROWS; R += 2) {
-        const ptrdiff_t c = (spatial + R - 1) / R * R;
-        if (best == 0 || c <= best_cols) best = R, best_cols = c;
-    }
-    return cols * 100 >= best_cols * 115 ? best : 0;
-}
-#endif
-
 static void implicit_conv(const mlcc_conv2d_packed_params *pp, const float *x, const float *w,
                           const float *bias, const int32_t *offsets, float *y, float *scratch,
                           mlcc_threadpool *pool, int cols) {
@@ -1624,36 +1530,6 @@ static void implicit_conv(const mlcc_conv2d_packed_params *pp, const float *x, c
     ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, mb, nt, n;
     implicit_job job;
     conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
-#if defined(CONV_TR)
-    {
-        /* not for shifted copies: their offsets index another layout */
-        const ptrdiff_t rows = cols ? 0 : implicit_tr_rows(p);
-        if (rows > 0) {
-            implicit_tr_job tj;
-            tj.pp = pp;
-            tj.w = w;
-            tj.bias = bias;
-            tj.pad = scratch;
-            tj.off = offsets;
-            tj.wq = mlcc_implicit_sub_w(p);
-            tj.rows = rows;
-            tj.ctiles = (cout_pad + 31) / 32;
-            nt = mlcc_threadpool_size(pool);
-            if ((double)cout_g * (double)spatial * (double)kdim * (double)p->batch <
-                (double)MLCC_MIN_PARALLEL_MACS)
-                nt = 1, pool = NULL;
-            tj.units = nt == 1 ? 1 : tj.ctiles < UNITS_PER_THREAD * nt ? tj.ctiles
-                                                                      : UNITS_PER_THREAD * nt;
-            for (n = 0; n < p->batch; n++) {
-                implicit_fill(p, x + n * (ptrdiff_t)p->in_channels * in_plane, cin_g,
-                              mlcc_implicit_sub_h(p), tj.wq, scratch);
-                tj.y = y + n * (ptrdiff_t)p->out_channels * spatial;
-                mlcc_threadpool_for(pool, implicit_tr_task, &tj, (int)tj.units, (int)nt);
-            }
-            return;
-        }
-    }
-#endif
     job.pp = pp;
     job.w = w;
     job.bias = bias;
@@ -1711,62 +1587,196 @@ void mlcc_f32_conv2d_implicit_cols(const mlcc_conv2d_packed_params *pp, const fl
 /* ---- The implicit GEMM transposed: output channels along the vectors (conv.h) ---- */
 
 #define TCP MLCC_CONVT_CP
-#define TRMAX MLCC_CONVT_RMAX
+#define TRMAX MLCC_CONVT_FLAT_RMAX   /* the largest tile (flat tiles; row chunks: CONVT_RMAX) */
 
-/* acc (R positions x TCP channels, row-major into out) = sum over p < kc of the input at
- * b[off[p] + r] times the weights a[p * TCP + ch]: one k block of one tile. Each value is one
- * chain of multiply-adds over p in order, from zero, as in implicit_tile. */
+/* acc (R positions x nc channels, rows of TCP floats in out) = sum over p < kc of the input at
+ * b[off[p] + r] times the weights a[p * TCP + ch]: one k block of one tile. nc is TCP, or TCP / 2
+ * for a last panel of at most that many channels (out's other half is left unset and never
+ * read). Each value is one chain of multiply-adds over p in order, from zero, as in
+ * implicit_tile. */
 #if MLCC_HAVE_VECTORS
 #if MLCC_VECTOR_BYTES / 2 <= TCP   /* 2 * lanes <= TCP */
 #define TCH (2 * MLCC_VF_LANES)   /* channels per pass: two vectors */
 #else
 #define TCH TCP
 #endif
-static inline void convt_tile(ptrdiff_t R, ptrdiff_t kc, const float *MLCC_RESTRICT a,
-                              const float *MLCC_RESTRICT b, const int32_t *MLCC_RESTRICT off,
-                              float *MLCC_RESTRICT out) {
+static inline __attribute__((always_inline)) void
+convt_tile(ptrdiff_t R, const int nc, ptrdiff_t kc, const float *MLCC_RESTRICT a,
+           const float *MLCC_RESTRICT b, const int32_t *MLCC_RESTRICT off,
+           float *MLCC_RESTRICT out) {
     ptrdiff_t c0, p, r, v;
-    for (c0 = 0; c0 < TCP; c0 += TCH) {
+    for (c0 = 0; c0 < nc; c0 += TCH) {
+        const ptrdiff_t nvec = (nc - c0 < TCH ? nc - c0 : TCH) / MLCC_VF_LANES;
         mlcc_vf acc[TRMAX][TCH / MLCC_VF_LANES];
         for (r = 0; r < R; r++)
-            for (v = 0; v < TCH / MLCC_VF_LANES; v++) acc[r][v] = mlcc_vf_splat(0.0f);
+            for (v = 0; v < nvec; v++) acc[r][v] = mlcc_vf_splat(0.0f);
         for (p = 0; p < kc; p++) {
             const float *bp = b + off[p];
             mlcc_vf wv[TCH / MLCC_VF_LANES];
-            for (v = 0; v < TCH / MLCC_VF_LANES; v++)
-                wv[v] = mlcc_vf_load(a + p * TCP + c0 + v * MLCC_VF_LANES);
+            for (v = 0; v < nvec; v++) wv[v] = mlcc_vf_load(a + p * TCP + c0 + v * MLCC_VF_LANES);
             for (r = 0; r < R; r++) {
                 const mlcc_vf xv = mlcc_vf_splat(bp[r]);
-                for (v = 0; v < TCH / MLCC_VF_LANES; v++) acc[r][v] += xv * wv[v];
+                for (v = 0; v < nvec; v++) acc[r][v] += xv * wv[v];
             }
         }
         for (r = 0; r < R; r++)
-            for (v = 0; v < TCH / MLCC_VF_LANES; v++)
+            for (v = 0; v < nvec; v++)
                 mlcc_vf_store(out + r * TCP + c0 + v * MLCC_VF_LANES, acc[r][v]);
+    }
+    if (nc < TCP)   /* a half panel: convt_store works on whole rows */
+        for (r = 0; r < R; r++) memset(out + r * TCP + nc, 0, (TCP - nc) * sizeof(float));
+}
+
+/* A 1x1 convolution's tile over every k block in turn, with its epilogue: kdim deep; w: the
+ * group's weights, block k0 at w + k0 * cpad, this panel ch0 * kc into it; input row p at
+ * b + p * bs. Each block's sums from zero, added to the earlier blocks' total (acc + total, as
+ * convt_store adds the partial sums), in registers; then, in registers too, bias (e: TCP
+ * floats, zero past the panel's channels), residual and activation in convt_store's order,
+ * and the tile written transposed into y (nch channels of y, R positions from y0). */
+typedef struct convt_epi {
+    const float *bias, *res;   /* res: the residual of the panel's first channel, or NULL */
+    const mlcc_act *act;
+    float *y;                  /* the panel's first output channel */
+    ptrdiff_t spatial, nch;
+} convt_epi;
+
+static inline __attribute__((always_inline)) void
+convt_tile_k(ptrdiff_t R, const int nc, ptrdiff_t kdim, ptrdiff_t cpad, ptrdiff_t ch0,
+             const float *MLCC_RESTRICT w, const float *MLCC_RESTRICT b, ptrdiff_t bs,
+             const convt_epi *e, ptrdiff_t y0) {
+    float tile[TRMAX * TCP];
+    ptrdiff_t c0, p, r, v, k0, j;
+    for (c0 = 0; c0 < nc; c0 += TCH) {
+        const ptrdiff_t nvec = (nc - c0 < TCH ? nc - c0 : TCH) / MLCC_VF_LANES;
+        mlcc_vf total[TRMAX][TCH / MLCC_VF_LANES];
+        /* set by the first k block; zeroed so that GCC need not prove it (-Wmaybe-uninit) */
+        for (r = 0; r < R; r++)
+            for (v = 0; v < nvec; v++) total[r][v] = mlcc_vf_splat(0.0f);
+        for (k0 = 0; k0 < kdim; k0 += MLCC_GEMM_KC) {
+            const ptrdiff_t kc = kdim - k0 < MLCC_GEMM_KC ? kdim - k0 : MLCC_GEMM_KC;
+            const float *a = w + k0 * cpad + ch0 * kc;
+            const float *bk = b + k0 * bs;
+            mlcc_vf acc[TRMAX][TCH / MLCC_VF_LANES];
+            for (r = 0; r < R; r++)
+                for (v = 0; v < nvec; v++) acc[r][v] = mlcc_vf_splat(0.0f);
+            for (p = 0; p < kc; p++) {
+                const float *bp = bk + p * bs;
+                mlcc_vf wv[TCH / MLCC_VF_LANES];
+                for (v = 0; v < nvec; v++)
+                    wv[v] = mlcc_vf_load(a + p * TCP + c0 + v * MLCC_VF_LANES);
+                for (r = 0; r < R; r++) {
+                    const mlcc_vf xv = mlcc_vf_splat(bp[r]);
+                    for (v = 0; v < nvec; v++) acc[r][v] += xv * wv[v];
+                }
+            }
+            for (r = 0; r < R; r++)
+                for (v = 0; v < nvec; v++) total[r][v] = k0 == 0 ? acc[r][v] : acc[r][v] + total[r][v];
+        }
+        for (r = 0; r < R; r++) {
+            float res[TCH];
+            if (e->res != NULL)
+                for (j = 0; j < TCH; j++)
+                    res[j] = c0 + j < e->nch ? e->res[(c0 + j) * e->spatial + y0 + r] : 0.0f;
+            for (v = 0; v < nvec; v++) {
+                mlcc_vf o = total[r][v];
+                if (e->bias != NULL) o += mlcc_vf_load(e->bias + c0 + v * MLCC_VF_LANES);
+                if (e->res != NULL) o += mlcc_vf_load(res + v * MLCC_VF_LANES);
+                mlcc_vf_store(tile + r * TCP + c0 + v * MLCC_VF_LANES, mlcc_vf_act(e->act, o));
+            }
+        }
+    }
+    for (j = 0; j < e->nch; j++) {
+        float *yj = e->y + j * e->spatial + y0;
+        for (r = 0; r < R; r++) yj[r] = tile[r * TCP + j];
     }
 }
 
-static void convt_tile_any(ptrdiff_t R, ptrdiff_t kc, const float *a, const float *b,
+#if MLCC_VECTOR_BYTES >= 64
+/* a constant R and nc per copy: the accumulators stay in registers (row tiles: R <= 8; flat
+ * tiles: R <= 12, 24 of the 32 registers) */
+#define CONVT_CASES(nc)                                                   \
+    switch (R) {                                                          \
+    case 8: convt_tile(8, nc, kc, a, b, off, out); break;                 \
+    case 7: convt_tile(7, nc, kc, a, b, off, out); break;                 \
+    case 6: convt_tile(6, nc, kc, a, b, off, out); break;                 \
+    case 5: convt_tile(5, nc, kc, a, b, off, out); break;                 \
+    default: convt_tile(R, nc, kc, a, b, off, out); break;                \
+    }
+#define CONVT_K_CASES(nc)                                                      \
+    switch (R) {                                                               \
+    case 12: convt_tile_k(12, nc, kdim, cpad, ch0, w, b, bs, e, y0); break;     \
+    case 11: convt_tile_k(11, nc, kdim, cpad, ch0, w, b, bs, e, y0); break;     \
+    case 10: convt_tile_k(10, nc, kdim, cpad, ch0, w, b, bs, e, y0); break;     \
+    case 9: convt_tile_k(9, nc, kdim, cpad, ch0, w, b, bs, e, y0); break;       \
+    case 8: convt_tile_k(8, nc, kdim, cpad, ch0, w, b, bs, e, y0); break;       \
+    case 7: convt_tile_k(7, nc, kdim, cpad, ch0, w, b, bs, e, y0); break;       \
+    default: convt_tile_k(R, nc, kdim, cpad, ch0, w, b, bs, e, y0); break;      \
+    }
+#else
+/* the kernel is chosen for 512-bit targets only (channel_tiles): elsewhere one copy, small */
+#define CONVT_CASES(nc) convt_tile(R, nc, kc, a, b, off, out)
+#define CONVT_K_CASES(nc) convt_tile_k(R, nc, kdim, cpad, ch0, w, b, bs, e, y0)
+#endif
+static void convt_tile_any(ptrdiff_t R, int half, ptrdiff_t kc, const float *a, const float *b,
                            const int32_t *off, float *out) {
-    switch (R) {   /* a constant R per copy: the accumulators stay in registers */
-    case 8: convt_tile(8, kc, a, b, off, out); break;
-    case 7: convt_tile(7, kc, a, b, off, out); break;
-    case 6: convt_tile(6, kc, a, b, off, out); break;
-    case 5: convt_tile(5, kc, a, b, off, out); break;
-    default: convt_tile(R, kc, a, b, off, out); break;
+    if (half) {
+        CONVT_CASES(TCP / 2);
+    } else {
+        CONVT_CASES(TCP);
+    }
+}
+static void convt_tile_k_any(ptrdiff_t R, int half, ptrdiff_t kdim, ptrdiff_t cpad, ptrdiff_t ch0,
+                             const float *w, const float *b, ptrdiff_t bs, const convt_epi *e,
+                             ptrdiff_t y0) {
+    if (half) {
+        CONVT_K_CASES(TCP / 2);
+    } else {
+        CONVT_K_CASES(TCP);
     }
 }
 #else
-static void convt_tile_any(ptrdiff_t R, ptrdiff_t kc, const float *a, const float *b,
+static void convt_tile_any(ptrdiff_t R, int half, ptrdiff_t kc, const float *a, const float *b,
                            const int32_t *off, float *out) {
+    const ptrdiff_t nc = half ? TCP / 2 : TCP;
     ptrdiff_t p, r, j;
     for (r = 0; r < R; r++) {
         float *o = out + r * TCP;
-        for (j = 0; j < TCP; j++) o[j] = 0.0f;
+        for (j = 0; j < nc; j++) o[j] = 0.0f;
         for (p = 0; p < kc; p++) {
             const float xv = b[off[p] + r];
-            for (j = 0; j < TCP; j++) o[j] += xv * a[p * TCP + j];
+            for (j = 0; j < nc; j++) o[j] += xv * a[p * TCP + j];
         }
+        for (j = nc; j < TCP; j++) o[j] = 0.0f;
+    }
+}
+typedef struct convt_epi {
+    const float *bias, *res;
+    const mlcc_act *act;
+    float *y;
+    ptrdiff_t spatial, nch;
+} convt_epi;
+static void convt_tile_k_any(ptrdiff_t R, int half, ptrdiff_t kdim, ptrdiff_t cpad, ptrdiff_t ch0,
+                             const float *w, const float *b, ptrdiff_t bs, const convt_epi *e,
+                             ptrdiff_t y0) {
+    const ptrdiff_t nc = half ? TCP / 2 : TCP;
+    float acc[TCP], out[TCP];
+    ptrdiff_t k0, r, j, p;
+    for (r = 0; r < R; r++) {
+        for (k0 = 0; k0 < kdim; k0 += MLCC_GEMM_KC) {
+            const ptrdiff_t kc = kdim - k0 < MLCC_GEMM_KC ? kdim - k0 : MLCC_GEMM_KC;
+            for (j = 0; j < nc; j++) acc[j] = 0.0f;
+            for (p = 0; p < kc; p++) {
+                const float xv = b[(k0 + p) * bs + r];
+                for (j = 0; j < nc; j++) acc[j] += xv * w[k0 * cpad + ch0 * kc + p * TCP + j];
+            }
+            for (j = 0; j < nc; j++) out[j] = k0 == 0 ? acc[j] : acc[j] + out[j];
+        }
+        for (j = 0; j < nc; j++) {
+            if (e->bias != NULL) out[j] += e->bias[j];
+            if (e->res != NULL && j < e->nch) out[j] += e->res[j * e->spatial + y0 + r];
+        }
+        mlcc_act_apply(e->act, out, nc);
+        for (j = 0; j < e->nch; j++) e->y[j * e->spatial + y0 + r] = out[j];
     }
 }
 #endif
@@ -1804,9 +1814,15 @@ typedef struct convt_job {
     const int32_t *off;
     float *y, *part;
     ptrdiff_t gi, wq, cout_g, cpan, chunks, row_units, rows_per_block, part_floats;
+    ptrdiff_t bstride;   /* flat: from one input channel's (sub-)plane to the next */
+    int flat;
 } convt_job;
 
-/* Unit u: channel panel u % cpan, output rows of range u / cpan (of row_units). */
+/* Unit u: channel panel u % cpan, output rows of range u / cpan (of row_units). Each block of
+ * rows is cut into tiles: per output row into `chunks` nearly equal runs (at most CONVT_RMAX),
+ * or, when flat (kernel_w == 1: the virtual columns are the output positions, wq == out_w),
+ * the block's positions as one run cut into nearly equal tiles of at most CONVT_FLAT_RMAX,
+ * across rows (a 7 x 7 map: 5 tiles of 9-10 instead of 7 of 7). */
 static void convt_task(void *arg, int u, int thread) {
     const convt_job *job = (const convt_job *)arg;
     const mlcc_conv2d_params *p = &job->pp->conv;
@@ -1818,12 +1834,32 @@ static void convt_task(void *arg, int u, int thread) {
     const ptrdiff_t h0 = oh_n * ru / job->row_units, h1 = oh_n * (ru + 1) / job->row_units;
     const ptrdiff_t ch0 = cp * TCP;
     const ptrdiff_t nch = job->cout_g - ch0 < TCP ? job->cout_g - ch0 : TCP;
-    float *part = job->part + thread * job->part_floats;
+    const int half = nch <= TCP / 2;   /* a last panel of at most half the channels */
+    /* (no offset from a NULL part: flat tiles and one k block keep no partial sums) */
+    float *part = job->part_floats > 0 ? job->part + thread * job->part_floats : job->part;
     float bias[TCP];
-    float tile[TRMAX * TCP];
+    float tile[MLCC_CONVT_RMAX * TCP];
     ptrdiff_t hb, k0, oh, c, j;
     for (j = 0; j < TCP; j++)
         bias[j] = job->bias != NULL && j < nch ? job->bias[job->gi * job->cout_g + ch0 + j] : 0.0f;
+    if (job->flat) {   /* tiles across rows, each over the whole depth */
+        const float *wg = job->w + job->gi * cpad * kdim;
+        const ptrdiff_t s0 = h0 * ow_n, n = (h1 - h0) * ow_n;
+        const ptrdiff_t tiles = (n + MLCC_CONVT_FLAT_RMAX - 1) / MLCC_CONVT_FLAT_RMAX;
+        convt_epi e;
+        e.bias = job->bias != NULL ? bias : NULL;
+        e.res = job->res != NULL ? job->res + ch0 * spatial : NULL;
+        e.act = &p->act;
+        e.y = job->y + ch0 * spatial;
+        e.spatial = spatial;
+        e.nch = nch;
+        for (c = 0; c < tiles; c++) {
+            const ptrdiff_t y0 = s0 + n * c / tiles, y1 = s0 + n * (c + 1) / tiles;
+            convt_tile_k_any(y1 - y0, half, kdim, cpad, ch0, wg, job->pad + y0, job->bstride,
+                             &e, y0);
+        }
+        return;
+    }
     for (hb = h0; hb < h1; hb += job->rows_per_block) {   /* partial sums of rb rows */
         const ptrdiff_t he = h1 - hb < job->rows_per_block ? h1 : hb + job->rows_per_block;
         for (k0 = 0; k0 < kdim; k0 += MLCC_GEMM_KC) {
@@ -1831,16 +1867,16 @@ static void convt_task(void *arg, int u, int thread) {
             const int first = k0 == 0, last = k0 + kc == kdim;
             /* weights k-block-major: block k0 holds kc x cpad, panels of kc x TCP */
             const float *a = job->w + job->gi * cpad * kdim + k0 * cpad + ch0 * kc;
+            const float *res = job->res != NULL ? job->res + ch0 * spatial : NULL;
             for (oh = hb; oh < he; oh++) {
                 for (c = 0; c < job->chunks; c++) {
                     const ptrdiff_t w0 = ow_n * c / job->chunks;
                     const ptrdiff_t w1 = ow_n * (c + 1) / job->chunks;
                     const ptrdiff_t y0 = oh * ow_n + w0;
-                    convt_tile_any(w1 - w0, kc, a, job->pad + oh * job->wq + w0, job->off + k0,
-                                   tile);
+                    convt_tile_any(w1 - w0, half, kc, a, job->pad + oh * job->wq + w0,
+                                   job->off + k0, tile);
                     convt_store(w1 - w0, tile, part + (y0 - hb * ow_n) * TCP, first, last,
-                                job->bias != NULL ? bias : NULL,
-                                job->res != NULL ? job->res + ch0 * spatial : NULL, &p->act,
+                                job->bias != NULL ? bias : NULL, res, &p->act,
                                 job->y + ch0 * spatial, spatial, y0, nch);
                 }
             }
@@ -1864,12 +1900,15 @@ static void conv_implicit_t(const mlcc_conv2d_packed_params *pp, const float *x,
     job.off = offsets;
     job.pad = scratch;
     job.wq = mlcc_implicit_sub_w(p);
+    job.flat = p->kernel_h == 1 && p->kernel_w == 1;
+    job.bstride = direct ? in_plane : (ptrdiff_t)(p->stride_h * p->stride_w) * spatial;
     job.cout_g = cout_g;
     job.cpan = (cout_g + TCP - 1) / TCP;
-    job.chunks = ((ptrdiff_t)p->out_w + TRMAX - 1) / TRMAX;
+    job.chunks = ((ptrdiff_t)p->out_w + MLCC_CONVT_RMAX - 1) / MLCC_CONVT_RMAX;
     job.part = scratch + (direct ? 0 : mlcc_implicit_pad_floats(p));
     job.rows_per_block = mlcc_convt_block_rows(p);
-    job.part_floats = kdim <= MLCC_GEMM_KC ? 0 : job.rows_per_block * (ptrdiff_t)p->out_w * TCP;
+    job.part_floats = kdim <= MLCC_GEMM_KC || job.flat ? 0
+                      : job.rows_per_block * (ptrdiff_t)p->out_w * TCP;
     nt = mlcc_threadpool_size(pool);
     if (nt > MLCC_IMPLICIT_SLICES) nt = MLCC_IMPLICIT_SLICES;
     if ((double)cout_g * (double)spatial * (double)kdim * (double)p->batch * (double)p->groups <

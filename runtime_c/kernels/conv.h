@@ -145,21 +145,27 @@ void mlcc_f32_conv2d_implicit_cols(const mlcc_conv2d_packed_params *p, const flo
 
 /* The same implicit GEMM transposed, for small maps: output channels along the vectors, so
  * that no virtual column is computed (a 7 x 7 map costs 49 positions, not 64 columns). Tiles
- * of up to MLCC_CONVT_RMAX output positions of one output row (the row cut into
- * ceil(out_w / RMAX) nearly equal chunks) x MLCC_CONVT_CP output channels; per k step the
- * tile broadcasts the R inputs at offsets[k] + q (q = oh * wq + ow as above: consecutive) and
- * loads CP weights. w is packed like gemm.h's A layout with panels of MLCC_CONVT_CP rows
- * instead of MLCC_GEMM_MR (mlcc/ops/conv.py pack_convt). Each output sums its terms in the
+ * of MLCC_CONVT_CP output channels (a last panel of at most half that: half the vectors) x
+ * up to MLCC_CONVT_RMAX output positions of one output row (the row cut into
+ * ceil(out_w / RMAX) nearly equal chunks); per k step the tile broadcasts the R inputs at
+ * offsets[k] + q (q = oh * wq + ow as above: consecutive) and loads CP weights. 1x1 kernels
+ * (virtual columns = output positions) take flat tiles instead: a unit's positions cut into
+ * nearly equal runs of at most MLCC_CONVT_FLAT_RMAX across rows, each over the whole depth
+ * with the sums of earlier k blocks in registers, bias, residual and activation applied in
+ * registers. w is packed like gemm.h's A layout with panels of MLCC_CONVT_CP rows instead of
+ * MLCC_GEMM_MR (mlcc/ops/conv.py: pack_a(..., CONVT_CP)). Each output sums its terms in the
  * order of mlcc_f32_conv2d_implicit (k blocks of MLCC_GEMM_KC, each a fresh chain, added to
- * the partial sums): bit-identical to it and to the gathered path. scratch:
+ * the partial sums): bit-identical to it and to the gathered path. mlcc/ops/conv.py decides
+ * where it runs (convt_applies, convt_1x1_applies: 512-bit targets). scratch:
  * mlcc_implicit_pad_floats() floats (none for 1x1 convolutions of stride 1 without padding,
- * which read their input in place), then, when the depth exceeds MLCC_GEMM_KC, partial sums
- * of mlcc_convt_block_rows() output rows (about MLCC_CONVT_PART_POS positions) x
+ * which read their input in place), then, for KxK kernels deeper than MLCC_GEMM_KC, partial
+ * sums of mlcc_convt_block_rows() output rows (about MLCC_CONVT_PART_POS positions) x
  * MLCC_CONVT_CP floats per thread (up to MLCC_IMPLICIT_SLICES).
  * The _residual form adds residual (y's shape) after the bias, before the activation, as
  * mlcc_f32_conv2d_packed_residual does. */
 #define MLCC_CONVT_CP 32
 #define MLCC_CONVT_RMAX 8
+#define MLCC_CONVT_FLAT_RMAX 12
 #define MLCC_CONVT_PART_POS 512
 static inline ptrdiff_t mlcc_convt_block_rows(const mlcc_conv2d_params *p) {
     const ptrdiff_t rows = MLCC_CONVT_PART_POS / (ptrdiff_t)p->out_w;
