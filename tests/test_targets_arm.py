@@ -26,6 +26,7 @@ import test_models as tm
 from mlcc.cli import main as cli_main
 from mlcc.errors import InputError, RuntimeStatusError, TargetError
 from mlcc.targets import load_target, parse_target
+from mlcc.targets.target import BUILTIN_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "digits" / "digits_cnn.onnx"
@@ -133,9 +134,14 @@ def test_runner_checks_inputs_like_the_in_process_model(digits_arm):
 
 
 def test_arm_outputs_are_the_x86_targets_bit_for_bit(digits_arm, tmp_path):
-    """Neither target fuses multiply-adds, and the kernels fix the order of every sum."""
-    x86 = tmp_path / "x86"
-    mlcc.compile(DIGITS, x86, target="x86", name="digits")
+    """Neither target fuses multiply-adds, and the kernels fix the order of every sum. arm
+    keeps the direct convolution: compared with an x86 target file without Winograd."""
+    x86, target = tmp_path / "x86", tmp_path / "x86-direct.yaml"
+    target.write_text((BUILTIN_DIR / "x86.yaml").read_text()
+                      .replace("name: x86", "name: x86-direct", 1)
+                      .replace("\nwinograd: true\n", "\nwinograd: false\n"))
+    mlcc.compile(DIGITS, x86, target=str(target), name="digits")
+    assert "winograd" not in (x86 / "model.c").read_text()
     x = _digits_input(5)
     np.testing.assert_array_equal(mlcc.load(digits_arm).run(x)["logits"],
                                   mlcc.load(x86).run(x)["logits"])

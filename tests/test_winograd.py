@@ -1,8 +1,8 @@
 """Winograd F(2x2, 3x3) and F(4x4, 3x3) convolutions (runtime_c/kernels/winograd.c,
 mlcc/ops/winograd.py): against the direct convolution (the same model without `winograd`) and
 onnxruntime, on odd channel counts and sizes, with padding, bias and fused activations. Runs on
-the host through copies of the x86 target with `winograd: true` (the wasm target's own model
-tests run in tests/test_targets_wasm.py)."""
+the host through the x86 targets (both `winograd: true`) and a portable copy (the wasm
+target's own model tests run in tests/test_targets_wasm.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,17 +21,16 @@ from util import compile_and_run, make_model, reference_outputs
 
 @pytest.fixture(scope="module")
 def x86_winograd(tmp_path_factory) -> dict[str, str]:
-    """x86 with winograd: true, and the same with simd: none (the kernel's scalar loops)."""
+    """x86's target file (winograd: true) with simd: none: the kernel's scalar loops."""
     folder = tmp_path_factory.mktemp("target")
-    text = (BUILTIN_DIR / "x86.yaml").read_text().replace("name: x86", "name: x86-winograd", 1)
-    text += "\nwinograd: true\n"
-    assert "\nsimd: sse2\n" in text
+    text = (BUILTIN_DIR / "x86.yaml").read_text()
+    assert "\nsimd: sse2\n" in text and "\nwinograd: true\n" in text
     paths = {}
-    for name, body in (("x86-winograd", text),
-                       ("x86-portable-winograd", text.replace("\nsimd: sse2\n", "\nsimd: none\n"))):
-        paths[name] = str(folder / f"{name}.yaml")
-        Path(paths[name]).write_text(body)
-        assert load_target(paths[name]).winograd
+    name = "x86-portable-winograd"
+    paths[name] = str(folder / f"{name}.yaml")
+    Path(paths[name]).write_text(text.replace("\nsimd: sse2\n", "\nsimd: none\n")
+                                 .replace("name: x86", f"name: {name}", 1))
+    assert load_target(paths[name]).winograd
     assert load_target(paths["x86-portable-winograd"]).defines() == ["-DMLCC_NO_VECTORS"]
     return paths
 
@@ -78,6 +77,26 @@ def test_tile_size_by_panels():
     assert winograd.plan(64, 64, 56, 56, 4)[1] > winograd.plan(64, 64, 56, 56, 2)[1]
 
 
+def test_choice_by_target():
+    """4-lane targets take every qualifying layer; 16-lane ones (x86-native's 32-column
+    panels) only where the fitted cost is below the direct convolution's: not few channels,
+    not 6x6 maps or 64 channels at 10x10 (one-layer A/Bs 1.45x, 1.19x, 1.11x slower)."""
+    narrow = load_target("x86").lowering_options()
+    wide = load_target("x86-native").lowering_options()
+    assert (narrow["gemm_nr"], narrow["vector_lanes"]) == (4, 4)
+    assert (wide["gemm_nr"], wide["vector_lanes"]) == (32, 16)
+    assert load_target("wasm").lowering_options()["gemm_nr"] == 8
+    for shape in ((8, 8, 80, 80), (192, 384, 6, 6), (64, 64, 10, 10), (64, 64, 56, 56)):
+        assert winograd.choose(*shape, narrow) == winograd.tile_size(*shape[2:])
+    assert winograd.choose(8, 8, 80, 80, wide) == 0
+    assert winograd.choose(192, 384, 6, 6, wide) == 0
+    assert winograd.choose(64, 64, 10, 10, wide) == 0
+    assert winograd.choose(512, 512, 7, 7, wide) == 2
+    assert winograd.choose(64, 64, 56, 56, wide) == 4
+    assert winograd.choose(48, 192, 13, 13, wide) == 4
+    assert winograd.choose(64, 64, 56, 56, {**wide, "winograd": False}) == 0
+
+
 def test_applies_only_to_3x3_stride1_dense():
     assert winograd.applies(3, 3, 1, 1, 1, 1, 1, 16, 16)
     assert not winograd.applies(3, 3, 2, 2, 1, 1, 1, 16, 16)
@@ -115,17 +134,22 @@ def cases(tmp_path_factory):
         outs.append(f"y{i}")
     model = make_model(nodes, feeds, outs, initializers=weights)
     folder = tmp_path_factory.mktemp("direct")
-    direct = compile_and_run(model, feeds, folder)
+    target = tmp_path_factory.mktemp("direct-target") / "x86-direct.yaml"
+    target.write_text((BUILTIN_DIR / "x86.yaml").read_text()
+                      .replace("name: x86", "name: x86-direct", 1)
+                      .replace("\nwinograd: true\n", "\nwinograd: false\n"))
+    direct = compile_and_run(model, feeds, folder, target=str(target))
     assert "mlcc_f32_conv2d_winograd" not in next(folder.glob("*/out/model.c")).read_text()
     return model, feeds, direct, reference_outputs(model, feeds)
 
 
 @pytest.mark.parametrize("tile", [2, 4])
-@pytest.mark.parametrize("target", ["x86-winograd", "x86-portable-winograd", "wasm"])
+@pytest.mark.parametrize("target", ["x86", "x86-native", "x86-portable-winograd", "wasm"])
 def test_winograd_conv(target, tile, x86_winograd, cases, tmp_path, monkeypatch):
     """All cases on F(tile x tile, 3x3), against the direct convolution and onnxruntime. On
-    wasm the GEMM's panels are 8 columns wide against 4-lane transforms: tiles straddle
-    panels; the portable build runs the scalar loops the vector builds leave out."""
+    wasm the GEMM's panels are 8 columns wide against 4-lane transforms, on x86-native 32
+    against 16 lanes (AVX-512: masked stores of the vectors that straddle two panels or end a
+    tile row); the portable build runs the scalar loops the vector builds leave out."""
     if target == "wasm":
         missing = "; ".join(load_target("wasm").missing_tools())
         if missing:
@@ -133,12 +157,13 @@ def test_winograd_conv(target, tile, x86_winograd, cases, tmp_path, monkeypatch)
 
     monkeypatch.setattr(winograd, "MIN_CHANNELS", 1)   # the kernel at every channel count
     monkeypatch.setattr(winograd, "tile_size", lambda oh, ow: tile)
+    monkeypatch.setattr(winograd, "pays", lambda *args: True)
     model, feeds, direct, ref = cases
     got = compile_and_run(model, feeds, tmp_path / "w",
                           target=x86_winograd.get(target, target))
     src = next((tmp_path / "w").glob("*/out/model.c")).read_text()
     assert src.count(winograd.KERNELS[tile] + "(") == len(CASES)
-    if target == "x86-winograd":   # the same bits on 3 threads (phases cut into units)
+    if target in ("x86", "x86-native"):   # the same bits on 3 threads (phases cut into units)
         threaded = mlcc.load(next((tmp_path / "w").glob("*/out")), threads=3).run(feeds)
         for name in ref:
             np.testing.assert_array_equal(threaded[name], got[name], err_msg=name)
@@ -151,9 +176,12 @@ def test_winograd_conv(target, tile, x86_winograd, cases, tmp_path, monkeypatch)
         assert not np.array_equal(got[name], direct[name]) or name == "y0", name
 
 
-def test_default_targets_keep_the_direct_convolution():
-    assert load_target("wasm").winograd
-    for name in ("x86", "arm"):
+def test_default_targets_opt_in():
+    """wasm and both x86 targets compute 3x3 convolutions by Winograd, arm keeps the direct
+    convolution (not measured there)."""
+    for name in ("wasm", "x86", "x86-native"):
+        assert load_target(name).winograd
+    for name in ("arm", "arm-dotprod"):
         assert not load_target(name).winograd
 
 

@@ -306,10 +306,10 @@ class Conv(OpDef):
             block = max(64, PANEL_BYTES // (4 * kdim) // 64 * 64)
             block = min(block, -(-spatial // 64) * 64)
             g = geo["group"]
-            if lo.options.get("winograd") and winograd.applies(
-                    kh, kw, sh, sw, dh, dw, g, geo["c"], geo["m"]):
+            m = winograd.choose(geo["c"], geo["m"], oh, ow, lo.options) if \
+                winograd.applies(kh, kw, sh, sw, dh, dw, g, geo["c"], geo["m"]) else 0
+            if m:
                 # the target opted in to Winograd's rounding (runtime_c/kernels/winograd.h)
-                m = winograd.tile_size(oh, ow)
                 block, scratch = winograd.plan(geo["c"], geo["m"], oh, ow, m)
                 args[1] = lo.add_const(f"{node.name}.W_winograd",
                                        winograd.transform_weights(w_const, m))

@@ -35,15 +35,62 @@ def _tiles(oh: int, ow: int, m: int) -> int:
     return -(-oh // m) * -(-ow // m)
 
 
-def tile_size(oh: int, ow: int) -> int:
-    """4 (F(4x4, 3x3)) where its products, counted in whole GEMM panels, are fewer than
-    F(2x2, 3x3)'s: square maps of 11x11 and up (ResNet-50's 56x56 to 14x14, YOLOv8n's 80x80 to
-    20x20, SqueezeNet's 55x55 to 13x13); 2 on smaller maps, where partial 4x4 tiles and
-    panels waste the difference (7x7: 4 tiles of 36 products in one 8-column panel against 16
-    tiles of 16 in two; 1.27x slower as F(4x4) in node)."""
+def tile_size(oh: int, ow: int, panel: int = PANEL) -> int:
+    """4 (F(4x4, 3x3)) where its products, counted in whole GEMM panels of `panel` columns,
+    are fewer than F(2x2, 3x3)'s: with wasm's 8 columns, square maps of 11x11 and up
+    (ResNet-50's 56x56 to 14x14, YOLOv8n's 80x80 to 20x20, SqueezeNet's 55x55 to 13x13); 2 on
+    smaller maps, where partial 4x4 tiles and panels waste the difference (7x7: 4 tiles of 36
+    products in one 8-column panel against 16 tiles of 16 in two; 1.27x slower as F(4x4) in
+    node). The same threshold on every target: on x86-native (32-column panels) one-layer
+    A/Bs had F(4x4) faster than F(2x2) on every map of 13x13 and up (0.72 against 0.96 at
+    128 channels 13x13) and F(2x2) on every map of 10x10 and below (0.73 against 1.07 at 512
+    channels 10x10), where counting its own panels would take F(2x2) at 13x13 (SqueezeNet's
+    48 -> 192 layer 1.19x slower)."""
     def cost(m: int) -> int:
-        return (m + 2) ** 2 * -(-_tiles(oh, ow, m) // PANEL) * PANEL
+        return (m + 2) ** 2 * -(-_tiles(oh, ow, m) // panel) * panel
     return 4 if cost(4) < cost(2) else 2
+
+
+def choose(cin: int, cout: int, oh: int, ow: int, options: dict) -> int:
+    """The tile (2 or 4) of a qualifying convolution (applies()) on a target with these
+    lowering options (Target.lowering_options), or 0 for the direct convolution: the target
+    did not opt in, or the layer is expected to lose (pays())."""
+    if not options.get("winograd"):
+        return 0
+    panel, lanes = options.get("gemm_nr", PANEL), options.get("vector_lanes", 4)
+    m = tile_size(oh, ow)
+    return m if pays(cin, cout, oh, ow, m, panel, lanes) else 0
+
+
+# Time of F(m x m, 3x3) over the direct convolution's on targets of 8+ float lanes, by tile:
+# COST[m] = (per GEMM product, per transform lane, constant), fitted by least squares on
+# one-layer A/Bs on x86-native (Zen 4, AVX-512, 32-column panels; thread CPU time, load 5-6;
+# README, Performance: Winograd on x86), each tile over the maps tile_size gives it (F(4x4)'s
+# GEMM term came out 0: on maps of 11x11 and up its products vary too little to separate).
+COST = {2: (0.261, 1.152, 0.548), 4: (0.0, 0.928, 0.56)}
+
+
+def cost(cin: int, cout: int, oh: int, ow: int, m: int, panel: int, lanes: int) -> float:
+    """The expected time of F(m x m, 3x3) over the direct convolution's (COST): the GEMM's
+    multiplications in whole panels (tiles rounded up to `panel` columns) and the transforms'
+    vector lanes (tile rows x tiles per row rounded up to `lanes`, per input and output
+    channel), both per multiplication of the direct convolution."""
+    ne, th, tw = (m + 2) ** 2, -(-oh // m), -(-ow // m)
+    direct = 9 * oh * ow
+    gemm = ne * -(-(th * tw) // panel) * panel / direct
+    lanes_used = ne * th * -(-tw // lanes) * lanes * (1 / cin + 1 / cout) * 9 / direct
+    a, b, c = COST[m]
+    return a * gemm + b * lanes_used + c
+
+
+def pays(cin: int, cout: int, oh: int, ow: int, m: int, panel: int, lanes: int) -> bool:
+    """Whether F(m x m, 3x3) is expected to beat the direct kernels. On 4-lane vectors (wasm,
+    SSE2, NEON), always: every qualifying layer measured paid (SSE2: 0.33-0.65 of the direct
+    time on YOLOv8n's, 8 to 256 channels, 80x80 to 10x10). On wider ones the direct kernels
+    are stronger and the transforms' vectors of 8 or 16 tiles run mostly empty on small maps
+    (a 10x10 map's F(2x2) rows hold 5 tiles), so few channels or small maps lose (one layer,
+    x86-native: 8 channels at 80x80 1.45x, 32 at 14x14 1.18x, 64 at 10x10 1.11x as F(2x2))."""
+    return lanes < 8 or cost(cin, cout, oh, ow, m, panel, lanes) < 1.0
 
 
 def transform_weights(w: np.ndarray, m: int = 2) -> np.ndarray:

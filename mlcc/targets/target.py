@@ -110,7 +110,22 @@ class Target:
         # 128-bit ones they would hold 16 accumulators in 16 registers and spill
         return {"winograd": self.winograd,
                 "channel_tiles": self.simd != "none" and self.vector_bits >= 512,
-                "implicit_strided": self.implicit_strided}
+                "implicit_strided": self.implicit_strided,
+                "gemm_nr": self.gemm_nr(), "vector_lanes": self.vector_lanes()}
+
+    def vector_lanes(self) -> int:
+        """floats per vector of the kernels' vector code (1 with `simd: none`)."""
+        return 1 if self.simd == "none" else max(self.vector_bits // 32, 1)
+
+    def gemm_nr(self) -> int:
+        """Columns of the packed GEMM's B panels, MLCC_GEMM_NR (gemm.h): vectors per tile row
+        (`gemm_tile`, else 2 on 512-bit vectors and aarch64, 1 elsewhere) x floats per vector;
+        8 with `simd: none`."""
+        if self.simd == "none":
+            return 8
+        nv = self.gemm_tile[1] if self.gemm_tile else (
+            2 if self.vector_bits >= 512 or self.arch == "aarch64" else 1)
+        return nv * self.vector_lanes()
 
     def tile_defines(self) -> list[str]:
         """The macros of the target's own packed-GEMM register tile (`gemm_tile`), if any."""

@@ -2,6 +2,51 @@
 
 #include "gemm.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#if MLCC_HAVE_VECTORS
+/* Four floats: the row splits and the output transforms' transposes work on vectors of four
+ * tiles whatever the target's vector width (wasm, SSE2 and NEON: its own vectors; AVX2 and
+ * AVX-512: their 128-bit halves, instead of the scalar loops these blocks had there). */
+typedef float wino_v4 __attribute__((vector_size(16)));
+static inline wino_v4 wino_v4_load(const float *p) {
+    wino_v4 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void wino_v4_store(float *p, wino_v4 v) { memcpy(p, &v, sizeof v); }
+static inline wino_v4 wino_v4_splat(float x) { return x - (wino_v4){0}; }
+
+/* Lanes [l0, l1) of v stored at p + l0 .. p + l1 - 1, the others not written. */
+static inline void store_lanes(float *p, mlcc_vf v, ptrdiff_t l0, ptrdiff_t l1) {
+#if defined(__AVX512F__) && MLCC_VECTOR_BYTES == 64
+    _mm512_mask_storeu_ps(p, (__mmask16)(((1u << l1) - 1u) & ~((1u << l0) - 1u)), (__m512)v);
+#else
+    ptrdiff_t l;
+    for (l = l0; l < l1; l++) p[l] = v[l];
+#endif
+}
+
+/* The first nl lanes of the count vectors v (block tiles tl .. tl + nl - 1, nl <= NR) into
+ * their panels: a partial vector of tiles, or one that straddles two panels (lanes from
+ * NR - tl % NR on go to the next panel's first columns). On AVX-512, two masked stores per
+ * vector; 36 x 16 scalar stores were 30% of input_transform_4x4's time on YOLOv8n, whose tile
+ * rows of 20, 10 and 5 tiles leave most vectors off the 32-column panels. */
+static void store_tiles(float *vc, ptrdiff_t tl, ptrdiff_t nl, ptrdiff_t cin, ptrdiff_t plane,
+                        const mlcc_vf *v, int count) {
+    const ptrdiff_t a = MLCC_GEMM_NR - tl % MLCC_GEMM_NR;   /* lanes left in this panel */
+    float *vo = vc + (tl / MLCC_GEMM_NR) * cin * MLCC_GEMM_NR + tl % MLCC_GEMM_NR;
+    int i;
+    for (i = 0; i < count; i++) store_lanes(vo + i * plane, v[i], 0, nl < a ? nl : a);
+    if (nl > a) {   /* lane l >= a: column l - a of the next panel */
+        float *next = vc + (tl / MLCC_GEMM_NR + 1) * cin * MLCC_GEMM_NR - a;
+        for (i = 0; i < count; i++) store_lanes(next + i * plane, v[i], a, nl);
+    }
+}
+#endif
+
 typedef struct winograd_job {
     const mlcc_conv2d_packed_params *pp;
     const float *x, *u, *bias;
@@ -46,12 +91,12 @@ static void fill_rows(const mlcc_conv2d_params *p, const float *xc, ptrdiff_t ty
             even[k] = x0 >= 0 && x0 < iw ? xc[yy * iw + x0] : 0.0f;
             odd[k] = x1 >= 0 && x1 < iw ? xc[yy * iw + x1] : 0.0f;
         }
-#if MLCC_HAVE_VECTORS && MLCC_VECTOR_BYTES == 16
+#if MLCC_HAVE_VECTORS
         for (; k + 4 <= tw + 1 && 2 * k - pl + 8 <= iw; k += 4) {   /* inside: by shuffles */
             const float *src = xc + yy * iw + 2 * k - pl;
-            const mlcc_vf v0 = mlcc_vf_load(src), v1 = mlcc_vf_load(src + 4);
-            mlcc_vf_store(even + k, __builtin_shufflevector(v0, v1, 0, 2, 4, 6));
-            mlcc_vf_store(odd + k, __builtin_shufflevector(v0, v1, 1, 3, 5, 7));
+            const wino_v4 v0 = wino_v4_load(src), v1 = wino_v4_load(src + 4);
+            wino_v4_store(even + k, __builtin_shufflevector(v0, v1, 0, 2, 4, 6));
+            wino_v4_store(odd + k, __builtin_shufflevector(v0, v1, 1, 3, 5, 7));
         }
 #endif
         for (; k <= tw; k++) {
@@ -116,12 +161,7 @@ static void input_transform(void *arg, int unit, int thread) {
                 if (nl == MLCC_VF_LANES && tl % MLCC_GEMM_NR + MLCC_VF_LANES <= MLCC_GEMM_NR) {
                     for (i = 0; i < 16; i++) mlcc_vf_store(vo + i * plane, v[i]);
                 } else {   /* a partial vector, or tiles that straddle two panels */
-                    ptrdiff_t l;
-                    for (l = 0; l < nl; l++) {
-                        float *vl = vc + ((tl + l) / MLCC_GEMM_NR) * cin * MLCC_GEMM_NR +
-                                    (tl + l) % MLCC_GEMM_NR;
-                        for (i = 0; i < 16; i++) vl[i * plane] = v[i][l];
-                    }
+                    store_tiles(vc, tl, nl, cin, plane, v, 16);
                 }
                 if (nl < MLCC_VF_LANES) tx -= MLCC_VF_LANES - nl, tl -= MLCC_VF_LANES - nl;
             }
@@ -200,18 +240,18 @@ static void output_transform(void *arg, int unit, int thread) {
         while (tl < job->nb) {
             const ptrdiff_t txe = tw - tx < job->nb - tl ? tw : tx + (job->nb - tl);
             const ptrdiff_t y0 = 2 * ty;
-#if MLCC_HAVE_VECTORS && MLCC_VECTOR_BYTES == 16
+#if MLCC_HAVE_VECTORS
             /* four tiles at once where their 2 x 8 outputs are all inside: the rows of the
              * 2x2 results interleaved into two runs of 8 floats */
             for (; y0 + 1 < oh && tx + 4 <= txe && 2 * tx + 8 <= ow; tx += 4, tl += 4) {
-                const mlcc_vf vb = mlcc_vf_splat(b);
-                mlcc_vf sv[2][4], o[2][2];
+                const wino_v4 vb = wino_v4_splat(b);
+                wino_v4 sv[2][4], o[2][2];
                 int j;
                 for (j = 0; j < 4; j++) {
-                    const mlcc_vf m0 = mlcc_vf_load(mk + (0 + j) * plane + tl);
-                    const mlcc_vf m1 = mlcc_vf_load(mk + (4 + j) * plane + tl);
-                    const mlcc_vf m2 = mlcc_vf_load(mk + (8 + j) * plane + tl);
-                    const mlcc_vf m3 = mlcc_vf_load(mk + (12 + j) * plane + tl);
+                    const wino_v4 m0 = wino_v4_load(mk + (0 + j) * plane + tl);
+                    const wino_v4 m1 = wino_v4_load(mk + (4 + j) * plane + tl);
+                    const wino_v4 m2 = wino_v4_load(mk + (8 + j) * plane + tl);
+                    const wino_v4 m3 = wino_v4_load(mk + (12 + j) * plane + tl);
                     sv[0][j] = m0 + m1 + m2;
                     sv[1][j] = m1 - m2 - m3;
                 }
@@ -219,8 +259,8 @@ static void output_transform(void *arg, int unit, int thread) {
                     float *yr = yk + (y0 + j) * ow + 2 * tx;
                     o[j][0] = sv[j][0] + sv[j][1] + sv[j][2] + vb;
                     o[j][1] = sv[j][1] - sv[j][2] - sv[j][3] + vb;
-                    mlcc_vf_store(yr, __builtin_shufflevector(o[j][0], o[j][1], 0, 4, 1, 5));
-                    mlcc_vf_store(yr + 4, __builtin_shufflevector(o[j][0], o[j][1], 2, 6, 3, 7));
+                    wino_v4_store(yr, __builtin_shufflevector(o[j][0], o[j][1], 0, 4, 1, 5));
+                    wino_v4_store(yr + 4, __builtin_shufflevector(o[j][0], o[j][1], 2, 6, 3, 7));
                 }
             }
 #endif
@@ -302,19 +342,19 @@ static void fill_rows_4x4(const mlcc_conv2d_params *p, const float *xc, ptrdiff_
                 const ptrdiff_t xx = 4 * k + q - pl;
                 ph[q * ROW_STRIDE(tw) + k] = xx >= 0 && xx < iw ? src[xx] : 0.0f;
             }
-#if MLCC_HAVE_VECTORS && MLCC_VECTOR_BYTES == 16
+#if MLCC_HAVE_VECTORS
         for (; k + 4 <= tw + 1 && 4 * k - pl + 16 <= iw; k += 4) {   /* inside: by shuffles */
             const float *s = src + 4 * k - pl;
-            const mlcc_vf v0 = mlcc_vf_load(s), v1 = mlcc_vf_load(s + 4);
-            const mlcc_vf v2 = mlcc_vf_load(s + 8), v3 = mlcc_vf_load(s + 12);
-            const mlcc_vf a = __builtin_shufflevector(v0, v1, 0, 2, 4, 6);
-            const mlcc_vf b = __builtin_shufflevector(v0, v1, 1, 3, 5, 7);
-            const mlcc_vf c = __builtin_shufflevector(v2, v3, 0, 2, 4, 6);
-            const mlcc_vf d = __builtin_shufflevector(v2, v3, 1, 3, 5, 7);
-            mlcc_vf_store(ph + k, __builtin_shufflevector(a, c, 0, 2, 4, 6));
-            mlcc_vf_store(ph + ROW_STRIDE(tw) + k, __builtin_shufflevector(b, d, 0, 2, 4, 6));
-            mlcc_vf_store(ph + 2 * ROW_STRIDE(tw) + k, __builtin_shufflevector(a, c, 1, 3, 5, 7));
-            mlcc_vf_store(ph + 3 * ROW_STRIDE(tw) + k, __builtin_shufflevector(b, d, 1, 3, 5, 7));
+            const wino_v4 v0 = wino_v4_load(s), v1 = wino_v4_load(s + 4);
+            const wino_v4 v2 = wino_v4_load(s + 8), v3 = wino_v4_load(s + 12);
+            const wino_v4 a = __builtin_shufflevector(v0, v1, 0, 2, 4, 6);
+            const wino_v4 b = __builtin_shufflevector(v0, v1, 1, 3, 5, 7);
+            const wino_v4 c = __builtin_shufflevector(v2, v3, 0, 2, 4, 6);
+            const wino_v4 d = __builtin_shufflevector(v2, v3, 1, 3, 5, 7);
+            wino_v4_store(ph + k, __builtin_shufflevector(a, c, 0, 2, 4, 6));
+            wino_v4_store(ph + ROW_STRIDE(tw) + k, __builtin_shufflevector(b, d, 0, 2, 4, 6));
+            wino_v4_store(ph + 2 * ROW_STRIDE(tw) + k, __builtin_shufflevector(a, c, 1, 3, 5, 7));
+            wino_v4_store(ph + 3 * ROW_STRIDE(tw) + k, __builtin_shufflevector(b, d, 1, 3, 5, 7));
         }
 #endif
         for (; k <= tw; k++)
@@ -361,12 +401,7 @@ static void input_transform_4x4(void *arg, int unit, int thread) {
                 if (nl == MLCC_VF_LANES && tl % MLCC_GEMM_NR + MLCC_VF_LANES <= MLCC_GEMM_NR) {
                     for (i = 0; i < 36; i++) mlcc_vf_store(vo + i * plane, v[i]);
                 } else {
-                    ptrdiff_t l;
-                    for (l = 0; l < nl; l++) {
-                        float *vl = vc + ((tl + l) / MLCC_GEMM_NR) * cin * MLCC_GEMM_NR +
-                                    (tl + l) % MLCC_GEMM_NR;
-                        for (i = 0; i < 36; i++) vl[i * plane] = v[i][l];
-                    }
+                    store_tiles(vc, tl, nl, cin, plane, v, 36);
                 }
                 if (nl < MLCC_VF_LANES) tx -= MLCC_VF_LANES - nl, tl -= MLCC_VF_LANES - nl;
             }
@@ -413,20 +448,20 @@ static void output_transform_4x4(void *arg, int unit, int thread) {
         const float *mk = job->m + k * (ptrdiff_t)job->pp->block_cols;
         const float b = job->bias ? job->bias[k] : 0.0f;
         tl = 0;
-#if MLCC_HAVE_VECTORS && MLCC_VECTOR_BYTES == 16
+#if MLCC_HAVE_VECTORS
         for (; tl + 4 <= job->nb; tl += 4) {
-            const mlcc_vf vb = mlcc_vf_splat(b);
-            mlcc_vf s[6][4], o[4], rows[4][4];   /* rows[i][t]: output row i of tile t */
+            const wino_v4 vb = wino_v4_splat(b);
+            wino_v4 s[6][4], o[4], rows[4][4];   /* rows[i][t]: output row i of tile t */
             int i, j, t;
             for (j = 0; j < 6; j++) {   /* A^T M: column j */
                 const float *mj = mk + j * plane + tl;
-                WINO4_AT(mlcc_vf, mlcc_vf_load(mj), mlcc_vf_load(mj + 6 * plane),
-                         mlcc_vf_load(mj + 12 * plane), mlcc_vf_load(mj + 18 * plane),
-                         mlcc_vf_load(mj + 24 * plane), mlcc_vf_load(mj + 30 * plane), s[j]);
+                WINO4_AT(wino_v4, wino_v4_load(mj), wino_v4_load(mj + 6 * plane),
+                         wino_v4_load(mj + 12 * plane), wino_v4_load(mj + 18 * plane),
+                         wino_v4_load(mj + 24 * plane), wino_v4_load(mj + 30 * plane), s[j]);
             }
             for (i = 0; i < 4; i++) {   /* (A^T M) A: output row i, transposed */
-                mlcc_vf t0, t1, t2, t3;
-                WINO4_AT(mlcc_vf, s[0][i], s[1][i], s[2][i], s[3][i], s[4][i], s[5][i], o);
+                wino_v4 t0, t1, t2, t3;
+                WINO4_AT(wino_v4, s[0][i], s[1][i], s[2][i], s[3][i], s[4][i], s[5][i], o);
                 o[0] += vb, o[1] += vb, o[2] += vb, o[3] += vb;
                 t0 = __builtin_shufflevector(o[0], o[1], 0, 4, 1, 5);
                 t1 = __builtin_shufflevector(o[2], o[3], 0, 4, 1, 5);
@@ -443,7 +478,7 @@ static void output_transform_4x4(void *arg, int unit, int thread) {
                 for (i = 0; i < 4 && y0 + i < oh; i++) {
                     float *yr = yk + (y0 + i) * ow + x0;
                     if (x0 + 4 <= ow) {
-                        mlcc_vf_store(yr, rows[i][t]);
+                        wino_v4_store(yr, rows[i][t]);
                     } else {
                         for (j = 0; j < ow - x0; j++) yr[j] = rows[i][t][j];
                     }
