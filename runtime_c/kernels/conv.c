@@ -885,6 +885,35 @@ dw_small_plane(const dw_small_plan *s, const float *MLCC_RESTRICT xc, float *MLC
     }
 #undef DW_SMALL_TAP
 }
+
+/* Channels [c0, c1) of every image by dw_small_plane, when the planes are small enough for it
+ * (dw_small_floats); 0 otherwise. Shared by the generic and the wasm depthwise tasks. */
+static int dw_small_channels(dw_job *job, int thread, ptrdiff_t c0, ptrdiff_t c1, float *pad) {
+    const mlcc_conv2d_params *p = job->p;
+    const ptrdiff_t in_plane = (ptrdiff_t)p->in_h * (ptrdiff_t)p->in_w;
+    const ptrdiff_t out_plane = (ptrdiff_t)p->out_h * (ptrdiff_t)p->out_w;
+    const ptrdiff_t channels = (ptrdiff_t)p->out_channels;
+    const ptrdiff_t kw_n = (ptrdiff_t)p->kernel_w, ntaps = (ptrdiff_t)p->kernel_h * kw_n;
+    ptrdiff_t mb = 0, n, c;
+    dw_small_plan sp;
+    if (dw_small_floats(p, &mb) <= 0) return 0;
+    dw_small_prepare(p, mb, &sp);
+    if (!job->zeroed[thread]) {   /* the zeros around the copy, once per call */
+        memset(pad, 0, (size_t)mlcc_dw_scratch_floats(p) * sizeof(float));
+        job->zeroed[thread] = 1;
+    }
+    for (n = 0; n < p->batch; n++)
+        for (c = c0; c < c1; c++) {
+            const float *xc = job->x + (n * channels + c) * in_plane;
+            float *yc = job->y + (n * channels + c) * out_plane;
+            const float b = job->bias ? job->bias[c] : 0.0f;
+            if (ntaps == 9 && kw_n == 3 && p->dilation_w == p->pad_left)
+                dw_small_plane(&sp, xc, pad, job->w + c * 9, 9, 3, 1, b, yc, &p->act);
+            else
+                dw_small_plane(&sp, xc, pad, job->w + c * ntaps, ntaps, kw_n, -1, b, yc, &p->act);
+        }
+    return 1;
+}
 #endif
 
 /* Unit u: channels [c0, c1) of every image, in the scratch slice of the thread running it. */
@@ -906,29 +935,7 @@ static void dw_flat_task(void *arg, int u, int thread) {
     ptrdiff_t off[DW_MAX_TAPS];
     ptrdiff_t n, c;
 #if MLCC_HAVE_VECTORS
-    {
-        ptrdiff_t mb = 0;
-        if (dw_small_floats(p, &mb) > 0) {
-            dw_small_plan sp;
-            dw_small_prepare(p, mb, &sp);
-            if (!job->zeroed[thread]) {   /* the zeros around the copy, once per call */
-                memset(pad, 0, (size_t)mlcc_dw_scratch_floats(p) * sizeof(float));
-                job->zeroed[thread] = 1;
-            }
-            for (n = 0; n < p->batch; n++)
-                for (c = c0; c < c1; c++) {
-                    const float *xc = job->x + (n * channels + c) * ih_n * iw_n;
-                    float *yc = job->y + (n * channels + c) * oh_n * ow_n;
-                    const float b = job->bias ? job->bias[c] : 0.0f;
-                    if (ntaps == 9 && kw_n == 3 && p->dilation_w == p->pad_left)
-                        dw_small_plane(&sp, xc, pad, job->w + c * 9, 9, 3, 1, b, yc, &p->act);
-                    else
-                        dw_small_plane(&sp, xc, pad, job->w + c * ntaps, ntaps, kw_n, -1, b, yc,
-                                       &p->act);
-                }
-            return;
-        }
-    }
+    if (dw_small_channels(job, thread, c0, c1, pad)) return;
 #endif
     dw_flat_prepare(job, thread, pad, off);
     for (n = 0; n < p->batch; n++) {
@@ -1092,29 +1099,7 @@ static void dw_wasm_task(void *arg, int u, int thread) {
     ptrdiff_t off[DW_MAX_TAPS];
     ptrdiff_t n, c;
 #if MLCC_HAVE_VECTORS
-    {
-        ptrdiff_t mb = 0;
-        if (dw_small_floats(p, &mb) > 0) {
-            dw_small_plan sp;
-            dw_small_prepare(p, mb, &sp);
-            if (!job->zeroed[thread]) {   /* the zeros around the copy, once per call */
-                memset(pad, 0, (size_t)mlcc_dw_scratch_floats(p) * sizeof(float));
-                job->zeroed[thread] = 1;
-            }
-            for (n = 0; n < p->batch; n++)
-                for (c = c0; c < c1; c++) {
-                    const float *xc = job->x + (n * channels + c) * ih_n * iw_n;
-                    float *yc = job->y + (n * channels + c) * oh_n * ow_n;
-                    const float b = job->bias ? job->bias[c] : 0.0f;
-                    if (ntaps == 9 && kw_n == 3 && p->dilation_w == p->pad_left)
-                        dw_small_plane(&sp, xc, pad, job->w + c * 9, 9, 3, 1, b, yc, &p->act);
-                    else
-                        dw_small_plane(&sp, xc, pad, job->w + c * ntaps, ntaps, kw_n, -1, b, yc,
-                                       &p->act);
-                }
-            return;
-        }
-    }
+    if (dw_small_channels(job, thread, c0, c1, pad)) return;
 #endif
     dw_flat_prepare(job, thread, pad, off);
     for (n = 0; n < p->batch; n++) {

@@ -495,13 +495,34 @@ static void packed_tile(ptrdiff_t kc, const float *a, const float *b, float *c, 
 }
 #endif
 
-#if MLCC_HAVE_VECTORS && defined(__wasm_simd128__)
-/* wasm: a whole TILE_ROWS x NR tile (nearly every tile), with an epilogue that keeps the
- * accumulators in registers. packed_tile's epilogue loops over a variable number of rows and
- * switches on the activation per vector, so clang spills the accumulators to the stack and V8
- * runs a br_table per vector; with ReLU6 the epilogue took a third of the time of MobileNetV2's
- * 16 -> 96 1x1 convolution (k = 16). Here the rows are a constant and the activation is
- * mlcc_wasm_act_vecs (mlcc_kernel.h: the switch once per tile, ReLU and Clip as pmax/pmin). */
+
+#if MLCC_HAVE_VECTORS && !defined(__wasm_simd128__)
+/* The activations other than ReLU and Clip (gemm.h, mlcc_tile_act): their code (SiLU's exp)
+ * inlined next to a tile's accumulators made GCC keep all of them on the stack. */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((noinline, noclone))
+#else
+__attribute__((noinline))
+#endif
+void mlcc_vf_act_n(const mlcc_act *act, mlcc_vf *x, ptrdiff_t n) {
+    ptrdiff_t i;
+    if (act->kind == MLCC_ACT_SILU) {   /* YOLOv8n's: the switch once, not per vector */
+        const float alpha = act->alpha;
+        for (i = 0; i < n; i++) x[i] = x[i] * mlcc_vf_sigmoid(x[i], alpha);
+        return;
+    }
+    for (i = 0; i < n; i++) x[i] = mlcc_vf_act(act, x[i]);
+}
+#endif
+
+#if MLCC_HAVE_VECTORS
+/* A whole TILE_ROWS x NR tile (nearly every tile) with the epilogue in registers: the rows a
+ * constant, the activation's kind switched once per tile (mlcc_tile_act in gemm.h; wasm:
+ * mlcc_wasm_act_vecs in mlcc_kernel.h, ReLU and Clip as pmax/pmin). packed_tile's epilogue (a
+ * variable number of rows, mlcc_vf_act's switch per vector) made GCC and clang spill the
+ * accumulators after every k loop (and V8 run a br_table per vector): on MobileNetV2's
+ * 16 -> 96 layer (k = 16) that was a third of the time, on x86 and in wasm. The same
+ * operations in the same order as packed_tile: the same bits. */
 static PACKED_INLINE void packed_tile_whole(ptrdiff_t kc, const float *MLCC_RESTRICT a,
                                             const float *MLCC_RESTRICT b, float *c,
                                             ptrdiff_t ldc, int first, int last,
@@ -511,6 +532,12 @@ static PACKED_INLINE void packed_tile_whole(ptrdiff_t kc, const float *MLCC_REST
     ptrdiff_t r, v, p;
     for (r = 0; r < PTR; r++)
         for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] = mlcc_vf_splat(0.0f);
+#if defined(__GNUC__) && !defined(__wasm_simd128__)
+    if (res != NULL && last)
+        for (r = 0; r < PTR; r++)
+            for (v = 0; v < MLCC_GEMM_NV; v++)
+                __builtin_prefetch(res + r * ldc + v * MLCC_VF_LANES);
+#endif
     /* pointers bumped per k step, not indexed: clang's p * 32 + base address arithmetic was a
      * third of the k loop's instructions in V8's code. (Two k steps per iteration, to save V8's
      * per-iteration interrupt check, made SqueezeNet 1.44x slower: V8 loads both steps'
@@ -535,73 +562,11 @@ static PACKED_INLINE void packed_tile_whole(ptrdiff_t kc, const float *MLCC_REST
             for (r = 0; r < PTR; r++)
                 for (v = 0; v < MLCC_GEMM_NV; v++)
                     acc[r][v] += mlcc_vf_load(res + r * ldc + v * MLCC_VF_LANES);
+#if defined(__wasm_simd128__)
         mlcc_wasm_act_vecs(act, &acc[0][0], PTR * MLCC_GEMM_NV);
-    }
-    for (r = 0; r < PTR; r++)
-        for (v = 0; v < MLCC_GEMM_NV; v++) mlcc_vf_store(c + r * ldc + v * MLCC_VF_LANES, acc[r][v]);
-}
-#endif
-
-#if MLCC_HAVE_VECTORS && !defined(__wasm_simd128__)
-/* Other vector targets: a whole TILE_ROWS x NR tile (nearly every tile) with the epilogue in
- * registers, the activation's kind switched once per tile (gemm.h, mlcc_tile_act).
- * packed_tile's epilogue (a variable number of rows, mlcc_vf_act's switch per vector) made GCC
- * spill the 16 accumulators to the stack after every k loop: on MobileNetV2's 16 -> 96 layer
- * (k = 16) that was a third of the time. The same operations in the same order as
- * packed_tile: the same bits. */
-/* The activations other than ReLU and Clip (gemm.h, mlcc_tile_act): their code (SiLU's exp)
- * inlined next to a tile's accumulators made GCC keep all of them on the stack. */
-#if defined(__GNUC__) && !defined(__clang__)
-__attribute__((noinline, noclone))
 #else
-__attribute__((noinline))
-#endif
-void mlcc_vf_act_n(const mlcc_act *act, mlcc_vf *x, ptrdiff_t n) {
-    ptrdiff_t i;
-    if (act->kind == MLCC_ACT_SILU) {   /* YOLOv8n's: the switch once, not per vector */
-        const float alpha = act->alpha;
-        for (i = 0; i < n; i++) x[i] = x[i] * mlcc_vf_sigmoid(x[i], alpha);
-        return;
-    }
-    for (i = 0; i < n; i++) x[i] = mlcc_vf_act(act, x[i]);
-}
-
-static PACKED_INLINE void packed_tile_whole(ptrdiff_t kc, const float *MLCC_RESTRICT a,
-                                            const float *MLCC_RESTRICT b, float *c,
-                                            ptrdiff_t ldc, int first, int last,
-                                            const float *bias, const float *res,
-                                            const mlcc_act *act) {
-    mlcc_vf acc[PTR][MLCC_GEMM_NV];
-    ptrdiff_t r, v, p;
-    for (r = 0; r < PTR; r++)
-        for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] = mlcc_vf_splat(0.0f);
-#if defined(__GNUC__)
-    if (res != NULL && last)
-        for (r = 0; r < PTR; r++)
-            for (v = 0; v < MLCC_GEMM_NV; v++)
-                __builtin_prefetch(res + r * ldc + v * MLCC_VF_LANES);
-#endif
-    for (p = 0; p < kc; p++) {
-        mlcc_vf bv[MLCC_GEMM_NV];
-        for (v = 0; v < MLCC_GEMM_NV; v++) bv[v] = mlcc_vf_load(b + p * PNR + v * MLCC_VF_LANES);
-        for (r = 0; r < PTR; r++) {
-            const mlcc_vf av = mlcc_vf_splat(a[p * PMR + r]);
-            for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] += av * bv[v];
-        }
-    }
-    if (!first)
-        for (r = 0; r < PTR; r++)
-            for (v = 0; v < MLCC_GEMM_NV; v++)
-                acc[r][v] += mlcc_vf_load(c + r * ldc + v * MLCC_VF_LANES);
-    if (last) {
-        if (bias != NULL)
-            for (r = 0; r < PTR; r++)
-                for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] += bias[r];
-        if (res != NULL)
-            for (r = 0; r < PTR; r++)
-                for (v = 0; v < MLCC_GEMM_NV; v++)
-                    acc[r][v] += mlcc_vf_load(res + r * ldc + v * MLCC_VF_LANES);
         mlcc_tile_act(act, &acc[0][0], PTR * MLCC_GEMM_NV);
+#endif
     }
     for (r = 0; r < PTR; r++)
         for (v = 0; v < MLCC_GEMM_NV; v++) mlcc_vf_store(c + r * ldc + v * MLCC_VF_LANES, acc[r][v]);
