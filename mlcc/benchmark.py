@@ -195,10 +195,9 @@ def machine_peak(target) -> Peak:
     if not (target.is_host and target.compiler_found()):
         return described
     tc = target.toolchain
-    cflags = tuple(f for f in tc.cflags if f != "-fvisibility=hidden")
     try:
         ldflags = tuple(tc.ldflags) + (() if "-shared" in tc.ldflags else ("-shared",))
-        measured = _measure_peak(tc.cc, cflags, ldflags,
+        measured = _measure_peak(tc.cc, tuple(tc.cflags), ldflags,
                                  max(target.vector_bits, 128))
     except (OSError, subprocess.SubprocessError):
         return described

@@ -136,6 +136,21 @@ def stats(samples: np.ndarray) -> dict[str, np.ndarray]:
             "sleeps": np.mean(s[:, :, 9], axis=0)}
 
 
+
+def print_per_kernel(builds, meds, n: int) -> None:
+    """Per kernel function (A -> B when the builds differ): the medians of its calls summed,
+    per build, slowest first, with B/A for two builds."""
+    per_kernel: dict[tuple, list[float]] = {}
+    for i in range(n):
+        key = tuple(b[0][i][0] for b in builds)
+        acc = per_kernel.setdefault(key, [0.0] * len(builds))
+        for k, med in enumerate(meds):
+            acc[k] += med[i]
+    for key, times in sorted(per_kernel.items(), key=lambda kv: -kv[1][0]):
+        cols = "  ".join(f"{t:8.3f}" for t in times)
+        ratio = f"  {times[1] / times[0]:5.2f}" if len(times) == 2 and times[0] else ""
+        print(f"  {' -> '.join(key):60s} {cols} ms{ratio}")
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("folders", nargs="+", type=Path, help="one folder, or two for an A/B")
@@ -192,16 +207,7 @@ def main() -> int:
         else:
             print(f"{names}: total A {totals[0]:.3f} ms, B {totals[1]:.3f} ms, B/A "
                   f"{totals[1] / totals[0]:.3f} (medians of {args.runs} alternating runs)")
-        per_kernel: dict[tuple, list[float]] = {}
-        for i in range(n):
-            key = tuple(b[0][i][0] for b in builds)
-            acc = per_kernel.setdefault(key, [0.0] * len(builds))
-            for k, med in enumerate(meds):
-                acc[k] += med[i]
-        for key, times in sorted(per_kernel.items(), key=lambda kv: -kv[1][0]):
-            cols = "  ".join(f"{t:8.3f}" for t in times)
-            ratio = f"  {times[1] / times[0]:5.2f}" if len(times) == 2 and times[0] else ""
-            print(f"  {' -> '.join(key):60s} {cols} ms{ratio}")
+        print_per_kernel(builds, meds, n)
         if args.pool_stats:
             print("work (ms, medians summed over calls): serial + units = work; wait; workers' "
                   "share of units" + ("; work B/A" if len(builds) == 2 else ""))

@@ -27,7 +27,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from profile_layers import CALL, describe  # noqa: E402
+from profile_layers import CALL, describe, print_per_kernel  # noqa: E402
 
 CLOCK = """
 __attribute__((import_module("env"), import_name("mlcc_prof_at")))
@@ -134,16 +134,7 @@ def main() -> int:
         print(f"run A {totals[0]:.3f} ms, B {totals[1]:.3f} ms, B/A {totals[1] / totals[0]:.3f}; "
               f"kernels B/A {kernels[1] / kernels[0]:.3f}; median ratio of paired runs "
               f"{np.median(np.array(out[1]['totals']) / np.array(out[0]['totals'])):.3f}")
-    per_kernel: dict[tuple, list[float]] = {}
-    for i in range(n):
-        key = tuple(b[0][i][0] for b in builds)
-        acc = per_kernel.setdefault(key, [0.0] * len(builds))
-        for k, med in enumerate(meds):
-            acc[k] += med[i]
-    for key, times in sorted(per_kernel.items(), key=lambda kv: -kv[1][0]):
-        cols = "  ".join(f"{t:8.3f}" for t in times)
-        ratio = f"  {times[1] / times[0]:5.2f}" if len(times) == 2 and times[0] else ""
-        print(f"  {' -> '.join(key):60s} {cols} ms{ratio}")
+    print_per_kernel(builds, meds, n)
     print(f"slowest calls{' (of A)' if len(builds) == 2 else ''}:")
     for i in sorted(range(n), key=lambda i: -meds[0][i])[:args.top]:
         times = "  ".join(f"{med[i]:7.3f}" for med in meds)
