@@ -316,7 +316,15 @@ DW_CASES = [(3, 14, 14, 3, 1, 1, 1, "Clip"), (2, 1, 1, 3, 1, 1, 1, None),
             (17, 7, 7, 3, 1, 1, 1, "Relu"), (5, 13, 11, 3, 2, 1, 1, "Clip"),
             (4, 29, 37, 3, 1, 0, 1, "Sigmoid"), (2, 9, 5, 5, 1, 2, 1, None),
             (3, 23, 19, 3, 2, 1, 2, "Relu"), (6, 2, 3, 3, 1, 1, 1, "LeakyRelu"),
-            (2, 33, 33, 3, 1, 1, 1, None), (4, 17, 18, 3, 2, 1, 1, "Relu"), (3, 8, 9, 3, 2, 0, 1, None)]
+            (2, 33, 33, 3, 1, 1, 1, None), (4, 17, 18, 3, 2, 1, 1, "Relu"), (3, 8, 9, 3, 2, 0, 1, None),
+            # 3x3 pad 1 read in place (dw_ip_plane): rows of 6 (the least) to 67 outputs,
+            # single or 4-vector row ends, the last middle step moved back, odd input widths at
+            # stride 2 (the right padding read), one row; rows of 5 take the padded copy
+            (2, 9, 6, 3, 1, 1, 1, "Clip"), (2, 1, 9, 3, 1, 1, 1, None), (3, 5, 31, 3, 1, 1, 1, "Relu"),
+            (2, 11, 37, 3, 1, 1, 1, "LeakyRelu"), (2, 7, 67, 3, 1, 1, 1, "Clip"),
+            (2, 13, 13, 3, 2, 1, 1, "Clip"), (3, 12, 12, 3, 2, 1, 1, None), (2, 5, 17, 3, 2, 1, 1, "Relu"),
+            (2, 9, 67, 3, 2, 1, 1, "Clip"), (2, 8, 64, 3, 2, 1, 1, "Sigmoid"), (2, 3, 11, 3, 2, 1, 1, None),
+            (2, 6, 5, 3, 1, 1, 1, "Clip"), (2, 7, 9, 3, 2, 1, 1, "Relu")]
 # (in channels, out channels, height, width, activation, residual): 1x1 convolutions through
 # the packed GEMM's whole 4 x 8 tiles on wasm (gemm.c, packed_tile_whole) and its edge tiles:
 # channel counts off the 4-row tile, maps off the 8-column panel, a depth over one k block (256)
