@@ -1140,6 +1140,83 @@ static inline __attribute__((always_inline)) void dw_ip_vecs(int nv, int s, int 
     for (v = 0; v < nv; v++) mlcc_vf_store(y + v * MLCC_VF_LANES, dw_wasm_act(cls, acc[v], lo, hi, act));
 }
 
+/* Stride 1, two output rows at once (y and y + ys) from their four input rows r[4]: each
+ * input row's loads serve both (6 loads per output vector instead of 9). Each output still
+ * sums its window rows in order: the top row takes input row i as window row i, the bottom
+ * one as window row i - 1. */
+static inline __attribute__((always_inline)) void dw_ip_vecs2(int nv, int left, int right,
+                                                              const float *const *r, ptrdiff_t j,
+                                                              const float *wt, float b, float *y,
+                                                              ptrdiff_t ys, int cls, mlcc_vf lo,
+                                                              mlcc_vf hi, const mlcc_act *act) {
+    const mlcc_vf zero = mlcc_vf_splat(0.0f);
+    const ptrdiff_t d = left ? 0 : 1;
+    mlcc_vf a0[2], a1[2];
+    ptrdiff_t i, v;
+    for (v = 0; v < nv; v++) a0[v] = a1[v] = mlcc_vf_splat(b);
+#define DW_IP_ROW(i, top, bot)                                                                \
+    do {                                                                                      \
+        const float *x = r[i] + j - d;                                                        \
+        for (v = 0; v < nv; v++) {                                                            \
+            const ptrdiff_t q = d + v * MLCC_VF_LANES;                                        \
+            const mlcc_vf c = mlcc_vf_load(x + q);                                            \
+            const mlcc_vf l = left && v == 0 ? DW_IP_SHL1(zero, c) : mlcc_vf_load(x + q - 1); \
+            const mlcc_vf rr = right && v == nv - 1 ? DW_IP_SHR1(c, zero)                      \
+                                                    : mlcc_vf_load(x + q + 1);                 \
+            if (top) {                                                                        \
+                a0[v] += mlcc_vf_splat(wt[(i) * 3]) * l;                                      \
+                a0[v] += mlcc_vf_splat(wt[(i) * 3 + 1]) * c;                                  \
+                a0[v] += mlcc_vf_splat(wt[(i) * 3 + 2]) * rr;                                 \
+            }                                                                                 \
+            if (bot) {                                                                        \
+                a1[v] += mlcc_vf_splat(wt[(i) * 3 - 3]) * l;                                  \
+                a1[v] += mlcc_vf_splat(wt[(i) * 3 - 2]) * c;                                  \
+                a1[v] += mlcc_vf_splat(wt[(i) * 3 - 1]) * rr;                                 \
+            }                                                                                 \
+        }                                                                                     \
+    } while (0)
+    DW_IP_ROW(0, 1, 0);
+#pragma clang loop unroll(disable)
+    for (i = 1; i < 3; i++) DW_IP_ROW(i, 1, 1);
+    DW_IP_ROW(3, 0, 1);
+#undef DW_IP_ROW
+    for (v = 0; v < nv; v++) {
+        mlcc_vf_store(y + v * MLCC_VF_LANES, dw_wasm_act(cls, a0[v], lo, hi, act));
+        mlcc_vf_store(y + ys + v * MLCC_VF_LANES, dw_wasm_act(cls, a1[v], lo, hi, act));
+    }
+}
+
+/* Output rows oh, oh + 1 (stride 1) by dw_ip_vecs2, the same column steps as dw_ip_plane's */
+static inline __attribute__((always_inline)) void dw_ip_rows2(const float *const *r,
+                                                              const float *wt, float b, float *yr,
+                                                              ptrdiff_t ow_n, int cls, mlcc_vf lo,
+                                                              mlcc_vf hi, const mlcc_act *act) {
+    const ptrdiff_t edge = ow_n >= 4 * MLCC_VF_LANES ? 2 * MLCC_VF_LANES : MLCC_VF_LANES;
+    ptrdiff_t j;
+    if (edge > MLCC_VF_LANES)
+        dw_ip_vecs2(2, 1, 0, r, 0, wt, b, yr, ow_n, cls, lo, hi, act);
+    else
+        dw_ip_vecs2(1, 1, 0, r, 0, wt, b, yr, ow_n, cls, lo, hi, act);
+    j = edge;
+    while (j < ow_n - edge) {
+        const int nv = ow_n - edge - j > MLCC_VF_LANES ? 2 : 1;
+        if (j + nv * MLCC_VF_LANES > ow_n - edge) {
+            j = ow_n - edge - nv * MLCC_VF_LANES;
+            if (j < 2) j = 2;
+        }
+        if (nv == 2)
+            dw_ip_vecs2(2, 0, 0, r, j, wt, b, yr + j, ow_n, cls, lo, hi, act);
+        else
+            dw_ip_vecs2(1, 0, 0, r, j, wt, b, yr + j, ow_n, cls, lo, hi, act);
+        j += nv * MLCC_VF_LANES;
+    }
+    j = ow_n - edge;
+    if (edge > MLCC_VF_LANES)
+        dw_ip_vecs2(2, 0, 1, r, j, wt, b, yr + j, ow_n, cls, lo, hi, act);
+    else
+        dw_ip_vecs2(1, 0, 1, r, j, wt, b, yr + j, ow_n, cls, lo, hi, act);
+}
+
 /* Whether the in-place form applies: 3x3, pad 1 on the top and left, stride 1 or 2 both ways,
  * no dilation, the output size of pad 1 on the bottom and right, output rows of at least 6
  * (a left and a right vector, whose reads stay inside the row) and room for a row of zeros in
@@ -1172,7 +1249,17 @@ static inline __attribute__((always_inline)) void dw_ip_plane(const float *xc, c
     } else {
         lo = hi = mlcc_vf_splat(0.0f);
     }
-    for (oh = 0; oh < oh_n; oh++) {
+    oh = 0;
+    if (s == 1)   /* two rows at a time (measured 0.83-0.92x of one on MobileNetV2's) */
+        for (; oh + 2 <= oh_n; oh += 2) {
+            const float *r[4];
+            for (kh = 0; kh < 4; kh++) {
+                const ptrdiff_t ih = oh + kh - 1;
+                r[kh] = ih >= 0 && ih < ih_n ? xc + ih * iw_n : zrow;
+            }
+            dw_ip_rows2(r, wt, b, y + oh * ow_n, ow_n, cls, lo, hi, act);
+        }
+    for (; oh < oh_n; oh++) {
         const float *r[3];
         float *yr = y + oh * ow_n;
         for (kh = 0; kh < 3; kh++) {
