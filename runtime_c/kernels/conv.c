@@ -1239,8 +1239,9 @@ static inline __attribute__((always_inline)) void dw_ip_plane(const float *xc, c
                                                               const mlcc_act *act) {
     /* stride 2: the last vector reads column 2 (ow - 4) + 7 = iw, the padding, for odd widths */
     const int right = s == 1 || 2 * ow_n - 1 >= iw_n;
-    /* the row's ends: groups of 4 vectors where the row has room for two, else single ones */
-    const ptrdiff_t edge = ow_n >= 8 * MLCC_VF_LANES ? 4 * MLCC_VF_LANES : MLCC_VF_LANES;
+    /* the row's ends: groups of 4 vectors where the row has room for two, else single ones;
+     * stride 1 takes single rows only for an odd last one: single vectors (less code) */
+    const ptrdiff_t edge = s == 2 && ow_n >= 8 * MLCC_VF_LANES ? 4 * MLCC_VF_LANES : MLCC_VF_LANES;
     mlcc_vf lo, hi;
     ptrdiff_t oh, kh, j;
     if (cls == DW_WASM_CLIP) {
@@ -1275,7 +1276,7 @@ static inline __attribute__((always_inline)) void dw_ip_plane(const float *xc, c
         j = edge;
         while (j < ow_n - edge) {
             const ptrdiff_t rem = ow_n - edge - j;
-            const int nv = rem >= 4 * MLCC_VF_LANES ? 4 : rem > MLCC_VF_LANES ? 2 : 1;
+            const int nv = s == 1 ? 1 : rem >= 4 * MLCC_VF_LANES ? 4 : rem > MLCC_VF_LANES ? 2 : 1;
             if (j + nv * MLCC_VF_LANES > ow_n - edge) {
                 j = ow_n - edge - nv * MLCC_VF_LANES;
                 if (j < 2) j = 2;
@@ -1305,38 +1306,76 @@ static inline __attribute__((always_inline)) void dw_ip_plane(const float *xc, c
 
 /* One plane per (stride, activation): its own wasm function (V8 allocates the registers of a
  * small function better than of the task with every variant inlined) */
+typedef void (*dw_ip_fn)(const float *, const float *, const float *, float, float *, ptrdiff_t,
+                         ptrdiff_t, ptrdiff_t, ptrdiff_t, const mlcc_act *);
 #define DW_IP_VARIANT(name, s, cls)                                                           \
     static __attribute__((noinline)) void name(const float *xc, const float *zrow,             \
                                                const float *wt, float b, float *y,             \
                                                ptrdiff_t ih_n, ptrdiff_t iw_n, ptrdiff_t oh_n, \
-                                               ptrdiff_t ow_n, int c, const mlcc_act *act) {   \
-        (void)c;                                                                              \
+                                               ptrdiff_t ow_n, const mlcc_act *act) {          \
         dw_ip_plane(xc, zrow, wt, b, y, ih_n, iw_n, oh_n, ow_n, s, cls, act);                 \
     }
+DW_IP_VARIANT(dw_ip_plane_1none, 1, DW_WASM_NONE)
+DW_IP_VARIANT(dw_ip_plane_2none, 2, DW_WASM_NONE)
+DW_IP_VARIANT(dw_ip_plane_1relu, 1, DW_WASM_RELU)
+DW_IP_VARIANT(dw_ip_plane_2relu, 2, DW_WASM_RELU)
 DW_IP_VARIANT(dw_ip_plane_1clip, 1, DW_WASM_CLIP)
 DW_IP_VARIANT(dw_ip_plane_2clip, 2, DW_WASM_CLIP)
-DW_IP_VARIANT(dw_ip_plane_1, 1, c)
-DW_IP_VARIANT(dw_ip_plane_2, 2, c)
 
-/* Channels [c0, c1) of every image in place (dw_ip_ok), zrow a row of zeros */
+/* Channels [c0, c1) of every image in place (dw_ip_ok), zrow a row of zeros. Activations but
+ * ReLU and Clip go over each plane after its sums, by mlcc_vf_act as the other kernels apply
+ * them (the same bits; one function fewer per activation kind for every column step). */
 static void dw_ip_channels(dw_job *job, ptrdiff_t c0, ptrdiff_t c1, const float *zrow, int cls) {
     const mlcc_conv2d_params *p = job->p;
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
     const ptrdiff_t oh_n = (ptrdiff_t)p->out_h, ow_n = (ptrdiff_t)p->out_w;
-    const ptrdiff_t channels = (ptrdiff_t)p->out_channels;
+    const ptrdiff_t channels = (ptrdiff_t)p->out_channels, plane_n = oh_n * ow_n;
     const int s = (int)p->stride_h;
-    ptrdiff_t n, c;
     /* through a pointer: wasm-opt inlines a function called from one place */
-    void (*plane)(const float *, const float *, const float *, float, float *, ptrdiff_t,
-                  ptrdiff_t, ptrdiff_t, ptrdiff_t, int, const mlcc_act *) =
-        s == 1 ? (cls == DW_WASM_CLIP ? dw_ip_plane_1clip : dw_ip_plane_1)
-               : (cls == DW_WASM_CLIP ? dw_ip_plane_2clip : dw_ip_plane_2);
+    const dw_ip_fn plane =
+        cls == DW_WASM_CLIP ? (s == 1 ? dw_ip_plane_1clip : dw_ip_plane_2clip)
+        : cls == DW_WASM_RELU ? (s == 1 ? dw_ip_plane_1relu : dw_ip_plane_2relu)
+                              : (s == 1 ? dw_ip_plane_1none : dw_ip_plane_2none);
+    ptrdiff_t n, c, q;
     for (n = 0; n < p->batch; n++)
-        for (c = c0; c < c1; c++)
+        for (c = c0; c < c1; c++) {
+            float *yc = job->y + (n * channels + c) * plane_n;
             plane(job->x + (n * channels + c) * ih_n * iw_n, zrow, job->w + c * 9,
-                  job->bias ? job->bias[c] : 0.0f, job->y + (n * channels + c) * oh_n * ow_n,
-                  ih_n, iw_n, oh_n, ow_n, cls, &p->act);
+                  job->bias ? job->bias[c] : 0.0f, yc, ih_n, iw_n, oh_n, ow_n, &p->act);
+            if (cls != DW_WASM_OTHER) continue;
+            for (q = 0; q + MLCC_VF_LANES <= plane_n; q += MLCC_VF_LANES)
+                mlcc_vf_store(yc + q, mlcc_vf_act(&p->act, mlcc_vf_load(yc + q)));
+            if (q < plane_n) {   /* the last values through a vector in registers */
+                mlcc_vf t = mlcc_vf_splat(0.0f);
+                ptrdiff_t k;
+                for (k = 0; k < plane_n - q; k++) t[k] = yc[q + k];
+                t = mlcc_vf_act(&p->act, t);
+                for (k = 0; k < plane_n - q; k++) yc[q + k] = t[k];
+            }
+        }
 }
+
+/* dw_wasm_plane per (window, activation) as its own function, reached through a pointer (as
+ * dw_ip_channels' planes): inlined into the task with every variant, V8 kept its accumulators
+ * on the stack */
+typedef void (*dw_wasm_fn)(const float *, const ptrdiff_t *, const float *, ptrdiff_t, float,
+                           float *, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t, int,
+                           const mlcc_act *);
+#define DW_WASM_VARIANT(name, s3, cls_)                                                        \
+    static __attribute__((noinline)) void name(const float *base, const ptrdiff_t *off,        \
+                                               const float *wt, ptrdiff_t ntaps, float b,      \
+                                               float *y, ptrdiff_t oh_n, ptrdiff_t ow_n,       \
+                                               ptrdiff_t wq, ptrdiff_t hq, int cls,            \
+                                               const mlcc_act *act) {                          \
+        (void)cls;                                                                             \
+        dw_wasm_plane(base, off, wt, s3 ? 9 : ntaps, b, y, oh_n, ow_n, wq, hq, s3, cls_, act); \
+    }
+DW_WASM_VARIANT(dw_wasm_plane_1clip, 1, DW_WASM_CLIP)
+DW_WASM_VARIANT(dw_wasm_plane_2clip, 2, DW_WASM_CLIP)
+DW_WASM_VARIANT(dw_wasm_plane_1relu, 1, DW_WASM_RELU)
+DW_WASM_VARIANT(dw_wasm_plane_2relu, 2, DW_WASM_RELU)
+DW_WASM_VARIANT(dw_wasm_plane_1none, 1, DW_WASM_NONE)
+DW_WASM_VARIANT(dw_wasm_plane_any, 0, cls)
 
 static void dw_wasm_task(void *arg, int u, int thread) {
     dw_job *job = (dw_job *)arg;
@@ -1359,6 +1398,7 @@ static void dw_wasm_task(void *arg, int u, int thread) {
     float *pad = job->scratch + thread * mlcc_dw_scratch_floats(p);
     ptrdiff_t off[DW_MAX_TAPS];
     ptrdiff_t n, c;
+    dw_wasm_fn plane;
     if (dw_ip_ok(p)) {
         if (!job->zeroed[thread]) {   /* the row of zeros, once per call */
             memset(pad, 0, (size_t)iw_n * sizeof(float));
@@ -1368,6 +1408,12 @@ static void dw_wasm_task(void *arg, int u, int thread) {
         return;
     }
     if (dw_small_channels(job, thread, c0, c1, pad)) return;
+    plane = s3 == 1 && cls == DW_WASM_CLIP   ? dw_wasm_plane_1clip
+            : s3 == 2 && cls == DW_WASM_CLIP ? dw_wasm_plane_2clip
+            : s3 == 1 && cls == DW_WASM_RELU ? dw_wasm_plane_1relu
+            : s3 == 2 && cls == DW_WASM_RELU ? dw_wasm_plane_2relu
+            : s3 == 1 && cls == DW_WASM_NONE ? dw_wasm_plane_1none
+                                             : dw_wasm_plane_any;
     dw_flat_prepare(job, thread, pad, off);
     for (n = 0; n < p->batch; n++) {
         for (c = c0; c < c1; c++) {
@@ -1375,18 +1421,7 @@ static void dw_wasm_task(void *arg, int u, int thread) {
             float *yc = job->y + (n * channels + c) * oh_n * ow_n;
             const float b = job->bias ? job->bias[c] : 0.0f;
             dw_flat_fill(p, job->x + (n * channels + c) * ih_n * iw_n, pad, hq, wq);
-            if (s3 == 1 && cls == DW_WASM_CLIP)
-                dw_wasm_plane(pad, off, wc, 9, b, yc, oh_n, ow_n, wq, hq, 1, DW_WASM_CLIP, &p->act);
-            else if (s3 == 2 && cls == DW_WASM_CLIP)
-                dw_wasm_plane(pad, off, wc, 9, b, yc, oh_n, ow_n, wq, hq, 2, DW_WASM_CLIP, &p->act);
-            else if (s3 == 1 && cls == DW_WASM_RELU)
-                dw_wasm_plane(pad, off, wc, 9, b, yc, oh_n, ow_n, wq, hq, 1, DW_WASM_RELU, &p->act);
-            else if (s3 == 2 && cls == DW_WASM_RELU)
-                dw_wasm_plane(pad, off, wc, 9, b, yc, oh_n, ow_n, wq, hq, 2, DW_WASM_RELU, &p->act);
-            else if (s3 == 1 && cls == DW_WASM_NONE)
-                dw_wasm_plane(pad, off, wc, 9, b, yc, oh_n, ow_n, wq, hq, 1, DW_WASM_NONE, &p->act);
-            else
-                dw_wasm_plane(pad, off, wc, ntaps, b, yc, oh_n, ow_n, wq, hq, 0, cls, &p->act);
+            plane(pad, off, wc, ntaps, b, yc, oh_n, ow_n, wq, hq, cls, &p->act);
         }
     }
 }
