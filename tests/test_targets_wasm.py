@@ -324,7 +324,10 @@ DW_CASES = [(3, 14, 14, 3, 1, 1, 1, "Clip"), (2, 1, 1, 3, 1, 1, 1, None),
             (2, 11, 37, 3, 1, 1, 1, "LeakyRelu"), (2, 7, 67, 3, 1, 1, 1, "Clip"),
             (2, 13, 13, 3, 2, 1, 1, "Clip"), (3, 12, 12, 3, 2, 1, 1, None), (2, 5, 17, 3, 2, 1, 1, "Relu"),
             (2, 9, 67, 3, 2, 1, 1, "Clip"), (2, 8, 64, 3, 2, 1, 1, "Sigmoid"), (2, 3, 11, 3, 2, 1, 1, None),
-            (2, 6, 5, 3, 1, 1, 1, "Clip"), (2, 7, 9, 3, 2, 1, 1, "Relu")]
+            (2, 6, 5, 3, 1, 1, 1, "Clip"), (2, 7, 9, 3, 2, 1, 1, "Relu"),
+            # the padded copy's 3x3 variants (dw_wasm_plane_*) for pad 0
+            (2, 9, 20, 3, 1, 0, 1, "Clip"), (2, 9, 11, 3, 2, 0, 1, "Clip"), (2, 8, 19, 3, 1, 0, 1, "Relu"),
+            (2, 6, 18, 3, 1, 0, 1, None)]
 # (in channels, out channels, height, width, activation, residual): 1x1 convolutions through
 # the packed GEMM's whole 4 x 8 tiles on wasm (gemm.c, packed_tile_whole) and its edge tiles:
 # channel counts off the 4-row tile, maps off the 8-column panel, a depth over one k block (256)
