@@ -351,6 +351,53 @@ def test_depthwise_is_bit_identical_across_thread_counts(kernels, pools, channel
         assert np.array_equal(out, outs[0])
 
 
+@pytest.mark.parametrize("c,ih,iw,stride,pads,act", [
+    (16, 7, 7, 1, (1, 1), (2, 0.0, 6.0)),     # MobileNetV2's 7 x 7: 49 outputs, the last 1
+    (12, 13, 17, 1, (1, 1), (1, 0.0, 0.0)),   # 12 of 16 lanes, a row and a chunk of 17
+    (24, 14, 14, 2, (1, 1), (2, -0.5, 0.5)),  # 14 -> 7, a tail block of 8
+    (8, 5, 3, 2, (1, 1), (0, 0.0, 0.0)),      # half the lanes, 6 outputs: fewer than 16
+    (40, 29, 31, 1, (0, 0), (3, 0.1, 0.0)),   # no padding (valid), leaky: the generic act
+    (40, 57, 61, 2, (1, 1), (2, 0.0, 6.0)),   # odd widths over 16, on threads
+    (16, 1, 1, 1, (1, 1), (2, 0.0, 6.0)),     # one position
+    (20, 9, 33, 2, (2, 0), (1, 0.0, 0.0)),    # pad 2 on top, none on the left
+    (28, 3, 40, 1, (1, 1), (0, 0.0, 0.0)),    # rows of 40 (two chunks and an overlap)
+])
+def test_depthwise_channels_in_lanes(kernels, pools, c, ih, iw, stride, pads, act):
+    """3 x 3 depthwise on 16 channels at a time (conv.c dw_cil, AVX-512 builds; the other
+    builds take their usual paths): partial channel blocks, widths under, at and past 16,
+    outputs fewer than 16 and across rows, each activation, against the direct kernel, and the
+    same bits on 1, 2, 3 and 5 threads (the larger shapes are over the threads' threshold)."""
+    ffi, lib = kernels
+    rng = np.random.default_rng(c * 1000 + ih * 10 + iw)
+    top, left = pads
+    oh, ow = (ih + 2 * top - 3) // stride + 1, (iw + 2 * left - 3) // stride + 1
+    x = rng.standard_normal((2, c, ih, iw)).astype(np.float32) * 3
+    w = rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    params = dict(
+        batch=2, in_channels=c, in_h=ih, in_w=iw, out_channels=c, out_h=oh, out_w=ow,
+        kernel_h=3, kernel_w=3, stride_h=stride, stride_w=stride, dilation_h=1, dilation_w=1,
+        pad_top=top, pad_left=left, groups=c,
+        act={"kind": act[0], "alpha": act[1], "beta": act[2]})
+    conv = ffi.new("mlcc_conv2d_params *", params)
+
+    def buf(a):
+        return ffi.cast("float *", ffi.from_buffer(a))
+
+    ref = np.zeros((2, c, oh, ow), np.float32)
+    lib.mlcc_f32_conv2d_depthwise(conv, buf(x), buf(w), buf(b), buf(ref))
+    outs = []
+    for pool in [ffi.NULL, *pools.values()]:
+        scratch = np.full(DW_SLICES * dw_scratch_floats(params), np.nan, np.float32)
+        out = np.full((2, c, oh, ow), np.nan, np.float32)
+        lib.mlcc_f32_conv2d_depthwise_vec(conv, buf(x), buf(w), buf(b), buf(out),
+                                          buf(scratch), pool)
+        outs.append(out)
+    np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=1e-5)
+    for out in outs[1:]:
+        assert np.array_equal(out, outs[0])
+
+
 @pytest.mark.parametrize("c,m,hw,k,stride,pad,groups", [
     (1, 16, (8, 8), 3, 1, 1, 1),      # the digits CNN's first layer
     (32, 64, (4, 4), 3, 1, 1, 1),     # 16 positions: half a 32-column panel
