@@ -360,13 +360,24 @@ def test_depthwise_is_bit_identical_across_thread_counts(kernels, pools, channel
     (40, 57, 61, 2, (1, 1), (2, 0.0, 6.0)),   # odd widths over 16, on threads
     (16, 1, 1, 1, (1, 1), (2, 0.0, 6.0)),     # one position
     (20, 9, 33, 2, (2, 0), (1, 0.0, 0.0)),    # pad 2 on top, none on the left
-    (28, 3, 40, 1, (1, 1), (0, 0.0, 0.0)),    # rows of 40 (two chunks and an overlap)
+    (28, 3, 14, 1, (1, 1), (0, 0.0, 0.0)),    # rows of 14, a tail block of 12
+    # the other layers (wide rows, few channels): rows read in place (dw_direct)
+    (3, 9, 9, 1, (1, 1), (2, 0.0, 6.0)),      # few channels, one partial vector per row
+    (5, 11, 37, 1, (1, 1), (1, 0.0, 0.0)),    # 37 columns: 2 vectors and a tail; odd rows
+    (4, 8, 33, 1, (0, 0), (0, 0.0, 0.0)),     # valid: 31 outputs from rows of 33
+    (3, 7, 20, 1, (2, 2), (2, -0.5, 0.5)),    # pad 2: outputs 22 wide, 2 columns of zeros
+    (6, 13, 67, 2, (1, 1), (2, 0.0, 6.0)),    # stride 2, 34 outputs per row, odd rows
+    (2, 10, 64, 2, (0, 0), (3, 0.1, 0.0)),    # stride 2 valid, leaky
+    (3, 9, 41, 2, (2, 1), (1, 0.0, 0.0)),     # pad 2 on top
+    (96, 40, 40, 2, (1, 1), (2, 0.0, 6.0)),   # wide enough for rows in place, on threads
+    (40, 36, 36, 1, (1, 1), (2, 0.0, 6.0)),   # the same for stride 1
 ])
 def test_depthwise_channels_in_lanes(kernels, pools, c, ih, iw, stride, pads, act):
-    """3 x 3 depthwise on 16 channels at a time (conv.c dw_cil, AVX-512 builds; the other
-    builds take their usual paths): partial channel blocks, widths under, at and past 16,
-    outputs fewer than 16 and across rows, each activation, against the direct kernel, and the
-    same bits on 1, 2, 3 and 5 threads (the larger shapes are over the threads' threshold)."""
+    """AVX-512's 3 x 3 depthwise paths (the other builds take their usual ones): 16 channels
+    at a time on narrow planes (conv.c dw_cil: partial channel blocks, outputs fewer than 16
+    and across rows) and rows read in place (dw_direct: masked ends, stride 2's permutes, two
+    output rows at a time with an odd last one), each activation, against the direct kernel,
+    and the same bits on 1, 2, 3 and 5 threads (the larger shapes are over the threshold)."""
     ffi, lib = kernels
     rng = np.random.default_rng(c * 1000 + ih * 10 + iw)
     top, left = pads

@@ -502,7 +502,8 @@ typedef struct dw_job {
      * (8 units of 66 KiB each on 2 threads for a 112 x 112 layer: 1.07-1.14x the work of one
      * thread). Each thread writes only its own entry. */
     unsigned char zeroed[MLCC_DW_SLICES];
-    int cil;   /* AVX-512: channels in lanes (dw_cil_channels), units of 16 channels */
+    int cil;   /* AVX-512: channels in lanes (dw_cil_channels), units of 16 channels; 2: wide
+                * planes of stride 1 in place (dw_direct_channels) */
 } dw_job;
 
 /* ---- Depthwise over the whole plane as one run (conv.h: the flat layout) ---- */
@@ -1133,6 +1134,193 @@ static int dw_cil_channels(dw_job *job, int thread, ptrdiff_t c0, ptrdiff_t c1, 
         }
     return 1;
 }
+
+/* ---- AVX-512: wide planes of stride 1 read in place ----
+ * Each output row in vectors of 16 columns: tap (kh, kw) is a load of input row
+ * oh + kh - pad_top at column j0 + kw - pad_left, its lanes outside the row masked off (they
+ * read nothing and add the zero the padding holds); rows above and below the input read a
+ * row of zeros. No copy in, no virtual columns, no copy out, no transposes. The same terms in
+ * the same order as dw_flat_run: the same bits. */
+static inline __attribute__((always_inline)) __mmask16 dw_row_mask(ptrdiff_t c, ptrdiff_t w) {
+    const ptrdiff_t lo = c < 0 ? -c : 0, hi = w - c;
+    unsigned m;
+    if (hi <= lo) return 0;
+    m = hi >= 16 ? 0xFFFFu : (1u << hi) - 1u;
+    return (__mmask16)(m & ~((1u << lo) - 1u));
+}
+
+static inline __attribute__((always_inline)) void
+dw_direct_plane(const mlcc_conv2d_params *p, const float *xc, const float *wt, float b, float *yc,
+                const float *zrow, int cls) {
+    const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
+    const ptrdiff_t oh_n = (ptrdiff_t)p->out_h, ow_n = (ptrdiff_t)p->out_w;
+    const ptrdiff_t pt = (ptrdiff_t)p->pad_top, pl = (ptrdiff_t)p->pad_left;
+    const __m512 lo = _mm512_set1_ps(p->act.alpha), hi = _mm512_set1_ps(p->act.beta);
+    __m512 wv[9];
+    const __m512 bv = _mm512_set1_ps(b);
+    ptrdiff_t oh, j0, t;
+    for (t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wt[t]);
+#define DW_DIRECT_ROW(ih) ((ih) >= 0 && (ih) < ih_n ? xc + (ih) * iw_n : zrow)
+    for (oh = 0; oh < oh_n; oh += 2) {   /* two output rows share two of their input rows */
+        const int two = oh + 1 < oh_n;
+        const float *r0 = DW_DIRECT_ROW(oh - pt), *r1 = DW_DIRECT_ROW(oh + 1 - pt);
+        const float *r2 = DW_DIRECT_ROW(oh + 2 - pt), *r3 = two ? DW_DIRECT_ROW(oh + 3 - pt) : zrow;
+        for (j0 = 0; j0 < ow_n; j0 += 16) {
+            const ptrdiff_t c = j0 - pl;
+            const __mmask16 m0 = dw_row_mask(c, iw_n), m1 = dw_row_mask(c + 1, iw_n);
+            const __mmask16 m2 = dw_row_mask(c + 2, iw_n);
+            const __mmask16 ms = ow_n - j0 >= 16 ? (__mmask16)0xFFFF
+                                                 : (__mmask16)((1u << (ow_n - j0)) - 1u);
+            __m512 a = bv, d = bv, v0, v1, v2;
+            v0 = _mm512_maskz_loadu_ps(m0, r0 + c);
+            v1 = _mm512_maskz_loadu_ps(m1, r0 + c + 1);
+            v2 = _mm512_maskz_loadu_ps(m2, r0 + c + 2);
+            a = _mm512_fmadd_ps(wv[0], v0, a);
+            a = _mm512_fmadd_ps(wv[1], v1, a);
+            a = _mm512_fmadd_ps(wv[2], v2, a);
+            v0 = _mm512_maskz_loadu_ps(m0, r1 + c);
+            v1 = _mm512_maskz_loadu_ps(m1, r1 + c + 1);
+            v2 = _mm512_maskz_loadu_ps(m2, r1 + c + 2);
+            a = _mm512_fmadd_ps(wv[3], v0, a);
+            a = _mm512_fmadd_ps(wv[4], v1, a);
+            a = _mm512_fmadd_ps(wv[5], v2, a);
+            d = _mm512_fmadd_ps(wv[0], v0, d);
+            d = _mm512_fmadd_ps(wv[1], v1, d);
+            d = _mm512_fmadd_ps(wv[2], v2, d);
+            v0 = _mm512_maskz_loadu_ps(m0, r2 + c);
+            v1 = _mm512_maskz_loadu_ps(m1, r2 + c + 1);
+            v2 = _mm512_maskz_loadu_ps(m2, r2 + c + 2);
+            a = _mm512_fmadd_ps(wv[6], v0, a);
+            a = _mm512_fmadd_ps(wv[7], v1, a);
+            a = _mm512_fmadd_ps(wv[8], v2, a);
+            d = _mm512_fmadd_ps(wv[3], v0, d);
+            d = _mm512_fmadd_ps(wv[4], v1, d);
+            d = _mm512_fmadd_ps(wv[5], v2, d);
+            _mm512_mask_storeu_ps(yc + oh * ow_n + j0, ms, dw_cil_act(cls, a, lo, hi, &p->act));
+            if (two) {
+                d = _mm512_fmadd_ps(wv[6], _mm512_maskz_loadu_ps(m0, r3 + c), d);
+                d = _mm512_fmadd_ps(wv[7], _mm512_maskz_loadu_ps(m1, r3 + c + 1), d);
+                d = _mm512_fmadd_ps(wv[8], _mm512_maskz_loadu_ps(m2, r3 + c + 2), d);
+                _mm512_mask_storeu_ps(yc + (oh + 1) * ow_n + j0, ms,
+                                      dw_cil_act(cls, d, lo, hi, &p->act));
+            }
+        }
+    }
+#undef DW_DIRECT_ROW
+}
+
+/* Stride 2: output column j reads input columns 2 j + kw - pad_left, the even lanes of two
+ * loads (kw = 0, 2: from column 2 j0 - pad_left and 2 more; kw = 1: the odd lanes of the
+ * first pair), one permute each; two output rows share their middle input row. */
+static inline __attribute__((always_inline)) void
+dw_direct2_plane(const mlcc_conv2d_params *p, const float *xc, const float *wt, float b,
+                 float *yc, const float *zrow, int cls) {
+    const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
+    const ptrdiff_t oh_n = (ptrdiff_t)p->out_h, ow_n = (ptrdiff_t)p->out_w;
+    const ptrdiff_t pt = (ptrdiff_t)p->pad_top, pl = (ptrdiff_t)p->pad_left;
+    const __m512 lo = _mm512_set1_ps(p->act.alpha), hi = _mm512_set1_ps(p->act.beta);
+    const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i od = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    __m512 wv[9];
+    const __m512 bv = _mm512_set1_ps(b);
+    ptrdiff_t oh, j0, t;
+    for (t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wt[t]);
+#define DW_DIRECT_ROW(ih) ((ih) >= 0 && (ih) < ih_n ? xc + (ih) * iw_n : zrow)
+#define DW_DIRECT2_TAPS(r, v0, v1, v2)                                                       \
+    do {                                                                                    \
+        const __m512 xa = _mm512_maskz_loadu_ps(ma, (r) + c);                               \
+        const __m512 xb = _mm512_maskz_loadu_ps(mb, (r) + c + 16);                          \
+        v0 = _mm512_permutex2var_ps(xa, ev, xb);                                            \
+        v1 = _mm512_permutex2var_ps(xa, od, xb);                                            \
+        v2 = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(mc, (r) + c + 2), ev,             \
+                                    _mm512_maskz_loadu_ps(md, (r) + c + 18));               \
+    } while (0)
+    for (oh = 0; oh < oh_n; oh += 2) {
+        const int two = oh + 1 < oh_n;
+        const float *r0 = DW_DIRECT_ROW(2 * oh - pt), *r1 = DW_DIRECT_ROW(2 * oh + 1 - pt);
+        const float *r2 = DW_DIRECT_ROW(2 * oh + 2 - pt);
+        const float *r3 = two ? DW_DIRECT_ROW(2 * oh + 3 - pt) : zrow;
+        const float *r4 = two ? DW_DIRECT_ROW(2 * oh + 4 - pt) : zrow;
+        for (j0 = 0; j0 < ow_n; j0 += 16) {
+            const ptrdiff_t c = 2 * j0 - pl;
+            const __mmask16 ma = dw_row_mask(c, iw_n), mb = dw_row_mask(c + 16, iw_n);
+            const __mmask16 mc = dw_row_mask(c + 2, iw_n), md = dw_row_mask(c + 18, iw_n);
+            const __mmask16 ms = ow_n - j0 >= 16 ? (__mmask16)0xFFFF
+                                                 : (__mmask16)((1u << (ow_n - j0)) - 1u);
+            __m512 a = bv, d = bv, v0, v1, v2;
+            DW_DIRECT2_TAPS(r0, v0, v1, v2);
+            a = _mm512_fmadd_ps(wv[0], v0, a);
+            a = _mm512_fmadd_ps(wv[1], v1, a);
+            a = _mm512_fmadd_ps(wv[2], v2, a);
+            DW_DIRECT2_TAPS(r1, v0, v1, v2);
+            a = _mm512_fmadd_ps(wv[3], v0, a);
+            a = _mm512_fmadd_ps(wv[4], v1, a);
+            a = _mm512_fmadd_ps(wv[5], v2, a);
+            DW_DIRECT2_TAPS(r2, v0, v1, v2);
+            a = _mm512_fmadd_ps(wv[6], v0, a);
+            a = _mm512_fmadd_ps(wv[7], v1, a);
+            a = _mm512_fmadd_ps(wv[8], v2, a);
+            d = _mm512_fmadd_ps(wv[0], v0, d);
+            d = _mm512_fmadd_ps(wv[1], v1, d);
+            d = _mm512_fmadd_ps(wv[2], v2, d);
+            _mm512_mask_storeu_ps(yc + oh * ow_n + j0, ms, dw_cil_act(cls, a, lo, hi, &p->act));
+            if (two) {
+                DW_DIRECT2_TAPS(r3, v0, v1, v2);
+                d = _mm512_fmadd_ps(wv[3], v0, d);
+                d = _mm512_fmadd_ps(wv[4], v1, d);
+                d = _mm512_fmadd_ps(wv[5], v2, d);
+                DW_DIRECT2_TAPS(r4, v0, v1, v2);
+                d = _mm512_fmadd_ps(wv[6], v0, d);
+                d = _mm512_fmadd_ps(wv[7], v1, d);
+                d = _mm512_fmadd_ps(wv[8], v2, d);
+                _mm512_mask_storeu_ps(yc + (oh + 1) * ow_n + j0, ms,
+                                      dw_cil_act(cls, d, lo, hi, &p->act));
+            }
+        }
+    }
+#undef DW_DIRECT2_TAPS
+#undef DW_DIRECT_ROW
+}
+
+/* Whether a layer can take dw_direct: 3 x 3, stride 1 or 2 (the zero row fits the slice) */
+static int dw_direct_takes(const mlcc_conv2d_params *p) {
+    return p->kernel_h == 3 && p->kernel_w == 3 && p->dilation_h == 1 && p->dilation_w == 1 &&
+           p->stride_h == p->stride_w && p->stride_h >= 1 && p->stride_h <= 2 &&
+           p->pad_left <= 2 && p->out_w <= p->in_w + 2 &&
+           (ptrdiff_t)p->in_w + 64 <= mlcc_dw_scratch_floats(p);
+}
+
+static void dw_direct_channels(dw_job *job, int thread, ptrdiff_t c0, ptrdiff_t c1, float *pad) {
+    const mlcc_conv2d_params *p = job->p;
+    const ptrdiff_t channels = (ptrdiff_t)p->out_channels;
+    const ptrdiff_t in_plane = (ptrdiff_t)(p->in_h * p->in_w);
+    const ptrdiff_t out_plane = (ptrdiff_t)(p->out_h * p->out_w);
+    const int kind = (int)p->act.kind;
+    ptrdiff_t n, c;
+    if (!job->zeroed[thread]) {   /* the row of zeros (read from 32 floats before it) */
+        memset(pad, 0, (size_t)(p->in_w + 64) * sizeof(float));
+        job->zeroed[thread] = 1;
+    }
+    for (n = 0; n < p->batch; n++)
+        for (c = c0; c < c1; c++) {
+            const float *xc = job->x + (n * channels + c) * in_plane, *wt = job->w + c * 9;
+            const float b = job->bias ? job->bias[c] : 0.0f;
+            float *yc = job->y + (n * channels + c) * out_plane;
+            if (p->stride_h == 2 && kind == MLCC_ACT_CLIP && p->act.alpha <= p->act.beta)
+                dw_direct2_plane(p, xc, wt, b, yc, pad + 32, DW_CIL_CLIP);
+            else if (p->stride_h == 2)
+                dw_direct2_plane(p, xc, wt, b, yc, pad + 32, DW_CIL_OTHER);
+            else if (kind == MLCC_ACT_CLIP && p->act.alpha <= p->act.beta)
+                dw_direct_plane(p, xc, wt, b, yc, pad + 32, DW_CIL_CLIP);
+            else if (kind == MLCC_ACT_RELU)
+                dw_direct_plane(p, xc, wt, b, yc, pad + 32, DW_CIL_RELU);
+            else if (kind == MLCC_ACT_NONE)
+                dw_direct_plane(p, xc, wt, b, yc, pad + 32, DW_CIL_NONE);
+            else
+                dw_direct_plane(p, xc, wt, b, yc, pad + 32, DW_CIL_OTHER);
+        }
+}
+
 #endif
 
 /* Unit u: channels [c0, c1) of every image, in the scratch slice of the thread running it. */
@@ -1154,6 +1342,10 @@ static void dw_flat_task(void *arg, int u, int thread) {
     ptrdiff_t off[DW_MAX_TAPS];
     ptrdiff_t n, c;
 #ifdef DW_CIL
+    if (job->cil == 2) {
+        dw_direct_channels(job, thread, c0, c1, pad);
+        return;
+    }
     if (job->cil) {   /* whole blocks of 16 channels per unit */
         const ptrdiff_t nb = (channels + 15) / 16, b1 = 16 * (nb * (u + 1) / job->units);
         dw_cil_channels(job, thread, 16 * (nb * u / job->units), b1 < channels ? b1 : channels, pad);
@@ -1379,8 +1571,11 @@ void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, 
         {
             ptrdiff_t wp, rr;
             const ptrdiff_t nb = ((ptrdiff_t)p->out_channels + 15) / 16;
-            job.cil = dw_cil_floats(p, &wp, &rr) > 0;
-            if (job.cil) job.units = nb < per ? nb : per;
+            if (dw_cil_floats(p, &wp, &rr) > 0 && p->in_w < 16 * p->stride_w) {
+                job.cil = 1;
+                job.units = nb < per ? nb : per;
+            } else if (dw_direct_takes(p))
+                job.cil = 2;
         }
 #endif
 #if MLCC_HAVE_VECTORS && defined(__wasm_simd128__)
