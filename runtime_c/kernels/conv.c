@@ -1235,6 +1235,64 @@ dw_direct2_plane(const mlcc_conv2d_params *p, const float *xc, const float *wt, 
         v2 = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(mc, (r) + c + 2), ev,             \
                                     _mm512_maskz_loadu_ps(md, (r) + c + 18));               \
     } while (0)
+    if (pl == 1) {
+        /* columns 2 j - 1, 2 j, 2 j + 1: the odd lanes of the pair before shifted in, the
+         * even and the odd lanes of two loads from column 2 j0 (aligned where the row is) */
+#define DW_DIRECT2_PAIR(r, prev, v0, v1, v2)                                                 \
+    do {                                                                                    \
+        const __m512 xa = _mm512_maskz_loadu_ps(ma, (r) + 2 * j0);                          \
+        const __m512 xb = _mm512_maskz_loadu_ps(mb, (r) + 2 * j0 + 16);                     \
+        v1 = _mm512_permutex2var_ps(xa, ev, xb);                                            \
+        v2 = _mm512_permutex2var_ps(xa, od, xb);                                            \
+        v0 = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(v2),               \
+                                                     _mm512_castps_si512(prev), 15));       \
+        prev = v2;                                                                          \
+    } while (0)
+        for (oh = 0; oh < oh_n; oh += 2) {
+            const int two = oh + 1 < oh_n;
+            const float *r0 = DW_DIRECT_ROW(2 * oh - pt), *r1 = DW_DIRECT_ROW(2 * oh + 1 - pt);
+            const float *r2 = DW_DIRECT_ROW(2 * oh + 2 - pt);
+            const float *r3 = two ? DW_DIRECT_ROW(2 * oh + 3 - pt) : zrow;
+            const float *r4 = two ? DW_DIRECT_ROW(2 * oh + 4 - pt) : zrow;
+            __m512 p0 = _mm512_setzero_ps(), p1 = p0, p2 = p0, p3 = p0, p4 = p0;
+            for (j0 = 0; j0 < ow_n; j0 += 16) {
+                const __mmask16 ma = dw_row_mask(2 * j0, iw_n), mb = dw_row_mask(2 * j0 + 16, iw_n);
+                const __mmask16 ms = ow_n - j0 >= 16 ? (__mmask16)0xFFFF
+                                                     : (__mmask16)((1u << (ow_n - j0)) - 1u);
+                __m512 a = bv, d = bv, v0, v1, v2;
+                DW_DIRECT2_PAIR(r0, p0, v0, v1, v2);
+                a = _mm512_fmadd_ps(wv[0], v0, a);
+                a = _mm512_fmadd_ps(wv[1], v1, a);
+                a = _mm512_fmadd_ps(wv[2], v2, a);
+                DW_DIRECT2_PAIR(r1, p1, v0, v1, v2);
+                a = _mm512_fmadd_ps(wv[3], v0, a);
+                a = _mm512_fmadd_ps(wv[4], v1, a);
+                a = _mm512_fmadd_ps(wv[5], v2, a);
+                DW_DIRECT2_PAIR(r2, p2, v0, v1, v2);
+                a = _mm512_fmadd_ps(wv[6], v0, a);
+                a = _mm512_fmadd_ps(wv[7], v1, a);
+                a = _mm512_fmadd_ps(wv[8], v2, a);
+                d = _mm512_fmadd_ps(wv[0], v0, d);
+                d = _mm512_fmadd_ps(wv[1], v1, d);
+                d = _mm512_fmadd_ps(wv[2], v2, d);
+                _mm512_mask_storeu_ps(yc + oh * ow_n + j0, ms, dw_cil_act(cls, a, lo, hi, &p->act));
+                if (two) {
+                    DW_DIRECT2_PAIR(r3, p3, v0, v1, v2);
+                    d = _mm512_fmadd_ps(wv[3], v0, d);
+                    d = _mm512_fmadd_ps(wv[4], v1, d);
+                    d = _mm512_fmadd_ps(wv[5], v2, d);
+                    DW_DIRECT2_PAIR(r4, p4, v0, v1, v2);
+                    d = _mm512_fmadd_ps(wv[6], v0, d);
+                    d = _mm512_fmadd_ps(wv[7], v1, d);
+                    d = _mm512_fmadd_ps(wv[8], v2, d);
+                    _mm512_mask_storeu_ps(yc + (oh + 1) * ow_n + j0, ms,
+                                          dw_cil_act(cls, d, lo, hi, &p->act));
+                }
+            }
+        }
+#undef DW_DIRECT2_PAIR
+        return;
+    }
     for (oh = 0; oh < oh_n; oh += 2) {
         const int two = oh + 1 < oh_n;
         const float *r0 = DW_DIRECT_ROW(2 * oh - pt), *r1 = DW_DIRECT_ROW(2 * oh + 1 - pt);
