@@ -352,15 +352,15 @@ def test_depthwise_is_bit_identical_across_thread_counts(kernels, pools, channel
 
 
 @pytest.mark.parametrize("c,ih,iw,stride,pads,act", [
+    # output rows of at most 8, 3/4 of the lanes filled: channels in lanes (dw_cil)
     (16, 7, 7, 1, (1, 1), (2, 0.0, 6.0)),     # MobileNetV2's 7 x 7: 49 outputs, the last 1
-    (12, 13, 17, 1, (1, 1), (1, 0.0, 0.0)),   # 12 of 16 lanes, a row and a chunk of 17
+    (12, 13, 8, 1, (1, 1), (1, 0.0, 0.0)),    # 12 of 16 lanes, chunks across rows of 8
     (24, 14, 14, 2, (1, 1), (2, -0.5, 0.5)),  # 14 -> 7, a tail block of 8
-    (8, 5, 3, 2, (1, 1), (0, 0.0, 0.0)),      # half the lanes, 6 outputs: fewer than 16
-    (40, 29, 31, 1, (0, 0), (3, 0.1, 0.0)),   # no padding (valid), leaky: the generic act
-    (40, 57, 61, 2, (1, 1), (2, 0.0, 6.0)),   # odd widths over 16, on threads
+    (13, 5, 3, 2, (1, 1), (0, 0.0, 0.0)),     # 6 outputs: fewer than 16
+    (16, 11, 7, 1, (0, 0), (3, 0.1, 0.0)),    # valid, leaky: the generic activation
+    (28, 9, 15, 2, (2, 0), (1, 0.0, 0.0)),    # pad 2 on top, none on the left
     (16, 1, 1, 1, (1, 1), (2, 0.0, 6.0)),     # one position
-    (20, 9, 33, 2, (2, 0), (1, 0.0, 0.0)),    # pad 2 on top, none on the left
-    (28, 3, 14, 1, (1, 1), (0, 0.0, 0.0)),    # rows of 14, a tail block of 12
+    (320, 14, 14, 2, (1, 1), (2, 0.0, 6.0)),  # on threads: units of whole blocks
     # the other layers (wide rows, few channels): rows read in place (dw_direct)
     (3, 9, 9, 1, (1, 1), (2, 0.0, 6.0)),      # few channels, one partial vector per row
     (5, 11, 37, 1, (1, 1), (1, 0.0, 0.0)),    # 37 columns: 2 vectors and a tail; odd rows
@@ -369,8 +369,13 @@ def test_depthwise_is_bit_identical_across_thread_counts(kernels, pools, channel
     (6, 13, 67, 2, (1, 1), (2, 0.0, 6.0)),    # stride 2, 34 outputs per row, odd rows
     (2, 10, 64, 2, (0, 0), (3, 0.1, 0.0)),    # stride 2 valid, leaky
     (3, 9, 41, 2, (2, 1), (1, 0.0, 0.0)),     # pad 2 on top
-    (96, 40, 40, 2, (1, 1), (2, 0.0, 6.0)),   # wide enough for rows in place, on threads
-    (40, 36, 36, 1, (1, 1), (2, 0.0, 6.0)),   # the same for stride 1
+    (96, 40, 40, 2, (1, 1), (2, 0.0, 6.0)),   # on threads
+    (40, 36, 36, 1, (1, 1), (2, 0.0, 6.0)),   # on threads
+    (40, 29, 31, 1, (0, 0), (3, 0.1, 0.0)),   # valid, leaky
+    (12, 13, 17, 1, (1, 1), (1, 0.0, 0.0)),   # "same": one load per row and vector, shifts
+    (8, 5, 3, 2, (1, 1), (0, 0.0, 0.0)),      # 2 outputs per row
+    (20, 9, 33, 2, (2, 0), (1, 0.0, 0.0)),    # stride 2 without left padding: 4 loads
+    (5, 6, 32, 1, (1, 1), (2, 0.0, 6.0)),     # rows of exactly 2 vectors
 ])
 def test_depthwise_channels_in_lanes(kernels, pools, c, ih, iw, stride, pads, act):
     """AVX-512's 3 x 3 depthwise paths (the other builds take their usual ones): 16 channels
