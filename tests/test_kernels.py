@@ -363,10 +363,10 @@ def test_depthwise_is_bit_identical_across_thread_counts(kernels, pools, channel
     (320, 14, 14, 2, (1, 1), (2, 0.0, 6.0)),  # on threads: units of whole blocks
     # the other layers (wide rows, few channels): rows read in place (dw_direct)
     (3, 9, 9, 1, (1, 1), (2, 0.0, 6.0)),      # few channels, one partial vector per row
-    (5, 11, 37, 1, (1, 1), (1, 0.0, 0.0)),    # 37 columns: 2 vectors and a tail; odd rows
+    (5, 11, 37, 1, (1, 1), (6, 0.0, 0.0)),    # 37 columns, odd rows, hard swish (after the rows)
     (4, 8, 33, 1, (0, 0), (0, 0.0, 0.0)),     # valid: 31 outputs from rows of 33
     (3, 7, 20, 1, (2, 2), (2, -0.5, 0.5)),    # pad 2: outputs 22 wide, 2 columns of zeros
-    (6, 13, 67, 2, (1, 1), (2, 0.0, 6.0)),    # stride 2, 34 outputs per row, odd rows
+    (6, 13, 67, 2, (1, 1), (6, 0.0, 0.0)),    # stride 2, 34 outputs per row, odd rows, hard swish
     (2, 10, 64, 2, (0, 0), (3, 0.1, 0.0)),    # stride 2 valid, leaky
     (3, 9, 41, 2, (2, 1), (1, 0.0, 0.0)),     # pad 2 on top
     (96, 40, 40, 2, (1, 1), (2, 0.0, 6.0)),   # on threads
