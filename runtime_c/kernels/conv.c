@@ -975,6 +975,7 @@ static ptrdiff_t dw_cil_floats(const mlcc_conv2d_params *p, ptrdiff_t *wp, ptrdi
     span = (15 + ow_n - 1) / ow_n + 1;   /* output rows 16 consecutive outputs touch */
     if (span > oh_n) span = oh_n;
     *rr = (span - 1) * s + 3;
+    if ((*rr + 1) * *wp * 16 > mlcc_dw_scratch_floats(p)) return 0;   /* (conv.h counts it) */
     return (*rr + 1) * *wp * 16;   /* the ring and a row of zeros */
 }
 
