@@ -351,6 +351,69 @@ def test_depthwise_is_bit_identical_across_thread_counts(kernels, pools, channel
         assert np.array_equal(out, outs[0])
 
 
+@pytest.mark.parametrize("c,ih,iw,stride,pads,act", [
+    # output rows of at most 8, 3/4 of the lanes filled: channels in lanes (dw_cil)
+    (16, 7, 7, 1, (1, 1), (2, 0.0, 6.0)),     # MobileNetV2's 7 x 7: 49 outputs, the last 1
+    (12, 13, 8, 1, (1, 1), (1, 0.0, 0.0)),    # 12 of 16 lanes, chunks across rows of 8
+    (24, 14, 14, 2, (1, 1), (2, -0.5, 0.5)),  # 14 -> 7, a tail block of 8
+    (13, 5, 3, 2, (1, 1), (0, 0.0, 0.0)),     # 6 outputs: fewer than 16
+    (16, 11, 7, 1, (0, 0), (3, 0.1, 0.0)),    # valid, leaky: the generic activation
+    (28, 9, 15, 2, (2, 0), (1, 0.0, 0.0)),    # pad 2 on top, none on the left
+    (16, 1, 1, 1, (1, 1), (2, 0.0, 6.0)),     # one position
+    (320, 14, 14, 2, (1, 1), (2, 0.0, 6.0)),  # on threads: units of whole blocks
+    # the other layers (wide rows, few channels): rows read in place (dw_direct)
+    (3, 9, 9, 1, (1, 1), (2, 0.0, 6.0)),      # few channels, one partial vector per row
+    (5, 11, 37, 1, (1, 1), (6, 0.0, 0.0)),    # 37 columns, odd rows, hard swish (after the rows)
+    (4, 8, 33, 1, (0, 0), (0, 0.0, 0.0)),     # valid: 31 outputs from rows of 33
+    (3, 7, 20, 1, (2, 2), (2, -0.5, 0.5)),    # pad 2: outputs 22 wide, 2 columns of zeros
+    (6, 13, 67, 2, (1, 1), (6, 0.0, 0.0)),    # stride 2, 34 outputs per row, odd rows, hard swish
+    (2, 10, 64, 2, (0, 0), (3, 0.1, 0.0)),    # stride 2 valid, leaky
+    (3, 9, 41, 2, (2, 1), (1, 0.0, 0.0)),     # pad 2 on top
+    (96, 40, 40, 2, (1, 1), (2, 0.0, 6.0)),   # on threads
+    (40, 36, 36, 1, (1, 1), (2, 0.0, 6.0)),   # on threads
+    (40, 29, 31, 1, (0, 0), (3, 0.1, 0.0)),   # valid, leaky
+    (12, 13, 17, 1, (1, 1), (1, 0.0, 0.0)),   # "same": one load per row and vector, shifts
+    (8, 5, 3, 2, (1, 1), (0, 0.0, 0.0)),      # 2 outputs per row
+    (20, 9, 33, 2, (2, 0), (1, 0.0, 0.0)),    # stride 2 without left padding: 4 loads
+    (5, 6, 32, 1, (1, 1), (2, 0.0, 6.0)),     # rows of exactly 2 vectors
+])
+def test_depthwise_channels_in_lanes(kernels, pools, c, ih, iw, stride, pads, act):
+    """AVX-512's 3 x 3 depthwise paths (the other builds take their usual ones): 16 channels
+    at a time on narrow planes (conv.c dw_cil: partial channel blocks, outputs fewer than 16
+    and across rows) and rows read in place (dw_direct: masked ends, stride 2's permutes, two
+    output rows at a time with an odd last one), each activation, against the direct kernel,
+    and the same bits on 1, 2, 3 and 5 threads (the larger shapes are over the threshold)."""
+    ffi, lib = kernels
+    rng = np.random.default_rng(c * 1000 + ih * 10 + iw)
+    top, left = pads
+    oh, ow = (ih + 2 * top - 3) // stride + 1, (iw + 2 * left - 3) // stride + 1
+    x = rng.standard_normal((2, c, ih, iw)).astype(np.float32) * 3
+    w = rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    params = dict(
+        batch=2, in_channels=c, in_h=ih, in_w=iw, out_channels=c, out_h=oh, out_w=ow,
+        kernel_h=3, kernel_w=3, stride_h=stride, stride_w=stride, dilation_h=1, dilation_w=1,
+        pad_top=top, pad_left=left, groups=c,
+        act={"kind": act[0], "alpha": act[1], "beta": act[2]})
+    conv = ffi.new("mlcc_conv2d_params *", params)
+
+    def buf(a):
+        return ffi.cast("float *", ffi.from_buffer(a))
+
+    ref = np.zeros((2, c, oh, ow), np.float32)
+    lib.mlcc_f32_conv2d_depthwise(conv, buf(x), buf(w), buf(b), buf(ref))
+    outs = []
+    for pool in [ffi.NULL, *pools.values()]:
+        scratch = np.full(DW_SLICES * dw_scratch_floats(params), np.nan, np.float32)
+        out = np.full((2, c, oh, ow), np.nan, np.float32)
+        lib.mlcc_f32_conv2d_depthwise_vec(conv, buf(x), buf(w), buf(b), buf(out),
+                                          buf(scratch), pool)
+        outs.append(out)
+    np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=1e-5)
+    for out in outs[1:]:
+        assert np.array_equal(out, outs[0])
+
+
 @pytest.mark.parametrize("c,m,hw,k,stride,pad,groups", [
     (1, 16, (8, 8), 3, 1, 1, 1),      # the digits CNN's first layer
     (32, 64, (4, 4), 3, 1, 1, 1),     # 16 positions: half a 32-column panel

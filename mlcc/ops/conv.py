@@ -247,7 +247,15 @@ def dw_scratch_floats(p: dict) -> int:
     kh, kw, sh, sw = p["kernel_h"], p["kernel_w"], p["stride_h"], p["stride_w"]
     dh, dw, oh, ow = p["dilation_h"], p["dilation_w"], p["out_h"], p["out_w"]
     hq, wq = oh + (kh - 1) * dh // sh, ow + (kw - 1) * dw // sw
-    return sh * sw * hq * wq + kw * dw + DW_CHUNK + (-(-oh * wq // DW_CHUNK) + 1) * DW_CHUNK
+    flat = sh * sw * hq * wq + kw * dw + DW_CHUNK + (-(-oh * wq // DW_CHUNK) + 1) * DW_CHUNK
+    if (kh, kw, dh, dw) == (3, 3, 1, 1) and sh == sw and sh in (1, 2) and ow <= 8:
+        # AVX-512 (channels in lanes, output rows of at most 8): a ring of padded rows of
+        # 16-float vectors, and a row of zeros; C counts it on AVX-512 targets only, this
+        # number covers every target
+        wp = max((ow - 1) * sh + 3, p["pad_left"] + p["in_w"])
+        span = min((ow + 14) // ow + 1, oh)
+        flat = max(flat, ((span - 1) * sh + 4) * wp * 16)
+    return flat
 
 
 @register("Conv")
