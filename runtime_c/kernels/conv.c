@@ -149,6 +149,45 @@ static inline void copy_panel_row(float *d, const float *src) {
 #endif
 }
 
+#if MLCC_HAVE_VECTORS && defined(__wasm_simd128__)
+/* wasm: a 1x1 convolution's panels (stride 1, no padding: row k of the im2col matrix is input
+ * plane k), four planes at a time, each panel row copied by whole vectors with the pointers
+ * bumped (put_run's per-8-float division and branches were most of its time): MobileNetV2's
+ * projections (32 -> 16 on 112 x 112, 96 -> 24, 144 -> 24) 0.89-0.96x, the model 0.98x. */
+static void pack_1x1(const float *x, ptrdiff_t plane, ptrdiff_t channels, ptrdiff_t j0,
+                     ptrdiff_t nc, float *panels) {
+    const ptrdiff_t panel_size = channels * MLCC_GEMM_NR;
+    const ptrdiff_t nfull = nc / MLCC_GEMM_NR, rem = nc - nfull * MLCC_GEMM_NR;
+    ptrdiff_t c = 0, q, t, i;
+    for (; c + 4 <= channels; c += 4) {
+        const float *s = x + c * plane + j0;
+        float *d = panels + c * MLCC_GEMM_NR;
+        for (q = 0; q < nfull; q++, s += MLCC_GEMM_NR, d += panel_size) {
+            mlcc_vf v[4][MLCC_GEMM_NV];
+            for (i = 0; i < 4; i++)
+                for (t = 0; t < MLCC_GEMM_NV; t++)
+                    v[i][t] = mlcc_vf_load(s + i * plane + t * MLCC_VF_LANES);
+            for (i = 0; i < 4; i++)
+                for (t = 0; t < MLCC_GEMM_NV; t++)
+                    mlcc_vf_store(d + i * MLCC_GEMM_NR + t * MLCC_VF_LANES, v[i][t]);
+        }
+        if (rem)
+            for (i = 0; i < 4; i++)
+                for (t = 0; t < MLCC_GEMM_NR; t++)
+                    d[i * MLCC_GEMM_NR + t] = t < rem ? s[i * plane + t] : 0.0f;
+    }
+    for (; c < channels; c++) {
+        const float *s = x + c * plane + j0;
+        float *d = panels + c * MLCC_GEMM_NR;
+        for (q = 0; q < nfull; q++, s += MLCC_GEMM_NR, d += panel_size)
+            for (t = 0; t < MLCC_GEMM_NV; t++)
+                mlcc_vf_store(d + t * MLCC_VF_LANES, mlcc_vf_load(s + t * MLCC_VF_LANES));
+        if (rem)
+            for (t = 0; t < MLCC_GEMM_NR; t++) d[t] = t < rem ? s[t] : 0.0f;
+    }
+}
+#endif
+
 /* Columns [j0, j0 + nc) of the im2col matrix of x (channels planes) as B panels (gemm.h),
  * zero-padded to a whole panel; row (nc rounded up to a panel floats) is working space. */
 static void pack_im2col(const mlcc_conv2d_params *p, ptrdiff_t channels, const float *x,
@@ -164,10 +203,14 @@ static void pack_im2col(const mlcc_conv2d_params *p, ptrdiff_t channels, const f
     if (khw == 1 && sh == 1 && sw == 1 && p->pad_top == 0 && p->pad_left == 0 &&
         p->out_h == ih_n && ow_n == iw_n) {
         /* 1x1, stride 1, no padding: row k of the im2col matrix is input plane k */
+#if MLCC_HAVE_VECTORS && defined(__wasm_simd128__)
+        pack_1x1(x, ih_n * iw_n, channels, j0, nc, panels);
+#else
         for (c = 0; c < channels; c++) {
             put_run(panels + c * MLCC_GEMM_NR, panel_size, 0, nc, x + c * ih_n * iw_n + j0, 1);
             put_run(panels + c * MLCC_GEMM_NR, panel_size, nc, ncp - nc, NULL, 0);
         }
+#endif
         return;
     }
     /* Each im2col row is built contiguously in row (after the panels: ncp floats), a few

@@ -573,6 +573,98 @@ static PACKED_INLINE void packed_tile_whole(ptrdiff_t kc, const float *MLCC_REST
 }
 #endif
 
+#if MLCC_HAVE_VECTORS && defined(__wasm_simd128__) && MLCC_VECTOR_BYTES == 16 && \
+    MLCC_GEMM_MR == 8 && MLCC_GEMM_NV == 2
+/* wasm: a last panel of 1 or 2 columns (7 x 7 maps: 49 = 48 + 1) transposed: the rows along
+ * the vectors (an A panel's 8 rows are two vectors of each k step), the nr columns broadcast
+ * from B. The half-width tile (4 rows x 1 vector) computed 4 columns for 1, and its epilogue
+ * went through a row buffer and mlcc_act_apply. NP A panels (8 NP rows) x NC columns: 2 NP NC
+ * accumulators, 8 where possible: enough independent sums for the two add pipes. MobileNetV2's
+ * 7 x 7 layers 0.88-0.94x; 4 columns this way (14 x 14 maps: 196 = 192 + 4, one 8 x 4 tile
+ * per panel, the epilogue's gathers and scatters per value) made those layers 0.99-1.13x. Every output is still one sum in k order
+ * plus C, bias, residual in packed_tile's order: the same bits. */
+#define NARROW_PANEL 1
+static PACKED_INLINE void narrow_tile(const int NP, const int NC, ptrdiff_t kc,
+                                      const float *MLCC_RESTRICT a, ptrdiff_t a_step,
+                                      const float *MLCC_RESTRICT b, float *c, ptrdiff_t ldc,
+                                      ptrdiff_t mr, int first, int last, const float *bias,
+                                      const float *res, const mlcc_act *act) {
+    mlcc_vf acc[8];   /* [q][h][t]: panel q, rows h * 4.. of it, column t */
+    ptrdiff_t p, l;
+    int q, h, t;
+    for (q = 0; q < 2 * NP * NC; q++) acc[q] = mlcc_vf_splat(0.0f);
+    for (p = 0; p < kc; p++, a += PMR, b += PNR) {
+        mlcc_vf bv[4];
+        for (t = 0; t < NC; t++) bv[t] = mlcc_vf_splat(b[t]);
+        for (q = 0; q < NP; q++)
+            for (h = 0; h < 2; h++) {
+                const mlcc_vf av = mlcc_vf_load(a + q * a_step + h * MLCC_VF_LANES);
+                for (t = 0; t < NC; t++) acc[(q * 2 + h) * NC + t] += av * bv[t];
+            }
+    }
+    for (q = 0; q < 2 * NP; q++) {   /* rows q * 4 .. q * 4 + 3 */
+        const ptrdiff_t r0 = (ptrdiff_t)q * MLCC_VF_LANES;
+        const ptrdiff_t n = mr - r0 < MLCC_VF_LANES ? mr - r0 : MLCC_VF_LANES;
+        if (n <= 0) break;
+        for (t = 0; t < NC; t++) {
+            mlcc_vf v = acc[q * NC + t];
+            if (!first) {
+                mlcc_vf o = mlcc_vf_splat(0.0f);
+                for (l = 0; l < n; l++) o[l] = c[(r0 + l) * ldc + t];
+                v += o;
+            }
+            if (last) {
+                if (bias != NULL) {
+                    mlcc_vf bb = mlcc_vf_splat(0.0f);
+                    for (l = 0; l < n; l++) bb[l] = bias[r0 + l];
+                    v += bb;
+                }
+                if (res != NULL) {
+                    mlcc_vf rr = mlcc_vf_splat(0.0f);
+                    for (l = 0; l < n; l++) rr[l] = res[(r0 + l) * ldc + t];
+                    v += rr;
+                }
+            }
+            acc[q * NC + t] = v;
+        }
+        if (last) mlcc_wasm_act_vecs(act, &acc[q * NC], NC);
+        for (t = 0; t < NC; t++)
+            for (l = 0; l < n; l++) c[(r0 + l) * ldc + t] = acc[q * NC + t][l];
+    }
+}
+
+/* Rows [i0, i1) x the nr (1 or 2) columns of the panel at j of k block k0, by narrow_tile. Out
+ * of line: inlined into gemm_packed's nests, it made V8 run every layer's tiles 2.4-3x
+ * slower (tests/profile_wasm.py). */
+static __attribute__((noinline)) void narrow_panel(ptrdiff_t m, ptrdiff_t nr, ptrdiff_t k, ptrdiff_t k0,
+                                       ptrdiff_t kc, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t j,
+                                       const float *a_packed, ptrdiff_t a_rows,
+                                       ptrdiff_t a_row0, const float *b_panels,
+                                       const float *bias, const float *res,
+                                       const mlcc_act *act, float *c, ptrdiff_t ldc) {
+    const int first = k0 == 0, last = k0 + kc == k;
+    const float *bp = b_panels + (j / PNR) * k * PNR + k0 * PNR;
+    const ptrdiff_t a_step = PMR * kc;   /* one A panel to the next */
+    const ptrdiff_t end = i1 < m ? i1 : m;
+    ptrdiff_t i = i0;
+#define NARROW_AT(i) (a_packed + k0 * a_rows + (a_row0 + (i)) * kc)
+#define NARROW_CALL(NP, NC, i, mr)                                                            \
+    narrow_tile(NP, NC, kc, NARROW_AT(i), a_step, bp, c + (i) * ldc + j, ldc, mr, first,      \
+                last, bias ? bias + (i) : NULL, res ? res + (i) * ldc + j : NULL, act)
+    if (nr == 1) {
+        for (; i + 4 * PMR <= end; i += 4 * PMR) NARROW_CALL(4, 1, i, 4 * PMR);
+        for (; i < end; i += PMR) NARROW_CALL(1, 1, i, end - i < PMR ? end - i : PMR);
+    } else {
+        for (; i + 2 * PMR <= end; i += 2 * PMR) NARROW_CALL(2, 2, i, 2 * PMR);
+        for (; i < end; i += PMR) NARROW_CALL(1, 2, i, end - i < PMR ? end - i : PMR);
+    }
+#undef NARROW_CALL
+#undef NARROW_AT
+}
+#else
+#define NARROW_PANEL 0
+#endif
+
 /* One tile of gemm_packed: rows [i, i + PTR) x columns [j, j + PNR) of k block k0. */
 static PACKED_INLINE void gemm_packed_tile(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, ptrdiff_t k0,
                                            ptrdiff_t kc, ptrdiff_t i, ptrdiff_t j,
@@ -626,11 +718,19 @@ static PACKED_INLINE void gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
                                       const mlcc_act *act, float *c, ptrdiff_t ldc,
                                       const int rows_outer) {
     ptrdiff_t k0, i0, i, j;
+    /* columns [0, n_tiles) by PNR-column tiles; the rest (NARROW_PANEL: a last panel of
+     * 1 or 2 columns) by narrow_panel */
+    const ptrdiff_t n_tiles = NARROW_PANEL && n % PNR != 0 && n % PNR <= 2 ? n - n % PNR : n;
     if (rows_outer && k <= MLCC_GEMM_ROWS_OUTER_K) {
         for (i = 0; i < m; i += PTR)
-            for (j = 0; j < n; j += PNR)
+            for (j = 0; j < n_tiles; j += PNR)
                 gemm_packed_tile(m, n, k, 0, k, i, j, a_packed, a_rows, a_row0, b_panels, bias,
                                  res, act, c, ldc);
+#if NARROW_PANEL
+        if (n_tiles < n)
+            narrow_panel(m, n - n_tiles, k, 0, k, 0, m, n_tiles, a_packed, a_rows, a_row0,
+                         b_panels, bias, res, act, c, ldc);
+#endif
         return;
     }
     for (k0 = 0; k0 < k; k0 += MLCC_GEMM_KC) {
@@ -639,10 +739,15 @@ static PACKED_INLINE void gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
          * passes over them */
         for (i0 = 0; i0 < m; i0 += MLCC_GEMM_MC) {
             const ptrdiff_t i1 = m - i0 < MLCC_GEMM_MC ? m : i0 + MLCC_GEMM_MC;
-            for (j = 0; j < n; j += PNR)
+            for (j = 0; j < n_tiles; j += PNR)
                 for (i = i0; i < i1; i += PTR)
                     gemm_packed_tile(m, n, k, k0, kc, i, j, a_packed, a_rows, a_row0, b_panels,
                                      bias, res, act, c, ldc);
+#if NARROW_PANEL
+            if (n_tiles < n)
+                narrow_panel(m, n - n_tiles, k, k0, kc, i0, i1, n_tiles, a_packed, a_rows,
+                             a_row0, b_panels, bias, res, act, c, ldc);
+#endif
         }
     }
 }
