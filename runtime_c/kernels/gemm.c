@@ -419,7 +419,10 @@ static inline void packed_store_row(float *cr, const float *tile_row, ptrdiff_t 
             for (j = 0; j < nr; j++) cr[j] += *bias_r;
         if (res_r != NULL)
             for (j = 0; j < nr; j++) cr[j] += res_r[j];
-        mlcc_act_apply(act, cr, nr);
+        {
+            const mlcc_act a = *act;   /* a copy: act's kind stays a constant where it is one */
+            mlcc_act_apply(&a, cr, nr);
+        }
     }
 }
 
@@ -641,7 +644,10 @@ static __attribute__((noinline)) void narrow_panel(ptrdiff_t m, ptrdiff_t nr, pt
                                        const float *a_packed, ptrdiff_t a_rows,
                                        ptrdiff_t a_row0, const float *b_panels,
                                        const float *bias, const float *res,
-                                       const mlcc_act *act, float *c, ptrdiff_t ldc) {
+                                       const mlcc_act act_v, float *c, ptrdiff_t ldc) {
+    /* act by value: a pointer would escape here and keep gemm_packed's callers from folding
+     * a constant activation kind */
+    const mlcc_act *act = &act_v;
     const int first = k0 == 0, last = k0 + kc == k;
     const float *bp = b_panels + (j / PNR) * k * PNR + k0 * PNR;
     const ptrdiff_t a_step = PMR * kc;   /* one A panel to the next */
@@ -721,7 +727,7 @@ static PACKED_INLINE void gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
     /* columns [0, n_tiles) by PNR-column tiles; the rest (NARROW_PANEL: a last panel of
      * 1 or 2 columns) by narrow_panel */
     const ptrdiff_t n_tiles = NARROW_PANEL && n % PNR != 0 && n % PNR <= 2 ? n - n % PNR : n;
-    if (rows_outer && k <= MLCC_GEMM_ROWS_OUTER_K) {
+    if (rows_outer == 2 || (rows_outer && k <= MLCC_GEMM_ROWS_OUTER_K)) {   /* 2: only this */
         for (i = 0; i < m; i += PTR)
             for (j = 0; j < n_tiles; j += PNR)
                 gemm_packed_tile(m, n, k, 0, k, i, j, a_packed, a_rows, a_row0, b_panels, bias,
@@ -729,7 +735,7 @@ static PACKED_INLINE void gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
 #if NARROW_PANEL
         if (n_tiles < n)
             narrow_panel(m, n - n_tiles, k, 0, k, 0, m, n_tiles, a_packed, a_rows, a_row0,
-                         b_panels, bias, res, act, c, ldc);
+                         b_panels, bias, res, *act, c, ldc);
 #endif
         return;
     }
@@ -746,16 +752,64 @@ static PACKED_INLINE void gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
 #if NARROW_PANEL
             if (n_tiles < n)
                 narrow_panel(m, n - n_tiles, k, k0, kc, i0, i1, n_tiles, a_packed, a_rows,
-                             a_row0, b_panels, bias, res, act, c, ldc);
+                             a_row0, b_panels, bias, res, *act, c, ldc);
 #endif
         }
     }
 }
 
+#if defined(__wasm_simd128__)
+/* wasm: the row-major nest (depth up to MLCC_GEMM_ROWS_OUTER_K) per activation kind (none,
+ * ReLU, Clip), each out of line with its kind a constant, so that no tile switches on it.
+ * Through the one nest for all kinds, V8 kept the other activations' constants (hoisted out of
+ * the loops by clang) on the stack, reloaded them at every tile and spilled the 8
+ * accumulators before each tile's jump table: at depth 16-32 about as long as 4 of the k
+ * loop's steps. A node benchmark of gemm.c alone: 96 x 4096 x 16 0.85x, depth 24-32
+ * 0.89-0.92x, 64 0.95x; MobileNetV2's 16 -> 96 0.85-0.88x, its 3x3/2 stem 0.86-0.87x,
+ * 24 -> 144, 32 -> 192 and 64 -> 384 0.90-0.96x (tests/profile_wasm.py). The deeper nest stays
+ * shared: specialized too, MobileNetV2's 7 x 7 layers ran 1.03-1.07x slower (and the module
+ * grew by 48 KiB instead of 10). */
+#define GEMM_ROWS_OUTER_KIND(name, KIND)                                                      \
+    static __attribute__((noinline)) void name(                                               \
+        ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed, ptrdiff_t a_rows,       \
+        ptrdiff_t a_row0, const float *b_panels, const float *bias, const mlcc_act *act,      \
+        float *c, ptrdiff_t ldc) {                                                            \
+        mlcc_act kind = *act;                                                                 \
+        kind.kind = KIND;                                                                     \
+        gemm_packed(m, n, k, a_packed, a_rows, a_row0, b_panels, bias, NULL, &kind, c, ldc,    \
+                    2);                                                                       \
+    }
+GEMM_ROWS_OUTER_KIND(gemm_rows_outer_none, MLCC_ACT_NONE)
+GEMM_ROWS_OUTER_KIND(gemm_rows_outer_relu, MLCC_ACT_RELU)
+GEMM_ROWS_OUTER_KIND(gemm_rows_outer_clip, MLCC_ACT_CLIP)
+#undef GEMM_ROWS_OUTER_KIND
+
+/* The nests for any activation, out of line too. (Emscripten's optimizer, binaryen, inlines a
+ * function called from one place whatever clang's noinline says: called directly, these four
+ * became one function, and V8 ran every tile of it 2.5x slower. Hence the call through a
+ * pointer chosen at run time, which binaryen leaves alone.) */
+static __attribute__((noinline)) void gemm_packed_any(
+    ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed, ptrdiff_t a_rows,
+    ptrdiff_t a_row0, const float *b_panels, const float *bias, const mlcc_act *act, float *c,
+    ptrdiff_t ldc) {
+    gemm_packed(m, n, k, a_packed, a_rows, a_row0, b_panels, bias, NULL, act, c, ldc, 1);
+}
+#endif
+
 void mlcc_f32_gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed,
                           ptrdiff_t a_rows, ptrdiff_t a_row0, const float *b_panels,
                           const float *bias, const mlcc_act *act, float *c, ptrdiff_t ldc) {
+#if defined(__wasm_simd128__)
+    void (*const nest)(ptrdiff_t, ptrdiff_t, ptrdiff_t, const float *, ptrdiff_t, ptrdiff_t,
+                       const float *, const float *, const mlcc_act *, float *, ptrdiff_t) =
+        k > MLCC_GEMM_ROWS_OUTER_K ? gemm_packed_any
+        : act->kind == MLCC_ACT_NONE ? gemm_rows_outer_none
+        : act->kind == MLCC_ACT_RELU ? gemm_rows_outer_relu
+        : act->kind == MLCC_ACT_CLIP ? gemm_rows_outer_clip : gemm_packed_any;
+    nest(m, n, k, a_packed, a_rows, a_row0, b_panels, bias, act, c, ldc);
+#else
     gemm_packed(m, n, k, a_packed, a_rows, a_row0, b_panels, bias, NULL, act, c, ldc, 1);
+#endif
 }
 
 void mlcc_f32_gemm_packed_residual(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed,
