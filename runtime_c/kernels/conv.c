@@ -151,32 +151,17 @@ static inline void copy_panel_row(float *d, const float *src) {
 
 #if MLCC_HAVE_VECTORS && defined(__wasm_simd128__)
 /* wasm: a 1x1 convolution's panels (stride 1, no padding: row k of the im2col matrix is input
- * plane k), four planes at a time, each panel row copied by whole vectors with the pointers
- * bumped (put_run's per-8-float division and branches were most of its time): MobileNetV2's
- * projections (32 -> 16 on 112 x 112, 96 -> 24, 144 -> 24) 0.89-0.96x, the model 0.98x. */
+ * plane k), plane by plane, each panel row copied by whole vectors with the pointers bumped
+ * (put_run's per-8-float division and branches): MobileNetV2's projections (144 -> 24,
+ * 32 -> 16, 96 -> 24, 576 -> 96) 0.78-0.95x. The input comes from L3 there (1.8 MB for
+ * 144 -> 24): one sequential read stream at a time paid most; four planes at a time (each
+ * panel row's four rows one 128-byte store run) only 0.89-0.96x, eight 0.88-0.97x. */
 static void pack_1x1(const float *x, ptrdiff_t plane, ptrdiff_t channels, ptrdiff_t j0,
                      ptrdiff_t nc, float *panels) {
     const ptrdiff_t panel_size = channels * MLCC_GEMM_NR;
     const ptrdiff_t nfull = nc / MLCC_GEMM_NR, rem = nc - nfull * MLCC_GEMM_NR;
-    ptrdiff_t c = 0, q, t, i;
-    for (; c + 4 <= channels; c += 4) {
-        const float *s = x + c * plane + j0;
-        float *d = panels + c * MLCC_GEMM_NR;
-        for (q = 0; q < nfull; q++, s += MLCC_GEMM_NR, d += panel_size) {
-            mlcc_vf v[4][MLCC_GEMM_NV];
-            for (i = 0; i < 4; i++)
-                for (t = 0; t < MLCC_GEMM_NV; t++)
-                    v[i][t] = mlcc_vf_load(s + i * plane + t * MLCC_VF_LANES);
-            for (i = 0; i < 4; i++)
-                for (t = 0; t < MLCC_GEMM_NV; t++)
-                    mlcc_vf_store(d + i * MLCC_GEMM_NR + t * MLCC_VF_LANES, v[i][t]);
-        }
-        if (rem)
-            for (i = 0; i < 4; i++)
-                for (t = 0; t < MLCC_GEMM_NR; t++)
-                    d[i * MLCC_GEMM_NR + t] = t < rem ? s[i * plane + t] : 0.0f;
-    }
-    for (; c < channels; c++) {
+    ptrdiff_t c, q, t;
+    for (c = 0; c < channels; c++) {
         const float *s = x + c * plane + j0;
         float *d = panels + c * MLCC_GEMM_NR;
         for (q = 0; q < nfull; q++, s += MLCC_GEMM_NR, d += panel_size)
