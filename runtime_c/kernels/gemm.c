@@ -583,8 +583,8 @@ static PACKED_INLINE void packed_tile_whole(ptrdiff_t kc, const float *MLCC_REST
  * from B. The half-width tile (4 rows x 1 vector) computed 4 columns for 1, and its epilogue
  * went through a row buffer and mlcc_act_apply. NP A panels (8 NP rows) x NC columns: 2 NP NC
  * accumulators, 8 where possible: enough independent sums for the two add pipes. MobileNetV2's
- * 7 x 7 layers 0.88-0.94x; 4 columns this way (14 x 14 maps: 196 = 192 + 4, one 8 x 4 tile
- * per panel, the epilogue's gathers and scatters per value) made those layers 0.99-1.13x. Every output is still one sum in k order
+ * 7 x 7 layers 0.88-0.94x. (4 columns, 14 x 14 maps, with this epilogue's gathers and scatters
+ * per value made those layers 0.99-1.13x: narrow_tile4 transposes back by shuffles.) Every output is still one sum in k order
  * plus C, bias, residual in packed_tile's order: the same bits. */
 #define NARROW_PANEL 1
 static PACKED_INLINE void narrow_tile(const int NP, const int NC, ptrdiff_t kc,
@@ -636,7 +636,63 @@ static PACKED_INLINE void narrow_tile(const int NP, const int NC, ptrdiff_t kc,
     }
 }
 
-/* Rows [i0, i1) x the nr (1 or 2) columns of the panel at j of k block k0, by narrow_tile. Out
+/* The same for exactly 4 columns (14 x 14 maps: 196 = 192 + 4), one A panel: the 8 x 4 tile
+ * transposed back by shuffles (4 x 4 blocks), so that the epilogue reads and writes whole rows
+ * of 4 as packed_tile's half-width path does, in its order. Instead of that path's 4 x 1-vector
+ * tile (4 broadcasts per 4 multiplies): MobileNetV2's 14 x 14 1x1 layers 0.97-0.99x. */
+static PACKED_INLINE void narrow_tile4(ptrdiff_t kc, const float *MLCC_RESTRICT a,
+                                       const float *MLCC_RESTRICT b, float *c, ptrdiff_t ldc,
+                                       ptrdiff_t mr, int first, int last, const float *bias,
+                                       const float *res, const mlcc_act *act) {
+    mlcc_vf acc[8], row[8];   /* acc[h * 4 + t]: rows h * 4.., column t; row[r]: row r */
+    ptrdiff_t p;
+    int h, t, r;
+    for (t = 0; t < 8; t++) acc[t] = mlcc_vf_splat(0.0f);
+    for (p = 0; p < kc; p++, a += PMR, b += PNR) {
+        const mlcc_vf a0 = mlcc_vf_load(a), a1 = mlcc_vf_load(a + MLCC_VF_LANES);
+        for (t = 0; t < 4; t++) {
+            const mlcc_vf bv = mlcc_vf_splat(b[t]);
+            acc[t] += a0 * bv;
+            acc[4 + t] += a1 * bv;
+        }
+    }
+    for (h = 0; h < 2; h++) {
+        const mlcc_vf *q = acc + 4 * h;
+        const mlcc_vf t0 = __builtin_shufflevector(q[0], q[1], 0, 4, 1, 5);
+        const mlcc_vf t1 = __builtin_shufflevector(q[2], q[3], 0, 4, 1, 5);
+        const mlcc_vf t2 = __builtin_shufflevector(q[0], q[1], 2, 6, 3, 7);
+        const mlcc_vf t3 = __builtin_shufflevector(q[2], q[3], 2, 6, 3, 7);
+        row[4 * h + 0] = __builtin_shufflevector(t0, t1, 0, 1, 4, 5);
+        row[4 * h + 1] = __builtin_shufflevector(t0, t1, 2, 3, 6, 7);
+        row[4 * h + 2] = __builtin_shufflevector(t2, t3, 0, 1, 4, 5);
+        row[4 * h + 3] = __builtin_shufflevector(t2, t3, 2, 3, 6, 7);
+    }
+    if (mr == PMR) {
+        if (!first)
+            for (r = 0; r < 8; r++) row[r] += mlcc_vf_load(c + r * ldc);
+        if (last) {
+            if (bias != NULL)
+                for (r = 0; r < 8; r++) row[r] += bias[r];
+            if (res != NULL)
+                for (r = 0; r < 8; r++) row[r] += mlcc_vf_load(res + r * ldc);
+            mlcc_wasm_act_vecs(act, row, 8);
+        }
+        for (r = 0; r < 8; r++) mlcc_vf_store(c + r * ldc, row[r]);
+        return;
+    }
+    for (r = 0; r < mr; r++) {
+        mlcc_vf v = row[r];
+        if (!first) v += mlcc_vf_load(c + r * ldc);
+        if (last) {
+            if (bias != NULL) v += bias[r];
+            if (res != NULL) v += mlcc_vf_load(res + r * ldc);
+            v = mlcc_vf_act(act, v);
+        }
+        mlcc_vf_store(c + r * ldc, v);
+    }
+}
+
+/* Rows [i0, i1) x the nr (1, 2 or 4) columns of the panel at j of k block k0, by narrow_tile. Out
  * of line: inlined into gemm_packed's nests, it made V8 run every layer's tiles 2.4-3x
  * slower (tests/profile_wasm.py). */
 static __attribute__((noinline)) void narrow_panel(ptrdiff_t m, ptrdiff_t nr, ptrdiff_t k, ptrdiff_t k0,
@@ -660,9 +716,14 @@ static __attribute__((noinline)) void narrow_panel(ptrdiff_t m, ptrdiff_t nr, pt
     if (nr == 1) {
         for (; i + 4 * PMR <= end; i += 4 * PMR) NARROW_CALL(4, 1, i, 4 * PMR);
         for (; i < end; i += PMR) NARROW_CALL(1, 1, i, end - i < PMR ? end - i : PMR);
-    } else {
+    } else if (nr == 2) {
         for (; i + 2 * PMR <= end; i += 2 * PMR) NARROW_CALL(2, 2, i, 2 * PMR);
         for (; i < end; i += PMR) NARROW_CALL(1, 2, i, end - i < PMR ? end - i : PMR);
+    } else {
+        for (; i < end; i += PMR)
+            narrow_tile4(kc, NARROW_AT(i), bp, c + i * ldc + j, ldc,
+                         end - i < PMR ? end - i : PMR, first, last, bias ? bias + i : NULL,
+                         res ? res + i * ldc + j : NULL, act);
     }
 #undef NARROW_CALL
 #undef NARROW_AT
@@ -725,8 +786,9 @@ static PACKED_INLINE void gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
                                       const int rows_outer) {
     ptrdiff_t k0, i0, i, j;
     /* columns [0, n_tiles) by PNR-column tiles; the rest (NARROW_PANEL: a last panel of
-     * 1 or 2 columns) by narrow_panel */
-    const ptrdiff_t n_tiles = NARROW_PANEL && n % PNR != 0 && n % PNR <= 2 ? n - n % PNR : n;
+     * 1, 2 or 4 columns) by narrow_panel */
+    const ptrdiff_t n_tiles = NARROW_PANEL && (n % PNR == 1 || n % PNR == 2 || n % PNR == 4)
+                                  ? n - n % PNR : n;
     if (rows_outer == 2 || (rows_outer && k <= MLCC_GEMM_ROWS_OUTER_K)) {   /* 2: only this */
         for (i = 0; i < m; i += PTR)
             for (j = 0; j < n_tiles; j += PNR)
