@@ -111,6 +111,7 @@ void mlcc_f32_conv2d(const mlcc_conv2d_params *p, const float *x, const float *w
     }
 }
 
+#if !(MLCC_HAVE_VECTORS && defined(__wasm_simd128__))   /* wasm: pack_1x1 instead */
 /* n values (src[t * step], or zeros if src is NULL) into B panel columns jj..jj+n of panel
  * row dst_k (= panels + k * NR), where panels lie panel_size floats apart. */
 static void put_run(float *dst_k, ptrdiff_t panel_size, ptrdiff_t jj, ptrdiff_t n,
@@ -139,6 +140,7 @@ static void put_run(float *dst_k, ptrdiff_t panel_size, ptrdiff_t jj, ptrdiff_t 
         n -= take;
     }
 }
+#endif
 
 static inline void copy_panel_row(float *d, const float *src) {
 #if MLCC_HAVE_VECTORS

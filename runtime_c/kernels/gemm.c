@@ -426,6 +426,14 @@ static inline void packed_store_row(float *cr, const float *tile_row, ptrdiff_t 
     }
 }
 
+#if MLCC_HAVE_VECTORS && defined(__wasm_simd128__)
+/* wasm: the activation of n vectors of an edge or narrow tile, out of line: one copy of every
+ * kind's code instead of one per tile shape (the module's size; those tiles are few). */
+static __attribute__((noinline)) void wasm_act_n(const mlcc_act *act, mlcc_vf *x, int n) {
+    mlcc_wasm_act_vecs(act, x, n);
+}
+#endif
+
 #if MLCC_HAVE_VECTORS
 /* The micro-kernel: a TILE_ROWS x NR tile of C in NV * TILE_ROWS vector registers; per k step,
  * NV vector loads of B and TILE_ROWS broadcasts of A (a points at the tile's first row in an
@@ -434,12 +442,17 @@ static PACKED_INLINE void packed_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a
                                       const float *MLCC_RESTRICT b, float *c, ptrdiff_t ldc,
                                       ptrdiff_t mr, ptrdiff_t nr, int first, int last,
                                       const float *bias, const float *res,
-                                      const mlcc_act *act, int half) {
+                                      const mlcc_act *act, int half, const int act_call) {
     /* half (a constant at each call): only the first vector of each row, for panels of at
-     * most one vector of columns (small feature maps) */
+     * most one vector of columns (small feature maps); act_call (a constant, wasm): the
+     * activation through wasm_act_n, out of line (in packed_tile_edge: the module's size; a
+     * call inside the shared nests made their whole tiles 3-6% slower in V8) */
     const ptrdiff_t nv = half ? 1 : MLCC_GEMM_NV;
     mlcc_vf acc[PTR][MLCC_GEMM_NV];
     ptrdiff_t r, v, p;
+#if !defined(__wasm_simd128__)
+    (void)act_call;
+#endif
     for (r = 0; r < PTR; r++)
         for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] = mlcc_vf_splat(0.0f);
 #if defined(__GNUC__)
@@ -466,6 +479,11 @@ static PACKED_INLINE void packed_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a
                 if (last) {
                     if (bias != NULL) out += bias[r];
                     if (res != NULL) out += mlcc_vf_load(res + r * ldc + v * MLCC_VF_LANES);
+#if defined(__wasm_simd128__)
+                    if (act_call)
+                        wasm_act_n(act, &out, 1);
+                    else
+#endif
                     out = mlcc_vf_act(act, out);
                 }
                 mlcc_vf_store(cr + v * MLCC_VF_LANES, out);
@@ -483,7 +501,7 @@ static PACKED_INLINE void packed_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a
 #else
 static void packed_tile(ptrdiff_t kc, const float *a, const float *b, float *c, ptrdiff_t ldc,
                         ptrdiff_t mr, ptrdiff_t nr, int first, int last, const float *bias,
-                        const float *res, const mlcc_act *act, int half) {
+                        const float *res, const mlcc_act *act, int half, const int act_call) {
     float acc[PTR][PNR];
     ptrdiff_t r, j, p;
     for (r = 0; r < PTR; r++)
@@ -492,6 +510,7 @@ static void packed_tile(ptrdiff_t kc, const float *a, const float *b, float *c, 
         for (r = 0; r < PTR; r++)
             for (j = 0; j < PNR; j++) acc[r][j] += a[p * PMR + r] * b[p * PNR + j];
     (void)half;
+    (void)act_call;
     for (r = 0; r < mr; r++)
         packed_store_row(c + r * ldc, acc[r], nr, first, last, bias ? bias + r : NULL,
                          res ? res + r * ldc : NULL, act);
@@ -530,7 +549,7 @@ static PACKED_INLINE void packed_tile_whole(ptrdiff_t kc, const float *MLCC_REST
                                             const float *MLCC_RESTRICT b, float *c,
                                             ptrdiff_t ldc, int first, int last,
                                             const float *bias, const float *res,
-                                            const mlcc_act *act) {
+                                            const mlcc_act *act, const int act_call) {
     mlcc_vf acc[PTR][MLCC_GEMM_NV];
     ptrdiff_t r, v, p;
     for (r = 0; r < PTR; r++)
@@ -566,8 +585,12 @@ static PACKED_INLINE void packed_tile_whole(ptrdiff_t kc, const float *MLCC_REST
                 for (v = 0; v < MLCC_GEMM_NV; v++)
                     acc[r][v] += mlcc_vf_load(res + r * ldc + v * MLCC_VF_LANES);
 #if defined(__wasm_simd128__)
-        mlcc_wasm_act_vecs(act, &acc[0][0], PTR * MLCC_GEMM_NV);
+        if (act_call)   /* (a constant) the shared row-major nest: kinds other than these */
+            wasm_act_n(act, &acc[0][0], PTR * MLCC_GEMM_NV);
+        else
+            mlcc_wasm_act_vecs(act, &acc[0][0], PTR * MLCC_GEMM_NV);
 #else
+        (void)act_call;
         mlcc_tile_act(act, &acc[0][0], PTR * MLCC_GEMM_NV);
 #endif
     }
@@ -630,7 +653,7 @@ static PACKED_INLINE void narrow_tile(const int NP, const int NC, ptrdiff_t kc,
             }
             acc[q * NC + t] = v;
         }
-        if (last) mlcc_wasm_act_vecs(act, &acc[q * NC], NC);
+        if (last) wasm_act_n(act, &acc[q * NC], NC);
         for (t = 0; t < NC; t++)
             for (l = 0; l < n; l++) c[(r0 + l) * ldc + t] = acc[q * NC + t][l];
     }
@@ -675,7 +698,7 @@ static PACKED_INLINE void narrow_tile4(ptrdiff_t kc, const float *MLCC_RESTRICT 
                 for (r = 0; r < 8; r++) row[r] += bias[r];
             if (res != NULL)
                 for (r = 0; r < 8; r++) row[r] += mlcc_vf_load(res + r * ldc);
-            mlcc_wasm_act_vecs(act, row, 8);
+            wasm_act_n(act, row, 8);
         }
         for (r = 0; r < 8; r++) mlcc_vf_store(c + r * ldc, row[r]);
         return;
@@ -686,7 +709,7 @@ static PACKED_INLINE void narrow_tile4(ptrdiff_t kc, const float *MLCC_RESTRICT 
         if (last) {
             if (bias != NULL) v += bias[r];
             if (res != NULL) v += mlcc_vf_load(res + r * ldc);
-            v = mlcc_vf_act(act, v);
+            wasm_act_n(act, &v, 1);
         }
         mlcc_vf_store(c + r * ldc, v);
     }
@@ -732,13 +755,34 @@ static __attribute__((noinline)) void narrow_panel(ptrdiff_t m, ptrdiff_t nr, pt
 #define NARROW_PANEL 0
 #endif
 
+#if defined(__wasm_simd128__) && MLCC_HAVE_VECTORS
+/* wasm: the edge tiles (fewer rows or columns than a whole tile; rare since narrow_panel) of
+ * the row-major nests, out of line: one copy instead of one per nest (the module's size). In
+ * the column-major nests, the call made the whole tiles 2-5% slower: inlined there. */
+static __attribute__((noinline)) void packed_tile_edge(ptrdiff_t kc, const float *a,
+                                                       const float *b, float *c, ptrdiff_t ldc,
+                                                       ptrdiff_t mr, ptrdiff_t nr, int first,
+                                                       int last, const float *bias,
+                                                       const float *res, const mlcc_act *act) {
+#if MLCC_GEMM_NV > 1
+    if (nr <= MLCC_VF_LANES)   /* the same sums: half the work */
+        packed_tile(kc, a, b, c, ldc, mr, nr, first, last, bias, res, act, 1, 1);
+    else
+#endif
+        packed_tile(kc, a, b, c, ldc, mr, nr, first, last, bias, res, act, 0, 1);
+}
+#endif
+
 /* One tile of gemm_packed: rows [i, i + PTR) x columns [j, j + PNR) of k block k0. */
 static PACKED_INLINE void gemm_packed_tile(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, ptrdiff_t k0,
                                            ptrdiff_t kc, ptrdiff_t i, ptrdiff_t j,
                                            const float *a_packed, ptrdiff_t a_rows,
                                            ptrdiff_t a_row0, const float *b_panels,
                                            const float *bias, const float *res,
-                                           const mlcc_act *act, float *c, ptrdiff_t ldc) {
+                                           const mlcc_act *act, float *c, ptrdiff_t ldc,
+                                           const int edge_call) {
+    /* edge_call (a constant, wasm): 1, the edge tiles through packed_tile_edge; 2, also the
+     * whole tiles' activation through wasm_act_n */
     const int first = k0 == 0, last = k0 + kc == k;
     const ptrdiff_t nr = n - j < PNR ? n - j : PNR;
     const ptrdiff_t mr = m - i < PTR ? m - i : PTR;
@@ -748,17 +792,24 @@ static PACKED_INLINE void gemm_packed_tile(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k
     const float *at = a_packed + k0 * a_rows + (a_row0 + i - i % PMR) * kc + i % PMR;
     const float *rt = res ? res + i * ldc + j : NULL;
     const float *bt = bias ? bias + i : NULL;
+    (void)edge_call;
 #if MLCC_HAVE_VECTORS
     if (mr == PTR && nr == PNR)
-        packed_tile_whole(kc, at, bp, c + i * ldc + j, ldc, first, last, bt, rt, act);
+        packed_tile_whole(kc, at, bp, c + i * ldc + j, ldc, first, last, bt, rt, act,
+                          edge_call == 2);
+    else
+#endif
+#if defined(__wasm_simd128__) && MLCC_HAVE_VECTORS
+    if (edge_call)
+        packed_tile_edge(kc, at, bp, c + i * ldc + j, ldc, mr, nr, first, last, bt, rt, act);
     else
 #endif
 #if MLCC_HAVE_VECTORS && MLCC_GEMM_NV > 1
     if (nr <= MLCC_VF_LANES)   /* the same sums: half the work */
-        packed_tile(kc, at, bp, c + i * ldc + j, ldc, mr, nr, first, last, bt, rt, act, 1);
+        packed_tile(kc, at, bp, c + i * ldc + j, ldc, mr, nr, first, last, bt, rt, act, 1, 0);
     else
 #endif
-        packed_tile(kc, at, bp, c + i * ldc + j, ldc, mr, nr, first, last, bt, rt, act, 0);
+        packed_tile(kc, at, bp, c + i * ldc + j, ldc, mr, nr, first, last, bt, rt, act, 0, 0);
 }
 
 /* Products of depth up to this (one k block) run the tiles row-major: each tile row's 8 output
@@ -793,7 +844,7 @@ static PACKED_INLINE void gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
         for (i = 0; i < m; i += PTR)
             for (j = 0; j < n_tiles; j += PNR)
                 gemm_packed_tile(m, n, k, 0, k, i, j, a_packed, a_rows, a_row0, b_panels, bias,
-                                 res, act, c, ldc);
+                                 res, act, c, ldc, rows_outer == 2 ? 1 : 2);
 #if NARROW_PANEL
         if (n_tiles < n)
             narrow_panel(m, n - n_tiles, k, 0, k, 0, m, n_tiles, a_packed, a_rows, a_row0,
@@ -810,7 +861,7 @@ static PACKED_INLINE void gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
             for (j = 0; j < n_tiles; j += PNR)
                 for (i = i0; i < i1; i += PTR)
                     gemm_packed_tile(m, n, k, k0, kc, i, j, a_packed, a_rows, a_row0, b_panels,
-                                     bias, res, act, c, ldc);
+                                     bias, res, act, c, ldc, 0);
 #if NARROW_PANEL
             if (n_tiles < n)
                 narrow_panel(m, n - n_tiles, k, k0, kc, i0, i1, n_tiles, a_packed, a_rows,
