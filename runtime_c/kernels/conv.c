@@ -153,17 +153,32 @@ static inline void copy_panel_row(float *d, const float *src) {
 
 #if MLCC_HAVE_VECTORS && defined(__wasm_simd128__)
 /* wasm: a 1x1 convolution's panels (stride 1, no padding: row k of the im2col matrix is input
- * plane k), plane by plane, each panel row copied by whole vectors with the pointers bumped
- * (put_run's per-8-float division and branches): MobileNetV2's projections (144 -> 24,
- * 32 -> 16, 96 -> 24, 576 -> 96) 0.78-0.95x. The input comes from L3 there (1.8 MB for
- * 144 -> 24): one sequential read stream at a time paid most; four planes at a time (each
- * panel row's four rows one 128-byte store run) only 0.89-0.96x, eight 0.88-0.97x. */
+ * plane k), two planes at a time, each panel row copied by whole vectors with the pointers
+ * bumped (put_run's per-8-float division and branches): MobileNetV2's projections (144 -> 24,
+ * 32 -> 16, 96 -> 24, 576 -> 96) 0.78-0.95x, SqueezeNet's 0.77-0.96x. The input comes from L3
+ * there (1.8 MB for 144 -> 24): few sequential read streams paid most (four planes at a time,
+ * 0.89-0.96x; eight, 0.88-0.97x). Two, not one: each 64-byte line of the panels written
+ * whole; plane by plane, SqueezeNet's 128 -> 16 (panels 4 KiB apart: one L1 set) ran 1.33x
+ * slower than put_run, each line's halves fetched twice. */
 static void pack_1x1(const float *x, ptrdiff_t plane, ptrdiff_t channels, ptrdiff_t j0,
                      ptrdiff_t nc, float *panels) {
     const ptrdiff_t panel_size = channels * MLCC_GEMM_NR;
     const ptrdiff_t nfull = nc / MLCC_GEMM_NR, rem = nc - nfull * MLCC_GEMM_NR;
-    ptrdiff_t c, q, t;
-    for (c = 0; c < channels; c++) {
+    ptrdiff_t c = 0, q, t;
+    for (; c + 2 <= channels; c += 2) {
+        const float *s = x + c * plane + j0;
+        float *d = panels + c * MLCC_GEMM_NR;
+        for (q = 0; q < nfull; q++, s += MLCC_GEMM_NR, d += panel_size)
+            for (t = 0; t < 2 * MLCC_GEMM_NV; t++)
+                mlcc_vf_store(d + t * MLCC_VF_LANES,
+                              mlcc_vf_load(s + (t / MLCC_GEMM_NV) * plane +
+                                           (t % MLCC_GEMM_NV) * MLCC_VF_LANES));
+        if (rem)
+            for (t = 0; t < 2 * MLCC_GEMM_NR; t++)
+                d[t] = t % MLCC_GEMM_NR < rem ? s[(t / MLCC_GEMM_NR) * plane + t % MLCC_GEMM_NR]
+                                             : 0.0f;
+    }
+    for (; c < channels; c++) {
         const float *s = x + c * plane + j0;
         float *d = panels + c * MLCC_GEMM_NR;
         for (q = 0; q < nfull; q++, s += MLCC_GEMM_NR, d += panel_size)
