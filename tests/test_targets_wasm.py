@@ -330,10 +330,17 @@ DW_CASES = [(3, 14, 14, 3, 1, 1, 1, "Clip"), (2, 1, 1, 3, 1, 1, 1, None),
             (2, 6, 18, 3, 1, 0, 1, None)]
 # (in channels, out channels, height, width, activation, residual): 1x1 convolutions through
 # the packed GEMM's whole 4 x 8 tiles on wasm (gemm.c, packed_tile_whole) and its edge tiles:
-# channel counts off the 4-row tile, maps off the 8-column panel, a depth over one k block (256)
+# channel counts off the 4-row tile, maps off the 8-column panel, a depth over one k block (256);
+# last panels of 1, 2 or 4 columns (gemm.c, narrow_panel: 4, 2 and 1 A panels at a time, rows
+# off the 8-row panel, more than MLCC_GEMM_MC rows, both loop nests, no full panel at all); the
+# row-major nest (depth <= 64) of each activation kind (gemm_rows_outer_*) and of the others
 PW_CASES = [(16, 21, 11, 13, "Clip", False), (3, 8, 4, 8, "Relu", True),
             (300, 13, 5, 7, None, True), (24, 36, 9, 9, "Sigmoid", False),
-            (7, 5, 3, 3, "Relu", False), (32, 40, 17, 16, "Clip", True)]
+            (7, 5, 3, 3, "Relu", False), (32, 40, 17, 16, "Clip", True),
+            (300, 43, 7, 7, "Clip", True), (20, 37, 5, 2, "Relu", False),
+            (70, 300, 3, 6, None, False), (64, 33, 1, 1, "Relu", True),
+            (40, 19, 6, 7, None, False), (50, 27, 2, 6, "Relu", False),
+            (300, 20, 4, 5, "Clip", True)]
 
 
 # (in channels, out channels, height, width, stride, dilation, activation): 3x3 convolutions

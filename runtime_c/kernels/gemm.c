@@ -419,9 +419,20 @@ static inline void packed_store_row(float *cr, const float *tile_row, ptrdiff_t 
             for (j = 0; j < nr; j++) cr[j] += *bias_r;
         if (res_r != NULL)
             for (j = 0; j < nr; j++) cr[j] += res_r[j];
-        mlcc_act_apply(act, cr, nr);
+        {
+            const mlcc_act a = *act;   /* a copy: act's kind stays a constant where it is one */
+            mlcc_act_apply(&a, cr, nr);
+        }
     }
 }
+
+#if MLCC_HAVE_VECTORS && defined(__wasm_simd128__)
+/* wasm: the activation of n vectors of an edge or narrow tile, out of line: one copy of every
+ * kind's code instead of one per tile shape (the module's size; those tiles are few). */
+static __attribute__((noinline)) void wasm_act_n(const mlcc_act *act, mlcc_vf *x, int n) {
+    mlcc_wasm_act_vecs(act, x, n);
+}
+#endif
 
 #if MLCC_HAVE_VECTORS
 /* The micro-kernel: a TILE_ROWS x NR tile of C in NV * TILE_ROWS vector registers; per k step,
@@ -431,12 +442,17 @@ static PACKED_INLINE void packed_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a
                                       const float *MLCC_RESTRICT b, float *c, ptrdiff_t ldc,
                                       ptrdiff_t mr, ptrdiff_t nr, int first, int last,
                                       const float *bias, const float *res,
-                                      const mlcc_act *act, int half) {
+                                      const mlcc_act *act, int half, const int act_call) {
     /* half (a constant at each call): only the first vector of each row, for panels of at
-     * most one vector of columns (small feature maps) */
+     * most one vector of columns (small feature maps); act_call (a constant, wasm): the
+     * activation through wasm_act_n, out of line (in packed_tile_edge: the module's size; a
+     * call inside the shared nests made their whole tiles 3-6% slower in V8) */
     const ptrdiff_t nv = half ? 1 : MLCC_GEMM_NV;
     mlcc_vf acc[PTR][MLCC_GEMM_NV];
     ptrdiff_t r, v, p;
+#if !defined(__wasm_simd128__)
+    (void)act_call;
+#endif
     for (r = 0; r < PTR; r++)
         for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] = mlcc_vf_splat(0.0f);
 #if defined(__GNUC__)
@@ -463,6 +479,11 @@ static PACKED_INLINE void packed_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a
                 if (last) {
                     if (bias != NULL) out += bias[r];
                     if (res != NULL) out += mlcc_vf_load(res + r * ldc + v * MLCC_VF_LANES);
+#if defined(__wasm_simd128__)
+                    if (act_call)
+                        wasm_act_n(act, &out, 1);
+                    else
+#endif
                     out = mlcc_vf_act(act, out);
                 }
                 mlcc_vf_store(cr + v * MLCC_VF_LANES, out);
@@ -480,7 +501,7 @@ static PACKED_INLINE void packed_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a
 #else
 static void packed_tile(ptrdiff_t kc, const float *a, const float *b, float *c, ptrdiff_t ldc,
                         ptrdiff_t mr, ptrdiff_t nr, int first, int last, const float *bias,
-                        const float *res, const mlcc_act *act, int half) {
+                        const float *res, const mlcc_act *act, int half, const int act_call) {
     float acc[PTR][PNR];
     ptrdiff_t r, j, p;
     for (r = 0; r < PTR; r++)
@@ -489,6 +510,7 @@ static void packed_tile(ptrdiff_t kc, const float *a, const float *b, float *c, 
         for (r = 0; r < PTR; r++)
             for (j = 0; j < PNR; j++) acc[r][j] += a[p * PMR + r] * b[p * PNR + j];
     (void)half;
+    (void)act_call;
     for (r = 0; r < mr; r++)
         packed_store_row(c + r * ldc, acc[r], nr, first, last, bias ? bias + r : NULL,
                          res ? res + r * ldc : NULL, act);
@@ -527,7 +549,7 @@ static PACKED_INLINE void packed_tile_whole(ptrdiff_t kc, const float *MLCC_REST
                                             const float *MLCC_RESTRICT b, float *c,
                                             ptrdiff_t ldc, int first, int last,
                                             const float *bias, const float *res,
-                                            const mlcc_act *act) {
+                                            const mlcc_act *act, const int act_call) {
     mlcc_vf acc[PTR][MLCC_GEMM_NV];
     ptrdiff_t r, v, p;
     for (r = 0; r < PTR; r++)
@@ -563,13 +585,191 @@ static PACKED_INLINE void packed_tile_whole(ptrdiff_t kc, const float *MLCC_REST
                 for (v = 0; v < MLCC_GEMM_NV; v++)
                     acc[r][v] += mlcc_vf_load(res + r * ldc + v * MLCC_VF_LANES);
 #if defined(__wasm_simd128__)
-        mlcc_wasm_act_vecs(act, &acc[0][0], PTR * MLCC_GEMM_NV);
+        if (act_call)   /* (a constant) the shared row-major nest: kinds other than these */
+            wasm_act_n(act, &acc[0][0], PTR * MLCC_GEMM_NV);
+        else
+            mlcc_wasm_act_vecs(act, &acc[0][0], PTR * MLCC_GEMM_NV);
 #else
+        (void)act_call;
         mlcc_tile_act(act, &acc[0][0], PTR * MLCC_GEMM_NV);
 #endif
     }
     for (r = 0; r < PTR; r++)
         for (v = 0; v < MLCC_GEMM_NV; v++) mlcc_vf_store(c + r * ldc + v * MLCC_VF_LANES, acc[r][v]);
+}
+#endif
+
+#if MLCC_HAVE_VECTORS && defined(__wasm_simd128__) && MLCC_VECTOR_BYTES == 16 && \
+    MLCC_GEMM_MR == 8 && MLCC_GEMM_NV == 2
+/* wasm: a last panel of 1 or 2 columns (7 x 7 maps: 49 = 48 + 1) transposed: the rows along
+ * the vectors (an A panel's 8 rows are two vectors of each k step), the nr columns broadcast
+ * from B. The half-width tile (4 rows x 1 vector) computed 4 columns for 1, and its epilogue
+ * went through a row buffer and mlcc_act_apply. NP A panels (8 NP rows) x NC columns: 2 NP NC
+ * accumulators, 8 where possible: enough independent sums for the two add pipes. MobileNetV2's
+ * 7 x 7 layers 0.88-0.94x. (4 columns, 14 x 14 maps, with this epilogue's gathers and scatters
+ * per value made those layers 0.99-1.13x: narrow_tile4 transposes back by shuffles.) Every output is still one sum in k order
+ * plus C, bias, residual in packed_tile's order: the same bits. */
+#define NARROW_PANEL 1
+static PACKED_INLINE void narrow_tile(const int NP, const int NC, ptrdiff_t kc,
+                                      const float *MLCC_RESTRICT a, ptrdiff_t a_step,
+                                      const float *MLCC_RESTRICT b, float *c, ptrdiff_t ldc,
+                                      ptrdiff_t mr, int first, int last, const float *bias,
+                                      const float *res, const mlcc_act *act) {
+    mlcc_vf acc[8];   /* [q][h][t]: panel q, rows h * 4.. of it, column t */
+    ptrdiff_t p, l;
+    int q, h, t;
+    for (q = 0; q < 2 * NP * NC; q++) acc[q] = mlcc_vf_splat(0.0f);
+    for (p = 0; p < kc; p++, a += PMR, b += PNR) {
+        mlcc_vf bv[4];
+        for (t = 0; t < NC; t++) bv[t] = mlcc_vf_splat(b[t]);
+        for (q = 0; q < NP; q++)
+            for (h = 0; h < 2; h++) {
+                const mlcc_vf av = mlcc_vf_load(a + q * a_step + h * MLCC_VF_LANES);
+                for (t = 0; t < NC; t++) acc[(q * 2 + h) * NC + t] += av * bv[t];
+            }
+    }
+    for (q = 0; q < 2 * NP; q++) {   /* rows q * 4 .. q * 4 + 3 */
+        const ptrdiff_t r0 = (ptrdiff_t)q * MLCC_VF_LANES;
+        const ptrdiff_t n = mr - r0 < MLCC_VF_LANES ? mr - r0 : MLCC_VF_LANES;
+        if (n <= 0) break;
+        for (t = 0; t < NC; t++) {
+            mlcc_vf v = acc[q * NC + t];
+            if (!first) {
+                mlcc_vf o = mlcc_vf_splat(0.0f);
+                for (l = 0; l < n; l++) o[l] = c[(r0 + l) * ldc + t];
+                v += o;
+            }
+            if (last) {
+                if (bias != NULL) {
+                    mlcc_vf bb = mlcc_vf_splat(0.0f);
+                    for (l = 0; l < n; l++) bb[l] = bias[r0 + l];
+                    v += bb;
+                }
+                if (res != NULL) {
+                    mlcc_vf rr = mlcc_vf_splat(0.0f);
+                    for (l = 0; l < n; l++) rr[l] = res[(r0 + l) * ldc + t];
+                    v += rr;
+                }
+            }
+            acc[q * NC + t] = v;
+        }
+        if (last) wasm_act_n(act, &acc[q * NC], NC);
+        for (t = 0; t < NC; t++)
+            for (l = 0; l < n; l++) c[(r0 + l) * ldc + t] = acc[q * NC + t][l];
+    }
+}
+
+/* The same for exactly 4 columns (14 x 14 maps: 196 = 192 + 4), one A panel: the 8 x 4 tile
+ * transposed back by shuffles (4 x 4 blocks), so that the epilogue reads and writes whole rows
+ * of 4 as packed_tile's half-width path does, in its order. Instead of that path's 4 x 1-vector
+ * tile (4 broadcasts per 4 multiplies): MobileNetV2's 14 x 14 1x1 layers 0.97-0.99x. */
+static PACKED_INLINE void narrow_tile4(ptrdiff_t kc, const float *MLCC_RESTRICT a,
+                                       const float *MLCC_RESTRICT b, float *c, ptrdiff_t ldc,
+                                       ptrdiff_t mr, int first, int last, const float *bias,
+                                       const float *res, const mlcc_act *act) {
+    mlcc_vf acc[8], row[8];   /* acc[h * 4 + t]: rows h * 4.., column t; row[r]: row r */
+    ptrdiff_t p;
+    int h, t, r;
+    for (t = 0; t < 8; t++) acc[t] = mlcc_vf_splat(0.0f);
+    for (p = 0; p < kc; p++, a += PMR, b += PNR) {
+        const mlcc_vf a0 = mlcc_vf_load(a), a1 = mlcc_vf_load(a + MLCC_VF_LANES);
+        for (t = 0; t < 4; t++) {
+            const mlcc_vf bv = mlcc_vf_splat(b[t]);
+            acc[t] += a0 * bv;
+            acc[4 + t] += a1 * bv;
+        }
+    }
+    for (h = 0; h < 2; h++) {
+        const mlcc_vf *q = acc + 4 * h;
+        const mlcc_vf t0 = __builtin_shufflevector(q[0], q[1], 0, 4, 1, 5);
+        const mlcc_vf t1 = __builtin_shufflevector(q[2], q[3], 0, 4, 1, 5);
+        const mlcc_vf t2 = __builtin_shufflevector(q[0], q[1], 2, 6, 3, 7);
+        const mlcc_vf t3 = __builtin_shufflevector(q[2], q[3], 2, 6, 3, 7);
+        row[4 * h + 0] = __builtin_shufflevector(t0, t1, 0, 1, 4, 5);
+        row[4 * h + 1] = __builtin_shufflevector(t0, t1, 2, 3, 6, 7);
+        row[4 * h + 2] = __builtin_shufflevector(t2, t3, 0, 1, 4, 5);
+        row[4 * h + 3] = __builtin_shufflevector(t2, t3, 2, 3, 6, 7);
+    }
+    if (mr == PMR) {
+        if (!first)
+            for (r = 0; r < 8; r++) row[r] += mlcc_vf_load(c + r * ldc);
+        if (last) {
+            if (bias != NULL)
+                for (r = 0; r < 8; r++) row[r] += bias[r];
+            if (res != NULL)
+                for (r = 0; r < 8; r++) row[r] += mlcc_vf_load(res + r * ldc);
+            wasm_act_n(act, row, 8);
+        }
+        for (r = 0; r < 8; r++) mlcc_vf_store(c + r * ldc, row[r]);
+        return;
+    }
+    for (r = 0; r < mr; r++) {
+        mlcc_vf v = row[r];
+        if (!first) v += mlcc_vf_load(c + r * ldc);
+        if (last) {
+            if (bias != NULL) v += bias[r];
+            if (res != NULL) v += mlcc_vf_load(res + r * ldc);
+            wasm_act_n(act, &v, 1);
+        }
+        mlcc_vf_store(c + r * ldc, v);
+    }
+}
+
+/* Rows [i0, i1) x the nr (1, 2 or 4) columns of the panel at j of k block k0, by narrow_tile. Out
+ * of line: inlined into gemm_packed's nests, it made V8 run every layer's tiles 2.4-3x
+ * slower (tests/profile_wasm.py). */
+static __attribute__((noinline)) void narrow_panel(ptrdiff_t m, ptrdiff_t nr, ptrdiff_t k, ptrdiff_t k0,
+                                       ptrdiff_t kc, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t j,
+                                       const float *a_packed, ptrdiff_t a_rows,
+                                       ptrdiff_t a_row0, const float *b_panels,
+                                       const float *bias, const float *res,
+                                       const mlcc_act act_v, float *c, ptrdiff_t ldc) {
+    /* act by value: a pointer would escape here and keep gemm_packed's callers from folding
+     * a constant activation kind */
+    const mlcc_act *act = &act_v;
+    const int first = k0 == 0, last = k0 + kc == k;
+    const float *bp = b_panels + (j / PNR) * k * PNR + k0 * PNR;
+    const ptrdiff_t a_step = PMR * kc;   /* one A panel to the next */
+    const ptrdiff_t end = i1 < m ? i1 : m;
+    ptrdiff_t i = i0;
+#define NARROW_AT(i) (a_packed + k0 * a_rows + (a_row0 + (i)) * kc)
+#define NARROW_CALL(NP, NC, i, mr)                                                            \
+    narrow_tile(NP, NC, kc, NARROW_AT(i), a_step, bp, c + (i) * ldc + j, ldc, mr, first,      \
+                last, bias ? bias + (i) : NULL, res ? res + (i) * ldc + j : NULL, act)
+    if (nr == 1) {
+        for (; i + 4 * PMR <= end; i += 4 * PMR) NARROW_CALL(4, 1, i, 4 * PMR);
+        for (; i < end; i += PMR) NARROW_CALL(1, 1, i, end - i < PMR ? end - i : PMR);
+    } else if (nr == 2) {
+        for (; i + 2 * PMR <= end; i += 2 * PMR) NARROW_CALL(2, 2, i, 2 * PMR);
+        for (; i < end; i += PMR) NARROW_CALL(1, 2, i, end - i < PMR ? end - i : PMR);
+    } else {
+        for (; i < end; i += PMR)
+            narrow_tile4(kc, NARROW_AT(i), bp, c + i * ldc + j, ldc,
+                         end - i < PMR ? end - i : PMR, first, last, bias ? bias + i : NULL,
+                         res ? res + i * ldc + j : NULL, act);
+    }
+#undef NARROW_CALL
+#undef NARROW_AT
+}
+#else
+#define NARROW_PANEL 0
+#endif
+
+#if defined(__wasm_simd128__) && MLCC_HAVE_VECTORS
+/* wasm: the edge tiles (fewer rows or columns than a whole tile; rare since narrow_panel) of
+ * the row-major nests, out of line: one copy instead of one per nest (the module's size). In
+ * the column-major nests, the call made the whole tiles 2-5% slower: inlined there. */
+static __attribute__((noinline)) void packed_tile_edge(ptrdiff_t kc, const float *a,
+                                                       const float *b, float *c, ptrdiff_t ldc,
+                                                       ptrdiff_t mr, ptrdiff_t nr, int first,
+                                                       int last, const float *bias,
+                                                       const float *res, const mlcc_act *act) {
+#if MLCC_GEMM_NV > 1
+    if (nr <= MLCC_VF_LANES)   /* the same sums: half the work */
+        packed_tile(kc, a, b, c, ldc, mr, nr, first, last, bias, res, act, 1, 1);
+    else
+#endif
+        packed_tile(kc, a, b, c, ldc, mr, nr, first, last, bias, res, act, 0, 1);
 }
 #endif
 
@@ -579,7 +779,10 @@ static PACKED_INLINE void gemm_packed_tile(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k
                                            const float *a_packed, ptrdiff_t a_rows,
                                            ptrdiff_t a_row0, const float *b_panels,
                                            const float *bias, const float *res,
-                                           const mlcc_act *act, float *c, ptrdiff_t ldc) {
+                                           const mlcc_act *act, float *c, ptrdiff_t ldc,
+                                           const int edge_call) {
+    /* edge_call (a constant, wasm): 1, the edge tiles through packed_tile_edge; 2, also the
+     * whole tiles' activation through wasm_act_n */
     const int first = k0 == 0, last = k0 + kc == k;
     const ptrdiff_t nr = n - j < PNR ? n - j : PNR;
     const ptrdiff_t mr = m - i < PTR ? m - i : PTR;
@@ -589,17 +792,24 @@ static PACKED_INLINE void gemm_packed_tile(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k
     const float *at = a_packed + k0 * a_rows + (a_row0 + i - i % PMR) * kc + i % PMR;
     const float *rt = res ? res + i * ldc + j : NULL;
     const float *bt = bias ? bias + i : NULL;
+    (void)edge_call;
 #if MLCC_HAVE_VECTORS
     if (mr == PTR && nr == PNR)
-        packed_tile_whole(kc, at, bp, c + i * ldc + j, ldc, first, last, bt, rt, act);
+        packed_tile_whole(kc, at, bp, c + i * ldc + j, ldc, first, last, bt, rt, act,
+                          edge_call == 2);
+    else
+#endif
+#if defined(__wasm_simd128__) && MLCC_HAVE_VECTORS
+    if (edge_call)
+        packed_tile_edge(kc, at, bp, c + i * ldc + j, ldc, mr, nr, first, last, bt, rt, act);
     else
 #endif
 #if MLCC_HAVE_VECTORS && MLCC_GEMM_NV > 1
     if (nr <= MLCC_VF_LANES)   /* the same sums: half the work */
-        packed_tile(kc, at, bp, c + i * ldc + j, ldc, mr, nr, first, last, bt, rt, act, 1);
+        packed_tile(kc, at, bp, c + i * ldc + j, ldc, mr, nr, first, last, bt, rt, act, 1, 0);
     else
 #endif
-        packed_tile(kc, at, bp, c + i * ldc + j, ldc, mr, nr, first, last, bt, rt, act, 0);
+        packed_tile(kc, at, bp, c + i * ldc + j, ldc, mr, nr, first, last, bt, rt, act, 0, 0);
 }
 
 /* Products of depth up to this (one k block) run the tiles row-major: each tile row's 8 output
@@ -626,11 +836,20 @@ static PACKED_INLINE void gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
                                       const mlcc_act *act, float *c, ptrdiff_t ldc,
                                       const int rows_outer) {
     ptrdiff_t k0, i0, i, j;
-    if (rows_outer && k <= MLCC_GEMM_ROWS_OUTER_K) {
+    /* columns [0, n_tiles) by PNR-column tiles; the rest (NARROW_PANEL: a last panel of
+     * 1, 2 or 4 columns) by narrow_panel */
+    const ptrdiff_t n_tiles = NARROW_PANEL && (n % PNR == 1 || n % PNR == 2 || n % PNR == 4)
+                                  ? n - n % PNR : n;
+    if (rows_outer == 2 || (rows_outer && k <= MLCC_GEMM_ROWS_OUTER_K)) {   /* 2: only this */
         for (i = 0; i < m; i += PTR)
-            for (j = 0; j < n; j += PNR)
+            for (j = 0; j < n_tiles; j += PNR)
                 gemm_packed_tile(m, n, k, 0, k, i, j, a_packed, a_rows, a_row0, b_panels, bias,
-                                 res, act, c, ldc);
+                                 res, act, c, ldc, rows_outer == 2 ? 1 : 2);
+#if NARROW_PANEL
+        if (n_tiles < n)
+            narrow_panel(m, n - n_tiles, k, 0, k, 0, m, n_tiles, a_packed, a_rows, a_row0,
+                         b_panels, bias, res, *act, c, ldc);
+#endif
         return;
     }
     for (k0 = 0; k0 < k; k0 += MLCC_GEMM_KC) {
@@ -639,18 +858,71 @@ static PACKED_INLINE void gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
          * passes over them */
         for (i0 = 0; i0 < m; i0 += MLCC_GEMM_MC) {
             const ptrdiff_t i1 = m - i0 < MLCC_GEMM_MC ? m : i0 + MLCC_GEMM_MC;
-            for (j = 0; j < n; j += PNR)
+            for (j = 0; j < n_tiles; j += PNR)
                 for (i = i0; i < i1; i += PTR)
                     gemm_packed_tile(m, n, k, k0, kc, i, j, a_packed, a_rows, a_row0, b_panels,
-                                     bias, res, act, c, ldc);
+                                     bias, res, act, c, ldc, 0);
+#if NARROW_PANEL
+            if (n_tiles < n)
+                narrow_panel(m, n - n_tiles, k, k0, kc, i0, i1, n_tiles, a_packed, a_rows,
+                             a_row0, b_panels, bias, res, *act, c, ldc);
+#endif
         }
     }
 }
 
+#if defined(__wasm_simd128__)
+/* wasm: the row-major nest (depth up to MLCC_GEMM_ROWS_OUTER_K) per activation kind (none,
+ * ReLU, Clip), each out of line with its kind a constant, so that no tile switches on it.
+ * Through the one nest for all kinds, V8 kept the other activations' constants (hoisted out of
+ * the loops by clang) on the stack, reloaded them at every tile and spilled the 8
+ * accumulators before each tile's jump table: at depth 16-32 about as long as 4 of the k
+ * loop's steps. A node benchmark of gemm.c alone: 96 x 4096 x 16 0.85x, depth 24-32
+ * 0.89-0.92x, 64 0.95x; MobileNetV2's 16 -> 96 0.85-0.88x, its 3x3/2 stem 0.86-0.87x,
+ * 24 -> 144, 32 -> 192 and 64 -> 384 0.90-0.96x (tests/profile_wasm.py). The deeper nest stays
+ * shared: specialized too, MobileNetV2's 7 x 7 layers ran 1.03-1.07x slower (and the module
+ * grew by 48 KiB instead of 10). */
+#define GEMM_ROWS_OUTER_KIND(name, KIND)                                                      \
+    static __attribute__((noinline)) void name(                                               \
+        ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed, ptrdiff_t a_rows,       \
+        ptrdiff_t a_row0, const float *b_panels, const float *bias, const mlcc_act *act,      \
+        float *c, ptrdiff_t ldc) {                                                            \
+        mlcc_act kind = *act;                                                                 \
+        kind.kind = KIND;                                                                     \
+        gemm_packed(m, n, k, a_packed, a_rows, a_row0, b_panels, bias, NULL, &kind, c, ldc,    \
+                    2);                                                                       \
+    }
+GEMM_ROWS_OUTER_KIND(gemm_rows_outer_none, MLCC_ACT_NONE)
+GEMM_ROWS_OUTER_KIND(gemm_rows_outer_relu, MLCC_ACT_RELU)
+GEMM_ROWS_OUTER_KIND(gemm_rows_outer_clip, MLCC_ACT_CLIP)
+#undef GEMM_ROWS_OUTER_KIND
+
+/* The nests for any activation, out of line too. (Emscripten's optimizer, binaryen, inlines a
+ * function called from one place whatever clang's noinline says: called directly, these four
+ * became one function, and V8 ran every tile of it 2.5x slower. Hence the call through a
+ * pointer chosen at run time, which binaryen leaves alone.) */
+static __attribute__((noinline)) void gemm_packed_any(
+    ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed, ptrdiff_t a_rows,
+    ptrdiff_t a_row0, const float *b_panels, const float *bias, const mlcc_act *act, float *c,
+    ptrdiff_t ldc) {
+    gemm_packed(m, n, k, a_packed, a_rows, a_row0, b_panels, bias, NULL, act, c, ldc, 1);
+}
+#endif
+
 void mlcc_f32_gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed,
                           ptrdiff_t a_rows, ptrdiff_t a_row0, const float *b_panels,
                           const float *bias, const mlcc_act *act, float *c, ptrdiff_t ldc) {
+#if defined(__wasm_simd128__)
+    void (*const nest)(ptrdiff_t, ptrdiff_t, ptrdiff_t, const float *, ptrdiff_t, ptrdiff_t,
+                       const float *, const float *, const mlcc_act *, float *, ptrdiff_t) =
+        k > MLCC_GEMM_ROWS_OUTER_K ? gemm_packed_any
+        : act->kind == MLCC_ACT_NONE ? gemm_rows_outer_none
+        : act->kind == MLCC_ACT_RELU ? gemm_rows_outer_relu
+        : act->kind == MLCC_ACT_CLIP ? gemm_rows_outer_clip : gemm_packed_any;
+    nest(m, n, k, a_packed, a_rows, a_row0, b_panels, bias, act, c, ldc);
+#else
     gemm_packed(m, n, k, a_packed, a_rows, a_row0, b_panels, bias, NULL, act, c, ldc, 1);
+#endif
 }
 
 void mlcc_f32_gemm_packed_residual(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed,
