@@ -47,9 +47,12 @@ CONVT_CP = 32
 CONVT_RMAX = 8
 CONVT_MIN_WASTE = 1.05
 CONVT_MIN_DEPTH = 256
-# 1x1 convolutions (their depth is their input channels): ResNet-50's of depth 256 and 512
-# on 14 x 14 maps were 1.07-1.2x slower that way, those of depth 1024-2048 0.87-0.99x.
-CONVT_MIN_DEPTH_1X1 = 1024
+# 1x1 convolutions (their depth is their input channels), with the flat tiles (whole depth,
+# epilogue in registers): MobileNetV2's on 14 x 14 maps of depth 384-576 0.93-0.96x the
+# packed GEMM, 192 0.99x, 64-96 1.0-1.1x slower (the transposed write-out is a larger share
+# of a short product). Before the flat tiles ResNet-50's of depth 256 and 512 were 1.07-1.2x
+# slower, those of depth 1024-2048 0.87-0.99x.
+CONVT_MIN_DEPTH_1X1 = 256
 # 1x1 convolutions of any depth where the packed GEMM's panels (of 32 columns, a last one of
 # at most 16 half-width) would compute at least this many times the output positions: 7 x 7
 # maps, 64 columns for 49 (MobileNetV2's eight 160-960-channel layers there 0.80-0.85x the
