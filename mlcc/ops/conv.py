@@ -34,6 +34,10 @@ IMPLICIT_PART_BYTES = 128 * 1024
 # MobileNetV2's 3x3/2 stems (0.80x on YOLOv8n's, of 16 channels only), while 0.80-0.86x on
 # ResNet-50's strided 3x3 and 7x7 (depth 147) layers.
 IMPLICIT_MIN_STRIDED_DEPTH = 64
+# mlcc_f32_conv2d_implicit_rows (conv.h): strided convolutions shallower than
+# IMPLICIT_MIN_STRIDED_DEPTH (the 3-channel stems), on 512-bit targets (channel_tiles), take the
+# implicit GEMM's sub-planes tiled by output rows instead of gathered panels (at most one k block).
+ROWS_MAX_DEPTH = IMPLICIT_MIN_STRIDED_DEPTH - 1
 # mlcc_f32_conv2d_implicit_t (conv.h): output channels along the vectors, tiles of up to
 # CONVT_RMAX positions of an output row (1x1: up to 12 across rows) x CONVT_CP channels; the
 # one small-map transposed product (the packed GEMM no longer picks one at run time). Taken
@@ -373,6 +377,21 @@ class Conv(OpDef):
                 else:
                     args[1] = pack_weights()
                 lo.call(kernel, args, [node.outputs[0]],
+                        params_type="mlcc_conv2d_packed_params",
+                        params={"conv": params, "block_cols": block},
+                        scratch_bytes=scratch, pool=True)
+                return
+            if (lo.options.get("channel_tiles") and kh * kw > 1 and (sh > 1 or sw > 1)
+                    and kdim <= ROWS_MAX_DEPTH and not small and sub_floats < 2**31 - 2**20):
+                # shallow strided convolutions (3-channel stems): the implicit GEMM's
+                # sub-planes, tiled by output rows (conv.h)
+                cin_g = geo["c"] // g
+                block, scratch, hq, wq = implicit_plan(cin_g, geo["m"] // g, kh, kw, oh, ow,
+                                                       sh, sw, dh, dw)
+                offsets = implicit_offsets(cin_g, kh, kw, sh, sw, dh, dw, hq, wq)
+                args.insert(3, lo.add_const(f"{node.name}.implicit_offsets", offsets))
+                args[1] = pack_weights()
+                lo.call("mlcc_f32_conv2d_implicit_rows", args, [node.outputs[0]],
                         params_type="mlcc_conv2d_packed_params",
                         params={"conv": params, "block_cols": block},
                         scratch_bytes=scratch, pool=True)

@@ -1569,6 +1569,133 @@ void mlcc_f32_conv2d_implicit_cols(const mlcc_conv2d_packed_params *pp, const fl
     implicit_conv(pp, x, w, bias, offsets, y, scratch, pool, 1);
 }
 
+/* ---- The implicit GEMM by output rows: shallow strided convolutions (conv.h) ---- */
+
+#if MLCC_HAVE_VECTORS && !defined(__wasm_simd128__)
+/* A whole TILE_ROWS x nvec-vector tile of one output row, one k block (the whole depth), the
+ * epilogue in registers (as gemm.c's packed_tile_whole): the same sums in the same order as
+ * implicit_tile, the same bits. */
+static inline __attribute__((always_inline)) void
+rows_tile_whole(ptrdiff_t kc, const float *MLCC_RESTRICT a, const float *MLCC_RESTRICT b,
+                const int32_t *MLCC_RESTRICT off, float *y, ptrdiff_t ldy, const float *bias,
+                const mlcc_act *act, const int nvec) {
+    mlcc_vf acc[MLCC_GEMM_TILE_ROWS][MLCC_GEMM_NV];
+    ptrdiff_t r, v, p;
+    for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
+        for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] = mlcc_vf_splat(0.0f);
+    for (p = 0; p < kc; p++) {
+        const float *bp = b + off[p];
+        mlcc_vf bv[MLCC_GEMM_NV];
+        for (v = 0; v < nvec; v++) bv[v] = mlcc_vf_load(bp + v * MLCC_VF_LANES);
+        for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++) {
+            const mlcc_vf av = mlcc_vf_splat(a[p * MLCC_GEMM_MR + r]);
+            for (v = 0; v < nvec; v++) acc[r][v] += av * bv[v];
+        }
+    }
+    if (bias != NULL)
+        for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
+            for (v = 0; v < nvec; v++) acc[r][v] += bias[r];
+    mlcc_tile_act(act, &acc[0][0], MLCC_GEMM_TILE_ROWS * MLCC_GEMM_NV);
+    for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
+        for (v = 0; v < nvec; v++) mlcc_vf_store(y + r * ldy + v * MLCC_VF_LANES, acc[r][v]);
+}
+#endif
+
+typedef struct rows_job {
+    const mlcc_conv2d_packed_params *pp;
+    const float *w, *bias, *pad;
+    const int32_t *off;
+    float *y, *dummy;
+    ptrdiff_t gi, wq, units;
+} rows_job;
+
+#ifndef ROWS_BLOCK
+#define ROWS_BLOCK 32
+#endif
+/* Unit u: a range of output rows; per row, column tiles of NR (the last one narrower), each
+ * for every TILE_ROWS of output channels, so that no tile straddles two output rows. */
+static void rows_task(void *arg, int u, int thread) {
+    const rows_job *job = (const rows_job *)arg;
+    const mlcc_conv2d_params *p = &job->pp->conv;
+    const ptrdiff_t ow_n = (ptrdiff_t)p->out_w, oh_n = (ptrdiff_t)p->out_h;
+    const ptrdiff_t h0 = oh_n * u / job->units, h1 = oh_n * (u + 1) / job->units;
+    ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, oh, ow0, i, hb;
+    implicit_segs segs;
+    (void)thread;
+    conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
+    for (hb = h0; hb < h1; hb += ROWS_BLOCK)
+    for (i = 0; i < cout_g; i += MLCC_GEMM_TILE_ROWS)
+    for (oh = hb; oh < (h1 - hb < ROWS_BLOCK ? h1 : hb + ROWS_BLOCK); oh++) {
+        for (ow0 = 0; ow0 < ow_n; ow0 += MLCC_GEMM_NR) {
+            const ptrdiff_t nc = ow_n - ow0 < MLCC_GEMM_NR ? ow_n - ow0 : MLCC_GEMM_NR;
+            const float *b = job->pad + oh * job->wq + ow0;
+            segs.count = 1;
+            segs.t[0] = 0;
+            segs.n[0] = nc;
+            segs.y[0] = oh * ow_n + ow0;
+            {
+                const ptrdiff_t mr = cout_g - i < MLCC_GEMM_TILE_ROWS ? cout_g - i
+                                                                      : MLCC_GEMM_TILE_ROWS;
+                const float *a = job->w + job->gi * cout_pad * kdim +
+                                 (i - i % MLCC_GEMM_MR) * kdim + i % MLCC_GEMM_MR;
+                const float *bi = job->bias ? job->bias + job->gi * cout_g + i : NULL;
+                float *yt = job->y + i * spatial;
+#if MLCC_HAVE_VECTORS && !defined(__wasm_simd128__)
+                if (mr == MLCC_GEMM_TILE_ROWS && nc == MLCC_GEMM_NR) {
+                    rows_tile_whole(kdim, a, b, job->off, yt + segs.y[0], spatial, bi, &p->act,
+                                    MLCC_GEMM_NV);
+                    continue;
+                }
+                if (MLCC_GEMM_NV > 1 && mr == MLCC_GEMM_TILE_ROWS && nc == MLCC_VF_LANES) {
+                    rows_tile_whole(kdim, a, b, job->off, yt + segs.y[0], spatial, bi, &p->act,
+                                    1);
+                    continue;
+                }
+#endif
+#if MLCC_HAVE_VECTORS
+                if (MLCC_GEMM_NV > 1 && nc <= MLCC_VF_LANES)
+                    implicit_tile(kdim, a, b, job->off, mr, job->dummy, 0, 1, 1, yt, spatial,
+                                  &segs, bi, &p->act, 1);
+                else
+#endif
+                    implicit_tile(kdim, a, b, job->off, mr, job->dummy, 0, 1, 1, yt, spatial,
+                                  &segs, bi, &p->act, IMPLICIT_NV);
+            }
+        }
+    }
+}
+
+void mlcc_f32_conv2d_implicit_rows(const mlcc_conv2d_packed_params *pp, const float *x,
+                                   const float *w, const float *bias, const int32_t *offsets,
+                                   float *y, float *scratch, mlcc_threadpool *pool) {
+    const mlcc_conv2d_params *p = &pp->conv;
+    ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, nt, n;
+    rows_job job;
+    conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
+    job.pp = pp;
+    job.w = w;
+    job.bias = bias;
+    job.off = offsets;
+    job.pad = scratch;
+    job.dummy = scratch;   /* implicit_tile's partial sums: never used (one k block) */
+    job.wq = mlcc_implicit_sub_w(p);
+    nt = mlcc_threadpool_size(pool);
+    if (nt > MLCC_IMPLICIT_SLICES) nt = MLCC_IMPLICIT_SLICES;
+    if ((double)cout_g * (double)spatial * (double)kdim * (double)p->batch * (double)p->groups <
+        (double)MLCC_MIN_PARALLEL_MACS)
+        nt = 1, pool = NULL;
+    job.units = nt == 1 ? 1 : (ptrdiff_t)p->out_h < UNITS_PER_THREAD * nt
+                                  ? (ptrdiff_t)p->out_h : UNITS_PER_THREAD * nt;
+    for (n = 0; n < p->batch; n++) {
+        for (job.gi = 0; job.gi < (ptrdiff_t)p->groups; job.gi++) {
+            const float *xg = x + (n * (ptrdiff_t)p->in_channels + job.gi * cin_g) * in_plane;
+            implicit_fill(p, xg, cin_g, mlcc_implicit_sub_h(p), job.wq, scratch);
+            job.y = y + (n * (ptrdiff_t)p->out_channels + job.gi * cout_g) * spatial;
+            mlcc_threadpool_for(pool, rows_task, &job, (int)job.units, (int)nt);
+        }
+    }
+}
+
 /* ---- The implicit GEMM transposed: output channels along the vectors (conv.h) ---- */
 
 #define TCP MLCC_CONVT_CP
