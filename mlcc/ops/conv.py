@@ -37,7 +37,14 @@ IMPLICIT_MIN_STRIDED_DEPTH = 64
 # mlcc_f32_conv2d_implicit_rows (conv.h): strided convolutions shallower than
 # IMPLICIT_MIN_STRIDED_DEPTH (the 3-channel stems), on 512-bit targets (channel_tiles), take the
 # implicit GEMM's sub-planes tiled by output rows instead of gathered panels (at most one k block).
+# Measured per layer (profile_layers.py --cpu, the packed path against this): MobileNetV2's
+# 3 -> 32 on 224 x 224 (sub-planes 0.6 MB) 0.88x, YOLOv8n's 3 -> 16 on 320 x 320 (1.2 MB)
+# 0.96x, PP-OCR rec's 0.66x; PP-OCR det's 3 -> 16 on 640 x 640 (4.9 MB of sub-planes, written
+# then read back from beyond L2) 1.10-1.15x slower, SqueezeNet's 3 -> 64 (8 weight-row tiles
+# re-reading the planes) 1.04x slower: those keep the gathered panels.
 ROWS_MAX_DEPTH = IMPLICIT_MIN_STRIDED_DEPTH - 1
+ROWS_MAX_COUT = 32
+ROWS_MAX_PAD_BYTES = 2 * 1024 * 1024
 # mlcc_f32_conv2d_implicit_t (conv.h): output channels along the vectors, tiles of up to
 # CONVT_RMAX positions of an output row (1x1: up to 12 across rows) x CONVT_CP channels; the
 # one small-map transposed product (the packed GEMM no longer picks one at run time). Taken
@@ -382,7 +389,8 @@ class Conv(OpDef):
                         scratch_bytes=scratch, pool=True)
                 return
             if (lo.options.get("channel_tiles") and kh * kw > 1 and (sh > 1 or sw > 1)
-                    and kdim <= ROWS_MAX_DEPTH and not small and sub_floats < 2**31 - 2**20):
+                    and kdim <= ROWS_MAX_DEPTH and not small and geo["m"] // g <= ROWS_MAX_COUT
+                    and sub_floats * 4 <= ROWS_MAX_PAD_BYTES):
                 # shallow strided convolutions (3-channel stems): the implicit GEMM's
                 # sub-planes, tiled by output rows (conv.h)
                 cin_g = geo["c"] // g

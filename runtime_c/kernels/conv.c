@@ -1651,6 +1651,19 @@ static void rows_task(void *arg, int u, int thread) {
                                     1);
                     continue;
                 }
+                if (mr == MLCC_GEMM_TILE_ROWS) {   /* a row's last columns: through a copy */
+                    float tmp[MLCC_GEMM_TILE_ROWS * MLCC_GEMM_NR];
+                    ptrdiff_t r, t;
+                    if (MLCC_GEMM_NV > 1 && nc <= MLCC_VF_LANES)
+                        rows_tile_whole(kdim, a, b, job->off, tmp, MLCC_GEMM_NR, bi, &p->act, 1);
+                    else
+                        rows_tile_whole(kdim, a, b, job->off, tmp, MLCC_GEMM_NR, bi, &p->act,
+                                        MLCC_GEMM_NV);
+                    for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
+                        for (t = 0; t < nc; t++)
+                            yt[r * spatial + segs.y[0] + t] = tmp[r * MLCC_GEMM_NR + t];
+                    continue;
+                }
 #endif
 #if MLCC_HAVE_VECTORS
                 if (MLCC_GEMM_NV > 1 && nc <= MLCC_VF_LANES)
