@@ -58,12 +58,16 @@ CONVT_CP = 32
 CONVT_RMAX = 8
 CONVT_MIN_WASTE = 1.05
 CONVT_MIN_DEPTH = 256
-# 1x1 convolutions (their depth is their input channels), with the flat tiles (whole depth,
-# epilogue in registers): MobileNetV2's on 14 x 14 maps of depth 384-576 0.93-0.96x the
-# packed GEMM, 192 0.99x, 64-96 1.0-1.1x slower (the transposed write-out is a larger share
-# of a short product). Before the flat tiles ResNet-50's of depth 256 and 512 were 1.07-1.2x
-# slower, those of depth 1024-2048 0.87-0.99x.
-CONVT_MIN_DEPTH_1X1 = 256
+# 1x1 convolutions (their depth is their input channels): ResNet-50's of depth 256 and 512
+# on 14 x 14 maps were 1.07-1.2x slower that way, those of depth 1024-2048 0.87-0.99x.
+CONVT_MIN_DEPTH_1X1 = 1024
+# With the flat tiles (whole depth, epilogue in registers), projections (no more output
+# channels than the depth) from this depth pay too: MobileNetV2's 576 -> 96, 384 -> 96 and
+# 384 -> 64 on 14 x 14 0.93-0.96x the packed GEMM, SqueezeNet's 384-512 -> 48-64 on 13 x 13
+# 0.91-0.95x, YOLOv8n's 256-512 -> 128-256 on 10 x 10 0.92x; not expansions (ResNet-50's
+# 256 -> 1024 on 14 x 14 1.2x slower: each tile re-reads a 1 MB weight matrix; MobileNetV2's
+# 96 -> 576 1.05x) nor shallower ones (192 -> 64 0.99x).
+CONVT_MIN_DEPTH_1X1_PROJ = 256
 # 1x1 convolutions of any depth where the packed GEMM's panels (of 32 columns, a last one of
 # at most 16 half-width) would compute at least this many times the output positions: 7 x 7
 # maps, 64 columns for 49 (MobileNetV2's eight 160-960-channel layers there 0.80-0.85x the
@@ -90,7 +94,8 @@ def convt_applies(oh: int, ow: int, wq: int, cout_g: int, kdim: int) -> bool:
 def convt_1x1_applies(oh: int, ow: int, cout_g: int, kdim: int) -> bool:
     """Whether a 1x1 convolution takes mlcc_f32_conv2d_implicit_t: deep ones on the maps where
     KxK ones do (convt_applies), any depth where the packed panels waste the most."""
-    if kdim >= CONVT_MIN_DEPTH_1X1 and convt_applies(oh, ow, ow, cout_g, kdim):
+    deep = kdim >= CONVT_MIN_DEPTH_1X1 or (kdim >= CONVT_MIN_DEPTH_1X1_PROJ and cout_g <= kdim)
+    if deep and convt_applies(oh, ow, ow, cout_g, kdim):
         return True
     n = oh * ow
     return cout_g >= CONVT_CP // 2 and n >= 8 and panel_cols(n) >= CONVT_MIN_WASTE_1X1 * n
