@@ -1821,7 +1821,8 @@ convt_epilogue_t(ptrdiff_t R, ptrdiff_t nvec, ptrdiff_t c0, mlcc_vf (*total)[2],
         __m512 t[16];
         mlcc_vf o[16];
         if (nj <= 0) break;
-        for (r = 0; r < 16; r++) t[r] = r < R ? (__m512)total[r][v] : _mm512_setzero_ps();
+        for (r = 0; r < 16; r++) t[r] = _mm512_setzero_ps();
+        for (r = 0; r < R && r < TRMAX; r++) t[r] = (__m512)total[r][v];
         convt_tr16(t);   /* t[j]: channel cv + j, lane r: position y0 + r */
         for (j = 0; j < 16; j++) {
             o[j] = (mlcc_vf)t[j];
