@@ -51,6 +51,9 @@ void mlcc_f32_conv2d_packed_table(const mlcc_conv2d_packed_params *p, const floa
 void mlcc_f32_conv2d_implicit(const mlcc_conv2d_packed_params *p, const float *x,
                               const float *w, const float *bias, const int32_t *offsets,
                               float *y, float *scratch, void *pool);
+void mlcc_f32_conv2d_implicit_rows(const mlcc_conv2d_packed_params *p, const float *x,
+                                   const float *w, const float *bias, const int32_t *offsets,
+                                   float *y, float *scratch, void *pool);
 void mlcc_f32_conv2d_implicit_cols(const mlcc_conv2d_packed_params *p, const float *x,
                                    const float *w, const float *bias, const int32_t *offsets,
                                    float *y, float *scratch, void *pool);
@@ -480,6 +483,10 @@ def test_table_gather_conv_matches_packed(kernels, pools, c, m, hw, k, stride, p
     # of 19 in chunks of 7, 6, 6; rows of 70 (9 chunks) in blocks of 7 rows of partial sums
     (40, 37, (9, 19), 3, 1, 1, (1, 1, 1, 1), 1, False),
     (31, 33, (23, 70), 3, 2, 1, (1, 1, 1, 1), 1, False),
+    # by output rows (implicit_rows): rows of 48 (a whole tile and a half one), 50 (a tile of
+    # 18 columns), 24 channels (three 8-row tiles), 13 (a partial one)
+    (3, 24, (20, 96), 3, 2, 1, (1, 1, 1, 1), 1, False),
+    (3, 13, (9, 100), 3, 2, 1, (1, 0, 1, 1), 1, False),
 ])
 def test_implicit_conv_matches_packed(kernels, pools, c, m, hw, k, stride, dil, pads, groups,
                                       small_blocks):
@@ -527,6 +534,15 @@ def test_implicit_conv_matches_packed(kernels, pools, c, m, hw, k, stride, dil, 
         lib.mlcc_f32_conv2d_implicit(params, buf(x), buf(wk), buf(b),
                                      buf(offsets, "int32_t *"), buf(got), buf(scratch), pool)
         assert np.array_equal(got, packed)
+    if kdim <= 256:
+        # the same tiled by output rows, one k block (mlcc_f32_conv2d_implicit_rows)
+        for pool in (ffi.NULL, *pools.values()):
+            scratch = np.full(nbytes // 4, np.nan, np.float32)
+            got = np.full_like(ref, np.nan)
+            lib.mlcc_f32_conv2d_implicit_rows(params, buf(x), buf(wk), buf(b),
+                                              buf(offsets, "int32_t *"), buf(got), buf(scratch),
+                                              pool)
+            assert np.array_equal(got, packed), "implicit_rows"
     # the same sums with output channels along the vectors (mlcc_f32_conv2d_implicit_t)
     wt = pack_a(w.reshape(groups, m // groups, kdim), CONVT_CP)
     nbytes = convt_plan(cin_g, kh, kw, oh, ow, stride, stride, dil, dil)

@@ -34,6 +34,17 @@ IMPLICIT_PART_BYTES = 128 * 1024
 # MobileNetV2's 3x3/2 stems (0.80x on YOLOv8n's, of 16 channels only), while 0.80-0.86x on
 # ResNet-50's strided 3x3 and 7x7 (depth 147) layers.
 IMPLICIT_MIN_STRIDED_DEPTH = 64
+# mlcc_f32_conv2d_implicit_rows (conv.h): strided convolutions shallower than
+# IMPLICIT_MIN_STRIDED_DEPTH (the 3-channel stems), on 512-bit targets (channel_tiles), take the
+# implicit GEMM's sub-planes tiled by output rows instead of gathered panels (at most one k block).
+# Measured per layer (profile_layers.py --cpu, the packed path against this): MobileNetV2's
+# 3 -> 32 on 224 x 224 (sub-planes 0.6 MB) 0.88x, YOLOv8n's 3 -> 16 on 320 x 320 (1.2 MB)
+# 0.96x, PP-OCR rec's 0.66x; PP-OCR det's 3 -> 16 on 640 x 640 (4.9 MB of sub-planes, written
+# then read back from beyond L2) 1.10-1.15x slower, SqueezeNet's 3 -> 64 (8 weight-row tiles
+# re-reading the planes) 1.04x slower: those keep the gathered panels.
+ROWS_MAX_DEPTH = IMPLICIT_MIN_STRIDED_DEPTH - 1
+ROWS_MAX_COUT = 32
+ROWS_MAX_PAD_BYTES = 2 * 1024 * 1024
 # mlcc_f32_conv2d_implicit_t (conv.h): output channels along the vectors, tiles of up to
 # CONVT_RMAX positions of an output row (1x1: up to 12 across rows) x CONVT_CP channels; the
 # one small-map transposed product (the packed GEMM no longer picks one at run time). Taken
@@ -50,6 +61,13 @@ CONVT_MIN_DEPTH = 256
 # 1x1 convolutions (their depth is their input channels): ResNet-50's of depth 256 and 512
 # on 14 x 14 maps were 1.07-1.2x slower that way, those of depth 1024-2048 0.87-0.99x.
 CONVT_MIN_DEPTH_1X1 = 1024
+# With the flat tiles (whole depth, epilogue in registers), projections (no more output
+# channels than the depth) from this depth pay too: MobileNetV2's 576 -> 96, 384 -> 96 and
+# 384 -> 64 on 14 x 14 0.93-0.96x the packed GEMM, SqueezeNet's 384-512 -> 48-64 on 13 x 13
+# 0.91-0.95x, YOLOv8n's 256-512 -> 128-256 on 10 x 10 0.92x; not expansions (ResNet-50's
+# 256 -> 1024 on 14 x 14 1.2x slower: each tile re-reads a 1 MB weight matrix; MobileNetV2's
+# 96 -> 576 1.05x) nor shallower ones (192 -> 64 0.99x).
+CONVT_MIN_DEPTH_1X1_PROJ = 256
 # 1x1 convolutions of any depth where the packed GEMM's panels (of 32 columns, a last one of
 # at most 16 half-width) would compute at least this many times the output positions: 7 x 7
 # maps, 64 columns for 49 (MobileNetV2's eight 160-960-channel layers there 0.80-0.85x the
@@ -76,7 +94,8 @@ def convt_applies(oh: int, ow: int, wq: int, cout_g: int, kdim: int) -> bool:
 def convt_1x1_applies(oh: int, ow: int, cout_g: int, kdim: int) -> bool:
     """Whether a 1x1 convolution takes mlcc_f32_conv2d_implicit_t: deep ones on the maps where
     KxK ones do (convt_applies), any depth where the packed panels waste the most."""
-    if kdim >= CONVT_MIN_DEPTH_1X1 and convt_applies(oh, ow, ow, cout_g, kdim):
+    deep = kdim >= CONVT_MIN_DEPTH_1X1 or (kdim >= CONVT_MIN_DEPTH_1X1_PROJ and cout_g <= kdim)
+    if deep and convt_applies(oh, ow, ow, cout_g, kdim):
         return True
     n = oh * ow
     return cout_g >= CONVT_CP // 2 and n >= 8 and panel_cols(n) >= CONVT_MIN_WASTE_1X1 * n
@@ -378,6 +397,22 @@ class Conv(OpDef):
                 else:
                     args[1] = pack_weights()
                 lo.call(kernel, args, [node.outputs[0]],
+                        params_type="mlcc_conv2d_packed_params",
+                        params={"conv": params, "block_cols": block},
+                        scratch_bytes=scratch, pool=True)
+                return
+            if (lo.options.get("channel_tiles") and kh * kw > 1 and (sh > 1 or sw > 1)
+                    and kdim <= ROWS_MAX_DEPTH and not small and geo["m"] // g <= ROWS_MAX_COUT
+                    and sub_floats * 4 <= ROWS_MAX_PAD_BYTES):
+                # shallow strided convolutions (3-channel stems): the implicit GEMM's
+                # sub-planes, tiled by output rows (conv.h)
+                cin_g = geo["c"] // g
+                block, scratch, hq, wq = implicit_plan(cin_g, geo["m"] // g, kh, kw, oh, ow,
+                                                       sh, sw, dh, dw)
+                offsets = implicit_offsets(cin_g, kh, kw, sh, sw, dh, dw, hq, wq)
+                args.insert(3, lo.add_const(f"{node.name}.implicit_offsets", offsets))
+                args[1] = pack_weights()
+                lo.call("mlcc_f32_conv2d_implicit_rows", args, [node.outputs[0]],
                         params_type="mlcc_conv2d_packed_params",
                         params={"conv": params, "block_cols": block},
                         scratch_bytes=scratch, pool=True)

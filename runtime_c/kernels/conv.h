@@ -137,6 +137,15 @@ void mlcc_f32_conv2d_implicit(const mlcc_conv2d_packed_params *p, const float *x
                               const float *w, const float *bias, const int32_t *offsets,
                               float *y, float *scratch, mlcc_threadpool *pool);
 
+/* The same implicit GEMM (same sub-planes, offsets, weights and bits) for depths of at most
+ * MLCC_GEMM_KC, tiled by output rows: a tile covers columns of one output row only (a last one
+ * narrower), so no virtual column is computed and every tile is stored whole, in registers,
+ * straight into the output (the 3-channel stems: MobileNetV2's 3x3/2). scratch:
+ * mlcc_implicit_pad_floats() floats. */
+void mlcc_f32_conv2d_implicit_rows(const mlcc_conv2d_packed_params *p, const float *x,
+                                   const float *w, const float *bias, const int32_t *offsets,
+                                   float *y, float *scratch, mlcc_threadpool *pool);
+
 /* The same implicit GEMM for stride-1 convolutions on small maps, without virtual columns:
  * per input channel c and kernel column kj, the input shifted by kj * dilation_w - pad_left
  * columns (zero-padded) is copied into scratch as a plane of hp x out_w, hp = out_h +
