@@ -83,8 +83,8 @@ def kernels(request, tmp_path_factory):
         defines = load_target(tile_of.removesuffix("-tile")).tile_defines()
         assert defines, f"{tile_of}: the target no longer sets gemm_tile; drop this build"
     lib_path = build_kernels(tmp_path_factory.mktemp(request.param) / "libkernels.so", name,
-                             ["kernels/conv.c", "kernels/gemm.c", "src/mlcc_threadpool.c",
-                              "src/mlcc_runtime.c"], defines)
+                             ["kernels/conv.c", "kernels/depthwise.c", "kernels/gemm.c",
+                              "src/mlcc_threadpool.c", "src/mlcc_runtime.c"], defines)
     ffi = cffi.FFI()
     ffi.cdef(CDEF)
     return ffi, ffi.dlopen(str(lib_path))
@@ -284,7 +284,7 @@ def test_packed_conv_is_bit_identical_across_thread_counts(kernels, pools, c, m,
     (16, 17, 3, 1),    # too wide: the padded layout
 ])
 def test_depthwise_small_same_planes(kernels, pools, ih, iw, k, dil):
-    """Stride-1 "same" depthwise convolutions of small planes (conv.c dw_small_plane: the plane
+    """Stride-1 "same" depthwise convolutions of small planes (depthwise.c dw_small_plane: the plane
     flat, lanes masked by column) give the bits of the padded layout, here run on the input
     padded by hand (a valid convolution, which cannot take the flat path), on 1, 2, 3 and 5
     threads."""
@@ -382,7 +382,7 @@ def test_depthwise_is_bit_identical_across_thread_counts(kernels, pools, channel
 ])
 def test_depthwise_channels_in_lanes(kernels, pools, c, ih, iw, stride, pads, act):
     """AVX-512's 3 x 3 depthwise paths (the other builds take their usual ones): 16 channels
-    at a time on narrow planes (conv.c dw_cil: partial channel blocks, outputs fewer than 16
+    at a time on narrow planes (depthwise.c dw_cil: partial channel blocks, outputs fewer than 16
     and across rows) and rows read in place (dw_direct: masked ends, stride 2's permutes, two
     output rows at a time with an odd last one), each activation, against the direct kernel,
     and the same bits on 1, 2, 3 and 5 threads (the larger shapes are over the threshold)."""

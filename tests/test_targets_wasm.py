@@ -309,7 +309,7 @@ def test_wasm_outputs_are_the_x86_targets_bit_for_bit(digits_wasm, tmp_path):
 
 
 # (channels, height, width, kernel, stride, pad, dilation, activation): wasm's own depthwise
-# kernel (conv.c, dw_wasm_task: output rows written in place, the last step of a row running
+# kernel (depthwise.c, dw_wasm_task: output rows written in place, the last step of a row running
 # into the next one, never past the plane) on maps of 1 to 37 columns, stride 2, 5x5 (not 9
 # taps) and dilated windows
 DW_CASES = [(3, 14, 14, 3, 1, 1, 1, "Clip"), (2, 1, 1, 3, 1, 1, 1, None),

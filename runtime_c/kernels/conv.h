@@ -23,9 +23,24 @@ typedef struct mlcc_conv2d_params {
 void mlcc_f32_conv2d(const mlcc_conv2d_params *p, const float *x, const float *w,
                      const float *bias, float *y, float *scratch);
 
-/* Depthwise convolution (groups == in_channels == out_channels), computed directly. */
-void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, const float *w,
-                               const float *bias, float *y);
+/* ---- Shared by conv.c and depthwise.c ---- */
+
+/* The output columns [lo, hi) whose input column ow * stride - pad + offset lies in [0, size). */
+static inline void mlcc_conv_valid_range(ptrdiff_t out_size, ptrdiff_t stride, ptrdiff_t pad,
+                                         ptrdiff_t offset, ptrdiff_t size, ptrdiff_t *lo,
+                                         ptrdiff_t *hi) {
+    /* smallest o with o*stride >= pad - offset; largest o with o*stride <= size - 1 + pad - offset */
+    ptrdiff_t first = pad - offset, last = size - 1 + pad - offset;
+    ptrdiff_t l = first <= 0 ? 0 : (first + stride - 1) / stride;
+    ptrdiff_t h = last < 0 ? -1 : last / stride;
+    if (h > out_size - 1) h = out_size - 1;
+    *lo = l;
+    *hi = h + 1 > l ? h + 1 : l;
+}
+
+/* Units per thread: enough for the threads that run to take over the share of one the OS
+ * has not scheduled (a busy machine), few enough to keep each unit's GEMM large. */
+#define MLCC_CONV_UNITS_PER_THREAD 4
 
 /* pool: see mlcc_runtime.h (NULL: the calling thread only); results do not depend on it.
  * Convolutions of fewer than MLCC_MIN_PARALLEL_MACS multiply-adds (mlcc_kernel.h) run on the
@@ -60,47 +75,6 @@ void mlcc_f32_conv2d_packed_residual(const mlcc_conv2d_packed_params *p, const f
 void mlcc_f32_conv2d_packed_table(const mlcc_conv2d_packed_params *p, const float *x,
                                   const float *w, const float *bias, const int32_t *table,
                                   float *y, float *scratch, mlcc_threadpool *pool);
-
-/* Depthwise convolution with vectors along the output plane: each channel's zero-padded input
- * is first copied into scratch split by stride phase (the implicit GEMM's sub-planes, below,
- * for one channel: stride_h x stride_w sub-planes of hq x wq), so that every kernel tap reads
- * one contiguous run of input for the whole plane of "virtual" outputs q = oh * wq + ow, which
- * is computed as one run of vectors (taps accumulated in registers) into scratch; its rows are
- * then copied out. A row of 7 outputs costs 9 virtual columns, not a whole chunk of vectors.
- * Each output sums its taps in order (the results are the reference's, up to contraction into
- * FMAs). scratch holds MLCC_DW_SLICES * mlcc_dw_scratch_floats(p) floats (mlcc/ops/conv.py
- * dw_scratch_floats computes the same number): the sub-planes, zeros past them for the last
- * chunk's reads, then the plane of virtual outputs rounded up to a chunk, and one chunk more
- * (read by the whole-vector row copies); on a pool, up to MLCC_DW_SLICES threads each take a
- * range of channels and a slice. */
-#define MLCC_DW_SLICES 4
-#define MLCC_DW_CHUNK 64   /* floats per step along the plane (4 vectors of up to 16 lanes) */
-static inline ptrdiff_t mlcc_dw_scratch_floats(const mlcc_conv2d_params *p) {
-    const ptrdiff_t hq = (ptrdiff_t)(p->out_h + (p->kernel_h - 1) * p->dilation_h / p->stride_h);
-    const ptrdiff_t wq = (ptrdiff_t)(p->out_w + (p->kernel_w - 1) * p->dilation_w / p->stride_w);
-    const ptrdiff_t nv = (ptrdiff_t)p->out_h * wq;
-    const ptrdiff_t flat = (ptrdiff_t)(p->stride_h * p->stride_w) * hq * wq +
-                           (ptrdiff_t)(p->kernel_w * p->dilation_w) + MLCC_DW_CHUNK +
-                           (nv + 2 * MLCC_DW_CHUNK - 1) / MLCC_DW_CHUNK * MLCC_DW_CHUNK;
-#if defined(__AVX512F__) && MLCC_VECTOR_BYTES == 64 && !defined(__wasm_simd128__)
-    /* 3 x 3 kernels of stride 1 or 2 and output rows of at most 8 (AVX-512 takes channels in
-     * lanes, conv.c's dw_cil): a ring of rr padded rows of wp 16-float vectors, and a row of
-     * zeros. mlcc/ops/conv.py allocates the larger of the two for every target. */
-    if (p->kernel_h == 3 && p->kernel_w == 3 && p->dilation_h == 1 && p->dilation_w == 1 &&
-        p->stride_h == p->stride_w && p->stride_h >= 1 && p->stride_h <= 2 && p->out_w <= 8) {
-        const ptrdiff_t s = (ptrdiff_t)p->stride_h, ow = (ptrdiff_t)p->out_w;
-        ptrdiff_t wp = (ow - 1) * s + 3, span = (ow + 14) / ow + 1, ring;
-        if (wp < (ptrdiff_t)(p->pad_left + p->in_w)) wp = (ptrdiff_t)(p->pad_left + p->in_w);
-        if (span > (ptrdiff_t)p->out_h) span = (ptrdiff_t)p->out_h;
-        ring = ((span - 1) * s + 4) * wp * 16;
-        if (ring > flat) return ring;
-    }
-#endif
-    return flat;
-}
-void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, const float *w,
-                                   const float *bias, float *y, float *scratch,
-                                   mlcc_threadpool *pool);
 
 /* Convolution as an implicit GEMM (no im2col at all): each group's input is copied once,
  * zero-padded and split by stride phase, into scratch: per channel, stride_h x stride_w
