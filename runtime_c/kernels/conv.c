@@ -542,16 +542,14 @@ static inline void implicit_scatter_row(float *yr, const float *row, const impli
  * b + off[p]. Partial sums (not last) go to part (row stride ldp); the last k block adds bias, applies the activation and
  * writes the output columns into y (row stride ldy). Same order of operations as packed_tile. */
 #if MLCC_HAVE_VECTORS
-/* always inlined: each call site passes a constant nvec, and only a copy specialized for it
- * keeps the accumulators in registers (clang for wasm left one shared copy with a variable
- * nvec: YOLOv8n's and ResNet-50's implicit layers ran 2-3x slower in node) */
+/* The k loop of a TILE_ROWS x nvec-vector tile: acc = the A panel's rows (kc x MR, packed; a
+ * points at the tile's first row) times the B rows b + off[p], summed over p in order. Shared
+ * by implicit_tile and rows_tile_whole, always inlined into them (the accumulators stay in
+ * registers only in a copy specialized for a constant nvec). */
 static inline __attribute__((always_inline)) void
-implicit_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a,
-                                 const float *MLCC_RESTRICT b, const int32_t *MLCC_RESTRICT off,
-                                 ptrdiff_t mr, float *part, ptrdiff_t ldp, int first, int last,
-                                 float *y, ptrdiff_t ldy, const implicit_segs *s,
-                                 const float *bias, const mlcc_act *act, const ptrdiff_t nvec) {
-    mlcc_vf acc[MLCC_GEMM_TILE_ROWS][MLCC_GEMM_NV];
+implicit_products(ptrdiff_t kc, const float *MLCC_RESTRICT a, const float *MLCC_RESTRICT b,
+                  const int32_t *MLCC_RESTRICT off, const ptrdiff_t nvec,
+                  mlcc_vf acc[MLCC_GEMM_TILE_ROWS][MLCC_GEMM_NV]) {
     ptrdiff_t r, v, p;
     for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
         for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] = mlcc_vf_splat(0.0f);
@@ -564,6 +562,20 @@ implicit_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a,
             for (v = 0; v < nvec; v++) acc[r][v] += av * bv[v];
         }
     }
+}
+
+/* always inlined: each call site passes a constant nvec, and only a copy specialized for it
+ * keeps the accumulators in registers (clang for wasm left one shared copy with a variable
+ * nvec: YOLOv8n's and ResNet-50's implicit layers ran 2-3x slower in node) */
+static inline __attribute__((always_inline)) void
+implicit_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a,
+                                 const float *MLCC_RESTRICT b, const int32_t *MLCC_RESTRICT off,
+                                 ptrdiff_t mr, float *part, ptrdiff_t ldp, int first, int last,
+                                 float *y, ptrdiff_t ldy, const implicit_segs *s,
+                                 const float *bias, const mlcc_act *act, const ptrdiff_t nvec) {
+    mlcc_vf acc[MLCC_GEMM_TILE_ROWS][MLCC_GEMM_NV];
+    ptrdiff_t r, v;
+    implicit_products(kc, a, b, off, nvec, acc);
 #if defined(__wasm_simd128__)
     /* wasm: a whole tile's last k block written in one run (nearly every tile), the epilogue
      * in registers and the activation switched once (gemm.c, packed_tile_whole) */
@@ -906,18 +918,8 @@ rows_tile_whole(ptrdiff_t kc, const float *MLCC_RESTRICT a, const float *MLCC_RE
                 const int32_t *MLCC_RESTRICT off, float *y, ptrdiff_t ldy, const float *bias,
                 const mlcc_act *act, const int nvec) {
     mlcc_vf acc[MLCC_GEMM_TILE_ROWS][MLCC_GEMM_NV];
-    ptrdiff_t r, v, p;
-    for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
-        for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] = mlcc_vf_splat(0.0f);
-    for (p = 0; p < kc; p++) {
-        const float *bp = b + off[p];
-        mlcc_vf bv[MLCC_GEMM_NV];
-        for (v = 0; v < nvec; v++) bv[v] = mlcc_vf_load(bp + v * MLCC_VF_LANES);
-        for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++) {
-            const mlcc_vf av = mlcc_vf_splat(a[p * MLCC_GEMM_MR + r]);
-            for (v = 0; v < nvec; v++) acc[r][v] += av * bv[v];
-        }
-    }
+    ptrdiff_t r, v;
+    implicit_products(kc, a, b, off, nvec, acc);
     if (bias != NULL)
         for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
             for (v = 0; v < nvec; v++) acc[r][v] += bias[r];
