@@ -569,18 +569,12 @@ static inline __attribute__((always_inline)) __m512 dw_cil_act(int cls, __m512 x
     }
 }
 
-/* The other activations (hard swish, sigmoid, ...) over n values just stored, through
- * mlcc_vf_act as dw_flat_run applies them (the same bits), outside the loops that computed
- * them: inlined there, the scalar fallback of mlcc_vf_act spills their registers (PP-OCR
- * det's hard-swish layers 1.6x slower than the flat kernel). */
+/* The other activations (hard swish, sigmoid, ...) over n values just stored, by
+ * mlcc_act_apply (lane for lane mlcc_vf_act: the same bits as dw_flat_run), out of line: inlined
+ * in the loops that computed them, the scalar fallback of mlcc_vf_act spilled their registers
+ * (PP-OCR det's hard-swish layers 1.6x slower than the flat kernel). */
 static __attribute__((noinline)) void dw_act_after(const mlcc_act *act, float *y, ptrdiff_t n) {
-    ptrdiff_t i;
-    for (i = 0; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, (__m512)mlcc_vf_act(act, (mlcc_vf)_mm512_loadu_ps(y + i)));
-    if (i < n) {
-        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
-        _mm512_mask_storeu_ps(y + i, m, (__m512)mlcc_vf_act(act, (mlcc_vf)_mm512_maskz_loadu_ps(m, y + i)));
-    }
+    mlcc_act_apply(act, y, n);
 }
 
 /* Output positions ow0.. ow0 + len - 1 of one output row (r0, r1, r2: its three input rows in
@@ -1447,8 +1441,9 @@ DW_IP_VARIANT(dw_ip_plane_1clip, 1, DW_WASM_CLIP)
 DW_IP_VARIANT(dw_ip_plane_2clip, 2, DW_WASM_CLIP)
 
 /* Channels [c0, c1) of every image in place (dw_ip_ok), zrow a row of zeros. Activations but
- * ReLU and Clip go over each plane after its sums, by mlcc_vf_act as the other kernels apply
- * them (the same bits; one function fewer per activation kind for every column step). */
+ * ReLU and Clip go over each plane after its sums, by mlcc_act_apply (lane for lane
+ * mlcc_vf_act, as the other kernels apply them: the same bits; one function fewer per
+ * activation kind for every column step). */
 static void dw_ip_channels(dw_job *job, ptrdiff_t c0, ptrdiff_t c1, const float *zrow, int cls) {
     const mlcc_conv2d_params *p = job->p;
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
@@ -1460,22 +1455,13 @@ static void dw_ip_channels(dw_job *job, ptrdiff_t c0, ptrdiff_t c1, const float 
         cls == DW_WASM_CLIP ? (s == 1 ? dw_ip_plane_1clip : dw_ip_plane_2clip)
         : cls == DW_WASM_RELU ? (s == 1 ? dw_ip_plane_1relu : dw_ip_plane_2relu)
                               : (s == 1 ? dw_ip_plane_1none : dw_ip_plane_2none);
-    ptrdiff_t n, c, q;
+    ptrdiff_t n, c;
     for (n = 0; n < p->batch; n++)
         for (c = c0; c < c1; c++) {
             float *yc = job->y + (n * channels + c) * plane_n;
             plane(job->x + (n * channels + c) * ih_n * iw_n, zrow, job->w + c * 9,
                   job->bias ? job->bias[c] : 0.0f, yc, ih_n, iw_n, oh_n, ow_n, &p->act);
-            if (cls != DW_WASM_OTHER) continue;
-            for (q = 0; q + MLCC_VF_LANES <= plane_n; q += MLCC_VF_LANES)
-                mlcc_vf_store(yc + q, mlcc_vf_act(&p->act, mlcc_vf_load(yc + q)));
-            if (q < plane_n) {   /* the last values through a vector in registers */
-                mlcc_vf t = mlcc_vf_splat(0.0f);
-                ptrdiff_t k;
-                for (k = 0; k < plane_n - q; k++) t[k] = yc[q + k];
-                t = mlcc_vf_act(&p->act, t);
-                for (k = 0; k < plane_n - q; k++) yc[q + k] = t[k];
-            }
+            if (cls == DW_WASM_OTHER) mlcc_act_apply(&p->act, yc, plane_n);
         }
 }
 
