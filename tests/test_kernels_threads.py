@@ -21,6 +21,7 @@ typedef struct {
     int64_t bias_row_stride, bias_col_stride;
     float alpha, beta;
     mlcc_act act;
+    int32_t b_finite;
 } mlcc_gemm_params;
 typedef struct { mlcc_gemm_params gemm; int64_t batch; int64_t c_batch_stride; }
     mlcc_batched_gemm_params;
@@ -150,6 +151,44 @@ def test_one_row_gemm_matches_the_tiles_on_every_pool(lib, n, k):
     np.testing.assert_allclose(one, tiled[0], rtol=1e-6, atol=1e-6 * np.sqrt(k))
     for name, pool in pools.items():
         assert np.array_equal(run(1, pool)[0], one), name
+
+
+@pytest.mark.parametrize("n,k", [(10, 64), (37, 130), (129, 300), (16, 7), (3, 257)])
+def test_one_row_gemm_skips_zero_rows_and_reads_padded_rows_with_the_same_bits(lib, n, k):
+    """b_finite (a finite constant B) skips the rows of B met by a zero of A (ReLU outputs:
+    here half of A, some of them -0, and whole 64-row words of zeros and of non-zeros), and a
+    B whose rows are padded to 16 floats (mlcc.ops.gemm) has its last partial vector read in
+    place: the same bits as the dense product on unpadded rows, on every pool. The padding
+    holds NaN: no lane of it may reach C."""
+    ffi, dl, pools = lib
+    rng = np.random.default_rng(n * 3 + k)
+    a = np.maximum(rng.standard_normal(k), 0).astype(np.float32)
+    a[::7] = -0.0
+    a[:min(k, 64)] = 0.0 if k > 128 else a[:min(k, 64)]      # a whole word of zeros
+    if k > 200:
+        a[128:192] = rng.random(64).astype(np.float32) + 0.5    # a whole word of non-zeros
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    b[rng.random((k, n)) < 0.1] = 0.0
+    bv = rng.standard_normal(n).astype(np.float32)
+    ldb = -(-n // 16) * 16
+    b_rows = np.full((k, ldb), np.nan, np.float32)
+    b_rows[:, :n] = b
+
+    def run(bmat, ld, finite, pool):
+        p = ffi.new("mlcc_gemm_params *", dict(
+            m=1, n=n, k=k, a_row_stride=k, a_col_stride=1, ldb=ld, ldc=n, bias_row_stride=0,
+            bias_col_stride=1, alpha=0.75, beta=1.5, act={"kind": 0, "alpha": 0.0, "beta": 0.0},
+            b_finite=finite))
+        c = np.full((1, n), np.nan, np.float32)
+        dl.mlcc_f32_gemm_threaded(p, _f(ffi, a), _f(ffi, bmat), _f(ffi, bv), _f(ffi, c), pool)
+        return c
+
+    dense = run(b, n, 0, ffi.NULL)
+    np.testing.assert_allclose(dense[0], 0.75 * (a.astype(np.float64) @ b) + 1.5 * bv,
+                               rtol=1e-5, atol=1e-5 * np.sqrt(k))
+    for name, pool in [("no pool", ffi.NULL), *pools.items()]:
+        assert np.array_equal(run(b_rows, ldb, 1, pool), dense), name
+        assert np.array_equal(run(b, n, 1, pool), dense), f"unpadded, {name}"
 
 
 def test_batched_gemm_is_bit_identical_across_thread_counts(lib):

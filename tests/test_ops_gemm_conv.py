@@ -1,8 +1,9 @@
 """Conv, Gemm and MatMul against onnxruntime on odd shapes."""
 import numpy as np
 import pytest
+from onnx import helper
 
-from util import check_node, rand
+from util import check_model, check_node, make_model, rand
 
 
 @pytest.mark.parametrize("n,c,h,w,m,k,stride,pads,dil,group", [
@@ -42,6 +43,23 @@ def test_gemm(tmp_path, m, k, n, ta, tb):
     c = rand(n, seed=2)
     check_node("Gemm", {"a": a}, initializers={"b": b, "c": c}, tmp_path=tmp_path,
                transA=ta, transB=tb, alpha=0.5, beta=2.0)
+
+
+@pytest.mark.parametrize("target", ["x86", "x86-native"])
+@pytest.mark.parametrize("n,k,finite", [(10, 64, True), (10, 64, False), (37, 300, True),
+                                        (130, 70, False)])
+def test_one_row_gemm_after_relu(tmp_path, target, n, k, finite):
+    """Relu -> Gemm of one row, as in the digits MLP: about half of A is zero. A finite
+    constant B skips those rows of B (b_finite); one holding inf and NaN must not, since
+    0 * inf is NaN in onnxruntime too. B's rows are padded to 16 floats (n = 10, 37, 130)."""
+    b = rand(n, k, seed=1)
+    if not finite:
+        b[0, ::3], b[n - 1, 1::5] = np.inf, np.nan
+    nodes = [helper.make_node("Relu", ["x"], ["h"], name="relu"),
+             helper.make_node("Gemm", ["h", "w", "c"], ["y"], name="fc", transB=1)]
+    model = make_model(nodes, {"x": rand(1, k)}, ["y"],
+                       initializers={"w": b, "c": rand(n, seed=2)})
+    check_model(model, {"x": rand(1, k)}, tmp_path, target=target)
 
 
 def test_gemm_runtime_b_and_column_bias(tmp_path):

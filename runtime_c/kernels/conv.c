@@ -85,6 +85,7 @@ void mlcc_f32_conv2d(const mlcc_conv2d_params *p, const float *x, const float *w
     g.alpha = 1.0f;
     g.beta = 1.0f;
     g.act = p->act;
+    g.b_finite = 0;
     for (n = 0; n < p->batch; n++) {
         for (gi = 0; gi < groups; gi++) {
             const float *xg = x + (n * (ptrdiff_t)p->in_channels + gi * cin_g) * in_plane;

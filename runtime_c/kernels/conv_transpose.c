@@ -89,6 +89,7 @@ void mlcc_f32_conv_transpose2d(const mlcc_conv_transpose2d_params *p, const floa
     g.alpha = 1.0f;
     g.beta = 1.0f;
     g.act = p->act;
+    g.b_finite = 0;
     if (!direct) g.act.kind = MLCC_ACT_NONE;   /* applied after the scatter-add */
     for (n = 0; n < p->batch; n++) {
         const float *xn = x + n * (ptrdiff_t)p->in_channels * in_plane;

@@ -78,8 +78,8 @@ static void tile_edge(ptrdiff_t mr, ptrdiff_t nr, ptrdiff_t kc, const float *a, 
 /* One row of C (a matrix-vector product: batch-1 Gemm, the classifiers of CNNs), columns
  * [0, n) of one k block: 8, then 4 and 2 vectors of columns at a time, so that each step of p reads
  * a contiguous run of a B row and feeds independent accumulators (tile_full with one row has
- * two chains of dependent FMAs, and reads 2 vectors per B row, rows ldb apart). The columns
- * of the last partial NR tile go to tile_edge as before. Only for products of one row, so
+ * two chains of dependent FMAs, and reads 2 vectors per B row, rows ldb apart); then the
+ * last vector and partial vector of columns. Only for products of one row, so
  * that every element of a product is computed by the same code whatever the partition into
  * blocks (a one-row block of a larger product keeps the tiles). */
 #define GEMV_VECS 8
@@ -98,62 +98,138 @@ static void gemv_store(float *c, const mlcc_vf *acc, float alpha, int accumulate
     mlcc_vf_store(c, cv);
 }
 
-/* nv vectors of columns from j: nv independent chains of FMAs (inlined with a constant nv) */
-static inline void gemv_vecs(ptrdiff_t nv, ptrdiff_t kc, const float *a, ptrdiff_t acs,
-                             const float *b, ptrdiff_t ldb, float *c, float alpha,
-                             int accumulate) {
+/* The rows of B that one k block of a one-row product reads, as bits: row p is read if bit
+ * p % 64 of word[p / 64] is set. */
+typedef struct gemv_rows {
+    uint64_t word[KC / 64];
+    ptrdiff_t words;
+} gemv_rows;
+
+/* Rows p < kc of the block, those whose A value is zero left out where skip_zeros (b_finite in
+ * gemm.h: they change no bit). Bits rather than a list of rows: after a ReLU, which A values
+ * are zero is random, and the loops over the rows then take no branch on it. */
+static void gemv_rows_of(gemv_rows *rows, ptrdiff_t kc, const float *a, ptrdiff_t acs,
+                         int skip_zeros) {
+    ptrdiff_t w, p;
+    rows->words = (kc + 63) / 64;
+    for (w = 0; w < rows->words; w++) {
+        const ptrdiff_t end = kc - w * 64 < 64 ? kc - w * 64 : 64;
+        uint64_t bits = 0;
+        for (p = 0; p < end; p++)
+            bits |= (uint64_t)(!skip_zeros || a[(w * 64 + p) * acs] != 0.0f) << p;
+        rows->word[w] = bits;
+    }
+}
+
+/* nv vectors of columns from b: nv independent chains of FMAs over the rows in order (inlined
+ * with a constant nv) */
+static inline void gemv_vecs(ptrdiff_t nv, const gemv_rows *rows, const float *a,
+                             ptrdiff_t acs, const float *b, ptrdiff_t ldb, float *c,
+                             float alpha, int accumulate) {
     mlcc_vf acc[GEMV_VECS];
-    ptrdiff_t p, v;
+    ptrdiff_t w, v;
     for (v = 0; v < nv; v++) acc[v] = mlcc_vf_splat(0.0f);
-    for (p = 0; p < kc; p++) {
-        const mlcc_vf av = mlcc_vf_splat(a[p * acs]);
-        const float *bp = b + p * ldb;
-        for (v = 0; v < nv; v++) acc[v] += av * mlcc_vf_load(bp + v * MLCC_VF_LANES);
+    for (w = 0; w < rows->words; w++) {
+        uint64_t bits = rows->word[w];
+        if (bits == ~(uint64_t)0) {
+            ptrdiff_t p;
+            for (p = w * 64; p < w * 64 + 64; p++) {
+                const mlcc_vf av = mlcc_vf_splat(a[p * acs]);
+                const float *bp = b + p * ldb;
+                for (v = 0; v < nv; v++) acc[v] += av * mlcc_vf_load(bp + v * MLCC_VF_LANES);
+            }
+            continue;
+        }
+        while (bits != 0) {
+            const ptrdiff_t p = w * 64 + __builtin_ctzll(bits);
+            const mlcc_vf av = mlcc_vf_splat(a[p * acs]);
+            const float *bp = b + p * ldb;
+            bits &= bits - 1;
+            for (v = 0; v < nv; v++) acc[v] += av * mlcc_vf_load(bp + v * MLCC_VF_LANES);
+        }
     }
     for (v = 0; v < nv; v++) gemv_store(c + v * MLCC_VF_LANES, &acc[v], alpha, accumulate);
 }
 
-/* The last r < one vector of columns (the digits CNN's 10 logits): one vector of
- * accumulators whose B loads run past the r columns into the next B rows (lanes dropped at
- * the store), except for the rows whose vector would pass the block's last needed value,
- * read from a zero-padded copy: the product may end there. The same store as the other
- * columns (gemv_store, through a copy of c). */
-static void gemv_tail(ptrdiff_t r, ptrdiff_t kc, const float *a, ptrdiff_t acs, const float *b,
-                      ptrdiff_t ldb, float *c, float alpha, int accumulate) {
-    const ptrdiff_t limit = (kc - 1) * ldb + r;   /* floats from b the block may read */
-    float row[MLCC_VF_LANES], out[MLCC_VF_LANES];
-    mlcc_vf acc = mlcc_vf_splat(0.0f);
+/* One row of the last r < one vector of columns: read in place, past the r columns (lanes
+ * dropped at the store), while the vector ends within the block's rows (limit floats from b),
+ * else through a zero-padded copy. */
+static inline mlcc_vf gemv_tail_row(const float *b, ptrdiff_t offset, ptrdiff_t r,
+                                    ptrdiff_t limit) {
+    float row[MLCC_VF_LANES];
+    ptrdiff_t t;
+    if (offset + MLCC_VF_LANES <= limit) return mlcc_vf_load(b + offset);
+    for (t = 0; t < MLCC_VF_LANES; t++) row[t] = t < r ? b[offset + t] : 0.0f;
+    return mlcc_vf_load(row);
+}
+
+/* The last r < one vector of columns (the digits models' 10 logits), whose rows are readable
+ * for `readable` floats from b (r, or up to the padded end of a constant B's rows: every row
+ * is then read in place). One vector of columns is one chain of FMAs as deep as the block, so
+ * row p goes to chain p % 4, the four added at the end: 64 rows took the latency of 64 FMAs.
+ * Every row, even where A is zero: one vector a row is little to skip, and the sums then do
+ * not depend on which rows were skipped. Only the last columns of a product come here,
+ * whatever the cut of its columns into blocks (the cuts fall on whole tiles), so their order
+ * of sums is always this one. The same store as the other columns (gemv_store, through a
+ * copy of c). */
+static void gemv_tail(ptrdiff_t r, ptrdiff_t readable, ptrdiff_t kc, const float *a,
+                      ptrdiff_t acs, const float *b, ptrdiff_t ldb, float *c, float alpha,
+                      int accumulate) {
+    const ptrdiff_t limit = (kc - 1) * ldb + readable;
+    /* rows p < in_place are read in place (p * ldb + lanes <= limit) */
+    const ptrdiff_t in_place = limit < MLCC_VF_LANES ? 0 : (limit - MLCC_VF_LANES) / ldb + 1;
+    float out[MLCC_VF_LANES];
+    mlcc_vf acc0 = mlcc_vf_splat(0.0f), acc1 = acc0, acc2 = acc0, acc3 = acc0, sum;
     ptrdiff_t p, t;
-    for (p = 0; p < kc && p * ldb + MLCC_VF_LANES <= limit; p++)
-        acc += mlcc_vf_splat(a[p * acs]) * mlcc_vf_load(b + p * ldb);
-    for (; p < kc; p++) {
-        for (t = 0; t < MLCC_VF_LANES; t++) row[t] = t < r ? b[p * ldb + t] : 0.0f;
-        acc += mlcc_vf_splat(a[p * acs]) * mlcc_vf_load(row);
+#define IN_PLACE_ROW(q) (mlcc_vf_splat(a[(q) * acs]) * mlcc_vf_load(b + (q) * ldb))
+    for (p = 0; p + 4 <= kc && p + 4 <= in_place; p += 4) {
+        acc0 += IN_PLACE_ROW(p);
+        acc1 += IN_PLACE_ROW(p + 1);
+        acc2 += IN_PLACE_ROW(p + 2);
+        acc3 += IN_PLACE_ROW(p + 3);
     }
+#undef IN_PLACE_ROW
+#define TAIL_ROW(q) (mlcc_vf_splat(a[(q) * acs]) * gemv_tail_row(b, (q) * ldb, r, limit))
+    for (; p + 4 <= kc; p += 4) {
+        acc0 += TAIL_ROW(p);
+        acc1 += TAIL_ROW(p + 1);
+        acc2 += TAIL_ROW(p + 2);
+        acc3 += TAIL_ROW(p + 3);
+    }
+    if (p < kc) acc0 += TAIL_ROW(p);
+    if (p + 1 < kc) acc1 += TAIL_ROW(p + 1);
+    if (p + 2 < kc) acc2 += TAIL_ROW(p + 2);
+#undef TAIL_ROW
+    sum = (acc0 + acc1) + (acc2 + acc3);
     for (t = 0; t < MLCC_VF_LANES; t++) out[t] = t < r ? c[t] : 0.0f;
-    gemv_store(out, &acc, alpha, accumulate);
+    gemv_store(out, &sum, alpha, accumulate);
     for (t = 0; t < r; t++) c[t] = out[t];
 }
 
-static void gemv_block(ptrdiff_t n, ptrdiff_t kc, const float *a, ptrdiff_t acs, const float *b,
-                       ptrdiff_t ldb, float *c, float alpha, int accumulate) {
+/* Columns [0, n) of one k block of depth kc, B's rows readable for `readable` >= n floats */
+static void gemv_block(ptrdiff_t n, ptrdiff_t readable, ptrdiff_t kc, const float *a,
+                       ptrdiff_t acs, const float *b, ptrdiff_t ldb, float *c, float alpha,
+                       int accumulate, int skip_zeros) {
     const ptrdiff_t whole = n / NR * NR;   /* a multiple of 2 vectors */
     ptrdiff_t j = 0;
+    gemv_rows rows;
+    gemv_rows_of(&rows, kc, a, acs, skip_zeros);
     for (; j + 8 * MLCC_VF_LANES <= whole; j += 8 * MLCC_VF_LANES)
-        gemv_vecs(8, kc, a, acs, b + j, ldb, c + j, alpha, accumulate);
+        gemv_vecs(8, &rows, a, acs, b + j, ldb, c + j, alpha, accumulate);
     if (j + 4 * MLCC_VF_LANES <= whole) {
-        gemv_vecs(4, kc, a, acs, b + j, ldb, c + j, alpha, accumulate);
+        gemv_vecs(4, &rows, a, acs, b + j, ldb, c + j, alpha, accumulate);
         j += 4 * MLCC_VF_LANES;
     }
     if (j < whole) {
-        gemv_vecs(2, kc, a, acs, b + j, ldb, c + j, alpha, accumulate);
+        gemv_vecs(2, &rows, a, acs, b + j, ldb, c + j, alpha, accumulate);
         j += 2 * MLCC_VF_LANES;
     }
     if (j + MLCC_VF_LANES <= n) {
-        gemv_vecs(1, kc, a, acs, b + j, ldb, c + j, alpha, accumulate);
+        gemv_vecs(1, &rows, a, acs, b + j, ldb, c + j, alpha, accumulate);
         j += MLCC_VF_LANES;
     }
-    if (j < n) gemv_tail(n - j, kc, a, acs, b + j, ldb, c + j, alpha, accumulate);
+    if (j < n)
+        gemv_tail(n - j, readable - j, kc, a, acs, b + j, ldb, c + j, alpha, accumulate);
 }
 #endif
 
@@ -254,10 +330,11 @@ static void gemm_block(const mlcc_gemm_params *p, const float *a, const float *b
 #if MLCC_HAVE_VECTORS
     if (p->m == 1 && bw == 0) {   /* not a one-row block of a larger product: its bits */
         const ptrdiff_t ars = (ptrdiff_t)p->a_row_stride, acs = (ptrdiff_t)p->a_col_stride;
+        const ptrdiff_t ldb = (ptrdiff_t)p->ldb;
         for (k0 = 0; k0 < k; k0 += KC)
-            gemv_block(j1 - j0, k - k0 < KC ? k - k0 : KC, a + k0 * acs + i0 * ars, acs,
-                       b + k0 * (ptrdiff_t)p->ldb + j0, (ptrdiff_t)p->ldb, c + i0 * ldc + j0,
-                       p->alpha, k0 > 0);
+            gemv_block(j1 - j0, ldb - j0, k - k0 < KC ? k - k0 : KC, a + k0 * acs + i0 * ars,
+                       acs, b + k0 * ldb + j0, ldb, c + i0 * ldc + j0, p->alpha, k0 > 0,
+                       p->b_finite);
         block_epilogue(p, bias, c, i0, i1, j0, j1);
         return;
     }

@@ -9,7 +9,13 @@
  *   B[p][j]    = b[p * ldb + j]                          (rows contiguous)
  *   C[i][j]    = c[i * ldc + j]
  *   bias[i][j] = bias[i * bias_row_stride + j * bias_col_stride]  (0 strides broadcast; NULL: none)
- * c must not overlap a, b or bias. */
+ * c must not overlap a, b or bias. All k rows of B are readable up to ldb (>= n): a constant B
+ * of a one-row product is stored with its rows padded to whole cache lines (mlcc/ops/gemm.py),
+ * which its last partial vector of columns then reads in place.
+ * b_finite: B holds no infinity or NaN (a constant, checked at compile time). A one-row product
+ * then skips the rows of B whose A value is zero (the ReLU outputs before a classifier: about
+ * half), which changes no bit: each such row adds 0 * B = +-0, and a sum that starts at +0
+ * never becomes -0, so adding +-0 leaves it as it is. */
 typedef struct mlcc_gemm_params {
     int64_t m, n, k;
     int64_t a_row_stride, a_col_stride;
@@ -17,6 +23,7 @@ typedef struct mlcc_gemm_params {
     int64_t bias_row_stride, bias_col_stride;
     float alpha, beta;
     mlcc_act act;
+    int32_t b_finite;
 } mlcc_gemm_params;
 
 void mlcc_f32_gemm(const mlcc_gemm_params *p, const float *a, const float *b, const float *bias,

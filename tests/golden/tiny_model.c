@@ -29,7 +29,7 @@ static const mlcc_conv2d_packed_params p_conv = {
 static const mlcc_gemm_params p_fc = {
     .m = 2, .n = 5, .k = 144, .a_row_stride = 144, .a_col_stride = 1, .ldb = 5, .ldc = 5,
     .bias_row_stride = 0, .bias_col_stride = 1, .alpha = 1.0f, .beta = 1.0f,
-    .act = {.kind = MLCC_ACT_NONE, .alpha = 0.0f, .beta = 0.0f}
+    .act = {.kind = MLCC_ACT_NONE, .alpha = 0.0f, .beta = 0.0f}, .b_finite = 0
 };
 
 const mlcc_model_info *tiny_model_info(void) { return &model_info; }
