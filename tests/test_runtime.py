@@ -321,3 +321,15 @@ def test_prepared_call_keeps_the_model_alive(tiny_out, monkeypatch, fast):
     del call
     gc.collect()
     assert alive() is None
+
+
+def test_prepare_releases_the_gil_for_calls_that_are_not_short():
+    """_is_short decides whether prepare()'s call keeps the GIL: a call of 20 ms is not short,
+    and one such call is enough to tell (no timing assertion: a sleep takes at least that)."""
+    import time
+
+    from mlcc.runtime import loader
+
+    calls = []
+    assert not loader._is_short(lambda: (calls.append(1), time.sleep(0.02)))
+    assert len(calls) == 1
