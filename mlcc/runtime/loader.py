@@ -45,8 +45,8 @@ except ImportError:             # not built (no compiler or Python headers at in
     _fastcall = None
 
 # prepare()'s call keeps the GIL when a run of the model takes less than this: releasing and
-# taking it back costs ~30 ns per call (3-4% of the digits MLP), and another Python thread
-# waits no longer than for any bytecode (the interpreter switches threads every 5 ms).
+# taking it back costs ~30 ns per call (3-4% of the digits MLP), and another Python thread then
+# waits at most that long (the interpreter itself lets a thread run 5 ms before switching).
 HOLD_GIL_BELOW_S = 10e-6
 
 
