@@ -25,7 +25,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py mlcc/runtime/_fastcall.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	@command -v gcc >/dev/null || { echo "gcc is needed: apt-get install gcc"; exit 1; }

@@ -253,3 +253,83 @@ def test_threads_give_bit_identical_outputs(tmp_path):
     assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])
     with pytest.raises(InputError, match="threads"):
         mlcc.load(tmp_path / "out", threads=0)
+
+
+def test_fast_call_and_cffi_fallback_give_the_same_outputs(tiny_out, monkeypatch):
+    """run() and prepare()'s call go through the C helper _fastcall when it is built (pip
+    install builds it where the Python headers are: a failed build would only warn), and
+    through cffi's ABI mode when it is not; both give the same bits, GIL held or released."""
+    import functools
+    import sysconfig
+
+    from mlcc.runtime import loader
+
+    if (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
+        assert loader._fastcall is not None, "the install did not build mlcc.runtime._fastcall"
+    if loader._fastcall is None:
+        pytest.skip("mlcc.runtime._fastcall is not built (no Python headers)")
+    x = np.random.default_rng(1).standard_normal((1, 2, 6, 6)).astype(np.float32)
+    m = mlcc.load(tiny_out)
+    ref = m.run({"images": x})["logits"]
+    call, outs = m.prepare({"images": x})
+    assert isinstance(call.__self__, loader._fastcall.Call)
+    for release in (True, False):
+        outs["logits"][:] = np.nan
+        call.__self__.release_gil = release
+        assert call() == 0
+        np.testing.assert_array_equal(outs["logits"], ref)
+    with pytest.raises(TypeError):
+        call(1)
+
+    monkeypatch.setattr(loader, "_fastcall", None)
+    m = mlcc.load(tiny_out)
+    np.testing.assert_array_equal(m.run({"images": x})["logits"], ref)
+    call, outs = m.prepare({"images": x})
+    assert isinstance(call, functools.partial)
+    assert call() == 0
+    np.testing.assert_array_equal(outs["logits"], ref)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_prepared_call_keeps_the_model_alive(tiny_out, monkeypatch, fast):
+    """A prepared call holds the model (arena, weights, thread pool) and its buffers: dropping
+    everything else and collecting leaves it working; once the call goes too, all is freed,
+    also when the call and the model refer to each other (the helper's Call supports the GC)."""
+    import gc
+    import weakref
+
+    from mlcc.runtime import loader
+
+    if not fast:
+        monkeypatch.setattr(loader, "_fastcall", None)
+    elif loader._fastcall is None:
+        pytest.skip("mlcc.runtime._fastcall is not built")
+    x = np.random.default_rng(2).standard_normal((1, 2, 6, 6)).astype(np.float32)
+    ref = mlcc.load(tiny_out).run({"images": x})["logits"]
+    m = mlcc.load(tiny_out, threads=2)
+    call, outs = m.prepare({"images": x.copy()})
+    out = outs["logits"]
+    alive = weakref.ref(m)
+    del m, outs, x
+    gc.collect()
+    for _ in range(3):
+        out[:] = 0
+        assert call() == 0
+        np.testing.assert_array_equal(out, ref)
+    assert alive() is not None
+    alive().cycle = call
+    del call
+    gc.collect()
+    assert alive() is None
+
+
+def test_prepare_releases_the_gil_for_calls_that_are_not_short():
+    """_is_short decides whether prepare()'s call keeps the GIL: a call of 20 ms is not short,
+    and one such call is enough to tell (no timing assertion: a sleep takes at least that)."""
+    import time
+
+    from mlcc.runtime import loader
+
+    calls = []
+    assert not loader._is_short(lambda: (calls.append(1), time.sleep(0.02)))
+    assert len(calls) == 1

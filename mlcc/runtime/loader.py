@@ -3,12 +3,19 @@
 This is the convenience layer on top of the C API: it allocates the arena and an aligned copy
 of the weights, and checks names, shapes and dtypes of the inputs before calling run. Models
 built for another machine run through runner.py instead; load() picks the right one.
+
+run() and prepare()'s call go through the optional helper _fastcall (_fastcall.c, built by
+pip install where a C compiler and the Python headers are) when it is there: a call that
+converts no arguments, ~20-50 ns instead of the ~230 ns of a cffi ABI call (README, "The
+Python API"). Without it, the same calls go through cffi.
 """
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import tempfile
+import time
 import weakref
 from pathlib import Path
 
@@ -31,6 +38,16 @@ int {p}_run_v(const mlcc_context *ctx, const void *const *inputs, void *const *o
 """
 _CDEF_EMBEDDED = "int {p}_init_embedded(mlcc_context *ctx, void *arena, size_t arena_size);\n"
 _loaded_paths: set[str] = set()
+
+try:
+    from . import _fastcall
+except ImportError:             # not built (no compiler or Python headers at install time)
+    _fastcall = None
+
+# prepare()'s call keeps the GIL when a run of the model takes less than this: releasing and
+# taking it back costs ~30 ns per call (3-4% of the digits MLP), and another Python thread then
+# waits at most that long (the interpreter itself lets a thread run 5 ms before switching).
+HOLD_GIL_BELOW_S = 10e-6
 
 
 def aligned_empty(nbytes: int, align: int = 64) -> np.ndarray:
@@ -167,6 +184,24 @@ class CompiledModel(ModelBase):
             weakref.finalize(self, self._lib.mlcc_threadpool_destroy, pool[0])
             self._lib.mlcc_context_set_threadpool(self._ctx, pool[0])
         self._run = getattr(self._lib, f"{self.prefix}_run_v")
+        # run()'s pointer arrays, filled at each call; their call releases the GIL
+        self._in_ptrs = self._ffi.new("void *[]", max(len(self.inputs), 1))
+        self._out_ptrs = self._ffi.new("void *[]", max(len(self.outputs), 1))
+        self._run_call = self._call(self._in_ptrs, self._out_ptrs, keep=None)
+
+    def _address(self, cdata) -> int:
+        return int(self._ffi.cast("uintptr_t", cdata))
+
+    def _call(self, in_ptrs, out_ptrs, keep):
+        """A call of run_v(ctx, in_ptrs, out_ptrs) returning its status, holding `keep`: the
+        fast helper's when it is built, else a cffi call (ABI mode) bound with partial."""
+        if _fastcall is not None:
+            return _fastcall.Call(self._address(self._run), self._address(self._ctx),
+                                  self._address(in_ptrs), self._address(out_ptrs),
+                                  keep=(keep, in_ptrs, out_ptrs)).run
+        call = functools.partial(self._run, self._ctx, in_ptrs, out_ptrs)
+        call.keep = keep
+        return call
 
     @staticmethod
     def _unique_path(library: Path) -> str:
@@ -181,7 +216,8 @@ class CompiledModel(ModelBase):
         return path
 
     def _ptr(self, arr: np.ndarray):
-        return self._ffi.cast("void *", arr.ctypes.data)
+        # a char[] over the array's buffer: its data pointer, 10x faster than arr.ctypes.data
+        return self._ffi.from_buffer(arr)
 
     def status_string(self, status: int) -> str:
         return self._ffi.string(self._lib.mlcc_status_string(status)).decode()
@@ -189,9 +225,11 @@ class CompiledModel(ModelBase):
     def run(self, feeds: dict) -> dict[str, np.ndarray]:
         arrays = self._check_inputs(feeds)
         outs = self._empty_outputs()
-        in_ptrs = self._ffi.new("void *[]", [self._ptr(a) for a in arrays] or [self._ffi.NULL])
-        out_ptrs = self._ffi.new("void *[]", [self._ptr(a) for a in outs] or [self._ffi.NULL])
-        status = self._run(self._ctx, in_ptrs, out_ptrs)
+        for i, a in enumerate(arrays):
+            self._in_ptrs[i] = self._ptr(a)
+        for i, a in enumerate(outs):
+            self._out_ptrs[i] = self._ptr(a)
+        status = self._run_call()
         if status != 0:
             raise RuntimeStatusError(f"run failed: {self.status_string(status)}")
         return self._from_c(outs)
@@ -199,7 +237,9 @@ class CompiledModel(ModelBase):
     def prepare(self, feeds: dict) -> tuple:
         """(call, outputs) for timing: call() runs the model on a checked copy of `feeds` into
         the preallocated `outputs` dict and returns the C status, with no per-call checks,
-        allocation or conversion (one cffi call)."""
+        allocation or conversion: the fast helper's call (it keeps the GIL when a run takes
+        under HOLD_GIL_BELOW_S: prepare runs the model up to 3 times to see), else one cffi
+        call. call keeps the model, the input copies and the outputs alive."""
         packed = [t["name"] for t in self.outputs if t["dtype"] in PACKED_BITS]
         if packed:
             raise InputError(f"prepare() returns the output arrays the C code writes, and "
@@ -209,15 +249,27 @@ class CompiledModel(ModelBase):
         outs = [np.empty(t["shape"], dtype=t["dtype"]) for t in self.outputs]
         in_ptrs = self._ffi.new("void *[]", [self._ptr(a) for a in arrays] or [self._ffi.NULL])
         out_ptrs = self._ffi.new("void *[]", [self._ptr(a) for a in outs] or [self._ffi.NULL])
-
-        # Defaults bind everything as locals and keep the model (its arena, weights and
-        # thread pool), the input copies and the output arrays alive with the call (a caller
-        # may drop the model and the outputs dict and keep timing).
-        def call(_run=self._run, _ctx=self._ctx, _in=in_ptrs, _out=out_ptrs,
-                 _keep=(self, arrays, outs)) -> int:
-            return _run(_ctx, _in, _out)
-
+        # the model (its arena, weights and thread pool), the input copies and the output
+        # arrays live as long as the call (a caller may drop the model and the outputs dict
+        # and keep timing)
+        call = self._call(in_ptrs, out_ptrs, keep=(self, arrays, outs))
+        if _fastcall is not None and _is_short(call):
+            call.__self__.release_gil = False
         return call, {t["name"]: a for t, a in zip(self.outputs, outs)}
+
+
+def _is_short(call) -> bool:
+    """Whether one of up to 3 calls takes less than HOLD_GIL_BELOW_S (the first may be slow:
+    cold caches); stops at once after a call 100 times that long."""
+    for _ in range(3):
+        t0 = time.perf_counter()
+        call()
+        t = time.perf_counter() - t0
+        if t < HOLD_GIL_BELOW_S:
+            return True
+        if t > 100 * HOLD_GIL_BELOW_S:
+            return False
+    return False
 
 
 def load(folder: str | Path, *, run: list[str] | None = None, threads: int = 1) -> ModelBase:
