@@ -75,6 +75,7 @@ def test_matmul_runtime(tmp_path, a_shape, b_shape):
     check_node("MatMul", {"a": rand(*a_shape), "b": rand(*b_shape, seed=1)}, tmp_path=tmp_path)
 
 
-def test_matmul_const_weight(tmp_path):
-    check_node("MatMul", {"a": rand(2, 9, 33)}, initializers={"b": rand(33, 19, seed=1)},
+@pytest.mark.parametrize("a_shape", [(2, 9, 33), (1, 33)])   # (1, 33): one row, padded B
+def test_matmul_const_weight(tmp_path, a_shape):
+    check_node("MatMul", {"a": rand(*a_shape)}, initializers={"b": rand(33, 19, seed=1)},
                tmp_path=tmp_path)
