@@ -2,8 +2,9 @@
 mlcc.bench() (api.py) and `mlcc bench`.
 
 Method: both engines get the same inputs and preallocated outputs (mlcc: prepare()'s call of
-NAME_run_v; onnxruntime: run_with_iobinding on bound numpy buffers, through functools.partial),
-so neither pays for Python-side allocation or a Python function around the call. After warm-up, each engine's calls are grouped into samples of at least
+NAME_run_v; onnxruntime: run_with_iobinding on bound numpy buffers, through bound_call), so
+neither pays for Python-side allocation or a Python function around the call. After warm-up,
+each engine's calls are grouped into samples of at least
 MIN_SAMPLE_S (many calls per sample for models of a few microseconds, one for large ones), and
 the samples of the two engines are interleaved (alternating which goes first), so that a slow
 phase of a shared machine hits both. Latency = sample time / calls per sample; the report gives
@@ -241,10 +242,10 @@ def bound_call(method, *args, keep=None) -> Callable[[], object]:
     """method(*args) as a call of no arguments, with no Python function around it (mlcc's
     prepare() gives such a call, so both engines pay the same Python loop); it holds `keep`.
     For a method written in Python (onnxruntime's run_with_iobinding): a copy of its function
-    whose defaults are `args`, bound to the same object. On the digits MLP that costs 4553 ns
-    per call, the same as `run(binding)` written in the loop (4551), where a closure costs 4610
-    (one more Python frame) and functools.partial 4699 (a call from C into Python: 3.11 inlines
-    only Python-to-Python calls). Anything else: functools.partial."""
+    whose defaults are `args`, bound to the same object, which costs what `run(binding)`
+    written in the loop costs. A closure would add a Python frame, and functools.partial a
+    call from C into Python (CPython 3.11 inlines only Python-to-Python calls). Anything
+    else: functools.partial."""
     func, obj = getattr(method, "__func__", None), getattr(method, "__self__", None)
     if isinstance(func, types.FunctionType) and obj is not None:
         code, defaults = func.__code__, func.__defaults__ or ()

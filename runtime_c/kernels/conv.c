@@ -730,12 +730,9 @@ static void implicit_fill(const mlcc_conv2d_params *p, const float *xg, ptrdiff_
         for (ry = 0; ry < sh; ry++) {
             for (rx = 0; rx < sw; rx++) {
                 float *dq = pad + ((c * sh + ry) * sw + rx) * sub;
-                /* position j of this phase: padded column j * sw + rx, input column - pl */
-                ptrdiff_t lo = pl - rx <= 0 ? 0 : (pl - rx + sw - 1) / sw;
-                ptrdiff_t hi = (iw_n + pl - rx + sw - 1) / sw;
-                if (lo > wq) lo = wq;
-                if (hi > wq) hi = wq;
-                if (hi < lo) hi = lo;
+                /* positions [lo, hi) of this phase: padded column j * sw + rx, input column - pl */
+                ptrdiff_t lo, hi;
+                mlcc_conv_valid_range(wq, sw, pl, rx, iw_n, &lo, &hi);
                 for (r = 0; r < hq; r++) {
                     const ptrdiff_t ih = r * sh + ry - pt;
                     float *d = dq + r * wq;

@@ -25,7 +25,8 @@ void mlcc_f32_conv2d(const mlcc_conv2d_params *p, const float *x, const float *w
 
 /* ---- Shared by conv.c and depthwise.c ---- */
 
-/* The output columns [lo, hi) whose input column ow * stride - pad + offset lies in [0, size). */
+/* The output columns [lo, hi) whose input column ow * stride - pad + offset lies in [0, size),
+ * lo <= hi <= out_size (also the columns of one phase of a strided plane: conv.c, depthwise.c). */
 static inline void mlcc_conv_valid_range(ptrdiff_t out_size, ptrdiff_t stride, ptrdiff_t pad,
                                          ptrdiff_t offset, ptrdiff_t size, ptrdiff_t *lo,
                                          ptrdiff_t *hi) {
@@ -33,6 +34,7 @@ static inline void mlcc_conv_valid_range(ptrdiff_t out_size, ptrdiff_t stride, p
     ptrdiff_t first = pad - offset, last = size - 1 + pad - offset;
     ptrdiff_t l = first <= 0 ? 0 : (first + stride - 1) / stride;
     ptrdiff_t h = last < 0 ? -1 : last / stride;
+    if (l > out_size) l = out_size;
     if (h > out_size - 1) h = out_size - 1;
     *lo = l;
     *hi = h + 1 > l ? h + 1 : l;
