@@ -388,7 +388,7 @@ if engine == "onnxruntime":
     sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
     sess.run(None, feeds)
 else:
-    from mlcc.runtime.loader import load
+    from mlcc.runtime import load
     base = peak()
     load(folder).run(feeds)
 print(json.dumps({"added": peak() - base}))

@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mlcc import api, passes  # noqa: E402
-from mlcc.runtime.loader import load  # noqa: E402
+from mlcc.runtime import load  # noqa: E402
 
 
 def random_feeds(model, seed: int = 0) -> dict[str, np.ndarray]:

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mlcc.runtime.loader import load  # noqa: E402
+from mlcc.runtime import load  # noqa: E402
 
 CALL = re.compile(r"^    (mlcc_[a-z0-9_]+)\((?:&(p_\w+))?")
 FIELDS = 10  # per call: wall, caller CPU, then (pool stats) units' CPU on the caller and on

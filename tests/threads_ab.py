@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mlcc.benchmark import onnxruntime_runner  # noqa: E402
-from mlcc.runtime.loader import load  # noqa: E402
+from mlcc.runtime import load  # noqa: E402
 
 
 def ort_runner(model: str, feeds: dict, stop_spinning: bool):

@@ -270,17 +270,3 @@ def _is_short(call) -> bool:
         if t > 100 * HOLD_GIL_BELOW_S:
             return False
     return False
-
-
-def load(folder: str | Path, *, run: list[str] | None = None, threads: int = 1) -> ModelBase:
-    """A host model in this process; a cross-target model (its manifest names a harness and
-    a run command) through that command, or through `run` if given (single-threaded)."""
-    from .runner import HarnessModel
-
-    manifest = read_manifest(Path(folder))
-    if run is not None or manifest.get("harness"):
-        if threads != 1:
-            raise InputError("threads applies to models loaded into this process; the test "
-                             "harness of a cross target runs single-threaded")
-        return HarnessModel(folder, run=run)
-    return CompiledModel(folder, threads=threads)
