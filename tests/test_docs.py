@@ -1,7 +1,10 @@
-"""The README's examples and tables must stay true: its C example compiles and runs against a
-freshly compiled model, and its operator table lists exactly the registered operators."""
+"""The documentation must stay true: the README's C and Python examples compile and run against
+the digits model, docs/conformance.md lists exactly the registered operators, and every relative
+link in README.md and docs/*.md points to a file (and heading) that exists."""
 import re
 import subprocess
+import sys
+import warnings
 from pathlib import Path
 
 import mlcc
@@ -9,10 +12,23 @@ from mlcc.ops import registered_ops
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+DOC_FILES = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+
+# Pages that other branches add to docs/ (the lead merges them). A link to one of these is
+# tolerated while the file is absent, with a warning; once it exists it is checked like any other.
+# Remove names from this set once their files are merged.
+PENDING_PAGES = {"docs/install.md", "docs/style.md", "docs/adding-an-operator.md",
+                 "docs/kernels.md", "docs/generated-c.md", "docs/binding.md"}
 
 
-def test_readme_c_example_compiles_and_runs(tmp_path, monkeypatch):
-    code = re.search(r"```c\n(.*?)```", README, re.S).group(1)
+def fenced_block(text: str, lang: str, after_heading: str) -> str:
+    """The first ```lang block after the heading line `after_heading`."""
+    section = text.split(f"\n{after_heading}\n", 1)[1]
+    return re.search(rf"```{lang}\n(.*?)```", section, re.S).group(1)
+
+
+def test_readme_c_example_compiles_and_runs(tmp_path):
+    code = fenced_block(README, "c", "## C example")
     out = tmp_path / "build" / "digits"
     mlcc.compile(ROOT / "examples/digits/digits_cnn.onnx", out, name="digits")
     (tmp_path / "main.c").write_text(code)
@@ -25,9 +41,82 @@ def test_readme_c_example_compiles_and_runs(tmp_path, monkeypatch):
     assert proc.stdout.startswith("logit[0] = ")
 
 
-def test_readme_operator_table_matches_the_registry():
-    section = README.split("## Supported operators", 1)[1].split("\n## ", 1)[0]
+def test_readme_python_example_runs(tmp_path):
+    """The example as a user runs it: from a folder where examples/ is the repository's."""
+    code = fenced_block(README, "python", "## Python example")
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    (tmp_path / "example.py").write_text(code)
+    proc = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert re.fullmatch(r"predicted digit: \d", lines[0]), proc.stdout
+    assert lines[1].startswith("True [('logits', "), proc.stdout
+
+
+def test_operator_table_matches_the_registry():
+    text = (ROOT / "docs" / "conformance.md").read_text()
+    section = text.split("\n## Supported operators\n", 1)[1].split("\n## ", 1)[0]
     listed = set(re.findall(r"`([A-Z][A-Za-z0-9]+)`", section))
     assert listed == set(registered_ops()), (
-        f"missing from README: {sorted(set(registered_ops()) - listed)}; "
+        f"missing from docs/conformance.md: {sorted(set(registered_ops()) - listed)}; "
         f"not registered: {sorted(listed - set(registered_ops()))}")
+
+
+def heading_anchors(text: str) -> set[str]:
+    """GitHub's anchors for the Markdown headings of a page (outside fenced code)."""
+    anchors: set[str] = set()
+    counts: dict[str, int] = {}
+    in_code = False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+            continue
+        m = None if in_code else re.match(r"#{1,6} (.*?)#*\s*$", line)
+        if not m:
+            continue
+        title = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", m.group(1))   # a link: its text
+        slug = re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+        n = counts.get(slug, 0)
+        counts[slug] = n + 1
+        anchors.add(slug if n == 0 else f"{slug}-{n}")
+    return anchors
+
+
+def relative_links(text: str) -> list[str]:
+    """Targets of the Markdown links and images of a page that are not URLs, outside code."""
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    targets = re.findall(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)", text)
+    return [t for t in targets if not re.match(r"[a-z][a-z0-9+.-]*:", t)]
+
+
+def test_relative_links_resolve():
+    broken, pending = [], set()
+    for page in DOC_FILES:
+        rel_page = page.relative_to(ROOT)
+        for target in relative_links(page.read_text()):
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            rel = dest.relative_to(ROOT).as_posix() if dest.is_relative_to(ROOT) else str(dest)
+            if not dest.exists():
+                if rel in PENDING_PAGES:
+                    pending.add(rel)
+                else:
+                    broken.append(f"{rel_page}: {target} (no such file)")
+                continue
+            if anchor and dest.suffix == ".md" and anchor not in heading_anchors(
+                    dest.read_text()):
+                broken.append(f"{rel_page}: {target} (no heading #{anchor} in {rel})")
+    if pending:
+        warnings.warn(f"links to pages not merged yet: {', '.join(sorted(pending))}")
+    assert not broken, f"{len(broken)} broken links:\n" + "\n".join(broken)
+
+
+def test_link_checker_finds_broken_links(tmp_path):
+    """The checker's own parts: anchors as GitHub makes them, links outside code only."""
+    assert heading_anchors("# A, b: c\n## Set-up: two commands\n## A, b: c\n") == {
+        "a-b-c", "set-up-two-commands", "a-b-c-1"}
+    assert "wasm-webassembly" in heading_anchors("### wasm (WebAssembly)\n")
+    assert relative_links("[a](x.md#y) `[b](no.md)` [c](https://e.org)\n```\n[d](z.md)\n```"
+                          ) == ["x.md#y"]
