@@ -1,5 +1,5 @@
 """Nanoseconds per Python call of a compiled model, with the C helper mlcc.runtime._fastcall and
-without it (cffi ABI mode): the table in README's "The Python API".
+without it (cffi ABI mode): the table in docs/python-api.md.
 
     python tests/call_overhead.py MODEL_FOLDER        # e.g. mlcc compile digits_mlp.onnx ...
 

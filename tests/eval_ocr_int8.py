@@ -184,7 +184,8 @@ def alternate_ms(fq, ff, runs: int) -> tuple[float, float]:
     return 1e3 * float(np.median(tq)), 1e3 * float(np.median(tf))
 
 
-# the last: the setting that meets issue 5's goal (README, "PP-OCR rec on rendered text lines")
+# the last: the setting that meets issue 5's goal (docs/quantization.md, "PP-OCR rec on
+# rendered text lines")
 VARIANTS = ("ort-float", "mlcc-float", "ort-minmax", "ort-percentile", "mlcc-minmax",
             "mlcc-percentile", "mlcc-entropy",
             "mlcc-percentile+keep=p2o.Conv.2[4-9]|p2o.Conv.3[0-2]")

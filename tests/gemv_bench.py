@@ -1,5 +1,6 @@
 """Nanoseconds per one-row product (gemm.c's gemv_block) on the digits MLP's shapes, and the
-time to read its 68 KiB of weights: the measurements behind README's ninth round.
+time to read its 68 KiB of weights: the measurements behind the ninth round in
+docs/performance-log.md.
 
     python tests/gemv_bench.py                      # this checkout's runtime_c
     python tests/gemv_bench.py --runtime OLD/runtime_c --no-b-finite   # code before b_finite

@@ -10,7 +10,7 @@ with "session.force_spinning_stop" sleeps at once. `mlcc bench` interleaves the 
 samples, so whether mlcc on 2 threads is slowed by the spinning worker of the onnxruntime run
 before it (and onnxruntime by a sleeping one) decides how fair the 2-thread table is. Run it
 on a quiet machine and without `nice`: on a shared one a niced process's worker rarely gets
-the second CPU at all (README, Performance, Threads). A measuring tool, not a test.
+the second CPU at all (docs/performance-log.md, "Threads"). A measuring tool, not a test.
 """
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ def choose(cin: int, cout: int, oh: int, ow: int, options: dict) -> int:
 # Time of F(m x m, 3x3) over the direct convolution's on targets of 8+ float lanes, by tile:
 # COST[m] = (per GEMM product, per transform lane, constant), fitted by least squares on
 # one-layer A/Bs on x86-native (Zen 4, AVX-512, 32-column panels; thread CPU time, load 5-6;
-# README, Performance: Winograd on x86), each tile over the maps tile_size gives it (F(4x4)'s
+# docs/performance-log.md, "Winograd on x86"), each tile over the maps tile_size gives it (F(4x4)'s
 # GEMM term came out 0: on maps of 11x11 and up its products vary too little to separate).
 COST = {2: (0.261, 1.152, 0.548), 4: (0.0, 0.928, 0.56)}
 

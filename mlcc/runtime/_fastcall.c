@@ -3,8 +3,9 @@
  * A Call holds a generated NAME_run_v and its three arguments (context, input and output
  * pointer arrays) as raw addresses, and `Call.run()` calls it: no argument is converted, so
  * the call costs what CPython's call of a builtin costs (~20 ns, against ~230 ns for a cffi
- * ABI-mode call; README, "The Python API"). Built by `pip install` when a C compiler and the
- * Python headers are there (setup.py, optional); loader.py falls back to cffi without it.
+ * ABI-mode call; docs/python-api.md, "prepare() and the cost of a call"). Built by
+ * `pip install` when a C compiler and the Python headers are there (setup.py, optional);
+ * loader.py falls back to cffi without it.
  *
  * The addresses must stay valid while the Call lives: `keep` holds their owners (the model,
  * its input copies and outputs). release_gil (default true) releases the GIL around the C

@@ -6,8 +6,9 @@ built for another machine run through runner.py instead; load() picks the right 
 
 run() and prepare()'s call go through the optional helper _fastcall (_fastcall.c, built by
 pip install where a C compiler and the Python headers are) when it is there: a call that
-converts no arguments, ~20-50 ns instead of the ~230 ns of a cffi ABI call (README, "The
-Python API"). Without it, the same calls go through cffi.
+converts no arguments, ~20-50 ns instead of the ~230 ns of a cffi ABI call
+(docs/python-api.md, "prepare() and the cost of a call"). Without it, the same calls go
+through cffi.
 """
 from __future__ import annotations
 

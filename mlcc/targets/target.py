@@ -63,7 +63,7 @@ class Target:
     winograd: bool = False
     # Strided KxK convolutions (depth 64+) by the implicit GEMM (conv.h) rather than gathered
     # im2col panels through the packed GEMM; wasm turns it off (the gathered path was
-    # 0.72-0.88x per layer in node: README, wasm Speed)
+    # 0.72-0.88x per layer in node: docs/performance-log.md, wasm)
     implicit_strided: bool = True
 
     @property
