@@ -9,6 +9,7 @@ from pathlib import Path
 
 import mlcc
 from mlcc.ops import registered_ops
+from mlcc.ops.registry import _REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -61,6 +62,14 @@ def test_operator_table_matches_the_registry():
     assert listed == set(registered_ops()), (
         f"missing from docs/conformance.md: {sorted(set(registered_ops()) - listed)}; "
         f"not registered: {sorted(listed - set(registered_ops()))}")
+
+
+def test_operator_count_matches_the_registry():
+    """The number of default-domain operators the README and docs/conformance.md state."""
+    count = sum(1 for (domain, _) in _REGISTRY if domain == "")
+    conformance = (ROOT / "docs" / "conformance.md").read_text()
+    assert re.findall(r"(\d+) operators of the default ONNX domain", conformance) == [str(count)]
+    assert re.findall(r"mlcc supports (\d+) operators", README) == [str(count)]
 
 
 def heading_anchors(text: str) -> set[str]:
