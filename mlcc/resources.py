@@ -34,12 +34,14 @@ def folder(name: str) -> Path:
     if not isinstance(package, Path):
         raise RuntimeError(f"mlcc is imported from {package}, not from files on disk: "
                            "install it with pip")
-    for where in (package / DATA / name, package.parent / name):
+    installed = package / DATA / name
+    # resolve(): a strict editable install imports mlcc from a tree of links to the checkout
+    checkout = (package / "__init__.py").resolve().parent.parent / name
+    for where in (installed, checkout):
         if where.is_dir():
             return where
-    raise RuntimeError(f"mlcc's {name}/ folder is missing: neither {package / DATA / name} "
-                       f"(an installed mlcc) nor {package.parent / name} (a checkout) exists; "
-                       "reinstall mlcc")
+    raise RuntimeError(f"mlcc's {name}/ folder is missing: neither {installed} (an installed "
+                       f"mlcc) nor {checkout} (a checkout) exists; reinstall mlcc")
 
 
 def runtime_c() -> Path:
