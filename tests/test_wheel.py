@@ -50,8 +50,14 @@ def installed(tmp_path_factory) -> dict:
     empty working folder outside the repository."""
     base = tmp_path_factory.mktemp("wheel")
     assert not base.resolve().is_relative_to(ROOT)
+    # From a copy without what .gitignore lists (build/ above all): setuptools builds in the
+    # source tree, and a build/ left by an earlier build would put its files in this wheel.
+    ignored = [Path(line.strip().rstrip("/")).name for line in
+               (ROOT / ".gitignore").read_text().splitlines() if line.strip()]
+    source = base / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", *ignored))
     wheels = base / "dist"
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", wheels, ROOT], base)
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", wheels, source], base)
     [wheel] = wheels.glob("mlcc-*.whl")
     venv = base / "venv"
     _run([sys.executable, "-m", "venv", venv], base)
