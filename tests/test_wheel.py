@@ -40,7 +40,8 @@ def _run(cmd: list, cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in _LEAKS}
     r = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True,
                        timeout=TIMEOUT_S)
-    assert r.returncode == 0, f"{' '.join(map(str, cmd))} (in {cwd}) failed:\n{r.stdout}\n{r.stderr}"
+    assert r.returncode == 0, \
+        f"{' '.join(map(str, cmd))} (in {cwd}) failed:\n{r.stdout}\n{r.stderr}"
     return r
 
 
