@@ -317,8 +317,8 @@ def test_attention_kernel_against_numpy_with_and_without_vectors(tmp_path):
     vector branch disabled)."""
     import ctypes
     import subprocess
-    from pathlib import Path
-    kernels = Path(__file__).resolve().parents[1] / "runtime_c"
+    from mlcc import resources
+    kernels = resources.runtime_c()
     scalar = tmp_path / "scalar"
     scalar.mkdir()
     header = (kernels / "kernels" / "mlcc_kernel.h").read_text()

@@ -1,13 +1,13 @@
 """MaxPool, AveragePool, GlobalAveragePool and GlobalMaxPool against onnxruntime on odd shapes."""
 import shutil
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 from onnx import helper
 
 import mlcc
+from mlcc import resources
 from mlcc.errors import UnsupportedError
 from mlcc.ir import Node
 from mlcc.ops.conv import window_geometry
@@ -107,7 +107,7 @@ def test_pool_chain(tmp_path):
     check_model(make_model(nodes, {"x": x}, ["y"]), {"x": x}, tmp_path)
 
 
-KERNELS = Path(__file__).resolve().parents[1] / "runtime_c"
+KERNELS = resources.runtime_c()
 
 TWIN_C = r"""
 /* The pool kernels' vector path against their scalar twin (MLCC_HAVE_VECTORS 0) and a naive

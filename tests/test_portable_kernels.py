@@ -6,21 +6,19 @@ SiLU), and for warnings under -pedantic."""
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import pytest
 from onnx import helper
 
+from mlcc import resources
 from mlcc.targets import load_target, parse_target
 from util import check_model, check_node, make_model, rand
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def portable(tmp_path_factory) -> str:
     """targets/x86.yaml with simd: none, as a file."""
-    text = (ROOT / "targets" / "x86.yaml").read_text()
+    text = (resources.targets() / "x86.yaml").read_text()
     assert "\nsimd: sse2\n" in text
     path = tmp_path_factory.mktemp("target") / "x86-portable.yaml"
     path.write_text(text.replace("\nname: x86\n", "\nname: x86-portable\n")
@@ -38,7 +36,7 @@ def test_simd_level_picks_the_kernel_defines():
 
 
 def test_portable_kernels_compile_warning_free():
-    rt = ROOT / "runtime_c"
+    rt = resources.runtime_c()
     sources = sorted((rt / "kernels").glob("*.c"))
     subprocess.run(["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-pedantic", "-Werror",
                     "-DMLCC_NO_VECTORS", f"-I{rt / 'include'}", f"-I{rt / 'kernels'}",

@@ -6,19 +6,18 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 from cffi import FFI
 
+from mlcc import resources
 from mlcc.ops.quant import add_fixed_multipliers, fixed_multiplier
 from mlcc.quant.scheme import (QParams, activation_table, fixed_multipliers,
                                multiply_by_quantized_multiplier, quantize_linear,
                                requantize_fixed, requantize_float)
 
-ROOT = Path(__file__).resolve().parents[1]
-KERNELS = ROOT / "runtime_c" / "kernels"
+KERNELS = resources.runtime_c() / "kernels"
 
 CDEF = """
 typedef struct { int32_t kind; float alpha, beta; } mlcc_act;
@@ -84,7 +83,7 @@ def lib(request, tmp_path_factory):
     subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
                     *FLAGS[request.param],
                     *shlex.split(os.environ.get("MLCC_TEST_KERNEL_CFLAGS", "")),  # see util.py
-                    f"-I{ROOT / 'runtime_c' / 'include'}",
+                    f"-I{resources.runtime_c() / 'include'}",
                     f"-I{KERNELS}", "-o", str(out), str(KERNELS / "qgemm.c"),
                     str(KERNELS / "qconv.c"), str(KERNELS / "qelem.c"), "-lm"], check=True)
     ffi = FFI()

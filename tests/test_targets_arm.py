@@ -22,11 +22,11 @@ from click.testing import CliRunner
 
 import fetch_models as fm
 import mlcc
+from mlcc import resources
 import test_models as tm
 from mlcc.cli import main as cli_main
 from mlcc.errors import InputError, RuntimeStatusError, TargetError
 from mlcc.targets import load_target, parse_target
-from mlcc.targets.target import BUILTIN_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "digits" / "digits_cnn.onnx"
@@ -88,7 +88,7 @@ def test_arm_folders_are_deterministic(tmp_path):
 @needs_arm
 def test_runtime_and_harness_compile_warning_free_for_aarch64():
     """Every kernel, the runtime core and the harness, strict warnings, for both arm cores."""
-    rt = ROOT / "runtime_c"
+    rt = resources.runtime_c()
     for target in (ARM, load_target("arm-dotprod")):
         march = [f for f in target.toolchain.cflags if f.startswith("-march")]
         common = [target.toolchain.cc, "-std=c99", "-O2", "-Wall", "-Wextra", "-pedantic",
@@ -137,7 +137,7 @@ def test_arm_outputs_are_the_x86_targets_bit_for_bit(digits_arm, tmp_path):
     """Neither target fuses multiply-adds, and the kernels fix the order of every sum. arm
     keeps the direct convolution: compared with an x86 target file without Winograd."""
     x86, target = tmp_path / "x86", tmp_path / "x86-direct.yaml"
-    target.write_text((BUILTIN_DIR / "x86.yaml").read_text()
+    target.write_text((resources.targets() / "x86.yaml").read_text()
                       .replace("name: x86", "name: x86-direct", 1)
                       .replace("\nwinograd: true\n", "\nwinograd: false\n"))
     mlcc.compile(DIGITS, x86, target=str(target), name="digits")

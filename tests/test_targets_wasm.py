@@ -23,6 +23,7 @@ from click.testing import CliRunner
 import fetch_models as fm
 import mlcc
 import test_models as tm
+from mlcc import resources
 from mlcc.cli import main as cli_main
 from mlcc.errors import InputError, RuntimeStatusError, TargetError
 from mlcc.targets import load_target, parse_target
@@ -128,7 +129,7 @@ def test_module_size_budget(digits_wasm):
 
 @needs_wasm
 def test_runtime_compiles_warning_free_with_emcc():
-    rt = ROOT / "runtime_c"
+    rt = resources.runtime_c()
     cmd = [WASM.toolchain.cc, "-std=c99", "-O2", "-msimd128", "-Wall", "-Wextra", "-pedantic",
            "-Werror", *WASM.defines(), f"-I{rt / 'include'}", f"-I{rt / 'kernels'}",
            "-fsyntax-only", *map(str, sorted((rt / "kernels").glob("*.c"))

@@ -12,9 +12,9 @@ import pytest
 from onnx import helper
 
 import mlcc
+from mlcc import resources
 from mlcc.ops import winograd
 from mlcc.targets import load_target
-from mlcc.targets.target import BUILTIN_DIR
 from util import compile_and_run, make_model, reference_outputs
 
 
@@ -23,7 +23,7 @@ from util import compile_and_run, make_model, reference_outputs
 def x86_winograd(tmp_path_factory) -> dict[str, str]:
     """x86's target file (winograd: true) with simd: none: the kernel's scalar loops."""
     folder = tmp_path_factory.mktemp("target")
-    text = (BUILTIN_DIR / "x86.yaml").read_text()
+    text = (resources.targets() / "x86.yaml").read_text()
     assert "\nsimd: sse2\n" in text and "\nwinograd: true\n" in text
     paths = {}
     name = "x86-portable-winograd"
@@ -135,7 +135,7 @@ def cases(tmp_path_factory):
     model = make_model(nodes, feeds, outs, initializers=weights)
     folder = tmp_path_factory.mktemp("direct")
     target = tmp_path_factory.mktemp("direct-target") / "x86-direct.yaml"
-    target.write_text((BUILTIN_DIR / "x86.yaml").read_text()
+    target.write_text((resources.targets() / "x86.yaml").read_text()
                       .replace("name: x86", "name: x86-direct", 1)
                       .replace("\nwinograd: true\n", "\nwinograd: false\n"))
     direct = compile_and_run(model, feeds, folder, target=str(target))

@@ -12,10 +12,11 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import mlcc
+from mlcc import resources
 from mlcc.api import compare
 
 _counter = itertools.count()
-RUNTIME = Path(__file__).resolve().parents[1] / "runtime_c"
+RUNTIME = resources.runtime_c()
 
 
 def build_kernels(lib_path: Path, build: str, sources: list[str], defines=()) -> Path:

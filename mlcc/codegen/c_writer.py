@@ -11,13 +11,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import __version__
+from .. import __version__, resources
 from ..ir import Enum, KernelCall, Program
 from ..ops.common import IO_DTYPES
 from .memory import MemoryPlan
 from .names import NameTable
 
-RUNTIME_DIR = Path(__file__).resolve().parents[2] / "runtime_c"
 C_TYPES = {"float32": "float", "uint8": "uint8_t", "int8": "int8_t", "int32": "int32_t",
            "int64": "int64_t", "bool": "uint8_t", "int16": "int16_t", "uint16": "uint16_t",
            "uint32": "uint32_t", "uint64": "uint64_t", "float64": "double",
@@ -71,7 +70,7 @@ def c_value(v) -> str:
 def kernel_index() -> tuple[dict[str, str], dict[str, set[str]]]:
     """Which runtime_c/kernels file defines each kernel function, and which other kernel
     files each one needs (from its #includes): derived from the sources, never listed by hand."""
-    kernels = RUNTIME_DIR / "kernels"
+    kernels = resources.runtime_c() / "kernels"
     defined: dict[str, str] = {}
     deps: dict[str, set[str]] = {}
     stems = {p.stem for p in kernels.glob("*.c")}
@@ -99,7 +98,7 @@ def needed_runtime(calls: list[KernelCall]) -> list[str]:
             continue
         stems.add(s)
         todo.update(deps.get(s, set()))
-    kernels = RUNTIME_DIR / "kernels"
+    kernels = resources.runtime_c() / "kernels"
     files = ["include/mlcc_runtime.h", "src/mlcc_runtime.c", "src/mlcc_threadpool.c"]
     for s in sorted(stems):
         for ext in (".h", ".c"):

@@ -5,9 +5,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import __version__
+from .. import __version__, resources
 from ..ir import Graph, Program
-from .c_writer import RUNTIME_DIR, write_c, write_embedded_weights
+from .c_writer import write_c, write_embedded_weights
 from .lower import lower_graph
 from .memory import MemoryPlan, check_address_space, check_arena_limit, plan_memory
 from .weights import build_blob, layout_weights
@@ -40,8 +40,9 @@ def generate(g: Graph, *, prefix: str, target_name: str, source_name: str,
                                "weights.bin": blob}
     if embed_weights:
         files["weights.c"] = write_embedded_weights(blob, prefix, src.banner).encode()
+    runtime = resources.runtime_c()
     for rel in src.runtime_files:
-        files[f"runtime/{rel}"] = (RUNTIME_DIR / rel).read_bytes()
+        files[f"runtime/{rel}"] = (runtime / rel).read_bytes()
     sources = ["model.c"] + (["weights.c"] if embed_weights else []) + \
         [f"runtime/{r}" for r in src.runtime_files if r.endswith(".c")]
     pg = prog.graph

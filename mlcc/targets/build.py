@@ -21,11 +21,11 @@ import shlex
 import subprocess
 from pathlib import Path
 
+from .. import resources
 from ..errors import BuildError, TargetError
 from .target import Target
 
 BUILD_TIMEOUT_S = 1800
-HARNESS_SOURCE = Path(__file__).resolve().parents[2] / "runtime_c" / "harness" / "mlcc_harness.c"
 HARNESS_REL = "harness.c"
 HARNESS_EXE = "harness"
 _LIBC_HEADER = re.compile(r"\b(std\w*|math|string|limits|features)\.h: No such file")
@@ -33,7 +33,7 @@ _LIBC_HEADER = re.compile(r"\b(std\w*|math|string|limits|features)\.h: No such f
 
 def harness_files() -> dict[str, bytes]:
     """The harness source, as it is copied into every output folder."""
-    return {HARNESS_REL: HARNESS_SOURCE.read_bytes()}
+    return {HARNESS_REL: (resources.runtime_c() / "harness" / "mlcc_harness.c").read_bytes()}
 
 
 def builds_harness(target: Target) -> bool:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import yaml
 
+from .. import resources
 from ..errors import TargetError
 
-BUILTIN_DIR = Path(__file__).resolve().parents[2] / "targets"
 SIMD_LEVELS = ("auto", "none", "sse2", "avx2", "avx512", "neon", "simd128")
 # shared: a shared library (libmodel.so); wasm: a standalone WebAssembly module (model.wasm)
 # with the JavaScript wrapper of mlcc/targets/wasm.py.
@@ -259,14 +259,14 @@ def parse_target(text: str, path: str = "<target>") -> Target:
 
 
 def builtin_targets() -> list[str]:
-    return sorted(p.stem for p in BUILTIN_DIR.glob("*.yaml"))
+    return sorted(p.stem for p in resources.targets().glob("*.yaml"))
 
 
 def load_target(spec: str) -> Target:
     """A built-in name (targets/NAME.yaml) or the path of a YAML file."""
     path = Path(spec)
     if spec in builtin_targets():
-        path = BUILTIN_DIR / f"{spec}.yaml"
+        path = resources.targets() / f"{spec}.yaml"
     elif not (path.suffix in (".yaml", ".yml") or path.exists()):
         raise TargetError(f"unknown target {spec!r}: built-in targets are "
                           f"{', '.join(builtin_targets())}, or give a path to a YAML file")

@@ -17,9 +17,9 @@ it mlcc writes, from the templates in runtime_js/:
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-JS_DIR = Path(__file__).resolve().parents[2] / "runtime_js"
+from .. import resources
+
 HARNESS_JS = "harness.mjs"
 WRAPPERS = ("model.mjs", "model.cjs")
 
@@ -44,7 +44,7 @@ def model_info(manifest: dict) -> dict:
 
 def js_files(manifest: dict) -> dict[str, bytes]:
     """model.mjs, model.cjs and harness.mjs for a model folder (deterministic)."""
-    body = (JS_DIR / "mlcc_model.js").read_text()
+    body = (resources.runtime_js() / "mlcc_model.js").read_text()
     info = json.dumps(model_info(manifest), indent=2, sort_keys=True)
     files = {}
     for name in WRAPPERS:
@@ -53,5 +53,5 @@ def js_files(manifest: dict) -> dict[str, bytes]:
                 f"{str(manifest['source'].get('sha256'))[:16]}...); do not edit.\n"
                 + body + "\n" + _HEADERS[name] + f"const MODEL = {info};\n\n" + _FOOTERS[name])
         files[name] = text.encode()
-    files[HARNESS_JS] = (JS_DIR / "mlcc_harness.mjs").read_bytes()
+    files[HARNESS_JS] = (resources.runtime_js() / "mlcc_harness.mjs").read_bytes()
     return files
