@@ -680,13 +680,18 @@ DIGITS = ROOT / "examples" / "digits"
 # BatchNorm variant built from the CNN), and a MobileNetV2 with random weights built here.
 PROJECT_MODELS = ("digits_cnn", "digits_cnn_bn", "digits_mlp", "mobilenetv2")
 
-DIGITS_CNN_BN_VERSION = 1
-MOBILENETV2_VERSION = 1
+SHIPPED = ("digits_cnn", "digits_mlp")
+# Bump when the builder writes a different model, so that stale cached copies are not reused.
+BUILT_VERSIONS = {"digits_cnn_bn": 1, "mobilenetv2": 1}
+
+
+def _built(name: str, seed: int = 0) -> Path:
+    return cache_dir() / "models" / f"{name}_seed{seed}_v{BUILT_VERSIONS[name]}.onnx"
 
 
 def project_model(name: str) -> Path:
     """The .onnx file of a name of PROJECT_MODELS (built into the cache on first use)."""
-    if name in ("digits_cnn", "digits_mlp"):
+    if name in SHIPPED:
         return DIGITS / f"{name}.onnx"
     if name == "digits_cnn_bn":
         return digits_cnn_bn()
@@ -715,7 +720,7 @@ def digits_cnn_bn(seed: int = 0) -> Path:
     import onnx
     from onnx import helper, numpy_helper
 
-    path = cache_dir() / "models" / f"digits_cnn_bn_seed{seed}_v{DIGITS_CNN_BN_VERSION}.onnx"
+    path = _built("digits_cnn_bn", seed)
     if path.exists():
         return path
     m = onnx.load(str(DIGITS / "digits_cnn.onnx"))
@@ -873,7 +878,7 @@ def mobilenetv2(seed: int = 0) -> Path:
     2. Random weights: outputs mean nothing, the structure and the arithmetic are real."""
     import onnx
 
-    path = cache_dir() / "models" / f"mobilenetv2_seed{seed}_v{MOBILENETV2_VERSION}.onnx"
+    path = _built("mobilenetv2", seed)
     if path.exists():
         return path
     m = mobilenetv2_graph(seed)
@@ -912,6 +917,12 @@ def main(argv: list[str] | None = None) -> int:
         except FetchError as exc:
             print(f"{name:10} FAILED: {exc}", file=sys.stderr)
             return 1
+    if args.list and not args.names:
+        for name in PROJECT_MODELS:
+            shipped = name in SHIPPED
+            state = "shipped" if shipped else "cached" if _built(name).exists() else "missing"
+            print(f"{name:10} {state:8} "
+                  f"{'examples/digits' if shipped else 'built here with a fixed seed'}")
     if not args.list and not args.names:
         for seq_len in (128, 32):
             print(f"{f'minilm_{seq_len}':10} {minilm(seq_len)}")
