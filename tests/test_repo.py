@@ -1,14 +1,14 @@
 """The test suite, the benchmarks and the tools run on a fresh clone (docs/style.md, "Tests run
-on a fresh clone"): nothing under tests/, bench/ or tools/ may read a file outside the
-repository other than the model cache (tools/fetch_models.py) and installed packages, and
-tests/ holds tests, not scripts."""
+on a fresh clone"): nothing under tests/, bench/, tools/ or examples/ (nor the Makefile that
+runs them) may read a file outside the repository other than the model cache
+(tools/fetch_models.py) and installed packages, and tests/ holds tests, not scripts."""
 import re
 import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("tests", "bench", "tools")
-TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".txt", ".c", ".h", ".js", ".mjs", ".json",
+FOLDERS = ("tests", "bench", "tools", "examples", "Makefile")
+TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".txt", ".c", ".h", ".js", ".mjs", ".html", ".json",
                  ".sh", ".cfg", ".toml", ""}
 
 # What reaching out of the repository looks like. The sibling folder of development models
