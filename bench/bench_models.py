@@ -47,6 +47,15 @@ MODELS = {
 }
 
 
+def available(name: str, tmp: Path) -> tuple[Path, dict | None] | None:
+    """MODELS[name](tmp): (path, shapes), or None, said on stderr, when it cannot be fetched."""
+    try:
+        return MODELS[name](tmp)
+    except fm.FetchError as exc:
+        print(f"{name}: not available ({exc})", file=sys.stderr)
+        return None
+
+
 def cpu_name() -> str:
     """The CPU's model name with family/model numbers (a VM may show only the brand)."""
     info: dict[str, str] = {}
@@ -104,14 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     rows, memory, skipped = [], [], []
     with tempfile.TemporaryDirectory(prefix="mlcc-bench-models-") as tmp:
         for name in args.names or list(MODELS):
-            try:
-                path, shapes = MODELS[name](Path(tmp))
-            except fm.FetchError as exc:
-                path, shapes = None, None
-                print(f"{name}: not available ({exc})", file=sys.stderr)
-            if path is None:
+            model = available(name, Path(tmp))
+            if model is None:
                 skipped.append(name)
                 continue
+            path, shapes = model
             print(f"{name}: benchmarking {path} ...", file=sys.stderr, flush=True)
             folder = Path(tmp) / name
             res = mlcc.bench(path, target=args.target, shapes=shapes, threads=args.threads,

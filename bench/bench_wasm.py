@@ -126,11 +126,10 @@ def bench_model(name: str, tmp: Path, ort_entry: Path, seconds: float) -> dict |
     import mlcc
     from mlcc.api import random_inputs
 
-    try:
-        path, shapes = bm.MODELS[name](tmp)
-    except Exception as exc:            # a download that fails: skip the row, say why
-        print(f"{name}: unavailable ({exc})", file=sys.stderr)
+    model = bm.available(name, tmp)
+    if model is None:
         return None
+    path, shapes = model
     folder = tmp / name
     print(f"{name}: compiling for wasm", file=sys.stderr)
     res = mlcc.compile(path, folder, target="wasm", shapes=shapes, name="model")

@@ -35,7 +35,6 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PLUGIN_DIR = ROOT / "tools" / "qemu-icount"
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT / "tools"))    # fetch_models
 
 # The set of issue 4: small, medium and large models; others from bench_models.py on request.
 DEFAULT_MODELS = ["digits_mlp", "digits_cnn", "mobilenetv2", "ppocr_rec", "yolov8n"]
@@ -175,7 +174,6 @@ def _qemu_version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     import bench_models as bm
-    import fetch_models as fm
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("names", nargs="*",
@@ -208,14 +206,11 @@ def main(argv: list[str] | None = None) -> int:
             tmp_dir = Path(tmp)
             plugin = build_plugin(tmp_dir / "plugin")
             for name in args.names or DEFAULT_MODELS:
-                try:
-                    path, shapes = bm.MODELS[name](tmp_dir)
-                except fm.FetchError as exc:
-                    path, shapes = None, None
-                    print(f"{name}: not available ({exc})", file=sys.stderr)
-                if path is None:
+                model = bm.available(name, tmp_dir)
+                if model is None:
                     skipped.append(name)
                     continue
+                path, shapes = model
                 counts = []
                 for target in targets:
                     folder = tmp_dir / name / target
