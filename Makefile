@@ -75,38 +75,38 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q $(PARALLEL) -m "not slow" $(PYTEST_ARGS) tests
 
 # mlcc against onnxruntime on the benchmark models (issue 3), one Markdown table; not a test.
-# BENCH_ARGS: e.g. --threads 2, or model names (python tests/bench_models.py --list).
+# BENCH_ARGS: e.g. --threads 2, or model names (python bench/bench_models.py --list).
 BENCH_ARGS ?=
 bench: $(STAMP)
-	$(BIN)/python tests/bench_models.py $(BENCH_ARGS)
+	$(BIN)/python bench/bench_models.py $(BENCH_ARGS)
 
 # The ONNX backend node tests through mlcc (x86): a table per operator, passed / bound /
 # refused / failed; fails if any test gives a wrong answer or crashes. CONFORMANCE_ARGS: e.g.
 # --ops model (the operator types of the real models), --filter resize, --verbose.
 CONFORMANCE_ARGS ?=
 conformance: $(STAMP)
-	$(BIN)/python tests/conformance.py $(CONFORMANCE_ARGS)
+	$(BIN)/python tools/conformance.py $(CONFORMANCE_ARGS)
 
-# Fuzzing of the compiler's input (ONNX and target files; tests/fuzz_compiler.py): the corpus,
+# Fuzzing of the compiler's input (ONNX and target files; tools/fuzz_compiler.py): the corpus,
 # the structured cases, then FUZZ_SECONDS of random mutations per seed. New failures are saved
 # into tests/corpus. `make test` runs a 40-second version (tests/test_fuzz.py).
 FUZZ_SECONDS ?= 300
 fuzz: $(STAMP)
 	for seed in 1 2; do \
-	  $(BIN)/python tests/fuzz_compiler.py --seconds $(FUZZ_SECONDS) --seed $$seed \
+	  $(BIN)/python tools/fuzz_compiler.py --seconds $(FUZZ_SECONDS) --seed $$seed \
 	    --save-failures || exit 1; \
 	done
 
-# libFuzzer on the runtime's weight-blob loader (tests/fuzz_runtime.py; make test runs 20 s).
+# libFuzzer on the runtime's weight-blob loader (tools/fuzz_runtime.py; make test runs 20 s).
 FUZZ_RUNTIME_SECONDS ?= 300
 fuzz-runtime: $(STAMP) safety-tools
-	$(BIN)/python tests/fuzz_runtime.py --seconds $(FUZZ_RUNTIME_SECONDS)
+	$(BIN)/python tools/fuzz_runtime.py --seconds $(FUZZ_RUNTIME_SECONDS)
 
 # Every model (real ones included) under ASan+UBSan, valgrind memcheck and a counting malloc
-# (tests/sanitize_models.py; make test runs a few). SANITIZE_ARGS: e.g. --mode asan yolov8n.
+# (tools/sanitize_models.py; make test runs a few). SANITIZE_ARGS: e.g. --mode asan yolov8n.
 SANITIZE_ARGS ?=
 sanitize-models: $(STAMP) safety-tools
-	$(BIN)/python tests/sanitize_models.py $(SANITIZE_ARGS)
+	$(BIN)/python tools/sanitize_models.py $(SANITIZE_ARGS)
 
 # The kernel tests (test_kernels, test_kernels_threads, test_quant_kernels) with their kernels
 # built under ASan and UBSan (MLCC_TEST_KERNEL_CFLAGS, tests/util.py): out-of-bounds scratch or
@@ -135,10 +135,10 @@ safety-tools:
 
 # Instructions per inference of the arm (NEON) build against the arm-portable build, counted
 # under qemu-aarch64 by the TCG plugin of tools/qemu-icount; one Markdown table, not a test.
-# ICOUNT_ARGS: model names (python tests/icount_arm.py --list), --output FILE.
+# ICOUNT_ARGS: model names (python bench/icount_arm.py --list), --output FILE.
 ICOUNT_ARGS ?=
 icount-arm: $(STAMP) target-tools
-	$(BIN)/python tests/icount_arm.py $(ICOUNT_ARGS)
+	$(BIN)/python bench/icount_arm.py $(ICOUNT_ARGS)
 
 # PP-OCR rec int8 against float on rendered text lines (exact match, issue 5), one Markdown
 # table; not a test. Pillow (the [bench] extra) renders the lines with the DejaVu fonts.
@@ -148,13 +148,13 @@ bench-ocr: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	@test -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf || \
 		{ $(SUDO) apt-get update && $(SUDO) apt-get install -y fonts-dejavu-core; }
-	$(BIN)/python tests/eval_ocr_int8.py $(BENCH_OCR_ARGS)
+	$(BIN)/python bench/eval_ocr_int8.py $(BENCH_OCR_ARGS)
 
 # mlcc's wasm build against onnxruntime-web (npm, into ~/.cache/mlcc-npm) in node, one
 # Markdown table; not a test. BENCH_WASM_ARGS: e.g. model names (--list).
 BENCH_WASM_ARGS ?=
 bench-wasm: $(STAMP) target-tools
-	$(BIN)/python tests/bench_wasm.py $(BENCH_WASM_ARGS)
+	$(BIN)/python bench/bench_wasm.py $(BENCH_WASM_ARGS)
 
 clean:
 	rm -rf build .pytest_cache

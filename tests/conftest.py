@@ -6,7 +6,12 @@ import onnx
 import pytest
 from onnx import helper
 
-sys.path.insert(0, str(Path(__file__).parent))
+# Test modules import tests/util.py, the model builders and tools of tools/ (fetch_models,
+# sanitize_models, conformance) and the benchmark scripts of bench/ whose helpers they test.
+ROOT = Path(__file__).resolve().parents[1]
+for folder in (ROOT / "bench", ROOT / "tools", ROOT / "tests"):
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
 
 from util import make_model  # noqa: E402
 

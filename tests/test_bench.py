@@ -78,12 +78,9 @@ def test_bench_refuses_bad_counts(tiny_static_path):
 
 
 def test_ab_models_compares_a_pass_left_out(tiny_static_path, tmp_path, capsys):
-    """tests/ab_models.py, the A/B tool the pass measurements in docs/performance-log.md come
+    """bench/ab_models.py, the A/B tool the pass measurements in docs/performance-log.md come
     from: leaving fuse_activations out must leave a separate Relu kernel in the old build and
     give the same outputs; the report names both builds and gives both clocks."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).parent))
     import ab_models
 
     old, new = ab_models.compile_pair(str(tiny_static_path), ["fuse_activations"], "x86",

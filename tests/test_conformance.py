@@ -5,15 +5,11 @@ MODEL_OPS), through mlcc: no test may give a wrong answer or crash. Refusals are
 To stay within its CI budget this runs a deterministic third of those tests: every third one
 in name order (MLCC_CONFORMANCE_STRIDE=1 runs them all)."""
 import os
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-import conformance  # noqa: E402
+import conformance
 
 STRIDE = int(os.environ.get("MLCC_CONFORMANCE_STRIDE", "3"))
 

@@ -1,4 +1,4 @@
-"""The instruction counter of `make icount-arm` (tools/qemu-icount, tests/icount_arm.py) and the
+"""The instruction counter of `make icount-arm` (tools/qemu-icount, bench/icount_arm.py) and the
 arm-portable target it compares against.
 
 Skipped when qemu-aarch64, the aarch64 cross compiler with its C library, or the host gcc is

@@ -1,4 +1,4 @@
-"""Fast kernels against their portable twins, at tile edges (XNNPACK's habit, STYLE.md).
+"""Fast kernels against their portable twins, at tile edges (XNNPACK's habit; docs/style.md).
 
 The packed convolution (weights packed by mlcc.ops.gemm.pack_a, im2col gathered block by block
 into the micro-kernel's panels) is compared with the reference im2col + GEMM convolution of the

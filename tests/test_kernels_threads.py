@@ -254,7 +254,7 @@ def test_attention_is_bit_identical_across_thread_counts(lib, b, h, sq, sk, d):
 
 
 def test_pool_statistics_count_every_unit(tmp_path):
-    """The measuring build (-DMLCC_POOL_STATS, tests/profile_layers.py --pool-stats) compiles
+    """The measuring build (-DMLCC_POOL_STATS, bench/profile_layers.py --pool-stats) compiles
     cleanly and accounts for every unit of a loop exactly once, on whichever thread ran it;
     the shipped runtime is built without it."""
     cffi = pytest.importorskip("cffi")

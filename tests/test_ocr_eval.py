@@ -1,4 +1,4 @@
-"""The parts of the PP-OCR rec text-line evaluation (tests/eval_ocr_int8.py) that need no
+"""The parts of the PP-OCR rec text-line evaluation (bench/eval_ocr_int8.py) that need no
 renderer: CTC greedy decoding, the scores, the model's character list and the preprocessing;
 and `--keep-float`, the selection of groups kept in float that reaches issue 5's accuracy goal
 on that model, on a small built model."""

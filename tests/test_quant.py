@@ -29,7 +29,6 @@ from mlcc.quant.scheme import (QParams, activation_qparams, fixed_multipliers,
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "digits" / "digits_cnn.onnx"
 DIGITS_DATA = ROOT / "examples" / "digits" / "digits_sample.npz"
-SHARED = ROOT.parent / "shared" / "models"
 
 
 # ------------------------------------------------------------------ observers, calibrators
@@ -433,16 +432,14 @@ def _sanitized_run_matches(folder: Path, prefix: str, x: np.ndarray, loaded) -> 
     np.testing.assert_array_equal(got, loaded.run({"input": x})["logits"].ravel())
 
 
-def test_shared_digits_int8_accuracy_within_half_a_point(tmp_path):
-    if not (SHARED / "digits_cnn.onnx").exists():
-        pytest.skip("../shared/models is not available (development and CI only)")
-    with np.load(SHARED / "digits_test.npz") as d:
+def test_digits_int8_accuracy_within_half_a_point(tmp_path):
+    with np.load(DIGITS.parent / "digits_test.npz") as d:
         x, labels = d["input"].astype(np.float32), d["label"]
-    api.compile(SHARED / "digits_cnn.onnx", tmp_path / "q", target="x86-native",
-                quantize=api.QuantizeConfig(SHARED / "digits_calib.npz", calibrator="entropy"))
+    api.compile(DIGITS, tmp_path / "q", target="x86-native",
+                quantize=api.QuantizeConfig(DIGITS.parent / "digits_calib.npz",
+                                            calibrator="entropy"))
     m = mlcc.load(tmp_path / "q")
-    sess = ort.InferenceSession(str(SHARED / "digits_cnn.onnx"),
-                                providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(str(DIGITS), providers=["CPUExecutionProvider"])
     acc_q = np.mean([np.argmax(m.run({"input": xi[None]})["logits"]) == y
                      for xi, y in zip(x, labels)])
     acc_f = np.mean([np.argmax(sess.run(None, {"input": xi[None]})[0]) == y

@@ -1,7 +1,7 @@
 """The runtime is safe to embed: libFuzzer on the weight-blob loader, real models clean under
 AddressSanitizer + UndefinedBehaviorSanitizer and valgrind memcheck, and no heap allocation in
-init() or run() (a counting malloc). The drivers are tests/fuzz_runtime.py and
-tests/sanitize_models.py; `make fuzz-runtime` and `make sanitize-models` run them longer and on
+init() or run() (a counting malloc). The drivers are tools/fuzz_runtime.py and
+tools/sanitize_models.py; `make fuzz-runtime` and `make sanitize-models` run them longer and on
 every model. clang (with libclang-rt-dev) and valgrind come from `make test`'s Debian packages;
 without them these tests skip and say so."""
 import shutil
@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE))
+import sanitize_models
 
-import sanitize_models  # noqa: E402
+TOOLS = Path(__file__).resolve().parents[1] / "tools"
 
 
 def _fuzzer_available() -> bool:
@@ -30,7 +29,7 @@ def _fuzzer_available() -> bool:
 def test_weight_loader_survives_20_seconds_of_libfuzzer():
     if not _fuzzer_available():
         pytest.skip("clang with libFuzzer is missing: apt-get install clang libclang-rt-dev")
-    proc = subprocess.run([sys.executable, str(HERE / "fuzz_runtime.py"), "--seconds", "20"],
+    proc = subprocess.run([sys.executable, str(TOOLS / "fuzz_runtime.py"), "--seconds", "20"],
                           capture_output=True, text=True, timeout=600)
     print(proc.stdout)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]

@@ -16,7 +16,6 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 from click.testing import CliRunner
 
@@ -231,15 +230,11 @@ def test_patterns_mlp_accuracy_matches_onnxruntime(small_models, tmp_path):
 
 
 @needs_arm
-@pytest.mark.parametrize("name", ["digits_cnn.onnx", "digits_cnn_bn.onnx", "digits_mlp.onnx"])
-def test_shared_digits_model(name):
-    """The digits models of ../shared/models (development and CI only)."""
-    path = tm._shared(name)
-    model = onnx.load(str(path))
-    inits = {t.name for t in model.graph.initializer}
-    shapes = {vi.name: tuple(d.dim_value or 1 for d in vi.type.tensor_type.shape.dim)
-              for vi in model.graph.input if vi.name not in inits}
-    tm.check(path, shapes, target="arm")
+@pytest.mark.parametrize("name", tm.DIGITS_MODELS)
+def test_digits_model(name):
+    """The trained digits networks (examples/digits; fetch_models.PROJECT_MODELS)."""
+    path = fm.project_model(name)
+    tm.check(path, tm.static_shapes(path), target="arm")
 
 
 @needs_arm

@@ -521,15 +521,11 @@ def test_small_model(small_models, name):
 
 
 @needs_wasm
-@pytest.mark.parametrize("name", ["digits_cnn.onnx", "digits_mlp.onnx"])
-def test_shared_digits_model(name):
-    """The digits models of ../shared/models (development and CI only)."""
-    path = tm._shared(name)
-    model = onnx.load(str(path))
-    inits = {t.name for t in model.graph.initializer}
-    shapes = {vi.name: tuple(d.dim_value or 1 for d in vi.type.tensor_type.shape.dim)
-              for vi in model.graph.input if vi.name not in inits}
-    tm.check(path, shapes, target="wasm")
+@pytest.mark.parametrize("name", ["digits_cnn", "digits_mlp"])
+def test_digits_model(name):
+    """The trained digits networks of examples/digits."""
+    path = fm.project_model(name)
+    tm.check(path, tm.static_shapes(path), target="wasm")
 
 
 @needs_wasm

@@ -53,7 +53,7 @@ def gemm_call(lo: Lowering, a: str, b: str, bias: str | None, out: str, params: 
     last panel (narrow B: its rows are close together anyway, and the blob would grow).
     A constant B of a one-row product has its rows padded to whole cache lines, so that every
     row starts on one and the last partial vector of columns is read in place (the digits
-    models' 10 logits: tests/gemv_bench.py), and says whether it is finite
+    models' 10 logits: bench/gemv_bench.py), and says whether it is finite
     (b_finite: the product may then skip the rows that meet a zero of A)."""
     b_const = lo.graph.const(b)
     n = params["n"]

@@ -286,7 +286,7 @@ static void dw_flat_prepare(dw_job *job, int thread, float *pad, ptrdiff_t *off)
  * (the last one overlapping the third: the same values written twice), where the padded
  * layout computed 63 virtual outputs, filled 7 rows and copied 7 rows out per channel. Each
  * output sums its taps in the same order from the bias (zeros where padding was read): the
- * same bits as dw_flat_run. Measured (tests/profile_layers.py, MobileNetV2): 7 x 7 and 14 x 14
+ * same bits as dw_flat_run. Measured (bench/profile_layers.py, MobileNetV2): 7 x 7 and 14 x 14
  * 0.8-0.95x the padded layout; 28 x 28 1.2x slower (the lane masks cost more than the
  * virtual columns they save), and copies of the plane per kernel column, zeroed where no valid
  * output reads them, instead of masks: 28 x 28 0.9x, 14 x 14 0.95x, 7 x 7 1.02-1.15x slower

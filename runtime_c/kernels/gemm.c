@@ -794,7 +794,7 @@ static PACKED_INLINE void narrow_tile4(ptrdiff_t kc, const float *MLCC_RESTRICT 
 
 /* Rows [i0, i1) x the nr (1, 2 or 4) columns of the panel at j of k block k0, by narrow_tile. Out
  * of line: inlined into gemm_packed's nests, it made V8 run every layer's tiles 2.4-3x
- * slower (tests/profile_wasm.py). */
+ * slower (bench/profile_wasm.py). */
 static __attribute__((noinline)) void narrow_panel(ptrdiff_t m, ptrdiff_t nr, ptrdiff_t k, ptrdiff_t k0,
                                        ptrdiff_t kc, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t j,
                                        const float *a_packed, ptrdiff_t a_rows,
@@ -899,7 +899,7 @@ static PACKED_INLINE void gemm_packed_tile(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k
 #define MLCC_GEMM_ROWS_OUTER_K 64
 #endif
 /* wasm: with the row-major nest inlined into the residual entry point too, V8 ran MobileNetV2's
- * residual 1x1 convolutions 2.6x slower (tests/profile_wasm.py); there only the entry point
+ * residual 1x1 convolutions 2.6x slower (bench/profile_wasm.py); there only the entry point
  * without a residual has it */
 #if defined(__wasm_simd128__)
 #define RESIDUAL_ROWS_OUTER 0
@@ -956,7 +956,7 @@ static PACKED_INLINE void gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
  * accumulators before each tile's jump table: at depth 16-32 about as long as 4 of the k
  * loop's steps. A node benchmark of gemm.c alone: 96 x 4096 x 16 0.85x, depth 24-32
  * 0.89-0.92x, 64 0.95x; MobileNetV2's 16 -> 96 0.85-0.88x, its 3x3/2 stem 0.86-0.87x,
- * 24 -> 144, 32 -> 192 and 64 -> 384 0.90-0.96x (tests/profile_wasm.py). The deeper nest stays
+ * 24 -> 144, 32 -> 192 and 64 -> 384 0.90-0.96x (bench/profile_wasm.py). The deeper nest stays
  * shared: specialized too, MobileNetV2's 7 x 7 layers ran 1.03-1.07x slower (and the module
  * grew by 48 KiB instead of 10). */
 #define GEMM_ROWS_OUTER_KIND(name, KIND)                                                      \

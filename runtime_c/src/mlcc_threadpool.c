@@ -56,7 +56,7 @@
 #define ST_UNITS(s) ((s) & 0xFFFFu)
 #define MAX_UNITS 0xFFFFu
 
-/* Measuring builds only (-DMLCC_POOL_STATS, tests/profile_layers.py --pool-stats): per thread,
+/* Measuring builds only (-DMLCC_POOL_STATS, bench/profile_layers.py --pool-stats): per thread,
  * the CPU time spent taking and running units (CLOCK_THREAD_CPUTIME_ID: what a preempted thread
  * did not run is not counted) and the units run; for the caller, the wall time it waited for
  * workers after the last unit, and the loops. Read and reset by mlcc_threadpool_stats. */

@@ -1,7 +1,7 @@
 """Nanoseconds per Python call of a compiled model, with the C helper mlcc.runtime._fastcall and
 without it (cffi ABI mode): the table in docs/python-api.md.
 
-    python tests/call_overhead.py MODEL_FOLDER        # e.g. mlcc compile digits_mlp.onnx ...
+    python bench/call_overhead.py MODEL_FOLDER        # e.g. mlcc compile digits_mlp.onnx ...
 
 Rows: prepare()'s call; the Python part alone (run_v given a NULL context returns at once);
 run(). Each is the median over 15 rounds of the mean of many calls, the two paths alternating

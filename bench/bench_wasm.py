@@ -1,8 +1,8 @@
 """`make bench-wasm`: mlcc's wasm build against onnxruntime-web in node, one Markdown table.
 
-    python tests/bench_wasm.py                         # the four models of issue 4
-    python tests/bench_wasm.py yolov8n --seconds 20
-    python tests/bench_wasm.py --list
+    python bench/bench_wasm.py                         # the four models of issue 4
+    python bench/bench_wasm.py yolov8n --seconds 20
+    python bench/bench_wasm.py --list
 
 Both engines run in one node process per model on the same seeded inputs: mlcc through its
 JavaScript API (model.mjs: run() copies the inputs into wasm memory, runs, copies the outputs
@@ -10,7 +10,7 @@ out), onnxruntime-web through its wasm backend (1 thread, SIMD, graph optimizati
 session.run with a preallocated input tensor). After warm-up the two alternate, one run each per
 round, until the time budget is spent; the table gives medians. onnxruntime-web (pinned below)
 is installed with npm into ~/.cache/mlcc-npm (MLCC_NPM_CACHE moves it) the first time. Models
-come from tests/bench_models.py (fetch_models.py, ../shared/models). The module size is
+come from bench/bench_models.py (tools/fetch_models.py). The module size is
 model.wasm (code only: the weights are in weights.bin) against the .wasm file onnxruntime-web's
 wasm backend loads. Progress goes to stderr, the table to stdout. Not a test: nothing here
 asserts a time.
@@ -126,14 +126,10 @@ def bench_model(name: str, tmp: Path, ort_entry: Path, seconds: float) -> dict |
     import mlcc
     from mlcc.api import random_inputs
 
-    try:
-        path, shapes = bm.MODELS[name](tmp)
-    except Exception as exc:            # a download that fails: skip the row, say why
-        print(f"{name}: unavailable ({exc})", file=sys.stderr)
+    model = bm.available(name, tmp)
+    if model is None:
         return None
-    if path is None:
-        print(f"{name}: unavailable (not in ../shared/models)", file=sys.stderr)
-        return None
+    path, shapes = model
     folder = tmp / name
     print(f"{name}: compiling for wasm", file=sys.stderr)
     res = mlcc.compile(path, folder, target="wasm", shapes=shapes, name="model")

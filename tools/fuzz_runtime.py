@@ -1,9 +1,9 @@
 """libFuzzer on the runtime's weight-blob loader: init (magic, version, header size, blob size,
 model id, alignment, checksum) and, whenever init accepts a blob, one run.
 
-    python tests/fuzz_runtime.py [--seconds 20] [--keep DIR]
+    python tools/fuzz_runtime.py [--seconds 20] [--keep DIR]
 
-Compiles a small CNN (tests/fuzz_compiler.py's seed model: Conv, Relu, MaxPool, Flatten, Gemm)
+Compiles a small CNN (tools/fuzz_compiler.py's seed model: Conv, Relu, MaxPool, Flatten, Gemm)
 with --no-build, builds its model.c and runtime sources with a fuzz target under
 `clang -fsanitize=fuzzer,address,undefined` (Debian: clang and libclang-rt-dev), seeds the
 corpus with the valid weights.bin and damaged copies of it, and runs libFuzzer for the given

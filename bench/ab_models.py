@@ -1,7 +1,7 @@
 """Whole-model A/B of two compiled builds, called alternately in one process.
 
-    python tests/ab_models.py OLD_DIR NEW_DIR [--threads N] [--rounds 200]
-    python tests/ab_models.py --model M.onnx --without-pass fuse_residual_add \
+    python bench/ab_models.py OLD_DIR NEW_DIR [--threads N] [--rounds 200]
+    python bench/ab_models.py --model M.onnx --without-pass fuse_residual_add \
         [--target x86-native] [--shape NAME=D1,D2,...] [--threads N] [--rounds 200]
 
 The first form loads two `mlcc compile` output folders of the same model (e.g. compiled by two

@@ -2,12 +2,12 @@
 per-channel int8 weights, uint8 activations, the same calibrator and the same calibration
 inputs), output SQNR against the float model and latency on one thread.
 
-    python tests/bench_quant.py                       # every model
-    python tests/bench_quant.py digits_cnn ppocr_rec --calibrator entropy
-    python tests/bench_quant.py mobilenetv2 --variants pt,pt+eq,pt+bc,pt+eq+bc,pc,pc+eq
+    python bench/bench_quant.py                       # every model
+    python bench/bench_quant.py digits_cnn ppocr_rec --calibrator entropy
+    python bench/bench_quant.py mobilenetv2 --variants pt,pt+eq,pt+bc,pt+eq+bc,pc,pc+eq
 
 Calibration and evaluation inputs are generated here (no downloads): the digits splits of
-../shared/models when present (else the 20 samples of examples/digits), smooth random images
+examples/digits (fetch_models.digits_data), smooth random images
 for YOLOv8n and PP-OCR det, and synthetic text lines (dark strokes on a light background,
 [-1, 1]) for PP-OCR rec. onnxruntime's calibration runs with MinMax unless told otherwise: its
 Percentile calibrator keeps every intermediate tensor in memory (6.8 GB for 32 PP-OCR rec
@@ -18,8 +18,8 @@ nothing here asserts a number. Progress goes to stderr, the table to stdout.
 set of pt (--per-tensor weights) or pc (per channel, the default), eq (--equalize), eq6
 (--equalize-relu6), bc (--bias-correction); the table gives each one's output SQNR against
 float (and, for digits_cnn, the test accuracy), next to onnxruntime's quantize_static
-(per-channel) on the same inputs. mobilenetv2 (../shared/models: random weights with
-BatchNorm statistics, smooth random images), mobilenetv2_relu (the same with Relu for
+(per-channel) on the same inputs. mobilenetv2 (built by tools/fetch_models.py: random weights
+with BatchNorm statistics, smooth random images), mobilenetv2_relu (the same with Relu for
 Relu6, so that CLE applies exactly) and ppocr_det_text (PP-OCR det on pages of the synthetic
 text lines, where its output has signal) are only in this mode's default set.
 """
@@ -35,8 +35,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-SHARED = ROOT.parent / "shared" / "models"
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT / "tools"))    # fetch_models
 
 import fetch_models as fm  # noqa: E402
 
@@ -63,18 +63,14 @@ def images(n: int, shape, seed: int, lo: float, hi: float) -> np.ndarray:
 
 
 def digits():
-    path = SHARED / "digits_cnn.onnx"
-    if path.exists():
-        with np.load(SHARED / "digits_calib.npz") as c, np.load(SHARED / "digits_test.npz") as t:
-            return path, {"input": (1, 1, 8, 8)}, c["input"][:, None], t["input"][:, None]
-    with np.load(ROOT / "examples" / "digits" / "digits_sample.npz") as d:
-        x = d["input"][:, None].astype(np.float32)
-    return ROOT / "examples" / "digits" / "digits_cnn.onnx", {"input": (1, 1, 8, 8)}, x, x
+    with np.load(fm.digits_data("calib")) as c, np.load(fm.digits_data("test")) as t:
+        return (fm.project_model("digits_cnn"), {"input": (1, 1, 8, 8)}, c["input"][:, None],
+                t["input"][:, None])
 
 
 def mobilenetv2():
     shape = (1, 3, 224, 224)
-    return (SHARED / "mobilenetv2.onnx", {"input": shape}, images(16, shape, 0, -2.0, 2.0),
+    return (fm.mobilenetv2(), {"input": shape}, images(16, shape, 0, -2.0, 2.0),
             images(4, shape, 100, -2.0, 2.0))
 
 
@@ -287,8 +283,8 @@ def bench_variants(name: str, calibrator: str, ort_calibrator: str, variants: li
     fixed = fixed_model(path, shapes, work / "fixed.onnx")
     np.savez(work / "calib.npz", **{inp: calib})
     labels = None
-    if name == "digits_cnn" and (SHARED / "digits_test.npz").exists():
-        with np.load(SHARED / "digits_test.npz") as t:
+    if name == "digits_cnn":
+        with np.load(fm.digits_data("test")) as t:
             labels = t["label"]
     say = lambda text: print(f"[{name}] {text}", file=sys.stderr)   # noqa: E731
     f_sess = session(fixed)

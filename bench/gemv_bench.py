@@ -2,8 +2,8 @@
 time to read its 68 KiB of weights: the measurements behind the ninth round in
 docs/performance-log.md.
 
-    python tests/gemv_bench.py                      # this checkout's runtime_c
-    python tests/gemv_bench.py --runtime OLD/runtime_c --no-b-finite   # code before b_finite
+    python bench/gemv_bench.py                      # this checkout's runtime_c
+    python bench/gemv_bench.py --runtime OLD/runtime_c --no-b-finite   # code before b_finite
 
 Builds a small C driver against the runtime's gemm.c with -O3 -march=native and prints, per
 case, the fastest of many batches of calls (ns per call): the product's weights stay in cache

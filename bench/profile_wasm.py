@@ -1,9 +1,9 @@
 """Per-kernel-call times of a model compiled for wasm, in node, alone or against another build.
 
-    python tests/profile_wasm.py DIR [--runs 21] [--top 25]      # an `mlcc compile -t wasm` folder
-    python tests/profile_wasm.py OLD_DIR NEW_DIR [--cpu]           # A/B, runs alternating
+    python bench/profile_wasm.py DIR [--runs 21] [--top 25]      # an `mlcc compile -t wasm` folder
+    python bench/profile_wasm.py OLD_DIR NEW_DIR [--cpu]           # A/B, runs alternating
 
-The wasm counterpart of tests/profile_layers.py: each folder is copied into a temporary one
+The wasm counterpart of bench/profile_layers.py: each folder is copied into a temporary one
 with its model.c's kernel calls bracketed by calls of an imported clock (env.mlcc_prof_at, a
 measuring build only), rebuilt with the folder's Makefile (emcc) and run in one node process,
 the builds alternating run by run on the same random inputs, so the machine's load falls on

@@ -1,9 +1,9 @@
 """Per-kernel-call times of a compiled model, alone or against another build, interleaved.
 
-    python tests/profile_layers.py OUT_DIR [--runs 21] [--top 25]
-    python tests/profile_layers.py OLD_DIR NEW_DIR [--runs 21]    # A/B, calls alternating
-    python tests/profile_layers.py OLD_DIR NEW_DIR --cpu   # the caller's CPU time per call
-    python tests/profile_layers.py DIR --threads 1,2 [--pool-stats]  # the same build on 1 and 2
+    python bench/profile_layers.py OUT_DIR [--runs 21] [--top 25]
+    python bench/profile_layers.py OLD_DIR NEW_DIR [--runs 21]    # A/B, calls alternating
+    python bench/profile_layers.py OLD_DIR NEW_DIR --cpu   # the caller's CPU time per call
+    python bench/profile_layers.py DIR --threads 1,2 [--pool-stats]  # the same build on 1 and 2
 
 OUT_DIR is an `mlcc compile` output folder for this machine. Its generated model.c is copied
 into a temporary folder with a timer around every kernel call (CLOCK_MONOTONIC, summed into

@@ -1,13 +1,13 @@
 """Real models through the C runtime under AddressSanitizer + UndefinedBehaviorSanitizer, under
 valgrind memcheck, and with a counting malloc that proves run() never allocates.
 
-    python tests/sanitize_models.py [--mode asan|valgrind|malloc|all] [MODEL ...]
-    python tests/sanitize_models.py --list
+    python tools/sanitize_models.py [--mode asan|valgrind|malloc|all] [MODEL ...]
+    python tools/sanitize_models.py --list
 
-MODEL is a name of tests/fetch_models.py (yolov8n, ppocr_det, ppocr_rec, ppocr_cls, the light_*
-zoo models as light_NAME) or digits_cnn / digits_mlp / mobilenetv2 from ../shared/models;
-default: every one. Each model is compiled with --no-build, and its model.c and runtime sources
-are built with the program below as ONE static executable (no shared library):
+MODEL is a name of tools/fetch_models.py (yolov8n, ppocr_det, ppocr_rec, ppocr_cls, the light_*
+zoo models as light_NAME, and its PROJECT_MODELS: digits_cnn, digits_cnn_bn, digits_mlp,
+mobilenetv2); default: every one. Each model is compiled with --no-build, and its model.c and
+runtime sources are built with the program below as ONE static executable (no shared library):
 
   asan      gcc -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all: the generic
             harness (runtime_c/harness) runs the model on seeded random inputs; its outputs
@@ -33,7 +33,6 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-SHARED = ROOT.parent / "shared" / "models"
 sys.path.insert(0, str(HERE))
 
 MALLOC_DRIVER = r"""
@@ -117,15 +116,14 @@ def model_path(name: str) -> tuple[Path, dict]:
         return fm.fetch(name), dict(fm.REAL_MODELS[name].shapes)
     if name.startswith("light_"):
         return fm.randomized_light_model(name[len("light_"):]), {}
-    path = SHARED / f"{name}.onnx"
-    if path.is_file():
-        return path, {}
+    if name in fm.PROJECT_MODELS:
+        return fm.project_model(name), {}
     raise SystemExit(f"unknown model {name!r} (see --list)")
 
 
 def all_names() -> list[str]:
     import fetch_models as fm
-    names = ["digits_cnn", "digits_mlp", "mobilenetv2"]
+    names = list(fm.PROJECT_MODELS)
     names += list(fm.REAL_MODELS)
     names += [f"light_{n}" for n in fm.LIGHT_NAMES]
     return names
@@ -200,13 +198,13 @@ def check(name: str, mode: str, work: Path) -> str:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env)
     if proc.returncode != 0:
         raise AssertionError(f"{name} ({mode}): exit {proc.returncode}\n{proc.stderr[-4000:]}")
-    from util import reference_outputs
+    import fetch_models as fm
     import onnx
     model = onnx.load(str(path))
     for i in range(len(model.graph.input) - 1, -1, -1):
         if model.graph.input[i].name not in feeds:
             del model.graph.input[i]
-    ref = reference_outputs(model, feeds)
+    ref = fm.onnxruntime_outputs(model, [o.name for o in model.graph.output], feeds)
     worst = 0.0
     for t, f in zip(manifest["outputs"], outs):
         got = np.fromfile(f, dtype=t["dtype"]).reshape(t["shape"])

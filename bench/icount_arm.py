@@ -1,9 +1,9 @@
 """`make icount-arm`: instructions per inference of the arm build against the portable build.
 
-    python tests/icount_arm.py                          # the default model set
-    python tests/icount_arm.py digits_cnn mobilenetv2   # some of them
-    python tests/icount_arm.py --dotprod                # adds the arm-dotprod build (fmla)
-    python tests/icount_arm.py --list
+    python bench/icount_arm.py                          # the default model set
+    python bench/icount_arm.py digits_cnn mobilenetv2   # some of them
+    python bench/icount_arm.py --dotprod                # adds the arm-dotprod build (fmla)
+    python bench/icount_arm.py --list
 
 No speed can be measured under qemu-aarch64, so this counts instructions instead: a repeatable
 cost measure (the counts are identical run to run, and the script checks that). Each model is
@@ -14,7 +14,7 @@ tools/qemu-icount (built here with the host gcc): once with `--runs 1`, once wit
 The difference is exactly one inference, without process start-up, file reading and init.
 `--runs 1` is run a second time to check that the count repeats.
 
-Models are those of tests/bench_models.py (pinned downloads, ../shared/models). Progress goes
+Models are those of bench/bench_models.py (tools/fetch_models.py). Progress goes
 to stderr, the Markdown table to stdout (and --output FILE). Needs qemu-aarch64 (qemu-user),
 aarch64-linux-gnu-gcc with its C library, and gcc; `make target-tools` installs them on Debian.
 """
@@ -174,7 +174,6 @@ def _qemu_version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     import bench_models as bm
-    import fetch_models as fm
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("names", nargs="*",
@@ -207,14 +206,11 @@ def main(argv: list[str] | None = None) -> int:
             tmp_dir = Path(tmp)
             plugin = build_plugin(tmp_dir / "plugin")
             for name in args.names or DEFAULT_MODELS:
-                try:
-                    path, shapes = bm.MODELS[name](tmp_dir)
-                except fm.FetchError as exc:
-                    path, shapes = None, None
-                    print(f"{name}: not available ({exc})", file=sys.stderr)
-                if path is None:
+                model = bm.available(name, tmp_dir)
+                if model is None:
                     skipped.append(name)
                     continue
+                path, shapes = model
                 counts = []
                 for target in targets:
                     folder = tmp_dir / name / target

@@ -1,6 +1,6 @@
 """Who slows whom on 2 threads: mlcc and onnxruntime timed right after each other, in one process.
 
-    python tests/threads_ab.py OUT_DIR MODEL.onnx [--rounds 100]
+    python bench/threads_ab.py OUT_DIR MODEL.onnx [--rounds 100]
 
 OUT_DIR is an `mlcc compile` output folder of MODEL.onnx for this machine. Each round runs
 every case once, in a random order; a case is a pair (first, then timed): mlcc on 1 or 2

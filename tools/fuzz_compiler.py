@@ -1,6 +1,6 @@
 """Fuzzing of the compiler's input: ONNX files, target YAML files and calibration data.
 
-    python tests/fuzz_compiler.py [--seconds 60] [--seed 0] [--corpus tests/corpus]
+    python tools/fuzz_compiler.py [--seconds 60] [--seed 0] [--corpus tests/corpus]
                                   [--save-failures] [--memory-mb 3072]
 
 Every case goes through `mlcc compile CASE -o OUT --no-build` (the click command, in this
@@ -46,7 +46,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = Path(__file__).parent / "corpus"
+CORPUS = ROOT / "tests" / "corpus"
 CASE_SECONDS = 30
 OK_CODES = {0, 1, 3}
 

@@ -1,13 +1,13 @@
 """ONNX backend node conformance: every node test of the onnx package through mlcc.
 
-    python tests/conformance.py [--jobs 2] [--filter conv] [--ops model|all|Conv,Relu]
+    python tools/conformance.py [--jobs 2] [--filter conv] [--ops model|all|Conv,Relu]
                                 [--opset-max 21] [--report FILE] [--verbose]
 
 The node tests come from onnx.backend.test.case.node (`collect_testcases()`); onnx 1.23's
 `cmd_tools generate-data` no longer writes them, so they are serialized here once per onnx
 version, as the ONNX backend layout (model.onnx, test_data_set_0/input_*.pb, output_*.pb), into
 the model cache (~/.cache/mlcc-models/onnx-node-tests-<onnx version>/). Each test is compiled
-with mlcc for x86 (tests/conformance-x86.yaml: -O1, since build time dominates), run, and
+with mlcc for x86 (tools/conformance-x86.yaml: -O1, since build time dominates), run, and
 compared with the expected outputs at the ONNX runner's tolerances (rtol 1e-3, atol 1e-7).
 
 Each test ends as:
@@ -43,10 +43,11 @@ TARGET = Path(__file__).parent / "conformance-x86.yaml"
 RTOL, ATOL = 1e-3, 1e-7
 MAX_BIND_ROUNDS = 4
 
-# The operator types of the real models the project works with: the CNNs of ../shared/models
-# and the onnx package's light_* model zoo, YOLOv8n, PP-OCRv4 det/rec/cls (all fetched by
-# tests/fetch_models.py) and the MiniLM sentence-transformer exports (BERT-style encoder) when
-# they are in the cache (they add ReduceL2).
+# The operator types of the real models the project works with: its digits CNNs and MobileNetV2
+# (fetch_models.PROJECT_MODELS), the onnx package's light_* model zoo, YOLOv8n, PP-OCRv4
+# det/rec/cls (all fetched or built by tools/fetch_models.py) and the MiniLM
+# sentence-transformer exports (BERT-style encoder) when they are in the cache (they add
+# ReduceL2).
 # model_op_types() recomputes the first part from the files; this list is what the CI subset
 # uses, so that it does not depend on which models happen to be cached.
 MODEL_OPS = sorted(set("""
@@ -58,9 +59,9 @@ Resize Shape Sigmoid Slice Softmax Split Sqrt Squeeze Sub Sum Tanh Transpose Uns
 
 
 def model_op_types() -> set[str]:
-    """Op types of every model file in the cache, ../shared/models and the onnx light models."""
+    """Op types of every model file in the cache, examples/digits and the onnx light models."""
     import onnx
-    roots = [CACHE, Path(__file__).resolve().parents[2] / "shared" / "models",
+    roots = [CACHE, Path(__file__).resolve().parents[1] / "examples" / "digits",
              Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"]
     ops: set[str] = set()
     for root in roots:

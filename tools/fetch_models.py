@@ -1,14 +1,17 @@
-"""Models for end-to-end tests: real ones from pinned PyPI wheels, the onnx package's "light"
-model-zoo architectures (as shipped and with seeded random weights), and small models built
-here without any download.
+"""Models for end-to-end tests and benchmarks: real ones from pinned PyPI wheels, the onnx
+package's "light" model-zoo architectures (as shipped and with seeded random weights), the
+project's own (PROJECT_MODELS: the trained digits networks of examples/digits, a MobileNetV2
+built here), and small models built here without any download. Nothing is read from outside
+the repository but the cache below and the installed onnx package.
 
 As a script:
-    python tests/fetch_models.py            # fetch everything, print the paths
-    python tests/fetch_models.py --list     # what is known and what is cached
-    python tests/fetch_models.py yolov8n ppocr_det
-As a module (tests/test_models.py):
+    python tools/fetch_models.py            # fetch and build everything, print the paths
+    python tools/fetch_models.py --list     # what is known and what is cached
+    python tools/fetch_models.py yolov8n ppocr_det
+As a module (tests/conftest.py puts tools/ on sys.path; bench/ scripts do it themselves):
     from fetch_models import fetch, light_models, randomized_light_model, build_small_models
-    resnet18()                              # built here: torchvision's architecture
+    resnet18(), mobilenetv2()               # built here: torchvision's architectures
+    project_model("digits_cnn_bn"), digits_data("test")
 
 Downloads go through `python -m pip download` of the running interpreter (so pip's own index,
 proxy and certificate settings apply) with --require-hashes. Every wheel's sha256 is pinned
@@ -330,7 +333,7 @@ def randomize(model, seed: int = 0, *, calibrate: bool = True):
     return m
 
 
-def _run_with(model, names: list[str], feeds: dict) -> dict[str, np.ndarray]:
+def onnxruntime_outputs(model, names: list[str], feeds: dict) -> dict[str, np.ndarray]:
     """onnxruntime outputs of `model` for the given intermediate value names."""
     import onnx
     import onnxruntime as ort
@@ -463,7 +466,29 @@ def resnet18_graph(seed: int = 0):
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 224, 224])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
-                             ir_version=8, producer_name="mlcc tests/fetch_models.py")
+                             ir_version=8, producer_name="mlcc tools/fetch_models.py")
+
+
+def _set_batchnorm_statistics(m, feeds: dict) -> None:
+    """Sets the running mean and variance of every BatchNormalization of `m`, in graph order,
+    to those of its own input on `feeds` (a batch per input, onnxruntime), as training would
+    leave them: each BatchNormalization output then has about zero mean and unit variance per
+    channel before its scale and shift."""
+    import onnx
+    from onnx import numpy_helper
+    batched = onnx.ModelProto()
+    batched.CopyFrom(m)
+    for vi in batched.graph.input:
+        if vi.name in feeds:
+            vi.type.tensor_type.shape.dim[0].dim_param = "N"
+    for bn in (n for n in m.graph.node if n.op_type == "BatchNormalization"):
+        acts = onnxruntime_outputs(batched, [bn.input[0]], feeds)[bn.input[0]]
+        for name, value in ((bn.input[3], acts.mean(axis=(0, 2, 3))),
+                            (bn.input[4], acts.var(axis=(0, 2, 3)))):
+            for model in (m, batched):
+                model_inits = {t.name: t for t in model.graph.initializer}
+                model_inits[name].CopyFrom(numpy_helper.from_array(value.astype(np.float32),
+                                                                   name))
 
 
 def resnet18(seed: int = 0) -> Path:
@@ -474,24 +499,13 @@ def resnet18(seed: int = 0) -> Path:
     network's scale through all 18 layers instead of growing or vanishing; the classifier is
     scaled to logits of standard deviation 2, like the randomized light models."""
     import onnx
-    from onnx import numpy_helper
 
     path = cache_dir() / "light_random" / f"resnet18_seed{seed}_v{RESNET18_VERSION}.onnx"
     if path.exists():
         return path
     m = resnet18_graph(seed)
     images = np.concatenate([smooth_image((1, 3, 224, 224), seed + i) for i in range(8)])
-    batched = onnx.ModelProto()
-    batched.CopyFrom(m)
-    batched.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
-    for bn in (n for n in m.graph.node if n.op_type == "BatchNormalization"):
-        acts = _run_with(batched, [bn.input[0]], {"input": images})[bn.input[0]]
-        for name, value in ((bn.input[3], acts.mean(axis=(0, 2, 3))),
-                            (bn.input[4], acts.var(axis=(0, 2, 3)))):
-            for model in (m, batched):
-                model_inits = {t.name: t for t in model.graph.initializer}
-                model_inits[name].CopyFrom(numpy_helper.from_array(value.astype(np.float32),
-                                                                   name))
+    _set_batchnorm_statistics(m, {"input": images})
     _calibrate_logits(m, "logits", ["fc.weight", "fc.bias"], {"input": images[:1]})
     onnx.checker.check_model(m)
     _write_atomic(path, m.SerializeToString())
@@ -504,7 +518,7 @@ def _calibrate_logits(m, logits: str, params: list[str], feeds: dict,
     logit_std on `feeds` (see randomize())."""
     from onnx import numpy_helper
     inits = {t.name: t for t in m.graph.initializer}
-    std = float(np.std(_run_with(m, [logits], feeds)[logits]))
+    std = float(np.std(onnxruntime_outputs(m, [logits], feeds)[logits]))
     if std > 0:
         for x in params:
             arr = numpy_helper.to_array(inits[x]) * np.float32(logit_std / std)
@@ -574,7 +588,7 @@ def _model(nodes, inputs, outputs, inits, opset=17):
         [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, s) for n, s in outputs],
         [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                          producer_name="mlcc tests/fetch_models.py")
+                          producer_name="mlcc tools/fetch_models.py")
     m.ir_version = 8
     onnx.checker.check_model(m, full_check=True)
     return m
@@ -656,6 +670,228 @@ def build_small_models(folder: str | Path, seed: int = 0) -> dict[str, tuple[Pat
     return paths
 
 
+# ------------------------------------------------------------------------ the project's models
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGITS = ROOT / "examples" / "digits"
+
+# The models every checkout has (tests/test_models.py checks each against onnxruntime): the
+# digits networks, trained on scikit-learn's 8x8 digits and shipped in examples/digits (the
+# BatchNorm variant built from the CNN), and a MobileNetV2 with random weights built here.
+PROJECT_MODELS = ("digits_cnn", "digits_cnn_bn", "digits_mlp", "mobilenetv2")
+
+SHIPPED = ("digits_cnn", "digits_mlp")
+# Bump when the builder writes a different model, so that stale cached copies are not reused.
+BUILT_VERSIONS = {"digits_cnn_bn": 1, "mobilenetv2": 1}
+
+
+def _built(name: str, seed: int = 0) -> Path:
+    return cache_dir() / "models" / f"{name}_seed{seed}_v{BUILT_VERSIONS[name]}.onnx"
+
+
+def project_model(name: str) -> Path:
+    """The .onnx file of a name of PROJECT_MODELS (built into the cache on first use)."""
+    if name in SHIPPED:
+        return DIGITS / f"{name}.onnx"
+    if name == "digits_cnn_bn":
+        return digits_cnn_bn()
+    if name == "mobilenetv2":
+        return mobilenetv2()
+    raise KeyError(f"unknown model {name!r}; known: {', '.join(PROJECT_MODELS)}")
+
+
+def digits_data(split: str) -> Path:
+    """examples/digits/digits_{split}.npz. "test": the test quarter of scikit-learn's digits
+    (train_test_split(test_size=0.25, stratify=y, random_state=0)), `input` [450, 1, 8, 8]
+    float32 (pixels / 16) and `label` [450] int64; "calib": `input`, 200 seeded random
+    images of the training split, for int8 calibration."""
+    if split not in ("test", "calib"):
+        raise KeyError(f"unknown digits split {split!r}: test or calib")
+    return DIGITS / f"digits_{split}.npz"
+
+
+def digits_cnn_bn(seed: int = 0) -> Path:
+    """examples/digits/digits_cnn.onnx with a BatchNormalization after each convolution, the
+    pattern torch exports for a network trained with BatchNorm (Conv without bias, then
+    BatchNormalization): seeded per-channel scale, running mean and variance, each Conv's
+    weights divided by its BatchNorm's factor scale / sqrt(var + eps) and the BatchNorm's
+    shift set to bias + factor * mean, so that the network computes the trained CNN's function
+    (its accuracy) up to float rounding. For BatchNorm folding on a trained network."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    path = _built("digits_cnn_bn", seed)
+    if path.exists():
+        return path
+    m = onnx.load(str(DIGITS / "digits_cnn.onnx"))
+    g = m.graph
+    arrays = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    rng = np.random.default_rng([seed, 8])
+    eps = 1e-5
+    nodes, renamed, k = [], {}, 0
+    for node in g.node:
+        node.input[:] = [renamed.get(x, x) for x in node.input]
+        if node.op_type != "Conv" or len(node.input) < 3:
+            nodes.append(node)
+            continue
+        k += 1
+        w, b = (arrays.pop(x).astype(np.float64) for x in node.input[1:3])
+        c = w.shape[0]
+        scale, var = rng.uniform(0.5, 1.5, c), rng.uniform(0.25, 4.0, c)
+        mean = rng.normal(0.0, 0.5, c)
+        factor = scale / np.sqrt(var + eps)
+        names = [f"b{k}.{p}" for p in ("weight", "bias", "running_mean", "running_var")]
+        arrays.update(zip(names, (scale, b + factor * mean, mean, var)))
+        arrays[f"c{k}.weight"] = w / factor[:, None, None, None]
+        out = f"/b{k}/BatchNormalization_output_0"
+        renamed[node.output[0]] = out
+        del node.input[1:]
+        node.input.append(f"c{k}.weight")
+        nodes += [node, helper.make_node("BatchNormalization", [node.output[0], *names], [out],
+                                         name=f"/b{k}/BatchNormalization", epsilon=eps)]
+    for o in g.output:
+        o.name = renamed.get(o.name, o.name)
+    del g.node[:]
+    g.node.extend(nodes)
+    del g.initializer[:]
+    g.initializer.extend(numpy_helper.from_array(v.astype(np.float32), n)
+                         for n, v in arrays.items())
+    m.producer_name, m.producer_version = "mlcc tools/fetch_models.py", ""
+    onnx.checker.check_model(m, full_check=True)
+    _write_atomic(path, m.SerializeToString())
+    return path
+
+
+# torchvision's MobileNetV2 inverted residual settings: expansion t, channels c, repeats n,
+# first stride s.
+MOBILENETV2_BLOCKS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                      (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
+
+
+def mobilenetv2_graph(seed: int = 0):
+    """torchvision's MobileNetV2 1.0 (224 x 224, 1000 classes, opset 17) written with
+    onnx.helper as a training-mode export: Conv without bias, BatchNormalization, Clip(0, 6)
+    for ReLU6, Add for the residuals, GlobalAveragePool, Flatten, Gemm. Convolutions He-normal
+    (fan-out), BatchNorm scale in [0.5, 1.5] and shift in [-0.5, 0.5] (seeded), running
+    statistics 0 and 1 until mobilenetv2() sets them; the classifier normal with std 0.01."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng([seed, 2])
+    nodes, inits = [], []
+
+    def const(name, arr):
+        inits.append(numpy_helper.from_array(np.asarray(arr, np.float32), name))
+        return name
+
+    const("relu6.min", 0.0)
+    const("relu6.max", 6.0)
+
+    def conv_bn(x, name, cin, cout, k, stride, relu6, group=1):
+        w = rng.standard_normal((cout, cin // group, k, k)) * np.sqrt(2.0 / (cout * k * k))
+        nodes.append(helper.make_node(
+            "Conv", [x, const(f"{name}.weight", w)], [f"{name}.conv"], name=f"{name}.conv",
+            kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4, group=group))
+        params = [const(f"{name}.bn.{p}", v) for p, v in (
+            ("scale", rng.uniform(0.5, 1.5, cout)), ("bias", rng.uniform(-0.5, 0.5, cout)),
+            ("mean", np.zeros(cout)), ("var", np.ones(cout)))]
+        out = f"{name}.bn"
+        nodes.append(helper.make_node("BatchNormalization", [f"{name}.conv", *params], [out],
+                                      name=out, epsilon=1e-5))
+        if relu6:
+            nodes.append(helper.make_node("Clip", [out, "relu6.min", "relu6.max"],
+                                          [f"{name}.relu6"], name=f"{name}.relu6"))
+            out = f"{name}.relu6"
+        return out
+
+    x, cin, i = conv_bn("input", "features.0", 3, 32, 3, 2, relu6=True), 32, 1
+    for t, c, n, s in MOBILENETV2_BLOCKS:
+        for r in range(n):
+            name, stride, hidden = f"features.{i}", s if r == 0 else 1, cin * t
+            y = x if t == 1 else conv_bn(x, f"{name}.expand", cin, hidden, 1, 1, relu6=True)
+            y = conv_bn(y, f"{name}.depthwise", hidden, hidden, 3, stride, relu6=True,
+                        group=hidden)
+            y = conv_bn(y, f"{name}.project", hidden, c, 1, 1, relu6=False)
+            if stride == 1 and cin == c:
+                nodes.append(helper.make_node("Add", [x, y], [f"{name}.add"], name=f"{name}.add"))
+                y = f"{name}.add"
+            x, cin, i = y, c, i + 1
+    x = conv_bn(x, f"features.{i}", cin, 1280, 1, 1, relu6=True)
+    nodes += [helper.make_node("GlobalAveragePool", [x], ["pool"], name="avgpool"),
+              helper.make_node("Flatten", ["pool"], ["flat"], name="flatten", axis=1),
+              helper.make_node("Gemm", ["flat", const("classifier.weight",
+                                                      rng.normal(0, 0.01, (1000, 1280))),
+                                        const("classifier.bias", rng.normal(0, 0.01, 1000))],
+                               ["logits"], name="classifier", transB=1)]
+    graph = helper.make_graph(
+        nodes, "mobilenetv2",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 224, 224])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                             ir_version=8, producer_name="mlcc tools/fetch_models.py")
+
+
+def _fold_batchnorm(m) -> None:
+    """Folds each BatchNormalization that alone reads a Conv's output into that Conv's weights
+    and bias (what torch's eval-mode export writes)."""
+    from onnx import numpy_helper
+    g = m.graph
+    arrays = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in g.initializer}
+    producers = {o: n for n in g.node for o in n.output}
+    readers: dict[str, int] = {}
+    for n in g.node:
+        for x in n.input:
+            readers[x] = readers.get(x, 0) + 1
+    nodes, renamed = [], {}
+    for n in g.node:
+        conv = producers.get(n.input[0]) if n.op_type == "BatchNormalization" else None
+        if conv is None or conv.op_type != "Conv" or readers[n.input[0]] != 1:
+            nodes.append(n)
+            continue
+        eps = next((a.f for a in n.attribute if a.name == "epsilon"), 1e-5)
+        scale, shift, mean, var = (arrays.pop(x) for x in n.input[1:5])
+        factor = scale / np.sqrt(var + eps)
+        w = arrays[conv.input[1]]
+        bias = arrays.pop(conv.input[2]) if len(conv.input) > 2 else np.zeros(w.shape[0])
+        arrays[conv.input[1]] = w * factor[:, None, None, None]
+        bias_name = conv.input[2] if len(conv.input) > 2 else f"{conv.name}.bias"
+        arrays[bias_name] = (bias - mean) * factor + shift
+        del conv.input[2:]
+        conv.input.append(bias_name)
+        renamed[n.output[0]] = conv.output[0]
+    for n in nodes:
+        n.input[:] = [renamed.get(x, x) for x in n.input]
+    del g.node[:]
+    g.node.extend(nodes)
+    del g.initializer[:]
+    g.initializer.extend(numpy_helper.from_array(v.astype(np.float32), k)
+                         for k, v in arrays.items())
+
+
+def mobilenetv2(seed: int = 0) -> Path:
+    """A cached MobileNetV2 (mobilenetv2_graph) with non-trivial BatchNorm statistics: the
+    running mean and variance of each BatchNorm are those of its own input on 8 smooth images
+    (smooth_image), set layer by layer in graph order, so that activations keep a trained
+    network's scale through the 52 convolutions; then every
+    BatchNorm is folded into its convolution, as torch's eval-mode export writes the model
+    (Conv with bias, Clip, Add), and the classifier is scaled to logits of standard deviation
+    2. Random weights: outputs mean nothing, the structure and the arithmetic are real."""
+    import onnx
+
+    path = _built("mobilenetv2", seed)
+    if path.exists():
+        return path
+    m = mobilenetv2_graph(seed)
+    images = np.concatenate([smooth_image((1, 3, 224, 224), seed + i) for i in range(8)])
+    _set_batchnorm_statistics(m, {"input": images})
+    _fold_batchnorm(m)
+    _calibrate_logits(m, "logits", ["classifier.weight", "classifier.bias"],
+                      {"input": images[:1]})
+    onnx.checker.check_model(m, full_check=True)
+    _write_atomic(path, m.SerializeToString())
+    return path
+
+
 # --------------------------------------------------------------------------------- script
 
 def main(argv: list[str] | None = None) -> int:
@@ -664,7 +900,8 @@ def main(argv: list[str] | None = None) -> int:
                                              f"{', '.join(REAL_MODELS)}")
     ap.add_argument("--list", action="store_true", help="show what is cached; fetch nothing")
     ap.add_argument("--no-light", action="store_true",
-                    help="skip writing the randomized light models")
+                    help="skip building the randomized light models, ResNet-18 and the "
+                         "project's models")
     args = ap.parse_args(argv)
     print(f"cache: {cache_dir()}")
     unknown = [n for n in args.names if n not in REAL_MODELS]
@@ -680,6 +917,12 @@ def main(argv: list[str] | None = None) -> int:
         except FetchError as exc:
             print(f"{name:10} FAILED: {exc}", file=sys.stderr)
             return 1
+    if args.list and not args.names:
+        for name in PROJECT_MODELS:
+            shipped = name in SHIPPED
+            state = "shipped" if shipped else "cached" if _built(name).exists() else "missing"
+            print(f"{name:10} {state:8} "
+                  f"{'examples/digits' if shipped else 'built here with a fixed seed'}")
     if not args.list and not args.names:
         for seq_len in (128, 32):
             print(f"{f'minilm_{seq_len}':10} {minilm(seq_len)}")
@@ -687,6 +930,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in light_models():
             print(f"{'light_' + name:10} {randomized_light_model(name)}")
         print(f"{'resnet18':10} {resnet18()}")
+        for name in PROJECT_MODELS:
+            print(f"{name:10} {project_model(name)}")
     return 0
 
 
