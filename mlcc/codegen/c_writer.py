@@ -100,7 +100,8 @@ def needed_runtime(calls: list[KernelCall]) -> list[str]:
         stems.add(s)
         todo.update(deps.get(s, set()))
     kernels = RUNTIME_DIR / "kernels"
-    files = ["include/mlcc_runtime.h", "src/mlcc_runtime.c", "src/mlcc_threadpool.c"]
+    files = ["include/mlcc_runtime.h", "src/mlcc_internal.h", "src/mlcc_runtime.c",
+             "src/mlcc_threadpool.c"]
     for s in sorted(stems):
         for ext in (".h", ".c"):
             if (kernels / f"{s}{ext}").exists():
