@@ -15,16 +15,17 @@ MIN_ALIGNED = 40
 def pack(items: list[str], first: str, cont: str, last: str, sep: str = ",",
          width: int = WIDTH) -> list[str]:
     """Items separated by `sep`, greedily packed: the first line starts with `first`, the
-    following with `cont`, and `last` closes the list (on the last item's line)."""
+    following with `cont`, and `last` closes the list (on the last item's line). An item that
+    does not fit on a line of its own still gets one."""
     lines: list[str] = []
-    cur = first
+    cur, empty = first, True
     for i, item in enumerate(items):
         text = item + (sep if i < len(items) - 1 else last)
-        gap = "" if cur == first or cur == cont else " "
-        if cur not in (first, cont) and len(cur) + len(gap) + len(text) > width:
+        if not empty and len(cur) + 1 + len(text) > width:
             lines.append(cur)
-            cur, gap = cont, ""
-        cur += gap + text
+            cur, empty = cont, True
+        cur += text if empty else " " + text
+        empty = False
     if not items:
         cur += last
     lines.append(cur)
