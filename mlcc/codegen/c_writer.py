@@ -139,9 +139,9 @@ class _Symbols:
 def _symbols(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int],
              prefix: str) -> _Symbols:
     g = prog.graph
-    ids = NameTable({"model_info", "input_info", "output_info", "ARENA", "WEIGHT",
-                     f"{prefix}_run", f"{prefix}_run_v", f"{prefix}_init",
-                     f"{prefix}_model_info"})
+    ids = NameTable({"model_info", "input_info", "output_info", "ARENA", "WEIGHT"} |
+                    {f"{prefix}_{f}" for f in ("run", "run_v", "init", "model_info",
+                                               "embedded_weights", "init_embedded")})
     inputs = [ids.take(n, "input") for n in g.inputs]
     outputs = [ids.take(n, "output") for n in g.outputs]
     weights = {n: ids.take(n, prefix="W_", limit=MAX_LENGTH) for n in weight_offsets}
