@@ -75,13 +75,31 @@ __attribute__((visibility("default"))) double *mlcc_prof(void) { return mlcc_pro
 """
 
 
+def statements(source: str) -> list[str]:
+    """model.c's lines, except that a kernel call wrapped over several lines is one item (its
+    lines joined by newlines), so that the call is instrumented as a whole."""
+    out: list[str] = []
+    cur: list[str] | None = None
+    for line in source.split("\n"):
+        if cur is not None:
+            cur.append(line)
+            if line.rstrip().endswith(";"):
+                out.append("\n".join(cur))
+                cur = None
+        elif CALL.match(line) and not line.rstrip().endswith(";"):
+            cur = [line]
+        else:
+            out.append(line)
+    return out + (cur or [])
+
+
 def instrument(folder: Path, into: Path,
                pool_stats: bool = False) -> tuple[list[tuple[str, str]], dict[str, str]]:
     """Copies folder to into with every kernel call of model.c timed; rebuilds it."""
     shutil.copytree(folder, into)
     calls, lines = [], []
     source = (into / "model.c").read_text()
-    for line in source.split("\n"):
+    for line in statements(source):
         m = CALL.match(line)
         if m and line.rstrip().endswith(";") and len(calls) < 4096:
             f = f"mlcc_prof_t + {len(calls) * FIELDS}"

@@ -27,7 +27,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from profile_layers import CALL, describe, print_per_kernel  # noqa: E402
+from profile_layers import CALL, describe, print_per_kernel, statements  # noqa: E402
 
 CLOCK = """
 __attribute__((import_module("env"), import_name("mlcc_prof_at")))
@@ -82,7 +82,7 @@ def instrument(folder: Path, into: Path) -> tuple[list[tuple[str, str]], dict[st
     shutil.copytree(folder, into)
     calls, lines = [], []
     source = (into / "model.c").read_text()
-    for line in source.split("\n"):
+    for line in statements(source):
         m = CALL.match(line)
         if m and line.rstrip().endswith(";"):
             lines += [f"    mlcc_prof_at({len(calls)}, 0);", line,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import tempfile
 import time
 from collections import Counter
@@ -134,10 +135,14 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
         # model.wasm runs in node through harness.mjs over the JavaScript wrapper.
         extra.update(harness=HARNESS_JS, run=list(tgt.run), run_package=tgt.run_package)
         exports = wasm_exports(prefix, embed_weights)
+    command = compile_command(model, target=target, shapes=shapes, name=name,
+                              embed_weights=embed_weights, extra_outputs=extra_outputs,
+                              quantize=quantize)
+    extra["command"] = " ".join(command)
     gen = generate(g, prefix=prefix, target_name=tgt.name, source_name=Path(model).name,
                    max_arena=max_arena, embed_weights=embed_weights, manifest_extra=extra,
                    pointer_bits=tgt.pointer_bits, arch=tgt.arch,
-                   options=tgt.lowering_options())
+                   options=tgt.lowering_options(), command=command)
     folder = Path(output_dir)
     if folder.exists() and not folder.is_dir():
         raise MlccError(f"output folder {folder} exists and is not a folder")
@@ -162,6 +167,53 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
         for note in notes:
             (quantize.progress or (lambda text: None))(f"export-qdq: {note}")
     return CompileResult(folder, gen.manifest, gen.program.graph, quant_result)
+
+
+def compile_command(model: str | Path, *, target: str = "x86", shapes: Shapes | None = None,
+                    name: str | None = None, embed_weights: bool = False,
+                    extra_outputs: list[str] | None = None,
+                    quantize: QuantizeConfig | None = None) -> list[str]:
+    """The `mlcc compile` command line (as words) equivalent to compile() with these arguments:
+    those that change what is generated, paths reduced to file names (so the record is the
+    same wherever the files are and leaks no directories). Arguments the CLI does not have
+    follow a "#" word, as a shell comment."""
+    words = ["mlcc", "compile", Path(model).name, "--target", Path(str(target)).name]
+    for k, dims in sorted((shapes or {}).items()):
+        words += ["--shape", f"{k}={','.join(str(d) for d in dims)}"]
+    if name is not None:
+        words += ["--name", name]
+    if embed_weights:
+        words.append("--embed-weights")
+    api_only = []
+    q = quantize
+    if q is not None:
+        words += ["--quantize", "int8"]
+        if q.calibration is not None:
+            words += ["--calibration", Path(q.calibration).name]
+        if q.calibrator != "minmax":
+            words += ["--calibrator", q.calibrator]
+        if q.calibrator == "percentile":
+            words += ["--percentile", f"{q.percentile:g}"]
+        if not q.per_channel:
+            words.append("--per-tensor")
+        if q.requant is not None:
+            words += ["--requant", q.requant]
+        if q.min_sqnr is not None:
+            words += ["--min-sqnr", f"{q.min_sqnr:g}"]
+        if q.smooth is not None:
+            words += ["--smooth", f"{q.smooth:g}"]
+        if q.equalize:
+            words.append("--equalize-relu6" if q.equalize == "relu6" else "--equalize")
+        if q.bias_correction:
+            words.append("--bias-correction")
+        for pattern in q.keep_float:
+            words += ["--keep-float", pattern]
+        if q.max_samples is not None:
+            api_only.append(f"max_samples={q.max_samples}")
+    if extra_outputs:
+        api_only.append(f"extra_outputs=<{len(extra_outputs)} values>")
+    words = [shlex.quote(w) for w in words]
+    return words + (["#", "API:", *api_only] if api_only else [])
 
 
 def _input_spec(g: Graph) -> dict:

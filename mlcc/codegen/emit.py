@@ -25,7 +25,9 @@ class Generated:
 def generate(g: Graph, *, prefix: str, target_name: str, source_name: str,
              max_arena: int | None = None, embed_weights: bool = False,
              manifest_extra: dict | None = None, pointer_bits: int = 64,
-             arch: str = "", options: dict | None = None) -> Generated:
+             arch: str = "", options: dict | None = None,
+             command: list[str] | None = None) -> Generated:
+    """command: the `mlcc compile` command line as words, for the banner of the sources."""
     prog, slots = lower_graph(g, options)
     plan = plan_memory(prog, slots)
     check_arena_limit(prog, plan, max_arena)
@@ -35,7 +37,8 @@ def generate(g: Graph, *, prefix: str, target_name: str, source_name: str,
     check_address_space(plan, size, io_bytes, pointer_bits, arch or target_name)
     blob, model_id = build_blob(consts, offsets, size)
     src = write_c(prog, plan, offsets, prefix=prefix, model_id=model_id, weights_size=size,
-                  source_name=source_name, target_name=target_name, embedded=embed_weights)
+                  source_name=source_name, target_name=target_name, embedded=embed_weights,
+                  command=command)
     files: dict[str, bytes] = {"model.h": src.header.encode(), "model.c": src.source.encode(),
                                "weights.bin": blob}
     if embed_weights:

@@ -157,17 +157,6 @@ MLCC_EXPORT int mlcc_threadpool_size(const mlcc_threadpool *pool);
  * (init resets it to NULL); the pool must outlive every run of ctx that uses it. */
 MLCC_EXPORT int mlcc_context_set_threadpool(mlcc_context *ctx, mlcc_threadpool *pool);
 
-/* For kernels: calls fn(arg, unit, thread) for every unit < units (at most 65535; more run on
- * the caller), on at most max_threads threads of the pool (thread < max_threads: 0 is the
- * caller; kernels index per-thread scratch with it), and returns when all calls have returned.
- * Which thread runs which unit depends on timing: a unit's result must not. pool may be NULL. */
-typedef void (*mlcc_unit_fn)(void *arg, int unit, int thread);
-void mlcc_threadpool_for(mlcc_threadpool *pool, mlcc_unit_fn fn, void *arg, int units,
-                         int max_threads);
-
-/* CRC-32 (IEEE 802.3, as zlib computes it) of n bytes. */
-uint32_t mlcc_crc32(const void *data, size_t n);
-
 #ifdef __cplusplus
 }
 #endif

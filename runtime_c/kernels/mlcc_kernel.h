@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../src/mlcc_internal.h"
 #include "mlcc_runtime.h"
 
 /* Kernels of fewer multiply-adds (or, for memory-bound loops, fewer elements) than this run on

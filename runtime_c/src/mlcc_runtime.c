@@ -1,6 +1,6 @@
 /* mlcc runtime core: status strings and weight blob validation. No allocation, no globals
  * other than constant tables. */
-#include "mlcc_runtime.h"
+#include "mlcc_internal.h"
 
 #include <string.h>
 

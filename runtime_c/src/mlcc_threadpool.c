@@ -16,7 +16,7 @@
 #if defined(MLCC_POOL_STATS) && !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200112L   /* clock_gettime under -std=c99 */
 #endif
-#include "mlcc_runtime.h"
+#include "mlcc_internal.h"
 
 #include <stdlib.h>
 
@@ -293,7 +293,6 @@ void mlcc_threadpool_for(mlcc_threadpool *pool, mlcc_unit_fn fn, void *arg, int 
  * each loop's start to their first unit of it, and the times they went to sleep; then zeroes
  * them. Call between runs (a worker that goes to sleep after a loop returned may count
  * that sleep after the reset). */
-MLCC_EXPORT void mlcc_threadpool_stats(mlcc_threadpool *pool, double *out);
 void mlcc_threadpool_stats(mlcc_threadpool *pool, double *out) {
     int t;
     for (t = 0; pool != NULL && t < pool->size; t++) {
