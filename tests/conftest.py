@@ -46,3 +46,8 @@ def tiny_static_path(tmp_path) -> Path:
     path = tmp_path / "tiny_static.onnx"
     onnx.save(tiny_cnn(batch=1), str(path))
     return path
+
+
+# Operator coverage (tests/op_coverage.py): a test named as the witness of an operator fails if
+# the compiler did not write that operator while it ran.
+from op_coverage import lowered_witness, pytest_runtest_makereport  # noqa: E402,F401

@@ -13,9 +13,10 @@ compared with the expected outputs at the ONNX runner's tolerances (rtol 1e-3, a
 Each test ends as:
   passed   outputs match
   bound    outputs match once the graph inputs that mlcc needs as compile-time constants (the
-           ones it names in "must be a constant once shapes are static": axes, shapes, starts,
-           sizes, split sizes, ...) are bound to the test's values, as a user of a static
-           compiler would (the model then holds them as initializers)
+           ones it names in "must be a constant": axes, shapes, starts, sizes, split sizes, ...,
+           and the scales, zero points and weights of the integer operators) are bound to the
+           test's values, as a user of a static compiler would (the model then holds them as
+           initializers)
   refused  mlcc refused the model at compile time (UnsupportedError: op, attribute or type)
   failed   a wrong answer, a crash, or any other error: the goal is none
 
@@ -35,13 +36,14 @@ import tempfile
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 CACHE = Path(os.environ.get("MLCC_MODEL_CACHE", Path.home() / ".cache" / "mlcc-models"))
 TARGET = Path(__file__).parent / "conformance-x86.yaml"
 RTOL, ATOL = 1e-3, 1e-7
-MAX_BIND_ROUNDS = 4
+MAX_BIND_ROUNDS = 8
 
 # The operator types of the real models the project works with: its digits CNNs and MobileNetV2
 # (fetch_models.PROJECT_MODELS), the onnx package's light_* model zoo, YOLOv8n, PP-OCRv4
@@ -140,14 +142,25 @@ def _read(folder: Path, kind: str) -> list[np.ndarray]:
     return out
 
 
-# What mlcc says of a graph input it needs as a compile-time constant (ops/common.py
-# const_input; passes/infer_and_fold.py for a Loop's inputs).
-_CONST_INPUT = re.compile(r"(?:\(input \d+, |graph input )'([^']+)'\)? must be a constant once "
-                          r"shapes are static")
+# What mlcc says of a graph input it needs as a compile-time constant: a shape-like value
+# (ops/common.py const_input; passes/infer_and_fold.py for a Loop's inputs: "must be a constant
+# once shapes are static") or a quantization parameter or integer weight (ops/quant.py: "must be
+# a constant"; in a quantized model these are initializers).
+_CONST_INPUT = re.compile(r"'([^']+)'\)? must be a constant\b")
 
 
-def run_case(entry: dict, root: Path) -> tuple[str, str, str, str]:
-    """Compiles and runs one test; returns (name, op, status, reason)."""
+class Result(NamedTuple):
+    name: str
+    op: str
+    status: str       # passed, bound, refused or failed
+    why: str
+    # The (domain, op type) of every node of the compiled graph once the compiler's passes have
+    # run: what the generated C executes (an operator folded at compile time is not in it).
+    lowered: tuple[tuple[str, str], ...] = ()
+
+
+def run_case(entry: dict, root: Path) -> Result:
+    """Compiles and runs one test."""
     import onnx
     from onnx import numpy_helper
     import mlcc
@@ -160,12 +173,18 @@ def run_case(entry: dict, root: Path) -> tuple[str, str, str, str]:
     outputs = _read(d / "test_data_set_0", "output") if entry["tensors"] else []
     feeds = {i.name: v for i, v in zip(model.graph.input, inputs)}
     bound: list[str] = []
+    lowered: tuple[tuple[str, str], ...] = ()
+
+    def end(status: str, why: str) -> Result:
+        return Result(name, op, status, why, lowered)
+
     with tempfile.TemporaryDirectory(prefix="mlcc-conf-") as tmp:
         for _ in range(MAX_BIND_ROUNDS + 1):
             path = Path(tmp) / "model.onnx"
             onnx.save(model, str(path))
             try:
-                mlcc.compile(path, Path(tmp) / "out", target=str(TARGET))
+                compiled = mlcc.compile(path, Path(tmp) / "out", target=str(TARGET))
+                lowered = tuple(sorted({(n.domain, n.op_type) for n in compiled.graph.nodes}))
                 break
             except UnsupportedError as exc:
                 m = _CONST_INPUT.search(exc.message)
@@ -179,28 +198,28 @@ def run_case(entry: dict, root: Path) -> tuple[str, str, str, str]:
                     model.graph.initializer.append(numpy_helper.from_array(value, m.group(1)))
                     bound.append(m.group(1))
                     continue
-                return name, op, "refused", exc.message.splitlines()[-1].strip()[:200]
+                return end("refused", exc.message.splitlines()[-1].strip()[:200])
             except MlccError as exc:
-                return name, op, "failed", f"compile: {exc.message}"[:300]
+                return end("failed", f"compile: {exc.message}"[:300])
             except Exception as exc:  # a crash of the compiler
-                return name, op, "failed", f"crash: {type(exc).__name__}: {exc}"[:300]
+                return end("failed", f"crash: {type(exc).__name__}: {exc}"[:300])
         else:
-            return name, op, "refused", f"needs more than {MAX_BIND_ROUNDS} bound inputs"
+            return end("refused", f"needs more than {MAX_BIND_ROUNDS} bound inputs")
         if not entry["tensors"]:
-            return name, op, "failed", "compiled a test whose inputs are not tensors"
+            return end("failed", "compiled a test whose inputs are not tensors")
         try:
             m = mlcc.load(Path(tmp) / "out")
             got = m.run(feeds)
         except Exception as exc:
-            return name, op, "failed", f"run: {type(exc).__name__}: {exc}"[:300]
+            return end("failed", f"run: {type(exc).__name__}: {exc}"[:300])
         for o, ref in zip(model.graph.output, outputs):
             ref = np.asarray(ref)
             g = got.get(o.name)
             if g is None or g.shape != ref.shape:
-                return name, op, "failed", (f"output {o.name}: shape "
-                                            f"{None if g is None else g.shape} != {ref.shape}")
+                return end("failed", (f"output {o.name}: shape "
+                                      f"{None if g is None else g.shape} != {ref.shape}"))
             if g.dtype != ref.dtype:
-                return name, op, "failed", f"output {o.name}: dtype {g.dtype} != {ref.dtype}"
+                return end("failed", f"output {o.name}: dtype {g.dtype} != {ref.dtype}")
             try:
                 if ref.dtype.kind == "V":
                     # ml_dtypes types (bfloat16, float8, float4, int4, int2): the exact codes,
@@ -213,11 +232,11 @@ def run_case(entry: dict, root: Path) -> tuple[str, str, str, str]:
                     np.testing.assert_array_equal(g, ref)
             except AssertionError as exc:
                 line = [l for l in str(exc).splitlines() if "Max absolute" in l]
-                return name, op, "failed", (f"wrong answer on {o.name}: "
-                                            f"{line[0].strip() if line else str(exc)[:200]}")
+                return end("failed", (f"wrong answer on {o.name}: "
+                                      f"{line[0].strip() if line else str(exc)[:200]}"))
     if bound:
-        return name, op, "bound", "bound: " + ", ".join(bound)
-    return name, op, "passed", ""
+        return end("bound", "bound: " + ", ".join(bound))
+    return end("passed", "")
 
 
 def _run_one(args):
@@ -236,22 +255,22 @@ def select(index: list[dict], ops: str, name_filter: str | None, opset_max: int)
             and (not name_filter or name_filter.lower() in e["name"].lower())]
 
 
-def run(entries: list[dict], root: Path, jobs: int) -> list[tuple[str, str, str, str]]:
+def run(entries: list[dict], root: Path, jobs: int) -> list[Result]:
     if jobs <= 1:
         return [run_case(e, root) for e in entries]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         return list(pool.map(_run_one, [(e, root) for e in entries], chunksize=2))
 
 
-def table(results) -> str:
+def table(results: list[Result]) -> str:
     per_op = collections.defaultdict(collections.Counter)
-    for _, op, status, _ in results:
+    for _, op, status, _, _ in results:
         per_op[op][status] += 1
     lines = [f"| operator | passed | bound | refused | failed |", "|---|---:|---:|---:|---:|"]
     for op in sorted(per_op):
         c = per_op[op]
         lines.append(f"| {op} | {c['passed']} | {c['bound']} | {c['refused']} | {c['failed']} |")
-    total = collections.Counter(status for _, _, status, _ in results)
+    total = collections.Counter(r.status for r in results)
     lines.append(f"| **total ({len(results)} tests, {len(per_op)} operators)** | "
                  f"{total['passed']} | {total['bound']} | {total['refused']} | {total['failed']} |")
     return "\n".join(lines)
@@ -271,13 +290,14 @@ def main(argv=None) -> int:
     index = generate(root)
     results = run(select(index, args.ops, args.filter, args.opset_max), root, args.jobs)
     print(table(results))
-    for name, op, status, why in sorted(results):
+    for name, op, status, why, _ in sorted(results):
         if status == "failed" or (args.verbose and status in ("refused", "bound")):
             print(f"{status.upper()} {name} [{op}]: {why}")
     if args.report:
         Path(args.report).write_text(json.dumps(
-            [{"test": n, "op": o, "status": s, "why": w} for n, o, s, w in results], indent=1))
-    return 1 if any(s == "failed" for _, _, s, _ in results) else 0
+            [{"test": r.name, "op": r.op, "status": r.status, "why": r.why} for r in results],
+            indent=1))
+    return 1 if any(r.status == "failed" for r in results) else 0
 
 
 if __name__ == "__main__":

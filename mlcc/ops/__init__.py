@@ -5,11 +5,13 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .registry import OpDef, describe, lookup, register, registered_ops, unsupported_reason
+from .registry import (OpDef, definitions, describe, lookup, register, registered_operators,
+                       registered_ops, unsupported_reason)
 
 _HELPERS = {"registry", "common"}
 for _mod in sorted(m.name for m in pkgutil.iter_modules(__path__)):
     if _mod not in _HELPERS:
         importlib.import_module(f"{__name__}.{_mod}")
 
-__all__ = ["OpDef", "describe", "lookup", "register", "registered_ops", "unsupported_reason"]
+__all__ = ["OpDef", "definitions", "describe", "lookup", "register", "registered_operators",
+           "registered_ops", "unsupported_reason"]

@@ -93,5 +93,15 @@ def registered_ops() -> list[str]:
     return sorted(op for (_, op) in _REGISTRY)
 
 
+def registered_operators() -> list[tuple[str, str]]:
+    """(domain, op type) of every registered operator; mlcc's own ops are in domain "mlcc"."""
+    return sorted(_REGISTRY)
+
+
+def definitions(domain: str, op_type: str) -> list[OpDef]:
+    """The definitions (one per version range) registered for an operator."""
+    return list(_REGISTRY.get((domain, op_type), []))
+
+
 def describe(node: Node) -> str:
     return f"node {node.name!r} ({node.op_type}-{node.version})"

@@ -1,11 +1,5 @@
 #include "elementwise.h"
 
-static float round_half_even(float x) {
-    float r = floorf(x + 0.5f);
-    if (r - x == 0.5f && fmodf(r, 2.0f) != 0.0f) r -= 1.0f;
-    return r;
-}
-
 void mlcc_f32_unary(const mlcc_unary_params *p, const float *x, float *y) {
     const ptrdiff_t n = (ptrdiff_t)p->n;
     const float alpha = p->alpha, beta = p->beta;
@@ -24,7 +18,8 @@ void mlcc_f32_unary(const mlcc_unary_params *p, const float *x, float *y) {
     case MLCC_UNARY_ERF: for (i = 0; i < n; i++) y[i] = erff(x[i]); return;
     case MLCC_UNARY_FLOOR: for (i = 0; i < n; i++) y[i] = floorf(x[i]); return;
     case MLCC_UNARY_CEIL: for (i = 0; i < n; i++) y[i] = ceilf(x[i]); return;
-    case MLCC_UNARY_ROUND: for (i = 0; i < n; i++) y[i] = round_half_even(x[i]); return;
+    /* the default rounding mode rounds ties to even and keeps the sign of zero (-0.4 -> -0) */
+    case MLCC_UNARY_ROUND: for (i = 0; i < n; i++) y[i] = nearbyintf(x[i]); return;
     case MLCC_UNARY_SIN: for (i = 0; i < n; i++) y[i] = sinf(x[i]); return;
     case MLCC_UNARY_COS: for (i = 0; i < n; i++) y[i] = cosf(x[i]); return;
     case MLCC_UNARY_ELU:
@@ -35,10 +30,9 @@ void mlcc_f32_unary(const mlcc_unary_params *p, const float *x, float *y) {
             y[i] = beta * (x[i] > 0.0f ? x[i] : alpha * (expf(x[i]) - 1.0f));
         return;
     case MLCC_UNARY_CELU:
-        for (i = 0; i < n; i++) {
-            const float e = alpha * (expf(x[i] / alpha) - 1.0f);
-            y[i] = (x[i] > 0.0f ? x[i] : 0.0f) + (e < 0.0f ? e : 0.0f);
-        }
+        /* max(0, x) + min(0, alpha (e^(x/alpha) - 1)): one term is 0 on either side of 0;
+           NaN takes the second branch and stays NaN */
+        for (i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : alpha * (expf(x[i] / alpha) - 1.0f);
         return;
     case MLCC_UNARY_THRESHOLDED_RELU:
         for (i = 0; i < n; i++) y[i] = x[i] > alpha ? x[i] : 0.0f;
@@ -49,7 +43,8 @@ void mlcc_f32_unary(const mlcc_unary_params *p, const float *x, float *y) {
         return;
     case MLCC_UNARY_SOFTSIGN: for (i = 0; i < n; i++) y[i] = x[i] / (1.0f + fabsf(x[i])); return;
     case MLCC_UNARY_SIGN:
-        for (i = 0; i < n; i++) y[i] = (float)((x[i] > 0.0f) - (x[i] < 0.0f));
+        for (i = 0; i < n; i++)   /* NaN stays NaN */
+            y[i] = x[i] != x[i] ? x[i] : (float)((x[i] > 0.0f) - (x[i] < 0.0f));
         return;
     case MLCC_UNARY_GELU:
         for (i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));

@@ -1,0 +1,135 @@
+"""Which test executes each registered operator (issue 17): the facts behind
+tests/test_conformance.py and the `lowered_witness` fixture of conftest.py.
+
+Every operator of the registry (mlcc.ops.registered_operators()) must be executed by a test that
+`make test` runs, and compared with a reference:
+
+- an ONNX-domain operator by its ONNX backend node tests (tools/conformance.py), a few of
+  which test_conformance.py runs per operator (node_test_picks), requiring one to pass with the
+  operator in the compiled program (not folded away: for an operator that exists only
+  at compile time, folding is what it does);
+- an operator whose node tests mlcc refuses by design (weights or types it does not take), and
+  every operator of mlcc's own domain (written by the compiler's passes: the quantizer, the
+  attention fusion), by the pytest test named for it in WITNESSES. That test must make the
+  compiler write the operator into the program it builds: the `lowered_witness` fixture records
+  the nodes lowered during the test and fails it when the operator is not among them.
+
+A new operator without either fails test_conformance.py's
+test_every_registered_operator_is_executed_by_a_test with its name. docs/testing.md says more.
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+# Node tests run per ONNX operator: this many, spread evenly over its tests in name order.
+PER_OP = 2
+
+# (domain, op type) -> "file::test" (test id as pytest prints it, relative to tests/).
+WITNESSES: dict[tuple[str, str], str] = {
+    # ONNX integer operators: their node tests have uint8 weights (mlcc takes int8 weights)
+    ("", "ConvInteger"): "test_quant.py::test_integer_ops_match_onnxruntime[ConvInteger]",
+    ("", "MatMulInteger"): "test_quant.py::test_integer_ops_match_onnxruntime[MatMulInteger]",
+    ("", "QLinearConv"):
+        "test_quant.py::test_float_requant_is_bit_exact_with_onnxruntime_qlinearconv",
+    ("", "QLinearMatMul"): "test_quant.py::test_qlinearmatmul_matches_onnxruntime",
+    # mlcc's integer kernels, written by the quantizer (mlcc/quant)
+    ("mlcc", "QConv"): "test_quant.py::test_qdq_model_from_onnxruntime_runs_on_integer_kernels"
+                       "_bit_exact",
+    ("mlcc", "QFC"): "test_quant.py::test_qdq_model_from_onnxruntime_runs_on_integer_kernels"
+                     "_bit_exact",
+    ("mlcc", "QMaxPool"): "test_quant.py::test_qdq_model_from_onnxruntime_runs_on_integer"
+                          "_kernels_bit_exact",
+    ("mlcc", "QAdd"): "test_quant.py::test_operators_without_integer_kernels_run_in_float",
+    ("mlcc", "QLut"): "test_quant.py::test_activations_run_as_tables_on_preactivation_codes",
+    ("mlcc", "QRequant"): "test_quant.py::test_split_and_concat_stay_integer",
+    ("mlcc", "QAvgPool"): "test_quant.py::test_squeeze_excitation_product_runs_on_uint8[True]",
+    ("mlcc", "QChannelScale"):
+        "test_quant.py::test_squeeze_excitation_product_runs_on_uint8[True]",
+    # the attention fusion (mlcc/passes/fuse_attention.py)
+    ("mlcc", "Attention"): "test_fusions_transformer.py::test_attention_is_one_kernel[x86]",
+}
+
+
+def registered() -> list[tuple[str, str]]:
+    from mlcc.ops import registered_operators
+    return registered_operators()
+
+
+def runs_at_compile_time_only(domain: str, op: str) -> bool:
+    """An operator none of whose definitions lowers to C: it exists only to be folded."""
+    from mlcc.ops.registry import OpDef, definitions
+    return all(type(d).lower is OpDef.lower for d in definitions(domain, op))
+
+
+def node_tests(index: list[dict], op: str) -> list[dict]:
+    """The node tests of op that run op itself (not its function body, "_expanded"), by name."""
+    return sorted((e for e in index if e["op"] == op and "_expanded" not in e["name"]),
+                  key=lambda e: e["name"])
+
+
+def node_test_picks(index: list[dict], op: str) -> tuple[list[dict], list[dict]]:
+    """PER_OP of op's node tests spread evenly over them, and the others (tried in name order
+    when none of the picks passes)."""
+    tests = node_tests(index, op)
+    picks = tests[::max(1, math.ceil(len(tests) / PER_OP))][:PER_OP]
+    return picks, [e for e in tests if e not in picks]
+
+
+def witness_key(item) -> str:
+    """A pytest item's id relative to tests/ ("test_x.py::test_y[param]")."""
+    return f"{Path(str(item.path)).name}::{item.name}"
+
+
+# ------------------------------------------------------------------ the pytest side (conftest)
+
+_WITNESS_OF: dict[str, list[tuple[str, str]]] = {}
+for _key, _test in WITNESSES.items():
+    _WITNESS_OF.setdefault(_test, []).append(_key)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"_mlcc_report_{report.when}", report)
+
+
+@pytest.fixture(autouse=True)
+def lowered_witness(request, monkeypatch):
+    """For a test named in WITNESSES: records the (domain, op type) of every node the compiler
+    lowers while it runs, and fails it if it passed without lowering the operators it stands
+    for. With MLCC_LOWERED_LOG=FILE, every test appends "test id<TAB>ops it lowered" to FILE
+    (to find a witness for an operator)."""
+    key = witness_key(request.node)
+    wanted = _WITNESS_OF.get(key)
+    log = os.environ.get("MLCC_LOWERED_LOG")
+    if not wanted and not log:
+        yield
+        return
+    import mlcc.codegen.lower as lower_module
+    seen: set[tuple[str, str]] = set()
+    real = lower_module.lookup
+
+    def recording_lookup(node):
+        seen.add((node.domain, node.op_type))
+        return real(node)
+
+    monkeypatch.setattr(lower_module, "lookup", recording_lookup)
+    yield
+    names = sorted(f"{d}.{o}" if d else o for d, o in seen)
+    report = getattr(request.node, "_mlcc_report_call", None)
+    if log and seen:
+        with open(log, "a") as f:
+            f.write(f"{key}\t{'passed' if report and report.passed else 'not passed'}\t"
+                    f"{' '.join(names)}\n")
+    if not wanted or report is None or not report.passed:
+        return
+    missing = [f"{d}.{op}" if d else op for d, op in wanted if (d, op) not in seen]
+    if missing:
+        pytest.fail(f"{key} is the witness of {', '.join(missing)} in tests/op_coverage.py "
+                    f"WITNESSES but the compiler wrote no such node while it ran (it lowered: "
+                    f"{', '.join(names) or 'nothing'})")

@@ -1,0 +1,169 @@
+"""Elementwise operators the ONNX node tests cover thinly, against onnxruntime: prime sizes (the
+vector loops' tails), special values (zeros of both signs, halves for Round's ties to even, the
+poles and domain edges of Log and Reciprocal, infinities, NaN, large magnitudes), attribute
+values, and broadcasting (PRelu's slope, Mean of one to three inputs)."""
+import numpy as np
+import pytest
+from onnx import helper
+
+from mlcc.targets import load_target
+from util import compile_and_run, make_model, reference_outputs
+
+# Values where the functions have edges: signed zeros, ties (Round is half to even), integers,
+# the poles and domain limits of Log and Reciprocal, large, tiny and non-finite values.
+SPECIAL = np.array([0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 3.5, -3.5, 1.0, -1.0, 2.0,
+                    0.49999997, -0.49999997, 4194304.5, -8388607.5, 8388609.0, -8388611.0,
+                    16777215.0, 1e-38, -1e-38, 1e-45,
+                    20.0, -20.0, 88.0, -88.0, 100.0, -100.0, 1000.0, -1000.0, 1e30, -1e30,
+                    np.inf, -np.inf, np.nan], np.float32)
+
+
+def special_input(shape, seed=0, scale=4.0) -> np.ndarray:
+    """Random values of shape (normal, times scale) with SPECIAL written over the first ones."""
+    x = (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[:SPECIAL.size] = SPECIAL[:flat.size]
+    return x
+
+
+def assert_matches(got: np.ndarray, ref: np.ndarray, what: str, signed_zero: bool = False,
+                   exact: bool = False):
+    """Same shape and dtype; NaN and infinities where the reference has them; each finite value
+    within 1e-4 x max(1, |its reference|) (mlcc's verify tolerance, per element: the special
+    values span 1e-45 to 1e30), or equal with exact; with signed_zero, zeros of the
+    reference's sign."""
+    ref = np.asarray(ref)
+    assert got.shape == ref.shape and got.dtype == ref.dtype, (
+        f"{what}: {got.dtype}{list(got.shape)} != reference {ref.dtype}{list(ref.shape)}")
+    finite = np.isfinite(ref)
+    bad = ~finite & ~((np.isnan(ref) & np.isnan(got)) | (got == ref))
+    assert not bad.any(), (f"{what}: at inputs where the reference is not finite: got "
+                           f"{got[bad][:8]}, reference {ref[bad][:8]}")
+    err = np.abs(got[finite].astype(np.float64) - ref[finite])
+    tol = 0.0 if exact else 1e-4 * np.maximum(1.0, np.abs(ref[finite].astype(np.float64)))
+    tol = np.broadcast_to(tol, err.shape)
+    err = np.where(np.isnan(err), np.inf, err)
+    worst = int(np.argmax(err - tol)) if err.size else 0
+    assert not err.size or err[worst] <= tol[worst], (
+        f"{what}: abs error {err[worst]} > {tol[worst]} at input {worst} of the finite "
+        f"outputs (got {got[finite][worst]}, reference {ref[finite][worst]})")
+    if signed_zero:
+        zero = finite & (ref == 0)
+        assert np.array_equal(np.signbit(got[zero]), np.signbit(ref[zero])), (
+            f"{what}: a zero of the wrong sign")
+
+
+def assert_all_match(cases) -> None:
+    """assert_matches over (got, ref, what, op) cases, reporting every mismatch; op says
+    whether zeros must have the reference's sign and whether the values must be exact."""
+    errors = []
+    for got, ref, what, op in cases:
+        try:
+            assert_matches(got, ref, what, op in SIGNED_ZERO, op in EXACT)
+        except AssertionError as exc:
+            errors.append(str(exc).splitlines()[0])
+    assert not errors, "\n".join(errors)
+
+
+def run_unary(tmp_path, ops: dict[str, dict], xs: dict[str, np.ndarray], target="x86",
+              opset=18) -> dict:
+    """One model applying each op (with its attributes; "Elu:a" is another Elu) to each input;
+    mlcc's and the reference's outputs by (op, input)."""
+    cases = [(op, x) for op in ops for x in xs]
+    nodes = [helper.make_node(op.split(":")[0], [x], [f"y{i}"], name=f"n{i}", **ops[op])
+             for i, (op, x) in enumerate(cases)]
+    outs = [f"y{i}" for i in range(len(cases))]
+    model = make_model(nodes, xs, outs, opset=opset)
+    got = compile_and_run(model, xs, tmp_path, target=target)
+    ref = reference_outputs(model, xs)
+    return {case: (got[o], ref[o]) for case, o in zip(cases, outs)}
+
+
+# The math functions, with the values where each is special. Ceil, Floor, Round and Reciprocal
+# (of -0) keep the sign of zero in onnxruntime (C's ceilf, floorf, nearbyintf).
+UNARY = {"Softsign": {}, "Mish": {}, "Sin": {}, "Cos": {}, "Softplus": {}, "Sign": {},
+         "Round": {}, "Floor": {}, "Ceil": {}, "Log": {}, "Reciprocal": {}}
+SIGNED_ZERO = {"Round", "Floor", "Ceil", "Reciprocal"}
+EXACT = {"Round", "Floor", "Ceil", "Sign"}      # integers: no rounding error to allow
+# Activations with alpha/gamma away from the defaults; ThresholdedRelu's threshold is strict
+# (x == alpha gives 0) and may be zero or negative.
+PARAMETRIC = {"Elu": {}, "Elu:a": {"alpha": 0.37}, "Elu:b": {"alpha": 2.5},
+              "Selu": {}, "Selu:a": {"alpha": 2.0, "gamma": 0.5},
+              "Selu:b": {"alpha": 0.25, "gamma": 3.0},
+              "Celu": {}, "Celu:a": {"alpha": 0.6}, "Celu:b": {"alpha": 2.5},
+              "ThresholdedRelu": {}, "ThresholdedRelu:a": {"alpha": 0.7},
+              "ThresholdedRelu:b": {"alpha": 0.0}, "ThresholdedRelu:c": {"alpha": -0.5}}
+
+
+@pytest.mark.parametrize("target", ["x86", "x86-native", "arm", "wasm"])
+def test_math_functions_and_activations_at_special_values(tmp_path, target):
+    # arm runs under qemu-aarch64, wasm in node: their C libraries' sinf, nearbyintf, ...
+    missing = load_target(target).missing_tools()
+    if missing:
+        pytest.skip("; ".join(missing))
+    x = special_input((3, 7, 11))     # prime sizes: the vector loops' tails
+    x.reshape(-1)[-6:] = [0.7, -0.5, 0.70000005, 0.69999995, -0.49999997, -0.50000006]
+    results = run_unary(tmp_path, UNARY | PARAMETRIC, {"x": x}, target=target)
+    assert_all_match((got, ref, op, op) for (op, _), (got, ref) in results.items())
+
+
+def test_math_functions_at_every_tail_length(tmp_path):
+    # prime sizes below and above the vector widths, on quarters around the ties and zero
+    xs = {f"x{n}": (np.random.default_rng(n).integers(-12, 13, n) / 4).astype(np.float32)
+          for n in (1, 2, 3, 5, 13, 31, 67)}
+    results = run_unary(tmp_path, UNARY, xs)
+    assert_all_match((got, ref, f"{op} of {xs[x].size}", op)
+                     for (op, x), (got, ref) in results.items())
+
+
+def test_round_is_half_to_even(tmp_path):
+    # ONNX Round: ties to the even neighbour, the sign of zero kept, integers unchanged
+    # (above 2^23, x + 0.5 rounds to the next even float: floor(x + 0.5) moved 8388609 to
+    # 8388610)
+    x = np.array([-3.5, -2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5, -0.0, 0.0, 0.49999997,
+                  -0.49999997, -0.4, 4194304.5, 8388607.0, 8388609.0, -8388611.0, 16777215.0],
+                 np.float32)
+    got = run_unary(tmp_path, {"Round": {}}, {"x": x})[("Round", "x")][0]
+    want = np.array([-4, -2, -2, -0.0, 0, 2, 2, 4, -0.0, 0, 0, -0.0, -0.0, 4194304, 8388607,
+                     8388609, -8388611, 16777215], np.float32)
+    assert np.array_equal(got, want) and np.array_equal(np.signbit(got), np.signbit(want)), got
+
+
+SLOPES = [(5, 1, 1), (3,), (7, 1), (1,), (), (2, 5, 7, 3), (1, 7, 3)]
+
+
+@pytest.mark.parametrize("slope_is_input", [False, True])
+def test_prelu_slope_broadcasting(tmp_path, slope_is_input):
+    # x [2, 5, 7, 3]: a per-channel slope [5, 1, 1] (as exporters write it), one per last axis,
+    # per middle axes, a single one, a scalar, a full one; constant or a run-time input
+    x = special_input((2, 5, 7, 3), seed=2)
+    slopes = {f"s{i}": (np.random.default_rng(3 + i).standard_normal(s) * 0.5).astype(np.float32)
+              for i, s in enumerate(SLOPES)}
+    nodes = [helper.make_node("PRelu", ["x", s], [f"y_{s}"], name=f"prelu_{s}") for s in slopes]
+    inputs = {"x": x, **slopes} if slope_is_input else {"x": x}
+    model = make_model(nodes, inputs, [f"y_{s}" for s in slopes], opset=16,
+                       initializers=None if slope_is_input else slopes)
+    got = compile_and_run(model, inputs, tmp_path)
+    assert_all_match((got[name], ref, f"PRelu with a slope of shape {slopes[name[2:]].shape}",
+                      "PRelu") for name, ref in reference_outputs(model, inputs).items())
+
+
+MEANS = [[(3, 1, 5)], [(3, 1, 5), (4, 5)], [(3, 1, 5), (4, 5), (1,)],
+         [(7,), (2, 1), (1, 1, 7)], [(2, 3), (2, 3), (2, 3)]]
+
+
+def test_mean_of_one_to_three_inputs_broadcasting(tmp_path):
+    inputs, nodes = {}, []
+    for k, shapes in enumerate(MEANS):
+        names = [f"m{k}_{i}" for i in range(len(shapes))]
+        inputs.update({n: special_input(s, seed=10 * k + i)
+                       for i, (n, s) in enumerate(zip(names, shapes))})
+        nodes.append(helper.make_node("Mean", names, [f"y{k}"], name=f"mean{k}"))
+    # and one with a constant input
+    nodes.append(helper.make_node("Mean", ["m0_0", "c"], ["y_const"], name="mean_const"))
+    const = {"c": np.array([1.0, -2.0, 0.5, 3.0, -0.0], np.float32)}
+    outs = [f"y{k}" for k in range(len(MEANS))] + ["y_const"]
+    model = make_model(nodes, inputs, outs, opset=13, initializers=const)
+    got = compile_and_run(model, inputs, tmp_path)
+    assert_all_match((got[name], ref, f"Mean {name}", "Mean")
+                     for name, ref in reference_outputs(model, inputs).items())
