@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import __version__
+from ..version import __version__
 from ..ir import Enum, KernelCall, Program
 from ..ops.common import IO_DTYPES
 from .memory import MemoryPlan

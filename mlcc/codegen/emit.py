@@ -5,7 +5,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import __version__
+from ..version import __version__
 from ..ir import Graph, Program
 from .c_writer import RUNTIME_DIR, write_c, write_embedded_weights
 from .lower import lower_graph
