@@ -66,6 +66,11 @@ def test_table_rows_are_consistent():
     for a in ACTIVATIONS:
         assert a.int8 in ("clamp", "table", "float"), a.kind
         assert a.epilogue == (a.kind != "NONE"), a.kind
+        assert (a.clamp is not None) == (a.int8 == "clamp"), a.kind
+        if a.clamp is not None:     # the clamp keeps what the activation can output
+            lo, hi = a.clamp(*PARAMS.get(a.kind, (0.0, 0.0)))
+            y = a.ref(np.linspace(-9, 9, 37), *PARAMS.get(a.kind, (0.0, 0.0)))
+            assert lo <= y.min() and y.max() <= hi, a.kind
         if a.onnx:
             assert BY_ONNX[a.onnx] is a
             # the ONNX operator exists and says it is this activation (Clip reads inputs)

@@ -10,6 +10,7 @@ node back from a kind with `onnx_node_of`.
 
 int8 rules (mlcc/quant/rewrite.py):
   "clamp"  the integer producer writes uint8 and the activation is its requantization's clamp
+           (`clamp`: the interval of real outputs it keeps)
   "table"  the producer writes uint8 at the pre-activation scale and the activation runs as a
            256-entry table on the codes (mlcc.QLut); `window` bounds the input range that
            table needs (outside it the function is constant to within half an output step)
@@ -45,6 +46,8 @@ class Activation:
     epilogue: bool = True            # fuses into a producer's epilogue
     int8: str = "float"              # "clamp", "table" or "float" (see above)
     window: Callable[[float, float], tuple[float, float]] = lambda a, b: _ANY
+    # int8 "clamp": the interval of real outputs the clamp keeps, from (alpha, beta)
+    clamp: Callable[[float, float], tuple[float, float]] | None = None
 
 
 def _sigmoid(x, a, b):
@@ -52,10 +55,12 @@ def _sigmoid(x, a, b):
 
 
 ACTIVATIONS: tuple[Activation, ...] = (
-    Activation("NONE", 0, lambda x, a, b: x, epilogue=False, int8="clamp"),
-    Activation("RELU", 1, lambda x, a, b: np.maximum(x, 0.0), "Relu", 14, int8="clamp"),
+    Activation("NONE", 0, lambda x, a, b: x, epilogue=False, int8="clamp",
+               clamp=lambda a, b: _ANY),
+    Activation("RELU", 1, lambda x, a, b: np.maximum(x, 0.0), "Relu", 14, int8="clamp",
+               clamp=lambda a, b: (0.0, np.inf)),
     Activation("CLIP", 2, lambda x, a, b: np.minimum(np.maximum(x, a), b), "Clip", 13,
-               int8="clamp"),
+               int8="clamp", clamp=lambda a, b: (a, b)),
     Activation("LEAKY_RELU", 3, lambda x, a, b: np.where(x >= 0, x, x * a), "LeakyRelu", 16,
                params=(("alpha", 0.01),)),
     # Sigmoid within 0.00034 of 0 or 1 beyond +-8: less than half a uint8 output step

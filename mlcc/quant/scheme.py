@@ -181,13 +181,10 @@ def requantize_fixed(acc: np.ndarray, m0: np.ndarray, shift: np.ndarray, qp: QPa
 
 
 def act_clamp(act: tuple, qp: QParams) -> tuple[int, int]:
-    """The quantized clamp bounds that implement a fused Relu/Clip (or none)."""
+    """The quantized clamp bounds that implement a fused Relu/Clip (or none): an activation
+    whose int8 rule is "clamp" (mlcc/ops/activations.py)."""
     kind, a, b = act
-    lo_f, hi_f = -np.inf, np.inf
-    if kind == "RELU":
-        lo_f = 0.0
-    elif kind == "CLIP":
-        lo_f, hi_f = a, b
+    lo_f, hi_f = BY_KIND[kind].clamp(a, b)
     lo = qp.qmin if lo_f == -np.inf else int(np.clip(np.rint(lo_f / qp.scale) + qp.zero_point,
                                                      qp.qmin, qp.qmax))
     hi = qp.qmax if hi_f == np.inf else int(np.clip(np.rint(hi_f / qp.scale) + qp.zero_point,
