@@ -4,7 +4,7 @@ and over each function's domain, all in one model (one compile)."""
 import numpy as np
 from onnx import helper
 
-from util import check_model, make_model, rand
+from util import check_model, compile_and_run, make_model, rand, reference_outputs
 
 # op -> (shape, low, high): inputs inside the domain, away from poles
 CASES = {"Tan": ((3, 7), -1.4, 1.4), "Asin": ((5, 1, 3), -0.99, 0.99),
@@ -22,3 +22,21 @@ def test_trigonometric_and_hyperbolic_against_onnxruntime(tmp_path):
     got = check_model(model, feeds, tmp_path)
     for op in CASES:
         assert np.all(np.isfinite(got[f"y_{op}"])), op
+
+
+def test_clip_with_one_bound_as_onnxruntime(tmp_path):
+    """A standalone Clip with constant bounds runs as the activation (MLCC_UNARY_ACT); an
+    absent bound clamps to the float range, as onnxruntime's (+-inf become +-FLT_MAX), and NaN
+    stays NaN."""
+    x = rand(4, 5, seed=3) * 4.0
+    x[0, :3] = [np.inf, -np.inf, np.nan]
+    model = make_model([helper.make_node("Clip", ["x", "lo"], ["y"], name="clip_lo"),
+                        helper.make_node("Clip", ["x", "", "hi"], ["z"], name="clip_hi")],
+                       {"x": x}, ["y", "z"], initializers={"lo": np.float32(-1.0),
+                                                         "hi": np.float32(2.0)}, opset=13)
+    got = compile_and_run(model, {"x": x}, tmp_path)
+    ref = reference_outputs(model, {"x": x})
+    for name in ("y", "z"):
+        np.testing.assert_array_equal(got[name], ref[name])
+    big = np.finfo(np.float32).max
+    assert got["y"][0, 0] == big and got["z"][0, 1] == -big and np.isnan(got["y"][0, 2])

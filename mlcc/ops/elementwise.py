@@ -11,6 +11,8 @@ from .common import (C_DTYPES, INT_DTYPES, MAX_RANK, broadcast_shapes, broadcast
                      emit_plain_copy, merge_broadcast_axes, require_dtype)
 from .registry import OpDef, register
 
+FLT_MAX = float(np.finfo(np.float32).max)
+
 
 class _Unary(OpDef):
     """y = f(x) through mlcc_f32_unary: MLCC_UNARY_<unary_op>, or (unary_op "ACT") the
@@ -29,9 +31,11 @@ class _Unary(OpDef):
         return [(ins[0].dtype, ins[0].shape)]
 
     def lower(self, node: Node, lo: Lowering) -> None:
-        x = lo.value(node.inputs[0])
         op = self.unary_op_of(node)
-        act = self.activation(node, lo.graph) if op == "ACT" else NO_ACT
+        self._emit(node, lo, op, self.activation(node, lo.graph) if op == "ACT" else NO_ACT)
+
+    def _emit(self, node: Node, lo: Lowering, op: str, act: tuple) -> None:
+        x = lo.value(node.inputs[0])
         alpha, beta = self.params_of(node)
         lo.call("mlcc_f32_unary", [node.inputs[0], node.outputs[0]], [node.outputs[0]],
                 params_type="mlcc_unary_params",
@@ -123,7 +127,7 @@ class Gelu(_Unary):
 class Clip(_Unary):
     """Float32 Clip with constant scalar bounds is an activation (it fuses into a producer);
     bounds computed at run time, and integer tensors, run as Max then Min with the bound
-    tensors. An absent bound is +-infinity."""
+    tensors."""
     attributes = {"min": None, "max": None}
 
     def infer(self, node, ins, g):
@@ -149,8 +153,11 @@ class Clip(_Unary):
         return ("CLIP", bounds[0], bounds[1])
 
     def lower(self, node: Node, lo: Lowering) -> None:
-        if self.activation(node, lo.graph) is not None:
-            super().lower(node, lo)
+        act = self.activation(node, lo.graph)
+        if act is not None:
+            # alone, an absent bound clamps to the float range, as onnxruntime's Clip does
+            # (+-inf become +-FLT_MAX); fused into an epilogue it stays +-inf
+            self._emit(node, lo, "ACT", ("CLIP", max(act[1], -FLT_MAX), min(act[2], FLT_MAX)))
             return
         x, out = node.inputs[0], node.outputs[0]
         bounds = [(op, node.input(i)) for op, i in (("MAX", 1), ("MIN", 2)) if node.input(i)]
