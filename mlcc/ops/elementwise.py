@@ -48,7 +48,9 @@ class _Unary(OpDef):
 
 class _Activation(_Unary):
     """An operator of mlcc/ops/activations.py's table: (kind, alpha, beta) from its
-    attributes; the quantizer runs the table kinds on uint8 codes."""
+    attributes; the quantizer runs the table kinds on uint8 codes. (Swish, ONNX opset 24, is
+    also what passes.fuse_silu writes for the Mul(x, Sigmoid(x)) of SiLU networks, so that it
+    fuses into a producing convolution.)"""
 
     def activation(self, node, g):
         return act_from_attrs(self.op_type, node)
@@ -61,7 +63,7 @@ for _act in ACTIVATIONS:
             "quant_rules": ("table",) if _act.int8 == "table" else ()}))
 
 # The other unary operators: ONNX op type, MLCC_UNARY_<op> (runtime_c/kernels/elementwise.h's
-# MLCC_UNARY_OPS lists the C side, in the same order; tests/test_activations.py checks it).
+# MLCC_UNARY_OPS lists the C side; tests/test_activations.py checks that the two agree).
 # Operators with attributes are the classes below.
 UNARY_OPS = [("Exp", "EXP"), ("Log", "LOG"), ("Sqrt", "SQRT"), ("Neg", "NEG"), ("Abs", "ABS"),
              ("Reciprocal", "RECIPROCAL"), ("Erf", "ERF"), ("Floor", "FLOOR"),
