@@ -5,9 +5,8 @@
     m = mlcc.load("build/model")
     outputs = m.run({"images": x})
 """
-__version__ = "0.1.0"
-
-from .api import bench, compile, inspect, load, verify  # noqa: E402  (needs __version__ above)
-from .errors import MlccError  # noqa: E402
+from .api import bench, compile, inspect, load, verify
+from .errors import MlccError
+from .version import __version__
 
 __all__ = ["__version__", "bench", "compile", "inspect", "load", "verify", "MlccError"]

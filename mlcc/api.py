@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import __version__
+from .version import __version__
 from . import benchmark as _bench
 from .codegen import generate, model_prefix, write_folder
 from .codegen.lower import lower_graph

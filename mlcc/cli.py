@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from . import __version__
+from .version import __version__
 from .errors import InputError, MlccError
 
 EXIT_VERIFY_FAILED = 1

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import __version__, resources
+from .. import resources
+from ..version import __version__
 from ..ir import Enum, KernelCall, Program
 from ..ops.common import IO_DTYPES
 from .memory import MemoryPlan

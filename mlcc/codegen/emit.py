@@ -5,7 +5,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import __version__, resources
+from .. import resources
+from ..version import __version__
 from ..ir import Graph, Program
 from .c_writer import write_c, write_embedded_weights
 from .lower import lower_graph

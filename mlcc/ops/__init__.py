@@ -8,7 +8,7 @@ import pkgutil
 from .registry import (OpDef, definitions, describe, lookup, register, registered_operators,
                        registered_ops, unsupported_reason)
 
-_HELPERS = {"registry", "common"}
+_HELPERS = {"registry", "common", "activations"}
 for _mod in sorted(m.name for m in pkgutil.iter_modules(__path__)):
     if _mod not in _HELPERS:
         importlib.import_module(f"{__name__}.{_mod}")

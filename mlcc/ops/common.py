@@ -6,7 +6,8 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ModelError, UnsupportedError
-from ..ir import PACKED_BITS, Enum, Graph, Lowering, Node, Value
+from ..ir import PACKED_BITS, Graph, Lowering, Node, Value
+from .activations import act_struct, fused_act
 
 MAX_RANK = 8                       # MLCC_MAX_RANK in mlcc_runtime.h
 
@@ -106,8 +107,7 @@ def require_dtype(node: Node, values: Sequence[Value | None], allowed: Sequence[
 
 def act_params(node: Node) -> dict:
     """The mlcc_act struct for an activation fused by passes.fuse_activations (or none)."""
-    kind, alpha, beta = node.attrs.get("_act", ("NONE", 0.0, 0.0))
-    return {"kind": Enum(f"MLCC_ACT_{kind}"), "alpha": float(alpha), "beta": float(beta)}
+    return act_struct(fused_act(node))
 
 
 def simplify_copy(shape: Sequence[int], src_strides: Sequence[int],

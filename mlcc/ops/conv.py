@@ -279,6 +279,8 @@ def dw_scratch_floats(p: dict) -> int:
 
 @register("Conv")
 class Conv(OpDef):
+    fuses_activation = True
+    quant_rules = ("integer_producer",)
     attributes = {"auto_pad": lambda v: v in AUTO_PAD, "dilations": None, "group": None,
                   "kernel_shape": None, "pads": None, "strides": None}
 

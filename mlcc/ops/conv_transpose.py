@@ -61,6 +61,7 @@ def transpose_geometry(node: Node, in_spatial: list[int], kernel: list[int]) -> 
 
 @register("ConvTranspose")
 class ConvTranspose(OpDef):
+    fuses_activation = True
     attributes = {"auto_pad": lambda v: v in AUTO_PAD, "dilations": None, "group": None,
                   "kernel_shape": None, "output_padding": None, "output_shape": None,
                   "pads": None, "strides": None}

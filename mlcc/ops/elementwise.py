@@ -5,19 +5,20 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelError
-from ..ir import Enum, Graph, Lowering, Node
-from .common import (C_DTYPES, INT_DTYPES, MAX_RANK, act_params, broadcast_shapes,
-                     broadcast_strides, emit_plain_copy, merge_broadcast_axes, require_dtype)
+from ..ir import Enum, Lowering, Node
+from .activations import ACTIVATIONS, NO_ACT, act_from_attrs, act_struct
+from .common import (C_DTYPES, INT_DTYPES, MAX_RANK, broadcast_shapes, broadcast_strides,
+                     emit_plain_copy, merge_broadcast_axes, require_dtype)
 from .registry import OpDef, register
+
+FLT_MAX = float(np.finfo(np.float32).max)
 
 
 class _Unary(OpDef):
+    """y = f(x) through mlcc_f32_unary: MLCC_UNARY_<unary_op>, or (unary_op "ACT") the
+    activation this node's `activation` hook gives, through the epilogues' code."""
     attributes = {}
     unary_op = "ACT"
-    act = ("NONE", 0.0, 0.0)
-
-    def act_of(self, node: Node, g: Graph) -> tuple[str, float, float]:
-        return self.act
 
     def params_of(self, node: Node) -> tuple[float, float]:
         return 0.0, 0.0
@@ -30,61 +31,49 @@ class _Unary(OpDef):
         return [(ins[0].dtype, ins[0].shape)]
 
     def lower(self, node: Node, lo: Lowering) -> None:
+        op = self.unary_op_of(node)
+        self._emit(node, lo, op, self.activation(node, lo.graph) if op == "ACT" else NO_ACT)
+
+    def _emit(self, node: Node, lo: Lowering, op: str, act: tuple) -> None:
         x = lo.value(node.inputs[0])
-        kind, a, b = self.act_of(node, lo.graph)
         alpha, beta = self.params_of(node)
-        fake = Node("", "", [], [], {"_act": (kind, a, b)})
         lo.call("mlcc_f32_unary", [node.inputs[0], node.outputs[0]], [node.outputs[0]],
                 params_type="mlcc_unary_params",
-                params={"n": x.numel, "op": Enum(f"MLCC_UNARY_{self.unary_op_of(node)}"),
-                        "alpha": float(alpha), "beta": float(beta), "act": act_params(fake)})
+                params={"n": x.numel, "op": Enum(f"MLCC_UNARY_{op}"),
+                        "alpha": float(alpha), "beta": float(beta), "act": act_struct(act)})
 
     def flops(self, node, g):
         return g.values[node.outputs[0]].numel
 
 
-def _unary(op_type: str, unary_op: str = "ACT", act: tuple = ("NONE", 0.0, 0.0), **kw):
-    cls = type(op_type, (_Unary,), {"unary_op": unary_op, "act": act, **kw})
-    register(op_type)(cls)
-    return cls
+class _Activation(_Unary):
+    """An operator of mlcc/ops/activations.py's table: (kind, alpha, beta) from its
+    attributes; the quantizer runs the table kinds on uint8 codes. (Swish, ONNX opset 24, is
+    also what passes.fuse_silu writes for the Mul(x, Sigmoid(x)) of SiLU networks, so that it
+    fuses into a producing convolution.)"""
+
+    def activation(self, node, g):
+        return act_from_attrs(self.op_type, node)
 
 
-_unary("Relu", act=("RELU", 0.0, 0.0))
-_unary("Sigmoid", act=("SIGMOID", 0.0, 0.0))
-_unary("Tanh", act=("TANH", 0.0, 0.0))
-_unary("HardSwish", act=("HARD_SWISH", 0.0, 0.0))
-for _name, _op in [("Exp", "EXP"), ("Log", "LOG"), ("Sqrt", "SQRT"), ("Neg", "NEG"),
-                   ("Abs", "ABS"), ("Reciprocal", "RECIPROCAL"), ("Erf", "ERF"),
-                   ("Floor", "FLOOR"), ("Ceil", "CEIL"), ("Round", "ROUND"), ("Sin", "SIN"),
-                   ("Cos", "COS"), ("Softplus", "SOFTPLUS"), ("Softsign", "SOFTSIGN"),
-                   ("Sign", "SIGN"), ("Mish", "MISH")]:
-    _unary(_name, _op)
+for _act in ACTIVATIONS:
+    if _act.onnx and _act.onnx not in ("Clip", "Gelu"):     # those two read more (below)
+        register(_act.onnx)(type(_act.onnx, (_Activation,), {
+            "attributes": {name: None for name, _ in _act.params},
+            "quant_rules": ("table",) if _act.int8 == "table" else ()}))
 
-
-@register("LeakyRelu")
-class LeakyRelu(_Unary):
-    attributes = {"alpha": None}
-
-    def act_of(self, node, g):
-        return ("LEAKY_RELU", float(node.attr("alpha", 0.01)), 0.0)
-
-
-@register("Swish")
-class Swish(_Unary):
-    """x * sigmoid(alpha * x) (ONNX opset 24); passes.fuse_silu also writes it for the
-    Mul(x, Sigmoid(x)) of SiLU networks, so it fuses into a producing convolution."""
-    attributes = {"alpha": None}
-
-    def act_of(self, node, g):
-        return ("SILU", float(node.attr("alpha", 1.0)), 0.0)
-
-
-@register("HardSigmoid")
-class HardSigmoid(_Unary):
-    attributes = {"alpha": None, "beta": None}
-
-    def act_of(self, node, g):
-        return ("HARD_SIGMOID", float(node.attr("alpha", 0.2)), float(node.attr("beta", 0.5)))
+# The other unary operators: ONNX op type, MLCC_UNARY_<op> (runtime_c/kernels/elementwise.h's
+# MLCC_UNARY_OPS lists the C side; tests/test_activations.py checks that the two agree).
+# Operators with attributes are the classes below.
+UNARY_OPS = [("Exp", "EXP"), ("Log", "LOG"), ("Sqrt", "SQRT"), ("Neg", "NEG"), ("Abs", "ABS"),
+             ("Reciprocal", "RECIPROCAL"), ("Erf", "ERF"), ("Floor", "FLOOR"),
+             ("Ceil", "CEIL"), ("Round", "ROUND"), ("Sin", "SIN"), ("Cos", "COS"),
+             ("Softplus", "SOFTPLUS"), ("Softsign", "SOFTSIGN"), ("Sign", "SIGN"),
+             ("Mish", "MISH"), ("Tan", "TAN"), ("Asin", "ASIN"), ("Acos", "ACOS"),
+             ("Atan", "ATAN"), ("Sinh", "SINH"), ("Cosh", "COSH"), ("Asinh", "ASINH"),
+             ("Acosh", "ACOSH"), ("Atanh", "ATANH")]
+for _name, _op in UNARY_OPS:
+    register(_name)(type(_name, (_Unary,), {"unary_op": _op}))
 
 
 @register("Elu")
@@ -126,21 +115,22 @@ class ThresholdedRelu(_Unary):
 
 @register("Gelu")
 class Gelu(_Unary):
+    """Runs alone through its own unary code (erff); the erf form fuses as MLCC_ACT_GELU."""
     attributes = {"approximate": lambda v: v in ("none", "tanh")}
 
     def unary_op_of(self, node):
         return "GELU_TANH" if node.attr("approximate", "none") == "tanh" else "GELU"
 
+    def activation(self, node, g):
+        return ("GELU", 0.0, 0.0) if node.attr("approximate", "none") == "none" else None
+
 
 @register("Clip")
 class Clip(_Unary):
-    """Float32 Clip with constant bounds is an activation (it fuses into a producer); bounds
-    computed at run time, and integer tensors, run as Max then Min with the bound tensors."""
+    """Float32 Clip with constant scalar bounds is an activation (it fuses into a producer);
+    bounds computed at run time, and integer tensors, run as Max then Min with the bound
+    tensors."""
     attributes = {"min": None, "max": None}
-
-    def _plain(self, node, g) -> bool:
-        return g.values[node.inputs[0]].dtype == "float32" and (node.version < 11 or all(
-            not node.input(i) or g.const(node.input(i)) is not None for i in (1, 2)))
 
     def infer(self, node, ins, g):
         x = ins[0]
@@ -150,19 +140,26 @@ class Clip(_Unary):
             require_dtype(node, [v for v in ins if v is not None], ["float32"] + INT_DTYPES)
         return [(x.dtype, x.shape)]
 
-    def act_of(self, node, g):
+    def activation(self, node, g):
+        if g.values[node.inputs[0]].dtype != "float32":
+            return None
         if node.version < 11:
-            lo_v, hi_v = node.attr("min", -3.4028234663852886e38), node.attr("max", 3.4028234663852886e38)
-        else:
-            lo_a, hi_a = g.const(node.input(1)), g.const(node.input(2))
-            # bounds of shape [1] (onnxruntime accepts them) as well as scalars
-            lo_v = float(lo_a.reshape(-1)[0]) if lo_a is not None else -3.4028234663852886e38
-            hi_v = float(hi_a.reshape(-1)[0]) if hi_a is not None else 3.4028234663852886e38
-        return ("CLIP", float(lo_v), float(hi_v))
+            return ("CLIP", float(node.attr("min", -np.inf)), float(node.attr("max", np.inf)))
+        bounds = []
+        for i, absent in ((1, -np.inf), (2, np.inf)):
+            arr = g.const(node.input(i)) if node.input(i) else None
+            if node.input(i) and (arr is None or arr.size != 1):
+                return None
+            # onnxruntime accepts bounds of shape [1] as well as scalars
+            bounds.append(float(arr.reshape(-1)[0]) if arr is not None else absent)
+        return ("CLIP", bounds[0], bounds[1])
 
     def lower(self, node: Node, lo: Lowering) -> None:
-        if self._plain(node, lo.graph):
-            super().lower(node, lo)
+        act = self.activation(node, lo.graph)
+        if act is not None:
+            # alone, an absent bound clamps to the float range, as onnxruntime's Clip does
+            # (+-inf become +-FLT_MAX); fused into an epilogue it stays +-inf
+            self._emit(node, lo, "ACT", ("CLIP", max(act[1], -FLT_MAX), min(act[2], FLT_MAX)))
             return
         x, out = node.inputs[0], node.outputs[0]
         bounds = [(op, node.input(i)) for op, i in (("MAX", 1), ("MIN", 2)) if node.input(i)]
@@ -217,6 +214,7 @@ def emit_arith(lo: Lowering, op: str, a: str, b: str, out: str) -> None:
 class _Binary(OpDef):
     attributes = {"broadcast": None, "axis": None}   # opset < 7 legacy broadcasting
     binary_op = "ADD"
+    ufunc = None
 
     def dtypes(self) -> list[str]:
         return ["float32"] + (INT_DTYPES if self.binary_op in INT_BINARY_OPS else [])
@@ -238,9 +236,14 @@ class _Binary(OpDef):
         return g.values[node.outputs[0]].numel
 
 
-for _name, _op in [("Add", "ADD"), ("Sub", "SUB"), ("Mul", "MUL"), ("Div", "DIV"),
-                   ("PRelu", "PRELU")]:
-    register(_name)(type(_name, (_Binary,), {"binary_op": _op}))
+# op type, MLCC_BINARY_<op>, the numpy function (float32 arithmetic, as the kernel computes
+# it: the quantizer tabulates x op constant with it), the quantizer's rules
+for _name, _op, _ufunc, _rules in [
+        ("Add", "ADD", np.add, ("table", "add")), ("Sub", "SUB", np.subtract, ("table",)),
+        ("Mul", "MUL", np.multiply, ("table", "channel_scale")),
+        ("Div", "DIV", np.divide, ("table",)), ("PRelu", "PRELU", None, ())]:
+    register(_name)(type(_name, (_Binary,), {"binary_op": _op, "ufunc": _ufunc,
+                                             "quant_rules": _rules}))
 
 
 @register("Pow")

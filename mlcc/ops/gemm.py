@@ -88,6 +88,8 @@ def gemm_params(m: int, n: int, k: int, *, a_strides: tuple[int, int], ldb: int,
 
 @register("Gemm")
 class Gemm(OpDef):
+    fuses_activation = True
+    quant_rules = ("integer_producer",)
     attributes = {"alpha": None, "beta": None, "transA": None, "transB": None,
                   "broadcast": lambda v: True}   # opset < 7 flag; broadcasting is the default
 
@@ -143,6 +145,8 @@ class Gemm(OpDef):
 
 @register("MatMul")
 class MatMul(OpDef):
+    fuses_activation = True
+    quant_rules = ("integer_producer",)
     attributes = {}
 
     @staticmethod

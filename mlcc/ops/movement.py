@@ -54,6 +54,7 @@ def _permuted_copy(lo: Lowering, src: str, dst: str, view_shape: Sequence[int],
 
 @register("Transpose")
 class Transpose(OpDef):
+    quant_rules = ("movement",)
     attributes = {"perm": None}
 
     @staticmethod
@@ -82,6 +83,7 @@ class Transpose(OpDef):
 
 @register("Concat")
 class Concat(OpDef):
+    quant_rules = ("concat",)
     attributes = {"axis": None}
 
     def _axis(self, node: Node, rank: int) -> int:
@@ -131,6 +133,7 @@ class Concat(OpDef):
 
 @register("Split")
 class Split(OpDef):
+    quant_rules = ("split",)
     attributes = {"axis": None, "split": None, "num_outputs": None}
 
     def _sizes(self, node: Node, shape, g) -> tuple[int, list[int]]:
@@ -219,6 +222,7 @@ def slice_ranges(shape, starts, ends, axes, steps) -> list[range]:
 
 @register("Slice")
 class Slice(OpDef):
+    quant_rules = ("movement",)
     attributes = {"starts": None, "ends": None, "axes": None}   # attributes before opset 10
 
     def _ranges(self, node: Node, shape, g) -> list[range]:
@@ -322,6 +326,7 @@ def _blocksize(node: Node, x) -> int:
 
 @register("DepthToSpace")
 class DepthToSpace(OpDef):
+    quant_rules = ("movement",)
     attributes = {"blocksize": None, "mode": lambda v: v in ("DCR", "CRD")}
 
     def infer(self, node, ins, g):

@@ -129,6 +129,7 @@ class _Pool(OpDef):
 
 @register("MaxPool")
 class MaxPool(_Pool):
+    quant_rules = ("pool",)
     attributes = {**_Pool.attributes, "storage_order": lambda v: v in (0, 1)}
     dtypes = ["float32", "int8", "uint8"]
 
@@ -163,6 +164,7 @@ def tap_counts(out: int, kernel: int, stride: int, dilation: int, begin: int, lo
 
 @register("AveragePool")
 class AveragePool(_Pool):
+    quant_rules = ("pool",)
     attributes = {**_Pool.attributes, "count_include_pad": lambda v: v in (0, 1)}
 
     def lower(self, node: Node, lo: Lowering) -> None:
@@ -226,9 +228,11 @@ class _GlobalPool(OpDef):
 
 @register("GlobalAveragePool")
 class GlobalAveragePool(_GlobalPool):
+    quant_rules = ("pool",)
     kind = "ReduceMean"
 
 
 @register("GlobalMaxPool")
 class GlobalMaxPool(_GlobalPool):
+    quant_rules = ("pool",)
     kind = "ReduceMax"

@@ -4,6 +4,9 @@ An OpDef owns everything mlcc knows about an operator: which attributes and valu
 (`check`), its output types and static shapes (`infer`), how it folds when its inputs are
 constant (`fold`, by default the ONNX reference implementation), how it lowers to C kernels
 (`lower`) and its cost (`flops`). Adding an operator means adding one class in one module.
+Two hooks let the passes and the quantizer ask an operator instead of testing op-type strings:
+`activation` (is this node an activation a producer's epilogue can run, and which one) and
+`quant_rules` (which of the quantizer's per-family rules may run it on uint8 codes).
 """
 from __future__ import annotations
 
@@ -25,6 +28,11 @@ class OpDef:
     # Supported attributes: name -> None (any value) or a predicate on the value that says
     # whether mlcc handles it. Attributes not listed make the node unsupported.
     attributes: dict[str, Callable[[Any], bool] | None] = {}
+    # The quantizer's rules (mlcc/quant/rules.py RULES) that may run this operator on uint8
+    # codes, tried in this order; none: it runs in float32 between Dequantize/Quantize.
+    quant_rules: tuple[str, ...] = ()
+    # Its kernels apply a fused activation (attrs["_act"], passes.fuse_activations).
+    fuses_activation: bool = False
 
     def check(self, node: Node) -> list[str]:
         """What about this node (from its attributes alone) mlcc does not support."""
@@ -47,6 +55,11 @@ class OpDef:
 
     def lower(self, node: Node, lo: Lowering) -> None:
         raise UnsupportedError(f"node {node.name!r} ({node.op_type}) has no run-time kernel")
+
+    def activation(self, node: Node, g: Graph) -> tuple[str, float, float] | None:
+        """(kind, alpha, beta) of mlcc/ops/activations.py if this node is an activation that
+        the epilogue of the Conv, Gemm or MatMul producing its input can run; else None."""
+        return None
 
     def flops(self, node: Node, g: Graph) -> int:
         """Floating-point operations at run time (a multiply-add counts as two)."""

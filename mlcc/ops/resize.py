@@ -345,6 +345,7 @@ class _ResizeBase(OpDef):
 
 @register("Resize", since=10)
 class Resize(_ResizeBase):
+    quant_rules = ("movement",)     # nearest only
     attributes = {
         "mode": None,                    # checked in infer, with a clearer message
         "coordinate_transformation_mode": lambda v: v in COORD_MODES + ("tf_crop_and_resize",),

@@ -25,6 +25,7 @@ class _View(OpDef):
 
 @register("Reshape")
 class Reshape(_View):
+    quant_rules = ("movement",)
     attributes = {"allowzero": None, "shape": None}   # "shape" is the opset < 5 attribute
 
     def infer(self, node, ins, g):
@@ -54,6 +55,7 @@ def reshape_target(shape, target, allowzero=False) -> tuple[int, ...]:
 
 @register("Flatten")
 class Flatten(_View):
+    quant_rules = ("movement",)
     attributes = {"axis": None}
 
     def infer(self, node, ins, g):
@@ -67,6 +69,7 @@ class Flatten(_View):
 
 @register("Squeeze")
 class Squeeze(_View):
+    quant_rules = ("movement",)
     attributes = {"axes": None}
 
     def infer(self, node, ins, g):
@@ -82,6 +85,7 @@ class Squeeze(_View):
 
 @register("Unsqueeze")
 class Unsqueeze(_View):
+    quant_rules = ("movement",)
     attributes = {"axes": None}
 
     def infer(self, node, ins, g):
@@ -99,6 +103,7 @@ class Unsqueeze(_View):
 
 @register("Identity")
 class Identity(_View):
+    quant_rules = ("movement",)
     attributes = {}
 
     def infer(self, node, ins, g):

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..ir import Graph, Node
 from .patterns import sole_reader
-from .fuse_activations import _act_of as activation_of
+from ..ops.activations import activation_of
 
 HARDSWISH_SINCE = 14    # the ONNX opset that defines HardSwish
 
@@ -59,7 +59,7 @@ def _chain(g: Graph, start: Node, only_reader) -> tuple[str, list[Node]] | None:
     clip = only_reader(start.outputs[0])
     if x is None or clip is None or clip.op_type != "Clip" or clip.inputs[0] != start.outputs[0]:
         return None
-    if activation_of(g, clip) != ("CLIP", 0.0, 6.0):
+    if activation_of(clip, g) != ("CLIP", 0.0, 6.0):
         return None
     third = only_reader(clip.outputs[0])
     if third is None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node
+from .predicates import is_integer_producer
 
 
 def channel_axis(op: str) -> int:
@@ -30,10 +31,9 @@ def channel_axis(op: str) -> int:
 def watched(g: Graph) -> dict[str, int]:
     """Data inputs of the Conv / Gemm / MatMul nodes with constant weights (the ones the
     rewrite may run as integer kernels) -> their channel axis."""
-    from .rewrite import _is_integer_producer
     out: dict[str, int] = {}
     for n in g.nodes:
-        if n.op_type in ("Conv", "Gemm", "MatMul") and _is_integer_producer(g, n):
+        if is_integer_producer(g, n):
             x = g.values[n.inputs[0]]
             if len(x.shape) >= 2:
                 out.setdefault(n.inputs[0], channel_axis(n.op_type))

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir import Graph, Node
+from ..ops.activations import fused_act
 
 TOLERANCE = 1e-6           # stop when every scale of a sweep is within 1 +- this
 MAX_ITERATIONS = 100
@@ -80,10 +81,6 @@ def _conv_ok(g: Graph, n: Node) -> bool:
     x = g.values.get(n.inputs[0])
     return (w is not None and w.dtype == np.float32 and w.ndim in (3, 4) and x is not None
             and not x.is_const and (not n.input(2) or g.const(n.input(2)) is not None))
-
-
-def _act(n: Node) -> tuple:
-    return n.attrs.get("_act", ("NONE", 0.0, 0.0))
 
 
 def homogeneous(act: tuple) -> bool:
@@ -134,9 +131,9 @@ def find_pairs(g: Graph, relu6: bool = False
         elif g.const(n.input(1)).shape[0] != \
                 g.const(second.input(1)).shape[1] * int(second.attr("group", 1)):
             why = "channel counts differ"
-        elif not homogeneous(_act(n)) and not (relu6 and is_relu6(_act(n))):
-            why = (f"activation {_act(n)[0]}"
-                   + (f"({_act(n)[1]:g}, {_act(n)[2]:g})" if _act(n)[0] == "CLIP" else "")
+        elif not homogeneous(fused_act(n)) and not (relu6 and is_relu6(fused_act(n))):
+            why = (f"activation {fused_act(n)[0]}"
+                   + (f"({fused_act(n)[1]:g}, {fused_act(n)[2]:g})" if fused_act(n)[0] == "CLIP" else "")
                    + " is not positively homogeneous")
         if why:
             skipped.append((n.name, second.name, why))
@@ -209,7 +206,7 @@ def equalize(g: Graph, relu6: bool = False) -> EqualizeResult:
             res.precision_after[n.name] = _precision(w[k])
     if relu6:
         for first, _ in pairs:
-            if is_relu6(_act(first)):
+            if is_relu6(fused_act(first)):
                 first.attrs["_act"] = ("RELU", 0.0, 0.0)
                 res.relu6_replaced.append(first.name)
     return res

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..ops.activations import BY_KIND
+
 QMIN_U8, QMAX_U8 = 0, 255
 WMAX = 127
 REQUANT_MODES = ("float", "fixed")
@@ -179,13 +181,10 @@ def requantize_fixed(acc: np.ndarray, m0: np.ndarray, shift: np.ndarray, qp: QPa
 
 
 def act_clamp(act: tuple, qp: QParams) -> tuple[int, int]:
-    """The quantized clamp bounds that implement a fused Relu/Clip (or none)."""
+    """The quantized clamp bounds that implement a fused Relu/Clip (or none): an activation
+    whose int8 rule is "clamp" (mlcc/ops/activations.py)."""
     kind, a, b = act
-    lo_f, hi_f = -np.inf, np.inf
-    if kind == "RELU":
-        lo_f = 0.0
-    elif kind == "CLIP":
-        lo_f, hi_f = a, b
+    lo_f, hi_f = BY_KIND[kind].clamp(a, b)
     lo = qp.qmin if lo_f == -np.inf else int(np.clip(np.rint(lo_f / qp.scale) + qp.zero_point,
                                                      qp.qmin, qp.qmax))
     hi = qp.qmax if hi_f == np.inf else int(np.clip(np.rint(hi_f / qp.scale) + qp.zero_point,
@@ -193,42 +192,12 @@ def act_clamp(act: tuple, qp: QParams) -> tuple[int, int]:
     return lo, hi
 
 
-# the activations the quantizer runs as a table on uint8 codes (mlcc_act_kind names) and their
-# float definitions, as the float kernels compute them (runtime_c/kernels/mlcc_kernel.h)
-TABLE_ACTS = {
-    "SIGMOID": lambda x, a, b: 1.0 / (1.0 + np.exp(-x)),
-    "SILU": lambda x, a, b: x / (1.0 + np.exp(-a * x)),
-    "HARD_SWISH": lambda x, a, b: x * np.clip(x + 3.0, 0.0, 6.0) / 6.0,
-    "HARD_SIGMOID": lambda x, a, b: np.clip(a * x + b, 0.0, 1.0),
-    "TANH": lambda x, a, b: np.tanh(x),
-}
-
-
-def table_window(act: tuple) -> tuple[float, float]:
-    """The input interval outside which an activation is constant to within a fraction of its
-    output step: a value read only by that activation's table needs its uint8 codes there
-    only, which gives finer steps (HardSwish is exactly 0 below -3; SiLU's |x sigmoid(x)| is
-    below 0.0027 under -8 and Sigmoid within 0.00034 of 0 or 1 beyond +-8, Tanh within
-    0.00068 of +-1 beyond +-4: less than half a step of a uint8 output over their ranges)."""
-    kind, a, b = act
-    if kind == "HARD_SWISH":
-        return -3.0, np.inf
-    if kind == "SILU" and a > 0:
-        return -8.0 / a, np.inf
-    if kind == "SIGMOID":
-        return -8.0, 8.0
-    if kind == "TANH":
-        return -4.0, 4.0
-    if kind == "HARD_SIGMOID" and a > 0:
-        return -b / a, (1.0 - b) / a
-    return -np.inf, np.inf
-
-
 def activation_table(act: tuple, x: QParams, y: QParams) -> np.ndarray:
     """The 256 uint8 outputs of an activation (mlcc_act kind, alpha, beta) for every uint8
-    input code: function_table of TABLE_ACTS[kind]."""
+    input code: function_table of its float definition (mlcc/ops/activations.py)."""
     kind, a, b = act
-    return function_table(lambda v: TABLE_ACTS[kind](v.astype(np.float64), a, b), x, y)
+    ref = BY_KIND[kind].ref
+    return function_table(lambda v: ref(v.astype(np.float64), a, b), x, y)
 
 
 def function_table(fn, x: QParams, y: QParams) -> np.ndarray:

@@ -22,14 +22,14 @@ import numpy as np
 
 from ..ir import Graph, Node, Value
 from .observers import Range
-from .rewrite import CLAMP_ACTS, _act, _is_integer_producer
+from .predicates import CLAMP_ACTS, fused_act, is_integer_producer
 
 S_MIN, S_MAX = 1e-4, 1e4
 
 
 def _smooth_readers(g: Graph, x: str, consumers) -> list[Node]:
     return [c for c in consumers.get(x, []) if c.op_type == "MatMul" and c.domain == ""
-            and c.inputs[0] == x and _is_integer_producer(g, c)
+            and c.inputs[0] == x and is_integer_producer(g, c)
             and g.values[x].shape and g.const(c.inputs[1]).shape[0] == g.values[x].shape[-1]]
 
 
@@ -47,7 +47,7 @@ def smoothable(g: Graph) -> list[str]:
         if p is None:
             continue
         writes_uint8 = (p.op_type in ("Add", "Concat", "Reshape", "Transpose", "MaxPool")
-                        or (_is_integer_producer(g, p) and _act(p)[0] in CLAMP_ACTS))
+                        or (is_integer_producer(g, p) and fused_act(p)[0] in CLAMP_ACTS))
         if not writes_uint8 and _smooth_readers(g, x, consumers):
             out.append(x)
     return out

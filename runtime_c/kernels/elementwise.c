@@ -1,5 +1,14 @@
 #include "elementwise.h"
 
+/* log(1 + e^x) without overflow for large x */
+static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* max(0, x) + min(0, alpha (e^(x/alpha) - 1)): one term is 0 on either side of 0; NaN takes
+   the second branch and stays NaN */
+static float celu(float x, float alpha) {
+    return x > 0.0f ? x : alpha * (expf(x / alpha) - 1.0f);
+}
+
 void mlcc_f32_unary(const mlcc_unary_params *p, const float *x, float *y) {
     const ptrdiff_t n = (ptrdiff_t)p->n;
     const float alpha = p->alpha, beta = p->beta;
@@ -9,58 +18,15 @@ void mlcc_f32_unary(const mlcc_unary_params *p, const float *x, float *y) {
         if (y != x) memmove(y, x, (size_t)n * sizeof(float));
         mlcc_act_apply(&p->act, y, n);
         return;
-    case MLCC_UNARY_EXP: for (i = 0; i < n; i++) y[i] = expf(x[i]); return;
-    case MLCC_UNARY_LOG: for (i = 0; i < n; i++) y[i] = logf(x[i]); return;
-    case MLCC_UNARY_SQRT: for (i = 0; i < n; i++) y[i] = sqrtf(x[i]); return;
-    case MLCC_UNARY_NEG: for (i = 0; i < n; i++) y[i] = -x[i]; return;
-    case MLCC_UNARY_ABS: for (i = 0; i < n; i++) y[i] = fabsf(x[i]); return;
-    case MLCC_UNARY_RECIPROCAL: for (i = 0; i < n; i++) y[i] = 1.0f / x[i]; return;
-    case MLCC_UNARY_ERF: for (i = 0; i < n; i++) y[i] = erff(x[i]); return;
-    case MLCC_UNARY_FLOOR: for (i = 0; i < n; i++) y[i] = floorf(x[i]); return;
-    case MLCC_UNARY_CEIL: for (i = 0; i < n; i++) y[i] = ceilf(x[i]); return;
-    /* the default rounding mode rounds ties to even and keeps the sign of zero (-0.4 -> -0) */
-    case MLCC_UNARY_ROUND: for (i = 0; i < n; i++) y[i] = nearbyintf(x[i]); return;
-    case MLCC_UNARY_SIN: for (i = 0; i < n; i++) y[i] = sinf(x[i]); return;
-    case MLCC_UNARY_COS: for (i = 0; i < n; i++) y[i] = cosf(x[i]); return;
-    case MLCC_UNARY_ELU:
-        for (i = 0; i < n; i++) y[i] = x[i] >= 0.0f ? x[i] : alpha * (expf(x[i]) - 1.0f);
+#define MLCC_UNARY_CASE(name, expr)                     \
+    case MLCC_UNARY_##name:                             \
+        for (i = 0; i < n; i++) {                       \
+            const float v = x[i];                       \
+            y[i] = (expr);                              \
+        }                                               \
         return;
-    case MLCC_UNARY_SELU:
-        for (i = 0; i < n; i++)
-            y[i] = beta * (x[i] > 0.0f ? x[i] : alpha * (expf(x[i]) - 1.0f));
-        return;
-    case MLCC_UNARY_CELU:
-        /* max(0, x) + min(0, alpha (e^(x/alpha) - 1)): one term is 0 on either side of 0;
-           NaN takes the second branch and stays NaN */
-        for (i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : alpha * (expf(x[i] / alpha) - 1.0f);
-        return;
-    case MLCC_UNARY_THRESHOLDED_RELU:
-        for (i = 0; i < n; i++) y[i] = x[i] > alpha ? x[i] : 0.0f;
-        return;
-    case MLCC_UNARY_SOFTPLUS:
-        /* log(1 + e^x) without overflow for large x */
-        for (i = 0; i < n; i++) y[i] = x[i] > 20.0f ? x[i] : log1pf(expf(x[i]));
-        return;
-    case MLCC_UNARY_SOFTSIGN: for (i = 0; i < n; i++) y[i] = x[i] / (1.0f + fabsf(x[i])); return;
-    case MLCC_UNARY_SIGN:
-        for (i = 0; i < n; i++)   /* NaN stays NaN */
-            y[i] = x[i] != x[i] ? x[i] : (float)((x[i] > 0.0f) - (x[i] < 0.0f));
-        return;
-    case MLCC_UNARY_GELU:
-        for (i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
-        return;
-    case MLCC_UNARY_GELU_TANH:
-        for (i = 0; i < n; i++) {
-            const float v = x[i];
-            y[i] = 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
-        }
-        return;
-    case MLCC_UNARY_MISH:
-        for (i = 0; i < n; i++) {
-            const float sp = x[i] > 20.0f ? x[i] : log1pf(expf(x[i]));
-            y[i] = x[i] * tanhf(sp);
-        }
-        return;
+    MLCC_UNARY_OPS(MLCC_UNARY_CASE)
+#undef MLCC_UNARY_CASE
     default:
         return;
     }

@@ -4,14 +4,49 @@
 
 #include "mlcc_kernel.h"
 
+/* The unary operations besides MLCC_UNARY_ACT, one per line: X(NAME, y as an expression of
+ * the input v and the parameters alpha and beta), expanded into enum mlcc_unary_op here and into
+ * one loop per operation in elementwise.c (which defines the helpers some of them call). A new
+ * operation is one line here and one in mlcc/ops/elementwise.py's UNARY_OPS
+ * (tests/test_activations.py checks that the two sides name the same operations). */
+#define MLCC_UNARY_OPS(X)                                                                    \
+    X(EXP, expf(v))                                                                          \
+    X(LOG, logf(v))                                                                          \
+    X(SQRT, sqrtf(v))                                                                        \
+    X(NEG, -v)                                                                               \
+    X(ABS, fabsf(v))                                                                         \
+    X(RECIPROCAL, 1.0f / v)                                                                  \
+    X(ERF, erff(v))                                                                          \
+    X(FLOOR, floorf(v))                                                                      \
+    X(CEIL, ceilf(v))                                                                        \
+    X(ROUND, nearbyintf(v))     /* default rounding mode: ties to even, keeps -0 (-0.4 -> -0) */ \
+    X(SIN, sinf(v))                                                                          \
+    X(COS, cosf(v))                                                                          \
+    X(ELU, v >= 0.0f ? v : alpha * (expf(v) - 1.0f))                                         \
+    X(SOFTPLUS, softplus(v))                                                                 \
+    X(SOFTSIGN, v / (1.0f + fabsf(v)))                                                       \
+    X(SIGN, v != v ? v : (float)((v > 0.0f) - (v < 0.0f)))      /* NaN stays NaN */           \
+    X(GELU, 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)))                              \
+    X(GELU_TANH, 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)))) \
+    X(SELU, beta * (v > 0.0f ? v : alpha * (expf(v) - 1.0f)))                                \
+    X(MISH, v * tanhf(softplus(v)))                                                          \
+    X(CELU, celu(v, alpha))                                                                  \
+    X(THRESHOLDED_RELU, v > alpha ? v : 0.0f)                                                \
+    X(TAN, tanf(v))                                                                          \
+    X(ASIN, asinf(v))                                                                        \
+    X(ACOS, acosf(v))                                                                        \
+    X(ATAN, atanf(v))                                                                        \
+    X(SINH, sinhf(v))                                                                        \
+    X(COSH, coshf(v))                                                                        \
+    X(ASINH, asinhf(v))                                                                      \
+    X(ACOSH, acoshf(v))                                                                      \
+    X(ATANH, atanhf(v))
+
 enum mlcc_unary_op {
     MLCC_UNARY_ACT = 0,         /* the activation in params.act */
-    MLCC_UNARY_EXP, MLCC_UNARY_LOG, MLCC_UNARY_SQRT, MLCC_UNARY_NEG, MLCC_UNARY_ABS,
-    MLCC_UNARY_RECIPROCAL, MLCC_UNARY_ERF, MLCC_UNARY_FLOOR, MLCC_UNARY_CEIL,
-    MLCC_UNARY_ROUND,           /* half to even, as ONNX Round */
-    MLCC_UNARY_SIN, MLCC_UNARY_COS, MLCC_UNARY_ELU, MLCC_UNARY_SOFTPLUS, MLCC_UNARY_SOFTSIGN,
-    MLCC_UNARY_SIGN, MLCC_UNARY_GELU, MLCC_UNARY_GELU_TANH, MLCC_UNARY_SELU, MLCC_UNARY_MISH,
-    MLCC_UNARY_CELU, MLCC_UNARY_THRESHOLDED_RELU
+#define MLCC_UNARY_ENUM(name, expr) MLCC_UNARY_##name,
+    MLCC_UNARY_OPS(MLCC_UNARY_ENUM)
+#undef MLCC_UNARY_ENUM
 };
 
 typedef struct mlcc_unary_params {

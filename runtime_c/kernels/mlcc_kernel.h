@@ -53,18 +53,35 @@ static inline mlcc_vf mlcc_vf_splat(float x) { return x - (mlcc_vf){0}; }
 #define MLCC_HAVE_VECTORS 0
 #endif
 
-/* Activation fused into the epilogue of Conv, Gemm and MatMul. */
+/* v clamped to [lo, hi] (NaN stays NaN). */
+static inline float mlcc_clampf(float v, float lo, float hi) {
+    return v < lo ? lo : (v > hi ? hi : v);
+}
+
+/* The activations fused into the epilogue of Conv, Gemm and MatMul, one per line:
+ * X(KIND, its value in enum mlcc_act_kind, y as an expression of x and the parameters a = alpha
+ * and b = beta). That expression is the definition (mlcc_act_scalar); the vector and in-place
+ * forms below compute the same, some kinds through faster code of their own. mlcc/ops/
+ * activations.py has one row per kind (tests/test_activations.py checks names and values). */
+#define MLCC_ACT_KINDS(X)                                                                  \
+    X(NONE, 0, x)                                                                          \
+    X(RELU, 1, x > 0.0f ? x : 0.0f)                                                        \
+    X(CLIP, 2, mlcc_clampf(x, a, b))                  /* a = min, b = max */               \
+    X(LEAKY_RELU, 3, x >= 0.0f ? x : x * a)           /* a = slope */                      \
+    X(SIGMOID, 4, 1.0f / (1.0f + expf(-x)))                                                \
+    X(HARD_SIGMOID, 5, mlcc_clampf(a * x + b, 0.0f, 1.0f))                                 \
+    /* x * relu6(x + 3) / 6, in the order exporters write it out */                        \
+    X(HARD_SWISH, 6, x * mlcc_clampf(x + 3.0f, 0.0f, 6.0f) / 6.0f)                         \
+    X(TANH, 7, tanhf(x))                                                                   \
+    /* x * sigmoid(a * x): SiLU with a = 1, ONNX Swish */                                  \
+    X(SILU, 8, x / (1.0f + expf(-a * x)))                                                  \
+    /* x * (1 + erf(x / sqrt 2)) * 0.5, in the order exporters write */                    \
+    X(GELU, 9, x * (1.0f + erff(x * 0.70710678118654752f)) * 0.5f)
+
 enum mlcc_act_kind {
-    MLCC_ACT_NONE = 0,
-    MLCC_ACT_RELU = 1,
-    MLCC_ACT_CLIP = 2,          /* alpha = min, beta = max */
-    MLCC_ACT_LEAKY_RELU = 3,    /* alpha = slope */
-    MLCC_ACT_SIGMOID = 4,
-    MLCC_ACT_HARD_SIGMOID = 5,  /* max(0, min(1, alpha * x + beta)) */
-    MLCC_ACT_HARD_SWISH = 6,
-    MLCC_ACT_TANH = 7,
-    MLCC_ACT_SILU = 8,          /* x * sigmoid(alpha * x): SiLU with alpha = 1, ONNX Swish */
-    MLCC_ACT_GELU = 9           /* x * (1 + erf(x / sqrt 2)) * 0.5, in the order exporters write */
+#define MLCC_ACT_ENUM(kind, value, expr) MLCC_ACT_##kind = value,
+    MLCC_ACT_KINDS(MLCC_ACT_ENUM)
+#undef MLCC_ACT_ENUM
 };
 
 typedef struct mlcc_act {
@@ -73,23 +90,12 @@ typedef struct mlcc_act {
 } mlcc_act;
 
 static inline float mlcc_act_scalar(const mlcc_act *act, float x) {
+    const float a = act->alpha, b = act->beta;
     switch (act->kind) {
-    case MLCC_ACT_RELU: return x > 0.0f ? x : 0.0f;
-    case MLCC_ACT_CLIP: return x < act->alpha ? act->alpha : (x > act->beta ? act->beta : x);
-    case MLCC_ACT_LEAKY_RELU: return x >= 0.0f ? x : x * act->alpha;
-    case MLCC_ACT_SIGMOID: return 1.0f / (1.0f + expf(-x));
-    case MLCC_ACT_HARD_SIGMOID: {
-        float y = act->alpha * x + act->beta;
-        return y < 0.0f ? 0.0f : (y > 1.0f ? 1.0f : y);
-    }
-    case MLCC_ACT_HARD_SWISH: {
-        /* x * relu6(x + 3) / 6, in the order exporters write it out */
-        float y = x + 3.0f;
-        return x * (y < 0.0f ? 0.0f : (y > 6.0f ? 6.0f : y)) / 6.0f;
-    }
-    case MLCC_ACT_TANH: return tanhf(x);
-    case MLCC_ACT_SILU: return x / (1.0f + expf(-act->alpha * x));
-    case MLCC_ACT_GELU: return x * (1.0f + erff(x * 0.70710678118654752f)) * 0.5f;
+#define MLCC_ACT_CASE(kind, value, expr) \
+    case MLCC_ACT_##kind: return (expr);
+    MLCC_ACT_KINDS(MLCC_ACT_CASE)
+#undef MLCC_ACT_CASE
     default: return x;
     }
 }
