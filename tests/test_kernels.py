@@ -17,7 +17,7 @@ convolution with a fused residual must equal the packed one, then the Add, then 
 import numpy as np
 import pytest
 
-from mlcc.ops.conv import (CONVT_CP, DW_SLICES, convt_plan, dw_scratch_floats, im2col_table,
+from mlcc.ops.conv_kernels import (CONVT_CP, DW_SLICES, convt_plan, dw_scratch_floats, im2col_table,
                            implicit_cols_offsets, implicit_offsets, implicit_plan)
 from mlcc.ops.gemm import GEMM_MR, pack_a
 from mlcc.targets import load_target
