@@ -7,7 +7,7 @@ from typing import NamedTuple
 from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Lowering, Node, Value
 from .common import act_params, require_dtype
-from .conv_kernels import ConvEmit, ConvLayer, ConvTarget, choose_variant
+from .conv_kernels import ConvEmit, ConvLayer, ConvTarget, ConvVariant, choose_variant
 from .registry import OpDef, register
 
 AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -125,27 +125,39 @@ class Conv(OpDef):
             raise ModelError(f"Conv takes 2 or 3 inputs, not {len(ins)}")
         return [("float32", out)]
 
-    def lower(self, node: Node, lo: Lowering) -> None:
-        x, w = lo.value(node.inputs[0]), lo.value(node.inputs[1])
+    def params(self, node: Node, g: Graph) -> dict:
+        """The fields of mlcc_conv2d_params (conv.h) for this node."""
+        x, w = g.values[node.inputs[0]], g.values[node.inputs[1]]
         geo = self._geometry(node, x, w)
         kh, kw, ih, iw, oh, ow, sh, sw, dh, dw, pt, pl = window2d(geo, x.shape[2:])
-        params = {"batch": geo["n"], "in_channels": geo["c"], "in_h": ih, "in_w": iw,
-                  "out_channels": geo["m"], "out_h": oh, "out_w": ow, "kernel_h": kh,
-                  "kernel_w": kw, "stride_h": sh, "stride_w": sw, "dilation_h": dh,
-                  "dilation_w": dw, "pad_top": pt, "pad_left": pl, "groups": geo["group"],
-                  "act": act_params(node)}
-        args = [node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]]
-        w_const = lo.graph.const(node.inputs[1])
-        residual = node.input(3) or None if node.attrs.get("_residual") else None
-        if residual is not None and (w_const is None or geo["group"] != 1
-                                     or list(geo["kernel"]) != [1, 1]):
+        return {"batch": geo["n"], "in_channels": geo["c"], "in_h": ih, "in_w": iw,
+                "out_channels": geo["m"], "out_h": oh, "out_w": ow, "kernel_h": kh,
+                "kernel_w": kw, "stride_h": sh, "stride_w": sw, "dilation_h": dh,
+                "dilation_w": dw, "pad_top": pt, "pad_left": pl, "groups": geo["group"],
+                "act": act_params(node)}
+
+    def layer(self, node: Node, g: Graph) -> ConvLayer:
+        """The node as the kernel choice sees it (conv_kernels.choose_variant)."""
+        p = self.params(node, g)
+        residual = bool(node.attrs.get("_residual"))
+        if residual and (g.const(node.inputs[1]) is None or p["groups"] != 1
+                         or (p["kernel_h"], p["kernel_w"]) != (1, 1)):
             raise RuntimeError(f"{node.name}: a residual is only fused into a 1x1 Conv with "
                                f"constant weights (passes.fuse_residual_add)")
-        layer = ConvLayer.from_params(params, const_weights=w_const is not None,
-                                      residual=residual is not None)
+        return ConvLayer.from_params(p, const_weights=g.const(node.inputs[1]) is not None,
+                                     residual=residual)
+
+    def variant(self, node: Node, g: Graph, options: dict) -> ConvVariant:
+        """The kernel variant this node runs on a target with these lowering options."""
+        return choose_variant(self.layer(node, g), ConvTarget.from_options(options))
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        layer = self.layer(node, lo.graph)
         variant = choose_variant(layer, ConvTarget.from_options(lo.options))
-        variant.lower(ConvEmit(node, lo, layer, params, args, w_const, residual),
-                      variant.kernel_for(layer))
+        args = [node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]]
+        emit = ConvEmit(node, lo, layer, self.params(node, lo.graph), args,
+                        lo.graph.const(node.inputs[1]), node.input(3) if layer.residual else None)
+        variant.lower(emit, variant.kernel_for(layer))
 
     def flops(self, node: Node, g: Graph) -> int:
         w, y = g.values[node.inputs[1]], g.values[node.outputs[0]]
