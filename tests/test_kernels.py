@@ -17,59 +17,15 @@ convolution with a fused residual must equal the packed one, then the Add, then 
 import numpy as np
 import pytest
 
-from mlcc.ops.conv_kernels import (CONVT_CP, DW_SLICES, convt_plan, dw_scratch_floats, im2col_table,
-                           implicit_cols_offsets, implicit_offsets, implicit_plan)
+from mlcc.ops.conv_kernels import (CONVT_CP, DW_SLICES, convt_plan, dw_scratch_floats,
+                                   im2col_table, implicit_cols_offsets, implicit_offsets,
+                                   implicit_plan)
 from mlcc.ops.gemm import GEMM_MR, pack_a
 from mlcc.targets import load_target
-from util import build_kernels
+from util import build_kernels, kernel_cdef
 
 
-CDEF = """
-typedef struct { int32_t kind; float alpha, beta; } mlcc_act;
-typedef struct {
-    int64_t batch, in_channels, in_h, in_w;
-    int64_t out_channels, out_h, out_w;
-    int64_t kernel_h, kernel_w;
-    int64_t stride_h, stride_w;
-    int64_t dilation_h, dilation_w;
-    int64_t pad_top, pad_left;
-    int64_t groups;
-    mlcc_act act;
-} mlcc_conv2d_params;
-typedef struct { mlcc_conv2d_params conv; int64_t block_cols; } mlcc_conv2d_packed_params;
-void mlcc_f32_conv2d(const mlcc_conv2d_params *p, const float *x, const float *w,
-                     const float *bias, float *y, float *scratch);
-void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *p, const float *x, const float *w,
-                            const float *bias, float *y, float *scratch, void *pool);
-void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, const float *w,
-                               const float *bias, float *y);
-void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, const float *w,
-                                   const float *bias, float *y, float *scratch, void *pool);
-void mlcc_f32_conv2d_packed_table(const mlcc_conv2d_packed_params *p, const float *x,
-                                  const float *w, const float *bias, const int32_t *table,
-                                  float *y, float *scratch, void *pool);
-void mlcc_f32_conv2d_implicit(const mlcc_conv2d_packed_params *p, const float *x,
-                              const float *w, const float *bias, const int32_t *offsets,
-                              float *y, float *scratch, void *pool);
-void mlcc_f32_conv2d_implicit_rows(const mlcc_conv2d_packed_params *p, const float *x,
-                                   const float *w, const float *bias, const int32_t *offsets,
-                                   float *y, float *scratch, void *pool);
-void mlcc_f32_conv2d_implicit_cols(const mlcc_conv2d_packed_params *p, const float *x,
-                                   const float *w, const float *bias, const int32_t *offsets,
-                                   float *y, float *scratch, void *pool);
-void mlcc_f32_conv2d_packed_residual(const mlcc_conv2d_packed_params *p, const float *x,
-                                     const float *w, const float *bias, const float *residual,
-                                     float *y, float *scratch, void *pool);
-void mlcc_f32_conv2d_implicit_t(const mlcc_conv2d_packed_params *p, const float *x,
-                                const float *w, const float *bias, const int32_t *offsets,
-                                float *y, float *scratch, void *pool);
-void mlcc_f32_conv2d_implicit_t_residual(const mlcc_conv2d_packed_params *p, const float *x,
-                                         const float *w, const float *bias,
-                                         const int32_t *offsets, const float *residual,
-                                         float *y, float *scratch, void *pool);
-int mlcc_threadpool_create(void **pool, int nthreads);
-void mlcc_threadpool_destroy(void *pool);
-"""
+CDEF = kernel_cdef("conv.h", "depthwise.h", "gemm.h")
 
 
 @pytest.fixture(scope="module", params=["x86", "x86-native", "x86+wasm-tile", "scalar"])
@@ -240,7 +196,7 @@ def pools(kernels):
     ffi, lib = kernels
     made = {}
     for n in (2, 3, 5):
-        p = ffi.new("void **")
+        p = ffi.new("mlcc_threadpool **")
         assert lib.mlcc_threadpool_create(p, n) == 0
         made[n] = p[0]
     yield made

@@ -9,43 +9,10 @@ import numpy as np
 import pytest
 
 from mlcc.ops.gemm import pack_b_panels
-from util import build_kernels
+from util import build_kernels, kernel_cdef
 
 
-CDEF = """
-typedef struct { int32_t kind; float alpha, beta; } mlcc_act;
-typedef struct {
-    int64_t m, n, k;
-    int64_t a_row_stride, a_col_stride;
-    int64_t ldb, ldc;
-    int64_t bias_row_stride, bias_col_stride;
-    float alpha, beta;
-    mlcc_act act;
-    int32_t b_finite;
-} mlcc_gemm_params;
-typedef struct { mlcc_gemm_params gemm; int64_t batch; int64_t c_batch_stride; }
-    mlcc_batched_gemm_params;
-typedef struct {
-    int64_t batch, heads, sq, sk, d;
-    int64_t q_strides[4], k_strides[4], v_strides[4], mask_strides[4], out_strides[4];
-    float scale;
-} mlcc_attention_params;
-void mlcc_f32_gemm(const mlcc_gemm_params *p, const float *a, const float *b, const float *bias,
-                   float *c);
-void mlcc_f32_gemm_threaded(const mlcc_gemm_params *p, const float *a, const float *b,
-                            const float *bias, float *c, void *pool);
-void mlcc_f32_gemm_panels_threaded(const mlcc_gemm_params *p, const float *a,
-                                   const float *b_panels, const float *bias, float *c,
-                                   void *pool);
-void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, const float *b,
-                           const float *bias, float *c, const int64_t *a_offsets,
-                           const int64_t *b_offsets, void *pool);
-void mlcc_f32_attention(const mlcc_attention_params *p, const float *q, const float *k,
-                        const float *v, const float *mask, float *out, float *scratch,
-                        void *pool);
-int mlcc_threadpool_create(void **pool, int nthreads);
-void mlcc_threadpool_destroy(void *pool);
-"""
+CDEF = kernel_cdef("gemm.h", "attention.h")
 
 
 @pytest.fixture(scope="module", params=["x86-native", "scalar"])
@@ -59,7 +26,7 @@ def lib(request, tmp_path_factory):
     dl = ffi.dlopen(str(path))
     pools = {}
     for n in (2, 3, 5):
-        p = ffi.new("void **")
+        p = ffi.new("mlcc_threadpool **")
         assert dl.mlcc_threadpool_create(p, n) == 0
         pools[n] = p[0]
     yield ffi, dl, pools
@@ -272,7 +239,7 @@ def test_pool_statistics_count_every_unit(tmp_path):
         m=m, n=n, k=k, a_row_stride=k, a_col_stride=1, ldb=n, ldc=n, bias_row_stride=0,
         bias_col_stride=0, alpha=1.0, beta=0.0, act={"kind": 0, "alpha": 0.0, "beta": 0.0}))
     for threads in (2, 3):
-        pp = ffi.new("void **")
+        pp = ffi.new("mlcc_threadpool **")
         assert dl.mlcc_threadpool_create(pp, threads) == 0
         out = ffi.new("double[]", 7 * threads)
         dl.mlcc_threadpool_stats(pp[0], out)                 # zeroes them

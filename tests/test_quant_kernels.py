@@ -16,58 +16,12 @@ from mlcc.ops.quant import add_fixed_multipliers, fixed_multiplier
 from mlcc.quant.scheme import (QParams, activation_table, fixed_multipliers,
                                multiply_by_quantized_multiplier, quantize_linear,
                                requantize_fixed, requantize_float)
+from util import kernel_cdef
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = ROOT / "runtime_c" / "kernels"
 
-CDEF = """
-typedef struct { int32_t kind; float alpha, beta; } mlcc_act;
-typedef struct { int32_t out_kind, mode, zero_point, qmin, qmax; mlcc_act act; } mlcc_requant;
-typedef struct { const int32_t *bias; const float *scale; const float *fbias;
-                 const int32_t *mult; const int32_t *shift; } mlcc_qchannels;
-typedef struct { int64_t m, n, k4, lda, ldy; int32_t channel_is_row, a_signed; }
-    mlcc_qgemm_desc;
-typedef struct { int64_t m, n, k; mlcc_requant rq; } mlcc_qfc_params;
-typedef struct { int64_t batch, in_channels, in_h, in_w, out_channels, out_h, out_w,
-                 kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w,
-                 pad_top, pad_left, groups; int32_t x_zero_point; mlcc_requant rq; }
-    mlcc_qconv2d_params;
-typedef struct { int64_t count; float scale; int32_t zero_point; } mlcc_quantize_params;
-typedef struct { int64_t count; int32_t a_zero_point, b_zero_point; double a_mult_f, b_mult_f;
-                 int32_t a_mult, a_shift, b_mult, b_shift, out_mult, out_shift;
-                 mlcc_requant rq; } mlcc_qadd_params;
-typedef struct { int64_t count; int32_t x_zero_point; float mult_f; int32_t mult, shift;
-                 mlcc_requant rq; } mlcc_qrequant_params;
-typedef struct { int64_t batch, channels, plane, s_batch; int32_t x_zero_point;
-                 float offset, mult_f; mlcc_requant rq; } mlcc_qchannel_scale_params;
-void mlcc_u8_channel_scale(const mlcc_qchannel_scale_params *p, const uint8_t *x,
-                           const float *s, uint8_t *y);
-typedef struct { int64_t planes, in_h, in_w, out_h, out_w, kernel_h, kernel_w, stride_h,
-                 stride_w, dilation_h, dilation_w, pad_top, pad_left; int32_t pad_value; }
-    mlcc_qpool2d_params;
-void mlcc_qgemm_u8s8(const mlcc_qgemm_desc *d, const void *a, const void *b,
-                     const mlcc_requant *rq, const mlcc_qchannels *ch, void *y);
-void mlcc_qgemm_u8s8_portable(const mlcc_qgemm_desc *d, const void *a, const void *b,
-                              const mlcc_requant *rq, const mlcc_qchannels *ch, void *y);
-void mlcc_u8_qfc(const mlcc_qfc_params *p, const uint8_t *x, const int8_t *w_packed,
-                 const int32_t *bias, const float *scale, const float *fbias,
-                 const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch);
-void mlcc_u8_qconv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
-                     const int32_t *bias, const float *scale, const float *fbias,
-                     const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch);
-void mlcc_u8_qconv2d_depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
-                               const int32_t *bias, const float *scale, const float *fbias,
-                               const int32_t *mult, const int32_t *shift, void *y,
-                               uint8_t *scratch);
-void mlcc_f32_quantize_u8(const mlcc_quantize_params *p, const float *x, uint8_t *y);
-void mlcc_u8_dequantize_f32(const mlcc_quantize_params *p, const uint8_t *x, float *y);
-void mlcc_u8_qadd(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y);
-void mlcc_u8_requantize(const mlcc_qrequant_params *p, const uint8_t *x, uint8_t *y);
-typedef struct { int64_t count; } mlcc_lut_params;
-void mlcc_u8_lut(const mlcc_lut_params *p, const uint8_t *x, const uint8_t *table, uint8_t *y);
-void mlcc_u8_maxpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y);
-void mlcc_u8_avgpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y);
-"""
+CDEF = kernel_cdef("qgemm.h", "qconv.h", "qelem.h")
 
 FLAGS = {"portable": ["-O2"], "native": ["-O3", "-march=native", "-ffp-contract=fast"]}
 
