@@ -66,7 +66,7 @@ def test_gemm_is_bit_identical_across_thread_counts(lib, m, n, k, bias, act):
         if pool == "serial":
             dl.mlcc_f32_gemm(p, _f(ffi, a), _f(ffi, b), bias_ptr, _f(ffi, c))
         else:
-            dl.mlcc_f32_gemm_threaded(p, _f(ffi, a), _f(ffi, b), bias_ptr, _f(ffi, c), pool)
+            dl.mlcc_f32_gemm__threaded(p, _f(ffi, a), _f(ffi, b), bias_ptr, _f(ffi, c), pool)
         return c
 
     serial = run("serial")
@@ -83,7 +83,7 @@ def test_gemm_is_bit_identical_across_thread_counts(lib, m, n, k, bias, act):
         panels = pack_b_panels(b)
         for name, pool in [("no pool", ffi.NULL), *pools.items()]:
             c = np.full((m, n), np.nan, np.float32)
-            dl.mlcc_f32_gemm_panels_threaded(p, _f(ffi, a), _f(ffi, panels), bias_ptr,
+            dl.mlcc_f32_gemm__panels_threaded(p, _f(ffi, a), _f(ffi, panels), bias_ptr,
                                              _f(ffi, c), pool)
             assert np.array_equal(c, serial), f"panels, {name}"
 
@@ -108,7 +108,7 @@ def test_one_row_gemm_matches_the_tiles_on_every_pool(lib, n, k):
             m=m, n=n, k=k, a_row_stride=k, a_col_stride=1, ldb=n, ldc=n, bias_row_stride=0,
             bias_col_stride=1, alpha=0.75, beta=1.5, act={"kind": 1, "alpha": 0.0, "beta": 0.0}))
         c = np.full((m, n), np.nan, np.float32)
-        dl.mlcc_f32_gemm_threaded(p, _f(ffi, a), _f(ffi, b), _f(ffi, bv), _f(ffi, c), pool)
+        dl.mlcc_f32_gemm__threaded(p, _f(ffi, a), _f(ffi, b), _f(ffi, bv), _f(ffi, c), pool)
         return c
 
     tiled = run(3, ffi.NULL)
@@ -147,7 +147,7 @@ def test_one_row_gemm_skips_zero_rows_and_reads_padded_rows_with_the_same_bits(l
             bias_col_stride=1, alpha=0.75, beta=1.5, act={"kind": 0, "alpha": 0.0, "beta": 0.0},
             b_finite=finite))
         c = np.full((1, n), np.nan, np.float32)
-        dl.mlcc_f32_gemm_threaded(p, _f(ffi, a), _f(ffi, bmat), _f(ffi, bv), _f(ffi, c), pool)
+        dl.mlcc_f32_gemm__threaded(p, _f(ffi, a), _f(ffi, bmat), _f(ffi, bv), _f(ffi, c), pool)
         return c
 
     dense = run(b, n, 0, ffi.NULL)
@@ -244,7 +244,7 @@ def test_pool_statistics_count_every_unit(tmp_path):
         out = ffi.new("double[]", 7 * threads)
         dl.mlcc_threadpool_stats(pp[0], out)                 # zeroes them
         for _ in range(3):
-            dl.mlcc_f32_gemm_threaded(p, _f(ffi, a), _f(ffi, b), ffi.NULL, _f(ffi, c), pp[0])
+            dl.mlcc_f32_gemm__threaded(p, _f(ffi, a), _f(ffi, b), ffi.NULL, _f(ffi, c), pp[0])
         dl.mlcc_threadpool_stats(pp[0], out)
         units = sum(out[7 * t + 1] for t in range(threads))
         assert units == 3 * 16 and out[4] == 3, list(out)    # every unit once; 3 loops

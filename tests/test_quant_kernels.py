@@ -107,7 +107,7 @@ def test_qfc_matches_numpy(lib, m, n, k, out_kind, mode):
     scratch = np.zeros(m * 4 * k4, np.uint8)
     p = ffi.new("mlcc_qfc_params *", {"m": m, "n": n, "k": k,
                                       "rq": requant(ffi, out_kind, mode, zp, qmin, qmax)})
-    L.mlcc_u8_qfc(p, ptr(ffi, x), ptr(ffi, packed), ptr(ffi, bias), ptr(ffi, scale),
+    L.mlcc_u8_fc(p, ptr(ffi, x), ptr(ffi, packed), ptr(ffi, bias), ptr(ffi, scale),
                   ptr(ffi, fbias), ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y), ptr(ffi, scratch))
     acc = x.astype(np.int32) @ w.T.astype(np.int32) + bias[None, :]
     want = expected(acc, scale, fbias, m0, sh, out_kind, mode, zp, qmin, qmax, axis=1)
@@ -218,7 +218,7 @@ def test_qconv_matches_numpy(lib, case, out_kind, mode):
     pw = (ow - 1) * stride[1] + (k[1] - 1) * dil[1] + 1
     if depthwise:
         scratch = np.zeros(2 * ph * pw, np.uint8)       # one channel plane as int16
-        L.mlcc_u8_qconv2d_depthwise(p, ptr(ffi, x), ptr(ffi, np.ascontiguousarray(w)),
+        L.mlcc_u8_conv2d__depthwise(p, ptr(ffi, x), ptr(ffi, np.ascontiguousarray(w)),
                                     ptr(ffi, bias), ptr(ffi, scale), ptr(ffi, fbias),
                                     ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y),
                                     ptr(ffi, scratch))
@@ -230,7 +230,7 @@ def test_qconv_matches_numpy(lib, case, out_kind, mode):
         # the kernel's bias has the input zero point folded in (as the compiler does)
         eff = (bias - zp * w.reshape(m, -1).astype(np.int32).sum(axis=1)).astype(np.int32)
         scratch = np.zeros(4 * k4 * oh * ow + c // groups * ph * pw, np.uint8)
-        L.mlcc_u8_qconv2d(p, ptr(ffi, x), ptr(ffi, wp), ptr(ffi, eff), ptr(ffi, scale),
+        L.mlcc_u8_conv2d(p, ptr(ffi, x), ptr(ffi, wp), ptr(ffi, eff), ptr(ffi, scale),
                           ptr(ffi, fbias), ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y),
                           ptr(ffi, scratch))
     want = expected(acc, scale, fbias, m0, sh, out_kind, mode, 3, 3, 255, axis=1)
@@ -268,8 +268,8 @@ def test_vector_qgemm_matches_portable_twin(lib, m, n, k4, a_signed, out_kind, c
     dtype = np.float32 if out_kind else np.uint8
     y1 = np.zeros((m, n), dtype)
     y2 = np.ones((m, n), dtype)
-    L.mlcc_qgemm_u8s8(d, ptr(ffi, a), ptr(ffi, b), rq, ch, ptr(ffi, y1))
-    L.mlcc_qgemm_u8s8_portable(d, ptr(ffi, a), ptr(ffi, b), rq, ch, ptr(ffi, y2))
+    L.mlcc_u8s8_gemm(d, ptr(ffi, a), ptr(ffi, b), rq, ch, ptr(ffi, y1))
+    L.mlcc_u8s8_gemm__portable(d, ptr(ffi, a), ptr(ffi, b), rq, ch, ptr(ffi, y2))
     np.testing.assert_array_equal(y1, y2)
     acc = (a[:, :4 * k4].astype(np.int64) @ b.transpose(0, 2, 1).reshape(4 * k4, n)
            .astype(np.int64))
@@ -308,12 +308,12 @@ def test_quantize_dequantize_match_numpy(lib):
     qp = QParams(0.5, 11)
     p = ffi.new("mlcc_quantize_params *", {"count": x.size, "scale": 0.5, "zero_point": 11})
     y = np.zeros(x.size, np.uint8)
-    L.mlcc_f32_quantize_u8(p, ptr(ffi, x), ptr(ffi, y))
+    L.mlcc_f32_quantize(p, ptr(ffi, x), ptr(ffi, y))
     finite = np.isfinite(x)
     np.testing.assert_array_equal(y[finite], quantize_linear(x[finite], qp))
     assert y[-1] == 0                                      # NaN -> the lowest code
     back = np.zeros(x.size, np.float32)
-    L.mlcc_u8_dequantize_f32(p, ptr(ffi, y), ptr(ffi, back))
+    L.mlcc_u8_dequantize(p, ptr(ffi, y), ptr(ffi, back))
     np.testing.assert_array_equal(back, (y.astype(np.int32) - 11).astype(np.float32) * 0.5)
 
 

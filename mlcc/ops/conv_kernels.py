@@ -62,7 +62,7 @@ def panel_cols(n: int) -> int:
 
 
 def convt_applies(oh: int, ow: int, wq: int, cout_g: int, kdim: int) -> bool:
-    """Whether a convolution with this output map pays with mlcc_f32_conv2d_implicit_t (wq:
+    """Whether a convolution with this output map pays with mlcc_f32_conv2d__implicit_t (wq:
     the implicit GEMM's virtual row width; out_w for 1x1 convolutions): deep enough, and the
     virtual columns in whole panels of 32 waste at least CONVT_MIN_WASTE."""
     nv = oh * wq
@@ -71,7 +71,7 @@ def convt_applies(oh: int, ow: int, wq: int, cout_g: int, kdim: int) -> bool:
 
 
 def convt_1x1_applies(oh: int, ow: int, cout_g: int, kdim: int) -> bool:
-    """Whether a 1x1 convolution pays with mlcc_f32_conv2d_implicit_t: deep ones (or deep
+    """Whether a 1x1 convolution pays with mlcc_f32_conv2d__implicit_t: deep ones (or deep
     projections) on the maps where KxK ones do, any depth where the packed panels waste the
     most."""
     deep = kdim >= CONVT_MIN_DEPTH_1X1 or (kdim >= CONVT_MIN_DEPTH_1X1_PROJ and cout_g <= kdim)
@@ -83,7 +83,7 @@ def convt_1x1_applies(oh: int, ow: int, cout_g: int, kdim: int) -> bool:
 
 def convt_plan(cin_g: int, kh: int, kw: int, oh: int, ow: int, sh: int, sw: int, dh: int,
                dw: int, direct: bool = False) -> int:
-    """Scratch bytes of mlcc_f32_conv2d_implicit_t (conv.h); direct: a 1x1 convolution of
+    """Scratch bytes of mlcc_f32_conv2d__implicit_t (conv.h); direct: a 1x1 convolution of
     stride 1 without padding, which reads its input in place."""
     hq, wq = oh + (kh - 1) * dh // sh, ow + (kw - 1) * dw // sw
     pad = 0 if direct else cin_g * sh * sw * hq * wq + (kw - 1) * dw + IMPLICIT_SLACK
@@ -97,7 +97,7 @@ def convt_plan(cin_g: int, kh: int, kw: int, oh: int, ow: int, sh: int, sw: int,
 def im2col_table(c: int, ih: int, iw: int, kh: int, kw: int, oh: int, ow: int, sh: int,
                  sw: int, dh: int, dw: int, pt: int, pl: int) -> np.ndarray:
     """[c * kh * kw, oh * ow] int32: the offset in a (c, ih, iw) input of each im2col value,
-    -1 where the window reads padding (mlcc_f32_conv2d_packed_table)."""
+    -1 where the window reads padding (mlcc_f32_conv2d__packed_table)."""
     ci, ki, kj, oi, oj = np.meshgrid(np.arange(c), np.arange(kh), np.arange(kw), np.arange(oh),
                                      np.arange(ow), indexing="ij")
     y = oi * sh + ki * dh - pt
@@ -110,7 +110,7 @@ def im2col_table(c: int, ih: int, iw: int, kh: int, kw: int, oh: int, ow: int, s
 def implicit_offsets(c: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, hq: int,
                      wq: int) -> np.ndarray:
     """[c * kh * kw] int32: where row (c, kh, kw) of the im2col matrix starts in the stride-phase
-    sub-planes (c, sh, sw, hq, wq) of mlcc_f32_conv2d_implicit (conv.h)."""
+    sub-planes (c, sh, sw, hq, wq) of mlcc_f32_conv2d__implicit (conv.h)."""
     ci, ki, kj = np.meshgrid(np.arange(c), np.arange(kh), np.arange(kw), indexing="ij")
     plane = (ci * sh + ki * dh % sh) * sw + kj * dw % sw
     return (plane * hq * wq + (ki * dh // sh) * wq + kj * dw // sw).astype(np.int32).reshape(-1)
@@ -118,13 +118,13 @@ def implicit_offsets(c: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: in
 
 def implicit_cols_offsets(c: int, kh: int, kw: int, dh: int, hp: int, ow: int) -> np.ndarray:
     """[c * kh * kw] int32: where row (c, kh, kw) of the im2col matrix starts in the shifted
-    planes (c, kw, hp, ow) of mlcc_f32_conv2d_implicit_cols (conv.h)."""
+    planes (c, kw, hp, ow) of mlcc_f32_conv2d__implicit_cols (conv.h)."""
     ci, ki, kj = np.meshgrid(np.arange(c), np.arange(kh), np.arange(kw), indexing="ij")
     return (((ci * kw + kj) * hp + ki * dh) * ow).astype(np.int32).reshape(-1)
 
 
 def implicit_cols_pays(kh: int, kw: int, oh: int, ow: int, sh: int, sw: int, dw: int) -> bool:
-    """Whether a stride-1 convolution on a small map pays with mlcc_f32_conv2d_implicit_cols:
+    """Whether a stride-1 convolution on a small map pays with mlcc_f32_conv2d__implicit_cols:
     when the implicit GEMM's virtual columns, in whole panels of 32 (a last one of at most 16
     runs half-width), are at least 1.2x the output positions in the same panels (8 x 8 and
     4 x 4 maps of 3x3 kernels; not 7 x 7 nor 14 x 14)."""
@@ -137,8 +137,8 @@ def implicit_plan(cin_g: int, cout_g: int, kh: int, kw: int, oh: int, ow: int, s
                   sw: int, dh: int, dw: int,
                   part_bytes: int = IMPLICIT_PART_BYTES,
                   cols: bool = False) -> tuple[int, int, int, int]:
-    """(block_cols, scratch bytes, hq, wq) of mlcc_f32_conv2d_implicit (conv.h), or with
-    cols=True of mlcc_f32_conv2d_implicit_cols (stride 1; hq = the planes' padded rows)."""
+    """(block_cols, scratch bytes, hq, wq) of mlcc_f32_conv2d__implicit (conv.h), or with
+    cols=True of mlcc_f32_conv2d__implicit_cols (stride 1; hq = the planes' padded rows)."""
     if cols:
         hq, wq = oh + (kh - 1) * dh, ow
     else:
@@ -498,30 +498,30 @@ class ConvVariant:
 # measurements are in docs/kernels.md).
 VARIANTS: tuple[ConvVariant, ...] = (
     # channels in lanes, one plane per channel: no GEMM to speak of
-    ConvVariant("depthwise_vec", "mlcc_f32_conv2d_depthwise_vec", is_depthwise,
+    ConvVariant("depthwise_vec", "mlcc_f32_conv2d__depthwise_vec", is_depthwise,
                 lower_depthwise),
     # fewer multiplications where the target accepts Winograd's rounding
-    ConvVariant("winograd_4x4", "mlcc_f32_conv2d_winograd_4x4", winograd_4x4_pays,
+    ConvVariant("winograd_4x4", "mlcc_f32_conv2d__winograd_4x4", winograd_4x4_pays,
                 lower_winograd),
-    ConvVariant("winograd_2x2", "mlcc_f32_conv2d_winograd", winograd_2x2_pays, lower_winograd),
+    ConvVariant("winograd_2x2", "mlcc_f32_conv2d__winograd_2x2", winograd_2x2_pays, lower_winograd),
     # small stride-1 maps: kernel_w shifted copies, no dropped virtual columns
-    ConvVariant("implicit_cols", "mlcc_f32_conv2d_implicit_cols", implicit_cols_fits,
+    ConvVariant("implicit_cols", "mlcc_f32_conv2d__implicit_cols", implicit_cols_fits,
                 lower_implicit_cols),
     # 512-bit targets: channels along the vectors where virtual columns waste panels
-    ConvVariant("implicit_t", "mlcc_f32_conv2d_implicit_t", implicit_t_fits, lower_implicit_t),
+    ConvVariant("implicit_t", "mlcc_f32_conv2d__implicit_t", implicit_t_fits, lower_implicit_t),
     # nothing gathered: the GEMM reads the stride-phase sub-planes in place
-    ConvVariant("implicit", "mlcc_f32_conv2d_implicit", implicit_fits, lower_implicit),
+    ConvVariant("implicit", "mlcc_f32_conv2d__implicit", implicit_fits, lower_implicit),
     # 3-channel strided stems on 512-bit targets: sub-planes tiled by output rows
-    ConvVariant("implicit_rows", "mlcc_f32_conv2d_implicit_rows", implicit_rows_fits,
+    ConvVariant("implicit_rows", "mlcc_f32_conv2d__implicit_rows", implicit_rows_fits,
                 lower_implicit),
     # small maps: im2col gathered through a compile-time table
-    ConvVariant("packed_table", "mlcc_f32_conv2d_packed_table", table_fits, lower_table),
+    ConvVariant("packed_table", "mlcc_f32_conv2d__packed_table", table_fits, lower_table),
     # 1x1 on 512-bit targets where panels of 32 waste columns
-    ConvVariant("implicit_t_1x1", "mlcc_f32_conv2d_implicit_t", implicit_t_1x1_fits,
-                lower_implicit_t_1x1, "mlcc_f32_conv2d_implicit_t_residual"),
+    ConvVariant("implicit_t_1x1", "mlcc_f32_conv2d__implicit_t", implicit_t_1x1_fits,
+                lower_implicit_t_1x1, "mlcc_f32_conv2d_residual__implicit_t"),
     # everything with constant weights: im2col gathered into panels
-    ConvVariant("packed", "mlcc_f32_conv2d_packed", has_const_weights, lower_packed,
-                "mlcc_f32_conv2d_packed_residual"),
+    ConvVariant("packed", "mlcc_f32_conv2d__packed", has_const_weights, lower_packed,
+                "mlcc_f32_conv2d_residual__packed"),
     # weights computed at run time: im2col + GEMM on unpacked weights
     ConvVariant("reference", "mlcc_f32_conv2d", always, lower_reference),
 )

@@ -43,9 +43,9 @@ int tiny_run(const mlcc_context *ctx, const float *images, float *logits) {
     if (ctx == NULL || ctx->model != &model_info) return MLCC_ERR_NOT_INITIALIZED;
     if (images == NULL || logits == NULL) return MLCC_ERR_NULL_ARGUMENT;
     /* conv, relu (Conv+Relu): images[2, 2, 6, 6] -> r[2, 4, 6, 6] */
-    mlcc_f32_conv2d_packed_table(&p_conv, images, WEIGHT(64), WEIGHT(640), WEIGHT(704), ARENA(4864), ARENA(0), ctx->pool);
+    mlcc_f32_conv2d__packed_table(&p_conv, images, WEIGHT(64), WEIGHT(640), WEIGHT(704), ARENA(4864), ARENA(0), ctx->pool);
     /* fc (Gemm): f[2, 144] -> logits[2, 5] */
-    mlcc_f32_gemm_threaded(&p_fc, ARENA(4864), WEIGHT(3328), WEIGHT(6208), logits, ctx->pool);
+    mlcc_f32_gemm__threaded(&p_fc, ARENA(4864), WEIGHT(3328), WEIGHT(6208), logits, ctx->pool);
     return MLCC_OK;
 }
 
