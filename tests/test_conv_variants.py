@@ -14,7 +14,8 @@ import pytest
 import fetch_models as fm
 import mlcc
 from mlcc.ops import conv_kernels as ck
-from mlcc.ops.conv_kernels import ConvLayer, ConvTarget, applicable_variants, choose_variant
+from mlcc.ops.conv_kernels import (ConvLayer, ConvTarget, Window2d, applicable_variants,
+                                   choose_variant)
 from mlcc.ops.registry import lookup
 from mlcc.targets import load_target
 
@@ -32,7 +33,8 @@ def conv(cin, cout, hw, k=3, s=1, p=None, d=1, groups=1, const=True, residual=Fa
     """A square convolution on a square map: out from the usual formula unless given."""
     p = (k - 1) * d // 2 if p is None else p
     o = out or (hw + 2 * p - d * (k - 1) - 1) // s + 1
-    return ConvLayer(1, cin, cout, groups, k, k, hw, hw, o, o, s, s, d, d, p, p, const, residual)
+    return ConvLayer(1, cin, cout, groups, Window2d(k, k, hw, hw, o, o, s, s, d, d, p, p),
+                     const, residual)
 
 
 X86, NATIVE, WASM, ARM = (target(t) for t in TARGETS)

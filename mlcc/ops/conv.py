@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Lowering, Node, Value
 from .common import act_params, require_dtype
-from .conv_kernels import ConvEmit, ConvLayer, ConvTarget, ConvVariant, choose_variant
+from .conv_kernels import (ConvEmit, ConvLayer, ConvTarget, ConvVariant, Window2d,
+                           choose_variant)
 from .registry import OpDef, register
 
 AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -56,22 +56,6 @@ def window_geometry(node: Node, in_spatial: list[int], kernel: list[int], *,
 def _spatial2d(values: list[int], fill: int) -> list[int]:
     """1-D windows run as 2-D ones with a leading axis of size 1."""
     return [fill] + values if len(values) == 1 else values
-
-
-class Window2d(NamedTuple):
-    """A sliding window's geometry as the 2-D kernels take it (1-D: height 1)."""
-    kh: int
-    kw: int
-    ih: int
-    iw: int
-    oh: int
-    ow: int
-    sh: int
-    sw: int
-    dh: int
-    dw: int
-    pt: int
-    pl: int
 
 
 def window2d(geo: dict, in_spatial) -> Window2d:

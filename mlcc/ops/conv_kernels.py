@@ -7,7 +7,7 @@ behind each threshold and the kernel naming grammar."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -175,6 +175,22 @@ def dw_scratch_floats(p: dict) -> int:
 
 # --------------------------------------------------------------------------------- the layer
 
+class Window2d(NamedTuple):
+    """A sliding window's geometry as the 2-D kernels take it (1-D: height 1)."""
+    kh: int
+    kw: int
+    ih: int
+    iw: int
+    oh: int
+    ow: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    pt: int
+    pl: int
+
+
 @dataclass(frozen=True)
 class ConvLayer:
     """A 2-D convolution (1-D: height 1) as the kernel choice sees it: shapes, window and
@@ -183,28 +199,23 @@ class ConvLayer:
     cin: int
     cout: int
     groups: int
-    kh: int
-    kw: int
-    ih: int
-    iw: int
-    oh: int
-    ow: int
-    sh: int = 1
-    sw: int = 1
-    dh: int = 1
-    dw: int = 1
-    pt: int = 0
-    pl: int = 0
+    window: Window2d
     const_weights: bool = True
     residual: bool = False
+
+    def __getattr__(self, name: str):
+        """The window's fields read as the layer's: layer.kh, layer.sw, ..."""
+        if name in Window2d._fields:
+            return getattr(self.window, name)
+        raise AttributeError(name)
 
     @classmethod
     def from_params(cls, p: dict, *, const_weights: bool, residual: bool) -> "ConvLayer":
         """From the fields of mlcc_conv2d_params (Conv.lower's params)."""
-        return cls(p["batch"], p["in_channels"], p["out_channels"], p["groups"], p["kernel_h"],
-                   p["kernel_w"], p["in_h"], p["in_w"], p["out_h"], p["out_w"], p["stride_h"],
-                   p["stride_w"], p["dilation_h"], p["dilation_w"], p["pad_top"],
-                   p["pad_left"], const_weights, residual)
+        return cls(p["batch"], p["in_channels"], p["out_channels"], p["groups"], Window2d(
+            p["kernel_h"], p["kernel_w"], p["in_h"], p["in_w"], p["out_h"], p["out_w"],
+            p["stride_h"], p["stride_w"], p["dilation_h"], p["dilation_w"], p["pad_top"],
+            p["pad_left"]), const_weights, residual)
 
     @property
     def cin_g(self) -> int:
