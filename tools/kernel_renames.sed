@@ -1,0 +1,29 @@
+# The kernel renames of the naming grammar (docs/kernels.md), for text written against the
+# old names (merged branches, docs):  sed -i -E -f tools/kernel_renames.sed FILES
+s/\bmlcc_f32_conv2d_implicit_t_residual\b/mlcc_f32_conv2d_residual__implicit_t/g
+s/\bmlcc_f32_conv2d_packed_residual\b/mlcc_f32_conv2d_residual__packed/g
+s/\bmlcc_f32_conv2d_implicit_rows\b/mlcc_f32_conv2d__implicit_rows/g
+s/\bmlcc_f32_conv2d_implicit_cols\b/mlcc_f32_conv2d__implicit_cols/g
+s/\bmlcc_f32_conv2d_depthwise_vec\b/mlcc_f32_conv2d__depthwise_vec/g
+s/\bmlcc_f32_gemm_panels_threaded\b/mlcc_f32_gemm__panels_threaded/g
+s/\bmlcc_f32_gemm_packed_residual\b/mlcc_f32_gemm_residual__packed/g
+s/\bmlcc_f32_conv2d_packed_table\b/mlcc_f32_conv2d__packed_table/g
+s/\bmlcc_f32_conv2d_winograd_4x4\b/mlcc_f32_conv2d__winograd_4x4/g
+s/\bmlcc_f32_conv2d_implicit_t\b/mlcc_f32_conv2d__implicit_t/g
+s/\bmlcc_f32_conv2d_depthwise\b/mlcc_f32_conv2d__depthwise/g
+s/\bmlcc_u8_qconv2d_depthwise\b/mlcc_u8_conv2d__depthwise/g
+s/\bmlcc_f32_conv2d_implicit\b/mlcc_f32_conv2d__implicit/g
+s/\bmlcc_f32_conv2d_winograd\b/mlcc_f32_conv2d__winograd_2x2/g
+s/\bmlcc_qgemm_u8s8_portable\b/mlcc_u8s8_gemm__portable/g
+s/\bmlcc_gather_elements_i64\b/mlcc_gather_elements__i64/g
+s/\bmlcc_gather_elements_i32\b/mlcc_gather_elements__i32/g
+s/\bmlcc_f32_conv2d_packed\b/mlcc_f32_conv2d__packed/g
+s/\bmlcc_f32_gemm_threaded\b/mlcc_f32_gemm__threaded/g
+s/\bmlcc_u8_dequantize_f32\b/mlcc_u8_dequantize/g
+s/\bmlcc_f32_gemm_packed\b/mlcc_f32_gemm__packed/g
+s/\bmlcc_f32_quantize_u8\b/mlcc_f32_quantize/g
+s/\bmlcc_qgemm_u8s8\b/mlcc_u8s8_gemm/g
+s/\bmlcc_u8_qconv2d\b/mlcc_u8_conv2d/g
+s/\bmlcc_gather_i64\b/mlcc_gather__i64/g
+s/\bmlcc_gather_i32\b/mlcc_gather__i32/g
+s/\bmlcc_u8_qfc\b/mlcc_u8_fc/g
