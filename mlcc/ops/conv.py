@@ -136,10 +136,10 @@ class Conv(OpDef):
         return choose_variant(self.layer(node, g), ConvTarget.from_options(options))
 
     def lower(self, node: Node, lo: Lowering) -> None:
-        layer = self.layer(node, lo.graph)
-        variant = choose_variant(layer, ConvTarget.from_options(lo.options))
+        layer, target = self.layer(node, lo.graph), ConvTarget.from_options(lo.options)
+        variant = choose_variant(layer, target)
         args = [node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]]
-        emit = ConvEmit(node, lo, layer, self.params(node, lo.graph), args,
+        emit = ConvEmit(node, lo, layer, target, self.params(node, lo.graph), args,
                         lo.graph.const(node.inputs[1]), node.input(3) if layer.residual else None)
         variant.lower(emit, variant.kernel_for(layer))
 

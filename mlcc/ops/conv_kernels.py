@@ -367,13 +367,14 @@ def always(l: ConvLayer, t: ConvTarget) -> bool:
 # --------------------------------------------------------------------------------- lowerings
 
 class ConvEmit:
-    """What a variant's lowering writes with: the node, the Lowering, the kernel's params and
-    arguments (x, w, bias, y), the constant weights and the residual input (if fused)."""
+    """What a variant's lowering writes with: the node, the Lowering, the layer and target the
+    choice saw, the kernel's params and arguments (x, w, bias, y), the constant weights and
+    the residual input (if fused)."""
 
-    def __init__(self, node: Node, lo: Lowering, layer: ConvLayer, params: dict,
-                 args: list[str], w_const: Any, residual: str | None):
-        self.node, self.lo, self.layer, self.params = node, lo, layer, params
-        self.args, self.w_const, self.residual = args, w_const, residual
+    def __init__(self, node: Node, lo: Lowering, layer: ConvLayer, target: ConvTarget,
+                 params: dict, args: list[str], w_const: Any, residual: str | None):
+        self.node, self.lo, self.layer, self.target = node, lo, layer, target
+        self.params, self.args, self.w_const, self.residual = params, args, w_const, residual
 
     def pack(self, mr: int = GEMM_MR, suffix: str = "W_packed") -> str:
         """The weights packed as gemm.h's A (panels of mr rows), per group."""
@@ -408,7 +409,7 @@ def lower_depthwise(e: ConvEmit, kernel: str) -> None:
 
 def lower_winograd(e: ConvEmit, kernel: str) -> None:
     l = e.layer
-    m = winograd_tile(l, ConvTarget.from_options(e.lo.options))
+    m = winograd_tile(l, e.target)
     block, scratch = winograd.plan(l.cin, l.cout, l.oh, l.ow, m)
     e.args[1] = e.const("W_winograd", winograd.transform_weights(e.w_const, m))
     e.call(kernel, scratch, block)
