@@ -191,7 +191,7 @@ def test_shortened_names_are_stable_distinct_and_bounded():
 
 def test_layout_wraps_calls_comments_and_initializers_within_the_width():
     args = [f"WEIGHT(W_some_fairly_long_weight_name_{i})" for i in range(6)]
-    lines = call("mlcc_f32_conv2d_implicit", args, indent="    ")
+    lines = call("mlcc_f32_conv2d__implicit", args, indent="    ")
     assert len(lines) > 1 and all(len(line) <= WIDTH for line in lines)
     assert lines[1].index("WEIGHT") == lines[0].index("(") + 1        # under the parenthesis
     text = "a " * 80 + "x[1, 16, 80, 80] -> y[1, 32, 40, 40]"

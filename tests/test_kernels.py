@@ -17,59 +17,15 @@ convolution with a fused residual must equal the packed one, then the Add, then 
 import numpy as np
 import pytest
 
-from mlcc.ops.conv import (CONVT_CP, DW_SLICES, convt_plan, dw_scratch_floats, im2col_table,
-                           implicit_cols_offsets, implicit_offsets, implicit_plan)
+from mlcc.ops.conv_kernels import (CONVT_CP, DW_SLICES, convt_plan, dw_scratch_floats,
+                                   im2col_table, implicit_cols_offsets, implicit_offsets,
+                                   implicit_plan)
 from mlcc.ops.gemm import GEMM_MR, pack_a
 from mlcc.targets import load_target
-from util import build_kernels
+from util import build_kernels, kernel_cdef
 
 
-CDEF = """
-typedef struct { int32_t kind; float alpha, beta; } mlcc_act;
-typedef struct {
-    int64_t batch, in_channels, in_h, in_w;
-    int64_t out_channels, out_h, out_w;
-    int64_t kernel_h, kernel_w;
-    int64_t stride_h, stride_w;
-    int64_t dilation_h, dilation_w;
-    int64_t pad_top, pad_left;
-    int64_t groups;
-    mlcc_act act;
-} mlcc_conv2d_params;
-typedef struct { mlcc_conv2d_params conv; int64_t block_cols; } mlcc_conv2d_packed_params;
-void mlcc_f32_conv2d(const mlcc_conv2d_params *p, const float *x, const float *w,
-                     const float *bias, float *y, float *scratch);
-void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *p, const float *x, const float *w,
-                            const float *bias, float *y, float *scratch, void *pool);
-void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, const float *w,
-                               const float *bias, float *y);
-void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, const float *w,
-                                   const float *bias, float *y, float *scratch, void *pool);
-void mlcc_f32_conv2d_packed_table(const mlcc_conv2d_packed_params *p, const float *x,
-                                  const float *w, const float *bias, const int32_t *table,
-                                  float *y, float *scratch, void *pool);
-void mlcc_f32_conv2d_implicit(const mlcc_conv2d_packed_params *p, const float *x,
-                              const float *w, const float *bias, const int32_t *offsets,
-                              float *y, float *scratch, void *pool);
-void mlcc_f32_conv2d_implicit_rows(const mlcc_conv2d_packed_params *p, const float *x,
-                                   const float *w, const float *bias, const int32_t *offsets,
-                                   float *y, float *scratch, void *pool);
-void mlcc_f32_conv2d_implicit_cols(const mlcc_conv2d_packed_params *p, const float *x,
-                                   const float *w, const float *bias, const int32_t *offsets,
-                                   float *y, float *scratch, void *pool);
-void mlcc_f32_conv2d_packed_residual(const mlcc_conv2d_packed_params *p, const float *x,
-                                     const float *w, const float *bias, const float *residual,
-                                     float *y, float *scratch, void *pool);
-void mlcc_f32_conv2d_implicit_t(const mlcc_conv2d_packed_params *p, const float *x,
-                                const float *w, const float *bias, const int32_t *offsets,
-                                float *y, float *scratch, void *pool);
-void mlcc_f32_conv2d_implicit_t_residual(const mlcc_conv2d_packed_params *p, const float *x,
-                                         const float *w, const float *bias,
-                                         const int32_t *offsets, const float *residual,
-                                         float *y, float *scratch, void *pool);
-int mlcc_threadpool_create(void **pool, int nthreads);
-void mlcc_threadpool_destroy(void *pool);
-"""
+CDEF = kernel_cdef("conv.h", "depthwise.h", "gemm.h")
 
 
 @pytest.fixture(scope="module", params=["x86", "x86-native", "x86+wasm-tile", "scalar"])
@@ -111,7 +67,7 @@ def _conv(ffi, lib, x, w, bias, *, stride, pad, groups, act, block_cols, pool=No
     cols = min(block_cols, -(-oh * ow // 64) * 64)
     scratch = np.full((kdim + 1) * cols, np.nan, np.float32)   # stale data must never leak
     out = np.full((n, m, oh, ow), np.nan, np.float32)
-    lib.mlcc_f32_conv2d_packed(ffi.new("mlcc_conv2d_packed_params *",
+    lib.mlcc_f32_conv2d__packed(ffi.new("mlcc_conv2d_packed_params *",
                                        {"conv": conv, "block_cols": block_cols}),
                                buf(x), buf(packed), buf(bias), buf(out), buf(scratch),
                                pool or ffi.NULL)
@@ -190,10 +146,10 @@ def test_vector_depthwise_matches_reference(kernels, width, k, stride, dil, pads
         return ffi.cast("float *", ffi.from_buffer(a))
 
     ref = np.zeros((2, c, oh, ow), np.float32)
-    lib.mlcc_f32_conv2d_depthwise(conv, buf(x), buf(w), buf(b), buf(ref))
+    lib.mlcc_f32_conv2d__depthwise(conv, buf(x), buf(w), buf(b), buf(ref))
     scratch = np.full(DW_SLICES * dw_scratch_floats(params), np.nan, np.float32)
     out = np.full((2, c, oh, ow), np.nan, np.float32)
-    lib.mlcc_f32_conv2d_depthwise_vec(conv, buf(x), buf(w), buf(b), buf(out), buf(scratch),
+    lib.mlcc_f32_conv2d__depthwise_vec(conv, buf(x), buf(w), buf(b), buf(out), buf(scratch),
                                       ffi.NULL)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
 
@@ -227,10 +183,10 @@ def test_vector_depthwise_stride2_rows(kernels, ih, width, top, left, k):
         return ffi.cast("float *", ffi.from_buffer(a))
 
     ref = np.zeros((1, c, oh, ow), np.float32)
-    lib.mlcc_f32_conv2d_depthwise(conv, buf(x), buf(w), buf(b), buf(ref))
+    lib.mlcc_f32_conv2d__depthwise(conv, buf(x), buf(w), buf(b), buf(ref))
     scratch = np.full(DW_SLICES * dw_scratch_floats(params), np.nan, np.float32)
     out = np.full((1, c, oh, ow), np.nan, np.float32)
-    lib.mlcc_f32_conv2d_depthwise_vec(conv, buf(x), buf(w), buf(b), buf(out), buf(scratch),
+    lib.mlcc_f32_conv2d__depthwise_vec(conv, buf(x), buf(w), buf(b), buf(out), buf(scratch),
                                       ffi.NULL)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
 
@@ -240,7 +196,7 @@ def pools(kernels):
     ffi, lib = kernels
     made = {}
     for n in (2, 3, 5):
-        p = ffi.new("void **")
+        p = ffi.new("mlcc_threadpool **")
         assert lib.mlcc_threadpool_create(p, n) == 0
         made[n] = p[0]
     yield made
@@ -308,13 +264,13 @@ def test_depthwise_small_same_planes(kernels, pools, ih, iw, k, dil):
     def run(inp, prm, pool):
         scratch = np.full(DW_SLICES * dw_scratch_floats(prm), np.nan, np.float32)
         out = np.full((2, c, ih, iw), np.nan, np.float32)
-        lib.mlcc_f32_conv2d_depthwise_vec(ffi.new("mlcc_conv2d_params *", prm), buf(inp),
+        lib.mlcc_f32_conv2d__depthwise_vec(ffi.new("mlcc_conv2d_params *", prm), buf(inp),
                                           buf(w), buf(b), buf(out), buf(scratch), pool)
         return out
 
     want = run(xp, params(ih + 2 * pad, iw + 2 * pad, 0), ffi.NULL)
     ref = np.zeros_like(want)
-    lib.mlcc_f32_conv2d_depthwise(ffi.new("mlcc_conv2d_params *", params(ih, iw, pad)),
+    lib.mlcc_f32_conv2d__depthwise(ffi.new("mlcc_conv2d_params *", params(ih, iw, pad)),
                                   buf(x), buf(w), buf(b), buf(ref))
     np.testing.assert_allclose(want, ref, rtol=1e-5, atol=1e-5)
     for n, pool in [(1, ffi.NULL)] + list(pools.items()):
@@ -342,11 +298,11 @@ def test_depthwise_is_bit_identical_across_thread_counts(kernels, pools, channel
 
     scratch = np.full(DW_SLICES * dw_scratch_floats(params), np.nan, np.float32)
     ref = np.zeros((2, channels, oh, ow), np.float32)
-    lib.mlcc_f32_conv2d_depthwise(conv, buf(x), buf(w), buf(b), buf(ref))
+    lib.mlcc_f32_conv2d__depthwise(conv, buf(x), buf(w), buf(b), buf(ref))
     outs = []
     for pool in [ffi.NULL, *pools.values()]:
         out = np.full_like(ref, np.nan)
-        lib.mlcc_f32_conv2d_depthwise_vec(conv, buf(x), buf(w), buf(b), buf(out),
+        lib.mlcc_f32_conv2d__depthwise_vec(conv, buf(x), buf(w), buf(b), buf(out),
                                           buf(scratch), pool)
         outs.append(out)
     np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=1e-5)
@@ -404,12 +360,12 @@ def test_depthwise_channels_in_lanes(kernels, pools, c, ih, iw, stride, pads, ac
         return ffi.cast("float *", ffi.from_buffer(a))
 
     ref = np.zeros((2, c, oh, ow), np.float32)
-    lib.mlcc_f32_conv2d_depthwise(conv, buf(x), buf(w), buf(b), buf(ref))
+    lib.mlcc_f32_conv2d__depthwise(conv, buf(x), buf(w), buf(b), buf(ref))
     outs = []
     for pool in [ffi.NULL, *pools.values()]:
         scratch = np.full(DW_SLICES * dw_scratch_floats(params), np.nan, np.float32)
         out = np.full((2, c, oh, ow), np.nan, np.float32)
-        lib.mlcc_f32_conv2d_depthwise_vec(conv, buf(x), buf(w), buf(b), buf(out),
+        lib.mlcc_f32_conv2d__depthwise_vec(conv, buf(x), buf(w), buf(b), buf(out),
                                           buf(scratch), pool)
         outs.append(out)
     np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=1e-5)
@@ -449,7 +405,7 @@ def test_table_gather_conv_matches_packed(kernels, pools, c, m, hw, k, stride, p
     for pool in (ffi.NULL, pools[3]):
         scratch = np.full((kdim + 1) * cols, np.nan, np.float32)
         got = np.full_like(ref, np.nan)
-        lib.mlcc_f32_conv2d_packed_table(
+        lib.mlcc_f32_conv2d__packed_table(
             ffi.new("mlcc_conv2d_packed_params *", {"conv": conv, "block_cols": 64}), buf(x),
             buf(packed), buf(b), buf(table, "int32_t *"), buf(got), buf(scratch), pool)
         assert np.array_equal(got, out)
@@ -520,7 +476,7 @@ def test_implicit_conv_matches_packed(kernels, pools, c, m, hw, k, stride, dil, 
     packed = np.full((2, m, oh, ow), np.nan, np.float32)
     wk = pack_a(w.reshape(groups, m // groups, kdim))
     packed_scratch = np.zeros((kdim + 1) * 64, np.float32)
-    lib.mlcc_f32_conv2d_packed(ffi.new("mlcc_conv2d_packed_params *",
+    lib.mlcc_f32_conv2d__packed(ffi.new("mlcc_conv2d_packed_params *",
                                        {"conv": conv, "block_cols": 64}),
                                buf(x), buf(wk), buf(b), buf(packed), buf(packed_scratch),
                                ffi.NULL)
@@ -531,25 +487,25 @@ def test_implicit_conv_matches_packed(kernels, pools, c, m, hw, k, stride, dil, 
     for pool in (ffi.NULL, *pools.values()):
         scratch = np.full(nbytes // 4, np.nan, np.float32)   # stale data must never leak
         got = np.full_like(ref, np.nan)
-        lib.mlcc_f32_conv2d_implicit(params, buf(x), buf(wk), buf(b),
+        lib.mlcc_f32_conv2d__implicit(params, buf(x), buf(wk), buf(b),
                                      buf(offsets, "int32_t *"), buf(got), buf(scratch), pool)
         assert np.array_equal(got, packed)
     if kdim <= 256:
-        # the same tiled by output rows, one k block (mlcc_f32_conv2d_implicit_rows)
+        # the same tiled by output rows, one k block (mlcc_f32_conv2d__implicit_rows)
         for pool in (ffi.NULL, *pools.values()):
             scratch = np.full(nbytes // 4, np.nan, np.float32)
             got = np.full_like(ref, np.nan)
-            lib.mlcc_f32_conv2d_implicit_rows(params, buf(x), buf(wk), buf(b),
+            lib.mlcc_f32_conv2d__implicit_rows(params, buf(x), buf(wk), buf(b),
                                               buf(offsets, "int32_t *"), buf(got), buf(scratch),
                                               pool)
             assert np.array_equal(got, packed), "implicit_rows"
-    # the same sums with output channels along the vectors (mlcc_f32_conv2d_implicit_t)
+    # the same sums with output channels along the vectors (mlcc_f32_conv2d__implicit_t)
     wt = pack_a(w.reshape(groups, m // groups, kdim), CONVT_CP)
     nbytes = convt_plan(cin_g, kh, kw, oh, ow, stride, stride, dil, dil)
     for pool in (ffi.NULL, *pools.values()):
         scratch = np.full(nbytes // 4, np.nan, np.float32)
         got = np.full_like(ref, np.nan)
-        lib.mlcc_f32_conv2d_implicit_t(params, buf(x), buf(wt), buf(b),
+        lib.mlcc_f32_conv2d__implicit_t(params, buf(x), buf(wt), buf(b),
                                        buf(offsets, "int32_t *"), buf(got), buf(scratch), pool)
         assert np.array_equal(got, packed)
     if stride == 1:
@@ -565,7 +521,7 @@ def test_implicit_conv_matches_packed(kernels, pools, c, m, hw, k, stride, dil, 
         for pool in (ffi.NULL, *pools.values()):
             scratch = np.full(nbytes // 4, np.nan, np.float32)
             got = np.full_like(ref, np.nan)
-            lib.mlcc_f32_conv2d_implicit_cols(params, buf(framed[32:]), buf(wk), buf(b),
+            lib.mlcc_f32_conv2d__implicit_cols(params, buf(framed[32:]), buf(wk), buf(b),
                                               buf(offsets, "int32_t *"), buf(got),
                                               buf(scratch), pool)
             assert np.array_equal(got, packed)
@@ -583,7 +539,7 @@ def test_implicit_conv_matches_packed(kernels, pools, c, m, hw, k, stride, dil, 
 ])
 def test_small_map_1x1_conv_matches_implicit(kernels, pools, c, m, hw):
     """1x1 convolutions of small maps through the packed GEMM and through
-    mlcc_f32_conv2d_implicit_t (output channels along the vectors, flat tiles of up to 12
+    mlcc_f32_conv2d__implicit_t (output channels along the vectors, flat tiles of up to 12
     positions across rows, each over the whole depth) against the implicit GEMM, which sums as
     the packed GEMM does: the same bits on 1, 2, 3 and 5 threads, the reference within rounding."""
     ffi, lib = kernels
@@ -609,19 +565,19 @@ def test_small_map_1x1_conv_matches_implicit(kernels, pools, c, m, hw):
     params = ffi.new("mlcc_conv2d_packed_params *", {"conv": conv, "block_cols": block})
     want = np.full_like(ref, np.nan)
     scratch = np.full(nbytes // 4, np.nan, np.float32)
-    lib.mlcc_f32_conv2d_implicit(params, buf(x), buf(wk), buf(b), buf(offsets, "int32_t *"),
+    lib.mlcc_f32_conv2d__implicit(params, buf(x), buf(wk), buf(b), buf(offsets, "int32_t *"),
                                  buf(want), buf(scratch), ffi.NULL)
     np.testing.assert_allclose(want, ref, rtol=1e-4, atol=1e-4)
     params = ffi.new("mlcc_conv2d_packed_params *", {"conv": conv, "block_cols": 64})
     for n, pool in [(1, ffi.NULL)] + list(pools.items()):
         scratch = np.full((c + 1) * 64, np.nan, np.float32)
         got = np.full_like(ref, np.nan)
-        lib.mlcc_f32_conv2d_packed(params, buf(x), buf(wk), buf(b), buf(got), buf(scratch), pool)
+        lib.mlcc_f32_conv2d__packed(params, buf(x), buf(wk), buf(b), buf(got), buf(scratch), pool)
         assert np.array_equal(got, want), f"{n} threads"
     wt = pack_a(w.reshape(1, m, c), CONVT_CP)
     for n, pool in [(1, ffi.NULL)] + list(pools.items()):
         got = np.full_like(ref, np.nan)
-        lib.mlcc_f32_conv2d_implicit_t(params, buf(x), buf(wt), buf(b),
+        lib.mlcc_f32_conv2d__implicit_t(params, buf(x), buf(wt), buf(b),
                                        buf(offsets, "int32_t *"), buf(got), ffi.NULL, pool)
         assert np.array_equal(got, want), f"implicit_t, {n} threads"
 
@@ -637,7 +593,7 @@ def test_small_map_1x1_conv_matches_implicit(kernels, pools, c, m, hw):
     (70, 80, (13, 13), 2, 1),     # stride 2 into 7 x 7: flat tiles; 32 + 32 + a half panel
 ])
 def test_implicit_t_1x1_and_residual(kernels, pools, c, m, hw, stride, act):
-    """1x1 convolutions through mlcc_f32_conv2d_implicit_t (ResNets' 7 x 7 and 14 x 14 maps),
+    """1x1 convolutions through mlcc_f32_conv2d__implicit_t (ResNets' 7 x 7 and 14 x 14 maps),
     with and without a residual: the packed convolution's bits, and conv, then Add, then the
     activation, on 1, 2, 3 and 5 threads."""
     ffi, lib = kernels
@@ -671,11 +627,11 @@ def test_implicit_t_1x1_and_residual(kernels, pools, c, m, hw, stride, act):
     for n, pool in [(1, ffi.NULL)] + list(pools.items()):
         scratch = np.full(max(nbytes // 4, 1), np.nan, np.float32)
         got = np.full(res.shape, np.nan, np.float32)
-        lib.mlcc_f32_conv2d_implicit_t(params, buf(x), buf(wt), buf(b),
+        lib.mlcc_f32_conv2d__implicit_t(params, buf(x), buf(wt), buf(b),
                                        buf(offsets, "int32_t *"), buf(got), buf(scratch), pool)
         assert np.array_equal(got, with_act), f"{n} threads"
         got = np.full(res.shape, np.nan, np.float32)
-        lib.mlcc_f32_conv2d_implicit_t_residual(params, buf(x), buf(wt), buf(b),
+        lib.mlcc_f32_conv2d_residual__implicit_t(params, buf(x), buf(wt), buf(b),
                                                 buf(offsets, "int32_t *"), buf(res), buf(got),
                                                 buf(scratch), pool)
         if act == 6:
@@ -724,7 +680,7 @@ def test_packed_residual_conv_equals_conv_then_add(kernels, pools, c, m, spatial
     for n, pool in [(1, ffi.NULL)] + list(pools.items()):
         scratch = np.full((c + 1) * cols, np.nan, np.float32)
         out = np.full(res.shape, np.nan, np.float32)
-        lib.mlcc_f32_conv2d_packed_residual(
+        lib.mlcc_f32_conv2d_residual__packed(
             ffi.new("mlcc_conv2d_packed_params *", {"conv": conv, "block_cols": block_cols}),
             buf(x), buf(packed), buf(b), buf(res), buf(out), buf(scratch), pool)
         if act == 6:

@@ -9,43 +9,10 @@ import numpy as np
 import pytest
 
 from mlcc.ops.gemm import pack_b_panels
-from util import build_kernels
+from util import build_kernels, kernel_cdef
 
 
-CDEF = """
-typedef struct { int32_t kind; float alpha, beta; } mlcc_act;
-typedef struct {
-    int64_t m, n, k;
-    int64_t a_row_stride, a_col_stride;
-    int64_t ldb, ldc;
-    int64_t bias_row_stride, bias_col_stride;
-    float alpha, beta;
-    mlcc_act act;
-    int32_t b_finite;
-} mlcc_gemm_params;
-typedef struct { mlcc_gemm_params gemm; int64_t batch; int64_t c_batch_stride; }
-    mlcc_batched_gemm_params;
-typedef struct {
-    int64_t batch, heads, sq, sk, d;
-    int64_t q_strides[4], k_strides[4], v_strides[4], mask_strides[4], out_strides[4];
-    float scale;
-} mlcc_attention_params;
-void mlcc_f32_gemm(const mlcc_gemm_params *p, const float *a, const float *b, const float *bias,
-                   float *c);
-void mlcc_f32_gemm_threaded(const mlcc_gemm_params *p, const float *a, const float *b,
-                            const float *bias, float *c, void *pool);
-void mlcc_f32_gemm_panels_threaded(const mlcc_gemm_params *p, const float *a,
-                                   const float *b_panels, const float *bias, float *c,
-                                   void *pool);
-void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, const float *b,
-                           const float *bias, float *c, const int64_t *a_offsets,
-                           const int64_t *b_offsets, void *pool);
-void mlcc_f32_attention(const mlcc_attention_params *p, const float *q, const float *k,
-                        const float *v, const float *mask, float *out, float *scratch,
-                        void *pool);
-int mlcc_threadpool_create(void **pool, int nthreads);
-void mlcc_threadpool_destroy(void *pool);
-"""
+CDEF = kernel_cdef("gemm.h", "attention.h")
 
 
 @pytest.fixture(scope="module", params=["x86-native", "scalar"])
@@ -59,7 +26,7 @@ def lib(request, tmp_path_factory):
     dl = ffi.dlopen(str(path))
     pools = {}
     for n in (2, 3, 5):
-        p = ffi.new("void **")
+        p = ffi.new("mlcc_threadpool **")
         assert dl.mlcc_threadpool_create(p, n) == 0
         pools[n] = p[0]
     yield ffi, dl, pools
@@ -99,7 +66,7 @@ def test_gemm_is_bit_identical_across_thread_counts(lib, m, n, k, bias, act):
         if pool == "serial":
             dl.mlcc_f32_gemm(p, _f(ffi, a), _f(ffi, b), bias_ptr, _f(ffi, c))
         else:
-            dl.mlcc_f32_gemm_threaded(p, _f(ffi, a), _f(ffi, b), bias_ptr, _f(ffi, c), pool)
+            dl.mlcc_f32_gemm__threaded(p, _f(ffi, a), _f(ffi, b), bias_ptr, _f(ffi, c), pool)
         return c
 
     serial = run("serial")
@@ -116,7 +83,7 @@ def test_gemm_is_bit_identical_across_thread_counts(lib, m, n, k, bias, act):
         panels = pack_b_panels(b)
         for name, pool in [("no pool", ffi.NULL), *pools.items()]:
             c = np.full((m, n), np.nan, np.float32)
-            dl.mlcc_f32_gemm_panels_threaded(p, _f(ffi, a), _f(ffi, panels), bias_ptr,
+            dl.mlcc_f32_gemm__panels_threaded(p, _f(ffi, a), _f(ffi, panels), bias_ptr,
                                              _f(ffi, c), pool)
             assert np.array_equal(c, serial), f"panels, {name}"
 
@@ -141,7 +108,7 @@ def test_one_row_gemm_matches_the_tiles_on_every_pool(lib, n, k):
             m=m, n=n, k=k, a_row_stride=k, a_col_stride=1, ldb=n, ldc=n, bias_row_stride=0,
             bias_col_stride=1, alpha=0.75, beta=1.5, act={"kind": 1, "alpha": 0.0, "beta": 0.0}))
         c = np.full((m, n), np.nan, np.float32)
-        dl.mlcc_f32_gemm_threaded(p, _f(ffi, a), _f(ffi, b), _f(ffi, bv), _f(ffi, c), pool)
+        dl.mlcc_f32_gemm__threaded(p, _f(ffi, a), _f(ffi, b), _f(ffi, bv), _f(ffi, c), pool)
         return c
 
     tiled = run(3, ffi.NULL)
@@ -180,7 +147,7 @@ def test_one_row_gemm_skips_zero_rows_and_reads_padded_rows_with_the_same_bits(l
             bias_col_stride=1, alpha=0.75, beta=1.5, act={"kind": 0, "alpha": 0.0, "beta": 0.0},
             b_finite=finite))
         c = np.full((1, n), np.nan, np.float32)
-        dl.mlcc_f32_gemm_threaded(p, _f(ffi, a), _f(ffi, bmat), _f(ffi, bv), _f(ffi, c), pool)
+        dl.mlcc_f32_gemm__threaded(p, _f(ffi, a), _f(ffi, bmat), _f(ffi, bv), _f(ffi, c), pool)
         return c
 
     dense = run(b, n, 0, ffi.NULL)
@@ -272,12 +239,12 @@ def test_pool_statistics_count_every_unit(tmp_path):
         m=m, n=n, k=k, a_row_stride=k, a_col_stride=1, ldb=n, ldc=n, bias_row_stride=0,
         bias_col_stride=0, alpha=1.0, beta=0.0, act={"kind": 0, "alpha": 0.0, "beta": 0.0}))
     for threads in (2, 3):
-        pp = ffi.new("void **")
+        pp = ffi.new("mlcc_threadpool **")
         assert dl.mlcc_threadpool_create(pp, threads) == 0
         out = ffi.new("double[]", 7 * threads)
         dl.mlcc_threadpool_stats(pp[0], out)                 # zeroes them
         for _ in range(3):
-            dl.mlcc_f32_gemm_threaded(p, _f(ffi, a), _f(ffi, b), ffi.NULL, _f(ffi, c), pp[0])
+            dl.mlcc_f32_gemm__threaded(p, _f(ffi, a), _f(ffi, b), ffi.NULL, _f(ffi, c), pp[0])
         dl.mlcc_threadpool_stats(pp[0], out)
         units = sum(out[7 * t + 1] for t in range(threads))
         assert units == 3 * 16 and out[4] == 3, list(out)    # every unit once; 3 loops

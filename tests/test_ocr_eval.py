@@ -115,7 +115,7 @@ def test_keep_float_runs_the_selected_groups_in_float(tmp_path):
     info = json.loads((tmp_path / "q" / "manifest.json").read_text())["quantization"]
     assert info["integer_layers"] == 1 and "fc1" in info["float_layers"]
     code = (tmp_path / "q" / "model.c").read_text()
-    assert "mlcc_u8_qconv" in code and "mlcc_u8_qfc" not in code
+    assert "mlcc_u8_conv2d" in code and "mlcc_u8_fc" not in code
 
 
 def test_keep_float_from_the_cli_and_its_errors(tmp_path):

@@ -390,7 +390,7 @@ def test_example_digits_int8_agrees_with_float(tmp_path, requant):
     assert q["integer_layers"] == 7 and q["float_layers"] == [] and q["requant"] == requant
     assert _argmax_agreement(tmp_path / "q", DIGITS, x) >= 0.95
     text = (tmp_path / "q" / "model.c").read_text()
-    assert "mlcc_u8_qconv2d(" in text and "x_scale=" in text and "y_zp=" in text
+    assert "mlcc_u8_conv2d(" in text and "x_scale=" in text and "y_zp=" in text
     assert "mlcc_f32_conv2d" not in text                # no float convolution left
     rep = report.read_text()
     assert "## Layers, most damaging first" in rep and "| logits |" in rep
@@ -481,10 +481,10 @@ def test_operators_without_integer_kernels_run_in_float(tmp_path):
     assert manifest["quantization"]["integer_layers"] == 6
     assert len(manifest["quantization"]["float_layers"]) == 1      # the Softmax
     calls = _kernel_calls(tmp_path / "q")
-    assert calls == ["mlcc_f32_quantize_u8", "mlcc_u8_qconv2d",     # Conv
-                     "mlcc_u8_lut", "mlcc_u8_qconv2d",              # Sigmoid, Conv+Relu
-                     "mlcc_u8_maxpool2d", "mlcc_u8_qconv2d", "mlcc_u8_qadd",
-                     "mlcc_u8_dequantize_f32", "mlcc_f32_softmax"]
+    assert calls == ["mlcc_f32_quantize", "mlcc_u8_conv2d",     # Conv
+                     "mlcc_u8_lut", "mlcc_u8_conv2d",              # Sigmoid, Conv+Relu
+                     "mlcc_u8_maxpool2d", "mlcc_u8_conv2d", "mlcc_u8_qadd",
+                     "mlcc_u8_dequantize", "mlcc_f32_softmax"]
 
 
 def test_qdq_model_from_onnxruntime_runs_on_integer_kernels_bit_exact(tmp_path):
@@ -529,7 +529,7 @@ def test_qdq_model_from_onnxruntime_runs_on_integer_kernels_bit_exact(tmp_path):
     q = res.manifest["quantization"]
     assert q["qdq_import"] and q["integer_layers"] == 5
     calls = (tmp_path / "out" / "model.c").read_text()
-    assert calls.count("mlcc_u8_qconv2d(") == 2 and "mlcc_u8_qfc(" in calls
+    assert calls.count("mlcc_u8_conv2d(") == 2 and "mlcc_u8_fc(" in calls
     lib = mlcc.load(tmp_path / "out")
     sess = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"])
     for _ in range(10):
@@ -595,7 +595,7 @@ def test_matmul_with_fused_bias_keeps_its_bias(tmp_path):
     out = api.verify_quantized(path, api.QuantizeConfig(calib), inputs=calib, min_sqnr=30.0,
                                output_dir=tmp_path / "q")
     assert out.ok, out.outputs
-    assert "mlcc_u8_qfc(" in (tmp_path / "q" / "model.c").read_text()
+    assert "mlcc_u8_fc(" in (tmp_path / "q" / "model.c").read_text()
 
 
 # ------------------------------------------------------------------ --min-sqnr
@@ -659,7 +659,7 @@ def test_min_sqnr_keeps_groups_in_float_from_the_cli(tmp_path):
     assert sorted(ms["kept"]) == sorted(ms["gains"]) and len(ms["kept"]) == 2
     assert ms["kept"][0] == max(ms["gains"], key=ms["gains"].get)
     assert ms["evaluations"] == 5 and ms["weights"] > ms["weights_all_integer"]
-    assert "mlcc_u8_qfc(" not in (tmp_path / "q" / "model.c").read_text()
+    assert "mlcc_u8_fc(" not in (tmp_path / "q" / "model.c").read_text()
     assert "min-sqnr 300 dB met: 2 groups kept in float" in r.output
     text = report.read_text()
     assert "## --min-sqnr" in text and f"| `{ms['kept'][0]}` |" in text
@@ -788,8 +788,8 @@ def test_activations_run_as_tables_on_preactivation_codes(tmp_path):
     path = _save_model(tmp_path, nodes, [1, 3, 11, 13], {"y": [1, 4, 6, 7]}, consts)
     res = _compile_int8(path, tmp_path / "q", _calibration(tmp_path, rng, 24, [1, 3, 11, 13]))
     calls = _kernel_calls(tmp_path / "q")
-    assert calls == ["mlcc_f32_quantize_u8", "mlcc_u8_qconv2d", "mlcc_u8_lut",
-                     "mlcc_u8_qconv2d", "mlcc_u8_lut", "mlcc_u8_qconv2d"]   # float out
+    assert calls == ["mlcc_f32_quantize", "mlcc_u8_conv2d", "mlcc_u8_lut",
+                     "mlcc_u8_conv2d", "mlcc_u8_lut", "mlcc_u8_conv2d"]   # float out
     luts = [n for n in res.graph.nodes if n.op_type == "QLut"]
     assert [n.attr("act") for n in luts] == ["Swish", "HardSwish+Mul+Add"]
     scale, zp = luts[1].attr("x")
@@ -823,7 +823,7 @@ def test_split_and_concat_stay_integer(tmp_path):
     res = _compile_int8(path, tmp_path / "q", _calibration(tmp_path, rng, 16, [1, 3, 9, 11]))
     assert res.manifest["quantization"]["float_layers"] == []
     calls = _kernel_calls(tmp_path / "q")
-    assert calls[0] == "mlcc_f32_quantize_u8" and calls[-1] == "mlcc_u8_qconv2d"
+    assert calls[0] == "mlcc_f32_quantize" and calls[-1] == "mlcc_u8_conv2d"
     assert not any(c.startswith("mlcc_f32") or "dequantize" in c for c in calls[1:])
     assert calls.count("mlcc_u8_requantize") <= 2                  # the two Split parts
     q = res.quant
@@ -855,7 +855,7 @@ def test_conv_transpose_with_stride_equal_to_kernel_runs_as_integer_conv(tmp_pat
     path = _save_model(tmp_path, nodes, [1, 3, 7, 5], {"y": [1, 2, 40, 28]}, consts)
     res = _compile_int8(path, tmp_path / "q", _calibration(tmp_path, rng, 16, [1, 3, 7, 5]))
     calls = _kernel_calls(tmp_path / "q")
-    assert calls.count("mlcc_f32_conv_transpose2d") == 1 and calls.count("mlcc_u8_qconv2d") == 3
+    assert calls.count("mlcc_f32_conv_transpose2d") == 1 and calls.count("mlcc_u8_conv2d") == 3
     assert [n.op_type for n in res.quant.graph.nodes].count("DepthToSpace") == 2
     xs = rng.normal(0, 1, (6, 1, 3, 7, 5)).astype(np.float32)
     assert _sqnr_vs_onnxruntime(path, tmp_path / "q", xs)[0] > 30
@@ -877,9 +877,9 @@ def test_resize_nearest_moves_uint8_and_linear_stays_float(tmp_path):
     path = _save_model(tmp_path, nodes, [1, 3, 10, 14], {"y": [1, 4, 20, 28]}, consts)
     res = _compile_int8(path, tmp_path / "q", _calibration(tmp_path, rng, 16, [1, 3, 10, 14]))
     calls = _kernel_calls(tmp_path / "q")
-    assert calls[:5] == ["mlcc_f32_quantize_u8", "mlcc_u8_qconv2d", "mlcc_resize_nearest",
-                         "mlcc_u8_qconv2d", "mlcc_u8_qadd"]
-    assert calls[5:] == ["mlcc_u8_dequantize_f32", "mlcc_f32_resize_linear"]
+    assert calls[:5] == ["mlcc_f32_quantize", "mlcc_u8_conv2d", "mlcc_resize_nearest",
+                         "mlcc_u8_conv2d", "mlcc_u8_qadd"]
+    assert calls[5:] == ["mlcc_u8_dequantize", "mlcc_f32_resize_linear"]
     assert res.quant.qparams["up"] == res.quant.qparams["r0"]
     xs = rng.normal(0, 1, (6, 1, 3, 10, 14)).astype(np.float32)
     assert _sqnr_vs_onnxruntime(path, tmp_path / "q", xs)[0] > 30
@@ -909,9 +909,9 @@ def test_squeeze_excitation_product_runs_on_uint8(tmp_path, fused_add):
     path = _save_model(tmp_path, nodes, [1, 3, 7, 9], {"y": [1, 4, 14, 18]}, consts)
     res = _compile_int8(path, tmp_path / "q", _calibration(tmp_path, rng, 16, [1, 3, 7, 9]))
     calls = _kernel_calls(tmp_path / "q")
-    assert calls == ["mlcc_f32_quantize_u8", "mlcc_u8_qconv2d", "mlcc_u8_avgpool2d",
-                     "mlcc_u8_qconv2d",                    # Conv + HardSigmoid, float out
-                     "mlcc_u8_channel_scale", "mlcc_resize_nearest", "mlcc_u8_qconv2d"]
+    assert calls == ["mlcc_f32_quantize", "mlcc_u8_conv2d", "mlcc_u8_avgpool2d",
+                     "mlcc_u8_conv2d",                    # Conv + HardSigmoid, float out
+                     "mlcc_u8_channel_scale", "mlcc_resize_nearest", "mlcc_u8_conv2d"]
     plans = {p.node: p for p in res.quant.layers}
     assert all(p.integer for p in plans.values())
     assert res.quant.qparams["up"] == res.quant.qparams["a" if fused_add else "m"]

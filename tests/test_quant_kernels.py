@@ -16,57 +16,11 @@ from mlcc.ops.quant import add_fixed_multipliers, fixed_multiplier
 from mlcc.quant.scheme import (QParams, activation_table, fixed_multipliers,
                                multiply_by_quantized_multiplier, quantize_linear,
                                requantize_fixed, requantize_float)
+from util import kernel_cdef
 
 KERNELS = resources.runtime_c() / "kernels"
 
-CDEF = """
-typedef struct { int32_t kind; float alpha, beta; } mlcc_act;
-typedef struct { int32_t out_kind, mode, zero_point, qmin, qmax; mlcc_act act; } mlcc_requant;
-typedef struct { const int32_t *bias; const float *scale; const float *fbias;
-                 const int32_t *mult; const int32_t *shift; } mlcc_qchannels;
-typedef struct { int64_t m, n, k4, lda, ldy; int32_t channel_is_row, a_signed; }
-    mlcc_qgemm_desc;
-typedef struct { int64_t m, n, k; mlcc_requant rq; } mlcc_qfc_params;
-typedef struct { int64_t batch, in_channels, in_h, in_w, out_channels, out_h, out_w,
-                 kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w,
-                 pad_top, pad_left, groups; int32_t x_zero_point; mlcc_requant rq; }
-    mlcc_qconv2d_params;
-typedef struct { int64_t count; float scale; int32_t zero_point; } mlcc_quantize_params;
-typedef struct { int64_t count; int32_t a_zero_point, b_zero_point; double a_mult_f, b_mult_f;
-                 int32_t a_mult, a_shift, b_mult, b_shift, out_mult, out_shift;
-                 mlcc_requant rq; } mlcc_qadd_params;
-typedef struct { int64_t count; int32_t x_zero_point; float mult_f; int32_t mult, shift;
-                 mlcc_requant rq; } mlcc_qrequant_params;
-typedef struct { int64_t batch, channels, plane, s_batch; int32_t x_zero_point;
-                 float offset, mult_f; mlcc_requant rq; } mlcc_qchannel_scale_params;
-void mlcc_u8_channel_scale(const mlcc_qchannel_scale_params *p, const uint8_t *x,
-                           const float *s, uint8_t *y);
-typedef struct { int64_t planes, in_h, in_w, out_h, out_w, kernel_h, kernel_w, stride_h,
-                 stride_w, dilation_h, dilation_w, pad_top, pad_left; int32_t pad_value; }
-    mlcc_qpool2d_params;
-void mlcc_qgemm_u8s8(const mlcc_qgemm_desc *d, const void *a, const void *b,
-                     const mlcc_requant *rq, const mlcc_qchannels *ch, void *y);
-void mlcc_qgemm_u8s8_portable(const mlcc_qgemm_desc *d, const void *a, const void *b,
-                              const mlcc_requant *rq, const mlcc_qchannels *ch, void *y);
-void mlcc_u8_qfc(const mlcc_qfc_params *p, const uint8_t *x, const int8_t *w_packed,
-                 const int32_t *bias, const float *scale, const float *fbias,
-                 const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch);
-void mlcc_u8_qconv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
-                     const int32_t *bias, const float *scale, const float *fbias,
-                     const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch);
-void mlcc_u8_qconv2d_depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
-                               const int32_t *bias, const float *scale, const float *fbias,
-                               const int32_t *mult, const int32_t *shift, void *y,
-                               uint8_t *scratch);
-void mlcc_f32_quantize_u8(const mlcc_quantize_params *p, const float *x, uint8_t *y);
-void mlcc_u8_dequantize_f32(const mlcc_quantize_params *p, const uint8_t *x, float *y);
-void mlcc_u8_qadd(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y);
-void mlcc_u8_requantize(const mlcc_qrequant_params *p, const uint8_t *x, uint8_t *y);
-typedef struct { int64_t count; } mlcc_lut_params;
-void mlcc_u8_lut(const mlcc_lut_params *p, const uint8_t *x, const uint8_t *table, uint8_t *y);
-void mlcc_u8_maxpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y);
-void mlcc_u8_avgpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y);
-"""
+CDEF = kernel_cdef("qgemm.h", "qconv.h", "qelem.h")
 
 FLAGS = {"portable": ["-O2"], "native": ["-O3", "-march=native", "-ffp-contract=fast"]}
 
@@ -152,7 +106,7 @@ def test_qfc_matches_numpy(lib, m, n, k, out_kind, mode):
     scratch = np.zeros(m * 4 * k4, np.uint8)
     p = ffi.new("mlcc_qfc_params *", {"m": m, "n": n, "k": k,
                                       "rq": requant(ffi, out_kind, mode, zp, qmin, qmax)})
-    L.mlcc_u8_qfc(p, ptr(ffi, x), ptr(ffi, packed), ptr(ffi, bias), ptr(ffi, scale),
+    L.mlcc_u8_fc(p, ptr(ffi, x), ptr(ffi, packed), ptr(ffi, bias), ptr(ffi, scale),
                   ptr(ffi, fbias), ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y), ptr(ffi, scratch))
     acc = x.astype(np.int32) @ w.T.astype(np.int32) + bias[None, :]
     want = expected(acc, scale, fbias, m0, sh, out_kind, mode, zp, qmin, qmax, axis=1)
@@ -263,7 +217,7 @@ def test_qconv_matches_numpy(lib, case, out_kind, mode):
     pw = (ow - 1) * stride[1] + (k[1] - 1) * dil[1] + 1
     if depthwise:
         scratch = np.zeros(2 * ph * pw, np.uint8)       # one channel plane as int16
-        L.mlcc_u8_qconv2d_depthwise(p, ptr(ffi, x), ptr(ffi, np.ascontiguousarray(w)),
+        L.mlcc_u8_conv2d__depthwise(p, ptr(ffi, x), ptr(ffi, np.ascontiguousarray(w)),
                                     ptr(ffi, bias), ptr(ffi, scale), ptr(ffi, fbias),
                                     ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y),
                                     ptr(ffi, scratch))
@@ -275,7 +229,7 @@ def test_qconv_matches_numpy(lib, case, out_kind, mode):
         # the kernel's bias has the input zero point folded in (as the compiler does)
         eff = (bias - zp * w.reshape(m, -1).astype(np.int32).sum(axis=1)).astype(np.int32)
         scratch = np.zeros(4 * k4 * oh * ow + c // groups * ph * pw, np.uint8)
-        L.mlcc_u8_qconv2d(p, ptr(ffi, x), ptr(ffi, wp), ptr(ffi, eff), ptr(ffi, scale),
+        L.mlcc_u8_conv2d(p, ptr(ffi, x), ptr(ffi, wp), ptr(ffi, eff), ptr(ffi, scale),
                           ptr(ffi, fbias), ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y),
                           ptr(ffi, scratch))
     want = expected(acc, scale, fbias, m0, sh, out_kind, mode, 3, 3, 255, axis=1)
@@ -313,8 +267,8 @@ def test_vector_qgemm_matches_portable_twin(lib, m, n, k4, a_signed, out_kind, c
     dtype = np.float32 if out_kind else np.uint8
     y1 = np.zeros((m, n), dtype)
     y2 = np.ones((m, n), dtype)
-    L.mlcc_qgemm_u8s8(d, ptr(ffi, a), ptr(ffi, b), rq, ch, ptr(ffi, y1))
-    L.mlcc_qgemm_u8s8_portable(d, ptr(ffi, a), ptr(ffi, b), rq, ch, ptr(ffi, y2))
+    L.mlcc_u8s8_gemm(d, ptr(ffi, a), ptr(ffi, b), rq, ch, ptr(ffi, y1))
+    L.mlcc_u8s8_gemm__portable(d, ptr(ffi, a), ptr(ffi, b), rq, ch, ptr(ffi, y2))
     np.testing.assert_array_equal(y1, y2)
     acc = (a[:, :4 * k4].astype(np.int64) @ b.transpose(0, 2, 1).reshape(4 * k4, n)
            .astype(np.int64))
@@ -353,12 +307,12 @@ def test_quantize_dequantize_match_numpy(lib):
     qp = QParams(0.5, 11)
     p = ffi.new("mlcc_quantize_params *", {"count": x.size, "scale": 0.5, "zero_point": 11})
     y = np.zeros(x.size, np.uint8)
-    L.mlcc_f32_quantize_u8(p, ptr(ffi, x), ptr(ffi, y))
+    L.mlcc_f32_quantize(p, ptr(ffi, x), ptr(ffi, y))
     finite = np.isfinite(x)
     np.testing.assert_array_equal(y[finite], quantize_linear(x[finite], qp))
     assert y[-1] == 0                                      # NaN -> the lowest code
     back = np.zeros(x.size, np.float32)
-    L.mlcc_u8_dequantize_f32(p, ptr(ffi, y), ptr(ffi, back))
+    L.mlcc_u8_dequantize(p, ptr(ffi, y), ptr(ffi, back))
     np.testing.assert_array_equal(back, (y.astype(np.int32) - 11).astype(np.float32) * 0.5)
 
 

@@ -40,7 +40,7 @@ def test_minilm_int8_embeddings_within_cosine_0_99(tmp_path):
                        quantize=mlcc.api.QuantizeConfig(calib, smooth=0.5))
     info = res.manifest["quantization"]
     assert info["smooth_alpha"] == 0.5 and info["integer_layers"] >= 36
-    assert (tmp_path / "q" / "model.c").read_text().count("mlcc_u8_qfc(") == 36
+    assert (tmp_path / "q" / "model.c").read_text().count("mlcc_u8_fc(") == 36
     q = mlcc.load(tmp_path / "q")
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     cos = []

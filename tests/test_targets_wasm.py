@@ -303,7 +303,7 @@ def test_wasm_outputs_are_the_x86_targets_bit_for_bit(digits_wasm, tmp_path):
     4-lane vectors every qualifying layer takes it: mlcc/ops/winograd.py, pays)."""
     x86 = tmp_path / "x86"
     mlcc.compile(DIGITS, x86, target="x86", name="digits")
-    assert "mlcc_f32_conv2d_winograd" in (x86 / "model.c").read_text()
+    assert "mlcc_f32_conv2d__winograd_2x2" in (x86 / "model.c").read_text()
     x = _digits_input(5)
     np.testing.assert_array_equal(mlcc.load(digits_wasm).run(x)["logits"],
                                   mlcc.load(x86).run(x)["logits"])
@@ -409,12 +409,12 @@ def test_depthwise_and_pointwise_are_the_x86_targets_bit_for_bit(tmp_path):
     model = make_model(nodes, feeds, outs, initializers=weights)
     got = compile_and_run(model, feeds, tmp_path / "wasm", target="wasm")
     src = next((tmp_path / "wasm").glob("*/out/model.c")).read_text()
-    assert src.count("mlcc_f32_conv2d_depthwise_vec(") == len(DW_CASES)
-    assert src.count("mlcc_f32_conv2d_implicit(") == sum(c[4] == 1 for c in IM_CASES)
-    assert "mlcc_f32_conv2d_packed_residual(" in src
+    assert src.count("mlcc_f32_conv2d__depthwise_vec(") == len(DW_CASES)
+    assert src.count("mlcc_f32_conv2d__implicit(") == sum(c[4] == 1 for c in IM_CASES)
+    assert "mlcc_f32_conv2d_residual__packed(" in src
     x86 = compile_and_run(model, feeds, tmp_path / "x86", target="x86")
     src = next((tmp_path / "x86").glob("*/out/model.c")).read_text()
-    assert src.count("mlcc_f32_conv2d_implicit(") == len(IM_CASES)
+    assert src.count("mlcc_f32_conv2d__implicit(") == len(IM_CASES)
     ref = reference_outputs(model, feeds)
     for name in outs:
         np.testing.assert_array_equal(got[name], x86[name], err_msg=name)

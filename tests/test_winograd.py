@@ -139,7 +139,7 @@ def cases(tmp_path_factory):
                       .replace("name: x86", "name: x86-direct", 1)
                       .replace("\nwinograd: true\n", "\nwinograd: false\n"))
     direct = compile_and_run(model, feeds, folder, target=str(target))
-    assert "mlcc_f32_conv2d_winograd" not in next(folder.glob("*/out/model.c")).read_text()
+    assert "mlcc_f32_conv2d__winograd_2x2" not in next(folder.glob("*/out/model.c")).read_text()
     return model, feeds, direct, reference_outputs(model, feeds)
 
 

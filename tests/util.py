@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -38,6 +39,50 @@ def build_kernels(lib_path: Path, build: str, sources: list[str], defines=()) ->
                     *(str(RUNTIME / f) for f in sources), "-o", str(lib_path), "-lm"],
                    check=True)
     return lib_path
+
+
+def kernel_cdef(*headers: str, defines=("-DMLCC_NO_VECTORS",)) -> str:
+    """cffi declarations (ffi.cdef text) of runtime headers (names under runtime_c/kernels or
+    runtime_c/include), read from the headers themselves so that a test's structs and
+    prototypes cannot drift from the C: the headers (and what they include from runtime_c)
+    run through the C preprocessor (macros expanded, #if resolved with `defines`), then keep
+    their typedefs, structs, enums and prototypes; static inline functions, static data and
+    everything from system headers are dropped, so are vector types (GNU vector_size: no cffi
+    equivalent) and what uses them, and other GNU attributes are stripped."""
+    src = "".join(f'#include "{h}"\n' for h in headers)
+    out = subprocess.run(["gcc", "-E", "-std=c99", *defines, f"-I{RUNTIME / 'include'}",
+                          f"-I{RUNTIME / 'kernels'}", "-"], input=src, capture_output=True,
+                         text=True, check=True).stdout
+    runtime, keep, lines = str(RUNTIME.resolve()), False, []
+    for line in out.splitlines():
+        marker = re.match(r'# \d+ "(.*)"', line)
+        if marker:     # which file the following lines come from
+            keep = str(Path(marker.group(1)).resolve()).startswith(runtime + os.sep)
+        elif keep:
+            lines.append(line)
+    text = "\n".join(lines)
+    decls, vectors, stmt, depth = [], [], [], 0
+    for ch in text:
+        stmt.append(ch)
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            head = "".join(stmt).split("{", 1)[0].strip()
+            if depth == 0 and head.endswith(")"):      # a function's body: not a declaration
+                stmt = []
+        elif ch == ";" and depth == 0:
+            decl = " ".join("".join(stmt).split())
+            if "vector_size" in decl:
+                vectors.append(re.search(r"(\w+)\s*__attribute__", decl).group(1))
+            elif (not decl.startswith("static ") and decl != ";"
+                  and not any(re.search(rf"\b{v}\b", decl) for v in vectors)):
+                decl = re.sub(r"__attribute__\s*\(\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\)\)",
+                              "", decl)
+                decls.append(re.sub(r"\b(__restrict__|__restrict|__inline__|__inline|"
+                                    r"__extension__)\b ?", "", decl))
+            stmt = []
+    return "\n".join(decls) + "\n"
 
 
 def make_model(nodes, inputs: dict[str, np.ndarray], outputs: list[str], *,

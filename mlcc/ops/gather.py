@@ -1,6 +1,6 @@
 """Gather along one axis, for every dtype. Constant indices are checked at compile time and,
 when they step evenly (one index, a range, a reversal), become a strided copy; other indices go
-through mlcc_gather_i64/_i32, which checks each index at run time and fails the call with
+through mlcc_gather__i64/__i32, which checks each index at run time and fails the call with
 MLCC_ERR_INDEX_OUT_OF_RANGE instead of reading out of bounds."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ..ir import Lowering, Node
 from .common import C_DTYPES, emit_copy, norm_axis, require_dtype
 from .registry import OpDef, register
 
-INDEX_KERNELS = {"int64": "mlcc_gather_i64", "int32": "mlcc_gather_i32"}
+INDEX_KERNELS = {"int64": "mlcc_gather__i64", "int32": "mlcc_gather__i32"}
 
 
 def _even_step(idx: np.ndarray) -> int | None:

@@ -1,4 +1,4 @@
-"""Gemm and MatMul, lowered onto one GEMM kernel (mlcc_f32_gemm_threaded and its batched form)."""
+"""Gemm and MatMul, lowered onto one GEMM kernel (mlcc_f32_gemm__threaded and its batched form)."""
 from __future__ import annotations
 
 import math
@@ -14,14 +14,14 @@ from .registry import OpDef, register
 GEMM_MR = 8          # MLCC_GEMM_MR in runtime_c/kernels/gemm.h: rows of a packed A panel
 GEMM_KC = 256        # MLCC_GEMM_KC: the depth of one k block
 GEMM_MC = 256        # MLCC_GEMM_MC: rows of A per block
-GEMM_B_PANEL = 32    # MLCC_GEMM_B_PANEL: columns of a B panel (mlcc_f32_gemm_panels_threaded)
+GEMM_B_PANEL = 32    # MLCC_GEMM_B_PANEL: columns of a B panel (mlcc_f32_gemm__panels_threaded)
 GEMV_ROW_FLOATS = 16  # a constant B of a one-row product: rows padded to 64 bytes (gemm.h)
 
 
 def pack_a(a: np.ndarray, mr: int = GEMM_MR) -> np.ndarray:
-    """[..., M, K] -> the packed A layout of mlcc_f32_gemm_packed (gemm.h), per leading index:
+    """[..., M, K] -> the packed A layout of mlcc_f32_gemm__packed (gemm.h), per leading index:
     K cut into GEMM_KC-deep blocks, block-major; in a block of depth kc, ceil(M / mr)
-    panels of kc x mr (rows past M zero). mr = 32: mlcc_f32_conv2d_implicit_t (conv.h)."""
+    panels of kc x mr (rows past M zero). mr = 32: mlcc_f32_conv2d__implicit_t (conv.h)."""
     GEMM_MR = mr  # noqa: N806
     *lead, m, k = a.shape
     mp = -(-m // GEMM_MR) * GEMM_MR
@@ -36,7 +36,7 @@ def pack_a(a: np.ndarray, mr: int = GEMM_MR) -> np.ndarray:
 
 
 def pack_b_panels(b: np.ndarray, w: int = GEMM_B_PANEL) -> np.ndarray:
-    """[K, N] -> the B panels of mlcc_f32_gemm_panels_threaded (gemm.h): ceil(N / w) panels of
+    """[K, N] -> the B panels of mlcc_f32_gemm__panels_threaded (gemm.h): ceil(N / w) panels of
     K x w, panel j holding columns [j * w, j * w + w) (columns past N zero)."""
     k, n = b.shape
     npan = -(-n // w)
@@ -46,8 +46,8 @@ def pack_b_panels(b: np.ndarray, w: int = GEMM_B_PANEL) -> np.ndarray:
 
 
 def gemm_call(lo: Lowering, a: str, b: str, bias: str | None, out: str, params: dict) -> None:
-    """One product on mlcc_f32_gemm_threaded; a constant B of a product of more than one row
-    is stored in column panels instead and read by mlcc_f32_gemm_panels_threaded (the same
+    """One product on mlcc_f32_gemm__threaded; a constant B of a product of more than one row
+    is stored in column panels instead and read by mlcc_f32_gemm__panels_threaded (the same
     sums, contiguous weights: gemm.h). One-row products keep B in rows, which their
     matrix-vector loop reads along, and so do B with more than an eighth of padding in the
     last panel (narrow B: its rows are close together anyway, and the blob would grow).
@@ -61,7 +61,7 @@ def gemm_call(lo: Lowering, a: str, b: str, bias: str | None, out: str, params: 
     if b_const is not None and params["m"] > 1 and params["ldb"] == n and waste <= n // 8:
         panels = pack_b_panels(b_const.reshape(params["k"], params["n"]).astype(np.float32))
         b = lo.add_const(f"{b}.panels", panels)
-        lo.call("mlcc_f32_gemm_panels_threaded", [a, b, bias, out], [out],
+        lo.call("mlcc_f32_gemm__panels_threaded", [a, b, bias, out], [out],
                 params_type="mlcc_gemm_params", pool=True, params=params)
         return
     if b_const is not None and params["m"] == 1 and params["ldb"] == n:
@@ -72,7 +72,7 @@ def gemm_call(lo: Lowering, a: str, b: str, bias: str | None, out: str, params: 
             padded[:, :n] = b_rows
             b = lo.add_const(f"{b}.rows", padded)
         params = {**params, "ldb": ldb, "b_finite": int(np.isfinite(b_rows).all())}
-    lo.call("mlcc_f32_gemm_threaded", [a, b, bias, out], [out],
+    lo.call("mlcc_f32_gemm__threaded", [a, b, bias, out], [out],
             params_type="mlcc_gemm_params", pool=True, params=params)
 
 

@@ -124,8 +124,8 @@ class GatherElements(OpDef):
             return
         axis = norm_axis(int(node.attr("axis", 0)), len(data.shape))
         pad = MAX_RANK - len(out.shape)
-        kernel = "mlcc_gather_elements_i64" if idx.dtype == "int64" else \
-            "mlcc_gather_elements_i32"
+        kernel = "mlcc_gather_elements__i64" if idx.dtype == "int64" else \
+            "mlcc_gather_elements__i32"
         lo.call(kernel, [data.name, idx.name, out.name], [out.name],
                 params_type="mlcc_gather_elements_params",
                 params={"rank": len(out.shape), "axis": axis,

@@ -77,7 +77,7 @@ class QuantizeLinear(OpDef):
     def lower(self, node: Node, lo: Lowering) -> None:
         scale, zp, _ = qlinear_params(lo.graph, node)
         x = lo.value(node.inputs[0])
-        lo.call("mlcc_f32_quantize_u8", [node.inputs[0], node.outputs[0]], [node.outputs[0]],
+        lo.call("mlcc_f32_quantize", [node.inputs[0], node.outputs[0]], [node.outputs[0]],
                 params_type="mlcc_quantize_params",
                 params={"count": x.numel, "scale": scale, "zero_point": zp},
                 op=f"QuantizeLinear scale={scale:.6g} zp={zp}")
@@ -109,7 +109,7 @@ class DequantizeLinear(OpDef):
     def lower(self, node: Node, lo: Lowering) -> None:
         scale, zp, _ = qlinear_params(lo.graph, node)
         x = lo.value(node.inputs[0])
-        lo.call("mlcc_u8_dequantize_f32", [node.inputs[0], node.outputs[0]], [node.outputs[0]],
+        lo.call("mlcc_u8_dequantize", [node.inputs[0], node.outputs[0]], [node.outputs[0]],
                 params_type="mlcc_quantize_params",
                 params={"count": x.numel, "scale": scale, "zero_point": zp},
                 op=f"DequantizeLinear scale={scale:.6g} zp={zp}")
@@ -195,7 +195,7 @@ class QConv(OpDef):
         label = banner(node, "Conv")
         if group == c == m and group > 1:
             wname = lo.add_const(f"{node.name}.w_dw", wq.reshape(m, kh * kw))
-            lo.call("mlcc_u8_qconv2d_depthwise",
+            lo.call("mlcc_u8_conv2d__depthwise",
                     [node.inputs[0], wname, node.inputs[2], *_channel_args(node), out], [out],
                     params_type="mlcc_qconv2d_params", params=params,
                     scratch_bytes=2 * hp * wp, op=label)
@@ -207,7 +207,7 @@ class QConv(OpDef):
             raise UnsupportedError("the folded int32 bias overflows")
         wname = lo.add_const(f"{node.name}.w_packed", packed)
         bname = lo.add_const(f"{node.name}.bias_zp", eff.astype(np.int32))
-        lo.call("mlcc_u8_qconv2d", [node.inputs[0], wname, bname, *_channel_args(node), out],
+        lo.call("mlcc_u8_conv2d", [node.inputs[0], wname, bname, *_channel_args(node), out],
                 [out], params_type="mlcc_qconv2d_params", params=params,
                 scratch_bytes=4 * k4 * oh * ow + c // group * hp * wp, op=label)
 
@@ -240,7 +240,7 @@ class QFC(OpDef):
         wname = lo.add_const(f"{node.name}.w_packed", packed)
         bname = lo.add_const(f"{node.name}.bias_zp", eff.astype(np.int32))
         out = node.outputs[0]
-        lo.call("mlcc_u8_qfc", [node.inputs[0], wname, bname, *_channel_args(node), out], [out],
+        lo.call("mlcc_u8_fc", [node.inputs[0], wname, bname, *_channel_args(node), out], [out],
                 params_type="mlcc_qfc_params",
                 params={"m": rows, "n": nout, "k": k, "rq": requant_params(node)},
                 scratch_bytes=0 if k % 4 == 0 else rows * 4 * k4,

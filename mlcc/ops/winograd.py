@@ -22,7 +22,7 @@ ROW_SLACK = 16       # MLCC_WINOGRAD_ROW_SLACK
 PLANE_PAD = 16       # MLCC_WINOGRAD_PLANE_PAD
 # The GEMM computes whole panels of this many columns (tiles): MLCC_GEMM_NR on wasm.
 PANEL = 8
-KERNELS = {2: "mlcc_f32_conv2d_winograd", 4: "mlcc_f32_conv2d_winograd_4x4"}
+KERNELS = {2: "mlcc_f32_conv2d__winograd_2x2", 4: "mlcc_f32_conv2d__winograd_4x4"}
 
 
 def applies(kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, group: int, cin: int,

@@ -5,7 +5,7 @@ fold_batchnorm); runs before fuse_activations, which then fuses an activation th
 Add into the Conv (applied after the residual, as in the graph).
 Guarantees: for `Add(conv_out, other)` or a two-input Sum (ResNet-50's), either order, where conv_out is the only output of an
 unfused float32 2-D Conv with constant 1x1 weights and one group (the kernel that takes a
-residual: mlcc_f32_conv2d_packed_residual), read by that Add alone and not a graph output, and
+residual: mlcc_f32_conv2d_residual__packed), read by that Add alone and not a graph output, and
 `other` is a float32 run-time tensor of the Add's output shape: the Conv takes `other` as input
 3 (input 2, the bias, "" when absent), carries attrs["_residual"] = True, writes the Add's
 output, and stands where the Add stood (so `other` is computed before it). The sum is

@@ -105,7 +105,7 @@ class Target:
 
     def lowering_options(self) -> dict:
         """The target's choices that change how operators lower (ir.Lowering.options)."""
-        # channel_tiles: mlcc_f32_conv2d_implicit_t's tiles of 32 channels by 8 positions were
+        # channel_tiles: mlcc_f32_conv2d__implicit_t's tiles of 32 channels by 8 positions were
         # written and measured for 512-bit vectors (two vectors of 16 per position); with
         # 128-bit ones they would hold 16 accumulators in 16 registers and spill
         return {"winograd": self.winograd,

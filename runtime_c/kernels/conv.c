@@ -317,7 +317,7 @@ typedef struct conv_packed_job {
     const mlcc_conv2d_packed_params *pp;
     const float *x, *w, *bias;
     float *y, *scratch;
-    const int32_t *table;              /* NULL, or the im2col offsets (mlcc_f32_conv2d_packed_table) */
+    const int32_t *table;              /* NULL, or the im2col offsets (mlcc_f32_conv2d__packed_table) */
     const float *residual;             /* NULL, or added before the activation (_residual) */
     ptrdiff_t block;                   /* columns per block (block_cols) */
     ptrdiff_t np_block;                /* panels in a (full) block */
@@ -337,16 +337,16 @@ static void conv_packed_geometry(const mlcc_conv2d_params *p, ptrdiff_t *cin_g,
 }
 
 /* The packed GEMM of one block, with the residual (at the same offset as c) when there is one:
- * mlcc_f32_gemm_packed has no trace of residuals (gemm.c). */
+ * mlcc_f32_gemm__packed has no trace of residuals (gemm.c). */
 static void block_gemm(const conv_packed_job *job, ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
                        const float *a, ptrdiff_t a_rows, ptrdiff_t a_row0, const float *b,
                        const float *bias, ptrdiff_t c_off, ptrdiff_t ldc) {
     const mlcc_act *act = &job->pp->conv.act;
     if (job->residual)
-        mlcc_f32_gemm_packed_residual(m, n, k, a, a_rows, a_row0, b, bias,
-                                      job->residual + c_off, act, job->y + c_off, ldc);
+        mlcc_f32_gemm_residual__packed(m, n, k, a, a_rows, a_row0, b, bias,
+                                       job->residual + c_off, act, job->y + c_off, ldc);
     else
-        mlcc_f32_gemm_packed(m, n, k, a, a_rows, a_row0, b, bias, act, job->y + c_off, ldc);
+        mlcc_f32_gemm__packed(m, n, k, a, a_rows, a_row0, b, bias, act, job->y + c_off, ldc);
 }
 
 /* Partition by panels: unit u of job->units, every block. */
@@ -466,20 +466,20 @@ static void conv_packed(const mlcc_conv2d_packed_params *pp, const float *x, con
             }
 }
 
-void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *pp, const float *x, const float *w,
-                            const float *bias, float *y, float *scratch, mlcc_threadpool *pool) {
+void mlcc_f32_conv2d__packed(const mlcc_conv2d_packed_params *pp, const float *x, const float *w,
+                             const float *bias, float *y, float *scratch, mlcc_threadpool *pool) {
     conv_packed(pp, x, w, bias, NULL, NULL, y, scratch, pool);
 }
 
-void mlcc_f32_conv2d_packed_residual(const mlcc_conv2d_packed_params *pp, const float *x,
-                                     const float *w, const float *bias, const float *residual,
-                                     float *y, float *scratch, mlcc_threadpool *pool) {
+void mlcc_f32_conv2d_residual__packed(const mlcc_conv2d_packed_params *pp, const float *x,
+                                      const float *w, const float *bias, const float *residual,
+                                      float *y, float *scratch, mlcc_threadpool *pool) {
     conv_packed(pp, x, w, bias, NULL, residual, y, scratch, pool);
 }
 
-void mlcc_f32_conv2d_packed_table(const mlcc_conv2d_packed_params *pp, const float *x,
-                                  const float *w, const float *bias, const int32_t *table,
-                                  float *y, float *scratch, mlcc_threadpool *pool) {
+void mlcc_f32_conv2d__packed_table(const mlcc_conv2d_packed_params *pp, const float *x,
+                                   const float *w, const float *bias, const int32_t *table,
+                                   float *y, float *scratch, mlcc_threadpool *pool) {
     conv_packed(pp, x, w, bias, table, NULL, y, scratch, pool);
 }
 
@@ -499,7 +499,7 @@ static void implicit_panel_segs(ptrdiff_t q0, ptrdiff_t nv, ptrdiff_t wq, ptrdif
                                 implicit_segs *s) {
     ptrdiff_t t = 0, oh = q0 / wq, ow = q0 % wq;   /* then advanced without dividing */
     s->count = 0;
-    if (wq == ow_n) {   /* no padding columns (mlcc_f32_conv2d_implicit_cols): one run */
+    if (wq == ow_n) {   /* no padding columns (mlcc_f32_conv2d__implicit_cols): one run */
         s->count = 1;
         s->t[0] = 0;
         s->n[0] = nv - q0 < MLCC_GEMM_NR ? nv - q0 : MLCC_GEMM_NR;
@@ -758,7 +758,7 @@ static void implicit_fill(const mlcc_conv2d_params *p, const float *xg, ptrdiff_
            (size_t)((p->kernel_w - 1) * p->dilation_w + MLCC_IMPLICIT_SLACK) * sizeof(float));
 }
 
-/* Group input for mlcc_f32_conv2d_implicit_cols (stride 1, conv.h): per channel c and kernel
+/* Group input for mlcc_f32_conv2d__implicit_cols (stride 1, conv.h): per channel c and kernel
  * column kj, a plane of hp x out_w whose row r, column j is input row r - pad_top, column
  * j + kj * dilation_w - pad_left (zero outside the input), written in address order. Vector
  * stores may run past a row or a plane: what they write there is written again later (the
@@ -893,15 +893,15 @@ static void implicit_conv(const mlcc_conv2d_packed_params *pp, const float *x, c
     }
 }
 
-void mlcc_f32_conv2d_implicit(const mlcc_conv2d_packed_params *pp, const float *x,
-                              const float *w, const float *bias, const int32_t *offsets,
-                              float *y, float *scratch, mlcc_threadpool *pool) {
+void mlcc_f32_conv2d__implicit(const mlcc_conv2d_packed_params *pp, const float *x,
+                               const float *w, const float *bias, const int32_t *offsets,
+                               float *y, float *scratch, mlcc_threadpool *pool) {
     implicit_conv(pp, x, w, bias, offsets, y, scratch, pool, 0);
 }
 
-void mlcc_f32_conv2d_implicit_cols(const mlcc_conv2d_packed_params *pp, const float *x,
-                                   const float *w, const float *bias, const int32_t *offsets,
-                                   float *y, float *scratch, mlcc_threadpool *pool) {
+void mlcc_f32_conv2d__implicit_cols(const mlcc_conv2d_packed_params *pp, const float *x,
+                                    const float *w, const float *bias, const int32_t *offsets,
+                                    float *y, float *scratch, mlcc_threadpool *pool) {
     implicit_conv(pp, x, w, bias, offsets, y, scratch, pool, 1);
 }
 
@@ -1004,9 +1004,9 @@ static void rows_task(void *arg, int u, int thread) {
     }
 }
 
-void mlcc_f32_conv2d_implicit_rows(const mlcc_conv2d_packed_params *pp, const float *x,
-                                   const float *w, const float *bias, const int32_t *offsets,
-                                   float *y, float *scratch, mlcc_threadpool *pool) {
+void mlcc_f32_conv2d__implicit_rows(const mlcc_conv2d_packed_params *pp, const float *x,
+                                    const float *w, const float *bias, const int32_t *offsets,
+                                    float *y, float *scratch, mlcc_threadpool *pool) {
     const mlcc_conv2d_params *p = &pp->conv;
     ptrdiff_t cin_g, cout_g, cout_pad, kdim, spatial, in_plane, nt, n;
     rows_job job;
@@ -1505,15 +1505,15 @@ static void conv_implicit_t(const mlcc_conv2d_packed_params *pp, const float *x,
     }
 }
 
-void mlcc_f32_conv2d_implicit_t(const mlcc_conv2d_packed_params *pp, const float *x,
-                                const float *w, const float *bias, const int32_t *offsets,
-                                float *y, float *scratch, mlcc_threadpool *pool) {
+void mlcc_f32_conv2d__implicit_t(const mlcc_conv2d_packed_params *pp, const float *x,
+                                 const float *w, const float *bias, const int32_t *offsets,
+                                 float *y, float *scratch, mlcc_threadpool *pool) {
     conv_implicit_t(pp, x, w, bias, offsets, NULL, y, scratch, pool);
 }
 
-void mlcc_f32_conv2d_implicit_t_residual(const mlcc_conv2d_packed_params *pp, const float *x,
-                                         const float *w, const float *bias,
-                                         const int32_t *offsets, const float *residual,
-                                         float *y, float *scratch, mlcc_threadpool *pool) {
+void mlcc_f32_conv2d_residual__implicit_t(const mlcc_conv2d_packed_params *pp, const float *x,
+                                          const float *w, const float *bias,
+                                          const int32_t *offsets, const float *residual,
+                                          float *y, float *scratch, mlcc_threadpool *pool) {
     conv_implicit_t(pp, x, w, bias, offsets, residual, y, scratch, pool);
 }

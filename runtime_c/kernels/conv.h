@@ -16,7 +16,7 @@ typedef struct mlcc_conv2d_params {
 } mlcc_conv2d_params;
 
 /* General grouped convolution as im2col + GEMM per group, with unpacked weights (OIHW): the
- * portable reference of mlcc_f32_conv2d_packed. scratch holds
+ * portable reference of mlcc_f32_conv2d__packed. scratch holds
  * (in_channels / groups) * kernel_h * kernel_w * out_h * out_w floats, or nothing for a
  * 1x1 convolution with stride 1 and no padding (which multiplies x directly).
  * bias may be NULL. */
@@ -60,23 +60,23 @@ typedef struct mlcc_conv2d_packed_params {
     int64_t block_cols;
 } mlcc_conv2d_packed_params;
 
-void mlcc_f32_conv2d_packed(const mlcc_conv2d_packed_params *p, const float *x, const float *w,
-                            const float *bias, float *y, float *scratch, mlcc_threadpool *pool);
+void mlcc_f32_conv2d__packed(const mlcc_conv2d_packed_params *p, const float *x, const float *w,
+                             const float *bias, float *y, float *scratch, mlcc_threadpool *pool);
 
 /* The same convolution followed by a residual Add and the activation, fused
  * (passes.fuse_residual_add): y = act(conv(x) + bias + residual), summed in that order (the
  * unfused Conv -> Add -> activation's, so the results are the same bits), in the GEMM's
- * epilogue (mlcc_f32_gemm_packed_residual). residual has y's shape and must not overlap y. */
-void mlcc_f32_conv2d_packed_residual(const mlcc_conv2d_packed_params *p, const float *x,
-                                     const float *w, const float *bias, const float *residual,
-                                     float *y, float *scratch, mlcc_threadpool *pool);
+ * epilogue (mlcc_f32_gemm_residual__packed). residual has y's shape and must not overlap y. */
+void mlcc_f32_conv2d_residual__packed(const mlcc_conv2d_packed_params *p, const float *x,
+                                      const float *w, const float *bias, const float *residual,
+                                      float *y, float *scratch, mlcc_threadpool *pool);
 
 /* The same convolution for small feature maps, where the im2col rows are made of short runs:
  * the im2col matrix is gathered through a table made at compile time, table[k * out_h * out_w
  * + j] = the offset in the group's input of im2col row k, column j, or -1 for padding. */
-void mlcc_f32_conv2d_packed_table(const mlcc_conv2d_packed_params *p, const float *x,
-                                  const float *w, const float *bias, const int32_t *table,
-                                  float *y, float *scratch, mlcc_threadpool *pool);
+void mlcc_f32_conv2d__packed_table(const mlcc_conv2d_packed_params *p, const float *x,
+                                   const float *w, const float *bias, const int32_t *table,
+                                   float *y, float *scratch, mlcc_threadpool *pool);
 
 /* Convolution as an implicit GEMM (no im2col at all): each group's input is copied once,
  * zero-padded and split by stride phase, into scratch: per channel, stride_h x stride_w
@@ -88,7 +88,7 @@ void mlcc_f32_conv2d_packed_table(const mlcc_conv2d_packed_params *p, const floa
  * starting at offsets[k] = ((c * stride_h + kh * dilation_h % stride_h) * stride_w + kw *
  * dilation_w % stride_w) * hq * wq + (kh * dilation_h / stride_h) * wq + kw * dilation_w /
  * stride_w. The micro-kernel reads those runs in place; the columns ow >= out_w are computed
- * and dropped (wq - out_w of every wq). w is packed as for mlcc_f32_conv2d_packed, and every
+ * and dropped (wq - out_w of every wq). w is packed as for mlcc_f32_conv2d__packed, and every
  * output sums its terms in the same order: the results are bit-identical to it.
  * block_cols (a multiple of 64) is the virtual columns per block; when the depth
  * (in_channels / groups * kernel_h * kernel_w) exceeds MLCC_GEMM_KC, partial sums of
@@ -109,18 +109,18 @@ static inline ptrdiff_t mlcc_implicit_pad_floats(const mlcc_conv2d_params *p) {
                mlcc_implicit_sub_h(p) * mlcc_implicit_sub_w(p) +
            (ptrdiff_t)((p->kernel_w - 1) * p->dilation_w) + MLCC_IMPLICIT_SLACK;
 }
-void mlcc_f32_conv2d_implicit(const mlcc_conv2d_packed_params *p, const float *x,
-                              const float *w, const float *bias, const int32_t *offsets,
-                              float *y, float *scratch, mlcc_threadpool *pool);
+void mlcc_f32_conv2d__implicit(const mlcc_conv2d_packed_params *p, const float *x,
+                               const float *w, const float *bias, const int32_t *offsets,
+                               float *y, float *scratch, mlcc_threadpool *pool);
 
 /* The same implicit GEMM (same sub-planes, offsets, weights and bits) for depths of at most
  * MLCC_GEMM_KC, tiled by output rows: a tile covers columns of one output row only (a last one
  * narrower), so no virtual column is computed and every tile is stored whole, in registers,
  * straight into the output (the 3-channel stems: MobileNetV2's 3x3/2). scratch:
  * mlcc_implicit_pad_floats() floats. */
-void mlcc_f32_conv2d_implicit_rows(const mlcc_conv2d_packed_params *p, const float *x,
-                                   const float *w, const float *bias, const int32_t *offsets,
-                                   float *y, float *scratch, mlcc_threadpool *pool);
+void mlcc_f32_conv2d__implicit_rows(const mlcc_conv2d_packed_params *p, const float *x,
+                                    const float *w, const float *bias, const int32_t *offsets,
+                                    float *y, float *scratch, mlcc_threadpool *pool);
 
 /* The same implicit GEMM for stride-1 convolutions on small maps, without virtual columns:
  * per input channel c and kernel column kj, the input shifted by kj * dilation_w - pad_left
@@ -139,9 +139,9 @@ static inline ptrdiff_t mlcc_implicit_cols_pad_floats(const mlcc_conv2d_params *
     return (ptrdiff_t)(p->in_channels / p->groups * p->kernel_w) * mlcc_implicit_cols_h(p) *
                (ptrdiff_t)p->out_w + MLCC_IMPLICIT_SLACK;
 }
-void mlcc_f32_conv2d_implicit_cols(const mlcc_conv2d_packed_params *p, const float *x,
-                                   const float *w, const float *bias, const int32_t *offsets,
-                                   float *y, float *scratch, mlcc_threadpool *pool);
+void mlcc_f32_conv2d__implicit_cols(const mlcc_conv2d_packed_params *p, const float *x,
+                                    const float *w, const float *bias, const int32_t *offsets,
+                                    float *y, float *scratch, mlcc_threadpool *pool);
 
 /* The same implicit GEMM transposed, for small maps: output channels along the vectors, so
  * that no virtual column is computed (a 7 x 7 map costs 49 positions, not 64 columns). Tiles
@@ -154,7 +154,7 @@ void mlcc_f32_conv2d_implicit_cols(const mlcc_conv2d_packed_params *p, const flo
  * with the sums of earlier k blocks in registers, bias, residual and activation applied in
  * registers. w is packed like gemm.h's A layout with panels of MLCC_CONVT_CP rows instead of
  * MLCC_GEMM_MR (mlcc/ops/conv.py: pack_a(..., CONVT_CP)). Each output sums its terms in the
- * order of mlcc_f32_conv2d_implicit (k blocks of MLCC_GEMM_KC, each a fresh chain, added to
+ * order of mlcc_f32_conv2d__implicit (k blocks of MLCC_GEMM_KC, each a fresh chain, added to
  * the partial sums): bit-identical to it and to the gathered path. mlcc/ops/conv.py decides
  * where it runs (convt_applies, convt_1x1_applies: 512-bit targets). scratch:
  * mlcc_implicit_pad_floats() floats (none for 1x1 convolutions of stride 1 without padding,
@@ -162,7 +162,7 @@ void mlcc_f32_conv2d_implicit_cols(const mlcc_conv2d_packed_params *p, const flo
  * sums of mlcc_convt_block_rows() output rows (about MLCC_CONVT_PART_POS positions) x
  * MLCC_CONVT_CP floats per thread (up to MLCC_IMPLICIT_SLICES).
  * The _residual form adds residual (y's shape) after the bias, before the activation, as
- * mlcc_f32_conv2d_packed_residual does. */
+ * mlcc_f32_conv2d_residual__packed does. */
 #define MLCC_CONVT_CP 32
 #define MLCC_CONVT_RMAX 8
 #define MLCC_CONVT_FLAT_RMAX 12
@@ -171,12 +171,12 @@ static inline ptrdiff_t mlcc_convt_block_rows(const mlcc_conv2d_params *p) {
     const ptrdiff_t rows = MLCC_CONVT_PART_POS / (ptrdiff_t)p->out_w;
     return rows < 1 ? 1 : rows > (ptrdiff_t)p->out_h ? (ptrdiff_t)p->out_h : rows;
 }
-void mlcc_f32_conv2d_implicit_t(const mlcc_conv2d_packed_params *p, const float *x,
-                                const float *w, const float *bias, const int32_t *offsets,
-                                float *y, float *scratch, mlcc_threadpool *pool);
-void mlcc_f32_conv2d_implicit_t_residual(const mlcc_conv2d_packed_params *p, const float *x,
-                                         const float *w, const float *bias,
-                                         const int32_t *offsets, const float *residual,
-                                         float *y, float *scratch, mlcc_threadpool *pool);
+void mlcc_f32_conv2d__implicit_t(const mlcc_conv2d_packed_params *p, const float *x,
+                                 const float *w, const float *bias, const int32_t *offsets,
+                                 float *y, float *scratch, mlcc_threadpool *pool);
+void mlcc_f32_conv2d_residual__implicit_t(const mlcc_conv2d_packed_params *p, const float *x,
+                                          const float *w, const float *bias,
+                                          const int32_t *offsets, const float *residual,
+                                          float *y, float *scratch, mlcc_threadpool *pool);
 
 #endif /* MLCC_CONV_H */

@@ -4,8 +4,8 @@
 #include <immintrin.h>
 #endif
 
-void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, const float *w,
-                               const float *bias, float *y) {
+void mlcc_f32_conv2d__depthwise(const mlcc_conv2d_params *p, const float *x, const float *w,
+                                const float *bias, float *y) {
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
     const ptrdiff_t oh_n = (ptrdiff_t)p->out_h, ow_n = (ptrdiff_t)p->out_w;
     const ptrdiff_t kh_n = (ptrdiff_t)p->kernel_h, kw_n = (ptrdiff_t)p->kernel_w;
@@ -1535,12 +1535,12 @@ static void dw_wasm_task(void *arg, int u, int thread) {
 }
 #endif
 
-void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, const float *w,
-                                   const float *bias, float *y, float *scratch,
-                                   mlcc_threadpool *pool) {
+void mlcc_f32_conv2d__depthwise_vec(const mlcc_conv2d_params *p, const float *x, const float *w,
+                                    const float *bias, float *y, float *scratch,
+                                    mlcc_threadpool *pool) {
     dw_job job;
     if (p->kernel_h * p->kernel_w > DW_MAX_TAPS) {   /* larger kernels than 8 x 8: direct */
-        mlcc_f32_conv2d_depthwise(p, x, w, bias, y);
+        mlcc_f32_conv2d__depthwise(p, x, w, bias, y);
         return;
     }
     job.p = p;

@@ -7,8 +7,8 @@
 #include "conv.h"
 
 /* Depthwise convolution (groups == in_channels == out_channels), computed directly. */
-void mlcc_f32_conv2d_depthwise(const mlcc_conv2d_params *p, const float *x, const float *w,
-                               const float *bias, float *y);
+void mlcc_f32_conv2d__depthwise(const mlcc_conv2d_params *p, const float *x, const float *w,
+                                const float *bias, float *y);
 
 
 /* Depthwise convolution with vectors along the output plane: each channel's zero-padded input
@@ -48,8 +48,8 @@ static inline ptrdiff_t mlcc_dw_scratch_floats(const mlcc_conv2d_params *p) {
 #endif
     return flat;
 }
-void mlcc_f32_conv2d_depthwise_vec(const mlcc_conv2d_params *p, const float *x, const float *w,
-                                   const float *bias, float *y, float *scratch,
-                                   mlcc_threadpool *pool);
+void mlcc_f32_conv2d__depthwise_vec(const mlcc_conv2d_params *p, const float *x, const float *w,
+                                    const float *bias, float *y, float *scratch,
+                                    mlcc_threadpool *pool);
 
 #endif /* MLCC_DEPTHWISE_H */

@@ -42,12 +42,12 @@ static int gather(const mlcc_gather_params *p, const void *data, const void *ind
     return MLCC_OK;
 }
 
-int mlcc_gather_i64(const mlcc_gather_params *p, const void *data, const int64_t *indices,
-                    void *out) {
+int mlcc_gather__i64(const mlcc_gather_params *p, const void *data, const int64_t *indices,
+                     void *out) {
     return gather(p, data, indices, 1, out);
 }
 
-int mlcc_gather_i32(const mlcc_gather_params *p, const void *data, const int32_t *indices,
-                    void *out) {
+int mlcc_gather__i32(const mlcc_gather_params *p, const void *data, const int32_t *indices,
+                     void *out) {
     return gather(p, data, indices, 0, out);
 }

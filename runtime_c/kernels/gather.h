@@ -18,9 +18,9 @@ typedef struct mlcc_gather_params {
 
 /* Return MLCC_OK, or MLCC_ERR_INDEX_OUT_OF_RANGE (writing nothing) when an index lies outside
  * [-axis_dim, axis_dim). */
-int mlcc_gather_i64(const mlcc_gather_params *p, const void *data, const int64_t *indices,
-                    void *out);
-int mlcc_gather_i32(const mlcc_gather_params *p, const void *data, const int32_t *indices,
-                    void *out);
+int mlcc_gather__i64(const mlcc_gather_params *p, const void *data, const int64_t *indices,
+                     void *out);
+int mlcc_gather__i32(const mlcc_gather_params *p, const void *data, const int32_t *indices,
+                     void *out);
 
 #endif /* MLCC_GATHER_H */

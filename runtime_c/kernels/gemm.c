@@ -433,14 +433,14 @@ static void gemm_threaded(const mlcc_gemm_params *p, const float *a, const float
                         mlcc_threadpool_size(pool));
 }
 
-void mlcc_f32_gemm_threaded(const mlcc_gemm_params *p, const float *a, const float *b,
-                            const float *bias, float *c, mlcc_threadpool *pool) {
+void mlcc_f32_gemm__threaded(const mlcc_gemm_params *p, const float *a, const float *b,
+                             const float *bias, float *c, mlcc_threadpool *pool) {
     gemm_threaded(p, a, b, bias, c, pool, 0);
 }
 
-void mlcc_f32_gemm_panels_threaded(const mlcc_gemm_params *p, const float *a,
-                                   const float *b_panels, const float *bias, float *c,
-                                   mlcc_threadpool *pool) {
+void mlcc_f32_gemm__panels_threaded(const mlcc_gemm_params *p, const float *a,
+                                    const float *b_panels, const float *bias, float *c,
+                                    mlcc_threadpool *pool) {
     gemm_threaded(p, a, b_panels, bias, c, pool, MLCC_GEMM_B_PANEL);
 }
 
@@ -462,8 +462,8 @@ void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, co
         return;
     }
     for (t = 0; t < p->batch; t++)   /* one thread, or more units than one loop takes */
-        mlcc_f32_gemm_threaded(&p->gemm, a + a_offsets[t], b + b_offsets[t], bias,
-                               c + t * p->c_batch_stride, pool);
+        mlcc_f32_gemm__threaded(&p->gemm, a + a_offsets[t], b + b_offsets[t], bias,
+                                c + t * p->c_batch_stride, pool);
 }
 
 /* ---- The packed GEMM (see gemm.h for the panel layouts) ---- */
@@ -986,9 +986,9 @@ static __attribute__((noinline)) void gemm_packed_any(
 }
 #endif
 
-void mlcc_f32_gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed,
-                          ptrdiff_t a_rows, ptrdiff_t a_row0, const float *b_panels,
-                          const float *bias, const mlcc_act *act, float *c, ptrdiff_t ldc) {
+void mlcc_f32_gemm__packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed,
+                           ptrdiff_t a_rows, ptrdiff_t a_row0, const float *b_panels,
+                           const float *bias, const mlcc_act *act, float *c, ptrdiff_t ldc) {
 #if defined(__wasm_simd128__)
     void (*const nest)(ptrdiff_t, ptrdiff_t, ptrdiff_t, const float *, ptrdiff_t, ptrdiff_t,
                        const float *, const float *, const mlcc_act *, float *, ptrdiff_t) =
@@ -1002,10 +1002,10 @@ void mlcc_f32_gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_
 #endif
 }
 
-void mlcc_f32_gemm_packed_residual(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed,
-                                   ptrdiff_t a_rows, ptrdiff_t a_row0, const float *b_panels,
-                                   const float *bias, const float *res, const mlcc_act *act,
-                                   float *c, ptrdiff_t ldc) {
+void mlcc_f32_gemm_residual__packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed,
+                                    ptrdiff_t a_rows, ptrdiff_t a_row0, const float *b_panels,
+                                    const float *bias, const float *res, const mlcc_act *act,
+                                    float *c, ptrdiff_t ldc) {
     gemm_packed(m, n, k, a_packed, a_rows, a_row0, b_panels, bias, res, act, c, ldc,
                 RESIDUAL_ROWS_OUTER);
 }

@@ -32,8 +32,8 @@ void mlcc_f32_gemm(const mlcc_gemm_params *p, const float *a, const float *b, co
 /* The same product on pool (NULL: the calling thread only), cut into blocks of columns and rows
  * by the shape alone: the same bits as mlcc_f32_gemm on any number of threads. Products of
  * fewer than MLCC_MIN_PARALLEL_MACS multiply-adds run on the caller. */
-void mlcc_f32_gemm_threaded(const mlcc_gemm_params *p, const float *a, const float *b,
-                            const float *bias, float *c, mlcc_threadpool *pool);
+void mlcc_f32_gemm__threaded(const mlcc_gemm_params *p, const float *a, const float *b,
+                             const float *bias, float *c, mlcc_threadpool *pool);
 
 /* The same product with B (constant weights: MatMul's and Gemm's B) stored at compile time in
  * column panels of MLCC_GEMM_B_PANEL columns (mlcc/ops/gemm.py pack_b_panels):
@@ -41,15 +41,15 @@ void mlcc_f32_gemm_threaded(const mlcc_gemm_params *p, const float *a, const flo
  * columns past n zero; p->ldb is not read. The register tiles' B strips are then contiguous in
  * the order the k loop walks them, so weights that come from memory at every call (MiniLM's
  * 85 MB) stream at the prefetchers' speed rather than as 128-byte pieces rows apart: 32 x 384
- * x 1536 0.83x. The same sums in the same order as mlcc_f32_gemm_threaded on B in rows. */
+ * x 1536 0.83x. The same sums in the same order as mlcc_f32_gemm__threaded on B in rows. */
 #define MLCC_GEMM_B_PANEL 32
-void mlcc_f32_gemm_panels_threaded(const mlcc_gemm_params *p, const float *a,
-                                   const float *b_panels, const float *bias, float *c,
-                                   mlcc_threadpool *pool);
+void mlcc_f32_gemm__panels_threaded(const mlcc_gemm_params *p, const float *a,
+                                    const float *b_panels, const float *bias, float *c,
+                                    mlcc_threadpool *pool);
 
 /* Batched form (MatMul): batch b multiplies a + a_offsets[b], b + b_offsets[b] into
  * c + b * c_batch_stride. The offsets are tables in the weight blob, so that any broadcasting
- * of batch dimensions costs nothing at run time. Threaded as mlcc_f32_gemm_threaded (units:
+ * of batch dimensions costs nothing at run time. Threaded as mlcc_f32_gemm__threaded (units:
  * batches x blocks). */
 typedef struct mlcc_batched_gemm_params {
     mlcc_gemm_params gemm;
@@ -113,17 +113,17 @@ void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, co
 /* C[i][j] = act(sum_p A[a_row0 + i][p] * B[p][j] + bias[i]) for i < m, j < n, where A (a_rows
  * rows in all, packed) starts at a_packed and a_row0 is a multiple of MLCC_GEMM_MR;
  * C[i][j] = c[i * ldc + j]. bias may be NULL. */
-void mlcc_f32_gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed,
-                          ptrdiff_t a_rows, ptrdiff_t a_row0, const float *b_panels,
-                          const float *bias, const mlcc_act *act, float *c, ptrdiff_t ldc);
+void mlcc_f32_gemm__packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed,
+                           ptrdiff_t a_rows, ptrdiff_t a_row0, const float *b_panels,
+                           const float *bias, const mlcc_act *act, float *c, ptrdiff_t ldc);
 
 /* The same with a residual added in the epilogue, in registers, before the activation:
  * C[i][j] = act(sum + bias[i] + res[i * ldc + j]) (the order of an unfused Add after the GEMM,
  * so the same bits). res must not overlap c. */
-void mlcc_f32_gemm_packed_residual(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed,
-                                   ptrdiff_t a_rows, ptrdiff_t a_row0, const float *b_panels,
-                                   const float *bias, const float *res, const mlcc_act *act,
-                                   float *c, ptrdiff_t ldc);
+void mlcc_f32_gemm_residual__packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, const float *a_packed,
+                                    ptrdiff_t a_rows, ptrdiff_t a_row0, const float *b_panels,
+                                    const float *bias, const float *res, const mlcc_act *act,
+                                    float *c, ptrdiff_t ldc);
 
 #if MLCC_HAVE_VECTORS && !defined(__wasm_simd128__)
 /* The activation of a register tile of n (a constant) vectors, its kind switched once: ReLU and

@@ -118,12 +118,12 @@ static int gather_elements(const mlcc_gather_elements_params *p, const void *dat
     return MLCC_OK;
 }
 
-int mlcc_gather_elements_i64(const mlcc_gather_elements_params *p, const void *data,
-                             const int64_t *indices, void *out) {
+int mlcc_gather_elements__i64(const mlcc_gather_elements_params *p, const void *data,
+                              const int64_t *indices, void *out) {
     return gather_elements(p, data, indices, 1, out);
 }
 
-int mlcc_gather_elements_i32(const mlcc_gather_elements_params *p, const void *data,
-                             const int32_t *indices, void *out) {
+int mlcc_gather_elements__i32(const mlcc_gather_elements_params *p, const void *data,
+                              const int32_t *indices, void *out) {
     return gather_elements(p, data, indices, 0, out);
 }

@@ -36,9 +36,9 @@ typedef struct mlcc_gather_elements_params {
 
 /* Return MLCC_OK, or MLCC_ERR_INDEX_OUT_OF_RANGE (having checked every index before writing)
  * when an index lies outside [-axis_dim, axis_dim). */
-int mlcc_gather_elements_i64(const mlcc_gather_elements_params *p, const void *data,
-                             const int64_t *indices, void *out);
-int mlcc_gather_elements_i32(const mlcc_gather_elements_params *p, const void *data,
-                             const int32_t *indices, void *out);
+int mlcc_gather_elements__i64(const mlcc_gather_elements_params *p, const void *data,
+                              const int64_t *indices, void *out);
+int mlcc_gather_elements__i32(const mlcc_gather_elements_params *p, const void *data,
+                              const int32_t *indices, void *out);
 
 #endif /* MLCC_INDEXING_H */

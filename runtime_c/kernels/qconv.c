@@ -294,9 +294,9 @@ static void qconv_direct(const mlcc_qconv2d_params *p, const uint8_t *x, const i
 
 #define QCONV_CHUNK_BYTES 262144     /* within a core's L2 on the machines measured */
 
-void mlcc_u8_qconv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
-                     const int32_t *bias, const float *scale, const float *fbias,
-                     const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch) {
+void mlcc_u8_conv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
+                    const int32_t *bias, const float *scale, const float *fbias,
+                    const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch) {
     const int64_t cg = p->in_channels / p->groups, mg = p->out_channels / p->groups;
     const int64_t k4 = (cg * p->kernel_h * p->kernel_w + 3) / 4;
     const int64_t P = p->out_h * p->out_w;
@@ -341,8 +341,8 @@ void mlcc_u8_qconv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_
                              scratch);
                 d.m = mg; d.n = (oh1 - oh0) * p->out_w; d.k4 = k4; d.lda = 4 * k4; d.ldy = P;
                 d.channel_is_row = 1; d.a_signed = 1;
-                mlcc_qgemm_u8s8(&d, w + c0 * 4 * k4, scratch, &p->rq, &ch,
-                                (uint8_t *)y + (size_t)((n * p->out_channels + c0) * P +
+                mlcc_u8s8_gemm(&d, w + c0 * 4 * k4, scratch, &p->rq, &ch,
+                               (uint8_t *)y + (size_t)((n * p->out_channels + c0) * P +
                                                         oh0 * p->out_w) * esize);
             }
         }
@@ -561,7 +561,7 @@ static void dw_rows_pairs_s2(const int16_t *row0, int64_t step, const int32_t *p
 }
 #endif
 
-void mlcc_u8_qconv2d_depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
+void mlcc_u8_conv2d__depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
                                const int32_t *bias, const float *scale, const float *fbias,
                                const int32_t *mult, const int32_t *shift, void *y,
                                uint8_t *scratch) {

@@ -26,20 +26,20 @@ typedef struct mlcc_qconv2d_params {
 #define MLCC_QCONV_PADDED_W(p) \
     (((p)->out_w - 1) * (p)->stride_w + ((p)->kernel_w - 1) * (p)->dilation_w + 1)
 
-/* Grouped or plain convolution as im2col + mlcc_qgemm_u8s8. w: [out_channels][4 * k4] int8,
+/* Grouped or plain convolution as im2col + mlcc_u8s8_gemm. w: [out_channels][4 * k4] int8,
  * k4 = ceil(in_channels / groups * kernel_h * kernel_w / 4), zero-padded; bias already holds
  * -x_zero_point * sum(w[c]) (the compiler folds it). scratch: 4 * k4 * out_h * out_w +
  * in_channels / groups * MLCC_QCONV_PADDED_H(p) * MLCC_QCONV_PADDED_W(p) bytes (the packed
  * columns, then one group's input planes padded with the zero point). */
-void mlcc_u8_qconv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
-                     const int32_t *bias, const float *scale, const float *fbias,
-                     const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch);
+void mlcc_u8_conv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
+                    const int32_t *bias, const float *scale, const float *fbias,
+                    const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch);
 
 /* Depthwise convolution (groups = in_channels = out_channels), direct:
  * acc = bias[c] + sum over taps inside the input of w[c][kh][kw] * (x - x_zero_point);
  * bias here is the quantized bias alone. scratch: 2 * MLCC_QCONV_PADDED_H(p) *
  * MLCC_QCONV_PADDED_W(p) bytes, 2-byte aligned (one channel plane, padded, as int16). */
-void mlcc_u8_qconv2d_depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
+void mlcc_u8_conv2d__depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
                                const int32_t *bias, const float *scale, const float *fbias,
                                const int32_t *mult, const int32_t *shift, void *y,
                                uint8_t *scratch);

@@ -1,7 +1,7 @@
 /* Boundary and element-wise integer kernels (see qelem.h). */
 #include "qelem.h"
 
-void mlcc_f32_quantize_u8(const mlcc_quantize_params *p, const float *x, uint8_t *y) {
+void mlcc_f32_quantize(const mlcc_quantize_params *p, const float *x, uint8_t *y) {
     /* locals: y (uint8_t) may alias *p, which would force reloads and block vectorization */
     const float s = p->scale, lo = (float)(0 - p->zero_point), hi = (float)(255 - p->zero_point);
     const float magic = 12582912.0f;
@@ -17,7 +17,7 @@ void mlcc_f32_quantize_u8(const mlcc_quantize_params *p, const float *x, uint8_t
     }
 }
 
-void mlcc_u8_dequantize_f32(const mlcc_quantize_params *p, const uint8_t *x, float *y) {
+void mlcc_u8_dequantize(const mlcc_quantize_params *p, const uint8_t *x, float *y) {
     const int32_t zp = p->zero_point;
     const float s = p->scale;
     const int64_t n = p->count;

@@ -15,9 +15,9 @@ typedef struct mlcc_quantize_params {
 } mlcc_quantize_params;
 
 /* y = clamp(rint_even(x / scale) + zero_point, 0, 255) (ONNX QuantizeLinear; NaN gives 0). */
-void mlcc_f32_quantize_u8(const mlcc_quantize_params *p, const float *x, uint8_t *y);
+void mlcc_f32_quantize(const mlcc_quantize_params *p, const float *x, uint8_t *y);
 /* y = (float)(x - zero_point) * scale (ONNX DequantizeLinear). */
-void mlcc_u8_dequantize_f32(const mlcc_quantize_params *p, const uint8_t *x, float *y);
+void mlcc_u8_dequantize(const mlcc_quantize_params *p, const uint8_t *x, float *y);
 
 /* Requantizing Add of two uint8 tensors of the same shape:
  *   MLCC_REQUANT_FLOAT: y = clamp(rint_even((a - za) * ma + (b - zb) * mb) + zy) in double,

@@ -153,7 +153,7 @@ static void tile_epilogue(const mlcc_qgemm_desc *d, const mlcc_requant *rq,
         }                                                                                  \
     }
 
-void mlcc_qgemm_u8s8_portable(const mlcc_qgemm_desc *d, const void *a, const void *b,
+void mlcc_u8s8_gemm__portable(const mlcc_qgemm_desc *d, const void *a, const void *b,
                               const mlcc_requant *rq, const mlcc_qchannels *ch, void *y) {
     int64_t i0, j0, k4, r, j;
     /* Column blocks outside: one block of the packed operand (k4 x 64 bytes) stays in L1
@@ -249,18 +249,18 @@ static void qgemm_vnni(const mlcc_qgemm_desc *d, const uint8_t *a, const uint8_t
 }
 #endif
 
-void mlcc_qgemm_u8s8(const mlcc_qgemm_desc *d, const void *a, const void *b,
-                     const mlcc_requant *rq, const mlcc_qchannels *ch, void *y) {
+void mlcc_u8s8_gemm(const mlcc_qgemm_desc *d, const void *a, const void *b,
+                    const mlcc_requant *rq, const mlcc_qchannels *ch, void *y) {
 #if MLCC_QGEMM_VNNI
     qgemm_vnni(d, (const uint8_t *)a, (const uint8_t *)b, rq, ch, y);
 #else
-    mlcc_qgemm_u8s8_portable(d, a, b, rq, ch, y);
+    mlcc_u8s8_gemm__portable(d, a, b, rq, ch, y);
 #endif
 }
 
-void mlcc_u8_qfc(const mlcc_qfc_params *p, const uint8_t *x, const int8_t *w_packed,
-                 const int32_t *bias, const float *scale, const float *fbias,
-                 const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch) {
+void mlcc_u8_fc(const mlcc_qfc_params *p, const uint8_t *x, const int8_t *w_packed,
+                const int32_t *bias, const float *scale, const float *fbias,
+                const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch) {
     const int64_t k4 = (p->k + 3) / 4;
     const mlcc_qchannels ch = {bias, scale, fbias, mult, shift};
     mlcc_qgemm_desc d;
@@ -277,5 +277,5 @@ void mlcc_u8_qfc(const mlcc_qfc_params *p, const uint8_t *x, const int8_t *w_pac
     } else {
         d.lda = p->k;
     }
-    mlcc_qgemm_u8s8(&d, a, w_packed, &p->rq, &ch, y);
+    mlcc_u8s8_gemm(&d, a, w_packed, &p->rq, &ch, y);
 }

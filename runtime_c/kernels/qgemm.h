@@ -63,10 +63,10 @@ typedef struct mlcc_qgemm_desc {
 } mlcc_qgemm_desc;
 
 /* The fastest path the compiler flags allow (AVX512-VNNI where __AVX512VNNI__ is defined). */
-void mlcc_qgemm_u8s8(const mlcc_qgemm_desc *d, const void *a, const void *b,
-                     const mlcc_requant *rq, const mlcc_qchannels *ch, void *y);
+void mlcc_u8s8_gemm(const mlcc_qgemm_desc *d, const void *a, const void *b,
+                    const mlcc_requant *rq, const mlcc_qchannels *ch, void *y);
 /* The portable C twin: bit-identical results (tests compare them at tile edges). */
-void mlcc_qgemm_u8s8_portable(const mlcc_qgemm_desc *d, const void *a, const void *b,
+void mlcc_u8s8_gemm__portable(const mlcc_qgemm_desc *d, const void *a, const void *b,
                               const mlcc_requant *rq, const mlcc_qchannels *ch, void *y);
 
 /* Requantizes `count` accumulators of one channel run (shared by the integer kernels). */
@@ -82,9 +82,9 @@ typedef struct mlcc_qfc_params {
     mlcc_requant rq;
 } mlcc_qfc_params;
 
-void mlcc_u8_qfc(const mlcc_qfc_params *p, const uint8_t *x, const int8_t *w_packed,
-                 const int32_t *bias, const float *scale, const float *fbias,
-                 const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch);
+void mlcc_u8_fc(const mlcc_qfc_params *p, const uint8_t *x, const int8_t *w_packed,
+                const int32_t *bias, const float *scale, const float *fbias,
+                const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch);
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #include <immintrin.h>

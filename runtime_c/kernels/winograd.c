@@ -216,9 +216,9 @@ static void products(void *arg, int unit, int thread) {
     ptrdiff_t e;
     (void)thread;
     for (e = e0; e < e1; e++)
-        mlcc_f32_gemm_packed(cout, job->nb, cin, job->u + e * cout_pad * cin, cout_pad, 0,
-                             job->v + e * job->vplane, NULL, &none, job->m + e * job->mplane,
-                             block);
+        mlcc_f32_gemm__packed(cout, job->nb, cin, job->u + e * cout_pad * cin, cout_pad, 0,
+                              job->v + e * job->vplane, NULL, &none, job->m + e * job->mplane,
+                              block);
 }
 
 /* Y = A^T M A + bias of every tile of the block, for output channels [k0, k1). */
@@ -558,14 +558,14 @@ static void winograd_run(const mlcc_conv2d_packed_params *pp, const float *x, co
     }
 }
 
-void mlcc_f32_conv2d_winograd(const mlcc_conv2d_packed_params *pp, const float *x,
-                              const float *u, const float *bias, float *y, float *scratch,
-                              mlcc_threadpool *pool) {
+void mlcc_f32_conv2d__winograd_2x2(const mlcc_conv2d_packed_params *pp, const float *x,
+                                   const float *u, const float *bias, float *y, float *scratch,
+                                   mlcc_threadpool *pool) {
     winograd_run(pp, x, u, bias, y, scratch, pool, 2, input_transform, output_transform);
 }
 
-void mlcc_f32_conv2d_winograd_4x4(const mlcc_conv2d_packed_params *pp, const float *x,
-                                  const float *u, const float *bias, float *y, float *scratch,
-                                  mlcc_threadpool *pool) {
+void mlcc_f32_conv2d__winograd_4x4(const mlcc_conv2d_packed_params *pp, const float *x,
+                                   const float *u, const float *bias, float *y, float *scratch,
+                                   mlcc_threadpool *pool) {
     winograd_run(pp, x, u, bias, y, scratch, pool, 4, input_transform_4x4, output_transform_4x4);
 }

@@ -31,9 +31,9 @@ static inline ptrdiff_t mlcc_winograd_scratch_floats(const mlcc_conv2d_packed_pa
            MLCC_WINOGRAD_SLICES * 8 * (((ptrdiff_t)p->conv.out_w + 1) / 2 +
                                        MLCC_WINOGRAD_ROW_SLACK);
 }
-void mlcc_f32_conv2d_winograd(const mlcc_conv2d_packed_params *p, const float *x,
-                              const float *u, const float *bias, float *y, float *scratch,
-                              mlcc_threadpool *pool);
+void mlcc_f32_conv2d__winograd_2x2(const mlcc_conv2d_packed_params *p, const float *x,
+                                   const float *u, const float *bias, float *y, float *scratch,
+                                   mlcc_threadpool *pool);
 
 /* The same convolution by F(4x4, 3x3): 4x4 output tiles from 6x6 input patches, 36 products
  * (U: 36 packed matrices of G g G^T with F(4x4, 3x3)'s G), 4x fewer multiplications than the
@@ -49,8 +49,8 @@ static inline ptrdiff_t mlcc_winograd_4x4_scratch_floats(const mlcc_conv2d_packe
            MLCC_WINOGRAD_SLICES * 24 * (((ptrdiff_t)p->conv.out_w + 3) / 4 +
                                         MLCC_WINOGRAD_ROW_SLACK);
 }
-void mlcc_f32_conv2d_winograd_4x4(const mlcc_conv2d_packed_params *p, const float *x,
-                                  const float *u, const float *bias, float *y, float *scratch,
-                                  mlcc_threadpool *pool);
+void mlcc_f32_conv2d__winograd_4x4(const mlcc_conv2d_packed_params *p, const float *x,
+                                   const float *u, const float *bias, float *y, float *scratch,
+                                   mlcc_threadpool *pool);
 
 #endif /* MLCC_WINOGRAD_H */

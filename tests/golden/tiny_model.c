@@ -24,7 +24,7 @@
 #define A_f A_r  /* f: float32 [2, 144], a view of r */
 
 /* Offsets of the kernels' scratch buffers in the arena. */
-#define S_conv 0  /* 4864 bytes for mlcc_f32_conv2d_packed_table */
+#define S_conv 0  /* 4864 bytes for mlcc_f32_conv2d__packed_table */
 
 static const mlcc_tensor_info input_info[] = {
     {"images", MLCC_FLOAT32, 4, {2, 2, 6, 6, 0, 0, 0, 0}, 576u},
@@ -64,10 +64,12 @@ int tiny_run(const mlcc_context *ctx, const float *images, float *logits) {
     if (ctx == NULL || ctx->model != &model_info) return MLCC_ERR_NOT_INITIALIZED;
     if (images == NULL || logits == NULL) return MLCC_ERR_NULL_ARGUMENT;
     /* conv, relu (Conv+Relu): images[2, 2, 6, 6] -> r[2, 4, 6, 6] */
-    mlcc_f32_conv2d_packed_table(&p_conv, images, WEIGHT(W_conv_W_packed), WEIGHT(W_b),
-                                 WEIGHT(W_conv_im2col_table), ARENA(A_r), ARENA(S_conv), ctx->pool);
+    mlcc_f32_conv2d__packed_table(&p_conv, images, WEIGHT(W_conv_W_packed), WEIGHT(W_b),
+                                  WEIGHT(W_conv_im2col_table), ARENA(A_r), ARENA(S_conv),
+                                  ctx->pool);
     /* fc (Gemm): f[2, 144] -> logits[2, 5] */
-    mlcc_f32_gemm_threaded(&p_fc, ARENA(A_f), WEIGHT(W_fc_B_kn), WEIGHT(W_fc_b), logits, ctx->pool);
+    mlcc_f32_gemm__threaded(&p_fc, ARENA(A_f), WEIGHT(W_fc_B_kn), WEIGHT(W_fc_b), logits,
+                            ctx->pool);
     return MLCC_OK;
 }
 

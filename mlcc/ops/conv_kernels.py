@@ -1,0 +1,560 @@
+"""Which float convolution kernel (runtime_c/kernels/conv.h, depthwise.h, winograd.h) a Conv
+layer runs, as data: VARIANTS lists the kernels in preference order, each with a named rule
+(a pure function of the layer's shapes and the target's choices) and its lowering (weight
+packing, constant tables, scratch plan). Conv.lower takes the first variant whose rule holds
+(choose_variant); applicable_variants lists all of them. docs/kernels.md has the measurements
+behind each threshold and the kernel naming grammar."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+from ..ir import Lowering, Node
+from .gemm import GEMM_KC, GEMM_MC, GEMM_MR, pack_a
+from . import winograd
+
+# The im2col panels one packed step gathers: about this many bytes (they stay in L2 while
+# every weight panel passes over them), in multiples of 64 output positions.
+PANEL_BYTES = 256 * 1024
+DW_SLICES = 4        # MLCC_DW_SLICES: threads of a pool that share a depthwise convolution
+DW_CHUNK = 64        # MLCC_DW_CHUNK: floats per step of the depthwise kernel's flat layout
+# Small maps (output rows of at most TABLE_MAX_W columns) gather im2col through a compile-time
+# offset table, when it is at most TABLE_MAX_BYTES (int32 per im2col value).
+TABLE_MAX_W = 16
+TABLE_MAX_BYTES = 64 * 1024
+IMPLICIT_SLACK = 64      # MLCC_IMPLICIT_SLACK
+IMPLICIT_SLICES = 4      # MLCC_IMPLICIT_SLICES
+# Partial sums of one implicit-GEMM block (rows x virtual columns) kept per thread when the
+# depth exceeds GEMM_KC: about this many bytes.
+IMPLICIT_PART_BYTES = 128 * 1024
+# Strided convolutions shallower than this (3-channel stems) gather panels instead of taking
+# the implicit GEMM (docs/kernels.md: implicit).
+IMPLICIT_MIN_STRIDED_DEPTH = 64
+# implicit_rows: shallow strided convolutions with few output channels and sub-planes that
+# stay in L2 (docs/kernels.md: implicit_rows).
+ROWS_MAX_DEPTH = IMPLICIT_MIN_STRIDED_DEPTH - 1
+ROWS_MAX_COUT = 32
+ROWS_MAX_PAD_BYTES = 2 * 1024 * 1024
+# implicit_t: tiles of CONVT_CP output channels x up to CONVT_RMAX positions of a row
+# (docs/kernels.md: implicit_t has the measurements behind each threshold).
+CONVT_CP = 32
+CONVT_RMAX = 8
+CONVT_MIN_WASTE = 1.05
+CONVT_MIN_DEPTH = 256
+CONVT_MIN_DEPTH_1X1 = 1024
+CONVT_MIN_DEPTH_1X1_PROJ = 256
+CONVT_MIN_WASTE_1X1 = 1.15
+CONVT_PART_POS = 512     # MLCC_CONVT_PART_POS
+GEMM_NR_DEFAULT = winograd.PANEL   # without a target's gemm_nr
+# Offsets into the copied input are int32: the copies stay below this many floats.
+INT32_OFFSETS = 2**31 - 2**20
+
+
+# --------------------------------------------------------------------------------- plans
+
+def panel_cols(n: int) -> int:
+    """The columns the packed GEMM computes for n (AVX-512: panels of 32; a last one of at
+    most 16 runs half-width)."""
+    tail = n % 32
+    return n // 32 * 32 + (0 if tail == 0 else 16 if tail <= 16 else 32)
+
+
+def convt_applies(oh: int, ow: int, wq: int, cout_g: int, kdim: int) -> bool:
+    """Whether a convolution with this output map pays with mlcc_f32_conv2d__implicit_t (wq:
+    the implicit GEMM's virtual row width; out_w for 1x1 convolutions): deep enough, and the
+    virtual columns in whole panels of 32 waste at least CONVT_MIN_WASTE."""
+    nv = oh * wq
+    return (kdim >= CONVT_MIN_DEPTH and cout_g >= CONVT_CP
+            and -(-nv // 32) * 32 >= CONVT_MIN_WASTE * oh * ow)
+
+
+def convt_1x1_applies(oh: int, ow: int, cout_g: int, kdim: int) -> bool:
+    """Whether a 1x1 convolution pays with mlcc_f32_conv2d__implicit_t: deep ones (or deep
+    projections) on the maps where KxK ones do, any depth where the packed panels waste the
+    most."""
+    deep = kdim >= CONVT_MIN_DEPTH_1X1 or (kdim >= CONVT_MIN_DEPTH_1X1_PROJ and cout_g <= kdim)
+    if deep and convt_applies(oh, ow, ow, cout_g, kdim):
+        return True
+    n = oh * ow
+    return cout_g >= CONVT_CP // 2 and n >= 8 and panel_cols(n) >= CONVT_MIN_WASTE_1X1 * n
+
+
+def convt_plan(cin_g: int, kh: int, kw: int, oh: int, ow: int, sh: int, sw: int, dh: int,
+               dw: int, direct: bool = False) -> int:
+    """Scratch bytes of mlcc_f32_conv2d__implicit_t (conv.h); direct: a 1x1 convolution of
+    stride 1 without padding, which reads its input in place."""
+    hq, wq = oh + (kh - 1) * dh // sh, ow + (kw - 1) * dw // sw
+    pad = 0 if direct else cin_g * sh * sw * hq * wq + (kw - 1) * dw + IMPLICIT_SLACK
+    rows = min(max(1, CONVT_PART_POS // ow), oh)
+    # 1x1 convolutions run flat tiles over the whole depth, their sums in registers
+    flat = kh == 1 and kw == 1
+    part = IMPLICIT_SLICES * rows * ow * CONVT_CP if cin_g * kh * kw > GEMM_KC and not flat else 0
+    return 4 * (pad + part)
+
+
+def im2col_table(c: int, ih: int, iw: int, kh: int, kw: int, oh: int, ow: int, sh: int,
+                 sw: int, dh: int, dw: int, pt: int, pl: int) -> np.ndarray:
+    """[c * kh * kw, oh * ow] int32: the offset in a (c, ih, iw) input of each im2col value,
+    -1 where the window reads padding (mlcc_f32_conv2d__packed_table)."""
+    ci, ki, kj, oi, oj = np.meshgrid(np.arange(c), np.arange(kh), np.arange(kw), np.arange(oh),
+                                     np.arange(ow), indexing="ij")
+    y = oi * sh + ki * dh - pt
+    x = oj * sw + kj * dw - pl
+    off = (ci * ih + y) * iw + x
+    valid = (y >= 0) & (y < ih) & (x >= 0) & (x < iw)
+    return np.where(valid, off, -1).astype(np.int32).reshape(c * kh * kw, oh * ow)
+
+
+def implicit_offsets(c: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, hq: int,
+                     wq: int) -> np.ndarray:
+    """[c * kh * kw] int32: where row (c, kh, kw) of the im2col matrix starts in the stride-phase
+    sub-planes (c, sh, sw, hq, wq) of mlcc_f32_conv2d__implicit (conv.h)."""
+    ci, ki, kj = np.meshgrid(np.arange(c), np.arange(kh), np.arange(kw), indexing="ij")
+    plane = (ci * sh + ki * dh % sh) * sw + kj * dw % sw
+    return (plane * hq * wq + (ki * dh // sh) * wq + kj * dw // sw).astype(np.int32).reshape(-1)
+
+
+def implicit_cols_offsets(c: int, kh: int, kw: int, dh: int, hp: int, ow: int) -> np.ndarray:
+    """[c * kh * kw] int32: where row (c, kh, kw) of the im2col matrix starts in the shifted
+    planes (c, kw, hp, ow) of mlcc_f32_conv2d__implicit_cols (conv.h)."""
+    ci, ki, kj = np.meshgrid(np.arange(c), np.arange(kh), np.arange(kw), indexing="ij")
+    return (((ci * kw + kj) * hp + ki * dh) * ow).astype(np.int32).reshape(-1)
+
+
+def implicit_cols_pays(kh: int, kw: int, oh: int, ow: int, sh: int, sw: int, dw: int) -> bool:
+    """Whether a stride-1 convolution on a small map pays with mlcc_f32_conv2d__implicit_cols:
+    when the implicit GEMM's virtual columns, in whole panels of 32 (a last one of at most 16
+    runs half-width), are at least 1.2x the output positions in the same panels (8 x 8 and
+    4 x 4 maps of 3x3 kernels; not 7 x 7 nor 14 x 14)."""
+    if sh != 1 or sw != 1 or kw < 2 or ow > TABLE_MAX_W or kh * kw < 2:
+        return False
+    return panel_cols(oh * (ow + (kw - 1) * dw)) >= 1.2 * panel_cols(oh * ow)
+
+
+def implicit_plan(cin_g: int, cout_g: int, kh: int, kw: int, oh: int, ow: int, sh: int,
+                  sw: int, dh: int, dw: int,
+                  part_bytes: int = IMPLICIT_PART_BYTES,
+                  cols: bool = False) -> tuple[int, int, int, int]:
+    """(block_cols, scratch bytes, hq, wq) of mlcc_f32_conv2d__implicit (conv.h), or with
+    cols=True of mlcc_f32_conv2d__implicit_cols (stride 1; hq = the planes' padded rows)."""
+    if cols:
+        hq, wq = oh + (kh - 1) * dh, ow
+    else:
+        hq, wq = oh + (kh - 1) * dh // sh, ow + (kw - 1) * dw // sw
+    nv = oh * wq
+    rows = min(GEMM_MC, -(-cout_g // GEMM_MR) * GEMM_MR)
+    block = max(64, part_bytes // (4 * rows) // 64 * 64)
+    block = min(block, -(-nv // 64) * 64)
+    if cols:
+        pad = cin_g * kw * hq * ow + IMPLICIT_SLACK
+    else:
+        pad = cin_g * sh * sw * hq * wq + (kw - 1) * dw + IMPLICIT_SLACK
+    part = IMPLICIT_SLICES * rows * block if cin_g * kh * kw > GEMM_KC else 0
+    return block, 4 * (pad + part), hq, wq
+
+
+def dw_scratch_floats(p: dict) -> int:
+    """mlcc_dw_scratch_floats() in runtime_c/kernels/depthwise.h: one thread's slice of a
+    depthwise convolution's scratch: one channel's padded input split into stride_h x stride_w
+    sub-planes, zeros for the last chunk's reads, and the plane of virtual outputs."""
+    kh, kw, sh, sw = p["kernel_h"], p["kernel_w"], p["stride_h"], p["stride_w"]
+    dh, dw, oh, ow = p["dilation_h"], p["dilation_w"], p["out_h"], p["out_w"]
+    hq, wq = oh + (kh - 1) * dh // sh, ow + (kw - 1) * dw // sw
+    flat = sh * sw * hq * wq + kw * dw + DW_CHUNK + (-(-oh * wq // DW_CHUNK) + 1) * DW_CHUNK
+    if (kh, kw, dh, dw) == (3, 3, 1, 1) and sh == sw and sh in (1, 2) and ow <= 8:
+        # AVX-512 (channels in lanes, output rows of at most 8): a ring of padded rows of
+        # 16-float vectors, and a row of zeros; C counts it on AVX-512 targets only, this
+        # number covers every target
+        wp = max((ow - 1) * sh + 3, p["pad_left"] + p["in_w"])
+        span = min((ow + 14) // ow + 1, oh)
+        flat = max(flat, ((span - 1) * sh + 4) * wp * 16)
+    return flat
+
+
+# --------------------------------------------------------------------------------- the layer
+
+class Window2d(NamedTuple):
+    """A sliding window's geometry as the 2-D kernels take it (1-D: height 1)."""
+    kh: int
+    kw: int
+    ih: int
+    iw: int
+    oh: int
+    ow: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    pt: int
+    pl: int
+
+
+@dataclass(frozen=True)
+class ConvLayer:
+    """A 2-D convolution (1-D: height 1) as the kernel choice sees it: shapes, window and
+    whether its weights are constant and a residual Add is fused into it."""
+    batch: int
+    cin: int
+    cout: int
+    groups: int
+    window: Window2d
+    const_weights: bool = True
+    residual: bool = False
+
+    def __getattr__(self, name: str):
+        """The window's fields read as the layer's: layer.kh, layer.sw, ..."""
+        if name in Window2d._fields:
+            return getattr(self.window, name)
+        raise AttributeError(name)
+
+    @classmethod
+    def from_params(cls, p: dict, *, const_weights: bool, residual: bool) -> "ConvLayer":
+        """From the fields of mlcc_conv2d_params (Conv.lower's params)."""
+        return cls(p["batch"], p["in_channels"], p["out_channels"], p["groups"], Window2d(
+            p["kernel_h"], p["kernel_w"], p["in_h"], p["in_w"], p["out_h"], p["out_w"],
+            p["stride_h"], p["stride_w"], p["dilation_h"], p["dilation_w"], p["pad_top"],
+            p["pad_left"]), const_weights, residual)
+
+    @property
+    def cin_g(self) -> int:
+        return self.cin // self.groups
+
+    @property
+    def cout_g(self) -> int:
+        return self.cout // self.groups
+
+    @property
+    def kdim(self) -> int:
+        """The GEMM's depth: input channels per group x kernel taps."""
+        return self.cin_g * self.kh * self.kw
+
+    @property
+    def taps(self) -> int:
+        return self.kh * self.kw
+
+    @property
+    def strided(self) -> bool:
+        return self.sh > 1 or self.sw > 1
+
+    @property
+    def sub_hw(self) -> tuple[int, int]:
+        """(hq, wq): the implicit GEMM's stride-phase sub-plane (virtual rows x columns)."""
+        return (self.oh + (self.kh - 1) * self.dh // self.sh,
+                self.ow + (self.kw - 1) * self.dw // self.sw)
+
+    @property
+    def sub_floats(self) -> int:
+        """Floats of one group's input split into stride-phase sub-planes (implicit GEMM)."""
+        hq, wq = self.sub_hw
+        return self.cin_g * self.sh * self.sw * hq * wq
+
+    @property
+    def small_map(self) -> bool:
+        """KxK on output rows of at most TABLE_MAX_W columns with a table of at most
+        TABLE_MAX_BYTES: the table gather applies."""
+        return (self.ow <= TABLE_MAX_W and self.kdim * self.oh * self.ow * 4 <= TABLE_MAX_BYTES
+                and self.taps > 1)
+
+
+@dataclass(frozen=True)
+class ConvTarget:
+    """The target's choices the kernel choice depends on (Target.lowering_options)."""
+    channel_tiles: bool = False     # 512-bit vectors: implicit_t's 32-channel tiles fit
+    implicit_strided: bool = True   # targets/wasm.yaml: off
+    winograd: bool = False          # the target opted in to Winograd's rounding
+    gemm_nr: int = GEMM_NR_DEFAULT  # MLCC_GEMM_NR: columns of the packed GEMM's B panels
+    vector_lanes: int = 4
+
+    @classmethod
+    def from_options(cls, options: dict) -> "ConvTarget":
+        return cls(bool(options.get("channel_tiles")),
+                   bool(options.get("implicit_strided", True)),
+                   bool(options.get("winograd")),
+                   options.get("gemm_nr", winograd.PANEL), options.get("vector_lanes", 4))
+
+    def options(self) -> dict:
+        return {"channel_tiles": self.channel_tiles, "implicit_strided": self.implicit_strided,
+                "winograd": self.winograd, "gemm_nr": self.gemm_nr,
+                "vector_lanes": self.vector_lanes}
+
+
+# --------------------------------------------------------------------------------- rules
+# Each rule: where its kernel runs correctly and is expected to pay. Preference among kernels
+# whose rules hold is VARIANTS' order.
+
+def is_depthwise(l: ConvLayer, t: ConvTarget) -> bool:
+    """One channel per group, as many outputs as inputs."""
+    return l.groups == l.cin == l.cout and l.groups > 1
+
+
+def winograd_tile(l: ConvLayer, t: ConvTarget) -> int:
+    """The Winograd tile (2 or 4) of a 3x3/1 layer of 8+ channels on a target that opted in,
+    where it is expected to beat the direct kernels (winograd.choose); 0 otherwise."""
+    if not (l.const_weights and winograd.applies(l.kh, l.kw, l.sh, l.sw, l.dh, l.dw, l.groups,
+                                                 l.cin, l.cout)):
+        return 0
+    return winograd.choose(l.cin, l.cout, l.oh, l.ow, t.options())
+
+
+def winograd_4x4_pays(l: ConvLayer, t: ConvTarget) -> bool:
+    """F(4x4, 3x3): maps of 11x11 and up."""
+    return winograd_tile(l, t) == 4
+
+
+def winograd_2x2_pays(l: ConvLayer, t: ConvTarget) -> bool:
+    """F(2x2, 3x3): smaller maps."""
+    return winograd_tile(l, t) == 2
+
+
+def implicit_cols_fits(l: ConvLayer, t: ConvTarget) -> bool:
+    """Stride 1 on a small map, where the implicit GEMM's dropped columns cost 1.2x+ in whole
+    panels; kernel_w shifted copies of the input addressable by int32 offsets."""
+    return (l.const_weights and implicit_cols_pays(l.kh, l.kw, l.oh, l.ow, l.sh, l.sw, l.dw)
+            and l.cin_g * l.kw * (l.oh + (l.kh - 1) * l.dh) * l.ow < INT32_OFFSETS)
+
+
+def implicit_fits(l: ConvLayer, t: ConvTarget) -> bool:
+    """KxK, not better gathered through the table (small maps that are shallow or whose
+    virtual columns would be 1.5x+ the useful ones), strided only when deep enough and the
+    target allows it, sub-planes addressable by int32 offsets."""
+    table_first = l.small_map and (l.kdim < IMPLICIT_MIN_STRIDED_DEPTH
+                                   or 2 * (l.kw - 1) * l.dw // l.sw >= l.ow)
+    strided_ok = l.kdim >= IMPLICIT_MIN_STRIDED_DEPTH and t.implicit_strided
+    return (l.const_weights and not table_first and l.taps > 1
+            and (not l.strided or strided_ok) and l.sub_floats < INT32_OFFSETS)
+
+
+def implicit_t_fits(l: ConvLayer, t: ConvTarget) -> bool:
+    """implicit_fits on a 512-bit target, deep, where virtual columns in panels of 32 waste
+    5%+ (convt_applies)."""
+    return (implicit_fits(l, t) and t.channel_tiles
+            and convt_applies(l.oh, l.ow, l.sub_hw[1], l.cout_g, l.kdim))
+
+
+def implicit_rows_fits(l: ConvLayer, t: ConvTarget) -> bool:
+    """Shallow strided KxK (3-channel stems) of at most ROWS_MAX_COUT outputs per group on a
+    512-bit target, not a small map, sub-planes of at most ROWS_MAX_PAD_BYTES."""
+    return (l.const_weights and t.channel_tiles and l.taps > 1 and l.strided
+            and l.kdim <= ROWS_MAX_DEPTH and not l.small_map and l.cout_g <= ROWS_MAX_COUT
+            and l.sub_floats * 4 <= ROWS_MAX_PAD_BYTES)
+
+
+def table_fits(l: ConvLayer, t: ConvTarget) -> bool:
+    """KxK on a small map (ConvLayer.small_map)."""
+    return l.const_weights and l.small_map
+
+
+def implicit_t_1x1_fits(l: ConvLayer, t: ConvTarget) -> bool:
+    """1x1 on a 512-bit target where the packed panels waste columns (convt_1x1_applies),
+    the input addressable by int32 offsets."""
+    return (l.const_weights and t.channel_tiles and (l.kh, l.kw) == (1, 1)
+            and convt_1x1_applies(l.oh, l.ow, l.cout_g, l.kdim)
+            and l.kdim * l.sh * l.sw * l.oh * l.ow < INT32_OFFSETS)
+
+
+def has_const_weights(l: ConvLayer, t: ConvTarget) -> bool:
+    """Weights known at compile time (to pack)."""
+    return l.const_weights
+
+
+def always(l: ConvLayer, t: ConvTarget) -> bool:
+    """Any convolution."""
+    return True
+
+
+# --------------------------------------------------------------------------------- lowerings
+
+class ConvEmit:
+    """What a variant's lowering writes with: the node, the Lowering, the layer and target the
+    choice saw, the kernel's params and arguments (x, w, bias, y), the constant weights and
+    the residual input (if fused)."""
+
+    def __init__(self, node: Node, lo: Lowering, layer: ConvLayer, target: ConvTarget,
+                 params: dict, args: list[str], w_const: Any, residual: str | None):
+        self.node, self.lo, self.layer, self.target = node, lo, layer, target
+        self.params, self.args, self.w_const, self.residual = params, args, w_const, residual
+
+    def pack(self, mr: int = GEMM_MR, suffix: str = "W_packed") -> str:
+        """The weights packed as gemm.h's A (panels of mr rows), per group."""
+        l = self.layer
+        return self.lo.add_const(f"{self.node.name}.{suffix}", pack_a(
+            np.asarray(self.w_const, np.float32).reshape(l.groups, l.cout_g, l.kdim), mr))
+
+    def const(self, suffix: str, data: np.ndarray) -> str:
+        return self.lo.add_const(f"{self.node.name}.{suffix}", data)
+
+    def block_cols(self) -> int:
+        """The gathered paths' block: PANEL_BYTES of panels, in multiples of 64 positions."""
+        l = self.layer
+        block = max(64, PANEL_BYTES // (4 * l.kdim) // 64 * 64)
+        return min(block, -(-(l.oh * l.ow) // 64) * 64)
+
+    def call(self, kernel: str, scratch: int, block: int | None = None) -> None:
+        """Calls the kernel: with block, through mlcc_conv2d_packed_params on the pool."""
+        out = [self.node.outputs[0]]
+        if block is None:
+            self.lo.call(kernel, self.args, out, params_type="mlcc_conv2d_params",
+                         params=self.params, scratch_bytes=scratch, pool=True)
+        else:
+            self.lo.call(kernel, self.args, out, params_type="mlcc_conv2d_packed_params",
+                         params={"conv": self.params, "block_cols": block},
+                         scratch_bytes=scratch, pool=True)
+
+
+def lower_depthwise(e: ConvEmit, kernel: str) -> None:
+    e.call(kernel, DW_SLICES * dw_scratch_floats(e.params) * 4)
+
+
+def lower_winograd(e: ConvEmit, kernel: str) -> None:
+    l = e.layer
+    m = winograd_tile(l, e.target)
+    block, scratch = winograd.plan(l.cin, l.cout, l.oh, l.ow, m)
+    e.args[1] = e.const("W_winograd", winograd.transform_weights(e.w_const, m))
+    e.call(kernel, scratch, block)
+
+
+def lower_implicit_cols(e: ConvEmit, kernel: str) -> None:
+    l = e.layer
+    block, scratch, hp, _ = implicit_plan(l.cin_g, l.cout_g, l.kh, l.kw, l.oh, l.ow, l.sh,
+                                          l.sw, l.dh, l.dw, cols=True)
+    e.args.insert(3, e.const("implicit_offsets",
+                             implicit_cols_offsets(l.cin_g, l.kh, l.kw, l.dh, hp, l.ow)))
+    e.args[1] = e.pack()
+    e.call(kernel, scratch, block)
+
+
+def _implicit_offsets(e: ConvEmit) -> tuple[int, int]:
+    """Inserts the implicit GEMM's offsets; returns its (block_cols, scratch bytes)."""
+    l = e.layer
+    block, scratch, hq, wq = implicit_plan(l.cin_g, l.cout_g, l.kh, l.kw, l.oh, l.ow, l.sh,
+                                           l.sw, l.dh, l.dw)
+    e.args.insert(3, e.const("implicit_offsets", implicit_offsets(
+        l.cin_g, l.kh, l.kw, l.sh, l.sw, l.dh, l.dw, hq, wq)))
+    return block, scratch
+
+
+def lower_implicit(e: ConvEmit, kernel: str) -> None:
+    """implicit and implicit_rows: the same sub-planes, offsets and weights."""
+    block, scratch = _implicit_offsets(e)
+    e.args[1] = e.pack()
+    e.call(kernel, scratch, block)
+
+
+def lower_implicit_t(e: ConvEmit, kernel: str) -> None:
+    l = e.layer
+    block, _ = _implicit_offsets(e)
+    e.args[1] = e.pack(CONVT_CP, "W_convt")
+    e.call(kernel, convt_plan(l.cin_g, l.kh, l.kw, l.oh, l.ow, l.sh, l.sw, l.dh, l.dw), block)
+
+
+def lower_implicit_t_1x1(e: ConvEmit, kernel: str) -> None:
+    l = e.layer
+    direct = l.sh == l.sw == 1 and (l.ih, l.iw) == (l.oh, l.ow)
+    e.args[1] = e.pack(CONVT_CP, "W_convt")
+    e.args.insert(3, e.const("implicit_offsets",
+                             implicit_offsets(l.kdim, 1, 1, l.sh, l.sw, 1, 1, l.oh, l.ow)))
+    if e.residual is not None:
+        e.args.insert(4, e.residual)
+    e.call(kernel, convt_plan(l.kdim, 1, 1, l.oh, l.ow, l.sh, l.sw, 1, 1, direct), 64)
+
+
+def lower_table(e: ConvEmit, kernel: str) -> None:
+    l = e.layer
+    block = e.block_cols()
+    e.args.insert(3, e.const("im2col_table", im2col_table(
+        l.cin_g, l.ih, l.iw, l.kh, l.kw, l.oh, l.ow, l.sh, l.sw, l.dh, l.dw, l.pt, l.pl)))
+    e.args[1] = e.pack()
+    e.call(kernel, (l.kdim + 1) * block * 4, block)
+
+
+def lower_packed(e: ConvEmit, kernel: str) -> None:
+    block = e.block_cols()
+    e.args[1] = e.pack()
+    if e.residual is not None:
+        e.args.insert(3, e.residual)
+    e.call(kernel, (e.layer.kdim + 1) * block * 4, block)   # panels + one im2col row
+
+
+def lower_reference(e: ConvEmit, kernel: str) -> None:
+    l = e.layer
+    direct = (l.kh == l.kw == l.sh == l.sw == 1 and l.pt == l.pl == 0
+              and (l.oh, l.ow) == (l.ih, l.iw))
+    e.lo.call(kernel, e.args, [e.node.outputs[0]], params_type="mlcc_conv2d_params",
+              params=e.params, scratch_bytes=0 if direct else l.kdim * l.oh * l.ow * 4)
+
+
+# --------------------------------------------------------------------------------- variants
+
+@dataclass(frozen=True)
+class ConvVariant:
+    """One way to run a convolution: its name, the C kernel, its rule and its lowering;
+    residual_kernel: the kernel of the form with a fused residual Add (None: no such form)."""
+    name: str
+    kernel: str
+    rule: Callable[[ConvLayer, ConvTarget], bool]
+    lower: Callable[[ConvEmit, str], None]
+    residual_kernel: str | None = None
+
+    def applies(self, layer: ConvLayer, target: ConvTarget) -> bool:
+        if layer.residual and self.residual_kernel is None:
+            return False
+        return self.rule(layer, target)
+
+    def kernel_for(self, layer: ConvLayer) -> str:
+        return self.residual_kernel if layer.residual else self.kernel
+
+
+# Preference order: the first variant whose rule holds runs (one line of reason each; the
+# measurements are in docs/kernels.md).
+VARIANTS: tuple[ConvVariant, ...] = (
+    # channels in lanes, one plane per channel: no GEMM to speak of
+    ConvVariant("depthwise_vec", "mlcc_f32_conv2d__depthwise_vec", is_depthwise,
+                lower_depthwise),
+    # fewer multiplications where the target accepts Winograd's rounding
+    ConvVariant("winograd_4x4", "mlcc_f32_conv2d__winograd_4x4", winograd_4x4_pays,
+                lower_winograd),
+    ConvVariant("winograd_2x2", "mlcc_f32_conv2d__winograd_2x2", winograd_2x2_pays, lower_winograd),
+    # small stride-1 maps: kernel_w shifted copies, no dropped virtual columns
+    ConvVariant("implicit_cols", "mlcc_f32_conv2d__implicit_cols", implicit_cols_fits,
+                lower_implicit_cols),
+    # 512-bit targets: channels along the vectors where virtual columns waste panels
+    ConvVariant("implicit_t", "mlcc_f32_conv2d__implicit_t", implicit_t_fits, lower_implicit_t),
+    # nothing gathered: the GEMM reads the stride-phase sub-planes in place
+    ConvVariant("implicit", "mlcc_f32_conv2d__implicit", implicit_fits, lower_implicit),
+    # 3-channel strided stems on 512-bit targets: sub-planes tiled by output rows
+    ConvVariant("implicit_rows", "mlcc_f32_conv2d__implicit_rows", implicit_rows_fits,
+                lower_implicit),
+    # small maps: im2col gathered through a compile-time table
+    ConvVariant("packed_table", "mlcc_f32_conv2d__packed_table", table_fits, lower_table),
+    # 1x1 on 512-bit targets where panels of 32 waste columns
+    ConvVariant("implicit_t_1x1", "mlcc_f32_conv2d__implicit_t", implicit_t_1x1_fits,
+                lower_implicit_t_1x1, "mlcc_f32_conv2d_residual__implicit_t"),
+    # everything with constant weights: im2col gathered into panels
+    ConvVariant("packed", "mlcc_f32_conv2d__packed", has_const_weights, lower_packed,
+                "mlcc_f32_conv2d_residual__packed"),
+    # weights computed at run time: im2col + GEMM on unpacked weights
+    ConvVariant("reference", "mlcc_f32_conv2d", always, lower_reference),
+)
+
+
+def applicable_variants(layer: ConvLayer, target: ConvTarget) -> list[ConvVariant]:
+    """Every variant that can run this layer on this target, in preference order."""
+    return [v for v in VARIANTS if v.applies(layer, target)]
+
+
+def choose_variant(layer: ConvLayer, target: ConvTarget) -> ConvVariant:
+    """The variant Conv.lower runs: the first that applies."""
+    for v in VARIANTS:
+        if v.applies(layer, target):
+            return v
+    raise AssertionError("the reference variant applies to every convolution")
+
+
+def variant_named(name: str) -> ConvVariant:
+    for v in VARIANTS:
+        if v.name == name:
+            return v
+    raise KeyError(f"no convolution variant {name!r} (known: "
+                   f"{', '.join(v.name for v in VARIANTS)})")
