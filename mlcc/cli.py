@@ -5,6 +5,7 @@ Exit codes: 0 success; 1 a user error (bad model, target, inputs) or a failed ve
 """
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -71,6 +72,11 @@ def _guard(fn):
         except KeyboardInterrupt:
             click.echo("mlcc: interrupted", err=True)
             sys.exit(130)
+        except BrokenPipeError:
+            # The reader of our output went away (`mlcc targets | head`): not an error of ours.
+            # stdout is pointed at devnull so that the interpreter's final flush stays quiet.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(0)
         except BaseException as exc:  # noqa: BLE001 - the one place that turns errors into exits
             _fail(exc)
     wrapper.__name__ = fn.__name__

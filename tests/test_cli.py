@@ -100,6 +100,16 @@ def test_targets_lists_builtin_targets():
     assert "x86 " in r.output and "x86-native" in r.output and "ready" in r.output
 
 
+def test_a_reader_that_stops_early_is_not_an_error():
+    """`mlcc targets | head -1`: the pipe closes before mlcc writes; mlcc exits 0 quietly."""
+    proc = subprocess.Popen([sys.executable, "-m", "mlcc.cli", "targets"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()                  # before the interpreter has even imported mlcc
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode()
+    assert err == b""
+
+
 def test_dump_ir_shows_each_pass(tiny_static_path, tmp_path):
     r = run("compile", tiny_static_path, "-o", tmp_path / "o", "--dump-ir", "--no-build")
     assert r.exit_code == 0
