@@ -29,7 +29,7 @@ void mlcc_threadpool_for(mlcc_threadpool *pool, mlcc_unit_fn fn, void *arg, int 
 uint32_t mlcc_crc32(const void *data, size_t n);
 
 #ifdef MLCC_POOL_STATS
-/* Measuring builds only (tests/profile_layers.py --pool-stats): per-thread statistics of the
+/* Measuring builds only (bench/profile_layers.py --pool-stats): per-thread statistics of the
  * pool's loops since the last call (mlcc_threadpool.c says what the 7 numbers per thread are),
  * then reset. */
 MLCC_EXPORT void mlcc_threadpool_stats(mlcc_threadpool *pool, double *out);
