@@ -14,8 +14,8 @@ Each test ends as:
   passed   outputs match
   bound    outputs match once the graph inputs that mlcc needs as compile-time constants (the
            ones it names in "must be a constant once shapes are static": axes, shapes, starts,
-           sizes, split sizes, ...) are bound to the test's values, as a user of a static
-           compiler would (the model then holds them as initializers)
+           sizes, split sizes, an If's condition, ...) are bound to the test's values with
+           mlcc.compile(bind=...), as a user of a static compiler would with --bind
   refused  mlcc refused the model at compile time (UnsupportedError: op, attribute or type)
   failed   a wrong answer, a crash, or any other error: the goal is none
 
@@ -148,7 +148,6 @@ _CONST_INPUT = re.compile(r"(?:\(input \d+, |graph input )'([^']+)'\)? must be a
 def run_case(entry: dict, root: Path) -> tuple[str, str, str, str]:
     """Compiles and runs one test; returns (name, op, status, reason)."""
     import onnx
-    from onnx import numpy_helper
     import mlcc
     from mlcc.errors import UnsupportedError, MlccError
 
@@ -158,25 +157,18 @@ def run_case(entry: dict, root: Path) -> tuple[str, str, str, str]:
     inputs = _read(d / "test_data_set_0", "input") if entry["tensors"] else []
     outputs = _read(d / "test_data_set_0", "output") if entry["tensors"] else []
     feeds = {i.name: v for i, v in zip(model.graph.input, inputs)}
-    bound: list[str] = []
+    bound: dict[str, np.ndarray] = {}
     with tempfile.TemporaryDirectory(prefix="mlcc-conf-") as tmp:
         for _ in range(MAX_BIND_ROUNDS + 1):
-            path = Path(tmp) / "model.onnx"
-            onnx.save(model, str(path))
             try:
-                mlcc.compile(path, Path(tmp) / "out", target=str(TARGET))
+                mlcc.compile(d / "model.onnx", Path(tmp) / "out", target=str(TARGET),
+                             bind=bound)
                 break
             except UnsupportedError as exc:
                 m = _CONST_INPUT.search(exc.message)
-                graph_inputs = [i.name for i in model.graph.input]
-                if m and m.group(1) in graph_inputs and m.group(1) in feeds:
-                    # Bind that input to the test's value: it becomes an initializer.
-                    value = feeds.pop(m.group(1))
-                    keep = [i for i in model.graph.input if i.name != m.group(1)]
-                    del model.graph.input[:]
-                    model.graph.input.extend(keep)
-                    model.graph.initializer.append(numpy_helper.from_array(value, m.group(1)))
-                    bound.append(m.group(1))
+                if m and m.group(1) in feeds:
+                    # Bind that input to the test's value (mlcc.compile(bind=...), --bind)
+                    bound[m.group(1)] = feeds.pop(m.group(1))
                     continue
                 return name, op, "refused", exc.message.splitlines()[-1].strip()[:200]
             except MlccError as exc:

@@ -16,6 +16,7 @@ from onnx import helper, numpy_helper
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Node, Value
+from .binding import bind_inputs
 
 MIN_OPSET = 7
 MAX_FILE_BYTES = 4 << 30          # protobuf itself cannot hold more than 2 GB plus external data
@@ -310,12 +311,14 @@ def _dims(shape) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
-def import_model(path: str | os.PathLike, shapes: dict[str, tuple[int, ...]] | None = None
-                 ) -> Graph:
-    """The frontend in one call: file -> graph with static input shapes."""
+def import_model(path: str | os.PathLike, shapes: dict[str, tuple[int, ...]] | None = None,
+                 bind: dict[str, object] | None = None) -> Graph:
+    """The frontend in one call: file -> graph with static input shapes, the inputs named in
+    `bind` made constants (binding.bind_inputs)."""
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest() if Path(path).is_file() else ""
     model = load_onnx(path)
-    return bind_shapes(to_graph(model, digest), shapes)
+    g = bind_inputs(to_graph(model, digest), bind, shapes)
+    return bind_shapes(g, {k: v for k, v in (shapes or {}).items() if k not in (bind or {})})
 
 
 def parse_shape_option(text: str) -> tuple[str, tuple[int, ...]]:

@@ -72,8 +72,10 @@ def const_input(g: Graph, node: Node, index: int, what: str) -> np.ndarray | Non
         return None
     arr = g.const(name)
     if arr is None:
+        where = (f"it is a graph input: give its value at compile time with --bind {name}=..."
+                 if name in g.inputs else "it is computed at run time")
         raise UnsupportedError(f"{what} (input {index}, {name!r}) must be a constant once "
-                               f"shapes are static; it is computed at run time")
+                               f"shapes are static; {where}")
     return arr
 
 

@@ -199,14 +199,16 @@ def _fold_loop(g: Graph, node: Node) -> list[np.ndarray]:
             continue
         if i is not None and name in g.inputs:
             raise UnsupportedError(f"Loop's {role} (input {i}, {name!r}) must be a constant "
-                                   f"once shapes are static {why}; it is a graph input")
+                                   f"once shapes are static {why}; it is a graph input: give its "
+                                   f"value with --bind {name}=...")
         sources = _graph_inputs_upstream(g, name)
         if not sources:
             raise UnsupportedError(f"Loop's {role} {name!r} is computed at run time {why}")
         raise UnsupportedError(
             f"Loop's {role} {name!r} is computed at run time from graph "
             f"input{'s' if len(sources) > 1 else ''} {', '.join(map(repr, sources))}: graph "
-            f"input {sources[0]!r} must be a constant once shapes are static {why}")
+            f"input {sources[0]!r} must be a constant once shapes are static {why}: give "
+            f"its value with --bind {sources[0]}=...")
     return _run_loop(g, node, {n: g.const(n) for n in outer})
 
 
