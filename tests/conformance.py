@@ -140,9 +140,9 @@ def _read(folder: Path, kind: str) -> list[np.ndarray]:
 
 
 # What mlcc says of a graph input it needs as a compile-time constant (ops/common.py
-# const_input; passes/infer_and_fold.py for a Loop's inputs).
-_CONST_INPUT = re.compile(r"(?:\(input \d+, |graph input )'([^']+)'\)? must be a constant once "
-                          r"shapes are static")
+# const_input; passes/control_flow.py for a Loop's inputs and an If's condition): "must be a
+# constant once shapes are static ... give its value with --bind NAME=...".
+_CONST_INPUT = re.compile(r"must be a constant once shapes are static.*?--bind ([^=\s]+)=")
 
 
 def run_case(entry: dict, root: Path) -> tuple[str, str, str, str]:
