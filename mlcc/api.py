@@ -20,8 +20,8 @@ from .codegen import generate, model_prefix, write_folder
 from .codegen.lower import lower_graph
 from .codegen.memory import plan_memory
 from .errors import InputError, MlccError, UnsupportedError
-from .frontend import (bind_inputs, bind_shapes, bound_record, import_model, load_onnx,
-                       parse_bind_option, parse_shape_option, to_graph)
+from .frontend import (bound_record, import_model, load_onnx, parse_bind_option,
+                       parse_shape_option, specialize, to_graph)
 from .ir import Graph, format_type
 from .ops import lookup, unsupported_reason
 from .ops.registry import describe
@@ -767,8 +767,7 @@ def inspect(model: str | Path, *, shapes: Shapes | None = None, bind: Binds | No
     counts = Counter(n.op_type for n in raw.nodes)
     lines.append("operators: " + ", ".join(f"{op} x{c}" for op, c in sorted(counts.items())))
     lines.append("inputs: " + ", ".join(f"{n} {format_type(raw.values[n])}" for n in raw.inputs))
-    g = bind_inputs(raw, bind, shapes)
-    g = bind_shapes(g, {k: v for k, v in (shapes or {}).items() if k not in (bind or {})})
+    g = specialize(raw, shapes, bind)
     try:
         g = run_pipeline(g)
     except UnsupportedError as exc:

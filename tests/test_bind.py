@@ -185,3 +185,10 @@ def test_api_bind_type_errors(shape_path, tmp_path):
     with pytest.raises(InputError, match="out of the range of int64"):
         mlcc.compile(shape_path, tmp_path / "out", bind={"starts": [2 ** 63]})
     assert not (tmp_path / "out").exists()
+
+
+def test_bound_input_is_not_an_input_of_the_javascript_wrapper(shape_path, tmp_path):
+    mlcc.compile(shape_path, tmp_path / "web", target="wasm", build=False, bind=BOUND)
+    text = (tmp_path / "web" / "model.mjs").read_text()
+    info = json.loads(text.split("const MODEL = ", 1)[1].split(";\n", 1)[0])
+    assert [i["name"] for i in info["inputs"]] == ["x"]

@@ -362,8 +362,14 @@ def import_model(path: str | os.PathLike, shapes: dict[str, tuple[int, ...]] | N
     """The frontend in one call: file -> graph with static input shapes, the inputs named in
     `bind` made constants (binding.bind_inputs)."""
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest() if Path(path).is_file() else ""
-    model = load_onnx(path)
-    g = bind_inputs(to_graph(model, digest), bind, shapes)
+    return specialize(to_graph(load_onnx(path), digest), shapes, bind)
+
+
+def specialize(g: Graph, shapes: dict[str, tuple[int, ...]] | None,
+               bind: dict[str, object] | None) -> Graph:
+    """--bind, then --shape: the bound inputs made constants, every other input's shape
+    static."""
+    g = bind_inputs(g, bind, shapes)
     return bind_shapes(g, {k: v for k, v in (shapes or {}).items() if k not in (bind or {})})
 
 
