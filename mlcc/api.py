@@ -580,24 +580,22 @@ def _onnxruntime_outputs(model_path: str | Path, feeds: dict, names: list[str] |
 
 def parse_shapes(texts) -> Shapes:
     """--shape options ("images=1,3,224,224", ...) -> {"images": (1, 3, 224, 224)}."""
-    shapes: Shapes = {}
-    for text in texts:
-        name, dims = parse_shape_option(text)
-        if name in shapes:
-            raise MlccError(f"--shape {name} is given twice")
-        shapes[name] = dims
-    return shapes
+    return _by_name(texts, parse_shape_option, "--shape")
 
 
 def parse_binds(texts) -> Binds:
     """--bind options ("sr=16000", "w=w.npy", ...) -> {"sr": [16000], "w": array}."""
-    binds: Binds = {}
+    return _by_name(texts, parse_bind_option, "--bind")
+
+
+def _by_name(texts, parse, option: str) -> dict:
+    found: dict = {}
     for text in texts:
-        name, value = parse_bind_option(text)
-        if name in binds:
-            raise InputError(f"--bind {name} is given twice")
-        binds[name] = value
-    return binds
+        name, value = parse(text)
+        if name in found:
+            raise InputError(f"{option} {name} is given twice")
+        found[name] = value
+    return found
 
 
 def bound_feeds(model: str | Path, shapes: Shapes | None, bind: Binds | None
