@@ -1,7 +1,7 @@
-"""If folded at compile time: a streaming detector whose sample-rate input picks a branch (If on
-sr == 16000, different Conv/MatMul in each branch, a nested If in one of them) compiles with
---bind sr=... and agrees with onnxruntime; without the binding it is refused, naming the node
-and the input to bind."""
+"""If: a streaming detector whose sample-rate input picks a branch (If on sr == 16000, different
+Conv/MatMul in each branch, a nested If in one of them) compiles with --bind sr=... (the If
+folded, the branch inlined) and agrees with onnxruntime; without the binding both branches are
+compiled behind a C `if` and the one the run-time condition picks runs."""
 import json
 
 import numpy as np
@@ -113,14 +113,54 @@ def test_cli_verify_with_bind_picks_the_branch(vad_path, tmp_path):
     assert m["bound"] == [{"name": "sr", "dtype": "int64", "shape": [], "values": [8000]}]
 
 
-def test_if_on_a_run_time_condition_is_refused_with_the_input_to_bind(vad_path, tmp_path):
+def test_if_on_a_run_time_condition_runs_the_taken_branch(vad_path, tmp_path):
+    """Without --bind, sr stays an input: both branches are compiled, each inside a C `if` on
+    the condition (the nested If's branches on both conditions), and Where picks the outputs;
+    the memory plan keeps the branches' outputs apart until then."""
+    res = mlcc.compile(vad_path, tmp_path / "out")
+    assert res.graph.inputs == ["x", "sr", "h"]
+    text = (tmp_path / "out" / "model.c").read_text()
+    run = text[text.index("int vad_run("):]
+    assert run.count("if (*(const uint8_t *)") == 1 and run.count("if (!*(const uint8_t *)") == 4
+    assert " && *(const uint8_t *)" in run and " && !*(const uint8_t *)" in run
+    assert run.count("mlcc_where(") == 3
+    m = mlcc.load(tmp_path / "out")
+    for sr in (16000, 8000, 3000, 16000):
+        x = rng.standard_normal((1, 1, 64)).astype(np.float32)
+        h = rng.standard_normal((1, 8)).astype(np.float32)
+        feeds = {"x": x, "sr": np.array(sr, np.int64), "h": h}
+        got = m.run(feeds)
+        ref = _ort(vad_path, feeds)
+        for k in ref:
+            np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-6, err_msg=f"{sr} {k}")
+
+
+def test_run_time_if_with_branches_of_different_shapes_is_refused(tmp_path):
+    then = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [],
+                             [vi("t", TensorProto.FLOAT, [4])])
+    other = helper.make_graph([helper.make_node("Slice", ["x", "zero", "two"], ["e"])], "else",
+                              [], [vi("e", TensorProto.FLOAT, [2])])
+    g = helper.make_graph(
+        [helper.make_node("ReduceMax", ["x"], ["mx"], keepdims=0),
+         helper.make_node("Greater", ["mx", "zerof"], ["pos"]),
+         helper.make_node("If", ["pos"], ["y"], then_branch=then, else_branch=other,
+                          name="pick")],
+        "g", [vi("x", TensorProto.FLOAT, [4])], [vi("y", TensorProto.FLOAT, ["n"])],
+        [numpy_helper.from_array(np.array([0], np.int64), "zero"),
+         numpy_helper.from_array(np.array([2], np.int64), "two"),
+         numpy_helper.from_array(np.array(0, np.float32), "zerof")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    onnx.save(m, str(tmp_path / "m.onnx"))
     with pytest.raises(UnsupportedError) as info:
-        mlcc.compile(vad_path, tmp_path / "out")
+        mlcc.compile(tmp_path / "m.onnx", tmp_path / "out")
     msg = info.value.message
-    assert "node 'by_rate' (If" in msg and "--bind sr=" in msg, msg
+    assert "node 'pick' (If" in msg and "known only at run time" in msg, msg
+    assert "float32[4] and float32[2]" in msg and "same type and static shape" in msg, msg
     assert not (tmp_path / "out").exists()
-    r = CliRunner().invoke(main, ["compile", str(vad_path), "-o", str(tmp_path / "out")])
-    assert r.exit_code == 3 and "by_rate" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(main, ["compile", str(tmp_path / "m.onnx"), "-o",
+                                  str(tmp_path / "out")])
+    assert r.exit_code == 3 and "pick" in r.output and "Traceback" not in r.output
 
 
 def test_if_branch_returning_constants_and_repeated_values(tmp_path):

@@ -236,7 +236,23 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
     if ptr_params:
         c.append(f"    if ({' || '.join(f'{p} == NULL' for p in ptr_params)}) "
                  f"return MLCC_ERR_NULL_ARGUMENT;")
+    guard: tuple = ()
+    block = 0
+
+    def close_block():
+        c[block:] = ["    " + line for line in c[block:]]
+        c.append("    }")
+
     for t, call in enumerate(prog.calls):
+        if call.guard != guard:     # the calls of an If's branch taken at run time
+            if guard:
+                close_block()
+            if call.guard:
+                cond = " && ".join(f"{'' if want else '!'}*(const uint8_t *){pointer(v)}"
+                                   for v, want in call.guard)
+                c.append(f"    if ({cond}) {{")
+                block = len(c)
+            guard = call.guard
         reads = [a for a in call.args if a and a not in call.writes and
                  not g.values[prog.root(a)].is_const]
         ins_txt = ", ".join(f"{a}{_dims(g.values[a].shape)}" for a in reads) or "constants"
@@ -256,6 +272,8 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
             c.append("    if (status != MLCC_OK) return status;")
         else:
             c.append(f"    {text};")
+    if guard:
+        close_block()
     c += ["    return MLCC_OK;", "}", ""]
 
     c.append(f"int {prefix}_run_v(const mlcc_context *ctx, const void *const *inputs, "

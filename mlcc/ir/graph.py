@@ -52,6 +52,11 @@ class Node:
     domain: str = ""
     version: int = 0                  # since_version of the ONNX schema this node follows
     fused: list[str] = field(default_factory=list)   # names of nodes folded into this one
+    # Run only when these (bool scalar value, wanted truth) all hold: the nodes of an If's
+    # branches when its condition is known only at run time (passes/control_flow.py). The
+    # branch outputs are then selected by Where, so a pass that drops the guard (a fusion
+    # making a new node) costs time, never correctness.
+    guard: tuple[tuple[str, bool], ...] = ()
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)

@@ -45,23 +45,62 @@ def require_constant(g: Graph, op: str, role: str, name: str, index: int | None)
 
 # ------------------------------------------------------------------------------------ If
 
-def inline_if(g: Graph, node: Node) -> list[Node]:
-    """The nodes that replace an If whose condition is constant: the taken branch's nodes,
-    its initializers added to g as constants, its values renamed where their names are taken
-    in g (deterministically: name, name_1, ...), its node names prefixed by the If's, and its
-    outputs written to the If's outputs. Nested subgraphs see the renamed outer values."""
+def inline_if(g: Graph, node: Node) -> tuple[list[Node], dict[str, str]]:
+    """The nodes that replace an If, and the Where nodes among them that select a branch's
+    outputs at run time (their names -> the If's name).
+
+    With a constant condition: the taken branch's nodes, its initializers added to g as
+    constants, its values renamed where their names are taken in g (deterministically: name,
+    name_1, ...), its node names prefixed by the If's, and its outputs written to the If's
+    outputs. Nested subgraphs see the renamed outer values.
+
+    With a condition known only at run time: both branches, each guarded by the condition
+    (Node.guard: the generated C runs them inside an `if`), each writing its outputs to values
+    of its own, and one Where per output selecting the branch's (infer_and_fold checks that the
+    branches' outputs have the same type and static shape)."""
     cond_name = node.input(0)
     if not cond_name:
         raise ModelError(f"{describe(node)}: If needs a condition input")
-    require_constant(g, "If", "condition", cond_name, 0)
-    cond = np.asarray(g.const(cond_name))
+    cond = g.const(cond_name)
+    if cond is None:
+        return _inline_both(g, node, cond_name)
+    cond = np.asarray(cond)
     if cond.size != 1:
         raise ModelError(f"{describe(node)}: the condition has {cond.size} elements, not one")
     key = "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"
+    return _inline_branch(g, node, key, list(node.outputs), node.guard), {}
+
+
+def _inline_both(g: Graph, node: Node, cond: str) -> tuple[list[Node], dict[str, str]]:
+    v = g.values[cond]
+    if v.dtype != "bool" or v.numel != 1:
+        raise UnsupportedError(f"the condition {cond!r} is {v.dtype} {list(v.shape)}, not one "
+                               f"bool")
+    nodes: list[Node] = []
+    picks: dict[str, list[str]] = {o: [] for o in node.outputs if o}
+    for key, want in (("then_branch", True), ("else_branch", False)):
+        outs = []
+        for o in node.outputs:
+            outs.append(g.fresh_name(f"{o}.{key[:4]}") if o else "")
+            if o:
+                g.values[outs[-1]] = Value(outs[-1])
+                picks[o].append(outs[-1])
+        nodes += _inline_branch(g, node, key, outs, node.guard + ((cond, want),))
+    taken = {n.name for n in g.nodes} | {n.name for n in nodes}
+    where = onnx.defs.get_schema("Where", g.opset).since_version
+    selects = {}
+    for o, (t, e) in picks.items():
+        name = _unique(taken, f"{node.name}/select:{o}")
+        nodes.append(Node(name, "Where", [cond, t, e], [o], {}, "", where, guard=node.guard))
+        selects[name] = node.name
+    return nodes, selects
+
+
+def _inline_branch(g: Graph, node: Node, key: str, outs: list[str],
+                   guard: tuple) -> list[Node]:
     branch = node.attrs.get(key)
     if not isinstance(branch, Graph):
         raise ModelError(f"{describe(node)}: If needs a {key!r} graph attribute")
-    outs = list(node.outputs)
     if len(branch.outputs) != len(outs):
         raise ModelError(f"{describe(node)}: its {key} has {len(branch.outputs)} outputs, the "
                          f"If has {len(outs)}")
@@ -80,13 +119,13 @@ def inline_if(g: Graph, node: Node) -> list[Node]:
             new = g.values[rename[name]]
             new.dtype, new.shape, new.const = v.dtype, v.shape, v.const
     taken = {n.name for n in g.nodes}
-    nodes = [_renamed(n, rename, _unique(taken, f"{node.name}/{n.name}"))
+    nodes = [_renamed(n, rename, _unique(taken, f"{node.name}/{n.name}"), guard)
              for n in branch.nodes]
     identity = onnx.defs.get_schema("Identity", g.opset).since_version
     for b, o in zip(branch.outputs, outs):     # outer values, constants, repeated outputs
         if o and rename.get(b) != o:
             nodes.append(Node(_unique(taken, f"{node.name}/{o}"), "Identity",
-                              [rename.get(b, b)], [o], {}, "", identity))
+                              [rename.get(b, b)], [o], {}, "", identity, guard=guard))
     return nodes
 
 
@@ -97,11 +136,11 @@ def _unique(taken: set[str], name: str) -> str:
     return name
 
 
-def _renamed(n: Node, rename: dict[str, str], name: str) -> Node:
+def _renamed(n: Node, rename: dict[str, str], name: str, guard: tuple) -> Node:
     attrs = {k: _rename_free(v, rename) for k, v in n.attrs.items()}
     return Node(name, n.op_type, [rename.get(i, i) if i else i for i in n.inputs],
                 [rename.get(o, o) if o else o for o in n.outputs], attrs, n.domain, n.version,
-                list(n.fused))
+                list(n.fused), guard)
 
 
 def _rename_free(v, rename: dict[str, str]):

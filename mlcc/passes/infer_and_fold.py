@@ -18,7 +18,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import ModelError, UnsupportedError
-from ..ir import Graph, Node
+from ..ir import Graph, Node, format_type
 from ..ops import lookup, unsupported_reason
 from ..ops.common import IO_DTYPES, MAX_RANK
 from ..ops.registry import describe
@@ -36,6 +36,7 @@ def infer_and_fold(g: Graph) -> Graph:
     g = g.copy()
     problems: list[str] = []
     unknown: set[str] = set()     # values whose type could not be inferred (after a problem)
+    selects: dict[str, Node] = {}  # Where nodes choosing a run-time If's outputs -> the If
     index = 0
     while index < len(g.nodes):
         node = g.nodes[index]
@@ -55,12 +56,22 @@ def infer_and_fold(g: Graph) -> Graph:
         if missing:
             raise ModelError(f"{describe(node)} reads {missing[0]!r}, which nothing defines")
         if node.op_type == "If" and node.domain in ("", "ai.onnx"):
-            try:    # the branch taken replaces the If, and the walk goes on through it
-                g.nodes[index - 1:index] = inline_if(g, node)
+            try:    # the branch(es) replace the If, and the walk goes on through them
+                g.nodes[index - 1:index], chosen = inline_if(g, node)
+                selects.update({k: node for k in chosen})
                 index -= 1
             except UnsupportedError as exc:
                 problems.append(f"{describe(node)}: {exc.message}")
                 unknown.update(o for o in node.outputs if o)
+            continue
+        if node.name in selects and not _same_type(ins[1], ins[2], ins[0]):
+            problems.append(
+                f"{describe(selects[node.name])}: its condition {node.inputs[0]!r} is known "
+                f"only at run time, and the branches give output {node.outputs[0]!r} as "
+                f"{format_type(ins[1])} and {format_type(ins[2])}; mlcc runs such an If only "
+                f"when both branches' outputs have the same type and static shape (or bind the "
+                f"condition's inputs with --bind to fold it)")
+            unknown.update(o for o in node.outputs if o)
             continue
         try:
             results = _fold(g, node)
@@ -120,6 +131,13 @@ def infer_and_fold(g: Graph) -> Graph:
                                        f"{len(g.values[name].shape)}; at most {MAX_RANK} "
                                        f"is supported")
     return g
+
+
+def _same_type(a, b, cond) -> bool:
+    """Both branch outputs of a run-time If of one static type, which the condition does not
+    broadcast to another shape."""
+    return (a.dtype == b.dtype and a.is_static and a.shape == b.shape
+            and len(cond.shape) <= len(a.shape))
 
 
 def _set_const(g: Graph, name: str, arr: np.ndarray) -> None:
