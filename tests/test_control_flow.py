@@ -190,3 +190,18 @@ def test_if_branch_returning_constants_and_repeated_values(tmp_path):
         # (onnxruntime 1.32 drops a branch output given twice; onnx.reference agrees with us)
         ref = ReferenceEvaluator(m).run(None, {"x": x, "flag": np.array(flag)})[0]
         np.testing.assert_allclose(got, ref, rtol=1e-6)
+
+
+def test_run_time_if_on_aarch64(vad_path, tmp_path):
+    """The guarded calls are plain C: the same model built for aarch64 (qemu-user) agrees."""
+    from test_targets_arm import MISSING
+    if MISSING:
+        pytest.skip(MISSING)
+    mlcc.compile(vad_path, tmp_path / "arm", target="arm")
+    m = mlcc.load(tmp_path / "arm")
+    for sr in (16000, 8000, 3000):
+        feeds = {"x": rng.standard_normal((1, 1, 64)).astype(np.float32),
+                 "sr": np.array(sr, np.int64), "h": rng.standard_normal((1, 8)).astype(np.float32)}
+        got, ref = m.run(feeds), _ort(vad_path, feeds)
+        for k in ref:
+            np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-6, err_msg=f"{sr} {k}")
