@@ -124,6 +124,10 @@ def test_if_on_a_run_time_condition_runs_the_taken_branch(vad_path, tmp_path):
     assert run.count("if (*(const uint8_t *)") == 1 and run.count("if (!*(const uint8_t *)") == 4
     assert " && *(const uint8_t *)" in run and " && !*(const uint8_t *)" in run
     assert run.count("mlcc_where(") == 3
+    names = [n.name for n in res.graph.nodes]
+    assert len(names) == len(set(names))
+    assert {"by_rate/then/conv", "by_rate/else/conv", "by_rate/else/if_hi/then/mix",
+            "by_rate/select:logits"} <= set(names) | {f for n in res.graph.nodes for f in n.fused}
     m = mlcc.load(tmp_path / "out")
     for sr in (16000, 8000, 3000, 16000):
         x = rng.standard_normal((1, 1, 64)).astype(np.float32)

@@ -1,10 +1,10 @@
-"""Control flow at compile time: Loop evaluated, If inlined (used by infer_and_fold's walk).
+"""Control flow: Loop evaluated at compile time, If inlined (used by infer_and_fold's walk).
 
-mlcc has no run-time control flow. A Loop whose inputs, and the outer values its body reads,
-are constant is evaluated by onnx.reference; an If whose condition is constant (after binding
-and folding) is replaced by the nodes of the branch it takes, so that the branch compiles like
-the rest of the graph. Any other Loop or If is refused, naming the graph input it would need
-bound (--bind) to become constant.
+A Loop whose inputs, and the outer values its body reads, are constant is evaluated by
+onnx.reference; any other Loop is refused, naming the graph input it would need bound (--bind)
+to become constant. An If whose condition is constant (after binding and folding) is replaced
+by the nodes of the branch it takes, so that the branch compiles like the rest of the graph;
+an If on a run-time condition by both branches, guarded, and a Where per output (inline_if).
 
 Subgraphs (If's then_branch/else_branch, Loop's body) are IR graphs (frontend._subgraph):
 their values are the names they define; any other name they read is from an enclosing scope.
@@ -68,7 +68,8 @@ def inline_if(g: Graph, node: Node) -> tuple[list[Node], dict[str, str]]:
     if cond.size != 1:
         raise ModelError(f"{describe(node)}: the condition has {cond.size} elements, not one")
     key = "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"
-    return _inline_branch(g, node, key, list(node.outputs), node.guard), {}
+    taken = {n.name for n in g.nodes}
+    return _inline_branch(g, node, key, list(node.outputs), node.guard, taken, node.name), {}
 
 
 def _inline_both(g: Graph, node: Node, cond: str) -> tuple[list[Node], dict[str, str]]:
@@ -77,6 +78,7 @@ def _inline_both(g: Graph, node: Node, cond: str) -> tuple[list[Node], dict[str,
         raise UnsupportedError(f"the condition {cond!r} is {v.dtype} {list(v.shape)}, not one "
                                f"bool")
     nodes: list[Node] = []
+    taken = {n.name for n in g.nodes}
     picks: dict[str, list[str]] = {o: [] for o in node.outputs if o}
     for key, want in (("then_branch", True), ("else_branch", False)):
         outs = []
@@ -85,8 +87,8 @@ def _inline_both(g: Graph, node: Node, cond: str) -> tuple[list[Node], dict[str,
             if o:
                 g.values[outs[-1]] = Value(outs[-1])
                 picks[o].append(outs[-1])
-        nodes += _inline_branch(g, node, key, outs, node.guard + ((cond, want),))
-    taken = {n.name for n in g.nodes} | {n.name for n in nodes}
+        nodes += _inline_branch(g, node, key, outs, node.guard + ((cond, want),), taken,
+                                f"{node.name}/{key[:4]}")
     where = onnx.defs.get_schema("Where", g.opset).since_version
     selects = {}
     for o, (t, e) in picks.items():
@@ -96,8 +98,10 @@ def _inline_both(g: Graph, node: Node, cond: str) -> tuple[list[Node], dict[str,
     return nodes, selects
 
 
-def _inline_branch(g: Graph, node: Node, key: str, outs: list[str],
-                   guard: tuple) -> list[Node]:
+def _inline_branch(g: Graph, node: Node, key: str, outs: list[str], guard: tuple,
+                   taken: set[str], prefix: str) -> list[Node]:
+    """The branch's nodes as parent nodes named PREFIX/NODE (unique among `taken`), writing
+    its outputs to `outs`."""
     branch = node.attrs.get(key)
     if not isinstance(branch, Graph):
         raise ModelError(f"{describe(node)}: If needs a {key!r} graph attribute")
@@ -118,13 +122,12 @@ def _inline_branch(g: Graph, node: Node, key: str, outs: list[str],
         if v.is_const:
             new = g.values[rename[name]]
             new.dtype, new.shape, new.const = v.dtype, v.shape, v.const
-    taken = {n.name for n in g.nodes}
-    nodes = [_renamed(n, rename, _unique(taken, f"{node.name}/{n.name}"), guard)
+    nodes = [_renamed(n, rename, _unique(taken, f"{prefix}/{n.name}"), guard)
              for n in branch.nodes]
     identity = onnx.defs.get_schema("Identity", g.opset).since_version
     for b, o in zip(branch.outputs, outs):     # outer values, constants, repeated outputs
         if o and rename.get(b) != o:
-            nodes.append(Node(_unique(taken, f"{node.name}/{o}"), "Identity",
+            nodes.append(Node(_unique(taken, f"{prefix}/{o}"), "Identity",
                               [rename.get(b, b)], [o], {}, "", identity, guard=guard))
     return nodes
 
