@@ -21,7 +21,8 @@ from .codegen import generate, model_prefix, write_folder
 from .codegen.lower import lower_graph
 from .codegen.memory import plan_memory
 from .errors import InputError, MlccError, UnsupportedError
-from .frontend import bind_shapes, import_model, load_onnx, parse_shape_option, to_graph
+from .frontend import (bound_record, import_model, load_onnx, parse_bind_option,
+                       parse_shape_option, specialize, to_graph)
 from .ir import Graph, format_type
 from .ops import lookup, unsupported_reason
 from .ops.registry import describe
@@ -44,6 +45,8 @@ from .targets.build import (HARNESS_EXE, build_harness, build_library, builds_ha
 from .targets.wasm import HARNESS_JS, js_files
 
 Shapes = dict[str, tuple[int, ...]]
+# Inputs bound at compile time: name -> value (an ndarray of the input's type, or numbers)
+Binds = dict[str, object]
 
 
 @dataclass
@@ -88,8 +91,8 @@ class QuantizeConfig:
 
 
 def _optimize(model: str | Path, shapes: Shapes | None, extra_outputs: list[str] | None,
-              dump: Callable[[str], None] | None) -> Graph:
-    g = import_model(model, shapes)
+              dump: Callable[[str], None] | None, bind: Binds | None = None) -> Graph:
+    g = import_model(model, shapes, bind)
     if extra_outputs:
         g.outputs = list(g.outputs) + [o for o in extra_outputs if o not in g.outputs]
     return run_pipeline(g, dump=dump)
@@ -99,27 +102,32 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
             shapes: Shapes | None = None, name: str | None = None,
             max_arena: int | None = None, dump_ir: Callable[[str], None] | None = None,
             build: bool = True, extra_outputs: list[str] | None = None,
-            embed_weights: bool = False, quantize: QuantizeConfig | None = None
-            ) -> CompileResult:
+            embed_weights: bool = False, quantize: QuantizeConfig | None = None,
+            bind: Binds | None = None) -> CompileResult:
     """Compiles an ONNX file into `output_dir` (model.h, model.c, weights.bin, runtime sources,
     Makefile, manifest.json and, with build=True, the library). With `quantize`, the model is
-    calibrated and compiled to integer kernels (see QuantizeConfig)."""
+    calibrated and compiled to integer kernels (see QuantizeConfig). `bind` gives inputs their
+    values at compile time: they stop being inputs and fold like initializers
+    (frontend/binding.py); manifest.json lists them under "bound"."""
     tgt = load_target(target)
     qdq = None
+    raw = import_model(model, shapes, bind)
+    bound = bound_record(raw, bind or {})
+    if quantize is not None and has_qdq(raw):
+        raw, qdq = extract_qdq(raw)           # an already-quantized model: its own parameters
+    if extra_outputs:
+        raw.outputs = list(raw.outputs) + [o for o in extra_outputs if o not in raw.outputs]
     if quantize is not None:
-        raw = import_model(model, shapes)
-        if has_qdq(raw):
-            raw, qdq = extract_qdq(raw)       # an already-quantized model: its own parameters
-        if extra_outputs:
-            raw.outputs = list(raw.outputs) + [o for o in extra_outputs if o not in raw.outputs]
         g = run_pipeline(raw, INT8_PIPELINE, dump=dump_ir)
         if qdq is None:     # calibrate the pre-activation ranges the tables need
             g = split_table_activations(conv_transpose_as_conv(g))
     else:
-        g = _optimize(model, shapes, extra_outputs, dump_ir)
+        g = run_pipeline(raw, dump=dump_ir)
     prefix = model_prefix(name or Path(model).stem)
     extra = {"shapes": {k: list(v) for k, v in sorted((shapes or {}).items())},
              "library": tgt.library_name}
+    if bound:
+        extra["bound"] = bound
     quant_result, float_graph = None, g
     if quantize is not None:
         g, quant_result, qinfo = _quantize(g, tgt, model, quantize, dump_ir, qdq)
@@ -624,13 +632,31 @@ def _onnxruntime_outputs(model_path: str | Path, feeds: dict, names: list[str] |
 
 def parse_shapes(texts) -> Shapes:
     """--shape options ("images=1,3,224,224", ...) -> {"images": (1, 3, 224, 224)}."""
-    shapes: Shapes = {}
+    return _by_name(texts, parse_shape_option, "--shape")
+
+
+def parse_binds(texts) -> Binds:
+    """--bind options ("sr=16000", "w=w.npy", ...) -> {"sr": [16000], "w": array}."""
+    return _by_name(texts, parse_bind_option, "--bind")
+
+
+def _by_name(texts, parse, option: str) -> dict:
+    found: dict = {}
     for text in texts:
-        name, dims = parse_shape_option(text)
-        if name in shapes:
-            raise MlccError(f"--shape {name} is given twice")
-        shapes[name] = dims
-    return shapes
+        name, value = parse(text)
+        if name in found:
+            raise InputError(f"{option} {name} is given twice")
+        found[name] = value
+    return found
+
+
+def bound_feeds(model: str | Path, shapes: Shapes | None, bind: Binds | None
+                ) -> dict[str, np.ndarray]:
+    """The bound values as the original model's inputs take them (what onnxruntime is fed)."""
+    if not bind:
+        return {}
+    g = import_model(model, shapes, bind)
+    return {n: g.values[n].const for n in bind}
 
 
 def list_targets() -> list[tuple[str, str, str]]:
@@ -642,10 +668,11 @@ def list_targets() -> list[tuple[str, str, str]]:
     return rows
 
 
-def load_inputs_npz(path: str | Path, model: str | Path, shapes: Shapes | None = None
-                    ) -> dict[str, np.ndarray]:
-    """The arrays of an .npz file for each input of the model (keyed by input name)."""
-    g = import_model(model, shapes)
+def load_inputs_npz(path: str | Path, model: str | Path, shapes: Shapes | None = None,
+                    bind: Binds | None = None) -> dict[str, np.ndarray]:
+    """The arrays of an .npz file for each input of the model (keyed by input name) that is
+    not bound at compile time."""
+    g = import_model(model, shapes, bind)
     try:
         with np.load(path, allow_pickle=False) as data:
             feeds = {k: data[k] for k in data.files}
@@ -656,6 +683,9 @@ def load_inputs_npz(path: str | Path, model: str | Path, shapes: Shapes | None =
         raise InputError(f"{path}: has no array for input(s) {', '.join(missing)} "
                          f"(it has {', '.join(feeds) or 'none'})")
     extra = [k for k in feeds if k not in g.inputs]
+    if extra and bind and extra[0] in bind:
+        raise InputError(f"{path}: has an array for {extra[0]!r}, which --bind gives at "
+                         f"compile time (leave one of them out)")
     if extra:    # a misspelt name or the wrong file: better said than silently ignored
         raise InputError(f"{path}: array(s) {', '.join(map(repr, extra))} are not inputs of "
                          f"the model (it takes {', '.join(map(repr, g.inputs))})")
@@ -664,20 +694,24 @@ def load_inputs_npz(path: str | Path, model: str | Path, shapes: Shapes | None =
 
 def verify(model: str | Path, *, target: str = "x86", shapes: Shapes | None = None,
            inputs: dict[str, np.ndarray] | None = None, per_layer: bool = False,
-           output_dir: str | Path | None = None, seed: int = 0) -> VerifyResult:
-    """Compiles the model, runs it and onnxruntime on the same inputs and compares."""
+           output_dir: str | Path | None = None, seed: int = 0,
+           bind: Binds | None = None) -> VerifyResult:
+    """Compiles the model, runs it and onnxruntime on the same inputs and compares; the values
+    of `bind` are compiled in and fed to onnxruntime as inputs."""
     with tempfile.TemporaryDirectory(prefix="mlcc-verify-") as tmp:
         folder = Path(output_dir) if output_dir else Path(tmp) / "model"
-        res = compile(model, folder, target=target, shapes=shapes)
+        res = compile(model, folder, target=target, shapes=shapes, bind=bind)
         feeds = inputs if inputs is not None else random_inputs(res.graph, seed)
         compiled = _load(folder)
         got = compiled.run(feeds)
-        ref = _onnxruntime_outputs(model, {k: np.asarray(v) for k, v in feeds.items()})
+        bound = bound_feeds(model, shapes, bind)
+        ref = _onnxruntime_outputs(model, {**{k: np.asarray(v) for k, v in feeds.items()},
+                                           **bound})
         checks = [compare(n, got[n], ref[n]) for n in got]
         result = VerifyResult(all(c.ok for c in checks), checks, folder=folder)
         if per_layer and (not result.ok or per_layer == "always"):
             result.first_divergence, result.layers_checked = _first_divergence(
-                model, target, shapes, feeds, Path(tmp) / "layers")
+                model, target, shapes, feeds, Path(tmp) / "layers", bind)
         return result
 
 
@@ -705,7 +739,8 @@ class QuantVerifyResult:
 def verify_quantized(model: str | Path, cfg: QuantizeConfig, *, target: str = "x86",
                      shapes: Shapes | None = None, inputs: str | Path | None = None,
                      output_dir: str | Path | None = None,
-                     min_sqnr: float = DEFAULT_MIN_SQNR) -> QuantVerifyResult:
+                     min_sqnr: float = DEFAULT_MIN_SQNR, bind: Binds | None = None
+                     ) -> QuantVerifyResult:
     """Compiles the model to int8 and compares its outputs with onnxruntime's float outputs on
     every sample of `inputs` (same formats as calibration data; default: the calibration set):
     SQNR over all samples, cosine, and argmax agreement for outputs whose last axis holds
@@ -714,7 +749,8 @@ def verify_quantized(model: str | Path, cfg: QuantizeConfig, *, target: str = "x
 
     with tempfile.TemporaryDirectory(prefix="mlcc-verify-") as tmp:
         folder = Path(output_dir) if output_dir else Path(tmp) / "model"
-        res = compile(model, folder, target=target, shapes=shapes, quantize=cfg)
+        res = compile(model, folder, target=target, shapes=shapes, quantize=cfg, bind=bind)
+        bound = bound_feeds(model, shapes, bind)
         compiled = _load(folder)
         if inputs is None and cfg.calibration is None:
             raise InputError("verify --quantize needs inputs (-i) or --calibration data")
@@ -726,25 +762,28 @@ def verify_quantized(model: str | Path, cfg: QuantizeConfig, *, target: str = "x
         stats = {n: ErrorStats() for n in names}
         for sample in data:
             got = compiled.run(sample)
-            for n, ref in zip(names, sess.run(names, sample)):
+            for n, ref in zip(names, sess.run(names, {**sample, **bound})):
                 stats[n].update(ref, got[n])
         checks = [QuantOutputCheck(n, st.sqnr_db, st.cosine, st.argmax_agreement, data.count,
                                    min_sqnr, st.sqnr_db >= min_sqnr) for n, st in stats.items()]
         return QuantVerifyResult(all(c.ok for c in checks), checks, folder)
 
 
-def _first_divergence(model, target, shapes, feeds, folder) -> tuple[LayerCheck | None, int]:
+def _first_divergence(model, target, shapes, feeds, folder, bind: Binds | None = None
+                      ) -> tuple[LayerCheck | None, int]:
     """Compiles again with every surviving ONNX value as an output and finds, in order,
     the first node whose output differs from onnxruntime's."""
-    g = _optimize(model, shapes, None, None)
+    g = _optimize(model, shapes, None, None, bind)
     proto = load_onnx(model)
     onnx_values = {o for n in proto.graph.node for o in n.output if o}
     producers = {o: n for n in g.nodes for o in n.outputs}
     candidates = [o for n in g.nodes for o in n.outputs
                   if o in onnx_values and o not in g.outputs]
-    res = compile(model, folder, target=target, shapes=shapes, extra_outputs=candidates)
+    res = compile(model, folder, target=target, shapes=shapes, extra_outputs=candidates,
+                  bind=bind)
     got = _load(folder).run(feeds)
-    ref = _onnxruntime_outputs(model, feeds, candidates + list(g.outputs))
+    ref = _onnxruntime_outputs(model, {**feeds, **bound_feeds(model, shapes, bind)},
+                               candidates + list(g.outputs))
     checked = 0
     for name in candidates + list(g.outputs):
         if name not in got or name not in ref:
@@ -768,7 +807,8 @@ class InspectReport:
     unsupported: list[str]
 
 
-def inspect(model: str | Path, *, shapes: Shapes | None = None) -> InspectReport:
+def inspect(model: str | Path, *, shapes: Shapes | None = None, bind: Binds | None = None
+            ) -> InspectReport:
     """Operators, shapes, FLOPs, every unsupported node, and the memory plan."""
     proto = load_onnx(model)
     raw = to_graph(proto)
@@ -777,7 +817,7 @@ def inspect(model: str | Path, *, shapes: Shapes | None = None) -> InspectReport
     counts = Counter(n.op_type for n in raw.nodes)
     lines.append("operators: " + ", ".join(f"{op} x{c}" for op, c in sorted(counts.items())))
     lines.append("inputs: " + ", ".join(f"{n} {format_type(raw.values[n])}" for n in raw.inputs))
-    g = bind_shapes(raw, shapes)
+    g = specialize(raw, shapes, bind)
     try:
         g = run_pipeline(g)
     except UnsupportedError as exc:
@@ -830,7 +870,7 @@ BenchResult = _bench.BenchResult
 
 def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | None = None,
           threads: int = 1, runs: int | None = None, output_dir: str | Path | None = None,
-          seed: int = 0) -> BenchResult:
+          seed: int = 0, bind: Binds | None = None) -> BenchResult:
     """Compiles the model, then times the library and onnxruntime (`threads` intra-op threads,
     graph optimizations ALL) interleaved in this process; see mlcc/benchmark.py for the method.
 
@@ -849,7 +889,7 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
     with tempfile.TemporaryDirectory(prefix="mlcc-bench-") as tmp:
         folder = Path(output_dir) if output_dir else Path(tmp) / "model"
         t0 = time.perf_counter()
-        res = compile(model, folder, target=target, shapes=shapes)
+        res = compile(model, folder, target=target, shapes=shapes, bind=bind)
         compile_time = time.perf_counter() - t0
         flops = graph_flops(res.graph)
         feeds = random_inputs(res.graph, seed)
@@ -858,7 +898,8 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
         status = run_mlcc()
         if status != 0:
             raise MlccError(f"run failed: {compiled.status_string(status)}")
-        run_ort, ref = _bench.onnxruntime_runner(str(model), feeds, threads)
+        run_ort, ref = _bench.onnxruntime_runner(
+            str(model), {**feeds, **bound_feeds(model, shapes, bind)}, threads)
         run_ort()
         checks = [compare(n, got[n], ref[n]) for n in got if n in ref]
         samples = _bench.measure({"mlcc": run_mlcc, "onnxruntime": run_ort}, runs,
@@ -870,6 +911,9 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
                       f"onnxruntime: {threads} intra-op threads); % of the peak of "
                       f"{threads} cores; each sample after {_bench.SETTLE_S:g} s of untimed "
                       f"calls of the same engine (the other's workers stop spinning)"]
+        if bind:
+            notes.append(f"bound at compile time: {', '.join(bind)} (onnxruntime is fed the "
+                         f"same values as inputs)")
         return BenchResult(
             model=Path(model).name, target=tgt.name,
             shapes={n: tuple(res.graph.values[n].shape) for n in res.graph.inputs},

@@ -25,6 +25,12 @@ def _shapes(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
     return api.parse_shapes(values)
 
 
+def _binds(values: tuple[str, ...]) -> dict[str, object]:
+    from . import api
+
+    return api.parse_binds(values)
+
+
 def _size(text: str | None) -> int | None:
     if text is None:
         return None
@@ -96,6 +102,9 @@ target_option = click.option("--target", "-t", default="x86", show_default=True,
                              help="Built-in target name (see `mlcc targets`) or a YAML file.")
 shape_option = click.option("--shape", "shapes", multiple=True, metavar="NAME=D1,D2,...",
                             help="Static shape of an input; repeat for each input.")
+bind_option = click.option("--bind", "binds", multiple=True, metavar="NAME=V1,V2,...|NAME=F.npy",
+                           help="Give an input its value at compile time (it stops being an "
+                                "input and folds like a constant); repeatable.")
 
 
 def quant_options(fn):
@@ -173,6 +182,7 @@ def _quant_config(quantize, calibration, calibrator, percentile, per_channel, re
 @click.option("--output", "-o", "output", default=None, type=click.Path(file_okay=False),
               help="Output folder (default: build/<model name>).")
 @shape_option
+@bind_option
 @click.option("--name", default=None, help="Prefix of the C symbols (default: the file name).")
 @click.option("--max-arena", default=None, metavar="BYTES",
               help="Fail if the working memory exceeds this (e.g. 262144 or 256K).")
@@ -186,7 +196,7 @@ def _quant_config(quantize, calibration, calibrator, percentile, per_channel, re
                    "until the output SQNR on the calibration set reaches DB.")
 @quant_options
 @_guard
-def compile_cmd(model, target, output, shapes, name, max_arena, embed_weights, dump_ir,
+def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_weights, dump_ir,
                 no_build, min_sqnr, quantize, calibration, calibrator, percentile, per_channel,
                 requant, report, export_qdq, smooth, equalize, equalize_relu6,
                 bias_correction, keep_float):
@@ -203,7 +213,7 @@ def compile_cmd(model, target, output, shapes, name, max_arena, embed_weights, d
     out = output or str(Path("build") / Path(model).stem)
     res = api.compile(model, out, target=target, shapes=_shapes(shapes), name=name,
                       max_arena=_size(max_arena), build=not no_build,
-                      embed_weights=embed_weights, quantize=qcfg,
+                      embed_weights=embed_weights, quantize=qcfg, bind=_binds(binds),
                       dump_ir=(lambda text: click.echo(text)) if dump_ir else None)
     if res.quant is not None:
         q = res.manifest["quantization"]
@@ -262,6 +272,7 @@ def run_cmd(folder, inputs, outputs):
 @click.argument("model", type=click.Path(dir_okay=False))
 @target_option
 @shape_option
+@bind_option
 @click.option("--inputs", "-i", "inputs", default=None, type=click.Path(dir_okay=False),
               help=".npz inputs (default: seeded random inputs).")
 @click.option("--per-layer", is_flag=True,
@@ -272,19 +283,20 @@ def run_cmd(folder, inputs, outputs):
               help="With --quantize: the output SQNR (dB) that passes (default 15).")
 @quant_options
 @_guard
-def verify_cmd(model, target, shapes, inputs, per_layer, output, min_sqnr, quantize,
+def verify_cmd(model, target, shapes, binds, inputs, per_layer, output, min_sqnr, quantize,
                calibration, calibrator, percentile, per_channel, requant, report, export_qdq,
                smooth, equalize, equalize_relu6, bias_correction, keep_float):
     """Compile MODEL and compare its outputs with onnxruntime's."""
     from . import api
 
     sh = _shapes(shapes)
+    bind = _binds(binds)
     qcfg = _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant,
                          report, export_qdq, smooth, equalize, equalize_relu6,
                          bias_correction, keep_float)
     if qcfg is not None:
         res = api.verify_quantized(model, qcfg, target=target, shapes=sh, inputs=inputs,
-                                   output_dir=output,
+                                   output_dir=output, bind=bind,
                                    min_sqnr=api.DEFAULT_MIN_SQNR if min_sqnr is None else min_sqnr)
         for c in res.outputs:
             agree = "" if c.argmax_agreement is None else \
@@ -296,9 +308,9 @@ def verify_cmd(model, target, shapes, inputs, per_layer, output, min_sqnr, quant
         if not res.ok:
             sys.exit(EXIT_VERIFY_FAILED)
         return
-    feeds = api.load_inputs_npz(inputs, model, sh) if inputs else None
+    feeds = api.load_inputs_npz(inputs, model, sh, bind) if inputs else None
     res = api.verify(model, target=target, shapes=sh, inputs=feeds, per_layer=per_layer,
-                     output_dir=output)
+                     output_dir=output, bind=bind)
     for c in res.outputs:
         extra = "" if c.argmax_ok is None else f", argmax {'same' if c.argmax_ok else 'DIFFERS'}"
         click.echo(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: max abs error {c.max_abs_error:.3g} "
@@ -318,12 +330,13 @@ def verify_cmd(model, target, shapes, inputs, per_layer, output, min_sqnr, quant
 @main.command("inspect")
 @click.argument("model", type=click.Path(dir_okay=False))
 @shape_option
+@bind_option
 @_guard
-def inspect_cmd(model, shapes):
+def inspect_cmd(model, shapes, binds):
     """Show MODEL's operators, shapes, FLOPs, unsupported nodes and memory plan."""
     from . import api
 
-    report = api.inspect(model, shapes=_shapes(shapes))
+    report = api.inspect(model, shapes=_shapes(shapes), bind=_binds(binds))
     click.echo(report.text, nl=False)
     if report.unsupported:
         sys.exit(3)
@@ -334,6 +347,7 @@ def inspect_cmd(model, shapes):
 @click.option("--target", "-t", default="x86-native", show_default=True,
               help="Built-in target name or a YAML file; it must run on this machine.")
 @shape_option
+@bind_option
 @click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1),
               help="threads of both engines (mlcc's thread pool, onnxruntime's intra-op threads).")
 @click.option("--runs", default=None, type=click.IntRange(min=1),
@@ -341,12 +355,12 @@ def inspect_cmd(model, shapes):
 @click.option("--output", "-o", "output", default=None, type=click.Path(file_okay=False),
               help="Keep the compiled model in this folder.")
 @_guard
-def bench_cmd(model, target, shapes, threads, runs, output):
+def bench_cmd(model, target, shapes, binds, threads, runs, output):
     """Time MODEL compiled by mlcc against onnxruntime, interleaved in one process."""
     from . import api
 
     res = api.bench(model, target=target, shapes=_shapes(shapes), threads=threads, runs=runs,
-                    output_dir=output)
+                    output_dir=output, bind=_binds(binds))
     click.echo(res.report(), nl=False)
 
 

@@ -234,7 +234,7 @@ def test_endless_loop_is_refused_in_bounded_time(tmp_path):
     model.graph.node[0].input[0] = ""           # no trip count, no cond: runs until a limit
     onnx.save(model, str(tmp_path / "m.onnx"))
     import sys
-    f = sys.modules["mlcc.passes.infer_and_fold"]
+    f = sys.modules["mlcc.passes.control_flow"]
     old, f.MAX_LOOP_ITERATIONS = f.MAX_LOOP_ITERATIONS, 50
     try:
         with pytest.raises(UnsupportedError, match="more than 50 iterations"):

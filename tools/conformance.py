@@ -13,10 +13,10 @@ compared with the expected outputs at the ONNX runner's tolerances (rtol 1e-3, a
 Each test ends as:
   passed   outputs match
   bound    outputs match once the graph inputs that mlcc needs as compile-time constants (the
-           ones it names in "must be a constant": axes, shapes, starts, sizes, split sizes, ...,
-           and the scales, zero points and weights of the integer operators) are bound to the
-           test's values, as a user of a static compiler would (the model then holds them as
-           initializers)
+           ones it names in "must be a constant": axes, shapes, starts, sizes, split sizes, an If's
+           condition, ..., and the scales, zero points and weights of the integer operators) are
+           bound to the test's values with mlcc.compile(bind=...), as a user of a static compiler
+           would with --bind
   refused  mlcc refused the model at compile time (UnsupportedError: op, attribute or type)
   failed   a wrong answer, a crash, or any other error: the goal is none
 
@@ -143,10 +143,11 @@ def _read(folder: Path, kind: str) -> list[np.ndarray]:
 
 
 # What mlcc says of a graph input it needs as a compile-time constant: a shape-like value
-# (ops/common.py const_input; passes/infer_and_fold.py for a Loop's inputs: "must be a constant
-# once shapes are static") or a quantization parameter or integer weight (ops/quant.py: "must be
-# a constant"; in a quantized model these are initializers).
-_CONST_INPUT = re.compile(r"'([^']+)'\)? must be a constant\b")
+# (ops/common.py const_input; passes/control_flow.py for a Loop's inputs and an If's condition:
+# "must be a constant once shapes are static ... give its value with --bind NAME=...") or a
+# quantization parameter or integer weight (ops/quant.py: "'NAME' must be a constant").
+_CONST_INPUT = re.compile(r"must be a constant once shapes are static.*?--bind ([^=\s]+)="
+                          r"|'([^']+)'\)? must be a constant\b")
 
 
 class Result(NamedTuple):
@@ -162,7 +163,6 @@ class Result(NamedTuple):
 def run_case(entry: dict, root: Path) -> Result:
     """Compiles and runs one test."""
     import onnx
-    from onnx import numpy_helper
     import mlcc
     from mlcc.errors import UnsupportedError, MlccError
 
@@ -172,7 +172,7 @@ def run_case(entry: dict, root: Path) -> Result:
     inputs = _read(d / "test_data_set_0", "input") if entry["tensors"] else []
     outputs = _read(d / "test_data_set_0", "output") if entry["tensors"] else []
     feeds = {i.name: v for i, v in zip(model.graph.input, inputs)}
-    bound: list[str] = []
+    bound: dict[str, np.ndarray] = {}
     lowered: tuple[tuple[str, str], ...] = ()
 
     def end(status: str, why: str) -> Result:
@@ -180,23 +180,17 @@ def run_case(entry: dict, root: Path) -> Result:
 
     with tempfile.TemporaryDirectory(prefix="mlcc-conf-") as tmp:
         for _ in range(MAX_BIND_ROUNDS + 1):
-            path = Path(tmp) / "model.onnx"
-            onnx.save(model, str(path))
             try:
-                compiled = mlcc.compile(path, Path(tmp) / "out", target=str(TARGET))
+                compiled = mlcc.compile(d / "model.onnx", Path(tmp) / "out",
+                                        target=str(TARGET), bind=bound)
                 lowered = tuple(sorted({(n.domain, n.op_type) for n in compiled.graph.nodes}))
                 break
             except UnsupportedError as exc:
                 m = _CONST_INPUT.search(exc.message)
-                graph_inputs = [i.name for i in model.graph.input]
-                if m and m.group(1) in graph_inputs and m.group(1) in feeds:
-                    # Bind that input to the test's value: it becomes an initializer.
-                    value = feeds.pop(m.group(1))
-                    keep = [i for i in model.graph.input if i.name != m.group(1)]
-                    del model.graph.input[:]
-                    model.graph.input.extend(keep)
-                    model.graph.initializer.append(numpy_helper.from_array(value, m.group(1)))
-                    bound.append(m.group(1))
+                bind_name = m and (m.group(1) or m.group(2))
+                if bind_name and bind_name in feeds:
+                    # Bind that input to the test's value (mlcc.compile(bind=...), --bind)
+                    bound[bind_name] = feeds.pop(bind_name)
                     continue
                 return end("refused", exc.message.splitlines()[-1].strip()[:200])
             except MlccError as exc:

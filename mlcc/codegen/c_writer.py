@@ -294,13 +294,25 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
         else:
             c += pack(checks, "    if (", "        ", ") {", sep=" ||")
             c += ["        return MLCC_ERR_NULL_ARGUMENT;", "    }"]
+    guard: tuple = ()
+    ind = INDENT
     for t, call_ in enumerate(prog.calls):
+        if call_.guard != guard:     # the calls of an If's branch taken at run time
+            if guard:
+                c.append("    }")
+            ind = INDENT
+            if call_.guard:
+                conds = [f"{'' if want else '!'}*(const uint8_t *){pointer(v)}"
+                         for v, want in call_.guard]
+                c += pack(conds, "    if (", "        ", ") {", sep=" &&")
+                ind = 2 * INDENT
+            guard = call_.guard
         reads = [a for a in call_.args if a and a not in call_.writes and
                  not g.values[prog.root(a)].is_const]
         ins_txt = ", ".join(f"{a}{_dims(g.values[a].shape)}" for a in reads) or "constants"
         outs_txt = ", ".join(f"{a}{_dims(g.values[a].shape)}" for a in call_.writes)
         label = ", ".join(call_.nodes) or "output copy"
-        c += comment(_c_comment(f"{label} ({call_.op}): {ins_txt} -> {outs_txt}"), INDENT)
+        c += comment(_c_comment(f"{label} ({call_.op}): {ins_txt} -> {outs_txt}"), ind)
         args = ([f"&{sym.params[t]}"] if sym.params[t] else []) + \
             [pointer(a) for a in call_.args]
         if call_.scratch_bytes is not None:
@@ -308,10 +320,12 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
         if call_.pool:
             args.append("ctx->pool")
         if call_.returns_status:
-            c += call(f"status = {call_.kernel}", args, indent=INDENT)
-            c.append("    if (status != MLCC_OK) return status;")
+            c += call(f"status = {call_.kernel}", args, indent=ind)
+            c.append(f"{ind}if (status != MLCC_OK) return status;")
         else:
-            c += call(call_.kernel, args, indent=INDENT)
+            c += call(call_.kernel, args, indent=ind)
+    if guard:
+        c.append("    }")
     c += ["    return MLCC_OK;", "}", ""]
 
     c += call(f"int {prefix}_run_v", run_v_args, " {")

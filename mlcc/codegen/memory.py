@@ -53,7 +53,7 @@ def plan_memory(prog: Program, output_slots: dict[str, int]) -> MemoryPlan:
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     for t, call in enumerate(prog.calls):
-        for name in call.args:
+        for name in list(call.args) + [cond for cond, _ in call.guard]:
             if not name:
                 continue
             root = prog.root(name)

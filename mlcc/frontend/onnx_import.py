@@ -16,6 +16,7 @@ from onnx import helper, numpy_helper
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Node, Value
+from .binding import bind_inputs
 
 MIN_OPSET = 7
 MAX_FILE_BYTES = 4 << 30          # protobuf itself cannot hold more than 2 GB plus external data
@@ -190,16 +191,22 @@ def default_opset(model: onnx.ModelProto) -> int:
                            f"({domains}); mlcc compiles the default ONNX domain")
 
 
-def _attr_value(a: onnx.AttributeProto):
+def _attr_value(a: onnx.AttributeProto, subgraph):
+    """An attribute as Python: tensors as numpy arrays, subgraphs (If's branches, Loop's body)
+    as IR graphs through `subgraph`."""
     v = helper.get_attribute_value(a)
     if isinstance(v, bytes):
         return v.decode("utf-8", "replace")
     if isinstance(v, onnx.TensorProto):
         return numpy_helper.to_array(v)
+    if isinstance(v, onnx.GraphProto):
+        return subgraph(v)
     if isinstance(v, list):
         if v and isinstance(v[0], bytes):
             return [x.decode("utf-8", "replace") for x in v]
-        if v and isinstance(v[0], (onnx.TensorProto, onnx.GraphProto)):
+        if v and isinstance(v[0], onnx.GraphProto):
+            return [subgraph(x) for x in v]
+        if v and isinstance(v[0], onnx.TensorProto):
             return v  # kept opaque: ops that take them refuse them by attribute check
         return list(v)
     return v
@@ -213,20 +220,15 @@ def _np_dtype(elem_type: int, what: str) -> str:
 
 
 def to_graph(model: onnx.ModelProto, source_sha256: str = "") -> Graph:
-    """Converts a checked ModelProto into the IR (no shapes bound yet)."""
+    """Converts a checked ModelProto into the IR (no shapes bound yet). Subgraph attributes
+    (If's branches, Loop's body) become IR graphs too (_subgraph)."""
     opset = default_opset(model)
     if opset < MIN_OPSET:
         raise UnsupportedError(f"opset {opset} is older than the oldest mlcc reads "
                                f"({MIN_OPSET}); upgrade it with onnx.version_converter")
     domains = {o.domain: int(o.version) for o in model.opset_import}
     g = model.graph
-    values: dict[str, Value] = {}
-    for t in g.initializer:
-        try:
-            arr = numpy_helper.to_array(t)
-        except Exception as exc:
-            raise ModelError(f"initializer {t.name!r} cannot be read: {exc}") from None
-        values[t.name] = Value(t.name, arr.dtype.name, tuple(int(d) for d in arr.shape), arr)
+    values = _initializers(g)
     inputs = []
     for vi in g.input:
         if vi.name in values:
@@ -240,15 +242,42 @@ def to_graph(model: onnx.ModelProto, source_sha256: str = "") -> Graph:
                 f"input {vi.name!r} is {kind}: mlcc compiles dense tensors only (a sequence's "
                 f"length, an optional's presence and a map's keys are known only at run time, "
                 f"which a static arena planned at compile time cannot hold)")
-        shape = None
-        if tt.HasField("shape"):
-            # Some exporters (paddle2onnx) write -1 for a dynamic dimension.
-            shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else
-                          (d.dim_param or None) for d in tt.shape.dim)
-        values[vi.name] = Value(vi.name, _np_dtype(tt.elem_type, f"input {vi.name!r}"), shape)
+        values[vi.name] = Value(vi.name, _np_dtype(tt.elem_type, f"input {vi.name!r}"),
+                                _declared_shape(tt))
         inputs.append(vi.name)
+    nodes = _nodes(g, values, domains, opset)
+    outputs = [o.name for o in g.output]
+    return Graph(g.name or "model", nodes, values, inputs, outputs, opset, source_sha256)
 
+
+def _initializers(g: onnx.GraphProto) -> dict[str, Value]:
+    values: dict[str, Value] = {}
+    for t in g.initializer:
+        try:
+            arr = numpy_helper.to_array(t)
+        except Exception as exc:
+            raise ModelError(f"initializer {t.name!r} cannot be read: {exc}") from None
+        values[t.name] = Value(t.name, arr.dtype.name, tuple(int(d) for d in arr.shape), arr)
+    return values
+
+
+def _declared_shape(tt) -> tuple | None:
+    if not tt.HasField("shape"):
+        return None
+    # Some exporters (paddle2onnx) write -1 for a dynamic dimension.
+    return tuple(d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else
+                 (d.dim_param or None) for d in tt.shape.dim)
+
+
+def _nodes(g: onnx.GraphProto, values: dict[str, Value], domains: dict[str, int],
+           opset: int) -> list[Node]:
+    """The graph's nodes (unnamed ones named OpType_index, names made unique); their outputs
+    are added to `values`."""
     nodes, used_names = [], set()
+
+    def subgraph(proto: onnx.GraphProto) -> Graph:
+        return _subgraph(proto, domains, opset)
+
     for index, n in enumerate(g.node):
         name = n.name or f"{n.op_type}_{index}"
         while name in used_names:
@@ -260,13 +289,31 @@ def to_graph(model: onnx.ModelProto, source_sha256: str = "") -> Graph:
                                            domain).since_version
         except Exception:
             version = domains.get(domain, 0)
-        attrs = {a.name: _attr_value(a) for a in n.attribute}
+        attrs = {a.name: _attr_value(a, subgraph) for a in n.attribute}
         nodes.append(Node(name, n.op_type, list(n.input), list(n.output), attrs, domain, version))
         for o in n.output:
             if o:
                 values.setdefault(o, Value(o))
-    outputs = [o.name for o in g.output]
-    return Graph(g.name or "model", nodes, values, inputs, outputs, opset, source_sha256)
+    return nodes
+
+
+def _subgraph(g: onnx.GraphProto, domains: dict[str, int], opset: int) -> Graph:
+    """A subgraph attribute as an IR graph: its values are only those it defines (its
+    initializers, formal inputs and node outputs); any other name it reads comes from an
+    enclosing graph (ONNX's outer scope). Its formal inputs keep the types they declare,
+    possibly none."""
+    values = _initializers(g)
+    inputs = []
+    for vi in g.input:
+        if vi.name in values:
+            continue
+        tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+        dtype = _np_dtype(tt.elem_type, f"subgraph input {vi.name!r}") \
+            if tt is not None and tt.elem_type else None
+        values[vi.name] = Value(vi.name, dtype, _declared_shape(tt) if tt is not None else None)
+        inputs.append(vi.name)
+    nodes = _nodes(g, values, domains, opset)
+    return Graph(g.name or "subgraph", nodes, values, inputs, [o.name for o in g.output], opset)
 
 
 def bind_shapes(g: Graph, shapes: dict[str, tuple[int, ...]] | None) -> Graph:
@@ -310,12 +357,20 @@ def _dims(shape) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
-def import_model(path: str | os.PathLike, shapes: dict[str, tuple[int, ...]] | None = None
-                 ) -> Graph:
-    """The frontend in one call: file -> graph with static input shapes."""
+def import_model(path: str | os.PathLike, shapes: dict[str, tuple[int, ...]] | None = None,
+                 bind: dict[str, object] | None = None) -> Graph:
+    """The frontend in one call: file -> graph with static input shapes, the inputs named in
+    `bind` made constants (binding.bind_inputs)."""
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest() if Path(path).is_file() else ""
-    model = load_onnx(path)
-    return bind_shapes(to_graph(model, digest), shapes)
+    return specialize(to_graph(load_onnx(path), digest), shapes, bind)
+
+
+def specialize(g: Graph, shapes: dict[str, tuple[int, ...]] | None,
+               bind: dict[str, object] | None) -> Graph:
+    """--bind, then --shape: the bound inputs made constants, every other input's shape
+    static."""
+    g = bind_inputs(g, bind, shapes)
+    return bind_shapes(g, {k: v for k, v in (shapes or {}).items() if k not in (bind or {})})
 
 
 def parse_shape_option(text: str) -> tuple[str, tuple[int, ...]]:

@@ -52,6 +52,11 @@ class Node:
     domain: str = ""
     version: int = 0                  # since_version of the ONNX schema this node follows
     fused: list[str] = field(default_factory=list)   # names of nodes folded into this one
+    # Run only when these (bool scalar value, wanted truth) all hold: the nodes of an If's
+    # branches when its condition is known only at run time (passes/control_flow.py). The
+    # branch outputs are then selected by Where, so a pass that drops the guard (a fusion
+    # making a new node) costs time, never correctness.
+    guard: tuple[tuple[str, bool], ...] = ()
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
@@ -59,6 +64,16 @@ class Node:
     def input(self, i: int) -> str:
         """The name of input i, or "" when it is absent."""
         return self.inputs[i] if i < len(self.inputs) else ""
+
+    def subgraphs(self) -> list["Graph"]:
+        """The graph attributes (If's branches, Loop's body; not the ones nested in them)."""
+        found: list[Graph] = []
+        for v in self.attrs.values():
+            if isinstance(v, Graph):
+                found.append(v)
+            elif isinstance(v, list) and v and isinstance(v[0], Graph):
+                found.extend(v)
+        return found
 
 
 @dataclass
@@ -122,6 +137,34 @@ class Graph:
         """Makes every node that reads `old` read `new` (graph outputs are left alone)."""
         for n in self.nodes:
             n.inputs = [new if i == old else i for i in n.inputs]
+
+    def outer_names(self) -> list[str]:
+        """For a subgraph: the names it (and the subgraphs in it) reads from the scopes around
+        it, in order; its own values are only the names it defines."""
+        used: list[str] = []
+        for n in self.nodes:
+            inner = [x for s in n.subgraphs() for x in s.outer_names()]
+            used += [x for x in list(n.inputs) + inner
+                     if x and x not in self.values and x not in used]
+        used += [o for o in self.outputs if o not in self.values and o not in used]
+        return used
+
+    def inputs_upstream(self, name: str) -> list[str]:
+        """The graph inputs a run-time value is computed from, in input order (what to bind
+        for it to fold)."""
+        producer = self.producers()
+        found, seen, stack = set(), set(), [name]
+        while stack:
+            cur = stack.pop()
+            if cur in seen or self.const(cur) is not None:
+                continue
+            seen.add(cur)
+            if cur in self.inputs:
+                found.add(cur)
+            elif cur in producer:
+                stack.extend(i for i in producer[cur].inputs if i)
+                stack.extend(x for s in producer[cur].subgraphs() for x in s.outer_names())
+        return [i for i in self.inputs if i in found]
 
     def runtime_values(self) -> Iterable[Value]:
         return (v for v in self.values.values() if not v.is_const)

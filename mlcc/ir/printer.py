@@ -36,5 +36,7 @@ def _arg(g: Graph, name: str) -> str:
 
 
 def _short(v) -> str:
+    if isinstance(v, Graph):        # a subgraph attribute (If's branches, Loop's body)
+        return f"<graph {v.name}: {len(v.nodes)} nodes>"
     text = repr(v)
     return text if len(text) <= 40 else text[:37] + "..."

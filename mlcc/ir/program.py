@@ -34,6 +34,7 @@ class KernelCall:
     pool: bool = False                 # takes the context's thread pool as the last argument
     nodes: list[str] = field(default_factory=list)   # ONNX node names it implements
     op: str = ""                       # what the banner comment calls it, e.g. "Conv+Relu"
+    guard: tuple[tuple[str, bool], ...] = ()   # run only if these bool scalars are so (Node)
 
 
 @dataclass
@@ -92,7 +93,7 @@ class Lowering:
         self.program.calls.append(KernelCall(
             kernel, list(args), list(writes), params_type, dict(params or {}),
             None if scratch_bytes is None else int(scratch_bytes),
-            returns_status, pool, names, label))
+            returns_status, pool, names, label, node.guard if node is not None else ()))
 
     def alias(self, view: str, of: str) -> None:
         """`view` shares the storage of `of` (a reshape: same bytes, new shape)."""

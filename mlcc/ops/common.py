@@ -73,8 +73,14 @@ def const_input(g: Graph, node: Node, index: int, what: str) -> np.ndarray | Non
         return None
     arr = g.const(name)
     if arr is None:
+        sources = [name] if name in g.inputs else g.inputs_upstream(name)
+        where = ("it is a graph input" if name in g.inputs else
+                 f"it is computed at run time{' from graph input ' if sources else ''}"
+                 f"{', '.join(map(repr, sources))}")
+        if sources:
+            where += f": give its value at compile time with --bind {sources[0]}=..."
         raise UnsupportedError(f"{what} (input {index}, {name!r}) must be a constant once "
-                               f"shapes are static; it is computed at run time")
+                               f"shapes are static; {where}")
     return arr
 
 

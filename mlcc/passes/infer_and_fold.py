@@ -18,16 +18,16 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import ModelError, UnsupportedError
-from ..ir import Graph, Node
+from ..ir import Graph, Node, format_type
 from ..ops import lookup, unsupported_reason
 from ..ops.common import IO_DTYPES, MAX_RANK
 from ..ops.registry import describe
+from .control_flow import fold_loop, inline_if
 
 # No tensor may be larger: sizes and offsets stay far from overflowing size_t and int64 in the
 # generated C (a 2^62-element input once gave an arena size of 2^64, which wraps to 0).
 MAX_TENSOR_BYTES = 1 << 40
 MAX_CONST_BYTES = 1 << 30        # a folded constant larger than this is surely a broken model
-MAX_LOOP_ITERATIONS = 100_000    # a Loop folded at compile time: bounded compile time
 NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                     "Multinomial", "Bernoulli"}
 
@@ -36,13 +36,18 @@ def infer_and_fold(g: Graph) -> Graph:
     g = g.copy()
     problems: list[str] = []
     unknown: set[str] = set()     # values whose type could not be inferred (after a problem)
-    for node in g.nodes:
+    selects: dict[str, Node] = {}  # Where nodes choosing a run-time If's outputs -> the If
+    index = 0
+    while index < len(g.nodes):
+        node = g.nodes[index]
+        index += 1
         ins = [g.values.get(i) if i else None for i in node.inputs]
         if any(i and i in unknown for i in node.inputs):
             # Downstream of a problem: no types to infer, but still report what is unsupported.
-            reasons = (["Loop (control flow) runs only at compile time, folded when its inputs "
-                        "are constant; they depend on a node that cannot be compiled"]
-                       if node.op_type == "Loop" else unsupported_reason(node))
+            reasons = ([f"{node.op_type} (control flow) runs only at compile time, folded when "
+                        f"its inputs are constant; they depend on a node that cannot be "
+                        f"compiled"] if node.op_type in ("Loop", "If")
+                       else unsupported_reason(node))
             if reasons:
                 problems.append(f"{describe(node)}: {'; '.join(reasons)}")
             unknown.update(o for o in node.outputs if o)
@@ -50,6 +55,24 @@ def infer_and_fold(g: Graph) -> Graph:
         missing = [i for i, v in zip(node.inputs, ins) if i and (v is None or v.dtype is None)]
         if missing:
             raise ModelError(f"{describe(node)} reads {missing[0]!r}, which nothing defines")
+        if node.op_type == "If" and node.domain in ("", "ai.onnx"):
+            try:    # the branch(es) replace the If, and the walk goes on through them
+                g.nodes[index - 1:index], chosen = inline_if(g, node)
+                selects.update({k: node for k in chosen})
+                index -= 1
+            except UnsupportedError as exc:
+                problems.append(f"{describe(node)}: {exc.message}")
+                unknown.update(o for o in node.outputs if o)
+            continue
+        if node.name in selects and not _same_type(ins[1], ins[2], ins[0]):
+            problems.append(
+                f"{describe(selects[node.name])}: its condition {node.inputs[0]!r} is known "
+                f"only at run time, and the branches give output {node.outputs[0]!r} as "
+                f"{format_type(ins[1])} and {format_type(ins[2])}; mlcc runs such an If only "
+                f"when both branches' outputs have the same type and static shape (or bind the "
+                f"condition's inputs with --bind to fold it)")
+            unknown.update(o for o in node.outputs if o)
+            continue
         try:
             results = _fold(g, node)
         except UnsupportedError as exc:
@@ -110,6 +133,13 @@ def infer_and_fold(g: Graph) -> Graph:
     return g
 
 
+def _same_type(a, b, cond) -> bool:
+    """Both branch outputs of a run-time If of one static type, which the condition does not
+    broadcast to another shape."""
+    return (a.dtype == b.dtype and a.is_static and a.shape == b.shape
+            and len(cond.shape) <= len(a.shape))
+
+
 def _set_const(g: Graph, name: str, arr: np.ndarray) -> None:
     arr = np.asarray(arr)
     if arr.nbytes > MAX_CONST_BYTES:
@@ -132,14 +162,12 @@ def _fold(g: Graph, node: Node) -> list[np.ndarray] | None:
         return None
     if node.op_type in NONDETERMINISTIC or node.domain not in ("", "ai.onnx"):
         return None
-    if any(isinstance(v, onnx.GraphProto) or (isinstance(v, list) and v and
-                                              isinstance(v[0], onnx.GraphProto))
-           for v in node.attrs.values()):
+    if node.subgraphs():
         if node.op_type != "Loop":
             raise UnsupportedError("control flow (operators with subgraphs) is not supported; "
-                                   "only Loop, folded at compile time when its inputs are "
-                                   "constant")
-        return _fold_loop(g, node)
+                                   "only Loop and If, folded at compile time when their inputs "
+                                   "(an If's condition) are constant")
+        return fold_loop(g, node)
     arrays = [g.const(i) if i else None for i in node.inputs]
     if any(i and a is None for i, a in zip(node.inputs, arrays)):
         return None
@@ -151,118 +179,6 @@ def _fold(g: Graph, node: Node) -> list[np.ndarray] | None:
     if out is None:
         out = reference_eval(node, arrays, g.opset)
     return out
-
-
-def _outer_names(graph: onnx.GraphProto) -> list[str]:
-    """Names a subgraph (and the subgraphs in it) reads from the scopes around it."""
-    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
-    used: list[str] = []
-    for n in graph.node:
-        inner = [x for a in n.attribute for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH
-                                                      else list(a.graphs))
-                 for x in _outer_names(sub)]
-        used += [x for x in list(n.input) + inner if x and x not in defined and x not in used]
-        defined.update(o for o in n.output if o)
-    return used
-
-
-def _graph_inputs_upstream(g: Graph, name: str) -> list[str]:
-    """The graph inputs a run-time value is computed from, in input order."""
-    producer = {o: n for n in g.nodes for o in n.outputs if o}
-    found, seen, stack = set(), set(), [name]
-    while stack:
-        cur = stack.pop()
-        if cur in seen or g.const(cur) is not None:
-            continue
-        seen.add(cur)
-        if cur in g.inputs:
-            found.add(cur)
-        elif cur in producer:
-            stack.extend(i for i in producer[cur].inputs if i)
-    return [i for i in g.inputs if i in found]
-
-
-def _fold_loop(g: Graph, node: Node) -> list[np.ndarray]:
-    """A Loop whose inputs, and the outer values its body reads, are constant is evaluated
-    by onnx.reference at compile time; mlcc has no run-time control flow, so any other Loop
-    is refused, naming the graph input it would need bound to a constant."""
-    if not isinstance(node.attrs.get("body"), onnx.GraphProto):
-        raise ModelError(f"{describe(node)}: Loop needs a 'body' graph attribute")
-    outer = [n for n in _outer_names(node.attrs["body"]) if n in g.values]
-    roles = ["trip count", "condition"]
-    needed = [(i, roles[i] if i < 2 else f"initial value {i - 2}", name)
-              for i, name in enumerate(node.inputs) if name]
-    needed += [(None, "body's outer-scope value", name) for name in outer]
-    why = "(mlcc runs control flow only at compile time, by folding it)"
-    for i, role, name in needed:
-        if g.const(name) is not None:
-            continue
-        if i is not None and name in g.inputs:
-            raise UnsupportedError(f"Loop's {role} (input {i}, {name!r}) must be a constant "
-                                   f"once shapes are static {why}; it is a graph input")
-        sources = _graph_inputs_upstream(g, name)
-        if not sources:
-            raise UnsupportedError(f"Loop's {role} {name!r} is computed at run time {why}")
-        raise UnsupportedError(
-            f"Loop's {role} {name!r} is computed at run time from graph "
-            f"input{'s' if len(sources) > 1 else ''} {', '.join(map(repr, sources))}: graph "
-            f"input {sources[0]!r} must be a constant once shapes are static {why}")
-    return _run_loop(g, node, {n: g.const(n) for n in outer})
-
-
-def _run_loop(g: Graph, node: Node, outer: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """Loop's semantics, with onnx.reference running the body once per iteration (its own
-    Loop stacks scan outputs with np.vstack, which is wrong for scalars and for rank > 1)."""
-    from onnx.reference import ReferenceEvaluator
-
-    body: onnx.GraphProto = node.attrs["body"]
-    trip = g.const(node.input(0)) if node.input(0) else None
-    cond = g.const(node.input(1)) if node.input(1) else None
-    carried = [g.const(n) for n in node.inputs[2:]]
-    n_scan = len(body.output) - 1 - len(carried)
-    if n_scan < 0 or len(body.input) != 2 + len(carried):
-        raise ModelError(f"{describe(node)}: the body's inputs and outputs do not match the "
-                         f"Loop's ({len(body.input)} inputs, {len(body.output)} outputs for "
-                         f"{len(carried)} loop-carried values)")
-    graph = onnx.GraphProto()
-    graph.CopyFrom(body)
-    graph.input.extend(helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype),
-                                                     a.shape) for n, a in outer.items())
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", g.opset)])
-    try:
-        run = ReferenceEvaluator(model).run
-    except Exception as exc:
-        raise ModelError(f"{describe(node)}: its body cannot be evaluated: {exc}") from None
-    limit = None if trip is None else int(np.asarray(trip).reshape(-1)[0])
-    keep_going = True if cond is None else bool(np.asarray(cond).reshape(-1)[0])
-    names = [i.name for i in body.input]
-    scans: list[list[np.ndarray]] = [[] for _ in range(n_scan)]
-    i, size = 0, 0
-    while keep_going and (limit is None or i < limit):
-        if i >= MAX_LOOP_ITERATIONS:
-            raise UnsupportedError(f"Loop runs more than {MAX_LOOP_ITERATIONS} iterations; "
-                                   f"mlcc folds Loop at compile time and refuses longer ones")
-        feeds = {**outer, names[0]: np.array(i, np.int64),
-                 names[1]: np.array(keep_going), **dict(zip(names[2:], carried))}
-        try:
-            outs = [np.asarray(o) for o in run(None, feeds)]
-        except Exception as exc:
-            raise ModelError(f"{describe(node)}: evaluating iteration {i} on constant inputs "
-                             f"failed: {exc}") from None
-        if cond is not None:        # without a cond input, the body's cond output is ignored
-            keep_going = bool(outs[0].reshape(-1)[0])
-        carried = outs[1:1 + len(carried)]
-        for k, o in enumerate(outs[1 + len(carried):]):
-            scans[k].append(o)
-            size += o.nbytes
-        if size > MAX_CONST_BYTES:
-            raise ModelError(f"{describe(node)}: folding builds over {MAX_CONST_BYTES} bytes of "
-                             f"scan outputs; refusing")
-        i += 1
-    if n_scan and i == 0:
-        raise UnsupportedError("Loop runs no iteration, so its scan outputs' shapes are "
-                               "unknown; mlcc cannot fold it")
-    return list(carried) + [np.stack(s) for s in scans]
 
 
 def _guard_size(node: Node, arrays: list) -> None:
@@ -317,5 +233,9 @@ def reference_eval(node: Node, arrays: list[np.ndarray | None], opset: int) -> l
     except Exception as exc:
         raise ModelError(f"{describe(node)}: evaluating it on constant inputs failed: {exc}"
                          ) from None
+    if any(r is None or isinstance(r, (list, tuple)) for r in results):
+        # np.asarray would stack a sequence into one tensor: a different value
+        raise UnsupportedError(f"{node.op_type} produces a sequence or an optional; mlcc "
+                               f"compiles dense tensors only")
     it = iter(results)
     return [np.asarray(next(it)) if o else None for o in outs]

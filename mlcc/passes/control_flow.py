@@ -1,0 +1,264 @@
+"""Control flow: Loop evaluated at compile time, If inlined (used by infer_and_fold's walk).
+
+A Loop whose inputs, and the outer values its body reads, are constant is evaluated by
+onnx.reference; any other Loop is refused, naming the graph input it would need bound (--bind)
+to become constant. An If whose condition is constant (after binding and folding) is replaced
+by the nodes of the branch it takes, so that the branch compiles like the rest of the graph;
+an If on a run-time condition by both branches, guarded, and a Where per output (inline_if).
+
+Subgraphs (If's then_branch/else_branch, Loop's body) are IR graphs (frontend._subgraph):
+their values are the names they define; any other name they read is from an enclosing scope.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..errors import ModelError, UnsupportedError
+from ..ir import Graph, Node, Value
+from ..ops.registry import describe
+
+MAX_LOOP_ITERATIONS = 100_000    # a Loop folded at compile time: bounded compile time
+MAX_CONST_BYTES = 1 << 30        # a folded constant larger than this is surely a broken model
+WHY = "(mlcc runs control flow only at compile time, by folding it)"
+
+
+def require_constant(g: Graph, op: str, role: str, name: str, index: int | None) -> None:
+    """Refuses a control-flow operand computed at run time, naming the graph input to bind
+    (tests/conformance.py binds on the words "must be a constant once shapes are static")."""
+    if g.const(name) is not None:
+        return
+    if index is not None and name in g.inputs:
+        raise UnsupportedError(f"{op}'s {role} (input {index}, {name!r}) must be a constant "
+                               f"once shapes are static {WHY}; it is a graph input: give its "
+                               f"value with --bind {name}=...")
+    sources = g.inputs_upstream(name)
+    if not sources:
+        raise UnsupportedError(f"{op}'s {role} {name!r} is computed at run time {WHY}")
+    raise UnsupportedError(
+        f"{op}'s {role} {name!r} is computed at run time from graph "
+        f"input{'s' if len(sources) > 1 else ''} {', '.join(map(repr, sources))}: graph "
+        f"input {sources[0]!r} must be a constant once shapes are static {WHY}: give "
+        f"its value with --bind {sources[0]}=...")
+
+
+# ------------------------------------------------------------------------------------ If
+
+def inline_if(g: Graph, node: Node) -> tuple[list[Node], dict[str, str]]:
+    """The nodes that replace an If, and the Where nodes among them that select a branch's
+    outputs at run time (their names -> the If's name).
+
+    With a constant condition: the taken branch's nodes, its initializers added to g as
+    constants, its values renamed where their names are taken in g (deterministically: name,
+    name_1, ...), its node names prefixed by the If's, and its outputs written to the If's
+    outputs. Nested subgraphs see the renamed outer values.
+
+    With a condition known only at run time: both branches, each guarded by the condition
+    (Node.guard: the generated C runs them inside an `if`), each writing its outputs to values
+    of its own, and one Where per output selecting the branch's (infer_and_fold checks that the
+    branches' outputs have the same type and static shape)."""
+    cond_name = node.input(0)
+    if not cond_name:
+        raise ModelError(f"{describe(node)}: If needs a condition input")
+    cond = g.const(cond_name)
+    if cond is None:
+        return _inline_both(g, node, cond_name)
+    cond = np.asarray(cond)
+    if cond.size != 1:
+        raise ModelError(f"{describe(node)}: the condition has {cond.size} elements, not one")
+    key = "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"
+    taken = {n.name for n in g.nodes}
+    return _inline_branch(g, node, key, list(node.outputs), node.guard, taken, node.name), {}
+
+
+def _inline_both(g: Graph, node: Node, cond: str) -> tuple[list[Node], dict[str, str]]:
+    v = g.values[cond]
+    if v.dtype != "bool" or v.numel != 1:
+        raise UnsupportedError(f"the condition {cond!r} is {v.dtype} {list(v.shape)}, not one "
+                               f"bool")
+    nodes: list[Node] = []
+    taken = {n.name for n in g.nodes}
+    picks: dict[str, list[str]] = {o: [] for o in node.outputs if o}
+    for key, want in (("then_branch", True), ("else_branch", False)):
+        outs = []
+        for o in node.outputs:
+            outs.append(g.fresh_name(f"{o}.{key[:4]}") if o else "")
+            if o:
+                g.values[outs[-1]] = Value(outs[-1])
+                picks[o].append(outs[-1])
+        nodes += _inline_branch(g, node, key, outs, node.guard + ((cond, want),), taken,
+                                f"{node.name}/{key[:4]}")
+    where = onnx.defs.get_schema("Where", g.opset).since_version
+    selects = {}
+    for o, (t, e) in picks.items():
+        name = _unique(taken, f"{node.name}/select:{o}")
+        nodes.append(Node(name, "Where", [cond, t, e], [o], {}, "", where, guard=node.guard))
+        selects[name] = node.name
+    return nodes, selects
+
+
+def _inline_branch(g: Graph, node: Node, key: str, outs: list[str], guard: tuple,
+                   taken: set[str], prefix: str) -> list[Node]:
+    """The branch's nodes as parent nodes named PREFIX/NODE (unique among `taken`), writing
+    its outputs to `outs`."""
+    branch = node.attrs.get(key)
+    if not isinstance(branch, Graph):
+        raise ModelError(f"{describe(node)}: If needs a {key!r} graph attribute")
+    if len(branch.outputs) != len(outs):
+        raise ModelError(f"{describe(node)}: its {key} has {len(branch.outputs)} outputs, the "
+                         f"If has {len(outs)}")
+    rename: dict[str, str] = {}
+    produced = {o for n in branch.nodes for o in n.outputs if o}
+    # A branch output made by one of its nodes is written straight to the If's output.
+    for b, o in zip(branch.outputs, outs):
+        if o and b in produced and b not in rename and branch.outputs.count(b) == 1:
+            rename[b] = o
+    for name in branch.values:
+        if name not in rename:
+            rename[name] = g.fresh_name(name)
+            g.values[rename[name]] = Value(rename[name])
+    for name, v in branch.values.items():
+        if v.is_const:
+            new = g.values[rename[name]]
+            new.dtype, new.shape, new.const = v.dtype, v.shape, v.const
+    nodes = [_renamed(n, rename, _unique(taken, f"{prefix}/{n.name}"), guard)
+             for n in branch.nodes]
+    identity = onnx.defs.get_schema("Identity", g.opset).since_version
+    for b, o in zip(branch.outputs, outs):     # outer values, constants, repeated outputs
+        if o and rename.get(b) != o:
+            nodes.append(Node(_unique(taken, f"{prefix}/{o}"), "Identity",
+                              [rename.get(b, b)], [o], {}, "", identity, guard=guard))
+    return nodes
+
+
+def _unique(taken: set[str], name: str) -> str:
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
+
+
+def _renamed(n: Node, rename: dict[str, str], name: str, guard: tuple) -> Node:
+    attrs = {k: _rename_free(v, rename) for k, v in n.attrs.items()}
+    return Node(name, n.op_type, [rename.get(i, i) if i else i for i in n.inputs],
+                [rename.get(o, o) if o else o for o in n.outputs], attrs, n.domain, n.version,
+                list(n.fused), guard)
+
+
+def _rename_free(v, rename: dict[str, str]):
+    """An attribute with the outer-scope names its subgraphs read renamed (a copy)."""
+    if isinstance(v, list) and v and isinstance(v[0], Graph):
+        return [_rename_free(x, rename) for x in v]
+    if not isinstance(v, Graph):
+        return v
+    free = {k: w for k, w in rename.items() if k not in v.values}
+    if not free:
+        return v
+    nodes = [Node(n.name, n.op_type, [free.get(i, i) if i else i for i in n.inputs],
+                  list(n.outputs), {k: _rename_free(a, free) for k, a in n.attrs.items()},
+                  n.domain, n.version, list(n.fused)) for n in v.nodes]
+    return Graph(v.name, nodes, v.values, list(v.inputs),
+                 [free.get(o, o) for o in v.outputs], v.opset, v.source_sha256)
+
+
+# ------------------------------------------------------------------------------------ Loop
+
+def fold_loop(g: Graph, node: Node) -> list[np.ndarray]:
+    """A Loop whose inputs, and the outer values its body reads, are constant is evaluated
+    by onnx.reference at compile time; any other Loop is refused, naming the graph input it
+    would need bound to a constant."""
+    body = node.attrs.get("body")
+    if not isinstance(body, Graph):
+        raise ModelError(f"{describe(node)}: Loop needs a 'body' graph attribute")
+    outer = [n for n in body.outer_names() if n in g.values]
+    roles = ["trip count", "condition"]
+    for i, name in enumerate(node.inputs):
+        if name:
+            require_constant(g, "Loop", roles[i] if i < 2 else f"initial value {i - 2}", name, i)
+    for name in outer:
+        require_constant(g, "Loop", "body's outer-scope value", name, None)
+    return _run_loop(g, node, body, {n: g.const(n) for n in outer})
+
+
+def _run_loop(g: Graph, node: Node, body: Graph, outer: dict[str, np.ndarray]
+              ) -> list[np.ndarray]:
+    """Loop's semantics, with onnx.reference running the body once per iteration (its own
+    Loop stacks scan outputs with np.vstack, which is wrong for scalars and for rank > 1)."""
+    from onnx.reference import ReferenceEvaluator
+
+    trip = g.const(node.input(0)) if node.input(0) else None
+    cond = g.const(node.input(1)) if node.input(1) else None
+    carried = [g.const(n) for n in node.inputs[2:]]
+    n_scan = len(body.outputs) - 1 - len(carried)
+    if n_scan < 0 or len(body.inputs) != 2 + len(carried):
+        raise ModelError(f"{describe(node)}: the body's inputs and outputs do not match the "
+                         f"Loop's ({len(body.inputs)} inputs, {len(body.outputs)} outputs for "
+                         f"{len(carried)} loop-carried values)")
+    graph = to_onnx_graph(body, outer)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", g.opset)])
+    try:
+        run = ReferenceEvaluator(model).run
+    except Exception as exc:
+        raise ModelError(f"{describe(node)}: its body cannot be evaluated: {exc}") from None
+    limit = None if trip is None else int(np.asarray(trip).reshape(-1)[0])
+    keep_going = True if cond is None else bool(np.asarray(cond).reshape(-1)[0])
+    names = list(body.inputs)
+    scans: list[list[np.ndarray]] = [[] for _ in range(n_scan)]
+    i, size = 0, 0
+    while keep_going and (limit is None or i < limit):
+        if i >= MAX_LOOP_ITERATIONS:
+            raise UnsupportedError(f"Loop runs more than {MAX_LOOP_ITERATIONS} iterations; "
+                                   f"mlcc folds Loop at compile time and refuses longer ones")
+        feeds = {**outer, names[0]: np.array(i, np.int64),
+                 names[1]: np.array(keep_going), **dict(zip(names[2:], carried))}
+        try:
+            outs = [np.asarray(o) for o in run(None, feeds)]
+        except Exception as exc:
+            raise ModelError(f"{describe(node)}: evaluating iteration {i} on constant inputs "
+                             f"failed: {exc}") from None
+        if cond is not None:        # without a cond input, the body's cond output is ignored
+            keep_going = bool(outs[0].reshape(-1)[0])
+        carried = outs[1:1 + len(carried)]
+        for k, o in enumerate(outs[1 + len(carried):]):
+            scans[k].append(o)
+            size += o.nbytes
+        if size > MAX_CONST_BYTES:
+            raise ModelError(f"{describe(node)}: folding builds over {MAX_CONST_BYTES} bytes of "
+                             f"scan outputs; refusing")
+        i += 1
+    if n_scan and i == 0:
+        raise UnsupportedError("Loop runs no iteration, so its scan outputs' shapes are "
+                               "unknown; mlcc cannot fold it")
+    return list(carried) + [np.stack(s) for s in scans]
+
+
+def to_onnx_graph(sub: Graph, outer: dict[str, np.ndarray] | None = None) -> onnx.GraphProto:
+    """An IR (sub)graph as ONNX, for onnx.reference; `outer` values become extra inputs.
+    (Attributes that are empty lists are left out: ONNX cannot tell their type.)"""
+    def info(name: str, dtype, shape):
+        elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype)) if dtype else \
+            onnx.TensorProto.UNDEFINED
+        return helper.make_tensor_value_info(name, elem, shape)
+
+    nodes = [helper.make_node(n.op_type, n.inputs, n.outputs, name=n.name, domain=n.domain,
+                              **{k: _attr_proto(v) for k, v in n.attrs.items()
+                                 if not k.startswith("_") and not (isinstance(v, list) and
+                                                                   not v)})
+             for n in sub.nodes]
+    inputs = [info(name, sub.values[name].dtype, sub.values[name].shape) for name in sub.inputs]
+    inputs += [info(name, a.dtype, a.shape) for name, a in (outer or {}).items()]
+    inits = [numpy_helper.from_array(np.asarray(v.const), k) for k, v in sub.values.items()
+             if v.is_const and k not in sub.inputs]
+    outputs = [info(o, None, None) for o in sub.outputs]
+    return helper.make_graph(nodes, sub.name, inputs, outputs, inits)
+
+
+def _attr_proto(v):
+    if isinstance(v, np.ndarray):
+        return numpy_helper.from_array(v)
+    if isinstance(v, Graph):
+        return to_onnx_graph(v)
+    if isinstance(v, list) and v and isinstance(v[0], Graph):
+        return [to_onnx_graph(x) for x in v]
+    return v

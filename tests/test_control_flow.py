@@ -1,0 +1,211 @@
+"""If: a streaming detector whose sample-rate input picks a branch (If on sr == 16000, different
+Conv/MatMul in each branch, a nested If in one of them) compiles with --bind sr=... (the If
+folded, the branch inlined) and agrees with onnxruntime; without the binding both branches are
+compiled behind a C `if` and the one the run-time condition picks runs."""
+import json
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import mlcc
+from mlcc.cli import main
+from mlcc.errors import UnsupportedError
+
+rng = np.random.default_rng(7)
+vi = helper.make_tensor_value_info
+
+
+def _branch(name: str, kernel: int, stride: int, nested: bool) -> onnx.GraphProto:
+    """Conv1d(x) -> Relu -> mean over time -> (+/- state h) -> MatMul; both branches use the
+    same value names (sibling scopes), the weights are the branch's own initializers, the
+    MatMul's is an outer-scope initializer of the main graph."""
+    w = numpy_helper.from_array(rng.standard_normal((8, 1, kernel)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], strides=[stride], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("ReduceMean", ["r"], ["m"], axes=[2], keepdims=0, name="mean")]
+    if nested:   # s = m + h above 4 kHz, m - h otherwise: an If in a branch, on sr again
+        inner = [helper.make_graph([helper.make_node(op, ["m", "h"], ["t"], name="mix")],
+                                   f"{name}_{op}", [], [vi("t", TensorProto.FLOAT, [1, 8])])
+                 for op in ("Add", "Sub")]
+        nodes += [helper.make_node("Greater", ["sr", "four_k"], ["hi"], name="is_hi"),
+                  helper.make_node("If", ["hi"], ["s"], then_branch=inner[0],
+                                   else_branch=inner[1], name="if_hi")]
+    else:
+        nodes.append(helper.make_node("Add", ["m", "h"], ["s"], name="mix"))
+    nodes += [helper.make_node("MatMul", ["s", f"proj_{name}"], ["p"], name="proj"),
+              helper.make_node("Tanh", ["s"], ["hn"], name="state")]
+    return helper.make_graph(nodes, name, [], [vi("p", TensorProto.FLOAT, [1, 2]),
+                                               vi("hn", TensorProto.FLOAT, [1, 8])], [w])
+
+
+def detector() -> onnx.ModelProto:
+    inits = [numpy_helper.from_array(np.array(16000, np.int64), "sixteen_k"),
+             numpy_helper.from_array(np.array(4000, np.int64), "four_k"),
+             numpy_helper.from_array(rng.standard_normal((8, 2)).astype(np.float32), "proj_16k"),
+             numpy_helper.from_array(rng.standard_normal((8, 2)).astype(np.float32), "proj_8k")]
+    nodes = [helper.make_node("Equal", ["sr", "sixteen_k"], ["is_16k"], name="is_16k"),
+             helper.make_node("If", ["is_16k"], ["logits", "state"], name="by_rate",
+                              then_branch=_branch("16k", 5, 2, False),
+                              else_branch=_branch("8k", 3, 1, True)),
+             helper.make_node("Softmax", ["logits"], ["prob"], axis=-1, name="softmax")]
+    g = helper.make_graph(nodes, "vad", [vi("x", TensorProto.FLOAT, [1, 1, 64]),
+                                          vi("sr", TensorProto.INT64, []),
+                                          vi("h", TensorProto.FLOAT, [1, 8])],
+                          [vi("prob", TensorProto.FLOAT, [1, 2]),
+                           vi("state", TensorProto.FLOAT, [1, 8])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
+@pytest.fixture(scope="module")
+def vad_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("vad") / "vad.onnx"
+    onnx.save(detector(), str(path))
+    return path
+
+
+def _ort(path, feeds):
+    import onnxruntime as ort
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return dict(zip(["prob", "state"], sess.run(["prob", "state"], feeds)))
+
+
+@pytest.mark.parametrize("sr", [16000, 8000, 3000])
+def test_if_on_a_bound_sample_rate_matches_onnxruntime(vad_path, tmp_path, sr):
+    res = mlcc.compile(vad_path, tmp_path / "out", bind={"sr": sr})
+    assert res.graph.inputs == ["x", "h"]
+    ops = sorted({n.op_type for n in res.graph.nodes})
+    assert "If" not in ops and "Conv" in ops
+    x = rng.standard_normal((1, 1, 64)).astype(np.float32)
+    h = rng.standard_normal((1, 8)).astype(np.float32)
+    got = mlcc.load(tmp_path / "out").run({"x": x, "h": h})
+    ref = _ort(vad_path, {"x": x, "h": h, "sr": np.array(sr, np.int64)})
+    for k in ref:
+        np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-6)
+    assert mlcc.verify(vad_path, bind={"sr": sr}).ok
+
+
+def test_inlined_names_are_prefixed_unique_and_deterministic(vad_path, tmp_path):
+    g = mlcc.compile(vad_path, tmp_path / "a", bind={"sr": 8000}, build=False).graph
+    names = [n.name for n in g.nodes]
+    assert len(names) == len(set(names))
+    assert any(n.startswith("by_rate/conv") for n in names)
+    fused = [f for n in g.nodes for f in [n.name] + n.fused]
+    assert "by_rate/if_hi/mix" in fused           # the nested If's branch, inlined in turn
+    mlcc.compile(vad_path, tmp_path / "b", bind={"sr": 8000}, build=False)
+    assert (tmp_path / "a" / "model.c").read_bytes() == (tmp_path / "b" / "model.c").read_bytes()
+
+
+def test_cli_verify_with_bind_picks_the_branch(vad_path, tmp_path):
+    r = CliRunner().invoke(main, ["verify", str(vad_path), "--bind", "sr=16000"])
+    assert r.exit_code == 0 and "verified" in r.output, r.output
+    r = CliRunner().invoke(main, ["compile", str(vad_path), "-o", str(tmp_path / "o"),
+                                  "--bind", "sr=8000"])
+    assert r.exit_code == 0, r.output
+    m = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert [i["name"] for i in m["inputs"]] == ["x", "h"]
+    assert m["bound"] == [{"name": "sr", "dtype": "int64", "shape": [], "values": [8000]}]
+
+
+def test_if_on_a_run_time_condition_runs_the_taken_branch(vad_path, tmp_path):
+    """Without --bind, sr stays an input: both branches are compiled, each inside a C `if` on
+    the condition (the nested If's branches on both conditions), and Where picks the outputs;
+    the memory plan keeps the branches' outputs apart until then."""
+    res = mlcc.compile(vad_path, tmp_path / "out")
+    assert res.graph.inputs == ["x", "sr", "h"]
+    text = (tmp_path / "out" / "model.c").read_text()
+    run = text[text.index("int vad_run("):]
+    assert run.count("if (*(const uint8_t *)") == 1 and run.count("if (!*(const uint8_t *)") == 4
+    assert " && *(const uint8_t *)" in run and " && !*(const uint8_t *)" in run
+    assert run.count("mlcc_where(") == 3
+    names = [n.name for n in res.graph.nodes]
+    assert len(names) == len(set(names))
+    assert {"by_rate/then/conv", "by_rate/else/conv", "by_rate/else/if_hi/then/mix",
+            "by_rate/select:logits"} <= set(names) | {f for n in res.graph.nodes for f in n.fused}
+    m = mlcc.load(tmp_path / "out")
+    for sr in (16000, 8000, 3000, 16000):
+        x = rng.standard_normal((1, 1, 64)).astype(np.float32)
+        h = rng.standard_normal((1, 8)).astype(np.float32)
+        feeds = {"x": x, "sr": np.array(sr, np.int64), "h": h}
+        got = m.run(feeds)
+        ref = _ort(vad_path, feeds)
+        for k in ref:
+            np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-6, err_msg=f"{sr} {k}")
+
+
+def test_run_time_if_with_branches_of_different_shapes_is_refused(tmp_path):
+    then = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [],
+                             [vi("t", TensorProto.FLOAT, [4])])
+    other = helper.make_graph([helper.make_node("Slice", ["x", "zero", "two"], ["e"])], "else",
+                              [], [vi("e", TensorProto.FLOAT, [2])])
+    g = helper.make_graph(
+        [helper.make_node("ReduceMax", ["x"], ["mx"], keepdims=0),
+         helper.make_node("Greater", ["mx", "zerof"], ["pos"]),
+         helper.make_node("If", ["pos"], ["y"], then_branch=then, else_branch=other,
+                          name="pick")],
+        "g", [vi("x", TensorProto.FLOAT, [4])], [vi("y", TensorProto.FLOAT, ["n"])],
+        [numpy_helper.from_array(np.array([0], np.int64), "zero"),
+         numpy_helper.from_array(np.array([2], np.int64), "two"),
+         numpy_helper.from_array(np.array(0, np.float32), "zerof")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    with pytest.raises(UnsupportedError) as info:
+        mlcc.compile(tmp_path / "m.onnx", tmp_path / "out")
+    msg = info.value.message
+    assert "node 'pick' (If" in msg and "known only at run time" in msg, msg
+    assert "float32[4] and float32[2]" in msg and "same type and static shape" in msg, msg
+    assert not (tmp_path / "out").exists()
+    r = CliRunner().invoke(main, ["compile", str(tmp_path / "m.onnx"), "-o",
+                                  str(tmp_path / "out")])
+    assert r.exit_code == 3 and "pick" in r.output and "Traceback" not in r.output
+
+
+def test_if_branch_returning_constants_and_repeated_values(tmp_path):
+    """Branch outputs that are not one node's own output (a branch initializer, the same
+    value twice) reach the If's outputs through copies."""
+    then = helper.make_graph([helper.make_node("Identity", ["a"], ["b"])], "then", [],
+                             [vi("b", TensorProto.FLOAT, [3]), vi("k", TensorProto.FLOAT, [3]),
+                              vi("b", TensorProto.FLOAT, [3])],
+                             [numpy_helper.from_array(np.array([1, 2, 3], np.float32), "k")])
+    other = helper.make_graph([helper.make_node("Neg", ["a"], ["n"])], "else", [],
+                              [vi("n", TensorProto.FLOAT, [3])] * 3)
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["a"]),
+         helper.make_node("If", ["flag"], ["o1", "o2", "o3"], then_branch=then,
+                          else_branch=other, name="pick"),
+         helper.make_node("Sum", ["o1", "o2", "o3"], ["y"])],
+        "g", [vi("x", TensorProto.FLOAT, [3]), vi("flag", TensorProto.BOOL, [])],
+        [vi("y", TensorProto.FLOAT, [3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    x = np.array([-1, 0.5, 2], np.float32)
+    for flag, want in ((True, 2 * np.maximum(x, 0) + [1, 2, 3]), (False, -3 * np.maximum(x, 0))):
+        mlcc.compile(tmp_path / "m.onnx", tmp_path / f"o{flag}", bind={"flag": flag})
+        got = mlcc.load(tmp_path / f"o{flag}").run({"x": x})["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+        # (onnxruntime 1.32 drops a branch output given twice; onnx.reference agrees with us)
+        ref = ReferenceEvaluator(m).run(None, {"x": x, "flag": np.array(flag)})[0]
+        np.testing.assert_allclose(got, ref, rtol=1e-6)
+
+
+def test_run_time_if_on_aarch64(vad_path, tmp_path):
+    """The guarded calls are plain C: the same model built for aarch64 (qemu-user) agrees."""
+    from test_targets_arm import MISSING
+    if MISSING:
+        pytest.skip(MISSING)
+    mlcc.compile(vad_path, tmp_path / "arm", target="arm")
+    m = mlcc.load(tmp_path / "arm")
+    for sr in (16000, 8000, 3000):
+        feeds = {"x": rng.standard_normal((1, 1, 64)).astype(np.float32),
+                 "sr": np.array(sr, np.int64), "h": rng.standard_normal((1, 8)).astype(np.float32)}
+        got, ref = m.run(feeds), _ort(vad_path, feeds)
+        for k in ref:
+            np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-6, err_msg=f"{sr} {k}")
