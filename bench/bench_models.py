@@ -1,7 +1,8 @@
 """`make bench`: mlcc bench over the benchmark set of issue 3, one Markdown table.
 
     python bench/bench_models.py                     # every model, 1 thread
-    python bench/bench_models.py --threads 2 yolov8n ppocr_det
+    python bench/bench_models.py --threads 2 yolov8n ppocr_det   # each engine in its own
+                                                                 # processes (--isolation)
     python bench/bench_models.py --list
 
 Models come from tools/fetch_models.py (pinned PyPI wheels, the onnx package's light models
@@ -145,9 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{_cc_version(target.toolchain.cc)}; mlcc {mlcc.__version__} at {_git_rev()}.",
         ("Latencies are medians and 90th percentiles over interleaved samples after warm-up, "
          "both engines in one process." if not rows or rows[0][1].isolation == "shared" else
-         "Each engine timed alone in its own child processes, alternated (mlcc, onnxruntime, "
-         "mlcc, ...); latencies are the medians over the rounds of each round's median and "
-         "90th percentile: " + rows[0][1].notes[-1].removeprefix("mode: ") + ".")
+         "Latencies: " + rows[0][1].notes[-1].removeprefix("mode: ") + ".")
         + (f" Peak: {peak.gflops_per_core:.0f} GFLOP/s per core ({peak.assumption})."
            if peak else ""),
         ""]

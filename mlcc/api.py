@@ -870,11 +870,12 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
         peak = _bench.machine_peak(tgt)
         cores_peak = peak.gflops_per_core * threads
         if isolation == _bench.SHARED:
-            timings, got, ref = _bench_shared(model, folder, feeds, threads, runs, settle,
-                                              flops, cores_peak)
+            timings, mode, got, ref = _bench_shared(model, folder, feeds, threads, runs,
+                                                    settle, flops, cores_peak)
         else:
-            timings, got, ref = _bench_processes(model, folder, feeds, threads, runs, settle,
-                                                 flops, cores_peak, rounds, child_timeout_s)
+            timings, mode, got, ref = _bench_processes(model, folder, feeds, threads, runs,
+                                                       settle, flops, cores_peak, rounds,
+                                                       child_timeout_s)
         checks = [compare(n, got[n], ref[n]) for n in got if n in ref]
         if threads == 1:
             notes = ["threads: 1 for both"]
@@ -885,7 +886,7 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
                      f"calls of the same engine"
                      + (" (the other's workers stop spinning)"
                         if isolation == _bench.SHARED else "")]
-        notes.append(timings.pop("_note"))
+        notes.append(mode)
         return BenchResult(
             model=Path(model).name, target=tgt.name,
             shapes={n: tuple(res.graph.values[n].shape) for n in res.graph.inputs},
@@ -900,8 +901,8 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
 
 
 def _bench_shared(model, folder, feeds, threads, runs, settle, flops, cores_peak):
-    """({engine: Timing, "_note": str}, mlcc outputs, onnxruntime outputs), both engines
-    loaded in this process, their samples interleaved."""
+    """({engine: Timing}, the report's mode line, mlcc outputs, onnxruntime outputs), both
+    engines loaded in this process, their samples interleaved."""
     compiled = _load(folder, threads=threads)
     run_mlcc, got = compiled.prepare(feeds)
     status = run_mlcc()
@@ -914,9 +915,9 @@ def _bench_shared(model, folder, feeds, threads, runs, settle, flops, cores_peak
     calls = samples["_calls"]
     timings = {e: _bench.summarize(e, samples[e], int(c), flops, cores_peak)
                for e, c in zip(_bench.ENGINES, calls)}
-    timings["_note"] = ("mode: one process, both engines loaded, their samples interleaved "
-                        "(alternating which goes first)")
-    return timings, got, ref
+    mode = ("mode: one process, both engines loaded, their samples interleaved (alternating "
+            "which goes first)")
+    return timings, mode, got, ref
 
 
 def _bench_processes(model, folder, feeds, threads, runs, settle, flops, cores_peak, rounds,
@@ -927,14 +928,12 @@ def _bench_processes(model, folder, feeds, threads, runs, settle, flops, cores_p
                                     settle_s=settle, timeout_s=timeout_s)
     timings = {e: _bench.summarize_rounds(e, m.latencies[e], m.calls[e], flops, cores_peak)
                for e in _bench.ENGINES}
-    timings["_note"] = (f"mode: separate processes, one engine at a time: {2 * rounds} child "
-                        f"processes alternated (mlcc, onnxruntime, mlcc, ...), {rounds} "
-                        f"rounds, each child timed for "
-                        + (f"{runs} samples" if runs else
-                           f"{_bench.TIME_BUDGET_S / (2 * rounds):.3g} s")
-                        + " after its warm-up; median and p90 = medians over the rounds of "
-                          "each round's median and p90")
-    return timings, m.outputs["mlcc"], m.outputs["onnxruntime"]
+    mode = (f"mode: separate processes, one engine at a time: {2 * rounds} child processes "
+            f"alternated (mlcc, onnxruntime, mlcc, ...), {rounds} rounds, each child timed for "
+            + (f"{runs} samples" if runs else f"{_bench.TIME_BUDGET_S / (2 * rounds):.3g} s")
+            + " after its warm-up; median and p90 = medians over the rounds of each round's "
+              "median and p90")
+    return timings, mode, m.outputs["mlcc"], m.outputs["onnxruntime"]
 
 
 __all__ = ["compile", "load", "verify", "inspect", "bench", "CompileResult", "VerifyResult",
