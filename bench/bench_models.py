@@ -1,7 +1,8 @@
 """`make bench`: mlcc bench over the benchmark set of issue 3, one Markdown table.
 
     python bench/bench_models.py                     # every model, 1 thread
-    python bench/bench_models.py --threads 2 yolov8n ppocr_det
+    python bench/bench_models.py --threads 2 yolov8n ppocr_det   # each engine in its own
+                                                                 # processes (--isolation)
     python bench/bench_models.py --list
 
 Models come from tools/fetch_models.py (pinned PyPI wheels, the onnx package's light models
@@ -91,7 +92,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("names", nargs="*", help=f"models (default: all): {', '.join(MODELS)}")
     ap.add_argument("--threads", type=int, default=1, help="threads of mlcc's pool and onnxruntime (default 1)")
-    ap.add_argument("--runs", type=int, default=None, help="samples per engine (default auto)")
+    ap.add_argument("--runs", type=int, default=None,
+                    help="samples per engine (per round with processes; default auto)")
+    ap.add_argument("--isolation", choices=["auto", "shared", "processes"], default="auto",
+                    help="shared: both engines in one process; processes: each alone in child "
+                         "processes, alternated; auto (default): shared on 1 thread")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="rounds of child processes with processes isolation (default 5)")
     ap.add_argument("--target", default="x86-native")
     ap.add_argument("--output", "-o", type=Path, help="also write the table to this file")
     ap.add_argument("--list", action="store_true", help="list the models and exit")
@@ -121,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: benchmarking {path} ...", file=sys.stderr, flush=True)
             folder = Path(tmp) / name
             res = mlcc.bench(path, target=args.target, shapes=shapes, threads=args.threads,
-                             runs=args.runs, output_dir=folder)
+                             runs=args.runs, output_dir=folder, isolation=args.isolation,
+                             rounds=args.rounds)
             print(f"{name}: mlcc {res.mlcc.median_s * 1e3:.3f} ms, onnxruntime "
                   f"{res.onnxruntime.median_s * 1e3:.3f} ms, ratio {res.ratio:.2f}",
                   file=sys.stderr, flush=True)
@@ -136,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         f"(onnxruntime {onnxruntime.__version__}, intra-op threads {args.threads}, graph "
         f"optimizations ALL; mlcc thread pool of the same size); target {target.name}, "
         f"{_cc_version(target.toolchain.cc)}; mlcc {mlcc.__version__} at {_git_rev()}.",
-        "Latencies are medians and 90th percentiles over interleaved samples after warm-up."
+        ("Latencies are medians and 90th percentiles over interleaved samples after warm-up, "
+         "both engines in one process." if not rows or rows[0][1].isolation == "shared" else
+         "Latencies: " + rows[0][1].notes[-1].removeprefix("mode: ") + ".")
         + (f" Peak: {peak.gflops_per_core:.0f} GFLOP/s per core ({peak.assumption})."
            if peak else ""),
         ""]

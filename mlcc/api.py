@@ -870,16 +870,30 @@ BenchResult = _bench.BenchResult
 
 def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | None = None,
           threads: int = 1, runs: int | None = None, output_dir: str | Path | None = None,
-          seed: int = 0, bind: Binds | None = None) -> BenchResult:
+          seed: int = 0, isolation: str = "auto", rounds: int | None = None,
+          child_timeout_s: float = _bench.CHILD_TIMEOUT_S, bind: Binds | None = None
+          ) -> BenchResult:
     """Compiles the model, then times the library and onnxruntime (`threads` intra-op threads,
-    graph optimizations ALL) interleaved in this process; see mlcc/benchmark.py for the method.
+    graph optimizations ALL); see mlcc/benchmark.py for the method.
 
-    runs: timed samples per engine (None: as many as fit about 10 s). mlcc runs on a thread
-    pool of `threads` threads (load(threads=...)), onnxruntime with as many intra-op threads."""
+    isolation: "shared" times both engines interleaved in this process; "processes" times
+    each engine alone in child processes, alternated over `rounds` rounds (default
+    benchmark.ROUNDS), each killed after child_timeout_s; "auto" (default) is "shared" on 1
+    thread and "processes" on more (two thread pools in one process disturb each other).
+    runs: timed samples per engine (per engine and round with "processes"; None: as many as
+    fit about 10 s in all). mlcc runs on a thread pool of `threads` threads
+    (load(threads=...)), onnxruntime with as many intra-op threads."""
     if threads < 1:
         raise InputError("threads must be at least 1")
     if runs is not None and runs < 1:
         raise InputError("runs must be at least 1")
+    if rounds is not None and rounds < 1:
+        raise InputError("rounds must be at least 1")
+    if isolation not in _bench.ISOLATIONS:
+        raise InputError(f"isolation must be one of {', '.join(_bench.ISOLATIONS)}, "
+                         f"not {isolation!r}")
+    if isolation == "auto":
+        isolation = _bench.PROCESSES if threads > 1 else _bench.SHARED
     tgt = load_target(target)
     if not tgt.is_host:
         raise InputError(f"target {tgt.name} does not run on this machine: bench times host "
@@ -893,41 +907,79 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
         compile_time = time.perf_counter() - t0
         flops = graph_flops(res.graph)
         feeds = random_inputs(res.graph, seed)
-        compiled = _load(folder, threads=threads)
-        run_mlcc, got = compiled.prepare(feeds)
-        status = run_mlcc()
-        if status != 0:
-            raise MlccError(f"run failed: {compiled.status_string(status)}")
-        run_ort, ref = _bench.onnxruntime_runner(
-            str(model), {**feeds, **bound_feeds(model, shapes, bind)}, threads)
-        run_ort()
-        checks = [compare(n, got[n], ref[n]) for n in got if n in ref]
-        samples = _bench.measure({"mlcc": run_mlcc, "onnxruntime": run_ort}, runs,
-                                 settle_s=_bench.SETTLE_S if threads > 1 else 0.0)
+        ort_feeds = {**feeds, **bound_feeds(model, shapes, bind)}
+        settle = _bench.SETTLE_S if threads > 1 else 0.0
         peak = _bench.machine_peak(tgt)
-        calls = samples["_calls"]
-        notes = ["threads: 1 for both" if threads == 1
-                 else f"threads: {threads} for both (mlcc: a pool of {threads} threads; "
-                      f"onnxruntime: {threads} intra-op threads); % of the peak of "
-                      f"{threads} cores; each sample after {_bench.SETTLE_S:g} s of untimed "
-                      f"calls of the same engine (the other's workers stop spinning)"]
+        cores_peak = peak.gflops_per_core * threads
+        if isolation == _bench.SHARED:
+            timings, mode, got, ref = _bench_shared(model, folder, feeds, ort_feeds, threads,
+                                                    runs, settle, flops, cores_peak)
+        else:
+            timings, mode, got, ref = _bench_processes(model, folder, feeds, ort_feeds,
+                                                       threads, runs, settle, flops,
+                                                       cores_peak, rounds, child_timeout_s)
+        checks = [compare(n, got[n], ref[n]) for n in got if n in ref]
+        if threads == 1:
+            notes = ["threads: 1 for both"]
+        else:
+            notes = [f"threads: {threads} for both (mlcc: a pool of {threads} threads; "
+                     f"onnxruntime: {threads} intra-op threads); % of the peak of "
+                     f"{threads} cores; each sample after {_bench.SETTLE_S:g} s of untimed "
+                     f"calls of the same engine"
+                     + (" (the other's workers stop spinning)"
+                        if isolation == _bench.SHARED else "")]
         if bind:
             notes.append(f"bound at compile time: {', '.join(bind)} (onnxruntime is fed the "
                          f"same values as inputs)")
+        notes.append(mode)
         return BenchResult(
             model=Path(model).name, target=tgt.name,
             shapes={n: tuple(res.graph.values[n].shape) for n in res.graph.inputs},
-            threads=threads, flops=flops,
-            mlcc=_bench.summarize("mlcc", samples["mlcc"], int(calls[0]), flops,
-                                  peak.gflops_per_core * threads),
-            onnxruntime=_bench.summarize("onnxruntime", samples["onnxruntime"], int(calls[1]),
-                                         flops, peak.gflops_per_core * threads),
-            peak=peak, arena_size=int(res.manifest["arena_size"]),
+            threads=threads, flops=flops, mlcc=timings["mlcc"],
+            onnxruntime=timings["onnxruntime"], peak=peak,
+            arena_size=int(res.manifest["arena_size"]),
             weights_size=int(res.manifest["weights_size"]),
             library_size=os.path.getsize(folder / res.manifest["library"]),
             compile_time_s=compile_time, kernel_calls=int(res.manifest["kernel_calls"]),
             max_abs_error=max((c.max_abs_error for c in checks), default=0.0),
-            outputs_agree=all(c.ok for c in checks), notes=notes)
+            outputs_agree=all(c.ok for c in checks), notes=notes, isolation=isolation)
+
+
+def _bench_shared(model, folder, feeds, ort_feeds, threads, runs, settle, flops, cores_peak):
+    """({engine: Timing}, the report's mode line, mlcc outputs, onnxruntime outputs), both
+    engines loaded in this process, their samples interleaved."""
+    compiled = _load(folder, threads=threads)
+    run_mlcc, got = compiled.prepare(feeds)
+    status = run_mlcc()
+    if status != 0:
+        raise MlccError(f"run failed: {compiled.status_string(status)}")
+    run_ort, ref = _bench.onnxruntime_runner(str(model), ort_feeds, threads)
+    run_ort()
+    samples = _bench.measure({"mlcc": run_mlcc, "onnxruntime": run_ort}, runs,
+                             settle_s=settle)
+    calls = samples["_calls"]
+    timings = {e: _bench.summarize(e, samples[e], int(c), flops, cores_peak)
+               for e, c in zip(_bench.ENGINES, calls)}
+    mode = ("mode: one process, both engines loaded, their samples interleaved (alternating "
+            "which goes first)")
+    return timings, mode, got, ref
+
+
+def _bench_processes(model, folder, feeds, ort_feeds, threads, runs, settle, flops, cores_peak,
+                     rounds, timeout_s):
+    """As _bench_shared, each engine timed alone in child processes (measure_in_processes)."""
+    rounds = rounds or _bench.ROUNDS
+    m = _bench.measure_in_processes(model, folder, feeds, threads, rounds=rounds, runs=runs,
+                                    settle_s=settle, timeout_s=timeout_s,
+                                    ort_feeds=ort_feeds)
+    timings = {e: _bench.summarize_rounds(e, m.latencies[e], m.calls[e], flops, cores_peak)
+               for e in _bench.ENGINES}
+    mode = (f"mode: separate processes, one engine at a time: {2 * rounds} child processes "
+            f"alternated (mlcc, onnxruntime, mlcc, ...), {rounds} rounds, each child timed for "
+            + (f"{runs} samples" if runs else f"{_bench.TIME_BUDGET_S / (2 * rounds):.3g} s")
+            + " after its warm-up; median and p90 = medians over the rounds of each round's "
+              "median and p90")
+    return timings, mode, m.outputs["mlcc"], m.outputs["onnxruntime"]
 
 
 __all__ = ["compile", "load", "verify", "inspect", "bench", "CompileResult", "VerifyResult",

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import functools
 import gc
+import json
 import math
+import os
 import subprocess
+import sys
 import tempfile
 import time
 import types
@@ -25,12 +28,19 @@ from typing import Callable
 
 import numpy as np
 
+from .errors import MlccError
+
 MIN_SAMPLE_S = 0.002        # a sample lasts at least this long (timer noise << 1%)
 WARMUP_S = 0.3              # per engine, and at least WARMUP_CALLS calls
 WARMUP_CALLS = 3
 TIME_BUDGET_S = 10.0        # total timed time when runs are not given
 SETTLE_S = 0.1              # with threads: untimed calls before each sample (measure)
 MIN_RUNS, MAX_RUNS = 10, 300
+ROUNDS = 5                  # separate processes (threads > 1): 2 x ROUNDS children
+CHILD_TIMEOUT_S = 600.0     # one child's start, load, warm-up and timed budget
+ENGINES = ("mlcc", "onnxruntime")
+SHARED, PROCESSES = "shared", "processes"     # both engines in one process / each alone
+ISOLATIONS = ("auto", SHARED, PROCESSES)      # auto: PROCESSES with threads > 1
 
 
 @dataclass
@@ -72,17 +82,23 @@ class BenchResult:
     max_abs_error: float        # mlcc vs onnxruntime on the timed inputs
     outputs_agree: bool
     notes: list[str] = field(default_factory=list)
+    isolation: str = SHARED     # SHARED: one process, interleaved; PROCESSES: see notes
 
     @property
     def ratio(self) -> float:
         """mlcc median latency / onnxruntime median latency (< 1: mlcc is faster)."""
         return self.mlcc.median_s / self.onnxruntime.median_s
 
+    @property
+    def mode(self) -> str:
+        return ("each engine in its own process, alternated" if self.isolation == PROCESSES
+                else "both engines in one process, interleaved")
+
     def report(self) -> str:
         shapes = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in self.shapes.items())
         lines = [
             f"mlcc bench {self.model}: target {self.target}, inputs {shapes or '(as declared)'}, "
-            f"{self.threads} thread{'s' * (self.threads != 1)}",
+            f"{self.threads} thread{'s' * (self.threads != 1)}, {self.mode}",
             f"compile {self.compile_time_s:.2f} s (graph, C generation and the C compiler), "
             f"{self.kernel_calls} kernel calls; arena {format_bytes(self.arena_size)}, weights "
             f"{format_bytes(self.weights_size)}, library {format_bytes(self.library_size)}",
@@ -286,10 +302,10 @@ def _run_for(call: Callable, seconds: float) -> None:
 
 
 def measure(engines: dict[str, Callable], runs: int | None = None,
-            settle_s: float = 0.0) -> dict[str, list[float]]:
+            settle_s: float = 0.0, budget_s: float = TIME_BUDGET_S) -> dict[str, list[float]]:
     """Interleaved per-call latencies (seconds, one per sample) of each engine.
 
-    runs: samples per engine; None picks as many as fit TIME_BUDGET_S (MIN_RUNS..MAX_RUNS).
+    runs: samples per engine; None picks as many as fit budget_s (MIN_RUNS..MAX_RUNS).
     settle_s > 0 (engines with several threads): before each sample, run the same engine
     untimed for that long. onnxruntime's workers spin for 20-50 ms after a run returns
     (measured here), and a spinning worker of one engine takes the CPU the other's worker
@@ -302,7 +318,7 @@ def measure(engines: dict[str, Callable], runs: int | None = None,
     calls = {name: max(1, math.ceil(MIN_SAMPLE_S / max(t, 1e-9))) for name, t in per_call.items()}
     if runs is None:
         pair = sum(per_call[n] * (calls[n] + (settle_s > 0)) + settle_s for n in engines)
-        runs = int(min(MAX_RUNS, max(MIN_RUNS, TIME_BUDGET_S / max(pair, 1e-9))))
+        runs = int(min(MAX_RUNS, max(MIN_RUNS, budget_s / max(pair, 1e-9))))
     names = list(engines)
     samples: dict[str, list[float]] = {n: [] for n in names}
     enabled = gc.isenabled()
@@ -327,6 +343,123 @@ def summarize(engine: str, latencies: list[float], calls: int, flops: int,
     gflops = flops / median / 1e9 if median > 0 else math.nan
     return Timing(engine, median, p90, len(latencies), calls, gflops,
                   gflops / peak_gflops if peak_gflops > 0 else math.nan)
+
+
+def summarize_rounds(engine: str, rounds: list[list[float]], calls: int, flops: int,
+                     peak_gflops: float) -> Timing:
+    """A Timing over several rounds (separate processes): the median and the p90 are the
+    medians over the rounds of each round's median and p90 (a round in a slow phase of the
+    machine moves them less than pooling its samples would); samples counts all rounds."""
+    per_round = [summarize(engine, lat, calls, flops, peak_gflops) for lat in rounds]
+    median = float(np.median([t.median_s for t in per_round]))
+    p90 = float(np.median([t.p90_s for t in per_round]))
+    gflops = flops / median / 1e9 if median > 0 else math.nan
+    return Timing(engine, median, p90, sum(len(lat) for lat in rounds), calls, gflops,
+                  gflops / peak_gflops if peak_gflops > 0 else math.nan)
+
+
+# ------------------------------------------------------------------- separate processes
+
+class WorkerError(MlccError):
+    """A benchmark child process crashed, hung or gave no result."""
+
+
+def save_arrays(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
+    """An .npz of named arrays whatever their names (np.savez's keywords would clash with
+    its own parameters): the arrays by position, their names in `names`."""
+    np.savez(path, np.array(list(arrays), dtype=str), *arrays.values())
+
+
+def load_arrays(path: str | Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as z:
+        names = [str(n) for n in z["arr_0"]]
+        return {n: z[f"arr_{i + 1}"] for i, n in enumerate(names)}
+
+
+def _tail(text, limit: int = 2000) -> str:
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    text = (text or "").strip()
+    return ("..." + text[-limit:]) if len(text) > limit else (text or "(empty)")
+
+
+def _child_env() -> dict[str, str]:
+    """The environment with this mlcc importable first (a checkout used without install)."""
+    env = dict(os.environ)
+    here = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def run_worker(argv: list[str], what: str, timeout_s: float = CHILD_TIMEOUT_S) -> dict:
+    """Runs one child (argv) to its end and returns the JSON object of its last stdout line.
+    A child that exits non-zero, gives no JSON or outlives timeout_s (it is then killed and
+    reaped) raises WorkerError with `what` and the end of its stderr."""
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
+                             stdin=subprocess.DEVNULL, env=_child_env())
+    except subprocess.TimeoutExpired as exc:
+        raise WorkerError(f"{what}: no result after {timeout_s:g} s, killed; its stderr: "
+                          f"{_tail(exc.stderr)}") from None
+    if out.returncode != 0:
+        how = (f"killed by signal {-out.returncode}" if out.returncode < 0
+               else f"exit status {out.returncode}")
+        raise WorkerError(f"{what}: failed ({how}); its stderr: {_tail(out.stderr)}")
+    lines = out.stdout.strip().splitlines()
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, ValueError):
+        raise WorkerError(f"{what}: no JSON result on stdout ({_tail(out.stdout, 500)}); "
+                          f"its stderr: {_tail(out.stderr)}") from None
+
+
+@dataclass
+class ProcessRounds:
+    """The results of measure_in_processes, per engine: one entry per round."""
+    latencies: dict[str, list[list[float]]]
+    calls: dict[str, int]                   # calls per sample (the first round's)
+    children: list[dict]                    # every child's JSON, in the order they ran
+    outputs: dict[str, dict[str, np.ndarray]]
+
+
+def measure_in_processes(model_path: str | Path, folder: str | Path,
+                         feeds: dict[str, np.ndarray], threads: int, rounds: int = ROUNDS,
+                         budget_s: float | None = None, runs: int | None = None,
+                         settle_s: float = SETTLE_S, timeout_s: float = CHILD_TIMEOUT_S,
+                         python: str = sys.executable,
+                         ort_feeds: dict[str, np.ndarray] | None = None) -> ProcessRounds:
+    """Each engine alone in its own process (python -m mlcc.benchmark_worker), one process
+    per engine and round, in the order mlcc, onnxruntime, mlcc, onnxruntime, ...: only one
+    engine's thread pool exists at a time. Each child loads its engine, warms up and times
+    for budget_s (default: TIME_BUDGET_S shared over all the children, as in one process),
+    or `runs` samples. The first round's children also write their outputs for the check.
+    ort_feeds: onnxruntime's inputs where they differ from mlcc's (inputs bound at compile time
+    are inputs of the ONNX model only)."""
+    budget = TIME_BUDGET_S / (2 * rounds) if budget_s is None else budget_s
+    result = ProcessRounds({e: [] for e in ENGINES}, {}, [], {})
+    with tempfile.TemporaryDirectory(prefix="mlcc-bench-proc-") as tmp:
+        feeds_paths = {"mlcc": Path(tmp) / "feeds.npz", "onnxruntime": Path(tmp) / "feeds.npz"}
+        save_arrays(feeds_paths["mlcc"], feeds)
+        if ort_feeds is not None:
+            feeds_paths["onnxruntime"] = Path(tmp) / "ort-feeds.npz"
+            save_arrays(feeds_paths["onnxruntime"], ort_feeds)
+        for r in range(rounds):
+            for engine in ENGINES:
+                argv = [python, "-m", "mlcc.benchmark_worker", engine, "--model",
+                        str(model_path), "--folder", str(folder), "--feeds", str(feeds_paths[engine]),
+                        "--threads", str(threads), "--budget", repr(budget),
+                        "--settle", repr(settle_s)]
+                argv += ["--runs", str(runs)] if runs is not None else []
+                outs = Path(tmp) / f"{engine}-outputs.npz"
+                argv += ["--outputs", str(outs)] if r == 0 else []
+                child = run_worker(argv, f"the {engine} benchmark process (round {r + 1} of "
+                                         f"{rounds}, {threads} threads)", timeout_s)
+                result.children.append(child)
+                result.latencies[engine].append([float(x) for x in child["latencies"]])
+                result.calls.setdefault(engine, int(child["calls"]))
+                if r == 0:
+                    result.outputs[engine] = load_arrays(outs)
+    return result
 
 
 # --------------------------------------------------------------------------------- tables

@@ -351,16 +351,25 @@ def inspect_cmd(model, shapes, binds):
 @click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1),
               help="threads of both engines (mlcc's thread pool, onnxruntime's intra-op threads).")
 @click.option("--runs", default=None, type=click.IntRange(min=1),
-              help="Timed samples per engine (default: as many as fit about 10 s).")
+              help="Timed samples per engine, per round with processes (default: as many as "
+                   "fit about 10 s in all).")
+@click.option("--isolation", default="auto", show_default=True,
+              type=click.Choice(["auto", "shared", "processes"]),
+              help="shared: both engines in one process, interleaved; processes: each engine "
+                   "alone in child processes, alternated; auto: shared on 1 thread, processes "
+                   "on more.")
+@click.option("--rounds", default=None, type=click.IntRange(min=1),
+              help="Rounds of child processes with --isolation processes (default 5).")
 @click.option("--output", "-o", "output", default=None, type=click.Path(file_okay=False),
               help="Keep the compiled model in this folder.")
 @_guard
-def bench_cmd(model, target, shapes, binds, threads, runs, output):
-    """Time MODEL compiled by mlcc against onnxruntime, interleaved in one process."""
+def bench_cmd(model, target, shapes, binds, threads, runs, isolation, rounds, output):
+    """Time MODEL compiled by mlcc against onnxruntime: in one process, interleaved, on 1
+    thread; each engine in its own processes, alternated, on more (--isolation)."""
     from . import api
 
     res = api.bench(model, target=target, shapes=_shapes(shapes), threads=threads, runs=runs,
-                    output_dir=output, bind=_binds(binds))
+                    output_dir=output, isolation=isolation, rounds=rounds, bind=_binds(binds))
     click.echo(res.report(), nl=False)
 
 

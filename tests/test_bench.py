@@ -1,8 +1,12 @@
 """`mlcc bench` and mlcc.bench(): they run and report every promised figure. No timing is
 asserted (benchmarks are not tests): only that the numbers exist and are consistent."""
 import math
+import os
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -27,7 +31,7 @@ def test_cli_bench_prints_the_report(tiny_static_path):
 
 def test_bench_api_result(tiny_model_path, tmp_path):
     res = mlcc.bench(tiny_model_path, shapes={"images": (2, 2, 6, 6)}, runs=3, threads=2,
-                     output_dir=tmp_path / "kept")
+                     output_dir=tmp_path / "kept", isolation="shared")
     assert (tmp_path / "kept" / "libmodel.so").is_file()
     assert res.shapes == {"images": (2, 2, 6, 6)} and res.threads == 2
     # conv 4x2x3x3 on 6x6 (same padding) per image, then Gemm 144 -> 5
@@ -43,6 +47,7 @@ def test_bench_api_result(tiny_model_path, tmp_path):
     assert res.outputs_agree and res.arena_size > 0 and res.library_size > 0
     assert res.compile_time_s > 0 and res.kernel_calls >= 2
     assert "2 intra-op threads" in res.report() and "a pool of 2 threads" in res.report()
+    assert res.isolation == "shared" and "both engines in one process" in res.report()
     table = markdown_table([("tiny", res)])
     assert table.splitlines()[0] == "| " + " | ".join(TABLE_COLUMNS) + " |"
     assert "| tiny | 2x2x6x6 |" in table and "Geometric mean" in table
@@ -137,3 +142,89 @@ def test_measure_settles_before_each_sample_with_threads():
     assert [r[0] for r in runs] == ["a", "b", "a", "b", "a"]
     for r, samples in zip(runs, (1, 2, 2, 2, 1)):
         assert len(r) >= samples * (calls[r[0]] + 1), (len(r), samples, calls)
+
+
+DIGITS = Path(__file__).resolve().parents[1] / "examples" / "digits" / "digits_cnn.onnx"
+
+
+def test_bench_two_threads_runs_each_engine_alone_alternated(monkeypatch):
+    """With 2 threads (isolation auto), each engine runs in child processes of its own (not
+    this one, a new one each round), in the order mlcc, onnxruntime, mlcc, onnxruntime, their
+    timed parts one after the other; the numbers are sane and the outputs compared."""
+    from mlcc import benchmark
+
+    children = []
+    real = benchmark.run_worker
+
+    def recording(argv, what, timeout_s=benchmark.CHILD_TIMEOUT_S):
+        children.append(real(argv, what, timeout_s))
+        return children[-1]
+
+    monkeypatch.setattr(benchmark, "run_worker", recording)
+    res = mlcc.bench(DIGITS, threads=2, runs=2, rounds=2)
+    assert res.isolation == "processes"
+    assert [c["engine"] for c in children] == ["mlcc", "onnxruntime"] * 2
+    pids = [c["pid"] for c in children]
+    assert len(set(pids)) == 4 and os.getpid() not in pids
+    assert all(c["threads"] == 2 for c in children)
+    for before, after in zip(children, children[1:]):      # one engine at a time
+        assert before["end"] <= after["start"]
+    for t in (res.mlcc, res.onnxruntime):
+        assert t.samples == 2 * 2 and t.calls_per_sample >= 1
+        assert 0 < t.median_s <= t.p90_s < 1.0
+        assert math.isclose(t.gflops, res.flops / t.median_s / 1e9)
+    assert math.isclose(res.ratio, res.mlcc.median_s / res.onnxruntime.median_s)
+    assert res.outputs_agree and res.max_abs_error < 1e-3
+    report = res.report()
+    assert "each engine in its own process, alternated" in report
+    assert "mode: separate processes" in report and "2 rounds" in report
+    assert "| mlcc |" in report and "| onnxruntime |" in report
+
+
+def test_summarize_rounds_takes_medians_over_rounds():
+    from mlcc.benchmark import summarize_rounds
+    rounds = [[1.0, 2.0, 3.0], [10.0, 10.0, 10.0], [2.0, 2.0, 100.0]]
+    t = summarize_rounds("e", rounds, 4, flops=2_000_000_000, peak_gflops=2.0)
+    assert t.median_s == 2.0                  # medians 2, 10, 2
+    assert t.p90_s == 10.0                    # p90s 2.8, 10, 80.4
+    assert t.samples == 9 and t.calls_per_sample == 4
+    assert t.gflops == 1.0 and t.peak_fraction == 0.5
+
+
+def test_a_failing_benchmark_child_is_a_clear_error(tmp_path):
+    """A child that cannot load its engine fails the bench with the engine, the round and
+    its stderr; nothing is left running."""
+    from mlcc.benchmark import WorkerError, measure_in_processes
+    feeds = {"input": np.zeros((1, 1, 8, 8), np.float32)}
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(WorkerError) as exc:
+        measure_in_processes(DIGITS, tmp_path / "empty", feeds, threads=2, rounds=1,
+                             runs=1, timeout_s=120)
+    msg = str(exc.value)
+    assert "the mlcc benchmark process (round 1 of 1, 2 threads): failed (exit status" in msg
+    assert "manifest" in msg, msg           # the child's own error, from its stderr
+
+
+def test_a_hanging_or_killed_child_is_reported_and_reaped():
+    from mlcc.benchmark import WorkerError, run_worker
+    hang = [sys.executable, "-c", "import os, sys, time; print(os.getpid(), file=sys.stderr, "
+                                  "flush=True); time.sleep(60)"]
+    with pytest.raises(WorkerError, match=r"^hanger: no result after 3 s, killed; its stderr: "
+                                          r"\d+") as exc:
+        run_worker(hang, "hanger", timeout_s=3)
+    pid = int(str(exc.value).rsplit(" ", 1)[1])
+    with pytest.raises(ProcessLookupError):     # killed and reaped: no stray process
+        os.kill(pid, 0)
+    abort = [sys.executable, "-c", "import os; os.abort()"]
+    with pytest.raises(WorkerError, match="aborter: failed \\(killed by signal 6\\)"):
+        run_worker(abort, "aborter", timeout_s=60)
+    silent = [sys.executable, "-c", "print('not json')"]
+    with pytest.raises(WorkerError, match="silent: no JSON result on stdout \\(not json\\)"):
+        run_worker(silent, "silent", timeout_s=60)
+
+
+def test_bench_refuses_an_unknown_isolation(tiny_static_path):
+    with pytest.raises(InputError, match="isolation must be one of"):
+        mlcc.bench(tiny_static_path, isolation="threads")
+    r = CliRunner().invoke(main, ["bench", str(tiny_static_path), "--isolation", "threads"])
+    assert r.exit_code == 2

@@ -23,6 +23,7 @@ ALLOWED = {
     "api": {"errors", "ir", "frontend", "ops", "passes", "quant", "codegen", "targets",
             "runtime", "benchmark", "version"},
     "benchmark": {"errors"},
+    "benchmark_worker": {"errors", "benchmark", "runtime"},   # a child process's entry point
     "cli": {"errors", "api", "version"},
     "__init__": {"api", "errors", "version"},
 }
