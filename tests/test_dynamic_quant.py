@@ -135,3 +135,76 @@ def test_integer_ops_refuse_what_they_cannot_do(tmp_path):
     onnx.save(model, str(path))
     with pytest.raises(UnsupportedError, match="mmi.*MatMulInteger.*zero point of x"):
         mlcc.compile(path, tmp_path / "out")
+
+
+# ------------------------------------------------------------------ quantize_dynamic models
+
+def _weight(rng, name, *shape):
+    return numpy_helper.from_array(rng.normal(0, 0.3, shape).astype(np.float32), name)
+
+
+def _float_model(kind: str) -> onnx.ModelProto:
+    rng = np.random.default_rng(7)
+    mk = helper.make_node
+    if kind == "mlp":     # MatMul + Add, prime sizes
+        nodes = [mk("MatMul", ["x", "w1"], ["h"]), mk("Add", ["h", "b1"], ["h1"]),
+                 mk("Relu", ["h1"], ["r"]), mk("MatMul", ["r", "w2"], ["o"]),
+                 mk("Add", ["o", "b2"], ["y"])]
+        x, inits = [3, 37], [_weight(rng, "w1", 37, 53), _weight(rng, "b1", 53),
+                             _weight(rng, "w2", 53, 10), _weight(rng, "b2", 10)]
+    elif kind == "cnn":   # plain, depthwise strided, 1x1 convolutions, then a MatMul head
+        nodes = [mk("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+                 mk("Relu", ["c1"], ["r1"]),
+                 mk("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], group=6,
+                    strides=[2, 2]),
+                 mk("Relu", ["c2"], ["r2"]), mk("Conv", ["r2", "w3"], ["c3"]),
+                 mk("GlobalAveragePool", ["c3"], ["p"]), mk("Flatten", ["p"], ["f"]),
+                 mk("MatMul", ["f", "w4"], ["y"])]
+        x, inits = [1, 3, 15, 13], [_weight(rng, "w1", 6, 3, 3, 3), _weight(rng, "b1", 6),
+                                    _weight(rng, "w2", 6, 1, 3, 3), _weight(rng, "b2", 6),
+                                    _weight(rng, "w3", 8, 6, 1, 1), _weight(rng, "w4", 8, 5)]
+    else:                 # a transformer-like block: attention projections, an MLP
+        d, f = 16, 29
+        nodes = [mk("MatMul", ["x", "wq"], ["q"]), mk("MatMul", ["x", "wk"], ["k"]),
+                 mk("MatMul", ["x", "wv"], ["v"]), mk("Transpose", ["k"], ["kt"],
+                                                      perm=[0, 2, 1]),
+                 mk("MatMul", ["q", "kt"], ["s"]), mk("Mul", ["s", "scale"], ["ss"]),
+                 mk("Softmax", ["ss"], ["p"], axis=-1), mk("MatMul", ["p", "v"], ["a"]),
+                 mk("MatMul", ["a", "wo"], ["o"]), mk("Add", ["o", "x"], ["r"]),
+                 mk("MatMul", ["r", "w1"], ["h"]), mk("Add", ["h", "b1"], ["h1"]),
+                 mk("Sigmoid", ["h1"], ["sg"]), mk("Mul", ["h1", "sg"], ["g"]),
+                 mk("MatMul", ["g", "w2"], ["m"]), mk("Add", ["m", "r"], ["y"])]
+        x = [2, 7, d]
+        inits = [_weight(rng, n, d, d) for n in ("wq", "wk", "wv", "wo")] + [
+            numpy_helper.from_array(np.array(0.25, np.float32), "scale"),
+            _weight(rng, "w1", d, f), _weight(rng, "b1", f), _weight(rng, "w2", f, d)]
+    graph = helper.make_graph(nodes, kind, [helper.make_tensor_value_info("x", 1, x)],
+                              [helper.make_tensor_value_info("y", 1, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def quantize_dynamic_model(tmp_path, kind: str, per_channel: bool, weight_type: str):
+    """The float model `kind` after onnxruntime.quantization.quantize_dynamic."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    src, dst = tmp_path / f"{kind}.onnx", tmp_path / f"{kind}_dyn.onnx"
+    onnx.save(_float_model(kind), str(src))
+    quantize_dynamic(str(src), str(dst), per_channel=per_channel,
+                     weight_type=getattr(QuantType, weight_type))
+    ops = {n.op_type for n in onnx.load(str(dst)).graph.node}
+    assert "DynamicQuantizeLinear" in ops and "MatMulInteger" in ops
+    return dst
+
+
+@pytest.mark.parametrize("weight_type", ["QInt8", "QUInt8"])
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("kind", ["mlp", "cnn", "transformer"])
+def test_quantize_dynamic_models_verify(tmp_path, kind, per_channel, weight_type):
+    path = quantize_dynamic_model(tmp_path, kind, per_channel, weight_type)
+    if kind == "cnn":
+        assert "ConvInteger" in {n.op_type for n in onnx.load(str(path)).graph.node}
+    res = mlcc.verify(path, output_dir=tmp_path / "out")
+    assert res.ok, res.outputs
+    src = (tmp_path / "out" / "model.c").read_text()
+    assert "mlcc_f32_dynamic_quantize(" in src
