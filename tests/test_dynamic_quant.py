@@ -208,3 +208,26 @@ def test_quantize_dynamic_models_verify(tmp_path, kind, per_channel, weight_type
     assert res.ok, res.outputs
     src = (tmp_path / "out" / "model.c").read_text()
     assert "mlcc_f32_dynamic_quantize(" in src
+
+
+def test_dynamic_quantize_linear_folds_and_unused_outputs(tmp_path):
+    """A constant input folds at compile time (the numpy twin of the kernel, exact with
+    onnxruntime); with run-time input, outputs nobody reads still get storage."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(0, 3, (4, 9)).astype(np.float32)
+    mk = helper.make_node
+    nodes = [mk("DynamicQuantizeLinear", ["c"], ["cy", "cs", "cz"]),
+             mk("Cast", ["cy"], ["cf"], to=1), mk("Cast", ["cz"], ["czf"], to=1),
+             mk("Mul", ["cf", "cs"], ["m"]), mk("Add", ["m", "czf"], ["a"]),
+             mk("Add", ["x", "a"], ["o"]),
+             mk("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])]
+    model = make_model(nodes, {"x": x}, ["o", "y"],
+                       initializers={"c": rng.normal(0.5, 2, (4, 9)).astype(np.float32)})
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    mlcc.compile(path, tmp_path / "out")
+    assert (tmp_path / "out" / "model.c").read_text().count("mlcc_f32_dynamic_quantize(") == 1
+    got = mlcc.load(tmp_path / "out").run({"x": x})
+    ref = reference_outputs(model, {"x": x})
+    np.testing.assert_array_equal(got["o"], ref["o"])
+    np.testing.assert_array_equal(got["y"], ref["y"])
