@@ -128,10 +128,9 @@ class DynamicQuantizeLinear(OpDef):
 
     def fold(self, node, arrays):
         x = np.asarray(arrays[0], np.float32)
-        lo = np.float32(min(0.0, np.nanmin(x))) if x.size and not np.all(np.isnan(x)) \
-            else np.float32(0)
-        hi = np.float32(max(0.0, np.nanmax(x))) if x.size and not np.all(np.isnan(x)) \
-            else np.float32(0)
+        seen = x[~np.isnan(x)]          # NaN elements are left out of the range (qelem.h)
+        lo = np.float32(min(0.0, seen.min())) if seen.size else np.float32(0)
+        hi = np.float32(max(0.0, seen.max())) if seen.size else np.float32(0)
         scale = np.float32(1) if hi == lo else np.float32((hi - lo) / np.float32(255))
         zp = np.float32(np.clip(np.float32(0) - lo / scale, 0, 255))
         q = np.clip(np.rint(np.float32(x / scale)) + np.rint(zp), 0, 255)
@@ -139,17 +138,14 @@ class DynamicQuantizeLinear(OpDef):
                 np.array(np.rint(zp), np.uint8)]
 
     def lower(self, node: Node, lo: Lowering) -> None:
+        x = lo.value(node.inputs[0])
+        kinds = [("uint8", x.shape), ("float32", ()), ("uint8", ())]
         outs = list(node.outputs) + [""] * (3 - len(node.outputs))
-        writes = [o for o in outs if o]
-        for i, o in enumerate(outs):
-            if not o:   # an unused optional output still needs storage for the kernel
-                outs[i] = lo.temp(f"{node.name}.out{i}", *[("uint8", lo.value(node.inputs[0])
-                                                             .shape), ("float32", ()),
-                                                            ("uint8", ())][i])
-                writes.append(outs[i])
-        lo.call("mlcc_f32_dynamic_quantize", [node.inputs[0], *outs], writes,
+        # an output the graph dropped (nobody reads it) still needs storage: the kernel writes it
+        outs = [o or lo.temp(f"{node.name}.out{i}", *kinds[i]) for i, o in enumerate(outs)]
+        lo.call("mlcc_f32_dynamic_quantize", [node.inputs[0], *outs], outs,
                 params_type="mlcc_dynamic_quantize_params",
-                params={"count": lo.value(node.inputs[0]).numel})
+                params={"count": x.numel})
 
 
 # ------------------------------------------------------------------ mlcc-domain integer ops
