@@ -30,9 +30,7 @@ PER_OP = 2
 
 # (domain, op type) -> "file::test" (test id as pytest prints it, relative to tests/).
 WITNESSES: dict[tuple[str, str], str] = {
-    # ONNX integer operators: their node tests have uint8 weights (mlcc takes int8 weights)
-    ("", "ConvInteger"): "test_quant.py::test_integer_ops_match_onnxruntime[ConvInteger]",
-    ("", "MatMulInteger"): "test_quant.py::test_integer_ops_match_onnxruntime[MatMulInteger]",
+    # ONNX integer operators with constant zero points and weights only (node tests: none)
     ("", "QLinearConv"):
         "test_quant.py::test_float_requant_is_bit_exact_with_onnxruntime_qlinearconv",
     ("", "QLinearMatMul"): "test_quant.py::test_qlinearmatmul_matches_onnxruntime",

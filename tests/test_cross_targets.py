@@ -152,3 +152,13 @@ def test_int8_digits_is_the_x86_result_bit_for_bit(tmp_path, target):
         outs[name] = [m.run({"input": xi[None]})["logits"] for xi in x[:6]]
     for a, b in zip(outs["x86"], outs[target]):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_quantize_dynamic_cnn(tmp_path, target):
+    """onnxruntime's dynamic quantization (DynamicQuantizeLinear, ConvInteger plain and
+    depthwise with uint8 per-channel weights and zero points, MatMulInteger)."""
+    import onnx
+    from test_dynamic_quant import quantize_dynamic_model
+    model = onnx.load(str(quantize_dynamic_model(tmp_path, "cnn", True, "QUInt8")))
+    check_model(model, {"x": rand(1, 3, 15, 13)}, tmp_path, target=target)

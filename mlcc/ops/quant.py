@@ -115,6 +115,39 @@ class DequantizeLinear(OpDef):
                 op=f"DequantizeLinear scale={scale:.6g} zp={zp}")
 
 
+@register("DynamicQuantizeLinear", since=11)
+class DynamicQuantizeLinear(OpDef):
+    """y, y_scale, y_zero_point from x at run time (uint8, onnxruntime's float32 arithmetic,
+    qelem.h)."""
+    attributes = {}
+
+    def infer(self, node, ins, g):
+        if ins[0].dtype != "float32":
+            raise UnsupportedError(f"{ins[0].dtype} input is not supported (float32 is)")
+        return [("uint8", ins[0].shape), ("float32", ()), ("uint8", ())]
+
+    def fold(self, node, arrays):
+        x = np.asarray(arrays[0], np.float32)
+        seen = x[~np.isnan(x)]          # NaN elements are left out of the range (qelem.h)
+        lo = np.float32(min(0.0, seen.min())) if seen.size else np.float32(0)
+        hi = np.float32(max(0.0, seen.max())) if seen.size else np.float32(0)
+        scale = np.float32(1) if hi == lo else np.float32((hi - lo) / np.float32(255))
+        zp = np.float32(np.clip(np.float32(0) - lo / scale, 0, 255))
+        q = np.clip(np.rint(np.float32(x / scale)) + np.rint(zp), 0, 255)
+        return [np.nan_to_num(q, nan=0).astype(np.uint8), np.array(scale, np.float32),
+                np.array(np.rint(zp), np.uint8)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        x = lo.value(node.inputs[0])
+        kinds = [("uint8", x.shape), ("float32", ()), ("uint8", ())]
+        outs = list(node.outputs) + [""] * (3 - len(node.outputs))
+        # an output the graph dropped (nobody reads it) still needs storage: the kernel writes it
+        outs = [o or lo.temp(f"{node.name}.out{i}", *kinds[i]) for i, o in enumerate(outs)]
+        lo.call("mlcc_f32_dynamic_quantize", [node.inputs[0], *outs], outs,
+                params_type="mlcc_dynamic_quantize_params",
+                params={"count": x.numel})
+
+
 # ------------------------------------------------------------------ mlcc-domain integer ops
 
 def requant_params(node: Node) -> dict:
@@ -535,60 +568,163 @@ class QLinearMatMul(OpDef):
         QFC().lower(q, lo)
 
 
+def _integer_operands(node: Node, g: Graph, w_index: int, zp_axis_size: int):
+    """The constant weight of ConvInteger / MatMulInteger as int8 and its zero point as int32
+    per output channel, with a uint8 weight moved to int8 (w - 128, the zero point with it):
+    (w - zw) is unchanged. The activation must be uint8 with a per-tensor zero point, constant
+    or computed at run time (DynamicQuantizeLinear's)."""
+    w = _qscalar(g, node.input(w_index), "the weight")
+    if w is None or w.dtype not in (np.int8, np.uint8):
+        raise UnsupportedError("the weight must be a constant int8 or uint8 tensor")
+    x_zp = node.input(w_index + 1)
+    if x_zp:
+        v = g.values[x_zp]
+        if v.dtype != "uint8" or math.prod(v.shape) != 1:
+            raise UnsupportedError("the zero point of x must be one uint8 value")
+    wz = _qscalar(g, node.input(w_index + 2), "the weight zero point")
+    wz = np.zeros(1, w.dtype) if wz is None else np.asarray(wz)
+    if wz.dtype != w.dtype or wz.size not in (1, zp_axis_size):
+        raise UnsupportedError("the weight zero point must be per tensor or per output "
+                               "channel, of the weight's type")
+    zw = np.broadcast_to(wz.astype(np.int32).reshape(-1), (zp_axis_size,))
+    if w.dtype == np.uint8:
+        return (w.astype(np.int16) - 128).astype(np.int8), zw - 128
+    return w, zw.copy()
+
+
+def _const_zero_point(g: Graph, name: str):
+    """The x zero point when it is a constant (the kernels fold it), else None."""
+    if not name:
+        return 0
+    arr = g.const(name)
+    return None if arr is None else int(np.asarray(arr).reshape(()))
+
+
 @register("ConvInteger", since=10)
 class ConvInteger(OpDef):
-    """y = conv(x - x_zero_point, w) in int32, on the integer convolution kernels."""
+    """y = conv(x - x_zero_point, w - w_zero_point) in int32, on the integer convolution
+    kernels; x_zero_point may be computed at run time (mlcc_u8_conv_integer)."""
     attributes = QLinearConv.attributes
 
     def infer(self, node, ins, g):
         x, w = ins[0], ins[1]
         if x.dtype != "uint8":
             raise UnsupportedError(f"{x.dtype} input is not supported (uint8 is)")
+        if len(x.shape) not in (3, 4):
+            raise UnsupportedError("only 1-D and 2-D integer convolutions are supported")
         geo = window_geometry(node, list(x.shape[2:]), list(w.shape[2:]))
         return [("int32", (x.shape[0], w.shape[0], *geo["out"]))]
 
     def lower(self, node: Node, lo: Lowering) -> None:
         g = lo.graph
-        w = _qscalar(g, node.input(1), "w")
-        xz = _qscalar(g, node.input(2), "x_zero_point")
-        wz = _qscalar(g, node.input(3), "w_zero_point")
-        _check_u8_s8(node, g, xz, w, wz, None)
-        if xz is not None and np.size(xz) != 1:
-            raise UnsupportedError("a per-axis x_zero_point is not supported")
+        m = lo.value(node.inputs[1]).shape[0]
+        w, zw = _integer_operands(node, g, 1, m)
+        zx = _const_zero_point(g, node.input(2))
+        out = node.outputs[0]
+        if zx is not None and not np.any(zw):
+            QConv().lower(self._qconv(node, lo, w, zx, out), lo)
+            return
+        # A run-time x zero point: the same kernels, with the zero point set (and for the
+        # im2col kernel, the bias -zx * sum(w) folded) by mlcc_u8_conv_integer at run time.
+        self._conv_integer(node, lo, w, out)
+        if not np.any(zw):
+            return
+        # The weight zero point: y -= zw[c] * window sums of (x - zx), a convolution with
+        # all-one weights and one output channel per group.
+        group = int(node.attr("group", 1))
+        y = lo.value(out)
+        xsum = lo.temp(f"{node.name}.xsum", "int32", (y.shape[0], group, *y.shape[2:]))
+        self._conv_integer(node, lo, np.ones((group, *w.shape[1:]), np.int8), xsum)
+        lo.call("mlcc_i32_conv_zero_point_correct",
+                [xsum, lo.add_const(f"{node.name}.w_zp", zw.astype(np.int32)), out], [out],
+                params_type="mlcc_conv_zero_point_params",
+                params={"batch": y.shape[0], "channels": m, "groups": group,
+                        "plane": math.prod(y.shape[2:])},
+                op="ConvInteger weight zero point")
+
+    @staticmethod
+    def _qconv(node: Node, lo: Lowering, w: np.ndarray, zx: int, out: str) -> Node:
         m = w.shape[0]
-        zx = int(np.asarray(xz).reshape(())) if xz is not None else 0
         q = Node(node.name, "QConv", [node.inputs[0], lo.add_const(f"{node.name}.w", w),
                                       lo.add_const(f"{node.name}.bias", np.zeros(m, np.int32)),
-                                      "", "", "", ""], list(node.outputs), dict(node.attrs),
-                 MLCC, 1)
-        q.attrs.update(x_zero_point=zx, x_scale=1.0, y_scale=0.0, rq=("int32", "float", 0, 0, 0))
-        QConv().lower(q, lo)
+                                      "", "", "", ""], [out], dict(node.attrs), MLCC, 1)
+        q.attrs.update(x_zero_point=zx, x_scale=1.0, y_scale=0.0,
+                       rq=("int32", "float", 0, 0, 0))
+        return q
+
+    def _conv_integer(self, node: Node, lo: Lowering, w: np.ndarray, out: str) -> None:
+        """out = conv(x - x_zero_point, w), the zero point read at run time."""
+        sub = _Capture(lo)
+        QConv().lower(self._qconv(node, lo, w, 0, out), sub)
+        (call,) = sub.calls
+        m = w.shape[0]
+        depthwise = call["kernel"] == "mlcc_u8_conv2d__depthwise"
+        rowsum = "" if depthwise else lo.add_const(
+            f"{node.name}.w_rowsum", w.reshape(m, -1).astype(np.int32).sum(axis=1)
+            .astype(np.int32))
+        lo.call("mlcc_u8_conv_integer",
+                [node.inputs[0], node.input(2), call["args"][1], rowsum, out], [out],
+                params_type="mlcc_conv_integer_params",
+                params={"conv": call["params"], "depthwise": int(depthwise)},
+                scratch_bytes=-(-4 * m // 64) * 64 + call["scratch_bytes"],
+                op=f"ConvInteger int8 x_zp at run time{' depthwise' if depthwise else ''}")
+
+    def flops(self, node: Node, g: Graph) -> int:
+        w, y = g.values[node.inputs[1]], g.values[node.outputs[0]]
+        return 2 * y.numel * math.prod(w.shape[1:])
+
+
+class _Capture:
+    """A stand-in Lowering that records the kernel calls a lowering makes instead of emitting
+    them (constants it adds go to the real graph)."""
+
+    def __init__(self, lo: Lowering):
+        self.graph, self.calls, self._lo = lo.graph, [], lo
+
+    def value(self, name):
+        return self._lo.value(name)
+
+    def add_const(self, base, data):
+        return self._lo.add_const(base, data)
+
+    def call(self, kernel, args, writes, **kw):
+        self.calls.append({"kernel": kernel, "args": args, "writes": writes, **kw})
 
 
 @register("MatMulInteger", since=10)
 class MatMulInteger(OpDef):
-    """y = (a - a_zero_point) @ b in int32 with a constant 2-D int8 b."""
+    """y = (a - a_zero_point) @ (b - b_zero_point) in int32 with a constant 2-D b (int8 or
+    uint8, zero point per tensor or per column) and a per-tensor a_zero_point, constant or
+    computed at run time (mlcc_i32_zero_point_correct applies what the product leaves out)."""
     attributes = {}
 
     def infer(self, node, ins, g):
         a, b = ins[0], ins[1]
         if a.dtype != "uint8" or len(b.shape) != 2:
-            raise UnsupportedError("uint8 A and a 2-D constant int8 B are supported")
+            raise UnsupportedError("uint8 A and a 2-D constant int8 or uint8 B are supported")
         return [("int32", tuple(a.shape[:-1]) + (b.shape[1],))]
 
     def lower(self, node: Node, lo: Lowering) -> None:
         g = lo.graph
-        b = _qscalar(g, node.input(1), "B")
-        az = _qscalar(g, node.input(2), "a_zero_point")
-        bz = _qscalar(g, node.input(3), "b_zero_point")
-        _check_u8_s8(node, g, az, b, bz, None)
-        if az is not None and np.size(az) != 1:
-            raise UnsupportedError("a per-row a_zero_point is not supported")
-        n = b.shape[1]
-        zx = int(np.asarray(az).reshape(())) if az is not None else 0
+        k, n = lo.value(node.inputs[1]).shape
+        b, zw = _integer_operands(node, g, 1, n)
+        zx = _const_zero_point(g, node.input(2))
+        exact = zx is not None and not np.any(zw)
         q = Node(node.name, "QFC", [node.inputs[0],
                                     lo.add_const(f"{node.name}.w", np.ascontiguousarray(b.T)),
                                     lo.add_const(f"{node.name}.bias", np.zeros(n, np.int32)),
                                     "", "", "", ""], list(node.outputs), {}, MLCC, 1)
-        q.attrs.update(x_zero_point=zx, x_scale=1.0, y_scale=0.0, rq=("int32", "float", 0, 0, 0))
+        q.attrs.update(x_zero_point=zx if exact else 0, x_scale=1.0, y_scale=0.0,
+                       rq=("int32", "float", 0, 0, 0))
         QFC().lower(q, lo)
+        if exact:
+            return
+        out = node.outputs[0]
+        colsum = lo.add_const(f"{node.name}.colsum", b.astype(np.int32).sum(axis=0)
+                              .astype(np.int32))
+        zname = lo.add_const(f"{node.name}.w_zp", zw.astype(np.int32)) if np.any(zw) else ""
+        lo.call("mlcc_i32_zero_point_correct",
+                [node.inputs[0], node.input(2), colsum, zname, out], [out],
+                params_type="mlcc_zero_point_params",
+                params={"m": lo.value(out).numel // n, "n": n, "k": k},
+                op="MatMulInteger zero points")

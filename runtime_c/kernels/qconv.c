@@ -641,3 +641,35 @@ void mlcc_u8_conv2d__depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, c
         }
     }
 }
+
+void mlcc_u8_conv_integer(const mlcc_conv_integer_params *p, const uint8_t *x,
+                          const uint8_t *x_zero_point, const int8_t *w,
+                          const int32_t *w_rowsum, int32_t *y, uint8_t *scratch) {
+    mlcc_qconv2d_params q = p->conv;
+    const int64_t m = q.out_channels;
+    const int32_t zx = x_zero_point ? (int32_t)*x_zero_point : 0;
+    int32_t *bias = (int32_t *)(void *)scratch;
+    uint8_t *rest = scratch + MLCC_CONV_INTEGER_BIAS_BYTES(m);
+    int64_t c;
+    q.x_zero_point = zx;
+    /* the depthwise kernel subtracts the zero point itself; the im2col one takes it folded */
+    for (c = 0; c < m; c++) bias[c] = p->depthwise ? 0 : -zx * w_rowsum[c];
+    if (p->depthwise)
+        mlcc_u8_conv2d__depthwise(&q, x, w, bias, NULL, NULL, NULL, NULL, y, rest);
+    else
+        mlcc_u8_conv2d(&q, x, w, bias, NULL, NULL, NULL, NULL, y, rest);
+}
+
+void mlcc_i32_conv_zero_point_correct(const mlcc_conv_zero_point_params *p,
+                                      const int32_t *xsum, const int32_t *w_zero_point,
+                                      int32_t *y) {
+    const int64_t c_n = p->channels, per_group = p->channels / p->groups, plane = p->plane;
+    int64_t b, c, i;
+    for (b = 0; b < p->batch; b++)
+        for (c = 0; c < c_n; c++) {
+            const int32_t zw = w_zero_point[c];
+            const int32_t *s = xsum + (b * p->groups + c / per_group) * plane;
+            int32_t *yc = y + (b * c_n + c) * plane;
+            for (i = 0; i < plane; i++) yc[i] -= zw * s[i];
+        }
+}

@@ -44,4 +44,35 @@ void mlcc_u8_conv2d__depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, c
                                const int32_t *mult, const int32_t *shift, void *y,
                                uint8_t *scratch);
 
+/* ONNX ConvInteger with the zero point of x read at run time (DynamicQuantizeLinear's):
+ * y = sum over taps inside the input of w * (x - *x_zero_point), int32 (conv.rq.out_kind is
+ * MLCC_QOUT_S32, conv.x_zero_point is replaced by *x_zero_point, NULL: 0). Runs
+ * mlcc_u8_conv2d__depthwise (depthwise = 1; w as that kernel takes it, w_rowsum NULL) or
+ * mlcc_u8_conv2d (w packed as it takes it; w_rowsum: int32 [out_channels], sum of each
+ * output channel's weights, for the bias -zx * w_rowsum it folds). scratch:
+ * MLCC_CONV_INTEGER_BIAS_BYTES(out_channels) (the bias), then the scratch of the kernel it
+ * runs. */
+typedef struct mlcc_conv_integer_params {
+    mlcc_qconv2d_params conv;
+    int32_t depthwise;
+} mlcc_conv_integer_params;
+
+#define MLCC_CONV_INTEGER_BIAS_BYTES(m) ((((m) * 4 + 63) / 64) * 64)
+
+void mlcc_u8_conv_integer(const mlcc_conv_integer_params *p, const uint8_t *x,
+                          const uint8_t *x_zero_point, const int8_t *w,
+                          const int32_t *w_rowsum, int32_t *y, uint8_t *scratch);
+
+/* The weight zero point of ONNX ConvInteger, after mlcc_u8_conv_integer without it:
+ *   y[b][c][i] -= w_zero_point[c] * xsum[b][c / (channels / groups)][i]
+ * where xsum is the window sum of (x - x_zero_point) over each group's input channels
+ * (mlcc_u8_conv_integer with all-one weights, one output channel per group). */
+typedef struct mlcc_conv_zero_point_params {
+    int64_t batch, channels, groups, plane;
+} mlcc_conv_zero_point_params;
+
+void mlcc_i32_conv_zero_point_correct(const mlcc_conv_zero_point_params *p,
+                                      const int32_t *xsum, const int32_t *w_zero_point,
+                                      int32_t *y);
+
 #endif /* MLCC_QCONV_H */

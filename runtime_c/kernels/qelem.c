@@ -25,6 +25,51 @@ void mlcc_u8_dequantize(const mlcc_quantize_params *p, const uint8_t *x, float *
     for (i = 0; i < n; i++) y[i] = (float)((int32_t)x[i] - zp) * s;
 }
 
+void mlcc_f32_dynamic_quantize(const mlcc_dynamic_quantize_params *p, const float *x,
+                               uint8_t *y, float *y_scale, uint8_t *y_zero_point) {
+    const int64_t n = p->count;
+    const float magic = 12582912.0f;
+    mlcc_quantize_params q;
+    float lo = 0.0f, hi = 0.0f, scale, zp;
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        const float v = x[i];
+        lo = v < lo ? v : lo;         /* NaN compares false: skipped */
+        hi = v > hi ? v : hi;
+    }
+    scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
+    zp = 0.0f - lo / scale;
+    zp = zp > 0.0f ? zp : 0.0f;
+    zp = zp < 255.0f ? zp : 255.0f;
+    zp = (zp + magic) - magic;        /* round half to even */
+    q.count = n;
+    q.scale = scale;
+    q.zero_point = (int32_t)zp;
+    mlcc_f32_quantize(&q, x, y);
+    *y_scale = scale;
+    *y_zero_point = (uint8_t)q.zero_point;
+}
+
+void mlcc_i32_zero_point_correct(const mlcc_zero_point_params *p, const uint8_t *x,
+                                 const uint8_t *x_zero_point, const int32_t *colsum,
+                                 const int32_t *w_zero_point, int32_t *y) {
+    const int64_t m = p->m, n = p->n, k = p->k;
+    const int64_t zx = x_zero_point ? (int64_t)*x_zero_point : 0;
+    int64_t i, j, t;
+    for (i = 0; i < m; i++) {
+        int64_t rowsum = 0;
+        int32_t *yr = y + i * n;
+        if (w_zero_point)
+            for (t = 0; t < k; t++) rowsum += x[i * k + t];
+        for (j = 0; j < n; j++) {
+            const int64_t zw = w_zero_point ? (int64_t)w_zero_point[j] : 0;
+            /* in int64, then back: the exact result fits int32 whenever onnxruntime's does */
+            yr[j] = (int32_t)((int64_t)yr[j] + k * zx * zw - zx * (int64_t)colsum[j] -
+                              zw * rowsum);
+        }
+    }
+}
+
 static inline int32_t srdhm(int32_t a, int32_t b) {
     int64_t ab, nudge;
     if (a == INT32_MIN && b == INT32_MIN) return INT32_MAX;

@@ -19,6 +19,32 @@ void mlcc_f32_quantize(const mlcc_quantize_params *p, const float *x, uint8_t *y
 /* y = (float)(x - zero_point) * scale (ONNX DequantizeLinear). */
 void mlcc_u8_dequantize(const mlcc_quantize_params *p, const uint8_t *x, float *y);
 
+/* ONNX DynamicQuantizeLinear (uint8), onnxruntime's arithmetic in float32:
+ *   lo = min(0, min(x)), hi = max(0, max(x)) (NaN elements are skipped by the reduction),
+ *   scale = hi == lo ? 1 : (hi - lo) / 255,
+ *   zero_point = rint_even(clamp(0 - lo / scale, 0, 255)),
+ *   y = clamp(rint_even(x / scale) + zero_point, 0, 255) (mlcc_f32_quantize: NaN gives 0).
+ * Writes y[count], *y_scale and *y_zero_point. */
+typedef struct mlcc_dynamic_quantize_params {
+    int64_t count;
+} mlcc_dynamic_quantize_params;
+
+void mlcc_f32_dynamic_quantize(const mlcc_dynamic_quantize_params *p, const float *x,
+                               uint8_t *y, float *y_scale, uint8_t *y_zero_point);
+
+/* The zero points of ONNX MatMulInteger applied after an integer product with none:
+ *   y[i][j] += k * zx * zw[j] - zx * colsum[j] - zw[j] * sum_k x[i][k]
+ * which makes y = sum_k (x[i][k] - zx) (w[k][j] - zw[j]) from y = sum_k x[i][k] w[k][j].
+ * x: uint8 [m][k]; x_zero_point: one uint8 read at run time (NULL: 0); colsum: int32 [n],
+ * sum_k w[k][j]; w_zero_point: int32 [n] (NULL: all 0); y: int32 [m][n], updated in place. */
+typedef struct mlcc_zero_point_params {
+    int64_t m, n, k;
+} mlcc_zero_point_params;
+
+void mlcc_i32_zero_point_correct(const mlcc_zero_point_params *p, const uint8_t *x,
+                                 const uint8_t *x_zero_point, const int32_t *colsum,
+                                 const int32_t *w_zero_point, int32_t *y);
+
 /* Requantizing Add of two uint8 tensors of the same shape:
  *   MLCC_REQUANT_FLOAT: y = clamp(rint_even((a - za) * ma + (b - zb) * mb) + zy) in double,
  *     with ma = sa / sy and mb = sb / sy rounded to float32 by the compiler: each product is
