@@ -4,7 +4,6 @@ link in README.md and docs/*.md points to a file (and heading) that exists."""
 import re
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import mlcc
@@ -18,10 +17,6 @@ DOC_FILES = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
 # Pages that other branches add to docs/ (the lead merges them). A link to one of these is
 # tolerated while the file is absent, with a warning; once it exists it is checked like any other.
 # Remove names from this set once their files are merged.
-PENDING_PAGES = {"docs/install.md", "docs/style.md", "docs/adding-an-operator.md",
-                 "docs/kernels.md", "docs/generated-c.md", "docs/binding.md"}
-
-
 def fenced_block(text: str, lang: str, after_heading: str) -> str:
     """The first ```lang block after the heading line `after_heading`."""
     section = text.split(f"\n{after_heading}\n", 1)[1]
@@ -101,7 +96,7 @@ def relative_links(text: str) -> list[str]:
 
 
 def test_relative_links_resolve():
-    broken, pending = [], set()
+    broken = []
     for page in DOC_FILES:
         rel_page = page.relative_to(ROOT)
         for target in relative_links(page.read_text()):
@@ -109,16 +104,11 @@ def test_relative_links_resolve():
             dest = (page.parent / path).resolve() if path else page
             rel = dest.relative_to(ROOT).as_posix() if dest.is_relative_to(ROOT) else str(dest)
             if not dest.exists():
-                if rel in PENDING_PAGES:
-                    pending.add(rel)
-                else:
-                    broken.append(f"{rel_page}: {target} (no such file)")
+                broken.append(f"{rel_page}: {target} (no such file)")
                 continue
             if anchor and dest.suffix == ".md" and anchor not in heading_anchors(
                     dest.read_text()):
                 broken.append(f"{rel_page}: {target} (no heading #{anchor} in {rel})")
-    if pending:
-        warnings.warn(f"links to pages not merged yet: {', '.join(sorted(pending))}")
     assert not broken, f"{len(broken)} broken links:\n" + "\n".join(broken)
 
 
