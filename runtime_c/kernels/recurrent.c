@@ -211,8 +211,11 @@ int mlcc_f32_recurrent(const mlcc_recurrent_params *p, const float *x, const flo
                 for (t = len; t < S; t++)
                     memset(y + (p->layout ? (b * S + t) * ND + d : (t * ND + d) * B + b) * H, 0,
                            (size_t)H * sizeof(float));
-            if (y_h) memcpy(y_h + st, h + b * H, (size_t)H * sizeof(float));
-            if (y_c && is_lstm) memcpy(y_c + st, c + b * H, (size_t)H * sizeof(float));
+            /* a sequence of length 0 has zero states, not its initial ones (onnxruntime) */
+            if (y_h && len > 0) memcpy(y_h + st, h + b * H, (size_t)H * sizeof(float));
+            if (y_h && len == 0) memset(y_h + st, 0, (size_t)H * sizeof(float));
+            if (y_c && is_lstm && len > 0) memcpy(y_c + st, c + b * H, (size_t)H * sizeof(float));
+            if (y_c && is_lstm && len == 0) memset(y_c + st, 0, (size_t)H * sizeof(float));
         }
     }
     return MLCC_OK;

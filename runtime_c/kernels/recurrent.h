@@ -57,7 +57,8 @@ typedef struct mlcc_recurrent_params {
  *      [batch][num_directions][H] (layout 1), or NULL (zeros).
  * y: layout 0 [seq][num_directions][batch][H], 1 [batch][seq][num_directions][H]; y_h, y_c
  *      as init_h. Each may be NULL (not wanted). Outputs past a sequence's length are zero;
- *      y_h and y_c hold the state after its last valid step.
+ *      y_h and y_c hold the state after its last valid step (zero for a length of 0, as
+ *      onnxruntime gives).
  * Returns MLCC_OK, or MLCC_ERR_INDEX_OUT_OF_RANGE (having written nothing) when a sequence
  * length is negative or longer than seq. */
 int mlcc_f32_recurrent(const mlcc_recurrent_params *p, const float *x, const float *w_panels,
