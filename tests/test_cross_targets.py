@@ -138,6 +138,17 @@ def test_gather_out_of_range_index_is_a_status(tmp_path, target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("op,layout", [("LSTM", 0), ("GRU", 1), ("RNN", 0)])
+def test_recurrent(tmp_path, target, op, layout):
+    """LSTM, GRU, RNN bidirectional with initial states, per-batch lengths (recurrent.c on
+    the panel GEMM's NEON / SIMD128 paths), peepholes and clip."""
+    from test_ops_recurrent import build, check
+    check(tmp_path, *build(op, seq=9, batch=3, inp=13, hidden=33, direction="bidirectional",
+                           layout=layout, init_h=True, init_c=True, seq_lens=[9, 4, 1],
+                           peep=True, clip=3.0, seed=3), target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_int8_digits_is_the_x86_result_bit_for_bit(tmp_path, target):
     """The int8 program (portable integer kernels, float requantization) gives the same bits
     on the target as on x86."""

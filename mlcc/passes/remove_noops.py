@@ -19,7 +19,7 @@ def _is_noop(g: Graph, n: Node) -> bool:
         # Inference: output = input; a mask output that is read keeps the node.
         mask = n.outputs[1] if len(n.outputs) > 1 else ""
         return not mask or (mask not in g.outputs and mask not in g.consumers())
-    if not n.inputs or not n.inputs[0] or not n.outputs:
+    if not n.inputs or not n.inputs[0] or not n.outputs or not n.outputs[0]:
         return False
     src, dst = g.values[n.inputs[0]], g.values[n.outputs[0]]
     if n.op_type in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand"):

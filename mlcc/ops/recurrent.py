@@ -1,0 +1,219 @@
+"""LSTM, GRU and RNN (ONNX): one OpDef per operator over one kernel, mlcc_f32_recurrent
+(runtime_c/kernels/recurrent.h; docs/recurrent.md).
+
+The weights W, R and B (and LSTM's peepholes P) must be constants: they are rearranged at
+compile time into the kernel's layouts: W of both directions transposed into one matrix in the
+column panels of mlcc_f32_gemm__panels_threaded (one product for the input projections of every
+step and direction), R transposed and packed per direction for the per-step product, Wb + Rb
+summed into one bias (GRU keeps Rbh apart: it is added inside the reset). Weights computed at run
+time are refused. X, sequence_lens, initial_h and initial_c may be run-time inputs.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ModelError, UnsupportedError
+from ..ir import Graph, Lowering, Node
+from .common import require_dtype
+from .gemm import GEMM_B_PANEL, pack_b_panels
+from .registry import OpDef, register
+
+CELLS = {"LSTM": 0, "GRU": 1, "RNN": 2}          # enum mlcc_rnn_cell
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+N_ACTS = {"LSTM": 3, "GRU": 2, "RNN": 1}          # f, g, h
+DEFAULT_ACTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"],
+                "RNN": ["Tanh"]}
+MAX_ACTS = 3                                      # MLCC_RNN_MAX_ACTS
+
+# enum mlcc_rnn_act_kind: ONNX name -> (value, takes alpha, takes beta, default alpha, beta).
+# A default of None: the spec gives none, so the attribute must supply it.
+ACTS = {
+    "Relu": (0, False, False, 0.0, 0.0),
+    "Tanh": (1, False, False, 0.0, 0.0),
+    "Sigmoid": (2, False, False, 0.0, 0.0),
+    "Affine": (3, True, True, None, None),
+    "LeakyRelu": (4, True, False, 0.01, 0.0),
+    "ThresholdedRelu": (5, True, False, 1.0, 0.0),
+    "ScaledTanh": (6, True, True, None, None),
+    "HardSigmoid": (7, True, True, 0.2, 0.5),
+    "Elu": (8, True, False, 1.0, 0.0),
+    "Softsign": (9, False, False, 0.0, 0.0),
+    "Softplus": (10, False, False, 0.0, 0.0),
+}
+ACTS_LOWER = {k.lower(): k for k in ACTS}
+
+DIRECTIONS = ("forward", "reverse", "bidirectional")
+
+
+def _str(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def panel_floats(k: int, n: int) -> int:
+    """Floats of a K x N matrix in column panels (pack_b_panels)."""
+    return -(-n // GEMM_B_PANEL) * GEMM_B_PANEL * k
+
+
+def _r16(n: int) -> int:
+    return -(-n // 16) * 16
+
+
+def scratch_floats(op: str, seq: int, batch: int, hidden: int, nd: int) -> int:
+    """The kernel's scratch (recurrent.c): the input projections, one step's gates, the
+    state h and c and GRU's two temporaries, each rounded up to 16 floats."""
+    gh = GATES[op] * hidden
+    return _r16(seq * batch * nd * gh) + _r16(batch * gh) + 4 * _r16(batch * hidden)
+
+
+def activations(node: Node, op: str, nd: int) -> list[tuple[int, float, float]]:
+    """(kind, alpha, beta) per direction and function, alpha and beta consumed in the order
+    of the functions by those that take them (as onnxruntime reads them)."""
+    names = node.attr("activations")
+    names = [_str(a) for a in names] if names else DEFAULT_ACTS[op] * nd
+    if len(names) != N_ACTS[op] * nd:
+        raise UnsupportedError(f"{op} node {node.name!r}: {len(names)} activations for "
+                               f"{nd} direction(s), expected {N_ACTS[op] * nd}")
+    alphas = list(node.attr("activation_alpha") or [])
+    betas = list(node.attr("activation_beta") or [])
+    out = []
+    for name in names:
+        key = ACTS_LOWER.get(name.lower())
+        if key is None:
+            raise UnsupportedError(f"{op} node {node.name!r}: activation {name!r} is not "
+                                   f"supported")
+        kind, takes_a, takes_b, da, db = ACTS[key]
+        a = float(alphas.pop(0)) if takes_a and alphas else da
+        b = float(betas.pop(0)) if takes_b and betas else db
+        if a is None or b is None:
+            raise UnsupportedError(f"{op} node {node.name!r}: activation {key} needs "
+                                   f"activation_alpha and activation_beta values")
+        out.append((kind, a, b))
+    return out
+
+
+class _Recurrent(OpDef):
+    op = ""
+    attributes = {
+        "activations": None, "activation_alpha": None, "activation_beta": None,
+        "clip": None, "direction": lambda v: _str(v) in DIRECTIONS, "hidden_size": None,
+        "layout": lambda v: int(v) in (0, 1),
+    }
+
+    def _dims(self, node: Node, g: Graph):
+        x = g.value(node.inputs[0])
+        layout = int(node.attr("layout", 0))
+        if layout:
+            batch, seq, inp = x.shape
+        else:
+            seq, batch, inp = x.shape
+        nd = 2 if _str(node.attr("direction", "forward")) == "bidirectional" else 1
+        w = g.value(node.inputs[1])
+        hidden = int(w.shape[1]) // GATES[self.op]
+        return seq, batch, inp, hidden, nd, layout
+
+    def infer(self, node, ins, g):
+        op = self.op
+        require_dtype(node, [v for i, v in enumerate(ins) if v is not None and i != 4],
+                      ["float32"])
+        if len(ins) > 4 and ins[4] is not None and ins[4].dtype != "int32":
+            raise ModelError(f"{op} node {node.name!r}: sequence_lens must be int32")
+        x = ins[0]
+        if x.shape is None or len(x.shape) != 3:
+            raise ModelError(f"{op} node {node.name!r}: X must be 3-D")
+        for i, what in ((1, "W"), (2, "R"), (3, "B"), (7, "P")):
+            if i < len(ins) and ins[i] is not None and not ins[i].is_const:
+                raise UnsupportedError(f"{op} node {node.name!r}: {what} "
+                                       f"{node.inputs[i]!r} must be a constant (weights "
+                                       f"computed at run time are not supported)")
+        seq, batch, inp, hidden, nd, layout = self._dims(node, g)
+        hs = node.attr("hidden_size")
+        gates = GATES[op]
+        shapes = {1: (nd, gates * hidden, inp), 2: (nd, gates * hidden, hidden),
+                  3: (nd, 2 * gates * hidden), 4: (batch,),
+                  5: (batch, nd, hidden) if layout else (nd, batch, hidden),
+                  6: (batch, nd, hidden) if layout else (nd, batch, hidden),
+                  7: (nd, 3 * hidden)}
+        if hs is not None and int(hs) != hidden:
+            raise ModelError(f"{op} node {node.name!r}: hidden_size {hs} but W holds "
+                             f"{hidden} per gate")
+        for i, v in enumerate(ins[1:], 1):
+            if v is not None and tuple(v.shape) != shapes[i]:
+                raise ModelError(f"{op} node {node.name!r}: input {i} has shape "
+                                 f"{list(v.shape)}, expected {list(shapes[i])}")
+        activations(node, op, nd)   # refuses what the kernel cannot compute
+        y = (batch, seq, nd, hidden) if layout else (seq, nd, batch, hidden)
+        yh = (batch, nd, hidden) if layout else (nd, batch, hidden)
+        return [("float32", y), ("float32", yh), ("float32", yh)][:len(node.outputs)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        op, g = self.op, lo.graph
+        seq, batch, inp, hidden, nd, layout = self._dims(node, g)
+        gates = GATES[op]
+        gh = gates * hidden
+        w = g.const(node.inputs[1]).astype(np.float32)            # [nd, gh, inp]
+        r = g.const(node.inputs[2]).astype(np.float32)            # [nd, gh, hidden]
+        b = g.const(node.input(3))
+        b = (np.zeros((nd, 2 * gh), np.float32) if b is None else b.astype(np.float32))
+        bias = b[:, :gh] + b[:, gh:]
+        rbh = ""
+        if op == "GRU":   # Rbh is added inside the reset, not to the input projection
+            bias[:, 2 * hidden:] = b[:, 2 * hidden:gh]
+            rbh = lo.add_const(f"{node.name}.rbh", np.ascontiguousarray(b[:, gh + 2 * hidden:]))
+        w_panels = pack_b_panels(w.reshape(nd * gh, inp).T)
+        r_parts = []
+        for d in range(nd):
+            rt = r[d].T                                            # [hidden, gh]
+            if op == "GRU":
+                r_parts += [pack_b_panels(rt[:, :2 * hidden]), pack_b_panels(rt[:, 2 * hidden:])]
+            else:
+                r_parts.append(pack_b_panels(rt))
+        acts = activations(node, op, nd)
+        kinds = [0] * (2 * MAX_ACTS)
+        alphas = [0.0] * (2 * MAX_ACTS)
+        betas = [0.0] * (2 * MAX_ACTS)
+        for i, (k, a, bt) in enumerate(acts):
+            d, f = divmod(i, N_ACTS[op])
+            kinds[d * MAX_ACTS + f], alphas[d * MAX_ACTS + f], betas[d * MAX_ACTS + f] = k, a, bt
+        clip = node.attr("clip")
+        outs = [node.outputs[i] if i < len(node.outputs) else "" for i in range(3)]
+        args = [node.inputs[0],
+                lo.add_const(f"{node.name}.w_panels", w_panels),
+                lo.add_const(f"{node.name}.r_panels", np.concatenate(r_parts)),
+                lo.add_const(f"{node.name}.bias", np.ascontiguousarray(bias)), rbh,
+                node.input(7) if op == "LSTM" else "",
+                node.input(4), node.input(5), node.input(6) if op == "LSTM" else "",
+                outs[0], outs[1], outs[2] if op == "LSTM" else ""]
+        lo.call("mlcc_f32_recurrent", args, [o for o in args[9:] if o],
+                params_type="mlcc_recurrent_params", params={
+                    "cell": CELLS[op], "seq": seq, "batch": batch, "input": inp,
+                    "hidden": hidden, "num_directions": nd,
+                    "reverse": int(_str(node.attr("direction", "forward")) == "reverse"),
+                    "layout": layout, "input_forget": int(node.attr("input_forget", 0)),
+                    "linear_before_reset": int(node.attr("linear_before_reset", 0)),
+                    "has_clip": int(clip is not None),
+                    "clip": float(clip) if clip is not None else 0.0,
+                    "act_kind": kinds, "act_alpha": alphas, "act_beta": betas},
+                scratch_bytes=4 * scratch_floats(op, seq, batch, hidden, nd),
+                returns_status=True, pool=True)
+
+    def flops(self, node: Node, g: Graph) -> int:
+        seq, batch, inp, hidden, nd, _ = self._dims(node, g)
+        gh = GATES[self.op] * hidden
+        return nd * seq * batch * (2 * gh * (inp + hidden) + 8 * gh)
+
+
+@register("LSTM", since=7)
+class LSTM(_Recurrent):
+    op = "LSTM"
+    attributes = {**_Recurrent.attributes, "input_forget": lambda v: int(v) in (0, 1)}
+
+
+@register("GRU", since=7)
+class GRU(_Recurrent):
+    op = "GRU"
+    attributes = {**_Recurrent.attributes, "linear_before_reset": lambda v: int(v) in (0, 1)}
+
+
+@register("RNN", since=7)
+class RNN(_Recurrent):
+    op = "RNN"

@@ -1,0 +1,222 @@
+/* LSTM, GRU and RNN: see recurrent.h and docs/recurrent.md. */
+#include "recurrent.h"
+
+#include "gemm.h"
+
+/* Floats of a K x N matrix in column panels of MLCC_GEMM_B_PANEL. */
+static int64_t panel_floats(int64_t k, int64_t n) {
+    return (n + MLCC_GEMM_B_PANEL - 1) / MLCC_GEMM_B_PANEL * MLCC_GEMM_B_PANEL * k;
+}
+
+static int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
+
+/* v[i] = act(v[i]) for i < n: the switch outside the loops. */
+static void act_apply(int32_t kind, float a, float b, float *v, int64_t n) {
+    int64_t i;
+    switch (kind) {
+    case MLCC_RNN_ACT_RELU: for (i = 0; i < n; i++) v[i] = v[i] > 0.0f ? v[i] : 0.0f; break;
+    case MLCC_RNN_ACT_TANH: for (i = 0; i < n; i++) v[i] = tanhf(v[i]); break;
+    case MLCC_RNN_ACT_SIGMOID:
+        for (i = 0; i < n; i++) v[i] = 1.0f / (1.0f + expf(-v[i]));
+        break;
+    case MLCC_RNN_ACT_AFFINE: for (i = 0; i < n; i++) v[i] = a * v[i] + b; break;
+    case MLCC_RNN_ACT_LEAKY_RELU:
+        for (i = 0; i < n; i++) v[i] = v[i] >= 0.0f ? v[i] : a * v[i];
+        break;
+    case MLCC_RNN_ACT_THRESHOLDED_RELU:
+        for (i = 0; i < n; i++) v[i] = v[i] > a ? v[i] : 0.0f;
+        break;
+    case MLCC_RNN_ACT_SCALED_TANH: for (i = 0; i < n; i++) v[i] = a * tanhf(b * v[i]); break;
+    case MLCC_RNN_ACT_HARD_SIGMOID:
+        for (i = 0; i < n; i++) v[i] = mlcc_clampf(a * v[i] + b, 0.0f, 1.0f);
+        break;
+    case MLCC_RNN_ACT_ELU:
+        for (i = 0; i < n; i++) v[i] = v[i] >= 0.0f ? v[i] : a * (expf(v[i]) - 1.0f);
+        break;
+    case MLCC_RNN_ACT_SOFTSIGN: for (i = 0; i < n; i++) v[i] = v[i] / (1.0f + fabsf(v[i])); break;
+    case MLCC_RNN_ACT_SOFTPLUS: for (i = 0; i < n; i++) v[i] = log1pf(expf(v[i])); break;
+    default: break;
+    }
+}
+
+static void peephole(float *v, const float *pw, const float *c, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; i++) v[i] += pw[i] * c[i];
+}
+
+static void clip_all(const mlcc_recurrent_params *p, float *v, int64_t n) {
+    int64_t i;
+    if (p->has_clip)
+        for (i = 0; i < n; i++) v[i] = mlcc_clampf(v[i], -p->clip, p->clip);
+}
+
+/* X's row (and the input projections' row) of sequence b at time t. */
+static int64_t x_row(const mlcc_recurrent_params *p, int64_t b, int64_t t) {
+    return p->layout ? b * p->seq + t : t * p->batch + b;
+}
+
+/* Y[t][d][b] (layout 0) or Y[b][t][d] (layout 1) = h, when Y is wanted. */
+static void store_y(const mlcc_recurrent_params *p, float *y, const float *h, int64_t b,
+                    int64_t t, int64_t d) {
+    const int64_t nd = p->num_directions, H = p->hidden;
+    if (!y) return;
+    memcpy(y + (p->layout ? (b * p->seq + t) * nd + d : (t * nd + d) * p->batch + b) * H, h,
+           (size_t)H * sizeof(float));
+}
+
+/* C[m x n] = A[m x k] (rows of a_stride floats) times B (k x n, panels), plus bias rows. */
+static void product(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_stride,
+                    const float *b_panels, const float *bias, float *c,
+                    mlcc_threadpool *pool) {
+    mlcc_gemm_params g;
+    memset(&g, 0, sizeof g);
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.a_row_stride = a_stride;
+    g.a_col_stride = 1;
+    g.ldb = n;
+    g.ldc = n;
+    g.bias_row_stride = 0;
+    g.bias_col_stride = 1;
+    g.alpha = 1.0f;
+    g.beta = bias ? 1.0f : 0.0f;
+    g.act.kind = MLCC_ACT_NONE;
+    mlcc_f32_gemm__panels_threaded(&g, a, b_panels, bias, c, pool);
+}
+
+int mlcc_f32_recurrent(const mlcc_recurrent_params *p, const float *x, const float *w_panels,
+                       const float *r_panels, const float *bias, const float *rbh,
+                       const float *peep, const int32_t *seq_lens, const float *init_h,
+                       const float *init_c, float *y, float *y_h, float *y_c, float *scratch,
+                       mlcc_threadpool *pool) {
+    const int64_t S = p->seq, B = p->batch, I = p->input, H = p->hidden;
+    const int64_t ND = p->num_directions;
+    const int is_lstm = p->cell == MLCC_RNN_CELL_LSTM, is_gru = p->cell == MLCC_RNN_CELL_GRU;
+    const int64_t G = is_lstm ? 4 : is_gru ? 3 : 1;
+    const int64_t GH = G * H;
+    /* the first recurrent product's columns (GRU: z and r), and the per-direction panels */
+    const int64_t n0 = is_gru ? 2 * H : GH;
+    const int64_t r0_floats = panel_floats(H, n0);
+    const int64_t r_dir_floats = r0_floats + (is_gru ? panel_floats(H, H) : 0);
+    float *xw = scratch;                                  /* [S * B][ND * GH] */
+    float *gates = xw + round16(S * B * ND * GH);         /* [B][GH] */
+    float *h = gates + round16(B * GH);                   /* [B][H] */
+    float *c = h + round16(B * H);                        /* [B][H] */
+    float *tmp = c + round16(B * H);                      /* [B][H] (GRU: r * h) */
+    float *hh = tmp + round16(B * H);                     /* [B][H] (GRU: the h product) */
+    int64_t b, d, s, j;
+
+    if (seq_lens)
+        for (b = 0; b < B; b++)
+            if (seq_lens[b] < 0 || seq_lens[b] > S) return MLCC_ERR_INDEX_OUT_OF_RANGE;
+
+    /* 1. the input projections of every step and direction: rows in X's order */
+    product(S * B, ND * GH, I, x, I, w_panels, bias, xw, pool);
+
+    for (d = 0; d < ND; d++) {
+        const int rev = d == 1 || p->reverse;
+        const int32_t *kind = p->act_kind + d * MLCC_RNN_MAX_ACTS;
+        const float *al = p->act_alpha + d * MLCC_RNN_MAX_ACTS;
+        const float *be = p->act_beta + d * MLCC_RNN_MAX_ACTS;
+        const float *rp = r_panels + d * r_dir_floats;
+        const float *pw = peep ? peep + d * 3 * H : NULL;   /* i, o, f */
+        for (b = 0; b < B; b++) {
+            const int64_t st = p->layout ? (b * ND + d) * H : (d * B + b) * H;
+            if (init_h) memcpy(h + b * H, init_h + st, (size_t)H * sizeof(float));
+            else memset(h + b * H, 0, (size_t)H * sizeof(float));
+            if (is_lstm) {
+                if (init_c) memcpy(c + b * H, init_c + st, (size_t)H * sizeof(float));
+                else memset(c + b * H, 0, (size_t)H * sizeof(float));
+            }
+        }
+        for (s = 0; s < S; s++) {
+            /* 2. the recurrent product of every sequence of the batch */
+            product(B, n0, H, h, H, rp, NULL, gates, pool);
+            /* 3. the gates (GRU: z and r, then its h gate after its second product) */
+            for (b = 0; b < B; b++) {
+                const int64_t len = seq_lens ? seq_lens[b] : S;
+                float *g = gates + b * n0, *hb = h + b * H, *cb = c + b * H;
+                const float *xr;
+                if (s >= len) {   /* this sequence has ended: its state stays */
+                    if (is_gru) memset(tmp + b * H, 0, (size_t)H * sizeof(float));
+                    continue;
+                }
+                xr = xw + x_row(p, b, rev ? len - 1 - s : s) * ND * GH + d * GH;
+                if (is_lstm) {
+                    float *gi = g, *go = g + H, *gf = g + 2 * H, *gc = g + 3 * H;
+                    for (j = 0; j < GH; j++) g[j] += xr[j];
+                    if (pw) {
+                        peephole(gi, pw, cb, H);
+                        peephole(gf, pw + 2 * H, cb, H);
+                    }
+                    clip_all(p, gi, H);
+                    clip_all(p, gf, H);
+                    clip_all(p, gc, H);
+                    act_apply(kind[0], al[0], be[0], gi, H);
+                    if (p->input_forget)
+                        for (j = 0; j < H; j++) gf[j] = 1.0f - gi[j];
+                    else
+                        act_apply(kind[0], al[0], be[0], gf, H);
+                    act_apply(kind[1], al[1], be[1], gc, H);
+                    for (j = 0; j < H; j++) cb[j] = gf[j] * cb[j] + gi[j] * gc[j];
+                    if (pw) peephole(go, pw + H, cb, H);
+                    clip_all(p, go, H);
+                    act_apply(kind[0], al[0], be[0], go, H);
+                    memcpy(gc, cb, (size_t)H * sizeof(float));
+                    act_apply(kind[2], al[2], be[2], gc, H);
+                    for (j = 0; j < H; j++) hb[j] = go[j] * gc[j];
+                } else if (is_gru) {
+                    for (j = 0; j < 2 * H; j++) g[j] += xr[j];
+                    clip_all(p, g, 2 * H);
+                    act_apply(kind[0], al[0], be[0], g, 2 * H);
+                    if (!p->linear_before_reset)
+                        for (j = 0; j < H; j++) tmp[b * H + j] = g[H + j] * hb[j];
+                    continue;
+                } else {
+                    for (j = 0; j < H; j++) g[j] += xr[j];
+                    clip_all(p, g, H);
+                    act_apply(kind[0], al[0], be[0], g, H);
+                    memcpy(hb, g, (size_t)H * sizeof(float));
+                }
+                store_y(p, y, hb, b, rev ? len - 1 - s : s, d);
+            }
+            if (!is_gru) continue;
+            /* GRU's h gate: (r * h) R_h^T, or h R_h^T inside the reset (linear_before_reset) */
+            product(B, H, H, p->linear_before_reset ? h : tmp, H, rp + r0_floats, NULL, hh,
+                    pool);
+            for (b = 0; b < B; b++) {
+                const int64_t len = seq_lens ? seq_lens[b] : S;
+                const float *g = gates + b * n0, *rb = rbh ? rbh + d * H : NULL;
+                float *hb = h + b * H, *hc = hh + b * H;
+                const float *xr;
+                if (s >= len) continue;
+                xr = xw + x_row(p, b, rev ? len - 1 - s : s) * ND * GH + d * GH + 2 * H;
+                if (p->linear_before_reset)
+                    for (j = 0; j < H; j++)
+                        hc[j] = xr[j] + g[H + j] * (hc[j] + (rb ? rb[j] : 0.0f));
+                else
+                    for (j = 0; j < H; j++) hc[j] += xr[j] + (rb ? rb[j] : 0.0f);
+                clip_all(p, hc, H);
+                act_apply(kind[1], al[1], be[1], hc, H);
+                for (j = 0; j < H; j++) hb[j] = (1.0f - g[j]) * hc[j] + g[j] * hb[j];
+                store_y(p, y, hb, b, rev ? len - 1 - s : s, d);
+            }
+        }
+        for (b = 0; b < B; b++) {
+            const int64_t len = seq_lens ? seq_lens[b] : S;
+            const int64_t st = p->layout ? (b * ND + d) * H : (d * B + b) * H;
+            int64_t t;
+            if (y)   /* past the sequence's end */
+                for (t = len; t < S; t++)
+                    memset(y + (p->layout ? (b * S + t) * ND + d : (t * ND + d) * B + b) * H, 0,
+                           (size_t)H * sizeof(float));
+            /* a sequence of length 0 has zero states, not its initial ones (onnxruntime) */
+            if (y_h && len > 0) memcpy(y_h + st, h + b * H, (size_t)H * sizeof(float));
+            if (y_h && len == 0) memset(y_h + st, 0, (size_t)H * sizeof(float));
+            if (y_c && is_lstm && len > 0) memcpy(y_c + st, c + b * H, (size_t)H * sizeof(float));
+            if (y_c && is_lstm && len == 0) memset(y_c + st, 0, (size_t)H * sizeof(float));
+        }
+    }
+    return MLCC_OK;
+}
