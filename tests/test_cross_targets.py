@@ -152,3 +152,27 @@ def test_int8_digits_is_the_x86_result_bit_for_bit(tmp_path, target):
         outs[name] = [m.run({"input": xi[None]})["logits"] for xi in x[:6]]
     for a, b in zip(outs["x86"], outs[target]):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_bitwise_shift_hardmax_isinf(tmp_path, target):
+    """The bitwise and shift rows of mlcc_int_binary, Hardmax, IsInf/IsNaN and Shrink."""
+    rng = np.random.default_rng(5)
+    a = rng.integers(-2**31, 2**31, (3, 1, 5)).astype(np.int32)
+    b = rng.integers(-2**31, 2**31, (7, 5)).astype(np.int32)
+    u = rng.integers(0, 2**16, (3, 7), dtype=np.uint16)
+    s = np.array([0, 1, 5, 15, 16, 17, 40], np.uint16)
+    x = rand(3, 7, 5)
+    x.reshape(-1)[:4] = [np.inf, -np.inf, np.nan, 0.0]
+    nodes = [helper.make_node("BitwiseAnd", ["a", "b"], ["and"]),
+             helper.make_node("BitwiseXor", ["a", "b"], ["xor"]),
+             helper.make_node("BitwiseNot", ["a"], ["not"]),
+             helper.make_node("BitShift", ["u", "s"], ["shl"], direction="LEFT"),
+             helper.make_node("BitShift", ["u", "s"], ["shr"], direction="RIGHT"),
+             helper.make_node("IsInf", ["x"], ["inf"], detect_negative=0),
+             helper.make_node("IsNaN", ["x"], ["nan"]),
+             helper.make_node("Hardmax", ["h"], ["hard"], axis=1),
+             helper.make_node("Shrink", ["h"], ["shrink"], lambd=0.3, bias=0.1)]
+    feeds = {"a": a, "b": b, "u": u, "s": s, "x": x, "h": rand(3, 7, 5, seed=1)}
+    outs = [n.output[0] for n in nodes]
+    check_model(make_model(nodes, feeds, outs, opset=18), feeds, tmp_path, target=target)
