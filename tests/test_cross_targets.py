@@ -176,3 +176,34 @@ def test_bitwise_shift_hardmax_isinf(tmp_path, target):
     feeds = {"a": a, "b": b, "u": u, "s": s, "x": x, "h": rand(3, 7, 5, seed=1)}
     outs = [n.output[0] for n in nodes]
     check_model(make_model(nodes, feeds, outs, opset=18), feeds, tmp_path, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_gather_scatter_nd_one_hot(tmp_path, target):
+    """GatherND (batch_dims), ScatterND and ScatterElements with reductions, OneHot, EyeLike."""
+    x = rand(2, 5, 7)
+    gi = np.array([[[1, -2], [4, 0], [0, 6]], [[-5, 3], [2, 2], [3, -1]]], np.int64)
+    si = np.array([[1, 2], [-1, 0], [1, 2]], np.int64)
+    ei = np.array([[[0, 4, -1]], [[2, 2, 0]]], np.int64)
+    oi = np.array([[1, -1, 9], [0, 4, -7]], np.int32)
+    nodes = [helper.make_node("GatherND", ["x", "gi"], ["g"], batch_dims=1),
+             helper.make_node("ScatterND", ["x", "si", "su"], ["s"], reduction="add"),
+             helper.make_node("ScatterElements", ["x", "ei", "eu"], ["e"], axis=2,
+                              reduction="max"),
+             helper.make_node("OneHot", ["oi", "depth", "values"], ["o"], axis=1),
+             helper.make_node("EyeLike", ["oi"], ["eye"], k=1, dtype=1)]
+    feeds = {"x": x, "gi": gi, "si": si, "su": rand(3, 7, seed=1), "ei": ei,
+             "eu": rand(2, 1, 3, seed=2), "oi": oi}
+    inits = {"depth": np.array(5, np.int64), "values": np.array([0.5, 3], np.float32)}
+    model = make_model(nodes, feeds, ["g", "s", "e", "o", "eye"], initializers=inits,
+                       opset=18)
+    check_model(model, feeds, tmp_path, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_scatter_nd_out_of_range_index_is_a_status(tmp_path, target):
+    x, i, u = rand(4, 3), np.array([[1], [4]], np.int64), rand(2, 3, seed=1)
+    model = make_model([helper.make_node("ScatterND", ["x", "i", "u"], ["y"])],
+                       {"x": x, "i": i, "u": u}, ["y"], opset=16)
+    with pytest.raises(RuntimeStatusError, match="out of range"):
+        compile_and_run(model, {"x": x, "i": i, "u": u}, tmp_path, target=target)
