@@ -207,3 +207,18 @@ def test_scatter_nd_out_of_range_index_is_a_status(tmp_path, target):
                        {"x": x, "i": i, "u": u}, ["y"], opset=16)
     with pytest.raises(RuntimeStatusError, match="out of range"):
         compile_and_run(model, {"x": x, "i": i, "u": u}, tmp_path, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_cumprod_reverse_sequence(tmp_path, target):
+    x = rand(3, 7, 5, low=0.5, high=1.5)
+    lens = np.array([7, 0, 3], np.int64)
+    xi = np.random.default_rng(2).integers(-40, 40, (3, 7, 5)).astype(np.int32)
+    nodes = [helper.make_node("CumProd", ["x", "axis"], ["p"], exclusive=1, reverse=1),
+             helper.make_node("CumProd", ["xi", "axis"], ["pi"]),
+             helper.make_node("ReverseSequence", ["x", "lens"], ["r"], batch_axis=0,
+                              time_axis=1)]
+    feeds = {"x": x, "xi": xi, "lens": lens}
+    model = make_model(nodes, feeds, ["p", "pi", "r"],
+                       initializers={"axis": np.array(1, np.int64)}, opset=26)
+    check_model(model, feeds, tmp_path, target=target)
