@@ -8,8 +8,8 @@ import numpy as np
 
 from ..errors import ModelError
 from ..ir import Enum, Lowering, Node
-from .common import (C_DTYPES, MAX_RANK, const_input, contiguous_strides, norm_axis,
-                     require_dtype)
+from .common import (C_DTYPES, MAX_RANK, check_elements_indices, const_input,
+                     contiguous_strides, norm_axis, require_dtype)
 from .registry import OpDef, register
 
 
@@ -144,20 +144,7 @@ class GatherElements(OpDef):
     def infer(self, node, ins, g):
         data, idx = ins
         require_dtype(node, [data], list(C_DTYPES))
-        if idx.dtype not in ("int64", "int32"):
-            raise ModelError(f"indices must be int32 or int64, not {idx.dtype}")
-        if len(idx.shape) != len(data.shape) or not data.shape:
-            raise ModelError(f"indices {list(idx.shape)} and data {list(data.shape)} must have "
-                             f"the same rank (>= 1)")
-        axis = norm_axis(int(node.attr("axis", 0)), len(data.shape))
-        for a, (i, d) in enumerate(zip(idx.shape, data.shape)):
-            if a != axis and i > d:
-                raise ModelError(f"indices {list(idx.shape)} exceed data {list(data.shape)} "
-                                 f"on axis {a}")
-        const = g.const(node.inputs[1])
-        dim = data.shape[axis]
-        if const is not None and const.size and (const.min() < -dim or const.max() >= dim):
-            raise ModelError(f"an index is out of range for axis {axis} of size {dim}")
+        check_elements_indices(g, node, data, idx)
         return [(data.dtype, idx.shape)]
 
     def lower(self, node: Node, lo: Lowering) -> None:

@@ -9,8 +9,8 @@ import numpy as np
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Enum, Lowering, Node
-from .common import (C_DTYPES, MAX_RANK, const_input, contiguous_strides, emit_plain_copy,
-                     norm_axis, require_dtype)
+from .common import (C_DTYPES, MAX_RANK, check_elements_indices, const_input,
+                     contiguous_strides, emit_plain_copy, norm_axis, require_dtype)
 from .registry import OpDef, register
 
 REDUCTIONS = {"none": "MLCC_SCATTER_NONE", "add": "MLCC_SCATTER_ADD",
@@ -99,11 +99,17 @@ class _Scatter(OpDef):
                                    f"is not supported (supported: {', '.join(REDUCE_DTYPES)})")
         return data, idx, upd
 
-    def _copy(self, node, lo):
-        out = lo.value(node.outputs[0])
-        if out.numel:
-            emit_plain_copy(lo, node.inputs[0], out.name, op=node.op_type)
-        return out
+    def lower(self, node: Node, lo: Lowering) -> None:
+        """The output starts as a copy of data; the kernel then updates it in place."""
+        out, idx = lo.value(node.outputs[0]), lo.value(node.inputs[1])
+        if out.numel == 0:
+            return
+        emit_plain_copy(lo, node.inputs[0], out.name, op=node.op_type)
+        if idx.numel:
+            self._scatter(node, lo, out, idx, _str(node.attr("reduction", "none")))
+
+    def _scatter(self, node, lo, out, idx, reduction: str) -> None:
+        raise NotImplementedError
 
 
 _REDUCTION_ATTR = {"reduction": lambda v: _str(v) in REDUCTIONS}
@@ -127,16 +133,11 @@ class ScatterND(_Scatter):
         _check_const_nd(g, node.inputs[1], data.shape[:k])
         return [(data.dtype, data.shape)]
 
-    def lower(self, node: Node, lo: Lowering) -> None:
-        out = self._copy(node, lo)
-        idx = lo.value(node.inputs[1])
-        if out.numel == 0 or idx.numel == 0:
-            return
+    def _scatter(self, node, lo, out, idx, reduction: str) -> None:
         lo.call("mlcc_scatter_nd", [idx.name, node.inputs[2], out.name], [out.name],
                 params_type="mlcc_nd_index_params",
                 params=_nd_params(out.shape, idx.shape[-1], 0, math.prod(idx.shape[:-1]),
-                                  np.dtype(out.dtype).itemsize, out.dtype,
-                                  _str(node.attr("reduction", "none"))),
+                                  np.dtype(out.dtype).itemsize, out.dtype, reduction),
                 returns_status=True)
 
 
@@ -146,29 +147,13 @@ class ScatterElements(_Scatter):
 
     def infer(self, node, ins, g):
         data, idx, upd = self._common(node, ins)
-        if idx.dtype not in ("int64", "int32"):
-            raise ModelError(f"indices must be int32 or int64, not {idx.dtype}")
-        if tuple(idx.shape) != tuple(upd.shape) or len(idx.shape) != len(data.shape) \
-                or not data.shape:
-            raise ModelError(f"indices {list(idx.shape)}, updates {list(upd.shape)} and data "
-                             f"{list(data.shape)} must have one rank (>= 1), indices and "
-                             f"updates one shape")
-        axis = norm_axis(int(node.attr("axis", 0)), len(data.shape))
-        for a, (i, d) in enumerate(zip(idx.shape, data.shape)):
-            if a != axis and i > d:
-                raise ModelError(f"indices {list(idx.shape)} exceed data {list(data.shape)} "
-                                 f"on axis {a}")
-        const = g.const(node.inputs[1])
-        dim = data.shape[axis]
-        if const is not None and const.size and (const.min() < -dim or const.max() >= dim):
-            raise ModelError(f"an index is out of range for axis {axis} of size {dim}")
+        if tuple(idx.shape) != tuple(upd.shape):
+            raise ModelError(f"indices {list(idx.shape)} and updates {list(upd.shape)} must "
+                             f"have one shape")
+        check_elements_indices(g, node, data, idx)
         return [(data.dtype, data.shape)]
 
-    def lower(self, node: Node, lo: Lowering) -> None:
-        out = self._copy(node, lo)
-        idx = lo.value(node.inputs[1])
-        if out.numel == 0 or idx.numel == 0:
-            return
+    def _scatter(self, node, lo, out, idx, reduction: str) -> None:
         axis = norm_axis(int(node.attr("axis", 0)), len(out.shape))
         pad = MAX_RANK - len(out.shape)
         kernel = "mlcc_scatter_elements__i64" if idx.dtype == "int64" else \
@@ -178,7 +163,7 @@ class ScatterElements(_Scatter):
                 params={"rank": len(out.shape), "axis": axis,
                         "elem_size": np.dtype(out.dtype).itemsize,
                         "dtype": Enum(C_DTYPES[out.dtype]),
-                        "reduction": Enum(REDUCTIONS[_str(node.attr("reduction", "none"))]),
+                        "reduction": Enum(REDUCTIONS[reduction]),
                         "axis_dim": out.shape[axis], "shape": list(idx.shape) + [1] * pad,
                         "y_strides": contiguous_strides(out.shape) + [0] * pad},
                 returns_status=True)

@@ -74,25 +74,14 @@ static int gather_elements(const mlcc_gather_elements_params *p, const void *dat
     ptrdiff_t total = 1, n, off = 0;
     int axis;
     for (axis = 0; axis < p->rank; axis++) total *= (ptrdiff_t)p->shape[axis];
+    if (mlcc_elements_check(indices, wide, total, p->axis_dim) != MLCC_OK)
+        return MLCC_ERR_INDEX_OUT_OF_RANGE;
     for (n = 0; n < total; n++) {
-        const int64_t idx = wide ? ((const int64_t *)indices)[n]
-                                 : (int64_t)((const int32_t *)indices)[n];
-        if (idx < -p->axis_dim || idx >= p->axis_dim) return MLCC_ERR_INDEX_OUT_OF_RANGE;
-    }
-    for (n = 0; n < total; n++) {
-        int64_t idx = wide ? ((const int64_t *)indices)[n]
-                           : (int64_t)((const int32_t *)indices)[n];
+        int64_t idx = mlcc_elements_index(indices, wide, n);
         if (idx < 0) idx += p->axis_dim;
-        /* off: the data offset of index[] with the axis coordinate left out */
         memcpy(dst + n * es,
                src + (off + (ptrdiff_t)(idx * p->data_strides[p->axis])) * es, (size_t)es);
-        for (axis = p->rank - 1; axis >= 0; axis--) {
-            index[axis]++;
-            if (axis != p->axis) off += (ptrdiff_t)p->data_strides[axis];
-            if (index[axis] < p->shape[axis]) break;
-            if (axis != p->axis) off -= (ptrdiff_t)(p->data_strides[axis] * p->shape[axis]);
-            index[axis] = 0;
-        }
+        mlcc_elements_next(p->rank, p->axis, p->shape, p->data_strides, index, &off);
     }
     return MLCC_OK;
 }

@@ -38,6 +38,37 @@ typedef struct mlcc_gather_elements_params {
     int64_t data_strides[MLCC_MAX_RANK];
 } mlcc_gather_elements_params;
 
+/* The walk that GatherElements and ScatterElements share: positions n < total of a contiguous
+ * index tensor of shape[0..rank), with off the element offset (through strides) of the
+ * position's coordinates, the axis coordinate left out. */
+static inline int64_t mlcc_elements_index(const void *indices, int wide, ptrdiff_t n) {
+    return wide ? ((const int64_t *)indices)[n] : (int64_t)((const int32_t *)indices)[n];
+}
+
+/* MLCC_OK, or MLCC_ERR_INDEX_OUT_OF_RANGE when an index lies outside [-dim, dim). */
+static inline int mlcc_elements_check(const void *indices, int wide, ptrdiff_t total,
+                                      int64_t dim) {
+    ptrdiff_t n;
+    for (n = 0; n < total; n++) {
+        const int64_t idx = mlcc_elements_index(indices, wide, n);
+        if (idx < -dim || idx >= dim) return MLCC_ERR_INDEX_OUT_OF_RANGE;
+    }
+    return MLCC_OK;
+}
+
+/* Steps index[] (and off) to the next position. */
+static inline void mlcc_elements_next(int rank, int skip_axis, const int64_t *shape,
+                                      const int64_t *strides, int64_t *index, ptrdiff_t *off) {
+    int axis;
+    for (axis = rank - 1; axis >= 0; axis--) {
+        index[axis]++;
+        if (axis != skip_axis) *off += (ptrdiff_t)strides[axis];
+        if (index[axis] < shape[axis]) return;
+        if (axis != skip_axis) *off -= (ptrdiff_t)(strides[axis] * shape[axis]);
+        index[axis] = 0;
+    }
+}
+
 /* Return MLCC_OK, or MLCC_ERR_INDEX_OUT_OF_RANGE (having checked every index before writing)
  * when an index lies outside [-axis_dim, axis_dim). */
 int mlcc_gather_elements__i64(const mlcc_gather_elements_params *p, const void *data,

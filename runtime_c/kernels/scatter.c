@@ -1,5 +1,7 @@
 #include "scatter.h"
 
+#include "indexing.h"
+
 /* dst[0..n) (reduction)= src[0..n), elements of type T. Add and mul compute in W (uint64_t
  * for integers: they wrap, with no signed overflow nor promotion to int) and store the bits
  * of UT, the unsigned type of T (floats: T itself). */
@@ -96,26 +98,15 @@ static int scatter_elements(const mlcc_scatter_elements_params *p, const void *i
     ptrdiff_t total = 1, n, off = 0;
     int axis;
     for (axis = 0; axis < p->rank; axis++) total *= (ptrdiff_t)p->shape[axis];
+    if (mlcc_elements_check(indices, wide, total, p->axis_dim) != MLCC_OK)
+        return MLCC_ERR_INDEX_OUT_OF_RANGE;
     for (n = 0; n < total; n++) {
-        const int64_t idx = wide ? ((const int64_t *)indices)[n]
-                                 : (int64_t)((const int32_t *)indices)[n];
-        if (idx < -p->axis_dim || idx >= p->axis_dim) return MLCC_ERR_INDEX_OUT_OF_RANGE;
-    }
-    for (n = 0; n < total; n++) {
-        int64_t idx = wide ? ((const int64_t *)indices)[n]
-                           : (int64_t)((const int32_t *)indices)[n];
+        int64_t idx = mlcc_elements_index(indices, wide, n);
         if (idx < 0) idx += p->axis_dim;
-        /* off: the offset in y of index[] with the axis coordinate left out */
         combine(p->reduction, p->dtype, (int)es,
                 (uint8_t *)y + (off + (ptrdiff_t)(idx * p->y_strides[p->axis])) * es,
                 (const uint8_t *)updates + n * es, 1);
-        for (axis = p->rank - 1; axis >= 0; axis--) {
-            index[axis]++;
-            if (axis != p->axis) off += (ptrdiff_t)p->y_strides[axis];
-            if (index[axis] < p->shape[axis]) break;
-            if (axis != p->axis) off -= (ptrdiff_t)(p->y_strides[axis] * p->shape[axis]);
-            index[axis] = 0;
-        }
+        mlcc_elements_next(p->rank, p->axis, p->shape, p->y_strides, index, &off);
     }
     return MLCC_OK;
 }
