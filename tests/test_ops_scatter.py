@@ -143,3 +143,4 @@ def test_one_hot_runtime_depth_refused(tmp_path):
 def test_eye_like(tmp_path, shape, k, dtype):
     attrs = {"k": k} if dtype is None else {"k": k, "dtype": dtype}
     check_node("EyeLike", {"x": rand(*shape)}, tmp_path=tmp_path, opset=9, **attrs)
+

@@ -216,9 +216,8 @@ class EyeLike(OpDef):
 
     def _dtype(self, node, x) -> str:
         from .cast import onnx_type_to_dtype
-        if node.attr("dtype") is None:
-            return x.dtype
-        dtype = onnx_type_to_dtype(int(node.attr("dtype")))
+        attr = node.attr("dtype")
+        dtype = x.dtype if attr is None else onnx_type_to_dtype(int(attr))
         if dtype not in C_DTYPES:
             raise UnsupportedError(f"EyeLike of {dtype} is not supported")
         return dtype
