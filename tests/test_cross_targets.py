@@ -173,3 +173,73 @@ def test_quantize_dynamic_cnn(tmp_path, target):
     from test_dynamic_quant import quantize_dynamic_model
     model = onnx.load(str(quantize_dynamic_model(tmp_path, "cnn", True, "QUInt8")))
     check_model(model, {"x": rand(1, 3, 15, 13)}, tmp_path, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_bitwise_shift_hardmax_isinf(tmp_path, target):
+    """The bitwise and shift rows of mlcc_int_binary, Hardmax, IsInf/IsNaN and Shrink."""
+    rng = np.random.default_rng(5)
+    a = rng.integers(-2**31, 2**31, (3, 1, 5)).astype(np.int32)
+    b = rng.integers(-2**31, 2**31, (7, 5)).astype(np.int32)
+    u = rng.integers(0, 2**16, (3, 7), dtype=np.uint16)
+    s = np.array([0, 1, 5, 15, 16, 17, 40], np.uint16)
+    x = rand(3, 7, 5)
+    x.reshape(-1)[:4] = [np.inf, -np.inf, np.nan, 0.0]
+    nodes = [helper.make_node("BitwiseAnd", ["a", "b"], ["and"]),
+             helper.make_node("BitwiseXor", ["a", "b"], ["xor"]),
+             helper.make_node("BitwiseNot", ["a"], ["not"]),
+             helper.make_node("BitShift", ["u", "s"], ["shl"], direction="LEFT"),
+             helper.make_node("BitShift", ["u", "s"], ["shr"], direction="RIGHT"),
+             helper.make_node("IsInf", ["x"], ["inf"], detect_negative=0),
+             helper.make_node("IsNaN", ["x"], ["nan"]),
+             helper.make_node("Hardmax", ["h"], ["hard"], axis=1),
+             helper.make_node("Shrink", ["h"], ["shrink"], lambd=0.3, bias=0.1)]
+    feeds = {"a": a, "b": b, "u": u, "s": s, "x": x, "h": rand(3, 7, 5, seed=1)}
+    outs = [n.output[0] for n in nodes]
+    check_model(make_model(nodes, feeds, outs, opset=18), feeds, tmp_path, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_gather_scatter_nd_one_hot(tmp_path, target):
+    """GatherND (batch_dims), ScatterND and ScatterElements with reductions, OneHot, EyeLike."""
+    x = rand(2, 5, 7)
+    gi = np.array([[[1, -2], [4, 0], [0, 6]], [[-5, 3], [2, 2], [3, -1]]], np.int64)
+    si = np.array([[1, 2], [-1, 0], [1, 2]], np.int64)
+    ei = np.array([[[0, 4, -1]], [[2, 2, 0]]], np.int64)
+    oi = np.array([[1, -1, 9], [0, 4, -7]], np.int32)
+    nodes = [helper.make_node("GatherND", ["x", "gi"], ["g"], batch_dims=1),
+             helper.make_node("ScatterND", ["x", "si", "su"], ["s"], reduction="add"),
+             helper.make_node("ScatterElements", ["x", "ei", "eu"], ["e"], axis=2,
+                              reduction="max"),
+             helper.make_node("OneHot", ["oi", "depth", "values"], ["o"], axis=1),
+             helper.make_node("EyeLike", ["oi"], ["eye"], k=1, dtype=1)]
+    feeds = {"x": x, "gi": gi, "si": si, "su": rand(3, 7, seed=1), "ei": ei,
+             "eu": rand(2, 1, 3, seed=2), "oi": oi}
+    inits = {"depth": np.array(5, np.int64), "values": np.array([0.5, 3], np.float32)}
+    model = make_model(nodes, feeds, ["g", "s", "e", "o", "eye"], initializers=inits,
+                       opset=18)
+    check_model(model, feeds, tmp_path, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_scatter_nd_out_of_range_index_is_a_status(tmp_path, target):
+    x, i, u = rand(4, 3), np.array([[1], [4]], np.int64), rand(2, 3, seed=1)
+    model = make_model([helper.make_node("ScatterND", ["x", "i", "u"], ["y"])],
+                       {"x": x, "i": i, "u": u}, ["y"], opset=16)
+    with pytest.raises(RuntimeStatusError, match="out of range"):
+        compile_and_run(model, {"x": x, "i": i, "u": u}, tmp_path, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_cumprod_reverse_sequence(tmp_path, target):
+    x = rand(3, 7, 5, low=0.5, high=1.5)
+    lens = np.array([7, 0, 3], np.int64)
+    xi = np.random.default_rng(2).integers(-40, 40, (3, 7, 5)).astype(np.int32)
+    nodes = [helper.make_node("CumProd", ["x", "axis"], ["p"], exclusive=1, reverse=1),
+             helper.make_node("CumProd", ["xi", "axis"], ["pi"]),
+             helper.make_node("ReverseSequence", ["x", "lens"], ["r"], batch_axis=0,
+                              time_axis=1)]
+    feeds = {"x": x, "xi": xi, "lens": lens}
+    model = make_model(nodes, feeds, ["p", "pi", "r"],
+                       initializers={"axis": np.array(1, np.int64)}, opset=26)
+    check_model(model, feeds, tmp_path, target=target)

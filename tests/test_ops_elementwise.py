@@ -7,7 +7,8 @@ import pytest
 from onnx import helper
 
 from mlcc.targets import load_target
-from util import check_model, compile_and_run, make_model, rand, reference_outputs
+from util import (check_model, check_node, compile_and_run, make_model, rand,
+                  reference_outputs)
 
 # Values where the functions have edges: signed zeros, ties (Round is half to even), integers,
 # the poles and domain limits of Log and Reciprocal, large, tiny and non-finite values.
@@ -92,7 +93,9 @@ PARAMETRIC = {"Elu": {}, "Elu:a": {"alpha": 0.37}, "Elu:b": {"alpha": 2.5},
               "Selu:b": {"alpha": 0.25, "gamma": 3.0},
               "Celu": {}, "Celu:a": {"alpha": 0.6}, "Celu:b": {"alpha": 2.5},
               "ThresholdedRelu": {}, "ThresholdedRelu:a": {"alpha": 0.7},
-              "ThresholdedRelu:b": {"alpha": 0.0}, "ThresholdedRelu:c": {"alpha": -0.5}}
+              "ThresholdedRelu:b": {"alpha": 0.0}, "ThresholdedRelu:c": {"alpha": -0.5},
+              "Shrink": {}, "Shrink:a": {"lambd": 1.5, "bias": 1.5},
+              "Shrink:b": {"lambd": 0.0, "bias": -0.25}, "Shrink:c": {"lambd": 0.7}}
 
 
 @pytest.mark.parametrize("target", ["x86", "x86-native", "arm", "wasm"])
@@ -205,3 +208,45 @@ def test_clip_with_one_bound_as_onnxruntime(tmp_path):
         np.testing.assert_array_equal(got[name], ref[name])
     big = np.finfo(np.float32).max
     assert got["y"][0, 0] == big and got["z"][0, 1] == -big and np.isnan(got["y"][0, 2])
+
+
+# ---------------------------------------------------------------------------------------------
+# Bitwise operators and BitShift (mlcc_int_binary)
+
+def int_arr(shape, dtype, seed=0):
+    info = np.iinfo(dtype)
+    return np.random.default_rng(seed + sum(shape)).integers(info.min, info.max, shape,
+                                                             dtype=dtype, endpoint=True)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint16", "int32", "uint32",
+                                   "int64", "uint64"])
+def test_bitwise_every_integer_type_broadcasting(tmp_path, dtype):
+    a, b = int_arr((3, 1, 5), dtype), int_arr((7, 5), dtype, 1)
+    nodes = [helper.make_node(op, ["a", "b"], [f"y_{op}"])
+             for op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor")]
+    nodes.append(helper.make_node("BitwiseNot", ["a"], ["y_not"]))
+    outs = [n.output[0] for n in nodes]
+    check_model(make_model(nodes, {"a": a, "b": b}, outs, opset=18), {"a": a, "b": b},
+                tmp_path)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32", "uint64"])
+@pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
+def test_bitshift_unsigned_with_wide_shifts(tmp_path, dtype, direction):
+    """Shift amounts up to past the width (numpy and onnxruntime give 0 there), broadcast."""
+    bits = np.iinfo(dtype).bits
+    x = int_arr((5, 1, 3), dtype)
+    s = np.array([0, 1, bits - 1, bits, bits + 3, 63, 64, 200][:7], dtype=dtype).reshape(7, 1)
+    check_node("BitShift", {"x": x, "s": s}, tmp_path=tmp_path, opset=11, direction=direction)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64"])
+@pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
+def test_bitshift_signed_opset28(tmp_path, dtype, direction):
+    """Opset 28's signed shifts (onnx.reference): arithmetic right shift, negative amounts."""
+    bits = np.iinfo(dtype).bits
+    x = int_arr((2, 1, 3), dtype)
+    x.reshape(-1)[:2] = [-1, np.iinfo(dtype).min]
+    s = np.array([-1, 0, 1, bits - 1, bits, bits + 5, 3], dtype=dtype).reshape(7, 1)
+    check_node("BitShift", {"x": x, "s": s}, tmp_path=tmp_path, opset=28, direction=direction)

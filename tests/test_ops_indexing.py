@@ -1,4 +1,5 @@
-"""ArgMax/ArgMin, CumSum, GatherElements and Trilu against onnxruntime on odd shapes."""
+"""ArgMax/ArgMin, CumSum, CumProd, GatherElements, ReverseSequence and Trilu against
+onnxruntime (onnx.reference where it lacks the opset) on odd shapes."""
 import numpy as np
 import pytest
 from onnx import helper
@@ -61,3 +62,38 @@ def test_trilu(tmp_path, upper, k):
 
 def test_trilu_int64_without_k(tmp_path):
     check_node("Trilu", {"x": arr((6, 4), "int64")}, tmp_path=tmp_path, opset=14, upper=0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "uint32", "uint64"])
+@pytest.mark.parametrize("axis,exclusive,reverse", [(0, 0, 0), (-1, 1, 0), (1, 0, 1),
+                                                    (-2, 1, 1)])
+def test_cumprod(tmp_path, dtype, axis, exclusive, reverse):
+    """Against onnx.reference (opset 26); integers large enough to wrap."""
+    rng = np.random.default_rng(axis + 5)
+    if dtype.startswith("float"):
+        x = rng.uniform(0.5, 1.5, (3, 7, 5)).astype(dtype)
+        x *= np.where(rng.random(x.shape) < 0.3, -1, 1).astype(dtype)
+    else:
+        lo = 0 if dtype.startswith("u") else -50
+        x = rng.integers(lo, 50, (3, 7, 5)).astype(dtype)
+    check_node("CumProd", {"x": x}, initializers={"axis": np.array(axis, np.int64)},
+               tmp_path=tmp_path, opset=26, exclusive=exclusive, reverse=reverse)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int64", "uint8", "bool"])
+@pytest.mark.parametrize("shape,batch_axis,time_axis", [((7, 5, 3), 1, 0), ((5, 7, 3, 2), 0, 1),
+                                                        ((4, 3), 1, 0), ((3, 4), 0, 1)])
+def test_reverse_sequence(tmp_path, dtype, shape, batch_axis, time_axis):
+    batch, time = shape[batch_axis], shape[time_axis]
+    lens = np.random.default_rng(batch).integers(0, time + 1, batch).astype(np.int64)
+    lens[0] = time
+    check_node("ReverseSequence", {"x": arr(shape, dtype), "lens": lens}, tmp_path=tmp_path,
+               opset=10, batch_axis=batch_axis, time_axis=time_axis)
+
+
+def test_reverse_sequence_bad_runtime_length_is_a_status(tmp_path):
+    x, lens = rand(4, 3), np.array([1, 5, 2], np.int64)
+    model = make_model([helper.make_node("ReverseSequence", ["x", "lens"], ["y"])],
+                       {"x": x, "lens": lens}, ["y"], opset=10)
+    with pytest.raises(RuntimeStatusError, match="out of range"):
+        compile_and_run(model, {"x": x, "lens": lens}, tmp_path)

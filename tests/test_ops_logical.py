@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
+from mlcc.errors import UnsupportedError
 from util import check_model, check_node, make_model
 
 
@@ -67,3 +68,19 @@ def test_compare_then_where_chain(tmp_path):
              helper.make_node("Where", ["neg", "x", "zero"], ["y"])]
     model = make_model(nodes, {"x": x}, ["y"], initializers={"zero": np.array(0, np.float32)})
     check_model(model, {"x": x}, tmp_path)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"detect_negative": 0}, {"detect_positive": 0},
+                                   {"detect_negative": 0, "detect_positive": 0}])
+def test_isinf_isnan(tmp_path, attrs):
+    x = arr((3, 7, 11), "float32")
+    x.reshape(-1)[:9] = [np.inf, -np.inf, np.nan, -np.nan, 0.0, -0.0,
+                         np.finfo(np.float32).max, -np.finfo(np.float32).max, 1e-45]
+    nodes = [helper.make_node("IsInf", ["x"], ["inf"], **attrs),
+             helper.make_node("IsNaN", ["x"], ["nan"])]
+    check_model(make_model(nodes, {"x": x}, ["inf", "nan"], opset=20), {"x": x}, tmp_path)
+
+
+def test_isnan_float16_refused(tmp_path):
+    with pytest.raises(UnsupportedError, match="float16"):
+        check_node("IsNaN", {"x": np.ones(3, np.float16)}, tmp_path=tmp_path, opset=20)

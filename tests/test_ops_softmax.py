@@ -49,3 +49,18 @@ def test_softmax_long_rows(tmp_path, op):
 def test_refuses_float64(tmp_path):
     with pytest.raises(UnsupportedError, match="softmax_node.*float64"):
         check_node("Softmax", {"x": rand(3, 4, dtype=np.float64)}, tmp_path=tmp_path, opset=13)
+
+
+@pytest.mark.parametrize("opset,shape,axis", [
+    (13, (3, 7, 11), -1), (13, (3, 7, 11), 1), (13, (2, 5, 131), 0), (13, (13,), 0),
+    (11, (2, 3, 5), None), (11, (4, 3, 2, 5), -2), (7, (2, 3, 5), 0)])
+def test_hardmax(tmp_path, opset, shape, axis):
+    attrs = {} if axis is None else {"axis": axis}
+    check_node("Hardmax", {"x": rand(*shape)}, tmp_path=tmp_path, opset=opset, **attrs)
+
+
+def test_hardmax_first_of_ties(tmp_path):
+    """Equal maxima: the first one wins (ONNX), also along a non-last axis."""
+    x = np.random.default_rng(3).integers(-2, 3, (3, 7, 5)).astype(np.float32)
+    check_node("Hardmax", {"x": x}, tmp_path=tmp_path, opset=13, axis=1)
+    check_node("Hardmax", {"x": x}, tmp_path=tmp_path, opset=13, axis=-1)

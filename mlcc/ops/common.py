@@ -94,6 +94,26 @@ def ints_attr_or_input(g: Graph, node: Node, attr: str, index: int,
     return None if arr is None else [int(x) for x in np.asarray(arr).reshape(-1)]
 
 
+def check_elements_indices(g: Graph, node: Node, data: Value, idx: Value) -> int:
+    """GatherElements' and ScatterElements' indices against data: int32/int64, the same rank
+    (>= 1), no larger off the axis, constant ones within the axis. Returns the axis."""
+    if idx.dtype not in ("int64", "int32"):
+        raise ModelError(f"indices must be int32 or int64, not {idx.dtype}")
+    if len(idx.shape) != len(data.shape) or not data.shape:
+        raise ModelError(f"indices {list(idx.shape)} and data {list(data.shape)} must have "
+                         f"the same rank (>= 1)")
+    axis = norm_axis(int(node.attr("axis", 0)), len(data.shape))
+    for a, (i, d) in enumerate(zip(idx.shape, data.shape)):
+        if a != axis and i > d:
+            raise ModelError(f"indices {list(idx.shape)} exceed data {list(data.shape)} "
+                             f"on axis {a}")
+    const = g.const(node.inputs[1])
+    dim = data.shape[axis]
+    if const is not None and const.size and (const.min() < -dim or const.max() >= dim):
+        raise ModelError(f"an index is out of range for axis {axis} of size {dim}")
+    return axis
+
+
 def require_dtype(node: Node, values: Sequence[Value | None], allowed: Sequence[str]) -> str:
     """The common dtype of the present inputs; refuses types without a run-time kernel."""
     dtypes = {v.dtype for v in values if v is not None}

@@ -104,6 +104,16 @@ class Celu(_Unary):
         return float(node.attr("alpha", 1.0)), 0.0
 
 
+@register("Shrink", since=9)
+class Shrink(_Unary):
+    """y = x + bias below -lambd, x - bias above lambd, 0 between (float32)."""
+    attributes = {"lambd": None, "bias": None}
+    unary_op = "SHRINK"
+
+    def params_of(self, node):
+        return float(node.attr("lambd", 0.5)), float(node.attr("bias", 0.0))
+
+
 @register("ThresholdedRelu")
 class ThresholdedRelu(_Unary):
     attributes = {"alpha": None}
@@ -341,3 +351,59 @@ class Mean(_Variadic):
 
     def dtypes(self):
         return ["float32"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Bitwise operators: integer tensors only, through mlcc_int_binary
+
+class _Bitwise(_Binary):
+    attributes = {}
+
+    def dtypes(self):
+        return INT_DTYPES
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        emit_int_binary(lo, self.binary_op, node.inputs[0], node.inputs[1], node.outputs[0])
+
+
+for _name, _op in [("BitwiseAnd", "AND"), ("BitwiseOr", "OR"), ("BitwiseXor", "XOR")]:
+    register(_name, since=18)(type(_name, (_Bitwise,), {"binary_op": _op}))
+
+
+@register("BitwiseNot", since=18)
+class BitwiseNot(_Bitwise):
+    """x XOR all ones."""
+
+    def infer(self, node, ins, g):
+        require_dtype(node, ins[:1], INT_DTYPES)
+        return [(ins[0].dtype, ins[0].shape)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        dtype = lo.value(node.inputs[0]).dtype
+        ones = lo.add_const(f"{node.name}.ones", np.array(np.iinfo(dtype).max if
+                                                          dtype.startswith("u") else -1,
+                                                          dtype=dtype))
+        emit_int_binary(lo, "XOR", node.inputs[0], ones, node.outputs[0])
+
+
+@register("BitShift", since=11)
+class BitShift(_Bitwise):
+    """Unsigned types, and from opset 28 signed ones too. A shift by the type's width or more
+    (or by a negative amount) gives 0, or -1 for a negative value shifted right; right shifts
+    of signed values are arithmetic, left shifts keep the low bits (onnx.reference's rules)."""
+    attributes = {"direction": lambda v: v in ("LEFT", "RIGHT")}
+
+    def check(self, node):
+        problems = super().check(node)
+        if node.attr("direction") is None:
+            problems.append("BitShift needs a direction (LEFT or RIGHT)")
+        return problems
+
+    def infer(self, node, ins, g):
+        allowed = INT_DTYPES if node.version >= 28 else ["uint8", "uint16", "uint32", "uint64"]
+        require_dtype(node, ins, allowed)
+        return [(ins[0].dtype, broadcast_shapes(*(v.shape for v in ins)))]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        op = "SHL" if node.attr("direction") == "LEFT" else "SHR"
+        emit_int_binary(lo, op, node.inputs[0], node.inputs[1], node.outputs[0])

@@ -1,5 +1,5 @@
-"""ArgMax/ArgMin, CumSum, GatherElements (runtime_c/kernels/indexing.c) and Trilu (a Where
-with a constant mask)."""
+"""ArgMax/ArgMin, CumSum, CumProd, GatherElements, ReverseSequence
+(runtime_c/kernels/indexing.c) and Trilu (a Where with a constant mask)."""
 from __future__ import annotations
 
 import math
@@ -8,8 +8,8 @@ import numpy as np
 
 from ..errors import ModelError
 from ..ir import Enum, Lowering, Node
-from .common import (C_DTYPES, MAX_RANK, const_input, contiguous_strides, norm_axis,
-                     require_dtype)
+from .common import (C_DTYPES, MAX_RANK, check_elements_indices, const_input,
+                     contiguous_strides, norm_axis, require_dtype)
 from .registry import OpDef, register
 
 
@@ -63,26 +63,27 @@ class ArgMin(_ArgReduce):
 @register("CumSum", since=11)
 class CumSum(OpDef):
     attributes = {"exclusive": lambda v: v in (0, 1), "reverse": lambda v: v in (0, 1)}
+    kernel = "mlcc_cumsum"
 
     def _axis(self, node, g, rank):
         a = const_input(g, node, 1, "axis")
         if a is None or np.asarray(a).size != 1:
-            raise ModelError("CumSum needs one axis")
+            raise ModelError(f"{node.op_type} needs one axis")
         return norm_axis(int(np.asarray(a).reshape(-1)[0]), rank)
 
     def infer(self, node, ins, g):
         x = ins[0]
-        require_dtype(node, [x], ["float32", "float64", "int32", "int64"])
+        require_dtype(node, [x], ["float32", "float64", "int32", "int64", "uint32", "uint64"])
         if not x.shape:
-            raise ModelError("CumSum needs a tensor of rank >= 1")
+            raise ModelError(f"{node.op_type} needs a tensor of rank >= 1")
         self._axis(node, g, len(x.shape))
         return [(x.dtype, x.shape)]
 
     def lower(self, node: Node, lo: Lowering) -> None:
         x = lo.value(node.inputs[0])
         outer, dim, inner = _split(x.shape, self._axis(node, lo.graph, len(x.shape)))
-        lo.call("mlcc_cumsum", [node.inputs[0], node.outputs[0]], [node.outputs[0]],
-                params_type="mlcc_cumsum_params",
+        lo.call(self.kernel, [node.inputs[0], node.outputs[0]], [node.outputs[0]],
+                params_type=f"{self.kernel}_params",
                 params={"outer": outer, "dim": dim, "inner": inner,
                         "dtype": Enum(C_DTYPES[x.dtype]),
                         "exclusive": int(node.attr("exclusive", 0)),
@@ -90,6 +91,48 @@ class CumSum(OpDef):
 
     def flops(self, node, g):
         return g.values[node.inputs[0]].numel
+
+
+@register("CumProd", since=26)
+class CumProd(CumSum):
+    kernel = "mlcc_cumprod"
+
+
+@register("ReverseSequence", since=10)
+class ReverseSequence(OpDef):
+    """sequence_lens is read at run time; a length outside [0, time] makes the call return
+    MLCC_ERR_INDEX_OUT_OF_RANGE (constant ones are checked at compile time)."""
+    attributes = {"batch_axis": lambda v: v in (0, 1), "time_axis": lambda v: v in (0, 1)}
+
+    def infer(self, node, ins, g):
+        x, lens = ins
+        require_dtype(node, [x], list(C_DTYPES))
+        b, t = int(node.attr("batch_axis", 1)), int(node.attr("time_axis", 0))
+        if b == t:
+            raise ModelError("batch_axis and time_axis must differ")
+        if len(x.shape) < 2:
+            raise ModelError("ReverseSequence needs a tensor of rank >= 2")
+        if lens.dtype != "int64" or tuple(lens.shape) != (x.shape[b],):
+            raise ModelError(f"sequence_lens must be int64 of shape [{x.shape[b]}]")
+        const = g.const(node.inputs[1])
+        if const is not None and const.size and (const.min() < 0 or const.max() > x.shape[t]):
+            raise ModelError(f"a sequence length is outside [0, {x.shape[t]}]")
+        return [(x.dtype, x.shape)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        x = lo.value(node.inputs[0])
+        if x.numel == 0:
+            return
+        t = int(node.attr("time_axis", 0))
+        inner = math.prod(x.shape[2:])
+        batch, time = (x.shape[1], x.shape[0]) if t == 0 else (x.shape[0], x.shape[1])
+        strides = (inner, batch * inner) if t == 0 else (time * inner, inner)
+        lo.call("mlcc_reverse_sequence", [x.name, node.inputs[1], node.outputs[0]],
+                [node.outputs[0]], params_type="mlcc_reverse_sequence_params",
+                params={"batch": batch, "time": time, "inner": inner,
+                        "batch_stride": strides[0], "time_stride": strides[1],
+                        "elem_size": np.dtype(x.dtype).itemsize},
+                returns_status=True)
 
 
 @register("GatherElements", since=11)
@@ -101,20 +144,7 @@ class GatherElements(OpDef):
     def infer(self, node, ins, g):
         data, idx = ins
         require_dtype(node, [data], list(C_DTYPES))
-        if idx.dtype not in ("int64", "int32"):
-            raise ModelError(f"indices must be int32 or int64, not {idx.dtype}")
-        if len(idx.shape) != len(data.shape) or not data.shape:
-            raise ModelError(f"indices {list(idx.shape)} and data {list(data.shape)} must have "
-                             f"the same rank (>= 1)")
-        axis = norm_axis(int(node.attr("axis", 0)), len(data.shape))
-        for a, (i, d) in enumerate(zip(idx.shape, data.shape)):
-            if a != axis and i > d:
-                raise ModelError(f"indices {list(idx.shape)} exceed data {list(data.shape)} "
-                                 f"on axis {a}")
-        const = g.const(node.inputs[1])
-        dim = data.shape[axis]
-        if const is not None and const.size and (const.min() < -dim or const.max() >= dim):
-            raise ModelError(f"an index is out of range for axis {axis} of size {dim}")
+        check_elements_indices(g, node, data, idx)
         return [(data.dtype, idx.shape)]
 
     def lower(self, node: Node, lo: Lowering) -> None:

@@ -94,3 +94,35 @@ def emit_where(lo: Lowering, c: str, x: str, y: str, out: str) -> None:
             params={"elem_size": np.dtype(lo.value(out).dtype).itemsize, "rank": len(dims),
                     "shape": dims + [1] * pad, "c_strides": sc + [0] * pad,
                     "x_strides": sx + [0] * pad, "y_strides": sy + [0] * pad})
+
+
+class _Classify(OpDef):
+    """IsNaN and IsInf of float32 values, as bool (mlcc_f32_classify)."""
+    attributes = {}
+    is_inf = 0
+
+    def infer(self, node, ins, g):
+        require_dtype(node, ins[:1], ["float32"])
+        return [("bool", ins[0].shape)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        x = lo.value(node.inputs[0])
+        if x.numel == 0:
+            return
+        lo.call("mlcc_f32_classify", [node.inputs[0], node.outputs[0]], [node.outputs[0]],
+                params_type="mlcc_classify_params",
+                params={"n": x.numel, "is_inf": self.is_inf,
+                        "detect_negative": int(node.attr("detect_negative", 1)),
+                        "detect_positive": int(node.attr("detect_positive", 1))})
+
+
+@register("IsNaN", since=9)
+class IsNaN(_Classify):
+    pass
+
+
+@register("IsInf", since=10)
+class IsInf(_Classify):
+    attributes = {"detect_negative": lambda v: v in (0, 1),
+                  "detect_positive": lambda v: v in (0, 1)}
+    is_inf = 1

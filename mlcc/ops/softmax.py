@@ -1,4 +1,4 @@
-"""Softmax and LogSoftmax on one [outer, n, inner] kernel.
+"""Softmax and LogSoftmax on one [outer, n, inner] kernel, Hardmax on the same view.
 
 Before opset 13 the input is coerced to 2-D at `axis` (default 1): the normalized "row" is
 everything from `axis` on, so inner = 1. From opset 13 the normalization runs along the single
@@ -55,3 +55,19 @@ class Softmax(_Softmax):
 @register("LogSoftmax")
 class LogSoftmax(_Softmax):
     log = True
+
+
+@register("Hardmax")
+class Hardmax(_Softmax):
+    """1 at the first largest value along the axis (or the coerced 2-D row before opset 13)."""
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        outer, n, inner = self._view(node, lo.value(node.inputs[0]).shape)
+        if outer * n * inner == 0:
+            return
+        lo.call("mlcc_f32_hardmax", [node.inputs[0], node.outputs[0]], [node.outputs[0]],
+                params_type="mlcc_hardmax_params",
+                params={"outer": outer, "n": n, "inner": inner})
+
+    def flops(self, node: Node, g: Graph) -> int:
+        return g.values[node.outputs[0]].numel

@@ -40,7 +40,8 @@
     X(COSH, coshf(v))                                                                        \
     X(ASINH, asinhf(v))                                                                      \
     X(ACOSH, acoshf(v))                                                                      \
-    X(ATANH, atanhf(v))
+    X(ATANH, atanhf(v))                                                                      \
+    X(SHRINK, v < -alpha ? v + beta : (v > alpha ? v - beta : 0.0f))  /* alpha = lambd, beta = bias */
 
 enum mlcc_unary_op {
     MLCC_UNARY_ACT = 0,         /* the activation in params.act */

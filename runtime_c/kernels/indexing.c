@@ -22,68 +22,47 @@ void mlcc_f32_arg_reduce(const mlcc_arg_reduce_params *p, const float *x, int64_
     }
 }
 
-#define CUMSUM(T, ACC, ADD)                                                                  \
+/* Running sums (prod = 0) or products (prod = 1) for element type T, accumulated in ACC
+ * (the unsigned type of the same size for integers: they wrap, without signed overflow) and
+ * stored bit for bit. */
+#define CUMULATE(T, ACC)                                                                     \
     do {                                                                                     \
         const T *xs = (const T *)x;                                                          \
         T *ys = (T *)y;                                                                      \
         for (o = 0; o < (ptrdiff_t)p->outer; o++)                                            \
             for (i = 0; i < inner; i++) {                                                    \
-                ACC acc = 0;                                                                 \
+                ACC acc = (ACC)(prod ? 1 : 0);                                               \
                 for (j = 0; j < dim; j++) {                                                  \
                     const ptrdiff_t k = p->reverse ? dim - 1 - j : j;                        \
                     const ptrdiff_t at = (o * dim + k) * inner + i;                          \
                     const ACC v = (ACC)xs[at];                                               \
-                    if (!p->exclusive) acc = ADD(acc, v);                                    \
-                    ys[at] = (T)acc;                                                         \
-                    if (p->exclusive) acc = ADD(acc, v);                                     \
+                    if (!p->exclusive) acc = prod ? (ACC)(acc * v) : (ACC)(acc + v);         \
+                    memcpy(&ys[at], &acc, sizeof acc);                                       \
+                    if (p->exclusive) acc = prod ? (ACC)(acc * v) : (ACC)(acc + v);          \
                 }                                                                            \
             }                                                                                \
     } while (0)
 
-#define ADD_F(a, b) ((a) + (b))
-
-void mlcc_cumsum(const mlcc_cumsum_params *p, const void *x, void *y) {
+static void cumulate(const mlcc_cumsum_params *p, const void *x, void *y, int prod) {
     const ptrdiff_t dim = (ptrdiff_t)p->dim, inner = (ptrdiff_t)p->inner;
     ptrdiff_t o, i, j;
     switch (p->dtype) {
-    case MLCC_FLOAT32: CUMSUM(float, float, ADD_F); break;
-    case MLCC_FLOAT64: CUMSUM(double, double, ADD_F); break;
-    case MLCC_INT32: {   /* wrapping: accumulate in uint32_t, store the bits */
-        const int32_t *xs = (const int32_t *)x;
-        int32_t *ys = (int32_t *)y;
-        for (o = 0; o < (ptrdiff_t)p->outer; o++)
-            for (i = 0; i < inner; i++) {
-                uint32_t acc = 0;
-                for (j = 0; j < dim; j++) {
-                    const ptrdiff_t k = p->reverse ? dim - 1 - j : j;
-                    const ptrdiff_t at = (o * dim + k) * inner + i;
-                    const uint32_t v = (uint32_t)xs[at];
-                    if (!p->exclusive) acc += v;
-                    memcpy(&ys[at], &acc, sizeof acc);
-                    if (p->exclusive) acc += v;
-                }
-            }
-        break;
-    }
-    case MLCC_INT64: {
-        const int64_t *xs = (const int64_t *)x;
-        int64_t *ys = (int64_t *)y;
-        for (o = 0; o < (ptrdiff_t)p->outer; o++)
-            for (i = 0; i < inner; i++) {
-                uint64_t acc = 0;
-                for (j = 0; j < dim; j++) {
-                    const ptrdiff_t k = p->reverse ? dim - 1 - j : j;
-                    const ptrdiff_t at = (o * dim + k) * inner + i;
-                    const uint64_t v = (uint64_t)xs[at];
-                    if (!p->exclusive) acc += v;
-                    memcpy(&ys[at], &acc, sizeof acc);
-                    if (p->exclusive) acc += v;
-                }
-            }
-        break;
-    }
+    case MLCC_FLOAT32: CUMULATE(float, float); break;
+    case MLCC_FLOAT64: CUMULATE(double, double); break;
+    case MLCC_INT32: CUMULATE(int32_t, uint32_t); break;
+    case MLCC_INT64: CUMULATE(int64_t, uint64_t); break;
+    case MLCC_UINT32: CUMULATE(uint32_t, uint32_t); break;
+    case MLCC_UINT64: CUMULATE(uint64_t, uint64_t); break;
     default: break;
     }
+}
+
+void mlcc_cumsum(const mlcc_cumsum_params *p, const void *x, void *y) {
+    cumulate(p, x, y, 0);
+}
+
+void mlcc_cumprod(const mlcc_cumprod_params *p, const void *x, void *y) {
+    cumulate(p, x, y, 1);
 }
 
 static int gather_elements(const mlcc_gather_elements_params *p, const void *data,
@@ -95,25 +74,14 @@ static int gather_elements(const mlcc_gather_elements_params *p, const void *dat
     ptrdiff_t total = 1, n, off = 0;
     int axis;
     for (axis = 0; axis < p->rank; axis++) total *= (ptrdiff_t)p->shape[axis];
+    if (mlcc_elements_check(indices, wide, total, p->axis_dim) != MLCC_OK)
+        return MLCC_ERR_INDEX_OUT_OF_RANGE;
     for (n = 0; n < total; n++) {
-        const int64_t idx = wide ? ((const int64_t *)indices)[n]
-                                 : (int64_t)((const int32_t *)indices)[n];
-        if (idx < -p->axis_dim || idx >= p->axis_dim) return MLCC_ERR_INDEX_OUT_OF_RANGE;
-    }
-    for (n = 0; n < total; n++) {
-        int64_t idx = wide ? ((const int64_t *)indices)[n]
-                           : (int64_t)((const int32_t *)indices)[n];
+        int64_t idx = mlcc_elements_index(indices, wide, n);
         if (idx < 0) idx += p->axis_dim;
-        /* off: the data offset of index[] with the axis coordinate left out */
         memcpy(dst + n * es,
                src + (off + (ptrdiff_t)(idx * p->data_strides[p->axis])) * es, (size_t)es);
-        for (axis = p->rank - 1; axis >= 0; axis--) {
-            index[axis]++;
-            if (axis != p->axis) off += (ptrdiff_t)p->data_strides[axis];
-            if (index[axis] < p->shape[axis]) break;
-            if (axis != p->axis) off -= (ptrdiff_t)(p->data_strides[axis] * p->shape[axis]);
-            index[axis] = 0;
-        }
+        mlcc_elements_next(p->rank, p->axis, p->shape, p->data_strides, index, &off);
     }
     return MLCC_OK;
 }
@@ -126,4 +94,22 @@ int mlcc_gather_elements__i64(const mlcc_gather_elements_params *p, const void *
 int mlcc_gather_elements__i32(const mlcc_gather_elements_params *p, const void *data,
                               const int32_t *indices, void *out) {
     return gather_elements(p, data, indices, 0, out);
+}
+
+int mlcc_reverse_sequence(const mlcc_reverse_sequence_params *p, const void *x,
+                          const int64_t *lens, void *y) {
+    const ptrdiff_t es = p->elem_size, row = (ptrdiff_t)p->inner * es;
+    const uint8_t *src = (const uint8_t *)x;
+    uint8_t *dst = (uint8_t *)y;
+    ptrdiff_t b, t;
+    for (b = 0; b < (ptrdiff_t)p->batch; b++)
+        if (lens[b] < 0 || lens[b] > p->time) return MLCC_ERR_INDEX_OUT_OF_RANGE;
+    for (b = 0; b < (ptrdiff_t)p->batch; b++)
+        for (t = 0; t < (ptrdiff_t)p->time; t++) {
+            const ptrdiff_t from = t < (ptrdiff_t)lens[b] ? (ptrdiff_t)lens[b] - 1 - t : t;
+            memcpy(dst + (b * (ptrdiff_t)p->batch_stride + t * (ptrdiff_t)p->time_stride) * es,
+                   src + (b * (ptrdiff_t)p->batch_stride + from * (ptrdiff_t)p->time_stride) * es,
+                   (size_t)row);
+        }
+    return MLCC_OK;
 }

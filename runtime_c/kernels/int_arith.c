@@ -29,6 +29,26 @@ static int64_t spow(int64_t base, int64_t e) {
     return (int64_t)upow((uint64_t)base, (uint64_t)e);
 }
 
+static uint64_t uop(int op, uint64_t a, uint64_t b) {
+    switch (op) {
+    case MLCC_INT_ADD: return a + b;
+    case MLCC_INT_SUB: return a - b;
+    case MLCC_INT_MUL: return a * b;
+    case MLCC_INT_DIV: return b ? a / b : 0;
+    case MLCC_INT_MOD: case MLCC_INT_FMOD: return b ? a % b : 0;
+    case MLCC_INT_MAX: return a > b ? a : b;
+    case MLCC_INT_MIN: return a < b ? a : b;
+    case MLCC_INT_AND: return a & b;
+    case MLCC_INT_OR: return a | b;
+    case MLCC_INT_XOR: return a ^ b;
+    /* the narrower types are zero-extended to 64 bits: shifting there then keeping the low
+     * bits is the narrow shift; 64 and more would be undefined in C */
+    case MLCC_INT_SHL: return b < 64 ? a << b : 0;
+    case MLCC_INT_SHR: return b < 64 ? a >> b : 0;
+    default: return upow(a, b);
+    }
+}
+
 static int64_t sop(int op, int64_t a, int64_t b) {
     switch (op) {
     case MLCC_INT_ADD: return (int64_t)((uint64_t)a + (uint64_t)b);
@@ -39,19 +59,17 @@ static int64_t sop(int op, int64_t a, int64_t b) {
     case MLCC_INT_FMOD: return smod(a, b, 1);
     case MLCC_INT_MAX: return a > b ? a : b;
     case MLCC_INT_MIN: return a < b ? a : b;
+    case MLCC_INT_AND: return a & b;
+    case MLCC_INT_OR: return a | b;
+    case MLCC_INT_XOR: return a ^ b;
+    /* shifts of a sign-extended value: left keeps the low bits, right is arithmetic (written
+     * without shifting a negative number, which C leaves to the implementation); a shift
+     * by a negative amount or by 64 and more gives 0, or -1 for a negative a shifted right */
+    case MLCC_INT_SHL: return b < 0 || b >= 64 ? 0 : (int64_t)((uint64_t)a << b);
+    case MLCC_INT_SHR:
+        if (b < 0 || b >= 64) return a < 0 ? -1 : 0;
+        return a < 0 ? ~(~a >> b) : a >> b;
     default: return spow(a, b);
-    }
-}
-static uint64_t uop(int op, uint64_t a, uint64_t b) {
-    switch (op) {
-    case MLCC_INT_ADD: return a + b;
-    case MLCC_INT_SUB: return a - b;
-    case MLCC_INT_MUL: return a * b;
-    case MLCC_INT_DIV: return b ? a / b : 0;
-    case MLCC_INT_MOD: case MLCC_INT_FMOD: return b ? a % b : 0;
-    case MLCC_INT_MAX: return a > b ? a : b;
-    case MLCC_INT_MIN: return a < b ? a : b;
-    default: return upow(a, b);
     }
 }
 

@@ -11,7 +11,10 @@
 
 enum mlcc_int_op {
     MLCC_INT_ADD = 0, MLCC_INT_SUB, MLCC_INT_MUL, MLCC_INT_DIV, MLCC_INT_MOD, MLCC_INT_FMOD,
-    MLCC_INT_MAX, MLCC_INT_MIN, MLCC_INT_POW
+    MLCC_INT_MAX, MLCC_INT_MIN, MLCC_INT_POW,
+    MLCC_INT_AND, MLCC_INT_OR, MLCC_INT_XOR,      /* bitwise, on the two's complement bits */
+    MLCC_INT_SHL, MLCC_INT_SHR        /* BitShift: by the width or more (or by a negative
+                                         amount) 0, or -1 for a negative value shifted right */
 };
 
 /* y[i] = a[i] op b[i] over a contiguous output of shape[0..rank); a, b and y all of type

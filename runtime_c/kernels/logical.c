@@ -1,5 +1,7 @@
 #include "logical.h"
 
+#include <float.h>
+
 /* One innermost row of a comparison for one element type T: the op switch sits outside the
  * loops so that each loop is a plain vectorizable compare. */
 #define COMPARE_ROW(NAME, T)                                                                \
@@ -113,4 +115,18 @@ void mlcc_where(const mlcc_where_params *p, const uint8_t *cond, const void *x, 
         }
         ob += n * es;
     } while (mlcc_odometer_next(&o));
+}
+
+void mlcc_f32_classify(const mlcc_classify_params *p, const float *x, uint8_t *y) {
+    const ptrdiff_t n = (ptrdiff_t)p->n;
+    ptrdiff_t i;
+    if (!p->is_inf) {
+        for (i = 0; i < n; i++) y[i] = (uint8_t)(x[i] != x[i]);
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        const float v = x[i];
+        y[i] = (uint8_t)((p->detect_positive && v > FLT_MAX) ||
+                         (p->detect_negative && v < -FLT_MAX));
+    }
 }

@@ -38,4 +38,13 @@ typedef struct mlcc_where_params {
 void mlcc_where(const mlcc_where_params *p, const uint8_t *cond, const void *x, const void *y,
                 void *out);
 
+/* IsNaN (is_inf = 0) and IsInf (is_inf = 1, +inf counted when detect_positive, -inf when
+ * detect_negative) of n float32 values, as bool bytes. */
+typedef struct mlcc_classify_params {
+    int64_t n;
+    int32_t is_inf, detect_negative, detect_positive;
+} mlcc_classify_params;
+
+void mlcc_f32_classify(const mlcc_classify_params *p, const float *x, uint8_t *y);
+
 #endif /* MLCC_LOGICAL_H */

@@ -154,3 +154,16 @@ void mlcc_f32_softmax(const mlcc_softmax_params *p, const float *x, float *y) {
         }
     }
 }
+
+void mlcc_f32_hardmax(const mlcc_hardmax_params *p, const float *x, float *y) {
+    const ptrdiff_t n = (ptrdiff_t)p->n, inner = (ptrdiff_t)p->inner;
+    ptrdiff_t o, i, a;
+    for (o = 0; o < (ptrdiff_t)p->outer; o++)
+        for (i = 0; i < inner; i++) {
+            const ptrdiff_t base = o * n * inner + i;
+            ptrdiff_t best = 0;
+            for (a = 1; a < n; a++)
+                if (x[base + a * inner] > x[base + best * inner]) best = a;
+            for (a = 0; a < n; a++) y[base + a * inner] = a == best ? 1.0f : 0.0f;
+        }
+}

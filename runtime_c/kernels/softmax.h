@@ -18,4 +18,12 @@ typedef struct mlcc_softmax_params {
 
 void mlcc_f32_softmax(const mlcc_softmax_params *p, const float *x, float *y);
 
+/* Hardmax on the same view: y = 1 at the first a of the largest v[a], 0 elsewhere (NaN is
+ * never larger). */
+typedef struct mlcc_hardmax_params {
+    int64_t outer, n, inner;
+} mlcc_hardmax_params;
+
+void mlcc_f32_hardmax(const mlcc_hardmax_params *p, const float *x, float *y);
+
 #endif /* MLCC_SOFTMAX_H */

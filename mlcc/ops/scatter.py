@@ -1,0 +1,236 @@
+"""GatherND, ScatterND, ScatterElements, OneHot (runtime_c/kernels/scatter.c) and EyeLike (a
+constant once shapes are static). Indices computed at run time are checked by the kernels
+before anything is written (MLCC_ERR_INDEX_OUT_OF_RANGE); constant ones at compile time."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ModelError, UnsupportedError
+from ..ir import Enum, Lowering, Node
+from .common import (C_DTYPES, MAX_RANK, check_elements_indices, const_input,
+                     contiguous_strides, emit_plain_copy, norm_axis, require_dtype)
+from .registry import OpDef, register
+
+REDUCTIONS = {"none": "MLCC_SCATTER_NONE", "add": "MLCC_SCATTER_ADD",
+              "mul": "MLCC_SCATTER_MUL", "max": "MLCC_SCATTER_MAX", "min": "MLCC_SCATTER_MIN"}
+# The types the scatter reductions compute on (any type is moved by reduction none).
+REDUCE_DTYPES = [d for d in C_DTYPES if d not in ("bool", "float16")]
+
+
+def _str(v) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def _check_const_nd(g, name: str, dims) -> None:
+    """Constant N-D indices (last axis: the coordinates into dims) checked at compile time."""
+    const = g.const(name)
+    if const is None or not const.size:
+        return
+    tuples = np.asarray(const, dtype=np.int64).reshape(-1, len(dims))
+    lim = np.asarray(dims, dtype=np.int64)
+    if np.any((tuples < -lim) | (tuples >= lim)):
+        raise ModelError(f"an index of {name!r} is out of range for dimensions {list(dims)}")
+
+
+def _nd_params(data_shape, k: int, batch_dims: int, n: int, elem_size: int, dtype: str,
+               reduction: str = "none") -> dict:
+    inner = data_shape[batch_dims:]
+    pad = MAX_RANK - k
+    return {"batch": math.prod(data_shape[:batch_dims]), "n": n, "k": k,
+            "slice": math.prod(inner[k:]), "batch_stride": math.prod(inner),
+            "elem_size": elem_size, "dtype": Enum(C_DTYPES[dtype]),
+            "reduction": Enum(REDUCTIONS[reduction]),
+            "dims": list(inner[:k]) + [1] * pad,
+            "strides": contiguous_strides(inner)[:k] + [0] * pad}
+
+
+@register("GatherND", since=11)
+class GatherND(OpDef):
+    attributes = {"batch_dims": lambda v: v >= 0}
+
+    def infer(self, node, ins, g):
+        data, idx = ins
+        require_dtype(node, [data], list(C_DTYPES))
+        if idx.dtype != "int64":
+            raise ModelError(f"GatherND indices must be int64, not {idx.dtype}")
+        b = int(node.attr("batch_dims", 0))
+        if not idx.shape or len(idx.shape) <= b or len(data.shape) <= b:
+            raise ModelError(f"indices {list(idx.shape)} and data {list(data.shape)} need rank "
+                             f"> batch_dims {b}")
+        k = idx.shape[-1]
+        if k > len(data.shape) - b or k > MAX_RANK:
+            raise ModelError(f"index tuples of {k} do not fit data {list(data.shape)} after "
+                             f"{b} batch dimensions")
+        if tuple(idx.shape[:b]) != tuple(data.shape[:b]):
+            raise ModelError(f"the batch dimensions of indices {list(idx.shape)} and data "
+                             f"{list(data.shape)} differ")
+        _check_const_nd(g, node.inputs[1], data.shape[b:b + k])
+        return [(data.dtype, tuple(idx.shape[:-1]) + tuple(data.shape[b + k:]))]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        data, idx, out = (lo.value(n) for n in (node.inputs[0], node.inputs[1],
+                                               node.outputs[0]))
+        if out.numel == 0:
+            return
+        b = int(node.attr("batch_dims", 0))
+        n = math.prod(idx.shape[b:-1])
+        lo.call("mlcc_gather_nd", [data.name, idx.name, out.name], [out.name],
+                params_type="mlcc_nd_index_params",
+                params=_nd_params(data.shape, idx.shape[-1], b, n,
+                                  np.dtype(data.dtype).itemsize, data.dtype),
+                returns_status=True)
+
+
+class _Scatter(OpDef):
+    def check(self, node):
+        problems = super().check(node)
+        red = _str(node.attr("reduction", "none"))
+        if red in ("max", "min") and node.version < 18:
+            problems.append(f"reduction {red!r} needs opset 18")
+        return problems
+
+    def _common(self, node, ins):
+        data, idx, upd = ins
+        dtype = require_dtype(node, [data, upd], list(C_DTYPES))
+        if _str(node.attr("reduction", "none")) != "none" and dtype not in REDUCE_DTYPES:
+            raise UnsupportedError(f"reduction {node.attr('reduction')!r} on {dtype} tensors "
+                                   f"is not supported (supported: {', '.join(REDUCE_DTYPES)})")
+        return data, idx, upd
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        """The output starts as a copy of data; the kernel then updates it in place."""
+        out, idx = lo.value(node.outputs[0]), lo.value(node.inputs[1])
+        if out.numel == 0:
+            return
+        emit_plain_copy(lo, node.inputs[0], out.name, op=node.op_type)
+        if idx.numel:
+            self._scatter(node, lo, out, idx, _str(node.attr("reduction", "none")))
+
+    def _scatter(self, node, lo, out, idx, reduction: str) -> None:
+        raise NotImplementedError
+
+
+_REDUCTION_ATTR = {"reduction": lambda v: _str(v) in REDUCTIONS}
+
+
+@register("ScatterND", since=11)
+class ScatterND(_Scatter):
+    """Updates in index order (duplicate indices: the last wins, or all are combined)."""
+    attributes = _REDUCTION_ATTR
+
+    def infer(self, node, ins, g):
+        data, idx, upd = self._common(node, ins)
+        if idx.dtype != "int64" or not idx.shape:
+            raise ModelError("ScatterND indices must be int64 of rank >= 1")
+        k = idx.shape[-1]
+        if k > len(data.shape) or k > MAX_RANK:
+            raise ModelError(f"index tuples of {k} do not fit data {list(data.shape)}")
+        want = tuple(idx.shape[:-1]) + tuple(data.shape[k:])
+        if tuple(upd.shape) != want:
+            raise ModelError(f"updates {list(upd.shape)} should be {list(want)}")
+        _check_const_nd(g, node.inputs[1], data.shape[:k])
+        return [(data.dtype, data.shape)]
+
+    def _scatter(self, node, lo, out, idx, reduction: str) -> None:
+        lo.call("mlcc_scatter_nd", [idx.name, node.inputs[2], out.name], [out.name],
+                params_type="mlcc_nd_index_params",
+                params=_nd_params(out.shape, idx.shape[-1], 0, math.prod(idx.shape[:-1]),
+                                  np.dtype(out.dtype).itemsize, out.dtype, reduction),
+                returns_status=True)
+
+
+@register("ScatterElements", since=11)
+class ScatterElements(_Scatter):
+    attributes = {"axis": None, **_REDUCTION_ATTR}
+
+    def infer(self, node, ins, g):
+        data, idx, upd = self._common(node, ins)
+        if tuple(idx.shape) != tuple(upd.shape):
+            raise ModelError(f"indices {list(idx.shape)} and updates {list(upd.shape)} must "
+                             f"have one shape")
+        check_elements_indices(g, node, data, idx)
+        return [(data.dtype, data.shape)]
+
+    def _scatter(self, node, lo, out, idx, reduction: str) -> None:
+        axis = norm_axis(int(node.attr("axis", 0)), len(out.shape))
+        pad = MAX_RANK - len(out.shape)
+        kernel = "mlcc_scatter_elements__i64" if idx.dtype == "int64" else \
+            "mlcc_scatter_elements__i32"
+        lo.call(kernel, [idx.name, node.inputs[2], out.name], [out.name],
+                params_type="mlcc_scatter_elements_params",
+                params={"rank": len(out.shape), "axis": axis,
+                        "elem_size": np.dtype(out.dtype).itemsize,
+                        "dtype": Enum(C_DTYPES[out.dtype]),
+                        "reduction": Enum(REDUCTIONS[reduction]),
+                        "axis_dim": out.shape[axis], "shape": list(idx.shape) + [1] * pad,
+                        "y_strides": contiguous_strides(out.shape) + [0] * pad},
+                returns_status=True)
+
+
+@register("OneHot", since=9)
+class OneHot(OpDef):
+    """depth and values must be constant once shapes are static (depth fixes the output
+    shape); indices may be any integer type, float32 or float64 (truncated toward zero)."""
+    attributes = {"axis": None}
+    INDEX_DTYPES = [d for d in C_DTYPES if d not in ("bool", "float16")]
+
+    def _depth(self, node, g) -> int:
+        depth = const_input(g, node, 1, "depth")
+        if depth is None or np.asarray(depth).size != 1:
+            raise ModelError("OneHot needs a scalar depth")
+        d = int(np.asarray(depth).reshape(-1)[0])
+        if d < 1:
+            raise ModelError(f"OneHot depth {d} must be positive")
+        return d
+
+    def infer(self, node, ins, g):
+        idx, _, values = ins
+        require_dtype(node, [idx], self.INDEX_DTYPES)
+        require_dtype(node, [values], list(C_DTYPES))
+        if const_input(g, node, 2, "values") is None or values.numel != 2:
+            raise ModelError("OneHot values must hold two elements, [off, on]")
+        depth = self._depth(node, g)
+        axis = norm_axis(int(node.attr("axis", -1)), len(idx.shape) + 1)
+        return [(values.dtype, tuple(idx.shape[:axis]) + (depth,) + tuple(idx.shape[axis:]))]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        idx, out = lo.value(node.inputs[0]), lo.value(node.outputs[0])
+        if out.numel == 0:
+            return
+        axis = norm_axis(int(node.attr("axis", -1)), len(idx.shape) + 1)
+        lo.call("mlcc_one_hot", [idx.name, node.inputs[2], out.name], [out.name],
+                params_type="mlcc_one_hot_params",
+                params={"outer": math.prod(idx.shape[:axis]), "depth": out.shape[axis],
+                        "inner": math.prod(idx.shape[axis:]),
+                        "index_dtype": Enum(C_DTYPES[idx.dtype]),
+                        "elem_size": np.dtype(out.dtype).itemsize})
+
+
+@register("EyeLike", since=9)
+class EyeLike(OpDef):
+    """Ones on the k-th diagonal of a 2-D tensor of the input's shape: a constant once shapes
+    are static, copied into the output."""
+    attributes = {"k": None, "dtype": None}
+
+    def _dtype(self, node, x) -> str:
+        from .cast import onnx_type_to_dtype
+        attr = node.attr("dtype")
+        dtype = x.dtype if attr is None else onnx_type_to_dtype(int(attr))
+        if dtype not in C_DTYPES:
+            raise UnsupportedError(f"EyeLike of {dtype} is not supported")
+        return dtype
+
+    def infer(self, node, ins, g):
+        x = ins[0]
+        if len(x.shape) != 2:
+            raise ModelError(f"EyeLike needs a 2-D input, not {list(x.shape)}")
+        return [(self._dtype(node, x), x.shape)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        out = lo.value(node.outputs[0])
+        if out.numel == 0:
+            return
+        eye = np.eye(out.shape[0], out.shape[1], k=int(node.attr("k", 0)), dtype=out.dtype)
+        emit_plain_copy(lo, lo.add_const(f"{node.name}.eye", eye), out.name, op="EyeLike")
