@@ -16,11 +16,11 @@ SIZES = [1, 2, 3, 5, 7, 8, 12, 16, 30, 97, 256, 400, 512]
 
 
 def test_plans_cover_each_kind():
-    assert radices(512) == [4, 4, 4, 4, 2] and radices(30) == [2, 3, 5]
-    assert radices(97) is None and radices(7 * 13) == [7, 13]
+    assert radices(512) == [2, 4, 4, 4, 4] and radices(30) == [5, 3, 2]
+    assert radices(97) is None and radices(7 * 13) == [13, 7] and radices(1) == []
     params, plan = fft_plan(97)
     assert params["bluestein"] == 1 and params["fft_n"] == 256
-    assert plan.dtype == np.float32
+    assert plan.dtype == np.float64
     assert np.array_equal(fft_plan(400)[1], fft_plan(400)[1])      # deterministic
 
 

@@ -5,7 +5,7 @@ The window and mel operators exist only at compile time: their inputs (size, dft
 sample rate, ...) are constants in real models, so infer_and_fold folds them with the ONNX
 reference; a run-time input is refused by name. DFT and STFT lower to one call of
 mlcc_f32_dft (runtime_c/kernels/fft.c) whose plan (twiddles, generic butterflies' roots,
-Bluestein's chirp and its transform) is computed here, in double, and stored as a weight.
+Bluestein's chirp and its transform) is computed here and stored as a float64 weight.
 docs/audio.md says what is supported.
 """
 from __future__ import annotations
@@ -58,20 +58,22 @@ class MelWeightMatrix(_CompileTime):
 # --- the FFT plan --------------------------------------------------------------------------
 
 def radices(n: int) -> list[int] | None:
-    """The Stockham stages of a length-n FFT (4s, a 2, then 3, 5, 7, 11, 13), or None when n
-    has a larger prime factor (then Bluestein's algorithm runs it)."""
-    out = []
+    """The Stockham stages of a length-n FFT, or None when n has a prime factor over 13 (then
+    Bluestein's algorithm runs it). The generic radices (13 down to 3) come first and the 2
+    and the 4s last: the last stages' butterflies at k = 0 multiply by 1 and -i only, so that
+    bins n/2 and n/4 of a real signal get an exact 0 imaginary part, as in numpy."""
+    first, last = [], []
+    for r in GENERIC_RADICES[::-1]:
+        while n % r == 0:
+            first.append(r)
+            n //= r
     while n % 4 == 0:
-        out.append(4)
+        last.append(4)
         n //= 4
     if n % 2 == 0:
-        out.append(2)
+        last.insert(0, 2)
         n //= 2
-    for r in GENERIC_RADICES:
-        while n % r == 0:
-            out.append(r)
-            n //= r
-    return out if n == 1 else None
+    return first + last if n == 1 else None
 
 
 def _stage_table(n: int, rads: list[int]) -> list[np.ndarray]:
@@ -87,7 +89,7 @@ def _stage_table(n: int, rads: list[int]) -> list[np.ndarray]:
 
 
 def fft_plan(n: int) -> tuple[dict, np.ndarray]:
-    """The params of fft.h that describe the transform of length n, and its plan (float32,
+    """The params of fft.h that describe the transform of length n, and its plan (float64,
     complex interleaved): see fft.h for the layout."""
     rads = radices(n)
     bluestein = rads is None
@@ -104,7 +106,7 @@ def fft_plan(n: int) -> tuple[dict, np.ndarray]:
         b[m - n + 1:] = np.conj(chirp[1:])[::-1]
         parts += [chirp, np.fft.fft(b) / m]
     table = np.concatenate(parts) if parts else np.zeros(0, np.complex128)
-    flat = np.empty(2 * table.size, dtype=np.float32)
+    flat = np.empty(2 * table.size, dtype=np.float64)
     flat[0::2], flat[1::2] = table.real, table.imag
     if len(rads) > MAX_STAGES:
         raise UnsupportedError(f"a transform of length {n} needs {len(rads)} FFT stages "
@@ -122,13 +124,13 @@ def _emit_dft(lo: Lowering, node: Node, x: str, window: str, y: str, *, outer: i
               axis_len: int, frames: int, frame_step: int, n_in: int, n: int, n_out: int,
               in_complex: bool, inverse: bool) -> None:
     plan_params, plan = fft_plan(n)
-    plan_name = lo.add_const(f"{node.name}_fft_plan", plan if plan.size else np.zeros(2, np.float32))
+    plan_name = lo.add_const(f"{node.name}_fft_plan", plan if plan.size else np.zeros(2, np.float64))
     params = {"outer": outer, "inner": inner, "axis_len": axis_len, "frames": frames,
               "frame_step": frame_step, "n_in": n_in, "n": n, "n_out": n_out,
               "in_complex": int(in_complex), "inverse": int(inverse), "windowed": int(bool(window)),
               **plan_params}
     lo.call("mlcc_f32_dft", [x, window, plan_name, y], [y], params_type="mlcc_dft_params",
-            params=params, scratch_bytes=16 * plan_params["fft_n"])
+            params=params, scratch_bytes=32 * plan_params["fft_n"])
 
 
 def _length(g: Graph, node: Node, index: int, what: str) -> int | None:

@@ -6,39 +6,39 @@
  * length-L DFTs of the s = n / L interleaved subsequences (a[j + s * k] = X_j[k]); after it,
  * b holds those of the s / r subsequences of length L * r. tw: (r - 1) * L twiddles, then for
  * the generic butterfly r roots of unity. */
-static void fft_stage(int32_t r, ptrdiff_t n, ptrdiff_t L, const float *tw,
-                      const float *MLCC_RESTRICT a, float *MLCC_RESTRICT b) {
+static void fft_stage(int32_t r, ptrdiff_t n, ptrdiff_t L, const double *tw,
+                      const double *MLCC_RESTRICT a, double *MLCC_RESTRICT b) {
     const ptrdiff_t s = n / L, s2 = s / r;
     ptrdiff_t k, j;
     for (k = 0; k < L; k++) {
-        const float *w = tw + 2 * k * (r - 1);
-        const float *in = a + 2 * s * k;
-        float *out = b + 2 * s2 * k;
+        const double *w = tw + 2 * k * (r - 1);
+        const double *in = a + 2 * s * k;
+        double *out = b + 2 * s2 * k;
         if (r == 2) {
-            const float w1r = w[0], w1i = w[1];
+            const double w1r = w[0], w1i = w[1];
             for (j = 0; j < s2; j++) {
-                const float *x0 = in + 2 * j, *x1 = in + 2 * (j + s2);
-                const float t1r = x1[0] * w1r - x1[1] * w1i, t1i = x1[0] * w1i + x1[1] * w1r;
-                float *y0 = out + 2 * j, *y1 = out + 2 * (j + s2 * L);
+                const double *x0 = in + 2 * j, *x1 = in + 2 * (j + s2);
+                const double t1r = x1[0] * w1r - x1[1] * w1i, t1i = x1[0] * w1i + x1[1] * w1r;
+                double *y0 = out + 2 * j, *y1 = out + 2 * (j + s2 * L);
                 y0[0] = x0[0] + t1r;
                 y0[1] = x0[1] + t1i;
                 y1[0] = x0[0] - t1r;
                 y1[1] = x0[1] - t1i;
             }
         } else if (r == 4) {
-            const float w1r = w[0], w1i = w[1], w2r = w[2], w2i = w[3], w3r = w[4], w3i = w[5];
+            const double w1r = w[0], w1i = w[1], w2r = w[2], w2i = w[3], w3r = w[4], w3i = w[5];
             for (j = 0; j < s2; j++) {
-                const float *x0 = in + 2 * j, *x1 = in + 2 * (j + s2);
-                const float *x2 = in + 2 * (j + 2 * s2), *x3 = in + 2 * (j + 3 * s2);
-                const float t1r = x1[0] * w1r - x1[1] * w1i, t1i = x1[0] * w1i + x1[1] * w1r;
-                const float t2r = x2[0] * w2r - x2[1] * w2i, t2i = x2[0] * w2i + x2[1] * w2r;
-                const float t3r = x3[0] * w3r - x3[1] * w3i, t3i = x3[0] * w3i + x3[1] * w3r;
-                const float ar = x0[0] + t2r, ai = x0[1] + t2i;     /* t0 + t2 */
-                const float br = x0[0] - t2r, bi = x0[1] - t2i;     /* t0 - t2 */
-                const float cr = t1r + t3r, ci = t1i + t3i;         /* t1 + t3 */
-                const float dr = t1r - t3r, di = t1i - t3i;         /* t1 - t3 */
-                float *y0 = out + 2 * j, *y1 = out + 2 * (j + s2 * L);
-                float *y2 = out + 2 * (j + 2 * s2 * L), *y3 = out + 2 * (j + 3 * s2 * L);
+                const double *x0 = in + 2 * j, *x1 = in + 2 * (j + s2);
+                const double *x2 = in + 2 * (j + 2 * s2), *x3 = in + 2 * (j + 3 * s2);
+                const double t1r = x1[0] * w1r - x1[1] * w1i, t1i = x1[0] * w1i + x1[1] * w1r;
+                const double t2r = x2[0] * w2r - x2[1] * w2i, t2i = x2[0] * w2i + x2[1] * w2r;
+                const double t3r = x3[0] * w3r - x3[1] * w3i, t3i = x3[0] * w3i + x3[1] * w3r;
+                const double ar = x0[0] + t2r, ai = x0[1] + t2i;     /* t0 + t2 */
+                const double br = x0[0] - t2r, bi = x0[1] - t2i;     /* t0 - t2 */
+                const double cr = t1r + t3r, ci = t1i + t3i;         /* t1 + t3 */
+                const double dr = t1r - t3r, di = t1i - t3i;         /* t1 - t3 */
+                double *y0 = out + 2 * j, *y1 = out + 2 * (j + s2 * L);
+                double *y2 = out + 2 * (j + 2 * s2 * L), *y3 = out + 2 * (j + 3 * s2 * L);
                 y0[0] = ar + cr;
                 y0[1] = ai + ci;
                 y2[0] = ar - cr;
@@ -49,20 +49,20 @@ static void fft_stage(int32_t r, ptrdiff_t n, ptrdiff_t L, const float *tw,
                 y3[1] = bi + dr;
             }
         } else {
-            const float *root = tw + 2 * L * (r - 1);
-            float t[2 * MAX_GENERIC_RADIX];
+            const double *root = tw + 2 * L * (r - 1);
+            double t[2 * MAX_GENERIC_RADIX];
             int32_t q, m;
             for (j = 0; j < s2; j++) {
                 t[0] = in[2 * j];
                 t[1] = in[2 * j + 1];
                 for (q = 1; q < r; q++) {
-                    const float *xq = in + 2 * (j + q * s2);
-                    const float wr = w[2 * (q - 1)], wi = w[2 * (q - 1) + 1];
+                    const double *xq = in + 2 * (j + q * s2);
+                    const double wr = w[2 * (q - 1)], wi = w[2 * (q - 1) + 1];
                     t[2 * q] = xq[0] * wr - xq[1] * wi;
                     t[2 * q + 1] = xq[0] * wi + xq[1] * wr;
                 }
                 for (m = 0; m < r; m++) {
-                    float sr = t[0], si = t[1];
+                    double sr = t[0], si = t[1];
                     int32_t e = 0;
                     for (q = 1; q < r; q++) {
                         e += m;
@@ -78,22 +78,22 @@ static void fft_stage(int32_t r, ptrdiff_t n, ptrdiff_t L, const float *tw,
     }
 }
 
-/* Floats of plan a stage of radix r after L reads: its twiddles, and a generic one's roots. */
-static ptrdiff_t stage_floats(int32_t r, ptrdiff_t L) {
+/* Doubles of plan a stage of radix r after L reads: twiddles, a generic radix's roots. */
+static ptrdiff_t stage_values(int32_t r, ptrdiff_t L) {
     return 2 * L * (r - 1) + (r == 2 || r == 4 ? 0 : 2 * r);
 }
 
 /* The DFT of the n complex values in a, using b as the other buffer; returns the buffer that
  * holds the result. *plan is advanced past the stages' twiddles. */
-static float *fft_run(const mlcc_dft_params *p, ptrdiff_t n, const float **plan, float *a,
-                      float *b) {
+static double *fft_run(const mlcc_dft_params *p, ptrdiff_t n, const double **plan, double *a,
+                      double *b) {
     ptrdiff_t L = 1;
     int32_t s;
     for (s = 0; s < p->nstages; s++) {
         const int32_t r = p->radix[s];
-        float *t;
+        double *t;
         fft_stage(r, n, L, *plan, a, b);
-        *plan += stage_floats(r, L);
+        *plan += stage_values(r, L);
         L *= r;
         t = a;
         a = b;
@@ -103,22 +103,22 @@ static float *fft_run(const mlcc_dft_params *p, ptrdiff_t n, const float **plan,
 }
 
 void mlcc_f32_dft(const mlcc_dft_params *p, const float *x, const float *window,
-                  const float *plan, float *y, float *scratch) {
+                  const double *plan, float *y, double *scratch) {
     const ptrdiff_t n = p->n, m = p->fft_n, inner = p->inner;
     const ptrdiff_t n_read = p->n_in < p->n ? p->n_in : p->n;
     const ptrdiff_t in_w = p->in_complex ? 2 : 1;
-    const float sign = p->inverse ? -1.0f : 1.0f;
-    const float scale = p->inverse ? 1.0f / (float)p->n : 1.0f;
-    float *a = scratch, *b = scratch + 2 * m;
-    const float *chirp = NULL, *kernel_hat = NULL;
+    const double sign = p->inverse ? -1.0 : 1.0;
+    const double scale = p->inverse ? 1.0 / (double)p->n : 1.0;
+    double *a = scratch, *b = scratch + 2 * m;
+    const double *chirp = NULL, *kernel_hat = NULL;
     ptrdiff_t o, f, i, t, k;
     if (p->bluestein) {
         /* after the FFT's stages (fft_run reads them from plan): the chirp, then B */
-        const float *q = plan;
+        const double *q = plan;
         int32_t s;
         ptrdiff_t L = 1;
         for (s = 0; s < p->nstages; s++) {
-            q += stage_floats(p->radix[s], L);
+            q += stage_values(p->radix[s], L);
             L *= p->radix[s];
         }
         chirp = q;
@@ -127,18 +127,18 @@ void mlcc_f32_dft(const mlcc_dft_params *p, const float *x, const float *window,
     for (o = 0; o < p->outer; o++) {
         for (f = 0; f < p->frames; f++) {
             for (i = 0; i < inner; i++) {
-                const float *plan_at = plan;
+                const double *plan_at = plan;
                 const ptrdiff_t base = (o * p->axis_len + f * p->frame_step) * inner + i;
-                float *res;
+                double *res;
                 for (t = 0; t < n_read; t++) {
                     const float *v = x + (base + t * inner) * in_w;
-                    float re = v[0], im = p->in_complex ? sign * v[1] : 0.0f;
+                    double re = v[0], im = p->in_complex ? sign * v[1] : 0.0;
                     if (p->windowed) {
                         re *= window[t];
                         im *= window[t];
                     }
                     if (chirp) {
-                        const float cr = chirp[2 * t], ci = chirp[2 * t + 1];
+                        const double cr = chirp[2 * t], ci = chirp[2 * t + 1];
                         a[2 * t] = re * cr - im * ci;
                         a[2 * t + 1] = re * ci + im * cr;
                     } else {
@@ -147,32 +147,32 @@ void mlcc_f32_dft(const mlcc_dft_params *p, const float *x, const float *window,
                     }
                 }
                 for (t = n_read; t < m; t++) {
-                    a[2 * t] = 0.0f;
-                    a[2 * t + 1] = 0.0f;
+                    a[2 * t] = 0.0;
+                    a[2 * t + 1] = 0.0;
                 }
                 res = fft_run(p, m, &plan_at, a, b);
                 if (chirp) {
                     /* conv = conj(FFT(conj(A * B))) with B = FFT(b) / m; X[k] = c[k] conv[k] */
-                    float *other = res == a ? b : a;
-                    const float *q = plan;
+                    double *other = res == a ? b : a;
+                    const double *q = plan;
                     for (k = 0; k < m; k++) {
-                        const float ar = res[2 * k], ai = res[2 * k + 1];
-                        const float br = kernel_hat[2 * k], bi = kernel_hat[2 * k + 1];
+                        const double ar = res[2 * k], ai = res[2 * k + 1];
+                        const double br = kernel_hat[2 * k], bi = kernel_hat[2 * k + 1];
                         res[2 * k] = ar * br - ai * bi;
                         res[2 * k + 1] = -(ar * bi + ai * br);
                     }
                     res = fft_run(p, m, &q, res, other);
                     for (k = 0; k < p->n_out; k++) {
-                        const float cr = res[2 * k], ci = -res[2 * k + 1];
-                        const float wr = chirp[2 * k], wi = chirp[2 * k + 1];
+                        const double cr = res[2 * k], ci = -res[2 * k + 1];
+                        const double wr = chirp[2 * k], wi = chirp[2 * k + 1];
                         res[2 * k] = cr * wr - ci * wi;
                         res[2 * k + 1] = cr * wi + ci * wr;
                     }
                 }
                 for (k = 0; k < p->n_out; k++) {
                     float *out = y + (((o * p->frames + f) * p->n_out + k) * inner + i) * 2;
-                    out[0] = res[2 * k] * scale;
-                    out[1] = sign * res[2 * k + 1] * scale;
+                    out[0] = (float)(res[2 * k] * scale);
+                    out[1] = (float)(sign * res[2 * k + 1] * scale);
                 }
             }
         }

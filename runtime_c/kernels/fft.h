@@ -7,9 +7,10 @@
  * or, when n has a prime factor over 13, Bluestein's algorithm: a convolution of length
  * m (a power of two >= 2n - 1) done with that FFT. Every twiddle factor, the generic
  * butterflies' roots and Bluestein's chirp and its transform are computed by the compiler (in
- * double, rounded to float) and read from `plan`: nothing is computed with sin or cos at run
- * time. The kernel sums in float; inverse transforms are forward ones on conjugates, divided
- * by n. Thread-compatible: no state; x, y and scratch must not overlap. */
+ * double) and read from `plan`: nothing is computed with sin or cos at run time. The kernel
+ * computes in double and rounds the outputs to float once (float sums missed the exact zeros,
+ * e.g. the imaginary part of bin n/2 of a real signal, that ONNX's node tests check at atol
+ * 1e-7); inverse transforms are forward ones on conjugates, divided by n. Thread-compatible: no state; x, y and scratch must not overlap. */
 #ifndef MLCC_FFT_H
 #define MLCC_FFT_H
 
@@ -37,14 +38,14 @@ typedef struct mlcc_dft_params {
     int32_t bluestein;           /* 1: n by a convolution of length fft_n */
 } mlcc_dft_params;
 
-/* plan (complex floats, re and im interleaved), in this order:
+/* plan (complex doubles, re and im interleaved), in this order:
  *   per stage s (radix p, L = product of the earlier radices): (p - 1) * L twiddles
  *     w[k * (p - 1) + q - 1] = exp(-2 pi i q k / (L p)), k < L, 1 <= q < p;
  *     then, for a radix other than 2 and 4, the p roots exp(-2 pi i j / p);
  *   with bluestein: the chirp c[t] = exp(-pi i t^2 / n) (n values), then the fft_n values
  *     B = FFT(b) / fft_n of b[u] = conj(c[|u|]) on u = -(n - 1)..n - 1 (circularly).
- * scratch: 4 * fft_n floats. */
+ * scratch: 4 * fft_n doubles. */
 void mlcc_f32_dft(const mlcc_dft_params *p, const float *x, const float *window,
-                  const float *plan, float *y, float *scratch);
+                  const double *plan, float *y, double *scratch);
 
 #endif /* MLCC_FFT_H */
