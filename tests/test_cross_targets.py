@@ -152,3 +152,18 @@ def test_int8_digits_is_the_x86_result_bit_for_bit(tmp_path, target):
         outs[name] = [m.run({"input": xi[None]})["logits"] for xi in x[:6]]
     for a, b in zip(outs["x86"], outs[target]):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("n", [12, 97])          # mixed radix (3, 4), Bluestein (a prime)
+def test_dft(tmp_path, target, n):
+    check_node("DFT", {"x": rand(2, n, 2)}, tmp_path=tmp_path, target=target, opset=17,
+               axis=1)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_log_mel_front_end(tmp_path, target):
+    """HannWindow and MelWeightMatrix folded, STFT (400, radix 4/5), power, MatMul, Log."""
+    from test_ops_audio import log_mel_model
+    model, feeds = log_mel_model()
+    check_model(model, feeds, tmp_path, target=target)
