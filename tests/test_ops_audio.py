@@ -148,3 +148,23 @@ def log_mel_model(n_fft=400, hop=160, samples=1600, mels=40):
 def test_log_mel_front_end(tmp_path):
     model, feeds = log_mel_model()
     check_model(model, feeds, tmp_path)
+
+
+@pytest.mark.parametrize("mode", ["asan", "malloc"])
+def test_fft_kernel_is_clean_under_asan_and_allocates_nothing(mode, tmp_path, monkeypatch):
+    """Bluestein (97, inverse, padded from 5, inner axis) and the log-mel program under
+    AddressSanitizer + UBSan, and the counting malloc of tools/sanitize_models.py."""
+    import onnx
+    import sanitize_models
+    node = helper.make_node("DFT", ["x", "n"], ["y"], name="dft", axis=1, inverse=1)
+    models = {"dft97": make_model([node], {"x": rand(2, 5, 3, 2)}, ["y"],
+                                  initializers={"n": np.array(97, np.int64)}),
+              "logmel": log_mel_model()[0]}
+    paths = {}
+    for name, model in models.items():
+        paths[name] = tmp_path / f"{name}.onnx"
+        onnx.save(model, str(paths[name]))
+    monkeypatch.setattr(sanitize_models, "model_path", lambda name: (paths[name], {}))
+    for name in models:
+        (tmp_path / name).mkdir()
+        print(sanitize_models.check(name, mode, tmp_path / name))
