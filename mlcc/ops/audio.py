@@ -122,13 +122,13 @@ def _fft_flops(n: int) -> int:
 
 def _emit_dft(lo: Lowering, node: Node, x: str, window: str, y: str, *, outer: int, inner: int,
               axis_len: int, frames: int, frame_step: int, n_in: int, n: int, n_out: int,
-              in_complex: bool, inverse: bool) -> None:
+              in_complex: bool, inverse: bool, hermitian: bool = False) -> None:
     plan_params, plan = fft_plan(n)
     plan_name = lo.add_const(f"{node.name}_fft_plan", plan if plan.size else np.zeros(2, np.float64))
     params = {"outer": outer, "inner": inner, "axis_len": axis_len, "frames": frames,
               "frame_step": frame_step, "n_in": n_in, "n": n, "n_out": n_out,
               "in_complex": int(in_complex), "inverse": int(inverse), "windowed": int(bool(window)),
-              **plan_params}
+              "hermitian": int(hermitian), **plan_params}
     lo.call("mlcc_f32_dft", [x, window, plan_name, y], [y], params_type="mlcc_dft_params",
             params=params, scratch_bytes=32 * plan_params["fft_n"])
 
@@ -145,13 +145,6 @@ def _length(g: Graph, node: Node, index: int, what: str) -> int | None:
 # --- DFT -----------------------------------------------------------------------------------
 
 class _DFT(OpDef):
-    def check(self, node: Node) -> list[str]:
-        problems = super().check(node)
-        if int(node.attr("inverse", 0)) and int(node.attr("onesided", 0)):
-            problems.append("inverse=1 with onesided=1 (a one-sided inverse, irfft) is not "
-                            "supported")
-        return problems
-
     def _axis(self, node: Node, g: Graph) -> int:
         raise NotImplementedError
 
@@ -164,21 +157,24 @@ class _DFT(OpDef):
         if axis == rank - 1:
             raise ModelError(f"DFT {node.name!r}: axis {axis} is the (real, imaginary) "
                              f"dimension")
+        onesided = bool(int(node.attr("onesided", 0)))
+        irfft = onesided and bool(int(node.attr("inverse", 0)))    # one-sided in, real out
         n = _length(g, node, 1, "dft_length")
-        n = shape[axis] if n is None else n
+        if n is None:
+            n = 2 * (shape[axis] - 1) if irfft else shape[axis]
         if n < 1:
             raise ModelError(f"DFT {node.name!r}: dft_length {n} must be positive")
-        onesided = bool(int(node.attr("onesided", 0)))
-        return {"axis": axis, "n": n, "n_out": n // 2 + 1 if onesided else n,
-                "outer": math.prod(shape[:axis]), "inner": math.prod(shape[axis + 1:-1]),
-                "axis_len": shape[axis], "in_complex": shape[-1] == 2}
+        return {"axis": axis, "n": n, "n_out": n // 2 + 1 if onesided and not irfft else n,
+                "irfft": irfft, "outer": math.prod(shape[:axis]),
+                "inner": math.prod(shape[axis + 1:-1]), "axis_len": shape[axis],
+                "in_complex": shape[-1] == 2}
 
     def infer(self, node, ins, g):
         require_dtype(node, ins[:1], ["float32"])
         shape = ins[0].shape
         geo = self._geometry(node, g, shape)
         out = list(shape)
-        out[geo["axis"]], out[-1] = geo["n_out"], 2
+        out[geo["axis"]], out[-1] = geo["n_out"], 1 if geo["irfft"] else 2
         return [("float32", tuple(out))]
 
     def lower(self, node: Node, lo: Lowering) -> None:
@@ -187,8 +183,9 @@ class _DFT(OpDef):
             return
         _emit_dft(lo, node, node.inputs[0], "", node.outputs[0], outer=geo["outer"],
                   inner=geo["inner"], axis_len=geo["axis_len"], frames=1, frame_step=0,
-                  n_in=min(geo["axis_len"], geo["n"]), n=geo["n"], n_out=geo["n_out"],
-                  in_complex=geo["in_complex"], inverse=bool(int(node.attr("inverse", 0))))
+                  n_in=geo["axis_len"] if geo["irfft"] else min(geo["axis_len"], geo["n"]),
+                  n=geo["n"], n_out=geo["n_out"], in_complex=geo["in_complex"],
+                  inverse=bool(int(node.attr("inverse", 0))), hermitian=geo["irfft"])
 
     def flops(self, node: Node, g: Graph) -> int:
         geo = self._geometry(node, g, g.values[node.inputs[0]].shape)

@@ -105,7 +105,7 @@ static double *fft_run(const mlcc_dft_params *p, ptrdiff_t n, const double **pla
 void mlcc_f32_dft(const mlcc_dft_params *p, const float *x, const float *window,
                   const double *plan, float *y, double *scratch) {
     const ptrdiff_t n = p->n, m = p->fft_n, inner = p->inner;
-    const ptrdiff_t n_read = p->n_in < p->n ? p->n_in : p->n;
+    const ptrdiff_t n_read = p->hermitian ? p->n : p->n_in < p->n ? p->n_in : p->n;
     const ptrdiff_t in_w = p->in_complex ? 2 : 1;
     const double sign = p->inverse ? -1.0 : 1.0;
     const double scale = p->inverse ? 1.0 / (double)p->n : 1.0;
@@ -131,8 +131,14 @@ void mlcc_f32_dft(const mlcc_dft_params *p, const float *x, const float *window,
                 const ptrdiff_t base = (o * p->axis_len + f * p->frame_step) * inner + i;
                 double *res;
                 for (t = 0; t < n_read; t++) {
-                    const float *v = x + (base + t * inner) * in_w;
-                    double re = v[0], im = p->in_complex ? sign * v[1] : 0.0;
+                    /* hermitian: X[t] for t <= n / 2, conj(X[n - t]) above, 0 past n_in */
+                    const ptrdiff_t src = p->hermitian && 2 * t > n ? n - t : t;
+                    double re = 0.0, im = 0.0;
+                    if (src < p->n_in) {
+                        const float *v = x + (base + src * inner) * in_w;
+                        re = v[0];
+                        im = p->in_complex ? (src != t ? -sign : sign) * v[1] : 0.0;
+                    }
                     if (p->windowed) {
                         re *= window[t];
                         im *= window[t];
@@ -170,9 +176,13 @@ void mlcc_f32_dft(const mlcc_dft_params *p, const float *x, const float *window,
                     }
                 }
                 for (k = 0; k < p->n_out; k++) {
-                    float *out = y + (((o * p->frames + f) * p->n_out + k) * inner + i) * 2;
-                    out[0] = (float)(res[2 * k] * scale);
-                    out[1] = (float)(sign * res[2 * k + 1] * scale);
+                    const ptrdiff_t at = ((o * p->frames + f) * p->n_out + k) * inner + i;
+                    if (p->hermitian) {
+                        y[at] = (float)(res[2 * k] * scale);      /* the real part only */
+                    } else {
+                        y[2 * at] = (float)(res[2 * k] * scale);
+                        y[2 * at + 1] = (float)(sign * res[2 * k + 1] * scale);
+                    }
                 }
             }
         }

@@ -23,7 +23,11 @@
  * t < min(n_in, n): frame f of sequence (o, i), zero-padded to n when n_in < n; with a
  * window, sample t is multiplied by window[t] (t < n_in). The output is
  * y[(((o * frames + f) * n_out + k) * inner + i) * 2 + {0: re, 1: im}] = X[k] for k < n_out,
- * X the DFT of length n (inverse: exp(+2 pi i k t / n) / n). */
+ * X the DFT of length n (inverse: exp(+2 pi i k t / n) / n).
+ * hermitian (the one-sided inverse, irfft; frames = 1, n_in = axis_len): the input holds
+ * X[0..n_in) of a Hermitian spectrum, read as X[t] (t <= n / 2) and conj(X[n - t]) (t > n / 2),
+ * 0 past n_in; the output is real: y[(o * n_out + k) * inner + i], the real part (which
+ * ignores the imaginary parts of bins 0 and n / 2, as numpy's irfft does). */
 typedef struct mlcc_dft_params {
     int64_t outer, inner, axis_len, frames, frame_step;
     int32_t n_in;                /* samples read per frame (<= axis_len) */
@@ -32,6 +36,7 @@ typedef struct mlcc_dft_params {
     int32_t in_complex;          /* 1: input pairs (re, im); 0: real input */
     int32_t inverse;             /* 1: inverse transform, scaled by 1 / n */
     int32_t windowed;            /* 1: window holds n_in floats */
+    int32_t hermitian;           /* 1: one-sided inverse to a real output (see above) */
     int32_t fft_n;               /* length of the FFT run: n, or Bluestein's m */
     int32_t nstages;             /* radices of the FFT of length fft_n, in order */
     int32_t radix[MLCC_FFT_MAX_STAGES];
