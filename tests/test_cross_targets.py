@@ -243,3 +243,25 @@ def test_cumprod_reverse_sequence(tmp_path, target):
     model = make_model(nodes, feeds, ["p", "pi", "r"],
                        initializers={"axis": np.array(1, np.int64)}, opset=26)
     check_model(model, feeds, tmp_path, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("n", [12, 97])          # mixed radix (3, 4), Bluestein (a prime)
+def test_dft(tmp_path, target, n):
+    check_node("DFT", {"x": rand(2, n, 2)}, tmp_path=tmp_path, target=target, opset=17,
+               axis=1)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_dft_irfft(tmp_path, target):
+    """The one-sided inverse: mirrored conjugate reads, a real output (Bluestein: 13)."""
+    check_node("DFT", {"x": rand(2, 7, 2)}, initializers={"n": np.array(13, np.int64)},
+               tmp_path=tmp_path, target=target, opset=17, axis=1, inverse=1, onesided=1)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_log_mel_front_end(tmp_path, target):
+    """HannWindow and MelWeightMatrix folded, STFT (400, radix 4/5), power, MatMul, Log."""
+    from test_ops_audio import log_mel_model
+    model, feeds = log_mel_model()
+    check_model(model, feeds, tmp_path, target=target)

@@ -43,6 +43,15 @@ import numpy as np
 CACHE = Path(os.environ.get("MLCC_MODEL_CACHE", Path.home() / ".cache" / "mlcc-models"))
 TARGET = Path(__file__).parent / "conformance-x86.yaml"
 RTOL, ATOL = 1e-3, 1e-7
+# Tests whose stored outputs are further from the exact answer than ATOL, with the atol they
+# are compared at instead (and why). Each entry names the measured error of the stored data.
+INEXACT_EXPECTED = {
+    # ifft of a ramp: where the exact imaginary part is 0 (-7e-16 in float64) the stored
+    # output holds 1.9e-7; the data is 1.5e-6 from numpy's float64 ifft at worst (mlcc 4.4e-7,
+    # onnxruntime 1.9e-5); docs/audio.md
+    "test_dft_inverse": 1e-5,
+    "test_dft_inverse_opset19": 1e-5,
+}
 MAX_BIND_ROUNDS = 8
 
 # The operator types of the real models the project works with: its digits CNNs and MobileNetV2
@@ -221,7 +230,8 @@ def run_case(entry: dict, root: Path) -> Result:
                     bits = np.dtype(f"u{ref.dtype.itemsize}")
                     np.testing.assert_array_equal(g.view(bits), ref.view(bits))
                 elif ref.dtype.kind in "fc":
-                    np.testing.assert_allclose(g, ref, rtol=RTOL, atol=ATOL)
+                    np.testing.assert_allclose(g, ref, rtol=RTOL,
+                                               atol=INEXACT_EXPECTED.get(name, ATOL))
                 else:
                     np.testing.assert_array_equal(g, ref)
             except AssertionError as exc:
