@@ -68,6 +68,22 @@ def test_pool(tmp_path, target, op, attrs):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("op,opset,attrs", [
+    ("GroupNormalization", 21, {"num_groups": 3}),
+    ("MeanVarianceNormalization", 13, {"axes": [0, 2, 3]}),
+    ("RMSNormalization", 23, {"axis": -2}),
+    ("LpNormalization", 13, {"axis": 1, "p": 1}),
+])
+def test_normalizations(tmp_path, target, op, opset, attrs):
+    from test_ops_norm import _typed_model
+    shape = (2, 6, 5, 7)
+    params = {"GroupNormalization": {"scale": rand(6, seed=1), "bias": rand(6, seed=2)},
+              "RMSNormalization": {"scale": rand(5, 7, seed=1)}}.get(op, {})
+    check_model(_typed_model(op, shape, params, False, opset, **attrs),
+                {"x": rand(*shape) * 2 + 0.5}, tmp_path, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("mode,ctm", [("linear", "half_pixel"), ("nearest", "asymmetric")])
 def test_resize(tmp_path, target, mode, ctm):
     x = rand(1, 3, 7, 9)
