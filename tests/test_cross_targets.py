@@ -62,6 +62,8 @@ def test_matmul_batched_runtime_operands(tmp_path, target):
     ("AveragePool", {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 1, 0, 0],
                      "count_include_pad": 0}),
     ("GlobalAveragePool", {}),
+    ("LpPool", {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 1, 0, 0], "p": 3}),
+    ("GlobalLpPool", {}),
 ])
 def test_pool(tmp_path, target, op, attrs):
     check_node(op, {"x": rand(1, 5, 13, 10)}, tmp_path=tmp_path, target=target, **attrs)
