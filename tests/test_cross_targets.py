@@ -86,6 +86,14 @@ def test_normalizations(tmp_path, target, op, opset, attrs):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("equation,shapes", [("bhqd,bhkd->bhqk", [(2, 3, 5, 7), (2, 3, 4, 7)]),
+                                             ("ijk,j->ik", [(3, 5, 7), (5,)])])
+def test_einsum(tmp_path, target, equation, shapes):
+    check_node("Einsum", {f"x{i}": rand(*s, seed=i) for i, s in enumerate(shapes)},
+               tmp_path=tmp_path, target=target, opset=12, equation=equation)
+
+
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("mode,ctm", [("linear", "half_pixel"), ("nearest", "asymmetric")])
 def test_resize(tmp_path, target, mode, ctm):
     x = rand(1, 3, 7, 9)
