@@ -28,6 +28,15 @@ def _refuse_live_outputs(lo: Lowering, node: Node, what: str) -> None:
                                    f"({name!r} is used)")
 
 
+def _per_channel_params(x: Value, ins: list, names: tuple[str, str]) -> list:
+    """The type of an [N, C, ...] normalization's output, once inputs 1 and 2 (`names`) are
+    checked to hold one value per channel."""
+    for v, what in zip(ins[1:3], names):
+        if v is None or v.numel != x.shape[1]:
+            raise ModelError(f"{what} must have {x.shape[1]} elements")
+    return [(x.dtype, x.shape)]
+
+
 @register("BatchNormalization")
 class BatchNormalization(OpDef):
     attributes = {"epsilon": None, "momentum": None, "spatial": lambda v: v in (0, 1),
@@ -151,10 +160,7 @@ class InstanceNormalization(OpDef):
         require_dtype(node, ins, ["float32"])
         if len(x.shape) < 2:
             raise ModelError(f"input {list(x.shape)} has no channel axis")
-        for v, what in zip(ins[1:3], ("scale", "B")):
-            if v is None or v.numel != x.shape[1]:
-                raise ModelError(f"{what} must have {x.shape[1]} elements")
-        return [(x.dtype, x.shape)]
+        return _per_channel_params(x, ins, ("scale", "B"))
 
     def lower(self, node: Node, lo: Lowering) -> None:
         x = lo.value(node.inputs[0])
@@ -265,10 +271,7 @@ class GroupNormalization(OpDef):
         x = ins[0]
         require_dtype(node, ins, ["float32"])
         self._groups(node, x)
-        for v, what in zip(ins[1:3], ("scale", "bias")):
-            if v is None or v.numel != x.shape[1]:
-                raise ModelError(f"{what} must have {x.shape[1]} elements")
-        return [(x.dtype, x.shape)]
+        return _per_channel_params(x, ins, ("scale", "bias"))
 
     def lower(self, node: Node, lo: Lowering) -> None:
         x = lo.value(node.inputs[0])

@@ -47,6 +47,32 @@ void mlcc_f32_lrn(const mlcc_lrn_params *p, const float *x, float *y) {
     }
 }
 
+/* Sum of (x[i] - center)^2 over n floats: float lanes per block, the blocks added in
+ * double. */
+static double sum_squares(const float *x, ptrdiff_t n, float center) {
+    double total = 0.0;
+    ptrdiff_t start, i, j;
+    for (start = 0; start < n; start += BLOCK) {
+        const ptrdiff_t len = n - start < BLOCK ? n - start : BLOCK;
+        const ptrdiff_t body = len - len % LANES;
+        const float *xb = x + start;
+        float lane[LANES] = {0};
+        float part = 0.0f;
+        for (i = 0; i < body; i += LANES)
+            for (j = 0; j < LANES; j++) {
+                const float d = xb[i + j] - center;
+                lane[j] += d * d;
+            }
+        for (i = body; i < len; i++) {
+            const float d = xb[i] - center;
+            part += d * d;
+        }
+        for (j = 0; j < LANES; j++) part += lane[j];
+        total += part;
+    }
+    return total;
+}
+
 /* Mean and biased variance of n floats, in two passes (no cancellation), with float lanes per
  * block and the blocks added in double. */
 static void row_moments(const float *x, ptrdiff_t n, float *mean, float *var) {
@@ -72,27 +98,8 @@ static void row_moments(const float *x, ptrdiff_t n, float *mean, float *var) {
     }
     m = total / (double)n;
     mf = (float)m;
-    total = 0.0;
-    for (start = 0; start < n; start += BLOCK) {
-        const ptrdiff_t len = n - start < BLOCK ? n - start : BLOCK;
-        const ptrdiff_t body = len - len % LANES;
-        const float *xb = x + start;
-        float lane[LANES] = {0};
-        float part = 0.0f;
-        for (i = 0; i < body; i += LANES)
-            for (j = 0; j < LANES; j++) {
-                const float d = xb[i + j] - mf;
-                lane[j] += d * d;
-            }
-        for (i = body; i < len; i++) {
-            const float d = xb[i] - mf;
-            part += d * d;
-        }
-        for (j = 0; j < LANES; j++) part += lane[j];
-        total += part;
-    }
     *mean = mf;
-    *var = (float)(total / (double)n);
+    *var = (float)(sum_squares(x, n, mf) / (double)n);
 }
 
 void mlcc_f32_instance_norm(const mlcc_instance_norm_params *p, const float *x,
@@ -200,26 +207,6 @@ void mlcc_f32_group_norm(const mlcc_group_norm_params *p, const float *x, const 
     }
 }
 
-/* Mean of the squares of n floats: float lanes per block, the blocks added in double. */
-static float row_mean_square(const float *x, ptrdiff_t n) {
-    double total = 0.0;
-    ptrdiff_t start, i, j;
-    if (n == 0) return 0.0f;
-    for (start = 0; start < n; start += BLOCK) {
-        const ptrdiff_t len = n - start < BLOCK ? n - start : BLOCK;
-        const ptrdiff_t body = len - len % LANES;
-        const float *xb = x + start;
-        float lane[LANES] = {0};
-        float part = 0.0f;
-        for (i = 0; i < body; i += LANES)
-            for (j = 0; j < LANES; j++) lane[j] += xb[i + j] * xb[i + j];
-        for (i = body; i < len; i++) part += xb[i] * xb[i];
-        for (j = 0; j < LANES; j++) part += lane[j];
-        total += part;
-    }
-    return (float)(total / (double)n);
-}
-
 void mlcc_f32_rms_norm(const mlcc_rms_norm_params *p, const float *x, const float *scale,
                        float *y) {
     const ptrdiff_t n = (ptrdiff_t)p->n;
@@ -227,7 +214,8 @@ void mlcc_f32_rms_norm(const mlcc_rms_norm_params *p, const float *x, const floa
     for (o = 0; o < (ptrdiff_t)p->outer; o++) {
         const float *xr = x + o * n;
         float *yr = y + o * n;
-        const float inv = 1.0f / sqrtf(row_mean_square(xr, n) + p->epsilon);
+        const float ms = n > 0 ? (float)(sum_squares(xr, n, 0.0f) / (double)n) : 0.0f;
+        const float inv = 1.0f / sqrtf(ms + p->epsilon);
         for (j = 0; j < n; j++) yr[j] = xr[j] * inv * scale[j];
     }
 }
