@@ -94,6 +94,11 @@ def test_einsum(tmp_path, target, equation, shapes):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_det(tmp_path, target):
+    check_node("Det", {"x": rand(2, 3, 7, 7)}, tmp_path=tmp_path, target=target, opset=11)
+
+
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("mode,ctm", [("linear", "half_pixel"), ("nearest", "asymmetric")])
 def test_resize(tmp_path, target, mode, ctm):
     x = rand(1, 3, 7, 9)
