@@ -94,6 +94,13 @@ def test_einsum(tmp_path, target, equation, shapes):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_rotary_embedding(tmp_path, target):
+    from test_ops_rotary import _case
+    model, inputs = _case((2, 5, 12), 3, True, num_heads=2, interleaved=1)
+    check_model(model, inputs, tmp_path, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_det(tmp_path, target):
     check_node("Det", {"x": rand(2, 3, 7, 7)}, tmp_path=tmp_path, target=target, opset=11)
 
