@@ -34,6 +34,10 @@ WITNESSES: dict[tuple[str, str], str] = {
     ("", "QLinearConv"):
         "test_quant.py::test_float_requant_is_bit_exact_with_onnxruntime_qlinearconv",
     ("", "QLinearMatMul"): "test_quant.py::test_qlinearmatmul_matches_onnxruntime",
+    # no ONNX node tests
+    ("", "GlobalLpPool"): "test_ops_pool.py::test_global_lppool[shape0-2]",
+    # node tests of float64 and bfloat16 only (and an ellipsis)
+    ("", "Einsum"): "test_ops_einsum.py::test_einsum[bhqd,bhkd->bhqk]",
     # mlcc's integer kernels, written by the quantizer (mlcc/quant)
     ("mlcc", "QConv"): "test_quant.py::test_qdq_model_from_onnxruntime_runs_on_integer_kernels"
                        "_bit_exact",

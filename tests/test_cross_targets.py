@@ -62,9 +62,47 @@ def test_matmul_batched_runtime_operands(tmp_path, target):
     ("AveragePool", {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 1, 0, 0],
                      "count_include_pad": 0}),
     ("GlobalAveragePool", {}),
+    ("LpPool", {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 1, 0, 0], "p": 3}),
+    ("GlobalLpPool", {}),
 ])
 def test_pool(tmp_path, target, op, attrs):
     check_node(op, {"x": rand(1, 5, 13, 10)}, tmp_path=tmp_path, target=target, **attrs)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("op,opset,attrs", [
+    ("GroupNormalization", 21, {"num_groups": 3}),
+    ("MeanVarianceNormalization", 13, {"axes": [0, 2, 3]}),
+    ("RMSNormalization", 23, {"axis": -2}),
+    ("LpNormalization", 13, {"axis": 1, "p": 1}),
+])
+def test_normalizations(tmp_path, target, op, opset, attrs):
+    from test_ops_norm import _typed_model
+    shape = (2, 6, 5, 7)
+    params = {"GroupNormalization": {"scale": rand(6, seed=1), "bias": rand(6, seed=2)},
+              "RMSNormalization": {"scale": rand(5, 7, seed=1)}}.get(op, {})
+    check_model(_typed_model(op, shape, params, False, opset, **attrs),
+                {"x": rand(*shape) * 2 + 0.5}, tmp_path, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("equation,shapes", [("bhqd,bhkd->bhqk", [(2, 3, 5, 7), (2, 3, 4, 7)]),
+                                             ("ijk,j->ik", [(3, 5, 7), (5,)])])
+def test_einsum(tmp_path, target, equation, shapes):
+    check_node("Einsum", {f"x{i}": rand(*s, seed=i) for i, s in enumerate(shapes)},
+               tmp_path=tmp_path, target=target, opset=12, equation=equation)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_rotary_embedding(tmp_path, target):
+    from test_ops_rotary import _case
+    model, inputs = _case((2, 5, 12), 3, True, num_heads=2, interleaved=1)
+    check_model(model, inputs, tmp_path, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_det(tmp_path, target):
+    check_node("Det", {"x": rand(2, 3, 7, 7)}, tmp_path=tmp_path, target=target, opset=11)
 
 
 @pytest.mark.parametrize("target", TARGETS)

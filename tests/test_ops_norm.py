@@ -1,5 +1,6 @@
-"""BatchNormalization (standalone), LRN, InstanceNormalization and LayerNormalization against
-onnxruntime on odd shapes."""
+"""BatchNormalization (standalone), LRN, InstanceNormalization, LayerNormalization,
+GroupNormalization, MeanVarianceNormalization, RMSNormalization and LpNormalization against
+onnxruntime (onnx.reference where onnxruntime lacks the opset) on odd shapes."""
 import numpy as np
 import onnx
 import pytest
@@ -177,3 +178,118 @@ def test_batchnorm_training_mode(tmp_path, shape, outputs):
     want = ReferenceEvaluator(model).run(None, feeds)
     for name, w in zip(outs, want):
         np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-5)
+
+
+def _typed_model(op_type, shape, params, runtime_params, opset, **attrs):
+    """One node whose output the model types (ONNX shape inference does not type
+    GroupNormalization's output, nor MeanVarianceNormalization's with default axes)."""
+    node = helper.make_node(op_type, ["x", *params], ["y"], name=f"{op_type.lower()}_node",
+                            **attrs)
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))]
+    if runtime_params:
+        ins += [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape))
+                for k, v in params.items()]
+    graph = helper.make_graph(
+        [node], "gn", ins, [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))],
+        [] if runtime_params else [numpy_helper.from_array(v, k) for k, v in params.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9
+    return model
+
+
+def _group_norm_ref(x, scale, bias, groups, eps):
+    n, c = x.shape[:2]
+    xg = x.reshape(n, groups, -1).astype(np.float64)
+    xh = ((xg - xg.mean(-1, keepdims=True)) / np.sqrt(xg.var(-1, keepdims=True) + eps))
+    xh = xh.reshape(x.shape)
+    bshape = (1, c) + (1,) * (x.ndim - 2)
+    return (xh * scale.reshape(bshape) + bias.reshape(bshape)).astype(np.float32)
+
+
+@pytest.mark.parametrize("shape,groups", [
+    ((2, 6, 7, 5), 3), ((3, 5, 11), 5), ((1, 7, 3, 3, 2), 1), ((2, 4), 2), ((3, 9, 13), 3)])
+@pytest.mark.parametrize("runtime_params", [False, True])
+def test_group_norm(tmp_path, shape, groups, runtime_params):
+    """Opset 21 (scale and bias per channel), against the reference and a float64 formula."""
+    x = rand(*shape) * 3 + 1
+    opset = 21
+    params = {"scale": rand(shape[1], seed=1), "bias": rand(shape[1], seed=2)}
+    got = check_model(_typed_model("GroupNormalization", shape, params, runtime_params, opset,
+                                        num_groups=groups, epsilon=1e-3),
+                      {"x": x, **params} if runtime_params else {"x": x}, tmp_path)["y"]
+    want = _group_norm_ref(x, params["scale"], params["bias"], groups, 1e-3)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_group_norm_refuses_indivisible_groups(tmp_path):
+    model = _typed_model("GroupNormalization", (2, 5, 3), {"scale": rand(5), "bias": rand(5)}, False, 21,
+                              num_groups=2)
+    with pytest.raises(mlcc.errors.ModelError, match="not divisible into 2 groups"):
+        compile_and_run(model, {"x": rand(2, 5, 3)}, tmp_path)
+
+
+def test_group_norm_refuses_stash_type(tmp_path):
+    model = _typed_model("GroupNormalization", (2, 4, 3), {"scale": rand(4), "bias": rand(4)}, False, 21,
+                              num_groups=2, stash_type=10)
+    with pytest.raises(UnsupportedError, match="groupnormalization_node.*stash_type"):
+        compile_and_run(model, {"x": rand(2, 4, 3)}, tmp_path)
+
+
+@pytest.mark.parametrize("shape,axes", [
+    ((2, 3, 5, 7), None), ((3, 5, 7), [0, 2]), ((3, 5, 7), [-1]), ((2, 3, 5, 7), [1]),
+    ((2, 3, 5, 7), [1, 3]), ((4, 13), [0, 1]), ((2, 3, 5, 7), [0, 1, 2, 3])])
+def test_mean_variance_normalization(tmp_path, shape, axes):
+    attrs = {} if axes is None else {"axes": axes}
+    model = _typed_model("MeanVarianceNormalization", shape, {}, False, 13, **attrs)
+    check_model(model, {"x": rand(*shape) * 2 - 1}, tmp_path)
+
+
+def test_mean_variance_normalization_large_mean(tmp_path):
+    """Rows far from zero: mlcc's two-pass variance against a float64 formula (onnxruntime's
+    E[x^2] - E[x]^2 loses most digits here)."""
+    x = (rand(3, 4, 37) * 0.1 + 100).astype(np.float32)
+    model = _typed_model("MeanVarianceNormalization", x.shape, {}, False, 13, axes=[0, 2])
+    got = compile_and_run(model, {"x": x}, tmp_path)["y"]
+    x64 = x.astype(np.float64)
+    mean = x64.mean(axis=(0, 2), keepdims=True)
+    want = (x64 - mean) / (np.sqrt(((x64 - mean) ** 2).mean(axis=(0, 2), keepdims=True)) + 1e-9)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-3)
+
+
+@pytest.mark.parametrize("shape,axis,scale_shape", [
+    ((3, 7), -1, (7,)), ((2, 5, 13), -1, (13,)), ((2, 5, 13), 1, (5, 13)),
+    ((2, 5, 13), 1, (1, 13)), ((2, 3, 5, 7), -3, (3, 1, 7)), ((5, 11), 0, (5, 11))])
+@pytest.mark.parametrize("runtime_scale", [False, True])
+def test_rms_norm(tmp_path, shape, axis, scale_shape, runtime_scale):
+    x = rand(*shape) * 2 + 0.5
+    scale = {"scale": rand(*scale_shape, seed=3)}
+    check_node("RMSNormalization", {"x": x, **scale} if runtime_scale else {"x": x},
+               initializers={} if runtime_scale else scale, tmp_path=tmp_path, opset=23,
+               axis=axis, epsilon=1e-4)
+
+
+def test_rms_norm_refuses_stash_type(tmp_path):
+    with pytest.raises(UnsupportedError, match="rmsnormalization_node.*stash_type"):
+        check_node("RMSNormalization", {"x": rand(2, 3)}, initializers={"scale": rand(3)},
+                   tmp_path=tmp_path, opset=23, stash_type=11)
+
+
+@pytest.mark.parametrize("shape,axis", [((3, 7), -1), ((2, 5, 13), 1), ((2, 5, 13), 0),
+                                        ((2, 3, 5, 7), -2), ((17,), 0)])
+@pytest.mark.parametrize("p", [1, 2])
+def test_lp_norm(tmp_path, shape, axis, p):
+    check_node("LpNormalization", {"x": rand(*shape)}, tmp_path=tmp_path, opset=13, axis=axis,
+               p=p)
+
+
+def test_lp_norm_zero_vector(tmp_path):
+    x = rand(3, 5)
+    x[1] = 0
+    got = check_node("LpNormalization", {"x": x}, tmp_path=tmp_path, opset=13, axis=1,
+                     p=2)["y0"]
+    assert np.all(got[1] == 0)
+
+
+def test_lp_norm_refuses_p3(tmp_path):
+    with pytest.raises(UnsupportedError, match="lpnormalization_node.*p"):
+        check_node("LpNormalization", {"x": rand(3, 5)}, tmp_path=tmp_path, opset=13, p=3)

@@ -1,4 +1,5 @@
-"""MaxPool, AveragePool, GlobalAveragePool and GlobalMaxPool against onnxruntime on odd shapes."""
+"""MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, LpPool and GlobalLpPool against
+onnxruntime on odd shapes."""
 import shutil
 import subprocess
 
@@ -284,3 +285,28 @@ def test_refuses_same_with_dilation(tmp_path):
     msg = _compile_fails(tmp_path, "MaxPool", kernel_shape=[2, 2], auto_pad="SAME_UPPER",
                          dilations=[2, 2])
     assert "dilations" in msg
+
+
+@pytest.mark.parametrize("shape,attrs", [
+    ((1, 3, 11, 9), {"kernel_shape": [3, 2]}),
+    ((2, 5, 13, 10), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 1],
+                      "ceil_mode": 1}),
+    ((1, 2, 17), {"kernel_shape": [4], "strides": [3], "pads": [2, 1], "p": 1}),
+    ((1, 3, 9, 7), {"kernel_shape": [2, 3], "dilations": [2, 1], "p": 3}),
+    ((1, 2, 5, 7, 6), {"kernel_shape": [2, 3, 2], "strides": [1, 2, 2], "p": 2}),
+    ((1, 4, 7, 7), {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER"}),
+])
+def test_lppool(tmp_path, shape, attrs):
+    check_node("LpPool", {"x": rand(*shape)}, tmp_path=tmp_path, opset=18, **attrs)
+
+
+@pytest.mark.parametrize("shape,p", [((2, 5, 7, 3), 2), ((1, 3, 13), 1), ((2, 3, 3, 5, 4), 3),
+                                     ((1, 7, 1, 1), 2)])
+def test_global_lppool(tmp_path, shape, p):
+    check_node("GlobalLpPool", {"x": rand(*shape)}, tmp_path=tmp_path, opset=13, p=p)
+
+
+def test_lppool_refuses_nonpositive_p(tmp_path):
+    with pytest.raises(UnsupportedError, match="lppool_node.*p"):
+        check_node("LpPool", {"x": rand(1, 2, 5, 5)}, tmp_path=tmp_path, opset=18,
+                   kernel_shape=[2, 2], p=0)

@@ -1,5 +1,6 @@
 """Normalizations: BatchNormalization (inference, and training mode from opset 14), LRN,
-InstanceNormalization and LayerNormalization.
+InstanceNormalization, LayerNormalization, GroupNormalization, MeanVarianceNormalization,
+RMSNormalization and LpNormalization.
 
 A BatchNormalization that follows a Conv is folded into its weights by
 passes.fold_batchnorm; the others run here as one per-channel affine kernel whose scale and
@@ -25,6 +26,15 @@ def _refuse_live_outputs(lo: Lowering, node: Node, what: str) -> None:
         if name and name in lo.graph.values:
             raise UnsupportedError(f"the {what} outputs are not supported at run time "
                                    f"({name!r} is used)")
+
+
+def _per_channel_params(x: Value, ins: list, names: tuple[str, str]) -> list:
+    """The type of an [N, C, ...] normalization's output, once inputs 1 and 2 (`names`) are
+    checked to hold one value per channel."""
+    for v, what in zip(ins[1:3], names):
+        if v is None or v.numel != x.shape[1]:
+            raise ModelError(f"{what} must have {x.shape[1]} elements")
+    return [(x.dtype, x.shape)]
 
 
 @register("BatchNormalization")
@@ -150,10 +160,7 @@ class InstanceNormalization(OpDef):
         require_dtype(node, ins, ["float32"])
         if len(x.shape) < 2:
             raise ModelError(f"input {list(x.shape)} has no channel axis")
-        for v, what in zip(ins[1:3], ("scale", "B")):
-            if v is None or v.numel != x.shape[1]:
-                raise ModelError(f"{what} must have {x.shape[1]} elements")
-        return [(x.dtype, x.shape)]
+        return _per_channel_params(x, ins, ("scale", "B"))
 
     def lower(self, node: Node, lo: Lowering) -> None:
         x = lo.value(node.inputs[0])
@@ -243,3 +250,134 @@ class LayerNormalization(OpDef):
 
     def flops(self, node, g):
         return 8 * g.values[node.inputs[0]].numel
+
+
+@register("GroupNormalization", since=21)
+class GroupNormalization(OpDef):
+    """Opset 21: scale and bias per channel, stash_type float32 only. Opset 18's per-group
+    scale and bias never reach mlcc: the ONNX checker rejects that version as deprecated."""
+    attributes = {"epsilon": None, "num_groups": lambda v: int(v) >= 1,
+                  "stash_type": lambda v: v == 1}
+
+    def _groups(self, node: Node, x: Value) -> int:
+        groups = node.attr("num_groups")
+        if groups is None:
+            raise ModelError("attribute num_groups is required")
+        if len(x.shape) < 2 or x.shape[1] % int(groups):
+            raise ModelError(f"X {list(x.shape)}: channels not divisible into {groups} groups")
+        return int(groups)
+
+    def infer(self, node, ins, g):
+        x = ins[0]
+        require_dtype(node, ins, ["float32"])
+        self._groups(node, x)
+        return _per_channel_params(x, ins, ("scale", "bias"))
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        x = lo.value(node.inputs[0])
+        groups = self._groups(node, x)
+        lo.call("mlcc_f32_group_norm",
+                [node.inputs[0], node.inputs[1], node.inputs[2], node.outputs[0]],
+                [node.outputs[0]], params_type="mlcc_group_norm_params",
+                params={"batch": x.shape[0], "groups": groups,
+                        "channels_per_group": x.shape[1] // groups,
+                        "inner": math.prod(x.shape[2:]),
+                        "epsilon": float(node.attr("epsilon", 1e-5)), "std_epsilon": 0.0})
+
+    def flops(self, node, g):
+        return 6 * g.values[node.inputs[0]].numel
+
+
+@register("MeanVarianceNormalization", since=9)
+class MeanVarianceNormalization(OpDef):
+    """y = (x - mean) / (std + 1e-9) over `axes` (the ONNX function's epsilon is added to the
+    standard deviation). Axes that are not the trailing ones are moved there by a strided
+    copy before the kernel and back after it."""
+    attributes = {"axes": None}
+
+    def _axes(self, node: Node, x: Value) -> list[int]:
+        axes = sorted({norm_axis(int(a), len(x.shape), "axes")
+                       for a in node.attr("axes", [0, 2, 3])})
+        if not axes:
+            raise ModelError("axes is empty")
+        return axes
+
+    def infer(self, node, ins, g):
+        x = ins[0]
+        require_dtype(node, ins, ["float32"])
+        self._axes(node, x)
+        return [(x.dtype, x.shape)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        x = lo.value(node.inputs[0])
+        axes = self._axes(node, x)
+        perm = [a for a in range(len(x.shape)) if a not in axes] + axes
+        shape = tuple(x.shape[a] for a in perm)
+        rows, n = math.prod(shape[:len(shape) - len(axes)]), math.prod(x.shape[a] for a in axes)
+        params = {"batch": 1, "groups": rows, "channels_per_group": 1, "inner": n,
+                  "epsilon": 0.0, "std_epsilon": 1e-9}
+        if perm == sorted(perm):
+            lo.call("mlcc_f32_group_norm", [node.inputs[0], "", "", node.outputs[0]],
+                    [node.outputs[0]], params_type="mlcc_group_norm_params", params=params)
+            return
+        x_strides = contiguous_strides(x.shape)
+        moved = [x_strides[a] for a in perm]
+        src = lo.temp(f"{node.name}.moved", "float32", shape)
+        dst = lo.temp(f"{node.name}.normalized", "float32", shape)
+        emit_copy(lo, node.inputs[0], src, shape, moved, contiguous_strides(shape),
+                  op="move the normalized axes last")
+        lo.call("mlcc_f32_group_norm", [src, "", "", dst], [dst],
+                params_type="mlcc_group_norm_params", params=params)
+        emit_copy(lo, dst, node.outputs[0], shape, contiguous_strides(shape), moved,
+                  op="move the normalized axes back")
+
+    def flops(self, node, g):
+        return 6 * g.values[node.inputs[0]].numel
+
+
+@register("RMSNormalization", since=23)
+class RMSNormalization(LayerNormalization):
+    attributes = {"axis": None, "epsilon": None, "stash_type": lambda v: v == 1}
+
+    def infer(self, node, ins, g):
+        x = ins[0]
+        require_dtype(node, ins, ["float32"])
+        if len(ins) < 2 or ins[1] is None:
+            raise ModelError("input scale is missing")
+        self._check_param(x, self._axis(node, x), ins[1], "scale")
+        return [(x.dtype, x.shape)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        x = lo.value(node.inputs[0])
+        axis = self._axis(node, x)
+        norm_shape = tuple(x.shape[axis:])
+        scale = self._row_vector(lo, node.inputs[1], norm_shape, "scale", node)
+        lo.call("mlcc_f32_rms_norm", [node.inputs[0], scale, node.outputs[0]],
+                [node.outputs[0]], params_type="mlcc_rms_norm_params",
+                params={"outer": math.prod(x.shape[:axis]), "n": math.prod(norm_shape),
+                        "epsilon": float(node.attr("epsilon", 1e-5))})
+
+    def flops(self, node, g):
+        return 4 * g.values[node.inputs[0]].numel
+
+
+@register("LpNormalization")
+class LpNormalization(OpDef):
+    attributes = {"axis": None, "p": lambda v: v in (1, 2)}
+
+    def infer(self, node, ins, g):
+        x = ins[0]
+        require_dtype(node, ins, ["float32"])
+        norm_axis(int(node.attr("axis", -1)), len(x.shape))
+        return [(x.dtype, x.shape)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        x = lo.value(node.inputs[0])
+        axis = norm_axis(int(node.attr("axis", -1)), len(x.shape))
+        lo.call("mlcc_f32_lp_norm", [node.inputs[0], node.outputs[0]], [node.outputs[0]],
+                params_type="mlcc_lp_norm_params",
+                params={"outer": math.prod(x.shape[:axis]), "n": x.shape[axis],
+                        "inner": math.prod(x.shape[axis + 1:]), "p": int(node.attr("p", 2))})
+
+    def flops(self, node, g):
+        return 3 * g.values[node.inputs[0]].numel

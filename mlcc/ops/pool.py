@@ -1,7 +1,8 @@
 """Pooling: MaxPool and AveragePool (1-D, 2-D and 3-D windows, NC + spatial) on one direct
 kernel each for float 1-D and 2-D, and a general one (pool.h, mlcc_*_pool_nd) for 3-D windows,
 MaxPool's Indices output and int8/uint8 MaxPool; GlobalAveragePool and GlobalMaxPool as
-reductions over the spatial axes.
+reductions over the spatial axes; LpPool and GlobalLpPool on one direct kernel
+(mlcc_f32_lppool_nd, the general form's loops with |x|^p terms).
 
 Output sizes and pads come from conv.window_geometry, whose ceil_mode rule (a window that
 would start in the right padding is dropped) matches onnxruntime and the ONNX spec. The compiler
@@ -236,3 +237,42 @@ class GlobalAveragePool(_GlobalPool):
 class GlobalMaxPool(_GlobalPool):
     quant_rules = ("pool",)
     kind = "ReduceMax"
+
+
+def _lp(node: Node) -> float:
+    p = node.attr("p", 2)
+    if p is None or float(p) <= 0:
+        raise ModelError(f"p = {p} must be positive")
+    return float(p)
+
+
+@register("LpPool")
+class LpPool(_Pool):
+    """(sum |x|^p)^(1/p) over each window; padding adds nothing."""
+    attributes = {**_Pool.attributes, "p": lambda v: float(v) > 0}
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        _, params = self._nd_params(node, lo.value(node.inputs[0]))
+        lo.call("mlcc_f32_lppool_nd", [node.inputs[0], node.outputs[0]], [node.outputs[0]],
+                params_type="mlcc_lppool_params", params={"pool": params, "p": _lp(node)})
+
+    def flops(self, node: Node, g: Graph) -> int:
+        return 3 * super().flops(node, g)
+
+
+@register("GlobalLpPool")
+class GlobalLpPool(_GlobalPool):
+    """One window over the spatial axes, flattened to one (any spatial rank)."""
+    attributes = {"p": lambda v: float(v) > 0}
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        x = lo.value(node.inputs[0])
+        n = math.prod(x.shape[2:])
+        params = {"planes": x.shape[0] * x.shape[1], "in": [1, 1, n], "out": [1, 1, 1],
+                  "kernel": [1, 1, n], "stride": [1, 1, 1], "dilation": [1, 1, 1],
+                  "pad": [0, 0, 0], "storage_order": 0}
+        lo.call("mlcc_f32_lppool_nd", [node.inputs[0], node.outputs[0]], [node.outputs[0]],
+                params_type="mlcc_lppool_params", params={"pool": params, "p": _lp(node)})
+
+    def flops(self, node, g):
+        return 3 * g.values[node.inputs[0]].numel

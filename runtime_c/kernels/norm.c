@@ -47,6 +47,32 @@ void mlcc_f32_lrn(const mlcc_lrn_params *p, const float *x, float *y) {
     }
 }
 
+/* Sum of (x[i] - center)^2 over n floats: float lanes per block, the blocks added in
+ * double. */
+static double sum_squares(const float *x, ptrdiff_t n, float center) {
+    double total = 0.0;
+    ptrdiff_t start, i, j;
+    for (start = 0; start < n; start += BLOCK) {
+        const ptrdiff_t len = n - start < BLOCK ? n - start : BLOCK;
+        const ptrdiff_t body = len - len % LANES;
+        const float *xb = x + start;
+        float lane[LANES] = {0};
+        float part = 0.0f;
+        for (i = 0; i < body; i += LANES)
+            for (j = 0; j < LANES; j++) {
+                const float d = xb[i + j] - center;
+                lane[j] += d * d;
+            }
+        for (i = body; i < len; i++) {
+            const float d = xb[i] - center;
+            part += d * d;
+        }
+        for (j = 0; j < LANES; j++) part += lane[j];
+        total += part;
+    }
+    return total;
+}
+
 /* Mean and biased variance of n floats, in two passes (no cancellation), with float lanes per
  * block and the blocks added in double. */
 static void row_moments(const float *x, ptrdiff_t n, float *mean, float *var) {
@@ -72,27 +98,8 @@ static void row_moments(const float *x, ptrdiff_t n, float *mean, float *var) {
     }
     m = total / (double)n;
     mf = (float)m;
-    total = 0.0;
-    for (start = 0; start < n; start += BLOCK) {
-        const ptrdiff_t len = n - start < BLOCK ? n - start : BLOCK;
-        const ptrdiff_t body = len - len % LANES;
-        const float *xb = x + start;
-        float lane[LANES] = {0};
-        float part = 0.0f;
-        for (i = 0; i < body; i += LANES)
-            for (j = 0; j < LANES; j++) {
-                const float d = xb[i + j] - mf;
-                lane[j] += d * d;
-            }
-        for (i = body; i < len; i++) {
-            const float d = xb[i] - mf;
-            part += d * d;
-        }
-        for (j = 0; j < LANES; j++) part += lane[j];
-        total += part;
-    }
     *mean = mf;
-    *var = (float)(total / (double)n);
+    *var = (float)(sum_squares(x, n, mf) / (double)n);
 }
 
 void mlcc_f32_instance_norm(const mlcc_instance_norm_params *p, const float *x,
@@ -174,5 +181,61 @@ void mlcc_f32_batchnorm_train(const mlcc_batchnorm_train_params *p, const float 
             running_mean[c] = (float)(in_mean[c] * p->momentum + mean * (1.0 - p->momentum));
         if (running_var != NULL)
             running_var[c] = (float)(in_var[c] * p->momentum + var * (1.0 - p->momentum));
+    }
+}
+
+void mlcc_f32_group_norm(const mlcc_group_norm_params *p, const float *x, const float *scale,
+                         const float *bias, float *y) {
+    const ptrdiff_t groups = (ptrdiff_t)p->groups, cpg = (ptrdiff_t)p->channels_per_group;
+    const ptrdiff_t inner = (ptrdiff_t)p->inner;
+    ptrdiff_t n, g, c, i;
+    for (n = 0; n < (ptrdiff_t)p->batch; n++) {
+        for (g = 0; g < groups; g++) {
+            const ptrdiff_t row = (n * groups + g) * cpg * inner;
+            float mean, var, inv;
+            row_moments(x + row, cpg * inner, &mean, &var);
+            inv = 1.0f / (sqrtf(var + p->epsilon) + p->std_epsilon);
+            for (c = 0; c < cpg; c++) {
+                const ptrdiff_t ch = g * cpg + c;
+                const float a = scale != NULL ? scale[ch] * inv : inv;
+                const float b = bias != NULL ? bias[ch] : 0.0f;
+                const float *xr = x + row + c * inner;
+                float *yr = y + row + c * inner;
+                for (i = 0; i < inner; i++) yr[i] = (xr[i] - mean) * a + b;
+            }
+        }
+    }
+}
+
+void mlcc_f32_rms_norm(const mlcc_rms_norm_params *p, const float *x, const float *scale,
+                       float *y) {
+    const ptrdiff_t n = (ptrdiff_t)p->n;
+    ptrdiff_t o, j;
+    for (o = 0; o < (ptrdiff_t)p->outer; o++) {
+        const float *xr = x + o * n;
+        float *yr = y + o * n;
+        const float ms = n > 0 ? (float)(sum_squares(xr, n, 0.0f) / (double)n) : 0.0f;
+        const float inv = 1.0f / sqrtf(ms + p->epsilon);
+        for (j = 0; j < n; j++) yr[j] = xr[j] * inv * scale[j];
+    }
+}
+
+void mlcc_f32_lp_norm(const mlcc_lp_norm_params *p, const float *x, float *y) {
+    const ptrdiff_t n = (ptrdiff_t)p->n, inner = (ptrdiff_t)p->inner;
+    ptrdiff_t o, j, i;
+    for (o = 0; o < (ptrdiff_t)p->outer; o++) {
+        const float *xo = x + o * n * inner;
+        float *yo = y + o * n * inner;
+        for (i = 0; i < inner; i++) {
+            double acc = 0.0;
+            float inv;
+            for (j = 0; j < n; j++) {
+                const double v = xo[j * inner + i];
+                acc += p->p == 1 ? fabs(v) : v * v;
+            }
+            if (p->p != 1) acc = sqrt(acc);
+            inv = acc > 0.0 ? (float)(1.0 / acc) : 0.0f;
+            for (j = 0; j < n; j++) yo[j * inner + i] = xo[j * inner + i] * inv;
+        }
     }
 }

@@ -1,5 +1,6 @@
 /* Normalizations: BatchNormalization (inference, as a per-channel affine map), LRN,
- * InstanceNormalization and LayerNormalization.
+ * InstanceNormalization, LayerNormalization, GroupNormalization (also
+ * MeanVarianceNormalization), RMSNormalization and LpNormalization.
  *
  * Thread-compatible: no state; y must not overlap x (or the other inputs). */
 #ifndef MLCC_NORM_H
@@ -66,5 +67,37 @@ void mlcc_f32_batchnorm_train(const mlcc_batchnorm_train_params *p, const float 
                               const float *scale, const float *bias, const float *in_mean,
                               const float *in_var, float *y, float *running_mean,
                               float *running_var);
+
+/* GroupNormalization over [batch, groups * channels_per_group, inner]: each (n, g) row of
+ * channels_per_group * inner values is normalized by its mean and (biased) variance,
+ *   y = (x - mean) / (sqrt(var + epsilon) + std_epsilon) * scale[c] + bias[c]
+ * with per-channel scale and bias, either of which may be NULL (1 and 0).
+ * MeanVarianceNormalization is the case groups = rows, one channel, no scale or bias and
+ * its epsilon added to the standard deviation (std_epsilon). */
+typedef struct mlcc_group_norm_params {
+    int64_t batch, groups, channels_per_group, inner;
+    float epsilon, std_epsilon;
+} mlcc_group_norm_params;
+
+void mlcc_f32_group_norm(const mlcc_group_norm_params *p, const float *x, const float *scale,
+                         const float *bias, float *y);
+
+/* RMSNormalization over [outer, n]: y[o][j] = x[o][j] / sqrt(mean_j x^2 + epsilon) *
+ * scale[j]. */
+typedef struct mlcc_rms_norm_params {
+    int64_t outer, n;
+    float epsilon;
+} mlcc_rms_norm_params;
+
+void mlcc_f32_rms_norm(const mlcc_rms_norm_params *p, const float *x, const float *scale,
+                       float *y);
+
+/* LpNormalization along the middle axis of [outer, n, inner]: y = x / ||x||_p with p = 1
+ * (sum of |x|) or p = 2 (Euclidean); a zero norm gives zeros. */
+typedef struct mlcc_lp_norm_params {
+    int64_t outer, n, inner, p;
+} mlcc_lp_norm_params;
+
+void mlcc_f32_lp_norm(const mlcc_lp_norm_params *p, const float *x, float *y);
 
 #endif /* MLCC_NORM_H */

@@ -438,13 +438,22 @@ void mlcc_s8_maxpool_nd(const mlcc_poolnd_params *p, const int8_t *x, int8_t *y,
     maxpool_nd_s8(p, x, y, indices);
 }
 
-void mlcc_f32_avgpool_nd(const mlcc_poolnd_params *p, const float *x, const float *inv_count,
-                         float *y) {
+static float lp_term(float v, float p) {
+    const float a = fabsf(v);
+    return p == 1.0f ? a : p == 2.0f ? a * a : powf(a, p);
+}
+
+/* The sum over each window of x (lp == 0), times the per-axis reciprocal counts, or of |x|^lp
+ * then raised to 1 / lp: AveragePool's and LpPool's general loops. */
+static void sum_pool_nd(const mlcc_poolnd_params *p, const float *x, const float *inv_count,
+                        float lp, float *y) {
     const ptrdiff_t i0 = (ptrdiff_t)p->in[0], i1 = (ptrdiff_t)p->in[1];
     const ptrdiff_t i2 = (ptrdiff_t)p->in[2], plane_size = i0 * i1 * i2;
     const ptrdiff_t d0 = (ptrdiff_t)p->dilation[0], d1 = (ptrdiff_t)p->dilation[1];
     const ptrdiff_t d2 = (ptrdiff_t)p->dilation[2];
-    const float *inv1 = inv_count + p->out[0], *inv2 = inv1 + p->out[1];
+    const float *inv1 = inv_count != NULL ? inv_count + p->out[0] : NULL;
+    const float *inv2 = inv1 != NULL ? inv1 + p->out[1] : NULL;
+    const float inv_lp = lp != 0.0f ? 1.0f / lp : 0.0f;
     ptrdiff_t n, o0, o1, o2, k0, k1, k2;
     for (n = 0; n < (ptrdiff_t)p->planes; n++) {
         const float *xp = x + n * plane_size;
@@ -460,12 +469,26 @@ void mlcc_f32_avgpool_nd(const mlcc_poolnd_params *p, const float *x, const floa
                     window_nd(p, 2, o2, &s2, &a2, &b2);
                     for (k0 = a0; k0 < b0; k0++)
                         for (k1 = a1; k1 < b1; k1++)
-                            for (k2 = a2; k2 < b2; k2++)
-                                acc += xp[((s0 + k0 * d0) * i1 + s1 + k1 * d1) * i2 + s2 +
-                                          k2 * d2];
-                    *y++ = acc * (inv_count[o0] * inv1[o1] * inv2[o2]);
+                            for (k2 = a2; k2 < b2; k2++) {
+                                const float v = xp[((s0 + k0 * d0) * i1 + s1 + k1 * d1) * i2 +
+                                                   s2 + k2 * d2];
+                                acc += lp == 0.0f ? v : lp_term(v, lp);
+                            }
+                    if (lp == 0.0f)
+                        *y++ = acc * (inv_count[o0] * inv1[o1] * inv2[o2]);
+                    else
+                        *y++ = lp == 1.0f ? acc : lp == 2.0f ? sqrtf(acc) : powf(acc, inv_lp);
                 }
             }
         }
     }
+}
+
+void mlcc_f32_avgpool_nd(const mlcc_poolnd_params *p, const float *x, const float *inv_count,
+                         float *y) {
+    sum_pool_nd(p, x, inv_count, 0.0f, y);
+}
+
+void mlcc_f32_lppool_nd(const mlcc_lppool_params *lp, const float *x, float *y) {
+    sum_pool_nd(&lp->pool, x, NULL, lp->p, y);
 }

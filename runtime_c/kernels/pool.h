@@ -81,4 +81,13 @@ void mlcc_s8_maxpool_nd(const mlcc_poolnd_params *p, const int8_t *x, int8_t *y,
 void mlcc_f32_avgpool_nd(const mlcc_poolnd_params *p, const float *x, const float *inv_count,
                          float *y);
 
+/* LpPool and GlobalLpPool: y = (sum over the taps inside the input of |x|^p)^(1/p) (padding
+ * taps add 0). GlobalLpPool is one window over the flattened spatial axes. */
+typedef struct mlcc_lppool_params {
+    mlcc_poolnd_params pool;
+    float p;
+} mlcc_lppool_params;
+
+void mlcc_f32_lppool_nd(const mlcc_lppool_params *p, const float *x, float *y);
+
 #endif /* MLCC_POOL_H */
