@@ -483,7 +483,7 @@ def test_operators_without_integer_kernels_run_in_float(tmp_path):
     calls = _kernel_calls(tmp_path / "q")
     assert calls == ["mlcc_f32_quantize", "mlcc_u8_conv2d",     # Conv
                      "mlcc_u8_lut", "mlcc_u8_conv2d",              # Sigmoid, Conv+Relu
-                     "mlcc_u8_maxpool2d", "mlcc_u8_conv2d", "mlcc_u8_qadd",
+                     "mlcc_u8_maxpool2d", "mlcc_u8_conv2d", "mlcc_u8_add",
                      "mlcc_u8_dequantize", "mlcc_f32_softmax"]
 
 
@@ -878,7 +878,7 @@ def test_resize_nearest_moves_uint8_and_linear_stays_float(tmp_path):
     res = _compile_int8(path, tmp_path / "q", _calibration(tmp_path, rng, 16, [1, 3, 10, 14]))
     calls = _kernel_calls(tmp_path / "q")
     assert calls[:5] == ["mlcc_f32_quantize", "mlcc_u8_conv2d", "mlcc_resize_nearest",
-                         "mlcc_u8_conv2d", "mlcc_u8_qadd"]
+                         "mlcc_u8_conv2d", "mlcc_u8_add"]
     assert calls[5:] == ["mlcc_u8_dequantize", "mlcc_f32_resize_linear"]
     assert res.quant.qparams["up"] == res.quant.qparams["r0"]
     xs = rng.normal(0, 1, (6, 1, 3, 10, 14)).astype(np.float32)

@@ -341,7 +341,7 @@ def test_qadd_and_requantize_match_numpy(lib, mode):
         "a_mult_f": float(np.float32(sa / sy)), "b_mult_f": float(np.float32(sb / sy)), "a_mult": am, "a_shift": ash, "b_mult": bm, "b_shift": bsh,
         "out_mult": om, "out_shift": osh, "rq": requant(ffi, 0, mode, zy)})
     y = np.zeros(a.size, np.uint8)
-    L.mlcc_u8_qadd(p, ptr(ffi, a), ptr(ffi, b), ptr(ffi, y))
+    L.mlcc_u8_add(p, ptr(ffi, a), ptr(ffi, b), ptr(ffi, y))
     np.testing.assert_array_equal(y, _qadd_model(a, b, sa, za, sb, zb, sy, zy, mode))
     # requantize: u8 at (0.02, 100) -> (0.03, 20)
     mf = np.float32(np.float32(0.02) / np.float32(0.03))

@@ -297,7 +297,7 @@ class QAdd(OpDef):
         qmin, qmax = node.attr("clamp")
         fixed = add_fixed_multipliers(sa, sb, sy)
         out = node.outputs[0]
-        lo.call("mlcc_u8_qadd", [node.inputs[0], node.inputs[1], out], [out],
+        lo.call("mlcc_u8_add", [node.inputs[0], node.inputs[1], out], [out],
                 params_type="mlcc_qadd_params",
                 params={"count": lo.value(out).numel, "a_zero_point": int(za),
                         "b_zero_point": int(zb),

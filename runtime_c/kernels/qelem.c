@@ -96,7 +96,7 @@ static inline uint8_t clamp_u8(int32_t v, const mlcc_requant *rq) {
     return (uint8_t)(v < rq->qmin ? rq->qmin : (v > rq->qmax ? rq->qmax : v));
 }
 
-void mlcc_u8_qadd(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y) {
+void mlcc_u8_add(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y) {
     const int64_t n = p->count;
     int64_t i;
     const int32_t za = p->a_zero_point, zb = p->b_zero_point, zy = p->rq.zero_point;

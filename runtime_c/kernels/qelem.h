@@ -60,7 +60,7 @@ typedef struct mlcc_qadd_params {
     mlcc_requant rq;          /* mode, zero_point, qmin, qmax (out_kind U8) */
 } mlcc_qadd_params;
 
-void mlcc_u8_qadd(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y);
+void mlcc_u8_add(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y);
 
 /* y = clamp(requant((x - x_zero_point), m)) + zy: the float mode as (float)(x - zx) * mult_f
  * rounded half to even, the fixed mode through (mult, shift). */
