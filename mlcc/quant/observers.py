@@ -15,6 +15,12 @@ by a first (min/max) pass. Calibrators turn what was observed into a range [lo, 
   +-(i * bin width). The levels are 128 for tensors with negative values (one side of a signed
   range) and 256 for non-negative ones (all of uint8 on [0, T]), and the bin at 0 is set to its
   neighbour's count first (exact zeros of ReLU outputs), as NVIDIA's pytorch-quantization does.
+- auto (the default): per tensor, the range [lo, hi] (0 inside it) whose uint8 quantize-
+  dequantize error is smallest on the observed values: a grid search over histogram bin edges
+  (lo fixed at 0 for non-negative tensors, which then get all 256 levels), each candidate
+  scored from prefix sums of the histogram in closed form: the squared distance of the
+  clipped values to the range end, plus a rounding error of step^2 / 12 for each non-zero value
+  inside it (exact zeros, counted separately, are represented exactly). See auto_range.
 """
 from __future__ import annotations
 
@@ -25,7 +31,8 @@ import numpy as np
 from ..errors import InputError
 
 HALF_BINS = 2048            # bins per sign: the histogram has 2 * HALF_BINS over [-A, A]
-CALIBRATORS = ("minmax", "percentile", "entropy")
+CALIBRATORS = ("auto", "minmax", "percentile", "entropy")
+DEFAULT_CALIBRATOR = "auto"
 
 
 class MinMaxObserver:
@@ -42,6 +49,8 @@ class MinMaxObserver:
 
     @property
     def amax(self) -> float:
+        if self.count == 0:                  # only empty tensors seen: lo, hi are +-inf
+            return 0.0
         return max(abs(self.lo), abs(self.hi), 0.0)
 
 
@@ -52,11 +61,13 @@ class HistogramObserver:
         self.amax = float(amax) if amax > 0 else 1.0
         self.half = half_bins
         self.hist = np.zeros(2 * half_bins, dtype=np.int64)
+        self.zeros = 0          # exact zeros (quantized without error: zero is representable)
 
     def update(self, x: np.ndarray) -> None:
-        h, _ = np.histogram(x.astype(np.float32, copy=False), bins=2 * self.half,
-                            range=(-self.amax, self.amax))
+        x = x.astype(np.float32, copy=False)
+        h, _ = np.histogram(x, bins=2 * self.half, range=(-self.amax, self.amax))
         self.hist += h
+        self.zeros += int(x.size - np.count_nonzero(x))
 
     @property
     def width(self) -> float:
@@ -159,6 +170,83 @@ def kl_threshold_bin(hist: np.ndarray, levels: int) -> int:
     return int(cand[int(np.argmin(kl))])
 
 
+AUTO_COARSE = 4            # bins between the candidate ends of auto's first (coarse) grid
+
+
+def _clip_costs(h: np.ndarray, centers: np.ndarray, width: float) -> tuple[np.ndarray,
+                                                                          np.ndarray]:
+    """For every upper end hi_k = left edge of bin k (k = 0 .. n): the squared error of
+    clipping the values of bins k.. to hi_k (bin centre, plus width^2 / 12 within the bin),
+    and the count of values below it, from prefix sums."""
+    n = len(h)
+    edges = centers - width / 2
+    ends = np.concatenate([edges, [edges[-1] + width] if n else [0.0]])
+    c1 = np.concatenate([[0.0], np.cumsum(h)])
+    cx = np.concatenate([[0.0], np.cumsum(h * centers)])
+    cxx = np.concatenate([[0.0], np.cumsum(h * (centers * centers + width * width / 12))])
+    above_n, above_x, above_xx = c1[n] - c1, cx[n] - cx, cxx[n] - cxx
+    # sum over clipped bins of count * ((x - e)^2 + w^2 / 12)
+    cost = above_xx - 2 * ends * above_x + ends * ends * above_n
+    return ends, np.maximum(cost, 0.0)
+
+
+def auto_range(hist: HistogramObserver, lo_obs: float, hi_obs: float,
+               coarse: int = AUTO_COARSE) -> tuple[float, float]:
+    """The [lo, hi] of smallest estimated uint8 quantize-dequantize MSE (module docstring).
+
+    Candidates: hi at the bin edges in (0, A] on the positive side, lo at the edges in [-A, 0)
+    on the negative side (lo = 0 when nothing negative was observed): every pair on a grid of
+    every `coarse`-th edge, then every pair within `coarse` edges of the best. Estimated error
+    of (lo, hi): clipped values cost their squared distance to the end they are clipped to;
+    each non-zero value inside costs step^2 / 12 with step = (hi - lo) / 255 (the rounding
+    error of a value uniformly placed between two levels); exact zeros cost nothing. Ties go
+    to the wider range. The result is then cut to the observed [lo_obs, hi_obs]."""
+    if not (hi_obs > lo_obs):                     # constant (or empty): nothing to choose
+        return lo_obs, hi_obs
+    half, w = hist.half, hist.width
+    pos = hist.hist[half:].astype(np.float64)
+    neg = hist.hist[:half][::-1].astype(np.float64)      # |x| of the negative side
+    # the exact zeros were counted in the bins at 0 (positive side: [0, w))
+    zeros = float(min(hist.zeros, pos[0])) if len(pos) else 0.0
+    pos = pos.copy()
+    pos[0] -= zeros
+    centers = (np.arange(half) + 0.5) * w
+    hi_ends, hi_cost = _clip_costs(pos, centers, w)
+    lo_ends, lo_cost = _clip_costs(neg, centers, w)
+    n_pos = np.concatenate([[0.0], np.cumsum(pos)])          # values of [0, hi_k)
+    n_neg = np.concatenate([[0.0], np.cumsum(neg)])
+    # only candidates up to the observed extreme (its bin's upper edge)
+    top = min(half, int(np.ceil(max(hi_obs, 0.0) / w - 1e-9))) if hi_obs > 0 else 0
+    bot = min(half, int(np.ceil(max(-lo_obs, 0.0) / w - 1e-9))) if lo_obs < 0 else 0
+
+    def best(hk: np.ndarray, lk: np.ndarray) -> tuple[int, int]:
+        span = (hi_ends[hk][None, :] + lo_ends[lk][:, None])
+        step2 = (span / 255.0) ** 2
+        inside = n_pos[hk][None, :] + n_neg[lk][:, None]
+        err = hi_cost[hk][None, :] + lo_cost[lk][:, None] + inside * step2 / 12.0
+        err = np.where(span > 0, err, np.inf)
+        # ties (flat error, e.g. only zeros) go to the widest candidate: scan from the end
+        flat = err[::-1, ::-1]
+        i = int(np.argmin(flat))
+        li, hi_ = np.unravel_index(i, flat.shape)
+        return int(hk[len(hk) - 1 - hi_]), int(lk[len(lk) - 1 - li])
+
+    def grid(lo_k: int, hi_k: int, step: int) -> np.ndarray:
+        g = np.arange(lo_k, hi_k + 1, step)
+        return np.union1d(g, [hi_k])
+
+    hk = grid(1, top, coarse) if top > 0 else np.array([0])
+    lk = grid(1, bot, coarse) if bot > 0 else np.array([0])
+    h0, l0 = best(hk, lk)
+    if coarse > 1:
+        hk = grid(max(1, h0 - coarse), min(top, h0 + coarse), 1) if top > 0 else np.array([0])
+        lk = grid(max(1, l0 - coarse), min(bot, l0 + coarse), 1) if bot > 0 else np.array([0])
+        h0, l0 = best(hk, lk)
+    hi = min(float(hi_ends[h0]), hi_obs) if top > 0 else max(hi_obs, 0.0)
+    lo = max(-float(lo_ends[l0]), lo_obs) if bot > 0 else min(lo_obs, 0.0)
+    return lo, hi
+
+
 class ChannelMinMaxObserver:
     """Minimum and maximum of every channel along the last axis (SmoothQuant's statistics)."""
 
@@ -196,6 +284,8 @@ def choose_range(method: str, mm: MinMaxObserver, hist: HistogramObserver | None
     if method == "percentile":
         lo, hi = hist.percentile_range(percentile)
         lo, hi = max(lo, mm.lo), min(hi, mm.hi)
+    elif method == "auto":
+        lo, hi = auto_range(hist, mm.lo, mm.hi)
     elif method == "entropy":
         levels = 128 if mm.lo < 0 else 256
         i = kl_threshold_bin(hist.abs_hist(), levels)
@@ -203,13 +293,15 @@ def choose_range(method: str, mm: MinMaxObserver, hist: HistogramObserver | None
         lo, hi = max(mm.lo, -t), min(mm.hi, t)
     else:
         raise InputError(f"unknown calibrator {method!r} (known: {', '.join(CALIBRATORS)})")
-    return Range(lo, hi, mm.lo, mm.hi, hist.share_outside(lo, hi))
+    whole = lo <= mm.lo and hi >= mm.hi            # nothing clipped (a constant's bin centre
+    return Range(lo, hi, mm.lo, mm.hi,             # is not its value)
+                 0.0 if whole else hist.share_outside(lo, hi))
 
 
 class Calibrator:
     """Observes named tensors sample by sample; two passes for histogram methods."""
 
-    def __init__(self, method: str = "minmax", percentile: float = 99.99,
+    def __init__(self, method: str = DEFAULT_CALIBRATOR, percentile: float = 99.99,
                  channels: frozenset = frozenset()):
         if method not in CALIBRATORS:
             raise InputError(f"unknown calibrator {method!r} (known: {', '.join(CALIBRATORS)})")
