@@ -14,7 +14,8 @@ by a first (min/max) pass. Calibrators turn what was observed into a range [lo, 
   non-empty bins); the i with the smallest KL(P || Q) wins and the range is clipped to
   +-(i * bin width). The levels are 128 for tensors with negative values (one side of a signed
   range) and 256 for non-negative ones (all of uint8 on [0, T]), and the bin at 0 is set to its
-  neighbour's count first (exact zeros of ReLU outputs), as NVIDIA's pytorch-quantization does.
+  neighbour's count first (exact zeros of ReLU outputs), as NVIDIA's pytorch-quantization does;
+  so is every other spike of repeated values (flatten_spikes).
 - auto (the default): per tensor, the range [lo, hi] (0 inside it) whose uint8 quantize-
   dequantize error is smallest on the observed values: a grid search over histogram bin edges
   (lo fixed at 0 for non-negative tensors, which then get all 256 levels), each candidate
@@ -111,6 +112,38 @@ def flatten_zero_bin(hist: np.ndarray) -> np.ndarray:
     return h
 
 
+SPIKE_WINDOW = 9           # bins of the local baseline a spike is measured against
+SPIKE_RATIO = 4.0          # a bin above this many times its baseline is a spike ...
+SPIKE_SHARE = 1e-3         # ... if it also holds this share of all values (not tail noise)
+
+
+def flatten_spikes(hist: np.ndarray) -> np.ndarray:
+    """Every bin holding more than SPIKE_RATIO times its baseline (the median of the
+    SPIKE_WINDOW bins around it, at least the median non-empty bin) and more than SPIKE_SHARE
+    of all values set to that baseline.
+    Spikes are values repeated exactly: a convolution over constant padding writes one value
+    per channel over the whole padded area (PP-OCR rec's 320-wide lines are mostly padding, so
+    its first convolution's histogram is ~40 spikes of 2.4% of the values each), a HardSwish's
+    zeros shifted by the affine Mul / Add after it. Left as they are, the KL search's
+    expansion of Q, which spreads each level's mass over the non-empty bins of its group,
+    charges a spike for being spread over its neighbours at every threshold wide enough to
+    put several bins in one level, and only the narrowest thresholds (one bin per level) are
+    free of that cost: it clipped 5-13% of several of PP-OCR rec's tensors and the int8
+    program read no line. A quantized spike stays a spike (one level), so its height says
+    nothing about where to clip: capped at the baseline it weighs like its neighbours."""
+    h = np.asarray(hist, np.float64)
+    n = len(h)
+    if n < SPIKE_WINDOW:
+        return h.copy()
+    nonempty = h[h > 0]
+    floor = float(np.median(nonempty)) if nonempty.size else 0.0
+    pad = SPIKE_WINDOW // 2
+    padded = np.pad(h, pad, mode="edge")
+    local = np.median(np.lib.stride_tricks.sliding_window_view(padded, SPIKE_WINDOW), axis=1)
+    base = np.maximum(local, floor)
+    return np.where((h > SPIKE_RATIO * base) & (h > SPIKE_SHARE * h.sum()), base, h)
+
+
 def kl_divergences(hist: np.ndarray, levels: int) -> tuple[np.ndarray, np.ndarray]:
     """KL(P_i || Q_i) for every candidate i = levels .. len(hist) (TensorRT's definition, see
     the module docstring), in closed form from prefix sums: within a quantization group every
@@ -160,7 +193,7 @@ def kl_threshold_bin(hist: np.ndarray, levels: int) -> int:
     """TensorRT's search: the number of histogram bins (from `levels` to len(hist)) to keep so
     that the clipped and quantized distribution is closest (KL) to the observed one. Every
     candidate is evaluated."""
-    h = flatten_zero_bin(hist)
+    h = flatten_spikes(flatten_zero_bin(hist))
     n = len(h)
     if n <= levels or h[levels:].sum() == 0:
         # Everything fits into `levels` bins: no clipping can help.
