@@ -433,12 +433,13 @@ def _sanitized_run_matches(folder: Path, prefix: str, x: np.ndarray, loaded) -> 
     np.testing.assert_array_equal(got, loaded.run({"input": x})["logits"].ravel())
 
 
-def test_digits_int8_accuracy_within_half_a_point(tmp_path):
+@pytest.mark.parametrize("calibrator", ["auto", "entropy"])
+def test_digits_int8_accuracy_within_half_a_point(tmp_path, calibrator):
     with np.load(DIGITS.parent / "digits_test.npz") as d:
         x, labels = d["input"].astype(np.float32), d["label"]
     api.compile(DIGITS, tmp_path / "q", target="x86-native",
                 quantize=api.QuantizeConfig(DIGITS.parent / "digits_calib.npz",
-                                            calibrator="entropy"))
+                                            calibrator=calibrator))
     m = mlcc.load(tmp_path / "q")
     sess = ort.InferenceSession(str(DIGITS), providers=["CPUExecutionProvider"])
     acc_q = np.mean([np.argmax(m.run({"input": xi[None]})["logits"]) == y
