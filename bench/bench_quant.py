@@ -332,8 +332,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", help=f"default: {', '.join(MODELS)} (with "
                     f"--variants also mobilenetv2)")
-    ap.add_argument("--calibrator", default="minmax",
-                    choices=["minmax", "percentile", "entropy"])
+    ap.add_argument("--calibrator", default="auto",
+                    choices=["auto", "minmax", "percentile", "entropy"])
     ap.add_argument("--ort-calibrator", default="minmax",
                     choices=["minmax", "percentile", "entropy"])
     ap.add_argument("--runs", type=int, default=20)

@@ -189,7 +189,7 @@ def alternate_ms(fq, ff, runs: int) -> tuple[float, float]:
 # the last: the setting that meets issue 5's goal (docs/quantization.md, "PP-OCR rec on
 # rendered text lines")
 VARIANTS = ("ort-float", "mlcc-float", "ort-minmax", "ort-percentile", "mlcc-minmax",
-            "mlcc-percentile", "mlcc-entropy",
+            "mlcc-percentile", "mlcc-entropy", "mlcc-auto",
             "mlcc-percentile+keep=p2o.Conv.2[4-9]|p2o.Conv.3[0-2]")
 
 

@@ -27,7 +27,7 @@ from .ir import Graph, format_type
 from .ops import lookup, unsupported_reason
 from .ops.registry import describe
 from .passes import INT8_PIPELINE, run_pipeline
-from .quant import (CalibrationSet, QuantOptions, QuantResult, calibrate, needed_ranges,
+from .quant import (DEFAULT_CALIBRATOR, CalibrationSet, QuantOptions, QuantResult, calibrate, needed_ranges,
                     conv_transpose_as_conv, observed_values, quantize_graph,
                     split_table_activations)
 from .quant.export import export_qdq
@@ -63,10 +63,11 @@ class QuantizeConfig:
 
     calibration: an .npz (one array per input, first axis = samples), a folder of .npy/.npz
     files, or a .py file defining calibration_data() that yields input dicts.
-    calibrator: minmax, percentile (at `percentile`) or entropy (KL search).
+    calibrator: auto (the default: per tensor, the range of least quantize-dequantize error on
+    the calibration data), minmax, percentile (at `percentile`) or entropy (KL search).
     requant: None = the target's int8.requant ("float" or "fixed")."""
     calibration: str | Path | None = None       # None: a QDQ model's own parameters
-    calibrator: str = "minmax"
+    calibrator: str = DEFAULT_CALIBRATOR
     percentile: float = 99.99
     per_channel: bool = True
     requant: str | None = None
@@ -198,7 +199,7 @@ def compile_command(model: str | Path, *, target: str = "x86", shapes: Shapes | 
         words += ["--quantize", "int8"]
         if q.calibration is not None:
             words += ["--calibration", Path(q.calibration).name]
-        if q.calibrator != "minmax":
+        if q.calibrator != DEFAULT_CALIBRATOR:
             words += ["--calibrator", q.calibrator]
         if q.calibrator == "percentile":
             words += ["--percentile", f"{q.percentile:g}"]

@@ -107,6 +107,11 @@ bind_option = click.option("--bind", "binds", multiple=True, metavar="NAME=V1,V2
                                 "input and folds like a constant); repeatable.")
 
 
+# mlcc.quant's CALIBRATORS, its default first (the CLI imports only the api, lazily; a test
+# checks that the two lists agree)
+CALIBRATORS = ("auto", "minmax", "percentile", "entropy")
+
+
 def quant_options(fn):
     """--quantize and its calibration options (compile and verify)."""
     opts = [
@@ -117,9 +122,11 @@ def quant_options(fn):
                      help="Calibration inputs: an .npz (one array per input, first axis = "
                           "samples), a folder of .npy/.npz files, or a .py file defining "
                           "calibration_data() that yields input dicts."),
-        click.option("--calibrator", type=click.Choice(["minmax", "percentile", "entropy"]),
-                     default="minmax", show_default=True, help="How activation ranges are "
-                     "chosen."),
+        click.option("--calibrator", type=click.Choice(list(CALIBRATORS)),
+                     default=CALIBRATORS[0], show_default=True,
+                     help="How activation ranges are chosen: auto (per tensor, the range of "
+                          "least quantization error on the calibration data), minmax, "
+                          "percentile or entropy (KL search)."),
         click.option("--percentile", default=99.99, show_default=True, type=float,
                      help="For --calibrator percentile."),
         click.option("--per-channel/--per-tensor", default=True, show_default=True,

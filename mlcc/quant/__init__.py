@@ -14,7 +14,7 @@ import numpy as np
 
 from ..ir import Graph
 from .calib import CalibrationSet
-from .observers import CALIBRATORS, Calibrator, Range
+from .observers import CALIBRATORS, DEFAULT_CALIBRATOR, Calibrator, Range
 from .rewrite import (QuantOptions, QuantResult, needed_ranges, quantize_graph,
                       conv_transpose_as_conv, split_table_activations)
 from .scheme import QParams, activation_qparams
@@ -33,7 +33,7 @@ def observed_values(g: Graph) -> list[str]:
 
 
 def calibrate(data: Iterable[dict[str, np.ndarray]], run: RunFn, names: list[str], *,
-              method: str = "minmax", percentile: float = 99.99,
+              method: str = DEFAULT_CALIBRATOR, percentile: float = 99.99,
               progress: Callable[[int, int, int], None] | None = None,
               channels: frozenset = frozenset()) -> dict[str, Range]:
     """Ranges of `names` over the calibration samples. `run(sample)` returns the float values
@@ -52,7 +52,7 @@ def calibrate(data: Iterable[dict[str, np.ndarray]], run: RunFn, names: list[str
     return cal.ranges()
 
 
-__all__ = ["CALIBRATORS", "CalibrationSet", "Calibrator", "QParams", "QuantOptions",
+__all__ = ["CALIBRATORS", "DEFAULT_CALIBRATOR", "CalibrationSet", "Calibrator", "QParams", "QuantOptions",
            "QuantResult", "Range", "activation_qparams", "calibrate", "needed_ranges",
            "observed_values",
            "quantize_graph", "split_table_activations", "conv_transpose_as_conv"]
