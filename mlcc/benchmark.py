@@ -28,6 +28,7 @@ from typing import Callable
 
 import numpy as np
 
+from . import resources
 from .errors import MlccError
 
 MIN_SAMPLE_S = 0.002        # a sample lasts at least this long (timer noise << 1%)
@@ -386,7 +387,7 @@ def _tail(text, limit: int = 2000) -> str:
 def _child_env() -> dict[str, str]:
     """The environment with this mlcc importable first (a checkout used without install)."""
     env = dict(os.environ)
-    here = str(Path(__file__).resolve().parents[1])
+    here = str(resources.import_root())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
     return env
 

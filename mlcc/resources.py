@@ -44,6 +44,12 @@ def folder(name: str) -> Path:
                        f"mlcc) nor {checkout} (a checkout) exists; reinstall mlcc")
 
 
+def import_root() -> Path:
+    """The folder that holds the mlcc package: put on a child process's PYTHONPATH, it imports
+    this same mlcc (a checkout used without install as well as an installed one)."""
+    return Path(str(files(PACKAGE))).resolve().parent
+
+
 def runtime_c() -> Path:
     return folder("runtime_c")
 

@@ -22,7 +22,7 @@ ALLOWED = {
     "runtime": {"errors", "dtypes"},
     "api": {"errors", "ir", "frontend", "ops", "passes", "quant", "codegen", "targets",
             "runtime", "benchmark", "version"},
-    "benchmark": {"errors"},
+    "benchmark": {"errors", "resources"},
     "benchmark_worker": {"errors", "benchmark", "runtime"},   # a child process's entry point
     "cli": {"errors", "api", "version"},
     "__init__": {"api", "errors", "version"},

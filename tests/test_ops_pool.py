@@ -125,6 +125,7 @@ TWIN_C = r"""
 #define mlcc_u8_maxpool_nd scalar_u8_maxpool_nd
 #define mlcc_s8_maxpool_nd scalar_s8_maxpool_nd
 #define mlcc_f32_avgpool_nd scalar_f32_avgpool_nd
+#define mlcc_f32_lppool_nd scalar_f32_lppool_nd
 #include "pool.c"
 #undef mlcc_f32_maxpool2d
 #undef mlcc_f32_avgpool2d
