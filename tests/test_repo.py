@@ -15,7 +15,8 @@ TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".txt", ".c", ".h", ".js", ".mjs
 # (shared/ beside the checkout), any absolute path on a developer's machine, and path
 # arithmetic that climbs above the root: Path(__file__).parents[k] with k at least the file's
 # depth, or .parent of the root. (Strings like "../outside.bin" inside a model, which the
-# fuzzer and the frontend tests feed to mlcc to check that it refuses them, are not reads and do not match.)
+# fuzzer and the frontend tests feed to mlcc to check that it refuses them, are not reads and
+# do not match.)
 PATTERNS = {
     "the development models beside the checkout":
         re.compile(r"\.\./shared\b|[\"']shared[\"']\s*/\s*[\"']models[\"']|\bshared/models\b"),
