@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Lowering, Node
 from .common import require_dtype
-from .gemm import GEMM_B_PANEL, pack_b_panels
+from .gemm import pack_b_panels
 from .registry import OpDef, register
 
 CELLS = {"LSTM": 0, "GRU": 1, "RNN": 2}          # enum mlcc_rnn_cell
@@ -47,11 +47,6 @@ DIRECTIONS = ("forward", "reverse", "bidirectional")
 
 def _str(v) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
-
-
-def panel_floats(k: int, n: int) -> int:
-    """Floats of a K x N matrix in column panels (pack_b_panels)."""
-    return -(-n // GEMM_B_PANEL) * GEMM_B_PANEL * k
 
 
 def _r16(n: int) -> int:
