@@ -948,3 +948,32 @@ def test_entropy_is_not_fooled_by_spikes_of_repeated_values():
     assert np.all(f <= h.abs_hist()) and np.all(f > 0) == np.all(h.abs_hist() > 0)
     smooth, _ = np.histogram(np.abs(rng.normal(0, 1, 100000)), bins=2048)
     np.testing.assert_array_equal(flatten_spikes(smooth), smooth)
+
+
+def test_int8_threads_give_bit_identical_outputs(tmp_path):
+    """The integer convolutions (im2col, direct and depthwise) and the fully connected product
+    split their rows and channels between threads: the same bytes on 1, 2 and 3 threads (layers
+    large enough to pass MLCC_MIN_PARALLEL_INT8_MACS)."""
+    rng = np.random.default_rng(5)
+    consts = {"w1": rng.normal(0, 0.3, (32, 3, 3, 3)), "w2": rng.normal(0, 0.1, (48, 32, 3, 3)),
+              "w3": rng.normal(0, 0.3, (48, 1, 3, 3)), "w4": rng.normal(0, 0.1, (64, 48, 3, 3)),
+              "shape": np.array([1, 64, 256]), "w5": rng.normal(0, 0.1, (256, 384))}
+    consts = {k: v.astype(np.int64 if k == "shape" else np.float32) for k, v in consts.items()}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["a1"]),
+             helper.make_node("Conv", ["a1", "w2"], ["b"], pads=[1, 1, 1, 1]),     # direct
+             helper.make_node("Relu", ["b"], ["b1"]),
+             helper.make_node("Conv", ["b1", "w3"], ["c"], pads=[1, 1, 1, 1], group=48,
+                              strides=[2, 2]),                                    # depthwise
+             helper.make_node("Conv", ["c", "w4"], ["d"], pads=[1, 1, 1, 1],
+                              strides=[2, 2]),                                    # im2col
+             helper.make_node("Reshape", ["d", "shape"], ["e"]),
+             helper.make_node("MatMul", ["e", "w5"], ["y"])]                      # fc
+    path = _save_model(tmp_path, nodes, [1, 3, 64, 61], {"y": [1, 64, 384]}, consts)
+    calib = _calibration(tmp_path, rng, 4, [1, 3, 64, 61])
+    _compile_int8(path, tmp_path / "q", calib)
+    calls = _kernel_calls(tmp_path / "q")
+    assert {"mlcc_u8_conv2d", "mlcc_u8_conv2d__depthwise", "mlcc_u8_fc"} <= set(calls), calls
+    x = rng.normal(0, 1, (1, 3, 64, 61)).astype(np.float32)
+    outs = [mlcc.load(tmp_path / "q", threads=t).run({"x": x})["y"] for t in (1, 2, 3)]
+    assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])

@@ -31,18 +31,45 @@ def _native_has_vnni() -> bool:
     return "__AVX512VNNI__" in out
 
 
+POOL_SIZES = (2, 3)
+
+
 @pytest.fixture(scope="module", params=sorted(FLAGS))
 def lib(request, tmp_path_factory):
+    """The kernels with the thread pool, MLCC_MIN_PARALLEL_MACS=0 so that even these small
+    cases split; yields (ffi, lib, flavour, pools by size)."""
     out = tmp_path_factory.mktemp(f"qk_{request.param}") / "libq.so"
+    src = resources.runtime_c() / "src"
     subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
-                    *FLAGS[request.param],
+                    *FLAGS[request.param], "-DMLCC_MIN_PARALLEL_MACS=0",
                     *shlex.split(os.environ.get("MLCC_TEST_KERNEL_CFLAGS", "")),  # see util.py
                     f"-I{resources.runtime_c() / 'include'}",
                     f"-I{KERNELS}", "-o", str(out), str(KERNELS / "qgemm.c"),
-                    str(KERNELS / "qconv.c"), str(KERNELS / "qelem.c"), "-lm"], check=True)
+                    str(KERNELS / "qconv.c"), str(KERNELS / "qelem.c"),
+                    str(src / "mlcc_threadpool.c"), str(src / "mlcc_runtime.c"), "-lm",
+                    "-lpthread"], check=True)
     ffi = FFI()
     ffi.cdef(CDEF)
-    return ffi, ffi.dlopen(str(out)), request.param
+    dl = ffi.dlopen(str(out))
+    pools = {}
+    for n in POOL_SIZES:
+        p = ffi.new("mlcc_threadpool **")
+        assert dl.mlcc_threadpool_create(p, n) == 0
+        pools[n] = p[0]
+    yield ffi, dl, request.param, pools
+    for p in pools.values():
+        dl.mlcc_threadpool_destroy(p)
+
+
+def on_every_pool(ffi, pools, y, call):
+    """Runs call(pool) without a pool and on each pool: the same bytes every time (rows and
+    channels are split between threads, and integer sums are exact)."""
+    call(ffi.NULL)
+    first = y.copy()
+    for pool in pools.values():
+        y[...] = 0
+        call(pool)
+        np.testing.assert_array_equal(y, first)
 
 
 def ptr(ffi, arr):
@@ -92,7 +119,7 @@ def check(flavour, got, want, out_kind):
 @pytest.mark.parametrize("m,n,k", [(1, 1, 1), (3, 17, 5), (4, 16, 4), (5, 15, 67),
                                    (9, 33, 13), (2, 64, 100)])
 def test_qfc_matches_numpy(lib, m, n, k, out_kind, mode):
-    ffi, L, flavour = lib
+    ffi, L, flavour, pools = lib
     rng = np.random.default_rng(m * 1000 + n * 10 + k)
     x = rng.integers(0, 256, (m, k)).astype(np.uint8)
     w = rng.integers(-127, 128, (n, k)).astype(np.int8)
@@ -106,8 +133,9 @@ def test_qfc_matches_numpy(lib, m, n, k, out_kind, mode):
     scratch = np.zeros(m * 4 * k4, np.uint8)
     p = ffi.new("mlcc_qfc_params *", {"m": m, "n": n, "k": k,
                                       "rq": requant(ffi, out_kind, mode, zp, qmin, qmax)})
-    L.mlcc_u8_fc(p, ptr(ffi, x), ptr(ffi, packed), ptr(ffi, bias), ptr(ffi, scale),
-                  ptr(ffi, fbias), ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y), ptr(ffi, scratch))
+    on_every_pool(ffi, pools, y, lambda pool: L.mlcc_u8_fc(
+        p, ptr(ffi, x), ptr(ffi, packed), ptr(ffi, bias), ptr(ffi, scale), ptr(ffi, fbias),
+        ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y), ptr(ffi, scratch), pool))
     acc = x.astype(np.int32) @ w.T.astype(np.int32) + bias[None, :]
     want = expected(acc, scale, fbias, m0, sh, out_kind, mode, zp, qmin, qmax, axis=1)
     check(flavour, y, want, out_kind)
@@ -196,7 +224,7 @@ CONVS = [  # n, c, h, w, m, k, stride, pad, dil, groups
 @pytest.mark.parametrize("out_kind,mode", MODES)
 @pytest.mark.parametrize("case", CONVS)
 def test_qconv_matches_numpy(lib, case, out_kind, mode):
-    ffi, L, flavour = lib
+    ffi, L, flavour, pools = lib
     n, c, h, wd, m, k, stride, pad, dil, groups = case
     rng = np.random.default_rng(sum(case[:5]))
     zp = 37
@@ -216,11 +244,12 @@ def test_qconv_matches_numpy(lib, case, out_kind, mode):
     ph = (oh - 1) * stride[0] + (k[0] - 1) * dil[0] + 1
     pw = (ow - 1) * stride[1] + (k[1] - 1) * dil[1] + 1
     if depthwise:
-        scratch = np.zeros(2 * ph * pw, np.uint8)       # one channel plane as int16
-        L.mlcc_u8_conv2d__depthwise(p, ptr(ffi, x), ptr(ffi, np.ascontiguousarray(w)),
-                                    ptr(ffi, bias), ptr(ffi, scale), ptr(ffi, fbias),
-                                    ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y),
-                                    ptr(ffi, scratch))
+        # a slice per thread (MLCC_DW_SLICES: 4): one channel plane as int16, 64-byte aligned
+        scratch = np.zeros(4 * (-(-2 * ph * pw // 64) * 64), np.uint8)
+        wc = np.ascontiguousarray(w)
+        on_every_pool(ffi, pools, y, lambda pool: L.mlcc_u8_conv2d__depthwise(
+            p, ptr(ffi, x), ptr(ffi, wc), ptr(ffi, bias), ptr(ffi, scale), ptr(ffi, fbias),
+            ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y), ptr(ffi, scratch), pool))
     else:
         kk = w[0].size
         k4 = -(-kk // 4)
@@ -229,9 +258,9 @@ def test_qconv_matches_numpy(lib, case, out_kind, mode):
         # the kernel's bias has the input zero point folded in (as the compiler does)
         eff = (bias - zp * w.reshape(m, -1).astype(np.int32).sum(axis=1)).astype(np.int32)
         scratch = np.zeros(4 * k4 * oh * ow + c // groups * ph * pw, np.uint8)
-        L.mlcc_u8_conv2d(p, ptr(ffi, x), ptr(ffi, wp), ptr(ffi, eff), ptr(ffi, scale),
-                          ptr(ffi, fbias), ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y),
-                          ptr(ffi, scratch))
+        on_every_pool(ffi, pools, y, lambda pool: L.mlcc_u8_conv2d(
+            p, ptr(ffi, x), ptr(ffi, wp), ptr(ffi, eff), ptr(ffi, scale), ptr(ffi, fbias),
+            ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y), ptr(ffi, scratch), pool))
     want = expected(acc, scale, fbias, m0, sh, out_kind, mode, 3, 3, 255, axis=1)
     check(flavour, y, want, out_kind)
 
@@ -243,7 +272,7 @@ def test_qconv_matches_numpy(lib, case, out_kind, mode):
 def test_vector_qgemm_matches_portable_twin(lib, m, n, k4, a_signed, out_kind, channel_is_row):
     """Float outputs (exact: |acc| < 2^24) and uint8 codes through the vector path's own
     requantizing epilogue, per row (conv) and per column (Gemm)."""
-    ffi, L, flavour = lib
+    ffi, L, flavour, pools = lib
     if flavour == "native" and not _native_has_vnni():
         pytest.skip("this CPU has no AVX512-VNNI: both names run the portable code")
     rng = np.random.default_rng(m * 100 + n + k4)
@@ -285,7 +314,7 @@ def test_vector_qgemm_matches_portable_twin(lib, m, n, k4, a_signed, out_kind, c
 def test_lut_matches_numpy(lib):
     """mlcc_u8_lut: table[x] for every code, at a length that is no vector multiple; the
     table of an activation is quantize(act(dequantize(code))) (scheme.activation_table)."""
-    ffi, L, _ = lib
+    ffi, L, _, _ = lib
     rng = np.random.default_rng(5)
     qx, qy = QParams(0.061, 140), QParams(0.024, 12)
     table = activation_table(("SILU", 1.0, 0.0), qx, qy)
@@ -300,7 +329,7 @@ def test_lut_matches_numpy(lib):
 
 
 def test_quantize_dequantize_match_numpy(lib):
-    ffi, L, _ = lib
+    ffi, L, _, _ = lib
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.normal(0, 3, 1001), np.arange(-20, 20) * 0.25,
                         [1e9, -1e9, np.nan]]).astype(np.float32)
@@ -330,7 +359,7 @@ def _qadd_model(a, b, sa, za, sb, zb, sy, zy, mode):
 
 @pytest.mark.parametrize("mode", [0, 1])
 def test_qadd_and_requantize_match_numpy(lib, mode):
-    ffi, L, _ = lib
+    ffi, L, _, _ = lib
     rng = np.random.default_rng(mode)
     a = rng.integers(0, 256, 997).astype(np.uint8)
     b = rng.integers(0, 256, 997).astype(np.uint8)
@@ -359,7 +388,7 @@ def test_qadd_and_requantize_match_numpy(lib, mode):
 
 
 def test_pools_match_numpy(lib):
-    ffi, L, _ = lib
+    ffi, L, _, _ = lib
     rng = np.random.default_rng(5)
     x = rng.integers(0, 256, (2, 3, 7, 9)).astype(np.uint8)
     kh, kw, s, pad = 3, 2, 2, 1
@@ -385,7 +414,7 @@ def test_pools_match_numpy(lib):
 @pytest.mark.parametrize("h,w", [(1, 1), (7, 9), (160, 160), (300, 257)])
 def test_global_avgpool_matches_numpy(lib, h, w):
     """The whole-plane window (contiguous sums; 300 x 257 spans two 2^16 blocks)."""
-    ffi, L, _ = lib
+    ffi, L, _, _ = lib
     x = np.random.default_rng(h * w).integers(0, 256, (3, h, w)).astype(np.uint8)
     p = ffi.new("mlcc_qpool2d_params *", {
         "planes": 3, "in_h": h, "in_w": w, "out_h": 1, "out_w": 1, "kernel_h": h,
@@ -402,7 +431,7 @@ def test_global_avgpool_matches_numpy(lib, h, w):
 def test_channel_scale_matches_numpy(lib, batch, channels, plane, s_batch, offset):
     """mlcc_u8_channel_scale (squeeze-excitation x * (s + offset) on codes) bit for bit against
     its float32 model, with negative and large scales (clamped both ways), clamp [3, 250]."""
-    ffi, L, _ = lib
+    ffi, L, _, _ = lib
     rng = np.random.default_rng(batch * 100 + channels * 10 + plane)
     x = rng.integers(0, 256, (batch, channels, plane)).astype(np.uint8)
     s = rng.uniform(-1.5, 3.0, (batch if s_batch else 1, channels)).astype(np.float32)

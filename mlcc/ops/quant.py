@@ -25,6 +25,7 @@ from ..errors import ModelError, UnsupportedError
 from ..ir import Enum, Graph, Lowering, Node
 from .common import act_params
 from .conv import AUTO_PAD, window2d, window_geometry
+from .conv_kernels import DW_SLICES
 from .registry import OpDef, register
 
 MLCC = "mlcc"
@@ -195,6 +196,12 @@ def _channel_args(node: Node) -> list[str]:
     return [node.input(3), node.input(4), node.input(5), node.input(6)]
 
 
+def dw_slices(lo: Lowering) -> int:
+    """Scratch slices of mlcc_u8_conv2d__depthwise: one per thread that may share it (qconv.h),
+    one alone in builds without threads."""
+    return DW_SLICES if lo.options.get("threads", True) else 1
+
+
 @register("QConv", domain=MLCC)
 class QConv(OpDef):
     attributes = {"auto_pad": lambda v: v in AUTO_PAD, "dilations": None, "group": None,
@@ -230,8 +237,8 @@ class QConv(OpDef):
             wname = lo.add_const(f"{node.name}.w_dw", wq.reshape(m, kh * kw))
             lo.call("mlcc_u8_conv2d__depthwise",
                     [node.inputs[0], wname, node.inputs[2], *_channel_args(node), out], [out],
-                    params_type="mlcc_qconv2d_params", params=params,
-                    scratch_bytes=2 * hp * wp, op=label)
+                    params_type="mlcc_qconv2d_params", params=params, pool=True,
+                    scratch_bytes=dw_slices(lo) * (-(-2 * hp * wp // 64) * 64), op=label)
             return
         packed, k4 = _packed_rows(wq)
         zx = int(node.attr("x_zero_point"))
@@ -241,7 +248,7 @@ class QConv(OpDef):
         wname = lo.add_const(f"{node.name}.w_packed", packed)
         bname = lo.add_const(f"{node.name}.bias_zp", eff.astype(np.int32))
         lo.call("mlcc_u8_conv2d", [node.inputs[0], wname, bname, *_channel_args(node), out],
-                [out], params_type="mlcc_qconv2d_params", params=params,
+                [out], params_type="mlcc_qconv2d_params", params=params, pool=True,
                 scratch_bytes=4 * k4 * oh * ow + c // group * hp * wp, op=label)
 
     def flops(self, node: Node, g: Graph) -> int:
@@ -274,7 +281,7 @@ class QFC(OpDef):
         bname = lo.add_const(f"{node.name}.bias_zp", eff.astype(np.int32))
         out = node.outputs[0]
         lo.call("mlcc_u8_fc", [node.inputs[0], wname, bname, *_channel_args(node), out], [out],
-                params_type="mlcc_qfc_params",
+                params_type="mlcc_qfc_params", pool=True,
                 params={"m": rows, "n": nout, "k": k, "rq": requant_params(node)},
                 scratch_bytes=0 if k % 4 == 0 else rows * 4 * k4,
                 op=banner(node, "Gemm"))
@@ -664,7 +671,7 @@ class ConvInteger(OpDef):
             .astype(np.int32))
         lo.call("mlcc_u8_conv_integer",
                 [node.inputs[0], node.input(2), call["args"][1], rowsum, out], [out],
-                params_type="mlcc_conv_integer_params",
+                params_type="mlcc_conv_integer_params", pool=True,
                 params={"conv": call["params"], "depthwise": int(depthwise)},
                 scratch_bytes=-(-4 * m // 64) * 64 + call["scratch_bytes"],
                 op=f"ConvInteger int8 x_zp at run time{' depthwise' if depthwise else ''}")

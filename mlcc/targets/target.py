@@ -108,10 +108,15 @@ class Target:
         # channel_tiles: mlcc_f32_conv2d__implicit_t's tiles of 32 channels by 8 positions were
         # written and measured for 512-bit vectors (two vectors of 16 per position); with
         # 128-bit ones they would hold 16 accumulators in 16 registers and spill
-        return {"winograd": self.winograd,
+        return {"winograd": self.winograd, "threads": self.has_threads(),
                 "channel_tiles": self.simd != "none" and self.vector_bits >= 512,
                 "implicit_strided": self.implicit_strided,
                 "gemm_nr": self.gemm_nr(), "vector_lanes": self.vector_lanes()}
+
+    def has_threads(self) -> bool:
+        """Whether the runtime is built with its thread pool (not with -DMLCC_NO_THREADS, as
+        wasm is): kernels that keep scratch per thread need one slice only without it."""
+        return "-DMLCC_NO_THREADS" not in self.toolchain.cflags
 
     def vector_lanes(self) -> int:
         """floats per vector of the kernels' vector code (1 with `simd: none`)."""

@@ -22,8 +22,7 @@ void mlcc_f32_conv2d__depthwise(const mlcc_conv2d_params *p, const float *x, con
  * dw_scratch_floats computes the same number): the sub-planes, zeros past them for the last
  * chunk's reads, then the plane of virtual outputs rounded up to a chunk, and one chunk more
  * (read by the whole-vector row copies); on a pool, up to MLCC_DW_SLICES threads each take a
- * range of channels and a slice. */
-#define MLCC_DW_SLICES 4
+ * range of channels and a slice (MLCC_DW_SLICES: mlcc_kernel.h). */
 #define MLCC_DW_CHUNK 64   /* floats per step along the plane (4 vectors of up to 16 lanes) */
 static inline ptrdiff_t mlcc_dw_scratch_floats(const mlcc_conv2d_params *p) {
     const ptrdiff_t hq = (ptrdiff_t)(p->out_h + (p->kernel_h - 1) * p->dilation_h / p->stride_h);

@@ -22,6 +22,12 @@
 #ifndef MLCC_MIN_PARALLEL_MACS
 #define MLCC_MIN_PARALLEL_MACS (1L << 20)
 #endif
+/* Integer (u8 x s8) products run 4 multiply-adds per float one's lane: 4x the threshold. */
+#define MLCC_MIN_PARALLEL_INT8_MACS (4 * MLCC_MIN_PARALLEL_MACS)
+
+/* Threads of a pool that share a depthwise convolution, float or integer: each takes a slice
+ * of its scratch (mlcc/ops/conv_kernels.py DW_SLICES). */
+#define MLCC_DW_SLICES 4
 
 #if defined(__GNUC__) || defined(__clang__)
 #define MLCC_RESTRICT __restrict__

@@ -259,33 +259,53 @@ static inline __attribute__((always_inline)) void direct_tile(
 }
 #undef DSTEP
 
+typedef struct {
+    const mlcc_qconv2d_params *p;
+    const mlcc_qchannels *ch;
+    const uint8_t *xc;
+    const int8_t *wd;
+    uint8_t *yn;
+    int64_t c4n, hp, wp;
+} direct_job;
+
+/* One output row (unit oh) of every channel. */
+static void direct_row(void *arg, int oh, int thread) {
+    const direct_job *j = (const direct_job *)arg;
+    const mlcc_qconv2d_params *p = j->p;
+    const int64_t M = p->out_channels, OW = p->out_w;
+    int64_t ow0, i0;
+    (void)thread;
+    for (ow0 = 0; ow0 < OW; ow0 += 32) {
+        const int64_t rem = OW - ow0;
+        const __mmask16 m0 = (__mmask16)(rem >= 16 ? 0xFFFFu : (1u << rem) - 1u);
+        const __mmask16 m1 = (__mmask16)(rem >= 32 ? 0xFFFFu
+                                         : rem > 16 ? (1u << (rem - 16)) - 1u : 0u);
+        for (i0 = 0; i0 < M; i0 += 8) {
+            const int64_t mr = M - i0 < 8 ? M - i0 : 8;
+            if (rem > 16)
+                direct_tile(p, j->ch, j->xc, j->hp, j->wp, j->c4n, j->wd, i0, mr, oh, ow0, m0,
+                            m1, 2, j->yn);
+            else
+                direct_tile(p, j->ch, j->xc, j->hp, j->wp, j->c4n, j->wd, i0, mr, oh, ow0, m0,
+                            m1, 1, j->yn);
+        }
+    }
+}
+
 static void qconv_direct(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
                          const mlcc_qchannels *ch, void *y, int64_t c4n, int64_t hp, int64_t wp,
-                         uint8_t *scratch) {
-    const int64_t M = p->out_channels, OW = p->out_w;
+                         uint8_t *scratch, mlcc_threadpool *pool) {
     const size_t esize = p->rq.out_kind == MLCC_QOUT_U8 ? 1 : 4;
-    uint8_t *xc = scratch;
-    int8_t *wd = (int8_t *)(scratch + 4 * c4n * hp * wp);
-    int64_t n, oh, ow0, i0;
-    direct_weights(p, w, c4n, wd);
+    direct_job job;
+    int64_t n;
+    job.p = p; job.ch = ch; job.xc = scratch; job.c4n = c4n; job.hp = hp; job.wp = wp;
+    job.wd = (int8_t *)(scratch + 4 * c4n * hp * wp);
+    direct_weights(p, w, c4n, (int8_t *)(scratch + 4 * c4n * hp * wp));
     for (n = 0; n < p->batch; n++) {
-        uint8_t *yn = (uint8_t *)y + (size_t)(n * M * p->out_h * OW) * esize;
-        direct_input(p, x + n * p->in_channels * p->in_h * p->in_w, c4n, hp, wp, xc);
-        for (oh = 0; oh < p->out_h; oh++) {
-            for (ow0 = 0; ow0 < OW; ow0 += 32) {
-                const int64_t rem = OW - ow0;
-                const __mmask16 m0 = (__mmask16)(rem >= 16 ? 0xFFFFu : (1u << rem) - 1u);
-                const __mmask16 m1 = (__mmask16)(rem >= 32 ? 0xFFFFu
-                                                 : rem > 16 ? (1u << (rem - 16)) - 1u : 0u);
-                for (i0 = 0; i0 < M; i0 += 8) {
-                    const int64_t mr = M - i0 < 8 ? M - i0 : 8;
-                    if (rem > 16)
-                        direct_tile(p, ch, xc, hp, wp, c4n, wd, i0, mr, oh, ow0, m0, m1, 2, yn);
-                    else
-                        direct_tile(p, ch, xc, hp, wp, c4n, wd, i0, mr, oh, ow0, m0, m1, 1, yn);
-                }
-            }
-        }
+        job.yn = (uint8_t *)y + (size_t)(n * p->out_channels * p->out_h * p->out_w) * esize;
+        direct_input(p, x + n * p->in_channels * p->in_h * p->in_w, c4n, hp, wp, scratch);
+        /* rows are independent and their sums exact: any split gives the same bytes */
+        mlcc_threadpool_for(pool, direct_row, &job, (int)p->out_h, MLCC_MAX_THREADS);
     }
 }
 #else
@@ -294,9 +314,37 @@ static void qconv_direct(const mlcc_qconv2d_params *p, const uint8_t *x, const i
 
 #define QCONV_CHUNK_BYTES 262144     /* within a core's L2 on the machines measured */
 
+typedef struct {
+    const mlcc_qconv2d_params *p;
+    mlcc_qchannels ch;
+    const uint8_t *xp;
+    const int8_t *w;
+    uint8_t *y, *cols;
+    int64_t plane_stride, k4, rows;
+    size_t esize;
+} im2col_job;
+
+/* Output rows [unit * rows, +rows) of one group: packed into their own part of the columns
+ * (row oh0's columns start at byte 4 * k4 * oh0 * out_w, so chunks never share bytes), then
+ * multiplied. */
+static void im2col_chunk(void *arg, int unit, int thread) {
+    const im2col_job *j = (const im2col_job *)arg;
+    const mlcc_qconv2d_params *p = j->p;
+    const int64_t oh0 = unit * j->rows;
+    const int64_t oh1 = oh0 + j->rows < p->out_h ? oh0 + j->rows : p->out_h;
+    uint8_t *cols = j->cols + 4 * j->k4 * oh0 * p->out_w;
+    mlcc_qgemm_desc d;
+    (void)thread;
+    pack_columns(p, j->xp, j->plane_stride, MLCC_QCONV_PADDED_W(p), j->k4, oh0, oh1, cols);
+    d.m = p->out_channels / p->groups; d.n = (oh1 - oh0) * p->out_w; d.k4 = j->k4;
+    d.lda = 4 * j->k4; d.ldy = p->out_h * p->out_w; d.channel_is_row = 1; d.a_signed = 1;
+    mlcc_u8s8_gemm(&d, j->w, cols, &p->rq, &j->ch, j->y + (size_t)(oh0 * p->out_w) * j->esize);
+}
+
 void mlcc_u8_conv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
                     const int32_t *bias, const float *scale, const float *fbias,
-                    const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch) {
+                    const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch,
+                    mlcc_threadpool *pool) {
     const int64_t cg = p->in_channels / p->groups, mg = p->out_channels / p->groups;
     const int64_t k4 = (cg * p->kernel_h * p->kernel_w + 3) / 4;
     const int64_t P = p->out_h * p->out_w;
@@ -307,7 +355,11 @@ void mlcc_u8_conv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t
      * 96 -> 24 3x3 convolutions at 160 x 160 pack 22 MB whole) */
     const int64_t row_bytes = 4 * k4 * p->out_w;
     const int64_t rows = row_bytes >= QCONV_CHUNK_BYTES ? 1 : QCONV_CHUNK_BYTES / row_bytes;
+    im2col_job job;
     int64_t n, g;
+    if ((double)p->batch * (double)p->out_channels * (double)P * (double)cg *
+            (double)(p->kernel_h * p->kernel_w) < (double)MLCC_MIN_PARALLEL_INT8_MACS)
+        pool = NULL;
 #if MLCC_QCONV_DIRECT
     {
         const int64_t c4n = (p->in_channels + 3) / 4;
@@ -320,31 +372,35 @@ void mlcc_u8_conv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t
             p->out_channels * lost < 12 * p->out_w &&
             direct_bytes(p, c4n, hp, wp) <= 4 * k4 * P + cg * hp * wp) {
             const mlcc_qchannels ch = {bias, scale, fbias, mult, shift};
-            qconv_direct(p, x, w, &ch, y, c4n, hp, wp, scratch);
+            qconv_direct(p, x, w, &ch, y, c4n, hp, wp, scratch, pool);
             return;
         }
     }
 #endif
+    job.p = p; job.k4 = k4; job.esize = esize;
+    job.rows = rows;
+    if (mlcc_threadpool_size(pool) > 1) {
+        /* about two chunks per thread, so that both finish together */
+        const int64_t per = (p->out_h + 2 * mlcc_threadpool_size(pool) - 1) /
+                            (2 * mlcc_threadpool_size(pool));
+        if (per < job.rows) job.rows = per;
+    }
     for (n = 0; n < p->batch; n++) {
         for (g = 0; g < p->groups; g++) {
             const int64_t c0 = g * mg;
-            const mlcc_qchannels ch = {bias + c0, scale ? scale + c0 : NULL,
-                                       fbias ? fbias + c0 : NULL, mult ? mult + c0 : NULL,
-                                       shift ? shift + c0 : NULL};
-            mlcc_qgemm_desc d;
             const uint8_t *xg = x + (n * p->in_channels + g * cg) * p->in_h * p->in_w;
-            const uint8_t *xp = padded_planes(p, xg, cg, hp, wp, scratch + 4 * k4 * P);
-            int64_t oh0;
-            for (oh0 = 0; oh0 < p->out_h; oh0 += rows) {
-                const int64_t oh1 = oh0 + rows < p->out_h ? oh0 + rows : p->out_h;
-                pack_columns(p, xp, xp == xg ? p->in_h * p->in_w : hp * wp, wp, k4, oh0, oh1,
-                             scratch);
-                d.m = mg; d.n = (oh1 - oh0) * p->out_w; d.k4 = k4; d.lda = 4 * k4; d.ldy = P;
-                d.channel_is_row = 1; d.a_signed = 1;
-                mlcc_u8s8_gemm(&d, w + c0 * 4 * k4, scratch, &p->rq, &ch,
-                               (uint8_t *)y + (size_t)((n * p->out_channels + c0) * P +
-                                                        oh0 * p->out_w) * esize);
-            }
+            job.ch.bias = bias + c0;
+            job.ch.scale = scale ? scale + c0 : NULL;
+            job.ch.fbias = fbias ? fbias + c0 : NULL;
+            job.ch.mult = mult ? mult + c0 : NULL;
+            job.ch.shift = shift ? shift + c0 : NULL;
+            job.xp = padded_planes(p, xg, cg, hp, wp, scratch + 4 * k4 * P);
+            job.plane_stride = job.xp == xg ? p->in_h * p->in_w : hp * wp;
+            job.w = w + c0 * 4 * k4;
+            job.y = (uint8_t *)y + (size_t)((n * p->out_channels + c0) * P) * esize;
+            job.cols = scratch;
+            mlcc_threadpool_for(pool, im2col_chunk, &job,
+                                (int)((p->out_h + job.rows - 1) / job.rows), MLCC_MAX_THREADS);
         }
     }
 }
@@ -561,90 +617,118 @@ static void dw_rows_pairs_s2(const int16_t *row0, int64_t step, const int32_t *p
 }
 #endif
 
-void mlcc_u8_conv2d__depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
-                               const int32_t *bias, const float *scale, const float *fbias,
-                               const int32_t *mult, const int32_t *shift, void *y,
-                               uint8_t *scratch) {
+typedef struct {
+    const mlcc_qconv2d_params *p;
+    mlcc_qchannels ch;
+    const uint8_t *x;
+    const int8_t *w;
+    void *y;
+    uint8_t *scratch;
+    size_t slice_bytes;
+} dw_job;
+
+/* One channel plane (unit = n * channels + c), with the thread's own slice of scratch. */
+static void dw_channel(void *arg, int unit, int thread) {
+    const dw_job *j = (const dw_job *)arg;
+    const mlcc_qconv2d_params *p = j->p;
     const int64_t C = p->out_channels, P = p->out_h * p->out_w;
     const int64_t kk = p->kernel_h * p->kernel_w;
     const int64_t hp = MLCC_QCONV_PADDED_H(p), wp = MLCC_QCONV_PADDED_W(p);
     const int64_t sw = p->stride_w;
-    const mlcc_qchannels ch = {bias, scale, fbias, mult, shift};
-    int16_t *xp = (int16_t *)(void *)scratch;
+    const int64_t n = unit / C, c = unit % C;
+    const mlcc_qchannels ch = j->ch;
+    const int8_t *w = j->w;
+    const uint8_t *x = j->x;
+    void *y = j->y;
+    int16_t *xp = (int16_t *)(void *)(j->scratch + (size_t)thread * j->slice_bytes);
     int32_t acc[DW_CHUNK];
-    int64_t n, c, oh, ow0, o, kh, kw;
-    for (n = 0; n < p->batch; n++) {
-        for (c = 0; c < C; c++) {
-            const int8_t *wc = w + c * kk;
+    int64_t oh, ow0, o, kh, kw;
+    const int8_t *wc = w + c * kk;
 #if MLCC_QCONV_AVX512
-            int32_t pairs[DW_MAX_PAIRS];
-            const int use_pairs = (sw == 1 || sw == 2) && p->dilation_w == 1 &&
-                                  p->kernel_w >= 2 &&
-                                  p->kernel_h * ((p->kernel_w + 1) / 2) <= DW_MAX_PAIRS;
-            if (use_pairs) dw_weight_pairs(wc, p->kernel_h, p->kernel_w, pairs);
+    int32_t pairs[DW_MAX_PAIRS];
+    const int use_pairs = (sw == 1 || sw == 2) && p->dilation_w == 1 &&
+                          p->kernel_w >= 2 &&
+                          p->kernel_h * ((p->kernel_w + 1) / 2) <= DW_MAX_PAIRS;
+    if (use_pairs) dw_weight_pairs(wc, p->kernel_h, p->kernel_w, pairs);
 #endif
-            dw_padded_plane(p, x + (n * C + c) * p->in_h * p->in_w, hp, wp, xp);
-            for (oh = 0; oh < p->out_h; oh++) {
+    dw_padded_plane(p, x + (n * C + c) * p->in_h * p->in_w, hp, wp, xp);
+    for (oh = 0; oh < p->out_h; oh++) {
 #if MLCC_QCONV_AVX512
-                if (use_pairs && sw == 1 && p->stride_h == 1 && p->dilation_h == 1 &&
-                    oh + 1 < p->out_h && p->rq.out_kind == MLCC_QOUT_U8 &&
-                    p->rq.mode == MLCC_REQUANT_FLOAT) {
-                    uint8_t *ya = (uint8_t *)y + (n * C + c) * P + oh * p->out_w;
-                    for (ow0 = 0; ow0 < p->out_w; ow0 += DW_CHUNK) {
-                        const int64_t nw = p->out_w - ow0 < DW_CHUNK ? p->out_w - ow0
-                                                                     : DW_CHUNK;
-                        dw_two_rows_pairs(xp + oh * wp + ow0, wp, pairs, p->kernel_h,
-                                          p->kernel_w, nw, &p->rq, bias[c], scale[c],
-                                          ya + ow0, ya + p->out_w + ow0);
-                    }
-                    oh++;       /* rows oh and oh + 1 done */
-                    continue;
-                }
+        if (use_pairs && sw == 1 && p->stride_h == 1 && p->dilation_h == 1 &&
+            oh + 1 < p->out_h && p->rq.out_kind == MLCC_QOUT_U8 &&
+            p->rq.mode == MLCC_REQUANT_FLOAT) {
+            uint8_t *ya = (uint8_t *)y + (n * C + c) * P + oh * p->out_w;
+            for (ow0 = 0; ow0 < p->out_w; ow0 += DW_CHUNK) {
+                const int64_t nw = p->out_w - ow0 < DW_CHUNK ? p->out_w - ow0
+                                                             : DW_CHUNK;
+                dw_two_rows_pairs(xp + oh * wp + ow0, wp, pairs, p->kernel_h,
+                                  p->kernel_w, nw, &p->rq, ch.bias[c], ch.scale[c],
+                                  ya + ow0, ya + p->out_w + ow0);
+            }
+            oh++;       /* rows oh and oh + 1 done */
+            continue;
+        }
 #endif
-                for (ow0 = 0; ow0 < p->out_w; ow0 += DW_CHUNK) {
-                    const int64_t nw = p->out_w - ow0 < DW_CHUNK ? p->out_w - ow0 : DW_CHUNK;
+        for (ow0 = 0; ow0 < p->out_w; ow0 += DW_CHUNK) {
+            const int64_t nw = p->out_w - ow0 < DW_CHUNK ? p->out_w - ow0 : DW_CHUNK;
 #if MLCC_QCONV_AVX512
-                    if (use_pairs) {
-                        const int64_t at = (n * C + c) * P + oh * p->out_w + ow0;
-                        const int in_regs = p->rq.out_kind == MLCC_QOUT_U8 &&
-                                            p->rq.mode == MLCC_REQUANT_FLOAT;
-                        (sw == 1 ? dw_rows_pairs : dw_rows_pairs_s2)(
-                            xp + oh * p->stride_h * wp + ow0 * sw, p->dilation_h * wp, pairs,
-                            p->kernel_h, p->kernel_w, nw, acc, &p->rq, bias[c],
-                            in_regs ? scale[c] : 0.0f, in_regs ? (uint8_t *)y + at : NULL);
-                        if (in_regs) continue;
-                        mlcc_requant_run(&p->rq, &ch, c, acc, nw, y,
-                                         (n * C + c) * P + oh * p->out_w + ow0);
-                        continue;
-                    }
+            if (use_pairs) {
+                const int64_t at = (n * C + c) * P + oh * p->out_w + ow0;
+                const int in_regs = p->rq.out_kind == MLCC_QOUT_U8 &&
+                                    p->rq.mode == MLCC_REQUANT_FLOAT;
+                (sw == 1 ? dw_rows_pairs : dw_rows_pairs_s2)(
+                    xp + oh * p->stride_h * wp + ow0 * sw, p->dilation_h * wp, pairs,
+                    p->kernel_h, p->kernel_w, nw, acc, &p->rq, ch.bias[c],
+                    in_regs ? ch.scale[c] : 0.0f, in_regs ? (uint8_t *)y + at : NULL);
+                if (in_regs) continue;
+                mlcc_requant_run(&p->rq, &ch, c, acc, nw, y,
+                                 (n * C + c) * P + oh * p->out_w + ow0);
+                continue;
+            }
 #endif
-                    memset(acc, 0, sizeof(int32_t) * (size_t)nw);
-                    for (kh = 0; kh < p->kernel_h; kh++) {
-                        const int16_t *row = xp + (oh * p->stride_h + kh * p->dilation_h) * wp +
-                                             ow0 * sw;
-                        for (kw = 0; kw < p->kernel_w; kw++) {
-                            const int32_t wv = wc[kh * p->kernel_w + kw];
-                            const int16_t *src = row + kw * p->dilation_w;
-                            if (sw == 1) {
-                                for (o = 0; o < nw; o++) acc[o] += wv * (int32_t)src[o];
-                            } else if (sw == 2) {
-                                for (o = 0; o < nw; o++) acc[o] += wv * (int32_t)src[2 * o];
-                            } else {
-                                for (o = 0; o < nw; o++) acc[o] += wv * (int32_t)src[o * sw];
-                            }
-                        }
+            memset(acc, 0, sizeof(int32_t) * (size_t)nw);
+            for (kh = 0; kh < p->kernel_h; kh++) {
+                const int16_t *row = xp + (oh * p->stride_h + kh * p->dilation_h) * wp +
+                                     ow0 * sw;
+                for (kw = 0; kw < p->kernel_w; kw++) {
+                    const int32_t wv = wc[kh * p->kernel_w + kw];
+                    const int16_t *src = row + kw * p->dilation_w;
+                    if (sw == 1) {
+                        for (o = 0; o < nw; o++) acc[o] += wv * (int32_t)src[o];
+                    } else if (sw == 2) {
+                        for (o = 0; o < nw; o++) acc[o] += wv * (int32_t)src[2 * o];
+                    } else {
+                        for (o = 0; o < nw; o++) acc[o] += wv * (int32_t)src[o * sw];
                     }
-                    mlcc_requant_run(&p->rq, &ch, c, acc, nw, y,
-                                     (n * C + c) * P + oh * p->out_w + ow0);
                 }
             }
+            mlcc_requant_run(&p->rq, &ch, c, acc, nw, y,
+                             (n * C + c) * P + oh * p->out_w + ow0);
         }
     }
 }
 
+void mlcc_u8_conv2d__depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
+                               const int32_t *bias, const float *scale, const float *fbias,
+                               const int32_t *mult, const int32_t *shift, void *y,
+                               uint8_t *scratch, mlcc_threadpool *pool) {
+    dw_job job;
+    job.p = p; job.x = x; job.w = w; job.y = y; job.scratch = scratch;
+    job.ch.bias = bias; job.ch.scale = scale; job.ch.fbias = fbias; job.ch.mult = mult;
+    job.ch.shift = shift;
+    job.slice_bytes = MLCC_QCONV_DW_SLICE_BYTES(p);
+    if ((double)p->batch * (double)p->out_channels * (double)(p->out_h * p->out_w) *
+            (double)(p->kernel_h * p->kernel_w) < (double)MLCC_MIN_PARALLEL_MACS / 4)
+        pool = NULL;   /* as the float depthwise kernel */
+    /* channels are independent and their sums exact: any split gives the same bytes */
+    mlcc_threadpool_for(pool, dw_channel, &job, (int)(p->batch * p->out_channels),
+                        MLCC_DW_SLICES);
+}
+
 void mlcc_u8_conv_integer(const mlcc_conv_integer_params *p, const uint8_t *x,
                           const uint8_t *x_zero_point, const int8_t *w,
-                          const int32_t *w_rowsum, int32_t *y, uint8_t *scratch) {
+                          const int32_t *w_rowsum, int32_t *y, uint8_t *scratch,
+                          mlcc_threadpool *pool) {
     mlcc_qconv2d_params q = p->conv;
     const int64_t m = q.out_channels;
     const int32_t zx = x_zero_point ? (int32_t)*x_zero_point : 0;
@@ -655,9 +739,9 @@ void mlcc_u8_conv_integer(const mlcc_conv_integer_params *p, const uint8_t *x,
     /* the depthwise kernel subtracts the zero point itself; the im2col one takes it folded */
     for (c = 0; c < m; c++) bias[c] = p->depthwise ? 0 : -zx * w_rowsum[c];
     if (p->depthwise)
-        mlcc_u8_conv2d__depthwise(&q, x, w, bias, NULL, NULL, NULL, NULL, y, rest);
+        mlcc_u8_conv2d__depthwise(&q, x, w, bias, NULL, NULL, NULL, NULL, y, rest, pool);
     else
-        mlcc_u8_conv2d(&q, x, w, bias, NULL, NULL, NULL, NULL, y, rest);
+        mlcc_u8_conv2d(&q, x, w, bias, NULL, NULL, NULL, NULL, y, rest, pool);
 }
 
 void mlcc_i32_conv_zero_point_correct(const mlcc_conv_zero_point_params *p,

@@ -30,19 +30,25 @@ typedef struct mlcc_qconv2d_params {
  * k4 = ceil(in_channels / groups * kernel_h * kernel_w / 4), zero-padded; bias already holds
  * -x_zero_point * sum(w[c]) (the compiler folds it). scratch: 4 * k4 * out_h * out_w +
  * in_channels / groups * MLCC_QCONV_PADDED_H(p) * MLCC_QCONV_PADDED_W(p) bytes (the packed
- * columns, then one group's input planes padded with the zero point). */
+ * columns, then one group's input planes padded with the zero point). On a pool, threads
+ * take chunks of output rows: each packs its rows' own part of the columns. */
 void mlcc_u8_conv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
                     const int32_t *bias, const float *scale, const float *fbias,
-                    const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch);
+                    const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch,
+                    mlcc_threadpool *pool);
 
 /* Depthwise convolution (groups = in_channels = out_channels), direct:
  * acc = bias[c] + sum over taps inside the input of w[c][kh][kw] * (x - x_zero_point);
- * bias here is the quantized bias alone. scratch: 2 * MLCC_QCONV_PADDED_H(p) *
- * MLCC_QCONV_PADDED_W(p) bytes, 2-byte aligned (one channel plane, padded, as int16). */
+ * bias here is the quantized bias alone. scratch: slices * MLCC_QCONV_DW_SLICE_BYTES(p)
+ * bytes, 64-byte aligned: a slice per thread (one channel plane, padded, as int16); slices
+ * is MLCC_DW_SLICES, or 1 in builds without threads (MLCC_NO_THREADS), where only the
+ * caller runs. */
+#define MLCC_QCONV_DW_SLICE_BYTES(p) \
+    ((size_t)(2 * MLCC_QCONV_PADDED_H(p) * MLCC_QCONV_PADDED_W(p) + 63) / 64 * 64)
 void mlcc_u8_conv2d__depthwise(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
                                const int32_t *bias, const float *scale, const float *fbias,
                                const int32_t *mult, const int32_t *shift, void *y,
-                               uint8_t *scratch);
+                               uint8_t *scratch, mlcc_threadpool *pool);
 
 /* ONNX ConvInteger with the zero point of x read at run time (DynamicQuantizeLinear's):
  * y = sum over taps inside the input of w * (x - *x_zero_point), int32 (conv.rq.out_kind is
@@ -61,7 +67,8 @@ typedef struct mlcc_conv_integer_params {
 
 void mlcc_u8_conv_integer(const mlcc_conv_integer_params *p, const uint8_t *x,
                           const uint8_t *x_zero_point, const int8_t *w,
-                          const int32_t *w_rowsum, int32_t *y, uint8_t *scratch);
+                          const int32_t *w_rowsum, int32_t *y, uint8_t *scratch,
+                          mlcc_threadpool *pool);
 
 /* The weight zero point of ONNX ConvInteger, after mlcc_u8_conv_integer without it:
  *   y[b][c][i] -= w_zero_point[c] * xsum[b][c / (channels / groups)][i]

@@ -258,24 +258,58 @@ void mlcc_u8s8_gemm(const mlcc_qgemm_desc *d, const void *a, const void *b,
 #endif
 }
 
+typedef struct {
+    const mlcc_qfc_params *p;
+    const uint8_t *x;
+    const int8_t *w_packed;
+    mlcc_qchannels ch;
+    void *y;
+    uint8_t *scratch;
+    int64_t rows;          /* per unit, a multiple of QMR */
+} fc_job;
+
+/* Rows [unit * rows, +rows) of the product (the channel is the column: rows are independent). */
+static void fc_rows(void *arg, int unit, int thread) {
+    const fc_job *j = (const fc_job *)arg;
+    const mlcc_qfc_params *p = j->p;
+    const int64_t k4 = (p->k + 3) / 4, i0 = unit * j->rows;
+    const int64_t m = p->m - i0 < j->rows ? p->m - i0 : j->rows;
+    const size_t esize = p->rq.out_kind == MLCC_QOUT_U8 ? 1 : 4;
+    const uint8_t *a = j->x + i0 * p->k;
+    mlcc_qgemm_desc d;
+    (void)thread;
+    d.m = m; d.n = p->n; d.k4 = k4; d.lda = p->k; d.ldy = p->n;
+    d.channel_is_row = 0; d.a_signed = 0;
+    if (p->k % 4 != 0) {    /* rows padded to a multiple of 4 bytes, in the rows' own part */
+        uint8_t *pad = j->scratch + i0 * 4 * k4;
+        int64_t i;
+        for (i = 0; i < m; i++) {
+            memcpy(pad + i * 4 * k4, a + i * p->k, (size_t)p->k);
+            memset(pad + i * 4 * k4 + p->k, 0, (size_t)(4 * k4 - p->k));
+        }
+        a = pad;
+        d.lda = 4 * k4;
+    }
+    mlcc_u8s8_gemm(&d, a, j->w_packed, &p->rq, &j->ch,
+                   (uint8_t *)j->y + (size_t)(i0 * p->n) * esize);
+}
+
 void mlcc_u8_fc(const mlcc_qfc_params *p, const uint8_t *x, const int8_t *w_packed,
                 const int32_t *bias, const float *scale, const float *fbias,
-                const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch) {
-    const int64_t k4 = (p->k + 3) / 4;
-    const mlcc_qchannels ch = {bias, scale, fbias, mult, shift};
-    mlcc_qgemm_desc d;
-    const uint8_t *a = x;
-    d.m = p->m; d.n = p->n; d.k4 = k4; d.lda = 4 * k4; d.ldy = p->n;
-    d.channel_is_row = 0; d.a_signed = 0;
-    if (p->k % 4 != 0) {
-        int64_t i;
-        for (i = 0; i < p->m; i++) {
-            memcpy(scratch + i * 4 * k4, x + i * p->k, (size_t)p->k);
-            memset(scratch + i * 4 * k4 + p->k, 0, (size_t)(4 * k4 - p->k));
-        }
-        a = scratch;
-    } else {
-        d.lda = p->k;
-    }
-    mlcc_u8s8_gemm(&d, a, w_packed, &p->rq, &ch, y);
+                const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch,
+                mlcc_threadpool *pool) {
+    fc_job job;
+    const int64_t blocks = (p->m + QMR - 1) / QMR;
+    int64_t units = mlcc_threadpool_size(pool);
+    job.p = p; job.x = x; job.w_packed = w_packed; job.y = y; job.scratch = scratch;
+    job.ch.bias = bias; job.ch.scale = scale; job.ch.fbias = fbias; job.ch.mult = mult;
+    job.ch.shift = shift;
+    if ((double)p->m * (double)p->n * (double)p->k < (double)MLCC_MIN_PARALLEL_INT8_MACS)
+        units = 1;
+    /* blocks of QMR rows dealt evenly; the sums are exact, so any split gives the same bytes */
+    if (units > blocks) units = blocks;
+    if (units < 1) units = 1;
+    job.rows = (blocks + units - 1) / units * QMR;
+    mlcc_threadpool_for(units > 1 ? pool : NULL, fc_rows, &job,
+                        (int)((p->m + job.rows - 1) / job.rows), (int)units);
 }

@@ -84,7 +84,8 @@ typedef struct mlcc_qfc_params {
 
 void mlcc_u8_fc(const mlcc_qfc_params *p, const uint8_t *x, const int8_t *w_packed,
                 const int32_t *bias, const float *scale, const float *fbias,
-                const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch);
+                const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch,
+                mlcc_threadpool *pool);
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #include <immintrin.h>
