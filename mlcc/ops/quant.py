@@ -686,7 +686,7 @@ class _Capture:
     them (constants it adds go to the real graph)."""
 
     def __init__(self, lo: Lowering):
-        self.graph, self.calls, self._lo = lo.graph, [], lo
+        self.graph, self.calls, self._lo, self.options = lo.graph, [], lo, lo.options
 
     def value(self, name):
         return self._lo.value(name)
