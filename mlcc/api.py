@@ -19,8 +19,8 @@ from .version import __version__
 from . import benchmark as _bench
 from .codegen import generate, model_prefix, write_folder
 from .codegen.lower import lower_graph
-from .codegen.memory import plan_memory
-from .errors import InputError, MlccError, UnsupportedError
+from .codegen.memory import peak_layers, plan_memory
+from .errors import DoesNotFit, InputError, MlccError, UnsupportedError
 from .frontend import (bound_record, import_model, load_onnx, parse_bind_option,
                        parse_shape_option, specialize, to_graph)
 from .ir import Graph, format_type
@@ -40,8 +40,9 @@ from .quant.report import ErrorStats, LayerRow, markdown
 from .runtime import ModelBase
 from .runtime import load as _load
 from .targets import builtin_targets, load_target
-from .targets.build import (HARNESS_EXE, build_harness, build_library, builds_harness,
-                            harness_files, makefile, wasm_exports)
+from .targets import firmware as _fw
+from .targets.build import (HARNESS_EXE, build_firmware, build_harness, build_library,
+                            builds_harness, harness_files, makefile, wasm_exports)
 from .targets.wasm import HARNESS_JS, js_files
 
 Shapes = dict[str, tuple[int, ...]]
@@ -144,6 +145,13 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
         # model.wasm runs in node through harness.mjs over the JavaScript wrapper.
         extra.update(harness=HARNESS_JS, run=list(tgt.run), run_package=tgt.run_package)
         exports = wasm_exports(prefix, embed_weights)
+    if tgt.output == "firmware":
+        # a microcontroller has no files: the weights go to flash as a const array, and
+        # firmware.elf runs under the target's emulator (FirmwareModel in mlcc/runtime)
+        embed_weights = True
+        extra.update(harness=_fw.FIRMWARE_ELF, run=list(tgt.run), run_package=tgt.run_package,
+                     output="firmware")
+        built += [_fw.FIRMWARE_ELF, _fw.FIRMWARE_MAP]
     command = compile_command(model, target=target, shapes=shapes, name=name,
                               embed_weights=embed_weights, extra_outputs=extra_outputs,
                               quantize=quantize)
@@ -155,16 +163,30 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
     folder = Path(output_dir)
     if folder.exists() and not folder.is_dir():
         raise MlccError(f"output folder {folder} exists and is not a folder")
+    fw_defines: list[str] = []
     if tgt.output == "wasm":
         gen.files.update(js_files(gen.manifest))
+    elif tgt.output == "firmware":
+        fw_defines = _firmware_check(tgt, gen)
+        gen.files.update(_fw.firmware_files(tgt))
     else:
         gen.files.update(harness_files())
-    gen.files["Makefile"] = makefile(tgt, gen.sources, prefix, exports).encode()
+    gen.files["Makefile"] = (_fw.makefile(tgt, gen.sources, fw_defines) if fw_defines else
+                             makefile(tgt, gen.sources, prefix, exports)).encode()
     gen.manifest["files"] = sorted(gen.files) + built
     gen.files["manifest.json"] = (json.dumps(gen.manifest, indent=2, sort_keys=True) + "\n"
                                   ).encode()
     write_folder(folder, gen.files)
-    if build:
+    if build and fw_defines:
+        try:
+            elf = build_firmware(tgt, folder, gen.sources, fw_defines)
+        except DoesNotFit as exc:
+            raise DoesNotFit(f"{exc.message}; {peak_layers(gen.program, gen.plan)}",
+                             detail=exc.detail) from None
+        gen.manifest["memory"] = _fw.memory_report(elf, tgt.firmware)
+        (folder / "manifest.json").write_text(json.dumps(gen.manifest, indent=2,
+                                                         sort_keys=True) + "\n")
+    elif build:
         build_library(tgt, folder, gen.sources, exports)
         if builds_harness(tgt):
             build_harness(tgt, folder, prefix)
@@ -176,6 +198,20 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
         for note in notes:
             (quantize.progress or (lambda text: None))(f"export-qdq: {note}")
     return CompileResult(folder, gen.manifest, gen.program.graph, quant_result)
+
+
+def _firmware_check(tgt, gen) -> list[str]:
+    """Refuses a model whose arena, buffers and stack cannot fit the target's RAM or whose
+    weights cannot fit its flash (naming the layers at the arena's peak), before anything is
+    built; returns the firmware harness's -D flags."""
+    g = gen.program.graph
+    io = _fw.io_size([g.values[n].nbytes for n in g.inputs + g.outputs])
+    problems = _fw.fit_problems(tgt.firmware, gen.plan.arena_size, io,
+                                gen.manifest["weights_size"])
+    if problems:
+        raise DoesNotFit(f"the model does not fit target {tgt.name} ({tgt.path}): "
+                         + "; ".join(problems) + f"; {peak_layers(gen.program, gen.plan)}")
+    return _fw.harness_defines(gen.manifest["name"], gen.plan.arena_size, io)
 
 
 def compile_command(model: str | Path, *, target: str = "x86", shapes: Shapes | None = None,
