@@ -57,7 +57,7 @@ target-tools:
 	done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if ! command -v apt-get >/dev/null; then \
-	  echo "not a Debian system: install$$missing yourself for the arm, wasm and cortex-m tests"; \
+	  echo "not a Debian system: install$$missing yourself for the target tests"; \
 	  exit 0; fi; \
 	if [ "$$(id -u)" != 0 ] && [ -z "$(SUDO)" ]; then \
 	  echo "run as root (or install sudo) to install$$missing; the tests that need them" \
@@ -136,7 +136,7 @@ safety-tools:
 	  echo "could not install$$missing; the runtime safety tests will skip"
 
 # Instructions per inference of the arm (NEON) build against the arm-portable build, counted
-# under qemu-aarch64 by the TCG plugin of tools/qemu-icount; one Markdown table, not a test.
+# under qemu-aarch64 by the TCG plugin of runtime_c/qemu-icount; one Markdown table, not a test.
 # ICOUNT_ARGS: model names (python bench/icount_arm.py --list), --output FILE.
 ICOUNT_ARGS ?=
 icount-arm: $(STAMP) target-tools

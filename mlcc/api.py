@@ -56,6 +56,9 @@ class CompileResult:
     manifest: dict
     graph: Graph
     quant: QuantResult | None = None
+    calls: list = field(default_factory=list)         # the program's KernelCalls, in order
+    sources: list[str] = field(default_factory=list)  # the .c files of the library
+    firmware_defines: list[str] = field(default_factory=list)   # firmware targets: -D flags
 
 
 @dataclass
@@ -197,7 +200,8 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
         notes = export_qdq(model, quantize.export_qdq, quant_result)
         for note in notes:
             (quantize.progress or (lambda text: None))(f"export-qdq: {note}")
-    return CompileResult(folder, gen.manifest, gen.program.graph, quant_result)
+    return CompileResult(folder, gen.manifest, gen.program.graph, quant_result,
+                         list(gen.program.calls), list(gen.sources), fw_defines)
 
 
 def _firmware_check(tgt, gen) -> list[str]:
@@ -908,8 +912,9 @@ BenchResult = _bench.BenchResult
 def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | None = None,
           threads: int = 1, runs: int | None = None, output_dir: str | Path | None = None,
           seed: int = 0, isolation: str = "auto", rounds: int | None = None,
-          child_timeout_s: float = _bench.CHILD_TIMEOUT_S, bind: Binds | None = None
-          ) -> BenchResult:
+          child_timeout_s: float = _bench.CHILD_TIMEOUT_S, bind: Binds | None = None,
+          quantize: QuantizeConfig | None = None, per_layer: bool = True
+          ) -> BenchResult | _bench.FirmwareBench:
     """Compiles the model, then times the library and onnxruntime (`threads` intra-op threads,
     graph optimizations ALL); see mlcc/benchmark.py for the method.
 
@@ -919,7 +924,18 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
     thread and "processes" on more (two thread pools in one process disturb each other).
     runs: timed samples per engine (per engine and round with "processes"; None: as many as
     fit about 10 s in all). mlcc runs on a thread pool of `threads` threads
-    (load(threads=...)), onnxruntime with as many intra-op threads."""
+    (load(threads=...)), onnxruntime with as many intra-op threads.
+
+    On a firmware target (cortex-m*), nothing is timed: the instructions of one inference
+    are counted in the emulator, per layer too (`per_layer`), and the RAM and flash of the
+    firmware reported (a FirmwareBench); `quantize` compiles the model to int8 first."""
+    tgt = load_target(target)
+    if tgt.output == "firmware":
+        return _bench_firmware(model, tgt, target, shapes, output_dir, seed, bind, quantize,
+                               per_layer)
+    if quantize is not None:
+        raise InputError("bench compiles float models on this target: --quantize is for "
+                         "firmware targets (cortex-m*), whose instructions it counts")
     if threads < 1:
         raise InputError("threads must be at least 1")
     if runs is not None and runs < 1:
@@ -931,7 +947,6 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
                          f"not {isolation!r}")
     if isolation == "auto":
         isolation = _bench.PROCESSES if threads > 1 else _bench.SHARED
-    tgt = load_target(target)
     if not tgt.is_host:
         raise InputError(f"target {tgt.name} does not run on this machine: bench times host "
                          f"targets only" + (" (for wasm, `make bench-wasm` times it in node "
@@ -980,6 +995,77 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
             compile_time_s=compile_time, kernel_calls=int(res.manifest["kernel_calls"]),
             max_abs_error=max((c.max_abs_error for c in checks), default=0.0),
             outputs_agree=all(c.ok for c in checks), notes=notes, isolation=isolation)
+
+
+def _count_firmware(fm, feeds: dict, runs: int, plugin: Path, mark: int = 0
+                    ) -> tuple[int, list[int], dict]:
+    """(instructions, marks, outputs) of one boot of the firmware running `runs` inferences."""
+    fm.extra_args = ["--runs", str(runs)]
+    fm.qemu_options = ["-plugin", f"{plugin},mark={mark:#x}" if mark else str(plugin),
+                       "-d", "plugin"]
+    got = fm.run(feeds)
+    insns, marks = _bench.parse_icount(fm.last_stderr)
+    return insns, marks, got
+
+
+def _bench_firmware(model, tgt, target: str, shapes, output_dir, seed, bind, quantize,
+                    per_layer: bool) -> _bench.FirmwareBench:
+    """Instructions per inference of the firmware under its emulator (mlcc/benchmark.py)."""
+    from .runtime import FirmwareModel
+
+    with tempfile.TemporaryDirectory(prefix="mlcc-bench-") as tmp:
+        folder = Path(output_dir) if output_dir else Path(tmp) / "model"
+        res = compile(model, folder, target=target, shapes=shapes, bind=bind,
+                      quantize=quantize)
+        plugin = _bench.build_icount_plugin(Path(tmp) / "plugin")
+        feeds = random_inputs(res.graph, seed)
+        fm = FirmwareModel(folder)
+        one, _, got = _count_firmware(fm, feeds, 1, plugin)
+        two, _, _ = _count_firmware(fm, feeds, 2, plugin)
+        again, _, _ = _count_firmware(fm, feeds, 1, plugin)
+        if again != one:
+            raise MlccError(f"the instruction count did not repeat ({one} then {again})")
+        notes = [f"--runs 2 minus --runs 1 under {shlex.join(tgt.run)}, counted by the TCG "
+                 f"plugin of runtime_c/qemu-icount (repeatable); inputs: random (seed {seed})"]
+        check = ""
+        if quantize is None:
+            ref = _onnxruntime_outputs(model, {**feeds, **bound_feeds(model, shapes, bind)})
+            checks = [compare(n, got[n], ref[n]) for n in got if n in ref]
+            check = (f"outputs {'match' if all(c.ok for c in checks) else 'DO NOT match'} "
+                     f"onnxruntime (max abs error "
+                     f"{max((c.max_abs_error for c in checks), default=0.0):.3g})")
+        layers = []
+        if per_layer:
+            layers = _count_layers(res, tgt, Path(tmp) / "layers", feeds, plugin)
+            notes.append("per layer: a second build calls an empty function before and after "
+                         "every kernel call; each layer's count includes its 2 instructions")
+        return _bench.FirmwareBench(
+            model=Path(model).name, target=tgt.name, description=tgt.description,
+            insns=two - one, memory=res.manifest["memory"],
+            arena_size=int(res.manifest["arena_size"]), layers=layers, check=check,
+            notes=notes)
+
+
+def _count_layers(res: CompileResult, tgt, copy: Path, feeds: dict, plugin: Path
+                  ) -> list[_bench.LayerCount]:
+    """Instructions of each kernel call: the firmware rebuilt in `copy` with a mark around
+    every call (firmware.instrument_layers), counted in one boot."""
+    import shutil
+    from .runtime import FirmwareModel
+
+    shutil.copytree(res.folder, copy)
+    m = res.manifest
+    calls = res.calls
+    model_c = copy / "model.c"
+    model_c.write_text(_fw.instrument_layers(model_c.read_text(), m["name"], len(calls)))
+    elf = build_firmware(tgt, copy, res.sources, res.firmware_defines)
+    _, marks, _ = _count_firmware(FirmwareModel(copy), feeds, 1, plugin,
+                                  _fw.symbol_address(elf, _fw.LAYER_MARK))
+    if len(marks) != len(calls) + 1:
+        raise MlccError(f"the per-layer build marked {len(marks)} points, not "
+                        f"{len(calls) + 1}")
+    return [_bench.LayerCount(", ".join(c.nodes) or c.kernel, c.op, c.kernel, b - a)
+            for c, a, b in zip(calls, marks, marks[1:])]
 
 
 def _bench_shared(model, folder, feeds, ort_feeds, threads, runs, settle, flops, cores_peak):

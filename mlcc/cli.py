@@ -369,14 +369,23 @@ def inspect_cmd(model, shapes, binds):
               help="Rounds of child processes with --isolation processes (default 5).")
 @click.option("--output", "-o", "output", default=None, type=click.Path(file_okay=False),
               help="Keep the compiled model in this folder.")
+@click.option("--quantize", type=click.Choice(["int8"]), default=None,
+              help="Firmware targets (cortex-m*): count the int8 build (needs --calibration).")
+@click.option("--calibration", default=None, type=click.Path(),
+              help="With --quantize: calibration inputs, as for mlcc compile.")
 @_guard
-def bench_cmd(model, target, shapes, binds, threads, runs, isolation, rounds, output):
+def bench_cmd(model, target, shapes, binds, threads, runs, isolation, rounds, output, quantize,
+              calibration):
     """Time MODEL compiled by mlcc against onnxruntime: in one process, interleaved, on 1
-    thread; each engine in its own processes, alternated, on more (--isolation)."""
+    thread; each engine in its own processes, alternated, on more (--isolation). On a
+    microcontroller target (cortex-m*), count the instructions of one inference in the
+    emulator instead, per layer, and report the firmware's RAM and flash."""
     from . import api
 
+    qcfg = _quant_config(quantize, calibration, CALIBRATORS[0], 99.99, True, None, None)
     res = api.bench(model, target=target, shapes=_shapes(shapes), threads=threads, runs=runs,
-                    output_dir=output, isolation=isolation, rounds=rounds, bind=_binds(binds))
+                    output_dir=output, isolation=isolation, rounds=rounds, bind=_binds(binds),
+                    quantize=qcfg)
     click.echo(res.report(), nl=False)
 
 

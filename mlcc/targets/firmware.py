@@ -198,25 +198,81 @@ def memory_report(elf: Path, fw: Firmware) -> dict:
     return report
 
 
-def section_sizes(elf: Path) -> dict[str, int]:
-    """{section name: size} of the allocated sections of a 32-bit little-endian ELF file."""
+def _elf_sections(elf: Path) -> tuple[bytes, list[tuple]]:
+    """The bytes of a 32-bit little-endian ELF file and its section headers (name offset,
+    type, flags, address, offset, size, link, info, alignment, entry size)."""
     data = elf.read_bytes()
     if data[:6] != b"\x7fELF\x01\x01":
         raise MlccError(f"{elf}: not a 32-bit little-endian ELF file")
     try:
         shoff, = struct.unpack_from("<I", data, 0x20)
-        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x2E)
-        headers = [struct.unpack_from("<IIIIIIIIII", data, shoff + i * shentsize)
-                   for i in range(shnum)]
-        strtab = headers[shstrndx][4]
-        sizes = {}
-        for name_off, _type, flags, _addr, _off, size, *_ in headers:
-            if flags & 0x2:            # SHF_ALLOC
-                end = data.index(b"\0", strtab + name_off)
-                sizes[data[strtab + name_off:end].decode()] = size
-        return sizes
-    except (struct.error, IndexError, ValueError, UnicodeDecodeError):
+        shentsize, shnum = struct.unpack_from("<HH", data, 0x2E)
+        return data, [struct.unpack_from("<IIIIIIIIII", data, shoff + i * shentsize)
+                      for i in range(shnum)]
+    except struct.error:
         raise MlccError(f"{elf}: cannot read its section headers") from None
+
+
+def _c_string(data: bytes, at: int) -> str:
+    return data[at:data.index(b"\0", at)].decode()
+
+
+def section_sizes(elf: Path) -> dict[str, int]:
+    """{section name: size} of the allocated sections of a 32-bit little-endian ELF file."""
+    data, headers = _elf_sections(elf)
+    try:
+        strtab = headers[struct.unpack_from("<H", data, 0x32)[0]][4]
+        return {_c_string(data, strtab + h[0]): h[5] for h in headers if h[2] & 0x2}  # ALLOC
+    except (struct.error, IndexError, ValueError, UnicodeDecodeError):
+        raise MlccError(f"{elf}: cannot read its section names") from None
+
+
+LAYER_MARK = "mlcc_layer_mark"      # defined by mlcc_firmware.c
+
+
+def instrument_layers(model_c: str, prefix: str, calls: int) -> str:
+    """model.c with a call of mlcc_layer_mark() before the first kernel call of
+    <prefix>_run and after each (the per-layer counting build of `mlcc bench`). In the
+    generated C every kernel call of the run function is a statement that starts with
+    "    mlcc_" and ends its last line with ");" (docs/generated-c.md)."""
+    lines = model_c.splitlines()
+    head = next((i for i, l in enumerate(lines) if l.startswith(f"int {prefix}_run(")), None)
+    if head is None:
+        raise MlccError(f"model.c has no function {prefix}_run")
+    out, found, in_call, first = lines[:head + 1], 0, False, True
+    for i in range(head + 1, len(lines)):
+        line = lines[i]
+        if line == "}":
+            out += lines[i:]
+            break
+        if line.startswith("    mlcc_"):
+            in_call = True
+            if first:
+                out.append(f"    {LAYER_MARK}();")
+                first = False
+        out.append(line)
+        if in_call and line.endswith(");"):
+            out.append(f"    {LAYER_MARK}();")
+            in_call, found = False, found + 1
+    if found != calls:
+        raise MlccError(f"found {found} kernel calls in {prefix}_run of model.c, not {calls}: "
+                        f"cannot count per layer")
+    return "\n".join([f"void {LAYER_MARK}(void);", *out]) + "\n"
+
+
+def symbol_address(elf: Path, name: str) -> int:
+    """The address of a function in a 32-bit little-endian ELF file (Thumb bit cleared)."""
+    data, headers = _elf_sections(elf)
+    try:
+        for _n, kind, _f, _a, off, size, link, _i, _al, entsize in headers:
+            if kind == 2:                 # SHT_SYMTAB
+                for k in range(size // entsize):
+                    st_name, value = struct.unpack_from("<II", data, off + k * entsize)
+                    if _c_string(data, headers[link][4] + st_name) == name:
+                        return value & ~1
+    except (struct.error, IndexError, ValueError, UnicodeDecodeError):
+        pass
+    raise MlccError(f"{elf}: no symbol {name}")
 
 
 def overflow_message(stderr: str) -> str:
