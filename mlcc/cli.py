@@ -240,6 +240,12 @@ def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_wei
                f"{m['kernel_calls']} kernel calls, arena {m['arena_size']} bytes, "
                f"weights {m['weights_size']} bytes"
                + ("" if no_build else f", {m['library']}"))
+    if "memory" in m:       # a firmware target: what the linked firmware.elf takes
+        ram, flash = m["memory"]["ram"], m["memory"]["flash"]
+        click.echo(f"RAM {ram['total']} bytes (arena {ram['arena']}, I/O buffers {ram['io']}, "
+                   f"statics {ram['statics']}, stack {ram['stack']}) of {ram['size']}; flash "
+                   f"{flash['total']} bytes (code {flash['code']}, weights {flash['weights']}) "
+                   f"of {flash['size']}")
 
 
 @main.command("run")

@@ -101,9 +101,12 @@ class HarnessModel(ModelBase):
             stage, message = status[len("harness: "):].split(" failed: ", 1)
             prefix = f"{self.folder}: init failed" if stage == "init" else "run failed"
             raise RuntimeStatusError(f"{prefix}: {message}")
+        # an emulator's own fatal error (qemu-system-arm: "Lockup: ...") says most
+        last = next((l for l in lines if l.startswith("qemu: fatal: ")), lines[-1] if lines
+                    else "")
         raise MlccError(f"running the model on target {self.manifest.get('target', '?')} "
                         f"failed (exit status {proc.returncode})"
-                        + (f": {lines[-1]}" if lines else ""),
+                        + (f": {last}" if last else ""),
                         detail=f"$ {shlex.join(cmd)}\n{proc.stderr}")
 
     @staticmethod
