@@ -189,6 +189,43 @@ def test_int8_cnn_is_bit_identical_to_the_x86_build(int8_builds, target):
         np.testing.assert_array_equal(model.run(feeds)["logits"], ref.run(feeds)["logits"])
 
 
+def test_int8_smlad_kernels_match_the_portable_ones_on_odd_shapes(tmp_path):
+    """Conv 3 -> 5 channels 3x3 on 7x9 (K = 27, not a multiple of 4; 5 rows: a last odd row),
+    then Gemm 315 -> 7: the M4's SMLAD int8 GEMM (qgemm.c) gives the bits of the portable
+    kernel that the x86 target runs."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.standard_normal((5, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(5).astype(np.float32), "b"),
+             numpy_helper.from_array(rng.standard_normal((315, 7)).astype(np.float32), "g"),
+             numpy_helper.from_array(np.array([1, -1], np.int64), "shape")]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Reshape", ["r", "shape"], ["f"]),
+             helper.make_node("MatMul", ["f", "g"], ["y"])]
+    graph = helper.make_graph(nodes, "odd", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 3, 7, 9])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 7])], inits)
+    src, qdq, calib = tmp_path / "odd.onnx", tmp_path / "odd_qdq.onnx", tmp_path / "calib.npz"
+    import onnx
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), src)
+    np.savez(calib, x=rng.standard_normal((8, 1, 3, 7, 9)).astype(np.float32))
+    mlcc.compile(src, tmp_path / "cal", build=False,
+                 quantize=QuantizeConfig(calibration=calib, export_qdq=qdq))
+    own = QuantizeConfig(calibration=None)
+    ref = mlcc.load(mlcc.compile(qdq, tmp_path / "x86", quantize=own).folder)
+    m4 = mlcc.compile(qdq, tmp_path / "m4", target="cortex-m4", quantize=own)
+    assert m4.manifest["quantization"]["integer_layers"] >= 2
+    dis = subprocess.run([M4.toolchain.ar.replace("-ar", "-objdump"), "-d",
+                          str(m4.folder / "firmware.elf")], capture_output=True, text=True,
+                         check=True).stdout
+    assert "smlad" in dis and "sxtb16" in dis
+    model = mlcc.load(m4.folder)
+    for seed in range(3):
+        x = {"x": np.random.default_rng(seed).standard_normal((1, 3, 7, 9)).astype(np.float32)}
+        np.testing.assert_array_equal(model.run(x)["y"], ref.run(x)["y"])
+
+
 # --------------------------------------------------------------------------------- fit
 
 def _target_with(tmp_path: Path, **kib) -> str:
