@@ -172,6 +172,7 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
     elif tgt.output == "firmware":
         fw_defines = _firmware_check(tgt, gen)
         gen.files.update(_fw.firmware_files(tgt))
+        built += [_fw.object_path(s) for s in gen.sources]   # so a recompile removes them
     else:
         gen.files.update(harness_files())
     gen.files["Makefile"] = (_fw.makefile(tgt, gen.sources, fw_defines) if fw_defines else

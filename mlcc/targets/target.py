@@ -8,6 +8,7 @@ qemu-aarch64, or node for wasm; a user with a board replaces it, e.g. with an ss
 from __future__ import annotations
 
 import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,7 +108,22 @@ class Target:
             if not found:
                 missing.append(f"{program} is not installed"
                                + (f" (apt-get install {package})" if package else ""))
+        if self.output == "firmware" and self.compiler_found() and not self._libc_found():
+            missing.append(f"the C library of {self.toolchain.cc} is not installed"
+                           + (f" (apt-get install {self.toolchain.package})"
+                              if self.toolchain.package else ""))
         return missing
+
+    def _libc_found(self) -> bool:
+        """Whether a bare-metal compiler finds its C library (newlib) for the target's flags:
+        gcc prints the path of libc.a only where it exists."""
+        try:
+            out = subprocess.run([self.toolchain.cc, *self.toolchain.cflags,
+                                  "-print-file-name=libc.a"], capture_output=True, text=True,
+                                 timeout=60).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return False
+        return Path(out).is_absolute()
 
     def defines(self) -> list[str]:
         """Macros that tell the runtime kernels what the target offers: the vector width, or
