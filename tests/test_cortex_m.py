@@ -109,6 +109,22 @@ def test_targets_command_lists_them_ready():
         assert re.search(rf"^{name} .* ready$", out, re.M), out
 
 
+def test_runtime_and_firmware_compile_warning_free_for_the_cores():
+    """Every kernel and the runtime core (int32_t is a long here), and the firmware files
+    with -Wconversion, strict warnings, for the M4 (DSP, FPU) and the M55 (MVE)."""
+    rt = resources.runtime_c()
+    for target in (M4, load_target("cortex-m55")):
+        flags = [f for f in target.toolchain.cflags if f.startswith(("-m", "-D"))]
+        common = [target.toolchain.cc, "-std=c99", "-O2", "-Wall", "-Wextra", "-pedantic",
+                  "-Werror", *flags, *target.defines(), f"-I{rt / 'include'}",
+                  f"-I{rt / 'kernels'}", "-fsyntax-only"]
+        sources = sorted((rt / "kernels").glob("*.c")) + sorted((rt / "src").glob("*.c"))
+        subprocess.run([*common, *map(str, sources)], check=True)
+        subprocess.run([*common, "-Wconversion", "-DMLCC_MODEL=digits", "-DMLCC_FW_ARENA_SIZE=64",
+                        "-DMLCC_FW_IO_SIZE=64", *map(str, sorted((rt / "firmware").glob("*.c")))],
+                       check=True)
+
+
 # --------------------------------------------------------------------------------- float
 
 @pytest.mark.parametrize("target", TARGETS)
