@@ -11,13 +11,15 @@ PYTEST_ARGS ?=
 TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 PARALLEL := -n $(TEST_JOBS) --dist loadfile -rs
 
-# Debian packages for the arm targets (cross compiler, its C library, qemu-aarch64) and the wasm
+# Debian packages for the arm targets (cross compiler, its C library, qemu-aarch64), the wasm
 # target (emcc, node; wabt's wasm-objdump to check the SIMD128 code; chromium for the web-digits
-# page test). `make test` installs the missing ones (as root, or through sudo); without them
-# the tests that need them are skipped.
+# page test) and the cortex-m targets (bare-metal compiler, newlib, qemu-system-arm). `make
+# test` installs the missing ones (as root, or through sudo); without them the tests that need
+# them are skipped.
 ARM_PACKAGES := gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 WASM_PACKAGES := emscripten nodejs wabt chromium
-TARGET_PACKAGES := $(ARM_PACKAGES) $(WASM_PACKAGES)
+CORTEXM_PACKAGES := gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm
+TARGET_PACKAGES := $(ARM_PACKAGES) $(WASM_PACKAGES) $(CORTEXM_PACKAGES)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
 .PHONY: setup demo test test-fast test-targets target-tools bench bench-ocr bench-wasm icount-arm \
@@ -55,12 +57,12 @@ target-tools:
 	done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if ! command -v apt-get >/dev/null; then \
-	  echo "not a Debian system: install$$missing yourself for the arm and wasm tests"; \
+	  echo "not a Debian system: install$$missing yourself for the target tests"; \
 	  exit 0; fi; \
 	if [ "$$(id -u)" != 0 ] && [ -z "$(SUDO)" ]; then \
 	  echo "run as root (or install sudo) to install$$missing; the tests that need them" \
 	    "will be skipped"; exit 0; fi; \
-	echo "installing Debian packages for the arm and wasm targets:$$missing"; \
+	echo "installing Debian packages for the arm, wasm and cortex-m targets:$$missing"; \
 	$(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
 	  apt-get install -y -q --no-install-recommends $$missing || \
 	  echo "could not install$$missing; the tests that need them will be skipped"
@@ -134,7 +136,7 @@ safety-tools:
 	  echo "could not install$$missing; the runtime safety tests will skip"
 
 # Instructions per inference of the arm (NEON) build against the arm-portable build, counted
-# under qemu-aarch64 by the TCG plugin of tools/qemu-icount; one Markdown table, not a test.
+# under qemu-aarch64 by the TCG plugin of runtime_c/qemu-icount; one Markdown table, not a test.
 # ICOUNT_ARGS: model names (python bench/icount_arm.py --list), --output FILE.
 ICOUNT_ARGS ?=
 icount-arm: $(STAMP) target-tools

@@ -10,7 +10,7 @@ cost measure (the counts are identical run to run, and the script checks that). 
 compiled twice, for `arm` (the kernels' vector code, which GCC compiles to NEON) and for
 `arm-portable` (the same with `simd: none`: the kernels' portable scalar loops, everything else
 equal). Each build's harness runs under qemu-aarch64 with the counting plugin of
-tools/qemu-icount (built here with the host gcc): once with `--runs 1`, once with `--runs 2`.
+runtime_c/qemu-icount (built here with the host gcc): once with `--runs 1`, once with `--runs 2`.
 The difference is exactly one inference, without process start-up, file reading and init.
 `--runs 1` is run a second time to check that the count repeats.
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import re
 import subprocess
 import sys
 import tempfile
@@ -33,16 +32,17 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-PLUGIN_DIR = ROOT / "tools" / "qemu-icount"
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+from mlcc.benchmark import ICOUNT_LINE, build_icount_plugin  # noqa: E402
+from mlcc.errors import MlccError  # noqa: E402
 
 # The set of issue 4: small, medium and large models; others from bench_models.py on request.
 DEFAULT_MODELS = ["digits_mlp", "digits_cnn", "mobilenetv2", "ppocr_rec", "yolov8n"]
 VECTOR_TARGET, PORTABLE_TARGET = "arm", "arm-portable"
 FUSED_TARGET = "arm-dotprod"      # --dotprod: ARMv8.2-A, multiplies and adds fused into fmla
 QEMU_TIMEOUT_S = 3600
-_LINE = re.compile(r"^icount: insns (\d+) simd (\d+) fp (\d+) simd_mem (\d+) target (\S+)$",
-                   re.M)
+_LINE = ICOUNT_LINE
 
 
 class IcountError(Exception):
@@ -67,18 +67,12 @@ class Counts:
 
 
 def build_plugin(out_dir: Path, cc: str = "gcc") -> Path:
-    """Compiles tools/qemu-icount/icount.c into out_dir/icount.so with the host compiler."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    lib = out_dir / "icount.so"
-    cmd = [cc, "-O2", "-std=c99", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
-           "-fvisibility=hidden", "-o", str(lib), str(PLUGIN_DIR / "icount.c")]
+    """Compiles runtime_c/qemu-icount/icount.c into out_dir/icount.so with the host compiler
+    (as `mlcc bench` does for the cortex-m targets)."""
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-    except FileNotFoundError:
-        raise IcountError(f"{cc} is not installed (apt-get install gcc)") from None
-    if proc.returncode != 0:
-        raise IcountError(f"building the qemu plugin failed:\n{proc.stderr}")
-    return lib
+        return build_icount_plugin(out_dir, cc)
+    except MlccError as exc:
+        raise IcountError(f"{exc.message}\n{exc.detail}".strip()) from None
 
 
 def write_inputs(folder: Path, dest: Path, seed: int = 0) -> list[Path]:
@@ -226,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     header = [
         f"`make icount-arm` on {datetime.date.today().isoformat()}: instructions executed by "
-        f"one inference under {_qemu_version()}, counted by tools/qemu-icount "
+        f"one inference under {_qemu_version()}, counted by runtime_c/qemu-icount "
         f"({'repeatability checked' if not args.no_check else 'not re-checked'}); "
         f"{bm._cc_version(load_target(VECTOR_TARGET).toolchain.cc)}; mlcc {mlcc.__version__} "
         f"at {bm._git_rev()}.",

@@ -19,8 +19,8 @@ from .version import __version__
 from . import benchmark as _bench
 from .codegen import generate, model_prefix, write_folder
 from .codegen.lower import lower_graph
-from .codegen.memory import plan_memory
-from .errors import InputError, MlccError, UnsupportedError
+from .codegen.memory import peak_layers, plan_memory
+from .errors import DoesNotFit, InputError, MlccError, UnsupportedError
 from .frontend import (bound_record, import_model, load_onnx, parse_bind_option,
                        parse_shape_option, specialize, to_graph)
 from .ir import Graph, format_type
@@ -40,8 +40,9 @@ from .quant.report import ErrorStats, LayerRow, markdown
 from .runtime import ModelBase
 from .runtime import load as _load
 from .targets import builtin_targets, load_target
-from .targets.build import (HARNESS_EXE, build_harness, build_library, builds_harness,
-                            harness_files, makefile, wasm_exports)
+from .targets import firmware as _fw
+from .targets.build import (HARNESS_EXE, build_firmware, build_harness, build_library,
+                            builds_harness, harness_files, makefile, wasm_exports)
 from .targets.wasm import HARNESS_JS, js_files
 
 Shapes = dict[str, tuple[int, ...]]
@@ -55,6 +56,9 @@ class CompileResult:
     manifest: dict
     graph: Graph
     quant: QuantResult | None = None
+    calls: list = field(default_factory=list)         # the program's KernelCalls, in order
+    sources: list[str] = field(default_factory=list)  # the .c files of the library
+    firmware_defines: list[str] = field(default_factory=list)   # firmware targets: -D flags
 
 
 @dataclass
@@ -144,6 +148,13 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
         # model.wasm runs in node through harness.mjs over the JavaScript wrapper.
         extra.update(harness=HARNESS_JS, run=list(tgt.run), run_package=tgt.run_package)
         exports = wasm_exports(prefix, embed_weights)
+    if tgt.output == "firmware":
+        # a microcontroller has no files: the weights go to flash as a const array, and
+        # firmware.elf runs under the target's emulator (FirmwareModel in mlcc/runtime)
+        embed_weights = True
+        extra.update(harness=_fw.FIRMWARE_ELF, run=list(tgt.run), run_package=tgt.run_package,
+                     output="firmware")
+        built += [_fw.FIRMWARE_ELF, _fw.FIRMWARE_MAP]
     command = compile_command(model, target=target, shapes=shapes, name=name,
                               embed_weights=embed_weights, extra_outputs=extra_outputs,
                               quantize=quantize)
@@ -155,16 +166,31 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
     folder = Path(output_dir)
     if folder.exists() and not folder.is_dir():
         raise MlccError(f"output folder {folder} exists and is not a folder")
+    fw_defines: list[str] = []
     if tgt.output == "wasm":
         gen.files.update(js_files(gen.manifest))
+    elif tgt.output == "firmware":
+        fw_defines = _firmware_check(tgt, gen)
+        gen.files.update(_fw.firmware_files(tgt))
+        built += [_fw.object_path(s) for s in gen.sources]   # so a recompile removes them
     else:
         gen.files.update(harness_files())
-    gen.files["Makefile"] = makefile(tgt, gen.sources, prefix, exports).encode()
+    gen.files["Makefile"] = (_fw.makefile(tgt, gen.sources, fw_defines) if fw_defines else
+                             makefile(tgt, gen.sources, prefix, exports)).encode()
     gen.manifest["files"] = sorted(gen.files) + built
     gen.files["manifest.json"] = (json.dumps(gen.manifest, indent=2, sort_keys=True) + "\n"
                                   ).encode()
     write_folder(folder, gen.files)
-    if build:
+    if build and fw_defines:
+        try:
+            elf = build_firmware(tgt, folder, gen.sources, fw_defines)
+        except DoesNotFit as exc:
+            raise DoesNotFit(f"{exc.message}; {peak_layers(gen.program, gen.plan)}",
+                             detail=exc.detail) from None
+        gen.manifest["memory"] = _fw.memory_report(elf, tgt.firmware)
+        (folder / "manifest.json").write_text(json.dumps(gen.manifest, indent=2,
+                                                         sort_keys=True) + "\n")
+    elif build:
         build_library(tgt, folder, gen.sources, exports)
         if builds_harness(tgt):
             build_harness(tgt, folder, prefix)
@@ -175,7 +201,22 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
         notes = export_qdq(model, quantize.export_qdq, quant_result)
         for note in notes:
             (quantize.progress or (lambda text: None))(f"export-qdq: {note}")
-    return CompileResult(folder, gen.manifest, gen.program.graph, quant_result)
+    return CompileResult(folder, gen.manifest, gen.program.graph, quant_result,
+                         list(gen.program.calls), list(gen.sources), fw_defines)
+
+
+def _firmware_check(tgt, gen) -> list[str]:
+    """Refuses a model whose arena, buffers and stack cannot fit the target's RAM or whose
+    weights cannot fit its flash (naming the layers at the arena's peak), before anything is
+    built; returns the firmware harness's -D flags."""
+    g = gen.program.graph
+    io = _fw.io_size([g.values[n].nbytes for n in g.inputs + g.outputs])
+    problems = _fw.fit_problems(tgt.firmware, gen.plan.arena_size, io,
+                                gen.manifest["weights_size"])
+    if problems:
+        raise DoesNotFit(f"the model does not fit target {tgt.name} ({tgt.path}): "
+                         + "; ".join(problems) + f"; {peak_layers(gen.program, gen.plan)}")
+    return _fw.harness_defines(gen.manifest["name"], gen.plan.arena_size, io)
 
 
 def compile_command(model: str | Path, *, target: str = "x86", shapes: Shapes | None = None,
@@ -872,8 +913,9 @@ BenchResult = _bench.BenchResult
 def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | None = None,
           threads: int = 1, runs: int | None = None, output_dir: str | Path | None = None,
           seed: int = 0, isolation: str = "auto", rounds: int | None = None,
-          child_timeout_s: float = _bench.CHILD_TIMEOUT_S, bind: Binds | None = None
-          ) -> BenchResult:
+          child_timeout_s: float = _bench.CHILD_TIMEOUT_S, bind: Binds | None = None,
+          quantize: QuantizeConfig | None = None, per_layer: bool = True
+          ) -> BenchResult | _bench.FirmwareBench:
     """Compiles the model, then times the library and onnxruntime (`threads` intra-op threads,
     graph optimizations ALL); see mlcc/benchmark.py for the method.
 
@@ -883,7 +925,18 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
     thread and "processes" on more (two thread pools in one process disturb each other).
     runs: timed samples per engine (per engine and round with "processes"; None: as many as
     fit about 10 s in all). mlcc runs on a thread pool of `threads` threads
-    (load(threads=...)), onnxruntime with as many intra-op threads."""
+    (load(threads=...)), onnxruntime with as many intra-op threads.
+
+    On a firmware target (cortex-m*), nothing is timed: the instructions of one inference
+    are counted in the emulator, per layer too (`per_layer`), and the RAM and flash of the
+    firmware reported (a FirmwareBench); `quantize` compiles the model to int8 first."""
+    tgt = load_target(target)
+    if tgt.output == "firmware":
+        return _bench_firmware(model, tgt, target, shapes, output_dir, seed, bind, quantize,
+                               per_layer)
+    if quantize is not None:
+        raise InputError("bench compiles float models on this target: --quantize is for "
+                         "firmware targets (cortex-m*), whose instructions it counts")
     if threads < 1:
         raise InputError("threads must be at least 1")
     if runs is not None and runs < 1:
@@ -895,7 +948,6 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
                          f"not {isolation!r}")
     if isolation == "auto":
         isolation = _bench.PROCESSES if threads > 1 else _bench.SHARED
-    tgt = load_target(target)
     if not tgt.is_host:
         raise InputError(f"target {tgt.name} does not run on this machine: bench times host "
                          f"targets only" + (" (for wasm, `make bench-wasm` times it in node "
@@ -944,6 +996,77 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
             compile_time_s=compile_time, kernel_calls=int(res.manifest["kernel_calls"]),
             max_abs_error=max((c.max_abs_error for c in checks), default=0.0),
             outputs_agree=all(c.ok for c in checks), notes=notes, isolation=isolation)
+
+
+def _count_firmware(fm, feeds: dict, runs: int, plugin: Path, mark: int = 0
+                    ) -> tuple[int, list[int], dict]:
+    """(instructions, marks, outputs) of one boot of the firmware running `runs` inferences."""
+    fm.extra_args = ["--runs", str(runs)]
+    fm.qemu_options = ["-plugin", f"{plugin},mark={mark:#x}" if mark else str(plugin),
+                       "-d", "plugin"]
+    got = fm.run(feeds)
+    insns, marks = _bench.parse_icount(fm.last_stderr)
+    return insns, marks, got
+
+
+def _bench_firmware(model, tgt, target: str, shapes, output_dir, seed, bind, quantize,
+                    per_layer: bool) -> _bench.FirmwareBench:
+    """Instructions per inference of the firmware under its emulator (mlcc/benchmark.py)."""
+    from .runtime import FirmwareModel
+
+    with tempfile.TemporaryDirectory(prefix="mlcc-bench-") as tmp:
+        folder = Path(output_dir) if output_dir else Path(tmp) / "model"
+        res = compile(model, folder, target=target, shapes=shapes, bind=bind,
+                      quantize=quantize)
+        plugin = _bench.build_icount_plugin(Path(tmp) / "plugin")
+        feeds = random_inputs(res.graph, seed)
+        fm = FirmwareModel(folder)
+        one, _, got = _count_firmware(fm, feeds, 1, plugin)
+        two, _, _ = _count_firmware(fm, feeds, 2, plugin)
+        again, _, _ = _count_firmware(fm, feeds, 1, plugin)
+        if again != one:
+            raise MlccError(f"the instruction count did not repeat ({one} then {again})")
+        notes = [f"--runs 2 minus --runs 1 under {shlex.join(tgt.run)}, counted by the TCG "
+                 f"plugin of runtime_c/qemu-icount (repeatable); inputs: random (seed {seed})"]
+        check = ""
+        if quantize is None:
+            ref = _onnxruntime_outputs(model, {**feeds, **bound_feeds(model, shapes, bind)})
+            checks = [compare(n, got[n], ref[n]) for n in got if n in ref]
+            check = (f"outputs {'match' if all(c.ok for c in checks) else 'DO NOT match'} "
+                     f"onnxruntime (max abs error "
+                     f"{max((c.max_abs_error for c in checks), default=0.0):.3g})")
+        layers = []
+        if per_layer:
+            layers = _count_layers(res, tgt, Path(tmp) / "layers", feeds, plugin)
+            notes.append("per layer: a second build calls an empty function before and after "
+                         "every kernel call; each layer's count includes its 2 instructions")
+        return _bench.FirmwareBench(
+            model=Path(model).name, target=tgt.name, description=tgt.description,
+            insns=two - one, memory=res.manifest["memory"],
+            arena_size=int(res.manifest["arena_size"]), layers=layers, check=check,
+            notes=notes)
+
+
+def _count_layers(res: CompileResult, tgt, copy: Path, feeds: dict, plugin: Path
+                  ) -> list[_bench.LayerCount]:
+    """Instructions of each kernel call: the firmware rebuilt in `copy` with a mark around
+    every call (firmware.instrument_layers), counted in one boot."""
+    import shutil
+    from .runtime import FirmwareModel
+
+    shutil.copytree(res.folder, copy)
+    m = res.manifest
+    calls = res.calls
+    model_c = copy / "model.c"
+    model_c.write_text(_fw.instrument_layers(model_c.read_text(), m["name"], len(calls)))
+    elf = build_firmware(tgt, copy, res.sources, res.firmware_defines)
+    _, marks, _ = _count_firmware(FirmwareModel(copy), feeds, 1, plugin,
+                                  _fw.symbol_address(elf, _fw.LAYER_MARK))
+    if len(marks) != len(calls) + 1:
+        raise MlccError(f"the per-layer build marked {len(marks)} points, not "
+                        f"{len(calls) + 1}")
+    return [_bench.LayerCount(", ".join(c.nodes) or c.kernel, c.op, c.kernel, b - a)
+            for c, a, b in zip(calls, marks, marks[1:])]
 
 
 def _bench_shared(model, folder, feeds, ort_feeds, threads, runs, settle, flops, cores_peak):

@@ -17,6 +17,7 @@ import gc
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -584,3 +585,92 @@ def memory_table(rows: list[tuple[str, MemoryResult]]) -> str:
             format_bytes(m.onnxruntime_added),
             "-" if math.isnan(m.ratio) else f"{m.ratio:.2f}"]) + " |")
     return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------- instructions on a microcontroller
+#
+# No time can be measured under qemu-system-arm, so `mlcc bench --target cortex-m4` counts
+# instructions instead, with the TCG plugin of runtime_c/qemu-icount (built here with the host
+# gcc): the firmware runs once with --runs 1 and once with --runs 2, and the difference is
+# exactly one inference (no boot, file reading or init); --runs 1 is counted twice to check
+# that the count repeats. Per layer, a second build of the firmware calls mlcc_layer_mark()
+# around every kernel call (firmware.instrument_layers) and the plugin notes the count there.
+
+ICOUNT_LINE = re.compile(
+    r"^icount: insns (\d+) simd (\d+) fp (\d+) simd_mem (\d+) target (\S+)$", re.M)
+ICOUNT_MARKS = re.compile(r"^icount: marks((?: \d+)*)$", re.M)
+
+
+
+def build_icount_plugin(out_dir: Path, cc: str = "gcc") -> Path:
+    """Compiles runtime_c/qemu-icount/icount.c into out_dir/icount.so with the host compiler."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lib = out_dir / "icount.so"
+    cmd = [cc, "-O2", "-std=c99", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
+           "-fvisibility=hidden", "-o", str(lib),
+           str(resources.runtime_c() / "qemu-icount" / "icount.c")]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise MlccError(f"{cc} is not installed (apt-get install gcc): it builds the "
+                        f"instruction-counting plugin") from None
+    if proc.returncode != 0:
+        raise MlccError(f"building the instruction-counting qemu plugin failed",
+                        detail=proc.stderr)
+    return lib
+
+
+def parse_icount(stderr: str) -> tuple[int, list[int]]:
+    """(instructions, marks) from the plugin's lines in QEMU's stderr."""
+    found = ICOUNT_LINE.findall(stderr)
+    if not found:
+        raise MlccError("the instruction-counting plugin wrote no count (does this QEMU load "
+                        "TCG plugins?)", detail=stderr[-2000:])
+    marks = ICOUNT_MARKS.findall(stderr)
+    return int(found[-1][0]), [int(m) for m in marks[-1].split()] if marks else []
+
+
+@dataclass
+class LayerCount:
+    nodes: str            # the ONNX nodes of one kernel call
+    op: str
+    kernel: str
+    insns: int
+
+
+@dataclass
+class FirmwareBench:
+    """`mlcc bench` on a firmware target: instructions, not time."""
+    model: str
+    target: str
+    description: str
+    insns: int                          # one inference
+    memory: dict                        # manifest.json "memory"
+    arena_size: int
+    layers: list[LayerCount] = field(default_factory=list)
+    check: str = ""                     # the comparison with onnxruntime, one line
+    notes: list[str] = field(default_factory=list)
+
+    def report(self, top: int = 20) -> str:
+        ram, flash = self.memory["ram"], self.memory["flash"]
+        lines = [f"model {self.model} on {self.target} ({self.description})",
+                 f"instructions per inference: {self.insns:,} (counted in QEMU: a lower "
+                 f"bound of the cycles of these in-order cores)",
+                 f"RAM:   {ram['total']:,} of {ram['size']:,} bytes: arena {ram['arena']:,}, "
+                 f"input/output buffers {ram['io']:,}, statics {ram['statics']:,}, stack "
+                 f"{ram['stack']:,}",
+                 f"flash: {flash['total']:,} of {flash['size']:,} bytes: code "
+                 f"{flash['code']:,}, weights {flash['weights']:,}"]
+        if self.check:
+            lines.append(self.check)
+        if self.layers:
+            lines += ["", f"{'instructions':>14} {'share':>6}  layer (op, kernel)"]
+            order = sorted(range(len(self.layers)), key=lambda i: -self.layers[i].insns)
+            for i in sorted(order[:top]):
+                layer = self.layers[i]
+                lines.append(f"{layer.insns:>14,} {100 * layer.insns / max(self.insns, 1):5.1f}%"
+                             f"  {layer.nodes} ({layer.op.split(' ')[0]}, {layer.kernel})")
+            if len(self.layers) > top:
+                lines.append(f"  ... and {len(self.layers) - top} more layers")
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines) + "\n"

@@ -240,6 +240,12 @@ def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_wei
                f"{m['kernel_calls']} kernel calls, arena {m['arena_size']} bytes, "
                f"weights {m['weights_size']} bytes"
                + ("" if no_build else f", {m['library']}"))
+    if "memory" in m:       # a firmware target: what the linked firmware.elf takes
+        ram, flash = m["memory"]["ram"], m["memory"]["flash"]
+        click.echo(f"RAM {ram['total']} bytes (arena {ram['arena']}, I/O buffers {ram['io']}, "
+                   f"statics {ram['statics']}, stack {ram['stack']}) of {ram['size']}; flash "
+                   f"{flash['total']} bytes (code {flash['code']}, weights {flash['weights']}) "
+                   f"of {flash['size']}")
 
 
 @main.command("run")
@@ -369,14 +375,23 @@ def inspect_cmd(model, shapes, binds):
               help="Rounds of child processes with --isolation processes (default 5).")
 @click.option("--output", "-o", "output", default=None, type=click.Path(file_okay=False),
               help="Keep the compiled model in this folder.")
+@click.option("--quantize", type=click.Choice(["int8"]), default=None,
+              help="Firmware targets (cortex-m*): count the int8 build (needs --calibration).")
+@click.option("--calibration", default=None, type=click.Path(),
+              help="With --quantize: calibration inputs, as for mlcc compile.")
 @_guard
-def bench_cmd(model, target, shapes, binds, threads, runs, isolation, rounds, output):
+def bench_cmd(model, target, shapes, binds, threads, runs, isolation, rounds, output, quantize,
+              calibration):
     """Time MODEL compiled by mlcc against onnxruntime: in one process, interleaved, on 1
-    thread; each engine in its own processes, alternated, on more (--isolation)."""
+    thread; each engine in its own processes, alternated, on more (--isolation). On a
+    microcontroller target (cortex-m*), count the instructions of one inference in the
+    emulator instead, per layer, and report the firmware's RAM and flash."""
     from . import api
 
+    qcfg = _quant_config(quantize, calibration, CALIBRATORS[0], 99.99, True, None, None)
     res = api.bench(model, target=target, shapes=_shapes(shapes), threads=threads, runs=runs,
-                    output_dir=output, isolation=isolation, rounds=rounds, bind=_binds(binds))
+                    output_dir=output, isolation=isolation, rounds=rounds, bind=_binds(binds),
+                    quantize=qcfg)
     click.echo(res.report(), nl=False)
 
 

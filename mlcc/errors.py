@@ -35,6 +35,10 @@ class BuildError(MlccError):
     """The C toolchain failed on the generated code."""
 
 
+class DoesNotFit(MlccError):
+    """The compiled model needs more RAM or flash than the target declares (or --max-arena)."""
+
+
 class InputError(MlccError):
     """Inputs given at run time (npz files, arrays) do not match the model."""
 

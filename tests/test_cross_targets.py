@@ -1,11 +1,13 @@
-"""Operators on the cross targets, arm (aarch64 under qemu) and wasm (in node), against
-onnxruntime on the host at the same tolerance as x86: the kernels with vector paths (NEON and
-SIMD128 from the same vector-extension source), every data type through the harness's raw
-files, status codes, and the int8 program bit for bit against x86.
+"""Operators on the cross targets, arm (aarch64 under qemu), wasm (in node) and the Cortex-M
+microcontrollers (a firmware in qemu-system-arm), against onnxruntime on the host at the same
+tolerance as x86: the kernels with vector paths (NEON and SIMD128 from the same
+vector-extension source), every data type through the harness's raw files, status codes, and
+the int8 program bit for bit against x86.
 
 Each case runs once per target; a target whose toolchain is missing is skipped with the
 package to install (`make test` installs them on Debian). Target-specific matters (the
-harness, the runner, the JavaScript API) live in test_targets_arm.py and test_targets_wasm.py.
+harness, the runner, the JavaScript API) live in test_targets_arm.py, test_targets_wasm.py
+and test_cortex_m.py.
 """
 from __future__ import annotations
 
@@ -19,11 +21,16 @@ import mlcc
 from mlcc.errors import RuntimeStatusError
 from test_targets_arm import needs_arm
 from test_targets_wasm import needs_wasm
+from test_cortex_m import pytestmark as needs_cortex_m
 from util import check_model, check_node, compile_and_run, make_model, rand
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "digits" / "digits_cnn.onnx"
-TARGETS = [pytest.param("arm", marks=needs_arm), pytest.param("wasm", marks=needs_wasm)]
+# cortex-m4 runs the kernels' portable loops, cortex-m55 those loops as GCC auto-vectorizes
+# them for Helium (MVE); cortex-m7 is the M4's instruction set (tests/test_cortex_m.py)
+TARGETS = [pytest.param("arm", marks=needs_arm), pytest.param("wasm", marks=needs_wasm),
+           pytest.param("cortex-m4", marks=needs_cortex_m),
+           pytest.param("cortex-m55", marks=needs_cortex_m)]
 
 
 @pytest.mark.parametrize("target", TARGETS)

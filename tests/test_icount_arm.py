@@ -1,5 +1,5 @@
-"""The instruction counter of `make icount-arm` (tools/qemu-icount, bench/icount_arm.py) and the
-arm-portable target it compares against.
+"""The instruction counter of `make icount-arm` (runtime_c/qemu-icount, bench/icount_arm.py) and
+the arm-portable target it compares against.
 
 Skipped when qemu-aarch64, the aarch64 cross compiler with its C library, or the host gcc is
 missing (`make test` installs them on Debian). No count is compared with a stored number:

@@ -1,9 +1,9 @@
 """The package a user installs: the wheel built from this repository, installed into a clean
 virtual environment (the wheel and its dependencies only, from pip's usual sources and cache),
 then used from an empty folder outside the checkout: `mlcc targets`, and the digits CNN
-compiled, run and verified on x86, arm (qemu-aarch64) and wasm (node). The arm and wasm cases
-are skipped where their toolchains are missing, as in test_targets_arm.py and
-test_targets_wasm.py.
+compiled, run and verified on x86, arm (qemu-aarch64), wasm (node) and cortex-m4 (a firmware
+in qemu-system-arm). The cross cases are skipped where their toolchains are missing, as in
+test_targets_arm.py, test_targets_wasm.py and test_cortex_m.py.
 
 What this guards: everything mlcc reads at run time besides its Python code (runtime_c/,
 targets/, runtime_js/) ships inside the package and is found there (mlcc/resources.py), never
@@ -26,6 +26,7 @@ import pytest
 from mlcc import resources
 from test_targets_arm import needs_arm
 from test_targets_wasm import needs_wasm
+from test_cortex_m import pytestmark as needs_cortex_m
 from util import reference_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,7 +113,8 @@ def test_mlcc_targets_lists_the_builtin_targets(installed):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["x86", pytest.param("arm", marks=needs_arm),
-                                    pytest.param("wasm", marks=needs_wasm)])
+                                    pytest.param("wasm", marks=needs_wasm),
+                                    pytest.param("cortex-m4", marks=needs_cortex_m)])
 def test_compile_run_verify_from_an_empty_folder(installed, target):
     """`mlcc compile`, `mlcc run` (outputs against onnxruntime here) and `mlcc verify`."""
     work = installed["work"] / target

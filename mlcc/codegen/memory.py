@@ -91,16 +91,21 @@ class ArenaTooLarge(MlccError):
     pass
 
 
-def check_arena_limit(prog: Program, plan: MemoryPlan, limit: int | None) -> None:
-    if limit is None or plan.arena_size <= limit:
-        return
+def peak_layers(prog: Program, plan: MemoryPlan) -> str:
+    """The calls where the most arena bytes are live, for messages: "peak layers: ..."."""
     peaks = []
     for t in plan.peak_calls():
         call = prog.calls[t]
         peaks.append(f"{', '.join(call.nodes) or call.kernel} ({call.op}): "
                      f"{plan.live_bytes[t]} bytes live")
+    return "peak layers: " + "; ".join(peaks)
+
+
+def check_arena_limit(prog: Program, plan: MemoryPlan, limit: int | None) -> None:
+    if limit is None or plan.arena_size <= limit:
+        return
     raise ArenaTooLarge(f"the arena needs {plan.arena_size} bytes, more than --max-arena "
-                        f"{limit}; peak layers: " + "; ".join(peaks))
+                        f"{limit}; {peak_layers(prog, plan)}")
 
 
 def check_address_space(plan: MemoryPlan, weights_size: int, io_bytes: dict[str, int],

@@ -5,9 +5,9 @@ from pathlib import Path
 
 from ..errors import InputError
 from .loader import CompiledModel, ModelBase, aligned_empty, read_manifest
-from .runner import HarnessModel
+from .runner import FirmwareModel, HarnessModel
 
-__all__ = ["CompiledModel", "HarnessModel", "ModelBase", "aligned_empty", "load"]
+__all__ = ["CompiledModel", "FirmwareModel", "HarnessModel", "ModelBase", "aligned_empty", "load"]
 
 
 def load(folder: str | Path, *, run: list[str] | None = None, threads: int = 1) -> ModelBase:
@@ -18,5 +18,7 @@ def load(folder: str | Path, *, run: list[str] | None = None, threads: int = 1) 
         if threads != 1:
             raise InputError("threads applies to models loaded into this process; the test "
                              "harness of a cross target runs single-threaded")
+        if manifest.get("output") == "firmware":
+            return FirmwareModel(folder, run=run)
         return HarnessModel(folder, run=run)
     return CompiledModel(folder, threads=threads)

@@ -15,6 +15,11 @@ damaged weight blob is therefore reported by run(), not by load().
 
 The wasm target uses the same contract: its `harness` is harness.mjs, a node script over the
 model's JavaScript API (mlcc/targets/wasm.py), and its run prefix is `node`.
+
+The firmware targets (cortex-m*) too (FirmwareModel): their `harness` is firmware.elf, booted
+by the run prefix (qemu-system-arm -machine ...) with semihosting on; its arguments (the
+input and output files, relative to the temporary folder QEMU runs in) are the semihosting
+command line, and the weights are in the firmware itself.
 """
 from __future__ import annotations
 
@@ -70,31 +75,38 @@ class HarnessModel(ModelBase):
             for path, arr in zip(in_paths, arrays):
                 # Raw little-endian elements, as the harness reads them on every target.
                 path.write_bytes(arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
-            cmd = [*self.command, str(self.harness.resolve()), str(self.weights.resolve()),
-                   *map(str, in_paths), *map(str, out_paths)]
-            self._execute(cmd)
+            self.last_stderr = self._execute(self._command(in_paths, out_paths), tmp_dir)
             return {t["name"]: self._read_output(path, t)
                     for path, t in zip(out_paths, self.outputs)}
 
-    def _execute(self, cmd: list[str]) -> None:
+    def _command(self, in_paths: list[Path], out_paths: list[Path]) -> list[str]:
+        return [*self.command, str(self.harness.resolve()), str(self.weights.resolve()),
+                *map(str, in_paths), *map(str, out_paths)]
+
+    def _execute(self, cmd: list[str], cwd: Path | None = None) -> str:
+        """Runs cmd; its stderr, or an error naming what failed."""
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout,
+                                  cwd=cwd)
         except FileNotFoundError:
             raise TargetError(f"cannot run {cmd[0]}: not found") from None
         except subprocess.TimeoutExpired:
             raise MlccError(f"the model did not finish within {self.timeout:g} s: "
                             f"{shlex.join(cmd)}") from None
         if proc.returncode == 0:
-            return
+            return proc.stderr
         lines = [l.strip() for l in proc.stderr.splitlines() if l.strip()]
         status = next((l for l in lines if l.startswith("harness: ") and " failed: " in l), "")
         if proc.returncode == EXIT_STATUS and status:
             stage, message = status[len("harness: "):].split(" failed: ", 1)
             prefix = f"{self.folder}: init failed" if stage == "init" else "run failed"
             raise RuntimeStatusError(f"{prefix}: {message}")
+        # an emulator's own fatal error (qemu-system-arm: "Lockup: ...") says most
+        last = next((l for l in lines if l.startswith("qemu: fatal: ")), lines[-1] if lines
+                    else "")
         raise MlccError(f"running the model on target {self.manifest.get('target', '?')} "
                         f"failed (exit status {proc.returncode})"
-                        + (f": {lines[-1]}" if lines else ""),
+                        + (f": {last}" if last else ""),
                         detail=f"$ {shlex.join(cmd)}\n{proc.stderr}")
 
     @staticmethod
@@ -109,3 +121,28 @@ class HarnessModel(ModelBase):
             return unpack_elements(np.frombuffer(data, np.uint8), t["dtype"], t["shape"])
         return np.frombuffer(data, dtype=dtype).astype(dtype.newbyteorder("="), copy=True
                                                         ).reshape(t["shape"])
+
+
+FIRMWARE_TIMEOUT_S = 600
+
+
+class FirmwareModel(HarnessModel):
+    """A model compiled for a microcontroller (output: firmware): firmware.elf, booted by the
+    target's run prefix (qemu-system-arm -machine ...) with semihosting, one boot per run.
+
+    `extra_args` go before the firmware's own (e.g. ["--runs", "2"]); `qemu_options` before
+    its semihosting options (e.g. an instruction-counting plugin)."""
+
+    def __init__(self, folder: str | Path, *, run: list[str] | None = None,
+                 timeout: float = FIRMWARE_TIMEOUT_S):
+        super().__init__(folder, run=run, timeout=timeout)
+        self.extra_args: list[str] = []
+        self.qemu_options: list[str] = []
+
+    def _command(self, in_paths: list[Path], out_paths: list[Path]) -> list[str]:
+        # QEMU runs in the temporary folder: the firmware gets short relative names
+        args = [*self.extra_args, *(p.name for p in in_paths), *(p.name for p in out_paths)]
+        config = ",".join(["enable=on", "target=native", "arg=firmware",
+                           *(f"arg={a}" for a in args)])
+        return [*self.command, *self.qemu_options, "-semihosting-config", config,
+                "-kernel", str(self.harness.resolve())]

@@ -22,7 +22,8 @@ import subprocess
 from pathlib import Path
 
 from .. import resources
-from ..errors import BuildError, TargetError
+from ..errors import BuildError, DoesNotFit, TargetError
+from . import firmware as fw
 from .target import Target
 
 BUILD_TIMEOUT_S = 1800
@@ -149,6 +150,10 @@ def _run_toolchain(target: Target, folder: Path, cmd: list[str], what: str) -> N
     if proc.returncode == 0:
         return
     detail = f"$ {shlex.join(cmd)}\n{proc.stderr}"
+    overflow = fw.overflow_message(proc.stderr)
+    if overflow:
+        raise DoesNotFit(f"the model does not fit the memory of target {target.name}: "
+                         f"{overflow}", detail=detail)
     # A compiler without its C library (a cross gcc without libc6-dev-<arch>-cross) fails
     # to link: that is a missing package, not a bug.
     missing = next((l for l in proc.stderr.splitlines()
@@ -171,6 +176,22 @@ def build_library(target: Target, folder: Path, sources: list[str],
     cmd = library_command(target, sources, target.library_name, exports)
     _run_toolchain(target, folder, cmd, "the generated code")
     return folder / target.library_name
+
+
+def build_firmware(target: Target, folder: Path, sources: list[str],
+                   defines: list[str]) -> Path:
+    """Compiles the sources into libmodel.a and links firmware.elf around it (output:
+    firmware); `defines` are the harness's (firmware.harness_defines)."""
+    if not target.compiler_found():
+        raise TargetError(f"target {target.name}: compiler {target.toolchain.cc!r} not found"
+                          f"{_install_hint(target)}")
+    for source in sources:
+        (folder / fw.object_path(source)).parent.mkdir(parents=True, exist_ok=True)
+        _run_toolchain(target, folder, fw.object_command(target, source), source)
+    (folder / target.library_name).unlink(missing_ok=True)
+    _run_toolchain(target, folder, fw.archive_command(target, sources), "the static library")
+    _run_toolchain(target, folder, fw.link_command(target, defines), "the firmware")
+    return folder / fw.FIRMWARE_ELF
 
 
 def build_harness(target: Target, folder: Path, prefix: str) -> Path:

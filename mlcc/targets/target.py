@@ -8,6 +8,7 @@ qemu-aarch64, or node for wasm; a user with a board replaces it, e.g. with an ss
 from __future__ import annotations
 
 import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,8 +19,9 @@ from ..errors import TargetError
 
 SIMD_LEVELS = ("auto", "none", "sse2", "avx2", "avx512", "neon", "simd128")
 # shared: a shared library (libmodel.so); wasm: a standalone WebAssembly module (model.wasm)
-# with the JavaScript wrapper of mlcc/targets/wasm.py.
-OUTPUT_KINDS = ("shared", "wasm")
+# with the JavaScript wrapper of mlcc/targets/wasm.py; firmware: a static library (libmodel.a)
+# and a bare-metal firmware.elf around it for a microcontroller (mlcc/targets/firmware.py).
+OUTPUT_KINDS = ("shared", "wasm", "firmware")
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,17 @@ class Toolchain:
     ar: str = "ar"
     package: str = ""             # the Debian package that provides cc, for hints
     env: tuple[tuple[str, str], ...] = ()   # environment variables the compiler needs
+
+
+@dataclass(frozen=True)
+class Firmware:
+    """The memory map of a bare-metal target (`firmware:` in its file): where code and
+    constants go (flash) and where the arena, statics and stack go (RAM), in bytes."""
+    flash_origin: int
+    flash_bytes: int
+    ram_origin: int
+    ram_bytes: int
+    stack_bytes: int
 
 
 @dataclass(frozen=True)
@@ -65,10 +78,11 @@ class Target:
     # im2col panels through the packed GEMM; wasm turns it off (the gathered path was
     # 0.72-0.88x per layer in node: docs/performance-log.md, wasm)
     implicit_strided: bool = True
+    firmware: Firmware | None = None     # output: firmware only
 
     @property
     def library_name(self) -> str:
-        return "model.wasm" if self.output == "wasm" else "libmodel.so"
+        return {"wasm": "model.wasm", "firmware": "libmodel.a"}.get(self.output, "libmodel.so")
 
     @property
     def is_host(self) -> bool:
@@ -94,7 +108,22 @@ class Target:
             if not found:
                 missing.append(f"{program} is not installed"
                                + (f" (apt-get install {package})" if package else ""))
+        if self.output == "firmware" and self.compiler_found() and not self._libc_found():
+            missing.append(f"the C library of {self.toolchain.cc} is not installed"
+                           + (f" (apt-get install {self.toolchain.package})"
+                              if self.toolchain.package else ""))
         return missing
+
+    def _libc_found(self) -> bool:
+        """Whether a bare-metal compiler finds its C library (newlib) for the target's flags:
+        gcc prints the path of libc.a only where it exists."""
+        try:
+            out = subprocess.run([self.toolchain.cc, *self.toolchain.cflags,
+                                  "-print-file-name=libc.a"], capture_output=True, text=True,
+                                 timeout=60).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return False
+        return Path(out).is_absolute()
 
     def defines(self) -> list[str]:
         """Macros that tell the runtime kernels what the target offers: the vector width, or
@@ -143,8 +172,10 @@ _SCHEMA = {
     "name": str, "description": str, "arch": str, "toolchain": dict, "simd": str,
     "vector_bits": int, "alignment": int, "threads": int, "output": str, "cache_kib": dict,
     "cpu": dict, "run": list, "run_package": str, "int8": dict, "pointer_bits": int,
-    "gemm_tile": dict, "winograd": bool, "implicit_strided": bool,
+    "gemm_tile": dict, "winograd": bool, "implicit_strided": bool, "firmware": dict,
 }
+_FIRMWARE = {"flash": dict, "ram": dict, "stack_kib": int}
+_REGION = {"origin": int, "kib": int}
 _GEMM_TILE = {"rows": int, "vectors": int}
 # rows divide the packed A panel's 8 rows (MLCC_GEMM_MR); vectors keep the B panel's width a
 # divisor of the convolution's 64-column blocks
@@ -154,6 +185,7 @@ GEMM_TILE_VECTORS = (1, 2, 4)
 # (`pointer_bits`): the arena and the weights must fit in what size_t holds there.
 ARCH_32 = ("wasm32", "i386", "i486", "i586", "i686", "arm", "armv6", "armv7", "armv7a",
            "armv7m", "armv7em", "armhf", "armel", "thumbv6m", "thumbv7m", "thumbv7em",
+           "thumbv8m.base", "thumbv8m.main", "thumbv8.1m.main",
            "riscv32", "mips", "mipsel", "xtensa", "powerpc")
 
 
@@ -244,6 +276,7 @@ def parse_target(text: str, path: str = "<target>") -> Target:
         if tile["rows"] not in GEMM_TILE_ROWS or tile["vectors"] not in GEMM_TILE_VECTORS:
             raise TargetError(f"{path}: gemm_tile.rows must be one of {GEMM_TILE_ROWS} and "
                               f"gemm_tile.vectors one of {GEMM_TILE_VECTORS}")
+    firmware = _parse_firmware(data, output, path)
     pointer_bits = data.get("pointer_bits", arch_pointer_bits(data["arch"]))
     if pointer_bits not in (32, 64):
         raise TargetError(f"{path}: pointer_bits must be 32 or 64, not {pointer_bits}")
@@ -260,7 +293,36 @@ def parse_target(text: str, path: str = "<target>") -> Target:
         int8_requant=int8.get("requant", "float"), path=path,
         gemm_tile=(tile["rows"], tile["vectors"]) if tile is not None else (),
         winograd=data.get("winograd", False),
-        implicit_strided=data.get("implicit_strided", True))
+        implicit_strided=data.get("implicit_strided", True), firmware=firmware)
+
+
+def _parse_firmware(data: dict, output: str, path: str) -> Firmware | None:
+    """`firmware:` is required with `output: firmware` and refused without it."""
+    fw = data.get("firmware")
+    if (fw is None) != (output != "firmware"):
+        raise TargetError(f"{path}: `firmware:` (the memory map) goes with `output: firmware`"
+                          f", and only with it")
+    if fw is None:
+        return None
+    _check_keys(fw, _FIRMWARE, "firmware.", path)
+    regions = {}
+    for key in ("flash", "ram"):
+        if key not in fw:
+            raise TargetError(f"{path}: firmware.{key} ({{origin: ADDRESS, kib: SIZE}}) is "
+                              f"required")
+        _check_keys(fw[key], _REGION, f"firmware.{key}.", path)
+        if set(fw[key]) != set(_REGION):
+            raise TargetError(f"{path}: firmware.{key} needs both origin and kib")
+        origin, kib = fw[key]["origin"], fw[key]["kib"]
+        if not 0 <= origin < 2 ** 32 or origin % 4 or not 0 < kib * 1024 <= 2 ** 32 - origin:
+            raise TargetError(f"{path}: firmware.{key} must be a word-aligned region of the "
+                              f"32-bit address space (origin {origin:#x}, {kib} KiB)")
+        regions[key] = (origin, kib * 1024)
+    stack = fw.get("stack_kib", 8)
+    if not 0 < stack * 1024 < regions["ram"][1]:
+        raise TargetError(f"{path}: firmware.stack_kib must be positive and less than the RAM")
+    return Firmware(regions["flash"][0], regions["flash"][1], regions["ram"][0],
+                    regions["ram"][1], stack * 1024)
 
 
 def builtin_targets() -> list[str]:

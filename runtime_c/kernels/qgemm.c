@@ -9,6 +9,15 @@
 #define MLCC_QGEMM_VNNI 0
 #endif
 
+/* Cortex-M4/M7/M55 (the DSP extension): two 16-bit multiply-accumulates per instruction. */
+#if !MLCC_QGEMM_VNNI && defined(__ARM_FEATURE_DSP) && defined(__ARM_FEATURE_SIMD32) && \
+    !defined(MLCC_NO_SMLAD)
+#include <arm_acle.h>
+#define MLCC_QGEMM_SMLAD 1
+#else
+#define MLCC_QGEMM_SMLAD 0
+#endif
+
 #define QMR 8     /* rows per tile */
 #define QNR 16    /* columns per tile: one 512-bit vector of int32 */
 
@@ -139,7 +148,7 @@ static void tile_epilogue(const mlcc_qgemm_desc *d, const mlcc_requant *rq,
     (void)j;
 }
 
-#define PORTABLE_TILE(ATYPE, BTYPE)                                                         \
+#define PORTABLE_TILE(ATYPE, BTYPE)                                                        \
     for (k4 = 0; k4 < d->k4; k4++) {                                                       \
         const BTYPE *bk = (const BTYPE *)b + (k4 * d->n + j0) * 4;                         \
         for (r = 0; r < mr; r++) {                                                         \
@@ -249,10 +258,109 @@ static void qgemm_vnni(const mlcc_qgemm_desc *d, const uint8_t *a, const uint8_t
 }
 #endif
 
+#if MLCC_QGEMM_SMLAD
+static inline uint32_t load4(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Bytes 0 and 2 (even) or 1 and 3 (odd) of a word into 16-bit lanes, sign- or
+ * zero-extended: SXTB16/UXTB16, with their free rotation for the odd bytes (GCC 12 does not
+ * fold a rotate into __sxtb16). */
+static inline int16x2_t sxtb16_even(uint32_t x) { return __sxtb16((int32_t)x); }
+static inline int16x2_t uxtb16_even(uint32_t x) { return __uxtb16((int32_t)x); }
+
+static inline int16x2_t sxtb16_odd(uint32_t x) {
+    int16x2_t r;
+    __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(x));
+    return r;
+}
+
+static inline int16x2_t uxtb16_odd(uint32_t x) {
+    int16x2_t r;
+    __asm__("uxtb16 %0, %1, ror #8" : "=r"(r) : "r"(x));
+    return r;
+}
+
+/* Groups of 4 k of a 2 x 2 block (a 1 x 2 block for a last odd row): the bytes of each word
+ * split into 16-bit lanes, even (bytes 0 and 2) and odd (1 and 3), signed (SXTB16) or unsigned
+ * (UXTB16) as the operand is, then SMLAD adds both lane products to the int32 sum: the
+ * portable sum exactly (integer, no saturation: like the portable kernel, it wraps only where
+ * int32 itself would overflow). */
+#define SMLAD_STEP2(XA, XB)                                                                \
+    for (kk = (size_t)d->k4; kk != 0; kk--, pa0 += 4, pa1 += 4, pb0 += bstep, pb1 += bstep) {\
+        const uint32_t wa0 = load4(pa0), wa1 = load4(pa1), wb0 = load4(pb0), wb1 = load4(pb1);\
+        const int16x2_t a0e = XA##_even(wa0), a0o = XA##_odd(wa0);                         \
+        const int16x2_t a1e = XA##_even(wa1), a1o = XA##_odd(wa1);                         \
+        const int16x2_t b0e = XB##_even(wb0), b0o = XB##_odd(wb0);                         \
+        const int16x2_t b1e = XB##_even(wb1), b1o = XB##_odd(wb1);                         \
+        s00 = __smlad(a0o, b0o, __smlad(a0e, b0e, s00));                                   \
+        s01 = __smlad(a0o, b1o, __smlad(a0e, b1e, s01));                                   \
+        s10 = __smlad(a1o, b0o, __smlad(a1e, b0e, s10));                                   \
+        s11 = __smlad(a1o, b1o, __smlad(a1e, b1e, s11));                                   \
+    }
+
+#define SMLAD_STEP1(XA, XB)                                                                \
+    for (kk = (size_t)d->k4; kk != 0; kk--, pa0 += 4, pb0 += bstep, pb1 += bstep) {        \
+        const uint32_t wa0 = load4(pa0), wb0 = load4(pb0), wb1 = load4(pb1);               \
+        const int16x2_t a0e = XA##_even(wa0), a0o = XA##_odd(wa0);                         \
+        const int16x2_t b0e = XB##_even(wb0), b0o = XB##_odd(wb0);                         \
+        const int16x2_t b1e = XB##_even(wb1), b1o = XB##_odd(wb1);                         \
+        s00 = __smlad(a0o, b0o, __smlad(a0e, b0e, s00));                                   \
+        s01 = __smlad(a0o, b1o, __smlad(a0e, b1e, s01));                                   \
+    }
+
+/* The portable kernel's tiles and epilogue, each tile computed in blocks of 2 rows x 2
+ * columns whose four sums stay in registers; a block past the last row or column repeats it
+ * (computed, not stored). */
+static void qgemm_smlad(const mlcc_qgemm_desc *d, const uint8_t *a, const uint8_t *b,
+                        const mlcc_requant *rq, const mlcc_qchannels *ch, void *y) {
+    const size_t bstep = (size_t)d->n * 4;     /* 32-bit steps in the k loop */
+    int64_t i0, j0, r, j;
+    size_t kk;
+    for (j0 = 0; j0 < d->n; j0 += QNR) {
+        const int64_t nr = d->n - j0 < QNR ? d->n - j0 : QNR;
+        for (i0 = 0; i0 < d->m; i0 += QMR) {
+            const int64_t mr = d->m - i0 < QMR ? d->m - i0 : QMR;
+            int32_t acc[QMR][QNR];
+            for (r = 0; r < mr; r += 2) {
+                const uint8_t *a0 = a + (i0 + r) * d->lda;
+                const uint8_t *a1 = r + 1 < mr ? a0 + d->lda : a0;
+                for (j = 0; j < nr; j += 2) {
+                    const uint8_t *b0 = b + (j0 + j) * 4;
+                    const uint8_t *b1 = j + 1 < nr ? b0 + 4 : b0;
+                    const uint8_t *pa0 = a0, *pa1 = a1, *pb0 = b0, *pb1 = b1;
+                    int32_t s00 = 0, s01 = 0, s10 = 0, s11 = 0;
+                    if (r + 1 == mr && d->a_signed) {
+                        SMLAD_STEP1(sxtb16, uxtb16)
+                    } else if (r + 1 == mr) {
+                        SMLAD_STEP1(uxtb16, sxtb16)
+                    } else if (d->a_signed) {
+                        SMLAD_STEP2(sxtb16, uxtb16)
+                    } else {
+                        SMLAD_STEP2(uxtb16, sxtb16)
+                    }
+                    acc[r][j] = s00;
+                    if (j + 1 < nr) acc[r][j + 1] = s01;
+                    if (r + 1 < mr) {
+                        acc[r + 1][j] = s10;
+                        if (j + 1 < nr) acc[r + 1][j + 1] = s11;
+                    }
+                }
+            }
+            tile_epilogue(d, rq, ch, acc, i0, mr, j0, nr, y);
+        }
+    }
+}
+#endif
+
 void mlcc_u8s8_gemm(const mlcc_qgemm_desc *d, const void *a, const void *b,
                     const mlcc_requant *rq, const mlcc_qchannels *ch, void *y) {
 #if MLCC_QGEMM_VNNI
     qgemm_vnni(d, (const uint8_t *)a, (const uint8_t *)b, rq, ch, y);
+#elif MLCC_QGEMM_SMLAD
+    qgemm_smlad(d, (const uint8_t *)a, (const uint8_t *)b, rq, ch, y);
 #else
     mlcc_u8s8_gemm__portable(d, a, b, rq, ch, y);
 #endif

@@ -1,0 +1,330 @@
+"""The microcontroller targets cortex-m4, cortex-m7 and cortex-m55: libmodel.a and a bare-metal
+firmware built by arm-none-eabi-gcc, run in qemu-system-arm (mps2-an386, mps2-an500,
+mps3-an547) through semihosting, compared with onnxruntime (float) and with the x86 build
+(int8: the same integer arithmetic, so the same bits).
+
+Skipped when arm-none-eabi-gcc, newlib or qemu-system-arm is missing (`make test` installs
+them on Debian). ASan does not apply (no operating system); the library is checked to need no
+heap and no stdio instead. qemu-system-arm boots each firmware in about 0.3-1 s here; the whole
+file takes about 2-3 minutes on the shared 2-core machine (mostly the int8 calibration, which
+runs on the host, and the cross builds).
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import mlcc
+from mlcc import resources
+from mlcc.api import QuantizeConfig
+from mlcc.cli import main as cli_main
+from mlcc.errors import DoesNotFit, MlccError, TargetError
+from mlcc.runtime import FirmwareModel
+from mlcc.targets import load_target, parse_target
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGITS = ROOT / "examples" / "digits" / "digits_cnn.onnx"
+CALIB = ROOT / "examples" / "digits" / "digits_calib.npz"
+TEST = ROOT / "examples" / "digits" / "digits_test.npz"
+TARGETS = ("cortex-m4", "cortex-m7", "cortex-m55")
+M4 = load_target("cortex-m4")
+
+
+MISSING = "; ".join(M4.missing_tools())     # the compiler, newlib, qemu-system-arm
+pytestmark = pytest.mark.skipif(bool(MISSING), reason=MISSING or "cortex-m tools present")
+
+
+def _samples(n: int) -> list[dict]:
+    with np.load(TEST) as data:
+        return [{"input": data["input"][i:i + 1]} for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def float_builds(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("float")
+    return {t: mlcc.compile(DIGITS, tmp / t, target=t, name="digits") for t in TARGETS}
+
+
+@pytest.fixture(scope="module")
+def int8_builds(tmp_path_factory):
+    """The digits CNN quantized by mlcc's PTQ once (16 calibration samples, written out as a
+    QDQ model), then that QDQ model compiled with its own parameters for x86 and the three
+    cores: the same integer program everywhere, one calibration instead of four."""
+    tmp = tmp_path_factory.mktemp("int8")
+    qdq = tmp / "digits_qdq.onnx"
+    mlcc.compile(DIGITS, tmp / "calibrated", name="digits", build=False,
+                 quantize=QuantizeConfig(calibration=CALIB, max_samples=16, export_qdq=qdq))
+    return {t: mlcc.compile(qdq, tmp / t, target=t, name="digits",
+                            quantize=QuantizeConfig(calibration=None))
+            for t in ("x86", *TARGETS)}
+
+
+# --------------------------------------------------------------------------------- targets
+
+def test_targets_describe_the_cores_and_their_machines():
+    for name, cpu, machine in (("cortex-m4", "-mcpu=cortex-m4", "mps2-an386"),
+                               ("cortex-m7", "-mcpu=cortex-m7", "mps2-an500"),
+                               ("cortex-m55", "-mcpu=cortex-m55", "mps3-an547")):
+        t = load_target(name)
+        assert t.output == "firmware" and t.library_name == "libmodel.a"
+        assert cpu in t.toolchain.cflags and "-mfloat-abi=hard" in t.toolchain.cflags
+        assert t.run[:3] == ("qemu-system-arm", "-machine", machine)
+        assert t.pointer_bits == 32 and t.firmware.stack_bytes > 0
+
+
+def test_firmware_key_goes_with_firmware_output():
+    base = (ROOT / "targets" / "cortex-m4.yaml").read_text()
+    with pytest.raises(TargetError, match="goes with `output: firmware`"):
+        parse_target(base.replace("output: firmware", "output: shared"), "t.yaml")
+    with pytest.raises(TargetError, match="firmware.flash"):
+        parse_target(re.sub(r"  flash: .*\n", "", base), "t.yaml")
+    with pytest.raises(TargetError, match="firmware.ram must be a word-aligned region"):
+        parse_target(base.replace("origin: 0x20000000, kib: 4096",
+                                  "origin: 0xFFFFF000, kib: 4096"), "t.yaml")
+    with pytest.raises(TargetError, match="unknown key firmware.'heap'"):
+        parse_target(base.replace("  stack_kib: 8", "  stack_kib: 8\n  heap: 1"), "t.yaml")
+
+
+def test_targets_say_when_newlib_is_missing(tmp_path):
+    """A compiler without its C library prints the bare file name for -print-file-name."""
+    cc = tmp_path / "arm-none-eabi-gcc"
+    cc.write_text("#!/bin/sh\necho libc.a\n")
+    cc.chmod(0o755)
+    base = (ROOT / "targets" / "cortex-m4.yaml").read_text()
+    t = parse_target(base.replace("cc: arm-none-eabi-gcc", f"cc: {cc}"), "t.yaml")
+    assert t.missing_tools() == [f"the C library of {cc} is not installed (apt-get install "
+                                 f"gcc-arm-none-eabi libnewlib-arm-none-eabi)"]
+
+
+def test_targets_command_lists_them_ready():
+    out = CliRunner().invoke(cli_main, ["targets"]).output
+    for name in TARGETS:
+        assert re.search(rf"^{name} .* ready$", out, re.M), out
+
+
+def test_runtime_and_firmware_compile_warning_free_for_the_cores():
+    """Every kernel and the runtime core (int32_t is a long here), and the firmware files
+    with -Wconversion, strict warnings, for the M4 (DSP, FPU) and the M55 (MVE)."""
+    rt = resources.runtime_c()
+    for target in (M4, load_target("cortex-m55")):
+        flags = [f for f in target.toolchain.cflags if f.startswith(("-m", "-D"))]
+        common = [target.toolchain.cc, "-std=c99", "-O2", "-Wall", "-Wextra", "-pedantic",
+                  "-Werror", *flags, *target.defines(), f"-I{rt / 'include'}",
+                  f"-I{rt / 'kernels'}", "-fsyntax-only"]
+        sources = sorted((rt / "kernels").glob("*.c")) + sorted((rt / "src").glob("*.c"))
+        subprocess.run([*common, *map(str, sources)], check=True)
+        subprocess.run([*common, "-Wconversion", "-DMLCC_MODEL=digits", "-DMLCC_FW_ARENA_SIZE=64",
+                        "-DMLCC_FW_IO_SIZE=64", *map(str, sorted((rt / "firmware").glob("*.c")))],
+                       check=True)
+
+
+# --------------------------------------------------------------------------------- float
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_float_cnn_matches_onnxruntime_in_qemu(float_builds, target):
+    import onnxruntime as ort
+    sess = ort.InferenceSession(str(DIGITS), providers=["CPUExecutionProvider"])
+    model = mlcc.load(float_builds[target].folder)
+    assert isinstance(model, FirmwareModel)
+    for feeds in _samples(2):
+        got = model.run(feeds)["logits"]
+        ref = sess.run(None, feeds)[0]
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-4 * max(1.0, np.abs(ref).max()))
+        assert got.argmax() == ref.argmax()
+
+
+def test_verify_command_on_a_cortex_m(tmp_path):
+    res = CliRunner().invoke(cli_main, ["verify", str(DIGITS), "-t", "cortex-m7"])
+    assert res.exit_code == 0, res.output
+    assert "verified: outputs match onnxruntime" in res.output
+
+
+def test_output_folder_holds_library_firmware_and_memory_report(float_builds):
+    res = float_builds["cortex-m4"]
+    folder, m = res.folder, res.manifest
+    for name in ("libmodel.a", "model.h", "weights.c", "startup.c", "firmware.c", "firmware.ld",
+                 "firmware.elf", "Makefile"):
+        assert (folder / name).is_file(), name
+    assert m["embedded_weights"] and m["harness"] == "firmware.elf"
+    assert json.loads((folder / "manifest.json").read_text())["memory"] == m["memory"]
+    ram, flash = m["memory"]["ram"], m["memory"]["flash"]
+    assert ram["arena"] == m["arena_size"] and ram["stack"] == M4.firmware.stack_bytes
+    assert flash["weights"] == m["weights_size"]       # weights.c's blob, in flash
+    assert ram["total"] == ram["arena"] + ram["io"] + ram["statics"] + ram["stack"]
+    assert flash["total"] == flash["code"] + flash["weights"] <= flash["size"]
+    assert ram["size"] == M4.firmware.ram_bytes
+    # the compile reports them
+    out = CliRunner().invoke(cli_main, ["compile", str(DIGITS), "-t", "cortex-m55", "-o",
+                                        str(folder.parent / "cli")]).output
+    assert re.search(r"RAM \d+ bytes \(arena \d+, I/O buffers \d+, statics \d+, stack 8192\) of "
+                     r"524288; flash \d+ bytes \(code \d+, weights \d+\) of 524288", out), out
+
+
+def test_folder_makefile_rebuilds_the_same_firmware(float_builds, tmp_path):
+    import shutil
+    folder = tmp_path / "copy"
+    shutil.copytree(float_builds["cortex-m4"].folder, folder)
+    subprocess.run(["make", "clean"], cwd=folder, check=True, capture_output=True)
+    subprocess.run(["make"], cwd=folder, check=True, capture_output=True, timeout=600)
+    assert (folder / "firmware.elf").read_bytes() == \
+        (float_builds["cortex-m4"].folder / "firmware.elf").read_bytes()
+
+
+def test_library_needs_no_heap_and_no_stdio(float_builds, int8_builds):
+    """The firmware links no allocator and no stdio: the library only calls libc's mem*
+    functions, libm and the compiler's helpers."""
+    nm = M4.toolchain.ar.replace("-ar", "-nm")
+    for res in (float_builds["cortex-m4"], int8_builds["cortex-m4"]):
+        out = subprocess.run([nm, "-u", str(res.folder / "libmodel.a")], capture_output=True,
+                             text=True, check=True).stdout
+        undefined = {l.split()[-1] for l in out.splitlines() if l.strip().startswith("U ")}
+        external = {u for u in undefined if not u.startswith(("mlcc_", "digits_", "__aeabi_"))}
+        assert external <= {"memcpy", "memset", "memmove", "memcmp", "expf", "erff", "powf",
+                            "sqrtf", "tanhf", "logf", "floorf", "roundf", "nearbyintf",
+                            "lrintf", "fabsf"}, external
+        elf = subprocess.run([nm, str(res.folder / "firmware.elf")], capture_output=True,
+                             text=True, check=True).stdout
+        assert not re.search(r" T (malloc|_malloc_r|printf|fopen|_sbrk)$", elf, re.M)
+
+
+# --------------------------------------------------------------------------------- int8
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_int8_cnn_is_bit_identical_to_the_x86_build(int8_builds, target):
+    ref = mlcc.load(int8_builds["x86"].folder)
+    model = mlcc.load(int8_builds[target].folder)
+    assert int8_builds[target].manifest["quantization"]["integer_layers"] >= 4
+    for feeds in _samples(3):
+        np.testing.assert_array_equal(model.run(feeds)["logits"], ref.run(feeds)["logits"])
+
+
+def test_int8_smlad_kernels_match_the_portable_ones_on_odd_shapes(tmp_path):
+    """Conv 3 -> 5 channels 3x3 on 7x9 (K = 27, not a multiple of 4; 5 rows: a last odd row),
+    then Gemm 315 -> 7: the M4's SMLAD int8 GEMM (qgemm.c) gives the bits of the portable
+    kernel that the x86 target runs."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.standard_normal((5, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(5).astype(np.float32), "b"),
+             numpy_helper.from_array(rng.standard_normal((315, 7)).astype(np.float32), "g"),
+             numpy_helper.from_array(np.array([1, -1], np.int64), "shape")]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Reshape", ["r", "shape"], ["f"]),
+             helper.make_node("MatMul", ["f", "g"], ["y"])]
+    graph = helper.make_graph(nodes, "odd", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 3, 7, 9])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 7])], inits)
+    src, qdq, calib = tmp_path / "odd.onnx", tmp_path / "odd_qdq.onnx", tmp_path / "calib.npz"
+    import onnx
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), src)
+    np.savez(calib, x=rng.standard_normal((8, 1, 3, 7, 9)).astype(np.float32))
+    mlcc.compile(src, tmp_path / "cal", build=False,
+                 quantize=QuantizeConfig(calibration=calib, export_qdq=qdq))
+    own = QuantizeConfig(calibration=None)
+    ref = mlcc.load(mlcc.compile(qdq, tmp_path / "x86", quantize=own).folder)
+    m4 = mlcc.compile(qdq, tmp_path / "m4", target="cortex-m4", quantize=own)
+    assert m4.manifest["quantization"]["integer_layers"] >= 2
+    dis = subprocess.run([M4.toolchain.ar.replace("-ar", "-objdump"), "-d",
+                          str(m4.folder / "firmware.elf")], capture_output=True, text=True,
+                         check=True).stdout
+    assert "smlad" in dis and "sxtb16" in dis
+    model = mlcc.load(m4.folder)
+    for seed in range(3):
+        x = {"x": np.random.default_rng(seed).standard_normal((1, 3, 7, 9)).astype(np.float32)}
+        np.testing.assert_array_equal(model.run(x)["y"], ref.run(x)["y"])
+
+
+# --------------------------------------------------------------------------------- fit
+
+def _target_with(tmp_path: Path, **kib) -> str:
+    text = (ROOT / "targets" / "cortex-m4.yaml").read_text()
+    if "ram" in kib:
+        text = text.replace("origin: 0x20000000, kib: 4096",
+                            f"origin: 0x20000000, kib: {kib['ram']}")
+    if "flash" in kib:
+        text = text.replace("origin: 0x00000000, kib: 4096",
+                            f"origin: 0x00000000, kib: {kib['flash']}")
+    path = tmp_path / "small.yaml"
+    path.write_text(text.replace("name: cortex-m4", "name: small"))
+    return str(path)
+
+
+def test_model_larger_than_the_ram_is_refused_naming_the_peak_layers(tmp_path):
+    res = CliRunner().invoke(cli_main, ["compile", str(DIGITS), "-t",
+                                        _target_with(tmp_path, ram=64), "-o",
+                                        str(tmp_path / "out")])
+    assert res.exit_code == 1, res.output
+    assert "does not fit target small" in res.output and "64 KiB" not in res.output
+    assert "more than the 65536 bytes of RAM" in res.output
+    assert re.search(r"peak layers: /c\d/Conv, /Relu(_\d)? \(Conv\+Relu\): \d+ bytes live",
+                     res.output)
+    assert "Traceback" not in res.output
+
+
+def test_model_larger_than_the_flash_is_refused(tmp_path):
+    with pytest.raises(DoesNotFit, match=r"flash: the weights \(\d+ bytes\) are more than the "
+                                         r"262144 bytes of flash"):
+        mlcc.compile(DIGITS, tmp_path / "out", target=_target_with(tmp_path, flash=256))
+
+
+def test_linker_overflow_is_reported_as_not_fitting(float_builds, tmp_path):
+    """Arena, buffers and stack fit, the statics do not: the linker finds it."""
+    ram = float_builds["cortex-m4"].manifest["memory"]["ram"]
+    kib = -(-(ram["arena"] + ram["io"] + ram["stack"]) // 1024)
+    assert kib * 1024 < ram["total"]
+    with pytest.raises(DoesNotFit, match=r"does not fit the memory of target small: .*RAM.*"
+                                         r"peak layers: "):
+        mlcc.compile(DIGITS, tmp_path / "out", target=_target_with(tmp_path, ram=kib))
+
+
+def test_max_arena_works_on_cortex_m(tmp_path):
+    res = CliRunner().invoke(cli_main, ["compile", str(DIGITS), "-t", "cortex-m4",
+                                        "--max-arena", "16K", "-o", str(tmp_path / "out")])
+    assert res.exit_code == 1 and "more than --max-arena 16384; peak layers:" in res.output
+
+
+# --------------------------------------------------------------------------------- runner
+
+def test_firmware_reports_usage_errors_with_a_clear_message(float_builds):
+    model = FirmwareModel(float_builds["cortex-m4"].folder)
+    model.extra_args = ["--runs", "0"]
+    with pytest.raises(MlccError, match="--runs needs a count from 1 to 1000000"):
+        model.run(_samples(1)[0])
+
+
+def test_firmware_that_locks_up_is_reported(float_builds):
+    """The M4 image on a machine that boots from elsewhere (mps2-an505's Cortex-M33 reads its
+    vector table at 0x10000000): the core locks up, QEMU stops with a fatal error."""
+    model = FirmwareModel(float_builds["cortex-m4"].folder, timeout=60,
+                          run=["qemu-system-arm", "-machine", "mps2-an505", "-nographic"])
+    with pytest.raises(MlccError, match="failed .*: qemu: fatal: Lockup"):
+        model.run(_samples(1)[0])
+
+
+def test_firmware_that_never_exits_times_out(float_builds):
+    model = FirmwareModel(float_builds["cortex-m4"].folder, timeout=2,
+                          run=[sys.executable, "-c", "import time; time.sleep(60)"])
+    with pytest.raises(MlccError, match="did not finish within 2 s"):
+        model.run(_samples(1)[0])
+
+
+# --------------------------------------------------------------------------------- bench
+
+def test_bench_counts_instructions_per_inference_and_per_layer(tmp_path):
+    res = mlcc.bench(DIGITS, target="cortex-m4", output_dir=tmp_path / "b")
+    assert res.insns > 100_000
+    assert len(res.layers) == 6 and all(layer.insns > 0 for layer in res.layers)
+    # the layers add up to the inference, up to the marks' own instructions
+    assert abs(sum(layer.insns for layer in res.layers) - res.insns) < 100
+    assert res.check.startswith("outputs match onnxruntime")
+    text = res.report()
+    assert f"instructions per inference: {res.insns:,}" in text
+    assert "/c2/Conv, /Relu_1 (Conv+Relu, mlcc_f32_conv2d" in text
