@@ -1,0 +1,295 @@
+"""onnxruntime's quantized com.microsoft operators (issue 19; docs/quantization.md, "Contrib
+operators of onnxruntime"), each alone on odd shapes against
+onnxruntime, then whole models written by onnxruntime's own tools. Where onnxruntime's
+arithmetic is exact (integer sums, its own tables, its float requantization) the outputs are
+compared bit for bit; QLinearAdd, QLinearMul and QLinearSigmoid are allowed one code, and only
+they (onnxruntime approximates there: fixed-point Add multipliers, a polynomial logistic)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import mlcc
+from mlcc.errors import UnsupportedError
+
+from util import compile_and_run
+
+MS = "com.microsoft"
+
+
+def _model(nodes, inputs: dict, outputs: list, inits: dict) -> onnx.ModelProto:
+    """outputs: (name, numpy dtype, shape)."""
+    def info(name, dtype, shape):
+        return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(
+            np.dtype(dtype)), list(shape))
+    graph = helper.make_graph(
+        nodes, "contrib", [info(k, v.dtype, v.shape) for k, v in inputs.items()],
+        [info(*o) for o in outputs],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid(MS, 1)])
+    model.ir_version = 9
+    return model
+
+
+def _ort(model, feeds, level=ort.GraphOptimizationLevel.ORT_ENABLE_BASIC) -> dict:
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = level
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString() if isinstance(model, onnx.ModelProto)
+                                else str(model), opts, providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
+def _codes(rng, dtype, shape):
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+def _check(model, feeds, tmp_path, *, lsb: int = 0, target: str = "x86") -> dict:
+    """mlcc against onnxruntime: integer outputs within `lsb` codes (0: equal), float ones
+    equal."""
+    got = compile_and_run(model, feeds, tmp_path, target=target)
+    ref = _ort(model, feeds)
+    for name, r in ref.items():
+        g = got[name]
+        assert g.dtype == r.dtype and g.shape == r.shape, (name, g.dtype, g.shape, r.shape)
+        if lsb:
+            diff = np.abs(g.astype(np.int32) - r.astype(np.int32))
+            assert diff.max() <= lsb, f"{name}: {diff.max()} codes apart"
+        else:
+            np.testing.assert_array_equal(g, r, err_msg=name)
+    return got
+
+
+# ------------------------------------------------------------------ matrix products
+
+MATMUL_CASES = {
+    # (A shape, N, weight dtype, b_scale per column, b zero point, bias)
+    "s8_tensor": ((3, 5, 29), 11, np.int8, False, True, True),
+    "s8_column": ((2, 7, 31), 13, np.int8, True, True, False),
+    "u8_column_nozp": ((37, 16), 5, np.uint8, True, False, True),
+    "u8_tensor": ((1, 9, 3), 23, np.uint8, False, True, False),
+    "k1": ((5, 1), 7, np.int8, True, True, True),
+}
+
+
+def _weights(rng, k, n, wdt, per_column, zp):
+    w = _codes(rng, wdt, (k, n))
+    bs = (rng.uniform(0.005, 0.05, n) if per_column else np.array(0.02)).astype(np.float32)
+    bz = _codes(rng, wdt, bs.shape) if zp else None
+    return w, bs, bz
+
+
+@pytest.mark.parametrize("case", list(MATMUL_CASES))
+def test_dynamic_quantize_matmul_bit_exact(tmp_path, case):
+    shape, n, wdt, per_column, zp, with_bias = MATMUL_CASES[case]
+    rng = np.random.default_rng(len(case))
+    w, bs, bz = _weights(rng, shape[-1], n, wdt, per_column, zp)
+    inits = {"w": w, "bs": bs} | ({"bz": bz} if zp else {}) | (
+        {"bias": rng.normal(0, 1, n).astype(np.float32)} if with_bias else {})
+    node = helper.make_node("DynamicQuantizeMatMul",
+                            ["x", "w", "bs", "bz" if zp else "", "bias" if with_bias else ""],
+                            ["y"], domain=MS, name="dqmm")
+    x = rng.normal(0.4, 2.0, shape).astype(np.float32)
+    model = _model([node], {"x": x}, [("y", np.float32, (*shape[:-1], n))], inits)
+    _check(model, {"x": x}, tmp_path)
+
+
+@pytest.mark.parametrize("runtime_zp", [True, False])
+@pytest.mark.parametrize("case", list(MATMUL_CASES))
+def test_matmul_integer_to_float_bit_exact(tmp_path, case, runtime_zp):
+    """A's scale and zero point from DynamicQuantizeLinear (run time), or constants."""
+    shape, n, wdt, per_column, zp, with_bias = MATMUL_CASES[case]
+    rng = np.random.default_rng(len(case) + 50)
+    w, bs, bz = _weights(rng, shape[-1], n, wdt, per_column, zp)
+    inits = {"w": w, "bs": bs} | ({"bz": bz} if zp else {}) | (
+        {"bias": rng.normal(0, 1, n).astype(np.float32)} if with_bias else {})
+    mm = ["xq", "w", "xs", "bs", "xz", "bz" if zp else "", "bias" if with_bias else ""]
+    if runtime_zp:
+        nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"])]
+        x = rng.normal(-0.3, 1.7, shape).astype(np.float32)
+    else:
+        nodes = [helper.make_node("Identity", ["x"], ["xq"])]
+        inits |= {"xs": np.array(0.037, np.float32), "xz": np.array(131, np.uint8)}
+        x = _codes(rng, np.uint8, shape)
+    nodes.append(helper.make_node("MatMulIntegerToFloat", mm, ["y"], domain=MS, name="mitf"))
+    model = _model(nodes, {"x": x}, [("y", np.float32, (*shape[:-1], n))], inits)
+    _check(model, {"x": x}, tmp_path)
+
+
+QGEMM_CASES = {
+    # (M, K, N, transB, alpha, B dtype, per-column scale, C, uint8 output)
+    "u8_out": (5, 29, 11, 0, 1.0, np.int8, True, "column", True),
+    "u8_out_transb_alpha": (3, 17, 7, 1, 0.5, np.int8, False, "scalar", True),
+    "f32_out": (7, 13, 9, 1, 1.0, np.int8, True, None, False),
+    "u8_weights_f32_out": (1, 33, 4, 0, 2.0, np.uint8, False, "column", False),
+}
+
+
+@pytest.mark.parametrize("case", list(QGEMM_CASES))
+def test_qgemm_bit_exact(tmp_path, case):
+    m, k, n, trans_b, alpha, wdt, per_column, c, u8_out = QGEMM_CASES[case]
+    rng = np.random.default_rng(len(case) + 7)
+    w = _codes(rng, wdt, (n, k) if trans_b else (k, n))
+    if wdt == np.uint8:
+        w = np.clip(w, 1, 255)          # symmetric uint8 weights: zero point 128
+    bs = (rng.uniform(0.005, 0.05, n) if per_column else np.array(0.02)).astype(np.float32)
+    bz = np.full(bs.shape, 128 if wdt == np.uint8 else 0, wdt)
+    inits = {"as": np.array(0.031, np.float32), "az": np.array(121, np.uint8), "w": w,
+             "bs": bs, "bz": bz}
+    if c:
+        inits["c"] = rng.integers(-3000, 3000, n if c == "column" else ()).astype(np.int32)
+    if u8_out:
+        inits |= {"ys": np.array(0.57, np.float32), "yz": np.array(110, np.uint8)}
+    node = helper.make_node("QGemm", ["a", "as", "az", "w", "bs", "bz", "c" if c else "",
+                                      *(["ys", "yz"] if u8_out else [])], ["y"], domain=MS,
+                            name="qgemm", alpha=alpha, transB=trans_b)
+    a = _codes(rng, np.uint8, (m, k))
+    model = _model([node], {"a": a}, [("y", np.uint8 if u8_out else np.float32, (m, n))],
+                   inits)
+    _check(model, {"a": a}, tmp_path)
+
+
+@pytest.mark.parametrize("bits,block,k,zp", [(4, 32, 64, True), (4, 16, 37, False),
+                                            (4, 32, 29, True), (8, 16, 40, True),
+                                            (2, 16, 50, True)])
+def test_matmul_nbits(tmp_path, bits, block, k, zp):
+    """Dequantized at compile time in onnxruntime's float32 arithmetic: the product then
+    differs only in the order of the float sums."""
+    rng = np.random.default_rng(bits * 100 + k)
+    n, blocks = 13, -(-k // block)
+    b = rng.integers(0, 256, (n, blocks, block * bits // 8)).astype(np.uint8)
+    scales = rng.uniform(0.01, 0.1, n * blocks).astype(np.float32)
+    inits = {"b": b, "s": scales, "bias": rng.normal(0, 1, n).astype(np.float32)}
+    if zp:
+        inits["zp"] = rng.integers(0, 256, n * -(-blocks * bits // 8)).astype(np.uint8)
+    node = helper.make_node("MatMulNBits", ["a", "b", "s", "zp" if zp else "", "", "bias"],
+                            ["y"], domain=MS, name="nbits", K=k, N=n, bits=bits,
+                            block_size=block)
+    a = rng.normal(0, 1, (2, 3, k)).astype(np.float32)
+    model = _model([node], {"a": a}, [("y", np.float32, (2, 3, n))], inits)
+    got = compile_and_run(model, {"a": a}, tmp_path)["y"]
+    ref = _ort(model, {"a": a})["y"]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
+# ------------------------------------------------------------------ element-wise
+
+def _qlinear_binary(op, a, b, qa, qb, qc):
+    node = helper.make_node(op, ["a", "as", "az", "b", "bs", "bz", "cs", "cz"], ["c"],
+                            domain=MS, name=op.lower())
+    inits = {"as": np.float32(qa[0]), "az": np.uint8(qa[1]), "bs": np.float32(qb[0]),
+             "bz": np.uint8(qb[1]), "cs": np.float32(qc[0]), "cz": np.uint8(qc[1])}
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    return _model([node], {"a": a, "b": b}, [("c", np.uint8, shape)], inits)
+
+
+BINARY_SHAPES = {"same": ((2, 3, 7, 5), (2, 3, 7, 5)), "channel": ((1, 3, 5, 7), (3, 1, 1)),
+                 "scalar": ((4, 13), ()), "both": ((5, 1, 3), (1, 7, 1))}
+
+
+@pytest.mark.parametrize("shapes", list(BINARY_SHAPES))
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+def test_qlinear_add_mul_within_one_code(tmp_path, op, shapes):
+    """onnxruntime's x86 QLinearAdd scales with 21-bit fixed-point multipliers and its
+    QLinearMul in float32; mlcc rounds the exact real result once: one code apart at most."""
+    sa, sb = BINARY_SHAPES[shapes]
+    rng = np.random.default_rng(len(op) + len(shapes))
+    a, b = _codes(rng, np.uint8, sa), _codes(rng, np.uint8, sb)
+    qc = (0.05, 128) if op == "QLinearAdd" else (0.3, 17)
+    got = _check(_qlinear_binary(op, a, b, (0.031, 121), (0.0173, 3), qc), {"a": a, "b": b},
+                 tmp_path, lsb=1)
+    # not saturated: the test sees the rounding
+    assert len(np.unique(got["c"])) > 20
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("op,attrs,lsb", [("QLinearSigmoid", {}, 1),
+                                          ("QLinearLeakyRelu", {"alpha": 0.13}, 0),
+                                          ("QLinearLeakyRelu", {}, 0)])
+def test_qlinear_tables(tmp_path, op, attrs, lsb, dtype):
+    """Every input code (the 256 of the type, on a prime shape) through the table."""
+    rng = np.random.default_rng(3)
+    x = np.arange(256, dtype=np.uint8).view(dtype)
+    x = np.concatenate([x, _codes(rng, np.dtype(dtype), 333 - 256)]).reshape(3, 111)
+    zx, zy = (131, 7) if dtype == "uint8" else (-5, -100)
+    node = helper.make_node(op, ["x", "xs", "xz", "ys", "yz"], ["y"], domain=MS,
+                            name=op.lower(), **attrs)
+    ys = 0.0041 if op == "QLinearSigmoid" else 0.047
+    inits = {"xs": np.float32(0.063), "xz": np.array(zx, dtype), "ys": np.float32(ys),
+             "yz": np.array(zy, dtype)}
+    got = _check(_model([node], {"x": x}, [("y", dtype, x.shape)], inits), {"x": x}, tmp_path,
+                 lsb=lsb)
+    assert len(np.unique(got["y"])) > 60
+
+
+@pytest.mark.parametrize("dtype,axis", [("uint8", 1), ("int8", -1), ("uint8", 0)])
+def test_qlinear_concat_bit_exact(tmp_path, dtype, axis):
+    """Three inputs: one at the output's scale and zero point (copied), two requantized."""
+    rng = np.random.default_rng(11)
+    shapes = [(2, 3, 5), (2, 3, 5), (2, 3, 5)]
+    if axis == 1:
+        shapes = [(2, 3, 5), (2, 1, 5), (2, 4, 5)]
+    xs = [_codes(rng, np.dtype(dtype), s) for s in shapes]
+    zs = [0, 100, 17] if dtype == "uint8" else [-3, 90, 0]
+    q = [(0.02, zs[0]), (0.05, zs[1]), (0.011, zs[2])]
+    inits = {"ys": np.float32(0.02), "yz": np.array(zs[0], dtype)}
+    ins = ["ys", "yz"]
+    for i, (s, z) in enumerate(q):
+        inits |= {f"s{i}": np.float32(s), f"z{i}": np.array(z, dtype)}
+        ins += [f"x{i}", f"s{i}", f"z{i}"]
+    node = helper.make_node("QLinearConcat", ins, ["y"], domain=MS, name="qconcat", axis=axis)
+    out = list(shapes[0])
+    out[axis] = sum(s[axis] for s in shapes)
+    feeds = {f"x{i}": x for i, x in enumerate(xs)}
+    _check(_model([node], feeds, [("y", dtype, out)], inits), feeds, tmp_path)
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 7, 3), (1, 3, 11), (1, 4, 1, 1), (1, 2, 31, 29)])
+def test_qlinear_global_average_pool_bit_exact(tmp_path, shape):
+    rng = np.random.default_rng(sum(shape))
+    x = _codes(rng, np.uint8, shape)
+    node = helper.make_node("QLinearGlobalAveragePool", ["x", "xs", "xz", "ys", "yz"], ["y"],
+                            domain=MS, name="qgap")
+    inits = {"xs": np.float32(0.05), "xz": np.uint8(97), "ys": np.float32(0.013),
+             "yz": np.uint8(120)}
+    out = shape[:2] + (1,) * (len(shape) - 2)
+    _check(_model([node], {"x": x}, [("y", np.uint8, out)], inits), {"x": x}, tmp_path)
+
+
+# ------------------------------------------------------------------ refusals
+
+REFUSALS = {
+    "int8 add": ("QLinearAdd", ["a", "as", "az", "a", "as", "az", "as", "az"], {},
+                 np.int8, "uint8 are"),
+    "transA": ("QGemm", ["a", "as", "az", "w", "as", "az"], {"transA": 1}, np.uint8,
+               "transA=1"),
+    "channels_last": ("QLinearGlobalAveragePool", ["a", "as", "az", "as", "az"],
+                      {"channels_last": 1}, np.uint8, "channels_last=1"),
+    "g_idx": ("MatMulNBits", ["f", "w", "fs", "", "gi"], {"K": 4, "N": 4, "block_size": 16},
+              None, "g_idx"),
+    "bits3": ("MatMulNBits", ["f", "w", "fs"], {"K": 4, "N": 4, "block_size": 16, "bits": 3},
+              None, "bits=3"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_unsupported_cases_are_refused_with_the_node(tmp_path, case):
+    op, ins, attrs, dtype, message = REFUSALS[case]
+    node = helper.make_node(op, ins, ["y"], domain=MS, name="the_node", **attrs)
+    inits = {"as": np.float32(0.1), "w": np.ones((4, 4), np.uint8), "fs": np.ones(4, np.float32),
+             "gi": np.zeros(4, np.int32)}
+    if dtype is not None:
+        inits["az"] = np.array(0, dtype)
+        feeds = {"a": np.zeros((4, 4), dtype)}
+    else:
+        feeds = {"f": np.zeros((1, 4), np.float32)}
+    model = _model([node], feeds, [("y", np.float32, (4, 4))], inits)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(UnsupportedError, match=f"the_node.*{op}.*{message}"):
+        mlcc.compile(path, tmp_path / "out")
