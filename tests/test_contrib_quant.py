@@ -322,8 +322,9 @@ def _small_cnn(path):
     return [{"x": rng.normal(0, 1, (1, 3, 13, 11)).astype(np.float32)} for _ in range(9)]
 
 
-@pytest.mark.parametrize("per_channel", [True, False])
-def test_quantize_static_qoperator_cnn_matches_onnxruntime(tmp_path, per_channel):
+def quantize_static_cnn(tmp_path, per_channel: bool):
+    """The small CNN through quantize_static (QOperator, uint8 activations, int8 weights):
+    the quantized model and an input it was not calibrated on."""
     from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
                                           quantize_static)
     samples = _small_cnn(tmp_path / "cnn.onnx")
@@ -337,13 +338,18 @@ def test_quantize_static_qoperator_cnn_matches_onnxruntime(tmp_path, per_channel
     quantize_static(str(tmp_path / "cnn.onnx"), str(tmp_path / "q.onnx"), Reader(),
                     quant_format=QuantFormat.QOperator, per_channel=per_channel,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
-    model = onnx.load(str(tmp_path / "q.onnx"))
+    return onnx.load(str(tmp_path / "q.onnx")), samples[8]
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_quantize_static_qoperator_cnn_matches_onnxruntime(tmp_path, per_channel):
+    model, sample = quantize_static_cnn(tmp_path, per_channel)
     ops = {n.op_type for n in model.graph.node if n.domain == MS}
     assert ops == {"QLinearAdd", "QLinearSigmoid", "QLinearMul", "QLinearLeakyRelu",
                    "QLinearConcat", "QLinearGlobalAveragePool", "QGemm"}
-    got = compile_and_run(model, samples[8], tmp_path)["y"]
+    got = compile_and_run(model, sample, tmp_path)["y"]
     # equal here; QLinearAdd / QLinearMul / QLinearSigmoid may differ by a code elsewhere
-    np.testing.assert_array_equal(got, _ort(model, samples[8])["y"])
+    np.testing.assert_array_equal(got, _ort(model, sample)["y"])
 
 
 # onnxruntime's level-2 fusions other than the two quantized MatMul ones: without them the
