@@ -121,6 +121,36 @@ def test_matmul_integer_to_float_bit_exact(tmp_path, case, runtime_zp):
     _check(model, {"x": x}, tmp_path)
 
 
+@pytest.mark.parametrize("act", ["relu", "gelu"])
+def test_activation_fuses_into_the_rescale(tmp_path, act):
+    """A Relu, or GELU written with Erf (MiniLM's), after DynamicQuantizeMatMul runs in
+    mlcc_i32_rescale's epilogue: Relu bit-exact, GELU (the vector erf of the float GEMM
+    epilogues) within 1e-6 of the reference's range."""
+    rng = np.random.default_rng(9)
+    w, bs, bz = _weights(rng, 37, 19, np.int8, True, True)
+    mk = helper.make_node
+    nodes = [mk("DynamicQuantizeMatMul", ["x", "w", "bs", "bz", "bias"], ["h"], domain=MS,
+                name="dqmm")]
+    if act == "relu":
+        nodes.append(mk("Relu", ["h"], ["y"]))
+    else:
+        nodes += [mk("Div", ["h", "sqrt2"], ["d"]), mk("Erf", ["d"], ["e"]),
+                  mk("Add", ["e", "one"], ["e1"]), mk("Mul", ["h", "e1"], ["m"]),
+                  mk("Mul", ["m", "half"], ["y"])]
+    inits = {"w": w, "bs": bs, "bz": bz, "bias": rng.normal(0, 1, 19).astype(np.float32),
+             "sqrt2": np.float32(np.sqrt(2)), "one": np.float32(1), "half": np.float32(0.5)}
+    x = rng.normal(0, 2, (3, 7, 37)).astype(np.float32)
+    model = _model(nodes, {"x": x}, [("y", np.float32, (3, 7, 19))], inits)
+    got = compile_and_run(model, {"x": x}, tmp_path)["y"]
+    src = next(tmp_path.glob("m*/out/model.c")).read_text()
+    assert src.count("mlcc_i32_rescale(") == 1 and "mlcc_f32_unary(" not in src
+    ref = _ort(model, {"x": x})["y"]
+    if act == "relu":
+        np.testing.assert_array_equal(got, ref)
+    else:
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6 * np.abs(ref).max())
+
+
 QGEMM_CASES = {
     # (M, K, N, transB, alpha, B dtype, per-column scale, C, uint8 output)
     "u8_out": (5, 29, 11, 0, 1.0, np.int8, True, "column", True),

@@ -227,7 +227,7 @@ def test_contrib_quant_qoperator_cnn(tmp_path, target):
 @pytest.mark.parametrize("target", TARGETS)
 def test_contrib_quant_matmuls(tmp_path, target):
     """DynamicQuantizeMatMul and MatMulIntegerToFloat (mlcc_i32_rescale) with per-column
-    scales and zero points, and a 4-bit MatMulNBits, chained."""
+    scales and zero points, a fused Relu, and a 4-bit MatMulNBits, chained."""
     from test_contrib_quant import MS, _model
     rng = np.random.default_rng(4)
     k, n, block = 29, 11, 16
@@ -242,8 +242,9 @@ def test_contrib_quant_matmuls(tmp_path, target):
     nodes = [helper.make_node("DynamicQuantizeMatMul", ["x", "w", "bs", "bz", "bias"], ["h"],
                               domain=MS),
              helper.make_node("DynamicQuantizeLinear", ["h"], ["hq", "hs", "hz"]),
-             helper.make_node("MatMulIntegerToFloat", ["hq", "w2", "hs", "bs2", "hz"], ["g"],
+             helper.make_node("MatMulIntegerToFloat", ["hq", "w2", "hs", "bs2", "hz"], ["g0"],
                               domain=MS),
+             helper.make_node("Relu", ["g0"], ["g"]),       # fused into mlcc_i32_rescale
              helper.make_node("MatMulNBits", ["g", "nb", "ns"], ["y"], domain=MS, K=13, N=7,
                               bits=4, block_size=block)]
     x = rng.normal(0.2, 1.5, (3, 5, k)).astype(np.float32)

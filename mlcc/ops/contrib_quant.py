@@ -363,7 +363,8 @@ def _integer_matmul_to_float(node: Node, lo: Lowering, a: str, a_scale: str, a_z
     bname = lo.add_const(f"{node.name}.b_scale", bs.reshape(-1))
     lo.call("mlcc_i32_rescale", [acc, a_scale, bname, bias, out], [out],
             params_type="mlcc_rescale_params",
-            params={"m": y.numel // n, "n": n, "per_column": int(bs.size > 1)},
+            params={"m": y.numel // n, "n": n, "per_column": int(bs.size > 1),
+                    "act": act_params(node)},
             op=f"{node.op_type} to float")
 
 
@@ -380,7 +381,8 @@ def _check_integer_matmul(node: Node, a, b, g: Graph) -> tuple:
 @register("MatMulIntegerToFloat", domain=MS)
 class MatMulIntegerToFloat(OpDef):
     """A (uint8), B, a_scale, b_scale, a_zero_point, b_zero_point, bias."""
-    attributes: dict = {}
+    attributes = {"_act": None}
+    fuses_activation = True
 
     def infer(self, node, ins, g):
         _codes(node, [ins[0]], ("uint8",))
@@ -399,7 +401,8 @@ class MatMulIntegerToFloat(OpDef):
 class DynamicQuantizeMatMul(OpDef):
     """A (float32, quantized at run time as DynamicQuantizeLinear does), B, b_scale,
     b_zero_point, bias."""
-    attributes: dict = {}
+    attributes = {"_act": None}
+    fuses_activation = True
 
     def infer(self, node, ins, g):
         require_dtype(node, [ins[0], ins[2]], ["float32"])

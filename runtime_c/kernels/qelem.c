@@ -83,6 +83,7 @@ void mlcc_i32_rescale(const mlcc_rescale_params *p, const int32_t *acc, const fl
             const float v = (float)ar[j] * mul;
             yr[j] = bias ? v + bias[j] : v;
         }
+        mlcc_act_apply(&p->act, yr, (ptrdiff_t)n);
     }
 }
 

@@ -46,13 +46,15 @@ void mlcc_i32_zero_point_correct(const mlcc_zero_point_params *p, const uint8_t 
                                  const int32_t *w_zero_point, int32_t *y);
 
 /* The float output of onnxruntime's MatMulIntegerToFloat and DynamicQuantizeMatMul from the
- * exact int32 product (zero points applied): y[i][j] = (float)acc[i][j] * mul[j] + bias[j],
+ * exact int32 product (zero points applied): y[i][j] = act((float)acc[i][j] * mul[j] + bias[j]),
  * mul[j] = a_scale[0] * b_scale[per_column ? j : 0] rounded to float32 first (onnxruntime's
- * multiplier), then one float32 multiply and one add. a_scale is read at run time (the scale
- * DynamicQuantizeLinear computed); bias: float32 [n], or NULL for none. */
+ * multiplier), then one float32 multiply and one add; act is a fused activation (a GELU after
+ * the product), applied to each row while it is in cache. a_scale is read at run time (the
+ * scale DynamicQuantizeLinear computed); bias: float32 [n], or NULL for none. */
 typedef struct mlcc_rescale_params {
     int64_t m, n;
     int32_t per_column;
+    mlcc_act act;
 } mlcc_rescale_params;
 
 void mlcc_i32_rescale(const mlcc_rescale_params *p, const int32_t *acc, const float *a_scale,
