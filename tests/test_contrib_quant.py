@@ -453,3 +453,84 @@ def test_matmul_nbits_minilm(tmp_path):
     ops = [n.op_type for n in onnx.load(str(tmp_path / "nbits.onnx")).graph.node]
     assert ops.count("MatMulNBits") == 36
     _compare_minilm(tmp_path / "nbits.onnx", tmp_path / "out", tok, rtol=1e-4)
+
+
+# ------------------------------------------------------------------ recurrent
+
+def _lstm_case(rng, wdt, per_column, direction, seq=5, batch=3, inp=7, hidden=6):
+    nd = 2 if direction == "bidirectional" else 1
+    w, r = _codes(rng, wdt, (nd, inp, 4 * hidden)), _codes(rng, wdt, (nd, hidden, 4 * hidden))
+    shape = (nd, 4 * hidden) if per_column else (nd,)
+    inits = {"w": w, "r": r, "b": rng.normal(0, 0.3, (nd, 8 * hidden)).astype(np.float32),
+             # onnxruntime takes weight zero points of 0 only (mlcc takes any)
+             "ws": rng.uniform(0.002, 0.01, shape).astype(np.float32), "wz": np.zeros(shape, wdt),
+             "rs": rng.uniform(0.002, 0.01, shape).astype(np.float32), "rz": np.zeros(shape, wdt),
+             "lens": np.array([seq, 2, seq - 1][:batch], np.int32),
+             "h0": rng.normal(0, 0.5, (nd, batch, hidden)).astype(np.float32)}
+    x = rng.normal(0, 1, (seq, batch, inp)).astype(np.float32)
+    return x, inits, nd
+
+
+def _dequantized(q, scale, zp):
+    shape = (q.shape[0], 1, -1)
+    return ((q.astype(np.int32) - zp.astype(np.int32).reshape(shape)).astype(np.float32)
+            * scale.reshape(shape)).transpose(0, 2, 1)
+
+
+@pytest.mark.parametrize("wdt,per_column,direction", [(np.int8, False, "forward"),
+                                                      (np.uint8, True, "bidirectional"),
+                                                      (np.int8, True, "reverse")])
+def test_dynamic_quantize_lstm(tmp_path, wdt, per_column, direction):
+    """Equal (to float rounding) to onnxruntime's LSTM on the dequantized weights; against
+    onnxruntime's DynamicQuantizeLSTM, which also quantizes X and h to uint8 at run time,
+    within that quantization's error."""
+    rng = np.random.default_rng(int(per_column) + len(direction))
+    x, inits, nd = _lstm_case(rng, wdt, per_column, direction)
+    hidden = inits["r"].shape[1]
+    ins = ["x", "w", "r", "b", "lens", "h0", "", "", "ws", "wz", "rs", "rz"]
+    outs = [("y", np.float32, (x.shape[0], nd, x.shape[1], hidden)),
+            ("yh", np.float32, (nd, x.shape[1], hidden))]
+    node = helper.make_node("DynamicQuantizeLSTM", ins, ["y", "yh"], domain=MS, name="dqlstm",
+                            hidden_size=hidden, direction=direction)
+    model = _model([node], {"x": x}, outs, inits)
+    got = compile_and_run(model, {"x": x}, tmp_path)
+    float_inits = {k: v for k, v in inits.items() if k in ("b", "lens", "h0")}
+    float_inits["w"] = _dequantized(inits["w"], inits["ws"], inits["wz"])
+    float_inits["r"] = _dequantized(inits["r"], inits["rs"], inits["rz"])
+    lstm = helper.make_node("LSTM", ins[:6], ["y", "yh"], hidden_size=hidden,
+                            direction=direction)
+    ref_float = _ort(_model([lstm], {"x": x}, outs, float_inits), {"x": x})
+    ref_quant = _ort(model, {"x": x})
+    for name in ("y", "yh"):
+        np.testing.assert_allclose(got[name], ref_float[name], rtol=0, atol=2e-6)
+        assert np.abs(got[name] - ref_quant[name]).max() < 0.05       # measured: <= 0.034
+
+
+def test_quantize_dynamic_lstm_model(tmp_path):
+    """quantize_dynamic on an LSTM (with a MatMul head) writes DynamicQuantizeLSTM."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    rng = np.random.default_rng(1)
+    seq, batch, inp, hidden = 9, 2, 11, 8
+    mk = helper.make_node
+    inits = [numpy_helper.from_array(rng.normal(0, 0.3, s).astype(np.float32), n)
+             for n, s in (("W", (2, 4 * hidden, inp)), ("R", (2, 4 * hidden, hidden)),
+                          ("B", (2, 8 * hidden)), ("head", (2 * hidden, 5)))]
+    nodes = [mk("LSTM", ["x", "W", "R", "B"], ["y"], hidden_size=hidden,
+                direction="bidirectional"),
+             mk("Transpose", ["y"], ["yt"], perm=[0, 2, 1, 3]),
+             mk("Reshape", ["yt", "shape"], ["flat"]), mk("MatMul", ["flat", "head"], ["o"])]
+    inits.append(numpy_helper.from_array(np.array([seq, batch, 2 * hidden]), "shape"))
+    graph = helper.make_graph(nodes, "lstm",
+                              [helper.make_tensor_value_info("x", 1, [seq, batch, inp])],
+                              [helper.make_tensor_value_info("o", 1, [seq, batch, 5])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "lstm.onnx"))
+    quantize_dynamic(str(tmp_path / "lstm.onnx"), str(tmp_path / "q.onnx"),
+                     weight_type=QuantType.QInt8)
+    q = onnx.load(str(tmp_path / "q.onnx"))
+    assert "DynamicQuantizeLSTM" in {n.op_type for n in q.graph.node}
+    x = rng.normal(0, 1, (seq, batch, inp)).astype(np.float32)
+    got = compile_and_run(q, {"x": x}, tmp_path)["o"]
+    ref = _ort(q, {"x": x})["o"]
+    assert np.abs(got - ref).max() < 0.02 * max(1.0, np.abs(ref).max())

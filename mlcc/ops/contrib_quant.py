@@ -6,8 +6,9 @@ that exist for other operators:
   graph optimizer fused them): the MatMulInteger lowering (u8 x s8 product, zero points at
   run time), then mlcc_i32_rescale (x a_scale * b_scale + bias); DynamicQuantizeMatMul first
   runs DynamicQuantizeLinear's kernel.
-- MatMulNBits (2/4/8-bit block-quantized weights): the weights are dequantized at compile time
-  (onnxruntime's float32 arithmetic) and the node runs as a float MatMul with bias.
+- MatMulNBits (2/4/8-bit block-quantized weights) and DynamicQuantizeLSTM (int8 W and R):
+  the weights are dequantized at compile time and the node runs as a float MatMul with bias
+  (onnxruntime's float32 dequantization, then the same product) or a float LSTM.
 - QLinearAdd (mlcc_u8_add), QLinearMul (mlcc_u8_mul), QLinearSigmoid, QLinearLeakyRelu and the
   requantized inputs of QLinearConcat (256-entry tables, mlcc_u8_lut, built with onnxruntime's
   own table arithmetic), QLinearGlobalAveragePool (the integer depthwise convolution with
@@ -29,6 +30,7 @@ from .common import act_params, broadcast_shapes, broadcast_strides, const_input
 from .gemm import MatMul
 from .movement import Concat
 from .quant import MLCC, QAdd, QConv, QFC, QLut, DynamicQuantizeLinear, MatMulInteger
+from .recurrent import LSTM
 from .registry import OpDef, register
 
 MS = "com.microsoft"
@@ -498,3 +500,59 @@ class MatMulNBits(OpDef):
 
     def flops(self, node: Node, g: Graph) -> int:
         return 2 * g.values[node.outputs[0]].numel * int(node.attr("K"))
+
+
+# ------------------------------------------------------------------ recurrent
+
+def _dequantize_gates(g: Graph, node: Node, index: int, what: str) -> np.ndarray:
+    """DynamicQuantizeLSTM's W or R ([nd, rows, 4 * hidden] int8 or uint8, scale and zero
+    point per direction or per direction and column) as float32 in ONNX LSTM's layout
+    [nd, 4 * hidden, rows]."""
+    q = np.asarray(const_input(g, node, index, what))
+    if q.dtype not in (np.int8, np.uint8) or q.ndim != 3:
+        raise UnsupportedError(f"{what} must be a constant 3-D int8 or uint8 tensor")
+    nd, _, cols = q.shape
+    at = 8 if index == 1 else 10              # W_scale, W_zero_point, R_scale, R_zero_point
+    scale = np.asarray(const_input(g, node, at, f"{what}_scale"), np.float32)
+    zp = np.asarray(const_input(g, node, at + 1, f"{what}_zero_point"))
+    if zp.dtype != q.dtype:
+        raise ModelError(f"{what}_zero_point is {zp.dtype}, {what} is {q.dtype}")
+    shape = {nd: (nd, 1, 1), nd * cols: (nd, 1, cols)}
+    if scale.size not in shape or zp.size not in shape:
+        raise UnsupportedError(f"{what}_scale {list(scale.shape)} and zero point "
+                               f"{list(zp.shape)} must be per direction or per column")
+    w = (q.astype(np.int32) - zp.astype(np.int32).reshape(shape[zp.size])).astype(np.float32)
+    w = (w * scale.reshape(shape[scale.size])).astype(np.float32)
+    return np.ascontiguousarray(w.transpose(0, 2, 1))
+
+
+@register("DynamicQuantizeLSTM", domain=MS)
+class DynamicQuantizeLSTM(OpDef):
+    """An LSTM with int8 or uint8 W and R (quantize_dynamic writes it): the weights are
+    dequantized at compile time and it runs as ONNX LSTM (mlcc_f32_recurrent) with float
+    activations. onnxruntime instead quantizes X and, at every step, h to uint8 at run time:
+    the results differ by that quantization error (docs/quantization.md)."""
+    attributes = {k: v for k, v in LSTM.attributes.items() if k != "layout"}
+
+    def infer(self, node, ins, g):
+        x, r = ins[0], ins[2]
+        require_dtype(node, [x], ["float32"])
+        if len(x.shape) != 3 or len(r.shape) != 3:
+            raise ModelError(f"X {list(x.shape)} and R {list(r.shape)} must be 3-D")
+        seq, batch, _ = x.shape
+        nd, hidden = r.shape[0], r.shape[1]
+        y, yh = (seq, nd, batch, hidden), (nd, batch, hidden)
+        return [("float32", y), ("float32", yh), ("float32", yh)][:len(node.outputs)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        g = lo.graph
+        w = lo.add_const(f"{node.name}.W", _dequantize_gates(g, node, 1, "W"))
+        r = lo.add_const(f"{node.name}.R", _dequantize_gates(g, node, 2, "R"))
+        LSTM().lower(Node(node.name, "LSTM", [node.inputs[0], w, r, *[node.input(i)
+                                                                      for i in range(3, 8)]],
+                          list(node.outputs), dict(node.attrs), "", 14), lo)
+
+    def flops(self, node: Node, g: Graph) -> int:
+        seq, batch, inp = g.values[node.inputs[0]].shape
+        nd, hidden = g.values[node.inputs[2]].shape[:2]
+        return nd * seq * batch * (2 * 4 * hidden * (inp + hidden) + 32 * hidden)
