@@ -534,3 +534,22 @@ def test_quantize_dynamic_lstm_model(tmp_path):
     got = compile_and_run(q, {"x": x}, tmp_path)["o"]
     ref = _ort(q, {"x": x})["o"]
     assert np.abs(got - ref).max() < 0.02 * max(1.0, np.abs(ref).max())
+
+
+# ------------------------------------------------------------------ the fusion of quantize_dynamic's MatMuls
+
+@pytest.mark.parametrize("per_channel,weight_type", [(False, "QInt8"), (True, "QUInt8")])
+def test_quantize_dynamic_matmuls_fuse_bit_exact(tmp_path, per_channel, weight_type):
+    """passes/fuse_integer_matmul.py: quantize_dynamic's MatMulInteger -> Cast -> Mul -> Add
+    (and the Relu after it) run as one MatMulIntegerToFloat, bit-identical to onnxruntime
+    running the graph as written (no fusions: ORT_DISABLE_ALL)."""
+    from test_dynamic_quant import quantize_dynamic_model
+    path = quantize_dynamic_model(tmp_path, "mlp", per_channel, weight_type)
+    model = onnx.load(str(path))
+    x = np.random.default_rng(3).normal(0.2, 1.3, (3, 37)).astype(np.float32)
+    got = compile_and_run(model, {"x": x}, tmp_path)["y"]
+    src = next(tmp_path.glob("m*/out/model.c")).read_text()
+    assert src.count("mlcc_i32_rescale(") == 2 and "mlcc_cast(" not in src
+    assert "mlcc_f32_binary(" not in src and "mlcc_f32_unary(" not in src
+    ref = _ort(model, {"x": x}, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)["y"]
+    np.testing.assert_array_equal(got, ref)
