@@ -291,6 +291,37 @@ def test_qlinear_global_average_pool_bit_exact(tmp_path, shape):
     _check(_model([node], {"x": x}, [("y", np.uint8, out)], inits), {"x": x}, tmp_path)
 
 
+AVGPOOL_CASES = {
+    "pads_include": ((1, 3, 11, 13), {"kernel_shape": [3, 3], "strides": [2, 2],
+                                      "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    "no_pads": ((2, 4, 9, 7), {"kernel_shape": [2, 3], "strides": [1, 2]}),
+    "conv1d": ((1, 5, 17), {"kernel_shape": [4], "strides": [3], "pads": [2, 1],
+                            "count_include_pad": 1}),
+    "same_upper": ((1, 2, 10, 9), {"kernel_shape": [3, 2], "auto_pad": "SAME_UPPER",
+                                   "count_include_pad": 1}),
+}
+
+
+@pytest.mark.parametrize("case", list(AVGPOOL_CASES))
+def test_qlinear_average_pool_within_one_code(tmp_path, case):
+    """Exact integer window sums here, float32 sums of dequantized values in onnxruntime:
+    one code apart at most (where the average lies next to a half step)."""
+    shape, attrs = AVGPOOL_CASES[case]
+    rng = np.random.default_rng(len(case))
+    x = _codes(rng, np.uint8, shape)
+    node = helper.make_node("QLinearAveragePool", ["x", "xs", "xz", "ys", "yz"], ["y"],
+                            domain=MS, name="qavg", **attrs)
+    inits = {"xs": np.float32(0.05), "xz": np.uint8(97), "ys": np.float32(0.021),
+             "yz": np.uint8(120)}
+    model = _model([node], {"x": x}, [("y", np.uint8, (1,) * len(shape))], inits)
+    model.graph.output[0].type.tensor_type.ClearField("shape")
+    ref = _ort(model, {"x": x})["y"]
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.UINT8,
+                                                                 list(ref.shape)))
+    got = _check(model, {"x": x}, tmp_path, lsb=1)
+    assert len(np.unique(got["y"])) > 20
+
+
 # ------------------------------------------------------------------ refusals
 
 REFUSALS = {
@@ -300,6 +331,9 @@ REFUSALS = {
                "transA=1"),
     "channels_last": ("QLinearGlobalAveragePool", ["a", "as", "az", "as", "az"],
                       {"channels_last": 1}, np.uint8, "channels_last=1"),
+    "avgpool_exclude_pad": ("QLinearAveragePool", ["a", "as", "az", "as", "az"],
+                            {"kernel_shape": [3], "pads": [1, 1]}, np.uint8,
+                            "count_include_pad=0 with padding"),
     "g_idx": ("MatMulNBits", ["f", "w", "fs", "", "gi"], {"K": 4, "N": 4, "block_size": 16},
               None, "g_idx"),
     "bits3": ("MatMulNBits", ["f", "w", "fs"], {"K": 4, "N": 4, "block_size": 16, "bits": 3},
@@ -315,7 +349,7 @@ def test_unsupported_cases_are_refused_with_the_node(tmp_path, case):
              "gi": np.zeros(4, np.int32)}
     if dtype is not None:
         inits["az"] = np.array(0, dtype)
-        feeds = {"a": np.zeros((4, 4), dtype)}
+        feeds = {"a": np.zeros((1, 4, 4), dtype)}
     else:
         feeds = {"f": np.zeros((1, 4), np.float32)}
     model = _model([node], feeds, [("y", np.float32, (4, 4))], inits)

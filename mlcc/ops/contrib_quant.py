@@ -11,8 +11,9 @@ that exist for other operators:
   (onnxruntime's float32 dequantization, then the same product) or a float LSTM.
 - QLinearAdd (mlcc_u8_add), QLinearMul (mlcc_u8_mul), QLinearSigmoid, QLinearLeakyRelu and the
   requantized inputs of QLinearConcat (256-entry tables, mlcc_u8_lut, built with onnxruntime's
-  own table arithmetic), QLinearGlobalAveragePool (the integer depthwise convolution with
-  all-one weights: exact sums, onnxruntime's requantization), QGemm (mlcc.QFC).
+  own table arithmetic), QLinearGlobalAveragePool and QLinearAveragePool (the integer
+  depthwise convolution with all-one weights: exact sums, onnxruntime's requantization),
+  QGemm (mlcc.QFC).
 
 Scales and zero points must be constants (they are, in every model onnxruntime's tools
 write), except the run-time scale and zero point DynamicQuantizeLinear computes.
@@ -28,6 +29,7 @@ from ..ir import Enum, Graph, Lowering, Node
 from .common import act_params, broadcast_shapes, broadcast_strides, const_input, \
     contiguous_strides, emit_copy, require_dtype
 from .gemm import MatMul
+from .conv import AUTO_PAD, window_geometry
 from .movement import Concat
 from .quant import MLCC, QAdd, QConv, QFC, QLut, DynamicQuantizeLinear, MatMulInteger
 from .recurrent import LSTM
@@ -237,41 +239,80 @@ class QLinearConcat(OpDef):
         Concat().lower(self._concat(node, parts), lo)
 
 
+def _window_sums(node: Node, lo: Lowering, kernel: list[int], attrs: dict, count: int) -> None:
+    """Y = requantize(sum over each window of (x - x_zero_point)) with the multiplier
+    x_scale / (y_scale * count) in float32: the integer depthwise convolution with weights 1
+    (its padding takes the zero point, so padded taps add 0)."""
+    g = lo.graph
+    c = lo.value(node.inputs[0]).shape[1]
+    xs, ys = _scale(g, node, 1, "x_scale"), _scale(g, node, 3, "y_scale")
+    xz = _zero_point(g, node, 2, "x_zero_point", "uint8")
+    yz = _zero_point(g, node, 4, "y_zero_point", "uint8")
+    scale = np.float32(xs) / (np.float32(ys) * np.float32(count))
+    w = lo.add_const(f"{node.name}.ones", np.ones((c, 1, *kernel), np.int8))
+    bias = lo.add_const(f"{node.name}.bias", np.zeros(c, np.int32))
+    sname = lo.add_const(f"{node.name}.scale", np.full(c, scale, np.float32))
+    QConv().lower(Node(node.name, "QConv", [node.inputs[0], w, bias, sname, "", "", ""],
+                       [node.outputs[0]],
+                       {**attrs, "kernel_shape": kernel, "group": c, "x_zero_point": xz,
+                        "x_scale": xs, "y_scale": ys, "rq": ("uint8", "float", yz, 0, 255)},
+                       MLCC, 1), lo)
+
+
+def _nchw_codes(node: Node, x) -> None:
+    _codes(node, [x], ("uint8",))
+    if len(x.shape) not in (3, 4):
+        raise UnsupportedError(f"a rank-{len(x.shape)} input is not supported (rank 3 or 4, "
+                               f"NCHW, is)")
+
+
 @register("QLinearGlobalAveragePool", domain=MS)
 class QLinearGlobalAveragePool(OpDef):
     """Per plane: sum(x - x_zero_point) exactly, times x_scale / (y_scale * plane size) in
-    float32, rounded half to even, + y_zero_point (onnxruntime's MlasRequantizeOutput). Runs as
-    the integer depthwise convolution of the whole plane with weights 1."""
+    float32, rounded half to even, + y_zero_point (onnxruntime's MlasRequantizeOutput)."""
     attributes = {"channels_last": lambda v: v == 0}
 
     def infer(self, node, ins, g):
         x = ins[0]
-        _codes(node, [x], ("uint8",))
-        if len(x.shape) not in (3, 4):
-            raise UnsupportedError(f"a rank-{len(x.shape)} input is not supported (rank 3 "
-                                   f"or 4, NCHW, is)")
+        _nchw_codes(node, x)
         return [("uint8", tuple(x.shape[:2]) + (1,) * (len(x.shape) - 2))]
 
     def lower(self, node: Node, lo: Lowering) -> None:
-        g = lo.graph
-        x = lo.value(node.inputs[0])
-        xs, ys = _scale(g, node, 1, "x_scale"), _scale(g, node, 3, "y_scale")
-        xz = _zero_point(g, node, 2, "x_zero_point", "uint8")
-        yz = _zero_point(g, node, 4, "y_zero_point", "uint8")
-        c, spatial = x.shape[1], list(x.shape[2:])
+        spatial = list(lo.value(node.inputs[0]).shape[2:])
         size = math.prod(spatial)
         if size >= 1 << 24:
             raise UnsupportedError(f"a plane of {size} values is too large (onnxruntime "
                                    f"refuses 2^24 and more)")
-        scale = np.float32(xs) / (np.float32(ys) * np.float32(size))
-        w = lo.add_const(f"{node.name}.ones", np.ones((c, 1, *spatial), np.int8))
-        bias = lo.add_const(f"{node.name}.bias", np.zeros(c, np.int32))
-        sname = lo.add_const(f"{node.name}.scale", np.full(c, scale, np.float32))
-        QConv().lower(Node(node.name, "QConv", [node.inputs[0], w, bias, sname, "", "", ""],
-                           [node.outputs[0]],
-                           {"kernel_shape": spatial, "group": c, "x_zero_point": xz,
-                            "x_scale": xs, "y_scale": ys, "rq": ("uint8", "float", yz, 0, 255)},
-                           MLCC, 1), lo)
+        _window_sums(node, lo, spatial, {}, size)
+
+
+@register("QLinearAveragePool", domain=MS)
+class QLinearAveragePool(OpDef):
+    """The window sums of the codes less the zero point, exact, requantized with
+    x_scale / (y_scale * kernel size): count_include_pad=1 (padding counts as real 0), or
+    count_include_pad=0 where no window reaches padding. onnxruntime sums the dequantized
+    values in float32 instead, so a result that lies next to a half step can round the other
+    way: within one code."""
+    attributes = {"kernel_shape": None, "strides": None, "pads": None,
+                  "auto_pad": lambda v: v in AUTO_PAD, "count_include_pad": lambda v: v in (0, 1),
+                  "ceil_mode": lambda v: v == 0, "channels_last": lambda v: v == 0}
+
+    def infer(self, node, ins, g):
+        x = ins[0]
+        _nchw_codes(node, x)
+        kernel = node.attr("kernel_shape")
+        if kernel is None or len(kernel) != len(x.shape) - 2:
+            raise ModelError(f"kernel_shape {kernel} does not match input {list(x.shape)}")
+        geo = window_geometry(node, list(x.shape[2:]), [int(k) for k in kernel])
+        if not node.attr("count_include_pad", 0) and any(geo["begin"] + geo["end"]):
+            raise UnsupportedError("count_include_pad=0 with padding is not supported (windows "
+                                   "of different sizes)")
+        return [("uint8", tuple(x.shape[:2]) + tuple(geo["out"]))]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        kernel = [int(k) for k in node.attr("kernel_shape")]
+        attrs = {k: node.attrs[k] for k in ("strides", "pads", "auto_pad") if k in node.attrs}
+        _window_sums(node, lo, kernel, attrs, math.prod(kernel))
 
 
 # ------------------------------------------------------------------ matrix products
