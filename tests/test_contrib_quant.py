@@ -334,6 +334,7 @@ REFUSALS = {
     "avgpool_exclude_pad": ("QLinearAveragePool", ["a", "as", "az", "as", "az"],
                             {"kernel_shape": [3], "pads": [1, 1]}, np.uint8,
                             "count_include_pad=0 with padding"),
+    "missing_input": ("QLinearSigmoid", ["a", "as"], {}, np.uint8, r"missing \[3\]"),
     "g_idx": ("MatMulNBits", ["f", "w", "fs", "", "gi"], {"K": 4, "N": 4, "block_size": 16},
               None, "g_idx"),
     "bits3": ("MatMulNBits", ["f", "w", "fs"], {"K": 4, "N": 4, "block_size": 16, "bits": 3},
@@ -472,8 +473,11 @@ def test_quantize_dynamic_minilm_fused_by_onnxruntime(tmp_path):
     assert ops.count("DynamicQuantizeMatMul") == 18 and ops.count("MatMulIntegerToFloat") == 18
     # DynamicQuantizeLinear rounds float32 activations to codes: where mlcc's float kernels
     # (LayerNorm, Softmax, GELU) and onnxruntime's differ by an ulp next to a half step, one
-    # code flips, and the product moves by that code's scale times the weights
-    _compare_minilm(tmp_path / "fused.onnx", tmp_path / "out", tok, rtol=2e-3)
+    # code flips, and the product moves by that code's scale times the weights (onnxruntime's
+    # own extended level moves its hidden states by 1.3e-2 so); the pooled embeddings average
+    # such flips out
+    worst = _compare_minilm(tmp_path / "fused.onnx", tmp_path / "out", tok, rtol=2e-2)
+    assert worst["sentence_embedding"] <= 1e-4, worst
 
 
 def test_matmul_nbits_minilm(tmp_path):

@@ -39,6 +39,23 @@ MS = "com.microsoft"
 CODE_DTYPES = ("uint8", "int8")
 
 
+class _MsOp(OpDef):
+    """A com.microsoft operator: its required inputs (positions) and how many it takes at
+    most (the schemas of onnxruntime's docs/ContribOperators.md), checked with the
+    attributes."""
+    required: tuple[int, ...] = (0,)
+    max_inputs = 1
+
+    def check(self, node: Node) -> list[str]:
+        problems = super().check(node)
+        missing = [i for i in self.required if not node.input(i)]
+        if missing or len(node.inputs) > self.max_inputs:
+            problems.insert(0, f"takes at most {self.max_inputs} inputs, with inputs "
+                               f"{', '.join(map(str, self.required))} present (got "
+                               f"{len(node.inputs)}, missing {missing or 'none'})")
+        return problems
+
+
 # ------------------------------------------------------------------ scales and zero points
 
 def _scale(g: Graph, node: Node, index: int, what: str) -> float:
@@ -98,9 +115,10 @@ def _emit_table(node: Node, lo: Lowering, x: str, table: np.ndarray, out: str,
                       MLCC, 1), lo)
 
 
-class _QLinearTable(OpDef):
+class _QLinearTable(_MsOp):
     """Y = quantize(fn(dequantize(X))) as a table: X, X_scale, X_zero_point, Y_scale,
     Y_zero_point (onnxruntime computes the same table, QlinearLookupBase)."""
+    required, max_inputs = (0, 1, 3), 5
     attributes: dict = {}
 
     def fn(self, node: Node):
@@ -141,9 +159,10 @@ class QLinearLeakyRelu(_QLinearTable):
 
 # ------------------------------------------------------------------ binary element-wise
 
-class _QLinearBinary(OpDef):
+class _QLinearBinary(_MsOp):
     """C = quantize(op(dequantize(A), dequantize(B))) with numpy broadcasting: A, A_scale,
     A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point; uint8."""
+    required, max_inputs = (0, 1, 3, 4, 6), 8
     attributes: dict = {}
 
     def infer(self, node, ins, g):
@@ -202,9 +221,10 @@ def _u8_requant(zero_point: int) -> dict:
 # ------------------------------------------------------------------ Concat, pooling
 
 @register("QLinearConcat", domain=MS)
-class QLinearConcat(OpDef):
+class QLinearConcat(_MsOp):
     """Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) per input; an input at another
     scale or zero point goes through onnxruntime's requantization table first."""
+    required, max_inputs = (0, 1, 2), 10**6
     attributes = {"axis": None}
 
     def infer(self, node, ins, g):
@@ -267,9 +287,10 @@ def _nchw_codes(node: Node, x) -> None:
 
 
 @register("QLinearGlobalAveragePool", domain=MS)
-class QLinearGlobalAveragePool(OpDef):
+class QLinearGlobalAveragePool(_MsOp):
     """Per plane: sum(x - x_zero_point) exactly, times x_scale / (y_scale * plane size) in
     float32, rounded half to even, + y_zero_point (onnxruntime's MlasRequantizeOutput)."""
+    required, max_inputs = (0, 1, 2, 3, 4), 5
     attributes = {"channels_last": lambda v: v == 0}
 
     def infer(self, node, ins, g):
@@ -287,12 +308,13 @@ class QLinearGlobalAveragePool(OpDef):
 
 
 @register("QLinearAveragePool", domain=MS)
-class QLinearAveragePool(OpDef):
+class QLinearAveragePool(_MsOp):
     """The window sums of the codes less the zero point, exact, requantized with
     x_scale / (y_scale * kernel size): count_include_pad=1 (padding counts as real 0), or
     count_include_pad=0 where no window reaches padding. onnxruntime sums the dequantized
     values in float32 instead, so a result that lies next to a half step can round the other
     way: within one code."""
+    required, max_inputs = (0, 1, 3), 5
     attributes = {"kernel_shape": None, "strides": None, "pads": None,
                   "auto_pad": lambda v: v in AUTO_PAD, "count_include_pad": lambda v: v in (0, 1),
                   "ceil_mode": lambda v: v == 0, "channels_last": lambda v: v == 0}
@@ -318,10 +340,11 @@ class QLinearAveragePool(OpDef):
 # ------------------------------------------------------------------ matrix products
 
 @register("QGemm", domain=MS)
-class QGemm(OpDef):
+class QGemm(_MsOp):
     """Y = alpha * (A - a_zp)(B - b_zp) + C on the integer GEMM (mlcc.QFC): requantized to
     uint8 with y_scale, or float32 without. A uint8 with a constant zero point; B a constant
     int8 (zero point 0) or uint8 (zero point 128) matrix; C int32 per column or scalar."""
+    required, max_inputs = (0, 1, 2, 3, 4, 5), 9
     attributes = {"alpha": None, "transA": lambda v: v == 0, "transB": None}
 
     def infer(self, node, ins, g):
@@ -422,8 +445,9 @@ def _check_integer_matmul(node: Node, a, b, g: Graph) -> tuple:
 
 
 @register("MatMulIntegerToFloat", domain=MS)
-class MatMulIntegerToFloat(OpDef):
+class MatMulIntegerToFloat(_MsOp):
     """A (uint8), B, a_scale, b_scale, a_zero_point, b_zero_point, bias."""
+    required, max_inputs = (0, 1, 2, 3), 7
     attributes = {"_act": None}
     fuses_activation = True
 
@@ -441,9 +465,10 @@ class MatMulIntegerToFloat(OpDef):
 
 
 @register("DynamicQuantizeMatMul", domain=MS)
-class DynamicQuantizeMatMul(OpDef):
+class DynamicQuantizeMatMul(_MsOp):
     """A (float32, quantized at run time as DynamicQuantizeLinear does), B, b_scale,
     b_zero_point, bias."""
+    required, max_inputs = (0, 1, 2), 5
     attributes = {"_act": None}
     fuses_activation = True
 
@@ -493,11 +518,12 @@ def nbits_dequantize(b: np.ndarray, scales: np.ndarray, zero_points: np.ndarray 
 
 
 @register("MatMulNBits", domain=MS)
-class MatMulNBits(OpDef):
+class MatMulNBits(_MsOp):
     """Y = A @ dequantize(B) + bias with B block-quantized along K (2, 4 or 8 bits, a float32
     scale and an optional packed uint8 zero point per block): dequantized at compile time,
     then a float MatMul. accuracy_level is accepted and ignored: mlcc computes in float32 (the
     levels' reference; onnxruntime's level 4 quantizes A to int8 per block, an extra error)."""
+    required, max_inputs = (0, 1, 2), 6
     attributes = {"K": None, "N": None, "bits": lambda v: v in (2, 4, 8),
                   "block_size": lambda v: v >= 16 and v & (v - 1) == 0,
                   "accuracy_level": lambda v: 0 <= v <= 4,
@@ -568,11 +594,12 @@ def _dequantize_gates(g: Graph, node: Node, index: int, what: str) -> np.ndarray
 
 
 @register("DynamicQuantizeLSTM", domain=MS)
-class DynamicQuantizeLSTM(OpDef):
+class DynamicQuantizeLSTM(_MsOp):
     """An LSTM with int8 or uint8 W and R (quantize_dynamic writes it): the weights are
     dequantized at compile time and it runs as ONNX LSTM (mlcc_f32_recurrent) with float
     activations. onnxruntime instead quantizes X and, at every step, h to uint8 at run time:
     the results differ by that quantization error (docs/quantization.md)."""
+    required, max_inputs = (0, 1, 2, 8, 9, 10, 11), 12
     attributes = {k: v for k, v in LSTM.attributes.items() if k != "layout"}
 
     def infer(self, node, ins, g):
