@@ -13,12 +13,12 @@ conversion, the kernel's multiplier is the same float32 product x_scale * w_scal
 (multiplication commutes, bit for bit), then one multiply and one add, as the Mul and Add did.
 
 Needs: static types; constants folded; runs before fuse_gelu / fuse_activations.
-Guarantees: a default-domain MatMulInteger with a constant 2-D weight whose output is read only
-by a Cast to float32, read only by a Mul by S, where S is a constant of 1 or N values or a Mul of
-a one-value scale by a constant of 1 or N float32 values (N = the weight's columns), is one
-MatMulIntegerToFloat writing the Mul's output, or the output of an Add of a constant float32
-[N] bias that only reads the Mul's output; the Cast, Mul and Add are gone (S's Mul stays for
-dead-code elimination, if nothing else reads it).
+Guarantees: a default-domain MatMulInteger of a uint8 A and a constant 2-D weight whose output
+is read only by a Cast to float32, read only by a Mul by S, where S is a constant of 1 or N
+values or a Mul of a one-value scale by a constant of 1 or N float32 values (N = the weight's
+columns), is one MatMulIntegerToFloat writing the Mul's output, or the output of an Add of a
+constant float32 [N] bias that only reads the Mul's output; the Cast, Mul and Add are gone (S's
+Mul stays for dead-code elimination, if nothing else reads it).
 """
 from __future__ import annotations
 
@@ -65,8 +65,8 @@ def fuse_integer_matmul(g: Graph) -> Graph:
         if mm.op_type != "MatMulInteger" or mm.domain != "" or len(mm.outputs) != 1:
             continue
         w = g.const(mm.input(1))
-        if w is None or w.ndim != 2:
-            continue
+        if w is None or w.ndim != 2 or g.values[mm.inputs[0]].dtype != "uint8":
+            continue           # left for MatMulInteger to refuse under its own name
         n = w.shape[1]
         cast = sole(mm.outputs[0])
         if cast is None or cast.op_type != "Cast" or cast.attr("to") != 1:
