@@ -51,6 +51,29 @@ WITNESSES: dict[tuple[str, str], str] = {
     ("mlcc", "QAvgPool"): "test_quant.py::test_squeeze_excitation_product_runs_on_uint8[True]",
     ("mlcc", "QChannelScale"):
         "test_quant.py::test_squeeze_excitation_product_runs_on_uint8[True]",
+    # onnxruntime's quantized com.microsoft operators (mlcc/ops/contrib_quant.py)
+    ("com.microsoft", "DynamicQuantizeMatMul"):
+        "test_contrib_quant.py::test_dynamic_quantize_matmul_bit_exact[s8_column]",
+    ("com.microsoft", "MatMulIntegerToFloat"):
+        "test_contrib_quant.py::test_matmul_integer_to_float_bit_exact[u8_tensor-True]",
+    ("com.microsoft", "MatMulNBits"): "test_contrib_quant.py::test_matmul_nbits[4-32-29-True]",
+    ("com.microsoft", "QGemm"): "test_contrib_quant.py::test_qgemm_bit_exact[u8_out]",
+    ("com.microsoft", "QLinearAdd"):
+        "test_contrib_quant.py::test_qlinear_add_mul_within_one_code[QLinearAdd-channel]",
+    ("com.microsoft", "QLinearMul"):
+        "test_contrib_quant.py::test_qlinear_add_mul_within_one_code[QLinearMul-same]",
+    ("com.microsoft", "QLinearSigmoid"):
+        "test_contrib_quant.py::test_qlinear_tables[QLinearSigmoid-attrs0-1-uint8]",
+    ("com.microsoft", "QLinearLeakyRelu"):
+        "test_contrib_quant.py::test_qlinear_tables[QLinearLeakyRelu-attrs1-0-int8]",
+    ("com.microsoft", "QLinearConcat"):
+        "test_contrib_quant.py::test_qlinear_concat_bit_exact[uint8-1]",
+    ("com.microsoft", "DynamicQuantizeLSTM"):
+        "test_contrib_quant.py::test_dynamic_quantize_lstm[int8-False-forward]",
+    ("com.microsoft", "QLinearAveragePool"):
+        "test_contrib_quant.py::test_qlinear_average_pool_within_one_code[pads_include]",
+    ("com.microsoft", "QLinearGlobalAveragePool"):
+        "test_contrib_quant.py::test_qlinear_global_average_pool_bit_exact[shape0]",
     # the attention fusion (mlcc/passes/fuse_attention.py)
     ("mlcc", "Attention"): "test_fusions_transformer.py::test_attention_is_one_kernel[x86]",
 }

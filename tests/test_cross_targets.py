@@ -221,6 +221,45 @@ def test_quantize_dynamic_cnn(tmp_path, target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_contrib_quant_qoperator_cnn(tmp_path, target):
+    """onnxruntime's QOperator quantize_static CNN (com.microsoft QLinearAdd, QLinearMul,
+    QLinearSigmoid, QLinearLeakyRelu, QLinearConcat, QLinearGlobalAveragePool, QGemm): the
+    integer kernels give onnxruntime's output bits on the target too."""
+    from test_contrib_quant import _ort, quantize_static_cnn
+    model, sample = quantize_static_cnn(tmp_path, per_channel=True)
+    got = compile_and_run(model, sample, tmp_path, target=target)["y"]
+    np.testing.assert_array_equal(got, _ort(model, sample)["y"])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_contrib_quant_matmuls(tmp_path, target):
+    """DynamicQuantizeMatMul and MatMulIntegerToFloat (mlcc_i32_rescale) with per-column
+    scales and zero points, a fused Relu, and a 4-bit MatMulNBits, chained."""
+    from test_contrib_quant import MS, _model
+    rng = np.random.default_rng(4)
+    k, n, block = 29, 11, 16
+    inits = {"w": rng.integers(-128, 128, (k, n)).astype(np.int8),
+             "bs": rng.uniform(0.01, 0.05, n).astype(np.float32),
+             "bz": rng.integers(-128, 128, n).astype(np.int8),
+             "bias": rng.normal(0, 1, n).astype(np.float32),
+             "w2": rng.integers(0, 256, (n, 13)).astype(np.uint8),
+             "bs2": np.float32(0.02),
+             "nb": rng.integers(0, 256, (7, 1, block * 4 // 8)).astype(np.uint8),
+             "ns": rng.uniform(0.01, 0.1, 7).astype(np.float32)}
+    nodes = [helper.make_node("DynamicQuantizeMatMul", ["x", "w", "bs", "bz", "bias"], ["h"],
+                              domain=MS),
+             helper.make_node("DynamicQuantizeLinear", ["h"], ["hq", "hs", "hz"]),
+             helper.make_node("MatMulIntegerToFloat", ["hq", "w2", "hs", "bs2", "hz"], ["g0"],
+                              domain=MS),
+             helper.make_node("Relu", ["g0"], ["g"]),       # fused into mlcc_i32_rescale
+             helper.make_node("MatMulNBits", ["g", "nb", "ns"], ["y"], domain=MS, K=13, N=7,
+                              bits=4, block_size=block)]
+    x = rng.normal(0.2, 1.5, (3, 5, k)).astype(np.float32)
+    model = _model(nodes, {"x": x}, [("y", np.float32, (3, 5, 7))], inits)
+    check_model(model, {"x": x}, tmp_path, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_bitwise_shift_hardmax_isinf(tmp_path, target):
     """The bitwise and shift rows of mlcc_int_binary, Hardmax, IsInf/IsNaN and Shrink."""
     rng = np.random.default_rng(5)

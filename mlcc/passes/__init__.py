@@ -12,6 +12,7 @@ from .fuse_activations import fuse_activations
 from .fuse_attention import fuse_attention
 from .fuse_gelu import fuse_gelu
 from .fuse_hardswish import fuse_hardswish
+from .fuse_integer_matmul import fuse_integer_matmul
 from .fuse_layernorm import fuse_layernorm
 from .fuse_matmul_bias import fuse_matmul_bias
 from .fuse_residual_add import fuse_residual_add
@@ -25,6 +26,7 @@ PIPELINE: list[Pass] = [
     infer_and_fold,
     eliminate_dead_code,
     remove_noops,
+    fuse_integer_matmul,
     fuse_layernorm,
     fold_scale_mul,
     fold_bias_add,
@@ -57,4 +59,4 @@ def run_pipeline(g: Graph, passes: list[Pass] | None = None,
 __all__ = ["PIPELINE", "INT8_PIPELINE", "run_pipeline", "infer_and_fold", "eliminate_dead_code", "remove_noops",
            "fold_scale_mul", "fold_bias_add", "fold_batchnorm", "fuse_silu", "fuse_hardswish",
            "fuse_gelu", "fuse_matmul_bias", "fuse_attention", "fuse_layernorm",
-           "fuse_residual_add", "fuse_activations"]
+           "fuse_residual_add", "fuse_activations", "fuse_integer_matmul"]

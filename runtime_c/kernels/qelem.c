@@ -70,6 +70,23 @@ void mlcc_i32_zero_point_correct(const mlcc_zero_point_params *p, const uint8_t 
     }
 }
 
+void mlcc_i32_rescale(const mlcc_rescale_params *p, const int32_t *acc, const float *a_scale,
+                      const float *b_scale, const float *bias, float *y) {
+    const int64_t m = p->m, n = p->n;
+    const float as = *a_scale;
+    int64_t i, j;
+    for (i = 0; i < m; i++) {
+        const int32_t *ar = acc + i * n;
+        float *yr = y + i * n;
+        for (j = 0; j < n; j++) {
+            const float mul = as * b_scale[p->per_column ? j : 0];
+            const float v = (float)ar[j] * mul;
+            yr[j] = bias ? v + bias[j] : v;
+        }
+        mlcc_act_apply(&p->act, yr, (ptrdiff_t)n);
+    }
+}
+
 static inline int32_t srdhm(int32_t a, int32_t b) {
     int64_t ab, nudge;
     if (a == INT32_MIN && b == INT32_MIN) return INT32_MAX;
@@ -118,6 +135,21 @@ void mlcc_u8_add(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, 
             f = (f + magic) - magic;
             y[i] = (uint8_t)((int32_t)f + zy);
         }
+    }
+}
+
+void mlcc_u8_mul(const mlcc_qmul_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y) {
+    const int64_t n = p->count;
+    const int32_t za = p->a_zero_point, zb = p->b_zero_point, zy = p->rq.zero_point;
+    const double m = p->mult, magic = 6755399441055744.0;
+    const double lo = (double)(p->rq.qmin - zy), hi = (double)(p->rq.qmax - zy);
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        double f = (double)(((int32_t)a[i] - za) * ((int32_t)b[i] - zb)) * m;
+        f = f < lo ? lo : f;
+        f = f > hi ? hi : f;
+        f = (f + magic) - magic;
+        y[i] = (uint8_t)((int32_t)f + zy);
     }
 }
 

@@ -45,6 +45,21 @@ void mlcc_i32_zero_point_correct(const mlcc_zero_point_params *p, const uint8_t 
                                  const uint8_t *x_zero_point, const int32_t *colsum,
                                  const int32_t *w_zero_point, int32_t *y);
 
+/* The float output of onnxruntime's MatMulIntegerToFloat and DynamicQuantizeMatMul from the
+ * exact int32 product (zero points applied): y[i][j] = act((float)acc[i][j] * mul[j] + bias[j]),
+ * mul[j] = a_scale[0] * b_scale[per_column ? j : 0] rounded to float32 first (onnxruntime's
+ * multiplier), then one float32 multiply and one add; act is a fused activation (a GELU after
+ * the product), applied to each row while it is in cache. a_scale is read at run time (the
+ * scale DynamicQuantizeLinear computed); bias: float32 [n], or NULL for none. */
+typedef struct mlcc_rescale_params {
+    int64_t m, n;
+    int32_t per_column;
+    mlcc_act act;
+} mlcc_rescale_params;
+
+void mlcc_i32_rescale(const mlcc_rescale_params *p, const int32_t *acc, const float *a_scale,
+                      const float *b_scale, const float *bias, float *y);
+
 /* Requantizing Add of two uint8 tensors of the same shape:
  *   MLCC_REQUANT_FLOAT: y = clamp(rint_even((a - za) * ma + (b - zb) * mb) + zy) in double,
  *     with ma = sa / sy and mb = sb / sy rounded to float32 by the compiler: each product is
@@ -61,6 +76,20 @@ typedef struct mlcc_qadd_params {
 } mlcc_qadd_params;
 
 void mlcc_u8_add(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y);
+
+/* Requantizing Mul of two uint8 tensors of the same shape (onnxruntime's QLinearMul):
+ *   y = clamp(rint_even((double)((a - za) * (b - zb)) * mult) + zy)
+ * with mult = sa * sb / sy computed in double by the compiler from the float32 scales: the
+ * product of the code differences is an exact integer, so the real result rounds once
+ * (rq: zero_point, qmin, qmax; mode FLOAT). */
+typedef struct mlcc_qmul_params {
+    int64_t count;
+    int32_t a_zero_point, b_zero_point;
+    double mult;
+    mlcc_requant rq;
+} mlcc_qmul_params;
+
+void mlcc_u8_mul(const mlcc_qmul_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y);
 
 /* y = clamp(requant((x - x_zero_point), m)) + zy: the float mode as (float)(x - zx) * mult_f
  * rounded half to even, the fixed mode through (mult, shift). */
