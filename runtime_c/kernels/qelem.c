@@ -1,6 +1,8 @@
 /* Boundary and element-wise integer kernels (see qelem.h). */
 #include "qelem.h"
 
+#include <math.h>
+
 void mlcc_f32_quantize(const mlcc_quantize_params *p, const float *x, uint8_t *y) {
     /* locals: y (uint8_t) may alias *p, which would force reloads and block vectorization */
     const float s = p->scale, lo = (float)(0 - p->zero_point), hi = (float)(255 - p->zero_point);
@@ -259,4 +261,115 @@ void mlcc_u8_lut(const mlcc_lut_params *p, const uint8_t *x, const uint8_t *tabl
     }
 #endif
     for (; i < n; i++) y[i] = table[x[i]];
+}
+
+/* ---- TensorFlow Lite's arithmetic (qelem.h) */
+
+void mlcc_s8_to_u8(const mlcc_recenter_params *p, const int8_t *x, uint8_t *y) {
+    const int64_t n = p->count;
+    int64_t i;
+    for (i = 0; i < n; i++) y[i] = (uint8_t)((int32_t)x[i] + 128);
+}
+
+void mlcc_u8_to_s8(const mlcc_recenter_params *p, const uint8_t *x, int8_t *y) {
+    const int64_t n = p->count;
+    int64_t i;
+    for (i = 0; i < n; i++) y[i] = (int8_t)((int32_t)x[i] - 128);
+}
+
+void mlcc_f32_quantize__tflite(const mlcc_quantize_params *p, const float *x, uint8_t *y) {
+    const float s = p->scale, lo = (float)(0 - p->zero_point), hi = (float)(255 - p->zero_point);
+    const int32_t zp = p->zero_point;
+    const int64_t n = p->count;
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        float f = x[i] / s;
+        f = f > lo ? f : lo;          /* NaN -> lo; clamping first changes no result */
+        f = f < hi ? f : hi;
+        f = roundf(f);                /* TfLiteRound: half away from zero */
+        y[i] = (uint8_t)((int32_t)f + zp);
+    }
+}
+
+void mlcc_u8_dequantize__tflite(const mlcc_quantize_params *p, const uint8_t *x, float *y) {
+    const int32_t zp = p->zero_point;
+    const double s = (double)p->scale;
+    const int64_t n = p->count;
+    int64_t i;
+    for (i = 0; i < n; i++) y[i] = (float)(s * (double)((int32_t)x[i] - zp));
+}
+
+/* gemmlowp's one_over_one_plus_x_for_x_in_0_1 (Q0.31 in and out; Newton-Raphson in Q2.29). */
+static int32_t one_over_one_plus_x(int32_t a) {
+    const int64_t sum = (int64_t)a + INT32_MAX;
+    const int32_t half_denominator = (int32_t)((sum + (sum >= 0 ? 1 : -1)) / 2);
+    int32_t x = (int32_t)((uint32_t)1515870810 + (uint32_t)srdhm(half_denominator, -1010580540));
+    int i;
+    for (i = 0; i < 3; i++) {
+        const int32_t hdx = srdhm(half_denominator, x);
+        const int32_t one_minus = (int32_t)((uint32_t)(1 << 29) - (uint32_t)hdx);
+        int32_t t = srdhm(x, one_minus);             /* Q4.27 -> Q2.29: saturating << 2 */
+        const int32_t th = (1 << 29) - 1;
+        t = t > th ? INT32_MAX : (t < -th ? INT32_MIN : (int32_t)((uint32_t)t << 2));
+        x = (int32_t)((uint32_t)x + (uint32_t)t);
+    }
+    /* x / 2 as Q1.30 -> Q0.31: saturating << 1 */
+    return x > (1 << 30) - 1 ? INT32_MAX : (x < -((1 << 30) - 1) ? INT32_MIN :
+                                             (int32_t)((uint32_t)x << 1));
+}
+
+void mlcc_u8_softmax(const mlcc_qsoftmax_params *p, const uint8_t *x, const int32_t *exp_q31,
+                     const int32_t *exp_acc, uint8_t *y) {
+    int64_t r, c;
+    for (r = 0; r < p->rows; r++) {
+        const uint8_t *row = x + r * p->depth;
+        uint8_t *out = y + r * p->depth;
+        uint32_t sum = 0;
+        int32_t headroom = 0, bits_over_unit, shifted_scale, exponent;
+        uint8_t top = 0;
+        for (c = 0; c < p->depth; c++) top = row[c] > top ? row[c] : top;
+        for (c = 0; c < p->depth; c++) sum += (uint32_t)exp_acc[top - row[c]];
+        while (headroom < 32 && !(sum & (0x80000000u >> headroom))) headroom++;
+        bits_over_unit = 12 - headroom;
+        shifted_scale = one_over_one_plus_x((int32_t)((sum << headroom) - 0x80000000u));
+        exponent = bits_over_unit + 31 - 8;
+        for (c = 0; c < p->depth; c++) {
+            const int32_t v = rdbpot(srdhm(shifted_scale, exp_q31[top - row[c]]), exponent);
+            out[c] = (uint8_t)(v < 0 ? 0 : (v > 255 ? 255 : v));
+        }
+    }
+}
+
+void mlcc_u8_avgpool2d__tflite(const mlcc_qavgpool_tflite_params *p, const uint8_t *x,
+                               uint8_t *y) {
+    const mlcc_qpool2d_params *q = &p->pool;
+    int64_t c, oh, ow, kh, kw;
+    for (c = 0; c < q->planes; c++) {
+        const uint8_t *plane = x + c * q->in_h * q->in_w;
+        uint8_t *out = y + c * q->out_h * q->out_w;
+        for (oh = 0; oh < q->out_h; oh++) {
+            for (ow = 0; ow < q->out_w; ow++) {
+                int32_t sum = 0, count = 0, avg;
+                for (kh = 0; kh < q->kernel_h; kh++) {
+                    const int64_t ih = oh * q->stride_h + kh * q->dilation_h - q->pad_top;
+                    if (ih < 0 || ih >= q->in_h) continue;
+                    for (kw = 0; kw < q->kernel_w; kw++) {
+                        const int64_t iw = ow * q->stride_w + kw * q->dilation_w - q->pad_left;
+                        if (iw >= 0 && iw < q->in_w) {
+                            sum += (int32_t)plane[ih * q->in_w + iw] - 128;
+                            count++;
+                        }
+                    }
+                }
+                if (count == 0) {
+                    out[oh * q->out_w + ow] = (uint8_t)q->pad_value;
+                    continue;
+                }
+                avg = sum > 0 ? (sum + count / 2) / count : (sum - count / 2) / count;
+                avg += 128;
+                avg = avg < p->qmin ? p->qmin : (avg > p->qmax ? p->qmax : avg);
+                out[oh * q->out_w + ow] = (uint8_t)avg;
+            }
+        }
+    }
 }
