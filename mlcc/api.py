@@ -21,7 +21,8 @@ from .codegen import generate, model_prefix, write_folder
 from .codegen.lower import lower_graph
 from .codegen.memory import plan_memory
 from .errors import InputError, MlccError, UnsupportedError
-from .frontend import (bound_record, import_model, load_onnx, parse_bind_option,
+from .frontend import (bound_record, import_model, import_tflite, is_tflite, load_onnx,
+                       parse_bind_option,
                        parse_shape_option, specialize, to_graph)
 from .ir import Graph, format_type
 from .ops import lookup, unsupported_reason
@@ -566,6 +567,7 @@ class VerifyResult:
     layers_checked: int = 0
     folder: Path | None = None
     notes: list[str] = field(default_factory=list)
+    reference: str = "onnxruntime"
 
 
 def random_inputs(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
@@ -699,6 +701,11 @@ def verify(model: str | Path, *, target: str = "x86", shapes: Shapes | None = No
            bind: Binds | None = None) -> VerifyResult:
     """Compiles the model, runs it and onnxruntime on the same inputs and compares; the values
     of `bind` are compiled in and fed to onnxruntime as inputs."""
+    if is_tflite(model):
+        if per_layer:
+            raise InputError("--per-layer compares with onnxruntime's intermediate values: "
+                             "not available for .tflite models")
+        return _verify_tflite(model, target, inputs, output_dir, seed)
     with tempfile.TemporaryDirectory(prefix="mlcc-verify-") as tmp:
         folder = Path(output_dir) if output_dir else Path(tmp) / "model"
         res = compile(model, folder, target=target, shapes=shapes, bind=bind)
@@ -714,6 +721,65 @@ def verify(model: str | Path, *, target: str = "x86", shapes: Shapes | None = No
             result.first_divergence, result.layers_checked = _first_divergence(
                 model, target, shapes, feeds, Path(tmp) / "layers", bind)
         return result
+
+
+def tflite_random_inputs(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs of an imported .tflite graph: int8 over its whole range; float32 uniform over
+    the range its QUANTIZE maps to int8 (so that every code occurs), else standard normal."""
+    rng = np.random.default_rng(seed)
+    users = g.consumers()
+    feeds = {}
+    for name in g.inputs:
+        v = g.values[name]
+        if v.dtype == "int8":
+            feeds[name] = rng.integers(-128, 128, v.shape).astype(np.int8)
+            continue
+        quant = [n for n in users.get(name, []) if n.op_type == "TFLQuantize"]
+        if quant:
+            scale, zp = quant[0].attr("scale"), quant[0].attr("zero_point")
+            lo, hi = scale * (0 - zp - 0.5), scale * (255 - zp + 0.5)
+            feeds[name] = rng.uniform(lo, hi, v.shape).astype(v.dtype)
+        else:
+            feeds[name] = rng.standard_normal(v.shape).astype(v.dtype)
+    return feeds
+
+
+def tflm_outputs(model: str | Path, feeds: dict[str, np.ndarray], g: Graph
+                 ) -> dict[str, np.ndarray]:
+    """The outputs of TensorFlow Lite Micro's reference kernels (the `tflite-micro` package)
+    on the graph's inputs, in order, keyed by the graph's output names."""
+    try:
+        from tflite_micro import runtime as tflm
+    except ImportError:
+        raise MlccError("verifying a .tflite model runs TensorFlow Lite Micro: pip install "
+                        "tflite-micro") from None
+    data = Path(model).read_bytes()
+    interp = tflm.Interpreter.from_bytes(data, arena_size=max(10 * len(data), 1 << 22))
+    for k, name in enumerate(g.inputs):
+        interp.set_input(np.ascontiguousarray(feeds[name]), k)
+    interp.invoke()
+    return {name: np.asarray(interp.get_output(k)) for k, name in enumerate(g.outputs)}
+
+
+def _verify_tflite(model, target: str, inputs, output_dir, seed: int) -> VerifyResult:
+    """verify() for .tflite: the outputs must equal TensorFlow Lite Micro's, bit for bit."""
+    with tempfile.TemporaryDirectory(prefix="mlcc-verify-") as tmp:
+        folder = Path(output_dir) if output_dir else Path(tmp) / "model"
+        res = compile(model, folder, target=target)
+        feeds = inputs if inputs is not None else tflite_random_inputs(res.graph, seed)
+        got = _load(folder).run(feeds)
+        ref = tflm_outputs(model, feeds, res.graph)
+        checks = []
+        for n in got:
+            a, b = got[n], ref[n].reshape(got[n].shape) if ref[n].size == got[n].size \
+                else ref[n]
+            same = a.shape == b.shape and a.dtype == b.dtype and \
+                np.array_equal(a.view(np.uint8), b.view(np.uint8))
+            err = (float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+                   if a.shape == b.shape and a.size else (0.0 if same else math.inf))
+            checks.append(OutputCheck(n, err, 0.0, None, same))
+        return VerifyResult(all(c.ok for c in checks), checks, folder=folder,
+                            reference="TensorFlow Lite Micro")
 
 
 DEFAULT_MIN_SQNR = 15.0
@@ -811,10 +877,18 @@ class InspectReport:
 def inspect(model: str | Path, *, shapes: Shapes | None = None, bind: Binds | None = None
             ) -> InspectReport:
     """Operators, shapes, FLOPs, every unsupported node, and the memory plan."""
-    proto = load_onnx(model)
-    raw = to_graph(proto)
-    lines = [f"model {Path(model).name}: opset {raw.opset}, {len(raw.nodes)} nodes, "
-             f"{sum(1 for v in raw.values.values() if v.is_const)} initializers"]
+    if is_tflite(model):
+        try:
+            raw = import_tflite(model)
+        except UnsupportedError as exc:
+            return InspectReport(f"model {Path(model).name}: TensorFlow Lite\n{exc.message}\n",
+                                 [exc.message])
+        lines = [f"model {Path(model).name}: TensorFlow Lite (int8), {len(raw.nodes)} nodes "
+                 f"after import, {sum(1 for v in raw.values.values() if v.is_const)} constants"]
+    else:
+        raw = to_graph(load_onnx(model))
+        lines = [f"model {Path(model).name}: opset {raw.opset}, {len(raw.nodes)} nodes, "
+                 f"{sum(1 for v in raw.values.values() if v.is_const)} initializers"]
     counts = Counter(n.op_type for n in raw.nodes)
     lines.append("operators: " + ", ".join(f"{op} x{c}" for op, c in sorted(counts.items())))
     lines.append("inputs: " + ", ".join(f"{n} {format_type(raw.values[n])}" for n in raw.inputs))

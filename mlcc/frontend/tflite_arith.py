@@ -1,0 +1,169 @@
+"""TensorFlow Lite's integer arithmetic, in Python, for the constants the TFLite importer
+computes at compile time: the per-channel (multiplier, shift) pairs of QuantizeMultiplier, the
+activation clamps, and the 256-entry tables of element-wise operators on int8 codes (ReLU,
+ReLU6, requantization) and of softmax's exponentials.
+
+These follow TFLite's reference kernels as TensorFlow Lite Micro builds them (double rounding:
+TFLITE_SINGLE_ROUNDING is not set), written here from their definitions (gemmlowp's
+fixedpoint.h, tensorflow/lite/kernels/internal/common.h and quantization_util.cc):
+
+- QuantizeMultiplier(m): frexp(m) = q * 2^shift, q_fixed = round_half_away(q * 2^31) (TfLiteRound,
+  not numpy's half-to-even; mlcc.quant.scheme.fixed_multiplier rounds half to even and stays so
+  for mlcc's own int8 path), 2^31 -> 2^30 with shift + 1, shift < -31 -> (0, 0).
+- MultiplyByQuantizedMultiplier(x, m, s) = RDBPOT(SRDHM(x * 2^max(s, 0), m), max(-s, 0)).
+- int32 arithmetic wraps as the C++ does (the values stay in range for valid models).
+"""
+from __future__ import annotations
+
+import math
+
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def wrap32(v: int) -> int:
+    return ((v + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
+def tflite_round(v: float) -> int:
+    """TfLiteRound (std::round): half away from zero."""
+    return int(math.floor(abs(v) + 0.5)) * (1 if v >= 0 else -1)
+
+
+def quantize_multiplier(m: float) -> tuple[int, int]:
+    """TFLite's QuantizeMultiplier on a double: (q_fixed in [2^30, 2^31), shift)."""
+    if m == 0.0:
+        return 0, 0
+    q, shift = math.frexp(m)
+    q_fixed = tflite_round(q * (1 << 31))
+    if q_fixed == 1 << 31:
+        q_fixed //= 2
+        shift += 1
+    if shift < -31:
+        return 0, 0
+    return q_fixed, shift
+
+
+def srdhm(a: int, b: int) -> int:
+    """gemmlowp SaturatingRoundingDoublingHighMul."""
+    if a == INT32_MIN and b == INT32_MIN:
+        return INT32_MAX
+    ab = a * b
+    nudge = (1 << 30) if ab >= 0 else 1 - (1 << 30)
+    q = abs(ab + nudge) >> 31
+    return q if ab + nudge >= 0 else -q          # C division truncates toward zero
+
+
+def rdbpot(x: int, exponent: int) -> int:
+    """gemmlowp RoundingDivideByPOT: round half away from zero."""
+    mask = (1 << exponent) - 1
+    remainder = x & mask
+    threshold = (mask >> 1) + (1 if x < 0 else 0)
+    return (x >> exponent) + (1 if remainder > threshold else 0)
+
+
+def mul_by_quantized_multiplier(x: int, mult: int, shift: int) -> int:
+    left, right = max(shift, 0), max(-shift, 0)
+    return rdbpot(srdhm(wrap32(x * (1 << left)), mult), right)
+
+
+def saturating_shift_left(x: int, e: int) -> int:
+    """gemmlowp SaturatingRoundingMultiplyByPOT<e> for e > 0."""
+    threshold = (1 << (31 - e)) - 1
+    if x > threshold:
+        return INT32_MAX
+    if x < -threshold:
+        return INT32_MIN
+    return x << e
+
+
+def activation_range(act: str, scale: float, zero_point: int, qmin: int = -128,
+                     qmax: int = 127) -> tuple[int, int]:
+    """CalculateActivationRangeQuantized: the int8 clamp of a fused activation (f / scale in
+    float32, as TFLite divides)."""
+    import numpy as np
+
+    def q(f: float) -> int:
+        return zero_point + tflite_round(float(np.float32(f) / np.float32(scale)))
+
+    if act == "NONE":
+        return qmin, qmax
+    if act == "RELU":
+        return max(qmin, q(0.0)), qmax
+    if act == "RELU6":
+        return max(qmin, q(0.0)), min(qmax, q(6.0))
+    if act == "RELU_N1_TO_1":
+        return max(qmin, q(-1.0)), min(qmax, q(1.0))
+    raise ValueError(act)
+
+
+# ------------------------------------------------------------------ gemmlowp fixed point
+
+def _exp_quarter(a: int) -> int:
+    """exp(x) for x in [-1/4, 0), Q0.31 in and out."""
+    const_term, one_third = 1895147668, 715827883
+    x = wrap32(a + (1 << 28))
+    x2 = srdhm(x, x)
+    x3 = srdhm(x2, x)
+    x4 = srdhm(x2, x2)
+    x4_over_4 = rdbpot(x4, 2)
+    poly = rdbpot(wrap32(srdhm(wrap32(x4_over_4 + x3), one_third) + x2), 1)
+    return wrap32(const_term + srdhm(const_term, wrap32(x + poly)))
+
+
+def exp_on_negative_values(a: int, integer_bits: int) -> int:
+    """gemmlowp exp_on_negative_values for FixedPoint<int32, integer_bits> (Q0.31 result)."""
+    frac = 31 - integer_bits
+    quarter = 1 << (frac - 2)
+    a_mod = wrap32((a & (quarter - 1)) - quarter)
+    result = _exp_quarter(saturating_shift_left(a_mod, integer_bits) if integer_bits else a_mod)
+    remainder = wrap32(a_mod - a)
+    for exponent, mult in ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308),
+                           (2, 39332535), (3, 720401), (4, 242)):
+        if integer_bits > exponent and remainder & (1 << (frac + exponent)):
+            result = srdhm(result, mult)
+    if integer_bits > 5 and a < -(1 << (36 - integer_bits)):
+        result = 0
+    return INT32_MAX if a == 0 else result
+
+
+SOFTMAX_DIFF_BITS = 5        # kScaledDiffIntegerBits
+SOFTMAX_ACCUM_BITS = 12      # kAccumulationIntegerBits
+
+
+def softmax_tables(beta: float, input_scale: float) -> tuple[list[int], list[int]]:
+    """TFLite's int8 softmax, the part that depends on one input difference d = x - max(row)
+    in [-255, 0]: for index -d, exp(d) in Q0.31 and the same rescaled to the Q12.19 sum
+    (both 0 where d < diff_min: such an element adds nothing and its output is -128, which a
+    zero exponential also gives). The run-time kernel (mlcc_u8_softmax) sums, takes the
+    reciprocal and scales."""
+    real = min(beta * input_scale * (1 << (31 - SOFTMAX_DIFF_BITS)), float((1 << 31) - 1))
+    mult, left_shift = quantize_multiplier(real)
+    radius = math.floor(((1 << SOFTMAX_DIFF_BITS) - 1) * (1 << (31 - SOFTMAX_DIFF_BITS))
+                        / (1 << left_shift))
+    diff_min = -radius
+    exps, sums = [], []
+    for k in range(256):
+        d = -k
+        if d < diff_min:
+            exps.append(0)
+            sums.append(0)
+            continue
+        rescaled = srdhm(wrap32(d * (1 << left_shift)), mult)
+        e = exp_on_negative_values(rescaled, SOFTMAX_DIFF_BITS)
+        exps.append(e)
+        sums.append(rdbpot(e, SOFTMAX_ACCUM_BITS))
+    return exps, sums
+
+
+# ------------------------------------------------------------------ element-wise tables
+
+def requantize_table(in_zp: int, out_zp: int, mult: int, shift: int, lo: int = -128,
+                     hi: int = 127) -> list[int]:
+    """out = clamp(MBQM(x - in_zp, mult, shift) + out_zp, lo, hi) for x = -128..127: TFLite's
+    Requantize (QUANTIZE int8 -> int8) and ReluQuantized (RELU, RELU6 with their clamp)."""
+    return [min(hi, max(lo, mul_by_quantized_multiplier(x - in_zp, mult, shift) + out_zp))
+            for x in range(-128, 128)]
+
+
+def clamp_table(lo: int, hi: int) -> list[int]:
+    return [min(hi, max(lo, x)) for x in range(-128, 128)]
