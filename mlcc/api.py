@@ -967,8 +967,15 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
     if isolation not in _bench.ISOLATIONS:
         raise InputError(f"isolation must be one of {', '.join(_bench.ISOLATIONS)}, "
                          f"not {isolation!r}")
+    tflite = is_tflite(model)
+    if tflite and threads != 1:
+        raise InputError("a .tflite model is timed against TensorFlow Lite Micro, which runs "
+                         "on one thread: --threads 1")
     if isolation == "auto":
         isolation = _bench.PROCESSES if threads > 1 else _bench.SHARED
+    if tflite and isolation != _bench.SHARED:
+        raise InputError("a .tflite model is timed against TensorFlow Lite Micro in this "
+                         "process only (isolation 'shared')")
     tgt = load_target(target)
     if not tgt.is_host:
         raise InputError(f"target {tgt.name} does not run on this machine: bench times host "
@@ -981,19 +988,22 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
         res = compile(model, folder, target=target, shapes=shapes, bind=bind)
         compile_time = time.perf_counter() - t0
         flops = graph_flops(res.graph)
-        feeds = random_inputs(res.graph, seed)
+        feeds = (tflite_random_inputs if tflite else random_inputs)(res.graph, seed)
         ort_feeds = {**feeds, **bound_feeds(model, shapes, bind)}
         settle = _bench.SETTLE_S if threads > 1 else 0.0
         peak = _bench.machine_peak(tgt)
         cores_peak = peak.gflops_per_core * threads
         if isolation == _bench.SHARED:
-            timings, mode, got, ref = _bench_shared(model, folder, feeds, ort_feeds, threads,
+            reference = (_tflm_runner(model, feeds, res.graph) if tflite else
+                         ("onnxruntime", _bench.onnxruntime_runner(str(model), ort_feeds,
+                                                                   threads)))
+            timings, mode, got, ref = _bench_shared(folder, feeds, reference, threads,
                                                     runs, settle, flops, cores_peak)
         else:
             timings, mode, got, ref = _bench_processes(model, folder, feeds, ort_feeds,
                                                        threads, runs, settle, flops,
                                                        cores_peak, rounds, child_timeout_s)
-        checks = [compare(n, got[n], ref[n]) for n in got if n in ref]
+        checks = [compare(n, got[n], ref[n].reshape(got[n].shape)) for n in got if n in ref]
         if threads == 1:
             notes = ["threads: 1 for both"]
         else:
@@ -1011,30 +1021,53 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
             model=Path(model).name, target=tgt.name,
             shapes={n: tuple(res.graph.values[n].shape) for n in res.graph.inputs},
             threads=threads, flops=flops, mlcc=timings["mlcc"],
-            onnxruntime=timings["onnxruntime"], peak=peak,
+            onnxruntime=timings["reference"], peak=peak,
             arena_size=int(res.manifest["arena_size"]),
             weights_size=int(res.manifest["weights_size"]),
             library_size=os.path.getsize(folder / res.manifest["library"]),
             compile_time_s=compile_time, kernel_calls=int(res.manifest["kernel_calls"]),
             max_abs_error=max((c.max_abs_error for c in checks), default=0.0),
-            outputs_agree=all(c.ok for c in checks), notes=notes, isolation=isolation)
+            outputs_agree=all(c.ok for c in checks), notes=notes, isolation=isolation,
+            reference=timings["reference"].engine)
 
 
-def _bench_shared(model, folder, feeds, ort_feeds, threads, runs, settle, flops, cores_peak):
-    """({engine: Timing}, the report's mode line, mlcc outputs, onnxruntime outputs), both
-    engines loaded in this process, their samples interleaved."""
+def _tflm_runner(model, feeds: dict, g: Graph) -> tuple[str, tuple]:
+    """("TFLM", (call, outputs)): TensorFlow Lite Micro's reference kernels; each call sets
+    the inputs again (TFLM's arena may reuse an input's bytes once it is read)."""
+    try:
+        from tflite_micro import runtime as tflm
+    except ImportError:
+        raise MlccError("timing a .tflite model runs TensorFlow Lite Micro: pip install "
+                        "tflite-micro") from None
+    data = Path(model).read_bytes()
+    interp = tflm.Interpreter.from_bytes(data, arena_size=max(10 * len(data), 1 << 22))
+    inputs = [np.ascontiguousarray(feeds[n]) for n in g.inputs]
+
+    def call():
+        for k, arr in enumerate(inputs):
+            interp.set_input(arr, k)
+        interp.invoke()
+
+    call()
+    return "TFLM", (call, {n: np.asarray(interp.get_output(k)).copy()
+                           for k, n in enumerate(g.outputs)})
+
+
+def _bench_shared(folder, feeds, reference, threads, runs, settle, flops, cores_peak):
+    """({"mlcc": Timing, "reference": Timing}, the report's mode line, mlcc outputs, the
+    reference's outputs), both engines loaded in this process, their samples interleaved.
+    reference: (name, (call, outputs)) of onnxruntime or TFLM."""
     compiled = _load(folder, threads=threads)
     run_mlcc, got = compiled.prepare(feeds)
     status = run_mlcc()
     if status != 0:
         raise MlccError(f"run failed: {compiled.status_string(status)}")
-    run_ort, ref = _bench.onnxruntime_runner(str(model), ort_feeds, threads)
-    run_ort()
-    samples = _bench.measure({"mlcc": run_mlcc, "onnxruntime": run_ort}, runs,
-                             settle_s=settle)
+    name, (run_ref, ref) = reference
+    run_ref()
+    samples = _bench.measure({"mlcc": run_mlcc, name: run_ref}, runs, settle_s=settle)
     calls = samples["_calls"]
-    timings = {e: _bench.summarize(e, samples[e], int(c), flops, cores_peak)
-               for e, c in zip(_bench.ENGINES, calls)}
+    timings = {key: _bench.summarize(e, samples[e], int(c), flops, cores_peak)
+               for key, e, c in zip(("mlcc", "reference"), ("mlcc", name), calls)}
     mode = ("mode: one process, both engines loaded, their samples interleaved (alternating "
             "which goes first)")
     return timings, mode, got, ref
@@ -1047,8 +1080,8 @@ def _bench_processes(model, folder, feeds, ort_feeds, threads, runs, settle, flo
     m = _bench.measure_in_processes(model, folder, feeds, threads, rounds=rounds, runs=runs,
                                     settle_s=settle, timeout_s=timeout_s,
                                     ort_feeds=ort_feeds)
-    timings = {e: _bench.summarize_rounds(e, m.latencies[e], m.calls[e], flops, cores_peak)
-               for e in _bench.ENGINES}
+    timings = {key: _bench.summarize_rounds(e, m.latencies[e], m.calls[e], flops, cores_peak)
+               for key, e in zip(("mlcc", "reference"), _bench.ENGINES)}
     mode = (f"mode: separate processes, one engine at a time: {2 * rounds} child processes "
             f"alternated (mlcc, onnxruntime, mlcc, ...), {rounds} rounds, each child timed for "
             + (f"{runs} samples" if runs else f"{_bench.TIME_BUDGET_S / (2 * rounds):.3g} s")

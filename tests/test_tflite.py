@@ -140,3 +140,13 @@ def test_unsupported_fused_activation_refused(tmp_path):
     r = CliRunner().invoke(main, ["compile", str(path), "-o", str(tmp_path / "out")])
     assert r.exit_code == 3, r.output
     assert "operator 0 (CONV_2D, output 'conv')" in r.output and "fused activation 4" in r.output
+
+
+def test_bench_times_against_tflm(tmp_path):
+    path = tmp_path / "cnn.tflite"
+    path.write_bytes(tm.cnn(2))
+    res = api.bench(path, target="x86", runs=3)
+    assert res.reference == "TFLM" and res.outputs_agree and res.max_abs_error == 0
+    assert "ratio mlcc/TFLM" in res.report() and res.onnxruntime.engine == "TFLM"
+    with pytest.raises(mlcc.MlccError, match="one thread"):
+        api.bench(path, target="x86", threads=2)
