@@ -45,6 +45,7 @@ SMALL = {
     "cnn_per_tensor": lambda: tm.cnn(5, per_channel=False),
     "cnn_float_io": lambda: tm.cnn(7, float_io=True, size=(17, 7), channels=2),
     "depthwise_multiplier": lambda: tm.depthwise_multiplier(),
+    "tables_and_movement": lambda: tm.tables_and_movement(),
 }
 
 
@@ -150,3 +151,43 @@ def test_bench_times_against_tflm(tmp_path):
     assert "ratio mlcc/TFLM" in res.report() and res.onnxruntime.engine == "TFLM"
     with pytest.raises(mlcc.MlccError, match="one thread"):
         api.bench(path, target="x86", threads=2)
+
+
+@pytest.mark.parametrize("kind,in_q,out_q", [
+    ("LOGISTIC", (0.0625, 3), (1 / 256, -128)),
+    ("LOGISTIC", (0.011, -90), (1 / 256, -128)),
+    ("TANH", (0.03, 0), (1 / 128, 0)),
+    ("TANH", (0.1337, 17), (1 / 128, 0)),
+    ("RELU", (0.05, -11), (0.031, -128)),
+    ("RELU", (0.05, 40), (0.05, 40)),
+    ("RELU6", (0.07, -3), (0.07, -3)),
+    ("QUANTIZE", (0.05, -11), (0.0731, 29)),
+    ("QUANTIZE", (0.2, 100), (0.0123, -100)),
+])
+def test_element_wise_every_code(tmp_path, kind, in_q, out_q):
+    """Every int8 input code through LOGISTIC, TANH, RELU, RELU6 and a requantizing QUANTIZE
+    (tables of TFLite's integer formulas): all 256 outputs identical to TFLM's."""
+    path = tmp_path / f"{kind}.tflite"
+    path.write_bytes(tm.element_wise(kind, in_q, out_q))
+    codes = np.arange(-128, 128, dtype=np.int8).reshape(1, 256)
+    res = api.verify(path, inputs={"input": codes})
+    assert res.ok, [(c.name, c.max_abs_error) for c in res.outputs]
+
+
+@pytest.mark.parametrize("in_q,beta,depth", [
+    ((0.1, 0), 1.0, 10), ((0.0213, -30), 1.0, 37), ((0.5, 12), 0.37, 2),
+    ((0.004, 5), 2.5, 131),
+])
+def test_softmax_rows(tmp_path, in_q, beta, depth):
+    """Rows of 2 to 131 values, differences from 0 to 255 steps, differences cut off by
+    diff_min (large scales) and none (small ones)."""
+    path = tmp_path / "softmax.tflite"
+    path.write_bytes(tm.softmax_rows(in_q, beta, depth))
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        x = rng.integers(-128, 128, (7, depth)).astype(np.int8)
+        x[0] = x[0, 0]                          # a row of equal values
+        x[1, :] = -128
+        x[1, depth // 2] = 127                  # one value 255 steps above the others
+        res = api.verify(path, inputs={"input": x})
+        assert res.ok, [(c.name, c.max_abs_error) for c in res.outputs]

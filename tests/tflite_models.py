@@ -90,7 +90,8 @@ class Builder:
     # ------------------------------------------------------------ layers with random weights
 
     def conv(self, x: int, xq, cout: int, k, stride=1, padding=SAME, dilation=1, act="NONE",
-             per_channel=True, depthwise=False, multiplier=1, name="conv") -> tuple[int, tuple]:
+             per_channel=True, depthwise=False, multiplier=1, name="conv", out_scale=None
+             ) -> tuple[int, tuple]:
         """A CONV_2D (or DEPTHWISE_CONV_2D) with random int8 weights and int32 bias; the output
         scale keeps the typical accumulator within about 40 steps. Returns (tensor, (s, zp))."""
         shape = self.tensors[x].shape
@@ -113,6 +114,8 @@ class Builder:
         sy = float(np.float32(sx * float(np.mean(ws)) * math.sqrt(depth) * self.spread.get(x, 74)
                               * 73 / 40))
         zy = int(self.rng.integers(-20, 20)) if act == "NONE" else -128
+        if out_scale is not None:       # the spread then follows from the accumulators
+            sy = float(np.float32(out_scale))
         eff = (kh - 1) * dilation + 1, (kw - 1) * dilation + 1
         if padding == SAME:
             oh, ow = -(-h // stride), -(-w // stride)
@@ -257,4 +260,53 @@ def float_model() -> bytes:
     w = b.tensor("w", (3, 4), FLOAT32, data=np.ones((3, 4), np.float32))
     y = b.tensor("y", (1, 3), FLOAT32)
     b.op("FULLY_CONNECTED", [x, w], [y], "FullyConnectedOptions")
+    return b.bytes([x], [y])
+
+
+def tables_and_movement(seed: int = 4) -> bytes:
+    """PAD (asymmetric) -> CONV_2D 3x3 VALID (output scale chosen so that its codes span about
+    +-10) -> LOGISTIC and TANH; a second CONV_2D -> LOGISTIC; CONCATENATION of the two
+    LOGISTICs on the channel axis; TRANSPOSE of the TANH; RESHAPE + SQUEEZE."""
+    b = Builder(seed)
+    xq = (0.04, 5)
+    x = b.act("input", (1, 7, 5, 3), *xq)
+    pads = b.tensor("pad/paddings", (4, 2), INT32,
+                    data=np.array([[0, 0], [1, 2], [0, 1], [0, 0]], np.int32))
+    p = b.act("pad", (1, 10, 6, 3), *xq)
+    b.op("PAD", [x, pads], [p])
+    c1, q1 = b.conv(p, xq, 5, 3, padding=VALID, name="conv_a", out_scale=0.09)
+    c2, q2 = b.conv(p, xq, 3, 3, padding=VALID, name="conv_b", out_scale=0.05)
+    shape1, shape2 = b.tensors[c1].shape, b.tensors[c2].shape
+    lg1 = b.act("logistic_a", shape1, 1 / 256, -128)
+    b.op("LOGISTIC", [c1], [lg1])
+    lg2 = b.act("logistic_b", shape2, 1 / 256, -128)
+    b.op("LOGISTIC", [c2], [lg2])
+    th = b.act("tanh", shape1, 1 / 128, 0)
+    b.op("TANH", [c1], [th])
+    cat = b.act("concat", (*shape1[:3], shape1[3] + shape2[3]), 1 / 256, -128)
+    b.op("CONCATENATION", [lg1, lg2], [cat], "ConcatenationOptions", axis=-1)
+    perm = b.tensor("transpose/perm", (4,), INT32, data=np.array([0, 3, 1, 2], np.int32))
+    tr = b.act("transpose", (1, shape1[3], shape1[1], shape1[2]), 1 / 128, 0)
+    b.op("TRANSPOSE", [th, perm], [tr])
+    n = int(np.prod(shape2))
+    r = b.reshape(lg2, (1, n, 1), name="flat")
+    sq = b.act("squeeze", (1, n), 1 / 256, -128)
+    b.op("SQUEEZE", [r], [sq], "SqueezeOptions", squeezeDims=[2])
+    return b.bytes([x], [cat, tr, sq])
+
+
+def element_wise(kind: str, in_q, out_q) -> bytes:
+    """One int8 element-wise operator on a [1, 256] input (tests feed every code once)."""
+    b = Builder(6)
+    x = b.act("input", (1, 256), *in_q)
+    y = b.act(kind.lower(), (1, 256), *out_q)
+    b.op(kind, [x], [y])
+    return b.bytes([x], [y])
+
+
+def softmax_rows(in_q, beta: float, depth: int) -> bytes:
+    """SOFTMAX over rows of `depth` int8 values."""
+    b = Builder(8)
+    x = b.act("input", (7, depth), *in_q)
+    y, _ = b.softmax(x, beta=beta)
     return b.bytes([x], [y])

@@ -167,3 +167,80 @@ def requantize_table(in_zp: int, out_zp: int, mult: int, shift: int, lo: int = -
 
 def clamp_table(lo: int, hi: int) -> list[int]:
     return [min(hi, max(lo, x)) for x in range(-128, 128)]
+
+
+def _newton_reciprocal(a: int) -> int:
+    """The Q2.29 Newton-Raphson iterate of 1 / ((1 + a) / 2) for a in Q0.31 (gemmlowp's
+    one_over_one_plus_x_for_x_in_0_1 and one_minus_x_over_one_plus_x_for_x_in_0_1)."""
+    total = a + INT32_MAX + (1 if a + INT32_MAX >= 0 else -1)     # RoundingHalfSum(a, 1)
+    half_den = abs(total) // 2 * (1 if total >= 0 else -1)          # C division
+    x = wrap32(1515870810 + srdhm(half_den, -1010580540))
+    for _ in range(3):
+        one_minus = wrap32((1 << 29) - srdhm(half_den, x))
+        x = wrap32(x + saturating_shift_left(srdhm(x, one_minus), 2))
+    return x
+
+
+def one_over_one_plus_x(a: int) -> int:
+    return saturating_shift_left(_newton_reciprocal(a), 1)
+
+
+def one_minus_x_over_one_plus_x(a: int) -> int:
+    return saturating_shift_left(wrap32(_newton_reciprocal(a) - (1 << 29)), 2)
+
+
+def fixed_logistic(a: int, integer_bits: int) -> int:
+    """gemmlowp logistic: Q(integer_bits) in, Q0.31 out."""
+    if a == 0:
+        return 1 << 30
+    positive = one_over_one_plus_x(exp_on_negative_values(-abs(a), integer_bits))
+    return positive if a > 0 else wrap32(INT32_MAX - positive)
+
+
+def fixed_tanh(a: int, integer_bits: int) -> int:
+    """gemmlowp tanh: Q(integer_bits) in, Q0.31 out."""
+    if a == 0:
+        return 0
+    t = one_minus_x_over_one_plus_x(exp_on_negative_values(-abs(a), integer_bits + 1))
+    return -t if a < 0 else t
+
+
+def _q4_input(scale: float) -> tuple[int, int, int]:
+    """TFLM's LOGISTIC / TANH int8 preparation: (multiplier, left shift, input radius) of the
+    input scale in Q4.27 (frexp and TfLiteRound, without QuantizeMultiplier's 2^31 check)."""
+    q, shift = math.frexp(scale * float(1 << 27))
+    mult = wrap32(tflite_round(q * (1 << 31)))
+    radius = math.floor(15 * (1 << 27) / (1 << shift))
+    return mult, shift, radius
+
+
+def logistic_table(in_scale: float, in_zp: int) -> list[int]:
+    """TFLM's int8 LOGISTIC (output zero point -128, scale 1/256) for x = -128..127."""
+    mult, shift, radius = _q4_input(in_scale)
+    out = []
+    for x in range(-128, 128):
+        v = x - in_zp
+        if v <= -radius:
+            out.append(-128)
+        elif v >= radius:
+            out.append(127)
+        else:
+            r = rdbpot(fixed_logistic(mul_by_quantized_multiplier(v, mult, shift), 4), 23)
+            out.append(min(127, max(-128, r - 128)))
+    return out
+
+
+def tanh_table(in_scale: float, in_zp: int) -> list[int]:
+    """TFLM's int8 TANH (output zero point 0, scale 1/128) for x = -128..127."""
+    mult, shift, radius = _q4_input(in_scale)
+    out = []
+    for x in range(-128, 128):
+        v = x - in_zp
+        if v <= -radius:
+            out.append(-128)
+        elif v >= radius:
+            out.append(127)
+        else:
+            r = rdbpot(fixed_tanh(mul_by_quantized_multiplier(v, mult, shift), 4), 24)
+            out.append(min(127, max(-128, r)))
+    return out

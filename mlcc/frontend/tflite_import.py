@@ -565,6 +565,90 @@ class _Importer:
         out = self.set_out(y_i, layout, "uint8")
         self.lut(self.t(y_i).name, x, table, (sx, zx), (sy, zy), kind, out)
 
+    def op_logistic(self, op, k):
+        self._table_op(op, "LOGISTIC", ta.logistic_table)
+
+    def op_tanh(self, op, k):
+        self._table_op(op, "TANH", ta.tanh_table)
+
+    def op_squeeze(self, op, k):
+        self.op_reshape(op, k)
+
+    def op_transpose(self, op, k):
+        x_i, y_i = op.Inputs(0), op.Outputs(0)
+        perm = [int(p) for p in np.asarray(self.const_of(op.Inputs(1))).reshape(-1)]
+        x = self.get(x_i, "nhwc")
+        rank = len(self.values[x].shape)
+        perm = [p + rank if p < 0 else p for p in perm]
+        if sorted(perm) != list(range(rank)):
+            raise ModelError(f"TRANSPOSE permutation {perm} for rank {rank}")
+        out = self.set_out(y_i, "nhwc", self.values[x].dtype)
+        self.node("Transpose", self.t(y_i).name, [x], [out], perm=perm)
+
+    def _same_q(self, ins: list[int], y_i: int) -> tuple[float, int]:
+        """TFLM moves int8 data unchanged only between tensors of one quantization."""
+        yq = self.codes_q(y_i)
+        for i in ins:
+            if np.float32(self.codes_q(i)[0]) != np.float32(yq[0]) or \
+                    self.codes_q(i)[1] != yq[1]:
+                raise UnsupportedError(f"input {self.t(i).name!r} is quantized differently "
+                                       f"from the output")
+        return yq
+
+    def _axis_in(self, axis: int, rank: int, layout: str) -> int:
+        axis = axis + rank if axis < 0 else axis
+        return TO_NCHW.index(axis) if layout == "nchw" else axis
+
+    def op_concatenation(self, op, k):
+        opts = _options(op, self.tfl.ConcatenationOptions)
+        ins, y_i = self._inputs(op), op.Outputs(0)
+        if opts is not None and opts.FusedActivationFunction() != 0:
+            raise UnsupportedError("a fused activation on CONCATENATION is not supported")
+        self._same_q(ins, y_i)
+        rank = len(self.t(y_i).shape)
+        layout = "nchw" if rank == 4 and any(self.layout_of(i) == "nchw" for i in ins) \
+            else "nhwc"
+        xs = [self.get(i, layout) for i in ins]
+        out = self.set_out(y_i, layout, "uint8")
+        self.node("Concat", self.t(y_i).name, xs, [out],
+                  axis=self._axis_in(opts.Axis() if opts else 0, rank, layout))
+
+    def op_pad(self, op, k):
+        ins, y_i = self._inputs(op), op.Outputs(0)
+        x_i = ins[0]
+        _, zy = self._same_q([x_i], y_i)
+        pads = np.asarray(self.const_of(ins[1]), np.int64).reshape(-1, 2)
+        if np.any(pads < 0):
+            raise UnsupportedError("negative paddings are not supported")
+        value = zy
+        if len(ins) > 2 and ins[2] >= 0:          # PADV2's constant value (int8)
+            value = int(np.asarray(self.const_of(ins[2])).reshape(-1)[0]) + 128
+        layout = self.layout_of(x_i) if len(pads) == 4 else "nhwc"
+        x = self.get(x_i, layout)
+        if layout == "nchw":
+            pads = pads[TO_NCHW]
+        out = self.set_out(y_i, layout, "uint8")
+        name = self.t(y_i).name
+        self.node("Pad", name, [x, self.const(f"{name}.pads", np.concatenate(
+            [pads[:, 0], pads[:, 1]]).astype(np.int64)),
+            self.const(f"{name}.value", np.asarray(value, np.uint8))], [out], mode="constant")
+
+    def op_padv2(self, op, k):
+        self.op_pad(op, k)
+
+    def _table_op(self, op, kind: str, make) -> None:
+        """An int8 element-wise operator whose TFLM kernel ignores the output's scale (it
+        assumes the converter's fixed one): a table of TFLM's integer formula."""
+        x_i, y_i = op.Inputs(0), op.Outputs(0)
+        sx, zx = self.codes_q(x_i)
+        yq = self.codes_q(y_i)
+        if kind == "LOGISTIC" and yq[1] != 0:
+            raise UnsupportedError("int8 LOGISTIC needs output zero point -128 (as TFLM does)")
+        layout = self.layout_of(x_i)
+        x = self.get(x_i, layout)
+        out = self.set_out(y_i, layout, "uint8")
+        self.lut(self.t(y_i).name, x, make(sx, zx - 128), (sx, zx), yq, kind, out)
+
     # ---------------------------------------------------------------- folded shape arithmetic
 
     def const_of(self, i: int) -> np.ndarray:
