@@ -56,6 +56,8 @@ WITNESSES: dict[tuple[str, str], str] = {
     ("mlcc", "TFLQuantize"): "test_tflite.py::test_small_models_bit_exact[cnn_float_io]",
     ("mlcc", "TFLDequantize"): "test_tflite.py::test_small_models_bit_exact[cnn_float_io]",
     ("mlcc", "QSoftmax"): "test_tflite.py::test_small_models_bit_exact[cnn_float_io]",
+    ("mlcc", "QSub"): "test_tflite.py::test_small_models_bit_exact[binary_ops]",
+    ("mlcc", "QMul"): "test_tflite.py::test_small_models_bit_exact[binary_ops]",
     # the attention fusion (mlcc/passes/fuse_attention.py)
     ("mlcc", "Attention"): "test_fusions_transformer.py::test_attention_is_one_kernel[x86]",
 }

@@ -46,6 +46,7 @@ SMALL = {
     "cnn_float_io": lambda: tm.cnn(7, float_io=True, size=(17, 7), channels=2),
     "depthwise_multiplier": lambda: tm.depthwise_multiplier(),
     "tables_and_movement": lambda: tm.tables_and_movement(),
+    "binary_ops": lambda: tm.binary_ops(),
 }
 
 
@@ -163,9 +164,13 @@ def test_bench_times_against_tflm(tmp_path):
     ("RELU6", (0.07, -3), (0.07, -3)),
     ("QUANTIZE", (0.05, -11), (0.0731, 29)),
     ("QUANTIZE", (0.2, 100), (0.0123, -100)),
+    ("HARD_SWISH", (0.05, -11), (0.03, -50)),
+    ("HARD_SWISH", (0.02, 40), (0.05, 3)),
+    ("HARD_SWISH", (0.11, 0), (0.0071, -128)),
 ])
 def test_element_wise_every_code(tmp_path, kind, in_q, out_q):
-    """Every int8 input code through LOGISTIC, TANH, RELU, RELU6 and a requantizing QUANTIZE
+    """Every int8 input code through LOGISTIC, TANH, RELU, RELU6, HARD_SWISH and a requantizing
+    QUANTIZE
     (tables of TFLite's integer formulas): all 256 outputs identical to TFLM's."""
     path = tmp_path / f"{kind}.tflite"
     path.write_bytes(tm.element_wise(kind, in_q, out_q))

@@ -310,3 +310,25 @@ def softmax_rows(in_q, beta: float, depth: int) -> bytes:
     x = b.act("input", (7, depth), *in_q)
     y, _ = b.softmax(x, beta=beta)
     return b.bytes([x], [y])
+
+
+def binary_ops(seed: int = 10) -> bytes:
+    """Two int8 inputs of one shape: MUL (RELU), SUB of the product and an input, ADD of a
+    constant single value, MUL by a constant, SUB from a constant (the last three tables)."""
+    b = Builder(seed)
+    shape = (1, 5, 7, 3)
+    x = b.act("a", shape, 0.05, -7)
+    y = b.act("b", shape, 0.031, 20)
+    m = b.act("mul", shape, 0.05 * 0.031 * 60, -128)
+    b.op("MUL", [x, y], [m], "MulOptions", fusedActivationFunction=ACT["RELU"])
+    s = b.act("sub", shape, 0.061, 9)
+    b.op("SUB", [m, x], [s], "SubOptions", fusedActivationFunction=0)
+    c1 = b.tensor("c1", (1,), INT8, 0.02, 3, data=np.array([77], np.int8))
+    a = b.act("add_const", shape, 0.07, -2)
+    b.op("ADD", [s, c1], [a], "AddOptions", fusedActivationFunction=0)
+    c2 = b.tensor("c2", (1,), INT8, 0.013, -4, data=np.array([-90], np.int8))
+    m2 = b.act("mul_const", shape, 0.04, 5)
+    b.op("MUL", [c2, a], [m2], "MulOptions", fusedActivationFunction=0)
+    s2 = b.act("sub_const", shape, 0.05, 0)
+    b.op("SUB", [c1, m2], [s2], "SubOptions", fusedActivationFunction=ACT["RELU6"])
+    return b.bytes([x, y], [m, s, a, m2, s2])

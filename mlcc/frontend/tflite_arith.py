@@ -244,3 +244,81 @@ def tanh_table(in_scale: float, in_zp: int) -> list[int]:
             r = rdbpot(fixed_tanh(mul_by_quantized_multiplier(v, mult, shift), 4), 24)
             out.append(min(127, max(-128, r)))
     return out
+
+
+def _wrap16(v: int) -> int:
+    return ((v + (1 << 15)) & 0xFFFF) - (1 << 15)
+
+
+def _srdhm16(a: int, b: int) -> int:
+    if a == b == -(1 << 15):
+        return (1 << 15) - 1
+    ab = a * b
+    nudge = (1 << 14) if ab >= 0 else 1 - (1 << 14)
+    q = abs(ab + nudge) >> 15
+    return _wrap16(q if ab + nudge >= 0 else -q)
+
+
+def _sat_shift16(v: int, amount: int) -> int:
+    return min((1 << 15) - 1, max(-(1 << 15), v * (1 << amount)))
+
+
+def _int16_multiplier(m32: int) -> int:
+    """DownScaleInt32ToInt16Multiplier."""
+    if m32 >= INT32_MAX - (1 << 15):
+        return (1 << 15) - 1
+    return (m32 + (1 << 15)) >> 16
+
+
+def hard_swish_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int
+                     ) -> list[int]:
+    """TFLM's int8 HARD_SWISH (int16 fixed point; its scales computed in float32 as TFLM
+    does) for x = -128..127."""
+    import numpy as np
+    hires = np.float32(1.0 / 128.0) * np.float32(in_scale)
+    out_m, out_e = quantize_multiplier(float(np.float32(hires / np.float32(out_scale))))
+    relu_m, relu_e = quantize_multiplier(float(np.float32(hires / np.float32(3.0 / 32768.0))))
+    if out_e > 0:
+        raise ValueError("HARD_SWISH output multiplier above 1")
+    out_m16, relu_m16 = _int16_multiplier(out_m), _int16_multiplier(relu_m)
+    table = []
+    for x in range(-128, 128):
+        v = _wrap16(x - in_zp)
+        hi = _wrap16(v * 128)
+        pre_out = _srdhm16(hi, out_m16)
+        r = hi
+        if relu_e > 0:
+            r = _sat_shift16(r, relu_e - 1)
+        r = _srdhm16(r, relu_m16)
+        if relu_e > 0:
+            r = _sat_shift16(r, 1)
+        if relu_e < 0:
+            r = rdbpot(r, -relu_e)
+        r = _wrap16((r + (1 << 15)) >> 1)
+        # SaturatingDoublingHighMul (hard_swish.h's own: no rounding nudge, C division)
+        if r == pre_out == -(1 << 15):
+            pre = (1 << 15) - 1
+        else:
+            ab = r * pre_out
+            pre = _wrap16(abs(ab) // (1 << 15) * (1 if ab >= 0 else -1))
+        o = _wrap16(rdbpot(pre, -out_e) + out_zp)
+        table.append(min(127, max(-128, o)))
+    return table
+
+
+def mul_table(x_zp: int, c: int, c_zp: int, mult: int, shift: int, out_zp: int, lo: int,
+              hi: int) -> list[int]:
+    """TFLite's int8 MUL of a tensor by one constant int8 value c (zero point c_zp)."""
+    return [min(hi, max(lo, out_zp + mul_by_quantized_multiplier((x - x_zp) * (c - c_zp),
+                                                                  mult, shift)))
+            for x in range(-128, 128)]
+
+
+def add_sub_value(a: int, b: int, q: tuple, subtract: bool) -> int:
+    """TFLite's int8 ADD / SUB of one pair: q = (za, zb, zy, a_mult, a_shift, b_mult,
+    b_shift, out_mult, out_shift, lo, hi) (int8 zero points)."""
+    za, zb, zy, am, ash, bm, bsh, om, osh, lo, hi = q
+    sa = mul_by_quantized_multiplier((a - za) * (1 << 20), am, ash)
+    sb = mul_by_quantized_multiplier((b - zb) * (1 << 20), bm, bsh)
+    raw = wrap32(sa - sb if subtract else sa + sb)
+    return min(hi, max(lo, mul_by_quantized_multiplier(raw, om, osh) + zy))

@@ -470,24 +470,80 @@ class _Importer:
         self._pool(op, k, False)
 
     def op_add(self, op, k):
-        opts = _options(op, self.tfl.AddOptions)
-        a_i, b_i = op.Inputs(0), op.Inputs(1)
-        y_i = op.Outputs(0)
+        self._binary(op, "ADD")
+
+    def op_sub(self, op, k):
+        self._binary(op, "SUB")
+
+    def op_mul(self, op, k):
+        self._binary(op, "MUL")
+
+    def _binary(self, op, kind: str) -> None:
+        """ADD (with a constant operand), SUB and MUL: tensors of one shape run the kernel; a
+        constant single value makes the operator a table of the other operand."""
+        opts = _options(op, {"ADD": self.tfl.AddOptions, "SUB": self.tfl.SubOptions,
+                             "MUL": self.tfl.MulOptions}[kind])
+        a_i, b_i, y_i = op.Inputs(0), op.Inputs(1), op.Outputs(0)
         at, bt, yt = self.t(a_i), self.t(b_i), self.t(y_i)
-        if at.shape != bt.shape:
-            raise UnsupportedError(f"broadcasting ({list(at.shape)} + {list(bt.shape)}) is "
-                                   f"not supported")
         (sa, za), (sb, zb), (sy, zy) = self.codes_q(a_i), self.codes_q(b_i), self.codes_q(y_i)
         lo, hi = self.act_clamp(opts.FusedActivationFunction() if opts else 0, y_i)
-        twice_max = 2.0 * max(sa, sb)
-        fixed = (*ta.quantize_multiplier(sa / twice_max), *ta.quantize_multiplier(sb / twice_max),
-                 *ta.quantize_multiplier(twice_max / ((1 << 20) * sy)))
+        if kind == "MUL":
+            mult, shift = ta.quantize_multiplier(float(sa) * float(sb) / float(sy))
+        elif kind == "ADD":
+            twice = 2.0 * max(sa, sb)
+            fixed = (*ta.quantize_multiplier(sa / twice), *ta.quantize_multiplier(sb / twice),
+                     *ta.quantize_multiplier(twice / ((1 << 20) * sy)))
+        else:       # TFLM's SUB computes these ratios in float32
+            f = np.float32
+            twice = f(2) * max(f(sa), f(sb))
+            fixed = (*ta.quantize_multiplier(float(f(sa) / twice)),
+                     *ta.quantize_multiplier(float(f(sb) / twice)),
+                     *ta.quantize_multiplier(float(twice / (f(1 << 20) * f(sy)))))
+        consts = [i for i in (a_i, b_i) if self.t(i).data is not None and self.t(i).data.size == 1]
+        if at.shape != bt.shape and consts:
+            c_i = consts[-1]
+            x_i = b_i if c_i == a_i else a_i
+            c = int(np.asarray(self.t(c_i).data).reshape(-1)[0])
+            if kind == "MUL":
+                xz, cz = (za, zb) if x_i == a_i else (zb, za)
+                table = ta.mul_table(xz - 128, c, cz - 128, mult, shift, zy - 128, lo - 128,
+                                     hi - 128)
+            else:
+                q = (za - 128, zb - 128, zy - 128, *fixed, lo - 128, hi - 128)
+                table = [ta.add_sub_value(x, c, q, kind == "SUB") if x_i == a_i else
+                         ta.add_sub_value(c, x, q, kind == "SUB") for x in range(-128, 128)]
+            layout = self.layout_of(x_i)
+            x = self.get(x_i, layout)
+            out = self.set_out(y_i, layout, "uint8")
+            self.lut(yt.name, x, table, self.codes_q(x_i), (sy, zy), kind, out)
+            return
+        if at.shape != bt.shape:
+            raise UnsupportedError(f"broadcasting ({list(at.shape)} and {list(bt.shape)}) is "
+                                   f"not supported")
         layout = "nchw" if self.layout_of(a_i) == "nchw" or self.layout_of(b_i) == "nchw" \
             else "nhwc"
         a, b = self.get(a_i, layout), self.get(b_i, layout)
         out = self.set_out(y_i, layout, "uint8")
-        self.node("QAdd", yt.name, [a, b], [out], MLCC, a=(sa, za), b=(sb, zb), y=(sy, zy),
-                  mode="fixed", clamp=(lo, hi), multipliers=fixed)
+        if kind == "MUL":
+            self.node("QMul", yt.name, [a, b], [out], MLCC, a=(sa, za), b=(sb, zb),
+                      y=(sy, zy), mult=mult, shift=shift, clamp=(lo, hi))
+        else:
+            self.node("QAdd" if kind == "ADD" else "QSub", yt.name, [a, b], [out], MLCC,
+                      a=(sa, za), b=(sb, zb), y=(sy, zy), mode="fixed", clamp=(lo, hi),
+                      multipliers=fixed)
+
+    def op_hard_swish(self, op, k):
+        x_i, y_i = op.Inputs(0), op.Outputs(0)
+        (sx, zx), (sy, zy) = self.codes_q(x_i), self.codes_q(y_i)
+        try:
+            table = ta.hard_swish_table(sx, zx - 128, sy, zy - 128)
+        except ValueError:
+            raise UnsupportedError("an output scale below the input's / 128 (TFLM refuses "
+                                   "it too)") from None
+        layout = self.layout_of(x_i)
+        x = self.get(x_i, layout)
+        out = self.set_out(y_i, layout, "uint8")
+        self.lut(self.t(y_i).name, x, table, (sx, zx), (sy, zy), "HARD_SWISH", out)
 
     def op_reshape(self, op, k):
         x_i, y_i = op.Inputs(0), op.Outputs(0)

@@ -288,6 +288,7 @@ class QFC(OpDef):
 class QAdd(OpDef):
     attributes = {"a": None, "b": None, "y": None, "mode": None, "clamp": None,
                   "multipliers": None}
+    kernel, what = "mlcc_u8_add", "Add"
 
     def infer(self, node, ins, g):
         return [("uint8", ins[0].shape)]
@@ -300,7 +301,7 @@ class QAdd(OpDef):
         # ties away from zero)
         fixed = node.attr("multipliers") or add_fixed_multipliers(sa, sb, sy)
         out = node.outputs[0]
-        lo.call("mlcc_u8_add", [node.inputs[0], node.inputs[1], out], [out],
+        lo.call(self.kernel, [node.inputs[0], node.inputs[1], out], [out],
                 params_type="mlcc_qadd_params",
                 params={"count": lo.value(out).numel, "a_zero_point": int(za),
                         "b_zero_point": int(zb),
@@ -314,7 +315,7 @@ class QAdd(OpDef):
                                "mode": Enum(f"MLCC_REQUANT_{mode.upper()}"),
                                "zero_point": int(zy), "qmin": int(qmin), "qmax": int(qmax),
                                "act": act_params(Node("", "", [], []))}},
-                op=f"Add int8 a=({sa:.6g},{za}) b=({sb:.6g},{zb}) y=({sy:.6g},{zy}) "
+                op=f"{self.what} int8 a=({sa:.6g},{za}) b=({sb:.6g},{zb}) y=({sy:.6g},{zy}) "
                    f"requant={mode}")
 
 

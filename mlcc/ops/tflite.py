@@ -8,11 +8,15 @@ kernels of mlcc/ops/quant.py run them; these are where TFLite's arithmetic diffe
   codes). mlcc.TFLDequantize: codes -> float32, TFLite's DEQUANTIZE.
 - mlcc.QSoftmax: TFLite's int8 softmax over the last axis; inputs x and the two int32 tables
   of mlcc/frontend/tflite_arith.py's softmax_tables.
+- mlcc.QSub: TFLite's int8 SUB (mlcc.QAdd's attributes, fixed mode only); mlcc.QMul: TFLite's
+  int8 MUL (attributes a, b, y: (scale, zero point); mult, shift; clamp).
 """
 from __future__ import annotations
 
 from ..errors import UnsupportedError
-from ..ir import Lowering, Node
+from ..ir import Enum, Lowering, Node
+from .common import act_params
+from .quant import QAdd
 from .registry import OpDef, register
 
 MLCC = "mlcc"
@@ -82,3 +86,40 @@ class QSoftmax(OpDef):
                 params={"rows": x.numel // max(depth, 1), "depth": depth},
                 op=f"SOFTMAX (TFLite int8) beta={node.attr('beta'):.6g} "
                    f"x_scale={node.attr('x_scale'):.6g}")
+
+
+@register("QSub", domain=MLCC)
+class QSub(QAdd):
+    kernel, what = "mlcc_u8_sub", "SUB (TFLite)"
+
+    def check(self, node):
+        problems = super().check(node)
+        if node.attr("mode") != "fixed":
+            problems.append("QSub runs TFLite's fixed-point arithmetic only (mode 'fixed')")
+        return problems
+
+
+@register("QMul", domain=MLCC)
+class QMul(OpDef):
+    attributes = {"a": None, "b": None, "y": None, "mult": None, "shift": None, "clamp": None}
+
+    def infer(self, node, ins, g):
+        if ins[0].dtype != "uint8" or ins[1].dtype != "uint8" or ins[0].shape != ins[1].shape:
+            raise UnsupportedError("QMul multiplies two uint8 tensors of one shape")
+        return [("uint8", ins[0].shape)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        (sa, za), (sb, zb), (sy, zy) = node.attr("a"), node.attr("b"), node.attr("y")
+        qmin, qmax = node.attr("clamp")
+        out = node.outputs[0]
+        lo.call("mlcc_u8_mul", [node.inputs[0], node.inputs[1], out], [out],
+                params_type="mlcc_qmul_params",
+                params={"count": lo.value(out).numel, "a_zero_point": int(za),
+                        "b_zero_point": int(zb), "mult": int(node.attr("mult")),
+                        "shift": int(node.attr("shift")),
+                        "rq": {"out_kind": Enum("MLCC_QOUT_U8"),
+                               "mode": Enum("MLCC_REQUANT_FIXED"), "zero_point": int(zy),
+                               "qmin": int(qmin), "qmax": int(qmax),
+                               "act": act_params(Node("", "", [], []))}},
+                op=f"MUL (TFLite) int8 a=({sa:.6g},{za}) b=({sb:.6g},{zb}) "
+                   f"y=({sy:.6g},{zy})")

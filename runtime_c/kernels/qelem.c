@@ -373,3 +373,23 @@ void mlcc_u8_avgpool2d__tflite(const mlcc_qavgpool_tflite_params *p, const uint8
         }
     }
 }
+
+void mlcc_u8_sub(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y) {
+    const int64_t n = p->count;
+    int64_t i;
+    const int32_t za = p->a_zero_point, zb = p->b_zero_point, zy = p->rq.zero_point;
+    for (i = 0; i < n; i++) {
+        const int32_t sa = mbqm(((int32_t)a[i] - za) * (1 << 20), p->a_mult, p->a_shift);
+        const int32_t sb = mbqm(((int32_t)b[i] - zb) * (1 << 20), p->b_mult, p->b_shift);
+        y[i] = clamp_u8(mbqm(sa - sb, p->out_mult, p->out_shift) + zy, &p->rq);
+    }
+}
+
+void mlcc_u8_mul(const mlcc_qmul_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y) {
+    const int64_t n = p->count;
+    int64_t i;
+    const int32_t za = p->a_zero_point, zb = p->b_zero_point, zy = p->rq.zero_point;
+    for (i = 0; i < n; i++)
+        y[i] = clamp_u8(zy + mbqm(((int32_t)a[i] - za) * ((int32_t)b[i] - zb), p->mult,
+                                  p->shift), &p->rq);
+}

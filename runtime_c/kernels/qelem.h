@@ -144,6 +144,21 @@ typedef struct mlcc_qsoftmax_params {
 void mlcc_u8_softmax(const mlcc_qsoftmax_params *p, const uint8_t *x, const int32_t *exp_q31,
                      const int32_t *exp_acc, uint8_t *y);
 
+/* TFLite's int8 SUB (SubElementwise): mlcc_u8_add's fixed mode with the difference of the
+ * scaled inputs (a - b, each rounded on its own as TFLite does, so not a negated multiplier). */
+void mlcc_u8_sub(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y);
+
+/* TFLite's int8 MUL (MulElementwise): y = clamp(zy + MultiplyByQuantizedMultiplier(
+ * (a - za) * (b - zb), mult, shift), qmin, qmax) on tensors of one shape. */
+typedef struct mlcc_qmul_params {
+    int64_t count;
+    int32_t a_zero_point, b_zero_point;
+    int32_t mult, shift;
+    mlcc_requant rq;          /* zero_point, qmin, qmax */
+} mlcc_qmul_params;
+
+void mlcc_u8_mul(const mlcc_qmul_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y);
+
 /* TFLite's int8 AVERAGE_POOL_2D on codes: per window, s = sum of the int8 values (code - 128)
  * of the taps inside the input, n their count, avg = s > 0 ? (s + n / 2) / n : (s - n / 2) / n
  * (C division: half away from zero), clamped to [qmin, qmax] (codes: the fused activation). */
