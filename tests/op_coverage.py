@@ -58,6 +58,7 @@ WITNESSES: dict[tuple[str, str], str] = {
     ("mlcc", "QSoftmax"): "test_tflite.py::test_small_models_bit_exact[cnn_float_io]",
     ("mlcc", "QSub"): "test_tflite.py::test_small_models_bit_exact[binary_ops]",
     ("mlcc", "QMul"): "test_tflite.py::test_small_models_bit_exact[binary_ops]",
+    ("mlcc", "QMean"): "test_tflite.py::test_small_models_bit_exact[mean]",
     # the attention fusion (mlcc/passes/fuse_attention.py)
     ("mlcc", "Attention"): "test_fusions_transformer.py::test_attention_is_one_kernel[x86]",
 }

@@ -47,6 +47,7 @@ SMALL = {
     "depthwise_multiplier": lambda: tm.depthwise_multiplier(),
     "tables_and_movement": lambda: tm.tables_and_movement(),
     "binary_ops": lambda: tm.binary_ops(),
+    "mean": lambda: tm.mean_model(),
 }
 
 

@@ -332,3 +332,22 @@ def binary_ops(seed: int = 10) -> bytes:
     s2 = b.act("sub_const", shape, 0.05, 0)
     b.op("SUB", [c1, m2], [s2], "SubOptions", fusedActivationFunction=ACT["RELU6"])
     return b.bytes([x, y], [m, s, a, m2, s2])
+
+
+def mean_model(seed: int = 12) -> bytes:
+    """MEAN over H and W of a convolution's output (keep_dims, held in NCHW), over the
+    channels of the input (dims dropped) and over H (negative axis)."""
+    b = Builder(seed)
+    xq = (0.03, -9)
+    x = b.act("input", (1, 6, 5, 7), *xq)
+    c, q = b.conv(x, xq, 11, 3, name="conv")
+    axes_hw = b.tensor("axes_hw", (2,), INT32, data=np.array([1, 2], np.int32))
+    m1 = b.act("mean_hw", (1, 1, 1, 11), q[0] * 0.37, 4)
+    b.op("MEAN", [c, axes_hw], [m1], "ReducerOptions", keepDims=True)
+    axes_c = b.tensor("axes_c", (1,), INT32, data=np.array([3], np.int32))
+    m2 = b.act("mean_c", (1, 6, 5), 0.011, -3)
+    b.op("MEAN", [x, axes_c], [m2], "ReducerOptions", keepDims=False)
+    axes_h = b.tensor("axes_h", (1,), INT32, data=np.array([-3], np.int32))
+    m3 = b.act("mean_h", (1, 5, 7), 0.03, -9)
+    b.op("MEAN", [x, axes_h], [m3], "ReducerOptions", keepDims=False)
+    return b.bytes([x], [m1, m2, m3])

@@ -322,3 +322,11 @@ def add_sub_value(a: int, b: int, q: tuple, subtract: bool) -> int:
     sb = mul_by_quantized_multiplier((b - zb) * (1 << 20), bm, bsh)
     raw = wrap32(sa - sb if subtract else sa + sb)
     return min(hi, max(lo, mul_by_quantized_multiplier(raw, om, osh) + zy))
+
+
+def mean_multiplier(in_scale: float, out_scale: float, count: int) -> tuple[int, int]:
+    """TFLM's int8 MEAN: QuantizeMultiplier(s_in / s_out) with 1 / count folded in (the
+    multiplier shifted left by floor(log2 count), at most 32 and 31 + shift, then divided)."""
+    mult, shift = quantize_multiplier(float(in_scale) / float(out_scale))
+    n_shift = min(count.bit_length() - 1, 32, 31 + shift)
+    return wrap32((mult << n_shift) // count), shift - n_shift

@@ -532,6 +532,36 @@ class _Importer:
                       a=(sa, za), b=(sb, zb), y=(sy, zy), mode="fixed", clamp=(lo, hi),
                       multipliers=fixed)
 
+    def op_mean(self, op, k):
+        opts = _options(op, self.tfl.ReducerOptions)
+        x_i, y_i = op.Inputs(0), op.Outputs(0)
+        (sx, zx), (sy, zy) = self.codes_q(x_i), self.codes_q(y_i)
+        xt = self.t(x_i)
+        rank = len(xt.shape)
+        axes = sorted({int(a) + rank if int(a) < 0 else int(a)
+                       for a in np.asarray(self.const_of(op.Inputs(1))).reshape(-1)})
+        if not axes or any(a < 0 or a >= rank for a in axes):
+            raise ModelError(f"MEAN axes {axes} for rank {rank}")
+        del opts            # keep_dims: the output tensor's shape says it
+        if axes == list(range(axes[0], axes[-1] + 1)):
+            layout, dims, span = "nhwc", list(xt.shape), (axes[0], axes[-1] + 1)
+        elif rank == 4 and axes == [1, 2]:        # H and W: contiguous in NCHW
+            layout, dims, span = "nchw", [xt.shape[p] for p in TO_NCHW], (2, 4)
+        else:
+            raise UnsupportedError(f"MEAN over axes {axes} (contiguous axes, or H and W, "
+                                   f"are supported)")
+        outer = int(np.prod(dims[:span[0]], dtype=np.int64))
+        count = int(np.prod(dims[span[0]:span[1]], dtype=np.int64))
+        inner = int(np.prod(dims[span[1]:], dtype=np.int64))
+        mult, shift = ta.mean_multiplier(sx, sy, count)
+        x = self.get(x_i, layout)
+        # the reduced axes are gone or 1: the remaining ones are in TFLite's order either way
+        # (NCHW only when H and W are reduced)
+        out = self.set_out(y_i, "nhwc", "uint8")
+        self.node("QMean", self.t(y_i).name, [x], [out], MLCC, outer=outer, reduce=count,
+                  inner=inner, x=(sx, zx), y=(sy, zy), mult=mult, shift=shift,
+                  shape=list(self.t(y_i).shape))
+
     def op_hard_swish(self, op, k):
         x_i, y_i = op.Inputs(0), op.Outputs(0)
         (sx, zx), (sy, zy) = self.codes_q(x_i), self.codes_q(y_i)

@@ -8,6 +8,8 @@ kernels of mlcc/ops/quant.py run them; these are where TFLite's arithmetic diffe
   codes). mlcc.TFLDequantize: codes -> float32, TFLite's DEQUANTIZE.
 - mlcc.QSoftmax: TFLite's int8 softmax over the last axis; inputs x and the two int32 tables
   of mlcc/frontend/tflite_arith.py's softmax_tables.
+- mlcc.QMean: TFLite's int8 MEAN over the middle axis of [outer, reduce, inner] (attributes
+  outer, reduce, inner, x, y: (scale, zero point), mult, shift).
 - mlcc.QSub: TFLite's int8 SUB (mlcc.QAdd's attributes, fixed mode only); mlcc.QMul: TFLite's
   int8 MUL (attributes a, b, y: (scale, zero point); mult, shift; clamp).
 """
@@ -122,4 +124,28 @@ class QMul(OpDef):
                                "qmin": int(qmin), "qmax": int(qmax),
                                "act": act_params(Node("", "", [], []))}},
                 op=f"MUL (TFLite) int8 a=({sa:.6g},{za}) b=({sb:.6g},{zb}) "
+                   f"y=({sy:.6g},{zy})")
+
+
+@register("QMean", domain=MLCC)
+class QMean(OpDef):
+    attributes = {"outer": None, "reduce": None, "inner": None, "x": None, "y": None,
+                  "mult": None, "shift": None, "shape": None}
+
+    def infer(self, node, ins, g):
+        n = node.attr("outer") * node.attr("reduce") * node.attr("inner")
+        if ins[0].dtype != "uint8" or ins[0].numel != n:
+            raise UnsupportedError("QMean reduces uint8 codes of outer x reduce x inner")
+        return [("uint8", tuple(node.attr("shape")))]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        (sx, zx), (sy, zy) = node.attr("x"), node.attr("y")
+        out = node.outputs[0]
+        lo.call("mlcc_u8_mean", [node.inputs[0], out], [out],
+                params_type="mlcc_qmean_params",
+                params={"outer": node.attr("outer"), "reduce": node.attr("reduce"),
+                        "inner": node.attr("inner"), "x_zero_point": int(zx),
+                        "y_zero_point": int(zy), "mult": int(node.attr("mult")),
+                        "shift": int(node.attr("shift"))},
+                op=f"MEAN (TFLite) int8 over {node.attr('reduce')} x=({sx:.6g},{zx}) "
                    f"y=({sy:.6g},{zy})")

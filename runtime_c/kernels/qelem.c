@@ -393,3 +393,16 @@ void mlcc_u8_mul(const mlcc_qmul_params *p, const uint8_t *a, const uint8_t *b, 
         y[i] = clamp_u8(zy + mbqm(((int32_t)a[i] - za) * ((int32_t)b[i] - zb), p->mult,
                                   p->shift), &p->rq);
 }
+
+void mlcc_u8_mean(const mlcc_qmean_params *p, const uint8_t *x, uint8_t *y) {
+    int64_t o, r, i;
+    for (o = 0; o < p->outer; o++)
+        for (i = 0; i < p->inner; i++) {
+            const uint8_t *src = x + o * p->reduce * p->inner + i;
+            int32_t acc = 0, v;
+            for (r = 0; r < p->reduce; r++) acc += (int32_t)src[r * p->inner];
+            acc -= p->x_zero_point * (int32_t)p->reduce;
+            v = mbqm(acc, p->mult, p->shift) + p->y_zero_point;
+            y[o * p->inner + i] = (uint8_t)(v < 0 ? 0 : (v > 255 ? 255 : v));
+        }
+}

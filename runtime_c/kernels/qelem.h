@@ -159,6 +159,17 @@ typedef struct mlcc_qmul_params {
 
 void mlcc_u8_mul(const mlcc_qmul_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y);
 
+/* TFLite's int8 MEAN over the middle axis of [outer][reduce][inner] codes: acc = sum of the
+ * codes - x_zero_point * reduce, y = clamp(MultiplyByQuantizedMultiplier(acc, mult, shift) +
+ * zero point, 0, 255), with (mult, shift) TFLite's multiplier already divided by the count. */
+typedef struct mlcc_qmean_params {
+    int64_t outer, reduce, inner;
+    int32_t x_zero_point, y_zero_point;
+    int32_t mult, shift;
+} mlcc_qmean_params;
+
+void mlcc_u8_mean(const mlcc_qmean_params *p, const uint8_t *x, uint8_t *y);
+
 /* TFLite's int8 AVERAGE_POOL_2D on codes: per window, s = sum of the int8 values (code - 128)
  * of the taps inside the input, n their count, avg = s > 0 ? (s + n / 2) / n : (s - n / 2) / n
  * (C division: half away from zero), clamped to [qmin, qmax] (codes: the fused activation). */
