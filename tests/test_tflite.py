@@ -48,6 +48,7 @@ SMALL = {
     "tables_and_movement": lambda: tm.tables_and_movement(),
     "binary_ops": lambda: tm.binary_ops(),
     "mean": lambda: tm.mean_model(),
+    "strided_slice": lambda: tm.strided_slice_model(),
 }
 
 

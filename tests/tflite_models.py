@@ -351,3 +351,19 @@ def mean_model(seed: int = 12) -> bytes:
     m3 = b.act("mean_h", (1, 5, 7), 0.03, -9)
     b.op("MEAN", [x, axes_h], [m3], "ReducerOptions", keepDims=False)
     return b.bytes([x], [m1, m2, m3])
+
+
+def strided_slice_model(seed: int = 13) -> bytes:
+    """STRIDED_SLICE at run time: stride 2, a negative stride from the end, begin and end
+    masks, a shrunk axis."""
+    b = Builder(seed)
+    xq = (0.03, 2)
+    x = b.act("input", (1, 9, 8, 5), *xq)
+    begin, end, strides = [0, 1, -1, 3], [1, 8, 0, 0], [1, 2, -2, 1]
+    ref = np.zeros((1, 9, 8, 5))[0, 1:8:2, -1:0:-2, 3:]     # shrink axis 0, end mask axis 3
+    y = b.act("slice", ref.shape, *xq)
+    consts = [b.tensor(f"slice/{n}", (4,), INT32, data=np.array(v, np.int32))
+              for n, v in (("begin", begin), ("end", end), ("strides", strides))]
+    b.op("STRIDED_SLICE", [x, *consts], [y], "StridedSliceOptions", beginMask=0,
+         endMask=0b1000, shrinkAxisMask=0b0001)
+    return b.bytes([x], [y])

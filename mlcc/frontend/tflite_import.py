@@ -760,8 +760,11 @@ class _Importer:
         self.fold(op.Outputs(0), np.stack(parts, axis=opts.Axis() if opts else 0))
 
     def op_strided_slice(self, op, k):
+        """Folded on a constant; at run time a Slice (and a Reshape for shrunk axes) on the
+        codes, which TFLM copies as they are."""
         opts = _options(op, self.tfl.StridedSliceOptions)
-        x, begin, end, strides = (self.const_of(i) for i in self._inputs(op)[:4])
+        ins = self._inputs(op)
+        begin, end, strides = (np.asarray(self.const_of(i)).reshape(-1) for i in ins[1:4])
         if opts is not None and (opts.EllipsisMask() or opts.NewAxisMask()):
             raise UnsupportedError("ellipsis and new-axis masks are not supported")
         bm, em, sm = ((opts.BeginMask(), opts.EndMask(), opts.ShrinkAxisMask()) if opts
@@ -773,7 +776,35 @@ class _Importer:
                 continue
             index.append(slice(None if bm >> d & 1 else int(begin[d]),
                                None if em >> d & 1 else int(end[d]), int(strides[d])))
-        self.fold(op.Outputs(0), np.asarray(x[tuple(index)]))
+        x_i, y_i = ins[0], op.Outputs(0)
+        if x_i in self.consts or self.t(x_i).data is not None:
+            return self.fold(y_i, np.asarray(self.const_of(x_i)[tuple(index)]))
+        x = self.get(x_i, "nhwc")
+        dims = self.values[x].shape
+        if len(index) > len(dims):
+            raise ModelError(f"STRIDED_SLICE of {len(index)} axes on rank {len(dims)}")
+        starts, ends, steps = [], [], []
+        for d, ix in enumerate(index):
+            r = range(dims[d])[ix if isinstance(ix, slice) else slice(ix, ix + 1 or None)]
+            if isinstance(ix, int) and len(r) != 1:
+                raise ModelError(f"STRIDED_SLICE index {ix} outside axis {d} of {dims[d]}")
+            starts.append(r.start)
+            ends.append(r.stop if r.stop >= 0 else -(dims[d] + 1))
+            steps.append(r.step)
+        name = self.t(y_i).name
+        shape = [len(range(dims[d])[ix if isinstance(ix, slice) else slice(ix, ix + 1)])
+                 for d, ix in enumerate(index)] + list(dims[len(index):])
+        sliced = self.value(f"{name}.slice", self.values[x].dtype, shape)
+        arr = (lambda v, b: self.const(f"{name}.{b}", np.asarray(v, np.int64)))
+        self.node("Slice", name, [x, arr(starts, "starts"), arr(ends, "ends"),
+                                  arr(list(range(len(index))), "axes"), arr(steps, "steps")],
+                  [sliced])
+        out = self.set_out(y_i, "nhwc", self.values[x].dtype)
+        if int(np.prod(shape)) != self.values[out].numel:
+            raise ModelError(f"STRIDED_SLICE gives {shape}, the output is "
+                             f"{list(self.t(y_i).shape)}")
+        self.node("Reshape", f"{name}.shrink", [sliced, arr(self.t(y_i).shape, "shape")],
+                  [out])
 
 
 def import_tflite(path) -> Graph:
