@@ -744,17 +744,22 @@ def tflite_random_inputs(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     return feeds
 
 
+def _tflm_interpreter(model: str | Path):
+    """TensorFlow Lite Micro's interpreter on the model (an arena of at least 4 MiB)."""
+    try:
+        from tflite_micro import runtime as tflm
+    except ImportError:
+        raise MlccError("checking or timing a .tflite model runs TensorFlow Lite Micro: pip "
+                        "install tflite-micro") from None
+    data = Path(model).read_bytes()
+    return tflm.Interpreter.from_bytes(data, arena_size=max(10 * len(data), 1 << 22))
+
+
 def tflm_outputs(model: str | Path, feeds: dict[str, np.ndarray], g: Graph
                  ) -> dict[str, np.ndarray]:
     """The outputs of TensorFlow Lite Micro's reference kernels (the `tflite-micro` package)
     on the graph's inputs, in order, keyed by the graph's output names."""
-    try:
-        from tflite_micro import runtime as tflm
-    except ImportError:
-        raise MlccError("verifying a .tflite model runs TensorFlow Lite Micro: pip install "
-                        "tflite-micro") from None
-    data = Path(model).read_bytes()
-    interp = tflm.Interpreter.from_bytes(data, arena_size=max(10 * len(data), 1 << 22))
+    interp = _tflm_interpreter(model)
     for k, name in enumerate(g.inputs):
         interp.set_input(np.ascontiguousarray(feeds[name]), k)
     interp.invoke()
@@ -1034,13 +1039,7 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
 def _tflm_runner(model, feeds: dict, g: Graph) -> tuple[str, tuple]:
     """("TFLM", (call, outputs)): TensorFlow Lite Micro's reference kernels; each call sets
     the inputs again (TFLM's arena may reuse an input's bytes once it is read)."""
-    try:
-        from tflite_micro import runtime as tflm
-    except ImportError:
-        raise MlccError("timing a .tflite model runs TensorFlow Lite Micro: pip install "
-                        "tflite-micro") from None
-    data = Path(model).read_bytes()
-    interp = tflm.Interpreter.from_bytes(data, arena_size=max(10 * len(data), 1 << 22))
+    interp = _tflm_interpreter(model)
     inputs = [np.ascontiguousarray(feeds[n]) for n in g.inputs]
 
     def call():

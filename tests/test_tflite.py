@@ -49,6 +49,7 @@ SMALL = {
     "binary_ops": lambda: tm.binary_ops(),
     "mean": lambda: tm.mean_model(),
     "strided_slice": lambda: tm.strided_slice_model(),
+    "broadcast": lambda: tm.broadcast_ops(),
 }
 
 

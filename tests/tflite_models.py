@@ -367,3 +367,23 @@ def strided_slice_model(seed: int = 13) -> bytes:
     b.op("STRIDED_SLICE", [x, *consts], [y], "StridedSliceOptions", beginMask=0,
          endMask=0b1000, shrinkAxisMask=0b0001)
     return b.bytes([x], [y])
+
+
+def broadcast_ops(seed: int = 14) -> bytes:
+    """Squeeze-excitation style MUL of a convolution's output [1, 6, 5, 7] (held in NCHW) by a
+    [1, 1, 1, 7] tensor; ADD of a per-channel constant [7]; SUB of a [6, 1, 1] input."""
+    b = Builder(seed)
+    xq = (0.04, 3)
+    x = b.act("input", (1, 6, 5, 4), *xq)
+    s_in = b.act("scale_input", (1, 1, 1, 7), 0.01, -128)
+    c, q = b.conv(x, xq, 7, 3, name="conv")
+    m = b.act("mul", (1, 6, 5, 7), q[0] * 0.8, 1)
+    b.op("MUL", [c, s_in], [m], "MulOptions", fusedActivationFunction=0)
+    k = b.tensor("bias_c", (7,), INT8, 0.05, -4,
+                 data=b.rng.integers(-128, 128, 7).astype(np.int8))
+    a = b.act("add", (1, 6, 5, 7), q[0], -2)
+    b.op("ADD", [m, k], [a], "AddOptions", fusedActivationFunction=0)
+    r = b.act("rows", (6, 1, 1), 0.02, 7)
+    d = b.act("sub", (1, 6, 5, 7), q[0] * 1.1, 0)
+    b.op("SUB", [a, r], [d], "SubOptions", fusedActivationFunction=0)
+    return b.bytes([x, s_in, r], [m, a, d])

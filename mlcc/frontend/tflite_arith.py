@@ -30,7 +30,9 @@ def tflite_round(v: float) -> int:
 
 
 def quantize_multiplier(m: float) -> tuple[int, int]:
-    """TFLite's QuantizeMultiplier on a double: (q_fixed in [2^30, 2^31), shift)."""
+    """TFLite's QuantizeMultiplier on a double: (q_fixed in [2^30, 2^31), shift). Not
+    mlcc.quant.scheme.fixed_multiplier: that one rounds ties to even, for mlcc's own int8
+    path (whose outputs must not change), and the frontend layer does not import ops."""
     if m == 0.0:
         return 0, 0
     q, shift = math.frexp(m)
@@ -214,8 +216,9 @@ def _q4_input(scale: float) -> tuple[int, int, int]:
     return mult, shift, radius
 
 
-def logistic_table(in_scale: float, in_zp: int) -> list[int]:
-    """TFLM's int8 LOGISTIC (output zero point -128, scale 1/256) for x = -128..127."""
+def _q4_table(in_scale: float, in_zp: int, fn, out_shift: int, out_zp: int) -> list[int]:
+    """TFLM's int8 LOGISTIC / TANH for x = -128..127: inputs beyond the radius saturate, the
+    others go to Q4.27, through fn (Q0.31 out), RDBPOT by out_shift, + out_zp, clamped."""
     mult, shift, radius = _q4_input(in_scale)
     out = []
     for x in range(-128, 128):
@@ -225,25 +228,19 @@ def logistic_table(in_scale: float, in_zp: int) -> list[int]:
         elif v >= radius:
             out.append(127)
         else:
-            r = rdbpot(fixed_logistic(mul_by_quantized_multiplier(v, mult, shift), 4), 23)
-            out.append(min(127, max(-128, r - 128)))
+            r = rdbpot(fn(mul_by_quantized_multiplier(v, mult, shift), 4), out_shift)
+            out.append(min(127, max(-128, r + out_zp)))
     return out
+
+
+def logistic_table(in_scale: float, in_zp: int) -> list[int]:
+    """TFLM's int8 LOGISTIC (output zero point -128, scale 1/256)."""
+    return _q4_table(in_scale, in_zp, fixed_logistic, 23, -128)
 
 
 def tanh_table(in_scale: float, in_zp: int) -> list[int]:
-    """TFLM's int8 TANH (output zero point 0, scale 1/128) for x = -128..127."""
-    mult, shift, radius = _q4_input(in_scale)
-    out = []
-    for x in range(-128, 128):
-        v = x - in_zp
-        if v <= -radius:
-            out.append(-128)
-        elif v >= radius:
-            out.append(127)
-        else:
-            r = rdbpot(fixed_tanh(mul_by_quantized_multiplier(v, mult, shift), 4), 24)
-            out.append(min(127, max(-128, r)))
-    return out
+    """TFLM's int8 TANH (output zero point 0, scale 1/128)."""
+    return _q4_table(in_scale, in_zp, fixed_tanh, 24, 0)
 
 
 def _wrap16(v: int) -> int:

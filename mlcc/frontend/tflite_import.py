@@ -144,8 +144,9 @@ class _Importer:
         self.tensors = [_Tensor(self.model, self.sg, i, data)
                         for i in range(self.sg.TensorsLength())]
         self.names = _op_names()
-        self.values: dict[str, Value] = {}
-        self.nodes: list[Node] = []
+        self.graph = Graph("tflite", [], {}, [], [], ONNX_OPSET)
+        self.values: dict[str, Value] = self.graph.values
+        self.nodes: list[Node] = self.graph.nodes
         self.nat: dict[int, str] = {}      # tensor -> value in TFLite's (NHWC) layout
         self.cf: dict[int, str] = {}       # tensor -> value in NCHW
         self.consts: dict[int, np.ndarray] = {}
@@ -160,15 +161,8 @@ class _Importer:
             return f"CUSTOM:{(code.CustomCode() or b'').decode('utf-8', 'replace')}"
         return self.names.get(builtin, f"builtin {builtin}")
 
-    def fresh(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.values:
-            name = f"{base}_{k}"
-            k += 1
-        return name
-
     def value(self, base: str, dtype: str, shape, const=None) -> str:
-        name = self.fresh(base)
+        name = self.graph.fresh_name(base)
         self.values[name] = Value(name, dtype, tuple(int(d) for d in shape), const)
         return name
 
@@ -295,7 +289,9 @@ class _Importer:
                 outputs.append(out)
             else:
                 outputs.append(src)
-        return Graph("tflite", self.nodes, self.values, inputs, outputs, ONNX_OPSET, digest)
+        self.graph.inputs, self.graph.outputs = inputs, outputs
+        self.graph.source_sha256 = digest
+        return self.graph
 
     def out_name(self, op) -> str:
         return self.t(op.Outputs(0)).name if op.OutputsLength() else "?"
@@ -517,12 +513,16 @@ class _Importer:
             out = self.set_out(y_i, layout, "uint8")
             self.lut(yt.name, x, table, self.codes_q(x_i), (sy, zy), kind, out)
             return
-        if at.shape != bt.shape:
-            raise UnsupportedError(f"broadcasting ({list(at.shape)} and {list(bt.shape)}) is "
-                                   f"not supported")
-        layout = "nchw" if self.layout_of(a_i) == "nchw" or self.layout_of(b_i) == "nchw" \
-            else "nhwc"
-        a, b = self.get(a_i, layout), self.get(b_i, layout)
+        try:
+            shape = tuple(np.broadcast_shapes(at.shape, bt.shape))
+        except ValueError:
+            raise ModelError(f"{list(at.shape)} and {list(bt.shape)} do not broadcast") \
+                from None
+        if shape != tuple(yt.shape):
+            raise ModelError(f"output shape {list(yt.shape)} is not the broadcast {list(shape)}")
+        layout = "nchw" if len(shape) == 4 and (self.layout_of(a_i) == "nchw" or
+                                                self.layout_of(b_i) == "nchw") else "nhwc"
+        a, b = self._expanded(a_i, layout, shape), self._expanded(b_i, layout, shape)
         out = self.set_out(y_i, layout, "uint8")
         if kind == "MUL":
             self.node("QMul", yt.name, [a, b], [out], MLCC, a=(sa, za), b=(sb, zb),
@@ -561,6 +561,29 @@ class _Importer:
         self.node("QMean", self.t(y_i).name, [x], [out], MLCC, outer=outer, reduce=count,
                   inner=inner, x=(sx, zx), y=(sy, zy), mult=mult, shift=shift,
                   shape=list(self.t(y_i).shape))
+
+    def _expanded(self, i: int, layout: str, shape: tuple) -> str:
+        """Tensor i broadcast to `shape` (TFLite's order) in `layout`: an Expand of the codes
+        (folded at compile time when i is a constant)."""
+        t = self.t(i)
+        if tuple(t.shape) == shape:
+            return self.get(i, layout)
+        full = (1,) * (len(shape) - len(t.shape)) + tuple(t.shape)
+        x = self.get(i, "nhwc")
+        dtype = self.values[x].dtype
+        if full != tuple(t.shape):
+            y = self.value(f"{t.name}.rank{len(shape)}", dtype, full)
+            self.node("Reshape", y, [x, self.const(f"{y}.shape", np.asarray(full, np.int64))],
+                      [y])
+            x = y
+        target = list(shape)
+        if layout == "nchw":
+            y = self.value(f"{t.name}.nchw", dtype, [full[p] for p in TO_NCHW])
+            self.node("Transpose", y, [x], [y], perm=TO_NCHW)
+            x, target = y, [shape[p] for p in TO_NCHW]
+        y = self.value(f"{t.name}.broadcast", dtype, target)
+        self.node("Expand", y, [x, self.const(f"{y}.shape", np.asarray(target, np.int64))], [y])
+        return y
 
     def op_hard_swish(self, op, k):
         x_i, y_i = op.Inputs(0), op.Outputs(0)
