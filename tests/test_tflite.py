@@ -199,3 +199,16 @@ def test_softmax_rows(tmp_path, in_q, beta, depth):
         x[1, depth // 2] = 127                  # one value 255 steps above the others
         res = api.verify(path, inputs={"input": x})
         assert res.ok, [(c.name, c.max_abs_error) for c in res.outputs]
+
+
+def test_bad_scale_named(tmp_path):
+    """A zero quantization scale (a damaged or hand-made model): one line naming the tensor."""
+    b = tm.Builder(11)
+    x = b.act("input", (1, 4), 0.1, 0)
+    y = b.act("relu", (1, 4), 0.0, -128)
+    b.op("RELU", [x], [y])
+    path = tmp_path / "zero_scale.tflite"
+    path.write_bytes(b.bytes([x], [y]))
+    r = CliRunner().invoke(main, ["compile", str(path), "-o", str(tmp_path / "out")])
+    assert r.exit_code == 1, r.output
+    assert "tensor 1 ('relu'): quantization scale(s) [0.0] not positive and finite" in r.output

@@ -105,7 +105,13 @@ class _Tensor:
         if self.scales.size != 1:
             raise UnsupportedError(f"tensor {self.index} ({self.name!r}) is quantized per "
                                    f"channel where TFLite wants one scale")
+        self.check_scales()
         return float(self.scales[0]), int(self.zero_points[0])
+
+    def check_scales(self) -> None:
+        if not np.all(np.isfinite(self.scales) & (self.scales > 0)):
+            raise ModelError(f"tensor {self.index} ({self.name!r}): quantization scale(s) "
+                             f"{self.scales[:4].tolist()} not positive and finite")
 
 
 def _options(op, cls):
@@ -352,6 +358,7 @@ class _Importer:
         ws = wt.scales
         if ws is None or np.any(wt.zero_points != 0):
             raise UnsupportedError("the filter must be symmetric (zero points 0)")
+        wt.check_scales()
         if ws.size not in (1, m):
             raise UnsupportedError(f"{ws.size} filter scales for {m} channels")
         ws = np.broadcast_to(ws, (m,))
@@ -396,8 +403,9 @@ class _Importer:
             raise UnsupportedError("shuffled weights are not supported")
         if wt.data is None or wt.dtype != "int8" or wt.data.ndim != 2:
             raise UnsupportedError("the weights must be a constant int8 matrix")
-        if np.any(wt.zero_points != 0):
+        if wt.scales is None or np.any(wt.zero_points != 0):
             raise UnsupportedError("the weights must be symmetric (zero points 0)")
+        wt.check_scales()
         sx, zx = self.codes_q(x_i)
         sy, zy = self.codes_q(y_i)
         nout = wt.data.shape[0]
