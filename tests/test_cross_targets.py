@@ -306,11 +306,11 @@ def test_log_mel_front_end(tmp_path, target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("model", ["cnn_float_io", "binary_ops", "tiny_kws"])
+@pytest.mark.parametrize("model", ["cnn_float_io", "binary_ops", "mean", "tiny_kws"])
 def test_tflite_bit_exact_with_tflm(tmp_path, target, model):
     """.tflite models (tests/test_tflite.py): identical to TensorFlow Lite Micro on arm and wasm
-    too (the small CNN and the binary operators: every kernel the importer writes; keyword
-    spotting: MLPerf Tiny)."""
+    too (the small CNN, the binary operators and MEAN: every kernel the importer writes;
+    keyword spotting: MLPerf Tiny)."""
     pytest.importorskip("tflite_micro")
     import test_tflite as tt
     if model == "tiny_kws":
