@@ -6,6 +6,7 @@ wheel) and small models written here (tests/tflite_models.py) on odd shapes. Als
 unsupported operators (all listed), float models, truncated files."""
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -33,11 +34,21 @@ def _tiny(name: str) -> Path:
 
 
 def _verify(path: Path, seeds=(0, 1), target: str = "x86") -> None:
-    for seed in seeds:
-        res = api.verify(path, seed=seed, target=target)
+    """mlcc verify on the first seed (compiles once), then the compiled model against TFLM on
+    the other seeds' inputs: identical outputs, bytes and shapes."""
+    with tempfile.TemporaryDirectory(prefix="mlcc-tflite-") as tmp:
+        res = api.verify(path, seed=seeds[0], target=target, output_dir=Path(tmp) / "m")
         assert res.reference == "TensorFlow Lite Micro"
         bad = [(c.name, c.max_abs_error) for c in res.outputs if not c.ok]
-        assert res.ok and not bad, f"{path.name} seed {seed}: outputs differ: {bad}"
+        assert res.ok and not bad, f"{path.name} seed {seeds[0]}: outputs differ: {bad}"
+        model, g = mlcc.load(Path(tmp) / "m"), api.import_model(path)
+        for seed in seeds[1:]:
+            feeds = api.tflite_random_inputs(g, seed)
+            got, ref = model.run(feeds), api.tflm_outputs(path, feeds, g)
+            for name, want in ref.items():
+                assert got[name].dtype == want.dtype and got[name].size == want.size and \
+                    np.array_equal(got[name].ravel(), want.ravel()), \
+                    f"{path.name} seed {seed}: {name} differs"
 
 
 SMALL = {
