@@ -199,8 +199,28 @@ static int64_t sum_codes(const uint8_t *x, int64_t n) {
     return total;
 }
 
+/* The sum of the codes of output (oh, ow)'s window that lie inside the plane, and their
+ * count (average pooling: mlcc's and TFLite's). */
+static inline int64_t window_sum(const mlcc_qpool2d_params *p, const uint8_t *plane,
+                                 int64_t oh, int64_t ow, int64_t *count) {
+    int64_t sum = 0, n = 0, kh, kw;
+    for (kh = 0; kh < p->kernel_h; kh++) {
+        const int64_t ih = oh * p->stride_h + kh * p->dilation_h - p->pad_top;
+        if (ih < 0 || ih >= p->in_h) continue;
+        for (kw = 0; kw < p->kernel_w; kw++) {
+            const int64_t iw = ow * p->stride_w + kw * p->dilation_w - p->pad_left;
+            if (iw >= 0 && iw < p->in_w) {
+                sum += plane[ih * p->in_w + iw];
+                n++;
+            }
+        }
+    }
+    *count = n;
+    return sum;
+}
+
 void mlcc_u8_avgpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y) {
-    int64_t c, oh, ow, kh, kw;
+    int64_t c, oh, ow;
     if (p->out_h == 1 && p->out_w == 1 && p->pad_top == 0 && p->pad_left == 0 &&
             p->kernel_h == p->in_h && p->kernel_w == p->in_w && p->dilation_h == 1 &&
             p->dilation_w == 1) {
@@ -216,18 +236,8 @@ void mlcc_u8_avgpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *
         uint8_t *out = y + c * p->out_h * p->out_w;
         for (oh = 0; oh < p->out_h; oh++) {
             for (ow = 0; ow < p->out_w; ow++) {
-                int64_t sum = 0, count = 0;
-                for (kh = 0; kh < p->kernel_h; kh++) {
-                    const int64_t ih = oh * p->stride_h + kh * p->dilation_h - p->pad_top;
-                    if (ih < 0 || ih >= p->in_h) continue;
-                    for (kw = 0; kw < p->kernel_w; kw++) {
-                        const int64_t iw = ow * p->stride_w + kw * p->dilation_w - p->pad_left;
-                        if (iw >= 0 && iw < p->in_w) {
-                            sum += plane[ih * p->in_w + iw];
-                            count++;
-                        }
-                    }
-                }
+                int64_t count;
+                const int64_t sum = window_sum(p, plane, oh, ow, &count);
                 out[oh * p->out_w + ow] =
                     (uint8_t)(count ? (sum + count / 2) / count : p->pad_value);
             }
@@ -343,24 +353,16 @@ void mlcc_u8_softmax(const mlcc_qsoftmax_params *p, const uint8_t *x, const int3
 void mlcc_u8_avgpool2d__tflite(const mlcc_qavgpool_tflite_params *p, const uint8_t *x,
                                uint8_t *y) {
     const mlcc_qpool2d_params *q = &p->pool;
-    int64_t c, oh, ow, kh, kw;
+    int64_t c, oh, ow;
     for (c = 0; c < q->planes; c++) {
         const uint8_t *plane = x + c * q->in_h * q->in_w;
         uint8_t *out = y + c * q->out_h * q->out_w;
         for (oh = 0; oh < q->out_h; oh++) {
             for (ow = 0; ow < q->out_w; ow++) {
-                int32_t sum = 0, count = 0, avg;
-                for (kh = 0; kh < q->kernel_h; kh++) {
-                    const int64_t ih = oh * q->stride_h + kh * q->dilation_h - q->pad_top;
-                    if (ih < 0 || ih >= q->in_h) continue;
-                    for (kw = 0; kw < q->kernel_w; kw++) {
-                        const int64_t iw = ow * q->stride_w + kw * q->dilation_w - q->pad_left;
-                        if (iw >= 0 && iw < q->in_w) {
-                            sum += (int32_t)plane[ih * q->in_w + iw] - 128;
-                            count++;
-                        }
-                    }
-                }
+                int64_t n;
+                const int64_t codes = window_sum(q, plane, oh, ow, &n);
+                const int32_t count = (int32_t)n, sum = (int32_t)(codes - 128 * n);
+                int32_t avg;
                 if (count == 0) {
                     out[oh * q->out_w + ow] = (uint8_t)q->pad_value;
                     continue;
