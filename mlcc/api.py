@@ -21,7 +21,8 @@ from .codegen import generate, model_prefix, write_folder
 from .codegen.lower import lower_graph
 from .codegen.memory import peak_layers, plan_memory
 from .errors import DoesNotFit, InputError, MlccError, UnsupportedError
-from .frontend import (bound_record, import_model, load_onnx, parse_bind_option,
+from .frontend import (bound_record, import_model, import_tflite, is_tflite, load_onnx,
+                       parse_bind_option,
                        parse_shape_option, specialize, to_graph)
 from .ir import Graph, format_type
 from .ops import lookup, unsupported_reason
@@ -607,6 +608,7 @@ class VerifyResult:
     layers_checked: int = 0
     folder: Path | None = None
     notes: list[str] = field(default_factory=list)
+    reference: str = "onnxruntime"
 
 
 def random_inputs(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
@@ -740,6 +742,11 @@ def verify(model: str | Path, *, target: str = "x86", shapes: Shapes | None = No
            bind: Binds | None = None) -> VerifyResult:
     """Compiles the model, runs it and onnxruntime on the same inputs and compares; the values
     of `bind` are compiled in and fed to onnxruntime as inputs."""
+    if is_tflite(model):
+        if per_layer:
+            raise InputError("--per-layer compares with onnxruntime's intermediate values: "
+                             "not available for .tflite models")
+        return _verify_tflite(model, target, inputs, output_dir, seed)
     with tempfile.TemporaryDirectory(prefix="mlcc-verify-") as tmp:
         folder = Path(output_dir) if output_dir else Path(tmp) / "model"
         res = compile(model, folder, target=target, shapes=shapes, bind=bind)
@@ -755,6 +762,70 @@ def verify(model: str | Path, *, target: str = "x86", shapes: Shapes | None = No
             result.first_divergence, result.layers_checked = _first_divergence(
                 model, target, shapes, feeds, Path(tmp) / "layers", bind)
         return result
+
+
+def tflite_random_inputs(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs of an imported .tflite graph: int8 over its whole range; float32 uniform over
+    the range its QUANTIZE maps to int8 (so that every code occurs), else standard normal."""
+    rng = np.random.default_rng(seed)
+    users = g.consumers()
+    feeds = {}
+    for name in g.inputs:
+        v = g.values[name]
+        if v.dtype == "int8":
+            feeds[name] = rng.integers(-128, 128, v.shape).astype(np.int8)
+            continue
+        quant = [n for n in users.get(name, []) if n.op_type == "TFLQuantize"]
+        if quant:
+            scale, zp = quant[0].attr("scale"), quant[0].attr("zero_point")
+            lo, hi = scale * (0 - zp - 0.5), scale * (255 - zp + 0.5)
+            feeds[name] = rng.uniform(lo, hi, v.shape).astype(v.dtype)
+        else:
+            feeds[name] = rng.standard_normal(v.shape).astype(v.dtype)
+    return feeds
+
+
+def _tflm_interpreter(model: str | Path):
+    """TensorFlow Lite Micro's interpreter on the model (an arena of at least 4 MiB)."""
+    try:
+        from tflite_micro import runtime as tflm
+    except ImportError:
+        raise MlccError("checking or timing a .tflite model runs TensorFlow Lite Micro: pip "
+                        "install tflite-micro") from None
+    data = Path(model).read_bytes()
+    return tflm.Interpreter.from_bytes(data, arena_size=max(10 * len(data), 1 << 22))
+
+
+def tflm_outputs(model: str | Path, feeds: dict[str, np.ndarray], g: Graph
+                 ) -> dict[str, np.ndarray]:
+    """The outputs of TensorFlow Lite Micro's reference kernels (the `tflite-micro` package)
+    on the graph's inputs, in order, keyed by the graph's output names."""
+    interp = _tflm_interpreter(model)
+    for k, name in enumerate(g.inputs):
+        interp.set_input(np.ascontiguousarray(feeds[name]), k)
+    interp.invoke()
+    return {name: np.asarray(interp.get_output(k)) for k, name in enumerate(g.outputs)}
+
+
+def _verify_tflite(model, target: str, inputs, output_dir, seed: int) -> VerifyResult:
+    """verify() for .tflite: the outputs must equal TensorFlow Lite Micro's, bit for bit."""
+    with tempfile.TemporaryDirectory(prefix="mlcc-verify-") as tmp:
+        folder = Path(output_dir) if output_dir else Path(tmp) / "model"
+        res = compile(model, folder, target=target)
+        feeds = inputs if inputs is not None else tflite_random_inputs(res.graph, seed)
+        got = _load(folder).run(feeds)
+        ref = tflm_outputs(model, feeds, res.graph)
+        checks = []
+        for n in got:
+            a, b = got[n], ref[n].reshape(got[n].shape) if ref[n].size == got[n].size \
+                else ref[n]
+            same = a.shape == b.shape and a.dtype == b.dtype and \
+                np.array_equal(a.view(np.uint8), b.view(np.uint8))
+            err = (float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+                   if a.shape == b.shape and a.size else (0.0 if same else math.inf))
+            checks.append(OutputCheck(n, err, 0.0, None, same))
+        return VerifyResult(all(c.ok for c in checks), checks, folder=folder,
+                            reference="TensorFlow Lite Micro")
 
 
 DEFAULT_MIN_SQNR = 15.0
@@ -852,10 +923,18 @@ class InspectReport:
 def inspect(model: str | Path, *, shapes: Shapes | None = None, bind: Binds | None = None
             ) -> InspectReport:
     """Operators, shapes, FLOPs, every unsupported node, and the memory plan."""
-    proto = load_onnx(model)
-    raw = to_graph(proto)
-    lines = [f"model {Path(model).name}: opset {raw.opset}, {len(raw.nodes)} nodes, "
-             f"{sum(1 for v in raw.values.values() if v.is_const)} initializers"]
+    if is_tflite(model):
+        try:
+            raw = import_tflite(model)
+        except UnsupportedError as exc:
+            return InspectReport(f"model {Path(model).name}: TensorFlow Lite\n{exc.message}\n",
+                                 [exc.message])
+        lines = [f"model {Path(model).name}: TensorFlow Lite (int8), {len(raw.nodes)} nodes "
+                 f"after import, {sum(1 for v in raw.values.values() if v.is_const)} constants"]
+    else:
+        raw = to_graph(load_onnx(model))
+        lines = [f"model {Path(model).name}: opset {raw.opset}, {len(raw.nodes)} nodes, "
+                 f"{sum(1 for v in raw.values.values() if v.is_const)} initializers"]
     counts = Counter(n.op_type for n in raw.nodes)
     lines.append("operators: " + ", ".join(f"{op} x{c}" for op, c in sorted(counts.items())))
     lines.append("inputs: " + ", ".join(f"{n} {format_type(raw.values[n])}" for n in raw.inputs))
@@ -946,8 +1025,15 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
     if isolation not in _bench.ISOLATIONS:
         raise InputError(f"isolation must be one of {', '.join(_bench.ISOLATIONS)}, "
                          f"not {isolation!r}")
+    tflite = is_tflite(model)
+    if tflite and threads != 1:
+        raise InputError("a .tflite model is timed against TensorFlow Lite Micro, which runs "
+                         "on one thread: --threads 1")
     if isolation == "auto":
         isolation = _bench.PROCESSES if threads > 1 else _bench.SHARED
+    if tflite and isolation != _bench.SHARED:
+        raise InputError("a .tflite model is timed against TensorFlow Lite Micro in this "
+                         "process only (isolation 'shared')")
     if not tgt.is_host:
         raise InputError(f"target {tgt.name} does not run on this machine: bench times host "
                          f"targets only" + (" (for wasm, `make bench-wasm` times it in node "
@@ -959,19 +1045,22 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
         res = compile(model, folder, target=target, shapes=shapes, bind=bind)
         compile_time = time.perf_counter() - t0
         flops = graph_flops(res.graph)
-        feeds = random_inputs(res.graph, seed)
+        feeds = (tflite_random_inputs if tflite else random_inputs)(res.graph, seed)
         ort_feeds = {**feeds, **bound_feeds(model, shapes, bind)}
         settle = _bench.SETTLE_S if threads > 1 else 0.0
         peak = _bench.machine_peak(tgt)
         cores_peak = peak.gflops_per_core * threads
         if isolation == _bench.SHARED:
-            timings, mode, got, ref = _bench_shared(model, folder, feeds, ort_feeds, threads,
+            reference = (_tflm_runner(model, feeds, res.graph) if tflite else
+                         ("onnxruntime", _bench.onnxruntime_runner(str(model), ort_feeds,
+                                                                   threads)))
+            timings, mode, got, ref = _bench_shared(folder, feeds, reference, threads,
                                                     runs, settle, flops, cores_peak)
         else:
             timings, mode, got, ref = _bench_processes(model, folder, feeds, ort_feeds,
                                                        threads, runs, settle, flops,
                                                        cores_peak, rounds, child_timeout_s)
-        checks = [compare(n, got[n], ref[n]) for n in got if n in ref]
+        checks = [compare(n, got[n], ref[n].reshape(got[n].shape)) for n in got if n in ref]
         if threads == 1:
             notes = ["threads: 1 for both"]
         else:
@@ -989,13 +1078,14 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
             model=Path(model).name, target=tgt.name,
             shapes={n: tuple(res.graph.values[n].shape) for n in res.graph.inputs},
             threads=threads, flops=flops, mlcc=timings["mlcc"],
-            onnxruntime=timings["onnxruntime"], peak=peak,
+            onnxruntime=timings["reference"], peak=peak,
             arena_size=int(res.manifest["arena_size"]),
             weights_size=int(res.manifest["weights_size"]),
             library_size=os.path.getsize(folder / res.manifest["library"]),
             compile_time_s=compile_time, kernel_calls=int(res.manifest["kernel_calls"]),
             max_abs_error=max((c.max_abs_error for c in checks), default=0.0),
-            outputs_agree=all(c.ok for c in checks), notes=notes, isolation=isolation)
+            outputs_agree=all(c.ok for c in checks), notes=notes, isolation=isolation,
+            reference=timings["reference"].engine)
 
 
 def _count_firmware(fm, feeds: dict, runs: int, plugin: Path, mark: int = 0
@@ -1069,21 +1159,37 @@ def _count_layers(res: CompileResult, tgt, copy: Path, feeds: dict, plugin: Path
             for c, a, b in zip(calls, marks, marks[1:])]
 
 
-def _bench_shared(model, folder, feeds, ort_feeds, threads, runs, settle, flops, cores_peak):
-    """({engine: Timing}, the report's mode line, mlcc outputs, onnxruntime outputs), both
-    engines loaded in this process, their samples interleaved."""
+def _tflm_runner(model, feeds: dict, g: Graph) -> tuple[str, tuple]:
+    """("TFLM", (call, outputs)): TensorFlow Lite Micro's reference kernels; each call sets
+    the inputs again (TFLM's arena may reuse an input's bytes once it is read)."""
+    interp = _tflm_interpreter(model)
+    inputs = [np.ascontiguousarray(feeds[n]) for n in g.inputs]
+
+    def call():
+        for k, arr in enumerate(inputs):
+            interp.set_input(arr, k)
+        interp.invoke()
+
+    call()
+    return "TFLM", (call, {n: np.asarray(interp.get_output(k)).copy()
+                           for k, n in enumerate(g.outputs)})
+
+
+def _bench_shared(folder, feeds, reference, threads, runs, settle, flops, cores_peak):
+    """({"mlcc": Timing, "reference": Timing}, the report's mode line, mlcc outputs, the
+    reference's outputs), both engines loaded in this process, their samples interleaved.
+    reference: (name, (call, outputs)) of onnxruntime or TFLM."""
     compiled = _load(folder, threads=threads)
     run_mlcc, got = compiled.prepare(feeds)
     status = run_mlcc()
     if status != 0:
         raise MlccError(f"run failed: {compiled.status_string(status)}")
-    run_ort, ref = _bench.onnxruntime_runner(str(model), ort_feeds, threads)
-    run_ort()
-    samples = _bench.measure({"mlcc": run_mlcc, "onnxruntime": run_ort}, runs,
-                             settle_s=settle)
+    name, (run_ref, ref) = reference
+    run_ref()
+    samples = _bench.measure({"mlcc": run_mlcc, name: run_ref}, runs, settle_s=settle)
     calls = samples["_calls"]
-    timings = {e: _bench.summarize(e, samples[e], int(c), flops, cores_peak)
-               for e, c in zip(_bench.ENGINES, calls)}
+    timings = {key: _bench.summarize(e, samples[e], int(c), flops, cores_peak)
+               for key, e, c in zip(("mlcc", "reference"), ("mlcc", name), calls)}
     mode = ("mode: one process, both engines loaded, their samples interleaved (alternating "
             "which goes first)")
     return timings, mode, got, ref
@@ -1096,8 +1202,8 @@ def _bench_processes(model, folder, feeds, ort_feeds, threads, runs, settle, flo
     m = _bench.measure_in_processes(model, folder, feeds, threads, rounds=rounds, runs=runs,
                                     settle_s=settle, timeout_s=timeout_s,
                                     ort_feeds=ort_feeds)
-    timings = {e: _bench.summarize_rounds(e, m.latencies[e], m.calls[e], flops, cores_peak)
-               for e in _bench.ENGINES}
+    timings = {key: _bench.summarize_rounds(e, m.latencies[e], m.calls[e], flops, cores_peak)
+               for key, e in zip(("mlcc", "reference"), _bench.ENGINES)}
     mode = (f"mode: separate processes, one engine at a time: {2 * rounds} child processes "
             f"alternated (mlcc, onnxruntime, mlcc, ...), {rounds} rounds, each child timed for "
             + (f"{runs} samples" if runs else f"{_bench.TIME_BUDGET_S / (2 * rounds):.3g} s")

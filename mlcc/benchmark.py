@@ -85,6 +85,9 @@ class BenchResult:
     outputs_agree: bool
     notes: list[str] = field(default_factory=list)
     isolation: str = SHARED     # SHARED: one process, interleaved; PROCESSES: see notes
+    # the engine in the `onnxruntime` field: "onnxruntime", or "TFLM" (TensorFlow Lite Micro's
+    # reference kernels) for a .tflite model
+    reference: str = "onnxruntime"
 
     @property
     def ratio(self) -> float:
@@ -116,12 +119,12 @@ class BenchResult:
                          f"{100 * t.peak_fraction:.1f}% | {t.samples} x {t.calls_per_sample} |")
         lines += [
             "",
-            f"ratio mlcc/onnxruntime (median latency): {self.ratio:.3f} "
-            f"({'mlcc faster' if self.ratio < 1 else 'onnxruntime faster'})",
+            f"ratio mlcc/{self.reference} (median latency): {self.ratio:.3f} "
+            f"({'mlcc faster' if self.ratio < 1 else self.reference + ' faster'})",
             f"peak: {self.peak.gflops_per_core:.1f} GFLOP/s per core assumed: "
             f"{self.peak.assumption}",
             f"outputs: {'agree' if self.outputs_agree else 'DIFFER'} (max abs error "
-            f"{self.max_abs_error:.3g} vs onnxruntime)",
+            f"{self.max_abs_error:.3g} vs {self.reference})",
         ]
         lines += self.notes
         return "\n".join(lines) + "\n"

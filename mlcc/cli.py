@@ -335,7 +335,8 @@ def verify_cmd(model, target, shapes, binds, inputs, per_layer, output, min_sqnr
     elif per_layer and not res.ok:
         click.echo(f"per-layer: all {res.layers_checked} intermediate values match; only the "
                    f"outputs differ")
-    click.echo("verified: outputs match onnxruntime" if res.ok else "verification FAILED")
+    click.echo(f"verified: outputs match {res.reference}" if res.ok else
+               "verification FAILED")
     if not res.ok:
         sys.exit(EXIT_VERIFY_FAILED)
 

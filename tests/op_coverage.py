@@ -74,6 +74,14 @@ WITNESSES: dict[tuple[str, str], str] = {
         "test_contrib_quant.py::test_qlinear_average_pool_within_one_code[pads_include]",
     ("com.microsoft", "QLinearGlobalAveragePool"):
         "test_contrib_quant.py::test_qlinear_global_average_pool_bit_exact[shape0]",
+    # written by the TFLite importer (mlcc/frontend/tflite_import.py)
+    ("mlcc", "QRecenter"): "test_tflite.py::test_small_models_bit_exact[cnn_float_io]",
+    ("mlcc", "TFLQuantize"): "test_tflite.py::test_small_models_bit_exact[cnn_float_io]",
+    ("mlcc", "TFLDequantize"): "test_tflite.py::test_small_models_bit_exact[cnn_float_io]",
+    ("mlcc", "QSoftmax"): "test_tflite.py::test_small_models_bit_exact[cnn_float_io]",
+    ("mlcc", "QSub"): "test_tflite.py::test_small_models_bit_exact[binary_ops]",
+    ("mlcc", "QMul"): "test_tflite.py::test_small_models_bit_exact[binary_ops]",
+    ("mlcc", "QMean"): "test_tflite.py::test_small_models_bit_exact[mean]",
     # the attention fusion (mlcc/passes/fuse_attention.py)
     ("mlcc", "Attention"): "test_fusions_transformer.py::test_attention_is_one_kernel[x86]",
 }

@@ -349,3 +349,19 @@ def test_log_mel_front_end(tmp_path, target):
     from test_ops_audio import log_mel_model
     model, feeds = log_mel_model()
     check_model(model, feeds, tmp_path, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("model", ["cnn_float_io", "binary_ops", "mean", "tiny_kws"])
+def test_tflite_bit_exact_with_tflm(tmp_path, target, model):
+    """.tflite models (tests/test_tflite.py): identical to TensorFlow Lite Micro on arm and wasm
+    too (the small CNN, the binary operators and MEAN: every kernel the importer writes;
+    keyword spotting: MLPerf Tiny)."""
+    pytest.importorskip("tflite_micro")
+    import test_tflite as tt
+    if model == "tiny_kws":
+        path = tt._tiny(model)
+    else:
+        path = tmp_path / f"{model}.tflite"
+        path.write_bytes(tt.SMALL[model]())
+    tt._verify(path, seeds=(0,), target=target)

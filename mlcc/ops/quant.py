@@ -293,7 +293,9 @@ class QFC(OpDef):
 
 @register("QAdd", domain=MLCC)
 class QAdd(OpDef):
-    attributes = {"a": None, "b": None, "y": None, "mode": None, "clamp": None}
+    attributes = {"a": None, "b": None, "y": None, "mode": None, "clamp": None,
+                  "multipliers": None}
+    kernel, what = "mlcc_u8_add", "Add"
 
     def infer(self, node, ins, g):
         return [("uint8", ins[0].shape)]
@@ -302,9 +304,11 @@ class QAdd(OpDef):
         (sa, za), (sb, zb), (sy, zy) = node.attr("a"), node.attr("b"), node.attr("y")
         mode = node.attr("mode")
         qmin, qmax = node.attr("clamp")
-        fixed = add_fixed_multipliers(sa, sb, sy)
+        # the TFLite importer gives TFLite's own multipliers (its QuantizeMultiplier rounds
+        # ties away from zero)
+        fixed = node.attr("multipliers") or add_fixed_multipliers(sa, sb, sy)
         out = node.outputs[0]
-        lo.call("mlcc_u8_add", [node.inputs[0], node.inputs[1], out], [out],
+        lo.call(self.kernel, [node.inputs[0], node.inputs[1], out], [out],
                 params_type="mlcc_qadd_params",
                 params={"count": lo.value(out).numel, "a_zero_point": int(za),
                         "b_zero_point": int(zb),
@@ -318,7 +322,7 @@ class QAdd(OpDef):
                                "mode": Enum(f"MLCC_REQUANT_{mode.upper()}"),
                                "zero_point": int(zy), "qmin": int(qmin), "qmax": int(qmax),
                                "act": act_params(Node("", "", [], []))}},
-                op=f"Add int8 a=({sa:.6g},{za}) b=({sb:.6g},{zb}) y=({sy:.6g},{zy}) "
+                op=f"{self.what} int8 a=({sa:.6g},{za}) b=({sb:.6g},{zb}) y=({sy:.6g},{zy}) "
                    f"requant={mode}")
 
 
@@ -428,7 +432,8 @@ class QLut(OpDef):
 class _QPool(OpDef):
     attributes = {"kernel_shape": None, "pads": None, "strides": None, "dilations": None,
                   "auto_pad": lambda v: v in AUTO_PAD, "ceil_mode": lambda v: v in (0, 1),
-                  "zero_point": None, "global": None, "scale": None}
+                  "zero_point": None, "global": None, "scale": None,
+                  "tflite_clamp": None}
     kernel = ""
 
     def infer(self, node, ins, g):
@@ -453,6 +458,17 @@ class _QPool(OpDef):
                  "dilation_h": dh, "dilation_w": dw, "pad_top": pt, "pad_left": pl}
         p["pad_value"] = int(node.attr("zero_point"))
         del y
+        if node.attr("tflite_clamp") is not None:
+            # a TFLite AVERAGE_POOL_2D: its own rounding and the fused activation's clamp
+            if self.kernel != "mlcc_u8_avgpool2d":
+                raise UnsupportedError(f"{self.op_type} has no TFLite form")
+            qmin, qmax = node.attr("tflite_clamp")
+            lo.call("mlcc_u8_avgpool2d__tflite", [node.inputs[0], node.outputs[0]],
+                    [node.outputs[0]], params_type="mlcc_qavgpool_tflite_params",
+                    params={"pool": p, "qmin": int(qmin), "qmax": int(qmax)},
+                    op=f"AVERAGE_POOL_2D (TFLite int8) scale={node.attr('scale'):.6g} "
+                       f"zp={node.attr('zero_point') - 128} clamp=[{qmin - 128},{qmax - 128}]")
+            return
         lo.call(self.kernel, [node.inputs[0], node.outputs[0]], [node.outputs[0]],
                 params_type="mlcc_qpool2d_params", params=p,
                 op=f"{self.op_type} int8 scale={node.attr('scale'):.6g} "

@@ -1,6 +1,8 @@
 /* Boundary and element-wise integer kernels (see qelem.h). */
 #include "qelem.h"
 
+#include <math.h>
+
 void mlcc_f32_quantize(const mlcc_quantize_params *p, const float *x, uint8_t *y) {
     /* locals: y (uint8_t) may alias *p, which would force reloads and block vectorization */
     const float s = p->scale, lo = (float)(0 - p->zero_point), hi = (float)(255 - p->zero_point);
@@ -138,21 +140,6 @@ void mlcc_u8_add(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, 
     }
 }
 
-void mlcc_u8_mul(const mlcc_qmul_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y) {
-    const int64_t n = p->count;
-    const int32_t za = p->a_zero_point, zb = p->b_zero_point, zy = p->rq.zero_point;
-    const double m = p->mult, magic = 6755399441055744.0;
-    const double lo = (double)(p->rq.qmin - zy), hi = (double)(p->rq.qmax - zy);
-    int64_t i;
-    for (i = 0; i < n; i++) {
-        double f = (double)(((int32_t)a[i] - za) * ((int32_t)b[i] - zb)) * m;
-        f = f < lo ? lo : f;
-        f = f > hi ? hi : f;
-        f = (f + magic) - magic;
-        y[i] = (uint8_t)((int32_t)f + zy);
-    }
-}
-
 void mlcc_u8_requantize(const mlcc_qrequant_params *p, const uint8_t *x, uint8_t *y) {
     const int64_t n = p->count;
     int64_t i;
@@ -229,8 +216,28 @@ static int64_t sum_codes(const uint8_t *x, int64_t n) {
     return total;
 }
 
+/* The sum of the codes of output (oh, ow)'s window that lie inside the plane, and their
+ * count (average pooling: mlcc's and TFLite's). */
+static inline int64_t window_sum(const mlcc_qpool2d_params *p, const uint8_t *plane,
+                                 int64_t oh, int64_t ow, int64_t *count) {
+    int64_t sum = 0, n = 0, kh, kw;
+    for (kh = 0; kh < p->kernel_h; kh++) {
+        const int64_t ih = oh * p->stride_h + kh * p->dilation_h - p->pad_top;
+        if (ih < 0 || ih >= p->in_h) continue;
+        for (kw = 0; kw < p->kernel_w; kw++) {
+            const int64_t iw = ow * p->stride_w + kw * p->dilation_w - p->pad_left;
+            if (iw >= 0 && iw < p->in_w) {
+                sum += plane[ih * p->in_w + iw];
+                n++;
+            }
+        }
+    }
+    *count = n;
+    return sum;
+}
+
 void mlcc_u8_avgpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y) {
-    int64_t c, oh, ow, kh, kw;
+    int64_t c, oh, ow;
     if (p->out_h == 1 && p->out_w == 1 && p->pad_top == 0 && p->pad_left == 0 &&
             p->kernel_h == p->in_h && p->kernel_w == p->in_w && p->dilation_h == 1 &&
             p->dilation_w == 1) {
@@ -246,18 +253,8 @@ void mlcc_u8_avgpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *
         uint8_t *out = y + c * p->out_h * p->out_w;
         for (oh = 0; oh < p->out_h; oh++) {
             for (ow = 0; ow < p->out_w; ow++) {
-                int64_t sum = 0, count = 0;
-                for (kh = 0; kh < p->kernel_h; kh++) {
-                    const int64_t ih = oh * p->stride_h + kh * p->dilation_h - p->pad_top;
-                    if (ih < 0 || ih >= p->in_h) continue;
-                    for (kw = 0; kw < p->kernel_w; kw++) {
-                        const int64_t iw = ow * p->stride_w + kw * p->dilation_w - p->pad_left;
-                        if (iw >= 0 && iw < p->in_w) {
-                            sum += plane[ih * p->in_w + iw];
-                            count++;
-                        }
-                    }
-                }
+                int64_t count;
+                const int64_t sum = window_sum(p, plane, oh, ow, &count);
                 out[oh * p->out_w + ow] =
                     (uint8_t)(count ? (sum + count / 2) / count : p->pad_value);
             }
@@ -291,4 +288,154 @@ void mlcc_u8_lut(const mlcc_lut_params *p, const uint8_t *x, const uint8_t *tabl
     }
 #endif
     for (; i < n; i++) y[i] = table[x[i]];
+}
+
+/* ---- TensorFlow Lite's arithmetic (qelem.h) */
+
+void mlcc_s8_to_u8(const mlcc_recenter_params *p, const int8_t *x, uint8_t *y) {
+    const int64_t n = p->count;
+    int64_t i;
+    for (i = 0; i < n; i++) y[i] = (uint8_t)((int32_t)x[i] + 128);
+}
+
+void mlcc_u8_to_s8(const mlcc_recenter_params *p, const uint8_t *x, int8_t *y) {
+    const int64_t n = p->count;
+    int64_t i;
+    for (i = 0; i < n; i++) y[i] = (int8_t)((int32_t)x[i] - 128);
+}
+
+void mlcc_f32_quantize__tflite(const mlcc_quantize_params *p, const float *x, uint8_t *y) {
+    const float s = p->scale, lo = (float)(0 - p->zero_point), hi = (float)(255 - p->zero_point);
+    const int32_t zp = p->zero_point;
+    const int64_t n = p->count;
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        float f = x[i] / s;
+        f = f > lo ? f : lo;          /* NaN -> lo; clamping first changes no result */
+        f = f < hi ? f : hi;
+        f = roundf(f);                /* TfLiteRound: half away from zero */
+        y[i] = (uint8_t)((int32_t)f + zp);
+    }
+}
+
+void mlcc_u8_dequantize__tflite(const mlcc_quantize_params *p, const uint8_t *x, float *y) {
+    const int32_t zp = p->zero_point;
+    const double s = (double)p->scale;
+    const int64_t n = p->count;
+    int64_t i;
+    for (i = 0; i < n; i++) y[i] = (float)(s * (double)((int32_t)x[i] - zp));
+}
+
+/* gemmlowp's one_over_one_plus_x_for_x_in_0_1 (Q0.31 in and out; Newton-Raphson in Q2.29). */
+static int32_t one_over_one_plus_x(int32_t a) {
+    const int64_t sum = (int64_t)a + INT32_MAX;
+    const int32_t half_denominator = (int32_t)((sum + (sum >= 0 ? 1 : -1)) / 2);
+    int32_t x = (int32_t)((uint32_t)1515870810 + (uint32_t)srdhm(half_denominator, -1010580540));
+    int i;
+    for (i = 0; i < 3; i++) {
+        const int32_t hdx = srdhm(half_denominator, x);
+        const int32_t one_minus = (int32_t)((uint32_t)(1 << 29) - (uint32_t)hdx);
+        int32_t t = srdhm(x, one_minus);             /* Q4.27 -> Q2.29: saturating << 2 */
+        const int32_t th = (1 << 29) - 1;
+        t = t > th ? INT32_MAX : (t < -th ? INT32_MIN : (int32_t)((uint32_t)t << 2));
+        x = (int32_t)((uint32_t)x + (uint32_t)t);
+    }
+    /* x / 2 as Q1.30 -> Q0.31: saturating << 1 */
+    return x > (1 << 30) - 1 ? INT32_MAX : (x < -((1 << 30) - 1) ? INT32_MIN :
+                                             (int32_t)((uint32_t)x << 1));
+}
+
+void mlcc_u8_softmax(const mlcc_qsoftmax_params *p, const uint8_t *x, const int32_t *exp_q31,
+                     const int32_t *exp_acc, uint8_t *y) {
+    int64_t r, c;
+    for (r = 0; r < p->rows; r++) {
+        const uint8_t *row = x + r * p->depth;
+        uint8_t *out = y + r * p->depth;
+        uint32_t sum = 0;
+        int32_t headroom = 0, bits_over_unit, shifted_scale, exponent;
+        uint8_t top = 0;
+        for (c = 0; c < p->depth; c++) top = row[c] > top ? row[c] : top;
+        for (c = 0; c < p->depth; c++) sum += (uint32_t)exp_acc[top - row[c]];
+        while (headroom < 32 && !(sum & (0x80000000u >> headroom))) headroom++;
+        bits_over_unit = 12 - headroom;
+        shifted_scale = one_over_one_plus_x((int32_t)((sum << headroom) - 0x80000000u));
+        exponent = bits_over_unit + 31 - 8;
+        for (c = 0; c < p->depth; c++) {
+            const int32_t v = rdbpot(srdhm(shifted_scale, exp_q31[top - row[c]]), exponent);
+            out[c] = (uint8_t)(v < 0 ? 0 : (v > 255 ? 255 : v));
+        }
+    }
+}
+
+void mlcc_u8_avgpool2d__tflite(const mlcc_qavgpool_tflite_params *p, const uint8_t *x,
+                               uint8_t *y) {
+    const mlcc_qpool2d_params *q = &p->pool;
+    int64_t c, oh, ow;
+    for (c = 0; c < q->planes; c++) {
+        const uint8_t *plane = x + c * q->in_h * q->in_w;
+        uint8_t *out = y + c * q->out_h * q->out_w;
+        for (oh = 0; oh < q->out_h; oh++) {
+            for (ow = 0; ow < q->out_w; ow++) {
+                int64_t n;
+                const int64_t codes = window_sum(q, plane, oh, ow, &n);
+                const int32_t count = (int32_t)n, sum = (int32_t)(codes - 128 * n);
+                int32_t avg;
+                if (count == 0) {
+                    out[oh * q->out_w + ow] = (uint8_t)q->pad_value;
+                    continue;
+                }
+                avg = sum > 0 ? (sum + count / 2) / count : (sum - count / 2) / count;
+                avg += 128;
+                avg = avg < p->qmin ? p->qmin : (avg > p->qmax ? p->qmax : avg);
+                out[oh * q->out_w + ow] = (uint8_t)avg;
+            }
+        }
+    }
+}
+
+void mlcc_u8_sub(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y) {
+    const int64_t n = p->count;
+    int64_t i;
+    const int32_t za = p->a_zero_point, zb = p->b_zero_point, zy = p->rq.zero_point;
+    for (i = 0; i < n; i++) {
+        const int32_t sa = mbqm(((int32_t)a[i] - za) * (1 << 20), p->a_mult, p->a_shift);
+        const int32_t sb = mbqm(((int32_t)b[i] - zb) * (1 << 20), p->b_mult, p->b_shift);
+        y[i] = clamp_u8(mbqm(sa - sb, p->out_mult, p->out_shift) + zy, &p->rq);
+    }
+}
+
+void mlcc_u8_mul(const mlcc_qmul_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y) {
+    const int64_t n = p->count;
+    const int32_t za = p->a_zero_point, zb = p->b_zero_point, zy = p->rq.zero_point;
+    int64_t i;
+    if (p->rq.mode == MLCC_REQUANT_FIXED) {
+        for (i = 0; i < n; i++)
+            y[i] = clamp_u8(zy + mbqm(((int32_t)a[i] - za) * ((int32_t)b[i] - zb), p->mult,
+                                      p->shift), &p->rq);
+        return;
+    }
+    {
+        const double m = p->mult_f, magic = 6755399441055744.0;
+        const double lo = (double)(p->rq.qmin - zy), hi = (double)(p->rq.qmax - zy);
+        for (i = 0; i < n; i++) {
+            double f = (double)(((int32_t)a[i] - za) * ((int32_t)b[i] - zb)) * m;
+            f = f < lo ? lo : f;
+            f = f > hi ? hi : f;
+            f = (f + magic) - magic;
+            y[i] = (uint8_t)((int32_t)f + zy);
+        }
+    }
+}
+
+void mlcc_u8_mean(const mlcc_qmean_params *p, const uint8_t *x, uint8_t *y) {
+    int64_t o, r, i;
+    for (o = 0; o < p->outer; o++)
+        for (i = 0; i < p->inner; i++) {
+            const uint8_t *src = x + o * p->reduce * p->inner + i;
+            int32_t acc = 0, v;
+            for (r = 0; r < p->reduce; r++) acc += (int32_t)src[r * p->inner];
+            acc -= p->x_zero_point * (int32_t)p->reduce;
+            v = mbqm(acc, p->mult, p->shift) + p->y_zero_point;
+            y[o * p->inner + i] = (uint8_t)(v < 0 ? 0 : (v > 255 ? 255 : v));
+        }
 }

@@ -77,15 +77,19 @@ typedef struct mlcc_qadd_params {
 
 void mlcc_u8_add(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y);
 
-/* Requantizing Mul of two uint8 tensors of the same shape (onnxruntime's QLinearMul):
- *   y = clamp(rint_even((double)((a - za) * (b - zb)) * mult) + zy)
- * with mult = sa * sb / sy computed in double by the compiler from the float32 scales: the
- * product of the code differences is an exact integer, so the real result rounds once
- * (rq: zero_point, qmin, qmax; mode FLOAT). */
+/* Requantizing Mul of two uint8 tensors of the same shape, in either arithmetic:
+ *   rq.mode FLOAT (onnxruntime's QLinearMul):
+ *     y = clamp(rint_even((double)((a - za) * (b - zb)) * mult_f) + zy)
+ *     with mult_f = sa * sb / sy computed in double by the compiler from the float32 scales:
+ *     the product of the code differences is an exact integer, so the real result rounds once;
+ *   rq.mode FIXED (TFLite's int8 MUL, MulElementwise):
+ *     y = clamp(zy + MultiplyByQuantizedMultiplier((a - za) * (b - zb), mult, shift)).
+ * rq: zero_point, qmin, qmax. */
 typedef struct mlcc_qmul_params {
     int64_t count;
     int32_t a_zero_point, b_zero_point;
-    double mult;
+    double mult_f;
+    int32_t mult, shift;
     mlcc_requant rq;
 } mlcc_qmul_params;
 
@@ -140,5 +144,64 @@ typedef struct mlcc_lut_params {
 } mlcc_lut_params;
 
 void mlcc_u8_lut(const mlcc_lut_params *p, const uint8_t *x, const uint8_t *table, uint8_t *y);
+
+/* ---- TensorFlow Lite's arithmetic (models read from .tflite; mlcc/frontend/tflite_import.py).
+ * Their int8 tensors are held as uint8 codes (int8 value + 128, the zero point with it), so
+ * that the uint8 kernels above run them; these kernels are where TFLite rounds otherwise. */
+
+/* int8 <-> uint8 codes: y = x + 128 (bit 7 flipped), a model's int8 inputs and outputs. */
+typedef struct mlcc_recenter_params {
+    int64_t count;
+} mlcc_recenter_params;
+
+void mlcc_s8_to_u8(const mlcc_recenter_params *p, const int8_t *x, uint8_t *y);
+void mlcc_u8_to_s8(const mlcc_recenter_params *p, const uint8_t *x, int8_t *y);
+
+/* TFLite QUANTIZE (AffineQuantize): y = clamp(round_half_away(x / scale) + zero_point, 0, 255)
+ * with the division in float32 (the zero point of the codes: int8 zero point + 128). NaN
+ * gives 0 (TFLite leaves it undefined). */
+void mlcc_f32_quantize__tflite(const mlcc_quantize_params *p, const float *x, uint8_t *y);
+/* TFLite DEQUANTIZE: y = (float)((double)scale * (x - zero_point)). */
+void mlcc_u8_dequantize__tflite(const mlcc_quantize_params *p, const uint8_t *x, float *y);
+
+/* TFLite's int8 softmax over the last axis (rows of `depth` codes), output scale 1/256 and
+ * zero point -128 (code 0). For d = max(row) - x in 0..255 the compiler tabulates exp_q31[d]
+ * (gemmlowp exp_on_negative_values of the scaled difference, Q0.31) and exp_acc[d] (the same
+ * in Q12.19); per row: sum = sum of exp_acc (int32), shifted = 1 / sum by gemmlowp's
+ * Newton-Raphson (GetReciprocal), y = clamp(RDBPOT(SRDHM(shifted, exp_q31[d]),
+ * bits_over_unit + 23), 0, 255) in codes. */
+typedef struct mlcc_qsoftmax_params {
+    int64_t rows, depth;
+} mlcc_qsoftmax_params;
+
+void mlcc_u8_softmax(const mlcc_qsoftmax_params *p, const uint8_t *x, const int32_t *exp_q31,
+                     const int32_t *exp_acc, uint8_t *y);
+
+/* TFLite's int8 SUB (SubElementwise): mlcc_u8_add's fixed mode with the difference of the
+ * scaled inputs (a - b, each rounded on its own as TFLite does, so not a negated multiplier). */
+void mlcc_u8_sub(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y);
+
+
+/* TFLite's int8 MEAN over the middle axis of [outer][reduce][inner] codes: acc = sum of the
+ * codes - x_zero_point * reduce, y = clamp(MultiplyByQuantizedMultiplier(acc, mult, shift) +
+ * zero point, 0, 255), with (mult, shift) TFLite's multiplier already divided by the count. */
+typedef struct mlcc_qmean_params {
+    int64_t outer, reduce, inner;
+    int32_t x_zero_point, y_zero_point;
+    int32_t mult, shift;
+} mlcc_qmean_params;
+
+void mlcc_u8_mean(const mlcc_qmean_params *p, const uint8_t *x, uint8_t *y);
+
+/* TFLite's int8 AVERAGE_POOL_2D on codes: per window, s = sum of the int8 values (code - 128)
+ * of the taps inside the input, n their count, avg = s > 0 ? (s + n / 2) / n : (s - n / 2) / n
+ * (C division: half away from zero), clamped to [qmin, qmax] (codes: the fused activation). */
+typedef struct mlcc_qavgpool_tflite_params {
+    mlcc_qpool2d_params pool;
+    int32_t qmin, qmax;
+} mlcc_qavgpool_tflite_params;
+
+void mlcc_u8_avgpool2d__tflite(const mlcc_qavgpool_tflite_params *p, const uint8_t *x,
+                               uint8_t *y);
 
 #endif /* MLCC_QELEM_H */
