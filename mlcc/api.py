@@ -472,8 +472,8 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
     return res.graph, res, info
 
 
-SEARCH_SAMPLES = 16       # samples the mixed-precision search measures on
-RANK_SAMPLES = 8          # of which the per-layer sensitivity uses the first
+SEARCH_SAMPLES = 16       # calibration samples the mixed-precision search measures on
+RANK_SAMPLES = 8          # of which (or of --eval-data's) the per-layer sensitivity uses
 INT8_FLOAT_RATIO = 0.4    # time of an int8 MAC / a float one, for the time estimates
                           # (docs/quantization.md: 0.32-0.43 measured on the conv nets)
 
@@ -517,8 +517,8 @@ def _mixed_search(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: Quantize
     tb = time.perf_counter()
     say(f"mixed precision: fake-quant program ({len(fq.slots)} switches) built in "
         f"{tb - t0:.1f} s")
-    source = cfg.eval_data if cfg.eval_data is not None else cfg.calibration
-    samples = list(CalibrationSet(source, _input_spec(g), SEARCH_SAMPLES))
+    samples = list(CalibrationSet(cfg.eval_data, _input_spec(g)) if cfg.eval_data is not None
+                   else CalibrationSet(cfg.calibration, _input_spec(g), SEARCH_SAMPLES))
 
     def sim(sample, control):
         out = run_sim({**sample, fakequant.CONTROL: control})

@@ -220,8 +220,8 @@ def _progress_bar(label: str, done: int, total: int) -> None:
               help="For --max-drop: FN(float_outputs, quantized_outputs) -> a number, higher "
                    "is better (each a list of dicts output name -> array, one per sample).")
 @click.option("--eval-data", "eval_data", default=None, type=click.Path(),
-              help="Held-out samples for --min-sqnr / --max-drop (the forms of "
-                   "--calibration; default: the first 16 calibration samples).")
+              help="Held-out samples for --min-sqnr / --max-drop, all of them (the forms "
+                   "of --calibration; default: the first 16 calibration samples).")
 @quant_options
 @_guard
 def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_weights, dump_ir,
