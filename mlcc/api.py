@@ -429,7 +429,7 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
                 say(f"smoothed (alpha {cfg.smooth:g}) the inputs of the integer MatMuls "
                     f"reading {len(smoothed)} values")
             if target is not None:
-                opts, sens, timing = _mixed_search(g, ranges, opts, qdq, cfg, target,
+                opts, sens, timing = _mixed_search(g, ranges, opts, qdq, cfg, target, run,
                                                    Path(tmp), say)
     if target is not None and data is None:
         raise InputError(f"{target.goal()} needs --calibration DATA (the samples it "
@@ -501,7 +501,7 @@ def _mix_target(cfg: QuantizeConfig):
 
 
 def _mixed_search(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: QuantizeConfig,
-                  target, tmp: Path, say) -> tuple[QuantOptions, dict, dict]:
+                  target, run_float, tmp: Path, say) -> tuple[QuantOptions, dict, dict]:
     """--min-sqnr / --max-drop (mlcc/quant/sensitivity.py): the per-layer sensitivity and the
     search on the fake-quant program (mlcc/quant/fakequant.py, one build), then the choice
     verified with one real build (more layers kept in float if it misses the target)."""
@@ -510,6 +510,10 @@ def _mixed_search(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: Quantize
 
     bar = cfg.progress_bar or (lambda label, done, total: None)
     t0 = time.perf_counter()
+    samples = list(CalibrationSet(cfg.eval_data, _input_spec(g)) if cfg.eval_data is not None
+                   else CalibrationSet(cfg.calibration, _input_spec(g), SEARCH_SAMPLES))
+    refs = [{o: run_float(s)[o] for o in g.outputs} for s in samples]
+    target.start(refs)          # a metric that fails, fails before the next build
     allint = quantize_graph(g, ranges, opts, qdq)
     cands = sens.candidates(allint.layers)
     fq = fakequant.build(g, allint)
@@ -517,15 +521,10 @@ def _mixed_search(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: Quantize
     tb = time.perf_counter()
     say(f"mixed precision: fake-quant program ({len(fq.slots)} switches) built in "
         f"{tb - t0:.1f} s")
-    samples = list(CalibrationSet(cfg.eval_data, _input_spec(g)) if cfg.eval_data is not None
-                   else CalibrationSet(cfg.calibration, _input_spec(g), SEARCH_SAMPLES))
 
     def sim(sample, control):
         out = run_sim({**sample, fakequant.CONTROL: control})
         return {o: out[fq.outputs[o]] for o in g.outputs}
-    zero = fq.control((), ())
-    refs = [sim(s, zero) for s in samples]
-    target.start(refs)
     # 1. each candidate quantized alone
     controls = {c: fq.control(sens.touched(g, c, fq.slots), [c]) for c in cands}
     stats: dict[str, dict[str, ErrorStats]] = {c: {} for c in cands}

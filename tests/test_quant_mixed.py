@@ -7,11 +7,10 @@ import json
 from pathlib import Path
 
 import numpy as np
-import onnx
 import onnxruntime as ort
-import pytest
 from click.testing import CliRunner
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
+from test_quant import _calibration, _save_model
 
 from mlcc import api
 from mlcc.cli import main
@@ -41,18 +40,9 @@ def _cnn(tmp_path, rng) -> tuple[Path, Path]:
              helper.make_node("GlobalAveragePool", ["a"], ["p"]),
              helper.make_node("Flatten", ["p"], ["f"]),
              helper.make_node("Gemm", ["f", "wg"], ["y"])]
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 11, 13])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
-        [numpy_helper.from_array(a, n) for n, a in
-         (("w1", w1), ("w2", w2), ("w3", w3), ("wg", wg), ("b1", b1))])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path / "cnn.onnx"
-    onnx.save(model, str(path))
-    calib = tmp_path / "c.npz"
-    np.savez(calib, x=rng.normal(0, 1, (12, 1, 3, 11, 13)).astype(np.float32))
-    return path, calib
+    path = _save_model(tmp_path, nodes, [1, 3, 11, 13], {"y": [1, 5]},
+                       {"w1": w1, "w2": w2, "w3": w3, "wg": wg, "b1": b1})
+    return path, _calibration(tmp_path, rng, 12, (1, 3, 11, 13))
 
 
 def test_fake_quant_program_is_float_when_off_and_the_int8_program_when_on(tmp_path):
@@ -122,17 +112,8 @@ def _mlp(tmp_path, rng):
     nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
              helper.make_node("Relu", ["h"], ["r"]),
              helper.make_node("MatMul", ["r", "w2"], ["y"])]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, [3, 13])], [helper.make_tensor_value_info(
-            "y", TensorProto.FLOAT, [3, 7])],
-        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path / "m.onnx"
-    onnx.save(model, str(path))
-    calib = tmp_path / "c.npz"
-    np.savez(calib, x=rng.normal(0, 1, (8, 3, 13)).astype(np.float32))
-    return path, calib
+    path = _save_model(tmp_path, nodes, [3, 13], {"y": [3, 7]}, {"w1": w1, "w2": w2})
+    return path, _calibration(tmp_path, rng, 8, (3, 13))
 
 
 def test_min_sqnr_from_the_cli_keeps_the_most_sensitive_in_float(tmp_path):
@@ -163,39 +144,49 @@ def test_min_sqnr_from_the_cli_keeps_the_most_sensitive_in_float(tmp_path):
     assert r.exit_code == 1 and "--min-sqnr needs --quantize int8" in r.output
 
 
-def test_max_drop_with_a_user_metric_and_its_errors(tmp_path):
-    """--max-drop with --metric FILE.py:FN: met with some layers int8 when the drop allowed is
-    large; a metric that raises, returns NaN or names nothing is a one-line error (exit 1);
-    a target no mix meets says the best reached and what limits it (exit 1)."""
-    path, calib = _mlp(tmp_path, np.random.default_rng(5))
-    metric = tmp_path / "metric.py"
-    metric.write_text(
-        "import numpy as np\n"
-        "def neg_err(f, q):\n"
-        "    return -sum(float(np.abs(a['y'] - b['y']).mean()) for a, b in zip(f, q))\n"
-        "def boom(f, q):\n    raise ValueError('no labels here')\n"
-        "def nan(f, q):\n    return float('nan')\n"
-        "def same_object(f, q):\n    return float(f is q)\n")
-    base = ["compile", str(path), "--target", "x86-native", "--quantize", "int8",
-            "--calibration", str(calib)]
+METRICS = ("import numpy as np\n"
+           "def neg_err(f, q):\n"
+           "    return -sum(float(np.abs(a['y'] - b['y']).mean()) for a, b in zip(f, q))\n"
+           "def boom(f, q):\n    raise ValueError('no labels here')\n"
+           "def nan(f, q):\n    return float('nan')\n"
+           "def same_object(f, q):\n    return float(f is q)\n")
 
-    def run(out, *extra):
-        return CliRunner().invoke(main, base + ["-o", str(tmp_path / out), *extra])
-    r = run("q", "--max-drop", "1e9", "--metric", f"{metric}:neg_err")
+
+def _compile_with(tmp_path, out, *extra):
+    path, calib = _mlp(tmp_path, np.random.default_rng(5))
+    (tmp_path / "metric.py").write_text(METRICS)
+    return CliRunner().invoke(main, ["compile", str(path), "--target", "x86-native",
+                                     "--quantize", "int8", "--calibration", str(calib),
+                                     "-o", str(tmp_path / out), *extra])
+
+
+def test_metric_that_raises_returns_nan_or_is_missing_is_a_clear_error(tmp_path):
+    """One-line errors, exit 1, no traceback; the metric is first called on the float outputs
+    right after calibration (before the fake-quant build)."""
+    metric = tmp_path / "metric.py"
+    for fn, message in (("boom", "metric.py:boom failed (ValueError: no labels here)"),
+                        ("nan", "metric.py:nan returned NaN"),
+                        ("missing", "defines no function missing")):
+        r = _compile_with(tmp_path, fn, "--max-drop", "1", "--metric", f"{metric}:{fn}")
+        assert r.exit_code == 1 and message in r.output and "Traceback" not in r.output, \
+            r.output
+        assert not (tmp_path / fn / "model.c").exists()
+    r = _compile_with(tmp_path, "x", "--metric", f"{metric}:neg_err")
+    assert r.exit_code == 1 and "give --max-drop too" in r.output
+    r = _compile_with(tmp_path, "x", "--max-drop", "1", "--metric", "nowhere.py:f")
+    assert r.exit_code == 1 and "nowhere.py does not exist" in r.output
+
+
+def test_max_drop_with_a_user_metric_met_or_unreachable(tmp_path):
+    """--max-drop with --metric FILE.py:FN: met with every layer int8 when the drop allowed is
+    large; a target no mix meets says the best reached and what limits it (exit 1)."""
+    metric = tmp_path / "metric.py"
+    r = _compile_with(tmp_path, "q", "--max-drop", "1e9", "--metric", f"{metric}:neg_err")
     assert r.exit_code == 0, r.output
     mp = json.loads((tmp_path / "q" / "manifest.json").read_text())["quantization"][
         "mixed_precision"]
     assert mp["kept"] == [] and mp["reference"] == 0.0 and mp["metric"] == "metric.py:neg_err"
-    r = run("b", "--max-drop", "1", "--metric", f"{metric}:boom")
-    assert r.exit_code == 1 and "metric.py:boom failed (ValueError: no labels here)" in \
-        r.output and "Traceback" not in r.output
-    r = run("n", "--max-drop", "1", "--metric", f"{metric}:nan")
-    assert r.exit_code == 1 and "metric.py:nan returned NaN" in r.output
-    r = run("m", "--max-drop", "1", "--metric", f"{metric}:missing")
-    assert r.exit_code == 1 and "defines no function missing" in r.output
-    r = run("x", "--metric", f"{metric}:neg_err")
-    assert r.exit_code == 1 and "give --max-drop too" in r.output
-    r = run("u", "--max-drop", "0.5", "--metric", f"{metric}:same_object")
+    r = _compile_with(tmp_path, "u", "--max-drop", "0.5", "--metric", f"{metric}:same_object")
     assert r.exit_code == 1 and "cannot be met: the best mix reached 0" in r.output and \
         "all 2 candidate layers in float" in r.output and "Traceback" not in r.output
     assert not (tmp_path / "u" / "model.c").exists()
@@ -207,7 +198,7 @@ def test_max_drop_default_metric_on_held_out_samples(tmp_path):
     rng = np.random.default_rng(9)
     path, calib = _mlp(tmp_path, rng)
     held = tmp_path / "held.npz"
-    np.savez(held, x=rng.normal(0, 1, (5, 3, 13)).astype(np.float32))
+    np.savez(held, x=rng.normal(0, 1, (5, 3, 13)).astype(np.float32))   # not c.npz's draws
     r = CliRunner().invoke(main, ["compile", str(path), "-o", str(tmp_path / "q"),
                                   "--target", "x86-native", "--quantize", "int8",
                                   "--calibration", str(calib), "--max-drop", "100",

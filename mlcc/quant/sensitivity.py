@@ -24,7 +24,6 @@ layers with the worst own error in float did not help).
 from __future__ import annotations
 
 import fnmatch
-import importlib.util
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..ir import Graph
+from .calib import user_module
 from .rewrite import LayerPlan
 from .report import ErrorStats
 
@@ -84,15 +84,7 @@ def load_metric(spec: str) -> tuple[Callable[[Outputs, Outputs], float], str]:
         raise InputError(f"--metric {spec}: expected FILE.py:FUNCTION")
     if not Path(path).is_file():
         raise InputError(f"--metric {spec}: {path} does not exist")
-    mspec = importlib.util.spec_from_file_location(f"mlcc_metric_{abs(hash(path))}", path)
-    if mspec is None or mspec.loader is None:
-        raise InputError(f"--metric {spec}: cannot load {path} as a Python module")
-    module = importlib.util.module_from_spec(mspec)
-    try:
-        mspec.loader.exec_module(module)
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code failed
-        raise InputError(f"--metric {spec}: {path} failed to run ({type(exc).__name__}: "
-                         f"{exc})") from None
+    module = user_module(Path(path), f"--metric {spec}")
     fn = getattr(module, fn_name, None)
     if not callable(fn):
         raise InputError(f"--metric {spec}: {path} defines no function {fn_name}")
