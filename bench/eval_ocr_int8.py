@@ -20,6 +20,7 @@ tests the decoding and the preprocessing). Progress goes to stderr, the table to
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import string
 import subprocess
@@ -82,6 +83,20 @@ def line_agreement(float_outputs: list[dict], quant_outputs: list[dict]) -> floa
     same = [ctc_ids(next(iter(f.values()))) == ctc_ids(next(iter(q.values())))
             for f, q in zip(float_outputs, quant_outputs, strict=True)]
     return 100.0 * sum(same) / len(same)
+
+
+TRUTH_ENV = "MLCC_OCR_TRUTH"     # a JSON file: {"model": path, "truth": [line texts]}
+
+
+def exact_match(float_outputs: list[dict], quant_outputs: list[dict]) -> float:
+    """An `mlcc compile --metric` scoring the task itself: exact match (%) of the quantized
+    model's lines against their ground truth, read from the JSON file named by
+    $MLCC_OCR_TRUTH (the search lines' texts, in order; float_outputs are not needed: mlcc
+    scores float against itself for the reference)."""
+    spec = json.loads(Path(os.environ[TRUTH_ENV]).read_text())
+    chars = charset(spec["model"])
+    preds = [ctc_greedy(next(iter(q.values())), chars) for q in quant_outputs]
+    return scores(preds, spec["truth"])[0]
 
 
 def edit_distance(a: str, b: str) -> int:
@@ -207,13 +222,13 @@ VARIANTS = ("ort-float", "mlcc-float", "ort-minmax", "ort-percentile", "mlcc-min
 
 
 def parse_variant(v: str) -> tuple[str, str, tuple[str, ...], dict[str, str]]:
-    """`mlcc-CAL[:PCT][+keep=P1|P2][+maxdrop=D][+minsqnr=DB][+metric=lines]` -> (engine,
+    """`mlcc-CAL[:PCT][+keep=P1|P2][+maxdrop=D][+minsqnr=DB][+metric=lines|exact]` -> (engine,
     calibrator, --keep-float patterns, the other options: maxdrop, minsqnr, metric)."""
     head, *opts = v.split("+")
     engine, _, cal = head.partition("-")
     options = dict(o.partition("=")[::2] for o in opts)
     bad = set(options) - {"keep", "maxdrop", "minsqnr", "metric"}
-    if bad or options.get("metric", "lines") != "lines":
+    if bad or options.get("metric", "lines") not in ("lines", "exact"):
         raise SystemExit(f"variant {v!r}: unknown option(s) {sorted(bad) or options['metric']}")
     keep = options.pop("keep", "")
     return engine, cal, tuple(k for k in keep.split("|") if k), options
@@ -268,7 +283,11 @@ def main(argv=None) -> int:
         np.savez(tmp / "calib.npz", x=cx)
         np.savez(tmp / "calib_small.npz", x=cx[:args.ort_percentile_calib])
         if any("+maxdrop=" in v or "+minsqnr=" in v for v in args.variants.split(",")):
-            np.savez(tmp / "search.npz", x=render(args.search_lines, seed=5)[0])
+            sx, struth = render(args.search_lines, seed=5)
+            np.savez(tmp / "search.npz", x=sx)
+            (tmp / "search_truth.json").write_text(json.dumps({"model": str(model),
+                                                               "truth": struth}))
+            os.environ[TRUTH_ENV] = str(tmp / "search_truth.json")
         mf = None
         for i, v in enumerate(args.variants.split(",")):
             engine, cal, keep, search = parse_variant(v)
@@ -299,7 +318,8 @@ def main(argv=None) -> int:
                         qc.max_drop = float(search["maxdrop"]) if "maxdrop" in search else None
                         qc.min_sqnr = float(search["minsqnr"]) if "minsqnr" in search else None
                         if "metric" in search:
-                            qc.metric = f"{Path(__file__).resolve()}:line_agreement"
+                            fn = {"lines": "line_agreement", "exact": "exact_match"}
+                            qc.metric = f"{Path(__file__).resolve()}:{fn[search['metric']]}"
                     t1 = time.perf_counter()
                     res = api.compile(fixed, out, target="x86-native", quantize=qc)
                     say(f"{v}: compiled in {time.perf_counter() - t1:.0f} s (load "

@@ -153,3 +153,22 @@ def test_variant_options_parse():
     assert parse_variant("mlcc-percentile+keep=a|b") == ("mlcc", "percentile", ("a", "b"), {})
     with pytest.raises(SystemExit):
         parse_variant("mlcc-auto+maxdorp=1")
+
+
+def test_exact_match_metric_reads_the_truth_file(tmp_path, monkeypatch):
+    """The task metric as --metric: exact match (%) of the decoded lines against the texts of
+    the JSON file $MLCC_OCR_TRUTH names (whatever the float outputs say)."""
+    import json
+
+    from eval_ocr_int8 import TRUTH_ENV, exact_match
+    g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    m = helper.make_model(g)
+    helper.set_model_props(m, {"character": "a\nb\nc"})
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    (tmp_path / "t.json").write_text(json.dumps({"model": str(tmp_path / "m.onnx"),
+                                                 "truth": ["ab", "c", "cc"]}))
+    monkeypatch.setenv(TRUTH_ENV, str(tmp_path / "t.json"))
+    q = [{"y": _onehot([1, 0, 2])}, {"y": _onehot([3, 3])}, {"y": _onehot([3])}]
+    assert exact_match(q, q) == pytest.approx(200 / 3)          # "c" is not "cc"
