@@ -3,7 +3,9 @@ model and the real integer program, the bisection, the per-layer report, and the
 (a metric that raises or returns NaN, a target no mix meets)."""
 from __future__ import annotations
 
+import io
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -209,3 +211,27 @@ def test_max_drop_default_metric_on_held_out_samples(tmp_path):
     assert mp["samples"] == 5 and mp["kept"] == [] and mp["reference"] == 100.0
     assert mp["metric"] == "top-1 agreement %"
     assert "mlcc_u8_fc(" in (tmp_path / "q" / "model.c").read_text()
+
+
+class _Stream(io.StringIO):
+    def __init__(self, tty: bool):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def test_progress_bar_only_on_a_terminal(monkeypatch):
+    from mlcc.cli import _progress_bar
+    for tty in (True, False):
+        err = _Stream(tty)
+        monkeypatch.setattr(sys, "stderr", err)
+        _progress_bar("sensitivity", 3, 12)
+        _progress_bar("sensitivity", 12, 12)
+        text = err.getvalue()
+        if tty:
+            assert text.startswith("\r sensitivity [#######") and "3/12" in text and \
+                text.endswith("] 12/12\n")
+        else:
+            assert text == ""
