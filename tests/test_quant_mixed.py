@@ -10,12 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 from click.testing import CliRunner
 from onnx import helper
 from test_quant import _calibration, _save_model
 
 from mlcc import api
 from mlcc.cli import main
+from mlcc.errors import InputError
 from mlcc.frontend import import_model
 from mlcc.passes import INT8_PIPELINE, run_pipeline
 from mlcc.quant import (QuantOptions, calibrate, conv_transpose_as_conv, needed_ranges,
@@ -106,6 +108,8 @@ def test_top1_agreement_and_targets():
     t.start(f)
     assert t.reference == 100.0 and t.meets(80.0) and not t.meets(79.9)
     assert sensitivity.Target.sqnr(30).meets(30.0) and not sensitivity.Target.sqnr(30).meets(29)
+    with pytest.raises(InputError, match="needs an output with classes on its last axis"):
+        sensitivity.Target.drop(1.0).start([{"y": np.zeros((4, 1))}, {"y": np.zeros((4, 1))}])
 
 
 def _mlp(tmp_path, rng):

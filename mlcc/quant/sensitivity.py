@@ -125,6 +125,12 @@ class Target:
     def start(self, refs: Outputs) -> None:
         """Scores the float model against itself (the reference of --max-drop)."""
         if self.kind == "drop":
+            if self.metric is top1_agreement and refs and \
+                    all(r.ndim == 0 or r.shape[-1] < 2 for r in refs[0].values()):
+                raise InputError("--max-drop without --metric scores top-1 agreement, which "
+                                 "needs an output with classes on its last axis; this "
+                                 "model's outputs have none: give --metric FILE.py:FN or "
+                                 "use --min-sqnr")
             self.reference = self.call(refs, refs)
 
     def meets(self, score: float) -> bool:
@@ -144,8 +150,8 @@ class Target:
 
 def touched(g: Graph, node: str, slots: dict[str, int]) -> list[str]:
     """The quantized values a layer reads or writes (its activations in the simulation)."""
-    n = next(x for x in g.nodes if x.name == node)
-    return [v for v in list(n.inputs) + list(n.outputs) if v in slots]
+    n = next((x for x in g.nodes if x.name == node), None)
+    return [] if n is None else [v for v in list(n.inputs) + list(n.outputs) if v in slots]
 
 
 def bisect(count: int, evaluate: Callable[[int], float], meets: Callable[[float], bool]
@@ -190,7 +196,9 @@ class MixResult:
 
 def macs(g: Graph, node: str) -> int:
     """Multiply-accumulates of a layer for one run (an element-wise layer: its outputs)."""
-    n = next(x for x in g.nodes if x.name == node)
+    n = next((x for x in g.nodes if x.name == node), None)
+    if n is None:
+        return 0
     out = g.values[n.outputs[0]]
     size = int(np.prod(out.shape)) if out.shape else 1
     w = g.const(n.input(1)) if len(n.inputs) > 1 else None
