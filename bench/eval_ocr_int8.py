@@ -20,6 +20,7 @@ tests the decoding and the preprocessing). Progress goes to stderr, the table to
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import string
 import subprocess
@@ -55,20 +56,47 @@ def charset(model_path: str | Path) -> list[str]:
     return ["<blank>"] + meta["character"].splitlines() + [" "]
 
 
-def ctc_greedy(probs: np.ndarray, chars: list[str]) -> str:
-    """CTC greedy decoding of one line: [T, C] (or [1, T, C]) scores -> text. The best class
-    per time step; repeats collapse, then blanks (class 0) drop."""
+def ctc_ids(probs: np.ndarray, classes: int | None = None) -> list[int]:
+    """CTC greedy decoding of one line: [T, C] (or [1, T, C]) scores -> class ids. The best
+    class per time step; repeats collapse, then blanks (class 0) drop."""
     p = np.asarray(probs)
     if p.ndim == 3:
         if p.shape[0] != 1:
             raise ValueError(f"one line at a time: got a batch of {p.shape[0]}")
         p = p[0]
-    if p.ndim != 2 or p.shape[1] != len(chars):
-        raise ValueError(f"scores of shape {p.shape} for {len(chars)} classes")
+    if p.ndim != 2 or (classes is not None and p.shape[1] != classes):
+        raise ValueError(f"scores of shape {p.shape} for {classes} classes")
     best = p.argmax(axis=1)
     keep = np.ones(len(best), bool)
     keep[1:] = best[1:] != best[:-1]
-    return "".join(chars[i] for i in best[keep] if i != 0)
+    return [int(i) for i in best[keep] if i != 0]
+
+
+def ctc_greedy(probs: np.ndarray, chars: list[str]) -> str:
+    """CTC greedy decoding of one line to text (ctc_ids over the model's characters)."""
+    return "".join(chars[i] for i in ctc_ids(probs, len(chars)))
+
+
+def line_agreement(float_outputs: list[dict], quant_outputs: list[dict]) -> float:
+    """An `mlcc compile --metric` for the recognizer: the share (%) of lines whose decoded
+    text is the float model's (`--metric bench/eval_ocr_int8.py:line_agreement`)."""
+    same = [ctc_ids(next(iter(f.values()))) == ctc_ids(next(iter(q.values())))
+            for f, q in zip(float_outputs, quant_outputs, strict=True)]
+    return 100.0 * sum(same) / len(same)
+
+
+TRUTH_ENV = "MLCC_OCR_TRUTH"     # a JSON file: {"model": path, "truth": [line texts]}
+
+
+def exact_match(float_outputs: list[dict], quant_outputs: list[dict]) -> float:
+    """An `mlcc compile --metric` scoring the task itself: exact match (%) of the quantized
+    model's lines against their ground truth, read from the JSON file named by
+    $MLCC_OCR_TRUTH (the search lines' texts, in order; float_outputs are not needed: mlcc
+    scores float against itself for the reference)."""
+    spec = json.loads(Path(os.environ[TRUTH_ENV]).read_text())
+    chars = charset(spec["model"])
+    preds = [ctc_greedy(next(iter(q.values())), chars) for q in quant_outputs]
+    return scores(preds, spec["truth"])[0]
 
 
 def edit_distance(a: str, b: str) -> int:
@@ -193,11 +221,17 @@ VARIANTS = ("ort-float", "mlcc-float", "ort-minmax", "ort-percentile", "mlcc-min
             "mlcc-percentile+keep=p2o.Conv.2[4-9]|p2o.Conv.3[0-2]")
 
 
-def parse_variant(v: str) -> tuple[str, str, tuple[str, ...]]:
-    """`mlcc-CAL[:PCT][+keep=P1|P2]` -> (engine, calibrator, --keep-float patterns)."""
-    head, _, keep = v.partition("+keep=")
+def parse_variant(v: str) -> tuple[str, str, tuple[str, ...], dict[str, str]]:
+    """`mlcc-CAL[:PCT][+keep=P1|P2][+maxdrop=D][+minsqnr=DB][+metric=lines|exact]` -> (engine,
+    calibrator, --keep-float patterns, the other options: maxdrop, minsqnr, metric)."""
+    head, *opts = v.split("+")
     engine, _, cal = head.partition("-")
-    return engine, cal, tuple(k for k in keep.split("|") if k)
+    options = dict(o.partition("=")[::2] for o in opts)
+    bad = set(options) - {"keep", "maxdrop", "minsqnr", "metric"}
+    if bad or options.get("metric", "lines") not in ("lines", "exact"):
+        raise SystemExit(f"variant {v!r}: unknown option(s) {sorted(bad) or options['metric']}")
+    keep = options.pop("keep", "")
+    return engine, cal, tuple(k for k in keep.split("|") if k), options
 
 
 def main(argv=None) -> int:
@@ -217,6 +251,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=2,
                     help="seed of the evaluation lines (the calibration lines use 1)")
     ap.add_argument("--runs", type=int, default=30, help="latency runs")
+    ap.add_argument("--search-lines", type=int, default=64,
+                    help="held-out lines (seed 5) on which +maxdrop / +minsqnr variants "
+                         "search (mlcc compile --eval-data)")
     ap.add_argument("--save-samples", type=Path, default=None,
                     help="write the first 8 evaluation lines as PNG files here")
     args = ap.parse_args(argv)
@@ -245,9 +282,15 @@ def main(argv=None) -> int:
         fixed = bq.fixed_model(model, {"x": (1, 3, H, W)}, tmp / "fixed.onnx")
         np.savez(tmp / "calib.npz", x=cx)
         np.savez(tmp / "calib_small.npz", x=cx[:args.ort_percentile_calib])
+        if any("+maxdrop=" in v or "+minsqnr=" in v for v in args.variants.split(",")):
+            sx, struth = render(args.search_lines, seed=5)
+            np.savez(tmp / "search.npz", x=sx)
+            (tmp / "search_truth.json").write_text(json.dumps({"model": str(model),
+                                                               "truth": struth}))
+            os.environ[TRUTH_ENV] = str(tmp / "search_truth.json")
         mf = None
         for i, v in enumerate(args.variants.split(",")):
-            engine, cal, keep = parse_variant(v)
+            engine, cal, keep, search = parse_variant(v)
             t0 = time.perf_counter()
             lat, counts = " | | | ", ""
             ncal = "" if cal == "float" else len(cx)
@@ -267,10 +310,20 @@ def main(argv=None) -> int:
                 else:
                     out = tmp / f"variant{i}"
                     cal, _, pct = cal.partition(":")
-                    res = api.compile(fixed, out, target="x86-native",
-                                      quantize=api.QuantizeConfig(
-                                          tmp / "calib.npz", calibrator=cal,
-                                          percentile=float(pct or 99.99), keep_float=keep))
+                    qc = api.QuantizeConfig(tmp / "calib.npz", calibrator=cal,
+                                            percentile=float(pct or 99.99), keep_float=keep,
+                                            progress=say)
+                    if "maxdrop" in search or "minsqnr" in search:
+                        qc.eval_data = tmp / "search.npz"
+                        qc.max_drop = float(search["maxdrop"]) if "maxdrop" in search else None
+                        qc.min_sqnr = float(search["minsqnr"]) if "minsqnr" in search else None
+                        if "metric" in search:
+                            fn = {"lines": "line_agreement", "exact": "exact_match"}
+                            qc.metric = f"{Path(__file__).resolve()}:{fn[search['metric']]}"
+                    t1 = time.perf_counter()
+                    res = api.compile(fixed, out, target="x86-native", quantize=qc)
+                    say(f"{v}: compiled in {time.perf_counter() - t1:.0f} s (load "
+                        f"{load_avg()})")
                     mq = mlcc.load(out)
                     preds = read_mlcc(mq, ex, chars)
                     qi = res.manifest["quantization"]

@@ -80,9 +80,17 @@ class QuantizeConfig:
     export_qdq: str | Path | None = None         # write the quantization as a QDQ ONNX model
     max_samples: int | None = None
     progress: Callable[[str], None] | None = None
-    # keep the most sensitive layers in float until the output SQNR on the calibration set
-    # reaches this (dB); mlcc/quant/sensitivity.py
+    # mixed precision (mlcc/quant/sensitivity.py): keep the most sensitive layers in float
+    # until the worst output SQNR reaches min_sqnr (dB), or until a metric of the float and
+    # the quantized outputs drops by at most max_drop from float's own score; the metric is
+    # `FILE.py:FN` (metric) or the built-in top-1 agreement (%). eval_data: the samples the
+    # search measures on (same forms as calibration; default: the first calibration samples)
     min_sqnr: float | None = None
+    max_drop: float | None = None
+    metric: str | None = None
+    eval_data: str | Path | None = None
+    # progress_bar(label, done, total): the search's progress (the CLI draws it on a terminal)
+    progress_bar: Callable[[str, int, int], None] | None = None
     # SmoothQuant alpha for the float activations read by integer MatMuls (mlcc/quant/smooth.py)
     smooth: float | None = None
     # groups to keep in float: node names of the optimized graph as the report names them,
@@ -251,6 +259,12 @@ def compile_command(model: str | Path, *, target: str = "x86", shapes: Shapes | 
             words += ["--requant", q.requant]
         if q.min_sqnr is not None:
             words += ["--min-sqnr", f"{q.min_sqnr:g}"]
+        if q.max_drop is not None:
+            words += ["--max-drop", f"{q.max_drop:g}"]
+        if q.metric is not None:
+            words += ["--metric", Path(q.metric).name]
+        if q.eval_data is not None:
+            words += ["--eval-data", Path(q.eval_data).name]
         if q.smooth is not None:
             words += ["--smooth", f"{q.smooth:g}"]
         if q.equalize:
@@ -345,7 +359,8 @@ def _write_report(fg: Graph, qres: QuantResult, cfg: QuantizeConfig, model, targ
     header += _option_lines(info)
     text = markdown("mlcc int8 quantization report", header, rows, info["float_layers"],
                     list(outs.items()),
-                    {**info["min_sqnr"], **qres.timing} if "min_sqnr" in info else None)
+                    {**info["mixed_precision"], **qres.timing}
+                    if "mixed_precision" in info else None)
     path = Path(cfg.report)
     try:
         path.write_text(text)
@@ -385,6 +400,7 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
                          f"e.g. op:Conv)")
     opts = QuantOptions(per_channel=cfg.per_channel, requant=cfg.requant or tgt.int8_requant,
                         activations=tgt.int8_activations, keep_float=keep)
+    target = _mix_target(cfg)
     say = cfg.progress or (lambda text: None)
     ranges: dict = {}
     data = None
@@ -419,7 +435,7 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
         means = ChannelMeans(watched(g) if cfg.bias_correction else {})
         # --min-sqnr may keep any group in float, which makes its neighbours quantize values
         # the all-integer program keeps in uint8 (a MaxPool's output): observe them all
-        needed = observed_values(g) if cfg.min_sqnr is not None else needed_ranges(g, opts)
+        needed = observed_values(g) if target is not None else needed_ranges(g, opts)
         names = [n for n in needed if qdq is None or n not in qdq.activations]
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="mlcc-calibrate-") as tmp:
@@ -454,11 +470,12 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
                     opts = replace(opts, input_means=m)
                 say(f"smoothed (alpha {cfg.smooth:g}) the inputs of the integer MatMuls "
                     f"reading {len(smoothed)} values")
-            if cfg.min_sqnr is not None:
-                opts, sens, timing = _min_sqnr_search(g, ranges, opts, qdq, cfg, run,
-                                                      Path(tmp), say)
-    if cfg.min_sqnr is not None and data is None:
-        raise InputError("--min-sqnr needs --calibration DATA (the samples it measures on)")
+            if target is not None:
+                opts, sens, timing = _mixed_search(g, ranges, opts, qdq, cfg, target, run,
+                                                   Path(tmp), say)
+    if target is not None and data is None:
+        raise InputError(f"{target.goal()} needs --calibration DATA (the samples it "
+                         f"measures on)")
     res = quantize_graph(g, ranges, opts, qdq)
     res.ranges = ranges
     if cfg.equalize:
@@ -476,8 +493,8 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
             "float_layers": [layer.node for layer in res.layers if not layer.integer]}
     if cfg.calibrator == "percentile":
         info["percentile"] = cfg.percentile
-    if cfg.min_sqnr is not None:
-        info["min_sqnr"] = sens         # deterministic: SQNRs and sizes, no latencies
+    if target is not None:
+        info["mixed_precision"] = sens   # deterministic: scores and sizes, no latencies
         res.timing = timing
     if cfg.smooth is not None:
         info["smooth_alpha"] = cfg.smooth
@@ -497,75 +514,139 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
     return res.graph, res, info
 
 
-SENSITIVITY_SAMPLES = 16
+SEARCH_SAMPLES = 16       # calibration samples the mixed-precision search measures on
+RANK_SAMPLES = 8          # of which (or of --eval-data's) the per-layer sensitivity uses
+INT8_FLOAT_RATIO = 0.4    # time of an int8 MAC / a float one, for the time estimates
+                          # (docs/quantization.md: 0.32-0.43 measured on the conv nets)
 
 
-def _min_sqnr_search(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: QuantizeConfig,
-                     run_float, tmp: Path, say) -> tuple[QuantOptions, dict, dict]:
-    """--min-sqnr: the greedy end-to-end search of mlcc/quant/sensitivity.py, each candidate
-    set measured on the real integer program built for this machine, on the first
-    SENSITIVITY_SAMPLES calibration samples; then the speed and size of the result against
-    the program with every group in integer."""
-    from dataclasses import replace
-
+def _mix_target(cfg: QuantizeConfig):
+    """The mixed-precision target of cfg (sensitivity.Target), or None; a metric file that
+    cannot be loaded is reported here, before calibration."""
     from .quant import sensitivity
+    if cfg.min_sqnr is not None and cfg.max_drop is not None:
+        raise InputError("--min-sqnr and --max-drop are two targets for the same search: "
+                         "give one")
+    if cfg.metric is not None and cfg.max_drop is None:
+        raise InputError("--metric is the score --max-drop bounds: give --max-drop too")
+    if cfg.eval_data is not None and cfg.min_sqnr is None and cfg.max_drop is None:
+        raise InputError("--eval-data holds the samples of the --min-sqnr / --max-drop "
+                         "search: give one of them")
+    if cfg.max_drop is not None:
+        if not math.isfinite(cfg.max_drop) or cfg.max_drop < 0:
+            raise InputError(f"--max-drop must be a number >= 0, not {cfg.max_drop:g}")
+        return sensitivity.Target.drop(cfg.max_drop, *(sensitivity.load_metric(cfg.metric)
+                                                       if cfg.metric else ()))
+    if cfg.min_sqnr is not None:
+        return sensitivity.Target.sqnr(cfg.min_sqnr)
+    return None
 
-    samples = list(CalibrationSet(cfg.calibration, _input_spec(g), SENSITIVITY_SAMPLES))
+
+def _mixed_search(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: QuantizeConfig,
+                  target, run_float, tmp: Path, say) -> tuple[QuantOptions, dict, dict]:
+    """--min-sqnr / --max-drop (mlcc/quant/sensitivity.py): the per-layer sensitivity and the
+    search on the fake-quant program (mlcc/quant/fakequant.py, one build), then the choice
+    verified with one real build (more layers kept in float if it misses the target)."""
+    from .quant import fakequant
+    from .quant import sensitivity as sens
+
+    bar = cfg.progress_bar or (lambda label, done, total: None)
+    t0 = time.perf_counter()
+    samples = list(CalibrationSet(cfg.eval_data, _input_spec(g)) if cfg.eval_data is not None
+                   else CalibrationSet(cfg.calibration, _input_spec(g), SEARCH_SAMPLES))
     refs = [{o: run_float(s)[o] for o in g.outputs} for s in samples]
-    built: dict[frozenset, tuple] = {}
-    count = [0]
+    target.start(refs)          # a metric that fails, fails before the next build
+    allint = quantize_graph(g, ranges, opts, qdq)
+    cands = sens.candidates(allint.layers)
+    fq = fakequant.build(g, allint)
+    run_sim = _host_runner(fq.graph, tmp / "fakequant", "mlcc_fakequant")
+    tb = time.perf_counter()
+    say(f"mixed precision: fake-quant program ({len(fq.slots)} switches) built in "
+        f"{tb - t0:.1f} s")
 
-    def evaluate(keep: frozenset) -> float:
-        res = quantize_graph(g, ranges, replace(opts, keep_float=opts.keep_float | keep), qdq)
-        folder = tmp / f"sensitivity{count[0]}"
-        count[0] += 1
-        run_q = _host_runner(res.graph, folder, "mlcc_int8")
-        stats = {o: ErrorStats() for o in g.outputs}
-        for s, ref in zip(samples, refs):
-            got = run_q(s)
+    def sim(sample, control):
+        out = run_sim({**sample, fakequant.CONTROL: control})
+        return {o: out[fq.outputs[o]] for o in g.outputs}
+    # 1. each candidate quantized alone
+    controls = {c: fq.control(sens.touched(g, c, fq.slots), [c]) for c in cands}
+    stats: dict[str, dict[str, ErrorStats]] = {c: {} for c in cands}
+    ranked = samples[:RANK_SAMPLES]
+    for i, (s, ref) in enumerate(zip(ranked, refs)):
+        for j, c in enumerate(cands):
+            out = sim(s, controls[c])
             for o in g.outputs:
-                stats[o].update(ref[o], got[o])
-        size = json.loads((folder / "manifest.json").read_text())["weights_size"]
-        if not keep:
-            built["base"] = (run_q, size)
-        built["last"] = (run_q, size)
-        return sensitivity.worst_db([st.sqnr_db for st in stats.values()])
+                stats[c].setdefault(o, ErrorStats()).update(ref[o], out[o])
+            bar("sensitivity", i * len(cands) + j + 1, len(ranked) * len(cands))
+    alone = {c: sens.worst_db([st.sqnr_db for st in stats[c].values()]) for c in cands}
+    order = sorted(cands, key=lambda c: (alone[c], cands.index(c)))
+    say(f"mixed precision: sensitivity of {len(cands)} layers on {len(ranked)} samples in "
+        f"{time.perf_counter() - tb:.1f} s")
 
-    first = quantize_graph(g, ranges, opts, qdq)
-    found = sensitivity.search(sensitivity.candidates(first.layers), evaluate, cfg.min_sqnr,
-                               say)
-    (run_base, size_base), (run_last, size_last) = built["base"], built["last"]
-    ms_base, ms_last = _interleaved_ms(run_base, run_last, samples[0])
-    say(f"min-sqnr: {len(found.kept)} groups kept in float, output SQNR {found.base_db:.2f} -> "
-        f"{found.final_db:.2f} dB; {ms_base:.3g} -> {ms_last:.3g} ms, weights {size_base} -> "
-        f"{size_last} bytes")
-    info = {"target_db": cfg.min_sqnr, "met": found.met, "base_db": found.base_db,
-            "final_db": found.final_db, "kept": found.kept,
-            "steps": [[n, db] for n, db in found.steps],
-            "gains": {n: round(d, 3) for n, d in found.gains.items()},
-            "evaluations": found.evaluations, "samples": len(samples),
-            "weights_all_integer": size_base, "weights": size_last}
-    if not found.met:
-        say(f"min-sqnr: the target {cfg.min_sqnr:g} dB is not met even with every candidate "
-            f"in float ({found.final_db:.2f} dB)")
-    timing = {"ms_all_integer": ms_base, "ms": ms_last}
-    return replace(opts, keep_float=opts.keep_float | frozenset(found.kept)), info, timing
+    # 2. bisection on the number kept in float, each mix simulated
+    def plan(k: int) -> QuantResult:
+        return quantize_graph(g, ranges, replace(opts, keep_float=opts.keep_float |
+                                                 frozenset(order[:k])), qdq)
+    def simulate(k: int) -> float:
+        control = fq.plan(plan(k))
+        score = target.call(refs, [sim(s, control) for s in samples])
+        say(f"mixed precision: {k} layers in float: {target.text(score)} (simulated)")
+        return score
+    k, steps = sens.bisect(len(order), simulate, target.meets)
+    res = sens.MixResult(target, order, alone, steps, simulated=dict(steps)[k])
+
+    # 3. the choice verified with a real build
+    def real(k: int):
+        qres = plan(k)
+        folder = tmp / f"mixed{k}"
+        run_q = _host_runner(qres.graph, folder, "mlcc_int8")
+        score = target.call(refs, [{o: run_q(s)[o] for o in g.outputs} for s in samples])
+        res.verified.append((k, score))
+        say(f"mixed precision: {k} layers in float: {target.text(score)} (built and run)")
+        return qres, run_q, score, folder
+    qres, run_q, score, folder = real(k)
+    while not target.meets(score) and k < len(order):
+        k = len(order) if len(res.verified) >= 3 else min(len(order), k + max(1, k // 2))
+        qres, run_q, score, folder = real(k)
+    res.kept, res.met = order[:k], target.meets(score)
+    if not res.met:
+        still = [f"{lp.node} ({lp.op})" for lp in qres.layers if lp.integer]
+        raise InputError(
+            f"{target.goal()} cannot be met: the best mix reached {target.text(score)} on "
+            f"{len(samples)} samples with all {len(order)} candidate layers in float; what "
+            f"limits it: " + (f"the layers still integer, {', '.join(still[:8])}"
+                              + (", ..." if len(still) > 8 else "") if still else
+                              "nothing quantized is left (the float program itself does not "
+                              "meet it on these samples)"))
+    ms = _median_ms(run_q, samples[0])
+    say(f"mixed precision: {k} of {len(order)} layers kept in float, {target.text(score)} "
+        f"({target.goal()}) in {time.perf_counter() - t0:.1f} s")
+    layer_macs = {c: sens.macs(g, c) for c in cands}
+    info = {"target": target.goal(), "kind": target.kind, "value": target.value,
+            "metric": target.name, "met": res.met,
+            "reference": target.reference if target.kind == "drop" else None,
+            "samples": len(samples), "rank_samples": len(ranked), "kept": res.kept,
+            "order": order, "sensitivity_db": {c: round(v, 3) for c, v in alone.items()},
+            "steps": [[n, v] for n, v in res.steps],
+            "verified": [[n, v] for n, v in res.verified], "final": score,
+            "macs": layer_macs,
+            "weights": json.loads((folder / "manifest.json").read_text())["weights_size"]}
+    float_macs = sum(layer_macs[c] for c in res.kept)
+    int_macs = sum(layer_macs.values()) - float_macs
+    per_mac = ms / max(1.0, float_macs + INT8_FLOAT_RATIO * int_macs)
+    timing = {"ms": ms, "extra_ms_per_float_mac": per_mac * (1 - INT8_FLOAT_RATIO),
+              "int8_float_ratio": INT8_FLOAT_RATIO}
+    return replace(opts, keep_float=opts.keep_float | frozenset(res.kept)), info, timing
 
 
-def _interleaved_ms(run_a, run_b, sample, rounds: int = 5, reps: int = 3
-                    ) -> tuple[float, float]:
-    """Median milliseconds of two programs on one sample, timed alternately (a loaded machine
-    slows both alike)."""
+def _median_ms(run, sample, reps: int = 5) -> float:
     import statistics
-    ta, tb = [], []
-    run_a(sample), run_b(sample)
-    for _ in range(rounds):
-        for fn, acc in ((run_a, ta), (run_b, tb)):
-            t = time.perf_counter()
-            for _ in range(reps):
-                fn(sample)
-            acc.append((time.perf_counter() - t) / reps * 1e3)
-    return statistics.median(ta), statistics.median(tb)
+    run(sample)
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        run(sample)
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
 
 
 def load(folder: str | Path, *, run: list[str] | None = None, threads: int = 1) -> ModelBase:

@@ -183,6 +183,17 @@ def _quant_config(quantize, calibration, calibrator, percentile, per_channel, re
                               progress=lambda text: click.echo(text, err=True))
 
 
+def _progress_bar(label: str, done: int, total: int) -> None:
+    """A one-line progress bar on a terminal (nothing in logs: stderr not a terminal)."""
+    if not sys.stderr.isatty() or total <= 0:
+        return
+    width = 30
+    fill = int(width * done / total)
+    end = "\n" if done >= total else ""
+    sys.stderr.write(f"\r{label:>12} [{'#' * fill}{'.' * (width - fill)}] {done}/{total}{end}")
+    sys.stderr.flush()
+
+
 @main.command("compile")
 @click.argument("model", type=click.Path(dir_okay=False))
 @target_option
@@ -199,24 +210,38 @@ def _quant_config(quantize, calibration, calibrator, percentile, per_channel, re
 @click.option("--dump-ir", is_flag=True, help="Print the graph after each pass.")
 @click.option("--no-build", is_flag=True, help="Write the sources only; skip the C compiler.")
 @click.option("--min-sqnr", "min_sqnr", type=float, default=None, metavar="DB",
-              help="With --quantize: keep the most sensitive layers in float, one by one, "
-                   "until the output SQNR on the calibration set reaches DB.")
+              help="With --quantize: keep the most sensitive layers in float until the "
+                   "worst output SQNR against float reaches DB.")
+@click.option("--max-drop", "max_drop", type=float, default=None, metavar="D",
+              help="With --quantize: keep the most sensitive layers in float until the "
+                   "metric (--metric, default: top-1 agreement in %) drops by at most D "
+                   "from the float model's.")
+@click.option("--metric", default=None, metavar="FILE.py:FN",
+              help="For --max-drop: FN(float_outputs, quantized_outputs) -> a number, higher "
+                   "is better (each a list of dicts output name -> array, one per sample).")
+@click.option("--eval-data", "eval_data", default=None, type=click.Path(),
+              help="Held-out samples for --min-sqnr / --max-drop, all of them (the forms "
+                   "of --calibration; default: the first 16 calibration samples).")
 @quant_options
 @_guard
 def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_weights, dump_ir,
-                no_build, min_sqnr, quantize, calibration, calibrator, percentile, per_channel,
-                requant, report, export_qdq, smooth, equalize, equalize_relu6,
-                bias_correction, keep_float):
+                no_build, min_sqnr, max_drop, metric, eval_data, quantize, calibration,
+                calibrator, percentile, per_channel, requant, report, export_qdq, smooth,
+                equalize, equalize_relu6, bias_correction, keep_float):
     """Compile MODEL (an .onnx file) into C sources, a weight blob and a library."""
     from . import api
 
     qcfg = _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant,
                          report, export_qdq, smooth, equalize, equalize_relu6,
                          bias_correction, keep_float)
-    if min_sqnr is not None:
-        if qcfg is None:
-            raise MlccError("--min-sqnr needs --quantize int8")
-        qcfg.min_sqnr = min_sqnr
+    for flag, value in (("--min-sqnr", min_sqnr), ("--max-drop", max_drop),
+                        ("--metric", metric), ("--eval-data", eval_data)):
+        if value is not None and qcfg is None:
+            raise MlccError(f"{flag} needs --quantize int8")
+    if qcfg is not None:
+        qcfg.min_sqnr, qcfg.max_drop, qcfg.metric, qcfg.eval_data = \
+            min_sqnr, max_drop, metric, eval_data
+        qcfg.progress_bar = _progress_bar
     out = output or str(Path("build") / Path(model).stem)
     res = api.compile(model, out, target=target, shapes=_shapes(shapes), name=name,
                       max_arena=_size(max_arena), build=not no_build,
@@ -228,13 +253,11 @@ def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_wei
         click.echo(f"int8: {q['integer_layers']} integer layers, {len(floats)} in float"
                    + (f" ({', '.join(floats[:8])}{', ...' if len(floats) > 8 else ''})"
                       if floats else "") + (f"; report in {report}" if report else ""))
-        if "min_sqnr" in q:
-            ms = {**q["min_sqnr"], **res.quant.timing}
-            click.echo(f"min-sqnr {ms['target_db']:g} dB {'met' if ms['met'] else 'NOT met'}: "
-                       f"{len(ms['kept'])} groups kept in float, output SQNR "
-                       f"{ms['base_db']:.2f} -> {ms['final_db']:.2f} dB, latency "
-                       f"{ms['ms_all_integer']:.3g} -> {ms['ms']:.3g} ms, weights "
-                       f"{ms['weights_all_integer']} -> {ms['weights']} bytes")
+        if "mixed_precision" in q:
+            mp = {**q["mixed_precision"], **res.quant.timing}
+            click.echo(f"{mp['target']} met: {len(mp['kept'])} of {len(mp['order'])} layers "
+                       f"kept in float, score {mp['final']:.4g} on {mp['samples']} samples, "
+                       f"{mp['ms']:.3g} ms, weights {mp['weights']} bytes")
     m = res.manifest
     click.echo(f"compiled {Path(model).name} for {m['target']} into {res.folder}/: "
                f"{m['kernel_calls']} kernel calls, arena {m['arena_size']} bytes, "

@@ -136,3 +136,39 @@ def test_keep_float_from_the_cli_and_its_errors(tmp_path):
     with pytest.raises(InputError, match="op:Nope matches no node"):
         api.compile(path, tmp_path / "d", target="x86-native", build=False,
                     quantize=api.QuantizeConfig(calib, keep_float=("op:Nope",)))
+
+
+def test_line_agreement_compares_decoded_lines():
+    """The --metric for the recognizer: lines whose CTC decoding equals float's, in %."""
+    from eval_ocr_int8 import line_agreement
+    f = [{"y": _onehot([1, 1, 0, 2])}, {"y": _onehot([3, 0, 3])}]
+    q = [{"y": _onehot([1, 0, 0, 2])}, {"y": _onehot([3, 3, 3])}]   # same text / "c" vs "cc"
+    assert line_agreement(f, q) == 50.0 and line_agreement(f, f) == 100.0
+
+
+def test_variant_options_parse():
+    from eval_ocr_int8 import parse_variant
+    assert parse_variant("mlcc-auto+maxdrop=1+metric=lines") == (
+        "mlcc", "auto", (), {"maxdrop": "1", "metric": "lines"})
+    assert parse_variant("mlcc-percentile+keep=a|b") == ("mlcc", "percentile", ("a", "b"), {})
+    with pytest.raises(SystemExit):
+        parse_variant("mlcc-auto+maxdorp=1")
+
+
+def test_exact_match_metric_reads_the_truth_file(tmp_path, monkeypatch):
+    """The task metric as --metric: exact match (%) of the decoded lines against the texts of
+    the JSON file $MLCC_OCR_TRUTH names (whatever the float outputs say)."""
+    import json
+
+    from eval_ocr_int8 import TRUTH_ENV, exact_match
+    g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    m = helper.make_model(g)
+    helper.set_model_props(m, {"character": "a\nb\nc"})
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    (tmp_path / "t.json").write_text(json.dumps({"model": str(tmp_path / "m.onnx"),
+                                                 "truth": ["ab", "c", "cc"]}))
+    monkeypatch.setenv(TRUTH_ENV, str(tmp_path / "t.json"))
+    q = [{"y": _onehot([1, 0, 2])}, {"y": _onehot([3, 3])}, {"y": _onehot([3])}]
+    assert exact_match(q, q) == pytest.approx(200 / 3)          # "c" is not "cc"

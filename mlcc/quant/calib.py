@@ -65,6 +65,22 @@ class _NpyStream:
         return np.frombuffer(data, self.dtype).reshape(self.shape[1:])
 
 
+def user_module(path: Path, where: str):
+    """Runs a user's Python file (calibration data, a --metric) as a module; a file that
+    cannot load or fails to run is an InputError starting with `where`."""
+    spec = importlib.util.spec_from_file_location(f"mlcc_user_{abs(hash(str(path)))}", path)
+    if spec is None or spec.loader is None:
+        raise InputError(f"{where}: cannot load as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    # SystemExit too: a user file that calls sys.exit() must not end mlcc (with status 0 and
+    # no output, or any status without a message).
+    try:
+        spec.loader.exec_module(module)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code failed
+        raise InputError(f"{where}: failed to run ({type(exc).__name__}: {exc})") from None
+    return module
+
+
 class CalibrationSet:
     """A re-iterable source of input dicts, checked against the model's inputs."""
 
@@ -213,17 +229,7 @@ class CalibrationSet:
                 yield str(p), sample
 
     def _python(self, path: Path) -> Iterator:
-        spec = importlib.util.spec_from_file_location(f"mlcc_calibration_{abs(hash(path))}",
-                                                      path)
-        if spec is None or spec.loader is None:
-            raise InputError(f"{path}: cannot load as a Python module")
-        module = importlib.util.module_from_spec(spec)
-        # SystemExit too: a calibration file that calls sys.exit() must not end mlcc (with
-        # status 0 and no output, or any status without a message).
-        try:
-            spec.loader.exec_module(module)
-        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code failed
-            raise InputError(f"{path}: failed to run ({type(exc).__name__}: {exc})") from None
+        module = user_module(path, str(path))
         fn = getattr(module, "calibration_data", None) or getattr(module, "samples", None)
         if not callable(fn):
             raise InputError(f"{path}: define a function calibration_data() that yields dicts "

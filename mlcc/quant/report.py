@@ -108,7 +108,7 @@ def range_text(r: LayerRow) -> str:
 
 
 def markdown(title: str, header: list[str], rows: list[LayerRow], float_layers: list[str],
-             outputs: list[tuple[str, ErrorStats]], min_sqnr: dict | None = None) -> str:
+             outputs: list[tuple[str, ErrorStats]], mixed: dict | None = None) -> str:
     def num(x: float, fmt: str = ".1f") -> str:
         return "inf" if x == math.inf else ("-inf" if x == -math.inf else format(x, fmt))
 
@@ -133,25 +133,37 @@ def markdown(title: str, header: list[str], rows: list[LayerRow], float_layers: 
                      f"{100 * r.stats.clipped_share:.3f}% |")
     lines += ["", "## Layers kept in float", ""]
     lines += [f"- `{n}`" for n in float_layers] or ["none"]
-    if min_sqnr is not None:
-        lines += ["", "## --min-sqnr", "", min_sqnr_text(min_sqnr)]
+    if mixed is not None:
+        lines += ["", "## Mixed precision", "", mixed_text(mixed)]
     return "\n".join(lines) + "\n"
 
 
-def min_sqnr_text(m: dict) -> str:
-    """The --min-sqnr search (mlcc.api's manifest entry) as markdown: the target, what was kept
-    in float in the order kept with the output SQNR after each, and the cost in speed and size
-    against the program with every group in integer."""
-    met = "met" if m["met"] else "NOT met (every candidate group tried)"
-    lines = [f"Target {m['target_db']:g} dB on {m['samples']} calibration samples: {met}. "
-             f"Output SQNR with every group in integer {m['base_db']:.2f} dB, after "
-             f"{len(m['kept'])} groups kept in float {m['final_db']:.2f} dB "
-             f"({m['evaluations']} programs built and measured).", "",
-             f"Cost: latency {m['ms_all_integer']:.3g} ms -> {m['ms']:.3g} ms (this machine, "
-             f"x86-native build, timed alternately), weights {m['weights_all_integer']} -> "
-             f"{m['weights']} bytes.", "",
-             "| kept in float (in order) | gain alone (dB) | output SQNR after (dB) |",
-             "|---|---:|---:|"]
-    for node, db in m["steps"]:
-        lines.append(f"| `{node}` | {m['gains'].get(node, math.nan):+.2f} | {db:.2f} |")
+def mixed_text(m: dict) -> str:
+    """The mixed-precision search (mlcc.api's manifest entry plus its timing) as markdown: the
+    target and how it was met, the simulated and built steps, and per layer its sensitivity,
+    its chosen precision and the estimated time it costs in float."""
+    def num(x) -> str:
+        return "inf" if x == math.inf else f"{x:.2f}"
+    met = "met" if m["met"] else "NOT met"
+    kept = set(m["kept"])
+    cost = m.get("extra_ms_per_float_mac", math.nan)
+    lines = [f"Target {m['target']}: {met} with {len(m['kept'])} of {len(m['order'])} "
+             f"candidate layers in float (score {num(m['final'])} on {m['samples']} samples, "
+             f"built and run); the program takes {m.get('ms', math.nan):.3g} ms on this "
+             f"machine, weights {m['weights']} bytes.", "",
+             "Search, simulated by fake quantization (layers kept in float -> score): "
+             + ", ".join(f"{k} -> {num(v)}" for k, v in m["steps"])
+             + "; verified by building: "
+             + ", ".join(f"{k} -> {num(v)}" for k, v in m["verified"]) + ".", "",
+             f"Layers, most sensitive first: the output SQNR with only that layer quantized "
+             f"(simulated, {m['rank_samples']} samples), the precision chosen, and the "
+             f"estimated extra time of running it in float (its multiply-accumulates at "
+             f"this program's measured time per MAC, an int8 MAC costing "
+             f"{m.get('int8_float_ratio', math.nan):g} of a float one).", "",
+             "| layer | SQNR alone (dB) | precision | MACs | est. float cost (ms) |",
+             "|---|---:|---|---:|---:|"]
+    for node in m["order"]:
+        lines.append(f"| `{node}` | {num(m['sensitivity_db'][node])} | "
+                     f"{'float' if node in kept else 'int8'} | {m['macs'][node]} | "
+                     f"{m['macs'][node] * cost:.3g} |")
     return "\n".join(lines)

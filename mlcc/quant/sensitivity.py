@@ -1,44 +1,46 @@
-"""`--min-sqnr DB`: keep the most sensitive layers in float, one by one, until the model's
-output meets a target SQNR on the calibration set.
+"""Mixed precision: `--min-sqnr DB` / `--max-drop D` keep the most sensitive layers in float
+until the model meets its target.
 
-Sensitivity is measured end to end on the fused groups the rewrite quantizes (a Conv with its
-folded BatchNorm, bias and activation; a MatMul with its bias; a requantizing Add; a Concat
-that requantizes), never layer by layer in isolation: the program with every group in integer
-is the baseline, and a group's sensitivity is the gain in output SQNR of the same program with
-only that group kept in float. Groups are then kept in float in the order of their gains, the
-program rebuilt and measured after each one, until the target is met (greedy on one ranking:
-N + k evaluations for N candidate groups and k groups kept). The error of one group's
-quantization compounds through the layers after it, which an isolated per-layer SQNR does not
-see (measured on PP-OCR rec: keeping the layers with the worst own error in float did not
-help).
+1. Sensitivity, in one pass over the samples and without building a program per layer: each
+   candidate layer (an integer group whose quantization adds error: a Conv with its folded
+   BatchNorm and activation, a MatMul with its bias, a requantizing Add or Concat, a pool)
+   quantized alone, its int8 weights and its input and output activations at their
+   calibrated scales, simulated by the fake-quant program (mlcc/quant/fakequant.py); its
+   sensitivity is the model's output SQNR against float with only that layer quantized.
+2. The search: layers kept in float in the order of their sensitivity (lowest SQNR first);
+   the number kept is bisected on the simulated metric of the whole mix (the rewrite's real
+   plan for that set, so a float layer's neighbours are quantized as they will be), about
+   log2(N) + 2 evaluations. The metric is the worst output SQNR (`--min-sqnr`), or for
+   `--max-drop` a score of the float and the quantized outputs (`--metric FILE.py:FN`, or
+   the built-in top-1 agreement) whose drop from the float model's own score must stay
+   within D.
+3. mlcc.api verifies the choice once with a real build, and keeps more layers in float if
+   the real program misses what the simulation promised.
 
-`evaluate(keep)` is given by the caller (mlcc.api builds and runs the real integer program, so
-what is measured is what ships): the worst output SQNR in dB over the samples.
+The error of one layer's quantization compounds through the layers after it, which is why
+the measure is the model's output and not the layer's own error (on PP-OCR rec, keeping the
+layers with the worst own error in float did not help).
 """
 from __future__ import annotations
 
 import fnmatch
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
+from ..errors import InputError
 from ..ir import Graph
+from .calib import user_module
 from .rewrite import LayerPlan
+from .report import ErrorStats
 
 # Integer groups whose quantization adds error (data movement and MaxPool on uint8 are exact).
 LOSSY = ("Conv", "Gemm", "MatMul", "Add", "Concat", "AveragePool", "GlobalAveragePool")
 
-
-@dataclass
-class SearchResult:
-    target_db: float
-    base_db: float                                # every candidate group in integer
-    final_db: float
-    met: bool
-    kept: list[str] = field(default_factory=list)   # node names, in the order kept
-    steps: list[tuple[str, float]] = field(default_factory=list)   # (node kept, SQNR after)
-    gains: dict[str, float] = field(default_factory=dict)          # node -> dB alone
-    evaluations: int = 0
+Outputs = list[dict[str, np.ndarray]]       # one dict of model outputs per sample
 
 
 def candidates(layers: list[LayerPlan]) -> list[str]:
@@ -46,35 +48,166 @@ def candidates(layers: list[LayerPlan]) -> list[str]:
     return [lp.node for lp in layers if lp.integer and lp.op.split("+")[0] in LOSSY]
 
 
-def search(cands: list[str], evaluate: Callable[[frozenset], float], target_db: float,
-           say: Callable[[str], None] = lambda text: None) -> SearchResult:
-    base = evaluate(frozenset())
-    res = SearchResult(target_db, base, base, base >= target_db, evaluations=1)
-    if res.met or not cands:
-        return res
-    for i, c in enumerate(cands):
-        res.gains[c] = evaluate(frozenset([c])) - base
-        res.evaluations += 1
-        say(f"min-sqnr: sensitivity {i + 1}/{len(cands)}: {c} {res.gains[c]:+.2f} dB")
-    # most helpful first; ties (and losses) in graph order
-    order = sorted(cands, key=lambda c: (-res.gains[c], cands.index(c)))
-    kept: list[str] = []
-    sq = base
-    for c in order:
-        kept.append(c)
-        sq = evaluate(frozenset(kept))
-        res.evaluations += 1
-        res.steps.append((c, sq))
-        say(f"min-sqnr: {len(kept)} kept in float (+{c}): output SQNR {sq:.2f} dB "
-            f"(target {target_db:g})")
-        if sq >= target_db:
-            break
-    res.kept, res.final_db, res.met = kept, sq, sq >= target_db
-    return res
-
-
 def worst_db(values: list[float]) -> float:
     return min(values) if values else math.inf
+
+
+def output_sqnr(refs: Outputs, outs: Outputs) -> float:
+    """The worst output's SQNR (dB) over all samples."""
+    stats: dict[str, ErrorStats] = {}
+    for r, o in zip(refs, outs, strict=True):
+        for name, ref in r.items():
+            stats.setdefault(name, ErrorStats()).update(ref, o[name])
+    return worst_db([st.sqnr_db for st in stats.values()])
+
+
+def top1_agreement(refs: Outputs, outs: Outputs) -> float:
+    """The built-in --max-drop metric: the share (%) of positions whose argmax over the last
+    axis of each output is the float model's (a classifier's class, a CTC decoder's
+    character per time step)."""
+    same = total = 0
+    for r, o in zip(refs, outs, strict=True):
+        for name, ref in r.items():
+            a = ref.reshape(-1, ref.shape[-1] if ref.ndim else 1).argmax(axis=1)
+            b = o[name].reshape(a.shape[0], -1).argmax(axis=1)
+            same += int(np.sum(a == b))
+            total += a.size
+    return 100.0 * same / total if total else 100.0
+
+
+def load_metric(spec: str) -> tuple[Callable[[Outputs, Outputs], float], str]:
+    """`FILE.py:FN` -> (FN, its name). FN(float_outputs, quantized_outputs) returns one number,
+    higher is better; each argument is a list (one entry per sample) of dicts output name ->
+    array."""
+    path, sep, fn_name = spec.rpartition(":")
+    if not sep or not path.endswith(".py") or not fn_name.isidentifier():
+        raise InputError(f"--metric {spec}: expected FILE.py:FUNCTION")
+    if not Path(path).is_file():
+        raise InputError(f"--metric {spec}: {path} does not exist")
+    module = user_module(Path(path), f"--metric {spec}")
+    fn = getattr(module, fn_name, None)
+    if not callable(fn):
+        raise InputError(f"--metric {spec}: {path} defines no function {fn_name}")
+    return fn, f"{Path(path).name}:{fn_name}"
+
+
+@dataclass
+class Target:
+    """What the mix must meet: the worst output SQNR >= value ("sqnr"), or the metric's drop
+    from the float model's own score <= value ("drop")."""
+    kind: str
+    value: float
+    metric: Callable[[Outputs, Outputs], float] | None = None
+    name: str = "output SQNR"
+    reference: float = math.nan           # the metric of float against itself ("drop")
+
+    @classmethod
+    def sqnr(cls, db: float) -> "Target":
+        return cls("sqnr", db)
+
+    @classmethod
+    def drop(cls, points: float, metric=None, name: str = "top-1 agreement %") -> "Target":
+        return cls("drop", points, metric or top1_agreement, name)
+
+    def call(self, refs: Outputs, outs: Outputs) -> float:
+        if self.kind == "sqnr":
+            return output_sqnr(refs, outs)
+        try:
+            v = self.metric(refs, outs)
+            v = float(v)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code failed
+            raise InputError(f"--metric {self.name} failed ({type(exc).__name__}: {exc})") \
+                from None
+        if math.isnan(v):
+            raise InputError(f"--metric {self.name} returned NaN")
+        return v
+
+    def start(self, refs: Outputs) -> None:
+        """Scores the float model against itself (the reference of --max-drop)."""
+        if self.kind == "drop":
+            if self.metric is top1_agreement and refs and \
+                    all(r.ndim == 0 or r.shape[-1] < 2 for r in refs[0].values()):
+                raise InputError("--max-drop without --metric scores top-1 agreement, which "
+                                 "needs an output with classes on its last axis; this "
+                                 "model's outputs have none: give --metric FILE.py:FN or "
+                                 "use --min-sqnr")
+            self.reference = self.call(refs, refs)
+
+    def meets(self, score: float) -> bool:
+        return score >= self.value if self.kind == "sqnr" else \
+            self.reference - score <= self.value
+
+    def text(self, score: float) -> str:
+        if self.kind == "sqnr":
+            return f"{score:.2f} dB"
+        return f"{score:.4g} (drop {self.reference - score:.4g})"
+
+    def goal(self) -> str:
+        if self.kind == "sqnr":
+            return f"--min-sqnr {self.value:g} dB"
+        return f"--max-drop {self.value:g} on {self.name} (float: {self.reference:.4g})"
+
+
+def touched(g: Graph, node: str, slots: dict[str, int]) -> list[str]:
+    """The quantized values a layer reads or writes (its activations in the simulation)."""
+    n = next((x for x in g.nodes if x.name == node), None)
+    return [] if n is None else [v for v in list(n.inputs) + list(n.outputs) if v in slots]
+
+
+def bisect(count: int, evaluate: Callable[[int], float], meets: Callable[[float], bool]
+           ) -> tuple[int, list[tuple[int, float]]]:
+    """The least k in 0..count whose evaluate(k) meets the target, by bisection (the score is
+    taken to grow with k, the layers kept in float), or count if none does; and every
+    (k, score) evaluated, in order."""
+    steps: list[tuple[int, float]] = []
+    memo: dict[int, float] = {}
+
+    def ev(k: int) -> float:
+        if k not in memo:
+            memo[k] = evaluate(k)
+            steps.append((k, memo[k]))
+        return memo[k]
+    if meets(ev(0)) or count == 0:
+        return 0, steps
+    if not meets(ev(count)):
+        return count, steps
+    lo, hi = 0, count
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if meets(ev(mid)):
+            hi = mid
+        else:
+            lo = mid
+    return hi, steps
+
+
+@dataclass
+class MixResult:
+    """The search's outcome (mlcc.api fills `verified` from the real build)."""
+    target: Target
+    order: list[str]                                   # candidates, most sensitive first
+    sensitivity: dict[str, float]                      # node -> output SQNR (dB) alone
+    steps: list[tuple[int, float]] = field(default_factory=list)   # (kept, simulated score)
+    kept: list[str] = field(default_factory=list)
+    simulated: float = math.nan
+    verified: list[tuple[int, float]] = field(default_factory=list)  # (kept, real score)
+    met: bool = False
+
+
+def macs(g: Graph, node: str) -> int:
+    """Multiply-accumulates of a layer for one run (an element-wise layer: its outputs)."""
+    n = next((x for x in g.nodes if x.name == node), None)
+    if n is None:
+        return 0
+    out = g.values[n.outputs[0]]
+    size = int(np.prod(out.shape)) if out.shape else 1
+    w = g.const(n.input(1)) if len(n.inputs) > 1 else None
+    if n.op_type == "Conv" and w is not None:
+        return size * int(np.prod(w.shape[1:]))
+    if n.op_type in ("MatMul", "Gemm") and w is not None:
+        k = w.shape[0] if n.op_type == "MatMul" or n.attr("transB", 0) == 0 else w.shape[1]
+        return size * int(k)
+    return size
 
 
 def select_nodes(g: Graph, patterns) -> tuple[frozenset, list[str]]:

@@ -1,0 +1,137 @@
+"""Fake quantization for the mixed-precision search (`--min-sqnr`, `--max-drop`): one float
+program, built once, that can simulate any mix of integer and float layers at run time.
+
+The float graph gets, after every value the all-integer program holds as uint8, its
+quantize-dequantize (QuantizeLinear -> DequantizeLinear at that value's calibrated scale and
+zero point) blended with the float value by a run-time switch, `v + m * (dq(q(v)) - v)`; and
+next to every integer Conv / Gemm / MatMul a copy of it with its int8 weights (dequantized,
+exactly the rewrite's), blended the same way. The switches are one float input vector
+(`CONTROL`), one slot per value and one per weight layer: all zeros is the float model
+exactly (`v + 0 * d = v`), and a plan of the rewrite (`quantize_graph` with some layers kept
+in float) switches on the values it quantizes and the layers whose weights it quantizes. So
+every candidate mix is measured by running one program, without building another.
+
+What it leaves out: rounding inside the integer kernels (the int32 accumulation is exact, the
+requantization rounds once, as the output's quantize-dequantize does here), and the bias
+rounded to int32 (negligible at scale x_scale * w_scale). A value whose scale a plan changes
+(a Concat input written at the Concat's scale) keeps the all-integer plan's. The search
+verifies its final choice with one real build (mlcc.api).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..ir import Graph, Node, Value
+from .rewrite import QuantResult
+
+CONTROL = "mlcc_fakequant_control"
+
+
+@dataclass
+class FakeQuant:
+    graph: Graph                                  # the float graph with the switches
+    slots: dict[str, int] = field(default_factory=dict)    # value or "w:" + node -> index
+    outputs: dict[str, str] = field(default_factory=dict)  # model output -> sim graph name
+
+    def control(self, values, weights) -> np.ndarray:
+        """The control vector switching on these values' and these layers' quantization."""
+        c = np.zeros(len(self.slots), np.float32)
+        for v in values:
+            if v in self.slots:
+                c[self.slots[v]] = 1
+        for n in weights:
+            if "w:" + n in self.slots:
+                c[self.slots["w:" + n]] = 1
+        return c
+
+    def plan(self, res: QuantResult) -> np.ndarray:
+        """The control vector of one rewrite result (its uint8 values, its int8 weights)."""
+        return self.control(res.qnames, res.weights)
+
+
+def graph_layout_weights(g: Graph, n: Node, wq: np.ndarray, ws: np.ndarray) -> np.ndarray:
+    """The rewrite's int8 weights of n (QConv: [M, C/g, k...]; QFC: [N, K]) dequantized into
+    the layout of n's own weight input (Gemm's transB and alpha, MatMul's [K, N])."""
+    deq = wq.astype(np.float32) * ws.reshape((-1,) + (1,) * (wq.ndim - 1))
+    if n.op_type == "Conv":
+        return deq
+    if n.op_type == "Gemm":
+        deq = deq / np.float32(n.attr("alpha", 1.0))
+        return deq if n.attr("transB", 0) else np.ascontiguousarray(deq.T)
+    return np.ascontiguousarray(deq.T)            # MatMul
+
+
+def build(g: Graph, allint: QuantResult) -> FakeQuant:
+    """The switchable graph for g from the all-integer plan `allint` (its values' qparams and
+    its int8 weights)."""
+    sg = g.copy()
+    fq = FakeQuant(sg)
+    quantized = [v for v in allint.qnames if v in g.values and not g.values[v].is_const]
+    for v in quantized:
+        fq.slots[v] = len(fq.slots)
+    by_name = {n.name: n for n in g.nodes}
+    for name in allint.weights:
+        if name in by_name:
+            fq.slots["w:" + name] = len(fq.slots)
+    sg.inputs = list(g.inputs) + [CONTROL]
+    sg.values[CONTROL] = Value(CONTROL, "float32", (len(fq.slots),))
+    nodes: list[Node] = []
+    rename: dict[str, str] = {}
+
+    def new_value(base: str, like: str) -> str:
+        name = sg.fresh_name(base)
+        sg.values[name] = Value(name, "float32", sg.values[like].shape)
+        return name
+
+    def blend(v: str, alt: str, slot: int, tag: str) -> str:
+        """v + m * (alt - v) with m = CONTROL[slot]."""
+        idx = sg.add_const(f"{v}.{tag}.slot", np.array([slot], np.int64))
+        m = sg.fresh_name(f"{v}.{tag}.m")
+        sg.values[m] = Value(m, "float32", (1,))
+        d, e, out = (new_value(f"{v}.{tag}.{s}", v) for s in ("d", "e", "out"))
+        nodes.extend([Node(f"{m}/Gather", "Gather", [CONTROL, idx], [m], {"axis": 0}, "", 13),
+                      Node(f"{d}/Sub", "Sub", [alt, v], [d], {}, "", 14),
+                      Node(f"{e}/Mul", "Mul", [d, m], [e], {}, "", 14),
+                      Node(f"{out}/Add", "Add", [v, e], [out], {}, "", 14)])
+        return out
+
+    def fake_quant(key: str, v: str) -> str:
+        """The switchable quantize-dequantize of value `key`, read from `v` (key itself or
+        its weight blend)."""
+        qp = allint.qparams[key]
+        s = sg.add_const(f"{v}.fq.scale", np.array(qp.scale, np.float32))
+        z = sg.add_const(f"{v}.fq.zero_point", np.array(qp.zero_point, np.uint8))
+        q = sg.fresh_name(f"{v}.fq.q")
+        sg.values[q] = Value(q, "uint8", sg.values[v].shape)
+        dq = new_value(f"{v}.fq.dq", v)
+        nodes.extend([Node(f"{q}/QuantizeLinear", "QuantizeLinear", [v, s, z], [q], {}, "", 13),
+                      Node(f"{dq}/DequantizeLinear", "DequantizeLinear", [q, s, z], [dq], {},
+                           "", 13)])
+        return blend(v, dq, fq.slots[key], "fq")
+
+    for v in g.inputs:
+        if v in fq.slots:
+            rename[v] = fake_quant(v, v)
+    for n in sg.nodes:
+        n.inputs = [rename.get(i, i) for i in n.inputs]
+        nodes.append(n)
+        if not n.outputs:
+            continue
+        y = n.outputs[0]
+        if "w:" + n.name in fq.slots:
+            wq, ws = allint.weights[n.name]
+            wname = sg.add_const(f"{n.name}.fq.w", graph_layout_weights(g, n, wq, ws))
+            yq = new_value(f"{y}.fq.wq", y)
+            twin = Node(f"{n.name}/fq", n.op_type, [n.inputs[0], wname] + n.inputs[2:], [yq],
+                        dict(n.attrs), n.domain, n.version, [])
+            nodes.append(twin)
+            rename[y] = blend(y, yq, fq.slots["w:" + n.name], "w")
+        for o in n.outputs:
+            if o in fq.slots:
+                rename[o] = fake_quant(o, rename.get(o, o))
+    sg.nodes = nodes
+    fq.outputs = {o: rename.get(o, o) for o in g.outputs}
+    sg.outputs = [fq.outputs[o] for o in g.outputs]
+    return fq

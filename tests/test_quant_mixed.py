@@ -1,0 +1,241 @@
+"""Mixed precision (--min-sqnr, --max-drop, --metric): the fake-quant program against the float
+model and the real integer program, the bisection, the per-layer report, and the errors
+(a metric that raises or returns NaN, a target no mix meets)."""
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from click.testing import CliRunner
+from onnx import helper
+from test_quant import _calibration, _save_model
+
+from mlcc import api
+from mlcc.cli import main
+from mlcc.errors import InputError
+from mlcc.frontend import import_model
+from mlcc.passes import INT8_PIPELINE, run_pipeline
+from mlcc.quant import (QuantOptions, calibrate, conv_transpose_as_conv, needed_ranges,
+                        quantize_graph, split_table_activations)
+from mlcc.quant import fakequant, sensitivity
+from mlcc.quant.calib import CalibrationSet
+
+
+def _cnn(tmp_path, rng) -> tuple[Path, Path]:
+    """A small CNN on odd shapes (3x11x13 input; a 3x3 Conv+Relu, a strided 3x3 Conv with
+    HardSwish (a table), a residual-free 1x1 Conv, Add, global pooling, Gemm) and 12
+    calibration samples."""
+    w1 = rng.normal(0, 0.5, (5, 3, 3, 3)).astype(np.float32)
+    w2 = rng.normal(0, 0.3, (7, 5, 3, 3)).astype(np.float32)
+    w3 = rng.normal(0, 0.3, (7, 5, 1, 1)).astype(np.float32)
+    wg = rng.normal(0, 0.4, (7, 5)).astype(np.float32)
+    b1 = rng.normal(0, 0.1, 5).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("HardSwish", ["c2"], ["h2"]),
+             helper.make_node("Conv", ["r1", "w3"], ["c3"], strides=[2, 2]),
+             helper.make_node("Add", ["h2", "c3"], ["a"]),
+             helper.make_node("GlobalAveragePool", ["a"], ["p"]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Gemm", ["f", "wg"], ["y"])]
+    path = _save_model(tmp_path, nodes, [1, 3, 11, 13], {"y": [1, 5]},
+                       {"w1": w1, "w2": w2, "w3": w3, "wg": wg, "b1": b1})
+    return path, _calibration(tmp_path, rng, 12, (1, 3, 11, 13))
+
+
+def test_fake_quant_program_is_float_when_off_and_the_int8_program_when_on(tmp_path):
+    """All switches off: the float model (onnxruntime). The all-integer plan's switches on:
+    within rounding of the real integer program (its error against float is the same to
+    0.5 dB, and the two differ by less than either differs from float: rounding flips
+    in the pooling, the Add and the table)."""
+    rng = np.random.default_rng(3)
+    path, calib = _cnn(tmp_path, rng)
+    g = split_table_activations(conv_transpose_as_conv(
+        run_pipeline(import_model(path), INT8_PIPELINE)))
+    opts = QuantOptions()
+    names = needed_ranges(g, opts)
+    data = CalibrationSet(calib, {"x": ("float32", (1, 3, 11, 13))})
+    run_f = api.float_runner(g, tmp_path / "float", names)
+    ranges = calibrate(data, run_f, names)
+    allint = quantize_graph(g, ranges, opts)
+    fq = fakequant.build(g, allint)
+    assert {k[2:] for k in fq.slots if k.startswith("w:")} == set(allint.weights) and \
+        len(allint.weights) == 4
+    run_sim = api._host_runner(fq.graph, tmp_path / "sim", "sim")
+    run_q = api._host_runner(allint.graph, tmp_path / "q", "q")
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    off, on = fq.control((), ()), fq.plan(allint)
+    assert on.sum() == len(fq.slots) and off.sum() == 0
+    refs, sims, reals = [], [], []
+    for s in data:
+        ref = sess.run(None, s)[0]
+        got_off = run_sim({**s, fakequant.CONTROL: off})[fq.outputs["y"]]
+        np.testing.assert_allclose(got_off, ref, rtol=1e-4, atol=1e-5)
+        refs.append({"y": ref})
+        sims.append({"y": run_sim({**s, fakequant.CONTROL: on})[fq.outputs["y"]]})
+        reals.append({"y": run_q(s)["y"]})
+    sim_db = sensitivity.output_sqnr(refs, sims)
+    real_db = sensitivity.output_sqnr(refs, reals)
+    assert 15 < real_db < 60 and abs(sim_db - real_db) < 0.5, (sim_db, real_db)
+    assert sensitivity.output_sqnr(reals, sims) > real_db + 5
+
+
+def test_bisect_finds_the_least_count_that_meets():
+    scores = [1, 2, 2, 5, 7, 9, 9, 12]          # grows with the layers kept in float
+    calls = []
+
+    def ev(k):
+        calls.append(k)
+        return scores[k]
+    k, steps = sensitivity.bisect(7, ev, lambda s: s >= 7)
+    assert k == 4 and [c for c, _ in steps] == calls and len(calls) <= 2 + 3
+    assert sensitivity.bisect(7, ev, lambda s: s >= 1)[0] == 0
+    assert sensitivity.bisect(7, ev, lambda s: s >= 100) == (7, [(0, 1), (7, 12)])
+    assert sensitivity.bisect(0, ev, lambda s: s >= 100)[0] == 0
+
+
+def test_top1_agreement_and_targets():
+    f = [{"y": np.array([[0.1, 0.9], [0.8, 0.2]])}, {"y": np.array([[0.3, 0.7], [0.6, 0.4]])}]
+    q = [{"y": np.array([[0.6, 0.4], [0.8, 0.2]])}, {"y": np.array([[0.3, 0.7], [0.6, 0.4]])}]
+    assert sensitivity.top1_agreement(f, q) == 75.0
+    t = sensitivity.Target.drop(20.0)
+    t.start(f)
+    assert t.reference == 100.0 and t.meets(80.0) and not t.meets(79.9)
+    assert sensitivity.Target.sqnr(30).meets(30.0) and not sensitivity.Target.sqnr(30).meets(29)
+    with pytest.raises(InputError, match="needs an output with classes on its last axis"):
+        sensitivity.Target.drop(1.0).start([{"y": np.zeros((4, 1))}, {"y": np.zeros((4, 1))}])
+
+
+def _mlp(tmp_path, rng):
+    w1 = rng.normal(0, 0.4, (13, 17)).astype(np.float32)
+    w2 = rng.normal(0, 0.4, (17, 7)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    path = _save_model(tmp_path, nodes, [3, 13], {"y": [3, 7]}, {"w1": w1, "w2": w2})
+    return path, _calibration(tmp_path, rng, 8, (3, 13))
+
+
+def test_min_sqnr_from_the_cli_keeps_the_most_sensitive_in_float(tmp_path):
+    """--min-sqnr 300 on a two-layer MLP: both layers end in float (inf dB), found by bisection
+    on the simulation and verified by one build; the manifest, the CLI and the report say
+    what was kept, each layer's sensitivity, precision and estimated cost."""
+    path, calib = _mlp(tmp_path, np.random.default_rng(5))
+    report = tmp_path / "r.md"
+    r = CliRunner().invoke(main, ["compile", str(path), "-o", str(tmp_path / "q"),
+                                  "--target", "x86-native", "--quantize", "int8",
+                                  "--calibration", str(calib), "--min-sqnr", "300",
+                                  "--report", str(report)])
+    assert r.exit_code == 0, r.output
+    info = json.loads((tmp_path / "q" / "manifest.json").read_text())["quantization"]
+    mp = info["mixed_precision"]
+    assert mp["met"] and mp["final"] == float("inf") and mp["steps"][0][1] < 60
+    assert sorted(mp["kept"]) == sorted(mp["order"]) == ["MatMul_0", "MatMul_2"]
+    assert mp["order"][0] == min(mp["sensitivity_db"], key=mp["sensitivity_db"].get)
+    assert mp["verified"] == [[2, float("inf")]] and mp["macs"] == {"MatMul_0": 3 * 17 * 13,
+                                                                    "MatMul_2": 3 * 7 * 17}
+    assert "mlcc_u8_fc(" not in (tmp_path / "q" / "model.c").read_text()
+    assert "--min-sqnr 300 dB met: 2 of 2 layers kept in float" in r.output
+    text = report.read_text()
+    assert "## Mixed precision" in text and "| `MatMul_0` |" in text and "| float |" in text
+    assert "ms" not in mp                                # no timing in the output folder
+    r = CliRunner().invoke(main, ["compile", str(path), "-o", str(tmp_path / "f"),
+                                  "--min-sqnr", "30"])
+    assert r.exit_code == 1 and "--min-sqnr needs --quantize int8" in r.output
+
+
+METRICS = ("import numpy as np\n"
+           "def neg_err(f, q):\n"
+           "    return -sum(float(np.abs(a['y'] - b['y']).mean()) for a, b in zip(f, q))\n"
+           "def boom(f, q):\n    raise ValueError('no labels here')\n"
+           "def nan(f, q):\n    return float('nan')\n"
+           "def same_object(f, q):\n    return float(f is q)\n")
+
+
+def _compile_with(tmp_path, out, *extra):
+    path, calib = _mlp(tmp_path, np.random.default_rng(5))
+    (tmp_path / "metric.py").write_text(METRICS)
+    return CliRunner().invoke(main, ["compile", str(path), "--target", "x86-native",
+                                     "--quantize", "int8", "--calibration", str(calib),
+                                     "-o", str(tmp_path / out), *extra])
+
+
+def test_metric_that_raises_returns_nan_or_is_missing_is_a_clear_error(tmp_path):
+    """One-line errors, exit 1, no traceback; the metric is first called on the float outputs
+    right after calibration (before the fake-quant build)."""
+    metric = tmp_path / "metric.py"
+    for fn, message in (("boom", "metric.py:boom failed (ValueError: no labels here)"),
+                        ("nan", "metric.py:nan returned NaN"),
+                        ("missing", "defines no function missing")):
+        r = _compile_with(tmp_path, fn, "--max-drop", "1", "--metric", f"{metric}:{fn}")
+        assert r.exit_code == 1 and message in r.output and "Traceback" not in r.output, \
+            r.output
+        assert not (tmp_path / fn / "model.c").exists()
+    r = _compile_with(tmp_path, "x", "--metric", f"{metric}:neg_err")
+    assert r.exit_code == 1 and "give --max-drop too" in r.output
+    r = _compile_with(tmp_path, "x", "--max-drop", "1", "--metric", "nowhere.py:f")
+    assert r.exit_code == 1 and "nowhere.py does not exist" in r.output
+
+
+def test_max_drop_with_a_user_metric_met_or_unreachable(tmp_path):
+    """--max-drop with --metric FILE.py:FN: met with every layer int8 when the drop allowed is
+    large; a target no mix meets says the best reached and what limits it (exit 1)."""
+    metric = tmp_path / "metric.py"
+    r = _compile_with(tmp_path, "q", "--max-drop", "1e9", "--metric", f"{metric}:neg_err")
+    assert r.exit_code == 0, r.output
+    mp = json.loads((tmp_path / "q" / "manifest.json").read_text())["quantization"][
+        "mixed_precision"]
+    assert mp["kept"] == [] and mp["reference"] == 0.0 and mp["metric"] == "metric.py:neg_err"
+    r = _compile_with(tmp_path, "u", "--max-drop", "0.5", "--metric", f"{metric}:same_object")
+    assert r.exit_code == 1 and "cannot be met: the best mix reached 0" in r.output and \
+        "all 2 candidate layers in float" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "u" / "model.c").exists()
+
+
+def test_max_drop_default_metric_on_held_out_samples(tmp_path):
+    """--max-drop without --metric bounds the drop of top-1 agreement (%), measured on
+    --eval-data; a large allowance keeps every layer integer."""
+    rng = np.random.default_rng(9)
+    path, calib = _mlp(tmp_path, rng)
+    held = tmp_path / "held.npz"
+    np.savez(held, x=rng.normal(0, 1, (5, 3, 13)).astype(np.float32))   # not c.npz's draws
+    r = CliRunner().invoke(main, ["compile", str(path), "-o", str(tmp_path / "q"),
+                                  "--target", "x86-native", "--quantize", "int8",
+                                  "--calibration", str(calib), "--max-drop", "100",
+                                  "--eval-data", str(held)])
+    assert r.exit_code == 0, r.output
+    mp = json.loads((tmp_path / "q" / "manifest.json").read_text())["quantization"][
+        "mixed_precision"]
+    assert mp["samples"] == 5 and mp["kept"] == [] and mp["reference"] == 100.0
+    assert mp["metric"] == "top-1 agreement %"
+    assert "mlcc_u8_fc(" in (tmp_path / "q" / "model.c").read_text()
+
+
+class _Stream(io.StringIO):
+    def __init__(self, tty: bool):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def test_progress_bar_only_on_a_terminal(monkeypatch):
+    from mlcc.cli import _progress_bar
+    for tty in (True, False):
+        err = _Stream(tty)
+        monkeypatch.setattr(sys, "stderr", err)
+        _progress_bar("sensitivity", 3, 12)
+        _progress_bar("sensitivity", 12, 12)
+        text = err.getvalue()
+        if tty:
+            assert text.startswith("\r sensitivity [#######") and "3/12" in text and \
+                text.endswith("] 12/12\n")
+        else:
+            assert text == ""
