@@ -51,6 +51,16 @@ WITNESSES: dict[tuple[str, str], str] = {
     ("mlcc", "QAvgPool"): "test_quant.py::test_squeeze_excitation_product_runs_on_uint8[True]",
     ("mlcc", "QChannelScale"):
         "test_quant.py::test_squeeze_excitation_product_runs_on_uint8[True]",
+    # onnxruntime's contrib operators (mlcc/ops/contrib.py): no ONNX node tests
+    ("com.microsoft", "Attention"): "test_contrib_ops.py::test_attention_without_bias",
+    ("com.microsoft", "BiasAdd"): "test_contrib_ops.py::test_bias_add",
+    ("com.microsoft", "BiasGelu"): "test_contrib_ops.py::test_gelu_family[BiasGelu]",
+    ("com.microsoft", "FastGelu"): "test_contrib_ops.py::test_gelu_family[FastGelu]",
+    ("com.microsoft", "FusedMatMul"): "test_contrib_ops.py::test_fused_matmul[transA]",
+    ("com.microsoft", "Gelu"): "test_contrib_ops.py::test_gelu_family[Gelu]",
+    ("com.microsoft", "QuickGelu"): "test_contrib_ops.py::test_gelu_family[QuickGelu]",
+    ("com.microsoft", "SkipLayerNormalization"):
+        "test_contrib_ops.py::test_skip_layer_norm_sum_output",
     # the attention fusion (mlcc/passes/fuse_attention.py)
     ("mlcc", "Attention"): "test_fusions_transformer.py::test_attention_is_one_kernel[x86]",
 }
