@@ -18,7 +18,8 @@ MS = "com.microsoft"
 
 
 def ms_model(nodes, inputs: dict[str, np.ndarray], outputs: dict[str, tuple], *,
-             initializers: dict[str, np.ndarray] | None = None) -> onnx.ModelProto:
+             initializers: dict[str, np.ndarray] | None = None,
+             opset: int = 17) -> onnx.ModelProto:
     """A model importing com.microsoft 1 and ONNX opset 17; the outputs' element types and
     shapes are given (ONNX shape inference does not know the contrib operators)."""
     graph = helper.make_graph(
@@ -27,7 +28,7 @@ def ms_model(nodes, inputs: dict[str, np.ndarray], outputs: dict[str, tuple], *,
                                        list(v.shape)) for k, v in inputs.items()],
         [helper.make_tensor_value_info(k, t, list(shape)) for k, (t, shape) in outputs.items()],
         [numpy_helper.from_array(np.asarray(v), k) for k, v in (initializers or {}).items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset),
                                                     helper.make_opsetid(MS, 1)])
     model.ir_version = 9
     return model
@@ -256,18 +257,25 @@ def _pipeline(model, tmp_path):
     return run_pipeline(import_model(path))
 
 
-@pytest.mark.parametrize("op,act", [("BiasGelu", ("GELU", 0.0, 0.0)), ("FastGelu", None)])
-def test_bias_gelu_after_matmul_fuses_into_it(tmp_path, op, act):
-    """MatMul -> BiasGelu(bias): the bias becomes the GEMM's, the erf GELU its epilogue
-    (FastGelu's tanh GELU runs after it: no epilogue computes it)."""
-    x = rand(2, 5, 7)
-    model = ms_model([helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
-                      ms_node(op, ["h", "bias"], ["out"])], {"x": x},
-                     {"out": (F, [2, 5, 11])},
-                     initializers={"w": rand(7, 11, seed=1), "bias": rand(11, seed=2)})
+@pytest.mark.parametrize("op,bias,act", [
+    ("BiasGelu", True, ("GELU", 0.0, 0.0)), ("FastGelu", True, ("GELU_TANH", 0.0, 0.0)),
+    ("FastGelu", False, ("GELU_TANH", 0.0, 0.0)), ("Gelu", False, ("GELU", 0.0, 0.0)),
+    ("QuickGelu", False, ("SILU", 1.702, 0.0)),
+    ("onnx.Gelu", False, ("GELU_TANH", 0.0, 0.0))])          # approximate="tanh", opset 20
+def test_gelus_after_matmul_fuse_into_it(tmp_path, op, bias, act):
+    """MatMul -> a GELU [with a bias]: the bias becomes the GEMM's, the GELU (erf or tanh
+    form, QuickGelu's SiLU) its epilogue."""
+    x = rand(2, 5, 7, low=-3.0, high=3.0)
+    inits = {"w": rand(7, 11, seed=1)}
+    if bias:
+        inits["bias"] = rand(11, seed=2)
+    gelu = (helper.make_node("Gelu", ["h"], ["out"], name="gelu", approximate="tanh")
+            if op == "onnx.Gelu" else ms_node(op, ["h"] + (["bias"] if bias else []), ["out"]))
+    model = ms_model([helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"), gelu],
+                     {"x": x}, {"out": (F, [2, 5, 11])}, initializers=inits, opset=20)
     g = _pipeline(model, tmp_path)
     mm = [n for n in g.nodes if n.op_type == "MatMul"]
-    assert len(mm) == 1 and len(mm[0].inputs) == 3, [n.op_type for n in g.nodes]
+    assert len(g.nodes) == 1 and len(mm[0].inputs) == 2 + bias, [n.op_type for n in g.nodes]
     assert mm[0].attrs.get("_act") == act
     assert not any(n.domain == MS for n in g.nodes)
     check_model(model, {"x": x}, tmp_path)

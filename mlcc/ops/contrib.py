@@ -127,6 +127,12 @@ class _BiasAct(_Composite):
     def expands_for_fusion(self, node, g):
         return bool(node.input(1)) and _from_matmul(node, g)
 
+    def activation(self, node, g):
+        """Without a bias, the GELU alone: a producer's epilogue applies it."""
+        if node.input(1):
+            return None
+        return ("GELU_TANH" if self.approximate == "tanh" else "GELU", 0.0, 0.0)
+
     def flops(self, node, g):
         return 9 * g.values[node.outputs[0]].numel
 
