@@ -174,6 +174,43 @@ def test_attention_without_bias(tmp_path):
     check_model(model, inputs, tmp_path)
 
 
+@pytest.mark.parametrize("batch,sq,sk,hidden,heads,mask_kind,bias,attrs", [
+    (2, 5, 7, 12, 3, "lengths", True, {}),
+    (1, 9, 9, 8, 2, None, False, {"scale": 0.3}),
+    (2, 4, 6, 10, 5, "2d", False, {"mask_filter_value": -1e9}),
+    (3, 5, 3, 6, 1, "3d", True, {}),
+], ids=["lengths-bias", "self", "2d", "3d-bias"])
+def test_multi_head_attention(tmp_path, batch, sq, sk, hidden, heads, mask_kind, bias, attrs):
+    """Projected query, key and value (cross attention: sk != sq), a constant bias."""
+    feeds = {"q": rand(batch, sq, hidden), "k": rand(batch, sk, hidden, seed=1),
+             "v": rand(batch, sk, hidden, seed=2)}
+    rng = np.random.default_rng(1)
+    if mask_kind == "lengths":
+        feeds["mask"] = rng.integers(1, sk + 1, batch).astype(np.int32)
+    elif mask_kind:
+        shape = (batch, sk) if mask_kind == "2d" else (batch, sq, sk)
+        feeds["mask"] = (rng.random(shape) > 0.3).astype(np.int32)
+        feeds["mask"][..., 0] = 1
+    names = ["q", "k", "v", "bias" if bias else ""] + (["mask"] if mask_kind else [])
+    model = ms_model([ms_node("MultiHeadAttention", names, ["out"], num_heads=heads, **attrs)],
+                     feeds, {"out": (F, [batch, sq, hidden])},
+                     initializers={"bias": rand(3 * hidden, seed=3)} if bias else {})
+    check_model(model, feeds, tmp_path)
+
+
+def _mha_model(inputs, outputs=("out",), attrs=None):
+    """MultiHeadAttention over `inputs` (name -> array, in input order; "" skips one)."""
+    names = [k if not k.startswith("_") else "" for k in inputs]
+    feeds = {k: v for k, v in inputs.items() if not k.startswith("_")}
+    outs = {"out": (F, [2, 5, 6])}
+    outs.update({o: (F, [2, 3, 5, 2]) for o in outputs[1:]})
+    return ms_model([ms_node("MultiHeadAttention", names, list(outputs), num_heads=3,
+                             **(attrs or {}))], feeds, outs)
+
+
+_QKV = {"q": rand(2, 5, 6), "k": rand(2, 5, 6, seed=1), "v": rand(2, 5, 6, seed=2)}
+
+
 # ---------------------------------------------------------------------------------- refusals
 
 def _attention_model(attrs=None, extra_inputs=None, outputs=("out",), mask=None,
@@ -215,6 +252,18 @@ REFUSALS = {
         [ms_node("FusedMatMul", ["a", "b"], ["out"], transBatchA=1)],
         {"a": rand(2, 3, 4), "b": rand(3, 4, 5)}, {"out": (F, [3, 2, 5])}),
         "transBatchA=1 is not supported"),
+    "mha_packed_qkv": (lambda: _mha_model({"q": rand(2, 5, 3, 3, 2)}), "packed QKV"),
+    "mha_bnsh_key": (lambda: _mha_model({"q": rand(2, 5, 6), "k": rand(2, 3, 5, 2),
+                                         "v": rand(2, 3, 5, 2)}), "BNSH"),
+    "mha_attention_bias": (lambda: _mha_model({**_QKV, "_b": None, "_m": None,
+                                               "ab": rand(2, 3, 5, 5)}),
+                           "input attention_bias"),
+    "mha_past_key": (lambda: _mha_model({**_QKV, "_b": None, "_m": None, "_ab": None,
+                                         "pk": rand(2, 3, 4, 2)}), "input past_key"),
+    "mha_present": (lambda: _mha_model(_QKV, outputs=("out", "present_key")),
+                    "output present_key"),
+    "mha_unidirectional": (lambda: _mha_model(_QKV, attrs={"unidirectional": 1}),
+                           "unidirectional=1"),
     "layer_norm_statistics": (lambda: ms_model(
         [ms_node("SkipLayerNormalization", ["x", "s", "g"], ["out", "mean"])],
         {"x": rand(2, 3, 4), "s": rand(2, 3, 4)}, {"out": (F, [2, 3, 4]),
@@ -232,7 +281,8 @@ def test_unsupported_is_refused_naming_node_and_attribute(tmp_path, case):
         mlcc.compile(path, tmp_path / "out", build=False)
     text = str(exc.value)
     op = "FusedMatMul" if case == "batch_transpose" else (
-        "SkipLayerNormalization" if case == "layer_norm_statistics" else "Attention")
+        "SkipLayerNormalization" if case == "layer_norm_statistics" else
+        "MultiHeadAttention" if case.startswith("mha") else "Attention")
     assert f"'{op.lower()}_node' ({op}" in text, text
     assert re.search(message, text), text
 

@@ -459,3 +459,84 @@ class Attention(_Composite):
     def flops(self, node, g):
         batch, seq, hin, hidden, heads, d = self._sizes(node, g)
         return 2 * batch * seq * hin * 3 * hidden + batch * heads * seq * seq * (4 * d + 5)
+
+
+@register("MultiHeadAttention", domain=DOMAIN)
+class MultiHeadAttention(_Composite):
+    """softmax(scale * Q K^T + mask) V per head over projected query [batch, sq, hidden],
+    key and value [batch, sk, hidden] (cross attention when sk differs), with an optional
+    constant bias [3 * hidden] added to them first. Refused: packed QKV or KV (no key, 5-D
+    inputs), 4-D key and value (BNSH), value heads of another size, attention_bias, past
+    state and cache_indirection, the present and qk outputs, unidirectional=1, and the
+    left-padding and 4-D mask formats."""
+    attributes = {k: _ATTENTION_ATTRS[k] for k in ("num_heads", "mask_filter_value", "scale",
+                                                    "unidirectional")}
+
+    def _sizes(self, node: Node, g: Graph) -> tuple[int, int, int, int, int]:
+        if not node.input(1) or not node.input(2):
+            raise UnsupportedError("packed QKV or KV inputs (no separate key and value) are "
+                                   "not supported")
+        q, k, v = (g.values[node.inputs[i]] for i in range(3))
+        if any(len(x.shape) != 3 for x in (q, k, v)):
+            raise UnsupportedError(f"query, key and value {list(q.shape)}, {list(k.shape)}, "
+                                   f"{list(v.shape)} must all be [batch, sequence, hidden] "
+                                   f"(packed and BNSH layouts are not supported)")
+        heads = int(node.attr("num_heads"))
+        batch, sq, hidden = q.shape
+        if k.shape[0] != batch or v.shape[0] != batch or k.shape[2] != hidden or \
+                v.shape[1] != k.shape[1]:
+            raise ModelError(f"key {list(k.shape)} and value {list(v.shape)} do not go with "
+                             f"query {list(q.shape)}")
+        if v.shape[2] != hidden:
+            raise UnsupportedError(f"value hidden size {v.shape[2]} differs from the query's "
+                                   f"{hidden}; not supported")
+        if hidden % heads:
+            raise ModelError(f"hidden size {hidden} is not a multiple of num_heads {heads}")
+        return batch, sq, k.shape[1], hidden, heads
+
+    def infer(self, node, ins, g):
+        _no_inputs(node, {5: "attention_bias", 6: "past_key", 7: "past_value",
+                          8: "past_sequence_length", 9: "cache_indirection"})
+        _only_first_output(node, g, {1: "present_key", 2: "present_value", 3: "qk"})
+        if "num_heads" not in node.attrs:
+            raise ModelError("attribute num_heads is missing")
+        batch, sq, sk, hidden, _ = self._sizes(node, g)
+        require_dtype(node, [v for v in ins[:4] if v is not None], ["float32"])
+        if node.input(3):
+            if g.const(node.input(3)) is None:
+                raise UnsupportedError(f"bias ({node.input(3)!r}) must be a constant")
+            if tuple(ins[3].shape) != (3 * hidden,):
+                raise ModelError(f"bias {list(ins[3].shape)} is not [{3 * hidden}]")
+        if node.input(4):
+            check_mask(ins[4], batch, sq, sk)
+        return [("float32", (batch, sq, hidden))] + \
+            [("float32", (0,))] * (len(node.outputs) - 1)
+
+    def parts(self, node, g):
+        batch, sq, sk, hidden, heads = self._sizes(node, g)
+        parts, temps, qkv = [], {}, list(node.inputs[:3])
+        if node.input(3):
+            bias = g.const(node.input(3))
+            for j, what in enumerate("qkv"):
+                bj = g.add_const(f"{node.name}.{what}_bias",
+                                 np.ascontiguousarray(bias[j * hidden:(j + 1) * hidden]))
+                t = _temp(g, node, what)
+                temps[t] = ("float32", g.values[qkv[j]].shape)
+                parts.append(part(f"{node.name}/{what}_bias", "Add", [qkv[j], bj], [t]))
+                qkv[j] = t
+        mask, mstrides = "", [0, 0, 0, 0]
+        if node.input(4):
+            mparts, mtemps, mask, mstrides = mask_parts(
+                node, g, node.input(4), batch, sq, sk,
+                float(node.attr("mask_filter_value", -10000.0)))
+            parts += mparts
+            temps.update(mtemps)
+        d = hidden // heads
+        scale = float(node.attr("scale", 0.0)) or 1.0 / math.sqrt(d)
+        parts.append(attention_part(node, *qkv, mask, mstrides, node.outputs[0],
+                                    (batch, heads, sq, sk, d), (hidden, hidden), scale))
+        return parts, temps
+
+    def flops(self, node, g):
+        batch, sq, sk, hidden, heads = self._sizes(node, g)
+        return batch * heads * sq * sk * (4 * (hidden // heads) + 5)
