@@ -55,6 +55,8 @@ WITNESSES: dict[tuple[str, str], str] = {
     ("com.microsoft", "Attention"): "test_contrib_ops.py::test_attention_without_bias",
     ("com.microsoft", "BiasAdd"): "test_contrib_ops.py::test_bias_add",
     ("com.microsoft", "BiasGelu"): "test_contrib_ops.py::test_gelu_family[BiasGelu]",
+    ("com.microsoft", "EmbedLayerNormalization"):
+        "test_contrib_ops.py::test_embed_layer_norm[bert]",
     ("com.microsoft", "FastGelu"): "test_contrib_ops.py::test_gelu_family[FastGelu]",
     ("com.microsoft", "FusedMatMul"): "test_contrib_ops.py::test_fused_matmul[transA]",
     ("com.microsoft", "Gelu"): "test_contrib_ops.py::test_gelu_family[Gelu]",

@@ -211,6 +211,55 @@ def _mha_model(inputs, outputs=("out",), attrs=None):
 _QKV = {"q": rand(2, 5, 6), "k": rand(2, 5, 6, seed=1), "v": rand(2, 5, 6, seed=2)}
 
 
+def _embed_model(segments=True, mask=True, position_ids=False, embedding_sum=False,
+                 attrs=None, mask_index=None):
+    b, s, vocab, positions, types, h = 2, 7, 31, 11, 3, 13
+    rng = np.random.default_rng(0)
+    feeds = {"ids": rng.integers(0, vocab, (b, s)).astype(np.int32)}
+    if segments:
+        feeds["seg"] = rng.integers(0, types, (b, s)).astype(np.int32)
+    if mask:
+        feeds["mask"] = np.ones((b, s), np.int32)
+        feeds["mask"][0, 4:] = 0
+    if position_ids:
+        feeds["pid"] = rng.integers(0, positions, (1, s)).astype(np.int32)
+    names = ["ids", "seg" if segments else "", "we", "pe", "se" if segments else "", "g", "b",
+             "mask" if mask else "", "pid" if position_ids else ""]
+    mask_index = mask if mask_index is None else mask_index
+    outs = {"out": (F, [b, s, h])}
+    if mask_index:
+        outs["mask_index"] = (I32, [b])
+    if embedding_sum:
+        outs["sum"] = (F, [b, s, h])
+    node = ms_node("EmbedLayerNormalization", names,
+                   ["out", "mask_index" if mask_index else "", "sum" if embedding_sum else ""],
+                   epsilon=1e-5, **(attrs or {}))
+    inits = {"we": rand(vocab, h), "pe": rand(positions, h, seed=1), "g": rand(h, seed=3),
+             "b": rand(h, seed=4)}
+    if segments:
+        inits["se"] = rand(types, h, seed=2)
+    return ms_model([node], feeds, outs, initializers=inits), feeds
+
+
+@pytest.mark.parametrize("segments,mask,position_ids,embedding_sum", [
+    (True, True, False, False), (False, False, False, False), (True, True, True, True),
+    (False, True, False, True)], ids=["bert", "words-only", "position-ids-sum", "sum"])
+def test_embed_layer_norm(tmp_path, segments, mask, position_ids, embedding_sum):
+    """Word, position (implicit 0..S-1 or position_ids [1, S]) and segment embeddings, the
+    mask index (sequence lengths) and the sum before the LayerNorm."""
+    model, feeds = _embed_model(segments, mask, position_ids, embedding_sum)
+    check_model(model, feeds, tmp_path)
+
+
+def test_embed_layer_norm_token_out_of_range_is_a_status(tmp_path):
+    from mlcc.errors import RuntimeStatusError
+    from util import compile_and_run
+    model, feeds = _embed_model()
+    feeds["ids"][1, 3] = 31                     # one past the vocabulary
+    with pytest.raises(RuntimeStatusError, match="out of range"):
+        compile_and_run(model, feeds, tmp_path)
+
+
 # ---------------------------------------------------------------------------------- refusals
 
 def _attention_model(attrs=None, extra_inputs=None, outputs=("out",), mask=None,
@@ -264,6 +313,10 @@ REFUSALS = {
                     "output present_key"),
     "mha_unidirectional": (lambda: _mha_model(_QKV, attrs={"unidirectional": 1}),
                            "unidirectional=1"),
+    "embed_mask_index_type": (lambda: _embed_model(attrs={"mask_index_type": 0})[0],
+                              "mask_index_type=0 is not supported"),
+    "embed_mask_index_without_mask": (lambda: _embed_model(mask=False, mask_index=True)[0],
+                                      "output mask_index"),
     "layer_norm_statistics": (lambda: ms_model(
         [ms_node("SkipLayerNormalization", ["x", "s", "g"], ["out", "mean"])],
         {"x": rand(2, 3, 4), "s": rand(2, 3, 4)}, {"out": (F, [2, 3, 4]),
@@ -282,7 +335,8 @@ def test_unsupported_is_refused_naming_node_and_attribute(tmp_path, case):
     text = str(exc.value)
     op = "FusedMatMul" if case == "batch_transpose" else (
         "SkipLayerNormalization" if case == "layer_norm_statistics" else
-        "MultiHeadAttention" if case.startswith("mha") else "Attention")
+        "MultiHeadAttention" if case.startswith("mha") else
+        "EmbedLayerNormalization" if case.startswith("embed") else "Attention")
     assert f"'{op.lower()}_node' ({op}" in text, text
     assert re.search(message, text), text
 

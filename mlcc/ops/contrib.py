@@ -26,7 +26,7 @@ from .registry import OpDef, lookup, register
 
 DOMAIN = "com.microsoft"
 # opset versions the parts are written at (any version their OpDefs cover)
-_VERSIONS = {"Add": 14, "Reshape": 14, "Mul": 14, "MatMul": 13, "Transpose": 13, "Gelu": 20,
+_VERSIONS = {"Add": 14, "Reshape": 14, "Gather": 13, "ReduceSum": 13, "Mul": 14, "MatMul": 13, "Transpose": 13, "Gelu": 20,
              "LayerNormalization": 17, "Less": 13, "Greater": 13, "Where": 16}
 
 
@@ -540,3 +540,118 @@ class MultiHeadAttention(_Composite):
     def flops(self, node, g):
         batch, sq, sk, hidden, heads = self._sizes(node, g)
         return batch * heads * sq * sk * (4 * (hidden // heads) + 5)
+
+
+# ------------------------------------------------------------------- EmbedLayerNormalization
+
+@register("EmbedLayerNormalization", domain=DOMAIN)
+class EmbedLayerNormalization(_Composite):
+    """BERT's embeddings: LayerNorm(word[input_ids] + position[position_ids, or 0..S-1]
+    [+ segment[segment_ids]]) * gamma + beta; the mask index output is the sum of each
+    row of the int32 mask (the sequence lengths Attention reads), the third output the sum
+    before the LayerNorm. Token ids out of the vocabulary are a run-time status (Gather's
+    range check). Refused: mask_index_type other than 1, a read mask index without a
+    mask."""
+    attributes = {"epsilon": None, "mask_index_type": lambda v: int(v) == 1}
+    _INPUTS = ("input_ids", "segment_ids", "word_embedding", "position_embedding",
+               "segment_embedding", "gamma", "beta", "mask", "position_ids")
+
+    def _named(self, node: Node) -> dict[str, str]:
+        return {k: node.input(i) for i, k in enumerate(self._INPUTS)}
+
+    def infer(self, node, ins, g):
+        n = self._named(node)
+        v = {k: g.values[name] if name else None for k, name in n.items()}
+        for k in ("input_ids", "word_embedding", "position_embedding", "gamma"):
+            if v[k] is None:
+                raise ModelError(f"input {k} is missing")
+        if (v["segment_ids"] is None) != (v["segment_embedding"] is None):
+            raise ModelError("segment_ids and segment_embedding go together")
+        ids = v["input_ids"]
+        for k in ("input_ids", "segment_ids", "mask", "position_ids"):
+            if v[k] is not None and v[k].dtype != "int32":
+                raise ModelError(f"{k} must be int32, not {v[k].dtype}")
+        if len(ids.shape) != 2:
+            raise ModelError(f"input_ids {list(ids.shape)} is not [batch, sequence]")
+        batch, seq = ids.shape
+        hidden = v["word_embedding"].shape[-1]
+        require_dtype(node, [v[k] for k in ("word_embedding", "position_embedding",
+                                            "segment_embedding", "gamma", "beta")
+                             if v[k] is not None], ["float32"])
+        for k in ("word_embedding", "position_embedding", "segment_embedding"):
+            if v[k] is not None and (len(v[k].shape) != 2 or v[k].shape[1] != hidden):
+                raise ModelError(f"{k} {list(v[k].shape)} is not [rows, {hidden}]")
+        for k in ("segment_ids", "mask"):
+            if v[k] is not None and tuple(v[k].shape) != (batch, seq):
+                raise ModelError(f"{k} {list(v[k].shape)} is not [{batch}, {seq}]")
+        if v["position_ids"] is not None and tuple(v["position_ids"].shape) not in (
+                (batch, seq), (1, seq)):
+            raise ModelError(f"position_ids {list(v['position_ids'].shape)} is not "
+                             f"[{batch}, {seq}] or [1, {seq}]")
+        if v["position_ids"] is None and v["position_embedding"].shape[0] < seq:
+            raise ModelError(f"position_embedding has {v['position_embedding'].shape[0]} rows "
+                             f"for {seq} positions")
+        for k in ("gamma", "beta"):
+            if v[k] is not None and tuple(v[k].shape) != (hidden,):
+                raise ModelError(f"{k} {list(v[k].shape)} is not [{hidden}]")
+        if v["mask"] is None:
+            _only_first_output(node, g, {1: "mask_index (there is no mask)"})
+        outs = [("float32", (batch, seq, hidden)), ("int32", (batch,)),
+                ("float32", (batch, seq, hidden))]
+        return outs[:len(node.outputs)]
+
+    def parts(self, node, g):
+        n = self._named(node)
+        batch, seq = g.values[n["input_ids"]].shape
+        hidden = g.values[n["word_embedding"]].shape[-1]
+        parts, temps = [], {}
+
+        def tmp(what, dtype="float32", shape=(batch, seq, hidden)):
+            t = _temp(g, node, what)
+            temps[t] = (dtype, shape)
+            return t
+
+        word = tmp("word")
+        parts.append(part(f"{node.name}/word", "Gather", [n["word_embedding"], n["input_ids"]],
+                          [word], axis=0))
+        if n["position_ids"]:
+            pos = tmp("position", shape=(g.values[n["position_ids"]].shape + (hidden,)))
+            parts.append(part(f"{node.name}/position", "Gather",
+                              [n["position_embedding"], n["position_ids"]], [pos], axis=0))
+        else:
+            table = g.const(n["position_embedding"])
+            if table is not None:
+                pos = g.add_const(f"{node.name}.positions", np.ascontiguousarray(table[:seq]))
+            else:
+                ids = g.add_const(f"{node.name}.position_ids", np.arange(seq, dtype=np.int32))
+                pos = tmp("position", shape=(seq, hidden))
+                parts.append(part(f"{node.name}/position", "Gather",
+                                  [n["position_embedding"], ids], [pos], axis=0))
+        summed = tmp("word_position")
+        parts.append(part(f"{node.name}/add_position", "Add", [word, pos], [summed]))
+        if n["segment_ids"]:
+            seg = tmp("segment")
+            parts.append(part(f"{node.name}/segment", "Gather",
+                              [n["segment_embedding"], n["segment_ids"]], [seg], axis=0))
+            total = tmp("embedding")
+            parts.append(part(f"{node.name}/add_segment", "Add", [summed, seg], [total]))
+            summed = total
+        out_sum = node.outputs[2] if len(node.outputs) > 2 and node.outputs[2] else ""
+        if out_sum:
+            temps.pop(summed, None)
+            g.values.pop(summed, None)
+            parts[-1].outputs = [out_sum]
+            summed = out_sum
+        parts.append(part(f"{node.name}/norm", "LayerNormalization",
+                          [summed, n["gamma"]] + ([n["beta"]] if n["beta"] else []),
+                          [node.outputs[0]], axis=-1,
+                          epsilon=float(node.attr("epsilon", 1e-12))))
+        mask_index = node.outputs[1] if len(node.outputs) > 1 and node.outputs[1] else ""
+        if mask_index and n["mask"]:
+            axes = g.add_const(f"{node.name}.mask_axes", np.array([1], np.int64))
+            parts.append(part(f"{node.name}/mask_index", "ReduceSum", [n["mask"], axes],
+                              [mask_index], keepdims=0))
+        return parts, temps
+
+    def flops(self, node, g):
+        return 10 * g.values[node.outputs[0]].numel
