@@ -9,7 +9,7 @@ reuses. `passes.expand_contrib` puts the same parts into the graph where a fusio
 them (a bias and GELU into the MatMul before them, a FusedMatMul's scores into an attention).
 Every attribute, input and output mask format these definitions do not handle (past state,
 rotary embeddings, unidirectional masks, left-padding mask indices, ...) is refused at compile
-time with its name (docs/transformers.md lists them).
+time with its name (docs/conformance.md lists them).
 Specification: onnxruntime's docs/ContribOperators.md.
 """
 from __future__ import annotations
@@ -26,8 +26,9 @@ from .registry import OpDef, lookup, register
 
 DOMAIN = "com.microsoft"
 # opset versions the parts are written at (any version their OpDefs cover)
-_VERSIONS = {"Add": 14, "Reshape": 14, "Gather": 13, "ReduceSum": 13, "Mul": 14, "MatMul": 13, "Transpose": 13, "Gelu": 20,
-             "LayerNormalization": 17, "Less": 13, "Greater": 13, "Where": 16}
+_VERSIONS = {"Add": 14, "Mul": 14, "MatMul": 13, "Transpose": 13, "Reshape": 14, "Gather": 13,
+             "ReduceSum": 13, "Gelu": 20, "LayerNormalization": 17, "Less": 13, "Greater": 13,
+             "Where": 16}
 
 
 def part(name: str, op: str, inputs: list[str], outputs: list[str], **attrs) -> Node:
@@ -46,7 +47,7 @@ def lower_parts(lo: Lowering, parts: list[Node], temps: dict[str, tuple[str, tup
         lookup(p).lower(p, lo)
 
 
-class _Composite(OpDef):
+class Composite(OpDef):
     """A contrib operator that is a few ONNX operators: `parts(node, g)` gives them and their
     intermediate values; `lower` lowers them; passes.expand_contrib may put them in the graph."""
 
@@ -97,7 +98,7 @@ class QuickGelu(_Unary):
         return ("SILU", float(node.attr("alpha", 1.702)), 0.0)
 
 
-class _BiasAct(_Composite):
+class _BiasAct(Composite):
     """y = f(x + bias) for a GELU f: an Add of a [..., C] bias (BiasGelu's B, FastGelu's
     optional bias), then the GELU."""
     approximate = "none"
@@ -150,7 +151,7 @@ class FastGelu(_BiasAct):
 
 
 @register("BiasAdd", domain=DOMAIN)
-class BiasAdd(_Composite):
+class BiasAdd(Composite):
     """Y = X + bias + skip, X and skip [N, S, C], bias [C]."""
     attributes = {}
 
@@ -180,7 +181,7 @@ class BiasAdd(_Composite):
 # ------------------------------------------------------------------------------- SkipLayerNorm
 
 @register("SkipLayerNormalization", domain=DOMAIN)
-class SkipLayerNormalization(_Composite):
+class SkipLayerNormalization(Composite):
     """output = LayerNorm(input + skip [+ bias]) * gamma [+ beta] over the last axis; the
     fourth output is the sum itself. The mean and inverse standard deviation outputs are
     refused when read."""
@@ -200,13 +201,8 @@ class SkipLayerNormalization(_Composite):
         for v, what in ((gamma, "gamma"), (beta, "beta"), (bias, "bias")):
             if v is not None and tuple(v.shape) != (hidden,):
                 raise ModelError(f"{what} {list(v.shape)} is not [{hidden}]")
-        for i, what in ((1, "mean"), (2, "inv_std_var")):
-            if i < len(node.outputs) and node.outputs[i] and \
-                    node.outputs[i] in g.consumers() | {o: [] for o in g.outputs}:
-                raise UnsupportedError(f"output {what} ({node.outputs[i]!r}) is read; mlcc "
-                                       f"computes only the normalized output and the sum")
-        outs = [("float32", x.shape)] * len(node.outputs)
-        return outs
+        _only_first_output(node, g, {1: "mean", 2: "inv_std_var"})
+        return [("float32", x.shape)] * len(node.outputs)
 
     def parts(self, node, g):
         x, skip, gamma = node.inputs[:3]
@@ -238,7 +234,7 @@ class SkipLayerNormalization(_Composite):
 # -------------------------------------------------------------------------------- FusedMatMul
 
 @register("FusedMatMul", domain=DOMAIN)
-class FusedMatMul(_Composite):
+class FusedMatMul(Composite):
     """Y = alpha * op(A) x op(B), op a transpose of the last two axes when transA / transB;
     the batch transposes (transBatchA, transBatchB) are refused."""
     attributes = {"alpha": None, "transA": None, "transB": None,
@@ -352,24 +348,6 @@ def mask_parts(node: Node, g: Graph, mask: str, batch: int, sq: int, sk: int,
     return parts, temps, fmask, strides
 
 
-def attention_part(node: Node, q: str, k: str, v: str, mask: str, mask_strides: list[int],
-                   out: str, dims: tuple[int, int, int, int, int], hidden: tuple[int, int],
-                   scale: float) -> Node:
-    """The mlcc.Attention over Q [batch, sq, heads * d], K and V [batch, sk, heads * d]
-    (contiguous, heads side by side), writing [batch, sq, heads * d]."""
-    batch, heads, sq, sk, d = dims
-    hq, hk = hidden
-
-    def strides(s: int, h: int) -> list[int]:
-        return [s * h, d, h, 1]
-
-    return part(f"{node.name}/attention", "Attention", [q, k, v, mask], [out],
-                dims=[batch, heads, sq, sk, d], q_strides=strides(sq, hq),
-                k_strides=strides(sk, hk), v_strides=strides(sk, hk),
-                mask_strides=mask_strides if mask else [0, 0, 0, 0],
-                out_strides=strides(sq, hq), out_shape=[batch, sq, hq], scale=scale)
-
-
 def _no_inputs(node: Node, names: dict[int, str]) -> None:
     for i, what in names.items():
         if node.input(i):
@@ -390,8 +368,57 @@ _ATTENTION_ATTRS = {"num_heads": lambda v: int(v) >= 1, "mask_filter_value": Non
                     "past_present_share_buffer": lambda v: int(v) == 0}
 
 
+def _num_heads(node: Node) -> int:
+    if "num_heads" not in node.attrs:
+        raise ModelError("attribute num_heads is missing")
+    return int(node.attr("num_heads"))
+
+
+class _Attention(Composite):
+    """What Attention and MultiHeadAttention share: their bias (input 2 or 3: a constant
+    [3 * hidden]) and mask (the input after it) and the attention itself."""
+    bias_input = 2
+
+    def _check(self, node: Node, ins: list, g: Graph, batch: int, sq: int, sk: int,
+               hidden: int) -> list:
+        bias, mask = node.input(self.bias_input), node.input(self.bias_input + 1)
+        if bias:
+            if g.const(bias) is None:
+                raise UnsupportedError(f"bias ({bias!r}) must be a constant")
+            if tuple(g.values[bias].shape) != (3 * hidden,):
+                raise ModelError(f"bias {list(g.values[bias].shape)} is not [{3 * hidden}]")
+        if mask:
+            check_mask(g.values[mask], batch, sq, sk)
+        return [("float32", (batch, sq, hidden))] + \
+            [("float32", (0,))] * (len(node.outputs) - 1)
+
+    def _attend(self, node: Node, g: Graph, parts: list, temps: dict, qkv: list[str],
+                dims: tuple[int, int, int, int, int]):
+        """parts + the float mask and the mlcc.Attention over Q, K, V `qkv`."""
+        batch, heads, sq, sk, d = dims
+        mask, mstrides = "", [0, 0, 0, 0]
+        if node.input(self.bias_input + 1):
+            mparts, mtemps, mask, mstrides = mask_parts(
+                node, g, node.input(self.bias_input + 1), batch, sq, sk,
+                float(node.attr("mask_filter_value", -10000.0)))
+            parts += mparts
+            temps.update(mtemps)
+        scale = float(node.attr("scale", 0.0)) or 1.0 / math.sqrt(d)
+        h = heads * d       # Q, K, V and the output: [batch, seq, heads * d], heads side by side
+
+        def strides(seq: int) -> list[int]:
+            return [seq * h, d, h, 1]
+
+        parts.append(part(f"{node.name}/attention", "Attention", qkv + [mask],
+                          [node.outputs[0]], dims=list(dims), q_strides=strides(sq),
+                          k_strides=strides(sk), v_strides=strides(sk),
+                          mask_strides=mstrides, out_strides=strides(sq),
+                          out_shape=[batch, sq, h], scale=scale))
+        return parts, temps
+
+
 @register("Attention", domain=DOMAIN)
-class Attention(_Composite):
+class Attention(_Attention):
     """BERT self-attention: Q, K, V = input x weights + bias (merged [hidden_in, 3 * hidden]),
     softmax(scale * Q K^T + mask) V per head, heads merged. Weights and bias must be
     constants (they are split into the three projections at compile time). Refused: past
@@ -407,7 +434,7 @@ class Attention(_Composite):
                 w.shape[1] % 3:
             raise ModelError(f"input {list(x.shape)} and weights {list(w.shape)} are not "
                              f"[batch, sequence, hidden_in] and [hidden_in, 3 * hidden]")
-        heads = int(node.attr("num_heads"))
+        heads = _num_heads(node)
         hidden = w.shape[1] // 3
         if hidden % heads:
             raise ModelError(f"hidden size {hidden} is not a multiple of num_heads {heads}")
@@ -417,18 +444,11 @@ class Attention(_Composite):
         _no_inputs(node, {4: "past", 5: "attention_bias", 6: "past_sequence_length"})
         _only_first_output(node, g, {1: "present"})
         require_dtype(node, [v for v in ins[:3] if v is not None], ["float32"])
-        if "num_heads" not in node.attrs:
-            raise ModelError("attribute num_heads is missing")
+        _num_heads(node)
         batch, seq, _, hidden, _, _ = self._sizes(node, g)
-        for i, what in ((1, "weights"), (2, "bias")):
-            if node.input(i) and g.const(node.input(i)) is None:
-                raise UnsupportedError(f"{what} ({node.input(i)!r}) must be a constant")
-        if node.input(2) and tuple(ins[2].shape) != (3 * hidden,):
-            raise ModelError(f"bias {list(ins[2].shape)} is not [{3 * hidden}]")
-        if node.input(3):
-            check_mask(ins[3], batch, seq, seq)
-        return [("float32", (batch, seq, hidden))] + \
-            [("float32", (0,))] * (len(node.outputs) - 1)
+        if g.const(node.inputs[1]) is None:
+            raise UnsupportedError(f"weights ({node.inputs[1]!r}) must be a constant")
+        return self._check(node, ins, g, batch, seq, seq, hidden)
 
     def parts(self, node, g):
         batch, seq, _, hidden, heads, d = self._sizes(node, g)
@@ -444,17 +464,7 @@ class Attention(_Composite):
             temps[t] = ("float32", (batch, seq, hidden))
             parts.append(part(f"{node.name}/{what}", "MatMul", [node.inputs[0], wj, bj], [t]))
             qkv.append(t)
-        mask, mstrides = "", [0, 0, 0, 0]
-        if node.input(3):
-            mparts, mtemps, mask, mstrides = mask_parts(
-                node, g, node.input(3), batch, seq, seq,
-                float(node.attr("mask_filter_value", -10000.0)))
-            parts += mparts
-            temps.update(mtemps)
-        scale = float(node.attr("scale", 0.0)) or 1.0 / math.sqrt(d)
-        parts.append(attention_part(node, *qkv, mask, mstrides, node.outputs[0],
-                                    (batch, heads, seq, seq, d), (hidden, hidden), scale))
-        return parts, temps
+        return self._attend(node, g, parts, temps, qkv, (batch, heads, seq, seq, d))
 
     def flops(self, node, g):
         batch, seq, hin, hidden, heads, d = self._sizes(node, g)
@@ -462,7 +472,7 @@ class Attention(_Composite):
 
 
 @register("MultiHeadAttention", domain=DOMAIN)
-class MultiHeadAttention(_Composite):
+class MultiHeadAttention(_Attention):
     """softmax(scale * Q K^T + mask) V per head over projected query [batch, sq, hidden],
     key and value [batch, sk, hidden] (cross attention when sk differs), with an optional
     constant bias [3 * hidden] added to them first. Refused: packed QKV or KV (no key, 5-D
@@ -471,6 +481,7 @@ class MultiHeadAttention(_Composite):
     left-padding and 4-D mask formats."""
     attributes = {k: _ATTENTION_ATTRS[k] for k in ("num_heads", "mask_filter_value", "scale",
                                                     "unidirectional")}
+    bias_input = 3
 
     def _sizes(self, node: Node, g: Graph) -> tuple[int, int, int, int, int]:
         if not node.input(1) or not node.input(2):
@@ -481,7 +492,7 @@ class MultiHeadAttention(_Composite):
             raise UnsupportedError(f"query, key and value {list(q.shape)}, {list(k.shape)}, "
                                    f"{list(v.shape)} must all be [batch, sequence, hidden] "
                                    f"(packed and BNSH layouts are not supported)")
-        heads = int(node.attr("num_heads"))
+        heads = _num_heads(node)
         batch, sq, hidden = q.shape
         if k.shape[0] != batch or v.shape[0] != batch or k.shape[2] != hidden or \
                 v.shape[1] != k.shape[1]:
@@ -498,19 +509,10 @@ class MultiHeadAttention(_Composite):
         _no_inputs(node, {5: "attention_bias", 6: "past_key", 7: "past_value",
                           8: "past_sequence_length", 9: "cache_indirection"})
         _only_first_output(node, g, {1: "present_key", 2: "present_value", 3: "qk"})
-        if "num_heads" not in node.attrs:
-            raise ModelError("attribute num_heads is missing")
+        _num_heads(node)
         batch, sq, sk, hidden, _ = self._sizes(node, g)
         require_dtype(node, [v for v in ins[:4] if v is not None], ["float32"])
-        if node.input(3):
-            if g.const(node.input(3)) is None:
-                raise UnsupportedError(f"bias ({node.input(3)!r}) must be a constant")
-            if tuple(ins[3].shape) != (3 * hidden,):
-                raise ModelError(f"bias {list(ins[3].shape)} is not [{3 * hidden}]")
-        if node.input(4):
-            check_mask(ins[4], batch, sq, sk)
-        return [("float32", (batch, sq, hidden))] + \
-            [("float32", (0,))] * (len(node.outputs) - 1)
+        return self._check(node, ins, g, batch, sq, sk, hidden)
 
     def parts(self, node, g):
         batch, sq, sk, hidden, heads = self._sizes(node, g)
@@ -524,18 +526,8 @@ class MultiHeadAttention(_Composite):
                 temps[t] = ("float32", g.values[qkv[j]].shape)
                 parts.append(part(f"{node.name}/{what}_bias", "Add", [qkv[j], bj], [t]))
                 qkv[j] = t
-        mask, mstrides = "", [0, 0, 0, 0]
-        if node.input(4):
-            mparts, mtemps, mask, mstrides = mask_parts(
-                node, g, node.input(4), batch, sq, sk,
-                float(node.attr("mask_filter_value", -10000.0)))
-            parts += mparts
-            temps.update(mtemps)
-        d = hidden // heads
-        scale = float(node.attr("scale", 0.0)) or 1.0 / math.sqrt(d)
-        parts.append(attention_part(node, *qkv, mask, mstrides, node.outputs[0],
-                                    (batch, heads, sq, sk, d), (hidden, hidden), scale))
-        return parts, temps
+        return self._attend(node, g, parts, temps, qkv,
+                            (batch, heads, sq, sk, hidden // heads))
 
     def flops(self, node, g):
         batch, sq, sk, hidden, heads = self._sizes(node, g)
@@ -545,7 +537,7 @@ class MultiHeadAttention(_Composite):
 # ------------------------------------------------------------------- EmbedLayerNormalization
 
 @register("EmbedLayerNormalization", domain=DOMAIN)
-class EmbedLayerNormalization(_Composite):
+class EmbedLayerNormalization(Composite):
     """BERT's embeddings: LayerNorm(word[input_ids] + position[position_ids, or 0..S-1]
     [+ segment[segment_ids]]) * gamma + beta; the mask index output is the sum of each
     row of the int32 mask (the sequence lengths Attention reads), the third output the sum

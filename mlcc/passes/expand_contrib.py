@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..ir import Graph
 from ..ops import lookup
-from ..ops.contrib import DOMAIN
+from ..ops.contrib import DOMAIN, Composite
 
 
 def expand_contrib(g: Graph) -> Graph:
@@ -23,7 +23,7 @@ def expand_contrib(g: Graph) -> Graph:
     nodes = []
     for node in g.nodes:
         d = lookup(node) if node.domain == DOMAIN else None
-        if d is None or not hasattr(d, "parts") or not d.expands_for_fusion(node, g):
+        if not isinstance(d, Composite) or not d.expands_for_fusion(node, g):
             nodes.append(node)
             continue
         parts, temps = d.parts(node, g)
