@@ -65,6 +65,8 @@ WITNESSES: dict[tuple[str, str], str] = {
     ("com.microsoft", "QuickGelu"): "test_contrib_ops.py::test_gelu_family[QuickGelu]",
     ("com.microsoft", "SkipLayerNormalization"):
         "test_contrib_ops.py::test_skip_layer_norm_sum_output",
+    ("com.microsoft", "SkipSimplifiedLayerNormalization"):
+        "test_contrib_ops.py::test_skip_simplified_layer_norm[bias]",
     # the attention fusion (mlcc/passes/fuse_attention.py)
     ("mlcc", "Attention"): "test_fusions_transformer.py::test_attention_is_one_kernel[x86]",
 }

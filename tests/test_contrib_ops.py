@@ -115,6 +115,23 @@ def test_skip_layer_norm_sum_output(tmp_path):
     check_model(model, {"x": x, "skip": skip}, tmp_path)
 
 
+@pytest.mark.parametrize("bias,sum_output", [(True, False), (False, True)],
+                         ids=["bias", "sum-output"])
+def test_skip_simplified_layer_norm(tmp_path, bias, sum_output):
+    """RMSNorm(input + skip [+ bias]) * gamma (no beta; the bias is the fourth input)."""
+    x, skip = rand(2, 5, 7) * 3, rand(2, 5, 7, seed=1)
+    inits = {"gamma": rand(7, seed=2)}
+    if bias:
+        inits["bias"] = rand(7, seed=3)
+    outs = {"out": (F, [2, 5, 7])}
+    if sum_output:
+        outs["sum"] = (F, [2, 5, 7])
+    node = ms_node("SkipSimplifiedLayerNormalization", ["x", "skip"] + list(inits),
+                   ["out", "", "", "sum"] if sum_output else ["out"], epsilon=1e-5)
+    check_model(ms_model([node], {"x": x, "skip": skip}, outs, initializers=inits),
+                {"x": x, "skip": skip}, tmp_path)
+
+
 # ------------------------------------------------------------------------------- FusedMatMul
 
 @pytest.mark.parametrize("a_shape,b_shape,attrs,const_b,out_shape", [

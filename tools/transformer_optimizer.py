@@ -1,7 +1,8 @@
 """BERT-like ONNX models through onnxruntime's transformer optimizer, as a user would run it
 (`onnxruntime.transformers.optimizer.optimize_model(..., model_type="bert")`), to get models
 with the com.microsoft operators it writes (Attention, SkipLayerNormalization, BiasGelu,
-FastGelu, Gelu, FusedMatMul, ...): tests/test_contrib_ops.py and bench/bench_contrib.py.
+FastGelu, Gelu, FusedMatMul, ...) for tests/test_contrib_ops.py, and to time them against the
+original with bench/ab_models.py.
 
     python tools/transformer_optimizer.py MODEL.onnx OUT.onnx --level 2 [--gelu-approximation]
 

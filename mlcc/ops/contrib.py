@@ -27,8 +27,8 @@ from .registry import OpDef, lookup, register
 DOMAIN = "com.microsoft"
 # opset versions the parts are written at (any version their OpDefs cover)
 _VERSIONS = {"Add": 14, "Mul": 14, "MatMul": 13, "Transpose": 13, "Reshape": 14, "Gather": 13,
-             "ReduceSum": 13, "Gelu": 20, "LayerNormalization": 17, "Less": 13, "Greater": 13,
-             "Where": 16}
+             "ReduceSum": 13, "Gelu": 20, "LayerNormalization": 17, "RMSNormalization": 23,
+             "Less": 13, "Greater": 13, "Where": 16}
 
 
 def part(name: str, op: str, inputs: list[str], outputs: list[str], **attrs) -> Node:
@@ -186,10 +186,15 @@ class SkipLayerNormalization(Composite):
     fourth output is the sum itself. The mean and inverse standard deviation outputs are
     refused when read."""
     attributes = {"epsilon": None}
+    beta_input: int | None = 3
+    bias_input = 4
+    norm = "LayerNormalization"
+
+    def _optional(self, node: Node, index: int | None) -> str:
+        return node.input(index) if index is not None else ""
 
     def infer(self, node, ins, g):
         x, skip, gamma = ins[:3]
-        beta, bias = (ins + [None, None])[3:5]
         require_dtype(node, [v for v in ins if v is not None], ["float32"])
         if len(x.shape) not in (2, 3):
             raise ModelError(f"input {list(x.shape)} must be [batch, sequence, hidden] or "
@@ -198,15 +203,16 @@ class SkipLayerNormalization(Composite):
         if broadcast_shapes(x.shape, skip.shape) != tuple(x.shape):
             raise ModelError(f"skip {list(skip.shape)} does not broadcast to input "
                              f"{list(x.shape)}")
-        for v, what in ((gamma, "gamma"), (beta, "beta"), (bias, "bias")):
-            if v is not None and tuple(v.shape) != (hidden,):
-                raise ModelError(f"{what} {list(v.shape)} is not [{hidden}]")
+        for index, what in ((2, "gamma"), (self.beta_input, "beta"), (self.bias_input, "bias")):
+            name = self._optional(node, index)
+            if name and tuple(g.values[name].shape) != (hidden,):
+                raise ModelError(f"{what} {list(g.values[name].shape)} is not [{hidden}]")
         _only_first_output(node, g, {1: "mean", 2: "inv_std_var"})
         return [("float32", x.shape)] * len(node.outputs)
 
     def parts(self, node, g):
         x, skip, gamma = node.inputs[:3]
-        beta, bias = node.input(3), node.input(4)
+        beta, bias = self._optional(node, self.beta_input), node.input(self.bias_input)
         shape = g.values[x].shape
         temps, parts = {}, []
         if bias:        # first, so that it fuses into a MatMul before (passes.expand_contrib)
@@ -219,16 +225,25 @@ class SkipLayerNormalization(Composite):
             summed = _temp(g, node, "sum")
             temps[summed] = ("float32", shape)
         parts.append(part(f"{node.name}/skip", "Add", [x, skip], [summed]))
-        parts.append(part(f"{node.name}/norm", "LayerNormalization",
+        parts.append(part(f"{node.name}/norm", self.norm,
                           [summed, gamma] + ([beta] if beta else []), [node.outputs[0]],
                           axis=-1, epsilon=float(node.attr("epsilon", 1e-12))))
         return parts, temps
 
     def expands_for_fusion(self, node, g):
-        return bool(node.input(4)) and _from_matmul(node, g)
+        return bool(node.input(self.bias_input)) and _from_matmul(node, g)
 
     def flops(self, node, g):
         return 10 * g.values[node.inputs[0]].numel
+
+
+@register("SkipSimplifiedLayerNormalization", domain=DOMAIN)
+class SkipSimplifiedLayerNormalization(SkipLayerNormalization):
+    """output = RMSNorm(input + skip [+ bias]) * gamma (T5, LLaMA): no beta, the bias is the
+    fourth input."""
+    beta_input = None
+    bias_input = 3
+    norm = "RMSNormalization"
 
 
 # -------------------------------------------------------------------------------- FusedMatMul
