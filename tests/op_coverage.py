@@ -82,6 +82,22 @@ WITNESSES: dict[tuple[str, str], str] = {
     ("mlcc", "QSub"): "test_tflite.py::test_small_models_bit_exact[binary_ops]",
     ("mlcc", "QMul"): "test_tflite.py::test_small_models_bit_exact[binary_ops]",
     ("mlcc", "QMean"): "test_tflite.py::test_small_models_bit_exact[mean]",
+    # onnxruntime's contrib operators (mlcc/ops/contrib.py): no ONNX node tests
+    ("com.microsoft", "Attention"): "test_contrib_ops.py::test_attention_without_bias",
+    ("com.microsoft", "BiasAdd"): "test_contrib_ops.py::test_bias_add",
+    ("com.microsoft", "BiasGelu"): "test_contrib_ops.py::test_gelu_family[BiasGelu]",
+    ("com.microsoft", "EmbedLayerNormalization"):
+        "test_contrib_ops.py::test_embed_layer_norm[bert]",
+    ("com.microsoft", "FastGelu"): "test_contrib_ops.py::test_gelu_family[FastGelu]",
+    ("com.microsoft", "FusedMatMul"): "test_contrib_ops.py::test_fused_matmul[transA]",
+    ("com.microsoft", "Gelu"): "test_contrib_ops.py::test_gelu_family[Gelu]",
+    ("com.microsoft", "MultiHeadAttention"):
+        "test_contrib_ops.py::test_multi_head_attention[lengths-bias]",
+    ("com.microsoft", "QuickGelu"): "test_contrib_ops.py::test_gelu_family[QuickGelu]",
+    ("com.microsoft", "SkipLayerNormalization"):
+        "test_contrib_ops.py::test_skip_layer_norm_sum_output",
+    ("com.microsoft", "SkipSimplifiedLayerNormalization"):
+        "test_contrib_ops.py::test_skip_simplified_layer_norm[bias]",
     # the attention fusion (mlcc/passes/fuse_attention.py)
     ("mlcc", "Attention"): "test_fusions_transformer.py::test_attention_is_one_kernel[x86]",
 }

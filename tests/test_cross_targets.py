@@ -365,3 +365,33 @@ def test_tflite_bit_exact_with_tflm(tmp_path, target, model):
         path = tmp_path / f"{model}.tflite"
         path.write_bytes(tt.SMALL[model]())
     tt._verify(path, seeds=(0,), target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_contrib_transformer_layer(tmp_path, target):
+    """onnxruntime's contrib operators (mlcc/ops/contrib.py) as its transformer optimizer
+    chains them: the mask's lengths by an integer ReduceSum (mlcc_int_reduce), Attention,
+    SkipLayerNormalization with its bias fused into a GEMM, FastGelu as a GEMM epilogue
+    (GELU_TANH), FusedMatMul and QuickGelu."""
+    from test_contrib_ops import F, ms_model, ms_node
+    b, s, hin, h, ff = 2, 7, 11, 15, 19
+    mask = np.ones((b, s), np.int32)
+    mask[0, 5:] = 0
+    nodes = [
+        helper.make_node("ReduceSum", ["mask", "axis1"], ["lengths"], keepdims=0, name="rs"),
+        ms_node("Attention", ["x", "w_qkv", "b_qkv", "lengths"], ["att"], num_heads=3),
+        helper.make_node("MatMul", ["att", "w_o"], ["proj"], name="mm_o"),
+        ms_node("SkipLayerNormalization", ["proj", "att", "gamma", "beta", "b_o"], ["ln"]),
+        helper.make_node("MatMul", ["ln", "w_ff"], ["ffh"], name="mm_ff"),
+        ms_node("FastGelu", ["ffh", "b_ff"], ["act"]),
+        helper.make_node("FusedMatMul", ["act", "act"], ["gram"], domain="com.microsoft",
+                         name="fmm", transB=1, alpha=0.3),
+        ms_node("QuickGelu", ["gram"], ["out"], alpha=1.1)]
+    inits = {"axis1": np.array([1], np.int64), "w_qkv": rand(hin, 3 * h, seed=1) * 0.3,
+             "b_qkv": rand(3 * h, seed=2), "w_o": rand(h, h, seed=3) * 0.3,
+             "gamma": rand(h, seed=4), "beta": rand(h, seed=5), "b_o": rand(h, seed=6),
+             "w_ff": rand(h, ff, seed=7) * 0.3, "b_ff": rand(ff, seed=8)}
+    feeds = {"x": rand(b, s, hin), "mask": mask}
+    model = ms_model(nodes, feeds, {"ln": (F, [b, s, h]), "out": (F, [b, s, s])},
+                     initializers=inits)
+    check_model(model, feeds, tmp_path, target=target)

@@ -254,3 +254,44 @@ def test_passes_are_pure_and_in_the_pipeline(tmp_path):
         names.index("fuse_silu") < names.index("fuse_activations")
     assert _ops(run_pipeline(import_model(path))) == [
         "ConvTranspose+Add+BatchNormalization+Sigmoid+Swish"]
+
+
+@pytest.mark.parametrize("view,act", [("Reshape", "Relu"), ("Flatten", "Gelu"),
+                                      ("Unsqueeze", "Sigmoid")])
+def test_activation_after_a_view_fuses_into_the_producer(tmp_path, view, act):
+    """Gemm -> view -> activation (onnxruntime writes Reshape -> Gemm -> Reshape for a
+    MatMul with a bias): the activation moves into the Gemm's epilogue, the view stays."""
+    x = rand(6, 7)
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["h"], name="gemm")]
+    inits = {"w": rand(7, 10, seed=1), "b": rand(10, seed=2)}
+    if view == "Reshape":
+        inits["shape"] = np.array([2, 3, 10], np.int64)
+        nodes.append(helper.make_node("Reshape", ["h", "shape"], ["v"], name="view"))
+    elif view == "Unsqueeze":
+        inits["axes"] = np.array([0], np.int64)
+        nodes.append(helper.make_node("Unsqueeze", ["h", "axes"], ["v"], name="view"))
+    else:
+        nodes.append(helper.make_node("Flatten", ["h"], ["v"], name="view", axis=0))
+    nodes.append(helper.make_node(act, ["v"], ["y"], name="act"))
+    model = make_model(nodes, {"x": x}, ["y"], initializers=inits, opset=20)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    g = run_pipeline(import_model(path))
+    assert [n.op_type for n in g.nodes] == ["Gemm", view], [n.op_type for n in g.nodes]
+    assert g.nodes[0].attrs["_act"][0] == {"Relu": "RELU", "Gelu": "GELU",
+                                          "Sigmoid": "SIGMOID"}[act]
+    check_model(model, {"x": x}, tmp_path)
+
+
+def test_activation_after_a_view_with_another_reader_stays(tmp_path):
+    x = rand(6, 7)
+    nodes = [helper.make_node("Gemm", ["x", "w"], ["h"], name="gemm"),
+             helper.make_node("Flatten", ["h"], ["v"], name="view", axis=0),
+             helper.make_node("Relu", ["v"], ["y"], name="act"),
+             helper.make_node("Neg", ["h"], ["z"], name="other")]
+    model = make_model(nodes, {"x": x}, ["y", "z"], initializers={"w": rand(7, 10, seed=1)})
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    g = run_pipeline(import_model(path))
+    assert "Relu" in [n.op_type for n in g.nodes]
+    check_model(model, {"x": x}, tmp_path)

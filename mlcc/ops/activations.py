@@ -80,6 +80,9 @@ ACTIVATIONS: tuple[Activation, ...] = (
                params=(("alpha", 1.0),), int8="table",
                window=lambda a, b: (-8.0 / a, np.inf) if a > 0 else _ANY),
     Activation("GELU", 9, lambda x, a, b: x * (1.0 + _erf(x / np.sqrt(2.0))) * 0.5, "Gelu", 20),
+    # ONNX Gelu with approximate="tanh" (its OpDef says so), onnxruntime's FastGelu
+    Activation("GELU_TANH", 10, lambda x, a, b: 0.5 * x * (
+        1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))),
 )
 
 BY_KIND: dict[str, Activation] = {a.kind: a for a in ACTIVATIONS}

@@ -125,14 +125,16 @@ class ThresholdedRelu(_Unary):
 
 @register("Gelu")
 class Gelu(_Unary):
-    """Runs alone through its own unary code (erff); the erf form fuses as MLCC_ACT_GELU."""
+    """Runs alone through its own unary code (erff, tanhf); fuses as MLCC_ACT_GELU or, the
+    tanh approximation, MLCC_ACT_GELU_TANH."""
     attributes = {"approximate": lambda v: v in ("none", "tanh")}
 
     def unary_op_of(self, node):
         return "GELU_TANH" if node.attr("approximate", "none") == "tanh" else "GELU"
 
     def activation(self, node, g):
-        return ("GELU", 0.0, 0.0) if node.attr("approximate", "none") == "none" else None
+        return ("GELU", 0.0, 0.0) if node.attr("approximate", "none") == "none" else \
+            ("GELU_TANH", 0.0, 0.0)
 
 
 @register("Clip")

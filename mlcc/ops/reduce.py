@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import Sequence
 
 
-from ..errors import ModelError
+from ..errors import ModelError, UnsupportedError
 from ..ir import Enum, Graph, Lowering, Node
-from .common import emit_plain_copy, ints_attr_or_input, norm_axis, require_dtype
+from .common import (C_DTYPES, INT_DTYPES, emit_plain_copy, ints_attr_or_input, norm_axis,
+                     require_dtype)
 from .registry import OpDef, register
 
 
@@ -112,6 +113,31 @@ def emit_reduce(lo: Lowering, kind: ReduceKind, src: str, dst: str, axes: set[in
         cur = out
 
 
+# The reductions that also run on integer tensors (mlcc_int_reduce), by their mlcc_int_op.
+INT_REDUCE_OPS = {"ReduceSum": "ADD", "ReduceProd": "MUL", "ReduceMax": "MAX",
+                  "ReduceMin": "MIN"}
+
+
+def emit_int_reduce(lo: Lowering, op: str, src: str, dst: str, axes: set[int]) -> None:
+    """dst = the integer reduction (mlcc_int_op `op`) of src over `axes`, wrapping."""
+    v = lo.value(src)
+    calls = reduce_calls(v.shape, axes)
+    if not calls or lo.value(dst).numel == 0:
+        if dst in lo.graph.outputs or src in lo.graph.outputs:
+            emit_plain_copy(lo, src, dst)
+        else:
+            lo.alias(dst, src)
+        return
+    cur = src
+    for t, (outer, red, inner) in enumerate(calls):
+        out = dst if t == len(calls) - 1 else lo.temp(f"{dst}.partial{t}", v.dtype,
+                                                        (outer, inner))
+        lo.call("mlcc_int_reduce", [cur, out], [out], params_type="mlcc_int_reduce_params",
+                params={"outer": outer, "reduce": red, "inner": inner,
+                        "op": Enum(f"MLCC_INT_{op}"), "dtype": Enum(C_DTYPES[v.dtype])})
+        cur = out
+
+
 class _Reduce(OpDef):
     attributes = {"axes": None, "keepdims": lambda v: v in (0, 1),
                   "noop_with_empty_axes": lambda v: v in (0, 1)}
@@ -132,8 +158,12 @@ class _Reduce(OpDef):
 
     def infer(self, node, ins, g):
         x = ins[0]
-        require_dtype(node, ins[:1], ["float32"])
+        ints = INT_DTYPES if node.op_type in INT_REDUCE_OPS else []
+        require_dtype(node, ins[:1], ["float32"] + ints)
         axes = self._axes(node, g, len(x.shape))
+        if x.dtype != "float32" and any(x.shape[a] == 0 for a in axes):
+            raise UnsupportedError(f"an integer {node.op_type} over an empty axis is not "
+                                   f"supported")
         if node.attr("keepdims", 1):
             shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
         else:
@@ -143,6 +173,10 @@ class _Reduce(OpDef):
     def lower(self, node: Node, lo: Lowering) -> None:
         x = lo.value(node.inputs[0])
         axes = self._axes(node, lo.graph, len(x.shape))
+        if x.dtype != "float32":
+            emit_int_reduce(lo, INT_REDUCE_OPS[node.op_type], node.inputs[0], node.outputs[0],
+                            set(axes))
+            return
         emit_reduce(lo, KINDS[node.op_type], node.inputs[0], node.outputs[0], set(axes))
 
     def flops(self, node, g):

@@ -8,6 +8,7 @@ from .dead_code import eliminate_dead_code
 from .fold_batchnorm import fold_batchnorm
 from .fold_bias_add import fold_bias_add
 from .fold_scale_mul import fold_scale_mul
+from .expand_contrib import expand_contrib
 from .fuse_activations import fuse_activations
 from .fuse_attention import fuse_attention
 from .fuse_gelu import fuse_gelu
@@ -27,6 +28,7 @@ PIPELINE: list[Pass] = [
     eliminate_dead_code,
     remove_noops,
     fuse_integer_matmul,
+    expand_contrib,
     fuse_layernorm,
     fold_scale_mul,
     fold_bias_add,
@@ -57,6 +59,7 @@ def run_pipeline(g: Graph, passes: list[Pass] | None = None,
 
 
 __all__ = ["PIPELINE", "INT8_PIPELINE", "run_pipeline", "infer_and_fold", "eliminate_dead_code", "remove_noops",
+           "expand_contrib",
            "fold_scale_mul", "fold_bias_add", "fold_batchnorm", "fuse_silu", "fuse_hardswish",
            "fuse_gelu", "fuse_matmul_bias", "fuse_attention", "fuse_layernorm",
            "fuse_residual_add", "fuse_activations", "fuse_integer_matmul"]

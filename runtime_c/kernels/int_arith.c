@@ -97,27 +97,50 @@ INT_ROW(row_u16, uint16_t, uint16_t, uint64_t, uop)
 INT_ROW(row_u32, uint32_t, uint32_t, uint64_t, uop)
 INT_ROW(row_u64, uint64_t, uint64_t, uint64_t, uop)
 
+typedef void (*int_row_fn)(int, const void *, ptrdiff_t, const void *, ptrdiff_t, void *,
+                           ptrdiff_t);
+
+/* The row function and element size of an integer dtype; 0 for any other type. */
+static ptrdiff_t int_row_of(int dtype, int_row_fn *row) {
+    switch (dtype) {
+    case MLCC_INT8: *row = row_i8; return 1;
+    case MLCC_INT16: *row = row_i16; return 2;
+    case MLCC_INT32: *row = row_i32; return 4;
+    case MLCC_INT64: *row = row_i64; return 8;
+    case MLCC_UINT8: *row = row_u8; return 1;
+    case MLCC_UINT16: *row = row_u16; return 2;
+    case MLCC_UINT32: *row = row_u32; return 4;
+    case MLCC_UINT64: *row = row_u64; return 8;
+    default: return 0;
+    }
+}
+
 void mlcc_int_binary(const mlcc_int_binary_params *p, const void *a, const void *b, void *y) {
-    void (*row)(int, const void *, ptrdiff_t, const void *, ptrdiff_t, void *, ptrdiff_t);
+    int_row_fn row;
     const int inner = p->rank - 1;
     const ptrdiff_t n = (ptrdiff_t)p->shape[inner];
-    ptrdiff_t es;
+    const ptrdiff_t es = int_row_of(p->dtype, &row);
     mlcc_odometer o;
-    switch (p->dtype) {
-    case MLCC_INT8: row = row_i8; es = 1; break;
-    case MLCC_INT16: row = row_i16; es = 2; break;
-    case MLCC_INT32: row = row_i32; es = 4; break;
-    case MLCC_INT64: row = row_i64; es = 8; break;
-    case MLCC_UINT8: row = row_u8; es = 1; break;
-    case MLCC_UINT16: row = row_u16; es = 2; break;
-    case MLCC_UINT32: row = row_u32; es = 4; break;
-    case MLCC_UINT64: row = row_u64; es = 8; break;
-    default: return;
-    }
+    if (!es) return;
     if (!mlcc_odometer_init(&o, p->rank, p->shape, p->a_strides, p->b_strides, NULL)) return;
     do {
         row(p->op, (const uint8_t *)a + o.off[0] * es, (ptrdiff_t)p->a_strides[inner],
             (const uint8_t *)b + o.off[1] * es, (ptrdiff_t)p->b_strides[inner], y, n);
         y = (uint8_t *)y + n * es;
     } while (mlcc_odometer_next(&o));
+}
+
+void mlcc_int_reduce(const mlcc_int_reduce_params *p, const void *x, void *y) {
+    int_row_fn row;
+    const ptrdiff_t es = int_row_of(p->dtype, &row);
+    const ptrdiff_t inner = (ptrdiff_t)p->inner, red = (ptrdiff_t)p->reduce;
+    ptrdiff_t o, r;
+    if (!es || red < 1) return;
+    for (o = 0; o < (ptrdiff_t)p->outer; o++) {
+        const uint8_t *src = (const uint8_t *)x + o * red * inner * es;
+        uint8_t *dst = (uint8_t *)y + o * inner * es;
+        memcpy(dst, src, (size_t)(inner * es));
+        for (r = 1; r < red; r++)          /* in place: each element is read, then written */
+            row(p->op, dst, 1, src + r * inner * es, 1, dst, inner);
+    }
 }

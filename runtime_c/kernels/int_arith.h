@@ -30,4 +30,16 @@ typedef struct mlcc_int_binary_params {
 
 void mlcc_int_binary(const mlcc_int_binary_params *p, const void *a, const void *b, void *y);
 
+/* The integer ReduceSum, ReduceProd, ReduceMax and ReduceMin (op MLCC_INT_ADD, _MUL, _MAX,
+ * _MIN) over the middle axis of an [outer, reduce, inner] view of x (reduce >= 1):
+ * y[o * inner + i] = x[o][0][i] op x[o][1][i] op ..., wrapping as mlcc_int_binary does.
+ * x and y (of type dtype) must not overlap. */
+typedef struct mlcc_int_reduce_params {
+    int64_t outer, reduce, inner;
+    int32_t op;                 /* enum mlcc_int_op */
+    int32_t dtype;
+} mlcc_int_reduce_params;
+
+void mlcc_int_reduce(const mlcc_int_reduce_params *p, const void *x, void *y);
+
 #endif /* MLCC_INT_ARITH_H */

@@ -82,7 +82,9 @@ static inline float mlcc_clampf(float v, float lo, float hi) {
     /* x * sigmoid(a * x): SiLU with a = 1, ONNX Swish */                                  \
     X(SILU, 8, x / (1.0f + expf(-a * x)))                                                  \
     /* x * (1 + erf(x / sqrt 2)) * 0.5, in the order exporters write */                    \
-    X(GELU, 9, x * (1.0f + erff(x * 0.70710678118654752f)) * 0.5f)
+    X(GELU, 9, x * (1.0f + erff(x * 0.70710678118654752f)) * 0.5f)                         \
+    /* the tanh approximation: x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) / 2 */        \
+    X(GELU_TANH, 10, 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x))))
 
 enum mlcc_act_kind {
 #define MLCC_ACT_ENUM(kind, value, expr) MLCC_ACT_##kind = value,
@@ -171,6 +173,11 @@ static inline mlcc_vf mlcc_vf_gelu(mlcc_vf x) {
 static inline mlcc_vf mlcc_vf_sigmoid(mlcc_vf x, float alpha) {
     return 1.0f / (1.0f + mlcc_vf_exp(x * -alpha));
 }
+
+/* GELU (tanh form) per lane, as MLCC_ACT_GELU_TANH: (1 + tanh(u)) / 2 is sigmoid(2 u). */
+static inline mlcc_vf mlcc_vf_gelu_tanh(mlcc_vf x) {
+    return x * mlcc_vf_sigmoid(x + x * x * x * 0.044715f, 2.0f * 0.79788456080286536f);
+}
 #endif
 
 #if MLCC_HAVE_VECTORS
@@ -196,6 +203,7 @@ static inline mlcc_vf mlcc_vf_act(const mlcc_act *act, mlcc_vf x) {
     }
     case MLCC_ACT_SIGMOID: return mlcc_vf_sigmoid(x, 1.0f);
     case MLCC_ACT_SILU: return x * mlcc_vf_sigmoid(x, act->alpha);
+    case MLCC_ACT_GELU_TANH: return mlcc_vf_gelu_tanh(x);
     default: {
         float tmp[MLCC_VECTOR_BYTES / sizeof(float)];
         ptrdiff_t i;
@@ -289,15 +297,22 @@ static inline void mlcc_act_apply(const mlcc_act *act, float *y, ptrdiff_t n) {
         return;
     }
     case MLCC_ACT_GELU:
-        for (i = 0; i + MLCC_VF_LANES <= n; i += MLCC_VF_LANES)
-            mlcc_vf_store(y + i, mlcc_vf_gelu(mlcc_vf_load(y + i)));
+    case MLCC_ACT_GELU_TANH: {
+        const int tanh_form = act->kind == MLCC_ACT_GELU_TANH;
+        for (i = 0; i + MLCC_VF_LANES <= n; i += MLCC_VF_LANES) {
+            const mlcc_vf v = mlcc_vf_load(y + i);
+            mlcc_vf_store(y + i, tanh_form ? mlcc_vf_gelu_tanh(v) : mlcc_vf_gelu(v));
+        }
         if (i < n) {   /* zero-padded tail vector, as above */
             float tmp[MLCC_VECTOR_BYTES / sizeof(float)] = {0};
+            mlcc_vf v;
             memcpy(tmp, y + i, (size_t)(n - i) * sizeof(float));
-            mlcc_vf_store(tmp, mlcc_vf_gelu(mlcc_vf_load(tmp)));
+            v = mlcc_vf_load(tmp);
+            mlcc_vf_store(tmp, tanh_form ? mlcc_vf_gelu_tanh(v) : mlcc_vf_gelu(v));
             memcpy(y + i, tmp, (size_t)(n - i) * sizeof(float));
         }
         return;
+    }
 #endif
     default:
         for (i = 0; i < n; i++) y[i] = mlcc_act_scalar(act, y[i]);
