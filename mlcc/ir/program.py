@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .graph import Graph, Value
+from .graph import Graph, LoopScope, Value
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,8 @@ class KernelCall:
     pool: bool = False                 # takes the context's thread pool as the last argument
     nodes: list[str] = field(default_factory=list)   # ONNX node names it implements
     op: str = ""                       # what the banner comment calls it, e.g. "Conv+Relu"
-    guard: tuple[tuple[str, bool], ...] = ()   # run only if these bool scalars are so (Node)
+    guard: tuple = ()                  # run only if these bool scalars are so, inside these
+                                       # loops (Node.guard: (name, bool) pairs, LoopScopes)
 
 
 @dataclass
@@ -45,6 +46,11 @@ class Program:
 
     def value(self, name: str) -> Value:
         return self.graph.values[name]
+
+    def guard_tensors(self, call: KernelCall) -> list[str]:
+        """The tensors a call's guard reads: If conditions, and what its loops' headers touch."""
+        return [t for e in call.guard
+                for t in (e.tensors() if isinstance(e, LoopScope) else [e[0]])]
 
     def root(self, name: str) -> str:
         """The tensor that owns the storage of `name` (following reshape-like views)."""

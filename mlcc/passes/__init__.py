@@ -21,6 +21,20 @@ from .remove_noops import remove_noops
 
 Pass = Callable[[Graph], Graph]
 
+
+def optimize_bodies(g: Graph) -> Graph:
+    """Runs the passes after infer_and_fold on the body of every Loop prepared to run at run
+    time (passes/control_flow.py prepare_loop gave it static types): the body is a graph of
+    its own, so no fusion crosses the loop's edge. Nested Loops are reached by recursion."""
+    if not any(n.op_type == "Loop" and "_outer" in n.attrs for n in g.nodes):
+        return g
+    g = g.copy()
+    for n in g.nodes:
+        if n.op_type == "Loop" and "_outer" in n.attrs:
+            n.attrs["body"] = run_pipeline(n.attrs["body"], PIPELINE[1:])
+    return g
+
+
 PIPELINE: list[Pass] = [
     infer_and_fold,
     eliminate_dead_code,
@@ -37,7 +51,9 @@ PIPELINE: list[Pass] = [
     fuse_residual_add,
     fuse_activations,
     eliminate_dead_code,
+    optimize_bodies,
 ]
+
 # The int8 rewrite (mlcc.quant) quantizes Conv nodes whole: a QConv has no residual input.
 INT8_PIPELINE: list[Pass] = [p for p in PIPELINE if p is not fuse_residual_add]
 
@@ -54,7 +70,7 @@ def run_pipeline(g: Graph, passes: list[Pass] | None = None,
     return g
 
 
-__all__ = ["PIPELINE", "INT8_PIPELINE", "run_pipeline", "infer_and_fold", "eliminate_dead_code", "remove_noops",
+__all__ = ["PIPELINE", "INT8_PIPELINE", "run_pipeline", "optimize_bodies", "infer_and_fold", "eliminate_dead_code", "remove_noops",
            "fold_scale_mul", "fold_bias_add", "fold_batchnorm", "fuse_silu", "fuse_hardswish",
            "fuse_gelu", "fuse_matmul_bias", "fuse_attention", "fuse_layernorm",
            "fuse_residual_add", "fuse_activations"]
