@@ -1,8 +1,9 @@
-"""Loop at run time (mlcc/passes/control_flow.py prepare_loop, mlcc/ops/control_flow.py): a C
-loop around the compiled body, against onnxruntime on models built here: constant and run-time
-trip counts, conditions computed in the body, scan outputs, outer-scope values, nested loops,
-a run-time If inside a body and a Loop inside a run-time If branch, carried values that swap;
-and the refusals and the run-time limit."""
+"""Loop and Scan at run time (mlcc/passes/control_flow.py prepare_loop / prepare_scan,
+mlcc/ops/control_flow.py): a C loop around the compiled body, against onnxruntime on models
+built here: constant and run-time trip counts, conditions computed in the body, scan outputs,
+outer-scope values, nested loops, a run-time If inside a body and a Loop inside a run-time If
+branch, carried values that swap; the refusals and the run-time limit; Scan's axes and
+directions."""
 import numpy as np
 import onnx
 import pytest
@@ -212,4 +213,53 @@ def test_scan_output_of_a_run_time_condition_is_refused(tmp_path):
     with pytest.raises(UnsupportedError, match=r"node 'halving' \(Loop-16\): it has scan "
                                                r"outputs, and its number of iterations depends "
                                                r"on a condition known only at run time"):
+        mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", target="x86")
+
+
+def scan_model(in_axes, in_dirs, out_axes, out_dirs, opset=17):
+    """Scan over x [5, 7, 3] (axis a0) and u [3, 5]... : the state s [3] accumulates
+    s + sum(x_t * u_t) + w (w an outer-scope graph input); outputs: the running state
+    (axis out_axes[0]) and x_t * u_t (axis out_axes[1]), with the directions given."""
+    xs = [5, 7, 3]
+    n = xs[in_axes[0] % 3]
+    us = [3, n] if in_axes[1] % 2 == 1 else [n, 3]
+    slice_x = [d for i, d in enumerate(xs) if i != in_axes[0] % 3]
+    b = body([helper.make_node("Mul", ["xt", "ut"], ["p"], name="prod"),
+              helper.make_node("ReduceSum", ["p", "axes0"], ["r"], keepdims=0, name="rsum"),
+              helper.make_node("Add", ["s_in", "r"], ["s1"], name="acc"),
+              helper.make_node("Add", ["s1", "w"], ["s_out"], name="bias"),
+              helper.make_node("Identity", ["s_out"], ["s_scan"], name="emit")],
+             {"s_in": (F, [3]), "xt": (F, slice_x), "ut": (F, [3])},
+             {"s_out": (F, [3]), "s_scan": (F, [3]), "p": (F, slice_x)},
+             {"axes0": np.array([0], np.int64)})
+    attrs = dict(num_scan_inputs=2, scan_input_axes=in_axes, scan_input_directions=in_dirs,
+                 scan_output_axes=out_axes, scan_output_directions=out_dirs)
+    scan = helper.make_node("Scan", ["s0", "x", "u"], ["s", "states", "prods"], body=b,
+                            name="scan", **attrs)
+    def stacked(shape, axis):
+        shape = list(shape)
+        shape.insert(axis % (len(shape) + 1), n)
+        return shape
+    feeds = {"s0": rnd(3), "x": rnd(*xs, seed=1), "u": rnd(*us, seed=2), "w": rnd(3, seed=3)}
+    m = model([scan], {"s0": (F, [3]), "x": (F, xs), "u": (F, us), "w": (F, [3])},
+              {"s": (F, [3]), "states": (F, stacked([3], out_axes[0])),
+               "prods": (F, stacked(slice_x, out_axes[1]))}, opset=opset)
+    return m, feeds
+
+
+@pytest.mark.parametrize("in_axes,in_dirs,out_axes,out_dirs", [
+    ([0, 0], [0, 0], [0, 0], [0, 0]),
+    ([1, 1], [1, 0], [1, 2], [0, 1]),
+    ([-2, -1], [0, 1], [-1, -3], [1, 1]),
+])
+def test_scan_axes_and_directions(tmp_path, in_axes, in_dirs, out_axes, out_dirs):
+    m, feeds = scan_model(in_axes, in_dirs, out_axes, out_dirs)
+    check_model(m, feeds, tmp_path)
+
+
+def test_scan_bad_direction_is_refused(tmp_path):
+    m, _ = scan_model([0, 0], [0, 2], [0, 0], [0, 0])
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    with pytest.raises(mlcc.errors.ModelError, match=r"scan_input_directions must be 2 "
+                                                     r"values of 0 \(forward\) or 1"):
         mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", target="x86")

@@ -23,14 +23,15 @@ Pass = Callable[[Graph], Graph]
 
 
 def optimize_bodies(g: Graph) -> Graph:
-    """Runs the passes after infer_and_fold on the body of every Loop prepared to run at run
-    time (passes/control_flow.py prepare_loop gave it static types): the body is a graph of
-    its own, so no fusion crosses the loop's edge. Nested Loops are reached by recursion."""
-    if not any(n.op_type == "Loop" and "_outer" in n.attrs for n in g.nodes):
+    """Runs the passes after infer_and_fold on the body of every Loop and Scan prepared to run
+    at run time (passes/control_flow.py gave it static types and the "_outer" attribute): the
+    body is a graph of its own, so no fusion crosses the loop's edge. Nested ones are reached
+    by recursion."""
+    if not any("_outer" in n.attrs for n in g.nodes):
         return g
     g = g.copy()
     for n in g.nodes:
-        if n.op_type == "Loop" and "_outer" in n.attrs:
+        if "_outer" in n.attrs:
             n.attrs["body"] = run_pipeline(n.attrs["body"], PIPELINE[1:])
     return g
 

@@ -22,7 +22,7 @@ from ..ir import Graph, Node, format_type
 from ..ops import lookup, unsupported_reason
 from ..ops.common import IO_DTYPES, MAX_RANK
 from ..ops.registry import describe
-from .control_flow import fold_loop, inline_if, loop_is_constant, prepare_loop
+from .control_flow import fold_loop, inline_if, loop_is_constant, prepare_loop, prepare_scan
 
 # No tensor may be larger: sizes and offsets stay far from overflowing size_t and int64 in the
 # generated C (a 2^62-element input once gave an arena size of 2^64, which wraps to 0).
@@ -83,9 +83,10 @@ def infer_and_fold(g: Graph) -> Graph:
                 if name:
                     _set_const(g, name, arr)
             continue
-        if _is_loop(node) and "_outer" not in node.attrs:
+        if _has_body(node) and "_outer" not in node.attrs:
             try:    # run at run time: its body compiled on its own
-                node = g.nodes[index - 1] = prepare_loop(g, node, infer_and_fold)
+                prepare = prepare_loop if node.op_type == "Loop" else prepare_scan
+                node = g.nodes[index - 1] = prepare(g, node, infer_and_fold)
                 ins = [g.values.get(i) if i else None for i in node.inputs]
             except UnsupportedError as exc:
                 problems.append(f"{describe(node)}: {exc.message}")
@@ -140,8 +141,9 @@ def infer_and_fold(g: Graph) -> Graph:
     return g
 
 
-def _is_loop(node: Node) -> bool:
-    return node.op_type == "Loop" and node.domain in ("", "ai.onnx")
+def _has_body(node: Node) -> bool:
+    """A Loop or Scan: prepared to run at run time (passes/control_flow.py)."""
+    return node.op_type in ("Loop", "Scan") and node.domain in ("", "ai.onnx")
 
 
 def _same_type(a, b, cond) -> bool:
@@ -174,10 +176,10 @@ def _fold(g: Graph, node: Node) -> list[np.ndarray] | None:
     if node.op_type in NONDETERMINISTIC or node.domain not in ("", "ai.onnx"):
         return None
     if node.subgraphs():
-        if not _is_loop(node):
+        if not _has_body(node):
             raise UnsupportedError(f"{node.op_type} (an operator with subgraphs) is not "
-                                   f"supported; mlcc compiles If and Loop")
-        if "_outer" not in node.attrs and loop_is_constant(g, node):
+                                   f"supported; mlcc compiles If, Loop and Scan")
+        if node.op_type == "Loop" and "_outer" not in node.attrs and loop_is_constant(g, node):
             return fold_loop(g, node)
         return None
     arrays = [g.const(i) if i else None for i in node.inputs]
