@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import UnsupportedError
-from ..ir import Graph, Lowering, Program
+from ..ir import Graph, LoopScope, Lowering, Program
 from ..ops import lookup
 from ..ops.common import emit_plain_copy
 from ..ops.registry import describe
@@ -25,14 +25,44 @@ def lower_graph(g: Graph, options: dict | None = None) -> tuple[Program, dict[st
             raise UnsupportedError(f"{describe(node)}: {exc.message}") from None
     lo.begin(None)
     slots: dict[str, int] = {}
+    early = _written_before_inputs_are_read(prog)
+    copies: list[tuple[str, str]] = []
     for j, name in enumerate(g.outputs):
         root = prog.root(name)
         v = g.values[root]
-        if name == root and not v.is_const and name not in g.inputs and name not in slots:
+        if name == root and not v.is_const and name not in g.inputs and name not in slots \
+                and name not in early:
             slots[name] = j
             continue
-        # A constant, a graph input, a view or a repeated output: copy into the caller's buffer.
+        # A constant, a graph input, a view, a repeated output, or one written before the
+        # last read of an input (which the caller's output buffer may be: an input state
+        # updated in place): computed in the arena, copied into the caller's buffer last.
         slot = lo.temp(f"{name}.output{j}", v.dtype, v.shape)
-        emit_plain_copy(lo, name, slot, op="output copy")
+        copies.append((name, slot))
         slots[slot] = j
+    # the copies that read inputs go first: the others may write an input's memory
+    copies.sort(key=lambda c: prog.root(c[0]) not in g.inputs)
+    for name, slot in copies:
+        emit_plain_copy(lo, name, slot, op="output copy")
     return prog, slots
+
+
+def _written_before_inputs_are_read(prog: Program) -> set[str]:
+    """The tensors written at or before the last call that reads a graph input (run-time If
+    conditions and loop headers count as reads of every call they guard). The C API allows an
+    output to be the very memory of an input (a state updated in place: docs/c-api.md), so
+    such an output is computed in the arena and copied into the caller's buffer at the end."""
+    g = prog.graph
+    inputs = set(g.inputs)
+    loop_end: dict[LoopScope, int] = {}     # a read inside a loop is repeated until its end
+    for t, call in enumerate(prog.calls):
+        for e in call.guard:
+            if isinstance(e, LoopScope):
+                loop_end[e] = t
+    last_read = -1
+    for t, call in enumerate(prog.calls):
+        reads = [a for a in call.args if a and a not in call.writes] + prog.guard_tensors(call)
+        if any(prog.root(a) in inputs for a in reads):
+            last_read = max([last_read, t] + [loop_end[e] for e in call.guard
+                                              if isinstance(e, LoopScope)])
+    return {prog.root(w) for call in prog.calls[:last_read + 1] for w in call.writes if w}
