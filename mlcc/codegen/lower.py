@@ -14,15 +14,9 @@ def lower_graph(g: Graph, options: dict | None = None) -> tuple[Program, dict[st
     g = g.copy()
     prog = Program(g)
     lo = Lowering(prog, options)
+    lo.lower_node = lambda node: _lower_node(node, lo)
     for node in g.nodes:
-        d = lookup(node)
-        if d is None:
-            raise UnsupportedError(f"{describe(node)} has no definition")
-        lo.begin(node)
-        try:
-            d.lower(node, lo)
-        except UnsupportedError as exc:
-            raise UnsupportedError(f"{describe(node)}: {exc.message}") from None
+        _lower_node(node, lo)
     lo.begin(None)
     slots: dict[str, int] = {}
     early = _written_before_inputs_are_read(prog)
@@ -45,6 +39,18 @@ def lower_graph(g: Graph, options: dict | None = None) -> tuple[Program, dict[st
     for name, slot in copies:
         emit_plain_copy(lo, name, slot, op="output copy")
     return prog, slots
+
+
+def _lower_node(node, lo: Lowering) -> None:
+    """One node's calls, through its OpDef (a Loop's lowers its body's nodes here too)."""
+    d = lookup(node)
+    if d is None:
+        raise UnsupportedError(f"{describe(node)} has no definition")
+    lo.begin(node)
+    try:
+        d.lower(node, lo)
+    except UnsupportedError as exc:
+        raise UnsupportedError(f"{describe(node)}: {exc.message}") from None
 
 
 def _written_before_inputs_are_read(prog: Program) -> set[str]:

@@ -8,7 +8,7 @@ model's (transposed weights, lookup tables) add new constants to the program.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -83,6 +83,9 @@ class Lowering:
         self._node = None
         # target choices that change how operators lower (e.g. {"winograd": True})
         self.options = dict(options or {})
+        # lowers one node through its OpDef (set by codegen.lower_graph): for operators that
+        # lower a body of nodes inside their own calls (Loop, Scan)
+        self.lower_node: Callable[[Any], None] | None = None
 
     def begin(self, node) -> None:
         self._node = node

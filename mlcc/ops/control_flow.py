@@ -79,9 +79,7 @@ class Loop(OpDef):
         return types
 
     def flops(self, node, g):
-        body = node.attrs["body"]
-        per = sum(d.flops(n, body) for n in body.nodes if (d := lookup(n)) is not None)
-        return per * (loop_count(node, body, g) or 1)
+        return body_flops(node.attrs["body"]) * (loop_count(node, node.attrs["body"], g) or 1)
 
     def lower(self, node: Node, lo: Lowering) -> None:
         body: Graph = node.attrs["body"]
@@ -133,9 +131,7 @@ class Scan(OpDef):
         return types
 
     def flops(self, node, g):
-        body = node.attrs["body"]
-        per = sum(d.flops(n, body) for n in body.nodes if (d := lookup(n)) is not None)
-        return per * self._parts(node, g)[2]
+        return body_flops(node.attrs["body"]) * self._parts(node, g)[2]
 
     def lower(self, node: Node, lo: Lowering) -> None:
         body: Graph = node.attrs["body"]
@@ -223,17 +219,11 @@ def emit_loop(node: Node, lo: Lowering, b: Body, trip, limit) -> None:
     for x in body.nodes:
         guard = inside + tuple(e if isinstance(e, LoopScope) else (rename[e[0]], e[1])
                                for e in x.guard)
-        inner = Node(f"{node.name}/{x.name}", x.op_type, [rename[i] if i else i for i in x.inputs],
+        inner = Node(f"{node.name}/{x.name}", x.op_type,
+                     [rename[i] if i else i for i in x.inputs],
                      [rename[o] if o else o for o in x.outputs], dict(x.attrs), x.domain,
                      x.version, list(x.fused), guard)
-        d = lookup(inner)
-        if d is None:
-            raise UnsupportedError(f"{describe(inner)} has no definition")
-        lo.begin(inner)
-        try:
-            d.lower(inner, lo)
-        except UnsupportedError as exc:
-            raise UnsupportedError(f"{describe(inner)}: {exc.message}") from None
+        lo.lower_node(inner)
     lo.begin(Node(node.name, node.op_type, [], [], guard=inside))
     for src, stacked, axis, reverse in b.stores:
         if stacked:
@@ -261,6 +251,11 @@ def emit_loop(node: Node, lo: Lowering, b: Body, trip, limit) -> None:
         direct.append((src, dst))
     for src, dst in direct:
         emit_plain_copy(lo, src, dst, op=f"{node.op_type} next value")
+
+
+def body_flops(body: Graph) -> int:
+    """The floating-point operations of one iteration."""
+    return sum(d.flops(n, body) for n in body.nodes if (d := lookup(n)) is not None)
 
 
 def _true(a) -> bool:
