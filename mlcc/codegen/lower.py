@@ -53,22 +53,40 @@ def _lower_node(node, lo: Lowering) -> None:
         raise UnsupportedError(f"{describe(node)}: {exc.message}") from None
 
 
+# Kernels that read element i of their inputs before writing element i of their output, and
+# nothing else at i: an input that is exactly the output's memory is read before it is written
+# (mlcc_f32_unary copies with memmove, and only when y != x).
+IN_PLACE_SAFE = {"mlcc_f32_unary", "mlcc_f32_binary"}
+
+
 def _written_before_inputs_are_read(prog: Program) -> set[str]:
-    """The tensors written at or before the last call that reads a graph input (run-time If
-    conditions and loop headers count as reads of every call they guard). The C API allows an
-    output to be the very memory of an input (a state updated in place: docs/c-api.md), so
-    such an output is computed in the arena and copied into the caller's buffer at the end."""
+    """The tensors that would be written into the memory of an input of the same size while
+    the input is still to be read: at a call before its last read (a read inside a loop counts
+    until the loop's end), or at that call unless the kernel is IN_PLACE_SAFE. The C API
+    allows an output to be the very memory of an input (a state updated in place:
+    docs/c-api.md), so such an output is computed in the arena and copied into the caller's
+    buffer at the end. Run-time If conditions and loop headers count as reads of every call
+    they guard."""
     g = prog.graph
-    inputs = set(g.inputs)
-    loop_end: dict[LoopScope, int] = {}     # a read inside a loop is repeated until its end
+    loop_end: dict[LoopScope, int] = {}
     for t, call in enumerate(prog.calls):
         for e in call.guard:
             if isinstance(e, LoopScope):
                 loop_end[e] = t
-    last_read = -1
+    last_read: dict[str, int] = {}
     for t, call in enumerate(prog.calls):
         reads = [a for a in call.args if a and a not in call.writes] + prog.guard_tensors(call)
-        if any(prog.root(a) in inputs for a in reads):
-            last_read = max([last_read, t] + [loop_end[e] for e in call.guard
-                                              if isinstance(e, LoopScope)])
-    return {prog.root(w) for call in prog.calls[:last_read + 1] for w in call.writes if w}
+        end = max([t] + [loop_end[e] for e in call.guard if isinstance(e, LoopScope)])
+        for a in reads:
+            if prog.root(a) in g.inputs:
+                last_read[prog.root(a)] = end
+    size = {i: g.values[i].nbytes for i in last_read}
+    early = set()
+    for t, call in enumerate(prog.calls):
+        for w in call.writes:
+            root = prog.root(w) if w else ""
+            if root and any(g.values[root].nbytes == size[i] and
+                            (t < r or (t == r and call.kernel not in IN_PLACE_SAFE))
+                            for i, r in last_read.items()):
+                early.add(root)
+    return early
