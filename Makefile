@@ -23,7 +23,7 @@ TARGET_PACKAGES := $(ARM_PACKAGES) $(WASM_PACKAGES) $(CORTEXM_PACKAGES)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
 .PHONY: setup demo test test-fast test-targets target-tools bench bench-ocr bench-wasm icount-arm \
-	web-digits conformance fuzz fuzz-runtime sanitize-models sanitize-kernels safety-tools clean
+	web-digits streaming conformance fuzz fuzz-runtime sanitize-models sanitize-kernels safety-tools clean
 
 setup: $(STAMP)
 
@@ -71,6 +71,11 @@ target-tools:
 web-digits: $(STAMP)
 	$(BIN)/python examples/web-digits/build.py build/web-digits
 	@echo "serve it: $(BIN)/python -m http.server -d build/web-digits -b 127.0.0.1 8000"
+
+# The streaming example (examples/streaming): a VAD (LSTM inside an If) and a GRU keyword
+# spotter run chunk by chunk from Python and C, the state carried, against onnxruntime.
+streaming: $(STAMP)
+	$(BIN)/python examples/streaming/stream.py --out build/streaming --time
 
 # Everything but the large real models.
 test-fast: $(STAMP)

@@ -29,6 +29,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "tools"))    # fetch_models
 
 import fetch_models as fm  # noqa: E402
+import recurrent_models as rm  # noqa: E402
 
 
 # name -> function(tmp folder) -> (path, shapes)
@@ -45,7 +46,15 @@ MODELS = {
     "minilm_32": lambda tmp: (fm.minilm(32), None),
     "digits_cnn": lambda tmp: (fm.project_model("digits_cnn"), {"input": (1, 1, 8, 8)}),
     "digits_mlp": lambda tmp: (fm.project_model("digits_mlp"), {"input": (1, 1, 8, 8)}),
+    # issue 18: recurrent models, and one call of a streaming VAD (its sample rate bound)
+    "bilstm_2x256": lambda tmp: (rm.stacked("LSTM", tmp / "bilstm.onnx"), None),
+    "bigru_2x256": lambda tmp: (rm.stacked("GRU", tmp / "bigru.onnx"), None),
+    "vad_stream": lambda tmp: (rm.vad(tmp / "vad.onnx"), None),
 }
+
+
+# inputs fixed at compile time (--bind), fed to onnxruntime as inputs
+BIND = {"vad_stream": {"sr": 16000}}
 
 
 def available(name: str, tmp: Path) -> tuple[Path, dict | None] | None:
@@ -127,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
             path, shapes = model
             print(f"{name}: benchmarking {path} ...", file=sys.stderr, flush=True)
             folder = Path(tmp) / name
-            res = mlcc.bench(path, target=args.target, shapes=shapes, threads=args.threads,
+            res = mlcc.bench(path, target=args.target, shapes=shapes, bind=BIND.get(name),
+                             threads=args.threads,
                              runs=args.runs, output_dir=folder, isolation=args.isolation,
                              rounds=args.rounds)
             print(f"{name}: mlcc {res.mlcc.median_s * 1e3:.3f} ms, onnxruntime "

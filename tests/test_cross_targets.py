@@ -395,3 +395,15 @@ def test_contrib_transformer_layer(tmp_path, target):
     model = ms_model(nodes, feeds, {"ln": (F, [b, s, h]), "out": (F, [b, s, s])},
                      initializers=inits)
     check_model(model, feeds, tmp_path, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_loop(tmp_path, target):
+    """A Loop run at run time: constant trip count with a scan output (mlcc_slice_store), and
+    a run-time trip count with a condition computed in the body."""
+    from test_ops_loop import accumulate, halving, rnd, scan_model
+    check_model(accumulate(4), {"x": rnd(3, 5), "y0": rnd(3, 5, seed=1)}, tmp_path,
+                target=target)
+    check_model(halving(True), {"y0": rnd(7) * 30, "c0": np.array(True),
+                                "M": np.array(9, np.int64)}, tmp_path, target=target)
+    check_model(*scan_model([1, 1], [1, 0], [1, 2], [0, 1]), tmp_path, target=target)

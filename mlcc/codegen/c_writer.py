@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import resources
 from ..version import __version__
-from ..ir import Enum, KernelCall, Program
+from ..ir import Enum, KernelCall, LoopScope, Program
 from ..ops.common import IO_DTYPES
 from .memory import MemoryPlan
 from .c_format import INDENT, WIDTH, call, comment, define, initializer, pack
@@ -294,19 +294,22 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
         else:
             c += pack(checks, "    if (", "        ", ") {", sep=" ||")
             c += ["        return MLCC_ERR_NULL_ARGUMENT;", "    }"]
-    guard: tuple = ()
+    open_blocks: list = []          # the if-blocks (run-time If) and loops around the calls
     ind = INDENT
     for t, call_ in enumerate(prog.calls):
-        if call_.guard != guard:     # the calls of an If's branch taken at run time
-            if guard:
-                c.append("    }")
-            ind = INDENT
-            if call_.guard:
-                conds = [f"{'' if want else '!'}*(const uint8_t *){pointer(v)}"
-                         for v, want in call_.guard]
-                c += pack(conds, "    if (", "        ", ") {", sep=" &&")
-                ind = 2 * INDENT
-            guard = call_.guard
+        blocks = _blocks(call_.guard)
+        if blocks != open_blocks:
+            keep = 0
+            while (keep < min(len(blocks), len(open_blocks))
+                   and blocks[keep] == open_blocks[keep]):
+                keep += 1
+            for depth in range(len(open_blocks) - 1, keep - 1, -1):
+                c.append(INDENT * (depth + 1) + "}")
+            for depth in range(keep, len(blocks)):
+                c += _open_block(blocks[depth], INDENT * (depth + 1), pointer,
+                                 sum(isinstance(b, LoopScope) for b in blocks[:depth]))
+            open_blocks = blocks
+            ind = INDENT * (len(blocks) + 1)
         reads = [a for a in call_.args if a and a not in call_.writes and
                  not g.values[prog.root(a)].is_const]
         ins_txt = ", ".join(f"{a}{_dims(g.values[a].shape)}" for a in reads) or "constants"
@@ -324,8 +327,8 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
             c.append(f"{ind}if (status != MLCC_OK) return status;")
         else:
             c += call(call_.kernel, args, indent=ind)
-    if guard:
-        c.append("    }")
+    for depth in range(len(open_blocks) - 1, -1, -1):
+        c.append(INDENT * (depth + 1) + "}")
     c += ["    return MLCC_OK;", "}", ""]
 
     c += call(f"int {prefix}_run_v", run_v_args, " {")
@@ -336,6 +339,49 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
     c += call(f"return {prefix}_run", call_args, indent=INDENT)
     c += ["}", ""]
     return ModelSource("\n".join(h), "\n".join(c), runtime_files, banner)
+
+
+def _blocks(guard: tuple) -> list:
+    """A call's guard as the C blocks around it, outermost first: a LoopScope is a loop, and
+    each run of (condition, truth) pairs between loops one `if`."""
+    blocks: list = []
+    for e in guard:
+        if isinstance(e, LoopScope):
+            blocks.append(e)
+        elif blocks and isinstance(blocks[-1], tuple):
+            blocks[-1] += (e,)
+        else:
+            blocks.append((e,))
+    return blocks
+
+
+def _open_block(block, ind: str, pointer, depth: int) -> list[str]:
+    """The opening lines of an `if` on conditions, or of a run-time loop's `for` (its counter
+    i<depth>, the number of loops around it), at indentation `ind`."""
+    if not isinstance(block, LoopScope):
+        conds = [f"{'' if want else '!'}*(const uint8_t *){pointer(v)}" for v, want in block]
+        return pack(conds, f"{ind}if (", f"{ind}    ", ") {", sep=" &&")
+    i, inner = f"i{depth}", ind + INDENT
+    if block.trip is None:
+        bound, what = "", "until its condition is false"
+    elif isinstance(block.trip, str):
+        bound = f"{i} < *(const int64_t *){pointer(block.trip)}"
+        what = f"{block.trip} times"
+    else:
+        bound, what = f"{i} < {block.trip}", f"{block.trip} times"
+    if block.cond and block.trip is not None:
+        what += " at most, while its condition holds"
+    if block.limit is not None:
+        what += f"; more than {block.limit} iterations fail"
+    lines = comment(_c_comment(f"{block.name}: {what}"), ind)
+    lines.append(f"{ind}for (int64_t {i} = 0; {bound}; {i}++) {{")
+    if block.cond:
+        lines.append(f"{inner}if (!*(const uint8_t *){pointer(block.cond)}) break;")
+    if block.limit is not None:
+        lines.append(f"{inner}if ({i} >= {block.limit}) return MLCC_ERR_LOOP_LIMIT;")
+    if block.iteration:
+        lines.append(f"{inner}*(int64_t *){pointer(block.iteration)} = {i};")
+    return lines
 
 
 def _offset_defines(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int],

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import MlccError, UnsupportedError
-from ..ir import Program
+from ..ir import LoopScope, Program
 
 ALIGN = 64
 
@@ -53,7 +53,7 @@ def plan_memory(prog: Program, output_slots: dict[str, int]) -> MemoryPlan:
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     for t, call in enumerate(prog.calls):
-        for name in list(call.args) + [cond for cond, _ in call.guard]:
+        for name in list(call.args) + prog.guard_tensors(call):
             if not name:
                 continue
             root = prog.root(name)
@@ -61,6 +61,7 @@ def plan_memory(prog: Program, output_slots: dict[str, int]) -> MemoryPlan:
                 continue
             first.setdefault(root, t)
             last[root] = t
+    _extend_over_loops(prog, first, last)
     items = [(name, _align(g.values[name].nbytes), first[name], last[name]) for name in first]
     items += [(f"#scratch{t}", _align(c.scratch_bytes), t, t)
               for t, c in enumerate(prog.calls) if c.scratch_bytes]
@@ -85,6 +86,28 @@ def plan_memory(prog: Program, output_slots: dict[str, int]) -> MemoryPlan:
     live = [sum(s for _, s, f, l in placed if f <= t <= l) for t in range(len(prog.calls))]
     total = sum(size for _, size, _, _ in items)
     return MemoryPlan(storage, scratch, arena, total, live)
+
+
+def _extend_over_loops(prog: Program, first: dict[str, int], last: dict[str, int]) -> None:
+    """A tensor alive across the start or end of a run-time loop (read inside and written
+    before it, or written inside and read after) is alive through the whole loop, every
+    iteration: nothing the loop's calls write may share its bytes. Tensors alive only
+    within one iteration keep their lifetime and are reused by the next iteration."""
+    regions: dict[LoopScope, list[int]] = {}
+    for t, call in enumerate(prog.calls):
+        for e in call.guard:
+            if isinstance(e, LoopScope):
+                regions.setdefault(e, [t, t])[1] = t
+    spans = sorted(regions.values(), key=lambda r: (r[1] - r[0], r[0]))   # inner loops first
+    changed = True
+    while changed:
+        changed = False
+        for lo, hi in spans:
+            for name in first:
+                f, l_ = first[name], last[name]
+                if f <= hi and l_ >= lo and (f < lo or l_ > hi) and (f > lo or l_ < hi):
+                    first[name], last[name] = min(f, lo), max(l_, hi)
+                    changed = True
 
 
 class ArenaTooLarge(MlccError):

@@ -42,6 +42,25 @@ class Value:
         return storage_bytes(self.dtype, self.numel)
 
 
+@dataclass(frozen=True)
+class LoopScope:
+    """A C loop around the calls whose guard holds it: the body of a Loop or Scan run at run
+    time (passes/control_flow.py prepares it, ops/control_flow.py lowers it). The tensors it
+    names are written or read by the loop's own header, not by a kernel call."""
+    name: str                 # the Loop/Scan node's name (the C comment)
+    iteration: str = ""       # int64 scalar set to the iteration number (0, 1, ...), or ""
+    trip: int | str | None = None   # the iteration count: a constant, an int64 tensor (M read
+                                    # at run time), or None (until the condition is false)
+    cond: str = ""            # bool scalar: the loop goes on while it is true, or ""
+    limit: int | None = None  # more iterations than this return MLCC_ERR_LOOP_LIMIT (None:
+                              # the trip count is a constant, nothing to check)
+
+    def tensors(self) -> list[str]:
+        """The tensors the loop's header reads or writes on every iteration."""
+        return [t for t in (self.iteration, self.cond,
+                            self.trip if isinstance(self.trip, str) else "") if t]
+
+
 @dataclass
 class Node:
     name: str
@@ -55,8 +74,10 @@ class Node:
     # Run only when these (bool scalar value, wanted truth) all hold: the nodes of an If's
     # branches when its condition is known only at run time (passes/control_flow.py). The
     # branch outputs are then selected by Where, so a pass that drops the guard (a fusion
-    # making a new node) costs time, never correctness.
-    guard: tuple[tuple[str, bool], ...] = ()
+    # making a new node) costs time, never correctness. A LoopScope among them puts the
+    # entries after it inside that C loop (only lowering makes such guards: a Loop's body
+    # stays a subgraph through the passes, which never see them).
+    guard: tuple[tuple[str, bool] | LoopScope, ...] = ()
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)

@@ -8,11 +8,11 @@ model's (transposed weights, lookup tables) add new constants to the program.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from .graph import Graph, Value
+from .graph import Graph, LoopScope, Value
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,8 @@ class KernelCall:
     pool: bool = False                 # takes the context's thread pool as the last argument
     nodes: list[str] = field(default_factory=list)   # ONNX node names it implements
     op: str = ""                       # what the banner comment calls it, e.g. "Conv+Relu"
-    guard: tuple[tuple[str, bool], ...] = ()   # run only if these bool scalars are so (Node)
+    guard: tuple = ()                  # run only if these bool scalars are so, inside these
+                                       # loops (Node.guard: (name, bool) pairs, LoopScopes)
 
 
 @dataclass
@@ -45,6 +46,11 @@ class Program:
 
     def value(self, name: str) -> Value:
         return self.graph.values[name]
+
+    def guard_tensors(self, call: KernelCall) -> list[str]:
+        """The tensors a call's guard reads: If conditions, and what its loops' headers touch."""
+        return [t for e in call.guard
+                for t in (e.tensors() if isinstance(e, LoopScope) else [e[0]])]
 
     def root(self, name: str) -> str:
         """The tensor that owns the storage of `name` (following reshape-like views)."""
@@ -77,6 +83,9 @@ class Lowering:
         self._node = None
         # target choices that change how operators lower (e.g. {"winograd": True})
         self.options = dict(options or {})
+        # lowers one node through its OpDef (set by codegen.lower_graph): for operators that
+        # lower a body of nodes inside their own calls (Loop, Scan)
+        self.lower_node: Callable[[Any], None] | None = None
 
     def begin(self, node) -> None:
         self._node = node

@@ -23,6 +23,21 @@ from .remove_noops import remove_noops
 
 Pass = Callable[[Graph], Graph]
 
+
+def optimize_bodies(g: Graph) -> Graph:
+    """Runs the passes after infer_and_fold on the body of every Loop and Scan prepared to run
+    at run time (passes/control_flow.py gave it static types and the "_outer" attribute): the
+    body is a graph of its own, so no fusion crosses the loop's edge. Nested ones are reached
+    by recursion."""
+    if not any("_outer" in n.attrs for n in g.nodes):
+        return g
+    g = g.copy()
+    for n in g.nodes:
+        if "_outer" in n.attrs:
+            n.attrs["body"] = run_pipeline(n.attrs["body"], PIPELINE[1:])
+    return g
+
+
 PIPELINE: list[Pass] = [
     infer_and_fold,
     eliminate_dead_code,
@@ -41,7 +56,9 @@ PIPELINE: list[Pass] = [
     fuse_residual_add,
     fuse_activations,
     eliminate_dead_code,
+    optimize_bodies,
 ]
+
 # The int8 rewrite (mlcc.quant) quantizes Conv nodes whole: a QConv has no residual input.
 INT8_PIPELINE: list[Pass] = [p for p in PIPELINE if p is not fuse_residual_add]
 
@@ -58,7 +75,7 @@ def run_pipeline(g: Graph, passes: list[Pass] | None = None,
     return g
 
 
-__all__ = ["PIPELINE", "INT8_PIPELINE", "run_pipeline", "infer_and_fold", "eliminate_dead_code", "remove_noops",
+__all__ = ["PIPELINE", "INT8_PIPELINE", "run_pipeline", "optimize_bodies", "infer_and_fold", "eliminate_dead_code", "remove_noops",
            "expand_contrib",
            "fold_scale_mul", "fold_bias_add", "fold_batchnorm", "fuse_silu", "fuse_hardswish",
            "fuse_gelu", "fuse_matmul_bias", "fuse_attention", "fuse_layernorm",

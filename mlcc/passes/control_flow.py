@@ -1,15 +1,19 @@
-"""Control flow: Loop evaluated at compile time, If inlined (used by infer_and_fold's walk).
+"""Control flow: Loop evaluated at compile time or prepared to run, If inlined (used by
+infer_and_fold's walk).
 
 A Loop whose inputs, and the outer values its body reads, are constant is evaluated by
-onnx.reference; any other Loop is refused, naming the graph input it would need bound (--bind)
-to become constant. An If whose condition is constant (after binding and folding) is replaced
-by the nodes of the branch it takes, so that the branch compiles like the rest of the graph;
-an If on a run-time condition by both branches, guarded, and a Where per output (inline_if).
+onnx.reference (fold_loop); any other Loop is prepared to run at run time (prepare_loop: its
+body compiled on its own, lowered by ops/control_flow.py into a C loop). An If whose condition
+is constant (after binding and folding) is replaced by the nodes of the branch it takes, so that
+the branch compiles like the rest of the graph; an If on a run-time condition by both branches,
+guarded, and a Where per output (inline_if).
 
 Subgraphs (If's then_branch/else_branch, Loop's body) are IR graphs (frontend._subgraph):
 their values are the names they define; any other name they read is from an enclosing scope.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 import onnx
@@ -17,11 +21,12 @@ from onnx import helper, numpy_helper
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Node, Value
+from ..ops.control_flow import carried_count, loop_count
 from ..ops.registry import describe
 
 MAX_LOOP_ITERATIONS = 100_000    # a Loop folded at compile time: bounded compile time
 MAX_CONST_BYTES = 1 << 30        # a folded constant larger than this is surely a broken model
-WHY = "(mlcc runs control flow only at compile time, by folding it)"
+WHY = "(it decides the shape of a result)"
 
 
 def require_constant(g: Graph, op: str, role: str, name: str, index: int | None) -> None:
@@ -132,6 +137,46 @@ def _inline_branch(g: Graph, node: Node, key: str, outs: list[str], guard: tuple
     return nodes
 
 
+def _compile_body(g: Graph, node: Node, body: Graph, inputs: list[str],
+                  types: dict[str, Value], infer: Callable[[Graph], Graph]
+                  ) -> tuple[Graph, list[str]]:
+    """A Loop's or Scan's body as a graph of its own, given static types by `infer`: `types`
+    types (or makes constant) its own inputs, whose run-time ones are `inputs`; the values it
+    reads from enclosing scopes become inputs too (after `inputs`), or constants where they
+    are constants of g. Returns it and those outer names (the node's extra inputs)."""
+    undefined = [x for x in body.outer_names() if x not in g.values]
+    if undefined:
+        raise ModelError(f"{describe(node)}: its body reads {undefined[0]!r}, which neither "
+                         f"the body nor an enclosing graph defines")
+    sub = body.copy()
+    sub.opset = g.opset
+    sub.values.update(types)
+    outer = []
+    for name in body.outer_names():
+        v = g.values[name]
+        sub.values[name] = Value(name, v.dtype, v.shape, v.const)
+        if v.const is None:
+            outer.append(name)
+    sub.inputs = list(inputs) + outer
+    try:
+        return infer(sub), outer
+    except UnsupportedError as exc:
+        raise UnsupportedError(f"its body: {exc.message}") from None
+    except ModelError as exc:
+        raise ModelError(f"{describe(node)}: its body: {exc.message}") from None
+
+
+def _check_carried(g: Graph, sub: Graph, names: list[str], initial: list[str],
+                   nexts: list[str]) -> None:
+    for k, (name, init, nxt) in enumerate(zip(names, initial, nexts)):
+        a, b = g.values[init], sub.values[nxt]
+        if (a.dtype, tuple(a.shape)) != (b.dtype, tuple(b.shape)):
+            raise UnsupportedError(
+                f"loop-carried value {k} ({name!r}) is {a.dtype} {list(a.shape)} before the "
+                f"loop and {b.dtype} {list(b.shape)} after an iteration; mlcc needs it to "
+                f"keep its type and static shape")
+
+
 def _unique(taken: set[str], name: str) -> str:
     while name in taken:
         name += "_"
@@ -164,21 +209,150 @@ def _rename_free(v, rename: dict[str, str]):
 
 # ------------------------------------------------------------------------------------ Loop
 
-def fold_loop(g: Graph, node: Node) -> list[np.ndarray]:
-    """A Loop whose inputs, and the outer values its body reads, are constant is evaluated
-    by onnx.reference at compile time; any other Loop is refused, naming the graph input it
-    would need bound to a constant."""
+_ROLES = ["trip count", "condition", "initial value"]
+
+
+def loop_is_constant(g: Graph, node: Node) -> bool:
+    """Whether a Loop (not yet prepared) can fold: its inputs and the outer values its body
+    reads are all constant."""
     body = node.attrs.get("body")
     if not isinstance(body, Graph):
         raise ModelError(f"{describe(node)}: Loop needs a 'body' graph attribute")
+    return all(g.const(n) is not None for n in node.inputs if n) and all(
+        g.const(n) is not None for n in body.outer_names() if n in g.values)
+
+
+def fold_loop(g: Graph, node: Node) -> list[np.ndarray]:
+    """A Loop whose inputs, and the outer values its body reads, are constant, evaluated by
+    onnx.reference at compile time."""
+    body = node.attrs["body"]
     outer = [n for n in body.outer_names() if n in g.values]
-    roles = ["trip count", "condition"]
-    for i, name in enumerate(node.inputs):
-        if name:
-            require_constant(g, "Loop", roles[i] if i < 2 else f"initial value {i - 2}", name, i)
-    for name in outer:
-        require_constant(g, "Loop", "body's outer-scope value", name, None)
     return _run_loop(g, node, body, {n: g.const(n) for n in outer})
+
+
+def prepare_loop(g: Graph, node: Node, infer: Callable[[Graph], Graph]) -> Node:
+    """The Loop in the form ops/control_flow.py lowers to a C loop: its body given static
+    types by `infer` (infer_and_fold, the caller; the other passes optimize it later:
+    passes.optimize_bodies), the values it reads from enclosing scopes made explicit inputs
+    (constants stay constants of the body), its condition input the constant true."""
+    body = node.attrs.get("body")
+    if not isinstance(body, Graph):
+        raise ModelError(f"{describe(node)}: Loop needs a 'body' graph attribute")
+    inputs = list(node.inputs) + [""] * (2 - len(node.inputs))
+    initial = inputs[2:]
+    n = len(initial)
+    n_scan = len(body.outputs) - 1 - n
+    if n_scan < 0 or len(body.inputs) != 2 + n:
+        raise ModelError(f"{describe(node)}: the body's inputs and outputs do not match the "
+                         f"Loop's ({len(body.inputs)} inputs, {len(body.outputs)} outputs for "
+                         f"{n} loop-carried values)")
+    for role, name in (("trip count", inputs[0]), ("condition", inputs[1])):
+        v = g.values.get(name) if name else None
+        if v is not None and (v.numel != 1 or v.dtype != ("int64" if role == "trip count"
+                                                          else "bool")):
+            raise ModelError(f"{describe(node)}: its {role} {name!r} is {v.dtype} "
+                             f"{list(v.shape)}, not one "
+                             f"{'int64' if role == 'trip count' else 'bool'}")
+    iteration, cond, carried = body.inputs[0], body.inputs[1], body.inputs[2:]
+    for name, init in zip(carried, initial):
+        if not init:
+            raise ModelError(f"{describe(node)}: loop-carried value {name!r} has no initial "
+                             f"value")
+    types = {iteration: Value(iteration, "int64", ()),
+             cond: Value(cond, "bool", (), np.array(True))}
+    types.update({name: Value(name, g.values[init].dtype, g.values[init].shape)
+                  for name, init in zip(carried, initial)})
+    try:
+        sub, outer = _compile_body(g, node, body, [iteration] + list(carried), types, infer)
+    except UnsupportedError as exc:
+        # it may still fold once its run-time inputs are bound: say which one first
+        for i, name in enumerate(node.inputs):
+            if name:
+                try:
+                    require_constant(g, "Loop", _ROLES[min(i, 2)], name, i)
+                except UnsupportedError as bind:
+                    raise UnsupportedError(f"its body cannot run at run time, so the Loop "
+                                           f"must fold: {bind.message}; {exc.message}"
+                                           ) from None
+        raise
+    _check_carried(g, sub, carried, initial, sub.outputs[1:1 + n])
+    again = sub.values[sub.outputs[0]]
+    if again.dtype != "bool" or again.numel != 1:
+        raise ModelError(f"{describe(node)}: its body's condition output is {again.dtype} "
+                         f"{list(again.shape)}, not one bool")
+    attrs = {"body": sub, "_outer": len(outer)}
+    prepared = Node(node.name, node.op_type, inputs[:2] + initial + outer, list(node.outputs),
+                    attrs, node.domain, node.version, list(node.fused), node.guard)
+    if n_scan and loop_count(prepared, sub, g) is None:
+        if inputs[0] and g.const(inputs[0]) is None:
+            require_constant(g, "Loop", "trip count", inputs[0], 0)
+        raise UnsupportedError(
+            "it has scan outputs, and its number of iterations depends on a condition known "
+            "only at run time, so the scan outputs' shape is not static; mlcc compiles such a "
+            "Loop only without scan outputs (or bind the condition's inputs with --bind)")
+    assert carried_count(prepared) == n
+    return prepared
+
+
+def prepare_scan(g: Graph, node: Node, infer: Callable[[Graph], Graph]) -> Node:
+    """A Scan (opset 9 and later) in the form ops/control_flow.py lowers to a C loop, as
+    prepare_loop does for a Loop; its axes made non-negative, its directions explicit."""
+    body = node.attrs.get("body")
+    if not isinstance(body, Graph):
+        raise ModelError(f"{describe(node)}: Scan needs a 'body' graph attribute")
+    if node.version < 9:
+        raise UnsupportedError("Scan-8 (a batch axis and sequence_lens) is not supported; "
+                               "mlcc compiles Scan of opset 9 and later")
+    m = int(node.attr("num_scan_inputs", 0))
+    n = len(node.inputs) - m
+    k = len(body.outputs) - n
+    if m < 1 or n < 0 or k < 0 or len(body.inputs) != n + m:
+        raise ModelError(f"{describe(node)}: {len(node.inputs)} inputs with num_scan_inputs="
+                         f"{m} do not match its body's {len(body.inputs)} inputs and "
+                         f"{len(body.outputs)} outputs")
+    states, scans = list(node.inputs[:n]), list(node.inputs[n:])
+    if not all(states + scans):
+        raise ModelError(f"{describe(node)}: an input is missing")
+    in_axes = _axes(node, "scan_input_axes", m, [len(g.values[x].shape) for x in scans])
+    counts = {g.values[x].shape[a] for x, a in zip(scans, in_axes)}
+    if len(counts) != 1:
+        raise ModelError(f"{describe(node)}: its scan inputs have different lengths "
+                         f"{sorted(counts)} along their scan axes")
+    types = {name: Value(name, g.values[x].dtype, g.values[x].shape)
+             for name, x in zip(body.inputs[:n], states)}
+    for name, x, a in zip(body.inputs[n:], scans, in_axes):
+        v = g.values[x]
+        types[name] = Value(name, v.dtype, v.shape[:a] + v.shape[a + 1:])
+    sub, outer = _compile_body(g, node, body, list(body.inputs), types, infer)
+    _check_carried(g, sub, body.inputs[:n], states, sub.outputs[:n])
+    out_axes = _axes(node, "scan_output_axes", k,
+                     [len(sub.values[o].shape) + 1 for o in sub.outputs[n:]])
+    attrs = {"body": sub, "_outer": len(outer), "num_scan_inputs": m,
+             "scan_input_axes": in_axes, "scan_output_axes": out_axes,
+             "scan_input_directions": _directions(node, "scan_input_directions", m),
+             "scan_output_directions": _directions(node, "scan_output_directions", k)}
+    return Node(node.name, node.op_type, states + scans + outer, list(node.outputs), attrs,
+                node.domain, node.version, list(node.fused), node.guard)
+
+
+def _axes(node: Node, key: str, count: int, ranks: list[int]) -> list[int]:
+    axes = list(node.attr(key, [0] * count))
+    if len(axes) != count:
+        raise ModelError(f"{describe(node)}: {key} has {len(axes)} values for {count} tensors")
+    for i, (a, r) in enumerate(zip(axes, ranks)):
+        if not -r <= a < r:
+            raise ModelError(f"{describe(node)}: {key}[{i}] = {a} is outside a rank-{r} "
+                             f"tensor")
+        axes[i] = a % r
+    return axes
+
+
+def _directions(node: Node, key: str, count: int) -> list[int]:
+    dirs = list(node.attr(key, [0] * count))
+    if len(dirs) != count or any(d not in (0, 1) for d in dirs):
+        raise ModelError(f"{describe(node)}: {key} must be {count} values of 0 (forward) or "
+                         f"1 (reverse), not {dirs}")
+    return dirs
 
 
 def _run_loop(g: Graph, node: Node, body: Graph, outer: dict[str, np.ndarray]

@@ -22,7 +22,7 @@ from ..ir import Graph, Node, format_type
 from ..ops import lookup, unsupported_reason
 from ..ops.common import IO_DTYPES, MAX_RANK
 from ..ops.registry import describe
-from .control_flow import fold_loop, inline_if
+from .control_flow import fold_loop, inline_if, loop_is_constant, prepare_loop, prepare_scan
 
 # No tensor may be larger: sizes and offsets stay far from overflowing size_t and int64 in the
 # generated C (a 2^62-element input once gave an arena size of 2^64, which wraps to 0).
@@ -44,9 +44,8 @@ def infer_and_fold(g: Graph) -> Graph:
         ins = [g.values.get(i) if i else None for i in node.inputs]
         if any(i and i in unknown for i in node.inputs):
             # Downstream of a problem: no types to infer, but still report what is unsupported.
-            reasons = ([f"{node.op_type} (control flow) runs only at compile time, folded when "
-                        f"its inputs are constant; they depend on a node that cannot be "
-                        f"compiled"] if node.op_type in ("Loop", "If")
+            reasons = ([f"{node.op_type} (control flow) reads a value of a node that cannot "
+                        f"be compiled"] if node.op_type in ("Loop", "If")
                        else unsupported_reason(node))
             if reasons:
                 problems.append(f"{describe(node)}: {'; '.join(reasons)}")
@@ -84,6 +83,15 @@ def infer_and_fold(g: Graph) -> Graph:
                 if name:
                     _set_const(g, name, arr)
             continue
+        if _has_body(node) and "_outer" not in node.attrs:
+            try:    # run at run time: its body compiled on its own
+                prepare = prepare_loop if node.op_type == "Loop" else prepare_scan
+                node = g.nodes[index - 1] = prepare(g, node, infer_and_fold)
+                ins = [g.values.get(i) if i else None for i in node.inputs]
+            except UnsupportedError as exc:
+                problems.append(f"{describe(node)}: {exc.message}")
+                unknown.update(o for o in node.outputs if o)
+                continue
         reasons = unsupported_reason(node)
         if reasons:
             problems.append(f"{describe(node)}: {'; '.join(reasons)}")
@@ -133,6 +141,11 @@ def infer_and_fold(g: Graph) -> Graph:
     return g
 
 
+def _has_body(node: Node) -> bool:
+    """A Loop or Scan: prepared to run at run time (passes/control_flow.py)."""
+    return node.op_type in ("Loop", "Scan") and node.domain in ("", "ai.onnx")
+
+
 def _same_type(a, b, cond) -> bool:
     """Both branch outputs of a run-time If of one static type, which the condition does not
     broadcast to another shape."""
@@ -163,11 +176,12 @@ def _fold(g: Graph, node: Node) -> list[np.ndarray] | None:
     if node.op_type in NONDETERMINISTIC or node.domain not in ("", "ai.onnx"):
         return None
     if node.subgraphs():
-        if node.op_type != "Loop":
-            raise UnsupportedError("control flow (operators with subgraphs) is not supported; "
-                                   "only Loop and If, folded at compile time when their inputs "
-                                   "(an If's condition) are constant")
-        return fold_loop(g, node)
+        if not _has_body(node):
+            raise UnsupportedError(f"{node.op_type} (an operator with subgraphs) is not "
+                                   f"supported; mlcc compiles If, Loop and Scan")
+        if node.op_type == "Loop" and "_outer" not in node.attrs and loop_is_constant(g, node):
+            return fold_loop(g, node)
+        return None
     arrays = [g.const(i) if i else None for i in node.inputs]
     if any(i and a is None for i, a in zip(node.inputs, arrays)):
         return None

@@ -10,9 +10,54 @@ static int64_t panel_floats(int64_t k, int64_t n) {
 
 static int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 
-/* v[i] = act(v[i]) for i < n: the switch outside the loops. */
+#if MLCC_HAVE_VECTORS
+/* tanh per lane, within a few ulp of tanhf: Cephes' tanhf (an odd polynomial below 0.625,
+ * 1 - 2 / (e^2|x| + 1) above it, with mlcc_vf_exp), the sign restored; NaN stays NaN. */
+static inline mlcc_vf vf_tanh(mlcc_vf x) {
+    const mlcc_vf zero = mlcc_vf_splat(0.0f), ax = mlcc_vf_select(x < zero, -x, x);
+    const mlcc_vf z = x * x;
+    mlcc_vf p = z * -5.70498872745e-3f + 2.06390887954e-2f, big;
+    p = p * z + -5.37397155531e-2f;
+    p = p * z + 1.33314422036e-1f;
+    p = p * z + -3.33332819422e-1f;
+    p = p * z * x + x;
+    big = 1.0f - 2.0f / (mlcc_vf_exp(ax + ax) + 1.0f);
+    big = mlcc_vf_select(x < zero, -big, big);
+    return mlcc_vf_select(ax < mlcc_vf_splat(0.625f), p, big);
+}
+
+/* Sigmoid or tanh over v[0..n) in vectors, the last partial vector through a padded copy:
+ * every element by the same function. Returns 0 for other kinds (done by the scalar loops). */
+static int act_apply_vectors(int32_t kind, float *v, int64_t n) {
+    float tail[MLCC_VECTOR_BYTES / sizeof(float)];
+    int64_t i, r;
+    if (kind != MLCC_RNN_ACT_SIGMOID && kind != MLCC_RNN_ACT_TANH) return 0;
+    for (i = 0; i < n; i += MLCC_VF_LANES) {
+        float *at = v + i;
+        mlcc_vf x;
+        r = n - i < MLCC_VF_LANES ? n - i : MLCC_VF_LANES;
+        if (r < MLCC_VF_LANES) {
+            memset(tail, 0, sizeof tail);
+            memcpy(tail, at, (size_t)r * sizeof(float));
+            at = tail;
+        }
+        x = mlcc_vf_load(at);
+        x = kind == MLCC_RNN_ACT_TANH ? vf_tanh(x) : mlcc_vf_sigmoid(x, 1.0f);
+        mlcc_vf_store(at, x);
+        if (at == tail) memcpy(v + i, tail, (size_t)r * sizeof(float));
+    }
+    return 1;
+}
+#endif
+
+/* v[i] = act(v[i]) for i < n: the switch outside the loops. Sigmoid and tanh, most of a
+ * small cell's time, run in vectors where the target has them (within a few ulp of expf and
+ * tanhf, which the portable build calls). */
 static void act_apply(int32_t kind, float a, float b, float *v, int64_t n) {
     int64_t i;
+#if MLCC_HAVE_VECTORS
+    if (act_apply_vectors(kind, v, n)) return;
+#endif
     switch (kind) {
     case MLCC_RNN_ACT_RELU: for (i = 0; i < n; i++) v[i] = v[i] > 0.0f ? v[i] : 0.0f; break;
     case MLCC_RNN_ACT_TANH: for (i = 0; i < n; i++) v[i] = tanhf(v[i]); break;
@@ -64,11 +109,35 @@ static void store_y(const mlcc_recurrent_params *p, float *y, const float *h, in
            (size_t)H * sizeof(float));
 }
 
+/* c[n] = a[k] times B (k x n, panels) plus bias: the recurrent product of a batch of one,
+ * where the panel GEMM would fill one row of its register tile. One panel at a time, the
+ * sums in k order in a panel-wide accumulator (plain loops the compiler vectorizes). */
+static void product_row(int64_t n, int64_t k, const float *a, const float *b_panels,
+                        const float *bias, float *c) {
+    int64_t jp, p, j;
+    for (jp = 0; jp < n; jp += MLCC_GEMM_B_PANEL) {
+        const float *panel = b_panels + jp * k;
+        const int64_t w = n - jp < MLCC_GEMM_B_PANEL ? n - jp : MLCC_GEMM_B_PANEL;
+        float acc[MLCC_GEMM_B_PANEL];
+        for (j = 0; j < MLCC_GEMM_B_PANEL; j++) acc[j] = 0.0f;
+        for (p = 0; p < k; p++) {
+            const float ap = a[p];
+            const float *row = panel + p * MLCC_GEMM_B_PANEL;
+            for (j = 0; j < MLCC_GEMM_B_PANEL; j++) acc[j] += ap * row[j];
+        }
+        for (j = 0; j < w; j++) c[jp + j] = bias ? acc[j] + bias[jp + j] : acc[j];
+    }
+}
+
 /* C[m x n] = A[m x k] (rows of a_stride floats) times B (k x n, panels), plus bias rows. */
 static void product(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_stride,
                     const float *b_panels, const float *bias, float *c,
                     mlcc_threadpool *pool) {
     mlcc_gemm_params g;
+    if (m == 1 && (pool == NULL || n * k < MLCC_MIN_PARALLEL_MACS)) {
+        product_row(n, k, a, b_panels, bias, c);
+        return;
+    }
     memset(&g, 0, sizeof g);
     g.m = m;
     g.n = n;

@@ -1,0 +1,265 @@
+"""Loop and Scan at run time (mlcc/passes/control_flow.py prepare_loop / prepare_scan,
+mlcc/ops/control_flow.py): a C loop around the compiled body, against onnxruntime on models
+built here: constant and run-time trip counts, conditions computed in the body, scan outputs,
+outer-scope values, nested loops, a run-time If inside a body and a Loop inside a run-time If
+branch, carried values that swap; the refusals and the run-time limit; Scan's axes and
+directions."""
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+import mlcc
+from mlcc.errors import RuntimeStatusError, UnsupportedError
+from util import check_model, compile_and_run
+
+F, I64, B = T.FLOAT, T.INT64, T.BOOL
+vi = helper.make_tensor_value_info
+
+
+def model(nodes, inputs, outputs, inits=None, opset=17):
+    """inputs/outputs: name -> (elem type, shape); inits: name -> array."""
+    g = helper.make_graph(nodes, "loop_test", [vi(n, t, s) for n, (t, s) in inputs.items()],
+                          [vi(n, t, s) for n, (t, s) in outputs.items()],
+                          [numpy_helper.from_array(np.asarray(a), n)
+                           for n, a in (inits or {}).items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 9
+    onnx.checker.check_model(m)
+    return m
+
+
+def body(nodes, inputs, outputs, inits=None):
+    return helper.make_graph(nodes, "body", [vi(n, t, s) for n, (t, s) in inputs.items()],
+                             [vi(n, t, s) for n, (t, s) in outputs.items()],
+                             [numpy_helper.from_array(np.asarray(a), n)
+                              for n, a in (inits or {}).items()])
+
+
+def rnd(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def accumulate(trip, shape=(3, 5)):
+    """y, scan = Loop(M): y += x (outer) each iteration, scan = y * i (the iteration number)."""
+    b = body([helper.make_node("Add", ["y_in", "x"], ["y_out"], name="acc"),
+              helper.make_node("Cast", ["i"], ["i_f"], to=F, name="i_f"),
+              helper.make_node("Mul", ["y_out", "i_f"], ["s"], name="scaled"),
+              helper.make_node("Identity", ["c_in"], ["c_out"], name="again")],
+             {"i": (I64, []), "c_in": (B, []), "y_in": (F, list(shape))},
+             {"c_out": (B, []), "y_out": (F, list(shape)), "s": (F, list(shape))})
+    loop = helper.make_node("Loop", ["M", "", "y0"], ["y", "scan"], body=b, name="loop")
+    return model([loop], {"x": (F, list(shape)), "y0": (F, list(shape))},
+                 {"y": (F, list(shape)), "scan": (F, [trip] + list(shape))},
+                 {"M": np.array(trip, np.int64)})
+
+
+@pytest.mark.parametrize("trip", [1, 7])
+def test_constant_trip_count_with_scan_output_and_outer_value(tmp_path, trip):
+    feeds = {"x": rnd(3, 5), "y0": rnd(3, 5, seed=1)}
+    check_model(accumulate(trip), feeds, tmp_path)
+    c = next(tmp_path.glob("m*/out/model.c")).read_text()
+    assert f"for (int64_t i0 = 0; i0 < {trip}; i0++) {{" in c       # a loop, not unrolled
+    assert c.count("mlcc_f32_binary(&p_loop_acc") == 1
+
+
+def halving(with_trip: bool):
+    """y = Loop(M?, cond): y *= 0.5 while sum(|y|) > 1 (a condition computed in the body),
+    n counts the iterations; with M (a graph input), at most M iterations."""
+    b = body([helper.make_node("Mul", ["y_in", "half"], ["y_out"], name="halve"),
+              helper.make_node("Add", ["n_in", "one"], ["n_out"], name="count"),
+              helper.make_node("Abs", ["y_out"], ["a"], name="abs"),
+              helper.make_node("ReduceSum", ["a"], ["total"], keepdims=0, name="total"),
+              helper.make_node("Greater", ["total", "limit"], ["c_out"], name="again")],
+             {"i": (I64, []), "c_in": (B, []), "y_in": (F, [7]), "n_in": (I64, [])},
+             {"c_out": (B, []), "y_out": (F, [7]), "n_out": (I64, [])},
+             {"half": np.array(0.5, np.float32), "one": np.array(1, np.int64),
+              "limit": np.array(1.0, np.float32)})
+    loop = helper.make_node("Loop", ["M" if with_trip else "", "c0", "y0", "n0"],
+                            ["y", "n"], body=b, name="halving")
+    inputs = {"y0": (F, [7]), "c0": (B, [])}
+    if with_trip:
+        inputs["M"] = (I64, [])
+    return model([loop], inputs, {"y": (F, [7]), "n": (I64, [])},
+                 {"n0": np.array(0, np.int64)})
+
+
+@pytest.mark.parametrize("scale,start", [(30.0, True), (0.1, True), (30.0, False)])
+def test_condition_computed_in_the_body(tmp_path, scale, start):
+    feeds = {"y0": rnd(7) * scale, "c0": np.array(start)}
+    got = check_model(halving(False), feeds, tmp_path)
+    assert got["n"] == (0 if not start else max(1, int(np.ceil(np.log2(
+        np.abs(feeds["y0"]).sum())))))
+
+
+@pytest.mark.parametrize("m", [0, 2, 40])
+def test_run_time_trip_count_and_condition(tmp_path, m):
+    feeds = {"y0": rnd(7) * 30, "c0": np.array(True), "M": np.array(m, np.int64)}
+    check_model(halving(True), feeds, tmp_path)
+
+
+def test_run_time_trip_count_over_the_limit_is_a_status(tmp_path, monkeypatch):
+    import mlcc.ops.control_flow as cf
+    monkeypatch.setattr(cf, "DEFAULT_MAX_ITERATIONS", 5)
+    m = halving(True)
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", target="x86")
+    assert "if (i0 >= 5) return MLCC_ERR_LOOP_LIMIT;" in (tmp_path / "out" / "model.c").read_text()
+    lib = mlcc.load(tmp_path / "out")
+    y0 = np.full(7, 100.0, np.float32)      # sum 700: ten halvings to reach 1
+    ok = lib.run({"y0": y0, "c0": np.array(True), "M": np.array(5, np.int64)})
+    assert ok["n"] == 5
+    with pytest.raises(RuntimeStatusError, match="more iterations than its maximum"):
+        lib.run({"y0": y0, "c0": np.array(True), "M": np.array(6, np.int64)})
+    with pytest.raises(RuntimeStatusError, match="more iterations than its maximum"):
+        lib.run({"y0": y0, "c0": np.array(True), "M": np.array(1 << 62, np.int64)})
+
+
+def test_swapped_and_passed_through_carried_values(tmp_path):
+    """(a, b, k) -> (b, a + b, k): a Fibonacci step; the next a is the carried b, which the
+    same iteration overwrites; k passes through unchanged; z is a constant each iteration."""
+    b = body([helper.make_node("Add", ["a_in", "b_in"], ["ab"], name="sum")],
+             {"i": (I64, []), "c_in": (B, []), "a_in": (F, [4]), "b_in": (F, [4]),
+              "k_in": (F, [2]), "z_in": (F, [3])},
+             {"c_in": (B, []), "b_in": (F, [4]), "ab": (F, [4]), "k_in": (F, [2]),
+              "zero": (F, [3])}, {"zero": np.zeros(3, np.float32)})
+    loop = helper.make_node("Loop", ["M", "", "a0", "b0", "k0", "z0"], ["a", "b", "k", "z"],
+                            body=b, name="fib")
+    m = model([loop], {"a0": (F, [4]), "b0": (F, [4]), "k0": (F, [2]), "z0": (F, [3])},
+              {"a": (F, [4]), "b": (F, [4]), "k": (F, [2]), "z": (F, [3])},
+              {"M": np.array(6, np.int64)})
+    feeds = {"a0": rnd(4), "b0": rnd(4, seed=1), "k0": rnd(2, seed=2), "z0": rnd(3, seed=3)}
+    check_model(m, feeds, tmp_path)
+
+
+def test_nested_loops_read_every_enclosing_scope(tmp_path):
+    """An outer Loop (3 iterations) whose body runs an inner Loop (4 iterations) reading the
+    outer iteration number, a value of the outer body and the main graph's input x."""
+    inner = body([helper.make_node("Cast", ["oi"], ["oi_f"], to=F, name="oi_f"),
+                  helper.make_node("Cast", ["j"], ["j_f"], to=F, name="j_f"),
+                  helper.make_node("Mul", ["oi_f", "j_f"], ["w"], name="w"),
+                  helper.make_node("Mul", ["x", "w"], ["xw"], name="xw"),
+                  helper.make_node("Add", ["u_in", "xw"], ["u1"], name="add_xw"),
+                  helper.make_node("Add", ["u1", "t"], ["u_out"], name="add_t")],
+                 {"j": (I64, []), "ic": (B, []), "u_in": (F, [2, 3])},
+                 {"ic": (B, []), "u_out": (F, [2, 3])})
+    outer = body([helper.make_node("Sin", ["v_in"], ["t"], name="t"),
+                  helper.make_node("Loop", ["four", "", "v_in"], ["v_out"], body=inner,
+                                   name="inner"),
+                  helper.make_node("Identity", ["v_out"], ["snap"], name="snap")],
+                 {"oi": (I64, []), "oc": (B, []), "v_in": (F, [2, 3])},
+                 {"oc": (B, []), "v_out": (F, [2, 3]), "snap": (F, [2, 3])},
+                 {"four": np.array(4, np.int64)})
+    loop = helper.make_node("Loop", ["three", "", "v0"], ["v", "snaps"], body=outer,
+                            name="outer")
+    m = model([loop], {"x": (F, [2, 3]), "v0": (F, [2, 3])},
+              {"v": (F, [2, 3]), "snaps": (F, [3, 2, 3])}, {"three": np.array(3, np.int64)})
+    feeds = {"x": rnd(2, 3), "v0": rnd(2, 3, seed=1)}
+    check_model(m, feeds, tmp_path)
+    c = next(tmp_path.glob("m*/out/model.c")).read_text()
+    assert "for (int64_t i1 = 0; i1 < 4; i1++) {" in c
+
+
+def test_run_time_if_inside_a_loop_and_a_loop_inside_a_run_time_if(tmp_path):
+    """Body: if i is even, y = y + x, else y = y * 0.5 (If on a condition of the iteration);
+    the Loop itself in the then-branch of an If on a graph input."""
+    then_b = helper.make_graph([helper.make_node("Add", ["y_in", "x"], ["r"], name="plus")],
+                               "even", [], [vi("r", F, [5])])
+    else_b = helper.make_graph([helper.make_node("Mul", ["y_in", "half"], ["r"], name="halve")],
+                               "odd", [], [vi("r", F, [5])])
+    b = body([helper.make_node("Mod", ["i", "two"], ["parity"], name="parity"),
+              helper.make_node("Equal", ["parity", "zero"], ["even"], name="even"),
+              helper.make_node("If", ["even"], ["y_out"], then_branch=then_b,
+                               else_branch=else_b, name="step")],
+             {"i": (I64, []), "c_in": (B, []), "y_in": (F, [5])},
+             {"c_in": (B, []), "y_out": (F, [5])},
+             {"two": np.array(2, np.int64), "zero": np.array(0, np.int64),
+              "half": np.array(0.5, np.float32)})
+    loop_branch = helper.make_graph(
+        [helper.make_node("Loop", ["five", "", "y0"], ["out"], body=b, name="loop")],
+        "with_loop", [], [vi("out", F, [5])])
+    plain_branch = helper.make_graph([helper.make_node("Neg", ["y0"], ["out"], name="neg")],
+                                     "plain", [], [vi("out", F, [5])])
+    top = helper.make_node("If", ["go"], ["y"], then_branch=loop_branch,
+                           else_branch=plain_branch, name="pick")
+    m = model([top], {"x": (F, [5]), "y0": (F, [5]), "go": (B, [])}, {"y": (F, [5])},
+              {"five": np.array(5, np.int64)})
+    for go in (True, False):
+        check_model(m, {"x": rnd(5), "y0": rnd(5, seed=1), "go": np.array(go)},
+                    tmp_path / str(go))
+
+
+def test_loop_state_changing_shape_is_refused(tmp_path):
+    b = body([helper.make_node("Concat", ["y_in", "y_in"], ["y_out"], axis=0, name="grow")],
+             {"i": (I64, []), "c_in": (B, []), "y_in": (F, [None])},
+             {"c_in": (B, []), "y_out": (F, [None])})
+    loop = helper.make_node("Loop", ["M", "", "y0"], ["y"], body=b, name="grow")
+    m = model([loop], {"y0": (F, [2])}, {"y": (F, [None])}, {"M": np.array(3, np.int64)})
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    with pytest.raises(UnsupportedError, match=r"node 'grow' \(Loop-16\): loop-carried value 0 "
+                                               r"\('y_in'\) is float32 \[2\] before the loop and "
+                                               r"float32 \[4\] after an iteration"):
+        mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", target="x86")
+
+
+def test_scan_output_of_a_run_time_condition_is_refused(tmp_path):
+    m = halving(False)
+    g = m.graph
+    g.node[0].attribute[0].g.output.append(vi("y_out", F, [7]))
+    g.node[0].output.append("ys")
+    g.output.append(vi("ys", F, [None, 7]))
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    with pytest.raises(UnsupportedError, match=r"node 'halving' \(Loop-16\): it has scan "
+                                               r"outputs, and its number of iterations depends "
+                                               r"on a condition known only at run time"):
+        mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", target="x86")
+
+
+def scan_model(in_axes, in_dirs, out_axes, out_dirs, opset=17):
+    """Scan over x [5, 7, 3] (axis a0) and u [3, 5]... : the state s [3] accumulates
+    s + sum(x_t * u_t) + w (w an outer-scope graph input); outputs: the running state
+    (axis out_axes[0]) and x_t * u_t (axis out_axes[1]), with the directions given."""
+    xs = [5, 7, 3]
+    n = xs[in_axes[0] % 3]
+    us = [3, n] if in_axes[1] % 2 == 1 else [n, 3]
+    slice_x = [d for i, d in enumerate(xs) if i != in_axes[0] % 3]
+    b = body([helper.make_node("Mul", ["xt", "ut"], ["p"], name="prod"),
+              helper.make_node("ReduceSum", ["p", "axes0"], ["r"], keepdims=0, name="rsum"),
+              helper.make_node("Add", ["s_in", "r"], ["s1"], name="acc"),
+              helper.make_node("Add", ["s1", "w"], ["s_out"], name="bias"),
+              helper.make_node("Identity", ["s_out"], ["s_scan"], name="emit")],
+             {"s_in": (F, [3]), "xt": (F, slice_x), "ut": (F, [3])},
+             {"s_out": (F, [3]), "s_scan": (F, [3]), "p": (F, slice_x)},
+             {"axes0": np.array([0], np.int64)})
+    attrs = dict(num_scan_inputs=2, scan_input_axes=in_axes, scan_input_directions=in_dirs,
+                 scan_output_axes=out_axes, scan_output_directions=out_dirs)
+    scan = helper.make_node("Scan", ["s0", "x", "u"], ["s", "states", "prods"], body=b,
+                            name="scan", **attrs)
+    def stacked(shape, axis):
+        shape = list(shape)
+        shape.insert(axis % (len(shape) + 1), n)
+        return shape
+    feeds = {"s0": rnd(3), "x": rnd(*xs, seed=1), "u": rnd(*us, seed=2), "w": rnd(3, seed=3)}
+    m = model([scan], {"s0": (F, [3]), "x": (F, xs), "u": (F, us), "w": (F, [3])},
+              {"s": (F, [3]), "states": (F, stacked([3], out_axes[0])),
+               "prods": (F, stacked(slice_x, out_axes[1]))}, opset=opset)
+    return m, feeds
+
+
+@pytest.mark.parametrize("in_axes,in_dirs,out_axes,out_dirs", [
+    ([0, 0], [0, 0], [0, 0], [0, 0]),
+    ([1, 1], [1, 0], [1, 2], [0, 1]),
+    ([-2, -1], [0, 1], [-1, -3], [1, 1]),
+])
+def test_scan_axes_and_directions(tmp_path, in_axes, in_dirs, out_axes, out_dirs):
+    m, feeds = scan_model(in_axes, in_dirs, out_axes, out_dirs)
+    check_model(m, feeds, tmp_path)
+
+
+def test_scan_bad_direction_is_refused(tmp_path):
+    m, _ = scan_model([0, 0], [0, 2], [0, 0], [0, 0])
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    with pytest.raises(mlcc.errors.ModelError, match=r"scan_input_directions must be 2 "
+                                                     r"values of 0 \(forward\) or 1"):
+        mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", target="x86")
