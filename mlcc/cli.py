@@ -196,6 +196,9 @@ def _quant_config(quantize, calibration, calibrator, percentile, per_channel, re
 @click.option("--embed-weights", is_flag=True,
               help="Also compile the weights into the library (weights.c), for devices "
                    "without files.")
+@click.option("--max-output", "max_outputs", multiple=True, metavar="NAME=N",
+              help="Plan the output NAME, whose size depends on the data (NonZero, "
+                   "NonMaxSuppression, ...), for at most N along that axis; repeatable.")
 @click.option("--dump-ir", is_flag=True, help="Print the graph after each pass.")
 @click.option("--no-build", is_flag=True, help="Write the sources only; skip the C compiler.")
 @click.option("--min-sqnr", "min_sqnr", type=float, default=None, metavar="DB",
@@ -203,8 +206,8 @@ def _quant_config(quantize, calibration, calibrator, percentile, per_channel, re
                    "until the output SQNR on the calibration set reaches DB.")
 @quant_options
 @_guard
-def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_weights, dump_ir,
-                no_build, min_sqnr, quantize, calibration, calibrator, percentile, per_channel,
+def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_weights,
+                max_outputs, dump_ir, no_build, min_sqnr, quantize, calibration, calibrator, percentile, per_channel,
                 requant, report, export_qdq, smooth, equalize, equalize_relu6,
                 bias_correction, keep_float):
     """Compile MODEL (an .onnx file) into C sources, a weight blob and a library."""
@@ -221,6 +224,7 @@ def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_wei
     res = api.compile(model, out, target=target, shapes=_shapes(shapes), name=name,
                       max_arena=_size(max_arena), build=not no_build,
                       embed_weights=embed_weights, quantize=qcfg, bind=_binds(binds),
+                      max_outputs=api.parse_max_outputs(max_outputs),
                       dump_ir=(lambda text: click.echo(text)) if dump_ir else None)
     if res.quant is not None:
         q = res.manifest["quantization"]

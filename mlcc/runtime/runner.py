@@ -72,11 +72,34 @@ class HarnessModel(ModelBase):
                 path.write_bytes(arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
             cmd = [*self.command, str(self.harness.resolve()), str(self.weights.resolve()),
                    *map(str, in_paths), *map(str, out_paths)]
-            self._execute(cmd)
-            return {t["name"]: self._read_output(path, t)
-                    for path, t in zip(out_paths, self.outputs)}
+            shapes = self._shapes(self._execute(cmd))
+            return {t["name"]: self._read_output(path, {**t, "shape": shapes.get(j, t["shape"])})
+                    for j, (path, t) in enumerate(zip(out_paths, self.outputs))}
 
-    def _execute(self, cmd: list[str]) -> None:
+    def _shapes(self, stdout: str) -> dict[int, list[int]]:
+        """The actual shapes of the outputs of a data-dependent size, from the harness's
+        "output_shape I D0,D1,..." lines (its files then hold only those elements)."""
+        shapes: dict[int, list[int]] = {}
+        for line in stdout.splitlines():
+            words = line.split()
+            if len(words) == 3 and words[0] == "output_shape":
+                shapes[int(words[1])] = [int(d) for d in words[2].split(",") if d]
+        missing = [j for j in self.dynamic_outputs() if j not in shapes]
+        if missing:
+            raise MlccError(f"the harness reported no shape for output "
+                            f"{self.outputs[missing[0]]['name']!r}, whose size depends on the "
+                            f"data (a harness built without -DMLCC_OUTPUT_SHAPES?)")
+        for j in self.dynamic_outputs():
+            t, dims = self.outputs[j], shapes[j]
+            axis = t["dynamic_axis"]
+            if len(dims) != len(t["shape"]) or not 0 <= dims[axis] <= t["shape"][axis] or any(
+                    d != e for a, (d, e) in enumerate(zip(dims, t["shape"])) if a != axis):
+                raise MlccError(f"the harness reported shape {dims} for output {t['name']!r}, "
+                                f"which does not fit its maximum {t['shape']}")
+        return {j: shapes[j] for j in self.dynamic_outputs()}
+
+    def _execute(self, cmd: list[str]) -> str:
+        """Runs the harness; its standard output."""
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout)
         except FileNotFoundError:
@@ -85,7 +108,7 @@ class HarnessModel(ModelBase):
             raise MlccError(f"the model did not finish within {self.timeout:g} s: "
                             f"{shlex.join(cmd)}") from None
         if proc.returncode == 0:
-            return
+            return proc.stdout
         lines = [l.strip() for l in proc.stderr.splitlines() if l.strip()]
         status = next((l for l in lines if l.startswith("harness: ") and " failed: " in l), "")
         if proc.returncode == EXIT_STATUS and status:

@@ -18,6 +18,8 @@ const char *mlcc_status_string(int status) {
     case MLCC_ERR_WEIGHTS_MODEL: return "the weight blob belongs to another model";
     case MLCC_ERR_INDEX_OUT_OF_RANGE: return "an index input is out of range";
     case MLCC_ERR_THREADS: return "no thread pool (built without threads, bad size or no resources)";
+    case MLCC_ERR_OUTPUT_TOO_LARGE:
+        return "a data-dependent output size exceeds its compiled maximum (or k is invalid)";
     default: return "unknown status";
     }
 }
