@@ -100,6 +100,10 @@ def main(verbose: bool) -> None:
 
 target_option = click.option("--target", "-t", default="x86", show_default=True,
                              help="Built-in target name (see `mlcc targets`) or a YAML file.")
+max_output_option = click.option(
+    "--max-output", "max_outputs", multiple=True, metavar="NAME=N",
+    help="Plan the output NAME, whose size depends on the data (NonZero, NonMaxSuppression, "
+         "...), for at most N along that axis; repeatable.")
 shape_option = click.option("--shape", "shapes", multiple=True, metavar="NAME=D1,D2,...",
                             help="Static shape of an input; repeat for each input.")
 bind_option = click.option("--bind", "binds", multiple=True, metavar="NAME=V1,V2,...|NAME=F.npy",
@@ -196,9 +200,7 @@ def _quant_config(quantize, calibration, calibrator, percentile, per_channel, re
 @click.option("--embed-weights", is_flag=True,
               help="Also compile the weights into the library (weights.c), for devices "
                    "without files.")
-@click.option("--max-output", "max_outputs", multiple=True, metavar="NAME=N",
-              help="Plan the output NAME, whose size depends on the data (NonZero, "
-                   "NonMaxSuppression, ...), for at most N along that axis; repeatable.")
+@max_output_option
 @click.option("--dump-ir", is_flag=True, help="Print the graph after each pass.")
 @click.option("--no-build", is_flag=True, help="Write the sources only; skip the C compiler.")
 @click.option("--min-sqnr", "min_sqnr", type=float, default=None, metavar="DB",
@@ -292,9 +294,11 @@ def run_cmd(folder, inputs, outputs):
               help="Keep the compiled model in this folder.")
 @click.option("--min-sqnr", default=None, type=float,
               help="With --quantize: the output SQNR (dB) that passes (default 15).")
+@max_output_option
 @quant_options
 @_guard
-def verify_cmd(model, target, shapes, binds, inputs, per_layer, output, min_sqnr, quantize,
+def verify_cmd(model, target, shapes, binds, inputs, per_layer, output, min_sqnr, max_outputs,
+               quantize,
                calibration, calibrator, percentile, per_channel, requant, report, export_qdq,
                smooth, equalize, equalize_relu6, bias_correction, keep_float):
     """Compile MODEL and compare its outputs with onnxruntime's."""
@@ -306,6 +310,8 @@ def verify_cmd(model, target, shapes, binds, inputs, per_layer, output, min_sqnr
                          report, export_qdq, smooth, equalize, equalize_relu6,
                          bias_correction, keep_float)
     if qcfg is not None:
+        if max_outputs:
+            raise MlccError("mlcc verify takes --max-output without --quantize only")
         res = api.verify_quantized(model, qcfg, target=target, shapes=sh, inputs=inputs,
                                    output_dir=output, bind=bind,
                                    min_sqnr=api.DEFAULT_MIN_SQNR if min_sqnr is None else min_sqnr)
@@ -321,7 +327,8 @@ def verify_cmd(model, target, shapes, binds, inputs, per_layer, output, min_sqnr
         return
     feeds = api.load_inputs_npz(inputs, model, sh, bind) if inputs else None
     res = api.verify(model, target=target, shapes=sh, inputs=feeds, per_layer=per_layer,
-                     output_dir=output, bind=bind)
+                     output_dir=output, bind=bind,
+                     max_outputs=api.parse_max_outputs(max_outputs))
     for c in res.outputs:
         extra = "" if c.argmax_ok is None else f", argmax {'same' if c.argmax_ok else 'DIFFERS'}"
         click.echo(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: max abs error {c.max_abs_error:.3g} "

@@ -2,7 +2,7 @@
 NonMaxSuppression, TopK (constant and run-time k), Compress and Unique against onnxruntime on
 odd shapes, ties, empty results, counts at the maximum and above it (--max-output), the
 detector pattern (NMS -> Gather of the selected boxes), the refusals, and the C API's
-NAME_output_shape."""
+NAME_output_shape. The same on arm and wasm: tests/test_cross_targets.py."""
 import subprocess
 
 import numpy as np
@@ -12,6 +12,8 @@ from onnx import TensorProto, helper
 
 import mlcc
 from mlcc.errors import MlccError, RuntimeStatusError, UnsupportedError
+from test_targets_arm import needs_arm
+from test_targets_wasm import needs_wasm
 from util import arr, check_model, compile_and_run, make_model, rand, reference_outputs
 
 
@@ -22,20 +24,38 @@ def one_node(op_type, inputs, n_outputs=1, initializers=None, opset=17, **attrs)
     return make_model([node], inputs, outs, initializers=initializers, opset=opset)
 
 
+def many_nodes(op_type, cases, n_outputs=1, opset=17):
+    """One model with a node per case (inputs, initializers, attributes), each on inputs of
+    its own (names suffixed _i): one compile for many cases. (model, feeds)."""
+    nodes, feeds, inits, outs = [], {}, {}, []
+    for i, (ins, consts, attrs) in enumerate(cases):
+        names = [f"{k}_{i}" for k in list(ins) + list(consts)]
+        feeds.update({f"{k}_{i}": v for k, v in ins.items()})
+        inits.update({f"{k}_{i}": v for k, v in consts.items()})
+        node_outs = [f"y{j}_{i}" for j in range(n_outputs)]
+        nodes.append(helper.make_node(op_type, names, node_outs, name=f"{op_type}_{i}",
+                                      **attrs))
+        outs += node_outs
+    return make_model(nodes, feeds, outs, initializers=inits, opset=opset), feeds
+
+
 # ------------------------------------------------------------------------------ NonZero
 
-@pytest.mark.parametrize("shape", [(7,), (3, 5), (2, 3, 5), (1, 1)])
 @pytest.mark.parametrize("dtype", ["float32", "int64", "uint8", "bool"])
-def test_nonzero(tmp_path, shape, dtype):
-    x = arr(shape, dtype)
-    if dtype == "float32":
-        x[x < 0.2] = 0
-        x.reshape(-1)[0] = -0.0                 # a zero
-        if x.size > 2:
-            x.reshape(-1)[2] = np.nan           # not a zero
-    elif dtype != "bool":
-        x[x % 3 == 0] = 0
-    check_model(one_node("NonZero", {"x": x}), {"x": x}, tmp_path)
+def test_nonzero(tmp_path, dtype):
+    cases = []
+    for shape in [(7,), (3, 5), (2, 3, 5), (1, 1)]:
+        x = arr(shape, dtype)
+        if dtype == "float32":
+            x[x < 0.2] = 0
+            x.reshape(-1)[0] = -0.0                 # a zero
+            if x.size > 2:
+                x.reshape(-1)[2] = np.nan           # not a zero
+        elif dtype != "bool":
+            x[x % 3 == 0] = 0
+        cases.append(({"x": x}, {}, {}))
+    model, feeds = many_nodes("NonZero", cases)
+    check_model(model, feeds, tmp_path)
 
 
 @pytest.mark.parametrize("fill", [0, 1])
@@ -65,23 +85,25 @@ def test_max_output_lowers_the_maximum_and_a_larger_count_is_a_status(tmp_path):
 # --------------------------------------------------------------------------------- TopK
 
 @pytest.mark.parametrize("dtype", ["float32", "int64", "int32", "uint8"])
-@pytest.mark.parametrize("shape,axis,k", [((3, 37), -1, 5), ((3, 37), 1, 37), ((37, 3), 0, 1),
-                                          ((2, 11, 3), 1, 4), ((5, 13), -1, 0)])
-@pytest.mark.parametrize("largest", [1, 0])
-def test_topk_constant_k(tmp_path, dtype, shape, axis, k, largest):
-    x = arr(shape, dtype)
-    if dtype != "float32":
-        x = (x % 5).astype(dtype)               # many ties: the lower index first
-    model = one_node("TopK", {"x": x}, 2, {"k": np.array([k], np.int64)}, axis=axis,
-                     largest=largest)
-    check_model(model, {"x": x}, tmp_path)
+def test_topk_constant_k(tmp_path, dtype):
+    cases = []
+    for shape, axis, k in [((3, 37), -1, 5), ((3, 37), 1, 37), ((37, 3), 0, 1),
+                           ((2, 11, 3), 1, 4), ((5, 13), -1, 0)]:
+        for largest in (1, 0):
+            x = arr(shape, dtype, seed=len(cases))
+            if dtype != "float32":
+                x = (x % 5).astype(dtype)       # many ties: the lower index first
+            cases.append(({"x": x}, {"k": np.array([k], np.int64)},
+                          {"axis": axis, "largest": largest}))
+    model, feeds = many_nodes("TopK", cases, 2)
+    check_model(model, feeds, tmp_path)
 
 
 def test_topk_ties_and_heap_boundaries(tmp_path):
     x = np.repeat(np.arange(7, dtype=np.float32), 9)[None, :]     # runs of 9 equal values
-    for k in (1, 8, 9, 10, 62, 63):
-        model = one_node("TopK", {"x": x}, 2, {"k": np.array([k], np.int64)})
-        check_model(model, {"x": x}, tmp_path)
+    model, feeds = many_nodes("TopK", [({"x": x}, {"k": np.array([k], np.int64)}, {})
+                                       for k in (1, 8, 9, 10, 62, 63)], 2)
+    check_model(model, feeds, tmp_path)
 
 
 @pytest.mark.parametrize("k", [0, 3, 13])
@@ -129,27 +151,32 @@ def boxes_and_scores(batches=2, n=37, classes=3, center=0, seed=0):
 
 
 @pytest.mark.parametrize("center", [0, 1])
-@pytest.mark.parametrize("per_class,iou,score", [(5, 0.5, 0.3), (100, 0.3, None),
-                                                 (2, 0.0, 0.9), (37, 1.0, None)])
-def test_nms_constant_parameters(tmp_path, center, per_class, iou, score):
-    boxes, scores = boxes_and_scores(center=center)
-    inits = {"m": np.array([per_class], np.int64), "i": np.array([iou], np.float32)}
-    if score is not None:
-        inits["s"] = np.array([score], np.float32)
-    model = one_node("NonMaxSuppression", {"b": boxes, "sc": scores}, 1, inits,
-                     center_point_box=center)
-    check_model(model, {"b": boxes, "sc": scores}, tmp_path)
+def test_nms_constant_parameters(tmp_path, center):
+    cases = []
+    for per_class, iou, score in [(5, 0.5, 0.3), (100, 0.3, None), (2, 0.0, 0.9),
+                                  (37, 1.0, None)]:
+        boxes, scores = boxes_and_scores(center=center, seed=len(cases))
+        inits = {"m": np.array([per_class], np.int64), "i": np.array([iou], np.float32)}
+        if score is not None:
+            inits["s"] = np.array([score], np.float32)
+        cases.append(({"b": boxes, "sc": scores}, inits, {"center_point_box": center}))
+    model, feeds = many_nodes("NonMaxSuppression", cases)
+    check_model(model, feeds, tmp_path)
 
 
-@pytest.mark.parametrize("per_class,iou,score", [(4, 0.5, 0.2), (0, 0.5, 0.2),
-                                                 (-3, 0.5, 0.2), (50, 0.4, 1.5)])
-def test_nms_runtime_parameters(tmp_path, per_class, iou, score):
-    boxes, scores = boxes_and_scores(batches=1, n=23, classes=2, seed=3)
-    feeds = {"b": boxes, "sc": scores, "m": np.array([per_class], np.int64),
-             "i": np.array([iou], np.float32), "s": np.array([score], np.float32)}
-    got = check_model(one_node("NonMaxSuppression", feeds), feeds, tmp_path)
-    if per_class <= 0 or score > 1:
-        assert got["y0"].shape == (0, 3)        # nothing selected
+def test_nms_runtime_parameters(tmp_path):
+    cases = []
+    for per_class, iou, score in [(4, 0.5, 0.2), (0, 0.5, 0.2), (-3, 0.5, 0.2),
+                                  (50, 0.4, 1.5)]:
+        boxes, scores = boxes_and_scores(batches=1, n=23, classes=2, seed=3)
+        cases.append(({"b": boxes, "sc": scores, "m": np.array([per_class], np.int64),
+                       "i": np.array([iou], np.float32), "s": np.array([score], np.float32)},
+                      {}, {}))
+    model, feeds = many_nodes("NonMaxSuppression", cases)
+    got = check_model(model, feeds, tmp_path)
+    assert got["y0_0"].shape[0] > 0
+    for i in (1, 2, 3):                          # max_output_boxes_per_class <= 0, score > 1
+        assert got[f"y0_{i}"].shape == (0, 3)    # nothing selected
 
 
 def test_nms_without_optional_inputs_selects_nothing(tmp_path):
@@ -189,20 +216,22 @@ def test_nms_then_gather_of_the_selected_boxes(tmp_path):
 
 # ----------------------------------------------------------------------------- Compress
 
-@pytest.mark.parametrize("shape,axis,n_cond", [((3, 7), None, 21), ((3, 7), 1, 7),
-                                               ((3, 7), -2, 3), ((2, 5, 3), 1, 4),
-                                               ((11,), 0, 11)])
 @pytest.mark.parametrize("dtype", ["float32", "int64", "uint8"])
-def test_compress_runtime_condition(tmp_path, shape, axis, n_cond, dtype):
-    feeds = {"x": arr(shape, dtype), "c": rand(n_cond, seed=2) > 0}
-    attrs = {} if axis is None else {"axis": axis}
-    check_model(one_node("Compress", feeds, **attrs), feeds, tmp_path)
+def test_compress_runtime_condition(tmp_path, dtype):
+    cases = []
+    for shape, axis, n_cond in [((3, 7), None, 21), ((3, 7), 1, 7), ((3, 7), -2, 3),
+                                ((2, 5, 3), 1, 4), ((11,), 0, 11)]:
+        ins = {"x": arr(shape, dtype), "c": rand(n_cond, seed=len(cases)) > 0}
+        cases.append((ins, {}, {} if axis is None else {"axis": axis}))
+    model, feeds = many_nodes("Compress", cases)
+    check_model(model, feeds, tmp_path)
 
 
-@pytest.mark.parametrize("cond", [[False] * 7, [True] * 7])
-def test_compress_nothing_and_everything(tmp_path, cond):
-    feeds = {"x": rand(3, 7), "c": np.array(cond)}
-    check_model(one_node("Compress", feeds, axis=1), feeds, tmp_path)
+def test_compress_nothing_and_everything(tmp_path):
+    model, feeds = many_nodes("Compress", [({"x": rand(3, 7), "c": np.array(c)}, {}, {"axis": 1})
+                                           for c in ([False] * 7, [True] * 7)])
+    got = check_model(model, feeds, tmp_path)
+    assert got["y0_0"].shape == (3, 0) and got["y0_1"].shape == (3, 7)
 
 
 def test_compress_constant_condition_is_static(tmp_path):
@@ -214,14 +243,17 @@ def test_compress_constant_condition_is_static(tmp_path):
 
 # ------------------------------------------------------------------------------- Unique
 
-@pytest.mark.parametrize("sorted_", [1, 0])
-@pytest.mark.parametrize("shape,axis", [((17,), None), ((3, 7), None), ((6, 4), 0),
-                                        ((3, 7), 1), ((2, 5, 3), -2), ((1,), None)])
 @pytest.mark.parametrize("dtype", ["float32", "int64", "int8"])
-def test_unique(tmp_path, sorted_, shape, axis, dtype):
-    x = (arr(shape, dtype) % 3).astype(dtype)     # values repeat, so slices do too
-    attrs = {"sorted": sorted_} if axis is None else {"sorted": sorted_, "axis": axis}
-    check_model(one_node("Unique", {"x": x}, 4, **attrs), {"x": x}, tmp_path)
+def test_unique(tmp_path, dtype):
+    cases = []
+    for shape, axis in [((17,), None), ((3, 7), None), ((6, 4), 0), ((3, 7), 1),
+                        ((2, 5, 3), -2), ((1,), None)]:
+        for sorted_ in (1, 0):
+            x = (arr(shape, dtype, seed=len(cases)) % 3).astype(dtype)   # values repeat
+            attrs = {"sorted": sorted_} if axis is None else {"sorted": sorted_, "axis": axis}
+            cases.append(({"x": x}, {}, attrs))
+    model, feeds = many_nodes("Unique", cases, 4)
+    check_model(model, feeds, tmp_path)
 
 
 def test_unique_all_distinct_fills_the_maximum(tmp_path):
@@ -293,19 +325,6 @@ def test_c_api_output_shape(tmp_path):
     assert run.stdout.split() == ["1", "3", "|", "1", "4", "9"]
 
 
-@pytest.mark.parametrize("target", ["arm", "wasm"])
-def test_cross_targets(tmp_path, target):
-    boxes, scores = boxes_and_scores(batches=1, n=29, classes=3, center=1, seed=7)
-    feeds = {"boxes": boxes, "scores": scores}
-    check_model(detector_postprocess(boxes, scores), feeds, tmp_path, target=target)
-    x = rand(4, 13)
-    tk = {"x": x, "k": np.array([5], np.int64)}
-    check_model(one_node("TopK", tk, 2, axis=1), tk, tmp_path, target=target)
-    u = (arr((3, 7), "int64") % 4).astype(np.int64)
-    check_model(one_node("Unique", {"x": u}, 4, sorted=0, axis=1), {"x": u}, tmp_path,
-                target=target)
-
-
 # ------------------------------------------------------------- a detector with NMS at its end
 
 def yolo_with_nms(path, out_path, per_class=20, iou=0.45, score=0.25):
@@ -343,7 +362,8 @@ def yolo_with_nms(path, out_path, per_class=20, iou=0.45, score=0.25):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target", ["x86", "arm", "wasm"])
+@pytest.mark.parametrize("target", ["x86", pytest.param("arm", marks=needs_arm),
+                                    pytest.param("wasm", marks=needs_wasm)])
 def test_yolov8n_with_nms_verifies(tmp_path, target):
     import fetch_models as fm
     try:
@@ -368,3 +388,27 @@ def test_yolov8n_with_nms_verifies(tmp_path, target):
     got = mlcc.load(tmp_path / "out").run({"images": x})
     assert 0 < got["selected"].shape[0] <= 100     # boxes found, trimmed to the actual count
     assert got["boxes"].shape == (got["selected"].shape[0], 4)
+
+
+def test_cli_compile_run_and_verify_with_max_output(tmp_path):
+    from click.testing import CliRunner
+
+    from mlcc.cli import main
+
+    x = np.zeros((3, 4), np.float32)
+    x[0, 1] = x[2, 3] = 1.0
+    onnx.save(one_node("NonZero", {"x": x}), tmp_path / "m.onnx")
+    np.savez(tmp_path / "in.npz", x=x)
+    runner = CliRunner()
+    res = runner.invoke(main, ["compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "out"),
+                               "--max-output", "y0=5"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(main, ["run", str(tmp_path / "out"), "-i", str(tmp_path / "in.npz"),
+                               "-o", str(tmp_path / "out.npz")])
+    assert res.exit_code == 0, res.output
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["y0"], [[0, 2], [1, 3]])
+    res = runner.invoke(main, ["verify", str(tmp_path / "m.onnx"), "-i", str(tmp_path / "in.npz"),
+                               "--max-output", "y0=5"])
+    assert res.exit_code == 0 and "ok" in res.output, res.output
+    res = runner.invoke(main, ["compile", str(tmp_path / "m.onnx"), "--max-output", "y0"])
+    assert res.exit_code == 1 and "expected NAME=N" in res.output
