@@ -125,6 +125,11 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
         raw.outputs = list(raw.outputs) + [o for o in extra_outputs if o not in raw.outputs]
     if quantize is not None:
         g = run_pipeline(raw, INT8_PIPELINE, dump=dump_ir)
+        dynamic = [v.name for v in g.values.values() if v.dyn is not None]
+        if dynamic:
+            raise UnsupportedError(f"--quantize int8 does not handle values whose size depends "
+                                   f"on the data yet ({dynamic[0]!r}: docs/dynamic-outputs.md); "
+                                   f"compile the model in float")
         if qdq is None:     # calibrate the pre-activation ranges the tables need
             g = split_table_activations(conv_transpose_as_conv(g))
     else:

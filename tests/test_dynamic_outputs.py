@@ -412,3 +412,12 @@ def test_cli_compile_run_and_verify_with_max_output(tmp_path):
     assert res.exit_code == 0 and "ok" in res.output, res.output
     res = runner.invoke(main, ["compile", str(tmp_path / "m.onnx"), "--max-output", "y0"])
     assert res.exit_code == 1 and "expected NAME=N" in res.output
+
+
+def test_int8_quantization_of_a_data_dependent_size_is_refused(tmp_path):
+    boxes, scores = boxes_and_scores(batches=1, n=11, classes=2)
+    onnx.save(detector_postprocess(boxes, scores), tmp_path / "m.onnx")
+    np.savez(tmp_path / "calib.npz", boxes=boxes[None], scores=scores[None])
+    cfg = mlcc.api.QuantizeConfig(calibration=tmp_path / "calib.npz")
+    with pytest.raises(UnsupportedError, match="--quantize int8 .* depends on the data"):
+        mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", quantize=cfg, build=False)

@@ -39,6 +39,15 @@ def dtype_enum(dtype: str) -> Enum:
     return Enum(IO_DTYPES[dtype])
 
 
+def axis_layout(node: Node, shape) -> tuple[int, int, int, int]:
+    """(outer, dim, inner, output axis) of an input viewed around the node's optional `axis`
+    attribute (Compress, Unique); without one, the input flattened."""
+    if node.attr("axis") is None:
+        return 1, math.prod(shape), 1, 0
+    axis = norm_axis(int(node.attr("axis")), len(shape))
+    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:]), axis
+
+
 def _key(node: Node) -> str:
     return next(o for o in node.outputs if o)
 
@@ -55,6 +64,8 @@ class TopK(OpDef):
     def _k(self, node, g):
         """k, or None when it is known only at run time."""
         if node.version < 10:
+            if node.attr("k") is None:
+                raise ModelError("TopK-1 needs its k attribute")
             return int(node.attr("k"))
         k = g.const(node.inputs[1])
         return None if k is None else int(np.asarray(k).reshape(-1)[0])
@@ -64,7 +75,7 @@ class TopK(OpDef):
         require_dtype(node, [x], ORDERED_DTYPES)
         if not x.shape:
             raise ModelError("TopK needs an input of rank >= 1")
-        if node.version >= 10 and (ins[1] is None or ins[1].dtype != "int64"
+        if node.version >= 10 and (len(ins) < 2 or ins[1] is None or ins[1].dtype != "int64"
                                    or ins[1].numel != 1):
             raise ModelError("K must be an int64 tensor of one element")
         axis = norm_axis(int(node.attr("axis", -1)), len(x.shape))
@@ -135,20 +146,13 @@ class Compress(OpDef):
     slices (the condition's length, if shorter)."""
     attributes = {"axis": None, MAX_OUTPUT: _positive}
 
-    def _layout(self, node, shape):
-        """(outer, dim, inner, axis of the output) of the input viewed around the axis."""
-        if node.attr("axis") is None:
-            return 1, math.prod(shape), 1, 0
-        axis = norm_axis(int(node.attr("axis")), len(shape))
-        return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:]), axis
-
     def infer(self, node, ins, g):
         x, cond = ins[0], ins[1]
         require_dtype(node, [x], list(C_DTYPES) + ["bfloat16"])     # a copy: any size
         if cond.dtype != "bool" or len(cond.shape) != 1:
             raise ModelError(f"the condition must be a 1-D bool tensor, not {cond.dtype} "
                              f"{list(cond.shape)}")
-        _, dim, _, axis = self._layout(node, x.shape)
+        _, dim, _, axis = axis_layout(node, x.shape)
         const = g.const(node.inputs[1])
         if const is not None:
             size = int(np.count_nonzero(np.asarray(const)[:dim]))
@@ -162,11 +166,11 @@ class Compress(OpDef):
         refuse_dynamic(node, ins)
         if g.const(node.inputs[1]) is not None:
             return [None]
-        return [(self._layout(node, ins[0].shape)[3], _key(node))]
+        return [(axis_layout(node, ins[0].shape)[3], _key(node))]
 
     def lower(self, node: Node, lo: Lowering) -> None:
         x, out = lo.value(node.inputs[0]), lo.value(node.outputs[0])
-        outer, dim, inner, axis = self._layout(node, x.shape)
+        outer, dim, inner, axis = axis_layout(node, x.shape)
         count = (lo.count(_key(node)) if out.dyn is not None else
                  lo.temp(f"{node.name}.count", "int64", ()))
         lo.call("mlcc_compress", [x.name, node.inputs[1], out.name, count], [out.name, count],
@@ -184,16 +188,10 @@ class Unique(OpDef):
     element (slice) distinct."""
     attributes = {"axis": None, "sorted": lambda v: v in (0, 1), MAX_OUTPUT: _positive}
 
-    def _layout(self, node, shape):
-        if node.attr("axis") is None:
-            return 1, math.prod(shape), 1, 0
-        axis = norm_axis(int(node.attr("axis")), len(shape))
-        return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:]), axis
-
     def infer(self, node, ins, g):
         x = ins[0]
         require_dtype(node, [x], ORDERED_DTYPES + ["bool", "bfloat16"])
-        _, dim, _, axis = self._layout(node, x.shape)
+        _, dim, _, axis = axis_layout(node, x.shape)
         size = max_size(node, dim)
         y = (size,) if node.attr("axis") is None else \
             x.shape[:axis] + (size,) + x.shape[axis + 1:]
@@ -201,12 +199,12 @@ class Unique(OpDef):
 
     def dynamic(self, node, ins, g):
         refuse_dynamic(node, ins)
-        key, axis = _key(node), self._layout(node, ins[0].shape)[3]
+        key, axis = _key(node), axis_layout(node, ins[0].shape)[3]
         return [(axis, key), (0, key), None, (0, key)][:len(node.outputs)]
 
     def lower(self, node: Node, lo: Lowering) -> None:
         x = lo.value(node.inputs[0])
-        outer, dim, inner, axis = self._layout(node, x.shape)
+        outer, dim, inner, axis = axis_layout(node, x.shape)
         outs = [node.outputs[i] if i < len(node.outputs) else "" for i in range(4)]
         count = lo.count(_key(node))
         lo.call("mlcc_unique", [x.name] + outs + [count], [o for o in outs if o] + [count],

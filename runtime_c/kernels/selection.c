@@ -131,38 +131,22 @@ int mlcc_topk(const mlcc_topk_params *p, const void *x, const int64_t *k_in, voi
     int64_t o, i;
     if (k < 0 || k > p->k_max || k > n) return MLCC_ERR_OUTPUT_TOO_LARGE;
     if (count != NULL) *count = k;
+#define MLCC_TOPK_CASE(T)                                                                     \
+    if (p->largest) MLCC_TOPK_BODY(T, 1); else MLCC_TOPK_BODY(T, 0);                          \
+    break
     switch (p->dtype) {
-    case MLCC_FLOAT32:
-        if (p->largest) MLCC_TOPK_BODY(float, 1); else MLCC_TOPK_BODY(float, 0);
-        break;
-    case MLCC_FLOAT64:
-        if (p->largest) MLCC_TOPK_BODY(double, 1); else MLCC_TOPK_BODY(double, 0);
-        break;
-    case MLCC_INT8:
-        if (p->largest) MLCC_TOPK_BODY(int8_t, 1); else MLCC_TOPK_BODY(int8_t, 0);
-        break;
-    case MLCC_INT16:
-        if (p->largest) MLCC_TOPK_BODY(int16_t, 1); else MLCC_TOPK_BODY(int16_t, 0);
-        break;
-    case MLCC_INT32:
-        if (p->largest) MLCC_TOPK_BODY(int32_t, 1); else MLCC_TOPK_BODY(int32_t, 0);
-        break;
-    case MLCC_INT64:
-        if (p->largest) MLCC_TOPK_BODY(int64_t, 1); else MLCC_TOPK_BODY(int64_t, 0);
-        break;
-    case MLCC_UINT16:
-        if (p->largest) MLCC_TOPK_BODY(uint16_t, 1); else MLCC_TOPK_BODY(uint16_t, 0);
-        break;
-    case MLCC_UINT32:
-        if (p->largest) MLCC_TOPK_BODY(uint32_t, 1); else MLCC_TOPK_BODY(uint32_t, 0);
-        break;
-    case MLCC_UINT64:
-        if (p->largest) MLCC_TOPK_BODY(uint64_t, 1); else MLCC_TOPK_BODY(uint64_t, 0);
-        break;
-    default:
-        if (p->largest) MLCC_TOPK_BODY(uint8_t, 1); else MLCC_TOPK_BODY(uint8_t, 0);
-        break;
+    case MLCC_FLOAT32: MLCC_TOPK_CASE(float);
+    case MLCC_FLOAT64: MLCC_TOPK_CASE(double);
+    case MLCC_INT8: MLCC_TOPK_CASE(int8_t);
+    case MLCC_INT16: MLCC_TOPK_CASE(int16_t);
+    case MLCC_INT32: MLCC_TOPK_CASE(int32_t);
+    case MLCC_INT64: MLCC_TOPK_CASE(int64_t);
+    case MLCC_UINT16: MLCC_TOPK_CASE(uint16_t);
+    case MLCC_UINT32: MLCC_TOPK_CASE(uint32_t);
+    case MLCC_UINT64: MLCC_TOPK_CASE(uint64_t);
+    default: MLCC_TOPK_CASE(uint8_t);                /* uint8, bool */
     }
+#undef MLCC_TOPK_CASE
     return MLCC_OK;
 }
 
@@ -319,38 +303,32 @@ static void min_max(float a, float b, float *lo, float *hi) {
     }
 }
 
+/* A box's extent along x (or y): the two corners' coordinates in order (center_point_box 0,
+ * [y1, x1, y2, x2]), or center -+ half the size (1, [x_center, y_center, width, height]). */
+static void extent(const float *box, int center, int along_x, float *lo, float *hi) {
+    if (center == 0) {
+        min_max(box[along_x ? 1 : 0], box[along_x ? 3 : 2], lo, hi);
+    } else {
+        const float c = box[along_x ? 0 : 1], half = box[along_x ? 2 : 3] / 2;
+        *lo = c - half;
+        *hi = c + half;
+    }
+}
+
 /* onnxruntime's SuppressByIOU, in float32: whether box a overlaps box b by more than iou. */
 static int suppressed(const float *a, const float *b, int center, float iou) {
     float ax0, ax1, ay0, ay1, bx0, bx1, by0, by1, ix0, ix1, iy0, iy1, inter, area_a, area_b;
     float uni;
-    if (center == 0) {
-        min_max(a[1], a[3], &ax0, &ax1);
-        min_max(b[1], b[3], &bx0, &bx1);
-        ix0 = ax0 > bx0 ? ax0 : bx0;
-        ix1 = ax1 < bx1 ? ax1 : bx1;
-        if (ix1 <= ix0) return 0;
-        min_max(a[0], a[2], &ay0, &ay1);
-        min_max(b[0], b[2], &by0, &by1);
-        iy0 = ay0 > by0 ? ay0 : by0;
-        iy1 = ay1 < by1 ? ay1 : by1;
-        if (iy1 <= iy0) return 0;
-    } else {
-        const float aw = a[2] / 2, ah = a[3] / 2, bw = b[2] / 2, bh = b[3] / 2;
-        ax0 = a[0] - aw;
-        ax1 = a[0] + aw;
-        bx0 = b[0] - bw;
-        bx1 = b[0] + bw;
-        ix0 = ax0 > bx0 ? ax0 : bx0;
-        ix1 = ax1 < bx1 ? ax1 : bx1;
-        if (ix1 <= ix0) return 0;
-        ay0 = a[1] - ah;
-        ay1 = a[1] + ah;
-        by0 = b[1] - bh;
-        by1 = b[1] + bh;
-        iy0 = ay0 > by0 ? ay0 : by0;
-        iy1 = ay1 < by1 ? ay1 : by1;
-        if (iy1 <= iy0) return 0;
-    }
+    extent(a, center, 1, &ax0, &ax1);
+    extent(b, center, 1, &bx0, &bx1);
+    ix0 = ax0 > bx0 ? ax0 : bx0;
+    ix1 = ax1 < bx1 ? ax1 : bx1;
+    if (ix1 <= ix0) return 0;
+    extent(a, center, 0, &ay0, &ay1);
+    extent(b, center, 0, &by0, &by1);
+    iy0 = ay0 > by0 ? ay0 : by0;
+    iy1 = ay1 < by1 ? ay1 : by1;
+    if (iy1 <= iy0) return 0;
     inter = (ix1 - ix0) * (iy1 - iy0);
     if (inter <= 0.0f) return 0;
     area_a = (ax1 - ax0) * (ay1 - ay0);
