@@ -262,6 +262,26 @@ def test_unique_all_distinct_fills_the_maximum(tmp_path):
     assert got["y0"].shape == (13,)
 
 
+def test_the_count_flows_through_views_transpose_slice_and_concat(tmp_path):
+    x = rand(4, 6)
+    x[x < 0] = 0
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"], name="nz"),
+             helper.make_node("Transpose", ["nz"], ["t"], name="t", perm=[1, 0]),      # [N, 2]
+             helper.make_node("Slice", ["t", "s0", "s1", "s_ax"], ["col"], name="col"),
+             helper.make_node("Concat", ["col", "t"], ["cat"], name="cat", axis=1),    # [N, 3]
+             helper.make_node("Unsqueeze", ["cat", "ax0"], ["u"], name="u"),          # [1, N, 3]
+             helper.make_node("Cast", ["u"], ["f"], name="f", to=TensorProto.FLOAT),
+             helper.make_node("Add", ["f", "bias"], ["out"], name="add"),
+             helper.make_node("Reshape", ["f", "shape"], ["flat"], name="flat")]        # [N, 3]
+    inits = {"s0": np.array([1], np.int64), "s1": np.array([2], np.int64),
+             "s_ax": np.array([1], np.int64), "ax0": np.array([0], np.int64),
+             "bias": np.array([0.5, 1.5, 2.5], np.float32),
+             "shape": np.array([-1, 3], np.int64)}
+    model = make_model(nodes, {"x": x}, ["out", "u", "flat"], initializers=inits)
+    got = check_model(model, {"x": x}, tmp_path)
+    assert got["out"].shape == (1, int(np.count_nonzero(x)), 3)
+
+
 # ----------------------------------------------------------------------------- refusals
 
 def test_a_consumer_that_would_mix_the_padding_is_refused_by_name(tmp_path):
