@@ -27,6 +27,7 @@ from .frontend import (bound_record, import_model, import_tflite, is_tflite, loa
 from .ir import Graph, format_type
 from .ops import lookup, unsupported_reason
 from .ops.registry import describe
+from .ops.selection import MAX_OUTPUT
 from .passes import INT8_PIPELINE, run_pipeline
 from .quant import (DEFAULT_CALIBRATOR, CalibrationSet, QuantOptions, QuantResult, calibrate, needed_ranges,
                     conv_transpose_as_conv, observed_values, quantize_graph,
@@ -117,15 +118,19 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
             max_arena: int | None = None, dump_ir: Callable[[str], None] | None = None,
             build: bool = True, extra_outputs: list[str] | None = None,
             embed_weights: bool = False, quantize: QuantizeConfig | None = None,
-            bind: Binds | None = None) -> CompileResult:
+            bind: Binds | None = None, max_outputs: dict[str, int] | None = None
+            ) -> CompileResult:
     """Compiles an ONNX file into `output_dir` (model.h, model.c, weights.bin, runtime sources,
     Makefile, manifest.json and, with build=True, the library). With `quantize`, the model is
     calibrated and compiled to integer kernels (see QuantizeConfig). `bind` gives inputs their
     values at compile time: they stop being inputs and fold like initializers
-    (frontend/binding.py); manifest.json lists them under "bound"."""
+    (frontend/binding.py); manifest.json lists them under "bound". `max_outputs` lowers the
+    planned maximum of outputs whose size depends on the data ({value name: N}; see
+    docs/dynamic-outputs.md)."""
     tgt = load_target(target)
     qdq = None
     raw = import_model(model, shapes, bind)
+    _set_max_outputs(raw, max_outputs or {})
     bound = bound_record(raw, bind or {})
     if quantize is not None and has_qdq(raw):
         raw, qdq = extract_qdq(raw)           # an already-quantized model: its own parameters
@@ -133,10 +138,16 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
         raw.outputs = list(raw.outputs) + [o for o in extra_outputs if o not in raw.outputs]
     if quantize is not None:
         g = run_pipeline(raw, INT8_PIPELINE, dump=dump_ir)
+        dynamic = [v.name for v in g.values.values() if v.dyn is not None]
+        if dynamic:
+            raise UnsupportedError(f"--quantize int8 does not handle values whose size depends "
+                                   f"on the data yet ({dynamic[0]!r}: docs/dynamic-outputs.md); "
+                                   f"compile the model in float")
         if qdq is None:     # calibrate the pre-activation ranges the tables need
             g = split_table_activations(conv_transpose_as_conv(g))
     else:
         g = run_pipeline(raw, dump=dump_ir)
+    _check_max_outputs(g, max_outputs or {})
     prefix = model_prefix(name or Path(model).stem)
     extra = {"shapes": {k: list(v) for k, v in sorted((shapes or {}).items())},
              "library": tgt.library_name}
@@ -152,11 +163,9 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
         # through the target's command prefix instead (mlcc/runtime/runner.py).
         extra.update(harness=HARNESS_EXE, run=list(tgt.run), run_package=tgt.run_package)
         built.append(HARNESS_EXE)
-    exports: list[str] = []
     if tgt.output == "wasm":
         # model.wasm runs in node through harness.mjs over the JavaScript wrapper.
         extra.update(harness=HARNESS_JS, run=list(tgt.run), run_package=tgt.run_package)
-        exports = wasm_exports(prefix, embed_weights)
     if tgt.output == "firmware":
         # a microcontroller has no files: the weights go to flash as a const array, and
         # firmware.elf runs under the target's emulator (FirmwareModel in mlcc/runtime)
@@ -166,12 +175,14 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
         built += [_fw.FIRMWARE_ELF, _fw.FIRMWARE_MAP]
     command = compile_command(model, target=target, shapes=shapes, name=name,
                               embed_weights=embed_weights, extra_outputs=extra_outputs,
-                              quantize=quantize)
+                              quantize=quantize, max_outputs=max_outputs)
     extra["command"] = " ".join(command)
     gen = generate(g, prefix=prefix, target_name=tgt.name, source_name=Path(model).name,
                    max_arena=max_arena, embed_weights=embed_weights, manifest_extra=extra,
                    pointer_bits=tgt.pointer_bits, arch=tgt.arch,
                    options=tgt.lowering_options(), command=command)
+    shapes_fn = any("dynamic_axis" in t for t in gen.manifest["outputs"])
+    exports = wasm_exports(prefix, embed_weights, shapes_fn) if tgt.output == "wasm" else []
     folder = Path(output_dir)
     if folder.exists() and not folder.is_dir():
         raise MlccError(f"output folder {folder} exists and is not a folder")
@@ -185,7 +196,7 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
     else:
         gen.files.update(harness_files())
     gen.files["Makefile"] = (_fw.makefile(tgt, gen.sources, fw_defines) if fw_defines else
-                             makefile(tgt, gen.sources, prefix, exports)).encode()
+                             makefile(tgt, gen.sources, prefix, exports, shapes_fn)).encode()
     gen.manifest["files"] = sorted(gen.files) + built
     gen.files["manifest.json"] = (json.dumps(gen.manifest, indent=2, sort_keys=True) + "\n"
                                   ).encode()
@@ -202,7 +213,7 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
     elif build:
         build_library(tgt, folder, gen.sources, exports)
         if builds_harness(tgt):
-            build_harness(tgt, folder, prefix)
+            build_harness(tgt, folder, prefix, shapes_fn)
     if quantize is not None and quantize.report:
         _write_report(quant_result.float_graph or float_graph, quant_result, quantize, model,
                       tgt.name, qinfo)
@@ -231,7 +242,8 @@ def _firmware_check(tgt, gen) -> list[str]:
 def compile_command(model: str | Path, *, target: str = "x86", shapes: Shapes | None = None,
                     name: str | None = None, embed_weights: bool = False,
                     extra_outputs: list[str] | None = None,
-                    quantize: QuantizeConfig | None = None) -> list[str]:
+                    quantize: QuantizeConfig | None = None,
+                    max_outputs: dict[str, int] | None = None) -> list[str]:
     """The `mlcc compile` command line (as words) equivalent to compile() with these arguments:
     those that change what is generated, paths reduced to file names (so the record is the
     same wherever the files are and leaks no directories). Arguments the CLI does not have
@@ -243,6 +255,8 @@ def compile_command(model: str | Path, *, target: str = "x86", shapes: Shapes | 
         words += ["--name", name]
     if embed_weights:
         words.append("--embed-weights")
+    for k, n in sorted((max_outputs or {}).items()):
+        words += ["--max-output", f"{k}={n}"]
     api_only = []
     q = quantize
     if q is not None:
@@ -279,6 +293,40 @@ def compile_command(model: str | Path, *, target: str = "x86", shapes: Shapes | 
         api_only.append(f"extra_outputs=<{len(extra_outputs)} values>")
     words = [shlex.quote(w) for w in words]
     return words + (["#", "API:", *api_only] if api_only else [])
+
+
+def _set_max_outputs(g: Graph, max_outputs: dict[str, int]) -> None:
+    """--max-output NAME=N: the node producing NAME plans its data-dependent size for at
+    most N (ops/selection.py MAX_OUTPUT)."""
+    producers = g.producers()
+    for name, n in sorted(max_outputs.items()):
+        node = producers.get(name)
+        d = lookup(node) if node is not None else None
+        if d is None or MAX_OUTPUT not in d.attributes:
+            raise InputError(f"--max-output {name}: not an output of a data-dependent size "
+                             f"(NonZero, NonMaxSuppression, Compress, Unique, TopK with a "
+                             f"run-time k)")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InputError(f"--max-output {name}={n}: the maximum must be an integer >= 0")
+        node.attrs[MAX_OUTPUT] = n
+
+
+def _check_max_outputs(g: Graph, max_outputs: dict[str, int]) -> None:
+    for name in sorted(max_outputs):
+        v = g.values.get(name)
+        if v is not None and v.dyn is None and not v.is_const:
+            raise InputError(f"--max-output {name}: not an output of a data-dependent size "
+                             f"(its size is known at compile time: {list(v.shape)})")
+
+
+def parse_max_outputs(texts) -> dict[str, int]:
+    """--max-output options ("sel=100", ...) -> {"sel": 100}."""
+    def parse(text: str) -> tuple[str, int]:
+        name, sep, value = text.rpartition("=")
+        if not sep or not name or not value.strip().isdigit():
+            raise InputError(f"--max-output {text!r}: expected NAME=N (N an integer >= 0)")
+        return name, int(value)
+    return _by_name(texts, parse, "--max-output")
 
 
 def _input_spec(g: Graph) -> dict:
@@ -820,9 +868,11 @@ def load_inputs_npz(path: str | Path, model: str | Path, shapes: Shapes | None =
 def verify(model: str | Path, *, target: str = "x86", shapes: Shapes | None = None,
            inputs: dict[str, np.ndarray] | None = None, per_layer: bool = False,
            output_dir: str | Path | None = None, seed: int = 0,
-           bind: Binds | None = None) -> VerifyResult:
+           bind: Binds | None = None, max_outputs: dict[str, int] | None = None
+           ) -> VerifyResult:
     """Compiles the model, runs it and onnxruntime on the same inputs and compares; the values
-    of `bind` are compiled in and fed to onnxruntime as inputs."""
+    of `bind` are compiled in and fed to onnxruntime as inputs. Outputs whose size depends on
+    the data compare at their actual size (max_outputs: as compile's)."""
     if is_tflite(model):
         if per_layer:
             raise InputError("--per-layer compares with onnxruntime's intermediate values: "
@@ -830,7 +880,8 @@ def verify(model: str | Path, *, target: str = "x86", shapes: Shapes | None = No
         return _verify_tflite(model, target, inputs, output_dir, seed)
     with tempfile.TemporaryDirectory(prefix="mlcc-verify-") as tmp:
         folder = Path(output_dir) if output_dir else Path(tmp) / "model"
-        res = compile(model, folder, target=target, shapes=shapes, bind=bind)
+        res = compile(model, folder, target=target, shapes=shapes, bind=bind,
+                      max_outputs=max_outputs)
         feeds = inputs if inputs is not None else random_inputs(res.graph, seed)
         compiled = _load(folder)
         got = compiled.run(feeds)

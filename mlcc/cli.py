@@ -100,6 +100,10 @@ def main(verbose: bool) -> None:
 
 target_option = click.option("--target", "-t", default="x86", show_default=True,
                              help="Built-in target name (see `mlcc targets`) or a YAML file.")
+max_output_option = click.option(
+    "--max-output", "max_outputs", multiple=True, metavar="NAME=N",
+    help="Plan the output NAME, whose size depends on the data (NonZero, NonMaxSuppression, "
+         "...), for at most N along that axis; repeatable.")
 shape_option = click.option("--shape", "shapes", multiple=True, metavar="NAME=D1,D2,...",
                             help="Static shape of an input; repeat for each input.")
 bind_option = click.option("--bind", "binds", multiple=True, metavar="NAME=V1,V2,...|NAME=F.npy",
@@ -207,6 +211,7 @@ def _progress_bar(label: str, done: int, total: int) -> None:
 @click.option("--embed-weights", is_flag=True,
               help="Also compile the weights into the library (weights.c), for devices "
                    "without files.")
+@max_output_option
 @click.option("--dump-ir", is_flag=True, help="Print the graph after each pass.")
 @click.option("--no-build", is_flag=True, help="Write the sources only; skip the C compiler.")
 @click.option("--min-sqnr", "min_sqnr", type=float, default=None, metavar="DB",
@@ -224,10 +229,10 @@ def _progress_bar(label: str, done: int, total: int) -> None:
                    "of --calibration; default: the first 16 calibration samples).")
 @quant_options
 @_guard
-def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_weights, dump_ir,
-                no_build, min_sqnr, max_drop, metric, eval_data, quantize, calibration,
-                calibrator, percentile, per_channel, requant, report, export_qdq, smooth,
-                equalize, equalize_relu6, bias_correction, keep_float):
+def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_weights,
+                max_outputs, dump_ir, no_build, min_sqnr, max_drop, metric, eval_data, quantize,
+                calibration, calibrator, percentile, per_channel, requant, report, export_qdq,
+                smooth, equalize, equalize_relu6, bias_correction, keep_float):
     """Compile MODEL (an .onnx file) into C sources, a weight blob and a library."""
     from . import api
 
@@ -246,6 +251,7 @@ def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_wei
     res = api.compile(model, out, target=target, shapes=_shapes(shapes), name=name,
                       max_arena=_size(max_arena), build=not no_build,
                       embed_weights=embed_weights, quantize=qcfg, bind=_binds(binds),
+                      max_outputs=api.parse_max_outputs(max_outputs),
                       dump_ir=(lambda text: click.echo(text)) if dump_ir else None)
     if res.quant is not None:
         q = res.manifest["quantization"]
@@ -317,9 +323,11 @@ def run_cmd(folder, inputs, outputs):
               help="Keep the compiled model in this folder.")
 @click.option("--min-sqnr", default=None, type=float,
               help="With --quantize: the output SQNR (dB) that passes (default 15).")
+@max_output_option
 @quant_options
 @_guard
-def verify_cmd(model, target, shapes, binds, inputs, per_layer, output, min_sqnr, quantize,
+def verify_cmd(model, target, shapes, binds, inputs, per_layer, output, min_sqnr, max_outputs,
+               quantize,
                calibration, calibrator, percentile, per_channel, requant, report, export_qdq,
                smooth, equalize, equalize_relu6, bias_correction, keep_float):
     """Compile MODEL and compare its outputs with onnxruntime's."""
@@ -331,6 +339,8 @@ def verify_cmd(model, target, shapes, binds, inputs, per_layer, output, min_sqnr
                          report, export_qdq, smooth, equalize, equalize_relu6,
                          bias_correction, keep_float)
     if qcfg is not None:
+        if max_outputs:
+            raise MlccError("mlcc verify takes --max-output without --quantize only")
         res = api.verify_quantized(model, qcfg, target=target, shapes=sh, inputs=inputs,
                                    output_dir=output, bind=bind,
                                    min_sqnr=api.DEFAULT_MIN_SQNR if min_sqnr is None else min_sqnr)
@@ -346,7 +356,8 @@ def verify_cmd(model, target, shapes, binds, inputs, per_layer, output, min_sqnr
         return
     feeds = api.load_inputs_npz(inputs, model, sh, bind) if inputs else None
     res = api.verify(model, target=target, shapes=sh, inputs=feeds, per_layer=per_layer,
-                     output_dir=output, bind=bind)
+                     output_dir=output, bind=bind,
+                     max_outputs=api.parse_max_outputs(max_outputs))
     for c in res.outputs:
         extra = "" if c.argmax_ok is None else f", argmax {'same' if c.argmax_ok else 'DIFFERS'}"
         click.echo(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: max abs error {c.max_abs_error:.3g} "

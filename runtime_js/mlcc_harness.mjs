@@ -10,7 +10,8 @@
 // in model.wasm (--embed-weights). Exit status: 0 success; 1 wrong usage or a file that cannot
 // be read or written (or has the wrong size); 2 the model returned an error status, printed
 // on stderr as "harness: init failed: <mlcc_status_string> (status N)" or "harness: run
-// failed: ...".
+// failed: ...". Outputs whose size depends on the data: as the C harness, a line
+// "output_shape I D0,D1,..." on stdout and only the valid elements in OUT_i.
 import { readFileSync, writeFileSync } from "node:fs";
 import { arraySize, createModel, modelInfo, typedArrays } from "./model.mjs";
 
@@ -70,9 +71,11 @@ modelInfo.inputs.forEach((t, i) => {
 });
 
 let outputs;
+let shapes = {};
 try {
   const model = await createModel(weights === undefined ? {} : { weights });
   outputs = model.run(feeds);
+  shapes = model.outputShapes;
 } catch (err) {
   if (err.status) {
     const stage = err.message.startsWith("mlcc: init") ? "init" : "run";
@@ -80,6 +83,11 @@ try {
   }
   fail(err.message, EXIT_USAGE);
 }
+modelInfo.outputs.forEach((t, i) => {
+  if (t.dynamic_axis !== undefined) {
+    console.log(`output_shape ${i} ${shapes[t.name].join(",")}`);
+  }
+});
 modelInfo.outputs.forEach((t, i) => {
   const a = outputs[t.name];
   try {

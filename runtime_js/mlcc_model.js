@@ -21,6 +21,10 @@
 // typed array's length). Errors are thrown as MlccError (an Error; .status is the C status
 // code, or 0 for a wrong argument).
 // A model object is not reentrant (one arena); create several for concurrent use.
+// Outputs whose size depends on the data (NonZero, NonMaxSuppression, ...; their `shape` in
+// model.outputs is the maximum, `dynamic_axis` the axis the data decides) come back from run()
+// with only their valid elements; model.outputShapes holds every output's shape of the last
+// run.
 
 // The typed array of each element type. float16, bfloat16 and the float8 types travel as their
 // bit patterns; the packed types (PACKED_BITS: several elements per byte, lowest index in the
@@ -63,6 +67,22 @@ function describe(t) {
   const what = PACKED_BITS[t.dtype] ? "packed bytes" : "elements";
   return `${TYPED_ARRAYS[t.dtype].name} of ${t.size} ${what} ` +
     `(${t.dtype} [${t.shape.join(", ")}])`;
+}
+
+// The elements of a tensor planned as `shape` whose index along `axis` is below dims[axis]:
+// a new typed array of the actual shape `dims`.
+function validPart(view, shape, dims, axis) {
+  const outer = elementCount(shape.slice(0, axis));
+  const inner = elementCount(shape.slice(axis + 1));
+  const n = dims[axis];
+  if (!(n >= 0 && n <= shape[axis])) {
+    throw new MlccError(`an output size of ${n} along axis ${axis} is outside [0, ${shape[axis]}]`);
+  }
+  const out = new view.constructor(outer * n * inner);
+  for (let o = 0; o < outer; o++) {
+    out.set(view.subarray(o * shape[axis] * inner, (o * shape[axis] + n) * inner), o * n * inner);
+  }
+  return out;
 }
 
 function isURL(value) {
@@ -174,6 +194,12 @@ class Model {
     this.name = p;
     this.inputs = MODEL.inputs.map((t) => ({ ...t, size: arraySize(t) }));
     this.outputs = MODEL.outputs.map((t) => ({ ...t, size: arraySize(t) }));
+    this.outputShapes = {};
+    const dynamic = this.outputs.some((t) => t.dynamic_axis !== undefined);
+    if (dynamic && typeof exports[`${p}_output_shape`] !== "function") {
+      throw new MlccError(`model.wasm does not export ${p}_output_shape: it is not the ` +
+        `module of model ${p} compiled by mlcc`);
+    }
     if (typeof exports._initialize === "function") exports._initialize();
 
     // Every allocation happens here, once. Sizes + 1: malloc(0) may return 0.
@@ -191,6 +217,7 @@ class Model {
     const ptrs = tensors.map((t) => alloc(t.size * TYPED_ARRAYS[t.dtype].BYTES_PER_ELEMENT, 16));
     const inTable = alloc(4 * Math.max(this.inputs.length, 1), 4);
     const outTable = alloc(4 * Math.max(this.outputs.length, 1), 4);
+    this._dims = dynamic ? alloc(8 * 8, 8) : 0;     // int64_t dims[MLCC_MAX_RANK]
     this._ctx = ctx;
     this._inTable = inTable;
     this._outTable = outTable;
@@ -260,7 +287,17 @@ class Model {
     this._check(this._x[`${this.name}_run_v`](this._ctx, this._inTable, this._outTable), "run");
     const result = {};
     this.outputs.forEach((t, i) => {
-      result[t.name] = this._views[this.inputs.length + i].slice();
+      const view = this._views[this.inputs.length + i];
+      if (t.dynamic_axis === undefined) {
+        result[t.name] = view.slice();
+        this.outputShapes[t.name] = t.shape.slice();
+        return;
+      }
+      this._check(this._x[`${this.name}_output_shape`](this._ctx, i, this._dims), "run");
+      const dims = Array.from(new BigInt64Array(this._x.memory.buffer, this._dims,
+        t.shape.length), Number);
+      result[t.name] = validPart(view, t.shape, dims, t.dynamic_axis);
+      this.outputShapes[t.name] = dims;
     });
     return result;
   }

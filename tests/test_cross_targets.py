@@ -407,3 +407,19 @@ def test_loop(tmp_path, target):
     check_model(halving(True), {"y0": rnd(7) * 30, "c0": np.array(True),
                                 "M": np.array(9, np.int64)}, tmp_path, target=target)
     check_model(*scan_model([1, 1], [1, 0], [1, 2], [0, 1]), tmp_path, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_data_dependent_sizes(tmp_path, target):
+    """NonMaxSuppression then Gather of the selected boxes, TopK with a run-time k and Unique
+    along an axis (runtime_c/kernels/selection.c): the harness reports the actual sizes."""
+    from test_dynamic_outputs import boxes_and_scores, detector_postprocess, one_node
+
+    boxes, scores = boxes_and_scores(batches=1, n=29, classes=3, center=1, seed=7)
+    feeds = {"boxes": boxes, "scores": scores}
+    check_model(detector_postprocess(boxes, scores), feeds, tmp_path, target=target)
+    tk = {"x": rand(4, 13), "k": np.array([5], np.int64)}
+    check_model(one_node("TopK", tk, 2, axis=1), tk, tmp_path, target=target)
+    u = (np.arange(21, dtype=np.int64).reshape(3, 7) * 5 % 4).astype(np.int64)
+    check_model(one_node("Unique", {"x": u}, 4, sorted=0, axis=1), {"x": u}, tmp_path,
+                target=target)

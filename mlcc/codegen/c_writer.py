@@ -220,6 +220,18 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
           "/* The same, with inputs and outputs as arrays in model order (for generic callers). */"]
     h += call(f"MLCC_EXPORT int {prefix}_run_v", run_v_args)
     h.append("")
+    dynamic = [(j, name) for j, name in enumerate(g.outputs) if g.values[name].dyn]
+    if dynamic:
+        h += comment(_c_comment(
+            "Outputs whose size depends on the data: " + "; ".join(
+                f"{j} \"{name}\" along axis {g.values[name].dyn[0]}" for j, name in dynamic) +
+            ". Their buffers hold the maximum (the _SIZE above); after a successful run, this "
+            "fills dims[0..rank-1] with output `index`'s actual shape: the valid elements are "
+            "those whose index along that axis is below dims[axis] (docs/dynamic-outputs.md)."),
+            "")
+        h += call(f"MLCC_EXPORT int {prefix}_output_shape",
+                  ["const mlcc_context *ctx", "int index", "int64_t *dims"])
+        h.append("")
     if embedded:
         h += ["/* The weights compiled into the library (weights.c): no file to load. */",
               f"MLCC_EXPORT const void *{prefix}_embedded_weights(void);"]
@@ -331,6 +343,8 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
         c.append(INDENT * (depth + 1) + "}")
     c += ["    return MLCC_OK;", "}", ""]
 
+    if dynamic:
+        c += _output_shape(prog, prefix, dynamic, sym)
     c += call(f"int {prefix}_run_v", run_v_args, " {")
     c.append("    if (inputs == NULL || outputs == NULL) return MLCC_ERR_NULL_ARGUMENT;" if
              (g.inputs and g.outputs) else "    (void)inputs; (void)outputs;")
@@ -382,6 +396,27 @@ def _open_block(block, ind: str, pointer, depth: int) -> list[str]:
     if block.iteration:
         lines.append(f"{inner}*(int64_t *){pointer(block.iteration)} = {i};")
     return lines
+
+
+def _output_shape(prog: Program, prefix: str, dynamic: list[tuple[int, str]],
+                  sym: _Symbols) -> list[str]:
+    """NAME_output_shape: the static shape of an output, with the count the run left in the
+    arena along its data-dependent axis."""
+    g = prog.graph
+    c = call(f"int {prefix}_output_shape", ["const mlcc_context *ctx", "int index",
+                                             "int64_t *dims"], " {")
+    c += ["    int d;",
+          "    if (ctx == NULL || ctx->model != &model_info) return MLCC_ERR_NOT_INITIALIZED;",
+          "    if (dims == NULL) return MLCC_ERR_NULL_ARGUMENT;",
+          f"    if (index < 0 || index >= {prefix.upper()}_NUM_OUTPUTS) "
+          f"return MLCC_ERR_INDEX_OUT_OF_RANGE;",
+          "    for (d = 0; d < output_info[index].rank; d++) dims[d] = "
+          "output_info[index].dims[d];"]
+    for j, name in dynamic:
+        axis, key = g.values[name].dyn
+        c.append(f"    if (index == {j}) dims[{axis}] = "
+                 f"*(const int64_t *)ARENA({sym.arena[prog.counts[key]]});")
+    return c + ["    return MLCC_OK;", "}", ""]
 
 
 def _offset_defines(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int],

@@ -52,7 +52,9 @@ def generate(g: Graph, *, prefix: str, target_name: str, source_name: str,
     pg = prog.graph
 
     def tensors(names):
-        return [{"name": n, "dtype": pg.values[n].dtype, "shape": list(pg.values[n].shape)}
+        # "dynamic_axis": the axis whose size the data decides (shape: its maximum)
+        return [{"name": n, "dtype": pg.values[n].dtype, "shape": list(pg.values[n].shape),
+                 **({"dynamic_axis": pg.values[n].dyn[0]} if pg.values[n].dyn else {})}
                 for n in names]
 
     manifest = {

@@ -62,6 +62,9 @@ def plan_memory(prog: Program, output_slots: dict[str, int]) -> MemoryPlan:
             first.setdefault(root, t)
             last[root] = t
     _extend_over_loops(prog, first, last)
+    for name in prog.counts.values():   # read after the run (NAME_output_shape): kept
+        if name in first:
+            last[name] = len(prog.calls) - 1
     items = [(name, _align(g.values[name].nbytes), first[name], last[name]) for name in first]
     items += [(f"#scratch{t}", _align(c.scratch_bytes), t, t)
               for t, c in enumerate(prog.calls) if c.scratch_bytes]

@@ -24,6 +24,10 @@ class Value:
     dtype: str | None = None          # numpy dtype name: "float32", "int64", "bool", ...
     shape: tuple[Dim, ...] | None = None
     const: np.ndarray | None = None   # constant data (initializers and folded values)
+    # (axis, key) when the size along `axis` depends on the data (NonZero, NonMaxSuppression,
+    # ...): `shape` then holds the static maximum, and `key` names the data-dependent value
+    # whose run-time count this one shares (docs/dynamic-outputs.md)
+    dyn: tuple[int, str] | None = None
 
     @property
     def is_const(self) -> bool:
@@ -146,7 +150,8 @@ class Graph:
         """A copy whose lists, dicts, nodes and values may be changed freely.
 
         Constant arrays are shared: passes replace them, never write into them."""
-        values = {k: Value(v.name, v.dtype, v.shape, v.const) for k, v in self.values.items()}
+        values = {k: Value(v.name, v.dtype, v.shape, v.const, v.dyn)
+                  for k, v in self.values.items()}
         nodes = [copy.copy(n) for n in self.nodes]
         for n in nodes:
             n.inputs, n.outputs = list(n.inputs), list(n.outputs)

@@ -43,6 +43,8 @@ class Program:
     graph: Graph                       # the optimized graph (types and shapes of all values)
     calls: list[KernelCall] = field(default_factory=list)
     aliases: dict[str, str] = field(default_factory=dict)   # view -> the tensor it reinterprets
+    # Value.dyn key -> the int64 scalar tensor that holds that data-dependent size at run time
+    counts: dict[str, str] = field(default_factory=dict)
 
     def value(self, name: str) -> Value:
         return self.graph.values[name]
@@ -119,3 +121,14 @@ class Lowering:
 
     def value(self, name: str) -> Value:
         return self.graph.values[name]
+
+    def count(self, key: str) -> str:
+        """A new int64 scalar that the kernel of a data-dependent size writes (Value.dyn's
+        key); the lowering of its consumers reads it with count_of."""
+        name = self.temp(f"{key}.count", "int64", ())
+        self.program.counts[key] = name
+        return name
+
+    def count_of(self, name: str) -> str:
+        """The run-time count of value `name`'s data-dependent axis."""
+        return self.program.counts[self.graph.values[name].dyn[1]]

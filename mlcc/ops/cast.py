@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Enum, Lowering, Node
-from .common import IO_DTYPES, emit_plain_copy, require_dtype
+from .common import IO_DTYPES, elementwise_dynamic, emit_plain_copy, require_dtype
 from .registry import OpDef, register
 
 RUNTIME_DTYPES = list(IO_DTYPES)
@@ -59,6 +59,9 @@ def emit_cast(lo: Lowering, src: str, dst: str, op: str = "Cast", saturate: int 
 class Cast(OpDef):
     attributes = {"to": None, "saturate": None, "round_mode": None}
 
+    def dynamic(self, node, ins, g):
+        return elementwise_dynamic(node, ins, g)
+
     def infer(self, node, ins, g):
         x = ins[0]
         require_dtype(node, [x], RUNTIME_DTYPES)
@@ -75,6 +78,9 @@ class Cast(OpDef):
 @register("CastLike", since=15)
 class CastLike(OpDef):
     attributes = {"saturate": None, "round_mode": None}
+
+    def dynamic(self, node, ins, g):
+        return elementwise_dynamic(node, ins[:1], g)
 
     def infer(self, node, ins, g):
         x, like = ins[0], ins[1]

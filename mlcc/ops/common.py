@@ -8,6 +8,7 @@ import numpy as np
 from ..errors import ModelError, UnsupportedError
 from ..ir import PACKED_BITS, Graph, Lowering, Node, Value
 from .activations import act_struct, fused_act
+from .registry import refuse_dynamic
 
 MAX_RANK = 8                       # MLCC_MAX_RANK in mlcc_runtime.h
 
@@ -203,3 +204,46 @@ def merge_broadcast_axes(shape, stride_sets):
     if len(merged) > MAX_RANK:
         raise UnsupportedError(f"broadcasting over more than {MAX_RANK} axes")
     return [m[0] for m in merged], [[m[1][k] for m in merged] for k in range(len(stride_sets))]
+
+
+def elementwise_dynamic(node: Node, ins: Sequence[Value | None], g: Graph
+                        ) -> list[tuple[int, str] | None]:
+    """Value.dyn of the outputs of an elementwise node (outputs of the broadcast shape): the
+    data-dependent axis of its inputs, right-aligned to the output. Every other input must
+    have size 1 there, or the same data-dependent count on the same axis."""
+    rank = len(g.values[node.outputs[0]].shape)
+    found = None
+    for v in ins:
+        if v is None or v.dyn is None:
+            continue
+        here = (v.dyn[0] + rank - len(v.shape), v.dyn[1])
+        if found is not None and found != here:
+            raise UnsupportedError(f"inputs {', '.join(repr(x.name) for x in ins if x)} have "
+                                   f"different data-dependent sizes; mlcc cannot combine them")
+        found = here
+    if found is not None:
+        for v in ins:
+            axis = found[0] - (rank - len(v.shape)) if v is not None else -1
+            if v is not None and v.dyn is None and axis >= 0 and v.shape[axis] != 1:
+                raise UnsupportedError(
+                    f"input {v.name!r} has {v.shape[axis]} elements along the axis whose "
+                    f"size the data decides in another input (counted by {found[1]!r}); mlcc "
+                    f"broadcasts only size-1 dimensions against such an axis")
+    return [found] * len(node.outputs)
+
+
+def view_dynamic(node: Node, x: Value, out: Value) -> list[tuple[int, str] | None]:
+    """Value.dyn of a view's output (Reshape, Squeeze, ...: the same bytes, another shape):
+    the data-dependent axis keeps its place among the axes of size > 1, which must be the
+    same in and out (a view that merges or splits it is refused)."""
+    if x.dyn is None:
+        return [None]
+    axis, key = x.dyn
+    if tuple(x.shape) == tuple(out.shape):
+        return [(axis, key)]
+    kept_in = [a for a, d in enumerate(x.shape) if d != 1]
+    kept_out = [a for a, d in enumerate(out.shape) if d != 1]
+    if x.shape[axis] == 1 or [x.shape[a] for a in kept_in] != [out.shape[a] for a in kept_out]:
+        refuse_dynamic(node, [x], f"would reshape its axis {axis} from {list(x.shape)} to "
+                                  f"{list(out.shape)}")
+    return [(kept_out[kept_in.index(axis)], key)]

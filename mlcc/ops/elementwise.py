@@ -8,7 +8,7 @@ from ..errors import ModelError
 from ..ir import Enum, Lowering, Node
 from .activations import ACTIVATIONS, NO_ACT, act_from_attrs, act_struct
 from .common import (C_DTYPES, INT_DTYPES, MAX_RANK, broadcast_shapes, broadcast_strides,
-                     emit_plain_copy, merge_broadcast_axes, require_dtype)
+                     elementwise_dynamic, emit_plain_copy, merge_broadcast_axes, require_dtype)
 from .registry import OpDef, register
 
 FLT_MAX = float(np.finfo(np.float32).max)
@@ -25,6 +25,9 @@ class _Unary(OpDef):
 
     def unary_op_of(self, node: Node) -> str:
         return self.unary_op
+
+    def dynamic(self, node, ins, g):
+        return elementwise_dynamic(node, ins, g)
 
     def infer(self, node, ins, g):
         require_dtype(node, ins[:1], ["float32"])
@@ -230,6 +233,9 @@ class _Binary(OpDef):
 
     def dtypes(self) -> list[str]:
         return ["float32"] + (INT_DTYPES if self.binary_op in INT_BINARY_OPS else [])
+
+    def dynamic(self, node, ins, g):
+        return elementwise_dynamic(node, ins, g)
 
     def check(self, node):
         problems = super().check(node)

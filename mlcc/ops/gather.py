@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import ModelError
 from ..ir import Lowering, Node
 from .common import C_DTYPES, emit_copy, norm_axis, require_dtype
-from .registry import OpDef, register
+from .registry import OpDef, refuse_dynamic, register
 
 INDEX_KERNELS = {"int64": "mlcc_gather__i64", "int32": "mlcc_gather__i32"}
 
@@ -45,6 +45,18 @@ class Gather(OpDef):
                                  f"{axis} of size {dim}")
         return [(data.dtype, data.shape[:axis] + tuple(indices.shape) + data.shape[axis + 1:])]
 
+    def dynamic(self, node, ins, g):
+        data, indices = ins[0], ins[1]
+        axis = norm_axis(int(node.attr("axis", 0)), len(data.shape))
+        if data.dyn is not None and indices.dyn is None and data.dyn[0] != axis:
+            a = data.dyn[0]
+            return [(a if a < axis else a + len(indices.shape) - 1, data.dyn[1])]
+        if data.dyn is None and indices.dyn is not None:
+            return [(axis + indices.dyn[0], indices.dyn[1])]
+        refuse_dynamic(node, [data], "gathers along that axis (or with indices of a "
+                                     "data-dependent size too)")
+        return [None]
+
     def lower(self, node: Node, lo: Lowering) -> None:
         data, indices, out = (lo.value(n) for n in (node.inputs[0], node.inputs[1],
                                                    node.outputs[0]))
@@ -68,8 +80,16 @@ class Gather(OpDef):
         else:
             index_name = indices.name
         kernel = INDEX_KERNELS[lo.value(index_name).dtype]
+        params = {"outer": outer, "axis_dim": dim, "inner": inner, "n_indices": n,
+                  "elem_size": np.dtype(data.dtype).itemsize}
+        if indices.dyn is not None:     # only the indices before the run-time count
+            a = indices.dyn[0]
+            lo.call(kernel.replace("__", "__counted_"),
+                    [data.name, index_name, lo.count_of(indices.name), out.name], [out.name],
+                    params_type="mlcc_gather_counted_params",
+                    params={"gather": params, "idx_max": indices.shape[a],
+                            "idx_inner": math.prod(indices.shape[a + 1:])},
+                    returns_status=True)
+            return
         lo.call(kernel, [data.name, index_name, out.name], [out.name],
-                params_type="mlcc_gather_params",
-                params={"outer": outer, "axis_dim": dim, "inner": inner, "n_indices": n,
-                        "elem_size": np.dtype(data.dtype).itemsize},
-                returns_status=True)
+                params_type="mlcc_gather_params", params=params, returns_status=True)

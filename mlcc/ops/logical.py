@@ -9,7 +9,7 @@ import numpy as np
 from ..errors import ModelError
 from ..ir import Enum, Lowering, Node
 from .common import (MAX_RANK, C_DTYPES, broadcast_shapes, broadcast_strides,
-                     merge_broadcast_axes, require_dtype)
+                     elementwise_dynamic, merge_broadcast_axes, require_dtype)
 from .registry import OpDef, register
 
 
@@ -31,6 +31,9 @@ class _Compare(OpDef):
     compare_op = "EQUAL"
     # float16 would need converting first: refused
     input_dtypes = [d for d in C_DTYPES if d != "float16"]
+
+    def dynamic(self, node, ins, g):
+        return elementwise_dynamic(node, ins, g)
 
     def infer(self, node, ins, g):
         if len(ins) != 2 or any(v is None for v in ins):
@@ -59,6 +62,9 @@ for _name, _op in [("And", "AND"), ("Or", "OR"), ("Xor", "XOR")]:
 class Not(OpDef):
     attributes = {}
 
+    def dynamic(self, node, ins, g):
+        return elementwise_dynamic(node, ins, g)
+
     def infer(self, node, ins, g):
         require_dtype(node, ins[:1], ["bool"])
         return [("bool", ins[0].shape)]
@@ -71,6 +77,9 @@ class Not(OpDef):
 @register("Where", since=9)
 class Where(OpDef):
     attributes = {}
+
+    def dynamic(self, node, ins, g):
+        return elementwise_dynamic(node, ins, g)
 
     def infer(self, node, ins, g):
         cond, x, y = ins
@@ -100,6 +109,9 @@ class _Classify(OpDef):
     """IsNaN and IsInf of float32 values, as bool (mlcc_f32_classify)."""
     attributes = {}
     is_inf = 0
+
+    def dynamic(self, node, ins, g):
+        return elementwise_dynamic(node, ins, g)
 
     def infer(self, node, ins, g):
         require_dtype(node, ins[:1], ["float32"])

@@ -11,7 +11,7 @@ from ..ir import Lowering, Node
 from .common import (C_DTYPES, broadcast_shapes, broadcast_strides, const_input,
                      contiguous_strides, emit_copy, ints_attr_or_input, norm_axis, require_dtype,
                      simplify_copy)
-from .registry import OpDef, register
+from .registry import OpDef, refuse_dynamic, register
 
 ANY_DTYPE = list(C_DTYPES)
 MAX_COPY_CALLS = 256     # beyond this many calls for one node, refuse rather than bloat the C
@@ -73,6 +73,12 @@ class Transpose(OpDef):
         perm = self._perm(node, len(x.shape))
         return [(x.dtype, tuple(x.shape[p] for p in perm))]
 
+    def dynamic(self, node, ins, g):
+        x = ins[0]
+        if x.dyn is None:
+            return [None]
+        return [(self._perm(node, len(x.shape)).index(x.dyn[0]), x.dyn[1])]
+
     def lower(self, node: Node, lo: Lowering) -> None:
         x = lo.value(node.inputs[0])
         _permuted_copy(lo, node.inputs[0], node.outputs[0], x.shape,
@@ -113,6 +119,17 @@ class Concat(OpDef):
                                  f"cannot be concatenated on axis {axis}")
             out[axis] += v.shape[axis]
         return [(dtype, tuple(out))]
+
+    def dynamic(self, node, ins, g):
+        present = [v for v in ins if v is not None]
+        dyns = {v.dyn for v in present}
+        if dyns == {None}:
+            return [None]
+        axis = self._axis(node, len(present[0].shape))
+        if len(dyns) > 1 or next(iter(dyns))[0] == axis:
+            refuse_dynamic(node, present, "concatenates it along that axis or with inputs of "
+                                          "another size there")
+        return [present[0].dyn]
 
     def lower(self, node: Node, lo: Lowering) -> None:
         out = node.outputs[0]
@@ -246,6 +263,16 @@ class Slice(OpDef):
         x = ins[0]
         require_dtype(node, [x], ANY_DTYPE)
         return [(x.dtype, tuple(len(r) for r in self._ranges(node, x.shape, g)))]
+
+    def dynamic(self, node, ins, g):
+        x = ins[0]
+        refuse_dynamic(node, ins[1:])
+        if x.dyn is None:
+            return [None]
+        kept = self._ranges(node, x.shape, g)[x.dyn[0]]
+        if kept != range(x.shape[x.dyn[0]]):
+            refuse_dynamic(node, [x], "slices that axis")
+        return [x.dyn]
 
     def lower(self, node: Node, lo: Lowering) -> None:
         src = node.inputs[0]

@@ -65,6 +65,30 @@ class OpDef:
         """Floating-point operations at run time (a multiply-add counts as two)."""
         return 0
 
+    def dynamic(self, node: Node, inputs: list[Value | None], g: Graph
+                ) -> list[tuple[int, str] | None]:
+        """Value.dyn of each output: (axis, key) where its size along axis depends on the
+        data (its static shape is then the maximum), else None. The operators that make such
+        sizes (NonZero, TopK with a run-time k, ...) and those that carry one through
+        (elementwise, Gather, Slice, ...: docs/dynamic-outputs.md) override this; the
+        others refuse a data-dependent input."""
+        refuse_dynamic(node, inputs)
+        return [None] * len(node.outputs)
+
+
+def refuse_dynamic(node: Node, inputs: list[Value | None], allowed: str = "") -> None:
+    """Refuses the node when one of its inputs has a data-dependent size (Value.dyn);
+    `allowed` says which uses of such inputs the operator does support."""
+    for v in inputs:
+        if v is not None and v.dyn is not None:
+            axis, key = v.dyn
+            raise UnsupportedError(
+                f"input {v.name!r} has a size that depends on the data (axis {axis}, up to "
+                f"{v.shape[axis]}, counted at run time by {key!r}), and {node.op_type} "
+                + (allowed or "cannot consume it") + "; mlcc carries such sizes through "
+                "elementwise operators, Cast, Gather, Slice, Squeeze, Unsqueeze, Transpose "
+                "and Concat on the other axes (docs/dynamic-outputs.md)")
+
 
 _REGISTRY: dict[tuple[str, str], list[OpDef]] = {}
 

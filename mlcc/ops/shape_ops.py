@@ -8,12 +8,16 @@ import numpy as np
 from ..errors import ModelError, UnsupportedError
 from ..ir import Lowering, Node
 from .common import (const_input, contiguous_strides, emit_copy, emit_plain_copy,
-                     ints_attr_or_input, norm_axis)
-from .registry import OpDef, register
+                     ints_attr_or_input, norm_axis, view_dynamic)
+from .registry import OpDef, refuse_dynamic, register
 
 
 class _View(OpDef):
     """Output = input with another shape; lowered to an alias (a copy if it is a graph output)."""
+
+    def dynamic(self, node, ins, g):
+        refuse_dynamic(node, ins[1:])
+        return view_dynamic(node, ins[0], g.values[node.outputs[0]]) * len(node.outputs)
 
     def lower(self, node: Node, lo: Lowering) -> None:
         src, dst = node.inputs[0], node.outputs[0]

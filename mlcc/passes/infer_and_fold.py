@@ -112,6 +112,15 @@ def infer_and_fold(g: Graph) -> Graph:
                                      f"dimension {list(shape)}")
                 v = g.values[name]
                 v.dtype, v.shape = dtype, tuple(int(d) for d in shape)
+        try:    # which outputs have a data-dependent size (once their shapes are known)
+            dyns = lookup(node).dynamic(node, ins, g)
+        except UnsupportedError as exc:
+            problems.append(f"{describe(node)}: {exc.message}")
+            unknown.update(o for o in node.outputs if o)
+            continue
+        for name, dyn in zip(node.outputs, dyns):
+            if name:
+                g.values[name].dyn = dyn
     if problems:
         raise UnsupportedError(
             f"{len(problems)} node{'s' if len(problems) > 1 else ''} cannot be compiled:\n  "
@@ -167,10 +176,16 @@ def _fold(g: Graph, node: Node) -> list[np.ndarray] | None:
         return [_constant_value(node)]
     if node.domain == "" and node.op_type in ("Shape", "Size"):
         v = g.values[node.inputs[0]]
+        if v.dyn is not None and node.op_type == "Size":
+            raise UnsupportedError(f"the size of {v.name!r} depends on the data (axis "
+                                   f"{v.dyn[0]}); mlcc cannot compute its Size")
         if v.is_static:
             if node.op_type == "Size":
                 return [np.array(v.numel, dtype=np.int64)]
             start, end = node.attr("start", 0), node.attr("end", None)
+            if v.dyn is not None and v.dyn[0] in range(len(v.shape))[slice(start, end)]:
+                raise UnsupportedError(f"dimension {v.dyn[0]} of {v.name!r} depends on the "
+                                       f"data; mlcc cannot compute it as a Shape")
             return [np.array(v.shape[slice(start, end)], dtype=np.int64)]
         return None
     if node.op_type in NONDETERMINISTIC or node.domain not in ("", "ai.onnx"):

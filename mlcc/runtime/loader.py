@@ -38,6 +38,7 @@ int {p}_init(mlcc_context *ctx, const void *weights, size_t weights_size, void *
 int {p}_run_v(const mlcc_context *ctx, const void *const *inputs, void *const *outputs);
 """
 _CDEF_EMBEDDED = "int {p}_init_embedded(mlcc_context *ctx, void *arena, size_t arena_size);\n"
+_CDEF_SHAPE = "int {p}_output_shape(const mlcc_context *ctx, int index, int64_t *dims);\n"
 _loaded_paths: set[str] = set()
 
 try:
@@ -129,6 +130,25 @@ class ModelBase:
         return {t["name"]: unpack_elements(a, t["dtype"], t["shape"])
                 if t["dtype"] in PACKED_BITS else a for t, a in zip(self.outputs, outs)}
 
+    def dynamic_outputs(self) -> list[int]:
+        """Positions of the outputs whose size depends on the data (docs/dynamic-outputs.md)."""
+        return [j for j, t in enumerate(self.outputs) if "dynamic_axis" in t]
+
+    def _trim(self, result: dict[str, np.ndarray], shapes: dict[int, list[int]]
+              ) -> dict[str, np.ndarray]:
+        """Cuts each output of a data-dependent size to the actual shape the run reported
+        (the buffer holds the maximum along its dynamic axis): a copy of the valid part."""
+        for j, dims in shapes.items():
+            t = self.outputs[j]
+            axis = t["dynamic_axis"]
+            n = int(dims[axis])
+            if not 0 <= n <= t["shape"][axis]:
+                raise MlccError(f"output {t['name']!r}: the run reported {n} elements along "
+                                f"axis {axis}, outside [0, {t['shape'][axis]}]")
+            arr = result[t["name"]]
+            result[t["name"]] = np.ascontiguousarray(arr[(slice(None),) * axis + (slice(0, n),)])
+        return result
+
     def run(self, feeds: dict) -> dict[str, np.ndarray]:
         """Runs one inference: {input name: array} -> {output name: array}."""
         raise NotImplementedError
@@ -155,7 +175,9 @@ class CompiledModel(ModelBase):
             raise MlccError(f"{weights_path}: the weight blob is missing")
         self._ffi = FFI()
         self._ffi.cdef(_CDEF.replace("{p}", self.prefix) +
-                       (_CDEF_EMBEDDED.replace("{p}", self.prefix) if embedded else ""))
+                       (_CDEF_EMBEDDED.replace("{p}", self.prefix) if embedded else "") +
+                       (_CDEF_SHAPE.replace("{p}", self.prefix) if self.dynamic_outputs()
+                        else ""))
         self._lib = self._ffi.dlopen(self._unique_path(library))
         self._arena = aligned_empty(int(self.manifest["arena_size"]))
         self._ctx = self._ffi.new("mlcc_context *")
@@ -233,14 +255,27 @@ class CompiledModel(ModelBase):
         status = self._run_call()
         if status != 0:
             raise RuntimeStatusError(f"run failed: {self.status_string(status)}")
-        return self._from_c(outs)
+        return self._trim(self._from_c(outs), self.output_shapes())
+
+    def output_shapes(self) -> dict[int, list[int]]:
+        """The actual shapes, after the last run, of the outputs whose size depends on the
+        data ({output position: shape}; NAME_output_shape)."""
+        shapes = {}
+        for j in self.dynamic_outputs():
+            dims = self._ffi.new("int64_t[8]")
+            status = getattr(self._lib, f"{self.prefix}_output_shape")(self._ctx, j, dims)
+            if status != 0:
+                raise RuntimeStatusError(f"output_shape failed: {self.status_string(status)}")
+            shapes[j] = [int(dims[d]) for d in range(len(self.outputs[j]["shape"]))]
+        return shapes
 
     def prepare(self, feeds: dict) -> tuple:
         """(call, outputs) for timing: call() runs the model on a checked copy of `feeds` into
         the preallocated `outputs` dict and returns the C status, with no per-call checks,
         allocation or conversion: the fast helper's call (it keeps the GIL when a run takes
         under HOLD_GIL_BELOW_S: prepare runs the model up to 3 times to see), else one cffi
-        call. call keeps the model, the input copies and the outputs alive."""
+        call. call keeps the model, the input copies and the outputs alive. Outputs of a
+        data-dependent size stay padded to their maximum (output_shapes() gives the sizes)."""
         packed = [t["name"] for t in self.outputs if t["dtype"] in PACKED_BITS]
         if packed:
             raise InputError(f"prepare() returns the output arrays the C code writes, and "

@@ -75,16 +75,42 @@ class HarnessModel(ModelBase):
             for path, arr in zip(in_paths, arrays):
                 # Raw little-endian elements, as the harness reads them on every target.
                 path.write_bytes(arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
-            self.last_stderr = self._execute(self._command(in_paths, out_paths), tmp_dir)
-            return {t["name"]: self._read_output(path, t)
-                    for path, t in zip(out_paths, self.outputs)}
+            proc = self._execute(self._command(in_paths, out_paths), tmp_dir)
+            self.last_stderr = proc.stderr
+            shapes = self._shapes(proc.stdout)
+            return {t["name"]: self._read_output(path, {**t, "shape": shapes.get(j, t["shape"])})
+                    for j, (path, t) in enumerate(zip(out_paths, self.outputs))}
+
+    def _shapes(self, stdout: str) -> dict[int, list[int]]:
+        """The actual shapes of the outputs of a data-dependent size, from the harness's
+        "output_shape I D0,D1,..." lines (its files then hold only those elements)."""
+        shapes: dict[int, list[int]] = {}
+        for line in stdout.splitlines():
+            words = line.split()
+            if len(words) == 3 and words[0] == "output_shape":
+                shapes[int(words[1])] = [int(d) for d in words[2].split(",") if d]
+        missing = [j for j in self.dynamic_outputs() if j not in shapes]
+        if missing:
+            raise MlccError(f"the harness reported no shape for output "
+                            f"{self.outputs[missing[0]]['name']!r}, whose size depends on the "
+                            f"data (a harness built without -DMLCC_OUTPUT_SHAPES?)")
+        for j in self.dynamic_outputs():
+            t, dims = self.outputs[j], shapes[j]
+            axis = t["dynamic_axis"]
+            if len(dims) != len(t["shape"]) or not 0 <= dims[axis] <= t["shape"][axis] or any(
+                    d != e for a, (d, e) in enumerate(zip(dims, t["shape"])) if a != axis):
+                raise MlccError(f"the harness reported shape {dims} for output {t['name']!r}, "
+                                f"which does not fit its maximum {t['shape']}")
+        return {j: shapes[j] for j in self.dynamic_outputs()}
 
     def _command(self, in_paths: list[Path], out_paths: list[Path]) -> list[str]:
         return [*self.command, str(self.harness.resolve()), str(self.weights.resolve()),
                 *map(str, in_paths), *map(str, out_paths)]
 
-    def _execute(self, cmd: list[str], cwd: Path | None = None) -> str:
-        """Runs cmd; its stderr, or an error naming what failed."""
+    def _execute(self, cmd: list[str], cwd: Path | None = None
+                 ) -> subprocess.CompletedProcess:
+        """Runs cmd; the finished process (stdout: the harness's output shapes; stderr: an
+        emulator plugin's counts), or an error naming what failed."""
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout,
                                   cwd=cwd)
@@ -94,7 +120,7 @@ class HarnessModel(ModelBase):
             raise MlccError(f"the model did not finish within {self.timeout:g} s: "
                             f"{shlex.join(cmd)}") from None
         if proc.returncode == 0:
-            return proc.stderr
+            return proc
         lines = [l.strip() for l in proc.stderr.splitlines() if l.strip()]
         status = next((l for l in lines if l.startswith("harness: ") and " failed: " in l), "")
         if proc.returncode == EXIT_STATUS and status:

@@ -42,10 +42,13 @@ def builds_harness(target: Target) -> bool:
     return not target.is_host and target.output == "shared"
 
 
-def wasm_exports(prefix: str, embedded: bool) -> list[str]:
-    """The C functions model.wasm exports: what the JavaScript wrapper calls."""
+def wasm_exports(prefix: str, embedded: bool, output_shapes: bool = False) -> list[str]:
+    """The C functions model.wasm exports: what the JavaScript wrapper calls (output_shapes:
+    the model has outputs of a data-dependent size, docs/dynamic-outputs.md)."""
     names = [f"{prefix}_init", f"{prefix}_run_v", f"{prefix}_model_info",
              "mlcc_status_string", "malloc", "free"]
+    if output_shapes:
+        names.insert(2, f"{prefix}_output_shape")
     if embedded:
         names.insert(1, f"{prefix}_init_embedded")
     return names
@@ -64,16 +67,22 @@ def library_command(target: Target, sources: list[str], out: str,
              "-I.", "-o", out, *sources, *tc.ldflags, *_export_flags(target, list(exports))])
 
 
-def harness_command(target: Target, prefix: str) -> list[str]:
+def _harness_defines(prefix: str, output_shapes: bool) -> list[str]:
+    """The model's prefix, and whether it has outputs of a data-dependent size (the harness
+    then reports their shapes: mlcc_harness.c)."""
+    return [f"-DMLCC_MODEL={prefix}"] + (["-DMLCC_OUTPUT_SHAPES"] if output_shapes else [])
+
+
+def harness_command(target: Target, prefix: str, output_shapes: bool = False) -> list[str]:
     """Links the harness against the library; the rpath lets it find the library next to
     itself wherever the folder is copied (a board, a mounted share)."""
     tc = target.toolchain
-    return [tc.cc, *tc.cflags, "-Iruntime/include", f"-DMLCC_MODEL={prefix}", "-o", HARNESS_EXE,
-            HARNESS_REL, "-L.", "-lmodel", "-Wl,-rpath,$ORIGIN"]
+    return [tc.cc, *tc.cflags, "-Iruntime/include", *_harness_defines(prefix, output_shapes),
+            "-o", HARNESS_EXE, HARNESS_REL, "-L.", "-lmodel", "-Wl,-rpath,$ORIGIN"]
 
 
 def makefile(target: Target, sources: list[str], prefix: str,
-             exports: list[str] = ()) -> str:
+             exports: list[str] = (), output_shapes: bool = False) -> str:
     tc = target.toolchain
     lib = target.library_name
     if target.output == "wasm":
@@ -97,7 +106,8 @@ def makefile(target: Target, sources: list[str], prefix: str,
         f"\t$(CC) $(CFLAGS) $(CPPFLAGS) -o $@ $(SOURCES) $(LDFLAGS)",
         "",
         f"{HARNESS_EXE}: {HARNESS_REL} {lib} runtime/include/mlcc_runtime.h",
-        f"\t$(CC) $(CFLAGS) -Iruntime/include -DMLCC_MODEL=$(MODEL) -o $@ {HARNESS_REL} "
+        f"\t$(CC) $(CFLAGS) -Iruntime/include "
+        f"{' '.join(_harness_defines('$(MODEL)', output_shapes))} -o $@ {HARNESS_REL} "
         f"-L. -lmodel '-Wl,-rpath,$$ORIGIN'",
         "",
         "clean:",
@@ -194,7 +204,9 @@ def build_firmware(target: Target, folder: Path, sources: list[str],
     return folder / fw.FIRMWARE_ELF
 
 
-def build_harness(target: Target, folder: Path, prefix: str) -> Path:
+def build_harness(target: Target, folder: Path, prefix: str, output_shapes: bool = False
+                  ) -> Path:
     """Builds the harness executable in `folder`, next to the library it links against."""
-    _run_toolchain(target, folder, harness_command(target, prefix), "the test harness")
+    _run_toolchain(target, folder, harness_command(target, prefix, output_shapes),
+                   "the test harness")
     return folder / HARNESS_EXE

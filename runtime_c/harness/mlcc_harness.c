@@ -14,6 +14,11 @@
  * under an emulator subtracts the instructions of N = 1 from those of N = 2 to get exactly one
  * inference, without the start-up, file reading and init around it.
  *
+ * Outputs whose size depends on the data (docs/dynamic-outputs.md; built with
+ * -DMLCC_OUTPUT_SHAPES, which the folder's Makefile passes for such models): after the run, a
+ * line "output_shape I D0,D1,..." on stdout gives each output's actual shape, and OUT_i holds
+ * only its valid elements (that shape, contiguous), not the padded buffer.
+ *
  * Exit status: 0 success; 1 wrong usage or a file that cannot be read or written (or has the
  * wrong size); 2 the model returned an error status from init or run, printed on stderr as
  * "harness: init failed: <mlcc_status_string> (status N)" or "harness: run failed: ...".
@@ -44,6 +49,9 @@ MLCC_EXPORT int MODEL_FN(_init)(mlcc_context *ctx, const void *weights, size_t w
                                 void *arena, size_t arena_size);
 MLCC_EXPORT int MODEL_FN(_run_v)(const mlcc_context *ctx, const void *const *inputs,
                                  void *const *outputs);
+#ifdef MLCC_OUTPUT_SHAPES
+MLCC_EXPORT int MODEL_FN(_output_shape)(const mlcc_context *ctx, int index, int64_t *dims);
+#endif
 
 enum { EXIT_USAGE = 1, EXIT_STATUS = 2 };
 
@@ -81,6 +89,36 @@ static int write_all(const char *path, const void *src, size_t size) {
         return 0;
     }
     ok = fwrite(src, 1, size, f) == size;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok) fprintf(stderr, "harness: cannot write %s\n", path);
+    return ok;
+}
+
+/* Writes output t's valid part: the elements below dims[axis] along the first axis where the
+ * actual shape dims differs from the planned one (all of it when none does). */
+static int write_output(const char *path, const void *buf, const mlcc_tensor_info *t,
+                        const int64_t *dims) {
+    FILE *f;
+    size_t outer = 1, inner = 1, numel = 1, es, o;
+    int d, axis = -1, ok = 1;
+    for (d = 0; d < t->rank; d++) {
+        numel *= (size_t)t->dims[d];
+        if (axis < 0 && dims[d] != t->dims[d]) axis = d;
+    }
+    if (axis < 0 || numel == 0) return write_all(path, buf, t->size_bytes);
+    es = t->size_bytes / numel;
+    for (d = 0; d < axis; d++) outer *= (size_t)t->dims[d];
+    for (d = axis + 1; d < t->rank; d++) inner *= (size_t)t->dims[d];
+    f = fopen(path, "wb");
+    if (f == NULL) {
+        fprintf(stderr, "harness: cannot create %s\n", path);
+        return 0;
+    }
+    for (o = 0; o < outer && ok; o++) {
+        const size_t n = (size_t)dims[axis] * inner * es;
+        ok = fwrite((const unsigned char *)buf + o * (size_t)t->dims[axis] * inner * es, 1, n,
+                    f) == n;
+    }
     ok = (fclose(f) == 0) && ok;
     if (!ok) fprintf(stderr, "harness: cannot write %s\n", path);
     return ok;
@@ -206,8 +244,25 @@ int main(int argc, char **argv) {
         }
     }
     result = EXIT_USAGE;
-    for (i = 0; i < no; i++)
-        if (!write_all(argv[2 + ni + i], bufs[ni + i], info->outputs[i].size_bytes)) goto done;
+    for (i = 0; i < no; i++) {
+        const mlcc_tensor_info *t = &info->outputs[i];
+        int64_t dims[MLCC_MAX_RANK];
+        int d;
+        for (d = 0; d < t->rank; d++) dims[d] = t->dims[d];
+#ifdef MLCC_OUTPUT_SHAPES
+        status = MODEL_FN(_output_shape)(&ctx, i, dims);
+        if (status != MLCC_OK) {
+            fprintf(stderr, "harness: run failed: %s (status %d)\n",
+                    mlcc_status_string(status), status);
+            result = EXIT_STATUS;
+            goto done;
+        }
+        printf("output_shape %d ", i);
+        for (d = 0; d < t->rank; d++) printf("%s%lld", d ? "," : "", (long long)dims[d]);
+        printf("\n");
+#endif
+        if (!write_output(argv[2 + ni + i], bufs[ni + i], t, dims)) goto done;
+    }
     result = 0;
 
 done:

@@ -78,8 +78,10 @@ enum mlcc_status {
     MLCC_ERR_INDEX_OUT_OF_RANGE = 10,  /* an index input (e.g. of Gather) is outside its axis */
     MLCC_ERR_THREADS = 11,             /* no thread pool: built without threads (wasm,
                                           MLCC_NO_THREADS), a bad size or out of resources */
-    MLCC_ERR_LOOP_LIMIT = 12           /* a Loop would run more iterations than its
+    MLCC_ERR_LOOP_LIMIT = 12,          /* a Loop would run more iterations than its
                                           compile-time maximum */
+    MLCC_ERR_OUTPUT_TOO_LARGE = 13     /* a data-dependent output size (NonZero, TopK's k, ...)
+                                          exceeds the maximum it was compiled for */
 };
 
 enum mlcc_dtype {

@@ -23,4 +23,18 @@ int mlcc_gather__i64(const mlcc_gather_params *p, const void *data, const int64_
 int mlcc_gather__i32(const mlcc_gather_params *p, const void *data, const int32_t *indices,
                      void *out);
 
+/* The same when the indices have a size that depends on the data along one of their axes
+ * (NonMaxSuppression's selected rows, say; docs/dynamic-outputs.md): the indices viewed as
+ * [n_indices / (idx_max * idx_inner), idx_max, idx_inner], only the positions before *count
+ * along idx_max are checked and gathered; the others (the padding) give zeros. */
+typedef struct mlcc_gather_counted_params {
+    mlcc_gather_params gather;
+    int64_t idx_max, idx_inner;
+} mlcc_gather_counted_params;
+
+int mlcc_gather__counted_i64(const mlcc_gather_counted_params *p, const void *data,
+                             const int64_t *indices, const int64_t *count, void *out);
+int mlcc_gather__counted_i32(const mlcc_gather_counted_params *p, const void *data,
+                             const int32_t *indices, const int64_t *count, void *out);
+
 #endif /* MLCC_GATHER_H */

@@ -19,6 +19,8 @@ const char *mlcc_status_string(int status) {
     case MLCC_ERR_INDEX_OUT_OF_RANGE: return "an index input is out of range";
     case MLCC_ERR_THREADS: return "no thread pool (built without threads, bad size or no resources)";
     case MLCC_ERR_LOOP_LIMIT: return "a Loop needs more iterations than its maximum";
+    case MLCC_ERR_OUTPUT_TOO_LARGE:
+        return "a data-dependent output size exceeds its compiled maximum (or k is invalid)";
     default: return "unknown status";
     }
 }
