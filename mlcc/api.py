@@ -182,6 +182,11 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
                    pointer_bits=tgt.pointer_bits, arch=tgt.arch,
                    options=tgt.lowering_options(), command=command)
     shapes_fn = any("dynamic_axis" in t for t in gen.manifest["outputs"])
+    if shapes_fn and tgt.output == "firmware":
+        raise UnsupportedError(
+            f"target {tgt.name}: outputs whose size depends on the data "
+            f"({', '.join(t['name'] for t in gen.manifest['outputs'] if 'dynamic_axis' in t)}) "
+            f"are not supported on firmware targets yet (its harness reports no actual sizes)")
     exports = wasm_exports(prefix, embed_weights, shapes_fn) if tgt.output == "wasm" else []
     folder = Path(output_dir)
     if folder.exists() and not folder.is_dir():

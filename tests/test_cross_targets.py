@@ -15,10 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import onnx
 from onnx import helper
 
 import mlcc
-from mlcc.errors import RuntimeStatusError
+from mlcc.errors import RuntimeStatusError, UnsupportedError
 from test_targets_arm import needs_arm
 from test_targets_wasm import needs_wasm
 from test_cortex_m import pytestmark as needs_cortex_m
@@ -409,7 +410,7 @@ def test_loop(tmp_path, target):
     check_model(*scan_model([1, 1], [1, 0], [1, 2], [0, 1]), tmp_path, target=target)
 
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", TARGETS[:2])    # firmware targets refuse them (below)
 def test_data_dependent_sizes(tmp_path, target):
     """NonMaxSuppression then Gather of the selected boxes, TopK with a run-time k and Unique
     along an axis (runtime_c/kernels/selection.c): the harness reports the actual sizes."""
@@ -423,3 +424,13 @@ def test_data_dependent_sizes(tmp_path, target):
     u = (np.arange(21, dtype=np.int64).reshape(3, 7) * 5 % 4).astype(np.int64)
     check_model(one_node("Unique", {"x": u}, 4, sorted=0, axis=1), {"x": u}, tmp_path,
                 target=target)
+
+
+@needs_cortex_m
+def test_data_dependent_sizes_are_refused_on_firmware(tmp_path):
+    from test_dynamic_outputs import one_node
+    tk = {"x": rand(4, 13), "k": np.array([5], np.int64)}
+    path = tmp_path / "m.onnx"
+    onnx.save(one_node("TopK", tk, 2, axis=1), str(path))
+    with pytest.raises(UnsupportedError, match="not supported on firmware"):
+        mlcc.compile(path, tmp_path / "out", target="cortex-m4")
