@@ -19,6 +19,7 @@ from onnx import helper, numpy_helper
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Node, format_type
+from ..ir.symbolic import SymbolicError, SymInt, upper
 from ..ops import lookup, unsupported_reason
 from ..ops.common import IO_DTYPES, MAX_RANK
 from ..ops.registry import describe
@@ -99,11 +100,18 @@ def infer_and_fold(g: Graph) -> Graph:
             raise ModelError(f"{describe(node)}: {exc.message}", exc.detail) from None
         for name, (dtype, shape) in zip(node.outputs, types):
             if name:
-                if any(d < 0 for d in shape):
+                try:
+                    negative = any(d < 0 for d in shape)
+                except SymbolicError as exc:
+                    problems.append(f"{describe(node)}: {exc.message}")
+                    unknown.add(name)
+                    continue
+                if negative:
                     raise ModelError(f"{describe(node)}: output {name!r} would have a negative "
                                      f"dimension {list(shape)}")
                 v = g.values[name]
-                v.dtype, v.shape = dtype, tuple(int(d) for d in shape)
+                v.dtype, v.shape = dtype, tuple(d if isinstance(d, SymInt) else int(d)
+                                                for d in shape)
     if problems:
         raise UnsupportedError(
             f"{len(problems)} node{'s' if len(problems) > 1 else ''} cannot be compiled:\n  "
@@ -113,9 +121,8 @@ def infer_and_fold(g: Graph) -> Graph:
         if v is None or v.dtype is None or not v.is_static:
             raise ModelError(f"graph output {name!r} has no static type after inference")
     for v in g.values.values():
-        if v.shape is not None and v.dtype is not None and all(
-                isinstance(d, int) for d in v.shape):
-            nbytes = math.prod(v.shape) * np.dtype(v.dtype).itemsize
+        if v.shape is not None and v.dtype is not None and v.is_static:
+            nbytes = math.prod(upper(d) for d in v.shape) * np.dtype(v.dtype).itemsize
             if nbytes > MAX_TENSOR_BYTES:
                 raise ModelError(f"tensor {v.name!r} {list(v.shape)} would take {nbytes} "
                                  f"bytes; mlcc refuses tensors over {MAX_TENSOR_BYTES} bytes "

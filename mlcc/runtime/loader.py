@@ -38,6 +38,11 @@ int {p}_init(mlcc_context *ctx, const void *weights, size_t weights_size, void *
 int {p}_run_v(const mlcc_context *ctx, const void *const *inputs, void *const *outputs);
 """
 _CDEF_EMBEDDED = "int {p}_init_embedded(mlcc_context *ctx, void *arena, size_t arena_size);\n"
+_CDEF_DIMS = """
+int {p}_run_dims(const mlcc_context *ctx, const int64_t *dims, const void *const *inputs,
+                 void *const *outputs);
+int {p}_output_shape(const int64_t *dims, int index, int64_t *shape);
+"""
 _loaded_paths: set[str] = set()
 
 try:
@@ -83,8 +88,40 @@ class ModelBase:
         self.prefix = self.manifest["name"]
         self.inputs = self.manifest["inputs"]
         self.outputs = self.manifest["outputs"]
+        # the dynamic dimensions (--shape x=LO..HI): [{"name", "min", "max"}], in C order
+        self.dims = self.manifest.get("dims", [])
 
-    def _check_inputs(self, feeds: dict) -> list[np.ndarray]:
+    def dims_of(self, feeds: dict) -> list[int]:
+        """The size of each dynamic dimension in these inputs (checked: in range, and the same
+        wherever it appears)."""
+        found: dict[str, tuple[int, str]] = {}
+        for t in self.inputs:
+            arr = feeds.get(t["name"])
+            shape = getattr(arr, "shape", None)
+            if shape is None or len(shape) != len(t["shape"]):
+                continue         # reported by _check_inputs
+            for axis, (want, have) in enumerate(zip(t["shape"], shape)):
+                if isinstance(want, int):
+                    continue
+                where = f"{t['name']}[{axis}]"
+                if want in found and found[want][0] != have:
+                    raise InputError(f"dimension {want!r} is {found[want][0]} in "
+                                     f"{found[want][1]} but {have} in {where}")
+                found.setdefault(want, (int(have), where))
+        sizes = []
+        for d in self.dims:
+            size, where = found.get(d["name"], (d["max"], ""))
+            if not d["min"] <= size <= d["max"]:
+                raise InputError(f"dimension {d['name']!r} ({where}) is {size}, outside the "
+                                 f"range {d['min']}..{d['max']} the model was compiled for")
+            sizes.append(size)
+        return sizes
+
+    def input_shape(self, t: dict, sizes: list[int]) -> list[int]:
+        env = {d["name"]: s for d, s in zip(self.dims, sizes)}
+        return [d if isinstance(d, int) else env[d] for d in t["shape"]]
+
+    def _check_inputs(self, feeds: dict, sizes: list[int] | None = None) -> list[np.ndarray]:
         if not isinstance(feeds, dict):
             raise InputError("inputs must be a dict of name -> array")
         names = [t["name"] for t in self.inputs]
@@ -111,7 +148,8 @@ class ModelBase:
             # neither is one storage type for another (both of kind "V").
             if arr.dtype != want and (arr.dtype.kind != want.kind or want.kind == "V"):
                 raise InputError(f"input {t['name']!r} must be {want.name}, got {arr.dtype.name}")
-            if list(arr.shape) != list(t["shape"]):
+            want_shape = t["shape"] if sizes is None else self.input_shape(t, sizes)
+            if list(arr.shape) != list(want_shape):
                 raise InputError(f"input {t['name']!r} must have shape {t['shape']}, got "
                                  f"{list(arr.shape)}")
             arr = np.ascontiguousarray(arr, dtype=want)
@@ -119,15 +157,20 @@ class ModelBase:
             arrays.append(pack_elements(arr) if want.name in PACKED_BITS else arr)
         return arrays
 
-    def _empty_outputs(self) -> list[np.ndarray]:
-        """Output buffers in the C layout (packed types as their packed bytes)."""
-        return [np.empty(storage_bytes(t["dtype"], int(np.prod(t["shape"], dtype=np.int64))),
+    def _empty_outputs(self, shapes: list | None = None) -> list[np.ndarray]:
+        """Output buffers in the C layout (packed types as their packed bytes); shapes: of a
+        model with dynamic dimensions, at the actual sizes."""
+        shapes = shapes or [t["shape"] for t in self.outputs]
+        return [np.empty(storage_bytes(t["dtype"], int(np.prod(s, dtype=np.int64))),
                          np.uint8) if t["dtype"] in PACKED_BITS
-                else np.empty(t["shape"], dtype=t["dtype"]) for t in self.outputs]
+                else np.empty(s, dtype=t["dtype"]) for t, s in zip(self.outputs, shapes)]
 
-    def _from_c(self, outs: list[np.ndarray]) -> dict[str, np.ndarray]:
-        return {t["name"]: unpack_elements(a, t["dtype"], t["shape"])
-                if t["dtype"] in PACKED_BITS else a for t, a in zip(self.outputs, outs)}
+    def _from_c(self, outs: list[np.ndarray], shapes: list | None = None
+                ) -> dict[str, np.ndarray]:
+        shapes = shapes or [t["shape"] for t in self.outputs]
+        return {t["name"]: unpack_elements(a, t["dtype"], s)
+                if t["dtype"] in PACKED_BITS else a
+                for t, a, s in zip(self.outputs, outs, shapes)}
 
     def run(self, feeds: dict) -> dict[str, np.ndarray]:
         """Runs one inference: {input name: array} -> {output name: array}."""
@@ -155,7 +198,8 @@ class CompiledModel(ModelBase):
             raise MlccError(f"{weights_path}: the weight blob is missing")
         self._ffi = FFI()
         self._ffi.cdef(_CDEF.replace("{p}", self.prefix) +
-                       (_CDEF_EMBEDDED.replace("{p}", self.prefix) if embedded else ""))
+                       (_CDEF_EMBEDDED.replace("{p}", self.prefix) if embedded else "") +
+                       (_CDEF_DIMS.replace("{p}", self.prefix) if self.dims else ""))
         self._lib = self._ffi.dlopen(self._unique_path(library))
         self._arena = aligned_empty(int(self.manifest["arena_size"]))
         self._ctx = self._ffi.new("mlcc_context *")
@@ -223,7 +267,39 @@ class CompiledModel(ModelBase):
     def status_string(self, status: int) -> str:
         return self._ffi.string(self._lib.mlcc_status_string(status)).decode()
 
+    def output_shapes(self, sizes: list[int]) -> list[list[int]]:
+        """The output shapes at these sizes of the dynamic dimensions (NAME_output_shape)."""
+        dims = self._ffi.new("int64_t[]", [int(s) for s in sizes])
+        shapes = []
+        for i, t in enumerate(self.outputs):
+            shape = self._ffi.new("int64_t[]", max(len(t["shape"]), 1))
+            status = getattr(self._lib, f"{self.prefix}_output_shape")(dims, i, shape)
+            if status != 0:
+                raise RuntimeStatusError(f"output_shape failed: {self.status_string(status)}")
+            shapes.append([int(shape[k]) for k in range(len(t["shape"]))])
+        return shapes
+
+    def run_dims(self, sizes: list[int], arrays: list[np.ndarray],
+                 outs: list[np.ndarray]) -> int:
+        """NAME_run_dims on checked buffers: the C status (for tests of the C checks)."""
+        dims = self._ffi.new("int64_t[]", [int(s) for s in sizes] or [0])
+        ins = self._ffi.new("void *[]", [self._ptr(a) for a in arrays] or [self._ffi.NULL])
+        ous = self._ffi.new("void *[]", [self._ptr(a) for a in outs] or [self._ffi.NULL])
+        return getattr(self._lib, f"{self.prefix}_run_dims")(self._ctx, dims, ins, ous)
+
+    def _run_dynamic(self, feeds: dict) -> dict[str, np.ndarray]:
+        sizes = self.dims_of(feeds)
+        arrays = self._check_inputs(feeds, sizes)
+        shapes = self.output_shapes(sizes)
+        outs = self._empty_outputs(shapes)
+        status = self.run_dims(sizes, arrays, outs)
+        if status != 0:
+            raise RuntimeStatusError(f"run failed: {self.status_string(status)}")
+        return self._from_c(outs, shapes)
+
     def run(self, feeds: dict) -> dict[str, np.ndarray]:
+        if self.dims:
+            return self._run_dynamic(feeds)
         arrays = self._check_inputs(feeds)
         outs = self._empty_outputs()
         for i, a in enumerate(arrays):
@@ -242,6 +318,8 @@ class CompiledModel(ModelBase):
         under HOLD_GIL_BELOW_S: prepare runs the model up to 3 times to see), else one cffi
         call. call keeps the model, the input copies and the outputs alive."""
         packed = [t["name"] for t in self.outputs if t["dtype"] in PACKED_BITS]
+        if self.dims:
+            return self._prepare_dynamic(feeds)
         if packed:
             raise InputError(f"prepare() returns the output arrays the C code writes, and "
                              f"outputs {', '.join(map(repr, packed))} are of a packed type "
@@ -256,6 +334,20 @@ class CompiledModel(ModelBase):
         call = self._call(in_ptrs, out_ptrs, keep=(self, arrays, outs))
         if _fastcall is not None and _is_short(call):
             call.__self__.release_gil = False
+        return call, {t["name"]: a for t, a in zip(self.outputs, outs)}
+
+    def _prepare_dynamic(self, feeds: dict) -> tuple:
+        """prepare() of a model with dynamic dimensions: a cffi call of NAME_run_dims at the
+        sizes of `feeds`."""
+        sizes = self.dims_of(feeds)
+        arrays = self._check_inputs(feeds, sizes)
+        outs = self._empty_outputs(self.output_shapes(sizes))
+        dims = self._ffi.new("int64_t[]", sizes)
+        in_ptrs = self._ffi.new("void *[]", [self._ptr(a) for a in arrays] or [self._ffi.NULL])
+        out_ptrs = self._ffi.new("void *[]", [self._ptr(a) for a in outs] or [self._ffi.NULL])
+        call = functools.partial(getattr(self._lib, f"{self.prefix}_run_dims"), self._ctx, dims,
+                                 in_ptrs, out_ptrs)
+        call.keep = (self, arrays, outs)
         return call, {t["name"]: a for t, a in zip(self.outputs, outs)}
 
 

@@ -76,8 +76,10 @@ enum mlcc_status {
     MLCC_ERR_WEIGHTS_CHECKSUM = 8,     /* corrupted */
     MLCC_ERR_WEIGHTS_MODEL = 9,        /* a valid blob, but of another model */
     MLCC_ERR_INDEX_OUT_OF_RANGE = 10,  /* an index input (e.g. of Gather) is outside its axis */
-    MLCC_ERR_THREADS = 11              /* no thread pool: built without threads (wasm,
+    MLCC_ERR_THREADS = 11,             /* no thread pool: built without threads (wasm,
                                           MLCC_NO_THREADS), a bad size or out of resources */
+    MLCC_ERR_DIMS_OUT_OF_RANGE = 12    /* a dynamic size outside the range it was compiled
+                                          for (--shape x=LO..HI), or no such output */
 };
 
 enum mlcc_dtype {

@@ -18,6 +18,8 @@ const char *mlcc_status_string(int status) {
     case MLCC_ERR_WEIGHTS_MODEL: return "the weight blob belongs to another model";
     case MLCC_ERR_INDEX_OUT_OF_RANGE: return "an index input is out of range";
     case MLCC_ERR_THREADS: return "no thread pool (built without threads, bad size or no resources)";
+    case MLCC_ERR_DIMS_OUT_OF_RANGE:
+        return "a dynamic size is outside the range the model was compiled for";
     default: return "unknown status";
     }
 }
