@@ -159,3 +159,38 @@ def test_unsupported_dynamic_lowering_names_the_node(tmp_path):
     onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), str(path))
     with pytest.raises(UnsupportedError, match=r"'shape' \(Shape-\d+\).*size of N \(1..4\)"):
         mlcc.compile(path, tmp_path / "out", shapes={"x": ((1, 4), 3)}, build=False)
+
+
+# ------------------------------------------------------------------------------ real models
+
+def _real(name):
+    import fetch_models as fm
+    try:
+        return fm.fetch(name)
+    except fm.DownloadError as exc:      # no network or no index: not a failure of mlcc
+        pytest.skip(f"cannot download {name}: {exc}")
+
+
+def _check_range(path, folder, shapes, input_shapes, atol):
+    """Compiles once with a range and compares with onnxruntime at each of input_shapes."""
+    res = mlcc.compile(path, folder, shapes=shapes)
+    m = mlcc.load(folder)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    for shape in input_shapes:
+        x = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)
+        got = list(m.run({name: x}).values())
+        ref = sess.run(None, {name: x})
+        for g, r in zip(got, ref):
+            assert g.shape == r.shape, shape
+            np.testing.assert_allclose(g, r, rtol=1e-3, atol=atol, err_msg=str(shape))
+    return res
+
+
+@pytest.mark.slow
+def test_ppocr_classifier_batch_1_to_8(tmp_path):
+    res = _check_range(_real("ppocr_cls"), tmp_path / "cls", {"x": ((1, 8), 3, 48, 192)},
+                       [(1, 3, 48, 192), (3, 3, 48, 192), (8, 3, 48, 192)], atol=1e-4)
+    static = mlcc.compile(_real("ppocr_cls"), tmp_path / "static",
+                          shapes={"x": (8, 3, 48, 192)}, build=False)
+    assert res.manifest["arena_size"] <= static.manifest["arena_size"]

@@ -347,6 +347,8 @@ def bind_shapes(g: Graph, shapes: dict[str, tuple] | None) -> Graph:
             raise ModelError(f"--shape {name}: dimension {axis} is fixed to {have} in the "
                              f"model, not {want}")
         where = f"{name}[{axis}]"
+        if isinstance(have, str) and have == "?":   # exporters' "unknown", not a symbol
+            have = None
         if isinstance(have, str) and have:
             if have in by_param and by_param[have][0] != want:
                 prev, src = by_param[have]
@@ -384,7 +386,7 @@ def bind_shapes(g: Graph, shapes: dict[str, tuple] | None) -> Graph:
                              f"--shape {name}=D1,D2,...")
         dims = []
         for axis, d in enumerate(v.shape):
-            if isinstance(d, str) and d in by_param:
+            if isinstance(d, str) and d != "?" and d in by_param:
                 dims.append(bind_dim(name, axis, d, by_param[d][0]))
             elif not isinstance(d, int):
                 label = f" ({d!r})" if isinstance(d, str) else ""

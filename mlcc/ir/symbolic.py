@@ -361,6 +361,16 @@ def is_symbolic(x) -> bool:
     return False
 
 
+def as_dim(x) -> "int | SymInt":
+    """A dimension read from a shape array: a SymInt as it is, anything else as an int."""
+    return x if isinstance(x, SymInt) else int(x)
+
+
+def is_one(d) -> bool:
+    """d is the static size 1 (a dynamic size never counts as one, even if its range has 1)."""
+    return isinstance(d, int) and d == 1
+
+
 def upper(x) -> int:
     """The largest value x takes over the ranges (x itself for an int)."""
     return x.hi if isinstance(x, SymInt) else int(x)

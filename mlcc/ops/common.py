@@ -7,6 +7,7 @@ import numpy as np
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import PACKED_BITS, Graph, Lowering, Node, Value
+from ..ir.symbolic import is_one
 from .activations import act_struct, fused_act
 
 MAX_RANK = 8                       # MLCC_MAX_RANK in mlcc_runtime.h
@@ -53,7 +54,8 @@ def broadcast_strides(shape: Sequence[int], out_shape: Sequence[int]) -> list[in
     padded = [1] * (rank - len(shape)) + list(shape)
     strides, step = [0] * rank, 1
     for axis in range(rank - 1, -1, -1):
-        strides[axis] = step if padded[axis] != 1 else 0
+        # a dynamic size is the output's size on its axis (broadcast_shapes): not broadcast
+        strides[axis] = step if not is_one(padded[axis]) else 0
         step *= padded[axis]
     return strides
 
@@ -189,7 +191,8 @@ def merge_broadcast_axes(shape, stride_sets):
     """Drops size-1 axes and merges neighbours that are contiguous for the output and for
     every input, so that the kernel's innermost loop is as long as possible."""
     out_strides = contiguous_strides(shape)
-    axes = [(d, [s[i] for s in stride_sets], out_strides[i]) for i, d in enumerate(shape) if d != 1]
+    axes = [(d, [s[i] for s in stride_sets], out_strides[i]) for i, d in enumerate(shape)
+            if not is_one(d)]
     merged: list = []
     for d, ss, o in axes:
         if merged:

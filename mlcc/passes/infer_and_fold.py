@@ -24,6 +24,7 @@ from ..ops import lookup, unsupported_reason
 from ..ops.common import IO_DTYPES, MAX_RANK
 from ..ops.registry import describe
 from .control_flow import fold_loop, inline_if
+from .fold_symbolic import fold_symbolic, is_symbolic_array, shape_array
 
 # No tensor may be larger: sizes and offsets stay far from overflowing size_t and int64 in the
 # generated C (a 2^62-element input once gave an arena size of 2^64, which wraps to 0).
@@ -152,7 +153,9 @@ def _set_const(g: Graph, name: str, arr: np.ndarray) -> None:
     if arr.nbytes > MAX_CONST_BYTES:
         raise ModelError(f"folding {name!r} gives a {arr.nbytes}-byte constant; refusing")
     v = g.values[name]
-    v.dtype, v.shape, v.const = arr.dtype.name, tuple(int(d) for d in arr.shape), arr
+    # a shape over dynamic sizes is an object array of ints and SymInts, typed int64
+    dtype = "int64" if is_symbolic_array(arr) else arr.dtype.name
+    v.dtype, v.shape, v.const = dtype, tuple(int(d) for d in arr.shape), arr
 
 
 def _fold(g: Graph, node: Node) -> list[np.ndarray] | None:
@@ -161,6 +164,10 @@ def _fold(g: Graph, node: Node) -> list[np.ndarray] | None:
         return [_constant_value(node)]
     if node.domain == "" and node.op_type in ("Shape", "Size"):
         v = g.values[node.inputs[0]]
+        if v.is_dynamic:       # an array of ints and SymInts (fold_symbolic.py)
+            if node.op_type == "Size":
+                return [shape_array([v.numel]).reshape(())]
+            return [shape_array(v.shape[slice(node.attr("start", 0), node.attr("end", None))])]
         if v.is_static:
             if node.op_type == "Size":
                 return [np.array(v.numel, dtype=np.int64)]
@@ -180,6 +187,8 @@ def _fold(g: Graph, node: Node) -> list[np.ndarray] | None:
         return None
     if not node.inputs and node.op_type not in ("ConstantOfShape", "Range", "EyeLike"):
         return None
+    if any(is_symbolic_array(a) for a in arrays):
+        return fold_symbolic(g, node, arrays)
     _guard_size(node, arrays)
     d = lookup(node)
     out = d.fold(node, arrays) if d is not None else None
