@@ -21,9 +21,9 @@ from .codegen import generate, model_prefix, write_folder
 from .codegen.lower import lower_graph
 from .codegen.memory import plan_memory
 from .errors import InputError, MlccError, UnsupportedError
-from .frontend import (bound_record, import_model, load_onnx, parse_bind_option,
+from .frontend import (bound_record, dim_text, import_model, load_onnx, parse_bind_option,
                        parse_shape_option, specialize, to_graph)
-from .ir import Graph, format_type
+from .ir import Graph, format_type, symbolic
 from .ops import lookup, unsupported_reason
 from .ops.registry import describe
 from .passes import INT8_PIPELINE, run_pipeline
@@ -113,6 +113,9 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
     tgt = load_target(target)
     qdq = None
     raw = import_model(model, shapes, bind)
+    if quantize is not None and any(raw.values[n].is_dynamic for n in raw.inputs):
+        raise UnsupportedError("--quantize int8 with a range of sizes (--shape LO..HI) is not "
+                               "supported yet; quantize a build of fixed sizes")
     bound = bound_record(raw, bind or {})
     if quantize is not None and has_qdq(raw):
         raw, qdq = extract_qdq(raw)           # an already-quantized model: its own parameters
@@ -125,7 +128,8 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
     else:
         g = run_pipeline(raw, dump=dump_ir)
     prefix = model_prefix(name or Path(model).stem)
-    extra = {"shapes": {k: list(v) for k, v in sorted((shapes or {}).items())},
+    extra = {"shapes": {k: [d if isinstance(d, int) else dim_text(d) for d in v]
+                        for k, v in sorted((shapes or {}).items())},
              "library": tgt.library_name}
     if bound:
         extra["bound"] = bound
@@ -188,7 +192,7 @@ def compile_command(model: str | Path, *, target: str = "x86", shapes: Shapes | 
     follow a "#" word, as a shell comment."""
     words = ["mlcc", "compile", Path(model).name, "--target", Path(str(target)).name]
     for k, dims in sorted((shapes or {}).items()):
-        words += ["--shape", f"{k}={','.join(str(d) for d in dims)}"]
+        words += ["--shape", f"{k}={','.join(dim_text(d) for d in dims)}"]
     if name is not None:
         words += ["--name", name]
     if embed_weights:
@@ -568,18 +572,33 @@ class VerifyResult:
     notes: list[str] = field(default_factory=list)
 
 
-def random_inputs(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+def random_inputs(g: Graph, seed: int = 0, sizes: dict[str, int] | None = None
+                  ) -> dict[str, np.ndarray]:
+    """sizes: of the dynamic dimensions (by name), for inputs of a dynamic shape."""
     rng = np.random.default_rng(seed)
     feeds = {}
     for name in g.inputs:
         v = g.values[name]
+        shape = symbolic.evaluate(tuple(v.shape), sizes or {})
         if v.dtype.startswith("float"):
-            feeds[name] = rng.standard_normal(v.shape).astype(v.dtype)
+            feeds[name] = rng.standard_normal(shape).astype(v.dtype)
         elif v.dtype == "bool":
-            feeds[name] = rng.integers(0, 2, v.shape).astype(bool)
+            feeds[name] = rng.integers(0, 2, shape).astype(bool)
         else:
-            feeds[name] = rng.integers(0, 2, v.shape).astype(v.dtype)
+            feeds[name] = rng.integers(0, 2, shape).astype(v.dtype)
     return feeds
+
+
+def verify_sizes(dims: list[dict]) -> list[dict[str, int]]:
+    """The sizes `mlcc verify` checks a model of dynamic dimensions at: every dimension at its
+    smallest, at a size in between (odd where it can be), and at its largest."""
+    sets = []
+    for pick in (lambda d: d["min"], lambda d: (d["min"] + d["max"]) // 2 | 1,
+                 lambda d: d["max"]):
+        sizes = {d["name"]: min(max(pick(d), d["min"]), d["max"]) for d in dims}
+        if sizes not in sets:
+            sets.append(sizes)
+    return sets
 
 
 def tolerance_for(reference: np.ndarray) -> float:
@@ -702,13 +721,21 @@ def verify(model: str | Path, *, target: str = "x86", shapes: Shapes | None = No
     with tempfile.TemporaryDirectory(prefix="mlcc-verify-") as tmp:
         folder = Path(output_dir) if output_dir else Path(tmp) / "model"
         res = compile(model, folder, target=target, shapes=shapes, bind=bind)
-        feeds = inputs if inputs is not None else random_inputs(res.graph, seed)
+        dims = res.manifest.get("dims", [])
         compiled = _load(folder)
-        got = compiled.run(feeds)
         bound = bound_feeds(model, shapes, bind)
-        ref = _onnxruntime_outputs(model, {**{k: np.asarray(v) for k, v in feeds.items()},
-                                           **bound})
-        checks = [compare(n, got[n], ref[n]) for n in got]
+        checks: list[OutputCheck] = []
+        # a model of dynamic dimensions: checked at its smallest, a middle and its largest sizes
+        for sizes in (verify_sizes(dims) if dims and inputs is None else [None]):
+            feeds = inputs if inputs is not None else random_inputs(res.graph, seed, sizes)
+            got = compiled.run(feeds)
+            ref = _onnxruntime_outputs(model, {**{k: np.asarray(v) for k, v in feeds.items()},
+                                               **bound})
+            at = "" if not sizes else " at " + ", ".join(f"{k}={v}" for k, v in sizes.items())
+            now = [compare(n + at, got[n], ref[n]) for n in got]
+            checks += now
+            if not all(c.ok for c in now):
+                break             # (the feeds --per-layer looks at: the first that fails)
         result = VerifyResult(all(c.ok for c in checks), checks, folder=folder)
         if per_layer and (not result.ok or per_layer == "always"):
             result.first_divergence, result.layers_checked = _first_divergence(

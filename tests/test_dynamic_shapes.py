@@ -148,17 +148,98 @@ def test_arena_is_the_static_arena_at_the_largest_size(cnn, cnn_batch, tmp_path)
     assert res.manifest["weights_size"] == static.manifest["weights_size"]
 
 
-def test_unsupported_dynamic_lowering_names_the_node(tmp_path):
-    """An operator whose lowering must choose by the actual size is refused at compile time,
-    naming the node, its type and the dimension."""
-    g = h.make_graph([h.make_node("Shape", ["x"], ["s"], name="shape"),
-                      h.make_node("Cast", ["s"], ["y"], to=T.FLOAT, name="cast")], "shp",
-                     [h.make_tensor_value_info("x", T.FLOAT, ["N", 3])],
-                     [h.make_tensor_value_info("y", T.FLOAT, [2])])
-    path = tmp_path / "shape.onnx"
+def _width_model(path):
+    """Feature maps of a dynamic width W: Conv, depthwise strided Conv, MaxPool of stride 1
+    (the kernel picks its narrow-map path at run time), AveragePool over W, a Slice of W,
+    Softmax along W, and GlobalAveragePool (its 1 / (H x W) computed at run time)."""
+    rng = np.random.default_rng(3)
+
+    def w(name, *shape):
+        return nh.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
+
+    def ints(name, values):
+        return nh.from_array(np.array(values, np.int64), name)
+
+    inits = [w("w1", 6, 4, 3, 3), w("b1", 6), w("wd", 6, 1, 3, 3), w("bd", 6),
+             ints("st", [1]), ints("en", [-1]), ints("ax", [3])]
+    nodes = [
+        h.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv"),
+        h.make_node("Relu", ["c1"], ["r1"], name="relu"),
+        h.make_node("Conv", ["r1", "wd", "bd"], ["c2"], group=6, strides=[2, 2],
+                    pads=[1, 1, 1, 1], name="depthwise"),
+        h.make_node("MaxPool", ["c2"], ["p1"], kernel_shape=[2, 2], pads=[0, 0, 1, 1],
+                    name="maxpool"),
+        h.make_node("AveragePool", ["p1"], ["p2"], kernel_shape=[1, 2], strides=[1, 2],
+                    name="avgpool"),
+        h.make_node("Slice", ["p2", "st", "en", "ax"], ["s"], name="slice"),
+        h.make_node("Softmax", ["s"], ["y"], axis=-1, name="softmax"),
+        h.make_node("GlobalAveragePool", ["c2"], ["y2"], name="gap")]
+    g = h.make_graph(nodes, "wide", [h.make_tensor_value_info("x", T.FLOAT, [1, 4, 9, "W"])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [1, 6, 5, "V"]),
+                      h.make_tensor_value_info("y2", T.FLOAT, [1, 6, 1, 1])], inits)
     onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), str(path))
-    with pytest.raises(UnsupportedError, match=r"'shape' \(Shape-\d+\).*size of N \(1..4\)"):
-        mlcc.compile(path, tmp_path / "out", shapes={"x": ((1, 4), 3)}, build=False)
+    return path
+
+
+def test_width_range_matches_onnxruntime(tmp_path):
+    path = _width_model(tmp_path / "wide.onnx")
+    sizes = [(1, 4, 9, w) for w in (12, 13, 17, 40, 64)]
+    # (its arena is larger than a static build's at W = 64: the convolution of a dynamic
+    # width gathers blocks of im2col (packed) where the static one reads in place (implicit))
+    _check_range(path, tmp_path / "out", {"x": (1, 4, 9, (12, 64))}, sizes, atol=1e-5)
+
+
+def _one_node(path, node, inits, x_shape):
+    g = h.make_graph([node], "one", [h.make_tensor_value_info("x", T.FLOAT, x_shape)],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    model = onnx.shape_inference.infer_shapes(
+        h.make_model(g, opset_imports=[h.make_opsetid("", 13)]))
+    model.graph.output[0].type.tensor_type.shape.SetInParent()
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize("node, inits, message", [
+    # a shape that would be a run-time value
+    (h.make_node("Shape", ["x"], ["s0"], name="shape"), [], None),
+    # infer over numpy ranges (Pad), a lowering choosing by the size (batched MatMul)
+    (h.make_node("Pad", ["x", "pads"], ["y"], name="pad"),
+     [nh.from_array(np.array([0, 1, 0, 2], np.int64), "pads")],
+     r"node 'pad' \(Pad-13\): supports static sizes only, and 'x' has shape \[N, 3\]"),
+    (h.make_node("MatMul", ["x", "x"], ["y"], name="matmul"), [],
+     r"node 'matmul' \(MatMul-13\): .*depends on the size of N \(1..4\)"),
+])
+def test_unsupported_dynamic_operators_name_the_node(tmp_path, node, inits, message):
+    """An operator that cannot take a dynamic size is refused at compile time, naming the
+    node, its type and the dimension."""
+    if node.op_type == "Shape":       # Shape -> Cast to float: the shape itself at run time
+        g = h.make_graph([node, h.make_node("Cast", ["s0"], ["y"], to=T.FLOAT, name="cast")],
+                         "shp", [h.make_tensor_value_info("x", T.FLOAT, ["N", 3])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [2])])
+        path = tmp_path / "m.onnx"
+        onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), str(path))
+        message = r"node 'cast' \(Cast-13\): .*size of N \(1..4\)"
+    else:
+        x_shape = ["N", 3, 3] if node.op_type == "MatMul" else ["N", 3]
+        path = _one_node(tmp_path / "m.onnx", node, inits, x_shape)
+    shape = ((1, 4), 3, 3) if node.op_type == "MatMul" else ((1, 4), 3)
+    with pytest.raises(UnsupportedError, match=message):
+        mlcc.compile(path, tmp_path / "out", shapes={"x": shape}, build=False)
+
+
+def test_verify_checks_smallest_middle_and_largest(cnn):
+    result = mlcc.verify(cnn, shapes={"x": ((1, 8), 3, 17, 19)})
+    assert result.ok
+    assert [c.name for c in result.outputs] == [
+        f"{n} at N={s}" for s in (1, 5, 8) for n in ("y", "y2")]
+
+
+def test_no_range_is_unchanged(cnn, tmp_path):
+    """A fixed --shape compiles as before: no dims in the manifest, no dims in the C API."""
+    res = mlcc.compile(cnn, tmp_path / "fixed", shapes={"x": (2, 3, 17, 19)}, build=False)
+    assert "dims" not in res.manifest
+    header = (tmp_path / "fixed" / "model.h").read_text()
+    assert "dims" not in header and "run_dims" not in header
 
 
 # ------------------------------------------------------------------------------ real models
@@ -188,9 +269,36 @@ def _check_range(path, folder, shapes, input_shapes, atol):
 
 
 @pytest.mark.slow
+def test_ppocr_recognizer_width_32_to_1280(tmp_path):
+    res = _check_range(_real("ppocr_rec"), tmp_path / "rec", {"x": (1, 3, 48, (32, 1280))},
+                       [(1, 3, 48, w) for w in (32, 97, 320, 1280)], atol=1e-4)
+    static = mlcc.compile(_real("ppocr_rec"), tmp_path / "static",
+                          shapes={"x": (1, 3, 48, 1280)}, build=False)
+    assert res.manifest["arena_size"] <= static.manifest["arena_size"]
+
+
+@pytest.mark.slow
 def test_ppocr_classifier_batch_1_to_8(tmp_path):
     res = _check_range(_real("ppocr_cls"), tmp_path / "cls", {"x": ((1, 8), 3, 48, 192)},
                        [(1, 3, 48, 192), (3, 3, 48, 192), (8, 3, 48, 192)], atol=1e-4)
     static = mlcc.compile(_real("ppocr_cls"), tmp_path / "static",
                           shapes={"x": (8, 3, 48, 192)}, build=False)
     assert res.manifest["arena_size"] <= static.manifest["arena_size"]
+
+
+def test_quantize_with_a_range_is_refused(cnn, tmp_path):
+    np.savez(tmp_path / "cal.npz", x=np.zeros((2, 3, 17, 19), np.float32))
+    with pytest.raises(UnsupportedError, match=r"--quantize int8 with a range of sizes"):
+        mlcc.compile(cnn, tmp_path / "q", shapes={"x": ((1, 8), 3, 17, 19)}, build=False,
+                     quantize=mlcc.api.QuantizeConfig(calibration=tmp_path / "cal.npz"))
+
+
+def test_cli_bad_range_is_one_line_and_exit_1(cnn, tmp_path):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "mlcc.cli", "compile", str(cnn), "-o",
+                           str(tmp_path / "o"), "--shape", "x=8..2,3,17,19"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "mlcc: error: --shape x: dimension 0 range 8..2 must have 1 <= LO <= HI"]

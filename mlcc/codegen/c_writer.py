@@ -14,7 +14,7 @@ import numpy as np
 from .. import resources
 from ..version import __version__
 from ..ir import Enum, KernelCall, Program
-from ..ir.symbolic import DimVar, SymInt, dim_vars, is_symbolic, upper
+from ..ir.symbolic import DimVar, FloatQuotient, SymInt, dim_vars, is_symbolic, upper
 from ..ops.common import IO_DTYPES
 from .memory import MemoryPlan
 from .c_format import INDENT, WIDTH, call, comment, define, initializer, pack
@@ -57,6 +57,8 @@ def c_float(x: float) -> str:
 def c_value(v) -> str:
     if isinstance(v, SymInt):       # computed in the run function from the actual sizes
         return v.c_expr()
+    if isinstance(v, FloatQuotient):
+        return v.c_expr(c_float)
     if isinstance(v, Enum):
         return v.name
     if isinstance(v, bool):

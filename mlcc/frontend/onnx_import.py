@@ -353,7 +353,7 @@ def bind_shapes(g: Graph, shapes: dict[str, tuple] | None) -> Graph:
             if have in by_param and by_param[have][0] != want:
                 prev, src = by_param[have]
                 raise ModelError(f"--shape {name}: dimension {axis} ({have!r}) is bound to "
-                                 f"{_text(want)}, but to {_text(prev)} by {src}")
+                                 f"{dim_text(want)}, but to {dim_text(prev)} by {src}")
             by_param.setdefault(have, (want, where))
         if not isinstance(want, tuple):
             return int(want)
@@ -398,7 +398,8 @@ def bind_shapes(g: Graph, shapes: dict[str, tuple] | None) -> Graph:
     return g
 
 
-def _text(d) -> str:
+def dim_text(d) -> str:
+    """A --shape dimension as written: 3, or a range 1..8."""
     return f"{d[0]}..{d[1]}" if isinstance(d, tuple) else str(d)
 
 

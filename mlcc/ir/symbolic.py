@@ -174,6 +174,11 @@ class SymInt:
     def __rmod__(self, other):
         return _binary("mod", other, self)
 
+    def __rtruediv__(self, other):
+        if not isinstance(other, (int, float)):
+            return NotImplemented
+        return FloatQuotient(float(other), self)
+
     # -- comparisons: decided or refused
     def _cmp(self, other, op: str) -> bool:
         if not isinstance(other, (int, SymInt)):
@@ -237,17 +242,40 @@ class SymInt:
         return _eval_poly(self.poly, env)
 
 
+@dataclass(frozen=True)
+class FloatQuotient:
+    """numerator / size as a C float computed at run time (a mean's scale, 1 / count)."""
+    numerator: float
+    size: SymInt
+
+    def c_expr(self, float_literal) -> str:
+        return f"{float_literal(self.numerator)} / (float)({self.size.c_expr()})"
+
+    def __repr__(self):
+        return f"{self.numerator}/({self.size!r})"
+
+
 def _binary(kind: str, a, b):
     if isinstance(a, int) and isinstance(b, int):
         return a // b if kind == "div" else a % b
     pa, pb = _poly(a), _poly(b)
     ia, ib = _poly_interval(pa), _poly_interval(pb)
+    if ia[1] <= 0 and ib[0] >= 1 and ia[0] < 0:
+        # a non-positive numerator (the ceiling idiom -(-x // k)): floor(a / b) is
+        # -ceil(-a / b), over non-negative values (C's division truncates)
+        q = -_binary("div", -a + b - 1, b)
+        return q if kind == "div" else a - q * b
     if ib[0] < 1 or ia[0] < 0:
         raise SymInt(pa if not isinstance(a, int) else pb).undecided(
             f"a division of values that may be negative or zero ({a} {kind} {b})")
     q = _exact_quotient(pa, pb)
     if q is not None:
         return SymInt.make(q) if kind == "div" else 0
+    if isinstance(b, int) and kind == "div" and len(pa) == 1 and pa[0][1] == 1 and \
+            len(pa[0][0]) == 1 and pa[0][0][0][0] == "div":
+        inner = pa[0][0][0]            # (x // c) // b = x // (c * b), c and b positive
+        if len(inner[2]) == 1 and not inner[2][0][0]:
+            return _binary("div", SymInt(inner[1]), inner[2][0][1] * b)
     if isinstance(b, int):
         if kind == "div" and all(c % b == 0 for _, c in pa):
             return SymInt.make(_norm({m: c // b for m, c in pa}))
@@ -352,7 +380,7 @@ def _eval_poly(poly, env) -> int:
 
 def is_symbolic(x) -> bool:
     """Whether x (an int, a SymInt, or a nested list/tuple/dict of them) holds a SymInt."""
-    if isinstance(x, SymInt):
+    if isinstance(x, (SymInt, FloatQuotient)):
         return True
     if isinstance(x, dict):
         return any(is_symbolic(v) for v in x.values())
@@ -364,6 +392,14 @@ def is_symbolic(x) -> bool:
 def as_dim(x) -> "int | SymInt":
     """A dimension read from a shape array: a SymInt as it is, anything else as an int."""
     return x if isinstance(x, SymInt) else int(x)
+
+
+def same_shape(a, b) -> bool:
+    """Shapes equal at every size (a pass's question; never raises: when sizes decide it,
+    the shapes are not the same)."""
+    if a is None or b is None or len(a) != len(b):
+        return a is None and b is None
+    return all(isinstance(x - y, int) and x - y == 0 for x, y in zip(a, b))
 
 
 def is_one(d) -> bool:

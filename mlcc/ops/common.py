@@ -7,7 +7,7 @@ import numpy as np
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import PACKED_BITS, Graph, Lowering, Node, Value
-from ..ir.symbolic import is_one
+from ..ir.symbolic import as_dim, is_one
 from .activations import act_struct, fused_act
 
 MAX_RANK = 8                       # MLCC_MAX_RANK in mlcc_runtime.h
@@ -141,7 +141,7 @@ def act_params(node: Node) -> dict:
 def simplify_copy(shape: Sequence[int], src_strides: Sequence[int],
                   dst_strides: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
     """Drops size-1 axes and merges axes that are contiguous in both source and destination."""
-    dims = [(d, s, t) for d, s, t in zip(shape, src_strides, dst_strides) if d != 1]
+    dims = [(d, s, t) for d, s, t in zip(shape, src_strides, dst_strides) if not is_one(d)]
     merged: list[list[int]] = []
     for d, s, t in dims:
         if merged:
@@ -172,7 +172,7 @@ def emit_copy(lo: Lowering, src: str, dst: str, shape: Sequence[int],
     lo.call("mlcc_copy_strided", [src, dst], [dst], params_type="mlcc_copy_params", params={
         "rank": len(dims), "elem_size": itemsize,
         "shape": dims + [1] * pad, "src_strides": ss + [0] * pad, "dst_strides": ds + [0] * pad,
-        "src_offset": int(src_offset), "dst_offset": int(dst_offset)}, op=op)
+        "src_offset": as_dim(src_offset), "dst_offset": as_dim(dst_offset)}, op=op)
 
 
 def emit_plain_copy(lo: Lowering, src: str, dst: str, op: str = "copy") -> None:

@@ -19,10 +19,10 @@ from onnx import helper, numpy_helper
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Node, format_type
-from ..ir.symbolic import SymbolicError, SymInt, upper
+from ..ir.symbolic import SymbolicError, SymInt, same_shape, upper
 from ..ops import lookup, unsupported_reason
 from ..ops.common import IO_DTYPES, MAX_RANK
-from ..ops.registry import describe
+from ..ops.registry import describe, static_only
 from .control_flow import fold_loop, inline_if
 from .fold_symbolic import fold_symbolic, is_symbolic_array, shape_array
 
@@ -92,9 +92,13 @@ def infer_and_fold(g: Graph) -> Graph:
             unknown.update(o for o in node.outputs if o)
             continue
         try:
-            types = lookup(node).infer(node, ins, g)
+            try:
+                types = lookup(node).infer(node, ins, g)
+            except TypeError as exc:        # numpy refusing a SymInt (ops/registry.py)
+                raise static_only(node, ins, exc) from None
         except UnsupportedError as exc:
-            problems.append(f"{describe(node)}: {exc.message}")
+            problems.append(exc.message if exc.message.startswith(describe(node)) else
+                            f"{describe(node)}: {exc.message}")
             unknown.update(o for o in node.outputs if o)
             continue
         except ModelError as exc:
@@ -144,7 +148,7 @@ def infer_and_fold(g: Graph) -> Graph:
 def _same_type(a, b, cond) -> bool:
     """Both branch outputs of a run-time If of one static type, which the condition does not
     broadcast to another shape."""
-    return (a.dtype == b.dtype and a.is_static and a.shape == b.shape
+    return (a.dtype == b.dtype and a.is_static and same_shape(a.shape, b.shape)
             and len(cond.shape) <= len(a.shape))
 
 
