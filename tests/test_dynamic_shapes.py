@@ -302,3 +302,32 @@ def test_cli_bad_range_is_one_line_and_exit_1(cnn, tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
         "mlcc: error: --shape x: dimension 0 range 8..2 must have 1 <= LO <= HI"]
+
+
+# ------------------------------------------------------------------------------ cross targets
+
+def _needs(target):
+    if target == "arm":
+        from test_targets_arm import needs_arm
+        return needs_arm
+    from test_targets_wasm import needs_wasm
+    return needs_wasm
+
+
+@pytest.mark.parametrize("target", [pytest.param("arm", marks=_needs("arm"))])
+def test_batch_range_on_cross_targets(cnn, tmp_path, target):
+    """The same generated C on another target: the harness takes --dims, inputs and outputs
+    at those sizes; a size out of range is the C status, reported as a run failure."""
+    folder = tmp_path / target
+    mlcc.compile(cnn, folder, target=target, shapes={"x": ((1, 8), 3, 17, 19)})
+    m = mlcc.load(folder)
+    sess = ort.InferenceSession(str(cnn), providers=["CPUExecutionProvider"])
+    for n in (1, 4, 8):
+        x = np.random.default_rng(n).standard_normal((n, 3, 17, 19)).astype(np.float32)
+        got, ref = m.run({"x": x}), sess.run(None, {"x": x})
+        for name, r in zip(("y", "y2"), ref):
+            np.testing.assert_allclose(got[name], r, rtol=1e-4, atol=1e-5)
+    import subprocess
+    cmd = [*m.command, str(m.harness), "--dims", "9", str(m.weights), "a", "b", "c"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 2 and "outside the range" in proc.stderr

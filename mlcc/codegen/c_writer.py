@@ -150,7 +150,7 @@ def _symbols(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int],
              prefix: str) -> _Symbols:
     g = prog.graph
     ids = NameTable({"model_info", "input_info", "output_info", "ARENA", "WEIGHT", "dims",
-                     "max_dims", "check_dims"} |
+                     "max_dims", "check_dims", "dim_info", "tensor_shape"} |
                     {f"{prefix}_{f}" for f in ("run", "run_v", "init", "model_info",
                                                "embedded_weights", "init_embedded",
                                                "run_dims", "output_shape")})
@@ -285,10 +285,14 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
 
     c += ["static const mlcc_tensor_info input_info[] = {"] + info_rows(g.inputs) + ["};"]
     c += ["static const mlcc_tensor_info output_info[] = {"] + info_rows(g.outputs) + ["};"]
+    if dims:
+        c += _dims_functions(g, dims, P)
     c += ["static const mlcc_model_info model_info = {",
           f"    \"{prefix}\", \"{__version__}\", 0x{model_id:016X}ull,",
           f"    {P}_ARENA_SIZE, {P}_ARENA_ALIGN, {P}_WEIGHTS_SIZE,",
-          f"    {P}_NUM_INPUTS, {P}_NUM_OUTPUTS, input_info, output_info", "};", ""]
+          f"    {P}_NUM_INPUTS, {P}_NUM_OUTPUTS, input_info, output_info" +
+          (f",\n    {P}_NUM_DIMS, dim_info, {prefix}_run_dims, tensor_shape" if dims else ""),
+          "};", ""]
 
     for call_, pn in zip(prog.calls, sym.params):
         if pn is not None and not is_symbolic(call_.params):
@@ -314,7 +318,8 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
         return f"ARENA({sym.arena[name]})"
 
     if dims:
-        c += _dims_functions(g, dims, prefix, out_shape_args)
+        c += call(f"int {prefix}_output_shape", out_shape_args, " {")
+        c += ["    return tensor_shape(dims, 1, index, shape);", "}", ""]
     c += call(f"int {prefix}_run", sig, " {")
     needs_status = any(call_.returns_status for call_ in prog.calls)
     if needs_status:
@@ -389,18 +394,26 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
     return ModelSource("\n".join(h), "\n".join(c), runtime_files, banner)
 
 
-def _dims_functions(g, dims: list[DimVar], prefix: str, out_shape_args: list[str]) -> list[str]:
-    """check_dims (every size in its range), the largest sizes, and NAME_output_shape."""
-    c = [f"static const int64_t max_dims[{len(dims)}] = {{{', '.join(str(v.hi) for v in dims)}}};",
-         "", "static int check_dims(const int64_t *dims) {"]
+def _dims_functions(g, dims: list[DimVar], P: str) -> list[str]:
+    """The dynamic dimensions (model_info's dims), their largest sizes, check_dims (every size
+    in its range) and tensor_shape (the shape of an input or output at given sizes)."""
+    c = ["static const mlcc_dim_info dim_info[] = {"]
+    c += [f'{INDENT}{{"{_c_string(v.name)}", {v.lo}, {v.hi}}},' for v in dims]
+    c += ["};",
+          f"static const int64_t max_dims[{len(dims)}] = "
+          f"{{{', '.join(str(v.hi) for v in dims)}}};", "",
+          "static int check_dims(const int64_t *dims) {"]
     conds = [f"dims[{v.index}] >= {v.lo} && dims[{v.index}] <= {v.hi}" for v in dims]
     c += pack(conds, "    return ", "        ", ";", sep=" &&")
     c += ["}", ""]
-    c += call(f"int {prefix}_output_shape", out_shape_args, " {")
+    c += call("static int tensor_shape",
+              ["const int64_t *dims", "int is_output", "int index", "int64_t *shape"], " {")
     c += ["    if (dims == NULL || shape == NULL) return MLCC_ERR_NULL_ARGUMENT;",
           "    if (!check_dims(dims)) return MLCC_ERR_DIMS_OUT_OF_RANGE;",
-          "    switch (index) {"]
-    for i, name in enumerate(g.outputs):
+          f"    if (index < 0 || index >= (is_output ? {P}_NUM_OUTPUTS : {P}_NUM_INPUTS)) {{",
+          "        return MLCC_ERR_DIMS_OUT_OF_RANGE;", "    }",
+          f"    switch (is_output ? index + {P}_NUM_INPUTS : index) {{"]
+    for i, name in enumerate(list(g.inputs) + list(g.outputs)):
         c.append(f"    case {i}:")
         for axis, d in enumerate(g.values[name].shape):
             c.append(f"        shape[{axis}] = {c_value(d)};")

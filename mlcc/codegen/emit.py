@@ -58,7 +58,7 @@ def generate(g: Graph, *, prefix: str, target_name: str, source_name: str,
     def tensors(names):
         # a dynamic dimension as the text of its expression ("N"; its range under "dims")
         return [{"name": n, "dtype": pg.values[n].dtype,
-                 "shape": [d if isinstance(d, int) else repr(d) for d in pg.values[n].shape]}
+                 "shape": [d if isinstance(d, int) else d.text() for d in pg.values[n].shape]}
                 for n in names]
 
     manifest = {
@@ -75,7 +75,8 @@ def generate(g: Graph, *, prefix: str, target_name: str, source_name: str,
         "model_id": f"{model_id:016x}",
         "kernel_calls": len(prog.calls),
         "embedded_weights": embed_weights,
-        **({"dims": [{"name": v.name, "min": v.lo, "max": v.hi} for v in dims]} if dims else {}),
+        **({"dims": [{"name": v.name, "symbol": v.symbol, "min": v.lo, "max": v.hi}
+                     for v in dims]} if dims else {}),
         **(manifest_extra or {}),
     }
     return Generated(files, sources, prog, plan, manifest)

@@ -34,6 +34,13 @@ class DimVar:
     hi: int
     index: int           # position in the model's list of dynamic dimensions (the C dims[])
 
+    @property
+    def symbol(self) -> str:
+        """The name in expressions of manifest.json: the name itself when it is an identifier
+        (N, batch), else _d<index> ("p2o.DynamicDimension.1", "x:3")."""
+        ok = self.name.isidentifier() and self.name not in ("min", "max")
+        return self.name if ok and not self.name.startswith("_d") else f"_d{self.index}"
+
 
 # An atom: ("var", DimVar) | ("div", Poly, Poly) | ("mod", Poly, Poly) | ("min"/"max", Poly,
 # Poly). A Poly: tuple of (monomial, coefficient) sorted, monomial a sorted tuple of atoms.
@@ -237,6 +244,10 @@ class SymInt:
     def c_expr(self, var_name=lambda v: f"dims[{v.index}]") -> str:
         """The expression in C over int64_t dims (every division of non-negative values)."""
         return _render(self.poly, var_name, "/", c=True)
+
+    def text(self) -> str:
+        """The expression over the dimensions' symbols (DimVar.symbol), for manifest.json."""
+        return _render(self.poly, lambda v: v.symbol, "//")
 
     def evaluate(self, env: dict[str, int]) -> int:
         return _eval_poly(self.poly, env)

@@ -12,6 +12,7 @@ through cffi.
 """
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import shutil
@@ -94,7 +95,7 @@ class ModelBase:
     def dims_of(self, feeds: dict) -> list[int]:
         """The size of each dynamic dimension in these inputs (checked: in range, and the same
         wherever it appears)."""
-        found: dict[str, tuple[int, str]] = {}
+        found: dict[str, tuple[int, str]] = {}     # symbol -> (size, where)
         for t in self.inputs:
             arr = feeds.get(t["name"])
             shape = getattr(arr, "shape", None)
@@ -105,21 +106,26 @@ class ModelBase:
                     continue
                 where = f"{t['name']}[{axis}]"
                 if want in found and found[want][0] != have:
-                    raise InputError(f"dimension {want!r} is {found[want][0]} in "
-                                     f"{found[want][1]} but {have} in {where}")
+                    raise InputError(f"dimension {self._dim_name(want)!r} is {found[want][0]} "
+                                     f"in {found[want][1]} but {have} in {where}")
                 found.setdefault(want, (int(have), where))
         sizes = []
         for d in self.dims:
-            size, where = found.get(d["name"], (d["max"], ""))
+            size, where = found.get(d["symbol"], (d["max"], ""))
             if not d["min"] <= size <= d["max"]:
                 raise InputError(f"dimension {d['name']!r} ({where}) is {size}, outside the "
                                  f"range {d['min']}..{d['max']} the model was compiled for")
             sizes.append(size)
         return sizes
 
-    def input_shape(self, t: dict, sizes: list[int]) -> list[int]:
-        env = {d["name"]: s for d, s in zip(self.dims, sizes)}
-        return [d if isinstance(d, int) else env[d] for d in t["shape"]]
+    def _dim_name(self, symbol: str) -> str:
+        return next((d["name"] for d in self.dims if d["symbol"] == symbol), symbol)
+
+    def shape_at(self, t: dict, sizes: list[int]) -> list[int]:
+        """The shape of input or output `t` (a manifest entry) at these sizes of the dynamic
+        dimensions: its dimensions are ints or expressions over their names."""
+        env = {d["symbol"]: s for d, s in zip(self.dims, sizes)}
+        return [d if isinstance(d, int) else _eval_dim(d, env) for d in t["shape"]]
 
     def _check_inputs(self, feeds: dict, sizes: list[int] | None = None) -> list[np.ndarray]:
         if not isinstance(feeds, dict):
@@ -148,7 +154,7 @@ class ModelBase:
             # neither is one storage type for another (both of kind "V").
             if arr.dtype != want and (arr.dtype.kind != want.kind or want.kind == "V"):
                 raise InputError(f"input {t['name']!r} must be {want.name}, got {arr.dtype.name}")
-            want_shape = t["shape"] if sizes is None else self.input_shape(t, sizes)
+            want_shape = t["shape"] if sizes is None else self.shape_at(t, sizes)
             if list(arr.shape) != list(want_shape):
                 raise InputError(f"input {t['name']!r} must have shape {t['shape']}, got "
                                  f"{list(arr.shape)}")
@@ -178,6 +184,37 @@ class ModelBase:
 
     def __call__(self, feeds: dict) -> dict[str, np.ndarray]:
         return self.run(feeds)
+
+
+_DIM_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
+            ast.Mult: lambda a, b: a * b, ast.FloorDiv: lambda a, b: a // b,
+            ast.Mod: lambda a, b: a % b}
+
+
+def _eval_dim(text: str, env: dict[str, int]) -> int:
+    """A dimension of manifest.json over the dynamic sizes, e.g. "((W-1) // (4))+1" or
+    "min(N, 4)" (ir.symbolic's form): integers, names, + - * // %, min and max only."""
+    def ev(node):
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name) and node.id in env:
+            return int(env[node.id])
+        if isinstance(node, ast.BinOp) and type(node.op) in _DIM_OPS:
+            return _DIM_OPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id in ("min", "max") and len(node.args) == 2:
+            return (min if node.func.id == "min" else max)(ev(node.args[0]), ev(node.args[1]))
+        raise MlccError(f"malformed manifest: dimension {text!r}")
+    if text in env:
+        return int(env[text])
+    try:
+        return ev(ast.parse(text, mode="eval"))
+    except SyntaxError:
+        raise MlccError(f"malformed manifest: dimension {text!r}") from None
 
 
 class CompiledModel(ModelBase):

@@ -62,7 +62,8 @@ class HarnessModel(ModelBase):
         return tempfile.TemporaryDirectory(prefix="mlcc-run-")
 
     def run(self, feeds: dict) -> dict[str, np.ndarray]:
-        arrays = self._check_inputs(feeds)
+        sizes = self.dims_of(feeds) if self.dims else None     # (a range model: --dims)
+        arrays = self._check_inputs(feeds, sizes)
         with self._tempdir() as tmp:
             tmp_dir = Path(tmp).resolve()
             in_paths = [tmp_dir / f"in_{i}.bin" for i in range(len(arrays))]
@@ -70,10 +71,12 @@ class HarnessModel(ModelBase):
             for path, arr in zip(in_paths, arrays):
                 # Raw little-endian elements, as the harness reads them on every target.
                 path.write_bytes(arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
-            cmd = [*self.command, str(self.harness.resolve()), str(self.weights.resolve()),
-                   *map(str, in_paths), *map(str, out_paths)]
+            dims = ["--dims", ",".join(map(str, sizes))] if sizes else []
+            cmd = [*self.command, str(self.harness.resolve()), *dims,
+                   str(self.weights.resolve()), *map(str, in_paths), *map(str, out_paths)]
             self._execute(cmd)
-            return {t["name"]: self._read_output(path, t)
+            return {t["name"]: self._read_output(
+                        path, t, self.shape_at(t, sizes) if sizes else t["shape"])
                     for path, t in zip(out_paths, self.outputs)}
 
     def _execute(self, cmd: list[str]) -> None:
@@ -98,14 +101,14 @@ class HarnessModel(ModelBase):
                         detail=f"$ {shlex.join(cmd)}\n{proc.stderr}")
 
     @staticmethod
-    def _read_output(path: Path, t: dict) -> np.ndarray:
+    def _read_output(path: Path, t: dict, shape: list[int]) -> np.ndarray:
         dtype = np.dtype(t["dtype"]).newbyteorder("<")
-        count = int(np.prod(t["shape"], dtype=np.int64))
+        count = int(np.prod(shape, dtype=np.int64))
         data = path.read_bytes() if path.is_file() else b""
         if len(data) != storage_bytes(t["dtype"], count):
             raise MlccError(f"the harness wrote {len(data)} bytes for output {t['name']!r}, "
                             f"expected {storage_bytes(t['dtype'], count)}")
         if t["dtype"] in PACKED_BITS:
-            return unpack_elements(np.frombuffer(data, np.uint8), t["dtype"], t["shape"])
+            return unpack_elements(np.frombuffer(data, np.uint8), t["dtype"], shape)
         return np.frombuffer(data, dtype=dtype).astype(dtype.newbyteorder("="), copy=True
-                                                        ).reshape(t["shape"])
+                                                        ).reshape(shape)

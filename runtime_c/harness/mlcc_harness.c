@@ -4,6 +4,7 @@
  *
  *     harness WEIGHTS IN_0 ... IN_{n-1} OUT_0 ... OUT_{m-1}
  *     harness --runs N WEIGHTS IN_0 ... OUT_0 ...
+ *     harness --dims D_0,D_1,... WEIGHTS IN_0 ... OUT_0 ...
  *     harness --info
  *
  * WEIGHTS is the model's weights.bin. Each IN_i holds input i in model order as raw
@@ -12,7 +13,9 @@
  * shape of every input and output (the order the files follow). --runs N (1 to 1000000, default
  * 1) runs the model N times on the same inputs before writing the outputs: a cost measure
  * under an emulator subtracts the instructions of N = 1 from those of N = 2 to get exactly one
- * inference, without the start-up, file reading and init around it.
+ * inference, without the start-up, file reading and init around it. --dims (a model compiled
+ * for a range of sizes, docs/dynamic-shapes.md) gives the size of each dynamic dimension:
+ * inputs and outputs are then at those sizes (without it, at the largest ones).
  *
  * Exit status: 0 success; 1 wrong usage or a file that cannot be read or written (or has the
  * wrong size); 2 the model returned an error status from init or run, printed on stderr as
@@ -122,6 +125,47 @@ static void print_tensor(const char *kind, int index, const mlcc_tensor_info *t)
     printf("] %lu bytes\n", (unsigned long)t->size_bytes);
 }
 
+/* Parses --dims' "D0,D1,..." into dims[info->num_dims]; 0 (and a message) if malformed. */
+static int parse_dims(const mlcc_model_info *info, const char *text, int64_t *dims) {
+    int i;
+    const char *p = text;
+    if (info->num_dims <= 0 || info->num_dims > MLCC_MAX_RANK * 8) {
+        fprintf(stderr, "harness: --dims: the model has no dynamic dimensions\n");
+        return 0;
+    }
+    for (i = 0; i < info->num_dims; i++) {
+        char *end;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || (*end != (i + 1 < info->num_dims ? ',' : '\0'))) {
+            fprintf(stderr, "harness: --dims needs %d comma-separated sizes, not '%s'\n",
+                    info->num_dims, text);
+            return 0;
+        }
+        dims[i] = (int64_t)v;
+        p = end + 1;
+    }
+    return 1;
+}
+
+/* Bytes of tensor t at the sizes in dims (its size_bytes without dims): its element count
+ * there, times the bytes per element of its largest size. */
+static int tensor_bytes(const mlcc_model_info *info, const int64_t *dims, int is_output,
+                        int index, size_t *bytes) {
+    const mlcc_tensor_info *t = is_output ? &info->outputs[index] : &info->inputs[index];
+    int64_t shape[MLCC_MAX_RANK], n = 1, n_max = 1;
+    int d, status;
+    *bytes = t->size_bytes;
+    if (dims == NULL) return MLCC_OK;
+    status = info->tensor_shape(dims, is_output, index, shape);
+    if (status != MLCC_OK) return status;
+    for (d = 0; d < t->rank; d++) {
+        n *= shape[d];
+        n_max *= t->dims[d];
+    }
+    *bytes = n_max > 0 ? (size_t)(t->size_bytes / (size_t)n_max * (size_t)n) : 0;
+    return MLCC_OK;
+}
+
 static int print_info(const mlcc_model_info *info) {
     int i;
     printf("model %s (mlcc %s), id %016llx\n", info->name, info->mlcc_version,
@@ -137,6 +181,7 @@ static void usage(const mlcc_model_info *info) {
     fprintf(stderr, "usage: harness WEIGHTS IN... OUT...  (%d input file%s, then %d output "
                     "file%s, in model order)\n"
                     "       harness --runs N WEIGHTS IN... OUT...  (runs the model N times)\n"
+                    "       harness --dims D0,D1,... WEIGHTS IN... OUT...  (dynamic sizes)\n"
                     "       harness --info                (lists them)\n",
             info->num_inputs, info->num_inputs == 1 ? "" : "s", info->num_outputs,
             info->num_outputs == 1 ? "" : "s");
@@ -152,8 +197,17 @@ int main(int argc, char **argv) {
     mlcc_context ctx;
     long runs = 1, r;
     int i, status, result = EXIT_USAGE;
+    int64_t dims_buf[MLCC_MAX_RANK * 8];
+    const int64_t *dims = NULL;       /* --dims: the sizes of the dynamic dimensions */
+    size_t *sizes = NULL;             /* bytes of each input, then output, at those sizes */
 
     if (argc == 2 && strcmp(argv[1], "--info") == 0) return print_info(info);
+    if (argc >= 3 && strcmp(argv[1], "--dims") == 0) {
+        if (!parse_dims(info, argv[2], dims_buf)) return EXIT_USAGE;
+        dims = dims_buf;
+        argc -= 2;
+        argv += 2;
+    }
     if (argc >= 3 && strcmp(argv[1], "--runs") == 0) {
         char *end;
         runs = strtol(argv[2], &end, 10);
@@ -174,9 +228,19 @@ int main(int argc, char **argv) {
     arena = alloc_aligned(info->arena_size + 1, info->arena_align, &arena_base);
     bases = (void **)calloc((size_t)(ni + no) + 1, sizeof *bases);
     bufs = (void **)calloc((size_t)(ni + no) + 1, sizeof *bufs);
-    if (weights == NULL || arena == NULL || bases == NULL || bufs == NULL) {
+    sizes = (size_t *)calloc((size_t)(ni + no) + 1, sizeof *sizes);
+    if (weights == NULL || arena == NULL || bases == NULL || bufs == NULL || sizes == NULL) {
         fprintf(stderr, "harness: out of memory\n");
         goto done;
+    }
+    for (i = 0; i < ni + no; i++) {
+        status = tensor_bytes(info, dims, i >= ni, i < ni ? i : i - ni, &sizes[i]);
+        if (status != MLCC_OK) {
+            fprintf(stderr, "harness: run failed: %s (status %d)\n",
+                    mlcc_status_string(status), status);
+            result = EXIT_STATUS;
+            goto done;
+        }
     }
     for (i = 0; i < ni + no; i++) {
         const mlcc_tensor_info *t = i < ni ? &info->inputs[i] : &info->outputs[i - ni];
@@ -188,7 +252,7 @@ int main(int argc, char **argv) {
     }
     if (!read_exact(argv[1], weights, info->weights_size)) goto done;
     for (i = 0; i < ni; i++)
-        if (!read_exact(argv[2 + i], bufs[i], info->inputs[i].size_bytes)) goto done;
+        if (!read_exact(argv[2 + i], bufs[i], sizes[i])) goto done;
 
     result = EXIT_STATUS;
     status = MODEL_FN(_init)(&ctx, weights, info->weights_size, arena, info->arena_size);
@@ -198,7 +262,8 @@ int main(int argc, char **argv) {
         goto done;
     }
     for (r = 0; r < runs; r++) {
-        status = MODEL_FN(_run_v)(&ctx, (const void *const *)bufs, bufs + ni);
+        status = dims != NULL ? info->run_dims(&ctx, dims, (const void *const *)bufs, bufs + ni)
+                              : MODEL_FN(_run_v)(&ctx, (const void *const *)bufs, bufs + ni);
         if (status != MLCC_OK) {
             fprintf(stderr, "harness: run failed: %s (status %d)\n",
                     mlcc_status_string(status), status);
@@ -207,7 +272,7 @@ int main(int argc, char **argv) {
     }
     result = EXIT_USAGE;
     for (i = 0; i < no; i++)
-        if (!write_all(argv[2 + ni + i], bufs[ni + i], info->outputs[i].size_bytes)) goto done;
+        if (!write_all(argv[2 + ni + i], bufs[ni + i], sizes[ni + i])) goto done;
     result = 0;
 
 done:
@@ -215,6 +280,7 @@ done:
         for (i = 0; i < ni + no; i++) free(bases[i]);
     free(bases);
     free(bufs);
+    free(sizes);
     free(arena_base);
     free(weights_base);
     return result;
