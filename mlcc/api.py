@@ -147,7 +147,8 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
     if tgt.output == "wasm":
         # model.wasm runs in node through harness.mjs over the JavaScript wrapper.
         extra.update(harness=HARNESS_JS, run=list(tgt.run), run_package=tgt.run_package)
-        exports = wasm_exports(prefix, embed_weights)
+        exports = wasm_exports(prefix, embed_weights,
+                               any(g.values[n].is_dynamic for n in g.inputs))
     command = compile_command(model, target=target, shapes=shapes, name=name,
                               embed_weights=embed_weights, extra_outputs=extra_outputs,
                               quantize=quantize)

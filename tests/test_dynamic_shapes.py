@@ -314,7 +314,8 @@ def _needs(target):
     return needs_wasm
 
 
-@pytest.mark.parametrize("target", [pytest.param("arm", marks=_needs("arm"))])
+@pytest.mark.parametrize("target", [pytest.param("arm", marks=_needs("arm")),
+                                    pytest.param("wasm", marks=_needs("wasm"))])
 def test_batch_range_on_cross_targets(cnn, tmp_path, target):
     """The same generated C on another target: the harness takes --dims, inputs and outputs
     at those sizes; a size out of range is the C status, reported as a run failure."""

@@ -58,7 +58,10 @@ def generate(g: Graph, *, prefix: str, target_name: str, source_name: str,
     def tensors(names):
         # a dynamic dimension as the text of its expression ("N"; its range under "dims")
         return [{"name": n, "dtype": pg.values[n].dtype,
-                 "shape": [d if isinstance(d, int) else d.text() for d in pg.values[n].shape]}
+                 "shape": [d if isinstance(d, int) else d.text() for d in pg.values[n].shape],
+                 # at the largest sizes: what a buffer for any size holds
+                 **({"max_shape": [upper(d) for d in pg.values[n].shape]}
+                    if pg.values[n].is_dynamic else {})}
                 for n in names]
 
     manifest = {

@@ -41,10 +41,13 @@ def builds_harness(target: Target) -> bool:
     return not target.is_host and target.output == "shared"
 
 
-def wasm_exports(prefix: str, embedded: bool) -> list[str]:
-    """The C functions model.wasm exports: what the JavaScript wrapper calls."""
+def wasm_exports(prefix: str, embedded: bool, dynamic: bool = False) -> list[str]:
+    """The C functions model.wasm exports: what the JavaScript wrapper calls (dynamic: a model
+    of dynamic dimensions, docs/dynamic-shapes.md)."""
     names = [f"{prefix}_init", f"{prefix}_run_v", f"{prefix}_model_info",
              "mlcc_status_string", "malloc", "free"]
+    if dynamic:
+        names[2:2] = [f"{prefix}_run_dims", f"{prefix}_output_shape"]
     if embedded:
         names.insert(1, f"{prefix}_init_embedded")
     return names
