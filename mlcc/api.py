@@ -164,7 +164,8 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
         gen.files.update(js_files(gen.manifest))
     else:
         gen.files.update(harness_files())
-    gen.files["Makefile"] = makefile(tgt, gen.sources, prefix, exports).encode()
+    dims = len(gen.manifest.get("dims", []))
+    gen.files["Makefile"] = makefile(tgt, gen.sources, prefix, exports, dims).encode()
     gen.manifest["files"] = sorted(gen.files) + built
     gen.files["manifest.json"] = (json.dumps(gen.manifest, indent=2, sort_keys=True) + "\n"
                                   ).encode()
@@ -172,7 +173,7 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
     if build:
         build_library(tgt, folder, gen.sources, exports)
         if builds_harness(tgt):
-            build_harness(tgt, folder, prefix)
+            build_harness(tgt, folder, prefix, dims)
     if quantize is not None and quantize.report:
         _write_report(quant_result.float_graph or float_graph, quant_result, quantize, model,
                       tgt.name, qinfo)

@@ -104,7 +104,7 @@ def test_shared_symbol_follows_and_conflicts(tmp_path):
         mlcc.compile(path, tmp_path / "bad", shapes={"a": ((2, 4), 5), "b": ((1, 4), 5)},
                      build=False)
     res = mlcc.compile(path, tmp_path / "out", shapes={"a": ((2, 4), 5)})
-    assert res.manifest["dims"] == [{"name": "S", "min": 2, "max": 4}]
+    assert res.manifest["dims"] == [{"name": "S", "symbol": "S", "min": 2, "max": 4}]
     m = mlcc.load(tmp_path / "out")
     rng = np.random.default_rng(1)
     for s in (2, 3, 4):

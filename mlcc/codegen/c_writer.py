@@ -150,10 +150,10 @@ def _symbols(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int],
              prefix: str) -> _Symbols:
     g = prog.graph
     ids = NameTable({"model_info", "input_info", "output_info", "ARENA", "WEIGHT", "dims",
-                     "max_dims", "check_dims", "dim_info", "tensor_shape"} |
+                     "max_dims", "check_dims"} |
                     {f"{prefix}_{f}" for f in ("run", "run_v", "init", "model_info",
                                                "embedded_weights", "init_embedded",
-                                               "run_dims", "output_shape")})
+                                               "run_dims", "output_shape", "tensor_shape")})
     inputs = [ids.take(n, "input") for n in g.inputs]
     outputs = [ids.take(n, "output") for n in g.outputs]
     weights = {n: ids.take(n, prefix="W_", limit=MAX_LENGTH) for n in weight_offsets}
@@ -252,6 +252,8 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
         h += call(f"MLCC_EXPORT int {prefix}_run_dims", run_dims_args)
         h += ["", "/* The shape of output `index` at the sizes in dims[] (written to shape[]). */"]
         h += call(f"MLCC_EXPORT int {prefix}_output_shape", out_shape_args)
+        h += ["", "/* The same for input (is_output 0) or output `index`. */"]
+        h += call(f"MLCC_EXPORT int {prefix}_tensor_shape", TENSOR_SHAPE_ARGS)
         h.append("")
     if embedded:
         h += ["/* The weights compiled into the library (weights.c): no file to load. */",
@@ -286,13 +288,11 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
     c += ["static const mlcc_tensor_info input_info[] = {"] + info_rows(g.inputs) + ["};"]
     c += ["static const mlcc_tensor_info output_info[] = {"] + info_rows(g.outputs) + ["};"]
     if dims:
-        c += _dims_functions(g, dims, P)
+        c += _dims_functions(g, dims, prefix)
     c += ["static const mlcc_model_info model_info = {",
           f"    \"{prefix}\", \"{__version__}\", 0x{model_id:016X}ull,",
           f"    {P}_ARENA_SIZE, {P}_ARENA_ALIGN, {P}_WEIGHTS_SIZE,",
-          f"    {P}_NUM_INPUTS, {P}_NUM_OUTPUTS, input_info, output_info" +
-          (f",\n    {P}_NUM_DIMS, dim_info, {prefix}_run_dims, tensor_shape" if dims else ""),
-          "};", ""]
+          f"    {P}_NUM_INPUTS, {P}_NUM_OUTPUTS, input_info, output_info", "};", ""]
 
     for call_, pn in zip(prog.calls, sym.params):
         if pn is not None and not is_symbolic(call_.params):
@@ -319,7 +319,7 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
 
     if dims:
         c += call(f"int {prefix}_output_shape", out_shape_args, " {")
-        c += ["    return tensor_shape(dims, 1, index, shape);", "}", ""]
+        c += [f"    return {prefix}_tensor_shape(dims, 1, index, shape);", "}", ""]
     c += call(f"int {prefix}_run", sig, " {")
     needs_status = any(call_.returns_status for call_ in prog.calls)
     if needs_status:
@@ -394,20 +394,20 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
     return ModelSource("\n".join(h), "\n".join(c), runtime_files, banner)
 
 
-def _dims_functions(g, dims: list[DimVar], P: str) -> list[str]:
-    """The dynamic dimensions (model_info's dims), their largest sizes, check_dims (every size
-    in its range) and tensor_shape (the shape of an input or output at given sizes)."""
-    c = ["static const mlcc_dim_info dim_info[] = {"]
-    c += [f'{INDENT}{{"{_c_string(v.name)}", {v.lo}, {v.hi}}},' for v in dims]
-    c += ["};",
-          f"static const int64_t max_dims[{len(dims)}] = "
+TENSOR_SHAPE_ARGS = ["const int64_t *dims", "int is_output", "int index", "int64_t *shape"]
+
+
+def _dims_functions(g, dims: list[DimVar], prefix: str) -> list[str]:
+    """The largest sizes, check_dims (every size in its range) and NAME_tensor_shape (the shape
+    of an input or output at given sizes)."""
+    P = prefix.upper()
+    c = [f"static const int64_t max_dims[{len(dims)}] = "
           f"{{{', '.join(str(v.hi) for v in dims)}}};", "",
           "static int check_dims(const int64_t *dims) {"]
     conds = [f"dims[{v.index}] >= {v.lo} && dims[{v.index}] <= {v.hi}" for v in dims]
     c += pack(conds, "    return ", "        ", ";", sep=" &&")
     c += ["}", ""]
-    c += call("static int tensor_shape",
-              ["const int64_t *dims", "int is_output", "int index", "int64_t *shape"], " {")
+    c += call(f"int {prefix}_tensor_shape", TENSOR_SHAPE_ARGS, " {")
     c += ["    if (dims == NULL || shape == NULL) return MLCC_ERR_NULL_ARGUMENT;",
           "    if (!check_dims(dims)) return MLCC_ERR_DIMS_OUT_OF_RANGE;",
           f"    if (index < 0 || index >= (is_output ? {P}_NUM_OUTPUTS : {P}_NUM_INPUTS)) {{",

@@ -66,16 +66,22 @@ def library_command(target: Target, sources: list[str], out: str,
              "-I.", "-o", out, *sources, *tc.ldflags, *_export_flags(target, list(exports))])
 
 
-def harness_command(target: Target, prefix: str) -> list[str]:
+def harness_command(target: Target, prefix: str, dims: int = 0) -> list[str]:
     """Links the harness against the library; the rpath lets it find the library next to
-    itself wherever the folder is copied (a board, a mounted share)."""
+    itself wherever the folder is copied (a board, a mounted share). dims: the number of
+    dynamic dimensions of a model compiled for a range of sizes (its harness takes --dims)."""
     tc = target.toolchain
-    return [tc.cc, *tc.cflags, "-Iruntime/include", f"-DMLCC_MODEL={prefix}", "-o", HARNESS_EXE,
-            HARNESS_REL, "-L.", "-lmodel", "-Wl,-rpath,$ORIGIN"]
+    return [tc.cc, *tc.cflags, "-Iruntime/include", f"-DMLCC_MODEL={prefix}",
+            *_dims_define(dims), "-o", HARNESS_EXE, HARNESS_REL, "-L.", "-lmodel",
+            "-Wl,-rpath,$ORIGIN"]
+
+
+def _dims_define(dims: int) -> list[str]:
+    return [f"-DMLCC_MODEL_DIMS={dims}"] if dims else []
 
 
 def makefile(target: Target, sources: list[str], prefix: str,
-             exports: list[str] = ()) -> str:
+             exports: list[str] = (), dims: int = 0) -> str:
     tc = target.toolchain
     lib = target.library_name
     if target.output == "wasm":
@@ -99,7 +105,8 @@ def makefile(target: Target, sources: list[str], prefix: str,
         f"\t$(CC) $(CFLAGS) $(CPPFLAGS) -o $@ $(SOURCES) $(LDFLAGS)",
         "",
         f"{HARNESS_EXE}: {HARNESS_REL} {lib} runtime/include/mlcc_runtime.h",
-        f"\t$(CC) $(CFLAGS) -Iruntime/include -DMLCC_MODEL=$(MODEL) -o $@ {HARNESS_REL} "
+        f"\t$(CC) $(CFLAGS) -Iruntime/include -DMLCC_MODEL=$(MODEL) "
+        f"{''.join(d + ' ' for d in _dims_define(dims))}-o $@ {HARNESS_REL} "
         f"-L. -lmodel '-Wl,-rpath,$$ORIGIN'",
         "",
         "clean:",
@@ -176,7 +183,7 @@ def build_library(target: Target, folder: Path, sources: list[str],
     return folder / target.library_name
 
 
-def build_harness(target: Target, folder: Path, prefix: str) -> Path:
+def build_harness(target: Target, folder: Path, prefix: str, dims: int = 0) -> Path:
     """Builds the harness executable in `folder`, next to the library it links against."""
-    _run_toolchain(target, folder, harness_command(target, prefix), "the test harness")
+    _run_toolchain(target, folder, harness_command(target, prefix, dims), "the test harness")
     return folder / HARNESS_EXE

@@ -24,7 +24,9 @@
  * The program is generic: it only uses the model's public API, <prefix>_model_info(),
  * <prefix>_init() and <prefix>_run_v(), and is linked against the model's library. The prefix
  * comes from the command line of the build: -DMLCC_MODEL=<prefix> (the folder's Makefile passes
- * it). Plain C99 and the C library; all memory is allocated here, none by the model.
+ * it), and for a model of dynamic dimensions -DMLCC_MODEL_DIMS=<their number> (then it also
+ * uses <prefix>_run_dims() and <prefix>_tensor_shape()). Plain C99 and the C library; all
+ * memory is allocated here, none by the model.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -47,8 +49,17 @@ MLCC_EXPORT int MODEL_FN(_init)(mlcc_context *ctx, const void *weights, size_t w
                                 void *arena, size_t arena_size);
 MLCC_EXPORT int MODEL_FN(_run_v)(const mlcc_context *ctx, const void *const *inputs,
                                  void *const *outputs);
+#ifdef MLCC_MODEL_DIMS
+MLCC_EXPORT int MODEL_FN(_run_dims)(const mlcc_context *ctx, const int64_t *dims,
+                                    const void *const *inputs, void *const *outputs);
+MLCC_EXPORT int MODEL_FN(_tensor_shape)(const int64_t *dims, int is_output, int index,
+                                        int64_t *shape);
+#define NUM_DIMS MLCC_MODEL_DIMS
+#else
+#define NUM_DIMS 0
+#endif
 
-enum { EXIT_USAGE = 1, EXIT_STATUS = 2 };
+enum { EXIT_USAGE = 1, EXIT_STATUS = 2, MAX_DIMS = 64 };
 
 /* A block of at least `size` bytes whose start is a multiple of `align` (a power of two).
  * `*base` receives what must be passed to free(). */
@@ -126,19 +137,19 @@ static void print_tensor(const char *kind, int index, const mlcc_tensor_info *t)
 }
 
 /* Parses --dims' "D0,D1,..." into dims[info->num_dims]; 0 (and a message) if malformed. */
-static int parse_dims(const mlcc_model_info *info, const char *text, int64_t *dims) {
+static int parse_dims(const char *text, int64_t *dims) {
     int i;
     const char *p = text;
-    if (info->num_dims <= 0 || info->num_dims > MLCC_MAX_RANK * 8) {
+    if (NUM_DIMS <= 0 || NUM_DIMS > MAX_DIMS) {
         fprintf(stderr, "harness: --dims: the model has no dynamic dimensions\n");
         return 0;
     }
-    for (i = 0; i < info->num_dims; i++) {
+    for (i = 0; i < NUM_DIMS; i++) {
         char *end;
         long long v = strtoll(p, &end, 10);
-        if (end == p || (*end != (i + 1 < info->num_dims ? ',' : '\0'))) {
+        if (end == p || (*end != (i + 1 < NUM_DIMS ? ',' : '\0'))) {
             fprintf(stderr, "harness: --dims needs %d comma-separated sizes, not '%s'\n",
-                    info->num_dims, text);
+                    NUM_DIMS, text);
             return 0;
         }
         dims[i] = (int64_t)v;
@@ -156,7 +167,11 @@ static int tensor_bytes(const mlcc_model_info *info, const int64_t *dims, int is
     int d, status;
     *bytes = t->size_bytes;
     if (dims == NULL) return MLCC_OK;
-    status = info->tensor_shape(dims, is_output, index, shape);
+#ifdef MLCC_MODEL_DIMS
+    status = MODEL_FN(_tensor_shape)(dims, is_output, index, shape);
+#else
+    status = MLCC_ERR_DIMS_OUT_OF_RANGE;     /* (unreachable: parse_dims refused --dims) */
+#endif
     if (status != MLCC_OK) return status;
     for (d = 0; d < t->rank; d++) {
         n *= shape[d];
@@ -197,13 +212,13 @@ int main(int argc, char **argv) {
     mlcc_context ctx;
     long runs = 1, r;
     int i, status, result = EXIT_USAGE;
-    int64_t dims_buf[MLCC_MAX_RANK * 8];
+    int64_t dims_buf[MAX_DIMS];
     const int64_t *dims = NULL;       /* --dims: the sizes of the dynamic dimensions */
     size_t *sizes = NULL;             /* bytes of each input, then output, at those sizes */
 
     if (argc == 2 && strcmp(argv[1], "--info") == 0) return print_info(info);
     if (argc >= 3 && strcmp(argv[1], "--dims") == 0) {
-        if (!parse_dims(info, argv[2], dims_buf)) return EXIT_USAGE;
+        if (!parse_dims(argv[2], dims_buf)) return EXIT_USAGE;
         dims = dims_buf;
         argc -= 2;
         argv += 2;
@@ -262,8 +277,12 @@ int main(int argc, char **argv) {
         goto done;
     }
     for (r = 0; r < runs; r++) {
-        status = dims != NULL ? info->run_dims(&ctx, dims, (const void *const *)bufs, bufs + ni)
-                              : MODEL_FN(_run_v)(&ctx, (const void *const *)bufs, bufs + ni);
+#ifdef MLCC_MODEL_DIMS
+        if (dims != NULL)
+            status = MODEL_FN(_run_dims)(&ctx, dims, (const void *const *)bufs, bufs + ni);
+        else
+#endif
+            status = MODEL_FN(_run_v)(&ctx, (const void *const *)bufs, bufs + ni);
         if (status != MLCC_OK) {
             fprintf(stderr, "harness: run failed: %s (status %d)\n",
                     mlcc_status_string(status), status);

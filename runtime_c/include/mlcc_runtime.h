@@ -104,14 +104,6 @@ typedef struct mlcc_tensor_info {
     size_t size_bytes;
 } mlcc_tensor_info;
 
-/* A dynamic dimension of a model compiled for a range of sizes (--shape x=LO..HI). */
-typedef struct mlcc_dim_info {
-    const char *name;                  /* the ONNX dim_param, or "input:axis" */
-    int64_t min, max;
-} mlcc_dim_info;
-
-struct mlcc_context;
-
 /* Everything a generic caller (bindings, test harnesses) needs to know about a model. The
  * sizes and shapes of a model with dynamic dimensions are those at the largest sizes. */
 typedef struct mlcc_model_info {
@@ -122,15 +114,6 @@ typedef struct mlcc_model_info {
     size_t weights_size;
     int num_inputs, num_outputs;
     const mlcc_tensor_info *inputs, *outputs;
-    /* Dynamic dimensions (0 and NULL for a model of static shapes): run_dims runs at the
-     * sizes in dims[] (docs/dynamic-shapes.md), tensor_shape writes the shape of input
-     * (is_output 0) or output `index` at those sizes; both return MLCC_ERR_DIMS_OUT_OF_RANGE
-     * for a size outside its range. */
-    int num_dims;
-    const mlcc_dim_info *dims;
-    int (*run_dims)(const struct mlcc_context *ctx, const int64_t *dims,
-                    const void *const *inputs, void *const *outputs);
-    int (*tensor_shape)(const int64_t *dims, int is_output, int index, int64_t *shape);
 } mlcc_model_info;
 
 /* A pool of threads that run the parallel sections of kernels (opaque). */
