@@ -332,3 +332,83 @@ def test_batch_range_on_cross_targets(cnn, tmp_path, target):
     cmd = [*m.command, str(m.harness), "--dims", "9", str(m.weights), "a", "b", "c"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 2 and "outside the range" in proc.stderr
+
+
+ASAN_DRIVER = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "model.h"
+
+/* Every size in the range, buffers of exactly their size (the arena of exactly
+ * ARENA_SIZE): AddressSanitizer reports any read or write past one. */
+static size_t elements(int is_output, int index, const int64_t *dims) {
+    int64_t shape[8];
+    size_t n = 1;
+    int d, rank = is_output ? wide_model_info()->outputs[index].rank
+                            : wide_model_info()->inputs[index].rank;
+    if (wide_tensor_shape(dims, is_output, index, shape) != MLCC_OK) exit(3);
+    for (d = 0; d < rank; d++) n *= (size_t)shape[d];
+    return n;
+}
+
+int main(int argc, char **argv) {
+    FILE *f = fopen(argv[1], "rb");
+    void *weights = aligned_alloc(MLCC_WEIGHTS_ALIGN, WIDE_WEIGHTS_SIZE);
+    void *arena = aligned_alloc(64, WIDE_ARENA_SIZE);
+    mlcc_context ctx;
+    int64_t w;
+    (void)argc;
+    if (!f || fread(weights, 1, WIDE_WEIGHTS_SIZE, f) != WIDE_WEIGHTS_SIZE) return 2;
+    fclose(f);
+    if (wide_init(&ctx, weights, WIDE_WEIGHTS_SIZE, arena, WIDE_ARENA_SIZE) != MLCC_OK) return 2;
+    for (w = WIDE_DIM0_MIN - 1; w <= WIDE_DIM0_MAX + 1; w++) {
+        int64_t dims[1];
+        void *in[1], *out[2];
+        size_t i, n;
+        int k, status;
+        dims[0] = w;
+        if (w < WIDE_DIM0_MIN || w > WIDE_DIM0_MAX) {
+            float dummy[1];
+            void *p[2] = {dummy, dummy};
+            if (wide_run_dims(&ctx, dims, (const void *const *)p, p) !=
+                MLCC_ERR_DIMS_OUT_OF_RANGE) return 4;
+            continue;
+        }
+        n = elements(0, 0, dims);
+        in[0] = malloc(n * sizeof(float));
+        for (i = 0; i < n; i++) ((float *)in[0])[i] = (float)((int)(i % 13) - 6) / 5.0f;
+        for (k = 0; k < 2; k++) out[k] = malloc(elements(1, k, dims) * sizeof(float));
+        status = wide_run_dims(&ctx, dims, (const void *const *)in, out);
+        free(in[0]);
+        free(out[0]);
+        free(out[1]);
+        if (status != MLCC_OK) return 5;
+    }
+    free(arena);
+    free(weights);
+    printf("ok\n");
+    return 0;
+}
+"""
+
+
+def test_every_width_under_address_sanitizer(tmp_path):
+    """All widths of the range (and one past each end, a status), buffers of exactly their
+    size, under AddressSanitizer and UBSan: no overrun at any size."""
+    import shutil
+    import subprocess
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    path = _width_model(tmp_path / "wide.onnx")
+    folder = tmp_path / "wide"
+    mlcc.compile(path, folder, shapes={"x": (1, 4, 9, (12, 64))}, name="wide", build=False)
+    (folder / "driver.c").write_text(ASAN_DRIVER)
+    sources = ["driver.c", "model.c"] + sorted(
+        str(p.relative_to(folder)) for p in (folder / "runtime").rglob("*.c"))
+    subprocess.run(["gcc", "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror",
+                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-I.",
+                    "-Iruntime/include", "-Iruntime/kernels", *sources, "-o", "driver", "-lm",
+                    "-pthread"], cwd=folder, check=True)
+    proc = subprocess.run([str(folder / "driver"), str(folder / "weights.bin")], cwd=folder,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
