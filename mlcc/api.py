@@ -866,8 +866,11 @@ def inspect(model: str | Path, *, shapes: Shapes | None = None, bind: Binds | No
     prog, slots = lower_graph(g)
     plan = plan_memory(prog, slots)
     weights = sum(np.asarray(v.const).nbytes for v in prog.constants())
+    dynamic = any(g.values[i].is_dynamic for i in g.inputs)      # (--shape LO..HI)
     lines += ["",
-              f"total: {total_flops / 1e9:.3f} GFLOPs per inference, {len(g.nodes)} nodes after "
+              f"total: {total_flops / 1e9:.3f} GFLOPs per inference"
+              f"{' (at the largest sizes)' if dynamic else ''}, "
+              f"{len(g.nodes)} nodes after "
               f"optimization, {len(prog.calls)} kernel calls",
               f"memory plan: arena {plan.arena_size} bytes (sum of all intermediate tensors "
               f"{plan.total_intermediate} bytes, {_ratio(plan)}), weights {weights} bytes",
@@ -878,8 +881,9 @@ def inspect(model: str | Path, *, shapes: Shapes | None = None, bind: Binds | No
 
 
 def node_flops(n, g: Graph) -> int:
+    """FLOPs of one node (a model of dynamic sizes: at the largest sizes)."""
     d = lookup(n)
-    return d.flops(n, g) if d is not None else 0
+    return symbolic.upper(d.flops(n, g)) if d is not None else 0
 
 
 def graph_flops(g: Graph) -> int:
@@ -922,6 +926,9 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
     if isolation not in _bench.ISOLATIONS:
         raise InputError(f"isolation must be one of {', '.join(_bench.ISOLATIONS)}, "
                          f"not {isolation!r}")
+    if any(isinstance(d, tuple) for dims in (shapes or {}).values() for d in dims):
+        raise UnsupportedError("mlcc bench with a range of sizes (--shape LO..HI) is not "
+                               "supported yet; bench a build of fixed sizes")
     if isolation == "auto":
         isolation = _bench.PROCESSES if threads > 1 else _bench.SHARED
     tgt = load_target(target)

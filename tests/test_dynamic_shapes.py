@@ -412,3 +412,11 @@ def test_every_width_under_address_sanitizer(tmp_path):
     proc = subprocess.run([str(folder / "driver"), str(folder / "weights.bin")], cwd=folder,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_inspect_and_bench_with_a_range(cnn):
+    report = mlcc.inspect(cnn, shapes={"x": ((1, 8), 3, 17, 19)})
+    assert "GFLOPs per inference (at the largest sizes)" in report.text
+    assert "float32[Nx16x1x1]" in report.text
+    with pytest.raises(UnsupportedError, match="bench with a range of sizes"):
+        mlcc.bench(cnn, shapes={"x": ((1, 8), 3, 17, 19)})
