@@ -207,7 +207,8 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
         h += [f"/* Dynamic dimensions: the sizes {prefix}_run takes in dims[], each in its "
               f"range. */", f"#define {P}_NUM_DIMS {len(dims)}"]
         for v in dims:
-            h += define(f"{P}_DIM{v.index}_MIN", f"{v.lo}", _c_comment(f"dims[{v.index}]: {v.name}"))
+            h += define(f"{P}_DIM{v.index}_MIN", f"{v.lo}",
+                        _c_comment(f"dims[{v.index}]: {v.name}"))
             h += define(f"{P}_DIM{v.index}_MAX", f"{v.hi}")
         h += ["/* Sizes below are at the largest dynamic sizes. */", ""]
     macro_names = NameTable()
@@ -241,10 +242,10 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
                   "void *const *outputs"]
     run_dims_args = run_v_args[:1] + ["const int64_t *dims"] + run_v_args[1:]
     out_shape_args = ["const int64_t *dims", "int index", "int64_t *shape"]
-    h += ["",
-          "/* The same, with inputs and outputs as arrays in model order (for generic callers). */"]
+    h += ["", "/* The same, with inputs and outputs as arrays in model order (for generic callers)"
+          + (" */" if not dims else ",")]
     if dims:
-        h += ["", "/* The same at the largest sizes (for generic callers). */"]
+        h.append(" * at the largest sizes. */")
     h += call(f"MLCC_EXPORT int {prefix}_run_v", run_v_args)
     h.append("")
     if dims:
