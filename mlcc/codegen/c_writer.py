@@ -243,7 +243,7 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
     run_dims_args = run_v_args[:1] + ["const int64_t *dims"] + run_v_args[1:]
     out_shape_args = ["const int64_t *dims", "int index", "int64_t *shape"]
     h += ["", "/* The same, with inputs and outputs as arrays in model order (for generic callers)"
-          + (" */" if not dims else ",")]
+          + (". */" if not dims else ",")]
     if dims:
         h.append(" * at the largest sizes. */")
     h += call(f"MLCC_EXPORT int {prefix}_run_v", run_v_args)

@@ -371,7 +371,7 @@ def bind_shapes(g: Graph, shapes: dict[str, tuple] | None) -> Graph:
             continue
         v = g.values[name]
         if v.shape is not None and len(v.shape) != len(given):
-            raise ModelError(f"--shape {name}={','.join(map(_text, given))} has rank "
+            raise ModelError(f"--shape {name}={','.join(map(dim_text, given))} has rank "
                              f"{len(given)}, but input {name!r} has rank {len(v.shape)} "
                              f"({_dims(v.shape)})")
         have = v.shape if v.shape is not None else (None,) * len(given)
