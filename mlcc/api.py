@@ -21,10 +21,10 @@ from .codegen import generate, model_prefix, write_folder
 from .codegen.lower import lower_graph
 from .codegen.memory import peak_layers, plan_memory
 from .errors import DoesNotFit, InputError, MlccError, UnsupportedError
-from .frontend import (bound_record, import_model, import_tflite, is_tflite, load_onnx,
-                       parse_bind_option,
+from .frontend import (bound_record, dim_text, import_model, import_tflite, is_tflite,
+                       load_onnx, parse_bind_option,
                        parse_shape_option, specialize, to_graph)
-from .ir import Graph, format_type
+from .ir import Graph, format_type, symbolic
 from .ops import lookup, unsupported_reason
 from .ops.registry import describe
 from .ops.selection import MAX_OUTPUT
@@ -131,6 +131,9 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
     qdq = None
     raw = import_model(model, shapes, bind)
     _set_max_outputs(raw, max_outputs or {})
+    if quantize is not None and any(raw.values[n].is_dynamic for n in raw.inputs):
+        raise UnsupportedError("--quantize int8 with a range of sizes (--shape LO..HI) is not "
+                               "supported yet; quantize a build of fixed sizes")
     bound = bound_record(raw, bind or {})
     if quantize is not None and has_qdq(raw):
         raw, qdq = extract_qdq(raw)           # an already-quantized model: its own parameters
@@ -149,7 +152,8 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
         g = run_pipeline(raw, dump=dump_ir)
     _check_max_outputs(g, max_outputs or {})
     prefix = model_prefix(name or Path(model).stem)
-    extra = {"shapes": {k: list(v) for k, v in sorted((shapes or {}).items())},
+    extra = {"shapes": {k: [d if isinstance(d, int) else dim_text(d) for d in v]
+                        for k, v in sorted((shapes or {}).items())},
              "library": tgt.library_name}
     if bound:
         extra["bound"] = bound
@@ -187,7 +191,14 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
             f"target {tgt.name}: outputs whose size depends on the data "
             f"({', '.join(t['name'] for t in gen.manifest['outputs'] if 'dynamic_axis' in t)}) "
             f"are not supported on firmware targets yet (its harness reports no actual sizes)")
-    exports = wasm_exports(prefix, embed_weights, shapes_fn) if tgt.output == "wasm" else []
+    dims = len(gen.manifest.get("dims", []))
+    if dims and tgt.output == "firmware":
+        raise UnsupportedError(
+            f"target {tgt.name}: a range of sizes (--shape LO..HI) is not supported on "
+            f"firmware targets yet (its harness runs at fixed sizes and passes no dims); "
+            f"compile fixed sizes")
+    exports = (wasm_exports(prefix, embed_weights, shapes_fn, bool(dims))
+               if tgt.output == "wasm" else [])
     folder = Path(output_dir)
     if folder.exists() and not folder.is_dir():
         raise MlccError(f"output folder {folder} exists and is not a folder")
@@ -201,7 +212,8 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
     else:
         gen.files.update(harness_files())
     gen.files["Makefile"] = (_fw.makefile(tgt, gen.sources, fw_defines) if fw_defines else
-                             makefile(tgt, gen.sources, prefix, exports, shapes_fn)).encode()
+                             makefile(tgt, gen.sources, prefix, exports, shapes_fn,
+                                      dims)).encode()
     gen.manifest["files"] = sorted(gen.files) + built
     gen.files["manifest.json"] = (json.dumps(gen.manifest, indent=2, sort_keys=True) + "\n"
                                   ).encode()
@@ -218,7 +230,7 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
     elif build:
         build_library(tgt, folder, gen.sources, exports)
         if builds_harness(tgt):
-            build_harness(tgt, folder, prefix, shapes_fn)
+            build_harness(tgt, folder, prefix, shapes_fn, dims)
     if quantize is not None and quantize.report:
         _write_report(quant_result.float_graph or float_graph, quant_result, quantize, model,
                       tgt.name, qinfo)
@@ -255,7 +267,7 @@ def compile_command(model: str | Path, *, target: str = "x86", shapes: Shapes | 
     follow a "#" word, as a shell comment."""
     words = ["mlcc", "compile", Path(model).name, "--target", Path(str(target)).name]
     for k, dims in sorted((shapes or {}).items()):
-        words += ["--shape", f"{k}={','.join(str(d) for d in dims)}"]
+        words += ["--shape", f"{k}={','.join(dim_text(d) for d in dims)}"]
     if name is not None:
         words += ["--name", name]
     if embed_weights:
@@ -745,18 +757,33 @@ class VerifyResult:
     reference: str = "onnxruntime"
 
 
-def random_inputs(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+def random_inputs(g: Graph, seed: int = 0, sizes: dict[str, int] | None = None
+                  ) -> dict[str, np.ndarray]:
+    """sizes: of the dynamic dimensions (by name), for inputs of a dynamic shape."""
     rng = np.random.default_rng(seed)
     feeds = {}
     for name in g.inputs:
         v = g.values[name]
+        shape = symbolic.evaluate(tuple(v.shape), sizes or {})
         if v.dtype.startswith("float"):
-            feeds[name] = rng.standard_normal(v.shape).astype(v.dtype)
+            feeds[name] = rng.standard_normal(shape).astype(v.dtype)
         elif v.dtype == "bool":
-            feeds[name] = rng.integers(0, 2, v.shape).astype(bool)
+            feeds[name] = rng.integers(0, 2, shape).astype(bool)
         else:
-            feeds[name] = rng.integers(0, 2, v.shape).astype(v.dtype)
+            feeds[name] = rng.integers(0, 2, shape).astype(v.dtype)
     return feeds
+
+
+def verify_sizes(dims: list[dict]) -> list[dict[str, int]]:
+    """The sizes `mlcc verify` checks a model of dynamic dimensions at: every dimension at its
+    smallest, at a size in between (odd where it can be), and at its largest."""
+    sets = []
+    for pick in (lambda d: d["min"], lambda d: (d["min"] + d["max"]) // 2 | 1,
+                 lambda d: d["max"]):
+        sizes = {d["name"]: min(max(pick(d), d["min"]), d["max"]) for d in dims}
+        if sizes not in sets:
+            sets.append(sizes)
+    return sets
 
 
 def tolerance_for(reference: np.ndarray) -> float:
@@ -887,13 +914,21 @@ def verify(model: str | Path, *, target: str = "x86", shapes: Shapes | None = No
         folder = Path(output_dir) if output_dir else Path(tmp) / "model"
         res = compile(model, folder, target=target, shapes=shapes, bind=bind,
                       max_outputs=max_outputs)
-        feeds = inputs if inputs is not None else random_inputs(res.graph, seed)
+        dims = res.manifest.get("dims", [])
         compiled = _load(folder)
-        got = compiled.run(feeds)
         bound = bound_feeds(model, shapes, bind)
-        ref = _onnxruntime_outputs(model, {**{k: np.asarray(v) for k, v in feeds.items()},
-                                           **bound})
-        checks = [compare(n, got[n], ref[n]) for n in got]
+        checks: list[OutputCheck] = []
+        # a model of dynamic dimensions: checked at its smallest, a middle and its largest sizes
+        for sizes in (verify_sizes(dims) if dims and inputs is None else [None]):
+            feeds = inputs if inputs is not None else random_inputs(res.graph, seed, sizes)
+            got = compiled.run(feeds)
+            ref = _onnxruntime_outputs(model, {**{k: np.asarray(v) for k, v in feeds.items()},
+                                               **bound})
+            at = "" if not sizes else " at " + ", ".join(f"{k}={v}" for k, v in sizes.items())
+            now = [compare(n + at, got[n], ref[n]) for n in got]
+            checks += now
+            if not all(c.ok for c in now):
+                break             # (the feeds --per-layer looks at: the first that fails)
         result = VerifyResult(all(c.ok for c in checks), checks, folder=folder)
         if per_layer and (not result.ok or per_layer == "always"):
             result.first_divergence, result.layers_checked = _first_divergence(
@@ -1094,8 +1129,11 @@ def inspect(model: str | Path, *, shapes: Shapes | None = None, bind: Binds | No
     prog, slots = lower_graph(g)
     plan = plan_memory(prog, slots)
     weights = sum(np.asarray(v.const).nbytes for v in prog.constants())
+    dynamic = any(g.values[i].is_dynamic for i in g.inputs)      # (--shape LO..HI)
     lines += ["",
-              f"total: {total_flops / 1e9:.3f} GFLOPs per inference, {len(g.nodes)} nodes after "
+              f"total: {total_flops / 1e9:.3f} GFLOPs per inference"
+              f"{' (at the largest sizes)' if dynamic else ''}, "
+              f"{len(g.nodes)} nodes after "
               f"optimization, {len(prog.calls)} kernel calls",
               f"memory plan: arena {plan.arena_size} bytes (sum of all intermediate tensors "
               f"{plan.total_intermediate} bytes, {_ratio(plan)}), weights {weights} bytes",
@@ -1106,8 +1144,9 @@ def inspect(model: str | Path, *, shapes: Shapes | None = None, bind: Binds | No
 
 
 def node_flops(n, g: Graph) -> int:
+    """FLOPs of one node (a model of dynamic sizes: at the largest sizes)."""
     d = lookup(n)
-    return d.flops(n, g) if d is not None else 0
+    return symbolic.upper(d.flops(n, g)) if d is not None else 0
 
 
 def graph_flops(g: Graph) -> int:
@@ -1166,6 +1205,9 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
     if tflite and threads != 1:
         raise InputError("a .tflite model is timed against TensorFlow Lite Micro, which runs "
                          "on one thread: --threads 1")
+    if any(isinstance(d, tuple) for dims in (shapes or {}).values() for d in dims):
+        raise UnsupportedError("mlcc bench with a range of sizes (--shape LO..HI) is not "
+                               "supported yet; bench a build of fixed sizes")
     if isolation == "auto":
         isolation = _bench.PROCESSES if threads > 1 else _bench.SHARED
     if tflite and isolation != _bench.SHARED:

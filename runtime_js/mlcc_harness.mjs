@@ -3,6 +3,7 @@
 // wrapper model.mjs next to this file:
 //
 //     node harness.mjs WEIGHTS IN_0 ... IN_{n-1} OUT_0 ... OUT_{m-1}
+//     node harness.mjs --dims D_0,D_1,... WEIGHTS IN_0 ... OUT_0 ...
 //     node harness.mjs --info
 //
 // Each IN_i holds input i in model order as raw little-endian elements (exactly its size);
@@ -28,7 +29,7 @@ function size(t) {
   return arraySize(t) * typedArrays[t.dtype].BYTES_PER_ELEMENT;
 }
 
-const args = process.argv.slice(2);
+let args = process.argv.slice(2);
 const ni = modelInfo.inputs.length;
 const no = modelInfo.outputs.length;
 if (args.length === 1 && args[0] === "--info") {
@@ -40,6 +41,16 @@ if (args.length === 1 && args[0] === "--info") {
   modelInfo.outputs.forEach((t, i) => console.log(`output ${i} ${t.name} ${t.dtype} ` +
     `[${t.shape.join(",")}] ${size(t)} bytes`));
   process.exit(0);
+}
+let dims = null;      // --dims: the sizes of a range model's dynamic dimensions
+if (args.length >= 2 && args[0] === "--dims") {
+  dims = args[1].split(",").map(Number);
+  if (!modelInfo.dims || dims.length !== modelInfo.dims.length ||
+      !dims.every(Number.isInteger)) {
+    fail(`--dims needs ${(modelInfo.dims || []).length} comma-separated sizes, not ` +
+      `'${args[1]}'`, EXIT_USAGE);
+  }
+  args = args.slice(2);
 }
 if (args.length !== 1 + ni + no) {
   fail(`usage: node harness.mjs WEIGHTS IN... OUT...  (${ni} input file${ni === 1 ? "" : "s"}` +
@@ -61,9 +72,30 @@ function read(path, bytes) {
 }
 
 const weights = args[0] === "-" ? undefined : read(args[0]);
+
+function modelFailed(err) {
+  if (err.status) {
+    const stage = err.message.startsWith("mlcc: init") ? "init" : "run";
+    fail(`${stage} failed: ${err.statusText} (status ${err.status})`, EXIT_STATUS);
+  }
+  fail(err.message, EXIT_USAGE);
+}
+
+let model, shapes = null;
+try {
+  model = await createModel(weights === undefined ? {} : { weights });
+  if (dims) shapes = model.shapes(dims);
+} catch (err) {
+  modelFailed(err);
+}
+// Bytes of input or output i at the sizes of --dims (without it, at its shape)
+function sizeAt(t, shape) {
+  return shape ? arraySize({ ...t, shape }) * typedArrays[t.dtype].BYTES_PER_ELEMENT : size(t);
+}
+
 const feeds = {};
 modelInfo.inputs.forEach((t, i) => {
-  const data = read(args[1 + i], size(t));
+  const data = read(args[1 + i], sizeAt(t, shapes && shapes.inputs[i]));
   // A copy into a fresh, aligned buffer (node's Buffer may share an unaligned pool).
   const bytes = new Uint8Array(data.length);
   bytes.set(data);
@@ -71,21 +103,16 @@ modelInfo.inputs.forEach((t, i) => {
 });
 
 let outputs;
-let shapes = {};
+let actual = {};
 try {
-  const model = await createModel(weights === undefined ? {} : { weights });
-  outputs = model.run(feeds);
-  shapes = model.outputShapes;
+  outputs = model.run(feeds, dims || undefined);
+  actual = model.outputShapes;
 } catch (err) {
-  if (err.status) {
-    const stage = err.message.startsWith("mlcc: init") ? "init" : "run";
-    fail(`${stage} failed: ${err.statusText} (status ${err.status})`, EXIT_STATUS);
-  }
-  fail(err.message, EXIT_USAGE);
+  modelFailed(err);
 }
 modelInfo.outputs.forEach((t, i) => {
   if (t.dynamic_axis !== undefined) {
-    console.log(`output_shape ${i} ${shapes[t.name].join(",")}`);
+    console.log(`output_shape ${i} ${actual[t.name].join(",")}`);
   }
 });
 modelInfo.outputs.forEach((t, i) => {

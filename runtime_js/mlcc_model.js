@@ -192,11 +192,14 @@ class Model {
     }
     this._x = exports;
     this.name = p;
-    this.inputs = MODEL.inputs.map((t) => ({ ...t, size: arraySize(t) }));
-    this.outputs = MODEL.outputs.map((t) => ({ ...t, size: arraySize(t) }));
+    // (a model of dynamic dimensions: buffers for the largest sizes, max_shape)
+    const sized = (t) => ({ ...t, size: arraySize({ ...t, shape: t.max_shape || t.shape }) });
+    this.inputs = MODEL.inputs.map(sized);
+    this.outputs = MODEL.outputs.map(sized);
+    this.dims = MODEL.dims || [];
     this.outputShapes = {};
     const dynamic = this.outputs.some((t) => t.dynamic_axis !== undefined);
-    if (dynamic && typeof exports[`${p}_output_shape`] !== "function") {
+    if ((dynamic || this.dims.length) && typeof exports[`${p}_output_shape`] !== "function") {
       throw new MlccError(`model.wasm does not export ${p}_output_shape: it is not the ` +
         `module of model ${p} compiled by mlcc`);
     }
@@ -215,9 +218,12 @@ class Model {
     const wptr = weights ? alloc(weights.byteLength, WEIGHTS_ALIGN) : 0;
     const tensors = [...this.inputs, ...this.outputs];
     const ptrs = tensors.map((t) => alloc(t.size * TYPED_ARRAYS[t.dtype].BYTES_PER_ELEMENT, 16));
+    const dimsPtr = alloc(8 * Math.max(this.dims.length, 1), 8);
+    const shapePtr = alloc(8 * 8, 8);     // MLCC_MAX_RANK int64 dimensions
+    this._dimsPtr = dimsPtr;
+    this._shapePtr = shapePtr;
     const inTable = alloc(4 * Math.max(this.inputs.length, 1), 4);
     const outTable = alloc(4 * Math.max(this.outputs.length, 1), 4);
-    this._dims = dynamic ? alloc(8 * 8, 8) : 0;     // int64_t dims[MLCC_MAX_RANK]
     this._ctx = ctx;
     this._inTable = inTable;
     this._outTable = outTable;
@@ -253,9 +259,48 @@ class Model {
     }
   }
 
+  // The sizes of the dynamic dimensions (MODEL.dims order) in dims: an array of numbers, or
+  // an object {name: size}; a dimension not given is at its largest. Throws if out of range.
+  _sizes(dims) {
+    const sizes = this.dims.map((d, i) => {
+      const v = Array.isArray(dims) ? dims[i] : (dims || {})[d.name];
+      const n = v === undefined ? d.max : v;
+      if (!Number.isInteger(n) || n < d.min || n > d.max) {
+        const status = 14;      // MLCC_ERR_DIMS_OUT_OF_RANGE
+        throw new MlccError(`dimension "${d.name}" is ${n}, outside the range ` +
+          `${d.min}..${d.max} the model was compiled for`, status, this._statusString(status));
+      }
+      return n;
+    });
+    new BigInt64Array(this._x.memory.buffer, this._dimsPtr, Math.max(sizes.length, 1))
+      .set(sizes.map(BigInt));
+    return sizes;
+  }
+
+  // The shape of each input or output at these sizes (inputs: their dimensions are the
+  // dynamic dimensions by symbol; outputs: NAME_output_shape).
+  shapes(dims) {
+    const sizes = this._sizes(dims);
+    const env = Object.fromEntries(this.dims.map((d, i) => [d.symbol, sizes[i]]));
+    const inputs = this.inputs.map((t) => t.shape.map((d) => (typeof d === "number" ? d :
+      env[d])));
+    const outputs = this.outputs.map((t, i) => {
+      if (!t.max_shape) return t.shape;
+      this._check(this._x[`${this.name}_output_shape`](this._ctx, this._dimsPtr, i,
+        this._shapePtr),
+        "run");
+      return Array.from(new BigInt64Array(this._x.memory.buffer, this._shapePtr,
+        t.shape.length), Number);
+    });
+    return { inputs, outputs };
+  }
+
   // One inference: {input name: typed array} -> {output name: typed array}. Every input of
-  // the model must be given, with exactly its element type and element count.
-  run(inputs) {
+  // the model must be given, with exactly its element type and element count. A model of
+  // dynamic dimensions takes their sizes in dims (see _sizes), inputs and outputs at them.
+  run(inputs, dims) {
+    const shapes = this.dims.length ? this.shapes(dims) : null;
+    const count = (t, shape) => arraySize({ ...t, shape });
     if (inputs === null || typeof inputs !== "object" || Array.isArray(inputs)) {
       throw new MlccError(`run takes an object {input name: typed array}; the model's inputs ` +
         `are ${this.inputs.map((t) => `${t.name}: ${describe(t)}`).join(", ")}`);
@@ -276,28 +321,34 @@ class Model {
     this.inputs.forEach((t, i) => {
       const value = inputs[t.name];
       const want = TYPED_ARRAYS[t.dtype];
-      if (!(value instanceof want) || value.length !== t.size) {
+      const size = shapes ? count(t, shapes.inputs[i]) : t.size;
+      if (!(value instanceof want) || value.length !== size) {
         const got = ArrayBuffer.isView(value) ?
           `a ${value.constructor.name} of ${value.length} elements` :
           (value === null ? "null" : Array.isArray(value) ? "an Array" : typeof value);
-        throw new MlccError(`input "${t.name}" must be a ${describe(t)}, got ${got}`);
+        const shown = shapes ? { ...t, size, shape: shapes.inputs[i] } : t;
+        throw new MlccError(`input "${t.name}" must be a ${describe(shown)}, got ${got}`);
       }
       this._views[i].set(value);
     });
-    this._check(this._x[`${this.name}_run_v`](this._ctx, this._inTable, this._outTable), "run");
+    this._check(shapes ? this._x[`${this.name}_run_dims`](this._ctx, this._dimsPtr,
+      this._inTable, this._outTable) :
+      this._x[`${this.name}_run_v`](this._ctx, this._inTable, this._outTable), "run");
     const result = {};
     this.outputs.forEach((t, i) => {
       const view = this._views[this.inputs.length + i];
       if (t.dynamic_axis === undefined) {
-        result[t.name] = view.slice();
-        this.outputShapes[t.name] = t.shape.slice();
+        const size = shapes ? count(t, shapes.outputs[i]) : t.size;
+        result[t.name] = view.slice(0, size);
+        this.outputShapes[t.name] = shapes ? shapes.outputs[i].slice() : t.shape.slice();
         return;
       }
-      this._check(this._x[`${this.name}_output_shape`](this._ctx, i, this._dims), "run");
-      const dims = Array.from(new BigInt64Array(this._x.memory.buffer, this._dims,
+      // the count this run left along the data-dependent axis (dims NULL: no range)
+      this._check(this._x[`${this.name}_output_shape`](this._ctx, 0, i, this._shapePtr), "run");
+      const actual = Array.from(new BigInt64Array(this._x.memory.buffer, this._shapePtr,
         t.shape.length), Number);
-      result[t.name] = validPart(view, t.shape, dims, t.dynamic_axis);
-      this.outputShapes[t.name] = dims;
+      result[t.name] = validPart(view, t.shape, actual, t.dynamic_axis);
+      this.outputShapes[t.name] = actual;
     });
     return result;
   }

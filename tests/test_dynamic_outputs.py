@@ -322,8 +322,8 @@ int main(void) {
     if (m_init(&ctx, weights, M_WEIGHTS_SIZE, arena, sizeof arena) != MLCC_OK) return 2;
     x[1] = 1.0f; x[4] = 2.0f; x[9] = -1.0f;
     if (m_run(&ctx, x, y) != MLCC_OK) return 3;
-    if (m_output_shape(&ctx, 0, dims) != MLCC_OK) return 4;
-    if (m_output_shape(&ctx, 1, dims) != MLCC_ERR_INDEX_OUT_OF_RANGE) return 5;
+    if (m_output_shape(&ctx, NULL, 0, dims) != MLCC_OK) return 4;
+    if (m_output_shape(&ctx, NULL, 1, dims) != MLCC_ERR_INDEX_OUT_OF_RANGE) return 5;
     printf("%lld %lld | %lld %lld %lld\n", (long long)dims[0], (long long)dims[1],
            (long long)y[0], (long long)y[1], (long long)y[2]);
     return 0;

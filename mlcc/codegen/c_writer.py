@@ -14,6 +14,7 @@ import numpy as np
 from .. import resources
 from ..version import __version__
 from ..ir import Enum, KernelCall, LoopScope, Program
+from ..ir.symbolic import DimVar, FloatQuotient, SymInt, dim_vars, is_symbolic, upper
 from ..ops.common import IO_DTYPES
 from .memory import MemoryPlan
 from .c_format import INDENT, WIDTH, call, comment, define, initializer, pack
@@ -54,6 +55,10 @@ def c_float(x: float) -> str:
 
 
 def c_value(v) -> str:
+    if isinstance(v, SymInt):       # computed in the run function from the actual sizes
+        return v.c_expr()
+    if isinstance(v, FloatQuotient):
+        return v.c_expr(c_float)
     if isinstance(v, Enum):
         return v.name
     if isinstance(v, bool):
@@ -110,6 +115,11 @@ def needed_runtime(calls: list[KernelCall]) -> list[str]:
     return files
 
 
+def model_dims(g) -> list[DimVar]:
+    """The dynamic dimensions of a model (--shape ranges), in the order of the C dims[]."""
+    return dim_vars([g.values[n].shape for n in g.inputs])
+
+
 def _dims(shape) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
@@ -139,9 +149,11 @@ class _Symbols:
 def _symbols(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int],
              prefix: str) -> _Symbols:
     g = prog.graph
-    ids = NameTable({"model_info", "input_info", "output_info", "ARENA", "WEIGHT"} |
+    ids = NameTable({"model_info", "input_info", "output_info", "ARENA", "WEIGHT", "dims",
+                     "max_dims", "check_dims"} |
                     {f"{prefix}_{f}" for f in ("run", "run_v", "init", "model_info",
-                                               "embedded_weights", "init_embedded")})
+                                               "embedded_weights", "init_embedded",
+                                               "run_dims", "output_shape", "tensor_shape")})
     inputs = [ids.take(n, "input") for n in g.inputs]
     outputs = [ids.take(n, "output") for n in g.outputs]
     weights = {n: ids.take(n, prefix="W_", limit=MAX_LENGTH) for n in weight_offsets}
@@ -175,6 +187,7 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
     g = prog.graph
     P = prefix.upper()
     sym = _symbols(prog, plan, weight_offsets, prefix)
+    dims = model_dims(g)
     banner = _banner(source_name, g.source_sha256, target_name, command or [])
 
     def ctype(name: str) -> str:
@@ -190,6 +203,14 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
          f"#define {P}_WEIGHTS_SIZE {weights_size}u",
          f"#define {P}_NUM_INPUTS {len(g.inputs)}",
          f"#define {P}_NUM_OUTPUTS {len(g.outputs)}", ""]
+    if dims:
+        h += [f"/* Dynamic dimensions: the sizes {prefix}_run takes in dims[], each in its "
+              f"range. */", f"#define {P}_NUM_DIMS {len(dims)}"]
+        for v in dims:
+            h += define(f"{P}_DIM{v.index}_MIN", f"{v.lo}",
+                        _c_comment(f"dims[{v.index}]: {v.name}"))
+            h += define(f"{P}_DIM{v.index}_MAX", f"{v.hi}")
+        h += ["/* Sizes below are at the largest dynamic sizes. */", ""]
     macro_names = NameTable()
     for kind, tensors in (("INPUT", g.inputs), ("OUTPUT", g.outputs)):
         for i, name in enumerate(tensors):
@@ -197,7 +218,7 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
             m = macro_names.take(f"{P}_{kind}_{name}".upper())
             h += comment(_c_comment(f"{kind.lower()} {i} \"{name}\": {v.dtype} "
                                     f"{_dims(v.shape)}"))
-            h += define(f"{m}_SIZE", f"{v.numel}u", "elements")
+            h += define(f"{m}_SIZE", f"{upper(v.numel)}u", "elements")
     h += ["",
           "/* Static description of the model (names, types, shapes, sizes). */",
           f"MLCC_EXPORT const mlcc_model_info *{prefix}_model_info(void);", "",
@@ -209,28 +230,50 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
     h += call(f"MLCC_EXPORT int {prefix}_init", init_args)
     h += ["",
           "/* Runs one inference. Inputs are read, outputs written in full; none may overlap the",
-          " * arena. One thread at a time per context. */"]
-    sig = ["const mlcc_context *ctx"]
+          " * arena. One thread at a time per context." +
+          (" */" if not dims else " dims[] holds the size of each dynamic")]
+    if dims:
+        h.append(" * dimension; one outside its range returns MLCC_ERR_DIMS_OUT_OF_RANGE. */")
+    sig = ["const mlcc_context *ctx"] + (["const int64_t *dims"] if dims else [])
     sig += [f"const {ctype(n)} *{p}" for n, p in zip(g.inputs, sym.inputs)]
     sig += [f"{ctype(n)} *{p}" for n, p in zip(g.outputs, sym.outputs)]
     h += call(f"MLCC_EXPORT int {prefix}_run", sig)
     run_v_args = ["const mlcc_context *ctx", "const void *const *inputs",
                   "void *const *outputs"]
-    h += ["",
-          "/* The same, with inputs and outputs as arrays in model order (for generic callers). */"]
+    run_dims_args = run_v_args[:1] + ["const int64_t *dims"] + run_v_args[1:]
+    out_shape_args = OUTPUT_SHAPE_ARGS
+    h += ["", "/* The same, with inputs and outputs as arrays in model order (for generic callers)"
+          + (". */" if not dims else ",")]
+    if dims:
+        h.append(" * at the largest sizes. */")
     h += call(f"MLCC_EXPORT int {prefix}_run_v", run_v_args)
     h.append("")
     dynamic = [(j, name) for j, name in enumerate(g.outputs) if g.values[name].dyn]
-    if dynamic:
-        h += comment(_c_comment(
-            "Outputs whose size depends on the data: " + "; ".join(
-                f"{j} \"{name}\" along axis {g.values[name].dyn[0]}" for j, name in dynamic) +
-            ". Their buffers hold the maximum (the _SIZE above); after a successful run, this "
-            "fills dims[0..rank-1] with output `index`'s actual shape: the valid elements are "
-            "those whose index along that axis is below dims[axis] (docs/dynamic-outputs.md)."),
-            "")
-        h += call(f"MLCC_EXPORT int {prefix}_output_shape",
-                  ["const mlcc_context *ctx", "int index", "int64_t *dims"])
+    if dims:
+        h += ["/* run with inputs and outputs as arrays, at the sizes in dims[]. */"]
+        h += call(f"MLCC_EXPORT int {prefix}_run_dims", run_dims_args)
+        h.append("")
+    if dims or dynamic:
+        what = []
+        if dims:
+            what.append("The shape of output `index` at the sizes in dims[] (NULL: the "
+                        "largest, those of _run_v), written to shape[0..rank-1]; ctx may be "
+                        "NULL.")
+        if dynamic:
+            what.append(
+                "Outputs whose size depends on the data: " + "; ".join(
+                    f"{j} \"{name}\" along axis {g.values[name].dyn[0]}"
+                    for j, name in dynamic) +
+                ". Their buffers hold the maximum (the _SIZE above); after a successful run of "
+                "ctx, this fills shape[0..rank-1] with output `index`'s actual shape: the valid "
+                "elements are those whose index along that axis is below shape[axis] (dims may "
+                "be NULL).")
+        h += comment(_c_comment(" ".join(what) + " docs/c-api.md"), "")
+        h += call(f"MLCC_EXPORT int {prefix}_output_shape", out_shape_args)
+        h.append("")
+    if dims:
+        h += ["/* The same for input (is_output 0) or output `index`. */"]
+        h += call(f"MLCC_EXPORT int {prefix}_tensor_shape", TENSOR_SHAPE_ARGS)
         h.append("")
     if embedded:
         h += ["/* The weights compiled into the library (weights.c): no file to load. */",
@@ -256,21 +299,23 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
         rows = []
         for name in tensors:
             v = g.values[name]
-            dims = list(v.shape) + [0] * (8 - len(v.shape))
+            shape = [upper(d) for d in v.shape] + [0] * (8 - len(v.shape))
             rows += initializer("", [f'"{_c_string(name)}"', IO_DTYPES[v.dtype],
-                                     len(v.shape), dims, f"{v.nbytes}u"],
+                                     len(v.shape), shape, f"{upper(v.nbytes)}u"],
                                 _leaf, indent=INDENT, tail=",")
         return rows or [f"{INDENT}{{0}}"]
 
     c += ["static const mlcc_tensor_info input_info[] = {"] + info_rows(g.inputs) + ["};"]
     c += ["static const mlcc_tensor_info output_info[] = {"] + info_rows(g.outputs) + ["};"]
+    if dims:
+        c += _dims_functions(g, dims, prefix)
     c += ["static const mlcc_model_info model_info = {",
           f"    \"{prefix}\", \"{__version__}\", 0x{model_id:016X}ull,",
           f"    {P}_ARENA_SIZE, {P}_ARENA_ALIGN, {P}_WEIGHTS_SIZE,",
           f"    {P}_NUM_INPUTS, {P}_NUM_OUTPUTS, input_info, output_info", "};", ""]
 
     for call_, pn in zip(prog.calls, sym.params):
-        if pn is not None:
+        if pn is not None and not is_symbolic(call_.params):
             c += initializer(f"static const {call_.params_type} {pn} = ", call_.params, _leaf)
     c.append("")
 
@@ -306,6 +351,14 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
         else:
             c += pack(checks, "    if (", "        ", ") {", sep=" ||")
             c += ["        return MLCC_ERR_NULL_ARGUMENT;", "    }"]
+    if dims:
+        c += ["    if (dims == NULL) return MLCC_ERR_NULL_ARGUMENT;",
+              "    if (!check_dims(dims)) return MLCC_ERR_DIMS_OUT_OF_RANGE;"]
+        # the parameters that depend on the sizes, computed from them at each run
+        for call_, pn in zip(prog.calls, sym.params):
+            if pn is not None and is_symbolic(call_.params):
+                c += initializer(f"const {call_.params_type} {pn} = ", call_.params, _leaf,
+                                 indent=INDENT)
     open_blocks: list = []          # the if-blocks (run-time If) and loops around the calls
     ind = INDENT
     for t, call_ in enumerate(prog.calls):
@@ -343,13 +396,21 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
         c.append(INDENT * (depth + 1) + "}")
     c += ["    return MLCC_OK;", "}", ""]
 
-    if dynamic:
-        c += _output_shape(prog, prefix, dynamic, sym)
+    if dims or dynamic:
+        c += _output_shape(prog, prefix, dims, dynamic, sym)
     c += call(f"int {prefix}_run_v", run_v_args, " {")
     c.append("    if (inputs == NULL || outputs == NULL) return MLCC_ERR_NULL_ARGUMENT;" if
              (g.inputs and g.outputs) else "    (void)inputs; (void)outputs;")
     call_args = ["ctx"] + [f"(const {ctype(n)} *)inputs[{i}]" for i, n in enumerate(g.inputs)] \
         + [f"({ctype(n)} *)outputs[{i}]" for i, n in enumerate(g.outputs)]
+    if dims:
+        c += call(f"return {prefix}_run_dims", ["ctx", "max_dims", "inputs", "outputs"],
+                  indent=INDENT)
+        c += ["}", ""]
+        c += call(f"int {prefix}_run_dims", run_dims_args, " {")
+        c.append("    if (inputs == NULL || outputs == NULL) return MLCC_ERR_NULL_ARGUMENT;" if
+                 (g.inputs and g.outputs) else "    (void)inputs; (void)outputs;")
+        call_args.insert(1, "dims")
     c += call(f"return {prefix}_run", call_args, indent=INDENT)
     c += ["}", ""]
     return ModelSource("\n".join(h), "\n".join(c), runtime_files, banner)
@@ -398,25 +459,65 @@ def _open_block(block, ind: str, pointer, depth: int) -> list[str]:
     return lines
 
 
-def _output_shape(prog: Program, prefix: str, dynamic: list[tuple[int, str]],
+def _output_shape(prog: Program, prefix: str, dims: list, dynamic: list[tuple[int, str]],
                   sym: _Symbols) -> list[str]:
-    """NAME_output_shape: the static shape of an output, with the count the run left in the
-    arena along its data-dependent axis."""
+    """NAME_output_shape: the shape of an output at the sizes in dims[] (a model compiled for
+    a range of sizes, through NAME_tensor_shape) or its static shape, with the count the run
+    of ctx left in the arena along its data-dependent axis (an output whose size depends on
+    the data). One function for both (docs/c-api.md)."""
     g = prog.graph
-    c = call(f"int {prefix}_output_shape", ["const mlcc_context *ctx", "int index",
-                                             "int64_t *dims"], " {")
-    c += ["    int d;",
-          "    if (ctx == NULL || ctx->model != &model_info) return MLCC_ERR_NOT_INITIALIZED;",
-          "    if (dims == NULL) return MLCC_ERR_NULL_ARGUMENT;",
+    c = call(f"int {prefix}_output_shape", OUTPUT_SHAPE_ARGS, " {")
+    if dynamic:
+        c += ["    int d;",
+              "    if (ctx == NULL || ctx->model != &model_info) "
+              "return MLCC_ERR_NOT_INITIALIZED;"]
+    else:
+        c.append("    (void)ctx;")
+    c += ["    if (shape == NULL) return MLCC_ERR_NULL_ARGUMENT;",
           f"    if (index < 0 || index >= {prefix.upper()}_NUM_OUTPUTS) "
-          f"return MLCC_ERR_INDEX_OUT_OF_RANGE;",
-          "    for (d = 0; d < output_info[index].rank; d++) dims[d] = "
+          f"return MLCC_ERR_INDEX_OUT_OF_RANGE;"]
+    if dims:
+        c += ["    if (dims == NULL) dims = max_dims;     /* the sizes of run_v */",
+              f"    return {prefix}_tensor_shape(dims, 1, index, shape);"]
+        return c + ["}", ""]
+    c += ["    (void)dims;",
+          "    for (d = 0; d < output_info[index].rank; d++) shape[d] = "
           "output_info[index].dims[d];"]
     for j, name in dynamic:
         axis, key = g.values[name].dyn
-        c.append(f"    if (index == {j}) dims[{axis}] = "
+        c.append(f"    if (index == {j}) shape[{axis}] = "
                  f"*(const int64_t *)ARENA({sym.arena[prog.counts[key]]});")
     return c + ["    return MLCC_OK;", "}", ""]
+
+
+OUTPUT_SHAPE_ARGS = ["const mlcc_context *ctx", "const int64_t *dims", "int index",
+                     "int64_t *shape"]
+TENSOR_SHAPE_ARGS = ["const int64_t *dims", "int is_output", "int index", "int64_t *shape"]
+
+
+def _dims_functions(g, dims: list[DimVar], prefix: str) -> list[str]:
+    """The largest sizes, check_dims (every size in its range) and NAME_tensor_shape (the shape
+    of an input or output at given sizes)."""
+    P = prefix.upper()
+    c = [f"static const int64_t max_dims[{len(dims)}] = "
+          f"{{{', '.join(str(v.hi) for v in dims)}}};", "",
+          "static int check_dims(const int64_t *dims) {"]
+    conds = [f"dims[{v.index}] >= {v.lo} && dims[{v.index}] <= {v.hi}" for v in dims]
+    c += pack(conds, "    return ", "        ", ";", sep=" &&")
+    c += ["}", ""]
+    c += call(f"int {prefix}_tensor_shape", TENSOR_SHAPE_ARGS, " {")
+    c += ["    if (dims == NULL || shape == NULL) return MLCC_ERR_NULL_ARGUMENT;",
+          "    if (!check_dims(dims)) return MLCC_ERR_DIMS_OUT_OF_RANGE;",
+          f"    if (index < 0 || index >= (is_output ? {P}_NUM_OUTPUTS : {P}_NUM_INPUTS)) {{",
+          "        return MLCC_ERR_DIMS_OUT_OF_RANGE;", "    }",
+          f"    switch (is_output ? index + {P}_NUM_INPUTS : index) {{"]
+    for i, name in enumerate(list(g.inputs) + list(g.outputs)):
+        c.append(f"    case {i}:")
+        for axis, d in enumerate(g.values[name].shape):
+            c.append(f"        shape[{axis}] = {c_value(d)};")
+        c.append("        return MLCC_OK;")
+    c += ["    default:", "        return MLCC_ERR_DIMS_OUT_OF_RANGE;", "    }", "}", ""]
+    return c
 
 
 def _offset_defines(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int],

@@ -8,6 +8,8 @@ from pathlib import Path
 from .. import resources
 from ..version import __version__
 from ..ir import Graph, Program
+from ..ir.symbolic import upper
+from .c_writer import model_dims
 from .c_writer import write_c, write_embedded_weights
 from .lower import lower_graph
 from .memory import MemoryPlan, check_address_space, check_arena_limit, plan_memory
@@ -34,7 +36,8 @@ def generate(g: Graph, *, prefix: str, target_name: str, source_name: str,
     check_arena_limit(prog, plan, max_arena)
     consts = prog.constants()
     offsets, size = layout_weights(consts)
-    io_bytes = {n: prog.graph.values[n].nbytes for n in prog.graph.inputs + prog.graph.outputs}
+    io_bytes = {n: upper(prog.graph.values[n].nbytes)
+                for n in prog.graph.inputs + prog.graph.outputs}
     check_address_space(plan, size, io_bytes, pointer_bits, arch or target_name)
     blob, model_id = build_blob(consts, offsets, size)
     src = write_c(prog, plan, offsets, prefix=prefix, model_id=model_id, weights_size=size,
@@ -50,10 +53,16 @@ def generate(g: Graph, *, prefix: str, target_name: str, source_name: str,
     sources = ["model.c"] + (["weights.c"] if embed_weights else []) + \
         [f"runtime/{r}" for r in src.runtime_files if r.endswith(".c")]
     pg = prog.graph
+    dims = model_dims(pg)
 
     def tensors(names):
+        # a dynamic dimension as the text of its expression ("N"; its range under "dims");
         # "dynamic_axis": the axis whose size the data decides (shape: its maximum)
-        return [{"name": n, "dtype": pg.values[n].dtype, "shape": list(pg.values[n].shape),
+        return [{"name": n, "dtype": pg.values[n].dtype,
+                 "shape": [d if isinstance(d, int) else d.text() for d in pg.values[n].shape],
+                 # at the largest sizes: what a buffer for any size holds
+                 **({"max_shape": [upper(d) for d in pg.values[n].shape]}
+                    if pg.values[n].is_dynamic else {}),
                  **({"dynamic_axis": pg.values[n].dyn[0]} if pg.values[n].dyn else {})}
                 for n in names]
 
@@ -71,6 +80,8 @@ def generate(g: Graph, *, prefix: str, target_name: str, source_name: str,
         "model_id": f"{model_id:016x}",
         "kernel_calls": len(prog.calls),
         "embedded_weights": embed_weights,
+        **({"dims": [{"name": v.name, "symbol": v.symbol, "min": v.lo, "max": v.hi}
+                     for v in dims]} if dims else {}),
         **(manifest_extra or {}),
     }
     return Generated(files, sources, prog, plan, manifest)

@@ -3,9 +3,22 @@ from __future__ import annotations
 
 from ..errors import UnsupportedError
 from ..ir import Graph, LoopScope, Lowering, Program
+from ..ir.symbolic import SymbolicError, SymInt, dim_vars
 from ..ops import lookup
 from ..ops.common import emit_plain_copy
-from ..ops.registry import describe
+from ..ops.registry import describe, static_only
+
+
+def _check_no_symbolic_data(prog: Program, calls) -> None:
+    """A constant a kernel reads must be numbers: a shape over dynamic sizes (an object array
+    of SymInts, passes/fold_symbolic.py) is known only at run time."""
+    for call in calls:
+        for a in call.args:
+            v = prog.graph.values.get(prog.root(a)) if a else None
+            if v is not None and v.is_const and v.const.dtype == object:
+                dims = dim_vars(list(v.const.reshape(-1)))
+                raise SymInt.var(dims[0]).undecided(f"the value of {v.name!r} (a shape) at "
+                                                    f"run time")
 
 
 def lower_graph(g: Graph, options: dict | None = None) -> tuple[Program, dict[str, int]]:
@@ -47,16 +60,32 @@ def _lower_node(node, lo: Lowering) -> None:
     if d is None:
         raise UnsupportedError(f"{describe(node)} has no definition")
     lo.begin(node)
+    first = len(lo.program.calls)
     try:
         d.lower(node, lo)
+        _check_no_symbolic_data(lo.program, lo.program.calls[first:])
     except UnsupportedError as exc:
         raise UnsupportedError(f"{describe(node)}: {exc.message}") from None
+    except TypeError as exc:        # numpy refusing a SymInt (ops/registry.py)
+        g = lo.graph
+        raise static_only(node, [g.values.get(n) for n in node.inputs + node.outputs if n],
+                          exc) from None
 
 
 # Kernels that read element i of their inputs before writing element i of their output, and
 # nothing else at i: an input that is exactly the output's memory is read before it is written
 # (mlcc_f32_unary copies with memmove, and only when y != x).
 IN_PLACE_SAFE = {"mlcc_f32_unary", "mlcc_f32_binary"}
+
+
+def _same_size(a, b) -> bool:
+    """Whether two sizes are equal; of a range model (SymInts), whether they are the same
+    expression of the dynamic sizes: a state updated in place has its input's very shape, and
+    sizes that differ as expressions but could meet at some sizes do not count."""
+    try:
+        return a == b
+    except SymbolicError:
+        return False
 
 
 def _written_before_inputs_are_read(prog: Program) -> set[str]:
@@ -85,7 +114,7 @@ def _written_before_inputs_are_read(prog: Program) -> set[str]:
     for t, call in enumerate(prog.calls):
         for w in call.writes:
             root = prog.root(w) if w else ""
-            if root and any(g.values[root].nbytes == size[i] and
+            if root and any(_same_size(g.values[root].nbytes, size[i]) and
                             (t < r or (t == r and call.kernel not in IN_PLACE_SAFE))
                             for i, r in last_read.items()):
                 early.add(root)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ..errors import MlccError, UnsupportedError
 from ..ir import LoopScope, Program
+from ..ir.symbolic import upper
 
 ALIGN = 64
 
@@ -65,7 +66,10 @@ def plan_memory(prog: Program, output_slots: dict[str, int]) -> MemoryPlan:
     for name in prog.counts.values():   # read after the run (NAME_output_shape): kept
         if name in first:
             last[name] = len(prog.calls) - 1
-    items = [(name, _align(g.values[name].nbytes), first[name], last[name]) for name in first]
+    # A tensor of a dynamic size gets room for its largest size: each size is monotone in the
+    # dynamic dimensions, so the plan for the largest sizes holds for all smaller ones.
+    items = [(name, _align(upper(g.values[name].nbytes)), first[name], last[name])
+             for name in first]
     items += [(f"#scratch{t}", _align(c.scratch_bytes), t, t)
               for t, c in enumerate(prog.calls) if c.scratch_bytes]
 

@@ -16,6 +16,7 @@ from onnx import helper, numpy_helper
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Node, Value
+from ..ir.symbolic import DimVar, SymInt
 from .binding import bind_inputs
 
 MIN_OPSET = 7
@@ -316,8 +317,10 @@ def _subgraph(g: onnx.GraphProto, domains: dict[str, int], opset: int) -> Graph:
     return Graph(g.name or "subgraph", nodes, values, inputs, [o.name for o in g.output], opset)
 
 
-def bind_shapes(g: Graph, shapes: dict[str, tuple[int, ...]] | None) -> Graph:
-    """Replaces every dynamic input dimension by the value given with --shape."""
+def bind_shapes(g: Graph, shapes: dict[str, tuple] | None) -> Graph:
+    """Replaces every dynamic input dimension by the value given with --shape: a number, or a
+    range (lo, hi) that becomes a symbolic size (ir.symbolic). Dimensions that carry the same
+    dim_param are one variable: bound on one input, the others follow."""
     shapes = dict(shapes or {})
     unknown = sorted(set(shapes) - set(g.inputs))
     if unknown:
@@ -325,32 +328,79 @@ def bind_shapes(g: Graph, shapes: dict[str, tuple[int, ...]] | None) -> Graph:
                          f"{'is not an input' if len(unknown) == 1 else 'are not inputs'}; "
                          f"the model's inputs are: {', '.join(g.inputs) or '(none)'}")
     g = g.copy()
-    for name in g.inputs:
-        v = g.values[name]
+    by_param: dict[str, tuple[object, str]] = {}   # dim_param -> (its binding, where from)
+    dynamic: list[DimVar] = []
+
+    def bind_dim(name: str, axis: int, have, want):
+        if isinstance(want, tuple):
+            lo, hi = want
+            if lo < 1 or lo > hi:
+                raise ModelError(f"--shape {name}: dimension {axis} range {lo}..{hi} must "
+                                 f"have 1 <= LO <= HI")
+            if isinstance(have, int):
+                raise ModelError(f"--shape {name}: dimension {axis} is fixed to {have} in the "
+                                 f"model, not a range {lo}..{hi}")
+            want = lo if lo == hi else want
+        elif want < 0:
+            raise ModelError(f"--shape {name}: dimensions must not be negative")
+        elif isinstance(have, int) and have != want:
+            raise ModelError(f"--shape {name}: dimension {axis} is fixed to {have} in the "
+                             f"model, not {want}")
+        where = f"{name}[{axis}]"
+        if isinstance(have, str) and have == "?":   # exporters' "unknown", not a symbol
+            have = None
+        if isinstance(have, str) and have:
+            if have in by_param and by_param[have][0] != want:
+                prev, src = by_param[have]
+                raise ModelError(f"--shape {name}: dimension {axis} ({have!r}) is bound to "
+                                 f"{dim_text(want)}, but to {dim_text(prev)} by {src}")
+            by_param.setdefault(have, (want, where))
+        if not isinstance(want, tuple):
+            return int(want)
+        label = have if isinstance(have, str) and have else f"{name}:{axis}"
+        for v in dynamic:
+            if v.name == label:
+                return SymInt.var(v)
+        var = DimVar(label, want[0], want[1], len(dynamic))
+        dynamic.append(var)
+        return SymInt.var(var)
+
+    for name in g.inputs:          # given shapes first, so that the others can follow them
         given = shapes.get(name)
-        if given is not None:
-            if any(d < 0 for d in given):
-                raise ModelError(f"--shape {name}: dimensions must not be negative")
-            if v.shape is not None and len(v.shape) != len(given):
-                raise ModelError(f"--shape {name}={','.join(map(str, given))} has rank "
-                                 f"{len(given)}, but input {name!r} has rank {len(v.shape)} "
-                                 f"({_dims(v.shape)})")
-            if v.shape is not None:
-                for axis, (have, want) in enumerate(zip(v.shape, given)):
-                    if isinstance(have, int) and have != want:
-                        raise ModelError(f"--shape {name}: dimension {axis} is fixed to {have} "
-                                         f"in the model, not {want}")
-            v.shape = tuple(int(d) for d in given)
+        if given is None:
             continue
+        v = g.values[name]
+        if v.shape is not None and len(v.shape) != len(given):
+            raise ModelError(f"--shape {name}={','.join(map(dim_text, given))} has rank "
+                             f"{len(given)}, but input {name!r} has rank {len(v.shape)} "
+                             f"({_dims(v.shape)})")
+        have = v.shape if v.shape is not None else (None,) * len(given)
+        v.shape = tuple(bind_dim(name, axis, h, w)
+                        for axis, (h, w) in enumerate(zip(have, given)))
+    for name in g.inputs:
+        if name in shapes:
+            continue
+        v = g.values[name]
         if v.shape is None:
             raise ModelError(f"input {name!r} has no shape in the model: give one with "
                              f"--shape {name}=D1,D2,...")
+        dims = []
         for axis, d in enumerate(v.shape):
-            if not isinstance(d, int):
+            if isinstance(d, str) and d != "?" and d in by_param:
+                dims.append(bind_dim(name, axis, d, by_param[d][0]))
+            elif not isinstance(d, int):
                 label = f" ({d!r})" if isinstance(d, str) else ""
                 raise ModelError(f"input {name!r}: dimension {axis}{label} is dynamic "
                                  f"({_dims(v.shape)}); bind it with --shape {name}=D1,D2,...")
+            else:
+                dims.append(d)
+        v.shape = tuple(dims)
     return g
+
+
+def dim_text(d) -> str:
+    """A --shape dimension as written: 3, or a range 1..8."""
+    return f"{d[0]}..{d[1]}" if isinstance(d, tuple) else str(d)
 
 
 def _dims(shape) -> str:
@@ -377,13 +427,18 @@ def specialize(g: Graph, shapes: dict[str, tuple[int, ...]] | None,
     return bind_shapes(g, {k: v for k, v in (shapes or {}).items() if k not in (bind or {})})
 
 
-def parse_shape_option(text: str) -> tuple[str, tuple[int, ...]]:
-    """'images=1,3,320,320' -> ('images', (1, 3, 320, 320))."""
+def parse_shape_option(text: str) -> tuple[str, tuple]:
+    """'images=1,3,320,320' -> ('images', (1, 3, 320, 320)); a dimension LO..HI is a range,
+    'x=1,3,48,32..1280' -> ('x', (1, 3, 48, (32, 1280)))."""
     name, sep, dims = text.rpartition("=")
     if not sep or not name:
         raise ModelError(f"--shape {text!r}: expected NAME=D1,D2,... (e.g. images=1,3,224,224)")
-    try:
-        values = tuple(int(d) for d in dims.split(",")) if dims.strip() else ()
-    except ValueError:
-        raise ModelError(f"--shape {text!r}: dimensions must be integers") from None
-    return name, values
+    values = []
+    for d in dims.split(",") if dims.strip() else ():
+        lo, dots, hi = d.partition("..")
+        try:
+            values.append((int(lo), int(hi)) if dots else int(d))
+        except ValueError:
+            raise ModelError(f"--shape {text!r}: dimensions must be integers or ranges "
+                             f"LO..HI") from None
+    return name, tuple(values)

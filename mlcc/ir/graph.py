@@ -13,6 +13,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from .symbolic import SymInt, prod
 from ..dtypes import PACKED_BITS, pack_elements, storage_bytes, unpack_elements  # noqa: F401
 
 Dim = int | str | None
@@ -35,10 +36,17 @@ class Value:
 
     @property
     def is_static(self) -> bool:
-        return self.shape is not None and all(isinstance(d, int) for d in self.shape)
+        """Every dimension known: an int, or a bounded symbolic size (ir.symbolic)."""
+        return self.shape is not None and all(isinstance(d, (int, SymInt)) for d in self.shape)
+
+    @property
+    def is_dynamic(self) -> bool:
+        return self.shape is not None and any(isinstance(d, SymInt) for d in self.shape)
 
     @property
     def numel(self) -> int:
+        if self.is_dynamic:
+            return prod(self.shape)
         return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
 
     @property

@@ -13,6 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .graph import Graph, LoopScope, Value
+from .symbolic import upper
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,8 @@ class Lowering:
                        if node is not None else kernel)
         self.program.calls.append(KernelCall(
             kernel, list(args), list(writes), params_type, dict(params or {}),
-            None if scratch_bytes is None else int(scratch_bytes),
+            # at the largest sizes when it depends on a dynamic one (ir.symbolic)
+            None if scratch_bytes is None else upper(scratch_bytes),
             returns_status, pool, names, label, node.guard if node is not None else ()))
 
     def alias(self, view: str, of: str) -> None:

@@ -17,6 +17,7 @@ import math
 
 from ..errors import ModelError
 from ..ir import Graph, Lowering, Node
+from ..ir.symbolic import as_dim
 from .common import require_dtype
 from .registry import OpDef, register
 
@@ -52,15 +53,15 @@ class Attention(OpDef):
         return [("float32", shape)]
 
     def lower(self, node: Node, lo: Lowering) -> None:
-        batch, heads, sq, sk, d = (int(x) for x in node.attrs["dims"])
+        batch, heads, sq, sk, d = (as_dim(x) for x in node.attrs["dims"])
         lo.call("mlcc_f32_attention", list(node.inputs[:3]) + [node.input(3), node.outputs[0]],
                 [node.outputs[0]], params_type="mlcc_attention_params", params={
                     "batch": batch, "heads": heads, "sq": sq, "sk": sk, "d": d,
-                    **{f"{w}_strides": [int(s) for s in node.attrs[f"{w}_strides"]]
+                    **{f"{w}_strides": [as_dim(s) for s in node.attrs[f"{w}_strides"]]
                        for w in ("q", "k", "v", "mask", "out")},
                     "scale": float(node.attrs["scale"])},
                 scratch_bytes=4 * scratch_floats(sk, d), pool=True)
 
     def flops(self, node: Node, g: Graph) -> int:
-        batch, heads, sq, sk, d = (int(x) for x in node.attrs["dims"])
+        batch, heads, sq, sk, d = (as_dim(x) for x in node.attrs["dims"])
         return batch * heads * sq * sk * (4 * d + 5)

@@ -7,6 +7,7 @@ import numpy as np
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import PACKED_BITS, Graph, Lowering, Node, Value
+from ..ir.symbolic import as_dim, is_one
 from .activations import act_struct, fused_act
 from .registry import refuse_dynamic
 
@@ -54,7 +55,8 @@ def broadcast_strides(shape: Sequence[int], out_shape: Sequence[int]) -> list[in
     padded = [1] * (rank - len(shape)) + list(shape)
     strides, step = [0] * rank, 1
     for axis in range(rank - 1, -1, -1):
-        strides[axis] = step if padded[axis] != 1 else 0
+        # a dynamic size is the output's size on its axis (broadcast_shapes): not broadcast
+        strides[axis] = step if not is_one(padded[axis]) else 0
         step *= padded[axis]
     return strides
 
@@ -140,7 +142,7 @@ def act_params(node: Node) -> dict:
 def simplify_copy(shape: Sequence[int], src_strides: Sequence[int],
                   dst_strides: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
     """Drops size-1 axes and merges axes that are contiguous in both source and destination."""
-    dims = [(d, s, t) for d, s, t in zip(shape, src_strides, dst_strides) if d != 1]
+    dims = [(d, s, t) for d, s, t in zip(shape, src_strides, dst_strides) if not is_one(d)]
     merged: list[list[int]] = []
     for d, s, t in dims:
         if merged:
@@ -171,7 +173,7 @@ def emit_copy(lo: Lowering, src: str, dst: str, shape: Sequence[int],
     lo.call("mlcc_copy_strided", [src, dst], [dst], params_type="mlcc_copy_params", params={
         "rank": len(dims), "elem_size": itemsize,
         "shape": dims + [1] * pad, "src_strides": ss + [0] * pad, "dst_strides": ds + [0] * pad,
-        "src_offset": int(src_offset), "dst_offset": int(dst_offset)}, op=op)
+        "src_offset": as_dim(src_offset), "dst_offset": as_dim(dst_offset)}, op=op)
 
 
 def emit_plain_copy(lo: Lowering, src: str, dst: str, op: str = "copy") -> None:
@@ -190,7 +192,8 @@ def merge_broadcast_axes(shape, stride_sets):
     """Drops size-1 axes and merges neighbours that are contiguous for the output and for
     every input, so that the kernel's innermost loop is as long as possible."""
     out_strides = contiguous_strides(shape)
-    axes = [(d, [s[i] for s in stride_sets], out_strides[i]) for i, d in enumerate(shape) if d != 1]
+    axes = [(d, [s[i] for s in stride_sets], out_strides[i]) for i, d in enumerate(shape)
+            if not is_one(d)]
     merged: list = []
     for d, ss, o in axes:
         if merged:

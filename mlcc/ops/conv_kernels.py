@@ -12,6 +12,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from ..ir import Lowering, Node
+from ..ir.symbolic import is_symbolic, smin, upper
 from .gemm import GEMM_KC, GEMM_MC, GEMM_MR, pack_a
 from . import winograd
 
@@ -155,7 +156,7 @@ def implicit_plan(cin_g: int, cout_g: int, kh: int, kw: int, oh: int, ow: int, s
     return block, 4 * (pad + part), hq, wq
 
 
-def dw_scratch_floats(p: dict) -> int:
+def dw_scratch_floats(p: dict, ring: bool = True) -> int:
     """mlcc_dw_scratch_floats() in runtime_c/kernels/depthwise.h: one thread's slice of a
     depthwise convolution's scratch: one channel's padded input split into stride_h x stride_w
     sub-planes, zeros for the last chunk's reads, and the plane of virtual outputs."""
@@ -163,6 +164,15 @@ def dw_scratch_floats(p: dict) -> int:
     dh, dw, oh, ow = p["dilation_h"], p["dilation_w"], p["out_h"], p["out_w"]
     hq, wq = oh + (kh - 1) * dh // sh, ow + (kw - 1) * dw // sw
     flat = sh * sw * hq * wq + kw * dw + DW_CHUNK + (-(-oh * wq // DW_CHUNK) + 1) * DW_CHUNK
+    if (kh, kw, dh, dw) == (3, 3, 1, 1) and sh == sw and sh in (1, 2) and is_symbolic(ow):
+        # a dynamic width: C decides at run time; room for the ring of any width up to 8
+        # (the input is then at most 8 * sw + 3 wide), over the plane at the largest size,
+        # where C has the ring at all (`ring`: 512-bit vectors, MLCC_VECTOR_BYTES == 64)
+        if ow.lo > 8 or not ring:
+            return flat
+        span, in_w = min(16, upper(oh)), min(upper(p["in_w"]), 8 * sw + 3)
+        wp = max(7 * sh + 3, p["pad_left"] + in_w)
+        return max(upper(flat), ((span - 1) * sh + 4) * wp * 16)
     if (kh, kw, dh, dw) == (3, 3, 1, 1) and sh == sw and sh in (1, 2) and ow <= 8:
         # AVX-512 (channels in lanes, output rows of at most 8): a ring of padded rows of
         # 16-float vectors, and a row of zeros; C counts it on AVX-512 targets only, this
@@ -389,7 +399,7 @@ class ConvEmit:
         """The gathered paths' block: PANEL_BYTES of panels, in multiples of 64 positions."""
         l = self.layer
         block = max(64, PANEL_BYTES // (4 * l.kdim) // 64 * 64)
-        return min(block, -(-(l.oh * l.ow) // 64) * 64)
+        return smin(block, (l.oh * l.ow + 63) // 64 * 64)
 
     def call(self, kernel: str, scratch: int, block: int | None = None) -> None:
         """Calls the kernel: with block, through mlcc_conv2d_packed_params on the pool."""
@@ -404,7 +414,7 @@ class ConvEmit:
 
 
 def lower_depthwise(e: ConvEmit, kernel: str) -> None:
-    e.call(kernel, DW_SLICES * dw_scratch_floats(e.params) * 4)
+    e.call(kernel, DW_SLICES * dw_scratch_floats(e.params, e.target.channel_tiles) * 4)
 
 
 def lower_winograd(e: ConvEmit, kernel: str) -> None:
@@ -544,9 +554,19 @@ def applicable_variants(layer: ConvLayer, target: ConvTarget) -> list[ConvVarian
     return [v for v in VARIANTS if v.applies(layer, target)]
 
 
+# The variants whose lowering takes a feature map of a dynamic size (ir.symbolic): their
+# kernels compute every position from the parameters at run time, with no compile-time table
+# over the map (the implicit GEMM's offsets, the im2col table, Winograd's tiling). Their
+# scratch is planned at the largest size.
+DYNAMIC_MAP_VARIANTS = ("depthwise_vec", "packed", "reference")
+
+
 def choose_variant(layer: ConvLayer, target: ConvTarget) -> ConvVariant:
     """The variant Conv.lower runs: the first that applies."""
+    dynamic_map = is_symbolic(layer.window)
     for v in VARIANTS:
+        if dynamic_map and v.name not in DYNAMIC_MAP_VARIANTS:
+            continue
         if v.applies(layer, target):
             return v
     raise AssertionError("the reference variant applies to every convolution")

@@ -7,6 +7,7 @@ import numpy as np
 
 from ..errors import ModelError
 from ..ir import Graph, Lowering, Node
+from ..ir.symbolic import is_symbolic
 from .common import act_params, broadcast_shapes, broadcast_strides, emit_copy, require_dtype
 from .registry import OpDef, register
 
@@ -58,13 +59,15 @@ def gemm_call(lo: Lowering, a: str, b: str, bias: str | None, out: str, params: 
     b_const = lo.graph.const(b)
     n = params["n"]
     waste = -n % GEMM_B_PANEL
-    if b_const is not None and params["m"] > 1 and params["ldb"] == n and waste <= n // 8:
+    # a dynamic number of rows (ir.symbolic) takes the general path, right for any count
+    many_rows = is_symbolic(params["m"]) or params["m"] > 1
+    if b_const is not None and many_rows and params["ldb"] == n and waste <= n // 8:
         panels = pack_b_panels(b_const.reshape(params["k"], params["n"]).astype(np.float32))
         b = lo.add_const(f"{b}.panels", panels)
         lo.call("mlcc_f32_gemm__panels_threaded", [a, b, bias, out], [out],
                 params_type="mlcc_gemm_params", pool=True, params=params)
         return
-    if b_const is not None and params["m"] == 1 and params["ldb"] == n:
+    if b_const is not None and not many_rows and params["ldb"] == n:
         b_rows = b_const.reshape(params["k"], n).astype(np.float32)
         ldb = -(-n // GEMV_ROW_FLOATS) * GEMV_ROW_FLOATS
         if ldb != n:

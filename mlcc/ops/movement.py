@@ -4,10 +4,12 @@ knows works: the kernel moves elements of any size and never looks at their valu
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Lowering, Node
+from ..ir.symbolic import SymInt, dim_vars, smax, smin
 from .common import (C_DTYPES, broadcast_shapes, broadcast_strides, const_input,
                      contiguous_strides, emit_copy, ints_attr_or_input, norm_axis, require_dtype,
                      simplify_copy)
@@ -222,7 +224,7 @@ def slice_ranges(shape, starts, ends, axes, steps) -> list[range]:
     axes = [norm_axis(a, rank, "axes") for a in axes]
     if len(set(axes)) != len(axes):
         raise ModelError(f"repeated axes {axes}")
-    ranges = [range(d) for d in shape]
+    ranges = [span(0, d, 1) for d in shape]
     for a, start, end, step in zip(axes, starts, ends, steps):
         dim = shape[a]
         if step == 0:
@@ -230,11 +232,37 @@ def slice_ranges(shape, starts, ends, axes, steps) -> list[range]:
         start = start + dim if start < 0 else start
         end = end + dim if end < 0 else end
         if step > 0:
-            start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+            start, end = smin(smax(start, 0), dim), smin(smax(end, 0), dim)
         else:
-            start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
-        ranges[a] = range(start, end, step)
+            start, end = smin(smax(start, 0), dim - 1), smin(smax(end, -1), dim - 1)
+        ranges[a] = span(start, end, step)
     return ranges
+
+
+@dataclass(frozen=True)
+class Span:
+    """range(start, stop, step) of a dynamic size (ir.symbolic): len() must be an int."""
+    start: object
+    stop: object
+    step: int
+
+    @property
+    def size(self):
+        if self.step < 0:
+            raise SymInt.var(dim_vars([self.start, self.stop])[0]).undecided(
+                "a slice with a negative step")
+        return smax((self.stop - self.start + self.step - 1) // self.step, 0) \
+            if self.stop >= self.start else 0
+
+
+def span(start, stop, step):
+    if isinstance(start, int) and isinstance(stop, int):
+        return range(start, stop, step)
+    return Span(start, stop, step)
+
+
+def span_len(r) -> int:
+    return len(r) if isinstance(r, range) else r.size
 
 
 @register("Slice")
@@ -262,7 +290,7 @@ class Slice(OpDef):
     def infer(self, node, ins, g):
         x = ins[0]
         require_dtype(node, [x], ANY_DTYPE)
-        return [(x.dtype, tuple(len(r) for r in self._ranges(node, x.shape, g)))]
+        return [(x.dtype, tuple(span_len(r) for r in self._ranges(node, x.shape, g)))]
 
     def dynamic(self, node, ins, g):
         x = ins[0]
@@ -278,7 +306,7 @@ class Slice(OpDef):
         src = node.inputs[0]
         shape = lo.value(src).shape
         ranges = self._ranges(node, shape, lo.graph)
-        out_shape = [len(r) for r in ranges]
+        out_shape = [span_len(r) for r in ranges]
         if math.prod(out_shape) == 0:
             return
         strides = contiguous_strides(shape)

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Lowering, Node, Value
+from ..ir.symbolic import as_dim, is_symbolic, smax, upper
 from .common import require_dtype
 from .conv import AUTO_PAD, _spatial2d, window2d, window_geometry
 from .reduce import KINDS, emit_reduce
@@ -28,12 +29,15 @@ from .registry import OpDef, register
 MAXPOOL_SMALL_W = 32   # MLCC_MAXPOOL_SMALL_W (pool.h)
 
 
-def maxpool_small(params: dict) -> bool:
+def maxpool_small(params: dict) -> bool | None:
     """Whether mlcc_f32_maxpool2d pools over a padded copy of each plane (pool.h
     mlcc_maxpool_small): stride 1, dilation 1, output rows of at most MAXPOOL_SMALL_W."""
-    return (params["stride_h"] == params["stride_w"] == 1
-            and params["dilation_h"] == params["dilation_w"] == 1
-            and params["out_w"] <= MAXPOOL_SMALL_W)
+    if not (params["stride_h"] == params["stride_w"] == 1
+            and params["dilation_h"] == params["dilation_w"] == 1):
+        return False
+    if is_symbolic(params["out_w"]):     # a dynamic width: known at run time only
+        return None if params["out_w"].lo <= MAXPOOL_SMALL_W else False
+    return params["out_w"] <= MAXPOOL_SMALL_W
 
 
 def _dead_or_absent(lo: Lowering, node: Node, index: int) -> bool:
@@ -93,7 +97,7 @@ class _Pool(OpDef):
         lead = 3 - len(geo["out"])
 
         def three(values, fill):
-            return [fill] * lead + [int(v) for v in values]
+            return [fill] * lead + [as_dim(v) for v in values]
         return geo, {"planes": x.shape[0] * x.shape[1], "in": three(x.shape[2:], 1),
                      "out": three(geo["out"], 1), "kernel": three(geo["kernel"], 1),
                      "stride": three(geo["strides"], 1), "dilation": three(geo["dilations"], 1),
@@ -117,10 +121,12 @@ class _Pool(OpDef):
         taps = t if sw == 1 else (t % sw) * width + t // sw
         tab = lo.add_const(f"{node.name}.tap_offsets", taps.astype(np.int64))
         scratch = 0 if sw == 1 else params["in_h"] * sw * width * 4
-        if kernel == "mlcc_f32_maxpool2d" and maxpool_small(params):
+        if kernel == "mlcc_f32_maxpool2d" and maxpool_small(params) is not False:
             pitch = params["out_w"] + params["kernel_w"] - 1
-            scratch = 4 * ((params["out_h"] + params["kernel_h"] - 1) * pitch +
-                           2 * params["out_h"] * pitch + params["kernel_w"])
+            small = 4 * ((params["out_h"] + params["kernel_h"] - 1) * pitch +
+                         2 * params["out_h"] * pitch + params["kernel_w"])
+            # a dynamic width: the kernel decides at run time (pool.h), room for either way
+            scratch = small if maxpool_small(params) else smax(upper(small), upper(scratch))
         lo.call(kernel, [node.inputs[0], tab, *extra, node.outputs[0]], [node.outputs[0]],
                 params_type="mlcc_pool2d_params", params=params, scratch_bytes=scratch)
 
@@ -170,39 +176,41 @@ class AveragePool(_Pool):
 
     def lower(self, node: Node, lo: Lowering) -> None:
         x = lo.value(node.inputs[0])
-        if len(x.shape) == 5:
+        if len(x.shape) == 5 or is_symbolic(x.shape[2:]):
+            # the N-D kernel finds its windows from the parameters alone (no tap table over
+            # the row, which a dynamic width would change)
             self._lower_nd(node, lo, x)
             return
         geo, params = self._params(node, x)
+        inv = self._inv_count(node, lo, x, geo, lead=4 - len(x.shape))    # 1-D: rows of 1
+        self._emit(node, lo, "mlcc_f32_avgpool2d", params, [inv])
+
+    def _inv_count(self, node: Node, lo: Lowering, x: Value, geo: dict, lead: int = 0) -> str:
+        """1 / (the taps counted) of each output position, one table per spatial axis (after
+        `lead` tables [1] for the leading axes of size 1 the N-D kernel adds)."""
         include_pad = bool(node.attr("count_include_pad", 0))
-        begin_h, begin_w = _spatial2d(geo["begin"], 0)
-        end_h, end_w = _spatial2d(geo["end"], 0)
-        tables = []
-        for size, out, k, s, d, b, e in (
-                (params["in_h"], params["out_h"], params["kernel_h"], params["stride_h"],
-                 params["dilation_h"], begin_h, end_h),
-                (params["in_w"], params["out_w"], params["kernel_w"], params["stride_w"],
-                 params["dilation_w"], begin_w, end_w)):
+        tables = [np.ones(1)] * lead
+        axes = list(zip(x.shape[2:], geo["out"], geo["kernel"], geo["strides"],
+                        geo["dilations"], geo["begin"], geo["end"]))
+        for axis, (size, out, k, s, d, b, e) in enumerate(axes):
+            if is_symbolic(out):
+                # a dynamic axis: its table at the largest size holds for every smaller one
+                # when the right edge never cuts a window (no end padding, floor mode), and
+                # when it is the last table (the kernel finds the others by the sizes)
+                if e or node.attr("ceil_mode", 0) or axis != len(axes) - 1:
+                    raise out.undecided("an AveragePool's divisors over a dynamic axis with "
+                                        "end padding, ceil_mode or a dynamic axis after it")
+                out, size = upper(out), upper(size)
             # count_include_pad counts the taps inside the padded input, not the whole kernel:
             # with ceil_mode the last window may reach past the right padding (as onnxruntime).
             counts = tap_counts(out, k, s, d, b, -b if include_pad else 0,
                                 size + e if include_pad else size)
             tables.append(np.where(counts > 0, 1.0 / np.maximum(counts, 1), 0.0))
-        inv = lo.add_const(f"{node.name}.inv_count",
-                           np.concatenate(tables).astype(np.float32))
-        self._emit(node, lo, "mlcc_f32_avgpool2d", params, [inv])
+        return lo.add_const(f"{node.name}.inv_count", np.concatenate(tables).astype(np.float32))
 
     def _lower_nd(self, node: Node, lo: Lowering, x: Value) -> None:
         geo, params = self._nd_params(node, x)
-        include_pad = bool(node.attr("count_include_pad", 0))
-        tables = []
-        for size, out, k, s, d, b, e in zip(x.shape[2:], geo["out"], geo["kernel"],
-                                            geo["strides"], geo["dilations"], geo["begin"],
-                                            geo["end"]):
-            counts = tap_counts(out, k, s, d, b, -b if include_pad else 0,
-                                size + e if include_pad else size)
-            tables.append(np.where(counts > 0, 1.0 / np.maximum(counts, 1), 0.0))
-        inv = lo.add_const(f"{node.name}.inv_count", np.concatenate(tables).astype(np.float32))
+        inv = self._inv_count(node, lo, x, geo, lead=5 - len(x.shape))
         lo.call("mlcc_f32_avgpool_nd", [node.inputs[0], inv, node.outputs[0]],
                 [node.outputs[0]], params_type="mlcc_poolnd_params", params=params)
 

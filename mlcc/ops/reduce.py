@@ -55,7 +55,7 @@ def reduce_groups(shape: Sequence[int], axes: set[int]) -> list[list]:
     """[size, reduced?] groups after dropping size-1 axes and merging alike neighbours."""
     groups: list[list] = []
     for axis, d in enumerate(shape):
-        if d == 1:
+        if isinstance(d, int) and d == 1:    # (a dynamic size may be 1: kept, still right)
             continue
         red = axis in axes
         if groups and groups[-1][1] == red:

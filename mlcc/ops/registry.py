@@ -142,3 +142,16 @@ def definitions(domain: str, op_type: str) -> list[OpDef]:
 
 def describe(node: Node) -> str:
     return f"node {node.name!r} ({node.op_type}-{node.version})"
+
+
+def static_only(node: Node, values: list[Value | None], exc: TypeError) -> UnsupportedError:
+    """The error for an OpDef whose infer or lower met a dynamic size (ir.symbolic) where it
+    computes with numpy over static sizes (np.arange(n), ...), which numpy refuses with a
+    TypeError; a TypeError on static sizes is a bug and is raised as it is."""
+    dynamic = [v for v in values if v is not None and v.is_dynamic]
+    if not dynamic:
+        raise exc
+    return UnsupportedError(f"{describe(node)}: supports static sizes only, and "
+                            f"{dynamic[0].name!r} has shape {list(dynamic[0].shape)} (a dynamic "
+                            f"size: give it a fixed --shape)")
+

@@ -7,6 +7,7 @@ import numpy as np
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Lowering, Node
+from ..ir.symbolic import as_dim
 from .common import (const_input, contiguous_strides, emit_copy, emit_plain_copy,
                      ints_attr_or_input, norm_axis, view_dynamic)
 from .registry import OpDef, refuse_dynamic, register
@@ -37,13 +38,13 @@ class Reshape(_View):
         if node.version < 5:
             target = [int(d) for d in node.attr("shape", [])]
         else:
-            target = [int(d) for d in const_input(g, node, 1, "shape").reshape(-1)]
+            target = [as_dim(d) for d in const_input(g, node, 1, "shape").reshape(-1)]
         return [(x.dtype, reshape_target(x.shape, target, bool(node.attr("allowzero", 0))))]
 
 
 def reshape_target(shape, target, allowzero=False) -> tuple[int, ...]:
-    out = [shape[i] if d == 0 and not allowzero and i < len(shape) else d
-           for i, d in enumerate(target)]
+    out = [shape[i] if isinstance(d, int) and d == 0 and not allowzero and i < len(shape)
+           else d for i, d in enumerate(target)]
     total = math.prod(shape)
     if out.count(-1) > 1:
         raise ModelError(f"reshape target {target} has more than one -1")

@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node
+from ..ir.symbolic import same_shape
+from ..ops.common import broadcast_shapes
 from .patterns import constant_operands
 
 PRODUCERS = {"Conv", "ConvTranspose", "Gemm"}
@@ -38,7 +40,7 @@ def _new_bias(g: Graph, prod: Node, d: np.ndarray) -> tuple[np.ndarray, dict] | 
     if old_name and old is None:
         return None                                   # a bias computed at run time
     if prod.op_type == "Gemm":
-        if d.ndim > 2 or np.broadcast_shapes(d.shape, out_shape) != tuple(out_shape):
+        if d.ndim > 2 or not same_shape(broadcast_shapes(d.shape, out_shape), out_shape):
             return None
         beta = float(prod.attr("beta", 1.0))
         base = old.astype(np.float64) * beta if old is not None else np.zeros((), np.float64)
@@ -60,7 +62,7 @@ def fold_bias_add(g: Graph) -> Graph:
             continue
         for y, prod, d in constant_operands(g, add, producers, consumers, outputs, PRODUCERS,
                                             commutative=add.op_type == "Add"):
-            if g.values[add.outputs[0]].shape != g.values[y].shape:
+            if not same_shape(g.values[add.outputs[0]].shape, g.values[y].shape):
                 continue                              # the Add broadcasts to a larger shape
             got = _new_bias(g, prod, -d if add.op_type == "Sub" else d)
             if got is None:

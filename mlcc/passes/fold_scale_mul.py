@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node
+from ..ir.symbolic import same_shape
 from .patterns import constant_operands
 
 PRODUCERS = {"Conv", "ConvTranspose", "Gemm", "MatMul"}
@@ -68,7 +69,7 @@ def fold_scale_mul(g: Graph) -> Graph:
         for y, prod, d in constant_operands(g, mul, producers, consumers, outputs, PRODUCERS,
                                             commutative=mul.op_type == "Mul"):
             out_shape = g.values[y].shape
-            if g.values[mul.outputs[0]].shape != out_shape or not out_shape:
+            if not same_shape(g.values[mul.outputs[0]].shape, out_shape) or not out_shape:
                 continue
             axis = 1 if prod.op_type in ("Conv", "ConvTranspose") else len(out_shape) - 1
             s = _per_channel(d, out_shape, axis)

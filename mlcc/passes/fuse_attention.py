@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from ..ir import Graph, Node
+from ..ir.symbolic import as_dim, same_shape
 from ..ops.attention import DOMAIN
 from ..ops.common import broadcast_shapes, broadcast_strides, contiguous_strides
 
@@ -107,7 +108,7 @@ def fuse_attention(g: Graph) -> Graph:
                     break
             mv = g.values[mask] if mask else None
             if mv is None or (mv.dtype != "float32" or len(mv.shape) > rank
-                              or broadcast_shapes(mv.shape, s_shape) != tuple(s_shape)):
+                              or not same_shape(broadcast_shapes(mv.shape, s_shape), s_shape)):
                 continue
             chain.append(add)
         if found is None:
@@ -138,12 +139,12 @@ def fuse_attention(g: Graph) -> Graph:
         k_str = kt_str[:-2] + [kt_str[-1], kt_str[-2]]          # K[b][h][j][c]
         batch_dims = (1,) * (4 - rank) + tuple(qs[:-2])
         attrs = {
-            "dims": [int(batch_dims[0]), int(batch_dims[1]), int(qs[-2]), int(kts[-1]),
-                     int(qs[-1])],
+            "dims": [as_dim(batch_dims[0]), as_dim(batch_dims[1]), as_dim(qs[-2]),
+                     as_dim(kts[-1]), as_dim(qs[-1])],
             "q_strides": _pad4(q_str), "k_strides": _pad4(k_str), "v_strides": _pad4(v_str),
             "mask_strides": _pad4(broadcast_strides(g.values[mask].shape, s_shape))
             if mask else [0, 0, 0, 0],
-            "out_strides": _pad4(out_str), "out_shape": [int(d) for d in out_shape],
+            "out_strides": _pad4(out_str), "out_shape": [as_dim(d) for d in out_shape],
             "scale": float(np.float32(scale)),
         }
         nodes = q_t + k_t + v_t + [mm1] + chain[::-1] + [mm2]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph
+from ..ir.symbolic import same_shape
 from .patterns import constant_operands
 
 
@@ -40,7 +41,8 @@ def fuse_matmul_bias(g: Graph) -> Graph:
         for y, mm, d in constant_operands(g, add, producers, consumers, outputs, {"MatMul"},
                                           commutative=True):
             shape = g.values[y].shape
-            if (len(mm.inputs) > 2 or len(shape) < 2 or g.values[add.outputs[0]].shape != shape
+            if (len(mm.inputs) > 2 or len(shape) < 2
+                    or not same_shape(g.values[add.outputs[0]].shape, shape)
                     or any(len(g.values[i].shape) < 2 for i in mm.inputs)):
                 continue
             bias = _column_vector(d, shape)

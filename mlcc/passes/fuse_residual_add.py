@@ -15,6 +15,7 @@ The int8 pipeline leaves it out (a QConv has no residual input).
 from __future__ import annotations
 
 from ..ir import Graph, Node
+from ..ir.symbolic import same_shape
 
 
 def _fusable_conv(g: Graph, prod: Node | None) -> bool:
@@ -45,8 +46,8 @@ def fuse_residual_add(g: Graph) -> Graph:
             if y in outputs or len(consumers.get(y, [])) != 1:
                 continue
             ov = g.values[other]
-            if ov.is_const or ov.dtype != "float32" or ov.shape != out.shape or \
-                    g.values[y].shape != out.shape:
+            if ov.is_const or ov.dtype != "float32" or not same_shape(ov.shape, out.shape) or \
+                    not same_shape(g.values[y].shape, out.shape):
                 continue
             prod.inputs = [prod.inputs[0], prod.inputs[1], prod.input(2), other]
             prod.attrs["_residual"] = True

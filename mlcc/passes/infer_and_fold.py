@@ -19,10 +19,12 @@ from onnx import helper, numpy_helper
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Node, format_type
+from ..ir.symbolic import SymbolicError, SymInt, same_shape, upper
 from ..ops import lookup, unsupported_reason
 from ..ops.common import IO_DTYPES, MAX_RANK
-from ..ops.registry import describe
+from ..ops.registry import describe, static_only
 from .control_flow import fold_loop, inline_if, loop_is_constant, prepare_loop, prepare_scan
+from .fold_symbolic import fold_symbolic, is_symbolic_array, shape_array
 
 # No tensor may be larger: sizes and offsets stay far from overflowing size_t and int64 in the
 # generated C (a 2^62-element input once gave an arena size of 2^64, which wraps to 0).
@@ -98,22 +100,41 @@ def infer_and_fold(g: Graph) -> Graph:
             unknown.update(o for o in node.outputs if o)
             continue
         try:
-            types = lookup(node).infer(node, ins, g)
+            try:
+                types = lookup(node).infer(node, ins, g)
+            except TypeError as exc:        # numpy refusing a SymInt (ops/registry.py)
+                raise static_only(node, ins, exc) from None
         except UnsupportedError as exc:
-            problems.append(f"{describe(node)}: {exc.message}")
+            problems.append(exc.message if exc.message.startswith(describe(node)) else
+                            f"{describe(node)}: {exc.message}")
             unknown.update(o for o in node.outputs if o)
             continue
         except ModelError as exc:
             raise ModelError(f"{describe(node)}: {exc.message}", exc.detail) from None
         for name, (dtype, shape) in zip(node.outputs, types):
             if name:
-                if any(d < 0 for d in shape):
+                try:
+                    negative = any(d < 0 for d in shape)
+                except SymbolicError as exc:
+                    problems.append(f"{describe(node)}: {exc.message}")
+                    unknown.add(name)
+                    continue
+                if negative:
                     raise ModelError(f"{describe(node)}: output {name!r} would have a negative "
                                      f"dimension {list(shape)}")
                 v = g.values[name]
-                v.dtype, v.shape = dtype, tuple(int(d) for d in shape)
+                v.dtype, v.shape = dtype, tuple(d if isinstance(d, SymInt) else int(d)
+                                                for d in shape)
         try:    # which outputs have a data-dependent size (once their shapes are known)
-            dyns = lookup(node).dynamic(node, ins, g)
+            try:
+                dyns = lookup(node).dynamic(node, ins, g)
+            except TypeError as exc:        # numpy refusing a SymInt (ops/registry.py)
+                raise static_only(node, ins, exc) from None
+            if any(dyns) and any(g.values[n].is_dynamic for n in g.inputs):
+                raise UnsupportedError(
+                    "an output whose size depends on the data in a model compiled for a range "
+                    "of sizes (--shape LO..HI) is not supported yet: compile this model for "
+                    "fixed sizes (docs/dynamic-shapes.md)")
         except UnsupportedError as exc:
             problems.append(f"{describe(node)}: {exc.message}")
             unknown.update(o for o in node.outputs if o)
@@ -130,9 +151,8 @@ def infer_and_fold(g: Graph) -> Graph:
         if v is None or v.dtype is None or not v.is_static:
             raise ModelError(f"graph output {name!r} has no static type after inference")
     for v in g.values.values():
-        if v.shape is not None and v.dtype is not None and all(
-                isinstance(d, int) for d in v.shape):
-            nbytes = math.prod(v.shape) * np.dtype(v.dtype).itemsize
+        if v.shape is not None and v.dtype is not None and v.is_static:
+            nbytes = math.prod(upper(d) for d in v.shape) * np.dtype(v.dtype).itemsize
             if nbytes > MAX_TENSOR_BYTES:
                 raise ModelError(f"tensor {v.name!r} {list(v.shape)} would take {nbytes} "
                                  f"bytes; mlcc refuses tensors over {MAX_TENSOR_BYTES} bytes "
@@ -158,7 +178,7 @@ def _has_body(node: Node) -> bool:
 def _same_type(a, b, cond) -> bool:
     """Both branch outputs of a run-time If of one static type, which the condition does not
     broadcast to another shape."""
-    return (a.dtype == b.dtype and a.is_static and a.shape == b.shape
+    return (a.dtype == b.dtype and a.is_static and same_shape(a.shape, b.shape)
             and len(cond.shape) <= len(a.shape))
 
 
@@ -167,7 +187,9 @@ def _set_const(g: Graph, name: str, arr: np.ndarray) -> None:
     if arr.nbytes > MAX_CONST_BYTES:
         raise ModelError(f"folding {name!r} gives a {arr.nbytes}-byte constant; refusing")
     v = g.values[name]
-    v.dtype, v.shape, v.const = arr.dtype.name, tuple(int(d) for d in arr.shape), arr
+    # a shape over dynamic sizes is an object array of ints and SymInts, typed int64
+    dtype = "int64" if is_symbolic_array(arr) else arr.dtype.name
+    v.dtype, v.shape, v.const = dtype, tuple(int(d) for d in arr.shape), arr
 
 
 def _fold(g: Graph, node: Node) -> list[np.ndarray] | None:
@@ -179,6 +201,10 @@ def _fold(g: Graph, node: Node) -> list[np.ndarray] | None:
         if v.dyn is not None and node.op_type == "Size":
             raise UnsupportedError(f"the size of {v.name!r} depends on the data (axis "
                                    f"{v.dyn[0]}); mlcc cannot compute its Size")
+        if v.is_dynamic:       # an array of ints and SymInts (fold_symbolic.py)
+            if node.op_type == "Size":
+                return [shape_array([v.numel]).reshape(())]
+            return [shape_array(v.shape[slice(node.attr("start", 0), node.attr("end", None))])]
         if v.is_static:
             if node.op_type == "Size":
                 return [np.array(v.numel, dtype=np.int64)]
@@ -202,6 +228,8 @@ def _fold(g: Graph, node: Node) -> list[np.ndarray] | None:
         return None
     if not node.inputs and node.op_type not in ("ConstantOfShape", "Range", "EyeLike"):
         return None
+    if any(is_symbolic_array(a) for a in arrays):
+        return fold_symbolic(g, node, arrays)
     _guard_size(node, arrays)
     d = lookup(node)
     out = d.fold(node, arrays) if d is not None else None

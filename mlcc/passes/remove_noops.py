@@ -8,6 +8,7 @@ output fed directly by a graph input (the compiled model must still copy it).
 from __future__ import annotations
 
 from ..ir import Graph, Node
+from ..ir.symbolic import same_shape
 
 
 def _is_noop(g: Graph, n: Node) -> bool:
@@ -23,7 +24,7 @@ def _is_noop(g: Graph, n: Node) -> bool:
         return False
     src, dst = g.values[n.inputs[0]], g.values[n.outputs[0]]
     if n.op_type in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand"):
-        return src.shape == dst.shape and src.dtype == dst.dtype
+        return same_shape(src.shape, dst.shape) and src.dtype == dst.dtype
     if n.op_type == "Cast":
         return src.dtype == dst.dtype
     if n.op_type == "Transpose":

@@ -12,6 +12,7 @@ through cffi.
 """
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import shutil
@@ -38,7 +39,14 @@ int {p}_init(mlcc_context *ctx, const void *weights, size_t weights_size, void *
 int {p}_run_v(const mlcc_context *ctx, const void *const *inputs, void *const *outputs);
 """
 _CDEF_EMBEDDED = "int {p}_init_embedded(mlcc_context *ctx, void *arena, size_t arena_size);\n"
-_CDEF_SHAPE = "int {p}_output_shape(const mlcc_context *ctx, int index, int64_t *dims);\n"
+# one NAME_output_shape for both: the shape at the sizes in dims (NULL: none or the largest),
+# with the count the last run of ctx left along a data-dependent axis (docs/c-api.md)
+_CDEF_SHAPE = ("int {p}_output_shape(const mlcc_context *ctx, const int64_t *dims, int index,"
+               " int64_t *shape);\n")
+_CDEF_DIMS = """
+int {p}_run_dims(const mlcc_context *ctx, const int64_t *dims, const void *const *inputs,
+                 void *const *outputs);
+"""
 _loaded_paths: set[str] = set()
 
 try:
@@ -84,8 +92,45 @@ class ModelBase:
         self.prefix = self.manifest["name"]
         self.inputs = self.manifest["inputs"]
         self.outputs = self.manifest["outputs"]
+        # the dynamic dimensions (--shape x=LO..HI): [{"name", "min", "max"}], in C order
+        self.dims = self.manifest.get("dims", [])
 
-    def _check_inputs(self, feeds: dict) -> list[np.ndarray]:
+    def dims_of(self, feeds: dict) -> list[int]:
+        """The size of each dynamic dimension in these inputs (checked: in range, and the same
+        wherever it appears)."""
+        found: dict[str, tuple[int, str]] = {}     # symbol -> (size, where)
+        for t in self.inputs:
+            arr = feeds.get(t["name"])
+            shape = getattr(arr, "shape", None)
+            if shape is None or len(shape) != len(t["shape"]):
+                continue         # reported by _check_inputs
+            for axis, (want, have) in enumerate(zip(t["shape"], shape)):
+                if isinstance(want, int):
+                    continue
+                where = f"{t['name']}[{axis}]"
+                if want in found and found[want][0] != have:
+                    raise InputError(f"dimension {self._dim_name(want)!r} is {found[want][0]} "
+                                     f"in {found[want][1]} but {have} in {where}")
+                found.setdefault(want, (int(have), where))
+        sizes = []
+        for d in self.dims:
+            size, where = found.get(d["symbol"], (d["max"], ""))
+            if not d["min"] <= size <= d["max"]:
+                raise InputError(f"dimension {d['name']!r} ({where}) is {size}, outside the "
+                                 f"range {d['min']}..{d['max']} the model was compiled for")
+            sizes.append(size)
+        return sizes
+
+    def _dim_name(self, symbol: str) -> str:
+        return next((d["name"] for d in self.dims if d["symbol"] == symbol), symbol)
+
+    def shape_at(self, t: dict, sizes: list[int]) -> list[int]:
+        """The shape of input or output `t` (a manifest entry) at these sizes of the dynamic
+        dimensions: its dimensions are ints or expressions over their names."""
+        env = {d["symbol"]: s for d, s in zip(self.dims, sizes)}
+        return [d if isinstance(d, int) else _eval_dim(d, env) for d in t["shape"]]
+
+    def _check_inputs(self, feeds: dict, sizes: list[int] | None = None) -> list[np.ndarray]:
         if not isinstance(feeds, dict):
             raise InputError("inputs must be a dict of name -> array")
         names = [t["name"] for t in self.inputs]
@@ -112,7 +157,8 @@ class ModelBase:
             # neither is one storage type for another (both of kind "V").
             if arr.dtype != want and (arr.dtype.kind != want.kind or want.kind == "V"):
                 raise InputError(f"input {t['name']!r} must be {want.name}, got {arr.dtype.name}")
-            if list(arr.shape) != list(t["shape"]):
+            want_shape = t["shape"] if sizes is None else self.shape_at(t, sizes)
+            if list(arr.shape) != list(want_shape):
                 raise InputError(f"input {t['name']!r} must have shape {t['shape']}, got "
                                  f"{list(arr.shape)}")
             arr = np.ascontiguousarray(arr, dtype=want)
@@ -120,15 +166,20 @@ class ModelBase:
             arrays.append(pack_elements(arr) if want.name in PACKED_BITS else arr)
         return arrays
 
-    def _empty_outputs(self) -> list[np.ndarray]:
-        """Output buffers in the C layout (packed types as their packed bytes)."""
-        return [np.empty(storage_bytes(t["dtype"], int(np.prod(t["shape"], dtype=np.int64))),
+    def _empty_outputs(self, shapes: list | None = None) -> list[np.ndarray]:
+        """Output buffers in the C layout (packed types as their packed bytes); shapes: of a
+        model with dynamic dimensions, at the actual sizes."""
+        shapes = shapes or [t["shape"] for t in self.outputs]
+        return [np.empty(storage_bytes(t["dtype"], int(np.prod(s, dtype=np.int64))),
                          np.uint8) if t["dtype"] in PACKED_BITS
-                else np.empty(t["shape"], dtype=t["dtype"]) for t in self.outputs]
+                else np.empty(s, dtype=t["dtype"]) for t, s in zip(self.outputs, shapes)]
 
-    def _from_c(self, outs: list[np.ndarray]) -> dict[str, np.ndarray]:
-        return {t["name"]: unpack_elements(a, t["dtype"], t["shape"])
-                if t["dtype"] in PACKED_BITS else a for t, a in zip(self.outputs, outs)}
+    def _from_c(self, outs: list[np.ndarray], shapes: list | None = None
+                ) -> dict[str, np.ndarray]:
+        shapes = shapes or [t["shape"] for t in self.outputs]
+        return {t["name"]: unpack_elements(a, t["dtype"], s)
+                if t["dtype"] in PACKED_BITS else a
+                for t, a, s in zip(self.outputs, outs, shapes)}
 
     def dynamic_outputs(self) -> list[int]:
         """Positions of the outputs whose size depends on the data (docs/dynamic-outputs.md)."""
@@ -157,6 +208,37 @@ class ModelBase:
         return self.run(feeds)
 
 
+_DIM_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
+            ast.Mult: lambda a, b: a * b, ast.FloorDiv: lambda a, b: a // b,
+            ast.Mod: lambda a, b: a % b}
+
+
+def _eval_dim(text: str, env: dict[str, int]) -> int:
+    """A dimension of manifest.json over the dynamic sizes, e.g. "((W-1) // (4))+1" or
+    "min(N, 4)" (ir.symbolic's form): integers, names, + - * // %, min and max only."""
+    def ev(node):
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name) and node.id in env:
+            return int(env[node.id])
+        if isinstance(node, ast.BinOp) and type(node.op) in _DIM_OPS:
+            return _DIM_OPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id in ("min", "max") and len(node.args) == 2:
+            return (min if node.func.id == "min" else max)(ev(node.args[0]), ev(node.args[1]))
+        raise MlccError(f"malformed manifest: dimension {text!r}")
+    if text in env:
+        return int(env[text])
+    try:
+        return ev(ast.parse(text, mode="eval"))
+    except SyntaxError:
+        raise MlccError(f"malformed manifest: dimension {text!r}") from None
+
+
 class CompiledModel(ModelBase):
     """A compiled model loaded in this process. Not thread-safe: one context, one arena.
     threads > 1 runs it on a thread pool of its own (the calling thread and threads - 1
@@ -176,8 +258,9 @@ class CompiledModel(ModelBase):
         self._ffi = FFI()
         self._ffi.cdef(_CDEF.replace("{p}", self.prefix) +
                        (_CDEF_EMBEDDED.replace("{p}", self.prefix) if embedded else "") +
-                       (_CDEF_SHAPE.replace("{p}", self.prefix) if self.dynamic_outputs()
-                        else ""))
+                       (_CDEF_SHAPE.replace("{p}", self.prefix)
+                        if self.dynamic_outputs() or self.dims else "") +
+                       (_CDEF_DIMS.replace("{p}", self.prefix) if self.dims else ""))
         self._lib = self._ffi.dlopen(self._unique_path(library))
         self._arena = aligned_empty(int(self.manifest["arena_size"]))
         self._ctx = self._ffi.new("mlcc_context *")
@@ -245,7 +328,27 @@ class CompiledModel(ModelBase):
     def status_string(self, status: int) -> str:
         return self._ffi.string(self._lib.mlcc_status_string(status)).decode()
 
+    def run_dims(self, sizes: list[int], arrays: list[np.ndarray],
+                 outs: list[np.ndarray]) -> int:
+        """NAME_run_dims on checked buffers: the C status (for tests of the C checks)."""
+        dims = self._ffi.new("int64_t[]", [int(s) for s in sizes] or [0])
+        ins = self._ffi.new("void *[]", [self._ptr(a) for a in arrays] or [self._ffi.NULL])
+        ous = self._ffi.new("void *[]", [self._ptr(a) for a in outs] or [self._ffi.NULL])
+        return getattr(self._lib, f"{self.prefix}_run_dims")(self._ctx, dims, ins, ous)
+
+    def _run_dynamic(self, feeds: dict) -> dict[str, np.ndarray]:
+        sizes = self.dims_of(feeds)
+        arrays = self._check_inputs(feeds, sizes)
+        shapes = self.output_shapes(sizes)
+        outs = self._empty_outputs(shapes)
+        status = self.run_dims(sizes, arrays, outs)
+        if status != 0:
+            raise RuntimeStatusError(f"run failed: {self.status_string(status)}")
+        return self._from_c(outs, shapes)
+
     def run(self, feeds: dict) -> dict[str, np.ndarray]:
+        if self.dims:
+            return self._run_dynamic(feeds)
         arrays = self._check_inputs(feeds)
         outs = self._empty_outputs()
         for i, a in enumerate(arrays):
@@ -257,17 +360,23 @@ class CompiledModel(ModelBase):
             raise RuntimeStatusError(f"run failed: {self.status_string(status)}")
         return self._trim(self._from_c(outs), self.output_shapes())
 
-    def output_shapes(self) -> dict[int, list[int]]:
-        """The actual shapes, after the last run, of the outputs whose size depends on the
-        data ({output position: shape}; NAME_output_shape)."""
+    def output_shapes(self, sizes: list[int] | None = None):
+        """NAME_output_shape. With `sizes` (a model compiled for a range of sizes: those of its
+        dynamic dimensions): every output's shape at those sizes, as a list. Without: the
+        actual shapes, after the last run, of the outputs whose size depends on the data
+        ({output position: shape})."""
+        fn = getattr(self._lib, f"{self.prefix}_output_shape", None) if (
+            sizes is not None or self.dynamic_outputs()) else None
+        dims = (self._ffi.new("int64_t[]", [int(s) for s in sizes] or [0])
+                if sizes is not None else self._ffi.NULL)
         shapes = {}
-        for j in self.dynamic_outputs():
-            dims = self._ffi.new("int64_t[8]")
-            status = getattr(self._lib, f"{self.prefix}_output_shape")(self._ctx, j, dims)
+        for j in (range(len(self.outputs)) if sizes is not None else self.dynamic_outputs()):
+            shape = self._ffi.new("int64_t[8]")
+            status = fn(self._ctx, dims, j, shape)
             if status != 0:
                 raise RuntimeStatusError(f"output_shape failed: {self.status_string(status)}")
-            shapes[j] = [int(dims[d]) for d in range(len(self.outputs[j]["shape"]))]
-        return shapes
+            shapes[j] = [int(shape[d]) for d in range(len(self.outputs[j]["shape"]))]
+        return list(shapes.values()) if sizes is not None else shapes
 
     def prepare(self, feeds: dict) -> tuple:
         """(call, outputs) for timing: call() runs the model on a checked copy of `feeds` into
@@ -277,6 +386,8 @@ class CompiledModel(ModelBase):
         call. call keeps the model, the input copies and the outputs alive. Outputs of a
         data-dependent size stay padded to their maximum (output_shapes() gives the sizes)."""
         packed = [t["name"] for t in self.outputs if t["dtype"] in PACKED_BITS]
+        if self.dims:
+            return self._prepare_dynamic(feeds)
         if packed:
             raise InputError(f"prepare() returns the output arrays the C code writes, and "
                              f"outputs {', '.join(map(repr, packed))} are of a packed type "
@@ -291,6 +402,20 @@ class CompiledModel(ModelBase):
         call = self._call(in_ptrs, out_ptrs, keep=(self, arrays, outs))
         if _fastcall is not None and _is_short(call):
             call.__self__.release_gil = False
+        return call, {t["name"]: a for t, a in zip(self.outputs, outs)}
+
+    def _prepare_dynamic(self, feeds: dict) -> tuple:
+        """prepare() of a model with dynamic dimensions: a cffi call of NAME_run_dims at the
+        sizes of `feeds`."""
+        sizes = self.dims_of(feeds)
+        arrays = self._check_inputs(feeds, sizes)
+        outs = self._empty_outputs(self.output_shapes(sizes))
+        dims = self._ffi.new("int64_t[]", sizes)
+        in_ptrs = self._ffi.new("void *[]", [self._ptr(a) for a in arrays] or [self._ffi.NULL])
+        out_ptrs = self._ffi.new("void *[]", [self._ptr(a) for a in outs] or [self._ffi.NULL])
+        call = functools.partial(getattr(self._lib, f"{self.prefix}_run_dims"), self._ctx, dims,
+                                 in_ptrs, out_ptrs)
+        call.keep = (self, arrays, outs)
         return call, {t["name"]: a for t, a in zip(self.outputs, outs)}
 
 

@@ -67,7 +67,8 @@ class HarnessModel(ModelBase):
         return tempfile.TemporaryDirectory(prefix="mlcc-run-")
 
     def run(self, feeds: dict) -> dict[str, np.ndarray]:
-        arrays = self._check_inputs(feeds)
+        sizes = self.dims_of(feeds) if self.dims else None     # (a range model: --dims)
+        arrays = self._check_inputs(feeds, sizes)
         with self._tempdir() as tmp:
             tmp_dir = Path(tmp).resolve()
             in_paths = [tmp_dir / f"in_{i}.bin" for i in range(len(arrays))]
@@ -75,10 +76,12 @@ class HarnessModel(ModelBase):
             for path, arr in zip(in_paths, arrays):
                 # Raw little-endian elements, as the harness reads them on every target.
                 path.write_bytes(arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
-            proc = self._execute(self._command(in_paths, out_paths), tmp_dir)
+            proc = self._execute(self._command(in_paths, out_paths, sizes), tmp_dir)
             self.last_stderr = proc.stderr
             shapes = self._shapes(proc.stdout)
-            return {t["name"]: self._read_output(path, {**t, "shape": shapes.get(j, t["shape"])})
+            return {t["name"]: self._read_output(
+                        path, t, shapes[j] if j in shapes else
+                        self.shape_at(t, sizes) if sizes else t["shape"])
                     for j, (path, t) in enumerate(zip(out_paths, self.outputs))}
 
     def _shapes(self, stdout: str) -> dict[int, list[int]]:
@@ -103,8 +106,10 @@ class HarnessModel(ModelBase):
                                 f"which does not fit its maximum {t['shape']}")
         return {j: shapes[j] for j in self.dynamic_outputs()}
 
-    def _command(self, in_paths: list[Path], out_paths: list[Path]) -> list[str]:
-        return [*self.command, str(self.harness.resolve()), str(self.weights.resolve()),
+    def _command(self, in_paths: list[Path], out_paths: list[Path],
+                 sizes: list[int] | None = None) -> list[str]:
+        dims = ["--dims", ",".join(map(str, sizes))] if sizes else []
+        return [*self.command, str(self.harness.resolve()), *dims, str(self.weights.resolve()),
                 *map(str, in_paths), *map(str, out_paths)]
 
     def _execute(self, cmd: list[str], cwd: Path | None = None
@@ -136,17 +141,17 @@ class HarnessModel(ModelBase):
                         detail=f"$ {shlex.join(cmd)}\n{proc.stderr}")
 
     @staticmethod
-    def _read_output(path: Path, t: dict) -> np.ndarray:
+    def _read_output(path: Path, t: dict, shape: list[int]) -> np.ndarray:
         dtype = np.dtype(t["dtype"]).newbyteorder("<")
-        count = int(np.prod(t["shape"], dtype=np.int64))
+        count = int(np.prod(shape, dtype=np.int64))
         data = path.read_bytes() if path.is_file() else b""
         if len(data) != storage_bytes(t["dtype"], count):
             raise MlccError(f"the harness wrote {len(data)} bytes for output {t['name']!r}, "
                             f"expected {storage_bytes(t['dtype'], count)}")
         if t["dtype"] in PACKED_BITS:
-            return unpack_elements(np.frombuffer(data, np.uint8), t["dtype"], t["shape"])
+            return unpack_elements(np.frombuffer(data, np.uint8), t["dtype"], shape)
         return np.frombuffer(data, dtype=dtype).astype(dtype.newbyteorder("="), copy=True
-                                                        ).reshape(t["shape"])
+                                                        ).reshape(shape)
 
 
 FIRMWARE_TIMEOUT_S = 600
@@ -165,7 +170,9 @@ class FirmwareModel(HarnessModel):
         self.extra_args: list[str] = []
         self.qemu_options: list[str] = []
 
-    def _command(self, in_paths: list[Path], out_paths: list[Path]) -> list[str]:
+    def _command(self, in_paths: list[Path], out_paths: list[Path],
+                 sizes: list[int] | None = None) -> list[str]:
+        # (sizes: none, a firmware target refuses a range of sizes at compile time)
         # QEMU runs in the temporary folder: the firmware gets short relative names
         args = [*self.extra_args, *(p.name for p in in_paths), *(p.name for p in out_paths)]
         config = ",".join(["enable=on", "target=native", "arg=firmware",

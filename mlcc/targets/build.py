@@ -42,12 +42,16 @@ def builds_harness(target: Target) -> bool:
     return not target.is_host and target.output == "shared"
 
 
-def wasm_exports(prefix: str, embedded: bool, output_shapes: bool = False) -> list[str]:
+def wasm_exports(prefix: str, embedded: bool, output_shapes: bool = False,
+                 dynamic: bool = False) -> list[str]:
     """The C functions model.wasm exports: what the JavaScript wrapper calls (output_shapes:
-    the model has outputs of a data-dependent size, docs/dynamic-outputs.md)."""
+    the model has outputs of a data-dependent size, docs/dynamic-outputs.md; dynamic: a model
+    of dynamic dimensions, docs/dynamic-shapes.md)."""
     names = [f"{prefix}_init", f"{prefix}_run_v", f"{prefix}_model_info",
              "mlcc_status_string", "malloc", "free"]
-    if output_shapes:
+    if dynamic:
+        names[2:2] = [f"{prefix}_run_dims", f"{prefix}_output_shape"]
+    elif output_shapes:
         names.insert(2, f"{prefix}_output_shape")
     if embedded:
         names.insert(1, f"{prefix}_init_embedded")
@@ -67,22 +71,27 @@ def library_command(target: Target, sources: list[str], out: str,
              "-I.", "-o", out, *sources, *tc.ldflags, *_export_flags(target, list(exports))])
 
 
-def _harness_defines(prefix: str, output_shapes: bool) -> list[str]:
-    """The model's prefix, and whether it has outputs of a data-dependent size (the harness
-    then reports their shapes: mlcc_harness.c)."""
-    return [f"-DMLCC_MODEL={prefix}"] + (["-DMLCC_OUTPUT_SHAPES"] if output_shapes else [])
+def _harness_defines(prefix: str, output_shapes: bool, dims: int = 0) -> list[str]:
+    """The model's prefix, whether it has outputs of a data-dependent size (the harness then
+    reports their shapes: mlcc_harness.c) and its number of dynamic dimensions (a model
+    compiled for a range of sizes: its harness takes --dims)."""
+    return ([f"-DMLCC_MODEL={prefix}"] + (["-DMLCC_OUTPUT_SHAPES"] if output_shapes else [])
+            + ([f"-DMLCC_MODEL_DIMS={dims}"] if dims else []))
 
 
-def harness_command(target: Target, prefix: str, output_shapes: bool = False) -> list[str]:
+def harness_command(target: Target, prefix: str, output_shapes: bool = False,
+                    dims: int = 0) -> list[str]:
     """Links the harness against the library; the rpath lets it find the library next to
-    itself wherever the folder is copied (a board, a mounted share)."""
+    itself wherever the folder is copied (a board, a mounted share). dims: the number of
+    dynamic dimensions of a model compiled for a range of sizes (its harness takes --dims)."""
     tc = target.toolchain
-    return [tc.cc, *tc.cflags, "-Iruntime/include", *_harness_defines(prefix, output_shapes),
+    return [tc.cc, *tc.cflags, "-Iruntime/include",
+            *_harness_defines(prefix, output_shapes, dims),
             "-o", HARNESS_EXE, HARNESS_REL, "-L.", "-lmodel", "-Wl,-rpath,$ORIGIN"]
 
 
 def makefile(target: Target, sources: list[str], prefix: str,
-             exports: list[str] = (), output_shapes: bool = False) -> str:
+             exports: list[str] = (), output_shapes: bool = False, dims: int = 0) -> str:
     tc = target.toolchain
     lib = target.library_name
     if target.output == "wasm":
@@ -107,7 +116,7 @@ def makefile(target: Target, sources: list[str], prefix: str,
         "",
         f"{HARNESS_EXE}: {HARNESS_REL} {lib} runtime/include/mlcc_runtime.h",
         f"\t$(CC) $(CFLAGS) -Iruntime/include "
-        f"{' '.join(_harness_defines('$(MODEL)', output_shapes))} -o $@ {HARNESS_REL} "
+        f"{' '.join(_harness_defines('$(MODEL)', output_shapes, dims))} -o $@ {HARNESS_REL} "
         f"-L. -lmodel '-Wl,-rpath,$$ORIGIN'",
         "",
         "clean:",
@@ -204,9 +213,10 @@ def build_firmware(target: Target, folder: Path, sources: list[str],
     return folder / fw.FIRMWARE_ELF
 
 
-def build_harness(target: Target, folder: Path, prefix: str, output_shapes: bool = False
-                  ) -> Path:
-    """Builds the harness executable in `folder`, next to the library it links against."""
-    _run_toolchain(target, folder, harness_command(target, prefix, output_shapes),
+def build_harness(target: Target, folder: Path, prefix: str, output_shapes: bool = False,
+                  dims: int = 0) -> Path:
+    """Builds the harness executable in `folder`, next to the library it links against
+    (dims: the number of dynamic dimensions of a model compiled for a range of sizes)."""
+    _run_toolchain(target, folder, harness_command(target, prefix, output_shapes, dims),
                    "the test harness")
     return folder / HARNESS_EXE

@@ -38,8 +38,8 @@ _FOOTERS = {
 def model_info(manifest: dict) -> dict:
     """What the wrapper needs to know about the model (from the manifest)."""
     keys = ("name", "inputs", "outputs", "arena_size", "arena_align", "weights_size",
-            "embedded_weights", "model_id", "mlcc_version")
-    return {k: manifest[k] for k in keys}
+            "embedded_weights", "model_id", "mlcc_version", "dims")
+    return {k: manifest[k] for k in keys if k in manifest}
 
 
 def js_files(manifest: dict) -> dict[str, bytes]:

@@ -4,6 +4,7 @@
  *
  *     harness WEIGHTS IN_0 ... IN_{n-1} OUT_0 ... OUT_{m-1}
  *     harness --runs N WEIGHTS IN_0 ... OUT_0 ...
+ *     harness --dims D_0,D_1,... WEIGHTS IN_0 ... OUT_0 ...
  *     harness --info
  *
  * WEIGHTS is the model's weights.bin. Each IN_i holds input i in model order as raw
@@ -12,12 +13,15 @@
  * shape of every input and output (the order the files follow). --runs N (1 to 1000000, default
  * 1) runs the model N times on the same inputs before writing the outputs: a cost measure
  * under an emulator subtracts the instructions of N = 1 from those of N = 2 to get exactly one
- * inference, without the start-up, file reading and init around it.
+ * inference, without the start-up, file reading and init around it. --dims (a model compiled
+ * for a range of sizes, docs/dynamic-shapes.md) gives the size of each dynamic dimension:
+ * inputs and outputs are then at those sizes (without it, at the largest ones).
  *
  * Outputs whose size depends on the data (docs/dynamic-outputs.md; built with
  * -DMLCC_OUTPUT_SHAPES, which the folder's Makefile passes for such models): after the run, a
- * line "output_shape I D0,D1,..." on stdout gives each output's actual shape, and OUT_i holds
- * only its valid elements (that shape, contiguous), not the padded buffer.
+ * line "output_shape I D0,D1,..." on stdout gives each output's actual shape (from
+ * <prefix>_output_shape(), at the --dims sizes if given), and OUT_i holds only its valid
+ * elements (that shape, contiguous), not the padded buffer.
  *
  * Exit status: 0 success; 1 wrong usage or a file that cannot be read or written (or has the
  * wrong size); 2 the model returned an error status from init or run, printed on stderr as
@@ -26,7 +30,9 @@
  * The program is generic: it only uses the model's public API, <prefix>_model_info(),
  * <prefix>_init() and <prefix>_run_v(), and is linked against the model's library. The prefix
  * comes from the command line of the build: -DMLCC_MODEL=<prefix> (the folder's Makefile passes
- * it). Plain C99 and the C library; all memory is allocated here, none by the model.
+ * it), and for a model of dynamic dimensions -DMLCC_MODEL_DIMS=<their number> (then it also
+ * uses <prefix>_run_dims() and <prefix>_tensor_shape()). Plain C99 and the C library; all
+ * memory is allocated here, none by the model.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -50,10 +56,20 @@ MLCC_EXPORT int MODEL_FN(_init)(mlcc_context *ctx, const void *weights, size_t w
 MLCC_EXPORT int MODEL_FN(_run_v)(const mlcc_context *ctx, const void *const *inputs,
                                  void *const *outputs);
 #ifdef MLCC_OUTPUT_SHAPES
-MLCC_EXPORT int MODEL_FN(_output_shape)(const mlcc_context *ctx, int index, int64_t *dims);
+MLCC_EXPORT int MODEL_FN(_output_shape)(const mlcc_context *ctx, const int64_t *dims, int index,
+                                        int64_t *shape);
+#endif
+#ifdef MLCC_MODEL_DIMS
+MLCC_EXPORT int MODEL_FN(_run_dims)(const mlcc_context *ctx, const int64_t *dims,
+                                    const void *const *inputs, void *const *outputs);
+MLCC_EXPORT int MODEL_FN(_tensor_shape)(const int64_t *dims, int is_output, int index,
+                                        int64_t *shape);
+#define NUM_DIMS MLCC_MODEL_DIMS
+#else
+#define NUM_DIMS 0
 #endif
 
-enum { EXIT_USAGE = 1, EXIT_STATUS = 2 };
+enum { EXIT_USAGE = 1, EXIT_STATUS = 2, MAX_DIMS = 64 };
 
 /* A block of at least `size` bytes whose start is a multiple of `align` (a power of two).
  * `*base` receives what must be passed to free(). */
@@ -160,6 +176,51 @@ static void print_tensor(const char *kind, int index, const mlcc_tensor_info *t)
     printf("] %lu bytes\n", (unsigned long)t->size_bytes);
 }
 
+/* Parses --dims' "D0,D1,..." into dims[info->num_dims]; 0 (and a message) if malformed. */
+static int parse_dims(const char *text, int64_t *dims) {
+    int i;
+    const char *p = text;
+    if (NUM_DIMS <= 0 || NUM_DIMS > MAX_DIMS) {
+        fprintf(stderr, "harness: --dims: the model has no dynamic dimensions\n");
+        return 0;
+    }
+    for (i = 0; i < NUM_DIMS; i++) {
+        char *end;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || (*end != (i + 1 < NUM_DIMS ? ',' : '\0'))) {
+            fprintf(stderr, "harness: --dims needs %d comma-separated sizes, not '%s'\n",
+                    NUM_DIMS, text);
+            return 0;
+        }
+        dims[i] = (int64_t)v;
+        p = end + 1;
+    }
+    return 1;
+}
+
+/* Bytes of tensor t at the sizes in dims (its size_bytes without dims): its element count
+ * there, times the bytes per element of its largest size. */
+static int tensor_bytes(const mlcc_model_info *info, const int64_t *dims, int is_output,
+                        int index, size_t *bytes) {
+    const mlcc_tensor_info *t = is_output ? &info->outputs[index] : &info->inputs[index];
+    int64_t shape[MLCC_MAX_RANK], n = 1, n_max = 1;
+    int d, status;
+    *bytes = t->size_bytes;
+    if (dims == NULL) return MLCC_OK;
+#ifdef MLCC_MODEL_DIMS
+    status = MODEL_FN(_tensor_shape)(dims, is_output, index, shape);
+#else
+    status = MLCC_ERR_DIMS_OUT_OF_RANGE;     /* (unreachable: parse_dims refused --dims) */
+#endif
+    if (status != MLCC_OK) return status;
+    for (d = 0; d < t->rank; d++) {
+        n *= shape[d];
+        n_max *= t->dims[d];
+    }
+    *bytes = n_max > 0 ? (size_t)(t->size_bytes / (size_t)n_max * (size_t)n) : 0;
+    return MLCC_OK;
+}
+
 static int print_info(const mlcc_model_info *info) {
     int i;
     printf("model %s (mlcc %s), id %016llx\n", info->name, info->mlcc_version,
@@ -175,6 +236,7 @@ static void usage(const mlcc_model_info *info) {
     fprintf(stderr, "usage: harness WEIGHTS IN... OUT...  (%d input file%s, then %d output "
                     "file%s, in model order)\n"
                     "       harness --runs N WEIGHTS IN... OUT...  (runs the model N times)\n"
+                    "       harness --dims D0,D1,... WEIGHTS IN... OUT...  (dynamic sizes)\n"
                     "       harness --info                (lists them)\n",
             info->num_inputs, info->num_inputs == 1 ? "" : "s", info->num_outputs,
             info->num_outputs == 1 ? "" : "s");
@@ -190,8 +252,17 @@ int main(int argc, char **argv) {
     mlcc_context ctx;
     long runs = 1, r;
     int i, status, result = EXIT_USAGE;
+    int64_t dims_buf[MAX_DIMS];
+    const int64_t *dims = NULL;       /* --dims: the sizes of the dynamic dimensions */
+    size_t *sizes = NULL;             /* bytes of each input, then output, at those sizes */
 
     if (argc == 2 && strcmp(argv[1], "--info") == 0) return print_info(info);
+    if (argc >= 3 && strcmp(argv[1], "--dims") == 0) {
+        if (!parse_dims(argv[2], dims_buf)) return EXIT_USAGE;
+        dims = dims_buf;
+        argc -= 2;
+        argv += 2;
+    }
     if (argc >= 3 && strcmp(argv[1], "--runs") == 0) {
         char *end;
         runs = strtol(argv[2], &end, 10);
@@ -212,9 +283,19 @@ int main(int argc, char **argv) {
     arena = alloc_aligned(info->arena_size + 1, info->arena_align, &arena_base);
     bases = (void **)calloc((size_t)(ni + no) + 1, sizeof *bases);
     bufs = (void **)calloc((size_t)(ni + no) + 1, sizeof *bufs);
-    if (weights == NULL || arena == NULL || bases == NULL || bufs == NULL) {
+    sizes = (size_t *)calloc((size_t)(ni + no) + 1, sizeof *sizes);
+    if (weights == NULL || arena == NULL || bases == NULL || bufs == NULL || sizes == NULL) {
         fprintf(stderr, "harness: out of memory\n");
         goto done;
+    }
+    for (i = 0; i < ni + no; i++) {
+        status = tensor_bytes(info, dims, i >= ni, i < ni ? i : i - ni, &sizes[i]);
+        if (status != MLCC_OK) {
+            fprintf(stderr, "harness: run failed: %s (status %d)\n",
+                    mlcc_status_string(status), status);
+            result = EXIT_STATUS;
+            goto done;
+        }
     }
     for (i = 0; i < ni + no; i++) {
         const mlcc_tensor_info *t = i < ni ? &info->inputs[i] : &info->outputs[i - ni];
@@ -226,7 +307,7 @@ int main(int argc, char **argv) {
     }
     if (!read_exact(argv[1], weights, info->weights_size)) goto done;
     for (i = 0; i < ni; i++)
-        if (!read_exact(argv[2 + i], bufs[i], info->inputs[i].size_bytes)) goto done;
+        if (!read_exact(argv[2 + i], bufs[i], sizes[i])) goto done;
 
     result = EXIT_STATUS;
     status = MODEL_FN(_init)(&ctx, weights, info->weights_size, arena, info->arena_size);
@@ -236,7 +317,12 @@ int main(int argc, char **argv) {
         goto done;
     }
     for (r = 0; r < runs; r++) {
-        status = MODEL_FN(_run_v)(&ctx, (const void *const *)bufs, bufs + ni);
+#ifdef MLCC_MODEL_DIMS
+        if (dims != NULL)
+            status = MODEL_FN(_run_dims)(&ctx, dims, (const void *const *)bufs, bufs + ni);
+        else
+#endif
+            status = MODEL_FN(_run_v)(&ctx, (const void *const *)bufs, bufs + ni);
         if (status != MLCC_OK) {
             fprintf(stderr, "harness: run failed: %s (status %d)\n",
                     mlcc_status_string(status), status);
@@ -245,12 +331,12 @@ int main(int argc, char **argv) {
     }
     result = EXIT_USAGE;
     for (i = 0; i < no; i++) {
-        const mlcc_tensor_info *t = &info->outputs[i];
-        int64_t dims[MLCC_MAX_RANK];
-        int d;
-        for (d = 0; d < t->rank; d++) dims[d] = t->dims[d];
 #ifdef MLCC_OUTPUT_SHAPES
-        status = MODEL_FN(_output_shape)(&ctx, i, dims);
+        /* the actual shape (dims NULL: the largest sizes, those of run_v) */
+        const mlcc_tensor_info *t = &info->outputs[i];
+        int64_t shape[MLCC_MAX_RANK];
+        int d;
+        status = MODEL_FN(_output_shape)(&ctx, dims, i, shape);
         if (status != MLCC_OK) {
             fprintf(stderr, "harness: run failed: %s (status %d)\n",
                     mlcc_status_string(status), status);
@@ -258,10 +344,14 @@ int main(int argc, char **argv) {
             goto done;
         }
         printf("output_shape %d ", i);
-        for (d = 0; d < t->rank; d++) printf("%s%lld", d ? "," : "", (long long)dims[d]);
+        for (d = 0; d < t->rank; d++) printf("%s%lld", d ? "," : "", (long long)shape[d]);
         printf("\n");
+        if (dims == NULL) {     /* the buffer holds the maximum: only the valid part */
+            if (!write_output(argv[2 + ni + i], bufs[ni + i], t, shape)) goto done;
+            continue;
+        }
 #endif
-        if (!write_output(argv[2 + ni + i], bufs[ni + i], t, dims)) goto done;
+        if (!write_all(argv[2 + ni + i], bufs[ni + i], sizes[ni + i])) goto done;
     }
     result = 0;
 
@@ -270,6 +360,7 @@ done:
         for (i = 0; i < ni + no; i++) free(bases[i]);
     free(bases);
     free(bufs);
+    free(sizes);
     free(arena_base);
     free(weights_base);
     return result;

@@ -80,8 +80,10 @@ enum mlcc_status {
                                           MLCC_NO_THREADS), a bad size or out of resources */
     MLCC_ERR_LOOP_LIMIT = 12,          /* a Loop would run more iterations than its
                                           compile-time maximum */
-    MLCC_ERR_OUTPUT_TOO_LARGE = 13     /* a data-dependent output size (NonZero, TopK's k, ...)
+    MLCC_ERR_OUTPUT_TOO_LARGE = 13,    /* a data-dependent output size (NonZero, TopK's k, ...)
                                           exceeds the maximum it was compiled for */
+    MLCC_ERR_DIMS_OUT_OF_RANGE = 14    /* a dynamic size outside the range it was compiled
+                                          for (--shape x=LO..HI), or no such output */
 };
 
 enum mlcc_dtype {
@@ -106,7 +108,8 @@ typedef struct mlcc_tensor_info {
     size_t size_bytes;
 } mlcc_tensor_info;
 
-/* Everything a generic caller (bindings, test harnesses) needs to know about a model. */
+/* Everything a generic caller (bindings, test harnesses) needs to know about a model. The
+ * sizes and shapes of a model with dynamic dimensions are those at the largest sizes. */
 typedef struct mlcc_model_info {
     const char *name;
     const char *mlcc_version;

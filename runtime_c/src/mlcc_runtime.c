@@ -21,6 +21,8 @@ const char *mlcc_status_string(int status) {
     case MLCC_ERR_LOOP_LIMIT: return "a Loop needs more iterations than its maximum";
     case MLCC_ERR_OUTPUT_TOO_LARGE:
         return "a data-dependent output size exceeds its compiled maximum (or k is invalid)";
+    case MLCC_ERR_DIMS_OUT_OF_RANGE:
+        return "a dynamic size is outside the range the model was compiled for";
     default: return "unknown status";
     }
 }
