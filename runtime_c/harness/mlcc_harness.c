@@ -110,6 +110,7 @@ static int write_all(const char *path, const void *src, size_t size) {
     return ok;
 }
 
+#ifdef MLCC_OUTPUT_SHAPES
 /* Writes output t's valid part: the elements below dims[axis] along the first axis where the
  * actual shape dims differs from the planned one (all of it when none does). */
 static int write_output(const char *path, const void *buf, const mlcc_tensor_info *t,
@@ -139,6 +140,7 @@ static int write_output(const char *path, const void *buf, const mlcc_tensor_inf
     if (!ok) fprintf(stderr, "harness: cannot write %s\n", path);
     return ok;
 }
+#endif
 
 static const char *dtype_name(int dtype) {
     switch (dtype) {
