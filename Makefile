@@ -8,8 +8,9 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist), one per CPU up to 4; a test file stays in one process, so its
 # module fixtures (kernel builds, compiled models) are built once. TEST_JOBS=0: no workers.
+# --durations: the slowest tests in every log, to keep CI within its time budget.
 TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
-PARALLEL := -n $(TEST_JOBS) --dist loadfile -rs
+PARALLEL := -n $(TEST_JOBS) --dist loadfile -rs --durations=30
 
 # Debian packages for the arm targets (cross compiler, its C library, qemu-aarch64), the wasm
 # target (emcc, node; wabt's wasm-objdump to check the SIMD128 code; chromium for the web-digits

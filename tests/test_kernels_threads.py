@@ -254,3 +254,195 @@ def test_pool_statistics_count_every_unit(tmp_path):
         assert all(v == 0 for i, v in enumerate(out) if i % 7 != 6), "read and reset"
         dl.mlcc_threadpool_destroy(pp[0])
     assert np.all(c == k)
+
+
+# ------------------------------------------------------------------------ 2-D pooling
+
+@pytest.fixture(scope="module")
+def pool_lib(tmp_path_factory):
+    cffi = pytest.importorskip("cffi")
+    path = build_kernels(tmp_path_factory.mktemp("pool") / "libpool.so", "x86-native",
+                         ["kernels/pool.c", "src/mlcc_threadpool.c", "src/mlcc_runtime.c"])
+    ffi = cffi.FFI()
+    ffi.cdef(kernel_cdef("pool.h"))
+    dl = ffi.dlopen(str(path))
+    pools = {}
+    for n in (2, 3, 5):
+        p = ffi.new("mlcc_threadpool **")
+        assert dl.mlcc_threadpool_create(p, n) == 0
+        pools[n] = p[0]
+    yield ffi, dl, pools
+    for p in pools.values():
+        dl.mlcc_threadpool_destroy(p)
+
+
+@pytest.mark.parametrize("planes,h,w,k,s,pad", [
+    (37, 23, 29, 3, 2, 1),    # stride 2: the separable max / phase split, in scratch slices
+    (5, 16, 18, 2, 2, 0),     # 2x2/2 without padding: rows of all planes, no scratch
+    (11, 13, 13, 5, 1, 2),    # stride 1 on a small map: a padded copy per plane in scratch
+    (3, 9, 40, 3, 1, 1),      # stride 1, rows wider than MLCC_MAXPOOL_SMALL_W: in place
+    (1, 7, 7, 3, 2, 0),       # one plane: one unit
+])
+@pytest.mark.parametrize("kind", ["max", "avg"])
+def test_pool2d_is_bit_identical_across_thread_counts(pool_lib, planes, h, w, k, s, pad, kind):
+    ffi, dl, pools = pool_lib
+    oh, ow = (h + 2 * pad - k) // s + 1, (w + 2 * pad - k) // s + 1
+    pw = -(-w // s)
+    t = np.arange(k) - pad
+    taps = (t if s == 1 else (t % s) * pw + t // s).astype(np.int64)
+    pitch = ow + k - 1
+    slice_floats = max(h * s * pw, (oh + k - 1) * pitch + 2 * oh * pitch + k)
+    p = ffi.new("mlcc_pool2d_params *", dict(
+        planes=planes, in_h=h, in_w=w, out_h=oh, out_w=ow, kernel_h=k, kernel_w=k,
+        stride_h=s, stride_w=s, dilation_h=1, dilation_w=1, pad_top=pad, pad_left=pad,
+        phase_width=pw, scratch_slice=slice_floats))
+    x = np.random.default_rng(planes * h + w).standard_normal((planes, h, w)).astype(np.float32)
+    inv = np.ones(oh + ow, np.float32)
+    xp = np.pad(x, ((0, 0), (pad, pad), (pad, pad)),
+                constant_values=-np.inf if kind == "max" else 0.0)
+    windows = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(1, 2))[:, ::s, ::s]
+    ref = windows.max(axis=(3, 4)) if kind == "max" else windows.sum(axis=(3, 4))
+
+    def run(pool):
+        y = np.zeros((planes, oh, ow), np.float32)
+        scratch = np.zeros(4 * slice_floats + 1, np.float32)
+        args = [p, _f(ffi, x), ffi.cast("int64_t *", ffi.from_buffer(taps))]
+        if kind == "avg":
+            args.append(_f(ffi, inv))
+        getattr(dl, f"mlcc_f32_{kind}pool2d")(*args, _f(ffi, y), _f(ffi, scratch), pool)
+        return y
+
+    serial = run(ffi.NULL)
+    np.testing.assert_allclose(serial, ref, rtol=1e-5, atol=1e-5)
+    for n, pool in pools.items():
+        np.testing.assert_array_equal(run(pool), serial, err_msg=f"{n} threads")
+
+
+# ------------------------------------------------------------------ elementwise kernels
+
+@pytest.fixture(scope="module")
+def elementwise_lib(tmp_path_factory):
+    cffi = pytest.importorskip("cffi")
+    path = build_kernels(tmp_path_factory.mktemp("elementwise") / "libew.so", "x86-native",
+                         ["kernels/elementwise.c", "src/mlcc_threadpool.c", "src/mlcc_runtime.c"],
+                         defines=["-DMLCC_MIN_PARALLEL_ELEMENTS=0"])
+    ffi = cffi.FFI()
+    ffi.cdef(kernel_cdef("elementwise.h"))
+    dl = ffi.dlopen(str(path))
+    pools = {}
+    for n in (2, 3, 5):
+        p = ffi.new("mlcc_threadpool **")
+        assert dl.mlcc_threadpool_create(p, n) == 0
+        pools[n] = p[0]
+    yield ffi, dl, pools
+    for p in pools.values():
+        dl.mlcc_threadpool_destroy(p)
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [
+    ((1000,), (1000,)),              # one long row: split by columns (whole cache lines)
+    ((37,), (1,)),                   # a scalar operand, a row shorter than the threads' share
+    ((7, 13, 29), (13, 1)),          # rows split between threads, broadcasting on two axes
+    ((3, 1, 5), (1, 4, 1)),          # both operands broadcast: an outer product of rows
+    ((2, 3), (5, 2, 3)),             # a leading axis of b alone
+])
+def test_binary_is_bit_identical_across_thread_counts(elementwise_lib, a_shape, b_shape):
+    ffi, dl, pools = elementwise_lib
+    rng = np.random.default_rng(len(a_shape) * 100 + sum(b_shape))
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    out = np.broadcast_shapes(a_shape, b_shape)
+    rank = len(out)
+
+    def strides(shape):
+        full = np.broadcast_to(np.zeros(shape, np.float32), out)
+        return [s // 4 for s in full.strides] + [0] * (8 - rank)
+
+    p = ffi.new("mlcc_binary_params *", dict(op=1, rank=rank, shape=list(out) + [1] * (8 - rank),
+                                             a_strides=strides(a_shape),
+                                             b_strides=strides(b_shape)))   # SUB
+
+    def run(pool):
+        y = np.zeros(out, np.float32)
+        dl.mlcc_f32_binary(p, _f(ffi, a), _f(ffi, b), _f(ffi, y), pool)
+        return y
+
+    serial = run(ffi.NULL)
+    np.testing.assert_array_equal(serial, a - b)
+    for n, pool in pools.items():
+        np.testing.assert_array_equal(run(pool), serial, err_msg=f"{n} threads")
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 1000, 4099])
+@pytest.mark.parametrize("op", ["tanh", "erf"])
+def test_unary_is_bit_identical_across_thread_counts(elementwise_lib, n, op):
+    """An activation (copied, then applied in place) and an expression of the X-list."""
+    import math
+    ffi, dl, pools = elementwise_lib
+    x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    if op == "tanh":
+        p = ffi.new("mlcc_unary_params *", dict(n=n, op=dl.MLCC_UNARY_ACT,
+                                                act=dict(kind=dl.MLCC_ACT_TANH)))
+        ref = np.tanh(x)
+    else:
+        p = ffi.new("mlcc_unary_params *", dict(n=n, op=dl.MLCC_UNARY_ERF))
+        ref = np.array([math.erf(v) for v in x], np.float32)
+
+    def run(pool):
+        y = np.zeros(n, np.float32)
+        dl.mlcc_f32_unary(p, _f(ffi, x), _f(ffi, y), pool)
+        return y
+
+    serial = run(ffi.NULL)
+    np.testing.assert_allclose(serial, ref, rtol=1e-5, atol=1e-6)
+    for threads, pool in pools.items():
+        np.testing.assert_array_equal(run(pool), serial, err_msg=f"{threads} threads")
+
+
+# ------------------------------------------------------------------------ strided copies
+
+@pytest.fixture(scope="module")
+def copy_lib(tmp_path_factory):
+    cffi = pytest.importorskip("cffi")
+    path = build_kernels(tmp_path_factory.mktemp("copy") / "libcopy.so", "x86-native",
+                         ["kernels/copy.c", "src/mlcc_threadpool.c", "src/mlcc_runtime.c"],
+                         defines=["-DMLCC_MIN_PARALLEL_ELEMENTS=0"])
+    ffi = cffi.FFI()
+    ffi.cdef(kernel_cdef("copy.h"))
+    dl = ffi.dlopen(str(path))
+    pools = {}
+    for n in (2, 3, 5):
+        p = ffi.new("mlcc_threadpool **")
+        assert dl.mlcc_threadpool_create(p, n) == 0
+        pools[n] = p[0]
+    yield ffi, dl, pools
+    for p in pools.values():
+        dl.mlcc_threadpool_destroy(p)
+
+
+@pytest.mark.parametrize("shape,perm,dtype", [
+    ((5, 7, 11), (2, 0, 1), np.float32),     # rows of a transpose split between threads
+    ((3, 4, 13), (0, 2, 1), np.uint8),       # a short innermost axis: the interleave path
+    ((2, 9, 6, 7), (1, 3, 0, 2), np.int64),
+    ((1, 31), (1, 0), np.float32),           # one row per output column
+])
+def test_copy_is_bit_identical_across_thread_counts(copy_lib, shape, perm, dtype):
+    ffi, dl, pools = copy_lib
+    x = (np.arange(np.prod(shape)) * 7 % 251).astype(dtype).reshape(shape)
+    ref = np.ascontiguousarray(x.transpose(perm))
+    rank, es = len(shape), x.itemsize
+    src = [x.strides[a] // es for a in perm]
+    dst = [s // es for s in ref.strides]
+    p = ffi.new("mlcc_copy_params *", dict(
+        rank=rank, elem_size=es, shape=list(ref.shape) + [1] * (8 - rank),
+        src_strides=src + [0] * (8 - rank), dst_strides=dst + [0] * (8 - rank),
+        src_offset=0, dst_offset=0))
+
+    def run(pool):
+        y = np.zeros_like(ref)
+        dl.mlcc_copy_strided(p, ffi.from_buffer(x), ffi.from_buffer(y), pool)
+        return y
+
+    np.testing.assert_array_equal(run(ffi.NULL), ref)
+    for n, pool in pools.items():
+        np.testing.assert_array_equal(run(pool), ref, err_msg=f"{n} threads")

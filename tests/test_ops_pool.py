@@ -162,11 +162,11 @@ int main(void) {
         for (k = 0; k < 2; k++) {
             long plane, oh, ow, kh, kw;
             if (k == 0) {
-                mlcc_f32_maxpool2d(&p, x, taps, y0, scr);
-                scalar_maxpool2d(&p, x, taps, y1, scr);
+                mlcc_f32_maxpool2d(&p, x, taps, y0, scr, NULL);
+                scalar_maxpool2d(&p, x, taps, y1, scr, NULL);
             } else {
-                mlcc_f32_avgpool2d(&p, x, taps, inv, y0, scr);
-                scalar_avgpool2d(&p, x, taps, inv, y1, scr);
+                mlcc_f32_avgpool2d(&p, x, taps, inv, y0, scr, NULL);
+                scalar_avgpool2d(&p, x, taps, inv, y1, scr, NULL);
             }
             for (plane = 0; plane < p.planes; plane++)
                 for (oh = 0; oh < p.out_h; oh++)
@@ -205,7 +205,8 @@ def test_pool_kernels_against_scalar_twin_and_naive(tmp_path):
     cmd = ["gcc", "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-O1", "-g",
            "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
            f"-I{KERNELS / 'include'}", f"-I{KERNELS / 'kernels'}", str(tmp_path / "twin.c"),
-           str(KERNELS / "kernels" / "pool.c"), "-o", str(tmp_path / "twin"), "-lm"]
+           str(KERNELS / "kernels" / "pool.c"), str(KERNELS / "src" / "mlcc_threadpool.c"),
+           "-o", str(tmp_path / "twin"), "-lm", "-pthread"]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     run = subprocess.run([str(tmp_path / "twin")], capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr

@@ -173,7 +173,7 @@ def emit_copy(lo: Lowering, src: str, dst: str, shape: Sequence[int],
     lo.call("mlcc_copy_strided", [src, dst], [dst], params_type="mlcc_copy_params", params={
         "rank": len(dims), "elem_size": itemsize,
         "shape": dims + [1] * pad, "src_strides": ss + [0] * pad, "dst_strides": ds + [0] * pad,
-        "src_offset": as_dim(src_offset), "dst_offset": as_dim(dst_offset)}, op=op)
+        "src_offset": as_dim(src_offset), "dst_offset": as_dim(dst_offset)}, op=op, pool=True)
 
 
 def emit_plain_copy(lo: Lowering, src: str, dst: str, op: str = "copy") -> None:
@@ -183,7 +183,7 @@ def emit_plain_copy(lo: Lowering, src: str, dst: str, op: str = "copy") -> None:
         lo.call("mlcc_copy_strided", [src, dst], [dst], params_type="mlcc_copy_params", params={
             "rank": 1, "elem_size": 1, "shape": [v.nbytes] + [1] * pad,
             "src_strides": [1] + [0] * pad, "dst_strides": [1] + [0] * pad,
-            "src_offset": 0, "dst_offset": 0}, op=op)
+            "src_offset": 0, "dst_offset": 0}, op=op, pool=True)
         return
     emit_copy(lo, src, dst, [v.numel], [1], [1], op=op)
 

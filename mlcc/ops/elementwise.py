@@ -43,7 +43,8 @@ class _Unary(OpDef):
         lo.call("mlcc_f32_unary", [node.inputs[0], node.outputs[0]], [node.outputs[0]],
                 params_type="mlcc_unary_params",
                 params={"n": x.numel, "op": Enum(f"MLCC_UNARY_{op}"),
-                        "alpha": float(alpha), "beta": float(beta), "act": act_struct(act)})
+                        "alpha": float(alpha), "beta": float(beta), "act": act_struct(act)},
+                pool=True)
 
     def flops(self, node, g):
         return g.values[node.outputs[0]].numel
@@ -199,7 +200,7 @@ def emit_binary(lo: Lowering, op: str, a: str, b: str, out: str) -> None:
     lo.call("mlcc_f32_binary", [a, b, out], [out], params_type="mlcc_binary_params",
             params={"op": Enum(f"MLCC_BINARY_{op}"), "rank": len(dims),
                     "shape": dims + [1] * pad, "a_strides": sa + [0] * pad,
-                    "b_strides": sb + [0] * pad})
+                    "b_strides": sb + [0] * pad}, pool=True)
 
 
 # Binary ops that also have an integer kernel (mlcc_int_binary), by their float name.

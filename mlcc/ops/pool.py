@@ -27,6 +27,7 @@ from .registry import OpDef, register
 
 
 MAXPOOL_SMALL_W = 32   # MLCC_MAXPOOL_SMALL_W (pool.h)
+POOL_SLICES = 4        # MLCC_POOL_SLICES (pool.h): threads that share a 2-D pooling
 
 
 def maxpool_small(params: dict) -> bool | None:
@@ -127,8 +128,14 @@ class _Pool(OpDef):
                          2 * params["out_h"] * pitch + params["kernel_w"])
             # a dynamic width: the kernel decides at run time (pool.h), room for either way
             scratch = small if maxpool_small(params) else smax(upper(small), upper(scratch))
+        # one plane's scratch per thread (at the largest sizes of a dynamic build), one slice
+        # in builds without threads
+        slice_floats = upper(scratch) // 4
+        slices = POOL_SLICES if lo.options.get("threads", True) else 1
         lo.call(kernel, [node.inputs[0], tab, *extra, node.outputs[0]], [node.outputs[0]],
-                params_type="mlcc_pool2d_params", params=params, scratch_bytes=scratch)
+                params_type="mlcc_pool2d_params",
+                params={**params, "scratch_slice": slice_floats},
+                scratch_bytes=slices * 4 * slice_floats, pool=True)
 
     def flops(self, node: Node, g: Graph) -> int:
         return g.values[node.outputs[0]].numel * math.prod(node.attr("kernel_shape", [1]))

@@ -41,28 +41,66 @@ static void interleave_rows(const uint8_t *src, uint8_t *dst, ptrdiff_t n, ptrdi
                 memcpy(dst + (i * k + j) * es, src + (j * ss + i) * es, (size_t)es);
 }
 
-void mlcc_copy_strided(const mlcc_copy_params *p, const void *src, void *dst) {
+/* Rows [r0, r1) of the copy (rows: the outer axes, or for the interleave the axes before the
+ * two inner ones). */
+static void copy_part(const mlcc_copy_params *p, const uint8_t *s, uint8_t *d, int interleave,
+                      int64_t r0, int64_t r1) {
     const ptrdiff_t es = (ptrdiff_t)p->elem_size;
     const int inner = p->rank - 1;
-    const uint8_t *s = (const uint8_t *)src + (ptrdiff_t)p->src_offset * es;
-    uint8_t *d = (uint8_t *)dst + (ptrdiff_t)p->dst_offset * es;
     mlcc_odometer o;
-    if (inner >= 1 && p->shape[inner] <= 8 && p->dst_strides[inner] == 1 &&
-            p->src_strides[inner - 1] == 1 && p->dst_strides[inner - 1] == p->shape[inner]) {
-        /* a short innermost axis written contiguously, read across rows: the two inner axes
-         * as one interleave per odometer step (the odometer over the axes before them) */
-        if (!mlcc_odometer_init(&o, inner, p->shape, p->src_strides, p->dst_strides, NULL))
-            return;
-        do {
+    int64_t r;
+    if (r1 <= r0 || !mlcc_odometer_init(&o, interleave ? inner : p->rank, p->shape,
+                                        p->src_strides, p->dst_strides, NULL))
+        return;
+    mlcc_odometer_seek(&o, r0);
+    for (r = r0;;) {
+        if (interleave)
             interleave_rows(s + o.off[0] * es, d + o.off[1] * es, (ptrdiff_t)p->shape[inner - 1],
                             (ptrdiff_t)p->shape[inner], (ptrdiff_t)p->src_strides[inner], es);
-        } while (mlcc_odometer_next(&o));
+        else
+            copy_row(s + o.off[0] * es, d + o.off[1] * es, (ptrdiff_t)p->shape[inner],
+                     (ptrdiff_t)p->src_strides[inner], (ptrdiff_t)p->dst_strides[inner], es);
+        if (++r == r1 || !mlcc_odometer_next(&o)) break;
+    }
+}
+
+typedef struct copy_job {
+    const mlcc_copy_params *p;
+    const uint8_t *s;
+    uint8_t *d;
+    int interleave, units;
+    int64_t rows;
+} copy_job;
+
+static void copy_unit(void *arg, int unit, int thread) {
+    const copy_job *job = (const copy_job *)arg;
+    (void)thread;
+    copy_part(job->p, job->s, job->d, job->interleave, job->rows * unit / job->units,
+              job->rows * (unit + 1) / job->units);
+}
+
+void mlcc_copy_strided(const mlcc_copy_params *p, const void *src, void *dst,
+                       mlcc_threadpool *pool) {
+    const ptrdiff_t es = (ptrdiff_t)p->elem_size, nt = mlcc_threadpool_size(pool);
+    const int inner = p->rank - 1;
+    copy_job job;
+    double elements = 1.0;
+    int axis;
+    job.p = p;
+    job.s = (const uint8_t *)src + (ptrdiff_t)p->src_offset * es;
+    job.d = (uint8_t *)dst + (ptrdiff_t)p->dst_offset * es;
+    /* a short innermost axis written contiguously, read across rows: the two inner axes as
+     * one interleave per odometer step (the odometer over the axes before them) */
+    job.interleave = inner >= 1 && p->shape[inner] <= 8 && p->dst_strides[inner] == 1 &&
+                     p->src_strides[inner - 1] == 1 && p->dst_strides[inner - 1] == p->shape[inner];
+    job.rows = mlcc_odometer_rows(job.interleave ? inner : p->rank, p->shape);
+    for (axis = 0; axis < p->rank; axis++) elements *= (double)p->shape[axis];
+    /* by rows between threads: bytes, not elements, decide (memory-bound) */
+    job.units = nt == 1 || elements * (double)es < 4.0 * (double)MLCC_MIN_PARALLEL_ELEMENTS ||
+                job.rows < 2 ? 1 : (int)(job.rows < 4 * nt ? job.rows : 4 * nt);
+    if (job.units <= 1) {
+        copy_part(p, job.s, job.d, job.interleave, 0, job.rows);
         return;
     }
-    if (!mlcc_odometer_init(&o, p->rank, p->shape, p->src_strides, p->dst_strides, NULL))
-        return;
-    do {
-        copy_row(s + o.off[0] * es, d + o.off[1] * es, (ptrdiff_t)p->shape[inner],
-                 (ptrdiff_t)p->src_strides[inner], (ptrdiff_t)p->dst_strides[inner], es);
-    } while (mlcc_odometer_next(&o));
+    mlcc_threadpool_for(pool, copy_unit, &job, job.units, job.units);
 }

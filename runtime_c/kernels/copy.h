@@ -18,6 +18,8 @@ typedef struct mlcc_copy_params {
     int64_t src_offset, dst_offset;
 } mlcc_copy_params;
 
-void mlcc_copy_strided(const mlcc_copy_params *p, const void *src, void *dst);
+/* Large copies are split by rows between the threads of pool (NULL: the caller alone). */
+void mlcc_copy_strided(const mlcc_copy_params *p, const void *src, void *dst,
+                       mlcc_threadpool *pool);
 
 #endif /* MLCC_COPY_H */

@@ -9,8 +9,8 @@ static float celu(float x, float alpha) {
     return x > 0.0f ? x : alpha * (expf(x / alpha) - 1.0f);
 }
 
-void mlcc_f32_unary(const mlcc_unary_params *p, const float *x, float *y) {
-    const ptrdiff_t n = (ptrdiff_t)p->n;
+/* Elements [0, n) of x and y (a thread's range). */
+static void unary_range(const mlcc_unary_params *p, const float *x, float *y, ptrdiff_t n) {
     const float alpha = p->alpha, beta = p->beta;
     ptrdiff_t i;
     switch (p->op) {
@@ -30,6 +30,47 @@ void mlcc_f32_unary(const mlcc_unary_params *p, const float *x, float *y) {
     default:
         return;
     }
+}
+
+/* Ranges of elements, in whole cache lines, split between threads: elementwise results do
+ * not depend on the split. */
+#define RANGE_ALIGN 16
+
+typedef struct unary_job {
+    const mlcc_unary_params *p;
+    const float *x;
+    float *y;
+    int units;
+} unary_job;
+
+static void unary_unit(void *arg, int unit, int thread) {
+    const unary_job *job = (const unary_job *)arg;
+    const ptrdiff_t blocks = ((ptrdiff_t)job->p->n + RANGE_ALIGN - 1) / RANGE_ALIGN;
+    const ptrdiff_t i0 = blocks * unit / job->units * RANGE_ALIGN;
+    ptrdiff_t i1 = blocks * (unit + 1) / job->units * RANGE_ALIGN;
+    (void)thread;
+    if (i1 > (ptrdiff_t)job->p->n) i1 = (ptrdiff_t)job->p->n;
+    if (i1 > i0) unary_range(job->p, job->x + i0, job->y + i0, i1 - i0);
+}
+
+/* The number of units for `work` elements on `pool`: 1 (run on the caller) below
+ * MLCC_MIN_PARALLEL_ELEMENTS, else a few per thread, at most `items`. */
+static int elementwise_units(mlcc_threadpool *pool, double work, ptrdiff_t items) {
+    const ptrdiff_t nt = mlcc_threadpool_size(pool);
+    if (nt == 1 || work < (double)MLCC_MIN_PARALLEL_ELEMENTS) return 1;
+    return (int)(items < 4 * nt ? items : 4 * nt);
+}
+
+void mlcc_f32_unary(const mlcc_unary_params *p, const float *x, float *y, mlcc_threadpool *pool) {
+    unary_job job;
+    job.p = p, job.x = x, job.y = y;
+    job.units = elementwise_units(pool, (double)p->n, ((ptrdiff_t)p->n + RANGE_ALIGN - 1) /
+                                                      RANGE_ALIGN);
+    if (job.units <= 1) {
+        unary_range(p, x, y, (ptrdiff_t)p->n);
+        return;
+    }
+    mlcc_threadpool_for(pool, unary_unit, &job, job.units, job.units);
 }
 
 /* Python's float %: fmod, moved into the divisor's sign. */
@@ -75,14 +116,63 @@ static void binary_row(int op, const float *a, ptrdiff_t sa, const float *b, ptr
     }
 }
 
-void mlcc_f32_binary(const mlcc_binary_params *p, const float *a, const float *b, float *y) {
+/* Rows [r0, r1) of the output, columns [c0, c1) of each. */
+static void binary_part(const mlcc_binary_params *p, const float *a, const float *b, float *y,
+                        int64_t r0, int64_t r1, ptrdiff_t c0, ptrdiff_t c1) {
     const int inner = p->rank - 1;
     const ptrdiff_t n = (ptrdiff_t)p->shape[inner];
+    const ptrdiff_t sa = (ptrdiff_t)p->a_strides[inner], sb = (ptrdiff_t)p->b_strides[inner];
     mlcc_odometer o;
-    if (!mlcc_odometer_init(&o, p->rank, p->shape, p->a_strides, p->b_strides, NULL)) return;
-    do {
-        binary_row(p->op, a + o.off[0], (ptrdiff_t)p->a_strides[inner], b + o.off[1],
-                   (ptrdiff_t)p->b_strides[inner], y, n);
-        y += n;
-    } while (mlcc_odometer_next(&o));
+    int64_t r;
+    if (r1 <= r0 || !mlcc_odometer_init(&o, p->rank, p->shape, p->a_strides, p->b_strides, NULL))
+        return;
+    mlcc_odometer_seek(&o, r0);
+    for (r = r0;;) {
+        binary_row(p->op, a + o.off[0] + c0 * sa, sa, b + o.off[1] + c0 * sb, sb,
+                   y + r * n + c0, c1 - c0);
+        if (++r == r1 || !mlcc_odometer_next(&o)) break;
+    }
+}
+
+typedef struct binary_job {
+    const mlcc_binary_params *p;
+    const float *a, *b;
+    float *y;
+    int64_t rows;
+    int units, by_rows;
+} binary_job;
+
+/* A range of rows, or (few long rows) a range of every row's columns in whole cache lines. */
+static void binary_unit(void *arg, int unit, int thread) {
+    const binary_job *job = (const binary_job *)arg;
+    const mlcc_binary_params *p = job->p;
+    const ptrdiff_t n = (ptrdiff_t)p->shape[p->rank - 1];
+    (void)thread;
+    if (job->by_rows) {
+        binary_part(p, job->a, job->b, job->y, job->rows * unit / job->units,
+                    job->rows * (unit + 1) / job->units, 0, n);
+    } else {
+        const ptrdiff_t blocks = (n + RANGE_ALIGN - 1) / RANGE_ALIGN;
+        const ptrdiff_t c0 = blocks * unit / job->units * RANGE_ALIGN;
+        ptrdiff_t c1 = blocks * (unit + 1) / job->units * RANGE_ALIGN;
+        if (c1 > n) c1 = n;
+        if (c1 > c0) binary_part(p, job->a, job->b, job->y, 0, job->rows, c0, c1);
+    }
+}
+
+void mlcc_f32_binary(const mlcc_binary_params *p, const float *a, const float *b, float *y,
+                     mlcc_threadpool *pool) {
+    const ptrdiff_t n = (ptrdiff_t)p->shape[p->rank - 1];
+    binary_job job;
+    job.p = p, job.a = a, job.b = b, job.y = y;
+    job.rows = mlcc_odometer_rows(p->rank, p->shape);
+    job.by_rows = job.rows >= 2 * mlcc_threadpool_size(pool);
+    job.units = elementwise_units(pool, (double)job.rows * (double)n,
+                                  job.by_rows ? (ptrdiff_t)job.rows
+                                              : (n + RANGE_ALIGN - 1) / RANGE_ALIGN);
+    if (job.units <= 1) {
+        binary_part(p, a, b, y, 0, job.rows, 0, n);
+        return;
+    }
+    mlcc_threadpool_for(pool, binary_unit, &job, job.units, job.units);
 }

@@ -57,8 +57,8 @@ typedef struct mlcc_unary_params {
     mlcc_act act;
 } mlcc_unary_params;
 
-/* y[i] = f(x[i]) for i < n; y may equal x. */
-void mlcc_f32_unary(const mlcc_unary_params *p, const float *x, float *y);
+/* y[i] = f(x[i]) for i < n; y may equal x. Large ones split between the threads of pool. */
+void mlcc_f32_unary(const mlcc_unary_params *p, const float *x, float *y, mlcc_threadpool *pool);
 
 enum mlcc_binary_op {
     MLCC_BINARY_ADD = 0, MLCC_BINARY_SUB, MLCC_BINARY_MUL, MLCC_BINARY_DIV, MLCC_BINARY_POW,
@@ -77,6 +77,7 @@ typedef struct mlcc_binary_params {
     int64_t b_strides[MLCC_MAX_RANK];
 } mlcc_binary_params;
 
-void mlcc_f32_binary(const mlcc_binary_params *p, const float *a, const float *b, float *y);
+void mlcc_f32_binary(const mlcc_binary_params *p, const float *a, const float *b, float *y,
+                     mlcc_threadpool *pool);
 
 #endif /* MLCC_ELEMENTWISE_H */

@@ -22,6 +22,11 @@
 #ifndef MLCC_MIN_PARALLEL_MACS
 #define MLCC_MIN_PARALLEL_MACS (1L << 20)
 #endif
+/* Elementwise kernels and copies (memory-bound: a few operations per element) are split
+ * between threads from this many elements up. */
+#ifndef MLCC_MIN_PARALLEL_ELEMENTS
+#define MLCC_MIN_PARALLEL_ELEMENTS (1L << 16)
+#endif
 /* Integer (u8 x s8) products run 4 multiply-adds per float one's lane: 4x the threshold. */
 #define MLCC_MIN_PARALLEL_INT8_MACS (4 * MLCC_MIN_PARALLEL_MACS)
 
@@ -361,6 +366,28 @@ static inline int mlcc_odometer_init(mlcc_odometer *o, int rank, const int64_t *
         if (shape[axis] == 0) return 0;
     }
     return 1;
+}
+
+/* Moves to row `row` (rows counted in order over axes 0..rank-2), from a fresh init: where a
+ * thread's share of the rows starts. */
+static inline void mlcc_odometer_seek(mlcc_odometer *o, int64_t row) {
+    int axis;
+    for (axis = o->rank - 2; axis >= 0; axis--) {
+        const int64_t i = row % o->shape[axis];
+        row /= o->shape[axis];
+        o->index[axis] = i;
+        o->off[0] += (ptrdiff_t)(i * o->strides[0][axis]);
+        o->off[1] += (ptrdiff_t)(i * o->strides[1][axis]);
+        o->off[2] += (ptrdiff_t)(i * o->strides[2][axis]);
+    }
+}
+
+/* The rows (outer index space) of an odometer loop: rank-1 outer axes' product. */
+static inline int64_t mlcc_odometer_rows(int rank, const int64_t *shape) {
+    int64_t rows = 1;
+    int axis;
+    for (axis = 0; axis + 1 < rank; axis++) rows *= shape[axis];
+    return rows;
 }
 
 /* Moves to the next row (the last axis is the caller's); 0 after the last row. Branch-light

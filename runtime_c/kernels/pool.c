@@ -283,8 +283,10 @@ static void max_plane_small(const mlcc_pool2d_params *p, const float *x, float *
         for (ow = 0; ow < ow_n; ow++) y[r * ow_n + ow] = u[r * pitch + ow];
 }
 
-static void pool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *taps, float *y,
-                   float *scratch, int is_max, const float *inv_count) {
+/* Planes [plane0, plane1) of the pooling. */
+static void pool2d_planes(const mlcc_pool2d_params *p, const float *x, const int64_t *taps,
+                          float *y, float *scratch, int is_max, const float *inv_count,
+                          ptrdiff_t plane0, ptrdiff_t plane1) {
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
     const ptrdiff_t oh_n = (ptrdiff_t)p->out_h, ow_n = (ptrdiff_t)p->out_w;
     const ptrdiff_t kh_n = (ptrdiff_t)p->kernel_h, kw_n = (ptrdiff_t)p->kernel_w;
@@ -308,9 +310,8 @@ static void pool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *t
         /* 2x2/2 without padding (small CNNs: the digits CNN's 8 x 8 maps), every window
          * inside: the rows of all planes in one loop, no row buffer. The same maxima in the
          * same order as max_plane_separable (rows first, from -FLT_MAX). */
-        const ptrdiff_t rows = (ptrdiff_t)p->planes * oh_n;
         ptrdiff_t r;
-        for (r = 0; r < rows; r++) {
+        for (r = plane0 * oh_n; r < plane1 * oh_n; r++) {
             const float *r0 = x + (r / oh_n) * ih_n * iw_n + (r % oh_n) * 2 * iw_n;
             const float *r1 = r0 + iw_n;
             float *yr = y + r * ow_n;
@@ -322,7 +323,7 @@ static void pool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *t
         }
         return;
     }
-    for (plane = 0; plane < (ptrdiff_t)p->planes; plane++) {
+    for (plane = plane0; plane < plane1; plane++) {
         float *yp = y + plane * oh_n * ow_n;
         c.x = x + plane * ih_n * iw_n;
         c.src = c.x;
@@ -355,14 +356,50 @@ static void pool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *t
     }
 }
 
+typedef struct pool2d_job {
+    const mlcc_pool2d_params *p;
+    const float *x, *inv_count;
+    const int64_t *taps;
+    float *y, *scratch;
+    int is_max, units;
+} pool2d_job;
+
+static void pool2d_unit(void *arg, int unit, int thread) {
+    const pool2d_job *job = (const pool2d_job *)arg;
+    const ptrdiff_t planes = (ptrdiff_t)job->p->planes;
+    pool2d_planes(job->p, job->x, job->taps, job->y,
+                  job->scratch ? job->scratch + thread * (ptrdiff_t)job->p->scratch_slice : NULL,
+                  job->is_max, job->inv_count, planes * unit / job->units,
+                  planes * (unit + 1) / job->units);
+}
+
+/* By planes on a pool (each thread its slice of scratch), above a quarter of the parallel
+ * threshold in taps, as the depthwise convolution: planes are independent, so the split
+ * never changes a bit. */
+static void pool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *taps, float *y,
+                   float *scratch, int is_max, const float *inv_count, mlcc_threadpool *pool) {
+    const ptrdiff_t nt = mlcc_threadpool_size(pool) < MLCC_POOL_SLICES ?
+                         mlcc_threadpool_size(pool) : MLCC_POOL_SLICES;
+    pool2d_job job;
+    job.p = p, job.x = x, job.inv_count = inv_count, job.taps = taps, job.y = y;
+    job.scratch = scratch, job.is_max = is_max;
+    job.units = p->planes < 4 * nt ? (int)p->planes : (int)(4 * nt);
+    if ((double)p->planes * (double)(p->out_h * p->out_w) * (double)(p->kernel_h * p->kernel_w) <
+            (double)MLCC_MIN_PARALLEL_MACS / 4 || job.units < 2) {
+        pool2d_planes(p, x, taps, y, scratch, is_max, inv_count, 0, (ptrdiff_t)p->planes);
+        return;
+    }
+    mlcc_threadpool_for(pool, pool2d_unit, &job, job.units, (int)nt);
+}
+
 void mlcc_f32_maxpool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *tap_offsets,
-                        float *y, float *scratch) {
-    pool2d(p, x, tap_offsets, y, scratch, 1, NULL);
+                        float *y, float *scratch, mlcc_threadpool *pool) {
+    pool2d(p, x, tap_offsets, y, scratch, 1, NULL, pool);
 }
 
 void mlcc_f32_avgpool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *tap_offsets,
-                        const float *inv_count, float *y, float *scratch) {
-    pool2d(p, x, tap_offsets, y, scratch, 0, inv_count);
+                        const float *inv_count, float *y, float *scratch, mlcc_threadpool *pool) {
+    pool2d(p, x, tap_offsets, y, scratch, 0, inv_count, pool);
 }
 
 /* The window of output index o along one axis: kernel taps [k_lo, k_hi) are inside. */

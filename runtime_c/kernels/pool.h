@@ -18,7 +18,8 @@
  *   stride_w == 1: at x_row[ow + tap_offsets[kw]]     (kw * dilation_w - pad_left)
  *   stride_w  > 1: at phases_row[ow + tap_offsets[kw]] (q * phase_width + floor(t / stride_w)
  *                  with t = kw * dilation_w - pad_left and q = t mod stride_w)
- * scratch holds in_h * stride_w * phase_width floats when stride_w > 1 (else it may be NULL). */
+ * A plane's scratch holds in_h * stride_w * phase_width floats when stride_w > 1 (else it may
+ * be NULL). */
 typedef struct mlcc_pool2d_params {
     int64_t planes;                   /* batch * channels */
     int64_t in_h, in_w, out_h, out_w;
@@ -27,7 +28,12 @@ typedef struct mlcc_pool2d_params {
     int64_t dilation_h, dilation_w;
     int64_t pad_top, pad_left;
     int64_t phase_width;              /* ceil(in_w / stride_w) */
+    int64_t scratch_slice;            /* floats of scratch per thread (one plane's work) */
 } mlcc_pool2d_params;
+
+/* Threads of a pool that share a 2-D pooling, by planes: scratch holds this many slices of
+ * scratch_slice floats (one in builds without threads: mlcc/ops/pool.py POOL_SLICES). */
+#define MLCC_POOL_SLICES 4
 
 /* Maximum over the taps inside the input; -FLT_MAX for a window that is all padding (as
  * onnxruntime). NaN inputs are skipped. */
@@ -45,14 +51,14 @@ static inline ptrdiff_t mlcc_maxpool_small_floats(const mlcc_pool2d_params *p) {
            (ptrdiff_t)p->kernel_w;
 }
 void mlcc_f32_maxpool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *tap_offsets,
-                        float *y, float *scratch);
+                        float *y, float *scratch, mlcc_threadpool *pool);
 
 /* Sum over the taps inside the input times inv_count[oh] * inv_count[out_h + ow]: the
  * divisor (taps inside the input, or inside the padded input for count_include_pad) is a
  * product of a row and a column count, precomputed by the compiler as reciprocals
  * (out_h + out_w floats; 0 for an empty count). */
 void mlcc_f32_avgpool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *tap_offsets,
-                        const float *inv_count, float *y, float *scratch);
+                        const float *inv_count, float *y, float *scratch, mlcc_threadpool *pool);
 
 /* The general form: up to 3 spatial axes (1-D and 2-D windows given as 3-D with leading
  * extents 1), MaxPool's Indices output, other element types. A direct loop over each window:

@@ -54,6 +54,7 @@ typedef struct winograd_job {
     ptrdiff_t n, t0, nb, units;
     ptrdiff_t ne;   /* products: 16 for F(2x2, 3x3), 36 for F(4x4, 3x3) */
     ptrdiff_t vplane, mplane;   /* floats from one product's operand (V), result (M) to the next */
+    mlcc_unit_fn in_fn, out_fn; /* the tile size's transforms */
 } winograd_job;
 
 /* Units of a phase: ranges of channels (or of the 16 products), at most 4 per thread. */
@@ -515,8 +516,29 @@ static void activate(void *arg, int unit, int thread) {
     mlcc_act_apply(&p->act, job->y + (job->n * cout + k0) * hw, (k1 - k0) * hw);
 }
 
+/* The three phases of one block for the unit's range of whole B panels of tiles (the last
+ * one may be partial): a thread transforms, multiplies and writes back its own tiles, so that
+ * V and M stay in its cache and the block needs one barrier, not three. */
+static void tile_range(void *arg, int unit, int thread) {
+    const winograd_job *job = (const winograd_job *)arg;
+    const ptrdiff_t panels = (job->nb + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR;
+    const ptrdiff_t p0 = panels * unit / job->units, p1 = panels * (unit + 1) / job->units;
+    const ptrdiff_t tl0 = p0 * MLCC_GEMM_NR;
+    winograd_job sub = *job;
+    sub.t0 = job->t0 + tl0;
+    sub.nb = (p1 * MLCC_GEMM_NR < job->nb ? p1 * MLCC_GEMM_NR : job->nb) - tl0;
+    sub.v = job->v + p0 * (ptrdiff_t)job->pp->conv.in_channels * MLCC_GEMM_NR;
+    sub.m = job->m + tl0;
+    sub.units = 1;
+    job->in_fn(&sub, 0, thread);
+    products(&sub, 0, thread);
+    job->out_fn(&sub, 0, thread);
+}
+
 /* The convolution by blocks of tiles: input transform, products, output transform per block
- * (tile: 2 or 4 outputs square), then the activation over the whole output. */
+ * (tile: 2 or 4 outputs square), then the activation over the whole output. On a pool, blocks
+ * of at least one B panel of tiles per thread are split by tiles (tile_range); smaller ones
+ * (deep layers on small maps) phase by phase: by input channels, products, output channels. */
 static void winograd_run(const mlcc_conv2d_packed_params *pp, const float *x, const float *u,
                          const float *bias, float *y, float *scratch, mlcc_threadpool *pool,
                          ptrdiff_t tile, mlcc_unit_fn in_fn, mlcc_unit_fn out_fn) {
@@ -540,10 +562,17 @@ static void winograd_run(const mlcc_conv2d_packed_params *pp, const float *x, co
     job.mplane = (ptrdiff_t)p->out_channels * block + MLCC_WINOGRAD_PLANE_PAD;
     job.m = scratch + ne * job.vplane;
     job.rows = job.m + ne * job.mplane;
+    job.in_fn = in_fn;
+    job.out_fn = out_fn;
     if (nt > WINOGRAD_SLICES) nt = WINOGRAD_SLICES;
     for (job.n = 0; job.n < p->batch; job.n++) {
         for (job.t0 = 0; job.t0 < tiles; job.t0 += block) {
             job.nb = tiles - job.t0 < block ? tiles - job.t0 : block;
+            if (nt > 1 && (job.nb + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR >= nt) {
+                job.units = nt;
+                mlcc_threadpool_for(pool, tile_range, &job, (int)job.units, (int)nt);
+                continue;
+            }
             job.units = phase_units((ptrdiff_t)p->in_channels, nt);
             mlcc_threadpool_for(pool, in_fn, &job, (int)job.units, (int)nt);
             job.units = phase_units(ne, nt);
