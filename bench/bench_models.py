@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -68,17 +67,8 @@ def available(name: str, tmp: Path) -> tuple[Path, dict | None] | None:
 
 def cpu_name() -> str:
     """The CPU's model name with family/model numbers (a VM may show only the brand)."""
-    info: dict[str, str] = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            info.setdefault(key.strip(), value.strip())
-    except OSError:
-        return platform.processor() or platform.machine()
-    name = info.get("model name", platform.machine())
-    if "cpu family" in info:
-        name += f" (family {info['cpu family']}, model {info.get('model', '?')})"
-    return f"{name}, {os.cpu_count()} logical CPUs"
+    from mlcc.tuning import cpu_model
+    return f"{cpu_model()}, {os.cpu_count()} logical CPUs"
 
 
 def _git_rev() -> str:

@@ -118,15 +118,16 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
             max_arena: int | None = None, dump_ir: Callable[[str], None] | None = None,
             build: bool = True, extra_outputs: list[str] | None = None,
             embed_weights: bool = False, quantize: QuantizeConfig | None = None,
-            bind: Binds | None = None, max_outputs: dict[str, int] | None = None
-            ) -> CompileResult:
+            bind: Binds | None = None, max_outputs: dict[str, int] | None = None,
+            conv_choices: dict[str, str] | None = None) -> CompileResult:
     """Compiles an ONNX file into `output_dir` (model.h, model.c, weights.bin, runtime sources,
     Makefile, manifest.json and, with build=True, the library). With `quantize`, the model is
     calibrated and compiled to integer kernels (see QuantizeConfig). `bind` gives inputs their
     values at compile time: they stop being inputs and fold like initializers
     (frontend/binding.py); manifest.json lists them under "bound". `max_outputs` lowers the
     planned maximum of outputs whose size depends on the data ({value name: N}; see
-    docs/dynamic-outputs.md)."""
+    docs/dynamic-outputs.md). `conv_choices` picks convolution kernels by layer
+    (tuning.tune's choices; docs/performance.md)."""
     tgt = load_target(target)
     qdq = None
     raw = import_model(model, shapes, bind)
@@ -157,6 +158,8 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
              "library": tgt.library_name}
     if bound:
         extra["bound"] = bound
+    if conv_choices:
+        extra["conv_choices"] = dict(sorted(conv_choices.items()))
     quant_result, float_graph = None, g
     if quantize is not None:
         g, quant_result, qinfo = _quantize(g, tgt, model, quantize, dump_ir, qdq)
@@ -184,7 +187,8 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
     gen = generate(g, prefix=prefix, target_name=tgt.name, source_name=Path(model).name,
                    max_arena=max_arena, embed_weights=embed_weights, manifest_extra=extra,
                    pointer_bits=tgt.pointer_bits, arch=tgt.arch,
-                   options=tgt.lowering_options(), command=command)
+                   options={**tgt.lowering_options(), "conv_choices": conv_choices or {}},
+                   command=command)
     shapes_fn = any("dynamic_axis" in t for t in gen.manifest["outputs"])
     if shapes_fn and tgt.output == "firmware":
         raise UnsupportedError(

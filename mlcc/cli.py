@@ -5,6 +5,7 @@ Exit codes: 0 success; 1 a user error (bad model, target, inputs) or a failed ve
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import traceback
@@ -227,14 +228,21 @@ def _progress_bar(label: str, done: int, total: int) -> None:
 @click.option("--eval-data", "eval_data", default=None, type=click.Path(),
               help="Held-out samples for --min-sqnr / --max-drop, all of them (the forms "
                    "of --calibration; default: the first 16 calibration samples).")
+@click.option("--tune", is_flag=True,
+              help="Choose each convolution's kernel by timing the candidates on this "
+                   "machine (host targets; cached per CPU; written to tuning.json).")
+@click.option("--tuning", "tuning_file", default=None, type=click.Path(dir_okay=False),
+              help="The kernel choices of a tuning.json (from --tune), for a reproducible "
+                   "build.")
 @quant_options
 @_guard
 def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_weights,
-                max_outputs, dump_ir, no_build, min_sqnr, max_drop, metric, eval_data, quantize,
-                calibration, calibrator, percentile, per_channel, requant, report, export_qdq,
-                smooth, equalize, equalize_relu6, bias_correction, keep_float):
+                max_outputs, dump_ir, no_build, min_sqnr, max_drop, metric, eval_data, tune,
+                tuning_file, quantize, calibration, calibrator, percentile, per_channel,
+                requant, report, export_qdq, smooth, equalize, equalize_relu6,
+                bias_correction, keep_float):
     """Compile MODEL (an .onnx file) into C sources, a weight blob and a library."""
-    from . import api
+    from . import api, tuning
 
     qcfg = _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant,
                          report, export_qdq, smooth, equalize, equalize_relu6,
@@ -248,11 +256,29 @@ def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_wei
             min_sqnr, max_drop, metric, eval_data
         qcfg.progress_bar = _progress_bar
     out = output or str(Path("build") / Path(model).stem)
+    if tune and tuning_file:
+        raise MlccError("--tune measures the choices, --tuning reads them: give one")
+    if (tune or tuning_file) and qcfg is not None:
+        raise MlccError("--tune and --tuning choose float convolution kernels; an int8 "
+                        "build (--quantize) has none to choose")
+    tuned, choices = None, None
+    if tune:
+        tuned = tuning.tune(model, target, shapes=_shapes(shapes), bind=_binds(binds))
+        choices = tuned.choices
+        click.echo(f"tuned {len(choices)} convolution layers on {tuned.cpu} "
+                   f"({tuned.measured} measured, the others from the cache) in "
+                   f"{tuned.seconds:.1f} s")
+    elif tuning_file:
+        choices = tuning.read_tuning(tuning_file)
     res = api.compile(model, out, target=target, shapes=_shapes(shapes), name=name,
                       max_arena=_size(max_arena), build=not no_build,
                       embed_weights=embed_weights, quantize=qcfg, bind=_binds(binds),
                       max_outputs=api.parse_max_outputs(max_outputs),
-                      dump_ir=(lambda text: click.echo(text)) if dump_ir else None)
+                      dump_ir=(lambda text: click.echo(text)) if dump_ir else None,
+                      conv_choices=choices)
+    if tuned is not None:
+        (Path(res.folder) / "tuning.json").write_text(
+            json.dumps(tuned.to_json(), indent=1) + "\n")
     if res.quant is not None:
         q = res.manifest["quantization"]
         floats = q["float_layers"]

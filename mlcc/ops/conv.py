@@ -139,7 +139,7 @@ class Conv(OpDef):
 
     def lower(self, node: Node, lo: Lowering) -> None:
         layer, target = self.layer(node, lo.graph), ConvTarget.from_options(lo.options)
-        variant = choose_variant(layer, target)
+        variant = choose_variant(layer, target, lo.options.get("conv_choices"), node.name)
         args = [node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]]
         emit = ConvEmit(node, lo, layer, target, self.params(node, lo.graph), args,
                         lo.graph.const(node.inputs[1]), node.input(3) if layer.residual else None)

@@ -419,7 +419,7 @@ def lower_depthwise(e: ConvEmit, kernel: str) -> None:
 
 def lower_winograd(e: ConvEmit, kernel: str) -> None:
     l = e.layer
-    m = winograd_tile(l, e.target)
+    m = 4 if kernel.endswith("4x4") else 2    # the variant's tile (a tuned choice included)
     block, scratch = winograd.plan(l.cin, l.cout, l.oh, l.ow, m)
     e.args[1] = e.const("W_winograd", winograd.transform_weights(e.w_const, m))
     e.call(kernel, scratch, block)
@@ -549,6 +549,57 @@ VARIANTS: tuple[ConvVariant, ...] = (
 )
 
 
+# --------------------------------------------------------------------------------- tuning
+# What each variant needs to run correctly, apart from whether its rule expects it to pay:
+# `mlcc compile --tune` (mlcc/tuning.py) times every variant that can run a layer and keeps
+# the fastest. Variants not listed here are tuned only where their rule holds; the reference
+# kernel never.
+
+def _implicit_can(l: ConvLayer, t: ConvTarget) -> bool:
+    return (l.const_weights and l.taps > 1 and (not l.strided or t.implicit_strided)
+            and l.sub_floats < INT32_OFFSETS)
+
+
+CAN_RUN: dict[str, Callable[[ConvLayer, ConvTarget], bool]] = {
+    "winograd_4x4": lambda l, t: l.const_weights and t.winograd and winograd.applies(
+        l.kh, l.kw, l.sh, l.sw, l.dh, l.dw, l.groups, l.cin, l.cout),
+    "winograd_2x2": lambda l, t: l.const_weights and t.winograd and winograd.applies(
+        l.kh, l.kw, l.sh, l.sw, l.dh, l.dw, l.groups, l.cin, l.cout),
+    "implicit_cols": lambda l, t: (l.const_weights and l.sh == l.sw == 1 and l.kw >= 2
+                                   and l.cin_g * l.kw * (l.oh + (l.kh - 1) * l.dh) * l.ow
+                                   < INT32_OFFSETS),
+    "implicit": _implicit_can,
+    "implicit_t": lambda l, t: _implicit_can(l, t) and t.channel_tiles and l.cout_g >= CONVT_CP,
+    "implicit_t_1x1": lambda l, t: (l.const_weights and t.channel_tiles and (l.kh, l.kw) == (1, 1)
+                                    and l.cout_g >= CONVT_CP // 2
+                                    and l.kdim * l.sh * l.sw * l.oh * l.ow < INT32_OFFSETS),
+}
+
+
+def can_run(variant: ConvVariant, layer: ConvLayer, target: ConvTarget) -> bool:
+    """Whether the variant runs this layer correctly on this target (whether or not its rule
+    expects it to pay)."""
+    if variant.name == "reference" or (layer.residual and variant.residual_kernel is None):
+        return False
+    if is_symbolic(layer.window) and variant.name not in DYNAMIC_MAP_VARIANTS:
+        return False
+    can = CAN_RUN.get(variant.name)
+    return can(layer, target) if can is not None else variant.applies(layer, target)
+
+
+def tuning_candidates(layer: ConvLayer, target: ConvTarget) -> list[ConvVariant]:
+    """The variants `--tune` times for this layer: every one that can run it."""
+    return [v for v in VARIANTS if can_run(v, layer, target)]
+
+
+def layer_key(layer: ConvLayer) -> str:
+    """The layer as a tuning file names it: everything the kernel choice depends on."""
+    w = layer.window
+    return (f"n{layer.batch} c{layer.cin}->{layer.cout} g{layer.groups} k{w.kh}x{w.kw} "
+            f"in{w.ih}x{w.iw} out{w.oh}x{w.ow} s{w.sh}x{w.sw} d{w.dh}x{w.dw} p{w.pt},{w.pl}"
+            + (" residual" if layer.residual else ""))
+
+
 def applicable_variants(layer: ConvLayer, target: ConvTarget) -> list[ConvVariant]:
     """Every variant that can run this layer on this target, in preference order."""
     return [v for v in VARIANTS if v.applies(layer, target)]
@@ -561,8 +612,15 @@ def applicable_variants(layer: ConvLayer, target: ConvTarget) -> list[ConvVarian
 DYNAMIC_MAP_VARIANTS = ("depthwise_vec", "packed", "reference")
 
 
-def choose_variant(layer: ConvLayer, target: ConvTarget) -> ConvVariant:
-    """The variant Conv.lower runs: the first that applies."""
+def choose_variant(layer: ConvLayer, target: ConvTarget,
+                   choices: dict[str, str] | None = None, node: str = "") -> ConvVariant:
+    """The variant Conv.lower runs: the one a tuning file chose for this layer (`choices`, by
+    layer_key, or "node:NAME" for one node) where it can run, else the first that applies."""
+    chosen = (choices or {}).get(f"node:{node}") or (choices or {}).get(layer_key(layer))
+    if chosen is not None:
+        v = next((v for v in VARIANTS if v.name == chosen), None)
+        if v is not None and can_run(v, layer, target):
+            return v
     dynamic_map = is_symbolic(layer.window)
     for v in VARIANTS:
         if dynamic_map and v.name not in DYNAMIC_MAP_VARIANTS:
