@@ -101,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", default="x86-native")
     ap.add_argument("--output", "-o", type=Path, help="also write the table to this file")
     ap.add_argument("--list", action="store_true", help="list the models and exit")
+    ap.add_argument("--tune", action="store_true",
+                    help="compile each model with mlcc compile --tune's kernel choices")
     ap.add_argument("--no-memory", action="store_true",
                     help="skip the peak memory table (two fresh processes per model)")
     args = ap.parse_args(argv)
@@ -115,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     import mlcc
     from mlcc.benchmark import markdown_table, measure_memory, memory_table
     from mlcc.targets import load_target
+    from mlcc.tuning import tune
 
     rows, memory, skipped = [], [], []
     with tempfile.TemporaryDirectory(prefix="mlcc-bench-models-") as tmp:
@@ -126,8 +129,10 @@ def main(argv: list[str] | None = None) -> int:
             path, shapes = model
             print(f"{name}: benchmarking {path} ...", file=sys.stderr, flush=True)
             folder = Path(tmp) / name
+            choices = (tune(path, args.target, shapes=shapes, bind=BIND.get(name)).choices
+                       if args.tune else None)
             res = mlcc.bench(path, target=args.target, shapes=shapes, bind=BIND.get(name),
-                             threads=args.threads,
+                             threads=args.threads, conv_choices=choices,
                              runs=args.runs, output_dir=folder, isolation=args.isolation,
                              rounds=args.rounds)
             print(f"{name}: mlcc {res.mlcc.median_s * 1e3:.3f} ms, onnxruntime "
@@ -142,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         f"`make bench` on {datetime.date.today().isoformat()}: {cpu_name()}; "
         f"{args.threads} thread{'s' * (args.threads != 1)} "
         f"(onnxruntime {onnxruntime.__version__}, intra-op threads {args.threads}, graph "
-        f"optimizations ALL; mlcc thread pool of the same size); target {target.name}, "
+        f"optimizations ALL; mlcc thread pool of the same size); target {target.name}"
+        f"{' with --tune' if args.tune else ''}, "
         f"{_cc_version(target.toolchain.cc)}; mlcc {mlcc.__version__} at {_git_rev()}.",
         ("Latencies are medians and 90th percentiles over interleaved samples after warm-up, "
          "both engines in one process." if not rows or rows[0][1].isolation == "shared" else

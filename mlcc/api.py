@@ -1173,8 +1173,8 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
           threads: int = 1, runs: int | None = None, output_dir: str | Path | None = None,
           seed: int = 0, isolation: str = "auto", rounds: int | None = None,
           child_timeout_s: float = _bench.CHILD_TIMEOUT_S, bind: Binds | None = None,
-          quantize: QuantizeConfig | None = None, per_layer: bool = True
-          ) -> BenchResult | _bench.FirmwareBench:
+          quantize: QuantizeConfig | None = None, per_layer: bool = True,
+          conv_choices: dict[str, str] | None = None) -> BenchResult | _bench.FirmwareBench:
     """Compiles the model, then times the library and onnxruntime (`threads` intra-op threads,
     graph optimizations ALL); see mlcc/benchmark.py for the method.
 
@@ -1188,7 +1188,8 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
 
     On a firmware target (cortex-m*), nothing is timed: the instructions of one inference
     are counted in the emulator, per layer too (`per_layer`), and the RAM and flash of the
-    firmware reported (a FirmwareBench); `quantize` compiles the model to int8 first."""
+    firmware reported (a FirmwareBench); `quantize` compiles the model to int8 first.
+    conv_choices: as for compile (`--tune`)."""
     tgt = load_target(target)
     if tgt.output == "firmware":
         return _bench_firmware(model, tgt, target, shapes, output_dir, seed, bind, quantize,
@@ -1225,7 +1226,8 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
     with tempfile.TemporaryDirectory(prefix="mlcc-bench-") as tmp:
         folder = Path(output_dir) if output_dir else Path(tmp) / "model"
         t0 = time.perf_counter()
-        res = compile(model, folder, target=target, shapes=shapes, bind=bind)
+        res = compile(model, folder, target=target, shapes=shapes, bind=bind,
+                      conv_choices=conv_choices)
         compile_time = time.perf_counter() - t0
         flops = graph_flops(res.graph)
         feeds = (tflite_random_inputs if tflite else random_inputs)(res.graph, seed)

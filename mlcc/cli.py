@@ -440,19 +440,28 @@ def inspect_cmd(model, shapes, binds):
               help="Firmware targets (cortex-m*): count the int8 build (needs --calibration).")
 @click.option("--calibration", default=None, type=click.Path(),
               help="With --quantize: calibration inputs, as for mlcc compile.")
+@click.option("--tune", is_flag=True,
+              help="Compile with the convolution kernels chosen by timing (as mlcc compile "
+                   "--tune).")
+@click.option("--tuning", "tuning_file", default=None, type=click.Path(dir_okay=False),
+              help="Compile with the choices of a tuning.json.")
 @_guard
 def bench_cmd(model, target, shapes, binds, threads, runs, isolation, rounds, output, quantize,
-              calibration):
+              calibration, tune, tuning_file):
     """Time MODEL compiled by mlcc against onnxruntime: in one process, interleaved, on 1
     thread; each engine in its own processes, alternated, on more (--isolation). On a
     microcontroller target (cortex-m*), count the instructions of one inference in the
     emulator instead, per layer, and report the firmware's RAM and flash."""
-    from . import api
+    from . import api, tuning
 
     qcfg = _quant_config(quantize, calibration, CALIBRATORS[0], 99.99, True, None, None)
+    if tune and tuning_file:
+        raise MlccError("--tune measures the choices, --tuning reads them: give one")
+    choices = (tuning.tune(model, target, shapes=_shapes(shapes), bind=_binds(binds)).choices
+               if tune else tuning.read_tuning(tuning_file) if tuning_file else None)
     res = api.bench(model, target=target, shapes=_shapes(shapes), threads=threads, runs=runs,
                     output_dir=output, isolation=isolation, rounds=rounds, bind=_binds(binds),
-                    quantize=qcfg)
+                    quantize=qcfg, conv_choices=choices)
     click.echo(res.report(), nl=False)
 
 
