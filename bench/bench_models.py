@@ -48,6 +48,7 @@ MODELS = {
     # issue 18: recurrent models, and one call of a streaming VAD (its sample rate bound)
     "bilstm_2x256": lambda tmp: (rm.stacked("LSTM", tmp / "bilstm.onnx"), None),
     "bigru_2x256": lambda tmp: (rm.stacked("GRU", tmp / "bigru.onnx"), None),
+    "crnn": lambda tmp: (rm.crnn(tmp / "crnn.onnx"), None),
     "vad_stream": lambda tmp: (rm.vad(tmp / "vad.onnx"), None),
 }
 

@@ -24,8 +24,9 @@ from .errors import DoesNotFit, InputError, MlccError, UnsupportedError
 from .frontend import (bound_record, dim_text, import_model, import_tflite, is_tflite,
                        load_onnx, parse_bind_option,
                        parse_shape_option, specialize, to_graph)
-from .ir import Graph, format_type, symbolic
+from .ir import Graph, LoopScope, format_type, symbolic
 from .ops import lookup, unsupported_reason
+from .ops.control_flow import DEFAULT_MAX_ITERATIONS
 from .ops.registry import describe
 from .ops.selection import MAX_OUTPUT
 from .passes import INT8_PIPELINE, run_pipeline
@@ -119,7 +120,8 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
             build: bool = True, extra_outputs: list[str] | None = None,
             embed_weights: bool = False, quantize: QuantizeConfig | None = None,
             bind: Binds | None = None, max_outputs: dict[str, int] | None = None,
-            conv_choices: dict[str, str] | None = None) -> CompileResult:
+            conv_choices: dict[str, str] | None = None,
+            max_loop_iterations: int | None = None) -> CompileResult:
     """Compiles an ONNX file into `output_dir` (model.h, model.c, weights.bin, runtime sources,
     Makefile, manifest.json and, with build=True, the library). With `quantize`, the model is
     calibrated and compiled to integer kernels (see QuantizeConfig). `bind` gives inputs their
@@ -127,7 +129,11 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
     (frontend/binding.py); manifest.json lists them under "bound". `max_outputs` lowers the
     planned maximum of outputs whose size depends on the data ({value name: N}; see
     docs/dynamic-outputs.md). `conv_choices` picks convolution kernels by layer
-    (tuning.tune's choices; docs/performance.md)."""
+    (tuning.tune's choices; docs/performance.md). `max_loop_iterations` bounds every Loop
+    whose trip count or condition is known only at run time (default
+    DEFAULT_MAX_ITERATIONS): one more iteration returns MLCC_ERR_LOOP_LIMIT; manifest.json
+    records the bound when such a Loop exists or the option was given."""
+    loop_limit = check_max_loop_iterations(max_loop_iterations)
     tgt = load_target(target)
     qdq = None
     raw = import_model(model, shapes, bind)
@@ -182,13 +188,19 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
         built += [_fw.FIRMWARE_ELF, _fw.FIRMWARE_MAP]
     command = compile_command(model, target=target, shapes=shapes, name=name,
                               embed_weights=embed_weights, extra_outputs=extra_outputs,
-                              quantize=quantize, max_outputs=max_outputs)
+                              quantize=quantize, max_outputs=max_outputs,
+                              max_loop_iterations=max_loop_iterations)
     extra["command"] = " ".join(command)
     gen = generate(g, prefix=prefix, target_name=tgt.name, source_name=Path(model).name,
                    max_arena=max_arena, embed_weights=embed_weights, manifest_extra=extra,
                    pointer_bits=tgt.pointer_bits, arch=tgt.arch,
-                   options={**tgt.lowering_options(), "conv_choices": conv_choices or {}},
+                   options={**tgt.lowering_options(), "conv_choices": conv_choices or {},
+                            "max_loop_iterations": loop_limit},
                    command=command)
+    if max_loop_iterations is not None or any(
+            isinstance(e, LoopScope) and e.limit is not None
+            for c in gen.program.calls for e in c.guard):
+        gen.manifest["max_loop_iterations"] = loop_limit
     shapes_fn = any("dynamic_axis" in t for t in gen.manifest["outputs"])
     if shapes_fn and tgt.output == "firmware":
         raise UnsupportedError(
@@ -264,7 +276,8 @@ def compile_command(model: str | Path, *, target: str = "x86", shapes: Shapes | 
                     name: str | None = None, embed_weights: bool = False,
                     extra_outputs: list[str] | None = None,
                     quantize: QuantizeConfig | None = None,
-                    max_outputs: dict[str, int] | None = None) -> list[str]:
+                    max_outputs: dict[str, int] | None = None,
+                    max_loop_iterations: int | None = None) -> list[str]:
     """The `mlcc compile` command line (as words) equivalent to compile() with these arguments:
     those that change what is generated, paths reduced to file names (so the record is the
     same wherever the files are and leaks no directories). Arguments the CLI does not have
@@ -278,6 +291,8 @@ def compile_command(model: str | Path, *, target: str = "x86", shapes: Shapes | 
         words.append("--embed-weights")
     for k, n in sorted((max_outputs or {}).items()):
         words += ["--max-output", f"{k}={n}"]
+    if max_loop_iterations is not None:
+        words += ["--max-loop-iterations", str(max_loop_iterations)]
     api_only = []
     q = quantize
     if q is not None:
@@ -338,6 +353,30 @@ def _check_max_outputs(g: Graph, max_outputs: dict[str, int]) -> None:
         if v is not None and v.dyn is None and not v.is_const:
             raise InputError(f"--max-output {name}: not an output of a data-dependent size "
                              f"(its size is known at compile time: {list(v.shape)})")
+
+
+MAX_INT64 = (1 << 63) - 1     # the C loop counts iterations in an int64_t
+
+
+def check_max_loop_iterations(n) -> int:
+    """The bound of run-time Loops: `n` (an integer >= 1) or, for None, the default."""
+    if n is None:
+        return DEFAULT_MAX_ITERATIONS
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= MAX_INT64:
+        raise InputError(f"--max-loop-iterations {n!r}: expected an integer from 1 to "
+                         f"{MAX_INT64}")
+    return int(n)
+
+
+def parse_max_loop_iterations(text: str | None) -> int | None:
+    """--max-loop-iterations N (text) -> N, checked; None when the option is not given."""
+    if text is None:
+        return None
+    t = text.strip()
+    if not (t.isascii() and t.isdigit()) or not 1 <= int(t) <= MAX_INT64:
+        raise InputError(f"--max-loop-iterations {text!r}: expected an integer from 1 to "
+                         f"{MAX_INT64}")
+    return int(t)
 
 
 def parse_max_outputs(texts) -> dict[str, int]:
@@ -904,11 +943,11 @@ def load_inputs_npz(path: str | Path, model: str | Path, shapes: Shapes | None =
 def verify(model: str | Path, *, target: str = "x86", shapes: Shapes | None = None,
            inputs: dict[str, np.ndarray] | None = None, per_layer: bool = False,
            output_dir: str | Path | None = None, seed: int = 0,
-           bind: Binds | None = None, max_outputs: dict[str, int] | None = None
-           ) -> VerifyResult:
+           bind: Binds | None = None, max_outputs: dict[str, int] | None = None,
+           max_loop_iterations: int | None = None) -> VerifyResult:
     """Compiles the model, runs it and onnxruntime on the same inputs and compares; the values
     of `bind` are compiled in and fed to onnxruntime as inputs. Outputs whose size depends on
-    the data compare at their actual size (max_outputs: as compile's)."""
+    the data compare at their actual size (max_outputs, max_loop_iterations: as compile's)."""
     if is_tflite(model):
         if per_layer:
             raise InputError("--per-layer compares with onnxruntime's intermediate values: "
@@ -917,7 +956,7 @@ def verify(model: str | Path, *, target: str = "x86", shapes: Shapes | None = No
     with tempfile.TemporaryDirectory(prefix="mlcc-verify-") as tmp:
         folder = Path(output_dir) if output_dir else Path(tmp) / "model"
         res = compile(model, folder, target=target, shapes=shapes, bind=bind,
-                      max_outputs=max_outputs)
+                      max_outputs=max_outputs, max_loop_iterations=max_loop_iterations)
         dims = res.manifest.get("dims", [])
         compiled = _load(folder)
         bound = bound_feeds(model, shapes, bind)
@@ -936,7 +975,7 @@ def verify(model: str | Path, *, target: str = "x86", shapes: Shapes | None = No
         result = VerifyResult(all(c.ok for c in checks), checks, folder=folder)
         if per_layer and (not result.ok or per_layer == "always"):
             result.first_divergence, result.layers_checked = _first_divergence(
-                model, target, shapes, feeds, Path(tmp) / "layers", bind)
+                model, target, shapes, feeds, Path(tmp) / "layers", bind, max_loop_iterations)
         return result
 
 
@@ -1028,8 +1067,8 @@ class QuantVerifyResult:
 def verify_quantized(model: str | Path, cfg: QuantizeConfig, *, target: str = "x86",
                      shapes: Shapes | None = None, inputs: str | Path | None = None,
                      output_dir: str | Path | None = None,
-                     min_sqnr: float = DEFAULT_MIN_SQNR, bind: Binds | None = None
-                     ) -> QuantVerifyResult:
+                     min_sqnr: float = DEFAULT_MIN_SQNR, bind: Binds | None = None,
+                     max_loop_iterations: int | None = None) -> QuantVerifyResult:
     """Compiles the model to int8 and compares its outputs with onnxruntime's float outputs on
     every sample of `inputs` (same formats as calibration data; default: the calibration set):
     SQNR over all samples, cosine, and argmax agreement for outputs whose last axis holds
@@ -1038,7 +1077,8 @@ def verify_quantized(model: str | Path, cfg: QuantizeConfig, *, target: str = "x
 
     with tempfile.TemporaryDirectory(prefix="mlcc-verify-") as tmp:
         folder = Path(output_dir) if output_dir else Path(tmp) / "model"
-        res = compile(model, folder, target=target, shapes=shapes, quantize=cfg, bind=bind)
+        res = compile(model, folder, target=target, shapes=shapes, quantize=cfg, bind=bind,
+                      max_loop_iterations=max_loop_iterations)
         bound = bound_feeds(model, shapes, bind)
         compiled = _load(folder)
         if inputs is None and cfg.calibration is None:
@@ -1058,7 +1098,8 @@ def verify_quantized(model: str | Path, cfg: QuantizeConfig, *, target: str = "x
         return QuantVerifyResult(all(c.ok for c in checks), checks, folder)
 
 
-def _first_divergence(model, target, shapes, feeds, folder, bind: Binds | None = None
+def _first_divergence(model, target, shapes, feeds, folder, bind: Binds | None = None,
+                      max_loop_iterations: int | None = None
                       ) -> tuple[LayerCheck | None, int]:
     """Compiles again with every surviving ONNX value as an output and finds, in order,
     the first node whose output differs from onnxruntime's."""
@@ -1069,7 +1110,7 @@ def _first_divergence(model, target, shapes, feeds, folder, bind: Binds | None =
     candidates = [o for n in g.nodes for o in n.outputs
                   if o in onnx_values and o not in g.outputs]
     res = compile(model, folder, target=target, shapes=shapes, extra_outputs=candidates,
-                  bind=bind)
+                  bind=bind, max_loop_iterations=max_loop_iterations)
     got = _load(folder).run(feeds)
     ref = _onnxruntime_outputs(model, {**feeds, **bound_feeds(model, shapes, bind)},
                                candidates + list(g.outputs))
@@ -1174,7 +1215,8 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
           seed: int = 0, isolation: str = "auto", rounds: int | None = None,
           child_timeout_s: float = _bench.CHILD_TIMEOUT_S, bind: Binds | None = None,
           quantize: QuantizeConfig | None = None, per_layer: bool = True,
-          conv_choices: dict[str, str] | None = None) -> BenchResult | _bench.FirmwareBench:
+          conv_choices: dict[str, str] | None = None,
+          max_loop_iterations: int | None = None) -> BenchResult | _bench.FirmwareBench:
     """Compiles the model, then times the library and onnxruntime (`threads` intra-op threads,
     graph optimizations ALL); see mlcc/benchmark.py for the method.
 
@@ -1189,11 +1231,13 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
     On a firmware target (cortex-m*), nothing is timed: the instructions of one inference
     are counted in the emulator, per layer too (`per_layer`), and the RAM and flash of the
     firmware reported (a FirmwareBench); `quantize` compiles the model to int8 first.
-    conv_choices: as for compile (`--tune`)."""
+    conv_choices: as for compile (`--tune`).
+    max_loop_iterations: as compile's."""
+    check_max_loop_iterations(max_loop_iterations)
     tgt = load_target(target)
     if tgt.output == "firmware":
         return _bench_firmware(model, tgt, target, shapes, output_dir, seed, bind, quantize,
-                               per_layer)
+                               per_layer, max_loop_iterations)
     if quantize is not None:
         raise InputError("bench compiles float models on this target: --quantize is for "
                          "firmware targets (cortex-m*), whose instructions it counts")
@@ -1227,7 +1271,8 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
         folder = Path(output_dir) if output_dir else Path(tmp) / "model"
         t0 = time.perf_counter()
         res = compile(model, folder, target=target, shapes=shapes, bind=bind,
-                      conv_choices=conv_choices)
+                      conv_choices=conv_choices,
+                      max_loop_iterations=max_loop_iterations)
         compile_time = time.perf_counter() - t0
         flops = graph_flops(res.graph)
         feeds = (tflite_random_inputs if tflite else random_inputs)(res.graph, seed)
@@ -1285,14 +1330,15 @@ def _count_firmware(fm, feeds: dict, runs: int, plugin: Path, mark: int = 0
 
 
 def _bench_firmware(model, tgt, target: str, shapes, output_dir, seed, bind, quantize,
-                    per_layer: bool) -> _bench.FirmwareBench:
+                    per_layer: bool, max_loop_iterations: int | None = None
+                    ) -> _bench.FirmwareBench:
     """Instructions per inference of the firmware under its emulator (mlcc/benchmark.py)."""
     from .runtime import FirmwareModel
 
     with tempfile.TemporaryDirectory(prefix="mlcc-bench-") as tmp:
         folder = Path(output_dir) if output_dir else Path(tmp) / "model"
         res = compile(model, folder, target=target, shapes=shapes, bind=bind,
-                      quantize=quantize)
+                      quantize=quantize, max_loop_iterations=max_loop_iterations)
         plugin = _bench.build_icount_plugin(Path(tmp) / "plugin")
         feeds = random_inputs(res.graph, seed)
         fm = FirmwareModel(folder)

@@ -107,6 +107,10 @@ max_output_option = click.option(
          "...), for at most N along that axis; repeatable.")
 shape_option = click.option("--shape", "shapes", multiple=True, metavar="NAME=D1,D2,...",
                             help="Static shape of an input; repeat for each input.")
+max_loop_option = click.option(
+    "--max-loop-iterations", "max_loop_iterations", default=None, metavar="N",
+    help="Fail a Loop whose trip count or condition is known only at run time with status "
+         "MLCC_ERR_LOOP_LIMIT (12) when it needs more than N iterations (default 1000000).")
 bind_option = click.option("--bind", "binds", multiple=True, metavar="NAME=V1,V2,...|NAME=F.npy",
                            help="Give an input its value at compile time (it stops being an "
                                 "input and folds like a constant); repeatable.")
@@ -213,6 +217,7 @@ def _progress_bar(label: str, done: int, total: int) -> None:
               help="Also compile the weights into the library (weights.c), for devices "
                    "without files.")
 @max_output_option
+@max_loop_option
 @click.option("--dump-ir", is_flag=True, help="Print the graph after each pass.")
 @click.option("--no-build", is_flag=True, help="Write the sources only; skip the C compiler.")
 @click.option("--min-sqnr", "min_sqnr", type=float, default=None, metavar="DB",
@@ -237,9 +242,9 @@ def _progress_bar(label: str, done: int, total: int) -> None:
 @quant_options
 @_guard
 def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_weights,
-                max_outputs, dump_ir, no_build, min_sqnr, max_drop, metric, eval_data, tune,
-                tuning_file, quantize, calibration, calibrator, percentile, per_channel,
-                requant, report, export_qdq, smooth, equalize, equalize_relu6,
+                max_outputs, max_loop_iterations, dump_ir, no_build, min_sqnr, max_drop, metric,
+                eval_data, tune, tuning_file, quantize, calibration, calibrator, percentile,
+                per_channel, requant, report, export_qdq, smooth, equalize, equalize_relu6,
                 bias_correction, keep_float):
     """Compile MODEL (an .onnx file) into C sources, a weight blob and a library."""
     from . import api, tuning
@@ -274,6 +279,7 @@ def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_wei
                       max_arena=_size(max_arena), build=not no_build,
                       embed_weights=embed_weights, quantize=qcfg, bind=_binds(binds),
                       max_outputs=api.parse_max_outputs(max_outputs),
+                      max_loop_iterations=api.parse_max_loop_iterations(max_loop_iterations),
                       dump_ir=(lambda text: click.echo(text)) if dump_ir else None,
                       conv_choices=choices)
     if tuned is not None:
@@ -350,10 +356,11 @@ def run_cmd(folder, inputs, outputs):
 @click.option("--min-sqnr", default=None, type=float,
               help="With --quantize: the output SQNR (dB) that passes (default 15).")
 @max_output_option
+@max_loop_option
 @quant_options
 @_guard
 def verify_cmd(model, target, shapes, binds, inputs, per_layer, output, min_sqnr, max_outputs,
-               quantize,
+               max_loop_iterations, quantize,
                calibration, calibrator, percentile, per_channel, requant, report, export_qdq,
                smooth, equalize, equalize_relu6, bias_correction, keep_float):
     """Compile MODEL and compare its outputs with onnxruntime's."""
@@ -361,6 +368,7 @@ def verify_cmd(model, target, shapes, binds, inputs, per_layer, output, min_sqnr
 
     sh = _shapes(shapes)
     bind = _binds(binds)
+    loop_limit = api.parse_max_loop_iterations(max_loop_iterations)
     qcfg = _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant,
                          report, export_qdq, smooth, equalize, equalize_relu6,
                          bias_correction, keep_float)
@@ -369,6 +377,7 @@ def verify_cmd(model, target, shapes, binds, inputs, per_layer, output, min_sqnr
             raise MlccError("mlcc verify takes --max-output without --quantize only")
         res = api.verify_quantized(model, qcfg, target=target, shapes=sh, inputs=inputs,
                                    output_dir=output, bind=bind,
+                                   max_loop_iterations=loop_limit,
                                    min_sqnr=api.DEFAULT_MIN_SQNR if min_sqnr is None else min_sqnr)
         for c in res.outputs:
             agree = "" if c.argmax_agreement is None else \
@@ -383,7 +392,8 @@ def verify_cmd(model, target, shapes, binds, inputs, per_layer, output, min_sqnr
     feeds = api.load_inputs_npz(inputs, model, sh, bind) if inputs else None
     res = api.verify(model, target=target, shapes=sh, inputs=feeds, per_layer=per_layer,
                      output_dir=output, bind=bind,
-                     max_outputs=api.parse_max_outputs(max_outputs))
+                     max_outputs=api.parse_max_outputs(max_outputs),
+                     max_loop_iterations=loop_limit)
     for c in res.outputs:
         extra = "" if c.argmax_ok is None else f", argmax {'same' if c.argmax_ok else 'DIFFERS'}"
         click.echo(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: max abs error {c.max_abs_error:.3g} "
@@ -445,9 +455,10 @@ def inspect_cmd(model, shapes, binds):
                    "--tune).")
 @click.option("--tuning", "tuning_file", default=None, type=click.Path(dir_okay=False),
               help="Compile with the choices of a tuning.json.")
+@max_loop_option
 @_guard
 def bench_cmd(model, target, shapes, binds, threads, runs, isolation, rounds, output, quantize,
-              calibration, tune, tuning_file):
+              calibration, tune, tuning_file, max_loop_iterations):
     """Time MODEL compiled by mlcc against onnxruntime: in one process, interleaved, on 1
     thread; each engine in its own processes, alternated, on more (--isolation). On a
     microcontroller target (cortex-m*), count the instructions of one inference in the
@@ -461,7 +472,8 @@ def bench_cmd(model, target, shapes, binds, threads, runs, isolation, rounds, ou
                if tune else tuning.read_tuning(tuning_file) if tuning_file else None)
     res = api.bench(model, target=target, shapes=_shapes(shapes), threads=threads, runs=runs,
                     output_dir=output, isolation=isolation, rounds=rounds, bind=_binds(binds),
-                    quantize=qcfg, conv_choices=choices)
+                    quantize=qcfg, conv_choices=choices,
+                    max_loop_iterations=api.parse_max_loop_iterations(max_loop_iterations))
     click.echo(res.report(), nl=False)
 
 

@@ -10,7 +10,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-CALL = re.compile(r"^    (mlcc_[a-z0-9_]+)\((?:&(p_\w+))?")
+# a kernel call, or one whose status is checked (`status = mlcc_f32_recurrent(...);`)
+CALL = re.compile(r"^    (?:status = )?(mlcc_[a-z0-9_]+)\((?:&(p_\w+))?")
 FIELDS = 10  # per call: wall, caller CPU, then (pool stats) units' CPU on the caller and on
              # workers, the caller's wait (wall, CPU), units on the caller, on workers, the
              # workers' delay from a loop's start to their first unit, and their sleeps

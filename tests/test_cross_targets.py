@@ -212,6 +212,24 @@ def test_int8_digits_is_the_x86_result_bit_for_bit(tmp_path, target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_int8_recurrent(tmp_path, target):
+    """int8 LSTM and GRU (input projections on the integer GEMM, the steps in float;
+    test_quant_recurrent.py) on the target: SQNR >= 30 dB against onnxruntime's float
+    outputs, and the x86 int8 build's outputs up to float rounding (>= 50 dB)."""
+    from test_quant_recurrent import features, kws_model, quantized, sqnr_db
+    from util import reference_outputs
+    model = kws_model()
+    calib = {"x": features(16, seed=1)}
+    _, x86 = quantized(tmp_path, model, calib)
+    _, lib = quantized(tmp_path, model, calib, target=target)
+    xs = features(2, seed=2)
+    got = np.stack([lib.run({"x": x})["logits"] for x in xs])
+    ref = np.stack([reference_outputs(model, {"x": x})["logits"] for x in xs])
+    assert sqnr_db(ref, got) >= 30
+    assert sqnr_db(np.stack([x86.run({"x": x})["logits"] for x in xs]), got) >= 50
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_quantize_dynamic_cnn(tmp_path, target):
     """onnxruntime's dynamic quantization (DynamicQuantizeLinear, ConvInteger plain and
     depthwise with uint8 per-channel weights and zero points, MatMulInteger)."""

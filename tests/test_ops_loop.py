@@ -11,8 +11,8 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 import mlcc
-from mlcc.errors import RuntimeStatusError, UnsupportedError
-from util import check_model, compile_and_run
+from mlcc.errors import InputError, RuntimeStatusError, UnsupportedError
+from util import check_model, compile_and_run, reference_outputs
 
 F, I64, B = T.FLOAT, T.INT64, T.BOOL
 vi = helper.make_tensor_value_info
@@ -99,13 +99,14 @@ def test_run_time_trip_count_and_condition(tmp_path, m):
     check_model(halving(True), feeds, tmp_path)
 
 
-def test_run_time_trip_count_over_the_limit_is_a_status(tmp_path, monkeypatch):
-    import mlcc.ops.control_flow as cf
-    monkeypatch.setattr(cf, "DEFAULT_MAX_ITERATIONS", 5)
+def test_run_time_trip_count_over_the_limit_is_a_status(tmp_path):
     m = halving(True)
     onnx.save(m, str(tmp_path / "m.onnx"))
-    mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", target="x86")
+    res = mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", target="x86",
+                       max_loop_iterations=5)
     assert "if (i0 >= 5) return MLCC_ERR_LOOP_LIMIT;" in (tmp_path / "out" / "model.c").read_text()
+    assert res.manifest["max_loop_iterations"] == 5
+    assert "--max-loop-iterations 5" in res.manifest["command"]
     lib = mlcc.load(tmp_path / "out")
     y0 = np.full(7, 100.0, np.float32)      # sum 700: ten halvings to reach 1
     ok = lib.run({"y0": y0, "c0": np.array(True), "M": np.array(5, np.int64)})
@@ -114,6 +115,77 @@ def test_run_time_trip_count_over_the_limit_is_a_status(tmp_path, monkeypatch):
         lib.run({"y0": y0, "c0": np.array(True), "M": np.array(6, np.int64)})
     with pytest.raises(RuntimeStatusError, match="more iterations than its maximum"):
         lib.run({"y0": y0, "c0": np.array(True), "M": np.array(1 << 62, np.int64)})
+
+
+def _run_with_canaries(lib, feeds: dict) -> tuple[int, list[np.ndarray], list[np.ndarray]]:
+    """One NAME_run_v call whose output buffers sit between 64 canary bytes on each side:
+    (status, the outputs, the canary regions after the call)."""
+    arrays = [np.ascontiguousarray(feeds[t["name"]], dtype=t["dtype"]) for t in lib.inputs]
+    pad, bufs, outs = 64, [], []
+    for t in lib.outputs:
+        nbytes = int(np.prod(t["shape"], dtype=np.int64)) * np.dtype(t["dtype"]).itemsize
+        buf = np.full(2 * pad + nbytes, 0xA5, np.uint8)
+        bufs.append(buf)
+        outs.append(buf[pad:pad + nbytes].view(t["dtype"]).reshape(t["shape"]))
+    ffi = lib._ffi
+    ins = ffi.new("void *[]", [ffi.from_buffer(a) for a in arrays])
+    ous = ffi.new("void *[]", [ffi.from_buffer(b[pad:]) for b in bufs])
+    status = lib._run(lib._ctx, ins, ous)
+    return status, outs, [np.concatenate([b[:pad], b[-pad:]]) for b in bufs]
+
+
+@pytest.mark.parametrize("with_trip", [True, False])
+def test_loop_limit_writes_nothing_past_the_outputs(tmp_path, with_trip):
+    """A Loop past --max-loop-iterations returns MLCC_ERR_LOOP_LIMIT (status 12) from the C
+    call, and writes no byte around its output buffers; within the limit the same call
+    matches onnxruntime. The bound is a run-time M or, without M, the condition alone."""
+    from mlcc.cli import main
+    from click.testing import CliRunner
+    onnx.save(halving(with_trip), str(tmp_path / "m.onnx"))
+    r = CliRunner().invoke(main, ["compile", str(tmp_path / "m.onnx"), "-o",
+                                  str(tmp_path / "out"), "--max-loop-iterations", "7"])
+    assert r.exit_code == 0, r.output
+    lib = mlcc.load(tmp_path / "out")
+    assert lib.manifest["max_loop_iterations"] == 7
+    feeds = {"y0": np.full(7, 100.0, np.float32), "c0": np.array(True)}   # 10 halvings
+    if with_trip:
+        feeds["M"] = np.array(1000, np.int64)
+    status, _, canaries = _run_with_canaries(lib, feeds)
+    assert status == 12 and lib.status_string(status).startswith("a Loop needs more")
+    assert all((c == 0xA5).all() for c in canaries)
+    feeds["y0"] = np.full(7, 10.0, np.float32)                            # 7 halvings: ok
+    status, outs, canaries = _run_with_canaries(lib, feeds)
+    assert status == 0 and all((c == 0xA5).all() for c in canaries)
+    ref = reference_outputs(halving(with_trip), feeds)
+    assert int(outs[1]) == int(ref["n"]) == 7
+    np.testing.assert_array_equal(outs[0], ref["y"])
+
+
+@pytest.mark.parametrize("bad", ["0", "-3", "2.5", "ten", "1e6", str(1 << 63)])
+def test_bad_max_loop_iterations_is_a_one_line_error(tmp_path, bad):
+    from mlcc.cli import main
+    from click.testing import CliRunner
+    onnx.save(halving(True), str(tmp_path / "m.onnx"))
+    for cmd in (["compile", "-o", str(tmp_path / "out")], ["verify"], ["bench"]):
+        r = CliRunner().invoke(main, [cmd[0], str(tmp_path / "m.onnx"), *cmd[1:],
+                                      "--max-loop-iterations", bad])
+        assert r.exit_code == 1, (cmd, r.output)
+        lines = r.output.strip().splitlines()
+        assert lines == [f"mlcc: error: --max-loop-iterations {bad!r}: expected an integer "
+                         f"from 1 to {(1 << 63) - 1}"], r.output
+    assert not (tmp_path / "out").exists()
+    for value in (0, -1, 2.5, True, "5"):
+        with pytest.raises(InputError, match="--max-loop-iterations"):
+            mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", max_loop_iterations=value)
+
+
+def test_verify_takes_max_loop_iterations(tmp_path):
+    """verify compiles with the bound (a smaller one than the model needs fails the run)."""
+    onnx.save(halving(False), str(tmp_path / "m.onnx"))
+    feeds = {"y0": np.full(7, 10.0, np.float32), "c0": np.array(True)}
+    assert mlcc.verify(tmp_path / "m.onnx", inputs=feeds, max_loop_iterations=7).ok
+    with pytest.raises(RuntimeStatusError, match="more iterations than its maximum"):
+        mlcc.verify(tmp_path / "m.onnx", inputs=feeds, max_loop_iterations=6)
 
 
 def test_swapped_and_passed_through_carried_values(tmp_path):

@@ -242,3 +242,27 @@ def test_two_layer_bidirectional_lstm(tmp_path):
     feeds = {"X": rng.standard_normal((seq, batch, inp)).astype(np.float32)}
     model = make_model(nodes, feeds, ["Z1", "Yh1", "Yc1"], initializers=inits, opset=14)
     check(tmp_path, model, feeds)
+
+
+def test_crnn_bench_model(tmp_path):
+    """The CRNN text recognizer of `make bench` (bench/recurrent_models.py: convolutions ->
+    two BiLSTMs -> LogSoftmax over 32 steps) against onnxruntime, on two line images in
+    [0, 1]: the log-probabilities within verify's tolerance and the same greedy CTC path."""
+    import recurrent_models as rm
+
+    path = rm.crnn(tmp_path / "crnn.onnx")
+    model = onnx.load(str(path))
+    mlcc.compile(path, tmp_path / "out")
+    lib = mlcc.load(tmp_path / "out")
+    rng = np.random.default_rng(5)
+    for image in (rng.uniform(0, 1, (1, 1, 32, 128)),
+                  np.clip(np.sin(np.arange(128) / 3.0) * np.cos(np.arange(32)[:, None] / 5.0)
+                          + 0.5, 0, 1)[None, None]):
+        feeds = {"image": image.astype(np.float32)}
+        got = lib.run(feeds)["log_probs"]
+        ref = ort_run(model, feeds)["log_probs"]
+        assert got.shape == ref.shape == (32, 1, 97)
+        c = compare("log_probs", got, ref)
+        assert c.ok, c
+        assert (got.argmax(-1) == ref.argmax(-1)).all()
+        assert len(set(ref.argmax(-1).ravel().tolist())) > 3     # not a constant path

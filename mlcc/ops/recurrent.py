@@ -7,6 +7,11 @@ column panels of mlcc_f32_gemm__panels_threaded (one product for the input proje
 step and direction), R transposed and packed per direction for the per-step product, Wb + Rb
 summed into one bias (GRU keeps Rbh apart: it is added inside the reset). Weights computed at run
 time are refused. X, sequence_lens, initial_h and initial_c may be run-time inputs.
+
+Under --quantize int8 the quantizer's "recurrent" rule (mlcc/quant/recurrent.py) moves the input
+projections onto the integer GEMM (an mlcc.QFC writing float32, bias included) and marks the
+node `_projected`: its X is then those projections [seq, batch, D*G*H] (layout 1: [batch, seq,
+D*G*H]), its W input is "", and the kernel skips its first product (w_panels NULL).
 """
 from __future__ import annotations
 
@@ -53,11 +58,28 @@ def _r16(n: int) -> int:
     return -(-n // 16) * 16
 
 
-def scratch_floats(op: str, seq: int, batch: int, hidden: int, nd: int) -> int:
-    """The kernel's scratch (recurrent.c): the input projections, one step's gates, the
-    state h and c and GRU's two temporaries, each rounded up to 16 floats."""
+def scratch_floats(op: str, seq: int, batch: int, hidden: int, nd: int,
+                   projected: bool = False) -> int:
+    """The kernel's scratch (recurrent.c): the input projections (unless given), one step's
+    gates, the state h and c and GRU's two temporaries, each rounded up to 16 floats."""
     gh = GATES[op] * hidden
-    return _r16(seq * batch * nd * gh) + _r16(batch * gh) + 4 * _r16(batch * hidden)
+    return (0 if projected else _r16(seq * batch * nd * gh)) + _r16(batch * gh) + \
+        4 * _r16(batch * hidden)
+
+
+def input_projection(op: str, node: Node, g: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """(W of all directions as one [D*G*H, input] matrix, the bias added to its products
+    [D*G*H]: Wb + Rb, but for GRU's h gate Wbh alone, its Rbh being added inside the
+    reset)."""
+    w = g.const(node.inputs[1]).astype(np.float32)            # [nd, gh, inp]
+    nd, gh, inp = w.shape
+    b = g.const(node.input(3))
+    b = (np.zeros((nd, 2 * gh), np.float32) if b is None else b.astype(np.float32))
+    bias = b[:, :gh] + b[:, gh:]
+    if op == "GRU":
+        hidden = gh // 3
+        bias[:, 2 * hidden:] = b[:, 2 * hidden:gh]
+    return w.reshape(nd * gh, inp), np.ascontiguousarray(bias.reshape(-1))
 
 
 def activations(node: Node, op: str, nd: int) -> list[tuple[int, float, float]]:
@@ -91,10 +113,13 @@ class _Recurrent(OpDef):
     attributes = {
         "activations": None, "activation_alpha": None, "activation_beta": None,
         "clip": None, "direction": lambda v: _str(v) in DIRECTIONS, "hidden_size": None,
-        "layout": lambda v: int(v) in (0, 1),
+        "layout": lambda v: int(v) in (0, 1), "_projected": None,
     }
+    quant_rules = ("recurrent",)
 
     def _dims(self, node: Node, g: Graph):
+        """(seq, batch, input, hidden, directions, layout); input is 0 for a _projected node
+        (its X holds the input projections)."""
         x = g.value(node.inputs[0])
         layout = int(node.attr("layout", 0))
         if layout:
@@ -102,9 +127,9 @@ class _Recurrent(OpDef):
         else:
             seq, batch, inp = x.shape
         nd = 2 if _str(node.attr("direction", "forward")) == "bidirectional" else 1
-        w = g.value(node.inputs[1])
-        hidden = int(w.shape[1]) // GATES[self.op]
-        return seq, batch, inp, hidden, nd, layout
+        r = g.value(node.inputs[2])
+        hidden = int(r.shape[2])
+        return seq, batch, 0 if node.attr("_projected") else inp, hidden, nd, layout
 
     def infer(self, node, ins, g):
         op = self.op
@@ -120,16 +145,23 @@ class _Recurrent(OpDef):
                 raise UnsupportedError(f"{op} node {node.name!r}: {what} "
                                        f"{node.inputs[i]!r} must be a constant (weights "
                                        f"computed at run time are not supported)")
+        if ins[2] is None or len(ins[2].shape) != 3:
+            raise ModelError(f"{op} node {node.name!r}: R must be 3-D")
         seq, batch, inp, hidden, nd, layout = self._dims(node, g)
         hs = node.attr("hidden_size")
         gates = GATES[op]
+        if not node.attr("_projected") and (len(ins) < 2 or ins[1] is None):
+            raise ModelError(f"{op} node {node.name!r}: W is missing")
+        if node.attr("_projected") and tuple(x.shape[2:]) != (nd * gates * hidden,):
+            raise ModelError(f"{op} node {node.name!r}: its input projections have shape "
+                             f"{list(x.shape)}, expected the last axis {nd * gates * hidden}")
         shapes = {1: (nd, gates * hidden, inp), 2: (nd, gates * hidden, hidden),
                   3: (nd, 2 * gates * hidden), 4: (batch,),
                   5: (batch, nd, hidden) if layout else (nd, batch, hidden),
                   6: (batch, nd, hidden) if layout else (nd, batch, hidden),
                   7: (nd, 3 * hidden)}
         if hs is not None and int(hs) != hidden:
-            raise ModelError(f"{op} node {node.name!r}: hidden_size {hs} but W holds "
+            raise ModelError(f"{op} node {node.name!r}: hidden_size {hs} but R holds "
                              f"{hidden} per gate")
         for i, v in enumerate(ins[1:], 1):
             if v is not None and tuple(v.shape) != shapes[i]:
@@ -145,16 +177,16 @@ class _Recurrent(OpDef):
         seq, batch, inp, hidden, nd, layout = self._dims(node, g)
         gates = GATES[op]
         gh = gates * hidden
-        w = g.const(node.inputs[1]).astype(np.float32)            # [nd, gh, inp]
+        projected = bool(node.attr("_projected"))
         r = g.const(node.inputs[2]).astype(np.float32)            # [nd, gh, hidden]
-        b = g.const(node.input(3))
-        b = (np.zeros((nd, 2 * gh), np.float32) if b is None else b.astype(np.float32))
-        bias = b[:, :gh] + b[:, gh:]
         rbh = ""
         if op == "GRU":   # Rbh is added inside the reset, not to the input projection
-            bias[:, 2 * hidden:] = b[:, 2 * hidden:gh]
-            rbh = lo.add_const(f"{node.name}.rbh", np.ascontiguousarray(b[:, gh + 2 * hidden:]))
-        w_panels = pack_b_panels(w.reshape(nd * gh, inp).T)
+            b = g.const(node.input(3))
+            rb = (np.zeros((nd, hidden), np.float32) if b is None else
+                  b.astype(np.float32)[:, gh + 2 * hidden:])
+            rbh = lo.add_const(f"{node.name}.rbh", np.ascontiguousarray(rb))
+        if not projected:
+            w, b_in = input_projection(op, node, g)
         r_parts = []
         for d in range(nd):
             rt = r[d].T                                            # [hidden, gh]
@@ -171,10 +203,12 @@ class _Recurrent(OpDef):
             kinds[d * MAX_ACTS + f], alphas[d * MAX_ACTS + f], betas[d * MAX_ACTS + f] = k, a, bt
         clip = node.attr("clip")
         outs = [node.outputs[i] if i < len(node.outputs) else "" for i in range(3)]
+        # (constants added in the order of the arguments)
         args = [node.inputs[0],
-                lo.add_const(f"{node.name}.w_panels", w_panels),
+                "" if projected else lo.add_const(f"{node.name}.w_panels", pack_b_panels(w.T)),
                 lo.add_const(f"{node.name}.r_panels", np.concatenate(r_parts)),
-                lo.add_const(f"{node.name}.bias", np.ascontiguousarray(bias)), rbh,
+                "" if projected else lo.add_const(f"{node.name}.bias", b_in.reshape(nd, gh)),
+                rbh,
                 node.input(7) if op == "LSTM" else "",
                 node.input(4), node.input(5), node.input(6) if op == "LSTM" else "",
                 outs[0], outs[1], outs[2] if op == "LSTM" else ""]
@@ -188,7 +222,7 @@ class _Recurrent(OpDef):
                     "has_clip": int(clip is not None),
                     "clip": float(clip) if clip is not None else 0.0,
                     "act_kind": kinds, "act_alpha": alphas, "act_beta": betas},
-                scratch_bytes=4 * scratch_floats(op, seq, batch, hidden, nd),
+                scratch_bytes=4 * scratch_floats(op, seq, batch, hidden, nd, projected),
                 returns_status=True, pool=True)
 
     def flops(self, node: Node, g: Graph) -> int:

@@ -18,6 +18,7 @@ from .observers import CALIBRATORS, DEFAULT_CALIBRATOR, Calibrator, Range
 from .rewrite import (QuantOptions, QuantResult, needed_ranges, quantize_graph,
                       conv_transpose_as_conv, split_table_activations)
 from .scheme import QParams, activation_qparams
+from . import recurrent as _recurrent  # noqa: F401  (registers the quantizer's "recurrent" rule)
 
 RunFn = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 

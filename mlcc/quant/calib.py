@@ -153,7 +153,8 @@ class CalibrationSet:
             if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
                 bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
                 raise InputError(f"{where}: input {name!r} has {bad} NaN or Inf value(s)")
-            out[name] = np.ascontiguousarray(arr, dtype=want)
+            # (np.ascontiguousarray makes a scalar 1-D: a Loop's trip count stays a scalar)
+            out[name] = np.ascontiguousarray(arr, dtype=want).reshape(shape)
         return out
 
     # ------------------------------------------------------------------ readers

@@ -15,6 +15,7 @@ uint8 names of the values quantized so far, and the helpers that insert Q/DQ nod
   channel_scale     x * s per channel (squeeze-excitation) -> mlcc.QChannelScale
   add               Add of two uint8 tensors -> mlcc.QAdd
   concat            Concat on codes, inputs requantized to the output's parameters
+  recurrent         LSTM, GRU, RNN: input projections on the integer GEMM (recurrent.py)
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from .scheme import (QParams, act_clamp, activation_qparams, fit_bias, fixed_mul
                      float_multipliers, function_table, quantize_bias, quantize_weights)
 
 # the rules whose operators read uint8 inputs as they are (the table rule: see table_fn)
-_CODE_READERS = {"integer_producer", "movement", "pool", "split", "add", "concat"}
+_CODE_READERS = {"integer_producer", "movement", "pool", "split", "add", "concat", "recurrent"}
 
 
 @dataclass

@@ -168,8 +168,10 @@ int mlcc_f32_recurrent(const mlcc_recurrent_params *p, const float *x, const flo
     const int64_t n0 = is_gru ? 2 * H : GH;
     const int64_t r0_floats = panel_floats(H, n0);
     const int64_t r_dir_floats = r0_floats + (is_gru ? panel_floats(H, H) : 0);
-    float *xw = scratch;                                  /* [S * B][ND * GH] */
-    float *gates = xw + round16(S * B * ND * GH);         /* [B][GH] */
+    /* the input projections [S * B][ND * GH]: computed into the scratch, or given as x */
+    float *proj = w_panels ? scratch : NULL;
+    const float *xw = w_panels ? proj : x;
+    float *gates = scratch + (w_panels ? round16(S * B * ND * GH) : 0);   /* [B][GH] */
     float *h = gates + round16(B * GH);                   /* [B][H] */
     float *c = h + round16(B * H);                        /* [B][H] */
     float *tmp = c + round16(B * H);                      /* [B][H] (GRU: r * h) */
@@ -180,8 +182,9 @@ int mlcc_f32_recurrent(const mlcc_recurrent_params *p, const float *x, const flo
         for (b = 0; b < B; b++)
             if (seq_lens[b] < 0 || seq_lens[b] > S) return MLCC_ERR_INDEX_OUT_OF_RANGE;
 
-    /* 1. the input projections of every step and direction: rows in X's order */
-    product(S * B, ND * GH, I, x, I, w_panels, bias, xw, pool);
+    /* 1. the input projections of every step and direction: rows in X's order (with no
+     * w_panels, x holds them already: the int8 product of the quantized model) */
+    if (w_panels) product(S * B, ND * GH, I, x, I, w_panels, bias, proj, pool);
 
     for (d = 0; d < ND; d++) {
         const int rev = d == 1 || p->reverse;

@@ -44,11 +44,15 @@ typedef struct mlcc_recurrent_params {
 } mlcc_recurrent_params;
 
 /* x: layout 0 [seq][batch][input], 1 [batch][seq][input].
- * w_panels: [W[0]; W[1]]^T (input x num_directions * G * H) in column panels.
+ * w_panels: [W[0]; W[1]]^T (input x num_directions * G * H) in column panels; or NULL: x then
+ *      holds the input projections themselves, [seq * batch][num_directions * G * H] with the
+ *      bias added, rows in x's order (an int8 model computes them on the integer GEMM), and
+ *      neither `input` nor `bias` is read.
+ * scratch: mlcc/ops/recurrent.py scratch_floats() floats (without the projections' part when
+ *      w_panels is NULL).
  * r_panels: per direction, R^T (H x G * H) in column panels; for GRU two products, those of
  *      z and r (H x 2H) then those of h (H x H). Each direction's panels start where the
  *      previous one's end (mlcc/ops/recurrent.py packs them).
- * scratch: mlcc/ops/recurrent.py scratch_floats() floats.
  * bias: [num_directions][G * H], added to the input projections (Wb + Rb; GRU's h gate: Wbh).
  * rbh: GRU only, [num_directions][H] = Rbh, added to the h gate's recurrent product (inside the
  *      reset for linear_before_reset = 1); NULL otherwise.
