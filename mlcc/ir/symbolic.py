@@ -33,6 +33,7 @@ class DimVar:
     lo: int
     hi: int
     index: int           # position in the model's list of dynamic dimensions (the C dims[])
+    step: int = 1        # every size is a multiple of step (--shape x=1,3,64..960:32)
 
     @property
     def symbol(self) -> str:
@@ -66,8 +67,8 @@ def _imul(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
 
 def _atom_interval(atom) -> tuple[int, int]:
     kind = atom[0]
-    if kind == "var":
-        return atom[1].lo, atom[1].hi
+    if kind == "var":           # the variable's atom is size / step (an integer)
+        return atom[1].lo // atom[1].step, atom[1].hi // atom[1].step
     a, b = _poly_interval(atom[1]), _poly_interval(atom[2])
     if kind == "div":          # both non-negative, divisor positive (checked when built)
         return a[0] // b[1], a[1] // b[0]
@@ -117,7 +118,9 @@ class SymInt:
 
     @staticmethod
     def var(v: DimVar) -> "SymInt":
-        return SymInt(_norm({(("var", v),): 1}))
+        """The size of v: step x (its atom, size / step), so that divisions by the step's
+        factors stay polynomials (ceil(H / 2) of H = 32 k is 16 k)."""
+        return SymInt(_norm({(("var", v),): v.step}))
 
     @staticmethod
     def make(poly: tuple) -> "int | SymInt":
@@ -129,7 +132,8 @@ class SymInt:
         return _vars_of(self.poly)
 
     def _names(self) -> str:
-        return ", ".join(f"{v.name} ({v.lo}..{v.hi})" for v in self.dims)
+        return ", ".join(f"{v.name} ({v.lo}..{v.hi}{f' step {v.step}' if v.step > 1 else ''})"
+                         for v in self.dims)
 
     def undecided(self, what: str) -> SymbolicError:
         return SymbolicError(f"{what} depends on the size of {self._names()}; not supported "
@@ -288,8 +292,9 @@ def _binary(kind: str, a, b):
         if len(inner[2]) == 1 and not inner[2][0][0]:
             return _binary("div", SymInt(inner[1]), inner[2][0][1] * b)
     if isinstance(b, int):
-        if kind == "div" and all(c % b == 0 for _, c in pa):
-            return SymInt.make(_norm({m: c // b for m, c in pa}))
+        if kind == "div" and all(c % b == 0 for m, c in pa if m):
+            # (b X + c) // b = X + c // b for any integer X
+            return SymInt.make(_norm({m: c // b for m, c in pa if m})) + _norm_const(pa) // b
         if kind == "mod" and all(c % b == 0 for m, c in pa if m):
             return _norm_const(pa) % b
         if ia[0] // b == ia[1] // b:
@@ -347,7 +352,15 @@ def _render(poly, var_name, div: str, c: bool = False) -> str:
         return "0"
     parts = []
     for mono, coef in sorted(poly, key=lambda mc: (len(mc[0]) == 0,)):
-        factors = [_render_atom(a, var_name, div, c) for a in mono]
+        factors = []
+        for a in mono:
+            if a[0] == "var" and a[1].step > 1 and coef % a[1].step == 0:
+                coef //= a[1].step          # step x (size / step) is the size itself
+                factors.append(var_name(a[1]))
+            elif a[0] == "var" and a[1].step > 1:
+                factors.append(f"({var_name(a[1])} {div} {a[1].step})")
+            else:
+                factors.append(_render_atom(a, var_name, div, c))
         if abs(coef) != 1 or not factors:
             factors = [str(abs(coef))] + factors
         text = "*".join(factors)
@@ -371,7 +384,7 @@ def _render_atom(atom, var_name, div: str, c: bool) -> str:
 
 def _eval_atom(atom, env) -> int:
     if atom[0] == "var":
-        return int(env[atom[1].name])
+        return int(env[atom[1].name]) // atom[1].step
     a, b = _eval_poly(atom[1], env), _eval_poly(atom[2], env)
     return {"div": lambda: a // b, "mod": lambda: a % b, "min": lambda: min(a, b),
             "max": lambda: max(a, b)}[atom[0]]()
