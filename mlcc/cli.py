@@ -105,7 +105,9 @@ max_output_option = click.option(
     help="Plan the output NAME, whose size depends on the data (NonZero, NonMaxSuppression, "
          "...), for at most N along that axis; repeatable.")
 shape_option = click.option("--shape", "shapes", multiple=True, metavar="NAME=D1,D2,...",
-                            help="Static shape of an input; repeat for each input.")
+                            help="Shape of an input; repeat for each input. A dimension "
+                                 "LO..HI is a range of sizes, LO..HI:STEP the multiples of "
+                                 "STEP in it.")
 bind_option = click.option("--bind", "binds", multiple=True, metavar="NAME=V1,V2,...|NAME=F.npy",
                            help="Give an input its value at compile time (it stops being an "
                                 "input and folds like a constant); repeatable.")

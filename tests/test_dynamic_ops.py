@@ -16,6 +16,8 @@ import mlcc
 from mlcc.errors import InputError, ModelError, UnsupportedError
 from mlcc.frontend import parse_shape_option
 from mlcc.ir.symbolic import DimVar, SymInt
+from test_targets_arm import needs_arm
+from test_targets_wasm import needs_wasm
 
 
 def _save(path, nodes, inputs, outputs, inits=(), opset=13):
@@ -96,7 +98,7 @@ HW = {"x": (1, 3, (5, 23), (4, 17))}
 HW_SIZES = [{"x": s} for s in ((1, 3, 5, 4), (1, 3, 13, 9), (1, 3, 11, 16), (1, 3, 23, 17))]
 
 
-@pytest.mark.parametrize("mode, coord, scales, nearest", [
+RESIZE_CASES = [     # mode, coordinate_transformation_mode, scales, nearest_mode
     ("nearest", "asymmetric", [1, 1, 2, 2], "floor"),                  # YOLOv8, PP-OCR det
     ("nearest", "half_pixel", [1, 1, 1.5, 0.75], "round_prefer_floor"),
     ("nearest", "tf_half_pixel_for_nn", [1, 1, 3, 2], "round_prefer_ceil"),
@@ -105,12 +107,24 @@ HW_SIZES = [{"x": s} for s in ((1, 3, 5, 4), (1, 3, 13, 9), (1, 3, 11, 16), (1, 
     ("linear", "pytorch_half_pixel", [1, 1, 1.25, 3], None),
     ("linear", "align_corners", [1, 1, 2, 3], None),
     ("linear", "asymmetric", [1, 1, 0.25, 1], None),
-])
-def test_resize_scales_over_dynamic_sizes(tmp_path, mode, coord, scales, nearest):
+]
+
+
+def test_resize_scales_over_dynamic_sizes(tmp_path):
     """The output size floor(scale x size) is symbolic; the kernel computes the source indices
-    and weights at each run, as the compiler's tables do for a static size."""
-    path = _resize_model(tmp_path / "m.onnx", mode, coord, scales=scales,
-                         nearest=nearest or "floor")
+    and weights at each run, as the compiler's tables do for a static size (one model, one
+    Resize per case)."""
+    nodes, inits, outs = [], [], []
+    for k, (mode, coord, scales, nearest) in enumerate(RESIZE_CASES):
+        attrs = {"mode": mode, "coordinate_transformation_mode": coord}
+        if nearest:
+            attrs["nearest_mode"] = nearest
+        inits.append(nh.from_array(np.array(scales, np.float32), f"scales{k}"))
+        nodes.append(h.make_node("Resize", ["x", "", f"scales{k}"], [f"y{k}"],
+                                 name=f"resize{k}", **attrs))
+        outs.append(h.make_tensor_value_info(f"y{k}", T.FLOAT, None))
+    path = _save(tmp_path / "m.onnx", nodes,
+                 [h.make_tensor_value_info("x", T.FLOAT, [1, 3, "H", "W"])], outs, inits)
     _compare(path, tmp_path / "out", HW, HW_SIZES)
 
 
@@ -191,6 +205,24 @@ def test_step_makes_strided_halving_exact():
     assert not isinstance(plain[-1] * 2 - plain[-2], int)
 
 
+def test_split_and_concat_along_a_stepped_axis(tmp_path):
+    """Split into equal halves along a dynamic axis needs the size even: a step of 2 makes it
+    so (W = 2k: halves of k); Concat puts them back in the other order along that axis, and
+    Slice takes a dynamic part of it."""
+    i = lambda name, v: nh.from_array(np.array(v, np.int64), name)      # noqa: E731
+    path = _save(tmp_path / "m.onnx", [
+        h.make_node("Split", ["x"], ["a", "b"], axis=1, num_outputs=2, name="split"),
+        h.make_node("Concat", ["b", "a", "x"], ["y"], axis=1, name="concat"),
+        h.make_node("Slice", ["y", "st", "en", "ax"], ["y2"], name="slice")],
+        [h.make_tensor_value_info("x", T.FLOAT, [3, "W"])],
+        [h.make_tensor_value_info(n, T.FLOAT, None) for n in ("y", "y2")],
+        [i("st", [1]), i("en", [-2]), i("ax", [1])], opset=18)
+    _compare(path, tmp_path / "out", {"x": (3, (4, 20, 2))},
+             [{"x": (3, w)} for w in (4, 10, 20)])
+    with pytest.raises(UnsupportedError, match=r"node 'split' \(Split-18\): .*size of W"):
+        mlcc.compile(path, tmp_path / "odd", shapes={"x": (3, (4, 20))}, build=False)
+
+
 # ------------------------------------------------------ sizes computed into tensors
 
 def _anchor_model(path):
@@ -264,16 +296,8 @@ def test_float_arithmetic_on_a_size_is_refused(tmp_path):
 
 # ------------------------------------------------------------------ cross targets
 
-def _needs(target):
-    if target == "arm":
-        from test_targets_arm import needs_arm
-        return needs_arm
-    from test_targets_wasm import needs_wasm
-    return needs_wasm
-
-
-@pytest.mark.parametrize("target", [pytest.param("arm", marks=_needs("arm")),
-                                    pytest.param("wasm", marks=_needs("wasm"))])
+@pytest.mark.parametrize("target", [pytest.param("arm", marks=needs_arm),
+                                    pytest.param("wasm", marks=needs_wasm)])
 def test_resize_and_range_on_cross_targets(tmp_path, target):
     """The run-time tables and Range on arm (qemu) and wasm (node): the same results."""
     path = _resize_model(tmp_path / "r.onnx", "linear", "half_pixel", scales=[1, 1, 2, 0.5])
