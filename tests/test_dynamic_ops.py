@@ -438,3 +438,49 @@ def test_minilm_sequence_1_to_256(tmp_path):
     _compare(path, tmp_path / "minilm", {"input_ids": (1, (1, 256))},
              [{"input_ids": (1, n), "attention_mask": (1, n)} for n in (1, 9, 128, 256)],
              atol=2e-4, rtol=1e-3, feeds=_minilm_feeds)
+
+
+def test_computed_tables_at_every_width_under_address_sanitizer(tmp_path):
+    """Every width of the range (and one past each end, a status) through the run-time
+    Resize tables (nearest by 1.5, linear from sizes 2x), an edge Pad and a Range, buffers
+    of exactly their size, under AddressSanitizer and UBSan: no read or write past any (and
+    the same model against onnxruntime at three widths)."""
+    import shutil
+    import subprocess
+    from test_dynamic_shapes import ASAN_DRIVER
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    i = lambda name, v: nh.from_array(np.array(v, np.int64), name)      # noqa: E731
+    f = lambda name, v: nh.from_array(np.array(v, np.float32), name)    # noqa: E731
+    path = _save(tmp_path / "m.onnx", [
+        h.make_node("Resize", ["x", "", "sc"], ["r1"], mode="nearest", name="near",
+                    coordinate_transformation_mode="half_pixel"),
+        h.make_node("Pad", ["r1", "pads"], ["y"], mode="edge", name="pad"),
+        h.make_node("Shape", ["x"], ["s"], name="shape"),
+        h.make_node("Mul", ["s", "two"], ["sizes"], name="mul"),
+        h.make_node("Resize", ["x", "", "", "sizes"], ["r2"], mode="linear", name="lin"),
+        h.make_node("Gather", ["s", "k3"], ["w"], axis=0, name="w"),
+        h.make_node("Cast", ["w"], ["wf"], to=T.FLOAT, name="cast"),
+        h.make_node("Range", ["zero", "wf", "one"], ["ramp"], name="range"),
+        h.make_node("Reshape", ["ramp", "shape4"], ["ramp4"], name="ramp4"),
+        h.make_node("Resize", ["ramp4", "", "sc2"], ["ramp2"], mode="nearest", name="ramp2"),
+        h.make_node("Add", ["r2", "ramp2"], ["y2"], name="add")],
+        [h.make_tensor_value_info("x", T.FLOAT, [1, 2, 5, "W"])],
+        [h.make_tensor_value_info(n, T.FLOAT, None) for n in ("y", "y2")],
+        [f("sc", [1, 1, 1, 1.5]), i("pads", [0, 0, 1, -1, 0, 0, 0, 2]),
+         i("two", [1, 1, 2, 2]), i("k3", 3), f("zero", 0.0), f("one", 1.0),
+         f("sc2", [1, 1, 10, 2]), i("shape4", [1, 1, 1, -1])])
+    _compare(path, tmp_path / "out", {"x": (1, 2, 5, (3, 40))},
+             [{"x": (1, 2, 5, w)} for w in (3, 17, 40)])
+    folder = tmp_path / "wide"
+    mlcc.compile(path, folder, shapes={"x": (1, 2, 5, (3, 40))}, name="wide", build=False)
+    (folder / "driver.c").write_text(ASAN_DRIVER)
+    sources = ["driver.c", "model.c"] + sorted(
+        str(p.relative_to(folder)) for p in (folder / "runtime").rglob("*.c"))
+    subprocess.run(["gcc", "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror",
+                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-I.",
+                    "-Iruntime/include", "-Iruntime/kernels", *sources, "-o", "driver", "-lm",
+                    "-pthread"], cwd=folder, check=True)
+    proc = subprocess.run([str(folder / "driver"), str(folder / "weights.bin")], cwd=folder,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
