@@ -445,11 +445,7 @@ def test_computed_tables_at_every_width_under_address_sanitizer(tmp_path):
     Resize tables (nearest by 1.5, linear from sizes 2x), an edge Pad and a Range, buffers
     of exactly their size, under AddressSanitizer and UBSan: no read or write past any (and
     the same model against onnxruntime at three widths)."""
-    import shutil
-    import subprocess
-    from test_dynamic_shapes import ASAN_DRIVER
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed")
+    from test_dynamic_shapes import run_every_size_under_asan
     i = lambda name, v: nh.from_array(np.array(v, np.int64), name)      # noqa: E731
     f = lambda name, v: nh.from_array(np.array(v, np.float32), name)    # noqa: E731
     path = _save(tmp_path / "m.onnx", [
@@ -472,15 +468,4 @@ def test_computed_tables_at_every_width_under_address_sanitizer(tmp_path):
          f("sc2", [1, 1, 10, 2]), i("shape4", [1, 1, 1, -1])])
     _compare(path, tmp_path / "out", {"x": (1, 2, 5, (3, 40))},
              [{"x": (1, 2, 5, w)} for w in (3, 17, 40)])
-    folder = tmp_path / "wide"
-    mlcc.compile(path, folder, shapes={"x": (1, 2, 5, (3, 40))}, name="wide", build=False)
-    (folder / "driver.c").write_text(ASAN_DRIVER)
-    sources = ["driver.c", "model.c"] + sorted(
-        str(p.relative_to(folder)) for p in (folder / "runtime").rglob("*.c"))
-    subprocess.run(["gcc", "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror",
-                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-I.",
-                    "-Iruntime/include", "-Iruntime/kernels", *sources, "-o", "driver", "-lm",
-                    "-pthread"], cwd=folder, check=True)
-    proc = subprocess.run([str(folder / "driver"), str(folder / "weights.bin")], cwd=folder,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+    run_every_size_under_asan(path, tmp_path / "wide", {"x": (1, 2, 5, (3, 40))})

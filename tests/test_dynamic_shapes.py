@@ -397,13 +397,17 @@ int main(int argc, char **argv) {
 def test_every_width_under_address_sanitizer(tmp_path):
     """All widths of the range (and one past each end, a status), buffers of exactly their
     size, under AddressSanitizer and UBSan: no overrun at any size."""
+    run_every_size_under_asan(_width_model(tmp_path / "wide.onnx"), tmp_path / "wide",
+                              {"x": (1, 4, 9, (12, 64))})
+
+
+def run_every_size_under_asan(path, folder, shapes):
+    """ASAN_DRIVER over a model of one input, two outputs and one dynamic dimension."""
     import shutil
     import subprocess
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")
-    path = _width_model(tmp_path / "wide.onnx")
-    folder = tmp_path / "wide"
-    mlcc.compile(path, folder, shapes={"x": (1, 4, 9, (12, 64))}, name="wide", build=False)
+    mlcc.compile(path, folder, shapes=shapes, name="wide", build=False)
     (folder / "driver.c").write_text(ASAN_DRIVER)
     sources = ["driver.c", "model.c"] + sorted(
         str(p.relative_to(folder)) for p in (folder / "runtime").rglob("*.c"))
