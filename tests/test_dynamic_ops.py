@@ -15,7 +15,7 @@ from onnx import numpy_helper as nh
 import mlcc
 from mlcc.errors import InputError, ModelError, UnsupportedError
 from mlcc.frontend import parse_shape_option
-from mlcc.ir.symbolic import DimVar, SymInt
+from mlcc.ir.symbolic import DimVar, SymbolicError, SymInt
 from test_targets_arm import needs_arm
 from test_targets_wasm import needs_wasm
 
@@ -203,6 +203,9 @@ def test_step_makes_strided_halving_exact():
     assert stepped[-1] * 2 - stepped[-2] == 0 and stepped[-1].c_expr() == "(dims[0] / 32)"
     plain = chain(SymInt.var(DimVar("H", 64, 960, 0)))
     assert not isinstance(plain[-1] * 2 - plain[-2], int)
+    with pytest.raises(SymbolicError, match=r"depends on the size of H \(64..960\); .* a "
+                                            r"range with a step, LO..HI:STEP, may decide it"):
+        assert plain[-1] * 2 == plain[-2]
 
 
 def test_split_and_concat_along_a_stepped_axis(tmp_path):

@@ -89,6 +89,10 @@ def _poly_interval(poly) -> tuple[int, int]:
     return lo, hi
 
 
+def _has_division(poly) -> bool:
+    return any(atom[0] in ("div", "mod") for mono, _ in poly for atom in mono)
+
+
 def _vars_of(poly) -> list[DimVar]:
     found: dict[int, DimVar] = {}
     for mono, _ in poly:
@@ -138,6 +142,16 @@ class SymInt:
     def undecided(self, what: str) -> SymbolicError:
         return SymbolicError(f"{what} depends on the size of {self._names()}; not supported "
                              f"with a dynamic size (give it a fixed --shape)")
+
+    def _undecided_comparison(self, what: str) -> SymbolicError:
+        """undecided(), with a hint where the sizes are divided: sizes that are multiples of
+        the divisor (a range with a step) may make both sides one expression."""
+        exc = self.undecided(what)
+        if _has_division(self.poly) and any(v.step == 1 for v in self.dims):
+            exc = SymbolicError(f"{exc.message}; if the sizes are multiples of a number (e.g. "
+                                f"32 for a detector), a range with a step, LO..HI:STEP, may "
+                                f"decide it")
+        return exc
 
     # -- arithmetic
     def __add__(self, other):
@@ -202,7 +216,7 @@ class SymInt:
             return True
         if result[1]:
             return False
-        raise self.undecided(f"a comparison ({self} {op} {other})")
+        raise d._undecided_comparison(f"a comparison ({self} {op} {other})")
 
     def __lt__(self, other):
         return self._cmp(other, "<")
@@ -224,7 +238,7 @@ class SymInt:
             return d == 0
         if d.lo > 0 or d.hi < 0:
             return False
-        raise self.undecided(f"a comparison ({self} == {other})")
+        raise d._undecided_comparison(f"a comparison ({self} == {other})")
 
     def __ne__(self, other):
         eq = self.__eq__(other)
