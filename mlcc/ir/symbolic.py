@@ -17,6 +17,7 @@ max of polynomials.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -87,6 +88,39 @@ def _poly_interval(poly) -> tuple[int, int]:
             iv = _imul(iv, _atom_interval(atom))
         lo, hi = lo + iv[0], hi + iv[1]
     return lo, hi
+
+
+def _bounds(d: "SymInt") -> tuple[int, int]:
+    """d's interval, tightened where d divides by constants (a comparison's question): with
+    floor(a / b) in [(a - b + 1) / b, a / b] (a >= 0, b > 0), a difference such as W // 2 - W
+    is bounded by polynomials without the division, whose like terms cancel (scaled by the
+    divisors' lcm L to stay in integers)."""
+    divisors = [atom[2][0][1] for mono, _ in d.poly if len(mono) == 1
+                for atom in mono if atom[0] == "div" and len(atom[2]) == 1 and not atom[2][0][0]]
+    if not divisors:
+        return d.lo, d.hi
+    scale = math.lcm(*divisors)
+    lower: dict = {}
+    upper: dict = {}
+
+    def add(terms, mono, c):
+        terms[mono] = terms.get(mono, 0) + c
+
+    for mono, c in d.poly:
+        atom = mono[0] if len(mono) == 1 else None
+        if atom is not None and atom[0] == "div" and len(atom[2]) == 1 and not atom[2][0][0]:
+            b = atom[2][0][1]
+            f = c * (scale // b)
+            for m2, c2 in atom[1]:            # c floor(a / b) L between f (a - b + 1) and f a
+                add(lower, m2, f * c2)
+                add(upper, m2, f * c2)
+            add(lower if c > 0 else upper, (), -f * (b - 1))
+        else:
+            add(lower, mono, c * scale)
+            add(upper, mono, c * scale)
+    lo2 = _poly_interval(_norm(lower))[0]
+    hi2 = _poly_interval(_norm(upper))[1]
+    return max(d.lo, -(-lo2 // scale)), min(d.hi, hi2 // scale)
 
 
 def _has_division(poly) -> bool:
@@ -209,7 +243,7 @@ class SymInt:
         if not isinstance(other, (int, SymInt)):
             return NotImplemented
         d = self - other
-        lo, hi = (d, d) if isinstance(d, int) else (d.lo, d.hi)
+        lo, hi = (d, d) if isinstance(d, int) else _bounds(d)
         result = {"<": (hi < 0, lo >= 0), "<=": (hi <= 0, lo > 0), ">": (lo > 0, hi <= 0),
                   ">=": (lo >= 0, hi < 0)}[op]
         if result[0]:
@@ -236,8 +270,11 @@ class SymInt:
         d = self - other
         if isinstance(d, int):
             return d == 0
-        if d.lo > 0 or d.hi < 0:
+        lo, hi = _bounds(d)
+        if lo > 0 or hi < 0:
             return False
+        if lo == hi == 0:
+            return True
         raise d._undecided_comparison(f"a comparison ({self} == {other})")
 
     def __ne__(self, other):
