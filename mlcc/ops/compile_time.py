@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from ..errors import ModelError
+from ..errors import ModelError, UnsupportedError
 from ..ir import Lowering, Node
 from ..ir.symbolic import SymInt, as_dim, smax
 from .common import const_input
@@ -87,11 +87,12 @@ class Range(_CompileTime):
         return start, delta, smax((limit - start + delta - 1) // delta, 0)
 
     def infer(self, node, ins, g):
+        count = self._plan(node, g)[2]       # (first: a run-time input is refused by name)
         dtype = ins[0].dtype
         if dtype not in RANGE_KERNELS:
-            raise ModelError(f"Range of {dtype} over a dynamic size is not supported "
-                             f"({', '.join(RANGE_KERNELS)} are)")
-        return [(dtype, (self._plan(node, g)[2],))]
+            raise UnsupportedError(f"Range of {dtype} over a dynamic size is not supported "
+                                   f"({', '.join(RANGE_KERNELS)} are)")
+        return [(dtype, (count,))]
 
     def lower(self, node: Node, lo: Lowering) -> None:
         start, delta, count = self._plan(node, lo.graph)
