@@ -190,6 +190,25 @@ def test_step_ranges_parse_bind_and_check(tmp_path):
     assert "_DIM0_STEP" in (tmp_path / "out" / "model.h").read_text()
 
 
+@needs_wasm
+def test_step_in_the_javascript_api(tmp_path):
+    """model.shapes(dims) / model.run(inputs, dims) take a multiple of the step and refuse
+    any other size with MLCC_ERR_DIMS_OUT_OF_RANGE, naming the dimension."""
+    from test_targets_wasm import node
+    path = _resize_model(tmp_path / "m.onnx", "nearest", "asymmetric", scales=[1, 1, 2, 2])
+    mlcc.compile(path, tmp_path / "w", shapes={"x": (1, 3, (8, 32, 8), 5)}, target="wasm")
+    r = node('import { createModel } from "./model.mjs";\n'
+             'const m = await createModel();\n'
+             'console.log(JSON.stringify(m.shapes({ H: 24 }).outputs));\n'
+             'try { m.shapes({ H: 12 }); } catch (e) { console.log(e.status, e.message); }\n',
+             tmp_path / "w")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert lines[0] == "[[1,3,48,10]]"
+    assert lines[1] == ('14 dimension "H" is 12, outside the range 8..32 (multiples of 8) the '
+                        'model was compiled for')
+
+
 def test_step_makes_strided_halving_exact():
     """ceil(H / 2) five times, then doubled back: with H a multiple of 32 every size is a
     polynomial (the skip connections of a U-Net or FPN add equal shapes), without it they are
