@@ -823,7 +823,9 @@ def verify_sizes(dims: list[dict]) -> list[dict[str, int]]:
     sets = []
     for pick in (lambda d: d["min"], lambda d: (d["min"] + d["max"]) // 2 | 1,
                  lambda d: d["max"]):
-        sizes = {d["name"]: min(max(pick(d), d["min"]), d["max"]) for d in dims}
+        # (a dimension with a step: the multiple of it at or below the pick)
+        sizes = {d["name"]: min(max(pick(d) // d.get("step", 1) * d.get("step", 1), d["min"]),
+                                d["max"]) for d in dims}
         if sizes not in sets:
             sets.append(sizes)
     return sets

@@ -106,7 +106,9 @@ max_output_option = click.option(
     help="Plan the output NAME, whose size depends on the data (NonZero, NonMaxSuppression, "
          "...), for at most N along that axis; repeatable.")
 shape_option = click.option("--shape", "shapes", multiple=True, metavar="NAME=D1,D2,...",
-                            help="Static shape of an input; repeat for each input.")
+                            help="Shape of an input; repeat for each input. A dimension "
+                                 "LO..HI is a range of sizes, LO..HI:STEP the multiples of "
+                                 "STEP in it.")
 max_loop_option = click.option(
     "--max-loop-iterations", "max_loop_iterations", default=None, metavar="N",
     help="Fail a Loop whose trip count or condition is known only at run time with status "

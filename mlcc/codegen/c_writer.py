@@ -210,6 +210,9 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
             h += define(f"{P}_DIM{v.index}_MIN", f"{v.lo}",
                         _c_comment(f"dims[{v.index}]: {v.name}"))
             h += define(f"{P}_DIM{v.index}_MAX", f"{v.hi}")
+            if v.step > 1:
+                h += define(f"{P}_DIM{v.index}_STEP", f"{v.step}",
+                            _c_comment("the size is a multiple of it"))
         h += ["/* Sizes below are at the largest dynamic sizes. */", ""]
     macro_names = NameTable()
     for kind, tensors in (("INPUT", g.inputs), ("OUTPUT", g.outputs)):
@@ -502,7 +505,8 @@ def _dims_functions(g, dims: list[DimVar], prefix: str) -> list[str]:
     c = [f"static const int64_t max_dims[{len(dims)}] = "
           f"{{{', '.join(str(v.hi) for v in dims)}}};", "",
           "static int check_dims(const int64_t *dims) {"]
-    conds = [f"dims[{v.index}] >= {v.lo} && dims[{v.index}] <= {v.hi}" for v in dims]
+    conds = [f"dims[{v.index}] >= {v.lo} && dims[{v.index}] <= {v.hi}" +
+             (f" && dims[{v.index}] % {v.step} == 0" if v.step > 1 else "") for v in dims]
     c += pack(conds, "    return ", "        ", ";", sep=" &&")
     c += ["}", ""]
     c += call(f"int {prefix}_tensor_shape", TENSOR_SHAPE_ARGS, " {")

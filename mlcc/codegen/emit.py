@@ -80,7 +80,8 @@ def generate(g: Graph, *, prefix: str, target_name: str, source_name: str,
         "model_id": f"{model_id:016x}",
         "kernel_calls": len(prog.calls),
         "embedded_weights": embed_weights,
-        **({"dims": [{"name": v.name, "symbol": v.symbol, "min": v.lo, "max": v.hi}
+        **({"dims": [{"name": v.name, "symbol": v.symbol, "min": v.lo, "max": v.hi,
+                      **({"step": v.step} if v.step > 1 else {})}
                      for v in dims]} if dims else {}),
         **(manifest_extra or {}),
     }

@@ -51,6 +51,11 @@ def lower_graph(g: Graph, options: dict | None = None) -> tuple[Program, dict[st
     copies.sort(key=lambda c: prog.root(c[0]) not in g.inputs)
     for name, slot in copies:
         emit_plain_copy(lo, name, slot, op="output copy")
+    for name, _ in copies:        # a shape over dynamic sizes as an output: values at run time
+        v = g.values[prog.root(name)]
+        if v.is_const and v.const.dtype == object:
+            raise SymInt.var(dim_vars(list(v.const.reshape(-1)))[0]).undecided(
+                f"graph output {name!r}, a value computed from the sizes,")
     return prog, slots
 
 

@@ -333,14 +333,17 @@ def bind_shapes(g: Graph, shapes: dict[str, tuple] | None) -> Graph:
 
     def bind_dim(name: str, axis: int, have, want):
         if isinstance(want, tuple):
-            lo, hi = want
+            lo, hi, step = (*want, 1)[:3]
             if lo < 1 or lo > hi:
-                raise ModelError(f"--shape {name}: dimension {axis} range {lo}..{hi} must "
-                                 f"have 1 <= LO <= HI")
+                raise ModelError(f"--shape {name}: dimension {axis} range {dim_text(want)} "
+                                 f"must have 1 <= LO <= HI")
+            if step < 1 or lo % step or hi % step:
+                raise ModelError(f"--shape {name}: dimension {axis} range {dim_text(want)} "
+                                 f"must have LO and HI multiples of STEP >= 1")
             if isinstance(have, int):
                 raise ModelError(f"--shape {name}: dimension {axis} is fixed to {have} in the "
-                                 f"model, not a range {lo}..{hi}")
-            want = lo if lo == hi else want
+                                 f"model, not a range {dim_text(want)}")
+            want = lo if lo == hi else (lo, hi, step) if step > 1 else (lo, hi)
         elif want < 0:
             raise ModelError(f"--shape {name}: dimensions must not be negative")
         elif isinstance(have, int) and have != want:
@@ -361,7 +364,7 @@ def bind_shapes(g: Graph, shapes: dict[str, tuple] | None) -> Graph:
         for v in dynamic:
             if v.name == label:
                 return SymInt.var(v)
-        var = DimVar(label, want[0], want[1], len(dynamic))
+        var = DimVar(label, want[0], want[1], len(dynamic), *want[2:])
         dynamic.append(var)
         return SymInt.var(var)
 
@@ -399,8 +402,10 @@ def bind_shapes(g: Graph, shapes: dict[str, tuple] | None) -> Graph:
 
 
 def dim_text(d) -> str:
-    """A --shape dimension as written: 3, or a range 1..8."""
-    return f"{d[0]}..{d[1]}" if isinstance(d, tuple) else str(d)
+    """A --shape dimension as written: 3, a range 1..8, or multiples of 32 in 64..960:32."""
+    if not isinstance(d, tuple):
+        return str(d)
+    return f"{d[0]}..{d[1]}" + (f":{d[2]}" if len(d) > 2 and d[2] != 1 else "")
 
 
 def _dims(shape) -> str:
@@ -429,16 +434,19 @@ def specialize(g: Graph, shapes: dict[str, tuple[int, ...]] | None,
 
 def parse_shape_option(text: str) -> tuple[str, tuple]:
     """'images=1,3,320,320' -> ('images', (1, 3, 320, 320)); a dimension LO..HI is a range,
-    'x=1,3,48,32..1280' -> ('x', (1, 3, 48, (32, 1280)))."""
+    'x=1,3,48,32..1280' -> ('x', (1, 3, 48, (32, 1280))), and LO..HI:STEP the multiples of
+    STEP in it, 'x=1,3,64..960:32,64..960:32' -> ('x', (1, 3, (64, 960, 32), (64, 960, 32)))."""
     name, sep, dims = text.rpartition("=")
     if not sep or not name:
         raise ModelError(f"--shape {text!r}: expected NAME=D1,D2,... (e.g. images=1,3,224,224)")
     values = []
     for d in dims.split(",") if dims.strip() else ():
         lo, dots, hi = d.partition("..")
+        hi, colon, step = hi.partition(":")
         try:
-            values.append((int(lo), int(hi)) if dots else int(d))
+            values.append(((int(lo), int(hi), int(step)) if colon else (int(lo), int(hi)))
+                          if dots else int(d))
         except ValueError:
             raise ModelError(f"--shape {text!r}: dimensions must be integers or ranges "
-                             f"LO..HI") from None
+                             f"LO..HI (or LO..HI:STEP)") from None
     return name, tuple(values)

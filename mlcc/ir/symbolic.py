@@ -17,6 +17,7 @@ max of polynomials.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -33,6 +34,7 @@ class DimVar:
     lo: int
     hi: int
     index: int           # position in the model's list of dynamic dimensions (the C dims[])
+    step: int = 1        # every size is a multiple of step (--shape x=1,3,64..960:32)
 
     @property
     def symbol(self) -> str:
@@ -66,8 +68,8 @@ def _imul(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
 
 def _atom_interval(atom) -> tuple[int, int]:
     kind = atom[0]
-    if kind == "var":
-        return atom[1].lo, atom[1].hi
+    if kind == "var":           # the variable's atom is size / step (an integer)
+        return atom[1].lo // atom[1].step, atom[1].hi // atom[1].step
     a, b = _poly_interval(atom[1]), _poly_interval(atom[2])
     if kind == "div":          # both non-negative, divisor positive (checked when built)
         return a[0] // b[1], a[1] // b[0]
@@ -86,6 +88,43 @@ def _poly_interval(poly) -> tuple[int, int]:
             iv = _imul(iv, _atom_interval(atom))
         lo, hi = lo + iv[0], hi + iv[1]
     return lo, hi
+
+
+def _bounds(d: "SymInt") -> tuple[int, int]:
+    """d's interval, tightened where d divides by constants (a comparison's question): with
+    floor(a / b) in [(a - b + 1) / b, a / b] (a >= 0, b > 0), a difference such as W // 2 - W
+    is bounded by polynomials without the division, whose like terms cancel (scaled by the
+    divisors' lcm L to stay in integers)."""
+    divisors = [atom[2][0][1] for mono, _ in d.poly if len(mono) == 1
+                for atom in mono if atom[0] == "div" and len(atom[2]) == 1 and not atom[2][0][0]]
+    if not divisors:
+        return d.lo, d.hi
+    scale = math.lcm(*divisors)
+    lower: dict = {}
+    upper: dict = {}
+
+    def add(terms, mono, c):
+        terms[mono] = terms.get(mono, 0) + c
+
+    for mono, c in d.poly:
+        atom = mono[0] if len(mono) == 1 else None
+        if atom is not None and atom[0] == "div" and len(atom[2]) == 1 and not atom[2][0][0]:
+            b = atom[2][0][1]
+            f = c * (scale // b)
+            for m2, c2 in atom[1]:            # c floor(a / b) L between f (a - b + 1) and f a
+                add(lower, m2, f * c2)
+                add(upper, m2, f * c2)
+            add(lower if c > 0 else upper, (), -f * (b - 1))
+        else:
+            add(lower, mono, c * scale)
+            add(upper, mono, c * scale)
+    lo2 = _poly_interval(_norm(lower))[0]
+    hi2 = _poly_interval(_norm(upper))[1]
+    return max(d.lo, -(-lo2 // scale)), min(d.hi, hi2 // scale)
+
+
+def _has_division(poly) -> bool:
+    return any(atom[0] in ("div", "mod") for mono, _ in poly for atom in mono)
 
 
 def _vars_of(poly) -> list[DimVar]:
@@ -117,7 +156,9 @@ class SymInt:
 
     @staticmethod
     def var(v: DimVar) -> "SymInt":
-        return SymInt(_norm({(("var", v),): 1}))
+        """The size of v: step x (its atom, size / step), so that divisions by the step's
+        factors stay polynomials (ceil(H / 2) of H = 32 k is 16 k)."""
+        return SymInt(_norm({(("var", v),): v.step}))
 
     @staticmethod
     def make(poly: tuple) -> "int | SymInt":
@@ -129,11 +170,22 @@ class SymInt:
         return _vars_of(self.poly)
 
     def _names(self) -> str:
-        return ", ".join(f"{v.name} ({v.lo}..{v.hi})" for v in self.dims)
+        return ", ".join(f"{v.name} ({v.lo}..{v.hi}{f' step {v.step}' if v.step > 1 else ''})"
+                         for v in self.dims)
 
     def undecided(self, what: str) -> SymbolicError:
         return SymbolicError(f"{what} depends on the size of {self._names()}; not supported "
                              f"with a dynamic size (give it a fixed --shape)")
+
+    def _undecided_comparison(self, what: str) -> SymbolicError:
+        """undecided(), with a hint where the sizes are divided: sizes that are multiples of
+        the divisor (a range with a step) may make both sides one expression."""
+        exc = self.undecided(what)
+        if _has_division(self.poly) and any(v.step == 1 for v in self.dims):
+            exc = SymbolicError(f"{exc.message}; if the sizes are multiples of a number (e.g. "
+                                f"32 for a detector), a range with a step, LO..HI:STEP, may "
+                                f"decide it")
+        return exc
 
     # -- arithmetic
     def __add__(self, other):
@@ -191,14 +243,14 @@ class SymInt:
         if not isinstance(other, (int, SymInt)):
             return NotImplemented
         d = self - other
-        lo, hi = (d, d) if isinstance(d, int) else (d.lo, d.hi)
+        lo, hi = (d, d) if isinstance(d, int) else _bounds(d)
         result = {"<": (hi < 0, lo >= 0), "<=": (hi <= 0, lo > 0), ">": (lo > 0, hi <= 0),
                   ">=": (lo >= 0, hi < 0)}[op]
         if result[0]:
             return True
         if result[1]:
             return False
-        raise self.undecided(f"a comparison ({self} {op} {other})")
+        raise d._undecided_comparison(f"a comparison ({self} {op} {other})")
 
     def __lt__(self, other):
         return self._cmp(other, "<")
@@ -218,9 +270,12 @@ class SymInt:
         d = self - other
         if isinstance(d, int):
             return d == 0
-        if d.lo > 0 or d.hi < 0:
+        lo, hi = _bounds(d)
+        if lo > 0 or hi < 0:
             return False
-        raise self.undecided(f"a comparison ({self} == {other})")
+        if lo == hi == 0:
+            return True
+        raise d._undecided_comparison(f"a comparison ({self} == {other})")
 
     def __ne__(self, other):
         eq = self.__eq__(other)
@@ -288,8 +343,9 @@ def _binary(kind: str, a, b):
         if len(inner[2]) == 1 and not inner[2][0][0]:
             return _binary("div", SymInt(inner[1]), inner[2][0][1] * b)
     if isinstance(b, int):
-        if kind == "div" and all(c % b == 0 for _, c in pa):
-            return SymInt.make(_norm({m: c // b for m, c in pa}))
+        if kind == "div" and all(c % b == 0 for m, c in pa if m):
+            # (b X + c) // b = X + c // b for any integer X
+            return SymInt.make(_norm({m: c // b for m, c in pa if m})) + _norm_const(pa) // b
         if kind == "mod" and all(c % b == 0 for m, c in pa if m):
             return _norm_const(pa) % b
         if ia[0] // b == ia[1] // b:
@@ -347,7 +403,15 @@ def _render(poly, var_name, div: str, c: bool = False) -> str:
         return "0"
     parts = []
     for mono, coef in sorted(poly, key=lambda mc: (len(mc[0]) == 0,)):
-        factors = [_render_atom(a, var_name, div, c) for a in mono]
+        factors = []
+        for a in mono:
+            if a[0] == "var" and a[1].step > 1 and coef % a[1].step == 0:
+                coef //= a[1].step          # step x (size / step) is the size itself
+                factors.append(var_name(a[1]))
+            elif a[0] == "var" and a[1].step > 1:
+                factors.append(f"({var_name(a[1])} {div} {a[1].step})")
+            else:
+                factors.append(_render_atom(a, var_name, div, c))
         if abs(coef) != 1 or not factors:
             factors = [str(abs(coef))] + factors
         text = "*".join(factors)
@@ -371,7 +435,7 @@ def _render_atom(atom, var_name, div: str, c: bool) -> str:
 
 def _eval_atom(atom, env) -> int:
     if atom[0] == "var":
-        return int(env[atom[1].name])
+        return int(env[atom[1].name]) // atom[1].step
     a, b = _eval_poly(atom[1], env), _eval_poly(atom[2], env)
     return {"div": lambda: a // b, "mod": lambda: a % b, "min": lambda: min(a, b),
             "max": lambda: max(a, b)}[atom[0]]()

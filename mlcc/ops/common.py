@@ -88,13 +88,15 @@ def const_input(g: Graph, node: Node, index: int, what: str) -> np.ndarray | Non
 
 
 def ints_attr_or_input(g: Graph, node: Node, attr: str, index: int,
-                       input_since: int) -> list[int] | None:
-    """An int list given as attribute before opset `input_since` and as input from then on."""
+                       input_since: int, symbolic: bool = False) -> list[int] | None:
+    """An int list given as attribute before opset `input_since` and as input from then on;
+    symbolic: an input computed from dynamic sizes keeps its SymInts (ir.symbolic)."""
     if node.version < input_since:
         v = node.attr(attr)
         return None if v is None else [int(x) for x in v]
     arr = const_input(g, node, index, attr)
-    return None if arr is None else [int(x) for x in np.asarray(arr).reshape(-1)]
+    convert = as_dim if symbolic else int
+    return None if arr is None else [convert(x) for x in np.asarray(arr).reshape(-1)]
 
 
 def check_elements_indices(g: Graph, node: Node, data: Value, idx: Value) -> int:

@@ -1,21 +1,39 @@
-"""Operators whose output shape is their input's value (ConstantOfShape, Range): they exist only
-at compile time. With constant inputs infer_and_fold folds them (ONNX reference); an input
-computed at run time would make the output shape dynamic, so it is refused by name (the
-message tells the user which graph input to bind as a constant)."""
+"""Operators whose output shape is their input's value (ConstantOfShape, Range). With constant
+inputs infer_and_fold folds them (ONNX reference); an input computed at run time would make the
+output shape depend on the data, so it is refused by name (the message tells the user which
+graph input to bind as a constant).
+
+Over bounded dynamic sizes (ir.symbolic) the input may be a shape computed from the dynamic
+dimensions (passes/fold_symbolic.py): the output's size is then symbolic and the node runs at
+run time, as a broadcast copy of its value (ConstantOfShape) or the mlcc_*_range kernel (Range,
+with a constant start and delta: YOLOv8's anchor grid over the feature map's width)."""
 from __future__ import annotations
 
-from ..errors import ModelError
+import math
+
+import numpy as np
+
+from ..errors import ModelError, UnsupportedError
+from ..ir import Lowering, Node
+from ..ir.symbolic import SymInt, as_dim, smax
 from .common import const_input
 from .registry import OpDef, register
+
+
+def _symbolic(arr) -> bool:
+    return isinstance(arr, np.ndarray) and arr.dtype == object
 
 
 class _CompileTime(OpDef):
     value_inputs: tuple[tuple[int, str], ...] = ()
 
-    def infer(self, node, ins, g):
-        for index, what in self.value_inputs:
-            const_input(g, node, index, what)   # raises for a run-time value
-        raise ModelError(f"{node.op_type} with constant inputs should have been folded")
+    def _inputs(self, node, g) -> list:
+        """The constant inputs (raises for a run-time value); only a symbolic one reaches
+        infer (a constant one folds)."""
+        arrays = [const_input(g, node, index, what) for index, what in self.value_inputs]
+        if not any(_symbolic(a) for a in arrays):
+            raise ModelError(f"{node.op_type} with constant inputs should have been folded")
+        return arrays
 
 
 @register("ConstantOfShape", since=9)
@@ -23,8 +41,62 @@ class ConstantOfShape(_CompileTime):
     attributes = {"value": None}
     value_inputs = ((0, "shape"),)
 
+    def _value(self, node) -> np.ndarray:
+        value = node.attr("value")
+        return np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)[:1]
+
+    def infer(self, node, ins, g):
+        shape = tuple(as_dim(d) for d in self._inputs(node, g)[0].reshape(-1))
+        if any(d < 0 for d in shape):
+            raise ModelError(f"negative dimension in shape {list(shape)}")
+        return [(self._value(node).dtype.name, shape)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        from .movement import emit_copy_nd
+        y = lo.value(node.outputs[0])
+        value = lo.add_const(f"{node.name}.value", self._value(node))
+        emit_copy_nd(lo, value, y.name, y.shape, [0] * len(y.shape),
+                     [math.prod(y.shape[k + 1:]) for k in range(len(y.shape))],
+                     op=node.op_type)
+
+
+RANGE_KERNELS = {"float32": "mlcc_f32_range", "int64": "mlcc_i64_range",
+                 "int32": "mlcc_i32_range"}
+
 
 @register("Range", since=11)
 class Range(_CompileTime):
     attributes = {}
     value_inputs = ((0, "start"), (1, "limit"), (2, "delta"))
+
+    def _plan(self, node, g):
+        """(start, delta, count): start and delta integers (in the start's type), the count
+        ceil((limit - start) / delta) over the dynamic sizes."""
+        start, limit, delta = (a.reshape(-1)[0] if a.size == 1 else None
+                               for a in self._inputs(node, g))
+        if start is None or limit is None or delta is None:
+            raise ModelError("Range takes scalars")
+        symbolic = next(x for x in (start, limit, delta) if isinstance(x, SymInt))
+        if isinstance(start, SymInt) or isinstance(delta, SymInt) or \
+                float(start) != int(start) or float(delta) != int(delta) or int(delta) < 1:
+            raise symbolic.undecided("a Range whose start or step is not a constant integer "
+                                     "(or whose step is not positive)")
+        start, delta = int(start), int(delta)
+        if (limit - start).lo < 0:
+            raise symbolic.undecided("a Range that may be empty")
+        return start, delta, smax((limit - start + delta - 1) // delta, 0)
+
+    def infer(self, node, ins, g):
+        count = self._plan(node, g)[2]       # (first: a run-time input is refused by name)
+        dtype = ins[0].dtype
+        if dtype not in RANGE_KERNELS:
+            raise UnsupportedError(f"Range of {dtype} over a dynamic size is not supported "
+                                   f"({', '.join(RANGE_KERNELS)} are)")
+        return [(dtype, (count,))]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        start, delta, count = self._plan(node, lo.graph)
+        y = lo.value(node.outputs[0])
+        lo.call(RANGE_KERNELS[y.dtype], [y.name], [y.name], params_type="mlcc_range_params",
+                params={"count": count, "start": start, "delta": delta}, op=node.op_type)
+

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..errors import ModelError
 from ..ir import Graph, Lowering, Node
-from ..ir.symbolic import is_symbolic
+from ..ir.symbolic import SymInt, dim_vars, is_one, is_symbolic, upper
 from .common import act_params, broadcast_shapes, broadcast_strides, emit_copy, require_dtype
 from .registry import OpDef, register
 
@@ -181,12 +181,19 @@ class MatMul(OpDef):
         nb = math.prod(batch)
         bias = node.input(2)                  # set by passes.fuse_matmul_bias: [N]
         bias_strides = (0, 1) if bias else (0, 0)
-        if math.prod(b2[:-2]) == 1:
+        if is_one(math.prod(b2[:-2])):
             # B is shared by every batch: stack A's batches into one tall GEMM.
             gemm_call(lo, node.inputs[0], node.inputs[1], bias, out,
                       gemm_params(nb * m, n, k, a_strides=(k, 1), ldb=n, ldc=n,
                                   bias_strides=bias_strides, node=node))
             return
+        if is_symbolic(batch):
+            # a dynamic outermost batch axis: the offset tables at its largest size hold for
+            # every smaller one (a prefix); anything else would need tables per size
+            if is_symbolic((m, n, k)) or is_symbolic(batch[1:]):
+                raise SymInt.var(dim_vars([batch, m, n, k])[0]).undecided(
+                    "a batched MatMul whose matrices or inner batch axes have a dynamic size")
+            a2, b2, batch = ([upper(d) for d in s] for s in (a2, b2, batch))
         a_off = self._offsets(a2, batch, m * k)
         b_off = self._offsets(b2, batch, k * n)
         a_tab = lo.add_const(f"{node.name}.a_offsets", a_off)

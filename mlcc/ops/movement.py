@@ -9,7 +9,7 @@ from typing import Sequence
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Lowering, Node
-from ..ir.symbolic import SymInt, dim_vars, smax, smin
+from ..ir.symbolic import SymInt, as_dim, dim_vars, smax, smin
 from .common import (C_DTYPES, broadcast_shapes, broadcast_strides, const_input,
                      contiguous_strides, emit_copy, ints_attr_or_input, norm_axis, require_dtype,
                      simplify_copy)
@@ -277,13 +277,13 @@ class Slice(OpDef):
                 raise ModelError("Slice needs starts and ends")
             axes, steps = node.attr("axes"), None
         else:
-            starts = ints_attr_or_input(g, node, "starts", 1, 10)
-            ends = ints_attr_or_input(g, node, "ends", 2, 10)
+            starts = ints_attr_or_input(g, node, "starts", 1, 10, symbolic=True)
+            ends = ints_attr_or_input(g, node, "ends", 2, 10, symbolic=True)
             axes = ints_attr_or_input(g, node, "axes", 3, 10)
             steps = ints_attr_or_input(g, node, "steps", 4, 10)
             if starts is None or ends is None:
                 raise ModelError("Slice needs starts and ends")
-        return slice_ranges(shape, [int(s) for s in starts], [int(e) for e in ends],
+        return slice_ranges(shape, [as_dim(s) for s in starts], [as_dim(e) for e in ends],
                             None if axes is None else [int(a) for a in axes],
                             None if steps is None else [int(s) for s in steps])
 
@@ -326,7 +326,7 @@ class Expand(OpDef):
     def infer(self, node, ins, g):
         x = ins[0]
         require_dtype(node, [x], ANY_DTYPE)
-        shape = [int(d) for d in const_input(g, node, 1, "shape").reshape(-1)]
+        shape = [as_dim(d) for d in const_input(g, node, 1, "shape").reshape(-1)]
         if any(d < 0 for d in shape):
             raise ModelError(f"negative dimension in shape {shape}")
         return [(x.dtype, broadcast_shapes(x.shape, shape))]

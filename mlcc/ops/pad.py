@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Lowering, Node
+from ..ir.symbolic import SymInt, dim_vars, is_symbolic
 from .common import (C_DTYPES, MAX_RANK, const_input, contiguous_strides, emit_plain_copy,
                      norm_axis, require_dtype)
 from .registry import OpDef, register
@@ -74,14 +75,36 @@ class Pad(OpDef):
             raise ModelError(f"constant_value is {ins[2].dtype}, data is {x.dtype}")
         mode = node.attr("mode", "constant")
         pads = self._pads(node, len(x.shape), g)
-        shape = tuple(len(axis_map(d, b, e, mode)) for d, (b, e) in zip(x.shape, pads))
+        if is_symbolic(x.shape):
+            if mode not in ("constant", "edge") and any(b or e for b, e in pads):
+                raise SymInt.var(dim_vars(x.shape)[0]).undecided(
+                    f"a {mode} Pad (constant and edge are supported)")
+            shape = tuple(self._computed_size(d, b, e, mode) for d, (b, e) in zip(x.shape, pads))
+        else:
+            shape = tuple(len(axis_map(d, b, e, mode)) for d, (b, e) in zip(x.shape, pads))
         if node.version >= 11 and node.input(2):
             const_input(g, node, 2, "constant_value")
         return [(x.dtype, shape)]
 
+    @staticmethod
+    def _computed_size(d, begin: int, end: int, mode: str):
+        """The padded size of an axis for the run-time maps (mlcc_pad__computed): constant
+        and edge modes, the kept part never empty where edge pads."""
+        if begin == end == 0:
+            return d
+        if mode not in ("constant", "edge"):
+            raise UnsupportedError(f"a {mode} Pad of a tensor of a dynamic size is not "
+                                   f"supported (constant and edge are)")
+        if not isinstance(d, SymInt):
+            return len(axis_map(d, begin, end, mode))
+        kept = d - max(0, -begin) - max(0, -end)
+        if kept < (1 if mode == "edge" else 0):       # decided by the range, else refused
+            raise ModelError(f"pads ({begin}, {end}) crop more than an axis of {d} holds")
+        return kept + max(begin, 0) + max(end, 0)
+
     def lower(self, node: Node, lo: Lowering) -> None:
         x, y = lo.value(node.inputs[0]), lo.value(node.outputs[0])
-        if y.numel == 0:
+        if not y.is_dynamic and y.numel == 0:     # (an empty dynamic size: the kernel's test)
             return
         if not x.shape:
             emit_plain_copy(lo, x.name, y.name, op=node.op_type)
@@ -97,6 +120,9 @@ class Pad(OpDef):
                 axes.append([d, b, e])
         if len(axes) > MAX_RANK:
             raise UnsupportedError(f"padding {len(axes)} separate axes exceeds rank {MAX_RANK}")
+        if is_symbolic(x.shape):
+            self._lower_computed(node, lo, x, y, axes, mode)
+            return
         maps = [axis_map(d, b, e, mode) for d, b, e in axes]
         in_dims = [d for d, _, _ in axes]
         offsets = np.cumsum([0] + [len(m) for m in maps[:-1]]).tolist()
@@ -112,3 +138,26 @@ class Pad(OpDef):
                     "map_offset": offsets + [0] * pad_to,
                     "run_begin": max(b, 0), "run_length": d - max(-b, 0) - max(-e, 0),
                     "run_src": max(-b, 0)}, op=f"Pad({mode})")
+
+    def _lower_computed(self, node: Node, lo: Lowering, x, y, axes: list, mode: str) -> None:
+        """Sizes known only at run time: the kernel computes the maps at each call."""
+        sizes = [self._computed_size(d, b, e, mode) for d, b, e in axes]
+        offsets, total = [], 0
+        for n in sizes:
+            offsets.append(total)
+            total = total + n
+        pad_to = MAX_RANK - len(axes)
+        d, b, e = axes[-1]
+        value = lo.add_const(f"{node.name}.value", self._value(node, x.dtype, lo.graph))
+        base = {"rank": len(axes), "elem_size": np.dtype(x.dtype).itemsize,
+                "out_shape": sizes + [1] * pad_to,
+                "in_strides": contiguous_strides([a[0] for a in axes]) + [0] * pad_to,
+                "map_offset": offsets + [0] * pad_to,
+                "run_begin": max(b, 0), "run_length": d - max(-b, 0) - max(-e, 0),
+                "run_src": max(-b, 0)}
+        lo.call("mlcc_pad__computed", [x.name, value, y.name], [y.name],
+                params_type="mlcc_pad_computed_params", params={
+                    "base": base, "in_dim": [a[0] for a in axes] + [1] * pad_to,
+                    "begin": [a[1] for a in axes] + [0] * pad_to,
+                    "end": [a[2] for a in axes] + [0] * pad_to, "edge": int(mode == "edge")},
+                scratch_bytes=total * 4, op=f"Pad({mode})")

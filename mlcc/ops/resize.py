@@ -22,11 +22,13 @@ onto one output pixel, where mlcc takes coordinate 0 as the spec text and onnxru
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
 from ..errors import ModelError, UnsupportedError
-from ..ir import Lowering, Node
+from ..ir import Enum, Lowering, Node
+from ..ir.symbolic import SymInt, as_dim, dim_vars, is_symbolic
 from .common import C_DTYPES, const_input, norm_axis, require_dtype
 from .registry import OpDef, register
 
@@ -35,6 +37,34 @@ COORD_MODES = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel"
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 TIE_EPSILON = 1e-6
 F32 = np.float32
+
+
+# Over sizes known only at run time (bounded dynamic shapes) the kernels compute the tables
+# themselves (mlcc_*resize*__computed), for these modes.
+COMPUTED_COORDS = {"asymmetric": "MLCC_RESIZE_ASYMMETRIC", "half_pixel": "MLCC_RESIZE_HALF_PIXEL",
+                   "pytorch_half_pixel": "MLCC_RESIZE_PYTORCH_HALF_PIXEL",
+                   "tf_half_pixel_for_nn": "MLCC_RESIZE_TF_HALF_PIXEL_FOR_NN",
+                   "align_corners": "MLCC_RESIZE_ALIGN_CORNERS"}
+COMPUTED_ROUNDING = {"round_prefer_floor": "MLCC_RESIZE_ROUND_PREFER_FLOOR",
+                     "round_prefer_ceil": "MLCC_RESIZE_ROUND_PREFER_CEIL",
+                     "floor": "MLCC_RESIZE_FLOOR", "ceil": "MLCC_RESIZE_CEIL",
+                     "simple": "MLCC_RESIZE_SIMPLE"}
+MAX_CHECKED_SIZES = 1 << 22
+
+
+def scaled_size(scale: np.float32, d):
+    """The output size floor(float32(scale) x float32(d)), as onnxruntime computes it. Over a
+    dynamic size d: (p d) // q for the float32 scale p / q, where that equals the float32
+    product at every value of d's range (checked here; refused where it does not)."""
+    if not isinstance(d, SymInt):
+        return int(math.floor(F32(scale * F32(d))))
+    frac = Fraction(float(scale))
+    p, q = frac.numerator, frac.denominator
+    values = np.arange(d.lo, d.hi + 1, dtype=np.int64)
+    if q > 1 << 16 or p > 1 << 30 or values.size > MAX_CHECKED_SIZES or np.any(
+            np.floor(F32(scale) * values.astype(F32)).astype(np.int64) != (p * values) // q):
+        raise d.undecided(f"the output size of a resize by a scale of {F32(scale)!s}")
+    return (d * p) // q
 
 
 def source_coords(mode: str, out_size: int, in_size: int, scale: np.float32) -> np.ndarray:
@@ -214,19 +244,29 @@ class _ResizeBase(OpDef):
         if sizes is not None:
             if len(sizes) != rank:
                 raise ModelError(f"sizes {sizes} do not match rank {rank}")
-            out = [int(s) for s in sizes]
+            out = [as_dim(s) for s in sizes]
             if any(o < 1 for o in out):
                 raise ModelError(f"sizes {sizes} must be positive")
-            scl64 = [o / i if i else 1.0 for o, i in zip(out, shape)]
             policy = self._policy(node)
-            if policy != "stretch":
-                axes = list(range(rank)) if axes is None else axes
-                pick = min if policy == "not_larger" else max
-                s = pick(scl64[a] for a in axes)
-                scl64 = [s if a in axes else 1.0 for a in range(rank)]
-                out = [int(s * d + 0.5) if a in axes else d for a, d in enumerate(shape)]
-            scl = [F32(s) for s in scl64] if policy != "stretch" else \
-                [F32(o) / F32(i) if i else F32(1) for o, i in zip(out, shape)]
+            if is_symbolic(out) or is_symbolic(shape):
+                if policy != "stretch":
+                    raise SymInt.var(dim_vars([out, shape])[0]).undecided(
+                        f"keep_aspect_ratio_policy={policy!r}")
+                # the scales of a dynamic size are out / in at run time (None here); a static
+                # pair keeps its float32 scale
+                pairs = [None if is_symbolic((o, i)) else (o, i) for o, i in zip(out, shape)]
+                scl = [p and (F32(p[0]) / F32(p[1]) if p[1] else F32(1)) for p in pairs]
+                scl64 = [p and (p[0] / p[1] if p[1] else 1.0) for p in pairs]
+            else:
+                scl64 = [o / i if i else 1.0 for o, i in zip(out, shape)]
+                if policy != "stretch":
+                    axes = list(range(rank)) if axes is None else axes
+                    pick = min if policy == "not_larger" else max
+                    s = pick(scl64[a] for a in axes)
+                    scl64 = [s if a in axes else 1.0 for a in range(rank)]
+                    out = [int(s * d + 0.5) if a in axes else d for a, d in enumerate(shape)]
+                scl = [F32(s) for s in scl64] if policy != "stretch" else \
+                    [F32(o) / F32(i) if i else F32(1) for o, i in zip(out, shape)]
         elif scales is not None:
             if len(scales) != rank:
                 raise ModelError(f"scales {scales} do not match rank {rank}")
@@ -234,13 +274,14 @@ class _ResizeBase(OpDef):
             if any(not s > 0 for s in scl):
                 raise ModelError(f"scales {scales} must be positive")
             scl64 = [float(s) for s in scl]
-            out = [int(math.floor(F32(s * F32(d)))) for s, d in zip(scl, shape)]
+            out = [scaled_size(s, d) for s, d in zip(scl, shape)]
         else:
             raise ModelError("Resize needs scales or sizes")
         if rank < 2:
             raise UnsupportedError(f"resizing a rank-{rank} tensor is not supported (the "
                                    f"two innermost axes of a rank >= 2 tensor are)")
-        moved = [i for i in range(rank - 2) if out[i] != shape[i] or scl[i] != F32(1)]
+        moved = [i for i in range(rank - 2) if out[i] != shape[i] or
+                 (scl[i] is not None and scl[i] != F32(1))]
         if moved:
             raise UnsupportedError(f"resizing axis {moved[0]} is not supported: only the two "
                                    f"innermost (H and W) axes can be resized")
@@ -281,6 +322,9 @@ class _ResizeBase(OpDef):
         params = {"planes": math.prod(x.shape[:-2]), "in_h": ih, "in_w": iw, "out_h": oh,
                   "out_w": ow, "elem_size": np.dtype(x.dtype).itemsize}
         coord = self._coord_mode(node)
+        if is_symbolic((ih, iw, oh, ow)):
+            self._lower_computed(node, lo, x, y, params, scl)
+            return
         if self._mode(node) == "nearest":
             nm = self._nearest_mode(node)
             table = np.concatenate([nearest_table(coord, nm, oh, ih, scl[-2]),
@@ -303,6 +347,38 @@ class _ResizeBase(OpDef):
         lo.call("mlcc_f32_resize_linear", [x.name, index, weights, y.name], [y.name],
                 params_type="mlcc_resize_params", params=params, scratch_bytes=2 * ow * 4,
                 op=f"{node.op_type}(linear)")
+
+    def _lower_computed(self, node: Node, lo: Lowering, x, y, params: dict, scl) -> None:
+        """Sizes known only at run time: the kernel computes the tables at each call (nearest
+        and linear, the coordinate modes of COMPUTED_COORDS)."""
+        mode, coord = self._mode(node), self._coord_mode(node)
+        size = SymInt.var(dim_vars(params)[0])
+        if mode not in ("nearest", "linear", "bilinear") or self._general(node) or \
+                coord not in COMPUTED_COORDS:
+            raise size.undecided(f"a resize with mode={mode!r}, "
+                                 f"coordinate_transformation_mode={coord!r}"
+                                 f"{' (antialias)' if node.attr('antialias', 0) else ''}")
+        if coord == "align_corners" and mode != "nearest" and any(
+                s is None or (float(s) != int(s) if isinstance(d, SymInt) else
+                              F32(s * F32(d)) != o)
+                for s, d, o in zip(scl[-2:], (params["in_h"], params["in_w"]),
+                                   (params["out_h"], params["out_w"]))):
+            # a fractional output length takes the float64 taps path for static sizes
+            raise size.undecided("a linear align_corners resize by a scale that is not an "
+                                 "integer")
+        oh, ow = params["out_h"], params["out_w"]
+        computed = {"base": params, "coord": Enum(COMPUTED_COORDS[coord]),
+                    "rounding": Enum(COMPUTED_ROUNDING[self._nearest_mode(node)]),
+                    "scale_h": float(scl[-2]) if scl[-2] is not None else 0.0,
+                    "scale_w": float(scl[-1]) if scl[-1] is not None else 0.0}
+        if mode == "nearest":
+            lo.call("mlcc_resize_nearest__computed", [x.name, y.name], [y.name],
+                    params_type="mlcc_resize_computed_params", params=computed,
+                    scratch_bytes=(oh + ow) * 4, op=f"{node.op_type}(nearest)")
+            return
+        lo.call("mlcc_f32_resize_linear__computed", [x.name, y.name], [y.name],
+                params_type="mlcc_resize_computed_params", params=computed,
+                scratch_bytes=(4 * (oh + ow) + 2 * ow) * 4, op=f"{node.op_type}(linear)")
 
     def _lower_taps(self, node: Node, lo: Lowering, x, y, out, scl64) -> None:
         """Cubic, antialias, exclude_outside, tf_crop_and_resize, fractional align_corners:
@@ -407,7 +483,8 @@ class Resize(_ResizeBase):
         sizes = const_input(g, node, 3, "sizes")
         scales = None if scales is None or scales.size == 0 else \
             [float(s) for s in scales.reshape(-1)]
-        sizes = None if sizes is None or sizes.size == 0 else [int(s) for s in sizes.reshape(-1)]
+        sizes = None if sizes is None or sizes.size == 0 else \
+            [as_dim(s) for s in sizes.reshape(-1)]
         if scales is not None and sizes is not None:
             raise ModelError("Resize takes scales or sizes, not both")
         axes = node.attr("axes") if node.version >= 18 else None

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Enum, Lowering, Node
+from ..ir.symbolic import as_dim, smax
 from .common import C_DTYPES, IO_DTYPES, norm_axis, require_dtype
 from .registry import OpDef, refuse_dynamic, register
 
@@ -68,7 +69,8 @@ class TopK(OpDef):
                 raise ModelError("TopK-1 needs its k attribute")
             return int(node.attr("k"))
         k = g.const(node.inputs[1])
-        return None if k is None else int(np.asarray(k).reshape(-1)[0])
+        # (a k computed from dynamic sizes stays symbolic: ir.symbolic)
+        return None if k is None else as_dim(np.asarray(k).reshape(-1)[0])
 
     def infer(self, node, ins, g):
         x = ins[0]
@@ -108,7 +110,7 @@ class TopK(OpDef):
                         "inner": math.prod(x.shape[axis + 1:]), "k_max": k_max,
                         "dtype": dtype_enum(x.dtype),
                         "largest": int(node.attr("largest", 1))},
-                scratch_bytes=8 * max(k_max, 1), returns_status=True)
+                scratch_bytes=8 * smax(k_max, 1), returns_status=True)
 
 
 @register("NonZero", since=9)

@@ -22,8 +22,8 @@ PRODUCERS = {"Conv", "ConvTranspose", "Gemm", "MatMul"}
 
 def _per_channel(d: np.ndarray, out_shape: tuple[int, ...], axis: int) -> np.ndarray | None:
     """D as one value per channel of `axis`, or None if it varies along another axis."""
-    if d.ndim > len(out_shape):
-        return None
+    if d.ndim > len(out_shape) or not isinstance(out_shape[axis], int):
+        return None         # (a dynamic size along the axis: no weights to fold into)
     shape = (1,) * (len(out_shape) - d.ndim) + d.shape
     if any(s != 1 for i, s in enumerate(shape) if i != axis) or shape[axis] not in (
             1, out_shape[axis]):

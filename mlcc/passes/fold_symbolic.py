@@ -87,11 +87,27 @@ def _squeeze(node, arrays):
     return np.squeeze(arrays[0], axis=tuple(a + arrays[0].ndim if a < 0 else a for a in axes))
 
 
+FLOAT_CASTS = {1: "float32", 11: "float64"}
+# what reads a float-typed shape: its values are exact integers that only move (as far as a
+# Range, ops/compile_time.py); arithmetic on them would be integer arithmetic here
+FLOAT_FOLDS = ("Identity", "Concat", "Gather", "Slice", "Unsqueeze", "Squeeze", "Reshape")
+
+
 def _cast(node, arrays):
-    if int(node.attr("to")) not in (6, 7):       # int32, int64
+    if int(node.attr("to")) not in (6, 7, *FLOAT_CASTS):       # int32, int64, float, double
         raise SymInt.var(dim_vars(list(arrays[0].reshape(-1)))[0]).undecided(
-            "a cast of a dynamic size to a non-integer type")
+            "a cast of a dynamic size to a type other than an integer, float or double")
     return arrays[0]
+
+
+def symbolic_dtype(g: Graph, node: Node) -> str:
+    """The type of a folded shape array: a float after a Cast to float (or moved from one), else
+    int64."""
+    if node.op_type == "Cast":
+        return FLOAT_CASTS.get(int(node.attr("to")), "int64")
+    floats = [g.values[i].dtype for i in node.inputs[:1] if i and
+              g.values[i].dtype in FLOAT_CASTS.values() and is_symbolic_array(g.const(i))]
+    return floats[0] if floats and node.op_type in FLOAT_FOLDS else "int64"
 
 
 def _gather(node, arrays):
@@ -121,6 +137,10 @@ FOLDS = {
 def fold_symbolic(g: Graph, node: Node, arrays: list) -> list[np.ndarray]:
     """Outputs of a node with a symbolic-array input (every input constant)."""
     fold = FOLDS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+    floats = [i for i, a in zip(node.inputs, arrays) if is_symbolic_array(a) and
+              g.values[i].dtype in FLOAT_CASTS.values()]
+    if floats and node.op_type not in FLOAT_FOLDS:
+        fold = None         # float arithmetic on a size: not folded here
     if fold is None:
         dims = dim_vars([list(a.reshape(-1)) for a in arrays if is_symbolic_array(a)])
         raise SymInt.var(dims[0]).undecided(f"a {node.op_type} of a shape")
@@ -130,5 +150,5 @@ def fold_symbolic(g: Graph, node: Node, arrays: list) -> list[np.ndarray]:
         raise ModelError(f"folding a shape computation failed: {exc}") from None
     out = np.asarray(out, dtype=object)
     if not any(isinstance(x, SymInt) for x in out.reshape(-1)):
-        out = out.astype(np.int64)
+        out = out.astype(symbolic_dtype(g, node))
     return [out]

@@ -24,7 +24,7 @@ from ..ops import lookup, unsupported_reason
 from ..ops.common import IO_DTYPES, MAX_RANK
 from ..ops.registry import describe, static_only
 from .control_flow import fold_loop, inline_if, loop_is_constant, prepare_loop, prepare_scan
-from .fold_symbolic import fold_symbolic, is_symbolic_array, shape_array
+from .fold_symbolic import fold_symbolic, is_symbolic_array, shape_array, symbolic_dtype
 
 # No tensor may be larger: sizes and offsets stay far from overflowing size_t and int64 in the
 # generated C (a 2^62-element input once gave an arena size of 2^64, which wraps to 0).
@@ -83,7 +83,7 @@ def infer_and_fold(g: Graph) -> Graph:
         if results is not None:
             for name, arr in zip(node.outputs, results):
                 if name:
-                    _set_const(g, name, arr)
+                    _set_const(g, name, arr, symbolic_dtype(g, node))
             continue
         if _has_body(node) and "_outer" not in node.attrs:
             try:    # run at run time: its body compiled on its own
@@ -182,13 +182,14 @@ def _same_type(a, b, cond) -> bool:
             and len(cond.shape) <= len(a.shape))
 
 
-def _set_const(g: Graph, name: str, arr: np.ndarray) -> None:
+def _set_const(g: Graph, name: str, arr: np.ndarray, symbolic: str = "int64") -> None:
     arr = np.asarray(arr)
     if arr.nbytes > MAX_CONST_BYTES:
         raise ModelError(f"folding {name!r} gives a {arr.nbytes}-byte constant; refusing")
     v = g.values[name]
-    # a shape over dynamic sizes is an object array of ints and SymInts, typed int64
-    dtype = "int64" if is_symbolic_array(arr) else arr.dtype.name
+    # a shape over dynamic sizes is an object array of ints and SymInts, typed int64 (or float
+    # after a Cast: fold_symbolic.symbolic_dtype)
+    dtype = symbolic if is_symbolic_array(arr) else arr.dtype.name
     v.dtype, v.shape, v.const = dtype, tuple(int(d) for d in arr.shape), arr
 
 
@@ -229,6 +230,10 @@ def _fold(g: Graph, node: Node) -> list[np.ndarray] | None:
     if not node.inputs and node.op_type not in ("ConstantOfShape", "Range", "EyeLike"):
         return None
     if any(is_symbolic_array(a) for a in arrays):
+        if node.op_type in ("Range", "ConstantOfShape"):
+            return None     # a size over dynamic dimensions: runs (ops/compile_time.py)
+        if node.op_type == "Slice" and not is_symbolic_array(arrays[0]):
+            return None     # a slice of a tensor up to a dynamic size: a copy at run time
         return fold_symbolic(g, node, arrays)
     _guard_size(node, arrays)
     d = lookup(node)

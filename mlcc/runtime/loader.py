@@ -115,9 +115,11 @@ class ModelBase:
         sizes = []
         for d in self.dims:
             size, where = found.get(d["symbol"], (d["max"], ""))
-            if not d["min"] <= size <= d["max"]:
+            step = d.get("step", 1)
+            if not d["min"] <= size <= d["max"] or size % step:
+                span = f"{d['min']}..{d['max']}" + (f" (multiples of {step})" if step > 1 else "")
                 raise InputError(f"dimension {d['name']!r} ({where}) is {size}, outside the "
-                                 f"range {d['min']}..{d['max']} the model was compiled for")
+                                 f"range {span} the model was compiled for")
             sizes.append(size)
         return sizes
 

@@ -62,3 +62,24 @@ void mlcc_pad(const mlcc_pad_params *p, const void *x, const int32_t *map, const
         if (axis < 0) return;
     }
 }
+
+void mlcc_pad__computed(const mlcc_pad_computed_params *p, const void *x, const void *value,
+                        void *y, void *scratch) {
+    int32_t *map = (int32_t *)scratch;
+    int axis;
+    for (axis = 0; axis < p->base.rank; axis++) {
+        const int64_t d = p->in_dim[axis], b = p->begin[axis];
+        const int64_t first = b < 0 ? -b : 0, last = d - (p->end[axis] < 0 ? -p->end[axis] : 0) - 1;
+        int32_t *m = map + p->base.map_offset[axis];
+        int64_t i;
+        for (i = 0; i < p->base.out_shape[axis]; i++) {
+            int64_t src = i - b;
+            if (src < 0 || src >= d) {
+                if (!p->edge) src = -1;
+                else src = src < first ? first : last;
+            }
+            m[i] = (int32_t)src;
+        }
+    }
+    mlcc_pad(&p->base, x, map, value, y);
+}

@@ -23,4 +23,20 @@ typedef struct mlcc_pad_params {
 void mlcc_pad(const mlcc_pad_params *p, const void *x, const int32_t *map, const void *value,
               void *y);
 
+/* The same over sizes known only at run time (bounded dynamic shapes), constant and edge
+ * modes: the maps are computed at each call into the scratch (sum of out_shape int32). Output
+ * index i of axis k reads input index i - begin[k] where that lies in [0, in_dim[k]); elsewhere
+ * the constant, or (edge) the nearest index kept after cropping, in [max(0, -begin[k]),
+ * in_dim[k] - max(0, -end[k])). */
+typedef struct mlcc_pad_computed_params {
+    mlcc_pad_params base;
+    int64_t in_dim[MLCC_MAX_RANK];
+    int64_t begin[MLCC_MAX_RANK];
+    int64_t end[MLCC_MAX_RANK];
+    int32_t edge;                       /* 0: constant, 1: edge */
+} mlcc_pad_computed_params;
+
+void mlcc_pad__computed(const mlcc_pad_computed_params *p, const void *x, const void *value,
+                        void *y, void *scratch);
+
 #endif /* MLCC_PAD_H */

@@ -96,6 +96,120 @@ void mlcc_f32_resize_linear(const mlcc_resize_params *p, const float *x, const i
     }
 }
 
+/* The source coordinate of output index i along one axis, in float32 as onnxruntime
+ * computes it (mlcc/ops/resize.py: source_coords). */
+static float source_coord(int32_t coord, int64_t i, int64_t in, int64_t out, float scale) {
+    const float x = (float)i;
+    switch (coord) {
+    case MLCC_RESIZE_HALF_PIXEL:
+        return (x + 0.5f) / scale - 0.5f;
+    case MLCC_RESIZE_PYTORCH_HALF_PIXEL:
+        return out > 1 ? (x + 0.5f) / scale - 0.5f : 0.0f;
+    case MLCC_RESIZE_TF_HALF_PIXEL_FOR_NN:
+        return (x + 0.5f) / scale;
+    case MLCC_RESIZE_ALIGN_CORNERS:
+        return out == 1 ? 0.0f : x * ((float)in - 1.0f) / ((float)out - 1.0f);
+    default:
+        return x / scale;
+    }
+}
+
+static float axis_scale(float given, int64_t in, int64_t out) {
+    return given > 0.0f ? given : (float)out / (float)in;
+}
+
+/* mlcc/ops/resize.py: nearest_table */
+static void nearest_map(int32_t *map, int32_t coord, int32_t rounding, int64_t in, int64_t out,
+                        float scale) {
+    int64_t i;
+    for (i = 0; i < out; i++) {
+        double x, fl, idx;
+        int tie;
+        if (scale == 1.0f && out == in) {
+            map[i] = (int32_t)i;
+            continue;
+        }
+        x = (double)source_coord(coord, i, in, out, scale);
+        fl = floor(x);
+        tie = fabs(x - fl - 0.5) <= 1e-6;
+        switch (rounding) {
+        case MLCC_RESIZE_FLOOR:
+            idx = fl;
+            break;
+        case MLCC_RESIZE_CEIL:
+            idx = ceil(x);
+            break;
+        case MLCC_RESIZE_SIMPLE:
+            idx = scale < 1.0f ? ceil(x) : trunc(x);
+            break;
+        default:
+            if (tie)
+                idx = rounding == MLCC_RESIZE_ROUND_PREFER_CEIL ? fl + 1.0 : fl;
+            else
+                idx = x >= 0 ? floor(x + 0.5) : ceil(x - 0.5);
+            break;
+        }
+        if (idx < 0.0) idx = 0.0;
+        if (idx > (double)(in - 1)) idx = (double)(in - 1);
+        map[i] = (int32_t)idx;
+    }
+}
+
+void mlcc_resize_nearest__computed(const mlcc_resize_computed_params *p, const void *x,
+                                   void *y, void *scratch) {
+    const mlcc_resize_params *b = &p->base;
+    int32_t *map = (int32_t *)scratch;
+    nearest_map(map, p->coord, p->rounding, b->in_h, b->out_h,
+                axis_scale(p->scale_h, b->in_h, b->out_h));
+    nearest_map(map + b->out_h, p->coord, p->rounding, b->in_w, b->out_w,
+                axis_scale(p->scale_w, b->in_w, b->out_w));
+    mlcc_resize_nearest(b, x, map, y);
+}
+
+/* mlcc/ops/resize.py: linear_table; i0, i1, w0, w1 each n long. */
+static void linear_map(int32_t *i0, int32_t *i1, float *w0, float *w1, int32_t coord, int64_t in,
+                       int64_t out, float scale) {
+    int64_t i;
+    for (i = 0; i < out; i++) {
+        float c, top = (float)(in - 1);
+        int64_t a, b;
+        if (scale == 1.0f && out == in) {
+            i0[i] = i1[i] = (int32_t)i;
+            w0[i] = 1.0f;
+            w1[i] = 0.0f;
+            continue;
+        }
+        c = source_coord(coord, i, in, out, scale);
+        if (c < 0.0f) c = 0.0f;
+        if (c > top) c = top;
+        a = (int64_t)c;
+        if (a > in - 1) a = in - 1;
+        b = a + 1 < in - 1 ? a + 1 : in - 1;
+        i0[i] = (int32_t)a;
+        i1[i] = (int32_t)b;
+        if (a == b) {
+            w0[i] = w1[i] = 0.5f;
+        } else {
+            w1[i] = fabsf(c - (float)a);
+            w0[i] = fabsf(c - (float)b);
+        }
+    }
+}
+
+void mlcc_f32_resize_linear__computed(const mlcc_resize_computed_params *p, const float *x,
+                                      float *y, void *scratch) {
+    const mlcc_resize_params *b = &p->base;
+    const int64_t oh = b->out_h, ow = b->out_w, n = 2 * (oh + ow);
+    int32_t *map = (int32_t *)scratch;
+    float *wt = (float *)(map + n);
+    const float sh = axis_scale(p->scale_h, b->in_h, oh), sw = axis_scale(p->scale_w, b->in_w, ow);
+    /* the layout of mlcc_f32_resize_linear's tables: r0, r1, c0, c1 (and their weights) */
+    linear_map(map, map + oh, wt, wt + oh, p->coord, b->in_h, oh, sh);
+    linear_map(map + 2 * oh, map + 2 * oh + ow, wt + 2 * oh, wt + 2 * oh + ow, p->coord,
+               b->in_w, ow, sw);
+    mlcc_f32_resize_linear(b, x, map, wt, y, wt + n);
+}
+
 void mlcc_f32_resize_taps(const mlcc_resize_taps_params *p, const float *x, const int32_t *map,
                           const float *wt, float *y, float *scratch) {
     const ptrdiff_t ih = (ptrdiff_t)p->in_h, iw = (ptrdiff_t)p->in_w;

@@ -27,6 +27,40 @@ void mlcc_resize_nearest(const mlcc_resize_params *p, const void *x, const int32
 void mlcc_f32_resize_linear(const mlcc_resize_params *p, const float *x, const int32_t *map,
                             const float *wt, float *y, float *scratch);
 
+/* The same two kernels where the sizes are known only at run time (bounded dynamic shapes):
+ * the tables are computed from the sizes and the coordinate rules at each call, into the
+ * scratch, in float32 as the compiler computes them for static sizes (mlcc/ops/resize.py). */
+typedef enum mlcc_resize_coord {
+    MLCC_RESIZE_ASYMMETRIC = 0,
+    MLCC_RESIZE_HALF_PIXEL = 1,
+    MLCC_RESIZE_PYTORCH_HALF_PIXEL = 2,
+    MLCC_RESIZE_TF_HALF_PIXEL_FOR_NN = 3,
+    MLCC_RESIZE_ALIGN_CORNERS = 4
+} mlcc_resize_coord;
+
+typedef enum mlcc_resize_rounding {
+    MLCC_RESIZE_ROUND_PREFER_FLOOR = 0,
+    MLCC_RESIZE_ROUND_PREFER_CEIL = 1,
+    MLCC_RESIZE_FLOOR = 2,
+    MLCC_RESIZE_CEIL = 3,
+    MLCC_RESIZE_SIMPLE = 4          /* Resize-10 / Upsample: ceil downsampling, else trunc */
+} mlcc_resize_rounding;
+
+typedef struct mlcc_resize_computed_params {
+    mlcc_resize_params base;
+    int32_t coord;                  /* mlcc_resize_coord */
+    int32_t rounding;               /* mlcc_resize_rounding (nearest only) */
+    float scale_h, scale_w;         /* 0: out / in at run time (the node gave sizes) */
+} mlcc_resize_computed_params;
+
+/* scratch: (out_h + out_w) int32. */
+void mlcc_resize_nearest__computed(const mlcc_resize_computed_params *p, const void *x,
+                                   void *y, void *scratch);
+
+/* scratch: 2 (out_h + out_w) int32, 2 (out_h + out_w) floats, then 2 out_w floats. */
+void mlcc_f32_resize_linear__computed(const mlcc_resize_computed_params *p, const float *x,
+                                      float *y, void *scratch);
+
 /* The general separable form (cubic, antialias, exclude_outside, tf_crop_and_resize):
  * taps_h source rows per output row and taps_w source columns per output column.
  *   map: out_h x taps_h row indices, then out_w x taps_w column indices, in [0, in_h) and
