@@ -1,0 +1,266 @@
+/* Helium (MVE, the M-profile vector extension of Armv8.1-M: Cortex-M55, M85) inner loops of the
+ * int8 kernels: the u8 x s8 GEMM of the convolutions and fully connected layers (qgemm.c) and
+ * the depthwise convolution (qconv.c), with their requantizing epilogues in vector registers.
+ * Written here with arm_mve.h intrinsics; selected by __ARM_FEATURE_MVE (set by
+ * -mcpu=cortex-m55), off with -DMLCC_NO_MVE (then the M55 runs the SMLAD paths of the M4).
+ *
+ * Every sum is an exact integer (int32, wrapping only where the portable kernels' int32 would)
+ * and every requantization step is the portable one's in vector form, so the outputs are the
+ * portable kernels' bit for bit (tests/test_cortex_m.py compares them with the x86 build on odd
+ * shapes; the MLPerf Tiny models with TensorFlow Lite Micro).
+ *
+ * GEMM. VMLADAVA multiplies 16 int8 lanes of two vectors and adds the 16 products to a scalar
+ * int32 sum: a dot product along k, which wants both operands contiguous in k. The row operand
+ * is (rows of 4 * k4 bytes); the packed column operand ([k4][n][4], qgemm.h) is not, so each
+ * block of 4 columns is transposed once (VST4 interleaves 4 vectors of 4 columns' words) into
+ * a stack buffer of 16-byte k chunks, [k / 16][4 columns][16], and every row of the block then
+ * reads it: one row load, four column loads and four VMLADAVA per 16 k. VMLADAVA takes both
+ * operands signed or both unsigned: the column operand's bytes are flipped at the transpose
+ * (bit 7: u8 b becomes the s8 b - 128, s8 b the u8 b + 128), and 128 times the row's sum is
+ * added back (conv: s8 weights x u8 columns) or taken off (Gemm: u8 activations x s8
+ * weights). Every load past the end of an operand (the k tail of a row, the last columns) is
+ * predicated (VCTP): inactive lanes read nothing and give zero.
+ *
+ * Requantization, 4 lanes at a time: the fixed mode (gemmlowp) as gemmlowp's own NEON code
+ * does it, VQSHL (the saturating left shift: the portable clamp), VQRDMULH (exactly
+ * SaturatingRoundingDoublingHighMul: (2ab + 2^31) >> 32 is its nudge-and-truncate for either
+ * sign), then RoundingDivideByPOT as x - 1 for negative x (VQADD) before VRSHL's rounding
+ * right shift (half up), which is half away from zero; the float mode in MVE float (int to
+ * float, multiply, clamp, VCVTN: round half to even as the portable magic-number add). */
+#ifndef MLCC_QMVE_H
+#define MLCC_QMVE_H
+
+#include "qgemm.h"
+
+#if defined(__ARM_FEATURE_MVE) && !defined(MLCC_NO_MVE)
+#include <arm_mve.h>
+#define MLCC_QMVE 1
+#else
+#define MLCC_QMVE 0
+#endif
+
+#if MLCC_QMVE
+#define MLCC_MVE_KC 512      /* k bytes of a transposed column block (4 columns: 2 KiB of stack) */
+#define MLCC_MVE_RB 32       /* rows per block: their sums and accumulators on the stack */
+
+/* nr (0 to 4, more counts as 4) active 32-bit lanes. */
+static inline mve_pred16_t mlcc_mve_lanes(int64_t nr) {
+    return vctp32q((uint32_t)(nr < 0 ? 0 : (nr > 4 ? 4 : nr)));
+}
+
+/* gemmlowp's fixed requantization (qgemm.c fixed_requant) of 4 lanes. */
+static inline int32x4_t mlcc_mve_fixed(int32x4_t v, int32x4_t mult, int32x4_t shift) {
+    const int32x4_t zero = vdupq_n_s32(0);
+    const int32x4_t right = vminq_s32(shift, zero);      /* -e of RoundingDivideByPOT */
+    v = vqshlq_s32(v, vmaxq_s32(shift, zero));
+    v = vqrdmulhq_s32(v, mult);
+    v = vqaddq_s32(v, vshrq_n_s32(vandq_s32(v, right), 31));   /* -1 where v < 0 and e > 0 */
+    return vrshlq_s32(v, right);
+}
+
+/* The epilogue (qgemm.c mlcc_requant_run / requant_cols) of the first nr of 4 accumulators:
+ * one channel c for all lanes, or (per_lane) channels c .. c + nr - 1; outputs at element
+ * `at` of y onwards. uint8 with either requantization and int32 in registers; float outputs
+ * (and the float requantization without MVE float) through mlcc_requant_run. */
+static inline void mlcc_mve_requant4(const mlcc_requant *rq, const mlcc_qchannels *ch, int64_t c,
+                                     int per_lane, int32x4_t acc, int64_t nr, void *y,
+                                     int64_t at) {
+    const mve_pred16_t p = mlcc_mve_lanes(nr);
+    const int32x4_t bias = per_lane ? vldrwq_z_s32(ch->bias + c, p) : vdupq_n_s32(ch->bias[c]);
+    int32x4_t v = vaddq_s32(acc, bias);
+    if (rq->out_kind == MLCC_QOUT_S32) {
+        vstrwq_p_s32((int32_t *)y + at, v, p);
+        return;
+    }
+    if (rq->out_kind == MLCC_QOUT_U8 && rq->mode == MLCC_REQUANT_FIXED) {
+        v = mlcc_mve_fixed(v, per_lane ? vldrwq_z_s32(ch->mult + c, p) : vdupq_n_s32(ch->mult[c]),
+                           per_lane ? vldrwq_z_s32(ch->shift + c, p)
+                                    : vdupq_n_s32(ch->shift[c]));
+        v = vaddq_s32(v, vdupq_n_s32(rq->zero_point));
+        v = vmaxq_s32(v, vdupq_n_s32(rq->qmin));
+        v = vminq_s32(v, vdupq_n_s32(rq->qmax));
+        vstrbq_p_s32((int8_t *)y + at, v, p);
+        return;
+    }
+#if (__ARM_FEATURE_MVE & 2)
+    if (rq->out_kind == MLCC_QOUT_U8) {     /* MLCC_REQUANT_FLOAT */
+        const int32_t zp = rq->zero_point;
+        float32x4_t f = vmulq_f32(vcvtq_f32_s32(v), per_lane ? vldrwq_z_f32(ch->scale + c, p)
+                                                            : vdupq_n_f32(ch->scale[c]));
+        f = vmaxnmq_f32(f, vdupq_n_f32((float)(rq->qmin - zp)));
+        f = vminnmq_f32(f, vdupq_n_f32((float)(rq->qmax - zp)));
+        vstrbq_p_s32((int8_t *)y + at, vaddq_s32(vcvtnq_s32_f32(f), vdupq_n_s32(zp)), p);
+        return;
+    }
+#endif
+    {
+        int32_t t[4];
+        int64_t j;
+        vst1q_s32(t, acc);
+        if (!per_lane) {
+            mlcc_requant_run(rq, ch, c, t, nr, y, at);
+            return;
+        }
+        for (j = 0; j < nr; j++) mlcc_requant_run(rq, ch, c + j, t + j, 1, y, at + j);
+    }
+}
+
+/* Columns j0 .. j0 + nr - 1 (nr <= 4) of the packed operand b ([k4][n][4]), k groups
+ * g0 .. g0 + gn - 1, into bt as [ceil(gn / 4)][4 columns][16 bytes] with bit 7 of every byte
+ * flipped; groups past gn (up to the next 4) are zero, columns past nr zero before the flip. */
+static inline void mlcc_mve_transpose(const uint8_t *b, int64_t n, int64_t j0, int64_t nr,
+                                      int64_t g0, int64_t gn, uint32_t *bt) {
+    const mve_pred16_t p = vctp8q((uint32_t)(4 * nr));
+    const uint8x16_t flip = vdupq_n_u8(0x80);
+    const uint8_t *src = b + (g0 * n + j0) * 4;
+    const int64_t step = 4 * n;
+    int64_t g;
+    for (g = 0; g + 4 <= gn; g += 4, bt += 16, src += 4 * step) {
+        uint32x4x4_t v;
+        v.val[0] = vreinterpretq_u32_u8(veorq_u8(vldrbq_z_u8(src, p), flip));
+        v.val[1] = vreinterpretq_u32_u8(veorq_u8(vldrbq_z_u8(src + step, p), flip));
+        v.val[2] = vreinterpretq_u32_u8(veorq_u8(vldrbq_z_u8(src + 2 * step, p), flip));
+        v.val[3] = vreinterpretq_u32_u8(veorq_u8(vldrbq_z_u8(src + 3 * step, p), flip));
+        vst4q_u32(bt, v);
+    }
+    if (g < gn) {
+        uint32x4x4_t v;
+        int t;
+        for (t = 0; t < 4; t++)
+            v.val[t] = vreinterpretq_u32_u8(g + t < gn ? veorq_u8(vldrbq_z_u8(src + t * step, p),
+                                                                  flip)
+                                                       : vdupq_n_u8(0));
+        vst4q_u32(bt, v);
+    }
+}
+
+/* Four dot products of kn bytes (a multiple of 4): row a with the 4 transposed columns of bt.
+ * Lanes of a past kn are predicated off (zero): bt's bytes there do not count. */
+#define MLCC_MVE_DOT4(NAME, T, VT, S, LD, LDZ, MLA)                                             \
+    static inline int32x4_t NAME(const T *a, const T *bt, int64_t kn) {                     \
+        S s0 = 0, s1 = 0, s2 = 0, s3 = 0;                                                   \
+        int64_t c;                                                                          \
+        int32x4_t r;                                                                        \
+        for (c = kn / 16; c != 0; c--, a += 16, bt += 64) {                                 \
+            const VT av = LD(a);                                             \
+            s0 = MLA(s0, av, LD(bt));                                                       \
+            s1 = MLA(s1, av, LD(bt + 16));                                                  \
+            s2 = MLA(s2, av, LD(bt + 32));                                                  \
+            s3 = MLA(s3, av, LD(bt + 48));                                                  \
+        }                                                                                   \
+        if (kn % 16 != 0) {                                                                 \
+            const VT av = LDZ(a, vctp8q((uint32_t)(kn % 16)));               \
+            s0 = MLA(s0, av, LD(bt));                                                       \
+            s1 = MLA(s1, av, LD(bt + 16));                                                  \
+            s2 = MLA(s2, av, LD(bt + 32));                                                  \
+            s3 = MLA(s3, av, LD(bt + 48));                                                  \
+        }                                                                                   \
+        r = vdupq_n_s32((int32_t)s0);                                                       \
+        r = vsetq_lane_s32((int32_t)s1, r, 1);                                              \
+        r = vsetq_lane_s32((int32_t)s2, r, 2);                                              \
+        return vsetq_lane_s32((int32_t)s3, r, 3);                                           \
+    }
+MLCC_MVE_DOT4(mlcc_mve_dot4_s8, int8_t, int8x16_t, int32_t, vldrbq_s8, vldrbq_z_s8, vmladavaq_s8)
+MLCC_MVE_DOT4(mlcc_mve_dot4_u8, uint8_t, uint8x16_t, uint32_t, vldrbq_u8, vldrbq_z_u8, vmladavaq_u8)
+#undef MLCC_MVE_DOT4
+
+/* The sum of the kn bytes of a row, signed or not (as uint32: it wraps as int32 would). */
+static inline uint32_t mlcc_mve_row_sum(const uint8_t *a, int64_t kn, int is_signed) {
+    uint32_t s = 0;
+    int64_t k;
+    for (k = 0; k < kn; k += 16) {
+        const mve_pred16_t p = vctp8q((uint32_t)(kn - k < 16 ? kn - k : 16));
+        s = is_signed ? (uint32_t)vaddvaq_p_s8((int32_t)s, vldrbq_z_s8((const int8_t *)a + k, p), p)
+                      : vaddvaq_p_u8(s, vldrbq_z_u8(a + k, p), p);
+    }
+    return s;
+}
+
+/* mlcc_u8s8_gemm on Helium (qgemm.h's contract): blocks of MLCC_MVE_RB rows, in them blocks of
+ * 4 columns, transposed per MLCC_MVE_KC bytes of k (once per block of rows when K fits). */
+static inline void mlcc_mve_qgemm(const mlcc_qgemm_desc *d, const uint8_t *a, const uint8_t *b,
+                           const mlcc_requant *rq, const mlcc_qchannels *ch, void *y) {
+    uint32_t bt[MLCC_MVE_KC];                       /* 4 columns x MLCC_MVE_KC bytes */
+    uint32_t rs[MLCC_MVE_RB];
+    int32x4_t acc[MLCC_MVE_RB];
+    const int64_t kp = 4 * d->k4;
+    int64_t i0, j0, k0, r;
+    for (i0 = 0; i0 < d->m; i0 += MLCC_MVE_RB) {
+        const int64_t mb = d->m - i0 < MLCC_MVE_RB ? d->m - i0 : MLCC_MVE_RB;
+        for (r = 0; r < mb; r++)
+            rs[r] = mlcc_mve_row_sum(a + (i0 + r) * d->lda, kp, d->a_signed) << 7;
+        for (j0 = 0; j0 < d->n; j0 += 4) {
+            const int64_t nr = d->n - j0 < 4 ? d->n - j0 : 4;
+            for (k0 = 0; k0 < kp; k0 += MLCC_MVE_KC) {
+                const int64_t kn = kp - k0 < MLCC_MVE_KC ? kp - k0 : MLCC_MVE_KC;
+                mlcc_mve_transpose(b, d->n, j0, nr, k0 / 4, kn / 4, bt);
+                for (r = 0; r < mb; r++) {
+                    const uint8_t *ar = a + (i0 + r) * d->lda + k0;
+                    const int32x4_t s =
+                        d->a_signed ? mlcc_mve_dot4_s8((const int8_t *)ar, (const int8_t *)bt, kn)
+                                    : mlcc_mve_dot4_u8(ar, (const uint8_t *)bt, kn);
+                    acc[r] = k0 == 0 ? s : vaddq_s32(acc[r], s);
+                }
+            }
+            for (r = 0; r < mb; r++) {
+                /* the flip of the column operand undone: +128 x row sum (it was u8, the row
+                 * s8) or -128 x row sum (it was s8, the row u8) */
+                const int32x4_t v = d->a_signed ? vaddq_s32(acc[r], vdupq_n_s32((int32_t)rs[r]))
+                                                : vsubq_s32(acc[r], vdupq_n_s32((int32_t)rs[r]));
+                mlcc_mve_requant4(rq, ch, d->channel_is_row ? i0 + r : j0, !d->channel_is_row, v,
+                                  nr, y, (i0 + r) * d->ldy + j0);
+            }
+        }
+    }
+}
+
+/* The depthwise convolution of one channel plane (qconv.c dw_channel) on Helium: xp is the
+ * plane minus the zero point as int16, padded (wp columns a row), wc the channel's kh_n x kw_n
+ * weights. 16 outputs of a row at a time in four int32x4 sums, each tap one widening load
+ * (VLDRH.S32; a gather for stride_w > 1) and one VMLA by the weight; the tail predicated. The
+ * epilogue is mlcc_mve_requant4 (channel c); outputs from element y_index of y. */
+static inline void mlcc_mve_dw_plane(const int16_t *xp, int64_t wp, const int8_t *wc,
+                                     int64_t kh_n, int64_t kw_n, int64_t sh, int64_t sw,
+                                     int64_t dh, int64_t dw, int64_t oh_n, int64_t ow_n,
+                                     const mlcc_requant *rq, const mlcc_qchannels *ch,
+                                     int64_t c, void *y, int64_t y_index) {
+    const uint32x4_t offs = vmulq_n_u32(vidupq_n_u32(0, 1), (uint32_t)sw);   /* 0, sw, 2sw, 3sw */
+    int64_t oh, o0, kh, kw;
+    for (oh = 0; oh < oh_n; oh++) {
+        for (o0 = 0; o0 < ow_n; o0 += 16) {
+            const int64_t rem = ow_n - o0;
+            const mve_pred16_t p0 = mlcc_mve_lanes(rem), p1 = mlcc_mve_lanes(rem - 4),
+                               p2 = mlcc_mve_lanes(rem - 8), p3 = mlcc_mve_lanes(rem - 12);
+            int32x4_t a0 = vdupq_n_s32(0), a1 = a0, a2 = a0, a3 = a0;
+            const int64_t at = y_index + oh * ow_n + o0;
+            for (kh = 0; kh < kh_n; kh++) {
+                const int16_t *row = xp + (oh * sh + kh * dh) * wp + o0 * sw;
+                for (kw = 0; kw < kw_n; kw++) {
+                    const int16_t *s = row + kw * dw;
+                    const int32_t w = wc[kh * kw_n + kw];
+                    if (sw == 1) {
+                        a0 = vmlaq_n_s32(a0, vldrhq_z_s32(s, p0), w);
+                        a1 = vmlaq_n_s32(a1, vldrhq_z_s32(s + 4, p1), w);
+                        a2 = vmlaq_n_s32(a2, vldrhq_z_s32(s + 8, p2), w);
+                        a3 = vmlaq_n_s32(a3, vldrhq_z_s32(s + 12, p3), w);
+                    } else {
+                        a0 = vmlaq_n_s32(a0, vldrhq_gather_shifted_offset_z_s32(s, offs, p0), w);
+                        a1 = vmlaq_n_s32(a1, vldrhq_gather_shifted_offset_z_s32(s + 4 * sw, offs,
+                                                                                p1), w);
+                        a2 = vmlaq_n_s32(a2, vldrhq_gather_shifted_offset_z_s32(s + 8 * sw, offs,
+                                                                                p2), w);
+                        a3 = vmlaq_n_s32(a3, vldrhq_gather_shifted_offset_z_s32(s + 12 * sw, offs,
+                                                                                p3), w);
+                    }
+                }
+            }
+            mlcc_mve_requant4(rq, ch, c, 0, a0, rem, y, at);
+            if (rem > 4) mlcc_mve_requant4(rq, ch, c, 0, a1, rem - 4, y, at + 4);
+            if (rem > 8) mlcc_mve_requant4(rq, ch, c, 0, a2, rem - 8, y, at + 8);
+            if (rem > 12) mlcc_mve_requant4(rq, ch, c, 0, a3, rem - 12, y, at + 12);
+        }
+    }
+}
+#endif /* MLCC_QMVE */
+
+#endif /* MLCC_QMVE_H */
