@@ -441,13 +441,6 @@ static void dw_padded_plane(const mlcc_qconv2d_params *p, const uint8_t *plane, 
                 _mm512_set1_epi16((int16_t)zp)));
         }
 #endif
-#if MLCC_QMVE
-        for (; q < hi; q += 8) {      /* 8 columns at a time, the tail predicated */
-            const mve_pred16_t m = vctp16q((uint32_t)(hi - q < 8 ? hi - q : 8));
-            vstrhq_p_s16(d + q, vsubq_n_s16(vreinterpretq_s16_u16(vldrbq_z_u16(src + q, m)),
-                                            (int16_t)zp), m);
-        }
-#endif
         for (; q < hi; q++) d[q] = (int16_t)((int32_t)src[q] - zp);
         for (q = hi; q < wp; q++) d[q] = 0;
     }
@@ -659,12 +652,15 @@ static void dw_channel(void *arg, int unit, int thread) {
                           p->kernel_h * ((p->kernel_w + 1) / 2) <= DW_MAX_PAIRS;
     if (use_pairs) dw_weight_pairs(wc, p->kernel_h, p->kernel_w, pairs);
 #endif
-    dw_padded_plane(p, x + (n * C + c) * p->in_h * p->in_w, hp, wp, xp);
 #if MLCC_QMVE
+    mlcc_mve_dw_pad_plane(x + (n * C + c) * p->in_h * p->in_w, (ptrdiff_t)p->in_h,
+                          (ptrdiff_t)p->in_w, (ptrdiff_t)p->pad_top, (ptrdiff_t)p->pad_left,
+                          p->x_zero_point, (ptrdiff_t)hp, (ptrdiff_t)wp, xp);
     mlcc_mve_dw_plane(xp, wp, wc, p->kernel_h, p->kernel_w, p->stride_h, sw, p->dilation_h,
                       p->dilation_w, p->out_h, p->out_w, &p->rq, &ch, c, y, (n * C + c) * P);
     return;
 #endif
+    dw_padded_plane(p, x + (n * C + c) * p->in_h * p->in_w, hp, wp, xp);
     for (oh = 0; oh < p->out_h; oh++) {
 #if MLCC_QCONV_AVX512
         if (use_pairs && sw == 1 && p->stride_h == 1 && p->dilation_h == 1 &&

@@ -44,7 +44,7 @@
 #define MLCC_MVE_RB 32       /* rows per block: their sums and accumulators on the stack */
 
 /* nr (0 to 4, more counts as 4) active 32-bit lanes. */
-static inline mve_pred16_t mlcc_mve_lanes(int64_t nr) {
+static inline mve_pred16_t mlcc_mve_lanes(ptrdiff_t nr) {
     return vctp32q((uint32_t)(nr < 0 ? 0 : (nr > 4 ? 4 : nr)));
 }
 
@@ -58,63 +58,99 @@ static inline int32x4_t mlcc_mve_fixed(int32x4_t v, int32x4_t mult, int32x4_t sh
     return vrshlq_s32(v, right);
 }
 
-/* The epilogue (qgemm.c mlcc_requant_run / requant_cols) of the first nr of 4 accumulators:
- * one channel c for all lanes, or (per_lane) channels c .. c + nr - 1; outputs at element
- * `at` of y onwards. uint8 with either requantization and int32 in registers; float outputs
- * (and the float requantization without MVE float) through mlcc_requant_run. */
-static inline void mlcc_mve_requant4(const mlcc_requant *rq, const mlcc_qchannels *ch, int64_t c,
-                                     int per_lane, int32x4_t acc, int64_t nr, void *y,
-                                     int64_t at) {
+/* The epilogue (qgemm.c mlcc_requant_run / requant_cols) of 4 accumulators, its constants
+ * loaded once into vectors: one channel c for all lanes, or (per_lane) channels c .. c + 3
+ * (the first nr of them). uint8 with either requantization and int32 in registers; float
+ * outputs (and the float requantization without MVE float) through mlcc_requant_run. */
+enum { MLCC_MVE_FIXED, MLCC_MVE_FLOAT, MLCC_MVE_S32, MLCC_MVE_SCALAR };
+
+typedef struct mlcc_mve_epi {
+    int kind, per_lane;
+    ptrdiff_t c;
+    int32x4_t bias, mult, shift, zp, lo, hi;
+#if (__ARM_FEATURE_MVE & 2)
+    float32x4_t scale, flo, fhi;
+#endif
+} mlcc_mve_epi;
+
+static inline void mlcc_mve_epi_init(mlcc_mve_epi *e, const mlcc_requant *rq,
+                                     const mlcc_qchannels *ch, ptrdiff_t c, int per_lane,
+                                     ptrdiff_t nr) {
     const mve_pred16_t p = mlcc_mve_lanes(nr);
-    const int32x4_t bias = per_lane ? vldrwq_z_s32(ch->bias + c, p) : vdupq_n_s32(ch->bias[c]);
-    int32x4_t v = vaddq_s32(acc, bias);
-    if (rq->out_kind == MLCC_QOUT_S32) {
-        vstrwq_p_s32((int32_t *)y + at, v, p);
-        return;
-    }
-    if (rq->out_kind == MLCC_QOUT_U8 && rq->mode == MLCC_REQUANT_FIXED) {
-        v = mlcc_mve_fixed(v, per_lane ? vldrwq_z_s32(ch->mult + c, p) : vdupq_n_s32(ch->mult[c]),
-                           per_lane ? vldrwq_z_s32(ch->shift + c, p)
-                                    : vdupq_n_s32(ch->shift[c]));
-        v = vaddq_s32(v, vdupq_n_s32(rq->zero_point));
-        v = vmaxq_s32(v, vdupq_n_s32(rq->qmin));
-        v = vminq_s32(v, vdupq_n_s32(rq->qmax));
-        vstrbq_p_s32((int8_t *)y + at, v, p);
-        return;
+    e->c = c;
+    e->per_lane = per_lane;
+    e->kind = rq->out_kind == MLCC_QOUT_S32 ? MLCC_MVE_S32
+            : rq->out_kind != MLCC_QOUT_U8 ? MLCC_MVE_SCALAR
+            : rq->mode == MLCC_REQUANT_FIXED ? MLCC_MVE_FIXED
+#if (__ARM_FEATURE_MVE & 2)
+            : MLCC_MVE_FLOAT;
+#else
+            : MLCC_MVE_SCALAR;
+#endif
+    e->bias = per_lane ? vldrwq_z_s32(ch->bias + c, p) : vdupq_n_s32(ch->bias[c]);
+    e->zp = vdupq_n_s32(rq->zero_point);
+    e->lo = vdupq_n_s32(rq->qmin);
+    e->hi = vdupq_n_s32(rq->qmax);
+    e->mult = e->shift = vdupq_n_s32(0);
+    if (e->kind == MLCC_MVE_FIXED) {
+        e->mult = per_lane ? vldrwq_z_s32(ch->mult + c, p) : vdupq_n_s32(ch->mult[c]);
+        e->shift = per_lane ? vldrwq_z_s32(ch->shift + c, p) : vdupq_n_s32(ch->shift[c]);
     }
 #if (__ARM_FEATURE_MVE & 2)
-    if (rq->out_kind == MLCC_QOUT_U8) {     /* MLCC_REQUANT_FLOAT */
-        const int32_t zp = rq->zero_point;
-        float32x4_t f = vmulq_f32(vcvtq_f32_s32(v), per_lane ? vldrwq_z_f32(ch->scale + c, p)
-                                                            : vdupq_n_f32(ch->scale[c]));
-        f = vmaxnmq_f32(f, vdupq_n_f32((float)(rq->qmin - zp)));
-        f = vminnmq_f32(f, vdupq_n_f32((float)(rq->qmax - zp)));
-        vstrbq_p_s32((int8_t *)y + at, vaddq_s32(vcvtnq_s32_f32(f), vdupq_n_s32(zp)), p);
+    e->scale = e->flo = e->fhi = vdupq_n_f32(0.0f);
+    if (e->kind == MLCC_MVE_FLOAT) {
+        e->scale = per_lane ? vldrwq_z_f32(ch->scale + c, p) : vdupq_n_f32(ch->scale[c]);
+        e->flo = vdupq_n_f32((float)(rq->qmin - rq->zero_point));
+        e->fhi = vdupq_n_f32((float)(rq->qmax - rq->zero_point));
+    }
+#endif
+}
+
+/* The first nr lanes of acc through the epilogue, to elements at .. at + nr - 1 of y. */
+static inline void mlcc_mve_epi_store(const mlcc_mve_epi *e, const mlcc_requant *rq,
+                                      const mlcc_qchannels *ch, int32x4_t acc, ptrdiff_t nr,
+                                      void *y, ptrdiff_t at) {
+    const mve_pred16_t p = mlcc_mve_lanes(nr);
+    int32x4_t v = vaddq_s32(acc, e->bias);
+    switch (e->kind) {
+    case MLCC_MVE_FIXED:
+        v = vaddq_s32(mlcc_mve_fixed(v, e->mult, e->shift), e->zp);
+        vstrbq_p_s32((int8_t *)y + at, vminq_s32(vmaxq_s32(v, e->lo), e->hi), p);
+        return;
+#if (__ARM_FEATURE_MVE & 2)
+    case MLCC_MVE_FLOAT: {
+        float32x4_t f = vmulq_f32(vcvtq_f32_s32(v), e->scale);
+        f = vminnmq_f32(vmaxnmq_f32(f, e->flo), e->fhi);
+        vstrbq_p_s32((int8_t *)y + at, vaddq_s32(vcvtnq_s32_f32(f), e->zp), p);
         return;
     }
 #endif
-    {
+    case MLCC_MVE_S32:
+        vstrwq_p_s32((int32_t *)y + at, v, p);
+        return;
+    default: {
         int32_t t[4];
-        int64_t j;
+        ptrdiff_t j;
         vst1q_s32(t, acc);
-        if (!per_lane) {
-            mlcc_requant_run(rq, ch, c, t, nr, y, at);
+        if (!e->per_lane) {
+            mlcc_requant_run(rq, ch, e->c, t, nr, y, at);
             return;
         }
-        for (j = 0; j < nr; j++) mlcc_requant_run(rq, ch, c + j, t + j, 1, y, at + j);
+        for (j = 0; j < nr; j++) mlcc_requant_run(rq, ch, e->c + j, t + j, 1, y, at + j);
+    }
     }
 }
 
 /* Columns j0 .. j0 + nr - 1 (nr <= 4) of the packed operand b ([k4][n][4]), k groups
  * g0 .. g0 + gn - 1, into bt as [ceil(gn / 4)][4 columns][16 bytes] with bit 7 of every byte
  * flipped; groups past gn (up to the next 4) are zero, columns past nr zero before the flip. */
-static inline void mlcc_mve_transpose(const uint8_t *b, int64_t n, int64_t j0, int64_t nr,
-                                      int64_t g0, int64_t gn, uint32_t *bt) {
+static inline void mlcc_mve_transpose(const uint8_t *b, ptrdiff_t n, ptrdiff_t j0, ptrdiff_t nr,
+                                      ptrdiff_t g0, ptrdiff_t gn, uint32_t *bt) {
     const mve_pred16_t p = vctp8q((uint32_t)(4 * nr));
     const uint8x16_t flip = vdupq_n_u8(0x80);
     const uint8_t *src = b + (g0 * n + j0) * 4;
-    const int64_t step = 4 * n;
-    int64_t g;
+    const ptrdiff_t step = 4 * n;
+    ptrdiff_t g;
     for (g = 0; g + 4 <= gn; g += 4, bt += 16, src += 4 * step) {
         uint32x4x4_t v;
         v.val[0] = vreinterpretq_u32_u8(veorq_u8(vldrbq_z_u8(src, p), flip));
@@ -134,40 +170,40 @@ static inline void mlcc_mve_transpose(const uint8_t *b, int64_t n, int64_t j0, i
     }
 }
 
-/* Four dot products of kn bytes (a multiple of 4): row a with the 4 transposed columns of bt.
- * Lanes of a past kn are predicated off (zero): bt's bytes there do not count. */
-#define MLCC_MVE_DOT4(NAME, T, VT, S, LD, LDZ, MLA)                                             \
-    static inline int32x4_t NAME(const T *a, const T *bt, int64_t kn) {                     \
+/* Four dot products of kn bytes (a multiple of 4): row a with the 4 transposed columns of bt;
+ * per 16 k one row load, four column loads, four VMLADAVA (two rows at a time need eight
+ * sums in the even registers VMLADAVA writes: GCC 12 spills them). Lanes of a past kn are
+ * predicated off (zero): bt's bytes there do not count. */
+#define MLCC_MVE_DOT(NAME, T, VT, S, LD, LDZ, MLA)                                          \
+    static inline int32x4_t NAME(const T *a, const T *bt, ptrdiff_t kn) {                   \
         S s0 = 0, s1 = 0, s2 = 0, s3 = 0;                                                   \
-        int64_t c;                                                                          \
-        int32x4_t r;                                                                        \
+        ptrdiff_t c;                                                                        \
         for (c = kn / 16; c != 0; c--, a += 16, bt += 64) {                                 \
-            const VT av = LD(a);                                             \
-            s0 = MLA(s0, av, LD(bt));                                                       \
-            s1 = MLA(s1, av, LD(bt + 16));                                                  \
-            s2 = MLA(s2, av, LD(bt + 32));                                                  \
-            s3 = MLA(s3, av, LD(bt + 48));                                                  \
+            const VT x = LD(a);                                                             \
+            s0 = MLA(s0, x, LD(bt));                                                        \
+            s1 = MLA(s1, x, LD(bt + 16));                                                   \
+            s2 = MLA(s2, x, LD(bt + 32));                                                   \
+            s3 = MLA(s3, x, LD(bt + 48));                                                   \
         }                                                                                   \
         if (kn % 16 != 0) {                                                                 \
-            const VT av = LDZ(a, vctp8q((uint32_t)(kn % 16)));               \
-            s0 = MLA(s0, av, LD(bt));                                                       \
-            s1 = MLA(s1, av, LD(bt + 16));                                                  \
-            s2 = MLA(s2, av, LD(bt + 32));                                                  \
-            s3 = MLA(s3, av, LD(bt + 48));                                                  \
+            const VT x = LDZ(a, vctp8q((uint32_t)(kn % 16)));                               \
+            s0 = MLA(s0, x, LD(bt));                                                        \
+            s1 = MLA(s1, x, LD(bt + 16));                                                   \
+            s2 = MLA(s2, x, LD(bt + 32));                                                   \
+            s3 = MLA(s3, x, LD(bt + 48));                                                   \
         }                                                                                   \
-        r = vdupq_n_s32((int32_t)s0);                                                       \
-        r = vsetq_lane_s32((int32_t)s1, r, 1);                                              \
-        r = vsetq_lane_s32((int32_t)s2, r, 2);                                              \
-        return vsetq_lane_s32((int32_t)s3, r, 3);                                           \
+        return vsetq_lane_s32((int32_t)s3, vsetq_lane_s32((int32_t)s2, vsetq_lane_s32(      \
+            (int32_t)s1, vdupq_n_s32((int32_t)s0), 1), 2), 3);                              \
     }
-MLCC_MVE_DOT4(mlcc_mve_dot4_s8, int8_t, int8x16_t, int32_t, vldrbq_s8, vldrbq_z_s8, vmladavaq_s8)
-MLCC_MVE_DOT4(mlcc_mve_dot4_u8, uint8_t, uint8x16_t, uint32_t, vldrbq_u8, vldrbq_z_u8, vmladavaq_u8)
-#undef MLCC_MVE_DOT4
+MLCC_MVE_DOT(mlcc_mve_dot_s8, int8_t, int8x16_t, int32_t, vldrbq_s8, vldrbq_z_s8, vmladavaq_s8)
+MLCC_MVE_DOT(mlcc_mve_dot_u8, uint8_t, uint8x16_t, uint32_t, vldrbq_u8, vldrbq_z_u8,
+             vmladavaq_u8)
+#undef MLCC_MVE_DOT
 
 /* The sum of the kn bytes of a row, signed or not (as uint32: it wraps as int32 would). */
-static inline uint32_t mlcc_mve_row_sum(const uint8_t *a, int64_t kn, int is_signed) {
+static inline uint32_t mlcc_mve_row_sum(const uint8_t *a, ptrdiff_t kn, int is_signed) {
     uint32_t s = 0;
-    int64_t k;
+    ptrdiff_t k;
     for (k = 0; k < kn; k += 16) {
         const mve_pred16_t p = vctp8q((uint32_t)(kn - k < 16 ? kn - k : 16));
         s = is_signed ? (uint32_t)vaddvaq_p_s8((int32_t)s, vldrbq_z_s8((const int8_t *)a + k, p), p)
@@ -179,85 +215,145 @@ static inline uint32_t mlcc_mve_row_sum(const uint8_t *a, int64_t kn, int is_sig
 /* mlcc_u8s8_gemm on Helium (qgemm.h's contract): blocks of MLCC_MVE_RB rows, in them blocks of
  * 4 columns, transposed per MLCC_MVE_KC bytes of k (once per block of rows when K fits). */
 static inline void mlcc_mve_qgemm(const mlcc_qgemm_desc *d, const uint8_t *a, const uint8_t *b,
-                           const mlcc_requant *rq, const mlcc_qchannels *ch, void *y) {
+                                  const mlcc_requant *rq, const mlcc_qchannels *ch, void *y) {
     uint32_t bt[MLCC_MVE_KC];                       /* 4 columns x MLCC_MVE_KC bytes */
     uint32_t rs[MLCC_MVE_RB];
     int32x4_t acc[MLCC_MVE_RB];
-    const int64_t kp = 4 * d->k4;
-    int64_t i0, j0, k0, r;
-    for (i0 = 0; i0 < d->m; i0 += MLCC_MVE_RB) {
-        const int64_t mb = d->m - i0 < MLCC_MVE_RB ? d->m - i0 : MLCC_MVE_RB;
-        for (r = 0; r < mb; r++)
-            rs[r] = mlcc_mve_row_sum(a + (i0 + r) * d->lda, kp, d->a_signed) << 7;
-        for (j0 = 0; j0 < d->n; j0 += 4) {
-            const int64_t nr = d->n - j0 < 4 ? d->n - j0 : 4;
+    mlcc_mve_epi e;
+    const ptrdiff_t m = (ptrdiff_t)d->m, n = (ptrdiff_t)d->n, kp = 4 * (ptrdiff_t)d->k4;
+    const ptrdiff_t lda = (ptrdiff_t)d->lda, ldy = (ptrdiff_t)d->ldy;
+    const int rows = d->channel_is_row, sa = d->a_signed;
+    ptrdiff_t i0, j0, k0, r;
+    if (m <= 0 || n <= 0) return;
+    /* the constants of row 0 or of columns 0 .. 3; replaced below as the rows or columns go */
+    mlcc_mve_epi_init(&e, rq, ch, 0, !rows, rows || n > 4 ? 4 : n);
+    for (i0 = 0; i0 < m; i0 += MLCC_MVE_RB) {
+        const ptrdiff_t mb = m - i0 < MLCC_MVE_RB ? m - i0 : MLCC_MVE_RB;
+        const uint8_t *ab = a + i0 * lda;
+        for (r = 0; r < mb; r++) rs[r] = mlcc_mve_row_sum(ab + r * lda, kp, sa) << 7;
+        for (j0 = 0; j0 < n; j0 += 4) {
+            const ptrdiff_t nr = n - j0 < 4 ? n - j0 : 4;
             for (k0 = 0; k0 < kp; k0 += MLCC_MVE_KC) {
-                const int64_t kn = kp - k0 < MLCC_MVE_KC ? kp - k0 : MLCC_MVE_KC;
-                mlcc_mve_transpose(b, d->n, j0, nr, k0 / 4, kn / 4, bt);
+                const ptrdiff_t kn = kp - k0 < MLCC_MVE_KC ? kp - k0 : MLCC_MVE_KC;
+                mlcc_mve_transpose(b, n, j0, nr, k0 / 4, kn / 4, bt);
                 for (r = 0; r < mb; r++) {
-                    const uint8_t *ar = a + (i0 + r) * d->lda + k0;
-                    const int32x4_t s =
-                        d->a_signed ? mlcc_mve_dot4_s8((const int8_t *)ar, (const int8_t *)bt, kn)
-                                    : mlcc_mve_dot4_u8(ar, (const uint8_t *)bt, kn);
-                    acc[r] = k0 == 0 ? s : vaddq_s32(acc[r], s);
+                    const uint8_t *ar = ab + r * lda + k0;
+                    const int32x4_t t =
+                        sa ? mlcc_mve_dot_s8((const int8_t *)ar, (const int8_t *)bt, kn)
+                           : mlcc_mve_dot_u8(ar, (const uint8_t *)bt, kn);
+                    acc[r] = k0 == 0 ? t : vaddq_s32(acc[r], t);
                 }
             }
+            if (!rows) mlcc_mve_epi_init(&e, rq, ch, j0, 1, nr);
             for (r = 0; r < mb; r++) {
                 /* the flip of the column operand undone: +128 x row sum (it was u8, the row
                  * s8) or -128 x row sum (it was s8, the row u8) */
-                const int32x4_t v = d->a_signed ? vaddq_s32(acc[r], vdupq_n_s32((int32_t)rs[r]))
-                                                : vsubq_s32(acc[r], vdupq_n_s32((int32_t)rs[r]));
-                mlcc_mve_requant4(rq, ch, d->channel_is_row ? i0 + r : j0, !d->channel_is_row, v,
-                                  nr, y, (i0 + r) * d->ldy + j0);
+                const int32x4_t v = sa ? vaddq_s32(acc[r], vdupq_n_s32((int32_t)rs[r]))
+                                       : vsubq_s32(acc[r], vdupq_n_s32((int32_t)rs[r]));
+                if (rows) mlcc_mve_epi_init(&e, rq, ch, i0 + r, 0, nr);
+                mlcc_mve_epi_store(&e, rq, ch, v, nr, y, (i0 + r) * ldy + j0);
             }
         }
     }
 }
 
+/* qconv.c dw_padded_plane on Helium: one channel plane minus the zero point as int16, zero
+ * on every side the kernel window reaches (hp x wp), 8 columns at a time: the lanes outside
+ * the input's columns predicated off (read nothing, written as zero). */
+static inline void mlcc_mve_dw_pad_plane(const uint8_t *plane, ptrdiff_t in_h, ptrdiff_t in_w,
+                                         ptrdiff_t pad_top, ptrdiff_t pad_left, int32_t zp,
+                                         ptrdiff_t hp, ptrdiff_t wp, int16_t *dst) {
+    const int16x8_t zero = vdupq_n_s16(0);
+    ptrdiff_t r, q;
+    for (r = 0; r < hp; r++, dst += wp) {
+        const ptrdiff_t ih = r - pad_top;
+        const uint8_t *src = plane + ih * in_w - pad_left;
+        for (q = 0; q < wp; q += 8) {
+            const ptrdiff_t lo = pad_left - q, hi = pad_left + in_w - q;
+            const mve_pred16_t in =
+                ih < 0 || ih >= in_h ? 0
+                : (mve_pred16_t)(vctp16q((uint32_t)(hi < 0 ? 0 : hi > 8 ? 8 : hi)) &
+                                 ~vctp16q((uint32_t)(lo < 0 ? 0 : lo > 8 ? 8 : lo)));
+            const int16x8_t x = vreinterpretq_s16_u16(vldrbq_z_u16(src + q, in));
+            vstrhq_p_s16(dst + q, vpselq_s16(vsubq_n_s16(x, (int16_t)zp), zero, in),
+                         vctp16q((uint32_t)(wp - q < 8 ? wp - q : 8)));
+        }
+    }
+}
+
+/* NV (1 to 4, a constant where inlined) int32x4 sums of outputs o .. o + 4 NV - 1 of one
+ * output row of a depthwise plane: row is the input row of kernel row 0 at output o, step the
+ * distance of kernel rows; each tap one widening load (VLDRH.S32: stride 1; else a gather of
+ * offsets 0, sw, 2 sw, 3 sw) and one VMLA by the weight. Lanes past the row predicated. */
+static inline __attribute__((always_inline)) void mlcc_mve_dw_sums(
+        const int16_t *row, ptrdiff_t step, const int8_t *wc, int kh_n, int kw_n, int dw,
+        int sw, uint32x4_t offs, ptrdiff_t rem, const int nv, int32x4_t a[4]) {
+    const mve_pred16_t p0 = mlcc_mve_lanes(rem), p1 = mlcc_mve_lanes(rem - 4),
+                       p2 = mlcc_mve_lanes(rem - 8), p3 = mlcc_mve_lanes(rem - 12);
+    int32x4_t a0 = vdupq_n_s32(0), a1 = a0, a2 = a0, a3 = a0;
+    int kh, kw;
+    for (kh = 0; kh < kh_n; kh++, row += step) {
+        const int16_t *s = row;
+        for (kw = 0; kw < kw_n; kw++, s += dw) {
+            const int32_t w = *wc++;
+            if (sw == 1) {
+                a0 = vmlaq_n_s32(a0, vldrhq_z_s32(s, p0), w);
+                if (nv > 1) a1 = vmlaq_n_s32(a1, vldrhq_z_s32(s + 4, p1), w);
+                if (nv > 2) a2 = vmlaq_n_s32(a2, vldrhq_z_s32(s + 8, p2), w);
+                if (nv > 3) a3 = vmlaq_n_s32(a3, vldrhq_z_s32(s + 12, p3), w);
+            } else {
+                a0 = vmlaq_n_s32(a0, vldrhq_gather_shifted_offset_z_s32(s, offs, p0), w);
+                if (nv > 1)
+                    a1 = vmlaq_n_s32(a1, vldrhq_gather_shifted_offset_z_s32(s + 4 * sw, offs, p1),
+                                     w);
+                if (nv > 2)
+                    a2 = vmlaq_n_s32(a2, vldrhq_gather_shifted_offset_z_s32(s + 8 * sw, offs, p2),
+                                     w);
+                if (nv > 3)
+                    a3 = vmlaq_n_s32(a3, vldrhq_gather_shifted_offset_z_s32(s + 12 * sw, offs,
+                                                                            p3), w);
+            }
+        }
+    }
+    a[0] = a0; a[1] = a1; a[2] = a2; a[3] = a3;
+}
+
 /* The depthwise convolution of one channel plane (qconv.c dw_channel) on Helium: xp is the
  * plane minus the zero point as int16, padded (wp columns a row), wc the channel's kh_n x kw_n
- * weights. 16 outputs of a row at a time in four int32x4 sums, each tap one widening load
- * (VLDRH.S32; a gather for stride_w > 1) and one VMLA by the weight; the tail predicated. The
- * epilogue is mlcc_mve_requant4 (channel c); outputs from element y_index of y. */
-static inline void mlcc_mve_dw_plane(const int16_t *xp, int64_t wp, const int8_t *wc,
-                                     int64_t kh_n, int64_t kw_n, int64_t sh, int64_t sw,
-                                     int64_t dh, int64_t dw, int64_t oh_n, int64_t ow_n,
+ * weights; up to 16 outputs of a row at a time (mlcc_mve_dw_sums: as many vectors as the row
+ * needs), then the epilogue of channel c. Outputs from element y_index of y. */
+static inline void mlcc_mve_dw_plane(const int16_t *xp, ptrdiff_t wp, const int8_t *wc,
+                                     ptrdiff_t kh_n, ptrdiff_t kw_n, ptrdiff_t sh, ptrdiff_t sw,
+                                     ptrdiff_t dh, ptrdiff_t dw, ptrdiff_t oh_n, ptrdiff_t ow_n,
                                      const mlcc_requant *rq, const mlcc_qchannels *ch,
-                                     int64_t c, void *y, int64_t y_index) {
+                                     ptrdiff_t c, void *y, ptrdiff_t y_index) {
     const uint32x4_t offs = vmulq_n_u32(vidupq_n_u32(0, 1), (uint32_t)sw);   /* 0, sw, 2sw, 3sw */
-    int64_t oh, o0, kh, kw;
+    const int khn = (int)kh_n, kwn = (int)kw_n, dwi = (int)dw, swi = (int)sw;
+    ptrdiff_t oh, o0, v;
+    mlcc_mve_epi e;
+    mlcc_mve_epi_init(&e, rq, ch, c, 0, 4);
     for (oh = 0; oh < oh_n; oh++) {
+        const int16_t *row = xp + oh * sh * wp;
         for (o0 = 0; o0 < ow_n; o0 += 16) {
-            const int64_t rem = ow_n - o0;
-            const mve_pred16_t p0 = mlcc_mve_lanes(rem), p1 = mlcc_mve_lanes(rem - 4),
-                               p2 = mlcc_mve_lanes(rem - 8), p3 = mlcc_mve_lanes(rem - 12);
-            int32x4_t a0 = vdupq_n_s32(0), a1 = a0, a2 = a0, a3 = a0;
-            const int64_t at = y_index + oh * ow_n + o0;
-            for (kh = 0; kh < kh_n; kh++) {
-                const int16_t *row = xp + (oh * sh + kh * dh) * wp + o0 * sw;
-                for (kw = 0; kw < kw_n; kw++) {
-                    const int16_t *s = row + kw * dw;
-                    const int32_t w = wc[kh * kw_n + kw];
-                    if (sw == 1) {
-                        a0 = vmlaq_n_s32(a0, vldrhq_z_s32(s, p0), w);
-                        a1 = vmlaq_n_s32(a1, vldrhq_z_s32(s + 4, p1), w);
-                        a2 = vmlaq_n_s32(a2, vldrhq_z_s32(s + 8, p2), w);
-                        a3 = vmlaq_n_s32(a3, vldrhq_z_s32(s + 12, p3), w);
-                    } else {
-                        a0 = vmlaq_n_s32(a0, vldrhq_gather_shifted_offset_z_s32(s, offs, p0), w);
-                        a1 = vmlaq_n_s32(a1, vldrhq_gather_shifted_offset_z_s32(s + 4 * sw, offs,
-                                                                                p1), w);
-                        a2 = vmlaq_n_s32(a2, vldrhq_gather_shifted_offset_z_s32(s + 8 * sw, offs,
-                                                                                p2), w);
-                        a3 = vmlaq_n_s32(a3, vldrhq_gather_shifted_offset_z_s32(s + 12 * sw, offs,
-                                                                                p3), w);
-                    }
-                }
+            const ptrdiff_t rem = ow_n - o0, at = y_index + oh * ow_n + o0;
+            const int16_t *r0 = row + o0 * sw;
+            int32x4_t a[4];
+            /* the stride and the vector count constant in each call: loops of their own */
+#define MLCC_MVE_DW(SW, NV) mlcc_mve_dw_sums(r0, dh * wp, wc, khn, kwn, dwi, SW, offs, rem, NV, a)
+            if (sw == 1) {
+                if (rem > 12) MLCC_MVE_DW(1, 4);
+                else if (rem > 8) MLCC_MVE_DW(1, 3);
+                else if (rem > 4) MLCC_MVE_DW(1, 2);
+                else MLCC_MVE_DW(1, 1);
+            } else {
+                if (rem > 12) MLCC_MVE_DW(swi, 4);
+                else if (rem > 8) MLCC_MVE_DW(swi, 3);
+                else if (rem > 4) MLCC_MVE_DW(swi, 2);
+                else MLCC_MVE_DW(swi, 1);
             }
-            mlcc_mve_requant4(rq, ch, c, 0, a0, rem, y, at);
-            if (rem > 4) mlcc_mve_requant4(rq, ch, c, 0, a1, rem - 4, y, at + 4);
-            if (rem > 8) mlcc_mve_requant4(rq, ch, c, 0, a2, rem - 8, y, at + 8);
-            if (rem > 12) mlcc_mve_requant4(rq, ch, c, 0, a3, rem - 12, y, at + 12);
+#undef MLCC_MVE_DW
+            for (v = 0; v < 4 && 4 * v < rem; v++)
+                mlcc_mve_epi_store(&e, rq, ch, a[v], rem - 4 * v, y, at + 4 * v);
         }
     }
 }
