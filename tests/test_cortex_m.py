@@ -278,8 +278,10 @@ def test_int8_helium_kernels_match_the_portable_ones_on_odd_shapes(tmp_path, req
     ones of the x86 build, bit for bit, with either requantization: a Conv 3 -> 61 (61 rows:
     a second block of 32 with a tail; 9 x 21 = 189 columns: a last block of 1; K = 27: a
     k tail of 11), depthwise 3x3 stride 2, 3x3 dilation 2, 3x3 stride 3 (a gather of stride
-    3; rows of 11 and 4 outputs: predicated tails), Conv 61 -> 5 (K = 549: two transposed
-    blocks of k), and a fully connected 275 -> 7 (K not a multiple of 4, 7 columns)."""
+    3; rows of 11 and 4 outputs: predicated tails), depthwise rows of 7 outputs two at a time
+    (9 and 3 rows: a last one alone; stride 3, and a 3x5 kernel of strides 2, 1), Conv 61 -> 5
+    (K = 549: two transposed blocks of k), and a fully connected 275 -> 7 (K not a multiple of
+    4, 7 columns)."""
     from onnx import helper
     rng = np.random.default_rng(5)
 
@@ -296,13 +298,18 @@ def test_int8_helium_kernels_match_the_portable_ones_on_odd_shapes(tmp_path, req
               (helper.make_node("Relu", ["dw2"], ["r2"]), {}),
               (helper.make_node("Conv", ["r2", "d3", "e3"], ["z"], pads=[1, 1, 1, 1],
                                 strides=[3, 3], group=61), {"d3": w(61, 1, 3, 3), "e3": w(61)}),
+              (helper.make_node("Conv", ["r1", "d4", "e4"], ["u"], pads=[1, 1, 1, 1],
+                                strides=[1, 3], group=61), {"d4": w(61, 1, 3, 3), "e4": w(61)}),
+              (helper.make_node("Conv", ["dw1", "d5"], ["v"], pads=[1, 0, 1, 0],
+                                strides=[2, 1], group=61), {"d5": w(61, 1, 3, 5)}),
               (helper.make_node("Conv", ["r2", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
                {"w2": w(5, 61, 3, 3) * 0.2, "b2": w(5)}),
               (helper.make_node("Reshape", ["c2", "shape"], ["f"]),
                {"shape": np.array([1, -1], np.int64)}),
               (helper.make_node("MatMul", ["f", "g"], ["y"]), {"g": w(275, 7) * 0.2})]
     shape = (1, 3, 9, 21)
-    qdq = _odd_int8_model(tmp_path, layers, shape, {"y": (1, 7), "z": (1, 61, 2, 4)})
+    qdq = _odd_int8_model(tmp_path, layers, shape, {"y": (1, 7), "z": (1, 61, 2, 4),
+                                                    "u": (1, 61, 9, 7), "v": (1, 61, 3, 7)})
     folder = _same_bits_as_x86(tmp_path, qdq, "cortex-m55", shape, requant)
     dis = _disassembly(folder, "armv8.1-m.main")
     # VMLADAVA, which objdump prints as its alias vmlava

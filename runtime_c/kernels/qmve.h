@@ -281,47 +281,46 @@ static inline void mlcc_mve_dw_pad_plane(const uint8_t *plane, ptrdiff_t in_h, p
     }
 }
 
-/* NV (1 to 4, a constant where inlined) int32x4 sums of outputs o .. o + 4 NV - 1 of one
- * output row of a depthwise plane: row is the input row of kernel row 0 at output o, step the
- * distance of kernel rows; each tap one widening load (VLDRH.S32: stride 1; else a gather of
- * offsets 0, sw, 2 sw, 3 sw) and one VMLA by the weight. Lanes past the row predicated. */
+/* int32x4 sums of a depthwise plane's outputs, each tap one widening load (VLDRH.S32: stride
+ * 1; else a gather of offsets 0, sw, 2 sw, 3 sw) and one VMLA by the weight, lanes past the
+ * row predicated: row is the input row of kernel row 0 at the first output, step the
+ * distance of kernel rows. One output row (pair 0): NV (1 to 4) vectors of outputs
+ * o .. o + 4 NV - 1 in a[0 .. NV - 1]. Two rows (pair 1, rows of at most 8 outputs, the
+ * second's input `second` int16 further): NV (1 or 2) vectors of each, in a[0], a[1] and
+ * a[2], a[3]; narrow rows (keyword spotting's 5 outputs) fill the vectors twice as well.
+ * NV, pair and sw are constants where inlined: each combination a loop of its own. */
 static inline __attribute__((always_inline)) void mlcc_mve_dw_sums(
-        const int16_t *row, ptrdiff_t step, const int8_t *wc, int kh_n, int kw_n, int dw,
-        int sw, uint32x4_t offs, ptrdiff_t rem, const int nv, int32x4_t a[4]) {
+        const int16_t *row, ptrdiff_t step, ptrdiff_t second, const int8_t *wc, int kh_n,
+        int kw_n, int dw, int sw, uint32x4_t offs, ptrdiff_t rem, const int nv, const int pair,
+        int32x4_t a[4]) {
     const mve_pred16_t p0 = mlcc_mve_lanes(rem), p1 = mlcc_mve_lanes(rem - 4),
-                       p2 = mlcc_mve_lanes(rem - 8), p3 = mlcc_mve_lanes(rem - 12);
+                       p2 = pair ? p0 : mlcc_mve_lanes(rem - 8),
+                       p3 = pair ? p1 : mlcc_mve_lanes(rem - 12);
+    const ptrdiff_t o2 = pair ? second : 8 * sw, o3 = pair ? second + 4 * sw : 12 * sw;
+    const int v1 = nv > 1, v2 = pair || nv > 2, v3 = pair ? nv > 1 : nv > 3;
     int32x4_t a0 = vdupq_n_s32(0), a1 = a0, a2 = a0, a3 = a0;
     int kh, kw;
+#define MLCC_MVE_DW_LD(P, PRED) \
+    (sw == 1 ? vldrhq_z_s32(P, PRED) : vldrhq_gather_shifted_offset_z_s32(P, offs, PRED))
     for (kh = 0; kh < kh_n; kh++, row += step) {
         const int16_t *s = row;
         for (kw = 0; kw < kw_n; kw++, s += dw) {
             const int32_t w = *wc++;
-            if (sw == 1) {
-                a0 = vmlaq_n_s32(a0, vldrhq_z_s32(s, p0), w);
-                if (nv > 1) a1 = vmlaq_n_s32(a1, vldrhq_z_s32(s + 4, p1), w);
-                if (nv > 2) a2 = vmlaq_n_s32(a2, vldrhq_z_s32(s + 8, p2), w);
-                if (nv > 3) a3 = vmlaq_n_s32(a3, vldrhq_z_s32(s + 12, p3), w);
-            } else {
-                a0 = vmlaq_n_s32(a0, vldrhq_gather_shifted_offset_z_s32(s, offs, p0), w);
-                if (nv > 1)
-                    a1 = vmlaq_n_s32(a1, vldrhq_gather_shifted_offset_z_s32(s + 4 * sw, offs, p1),
-                                     w);
-                if (nv > 2)
-                    a2 = vmlaq_n_s32(a2, vldrhq_gather_shifted_offset_z_s32(s + 8 * sw, offs, p2),
-                                     w);
-                if (nv > 3)
-                    a3 = vmlaq_n_s32(a3, vldrhq_gather_shifted_offset_z_s32(s + 12 * sw, offs,
-                                                                            p3), w);
-            }
+            a0 = vmlaq_n_s32(a0, MLCC_MVE_DW_LD(s, p0), w);
+            if (v1) a1 = vmlaq_n_s32(a1, MLCC_MVE_DW_LD(s + 4 * sw, p1), w);
+            if (v2) a2 = vmlaq_n_s32(a2, MLCC_MVE_DW_LD(s + o2, p2), w);
+            if (v3) a3 = vmlaq_n_s32(a3, MLCC_MVE_DW_LD(s + o3, p3), w);
         }
     }
+#undef MLCC_MVE_DW_LD
     a[0] = a0; a[1] = a1; a[2] = a2; a[3] = a3;
 }
 
 /* The depthwise convolution of one channel plane (qconv.c dw_channel) on Helium: xp is the
  * plane minus the zero point as int16, padded (wp columns a row), wc the channel's kh_n x kw_n
- * weights; up to 16 outputs of a row at a time (mlcc_mve_dw_sums: as many vectors as the row
- * needs), then the epilogue of channel c. Outputs from element y_index of y. */
+ * weights; up to 16 outputs of a row at a time, or two rows at once when they have at most 8
+ * (mlcc_mve_dw_sums: as many vectors as the rows need), then the epilogue of channel c.
+ * Outputs from element y_index of y. */
 static inline void mlcc_mve_dw_plane(const int16_t *xp, ptrdiff_t wp, const int8_t *wc,
                                      ptrdiff_t kh_n, ptrdiff_t kw_n, ptrdiff_t sh, ptrdiff_t sw,
                                      ptrdiff_t dh, ptrdiff_t dw, ptrdiff_t oh_n, ptrdiff_t ow_n,
@@ -329,33 +328,40 @@ static inline void mlcc_mve_dw_plane(const int16_t *xp, ptrdiff_t wp, const int8
                                      ptrdiff_t c, void *y, ptrdiff_t y_index) {
     const uint32x4_t offs = vmulq_n_u32(vidupq_n_u32(0, 1), (uint32_t)sw);   /* 0, sw, 2sw, 3sw */
     const int khn = (int)kh_n, kwn = (int)kw_n, dwi = (int)dw, swi = (int)sw;
+    const ptrdiff_t step = dh * wp, second = sh * wp;
     ptrdiff_t oh, o0, v;
     mlcc_mve_epi e;
     mlcc_mve_epi_init(&e, rq, ch, c, 0, 4);
-    for (oh = 0; oh < oh_n; oh++) {
-        const int16_t *row = xp + oh * sh * wp;
+    /* the stride and the vector count constant in each call: loops of their own */
+#define MLCC_MVE_DW(NV, PAIR)                                                               \
+    (sw == 1 ? mlcc_mve_dw_sums(r0, step, second, wc, khn, kwn, dwi, 1, offs, rem, NV, PAIR, a) \
+             : mlcc_mve_dw_sums(r0, step, second, wc, khn, kwn, dwi, swi, offs, rem, NV, PAIR, a))
+    for (oh = 0; oh + 1 < oh_n && ow_n <= 8; oh += 2) {       /* narrow rows: two at once */
+        const int16_t *r0 = xp + oh * second;
+        const ptrdiff_t rem = ow_n, at = y_index + oh * ow_n;
+        int32x4_t a[4];
+        if (rem > 4) MLCC_MVE_DW(2, 1);
+        else MLCC_MVE_DW(1, 1);
+        mlcc_mve_epi_store(&e, rq, ch, a[0], rem, y, at);
+        if (rem > 4) mlcc_mve_epi_store(&e, rq, ch, a[1], rem - 4, y, at + 4);
+        mlcc_mve_epi_store(&e, rq, ch, a[2], rem, y, at + ow_n);
+        if (rem > 4) mlcc_mve_epi_store(&e, rq, ch, a[3], rem - 4, y, at + ow_n + 4);
+    }
+    for (; oh < oh_n; oh++) {
+        const int16_t *row = xp + oh * second;
         for (o0 = 0; o0 < ow_n; o0 += 16) {
             const ptrdiff_t rem = ow_n - o0, at = y_index + oh * ow_n + o0;
             const int16_t *r0 = row + o0 * sw;
             int32x4_t a[4];
-            /* the stride and the vector count constant in each call: loops of their own */
-#define MLCC_MVE_DW(SW, NV) mlcc_mve_dw_sums(r0, dh * wp, wc, khn, kwn, dwi, SW, offs, rem, NV, a)
-            if (sw == 1) {
-                if (rem > 12) MLCC_MVE_DW(1, 4);
-                else if (rem > 8) MLCC_MVE_DW(1, 3);
-                else if (rem > 4) MLCC_MVE_DW(1, 2);
-                else MLCC_MVE_DW(1, 1);
-            } else {
-                if (rem > 12) MLCC_MVE_DW(swi, 4);
-                else if (rem > 8) MLCC_MVE_DW(swi, 3);
-                else if (rem > 4) MLCC_MVE_DW(swi, 2);
-                else MLCC_MVE_DW(swi, 1);
-            }
-#undef MLCC_MVE_DW
+            if (rem > 12) MLCC_MVE_DW(4, 0);
+            else if (rem > 8) MLCC_MVE_DW(3, 0);
+            else if (rem > 4) MLCC_MVE_DW(2, 0);
+            else MLCC_MVE_DW(1, 0);
             for (v = 0; v < 4 && 4 * v < rem; v++)
                 mlcc_mve_epi_store(&e, rq, ch, a[v], rem - 4 * v, y, at + 4 * v);
         }
     }
+#undef MLCC_MVE_DW
 }
 #endif /* MLCC_QMVE */
 
