@@ -205,41 +205,118 @@ def test_int8_cnn_is_bit_identical_to_the_x86_build(int8_builds, target):
         np.testing.assert_array_equal(model.run(feeds)["logits"], ref.run(feeds)["logits"])
 
 
+def _odd_int8_model(tmp_path: Path, layers: list, x_shape: tuple, outputs: dict,
+                    seed: int = 3) -> Path:
+    """A float model of the given (node, initializers) layers, quantized by mlcc's PTQ and
+    written out as a QDQ model (its own parameters: the same integer program on every
+    target)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+    for node, arrays in layers:
+        nodes.append(node)
+        inits += [numpy_helper.from_array(a, n) for n, a in arrays.items()]
+    graph = helper.make_graph(
+        nodes, "odd", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s)) for n, s in outputs.items()],
+        inits)
+    src, qdq, calib = tmp_path / "odd.onnx", tmp_path / "odd_qdq.onnx", tmp_path / "calib.npz"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), src)
+    np.savez(calib, x=rng.standard_normal((8, *x_shape)).astype(np.float32))
+    mlcc.compile(src, tmp_path / "cal", build=False,
+                 quantize=QuantizeConfig(calibration=calib, export_qdq=qdq))
+    return qdq
+
+
+def _disassembly(folder: Path, arch: str | None = None) -> str:
+    """objdump -d of the firmware (arch: -m for instructions it does not decode by default,
+    the M55's MVE: armv8.1-m.main)."""
+    return subprocess.run([M4.toolchain.ar.replace("-ar", "-objdump"), "-d",
+                           *(["-m", arch] if arch else []), str(folder / "firmware.elf")],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def _same_bits_as_x86(tmp_path: Path, qdq: Path, target: str, x_shape: tuple,
+                      requant: str | None = None) -> Path:
+    own = QuantizeConfig(calibration=None, requant=requant)
+    ref = mlcc.load(mlcc.compile(qdq, tmp_path / f"x86-{requant}", quantize=own).folder)
+    res = mlcc.compile(qdq, tmp_path / f"{target}-{requant}", target=target, quantize=own)
+    assert res.manifest["quantization"]["integer_layers"] >= 2
+    model = mlcc.load(res.folder)
+    for seed in range(3):
+        x = {"x": np.random.default_rng(seed).standard_normal(x_shape).astype(np.float32)}
+        got, want = model.run(x), ref.run(x)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    return res.folder
+
+
 def test_int8_smlad_kernels_match_the_portable_ones_on_odd_shapes(tmp_path):
     """Conv 3 -> 5 channels 3x3 on 7x9 (K = 27, not a multiple of 4; 5 rows: a last odd row),
     then Gemm 315 -> 7: the M4's SMLAD int8 GEMM (qgemm.c) gives the bits of the portable
     kernel that the x86 target runs."""
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper
     rng = np.random.default_rng(3)
-    inits = [numpy_helper.from_array(rng.standard_normal((5, 3, 3, 3)).astype(np.float32), "w"),
-             numpy_helper.from_array(rng.standard_normal(5).astype(np.float32), "b"),
-             numpy_helper.from_array(rng.standard_normal((315, 7)).astype(np.float32), "g"),
-             numpy_helper.from_array(np.array([1, -1], np.int64), "shape")]
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["r"]),
-             helper.make_node("Reshape", ["r", "shape"], ["f"]),
-             helper.make_node("MatMul", ["f", "g"], ["y"])]
-    graph = helper.make_graph(nodes, "odd", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, [1, 3, 7, 9])], [helper.make_tensor_value_info(
-            "y", TensorProto.FLOAT, [1, 7])], inits)
-    src, qdq, calib = tmp_path / "odd.onnx", tmp_path / "odd_qdq.onnx", tmp_path / "calib.npz"
-    import onnx
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), src)
-    np.savez(calib, x=rng.standard_normal((8, 1, 3, 7, 9)).astype(np.float32))
-    mlcc.compile(src, tmp_path / "cal", build=False,
-                 quantize=QuantizeConfig(calibration=calib, export_qdq=qdq))
-    own = QuantizeConfig(calibration=None)
-    ref = mlcc.load(mlcc.compile(qdq, tmp_path / "x86", quantize=own).folder)
-    m4 = mlcc.compile(qdq, tmp_path / "m4", target="cortex-m4", quantize=own)
-    assert m4.manifest["quantization"]["integer_layers"] >= 2
-    dis = subprocess.run([M4.toolchain.ar.replace("-ar", "-objdump"), "-d",
-                          str(m4.folder / "firmware.elf")], capture_output=True, text=True,
-                         check=True).stdout
+    layers = [(helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+               {"w": rng.standard_normal((5, 3, 3, 3)).astype(np.float32),
+                "b": rng.standard_normal(5).astype(np.float32)}),
+              (helper.make_node("Relu", ["c"], ["r"]), {}),
+              (helper.make_node("Reshape", ["r", "shape"], ["f"]),
+               {"shape": np.array([1, -1], np.int64)}),
+              (helper.make_node("MatMul", ["f", "g"], ["y"]),
+               {"g": rng.standard_normal((315, 7)).astype(np.float32)})]
+    qdq = _odd_int8_model(tmp_path, layers, (1, 3, 7, 9), {"y": (1, 7)})
+    folder = _same_bits_as_x86(tmp_path, qdq, "cortex-m4", (1, 3, 7, 9))
+    dis = _disassembly(folder)
     assert "smlad" in dis and "sxtb16" in dis
-    model = mlcc.load(m4.folder)
-    for seed in range(3):
-        x = {"x": np.random.default_rng(seed).standard_normal((1, 3, 7, 9)).astype(np.float32)}
-        np.testing.assert_array_equal(model.run(x)["y"], ref.run(x)["y"])
+
+
+@pytest.mark.parametrize("requant", ["float", "fixed"])
+def test_int8_helium_kernels_match_the_portable_ones_on_odd_shapes(tmp_path, requant):
+    """The M55's Helium (MVE) int8 kernels (runtime_c/kernels/qmve.h) against the portable
+    ones of the x86 build, bit for bit, with either requantization: a Conv 3 -> 61 (61 rows:
+    a second block of 32 with a tail; 9 x 21 = 189 columns: a last block of 1; K = 27: a
+    k tail of 11), depthwise 3x3 stride 2, 3x3 dilation 2, 3x3 stride 3 (a gather of stride
+    3; rows of 11 and 4 outputs: predicated tails), depthwise rows of 7 outputs two at a time
+    (9 and 3 rows: a last one alone; stride 3, and a 3x5 kernel of strides 2, 1), Conv 61 -> 5
+    (K = 549: two transposed blocks of k), and a fully connected 275 -> 7 (K not a multiple of
+    4, 7 columns)."""
+    from onnx import helper
+    rng = np.random.default_rng(5)
+
+    def w(*shape):
+        return (rng.standard_normal(shape) * 0.5).astype(np.float32)
+
+    layers = [(helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+               {"w1": w(61, 3, 3, 3), "b1": w(61)}),
+              (helper.make_node("Relu", ["c1"], ["r1"]), {}),
+              (helper.make_node("Conv", ["r1", "d1", "e1"], ["dw1"], pads=[1, 1, 1, 1],
+                                strides=[2, 2], group=61), {"d1": w(61, 1, 3, 3), "e1": w(61)}),
+              (helper.make_node("Conv", ["dw1", "d2"], ["dw2"], pads=[2, 2, 2, 2],
+                                dilations=[2, 2], group=61), {"d2": w(61, 1, 3, 3)}),
+              (helper.make_node("Relu", ["dw2"], ["r2"]), {}),
+              (helper.make_node("Conv", ["r2", "d3", "e3"], ["z"], pads=[1, 1, 1, 1],
+                                strides=[3, 3], group=61), {"d3": w(61, 1, 3, 3), "e3": w(61)}),
+              (helper.make_node("Conv", ["r1", "d4", "e4"], ["u"], pads=[1, 1, 1, 1],
+                                strides=[1, 3], group=61), {"d4": w(61, 1, 3, 3), "e4": w(61)}),
+              (helper.make_node("Conv", ["dw1", "d5"], ["v"], pads=[1, 0, 1, 0],
+                                strides=[2, 1], group=61), {"d5": w(61, 1, 3, 5)}),
+              (helper.make_node("Conv", ["r2", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+               {"w2": w(5, 61, 3, 3) * 0.2, "b2": w(5)}),
+              (helper.make_node("Reshape", ["c2", "shape"], ["f"]),
+               {"shape": np.array([1, -1], np.int64)}),
+              (helper.make_node("MatMul", ["f", "g"], ["y"]), {"g": w(275, 7) * 0.2})]
+    shape = (1, 3, 9, 21)
+    qdq = _odd_int8_model(tmp_path, layers, shape, {"y": (1, 7), "z": (1, 61, 2, 4),
+                                                    "u": (1, 61, 9, 7), "v": (1, 61, 3, 7)})
+    folder = _same_bits_as_x86(tmp_path, qdq, "cortex-m55", shape, requant)
+    dis = _disassembly(folder, "armv8.1-m.main")
+    # VMLADAVA, which objdump prints as its alias vmlava
+    assert re.search(r"\bvmla(da)?va\.s8", dis) and re.search(r"\bvmla(da)?va\.u8", dis)
+    assert "vst43.32" in dis and "smlad" not in dis
+    if requant == "fixed":
+        assert "vqrdmulh" in dis
 
 
 # --------------------------------------------------------------------------------- fit
@@ -328,3 +405,12 @@ def test_bench_counts_instructions_per_inference_and_per_layer(tmp_path):
     text = res.report()
     assert f"instructions per inference: {res.insns:,}" in text
     assert "/c2/Conv, /Relu_1 (Conv+Relu, mlcc_f32_conv2d" in text
+
+
+@pytest.mark.parametrize("model", ["tiny_vww", "tiny_ic", "tiny_ad"])
+def test_mlperf_tiny_on_the_m55_is_tflm_bit_for_bit(model):
+    """MLPerf Tiny's int8 models on the M55's Helium kernels (qmve.h), fixed requantization:
+    identical to TensorFlow Lite Micro (keyword spotting: tests/test_cross_targets.py)."""
+    pytest.importorskip("tflite_micro")
+    import test_tflite as tt
+    tt._verify(tt._tiny(model), seeds=(0,), target="cortex-m55")

@@ -1,5 +1,6 @@
 /* Integer convolutions (see qconv.h). */
 #include "qconv.h"
+#include "qmve.h"
 
 /* The input channels of one group, padded with the zero point on every side the kernel window
  * reaches: cg planes of hp x wp (MLCC_QCONV_PADDED_H / _W), so that tap (c, kh, kw) of output
@@ -650,6 +651,14 @@ static void dw_channel(void *arg, int unit, int thread) {
                           p->kernel_w >= 2 &&
                           p->kernel_h * ((p->kernel_w + 1) / 2) <= DW_MAX_PAIRS;
     if (use_pairs) dw_weight_pairs(wc, p->kernel_h, p->kernel_w, pairs);
+#endif
+#if MLCC_QMVE
+    mlcc_mve_dw_pad_plane(x + (n * C + c) * p->in_h * p->in_w, (ptrdiff_t)p->in_h,
+                          (ptrdiff_t)p->in_w, (ptrdiff_t)p->pad_top, (ptrdiff_t)p->pad_left,
+                          p->x_zero_point, (ptrdiff_t)hp, (ptrdiff_t)wp, xp);
+    mlcc_mve_dw_plane(xp, wp, wc, p->kernel_h, p->kernel_w, p->stride_h, sw, p->dilation_h,
+                      p->dilation_w, p->out_h, p->out_w, &p->rq, &ch, c, y, (n * C + c) * P);
+    return;
 #endif
     dw_padded_plane(p, x + (n * C + c) * p->in_h * p->in_w, hp, wp, xp);
     for (oh = 0; oh < p->out_h; oh++) {

@@ -1,5 +1,6 @@
 /* u8 x s8 -> s32 matrix products and the requantizing epilogue (see qgemm.h). */
 #include "qgemm.h"
+#include "qmve.h"
 
 #if defined(__AVX512VNNI__) && defined(__AVX512F__) && defined(__AVX512BW__) && \
     defined(__AVX512VL__)   /* mlcc_u8_store_requant16 (qgemm.h) */
@@ -9,9 +10,10 @@
 #define MLCC_QGEMM_VNNI 0
 #endif
 
-/* Cortex-M4/M7/M55 (the DSP extension): two 16-bit multiply-accumulates per instruction. */
-#if !MLCC_QGEMM_VNNI && defined(__ARM_FEATURE_DSP) && defined(__ARM_FEATURE_SIMD32) && \
-    !defined(MLCC_NO_SMLAD)
+/* Cortex-M4/M7 (the DSP extension): two 16-bit multiply-accumulates per instruction; the M55
+ * has it too but runs Helium (qmve.h) unless built with -DMLCC_NO_MVE. */
+#if !MLCC_QGEMM_VNNI && !MLCC_QMVE && defined(__ARM_FEATURE_DSP) && \
+    defined(__ARM_FEATURE_SIMD32) && !defined(MLCC_NO_SMLAD)
 #include <arm_acle.h>
 #define MLCC_QGEMM_SMLAD 1
 #else
@@ -359,6 +361,8 @@ void mlcc_u8s8_gemm(const mlcc_qgemm_desc *d, const void *a, const void *b,
                     const mlcc_requant *rq, const mlcc_qchannels *ch, void *y) {
 #if MLCC_QGEMM_VNNI
     qgemm_vnni(d, (const uint8_t *)a, (const uint8_t *)b, rq, ch, y);
+#elif MLCC_QMVE
+    mlcc_mve_qgemm(d, (const uint8_t *)a, (const uint8_t *)b, rq, ch, y);
 #elif MLCC_QGEMM_SMLAD
     qgemm_smlad(d, (const uint8_t *)a, (const uint8_t *)b, rq, ch, y);
 #else
