@@ -3,6 +3,8 @@ map of a dynamic size runs the kernel static builds choose at most sizes of the 
 implicit GEMM's offsets computed at run time, Winograd's plan from the sizes), checked against
 onnxruntime at odd sizes, for its arena against the static build at the largest size, and at
 every width under AddressSanitizer; `mlcc bench` with a range prints its table."""
+import re
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -12,6 +14,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 import mlcc
+from mlcc.errors import InputError
 from mlcc.ops import conv_kernels as ck
 from mlcc.ops.registry import lookup
 from mlcc.targets import load_target
@@ -133,3 +136,44 @@ def test_every_width_under_address_sanitizer(wide, tmp_path, tgt, flags):
     mlcc.compile(wide, folder, target=tgt, shapes={"x": (1, 3, 13, W_RANGE)}, name="wide",
                  build=False)
     every_width_under_address_sanitizer(folder, flags)
+
+
+# ------------------------------------------------------------------ mlcc bench with a range
+
+def test_bench_range_default_sizes():
+    from mlcc.benchmark import range_sizes
+    assert range_sizes([{"min": 32, "max": 1280}]) == [(32,), (80,), (202,), (509,), (1280,)]
+    assert range_sizes([{"min": 1, "max": 8}]) == [(1,), (2,), (3,), (5,), (8,)]
+    assert range_sizes([{"min": 4, "max": 5}]) == [(4,), (5,)]
+    assert range_sizes([{"min": 1, "max": 8}, {"min": 64, "max": 64}])[-1] == (8, 64)
+
+
+def test_bench_bad_sizes_are_clear_errors(wide):
+    with pytest.raises(InputError, match="outside its range 12..61"):
+        mlcc.bench(wide, shapes={"x": (1, 3, 13, W_RANGE)}, sizes=[(62,)], runs=1)
+    with pytest.raises(InputError, match="give 1 size per entry"):
+        mlcc.bench(wide, shapes={"x": (1, 3, 13, W_RANGE)}, sizes=[(13, 2)], runs=1)
+    with pytest.raises(InputError, match="--sizes times a build over a range"):
+        mlcc.bench(wide, shapes={"x": (1, 3, 13, 20)}, sizes=[(13,)], runs=1)
+
+
+def test_cli_bench_with_a_range(wide):
+    """The range build, a static build of each size and onnxruntime: one row per size."""
+    from click.testing import CliRunner
+
+    from mlcc.cli import main
+    run = CliRunner().invoke(main, ["bench", str(wide), "--shape", "x=1,3,13,12..61",
+                                    "--sizes", "12,47", "--runs", "2"])
+    assert run.exit_code == 0, run.output
+    out = run.output
+    assert "inputs x=1,3,13,12..61, 1 thread: one range build against a static build" in out
+    assert re.search(r"^range build: compile .* arena .* \(a static build at the largest "
+                     r"sizes: .*, ratio 1\.0\d\d\)", out, re.M), out
+    assert "| W | range | static | onnxruntime | range/static | range/onnxruntime |" in out
+    rows = re.findall(r"^\| (\d+) \| .* \| ([\d.]+) \| [\d.]+ \| .* \| (\w+) \|$", out, re.M)
+    assert [(w, agree) for w, _, agree in rows] == [("12", "agree"), ("47", "agree")]
+    worst = max(float(r) for _, r, _ in rows)
+    assert f"worst range/static (median latency): {worst:.3f}" in out
+    bad = CliRunner().invoke(main, ["bench", str(wide), "--shape", "x=1,3,13,12..61",
+                                    "--sizes", "12,wide"])
+    assert bad.exit_code == 1 and "--sizes '12,wide'" in bad.output
