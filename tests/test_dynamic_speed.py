@@ -18,7 +18,7 @@ from mlcc.errors import InputError
 from mlcc.ops import conv_kernels as ck
 from mlcc.ops.registry import lookup
 from mlcc.targets import load_target
-from test_dynamic_shapes import every_width_under_address_sanitizer
+from test_dynamic_shapes import _needs, every_width_under_address_sanitizer
 
 W_RANGE = (12, 61)
 WIDTHS = (12, 13, 29, 47, 61)
@@ -105,6 +105,24 @@ def test_range_build_runs_the_static_kernels(wide, tmp_path, tgt):
         got = m.run({"x": x})
         for name, ref in zip(("y", "y2"), sess.run(None, {"x": x})):
             assert got[name].shape == ref.shape
+            np.testing.assert_allclose(got[name], ref, rtol=1e-4, atol=1e-4,
+                                       err_msg=f"{name} at W={width}")
+
+
+@pytest.mark.parametrize("target", [pytest.param("arm", marks=_needs("arm")),
+                                    pytest.param("wasm", marks=_needs("wasm"))])
+def test_width_range_on_cross_targets(wide, tmp_path, target):
+    """The run-time offsets and plans in the arm (NEON, qemu) and wasm (SIMD128, node)
+    builds: the conv test model against onnxruntime at both ends and an odd width between."""
+    res = mlcc.compile(wide, tmp_path / target, target=target,
+                       shapes={"x": (1, 3, 13, W_RANGE)})
+    assert set(_variants(res, target).values()) & DYNAMIC_MAP_KERNELS
+    m = mlcc.load(tmp_path / target)
+    sess = ort.InferenceSession(str(wide), providers=["CPUExecutionProvider"])
+    for width in (W_RANGE[0], 29, W_RANGE[1]):
+        x = np.random.default_rng(width).standard_normal((1, 3, 13, width)).astype(np.float32)
+        got = m.run({"x": x})
+        for name, ref in zip(("y", "y2"), sess.run(None, {"x": x})):
             np.testing.assert_allclose(got[name], ref, rtol=1e-4, atol=1e-4,
                                        err_msg=f"{name} at W={width}")
 
