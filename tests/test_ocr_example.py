@@ -53,3 +53,13 @@ def test_ocr_example_on_a_small_page(tmp_path, capsys):
     assert status == 0, out
     assert "the same boxes" in out
     assert "3 of 3 lines read the same by mlcc and onnxruntime" in out, out
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--size", "640"], "expected WIDTHxHEIGHT"),
+    (["--size", "100x64"], "multiples of 32"),
+    (["--page", "/nonexistent/page.png"], "no such file")])
+def test_bad_arguments_are_one_line_errors(args, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        ocr.main(args)
+    assert exc.value.code == 2 and message in capsys.readouterr().err

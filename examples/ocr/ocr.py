@@ -73,8 +73,12 @@ def load_page(path: str | Path, width: int, height: int) -> np.ndarray:
     """An image file as a grey page of width x height (resized, as the detector is compiled
     for one page size)."""
     ensure_pillow()
-    from PIL import Image
-    return np.asarray(Image.open(path).convert("L").resize((width, height), Image.BILINEAR))
+    from PIL import Image, UnidentifiedImageError
+    try:
+        img = Image.open(path)
+    except UnidentifiedImageError:
+        raise SystemExit(f"{path}: not an image Pillow can read") from None
+    return np.asarray(img.convert("L").resize((width, height), Image.BILINEAR))
 
 
 # ----------------------------------------------------------------------------- detection
@@ -169,9 +173,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--page", default=None, help="read this image instead of rendering one")
     ap.add_argument("--target", default="x86", help="a target that runs on this machine")
     args = ap.parse_args(argv)
-    width, height = (int(v) for v in args.size.split("x"))
+    try:
+        width, height = (int(v) for v in args.size.split("x"))
+    except ValueError:
+        ap.error(f"--size {args.size!r}: expected WIDTHxHEIGHT, e.g. 640x480")
     if width % 32 or height % 32 or width < 64 or height < 64:
         ap.error("--size: width and height must be multiples of 32, at least 64")
+    if args.page and not Path(args.page).is_file():
+        ap.error(f"--page {args.page}: no such file")
     import fetch_models
     det_path, rec_path = fetch_models.fetch("ppocr_det"), fetch_models.fetch("ppocr_rec")
     chars = charset(rec_path)
