@@ -107,6 +107,12 @@ def test_range_build_runs_the_static_kernels(wide, tmp_path, tgt):
             assert got[name].shape == ref.shape
             np.testing.assert_allclose(got[name], ref, rtol=1e-4, atol=1e-4,
                                        err_msg=f"{name} at W={width}")
+    # on a pool of 3 threads (the offsets computed once, before the workers read them): the
+    # same bits
+    x = np.random.default_rng(0).standard_normal((1, 3, 13, 59)).astype(np.float32)
+    one, three = m.run({"x": x}), mlcc.load(tmp_path / "range", threads=3).run({"x": x})
+    for name in ("y", "y2"):
+        np.testing.assert_array_equal(one[name], three[name])
 
 
 @pytest.mark.parametrize("target", [pytest.param("arm", marks=_needs("arm")),
