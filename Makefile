@@ -24,7 +24,8 @@ TARGET_PACKAGES := $(ARM_PACKAGES) $(WASM_PACKAGES) $(CORTEXM_PACKAGES)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
 .PHONY: setup demo test test-fast test-targets target-tools bench bench-ocr bench-wasm icount-arm \
-	web-digits streaming conformance fuzz fuzz-runtime sanitize-models sanitize-kernels safety-tools clean
+	web-digits streaming ocr-example conformance fuzz fuzz-runtime sanitize-models sanitize-kernels \
+	safety-tools clean
 
 setup: $(STAMP)
 
@@ -77,6 +78,14 @@ web-digits: $(STAMP)
 # spotter run chunk by chunk from Python and C, the state carried, against onnxruntime.
 streaming: $(STAMP)
 	$(BIN)/python examples/streaming/stream.py --out build/streaming --time
+
+# The OCR example (examples/ocr): PP-OCR det finds the lines of a rendered page, PP-OCR rec
+# compiled once for widths 32..1280 reads each at its own width, against onnxruntime.
+# OCR_ARGS: e.g. --lines 12 --size 800x640 --page scan.png (--help). Pillow: the [bench] extra.
+OCR_ARGS ?=
+ocr-example: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python examples/ocr/ocr.py --out build/ocr $(OCR_ARGS)
 
 # Everything but the large real models.
 test-fast: $(STAMP)

@@ -121,8 +121,17 @@ def to_input(gray: np.ndarray) -> np.ndarray:
     48 keeping the aspect ratio (width at most 320), scaled to [-1, 1], zero-padded on the
     right (PaddleOCR's resize_norm_img). Resizing is bilinear (numpy, so that this part has no
     Pillow dependency and is tested)."""
+    img = resize_line(gray, W)
+    out = np.zeros((1, 3, H, W), np.float32)
+    out[0, :, :, :img.shape[1]] = img
+    return out
+
+
+def resize_line(gray: np.ndarray, max_width: int) -> np.ndarray:
+    """A grey line image (uint8 [h, w]) resized (bilinear) to height 48 keeping the aspect
+    ratio, width at most max_width, scaled to [-1, 1]: [48, width] float32."""
     h, w = gray.shape
-    nw = max(1, min(W, int(np.ceil(H * w / h))))
+    nw = max(1, min(max_width, int(np.ceil(H * w / h))))
     ys = (np.arange(H) + 0.5) * h / H - 0.5
     xs = (np.arange(nw) + 0.5) * w / nw - 0.5
     y0 = np.clip(np.floor(ys).astype(int), 0, h - 1)
@@ -133,10 +142,7 @@ def to_input(gray: np.ndarray) -> np.ndarray:
     g = gray.astype(np.float32) / 255
     top = g[y0][:, x0] * (1 - fx) + g[y0][:, x1] * fx
     bot = g[y1][:, x0] * (1 - fx) + g[y1][:, x1] * fx
-    img = (top * (1 - fy) + bot * fy) * 2 - 1
-    out = np.zeros((1, 3, H, W), np.float32)
-    out[0, :, :, :nw] = img
-    return out
+    return ((top * (1 - fy) + bot * fy) * 2 - 1).astype(np.float32)
 
 
 # ---------------------------------------------------------------- rendering (Pillow)

@@ -108,8 +108,9 @@ def main() -> int:
             model._ffi.cdef("double *mlcc_prof(void);")
             manifest = json.loads((folder / "manifest.json").read_text())
             rng = np.random.default_rng(0)
-            feeds = {t["name"]: rng.random(t["shape"]).astype(t.get("dtype", "float32"))
-                     for t in manifest["inputs"]}
+            # (a range build, --shape x=LO..HI: at its largest sizes)
+            feeds = {t["name"]: rng.random(t.get("max_shape", t["shape"]))
+                     .astype(t.get("dtype", "float32")) for t in manifest["inputs"]}
             run, _ = model.prepare(feeds)
             builds.append((calls, params, model, run, model._lib.mlcc_prof(), []))
         n = min(len(b[0]) for b in builds)

@@ -1218,7 +1218,9 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
           child_timeout_s: float = _bench.CHILD_TIMEOUT_S, bind: Binds | None = None,
           quantize: QuantizeConfig | None = None, per_layer: bool = True,
           conv_choices: dict[str, str] | None = None,
-          max_loop_iterations: int | None = None) -> BenchResult | _bench.FirmwareBench:
+          max_loop_iterations: int | None = None,
+          sizes: list[tuple[int, ...]] | None = None
+          ) -> BenchResult | _bench.FirmwareBench | _bench.RangeBenchResult:
     """Compiles the model, then times the library and onnxruntime (`threads` intra-op threads,
     graph optimizations ALL); see mlcc/benchmark.py for the method.
 
@@ -1234,7 +1236,11 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
     are counted in the emulator, per layer too (`per_layer`), and the RAM and flash of the
     firmware reported (a FirmwareBench); `quantize` compiles the model to int8 first.
     conv_choices: as for compile (`--tune`).
-    max_loop_iterations: as compile's."""
+    max_loop_iterations: as compile's.
+    With a range of sizes in `shapes` (LO..HI), the range build is timed at several sizes
+    (`sizes`: one tuple per size, a size per dynamic dimension in manifest.json's order;
+    default benchmark.range_sizes), each against a static build of exactly that size and
+    onnxruntime, the three interleaved in this process (a RangeBenchResult)."""
     check_max_loop_iterations(max_loop_iterations)
     tgt = load_target(target)
     if tgt.output == "firmware":
@@ -1257,8 +1263,19 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
         raise InputError("a .tflite model is timed against TensorFlow Lite Micro, which runs "
                          "on one thread: --threads 1")
     if any(isinstance(d, tuple) for dims in (shapes or {}).values() for d in dims):
-        raise UnsupportedError("mlcc bench with a range of sizes (--shape LO..HI) is not "
-                               "supported yet; bench a build of fixed sizes")
+        if tflite:
+            raise InputError("a range of sizes (--shape LO..HI) is for ONNX models")
+        if isolation == _bench.PROCESSES:
+            raise InputError("a range build is timed against static builds in one process "
+                             "(--isolation shared)")
+        if not tgt.is_host:
+            raise InputError(f"target {tgt.name} does not run on this machine: bench times "
+                             f"host targets only")
+        return _bench_range(model, target, shapes, threads, runs, output_dir, seed, bind,
+                            sizes)
+    if sizes is not None:
+        raise InputError("--sizes times a build over a range of sizes: give a dimension of "
+                         "--shape as LO..HI")
     if isolation == "auto":
         isolation = _bench.PROCESSES if threads > 1 else _bench.SHARED
     if tflite and isolation != _bench.SHARED:
@@ -1406,6 +1423,100 @@ def _tflm_runner(model, feeds: dict, g: Graph) -> tuple[str, tuple]:
     call()
     return "TFLM", (call, {n: np.asarray(interp.get_output(k)).copy()
                            for k, n in enumerate(g.outputs)})
+
+
+def _bench_range(model, target: str, shapes: Shapes, threads: int, runs: int | None,
+                 output_dir, seed: int, bind: Binds | None,
+                 sizes: list[tuple[int, ...]] | None) -> _bench.RangeBenchResult:
+    """mlcc bench with a range of sizes (see bench): the range build, a static build of each
+    size and onnxruntime, interleaved in this process at each size."""
+    with tempfile.TemporaryDirectory(prefix="mlcc-bench-") as tmp:
+        folder = Path(output_dir) if output_dir else Path(tmp) / "model"
+        # the dynamic dimensions (to check `sizes` before anything is built)
+        dims = compile(model, Path(tmp) / "plan", target=target, shapes=shapes, bind=bind,
+                       build=False).manifest["dims"]
+        names = [d["name"] for d in dims]
+        sets = [tuple(int(v) for v in one) for one in sizes] if sizes else \
+            _bench.range_sizes(dims)
+        if not sets:
+            raise InputError("--sizes: give at least one size")
+        for one in sets:
+            if len(one) != len(dims):
+                raise InputError(f"--sizes {'x'.join(map(str, one))}: give {len(dims)} "
+                                 f"size{'s' * (len(dims) != 1)} per entry, one per dynamic "
+                                 f"dimension ({', '.join(names)}), joined by x")
+            for v, d in zip(one, dims):
+                if not d["min"] <= v <= d["max"]:
+                    raise InputError(f"--sizes: {d['name']} = {v} is outside its range "
+                                     f"{d['min']}..{d['max']}")
+        largest = tuple(d["max"] for d in dims)
+        t0 = time.perf_counter()
+        res = compile(model, folder, target=target, shapes=shapes, bind=bind)
+        compile_time = time.perf_counter() - t0
+        ranged = _load(folder, threads=threads)
+        settle = _bench.SETTLE_S if threads > 1 else 0.0
+        peak = _bench.machine_peak(load_target(target))
+        fixed = {k: v for k, v in (shapes or {}).items()
+                 if not any(isinstance(d, tuple) for d in v)}
+
+        def static_shapes(env: dict[str, int]) -> Shapes:
+            return {**fixed, **{n: tuple(symbolic.evaluate(tuple(res.graph.values[n].shape),
+                                                           env)) for n in res.graph.inputs}}
+
+        static_max_arena = int(compile(
+            model, Path(tmp) / "static_max", target=target,
+            shapes=static_shapes(dict(zip(names, largest))), bind=bind,
+            build=False).manifest["arena_size"])
+        rows = []
+        for i, one in enumerate(sets):
+            env = dict(zip(names, one))
+            sres = compile(model, Path(tmp) / f"static{i}", target=target,
+                           shapes=static_shapes(env), bind=bind)
+            feeds = random_inputs(res.graph, seed, env)
+            run_range, got = ranged.prepare(feeds)
+            static = _load(Path(tmp) / f"static{i}", threads=threads)
+            run_static, got_static = static.prepare(feeds)
+            for run, what in ((run_range, "the range build"), (run_static, "a static build")):
+                status = run()
+                if status != 0:
+                    raise MlccError(f"run failed ({what} at {env}): "
+                                    f"{ranged.status_string(status)}")
+            run_ref, ref = _bench.onnxruntime_runner(
+                str(model), {**feeds, **bound_feeds(model, shapes, bind)}, threads)
+            run_ref()
+            samples = _bench.measure({"range": run_range, "static": run_static,
+                                      "onnxruntime": run_ref}, runs, settle_s=settle,
+                                     budget_s=_bench.TIME_BUDGET_S / len(sets))
+            flops = graph_flops(sres.graph)
+            t = {e: _bench.summarize(e, samples[e], int(c), flops,
+                                     peak.gflops_per_core * threads)
+                 for e, c in zip(("range", "static", "onnxruntime"), samples["_calls"])}
+            ours = [compare(n, got[n], ref[n].reshape(got[n].shape)) for n in got if n in ref]
+            theirs = [compare(n, got_static[n], ref[n].reshape(got_static[n].shape))
+                      for n in got_static if n in ref]
+            rows.append(_bench.RangeRow(
+                one, t["range"], t["static"], t["onnxruntime"], int(sres.manifest["arena_size"]),
+                max((c.max_abs_error for c in ours), default=0.0),
+                max((c.max_abs_error for c in theirs), default=0.0),
+                all(c.ok for c in ours + theirs)))
+            del static, run_static
+        notes = [f"sizes: {', '.join(names)}; each size's three engines timed "
+                 f"interleaved (alternating which goes first), about "
+                 f"{_bench.TIME_BUDGET_S / len(sets):.2g} s of samples per size; "
+                 f"ratios are of median latencies (< 1: the range build is faster)"]
+        if threads > 1:
+            notes.append(f"threads: {threads} for every engine, each sample after "
+                         f"{_bench.SETTLE_S:g} s of untimed calls of the same engine")
+        if bind:
+            notes.append(f"bound at compile time: {', '.join(bind)}")
+        return _bench.RangeBenchResult(
+            model=Path(model).name, target=load_target(target).name,
+            shapes="; ".join(f"{k}={','.join(dim_text(d) for d in v)}"
+                             for k, v in (shapes or {}).items()),
+            dims=names, threads=threads, rows=rows, arena_size=int(res.manifest["arena_size"]),
+            static_max_arena=static_max_arena, weights_size=int(res.manifest["weights_size"]),
+            library_size=os.path.getsize(folder / res.manifest["library"]),
+            compile_time_s=compile_time, notes=notes)
 
 
 def _bench_shared(folder, feeds, reference, threads, runs, settle, flops, cores_peak):

@@ -130,6 +130,97 @@ class BenchResult:
         return "\n".join(lines) + "\n"
 
 
+# --------------------------------------------------------------------- a range of sizes
+
+RANGE_SIZES = 5             # default sizes a range build is timed at: the ends and 3 between
+
+
+def range_sizes(dims: list[dict], count: int = RANGE_SIZES) -> list[tuple[int, ...]]:
+    """Sizes to time a build of dynamic dimensions at (`dims`: manifest.json's, each with
+    "min" and "max"): every dimension at the same step of a geometric progression from its
+    smallest to its largest size (32..1280: 32, 80, 202, 509, 1280; 1..8: 1, 2, 3, 5, 8), so
+    that small sizes, where fixed costs weigh most, are seen as well as the large ones."""
+    out: list[tuple[int, ...]] = []
+    for k in range(count):
+        f = k / (count - 1) if count > 1 else 1.0
+        sizes = tuple(min(d["max"], max(d["min"], round(d["min"] * (d["max"] / d["min"]) ** f)))
+                      for d in dims)
+        if sizes not in out:
+            out.append(sizes)
+    return out
+
+
+@dataclass
+class RangeRow:
+    """One size of a range bench: the range build, a static build of that size and the
+    reference, timed interleaved in one process."""
+    sizes: tuple[int, ...]
+    range: Timing
+    static: Timing
+    reference: Timing
+    static_arena: int
+    range_error: float          # max abs error vs the reference, range build
+    static_error: float
+    outputs_agree: bool         # both builds agree with the reference
+
+    @property
+    def vs_static(self) -> float:
+        return self.range.median_s / self.static.median_s
+
+    @property
+    def vs_reference(self) -> float:
+        return self.range.median_s / self.reference.median_s
+
+
+@dataclass
+class RangeBenchResult:
+    model: str
+    target: str
+    shapes: str                 # the --shape text, ranges as LO..HI
+    dims: list[str]             # the dynamic dimensions' names, in the order of sizes
+    threads: int
+    rows: list[RangeRow]
+    arena_size: int             # of the range build
+    static_max_arena: int       # of a static build at the largest sizes
+    weights_size: int
+    library_size: int
+    compile_time_s: float
+    notes: list[str] = field(default_factory=list)
+    reference: str = "onnxruntime"
+
+    @property
+    def worst_vs_static(self) -> float:
+        return max(r.vs_static for r in self.rows)
+
+    def report(self) -> str:
+        ref = self.reference
+        lines = [
+            f"mlcc bench {self.model}: target {self.target}, inputs {self.shapes}, "
+            f"{self.threads} thread{'s' * (self.threads != 1)}: one range build against a "
+            f"static build of each size and {ref}, the three interleaved in one process",
+            f"range build: compile {self.compile_time_s:.2f} s, arena "
+            f"{format_bytes(self.arena_size)} (a static build at the largest sizes: "
+            f"{format_bytes(self.static_max_arena)}, ratio "
+            f"{self.arena_size / max(self.static_max_arena, 1):.3f}), weights "
+            f"{format_bytes(self.weights_size)}, library {format_bytes(self.library_size)}",
+            "",
+            "| " + " | ".join(self.dims) + f" | range | static | {ref} | range/static | "
+            f"range/{ref} | static arena | outputs |",
+            "|" + "---:|" * (len(self.dims) + 6) + "---|",
+        ]
+        for r in self.rows:
+            lines.append(
+                "| " + " | ".join(map(str, r.sizes)) + f" | {format_seconds(r.range.median_s)} | "
+                f"{format_seconds(r.static.median_s)} | {format_seconds(r.reference.median_s)} | "
+                f"{r.vs_static:.3f} | {r.vs_reference:.3f} | {format_bytes(r.static_arena)} | "
+                + ("agree" if r.outputs_agree else
+                   f"DIFFER (max abs error {r.range_error:.3g}, static {r.static_error:.3g})")
+                + " |")
+        lines += ["", f"worst range/static (median latency): {self.worst_vs_static:.3f}"]
+        lines += self.notes
+        return "\n".join(lines) + "\n"
+
+
 def format_seconds(s: float) -> str:
     if s < 1e-3:   # 0.617 us (a tiny model's call), 15.2 us
         return f"{s * 1e6:.3f} us" if s < 1e-6 else f"{s * 1e6:.1f} us"

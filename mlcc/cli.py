@@ -32,6 +32,17 @@ def _binds(values: tuple[str, ...]) -> dict[str, object]:
     return api.parse_binds(values)
 
 
+def _sizes(text: str | None) -> list[tuple[int, ...]] | None:
+    """--sizes 32,320,1280 or 1x64,8x640: one tuple per entry."""
+    if text is None:
+        return None
+    try:
+        return [tuple(int(v) for v in entry.split("x")) for entry in text.split(",")]
+    except ValueError:
+        raise MlccError(f"--sizes {text!r}: expected sizes such as 32,320,1280 (one dynamic "
+                        f"dimension) or 1x64,8x640 (two)") from None
+
+
 def _size(text: str | None) -> int | None:
     if text is None:
         return None
@@ -452,6 +463,10 @@ def inspect_cmd(model, shapes, binds):
               help="Firmware targets (cortex-m*): count the int8 build (needs --calibration).")
 @click.option("--calibration", default=None, type=click.Path(),
               help="With --quantize: calibration inputs, as for mlcc compile.")
+@click.option("--sizes", default=None,
+              help="With a range in --shape: the sizes to time the range build at, comma-"
+                   "separated, each one size per dynamic dimension joined by x (32,320,1280; "
+                   "1x64,8x640); default: the smallest, the largest and 3 between.")
 @click.option("--tune", is_flag=True,
               help="Compile with the convolution kernels chosen by timing (as mlcc compile "
                    "--tune).")
@@ -460,7 +475,7 @@ def inspect_cmd(model, shapes, binds):
 @max_loop_option
 @_guard
 def bench_cmd(model, target, shapes, binds, threads, runs, isolation, rounds, output, quantize,
-              calibration, tune, tuning_file, max_loop_iterations):
+              calibration, tune, tuning_file, max_loop_iterations, sizes):
     """Time MODEL compiled by mlcc against onnxruntime: in one process, interleaved, on 1
     thread; each engine in its own processes, alternated, on more (--isolation). On a
     microcontroller target (cortex-m*), count the instructions of one inference in the
@@ -475,7 +490,8 @@ def bench_cmd(model, target, shapes, binds, threads, runs, isolation, rounds, ou
     res = api.bench(model, target=target, shapes=_shapes(shapes), threads=threads, runs=runs,
                     output_dir=output, isolation=isolation, rounds=rounds, bind=_binds(binds),
                     quantize=qcfg, conv_choices=choices,
-                    max_loop_iterations=api.parse_max_loop_iterations(max_loop_iterations))
+                    max_loop_iterations=api.parse_max_loop_iterations(max_loop_iterations),
+                    sizes=_sizes(sizes))
     click.echo(res.report(), nl=False)
 
 

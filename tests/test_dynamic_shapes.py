@@ -184,8 +184,6 @@ def _width_model(path):
 def test_width_range_matches_onnxruntime(tmp_path):
     path = _width_model(tmp_path / "wide.onnx")
     sizes = [(1, 4, 9, w) for w in (12, 13, 17, 40, 64)]
-    # (its arena is larger than a static build's at W = 64: the convolution of a dynamic
-    # width gathers blocks of im2col (packed) where the static one reads in place (implicit))
     _check_range(path, tmp_path / "out", {"x": (1, 4, 9, (12, 64))}, sizes, atol=1e-5)
 
 
@@ -394,24 +392,24 @@ int main(int argc, char **argv) {
 """
 
 
-def test_every_width_under_address_sanitizer(tmp_path):
-    """All widths of the range (and one past each end, a status), buffers of exactly their
-    size, under AddressSanitizer and UBSan: no overrun at any size."""
-    run_every_size_under_asan(_width_model(tmp_path / "wide.onnx"), tmp_path / "wide",
-                              {"x": (1, 4, 9, (12, 64))})
+def run_every_size_under_asan(path, folder, shapes, flags=()):
+    """Compiles a model of one input, two outputs and one dynamic dimension into `folder`
+    and runs ASAN_DRIVER over it (every_width_under_address_sanitizer)."""
+    mlcc.compile(path, folder, shapes=shapes, name="wide", build=False)
+    every_width_under_address_sanitizer(folder, flags)
 
 
-def run_every_size_under_asan(path, folder, shapes):
-    """ASAN_DRIVER over a model of one input, two outputs and one dynamic dimension."""
+def every_width_under_address_sanitizer(folder, flags=()):
+    """Builds ASAN_DRIVER with the model in `folder` (compiled with name="wide", build=False:
+    one input, two outputs) under AddressSanitizer and UBSan, and runs it."""
     import shutil
     import subprocess
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")
-    mlcc.compile(path, folder, shapes=shapes, name="wide", build=False)
     (folder / "driver.c").write_text(ASAN_DRIVER)
     sources = ["driver.c", "model.c"] + sorted(
         str(p.relative_to(folder)) for p in (folder / "runtime").rglob("*.c"))
-    subprocess.run(["gcc", "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror",
+    subprocess.run(["gcc", "-std=c11", "-O1", "-g", *flags, "-Wall", "-Wextra", "-Werror",
                     "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-I.",
                     "-Iruntime/include", "-Iruntime/kernels", *sources, "-o", "driver", "-lm",
                     "-pthread"], cwd=folder, check=True)
@@ -420,12 +418,20 @@ def run_every_size_under_asan(path, folder, shapes):
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
 
 
+def test_every_width_under_address_sanitizer(tmp_path):
+    """All widths of the range (and one past each end, a status), buffers of exactly their
+    size, under AddressSanitizer and UBSan: no overrun at any size."""
+    path = _width_model(tmp_path / "wide.onnx")
+    folder = tmp_path / "wide"
+    mlcc.compile(path, folder, shapes={"x": (1, 4, 9, (12, 64))}, name="wide", build=False)
+    every_width_under_address_sanitizer(folder)
+
+
 def test_inspect_and_bench_with_a_range(cnn):
     report = mlcc.inspect(cnn, shapes={"x": ((1, 8), 3, 17, 19)})
     assert "GFLOPs per inference (at the largest sizes)" in report.text
     assert "float32[Nx16x1x1]" in report.text
-    with pytest.raises(UnsupportedError, match="bench with a range of sizes"):
-        mlcc.bench(cnn, shapes={"x": ((1, 8), 3, 17, 19)})
+    # (mlcc bench with a range: tests/test_dynamic_speed.py)
 
 
 # ------------------------------------------- with outputs whose size depends on the data

@@ -6,13 +6,14 @@ packing, constant tables, scratch plan). Conv.lower takes the first variant whos
 behind each threshold and the kernel naming grammar."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
 from ..ir import Lowering, Node
-from ..ir.symbolic import is_symbolic, smin, upper
+from ..ir.symbolic import dim_vars, evaluate, is_symbolic, smax, smin, upper
 from .gemm import GEMM_KC, GEMM_MC, GEMM_MR, pack_a
 from . import winograd
 
@@ -88,10 +89,15 @@ def convt_plan(cin_g: int, kh: int, kw: int, oh: int, ow: int, sh: int, sw: int,
     stride 1 without padding, which reads its input in place."""
     hq, wq = oh + (kh - 1) * dh // sh, ow + (kw - 1) * dw // sw
     pad = 0 if direct else cin_g * sh * sw * hq * wq + (kw - 1) * dw + IMPLICIT_SLACK
-    rows = min(max(1, CONVT_PART_POS // ow), oh)
+    if is_symbolic((oh, ow)):
+        # a dynamic map: rows x ow is at most max(CONVT_PART_POS, ow) and the map (the
+        # product of the intervals would be far above it)
+        positions = smin(oh * ow, smax(CONVT_PART_POS, ow))
+    else:
+        positions = min(max(1, CONVT_PART_POS // ow), oh) * ow
     # 1x1 convolutions run flat tiles over the whole depth, their sums in registers
     flat = kh == 1 and kw == 1
-    part = IMPLICIT_SLICES * rows * ow * CONVT_CP if cin_g * kh * kw > GEMM_KC and not flat else 0
+    part = IMPLICIT_SLICES * positions * CONVT_CP if cin_g * kh * kw > GEMM_KC and not flat else 0
     return 4 * (pad + part)
 
 
@@ -147,7 +153,7 @@ def implicit_plan(cin_g: int, cout_g: int, kh: int, kw: int, oh: int, ow: int, s
     nv = oh * wq
     rows = min(GEMM_MC, -(-cout_g // GEMM_MR) * GEMM_MR)
     block = max(64, part_bytes // (4 * rows) // 64 * 64)
-    block = min(block, -(-nv // 64) * 64)
+    block = smin(block, -(-nv // 64) * 64)
     if cols:
         pad = cin_g * kw * hq * ow + IMPLICIT_SLACK
     else:
@@ -318,11 +324,33 @@ def winograd_2x2_pays(l: ConvLayer, t: ConvTarget) -> bool:
     return winograd_tile(l, t) == 2
 
 
+# Limits: where a kernel runs correctly whatever it pays (int32 offsets into its copies of
+# the input); they grow with the map, so holding at the largest sizes they hold at all.
+
+def shifted_copies_fit(l: ConvLayer) -> bool:
+    """implicit_cols: kernel_w shifted copies of the input addressable by int32 offsets."""
+    return l.cin_g * l.kw * (l.oh + (l.kh - 1) * l.dh) * l.ow < INT32_OFFSETS
+
+
+def sub_planes_fit(l: ConvLayer) -> bool:
+    """The implicit GEMM's stride-phase sub-planes addressable by int32 offsets."""
+    return l.sub_floats < INT32_OFFSETS
+
+
+def flat_input_fits(l: ConvLayer) -> bool:
+    """implicit_t_1x1: the (phase-split) input addressable by int32 offsets."""
+    return l.kdim * l.sh * l.sw * l.oh * l.ow < INT32_OFFSETS
+
+
+def no_limit(l: ConvLayer) -> bool:
+    return True
+
+
 def implicit_cols_fits(l: ConvLayer, t: ConvTarget) -> bool:
     """Stride 1 on a small map, where the implicit GEMM's dropped columns cost 1.2x+ in whole
     panels; kernel_w shifted copies of the input addressable by int32 offsets."""
     return (l.const_weights and implicit_cols_pays(l.kh, l.kw, l.oh, l.ow, l.sh, l.sw, l.dw)
-            and l.cin_g * l.kw * (l.oh + (l.kh - 1) * l.dh) * l.ow < INT32_OFFSETS)
+            and shifted_copies_fit(l))
 
 
 def implicit_fits(l: ConvLayer, t: ConvTarget) -> bool:
@@ -333,7 +361,7 @@ def implicit_fits(l: ConvLayer, t: ConvTarget) -> bool:
                                    or 2 * (l.kw - 1) * l.dw // l.sw >= l.ow)
     strided_ok = l.kdim >= IMPLICIT_MIN_STRIDED_DEPTH and t.implicit_strided
     return (l.const_weights and not table_first and l.taps > 1
-            and (not l.strided or strided_ok) and l.sub_floats < INT32_OFFSETS)
+            and (not l.strided or strided_ok) and sub_planes_fit(l))
 
 
 def implicit_t_fits(l: ConvLayer, t: ConvTarget) -> bool:
@@ -361,7 +389,7 @@ def implicit_t_1x1_fits(l: ConvLayer, t: ConvTarget) -> bool:
     the input addressable by int32 offsets."""
     return (l.const_weights and t.channel_tiles and (l.kh, l.kw) == (1, 1)
             and convt_1x1_applies(l.oh, l.ow, l.cout_g, l.kdim)
-            and l.kdim * l.sh * l.sw * l.oh * l.ow < INT32_OFFSETS)
+            and flat_input_fits(l))
 
 
 def has_const_weights(l: ConvLayer, t: ConvTarget) -> bool:
@@ -419,55 +447,69 @@ def lower_depthwise(e: ConvEmit, kernel: str) -> None:
 
 def lower_winograd(e: ConvEmit, kernel: str) -> None:
     l = e.layer
-    m = 4 if kernel.endswith("4x4") else 2    # the variant's tile (a tuned choice included)
+    m = next(m for m, name in winograd.KERNELS.items() if name == kernel)
     block, scratch = winograd.plan(l.cin, l.cout, l.oh, l.ow, m)
     e.args[1] = e.const("W_winograd", winograd.transform_weights(e.w_const, m))
     e.call(kernel, scratch, block)
+
+
+def _offsets_arg(e: ConvEmit, table: Callable[[], np.ndarray]) -> int:
+    """Inserts the implicit GEMM's offsets as the kernel's 4th argument: the compile-time
+    table, or, on a feature map of a dynamic size, none (NULL: the kernel computes them from
+    the parameters into the front of its scratch, conv.h mlcc_implicit_offsets_floats).
+    Returns the scratch bytes that takes."""
+    if is_symbolic(e.layer.window):
+        e.args.insert(3, "")
+        return 4 * (-(-e.layer.kdim // 16) * 16)
+    e.args.insert(3, e.const("implicit_offsets", table()))
+    return 0
 
 
 def lower_implicit_cols(e: ConvEmit, kernel: str) -> None:
     l = e.layer
     block, scratch, hp, _ = implicit_plan(l.cin_g, l.cout_g, l.kh, l.kw, l.oh, l.ow, l.sh,
                                           l.sw, l.dh, l.dw, cols=True)
-    e.args.insert(3, e.const("implicit_offsets",
-                             implicit_cols_offsets(l.cin_g, l.kh, l.kw, l.dh, hp, l.ow)))
+    scratch += _offsets_arg(e, lambda: implicit_cols_offsets(l.cin_g, l.kh, l.kw, l.dh, hp,
+                                                             l.ow))
     e.args[1] = e.pack()
     e.call(kernel, scratch, block)
 
 
-def _implicit_offsets(e: ConvEmit) -> tuple[int, int]:
-    """Inserts the implicit GEMM's offsets; returns its (block_cols, scratch bytes)."""
+def _implicit_offsets(e: ConvEmit) -> tuple[int, int, int]:
+    """Inserts the implicit GEMM's offsets; returns its (block_cols, scratch bytes, scratch
+    bytes of run-time offsets)."""
     l = e.layer
     block, scratch, hq, wq = implicit_plan(l.cin_g, l.cout_g, l.kh, l.kw, l.oh, l.ow, l.sh,
                                            l.sw, l.dh, l.dw)
-    e.args.insert(3, e.const("implicit_offsets", implicit_offsets(
-        l.cin_g, l.kh, l.kw, l.sh, l.sw, l.dh, l.dw, hq, wq)))
-    return block, scratch
+    offsets = _offsets_arg(e, lambda: implicit_offsets(l.cin_g, l.kh, l.kw, l.sh, l.sw,
+                                                       l.dh, l.dw, hq, wq))
+    return block, scratch, offsets
 
 
 def lower_implicit(e: ConvEmit, kernel: str) -> None:
     """implicit and implicit_rows: the same sub-planes, offsets and weights."""
-    block, scratch = _implicit_offsets(e)
+    block, scratch, offsets = _implicit_offsets(e)
     e.args[1] = e.pack()
-    e.call(kernel, scratch, block)
+    e.call(kernel, offsets + scratch, block)
 
 
 def lower_implicit_t(e: ConvEmit, kernel: str) -> None:
     l = e.layer
-    block, _ = _implicit_offsets(e)
+    block, _, offsets = _implicit_offsets(e)
     e.args[1] = e.pack(CONVT_CP, "W_convt")
-    e.call(kernel, convt_plan(l.cin_g, l.kh, l.kw, l.oh, l.ow, l.sh, l.sw, l.dh, l.dw), block)
+    e.call(kernel, offsets + convt_plan(l.cin_g, l.kh, l.kw, l.oh, l.ow, l.sh, l.sw, l.dh,
+                                        l.dw), block)
 
 
 def lower_implicit_t_1x1(e: ConvEmit, kernel: str) -> None:
     l = e.layer
     direct = l.sh == l.sw == 1 and (l.ih, l.iw) == (l.oh, l.ow)
     e.args[1] = e.pack(CONVT_CP, "W_convt")
-    e.args.insert(3, e.const("implicit_offsets",
-                             implicit_offsets(l.kdim, 1, 1, l.sh, l.sw, 1, 1, l.oh, l.ow)))
+    offsets = _offsets_arg(e, lambda: implicit_offsets(l.kdim, 1, 1, l.sh, l.sw, 1, 1, l.oh,
+                                                       l.ow))
     if e.residual is not None:
         e.args.insert(4, e.residual)
-    e.call(kernel, convt_plan(l.kdim, 1, 1, l.oh, l.ow, l.sh, l.sw, 1, 1, direct), 64)
+    e.call(kernel, offsets + convt_plan(l.kdim, 1, 1, l.oh, l.ow, l.sh, l.sw, 1, 1, direct), 64)
 
 
 def lower_table(e: ConvEmit, kernel: str) -> None:
@@ -500,12 +542,14 @@ def lower_reference(e: ConvEmit, kernel: str) -> None:
 @dataclass(frozen=True)
 class ConvVariant:
     """One way to run a convolution: its name, the C kernel, its rule and its lowering;
-    residual_kernel: the kernel of the form with a fused residual Add (None: no such form)."""
+    residual_kernel: the kernel of the form with a fused residual Add (None: no such form);
+    limits: where the kernel is correct (its rule checks them too)."""
     name: str
     kernel: str
     rule: Callable[[ConvLayer, ConvTarget], bool]
     lower: Callable[[ConvEmit, str], None]
     residual_kernel: str | None = None
+    limits: Callable[[ConvLayer], bool] = no_limit
 
     def applies(self, layer: ConvLayer, target: ConvTarget) -> bool:
         if layer.residual and self.residual_kernel is None:
@@ -528,19 +572,22 @@ VARIANTS: tuple[ConvVariant, ...] = (
     ConvVariant("winograd_2x2", "mlcc_f32_conv2d__winograd_2x2", winograd_2x2_pays, lower_winograd),
     # small stride-1 maps: kernel_w shifted copies, no dropped virtual columns
     ConvVariant("implicit_cols", "mlcc_f32_conv2d__implicit_cols", implicit_cols_fits,
-                lower_implicit_cols),
+                lower_implicit_cols, limits=shifted_copies_fit),
     # 512-bit targets: channels along the vectors where virtual columns waste panels
-    ConvVariant("implicit_t", "mlcc_f32_conv2d__implicit_t", implicit_t_fits, lower_implicit_t),
+    ConvVariant("implicit_t", "mlcc_f32_conv2d__implicit_t", implicit_t_fits, lower_implicit_t,
+                limits=sub_planes_fit),
     # nothing gathered: the GEMM reads the stride-phase sub-planes in place
-    ConvVariant("implicit", "mlcc_f32_conv2d__implicit", implicit_fits, lower_implicit),
+    ConvVariant("implicit", "mlcc_f32_conv2d__implicit", implicit_fits, lower_implicit,
+                limits=sub_planes_fit),
     # 3-channel strided stems on 512-bit targets: sub-planes tiled by output rows
     ConvVariant("implicit_rows", "mlcc_f32_conv2d__implicit_rows", implicit_rows_fits,
-                lower_implicit),
+                lower_implicit, limits=sub_planes_fit),
     # small maps: im2col gathered through a compile-time table
     ConvVariant("packed_table", "mlcc_f32_conv2d__packed_table", table_fits, lower_table),
     # 1x1 on 512-bit targets where panels of 32 waste columns
     ConvVariant("implicit_t_1x1", "mlcc_f32_conv2d__implicit_t", implicit_t_1x1_fits,
-                lower_implicit_t_1x1, "mlcc_f32_conv2d_residual__implicit_t"),
+                lower_implicit_t_1x1, "mlcc_f32_conv2d_residual__implicit_t",
+                limits=flat_input_fits),
     # everything with constant weights: im2col gathered into panels
     ConvVariant("packed", "mlcc_f32_conv2d__packed", has_const_weights, lower_packed,
                 "mlcc_f32_conv2d_residual__packed"),
@@ -606,28 +653,75 @@ def applicable_variants(layer: ConvLayer, target: ConvTarget) -> list[ConvVarian
 
 
 # The variants whose lowering takes a feature map of a dynamic size (ir.symbolic): their
-# kernels compute every position from the parameters at run time, with no compile-time table
-# over the map (the implicit GEMM's offsets, the im2col table, Winograd's tiling). Their
-# scratch is planned at the largest size.
-DYNAMIC_MAP_VARIANTS = ("depthwise_vec", "packed", "reference")
+# kernels compute every position from the parameters at run time (the implicit GEMM's
+# offsets too, into scratch: _offsets_arg); their scratch is planned at the largest size.
+# packed_table's im2col table, one offset per value of the map, is not.
+DYNAMIC_MAP_VARIANTS = ("depthwise_vec", "winograd_4x4", "winograd_2x2", "implicit_cols",
+                        "implicit_t", "implicit", "implicit_rows", "implicit_t_1x1", "packed",
+                        "reference")
+
+
+# Sizes of a dynamic map the kernel choice looks at: at most this many in all, evenly spaced
+# over each dynamic dimension's range (both ends included).
+DYNAMIC_SAMPLES = 256
+
+
+def at_sizes(layer: ConvLayer, env: dict[str, int]) -> ConvLayer:
+    """The layer at these sizes of the dynamic dimensions of its window (by name; the batch
+    at its largest: no rule reads it)."""
+    return replace(layer, batch=upper(layer.batch),
+                   window=Window2d(*evaluate(tuple(layer.window), env)))
+
+
+def at_largest(layer: ConvLayer) -> ConvLayer:
+    """The layer at the largest sizes of its dynamic dimensions (every field of the window
+    grows with them)."""
+    return replace(layer, batch=upper(layer.batch),
+                   window=Window2d(*(upper(v) for v in layer.window)))
+
+
+def sample_sizes(layer: ConvLayer) -> list[dict[str, int]]:
+    """Sizes of the dynamic dimensions the window depends on (DYNAMIC_SAMPLES in all)."""
+    dims = dim_vars(layer.window)
+    per = max(2, int(DYNAMIC_SAMPLES ** (1 / len(dims))))
+    envs: list[dict[str, int]] = [{}]
+    for d in dims:
+        n = d.hi - d.lo + 1
+        values = sorted({d.lo + (n - 1) * k // (per - 1) for k in range(per)}) if n > per \
+            else range(d.lo, d.hi + 1)
+        envs = [{**e, d.name: v} for e in envs for v in values]
+    return envs
+
+
+def _first(layer: ConvLayer, target: ConvTarget, names) -> ConvVariant:
+    for v in VARIANTS:
+        if v.name in names and v.applies(layer, target):
+            return v
+    raise AssertionError("the reference variant applies to every convolution")
 
 
 def choose_variant(layer: ConvLayer, target: ConvTarget,
                    choices: dict[str, str] | None = None, node: str = "") -> ConvVariant:
     """The variant Conv.lower runs: the one a tuning file chose for this layer (`choices`, by
-    layer_key, or "node:NAME" for one node) where it can run, else the first that applies."""
+    layer_key, or "node:NAME" for one node) where it can run, else the first that applies. On
+    a feature map of a dynamic size, of DYNAMIC_MAP_VARIANTS, the one static builds choose at
+    the most sizes of the range (sample_sizes; ties: in VARIANTS' order) whose limits hold at
+    the largest size, and so at every size. (The largest size alone is a poor guide: a map of
+    3 x 320 fills the panels of 32 that 3 x 319 wastes.)"""
     chosen = (choices or {}).get(f"node:{node}") or (choices or {}).get(layer_key(layer))
     if chosen is not None:
         v = next((v for v in VARIANTS if v.name == chosen), None)
         if v is not None and can_run(v, layer, target):
             return v
-    dynamic_map = is_symbolic(layer.window)
-    for v in VARIANTS:
-        if dynamic_map and v.name not in DYNAMIC_MAP_VARIANTS:
-            continue
-        if v.applies(layer, target):
+    if not is_symbolic(layer.window):
+        return _first(layer, target, [v.name for v in VARIANTS])
+    votes = Counter(_first(at_sizes(layer, env), target, DYNAMIC_MAP_VARIANTS).name
+                    for env in sample_sizes(layer))
+    largest = at_largest(layer)
+    for v in sorted(VARIANTS, key=lambda v: -votes[v.name]):     # (a stable sort)
+        if votes[v.name] and v.limits(largest):
             return v
-    raise AssertionError("the reference variant applies to every convolution")
+    return _first(largest, target, DYNAMIC_MAP_VARIANTS)
 
 
 def variant_named(name: str) -> ConvVariant:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.symbolic import smin
 from .gemm import pack_a
 
 # G of F(2x2, 3x3): U = G g G^T turns a 3x3 kernel into 4x4 (Lavin and Gray, 2015)
@@ -107,7 +108,7 @@ def plan(cin: int, cout: int, oh: int, ow: int, m: int = 2) -> tuple[int, int]:
     ne = (m + 2) ** 2
     tiles = _tiles(oh, ow, m)
     block = max(64, BLOCK_BYTES // (4 * ne * (cin + cout)) // 64 * 64)
-    block = min(block, -(-tiles // 64) * 64)
+    block = smin(block, -(-tiles // 64) * 64)
     # per thread, the patch rows split into m column phases: (m + 2) x m x (tiles wide + slack)
     rows = SLICES * (m + 2) * m * (-(-ow // m) + ROW_SLACK)
     return block, 4 * (ne * ((cin + cout) * block + 2 * PLANE_PAD) + rows)

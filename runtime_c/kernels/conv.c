@@ -488,6 +488,37 @@ void mlcc_f32_conv2d__packed_table(const mlcc_conv2d_packed_params *pp, const fl
 /* MLCC_IMPLICIT_SLACK must cover the reads past the planes of one B panel */
 typedef char mlcc_implicit_slack_covers_a_panel[MLCC_GEMM_NR <= MLCC_IMPLICIT_SLACK ? 1 : -1];
 
+/* The offsets of the im2col rows (conv.h): the compiler's table, or, when it passed none (a
+ * feature map of a dynamic size), the same numbers computed from the parameters into the
+ * first mlcc_implicit_offsets_floats() floats of *scratch, which then moves past them.
+ * cols: mlcc_f32_conv2d__implicit_cols's shifted planes, else the stride-phase sub-planes. */
+static const int32_t *implicit_offsets(const mlcc_conv2d_params *p, const int32_t *offsets,
+                                       int cols, float **scratch) {
+    const ptrdiff_t cin_g = (ptrdiff_t)(p->in_channels / p->groups);
+    const ptrdiff_t kh_n = (ptrdiff_t)p->kernel_h, kw_n = (ptrdiff_t)p->kernel_w;
+    const ptrdiff_t sh = (ptrdiff_t)p->stride_h, sw = (ptrdiff_t)p->stride_w;
+    const ptrdiff_t dh = (ptrdiff_t)p->dilation_h, dw = (ptrdiff_t)p->dilation_w;
+    const ptrdiff_t ow_n = (ptrdiff_t)p->out_w;
+    int32_t *off;
+    ptrdiff_t c, ki, kj, k = 0;
+    if (offsets != NULL) return offsets;
+    off = (int32_t *)(void *)*scratch;
+    *scratch += mlcc_implicit_offsets_floats(p);
+    for (c = 0; c < cin_g; c++)
+        for (ki = 0; ki < kh_n; ki++)
+            for (kj = 0; kj < kw_n; kj++) {
+                if (cols) {
+                    const ptrdiff_t hp = mlcc_implicit_cols_h(p);
+                    off[k++] = (int32_t)(((c * kw_n + kj) * hp + ki * dh) * ow_n);
+                } else {
+                    const ptrdiff_t hq = mlcc_implicit_sub_h(p), wq = mlcc_implicit_sub_w(p);
+                    const ptrdiff_t plane = (c * sh + ki * dh % sh) * sw + kj * dw % sw;
+                    off[k++] = (int32_t)(plane * hq * wq + ki * dh / sh * wq + kj * dw / sw);
+                }
+            }
+    return off;
+}
+
 /* Where the columns of one virtual panel go in the output: n columns from tile column t to
  * output position y (at most one run per column). */
 typedef struct implicit_segs {
@@ -853,7 +884,7 @@ static void implicit_conv(const mlcc_conv2d_packed_params *pp, const float *x, c
     job.pp = pp;
     job.w = w;
     job.bias = bias;
-    job.off = offsets;
+    job.off = implicit_offsets(p, offsets, cols, &scratch);
     job.pad = scratch;
     job.hq = cols ? mlcc_implicit_cols_h(p) : mlcc_implicit_sub_h(p);
     job.wq = cols ? (ptrdiff_t)p->out_w : mlcc_implicit_sub_w(p);
@@ -1014,7 +1045,7 @@ void mlcc_f32_conv2d__implicit_rows(const mlcc_conv2d_packed_params *pp, const f
     job.pp = pp;
     job.w = w;
     job.bias = bias;
-    job.off = offsets;
+    job.off = implicit_offsets(p, offsets, 0, &scratch);
     job.pad = scratch;
     job.dummy = scratch;   /* implicit_tile's partial sums: never used (one k block) */
     job.wq = mlcc_implicit_sub_w(p);
@@ -1461,7 +1492,7 @@ static void conv_implicit_t(const mlcc_conv2d_packed_params *pp, const float *x,
     job.pp = pp;
     job.w = w;
     job.bias = bias;
-    job.off = offsets;
+    job.off = implicit_offsets(p, offsets, 0, &scratch);
     job.pad = scratch;
     job.wq = mlcc_implicit_sub_w(p);
     job.flat = p->kernel_h == 1 && p->kernel_w == 1;

@@ -112,6 +112,14 @@ static inline ptrdiff_t mlcc_implicit_pad_floats(const mlcc_conv2d_params *p) {
 void mlcc_f32_conv2d__implicit(const mlcc_conv2d_packed_params *p, const float *x,
                                const float *w, const float *bias, const int32_t *offsets,
                                float *y, float *scratch, mlcc_threadpool *pool);
+/* offsets == NULL (a feature map of a dynamic size: the compiler cannot tabulate them), in
+ * every implicit variant below too: the kernel computes the offsets from the parameters at
+ * each call into the first mlcc_implicit_offsets_floats() floats of scratch (in_channels /
+ * groups x kernel_h x kernel_w int32, rounded up to 64 bytes), and the scratch described
+ * follows them. */
+static inline ptrdiff_t mlcc_implicit_offsets_floats(const mlcc_conv2d_params *p) {
+    return ((ptrdiff_t)(p->in_channels / p->groups * p->kernel_h * p->kernel_w) + 15) / 16 * 16;
+}
 
 /* The same implicit GEMM (same sub-planes, offsets, weights and bits) for depths of at most
  * MLCC_GEMM_KC, tiled by output rows: a tile covers columns of one output row only (a last one
