@@ -426,8 +426,14 @@ def _write_report(fg: Graph, qres: QuantResult, cfg: QuantizeConfig, model, targ
     qg0 = qres.graph
     values = [v for v in qres.qnames if v in fg.values]
     producers = qg0.producers()
-    float_outs = [n.outputs[0] for n in qg0.nodes if n.domain == "mlcc" and
-                  n.op_type in ("QConv", "QFC") and qg0.values[n.outputs[0]].dtype == "float32"]
+    # float outputs of the integer layers: QConv / QFC writing float32, and recurrent layers
+    # whose input projections run on the integer GEMM (their QFC's projections are values of
+    # the int8 graph only)
+    float_outs = [o for n in qg0.nodes
+                  if (n.domain == "mlcc" and n.op_type in ("QConv", "QFC")) or
+                  n.attr("_projected")
+                  for o in n.outputs[:1]
+                  if o in fg.values and qg0.values[o].dtype == "float32"]
     limit = min(cfg.max_samples or REPORT_SAMPLES, REPORT_SAMPLES)
     data = CalibrationSet(cfg.calibration, _input_spec(fg), limit)
     stats = {v: ErrorStats() for v in values + float_outs}

@@ -176,7 +176,8 @@ def test_layout_1_lengths_states_and_batch(tmp_path, per_channel):
 @pytest.mark.parametrize("op", ["RNN", "GRU"])
 def test_one_node_models_and_keep_float(tmp_path, op):
     """A lone RNN (Tanh) or GRU (linear_before_reset 0) reading the graph input: quantized
-    within 30 dB; --keep-float NODE keeps it in float (its W panels back, no QFC)."""
+    within 30 dB (the GRU's --report row too); --keep-float NODE keeps it in float (its W
+    panels back, no QFC)."""
     rng = np.random.default_rng(7)
     w = cell_weights(rng, op, 1, 24, FEATURES)
     node = helper.make_node(op, ["x", "W", "R", "B"], ["y"], hidden_size=24, name="cell")
@@ -193,6 +194,12 @@ def test_one_node_models_and_keep_float(tmp_path, op):
     ref = np.stack([reference_outputs(model, {"x": x})["y"] for x in xs])
     got = np.stack([lib.run({"x": x})["y"] for x in xs])
     assert 30 <= sqnr_db(ref, got) < 80
+    if op == "GRU":     # the layer report measures the layer's float output
+        mlcc.compile(tmp_path / "m.onnx", tmp_path / "reported", quantize=QuantizeConfig(
+            tmp_path / "calib.npz", report=tmp_path / "report.md"))
+        row = next(line for line in (tmp_path / "report.md").read_text().splitlines()
+                   if line.startswith("| `y` | `cell` | GRU |"))
+        assert float(row.split("|")[5]) >= 30            # its SQNR column
     res = mlcc.compile(tmp_path / "m.onnx", tmp_path / "kept", quantize=QuantizeConfig(
         tmp_path / "calib.npz", keep_float=("cell",)))
     c = (tmp_path / "kept" / "model.c").read_text()
