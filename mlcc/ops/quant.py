@@ -202,6 +202,35 @@ def dw_slices(lo: Lowering) -> int:
     return DW_SLICES if lo.options.get("threads", True) else 1
 
 
+def _conv_scratch(lo: Lowering, p: dict, k4: int, hp: int, wp: int) -> tuple[int, int, int]:
+    """(chunk_rows, direct, scratch bytes) of mlcc_u8_conv2d (qconv.h): chunks of the output
+    rows whose packed columns fill the target's chunk_bytes (at least one row), one slice of
+    scratch per thread; room for the direct VNNI path where x86 kernels may take it."""
+    oh, ow, cg = p["out_h"], p["out_w"], p["in_channels"] // p["groups"]
+    row_bytes = 4 * k4 * ow
+    rows = min(max(lo.options.get("chunk_bytes", 262144) // row_bytes, 1), oh)
+
+    no_padding = (p["pad_top"] == 0 and p["pad_left"] == 0 and hp <= p["in_h"]
+                  and wp <= p["in_w"])      # MLCC_QCONV_NO_PADDING: read in place
+
+    def slice_bytes(r: int) -> int:     # MLCC_QCONV_SLICE_BYTES
+        window = (r - 1) * p["stride_h"] + (p["kernel_h"] - 1) * p["dilation_h"] + 1
+        return -(-(row_bytes * r + (0 if no_padding else cg * window * wp)) // 64) * 64
+
+    scratch = slice_bytes(rows)
+    if lo.options.get("threads", True):     # a pool's threads: MLCC_QCONV_POOL_ROWS
+        scratch = max(scratch, DW_SLICES * slice_bytes(min(rows, -(-oh // 4))))
+    direct = 0
+    taps = p["kernel_h"] * p["kernel_w"]
+    if lo.options.get("int8_direct") and p["groups"] == 1 and p["stride_w"] == 1 and taps > 1:
+        c4 = -(-p["in_channels"] // 4)
+        need = 4 * c4 * hp * wp + p["out_channels"] * taps * 4 * c4    # qconv.c, direct path
+        # taken where it needs no more memory than the whole output's columns would
+        if need <= 4 * k4 * oh * ow + cg * hp * wp:
+            direct, scratch = 1, max(scratch, need)
+    return rows, direct, scratch
+
+
 @register("QConv", domain=MLCC)
 class QConv(OpDef):
     attributes = {"auto_pad": lambda v: v in AUTO_PAD, "dilations": None, "group": None,
@@ -241,6 +270,7 @@ class QConv(OpDef):
                     scratch_bytes=dw_slices(lo) * (-(-2 * hp * wp // 64) * 64), op=label)
             return
         packed, k4 = _packed_rows(wq)
+        params["chunk_rows"], params["direct"], scratch = _conv_scratch(lo, params, k4, hp, wp)
         zx = int(node.attr("x_zero_point"))
         eff = bias - zx * wq.reshape(m, -1).astype(np.int64).sum(axis=1)
         if np.any(np.abs(eff) >= 2**31):
@@ -249,7 +279,7 @@ class QConv(OpDef):
         bname = lo.add_const(f"{node.name}.bias_zp", eff.astype(np.int32))
         lo.call("mlcc_u8_conv2d", [node.inputs[0], wname, bname, *_channel_args(node), out],
                 [out], params_type="mlcc_qconv2d_params", params=params, pool=True,
-                scratch_bytes=4 * k4 * oh * ow + c // group * hp * wp, op=label)
+                scratch_bytes=scratch, op=label)
 
     def flops(self, node: Node, g: Graph) -> int:
         w, y = g.values[node.inputs[1]], g.values[node.outputs[0]]
