@@ -277,9 +277,14 @@ class QConv(OpDef):
             raise UnsupportedError("the folded int32 bias overflows")
         wname = lo.add_const(f"{node.name}.w_packed", packed)
         bname = lo.add_const(f"{node.name}.bias_zp", eff.astype(np.int32))
+        # y may take x's bytes where each output row is written after the input rows it
+        # overwrites were read (qconv.c's im2col_lone)
+        same = (n == 1 and group == 1 and (oh, ow) == (ih, iw) and sh == sw == 1 and m <= c
+                and params["rq"]["out_kind"].name == "MLCC_QOUT_U8")
         lo.call("mlcc_u8_conv2d", [node.inputs[0], wname, bname, *_channel_args(node), out],
                 [out], params_type="mlcc_qconv2d_params", params=params, pool=True,
-                scratch_bytes=scratch, op=label)
+                scratch_bytes=scratch, op=label,
+                in_place=[(out, node.inputs[0])] if same else [])
 
     def flops(self, node: Node, g: Graph) -> int:
         w, y = g.values[node.inputs[1]], g.values[node.outputs[0]]
@@ -339,6 +344,7 @@ class QAdd(OpDef):
         fixed = node.attr("multipliers") or add_fixed_multipliers(sa, sb, sy)
         out = node.outputs[0]
         lo.call(self.kernel, [node.inputs[0], node.inputs[1], out], [out],
+                in_place=[(out, node.inputs[0]), (out, node.inputs[1])],   # element-wise
                 params_type="mlcc_qadd_params",
                 params={"count": lo.value(out).numel, "a_zero_point": int(za),
                         "b_zero_point": int(zb),
