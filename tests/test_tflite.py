@@ -90,6 +90,8 @@ def test_mlperf_tiny_arena(tmp_path, name, capsys):
     for target in ("x86", "cortex-m4", "cortex-m7", "cortex-m55"):
         res = mlcc.compile(_tiny(name), tmp_path / target, target=target, build=False)
         arena = res.manifest["arena_size"]
+        # mlcc inspect -t plans as that target's compile does
+        assert f"arena {arena} bytes" in api.inspect(_tiny(name), target=target).text
         with capsys.disabled():
             print(f"\n{name} {target}: mlcc arena {arena} B, TFLM {TFLM_ARENA[name]} B "
                   f"({arena / TFLM_ARENA[name]:.2f}x)")
