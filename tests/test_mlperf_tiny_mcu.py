@@ -14,6 +14,7 @@ import pytest
 
 import fetch_models as fm
 import mlcc
+import tflite_models as tm
 from mlcc import api
 from mlcc.runtime import FirmwareModel
 from mlcc.targets import load_target
@@ -64,3 +65,13 @@ def test_bench_counts_a_tflite_model_against_tflm(tmp_path):
     text = res.report()
     assert res.insns > 0 and len(res.layers) >= 10, text
     assert "outputs identical to TensorFlow Lite Micro's" in text, text
+
+
+def test_depthwise_kernels_identical_to_tflm_on_the_m4(tmp_path):
+    """The M4's depthwise convolution (SMLAD on tap pairs, qconv.c) on several kernel shapes,
+    strides, paddings and a dilation, every layer an output: identical to TFLM."""
+    path = tmp_path / "dw.tflite"
+    path.write_bytes(tm.depthwise_kernels())
+    res = api.verify(path, seed=0, target="cortex-m4", output_dir=tmp_path / "m")
+    bad = [(c.name, c.max_abs_error) for c in res.outputs if not c.ok]
+    assert res.ok and len(res.outputs) == 7 and not bad, bad

@@ -202,13 +202,21 @@ def dw_slices(lo: Lowering) -> int:
     return DW_SLICES if lo.options.get("threads", True) else 1
 
 
+CHUNK_MIN_COLUMNS = 16
+
+
 def _conv_scratch(lo: Lowering, p: dict, k4: int, hp: int, wp: int) -> tuple[int, int, int]:
     """(chunk_rows, direct, scratch bytes) of mlcc_u8_conv2d (qconv.h): chunks of the output
     rows whose packed columns fill the target's chunk_bytes (at least one row), one slice of
     scratch per thread; room for the direct VNNI path where x86 kernels may take it."""
     oh, ow, cg = p["out_h"], p["out_w"], p["in_channels"] // p["groups"]
     row_bytes = 4 * k4 * ow
-    rows = min(max(lo.options.get("chunk_bytes", 262144) // row_bytes, 1), oh)
+    # at least CHUNK_MIN_COLUMNS outputs even where the budget is smaller: the product of
+    # a few columns spends more on its per-call work and last odd column than on the sums
+    # (KWS's 64 x 64 pointwise layers on the M4, rows of 5: 2.40 M instructions per layer
+    # one row at a time, 1.70 M all at once)
+    rows = min(max(lo.options.get("chunk_bytes", 262144) // row_bytes,
+                   -(-CHUNK_MIN_COLUMNS // ow), 1), oh)
 
     no_padding = (p["pad_top"] == 0 and p["pad_left"] == 0 and hp <= p["in_h"]
                   and wp <= p["in_w"])      # MLCC_QCONV_NO_PADDING: read in place

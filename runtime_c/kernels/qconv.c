@@ -61,6 +61,16 @@ static const uint8_t *padded_window(const mlcc_qconv2d_params *p, const uint8_t 
 #define MLCC_QCONV_AVX512 0
 #endif
 
+/* Cortex-M4/M7/M55 (the DSP extension): SMLAD, two 16-bit multiply-accumulates in one
+ * instruction (as qgemm.c's GEMM), for the depthwise convolution's tap pairs. */
+#if !MLCC_QCONV_AVX512 && defined(__ARM_FEATURE_DSP) && defined(__ARM_FEATURE_SIMD32) && \
+    !defined(MLCC_NO_SMLAD)
+#include <arm_acle.h>
+#define MLCC_QCONV_SMLAD 1
+#else
+#define MLCC_QCONV_SMLAD 0
+#endif
+
 #if MLCC_QCONV_AVX512
 /* One row of 16 requantized to uint8 with one channel's constants (qgemm.h). */
 static inline void store_u8(__m512i c, int32_t bias, float scale, const mlcc_requant *rq,
@@ -498,20 +508,11 @@ static void dw_padded_plane(const mlcc_qconv2d_params *p, const uint8_t *plane, 
     }
 }
 
-#if MLCC_QCONV_AVX512
-/* acc[o] = sum over taps of w[kh][kw] * row_kh[o + kw] for o < nw (stride_w = dilation_w = 1,
- * kernel_w >= 2; row_kh = row0 + kh * step). The taps go in horizontal pairs through
- * vpmaddwd: an int32 load at int16 element j holds (x[j], x[j + 1]), so one load from
- * row + kw + o0 gives the pairs of the even outputs o0, o0 + 2, ... and one from
- * row + kw + o0 + 1 those of the odd outputs; an odd kernel width's last tap is paired with
- * a zero weight on its left neighbour (no read past the row). 32 outputs stay in two
- * registers over all taps and are interleaved back into order once. Exact integer sums
- * (|pair| <= 2 * 255 * 128), so the result is the portable loop's bit for bit. Masked loads
- * keep the tails inside the padded plane. */
-#define DW_MAX_PAIRS 64      /* kernel_h * ceil(kernel_w / 2) of the tap-pair path */
+#if MLCC_QCONV_AVX512 || MLCC_QCONV_SMLAD
+#define DW_MAX_PAIRS 64      /* kernel_h * ceil(kernel_w / 2) of the tap-pair paths */
 
-/* The weight pairs of one channel as the int32 words vpmaddwd takes (w0 | w1 << 16, an odd
- * kernel width's last tap as (0, w)): computed once per channel, not per row. */
+/* The weight pairs of one channel as the int32 words vpmaddwd and SMLAD take (w0 | w1 << 16,
+ * an odd kernel width's last tap as (0, w)): computed once per channel, not per row. */
 static void dw_weight_pairs(const int8_t *wc, int64_t kh_n, int64_t kw_n, int32_t *pairs) {
     int64_t kh, kw, i = 0;
     for (kh = 0; kh < kh_n; kh++)
@@ -522,6 +523,61 @@ static void dw_weight_pairs(const int8_t *wc, int64_t kh_n, int64_t kw_n, int32_
             pairs[i++] = (int32_t)((uint32_t)(uint16_t)w0 | ((uint32_t)(uint16_t)w1 << 16));
         }
 }
+#endif
+
+#if MLCC_QCONV_SMLAD
+static inline int32_t dw_load_pair(const int16_t *x) {
+    int32_t v;
+    memcpy(&v, x, 4);
+    return v;
+}
+
+/* acc[o] = sum over taps of w[kh][kw] * row_kh[o * sw + kw] for o < nw (dilation_w 1,
+ * kernel_w >= 2; row_kh = row0 + kh * step): the taps in horizontal pairs as dw_rows_pairs
+ * takes them. A 32-bit load at int16 element j holds (x[j], x[j + 1]) and SMLAD adds both
+ * products with the pair's weights to the sum, which stays in a register over all taps of
+ * one output; 3 x 3 kernels unrolled. Exact integer sums: the portable loop's bits. */
+static void dw_rows_smlad(const int16_t *row0, int step, const int32_t *pairs, int kh_n,
+                          int kw_n, int sw, int nw, int32_t *acc) {
+    const int np = (kw_n + 1) / 2;
+    int off[DW_MAX_PAIRS];
+    int o, kh, i;
+    if (kh_n == 3 && kw_n == 3) {
+        const int32_t p0 = pairs[0], p1 = pairs[1], p2 = pairs[2], p3 = pairs[3],
+                      p4 = pairs[4], p5 = pairs[5];
+        for (o = 0; o < nw; o++) {
+            const int16_t *x = row0 + o * sw;
+            int32_t s = __smlad(dw_load_pair(x), p0, 0);
+            s = __smlad(dw_load_pair(x + 1), p1, s);
+            s = __smlad(dw_load_pair(x + step), p2, s);
+            s = __smlad(dw_load_pair(x + step + 1), p3, s);
+            s = __smlad(dw_load_pair(x + 2 * step), p4, s);
+            acc[o] = __smlad(dw_load_pair(x + 2 * step + 1), p5, s);
+        }
+        return;
+    }
+    for (i = 0; i < np; i++) off[i] = 2 * i + 1 >= kw_n ? 2 * i - 1 : 2 * i;
+    for (o = 0; o < nw; o++) {
+        const int16_t *x = row0 + o * sw;
+        const int32_t *pw = pairs;
+        int32_t s = 0;
+        for (kh = 0; kh < kh_n; kh++, x += step)
+            for (i = 0; i < np; i++, pw++) s = __smlad(dw_load_pair(x + off[i]), *pw, s);
+        acc[o] = s;
+    }
+}
+#endif
+
+#if MLCC_QCONV_AVX512
+/* acc[o] = sum over taps of w[kh][kw] * row_kh[o + kw] for o < nw (stride_w = dilation_w = 1,
+ * kernel_w >= 2; row_kh = row0 + kh * step). The taps go in horizontal pairs through
+ * vpmaddwd: an int32 load at int16 element j holds (x[j], x[j + 1]), so one load from
+ * row + kw + o0 gives the pairs of the even outputs o0, o0 + 2, ... and one from
+ * row + kw + o0 + 1 those of the odd outputs; an odd kernel width's last tap is paired with
+ * a zero weight on its left neighbour (no read past the row). 32 outputs stay in two
+ * registers over all taps and are interleaved back into order once. Exact integer sums
+ * (|pair| <= 2 * 255 * 128), so the result is the portable loop's bit for bit. Masked loads
+ * keep the tails inside the padded plane. */
 
 /* e += pairs . x (int16 pairs to int32): vpdpwssd where AVX512-VNNI is there (one
  * instruction; no saturation, so the same sums), else vpmaddwd + vpaddd. */
@@ -697,9 +753,9 @@ static void dw_channel(void *arg, int unit, int thread) {
     int32_t acc[DW_CHUNK];
     int64_t oh, ow0, o, kh, kw;
     const int8_t *wc = w + c * kk;
-#if MLCC_QCONV_AVX512
+#if MLCC_QCONV_AVX512 || MLCC_QCONV_SMLAD
     int32_t pairs[DW_MAX_PAIRS];
-    const int use_pairs = (sw == 1 || sw == 2) && p->dilation_w == 1 &&
+    const int use_pairs = (MLCC_QCONV_SMLAD || sw == 1 || sw == 2) && p->dilation_w == 1 &&
                           p->kernel_w >= 2 &&
                           p->kernel_h * ((p->kernel_w + 1) / 2) <= DW_MAX_PAIRS;
     if (use_pairs) dw_weight_pairs(wc, p->kernel_h, p->kernel_w, pairs);
@@ -734,6 +790,15 @@ static void dw_channel(void *arg, int unit, int thread) {
                     p->kernel_h, p->kernel_w, nw, acc, &p->rq, ch.bias[c],
                     in_regs ? ch.scale[c] : 0.0f, in_regs ? (uint8_t *)y + at : NULL);
                 if (in_regs) continue;
+                mlcc_requant_run(&p->rq, &ch, c, acc, nw, y,
+                                 (n * C + c) * P + oh * p->out_w + ow0);
+                continue;
+            }
+#endif
+#if MLCC_QCONV_SMLAD
+            if (use_pairs) {
+                dw_rows_smlad(xp + oh * p->stride_h * wp + ow0 * sw, (int)(p->dilation_h * wp),
+                              pairs, (int)p->kernel_h, (int)p->kernel_w, (int)sw, (int)nw, acc);
                 mlcc_requant_run(&p->rq, &ch, c, acc, nw, y,
                                  (n * C + c) * P + oh * p->out_w + ow0);
                 continue;
