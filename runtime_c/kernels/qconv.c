@@ -61,15 +61,9 @@ static const uint8_t *padded_window(const mlcc_qconv2d_params *p, const uint8_t 
 #define MLCC_QCONV_AVX512 0
 #endif
 
-/* Cortex-M4/M7/M55 (the DSP extension): SMLAD, two 16-bit multiply-accumulates in one
- * instruction (as qgemm.c's GEMM), for the depthwise convolution's tap pairs. */
-#if !MLCC_QCONV_AVX512 && defined(__ARM_FEATURE_DSP) && defined(__ARM_FEATURE_SIMD32) && \
-    !defined(MLCC_NO_SMLAD)
-#include <arm_acle.h>
-#define MLCC_QCONV_SMLAD 1
-#else
-#define MLCC_QCONV_SMLAD 0
-#endif
+/* Cortex-M4/M7/M55 (the DSP extension, qgemm.h): SMLAD for the depthwise convolution's tap
+ * pairs. */
+#define MLCC_QCONV_SMLAD (!MLCC_QCONV_AVX512 && MLCC_SMLAD)
 
 #if MLCC_QCONV_AVX512
 /* One row of 16 requantized to uint8 with one channel's constants (qgemm.h). */
@@ -526,11 +520,7 @@ static void dw_weight_pairs(const int8_t *wc, int64_t kh_n, int64_t kw_n, int32_
 #endif
 
 #if MLCC_QCONV_SMLAD
-static inline int32_t dw_load_pair(const int16_t *x) {
-    int32_t v;
-    memcpy(&v, x, 4);
-    return v;
-}
+static inline int32_t pair_at(const int16_t *x) { return (int32_t)mlcc_load_u32(x); }
 
 /* acc[o] = sum over taps of w[kh][kw] * row_kh[o * sw + kw] for o < nw (dilation_w 1,
  * kernel_w >= 2; row_kh = row0 + kh * step): the taps in horizontal pairs as dw_rows_pairs
@@ -547,12 +537,12 @@ static void dw_rows_smlad(const int16_t *row0, int step, const int32_t *pairs, i
                       p4 = pairs[4], p5 = pairs[5];
         for (o = 0; o < nw; o++) {
             const int16_t *x = row0 + o * sw;
-            int32_t s = __smlad(dw_load_pair(x), p0, 0);
-            s = __smlad(dw_load_pair(x + 1), p1, s);
-            s = __smlad(dw_load_pair(x + step), p2, s);
-            s = __smlad(dw_load_pair(x + step + 1), p3, s);
-            s = __smlad(dw_load_pair(x + 2 * step), p4, s);
-            acc[o] = __smlad(dw_load_pair(x + 2 * step + 1), p5, s);
+            int32_t s = __smlad(pair_at(x), p0, 0);
+            s = __smlad(pair_at(x + 1), p1, s);
+            s = __smlad(pair_at(x + step), p2, s);
+            s = __smlad(pair_at(x + step + 1), p3, s);
+            s = __smlad(pair_at(x + 2 * step), p4, s);
+            acc[o] = __smlad(pair_at(x + 2 * step + 1), p5, s);
         }
         return;
     }
@@ -562,7 +552,7 @@ static void dw_rows_smlad(const int16_t *row0, int step, const int32_t *pairs, i
         const int32_t *pw = pairs;
         int32_t s = 0;
         for (kh = 0; kh < kh_n; kh++, x += step)
-            for (i = 0; i < np; i++, pw++) s = __smlad(dw_load_pair(x + off[i]), *pw, s);
+            for (i = 0; i < np; i++, pw++) s = __smlad(pair_at(x + off[i]), *pw, s);
         acc[o] = s;
     }
 }

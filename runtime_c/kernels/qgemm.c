@@ -9,14 +9,9 @@
 #define MLCC_QGEMM_VNNI 0
 #endif
 
-/* Cortex-M4/M7/M55 (the DSP extension): two 16-bit multiply-accumulates per instruction. */
-#if !MLCC_QGEMM_VNNI && defined(__ARM_FEATURE_DSP) && defined(__ARM_FEATURE_SIMD32) && \
-    !defined(MLCC_NO_SMLAD)
-#include <arm_acle.h>
-#define MLCC_QGEMM_SMLAD 1
-#else
-#define MLCC_QGEMM_SMLAD 0
-#endif
+/* Cortex-M4/M7/M55 (the DSP extension, qgemm.h): two 16-bit multiply-accumulates per
+ * instruction. */
+#define MLCC_QGEMM_SMLAD (!MLCC_QGEMM_VNNI && MLCC_SMLAD)
 
 #define QMR 8     /* rows per tile */
 #define QNR 16    /* columns per tile: one 512-bit vector of int32 */
@@ -235,12 +230,6 @@ static void qgemm_vnni(const mlcc_qgemm_desc *d, const uint8_t *a, const uint8_t
 #endif
 
 #if MLCC_QGEMM_SMLAD
-static inline uint32_t load4(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
 /* Bytes 0 and 2 (even) or 1 and 3 (odd) of a word into 16-bit lanes, sign- or
  * zero-extended: SXTB16/UXTB16, with their free rotation for the odd bytes (GCC 12 does not
  * fold a rotate into __sxtb16). */
@@ -266,8 +255,8 @@ static inline int16x2_t uxtb16_odd(uint32_t x) {
  * int32 itself would overflow). */
 #define SMLAD_STEP2(XA, XB)                                                                \
     for (; pa != pend; pa += 4, pb += bstep) {                                             \
-        const uint32_t wa0 = load4(pa), wb0 = load4(pb);                                   \
-        const uint32_t wa1 = load4(pa + da), wb1 = load4(pb + db);                         \
+        const uint32_t wa0 = mlcc_load_u32(pa), wb0 = mlcc_load_u32(pb);                   \
+        const uint32_t wa1 = mlcc_load_u32(pa + da), wb1 = mlcc_load_u32(pb + db);         \
         const int16x2_t a0e = XA##_even(wa0), a0o = XA##_odd(wa0);                         \
         const int16x2_t b0e = XB##_even(wb0), b0o = XB##_odd(wb0);                         \
         const int16x2_t a1e = XA##_even(wa1), a1o = XA##_odd(wa1);                         \
@@ -280,7 +269,8 @@ static inline int16x2_t uxtb16_odd(uint32_t x) {
 
 #define SMLAD_STEP1(XA, XB)                                                                \
     for (; pa != pend; pa += 4, pb += bstep) {                                             \
-        const uint32_t wa0 = load4(pa), wb0 = load4(pb), wb1 = load4(pb + db);             \
+        const uint32_t wa0 = mlcc_load_u32(pa), wb0 = mlcc_load_u32(pb);                   \
+        const uint32_t wb1 = mlcc_load_u32(pb + db);                                       \
         const int16x2_t a0e = XA##_even(wa0), a0o = XA##_odd(wa0);                         \
         const int16x2_t b0e = XB##_even(wb0), b0o = XB##_odd(wb0);                         \
         const int16x2_t b1e = XB##_even(wb1), b1o = XB##_odd(wb1);                         \

@@ -56,6 +56,23 @@ static inline int32_t mlcc_mbqm(int32_t acc, int32_t mult, int32_t shift) {
     return mlcc_rdbpot(mlcc_srdhm(acc, mult), shift < 0 ? -shift : 0);
 }
 
+/* Cores with the DSP extension (Cortex-M4, M7, M55): SMLAD, two 16-bit multiply-accumulates
+ * in one instruction, in qgemm.c's GEMM and qconv.c's depthwise convolution (-DMLCC_NO_SMLAD:
+ * the portable loops, for comparison). */
+#if defined(__ARM_FEATURE_DSP) && defined(__ARM_FEATURE_SIMD32) && !defined(MLCC_NO_SMLAD)
+#include <arm_acle.h>
+#define MLCC_SMLAD 1
+#else
+#define MLCC_SMLAD 0
+#endif
+
+/* 4 bytes as one word, at any alignment (the SMLAD paths' loads). */
+static inline uint32_t mlcc_load_u32(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
 enum mlcc_qout_kind { MLCC_QOUT_U8 = 0, MLCC_QOUT_F32 = 1, MLCC_QOUT_S32 = 2 };
 enum mlcc_requant_mode { MLCC_REQUANT_FLOAT = 0, MLCC_REQUANT_FIXED = 1 };
 
