@@ -1145,9 +1145,11 @@ class InspectReport:
     unsupported: list[str]
 
 
-def inspect(model: str | Path, *, shapes: Shapes | None = None, bind: Binds | None = None
-            ) -> InspectReport:
-    """Operators, shapes, FLOPs, every unsupported node, and the memory plan."""
+def inspect(model: str | Path, *, shapes: Shapes | None = None, bind: Binds | None = None,
+            target: str = "x86") -> InspectReport:
+    """Operators, shapes, FLOPs, every unsupported node, and the memory plan as `target`'s
+    kernels need it (their scratch depends on its cache and threads)."""
+    tgt = load_target(target)
     if is_tflite(model):
         try:
             raw = import_tflite(model)
@@ -1179,7 +1181,7 @@ def inspect(model: str | Path, *, shapes: Shapes | None = None, bind: Binds | No
         op = "+".join([n.op_type] + [f.split(":")[-1] for f in n.fused])
         out = format_type(g.values[n.outputs[0]]) if n.outputs else ""
         lines.append(f"{n.name[:40]:40} {op[:24]:24} {out[:32]:32} {fl / 1e6:10.2f}")
-    prog, slots = lower_graph(g)
+    prog, slots = lower_graph(g, tgt.lowering_options())
     plan = plan_memory(prog, slots)
     weights = sum(np.asarray(v.const).nbytes for v in prog.constants())
     dynamic = any(g.values[i].is_dynamic for i in g.inputs)      # (--shape LO..HI)
@@ -1365,7 +1367,9 @@ def _bench_firmware(model, tgt, target: str, shapes, output_dir, seed, bind, qua
         res = compile(model, folder, target=target, shapes=shapes, bind=bind,
                       quantize=quantize, max_loop_iterations=max_loop_iterations)
         plugin = _bench.build_icount_plugin(Path(tmp) / "plugin")
-        feeds = random_inputs(res.graph, seed)
+        tflite = is_tflite(model)
+        feeds = tflite_random_inputs(res.graph, seed) if tflite else random_inputs(res.graph,
+                                                                                    seed)
         fm = FirmwareModel(folder)
         one, _, got = _count_firmware(fm, feeds, 1, plugin)
         two, _, _ = _count_firmware(fm, feeds, 2, plugin)
@@ -1375,7 +1379,12 @@ def _bench_firmware(model, tgt, target: str, shapes, output_dir, seed, bind, qua
         notes = [f"--runs 2 minus --runs 1 under {shlex.join(tgt.run)}, counted by the TCG "
                  f"plugin of runtime_c/qemu-icount (repeatable); inputs: random (seed {seed})"]
         check = ""
-        if quantize is None:
+        if tflite:      # as verify: identical to TFLM, bit for bit
+            ref = tflm_outputs(model, feeds, res.graph)
+            same = all(np.array_equal(got[n].ravel(), ref[n].ravel()) for n in got if n in ref)
+            check = (f"outputs {'identical to' if same else 'DIFFER from'} TensorFlow Lite "
+                     f"Micro's")
+        elif quantize is None:
             ref = _onnxruntime_outputs(model, {**feeds, **bound_feeds(model, shapes, bind)})
             checks = [compare(n, got[n], ref[n]) for n in got if n in ref]
             check = (f"outputs {'match' if all(c.ok for c in checks) else 'DO NOT match'} "

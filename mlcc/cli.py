@@ -428,12 +428,14 @@ def verify_cmd(model, target, shapes, binds, inputs, per_layer, output, min_sqnr
 @click.argument("model", type=click.Path(dir_okay=False))
 @shape_option
 @bind_option
+@target_option
 @_guard
-def inspect_cmd(model, shapes, binds):
-    """Show MODEL's operators, shapes, FLOPs, unsupported nodes and memory plan."""
+def inspect_cmd(model, shapes, binds, target):
+    """Show MODEL's operators, shapes, FLOPs, unsupported nodes and memory plan (as planned
+    for TARGET)."""
     from . import api
 
-    report = api.inspect(model, shapes=_shapes(shapes), bind=_binds(binds))
+    report = api.inspect(model, shapes=_shapes(shapes), bind=_binds(binds), target=target)
     click.echo(report.text, nl=False)
     if report.unsupported:
         sys.exit(3)

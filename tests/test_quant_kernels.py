@@ -12,7 +12,9 @@ import pytest
 from cffi import FFI
 
 from mlcc import resources
-from mlcc.ops.quant import add_fixed_multipliers, fixed_multiplier
+from types import SimpleNamespace
+
+from mlcc.ops.quant import _conv_scratch, add_fixed_multipliers, fixed_multiplier
 from mlcc.quant.scheme import (QParams, activation_table, fixed_multipliers,
                                multiply_by_quantized_multiplier, quantize_linear,
                                requantize_fixed, requantize_float)
@@ -199,8 +201,9 @@ CONVS = [  # n, c, h, w, m, k, stride, pad, dil, groups
     (2, 7, 5, 3, 9, (1, 1), (1, 1), (0, 0), (1, 1), 1),
     (1, 4, 10, 12, 5, (3, 2), (3, 3), (0, 0), (1, 1), 1),
     (1, 6, 9, 10, 4, (3, 3), (1, 1), (2, 2), (2, 2), 2),
-    # packed and multiplied in chunks of output rows (qconv.c's QCONV_CHUNK_BYTES, 256 KiB of
-    # columns): one row per chunk; two rows per chunk with a shorter last chunk
+    # packed and multiplied in chunks of output rows (the compiler's chunk_rows, here from
+    # 256 KiB of columns as on x86): one row per chunk; two rows per chunk with a shorter last
+    # chunk
     (1, 64, 5, 457, 3, (3, 3), (1, 1), (1, 1), (1, 1), 1),
     (1, 32, 5, 350, 5, (3, 3), (1, 1), (1, 1), (1, 1), 1),
     # the direct VNNI path (groups 1, stride_w 1, more than one tap; qconv.c's qconv_direct):
@@ -257,12 +260,74 @@ def test_qconv_matches_numpy(lib, case, out_kind, mode):
         wp[:, :kk] = w.reshape(m, -1)
         # the kernel's bias has the input zero point folded in (as the compiler does)
         eff = (bias - zp * w.reshape(m, -1).astype(np.int32).sum(axis=1)).astype(np.int32)
-        scratch = np.zeros(4 * k4 * oh * ow + c // groups * ph * pw, np.uint8)
-        on_every_pool(ffi, pools, y, lambda pool: L.mlcc_u8_conv2d(
-            p, ptr(ffi, x), ptr(ffi, wp), ptr(ffi, eff), ptr(ffi, scale), ptr(ffi, fbias),
-            ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y), ptr(ffi, scratch), pool))
+        want = expected(acc, scale, fbias, m0, sh, out_kind, mode, 3, 3, 255, axis=1)
+        # chunks of one output row (Cortex-M), of 700 bytes of columns (a few rows, the last
+        # one shorter), of 256 KiB (x86), and the direct path where the scratch has room: the
+        # scratch the compiler plans (mlcc/ops/quant.py), not a byte more (a guard after it)
+        for chunk, direct in ((0, False), (700, False), (262144, True)):
+            opts = {"chunk_bytes": chunk, "threads": True, "int8_direct": direct}
+            params["chunk_rows"], params["direct"], size = _conv_scratch(
+                SimpleNamespace(options=opts), params, k4, ph, pw)
+            p = ffi.new("mlcc_qconv2d_params *", params)
+            scratch = np.full(size + 256, 0xA5, np.uint8)
+            y[...] = 0
+            on_every_pool(ffi, pools, y, lambda pool: L.mlcc_u8_conv2d(
+                p, ptr(ffi, x), ptr(ffi, wp), ptr(ffi, eff), ptr(ffi, scale), ptr(ffi, fbias),
+                ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, y), ptr(ffi, scratch), pool))
+            assert (scratch[size:] == 0xA5).all(), (chunk, direct)
+            check(flavour, y, want, out_kind)
+        return
     want = expected(acc, scale, fbias, m0, sh, out_kind, mode, 3, 3, 255, axis=1)
     check(flavour, y, want, out_kind)
+
+
+# y over x, as the compiler plans it for same-size convolutions (out_channels <= in_channels,
+# stride 1, one group): (channels in, out, h, w, kernel, pad, dilation)
+IN_PLACE = [(5, 5, 7, 9, (3, 3), (1, 1), (1, 1)), (6, 4, 11, 5, (5, 5), (2, 2), (1, 1)),
+            (4, 4, 9, 13, (3, 3), (2, 2), (2, 2)), (8, 3, 6, 6, (1, 1), (0, 0), (1, 1)),
+            (3, 3, 17, 4, (3, 1), (1, 0), (1, 1)), (16, 16, 32, 32, (3, 3), (1, 1), (1, 1))]
+
+
+@pytest.mark.parametrize("mode", [0, 1])
+@pytest.mark.parametrize("case", IN_PLACE)
+def test_qconv_in_place_matches_numpy(lib, case, mode):
+    """The output written over the input, in chunks of 1, a few and all rows, with and
+    without a pool (the kernel then runs the chunks in order itself): the same bytes as
+    into a separate buffer."""
+    ffi, L, flavour, pools = lib
+    c, m, h, wd, k, pad, dil = case
+    rng = np.random.default_rng(sum(case[:4]))
+    zp = 37
+    x = rng.integers(0, 256, (1, c, h, wd)).astype(np.uint8)
+    w = rng.integers(-127, 128, (m, c, *k)).astype(np.int8)
+    bias, scale, fbias, m0, sh = channel_consts(rng, m, mode)
+    acc, oh, ow = _conv_reference(x, w, bias, zp, (1, 1), pad, dil, 1)
+    assert (oh, ow) == (h, wd)
+    want = expected(acc, scale, fbias, m0, sh, 0, mode, 3, 3, 255, axis=1)
+    kk = w[0].size
+    k4 = -(-kk // 4)
+    wp = np.zeros((m, 4 * k4), np.int8)
+    wp[:, :kk] = w.reshape(m, -1)
+    eff = (bias - zp * w.reshape(m, -1).astype(np.int32).sum(axis=1)).astype(np.int32)
+    params = {"batch": 1, "in_channels": c, "in_h": h, "in_w": wd, "out_channels": m,
+              "out_h": oh, "out_w": ow, "kernel_h": k[0], "kernel_w": k[1], "stride_h": 1,
+              "stride_w": 1, "dilation_h": dil[0], "dilation_w": dil[1], "pad_top": pad[0],
+              "pad_left": pad[1], "groups": 1, "x_zero_point": zp,
+              "rq": requant(ffi, 0, mode, 3, 3, 255)}
+    ph, pw = oh + (k[0] - 1) * dil[0], ow + (k[1] - 1) * dil[1]
+    for chunk, direct in ((0, False), (100, False), (262144, False), (262144, True)):
+        opts = {"chunk_bytes": chunk, "threads": True, "int8_direct": direct}
+        params["chunk_rows"], params["direct"], size = _conv_scratch(
+            SimpleNamespace(options=opts), params, k4, ph, pw)
+        p = ffi.new("mlcc_qconv2d_params *", params)
+        scratch = np.zeros(size, np.uint8)
+        for pool in [ffi.NULL, *pools.values()]:
+            buf = x.copy()
+            L.mlcc_u8_conv2d(p, ptr(ffi, buf), ptr(ffi, wp), ptr(ffi, eff), ptr(ffi, scale),
+                             ptr(ffi, fbias), ptr(ffi, m0), ptr(ffi, sh), ptr(ffi, buf),
+                             ptr(ffi, scratch), pool)
+            got = buf.ravel()[:m * oh * ow].reshape(1, m, oh, ow)
+            check(flavour, got, want, 0)
 
 
 @pytest.mark.parametrize("m,n,k4", [(1, 1, 1), (3, 15, 2), (4, 16, 3), (5, 17, 1),

@@ -84,12 +84,18 @@ def test_mlperf_tiny_bit_exact_x86(name):
 
 @pytest.mark.parametrize("name", list(TFLM_ARENA))
 def test_mlperf_tiny_arena(tmp_path, name, capsys):
-    res = mlcc.compile(_tiny(name), tmp_path / "m", build=False)
-    arena = res.manifest["arena_size"]
-    with capsys.disabled():
-        print(f"\n{name}: mlcc arena {arena} B, TFLM {TFLM_ARENA[name]} B "
-              f"({arena / TFLM_ARENA[name]:.2f}x)")
-    assert 0 < arena
+    """At most 0.75x TFLM's arena on the Cortex-M targets (issue 22's goal): the integer
+    convolution's scratch holds one output row (cortex-m4, m55) or a few (m7), same-size
+    convolutions and residual adds write over their dead input (docs/microcontrollers.md)."""
+    for target in ("x86", "cortex-m4", "cortex-m7", "cortex-m55"):
+        res = mlcc.compile(_tiny(name), tmp_path / target, target=target, build=False)
+        arena = res.manifest["arena_size"]
+        # mlcc inspect -t plans as that target's compile does
+        assert f"arena {arena} bytes" in api.inspect(_tiny(name), target=target).text
+        with capsys.disabled():
+            print(f"\n{name} {target}: mlcc arena {arena} B, TFLM {TFLM_ARENA[name]} B "
+                  f"({arena / TFLM_ARENA[name]:.2f}x)")
+        assert 0 < arena and (target == "x86" or arena <= 0.75 * TFLM_ARENA[name])
 
 
 def test_run_and_inspect_cli(tmp_path):

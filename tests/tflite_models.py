@@ -242,6 +242,25 @@ def depthwise_multiplier(seed: int = 1) -> bytes:
     return b.bytes([x], [rq])
 
 
+def depthwise_kernels(seed: int = 2) -> bytes:
+    """DEPTHWISE_CONV_2D of several kernel shapes and strides on 7 channels, 13 x 11: 3x3/1
+    SAME (RELU), 5x5/2 SAME, (3, 2)/1 VALID, (2, 5)/1 SAME, 3x3/3 VALID, (3, 1)/1 SAME, 3x3
+    dilated 2 (the tap-pair paths of the Cortex-M kernel and the portable loop); every layer
+    an output."""
+    b = Builder(seed)
+    xq = (0.03, 5)
+    x = b.act("input", (1, 13, 11, 7), *xq)
+    outs = []
+    for i, (k, stride, pad, dil, act) in enumerate([
+            (3, 1, SAME, 1, "RELU"), (5, 2, SAME, 1, "NONE"), ((3, 2), 1, VALID, 1, "NONE"),
+            ((2, 5), 1, SAME, 1, "NONE"), (3, 3, VALID, 1, "NONE"), ((3, 1), 1, SAME, 1, "NONE"),
+            (3, 1, SAME, 2, "NONE")]):
+        y, _ = b.conv(x, xq, 0, k, stride=stride, padding=pad, dilation=dil, act=act,
+                      depthwise=True, name=f"dw{i}")
+        outs.append(y)
+    return b.bytes([x], outs)
+
+
 def unsupported_ops() -> bytes:
     """Two operators mlcc does not read (SQUARED_DIFFERENCE and L2_NORMALIZATION)."""
     b = Builder(2)

@@ -5,6 +5,11 @@ others may. Placement is greedy by size (largest first, each at the lowest offse
 between already placed tensors alive at the same time), which is deterministic and within a few
 percent of optimal on CNNs. Graph inputs and outputs live in the caller's buffers and constants
 in the weight blob, so neither takes arena space.
+
+A call may let its output take the bytes of an input (KernelCall.in_place: an element-wise
+add, a same-size convolution that reads its input rows before it writes them): where that
+input is read by no later call, the output shares its storage (the residual Add of a ResNet
+writes over its skip input, so the peak holds one block's tensor less).
 """
 from __future__ import annotations
 
@@ -66,10 +71,11 @@ def plan_memory(prog: Program, output_slots: dict[str, int]) -> MemoryPlan:
     for name in prog.counts.values():   # read after the run (NAME_output_shape): kept
         if name in first:
             last[name] = len(prog.calls) - 1
+    shared = _share_in_place(prog, first, last)
     # A tensor of a dynamic size gets room for its largest size: each size is monotone in the
     # dynamic dimensions, so the plan for the largest sizes holds for all smaller ones.
     items = [(name, _align(upper(g.values[name].nbytes)), first[name], last[name])
-             for name in first]
+             for name in first if name not in shared]
     items += [(f"#scratch{t}", _align(c.scratch_bytes), t, t)
               for t, c in enumerate(prog.calls) if c.scratch_bytes]
 
@@ -89,10 +95,36 @@ def plan_memory(prog: Program, output_slots: dict[str, int]) -> MemoryPlan:
     for name, off in offsets.items():
         if not name.startswith("#"):
             storage[name] = Storage("arena", off)
+    for name, owner in shared.items():
+        storage[name] = storage[owner]
     scratch = {int(n[8:]): off for n, off in offsets.items() if n.startswith("#scratch")}
     live = [sum(s for _, s, f, l in placed if f <= t <= l) for t in range(len(prog.calls))]
     total = sum(size for _, size, _, _ in items)
     return MemoryPlan(storage, scratch, arena, total, live)
+
+
+def _share_in_place(prog: Program, first: dict[str, int], last: dict[str, int]
+                    ) -> dict[str, str]:
+    """The outputs that take their input's storage (KernelCall.in_place), each mapped to the
+    tensor that owns the bytes; first / last become the owner's whole lifetime. Only where
+    both are arena tensors (not the caller's inputs or outputs), the output is first written
+    by this call and is no larger, the input (with everything already sharing its bytes) is
+    read last here, and the call runs unconditionally (no guard, no loop)."""
+    g = prog.graph
+    shared: dict[str, str] = {}
+    for t, call in enumerate(prog.calls):
+        if call.guard:
+            continue
+        for out, inp in call.in_place:
+            o, i = prog.root(out), prog.root(inp)
+            i = shared.get(i, i)
+            if (o not in first or i not in first or o in shared or o == i
+                    or first[o] != t or last[i] != t
+                    or upper(g.values[o].nbytes) > upper(g.values[i].nbytes)):
+                continue
+            shared[o] = i
+            last[i] = last[o]
+    return shared
 
 
 def _extend_over_loops(prog: Program, first: dict[str, int], last: dict[str, int]) -> None:

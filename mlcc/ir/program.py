@@ -37,6 +37,10 @@ class KernelCall:
     op: str = ""                       # what the banner comment calls it, e.g. "Conv+Relu"
     guard: tuple = ()                  # run only if these bool scalars are so, inside these
                                        # loops (Node.guard: (name, bool) pairs, LoopScopes)
+    # (output, input) pairs whose bytes the kernel allows to be the same (it reads every input
+    # byte before it writes over it): the memory plan makes them so where the input is not
+    # read after this call (codegen/memory.py)
+    in_place: tuple = ()
 
 
 @dataclass
@@ -96,7 +100,7 @@ class Lowering:
     def call(self, kernel: str, args: list[str], writes: list[str], *,
              params_type: str | None = None, params: dict[str, Any] | None = None,
              scratch_bytes: int | None = None, returns_status: bool = False,
-             op: str = "", pool: bool = False) -> None:
+             op: str = "", pool: bool = False, in_place: tuple = ()) -> None:
         node = self._node
         # node.fused holds "name:OpType" entries (see passes.fuse_activations)
         names = [node.name] + [f.rsplit(":", 1)[0] for f in node.fused] if node else []
@@ -106,7 +110,8 @@ class Lowering:
             kernel, list(args), list(writes), params_type, dict(params or {}),
             # at the largest sizes when it depends on a dynamic one (ir.symbolic)
             None if scratch_bytes is None else upper(scratch_bytes),
-            returns_status, pool, names, label, node.guard if node is not None else ()))
+            returns_status, pool, names, label, node.guard if node is not None else (),
+            tuple(in_place)))
 
     def alias(self, view: str, of: str) -> None:
         """`view` shares the storage of `of` (a reshape: same bytes, new shape)."""

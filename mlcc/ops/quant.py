@@ -202,6 +202,43 @@ def dw_slices(lo: Lowering) -> int:
     return DW_SLICES if lo.options.get("threads", True) else 1
 
 
+CHUNK_MIN_COLUMNS = 16
+
+
+def _conv_scratch(lo: Lowering, p: dict, k4: int, hp: int, wp: int) -> tuple[int, int, int]:
+    """(chunk_rows, direct, scratch bytes) of mlcc_u8_conv2d (qconv.h): chunks of the output
+    rows whose packed columns fill the target's chunk_bytes (at least one row), one slice of
+    scratch per thread; room for the direct VNNI path where x86 kernels may take it."""
+    oh, ow, cg = p["out_h"], p["out_w"], p["in_channels"] // p["groups"]
+    row_bytes = 4 * k4 * ow
+    # at least CHUNK_MIN_COLUMNS outputs even where the budget is smaller: the product of
+    # a few columns spends more on its per-call work and last odd column than on the sums
+    # (KWS's 64 x 64 pointwise layers on the M4, rows of 5: 2.40 M instructions per layer
+    # one row at a time, 1.70 M all at once)
+    rows = min(max(lo.options.get("chunk_bytes", 262144) // row_bytes,
+                   -(-CHUNK_MIN_COLUMNS // ow), 1), oh)
+
+    no_padding = (p["pad_top"] == 0 and p["pad_left"] == 0 and hp <= p["in_h"]
+                  and wp <= p["in_w"])      # MLCC_QCONV_NO_PADDING: read in place
+
+    def slice_bytes(r: int) -> int:     # MLCC_QCONV_SLICE_BYTES
+        window = (r - 1) * p["stride_h"] + (p["kernel_h"] - 1) * p["dilation_h"] + 1
+        return -(-(row_bytes * r + (0 if no_padding else cg * window * wp)) // 64) * 64
+
+    scratch = slice_bytes(rows)
+    if lo.options.get("threads", True):     # a pool's threads: MLCC_QCONV_POOL_ROWS
+        scratch = max(scratch, DW_SLICES * slice_bytes(min(rows, -(-oh // 4))))
+    direct = 0
+    taps = p["kernel_h"] * p["kernel_w"]
+    if lo.options.get("int8_direct") and p["groups"] == 1 and p["stride_w"] == 1 and taps > 1:
+        c4 = -(-p["in_channels"] // 4)
+        need = 4 * c4 * hp * wp + p["out_channels"] * taps * 4 * c4    # qconv.c, direct path
+        # taken where it needs no more memory than the whole output's columns would
+        if need <= 4 * k4 * oh * ow + cg * hp * wp:
+            direct, scratch = 1, max(scratch, need)
+    return rows, direct, scratch
+
+
 @register("QConv", domain=MLCC)
 class QConv(OpDef):
     attributes = {"auto_pad": lambda v: v in AUTO_PAD, "dilations": None, "group": None,
@@ -241,15 +278,21 @@ class QConv(OpDef):
                     scratch_bytes=dw_slices(lo) * (-(-2 * hp * wp // 64) * 64), op=label)
             return
         packed, k4 = _packed_rows(wq)
+        params["chunk_rows"], params["direct"], scratch = _conv_scratch(lo, params, k4, hp, wp)
         zx = int(node.attr("x_zero_point"))
         eff = bias - zx * wq.reshape(m, -1).astype(np.int64).sum(axis=1)
         if np.any(np.abs(eff) >= 2**31):
             raise UnsupportedError("the folded int32 bias overflows")
         wname = lo.add_const(f"{node.name}.w_packed", packed)
         bname = lo.add_const(f"{node.name}.bias_zp", eff.astype(np.int32))
+        # y may take x's bytes where each output row is written after the input rows it
+        # overwrites were read (qconv.c's im2col_lone)
+        same = (n == 1 and group == 1 and (oh, ow) == (ih, iw) and sh == sw == 1 and m <= c
+                and params["rq"]["out_kind"].name == "MLCC_QOUT_U8")
         lo.call("mlcc_u8_conv2d", [node.inputs[0], wname, bname, *_channel_args(node), out],
                 [out], params_type="mlcc_qconv2d_params", params=params, pool=True,
-                scratch_bytes=4 * k4 * oh * ow + c // group * hp * wp, op=label)
+                scratch_bytes=scratch, op=label,
+                in_place=[(out, node.inputs[0])] if same else [])
 
     def flops(self, node: Node, g: Graph) -> int:
         w, y = g.values[node.inputs[1]], g.values[node.outputs[0]]
@@ -309,6 +352,7 @@ class QAdd(OpDef):
         fixed = node.attr("multipliers") or add_fixed_multipliers(sa, sb, sy)
         out = node.outputs[0]
         lo.call(self.kernel, [node.inputs[0], node.inputs[1], out], [out],
+                in_place=[(out, node.inputs[0]), (out, node.inputs[1])],   # element-wise
                 params_type="mlcc_qadd_params",
                 params={"count": lo.value(out).numel, "a_zero_point": int(za),
                         "b_zero_point": int(zb),

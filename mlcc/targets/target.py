@@ -140,7 +140,21 @@ class Target:
         return {"winograd": self.winograd, "threads": self.has_threads(),
                 "channel_tiles": self.simd != "none" and self.vector_bits >= 512,
                 "implicit_strided": self.implicit_strided,
-                "gemm_nr": self.gemm_nr(), "vector_lanes": self.vector_lanes()}
+                "gemm_nr": self.gemm_nr(), "vector_lanes": self.vector_lanes(),
+                "chunk_bytes": self.chunk_bytes(),
+                "int8_direct": self.arch == "x86_64" and self.simd in ("auto", "avx512")}
+
+    def chunk_bytes(self) -> int:
+        """The bytes of packed columns the integer convolution works on at a time (its
+        scratch: one chunk of output rows per thread, mlcc_u8_conv2d): what stays in the L2
+        cache up to 256 KiB (the size measured on x86 hosts, also without `cache_kib`); without
+        an L2, a quarter of the L1 data cache (Cortex-M7); without a data cache (Cortex-M4:
+        its SRAM is as fast as a cache would be), 0: one output row at a time."""
+        if not self.cache_kib:
+            return 262144
+        if self.cache_kib.get("l2"):
+            return min(1024 * int(self.cache_kib["l2"]), 262144)
+        return 1024 * int(self.cache_kib.get("l1d", 0)) // 4
 
     def has_threads(self) -> bool:
         """Whether the runtime is built with its thread pool (not with -DMLCC_NO_THREADS, as

@@ -2,34 +2,43 @@
 #include "qconv.h"
 #include "qmve.h"
 
-/* The input channels of one group, padded with the zero point on every side the kernel window
- * reaches: cg planes of hp x wp (MLCC_QCONV_PADDED_H / _W), so that tap (c, kh, kw) of output
- * (oh, ow) is plane c at row oh * stride_h + kh * dilation_h, column ow * stride_w +
- * kw * dilation_w, with no bounds check. An unpadded input already has that layout and is
- * used in place (returned); otherwise it is copied into `dst`. */
-static const uint8_t *padded_planes(const mlcc_qconv2d_params *p, const uint8_t *x, int64_t cg,
-                                    int64_t hp, int64_t wp, uint8_t *dst) {
+/* Rows [r0, r0 + nr) of the input channels of one group padded with the zero point on every
+ * side the kernel window reaches (padded row r is input row r - pad_top; the padded planes
+ * are MLCC_QCONV_PADDED_H x _W), so that tap (c, kh, kw) of output (oh, ow) is window plane
+ * c at row oh * stride_h + kh * dilation_h - r0, column ow * stride_w + kw * dilation_w, with
+ * no bounds check. A window that reads no padding is read in place (returned, plane stride
+ * in_h * in_w, row stride in_w); otherwise it is copied into `dst`, planes `plane` bytes
+ * apart, rows wp (returned), except its first `keep` rows, which are there already. */
+static const uint8_t *padded_window(const mlcc_qconv2d_params *p, const uint8_t *x, int64_t cg,
+                                    int64_t r0, int64_t nr, int64_t keep, int64_t wp,
+                                    int64_t plane, uint8_t *dst, int64_t *plane_stride,
+                                    int64_t *row_stride) {
     const uint8_t zp = (uint8_t)p->x_zero_point;
+    const int64_t lo = p->pad_left < wp ? p->pad_left : wp;
+    const int64_t hi = p->pad_left + p->in_w < wp ? p->pad_left + p->in_w : wp;
     int64_t c, r;
-    if (p->pad_top == 0 && p->pad_left == 0 && wp == p->in_w && hp <= p->in_h && hp > 0)
-        return x;       /* plane stride in_h * in_w: callers use plane_stride() */
+    if (p->pad_top == 0 && p->pad_left == 0 && wp <= p->in_w && r0 + nr <= p->in_h) {
+        *plane_stride = p->in_h * p->in_w;
+        *row_stride = p->in_w;
+        return x + r0 * p->in_w;
+    }
     for (c = 0; c < cg; c++) {
-        const uint8_t *plane = x + c * p->in_h * p->in_w;
-        uint8_t *d = dst + c * hp * wp;
-        for (r = 0; r < hp; r++, d += wp) {
-            const int64_t ih = r - p->pad_top;
-            const int64_t lo = p->pad_left < wp ? p->pad_left : wp;
-            const int64_t hi = p->pad_left + p->in_w < wp ? p->pad_left + p->in_w : wp;
+        const uint8_t *src = x + c * p->in_h * p->in_w;
+        uint8_t *d = dst + c * plane + keep * wp;
+        for (r = keep; r < nr; r++, d += wp) {
+            const int64_t ih = r0 + r - p->pad_top;
             if (ih < 0 || ih >= p->in_h) {
                 memset(d, zp, (size_t)wp);
                 continue;
             }
             memset(d, zp, (size_t)lo);
-            if (hi > lo) memcpy(d + lo, plane + ih * p->in_w + (lo - p->pad_left),
+            if (hi > lo) memcpy(d + lo, src + ih * p->in_w + (lo - p->pad_left),
                                 (size_t)(hi - lo));
             if (wp > hi) memset(d + hi, zp, (size_t)(wp - hi));
         }
     }
+    *plane_stride = plane;
+    *row_stride = wp;
     return dst;
 }
 
@@ -52,6 +61,10 @@ static const uint8_t *padded_planes(const mlcc_qconv2d_params *p, const uint8_t 
 #else
 #define MLCC_QCONV_AVX512 0
 #endif
+
+/* Cortex-M4/M7/M55 (the DSP extension, qgemm.h): SMLAD for the depthwise convolution's tap
+ * pairs. */
+#define MLCC_QCONV_SMLAD (!MLCC_QCONV_AVX512 && !MLCC_QMVE && MLCC_SMLAD)
 
 #if MLCC_QCONV_AVX512
 /* One row of 16 requantized to uint8 with one channel's constants (qgemm.h). */
@@ -84,11 +97,11 @@ static void interleave4(const uint8_t *r0, const uint8_t *r1, const uint8_t *r2,
 }
 
 /* Packs output rows [oh0, oh1) of the im2col matrix of one group into [k4][P][4] (qgemm.h's
- * column operand, P = (oh1 - oh0) * out_w) straight
- * from the padded planes: for each group of 4 rows (taps) and output row, one pass that reads
- * the 4 taps' input rows and writes the interleaved words (one vectorizable loop; strides 1
- * and 2 are constants for the compiler). Rows k >= K (padding to a multiple of 4) meet zero
- * weights, so they read any valid tap. */
+ * column operand, P = (oh1 - oh0) * out_w) straight from the padded planes, rows wp bytes
+ * apart (or a window of them whose first row is output row 0's first): for each group of 4
+ * rows (taps) and output row, one pass that reads the 4 taps' input rows and writes the
+ * interleaved words (one vectorizable loop; strides 1 and 2 are constants for the compiler).
+ * Rows k >= K (padding to a multiple of 4) meet zero weights, so they read any valid tap. */
 static void pack_columns(const mlcc_qconv2d_params *p, const uint8_t *xp, int64_t plane_stride,
                          int64_t wp, int64_t k4, int64_t oh0, int64_t oh1, uint8_t *col) {
     const int64_t cg = p->in_channels / p->groups;
@@ -138,12 +151,10 @@ static void pack_columns(const mlcc_qconv2d_params *p, const uint8_t *xp, int64_
  * weights are reordered to it per call (out_channels * taps * 4 * c4 bytes, small next to
  * the input). PP-OCR det's 96 -> 24 3x3 convolutions at 160 x 160 packed 22 MB of columns
  * per call; this reads a 2.5 MB plane set. Exact integer sums, the same epilogue: the result
- * is the packed path's bit for bit. */
+ * is the packed path's bit for bit. Scratch: 4 * c4 * hp * wp bytes of planes (c4 =
+ * ceil(in_channels / 4)), then the weights, out_channels * taps * 4 * c4 bytes: the compiler
+ * reserves them and sets p->direct (mlcc/ops/quant.py, QConv). */
 #define MLCC_QCONV_DIRECT 1
-
-static int64_t direct_bytes(const mlcc_qconv2d_params *p, int64_t c4n, int64_t hp, int64_t wp) {
-    return 4 * c4n * hp * wp + p->out_channels * p->kernel_h * p->kernel_w * 4 * c4n;
-}
 
 static void direct_input(const mlcc_qconv2d_params *p, const uint8_t *x, int64_t c4n,
                          int64_t hp, int64_t wp, uint8_t *xc) {
@@ -313,33 +324,73 @@ static void qconv_direct(const mlcc_qconv2d_params *p, const uint8_t *x, const i
 #define MLCC_QCONV_DIRECT 0
 #endif
 
-#define QCONV_CHUNK_BYTES 262144     /* within a core's L2 on the machines measured */
-
 typedef struct {
     const mlcc_qconv2d_params *p;
     mlcc_qchannels ch;
-    const uint8_t *xp;
+    const uint8_t *xg;
     const int8_t *w;
-    uint8_t *y, *cols;
-    int64_t plane_stride, k4, rows;
-    size_t esize;
+    uint8_t *y, *scratch;
+    int64_t k4, rows, slice_rows;
+    size_t esize, slice_bytes;
 } im2col_job;
 
-/* Output rows [unit * rows, +rows) of one group: packed into their own part of the columns
- * (row oh0's columns start at byte 4 * k4 * oh0 * out_w, so chunks never share bytes), then
- * multiplied. */
-static void im2col_chunk(void *arg, int unit, int thread) {
-    const im2col_job *j = (const im2col_job *)arg;
+/* Output rows [oh0, oh1) of one group on a slice of scratch: the input window they read
+ * (padded rows [r0, r0 + nr), the first `keep` of them already in the slice's window), packed
+ * into columns, multiplied. Returns whether the window was copied into the slice. */
+static int im2col_rows(const im2col_job *j, int64_t oh0, int64_t oh1, uint8_t *slice,
+                       int64_t keep) {
     const mlcc_qconv2d_params *p = j->p;
-    const int64_t oh0 = unit * j->rows;
-    const int64_t oh1 = oh0 + j->rows < p->out_h ? oh0 + j->rows : p->out_h;
-    uint8_t *cols = j->cols + 4 * j->k4 * oh0 * p->out_w;
+    const int64_t wp = MLCC_QCONV_PADDED_W(p);
+    uint8_t *win = slice + 4 * j->k4 * j->slice_rows * p->out_w;
+    int64_t plane_stride, row_stride;
+    const uint8_t *xp = padded_window(p, j->xg, p->in_channels / p->groups, oh0 * p->stride_h,
+                                      MLCC_QCONV_WINDOW_H(p, oh1 - oh0), keep, wp,
+                                      MLCC_QCONV_WINDOW_H(p, j->slice_rows) * wp, win,
+                                      &plane_stride, &row_stride);
     mlcc_qgemm_desc d;
-    (void)thread;
-    pack_columns(p, j->xp, j->plane_stride, MLCC_QCONV_PADDED_W(p), j->k4, oh0, oh1, cols);
+    pack_columns(p, xp, plane_stride, row_stride, j->k4, 0, oh1 - oh0, slice);
     d.m = p->out_channels / p->groups; d.n = (oh1 - oh0) * p->out_w; d.k4 = j->k4;
     d.lda = 4 * j->k4; d.ldy = p->out_h * p->out_w; d.channel_is_row = 1; d.a_signed = 1;
-    mlcc_u8s8_gemm(&d, j->w, cols, &p->rq, &j->ch, j->y + (size_t)(oh0 * p->out_w) * j->esize);
+    mlcc_u8s8_gemm(&d, j->w, slice, &p->rq, &j->ch, j->y + (size_t)(oh0 * p->out_w) * j->esize);
+    return xp == win;
+}
+
+/* A pool's unit: output rows [unit * rows, +rows), on the thread's own slice. */
+static void im2col_chunk(void *arg, int unit, int thread) {
+    const im2col_job *j = (const im2col_job *)arg;
+    const int64_t oh0 = unit * j->rows;
+    const int64_t oh1 = oh0 + j->rows < j->p->out_h ? oh0 + j->rows : j->p->out_h;
+    im2col_rows(j, oh0, oh1, j->scratch + (size_t)thread * j->slice_bytes, 0);
+}
+
+/* A lone caller: the chunks in order, each window's rows that the previous window holds
+ * moved to its start rather than read again. That is also what lets y share x's bytes (the
+ * compiler plans it where out_h, out_w = in_h, in_w, stride 1, one group, batch 1 and
+ * out_channels <= in_channels: mlcc/ops/quant.py): a chunk overwrites input rows below its
+ * last output row + 1 only, and the next chunk reads the rows from there on (pad_top <=
+ * taps - 1) from the window, the ones after it from x. */
+static void im2col_lone(const im2col_job *j) {
+    const mlcc_qconv2d_params *p = j->p;
+    const int64_t cg = p->in_channels / p->groups, wp = MLCC_QCONV_PADDED_W(p);
+    const int64_t plane = MLCC_QCONV_WINDOW_H(p, j->slice_rows) * wp;
+    uint8_t *win = j->scratch + 4 * j->k4 * j->slice_rows * p->out_w;
+    int64_t oh0, have0 = 0, have1 = 0;      /* padded rows [have0, have1) in the window */
+    for (oh0 = 0; oh0 < p->out_h; oh0 += j->rows) {
+        const int64_t oh1 = oh0 + j->rows < p->out_h ? oh0 + j->rows : p->out_h;
+        const int64_t r0 = oh0 * p->stride_h, nr = MLCC_QCONV_WINDOW_H(p, oh1 - oh0);
+        int64_t keep = 0, c;
+        if (have0 <= r0 && r0 < have1) {
+            keep = have1 - r0 < nr ? have1 - r0 : nr;
+            for (c = 0; c < cg; c++)
+                memmove(win + c * plane, win + c * plane + (r0 - have0) * wp, (size_t)(keep * wp));
+        }
+        if (im2col_rows(j, oh0, oh1, j->scratch, keep)) {
+            have0 = r0;
+            have1 = r0 + nr;
+        } else {
+            have0 = have1 = 0;
+        }
+    }
 }
 
 void mlcc_u8_conv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
@@ -347,15 +398,9 @@ void mlcc_u8_conv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t
                     const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch,
                     mlcc_threadpool *pool) {
     const int64_t cg = p->in_channels / p->groups, mg = p->out_channels / p->groups;
-    const int64_t k4 = (cg * p->kernel_h * p->kernel_w + 3) / 4;
+    const int64_t k4 = MLCC_QCONV_K4(p);
     const int64_t P = p->out_h * p->out_w;
-    const int64_t hp = MLCC_QCONV_PADDED_H(p), wp = MLCC_QCONV_PADDED_W(p);
     const size_t esize = p->rq.out_kind == MLCC_QOUT_U8 ? 1 : 4;   /* float or int32 */
-    /* output rows packed and multiplied per chunk of about QCONV_CHUNK_BYTES of columns, so
-     * that the packed columns are still in cache when the product reads them (PP-OCR det's
-     * 96 -> 24 3x3 convolutions at 160 x 160 pack 22 MB whole) */
-    const int64_t row_bytes = 4 * k4 * p->out_w;
-    const int64_t rows = row_bytes >= QCONV_CHUNK_BYTES ? 1 : QCONV_CHUNK_BYTES / row_bytes;
     im2col_job job;
     int64_t n, g;
     if ((double)p->batch * (double)p->out_channels * (double)P * (double)cg *
@@ -367,41 +412,53 @@ void mlcc_u8_conv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t
         /* rows are tiled by 16 outputs: a row of 20 computes 32. Worth it while the lanes
          * lost (out_channels * (padded - out_w)) cost less than the packing saved, about 12
          * channels' products per output (measured: PP-OCR det's 24-channel outputs gain at
-         * widths 40 and 160, YOLOv8n's 64-channel ones lose 4-23% at widths 40 and 20) */
+         * widths 40 and 160, YOLOv8n's 64-channel ones lose 4-23% at widths 40 and 20). The
+         * compiler sets p->direct where the scratch has room (mlcc/ops/quant.py) */
         const int64_t lost = (16 - p->out_w % 16) % 16;
-        if (p->groups == 1 && p->stride_w == 1 && p->kernel_h * p->kernel_w > 1 &&
-            p->out_channels * lost < 12 * p->out_w &&
-            direct_bytes(p, c4n, hp, wp) <= 4 * k4 * P + cg * hp * wp) {
+        if (p->direct && p->groups == 1 && p->stride_w == 1 &&
+            p->kernel_h * p->kernel_w > 1 && p->out_channels * lost < 12 * p->out_w) {
             const mlcc_qchannels ch = {bias, scale, fbias, mult, shift};
-            qconv_direct(p, x, w, &ch, y, c4n, hp, wp, scratch, pool);
+            qconv_direct(p, x, w, &ch, y, c4n, MLCC_QCONV_PADDED_H(p), MLCC_QCONV_PADDED_W(p),
+                         scratch, pool);
             return;
         }
     }
 #endif
-    job.p = p; job.k4 = k4; job.esize = esize;
-    job.rows = rows;
+    {   /* y over x (planned by the compiler): the lone caller's order only */
+        const uintptr_t xa = (uintptr_t)x, ya = (uintptr_t)y;
+        const uintptr_t xn = (uintptr_t)(p->batch * p->in_channels * p->in_h * p->in_w);
+        const uintptr_t yn = (uintptr_t)(p->batch * p->out_channels * P) * esize;
+        if (ya < xa + xn && xa < ya + yn) pool = NULL;
+    }
+    job.p = p; job.k4 = k4; job.esize = esize; job.scratch = scratch;
+    /* a lone caller takes chunks of chunk_rows (the columns of one chunk stay in cache while
+     * the product reads them: PP-OCR det's 96 -> 24 3x3 convolutions at 160 x 160 pack 22 MB
+     * whole); a pool's threads take about two chunks each, on their own slices */
+    job.rows = job.slice_rows = p->chunk_rows;
     if (mlcc_threadpool_size(pool) > 1) {
-        /* about two chunks per thread, so that both finish together */
         const int64_t per = (p->out_h + 2 * mlcc_threadpool_size(pool) - 1) /
                             (2 * mlcc_threadpool_size(pool));
-        if (per < job.rows) job.rows = per;
+        job.slice_rows = MLCC_QCONV_POOL_ROWS(p);
+        job.rows = per < job.slice_rows ? per : job.slice_rows;
     }
+    job.slice_bytes = MLCC_QCONV_SLICE_BYTES(p, job.slice_rows);
     for (n = 0; n < p->batch; n++) {
         for (g = 0; g < p->groups; g++) {
             const int64_t c0 = g * mg;
-            const uint8_t *xg = x + (n * p->in_channels + g * cg) * p->in_h * p->in_w;
+            job.xg = x + (n * p->in_channels + g * cg) * p->in_h * p->in_w;
             job.ch.bias = bias + c0;
             job.ch.scale = scale ? scale + c0 : NULL;
             job.ch.fbias = fbias ? fbias + c0 : NULL;
             job.ch.mult = mult ? mult + c0 : NULL;
             job.ch.shift = shift ? shift + c0 : NULL;
-            job.xp = padded_planes(p, xg, cg, hp, wp, scratch + 4 * k4 * P);
-            job.plane_stride = job.xp == xg ? p->in_h * p->in_w : hp * wp;
             job.w = w + c0 * 4 * k4;
             job.y = (uint8_t *)y + (size_t)((n * p->out_channels + c0) * P) * esize;
-            job.cols = scratch;
-            mlcc_threadpool_for(pool, im2col_chunk, &job,
-                                (int)((p->out_h + job.rows - 1) / job.rows), MLCC_MAX_THREADS);
+            if (mlcc_threadpool_size(pool) > 1)
+                mlcc_threadpool_for(pool, im2col_chunk, &job,
+                                    (int)((p->out_h + job.rows - 1) / job.rows),
+                                    MLCC_DW_SLICES);
+            else
+                im2col_lone(&job);
         }
     }
 }
@@ -446,20 +503,11 @@ static void dw_padded_plane(const mlcc_qconv2d_params *p, const uint8_t *plane, 
     }
 }
 
-#if MLCC_QCONV_AVX512
-/* acc[o] = sum over taps of w[kh][kw] * row_kh[o + kw] for o < nw (stride_w = dilation_w = 1,
- * kernel_w >= 2; row_kh = row0 + kh * step). The taps go in horizontal pairs through
- * vpmaddwd: an int32 load at int16 element j holds (x[j], x[j + 1]), so one load from
- * row + kw + o0 gives the pairs of the even outputs o0, o0 + 2, ... and one from
- * row + kw + o0 + 1 those of the odd outputs; an odd kernel width's last tap is paired with
- * a zero weight on its left neighbour (no read past the row). 32 outputs stay in two
- * registers over all taps and are interleaved back into order once. Exact integer sums
- * (|pair| <= 2 * 255 * 128), so the result is the portable loop's bit for bit. Masked loads
- * keep the tails inside the padded plane. */
-#define DW_MAX_PAIRS 64      /* kernel_h * ceil(kernel_w / 2) of the tap-pair path */
+#if MLCC_QCONV_AVX512 || MLCC_QCONV_SMLAD
+#define DW_MAX_PAIRS 64      /* kernel_h * ceil(kernel_w / 2) of the tap-pair paths */
 
-/* The weight pairs of one channel as the int32 words vpmaddwd takes (w0 | w1 << 16, an odd
- * kernel width's last tap as (0, w)): computed once per channel, not per row. */
+/* The weight pairs of one channel as the int32 words vpmaddwd and SMLAD take (w0 | w1 << 16,
+ * an odd kernel width's last tap as (0, w)): computed once per channel, not per row. */
 static void dw_weight_pairs(const int8_t *wc, int64_t kh_n, int64_t kw_n, int32_t *pairs) {
     int64_t kh, kw, i = 0;
     for (kh = 0; kh < kh_n; kh++)
@@ -470,6 +518,57 @@ static void dw_weight_pairs(const int8_t *wc, int64_t kh_n, int64_t kw_n, int32_
             pairs[i++] = (int32_t)((uint32_t)(uint16_t)w0 | ((uint32_t)(uint16_t)w1 << 16));
         }
 }
+#endif
+
+#if MLCC_QCONV_SMLAD
+static inline int32_t pair_at(const int16_t *x) { return (int32_t)mlcc_load_u32(x); }
+
+/* acc[o] = sum over taps of w[kh][kw] * row_kh[o * sw + kw] for o < nw (dilation_w 1,
+ * kernel_w >= 2; row_kh = row0 + kh * step): the taps in horizontal pairs as dw_rows_pairs
+ * takes them. A 32-bit load at int16 element j holds (x[j], x[j + 1]) and SMLAD adds both
+ * products with the pair's weights to the sum, which stays in a register over all taps of
+ * one output; 3 x 3 kernels unrolled. Exact integer sums: the portable loop's bits. */
+static void dw_rows_smlad(const int16_t *row0, int step, const int32_t *pairs, int kh_n,
+                          int kw_n, int sw, int nw, int32_t *acc) {
+    const int np = (kw_n + 1) / 2;
+    int off[DW_MAX_PAIRS];
+    int o, kh, i;
+    if (kh_n == 3 && kw_n == 3) {
+        const int32_t p0 = pairs[0], p1 = pairs[1], p2 = pairs[2], p3 = pairs[3],
+                      p4 = pairs[4], p5 = pairs[5];
+        for (o = 0; o < nw; o++) {
+            const int16_t *x = row0 + o * sw;
+            int32_t s = __smlad(pair_at(x), p0, 0);
+            s = __smlad(pair_at(x + 1), p1, s);
+            s = __smlad(pair_at(x + step), p2, s);
+            s = __smlad(pair_at(x + step + 1), p3, s);
+            s = __smlad(pair_at(x + 2 * step), p4, s);
+            acc[o] = __smlad(pair_at(x + 2 * step + 1), p5, s);
+        }
+        return;
+    }
+    for (i = 0; i < np; i++) off[i] = 2 * i + 1 >= kw_n ? 2 * i - 1 : 2 * i;
+    for (o = 0; o < nw; o++) {
+        const int16_t *x = row0 + o * sw;
+        const int32_t *pw = pairs;
+        int32_t s = 0;
+        for (kh = 0; kh < kh_n; kh++, x += step)
+            for (i = 0; i < np; i++, pw++) s = __smlad(pair_at(x + off[i]), *pw, s);
+        acc[o] = s;
+    }
+}
+#endif
+
+#if MLCC_QCONV_AVX512
+/* acc[o] = sum over taps of w[kh][kw] * row_kh[o + kw] for o < nw (stride_w = dilation_w = 1,
+ * kernel_w >= 2; row_kh = row0 + kh * step). The taps go in horizontal pairs through
+ * vpmaddwd: an int32 load at int16 element j holds (x[j], x[j + 1]), so one load from
+ * row + kw + o0 gives the pairs of the even outputs o0, o0 + 2, ... and one from
+ * row + kw + o0 + 1 those of the odd outputs; an odd kernel width's last tap is paired with
+ * a zero weight on its left neighbour (no read past the row). 32 outputs stay in two
+ * registers over all taps and are interleaved back into order once. Exact integer sums
+ * (|pair| <= 2 * 255 * 128), so the result is the portable loop's bit for bit. Masked loads
+ * keep the tails inside the padded plane. */
 
 /* e += pairs . x (int16 pairs to int32): vpdpwssd where AVX512-VNNI is there (one
  * instruction; no saturation, so the same sums), else vpmaddwd + vpaddd. */
@@ -645,9 +744,9 @@ static void dw_channel(void *arg, int unit, int thread) {
     int32_t acc[DW_CHUNK];
     int64_t oh, ow0, o, kh, kw;
     const int8_t *wc = w + c * kk;
-#if MLCC_QCONV_AVX512
+#if MLCC_QCONV_AVX512 || MLCC_QCONV_SMLAD
     int32_t pairs[DW_MAX_PAIRS];
-    const int use_pairs = (sw == 1 || sw == 2) && p->dilation_w == 1 &&
+    const int use_pairs = (MLCC_QCONV_SMLAD || sw == 1 || sw == 2) && p->dilation_w == 1 &&
                           p->kernel_w >= 2 &&
                           p->kernel_h * ((p->kernel_w + 1) / 2) <= DW_MAX_PAIRS;
     if (use_pairs) dw_weight_pairs(wc, p->kernel_h, p->kernel_w, pairs);
@@ -690,6 +789,15 @@ static void dw_channel(void *arg, int unit, int thread) {
                     p->kernel_h, p->kernel_w, nw, acc, &p->rq, ch.bias[c],
                     in_regs ? ch.scale[c] : 0.0f, in_regs ? (uint8_t *)y + at : NULL);
                 if (in_regs) continue;
+                mlcc_requant_run(&p->rq, &ch, c, acc, nw, y,
+                                 (n * C + c) * P + oh * p->out_w + ow0);
+                continue;
+            }
+#endif
+#if MLCC_QCONV_SMLAD
+            if (use_pairs) {
+                dw_rows_smlad(xp + oh * p->stride_h * wp + ow0 * sw, (int)(p->dilation_h * wp),
+                              pairs, (int)p->kernel_h, (int)p->kernel_w, (int)sw, (int)nw, acc);
                 mlcc_requant_run(&p->rq, &ch, c, acc, nw, y,
                                  (n * C + c) * P + oh * p->out_w + ow0);
                 continue;

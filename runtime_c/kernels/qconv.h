@@ -17,6 +17,11 @@ typedef struct mlcc_qconv2d_params {
     int64_t pad_top, pad_left, groups;
     int32_t x_zero_point;
     mlcc_requant rq;
+    /* mlcc_u8_conv2d only (0 elsewhere): the output rows it packs and multiplies per chunk
+     * (>= 1; the compiler picks them from the target's cache: mlcc/ops/quant.py), and 1 where
+     * its scratch has room for the direct AVX512-VNNI path (qconv.c; ignored elsewhere) */
+    int64_t chunk_rows;
+    int32_t direct;
 } mlcc_qconv2d_params;
 
 /* The input rows and columns the kernel window reaches, padding included (the padded planes
@@ -26,12 +31,38 @@ typedef struct mlcc_qconv2d_params {
 #define MLCC_QCONV_PADDED_W(p) \
     (((p)->out_w - 1) * (p)->stride_w + ((p)->kernel_w - 1) * (p)->dilation_w + 1)
 
+/* The padded input rows that `rows` consecutive output rows read. */
+#define MLCC_QCONV_WINDOW_H(p, rows) \
+    (((rows) - 1) * (p)->stride_h + ((p)->kernel_h - 1) * (p)->dilation_h + 1)
+#define MLCC_QCONV_K4(p) \
+    (((p)->in_channels / (p)->groups * (p)->kernel_h * (p)->kernel_w + 3) / 4)
+/* Whether the kernel window reads no padding: the input is read in place, never copied. */
+#define MLCC_QCONV_NO_PADDING(p)                                                            \
+    ((p)->pad_top == 0 && (p)->pad_left == 0 && MLCC_QCONV_PADDED_H(p) <= (p)->in_h &&     \
+     MLCC_QCONV_PADDED_W(p) <= (p)->in_w)
+/* One thread's slice of mlcc_u8_conv2d's scratch for chunks of `rows` output rows: their
+ * packed columns (4 * k4 bytes per output position), then the input window they read, padded
+ * with the zero point (in_channels / groups planes of MLCC_QCONV_WINDOW_H x PADDED_W; none
+ * without padding), 64-byte multiples. */
+#define MLCC_QCONV_SLICE_BYTES(p, rows)                                                     \
+    ((size_t)(4 * MLCC_QCONV_K4(p) * (rows) * (p)->out_w +                                  \
+              (MLCC_QCONV_NO_PADDING(p) ? 0 : (p)->in_channels / (p)->groups *              \
+               MLCC_QCONV_WINDOW_H(p, rows) * MLCC_QCONV_PADDED_W(p)) + 63) / 64 * 64)
+/* The rows of a chunk on a pool of two threads or more: at most chunk_rows, and two chunks
+ * per thread of two (more threads take fewer rows each). */
+#define MLCC_QCONV_POOL_ROWS(p) \
+    ((p)->chunk_rows < ((p)->out_h + 3) / 4 ? (p)->chunk_rows : ((p)->out_h + 3) / 4)
+
 /* Grouped or plain convolution as im2col + mlcc_u8s8_gemm. w: [out_channels][4 * k4] int8,
- * k4 = ceil(in_channels / groups * kernel_h * kernel_w / 4), zero-padded; bias already holds
- * -x_zero_point * sum(w[c]) (the compiler folds it). scratch: 4 * k4 * out_h * out_w +
- * in_channels / groups * MLCC_QCONV_PADDED_H(p) * MLCC_QCONV_PADDED_W(p) bytes (the packed
- * columns, then one group's input planes padded with the zero point). On a pool, threads
- * take chunks of output rows: each packs its rows' own part of the columns. */
+ * k4 = MLCC_QCONV_K4(p), zero-padded; bias already holds -x_zero_point * sum(w[c]) (the
+ * compiler folds it). Output rows go in chunks of p->chunk_rows: each chunk's input window is
+ * padded into scratch (read in place when there is no padding), packed into im2col columns
+ * ([k4][P][4], qgemm.h) and multiplied, so the scratch holds one chunk, not the whole output.
+ * scratch: MLCC_QCONV_SLICE_BYTES(p, p->chunk_rows) bytes in builds without threads
+ * (MLCC_NO_THREADS); with them, the larger of that (a lone caller) and MLCC_DW_SLICES slices
+ * of MLCC_QCONV_SLICE_BYTES(p, MLCC_QCONV_POOL_ROWS(p)) (the threads of a pool, each on its
+ * own slice); where p->direct is set, also at least the direct path's bytes (qconv.c). The
+ * sums are exact integers: any chunking gives the same bytes. */
 void mlcc_u8_conv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t *w,
                     const int32_t *bias, const float *scale, const float *fbias,
                     const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch,

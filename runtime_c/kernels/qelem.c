@@ -90,28 +90,6 @@ void mlcc_i32_rescale(const mlcc_rescale_params *p, const int32_t *acc, const fl
     }
 }
 
-static inline int32_t srdhm(int32_t a, int32_t b) {
-    int64_t ab, nudge;
-    if (a == INT32_MIN && b == INT32_MIN) return INT32_MAX;
-    ab = (int64_t)a * (int64_t)b;
-    nudge = ab >= 0 ? ((int64_t)1 << 30) : (1 - ((int64_t)1 << 30));
-    return (int32_t)((ab + nudge) / ((int64_t)1 << 31));
-}
-
-static inline int32_t rdbpot(int32_t x, int32_t e) {
-    const int32_t mask = (int32_t)(((int64_t)1 << e) - 1);
-    const int32_t remainder = x & mask;
-    const int32_t threshold = (mask >> 1) + (x < 0 ? 1 : 0);
-    return (x >> e) + (remainder > threshold ? 1 : 0);
-}
-
-static inline int32_t mbqm(int32_t x, int32_t mult, int32_t shift) {
-    int64_t v = (int64_t)x * ((int64_t)1 << (shift > 0 ? shift : 0));
-    if (v > INT32_MAX) v = INT32_MAX;
-    if (v < INT32_MIN) v = INT32_MIN;
-    return rdbpot(srdhm((int32_t)v, mult), shift < 0 ? -shift : 0);
-}
-
 static inline uint8_t clamp_u8(int32_t v, const mlcc_requant *rq) {
     return (uint8_t)(v < rq->qmin ? rq->qmin : (v > rq->qmax ? rq->qmax : v));
 }
@@ -150,9 +128,9 @@ void mlcc_u8_add(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, 
         return;
 #endif
         for (i = 0; i < n; i++) {
-            const int32_t sa = mbqm(((int32_t)a[i] - za) * (1 << 20), p->a_mult, p->a_shift);
-            const int32_t sb = mbqm(((int32_t)b[i] - zb) * (1 << 20), p->b_mult, p->b_shift);
-            y[i] = clamp_u8(mbqm(sa + sb, p->out_mult, p->out_shift) + zy, &p->rq);
+            const int32_t sa = mlcc_mbqm(((int32_t)a[i] - za) * (1 << 20), p->a_mult, p->a_shift);
+            const int32_t sb = mlcc_mbqm(((int32_t)b[i] - zb) * (1 << 20), p->b_mult, p->b_shift);
+            y[i] = clamp_u8(mlcc_mbqm(sa + sb, p->out_mult, p->out_shift) + zy, &p->rq);
         }
         return;
     }
@@ -175,7 +153,7 @@ void mlcc_u8_requantize(const mlcc_qrequant_params *p, const uint8_t *x, uint8_t
     const int32_t zx = p->x_zero_point, zy = p->rq.zero_point;
     if (p->rq.mode == MLCC_REQUANT_FIXED) {
         for (i = 0; i < n; i++)
-            y[i] = clamp_u8(mbqm((int32_t)x[i] - zx, p->mult, p->shift) + zy, &p->rq);
+            y[i] = clamp_u8(mlcc_mbqm((int32_t)x[i] - zx, p->mult, p->shift) + zy, &p->rq);
         return;
     }
     {
@@ -359,12 +337,12 @@ void mlcc_u8_dequantize__tflite(const mlcc_quantize_params *p, const uint8_t *x,
 static int32_t one_over_one_plus_x(int32_t a) {
     const int64_t sum = (int64_t)a + INT32_MAX;
     const int32_t half_denominator = (int32_t)((sum + (sum >= 0 ? 1 : -1)) / 2);
-    int32_t x = (int32_t)((uint32_t)1515870810 + (uint32_t)srdhm(half_denominator, -1010580540));
+    int32_t x = (int32_t)((uint32_t)1515870810 + (uint32_t)mlcc_srdhm(half_denominator, -1010580540));
     int i;
     for (i = 0; i < 3; i++) {
-        const int32_t hdx = srdhm(half_denominator, x);
+        const int32_t hdx = mlcc_srdhm(half_denominator, x);
         const int32_t one_minus = (int32_t)((uint32_t)(1 << 29) - (uint32_t)hdx);
-        int32_t t = srdhm(x, one_minus);             /* Q4.27 -> Q2.29: saturating << 2 */
+        int32_t t = mlcc_srdhm(x, one_minus);             /* Q4.27 -> Q2.29: saturating << 2 */
         const int32_t th = (1 << 29) - 1;
         t = t > th ? INT32_MAX : (t < -th ? INT32_MIN : (int32_t)((uint32_t)t << 2));
         x = (int32_t)((uint32_t)x + (uint32_t)t);
@@ -390,7 +368,7 @@ void mlcc_u8_softmax(const mlcc_qsoftmax_params *p, const uint8_t *x, const int3
         shifted_scale = one_over_one_plus_x((int32_t)((sum << headroom) - 0x80000000u));
         exponent = bits_over_unit + 31 - 8;
         for (c = 0; c < p->depth; c++) {
-            const int32_t v = rdbpot(srdhm(shifted_scale, exp_q31[top - row[c]]), exponent);
+            const int32_t v = mlcc_rdbpot(mlcc_srdhm(shifted_scale, exp_q31[top - row[c]]), exponent);
             out[c] = (uint8_t)(v < 0 ? 0 : (v > 255 ? 255 : v));
         }
     }
@@ -431,9 +409,9 @@ void mlcc_u8_sub(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, 
     return;
 #endif
     for (i = 0; i < n; i++) {
-        const int32_t sa = mbqm(((int32_t)a[i] - za) * (1 << 20), p->a_mult, p->a_shift);
-        const int32_t sb = mbqm(((int32_t)b[i] - zb) * (1 << 20), p->b_mult, p->b_shift);
-        y[i] = clamp_u8(mbqm(sa - sb, p->out_mult, p->out_shift) + zy, &p->rq);
+        const int32_t sa = mlcc_mbqm(((int32_t)a[i] - za) * (1 << 20), p->a_mult, p->a_shift);
+        const int32_t sb = mlcc_mbqm(((int32_t)b[i] - zb) * (1 << 20), p->b_mult, p->b_shift);
+        y[i] = clamp_u8(mlcc_mbqm(sa - sb, p->out_mult, p->out_shift) + zy, &p->rq);
     }
 }
 
@@ -443,7 +421,7 @@ void mlcc_u8_mul(const mlcc_qmul_params *p, const uint8_t *a, const uint8_t *b, 
     int64_t i;
     if (p->rq.mode == MLCC_REQUANT_FIXED) {
         for (i = 0; i < n; i++)
-            y[i] = clamp_u8(zy + mbqm(((int32_t)a[i] - za) * ((int32_t)b[i] - zb), p->mult,
+            y[i] = clamp_u8(zy + mlcc_mbqm(((int32_t)a[i] - za) * ((int32_t)b[i] - zb), p->mult,
                                       p->shift), &p->rq);
         return;
     }
@@ -468,7 +446,7 @@ void mlcc_u8_mean(const mlcc_qmean_params *p, const uint8_t *x, uint8_t *y) {
             int32_t acc = 0, v;
             for (r = 0; r < p->reduce; r++) acc += (int32_t)src[r * p->inner];
             acc -= p->x_zero_point * (int32_t)p->reduce;
-            v = mbqm(acc, p->mult, p->shift) + p->y_zero_point;
+            v = mlcc_mbqm(acc, p->mult, p->shift) + p->y_zero_point;
             y[o * p->inner + i] = (uint8_t)(v < 0 ? 0 : (v > 255 ? 255 : v));
         }
 }

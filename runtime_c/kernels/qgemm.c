@@ -10,42 +10,12 @@
 #define MLCC_QGEMM_VNNI 0
 #endif
 
-/* Cortex-M4/M7 (the DSP extension): two 16-bit multiply-accumulates per instruction; the M55
- * has it too but runs Helium (qmve.h) unless built with -DMLCC_NO_MVE. */
-#if !MLCC_QGEMM_VNNI && !MLCC_QMVE && defined(__ARM_FEATURE_DSP) && \
-    defined(__ARM_FEATURE_SIMD32) && !defined(MLCC_NO_SMLAD)
-#include <arm_acle.h>
-#define MLCC_QGEMM_SMLAD 1
-#else
-#define MLCC_QGEMM_SMLAD 0
-#endif
+/* Cortex-M4/M7 (the DSP extension, qgemm.h): two 16-bit multiply-accumulates per
+ * instruction; the M55 has it too but runs Helium (qmve.h) unless built with -DMLCC_NO_MVE. */
+#define MLCC_QGEMM_SMLAD (!MLCC_QGEMM_VNNI && !MLCC_QMVE && MLCC_SMLAD)
 
 #define QMR 8     /* rows per tile */
 #define QNR 16    /* columns per tile: one 512-bit vector of int32 */
-
-/* gemmlowp's SaturatingRoundingDoublingHighMul. */
-static inline int32_t srdhm(int32_t a, int32_t b) {
-    int64_t ab, nudge;
-    if (a == INT32_MIN && b == INT32_MIN) return INT32_MAX;
-    ab = (int64_t)a * (int64_t)b;
-    nudge = ab >= 0 ? ((int64_t)1 << 30) : (1 - ((int64_t)1 << 30));
-    return (int32_t)((ab + nudge) / ((int64_t)1 << 31));   /* C division: toward zero */
-}
-
-/* gemmlowp's RoundingDivideByPOT (round half away from zero). */
-static inline int32_t rdbpot(int32_t x, int32_t e) {
-    const int32_t mask = (int32_t)(((int64_t)1 << e) - 1);
-    const int32_t remainder = x & mask;
-    const int32_t threshold = (mask >> 1) + (x < 0 ? 1 : 0);
-    return (x >> e) + (remainder > threshold ? 1 : 0);
-}
-
-static inline int32_t fixed_requant(int32_t acc, int32_t mult, int32_t shift) {
-    int64_t v = (int64_t)acc * ((int64_t)1 << (shift > 0 ? shift : 0));
-    if (v > INT32_MAX) v = INT32_MAX;
-    if (v < INT32_MIN) v = INT32_MIN;
-    return rdbpot(srdhm((int32_t)v, mult), shift < 0 ? -shift : 0);
-}
 
 /* The float requantization of one channel run to uint8 codes. restrict: without it the byte
  * stores may alias the accumulators and the loop stays scalar (it was a fifth of YOLOv8n's
@@ -86,7 +56,7 @@ void mlcc_requant_run(const mlcc_requant *rq, const mlcc_qchannels *ch, int64_t 
         if (rq->mode == MLCC_REQUANT_FIXED) {
             const int32_t m = ch->mult[channel], sh = ch->shift[channel];
             for (i = 0; i < count; i++) {
-                int32_t v = fixed_requant(acc[i] + bias, m, sh) + zp;
+                int32_t v = mlcc_mbqm(acc[i] + bias, m, sh) + zp;
                 out[i] = (uint8_t)(v < qmin ? qmin : (v > qmax ? qmax : v));
             }
         } else {
@@ -117,7 +87,7 @@ static void requant_cols(const mlcc_requant *rq, const mlcc_qchannels *ch, int64
         const int32_t zp = rq->zero_point, qmin = rq->qmin, qmax = rq->qmax;
         if (rq->mode == MLCC_REQUANT_FIXED) {
             for (i = 0; i < count; i++) {
-                int32_t v = fixed_requant(acc[i] + ch->bias[c0 + i], ch->mult[c0 + i],
+                int32_t v = mlcc_mbqm(acc[i] + ch->bias[c0 + i], ch->mult[c0 + i],
                                           ch->shift[c0 + i]) + zp;
                 out[i] = (uint8_t)(v < qmin ? qmin : (v > qmax ? qmax : v));
             }
@@ -261,12 +231,6 @@ static void qgemm_vnni(const mlcc_qgemm_desc *d, const uint8_t *a, const uint8_t
 #endif
 
 #if MLCC_QGEMM_SMLAD
-static inline uint32_t load4(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
 /* Bytes 0 and 2 (even) or 1 and 3 (odd) of a word into 16-bit lanes, sign- or
  * zero-extended: SXTB16/UXTB16, with their free rotation for the odd bytes (GCC 12 does not
  * fold a rotate into __sxtb16). */
@@ -291,21 +255,23 @@ static inline int16x2_t uxtb16_odd(uint32_t x) {
  * portable sum exactly (integer, no saturation: like the portable kernel, it wraps only where
  * int32 itself would overflow). */
 #define SMLAD_STEP2(XA, XB)                                                                \
-    for (kk = (size_t)d->k4; kk != 0; kk--, pa0 += 4, pa1 += 4, pb0 += bstep, pb1 += bstep) {\
-        const uint32_t wa0 = load4(pa0), wa1 = load4(pa1), wb0 = load4(pb0), wb1 = load4(pb1);\
+    for (; pa != pend; pa += 4, pb += bstep) {                                             \
+        const uint32_t wa0 = mlcc_load_u32(pa), wb0 = mlcc_load_u32(pb);                   \
+        const uint32_t wa1 = mlcc_load_u32(pa + da), wb1 = mlcc_load_u32(pb + db);         \
         const int16x2_t a0e = XA##_even(wa0), a0o = XA##_odd(wa0);                         \
-        const int16x2_t a1e = XA##_even(wa1), a1o = XA##_odd(wa1);                         \
         const int16x2_t b0e = XB##_even(wb0), b0o = XB##_odd(wb0);                         \
+        const int16x2_t a1e = XA##_even(wa1), a1o = XA##_odd(wa1);                         \
         const int16x2_t b1e = XB##_even(wb1), b1o = XB##_odd(wb1);                         \
         s00 = __smlad(a0o, b0o, __smlad(a0e, b0e, s00));                                   \
-        s01 = __smlad(a0o, b1o, __smlad(a0e, b1e, s01));                                   \
         s10 = __smlad(a1o, b0o, __smlad(a1e, b0e, s10));                                   \
+        s01 = __smlad(a0o, b1o, __smlad(a0e, b1e, s01));                                   \
         s11 = __smlad(a1o, b1o, __smlad(a1e, b1e, s11));                                   \
     }
 
 #define SMLAD_STEP1(XA, XB)                                                                \
-    for (kk = (size_t)d->k4; kk != 0; kk--, pa0 += 4, pb0 += bstep, pb1 += bstep) {        \
-        const uint32_t wa0 = load4(pa0), wb0 = load4(pb0), wb1 = load4(pb1);               \
+    for (; pa != pend; pa += 4, pb += bstep) {                                             \
+        const uint32_t wa0 = mlcc_load_u32(pa), wb0 = mlcc_load_u32(pb);                   \
+        const uint32_t wb1 = mlcc_load_u32(pb + db);                                       \
         const int16x2_t a0e = XA##_even(wa0), a0o = XA##_odd(wa0);                         \
         const int16x2_t b0e = XB##_even(wb0), b0o = XB##_odd(wb0);                         \
         const int16x2_t b1e = XB##_even(wb1), b1o = XB##_odd(wb1);                         \
@@ -320,7 +286,6 @@ static void qgemm_smlad(const mlcc_qgemm_desc *d, const uint8_t *a, const uint8_
                         const mlcc_requant *rq, const mlcc_qchannels *ch, void *y) {
     const size_t bstep = (size_t)d->n * 4;     /* 32-bit steps in the k loop */
     int64_t i0, j0, r, j;
-    size_t kk;
     for (j0 = 0; j0 < d->n; j0 += QNR) {
         const int64_t nr = d->n - j0 < QNR ? d->n - j0 : QNR;
         for (i0 = 0; i0 < d->m; i0 += QMR) {
@@ -330,9 +295,11 @@ static void qgemm_smlad(const mlcc_qgemm_desc *d, const uint8_t *a, const uint8_
                 const uint8_t *a0 = a + (i0 + r) * d->lda;
                 const uint8_t *a1 = r + 1 < mr ? a0 + d->lda : a0;
                 for (j = 0; j < nr; j += 2) {
-                    const uint8_t *b0 = b + (j0 + j) * 4;
-                    const uint8_t *b1 = j + 1 < nr ? b0 + 4 : b0;
-                    const uint8_t *pa0 = a0, *pa1 = a1, *pb0 = b0, *pb1 = b1;
+                    /* one pointer per operand, the second row / column at a fixed
+                     * distance: fewer live registers in the k loop (the M4 spilled) */
+                    const uint8_t *pa = a0, *pend = a0 + 4 * d->k4;
+                    const uint8_t *pb = b + (j0 + j) * 4;
+                    const ptrdiff_t da = a1 - a0, db = j + 1 < nr ? 4 : 0;
                     int32_t s00 = 0, s01 = 0, s10 = 0, s11 = 0;
                     if (r + 1 == mr && d->a_signed) {
                         SMLAD_STEP1(sxtb16, uxtb16)

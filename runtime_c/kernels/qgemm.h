@@ -26,6 +26,53 @@
 
 #include "mlcc_kernel.h"
 
+/* gemmlowp's SaturatingRoundingDoublingHighMul: (ab + nudge) / 2^31 rounded toward zero,
+ * nudge 2^30 for ab >= 0 and 1 - 2^30 below, which is floor((ab + 2^30) / 2^31) for every ab
+ * (for ab < 0: trunc(v / 2^31) = floor((v + 2^31 - 1) / 2^31) with v = ab + 1 - 2^30 < 0):
+ * one arithmetic shift, not a 64-bit division (a long multiply, add and shift on 32-bit
+ * cores, where the requantization had cost as much as the products). */
+static inline int32_t mlcc_srdhm(int32_t a, int32_t b) {
+    if (a == INT32_MIN && b == INT32_MIN) return INT32_MAX;
+    return (int32_t)(((int64_t)a * (int64_t)b + ((int64_t)1 << 30)) >> 31);
+}
+
+/* gemmlowp's RoundingDivideByPOT (round half away from zero). */
+static inline int32_t mlcc_rdbpot(int32_t x, int32_t e) {
+    const int32_t mask = (int32_t)(((int64_t)1 << e) - 1);
+    const int32_t remainder = x & mask;
+    const int32_t threshold = (mask >> 1) + (x < 0 ? 1 : 0);
+    return (x >> e) + (remainder > threshold ? 1 : 0);
+}
+
+/* TFLite's MultiplyByQuantizedMultiplier (the fixed requantization of qgemm.h, also the
+ * int8 element-wise kernels' of qelem.c). */
+static inline int32_t mlcc_mbqm(int32_t acc, int32_t mult, int32_t shift) {
+    if (shift > 0) {        /* a left shift first, saturated (multipliers of 1 and more) */
+        int64_t v = (int64_t)acc * ((int64_t)1 << shift);
+        if (v > INT32_MAX) v = INT32_MAX;
+        if (v < INT32_MIN) v = INT32_MIN;
+        acc = (int32_t)v;
+    }
+    return mlcc_rdbpot(mlcc_srdhm(acc, mult), shift < 0 ? -shift : 0);
+}
+
+/* Cores with the DSP extension (Cortex-M4, M7, M55): SMLAD, two 16-bit multiply-accumulates
+ * in one instruction, in qgemm.c's GEMM and qconv.c's depthwise convolution (-DMLCC_NO_SMLAD:
+ * the portable loops, for comparison). */
+#if defined(__ARM_FEATURE_DSP) && defined(__ARM_FEATURE_SIMD32) && !defined(MLCC_NO_SMLAD)
+#include <arm_acle.h>
+#define MLCC_SMLAD 1
+#else
+#define MLCC_SMLAD 0
+#endif
+
+/* 4 bytes as one word, at any alignment (the SMLAD paths' loads). */
+static inline uint32_t mlcc_load_u32(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
 enum mlcc_qout_kind { MLCC_QOUT_U8 = 0, MLCC_QOUT_F32 = 1, MLCC_QOUT_S32 = 2 };
 enum mlcc_requant_mode { MLCC_REQUANT_FLOAT = 0, MLCC_REQUANT_FIXED = 1 };
 
