@@ -166,17 +166,20 @@ def fixed_model(path: Path, shapes: dict, out: Path) -> Path:
     return out
 
 
-def ort_int8(model: Path, calib: Path, method: str, out: Path) -> Path:
+def ort_int8(model: Path, calib: Path, method: str, out: Path,
+             op_types: tuple[str, ...] = ()) -> Path:
     """onnxruntime's quantize_static, in a child process (it loads and runs models of its own;
     this keeps its memory out of the measurements). calib: an .npz with one array per model
-    input, first axis = samples."""
+    input, first axis = samples; op_types: the operator types it quantizes (default: all it
+    can)."""
     import subprocess
     subprocess.run([sys.executable, __file__, "--ort-quantize", str(model), str(calib),
-                    method, str(out)], check=True, stdout=sys.stderr)
+                    method, str(out), ",".join(op_types)], check=True, stdout=sys.stderr)
     return out
 
 
-def _ort_int8(model: Path, calib_path: Path, method: str, out: Path) -> Path:
+def _ort_int8(model: Path, calib_path: Path, method: str, out: Path,
+              op_types: tuple[str, ...] = ()) -> Path:
     with np.load(calib_path) as z:
         calib = {k: z[k] for k in z.files}
     count = len(next(iter(calib.values())))
@@ -195,7 +198,8 @@ def _ort_int8(model: Path, calib_path: Path, method: str, out: Path) -> Path:
                "percentile": CalibrationMethod.Percentile}
     quantize_static(str(model), str(out), Reader(), quant_format=QuantFormat.QDQ,
                     per_channel=True, activation_type=QuantType.QUInt8,
-                    weight_type=QuantType.QInt8, calibrate_method=methods[method])
+                    weight_type=QuantType.QInt8, calibrate_method=methods[method],
+                    op_types_to_quantize=list(op_types) or None)
     return out
 
 
@@ -329,7 +333,8 @@ def bench_variants(name: str, calibrator: str, ort_calibrator: str, variants: li
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--ort-quantize"]:
-        _ort_int8(Path(argv[1]), Path(argv[2]), argv[3], Path(argv[4]))
+        _ort_int8(Path(argv[1]), Path(argv[2]), argv[3], Path(argv[4]),
+                  tuple(o for o in (argv[5] if len(argv) > 5 else "").split(",") if o))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", help=f"default: {', '.join(MODELS)} (with "

@@ -193,7 +193,8 @@ TASKS = {"digits_cnn": digits_task,
          "minilm": minilm_task}
 
 
-def compare(name: str, tmp: Path, runs: int, methods: tuple[str, ...]) -> str:
+def compare(name: str, tmp: Path, runs: int, methods: tuple[str, ...],
+            op_types: tuple[str, ...] = ()) -> str:
     import mlcc
     from mlcc import api
 
@@ -231,7 +232,7 @@ def compare(name: str, tmp: Path, runs: int, methods: tuple[str, ...]) -> str:
                         else "calib.npz")
         t0 = time.perf_counter()
         try:
-            q = bq.ort_int8(task.model, calib, method, work / f"ort_{method}.onnx")
+            q = bq.ort_int8(task.model, calib, method, work / f"ort_{method}.onnx", op_types)
         except subprocess.CalledProcessError as exc:
             say(f"onnxruntime quantize_static {method} failed ({exc})")
             ort_scores[method] = (-np.inf, "failed (its error is in the log)")
@@ -267,6 +268,9 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=20, help="latency runs per engine")
     ap.add_argument("--ort-methods", default=",".join(ORT_METHODS),
                     help="onnxruntime calibrators to try (the best one is compared)")
+    ap.add_argument("--ort-op-types", default="",
+                    help="comma-separated operator types onnxruntime quantizes (e.g. MatMul; "
+                         "default: every type it can)")
     args = ap.parse_args(argv)
     for name in args.models:
         if name not in TASKS:
@@ -282,7 +286,8 @@ def main(argv=None) -> int:
             "|---|---|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|"]
     with tempfile.TemporaryDirectory(prefix="mlcc-compare-ort-") as tmp:
         for name in args.models or list(TASKS):
-            rows.append(compare(name, Path(tmp), args.runs, methods))
+            rows.append(compare(name, Path(tmp), args.runs, methods,
+                                tuple(o for o in args.ort_op_types.split(",") if o)))
             print(rows[-1], file=sys.stderr, flush=True)
     print(f"x86-native, 1 thread; load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
     print("\n".join(rows))
