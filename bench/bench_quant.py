@@ -166,33 +166,40 @@ def fixed_model(path: Path, shapes: dict, out: Path) -> Path:
     return out
 
 
-def ort_int8(model: Path, name: str, calib: Path, method: str, out: Path) -> Path:
+def ort_int8(model: Path, calib: Path, method: str, out: Path,
+             op_types: tuple[str, ...] = ()) -> Path:
     """onnxruntime's quantize_static, in a child process (it loads and runs models of its own;
-    this keeps its memory out of the measurements)."""
+    this keeps its memory out of the measurements). calib: an .npz with one array per model
+    input, first axis = samples; op_types: the operator types it quantizes (default: all it
+    can)."""
     import subprocess
-    subprocess.run([sys.executable, __file__, "--ort-quantize", str(model), name, str(calib),
-                    method, str(out)], check=True, stdout=sys.stderr)
+    subprocess.run([sys.executable, __file__, "--ort-quantize", str(model), str(calib),
+                    method, str(out), ",".join(op_types)], check=True, stdout=sys.stderr)
     return out
 
 
-def _ort_int8(model: Path, name: str, calib_path: Path, method: str, out: Path) -> Path:
-    calib = np.load(calib_path)[name]
+def _ort_int8(model: Path, calib_path: Path, method: str, out: Path,
+              op_types: tuple[str, ...] = ()) -> Path:
+    with np.load(calib_path) as z:
+        calib = {k: z[k] for k in z.files}
+    count = len(next(iter(calib.values())))
     from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat,
                                           QuantType, quantize_static)
 
     class Reader(CalibrationDataReader):
         def __init__(self):
-            self.it = iter(calib)
+            self.it = iter(range(count))
 
         def get_next(self):
-            x = next(self.it, None)
-            return None if x is None else {name: x}
+            i = next(self.it, None)
+            return None if i is None else {k: v[i] for k, v in calib.items()}
 
     methods = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
                "percentile": CalibrationMethod.Percentile}
     quantize_static(str(model), str(out), Reader(), quant_format=QuantFormat.QDQ,
                     per_channel=True, activation_type=QuantType.QUInt8,
-                    weight_type=QuantType.QInt8, calibrate_method=methods[method])
+                    weight_type=QuantType.QInt8, calibrate_method=methods[method],
+                    op_types_to_quantize=list(op_types) or None)
     return out
 
 
@@ -206,7 +213,7 @@ def session(path: Path):
 
 
 def bench(name: str, calibrator: str, ort_calibrator: str, runs: int, tmp: Path,
-          smooth: float | None = None, min_sqnr: float | None = None) -> str:
+          smooth: float | str | None = "auto", min_sqnr: float | None = None) -> str:
     import mlcc
     from mlcc import api
 
@@ -225,7 +232,7 @@ def bench(name: str, calibrator: str, ort_calibrator: str, runs: int, tmp: Path,
     api.compile(fixed, work / "float", target="x86-native")
     say(f"mlcc int8 compiled in {t_compile:.1f} s")
     t0 = time.perf_counter()
-    ort_q = ort_int8(fixed, inp, work / "calib.npz", ort_calibrator, work / "ort_int8.onnx")
+    ort_q = ort_int8(fixed, work / "calib.npz", ort_calibrator, work / "ort_int8.onnx")
     say(f"onnxruntime quantize_static in {time.perf_counter() - t0:.1f} s")
     f_sess, q_sess = session(fixed), session(ort_q)
     mq, mf = mlcc.load(work / "int8"), mlcc.load(work / "float")
@@ -245,7 +252,7 @@ def bench(name: str, calibrator: str, ort_calibrator: str, runs: int, tmp: Path,
     q = res.manifest["quantization"]
     fsize = (work / "float" / "weights.bin").stat().st_size
     qsize = (work / "int8" / "weights.bin").stat().st_size
-    mode = calibrator + (f" smooth {smooth:g}" if smooth is not None else "") + \
+    mode = calibrator + (f" smooth {smooth}" if smooth != "auto" else "") + \
         (f" min-sqnr {min_sqnr:g}" if min_sqnr is not None else "")
     return (f"| {name} | {mode} / {ort_calibrator} | {len(calib)} | {len(test)} | "
             f"{sqnr(ref, got_mlcc):.1f} | {sqnr(ref, got_ort):.1f} | "
@@ -299,8 +306,7 @@ def bench_variants(name: str, calibrator: str, ort_calibrator: str, variants: li
             return f"{db:.1f} | "
         acc = np.mean([np.argmax(g[0]) == y for g, y in zip(got, labels)])
         return f"{db:.1f} | {100 * acc:.2f}%"
-    ort_q = session(ort_int8(fixed, inp, work / "calib.npz", ort_calibrator,
-                             work / "ort_int8.onnx"))
+    ort_q = session(ort_int8(fixed, work / "calib.npz", ort_calibrator, work / "ort_int8.onnx"))
     ort_score = score([ort_q.run(outs, {inp: x}) for x in test])
     rows = []
     for k, spec in enumerate(variants):
@@ -327,7 +333,8 @@ def bench_variants(name: str, calibrator: str, ort_calibrator: str, variants: li
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--ort-quantize"]:
-        _ort_int8(Path(argv[1]), argv[2], Path(argv[3]), argv[4], Path(argv[5]))
+        _ort_int8(Path(argv[1]), Path(argv[2]), argv[3], Path(argv[4]),
+                  tuple(o for o in (argv[5] if len(argv) > 5 else "").split(",") if o))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", help=f"default: {', '.join(MODELS)} (with "
@@ -337,7 +344,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ort-calibrator", default="minmax",
                     choices=["minmax", "percentile", "entropy"])
     ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument("--smooth", type=float, default=None, help="mlcc --smooth ALPHA")
+    ap.add_argument("--smooth", default="auto", help="mlcc --smooth auto|off|ALPHA")
     ap.add_argument("--min-sqnr", type=float, default=None, help="mlcc --min-sqnr DB")
     ap.add_argument("--variants", default=None,
                     help="compare mlcc options instead: comma-separated variants such as "
@@ -369,8 +376,10 @@ def main(argv=None) -> int:
             "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     with tempfile.TemporaryDirectory(prefix="mlcc-bench-quant-") as tmp:
         for name in args.models or list(MODELS):
+            smooth = args.smooth if args.smooth == "auto" else (
+                None if args.smooth == "off" else float(args.smooth))
             rows.append(bench(name, args.calibrator, args.ort_calibrator, args.runs, Path(tmp),
-                              args.smooth, args.min_sqnr))
+                              smooth, args.min_sqnr))
             print(rows[-1], file=sys.stderr)
     print("\n".join(rows))
     return 0

@@ -305,7 +305,7 @@ def main(argv=None) -> int:
             elif engine == "ort":
                 calib = tmp / ("calib_small.npz" if cal == "percentile" else "calib.npz")
                 ncal = args.ort_percentile_calib if cal == "percentile" else len(cx)
-                q = bq.ort_int8(fixed, "x", calib, cal, tmp / f"ort_{cal}.onnx")
+                q = bq.ort_int8(fixed, calib, cal, tmp / f"ort_{cal}.onnx")
                 preds = read_ort(q, ex, chars)
             elif engine == "mlcc":
                 if mf is None:

@@ -37,7 +37,8 @@ from .quant.export import export_qdq
 from .quant.bias_correction import ChannelMeans, watched
 from .quant.bias_correction import summary as bias_summary
 from .quant.equalize import equalize as equalize_graph
-from .quant.smooth import smooth, smoothable
+from .quant.smooth import AUTO as AUTO_SMOOTH
+from .quant.smooth import choose_alphas, sample_rows, smooth, smoothable
 from .quant.qdq import extract_qdq, has_qdq
 from .quant.report import ErrorStats, LayerRow, markdown
 from .runtime import ModelBase
@@ -93,8 +94,10 @@ class QuantizeConfig:
     eval_data: str | Path | None = None
     # progress_bar(label, done, total): the search's progress (the CLI draws it on a terminal)
     progress_bar: Callable[[str, int, int], None] | None = None
-    # SmoothQuant alpha for the float activations read by integer MatMuls (mlcc/quant/smooth.py)
-    smooth: float | None = None
+    # SmoothQuant for the float activations read by integer MatMuls (mlcc/quant/smooth.py):
+    # "auto" (per value, the alpha of least product error on the calibration data, or none),
+    # an alpha in [0, 1] for every such value, or None (off)
+    smooth: float | str | None = "auto"
     # groups to keep in float: node names of the optimized graph as the report names them,
     # shell-style patterns over them, or op:TYPE (mlcc/quant/sensitivity.select_nodes)
     keep_float: tuple[str, ...] = ()
@@ -315,8 +318,8 @@ def compile_command(model: str | Path, *, target: str = "x86", shapes: Shapes | 
             words += ["--metric", Path(q.metric).name]
         if q.eval_data is not None:
             words += ["--eval-data", Path(q.eval_data).name]
-        if q.smooth is not None:
-            words += ["--smooth", f"{q.smooth:g}"]
+        if q.smooth != AUTO_SMOOTH:
+            words += ["--smooth", "off" if q.smooth is None else f"{q.smooth:g}"]
         if q.equalize:
             words.append("--equalize-relu6" if q.equalize == "relu6" else "--equalize")
         if q.bias_correction:
@@ -503,9 +506,18 @@ def _option_lines(info: dict) -> list[str]:
     return lines
 
 
+def _alpha_summary(alphas: list[float]) -> str:
+    """'0.5 x3, 0.6 x1': how many smoothed values took each alpha."""
+    return ", ".join(f"{a:g} x{alphas.count(a)}" for a in sorted(set(alphas))) or "none"
+
+
 def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
               ) -> tuple[Graph, QuantResult, dict]:
     from .quant.sensitivity import select_nodes
+    if not (cfg.smooth is None or cfg.smooth == AUTO_SMOOTH or (
+            isinstance(cfg.smooth, (int, float)) and 0.0 <= cfg.smooth <= 1.0)):
+        raise InputError(f"smooth must be 'auto', None (off) or an alpha in [0, 1], not "
+                         f"{cfg.smooth!r}")
     keep, unmatched = select_nodes(g, cfg.keep_float)
     if unmatched:
         raise InputError(f"--keep-float: {', '.join(unmatched)} matches no node of the "
@@ -517,6 +529,8 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
     target = _mix_target(cfg)
     say = cfg.progress or (lambda text: None)
     ranges: dict = {}
+    alphas: dict | float = {}       # SmoothQuant's alpha per smoothed value (or one for all)
+    watch: frozenset = frozenset()  # the values SmoothQuant may smooth
     data = None
     if cfg.calibration is None:
         if qdq is None:
@@ -575,15 +589,25 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
             say(f"calibrated {len(ranges)} tensors on {data.count} samples in "
                 f"{time.perf_counter() - t0:.1f} s")
             if cfg.smooth is not None:
-                g, ranges, smoothed = smooth(g, ranges, cfg.smooth)
+                alphas = cfg.smooth
+                if cfg.smooth == AUTO_SMOOTH:      # 16 more float runs, where there is a value
+                    rows = sample_rows(data, run, sorted(watch)) if watch else {}
+                    alphas, _ = choose_alphas(g, ranges, rows, opts.per_channel,
+                                              cfg.calibrator, cfg.percentile)
+                g, ranges, smoothed = smooth(g, ranges, alphas)
                 if opts.input_means:    # the smoothed copy x * (1/s) has mean E[x] / s
                     m = dict(opts.input_means)
                     for n in g.nodes:
                         if n.name.endswith("/Smooth") and n.inputs[0] in m:
                             m[n.outputs[0]] = m[n.inputs[0]] * g.const(n.inputs[1])
                     opts = replace(opts, input_means=m)
-                say(f"smoothed (alpha {cfg.smooth:g}) the inputs of the integer MatMuls "
-                    f"reading {len(smoothed)} values")
+                if cfg.smooth != AUTO_SMOOTH:
+                    say(f"smoothed (alpha {cfg.smooth:g}) the inputs of the integer MatMuls "
+                        f"reading {len(smoothed)} values")
+                elif watch:
+                    chosen = sorted(alphas.values())
+                    say(f"smoothed (alpha auto: {_alpha_summary(chosen)}) the inputs of the "
+                        f"integer MatMuls reading {len(smoothed)} of {len(watch)} values")
             if target is not None:
                 opts, sens, timing = _mixed_search(g, ranges, opts, qdq, cfg, target, run,
                                                    Path(tmp), say)
@@ -610,8 +634,10 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
     if target is not None:
         info["mixed_precision"] = sens   # deterministic: scores and sizes, no latencies
         res.timing = timing
-    if cfg.smooth is not None:
+    if cfg.smooth is not None and (cfg.smooth != AUTO_SMOOTH or watch):
         info["smooth_alpha"] = cfg.smooth
+        if cfg.smooth == AUTO_SMOOTH:
+            info["smooth_alphas"] = dict(sorted(alphas.items()))
     if cfg.equalize:
         info["equalize"] = {"relu6": cfg.equalize == "relu6",
                             "pairs": [list(p) for p in eq.pairs],

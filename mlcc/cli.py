@@ -134,6 +134,22 @@ bind_option = click.option("--bind", "binds", multiple=True, metavar="NAME=V1,V2
 CALIBRATORS = ("auto", "minmax", "percentile", "entropy")
 
 
+class SmoothAlpha(click.ParamType):
+    """--smooth: auto, off or an alpha in [0, 1]."""
+    name = "auto|off|ALPHA"
+
+    def convert(self, value, param, ctx):
+        if value in ("auto", "off") or isinstance(value, float):
+            return value
+        try:
+            alpha = float(value)
+        except ValueError:
+            alpha = float("nan")
+        if not 0.0 <= alpha <= 1.0:
+            self.fail(f"{value!r} is not auto, off or a number in [0, 1]", param, ctx)
+        return alpha
+
+
 def quant_options(fn):
     """--quantize and its calibration options (compile and verify)."""
     opts = [
@@ -160,10 +176,10 @@ def quant_options(fn):
         click.option("--export-qdq", "export_qdq", default=None,
                      type=click.Path(dir_okay=False),
                      help="Also write the quantization as a QDQ ONNX model (for onnxruntime)."),
-        click.option("--smooth", default=None, type=click.FloatRange(0.0, 1.0),
-                     metavar="ALPHA",
+        click.option("--smooth", default=None, type=SmoothAlpha(), metavar="auto|off|ALPHA",
                      help="SmoothQuant: move activation outliers of the integer MatMuls' "
-                          "inputs into their weights (0.5 for transformers)."),
+                          "inputs into their weights; auto (the default) chooses alpha per "
+                          "input on the calibration data, off disables it."),
         click.option("--equalize", is_flag=True,
                      help="Cross-layer equalization of Conv -> Conv pairs before "
                           "calibration (exact: pairs through Relu6 are skipped)."),
@@ -197,7 +213,9 @@ def _quant_config(quantize, calibration, calibrator, percentile, per_channel, re
         return None
     return api.QuantizeConfig(calibration, calibrator=calibrator, percentile=percentile,
                               per_channel=per_channel, requant=requant, report=report,
-                              export_qdq=export_qdq, smooth=smooth,
+                              export_qdq=export_qdq,
+                              smooth="auto" if smooth is None else (None if smooth == "off"
+                                                                    else smooth),
                               equalize="relu6" if equalize_relu6 else bool(equalize),
                               bias_correction=bias_correction,
                               keep_float=tuple(p.strip() for item in keep_float

@@ -600,18 +600,15 @@ def test_matmul_with_fused_bias_keeps_its_bias(tmp_path):
     assert "mlcc_u8_fc(" in (tmp_path / "q" / "model.c").read_text()
 
 
-def test_smooth_moves_channel_ranges_into_the_weights(tmp_path):
-    """SmoothQuant's rewrite: x -> x * (1/s) read by both MatMuls (the Add still reads x), the
-    weights' rows multiplied by s, the function unchanged, and x/s's range derived from x's
-    per-channel ranges (channel k's range divided by s_k)."""
+def _layernorm_two_matmuls(tmp_path, rng, k: int, outlier: float = 1.0):
+    """x [1, 7, k] -> LayerNormalization n (its last channel's gamma times `outlier`) ->
+    MatMul by w1 [k, 5] and by w2 [k, 3], and n + x: the optimized graph, w1, w2 and the
+    model's path."""
     from mlcc.frontend import import_model
     from mlcc.passes import run_pipeline
-    from mlcc.quant.observers import Range
-    from mlcc.quant.smooth import smooth, smoothable
 
-    rng = np.random.default_rng(7)
-    k = 11
     gamma = rng.normal(1, 0.2, k).astype(np.float32)
+    gamma[-1] *= outlier
     w1 = rng.normal(0, 0.3, (k, 5)).astype(np.float32)
     w2 = rng.normal(0, 0.3, (k, 3)).astype(np.float32)
     nodes = [helper.make_node("LayerNormalization", ["x", "gamma"], ["n"], axis=-1),
@@ -626,7 +623,19 @@ def test_smooth_moves_channel_ranges_into_the_weights(tmp_path):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(tmp_path / "m.onnx"))
-    g = run_pipeline(import_model(tmp_path / "m.onnx"))
+    return run_pipeline(import_model(tmp_path / "m.onnx")), w1, w2, tmp_path / "m.onnx"
+
+
+def test_smooth_moves_channel_ranges_into_the_weights(tmp_path):
+    """SmoothQuant's rewrite: x -> x * (1/s) read by both MatMuls (the Add still reads x), the
+    weights' rows multiplied by s, the function unchanged, and x/s's range derived from x's
+    per-channel ranges (channel k's range divided by s_k)."""
+    from mlcc.quant.observers import Range
+    from mlcc.quant.smooth import smooth, smoothable
+
+    rng = np.random.default_rng(7)
+    k = 11
+    g, w1, w2, _ = _layernorm_two_matmuls(tmp_path, rng, k)
     assert smoothable(g) == ["n"]
     lo = -np.abs(rng.normal(0, 1, k)) * np.array([1] * 10 + [40])     # one outlier channel
     hi = np.abs(rng.normal(0, 1, k)) * np.array([1] * 10 + [40])
@@ -651,6 +660,82 @@ def test_smooth_moves_channel_ranges_into_the_weights(tmp_path):
     assert sranges[xs].hi == pytest.approx((hi * inv).max())
     # the outlier channel no longer dominates: the range shrinks relative to typical channels
     assert (hi * inv).max() / np.median(hi * inv) < hi.max() / np.median(hi)
+
+
+def test_smooth_auto_chooses_the_alpha_of_least_held_out_product_error(tmp_path):
+    """--smooth auto: each candidate's score is the error of the integer products of the graph
+    smooth() writes for that alpha (x * (1/s) at its derived range, the smoothed weights
+    quantized per column; "none": x at the calibrator's range, the original weights), with
+    the ranges calibrated on the even samples and the error measured on the odd ones, and the
+    other way round; the smallest wins. With one outlier channel 40x the others, smoothing
+    wins by a wide margin."""
+    from mlcc.quant.observers import Calibrator
+    from mlcc.quant.smooth import ALPHAS, _product_error, choose_alphas, smooth
+
+    rng = np.random.default_rng(11)
+    k = 11
+    g, w1, w2, _ = _layernorm_two_matmuls(tmp_path, rng, k)
+    parts = [rng.normal(0, 1, (16, k)).astype(np.float32) for _ in range(6)]
+    for x in parts:                 # a systematic outlier channel, as in LayerNorm outputs
+        x[:, -1] = x[:, -1] * 5 + 40
+
+    def calibrated(x):
+        cal = Calibrator("auto", channels=frozenset({"n"}))
+        cal.observe(0, {"n": x})
+        cal.observe(1, {"n": x})
+        return cal.ranges()
+
+    alphas, scores = choose_alphas(g, calibrated(np.concatenate(parts)), {"n": parts})
+    even, odd = np.concatenate(parts[0::2]), np.concatenate(parts[1::2])
+    want: dict = {}
+    for fit, held in ((even, odd), (odd, even)):
+        ranges = calibrated(fit)
+        refs = [held.astype(np.float64) @ w for w in (w1, w2)]
+        got = {"none": _product_error(held, ranges["n"].lo, ranges["n"].hi, [w1, w2], refs,
+                                      True)}
+        for a in ALPHAS:
+            sg, sranges, _ = smooth(g, ranges, a)
+            mul = next(n for n in sg.nodes if n.op_type == "Mul")
+            xs = mul.outputs[0]
+            got[f"{a:g}"] = _product_error(
+                held * sg.const(mul.inputs[1]), sranges[xs].lo, sranges[xs].hi,
+                [sg.const(n.inputs[1]) for n in sg.nodes if n.op_type == "MatMul"], refs, True)
+        want = {c: want.get(c, 0.0) + e for c, e in got.items()}
+    assert scores["n"] == pytest.approx(want, rel=1e-5)
+    best = min(want, key=want.get)
+    assert best != "none" and alphas == {"n": float(best)}
+    assert want[best] < want["none"] / 1.5
+    # only the values given: smooth() with {value: alpha} leaves the others alone
+    assert smooth(g, calibrated(even), {})[2] == []
+    assert smooth(g, calibrated(even), alphas)[2] == ["n"]
+
+
+def test_smooth_option_auto_off_and_alpha(tmp_path):
+    """The default (auto) records the alphas chosen in the manifest; --smooth off and an
+    alpha from the CLI; a bad value is a one-line error with exit code 2 (click's usage
+    error), not a traceback."""
+    rng = np.random.default_rng(5)
+    _, _, _, path = _layernorm_two_matmuls(tmp_path, rng, 11, outlier=30.0)
+    calib = tmp_path / "c.npz"
+    np.savez(calib, x=rng.normal(0, 1, (12, 1, 7, 11)).astype(np.float32))
+    res = api.compile(path, tmp_path / "auto", target="x86-native",
+                      quantize=api.QuantizeConfig(calib))
+    q = res.manifest["quantization"]
+    assert q["smooth_alpha"] == "auto" and set(q["smooth_alphas"]) == {"n"}
+    base = ["compile", str(path), "--quantize", "int8", "--calibration", str(calib)]
+    r = CliRunner().invoke(main, base + ["-o", str(tmp_path / "off"), "--smooth", "off"])
+    assert r.exit_code == 0, r.output
+    assert "smooth_alpha" not in json.loads((tmp_path / "off" / "manifest.json").read_text())[
+        "quantization"]
+    r = CliRunner().invoke(main, base + ["-o", str(tmp_path / "a"), "--smooth", "0.5"])
+    assert r.exit_code == 0 and "smoothed (alpha 0.5)" in r.output, r.output
+    for bad in ("2", "sometimes"):
+        r = CliRunner().invoke(main, base + ["-o", str(tmp_path / "b"), "--smooth", bad])
+        assert r.exit_code == 2 and "is not auto, off or a number in [0, 1]" in r.output
+        assert "Traceback" not in r.output
+    with pytest.raises(InputError, match="smooth must be"):
+        api.compile(path, tmp_path / "c", target="x86-native",
+                    quantize=api.QuantizeConfig(calib, smooth=1.5))
 
 
 def test_matmul_writes_float_where_its_uint8_form_would_only_be_dequantized(tmp_path):
