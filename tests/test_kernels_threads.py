@@ -15,14 +15,14 @@ from util import build_kernels, kernel_cdef
 CDEF = kernel_cdef("gemm.h", "attention.h")
 
 
-@pytest.fixture(scope="module", params=["x86-native", "scalar"])
-def lib(request, tmp_path_factory):
+def _threaded_lib(folder, build, sources, cdef, defines=()):
+    """The kernels built as one library with pools of 2, 3 and 5 threads: (ffi, lib, pools),
+    then (after the yield of the fixture that iterates it) the pools destroyed."""
     cffi = pytest.importorskip("cffi")
-    path = build_kernels(tmp_path_factory.mktemp(request.param) / "libthreads.so",
-                         request.param, ["kernels/gemm.c", "kernels/attention.c",
-                                         "src/mlcc_threadpool.c", "src/mlcc_runtime.c"])
+    path = build_kernels(folder / "libkernels.so", build,
+                         [*sources, "src/mlcc_threadpool.c", "src/mlcc_runtime.c"], defines)
     ffi = cffi.FFI()
-    ffi.cdef(CDEF)
+    ffi.cdef(cdef)
     dl = ffi.dlopen(str(path))
     pools = {}
     for n in (2, 3, 5):
@@ -32,6 +32,12 @@ def lib(request, tmp_path_factory):
     yield ffi, dl, pools
     for p in pools.values():
         dl.mlcc_threadpool_destroy(p)
+
+
+@pytest.fixture(scope="module", params=["x86-native", "scalar"])
+def lib(request, tmp_path_factory):
+    yield from _threaded_lib(tmp_path_factory.mktemp(request.param), request.param,
+                             ["kernels/gemm.c", "kernels/attention.c"], CDEF)
 
 
 def _f(ffi, a):
@@ -260,20 +266,8 @@ def test_pool_statistics_count_every_unit(tmp_path):
 
 @pytest.fixture(scope="module")
 def pool_lib(tmp_path_factory):
-    cffi = pytest.importorskip("cffi")
-    path = build_kernels(tmp_path_factory.mktemp("pool") / "libpool.so", "x86-native",
-                         ["kernels/pool.c", "src/mlcc_threadpool.c", "src/mlcc_runtime.c"])
-    ffi = cffi.FFI()
-    ffi.cdef(kernel_cdef("pool.h"))
-    dl = ffi.dlopen(str(path))
-    pools = {}
-    for n in (2, 3, 5):
-        p = ffi.new("mlcc_threadpool **")
-        assert dl.mlcc_threadpool_create(p, n) == 0
-        pools[n] = p[0]
-    yield ffi, dl, pools
-    for p in pools.values():
-        dl.mlcc_threadpool_destroy(p)
+    yield from _threaded_lib(tmp_path_factory.mktemp("pool"), "x86-native",
+                             ["kernels/pool.c"], kernel_cdef("pool.h"))
 
 
 @pytest.mark.parametrize("planes,h,w,k,s,pad", [
@@ -322,21 +316,8 @@ def test_pool2d_is_bit_identical_across_thread_counts(pool_lib, planes, h, w, k,
 
 @pytest.fixture(scope="module")
 def elementwise_lib(tmp_path_factory):
-    cffi = pytest.importorskip("cffi")
-    path = build_kernels(tmp_path_factory.mktemp("elementwise") / "libew.so", "x86-native",
-                         ["kernels/elementwise.c", "src/mlcc_threadpool.c", "src/mlcc_runtime.c"],
-                         defines=["-DMLCC_MIN_PARALLEL_ELEMENTS=0"])
-    ffi = cffi.FFI()
-    ffi.cdef(kernel_cdef("elementwise.h"))
-    dl = ffi.dlopen(str(path))
-    pools = {}
-    for n in (2, 3, 5):
-        p = ffi.new("mlcc_threadpool **")
-        assert dl.mlcc_threadpool_create(p, n) == 0
-        pools[n] = p[0]
-    yield ffi, dl, pools
-    for p in pools.values():
-        dl.mlcc_threadpool_destroy(p)
+    yield from _threaded_lib(tmp_path_factory.mktemp("elementwise"), "x86-native",
+                             ["kernels/elementwise.c"], kernel_cdef("elementwise.h"), defines=["-DMLCC_MIN_PARALLEL_ELEMENTS=0"])
 
 
 @pytest.mark.parametrize("a_shape,b_shape", [
@@ -403,21 +384,8 @@ def test_unary_is_bit_identical_across_thread_counts(elementwise_lib, n, op):
 
 @pytest.fixture(scope="module")
 def copy_lib(tmp_path_factory):
-    cffi = pytest.importorskip("cffi")
-    path = build_kernels(tmp_path_factory.mktemp("copy") / "libcopy.so", "x86-native",
-                         ["kernels/copy.c", "src/mlcc_threadpool.c", "src/mlcc_runtime.c"],
-                         defines=["-DMLCC_MIN_PARALLEL_ELEMENTS=0"])
-    ffi = cffi.FFI()
-    ffi.cdef(kernel_cdef("copy.h"))
-    dl = ffi.dlopen(str(path))
-    pools = {}
-    for n in (2, 3, 5):
-        p = ffi.new("mlcc_threadpool **")
-        assert dl.mlcc_threadpool_create(p, n) == 0
-        pools[n] = p[0]
-    yield ffi, dl, pools
-    for p in pools.values():
-        dl.mlcc_threadpool_destroy(p)
+    yield from _threaded_lib(tmp_path_factory.mktemp("copy"), "x86-native",
+                             ["kernels/copy.c"], kernel_cdef("copy.h"), defines=["-DMLCC_MIN_PARALLEL_ELEMENTS=0"])
 
 
 @pytest.mark.parametrize("shape,perm,dtype", [
