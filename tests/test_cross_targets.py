@@ -109,6 +109,19 @@ def test_rotary_embedding(tmp_path, target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_onnx_attention(tmp_path, target):
+    """The fused kernel's grouped heads, value heads of another size, softcap, a broadcast
+    bool mask with a fully-masked row, causal over a past (3-D layout), present outputs."""
+    from test_ops_attention import check, qkv
+    feeds = qkv(2, 6, 2, 5, 5, 4, dv=3, layout=3, past=2)
+    mask = np.random.default_rng(5).random((2, 1, 5, 7)) > 0.3
+    mask[1, 0, 2] = False
+    feeds["attn_mask"] = mask
+    check(tmp_path, feeds, n_outputs=3, target=target, is_causal=1, softcap=2.0,
+          q_num_heads=6, kv_num_heads=2)
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_det(tmp_path, target):
     check_node("Det", {"x": rand(2, 3, 7, 7)}, tmp_path=tmp_path, target=target, opset=11)
 
