@@ -122,6 +122,22 @@ def test_onnx_attention(tmp_path, target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_tensor_scatter(tmp_path, target):
+    """Circular (negative and wrapping indices) and linear, and a linear write past the end as
+    a status."""
+    feeds = {"past": rand(3, 2, 7, 4), "update": rand(3, 2, 3, 4, seed=1),
+             "w": np.array([6, -2, 15], np.int64)}
+    nodes = [helper.make_node("TensorScatter", ["past", "update", "w"], ["c"], mode="circular"),
+             helper.make_node("TensorScatter", ["past", "update"], ["l"])]
+    check_model(make_model(nodes, feeds, ["c", "l"], opset=24), feeds, tmp_path, target=target)
+    feeds["w"] = np.array([0, 5, 1], np.int64)
+    model = make_model([helper.make_node("TensorScatter", ["past", "update", "w"], ["y"])],
+                       feeds, ["y"], opset=24)
+    with pytest.raises(RuntimeStatusError, match="out of range"):
+        compile_and_run(model, feeds, tmp_path / "status", target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_det(tmp_path, target):
     check_node("Det", {"x": rand(2, 3, 7, 7)}, tmp_path=tmp_path, target=target, opset=11)
 
