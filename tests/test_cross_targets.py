@@ -138,6 +138,26 @@ def test_tensor_scatter(tmp_path, target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_linear_attention_and_causal_conv(tmp_path, target):
+    """The gated-delta recurrence with grouped heads and a past state; the causal convolution
+    with its carried state and SiLU."""
+    rng = np.random.default_rng(0)
+    key = rng.standard_normal((2, 5, 2, 3))
+    key /= np.linalg.norm(key, axis=-1, keepdims=True)
+    feeds = {"q": rand(2, 5, 12), "k": key.reshape(2, 5, 6).astype(np.float32),
+             "v": rand(2, 5, 8, seed=2), "past": rand(2, 2, 3, 4, seed=3),
+             "decay": rand(2, 5, 2, seed=4, low=-1.0, high=0.0),
+             "beta": rand(2, 5, 2, seed=5, low=0.1, high=0.9),
+             "x": rand(2, 5, 7, seed=6), "w": rand(5, 1, 4, seed=7), "state": rand(2, 5, 3)}
+    nodes = [helper.make_node("LinearAttention", ["q", "k", "v", "past", "decay", "beta"],
+                              ["y", "present"], q_num_heads=4, kv_num_heads=2),
+             helper.make_node("CausalConvWithState", ["x", "w", "", "state"], ["c", "cs"],
+                              activation="silu")]
+    model = make_model(nodes, feeds, ["y", "present", "c", "cs"], opset=27)
+    check_model(model, feeds, tmp_path, target=target, reference="onnx")
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_det(tmp_path, target):
     check_node("Det", {"x": rand(2, 3, 7, 7)}, tmp_path=tmp_path, target=target, opset=11)
 
