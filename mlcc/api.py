@@ -874,8 +874,10 @@ def compare(name: str, got: np.ndarray, ref: np.ndarray) -> OutputCheck:
     if got.shape != ref.shape:
         return OutputCheck(name, math.inf, tol, None, False)
     if got.dtype.kind in "fc":
-        both_nan = np.isnan(got) & np.isnan(ref)
-        diff = np.where(both_nan, 0.0, np.abs(got.astype(np.float64) - ref.astype(np.float64)))
+        # NaN where both are NaN, and equal infinities (inf - inf is NaN), are no error
+        same = (np.isnan(got) & np.isnan(ref)) | (got == ref)
+        with np.errstate(invalid="ignore"):
+            diff = np.where(same, 0.0, np.abs(got.astype(np.float64) - ref.astype(np.float64)))
         err = float(np.nanmax(np.where(np.isnan(diff), np.inf, diff))) if diff.size else 0.0
     else:
         err = float(np.max(np.abs(got.astype(np.int64) - ref.astype(np.int64)))) if got.size else 0.0

@@ -109,6 +109,55 @@ def test_rotary_embedding(tmp_path, target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_onnx_attention(tmp_path, target):
+    """The fused kernel's grouped heads, value heads of another size, softcap, a broadcast
+    bool mask with a fully-masked row, causal over a past (3-D layout), present outputs."""
+    from test_ops_attention import check, qkv
+    feeds = qkv(2, 6, 2, 5, 5, 4, dv=3, layout=3, past=2)
+    mask = np.random.default_rng(5).random((2, 1, 5, 7)) > 0.3
+    mask[1, 0, 2] = False
+    feeds["attn_mask"] = mask
+    check(tmp_path, feeds, n_outputs=3, target=target, is_causal=1, softcap=2.0,
+          q_num_heads=6, kv_num_heads=2)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_tensor_scatter(tmp_path, target):
+    """Circular (negative and wrapping indices) and linear, and a linear write past the end as
+    a status."""
+    feeds = {"past": rand(3, 2, 7, 4), "update": rand(3, 2, 3, 4, seed=1),
+             "w": np.array([6, -2, 15], np.int64)}
+    nodes = [helper.make_node("TensorScatter", ["past", "update", "w"], ["c"], mode="circular"),
+             helper.make_node("TensorScatter", ["past", "update"], ["l"])]
+    check_model(make_model(nodes, feeds, ["c", "l"], opset=24), feeds, tmp_path, target=target)
+    feeds["w"] = np.array([0, 5, 1], np.int64)
+    model = make_model([helper.make_node("TensorScatter", ["past", "update", "w"], ["y"])],
+                       feeds, ["y"], opset=24)
+    with pytest.raises(RuntimeStatusError, match="out of range"):
+        compile_and_run(model, feeds, tmp_path / "status", target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_linear_attention_and_causal_conv(tmp_path, target):
+    """The gated-delta recurrence with grouped heads and a past state; the causal convolution
+    with its carried state and SiLU."""
+    rng = np.random.default_rng(0)
+    key = rng.standard_normal((2, 5, 2, 3))
+    key /= np.linalg.norm(key, axis=-1, keepdims=True)
+    feeds = {"q": rand(2, 5, 12), "k": key.reshape(2, 5, 6).astype(np.float32),
+             "v": rand(2, 5, 8, seed=2), "past": rand(2, 2, 3, 4, seed=3),
+             "decay": rand(2, 5, 2, seed=4, low=-1.0, high=0.0),
+             "beta": rand(2, 5, 2, seed=5, low=0.1, high=0.9),
+             "x": rand(2, 5, 7, seed=6), "w": rand(5, 1, 4, seed=7), "state": rand(2, 5, 3)}
+    nodes = [helper.make_node("LinearAttention", ["q", "k", "v", "past", "decay", "beta"],
+                              ["y", "present"], q_num_heads=4, kv_num_heads=2),
+             helper.make_node("CausalConvWithState", ["x", "w", "", "state"], ["c", "cs"],
+                              activation="silu")]
+    model = make_model(nodes, feeds, ["y", "present", "c", "cs"], opset=27)
+    check_model(model, feeds, tmp_path, target=target, reference="onnx")
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_det(tmp_path, target):
     check_node("Det", {"x": rand(2, 3, 7, 7)}, tmp_path=tmp_path, target=target, opset=11)
 

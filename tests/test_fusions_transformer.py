@@ -315,7 +315,6 @@ def test_attention_kernel_against_numpy_with_and_without_vectors(tmp_path):
     the 16-column padding, d = 1 vector, a tail, one row, ROWS + 1 rows), built with vectors
     (x86-native width) and as the scalar fallback other compilers get (mlcc_kernel.h with its
     vector branch disabled)."""
-    import ctypes
     import subprocess
     from mlcc import resources
     kernels = resources.runtime_c()
@@ -326,10 +325,10 @@ def test_attention_kernel_against_numpy_with_and_without_vectors(tmp_path):
     (scalar / "mlcc_kernel.h").write_text(
         header.replace("#if defined(__GNUC__) || defined(__clang__)", "#if 0", 1))
 
-    class Params(ctypes.Structure):
-        _fields_ = ([(n, ctypes.c_int64) for n in ("batch", "heads", "sq", "sk", "d")]
-                    + [(n, ctypes.c_int64 * 4) for n in ("q", "k", "v", "mask", "out")]
-                    + [("scale", ctypes.c_float)])
+    import cffi
+    from util import kernel_cdef
+    ffi = cffi.FFI()
+    ffi.cdef(kernel_cdef("attention.h"))      # the struct as the header declares it
 
     # 64-byte vectors: AVX-512 here, split by the compiler into narrower ones on other CPUs
     builds = {"vector": ["-march=native", "-DMLCC_VECTOR_BYTES=64"], "scalar": [f"-I{scalar}"]}
@@ -341,7 +340,7 @@ def test_attention_kernel_against_numpy_with_and_without_vectors(tmp_path):
                         str(kernels / "src" / "mlcc_threadpool.c"),
                         str(kernels / "src" / "mlcc_runtime.c"), "-o", str(lib_path), "-lm"],
                        check=True)
-        lib = ctypes.CDLL(str(lib_path))
+        lib = ffi.dlopen(str(lib_path))
         for b, h, sq, sk, d, masked in [(1, 2, 7, 19, 5, True), (2, 3, 5, 16, 17, False),
                                         (1, 1, 1, 37, 16, True), (1, 2, 9, 1, 3, True)]:
             rng = np.random.default_rng(sq * 7 + d)
@@ -352,13 +351,16 @@ def test_attention_kernel_against_numpy_with_and_without_vectors(tmp_path):
             scratch = np.zeros((d + 4) * ((sk + 15) // 16 * 16), np.float32)
 
             def strides(a):
-                return (ctypes.c_int64 * 4)(*[s // 4 for s in a.strides])
-            p = Params(b, h, sq, sk, d, strides(q), strides(k), strides(v),
-                       (ctypes.c_int64 * 4)(sk, 0, 0, 1), strides(out), 0.37)
-            ptr = ctypes.c_void_p
-            lib.mlcc_f32_attention(ctypes.byref(p), ptr(q.ctypes.data), ptr(k.ctypes.data),
-                                   ptr(v.ctypes.data), ptr(mask.ctypes.data) if masked else None,
-                                   ptr(out.ctypes.data), ptr(scratch.ctypes.data), None)
+                return [s // 4 for s in a.strides]
+
+            def ptr(a):
+                return ffi.cast("float *", a.ctypes.data)
+            p = ffi.new("mlcc_attention_params *", dict(
+                batch=b, heads=h, sq=sq, sk=sk, d=d, dv=d, group=1, q_strides=strides(q),
+                k_strides=strides(k), v_strides=strides(v), mask_strides=[sk, 0, 0, 1],
+                out_strides=strides(out), scale=0.37, softcap=0.0))
+            lib.mlcc_f32_attention(p, ptr(q), ptr(k), ptr(v), ptr(mask) if masked else ffi.NULL,
+                                   ptr(out), ptr(scratch), ffi.NULL)
             s = np.einsum("bhic,bhjc->bhij", q.astype(np.float64), k) * np.float64(
                 np.float32(0.37)) + (mask if masked else 0)
             s = np.exp(s - s.max(-1, keepdims=True))

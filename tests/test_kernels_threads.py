@@ -194,22 +194,27 @@ def test_batched_gemm_is_bit_identical_across_thread_counts(lib):
         assert np.array_equal(run(pool), one), f"{n_threads} threads"
 
 
-@pytest.mark.parametrize("b,h,sq,sk,d", [
-    (1, 2, 7, 19, 5),      # 2 heads: each cut into 2 row ranges of 4-row tiles
-    (2, 3, 33, 16, 17),    # 6 pairs x 3 ranges, a partial last tile
-    (1, 1, 1, 37, 16),     # one row: one unit
-    (1, 20, 9, 5, 3),      # more pairs than units: one unit per pair
+@pytest.mark.parametrize("b,h,sq,sk,d,group,softcap", [
+    (1, 2, 7, 19, 5, 1, 0.0),      # 2 heads: each cut into 2 row ranges of 4-row tiles
+    (2, 3, 33, 16, 17, 1, 0.0),    # 6 pairs x 3 ranges, a partial last tile
+    (1, 1, 1, 37, 16, 1, 0.0),     # one row: one unit
+    (1, 20, 9, 5, 3, 1, 0.0),      # more pairs than units: one unit per pair
+    (2, 6, 9, 11, 4, 3, 1.5),      # 3 query heads per key/value head, softcap
 ])
-def test_attention_is_bit_identical_across_thread_counts(lib, b, h, sq, sk, d):
+def test_attention_is_bit_identical_across_thread_counts(lib, b, h, sq, sk, d, group,
+                                                         softcap):
     ffi, dl, pools = lib
     rng = np.random.default_rng(sq * 7 + d)
-    q, k, v = (rng.standard_normal((b, h, n, d)).astype(np.float32) for n in (sq, sk, sk))
+    q = rng.standard_normal((b, h, sq, d)).astype(np.float32)
+    k, v = (rng.standard_normal((b, h // group, sk, d)).astype(np.float32) for _ in "kv")
     mask = (rng.standard_normal((b, 1, 1, sk)) * 3).astype(np.float32)
     scratch = np.zeros(4 * (d + 4) * ((sk + 15) // 16 * 16), np.float32)   # 4 slices
     p = ffi.new("mlcc_attention_params *", dict(
-        batch=b, heads=h, sq=sq, sk=sk, d=d, q_strides=[s // 4 for s in q.strides],
+        batch=b, heads=h, sq=sq, sk=sk, d=d, dv=d, group=group,
+        q_strides=[s // 4 for s in q.strides],
         k_strides=[s // 4 for s in k.strides], v_strides=[s // 4 for s in v.strides],
-        mask_strides=[sk, 0, 0, 1], out_strides=[h * sq * d, sq * d, d, 1], scale=0.37))
+        mask_strides=[sk, 0, 0, 1], out_strides=[h * sq * d, sq * d, d, 1], scale=0.37,
+        softcap=softcap))
 
     def run(pool):
         out = np.full((b, h, sq, d), np.nan, np.float32)
@@ -218,9 +223,12 @@ def test_attention_is_bit_identical_across_thread_counts(lib, b, h, sq, sk, d):
         return out
 
     one = run(ffi.NULL)
-    s = np.einsum("bhic,bhjc->bhij", q.astype(np.float64), k) * np.float64(np.float32(0.37)) + mask
-    s = np.exp(s - s.max(-1, keepdims=True))
-    ref = np.einsum("bhij,bhjc->bhic", s / s.sum(-1, keepdims=True), v)
+    kq, vq = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)    # per query head
+    s = np.einsum("bhic,bhjc->bhij", q.astype(np.float64), kq) * np.float64(np.float32(0.37))
+    if softcap:
+        s = softcap * np.tanh(s / softcap)
+    s = np.exp(s + mask - (s + mask).max(-1, keepdims=True))
+    ref = np.einsum("bhij,bhjc->bhic", s / s.sum(-1, keepdims=True), vq)
     assert np.abs(one - ref).max() < 2e-6
     for n_threads, pool in pools.items():
         assert np.array_equal(run(pool), one), f"{n_threads} threads"

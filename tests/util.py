@@ -10,11 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import mlcc
 from mlcc import resources
 from mlcc.api import compare
+from mlcc.errors import MlccError
 
 _counter = itertools.count()
 RUNTIME = resources.runtime_c()
@@ -110,11 +112,15 @@ def make_model(nodes, inputs: dict[str, np.ndarray], outputs: list[str], *,
     return model
 
 
-def reference_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict:
-    """onnxruntime's outputs; onnx.reference where onnxruntime cannot run the model."""
+def reference_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
+                      reference: str = "onnxruntime") -> dict:
+    """onnxruntime's outputs; onnx.reference where onnxruntime cannot run the model, or
+    (reference="onnx") always: the implementation the ONNX node tests were made with."""
     import onnxruntime as ort
     names = [o.name for o in model.graph.output]
     try:
+        if reference == "onnx":
+            raise NotImplementedError
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
         sess = ort.InferenceSession(model.SerializeToString(), opts,
@@ -136,11 +142,12 @@ def compile_and_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray], tmp_pa
 
 
 def check_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], tmp_path: Path, *,
-                target: str = "x86", shapes=None, rtol_scale: float = 1.0) -> dict:
-    """Compiles and runs the model and asserts every output matches the reference within
-    mlcc's verify tolerance (1e-4 x max(1, max |ref|))."""
+                target: str = "x86", shapes=None, rtol_scale: float = 1.0,
+                reference: str = "onnxruntime") -> dict:
+    """Compiles and runs the model and asserts every output matches the reference
+    (reference_outputs) within mlcc's verify tolerance (1e-4 x max(1, max |ref|))."""
     got = compile_and_run(model, feeds, tmp_path, target=target, shapes=shapes)
-    ref = reference_outputs(model, feeds)
+    ref = reference_outputs(model, feeds, reference)
     for name, r in ref.items():
         r = np.asarray(r)
         g = got[name]
@@ -184,3 +191,23 @@ def arr(shape, dtype="float32", seed=0):
         return rng.random(shape) > 0.5
     info = np.iinfo(dtype)
     return rng.integers(max(info.min, -1000), min(info.max, 1000), shape).astype(dtype)
+
+
+def assert_refused(tmp_path: Path, node, feeds: dict[str, np.ndarray], opset: int,
+                   message: str, out_type: int = TensorProto.FLOAT) -> None:
+    """A one-node model (its outputs of type out_type and of the first input's rank, with
+    symbolic sizes: ONNX shape inference may refuse such a node too) that mlcc must refuse at
+    compile time with `message` and the node's name."""
+    rank = len(next(iter(feeds.values())).shape)
+    graph = helper.make_graph([node], "refused", [
+        helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+        for k, v in feeds.items()],
+        [helper.make_tensor_value_info(o, out_type, [f"{o}_{i}" for i in range(rank)])
+         for o in node.output])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9
+    path = Path(tmp_path) / "refused.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(MlccError, match=message) as e:
+        mlcc.compile(path, Path(tmp_path) / "refused")
+    assert repr(node.name) in str(e.value), str(e.value)

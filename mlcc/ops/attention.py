@@ -10,6 +10,11 @@ is how the Transposes around the heads of a BERT-style encoder disappear:
     v_strides  of V[b][h][j][c];  mask_strides of mask[b][h][i][j];  out_strides of out[b][h][i][c]
     out_shape  the shape of the value it writes (the last MatMul's or an absorbed Transpose's)
     scale      multiplies the scores before the mask is added
+    optional (ONNX Attention, ops/onnx_attention.py):
+    dv         the value heads' size (default d)
+    group      query heads per key/value head (default 1): K and V head h // group
+    softcap    softcap * tanh(scores / softcap) before the mask (default 0: none)
+A row whose mask is -inf at every key gives zeros (ONNX Attention's fully-masked rows).
 """
 from __future__ import annotations
 
@@ -36,7 +41,8 @@ def scratch_floats(sk: int, d: int) -> int:
 @register("Attention", domain=DOMAIN)
 class Attention(OpDef):
     attributes = {k: None for k in ("dims", "q_strides", "k_strides", "v_strides",
-                                     "mask_strides", "out_strides", "out_shape", "scale")}
+                                     "mask_strides", "out_strides", "out_shape", "scale",
+                                     "dv", "group", "softcap")}
 
     def check(self, node: Node) -> list[str]:
         # Only reached for nodes read from a model file: the pass's nodes are made after the
@@ -46,10 +52,11 @@ class Attention(OpDef):
     def infer(self, node, ins, g):
         require_dtype(node, [v for v in ins if v is not None], ["float32"])
         batch, heads, sq, _, d = node.attrs["dims"]
+        dv = node.attrs.get("dv", d)
         shape = tuple(node.attrs["out_shape"])
-        if batch * heads * sq * d != math.prod(shape):
+        if batch * heads * sq * dv != math.prod(shape):
             raise ModelError(f"attention output {list(shape)} does not hold "
-                             f"{batch}x{heads}x{sq}x{d} values")
+                             f"{batch}x{heads}x{sq}x{dv} values")
         return [("float32", shape)]
 
     def lower(self, node: Node, lo: Lowering) -> None:
@@ -57,11 +64,14 @@ class Attention(OpDef):
         lo.call("mlcc_f32_attention", list(node.inputs[:3]) + [node.input(3), node.outputs[0]],
                 [node.outputs[0]], params_type="mlcc_attention_params", params={
                     "batch": batch, "heads": heads, "sq": sq, "sk": sk, "d": d,
+                    "dv": as_dim(node.attrs.get("dv", d)),
+                    "group": int(node.attrs.get("group", 1)),
                     **{f"{w}_strides": [as_dim(s) for s in node.attrs[f"{w}_strides"]]
                        for w in ("q", "k", "v", "mask", "out")},
-                    "scale": float(node.attrs["scale"])},
+                    "scale": float(node.attrs["scale"]),
+                    "softcap": float(node.attrs.get("softcap", 0.0))},
                 scratch_bytes=4 * scratch_floats(sk, d), pool=True)
 
     def flops(self, node: Node, g: Graph) -> int:
         batch, heads, sq, sk, d = (as_dim(x) for x in node.attrs["dims"])
-        return batch * heads * sq * sk * (4 * d + 5)
+        return batch * heads * sq * sk * (2 * d + 2 * as_dim(node.attrs.get("dv", d)) + 5)

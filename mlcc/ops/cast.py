@@ -1,14 +1,15 @@
 """Cast and CastLike between every run-time type (common.C_DTYPES) and the storage-only types
 (common.STORAGE_DTYPES: bfloat16, float8, float8 e8m0, float4 e2m1, int4, uint4, int2, uint2),
 on one kernel, mlcc_cast (runtime_c/kernels/cast.h states the conversion rules). `saturate`
-concerns float8 targets and float8 e8m0, `round_mode` float8 e8m0. Strings are refused."""
+concerns float8 targets and float8 e8m0, `round_mode` float8 e8m0. Strings are refused.
+BitCast (opset 26) reinterprets the bits between types of the same width."""
 from __future__ import annotations
 
 import numpy as np
 from onnx import TensorProto, helper
 
 from ..errors import ModelError, UnsupportedError
-from ..ir import Enum, Lowering, Node
+from ..ir import PACKED_BITS, Enum, Lowering, Node
 from .common import IO_DTYPES, elementwise_dynamic, emit_plain_copy, require_dtype
 from .registry import OpDef, register
 
@@ -32,6 +33,14 @@ def onnx_type_to_dtype(to: int) -> str:
         raise UnsupportedError(f"casting to {name} is not supported{kind}; supported targets: "
                                f"{', '.join(RUNTIME_DTYPES)}")
     return dtype
+
+
+def target_dtype(node: Node, x) -> str:
+    """The dtype of Cast's or BitCast's `to`, for input value x (of a run-time type)."""
+    require_dtype(node, [x], RUNTIME_DTYPES)
+    if node.attr("to") is None:
+        raise ModelError(f"{node.op_type} needs a 'to' attribute")
+    return onnx_type_to_dtype(node.attr("to"))
 
 
 def round_mode(node: Node) -> str:
@@ -63,12 +72,9 @@ class Cast(OpDef):
         return elementwise_dynamic(node, ins, g)
 
     def infer(self, node, ins, g):
-        x = ins[0]
-        require_dtype(node, [x], RUNTIME_DTYPES)
-        if node.attr("to") is None:
-            raise ModelError("Cast needs a 'to' attribute")
+        to = target_dtype(node, ins[0])
         round_mode(node)
-        return [(onnx_type_to_dtype(node.attr("to")), x.shape)]
+        return [(to, ins[0].shape)]
 
     def lower(self, node: Node, lo: Lowering) -> None:
         emit_cast(lo, node.inputs[0], node.outputs[0], op=node.op_type,
@@ -94,3 +100,35 @@ class CastLike(OpDef):
     def lower(self, node: Node, lo: Lowering) -> None:
         emit_cast(lo, node.inputs[0], node.outputs[0], op=node.op_type,
                   saturate=node.attr("saturate", 1), mode=round_mode(node))
+
+
+def _bits(dtype: str) -> int:
+    return PACKED_BITS.get(dtype) or np.dtype(dtype).itemsize * 8
+
+
+@register("BitCast", since=26)
+class BitCast(OpDef):
+    """The same bits as another type of the same width (every run-time and storage type:
+    common.IO_DTYPES; strings and complex numbers have none): a view of the input's memory,
+    or a copy where the input is a graph input (its C pointer has the input's type) or either
+    is a graph output."""
+    attributes = {"to": None}
+
+    def dynamic(self, node, ins, g):
+        return elementwise_dynamic(node, ins, g)
+
+    def infer(self, node, ins, g):
+        x = ins[0]
+        to = target_dtype(node, x)
+        if _bits(to) != _bits(x.dtype):
+            raise ModelError(f"BitCast from {x.dtype} ({_bits(x.dtype)} bits) to {to} "
+                             f"({_bits(to)} bits): the widths must be equal")
+        return [(to, x.shape)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        src, dst = node.inputs[0], node.outputs[0]
+        g = lo.graph
+        if lo.program.root(src) in g.inputs or src in g.outputs or dst in g.outputs:
+            emit_plain_copy(lo, src, dst, op=node.op_type)
+        else:
+            lo.alias(dst, src)

@@ -28,7 +28,9 @@ DOMAIN = "com.microsoft"
 # opset versions the parts are written at (any version their OpDefs cover)
 _VERSIONS = {"Add": 14, "Mul": 14, "MatMul": 13, "Transpose": 13, "Reshape": 14, "Gather": 13,
              "ReduceSum": 13, "Gelu": 20, "LayerNormalization": 17, "RMSNormalization": 23,
-             "Less": 13, "Greater": 13, "Where": 16}
+             "Less": 13, "Greater": 13, "Where": 16, "Concat": 13, "And": 7, "Div": 14,
+             "Tanh": 13, "Softmax": 13, "ReduceMax": 13, "Equal": 13,
+             "Swish": 24, "Conv": 22}
 
 
 def part(name: str, op: str, inputs: list[str], outputs: list[str], **attrs) -> Node:

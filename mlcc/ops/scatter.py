@@ -8,8 +8,8 @@ import math
 import numpy as np
 
 from ..errors import ModelError, UnsupportedError
-from ..ir import Enum, Lowering, Node
-from .common import (C_DTYPES, MAX_RANK, check_elements_indices, const_input,
+from ..ir import PACKED_BITS, Enum, Lowering, Node
+from .common import (C_DTYPES, IO_DTYPES, MAX_RANK, check_elements_indices, const_input,
                      contiguous_strides, emit_plain_copy, norm_axis, require_dtype)
 from .registry import OpDef, register
 
@@ -166,6 +166,59 @@ class ScatterElements(_Scatter):
                         "reduction": Enum(REDUCTIONS[reduction]),
                         "axis_dim": out.shape[axis], "shape": list(idx.shape) + [1] * pad,
                         "y_strides": contiguous_strides(out.shape) + [0] * pad},
+                returns_status=True)
+
+
+@register("TensorScatter", since=24)
+class TensorScatter(OpDef):
+    """A KV-cache update: present = past_cache with `update`'s rows written along the sequence
+    axis at write_indices[batch] (0 without it; modulo max_sequence_length in circular mode):
+    a copy of the cache, then mlcc_tensor_scatter. Linear writes past the cache's end are a
+    run-time status (MLCC_ERR_INDEX_OUT_OF_RANGE); constant indices are checked here."""
+    attributes = {"mode": lambda v: _str(v) in ("linear", "circular"), "axis": None}
+
+    def _axis(self, node: Node, rank: int) -> int:
+        axis = norm_axis(int(node.attr("axis", -2)), rank)
+        if axis == 0:
+            raise ModelError("axis must not be 0 (the batch axis)")
+        return axis
+
+    def infer(self, node, ins, g):
+        past, upd = ins[:2]
+        require_dtype(node, [past, upd], [d for d in IO_DTYPES if d not in PACKED_BITS])
+        axis = self._axis(node, len(past.shape))
+        if len(upd.shape) != len(past.shape) or upd.shape[axis] > past.shape[axis] or any(
+                a != b for i, (a, b) in enumerate(zip(past.shape, upd.shape)) if i != axis):
+            raise ModelError(f"update {list(upd.shape)} does not fit past_cache "
+                             f"{list(past.shape)} along axis {axis}")
+        idx = ins[2] if len(ins) > 2 else None
+        if idx is not None:
+            if idx.dtype != "int64" or tuple(idx.shape) != (past.shape[0],):
+                raise ModelError(f"write_indices must be int64 [{past.shape[0]}], not "
+                                 f"{idx.dtype} {list(idx.shape)}")
+            const = g.const(idx.name)
+            if const is not None and _str(node.attr("mode", "linear")) == "linear" and (
+                    np.any(const < 0) or np.any(const + upd.shape[axis] > past.shape[axis])):
+                raise ModelError(f"write_indices {const.tolist()} + {upd.shape[axis]} rows do "
+                                 f"not fit the cache's {past.shape[axis]}")
+        return [(past.dtype, past.shape)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        past, upd, out = (lo.value(n) for n in (node.inputs[0], node.inputs[1],
+                                               node.outputs[0]))
+        if out.numel == 0:
+            return
+        axis = self._axis(node, len(past.shape))
+        emit_plain_copy(lo, past.name, out.name, op=node.op_type)
+        if upd.numel == 0:
+            return
+        lo.call("mlcc_tensor_scatter", [node.input(2), upd.name, out.name], [out.name],
+                params_type="mlcc_tensor_scatter_params", params={
+                    "batch": past.shape[0], "outer": math.prod(past.shape[:axis]),
+                    "max_seq": past.shape[axis], "seq": upd.shape[axis],
+                    "inner": math.prod(past.shape[axis + 1:]),
+                    "elem_size": np.dtype(past.dtype).itemsize,
+                    "circular": int(_str(node.attr("mode", "linear")) == "circular")},
                 returns_status=True)
 
 

@@ -52,13 +52,25 @@ static void scores_block(ptrdiff_t rows, ptrdiff_t d, ptrdiff_t skp, const float
 #endif
 }
 
-/* s[j] = softmax_j(s[j] * scale + m[j * mstride]) over j < sk (m NULL: no mask); s is skp
- * long and s[sk..skp) ends 0. */
-static void softmax_row(float *s, ptrdiff_t sk, ptrdiff_t skp, float scale, const float *m,
-                        ptrdiff_t mstride) {
+/* s[j] = softmax_j(cap(s[j] * scale) + m[j * mstride]) over j < sk (m NULL: no mask; cap:
+ * softcap * tanh(x / softcap), or x when softcap is 0); s is skp long and s[sk..skp) ends 0.
+ * A row whose mask is -inf at every key ends all 0. */
+static void softmax_row(float *s, ptrdiff_t sk, ptrdiff_t skp, float scale, float softcap,
+                        const float *m, ptrdiff_t mstride) {
     ptrdiff_t j;
     float mx, sum = 0.0f, inv;
-    if (m == NULL)
+    if (m != NULL) {
+        for (j = 0; j < sk && m[j * mstride] == -INFINITY; j++) {}
+        if (j == sk) {              /* no key may be attended: a zero row, not NaN */
+            for (j = 0; j < skp; j++) s[j] = 0.0f;
+            return;
+        }
+    }
+    if (softcap > 0.0f) {
+        for (j = 0; j < sk; j++) s[j] = softcap * tanhf(s[j] * scale / softcap);
+        if (m != NULL)
+            for (j = 0; j < sk; j++) s[j] += m[j * mstride];
+    } else if (m == NULL)
         for (j = 0; j < sk; j++) s[j] *= scale;
     else if (mstride == 1)
         for (j = 0; j < sk; j++) s[j] = s[j] * scale + m[j];
@@ -104,13 +116,14 @@ static void softmax_row(float *s, ptrdiff_t sk, ptrdiff_t skp, float scale, cons
 static void attention_rows(const mlcc_attention_params *p, const float *q, const float *k,
                            const float *v, const float *mask, float *out, float *scratch,
                            int64_t b, int64_t h, ptrdiff_t r0, ptrdiff_t r1) {
-    const ptrdiff_t sk = (ptrdiff_t)p->sk, d = (ptrdiff_t)p->d;
+    const ptrdiff_t sk = (ptrdiff_t)p->sk, d = (ptrdiff_t)p->d, dv = (ptrdiff_t)p->dv;
+    const int64_t g = h / p->group;     /* the key/value head of query head h */
     const ptrdiff_t skp = padded(sk);
     const int64_t *qs = p->q_strides, *ks = p->k_strides, *vs = p->v_strides;
     const int64_t *ms = p->mask_strides, *os = p->out_strides;
     float *kt = scratch, *scores = scratch + d * skp;
-    const float *kb = k + b * ks[0] + h * ks[1];
-    const float *vb = v + b * vs[0] + h * vs[1];
+    const float *kb = k + b * ks[0] + g * ks[1];
+    const float *vb = v + b * vs[0] + g * vs[1];
     ptrdiff_t i0, r, j, c;
 
     for (c = 0; c < d; c++) {
@@ -127,7 +140,7 @@ static void attention_rows(const mlcc_attention_params *p, const float *q, const
         }
         scores_block(rows, d, skp, qr, (ptrdiff_t)qs[3], kt, scores);
         for (r = 0; r < rows; r++)
-            softmax_row(scores + r * skp, sk, skp, p->scale,
+            softmax_row(scores + r * skp, sk, skp, p->scale, p->softcap,
                         mask ? mask + b * ms[0] + h * ms[1] + (i0 + r) * ms[2] : NULL,
                         (ptrdiff_t)ms[3]);
         c = 0;
@@ -136,7 +149,7 @@ static void attention_rows(const mlcc_attention_params *p, const float *q, const
             /* four rows share each load of a V row */
             const float *s0 = scores, *s1 = scores + skp, *s2 = scores + 2 * skp,
                         *s3 = scores + 3 * skp;
-            for (; c + MLCC_VF_LANES <= d; c += MLCC_VF_LANES) {
+            for (; c + MLCC_VF_LANES <= dv; c += MLCC_VF_LANES) {
                 mlcc_vf a0 = mlcc_vf_splat(0.0f), a1 = a0, a2 = a0, a3 = a0;
                 for (j = 0; j < sk; j++) {
                     const mlcc_vf vr = mlcc_vf_load(vb + j * vs[2] + c);
@@ -151,7 +164,7 @@ static void attention_rows(const mlcc_attention_params *p, const float *q, const
                 mlcc_vf_store(o[3] + c, a3);
             }
         } else if (vs[3] == 1 && os[3] == 1) {
-            for (; c + MLCC_VF_LANES <= d; c += MLCC_VF_LANES) {
+            for (; c + MLCC_VF_LANES <= dv; c += MLCC_VF_LANES) {
                 for (r = 0; r < rows; r++) {
                     const float *sr = scores + r * skp;
                     mlcc_vf acc = mlcc_vf_splat(0.0f);
@@ -162,7 +175,7 @@ static void attention_rows(const mlcc_attention_params *p, const float *q, const
             }
         }
 #endif
-        for (; c < d; c++) {
+        for (; c < dv; c++) {
             for (r = 0; r < rows; r++) {
                 const float *sr = scores + r * skp;
                 float acc = 0.0f;

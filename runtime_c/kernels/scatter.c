@@ -158,3 +158,26 @@ void mlcc_one_hot(const mlcc_one_hot_params *p, const void *indices, const void 
                        (size_t)es);
         }
 }
+
+int mlcc_tensor_scatter(const mlcc_tensor_scatter_params *p, const int64_t *write_indices,
+                        const void *update, void *y) {
+    const ptrdiff_t row = (ptrdiff_t)(p->inner * p->elem_size);
+    const int64_t per_batch = p->batch > 0 ? p->outer / p->batch : 0;
+    int64_t o, s;
+    if (p->seq <= 0 || p->max_seq <= 0) return MLCC_OK;     /* nothing to write */
+    if (write_indices != NULL && !p->circular) {
+        for (o = 0; o < p->batch; o++)
+            if (write_indices[o] < 0 || write_indices[o] > p->max_seq - p->seq)
+                return MLCC_ERR_INDEX_OUT_OF_RANGE;
+    }
+    for (o = 0; o < p->outer; o++) {
+        int64_t w = write_indices != NULL ? write_indices[o / per_batch] : 0;
+        if (p->circular) w = (w % p->max_seq + p->max_seq) % p->max_seq;   /* no overflow */
+        for (s = 0; s < p->seq; s++) {
+            const int64_t r = p->circular ? (w + s % p->max_seq) % p->max_seq : w + s;
+            memcpy((uint8_t *)y + (ptrdiff_t)(o * p->max_seq + r) * row,
+                   (const uint8_t *)update + (ptrdiff_t)(o * p->seq + s) * row, (size_t)row);
+        }
+    }
+    return MLCC_OK;
+}

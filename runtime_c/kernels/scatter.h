@@ -58,4 +58,17 @@ typedef struct mlcc_one_hot_params {
 void mlcc_one_hot(const mlcc_one_hot_params *p, const void *indices, const void *values,
                   void *y);
 
+/* TensorScatter on y (already holding past_cache; y and update contiguous, the sequence axis
+ * between `outer` leading rows and `inner` trailing elements of elem_size bytes): row s < seq
+ * of prefix o of update goes to row w + s of prefix o of y, w = write_indices[o / (outer /
+ * batch)] (0 when write_indices is NULL); circular: (w + s) modulo max_seq. In linear mode a
+ * row outside [0, max_seq) returns MLCC_ERR_INDEX_OUT_OF_RANGE before anything is written. */
+typedef struct mlcc_tensor_scatter_params {
+    int64_t batch, outer, max_seq, seq, inner;
+    int32_t elem_size, circular;
+} mlcc_tensor_scatter_params;
+
+int mlcc_tensor_scatter(const mlcc_tensor_scatter_params *p, const int64_t *write_indices,
+                        const void *update, void *y);
+
 #endif /* MLCC_SCATTER_H */
