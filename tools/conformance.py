@@ -155,8 +155,19 @@ def _read(folder: Path, kind: str) -> list[np.ndarray]:
 # (ops/common.py const_input; passes/control_flow.py for a Loop's inputs and an If's condition:
 # "must be a constant once shapes are static ... give its value with --bind NAME=...") or a
 # quantization parameter or integer weight (ops/quant.py: "'NAME' must be a constant").
-_CONST_INPUT = re.compile(r"must be a constant once shapes are static.*?--bind ([^=\s]+)="
-                          r"|'([^']+)'\)? must be a constant\b")
+# The first form is tried first: its message also names the computed value in the second
+# form's place ("(input 1, 'pads') must be a constant ... --bind shape=...").
+_CONST_INPUTS = (re.compile(r"must be a constant once shapes are static.*?--bind ([^=\s]+)="),
+                 re.compile(r"'([^']+)'\)? must be a constant\b"))
+
+
+def const_input_named(message: str) -> str | None:
+    """The graph input a refusal asks to bind, if it names one."""
+    for pattern in _CONST_INPUTS:
+        m = pattern.search(message)
+        if m:
+            return m.group(1)
+    return None
 
 
 class Result(NamedTuple):
@@ -195,8 +206,7 @@ def run_case(entry: dict, root: Path) -> Result:
                 lowered = tuple(sorted({(n.domain, n.op_type) for n in compiled.graph.nodes}))
                 break
             except UnsupportedError as exc:
-                m = _CONST_INPUT.search(exc.message)
-                bind_name = m and (m.group(1) or m.group(2))
+                bind_name = const_input_named(exc.message)
                 if bind_name and bind_name in feeds:
                     # Bind that input to the test's value (mlcc.compile(bind=...), --bind)
                     bound[bind_name] = feeds.pop(bind_name)
