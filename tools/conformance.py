@@ -51,6 +51,17 @@ INEXACT_EXPECTED = {
     # onnxruntime 1.9e-5); docs/audio.md
     "test_dft_inverse": 1e-5,
     "test_dft_inverse_opset19": 1e-5,
+    # Attention's function body in float16 / bfloat16: the stored outputs (onnx.reference, which
+    # rounds every operator's result, MatMul sums included, to the type) are further from the
+    # same graph evaluated in float64 than mlcc's (float32 inside, rounded once at the output;
+    # docs/conformance.md "float16, bfloat16 and float64"): stored 4.9e-4 from it, mlcc
+    # 4.0e-4 (float16); stored 4.0e-3 to 5.0e-3, mlcc 3.1e-3 to 3.4e-3 (bfloat16, whose outputs
+    # are then compared as values at this atol instead of bit for bit)
+    "test_attention_4d_causal_fp16_expanded": 1e-3,
+    "test_attention_4d_causal_bf16_expanded": 1e-2,
+    "test_attention_4d_attn_mask_causal_bf16_expanded": 1e-2,
+    "test_attention_4d_padded_kv_bf16_expanded": 1e-2,
+    "test_attention_4d_causal_padded_kv_bf16_expanded": 1e-2,
 }
 MAX_BIND_ROUNDS = 8
 
@@ -234,7 +245,11 @@ def run_case(entry: dict, root: Path) -> Result:
             if g.dtype != ref.dtype:
                 return end("failed", f"output {o.name}: dtype {g.dtype} != {ref.dtype}")
             try:
-                if ref.dtype.kind == "V":
+                if ref.dtype.kind == "V" and name in INEXACT_EXPECTED:
+                    # a computed bfloat16 output whose stored value is inexact (above)
+                    np.testing.assert_allclose(g.astype(np.float32), ref.astype(np.float32),
+                                               rtol=RTOL, atol=INEXACT_EXPECTED[name])
+                elif ref.dtype.kind == "V":
                     # ml_dtypes types (bfloat16, float8, float4, int4, int2): the exact codes,
                     # so NaN, the sign of zero and the FNUZ rules are checked too
                     bits = np.dtype(f"u{ref.dtype.itemsize}")
