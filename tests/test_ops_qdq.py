@@ -21,6 +21,20 @@ def _codes(shape, dtype, seed):
     return rng.integers(int(info.min), int(info.max) + 1, shape).astype(dtype)
 
 
+def _param_shape(shape, axis, block):
+    """The shape of a scale or zero point: per block, per axis (axis given) or per tensor."""
+    if block:
+        return [-(-d // block) if a == axis else d for a, d in enumerate(shape)]
+    return [shape[axis]] if axis is not None else []
+
+
+def _axis_attrs(axis, block):
+    attrs = {} if axis is None else {"axis": axis}
+    if block:
+        attrs["block_size"] = block
+    return attrs
+
+
 @pytest.mark.parametrize("dtype,axis,block,zero_point", [
     (np.int8, 1, 0, True),                        # per axis, zero points
     (np.int16, None, 0, True),                    # per tensor
@@ -32,20 +46,12 @@ def _codes(shape, dtype, seed):
 ])
 def test_dequantize_runtime_input(tmp_path, dtype, axis, block, zero_point):
     x = _codes((4, 5, 3), dtype, seed=1)
-    if block:
-        pshape = list(x.shape)
-        pshape[axis] = -(-x.shape[axis] // block)
-    elif axis is not None:
-        pshape = [x.shape[axis]]
-    else:
-        pshape = []
+    pshape = _param_shape(x.shape, axis, block)
     scale = rand(*pshape, seed=2, low=0.01, high=0.5) if pshape else np.array(0.05, np.float32)
     inits = {"scale": scale}
     if zero_point:
         inits["zp"] = _codes(pshape, dtype, seed=3)
-    attrs = {} if axis is None else {"axis": axis}
-    if block:
-        attrs["block_size"] = block
+    attrs = _axis_attrs(axis, block)
     check_node("DequantizeLinear", {"x": x}, initializers=inits, tmp_path=tmp_path, opset=21,
                **attrs)
 
@@ -70,22 +76,14 @@ def test_quantize_runtime_output(tmp_path, dtype, axis, block, zero_point):
     for others (saturation)."""
     rng = np.random.default_rng(5)
     x = ((rng.integers(-300, 300, (4, 5, 3)) + 0.5) * 0.25).astype(np.float32)
-    if block:
-        pshape = list(x.shape)
-        pshape[axis] = -(-x.shape[axis] // block)
-    elif axis is not None:
-        pshape = [x.shape[axis]]
-    else:
-        pshape = []
+    pshape = _param_shape(x.shape, axis, block)
     scale = np.full(pshape, 0.5, np.float32) if pshape else np.array(0.5, np.float32)
     if pshape:
         scale = scale * rng.choice([1.0, 2.0, 0.25], pshape).astype(np.float32)
     inits = {"scale": scale}
     if zero_point:
         inits["zp"] = _codes(pshape, dtype, seed=6)
-    attrs = {} if axis is None else {"axis": axis}
-    if block:
-        attrs["block_size"] = block
+    attrs = _axis_attrs(axis, block)
     if not zero_point:
         attrs["output_dtype"] = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     check_node("QuantizeLinear", {"x": x}, initializers=inits, tmp_path=tmp_path, opset=21,
