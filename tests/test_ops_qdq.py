@@ -9,7 +9,7 @@ import pytest
 from onnx import helper
 
 from mlcc.errors import UnsupportedError
-from util import check_node, compile_and_run, make_model, rand, reference_outputs
+from util import check_model, check_node, compile_and_run, make_model, rand, reference_outputs
 
 
 def _codes(shape, dtype, seed):
@@ -100,3 +100,15 @@ def test_quantize_float8(tmp_path, saturate):
     got = compile_and_run(model, {"x": x}, tmp_path)["y"]
     want = reference_outputs(model, {"x": x})["y"]
     np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+@pytest.mark.parametrize("zp_dtype", [np.uint8, np.int8])
+def test_quantize_runtime_scale_and_zero_point(tmp_path, zp_dtype):
+    """A per-tensor scale and zero point computed at run time (DynamicQuantizeLinear's
+    function body, quantize_dynamic's graphs), with ties and saturation."""
+    rng = np.random.default_rng(7)
+    x = ((rng.integers(-600, 600, (3, 7)) + 0.5) * 0.125).astype(np.float32)
+    feeds = {"x": x, "scale": np.array(0.25, np.float32),
+             "zp": np.array(3 if zp_dtype == np.uint8 else -2, zp_dtype)}
+    node = helper.make_node("QuantizeLinear", ["x", "scale", "zp"], ["y"])
+    check_model(make_model([node], feeds, ["y"], opset=13), feeds, tmp_path)

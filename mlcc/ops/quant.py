@@ -83,41 +83,55 @@ class QuantizeLinear(OpDef):
             return onnx_type_to_dtype(node.attr("output_dtype"))
         return "uint8"
 
-    def _fast(self, node, ins) -> bool:
+    def _fast(self, node, ins, g) -> bool:
         return (self._qdtype(node, ins) == "uint8" and not node.attr("block_size", 0)
-                and ins[1].numel == 1)
+                and ins[1].numel == 1 and g.const(node.inputs[1]) is not None
+                and (not node.input(2) or g.const(node.inputs[2]) is not None))
+
+    def _param(self, node, g, index: int, what: str):
+        """Scale (1) or zero point (2): a constant broadcast to x, or the name of a run-time
+        one-element value (per tensor, as DynamicQuantizeLinear's function body computes
+        them); None when absent."""
+        name = node.input(index)
+        if not name:
+            return None
+        x = g.values[node.inputs[0]]
+        if g.const(name) is None and g.values[name].numel == 1 and \
+                not node.attr("block_size", 0):
+            return name
+        return broadcast_param(const_input(g, node, index, what), x.shape,
+                               int(node.attr("axis", 1)), int(node.attr("block_size", 0)))
 
     def infer(self, node, ins, g):
         if ins[0].dtype != "float32" or ins[1].dtype != "float32":
             raise UnsupportedError(f"{ins[0].dtype} input and {ins[1].dtype} scale are not "
                                    f"supported (float32 are)")
-        if self._fast(node, ins):
+        if self._fast(node, ins, g):
             qlinear_params(g, node)
         else:
-            axis, block = int(node.attr("axis", 1)), int(node.attr("block_size", 0))
-            broadcast_param(const_input(g, node, 1, "y_scale"), ins[0].shape, axis, block)
-            if node.input(2):
-                broadcast_param(const_input(g, node, 2, "y_zero_point"), ins[0].shape, axis,
-                                block)
+            self._param(node, g, 1, "y_scale")
+            self._param(node, g, 2, "y_zero_point")
         return [(self._qdtype(node, ins), ins[0].shape)]
 
     def _lower_general(self, node: Node, lo: Lowering) -> None:
         g, x, y = lo.graph, lo.value(node.inputs[0]), lo.value(node.outputs[0])
-        axis, block = int(node.attr("axis", 1)), int(node.attr("block_size", 0))
-        scale = broadcast_param(const_input(g, node, 1, "y_scale"), x.shape, axis, block)
         temp = [node.inputs[0]]
 
         def step(op, version, *operands, **attrs):
+            """temp[-1] op operands (constant arrays or run-time value names)."""
             out = lo.temp(f"{y.name}.{op.lower()}", "float32", x.shape)
-            names = [temp[-1]] + [lo.add_const(f"{node.name}.{op.lower()}",
-                                               np.asarray(c, np.float32)) for c in operands]
+            names = [temp[-1]] + [c if isinstance(c, str) else lo.add_const(
+                f"{node.name}.{op.lower()}", np.asarray(c, np.float32)) for c in operands]
             part = Node(f"{node.name}/{op.lower()}", op, names, [out], attrs, version=version)
             lookup(part).lower(part, lo)
             temp.append(out)
 
-        zp = None if not node.input(2) else broadcast_param(
-            const_input(g, node, 2, "y_zero_point"), x.shape, axis, block)
-        step("Div", 14, scale)
+        zp = self._param(node, g, 2, "y_zero_point")
+        if isinstance(zp, str):             # a run-time zero point: in float32 first
+            zf = lo.temp(f"{zp}.float", "float32", g.values[zp].shape)
+            emit_cast(lo, zp, zf, op="QuantizeLinear")
+            zp = zf
+        step("Div", 14, self._param(node, g, 1, "y_scale"))
         if y.dtype.startswith("float"):       # float8 and float4: the Cast rounds, saturates
             attrs = {"saturate": int(node.attr("saturate", 1))}
             if y.dtype.startswith("float4") and zp is not None:
@@ -125,7 +139,7 @@ class QuantizeLinear(OpDef):
                                             # ignores it
         else:
             step("Round", 11)
-            if zp is not None and np.any(zp):
+            if zp is not None and (isinstance(zp, str) or np.any(zp)):
                 step("Add", 14, zp)
             info = int_range(y.dtype)
             step("Max", 13, np.float32(info[0]))
@@ -137,7 +151,7 @@ class QuantizeLinear(OpDef):
         lookup(cast).lower(cast, lo)
 
     def lower(self, node: Node, lo: Lowering) -> None:
-        if not self._fast(node, [lo.value(i) if i else None for i in node.inputs]):
+        if not self._fast(node, [lo.value(i) if i else None for i in node.inputs], lo.graph):
             self._lower_general(node, lo)
             return
         scale, zp, _ = qlinear_params(lo.graph, node)
