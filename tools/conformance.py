@@ -55,9 +55,10 @@ INEXACT_EXPECTED = {
     # rounds every operator's result, MatMul sums included, to the type) are further from the
     # same graph evaluated in float64 than mlcc's (float32 inside, rounded once at the output;
     # docs/conformance.md "float16, bfloat16 and float64"): stored 4.9e-4 from it, mlcc
-    # 4.0e-4 (float16); stored 4.0e-3 to 5.0e-3, mlcc 3.1e-3 to 3.4e-3 (bfloat16, whose outputs
+    # 4.0e-4 (float16); stored 3.6e-3 to 5.0e-3, mlcc 2.9e-3 to 3.4e-3 (bfloat16, whose outputs
     # are then compared as values at this atol instead of bit for bit)
     "test_attention_4d_causal_fp16_expanded": 1e-3,
+    "test_attention_3d_causal_bf16_expanded": 1e-2,
     "test_attention_4d_causal_bf16_expanded": 1e-2,
     "test_attention_4d_attn_mask_causal_bf16_expanded": 1e-2,
     "test_attention_4d_padded_kv_bf16_expanded": 1e-2,
