@@ -501,3 +501,35 @@ def test_data_dependent_sizes_are_refused_on_firmware(tmp_path):
     onnx.save(one_node("TopK", tk, 2, axis=1), str(path))
     with pytest.raises(UnsupportedError, match="not supported on firmware"):
         mlcc.compile(path, tmp_path / "out", target="cortex-m4")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_losses_sampling_and_float16(tmp_path, target):
+    """The loss kernel (SoftmaxCrossEntropyLoss with log_prob, weighted NLL with ignore_index),
+    GridSample (cubic, reflection), Col2Im, RoiAlign, DeformConv, and a float16 Sigmoid
+    computed in float32 between Casts."""
+    x = rand(2, 5, 7, seed=1)
+    t = np.array([[0, 4, 2, 1, 3, 3, 0], [2, 1, 1, 4, 0, 2, 3]], np.int64)
+    img = rand(2, 3, 6, 7, seed=2)
+    grid = rand(2, 4, 3, 2, seed=3, low=-1.2, high=1.2)
+    cols = rand(1, 3 * 4, 30, seed=4)
+    rois = np.array([[0.5, 1.0, 5.3, 4.7], [-2.0, -1.0, 3.0, 6.0]], np.float32)
+    nodes = [helper.make_node("SoftmaxCrossEntropyLoss", ["x", "t"], ["sce", "log_prob"]),
+             helper.make_node("NegativeLogLikelihoodLoss", ["log_prob", "t", "w"], ["nll"],
+                              reduction="none", ignore_index=3),
+             helper.make_node("GridSample", ["img", "grid"], ["gs"], mode="cubic",
+                              padding_mode="reflection"),
+             helper.make_node("Col2Im", ["cols", "image", "block"], ["c2i"]),
+             helper.make_node("RoiAlign", ["img", "rois", "ri"], ["roi"], output_height=3,
+                              output_width=2, sampling_ratio=2),
+             helper.make_node("DeformConv", ["img", "dw", "off"], ["dc"]),
+             helper.make_node("Sigmoid", ["h"], ["sig16"])]
+    feeds = {"x": x, "t": t, "img": img, "grid": grid, "cols": cols, "rois": rois,
+             "ri": np.array([1, 0], np.int64), "off": rand(2, 18, 4, 5, seed=5, low=-2, high=2),
+             "h": rand(3, 5, seed=6).astype(np.float16)}
+    model = make_model(nodes, feeds, [o for n in nodes for o in n.output], opset=20,
+                       initializers={"w": rand(5, seed=7, low=0.5, high=1.5),
+                                     "image": np.array([6, 7], np.int64),
+                                     "block": np.array([2, 2], np.int64),
+                                     "dw": rand(4, 3, 3, 3, seed=8)})
+    check_model(model, feeds, tmp_path, target=target)

@@ -81,6 +81,13 @@ def test_isinf_isnan(tmp_path, attrs):
     check_model(make_model(nodes, {"x": x}, ["inf", "nan"], opset=20), {"x": x}, tmp_path)
 
 
-def test_isnan_float16_refused(tmp_path):
-    with pytest.raises(UnsupportedError, match="float16"):
-        check_node("IsNaN", {"x": np.ones(3, np.float16)}, tmp_path=tmp_path, opset=20)
+def test_isnan_isinf_float16_and_float64(tmp_path):
+    """float16 computes in float32 (exact for both); float64 IsInf is refused (rounded to
+    float32, 1e300 would be infinite) and IsNaN computes in float32 (NaN stays NaN)."""
+    x = np.array([1.0, np.inf, -np.inf, np.nan, 65504.0, -0.0], np.float16)
+    nodes = [helper.make_node("IsInf", ["x"], ["inf"]), helper.make_node("IsNaN", ["x"], ["nan"])]
+    check_model(make_model(nodes, {"x": x}, ["inf", "nan"], opset=20), {"x": x}, tmp_path)
+    check_node("IsNaN", {"x": np.array([1e300, np.nan, -np.inf], np.float64)},
+               tmp_path=tmp_path, opset=20)
+    with pytest.raises(UnsupportedError, match="isinf_node.*float64 input 'x'"):
+        check_node("IsInf", {"x": np.ones(3, np.float64)}, tmp_path=tmp_path, opset=20)

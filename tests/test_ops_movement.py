@@ -163,6 +163,13 @@ def test_space_to_depth(tmp_path, b, shape):
     check_node("SpaceToDepth", {"x": rand(*shape)}, tmp_path=tmp_path, blocksize=b)
 
 
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+def test_space_to_depth_mode(tmp_path, mode):
+    """Opset 28's mode (onnx.reference: onnxruntime does not run opset 28)."""
+    check_node("SpaceToDepth", {"x": rand(1, 3, 4, 6)}, tmp_path=tmp_path, opset=28,
+               blocksize=2, mode=mode)
+
+
 def test_chain_transpose_slice_concat(tmp_path):
     """Views and copies in a chain: a Reshape view read by several copies."""
     x = rand(2, 3, 8)

@@ -139,6 +139,17 @@ def test_integer_reductions(tmp_path, op, dtype):
     assert got["y0"].dtype == np.dtype(dtype)
 
 
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+def test_bool_any_and_all(tmp_path, op):
+    """ReduceMax and ReduceMin of bools (opset 20): any and all, over two reduced groups;
+    rows all true, all false and mixed."""
+    x = np.random.default_rng(9).random((3, 4, 5, 2)) < 0.5
+    x[0, :, :, 0], x[1, :, :, 1] = True, False
+    got = _reduce(op, x, tmp_path, [1, 2], opset=20)
+    np.testing.assert_array_equal(got["y0"], (np.all if op == "ReduceMin" else np.any)(
+        x, axis=(1, 2), keepdims=True))
+
+
 def test_integer_reduce_sum_of_a_mask(tmp_path):
     """The sequence lengths of an attention mask, as onnxruntime's transformer optimizer
     computes them: ReduceSum over the last axis of an int32 mask, keepdims=0."""

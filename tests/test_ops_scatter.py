@@ -144,3 +144,17 @@ def test_eye_like(tmp_path, shape, k, dtype):
     attrs = {"k": k} if dtype is None else {"k": k, "dtype": dtype}
     check_node("EyeLike", {"x": rand(*shape)}, tmp_path=tmp_path, opset=9, **attrs)
 
+
+
+@pytest.mark.parametrize("axis", [0, -1])
+def test_scatter_opset10(tmp_path, axis):
+    """Scatter, opsets 9 and 10's ScatterElements: distinct targets along the axis."""
+    data = rand(4, 6)
+    rng = np.random.default_rng(3)
+    if axis == 0:
+        idx = np.argsort(rng.random((4, 5)), axis=0)[:3]
+    else:
+        idx = np.argsort(rng.random((2, 6)), axis=1)[:, :4]
+    check_node("Scatter", {"data": data, "idx": idx.astype(np.int64),
+                           "upd": rand(*idx.shape, seed=2)}, tmp_path=tmp_path, opset=10,
+               axis=axis)

@@ -3,7 +3,6 @@ single axis, including non-last axes (inner > 1) at tile edges."""
 import numpy as np
 import pytest
 
-from mlcc.errors import UnsupportedError
 from util import check_node, rand
 
 
@@ -46,9 +45,11 @@ def test_softmax_long_rows(tmp_path, op):
     check_node(op, {"x": rand(3001, 2, 7)}, tmp_path=tmp_path, opset=13, axis=0)
 
 
-def test_refuses_float64(tmp_path):
-    with pytest.raises(UnsupportedError, match="softmax_node.*float64"):
-        check_node("Softmax", {"x": rand(3, 4, dtype=np.float64)}, tmp_path=tmp_path, opset=13)
+def test_float64_computes_in_float32(tmp_path):
+    """float64 in, float64 out (passes/float32_compute.py)."""
+    got = check_node("Softmax", {"x": rand(3, 4, dtype=np.float64)}, tmp_path=tmp_path,
+                     opset=13)
+    assert got["y0"].dtype == np.float64
 
 
 @pytest.mark.parametrize("opset,shape,axis", [

@@ -51,6 +51,18 @@ INEXACT_EXPECTED = {
     # onnxruntime 1.9e-5); docs/audio.md
     "test_dft_inverse": 1e-5,
     "test_dft_inverse_opset19": 1e-5,
+    # Attention's function body in float16 / bfloat16: the stored outputs (onnx.reference, which
+    # rounds every operator's result, MatMul sums included, to the type) are further from the
+    # same graph evaluated in float64 than mlcc's (float32 inside, rounded once at the output;
+    # docs/conformance.md "float16, bfloat16 and float64"): stored 4.9e-4 from it, mlcc
+    # 4.0e-4 (float16); stored 3.6e-3 to 5.0e-3, mlcc 2.9e-3 to 3.4e-3 (bfloat16, whose outputs
+    # are then compared as values at this atol instead of bit for bit)
+    "test_attention_4d_causal_fp16_expanded": 1e-3,
+    "test_attention_3d_causal_bf16_expanded": 1e-2,
+    "test_attention_4d_causal_bf16_expanded": 1e-2,
+    "test_attention_4d_attn_mask_causal_bf16_expanded": 1e-2,
+    "test_attention_4d_padded_kv_bf16_expanded": 1e-2,
+    "test_attention_4d_causal_padded_kv_bf16_expanded": 1e-2,
 }
 MAX_BIND_ROUNDS = 8
 
@@ -155,8 +167,19 @@ def _read(folder: Path, kind: str) -> list[np.ndarray]:
 # (ops/common.py const_input; passes/control_flow.py for a Loop's inputs and an If's condition:
 # "must be a constant once shapes are static ... give its value with --bind NAME=...") or a
 # quantization parameter or integer weight (ops/quant.py: "'NAME' must be a constant").
-_CONST_INPUT = re.compile(r"must be a constant once shapes are static.*?--bind ([^=\s]+)="
-                          r"|'([^']+)'\)? must be a constant\b")
+# The first form is tried first: its message also names the computed value in the second
+# form's place ("(input 1, 'pads') must be a constant ... --bind shape=...").
+_CONST_INPUTS = (re.compile(r"must be a constant once shapes are static.*?--bind ([^=\s]+)="),
+                 re.compile(r"'([^']+)'\)? must be a constant\b"))
+
+
+def const_input_named(message: str) -> str | None:
+    """The graph input a refusal asks to bind, if it names one."""
+    for pattern in _CONST_INPUTS:
+        m = pattern.search(message)
+        if m:
+            return m.group(1)
+    return None
 
 
 class Result(NamedTuple):
@@ -195,8 +218,7 @@ def run_case(entry: dict, root: Path) -> Result:
                 lowered = tuple(sorted({(n.domain, n.op_type) for n in compiled.graph.nodes}))
                 break
             except UnsupportedError as exc:
-                m = _CONST_INPUT.search(exc.message)
-                bind_name = m and (m.group(1) or m.group(2))
+                bind_name = const_input_named(exc.message)
                 if bind_name and bind_name in feeds:
                     # Bind that input to the test's value (mlcc.compile(bind=...), --bind)
                     bound[bind_name] = feeds.pop(bind_name)
@@ -224,7 +246,11 @@ def run_case(entry: dict, root: Path) -> Result:
             if g.dtype != ref.dtype:
                 return end("failed", f"output {o.name}: dtype {g.dtype} != {ref.dtype}")
             try:
-                if ref.dtype.kind == "V":
+                if ref.dtype.kind == "V" and name in INEXACT_EXPECTED:
+                    # a computed bfloat16 output whose stored value is inexact (above)
+                    np.testing.assert_allclose(g.astype(np.float32), ref.astype(np.float32),
+                                               rtol=RTOL, atol=INEXACT_EXPECTED[name])
+                elif ref.dtype.kind == "V":
                     # ml_dtypes types (bfloat16, float8, float4, int4, int2): the exact codes,
                     # so NaN, the sign of zero and the FNUZ rules are checked too
                     bits = np.dtype(f"u{ref.dtype.itemsize}")

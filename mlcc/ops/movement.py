@@ -406,7 +406,8 @@ class DepthToSpace(OpDef):
 
 @register("SpaceToDepth")
 class SpaceToDepth(OpDef):
-    attributes = {"blocksize": None}
+    """mode (opset 28): DCR (the default, and the only order before) or CRD."""
+    attributes = {"blocksize": None, "mode": lambda v: v in ("DCR", "CRD")}
 
     def infer(self, node, ins, g):
         x = ins[0]
@@ -421,5 +422,6 @@ class SpaceToDepth(OpDef):
         x = lo.value(node.inputs[0])
         b = _blocksize(node, x)
         n, c, h, w = x.shape
-        _permuted_copy(lo, x.name, node.outputs[0], (n, c, h // b, b, w // b, b),
-                       (0, 3, 5, 1, 2, 4), node.op_type)
+        perm = (0, 3, 5, 1, 2, 4) if node.attr("mode", "DCR") == "DCR" else (0, 1, 3, 5, 2, 4)
+        _permuted_copy(lo, x.name, node.outputs[0], (n, c, h // b, b, w // b, b), perm,
+                       node.op_type)

@@ -14,7 +14,7 @@ from ..ir import Lowering, Node
 from ..ir.symbolic import SymInt, dim_vars, is_symbolic
 from .common import (C_DTYPES, MAX_RANK, const_input, contiguous_strides, emit_plain_copy,
                      norm_axis, require_dtype)
-from .registry import OpDef, register
+from .registry import OpDef, lookup, register
 
 MODES = ("constant", "reflect", "edge", "wrap")
 
@@ -161,3 +161,36 @@ class Pad(OpDef):
                     "begin": [a[1] for a in axes] + [0] * pad_to,
                     "end": [a[2] for a in axes] + [0] * pad_to, "edge": int(mode == "edge")},
                 scratch_bytes=total * 4, op=f"Pad({mode})")
+
+@register("CenterCropPad", since=18)
+class CenterCropPad(OpDef):
+    """Crops or zero-pads each axis of `axes` to `shape`, centred (the odd element of a crop
+    or a pad at the end): one Pad with negative pads where it crops."""
+    attributes = {"axes": None}
+
+    def _pads(self, node: Node, x, g) -> np.ndarray:
+        rank = len(x.shape)
+        shape = [int(s) for s in const_input(g, node, 1, "shape").reshape(-1)]
+        axes = [norm_axis(int(a), rank, "axes") for a in node.attr("axes", range(rank))]
+        if len(shape) != len(axes) or len(set(axes)) != len(axes) or min(shape, default=0) < 0:
+            raise ModelError(f"shape {shape} does not fit axes {axes} of rank {rank}")
+        pads = np.zeros(2 * rank, np.int64)
+        for a, s in zip(axes, shape):
+            diff = s - x.shape[a]
+            pads[a] = (abs(diff) // 2) * (1 if diff > 0 else -1)
+            pads[rank + a] = diff - pads[a]
+        return pads
+
+    def infer(self, node, ins, g):
+        x = ins[0]
+        require_dtype(node, [x], list(C_DTYPES))
+        pads = self._pads(node, x, g)
+        rank = len(x.shape)
+        return [(x.dtype, tuple(int(d + pads[a] + pads[rank + a]) for a, d in
+                                enumerate(x.shape)))]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        pads = lo.add_const(f"{node.name}.pads",
+                            self._pads(node, lo.value(node.inputs[0]), lo.graph))
+        pad = Node(node.name, "Pad", [node.inputs[0], pads], list(node.outputs), version=18)
+        lookup(pad).lower(pad, lo)

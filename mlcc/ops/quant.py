@@ -20,13 +20,16 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from onnx import helper
 
 from ..errors import ModelError, UnsupportedError
-from ..ir import Enum, Graph, Lowering, Node
-from .common import act_params
+from ..ir import PACKED_BITS, Enum, Graph, Lowering, Node
+from .cast import emit_cast, onnx_type_to_dtype
+from .common import IO_DTYPES, act_params, const_input
+from .elementwise import emit_binary
 from .conv import AUTO_PAD, window2d, window_geometry
 from .conv_kernels import DW_SLICES
-from .registry import OpDef, register
+from .registry import OpDef, lookup, register
 
 MLCC = "mlcc"
 
@@ -66,16 +69,91 @@ def qlinear_params(g: Graph, node: Node) -> tuple[float, int, str]:
 
 @register("QuantizeLinear", since=10)
 class QuantizeLinear(OpDef):
-    attributes = {"axis": None, "saturate": lambda v: v == 1, "block_size": lambda v: v == 0,
-                  "output_dtype": lambda v: v in (0, 2)}
+    """uint8 per tensor on mlcc_f32_quantize; any other type (int8, int16, uint16, int4, uint4,
+    int2, uint2, float8, float4), per axis or per block: Div by the scale, then for integers
+    Round (half to even), Add the zero point, Max and Min to the type's range and Cast, for
+    the float types Cast (saturate as the attribute says), each by its own definition."""
+    attributes = {"axis": None, "saturate": lambda v: v in (0, 1),
+                  "block_size": lambda v: v >= 0, "output_dtype": None}
+
+    def _qdtype(self, node, ins) -> str:
+        if len(ins) > 2 and ins[2] is not None:
+            return ins[2].dtype
+        if node.attr("output_dtype", 0):
+            return onnx_type_to_dtype(node.attr("output_dtype"))
+        return "uint8"
+
+    def _fast(self, node, ins, g) -> bool:
+        return (self._qdtype(node, ins) == "uint8" and not node.attr("block_size", 0)
+                and ins[1].numel == 1 and g.const(node.inputs[1]) is not None
+                and (not node.input(2) or g.const(node.inputs[2]) is not None))
+
+    def _param(self, node, g, index: int, what: str):
+        """Scale (1) or zero point (2): a constant broadcast to x, or the name of a run-time
+        one-element value (per tensor, as DynamicQuantizeLinear's function body computes
+        them); None when absent."""
+        name = node.input(index)
+        if not name:
+            return None
+        x = g.values[node.inputs[0]]
+        if g.const(name) is None and g.values[name].numel == 1 and \
+                not node.attr("block_size", 0):
+            return name
+        return broadcast_param(const_input(g, node, index, what), x.shape,
+                               int(node.attr("axis", 1)), int(node.attr("block_size", 0)))
 
     def infer(self, node, ins, g):
-        if ins[0].dtype != "float32":
-            raise UnsupportedError(f"{ins[0].dtype} input is not supported (float32 is)")
-        _, _, qdtype = qlinear_params(g, node)
-        return [(qdtype, ins[0].shape)]
+        if ins[0].dtype != "float32" or ins[1].dtype != "float32":
+            raise UnsupportedError(f"{ins[0].dtype} input and {ins[1].dtype} scale are not "
+                                   f"supported (float32 are)")
+        if self._fast(node, ins, g):
+            qlinear_params(g, node)
+        else:
+            self._param(node, g, 1, "y_scale")
+            self._param(node, g, 2, "y_zero_point")
+        return [(self._qdtype(node, ins), ins[0].shape)]
+
+    def _lower_general(self, node: Node, lo: Lowering) -> None:
+        g, x, y = lo.graph, lo.value(node.inputs[0]), lo.value(node.outputs[0])
+        temp = [node.inputs[0]]
+
+        def step(op, version, *operands, **attrs):
+            """temp[-1] op operands (constant arrays or run-time value names)."""
+            out = lo.temp(f"{y.name}.{op.lower()}", "float32", x.shape)
+            names = [temp[-1]] + [c if isinstance(c, str) else lo.add_const(
+                f"{node.name}.{op.lower()}", np.asarray(c, np.float32)) for c in operands]
+            part = Node(f"{node.name}/{op.lower()}", op, names, [out], attrs, version=version)
+            lookup(part).lower(part, lo)
+            temp.append(out)
+
+        zp = self._param(node, g, 2, "y_zero_point")
+        if isinstance(zp, str):             # a run-time zero point: in float32 first
+            zf = lo.temp(f"{zp}.float", "float32", g.values[zp].shape)
+            emit_cast(lo, zp, zf, op="QuantizeLinear")
+            zp = zf
+        step("Div", 14, self._param(node, g, 1, "y_scale"))
+        if y.dtype.startswith("float"):       # float8 and float4: the Cast rounds, saturates
+            attrs = {"saturate": int(node.attr("saturate", 1))}
+            if y.dtype.startswith("float4") and zp is not None:
+                step("Add", 14, zp)         # float4 adds its zero point (-0 + 0 is +0), float8
+                                            # ignores it
+        else:
+            step("Round", 11)
+            if zp is not None and (isinstance(zp, str) or np.any(zp)):
+                step("Add", 14, zp)
+            info = int_range(y.dtype)
+            step("Max", 13, np.float32(info[0]))
+            step("Min", 13, np.float32(info[1]))
+            attrs = {}
+        cast = Node(f"{node.name}/cast", "Cast", [temp[-1]], [y.name],
+                    {"to": helper.np_dtype_to_tensor_dtype(np.dtype(y.dtype)),
+                     **attrs}, version=19)
+        lookup(cast).lower(cast, lo)
 
     def lower(self, node: Node, lo: Lowering) -> None:
+        if not self._fast(node, [lo.value(i) if i else None for i in node.inputs], lo.graph):
+            self._lower_general(node, lo)
+            return
         scale, zp, _ = qlinear_params(lo.graph, node)
         x = lo.value(node.inputs[0])
         lo.call("mlcc_f32_quantize", [node.inputs[0], node.outputs[0]], [node.outputs[0]],
@@ -84,15 +162,69 @@ class QuantizeLinear(OpDef):
                 op=f"QuantizeLinear scale={scale:.6g} zp={zp}")
 
 
+def int_range(dtype: str) -> tuple[int, int]:
+    """The smallest and largest value of an integer type (the packed ones included)."""
+    bits = PACKED_BITS.get(dtype)
+    if bits is None:
+        info = np.iinfo(dtype)
+        return int(info.min), int(info.max)
+    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if dtype[0] == "i" else (0, (1 << bits) - 1)
+
+
+def broadcast_param(arr: np.ndarray, shape: tuple, axis: int, block_size: int) -> np.ndarray:
+    """A scale or zero point (per tensor, per axis, or per block of block_size along the axis,
+    as ONNX's DequantizeLinear takes them) as a float32 array that broadcasts to `shape`."""
+    arr = np.asarray(arr).astype(np.float32)
+    if arr.size == 1 and not block_size:
+        return arr.reshape(())
+    axis = axis + len(shape) if axis < 0 else axis
+    if not 0 <= axis < len(shape):
+        raise ModelError(f"axis {axis} is out of range for rank {len(shape)}")
+    if block_size:
+        if arr.ndim != len(shape) or arr.shape[axis] != -(-shape[axis] // block_size):
+            raise ModelError(f"blocked parameter {list(arr.shape)} does not fit input "
+                             f"{list(shape)} with block_size {block_size} on axis {axis}")
+        return np.repeat(arr, block_size, axis=axis).take(range(shape[axis]), axis=axis)
+    if arr.ndim != 1 or arr.shape[0] != shape[axis]:
+        raise ModelError(f"per-axis parameter {list(arr.shape)} does not fit input "
+                         f"{list(shape)} on axis {axis}")
+    view = [1] * len(shape)
+    view[axis] = -1
+    return arr.reshape(view)
+
+
 @register("DequantizeLinear", since=10)
 class DequantizeLinear(OpDef):
-    attributes = {"axis": None, "block_size": lambda v: v == 0}
+    """uint8 per tensor on mlcc_u8_dequantize; any other input type (int8, int16, int32,
+    int4, uint4, float8, float4, ...), per axis or per block: (Cast(x) - zero point) * scale
+    on the Cast and broadcasting kernels, the scale and zero point constants."""
+    attributes = {"axis": None, "block_size": lambda v: v >= 0,
+                  "output_dtype": lambda v: v in (0, 1)}
+
+    def _fast(self, node, ins) -> bool:
+        return (ins[0].dtype == "uint8" and not node.attr("block_size", 0)
+                and ins[1].numel == 1 and (len(ins) < 3 or ins[2] is None
+                                           or ins[2].dtype == "uint8"))
+
+    def _params(self, node, g) -> tuple[np.ndarray, np.ndarray | None]:
+        """The scale and (None when all 0 or not used) zero point, broadcast to x."""
+        x = g.values[node.inputs[0]]
+        axis, block = int(node.attr("axis", 1)), int(node.attr("block_size", 0))
+        scale = broadcast_param(const_input(g, node, 1, "x_scale"), x.shape, axis, block)
+        zp = const_input(g, node, 2, "x_zero_point") if node.input(2) else None
+        if zp is None or x.dtype.startswith("float") or not np.any(zp.astype(np.float32)):
+            return scale, None          # float8 and float4 take no zero point
+        return scale, broadcast_param(zp, x.shape, axis, block)
 
     def infer(self, node, ins, g):
-        if ins[0].dtype != "uint8":
-            raise UnsupportedError(f"{ins[0].dtype} input is not supported at run time "
-                                   f"(uint8 is)")
-        qlinear_params(g, node)
+        if ins[1].dtype != "float32":
+            raise UnsupportedError(f"{ins[1].dtype} scale is not supported (float32 is)")
+        if self._fast(node, ins):
+            qlinear_params(g, node)
+        else:
+            if ins[0].dtype not in IO_DTYPES:
+                raise UnsupportedError(f"{ins[0].dtype} input is not supported at run time")
+            self._params(node, g)
         return [("float32", ins[0].shape)]
 
     def fold(self, node, arrays):
@@ -108,8 +240,19 @@ class DequantizeLinear(OpDef):
                 .astype(np.float32)]
 
     def lower(self, node: Node, lo: Lowering) -> None:
-        scale, zp, _ = qlinear_params(lo.graph, node)
         x = lo.value(node.inputs[0])
+        if not self._fast(node, [lo.value(i) if i else None for i in node.inputs]):
+            scale, zp = self._params(node, lo.graph)
+            y = node.outputs[0]
+            xf = lo.temp(f"{y}.float", "float32", x.shape)
+            emit_cast(lo, x.name, xf, op="DequantizeLinear")
+            if zp is not None:
+                centred = lo.temp(f"{y}.centred", "float32", x.shape)
+                emit_binary(lo, "SUB", xf, lo.add_const(f"{node.name}.zero_point", zp), centred)
+                xf = centred
+            emit_binary(lo, "MUL", xf, lo.add_const(f"{node.name}.scale", scale), y)
+            return
+        scale, zp, _ = qlinear_params(lo.graph, node)
         lo.call("mlcc_u8_dequantize", [node.inputs[0], node.outputs[0]], [node.outputs[0]],
                 params_type="mlcc_quantize_params",
                 params={"count": x.numel, "scale": scale, "zero_point": zp},

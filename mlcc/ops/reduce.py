@@ -119,7 +119,8 @@ INT_REDUCE_OPS = {"ReduceSum": "ADD", "ReduceProd": "MUL", "ReduceMax": "MAX",
 
 
 def emit_int_reduce(lo: Lowering, op: str, src: str, dst: str, axes: set[int]) -> None:
-    """dst = the integer reduction (mlcc_int_op `op`) of src over `axes`, wrapping."""
+    """dst = the integer (or bool) reduction (mlcc_int_op `op`) of src over `axes`,
+    wrapping."""
     v = lo.value(src)
     calls = reduce_calls(v.shape, axes)
     if not calls or lo.value(dst).numel == 0:
@@ -134,7 +135,9 @@ def emit_int_reduce(lo: Lowering, op: str, src: str, dst: str, axes: set[int]) -
                                                         (outer, inner))
         lo.call("mlcc_int_reduce", [cur, out], [out], params_type="mlcc_int_reduce_params",
                 params={"outer": outer, "reduce": red, "inner": inner,
-                        "op": Enum(f"MLCC_INT_{op}"), "dtype": Enum(C_DTYPES[v.dtype])})
+                        "op": Enum(f"MLCC_INT_{op}"),
+                        # bools are bytes 0 and 1: their max and min are uint8's
+                        "dtype": Enum(C_DTYPES["uint8" if v.dtype == "bool" else v.dtype])})
         cur = out
 
 
@@ -159,6 +162,8 @@ class _Reduce(OpDef):
     def infer(self, node, ins, g):
         x = ins[0]
         ints = INT_DTYPES if node.op_type in INT_REDUCE_OPS else []
+        if node.op_type in ("ReduceMax", "ReduceMin"):    # any and all, on 0/1 bytes
+            ints = ints + ["bool"]
         require_dtype(node, ins[:1], ["float32"] + ints)
         axes = self._axes(node, g, len(x.shape))
         if x.dtype != "float32" and any(x.shape[a] == 0 for a in axes):

@@ -222,6 +222,12 @@ class TensorScatter(OpDef):
                 returns_status=True)
 
 
+@register("Scatter", since=9, until=10)
+class Scatter(ScatterElements):
+    """Opsets 9 and 10's name of ScatterElements (without reduction), deprecated in 11."""
+    attributes = {"axis": None}
+
+
 @register("OneHot", since=9)
 class OneHot(OpDef):
     """depth and values must be constant once shapes are static (depth fixes the output

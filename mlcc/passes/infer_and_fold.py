@@ -23,6 +23,7 @@ from ..ir.symbolic import SymbolicError, SymInt, same_shape, upper
 from ..ops import lookup, unsupported_reason
 from ..ops.common import IO_DTYPES, MAX_RANK
 from ..ops.registry import describe, static_only
+from .float32_compute import reads_float32, widen
 from .control_flow import fold_loop, inline_if, loop_is_constant, prepare_loop, prepare_scan
 from .fold_symbolic import fold_symbolic, is_symbolic_array, shape_array, symbolic_dtype
 
@@ -39,6 +40,7 @@ def infer_and_fold(g: Graph) -> Graph:
     problems: list[str] = []
     unknown: set[str] = set()     # values whose type could not be inferred (after a problem)
     selects: dict[str, Node] = {}  # Where nodes choosing a run-time If's outputs -> the If
+    f32_of: dict[str, str] = {}   # float16/bfloat16/float64 value -> its float32 source
     index = 0
     while index < len(g.nodes):
         node = g.nodes[index]
@@ -101,10 +103,22 @@ def infer_and_fold(g: Graph) -> Graph:
             continue
         try:
             try:
+                if reads_float32(node, ins, f32_of):  # float32 values stay float32 (movement)
+                    g.nodes[index - 1:index] = widen(g, node, ins, f32_of)
+                    index -= 1
+                    continue
                 types = lookup(node).infer(node, ins, g)
             except TypeError as exc:        # numpy refusing a SymInt (ops/registry.py)
                 raise static_only(node, ins, exc) from None
         except UnsupportedError as exc:
+            try:    # float16, bfloat16 and float64 computed in float32 (float32_compute.py)
+                widened = widen(g, node, ins, f32_of)
+            except UnsupportedError as wide_exc:
+                widened, exc = None, wide_exc
+            if widened is not None:
+                g.nodes[index - 1:index] = widened
+                index -= 1
+                continue
             problems.append(exc.message if exc.message.startswith(describe(node)) else
                             f"{describe(node)}: {exc.message}")
             unknown.update(o for o in node.outputs if o)

@@ -1,0 +1,310 @@
+#include "sampling.h"
+
+/* Reflects v at lo and hi until it lies between them (ONNX's reference _gs_reflect). */
+static double reflect(double v, double lo, double hi) {
+    const double range = hi - lo;
+    double dx, k, r;
+    if (!(range > 0.0)) return lo;
+    if (v >= lo && v <= hi) return v;
+    dx = v < lo ? lo - v : v - hi;
+    k = floor(dx / range);
+    r = dx - k * range;
+    if (fmod(k, 2.0) == 0.0) return v < lo ? lo + r : hi - r;
+    return v < lo ? hi - r : lo + r;
+}
+
+/* The pixel that index i reads along an axis of size d, or -1 for a zero (padding). */
+static int64_t pixel_index(int64_t i, int64_t d, int padding, double lo, double hi) {
+    if (padding == MLCC_GRID_ZEROS) return i >= 0 && i < d ? i : -1;
+    if (padding == MLCC_GRID_REFLECTION) i = (int64_t)reflect((double)i, lo, hi);
+    return i < 0 ? 0 : (i >= d ? d - 1 : i);
+}
+
+static void cubic_coeffs(float t, float *w) {
+    const float a = -0.75f;
+    const float t1 = t + 1.0f, t2 = 1.0f - t, t3 = 2.0f - t;
+    w[0] = ((a * t1 - 5.0f * a) * t1 + 8.0f * a) * t1 - 4.0f * a;
+    w[1] = ((a + 2.0f) * t - (a + 3.0f)) * t * t + 1.0f;
+    w[2] = ((a + 2.0f) * t2 - (a + 3.0f)) * t2 * t2 + 1.0f;
+    w[3] = ((a * t3 - 5.0f * a) * t3 + 8.0f * a) * t3 - 4.0f * a;
+}
+
+void mlcc_f32_grid_sample(const mlcc_grid_sample_params *p, const float *x, const float *grid,
+                          float *y) {
+    const int nd = p->nd;
+    const int taps = p->mode == MLCC_GRID_NEAREST ? 1 : (p->mode == MLCC_GRID_LINEAR ? 2 : 4);
+    ptrdiff_t plane = 1, b, q, ch;
+    int i, t;
+    for (i = 0; i < nd; i++) plane *= (ptrdiff_t)p->in_dims[i];
+    for (b = 0; b < (ptrdiff_t)p->n; b++)
+        for (q = 0; q < (ptrdiff_t)p->points; q++) {
+            int64_t idx[MLCC_GRID_SAMPLE_MAX_DIMS][4];
+            float w[MLCC_GRID_SAMPLE_MAX_DIMS][4];
+            ptrdiff_t offs[64];
+            float weights[64];
+            int combos = 1, k;
+            const float *g = grid + (b * (ptrdiff_t)p->points + q) * nd;
+            for (i = 0; i < nd; i++) {
+                const int64_t d = p->in_dims[i];
+                const double lo = p->align_corners ? 0.0 : -0.5;
+                const double hi = p->align_corners ? (double)(d - 1) : (double)d - 0.5;
+                const float u = g[nd - 1 - i];
+                float v = p->align_corners ? (u + 1.0f) / 2.0f * (float)(d - 1)
+                                           : ((u + 1.0f) * (float)d - 1.0f) / 2.0f;
+                int64_t base;
+                if (p->mode == MLCC_GRID_NEAREST) v = rintf(v);
+                /* a point outside moves inside first, except cubic with border padding,
+                 * which clamps each of its taps instead (onnxruntime and PyTorch; for nearest
+                 * and linear the two agree) */
+                if ((v < lo || v > hi) &&
+                    !(p->mode == MLCC_GRID_CUBIC && p->padding == MLCC_GRID_BORDER)) {
+                    if (p->padding == MLCC_GRID_BORDER)
+                        v = v < 0.0f ? 0.0f : (float)(d - 1);
+                    else if (p->padding == MLCC_GRID_REFLECTION)
+                        v = (float)reflect((double)v, lo, hi);
+                }
+                /* far outside (or NaN) reads only padding either way: keep the ints small */
+                if (!(v >= -8.0f)) v = -8.0f;
+                if (v > (float)d + 8.0f) v = (float)d + 8.0f;
+                if (p->mode == MLCC_GRID_NEAREST) {
+                    idx[i][0] = pixel_index((int64_t)v, d, p->padding, lo, hi);
+                    w[i][0] = 1.0f;
+                    continue;
+                }
+                base = (int64_t)floorf(v);
+                if (p->mode == MLCC_GRID_LINEAR) {
+                    w[i][0] = 1.0f - (v - (float)base);
+                    w[i][1] = v - (float)base;
+                } else {
+                    cubic_coeffs(v - (float)base, w[i]);
+                    base -= 1;
+                }
+                for (t = 0; t < taps; t++)
+                    idx[i][t] = pixel_index(base + t, d, p->padding, lo, hi);
+            }
+            /* every combination of one tap per axis: its offset in a plane and its weight */
+            for (i = 0; i < nd; i++) combos *= taps;
+            for (k = 0; k < combos; k++) {
+                ptrdiff_t off = 0;
+                float wk = 1.0f;
+                int rest = k;
+                for (i = 0; i < nd; i++) {
+                    const int div = i == nd - 1 ? 1 : (i == nd - 2 ? taps : taps * taps);
+                    const int tap = (rest / div) % taps;
+                    if (off >= 0 && idx[i][tap] >= 0)
+                        off = off * (ptrdiff_t)p->in_dims[i] + (ptrdiff_t)idx[i][tap];
+                    else
+                        off = -1;
+                    wk *= w[i][tap];
+                }
+                offs[k] = off;
+                weights[k] = wk;
+            }
+            for (ch = 0; ch < (ptrdiff_t)p->c; ch++) {
+                const float *xc = x + (b * (ptrdiff_t)p->c + ch) * plane;
+                float acc = 0.0f;
+                for (k = 0; k < combos; k++)
+                    if (offs[k] >= 0) acc += weights[k] * xc[offs[k]];
+                y[(b * (ptrdiff_t)p->c + ch) * (ptrdiff_t)p->points + q] = acc;
+            }
+        }
+}
+
+void mlcc_f32_col2im(const mlcc_col2im_params *p, const float *x, float *y) {
+    const int nd = p->nd;
+    ptrdiff_t image = 1, block = 1, ncols = 1, plane, k, l;
+    int i;
+    for (i = 0; i < nd; i++) {
+        image *= (ptrdiff_t)p->image[i];
+        block *= (ptrdiff_t)p->block[i];
+        ncols *= (ptrdiff_t)p->cols[i];
+    }
+    memset(y, 0, sizeof(float) * (size_t)(p->n * p->c * image));
+    for (plane = 0; plane < (ptrdiff_t)(p->n * p->c); plane++) {
+        const float *xp = x + plane * block * ncols;
+        float *yp = y + plane * image;
+        for (k = 0; k < block; k++)
+            for (l = 0; l < ncols; l++) {
+                ptrdiff_t kr = k, lr = l, off = 0, scale = 1;
+                int inside = 1;
+                for (i = nd - 1; i >= 0; i--) {
+                    const int64_t ki = kr % p->block[i], li = lr % p->cols[i];
+                    const int64_t pos = li * p->strides[i] - p->pads_begin[i] + ki * p->dilations[i];
+                    kr /= (ptrdiff_t)p->block[i];
+                    lr /= (ptrdiff_t)p->cols[i];
+                    if (pos < 0 || pos >= p->image[i]) {
+                        inside = 0;
+                        break;
+                    }
+                    off += (ptrdiff_t)pos * scale;
+                    scale *= (ptrdiff_t)p->image[i];
+                }
+                if (inside) yp[off] += xp[k * ncols + l];
+            }
+    }
+}
+
+/* One bilinear sample of RoiAlign: 4 pixel offsets in a plane and their weights (all 0 for a
+ * sample more than one pixel outside the image). */
+static void roi_sample(float yy, float xx, int64_t height, int64_t width, ptrdiff_t *pos,
+                       float *w) {
+    int64_t y_low, x_low, y_high, x_high;
+    float ly, lx;
+    if (yy < -1.0f || yy > (float)height || xx < -1.0f || xx > (float)width) {
+        pos[0] = pos[1] = pos[2] = pos[3] = 0;
+        w[0] = w[1] = w[2] = w[3] = 0.0f;
+        return;
+    }
+    if (yy < 0.0f) yy = 0.0f;
+    if (xx < 0.0f) xx = 0.0f;
+    y_low = (int64_t)yy;
+    x_low = (int64_t)xx;
+    if (y_low >= height - 1) {
+        y_high = y_low = height - 1;
+        yy = (float)y_low;
+    } else {
+        y_high = y_low + 1;
+    }
+    if (x_low >= width - 1) {
+        x_high = x_low = width - 1;
+        xx = (float)x_low;
+    } else {
+        x_high = x_low + 1;
+    }
+    ly = yy - (float)y_low;
+    lx = xx - (float)x_low;
+    pos[0] = (ptrdiff_t)(y_low * width + x_low);
+    pos[1] = (ptrdiff_t)(y_low * width + x_high);
+    pos[2] = (ptrdiff_t)(y_high * width + x_low);
+    pos[3] = (ptrdiff_t)(y_high * width + x_high);
+    w[0] = (1.0f - ly) * (1.0f - lx);
+    w[1] = (1.0f - ly) * lx;
+    w[2] = ly * (1.0f - lx);
+    w[3] = ly * lx;
+}
+
+int mlcc_f32_roi_align__i64(const mlcc_roi_align_params *p, const float *x, const float *rois,
+                            const int64_t *batch_indices, float *y) {
+    const ptrdiff_t c = (ptrdiff_t)p->c, plane = (ptrdiff_t)(p->height * p->width);
+    const ptrdiff_t bins = (ptrdiff_t)(p->out_h * p->out_w);
+    const float offset = p->half_pixel ? 0.5f : 0.0f;
+    ptrdiff_t r, ph, pw, ch;
+    for (r = 0; r < (ptrdiff_t)p->num_rois; r++)
+        if (batch_indices[r] < 0 || batch_indices[r] >= p->n) return MLCC_ERR_INDEX_OUT_OF_RANGE;
+    for (r = 0; r < (ptrdiff_t)p->num_rois; r++) {
+        const float *box = rois + r * 4;
+        const float start_w = box[0] * p->spatial_scale - offset;
+        const float start_h = box[1] * p->spatial_scale - offset;
+        float roi_w = box[2] * p->spatial_scale - offset - start_w;
+        float roi_h = box[3] * p->spatial_scale - offset - start_h;
+        float bin_h, bin_w, grid_hf, grid_wf;
+        int64_t grid_h, grid_w, iy, ix, count;
+        const float *xr = x + (ptrdiff_t)batch_indices[r] * c * plane;
+        float *yr = y + r * c * bins;
+        if (!p->half_pixel) {
+            roi_w = roi_w > 1.0f ? roi_w : 1.0f;
+            roi_h = roi_h > 1.0f ? roi_h : 1.0f;
+        }
+        bin_h = roi_h / (float)p->out_h;
+        bin_w = roi_w / (float)p->out_w;
+        grid_hf = p->sampling_ratio > 0 ? (float)p->sampling_ratio : ceilf(bin_h);
+        grid_wf = p->sampling_ratio > 0 ? (float)p->sampling_ratio : ceilf(bin_w);
+        if (!(grid_hf <= 16.0f * (float)(p->height + 1)) ||
+            !(grid_wf <= 16.0f * (float)(p->width + 1)) || !(start_h == start_h) ||
+            !(start_w == start_w))
+            return MLCC_ERR_INDEX_OUT_OF_RANGE;
+        grid_h = grid_hf > 0.0f ? (int64_t)grid_hf : 0;
+        grid_w = grid_wf > 0.0f ? (int64_t)grid_wf : 0;
+        count = grid_h * grid_w > 1 ? grid_h * grid_w : 1;
+        for (ph = 0; ph < (ptrdiff_t)p->out_h; ph++)
+            for (pw = 0; pw < (ptrdiff_t)p->out_w; pw++) {
+                const ptrdiff_t bin = ph * (ptrdiff_t)p->out_w + pw;
+                for (ch = 0; ch < c; ch++) yr[ch * bins + bin] = 0.0f;
+                for (iy = 0; iy < grid_h; iy++) {
+                    const float yy = start_h + (float)ph * bin_h +
+                                     ((float)iy + 0.5f) * bin_h / (float)grid_h;
+                    for (ix = 0; ix < grid_w; ix++) {
+                        const float xx = start_w + (float)pw * bin_w +
+                                         ((float)ix + 0.5f) * bin_w / (float)grid_w;
+                        const int first = iy == 0 && ix == 0;
+                        ptrdiff_t pos[4];
+                        float w[4];
+                        roi_sample(yy, xx, p->height, p->width, pos, w);
+                        for (ch = 0; ch < c; ch++) {
+                            const float *xc = xr + ch * plane;
+                            float *out = yr + ch * bins + bin;
+                            if (p->max_mode) {
+                                float v = w[0] * xc[pos[0]], t;
+                                t = w[1] * xc[pos[1]];
+                                v = t > v ? t : v;
+                                t = w[2] * xc[pos[2]];
+                                v = t > v ? t : v;
+                                t = w[3] * xc[pos[3]];
+                                v = t > v ? t : v;
+                                *out = first || v > *out ? v : *out;
+                            } else {
+                                *out += w[0] * xc[pos[0]] + w[1] * xc[pos[1]] +
+                                        w[2] * xc[pos[2]] + w[3] * xc[pos[3]];
+                            }
+                        }
+                    }
+                }
+                if (!p->max_mode)
+                    for (ch = 0; ch < c; ch++) yr[ch * bins + bin] /= (float)count;
+            }
+    }
+    return MLCC_OK;
+}
+
+/* x (one plane of height x width) at (h, w), bilinearly; pixels outside are 0. */
+static float bilinear_zero(const float *x, int64_t height, int64_t width, float h, float w) {
+    float h0f, w0f, lh, lw, v = 0.0f;
+    int64_t h0, w0;
+    if (!(h > -1.0f && h < (float)height && w > -1.0f && w < (float)width)) return 0.0f;
+    h0f = floorf(h);
+    w0f = floorf(w);
+    h0 = (int64_t)h0f;
+    w0 = (int64_t)w0f;
+    lh = h - h0f;
+    lw = w - w0f;
+    if (h0 >= 0 && w0 >= 0) v += (1.0f - lh) * (1.0f - lw) * x[h0 * width + w0];
+    if (h0 >= 0 && w0 + 1 < width) v += (1.0f - lh) * lw * x[h0 * width + w0 + 1];
+    if (h0 + 1 < height && w0 >= 0) v += lh * (1.0f - lw) * x[(h0 + 1) * width + w0];
+    if (h0 + 1 < height && w0 + 1 < width) v += lh * lw * x[(h0 + 1) * width + w0 + 1];
+    return v;
+}
+
+void mlcc_f32_deform_conv2d(const mlcc_deform_conv_params *p, const float *x, const float *w,
+                            const float *offset, const float *bias, const float *mask,
+                            float *y) {
+    const ptrdiff_t c = (ptrdiff_t)p->c, oc = (ptrdiff_t)p->oc, taps = (ptrdiff_t)(p->kh * p->kw);
+    const ptrdiff_t plane = (ptrdiff_t)(p->height * p->width);
+    const ptrdiff_t out = (ptrdiff_t)(p->out_h * p->out_w);
+    const ptrdiff_t icpg = c / (ptrdiff_t)p->group, ocpg = oc / (ptrdiff_t)p->group;
+    const ptrdiff_t icpo = c / (ptrdiff_t)p->offset_group;
+    ptrdiff_t b, ic, t, q, o;
+    for (b = 0; b < (ptrdiff_t)p->n; b++)
+        for (o = 0; o < oc; o++)
+            for (q = 0; q < out; q++) y[(b * oc + o) * out + q] = bias ? bias[o] : 0.0f;
+    for (b = 0; b < (ptrdiff_t)p->n; b++)
+        for (ic = 0; ic < c; ic++) {
+            const ptrdiff_t og = ic / icpo, g = ic / icpg;
+            const float *xc = x + (b * c + ic) * plane;
+            for (t = 0; t < taps; t++) {
+                const ptrdiff_t i = t / (ptrdiff_t)p->kw, j = t % (ptrdiff_t)p->kw;
+                const float *dy = offset + ((b * (ptrdiff_t)p->offset_group + og) * taps + t) * 2 * out;
+                const float *dx = dy + out;
+                const float *m =
+                    mask ? mask + ((b * (ptrdiff_t)p->offset_group + og) * taps + t) * out : NULL;
+                for (q = 0; q < out; q++) {
+                    const ptrdiff_t oh = q / (ptrdiff_t)p->out_w, ow = q % (ptrdiff_t)p->out_w;
+                    const float h = (float)(oh * p->stride_h - p->pad_h + i * p->dil_h) + dy[q];
+                    const float ww = (float)(ow * p->stride_w - p->pad_w + j * p->dil_w) + dx[q];
+                    float v = bilinear_zero(xc, p->height, p->width, h, ww);
+                    if (m) v *= m[q];
+                    for (o = g * ocpg; o < (g + 1) * ocpg; o++)
+                        y[(b * oc + o) * out + q] += w[(o * icpg + ic % icpg) * taps + t] * v;
+                }
+            }
+        }
+}
