@@ -162,6 +162,7 @@ class Pad(OpDef):
                     "end": [a[2] for a in axes] + [0] * pad_to, "edge": int(mode == "edge")},
                 scratch_bytes=total * 4, op=f"Pad({mode})")
 
+
 @register("CenterCropPad", since=18)
 class CenterCropPad(OpDef):
     """Crops or zero-pads each axis of `axes` to `shape`, centred (the odd element of a crop
