@@ -37,6 +37,11 @@ WITNESSES: dict[tuple[str, str], str] = {
     # its one dense node test (test_loop11) slices with the iteration number (a Slice of
     # run-time starts), so it folds once bound; Loop at run time is tested here
     ("", "Loop"): "test_ops_loop.py::test_constant_trip_count_with_scan_output_and_outer_value[7]",
+    # folded once shapes are static (their node tests bind the inputs); at run time over a
+    # dynamic size (docs/dynamic-shapes.md)
+    ("", "Range"): "test_dynamic_ops.py::test_range_constant_of_shape_expand_slice_over_dynamic_sizes",
+    ("", "ConstantOfShape"):
+        "test_dynamic_ops.py::test_range_constant_of_shape_expand_slice_over_dynamic_sizes",
     # no ONNX node tests
     ("", "GlobalLpPool"): "test_ops_pool.py::test_global_lppool[shape0-2]",
     # node tests of float64 and bfloat16 only (and an ellipsis)

@@ -35,6 +35,13 @@ class _CompileTime(OpDef):
             raise ModelError(f"{node.op_type} with constant inputs should have been folded")
         return arrays
 
+    def infer(self, node, ins, g):
+        """Operators that do not run over dynamic sizes (the audio windows, MelWeightMatrix):
+        a run-time input is refused by name (_inputs), a size over dynamic dimensions too."""
+        self._inputs(node, g)
+        raise UnsupportedError(f"{node.op_type} of a size that depends on the dynamic "
+                               f"dimensions is not supported; compile fixed sizes")
+
 
 @register("ConstantOfShape", since=9)
 class ConstantOfShape(_CompileTime):
