@@ -6,7 +6,7 @@ qk_matmul_output in every mode, nonpad_kv_seqlen (opset 24) with negative offset
 sliding windows of opset 25; and the refusals."""
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import TensorProto, helper
 
 from util import assert_refused, check_model, make_model, rand
 
@@ -152,13 +152,33 @@ def test_sliding_windows(tmp_path, left, right, causal, cache):
     (({}, {"softmax_precision": 11}), "softmax_precision=11"),
     (({}, {"qk_matmul_output_mode": 4}), "qk_matmul_output_mode=4"),
     (({"layout": 3}, {}), "q_num_heads and kv_num_heads"),
-    (({"fp16": True}, {}), "float16"),
 ])
 def test_refusals(tmp_path, feeds_attrs, message):
     shape, attrs = feeds_attrs
     feeds = qkv(1, 2, 2, 3, 3, 4, layout=shape.get("layout", 4))
-    if shape.get("fp16"):
-        feeds = {k: v.astype(np.float16) for k, v in feeds.items()}
     node = helper.make_node("Attention", list(feeds), ["Y"], name="attention_node", **attrs)
     assert_refused(tmp_path, node, feeds, 23, message,
                    out_type=helper.np_dtype_to_tensor_dtype(feeds["Q"].dtype))
+
+
+def test_float16_attention_computes_in_float32(tmp_path):
+    """float16 inputs run through the float32 kernel between casts (passes/float32_compute.py):
+    within float16's rounding of the reference evaluated on the same float16 inputs."""
+    import onnx
+    import mlcc
+    from util import reference_outputs
+    feeds = {k: v.astype(np.float16) for k, v in qkv(1, 2, 2, 5, 7, 4).items()}
+    node = helper.make_node("Attention", list(feeds), ["Y"], name="attention_node",
+                            is_causal=1)
+    graph = helper.make_graph([node], "g", [
+        helper.make_tensor_value_info(k, TensorProto.FLOAT16, v.shape) for k, v in feeds.items()],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT16, [1, 2, 5, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    model.ir_version = 9
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    res = mlcc.compile(tmp_path / "m.onnx", tmp_path / "out")
+    got = mlcc.load(res.folder).run(feeds)["Y"]
+    ref = reference_outputs(model, feeds)["Y"]
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), ref.astype(np.float32), atol=2e-3,
+                               rtol=2e-3)
