@@ -96,8 +96,8 @@ void mlcc_copy_strided(const mlcc_copy_params *p, const void *src, void *dst,
     job.rows = mlcc_odometer_rows(job.interleave ? inner : p->rank, p->shape);
     for (axis = 0; axis < p->rank; axis++) elements *= (double)p->shape[axis];
     /* by rows between threads: bytes, not elements, decide (memory-bound) */
-    job.units = nt == 1 || elements * (double)es < 4.0 * (double)MLCC_MIN_PARALLEL_ELEMENTS ||
-                job.rows < 2 ? 1 : (int)(job.rows < 4 * nt ? job.rows : 4 * nt);
+    job.units = mlcc_parallel_units(nt, elements * (double)es,
+                                    4.0 * (double)MLCC_MIN_PARALLEL_ELEMENTS, (ptrdiff_t)job.rows);
     if (job.units <= 1) {
         copy_part(p, job.s, job.d, job.interleave, 0, job.rows);
         return;

@@ -53,12 +53,10 @@ static void unary_unit(void *arg, int unit, int thread) {
     if (i1 > i0) unary_range(job->p, job->x + i0, job->y + i0, i1 - i0);
 }
 
-/* The number of units for `work` elements on `pool`: 1 (run on the caller) below
- * MLCC_MIN_PARALLEL_ELEMENTS, else a few per thread, at most `items`. */
+/* The number of units for `work` elements on `pool` (mlcc_parallel_units). */
 static int elementwise_units(mlcc_threadpool *pool, double work, ptrdiff_t items) {
-    const ptrdiff_t nt = mlcc_threadpool_size(pool);
-    if (nt == 1 || work < (double)MLCC_MIN_PARALLEL_ELEMENTS) return 1;
-    return (int)(items < 4 * nt ? items : 4 * nt);
+    return mlcc_parallel_units(mlcc_threadpool_size(pool), work,
+                               (double)MLCC_MIN_PARALLEL_ELEMENTS, items);
 }
 
 void mlcc_f32_unary(const mlcc_unary_params *p, const float *x, float *y, mlcc_threadpool *pool) {

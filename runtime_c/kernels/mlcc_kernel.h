@@ -27,6 +27,14 @@
 #ifndef MLCC_MIN_PARALLEL_ELEMENTS
 #define MLCC_MIN_PARALLEL_ELEMENTS (1L << 16)
 #endif
+/* Units of a parallel loop over `items` independent pieces on nt threads: 1 (the caller
+ * alone) when nt is 1 or `work` is below `threshold`, else a few per thread (load balance
+ * against a late worker), at most one per item. */
+static inline int mlcc_parallel_units(ptrdiff_t nt, double work, double threshold,
+                                      ptrdiff_t items) {
+    if (nt <= 1 || work < threshold || items < 2) return 1;
+    return (int)(items < 4 * nt ? items : 4 * nt);
+}
 /* Integer (u8 x s8) products run 4 multiply-adds per float one's lane: 4x the threshold. */
 #define MLCC_MIN_PARALLEL_INT8_MACS (4 * MLCC_MIN_PARALLEL_MACS)
 

@@ -383,9 +383,10 @@ static void pool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *t
     pool2d_job job;
     job.p = p, job.x = x, job.inv_count = inv_count, job.taps = taps, job.y = y;
     job.scratch = scratch, job.is_max = is_max;
-    job.units = p->planes < 4 * nt ? (int)p->planes : (int)(4 * nt);
-    if ((double)p->planes * (double)(p->out_h * p->out_w) * (double)(p->kernel_h * p->kernel_w) <
-            (double)MLCC_MIN_PARALLEL_MACS / 4 || job.units < 2) {
+    job.units = mlcc_parallel_units(nt, (double)p->planes * (double)(p->out_h * p->out_w) *
+                                            (double)(p->kernel_h * p->kernel_w),
+                                    (double)MLCC_MIN_PARALLEL_MACS / 4, (ptrdiff_t)p->planes);
+    if (job.units < 2) {
         pool2d_planes(p, x, taps, y, scratch, is_max, inv_count, 0, (ptrdiff_t)p->planes);
         return;
     }
