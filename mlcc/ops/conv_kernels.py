@@ -709,9 +709,9 @@ def choose_variant(layer: ConvLayer, target: ConvTarget,
     the largest size, and so at every size. (The largest size alone is a poor guide: a map of
     3 x 320 fills the panels of 32 that 3 x 319 wastes.)"""
     chosen = (choices or {}).get(f"node:{node}") or (choices or {}).get(layer_key(layer))
-    if chosen is not None:
-        v = next((v for v in VARIANTS if v.name == chosen), None)
-        if v is not None and can_run(v, layer, target):
+    if chosen is not None and chosen in VARIANT_NAMES:
+        v = variant_named(chosen)
+        if can_run(v, layer, target):
             return v
     if not is_symbolic(layer.window):
         return _first(layer, target, [v.name for v in VARIANTS])
@@ -722,6 +722,9 @@ def choose_variant(layer: ConvLayer, target: ConvTarget,
         if votes[v.name] and v.limits(largest):
             return v
     return _first(largest, target, DYNAMIC_MAP_VARIANTS)
+
+
+VARIANT_NAMES = frozenset(v.name for v in VARIANTS)
 
 
 def variant_named(name: str) -> ConvVariant:
