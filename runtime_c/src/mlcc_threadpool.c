@@ -13,7 +13,7 @@
  * between inferences the workers sleep. Allocation happens in mlcc_threadpool_create only. Built without threads
  * (MLCC_NO_THREADS, set by the wasm target, or a compiler without pthreads), create fails with
  * MLCC_ERR_THREADS and mlcc_threadpool_for runs every unit on the caller. */
-#if defined(MLCC_POOL_STATS) && !defined(_POSIX_C_SOURCE)
+#if !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200112L   /* clock_gettime under -std=c99 */
 #endif
 #include "mlcc_internal.h"
@@ -30,6 +30,7 @@
 #if MLCC_THREADS
 #include <pthread.h>
 #include <sched.h>
+#include <time.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #define CPU_RELAX() __builtin_ia32_pause()
@@ -39,21 +40,53 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-/* Pause iterations before sleeping: 10-40 us here. Spinning longer made 2-thread runs slower,
- * not faster, on a machine shared with other jobs (1000 vs 20000, MobileNetV2). */
-#ifndef MLCC_SPIN
-#define MLCC_SPIN 1000
+/* How long a worker waiting for the next loop, or the caller waiting for workers, spins
+ * (pausing, yielding every 64 pauses so that other runnable threads get the CPU) before it
+ * sleeps. Long enough to span the serial work between loops and the caller's own work between
+ * back-to-back inferences: a thread that sleeps lets its CPU idle, and on a virtual machine an
+ * idle vCPU may come back on a core far from the other's (measured on a 2-vCPU Zen 5 VM: a
+ * cache-line round trip between the two threads went from 80 to 370 ns and ResNet-18 on 2
+ * threads from 7.3 to 11.3 ms, for as long as the placement lasted; with 40 us of spin that
+ * happened in about a third of the processes, with 2 ms in none). The pauses yield, so on a
+ * busy machine the spin gives its CPU to other work. */
+#ifndef MLCC_SPIN_US
+#define MLCC_SPIN_US 2000
 #endif
-#define SPIN MLCC_SPIN
 
-/* The loop state, one atomic word: loop number (24 bits, wrapping), max_threads (8 bits), next
- * unit and units (16 bits each). A worker takes a unit with a compare-and-swap that also checks
+static uint64_t monotonic_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* One step of a bounded spin: pauses, and every 64 steps yields and tells whether the spin
+ * that started at *start (0: not yet) has lasted MLCC_SPIN_US. */
+static int spin_expired(int step, uint64_t *start) {
+    CPU_RELAX();
+    if (step % 64 != 63) return 0;
+    sched_yield();
+    if (*start == 0) {
+        *start = monotonic_ns();
+        return 0;
+    }
+    return monotonic_ns() - *start >= (uint64_t)MLCC_SPIN_US * 1000u;
+}
+
+/* The loop state, one atomic word: loop number (24 bits, wrapping) and max_threads (8 bits).
+ * Each thread t < max_threads owns a contiguous range of the units, [t * units / max_threads,
+ * (t + 1) * units / max_threads), in one atomic word of its own: loop number, first and end
+ * (16 bits each). The owner takes units from the front of its range, a thread whose range is
+ * empty steals from the back of another's. Contiguous ranges keep the data a thread wrote in
+ * one loop under the same thread in the next (kernels cut rows and tiles in order), which
+ * matters where the two cores share no cache: units dealt out one by one made every layer read
+ * half its input from the other core (ResNet-18 on 2 threads 1.5x slower when the VM put its
+ * vCPUs on different CCDs, onnxruntime 1.05x). A take is a compare-and-swap that also checks
  * the loop number, so a worker that wakes late never takes a unit of another loop (it would
  * have to stall between two instructions for 2^24 loops). */
 #define ST_LOOP(s) ((s) >> 40)
 #define ST_MAXT(s) (((s) >> 32) & 0xFFu)
-#define ST_NEXT(s) (((s) >> 16) & 0xFFFFu)
-#define ST_UNITS(s) ((s) & 0xFFFFu)
+#define RANGE_FIRST(r) (((r) >> 16) & 0xFFFFu)
+#define RANGE_END(r) ((r) & 0xFFFFu)
 #define MAX_UNITS 0xFFFFu
 
 /* Measuring builds only (-DMLCC_POOL_STATS, bench/profile_layers.py --pool-stats): per thread,
@@ -90,6 +123,7 @@ struct mlcc_threadpool {
     pthread_mutex_t mu;
     pthread_cond_t wake, done;
     uint64_t state;                    /* atomic: see ST_* */
+    uint64_t ranges[MLCC_MAX_THREADS][8];   /* atomic, [t][0]: thread t's units (a line each) */
     int busy;                          /* atomic: workers inside the current loop */
     int stop;                          /* atomic */
     /* the current loop; written by the caller before it publishes state, read by a worker
@@ -103,14 +137,30 @@ struct mlcc_threadpool {
 #endif
 };
 
-/* Takes the next unit of loop `loop` for thread `index`; -1 when there is none for it. */
-static long take_unit(struct mlcc_threadpool *pool, uint64_t loop, int index) {
-    uint64_t s = __atomic_load_n(&pool->state, __ATOMIC_ACQUIRE);
-    while (ST_LOOP(s) == loop && (uint64_t)index < ST_MAXT(s) && ST_NEXT(s) < ST_UNITS(s)) {
-        if (__atomic_compare_exchange_n(&pool->state, &s, s + (1u << 16), 0, __ATOMIC_ACQ_REL,
-                                        __ATOMIC_ACQUIRE))
-            return (long)ST_NEXT(s);
+/* Takes a unit of loop `loop` from thread owner's range, from its front (the owner) or its
+ * back (a thief); -1 when the range is empty or belongs to another loop. */
+static long take_from(struct mlcc_threadpool *pool, uint64_t loop, int owner, int front) {
+    uint64_t *word = &pool->ranges[owner][0];
+    uint64_t r = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+    while (ST_LOOP(r) == loop && RANGE_FIRST(r) < RANGE_END(r)) {
+        const uint64_t taken = front ? r + (1u << 16) : r - 1u;
+        if (__atomic_compare_exchange_n(word, &r, taken, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            return front ? (long)RANGE_FIRST(r) : (long)RANGE_END(r) - 1;
     }
+    return -1;
+}
+
+/* Takes the next unit of loop `loop` for thread `index`: its own first, then the others';
+ * -1 when there is none left for it. */
+static long take_unit(struct mlcc_threadpool *pool, uint64_t loop, int index) {
+    const uint64_t s = __atomic_load_n(&pool->state, __ATOMIC_ACQUIRE);
+    const int threads = (int)ST_MAXT(s);
+    long u;
+    int v;
+    if (ST_LOOP(s) != loop || index >= threads) return -1;
+    if ((u = take_from(pool, loop, index, 1)) >= 0) return u;
+    for (v = 1; v < threads; v++)
+        if ((u = take_from(pool, loop, (index + v) % threads, 0)) >= 0) return u;
     return -1;
 }
 
@@ -120,15 +170,13 @@ static void *worker_main(void *p) {
     uint64_t seen = 0;
     for (;;) {
         uint64_t now = ST_LOOP(__atomic_load_n(&pool->state, __ATOMIC_ACQUIRE));
+        uint64_t spin_start;
         long u;
         int i;
-        /* Yield now and then: a worker woken onto the caller's CPU (the other one busy) must
+        /* The spin yields: a worker woken onto the caller's CPU (the other one busy) must
          * not spin away the time the caller needs to finish the loop and start the next. */
-        for (i = 0; now == seen && i < SPIN; i++) {
-            CPU_RELAX();
+        for (i = 0, spin_start = 0; now == seen && !spin_expired(i, &spin_start); i++)
             now = ST_LOOP(__atomic_load_n(&pool->state, __ATOMIC_ACQUIRE));
-            if (i % 64 == 63) sched_yield();
-        }
         if (now == seen) {
 #ifdef MLCC_POOL_STATS
             pool->stats[w->index].sleeps++;
@@ -230,7 +278,7 @@ int mlcc_threadpool_size(const mlcc_threadpool *pool) {
 
 void mlcc_threadpool_for(mlcc_threadpool *pool, mlcc_unit_fn fn, void *arg, int units,
                          int max_threads) {
-    uint64_t loop;
+    uint64_t loop, spin_start = 0;
     long u;
     int i;
     if (units <= 0) return;
@@ -248,8 +296,14 @@ void mlcc_threadpool_for(mlcc_threadpool *pool, mlcc_unit_fn fn, void *arg, int 
 #endif
     pthread_mutex_lock(&pool->mu);
     loop = (ST_LOOP(__atomic_load_n(&pool->state, __ATOMIC_RELAXED)) + 1) & 0xFFFFFFu;
-    __atomic_store_n(&pool->state, (loop << 40) | ((uint64_t)max_threads << 32) |
-                     (uint64_t)units, __ATOMIC_RELEASE);
+    for (i = 0; i < max_threads; i++) {
+        const uint64_t first = (uint64_t)units * (uint64_t)i / (uint64_t)max_threads;
+        const uint64_t end = (uint64_t)units * (uint64_t)(i + 1) / (uint64_t)max_threads;
+        __atomic_store_n(&pool->ranges[i][0], (loop << 40) | (first << 16) | end,
+                         __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&pool->state, (loop << 40) | ((uint64_t)max_threads << 32),
+                     __ATOMIC_RELEASE);
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->mu);
 #ifdef MLCC_POOL_STATS
@@ -270,9 +324,8 @@ void mlcc_threadpool_for(mlcc_threadpool *pool, mlcc_unit_fn fn, void *arg, int 
     while ((u = take_unit(pool, loop, 0)) >= 0) fn(arg, (int)u, 0);
 #endif
     /* a worker still busy may have been preempted: yield, so that it can run here */
-    for (i = 0; __atomic_load_n(&pool->busy, __ATOMIC_SEQ_CST) != 0 && i < SPIN; i++) {
-        CPU_RELAX();
-        if (i % 64 == 63) sched_yield();
+    for (i = 0; __atomic_load_n(&pool->busy, __ATOMIC_SEQ_CST) != 0 &&
+                !spin_expired(i, &spin_start); i++) {
     }
     if (__atomic_load_n(&pool->busy, __ATOMIC_SEQ_CST) != 0) {
         pthread_mutex_lock(&pool->mu);
