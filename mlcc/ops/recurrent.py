@@ -60,11 +60,12 @@ def _r16(n: int) -> int:
 
 def scratch_floats(op: str, seq: int, batch: int, hidden: int, nd: int,
                    projected: bool = False) -> int:
-    """The kernel's scratch (recurrent.c): the input projections (unless given), one step's
-    gates, the state h and c and GRU's two temporaries, each rounded up to 16 floats."""
+    """The kernel's scratch (recurrent.c): the input projections (unless given), then per
+    direction (the two of a bidirectional layer may run at once) one step's gates, the state h
+    and c and GRU's two temporaries, each rounded up to 16 floats."""
     gh = GATES[op] * hidden
-    return (0 if projected else _r16(seq * batch * nd * gh)) + _r16(batch * gh) + \
-        4 * _r16(batch * hidden)
+    return (0 if projected else _r16(seq * batch * nd * gh)) + \
+        nd * (_r16(batch * gh) + 4 * _r16(batch * hidden))
 
 
 def input_projection(op: str, node: Node, g: Graph) -> tuple[np.ndarray, np.ndarray]:

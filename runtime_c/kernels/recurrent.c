@@ -129,12 +129,13 @@ static void product_row(int64_t n, int64_t k, const float *a, const float *b_pan
     }
 }
 
-/* C[m x n] = A[m x k] (rows of a_stride floats) times B (k x n, panels), plus bias rows. */
+/* C[m x n] = A[m x k] (rows of a_stride floats) times B (k x n, panels), plus bias rows. The
+ * path depends on the shape alone, never on the pool, so the bits do not depend on threads. */
 static void product(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_stride,
                     const float *b_panels, const float *bias, float *c,
                     mlcc_threadpool *pool) {
     mlcc_gemm_params g;
-    if (m == 1 && (pool == NULL || n * k < MLCC_MIN_PARALLEL_MACS)) {
+    if (m == 1 && n * k < MLCC_MIN_PARALLEL_MACS) {
         product_row(n, k, a, b_panels, bias, c);
         return;
     }
@@ -154,13 +155,22 @@ static void product(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_s
     mlcc_f32_gemm__panels_threaded(&g, a, b_panels, bias, c, pool);
 }
 
-int mlcc_f32_recurrent(const mlcc_recurrent_params *p, const float *x, const float *w_panels,
-                       const float *r_panels, const float *bias, const float *rbh,
-                       const float *peep, const int32_t *seq_lens, const float *init_h,
-                       const float *init_c, float *y, float *y_h, float *y_c, float *scratch,
-                       mlcc_threadpool *pool) {
-    const int64_t S = p->seq, B = p->batch, I = p->input, H = p->hidden;
-    const int64_t ND = p->num_directions;
+/* What every direction of one call reads and writes. */
+typedef struct recurrent_job {
+    const mlcc_recurrent_params *p;
+    const float *xw, *r_panels, *rbh, *peep, *init_h, *init_c;
+    const int32_t *seq_lens;
+    float *y, *y_h, *y_c;
+    float *state;             /* per direction: gates, h, c, tmp, hh */
+    int64_t state_floats;     /* of one direction */
+    mlcc_threadpool *pool;    /* for the products inside a direction; NULL when directions
+                               * run in parallel */
+} recurrent_job;
+
+/* Steps 2 and 3 of direction d: every time step's recurrent product and gates, then Y_h, Y_c. */
+static void run_direction(const recurrent_job *job, int64_t d) {
+    const mlcc_recurrent_params *p = job->p;
+    const int64_t S = p->seq, B = p->batch, H = p->hidden, ND = p->num_directions;
     const int is_lstm = p->cell == MLCC_RNN_CELL_LSTM, is_gru = p->cell == MLCC_RNN_CELL_GRU;
     const int64_t G = is_lstm ? 4 : is_gru ? 3 : 1;
     const int64_t GH = G * H;
@@ -168,15 +178,139 @@ int mlcc_f32_recurrent(const mlcc_recurrent_params *p, const float *x, const flo
     const int64_t n0 = is_gru ? 2 * H : GH;
     const int64_t r0_floats = panel_floats(H, n0);
     const int64_t r_dir_floats = r0_floats + (is_gru ? panel_floats(H, H) : 0);
-    /* the input projections [S * B][ND * GH]: computed into the scratch, or given as x */
-    float *proj = w_panels ? scratch : NULL;
-    const float *xw = w_panels ? proj : x;
-    float *gates = scratch + (w_panels ? round16(S * B * ND * GH) : 0);   /* [B][GH] */
+    const float *xw = job->xw, *rbh = job->rbh;
+    const int32_t *seq_lens = job->seq_lens;
+    float *y = job->y;
+    mlcc_threadpool *pool = job->pool;
+    float *gates = job->state + d * job->state_floats;    /* [B][GH] */
     float *h = gates + round16(B * GH);                   /* [B][H] */
     float *c = h + round16(B * H);                        /* [B][H] */
     float *tmp = c + round16(B * H);                      /* [B][H] (GRU: r * h) */
     float *hh = tmp + round16(B * H);                     /* [B][H] (GRU: the h product) */
-    int64_t b, d, s, j;
+    const int rev = d == 1 || p->reverse;
+    const int32_t *kind = p->act_kind + d * MLCC_RNN_MAX_ACTS;
+    const float *al = p->act_alpha + d * MLCC_RNN_MAX_ACTS;
+    const float *be = p->act_beta + d * MLCC_RNN_MAX_ACTS;
+    const float *rp = job->r_panels + d * r_dir_floats;
+    const float *pw = job->peep ? job->peep + d * 3 * H : NULL;   /* i, o, f */
+    int64_t b, s, j;
+    for (b = 0; b < B; b++) {
+        const int64_t st = p->layout ? (b * ND + d) * H : (d * B + b) * H;
+        if (job->init_h) memcpy(h + b * H, job->init_h + st, (size_t)H * sizeof(float));
+        else memset(h + b * H, 0, (size_t)H * sizeof(float));
+        if (is_lstm) {
+            if (job->init_c) memcpy(c + b * H, job->init_c + st, (size_t)H * sizeof(float));
+            else memset(c + b * H, 0, (size_t)H * sizeof(float));
+        }
+    }
+    for (s = 0; s < S; s++) {
+        /* 2. the recurrent product of every sequence of the batch */
+        product(B, n0, H, h, H, rp, NULL, gates, pool);
+        /* 3. the gates (GRU: z and r, then its h gate after its second product) */
+        for (b = 0; b < B; b++) {
+            const int64_t len = seq_lens ? seq_lens[b] : S;
+            float *g = gates + b * n0, *hb = h + b * H, *cb = c + b * H;
+            const float *xr;
+            if (s >= len) {   /* this sequence has ended: its state stays */
+                if (is_gru) memset(tmp + b * H, 0, (size_t)H * sizeof(float));
+                continue;
+            }
+            xr = xw + x_row(p, b, rev ? len - 1 - s : s) * ND * GH + d * GH;
+            if (is_lstm) {
+                float *gi = g, *go = g + H, *gf = g + 2 * H, *gc = g + 3 * H;
+                for (j = 0; j < GH; j++) g[j] += xr[j];
+                if (pw) {
+                    peephole(gi, pw, cb, H);
+                    peephole(gf, pw + 2 * H, cb, H);
+                }
+                clip_all(p, gi, H);
+                clip_all(p, gf, H);
+                clip_all(p, gc, H);
+                act_apply(kind[0], al[0], be[0], gi, H);
+                if (p->input_forget)
+                    for (j = 0; j < H; j++) gf[j] = 1.0f - gi[j];
+                else
+                    act_apply(kind[0], al[0], be[0], gf, H);
+                act_apply(kind[1], al[1], be[1], gc, H);
+                for (j = 0; j < H; j++) cb[j] = gf[j] * cb[j] + gi[j] * gc[j];
+                if (pw) peephole(go, pw + H, cb, H);
+                clip_all(p, go, H);
+                act_apply(kind[0], al[0], be[0], go, H);
+                memcpy(gc, cb, (size_t)H * sizeof(float));
+                act_apply(kind[2], al[2], be[2], gc, H);
+                for (j = 0; j < H; j++) hb[j] = go[j] * gc[j];
+            } else if (is_gru) {
+                for (j = 0; j < 2 * H; j++) g[j] += xr[j];
+                clip_all(p, g, 2 * H);
+                act_apply(kind[0], al[0], be[0], g, 2 * H);
+                if (!p->linear_before_reset)
+                    for (j = 0; j < H; j++) tmp[b * H + j] = g[H + j] * hb[j];
+                continue;
+            } else {
+                for (j = 0; j < H; j++) g[j] += xr[j];
+                clip_all(p, g, H);
+                act_apply(kind[0], al[0], be[0], g, H);
+                memcpy(hb, g, (size_t)H * sizeof(float));
+            }
+            store_y(p, y, hb, b, rev ? len - 1 - s : s, d);
+        }
+        if (!is_gru) continue;
+        /* GRU's h gate: (r * h) R_h^T, or h R_h^T inside the reset (linear_before_reset) */
+        product(B, H, H, p->linear_before_reset ? h : tmp, H, rp + r0_floats, NULL, hh,
+                pool);
+        for (b = 0; b < B; b++) {
+            const int64_t len = seq_lens ? seq_lens[b] : S;
+            const float *g = gates + b * n0, *rb = rbh ? rbh + d * H : NULL;
+            float *hb = h + b * H, *hc = hh + b * H;
+            const float *xr;
+            if (s >= len) continue;
+            xr = xw + x_row(p, b, rev ? len - 1 - s : s) * ND * GH + d * GH + 2 * H;
+            if (p->linear_before_reset)
+                for (j = 0; j < H; j++)
+                    hc[j] = xr[j] + g[H + j] * (hc[j] + (rb ? rb[j] : 0.0f));
+            else
+                for (j = 0; j < H; j++) hc[j] += xr[j] + (rb ? rb[j] : 0.0f);
+            clip_all(p, hc, H);
+            act_apply(kind[1], al[1], be[1], hc, H);
+            for (j = 0; j < H; j++) hb[j] = (1.0f - g[j]) * hc[j] + g[j] * hb[j];
+            store_y(p, y, hb, b, rev ? len - 1 - s : s, d);
+        }
+    }
+    for (b = 0; b < B; b++) {
+        const int64_t len = seq_lens ? seq_lens[b] : S;
+        const int64_t st = p->layout ? (b * ND + d) * H : (d * B + b) * H;
+        int64_t t;
+        if (y)   /* past the sequence's end */
+            for (t = len; t < S; t++)
+                memset(y + (p->layout ? (b * S + t) * ND + d : (t * ND + d) * B + b) * H, 0,
+                       (size_t)H * sizeof(float));
+        /* a sequence of length 0 has zero states, not its initial ones (onnxruntime) */
+        if (job->y_h && len > 0) memcpy(job->y_h + st, h + b * H, (size_t)H * sizeof(float));
+        if (job->y_h && len == 0) memset(job->y_h + st, 0, (size_t)H * sizeof(float));
+        if (job->y_c && is_lstm && len > 0)
+            memcpy(job->y_c + st, c + b * H, (size_t)H * sizeof(float));
+        if (job->y_c && is_lstm && len == 0) memset(job->y_c + st, 0, (size_t)H * sizeof(float));
+    }
+}
+
+static void direction_unit(void *arg, int unit, int thread) {
+    (void)thread;
+    run_direction((const recurrent_job *)arg, unit);
+}
+
+int mlcc_f32_recurrent(const mlcc_recurrent_params *p, const float *x, const float *w_panels,
+                       const float *r_panels, const float *bias, const float *rbh,
+                       const float *peep, const int32_t *seq_lens, const float *init_h,
+                       const float *init_c, float *y, float *y_h, float *y_c, float *scratch,
+                       mlcc_threadpool *pool) {
+    const int64_t S = p->seq, B = p->batch, I = p->input, H = p->hidden;
+    const int64_t ND = p->num_directions;
+    const int64_t G = p->cell == MLCC_RNN_CELL_LSTM ? 4 : p->cell == MLCC_RNN_CELL_GRU ? 3 : 1;
+    const int64_t GH = G * H;
+    /* the input projections [S * B][ND * GH]: computed into the scratch, or given as x */
+    float *proj = w_panels ? scratch : NULL;
+    recurrent_job job;
+    int64_t b, d;
 
     if (seq_lens)
         for (b = 0; b < B; b++)
@@ -186,109 +320,27 @@ int mlcc_f32_recurrent(const mlcc_recurrent_params *p, const float *x, const flo
      * w_panels, x holds them already: the int8 product of the quantized model) */
     if (w_panels) product(S * B, ND * GH, I, x, I, w_panels, bias, proj, pool);
 
-    for (d = 0; d < ND; d++) {
-        const int rev = d == 1 || p->reverse;
-        const int32_t *kind = p->act_kind + d * MLCC_RNN_MAX_ACTS;
-        const float *al = p->act_alpha + d * MLCC_RNN_MAX_ACTS;
-        const float *be = p->act_beta + d * MLCC_RNN_MAX_ACTS;
-        const float *rp = r_panels + d * r_dir_floats;
-        const float *pw = peep ? peep + d * 3 * H : NULL;   /* i, o, f */
-        for (b = 0; b < B; b++) {
-            const int64_t st = p->layout ? (b * ND + d) * H : (d * B + b) * H;
-            if (init_h) memcpy(h + b * H, init_h + st, (size_t)H * sizeof(float));
-            else memset(h + b * H, 0, (size_t)H * sizeof(float));
-            if (is_lstm) {
-                if (init_c) memcpy(c + b * H, init_c + st, (size_t)H * sizeof(float));
-                else memset(c + b * H, 0, (size_t)H * sizeof(float));
-            }
-        }
-        for (s = 0; s < S; s++) {
-            /* 2. the recurrent product of every sequence of the batch */
-            product(B, n0, H, h, H, rp, NULL, gates, pool);
-            /* 3. the gates (GRU: z and r, then its h gate after its second product) */
-            for (b = 0; b < B; b++) {
-                const int64_t len = seq_lens ? seq_lens[b] : S;
-                float *g = gates + b * n0, *hb = h + b * H, *cb = c + b * H;
-                const float *xr;
-                if (s >= len) {   /* this sequence has ended: its state stays */
-                    if (is_gru) memset(tmp + b * H, 0, (size_t)H * sizeof(float));
-                    continue;
-                }
-                xr = xw + x_row(p, b, rev ? len - 1 - s : s) * ND * GH + d * GH;
-                if (is_lstm) {
-                    float *gi = g, *go = g + H, *gf = g + 2 * H, *gc = g + 3 * H;
-                    for (j = 0; j < GH; j++) g[j] += xr[j];
-                    if (pw) {
-                        peephole(gi, pw, cb, H);
-                        peephole(gf, pw + 2 * H, cb, H);
-                    }
-                    clip_all(p, gi, H);
-                    clip_all(p, gf, H);
-                    clip_all(p, gc, H);
-                    act_apply(kind[0], al[0], be[0], gi, H);
-                    if (p->input_forget)
-                        for (j = 0; j < H; j++) gf[j] = 1.0f - gi[j];
-                    else
-                        act_apply(kind[0], al[0], be[0], gf, H);
-                    act_apply(kind[1], al[1], be[1], gc, H);
-                    for (j = 0; j < H; j++) cb[j] = gf[j] * cb[j] + gi[j] * gc[j];
-                    if (pw) peephole(go, pw + H, cb, H);
-                    clip_all(p, go, H);
-                    act_apply(kind[0], al[0], be[0], go, H);
-                    memcpy(gc, cb, (size_t)H * sizeof(float));
-                    act_apply(kind[2], al[2], be[2], gc, H);
-                    for (j = 0; j < H; j++) hb[j] = go[j] * gc[j];
-                } else if (is_gru) {
-                    for (j = 0; j < 2 * H; j++) g[j] += xr[j];
-                    clip_all(p, g, 2 * H);
-                    act_apply(kind[0], al[0], be[0], g, 2 * H);
-                    if (!p->linear_before_reset)
-                        for (j = 0; j < H; j++) tmp[b * H + j] = g[H + j] * hb[j];
-                    continue;
-                } else {
-                    for (j = 0; j < H; j++) g[j] += xr[j];
-                    clip_all(p, g, H);
-                    act_apply(kind[0], al[0], be[0], g, H);
-                    memcpy(hb, g, (size_t)H * sizeof(float));
-                }
-                store_y(p, y, hb, b, rev ? len - 1 - s : s, d);
-            }
-            if (!is_gru) continue;
-            /* GRU's h gate: (r * h) R_h^T, or h R_h^T inside the reset (linear_before_reset) */
-            product(B, H, H, p->linear_before_reset ? h : tmp, H, rp + r0_floats, NULL, hh,
-                    pool);
-            for (b = 0; b < B; b++) {
-                const int64_t len = seq_lens ? seq_lens[b] : S;
-                const float *g = gates + b * n0, *rb = rbh ? rbh + d * H : NULL;
-                float *hb = h + b * H, *hc = hh + b * H;
-                const float *xr;
-                if (s >= len) continue;
-                xr = xw + x_row(p, b, rev ? len - 1 - s : s) * ND * GH + d * GH + 2 * H;
-                if (p->linear_before_reset)
-                    for (j = 0; j < H; j++)
-                        hc[j] = xr[j] + g[H + j] * (hc[j] + (rb ? rb[j] : 0.0f));
-                else
-                    for (j = 0; j < H; j++) hc[j] += xr[j] + (rb ? rb[j] : 0.0f);
-                clip_all(p, hc, H);
-                act_apply(kind[1], al[1], be[1], hc, H);
-                for (j = 0; j < H; j++) hb[j] = (1.0f - g[j]) * hc[j] + g[j] * hb[j];
-                store_y(p, y, hb, b, rev ? len - 1 - s : s, d);
-            }
-        }
-        for (b = 0; b < B; b++) {
-            const int64_t len = seq_lens ? seq_lens[b] : S;
-            const int64_t st = p->layout ? (b * ND + d) * H : (d * B + b) * H;
-            int64_t t;
-            if (y)   /* past the sequence's end */
-                for (t = len; t < S; t++)
-                    memset(y + (p->layout ? (b * S + t) * ND + d : (t * ND + d) * B + b) * H, 0,
-                           (size_t)H * sizeof(float));
-            /* a sequence of length 0 has zero states, not its initial ones (onnxruntime) */
-            if (y_h && len > 0) memcpy(y_h + st, h + b * H, (size_t)H * sizeof(float));
-            if (y_h && len == 0) memset(y_h + st, 0, (size_t)H * sizeof(float));
-            if (y_c && is_lstm && len > 0) memcpy(y_c + st, c + b * H, (size_t)H * sizeof(float));
-            if (y_c && is_lstm && len == 0) memset(y_c + st, 0, (size_t)H * sizeof(float));
-        }
+    job.p = p;
+    job.xw = w_panels ? proj : x;
+    job.r_panels = r_panels;
+    job.rbh = rbh;
+    job.peep = peep;
+    job.init_h = init_h;
+    job.init_c = init_c;
+    job.seq_lens = seq_lens;
+    job.y = y;
+    job.y_h = y_h;
+    job.y_c = y_c;
+    job.state = scratch + (w_panels ? round16(S * B * ND * GH) : 0);
+    job.state_floats = round16(B * GH) + 4 * round16(B * H);
+    /* 2-3. the two directions of a bidirectional layer are independent: one thread each
+     * (their steps are too small to split), each with its own state */
+    if (ND == 2 && mlcc_threadpool_size(pool) > 1) {
+        job.pool = NULL;
+        mlcc_threadpool_for(pool, direction_unit, &job, 2, 2);
+    } else {
+        job.pool = pool;
+        for (d = 0; d < ND; d++) run_direction(&job, d);
     }
     return MLCC_OK;
 }

@@ -63,6 +63,8 @@ typedef struct mlcc_recurrent_params {
  *      as init_h. Each may be NULL (not wanted). Outputs past a sequence's length are zero;
  *      y_h and y_c hold the state after its last valid step (zero for a length of 0, as
  *      onnxruntime gives).
+ * pool: the input projections are split over its threads, and the two directions of a
+ *      bidirectional layer run on two threads at once; the bits do not depend on it.
  * Returns MLCC_OK, or MLCC_ERR_INDEX_OUT_OF_RANGE (having written nothing) when a sequence
  * length is negative or longer than seq. */
 int mlcc_f32_recurrent(const mlcc_recurrent_params *p, const float *x, const float *w_panels,
