@@ -401,6 +401,9 @@ def copy_lib(tmp_path_factory):
     ((3, 4, 13), (0, 2, 1), np.uint8),       # a short innermost axis: the interleave path
     ((2, 9, 6, 7), (1, 3, 0, 2), np.int64),
     ((1, 31), (1, 0), np.float32),           # one row per output column
+    ((1, 1003), (0, 1), np.float32),         # one contiguous block: ranges of 64-byte lines
+    ((4099,), (0,), np.int16),               # the same, a tail shorter than a line
+    ((1, 37), (0, 1), np.uint8),             # a block under one line: the caller alone
 ])
 def test_copy_is_bit_identical_across_thread_counts(copy_lib, shape, perm, dtype):
     ffi, dl, pools = copy_lib

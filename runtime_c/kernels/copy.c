@@ -70,11 +70,21 @@ typedef struct copy_job {
     uint8_t *d;
     int interleave, units;
     int64_t rows;
+    ptrdiff_t flat_lines;     /* > 0: one contiguous block of this many 64-byte lines */
+    ptrdiff_t flat_bytes;
 } copy_job;
 
 static void copy_unit(void *arg, int unit, int thread) {
     const copy_job *job = (const copy_job *)arg;
     (void)thread;
+    if (job->flat_lines > 0) {   /* a range of whole lines; the last unit takes the tail */
+        const ptrdiff_t b0 = job->flat_lines * unit / job->units * 64;
+        const ptrdiff_t b1 = unit + 1 == job->units
+                                 ? job->flat_bytes
+                                 : job->flat_lines * (unit + 1) / job->units * 64;
+        memcpy(job->d + b0, job->s + b0, (size_t)(b1 - b0));
+        return;
+    }
     copy_part(job->p, job->s, job->d, job->interleave, job->rows * unit / job->units,
               job->rows * (unit + 1) / job->units);
 }
@@ -95,9 +105,16 @@ void mlcc_copy_strided(const mlcc_copy_params *p, const void *src, void *dst,
                      p->src_strides[inner - 1] == 1 && p->dst_strides[inner - 1] == p->shape[inner];
     job.rows = mlcc_odometer_rows(job.interleave ? inner : p->rank, p->shape);
     for (axis = 0; axis < p->rank; axis++) elements *= (double)p->shape[axis];
-    /* by rows between threads: bytes, not elements, decide (memory-bound) */
+    /* by rows between threads: bytes, not elements, decide (memory-bound); one contiguous
+     * block (a Concat's input, a Slice of whole planes) by ranges of 64-byte lines */
+    job.flat_lines = 0;
+    job.flat_bytes = (ptrdiff_t)elements * es;
+    if (job.rows == 1 && !job.interleave && inner >= 0 && p->src_strides[inner] == 1 &&
+        p->dst_strides[inner] == 1)
+        job.flat_lines = job.flat_bytes / 64;
     job.units = mlcc_parallel_units(nt, elements * (double)es,
-                                    4.0 * (double)MLCC_MIN_PARALLEL_ELEMENTS, (ptrdiff_t)job.rows);
+                                    4.0 * (double)MLCC_MIN_PARALLEL_ELEMENTS,
+                                    job.flat_lines > 0 ? job.flat_lines : (ptrdiff_t)job.rows);
     if (job.units <= 1) {
         copy_part(p, job.s, job.d, job.interleave, 0, job.rows);
         return;
