@@ -109,7 +109,7 @@ def emit_reduce(lo: Lowering, kind: ReduceKind, src: str, dst: str, axes: set[in
             "outer": outer, "reduce": red, "inner": inner,
             "op": Enum(f"MLCC_REDUCE_{kind.first if t == 0 else kind.rest}"),
             "post": Enum(f"MLCC_REDUCE_POST_{kind.post if last else 'NONE'}"),
-            "scale": scale if last else 1.0}, op=op)
+            "scale": scale if last else 1.0}, op=op, pool=True)
         cur = out
 
 

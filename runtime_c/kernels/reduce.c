@@ -170,26 +170,65 @@ static void tile_reduce(const mlcc_reduce_params *p, const float *x, ptrdiff_t n
     for (j = 0; j < w; j++) y[j] = finish(p, acc[j]);
 }
 
-void mlcc_f32_reduce(const mlcc_reduce_params *p, const float *x, float *y) {
+/* Outputs [o0, o1) of the reduction (output o: outer o / inner, column o % inner), by rows
+ * (inner == 1) or by tiles of up to TILE columns that do not cross an outer row. */
+static void reduce_part(const mlcc_reduce_params *p, const float *x, float *y, ptrdiff_t o0,
+                        ptrdiff_t o1) {
+    const ptrdiff_t n = (ptrdiff_t)p->reduce, inner = (ptrdiff_t)p->inner;
+    ptrdiff_t o;
+    if (inner == 1) {
+        for (o = o0; o < o1; o++) y[o] = finish(p, row_reduce(x + o * n, n, p->op));
+        return;
+    }
+    for (o = o0; o < o1;) {
+        const ptrdiff_t row = o / inner, i = o % inner;
+        const ptrdiff_t row_end = (row + 1) * inner;
+        const ptrdiff_t w = (o1 < row_end ? o1 : row_end) - o;
+        const ptrdiff_t tw = w < TILE ? w : TILE;
+        tile_reduce(p, x + row * n * inner + i, n, inner, tw, y + o);
+        o += tw;
+    }
+}
+
+typedef struct reduce_job {
+    const mlcc_reduce_params *p;
+    const float *x;
+    float *y;
+    ptrdiff_t outputs;
+    int units;
+} reduce_job;
+
+static void reduce_unit(void *arg, int unit, int thread) {
+    const reduce_job *job = (const reduce_job *)arg;
+    (void)thread;
+    reduce_part(job->p, job->x, job->y, job->outputs * unit / job->units,
+                job->outputs * (unit + 1) / job->units);
+}
+
+void mlcc_f32_reduce(const mlcc_reduce_params *p, const float *x, float *y,
+                     mlcc_threadpool *pool) {
     const ptrdiff_t outer = (ptrdiff_t)p->outer, n = (ptrdiff_t)p->reduce;
     const ptrdiff_t inner = (ptrdiff_t)p->inner;
-    ptrdiff_t o, i;
+    reduce_job job;
+    ptrdiff_t o;
     if (n == 0) {
         /* Nothing to reduce: every output is the identity (0, 1, -inf, +inf) after post. */
         const float v = finish(p, row_reduce(x, 0, p->op));
         for (o = 0; o < outer * inner; o++) y[o] = v;
         return;
     }
-    if (inner == 1) {
-        for (o = 0; o < outer; o++) y[o] = finish(p, row_reduce(x + o * n, n, p->op));
+    /* by ranges of outputs, each reduced whole by one thread: the same sums in the same
+     * order whatever the threads */
+    job.p = p;
+    job.x = x;
+    job.y = y;
+    job.outputs = outer * inner;
+    job.units = mlcc_parallel_units(mlcc_threadpool_size(pool),
+                                    (double)outer * (double)n * (double)inner,
+                                    (double)MLCC_MIN_PARALLEL_ELEMENTS, job.outputs);
+    if (job.units <= 1) {
+        reduce_part(p, x, y, 0, job.outputs);
         return;
     }
-    for (o = 0; o < outer; o++) {
-        const float *xo = x + o * n * inner;
-        float *yo = y + o * inner;
-        for (i = 0; i < inner; i += TILE) {
-            const ptrdiff_t w = inner - i < TILE ? inner - i : TILE;
-            tile_reduce(p, xo + i, n, inner, w, yo + i);
-        }
-    }
+    mlcc_threadpool_for(pool, reduce_unit, &job, job.units, job.units);
 }

@@ -33,6 +33,8 @@ typedef struct mlcc_reduce_params {
     float scale;                 /* 1, or 1 / count for a mean */
 } mlcc_reduce_params;
 
-void mlcc_f32_reduce(const mlcc_reduce_params *p, const float *x, float *y);
+/* pool: ranges of outputs between threads (each output reduced whole by one: the same bits). */
+void mlcc_f32_reduce(const mlcc_reduce_params *p, const float *x, float *y,
+                     mlcc_threadpool *pool);
 
 #endif /* MLCC_REDUCE_H */
