@@ -98,6 +98,24 @@ def test_lrn_against_spec(tmp_path, shape, size):
     np.testing.assert_allclose(got, _lrn_spec(x, size, 0.5, 0.9, 1.5), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("beta", [0.75, 0.6])
+def test_lrn_threads_same_bits(tmp_path, beta):
+    """Above the threading threshold the (batch, channel) planes are cut into ranges between
+    threads: 1, 2 and 3 threads give the same bits, within 2e-6 relative of the spec formula
+    in float64 (beta 0.75 by square roots, others by powf) on a wide range of sums."""
+    x = rand(2, 29, 23, 31, seed=3) * 10.0
+    node = helper.make_node("LRN", ["x"], ["y"], size=5, alpha=2e-3, beta=beta, bias=1.0)
+    folder = tmp_path / "m"
+    folder.mkdir()
+    onnx.save(make_model([node], {"x": x}, ["y"]), str(folder / "model.onnx"))
+    mlcc.compile(folder / "model.onnx", folder / "out", target="x86")
+    runs = [mlcc.load(folder / "out", threads=n).run({"x": x})["y"] for n in (1, 2, 3)]
+    np.testing.assert_allclose(runs[0], _lrn_spec(x.astype(np.float64), 5, 2e-3, beta, 1.0),
+                               rtol=2e-6, atol=1e-7)
+    for n, got in zip((2, 3), runs[1:]):
+        assert np.array_equal(got, runs[0]), f"{n} threads"
+
+
 @pytest.mark.parametrize("shape", [(2, 3, 7, 11), (1, 4, 50), (2, 3, 3, 4, 5), (1, 2, 4099)])
 def test_instance_norm(tmp_path, shape):
     c = shape[1]

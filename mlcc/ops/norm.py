@@ -145,7 +145,7 @@ class LRN(OpDef):
                         "inner": math.prod(x.shape[2:]), "size": size,
                         "alpha_over_size": float(node.attr("alpha", 1e-4)) / size,
                         "beta": float(node.attr("beta", 0.75)),
-                        "bias": float(node.attr("bias", 1.0))})
+                        "bias": float(node.attr("bias", 1.0))}, pool=True)
 
     def flops(self, node, g):
         return (2 * int(node.attr("size", 1)) + 4) * g.values[node.inputs[0]].numel

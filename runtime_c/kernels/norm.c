@@ -23,28 +23,73 @@ void mlcc_f32_channel_affine(const mlcc_channel_affine_params *p, const float *x
     }
 }
 
-void mlcc_f32_lrn(const mlcc_lrn_params *p, const float *x, float *y) {
+/* y[i] = x[i] * (k + a * y[i])^-beta: y holds the sums of squares. beta 0.75 (AlexNet,
+ * GoogLeNet, ZFNet) as 1 / (r * sqrt(r)) with r = sqrt(t): two square roots and a division
+ * cost a fraction of powf, within a few ulp of it. */
+static void lrn_scale(const float *x, float *y, ptrdiff_t n, float k, float a, float beta) {
+    ptrdiff_t i;
+    if (beta == 0.75f) {
+        for (i = 0; i < n; i++) {
+            const float r = sqrtf(k + a * y[i]);
+            y[i] = x[i] / (r * sqrtf(r));
+        }
+        return;
+    }
+    for (i = 0; i < n; i++) y[i] = x[i] * powf(k + a * y[i], -beta);
+}
+
+/* Rows [r0, r1) of the output, a row being one (batch, channel) plane of `inner` values. */
+static void lrn_rows(const mlcc_lrn_params *p, const float *x, float *y, ptrdiff_t r0,
+                     ptrdiff_t r1) {
     const ptrdiff_t channels = (ptrdiff_t)p->channels, inner = (ptrdiff_t)p->inner;
     const ptrdiff_t before = (ptrdiff_t)(p->size - 1) / 2, after = (ptrdiff_t)p->size / 2;
-    const float k = p->bias, a = p->alpha_over_size, nb = -p->beta;
-    ptrdiff_t n, c, j, i;
-    for (n = 0; n < (ptrdiff_t)p->batch; n++) {
+    ptrdiff_t r, j, i;
+    for (r = r0; r < r1; r++) {
+        const ptrdiff_t n = r / channels, c = r % channels;
         const float *xn = x + n * channels * inner;
-        float *yn = y + n * channels * inner;
-        for (c = 0; c < channels; c++) {
-            const ptrdiff_t lo = c - before < 0 ? 0 : c - before;
-            const ptrdiff_t hi = c + after >= channels ? channels - 1 : c + after;
-            float *yr = yn + c * inner;
-            const float *xr = xn + c * inner;
-            /* y accumulates the sum of squares first, then becomes the result */
-            for (i = 0; i < inner; i++) yr[i] = 0.0f;
-            for (j = lo; j <= hi; j++) {
-                const float *xj = xn + j * inner;
-                for (i = 0; i < inner; i++) yr[i] += xj[i] * xj[i];
-            }
-            for (i = 0; i < inner; i++) yr[i] = xr[i] * powf(k + a * yr[i], nb);
+        const ptrdiff_t lo = c - before < 0 ? 0 : c - before;
+        const ptrdiff_t hi = c + after >= channels ? channels - 1 : c + after;
+        float *yr = y + r * inner;
+        /* y accumulates the sum of squares first, then becomes the result */
+        for (i = 0; i < inner; i++) yr[i] = 0.0f;
+        for (j = lo; j <= hi; j++) {
+            const float *xj = xn + j * inner;
+            for (i = 0; i < inner; i++) yr[i] += xj[i] * xj[i];
         }
+        lrn_scale(x + r * inner, yr, inner, p->bias, p->alpha_over_size, p->beta);
     }
+}
+
+typedef struct lrn_job {
+    const mlcc_lrn_params *p;
+    const float *x;
+    float *y;
+    ptrdiff_t rows;
+    int units;
+} lrn_job;
+
+static void lrn_unit(void *arg, int unit, int thread) {
+    const lrn_job *job = (const lrn_job *)arg;
+    (void)thread;
+    lrn_rows(job->p, job->x, job->y, job->rows * unit / job->units,
+             job->rows * (unit + 1) / job->units);
+}
+
+void mlcc_f32_lrn(const mlcc_lrn_params *p, const float *x, float *y, mlcc_threadpool *pool) {
+    lrn_job job;
+    job.p = p;
+    job.x = x;
+    job.y = y;
+    job.rows = (ptrdiff_t)(p->batch * p->channels);
+    /* by ranges of (batch, channel) planes: each output element computed by one thread */
+    job.units = mlcc_parallel_units(mlcc_threadpool_size(pool),
+                                    (double)job.rows * (double)p->inner * (double)(p->size + 8),
+                                    (double)MLCC_MIN_PARALLEL_ELEMENTS, job.rows);
+    if (job.units <= 1) {
+        lrn_rows(p, x, y, 0, job.rows);
+        return;
+    }
+    mlcc_threadpool_for(pool, lrn_unit, &job, job.units, job.units);
 }
 
 /* Sum of (x[i] - center)^2 over n floats: float lanes per block, the blocks added in

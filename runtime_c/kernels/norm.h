@@ -27,7 +27,8 @@ typedef struct mlcc_lrn_params {
     float alpha_over_size, beta, bias;
 } mlcc_lrn_params;
 
-void mlcc_f32_lrn(const mlcc_lrn_params *p, const float *x, float *y);
+/* pool: ranges of (batch, channel) planes between threads (the same bits on any count). */
+void mlcc_f32_lrn(const mlcc_lrn_params *p, const float *x, float *y, mlcc_threadpool *pool);
 
 /* InstanceNormalization over [batch, channels, inner]: each (n, c) row of `inner` values is
  * normalized by its own mean and (biased) variance, then y = scale[c] * x_hat + bias[c]. */
