@@ -430,6 +430,8 @@ def test_table_gather_conv_matches_packed(kernels, pools, c, m, hw, k, stride, p
     (3, 16, (33, 65), 3, 2, 1, (1, 1, 1, 1), 1, False),   # stride 2 (YOLOv8n's stem), odd sizes
     (3, 9, (23, 22), 7, 2, 1, (3, 3, 3, 3), 1, True),     # 7x7/2 (ResNet's stem)
     (31, 8, (10, 13), 3, 2, 1, (0, 1, 1, 0), 1, False),   # stride 2, two k blocks, asymmetric
+    (31, 8, (97, 131), 3, 2, 1, (1, 1, 1, 1), 1, False),  # an input copy large enough to be
+                                                          # split by channels between threads
     (4, 6, (14, 17), 3, 3, 2, (2, 1, 2, 0), 2, False),    # stride 3, dilation 2, groups
     # AVX-512: small maps as a transposed product (output channels along the vectors); the
     # depth-261, 540 and 279 cases above take it too

@@ -749,14 +749,14 @@ static void implicit_task(void *arg, int u, int thread) {
 
 /* Group gi's input, zero-padded and split by stride phase (conv.h), into scratch: per channel,
  * stride_h * stride_w sub-planes of hq x wq (and zeros past them). */
-static void implicit_fill(const mlcc_conv2d_params *p, const float *xg, ptrdiff_t cin_g,
-                          ptrdiff_t hq, ptrdiff_t wq, float *pad) {
+static void implicit_fill_channels(const mlcc_conv2d_params *p, const float *xg, ptrdiff_t c0,
+                                   ptrdiff_t c1, ptrdiff_t hq, ptrdiff_t wq, float *pad) {
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
     const ptrdiff_t sh = (ptrdiff_t)p->stride_h, sw = (ptrdiff_t)p->stride_w;
     const ptrdiff_t pt = (ptrdiff_t)p->pad_top, pl = (ptrdiff_t)p->pad_left;
     const ptrdiff_t sub = hq * wq;
     ptrdiff_t c, ry, rx, r, j;
-    for (c = 0; c < cin_g; c++) {
+    for (c = c0; c < c1; c++) {
         const float *xc = xg + c * ih_n * iw_n;
         for (ry = 0; ry < sh; ry++) {
             for (rx = 0; rx < sw; rx++) {
@@ -785,7 +785,42 @@ static void implicit_fill(const mlcc_conv2d_params *p, const float *xg, ptrdiff_
             }
         }
     }
-    memset(pad + cin_g * sh * sw * sub, 0,
+}
+
+typedef struct fill_job {
+    const mlcc_conv2d_params *p;
+    const float *xg;
+    float *pad;
+    ptrdiff_t cin_g, hq, wq;
+    int units;
+} fill_job;
+
+static void fill_unit(void *arg, int unit, int thread) {
+    const fill_job *job = (const fill_job *)arg;
+    (void)thread;
+    implicit_fill_channels(job->p, job->xg, job->cin_g * unit / job->units,
+                           job->cin_g * (unit + 1) / job->units, job->hq, job->wq, job->pad);
+}
+
+/* The copy above of all cin_g channels, split by channels between the pool's threads when it
+ * is large enough (a copy: the same bits), then the slack zeroed. */
+static void implicit_fill(const mlcc_conv2d_params *p, const float *xg, ptrdiff_t cin_g,
+                          ptrdiff_t hq, ptrdiff_t wq, float *pad, mlcc_threadpool *pool) {
+    const ptrdiff_t planes = cin_g * (ptrdiff_t)(p->stride_h * p->stride_w);
+    fill_job job;
+    job.p = p;
+    job.xg = xg;
+    job.pad = pad;
+    job.cin_g = cin_g;
+    job.hq = hq;
+    job.wq = wq;
+    job.units = mlcc_parallel_units(mlcc_threadpool_size(pool), (double)planes * hq * wq,
+                                    4.0 * (double)MLCC_MIN_PARALLEL_ELEMENTS, cin_g);
+    if (job.units <= 1)
+        implicit_fill_channels(p, xg, 0, cin_g, hq, wq, pad);
+    else
+        mlcc_threadpool_for(pool, fill_unit, &job, job.units, job.units);
+    memset(pad + planes * hq * wq, 0,
            (size_t)((p->kernel_w - 1) * p->dilation_w + MLCC_IMPLICIT_SLACK) * sizeof(float));
 }
 
@@ -916,7 +951,7 @@ static void implicit_conv(const mlcc_conv2d_packed_params *pp, const float *x, c
                                    (ptrdiff_t)p->batch * (ptrdiff_t)p->in_channels * in_plane,
                                    scratch);
             else
-                implicit_fill(p, xg, cin_g, job.hq, job.wq, scratch);
+                implicit_fill(p, xg, cin_g, job.hq, job.wq, scratch, pool);
             job.y = y + (n * (ptrdiff_t)p->out_channels + job.gi * cout_g) * spatial;
             mlcc_threadpool_for(pool, implicit_task, &job, (int)(job.col_units * job.row_units),
                                 (int)nt);
@@ -1059,7 +1094,7 @@ void mlcc_f32_conv2d__implicit_rows(const mlcc_conv2d_packed_params *pp, const f
     for (n = 0; n < p->batch; n++) {
         for (job.gi = 0; job.gi < (ptrdiff_t)p->groups; job.gi++) {
             const float *xg = x + (n * (ptrdiff_t)p->in_channels + job.gi * cin_g) * in_plane;
-            implicit_fill(p, xg, cin_g, mlcc_implicit_sub_h(p), job.wq, scratch);
+            implicit_fill(p, xg, cin_g, mlcc_implicit_sub_h(p), job.wq, scratch, pool);
             job.y = y + (n * (ptrdiff_t)p->out_channels + job.gi * cout_g) * spatial;
             mlcc_threadpool_for(pool, rows_task, &job, (int)job.units, (int)nt);
         }
@@ -1523,7 +1558,7 @@ static void conv_implicit_t(const mlcc_conv2d_packed_params *pp, const float *x,
             if (direct)   /* the input planes are the sub-planes: read in place */
                 job.pad = xg;
             else
-                implicit_fill(p, xg, cin_g, mlcc_implicit_sub_h(p), job.wq, scratch);
+                implicit_fill(p, xg, cin_g, mlcc_implicit_sub_h(p), job.wq, scratch, pool);
             job.y = y + yo;
             job.res = residual != NULL ? residual + yo : NULL;
             if (units == 1) {
