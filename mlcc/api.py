@@ -43,6 +43,7 @@ from .quant.qdq import extract_qdq, has_qdq
 from .quant.report import ErrorStats, LayerRow, markdown
 from .runtime import ModelBase
 from .runtime import load as _load
+from .runtime import save_arrays  # noqa: F401  (mlcc run -o: ml_dtypes arrays stay typed)
 from .targets import builtin_targets, load_target
 from .targets import firmware as _fw
 from .targets.build import (HARNESS_EXE, build_firmware, build_harness, build_library,

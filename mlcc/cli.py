@@ -345,7 +345,8 @@ def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_wei
 @click.option("--inputs", "-i", "inputs", required=True, type=click.Path(dir_okay=False),
               help=".npz file with one array per model input, keyed by input name.")
 @click.option("--outputs", "-o", "outputs", default=None, type=click.Path(dir_okay=False),
-              help=".npz file to write the outputs to (keyed by output name).")
+              help=".npz file to write the outputs to (keyed by output name), or .npy for "
+                   "a model of one output.")
 @_guard
 def run_cmd(folder, inputs, outputs):
     """Run a compiled model FOLDER on inputs from an .npz file."""
@@ -364,7 +365,11 @@ def run_cmd(folder, inputs, outputs):
     except InputError as exc:
         raise InputError(f"{inputs}: {exc.message}") from None
     if outputs:
-        np.savez(outputs, **result)
+        if outputs.endswith(".npy") and len(result) != 1:
+            raise InputError(f"{outputs}: an .npy file holds one array and the model has "
+                             f"{len(result)} outputs (write an .npz)")
+        # bfloat16, float8, int4...: written so that np.load gives the ml_dtypes arrays again
+        api.save_arrays(outputs, result)
     for name, arr in result.items():
         flat = arr.reshape(-1)
         # float(x): bfloat16, float8 and int4 scalars (ml_dtypes) have no format of their own

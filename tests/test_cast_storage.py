@@ -219,3 +219,78 @@ def test_storage_inputs_from_an_npz_and_wrong_storage_type(tmp_path):
     np.testing.assert_array_equal(got["z"], b)
     with pytest.raises(InputError, match="'x' must be int4, got uint4"):
         m.run({"x": np.zeros(5, np.dtype("uint4")), "b": feeds["b"]})
+
+
+def test_storage_types_in_and_out_as_ml_dtypes_through_run_and_the_cli(tmp_path):
+    """Cast to every storage-only type comes back from run() and from `mlcc run -o` (.npz, and
+    .npy for one output) as the ml_dtypes array onnx gives, not as raw bytes; inputs of
+    every such type are taken as ml_dtypes arrays, from Python and from an .npz that
+    `mlcc run -o` wrote."""
+    from click.testing import CliRunner
+
+    from mlcc.cli import main
+    from mlcc.runtime import save_arrays
+    x = np.array([0.0, -1.5, 2.25, 3.0, -7.0, 448.0, 1e-3], np.float32)      # odd length
+    feeds = {"x": x, **{f"c_{src}": np.resize(all_codes(dtype), 7)
+                        for src, dtype in SMALL.items()}}
+    nodes = [helper.make_node("Cast", ["x"], [f"to_{to}"], to=getattr(TensorProto, to))
+             for to in SMALL]
+    nodes += [helper.make_node("Cast", [f"c_{src}"], [f"from_{src}"], to=TensorProto.FLOAT)
+              for src in SMALL]
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), [7])
+         for k, v in feeds.items()],
+        [helper.make_tensor_value_info(f"to_{to}", getattr(TensorProto, to), [7])
+         for to in SMALL]
+        + [helper.make_tensor_value_info(f"from_{s}", TensorProto.FLOAT, [7]) for s in SMALL])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 25)])
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", target="x86")
+    want = dict(zip([o.name for o in graph.output],
+                    ReferenceEvaluator(model).run(None, feeds)))
+
+    def check(got, how):
+        assert sorted(got) == sorted(want), how
+        for name, ref in want.items():
+            assert got[name].dtype == ref.dtype, (how, name, got[name].dtype, ref.dtype)
+            if ref.dtype.kind == "V":      # an ml_dtypes type: compare the codes
+                assert got[name].dtype.type.__module__ == "ml_dtypes", (how, name)
+                bits = np.dtype(f"u{ref.dtype.itemsize}")
+                np.testing.assert_array_equal(got[name].view(bits), ref.view(bits),
+                                              err_msg=f"{how} {name}")
+            else:
+                np.testing.assert_array_equal(got[name], ref, err_msg=f"{how} {name}")
+
+    for to, dtype in SMALL.items():       # each type is the ml_dtypes one, by name
+        assert want[f"to_{to}"].dtype == np.dtype(dtype)
+    check(mlcc.load(tmp_path / "out").run(feeds), "run()")
+
+    save_arrays(tmp_path / "in.npz", feeds)
+    with np.load(tmp_path / "in.npz") as data:
+        assert data["c_BFLOAT16"].dtype == np.dtype("bfloat16")      # not "V2"
+    res = CliRunner().invoke(main, ["run", str(tmp_path / "out"), "-i", str(tmp_path / "in.npz"),
+                                    "-o", str(tmp_path / "got.npz")], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    with np.load(tmp_path / "got.npz") as data:
+        check({k: data[k] for k in data.files}, "mlcc run -o .npz")
+
+    # one output: -o FILE.npy; a model of several outputs refuses .npy with a message
+    one = helper.make_model(helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT8E5M2)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [7])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT8E5M2, [7])]),
+        opset_imports=[helper.make_opsetid("", 25)])
+    onnx.save(one, str(tmp_path / "one.onnx"))
+    mlcc.compile(tmp_path / "one.onnx", tmp_path / "one", target="x86")
+    save_arrays(tmp_path / "x.npz", {"x": x})
+    res = CliRunner().invoke(main, ["run", str(tmp_path / "one"), "-i", str(tmp_path / "x.npz"),
+                                    "-o", str(tmp_path / "y.npy")], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    y = np.load(tmp_path / "y.npy")
+    assert y.dtype == np.dtype("float8_e5m2")
+    np.testing.assert_array_equal(y.view(np.uint8), x.astype(np.dtype("float8_e5m2"))
+                                  .view(np.uint8))
+    res = CliRunner().invoke(main, ["run", str(tmp_path / "out"), "-i", str(tmp_path / "in.npz"),
+                                    "-o", str(tmp_path / "all.npy")])
+    assert res.exit_code == 1 and "an .npy file holds one array" in res.output

@@ -339,6 +339,8 @@ REFUSALS = {
               None, "g_idx"),
     "bits3": ("MatMulNBits", ["f", "w", "fs"], {"K": 4, "N": 4, "block_size": 16, "bits": 3},
               None, "bits=3"),
+    "unknown_attribute": ("QLinearSigmoid", ["a", "as", "az", "as", "az"], {"foo": 1},
+                          np.uint8, "attribute 'foo' is not supported"),
 }
 
 
@@ -591,3 +593,76 @@ def test_quantize_dynamic_matmuls_fuse_bit_exact(tmp_path, per_channel, weight_t
     assert "mlcc_f32_binary(" not in src and "mlcc_f32_unary(" not in src
     ref = _ort(model, {"x": x}, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)["y"]
     np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.slow
+def test_quantize_dynamic_minilm_as_written(tmp_path):
+    """quantize_dynamic's MiniLM as it writes it (24 DynamicQuantizeLinear, 36 MatMulInteger)
+    against onnxruntime running the same graph (optimizations off), with every
+    DynamicQuantizeLinear's input and outputs tapped in both. Checked:
+    - DynamicQuantizeLinear is bit-exact: fed onnxruntime's own inputs of all 24, mlcc's codes,
+      scales and zero points equal onnxruntime's;
+    - where no code differs between the two runs, the hidden states agree within mlcc
+      verify's tolerance (1e-4 of the peak), the embeddings too;
+    - where codes differ, the first differing code is a tie broken by float32 noise: both
+      engines' x / scale lie within 1e-5 of a half step, on either side (mlcc's float kernels,
+      here the fused GELU, and onnxruntime's round a few ulps apart), and the hidden states
+      stay within 2e-2 of the peak, the embeddings within 1e-4 (docs/quantization.md)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    path, tok = _minilm_or_skip()
+    quantize_dynamic(str(path), str(tmp_path / "dyn.onnx"), weight_type=QuantType.QInt8)
+    model = onnx.load(str(tmp_path / "dyn.onnx"))
+    dqls = [n for n in model.graph.node if n.op_type == "DynamicQuantizeLinear"]
+    assert len(dqls) == 24
+    known = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
+    for n in dqls:
+        model.graph.output.extend(known[t] for t in (n.input[0], *n.output))
+    onnx.save(model, str(tmp_path / "taps.onnx"))
+    mlcc.compile(tmp_path / "taps.onnx", tmp_path / "out", target="x86")
+    lib = mlcc.load(tmp_path / "out")
+    runs = []
+    for s in SENTENCES:
+        ids, mask = tok.encode(s, 32)
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        runs.append((_ort(model, feeds, ort.GraphOptimizationLevel.ORT_DISABLE_ALL),
+                     lib.run(feeds)))
+
+    # DynamicQuantizeLinear alone, on onnxruntime's inputs of every one of the 24
+    nodes, feeds, outs = [], {}, []
+    for i, n in enumerate(dqls):
+        nodes.append(helper.make_node("DynamicQuantizeLinear", [f"x{i}"],
+                                      [f"y{i}", f"s{i}", f"z{i}"]))
+        feeds[f"x{i}"] = runs[0][0][n.input[0]]
+        outs += [(f"y{i}", n.output[0]), (f"s{i}", n.output[1]), (f"z{i}", n.output[2])]
+    alone = helper.make_model(helper.make_graph(
+        nodes, "dql",
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape))
+         for k, v in feeds.items()],
+        [helper.make_tensor_value_info(f"{p}{i}", t, list(feeds[f"x{i}"].shape) if p == "y"
+                                       else []) for i in range(len(dqls))
+         for p, t in (("y", TensorProto.UINT8), ("s", TensorProto.FLOAT),
+                      ("z", TensorProto.UINT8))]), opset_imports=[helper.make_opsetid("", 17)])
+    got = compile_and_run(alone, feeds, tmp_path)
+    for mine, theirs in outs:
+        np.testing.assert_array_equal(got[mine], runs[0][0][theirs], err_msg=theirs)
+
+    flips = 0
+    for s, (ref, got) in zip(SENTENCES, runs):
+        peak = float(np.abs(ref["last_hidden_state"]).max())
+        err = float(np.abs(got["last_hidden_state"] - ref["last_hidden_state"]).max())
+        emb = float(np.abs(got["sentence_embedding"] - ref["sentence_embedding"]).max())
+        assert emb <= 1e-4, (s, emb)
+        first = next((n for n in dqls if not np.array_equal(ref[n.output[0]],
+                                                            got[n.output[0]])), None)
+        if first is None:
+            assert err <= 1e-4 * max(1.0, peak), (s, err)
+            continue
+        flips += 1
+        x, y, scale, zp = first.input[0], *first.output
+        assert ref[scale] == got[scale] and ref[zp] == got[zp], (s, x)
+        at = np.flatnonzero(ref[y].reshape(-1) != got[y].reshape(-1))
+        for r in (ref, got):
+            q = r[x].reshape(-1)[at] / r[scale]
+            assert np.all(np.abs(np.abs(q - np.trunc(q)) - 0.5) < 1e-5), (s, x, q)
+        assert err <= 2e-2 * peak, (s, err, peak)
+    print(f"{flips} of {len(SENTENCES)} sentences with a code that differs")

@@ -67,6 +67,65 @@ def test_operator_count_matches_the_registry():
     assert re.findall(r"(\d+) operators of the default ONNX domain", conformance) == [str(count)]
 
 
+def marker_section(text: str, name: str) -> list[list[str]]:
+    """The table rows (cells) between the markers of tools/conformance.py MARKERS[name]."""
+    import conformance
+    begin, end = conformance.MARKERS[name]
+    assert text.count(begin) == 1 and text.count(end) == 1, name
+    body = text.split(begin, 1)[1].split(end, 1)[0].strip().splitlines()
+    assert body and all(line.startswith("|") and line.endswith("|") for line in body), body
+    return [[c.strip() for c in line.strip("|").split("|")] for line in body[2:]]
+
+
+def test_generated_conformance_tables_parse():
+    """docs/conformance.md's two tables that `tools/conformance.py --write-docs` writes: the
+    per-operator rows add up to the total row, and the category table lists the categories
+    and operators of mlcc/ops/refusals.py, whose refused tests add up to the total's."""
+    import conformance
+    from mlcc.ops.refusals import CATEGORIES, REFUSED
+    text = (ROOT / "docs" / "conformance.md").read_text()
+    rows = marker_section(text, "results per operator")
+    *ops, total = rows
+    counts = [[int(c) for c in row[1:]] for row in ops]
+    assert [r[0] for r in ops] == sorted(r[0] for r in ops)
+    assert total[0].startswith(f"**total ({sum(map(sum, counts))} tests, {len(ops)} operators)")
+    assert [int(c) for c in total[1:]] == [sum(col) for col in zip(*counts)]
+    cats = marker_section(text, "refusal categories")
+    assert [r[0] for r in cats] == list(CATEGORIES) + [conformance.OTHER]
+    for row in cats[:-1]:
+        assert set(re.findall(r"`(\w+)`", row[1])) == {o for o, c in REFUSED.items()
+                                                        if c == row[0]}
+    assert sum(int(r[2]) for r in cats) == int(total[3])
+
+
+def test_conformance_writer_is_deterministic_and_merges(tmp_path):
+    """--write-docs on a copy of the page: the same results in any order write the same text,
+    and --merge replaces the rows of the operators run again."""
+    import json
+    import conformance
+    from mlcc.ops.refusals import RANDOM
+    R = conformance.Result
+    old = [R("test_a", "Abs", "passed", ""), R("test_b", "Bernoulli", "refused", "x", (), RANDOM),
+           R("test_c", "Abs", "refused", "attribute")]
+    report = tmp_path / "old.json"
+    report.write_text(json.dumps([{"test": r.name, "op": r.op, "status": r.status,
+                                   "why": r.why, "category": r.category} for r in old]))
+    page = tmp_path / "conformance.md"
+    page.write_text((ROOT / "docs" / "conformance.md").read_text())
+    conformance.write_docs(old, page)
+    first = page.read_text()
+    conformance.write_docs(list(reversed(old)), page)
+    assert page.read_text() == first
+    assert "| Abs | 1 | 0 | 1 | 0 |" in first and "| Bernoulli | 0 | 0 | 1 | 0 |" in first
+    merged = conformance.merge([R("test_c", "Abs", "passed", "")], report)
+    conformance.write_docs(merged, page)
+    text = page.read_text()
+    assert "| Abs | 2 | 0 | 0 | 0 |" in text
+    assert "**total (3 tests, 2 operators)** | 2 | 0 | 1 | 0 |" in text
+    refused = {r[0]: int(r[2]) for r in marker_section(text, "refusal categories")}
+    assert refused[RANDOM] == 1 and refused[conformance.OTHER] == 0
+
+
 def heading_anchors(text: str) -> set[str]:
     """GitHub's anchors for the Markdown headings of a page (outside fenced code)."""
     anchors: set[str] = set()

@@ -312,3 +312,87 @@ def test_lppool_refuses_nonpositive_p(tmp_path):
     with pytest.raises(UnsupportedError, match="lppool_node.*p"):
         check_node("LpPool", {"x": rand(1, 2, 5, 5)}, tmp_path=tmp_path, opset=18,
                    kernel_shape=[2, 2], p=0)
+
+
+# --------------------------------------------------------------------------------- MaxUnpool
+
+def _unpool_model(nodes, inputs: dict, out_shape, initializers=None):
+    """ONNX shape inference leaves MaxUnpool's output shape open: it is given here."""
+    import onnx
+    from onnx import numpy_helper
+    graph = helper.make_graph(
+        nodes, "unpool",
+        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype),
+                                       list(v.shape)) for k, v in inputs.items()],
+        [helper.make_tensor_value_info("y", helper.np_dtype_to_tensor_dtype(
+            next(iter(inputs.values())).dtype), list(out_shape))],
+        [numpy_helper.from_array(v, k) for k, v in (initializers or {}).items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    model.ir_version = 9
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+@pytest.mark.parametrize("shape,kernel,strides,pads", [
+    # sizes where the unpooled shape is the input's (else MaxPool's indices, in the input's
+    # layout, do not fit it: what output_shape is for)
+    ((2, 3, 10, 14), [2, 2], [2, 2], [0, 0, 0, 0]),      # the classic 2x2/2
+    ((1, 2, 13, 7), [3, 3], [2, 2], [1, 1, 1, 1]),       # padded windows, odd sizes
+    ((1, 3, 9, 7), [3, 2], [3, 1], [2, 0, 1, 1]),        # asymmetric pads, stride 1: equal
+                                                         # indices from overlapping windows
+    ((2, 3, 17), [3], [2], [1, 1]),                      # 1-D
+    ((1, 2, 6, 7, 5), [2, 3, 2], [2, 2, 2], [0, 1, 0, 0, 1, 1]),   # 3-D
+])
+def test_max_unpool_after_max_pool(tmp_path, shape, kernel, strides, pads):
+    """MaxPool's values and Indices into MaxUnpool, against onnxruntime; the same graph with
+    an output_shape equal to the unpooled shape."""
+    attrs = dict(kernel_shape=kernel, strides=strides, pads=pads)
+    x = rand(*shape, seed=3)
+    nodes = [helper.make_node("MaxPool", ["x"], ["p", "i"], **attrs),
+             helper.make_node("MaxUnpool", ["p", "i"], ["y"], name="unpool", **attrs)]
+    got = check_model(_unpool_model(nodes, {"x": x}, shape), {"x": x}, tmp_path)
+    assert (got["y"] != 0).sum() > 0
+    nodes[1] = helper.make_node("MaxUnpool", ["p", "i", "s"], ["y"], name="unpool", **attrs)
+    model = _unpool_model(nodes, {"x": x}, shape,
+                          initializers={"s": np.array(shape, np.int64)})
+    check_model(model, {"x": x}, tmp_path)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float16"])
+def test_max_unpool_of_run_time_indices(tmp_path, dtype):
+    """Indices fed at run time (any order, repeated: the last wins, as in the ONNX reference),
+    the other float types."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2, 3, 3, 2)).astype(dtype)
+    i = rng.integers(0, 2 * 3 * 7 * 5, size=x.shape).astype(np.int64)
+    i.reshape(-1)[5] = i.reshape(-1)[2]
+    node = helper.make_node("MaxUnpool", ["x", "i"], ["y"], kernel_shape=[3, 3],
+                            strides=[3, 2], pads=[1, 0, 1, 0])
+    got = check_model(_unpool_model([node], {"x": x, "i": i}, (2, 3, 7, 5)),
+                      {"x": x, "i": i}, tmp_path, reference="onnx")
+    assert got["y"].dtype == x.dtype
+    flat = i.reshape(-1)
+    last = np.flatnonzero(flat == flat[5])[-1]          # of the elements sent there
+    assert got["y"].reshape(-1)[flat[5]] == x.reshape(-1)[last]
+
+
+def test_max_unpool_refusals_and_index_status(tmp_path):
+    import onnx
+    from mlcc.errors import RuntimeStatusError
+    x, i = rand(1, 1, 2, 2), np.array([[[[5, 7], [13, 15]]]], np.int64)
+    attrs = dict(kernel_shape=[2, 2], strides=[2, 2])
+    larger = _unpool_model([helper.make_node("MaxUnpool", ["x", "i", "s"], ["y"], name="unpool",
+                                             **attrs)], {"x": x, "i": i}, (1, 1, 5, 5),
+                           initializers={"s": np.array([1, 1, 5, 5], np.int64)})
+    with pytest.raises(UnsupportedError, match=r"'unpool' \(MaxUnpool.*output_shape \[1, 1, 5, "
+                                               r"5\] other than the unpooled shape \[1, 1, 4, 4\]"):
+        compile_and_run(larger, {"x": x, "i": i}, tmp_path)
+    model = _unpool_model([helper.make_node("MaxUnpool", ["x", "i"], ["y"], **attrs)],
+                          {"x": x, "i": i}, (1, 1, 4, 4))
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    mlcc.compile(tmp_path / "m.onnx", tmp_path / "out")
+    m = mlcc.load(tmp_path / "out")
+    np.testing.assert_array_equal(m.run({"x": x, "i": i})["y"].reshape(-1)[[5, 7, 13, 15]],
+                                  x.reshape(-1))
+    with pytest.raises(RuntimeStatusError, match="out of range"):
+        m.run({"x": x, "i": np.array([[[[5, 7], [13, 16]]]], np.int64)})

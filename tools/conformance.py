@@ -2,6 +2,7 @@
 
     python tools/conformance.py [--jobs 2] [--filter conv] [--ops model|all|Conv,Relu]
                                 [--opset-max 21] [--report FILE] [--verbose]
+                                [--merge REPORT] [--write-docs [FILE]]
 
 The node tests come from onnx.backend.test.case.node (`collect_testcases()`); onnx 1.23's
 `cmd_tools generate-data` no longer writes them, so they are serialized here once per onnx
@@ -23,6 +24,13 @@ Each test ends as:
 The operator of a test is its node's op type; an "_expanded" test (the operator's function
 body written out) counts for the operator it expands. Prints a table per operator and the
 totals; exits non-zero if any test failed.
+
+--write-docs rewrites two tables of docs/conformance.md between their markers (MARKERS): the
+results per operator and the refused tests per refusal category (mlcc/ops/refusals.py; a
+refusal's message names its category). Both are sorted and carry no date, so the same results
+write the same text. --merge REPORT first takes the results of an earlier --report and
+replaces those of the tests this run ran, so that a run of a few operators updates their rows
+of a whole sweep's tables.
 """
 from __future__ import annotations
 
@@ -198,6 +206,8 @@ class Result(NamedTuple):
     # The (domain, op type) of every node of the compiled graph once the compiler's passes have
     # run: what the generated C executes (an operator folded at compile time is not in it).
     lowered: tuple[tuple[str, str], ...] = ()
+    # a refusal's category (mlcc/ops/refusals.py CATEGORIES), when its message names one
+    category: str = ""
 
 
 def run_case(entry: dict, root: Path) -> Result:
@@ -205,6 +215,7 @@ def run_case(entry: dict, root: Path) -> Result:
     import onnx
     import mlcc
     from mlcc.errors import UnsupportedError, MlccError
+    from mlcc.ops.refusals import category_of
 
     name, op = entry["name"], entry["op"]
     d = root / name
@@ -215,8 +226,8 @@ def run_case(entry: dict, root: Path) -> Result:
     bound: dict[str, np.ndarray] = {}
     lowered: tuple[tuple[str, str], ...] = ()
 
-    def end(status: str, why: str) -> Result:
-        return Result(name, op, status, why, lowered)
+    def end(status: str, why: str, category: str | None = None) -> Result:
+        return Result(name, op, status, why, lowered, category or "")
 
     with tempfile.TemporaryDirectory(prefix="mlcc-conf-") as tmp:
         for _ in range(MAX_BIND_ROUNDS + 1):
@@ -231,7 +242,8 @@ def run_case(entry: dict, root: Path) -> Result:
                     # Bind that input to the test's value (mlcc.compile(bind=...), --bind)
                     bound[bind_name] = feeds.pop(bind_name)
                     continue
-                return end("refused", exc.message.splitlines()[-1].strip()[:200])
+                return end("refused", exc.message.splitlines()[-1].strip()[:200],
+                           category_of(exc.message))
             except MlccError as exc:
                 return end("failed", f"compile: {exc.message}"[:300])
             except Exception as exc:  # a crash of the compiler
@@ -290,7 +302,7 @@ def select(index: list[dict], ops: str, name_filter: str | None, opset_max: int)
         wanted = set(ops.split(","))
     return [e for e in index
             if (wanted is None or e["op"] in wanted) and e["opset"] <= opset_max
-            and (not name_filter or name_filter.lower() in e["name"].lower())]
+            and (not name_filter or re.search(name_filter, e["name"], re.I))]
 
 
 def run(entries: list[dict], root: Path, jobs: int) -> list[Result]:
@@ -302,8 +314,8 @@ def run(entries: list[dict], root: Path, jobs: int) -> list[Result]:
 
 def table(results: list[Result]) -> str:
     per_op = collections.defaultdict(collections.Counter)
-    for _, op, status, _, _ in results:
-        per_op[op][status] += 1
+    for r in results:
+        per_op[r.op][r.status] += 1
     lines = [f"| operator | passed | bound | refused | failed |", "|---|---:|---:|---:|---:|"]
     for op in sorted(per_op):
         c = per_op[op]
@@ -314,28 +326,85 @@ def table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+# The sections of docs/conformance.md that --write-docs rewrites: name -> (begin, end) lines.
+MARKERS = {name: (f"<!-- {name}: written by tools/conformance.py --write-docs -->",
+                  f"<!-- end of {name} -->") for name in ("results per operator",
+                                                          "refusal categories")}
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "conformance.md"
+OTHER = ("outside these categories: other domains (ai.onnx.ml, training, preview), an "
+         "attribute, type or value of a supported operator, each named in its refusal")
+
+
+def category_table(results: list[Result]) -> str:
+    """Refused node tests per refusal category (mlcc/ops/refusals.py), with the operators of
+    the default domain in each and why it is refused."""
+    from mlcc.ops.refusals import CATEGORIES, REFUSED
+    refused = collections.Counter(r.category or OTHER for r in results if r.status == "refused")
+    lines = ["| category | operators of the default domain | node tests refused | why |",
+             "|---|---|---:|---|"]
+    for category, why in CATEGORIES.items():
+        ops = ", ".join(f"`{op}`" for op in sorted(o for o, c in REFUSED.items()
+                                                   if c == category))
+        lines.append(f"| {category} | {ops} | {refused[category]} | {why} |")
+    lines.append(f"| {OTHER} | | {refused[OTHER]} | |")
+    return "\n".join(lines)
+
+
+def merge(results: list[Result], report: Path) -> list[Result]:
+    """An earlier report's results, those of the tests in `results` replaced by these."""
+    mine = {r.name for r in results}
+    old = [Result(e["test"], e["op"], e["status"], e["why"], (), e.get("category", ""))
+           for e in json.loads(report.read_text()) if e["test"] not in mine]
+    return sorted(old + list(results))
+
+
+def write_docs(results: list[Result], path: Path = DOCS) -> None:
+    """Rewrites the MARKERS sections of `path` with the tables of these results."""
+    text = path.read_text()
+    for name, body in (("results per operator", table(results)),
+                       ("refusal categories", category_table(results))):
+        begin, end = MARKERS[name]
+        if text.count(begin) != 1 or text.count(end) != 1 or \
+                text.index(begin) > text.index(end):
+            raise SystemExit(f"{path}: needs one {begin!r} line and, after it, one {end!r}")
+        head, rest = text.split(begin, 1)
+        text = head + begin + "\n" + body + "\n" + end + rest.split(end, 1)[1]
+    path.write_text(text)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--filter", default=None, help="only tests whose name contains this")
+    ap.add_argument("--filter", default=None,
+                    help="only tests whose name this matches (a regular expression, any case)")
     ap.add_argument("--ops", default="all",
                     help="'all', 'model' (the op types of the real models) or a comma list")
     ap.add_argument("--opset-max", type=int, default=99)
     ap.add_argument("--report", default=None, help="write every result as JSON here")
     ap.add_argument("--verbose", action="store_true", help="print every refusal too")
+    ap.add_argument("--merge", default=None, metavar="REPORT",
+                    help="add the results of an earlier --report for the tests not run now")
+    ap.add_argument("--write-docs", nargs="?", const=str(DOCS), default=None, metavar="FILE",
+                    help="rewrite the per-operator and refusal-category tables between their "
+                         "markers in FILE (default: docs/conformance.md)")
     args = ap.parse_args(argv)
     root = cache_dir()
     index = generate(root)
     results = run(select(index, args.ops, args.filter, args.opset_max), root, args.jobs)
+    failed = any(r.status == "failed" for r in results)
+    if args.merge:
+        results = merge(results, Path(args.merge))
     print(table(results))
-    for name, op, status, why, _ in sorted(results):
-        if status == "failed" or (args.verbose and status in ("refused", "bound")):
-            print(f"{status.upper()} {name} [{op}]: {why}")
+    for r in sorted(results):
+        if r.status == "failed" or (args.verbose and r.status in ("refused", "bound")):
+            print(f"{r.status.upper()} {r.name} [{r.op}]: {r.why}")
     if args.report:
         Path(args.report).write_text(json.dumps(
-            [{"test": r.name, "op": r.op, "status": r.status, "why": r.why} for r in results],
-            indent=1))
-    return 1 if any(r.status == "failed" for r in results) else 0
+            [{"test": r.name, "op": r.op, "status": r.status, "why": r.why,
+              "category": r.category} for r in results], indent=1))
+    if args.write_docs:
+        write_docs(results, Path(args.write_docs))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

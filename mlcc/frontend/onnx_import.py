@@ -239,10 +239,13 @@ def to_graph(model: onnx.ModelProto, source_sha256: str = "") -> Graph:
             kind = vi.type.WhichOneof("value") or "untyped"
             kind = {"sequence_type": "a sequence", "optional_type": "an optional",
                     "map_type": "a map", "sparse_tensor_type": "a sparse tensor"}.get(kind, kind)
+            # the category and its words as mlcc/ops/refusals.py refusal() writes them (the
+            # frontend imports no ops; tests/test_refusals.py checks that they agree)
             raise UnsupportedError(
                 f"input {vi.name!r} is {kind}: mlcc compiles dense tensors only (a sequence's "
                 f"length, an optional's presence and a map's keys are known only at run time, "
-                f"which a static arena planned at compile time cannot hold)")
+                f"which a static arena planned at compile time cannot hold): refused: "
+                f"sequences and optionals (docs/conformance.md#refusal-categories)")
         values[vi.name] = Value(vi.name, _np_dtype(tt.elem_type, f"input {vi.name!r}"),
                                 _declared_shape(tt))
         inputs.append(vi.name)

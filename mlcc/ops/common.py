@@ -9,6 +9,7 @@ from ..errors import ModelError, UnsupportedError
 from ..ir import PACKED_BITS, Graph, Lowering, Node, Value
 from ..ir.symbolic import as_dim, is_one
 from .activations import act_struct, fused_act
+from .refusals import STRINGS, refusal
 from .registry import refuse_dynamic
 
 MAX_RANK = 8                       # MLCC_MAX_RANK in mlcc_runtime.h
@@ -127,9 +128,8 @@ def require_dtype(node: Node, values: Sequence[Value | None], allowed: Sequence[
                                f"supported")
     dtype = dtypes.pop() if dtypes else "float32"
     if dtype == "object":           # numpy's name for ONNX strings
-        raise UnsupportedError("string tensors are not supported: mlcc's C runtime holds "
-                               "fixed-size elements in an arena planned at compile time, and "
-                               "strings have variable length")
+        raise UnsupportedError(f"string tensors are not supported (strings have variable "
+                               f"length): {refusal(STRINGS)}")
     if dtype not in allowed:
         raise UnsupportedError(f"{dtype} tensors at run time are not supported "
                                f"(supported: {', '.join(allowed)})")

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir import Graph, Lowering, Node, Value
+from .refusals import REFUSED, refusal
 
 TypeShape = tuple[str, tuple[int, ...]]
 
@@ -117,6 +118,9 @@ def unsupported_reason(node: Node) -> list[str]:
     """Why this node cannot be compiled at run time (empty if it can)."""
     defs = _REGISTRY.get((node.domain, node.op_type))
     if not defs:
+        if node.domain in ("", "ai.onnx") and node.op_type in REFUSED:
+            return [f"operator {node.op_type} is not supported: "
+                    f"{refusal(REFUSED[node.op_type])}"]
         where = f" in domain {node.domain!r}" if node.domain else ""
         return [f"operator {node.op_type}{where} is not supported"]
     d = lookup(node)

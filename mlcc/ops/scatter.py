@@ -1,5 +1,5 @@
-"""GatherND, ScatterND, ScatterElements, OneHot (runtime_c/kernels/scatter.c) and EyeLike (a
-constant once shapes are static). Indices computed at run time are checked by the kernels
+"""GatherND, ScatterND, ScatterElements, MaxUnpool, OneHot (runtime_c/kernels/scatter.c) and
+EyeLike (a constant once shapes are static). Indices computed at run time are checked by the kernels
 before anything is written (MLCC_ERR_INDEX_OUT_OF_RANGE); constant ones at compile time."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 from ..errors import ModelError, UnsupportedError
 from ..ir import PACKED_BITS, Enum, Lowering, Node
 from .common import (C_DTYPES, IO_DTYPES, MAX_RANK, check_elements_indices, const_input,
-                     contiguous_strides, emit_plain_copy, norm_axis, require_dtype)
+                     contiguous_strides, emit_copy, emit_plain_copy, norm_axis, require_dtype)
 from .registry import OpDef, register
 
 REDUCTIONS = {"none": "MLCC_SCATTER_NONE", "add": "MLCC_SCATTER_ADD",
@@ -155,18 +155,81 @@ class ScatterElements(_Scatter):
 
     def _scatter(self, node, lo, out, idx, reduction: str) -> None:
         axis = norm_axis(int(node.attr("axis", 0)), len(out.shape))
-        pad = MAX_RANK - len(out.shape)
-        kernel = "mlcc_scatter_elements__i64" if idx.dtype == "int64" else \
-            "mlcc_scatter_elements__i32"
-        lo.call(kernel, [idx.name, node.inputs[2], out.name], [out.name],
-                params_type="mlcc_scatter_elements_params",
-                params={"rank": len(out.shape), "axis": axis,
-                        "elem_size": np.dtype(out.dtype).itemsize,
-                        "dtype": Enum(C_DTYPES[out.dtype]),
-                        "reduction": Enum(REDUCTIONS[reduction]),
-                        "axis_dim": out.shape[axis], "shape": list(idx.shape) + [1] * pad,
-                        "y_strides": contiguous_strides(out.shape) + [0] * pad},
-                returns_status=True)
+        scatter_elements_call(lo, idx, node.inputs[2], out, axis, idx.shape, out.shape,
+                              reduction)
+
+
+def scatter_elements_call(lo: Lowering, idx, updates: str, out, axis: int, shape, out_shape,
+                          reduction: str = "none") -> None:
+    """out[... idx[i] (on axis) ...] = updates[i] for every index i of `shape` (indices and
+    updates), out viewed as out_shape; the indices are range-checked before any write."""
+    pad = MAX_RANK - len(out_shape)
+    kernel = "mlcc_scatter_elements__i64" if idx.dtype == "int64" else \
+        "mlcc_scatter_elements__i32"
+    lo.call(kernel, [idx.name, updates, out.name], [out.name],
+            params_type="mlcc_scatter_elements_params",
+            params={"rank": len(out_shape), "axis": axis,
+                    "elem_size": np.dtype(out.dtype).itemsize,
+                    "dtype": Enum(C_DTYPES[out.dtype]),
+                    "reduction": Enum(REDUCTIONS[reduction]),
+                    "axis_dim": out_shape[axis], "shape": list(shape) + [1] * pad,
+                    "y_strides": contiguous_strides(out_shape) + [0] * pad},
+            returns_status=True)
+
+
+@register("MaxUnpool", since=9)
+class MaxUnpool(OpDef):
+    """MaxPool's inverse: zeros of the unpooled shape, (in_i - 1) * stride_i + kernel_i -
+    pads, with X's values written at the flat indices I (MaxPool's Indices: over the whole
+    tensor, batch and channels included). Run-time indices are range-checked before anything
+    is written (MLCC_ERR_INDEX_OUT_OF_RANGE); of equal indices the last in X's order wins, as
+    in the ONNX reference. An output_shape other than the unpooled shape is refused: the ONNX
+    reference (and its node test) writes the unpooled tensor into the corner of the larger
+    output, onnxruntime reads the indices in the larger output's layout."""
+    attributes = {"kernel_shape": None, "pads": None, "strides": None}
+
+    def _unpooled(self, node: Node, x) -> tuple[int, ...]:
+        k = [int(v) for v in node.attr("kernel_shape") or []]
+        n = len(k)
+        if not k or len(x.shape) != n + 2:
+            raise ModelError(f"kernel_shape {k} does not fit X {list(x.shape)}")
+        strides = [int(v) for v in node.attr("strides", [1] * n)]
+        pads = [int(v) for v in node.attr("pads", [0] * 2 * n)]
+        if len(strides) != n or len(pads) != 2 * n:
+            raise ModelError(f"strides {strides} and pads {pads} do not fit kernel_shape {k}")
+        shape = tuple(x.shape[:2]) + tuple((x.shape[2 + i] - 1) * strides[i] + k[i] - pads[i]
+                                           - pads[n + i] for i in range(n))
+        if any(d < 1 for d in shape):
+            raise ModelError(f"the unpooled shape {list(shape)} is empty or negative")
+        return shape
+
+    def infer(self, node, ins, g):
+        x, idx = ins[0], ins[1]
+        require_dtype(node, [x], list(C_DTYPES))
+        if idx.dtype != "int64" or tuple(idx.shape) != tuple(x.shape):
+            raise ModelError(f"I must be int64 of X's shape {list(x.shape)}, not {idx.dtype} "
+                             f"{list(idx.shape)}")
+        shape = self._unpooled(node, x)
+        wanted = const_input(g, node, 2, "output_shape")
+        if wanted is not None and tuple(int(v) for v in np.asarray(wanted)) != shape:
+            raise UnsupportedError(
+                f"output_shape {np.asarray(wanted).tolist()} other than the unpooled shape "
+                f"{list(shape)} is not supported: the ONNX reference writes the unpooled "
+                f"tensor into its corner, onnxruntime reads the indices in its layout")
+        total = math.prod(shape)
+        const = g.const(idx.name)
+        if const is not None and np.any((const < -total) | (const >= total)):
+            raise ModelError(f"an index of {idx.name!r} is outside the {total} elements of "
+                             f"the output")
+        return [(x.dtype, shape)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        x, idx, out = (lo.value(n) for n in (node.inputs[0], node.inputs[1],
+                                             node.outputs[0]))
+        zero = lo.add_const(f"{node.name}.zero", np.zeros(1, out.dtype))
+        emit_copy(lo, zero, out.name, [out.numel], [0], [1], op="MaxUnpool")
+        if x.numel:
+            scatter_elements_call(lo, idx, x.name, out, 0, [x.numel], [out.numel])
 
 
 @register("TensorScatter", since=24)

@@ -10,6 +10,7 @@ from ..ir import Lowering, Node
 from ..ir.symbolic import as_dim
 from .common import (const_input, contiguous_strides, emit_copy, emit_plain_copy,
                      ints_attr_or_input, norm_axis, view_dynamic)
+from .refusals import RANDOM, refusal
 from .registry import OpDef, refuse_dynamic, register
 
 
@@ -128,7 +129,8 @@ class Dropout(_View):
             ratio = const_input(g, node, 1, "ratio")
             if ratio is None or float(np.asarray(ratio)) != 0.0:
                 raise UnsupportedError("Dropout in training mode (random, with a non-zero "
-                                       "ratio) cannot be compiled for inference")
+                                       "ratio) cannot be compiled for inference: "
+                                       + refusal(RANDOM))
         types = [(x.dtype, x.shape)]
         if len(node.outputs) > 1:
             types.append(("bool", x.shape))

@@ -22,6 +22,7 @@ from ..ir import Graph, Node, format_type
 from ..ir.symbolic import SymbolicError, SymInt, same_shape, upper
 from ..ops import lookup, unsupported_reason
 from ..ops.common import IO_DTYPES, MAX_RANK
+from ..ops.refusals import RANDOM, REFUSED, SEQUENCES, refusal
 from ..ops.registry import describe, static_only
 from .float32_compute import reads_float32, widen
 from .control_flow import fold_loop, inline_if, loop_is_constant, prepare_loop, prepare_scan
@@ -31,8 +32,8 @@ from .fold_symbolic import fold_symbolic, is_symbolic_array, shape_array, symbol
 # generated C (a 2^62-element input once gave an arena size of 2^64, which wraps to 0).
 MAX_TENSOR_BYTES = 1 << 40
 MAX_CONST_BYTES = 1 << 30        # a folded constant larger than this is surely a broken model
-NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-                    "Multinomial", "Bernoulli"}
+# never folded, even on constant inputs: each run draws new values
+NONDETERMINISTIC = {op for op, category in REFUSED.items() if category == RANDOM}
 
 
 def infer_and_fold(g: Graph) -> Graph:
@@ -312,6 +313,6 @@ def reference_eval(node: Node, arrays: list[np.ndarray | None], opset: int) -> l
     if any(r is None or isinstance(r, (list, tuple)) for r in results):
         # np.asarray would stack a sequence into one tensor: a different value
         raise UnsupportedError(f"{node.op_type} produces a sequence or an optional; mlcc "
-                               f"compiles dense tensors only")
+                               f"compiles dense tensors only: {refusal(SEQUENCES)}")
     it = iter(results)
     return [np.asarray(next(it)) if o else None for o in outs]

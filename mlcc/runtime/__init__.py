@@ -4,10 +4,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import InputError
+from .arrays import save_arrays
 from .loader import CompiledModel, ModelBase, aligned_empty, read_manifest
 from .runner import FirmwareModel, HarnessModel
 
-__all__ = ["CompiledModel", "FirmwareModel", "HarnessModel", "ModelBase", "aligned_empty", "load"]
+__all__ = ["CompiledModel", "FirmwareModel", "HarnessModel", "ModelBase", "aligned_empty", "load",
+           "save_arrays"]
 
 
 def load(folder: str | Path, *, run: list[str] | None = None, threads: int = 1) -> ModelBase:
