@@ -468,13 +468,15 @@ def test_contrib_transformer_layer(tmp_path, target):
 @pytest.mark.parametrize("target", TARGETS)
 def test_loop(tmp_path, target):
     """A Loop run at run time: constant trip count with a scan output (mlcc_slice_store), and
-    a run-time trip count with a condition computed in the body."""
-    from test_ops_loop import accumulate, halving, rnd, scan_model
+    a run-time trip count with a condition computed in the body; Scan-9 and Scan-8 (its
+    batch of sequences with lengths: mlcc_sequence_*)."""
+    from test_ops_loop import accumulate, halving, rnd, scan8_model, scan_model
     check_model(accumulate(4), {"x": rnd(3, 5), "y0": rnd(3, 5, seed=1)}, tmp_path,
                 target=target)
     check_model(halving(True), {"y0": rnd(7) * 30, "c0": np.array(True),
                                 "M": np.array(9, np.int64)}, tmp_path, target=target)
     check_model(*scan_model([1, 1], [1, 0], [1, 2], [0, 1]), tmp_path, target=target)
+    check_model(*scan8_model(3, 5, [1, 0], [4, 5, 1]), tmp_path, target=target)
 
 
 @pytest.mark.parametrize("target", TARGETS[:2])    # firmware targets refuse them (below)

@@ -335,3 +335,89 @@ def test_scan_bad_direction_is_refused(tmp_path):
     with pytest.raises(mlcc.errors.ModelError, match=r"scan_input_directions must be 2 "
                                                      r"values of 0 \(forward\) or 1"):
         mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", target="x86")
+
+
+def scan8_model(batch, seq, directions, lens=None):
+    """Scan-8 over x [batch, seq, 3] and u [batch, seq, 2, 3] (directions given), with the
+    optional sequence_lens: the state s [batch, 3] accumulates s + sum(x_t * u_t, axis 0) + w
+    (w an outer-scope graph input [3]); scan outputs: the running state and x_t * u_t."""
+    b = body([helper.make_node("Mul", ["xt", "ut"], ["p"], name="prod"),
+              helper.make_node("ReduceSum", ["p"], ["r"], axes=[0], keepdims=0, name="rsum"),
+              helper.make_node("Add", ["s_in", "r"], ["s1"], name="acc"),
+              helper.make_node("Add", ["s1", "w"], ["s_out"], name="bias"),
+              helper.make_node("Identity", ["s_out"], ["s_scan"], name="emit")],
+             {"s_in": (F, [3]), "xt": (F, [3]), "ut": (F, [2, 3])},
+             {"s_out": (F, [3]), "s_scan": (F, [3]), "p": (F, [2, 3])})
+    scan = helper.make_node("Scan", ["lens" if lens is not None else "", "s0", "x", "u"],
+                            ["s", "states", "prods"], body=b, name="scan8", num_scan_inputs=2,
+                            directions=directions)
+    inputs = {"s0": (F, [batch, 3]), "x": (F, [batch, seq, 3]), "u": (F, [batch, seq, 2, 3]),
+              "w": (F, [3])}
+    feeds = {"s0": rnd(batch, 3), "x": rnd(batch, seq, 3, seed=1),
+             "u": rnd(batch, seq, 2, 3, seed=2), "w": rnd(3, seed=3)}
+    if lens is not None:
+        inputs["lens"] = (I64, [batch])
+        feeds["lens"] = np.array(lens, np.int64)
+    m = model([scan], inputs, {"s": (F, [batch, 3]), "states": (F, [batch, seq, 3]),
+                               "prods": (F, [batch, seq, 2, 3])}, opset=8)
+    return m, feeds
+
+
+def scan8_expected(feeds, directions):
+    """Scan-8's semantics in numpy: each batch item alone for its length; a reversed scan
+    input read from its last valid step; scan outputs zero past the length."""
+    x, u, s0, w = feeds["x"], feeds["u"], feeds["s0"], feeds["w"]
+    batch, seq = x.shape[:2]
+    lens = feeds.get("lens", np.full(batch, seq))
+    s, states, prods = s0.copy(), np.zeros((batch, seq, 3), np.float32), \
+        np.zeros((batch, seq, 2, 3), np.float32)
+    for bi in range(batch):
+        for t in range(lens[bi]):
+            xt = x[bi, lens[bi] - 1 - t if directions[0] else t]
+            ut = u[bi, lens[bi] - 1 - t if directions[1] else t]
+            prods[bi, t] = xt * ut
+            s[bi] = s[bi] + prods[bi, t].sum(0) + w
+            states[bi, t] = s[bi]
+    return {"s": s, "states": states, "prods": prods}
+
+
+@pytest.mark.parametrize("directions,lens", [
+    ([0, 0], None), ([1, 0], None), ([0, 1], [5, 2, 3]), ([1, 1], [3, 5, 1]),
+])
+def test_scan8_batch_directions_and_sequence_lens(tmp_path, directions, lens):
+    """Scan-8 (batch 3, 5 steps) against onnxruntime, and against its semantics in numpy
+    (onnx.reference has no Scan-8)."""
+    m, feeds = scan8_model(3, 5, directions, lens)
+    got = check_model(m, feeds, tmp_path)
+    for name, want in scan8_expected(feeds, directions).items():
+        np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_scan8_zero_length_sequence_keeps_its_initial_state(tmp_path):
+    """A length of 0: the spec does not forbid it, onnxruntime refuses it ("Invalid entries
+    in sequence_lens"); mlcc runs no step of that item (its initial state, zero outputs)."""
+    m, feeds = scan8_model(3, 5, [1, 0], [0, 5, 4])
+    got = compile_and_run(m, feeds, tmp_path)
+    for name, want in scan8_expected(feeds, [1, 0]).items():
+        np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-5, err_msg=name)
+    np.testing.assert_array_equal(got["s"][0], feeds["s0"][0])
+    assert not got["states"][0].any() and not got["prods"][2, 4].any()
+
+
+@pytest.mark.parametrize("bad", [[6, 1, 1], [1, -1, 1]])
+def test_scan8_sequence_lens_out_of_range_is_a_status(tmp_path, bad):
+    m, feeds = scan8_model(3, 5, [0, 1], [5, 2, 3])
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", target="x86")
+    feeds["lens"] = np.array(bad, np.int64)
+    with pytest.raises(RuntimeStatusError, match="out of range"):
+        mlcc.load(tmp_path / "out").run(feeds)
+
+
+def test_scan8_batch_sizes_must_agree(tmp_path):
+    m, _ = scan8_model(3, 5, [0, 0])
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 2     # s0 [2, 3]
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    with pytest.raises(mlcc.errors.ModelError, match=r"node 'scan8' \(Scan-8\): its states "
+                                                     r"and scan inputs have batch sizes \[2, 3\]"):
+        mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", target="x86")

@@ -23,6 +23,8 @@ whole loop (codegen/memory.py), so body temporaries never overwrite them.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from ..errors import ModelError, UnsupportedError
@@ -147,6 +149,106 @@ class Scan(OpDef):
                                  loads=loads, stores=stores), count, None)
 
 
+@register("Scan", since=8, until=8)
+class Scan8(OpDef):
+    """Scan-8: every state, scan input and scan output has a batch axis first, and a scan
+    input's sequence axis second; each sequence of the batch runs the body on its own, for
+    its length in the optional `sequence_lens` (int64 [batch]; steps past it give zeros in
+    the scan outputs), reading each scan input forward or, in `directions`, backward from
+    its last valid step. prepare_scan makes the node `sequence_lens or "", states...,
+    scan inputs..., outer values...`. Lowered as two C loops: over the batch, then over the
+    steps."""
+    attributes = {"body": None, "_outer": None, "num_scan_inputs": None, "directions": None}
+
+    @staticmethod
+    def _parts(node: Node, g: Graph):
+        """(states, scan inputs, batch size, sequence length) of a prepared Scan-8."""
+        m = node.attrs["num_scan_inputs"]
+        ins = node.inputs[1:len(node.inputs) - node.attrs["_outer"]]
+        n = len(ins) - m
+        shape = g.values[ins[n]].shape
+        return ins[:n], ins[n:], int(shape[0]), int(shape[1])
+
+    def infer(self, node, inputs, g):
+        body = node.attrs["body"]
+        states, _, batch, count = self._parts(node, g)
+        types = [(inputs[1 + k].dtype, inputs[1 + k].shape) for k in range(len(states))]
+        for name in body.outputs[len(states):]:
+            v = body.values[name]
+            types.append((v.dtype, (batch, count) + tuple(v.shape)))
+        return types
+
+    def flops(self, node, g):
+        _, _, batch, count = self._parts(node, g)
+        return body_flops(node.attrs["body"]) * batch * count
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        body: Graph = node.attrs["body"]
+        g = lo.graph
+        lens = node.input(0)
+        states, scans, batch, count = self._parts(node, g)
+        n = len(states)
+        outs = [node.outputs[j] if j < len(node.outputs) else "" for j in range(len(body.outputs))]
+        if batch == 0:
+            return
+        if lens:     # every length checked, and the steps past it zero, before anything runs
+            for out in [o for o in outs[n:] if o] or [""]:
+                v = g.values[out or scans[0]]
+                lo.call("mlcc_sequence_pad", [lens, out], [out] if out else [],
+                        params_type="mlcc_sequence_params",
+                        params=sequence_params(v.shape, False, v.dtype), returns_status=True,
+                        op="Scan sequence_lens")
+        item = lo.temp(f"{node.name}/item", "int64", ())
+        around = node.guard + (LoopScope(f"{node.name} (batch)", item, batch),)
+        lo.begin(Node(node.name, node.op_type, [], [], guard=around))
+        slots = []
+        for k, x in enumerate(states):
+            v = g.values[x]
+            slots.append(lo.temp(f"{node.name}/state{k}", v.dtype, v.shape[1:]))
+            lo.call("mlcc_slice_load", [x, slots[k], item], [slots[k]],
+                    params_type="mlcc_slice_params",
+                    params=slice_params(v.shape, 0, False, v.dtype), returns_status=True,
+                    op="Scan initial value")
+        length = ""      # this item's number of steps, read at run time
+        if lens:
+            length = lo.temp(f"{node.name}/length", "int64", ())
+            lo.call("mlcc_slice_load", [lens, length, item], [length],
+                    params_type="mlcc_slice_params",
+                    params=slice_params(g.values[lens].shape, 0, False, "int64"),
+                    returns_status=True, op="Scan sequence length")
+        directions = node.attrs["directions"]
+
+        def loads(step: str, rename: dict[str, str]) -> None:
+            for x, name, reverse in zip(scans, body.inputs[n:], directions):
+                v = g.values[x]
+                lo.call("mlcc_sequence_load", [x, rename[name], item, step, length],
+                        [rename[name]], params_type="mlcc_sequence_params",
+                        params=sequence_params(v.shape, bool(reverse), v.dtype),
+                        returns_status=True, op="Scan scan input")
+
+        def stores(step: str, rename: dict[str, str]) -> None:
+            for o, out in zip(body.outputs[n:], outs[n:]):
+                if out:
+                    v = g.values[out]
+                    lo.call("mlcc_sequence_store", [rename[o], out, item, step], [out],
+                            params_type="mlcc_sequence_params",
+                            params=sequence_params(v.shape, False, v.dtype),
+                            returns_status=True, op="Scan scan output")
+
+        b = Body(body, "", body.inputs[:n], body.outputs[:n], states,
+                 loads=[(x, name, 1, bool(d)) for x, name, d in zip(scans, body.inputs[n:],
+                                                                   directions)])
+        iterate(node, lo, b, slots, length or count, None, around, loads, stores)
+        lo.begin(Node(node.name, node.op_type, [], [], guard=around))
+        for slot, out in zip(slots, outs[:n]):
+            if out:
+                v = g.values[out]
+                lo.call("mlcc_slice_store", [slot, out, item], [out],
+                        params_type="mlcc_slice_params",
+                        params=slice_params(v.shape, 0, False, v.dtype), returns_status=True,
+                        op="Scan final value")
+
+
 class Body:
     """What emit_loop needs to know of a prepared Loop or Scan: its compiled body, which body
     inputs are the iteration number and the carried values, which body outputs their next
@@ -171,13 +273,21 @@ def slice_params(shape, axis: int, reverse: bool, dtype: str) -> dict:
             np.dtype(dtype).itemsize, "reverse": int(reverse)}
 
 
+def sequence_params(shape, reverse: bool, dtype: str) -> dict:
+    """mlcc_sequence_params of a Scan-8 tensor [batch, sequence, ...]."""
+    if dtype in PACKED_BITS:
+        raise UnsupportedError(f"a {dtype} scan input or output is not supported (several "
+                               f"elements per byte)")
+    return {"items": int(shape[0]), "count": int(shape[1]),
+            "inner_bytes": int(np.prod(shape[2:], dtype=np.int64)) * np.dtype(dtype).itemsize,
+            "reverse": int(reverse)}
+
+
 def emit_loop(node: Node, lo: Lowering, b: Body, trip, limit) -> None:
     """The calls of a run-time Loop or Scan: initial values into the carried tensors (the
     node's outputs, or temporaries where an output is unused), then inside a LoopScope the
     scan inputs' slices, the body's calls, the scan outputs' slices and the next values."""
-    body, g = b.graph, lo.graph
-    n = len(b.carried)
-    rename: dict[str, str] = {}
+    g = lo.graph
     slots = []
     for k, (name, init) in enumerate(zip(b.carried, b.initial)):
         if not init:
@@ -185,8 +295,38 @@ def emit_loop(node: Node, lo: Lowering, b: Body, trip, limit) -> None:
         v = g.values[init]
         slots.append(node.outputs[k] if k < len(node.outputs) and node.outputs[k] else
                      lo.temp(f"{node.name}/carried{k}", v.dtype, v.shape))
-        rename[name] = slots[k]
         emit_plain_copy(lo, init, slots[k], op=f"{node.op_type} initial value")
+
+    def loads(iteration: str, rename: dict[str, str]) -> None:
+        for src, name, axis, reverse in b.loads:
+            v = g.values[src]
+            lo.call("mlcc_slice_load", [src, rename[name], iteration], [rename[name]],
+                    params_type="mlcc_slice_params",
+                    params=slice_params(v.shape, axis, reverse, v.dtype), returns_status=True,
+                    op=f"{node.op_type} scan input")
+
+    def stores(iteration: str, rename: dict[str, str]) -> None:
+        for src, stacked, axis, reverse in b.stores:
+            if stacked:
+                v = g.values[stacked]
+                lo.call("mlcc_slice_store", [rename[src], stacked, iteration], [stacked],
+                        params_type="mlcc_slice_params",
+                        params=slice_params(v.shape, axis, reverse, v.dtype),
+                        returns_status=True, op=f"{node.op_type} scan output")
+
+    iterate(node, lo, b, slots, trip, limit, node.guard, loads, stores)
+
+
+def iterate(node: Node, lo: Lowering, b: Body, slots: list[str], trip, limit, around: tuple,
+            loads: Callable[[str, dict], None], stores: Callable[[str, dict], None]) -> None:
+    """The C loop of a Loop or Scan whose carried values live in `slots` (already holding
+    their initial values), inside the blocks of `around`: loads(iteration, rename) emits the
+    scan inputs' slices, the body's calls follow, stores(iteration, rename) emits the scan
+    outputs' slices, then the next values go into the slots. `rename` maps the body's names
+    to the parent's; `iteration` is the int64 scalar holding the iteration number."""
+    body, g = b.graph, lo.graph
+    n = len(b.carried)
+    rename: dict[str, str] = dict(zip(b.carried, slots))
     n_outer = node.attrs["_outer"]
     if n_outer:
         for inner, outer in zip(body.inputs[-n_outer:], node.inputs[-n_outer:]):
@@ -202,20 +342,16 @@ def emit_loop(node: Node, lo: Lowering, b: Body, trip, limit) -> None:
     cond = ""
     if b.cond:
         cond = lo.temp(f"{node.name}/cond", "bool", ())
+        lo.begin(Node(node.name, node.op_type, [], [], guard=around))
         emit_plain_copy(lo, b.cond[0], cond, op=f"{node.op_type} condition")
     scope = LoopScope(node.name, iteration, trip, cond, limit)
-    inside = node.guard + (scope,)
+    inside = around + (scope,)
     for name, v in body.values.items():
         if name not in rename:
             rename[name] = g.fresh_name(name)
             g.values[rename[name]] = Value(rename[name], v.dtype, v.shape, v.const)
     lo.begin(Node(node.name, node.op_type, [], [], guard=inside))
-    for src, name, axis, reverse in b.loads:
-        v = g.values[src]
-        lo.call("mlcc_slice_load", [src, rename[name], iteration], [rename[name]],
-                params_type="mlcc_slice_params",
-                params=slice_params(v.shape, axis, reverse, v.dtype), returns_status=True,
-                op=f"{node.op_type} scan input")
+    loads(iteration, rename)
     for x in body.nodes:
         guard = inside + tuple(e if isinstance(e, LoopScope) else (rename[e[0]], e[1])
                                for e in x.guard)
@@ -225,13 +361,7 @@ def emit_loop(node: Node, lo: Lowering, b: Body, trip, limit) -> None:
                      x.version, list(x.fused), guard)
         lo.lower_node(inner)
     lo.begin(Node(node.name, node.op_type, [], [], guard=inside))
-    for src, stacked, axis, reverse in b.stores:
-        if stacked:
-            v = g.values[stacked]
-            lo.call("mlcc_slice_store", [rename[src], stacked, iteration], [stacked],
-                    params_type="mlcc_slice_params",
-                    params=slice_params(v.shape, axis, reverse, v.dtype),
-                    returns_status=True, op=f"{node.op_type} scan output")
+    stores(iteration, rename)
     # next values -> carried tensors; a next value that is another carried tensor (or the
     # condition) goes through a temporary, copied before any carried tensor changes
     pairs = [(rename[b.nexts[k]], slots[k]) for k in range(n)]

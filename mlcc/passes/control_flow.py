@@ -166,10 +166,11 @@ def _compile_body(g: Graph, node: Node, body: Graph, inputs: list[str],
         raise ModelError(f"{describe(node)}: its body: {exc.message}") from None
 
 
-def _check_carried(g: Graph, sub: Graph, names: list[str], initial: list[str],
+def _check_carried(sub: Graph, names: list[str], before: list[Value],
                    nexts: list[str]) -> None:
-    for k, (name, init, nxt) in enumerate(zip(names, initial, nexts)):
-        a, b = g.values[init], sub.values[nxt]
+    """Each loop-carried value keeps the type and static shape it has `before` the loop."""
+    for k, (name, a, nxt) in enumerate(zip(names, before, nexts)):
+        b = sub.values[nxt]
         if (a.dtype, tuple(a.shape)) != (b.dtype, tuple(b.shape)):
             raise UnsupportedError(
                 f"loop-carried value {k} ({name!r}) is {a.dtype} {list(a.shape)} before the "
@@ -275,7 +276,7 @@ def prepare_loop(g: Graph, node: Node, infer: Callable[[Graph], Graph]) -> Node:
                                            f"must fold: {bind.message}; {exc.message}"
                                            ) from None
         raise
-    _check_carried(g, sub, carried, initial, sub.outputs[1:1 + n])
+    _check_carried(sub, carried, [g.values[x] for x in initial], sub.outputs[1:1 + n])
     again = sub.values[sub.outputs[0]]
     if again.dtype != "bool" or again.numel != 1:
         raise ModelError(f"{describe(node)}: its body's condition output is {again.dtype} "
@@ -301,8 +302,7 @@ def prepare_scan(g: Graph, node: Node, infer: Callable[[Graph], Graph]) -> Node:
     if not isinstance(body, Graph):
         raise ModelError(f"{describe(node)}: Scan needs a 'body' graph attribute")
     if node.version < 9:
-        raise UnsupportedError("Scan-8 (a batch axis and sequence_lens) is not supported; "
-                               "mlcc compiles Scan of opset 9 and later")
+        return _prepare_scan8(g, node, body, infer)
     m = int(node.attr("num_scan_inputs", 0))
     n = len(node.inputs) - m
     k = len(body.outputs) - n
@@ -324,7 +324,7 @@ def prepare_scan(g: Graph, node: Node, infer: Callable[[Graph], Graph]) -> Node:
         v = g.values[x]
         types[name] = Value(name, v.dtype, v.shape[:a] + v.shape[a + 1:])
     sub, outer = _compile_body(g, node, body, list(body.inputs), types, infer)
-    _check_carried(g, sub, body.inputs[:n], states, sub.outputs[:n])
+    _check_carried(sub, body.inputs[:n], [g.values[x] for x in states], sub.outputs[:n])
     out_axes = _axes(node, "scan_output_axes", k,
                      [len(sub.values[o].shape) + 1 for o in sub.outputs[n:]])
     attrs = {"body": sub, "_outer": len(outer), "num_scan_inputs": m,
@@ -333,6 +333,52 @@ def prepare_scan(g: Graph, node: Node, infer: Callable[[Graph], Graph]) -> Node:
              "scan_output_directions": _directions(node, "scan_output_directions", k)}
     return Node(node.name, node.op_type, states + scans + outer, list(node.outputs), attrs,
                 node.domain, node.version, list(node.fused), node.guard)
+
+
+def _prepare_scan8(g: Graph, node: Node, body: Graph, infer: Callable[[Graph], Graph]
+                   ) -> Node:
+    """Scan-8 (ops/control_flow.py Scan8): inputs `sequence_lens` (optional), states [batch,
+    ...], scan inputs [batch, sequence, ...]; the body sees one batch item's state and one
+    step's slice. Its directions made explicit."""
+    m = int(node.attr("num_scan_inputs", 0))
+    lens, rest = node.input(0), list(node.inputs[1:])
+    n = len(rest) - m
+    k = len(body.outputs) - n
+    if m < 1 or n < 0 or k < 0 or len(body.inputs) != n + m:
+        raise ModelError(f"{describe(node)}: {len(node.inputs)} inputs with num_scan_inputs="
+                         f"{m} do not match its body's {len(body.inputs)} inputs and "
+                         f"{len(body.outputs)} outputs")
+    states, scans = rest[:n], rest[n:]
+    if not all(rest):
+        raise ModelError(f"{describe(node)}: an input is missing")
+    values = [g.values[x] for x in rest]
+    for v, least in zip(values, [1] * n + [2] * m):
+        if len(v.shape) < least:
+            raise ModelError(f"{describe(node)}: {v.name!r} has shape {list(v.shape)}; Scan-8 "
+                             f"needs a batch axis first{' and a sequence axis' * (least > 1)}")
+        if not v.is_static or v.is_dynamic:
+            raise UnsupportedError(f"{v.name!r} has shape {list(v.shape)}; mlcc runs Scan-8 "
+                                   f"on static shapes only (give it a fixed --shape)")
+    batches = sorted({int(v.shape[0]) for v in values})
+    counts = sorted({int(v.shape[1]) for v in values[n:]})
+    if len(batches) != 1 or len(counts) != 1:
+        raise ModelError(f"{describe(node)}: its states and scan inputs have batch sizes "
+                         f"{batches} and sequence lengths {counts}; Scan-8 needs one of each")
+    if lens:
+        v = g.values[lens]
+        if v.dtype != "int64" or tuple(v.shape) != (batches[0],):
+            raise ModelError(f"{describe(node)}: sequence_lens {lens!r} is {v.dtype} "
+                             f"{list(v.shape)}, not int64 [{batches[0]}] (one per batch item)")
+    directions = _directions(node, "directions", m)
+    item = [Value(x.name, x.dtype, tuple(x.shape[1:])) for x in values[:n]]
+    types = {name: Value(name, x.dtype, x.shape) for name, x in zip(body.inputs[:n], item)}
+    types.update({name: Value(name, x.dtype, tuple(x.shape[2:]))
+                  for name, x in zip(body.inputs[n:], values[n:])})
+    sub, outer = _compile_body(g, node, body, list(body.inputs), types, infer)
+    _check_carried(sub, body.inputs[:n], item, sub.outputs[:n])
+    attrs = {"body": sub, "_outer": len(outer), "num_scan_inputs": m, "directions": directions}
+    return Node(node.name, node.op_type, [lens] + states + scans + outer, list(node.outputs),
+                attrs, node.domain, node.version, list(node.fused), node.guard)
 
 
 def _axes(node: Node, key: str, count: int, ranks: list[int]) -> list[int]:
