@@ -147,7 +147,7 @@ def test_upsample_and_resize10_over_a_dynamic_width(tmp_path):
 
 
 @pytest.mark.parametrize("attrs, scales, message", [
-    ({"mode": "cubic"}, [1, 1, 2, 2], r"a resize with mode='cubic'"),
+    ({"mode": "cubic", "antialias": 1}, [1, 1, 0.5, 0.5], r"a resize with mode='cubic'"),
     ({"mode": "linear", "antialias": 1}, [1, 1, 0.5, 0.5], r"\(antialias\)"),
     ({"mode": "nearest"}, [1, 1, 1.3, 1], r"the output size of a resize by a scale of 1.3"),
     ({"mode": "linear", "coordinate_transformation_mode": "align_corners"}, [1, 1, 1.5, 1],
@@ -163,6 +163,35 @@ def test_resize_refusals_name_node_op_and_dimension(tmp_path, attrs, scales, mes
                        match=rf"node 'rs' \(Resize-18\): .*{message}.* depends on the size of "
                              rf"H \(4..9\)"):
         mlcc.compile(path, tmp_path / "out", shapes={"x": (1, 3, (4, 9), 8)}, build=False)
+
+
+@pytest.mark.parametrize("attrs, scales, sizes_from_shape", [
+    ({"coordinate_transformation_mode": "half_pixel"}, [1, 1, 2, 0.5], None),
+    ({"coordinate_transformation_mode": "asymmetric", "exclude_outside": 1}, [1, 1, 1.5, 3],
+     None),
+    ({"coordinate_transformation_mode": "align_corners", "cubic_coeff_a": -0.5}, [1, 1, 3, 2],
+     None),
+    ({"coordinate_transformation_mode": "pytorch_half_pixel"}, None, [3, 2]),
+])
+def test_cubic_resize_over_dynamic_sizes(tmp_path, attrs, scales, sizes_from_shape):
+    """Cubic taps and weights computed at each run (constant scales, or sizes from a Shape
+    chain: the scale out / in at run time), against onnxruntime."""
+    inits = [nh.from_array(np.array(scales, np.float32), "scales")] if scales else []
+    nodes = []
+    ins = ["x", "", "scales"]
+    if sizes_from_shape:
+        inits += [nh.from_array(np.array(v, np.int64), n) for n, v in
+                  (("two", [2]), ("four", [4]), ("factor", sizes_from_shape), ("lead", [1, 3]))]
+        nodes += [h.make_node("Shape", ["x"], ["shp"], name="shape"),
+                  h.make_node("Slice", ["shp", "two", "four"], ["hw"], name="hw"),
+                  h.make_node("Mul", ["hw", "factor"], ["ohw"], name="mul"),
+                  h.make_node("Concat", ["lead", "ohw"], ["sizes"], axis=0, name="concat")]
+        ins = ["x", "", "", "sizes"]
+    nodes.append(h.make_node("Resize", ins, ["y"], name="resize", mode="cubic", **attrs))
+    path = _save(tmp_path / "m.onnx", nodes,
+                 [h.make_tensor_value_info("x", T.FLOAT, [1, 3, "H", "W"])],
+                 [h.make_tensor_value_info("y", T.FLOAT, None)], inits, 13)
+    _compare(path, tmp_path / "out", HW, HW_SIZES, atol=1e-4)
 
 
 # ------------------------------------------------------------------ ranges with a step
@@ -338,21 +367,112 @@ def test_resize_and_range_on_cross_targets(tmp_path, target):
 
 # ------------------------------------------------------------------ Pad
 
+def _pad_model(path, mode, pads, opset):
+    inits = [nh.from_array(np.array(pads, np.int64), "pads"),
+             nh.from_array(np.array(1.5, np.float32), "cv")]
+    return _save(path, [h.make_node("Pad", ["x", "pads", "cv"], ["y"], mode=mode, name="pad")],
+                 [h.make_tensor_value_info("x", T.FLOAT, [2, 3, "H", "W"])],
+                 [h.make_tensor_value_info("y", T.FLOAT, None)], inits, opset)
+
+
 @pytest.mark.parametrize("mode, pads", [
     ("constant", [0, 0, 1, 2, 0, 0, 3, 0]),          # the dynamic axes padded
     ("constant", [0, 1, -1, 0, 0, 0, 2, -2]),        # cropping a dynamic axis, padding another
     ("edge", [0, 0, 2, 1, 0, 0, 1, 3]),
     ("edge", [1, 0, -1, 2, 0, 2, 0, -1]),
+    ("reflect", [0, 0, 2, 1, 0, 0, 1, 3]),           # pads up to the smallest size - 1
+    ("reflect", [1, 0, -1, 1, 0, 1, 0, -1]),         # a static axis too, crops before mirroring
+    ("wrap", [0, 0, 3, 1, 0, 0, 1, 4]),
+    ("wrap", [1, 1, -1, 2, 0, 2, 0, -2]),
 ])
 def test_pad_over_dynamic_sizes(tmp_path, mode, pads):
-    inits = [nh.from_array(np.array(pads, np.int64), "pads"),
-             nh.from_array(np.array(1.5, np.float32), "cv")]
-    path = _save(tmp_path / "m.onnx",
-                 [h.make_node("Pad", ["x", "pads", "cv"], ["y"], mode=mode, name="pad")],
-                 [h.make_tensor_value_info("x", T.FLOAT, [2, 3, "H", "W"])],
-                 [h.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    """Every mode's maps computed at run time, against onnxruntime (wrap: opset 19)."""
+    path = _pad_model(tmp_path / "m.onnx", mode, pads, 19 if mode == "wrap" else 13)
     _compare(path, tmp_path / "out", {"x": (2, 3, (3, 9), (4, 17))},
              [{"x": (2, 3, hh, ww)} for hh, ww in ((3, 4), (5, 11), (9, 17))])
+
+
+@pytest.mark.parametrize("mode", ["reflect", "wrap"])
+def test_pad_wider_than_the_axis_over_dynamic_sizes(tmp_path, mode):
+    """Pads wider than the axis (down to one element kept after cropping: reflect repeats
+    it) mirror or wrap again and again, as the ONNX reference's np.pad does (after the crop,
+    as onnxruntime orders them), at every size of the range."""
+    path = _pad_model(tmp_path / "m.onnx", mode, [0, 0, 7, -1, 0, 0, 2, 9], 19)
+    mlcc.compile(path, tmp_path / "out", shapes={"x": (2, 3, (1, 5), (2, 6))})
+    m = mlcc.load(tmp_path / "out")
+    rng = np.random.default_rng(0)
+    for hh in range(1, 6):
+        for ww in range(2, 7):
+            x = rng.standard_normal((2, 3, hh, ww)).astype(np.float32)
+            ref = np.pad(x[..., 1:], ((0, 0), (0, 0), (7, 2), (0, 9)), mode=mode)
+            np.testing.assert_array_equal(m.run({"x": x})["y"], ref, err_msg=f"{hh}x{ww}")
+
+
+def test_pad_that_may_crop_a_whole_axis_is_refused(tmp_path):
+    """A reflect pad of an axis that some sizes of the range crop away: the node, its
+    operator and the dimension named."""
+    path = _pad_model(tmp_path / "m.onnx", "reflect", [0, 0, 1, 0, 0, 0, -3, 0], 13)
+    with pytest.raises(UnsupportedError, match=r"node 'pad' \(Pad-13\): .*depends on the size "
+                                               r"of H \(3..9\)"):
+        mlcc.compile(path, tmp_path / "out", shapes={"x": (2, 3, (3, 9), 5)}, build=False)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [2, 2], "strides": [2, 2]},
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+    {"kernel_shape": [3, 2], "strides": [1, 3], "pads": [0, 1, 2, 0], "dilations": [1, 2]},
+])
+def test_strided_max_pool_over_a_dynamic_width(tmp_path, attrs):
+    """A MaxPool striding along a dynamic width runs the N-D kernel (the 2-D one's tap table
+    of offsets into the stride phases would change with the width)."""
+    path = _save(tmp_path / "m.onnx", [h.make_node("MaxPool", ["x"], ["y"], name="pool",
+                                                   **attrs)],
+                 [h.make_tensor_value_info("x", T.FLOAT, [1, 2, "H", "W"])],
+                 [h.make_tensor_value_info("y", T.FLOAT, None)])
+    _compare(path, tmp_path / "out", {"x": (1, 2, (4, 9), (5, 23))},
+             [{"x": (1, 2, hh, ww)} for hh, ww in ((4, 5), (7, 12), (9, 23))])
+
+
+# ------------------------------------------------------------------ normalizations
+
+@pytest.mark.parametrize("axis, scale_shape, stats", [
+    (1, [6], True),          # over the dynamic axis and the last: Scale broadcast along S
+    (-2, [1, 6], False),
+    (-1, [6], True),         # over the static axis (the kernel's rows are the dynamic ones)
+])
+def test_layer_norm_over_a_dynamic_axis(tmp_path, axis, scale_shape, stats):
+    rng = np.random.default_rng(2)
+    inits = [nh.from_array(rng.standard_normal(scale_shape).astype(np.float32), "g"),
+             nh.from_array(rng.standard_normal(scale_shape).astype(np.float32), "b")]
+    outs = ["y", "mean", "inv"] if stats else ["y"]
+    path = _save(tmp_path / "m.onnx",
+                 [h.make_node("LayerNormalization", ["x", "g", "b"], outs, axis=axis,
+                              epsilon=1e-3, name="ln")],
+                 [h.make_tensor_value_info("x", T.FLOAT, [2, "S", 6])],
+                 [h.make_tensor_value_info(o, T.FLOAT, None) for o in outs], inits, 17)
+    _compare(path, tmp_path / "out", {"x": (2, (1, 9), 6)},
+             [{"x": (2, s, 6)} for s in (1, 4, 9)])
+
+
+@pytest.mark.parametrize("node, opset", [
+    (h.make_node("InstanceNormalization", ["x", "c", "c2"], ["y"], epsilon=1e-3,
+                 name="n"), 13),
+    (h.make_node("GroupNormalization", ["x", "c", "c2"], ["y"], num_groups=2, epsilon=1e-3,
+                 name="n"), 21),
+    (h.make_node("LpNormalization", ["x"], ["y"], axis=2, p=2, name="n"), 13),
+    (h.make_node("LpNormalization", ["x"], ["y"], axis=3, p=1, name="n"), 13),
+    (h.make_node("MeanVarianceNormalization", ["x"], ["y"], axes=[0, 2, 3], name="n"), 13),
+])
+def test_normalizations_over_dynamic_maps(tmp_path, node, opset):
+    """Normalizations whose statistics run over the dynamic height and width."""
+    rng = np.random.default_rng(3)
+    inits = [nh.from_array(rng.standard_normal(4).astype(np.float32), n) for n in ("c", "c2")]
+    path = _save(tmp_path / "m.onnx", [node],
+                 [h.make_tensor_value_info("x", T.FLOAT, [2, 4, "H", "W"])],
+                 [h.make_tensor_value_info("y", T.FLOAT, [2, 4, None, None])],
+                 [i for i in inits if i.name in node.input], opset)
+    _compare(path, tmp_path / "out", {"x": (2, 4, (1, 7), (3, 12))},
+             [{"x": (2, 4, hh, ww)} for hh, ww in ((1, 3), (4, 9), (7, 12))])
 
 
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Lowering, Node, Value
+from ..ir.symbolic import is_one, is_symbolic, same_shape
 from .common import (broadcast_strides, const_input, contiguous_strides, emit_copy, norm_axis,
                      require_dtype)
 from .registry import OpDef, register
@@ -213,12 +214,14 @@ class LayerNormalization(OpDef):
                     node: Node) -> str:
         """`name` as a contiguous vector over the normalized axes (broadcast if needed)."""
         v = lo.value(name)
-        n = math.prod(norm_shape)
         trailing = tuple(v.shape[len(v.shape) - len(norm_shape):]) if len(v.shape) >= len(
             norm_shape) else (1,) * (len(norm_shape) - len(v.shape)) + tuple(v.shape)
-        if v.numel == n and trailing == tuple(norm_shape):
+        if same_shape(trailing, norm_shape) and all(
+                is_one(d) for d in v.shape[:len(v.shape) - len(norm_shape)]):
             return name
-        if v.const is not None:
+        # normalized axes of a dynamic size (--shape LO..HI): Scale and B do not vary along
+        # them (a constant cannot); broadcast at run time over the actual sizes
+        if v.const is not None and not is_symbolic(norm_shape):
             full = np.broadcast_to(np.asarray(v.const).reshape(trailing), norm_shape)
             return lo.add_const(f"{node.name}.{what}", np.ascontiguousarray(full, np.float32))
         tmp = lo.temp(f"{node.name}.{what}", "float32", tuple(norm_shape))

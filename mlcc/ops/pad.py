@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelError, UnsupportedError
-from ..ir import Lowering, Node
-from ..ir.symbolic import SymInt, dim_vars, is_symbolic
+from ..ir import Enum, Lowering, Node
+from ..ir.symbolic import SymInt, is_symbolic
 from .common import (C_DTYPES, MAX_RANK, const_input, contiguous_strides, emit_plain_copy,
                      norm_axis, require_dtype)
 from .registry import OpDef, lookup, register
@@ -76,9 +76,6 @@ class Pad(OpDef):
         mode = node.attr("mode", "constant")
         pads = self._pads(node, len(x.shape), g)
         if is_symbolic(x.shape):
-            if mode not in ("constant", "edge") and any(b or e for b, e in pads):
-                raise SymInt.var(dim_vars(x.shape)[0]).undecided(
-                    f"a {mode} Pad (constant and edge are supported)")
             shape = tuple(self._computed_size(d, b, e, mode) for d, (b, e) in zip(x.shape, pads))
         else:
             shape = tuple(len(axis_map(d, b, e, mode)) for d, (b, e) in zip(x.shape, pads))
@@ -88,17 +85,12 @@ class Pad(OpDef):
 
     @staticmethod
     def _computed_size(d, begin: int, end: int, mode: str):
-        """The padded size of an axis for the run-time maps (mlcc_pad__computed): constant
-        and edge modes, the kept part never empty where edge pads."""
-        if begin == end == 0:
-            return d
-        if mode not in ("constant", "edge"):
-            raise UnsupportedError(f"a {mode} Pad of a tensor of a dynamic size is not "
-                                   f"supported (constant and edge are)")
-        if not isinstance(d, SymInt):
-            return len(axis_map(d, begin, end, mode))
+        """The padded size of an axis for the run-time maps (mlcc_pad__computed), the kept
+        part never empty where a mode other than constant pads."""
+        if begin == end == 0 or not isinstance(d, SymInt):
+            return d if begin == end == 0 else len(axis_map(d, begin, end, mode))
         kept = d - max(0, -begin) - max(0, -end)
-        if kept < (1 if mode == "edge" else 0):       # decided by the range, else refused
+        if kept < (0 if mode == "constant" else 1):     # decided by the range, else refused
             raise ModelError(f"pads ({begin}, {end}) crop more than an axis of {d} holds")
         return kept + max(begin, 0) + max(end, 0)
 
@@ -159,7 +151,8 @@ class Pad(OpDef):
                 params_type="mlcc_pad_computed_params", params={
                     "base": base, "in_dim": [a[0] for a in axes] + [1] * pad_to,
                     "begin": [a[1] for a in axes] + [0] * pad_to,
-                    "end": [a[2] for a in axes] + [0] * pad_to, "edge": int(mode == "edge")},
+                    "end": [a[2] for a in axes] + [0] * pad_to,
+                    "mode": Enum(f"MLCC_PAD_{mode.upper()}")},
                 scratch_bytes=total * 4, op=f"Pad({mode})")
 
 

@@ -158,8 +158,11 @@ class MaxPool(_Pool):
         indices = "" if _dead_or_absent(lo, node, 1) else node.outputs[1]
         if len(x.shape) <= 4 and x.dtype == "float32" and not indices:
             _, params = self._params(node, x)
-            self._emit(node, lo, "mlcc_f32_maxpool2d", params, [])
-            return
+            # (a stride over a dynamic width: the tap table's offsets into the stride phases
+            # would change with it; the N-D kernel finds its windows from the parameters)
+            if params["stride_w"] == 1 or not is_symbolic(params["phase_width"]):
+                self._emit(node, lo, "mlcc_f32_maxpool2d", params, [])
+                return
         _, params = self._nd_params(node, x)
         kernel = {"float32": "mlcc_f32_maxpool_nd", "uint8": "mlcc_u8_maxpool_nd",
                   "int8": "mlcc_s8_maxpool_nd"}[x.dtype]

@@ -49,6 +49,8 @@ COMPUTED_ROUNDING = {"round_prefer_floor": "MLCC_RESIZE_ROUND_PREFER_FLOOR",
                      "round_prefer_ceil": "MLCC_RESIZE_ROUND_PREFER_CEIL",
                      "floor": "MLCC_RESIZE_FLOOR", "ceil": "MLCC_RESIZE_CEIL",
                      "simple": "MLCC_RESIZE_SIMPLE"}
+# the coordinate modes mlcc_f32_resize_taps__cubic_computed computes (cubic, no antialias)
+CUBIC_COMPUTED = ("asymmetric", "half_pixel", "pytorch_half_pixel", "align_corners")
 MAX_CHECKED_SIZES = 1 << 22
 
 
@@ -353,6 +355,9 @@ class _ResizeBase(OpDef):
         and linear, the coordinate modes of COMPUTED_COORDS)."""
         mode, coord = self._mode(node), self._coord_mode(node)
         size = SymInt.var(dim_vars(params)[0])
+        if mode == "cubic" and not node.attr("antialias", 0) and coord in CUBIC_COMPUTED:
+            self._lower_cubic_computed(node, lo, x, y, params, scl)
+            return
         if mode not in ("nearest", "linear", "bilinear") or self._general(node) or \
                 coord not in COMPUTED_COORDS:
             raise size.undecided(f"a resize with mode={mode!r}, "
@@ -379,6 +384,21 @@ class _ResizeBase(OpDef):
         lo.call("mlcc_f32_resize_linear__computed", [x.name, y.name], [y.name],
                 params_type="mlcc_resize_computed_params", params=computed,
                 scratch_bytes=(4 * (oh + ow) + 2 * ow) * 4, op=f"{node.op_type}(linear)")
+
+    def _lower_cubic_computed(self, node: Node, lo: Lowering, x, y, params: dict, scl) -> None:
+        """Cubic over sizes known only at run time: the four taps and their weights computed
+        at each call, in double as taps_table does (mlcc_f32_resize_taps__cubic_computed)."""
+        ih, oh, ow = params["in_h"], params["out_h"], params["out_w"]
+        base = {"planes": params["planes"], "in_h": ih, "in_w": params["in_w"], "out_h": oh,
+                "out_w": ow, "taps_h": 4, "taps_w": 4, "extrapolation_value": 0.0}
+        lo.call("mlcc_f32_resize_taps__cubic_computed", [x.name, y.name], [y.name],
+                params_type="mlcc_resize_cubic_computed_params", params={
+                    "base": base, "coord": Enum(COMPUTED_COORDS[self._coord_mode(node)]),
+                    "exclude_outside": int(node.attr("exclude_outside", 0)),
+                    "scale_h": float(scl[-2]) if scl[-2] is not None else 0.0,
+                    "scale_w": float(scl[-1]) if scl[-1] is not None else 0.0,
+                    "cubic_a": float(node.attr("cubic_coeff_a", -0.75))},
+                scratch_bytes=(8 * (oh + ow) + ih * ow) * 4, op=f"{node.op_type}(cubic)")
 
     def _lower_taps(self, node: Node, lo: Lowering, x, y, out, scl64) -> None:
         """Cubic, antialias, exclude_outside, tf_crop_and_resize, fractional align_corners:

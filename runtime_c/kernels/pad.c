@@ -63,22 +63,39 @@ void mlcc_pad(const mlcc_pad_params *p, const void *x, const int32_t *map, const
     }
 }
 
+/* The source index of padded position j - first (outside [0, n)) of a kept part of n. */
+static int64_t outside(int64_t r, int64_t n, int32_t mode) {
+    if (mode == MLCC_PAD_WRAP) {
+        r %= n;
+        return r < 0 ? r + n : r;
+    }
+    if (n == 1) return 0;          /* reflect */
+    {
+        const int64_t period = 2 * (n - 1);
+        r %= period;
+        if (r < 0) r += period;
+        return r < n ? r : period - r;
+    }
+}
+
 void mlcc_pad__computed(const mlcc_pad_computed_params *p, const void *x, const void *value,
                         void *y, void *scratch) {
     int32_t *map = (int32_t *)scratch;
     int axis;
     for (axis = 0; axis < p->base.rank; axis++) {
         const int64_t d = p->in_dim[axis], b = p->begin[axis];
-        const int64_t first = b < 0 ? -b : 0, last = d - (p->end[axis] < 0 ? -p->end[axis] : 0) - 1;
+        const int64_t first = b < 0 ? -b : 0;
+        const int64_t n = d - first - (p->end[axis] < 0 ? -p->end[axis] : 0);
         int32_t *m = map + p->base.map_offset[axis];
         int64_t i;
         for (i = 0; i < p->base.out_shape[axis]; i++) {
-            int64_t src = i - b;
-            if (src < 0 || src >= d) {
-                if (!p->edge) src = -1;
-                else src = src < first ? first : last;
+            int64_t r = i - b - first;
+            if (r < 0 || r >= n) {
+                if (p->mode == MLCC_PAD_CONSTANT) r = -1 - first;
+                else if (p->mode == MLCC_PAD_EDGE) r = r < 0 ? 0 : n - 1;
+                else r = outside(r, n, p->mode);
             }
-            m[i] = (int32_t)src;
+            m[i] = (int32_t)(first + r);
         }
     }
     mlcc_pad(&p->base, x, map, value, y);

@@ -23,17 +23,23 @@ typedef struct mlcc_pad_params {
 void mlcc_pad(const mlcc_pad_params *p, const void *x, const int32_t *map, const void *value,
               void *y);
 
-/* The same over sizes known only at run time (bounded dynamic shapes), constant and edge
- * modes: the maps are computed at each call into the scratch (sum of out_shape int32). Output
- * index i of axis k reads input index i - begin[k] where that lies in [0, in_dim[k]); elsewhere
- * the constant, or (edge) the nearest index kept after cropping, in [max(0, -begin[k]),
- * in_dim[k] - max(0, -end[k])). */
+/* The same over sizes known only at run time (bounded dynamic shapes), every mode: the maps
+ * are computed at each call into the scratch (sum of out_shape int32). Output index i of axis
+ * k reads input index j = i - begin[k] where that lies in the part kept after cropping,
+ * [first, first + n) with first = max(0, -begin[k]), n = in_dim[k] - first - max(0, -end[k]);
+ * elsewhere the constant (MLCC_PAD_CONSTANT), the nearest kept index (MLCC_PAD_EDGE), the
+ * index mirrored about the kept part's ends without repeating them, periodic with period
+ * 2 (n - 1) (MLCC_PAD_REFLECT; n = 1: the one index), or j - first modulo n (MLCC_PAD_WRAP):
+ * numpy's np.pad (the ONNX reference) for pads of any width. The kept part is never empty
+ * where a mode other than constant pads an axis (the compiler checks it over the range). */
+enum { MLCC_PAD_CONSTANT = 0, MLCC_PAD_EDGE = 1, MLCC_PAD_REFLECT = 2, MLCC_PAD_WRAP = 3 };
+
 typedef struct mlcc_pad_computed_params {
     mlcc_pad_params base;
     int64_t in_dim[MLCC_MAX_RANK];
     int64_t begin[MLCC_MAX_RANK];
     int64_t end[MLCC_MAX_RANK];
-    int32_t edge;                       /* 0: constant, 1: edge */
+    int32_t mode;                       /* MLCC_PAD_CONSTANT, _EDGE, _REFLECT or _WRAP */
 } mlcc_pad_computed_params;
 
 void mlcc_pad__computed(const mlcc_pad_computed_params *p, const void *x, const void *value,

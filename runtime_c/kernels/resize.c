@@ -254,3 +254,66 @@ void mlcc_f32_resize_taps(const mlcc_resize_taps_params *p, const float *x, cons
         }
     }
 }
+
+/* mlcc/ops/resize.py: _cubic_kernel at distance d. */
+static double cubic_weight(double d, double a) {
+    d = fabs(d);
+    if (d <= 1.0) return ((a + 2.0) * d - (a + 3.0)) * d * d + 1.0;
+    if (d < 2.0) return ((a * d - 5.0 * a) * d + 8.0 * a) * d - 4.0 * a;
+    return 0.0;
+}
+
+/* mlcc/ops/resize.py: taps_table for mode cubic without antialias; idx and wt 4 per output. */
+static void cubic_map(int32_t *idx, float *wt, const mlcc_resize_cubic_computed_params *p,
+                      int64_t in, int64_t out, float given) {
+    const double scale = given > 0.0f ? (double)given : (double)out / (double)in;
+    const double width = scale * (double)in, a = (double)p->cubic_a;
+    int64_t i;
+    int k;
+    for (i = 0; i < out; i++) {
+        const double y = (double)i;
+        double x, base, ratio, w[4], total = 0.0;
+        int64_t t[4];
+        switch (p->coord) {
+        case MLCC_RESIZE_ALIGN_CORNERS:
+            x = width == 1.0 ? 0.0 : y * (double)(in - 1) / (width - 1.0);
+            break;
+        case MLCC_RESIZE_PYTORCH_HALF_PIXEL:
+            x = out == 1 ? 0.0 : (y + 0.5) / scale - 0.5;
+            break;
+        case MLCC_RESIZE_HALF_PIXEL:
+            x = (y + 0.5) / scale - 0.5;
+            break;
+        default:
+            x = y / scale;
+        }
+        base = floor(x);
+        ratio = x == base ? 1.0 : x - base;         /* in (0, 1]: the taps around x - ratio */
+        if (x == base) base -= 1.0;
+        w[0] = cubic_weight(ratio + 1.0, a);
+        w[1] = cubic_weight(ratio, a);
+        w[2] = cubic_weight(1.0 - ratio, a);
+        w[3] = cubic_weight(2.0 - ratio, a);
+        for (k = 0; k < 4; k++) {
+            t[k] = (int64_t)base - 1 + k;       /* at distances ratio + 1, ratio, ... */
+            if (p->exclude_outside && (t[k] < 0 || t[k] >= in)) w[k] = 0.0;
+            total += w[k];
+        }
+        for (k = 0; k < 4; k++) {
+            if (p->exclude_outside) w[k] /= total == 0.0 ? 1.0 : total;
+            idx[4 * i + k] = (int32_t)(t[k] < 0 ? 0 : t[k] > in - 1 ? in - 1 : t[k]);
+            wt[4 * i + k] = (float)w[k];
+        }
+    }
+}
+
+void mlcc_f32_resize_taps__cubic_computed(const mlcc_resize_cubic_computed_params *p,
+                                          const float *x, float *y, void *scratch) {
+    const mlcc_resize_taps_params *b = &p->base;
+    const int64_t n = 4 * (b->out_h + b->out_w);
+    int32_t *map = (int32_t *)scratch;
+    float *wt = (float *)(map + n);
+    cubic_map(map, wt, p, b->in_h, b->out_h, p->scale_h);
+    cubic_map(map + 4 * b->out_h, wt + 4 * b->out_h, p, b->in_w, b->out_w, p->scale_w);
+    mlcc_f32_resize_taps(b, x, map, wt, y, wt + n);
+}

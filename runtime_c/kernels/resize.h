@@ -79,4 +79,21 @@ typedef struct mlcc_resize_taps_params {
 void mlcc_f32_resize_taps(const mlcc_resize_taps_params *p, const float *x, const int32_t *map,
                           const float *wt, float *y, float *scratch);
 
+/* Cubic (without antialias) where the sizes are known only at run time: the four taps of
+ * each output row and column and their weights computed at each call, in double as the
+ * compiler's tables are (mlcc/ops/resize.py: taps_table, coordinate modes asymmetric,
+ * half_pixel, pytorch_half_pixel and align_corners; exclude_outside), then
+ * mlcc_f32_resize_taps. base.taps_h = base.taps_w = 4. scratch: 4 (out_h + out_w) int32,
+ * 4 (out_h + out_w) floats, then in_h * out_w floats. */
+typedef struct mlcc_resize_cubic_computed_params {
+    mlcc_resize_taps_params base;
+    int32_t coord;                  /* mlcc_resize_coord, not TF_HALF_PIXEL_FOR_NN */
+    int32_t exclude_outside;
+    float scale_h, scale_w;         /* 0: out / in at run time (the node gave sizes) */
+    float cubic_a;
+} mlcc_resize_cubic_computed_params;
+
+void mlcc_f32_resize_taps__cubic_computed(const mlcc_resize_cubic_computed_params *p,
+                                          const float *x, float *y, void *scratch);
+
 #endif /* MLCC_RESIZE_H */
