@@ -113,7 +113,7 @@ def _command(path: Path) -> str:
 
 
 def _defines(text: str) -> dict[str, str]:
-    return dict(re.findall(r"^#define ([WAS]_\w+) (\w+)", text, flags=re.M))
+    return dict(re.findall(r"^#define ([WAS]_\w+) (\(A_\w+ \+ \d+\)|\w+)", text, flags=re.M))
 
 
 def test_offsets_are_named_after_the_onnx_tensors(many, tmp_path):
@@ -136,6 +136,9 @@ def test_offsets_are_named_after_the_onnx_tensors(many, tmp_path):
     assert any(n.startswith("A_backbone") or n.startswith("A_") for n in defines)
     views = re.findall(r"^#define (A_\w+) (A_\w+)  /\* .*, a view of ", text, flags=re.M)
     assert views and all(target in defines for _, target in views)
+    # a Concat's input computed into its part of the output: defined as that part
+    slices = re.findall(r"^#define (A_\w+) \((A_\w+) \+ (\d+)\)", text, flags=re.M)
+    assert slices and all(target in defines and int(off) % 64 == 0 for _, target, off in slices)
     # and every offset is where the weight blob layout put it
     offsets = [int(v) for k, v in defines.items() if k.startswith("W_")]
     assert offsets == sorted(offsets) and offsets[0] == 64

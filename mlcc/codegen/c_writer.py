@@ -334,6 +334,9 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
         if g.values[root].is_const:
             return f"WEIGHT({sym.weights[root]})"
         st = plan.storage[root]
+        if st.kind != "arena" and prog.is_slice(name):
+            raise RuntimeError(f"slice {name!r} of the caller's tensor {root!r}: slices are "
+                               f"only made of arena tensors (ops/movement.py Concat)")
         if st.kind == "input":
             return sym.inputs[st.index]
         if st.kind == "output":
@@ -544,7 +547,11 @@ def _offset_defines(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, i
             v = g.values[name]
             root = prog.root(name)
             note = f"{name}: {v.dtype} {_dims(v.shape)}"
-            if root != name:
+            if root != name and prog.is_slice(name):
+                off = prog.byte_offset(name)
+                lines += define(ident, f"({sym.arena[root]} + {off})",
+                                _c_comment(f"{note}, bytes {off}.. of {root}"))
+            elif root != name:
                 lines += define(ident, sym.arena[root], _c_comment(f"{note}, a view of {root}"))
             else:
                 lines += define(ident, str(plan.storage[name].index), _c_comment(note))

@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 
 from ..errors import MlccError, UnsupportedError
 from ..ir import LoopScope, Program
+from ..ir.program import TENSOR_ALIGN as ALIGN
 from ..ir.symbolic import upper
-
-ALIGN = 64
 
 
 @dataclass
@@ -109,13 +108,17 @@ def _share_in_place(prog: Program, first: dict[str, int], last: dict[str, int]
     tensor that owns the bytes; first / last become the owner's whole lifetime. Only where
     both are arena tensors (not the caller's inputs or outputs), the output is first written
     by this call and is no larger, the input (with everything already sharing its bytes) is
-    read last here, and the call runs unconditionally (no guard, no loop)."""
+    read last here, and the call runs unconditionally (no guard, no loop). Not where either
+    is a slice of a larger tensor (Program.slices): the kernel's promise holds for the very
+    same bytes, not for an output that starts elsewhere or is smaller than what it views."""
     g = prog.graph
     shared: dict[str, str] = {}
     for t, call in enumerate(prog.calls):
         if call.guard:
             continue
         for out, inp in call.in_place:
+            if prog.is_slice(out) or prog.is_slice(inp):
+                continue
             o, i = prog.root(out), prog.root(inp)
             i = shared.get(i, i)
             if (o not in first or i not in first or o in shared or o == i

@@ -15,6 +15,11 @@ import numpy as np
 from .graph import Graph, LoopScope, Value
 from .symbolic import upper
 
+# Bytes every run-time tensor's storage starts on (codegen/memory.py places them so): a slice
+# view (Lowering.slice_alias) starts on such a boundary too, so a kernel sees the same
+# alignment whether it writes a tensor of its own or a slice of a larger one.
+TENSOR_ALIGN = 64
+
 
 @dataclass(frozen=True)
 class Enum:
@@ -48,6 +53,9 @@ class Program:
     graph: Graph                       # the optimized graph (types and shapes of all values)
     calls: list[KernelCall] = field(default_factory=list)
     aliases: dict[str, str] = field(default_factory=dict)   # view -> the tensor it reinterprets
+    # views that are a part of the tensor they view (aliases), not all of it: view -> its
+    # byte offset there (Concat's inputs written straight into their slice of its output)
+    slices: dict[str, int] = field(default_factory=dict)
     # Value.dyn key -> the int64 scalar tensor that holds that data-dependent size at run time
     counts: dict[str, str] = field(default_factory=dict)
 
@@ -64,6 +72,22 @@ class Program:
         while name in self.aliases:
             name = self.aliases[name]
         return name
+
+    def byte_offset(self, name: str) -> int:
+        """Where `name`'s bytes start in the storage of its root (0 but for slices)."""
+        offset = 0
+        while name in self.aliases:
+            offset += self.slices.get(name, 0)
+            name = self.aliases[name]
+        return offset
+
+    def is_slice(self, name: str) -> bool:
+        """Whether `name` is a part of its root's bytes (a slice, or a view of one)."""
+        while name in self.aliases:
+            if name in self.slices:
+                return True
+            name = self.aliases[name]
+        return False
 
     def constants(self) -> list[Value]:
         """Constants the calls read, in order of first use (the weight blob's order)."""
@@ -116,6 +140,15 @@ class Lowering:
     def alias(self, view: str, of: str) -> None:
         """`view` shares the storage of `of` (a reshape: same bytes, new shape)."""
         self.program.aliases[view] = of
+
+    def slice_alias(self, view: str, of: str, byte_offset: int) -> None:
+        """`view` is the bytes of `of` from byte_offset on (a multiple of TENSOR_ALIGN): the
+        calls that write `view` write straight into that part of `of`."""
+        if byte_offset % TENSOR_ALIGN:
+            raise ValueError(f"slice {view!r} of {of!r} at byte {byte_offset}: not a multiple "
+                             f"of {TENSOR_ALIGN}")
+        self.program.aliases[view] = of
+        self.program.slices[view] = byte_offset
 
     def add_const(self, base: str, data: np.ndarray) -> str:
         return self.graph.add_const(base, data)

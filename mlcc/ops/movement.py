@@ -7,9 +7,12 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
 from ..errors import ModelError, UnsupportedError
-from ..ir import Lowering, Node
-from ..ir.symbolic import SymInt, as_dim, dim_vars, smax, smin
+from ..ir import PACKED_BITS, Lowering, Node
+from ..ir.program import TENSOR_ALIGN
+from ..ir.symbolic import SymInt, as_dim, dim_vars, is_symbolic, smax, smin
 from .common import (C_DTYPES, broadcast_shapes, broadcast_strides, const_input,
                      contiguous_strides, emit_copy, ints_attr_or_input, norm_axis, require_dtype,
                      simplify_copy)
@@ -139,13 +142,41 @@ class Concat(OpDef):
         axis = self._axis(node, len(out_shape))
         out_strides = contiguous_strides(out_shape)
         offset = 0
+        sliced: set[str] = set()
         for name in node.inputs:
             if not name:
                 continue
             shape = lo.value(name).shape
-            emit_copy_nd(lo, name, out, shape, contiguous_strides(shape), out_strides,
-                         dst_offset=offset * out_strides[axis], op=node.op_type)
+            start = offset * out_strides[axis]
+            if _writes_into_slice(lo, node, name, axis, start, sliced):
+                lo.slice_alias(name, out, start * np.dtype(lo.value(out).dtype).itemsize)
+                sliced.add(name)
+            else:
+                emit_copy_nd(lo, name, out, shape, contiguous_strides(shape), out_strides,
+                             dst_offset=start, op=node.op_type)
             offset += shape[axis]
+
+
+def _writes_into_slice(lo: Lowering, node: Node, name: str, axis: int, start: int,
+                       sliced: set[str]) -> bool:
+    """Whether Concat's input `name` can be computed straight into its part of the output,
+    elements [start, start + its size) (no copy: Lowering.slice_alias): the part is one
+    contiguous run (every axis before the concatenated one of size 1, as in a batch-1 NCHW
+    channel Concat) starting on a TENSOR_ALIGN boundary of a static, arena-resident output;
+    the input is a run-time tensor of the arena (not the caller's input or output, not a
+    constant), owns its storage (not a view of another tensor), appears once in the Concat,
+    and neither the Concat nor any call that wrote it runs under a run-time If or loop."""
+    g, prog = lo.graph, lo.program
+    out, v = node.outputs[0], lo.value(name)
+    shape = lo.value(out).shape
+    if (node.guard or is_symbolic(shape) or is_symbolic(v.shape) or v.dtype in PACKED_BITS
+            or any(d != 1 for d in shape[:axis])
+            or start * np.dtype(v.dtype).itemsize % TENSOR_ALIGN):
+        return False
+    if (v.is_const or name in g.inputs or name in g.outputs or out in g.outputs
+            or name in prog.aliases or out in prog.aliases or name in sliced or name == out):
+        return False
+    return not any(c.guard for c in prog.calls if name in {prog.root(w) for w in c.writes if w})
 
 
 # ---------------------------------------------------------------------------------- Split
