@@ -5,6 +5,7 @@ model scored on its task metric, and latency on one thread.
 
     python bench/compare_ort_int8.py                        # every model (long on a loaded machine)
     python bench/compare_ort_int8.py digits_cnn minilm --runs 20
+    python bench/compare_ort_int8.py yolov8n --ort-methods '' --quant adaround=auto  # mlcc only
 
 Models, data and metrics (higher is better everywhere):
 - digits_cnn: test accuracy (%) on the 450 test images of examples/digits, calibrated on the
@@ -194,7 +195,7 @@ TASKS = {"digits_cnn": digits_task,
 
 
 def compare(name: str, tmp: Path, runs: int, methods: tuple[str, ...],
-            op_types: tuple[str, ...] = ()) -> str:
+            op_types: tuple[str, ...] = (), quant: dict | None = None) -> str:
     import mlcc
     from mlcc import api
 
@@ -219,7 +220,8 @@ def compare(name: str, tmp: Path, runs: int, methods: tuple[str, ...],
     float_score = "reference" if task.score is sqnr_score else task.score(ref, ref)[1]
     t0 = time.perf_counter()
     res = api.compile(task.model, work / "int8", target="x86-native",
-                      quantize=api.QuantizeConfig(work / "calib.npz", progress=say))
+                      quantize=api.QuantizeConfig(work / "calib.npz", progress=say,
+                                                  **(quant or {})))
     say(f"mlcc int8 (defaults) compiled in {time.perf_counter() - t0:.0f} s")
     api.compile(task.model, work / "float", target="x86-native")
     mq, mf = mlcc.load(work / "int8"), mlcc.load(work / "float")
@@ -271,7 +273,11 @@ def main(argv=None) -> int:
     ap.add_argument("--ort-op-types", default="",
                     help="comma-separated operator types onnxruntime quantizes (e.g. MatMul; "
                          "default: every type it can)")
+    ap.add_argument("--quant", default="",
+                    help="mlcc options other than the defaults, comma-separated QuantizeConfig "
+                         "fields: adaround=auto,bias_correction=auto")
     args = ap.parse_args(argv)
+    quant = dict(kv.split("=", 1) for kv in args.quant.split(",") if kv)
     for name in args.models:
         if name not in TASKS:
             ap.error(f"unknown model {name!r} (known: {', '.join(TASKS)})")
@@ -287,7 +293,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="mlcc-compare-ort-") as tmp:
         for name in args.models or list(TASKS):
             rows.append(compare(name, Path(tmp), args.runs, methods,
-                                tuple(o for o in args.ort_op_types.split(",") if o)))
+                                tuple(o for o in args.ort_op_types.split(",") if o), quant))
             print(rows[-1], file=sys.stderr, flush=True)
     print(f"x86-native, 1 thread; load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
     print("\n".join(rows))

@@ -228,12 +228,13 @@ VARIANTS = ("ort-float", "mlcc-float", "ort-minmax", "ort-percentile", "mlcc-min
 
 
 def parse_variant(v: str) -> tuple[str, str, tuple[str, ...], dict[str, str]]:
-    """`mlcc-CAL[:PCT][+keep=P1|P2][+maxdrop=D][+minsqnr=DB][+metric=lines|exact]` -> (engine,
-    calibrator, --keep-float patterns, the other options: maxdrop, minsqnr, metric)."""
+    """`mlcc-CAL[:PCT][+keep=P1|P2][+maxdrop=D][+minsqnr=DB][+metric=lines|exact][+ada=M]
+    [+bc=M]` -> (engine, calibrator, --keep-float patterns, the other options: maxdrop,
+    minsqnr, metric, ada (--adaround M), bc (--bias-correction M))."""
     head, *opts = v.split("+")
     engine, _, cal = head.partition("-")
     options = dict(o.partition("=")[::2] for o in opts)
-    bad = set(options) - {"keep", "maxdrop", "minsqnr", "metric"}
+    bad = set(options) - {"keep", "maxdrop", "minsqnr", "metric", "ada", "bc"}
     if bad or options.get("metric", "lines") not in ("lines", "exact"):
         raise SystemExit(f"variant {v!r}: unknown option(s) {sorted(bad) or options['metric']}")
     keep = options.pop("keep", "")
@@ -319,6 +320,8 @@ def main(argv=None) -> int:
                     qc = api.QuantizeConfig(tmp / "calib.npz", calibrator=cal,
                                             percentile=float(pct or 99.99), keep_float=keep,
                                             progress=say)
+                    qc.adaround = search.get("ada", qc.adaround)
+                    qc.bias_correction = search.get("bc", qc.bias_correction)
                     if "maxdrop" in search or "minsqnr" in search:
                         qc.eval_data = tmp / "search.npz"
                         qc.max_drop = float(search["maxdrop"]) if "maxdrop" in search else None

@@ -34,6 +34,7 @@ from .quant import (DEFAULT_CALIBRATOR, CalibrationSet, QuantOptions, QuantResul
                     conv_transpose_as_conv, observed_values, quantize_graph,
                     split_table_activations)
 from .quant.export import export_qdq
+from .quant import adaround
 from .quant.bias_correction import ChannelMeans, watched
 from .quant.bias_correction import summary as bias_summary
 from .quant.equalize import equalize as equalize_graph
@@ -106,8 +107,12 @@ class QuantizeConfig:
     # only) or "relu6" (also through Relu6, replaced by Relu); mlcc/quant/equalize.py
     equalize: bool | str = False
     # add (W - Wq) E[x] (E[x] from the calibration data) to each integer layer's bias;
-    # mlcc/quant/bias_correction.py
-    bias_correction: bool = False
+    # mlcc/quant/bias_correction.py. "on" (or True), "off" (or False), or "auto": per output
+    # channel where it lowers the layer's held-out output error (mlcc/quant/adaround.py)
+    bias_correction: bool | str = False
+    # learned weight rounding (mlcc/quant/adaround.py): "auto" (per output channel where it
+    # lowers the layer's held-out output error), "on" or "off"
+    adaround: str = "off"
 
 
 def _optimize(model: str | Path, shapes: Shapes | None, extra_outputs: list[str] | None,
@@ -323,8 +328,11 @@ def compile_command(model: str | Path, *, target: str = "x86", shapes: Shapes | 
             words += ["--smooth", "off" if q.smooth is None else f"{q.smooth:g}"]
         if q.equalize:
             words.append("--equalize-relu6" if q.equalize == "relu6" else "--equalize")
-        if q.bias_correction:
-            words.append("--bias-correction")
+        bc = adaround.mode("bias_correction", q.bias_correction)
+        if bc != "off":
+            words += ["--bias-correction"] + ([bc] if bc != "on" else [])
+        if q.adaround != QuantizeConfig.adaround:
+            words += ["--adaround", q.adaround]
         for pattern in q.keep_float:
             words += ["--keep-float", pattern]
         if q.max_samples is not None:
@@ -487,7 +495,7 @@ def _write_report(fg: Graph, qres: QuantResult, cfg: QuantizeConfig, model, targ
 
 
 def _option_lines(info: dict) -> list[str]:
-    """The report's account of --equalize and --bias-correction."""
+    """The report's account of --equalize, --adaround and --bias-correction."""
     lines = []
     if "equalize" in info:
         eq = info["equalize"]
@@ -496,6 +504,9 @@ def _option_lines(info: dict) -> list[str]:
                   f"the equalized float model (the same function, rescaled channels)."]
         lines += [f"- equalized `{a}` -> `{b}`" for a, b in eq["pairs"]]
         lines += [f"- skipped `{a}` -> `{b}`: {why}" for a, b, why in eq["skipped"]]
+    if "rounding" in info:
+        lines += ["", f"Weight rounding (--adaround, --bias-correction auto): "
+                  f"{info['rounding']['summary']}."]
     if "bias_correction" in info:
         bc = info["bias_correction"]
         lines += ["", f"Bias correction (--bias-correction) applied: {bc['summary']}. "
@@ -519,6 +530,8 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
             isinstance(cfg.smooth, (int, float)) and 0.0 <= cfg.smooth <= 1.0)):
         raise InputError(f"smooth must be 'auto', None (off) or an alpha in [0, 1], not "
                          f"{cfg.smooth!r}")
+    bc = adaround.mode("bias_correction", cfg.bias_correction)
+    ada = adaround.mode("adaround", cfg.adaround)
     keep, unmatched = select_nodes(g, cfg.keep_float)
     if unmatched:
         raise InputError(f"--keep-float: {', '.join(unmatched)} matches no node of the "
@@ -533,6 +546,7 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
     alphas: dict | float = {}       # SmoothQuant's alpha per smoothed value (or one for all)
     watch: frozenset = frozenset()  # the values SmoothQuant may smooth
     data = None
+    rounding = None                 # --adaround / --bias-correction auto's statistics
     if cfg.calibration is None:
         if qdq is None:
             raise InputError("--quantize int8 needs --calibration DATA (an .npz, a folder of "
@@ -540,14 +554,15 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
                              "QuantizeLinear/DequantizeLinear pairs of its own")
         if cfg.report:
             raise InputError("--report needs --calibration DATA (the samples it measures on)")
-        if cfg.equalize or cfg.bias_correction:
-            raise InputError("--equalize and --bias-correction need --calibration DATA (a "
-                             "QDQ model's own parameters cannot be recomputed for them)")
+        if cfg.equalize or bc == "on" or ada == "on":
+            raise InputError("--equalize, --bias-correction and --adaround need --calibration "
+                             "DATA (a QDQ model's own parameters cannot be recomputed for "
+                             "them)")
     else:
         data = CalibrationSet(cfg.calibration, _input_spec(g), cfg.max_samples)
         data.check_first()
         eq = None
-        if cfg.export_qdq and (cfg.equalize or cfg.bias_correction):
+        if cfg.export_qdq and (cfg.equalize or bc != "off"):
             raise InputError("--export-qdq cannot write --equalize or --bias-correction "
                              "(they change the weights and biases, not only the "
                              "quantization): leave them out to export")
@@ -561,7 +576,10 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
             eq = equalize_graph(g, relu6=cfg.equalize == "relu6")
             g = eq.graph
             say(eq.summary())
-        means = ChannelMeans(watched(g) if cfg.bias_correction else {})
+        means = ChannelMeans(watched(g) if bc != "off" else {})
+        # --adaround, --bias-correction auto: each integer layer's input statistics
+        rounding = adaround.RoundingStats(g) if ada != "off" or bc == "auto" else None
+        seen = [0]
         # --min-sqnr may keep any group in float, which makes its neighbours quantize values
         # the all-integer program keeps in uint8 (a MaxPool's output): observe them all
         needed = observed_values(g) if target is not None else needed_ranges(g, opts)
@@ -570,8 +588,9 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
         with tempfile.TemporaryDirectory(prefix="mlcc-calibrate-") as tmp:
             # --bias-correction reads the means of every integer layer's input, including
             # those whose range is not needed (a MaxPool's output keeps its input's scale)
+            extra = list(means.axes) + (rounding.inputs if rounding is not None else [])
             run = float_runner(g, Path(tmp) / "float",
-                               names + [v for v in means.axes if v not in names])
+                               names + [v for v in dict.fromkeys(extra) if v not in names])
 
             def progress(p, passes, k):
                 if k % 8 == 0:
@@ -582,10 +601,13 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
                 values = run(sample)
                 if means.axes:          # --bias-correction: per-channel input means
                     means.observe({**sample, **values})
+                if rounding is not None and (data.count is None or seen[0] < data.count):
+                    rounding.observe({**sample, **values}, seen[0])   # the first pass only
+                    seen[0] += 1
                 return values
             ranges = calibrate(data, run_observed, names, method=cfg.calibrator,
                                percentile=cfg.percentile, progress=progress, channels=watch)
-            if cfg.bias_correction:
+            if bc != "off":
                 opts = replace(opts, input_means=means.means())
             say(f"calibrated {len(ranges)} tensors on {data.count} samples in "
                 f"{time.perf_counter() - t0:.1f} s")
@@ -609,6 +631,10 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
                     chosen = sorted(alphas.values())
                     say(f"smoothed (alpha auto: {_alpha_summary(chosen)}) the inputs of the "
                         f"integer MatMuls reading {len(smoothed)} of {len(watch)} values")
+            if rounding is not None:
+                rplan = adaround.plan(g, rounding, opts, ada, bc)
+                opts = replace(opts, rounded=rplan.rounded, bias_channels=rplan.bias_channels)
+                say(rplan.summary())
             if target is not None:
                 opts, sens, timing = _mixed_search(g, ranges, opts, qdq, cfg, target, run,
                                                    Path(tmp), say)
@@ -645,7 +671,9 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
                             "skipped": [list(p) for p in eq.skipped],
                             "relu6_replaced": eq.relu6_replaced, "iterations": eq.iterations,
                             "summary": eq.summary()}
-    if cfg.bias_correction:
+    if rounding is not None:
+        info["rounding"] = rplan.info()
+    if bc != "off":
         info["bias_correction"] = {
             "layers": len(res.bias_shift),
             "max_abs_shift": {k: float(np.abs(v).max())

@@ -186,9 +186,15 @@ def quant_options(fn):
         click.option("--equalize-relu6", "equalize_relu6", is_flag=True,
                      help="--equalize, also through Relu6, replaced by Relu (changes the "
                           "float function where a value exceeded 6)."),
-        click.option("--bias-correction", "bias_correction", is_flag=True,
+        click.option("--bias-correction", "bias_correction", is_flag=False,
+                     flag_value="on", default=None, type=click.Choice(["auto", "on", "off"]),
                      help="Add the mean output shift of weight rounding, (W - Wq) E[x] with "
-                          "E[x] from the calibration data, back to each layer's bias."),
+                          "E[x] from the calibration data, back to each layer's bias (alone: "
+                          "on; auto: per channel where it lowers the held-out output error)."),
+        click.option("--adaround", default=None, type=click.Choice(["auto", "on", "off"]),
+                     help="Learned weight rounding (up or down per weight, for the least "
+                          "layer output error on the calibration data); auto: per channel "
+                          "where it lowers the held-out error."),
         click.option("--keep-float", "keep_float", multiple=True, metavar="PATTERN",
                      help="Keep these groups in float (repeatable or comma-separated): node "
                           "names as the compile output and the report print them, shell-style "
@@ -201,23 +207,25 @@ def quant_options(fn):
 
 def _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant, report,
                   export_qdq=None, smooth=None, equalize=False, equalize_relu6=False,
-                  bias_correction=False, keep_float=()):
+                  bias_correction=None, keep_float=(), adaround=None):
     from . import api
 
     if quantize is None:
         if calibration or report or export_qdq or smooth is not None or equalize or \
-                equalize_relu6 or bias_correction or keep_float:
+                equalize_relu6 or bias_correction or keep_float or adaround:
             raise MlccError("--calibration, --report, --export-qdq, --smooth, --equalize, "
-                            "--equalize-relu6, --bias-correction and --keep-float need "
-                            "--quantize int8")
+                            "--equalize-relu6, --bias-correction, --adaround and "
+                            "--keep-float need --quantize int8")
         return None
+    defaults = api.QuantizeConfig()
     return api.QuantizeConfig(calibration, calibrator=calibrator, percentile=percentile,
                               per_channel=per_channel, requant=requant, report=report,
                               export_qdq=export_qdq,
                               smooth="auto" if smooth is None else (None if smooth == "off"
                                                                     else smooth),
                               equalize="relu6" if equalize_relu6 else bool(equalize),
-                              bias_correction=bias_correction,
+                              bias_correction=bias_correction or defaults.bias_correction,
+                              adaround=adaround or defaults.adaround,
                               keep_float=tuple(p.strip() for item in keep_float
                                                for p in item.split(",") if p.strip()),
                               progress=lambda text: click.echo(text, err=True))
@@ -276,13 +284,13 @@ def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_wei
                 max_outputs, max_loop_iterations, dump_ir, no_build, min_sqnr, max_drop, metric,
                 eval_data, tune, tuning_file, quantize, calibration, calibrator, percentile,
                 per_channel, requant, report, export_qdq, smooth, equalize, equalize_relu6,
-                bias_correction, keep_float):
+                bias_correction, keep_float, adaround):
     """Compile MODEL (an .onnx file) into C sources, a weight blob and a library."""
     from . import api, tuning
 
     qcfg = _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant,
                          report, export_qdq, smooth, equalize, equalize_relu6,
-                         bias_correction, keep_float)
+                         bias_correction, keep_float, adaround)
     for flag, value in (("--min-sqnr", min_sqnr), ("--max-drop", max_drop),
                         ("--metric", metric), ("--eval-data", eval_data)):
         if value is not None and qcfg is None:
@@ -398,7 +406,7 @@ def run_cmd(folder, inputs, outputs):
 def verify_cmd(model, target, shapes, binds, inputs, per_layer, output, min_sqnr, max_outputs,
                max_loop_iterations, quantize,
                calibration, calibrator, percentile, per_channel, requant, report, export_qdq,
-               smooth, equalize, equalize_relu6, bias_correction, keep_float):
+               smooth, equalize, equalize_relu6, bias_correction, keep_float, adaround):
     """Compile MODEL and compare its outputs with onnxruntime's."""
     from . import api
 
@@ -407,7 +415,7 @@ def verify_cmd(model, target, shapes, binds, inputs, per_layer, output, min_sqnr
     loop_limit = api.parse_max_loop_iterations(max_loop_iterations)
     qcfg = _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant,
                          report, export_qdq, smooth, equalize, equalize_relu6,
-                         bias_correction, keep_float)
+                         bias_correction, keep_float, adaround)
     if qcfg is not None:
         if max_outputs:
             raise MlccError("mlcc verify takes --max-output without --quantize only")

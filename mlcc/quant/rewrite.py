@@ -46,6 +46,12 @@ class QuantOptions:
     # of each integer Conv / Gemm / MatMul reading one gets (W - Wq) E[x] added
     # (mlcc/quant/bias_correction.py)
     input_means: dict = field(default_factory=dict)
+    # --adaround (mlcc/quant/adaround.py): node name -> its int8 weights with learned
+    # rounding (the rewrite's layout and scales)
+    rounded: dict = field(default_factory=dict)
+    # --bias-correction auto: node name -> the output channels whose shift is applied (None:
+    # every channel of every layer reading a value of input_means)
+    bias_channels: dict | None = None
 
 
 @dataclass

@@ -343,8 +343,13 @@ def quantize_producer(rw: Rewrite, n: Node) -> bool:
     if given is not None:
         wq, ws = given
     else:
-        if x in opts.input_means:
-            rw.bias_shift[n.name] = correction(n, w, wq, ws, opts.input_means[x])
+        if n.name in opts.rounded:          # --adaround's learned rounding, same scales
+            wq = opts.rounded[n.name]
+        mask = None if opts.bias_channels is None else opts.bias_channels.get(n.name)
+        if x in opts.input_means and (opts.bias_channels is None or
+                                      (mask is not None and mask.any())):
+            shift = correction(n, w, wq, ws, opts.input_means[x])
+            rw.bias_shift[n.name] = shift if mask is None else np.where(mask, shift, 0.0)
             bias = shifted_bias(bias, rw.bias_shift[n.name])
         if uint8_out:
             wq, ws = fit_bias(w, wq, ws, bias, qx.scale)

@@ -93,7 +93,9 @@ def fit_bias(w: np.ndarray, q: np.ndarray, scale: np.ndarray, b: np.ndarray | No
         return q, scale
     scale = np.where(grow, need, scale).astype(np.float32)
     flat = np.asarray(w, np.float32).reshape(w.shape[0], -1)
-    q = np.clip(np.rint(flat / scale[:, None]), -WMAX, WMAX).astype(np.int8).reshape(q.shape)
+    again = np.clip(np.rint(flat / scale[:, None]), -WMAX, WMAX).astype(np.int8)
+    # only the grown channels change (the others may hold learned rounding: adaround.py)
+    q = np.where(grow[:, None], again, q.reshape(again.shape)).reshape(q.shape)
     return q, scale
 
 
