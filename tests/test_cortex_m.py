@@ -252,10 +252,14 @@ def _same_bits_as_x86(tmp_path: Path, qdq: Path, target: str, x_shape: tuple,
     return res.folder
 
 
-def test_int8_smlad_kernels_match_the_portable_ones_on_odd_shapes(tmp_path):
-    """Conv 3 -> 5 channels 3x3 on 7x9 (K = 27, not a multiple of 4; 5 rows: a last odd row),
-    then Gemm 315 -> 7: the M4's SMLAD int8 GEMM (qgemm.c) gives the bits of the portable
-    kernel that the x86 target runs."""
+@pytest.mark.parametrize("requant", ["float", "fixed"])
+def test_int8_smlad_kernels_match_the_portable_ones_on_odd_shapes(tmp_path, requant):
+    """Conv 3 -> 5 channels 3x3 on 7x9 (K = 27, not a multiple of 4; 5 rows: a last odd row;
+    63 columns: a last odd column), a pointwise Conv 5 -> 75 and a Conv 75 -> 3 3x3 stride 2
+    (K = 675: more than the 16-bit column panel holds, the GEMM that extracts both operands),
+    then Gemm 315 -> 7 and 60 -> 7, and depthwise 3x3 at strides 1 (rows of 9: two outputs at
+    a time and a last one) and 2: the M4's SMLAD int8 kernels (qgemm.c, qconv.c) give the
+    bits of the portable ones that the x86 target runs, with either requantization."""
     from onnx import helper
     rng = np.random.default_rng(3)
     layers = [(helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
@@ -265,9 +269,23 @@ def test_int8_smlad_kernels_match_the_portable_ones_on_odd_shapes(tmp_path):
               (helper.make_node("Reshape", ["r", "shape"], ["f"]),
                {"shape": np.array([1, -1], np.int64)}),
               (helper.make_node("MatMul", ["f", "g"], ["y"]),
-               {"g": rng.standard_normal((315, 7)).astype(np.float32)})]
-    qdq = _odd_int8_model(tmp_path, layers, (1, 3, 7, 9), {"y": (1, 7)})
-    folder = _same_bits_as_x86(tmp_path, qdq, "cortex-m4", (1, 3, 7, 9))
+               {"g": rng.standard_normal((315, 7)).astype(np.float32)}),
+              (helper.make_node("Conv", ["r", "p"], ["c2"]),
+               {"p": rng.standard_normal((75, 5, 1, 1)).astype(np.float32)}),
+              (helper.make_node("Conv", ["c2", "q"], ["c3"], pads=[1, 1, 1, 1], strides=[2, 2]),
+               {"q": (rng.standard_normal((3, 75, 3, 3)) * 0.2).astype(np.float32)}),
+              (helper.make_node("Reshape", ["c3", "shape"], ["f3"]), {}),
+              (helper.make_node("MatMul", ["f3", "h"], ["z"]),
+               {"h": rng.standard_normal((60, 7)).astype(np.float32)}),
+              (helper.make_node("Conv", ["r", "d1", "e1"], ["u"], pads=[1, 1, 1, 1], group=5),
+               {"d1": rng.standard_normal((5, 1, 3, 3)).astype(np.float32),
+                "e1": rng.standard_normal(5).astype(np.float32)}),
+              (helper.make_node("Conv", ["u", "d2"], ["v"], pads=[1, 1, 1, 1], strides=[2, 2],
+                                group=5),
+               {"d2": rng.standard_normal((5, 1, 3, 3)).astype(np.float32)})]
+    qdq = _odd_int8_model(tmp_path, layers, (1, 3, 7, 9),
+                          {"y": (1, 7), "z": (1, 7), "u": (1, 5, 7, 9), "v": (1, 5, 4, 5)})
+    folder = _same_bits_as_x86(tmp_path, qdq, "cortex-m4", (1, 3, 7, 9), requant)
     dis = _disassembly(folder)
     assert "smlad" in dis and "sxtb16" in dis
 

@@ -452,6 +452,50 @@ def test_qadd_and_requantize_match_numpy(lib, mode):
     np.testing.assert_array_equal(y, want)
 
 
+def _fixed_cases():
+    """(acc, mult, shift) triples for the fixed requantization: every right shift 1..31 (the
+    one-sum form of qgemm.h's mlcc_mbqm_apply) with multipliers at both ends of [2^30, 2^31)
+    and between, accumulators spread over the codes the output can hold, exact ties of the
+    final rounding (mult = 2^30 makes the high multiply floor((acc + 1) / 2)) on both signs,
+    values around 0 and the int32 extremes; then shift 0 (the high multiply alone), shifts 1
+    and 2 (left) and mult 0, which take mlcc_mbqm."""
+    rng = np.random.default_rng(22)
+    out = []
+    for e in range(1, 32):
+        for mult in (1 << 30, (1 << 31) - 1, int(rng.integers(1 << 30, 1 << 31))):
+            span = min(2**31 - 1, int(130 * 2.0 ** (31 + e) / mult))
+            acc = rng.integers(-span, span, 400, endpoint=True)
+            q = np.arange(-130, 131, dtype=np.int64)
+            ties = 2 * (q * (1 << e) + (1 << (e - 1)))        # s = q 2^e + 2^(e-1)
+            ties = ties[(ties > -2**31) & (ties < 2**31)]
+            edge = np.array([0, 1, -1, 2, -2, 2**31 - 1, -2**31, span, -span], np.int64)
+            acc = np.concatenate([acc, ties, ties - 1, edge]).astype(np.int64)
+            out.append((acc, mult, -e))
+    # (results within +-2^30: the zero point is added in int32, as TFLite does)
+    for sh, mult in ((0, 1 << 30), (0, (1 << 31) - 1), (1, (1 << 31) - 1), (2, 1 << 30),
+                     (-3, 0)):
+        span = 2**31 if mult == 0 else 2**29 >> max(sh, 0)
+        out.append((rng.integers(-span, span, 600).astype(np.int64), mult, sh))
+    return out
+
+
+def test_fixed_requantization_exact_on_ties_and_extremes(lib):
+    """mlcc_requant_run's fixed mode (one 64-bit sum, qgemm.h) against the numpy model of
+    TFLite's MultiplyByQuantizedMultiplier, zero point 128 so that codes -128..127 show."""
+    ffi, L, _, _ = lib
+    rq = ffi.new("mlcc_requant *", requant(ffi, 0, 1, 128))
+    for acc, mult, sh in _fixed_cases():
+        m0, shift = np.array([mult], np.int32), np.array([sh], np.int32)
+        bias = np.zeros(1, np.int32)
+        ch = ffi.new("mlcc_qchannels *", {"bias": ptr(ffi, bias), "mult": ptr(ffi, m0),
+                                          "shift": ptr(ffi, shift)})
+        a32 = acc.astype(np.int32)
+        y = np.zeros(a32.size, np.uint8)
+        L.mlcc_requant_run(rq, ch, 0, ptr(ffi, a32), a32.size, ptr(ffi, y), 0)
+        want = requantize_fixed(a32, np.int64(mult), np.int64(sh), QParams(1.0, 128), 0, 255)
+        np.testing.assert_array_equal(y, want, err_msg=f"mult {mult} shift {sh}")
+
+
 def test_pools_match_numpy(lib):
     ffi, L, _, _ = lib
     rng = np.random.default_rng(5)

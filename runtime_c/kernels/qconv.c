@@ -14,26 +14,28 @@ static const uint8_t *padded_window(const mlcc_qconv2d_params *p, const uint8_t 
                                     int64_t plane, uint8_t *dst, int64_t *plane_stride,
                                     int64_t *row_stride) {
     const uint8_t zp = (uint8_t)p->x_zero_point;
-    const int64_t lo = p->pad_left < wp ? p->pad_left : wp;
-    const int64_t hi = p->pad_left + p->in_w < wp ? p->pad_left + p->in_w : wp;
-    int64_t c, r;
+    /* ptrdiff_t: 32-bit arithmetic on 32-bit cores */
+    const ptrdiff_t in_h = (ptrdiff_t)p->in_h, in_w = (ptrdiff_t)p->in_w;
+    const ptrdiff_t pad_top = (ptrdiff_t)p->pad_top, pad_left = (ptrdiff_t)p->pad_left;
+    const ptrdiff_t lo = pad_left < wp ? pad_left : (ptrdiff_t)wp;
+    const ptrdiff_t hi = pad_left + in_w < wp ? pad_left + in_w : (ptrdiff_t)wp;
+    ptrdiff_t c, r;
     if (p->pad_top == 0 && p->pad_left == 0 && wp <= p->in_w && r0 + nr <= p->in_h) {
         *plane_stride = p->in_h * p->in_w;
         *row_stride = p->in_w;
         return x + r0 * p->in_w;
     }
     for (c = 0; c < cg; c++) {
-        const uint8_t *src = x + c * p->in_h * p->in_w;
+        const uint8_t *src = x + c * in_h * in_w;
         uint8_t *d = dst + c * plane + keep * wp;
-        for (r = keep; r < nr; r++, d += wp) {
-            const int64_t ih = r0 + r - p->pad_top;
-            if (ih < 0 || ih >= p->in_h) {
+        for (r = (ptrdiff_t)keep; r < nr; r++, d += wp) {
+            const ptrdiff_t ih = (ptrdiff_t)r0 + r - pad_top;
+            if (ih < 0 || ih >= in_h) {
                 memset(d, zp, (size_t)wp);
                 continue;
             }
             memset(d, zp, (size_t)lo);
-            if (hi > lo) memcpy(d + lo, src + ih * p->in_w + (lo - p->pad_left),
-                                (size_t)(hi - lo));
+            if (hi > lo) memcpy(d + lo, src + ih * in_w + (lo - pad_left), (size_t)(hi - lo));
             if (wp > hi) memset(d + hi, zp, (size_t)(wp - hi));
         }
     }
@@ -78,8 +80,8 @@ static inline void store_u8(__m512i c, int32_t bias, float scale, const mlcc_req
  * pixels at a time with masked loads and stores, so that the short rows of small feature maps
  * (20 or 40 pixels) do not fall to a scalar loop. */
 static void interleave4(const uint8_t *r0, const uint8_t *r1, const uint8_t *r2,
-                        const uint8_t *r3, int64_t n, uint8_t *d) {
-    int64_t q = 0;
+                        const uint8_t *r3, ptrdiff_t n, uint8_t *d) {
+    ptrdiff_t q = 0;
 #if MLCC_QCONV_AVX512
     for (; q < n; q += 16) {
         const __mmask16 m = (__mmask16)(n - q >= 16 ? 0xFFFFu : (1u << (n - q)) - 1u);
@@ -92,6 +94,24 @@ static void interleave4(const uint8_t *r0, const uint8_t *r1, const uint8_t *r2,
             _mm512_or_si512(_mm512_slli_epi32(c, 16), _mm512_slli_epi32(e, 24)));
         _mm512_mask_storeu_epi32((void *)(d + 4 * q), m, v);
     }
+#elif MLCC_SMLAD && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    /* Cortex-M (the DSP extension): 4 pixels at a time, a 4 x 4 byte transpose of one word
+     * of each row: UXTB16 (with ROR 8 for the odd bytes) and a shift pair rows 0 and 1 (and
+     * 2 and 3) as (r0[0], r1[0], r0[2], r1[2]) and (r0[1], r1[1], r0[3], r1[3]), and the
+     * halves of two such words make each output word (PKHBT / PKHTB): 24 instructions
+     * for 4 pixels, against 4 byte loads, 3 ORs and a store per pixel */
+    for (; q + 4 <= n; q += 4) {
+        const uint32_t a = mlcc_load_u32(r0 + q), b = mlcc_load_u32(r1 + q);
+        const uint32_t c = mlcc_load_u32(r2 + q), e = mlcc_load_u32(r3 + q);
+        const uint32_t ab02 = (uint32_t)mlcc_uxtb16_even(a) | (uint32_t)mlcc_uxtb16_even(b) << 8;
+        const uint32_t ab13 = (uint32_t)mlcc_uxtb16_odd(a) | (uint32_t)mlcc_uxtb16_odd(b) << 8;
+        const uint32_t ce02 = (uint32_t)mlcc_uxtb16_even(c) | (uint32_t)mlcc_uxtb16_even(e) << 8;
+        const uint32_t ce13 = (uint32_t)mlcc_uxtb16_odd(c) | (uint32_t)mlcc_uxtb16_odd(e) << 8;
+        const uint32_t w[4] = {(ab02 & 0xFFFFu) | ce02 << 16, (ab13 & 0xFFFFu) | ce13 << 16,
+                               ab02 >> 16 | (ce02 & 0xFFFF0000u),
+                               ab13 >> 16 | (ce13 & 0xFFFF0000u)};
+        memcpy(d + 4 * q, w, 16);
+    }
 #endif
     for (; q < n; q++) PUT4(d + 4 * q, r0[q], r1[q], r2[q], r3[q]);
 }
@@ -102,23 +122,24 @@ static void interleave4(const uint8_t *r0, const uint8_t *r1, const uint8_t *r2,
  * rows (taps) and output row, one pass that reads the 4 taps' input rows and writes the
  * interleaved words (one vectorizable loop; strides 1 and 2 are constants for the compiler).
  * Rows k >= K (padding to a multiple of 4) meet zero weights, so they read any valid tap. */
-static void pack_columns(const mlcc_qconv2d_params *p, const uint8_t *xp, int64_t plane_stride,
-                         int64_t wp, int64_t k4, int64_t oh0, int64_t oh1, uint8_t *col) {
-    const int64_t cg = p->in_channels / p->groups;
-    const int64_t kk = p->kernel_h * p->kernel_w, K = cg * kk;
-    const int64_t OW = p->out_w, P = (oh1 - oh0) * OW;
-    const int64_t sw = p->stride_w, row_step = p->stride_h * wp;
+static void pack_columns(const mlcc_qconv2d_params *p, const uint8_t *xp, ptrdiff_t plane_stride,
+                         ptrdiff_t wp, ptrdiff_t k4, ptrdiff_t oh0, ptrdiff_t oh1, uint8_t *col) {
+    const ptrdiff_t cg = p->in_channels / p->groups;
+    const ptrdiff_t kk = p->kernel_h * p->kernel_w, K = cg * kk, kwn = p->kernel_w;
+    const ptrdiff_t dh = p->dilation_h, dw = p->dilation_w;
+    const ptrdiff_t OW = p->out_w, P = (oh1 - oh0) * OW;
+    const ptrdiff_t sw = p->stride_w, row_step = p->stride_h * wp;
     /* output rows contiguous in the source too: one loop over all P pixels */
     const int contiguous = sw == 1 && row_step == OW;
-    int64_t g, t, oh, q;
+    ptrdiff_t g, t, oh, q;
     for (g = 0; g < k4; g++) {
         const uint8_t *r[4];
         uint8_t *dst = col + g * P * 4;
         for (t = 0; t < 4; t++) {
-            const int64_t k = 4 * g + t < K ? 4 * g + t : 0;
-            const int64_t c = k / kk, kh = (k % kk) / p->kernel_w, kw = k % p->kernel_w;
-            r[t] = xp + c * plane_stride + (oh0 * p->stride_h + kh * p->dilation_h) * wp +
-                   kw * p->dilation_w;
+            const ptrdiff_t k = 4 * g + t < K ? 4 * g + t : 0;
+            const ptrdiff_t c = k / kk, kh = (k % kk) / kwn, kw = k % kwn;
+            r[t] = xp + c * plane_stride + (oh0 * (ptrdiff_t)p->stride_h + kh * dh) * wp +
+                   kw * dw;
         }
         if (contiguous) {
             const uint8_t *r0 = r[0], *r1 = r[1], *r2 = r[2], *r3 = r[3];
@@ -468,24 +489,27 @@ void mlcc_u8_conv2d(const mlcc_qconv2d_params *p, const uint8_t *x, const int8_t
 /* One channel plane minus the zero point as int16, padded with real zeros (code zx) on every
  * side the kernel window reaches: hp x wp, so that the tap loops below have no bounds checks
  * and vectorize (each output row is a sum of kernel_h * kernel_w shifted rows). */
-static void dw_padded_plane(const mlcc_qconv2d_params *p, const uint8_t *plane, int64_t hp,
-                            int64_t wp, int16_t *dst) {
+static void dw_padded_plane(const mlcc_qconv2d_params *p, const uint8_t *plane, ptrdiff_t hp,
+                            ptrdiff_t wp, int16_t *dst) {
     const int32_t zp = p->x_zero_point;
-    int64_t r, q;
+    /* ptrdiff_t: 32-bit arithmetic on 32-bit cores */
+    const ptrdiff_t in_h = (ptrdiff_t)p->in_h, in_w = (ptrdiff_t)p->in_w;
+    const ptrdiff_t pad_top = (ptrdiff_t)p->pad_top, pad_left = (ptrdiff_t)p->pad_left;
+    ptrdiff_t r, q;
     for (r = 0; r < hp; r++) {
-        const int64_t ih = r - p->pad_top;
+        const ptrdiff_t ih = r - pad_top;
         int16_t *d = dst + r * wp;
         const uint8_t *src;
-        int64_t lo, hi;
-        if (ih < 0 || ih >= p->in_h) {
+        ptrdiff_t lo, hi;
+        if (ih < 0 || ih >= in_h) {
             memset(d, 0, sizeof(int16_t) * (size_t)wp);
             continue;
         }
         /* padded columns [lo, hi) hold input columns [lo - pad_left, hi - pad_left) */
-        lo = p->pad_left < wp ? p->pad_left : wp;
-        hi = p->pad_left + p->in_w < wp ? p->pad_left + p->in_w : wp;
+        lo = pad_left < wp ? pad_left : wp;
+        hi = pad_left + in_w < wp ? pad_left + in_w : wp;
         for (q = 0; q < lo; q++) d[q] = 0;
-        src = plane + ih * p->in_w - p->pad_left;
+        src = plane + ih * in_w - pad_left;
         q = lo;
 #if MLCC_QCONV_AVX512
         /* 32 columns at a time (uint8 may alias the int16 plane for the compiler, which
@@ -523,38 +547,65 @@ static void dw_weight_pairs(const int8_t *wc, int64_t kh_n, int64_t kw_n, int32_
 #if MLCC_QCONV_SMLAD
 static inline int32_t pair_at(const int16_t *x) { return (int32_t)mlcc_load_u32(x); }
 
-/* acc[o] = sum over taps of w[kh][kw] * row_kh[o * sw + kw] for o < nw (dilation_w 1,
- * kernel_w >= 2; row_kh = row0 + kh * step): the taps in horizontal pairs as dw_rows_pairs
- * takes them. A 32-bit load at int16 element j holds (x[j], x[j + 1]) and SMLAD adds both
- * products with the pair's weights to the sum, which stays in a register over all taps of
- * one output; 3 x 3 kernels unrolled. Exact integer sums: the portable loop's bits. */
+/* acc[r * nw + o] = sum over taps of w[kh][kw] * row_kh[o * sw + kw] for o < nw and `rows`
+ * output rows r (dilation_w 1, kernel_w >= 2; row_kh = row0 + r * row_step + kh * step):
+ * the taps in horizontal pairs as dw_rows_pairs takes them. A 32-bit load at int16 element
+ * j holds (x[j], x[j + 1]) and SMLAD adds both products with the pair's weights to the sum,
+ * which stays in a register over all taps of one output. Several rows per call, the
+ * constants set up once (KWS's rows of 5 outputs had cost as much in setup as in sums);
+ * 3 x 3 kernels unrolled, at stride 1 two outputs at a time: the pair at x + 1 is the
+ * second pair of output o and the first of output o + 1, so 3 loads a kernel row serve
+ * both (4 with one output at a time). Exact integer sums: the portable loop's bits. */
 static void dw_rows_smlad(const int16_t *row0, int step, const int32_t *pairs, int kh_n,
-                          int kw_n, int sw, int nw, int32_t *acc) {
+                          int kw_n, int sw, int nw, int rows, int row_step, int32_t *acc) {
     const int np = (kw_n + 1) / 2;
     int off[DW_MAX_PAIRS];
-    int o, kh, i;
+    int o, kh, i, r;
     if (kh_n == 3 && kw_n == 3) {
         const int32_t p0 = pairs[0], p1 = pairs[1], p2 = pairs[2], p3 = pairs[3],
                       p4 = pairs[4], p5 = pairs[5];
-        for (o = 0; o < nw; o++) {
-            const int16_t *x = row0 + o * sw;
-            int32_t s = __smlad(pair_at(x), p0, 0);
-            s = __smlad(pair_at(x + 1), p1, s);
-            s = __smlad(pair_at(x + step), p2, s);
-            s = __smlad(pair_at(x + step + 1), p3, s);
-            s = __smlad(pair_at(x + 2 * step), p4, s);
-            acc[o] = __smlad(pair_at(x + 2 * step + 1), p5, s);
+        for (r = 0; r < rows; r++, row0 += row_step, acc += nw) {
+            o = 0;
+            if (sw == 1) {
+                for (; o + 1 < nw; o += 2) {
+                    const int16_t *x = row0 + o;
+                    int32_t a = pair_at(x), b = pair_at(x + 1), c = pair_at(x + 2);
+                    int32_t s = __smlad(b, p1, __smlad(a, p0, 0));
+                    int32_t t = __smlad(c, p1, __smlad(b, p0, 0));
+                    a = pair_at(x + step);
+                    b = pair_at(x + step + 1);
+                    c = pair_at(x + step + 2);
+                    s = __smlad(b, p3, __smlad(a, p2, s));
+                    t = __smlad(c, p3, __smlad(b, p2, t));
+                    a = pair_at(x + 2 * step);
+                    b = pair_at(x + 2 * step + 1);
+                    c = pair_at(x + 2 * step + 2);
+                    acc[o] = __smlad(b, p5, __smlad(a, p4, s));
+                    acc[o + 1] = __smlad(c, p5, __smlad(b, p4, t));
+                }
+            }
+            for (; o < nw; o++) {
+                const int16_t *x = row0 + o * sw;
+                int32_t s = __smlad(pair_at(x), p0, 0);
+                s = __smlad(pair_at(x + 1), p1, s);
+                s = __smlad(pair_at(x + step), p2, s);
+                s = __smlad(pair_at(x + step + 1), p3, s);
+                s = __smlad(pair_at(x + 2 * step), p4, s);
+                acc[o] = __smlad(pair_at(x + 2 * step + 1), p5, s);
+            }
         }
         return;
     }
     for (i = 0; i < np; i++) off[i] = 2 * i + 1 >= kw_n ? 2 * i - 1 : 2 * i;
-    for (o = 0; o < nw; o++) {
-        const int16_t *x = row0 + o * sw;
-        const int32_t *pw = pairs;
-        int32_t s = 0;
-        for (kh = 0; kh < kh_n; kh++, x += step)
-            for (i = 0; i < np; i++, pw++) s = __smlad(pair_at(x + off[i]), *pw, s);
-        acc[o] = s;
+    for (r = 0; r < rows; r++, row0 += row_step, acc += nw) {
+        for (o = 0; o < nw; o++) {
+            const int16_t *x = row0 + o * sw;
+            const int32_t *pw = pairs;
+            int32_t s = 0;
+            for (kh = 0; kh < kh_n; kh++, x += step)
+                for (i = 0; i < np; i++, pw++) s = __smlad(pair_at(x + off[i]), *pw, s);
+            acc[o] = s;
+        }
     }
 }
 #endif
@@ -760,6 +811,20 @@ static void dw_channel(void *arg, int unit, int thread) {
     return;
 #endif
     dw_padded_plane(p, x + (n * C + c) * p->in_h * p->in_w, hp, wp, xp);
+#if MLCC_QCONV_SMLAD
+    if (use_pairs && p->out_w <= DW_CHUNK) {    /* as many whole rows as acc holds */
+        const int64_t per = DW_CHUNK / p->out_w;
+        for (oh = 0; oh < p->out_h; oh += per) {
+            const int64_t nr = p->out_h - oh < per ? p->out_h - oh : per;
+            dw_rows_smlad(xp + oh * p->stride_h * wp, (int)(p->dilation_h * wp), pairs,
+                          (int)p->kernel_h, (int)p->kernel_w, (int)sw, (int)p->out_w, (int)nr,
+                          (int)(p->stride_h * wp), acc);
+            mlcc_requant_run(&p->rq, &ch, c, acc, nr * p->out_w, y,
+                             (n * C + c) * P + oh * p->out_w);
+        }
+        return;
+    }
+#endif
     for (oh = 0; oh < p->out_h; oh++) {
 #if MLCC_QCONV_AVX512
         if (use_pairs && sw == 1 && p->stride_h == 1 && p->dilation_h == 1 &&
@@ -795,9 +860,10 @@ static void dw_channel(void *arg, int unit, int thread) {
             }
 #endif
 #if MLCC_QCONV_SMLAD
-            if (use_pairs) {
+            if (use_pairs) {    /* rows longer than acc: in chunks */
                 dw_rows_smlad(xp + oh * p->stride_h * wp + ow0 * sw, (int)(p->dilation_h * wp),
-                              pairs, (int)p->kernel_h, (int)p->kernel_w, (int)sw, (int)nw, acc);
+                              pairs, (int)p->kernel_h, (int)p->kernel_w, (int)sw, (int)nw, 1, 0,
+                              acc);
                 mlcc_requant_run(&p->rq, &ch, c, acc, nw, y,
                                  (n * C + c) * P + oh * p->out_w + ow0);
                 continue;

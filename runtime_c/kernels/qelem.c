@@ -118,6 +118,23 @@ static void add_fixed_mve(const mlcc_qadd_params *p, const uint8_t *a, const uin
 }
 #endif
 
+/* TFLite's integer ADD (sub = 0) and SUB (sub = 1): both inputs to the common scale, then
+ * to the output's, each multiplier's constants prepared once. */
+static void add_fixed(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b,
+                      uint8_t *y, int sub) {
+    const int32_t za = p->a_zero_point, zb = p->b_zero_point, zy = p->rq.zero_point;
+    const mlcc_mbqm_c ca = mlcc_mbqm_prep(p->a_mult, p->a_shift);
+    const mlcc_mbqm_c cb = mlcc_mbqm_prep(p->b_mult, p->b_shift);
+    const mlcc_mbqm_c co = mlcc_mbqm_prep(p->out_mult, p->out_shift);
+    const ptrdiff_t n = (ptrdiff_t)p->count;
+    ptrdiff_t i;
+    for (i = 0; i < n; i++) {
+        const int32_t sa = mlcc_mbqm_apply(((int32_t)a[i] - za) * (1 << 20), &ca);
+        const int32_t sb = mlcc_mbqm_apply(((int32_t)b[i] - zb) * (1 << 20), &cb);
+        y[i] = clamp_u8(mlcc_mbqm_apply(sub ? sa - sb : sa + sb, &co) + zy, &p->rq);
+    }
+}
+
 void mlcc_u8_add(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y) {
     const int64_t n = p->count;
     int64_t i;
@@ -127,11 +144,7 @@ void mlcc_u8_add(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, 
         add_fixed_mve(p, a, b, y, 0);
         return;
 #endif
-        for (i = 0; i < n; i++) {
-            const int32_t sa = mlcc_mbqm(((int32_t)a[i] - za) * (1 << 20), p->a_mult, p->a_shift);
-            const int32_t sb = mlcc_mbqm(((int32_t)b[i] - zb) * (1 << 20), p->b_mult, p->b_shift);
-            y[i] = clamp_u8(mlcc_mbqm(sa + sb, p->out_mult, p->out_shift) + zy, &p->rq);
-        }
+        add_fixed(p, a, b, y, 0);
         return;
     }
     {
@@ -152,8 +165,9 @@ void mlcc_u8_requantize(const mlcc_qrequant_params *p, const uint8_t *x, uint8_t
     int64_t i;
     const int32_t zx = p->x_zero_point, zy = p->rq.zero_point;
     if (p->rq.mode == MLCC_REQUANT_FIXED) {
+        const mlcc_mbqm_c c = mlcc_mbqm_prep(p->mult, p->shift);
         for (i = 0; i < n; i++)
-            y[i] = clamp_u8(mlcc_mbqm((int32_t)x[i] - zx, p->mult, p->shift) + zy, &p->rq);
+            y[i] = clamp_u8(mlcc_mbqm_apply((int32_t)x[i] - zx, &c) + zy, &p->rq);
         return;
     }
     {
@@ -401,18 +415,11 @@ void mlcc_u8_avgpool2d__tflite(const mlcc_qavgpool_tflite_params *p, const uint8
 }
 
 void mlcc_u8_sub(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y) {
-    const int64_t n = p->count;
-    int64_t i;
-    const int32_t za = p->a_zero_point, zb = p->b_zero_point, zy = p->rq.zero_point;
 #if MLCC_QMVE
     add_fixed_mve(p, a, b, y, 1);
     return;
 #endif
-    for (i = 0; i < n; i++) {
-        const int32_t sa = mlcc_mbqm(((int32_t)a[i] - za) * (1 << 20), p->a_mult, p->a_shift);
-        const int32_t sb = mlcc_mbqm(((int32_t)b[i] - zb) * (1 << 20), p->b_mult, p->b_shift);
-        y[i] = clamp_u8(mlcc_mbqm(sa - sb, p->out_mult, p->out_shift) + zy, &p->rq);
-    }
+    add_fixed(p, a, b, y, 1);
 }
 
 void mlcc_u8_mul(const mlcc_qmul_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y) {
@@ -420,9 +427,10 @@ void mlcc_u8_mul(const mlcc_qmul_params *p, const uint8_t *a, const uint8_t *b, 
     const int32_t za = p->a_zero_point, zb = p->b_zero_point, zy = p->rq.zero_point;
     int64_t i;
     if (p->rq.mode == MLCC_REQUANT_FIXED) {
+        const mlcc_mbqm_c c = mlcc_mbqm_prep(p->mult, p->shift);
         for (i = 0; i < n; i++)
-            y[i] = clamp_u8(zy + mlcc_mbqm(((int32_t)a[i] - za) * ((int32_t)b[i] - zb), p->mult,
-                                      p->shift), &p->rq);
+            y[i] = clamp_u8(zy + mlcc_mbqm_apply(((int32_t)a[i] - za) * ((int32_t)b[i] - zb), &c),
+                            &p->rq);
         return;
     }
     {
@@ -439,6 +447,7 @@ void mlcc_u8_mul(const mlcc_qmul_params *p, const uint8_t *a, const uint8_t *b, 
 }
 
 void mlcc_u8_mean(const mlcc_qmean_params *p, const uint8_t *x, uint8_t *y) {
+    const mlcc_mbqm_c c = mlcc_mbqm_prep(p->mult, p->shift);
     int64_t o, r, i;
     for (o = 0; o < p->outer; o++)
         for (i = 0; i < p->inner; i++) {
@@ -446,7 +455,7 @@ void mlcc_u8_mean(const mlcc_qmean_params *p, const uint8_t *x, uint8_t *y) {
             int32_t acc = 0, v;
             for (r = 0; r < p->reduce; r++) acc += (int32_t)src[r * p->inner];
             acc -= p->x_zero_point * (int32_t)p->reduce;
-            v = mlcc_mbqm(acc, p->mult, p->shift) + p->y_zero_point;
+            v = mlcc_mbqm_apply(acc, &c) + p->y_zero_point;
             y[o * p->inner + i] = (uint8_t)(v < 0 ? 0 : (v > 255 ? 255 : v));
         }
 }

@@ -23,15 +23,8 @@
 static void requant_float_u8(const int32_t *restrict acc, int32_t bias, float s, int32_t zp,
                              int32_t qmin, int32_t qmax, int64_t count, uint8_t *restrict out) {
     const float lo = (float)(qmin - zp), hi = (float)(qmax - zp);
-    const float magic = 12582912.0f;
     int64_t i;
-    for (i = 0; i < count; i++) {
-        float f = (float)(acc[i] + bias) * s;
-        f = f < lo ? lo : f;
-        f = f > hi ? hi : f;
-        f = (f + magic) - magic;      /* round half to even */
-        out[i] = (uint8_t)((int32_t)f + zp);
-    }
+    for (i = 0; i < count; i++) out[i] = mlcc_requant_float_one(acc[i] + bias, s, lo, hi, zp);
 }
 
 void mlcc_requant_run(const mlcc_requant *rq, const mlcc_qchannels *ch, int64_t channel,
@@ -54,11 +47,13 @@ void mlcc_requant_run(const mlcc_requant *rq, const mlcc_qchannels *ch, int64_t 
         uint8_t *out = (uint8_t *)y + y_index;
         const int32_t zp = rq->zero_point, qmin = rq->qmin, qmax = rq->qmax;
         if (rq->mode == MLCC_REQUANT_FIXED) {
-            const int32_t m = ch->mult[channel], sh = ch->shift[channel];
-            for (i = 0; i < count; i++) {
-                int32_t v = mlcc_mbqm(acc[i] + bias, m, sh) + zp;
-                out[i] = (uint8_t)(v < qmin ? qmin : (v > qmax ? qmax : v));
-            }
+            const mlcc_rq1 q = mlcc_rq1_prep(rq, ch, channel);
+            const ptrdiff_t n = (ptrdiff_t)count;
+            ptrdiff_t k;
+            if (q.fast)         /* the test outside the loop (GCC -O2 does not unswitch) */
+                for (k = 0; k < n; k++) out[k] = mlcc_rq1_fast(&q, acc[k]);
+            else
+                for (k = 0; k < n; k++) out[k] = mlcc_rq1_apply(&q, acc[k]);
         } else {
             requant_float_u8(acc, bias, ch->scale[channel], zp, qmin, qmax, count, out);
         }
@@ -87,20 +82,14 @@ static void requant_cols(const mlcc_requant *rq, const mlcc_qchannels *ch, int64
         const int32_t zp = rq->zero_point, qmin = rq->qmin, qmax = rq->qmax;
         if (rq->mode == MLCC_REQUANT_FIXED) {
             for (i = 0; i < count; i++) {
-                int32_t v = mlcc_mbqm(acc[i] + ch->bias[c0 + i], ch->mult[c0 + i],
-                                          ch->shift[c0 + i]) + zp;
-                out[i] = (uint8_t)(v < qmin ? qmin : (v > qmax ? qmax : v));
+                const mlcc_mbqm_c c = mlcc_mbqm_prep(ch->mult[c0 + i], ch->shift[c0 + i]);
+                out[i] = mlcc_requant_fixed_one(acc[i] + ch->bias[c0 + i], &c, zp, qmin, qmax);
             }
         } else {
             const float lo = (float)(qmin - zp), hi = (float)(qmax - zp);
-            const float magic = 12582912.0f;
-            for (i = 0; i < count; i++) {
-                float f = (float)(acc[i] + ch->bias[c0 + i]) * ch->scale[c0 + i];
-                f = f < lo ? lo : f;
-                f = f > hi ? hi : f;
-                f = (f + magic) - magic;
-                out[i] = (uint8_t)((int32_t)f + zp);
-            }
+            for (i = 0; i < count; i++)
+                out[i] = mlcc_requant_float_one(acc[i] + ch->bias[c0 + i], ch->scale[c0 + i],
+                                                lo, hi, zp);
         }
     }
 }
@@ -231,24 +220,6 @@ static void qgemm_vnni(const mlcc_qgemm_desc *d, const uint8_t *a, const uint8_t
 #endif
 
 #if MLCC_QGEMM_SMLAD
-/* Bytes 0 and 2 (even) or 1 and 3 (odd) of a word into 16-bit lanes, sign- or
- * zero-extended: SXTB16/UXTB16, with their free rotation for the odd bytes (GCC 12 does not
- * fold a rotate into __sxtb16). */
-static inline int16x2_t sxtb16_even(uint32_t x) { return __sxtb16((int32_t)x); }
-static inline int16x2_t uxtb16_even(uint32_t x) { return __uxtb16((int32_t)x); }
-
-static inline int16x2_t sxtb16_odd(uint32_t x) {
-    int16x2_t r;
-    __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(x));
-    return r;
-}
-
-static inline int16x2_t uxtb16_odd(uint32_t x) {
-    int16x2_t r;
-    __asm__("uxtb16 %0, %1, ror #8" : "=r"(r) : "r"(x));
-    return r;
-}
-
 /* Groups of 4 k of a 2 x 2 block (a 1 x 2 block for a last odd row): the bytes of each word
  * split into 16-bit lanes, even (bytes 0 and 2) and odd (1 and 3), signed (SXTB16) or unsigned
  * (UXTB16) as the operand is, then SMLAD adds both lane products to the int32 sum: the
@@ -279,6 +250,119 @@ static inline int16x2_t uxtb16_odd(uint32_t x) {
         s01 = __smlad(a0o, b1o, __smlad(a0e, b1e, s01));                                   \
     }
 
+/* The convolution's product (int8 weights x uint8 columns, uint8 outputs, k4 up to
+ * SMLAD_PANEL_K4) with the columns widened to 16 bits once: per pair of columns, all their
+ * k as the 16-bit lane pairs SMLAD takes, in a panel on the stack (2.5 KiB at most), which
+ * every pair of weight rows then reads. The k loop extracts the weights only; the columns'
+ * lanes are ordered as the weights' extraction gives them: a weight word (w0, w1, w2, w3)
+ * makes (w0, w2) by SXTB16 and (w1, w3) by SXTB16 ROR 8, so a column word (b0, b1, b2, b3)
+ * goes into the panel as (b0, b2) and (b1, b3) (UXTB16 and UXTB16 ROR 8). Per 4 k of a block
+ * of 2 rows x 2 columns: two weight loads, four extractions, two double-word panel loads
+ * and eight SMLAD, against four loads, eight extractions and eight SMLAD with both operands
+ * extracted in the loop. The four sums are requantized where they are (no tile of
+ * accumulators). Exact integer sums and the epilogue's own rounding: the portable kernel's
+ * bits. */
+#define SMLAD_PANEL_K4 160
+
+static void widen_columns(const uint8_t *b, size_t bstep, ptrdiff_t db, ptrdiff_t k4,
+                          uint32_t *panel) {
+    ptrdiff_t g;
+    for (g = 0; g < k4; g++, b += bstep, panel += 4) {
+        const uint32_t w0 = mlcc_load_u32(b), w1 = mlcc_load_u32(b + db);
+        panel[0] = (uint32_t)mlcc_uxtb16_even(w0);
+        panel[1] = (uint32_t)mlcc_uxtb16_odd(w0);
+        panel[2] = (uint32_t)mlcc_uxtb16_even(w1);
+        panel[3] = (uint32_t)mlcc_uxtb16_odd(w1);
+    }
+}
+
+/* The k loop of a block of 2 rows (pa, pa + da) x 2 columns (the panel from pp to ppend), in
+ * assembly: the four sums, the four pointers and six temporaries take all 14 registers, which
+ * GCC 12 did not manage from C (it spilled in the loop). Per group of 4 k: the two rows' words
+ * (one post-incremented), their four lane pairs, and for each column a double-word load of
+ * its two lane pairs and four SMLAD. */
+static inline void panel_block(const uint8_t *pa, ptrdiff_t da, const uint32_t *pp,
+                               const uint32_t *ppend, int32_t s[4]) {
+    int32_t s00 = 0, s01 = 0, s10 = 0, s11 = 0;
+    uint32_t t0, t1, t2, t3, t4, t5;
+    __asm__ volatile(
+        "1:\n\t"
+        "ldr    %[t1], [%[pa], %[da]]\n\t"
+        "ldr    %[t0], [%[pa]], #4\n\t"
+        "sxtb16 %[t2], %[t0]\n\t"
+        "sxtb16 %[t0], %[t0], ror #8\n\t"
+        "sxtb16 %[t3], %[t1]\n\t"
+        "sxtb16 %[t1], %[t1], ror #8\n\t"
+        "ldrd   %[t4], %[t5], [%[pp]], #8\n\t"
+        "smlad  %[s00], %[t2], %[t4], %[s00]\n\t"
+        "smlad  %[s00], %[t0], %[t5], %[s00]\n\t"
+        "smlad  %[s10], %[t3], %[t4], %[s10]\n\t"
+        "smlad  %[s10], %[t1], %[t5], %[s10]\n\t"
+        "ldrd   %[t4], %[t5], [%[pp]], #8\n\t"
+        "smlad  %[s01], %[t2], %[t4], %[s01]\n\t"
+        "smlad  %[s01], %[t0], %[t5], %[s01]\n\t"
+        "smlad  %[s11], %[t3], %[t4], %[s11]\n\t"
+        "smlad  %[s11], %[t1], %[t5], %[s11]\n\t"
+        "cmp    %[pp], %[ppend]\n\t"
+        "bne    1b\n\t"
+        : [s00] "+r"(s00), [s01] "+r"(s01), [s10] "+r"(s10), [s11] "+r"(s11), [pa] "+r"(pa),
+          [pp] "+r"(pp), [t0] "=&r"(t0), [t1] "=&r"(t1), [t2] "=&r"(t2), [t3] "=&r"(t3),
+          [t4] "=&r"(t4), [t5] "=&r"(t5)
+        : [da] "r"(da), [ppend] "r"(ppend)
+        : "cc", "memory");
+    s[0] = s00;
+    s[1] = s01;
+    s[2] = s10;
+    s[3] = s11;
+}
+
+/* Rows pa and pa + da times the nb columns of the panel, requantized into y0 and y1 (fast:
+ * both rows' constants take mlcc_rq1_fast, a constant where this is inlined). A last odd row
+ * or column repeats the one before: computed, stored once. */
+static inline __attribute__((always_inline)) void panel_rows(
+        const uint8_t *pa, ptrdiff_t da, const uint32_t *pp, ptrdiff_t words, ptrdiff_t nb,
+        const mlcc_rq1 *q0, const mlcc_rq1 *q1, const int fast, uint8_t *y0, uint8_t *y1) {
+    uint8_t *const end = y0 + nb;
+    for (; y0 < end; y0 += 2, y1 += 2, pp += words) {
+        int32_t s[4];
+        panel_block(pa, da, pp, pp + words, s);
+        y1[0] = fast ? mlcc_rq1_fast(q1, s[2]) : mlcc_rq1_apply(q1, s[2]);
+        y0[0] = fast ? mlcc_rq1_fast(q0, s[0]) : mlcc_rq1_apply(q0, s[0]);
+        if (y0 + 1 < end) {
+            y1[1] = fast ? mlcc_rq1_fast(q1, s[3]) : mlcc_rq1_apply(q1, s[3]);
+            y0[1] = fast ? mlcc_rq1_fast(q0, s[1]) : mlcc_rq1_apply(q0, s[1]);
+        }
+    }
+}
+
+/* Columns in blocks of as many pairs as the panel holds (at most 8 pairs: short k), each
+ * block widened once; then for each pair of rows, their requantization constants gathered
+ * once for the block's columns. Indices in ptrdiff_t: 32-bit arithmetic on these cores. */
+static void qgemm_smlad_panel(const mlcc_qgemm_desc *d, const uint8_t *a, const uint8_t *b,
+                              const mlcc_requant *rq, const mlcc_qchannels *ch, uint8_t *y) {
+    uint32_t panel[4 * SMLAD_PANEL_K4];
+    const ptrdiff_t m = (ptrdiff_t)d->m, n = (ptrdiff_t)d->n, k4 = (ptrdiff_t)d->k4;
+    const ptrdiff_t lda = (ptrdiff_t)d->lda, ldy = (ptrdiff_t)d->ldy, words = 4 * k4;
+    const ptrdiff_t block = 2 * (SMLAD_PANEL_K4 / k4 < 8 ? SMLAD_PANEL_K4 / k4 : 8);
+    ptrdiff_t i, j0, j;
+    for (j0 = 0; j0 < n; j0 += block) {
+        const ptrdiff_t nb = n - j0 < block ? n - j0 : block;
+        for (j = 0; j < nb; j += 2)
+            widen_columns(b + (j0 + j) * 4, (size_t)n * 4, j + 1 < nb ? 4 : 0, k4,
+                          panel + j / 2 * words);
+        for (i = 0; i < m; i += 2) {
+            const int rows = i + 1 < m ? 2 : 1;
+            const mlcc_rq1 q0 = mlcc_rq1_prep(rq, ch, i), q1 = mlcc_rq1_prep(rq, ch, i + rows - 1);
+            uint8_t *y0 = y + i * ldy + j0, *y1 = y0 + (rows > 1 ? ldy : 0);
+            const uint8_t *pa = a + i * lda;
+            if (q0.fast && q1.fast)
+                panel_rows(pa, rows > 1 ? lda : 0, panel, words, nb, &q0, &q1, 1, y0, y1);
+            else
+                panel_rows(pa, rows > 1 ? lda : 0, panel, words, nb, &q0, &q1, 0, y0, y1);
+        }
+    }
+}
+
 /* The portable kernel's tiles and epilogue, each tile computed in blocks of 2 rows x 2
  * columns whose four sums stay in registers; a block past the last row or column repeats it
  * (computed, not stored). */
@@ -302,13 +386,13 @@ static void qgemm_smlad(const mlcc_qgemm_desc *d, const uint8_t *a, const uint8_
                     const ptrdiff_t da = a1 - a0, db = j + 1 < nr ? 4 : 0;
                     int32_t s00 = 0, s01 = 0, s10 = 0, s11 = 0;
                     if (r + 1 == mr && d->a_signed) {
-                        SMLAD_STEP1(sxtb16, uxtb16)
+                        SMLAD_STEP1(mlcc_sxtb16, mlcc_uxtb16)
                     } else if (r + 1 == mr) {
-                        SMLAD_STEP1(uxtb16, sxtb16)
+                        SMLAD_STEP1(mlcc_uxtb16, mlcc_sxtb16)
                     } else if (d->a_signed) {
-                        SMLAD_STEP2(sxtb16, uxtb16)
+                        SMLAD_STEP2(mlcc_sxtb16, mlcc_uxtb16)
                     } else {
-                        SMLAD_STEP2(uxtb16, sxtb16)
+                        SMLAD_STEP2(mlcc_uxtb16, mlcc_sxtb16)
                     }
                     acc[r][j] = s00;
                     if (j + 1 < nr) acc[r][j + 1] = s01;
@@ -331,7 +415,11 @@ void mlcc_u8s8_gemm(const mlcc_qgemm_desc *d, const void *a, const void *b,
 #elif MLCC_QMVE
     mlcc_mve_qgemm(d, (const uint8_t *)a, (const uint8_t *)b, rq, ch, y);
 #elif MLCC_QGEMM_SMLAD
-    qgemm_smlad(d, (const uint8_t *)a, (const uint8_t *)b, rq, ch, y);
+    if (d->a_signed && d->channel_is_row && rq->out_kind == MLCC_QOUT_U8 &&
+        d->k4 <= SMLAD_PANEL_K4)
+        qgemm_smlad_panel(d, (const uint8_t *)a, (const uint8_t *)b, rq, ch, (uint8_t *)y);
+    else
+        qgemm_smlad(d, (const uint8_t *)a, (const uint8_t *)b, rq, ch, y);
 #else
     mlcc_u8s8_gemm__portable(d, a, b, rq, ch, y);
 #endif

@@ -56,12 +56,98 @@ static inline int32_t mlcc_mbqm(int32_t acc, int32_t mult, int32_t shift) {
     return mlcc_rdbpot(mlcc_srdhm(acc, mult), shift < 0 ? -shift : 0);
 }
 
+/* mlcc_mbqm with one channel's constants prepared once (mlcc_mbqm_prep), for the loops that
+ * requantize many values of a channel: where the multiplier is not negative and the shift is
+ * a right shift e in [1, 31] (every TFLite convolution's), both roundings in one 64-bit sum,
+ *   X = acc * mult + 2^30 + 2^(30+e) - [acc < 0] * 2^31,   result = (X >> 32) >> (e - 1)
+ * (|X| < 2^63; on a 32-bit core: the constant's two words, one SMLAL and a shift of the high
+ * word). Why it is exact: mlcc_srdhm is s = floor((acc * mult + 2^30) / 2^31) and
+ * mlcc_rdbpot(s, e) = floor((s + 2^(e-1) - [s < 0]) / 2^e) (round half away from zero), and
+ * nested floors of divisions compose, so the result is floor((acc * mult + 2^30 + 2^(30+e) -
+ * [s < 0] * 2^31) / 2^(31+e)); [s < 0] may be replaced by [acc < 0] (mult >= 0: they differ
+ * only where -2^30 <= acc * mult < 0, s = 0, and there both give 0 for e >= 1). Tests
+ * compare it with TFLite's arithmetic on ties and extremes (tests/test_quant_kernels.py).
+ * With shift 0 and mult >= 0, mlcc_srdhm alone (no INT32_MIN x INT32_MIN case); other cases:
+ * mlcc_mbqm itself. */
+typedef struct mlcc_mbqm_c {
+    int64_t round;             /* 2^30 + 2^(30+e) */
+    int32_t mult, shift, e1;
+    int32_t fast;              /* 1: the form above; 2: shift 0, mult >= 0; 0: mlcc_mbqm */
+} mlcc_mbqm_c;
+
+static inline mlcc_mbqm_c mlcc_mbqm_prep(int32_t mult, int32_t shift) {
+    mlcc_mbqm_c c;
+    c.mult = mult;
+    c.shift = shift;
+    c.fast = mult >= 0 && shift <= -1 && shift >= -31 ? 1 : (mult >= 0 && shift == 0 ? 2 : 0);
+    c.e1 = c.fast == 1 ? -shift - 1 : 0;
+    c.round = c.fast == 1 ? ((int64_t)1 << 30) + ((int64_t)1 << (30 - shift)) : 0;
+    return c;
+}
+
+static inline int32_t mlcc_mbqm_apply(int32_t acc, const mlcc_mbqm_c *c) {
+    if (c->fast == 1) {
+        const int64_t x = (int64_t)acc * c->mult + c->round -
+                          (int64_t)((uint32_t)acc & 0x80000000u);
+        return (int32_t)(x >> 32) >> c->e1;
+    }
+    if (c->fast == 2)       /* shift 0 (TFLite ADD's larger input): mlcc_srdhm alone */
+        return (int32_t)(((int64_t)acc * c->mult + ((int64_t)1 << 30)) >> 31);
+    return mlcc_mbqm(acc, c->mult, c->shift);
+}
+
+/* One value (an accumulator plus its bias) to a uint8 code: the float requantization (lo,
+ * hi: qmin - zp and qmax - zp as floats; rounded half to even by the magic-number add) and
+ * the fixed one, of qgemm.h's epilogue (mlcc_requant_run, and kernels that requantize in
+ * registers). */
+static inline uint8_t mlcc_requant_float_one(int32_t v, float s, float lo, float hi,
+                                             int32_t zp) {
+    const float magic = 12582912.0f;
+    float f = (float)v * s;
+    f = f < lo ? lo : f;
+    f = f > hi ? hi : f;
+    f = (f + magic) - magic;
+    return (uint8_t)((int32_t)f + zp);
+}
+
+static inline uint8_t mlcc_requant_fixed_one(int32_t v, const mlcc_mbqm_c *c, int32_t zp,
+                                             int32_t qmin, int32_t qmax) {
+    v = mlcc_mbqm_apply(v, c) + zp;
+    return (uint8_t)(v < qmin ? qmin : (v > qmax ? qmax : v));
+}
+
+/* One channel's uint8 requantization, its constants gathered once (mlcc_rq1_prep), for the
+ * kernels that requantize sums where they are (the SMLAD GEMM and depthwise convolution). */
+typedef struct mlcc_rq1 {
+    int32_t bias, zp, qmin, qmax, fixed;
+    int32_t fast;              /* fixed, with mlcc_mbqm_apply's one-sum form: mlcc_rq1_fast */
+    mlcc_mbqm_c m;
+    float scale, lo, hi;
+} mlcc_rq1;
+
 /* Cores with the DSP extension (Cortex-M4, M7, M55): SMLAD, two 16-bit multiply-accumulates
  * in one instruction, in qgemm.c's GEMM and qconv.c's depthwise convolution (-DMLCC_NO_SMLAD:
  * the portable loops, for comparison). */
 #if defined(__ARM_FEATURE_DSP) && defined(__ARM_FEATURE_SIMD32) && !defined(MLCC_NO_SMLAD)
 #include <arm_acle.h>
 #define MLCC_SMLAD 1
+/* Bytes 0 and 2 (even) or 1 and 3 (odd) of a word into 16-bit lanes, sign- or
+ * zero-extended: SXTB16/UXTB16, with their free rotation for the odd bytes (GCC 12 does not
+ * fold a rotate into __sxtb16). */
+static inline int16x2_t mlcc_sxtb16_even(uint32_t x) { return __sxtb16((int32_t)x); }
+static inline int16x2_t mlcc_uxtb16_even(uint32_t x) { return __uxtb16((int32_t)x); }
+
+static inline int16x2_t mlcc_sxtb16_odd(uint32_t x) {
+    int16x2_t r;
+    __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(x));
+    return r;
+}
+
+static inline int16x2_t mlcc_uxtb16_odd(uint32_t x) {
+    int16x2_t r;
+    __asm__("uxtb16 %0, %1, ror #8" : "=r"(r) : "r"(x));
+    return r;
+}
 #else
 #define MLCC_SMLAD 0
 #endif
@@ -94,6 +180,37 @@ typedef struct mlcc_qchannels {
     const int32_t *mult;
     const int32_t *shift;
 } mlcc_qchannels;
+
+/* rq->out_kind must be MLCC_QOUT_U8. */
+static inline mlcc_rq1 mlcc_rq1_prep(const mlcc_requant *rq, const mlcc_qchannels *ch,
+                                     int64_t c) {
+    mlcc_rq1 q;
+    q.bias = ch->bias[c];
+    q.zp = rq->zero_point;
+    q.qmin = rq->qmin;
+    q.qmax = rq->qmax;
+    q.fixed = rq->mode == MLCC_REQUANT_FIXED;
+    q.m = mlcc_mbqm_prep(q.fixed ? ch->mult[c] : 0, q.fixed ? ch->shift[c] : 0);
+    q.fast = q.fixed && q.m.fast == 1;
+    q.scale = q.fixed ? 0.0f : ch->scale[c];
+    q.lo = (float)(q.qmin - q.zp);
+    q.hi = (float)(q.qmax - q.zp);
+    return q;
+}
+
+/* mlcc_rq1_apply where q->fast: no branch but the clamp's (the inner loops of the SMLAD
+ * kernels test q->fast once, outside) */
+static inline uint8_t mlcc_rq1_fast(const mlcc_rq1 *q, int32_t acc) {
+    const int32_t v = acc + q->bias;
+    const int64_t x = (int64_t)v * q->m.mult + q->m.round - (int64_t)((uint32_t)v & 0x80000000u);
+    const int32_t r = ((int32_t)(x >> 32) >> q->m.e1) + q->zp;
+    return (uint8_t)(r < q->qmin ? q->qmin : (r > q->qmax ? q->qmax : r));
+}
+
+static inline uint8_t mlcc_rq1_apply(const mlcc_rq1 *q, int32_t acc) {
+    return q->fixed ? mlcc_requant_fixed_one(acc + q->bias, &q->m, q->zp, q->qmin, q->qmax)
+                    : mlcc_requant_float_one(acc + q->bias, q->scale, q->lo, q->hi, q->zp);
+}
 
 /* C = epilogue(bias + A B) for an m x n block. k4 = ceil(K / 4).
  * a: the row operand, row i at a + i * lda (4 * k4 bytes used per row);
