@@ -191,6 +191,15 @@ def test_python_binding_checks_inputs(tiny_out):
     # non-contiguous input is accepted
     big = np.ones((1, 2, 6, 12), np.float32)[..., ::2]
     np.testing.assert_array_equal(m.run({"images": big})["logits"], y)
+    # what run()'s fast path (an exact dtype, shape and C order) leaves to the full checks
+    np.testing.assert_array_equal(m.run({"images": x.astype(">f4")})["logits"], y)
+    r = np.random.default_rng(0).standard_normal((1, 2, 6, 6)).astype(np.float32)
+    np.testing.assert_array_equal(m.run({"images": np.asfortranarray(r)})["logits"],
+                                  m.run({"images": r})["logits"])
+    with pytest.raises(InputError, match="missing 'images'"):
+        m.run({"other": x})
+    # outputs are new arrays on every call
+    assert m.run({"images": x})["logits"] is not m.run({"images": x})["logits"]
 
 
 def test_recompiling_into_the_same_folder_loads_the_new_code(tiny_static_path, tmp_path):

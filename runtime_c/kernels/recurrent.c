@@ -109,12 +109,58 @@ static void store_y(const mlcc_recurrent_params *p, float *y, const float *h, in
            (size_t)H * sizeof(float));
 }
 
+#if MLCC_HAVE_VECTORS
+/* Vectors in a panel's row, and the panels product_row runs at once: enough for 8
+ * independent chains of FMAs (one panel of 2 vectors was one chain per vector, as long as k:
+ * the latency of k FMAs per panel, most of a small LSTM's step). */
+#define ROW_VECS (MLCC_GEMM_B_PANEL / MLCC_VF_LANES)
+#define ROW_PANELS (ROW_VECS >= 8 ? 1 : 8 / ROW_VECS)
+
+/* acc = a[k] times panels q0..q0+nq of B (nq <= ROW_PANELS, inlined with a constant nq) */
+static inline void panels_row(int64_t nq, int64_t k, const float *a, const float *panels,
+                              mlcc_vf *acc) {
+    int64_t p, v;
+    for (v = 0; v < nq * ROW_VECS; v++) acc[v] = mlcc_vf_splat(0.0f);
+    for (p = 0; p < k; p++) {
+        const mlcc_vf ap = mlcc_vf_splat(a[p]);
+        for (v = 0; v < nq * ROW_VECS; v++)
+            acc[v] += ap * mlcc_vf_load(panels + (v / ROW_VECS * k + p) * MLCC_GEMM_B_PANEL +
+                                        v % ROW_VECS * MLCC_VF_LANES);
+    }
+}
+#endif
+
 /* c[n] = a[k] times B (k x n, panels) plus bias: the recurrent product of a batch of one,
- * where the panel GEMM would fill one row of its register tile. One panel at a time, the
- * sums in k order in a panel-wide accumulator (plain loops the compiler vectorizes). */
+ * where the panel GEMM would fill one row of its register tile. The sums of each column in
+ * k order; with vectors, ROW_PANELS panels at a time, each vector an accumulator of its own
+ * (the same sums: only their interleaving changes). */
 static void product_row(int64_t n, int64_t k, const float *a, const float *b_panels,
                         const float *bias, float *c) {
     int64_t jp, p, j;
+#if MLCC_HAVE_VECTORS
+    const int64_t panels = (n + MLCC_GEMM_B_PANEL - 1) / MLCC_GEMM_B_PANEL;
+    int64_t q0;
+    for (q0 = 0; q0 < panels; q0 += ROW_PANELS) {
+        const int64_t nq = panels - q0 < ROW_PANELS ? panels - q0 : ROW_PANELS;
+        mlcc_vf acc[ROW_PANELS * ROW_VECS];
+        float out[MLCC_GEMM_B_PANEL];
+        int64_t q;
+        if (nq == ROW_PANELS)
+            panels_row(ROW_PANELS, k, a, b_panels + q0 * k * MLCC_GEMM_B_PANEL, acc);
+        else
+            for (q = 0; q < nq; q++)
+                panels_row(1, k, a, b_panels + (q0 + q) * k * MLCC_GEMM_B_PANEL,
+                           acc + q * ROW_VECS);
+        for (q = 0; q < nq; q++) {
+            const int64_t w = n - (q0 + q) * MLCC_GEMM_B_PANEL;
+            jp = (q0 + q) * MLCC_GEMM_B_PANEL;
+            memcpy(out, acc + q * ROW_VECS, sizeof out);
+            for (j = 0; j < (w < MLCC_GEMM_B_PANEL ? w : MLCC_GEMM_B_PANEL); j++)
+                c[jp + j] = bias ? out[j] + bias[jp + j] : out[j];
+        }
+    }
+    (void)p;
+#else
     for (jp = 0; jp < n; jp += MLCC_GEMM_B_PANEL) {
         const float *panel = b_panels + jp * k;
         const int64_t w = n - jp < MLCC_GEMM_B_PANEL ? n - jp : MLCC_GEMM_B_PANEL;
@@ -127,6 +173,7 @@ static void product_row(int64_t n, int64_t k, const float *a, const float *b_pan
         }
         for (j = 0; j < w; j++) c[jp + j] = bias ? acc[j] + bias[jp + j] : acc[j];
     }
+#endif
 }
 
 /* C[m x n] = A[m x k] (rows of a_stride floats) times B (k x n, panels), plus bias rows. The
@@ -219,23 +266,32 @@ static void run_direction(const recurrent_job *job, int64_t d) {
             if (is_lstm) {
                 float *gi = g, *go = g + H, *gf = g + 2 * H, *gc = g + 3 * H;
                 for (j = 0; j < GH; j++) g[j] += xr[j];
-                if (pw) {
-                    peephole(gi, pw, cb, H);
-                    peephole(gf, pw + 2 * H, cb, H);
+                if (!pw && !p->input_forget) {
+                    /* i, o and f, contiguous, take the same function and, with no
+                     * peepholes, do not wait for c: one pass over the three */
+                    clip_all(p, g, GH);
+                    act_apply(kind[0], al[0], be[0], g, 3 * H);
+                    act_apply(kind[1], al[1], be[1], gc, H);
+                    for (j = 0; j < H; j++) cb[j] = gf[j] * cb[j] + gi[j] * gc[j];
+                } else {
+                    if (pw) {
+                        peephole(gi, pw, cb, H);
+                        peephole(gf, pw + 2 * H, cb, H);
+                    }
+                    clip_all(p, gi, H);
+                    clip_all(p, gf, H);
+                    clip_all(p, gc, H);
+                    act_apply(kind[0], al[0], be[0], gi, H);
+                    if (p->input_forget)
+                        for (j = 0; j < H; j++) gf[j] = 1.0f - gi[j];
+                    else
+                        act_apply(kind[0], al[0], be[0], gf, H);
+                    act_apply(kind[1], al[1], be[1], gc, H);
+                    for (j = 0; j < H; j++) cb[j] = gf[j] * cb[j] + gi[j] * gc[j];
+                    if (pw) peephole(go, pw + H, cb, H);
+                    clip_all(p, go, H);
+                    act_apply(kind[0], al[0], be[0], go, H);
                 }
-                clip_all(p, gi, H);
-                clip_all(p, gf, H);
-                clip_all(p, gc, H);
-                act_apply(kind[0], al[0], be[0], gi, H);
-                if (p->input_forget)
-                    for (j = 0; j < H; j++) gf[j] = 1.0f - gi[j];
-                else
-                    act_apply(kind[0], al[0], be[0], gf, H);
-                act_apply(kind[1], al[1], be[1], gc, H);
-                for (j = 0; j < H; j++) cb[j] = gf[j] * cb[j] + gi[j] * gc[j];
-                if (pw) peephole(go, pw + H, cb, H);
-                clip_all(p, go, H);
-                act_apply(kind[0], al[0], be[0], go, H);
                 memcpy(gc, cb, (size_t)H * sizeof(float));
                 act_apply(kind[2], al[2], be[2], gc, H);
                 for (j = 0; j < H; j++) hb[j] = go[j] * gc[j];
