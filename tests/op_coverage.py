@@ -44,6 +44,7 @@ WITNESSES: dict[tuple[str, str], str] = {
         "test_dynamic_ops.py::test_range_constant_of_shape_expand_slice_over_dynamic_sizes",
     # no ONNX node tests
     ("", "GlobalLpPool"): "test_ops_pool.py::test_global_lppool[shape0-2]",
+    ("", "MaxRoiPool"): "test_ops_sampling.py::test_max_roi_pool[pooled0-1.0]",
     # node tests of float64 and bfloat16 only (and an ellipsis)
     ("", "Einsum"): "test_ops_einsum.py::test_einsum[bhqd,bhkd->bhqk]",
     # mlcc's integer kernels, written by the quantizer (mlcc/quant)

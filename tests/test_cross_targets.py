@@ -535,3 +535,14 @@ def test_losses_sampling_and_float16(tmp_path, target):
                                      "block": np.array([2, 2], np.int64),
                                      "dw": rand(4, 3, 3, 3, seed=8)})
     check_model(model, feeds, tmp_path, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_max_roi_pool(tmp_path, target):
+    """MaxRoiPool (batch 2, a box across the edge, one outside, spatial_scale 0.5), on
+    positive values (onnxruntime starts its maxima at FLT_MIN)."""
+    from test_ops_sampling import MAX_ROI_BOXES
+    feeds = {"x": rand(2, 3, 9, 11, seed=9, low=0.01, high=2.0), "rois": MAX_ROI_BOXES}
+    node = helper.make_node("MaxRoiPool", ["x", "rois"], ["y"], pooled_shape=[3, 4],
+                            spatial_scale=0.5)
+    check_model(make_model([node], feeds, ["y"], opset=1), feeds, tmp_path, target=target)

@@ -162,6 +162,88 @@ def test_roi_align_batch_index_out_of_range_is_a_status(tmp_path):
         compile_and_run(make_model([node], feeds, ["y"], opset=16), feeds, tmp_path)
 
 
+# boxes (batch index, x1, y1, x2, y2): inside, across the top-left and bottom-right edges, one
+# of zero size, one reversed (a malformed box is 1 x 1), one entirely outside, corners on .5
+MAX_ROI_BOXES = np.array([[0, 0.5, 1.0, 6.3, 7.7], [1, -3.0, -2.0, 4.0, 3.0],
+                          [1.0, 2.0, 2.0, 2.0, 2.0], [0, 8.0, 6.0, 14.5, 12.0],
+                          [1, 5.0, 6.0, 1.0, 2.0], [0, -9.0, -9.0, -4.0, -3.0],
+                          [1.7, 2.5, 3.5, 9.5, 8.5]], np.float32)
+
+
+@pytest.mark.parametrize("pooled,scale", [((3, 2), 1.0), ((1, 1), 1.0), ((4, 5), 0.5),
+                                          ((2, 7), 1.3)])
+def test_max_roi_pool(tmp_path, pooled, scale):
+    """Against onnxruntime on a 2 x 3 x 9 x 11 input (batch 2): non-square pooled shapes,
+    spatial_scale below and above 1, bins larger and smaller than a pixel. The values are
+    positive: onnxruntime starts each maximum at FLT_MIN (test below)."""
+    x = rand(2, 3, 9, 11, seed=21, low=0.01, high=2.0)
+    check_node("MaxRoiPool", {"x": x, "rois": MAX_ROI_BOXES}, tmp_path=tmp_path, opset=1,
+               pooled_shape=list(pooled), spatial_scale=scale)
+
+
+def _max_roi_pool_reference(x, rois, pooled, scale):
+    """MaxRoiPool as onnxruntime computes it, its maximum started at -inf instead of FLT_MIN."""
+    out = np.zeros((len(rois), x.shape[1], *pooled), np.float32)
+    height, width = x.shape[2:]
+    for r, (b, *box) in enumerate(rois):
+        v = np.float32(box) * np.float32(scale)
+        x1, y1, x2, y2 = (np.sign(v) * np.floor(np.abs(v) + 0.5)).astype(int)
+        bin_h = np.float32(max(y2 - y1 + 1, 1)) / np.float32(pooled[0])
+        bin_w = np.float32(max(x2 - x1 + 1, 1)) / np.float32(pooled[1])
+        for i in range(pooled[0]):
+            h0 = min(max(int(np.floor(np.float32(i) * bin_h)) + y1, 0), height)
+            h1 = min(max(int(np.ceil(np.float32(i + 1) * bin_h)) + y1, 0), height)
+            for j in range(pooled[1]):
+                w0 = min(max(int(np.floor(np.float32(j) * bin_w)) + x1, 0), width)
+                w1 = min(max(int(np.ceil(np.float32(j + 1) * bin_w)) + x1, 0), width)
+                if h1 > h0 and w1 > w0:
+                    out[r, :, i, j] = x[int(b), :, h0:h1, w0:w1].max(axis=(1, 2))
+    return out
+
+
+def test_max_roi_pool_of_negative_values_is_their_maximum(tmp_path):
+    """Where onnxruntime differs: a bin of only negative values is its maximum, not FLT_MIN.
+    Checked against the reference above, which agrees with onnxruntime on positive values."""
+    x = rand(2, 3, 9, 11, seed=22, low=0.01, high=2.0)
+    feeds = {"x": x, "rois": MAX_ROI_BOXES}
+    node = helper.make_node("MaxRoiPool", ["x", "rois"], ["y"], pooled_shape=[4, 5],
+                            spatial_scale=0.5)
+    model = make_model([node], feeds, ["y"], opset=1)
+    import onnxruntime as ort
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(sess.run(None, feeds)[0],
+                                  _max_roi_pool_reference(x, MAX_ROI_BOXES, (4, 5), 0.5))
+    feeds["x"] = -x
+    got = compile_and_run(model, feeds, tmp_path)["y"]
+    expected = _max_roi_pool_reference(-x, MAX_ROI_BOXES, (4, 5), 0.5)
+    assert (expected < 0).any() and (expected == 0).any()
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("row", [[2, 0, 0, 3, 3], [-1, 0, 0, 3, 3], [np.nan, 0, 0, 3, 3],
+                                 [0, 0, np.inf, 3, 3], [0, 0, 0, 3e10, 3]])
+def test_max_roi_pool_bad_box_is_a_status(tmp_path, row):
+    """A batch index outside [0, N) (after truncation), or a corner non-finite or too far out,
+    is a run-time status, never a read outside the input."""
+    from mlcc.errors import RuntimeStatusError
+    feeds = {"x": rand(2, 2, 5, 5), "rois": np.array([[0, 1, 1, 2, 2], row], np.float32)}
+    node = helper.make_node("MaxRoiPool", ["x", "rois"], ["y"], pooled_shape=[2, 2])
+    with pytest.raises(RuntimeStatusError, match="out of range"):
+        compile_and_run(make_model([node], feeds, ["y"], opset=1), feeds, tmp_path)
+
+
+def test_max_roi_pool_refusals(tmp_path):
+    feeds = {"x": rand(1, 2, 5, 5), "rois": np.array([[0, 1, 1, 2, 2]], np.float32)}
+    for attrs in ({"pooled_shape": [2, 0]}, {"pooled_shape": [2]},
+                  {"pooled_shape": [2, 2], "spatial_scale": 0.0}):
+        node = helper.make_node("MaxRoiPool", ["x", "rois"], ["y"], name="mrp", **attrs)
+        model = make_model([node], {"x": feeds["x"]}, [], opset=1,
+                           initializers={"rois": feeds["rois"]})
+        model.graph.output.append(helper.make_tensor_value_info("y", 1, list("rchw")))
+        with pytest.raises(UnsupportedError, match="mrp"):
+            compile_and_run(model, {"x": feeds["x"]}, tmp_path)
+
+
 @pytest.mark.parametrize("attrs,group,og,with_mask,with_bias", [
     ({}, 1, 1, False, False),
     ({"pads": [1, 2, 0, 1], "strides": [2, 1]}, 1, 1, True, True),

@@ -44,9 +44,8 @@ REFUSED: dict[str, str] = {
     **dict.fromkeys(("Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike",
                      "RandomUniform", "RandomUniformLike"), RANDOM),
     "ImageDecoder": IMAGES,
-    # MaxRoiPool (Fast R-CNN's pooling; RoiAlign is implemented) and TfIdfVectorizer (n-gram
-    # counts of integer token ids; its string form falls under strings)
-    **dict.fromkeys(("MaxRoiPool", "TfIdfVectorizer"), NOT_YET),
+    # TfIdfVectorizer: n-gram counts of integer token ids (its string form falls under strings)
+    "TfIdfVectorizer": NOT_YET,
 }
 
 # Default-domain operators the compiler handles itself, without an OpDef

@@ -229,6 +229,43 @@ class RoiAlign(OpDef):
         return 8 * sr * sr * g.values[node.outputs[0]].numel
 
 
+@register("MaxRoiPool", since=1)
+class MaxRoiPool(OpDef):
+    """Fast R-CNN's max pooling of boxes as onnxruntime computes it (onnx.reference has no
+    MaxRoiPool): corners rounded after spatial_scale, bins of floor/ceil bounds clipped to the
+    image, 0 for an empty bin. A bin of only negative values gives its maximum, where
+    onnxruntime starts its maximum at FLT_MIN (the smallest positive float) and so gives
+    1.2e-38. Batch indices and corners are checked at run time (MLCC_ERR_INDEX_OUT_OF_RANGE)."""
+    attributes = {"pooled_shape": lambda v: len(v) == 2 and min(v) > 0,
+                  "spatial_scale": lambda v: v > 0}
+
+    def infer(self, node, ins, g):
+        x, rois = ins
+        require_dtype(node, [x, rois], ["float32"])
+        if len(x.shape) != 4 or len(rois.shape) != 2 or rois.shape[1] != 5:
+            raise ModelError(f"X {list(x.shape)} and rois {list(rois.shape)} are not "
+                             f"[N, C, H, W] and [R, 5]")
+        if node.attr("pooled_shape") is None:
+            raise ModelError("MaxRoiPool needs the attribute pooled_shape")
+        out_h, out_w = (int(v) for v in node.attr("pooled_shape"))
+        return [(x.dtype, (rois.shape[0], x.shape[1], out_h, out_w))]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        x, y = lo.value(node.inputs[0]), lo.value(node.outputs[0])
+        if y.numel == 0:
+            return
+        lo.call("mlcc_f32_max_roi_pool", [*node.inputs, y.name], [y.name],
+                params_type="mlcc_max_roi_pool_params",
+                params={"n": x.shape[0], "c": x.shape[1], "height": x.shape[2],
+                        "width": x.shape[3], "num_rois": y.shape[0], "out_h": y.shape[2],
+                        "out_w": y.shape[3],
+                        "spatial_scale": float(node.attr("spatial_scale", 1.0))},
+                returns_status=True)
+
+    def flops(self, node, g):
+        return g.values[node.outputs[0]].numel    # at least one comparison per output
+
+
 @register("DeformConv", since=19)
 class DeformConv(OpDef):
     """2-D deformable convolution: groups, offset groups, strides, pads, dilations, the

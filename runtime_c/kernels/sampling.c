@@ -256,6 +256,62 @@ int mlcc_f32_roi_align__i64(const mlcc_roi_align_params *p, const float *x, cons
     return MLCC_OK;
 }
 
+/* A MaxRoiPool bin's bounds along one axis, clipped to [0, size). */
+static void roi_pool_bin(int64_t i, float bin, int64_t start, int64_t size, int64_t *lo,
+                         int64_t *hi) {
+    int64_t a = (int64_t)floorf((float)i * bin) + start;
+    int64_t b = (int64_t)ceilf((float)(i + 1) * bin) + start;
+    *lo = a < 0 ? 0 : a > size ? size : a;
+    *hi = b < 0 ? 0 : b > size ? size : b;
+}
+
+int mlcc_f32_max_roi_pool(const mlcc_max_roi_pool_params *p, const float *x, const float *rois,
+                          float *y) {
+    const ptrdiff_t c = (ptrdiff_t)p->c, plane = (ptrdiff_t)(p->height * p->width);
+    const ptrdiff_t bins = (ptrdiff_t)(p->out_h * p->out_w);
+    const float limit = 1073741824.0f; /* 2^30: corners and sizes stay exact int64 values */
+    ptrdiff_t r, ph, pw, ch;
+    for (r = 0; r < (ptrdiff_t)p->num_rois; r++) {
+        const float *box = rois + r * 5;
+        int64_t corner[4], roi_w, roi_h, k;
+        float bin_h, bin_w;
+        const float *xr;
+        float *yr = y + r * c * bins;
+        if (!(box[0] > -1.0f && box[0] < (float)p->n)) return MLCC_ERR_INDEX_OUT_OF_RANGE;
+        for (k = 0; k < 4; k++) {
+            const float v = roundf(box[1 + k] * p->spatial_scale);
+            if (!(v >= -limit && v <= limit)) return MLCC_ERR_INDEX_OUT_OF_RANGE;
+            corner[k] = (int64_t)v;
+        }
+        xr = x + (ptrdiff_t)(int64_t)box[0] * c * plane;
+        roi_w = corner[2] - corner[0] + 1;
+        roi_h = corner[3] - corner[1] + 1;
+        bin_h = (float)(roi_h > 1 ? roi_h : 1) / (float)p->out_h;
+        bin_w = (float)(roi_w > 1 ? roi_w : 1) / (float)p->out_w;
+        for (ph = 0; ph < (ptrdiff_t)p->out_h; ph++) {
+            int64_t h0, h1;
+            roi_pool_bin(ph, bin_h, corner[1], p->height, &h0, &h1);
+            for (pw = 0; pw < (ptrdiff_t)p->out_w; pw++) {
+                const ptrdiff_t bin = ph * (ptrdiff_t)p->out_w + pw;
+                int64_t w0, w1, h, w;
+                roi_pool_bin(pw, bin_w, corner[0], p->width, &w0, &w1);
+                for (ch = 0; ch < c; ch++) {
+                    const float *xc = xr + ch * plane;
+                    float m = 0.0f;
+                    if (h1 > h0 && w1 > w0) {
+                        m = xc[h0 * p->width + w0];
+                        for (h = h0; h < h1; h++)
+                            for (w = w0; w < w1; w++)
+                                m = xc[h * p->width + w] > m ? xc[h * p->width + w] : m;
+                    }
+                    yr[ch * bins + bin] = m;
+                }
+            }
+        }
+    }
+    return MLCC_OK;
+}
+
 /* x (one plane of height x width) at (h, w), bilinearly; pixels outside are 0. */
 static float bilinear_zero(const float *x, int64_t height, int64_t width, float h, float w) {
     float h0f, w0f, lh, lw, v = 0.0f;

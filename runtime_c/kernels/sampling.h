@@ -69,6 +69,21 @@ typedef struct mlcc_roi_align_params {
 int mlcc_f32_roi_align__i64(const mlcc_roi_align_params *p, const float *x, const float *rois,
                             const int64_t *batch_indices, float *y);
 
+/* MaxRoiPool (ONNX opset 1, as onnxruntime): x: [n, c, height, width], rois: [num_rois, 5] rows
+ * (batch index, x1, y1, x2, y2), y: [num_rois, c, out_h, out_w]. Corners are rounded (half away
+ * from zero) after scaling by spatial_scale; the box, end inclusive and at least 1 x 1, is cut
+ * into out_h x out_w bins [floor(i * size / out), ceil((i + 1) * size / out)), each clipped to
+ * the image; a bin's output is its largest element, 0 for a bin entirely outside the image.
+ * Return MLCC_OK, or MLCC_ERR_INDEX_OUT_OF_RANGE (the output then undefined) for a batch index
+ * that truncates to outside [0, n), or a scaled corner that is non-finite or beyond +-2^30. */
+typedef struct mlcc_max_roi_pool_params {
+    int64_t n, c, height, width, num_rois, out_h, out_w;
+    float spatial_scale;
+} mlcc_max_roi_pool_params;
+
+int mlcc_f32_max_roi_pool(const mlcc_max_roi_pool_params *p, const float *x, const float *rois,
+                          float *y);
+
 /* DeformConv, 2-D (ONNX opset 19, 22): a convolution whose taps read x at their position plus
  * a learned offset, bilinearly (pixels outside the image are 0), times an optional mask.
  * x: [n, c, height, width], w: [oc, c / group, kh, kw], offset: [n, offset_group * kh * kw * 2,
