@@ -147,9 +147,11 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
     qdq = None
     raw = import_model(model, shapes, bind)
     _set_max_outputs(raw, max_outputs or {})
-    if quantize is not None and any(raw.values[n].is_dynamic for n in raw.inputs):
-        raise UnsupportedError("--quantize int8 with a range of sizes (--shape LO..HI) is not "
-                               "supported yet; quantize a build of fixed sizes")
+    if quantize is not None and (quantize.min_sqnr is not None or quantize.max_drop is not None) \
+            and any(raw.values[n].is_dynamic for n in raw.inputs):
+        raise UnsupportedError("--min-sqnr / --max-drop with a range of sizes (--shape LO..HI) "
+                               "is not supported yet: give fixed sizes, or leave the search "
+                               "out (--keep-float picks float layers by hand)")
     bound = bound_record(raw, bind or {})
     if quantize is not None and has_qdq(raw):
         raw, qdq = extract_qdq(raw)           # an already-quantized model: its own parameters

@@ -23,7 +23,8 @@ from mlcc.errors import RuntimeStatusError, UnsupportedError
 from test_targets_arm import needs_arm
 from test_targets_wasm import needs_wasm
 from test_cortex_m import pytestmark as needs_cortex_m
-from util import check_model, check_node, compile_and_run, make_model, rand
+from util import (check_model, check_node, compile_and_run, make_model, rand,
+                  reference_outputs)
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "digits" / "digits_cnn.onnx"
@@ -546,3 +547,98 @@ def test_max_roi_pool(tmp_path, target):
     node = helper.make_node("MaxRoiPool", ["x", "rois"], ["y"], pooled_shape=[3, 4],
                             spatial_scale=0.5)
     check_model(make_model([node], feeds, ["y"], opset=1), feeds, tmp_path, target=target)
+
+
+# ------------------------------------------------------------------ ranges of sizes
+
+RANGE_TARGETS = TARGETS[:2]     # firmware targets refuse a range (test_dynamic_shapes.py)
+
+
+def _range_on_target(model: onnx.ModelProto, tmp_path: Path, target: str, ranges: dict,
+                     shapes: list[tuple], rtol: float = 1e-4, atol: float = 1e-5) -> None:
+    """One build for the range on the target; the harness runs it at each of `shapes` (the
+    model's one input "x"), compared with onnxruntime on the host."""
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    mlcc.compile(path, tmp_path / target, target=target, shapes=ranges)
+    m = mlcc.load(tmp_path / target)
+    for k, shape in enumerate(shapes):
+        feeds = {"x": rand(*shape, seed=k)}
+        got = m.run(feeds)
+        for name, ref in reference_outputs(model, feeds).items():
+            assert got[name].shape == ref.shape, (name, shape)
+            np.testing.assert_allclose(got[name], ref, rtol=rtol, atol=atol,
+                                       err_msg=f"{name} at {shape}")
+
+
+@pytest.mark.parametrize("target", RANGE_TARGETS)
+def test_conv_resize_pad_over_a_range(tmp_path, target):
+    """Convolutions over a dynamic height and width (implicit GEMM offsets computed at run
+    time, a strided one, a depthwise one), a linear Resize by 2 and a nearest one by a
+    Shape chain's sizes (tables computed at run time), a reflect Pad and a LayerNormalization
+    over the dynamic width: at the smallest, a middle and the largest size."""
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], strides=[2, 2], pads=[1, 0, 1, 2]),
+             helper.make_node("Conv", ["c2", "w3"], ["c3"], group=6, pads=[1, 1, 1, 1]),
+             helper.make_node("Resize", ["c3", "", "scales"], ["up"], mode="linear",
+                              coordinate_transformation_mode="half_pixel"),
+             helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Slice", ["s", "two", "four"], ["s_hw"]),
+             helper.make_node("Concat", ["lead", "s_hw"], ["sizes"], axis=0),
+             helper.make_node("Resize", ["up", "", "", "sizes"], ["back"], mode="nearest"),
+             helper.make_node("Pad", ["back", "pads"], ["y"], mode="reflect"),
+             helper.make_node("LayerNormalization", ["y", "g"], ["ln"], axis=-1)]
+    inits = {"w1": rand(6, 3, 3, 3, seed=1), "b1": rand(6, seed=2),
+             "w2": rand(6, 6, 3, 3, seed=3), "w3": rand(6, 1, 3, 3, seed=4),
+             "scales": np.array([1, 1, 2, 2], np.float32),
+             "lead": np.array([1, 6], np.int64), "two": np.array([2], np.int64),
+             "four": np.array([4], np.int64),
+             "pads": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64),
+             "g": np.array([1.5], np.float32)}
+    model = make_model(nodes, {"x": rand(1, 3, 5, 4)}, ["y", "ln"], initializers=inits,
+                       input_shapes={"x": [1, 3, "H", "W"]})
+    _range_on_target(model, tmp_path, target, {"x": (1, 3, (5, 16), (4, 13))},
+                     [(1, 3, 5, 4), (1, 3, 11, 7), (1, 3, 16, 13)])
+
+
+@pytest.mark.parametrize("target", RANGE_TARGETS)
+def test_transformer_block_over_a_sequence_range(tmp_path, target):
+    """A MiniLM-like encoder block (tests/test_quant_ranges.py) over 1 to 40 tokens: the
+    projections with the sequence as rows, the fused attention, LayerNormalization, GELU."""
+    from test_quant_ranges import _transformer
+    _transformer(tmp_path / "block.onnx")
+    model = onnx.load(str(tmp_path / "block.onnx"))
+    _range_on_target(model, tmp_path, target, {"x": (1, (1, 40), 32)},
+                     [(1, 1, 32), (1, 13, 32), (1, 40, 32)], atol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", RANGE_TARGETS)
+def test_ppocr_recognizer_width_range(tmp_path, target):
+    """PP-OCR rec compiled once for widths 32..1280, at widths 32, 97 and 1280."""
+    from test_dynamic_shapes import _real
+    model = onnx.load(str(_real("ppocr_rec")))
+    _range_on_target(model, tmp_path, target, {"x": (1, 3, 48, (32, 1280))},
+                     [(1, 3, 48, w) for w in (32, 97, 1280)], rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", RANGE_TARGETS)
+def test_int8_cnn_over_a_range_is_the_x86_result_bit_for_bit(tmp_path, target):
+    """The int8 CNN of tests/test_quant_ranges.py over heights 9..33 and widths 10..47,
+    calibrated on samples of several sizes: the same bits on the target as on x86 at three
+    sizes."""
+    from test_quant_ranges import _calibration_folder, _cnn
+    path = _cnn(tmp_path / "cnn.onnx")
+    calib = _calibration_folder(tmp_path / "calib", [(1, 3, 9, 10), (1, 3, 20, 31),
+                                                     (1, 3, 33, 47)], seed=2)
+    outs = {}
+    for name in ("x86", target):
+        mlcc.compile(path, tmp_path / name, target=name, shapes={"x": (1, 3, (9, 33), (10, 47))},
+                     quantize=mlcc.api.QuantizeConfig(calib))
+        m = mlcc.load(tmp_path / name)
+        outs[name] = [m.run({"x": rand(1, 3, hh, ww, seed=hh)})
+                      for hh, ww in ((9, 10), (18, 23), (33, 47))]
+    for a, b in zip(outs["x86"], outs[target]):
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name])

@@ -283,13 +283,6 @@ def test_ppocr_classifier_batch_1_to_8(tmp_path):
     assert res.manifest["arena_size"] <= static.manifest["arena_size"]
 
 
-def test_quantize_with_a_range_is_refused(cnn, tmp_path):
-    np.savez(tmp_path / "cal.npz", x=np.zeros((2, 3, 17, 19), np.float32))
-    with pytest.raises(UnsupportedError, match=r"--quantize int8 with a range of sizes"):
-        mlcc.compile(cnn, tmp_path / "q", shapes={"x": ((1, 8), 3, 17, 19)}, build=False,
-                     quantize=mlcc.api.QuantizeConfig(calibration=tmp_path / "cal.npz"))
-
-
 def test_cli_bad_range_is_one_line_and_exit_1(cnn, tmp_path):
     import subprocess
     import sys

@@ -24,6 +24,7 @@ from onnx import helper
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import PACKED_BITS, Enum, Graph, Lowering, Node
+from ..ir.symbolic import SymInt, is_symbolic, upper
 from .cast import emit_cast, onnx_type_to_dtype
 from .common import IO_DTYPES, act_params, const_input
 from .elementwise import emit_binary
@@ -351,7 +352,14 @@ CHUNK_MIN_COLUMNS = 16
 def _conv_scratch(lo: Lowering, p: dict, k4: int, hp: int, wp: int) -> tuple[int, int, int]:
     """(chunk_rows, direct, scratch bytes) of mlcc_u8_conv2d (qconv.h): chunks of the output
     rows whose packed columns fill the target's chunk_bytes (at least one row), one slice of
-    scratch per thread; room for the direct VNNI path where x86 kernels may take it."""
+    scratch per thread; room for the direct VNNI path where x86 kernels may take it.
+    Sizes of a range (SymInts) are taken at their largest: the kernel computes its slices
+    from the actual sizes (MLCC_QCONV_SLICE_BYTES, _POOL_ROWS), each at most its value at the
+    largest sizes with the same chunk_rows, and a chunk longer than the output is cut there;
+    whether the window needs padding may change with the size, so room for it is kept."""
+    dynamic = is_symbolic(p) or is_symbolic((hp, wp))
+    p = {k: upper(v) if isinstance(v, SymInt) else v for k, v in p.items()}
+    hp, wp = upper(hp), upper(wp)
     oh, ow, cg = p["out_h"], p["out_w"], p["in_channels"] // p["groups"]
     row_bytes = 4 * k4 * ow
     # at least CHUNK_MIN_COLUMNS outputs even where the budget is smaller: the product of
@@ -361,8 +369,8 @@ def _conv_scratch(lo: Lowering, p: dict, k4: int, hp: int, wp: int) -> tuple[int
     rows = min(max(lo.options.get("chunk_bytes", 262144) // row_bytes,
                    -(-CHUNK_MIN_COLUMNS // ow), 1), oh)
 
-    no_padding = (p["pad_top"] == 0 and p["pad_left"] == 0 and hp <= p["in_h"]
-                  and wp <= p["in_w"])      # MLCC_QCONV_NO_PADDING: read in place
+    no_padding = (not dynamic and p["pad_top"] == 0 and p["pad_left"] == 0
+                  and hp <= p["in_h"] and wp <= p["in_w"])   # MLCC_QCONV_NO_PADDING: in place
 
     def slice_bytes(r: int) -> int:     # MLCC_QCONV_SLICE_BYTES
         window = (r - 1) * p["stride_h"] + (p["kernel_h"] - 1) * p["dilation_h"] + 1
@@ -418,7 +426,8 @@ class QConv(OpDef):
             lo.call("mlcc_u8_conv2d__depthwise",
                     [node.inputs[0], wname, node.inputs[2], *_channel_args(node), out], [out],
                     params_type="mlcc_qconv2d_params", params=params, pool=True,
-                    scratch_bytes=dw_slices(lo) * (-(-2 * hp * wp // 64) * 64), op=label)
+                    scratch_bytes=dw_slices(lo) * (-(-2 * upper(hp) * upper(wp) // 64) * 64),
+                    op=label)
             return
         packed, k4 = _packed_rows(wq)
         params["chunk_rows"], params["direct"], scratch = _conv_scratch(lo, params, k4, hp, wp)
@@ -430,8 +439,8 @@ class QConv(OpDef):
         bname = lo.add_const(f"{node.name}.bias_zp", eff.astype(np.int32))
         # y may take x's bytes where each output row is written after the input rows it
         # overwrites were read (qconv.c's im2col_lone)
-        same = (n == 1 and group == 1 and (oh, ow) == (ih, iw) and sh == sw == 1 and m <= c
-                and params["rq"]["out_kind"].name == "MLCC_QOUT_U8")
+        same = (not is_symbolic(params) and n == 1 and group == 1 and (oh, ow) == (ih, iw)
+                and sh == sw == 1 and m <= c and params["rq"]["out_kind"].name == "MLCC_QOUT_U8")
         lo.call("mlcc_u8_conv2d", [node.inputs[0], wname, bname, *_channel_args(node), out],
                 [out], params_type="mlcc_qconv2d_params", params=params, pool=True,
                 scratch_bytes=scratch, op=label,

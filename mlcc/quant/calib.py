@@ -4,6 +4,10 @@ Every reader yields one sample at a time (a dict input name -> array with the mo
 batch included), so that calibration memory does not grow with the number of samples. The set
 is re-iterable (calibrators with a histogram make two passes). Wrong names, shapes or dtypes,
 an empty set and NaN/Inf values are InputErrors naming the file, the sample and the input.
+A model of a range of sizes (--shape x=1,3,48,32..1280) takes samples of any size in it, each
+dimension of a range in its range and the same wherever it appears: a folder of one .npz (or
+.npy) per sample, or a Python file, holds samples of different sizes (an .npz of stacked
+samples, one size).
 """
 from __future__ import annotations
 
@@ -16,8 +20,33 @@ from typing import Callable, Iterator
 import numpy as np
 
 from ..errors import InputError
+from ..ir.symbolic import SymInt, is_one, is_symbolic
 
-Spec = dict[str, tuple[str, tuple[int, ...]]]     # input name -> (dtype, static shape)
+# input name -> (dtype, shape): ints, and SymInts where --shape gives a range
+Spec = dict[str, tuple[str, tuple]]
+
+
+def _mismatch(have: tuple[int, ...], want: tuple, sizes: dict, name: str) -> str | None:
+    """None when an array of shape `have` is one sample of input `name` of shape `want`, else
+    what is wrong ("" when the shapes simply differ). A dimension of a range (--shape
+    x=1,3,48,32..1280: a SymInt of one dynamic dimension) takes any size in its range, a
+    multiple of its step, the same wherever that dimension appears in the sample (`sizes`
+    keeps it across the inputs): calibration samples may differ in size."""
+    if len(have) != len(want):
+        return ""
+    for axis, (h, w) in enumerate(zip(have, want)):
+        if not isinstance(w, SymInt):
+            if h != w:
+                return ""
+            continue
+        v = w.dims[0]
+        if not v.lo <= h <= v.hi or h % v.step:
+            span = f"{v.lo}..{v.hi}" + (f" (multiples of {v.step})" if v.step > 1 else "")
+            return f": dimension {v.name!r} is {h}, outside the range {span} of --shape"
+        seen, where = sizes.setdefault(v.name, (h, f"{name}[{axis}]"))
+        if seen != h:
+            return f": dimension {v.name!r} is {h} here but {seen} in {where}"
+    return None
 
 
 class _NpyStream:
@@ -134,6 +163,7 @@ class CalibrationSet:
             raise InputError(f"{where}: {'; '.join(parts)} (the model takes "
                              f"{', '.join(names)})")
         out = {}
+        sizes: dict[str, tuple[int, str]] = {}     # dynamic dimension -> (size, where)
         for name, (dtype, shape) in self.spec.items():
             try:
                 arr = np.asarray(sample[name])
@@ -143,18 +173,19 @@ class CalibrationSet:
             if arr.dtype.kind != want.kind or (want.kind == "f" and arr.dtype.itemsize > 8):
                 raise InputError(f"{where}: input {name!r} must be {want.name}, got "
                                  f"{arr.dtype.name}")
-            if arr.shape != shape:
-                # A sample may leave out the batch axis of size 1.
-                if (1,) + arr.shape == shape:
-                    arr = arr.reshape(shape)
-                else:
-                    raise InputError(f"{where}: input {name!r} must have shape {list(shape)} "
-                                     f"(one sample), got {list(arr.shape)}")
+            have = tuple(arr.shape)
+            # A sample may leave out the batch axis of size 1.
+            if len(have) + 1 == len(shape) and is_one(shape[0]):
+                have = (1,) + have
+            why = _mismatch(have, shape, sizes, name)
+            if why is not None:
+                raise InputError(f"{where}: input {name!r} must have shape {list(shape)} "
+                                 f"(one sample), got {list(arr.shape)}{why}")
             if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
                 bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
                 raise InputError(f"{where}: input {name!r} has {bad} NaN or Inf value(s)")
             # (np.ascontiguousarray makes a scalar 1-D: a Loop's trip count stays a scalar)
-            out[name] = np.ascontiguousarray(arr, dtype=want).reshape(shape)
+            out[name] = np.ascontiguousarray(arr, dtype=want).reshape(have)
         return out
 
     # ------------------------------------------------------------------ readers
@@ -165,13 +196,13 @@ class CalibrationSet:
             if name not in self.spec:
                 continue
             shape = self.spec[name][1]
-            if arr.ndim == len(shape) and shape and shape[0] == 1:
+            if arr.ndim == len(shape) and shape and is_one(shape[0]):
                 counts[name] = arr.shape[0]          # [samples, ...] with the batch axis
             elif arr.ndim == len(shape) + 1:
                 counts[name] = arr.shape[0]          # [samples, 1, ...]
             else:
                 raise InputError(f"{path}: array {name!r} has shape {list(arr.shape)}; expected "
-                                 f"[samples, {', '.join(map(str, shape[1:] if shape and shape[0] == 1 else shape))}]"
+                                 f"[samples, {', '.join(map(str, shape[1:] if shape and is_one(shape[0]) else shape))}]"
                                  f" (first axis = samples)")
         if len(set(counts.values())) > 1:
             raise InputError(f"{path}: arrays have different sample counts "
@@ -180,8 +211,8 @@ class CalibrationSet:
         for i in range(n):
             sample = {k: (arrays[k][i] if k in counts else arrays[k]) for k in arrays}
             for k, shape in ((k, self.spec[k][1]) for k in counts):
-                sample[k] = sample[k].reshape(shape) if sample[k].size == math.prod(shape) \
-                    else sample[k]
+                if not is_symbolic(shape) and sample[k].size == math.prod(shape):
+                    sample[k] = sample[k].reshape(shape)
             yield f"{path} sample {i}", sample
 
     def _npz(self, path: Path) -> Iterator:
@@ -223,7 +254,7 @@ class CalibrationSet:
                 raise InputError(f"{p}: cannot read calibration data ({exc})") from None
             name0, (_, shape0) = next(iter(self.spec.items()))
             first = sample.get(name0)
-            if first is not None and first.ndim == len(shape0) and shape0 and shape0[0] == 1 \
+            if first is not None and first.ndim == len(shape0) and shape0 and is_one(shape0[0]) \
                     and first.shape[0] > 1:
                 yield from self._sample_axis(str(p), sample)    # a file with several samples
             else:

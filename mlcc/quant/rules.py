@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import InputError, UnsupportedError
 from ..ir import Graph, Node, Value
+from ..ir.symbolic import is_one, same_shape
 from ..ops import lookup
 from ..ops.activations import BY_KIND, activation_of, table_window
 from .bias_correction import correction, shifted_bias
@@ -77,7 +78,7 @@ def table_fn(g: Graph, n: Node):
     k = 0 if consts[1] is not None else 1          # the run-time operand
     c = consts[1 - k]
     if c is None or consts[k] is not None or c.size != 1 or c.dtype != np.float32 or \
-            g.values[n.outputs[0]].shape != g.values[n.inputs[k]].shape:
+            not same_shape(g.values[n.outputs[0]].shape, g.values[n.inputs[k]].shape):
         return None
     c = np.float32(c.reshape(()))
     # float32 arithmetic, the operand order of the node (as the float kernel computes it)
@@ -121,12 +122,13 @@ def channel_scale_operands(g: Graph, n: Node) -> tuple[str, str] | None:
         if vx is None or vs is None or vx.is_const or vs.is_const or x == s:
             continue
         if vx.dtype != "float32" or vs.dtype != "float32" or len(vx.shape) < 3 or \
-                len(vs.shape) > len(vx.shape) or tuple(g.values[n.outputs[0]].shape) != \
-                tuple(vx.shape):
+                len(vs.shape) > len(vx.shape) or \
+                not same_shape(g.values[n.outputs[0]].shape, vx.shape):
             continue
         sshape = [1] * (len(vx.shape) - len(vs.shape)) + list(vs.shape)
-        if sshape[1] == vx.shape[1] and sshape[0] in (1, vx.shape[0]) and \
-                all(d == 1 for d in sshape[2:]):
+        if same_shape(sshape[1:2], vx.shape[1:2]) and (
+                is_one(sshape[0]) or same_shape(sshape[:1], vx.shape[:1])) and \
+                all(is_one(d) for d in sshape[2:]):
             return x, s
     return None
 
@@ -480,7 +482,7 @@ def quantize_channel_scale(rw: Rewrite, n: Node) -> bool:
         if "add" in rules_of(c) and not c.fused and \
                 sorted(c.inputs) == sorted([x, out]) and \
                 c.name not in opts.keep_float and c.outputs[0] not in rw.float_out and \
-                tuple(g.values[c.outputs[0]].shape) == tuple(g.values[x].shape) and \
+                same_shape(g.values[c.outputs[0]].shape, g.values[x].shape) and \
                 rw.has(c.outputs[0]):
             out, offset, add = c.outputs[0], 1.0, c
     if out in rw.float_out or not rw.has(out):
@@ -510,8 +512,9 @@ def quantize_add(rw: Rewrite, n: Node) -> bool:
     g = rw.g
     runtime = [i for i in n.inputs if i and not g.values[i].is_const]
     if len(runtime) != 2 or not _all_inputs_q(rw, n) or rw.kept(n) or \
-            not g.values[n.inputs[0]].shape == g.values[n.inputs[1]].shape == \
-            g.values[n.outputs[0]].shape or not rw.has(n.outputs[0]):
+            not (same_shape(g.values[n.inputs[0]].shape, g.values[n.inputs[1]].shape) and
+                 same_shape(g.values[n.inputs[1]].shape, g.values[n.outputs[0]].shape)) or \
+            not rw.has(n.outputs[0]):
         return False
     a, b = n.inputs
     out = n.outputs[0]
