@@ -15,9 +15,12 @@ from mlcc.codegen.memory import plan_memory
 from mlcc.ir import Graph, Program
 from mlcc.ir.graph import Value
 from mlcc.ir.program import KernelCall
+from test_targets_arm import needs_arm
+from test_targets_wasm import needs_wasm
 from util import check_model, make_model, rand
 
 TARGETS = ("x86", "x86-native")
+CROSS = [pytest.param("arm", marks=needs_arm), pytest.param("wasm", marks=needs_wasm)]
 
 
 def _copies(tmp_path) -> int:
@@ -68,6 +71,15 @@ def test_fire_module(tmp_path, target, order, cin, squeeze, e1, e3, hw, copies):
     model, feeds = _fire(cin, squeeze, e1, e3, hw, order)
     check_model(model, feeds, tmp_path, target=target)
     assert _copies(tmp_path) == copies
+
+
+@pytest.mark.parametrize("target", CROSS)
+def test_fire_module_on_cross_targets(tmp_path, target):
+    # the slices' defines in the generated C on arm (qemu) and wasm (node): the part computed
+    # second first, an unaligned part copied
+    model, feeds = _fire(13, 5, 3, 19, 11, ("b", "a"))
+    check_model(model, feeds, tmp_path, target=target)
+    assert _copies(tmp_path) == 1
 
 
 @pytest.mark.parametrize("hw", [7, 14, 23])

@@ -123,6 +123,23 @@ def test_implicit_t_1x1():
     assert not ck.implicit_t_1x1_fits(conv(512, 512, 7), NATIVE)      # 3x3
 
 
+def test_implicit_t_1x1_few_outputs_in_place():
+    # SqueezeNet's squeeze layers (128 -> 16 on 55 x 55, 256 -> 32 on 27 x 27): read in place,
+    # one channel tile of whole vectors, deeper than the row-by-row nest
+    for layer in (conv(128, 16, 55, k=1), conv(256, 32, 27, k=1), conv(192, 32, 28, k=1)):
+        assert ck.few_outputs_in_place(layer, NATIVE) and ck.implicit_t_1x1_fits(layer, NATIVE)
+        assert choose_variant(layer, NATIVE).name == "implicit_t_1x1"
+        assert choose_variant(layer, ARM).name == "packed"             # no channel tiles
+    assert ck.implicit_t_1x1_fits(conv(192, 32, 28, k=1, residual=True), NATIVE)
+    assert not ck.few_outputs_in_place(conv(64, 16, 55, k=1), NATIVE)     # row-by-row depth
+    assert not ck.few_outputs_in_place(conv(32, 16, 112, k=1), NATIVE)    # MobileNetV2's
+    assert not ck.few_outputs_in_place(conv(144, 24, 56, k=1), NATIVE)    # 24: a part vector
+    assert not ck.few_outputs_in_place(conv(128, 48, 55, k=1), NATIVE)    # two channel tiles
+    assert not ck.few_outputs_in_place(conv(128, 16, 55, k=1, s=2), NATIVE)   # gathered
+    assert not ck.few_outputs_in_place(conv(128, 16, 55, k=1, p=1), NATIVE)   # padded
+    assert not ck.few_outputs_in_place(conv(128, 16, 55, k=3), NATIVE)
+
+
 def test_fallbacks():
     assert ck.has_const_weights(conv(3, 8, 9), X86)
     assert not ck.has_const_weights(conv(3, 8, 9, const=False), X86)

@@ -593,6 +593,8 @@ def test_small_map_1x1_conv_matches_implicit(kernels, pools, c, m, hw):
     (520, 48, (5, 5), 1, 1),      # three k blocks; a panel of 32 and a half one; 25 positions
     (33, 16, (3, 3), 1, 6),       # one tile of 9, one half panel
     (70, 80, (13, 13), 2, 1),     # stride 2 into 7 x 7: flat tiles; 32 + 32 + a half panel
+    (129, 16, (23, 29), 1, 1),    # few outputs read in place (few_outputs_in_place): a half
+    (257, 32, (27, 27), 1, 0),    # panel, one panel, on larger maps (SqueezeNet's squeezes)
 ])
 def test_implicit_t_1x1_and_residual(kernels, pools, c, m, hw, stride, act):
     """1x1 convolutions through mlcc_f32_conv2d__implicit_t (ResNets' 7 x 7 and 14 x 14 maps),

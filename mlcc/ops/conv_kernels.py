@@ -14,7 +14,7 @@ import numpy as np
 
 from ..ir import Lowering, Node
 from ..ir.symbolic import dim_vars, evaluate, is_symbolic, smax, smin, upper
-from .gemm import GEMM_KC, GEMM_MC, GEMM_MR, pack_a
+from .gemm import GEMM_KC, GEMM_MC, GEMM_MR, GEMM_ROWS_OUTER_K, pack_a
 from . import winograd
 
 # The im2col panels one packed step gathers: about this many bytes (they stay in L2 while
@@ -384,12 +384,27 @@ def table_fits(l: ConvLayer, t: ConvTarget) -> bool:
     return l.const_weights and l.small_map
 
 
+def reads_in_place_1x1(l: ConvLayer) -> bool:
+    """A 1x1 convolution of stride 1 without padding: implicit_t reads its input in place."""
+    return ((l.kh, l.kw, l.sh, l.sw) == (1, 1, 1, 1) and (l.ih, l.iw) == (l.oh, l.ow))
+
+
 def implicit_t_1x1_fits(l: ConvLayer, t: ConvTarget) -> bool:
-    """1x1 on a 512-bit target where the packed panels waste columns (convt_1x1_applies),
+    """1x1 on a 512-bit target where the packed panels waste columns (convt_1x1_applies), or
+    read in place with outputs of one channel tile in whole vectors (few_outputs_in_place),
     the input addressable by int32 offsets."""
     return (l.const_weights and t.channel_tiles and (l.kh, l.kw) == (1, 1)
-            and convt_1x1_applies(l.oh, l.ow, l.cout_g, l.kdim)
+            and (few_outputs_in_place(l, t) or convt_1x1_applies(l.oh, l.ow, l.cout_g, l.kdim))
             and flat_input_fits(l))
+
+
+def few_outputs_in_place(l: ConvLayer, t: ConvTarget) -> bool:
+    """A 1x1 convolution of stride 1 without padding (implicit_t reads its input in place)
+    with at most one channel tile (CONVT_CP) of outputs in whole vectors, deeper than the
+    packed GEMM's row-by-row nest (GEMM_ROWS_OUTER_K): the packed path would gather every
+    input value into panels that at most CONVT_CP / GEMM_MR weight-row tiles read."""
+    return (reads_in_place_1x1(l) and l.kdim > GEMM_ROWS_OUTER_K and l.cout_g <= CONVT_CP
+            and l.cout_g % t.vector_lanes == 0)
 
 
 def has_const_weights(l: ConvLayer, t: ConvTarget) -> bool:
@@ -503,7 +518,7 @@ def lower_implicit_t(e: ConvEmit, kernel: str) -> None:
 
 def lower_implicit_t_1x1(e: ConvEmit, kernel: str) -> None:
     l = e.layer
-    direct = l.sh == l.sw == 1 and (l.ih, l.iw) == (l.oh, l.ow)
+    direct = reads_in_place_1x1(l)
     e.args[1] = e.pack(CONVT_CP, "W_convt")
     offsets = _offsets_arg(e, lambda: implicit_offsets(l.kdim, 1, 1, l.sh, l.sw, 1, 1, l.oh,
                                                        l.ow))

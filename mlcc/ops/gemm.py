@@ -16,6 +16,7 @@ GEMM_MR = 8          # MLCC_GEMM_MR in runtime_c/kernels/gemm.h: rows of a packe
 GEMM_KC = 256        # MLCC_GEMM_KC: the depth of one k block
 GEMM_MC = 256        # MLCC_GEMM_MC: rows of A per block
 GEMM_B_PANEL = 32    # MLCC_GEMM_B_PANEL: columns of a B panel (mlcc_f32_gemm__panels_threaded)
+GEMM_ROWS_OUTER_K = 64  # MLCC_GEMM_ROWS_OUTER_K (gemm.c): depths that run tile row by row
 GEMV_ROW_FLOATS = 16  # a constant B of a one-row product: rows padded to 64 bytes (gemm.h)
 
 
