@@ -1,9 +1,12 @@
 """Softmax and LogSoftmax against onnxruntime: the opset < 13 coercion to 2-D and the opset 13
 single axis, including non-last axes (inner > 1) at tile edges."""
 import numpy as np
+import onnx
 import pytest
+from onnx import helper
 
-from util import check_node, rand
+import mlcc
+from util import check_model, check_node, make_model, rand
 
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
@@ -65,3 +68,21 @@ def test_hardmax_first_of_ties(tmp_path):
     x = np.random.default_rng(3).integers(-2, 3, (3, 7, 5)).astype(np.float32)
     check_node("Hardmax", {"x": x}, tmp_path=tmp_path, opset=13, axis=1)
     check_node("Hardmax", {"x": x}, tmp_path=tmp_path, opset=13, axis=-1)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_threads_same_bits(tmp_path, op):
+    """Above the threading threshold the softmax vectors are cut into ranges between threads,
+    by rows (last axis) or by column tiles that may start mid-row (other axes): 1, 2 and 3
+    threads give the same bits, and onnxruntime's values."""
+    x = rand(3, 67, 131, seed=4) * 4.0
+    for axis in (-1, 1):
+        model = make_model([helper.make_node(op, ["x"], ["y"], axis=axis)], {"x": x}, ["y"])
+        folder = tmp_path / f"a{axis}"
+        folder.mkdir()
+        onnx.save(model, str(folder / "model.onnx"))
+        mlcc.compile(folder / "model.onnx", folder / "out", target="x86")
+        runs = [mlcc.load(folder / "out", threads=n).run({"x": x})["y"] for n in (1, 2, 3)]
+        check_model(model, {"x": x}, tmp_path / f"ref{axis}")
+        for n, got in zip((2, 3), runs[1:]):
+            assert np.array_equal(got, runs[0]), (axis, f"{n} threads")

@@ -78,10 +78,12 @@ static double row_exp_sum(const float *x, ptrdiff_t n, float m, float *e) {
     return total;
 }
 
-static void softmax_rows(const mlcc_softmax_params *p, const float *x, float *y) {
+/* Rows [o0, o1) (inner == 1). */
+static void softmax_rows(const mlcc_softmax_params *p, const float *x, float *y, ptrdiff_t o0,
+                         ptrdiff_t o1) {
     const ptrdiff_t n = (ptrdiff_t)p->n;
     ptrdiff_t o, i;
-    for (o = 0; o < (ptrdiff_t)p->outer; o++) {
+    for (o = o0; o < o1; o++) {
         const float *xr = x + o * n;
         float *yr = y + o * n;
         const float m = row_max(xr, n);
@@ -138,21 +140,59 @@ static void softmax_tile(const mlcc_softmax_params *p, const float *x, float *y,
     }
 }
 
-void mlcc_f32_softmax(const mlcc_softmax_params *p, const float *x, float *y) {
+/* Softmax vectors [v0, v1) of the outer x inner ones (vector v: outer v / inner, column
+ * v % inner), by rows or by tiles of up to TILE columns that do not cross an outer row. */
+static void softmax_part(const mlcc_softmax_params *p, const float *x, float *y, ptrdiff_t v0,
+                         ptrdiff_t v1) {
     const ptrdiff_t n = (ptrdiff_t)p->n, inner = (ptrdiff_t)p->inner;
-    ptrdiff_t o, i;
-    if (n == 0 || inner == 0) return;
+    ptrdiff_t v;
     if (inner == 1) {
-        softmax_rows(p, x, y);
+        softmax_rows(p, x, y, v0, v1);
         return;
     }
-    for (o = 0; o < (ptrdiff_t)p->outer; o++) {
-        const ptrdiff_t base = o * n * inner;
-        for (i = 0; i < inner; i += TILE) {
-            const ptrdiff_t w = inner - i < TILE ? inner - i : TILE;
-            softmax_tile(p, x + base + i, y + base + i, n, inner, w);
-        }
+    for (v = v0; v < v1;) {
+        const ptrdiff_t o = v / inner, i = v % inner, row_end = (o + 1) * inner;
+        const ptrdiff_t w = (v1 < row_end ? v1 : row_end) - v;
+        const ptrdiff_t tw = w < TILE ? w : TILE;
+        const ptrdiff_t at = o * n * inner + i;
+        softmax_tile(p, x + at, y + at, n, inner, tw);
+        v += tw;
     }
+}
+
+typedef struct softmax_job {
+    const mlcc_softmax_params *p;
+    const float *x;
+    float *y;
+    ptrdiff_t vectors;
+    int units;
+} softmax_job;
+
+static void softmax_unit(void *arg, int unit, int thread) {
+    const softmax_job *job = (const softmax_job *)arg;
+    (void)thread;
+    softmax_part(job->p, job->x, job->y, job->vectors * unit / job->units,
+                 job->vectors * (unit + 1) / job->units);
+}
+
+void mlcc_f32_softmax(const mlcc_softmax_params *p, const float *x, float *y,
+                      mlcc_threadpool *pool) {
+    const ptrdiff_t n = (ptrdiff_t)p->n, inner = (ptrdiff_t)p->inner;
+    softmax_job job;
+    if (n == 0 || inner == 0) return;
+    /* by ranges of softmax vectors, each computed whole by one thread: the same bits */
+    job.p = p;
+    job.x = x;
+    job.y = y;
+    job.vectors = (ptrdiff_t)p->outer * inner;
+    job.units = mlcc_parallel_units(mlcc_threadpool_size(pool),
+                                    (double)job.vectors * (double)n * 4.0,
+                                    (double)MLCC_MIN_PARALLEL_ELEMENTS, job.vectors);
+    if (job.units <= 1) {
+        softmax_part(p, x, y, 0, job.vectors);
+        return;
+    }
+    mlcc_threadpool_for(pool, softmax_unit, &job, job.units, job.units);
 }
 
 void mlcc_f32_hardmax(const mlcc_hardmax_params *p, const float *x, float *y) {
