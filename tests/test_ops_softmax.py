@@ -1,12 +1,10 @@
 """Softmax and LogSoftmax against onnxruntime: the opset < 13 coercion to 2-D and the opset 13
 single axis, including non-last axes (inner > 1) at tile edges."""
 import numpy as np
-import onnx
 import pytest
 from onnx import helper
 
-import mlcc
-from util import check_model, check_node, make_model, rand
+from util import check_model, check_node, make_model, rand, run_same_bits_on_threads
 
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
@@ -78,11 +76,5 @@ def test_threads_same_bits(tmp_path, op):
     x = rand(3, 67, 131, seed=4) * 4.0
     for axis in (-1, 1):
         model = make_model([helper.make_node(op, ["x"], ["y"], axis=axis)], {"x": x}, ["y"])
-        folder = tmp_path / f"a{axis}"
-        folder.mkdir()
-        onnx.save(model, str(folder / "model.onnx"))
-        mlcc.compile(folder / "model.onnx", folder / "out", target="x86")
-        runs = [mlcc.load(folder / "out", threads=n).run({"x": x})["y"] for n in (1, 2, 3)]
-        check_model(model, {"x": x}, tmp_path / f"ref{axis}")
-        for n, got in zip((2, 3), runs[1:]):
-            assert np.array_equal(got, runs[0]), (axis, f"{n} threads")
+        run_same_bits_on_threads(model, {"x": x}, tmp_path)
+        check_model(model, {"x": x}, tmp_path)

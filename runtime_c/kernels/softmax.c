@@ -160,39 +160,30 @@ static void softmax_part(const mlcc_softmax_params *p, const float *x, float *y,
     }
 }
 
-typedef struct softmax_job {
+/* The arguments of one call, for softmax_range. */
+typedef struct softmax_call {
     const mlcc_softmax_params *p;
     const float *x;
     float *y;
-    ptrdiff_t vectors;
-    int units;
-} softmax_job;
+} softmax_call;
 
-static void softmax_unit(void *arg, int unit, int thread) {
-    const softmax_job *job = (const softmax_job *)arg;
-    (void)thread;
-    softmax_part(job->p, job->x, job->y, job->vectors * unit / job->units,
-                 job->vectors * (unit + 1) / job->units);
+static void softmax_range(void *arg, ptrdiff_t v0, ptrdiff_t v1) {
+    const softmax_call *c = (const softmax_call *)arg;
+    softmax_part(c->p, c->x, c->y, v0, v1);
 }
 
 void mlcc_f32_softmax(const mlcc_softmax_params *p, const float *x, float *y,
                       mlcc_threadpool *pool) {
     const ptrdiff_t n = (ptrdiff_t)p->n, inner = (ptrdiff_t)p->inner;
-    softmax_job job;
+    const ptrdiff_t vectors = (ptrdiff_t)p->outer * inner;
+    softmax_call call;
     if (n == 0 || inner == 0) return;
     /* by ranges of softmax vectors, each computed whole by one thread: the same bits */
-    job.p = p;
-    job.x = x;
-    job.y = y;
-    job.vectors = (ptrdiff_t)p->outer * inner;
-    job.units = mlcc_parallel_units(mlcc_threadpool_size(pool),
-                                    (double)job.vectors * (double)n * 4.0,
-                                    (double)MLCC_MIN_PARALLEL_ELEMENTS, job.vectors);
-    if (job.units <= 1) {
-        softmax_part(p, x, y, 0, job.vectors);
-        return;
-    }
-    mlcc_threadpool_for(pool, softmax_unit, &job, job.units, job.units);
+    call.p = p;
+    call.x = x;
+    call.y = y;
+    mlcc_parallel_ranges(pool, softmax_range, &call, vectors, (double)vectors * (double)n * 4.0,
+                         (double)MLCC_MIN_PARALLEL_ELEMENTS);
 }
 
 void mlcc_f32_hardmax(const mlcc_hardmax_params *p, const float *x, float *y) {
