@@ -8,7 +8,7 @@ from onnx import TensorProto, helper
 import mlcc
 from mlcc.errors import UnsupportedError
 from mlcc.ops.reduce import reduce_calls
-from util import check_node, make_model, check_model, rand
+from util import check_node, make_model, check_model, rand, run_same_bits_on_threads
 
 OPS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
        "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"]
@@ -176,11 +176,5 @@ def test_threads_same_bits(tmp_path, op):
     for axes in ([1], [2], [0, 2]):
         model = make_model([helper.make_node(op, ["x", "axes"], ["y"], keepdims=0)], {"x": x},
                            ["y"], initializers={"axes": np.array(axes, np.int64)}, opset=18)
-        folder = tmp_path / f"a{''.join(map(str, axes))}"
-        folder.mkdir()
-        onnx.save(model, str(folder / "model.onnx"))
-        mlcc.compile(folder / "model.onnx", folder / "out", target="x86")
-        runs = [mlcc.load(folder / "out", threads=n).run({"x": x})["y"] for n in (1, 2, 3)]
-        check_model(model, {"x": x}, tmp_path / f"ref{''.join(map(str, axes))}")
-        for n, got in zip((2, 3), runs[1:]):
-            assert np.array_equal(got, runs[0]), (axes, f"{n} threads")
+        run_same_bits_on_threads(model, {"x": x}, tmp_path)
+        check_model(model, {"x": x}, tmp_path)

@@ -2,8 +2,9 @@
 single axis, including non-last axes (inner > 1) at tile edges."""
 import numpy as np
 import pytest
+from onnx import helper
 
-from util import check_node, rand
+from util import check_model, check_node, make_model, rand, run_same_bits_on_threads
 
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
@@ -65,3 +66,15 @@ def test_hardmax_first_of_ties(tmp_path):
     x = np.random.default_rng(3).integers(-2, 3, (3, 7, 5)).astype(np.float32)
     check_node("Hardmax", {"x": x}, tmp_path=tmp_path, opset=13, axis=1)
     check_node("Hardmax", {"x": x}, tmp_path=tmp_path, opset=13, axis=-1)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_threads_same_bits(tmp_path, op):
+    """Above the threading threshold the softmax vectors are cut into ranges between threads,
+    by rows (last axis) or by column tiles that may start mid-row (other axes): 1, 2 and 3
+    threads give the same bits, and onnxruntime's values."""
+    x = rand(3, 67, 131, seed=4) * 4.0
+    for axis in (-1, 1):
+        model = make_model([helper.make_node(op, ["x"], ["y"], axis=axis)], {"x": x}, ["y"])
+        run_same_bits_on_threads(model, {"x": x}, tmp_path)
+        check_model(model, {"x": x}, tmp_path)

@@ -141,6 +141,23 @@ def compile_and_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray], tmp_pa
     return mlcc.load(folder / "out").run(feeds)
 
 
+def run_same_bits_on_threads(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
+                             tmp_path: Path, threads=(2, 3)) -> dict[str, np.ndarray]:
+    """The model compiled for x86 once and run without a pool and on pools of each of
+    `threads`: asserts that every output has the same bits on each; returns the 1-thread
+    outputs (for a comparison with a reference)."""
+    folder = Path(tmp_path) / f"m{next(_counter)}"
+    folder.mkdir(parents=True)
+    onnx.save(model, str(folder / "model.onnx"))
+    mlcc.compile(folder / "model.onnx", folder / "out", target="x86")
+    one = mlcc.load(folder / "out").run(feeds)
+    for n in threads:
+        got = mlcc.load(folder / "out", threads=n).run(feeds)
+        for name, value in one.items():
+            assert np.array_equal(got[name], value, equal_nan=True), (name, f"{n} threads")
+    return one
+
+
 def check_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], tmp_path: Path, *,
                 target: str = "x86", shapes=None, rtol_scale: float = 1.0,
                 reference: str = "onnxruntime") -> dict:

@@ -41,7 +41,8 @@ class _Softmax(OpDef):
             return
         lo.call("mlcc_f32_softmax", [node.inputs[0], node.outputs[0]], [node.outputs[0]],
                 params_type="mlcc_softmax_params",
-                params={"outer": outer, "n": n, "inner": inner, "log": int(self.log)})
+                params={"outer": outer, "n": n, "inner": inner, "log": int(self.log)},
+                pool=True)
 
     def flops(self, node: Node, g: Graph) -> int:
         return 4 * g.values[node.outputs[0]].numel

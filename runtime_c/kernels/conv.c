@@ -787,19 +787,17 @@ static void implicit_fill_channels(const mlcc_conv2d_params *p, const float *xg,
     }
 }
 
-typedef struct fill_job {
+/* The arguments of one implicit_fill, for fill_range. */
+typedef struct fill_call {
     const mlcc_conv2d_params *p;
     const float *xg;
     float *pad;
-    ptrdiff_t cin_g, hq, wq;
-    int units;
-} fill_job;
+    ptrdiff_t hq, wq;
+} fill_call;
 
-static void fill_unit(void *arg, int unit, int thread) {
-    const fill_job *job = (const fill_job *)arg;
-    (void)thread;
-    implicit_fill_channels(job->p, job->xg, job->cin_g * unit / job->units,
-                           job->cin_g * (unit + 1) / job->units, job->hq, job->wq, job->pad);
+static void fill_range(void *arg, ptrdiff_t c0, ptrdiff_t c1) {
+    const fill_call *c = (const fill_call *)arg;
+    implicit_fill_channels(c->p, c->xg, c0, c1, c->hq, c->wq, c->pad);
 }
 
 /* The copy above of all cin_g channels, split by channels between the pool's threads when it
@@ -807,19 +805,14 @@ static void fill_unit(void *arg, int unit, int thread) {
 static void implicit_fill(const mlcc_conv2d_params *p, const float *xg, ptrdiff_t cin_g,
                           ptrdiff_t hq, ptrdiff_t wq, float *pad, mlcc_threadpool *pool) {
     const ptrdiff_t planes = cin_g * (ptrdiff_t)(p->stride_h * p->stride_w);
-    fill_job job;
-    job.p = p;
-    job.xg = xg;
-    job.pad = pad;
-    job.cin_g = cin_g;
-    job.hq = hq;
-    job.wq = wq;
-    job.units = mlcc_parallel_units(mlcc_threadpool_size(pool), (double)planes * hq * wq,
-                                    4.0 * (double)MLCC_MIN_PARALLEL_ELEMENTS, cin_g);
-    if (job.units <= 1)
-        implicit_fill_channels(p, xg, 0, cin_g, hq, wq, pad);
-    else
-        mlcc_threadpool_for(pool, fill_unit, &job, job.units, job.units);
+    fill_call call;
+    call.p = p;
+    call.xg = xg;
+    call.pad = pad;
+    call.hq = hq;
+    call.wq = wq;
+    mlcc_parallel_ranges(pool, fill_range, &call, cin_g, (double)planes * hq * wq,
+                         4.0 * (double)MLCC_MIN_PARALLEL_ELEMENTS);
     memset(pad + planes * hq * wq, 0,
            (size_t)((p->kernel_w - 1) * p->dilation_w + MLCC_IMPLICIT_SLACK) * sizeof(float));
 }

@@ -35,6 +35,33 @@ static inline int mlcc_parallel_units(ptrdiff_t nt, double work, double threshol
     if (nt <= 1 || work < threshold || items < 2) return 1;
     return (int)(items < 4 * nt ? items : 4 * nt);
 }
+/* A parallel loop over `items` independent pieces cut into contiguous ranges: range(arg, i0,
+ * i1) for each unit's [i0, i1), on the caller alone when mlcc_parallel_units says so. For
+ * kernels whose every output is computed whole by one range (the same bits on any count). */
+typedef void (*mlcc_range_fn)(void *arg, ptrdiff_t i0, ptrdiff_t i1);
+typedef struct mlcc_ranges {
+    mlcc_range_fn range;
+    void *arg;
+    ptrdiff_t items;
+    int units;
+} mlcc_ranges;
+static inline void mlcc_ranges_unit(void *job, int unit, int thread) {
+    const mlcc_ranges *r = (const mlcc_ranges *)job;
+    (void)thread;
+    r->range(r->arg, r->items * unit / r->units, r->items * (unit + 1) / r->units);
+}
+static inline void mlcc_parallel_ranges(mlcc_threadpool *pool, mlcc_range_fn range, void *arg,
+                                        ptrdiff_t items, double work, double threshold) {
+    mlcc_ranges r;
+    r.range = range;
+    r.arg = arg;
+    r.items = items;
+    r.units = mlcc_parallel_units(mlcc_threadpool_size(pool), work, threshold, items);
+    if (r.units <= 1)
+        range(arg, 0, items);
+    else
+        mlcc_threadpool_for(pool, mlcc_ranges_unit, &r, r.units, r.units);
+}
 /* Integer (u8 x s8) products run 4 multiply-adds per float one's lane: 4x the threshold. */
 #define MLCC_MIN_PARALLEL_INT8_MACS (4 * MLCC_MIN_PARALLEL_MACS)
 

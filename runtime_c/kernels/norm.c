@@ -60,36 +60,28 @@ static void lrn_rows(const mlcc_lrn_params *p, const float *x, float *y, ptrdiff
     }
 }
 
-typedef struct lrn_job {
+/* The arguments of one call, for lrn_range. */
+typedef struct lrn_call {
     const mlcc_lrn_params *p;
     const float *x;
     float *y;
-    ptrdiff_t rows;
-    int units;
-} lrn_job;
+} lrn_call;
 
-static void lrn_unit(void *arg, int unit, int thread) {
-    const lrn_job *job = (const lrn_job *)arg;
-    (void)thread;
-    lrn_rows(job->p, job->x, job->y, job->rows * unit / job->units,
-             job->rows * (unit + 1) / job->units);
+static void lrn_range(void *arg, ptrdiff_t r0, ptrdiff_t r1) {
+    const lrn_call *c = (const lrn_call *)arg;
+    lrn_rows(c->p, c->x, c->y, r0, r1);
 }
 
 void mlcc_f32_lrn(const mlcc_lrn_params *p, const float *x, float *y, mlcc_threadpool *pool) {
-    lrn_job job;
-    job.p = p;
-    job.x = x;
-    job.y = y;
-    job.rows = (ptrdiff_t)(p->batch * p->channels);
+    const ptrdiff_t rows = (ptrdiff_t)(p->batch * p->channels);
+    lrn_call call;
+    call.p = p;
+    call.x = x;
+    call.y = y;
     /* by ranges of (batch, channel) planes: each output element computed by one thread */
-    job.units = mlcc_parallel_units(mlcc_threadpool_size(pool),
-                                    (double)job.rows * (double)p->inner * (double)(p->size + 8),
-                                    (double)MLCC_MIN_PARALLEL_ELEMENTS, job.rows);
-    if (job.units <= 1) {
-        lrn_rows(p, x, y, 0, job.rows);
-        return;
-    }
-    mlcc_threadpool_for(pool, lrn_unit, &job, job.units, job.units);
+    mlcc_parallel_ranges(pool, lrn_range, &call, rows,
+                         (double)rows * (double)p->inner * (double)(p->size + 8),
+                         (double)MLCC_MIN_PARALLEL_ELEMENTS);
 }
 
 /* Sum of (x[i] - center)^2 over n floats: float lanes per block, the blocks added in

@@ -190,26 +190,23 @@ static void reduce_part(const mlcc_reduce_params *p, const float *x, float *y, p
     }
 }
 
-typedef struct reduce_job {
+/* The arguments of one call, for reduce_range. */
+typedef struct reduce_call {
     const mlcc_reduce_params *p;
     const float *x;
     float *y;
-    ptrdiff_t outputs;
-    int units;
-} reduce_job;
+} reduce_call;
 
-static void reduce_unit(void *arg, int unit, int thread) {
-    const reduce_job *job = (const reduce_job *)arg;
-    (void)thread;
-    reduce_part(job->p, job->x, job->y, job->outputs * unit / job->units,
-                job->outputs * (unit + 1) / job->units);
+static void reduce_range(void *arg, ptrdiff_t o0, ptrdiff_t o1) {
+    const reduce_call *c = (const reduce_call *)arg;
+    reduce_part(c->p, c->x, c->y, o0, o1);
 }
 
 void mlcc_f32_reduce(const mlcc_reduce_params *p, const float *x, float *y,
                      mlcc_threadpool *pool) {
     const ptrdiff_t outer = (ptrdiff_t)p->outer, n = (ptrdiff_t)p->reduce;
     const ptrdiff_t inner = (ptrdiff_t)p->inner;
-    reduce_job job;
+    reduce_call call;
     ptrdiff_t o;
     if (n == 0) {
         /* Nothing to reduce: every output is the identity (0, 1, -inf, +inf) after post. */
@@ -219,16 +216,10 @@ void mlcc_f32_reduce(const mlcc_reduce_params *p, const float *x, float *y,
     }
     /* by ranges of outputs, each reduced whole by one thread: the same sums in the same
      * order whatever the threads */
-    job.p = p;
-    job.x = x;
-    job.y = y;
-    job.outputs = outer * inner;
-    job.units = mlcc_parallel_units(mlcc_threadpool_size(pool),
-                                    (double)outer * (double)n * (double)inner,
-                                    (double)MLCC_MIN_PARALLEL_ELEMENTS, job.outputs);
-    if (job.units <= 1) {
-        reduce_part(p, x, y, 0, job.outputs);
-        return;
-    }
-    mlcc_threadpool_for(pool, reduce_unit, &job, job.units, job.units);
+    call.p = p;
+    call.x = x;
+    call.y = y;
+    mlcc_parallel_ranges(pool, reduce_range, &call, outer * inner,
+                         (double)outer * (double)n * (double)inner,
+                         (double)MLCC_MIN_PARALLEL_ELEMENTS);
 }

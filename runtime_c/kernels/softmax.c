@@ -78,10 +78,12 @@ static double row_exp_sum(const float *x, ptrdiff_t n, float m, float *e) {
     return total;
 }
 
-static void softmax_rows(const mlcc_softmax_params *p, const float *x, float *y) {
+/* Rows [o0, o1) (inner == 1). */
+static void softmax_rows(const mlcc_softmax_params *p, const float *x, float *y, ptrdiff_t o0,
+                         ptrdiff_t o1) {
     const ptrdiff_t n = (ptrdiff_t)p->n;
     ptrdiff_t o, i;
-    for (o = 0; o < (ptrdiff_t)p->outer; o++) {
+    for (o = o0; o < o1; o++) {
         const float *xr = x + o * n;
         float *yr = y + o * n;
         const float m = row_max(xr, n);
@@ -138,21 +140,50 @@ static void softmax_tile(const mlcc_softmax_params *p, const float *x, float *y,
     }
 }
 
-void mlcc_f32_softmax(const mlcc_softmax_params *p, const float *x, float *y) {
+/* Softmax vectors [v0, v1) of the outer x inner ones (vector v: outer v / inner, column
+ * v % inner), by rows or by tiles of up to TILE columns that do not cross an outer row. */
+static void softmax_part(const mlcc_softmax_params *p, const float *x, float *y, ptrdiff_t v0,
+                         ptrdiff_t v1) {
     const ptrdiff_t n = (ptrdiff_t)p->n, inner = (ptrdiff_t)p->inner;
-    ptrdiff_t o, i;
-    if (n == 0 || inner == 0) return;
+    ptrdiff_t v;
     if (inner == 1) {
-        softmax_rows(p, x, y);
+        softmax_rows(p, x, y, v0, v1);
         return;
     }
-    for (o = 0; o < (ptrdiff_t)p->outer; o++) {
-        const ptrdiff_t base = o * n * inner;
-        for (i = 0; i < inner; i += TILE) {
-            const ptrdiff_t w = inner - i < TILE ? inner - i : TILE;
-            softmax_tile(p, x + base + i, y + base + i, n, inner, w);
-        }
+    for (v = v0; v < v1;) {
+        const ptrdiff_t o = v / inner, i = v % inner, row_end = (o + 1) * inner;
+        const ptrdiff_t w = (v1 < row_end ? v1 : row_end) - v;
+        const ptrdiff_t tw = w < TILE ? w : TILE;
+        const ptrdiff_t at = o * n * inner + i;
+        softmax_tile(p, x + at, y + at, n, inner, tw);
+        v += tw;
     }
+}
+
+/* The arguments of one call, for softmax_range. */
+typedef struct softmax_call {
+    const mlcc_softmax_params *p;
+    const float *x;
+    float *y;
+} softmax_call;
+
+static void softmax_range(void *arg, ptrdiff_t v0, ptrdiff_t v1) {
+    const softmax_call *c = (const softmax_call *)arg;
+    softmax_part(c->p, c->x, c->y, v0, v1);
+}
+
+void mlcc_f32_softmax(const mlcc_softmax_params *p, const float *x, float *y,
+                      mlcc_threadpool *pool) {
+    const ptrdiff_t n = (ptrdiff_t)p->n, inner = (ptrdiff_t)p->inner;
+    const ptrdiff_t vectors = (ptrdiff_t)p->outer * inner;
+    softmax_call call;
+    if (n == 0 || inner == 0) return;
+    /* by ranges of softmax vectors, each computed whole by one thread: the same bits */
+    call.p = p;
+    call.x = x;
+    call.y = y;
+    mlcc_parallel_ranges(pool, softmax_range, &call, vectors, (double)vectors * (double)n * 4.0,
+                         (double)MLCC_MIN_PARALLEL_ELEMENTS);
 }
 
 void mlcc_f32_hardmax(const mlcc_hardmax_params *p, const float *x, float *y) {

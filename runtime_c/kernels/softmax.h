@@ -16,7 +16,9 @@ typedef struct mlcc_softmax_params {
     int32_t log;                 /* 0: Softmax, 1: LogSoftmax */
 } mlcc_softmax_params;
 
-void mlcc_f32_softmax(const mlcc_softmax_params *p, const float *x, float *y);
+/* pool: ranges of the softmax vectors between threads (each whole on one: the same bits). */
+void mlcc_f32_softmax(const mlcc_softmax_params *p, const float *x, float *y,
+                      mlcc_threadpool *pool);
 
 /* Hardmax on the same view: y = 1 at the first a of the largest v[a], 0 elsewhere (NaN is
  * never larger). */
