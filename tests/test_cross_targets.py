@@ -540,14 +540,21 @@ def test_losses_sampling_and_float16(tmp_path, target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_max_roi_pool(tmp_path, target):
+def test_max_roi_pool_and_tfidf(tmp_path, target):
     """MaxRoiPool (batch 2, a box across the edge, one outside, spatial_scale 0.5), on
-    positive values (onnxruntime starts its maxima at FLT_MIN)."""
+    positive values (onnxruntime starts its maxima at FLT_MIN); TfIdfVectorizer (IDF with
+    weights, 1- to 3-grams, 2 skips, a batch of int64 tokens)."""
+    from test_ops_ngram import POOL, WEIGHTS, _tokens
     from test_ops_sampling import MAX_ROI_BOXES
-    feeds = {"x": rand(2, 3, 9, 11, seed=9, low=0.01, high=2.0), "rois": MAX_ROI_BOXES}
-    node = helper.make_node("MaxRoiPool", ["x", "rois"], ["y"], pooled_shape=[3, 4],
-                            spatial_scale=0.5)
-    check_model(make_model([node], feeds, ["y"], opset=1), feeds, tmp_path, target=target)
+    feeds = {"x": rand(2, 3, 9, 11, seed=9, low=0.01, high=2.0), "rois": MAX_ROI_BOXES,
+             "tokens": _tokens((3, 17), "int64", seed=2)}
+    nodes = [helper.make_node("MaxRoiPool", ["x", "rois"], ["y"], pooled_shape=[3, 4],
+                              spatial_scale=0.5),
+             helper.make_node("TfIdfVectorizer", ["tokens"], ["tfidf"], mode="IDF",
+                              min_gram_length=1, max_gram_length=3, max_skip_count=2,
+                              weights=WEIGHTS, **POOL)]
+    check_model(make_model(nodes, feeds, ["y", "tfidf"], opset=9), feeds, tmp_path,
+                target=target)
 
 
 # ------------------------------------------------------------------ ranges of sizes

@@ -10,7 +10,7 @@ from onnx import TensorProto, defs, helper
 import mlcc
 from mlcc.errors import UnsupportedError
 from mlcc.ops import registered_operators
-from mlcc.ops.refusals import (BUILT_IN, CATEGORIES, IMAGES, NOT_YET, RANDOM, REFUSED,
+from mlcc.ops.refusals import (BUILT_IN, CATEGORIES, IMAGES, RANDOM, REFUSED,
                                SEQUENCES, STRINGS, category_of, refusal)
 
 DEFAULT_DOMAIN = sorted({s.name for s in defs.get_all_schemas_with_history()
@@ -71,10 +71,10 @@ CASES = {
     "ImageDecoder": (IMAGES, [helper.make_node("ImageDecoder", ["b"], ["y"], name="dec")],
                      [helper.make_tensor_value_info("b", TensorProto.UINT8, [100])],
                      [helper.make_tensor_value_info("y", TensorProto.UINT8, [4, 4, 3])]),
-    "TfIdfVectorizer": (NOT_YET, [helper.make_node(
+    "TfIdfVectorizer of strings": (STRINGS, [helper.make_node(
         "TfIdfVectorizer", ["x"], ["y"], name="tfidf", mode="TF", min_gram_length=1,
         max_gram_length=1, max_skip_count=0, ngram_counts=[0], ngram_indexes=[0, 1],
-        pool_int64s=[2, 3])], [helper.make_tensor_value_info("x", TensorProto.INT64, [6])],
+        pool_strings=["a", "b"])], [helper.make_tensor_value_info("x", TensorProto.STRING, [6])],
         [f32("y", [2])]),
 }
 

@@ -16,7 +16,6 @@ STRINGS = "strings"
 SEQUENCES = "sequences and optionals"
 RANDOM = "random generators"
 IMAGES = "image decoding"
-NOT_YET = "not implemented yet"
 
 # category -> why mlcc refuses what falls in it (the docs' table says the same, generated)
 CATEGORIES: dict[str, str] = {
@@ -29,7 +28,6 @@ CATEGORIES: dict[str, str] = {
             "to, nor one to verify against",
     IMAGES: "decoding JPEG, PNG, TIFF or WebP bytes is the work of an image library, not of a "
             "tensor kernel; decode before the model",
-    NOT_YET: "computable on dense tensors of fixed sizes, and not implemented yet",
 }
 
 # Default-domain operator -> its category. A node of one of these is refused at compile time
@@ -44,8 +42,6 @@ REFUSED: dict[str, str] = {
     **dict.fromkeys(("Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike",
                      "RandomUniform", "RandomUniformLike"), RANDOM),
     "ImageDecoder": IMAGES,
-    # TfIdfVectorizer: n-gram counts of integer token ids (its string form falls under strings)
-    "TfIdfVectorizer": NOT_YET,
 }
 
 # Default-domain operators the compiler handles itself, without an OpDef
