@@ -333,8 +333,9 @@ def compile_command(model: str | Path, *, target: str = "x86", shapes: Shapes | 
         bc = adaround.mode("bias_correction", q.bias_correction)
         if bc != "off":
             words += ["--bias-correction"] + ([bc] if bc != "on" else [])
-        if q.adaround != QuantizeConfig.adaround:
-            words += ["--adaround", q.adaround]
+        ada = adaround.mode("adaround", q.adaround)
+        if ada != adaround.mode("adaround", QuantizeConfig.adaround):
+            words += ["--adaround", ada]
         for pattern in q.keep_float:
             words += ["--keep-float", pattern]
         if q.max_samples is not None:

@@ -237,5 +237,7 @@ def test_bad_option_values_are_one_line_errors(tmp_path):
                                          "--adaround", "auto", "--bias-correction", "auto"])
     assert r.exit_code == 0, r.output
     assert "adaround auto: learned rounding in" in r.output
-    q = json.loads((tmp_path / "c" / "manifest.json").read_text())["quantization"]
+    manifest = json.loads((tmp_path / "c" / "manifest.json").read_text())
+    q = manifest["quantization"]
     assert q["rounding"]["adaround"] == "auto" and q["rounding"]["bias_correction"] == "auto"
+    assert "--bias-correction auto --adaround auto" in manifest["command"]

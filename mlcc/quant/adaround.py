@@ -53,7 +53,10 @@ from .predicates import is_integer_producer, weight_matrix
 from .scheme import WMAX, quantize_weights
 
 MODES = ("auto", "on", "off")
-ROWS_PER_SAMPLE = 128       # rows of a layer's input observed per sample (random positions)
+ROWS_PER_SAMPLE = 128       # rows of a layer's input observed per sample (random positions),
+ROW_FLOPS = 1 << 27         # fewer where rows * groups * k^2 would pass this (wide layers)
+MIN_ROWS = 8
+FLUSH_ROWS = 1024           # rows gathered before they are added to the K x K sums
 SWEEPS = 6                  # coordinate-descent sweeps at most (each flips ~1-10% at first)
 BUDGET_BYTES = 1 << 30      # the statistics' memory; layers beyond it keep nearest rounding
 TINY = 1e-9                 # a flip must lower the error by more than this share of its term
@@ -81,19 +84,45 @@ class _Site:
     dilations: tuple = ()
     begin: tuple = ()
     end: tuple = ()
+    rows: int = ROWS_PER_SAMPLE                # rows per sample at most
 
 
 @dataclass
 class _Half:
-    """Sums over the rows of one half of the samples."""
+    """Sums over the rows of one half of the samples. An ungrouped layer's rows wait in
+    `pending` until min(K, FLUSH_ROWS) of them are there: adding to a K x K sum costs K^2
+    memory traffic whatever the rows (2 s a sample for K = 2880 under load). Grouped ones
+    (depthwise: many small sums) add each sample's rows at once: numpy's batched matmul of
+    480 groups took 60x longer for 8x the rows."""
     gram: np.ndarray                           # [groups, k, k] sum of x x^T
     total: np.ndarray                          # [groups, k] sum of x
     rows: int = 0
+    pending: list = field(default_factory=list)
+
+    def add(self, rows: np.ndarray) -> None:
+        """rows [groups, rows, k] float32."""
+        self.pending.append(rows)
+        groups, _, k = rows.shape
+        if groups > 1 or sum(p.shape[1] for p in self.pending) >= min(k, FLUSH_ROWS):
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        # contiguous operands: numpy's matmul takes BLAS only then (a transposed view ran
+        # 30x slower); the batch's sums in float32, the running sums in float64
+        t = np.ascontiguousarray(np.concatenate(self.pending, axis=1))
+        self.pending = []
+        self.gram += np.matmul(np.ascontiguousarray(t.transpose(0, 2, 1)), t)
+        self.total += t.sum(axis=1, dtype=np.float64)
+        self.rows += t.shape[1]
 
     def second_moment(self) -> np.ndarray:
+        self.flush()
         return self.gram / max(self.rows, 1)
 
     def mean(self) -> np.ndarray:
+        self.flush()
         return self.total / max(self.rows, 1)
 
 
@@ -114,12 +143,12 @@ def _site(g: Graph, n: Node) -> _Site | None:
 
 
 def _rows(site: _Site, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """At most ROWS_PER_SAMPLE rows of the layer's input, [rows, groups, k] float32."""
+    """At most site.rows rows of the layer's input, [rows, groups, k] float32."""
     x = np.asarray(x, np.float32)
     if not site.conv:
         flat = x.reshape(-1, site.k)
-        if len(flat) > ROWS_PER_SAMPLE:
-            flat = flat[np.sort(rng.choice(len(flat), ROWS_PER_SAMPLE, replace=False))]
+        if len(flat) > site.rows:
+            flat = flat[np.sort(rng.choice(len(flat), site.rows, replace=False))]
         return flat.reshape(len(flat), 1, site.k)
     two = len(site.kernel) == 1                 # 1-D: a 2-D window of height 1
     kernel = (1,) + site.kernel if two else site.kernel
@@ -134,8 +163,8 @@ def _rows(site: _Site, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     oh = (h + begin[0] + end[0] - dil[0] * (kernel[0] - 1) - 1) // strides[0] + 1
     ow = (w + begin[1] + end[1] - dil[1] * (kernel[1] - 1) - 1) // strides[1] + 1
     total = n * oh * ow
-    pos = np.arange(total) if total <= ROWS_PER_SAMPLE else \
-        np.sort(rng.choice(total, ROWS_PER_SAMPLE, replace=False))
+    pos = np.arange(total) if total <= site.rows else \
+        np.sort(rng.choice(total, site.rows, replace=False))
     b, rest = np.divmod(pos, oh * ow)
     r, q = np.divmod(rest, ow)
     ki = np.arange(kernel[0]) * dil[0]
@@ -164,6 +193,8 @@ class RoundingStats:
             if site is None:
                 self.skipped[n.name] = "its input shape is not fixed"
                 continue
+            site.rows = int(np.clip(ROW_FLOPS // (site.groups * site.k * site.k), MIN_ROWS,
+                                    ROWS_PER_SAMPLE))
             need = 2 * site.groups * site.k * (site.k + 1) * 8
             if used + need > BUDGET_BYTES:
                 self.skipped[n.name] = f"statistics over the {BUDGET_BYTES >> 20} MiB budget"
@@ -184,12 +215,8 @@ class RoundingStats:
             if site.x not in values:
                 continue
             rng = np.random.default_rng([self.seed, index, j])
-            rows = _rows(site, values[site.x], rng).astype(np.float64)
-            half = self.halves[name][index % 2]
-            t = rows.transpose(1, 0, 2)                       # [groups, rows, k]
-            half.gram += np.matmul(t.transpose(0, 2, 1), t)
-            half.total += t.sum(axis=1)
-            half.rows += len(rows)
+            rows = _rows(site, values[site.x], rng)
+            self.halves[name][index % 2].add(rows.transpose(1, 0, 2))   # [groups, rows, k]
         self.samples = max(self.samples, index + 1)
 
     def statistics(self, g: Graph, n: Node) -> tuple[list[_Half] | None, str]:
@@ -198,6 +225,8 @@ class RoundingStats:
         if n.name not in self.sites:
             return None, self.skipped.get(n.name, "not observed")
         site, halves = self.sites[n.name], self.halves[n.name]
+        for h in halves:
+            h.flush()
         if n.inputs[0] == site.x:
             return halves, ""
         prod = g.producers().get(n.inputs[0])
@@ -214,9 +243,17 @@ def _errors(w: np.ndarray, s: np.ndarray, q: np.ndarray) -> np.ndarray:
     return w - s[..., None] * q
 
 
+def _times(e: np.ndarray, gram: np.ndarray) -> np.ndarray:
+    """e G per group: [groups, m, k] x [groups, k, k] (one BLAS product for one group;
+    numpy's batched matmul of many small groups is slower than einsum's loop)."""
+    if e.shape[0] == 1:
+        return (e[0] @ gram[0])[None]
+    return np.einsum("gmk,gkl->gml", e, gram)
+
+
 def _quadratic(e: np.ndarray, gram: np.ndarray) -> np.ndarray:
     """e_o^T G e_o per channel: e [groups, m, k], G [groups, k, k] -> [groups, m]."""
-    return np.einsum("gmk,gmk->gm", np.matmul(e, gram), e)
+    return np.einsum("gmk,gmk->gm", _times(e, gram), e)
 
 
 def learned_rounding(w: np.ndarray, s: np.ndarray, gram: np.ndarray,
@@ -228,7 +265,7 @@ def learned_rounding(w: np.ndarray, s: np.ndarray, gram: np.ndarray,
     q = np.clip(np.rint(z), -WMAX, WMAX)
     lo = np.clip(np.floor(z), -WMAX, WMAX)
     hi = np.clip(np.ceil(z), -WMAX, WMAX)
-    r = np.matmul(_errors(w, s, q), gram)                    # (G e)_i for every channel
+    r = _times(_errors(w, s, q), gram)                      # (G e)_i for every channel
     diag = np.diagonal(gram, axis1=1, axis2=2)              # [groups, k]
     for _ in range(sweeps):
         flips = 0
@@ -333,22 +370,26 @@ def plan(g: Graph, stats: RoundingStats, opts, adaround: str, bias: str) -> Roun
         q = near
         has_held = held.rows > 0 and fit.rows > 0
         g_held = held.second_moment() if has_held else None
+        zeros = np.zeros(near.shape[:2])
+        nearest = _quadratic(_errors(wg, sg, near), g_held) if has_held else zeros
+        base = nearest                 # the held-out error of the rounding chosen
         if adaround == "on":
             both = _Half(fit.gram + held.gram, fit.total + held.total, fit.rows + held.rows)
             q = learned_rounding(wg, sg, both.second_moment())
             learned = np.ones(near.shape[:2], bool)
+            base = _quadratic(_errors(wg, sg, q), g_held) if has_held else zeros
         elif adaround == "auto" and has_held:
             cand = learned_rounding(wg, sg, fit.second_moment())
-            learned = _quadratic(_errors(wg, sg, cand), g_held) < \
-                _quadratic(_errors(wg, sg, near), g_held)
+            ours = _quadratic(_errors(wg, sg, cand), g_held)
+            learned = ours < nearest
             q = np.where(learned[..., None], cand, near)
+            base = np.where(learned, ours, nearest)
         else:
             learned = np.zeros(near.shape[:2], bool)
         wq = q.reshape(w.shape).astype(np.int8)
         if learned.any():
             out.rounded[n.name] = wq
         e = _errors(wg, sg, q)
-        base = _quadratic(e, g_held) if has_held else np.zeros(near.shape[:2])
         final = base
         corrected = 0
         if bias == "auto":
@@ -363,7 +404,6 @@ def plan(g: Graph, stats: RoundingStats, opts, adaround: str, bias: str) -> Roun
                 final = np.where(better, with_c, base)
             out.bias_channels[n.name] = keep
             corrected = int(keep.sum())
-        nearest = _quadratic(_errors(wg, sg, near), g_held) if has_held else base
         out.layers.append(LayerChoice(n.name, int(w.shape[0]), int(learned.sum()), corrected,
                                       float(nearest.sum()), float(final.sum())))
     return out
