@@ -152,15 +152,18 @@ static inline ptrdiff_t dw_deinterleave_vec(const float *xr, ptrdiff_t avail, fl
         for (; j + MLCC_VF_LANES <= end; j += MLCC_VF_LANES) {
             const mlcc_vf v0 = mlcc_vf_load(xr + 2 * j);
             const mlcc_vf v1 = mlcc_vf_load(xr + 2 * j + MLCC_VF_LANES);
-            mlcc_vf_store(pe + j, mlcc_vf_even(v0, v1));
-            mlcc_vf_store(po + j, mlcc_vf_odd(v0, v1));
+            mlcc_vf ev, od;
+            mlcc_vf_deinterleave(v0, v1, &ev, &od);
+            mlcc_vf_store(pe + j, ev);
+            mlcc_vf_store(po + j, od);
         }
     }
 #endif
     for (; j < ne && j + MLCC_VF_LANES <= room && 2 * (j + MLCC_VF_LANES) <= avail;
          j += MLCC_VF_LANES) {
         const mlcc_vf v0 = mlcc_vf_load(xr + 2 * j), v1 = mlcc_vf_load(xr + 2 * j + MLCC_VF_LANES);
-        const mlcc_vf ev = mlcc_vf_even(v0, v1), od = mlcc_vf_odd(v0, v1);
+        mlcc_vf ev, od;
+        mlcc_vf_deinterleave(v0, v1, &ev, &od);
         const mlcc_vi at = iota + (int32_t)j;
         mlcc_vf_store(pe + j, mlcc_vf_select(at < (int32_t)ne, ev, mlcc_vf_splat(0.0f)));
         mlcc_vf_store(po + j, mlcc_vf_select(at < (int32_t)no, od, mlcc_vf_splat(0.0f)));

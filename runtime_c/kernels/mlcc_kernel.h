@@ -134,24 +134,18 @@ static inline mlcc_vf mlcc_vf_select(mlcc_vi mask, mlcc_vf a, mlcc_vf b) {
  * odd lanes (16-, 32- and 64-byte vectors: MLCC_VF_DEINTERLEAVE). */
 #if MLCC_VECTOR_BYTES == 16 || MLCC_VECTOR_BYTES == 32 || MLCC_VECTOR_BYTES == 64
 #define MLCC_VF_DEINTERLEAVE 1
-static inline mlcc_vf mlcc_vf_even(mlcc_vf v0, mlcc_vf v1) {
+static inline void mlcc_vf_deinterleave(mlcc_vf v0, mlcc_vf v1, mlcc_vf *even, mlcc_vf *odd) {
 #if MLCC_VECTOR_BYTES == 64
-    return __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28,
-                                   30);
+    *even = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                    28, 30);
+    *odd = __builtin_shufflevector(v0, v1, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27,
+                                   29, 31);
 #elif MLCC_VECTOR_BYTES == 32
-    return __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14);
+    *even = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14);
+    *odd = __builtin_shufflevector(v0, v1, 1, 3, 5, 7, 9, 11, 13, 15);
 #else
-    return __builtin_shufflevector(v0, v1, 0, 2, 4, 6);
-#endif
-}
-static inline mlcc_vf mlcc_vf_odd(mlcc_vf v0, mlcc_vf v1) {
-#if MLCC_VECTOR_BYTES == 64
-    return __builtin_shufflevector(v0, v1, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29,
-                                   31);
-#elif MLCC_VECTOR_BYTES == 32
-    return __builtin_shufflevector(v0, v1, 1, 3, 5, 7, 9, 11, 13, 15);
-#else
-    return __builtin_shufflevector(v0, v1, 1, 3, 5, 7);
+    *even = __builtin_shufflevector(v0, v1, 0, 2, 4, 6);
+    *odd = __builtin_shufflevector(v0, v1, 1, 3, 5, 7);
 #endif
 }
 #endif

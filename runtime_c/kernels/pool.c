@@ -210,9 +210,11 @@ static void max_plane_separable(const mlcc_pool2d_params *p, const float *x, flo
                         const float *t = tmp + 2 * ow - pl;
                         const mlcc_vf a0 = mlcc_vf_load(t), a1 = mlcc_vf_load(t + VL);
                         const mlcc_vf b0 = mlcc_vf_load(t + 2), b1 = mlcc_vf_load(t + 2 + VL);
-                        mlcc_vf_store(yr + ow, vf_max(vf_max(mlcc_vf_even(a0, a1),
-                                                             mlcc_vf_odd(a0, a1)),
-                                                      mlcc_vf_even(b0, b1)));
+                        mlcc_vf e0, o0, e2, o2;
+                        mlcc_vf_deinterleave(a0, a1, &e0, &o0);
+                        mlcc_vf_deinterleave(b0, b1, &e2, &o2);   /* o2: unused */
+                        (void)o2;
+                        mlcc_vf_store(yr + ow, vf_max(vf_max(e0, o0), e2));
                     }
 #endif
                     for (; ow < hi; ow++) {
