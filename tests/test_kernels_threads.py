@@ -284,6 +284,8 @@ def pool_lib(tmp_path_factory):
     (11, 13, 13, 5, 1, 2),    # stride 1 on a small map: a padded copy per plane in scratch
     (3, 9, 40, 3, 1, 1),      # stride 1, rows wider than MLCC_MAXPOOL_SMALL_W: in place
     (1, 7, 7, 3, 2, 0),       # one plane: one unit
+    (7, 37, 111, 3, 2, 0),    # SqueezeNet's 3x3/2: rows of 55, three vectors of 16 outputs
+    (3, 21, 70, 3, 2, 1),     # padded: the vectors from the first output inside, then scalars
 ])
 @pytest.mark.parametrize("kind", ["max", "avg"])
 def test_pool2d_is_bit_identical_across_thread_counts(pool_lib, planes, h, w, k, s, pad, kind):

@@ -138,8 +138,7 @@ static inline ptrdiff_t dw_deinterleave_vec(const float *xr, ptrdiff_t avail, fl
                                             float *po, ptrdiff_t ne, ptrdiff_t no,
                                             ptrdiff_t room) {
     ptrdiff_t j = 0;
-#if MLCC_HAVE_VECTORS && (MLCC_VECTOR_BYTES == 16 || MLCC_VECTOR_BYTES == 32 || \
-                          MLCC_VECTOR_BYTES == 64)
+#if MLCC_HAVE_VECTORS && defined(MLCC_VF_DEINTERLEAVE)
     mlcc_vi iota;
     ptrdiff_t t;
     for (t = 0; t < MLCC_VF_LANES; t++) iota[t] = (int32_t)t;
@@ -153,26 +152,18 @@ static inline ptrdiff_t dw_deinterleave_vec(const float *xr, ptrdiff_t avail, fl
         for (; j + MLCC_VF_LANES <= end; j += MLCC_VF_LANES) {
             const mlcc_vf v0 = mlcc_vf_load(xr + 2 * j);
             const mlcc_vf v1 = mlcc_vf_load(xr + 2 * j + MLCC_VF_LANES);
-            mlcc_vf_store(pe + j, __builtin_shufflevector(v0, v1, 0, 2, 4, 6));
-            mlcc_vf_store(po + j, __builtin_shufflevector(v0, v1, 1, 3, 5, 7));
+            mlcc_vf ev, od;
+            mlcc_vf_deinterleave(v0, v1, &ev, &od);
+            mlcc_vf_store(pe + j, ev);
+            mlcc_vf_store(po + j, od);
         }
     }
 #endif
     for (; j < ne && j + MLCC_VF_LANES <= room && 2 * (j + MLCC_VF_LANES) <= avail;
          j += MLCC_VF_LANES) {
         const mlcc_vf v0 = mlcc_vf_load(xr + 2 * j), v1 = mlcc_vf_load(xr + 2 * j + MLCC_VF_LANES);
-#if MLCC_VECTOR_BYTES == 64
-        const mlcc_vf ev = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20,
-                                                   22, 24, 26, 28, 30);
-        const mlcc_vf od = __builtin_shufflevector(v0, v1, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21,
-                                                   23, 25, 27, 29, 31);
-#elif MLCC_VECTOR_BYTES == 32
-        const mlcc_vf ev = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14);
-        const mlcc_vf od = __builtin_shufflevector(v0, v1, 1, 3, 5, 7, 9, 11, 13, 15);
-#else
-        const mlcc_vf ev = __builtin_shufflevector(v0, v1, 0, 2, 4, 6);
-        const mlcc_vf od = __builtin_shufflevector(v0, v1, 1, 3, 5, 7);
-#endif
+        mlcc_vf ev, od;
+        mlcc_vf_deinterleave(v0, v1, &ev, &od);
         const mlcc_vi at = iota + (int32_t)j;
         mlcc_vf_store(pe + j, mlcc_vf_select(at < (int32_t)ne, ev, mlcc_vf_splat(0.0f)));
         mlcc_vf_store(po + j, mlcc_vf_select(at < (int32_t)no, od, mlcc_vf_splat(0.0f)));

@@ -157,6 +157,26 @@ static inline mlcc_vf mlcc_vf_select(mlcc_vi mask, mlcc_vf a, mlcc_vf b) {
     return (mlcc_vf)(((mlcc_vi)a & mask) | ((mlcc_vi)b & ~mask));
 }
 
+/* A stride-2 deinterleave of the 2 x MLCC_VF_LANES floats v0, v1: their even lanes and their
+ * odd lanes (16-, 32- and 64-byte vectors: MLCC_VF_DEINTERLEAVE). */
+#if MLCC_VECTOR_BYTES == 16 || MLCC_VECTOR_BYTES == 32 || MLCC_VECTOR_BYTES == 64
+#define MLCC_VF_DEINTERLEAVE 1
+static inline void mlcc_vf_deinterleave(mlcc_vf v0, mlcc_vf v1, mlcc_vf *even, mlcc_vf *odd) {
+#if MLCC_VECTOR_BYTES == 64
+    *even = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                    28, 30);
+    *odd = __builtin_shufflevector(v0, v1, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27,
+                                   29, 31);
+#elif MLCC_VECTOR_BYTES == 32
+    *even = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14);
+    *odd = __builtin_shufflevector(v0, v1, 1, 3, 5, 7, 9, 11, 13, 15);
+#else
+    *even = __builtin_shufflevector(v0, v1, 0, 2, 4, 6);
+    *odd = __builtin_shufflevector(v0, v1, 1, 3, 5, 7);
+#endif
+}
+#endif
+
 /* e^x for every lane, within 2 ulp of expf on [-87.3, 88] (Cephes' expf: x = n ln2 + r with
  * |r| <= ln2 / 2, e^r by a polynomial, 2^n written into the exponent bits). Inputs are clamped
  * to that range, so lanes below it give ~1e-38 instead of 0 and lanes above it 1.65e38 instead

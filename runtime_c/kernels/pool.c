@@ -203,6 +203,20 @@ static void max_plane_separable(const mlcc_pool2d_params *p, const float *x, flo
             float acc = -FLT_MAX;
             if (ow == lo && hi > lo) {   /* every tap inside */
                 if (sw == 2 && kw_n == 3 && dw == 1) {
+#if MLCC_HAVE_VECTORS && defined(MLCC_VF_DEINTERLEAVE)
+                    /* VL outputs from 2 VL + 2 values of tmp: the even lanes, the odd lanes
+                     * and the even lanes one pair on, combined in the scalar loop's order */
+                    for (; ow + VL <= hi && 2 * (ow + VL) - pl + 2 <= iw_n; ow += VL) {
+                        const float *t = tmp + 2 * ow - pl;
+                        const mlcc_vf a0 = mlcc_vf_load(t), a1 = mlcc_vf_load(t + VL);
+                        const mlcc_vf b0 = mlcc_vf_load(t + 2), b1 = mlcc_vf_load(t + 2 + VL);
+                        mlcc_vf e0, o0, e2, o2;
+                        mlcc_vf_deinterleave(a0, a1, &e0, &o0);
+                        mlcc_vf_deinterleave(b0, b1, &e2, &o2);   /* o2: unused */
+                        (void)o2;
+                        mlcc_vf_store(yr + ow, vf_max(vf_max(e0, o0), e2));
+                    }
+#endif
                     for (; ow < hi; ow++) {
                         const float *t = tmp + 2 * ow - pl;
                         yr[ow] = MAX_OF(MAX_OF(t[0], t[1]), t[2]);
