@@ -118,10 +118,12 @@ static void add_fixed_mve(const mlcc_qadd_params *p, const uint8_t *a, const uin
 }
 #endif
 
-/* TFLite's integer ADD (sub = 0) and SUB (sub = 1): both inputs to the common scale, then
- * to the output's, each multiplier's constants prepared once. */
-static void add_fixed(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b,
-                      uint8_t *y, int sub) {
+/* TFLite's integer ADD (sub = 0) and SUB (sub = 1, a constant where this is inlined): both
+ * inputs to the common scale, then to the output's, each multiplier's constants prepared
+ * once. */
+static inline __attribute__((always_inline)) void add_fixed(
+        const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y,
+        const int sub) {
     const int32_t za = p->a_zero_point, zb = p->b_zero_point, zy = p->rq.zero_point;
     const mlcc_mbqm_c ca = mlcc_mbqm_prep(p->a_mult, p->a_shift);
     const mlcc_mbqm_c cb = mlcc_mbqm_prep(p->b_mult, p->b_shift);

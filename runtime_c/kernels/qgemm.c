@@ -50,8 +50,11 @@ void mlcc_requant_run(const mlcc_requant *rq, const mlcc_qchannels *ch, int64_t 
             const mlcc_rq1 q = mlcc_rq1_prep(rq, ch, channel);
             const ptrdiff_t n = (ptrdiff_t)count;
             ptrdiff_t k;
-            if (q.fast)         /* the test outside the loop (GCC -O2 does not unswitch) */
-                for (k = 0; k < n; k++) out[k] = mlcc_rq1_fast(&q, acc[k]);
+            /* the tests outside the loop (GCC -O2 does not unswitch) */
+            if (q.fast && q.full)
+                for (k = 0; k < n; k++) out[k] = mlcc_rq1_fast(&q, acc[k], 1);
+            else if (q.fast)
+                for (k = 0; k < n; k++) out[k] = mlcc_rq1_fast(&q, acc[k], 0);
             else
                 for (k = 0; k < n; k++) out[k] = mlcc_rq1_apply(&q, acc[k]);
         } else {
@@ -316,9 +319,10 @@ static inline void panel_block(const uint8_t *pa, ptrdiff_t da, const uint32_t *
     s[3] = s11;
 }
 
-/* Rows pa and pa + da times the nb columns of the panel, requantized into y0 and y1 (fast:
- * both rows' constants take mlcc_rq1_fast, a constant where this is inlined). A last odd row
- * or column repeats the one before: computed, stored once. */
+/* Rows pa and pa + da times the nb columns of the panel, requantized into y0 and y1 (fast,
+ * a constant where this is inlined: 1, both rows' constants take mlcc_rq1_fast; 2, with
+ * full; 0, mlcc_rq1_apply). A last odd row or column repeats the one before: computed,
+ * stored once. */
 static inline __attribute__((always_inline)) void panel_rows(
         const uint8_t *pa, ptrdiff_t da, const uint32_t *pp, ptrdiff_t words, ptrdiff_t nb,
         const mlcc_rq1 *q0, const mlcc_rq1 *q1, const int fast, uint8_t *y0, uint8_t *y1) {
@@ -326,11 +330,11 @@ static inline __attribute__((always_inline)) void panel_rows(
     for (; y0 < end; y0 += 2, y1 += 2, pp += words) {
         int32_t s[4];
         panel_block(pa, da, pp, pp + words, s);
-        y1[0] = fast ? mlcc_rq1_fast(q1, s[2]) : mlcc_rq1_apply(q1, s[2]);
-        y0[0] = fast ? mlcc_rq1_fast(q0, s[0]) : mlcc_rq1_apply(q0, s[0]);
+        y1[0] = fast ? mlcc_rq1_fast(q1, s[2], fast == 2) : mlcc_rq1_apply(q1, s[2]);
+        y0[0] = fast ? mlcc_rq1_fast(q0, s[0], fast == 2) : mlcc_rq1_apply(q0, s[0]);
         if (y0 + 1 < end) {
-            y1[1] = fast ? mlcc_rq1_fast(q1, s[3]) : mlcc_rq1_apply(q1, s[3]);
-            y0[1] = fast ? mlcc_rq1_fast(q0, s[1]) : mlcc_rq1_apply(q0, s[1]);
+            y1[1] = fast ? mlcc_rq1_fast(q1, s[3], fast == 2) : mlcc_rq1_apply(q1, s[3]);
+            y0[1] = fast ? mlcc_rq1_fast(q0, s[1], fast == 2) : mlcc_rq1_apply(q0, s[1]);
         }
     }
 }
@@ -355,7 +359,9 @@ static void qgemm_smlad_panel(const mlcc_qgemm_desc *d, const uint8_t *a, const 
             const mlcc_rq1 q0 = mlcc_rq1_prep(rq, ch, i), q1 = mlcc_rq1_prep(rq, ch, i + rows - 1);
             uint8_t *y0 = y + i * ldy + j0, *y1 = y0 + (rows > 1 ? ldy : 0);
             const uint8_t *pa = a + i * lda;
-            if (q0.fast && q1.fast)
+            if (q0.fast && q1.fast && q0.full)     /* (the clamp is the layer's) */
+                panel_rows(pa, rows > 1 ? lda : 0, panel, words, nb, &q0, &q1, 2, y0, y1);
+            else if (q0.fast && q1.fast)
                 panel_rows(pa, rows > 1 ? lda : 0, panel, words, nb, &q0, &q1, 1, y0, y1);
             else
                 panel_rows(pa, rows > 1 ? lda : 0, panel, words, nb, &q0, &q1, 0, y0, y1);

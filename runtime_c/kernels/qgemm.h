@@ -121,6 +121,7 @@ static inline uint8_t mlcc_requant_fixed_one(int32_t v, const mlcc_mbqm_c *c, in
 typedef struct mlcc_rq1 {
     int32_t bias, zp, qmin, qmax, fixed;
     int32_t fast;              /* fixed, with mlcc_mbqm_apply's one-sum form: mlcc_rq1_fast */
+    int32_t full;              /* qmin 0, qmax 255: the clamp is one USAT on these cores */
     mlcc_mbqm_c m;
     float scale, lo, hi;
 } mlcc_rq1;
@@ -192,18 +193,24 @@ static inline mlcc_rq1 mlcc_rq1_prep(const mlcc_requant *rq, const mlcc_qchannel
     q.fixed = rq->mode == MLCC_REQUANT_FIXED;
     q.m = mlcc_mbqm_prep(q.fixed ? ch->mult[c] : 0, q.fixed ? ch->shift[c] : 0);
     q.fast = q.fixed && q.m.fast == 1;
+    q.full = q.qmin == 0 && q.qmax == 255;
     q.scale = q.fixed ? 0.0f : ch->scale[c];
     q.lo = (float)(q.qmin - q.zp);
     q.hi = (float)(q.qmax - q.zp);
     return q;
 }
 
-/* mlcc_rq1_apply where q->fast: no branch but the clamp's (the inner loops of the SMLAD
- * kernels test q->fast once, outside) */
-static inline uint8_t mlcc_rq1_fast(const mlcc_rq1 *q, int32_t acc) {
+/* mlcc_rq1_apply where q->fast: no branch but the clamp's, and with full (q->full, a
+ * constant where this is inlined) the clamp to [0, 255], one USAT on cores with the DSP
+ * extension (the inner loops of the SMLAD kernels test both once, outside) */
+static inline uint8_t mlcc_rq1_fast(const mlcc_rq1 *q, int32_t acc, const int full) {
     const int32_t v = acc + q->bias;
     const int64_t x = (int64_t)v * q->m.mult + q->m.round - (int64_t)((uint32_t)v & 0x80000000u);
     const int32_t r = ((int32_t)(x >> 32) >> q->m.e1) + q->zp;
+#if MLCC_SMLAD && defined(__ARM_FEATURE_SAT)
+    if (full) return (uint8_t)__usat(r, 8);
+#endif
+    if (full) return (uint8_t)(r < 0 ? 0 : (r > 255 ? 255 : r));
     return (uint8_t)(r < q->qmin ? q->qmin : (r > q->qmax ? q->qmax : r));
 }
 
