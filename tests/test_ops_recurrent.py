@@ -117,6 +117,16 @@ def test_sizes_directions(tmp_path, op, case):
 
 
 @pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("hidden", [7, 31, 130])
+def test_batch_of_one_on_the_native_vectors(tmp_path, op, hidden):
+    """A batch of one on x86-native: the per-step product_row with several panels at once
+    (512-bit vectors: 4; LSTM 31: 4 panels, the last one partial, in 15.5 KiB), or one at a
+    time (fewer panels, or an R over 16 KiB: hidden 130)."""
+    check(tmp_path, *build(op, seq=6, batch=1, inp=5, hidden=hidden, direction="bidirectional"),
+          target="x86-native")
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
 @pytest.mark.parametrize("layout", [0, 1])
 def test_bidirectional_states_lengths(tmp_path, op, layout):
     """Initial states, per-batch lengths (0 excluded: see test_zero_length), both layouts

@@ -94,6 +94,14 @@ def test_choice_by_target():
     assert winograd.choose(512, 512, 7, 7, wide) == 2
     assert winograd.choose(64, 64, 56, 56, wide) == 4
     assert winograd.choose(48, 192, 13, 13, wide) == 4
+    # F(4x4) whose few tiles fill so little of x86-native's 32-column panels that its GEMM
+    # multiplies as much as the direct kernel: a CRNN's 4 x 32 map (8 tiles; 1.25x slower at
+    # 256 channels), 11x11 (9 tiles); on 4-lane targets, with 8 or 4 columns, it stays
+    assert winograd.choose(256, 256, 4, 32, wide) == 0
+    assert winograd.choose(128, 256, 4, 32, wide) == 0
+    assert winograd.choose(64, 64, 11, 11, wide) == 0
+    assert winograd.choose(128, 128, 8, 32, wide) == 4
+    assert winograd.choose(256, 256, 4, 32, narrow) == 4
     assert winograd.choose(64, 64, 56, 56, {**wide, "winograd": False}) == 0
 
 

@@ -71,14 +71,20 @@ def choose(cin: int, cout: int, oh: int, ow: int, options: dict) -> int:
 COST = {2: (0.261, 1.152, 0.548), 4: (0.0, 0.928, 0.56)}
 
 
+def gemm_share(oh: int, ow: int, m: int, panel: int) -> float:
+    """F(m x m, 3x3)'s GEMM multiplications in whole panels of `panel` columns (the tiles
+    rounded up), per multiplication of the direct convolution."""
+    return (m + 2) ** 2 * -(-_tiles(oh, ow, m) // panel) * panel / (9 * oh * ow)
+
+
 def cost(cin: int, cout: int, oh: int, ow: int, m: int, panel: int, lanes: int) -> float:
     """The expected time of F(m x m, 3x3) over the direct convolution's (COST): the GEMM's
-    multiplications in whole panels (tiles rounded up to `panel` columns) and the transforms'
-    vector lanes (tile rows x tiles per row rounded up to `lanes`, per input and output
-    channel), both per multiplication of the direct convolution."""
+    multiplications in whole panels (gemm_share) and the transforms' vector lanes (tile rows
+    x tiles per row rounded up to `lanes`, per input and output channel), both per
+    multiplication of the direct convolution."""
     ne, th, tw = (m + 2) ** 2, -(-oh // m), -(-ow // m)
     direct = 9 * oh * ow
-    gemm = ne * -(-(th * tw) // panel) * panel / direct
+    gemm = gemm_share(oh, ow, m, panel)
     lanes_used = ne * th * -(-tw // lanes) * lanes * (1 / cin + 1 / cout) * 9 / direct
     a, b, c = COST[m]
     return a * gemm + b * lanes_used + c
@@ -90,8 +96,17 @@ def pays(cin: int, cout: int, oh: int, ow: int, m: int, panel: int, lanes: int) 
     time on YOLOv8n's, 8 to 256 channels, 80x80 to 10x10). On wider ones the direct kernels
     are stronger and the transforms' vectors of 8 or 16 tiles run mostly empty on small maps
     (a 10x10 map's F(2x2) rows hold 5 tiles), so few channels or small maps lose (one layer,
-    x86-native: 8 channels at 80x80 1.45x, 32 at 14x14 1.18x, 64 at 10x10 1.11x as F(2x2))."""
-    return lanes < 8 or cost(cin, cout, oh, ow, m, panel, lanes) < 1.0
+    x86-native: 8 channels at 80x80 1.45x, 32 at 14x14 1.18x, 64 at 10x10 1.11x as F(2x2)).
+    On those, F(4x4) never where its GEMM alone, in whole panels of the target's width,
+    multiplies as much as the direct convolution (gemm_share >= 1): a map of few tiles fills
+    little of a wide panel (a CRNN's 4 x 32 map is 8 tiles in a 32-column panel: 1.25x slower
+    than the direct kernel on x86-native at 256 channels, a tie at 128 -> 256), and COST's
+    fit of F(4x4), on maps of 11x11 and up, has no GEMM term to see it."""
+    if lanes < 8:
+        return True
+    if m == 4 and gemm_share(oh, ow, m, panel) >= 1.0:
+        return False
+    return cost(cin, cout, oh, ow, m, panel, lanes) < 1.0
 
 
 def transform_weights(w: np.ndarray, m: int = 2) -> np.ndarray:

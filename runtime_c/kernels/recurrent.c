@@ -115,6 +115,12 @@ static void store_y(const mlcc_recurrent_params *p, float *y, const float *h, in
  * the latency of k FMAs per panel, most of a small LSTM's step). */
 #define ROW_VECS (MLCC_GEMM_B_PANEL / MLCC_VF_LANES)
 #define ROW_PANELS (ROW_VECS >= 8 ? 1 : 8 / ROW_VECS)
+/* ... while the whole matrix takes at most half of a 32 KiB L1 data cache (the smallest of
+ * the cores mlcc targets), the rest left to the step's other data: larger ones stream from L2
+ * at every step, and there ROW_PANELS streams a panel apart (k x 128 bytes: the same cache
+ * sets when k is a multiple of 32) ran slower than one (a CRNN's LSTM of hidden 128, 256 KiB
+ * per direction: 1.09x). */
+#define ROW_PANELS_MAX_BYTES (16 * 1024)
 
 /* acc = a[k] times panels q0..q0+nq of B (nq <= ROW_PANELS, inlined with a constant nq) */
 static inline void panels_row(int64_t nq, int64_t k, const float *a, const float *panels,
@@ -139,9 +145,11 @@ static void product_row(int64_t n, int64_t k, const float *a, const float *b_pan
     int64_t jp, p, j;
 #if MLCC_HAVE_VECTORS
     const int64_t panels = (n + MLCC_GEMM_B_PANEL - 1) / MLCC_GEMM_B_PANEL;
+    const int64_t at_once = panels * k * MLCC_GEMM_B_PANEL * (int64_t)sizeof(float) <=
+                            ROW_PANELS_MAX_BYTES ? ROW_PANELS : 1;
     int64_t q0;
-    for (q0 = 0; q0 < panels; q0 += ROW_PANELS) {
-        const int64_t nq = panels - q0 < ROW_PANELS ? panels - q0 : ROW_PANELS;
+    for (q0 = 0; q0 < panels; q0 += at_once) {
+        const int64_t nq = panels - q0 < at_once ? panels - q0 : at_once;
         mlcc_vf acc[ROW_PANELS * ROW_VECS];
         float out[MLCC_GEMM_B_PANEL];
         int64_t q;
