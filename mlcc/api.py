@@ -113,6 +113,11 @@ class QuantizeConfig:
     # learned weight rounding (mlcc/quant/adaround.py): "auto" (per output channel where it
     # lowers the layer's held-out output error), "on" or "off"
     adaround: str = "off"
+    # the default mix: without min_sqnr / max_drop, keep the few layers the sensitivity ranks
+    # worst in float until the output SQNR reaches sensitivity.AUTO_SQNR_DB, within an
+    # estimated time budget (`_auto_mix`); False: every layer that can be integer is
+    # (`--pure-int8`)
+    auto_mix: bool = True
 
 
 def _optimize(model: str | Path, shapes: Shapes | None, extra_outputs: list[str] | None,
@@ -336,6 +341,8 @@ def compile_command(model: str | Path, *, target: str = "x86", shapes: Shapes | 
         ada = adaround.mode("adaround", q.adaround)
         if ada != adaround.mode("adaround", QuantizeConfig.adaround):
             words += ["--adaround", ada]
+        if not q.auto_mix:
+            words.append("--pure-int8")
         for pattern in q.keep_float:
             words += ["--keep-float", pattern]
         if q.max_samples is not None:
@@ -546,6 +553,7 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
     target = _mix_target(cfg)
     say = cfg.progress or (lambda text: None)
     ranges: dict = {}
+    auto = None                     # the default mix's account (_auto_mix)
     alphas: dict | float = {}       # SmoothQuant's alpha per smoothed value (or one for all)
     watch: frozenset = frozenset()  # the values SmoothQuant may smooth
     data = None
@@ -641,6 +649,8 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
             if target is not None:
                 opts, sens, timing = _mixed_search(g, ranges, opts, qdq, cfg, target, run,
                                                    Path(tmp), say)
+            elif cfg.auto_mix and qdq is None:
+                opts, auto = _auto_mix(g, ranges, opts, qdq, cfg, run, Path(tmp), say)
     if target is not None and data is None:
         raise InputError(f"{target.goal()} needs --calibration DATA (the samples it "
                          f"measures on)")
@@ -664,6 +674,8 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
     if target is not None:
         info["mixed_precision"] = sens   # deterministic: scores and sizes, no latencies
         res.timing = timing
+    elif auto is not None:
+        info["mixed_precision"] = auto
     if cfg.smooth is not None and (cfg.smooth != AUTO_SMOOTH or watch):
         info["smooth_alpha"] = cfg.smooth
         if cfg.smooth == AUTO_SMOOTH:
@@ -688,8 +700,6 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
 
 SEARCH_SAMPLES = 16       # calibration samples the mixed-precision search measures on
 RANK_SAMPLES = 8          # of which (or of --eval-data's) the per-layer sensitivity uses
-INT8_FLOAT_RATIO = 0.4    # time of an int8 MAC / a float one, for the time estimates
-                          # (docs/quantization.md: 0.32-0.43 measured on the conv nets)
 
 
 def _mix_target(cfg: QuantizeConfig):
@@ -736,21 +746,10 @@ def _mixed_search(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: Quantize
     say(f"mixed precision: fake-quant program ({len(fq.slots)} switches) built in "
         f"{tb - t0:.1f} s")
 
-    def sim(sample, control):
-        out = run_sim({**sample, fakequant.CONTROL: control})
-        return {o: out[fq.outputs[o]] for o in g.outputs}
+    sim = _simulator(g, fq, run_sim)
     # 1. each candidate quantized alone
-    controls = {c: fq.control(sens.touched(g, c, fq.slots), [c]) for c in cands}
-    stats: dict[str, dict[str, ErrorStats]] = {c: {} for c in cands}
     ranked = samples[:RANK_SAMPLES]
-    for i, (s, ref) in enumerate(zip(ranked, refs)):
-        for j, c in enumerate(cands):
-            out = sim(s, controls[c])
-            for o in g.outputs:
-                stats[c].setdefault(o, ErrorStats()).update(ref[o], out[o])
-            bar("sensitivity", i * len(cands) + j + 1, len(ranked) * len(cands))
-    alone = {c: sens.worst_db([st.sqnr_db for st in stats[c].values()]) for c in cands}
-    order = sorted(cands, key=lambda c: (alone[c], cands.index(c)))
+    alone, order = _sensitivity(g, fq, sim, cands, ranked, refs, bar)
     say(f"mixed precision: sensitivity of {len(cands)} layers on {len(ranked)} samples in "
         f"{time.perf_counter() - tb:.1f} s")
 
@@ -804,10 +803,113 @@ def _mixed_search(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: Quantize
             "weights": json.loads((folder / "manifest.json").read_text())["weights_size"]}
     float_macs = sum(layer_macs[c] for c in res.kept)
     int_macs = sum(layer_macs.values()) - float_macs
-    per_mac = ms / max(1.0, float_macs + INT8_FLOAT_RATIO * int_macs)
-    timing = {"ms": ms, "extra_ms_per_float_mac": per_mac * (1 - INT8_FLOAT_RATIO),
-              "int8_float_ratio": INT8_FLOAT_RATIO}
+    per_mac = ms / max(1.0, float_macs + sens.INT8_FLOAT_RATIO * int_macs)
+    timing = {"ms": ms, "extra_ms_per_float_mac": per_mac * (1 - sens.INT8_FLOAT_RATIO),
+              "int8_float_ratio": sens.INT8_FLOAT_RATIO}
     return replace(opts, keep_float=opts.keep_float | frozenset(res.kept)), info, timing
+
+
+def _simulator(g: Graph, fq, run_sim):
+    """sim(sample, control) -> the model outputs of the fake-quant program."""
+    from .quant import fakequant
+
+    def sim(sample, control):
+        out = run_sim({**sample, fakequant.CONTROL: control})
+        return {o: out[fq.outputs[o]] for o in g.outputs}
+    return sim
+
+
+def _sensitivity(g: Graph, fq, sim, cands: list[str], ranked: list, refs: list, bar
+                 ) -> tuple[dict[str, float], list[str]]:
+    """Each candidate quantized alone (its weights and the activations it reads and writes):
+    the worst output SQNR per layer over the `ranked` samples, and the candidates most
+    sensitive (lowest SQNR) first."""
+    from .quant import sensitivity as sens
+    controls = {c: fq.control(sens.touched(g, c, fq.slots), [c]) for c in cands}
+    stats: dict[str, dict[str, ErrorStats]] = {c: {} for c in cands}
+    for i, (s, ref) in enumerate(zip(ranked, refs)):
+        for j, c in enumerate(cands):
+            out = sim(s, controls[c])
+            for o in g.outputs:
+                stats[c].setdefault(o, ErrorStats()).update(ref[o], out[o])
+            bar("sensitivity", i * len(cands) + j + 1, len(ranked) * len(cands))
+    alone = {c: sens.worst_db([st.sqnr_db for st in stats[c].values()]) for c in cands}
+    return alone, sorted(cands, key=lambda c: (alone[c], cands.index(c)))
+
+
+def _auto_mix(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: QuantizeConfig,
+              run_float, tmp: Path, say) -> tuple[QuantOptions, dict | None]:
+    """The default mix (no --min-sqnr / --max-drop, not --pure-int8): if the all-integer
+    program's simulated output SQNR is below sensitivity.AUTO_SQNR_DB, the layers the
+    one-pass sensitivity ranks worst are kept in float until it reaches it, taking only
+    layers that keep the estimated int8 / float time within sensitivity.AUTO_TIME_BUDGET;
+    when the target is out of reach, the fewest of those whose simulated SQNR is near the
+    best mix tried (sensitivity.grid_search). One fake-quant build and no other: the choice
+    is not rebuilt to be verified."""
+    from .quant import fakequant
+    from .quant import sensitivity as sens
+
+    t0 = time.perf_counter()
+    allint = quantize_graph(g, ranges, opts, qdq)
+    cands = sens.candidates(allint.layers)
+    if not cands:
+        return opts, None
+    samples = list(CalibrationSet(cfg.calibration, _input_spec(g),
+                                  min(SEARCH_SAMPLES, cfg.max_samples or SEARCH_SAMPLES)))
+    refs = [{o: run_float(s)[o] for o in g.outputs} for s in samples]
+    fq = fakequant.build(g, allint)
+    sim = _simulator(g, fq, _host_runner(fq.graph, tmp / "fakequant", "mlcc_fakequant"))
+    target = sens.Target.sqnr(sens.AUTO_SQNR_DB)
+    layer_macs = {c: sens.macs(g, c) for c in cands}
+
+    def plan(kept) -> QuantResult:
+        return quantize_graph(g, ranges, replace(opts, keep_float=opts.keep_float |
+                                                 frozenset(kept)), qdq)
+
+    def simulate(kept) -> float:
+        return target.call(refs, [sim(s, fq.plan(plan(kept))) for s in samples])
+    score = simulate([])
+    info = {"auto": True, "target": f"auto: output SQNR >= {sens.AUTO_SQNR_DB:g} dB within "
+            f"{sens.AUTO_TIME_BUDGET:g} of float's estimated time", "kind": "sqnr",
+            "value": sens.AUTO_SQNR_DB, "budget": sens.AUTO_TIME_BUDGET,
+            "metric": target.name, "reference": None, "samples": len(samples),
+            "rank_samples": 0, "kept": [], "order": [], "sensitivity_db": {},
+            "steps": [[0, score]], "verified": [], "final": score, "macs": layer_macs,
+            "time_ratio": round(sens.time_ratio(allint.layers, layer_macs), 4),
+            "met": target.meets(score)}
+    if info["met"]:
+        say(f"int8: simulated output SQNR {score:.1f} dB all integer (>= "
+            f"{sens.AUTO_SQNR_DB:g}): no layer kept in float")
+        return opts, info
+    ranked = samples[:sens.auto_rank_samples(layer_macs, RANK_SAMPLES)]
+    bar = cfg.progress_bar or (lambda label, done, total: None)
+    alone, order = _sensitivity(g, fq, sim, cands, ranked, refs, bar)
+    integer = {lp.node for lp in allint.layers if lp.integer}
+
+    def ratio(kept) -> float:       # kept layers in float, the rest as in the all-integer plan
+        return sens.time_ratio([sens.LayerPlan(c, "", c in integer and c not in kept)
+                                for c in cands], layer_macs)
+    affordable = sens.within_budget(order, ratio, sens.AUTO_TIME_BUDGET)
+    memo = {0: score}
+
+    def evaluate(k: int) -> float:
+        if k not in memo:
+            memo[k] = simulate(affordable[:k])
+        return memo[k]
+    k, steps = sens.grid_search(len(affordable), evaluate, target.meets,
+                                sens.AUTO_NEAR_BEST_DB)
+    kept = affordable[:k]
+    score = memo[k]
+    info.update({"rank_samples": len(ranked), "order": order, "kept": kept,
+                 "affordable": affordable,
+                 "sensitivity_db": {c: round(v, 3) for c, v in alone.items()},
+                 "steps": [[0, info["steps"][0][1]]] + [[n, v] for n, v in steps if n],
+                 "final": score, "met": target.meets(score),
+                 "time_ratio": round(ratio(kept), 4)})
+    say(f"int8: {len(kept)} of {len(cands)} layers kept in float by the sensitivity "
+        f"(simulated output SQNR {info['steps'][0][1]:.1f} -> {score:.1f} dB, estimated "
+        f"int8/float time {info['time_ratio']:.2f}) in {time.perf_counter() - t0:.1f} s")
+    return replace(opts, keep_float=opts.keep_float | frozenset(kept)), info
 
 
 def _median_ms(run, sample, reps: int = 5) -> float:

@@ -195,6 +195,11 @@ def quant_options(fn):
                      help="Learned weight rounding (up or down per weight, for the least "
                           "layer output error on the calibration data); auto: per channel "
                           "where it lowers the held-out error."),
+        click.option("--pure-int8", "pure_int8", is_flag=True,
+                     help="Every layer that can be integer is: no layer kept in float by "
+                          "the default mix (which keeps the few the sensitivity ranks worst "
+                          "until the output SQNR reaches 30 dB, within half of float's "
+                          "estimated time)."),
         click.option("--keep-float", "keep_float", multiple=True, metavar="PATTERN",
                      help="Keep these groups in float (repeatable or comma-separated): node "
                           "names as the compile output and the report print them, shell-style "
@@ -207,15 +212,16 @@ def quant_options(fn):
 
 def _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant, report,
                   export_qdq=None, smooth=None, equalize=False, equalize_relu6=False,
-                  bias_correction=None, keep_float=(), adaround=None):
+                  bias_correction=None, keep_float=(), adaround=None,
+                  pure_int8=False):
     from . import api
 
     if quantize is None:
         if calibration or report or export_qdq or smooth is not None or equalize or \
-                equalize_relu6 or bias_correction or keep_float or adaround:
+                equalize_relu6 or bias_correction or keep_float or adaround or pure_int8:
             raise MlccError("--calibration, --report, --export-qdq, --smooth, --equalize, "
-                            "--equalize-relu6, --bias-correction, --adaround and "
-                            "--keep-float need --quantize int8")
+                            "--equalize-relu6, --bias-correction, --adaround, --keep-float "
+                            "and --pure-int8 need --quantize int8")
         return None
     defaults = api.QuantizeConfig()
     return api.QuantizeConfig(calibration, calibrator=calibrator, percentile=percentile,
@@ -228,6 +234,7 @@ def _quant_config(quantize, calibration, calibrator, percentile, per_channel, re
                               adaround=adaround or defaults.adaround,
                               keep_float=tuple(p.strip() for item in keep_float
                                                for p in item.split(",") if p.strip()),
+                              auto_mix=not pure_int8,
                               progress=lambda text: click.echo(text, err=True))
 
 
@@ -284,13 +291,13 @@ def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_wei
                 max_outputs, max_loop_iterations, dump_ir, no_build, min_sqnr, max_drop, metric,
                 eval_data, tune, tuning_file, quantize, calibration, calibrator, percentile,
                 per_channel, requant, report, export_qdq, smooth, equalize, equalize_relu6,
-                bias_correction, keep_float, adaround):
+                bias_correction, keep_float, adaround, pure_int8):
     """Compile MODEL (an .onnx file) into C sources, a weight blob and a library."""
     from . import api, tuning
 
     qcfg = _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant,
                          report, export_qdq, smooth, equalize, equalize_relu6,
-                         bias_correction, keep_float, adaround)
+                         bias_correction, keep_float, adaround, pure_int8)
     for flag, value in (("--min-sqnr", min_sqnr), ("--max-drop", max_drop),
                         ("--metric", metric), ("--eval-data", eval_data)):
         if value is not None and qcfg is None:
@@ -330,7 +337,13 @@ def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_wei
         click.echo(f"int8: {q['integer_layers']} integer layers, {len(floats)} in float"
                    + (f" ({', '.join(floats[:8])}{', ...' if len(floats) > 8 else ''})"
                       if floats else "") + (f"; report in {report}" if report else ""))
-        if "mixed_precision" in q:
+        if "mixed_precision" in q and q["mixed_precision"].get("auto"):
+            mp = q["mixed_precision"]
+            click.echo(f"default mix ({mp['target']}; --pure-int8: none): "
+                       f"{len(mp['kept'])} layers kept in float, simulated output SQNR "
+                       f"{mp['steps'][0][1]:.1f} -> {mp['final']:.1f} dB, estimated "
+                       f"int8/float time {mp['time_ratio']:.2f}")
+        elif "mixed_precision" in q:
             mp = {**q["mixed_precision"], **res.quant.timing}
             click.echo(f"{mp['target']} met: {len(mp['kept'])} of {len(mp['order'])} layers "
                        f"kept in float, score {mp['final']:.4g} on {mp['samples']} samples, "
@@ -406,7 +419,8 @@ def run_cmd(folder, inputs, outputs):
 def verify_cmd(model, target, shapes, binds, inputs, per_layer, output, min_sqnr, max_outputs,
                max_loop_iterations, quantize,
                calibration, calibrator, percentile, per_channel, requant, report, export_qdq,
-               smooth, equalize, equalize_relu6, bias_correction, keep_float, adaround):
+               smooth, equalize, equalize_relu6, bias_correction, keep_float, adaround,
+               pure_int8):
     """Compile MODEL and compare its outputs with onnxruntime's."""
     from . import api
 
@@ -415,7 +429,7 @@ def verify_cmd(model, target, shapes, binds, inputs, per_layer, output, min_sqnr
     loop_limit = api.parse_max_loop_iterations(max_loop_iterations)
     qcfg = _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant,
                          report, export_qdq, smooth, equalize, equalize_relu6,
-                         bias_correction, keep_float, adaround)
+                         bias_correction, keep_float, adaround, pure_int8)
     if qcfg is not None:
         if max_outputs:
             raise MlccError("mlcc verify takes --max-output without --quantize only")

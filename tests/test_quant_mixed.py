@@ -239,3 +239,105 @@ def test_progress_bar_only_on_a_terminal(monkeypatch):
                 text.endswith("] 12/12\n")
         else:
             assert text == ""
+
+
+def _outlier_cnn(tmp_path, rng) -> tuple[Path, Path]:
+    """A CNN with one deliberately sensitive tensor: `a`, the output of the small 1x1 Conv
+    `A`, has one channel 1000x the others (its weights and bias scaled), so one per-tensor
+    uint8 scale for `a` crushes the other three channels, which carry the output (the next
+    Conv `B` reads the big channel with weights 1000x smaller). Two 3x3 Convs before them
+    hold most of the multiply-accumulates, so keeping A and B in float is cheap."""
+    wa = rng.normal(0, 0.3, (4, 16, 1, 1)).astype(np.float32)
+    ba = rng.normal(0, 0.1, 4).astype(np.float32)
+    wb = rng.normal(0, 0.5, (8, 4, 1, 1)).astype(np.float32)
+    wa[3] *= 1000
+    ba[3] *= 1000
+    wb[:, 3] /= 1000
+    consts = {"w0": rng.normal(0, 0.4, (16, 3, 3, 3)).astype(np.float32),
+              "w1": rng.normal(0, 0.15, (16, 16, 3, 3)).astype(np.float32),
+              "wa": wa, "ba": ba, "wb": wb,
+              "wg": rng.normal(0, 0.4, (8, 5)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1], name="C0"),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("Conv", ["r0", "w1"], ["c1"], pads=[1, 1, 1, 1], name="C1"),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "wa", "ba"], ["a"], name="A"),
+             helper.make_node("Conv", ["a", "wb"], ["b"], name="B"),
+             helper.make_node("Relu", ["b"], ["rb"]),
+             helper.make_node("GlobalAveragePool", ["rb"], ["p"]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Gemm", ["f", "wg"], ["y"], name="G")]
+    path = _save_model(tmp_path, nodes, [1, 3, 13, 17], {"y": [1, 5]}, consts)
+    return path, _calibration(tmp_path, rng, 16, (1, 3, 13, 17))
+
+
+def test_default_mix_keeps_a_sensitive_layer_in_float_and_meets_its_sqnr(tmp_path):
+    """With default options the sensitivity finds the layers around the outlier tensor and
+    keeps them in float, within the time budget, and the built program's output SQNR against
+    onnxruntime reaches the default target on held-out inputs; --pure-int8 keeps every layer
+    integer and loses most of the signal."""
+    from test_quant import _sqnr_vs_onnxruntime
+    rng = np.random.default_rng(11)
+    path, calib = _outlier_cnn(tmp_path, rng)
+    xs = rng.normal(0, 1, (8, 1, 3, 13, 17)).astype(np.float32)
+    report = tmp_path / "r.md"
+    r = CliRunner().invoke(main, ["compile", str(path), "-o", str(tmp_path / "mix"),
+                                  "--target", "x86-native", "--quantize", "int8",
+                                  "--calibration", str(calib), "--report", str(report)])
+    assert r.exit_code == 0, r.output
+    mp = json.loads((tmp_path / "mix" / "manifest.json").read_text())[
+        "quantization"]["mixed_precision"]
+    assert mp["auto"] and mp["met"] and mp["steps"][0][1] < 20 <= sensitivity.AUTO_SQNR_DB
+    assert set(mp["order"][:2]) == {"A", "B"} and set(mp["kept"]) <= {"A", "B"}
+    assert "C0" not in mp["kept"] and "C1" not in mp["kept"]
+    assert mp["time_ratio"] <= sensitivity.AUTO_TIME_BUDGET
+    assert "default mix" in r.output and "Default mix" in report.read_text()
+    mixed_db = _sqnr_vs_onnxruntime(path, tmp_path / "mix", xs)[0]
+    assert mixed_db >= sensitivity.AUTO_SQNR_DB, mixed_db
+    r = CliRunner().invoke(main, ["compile", str(path), "-o", str(tmp_path / "pure"),
+                                  "--target", "x86-native", "--quantize", "int8",
+                                  "--calibration", str(calib), "--pure-int8"])
+    assert r.exit_code == 0, r.output
+    q = json.loads((tmp_path / "pure" / "manifest.json").read_text())["quantization"]
+    assert "mixed_precision" not in q and q["float_layers"] == []
+    pure_db = _sqnr_vs_onnxruntime(path, tmp_path / "pure", xs)[0]
+    assert pure_db < 20 < mixed_db, (pure_db, mixed_db)
+
+
+def test_default_mix_respects_the_time_budget():
+    """within_budget takes layers in sensitivity order only while the estimated int8 / float
+    time stays within the budget (a big layer is skipped, smaller later ones still fit), and
+    time_ratio is INT8_FLOAT_RATIO for an all-integer plan and 1 for an all-float one."""
+    macs = {"big": 900, "small": 50, "tiny": 50}
+    LP = sensitivity.LayerPlan
+
+    def ratio(kept):
+        return sensitivity.time_ratio([LP(c, "", c not in kept) for c in macs], macs)
+    assert ratio([]) == pytest.approx(sensitivity.INT8_FLOAT_RATIO)
+    assert ratio(list(macs)) == pytest.approx(1.0)
+    assert sensitivity.within_budget(["big", "small", "tiny"], ratio, 0.5) == ["small", "tiny"]
+    assert sensitivity.within_budget(["small", "big", "tiny"], ratio, 0.44) == ["small"]
+    assert sensitivity.within_budget(["big"], ratio, 1.0) == ["big"]
+
+
+def test_default_mix_grid_search_meets_or_takes_the_fewest_near_the_best():
+    """The default mix's search: the least k that meets the target (grid 0, 1, 2, 4, ...,
+    count, then bisection below the first grid point that meets), else the fewest layers
+    within near_best dB of the best score evaluated (scores need not grow with k)."""
+    scores = [10, 11, 12, 14, 20, 21, 25, 31, 33, 30, 29]     # k = 0..10
+
+    def run(target, near=1.0):
+        calls = []
+
+        def ev(k):
+            calls.append(k)
+            return scores[k]
+        k, steps = sensitivity.grid_search(10, ev, lambda s: s >= target, near)
+        assert [c for c, _ in steps] == calls and len(set(calls)) == len(calls)
+        return k, calls
+    assert run(30) == (7, [0, 1, 2, 4, 8, 6, 7])
+    assert run(10) == (0, [0])
+    assert run(100) == (8, [0, 1, 2, 4, 8, 10])             # best 33 at 8; 10 reads 29
+    assert run(100, near=5.0)[0] == 8
+    assert run(100, near=20.0)[0] == 4 and run(100, near=21.0)[0] == 2    # 14, 12 >= 33 - near
+    assert sensitivity.grid_search(0, lambda k: 5.0, lambda s: s > 9, 1.0) == (0, [(0, 5.0)])

@@ -147,6 +147,24 @@ def mixed_text(m: dict) -> str:
     met = "met" if m["met"] else "NOT met"
     kept = set(m["kept"])
     cost = m.get("extra_ms_per_float_mac", math.nan)
+    if m.get("auto"):       # the default mix: simulated only, bounded by a time budget
+        lines = [f"Default mix ({m['target']}): {met} with {len(m['kept'])} of "
+                 f"{len(m['macs'])} candidate layers in float (simulated output SQNR "
+                 f"{num(m['final'])} dB on {m['samples']} samples; estimated int8 / float "
+                 f"time {m['time_ratio']:.2f}; `--pure-int8` turns it off).", "",
+                 "Search, simulated by fake quantization (layers kept in float -> score): "
+                 + ", ".join(f"{k} -> {num(v)}" for k, v in m["steps"]) + "."]
+        if m["order"]:
+            affordable = set(m.get("affordable", ()))
+            lines += ["", f"Layers, most sensitive first: the output SQNR with only that "
+                      f"layer quantized (simulated, {m['rank_samples']} samples), the "
+                      f"precision chosen, and whether the time budget lets it be float.", "",
+                      "| layer | SQNR alone (dB) | precision | MACs | within budget |",
+                      "|---|---:|---|---:|---|"]
+            lines += [f"| `{node}` | {num(m['sensitivity_db'][node])} | "
+                      f"{'float' if node in kept else 'int8'} | {m['macs'][node]} | "
+                      f"{'yes' if node in affordable else 'no'} |" for node in m["order"]]
+        return "\n".join(lines)
     lines = [f"Target {m['target']}: {met} with {len(m['kept'])} of {len(m['order'])} "
              f"candidate layers in float (score {num(m['final'])} on {m['samples']} samples, "
              f"built and run); the program takes {m.get('ms', math.nan):.3g} ms on this "

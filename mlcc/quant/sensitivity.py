@@ -42,6 +42,22 @@ LOSSY = ("Conv", "Gemm", "MatMul", "Add", "Concat", "AveragePool", "GlobalAverag
 
 Outputs = list[dict[str, np.ndarray]]       # one dict of model outputs per sample
 
+# The default mix (no --min-sqnr / --max-drop given, not --pure-int8): keep the layers the
+# sensitivity ranks worst in float until the simulated output SQNR reaches AUTO_SQNR_DB, as
+# long as the estimated int8 / float time stays within AUTO_TIME_BUDGET.
+AUTO_SQNR_DB = 30.0
+AUTO_TIME_BUDGET = 0.5
+# when the target is out of reach within the budget: the fewest layers whose simulated SQNR
+# is within this of the best mix tried (more float layers need not help: a float layer's
+# neighbours quantize at other points, and a saturating output such as softmax
+# probabilities stops improving)
+AUTO_NEAR_BEST_DB = 1.0
+# the default mix ranks layers on fewer samples for bigger models: about as many simulated
+# multiply-accumulates per candidate as 8 samples of PP-OCRv4 rec (0.7 G each), 2 at least
+AUTO_RANK_MACS = 6e9
+INT8_FLOAT_RATIO = 0.4    # time of an int8 MAC / a float one, for the time estimates
+                          # (docs/quantization.md: 0.32-0.43 measured on the conv nets)
+
 
 def candidates(layers: list[LayerPlan]) -> list[str]:
     """The integer groups worth trying in float (lossy ones), in graph order."""
@@ -154,11 +170,8 @@ def touched(g: Graph, node: str, slots: dict[str, int]) -> list[str]:
     return [] if n is None else [v for v in list(n.inputs) + list(n.outputs) if v in slots]
 
 
-def bisect(count: int, evaluate: Callable[[int], float], meets: Callable[[float], bool]
-           ) -> tuple[int, list[tuple[int, float]]]:
-    """The least k in 0..count whose evaluate(k) meets the target, by bisection (the score is
-    taken to grow with k, the layers kept in float), or count if none does; and every
-    (k, score) evaluated, in order."""
+def _recorded(evaluate: Callable[[int], float]):
+    """evaluate, memoized, and the list of every (k, score) it evaluated, in order."""
     steps: list[tuple[int, float]] = []
     memo: dict[int, float] = {}
 
@@ -167,18 +180,49 @@ def bisect(count: int, evaluate: Callable[[int], float], meets: Callable[[float]
             memo[k] = evaluate(k)
             steps.append((k, memo[k]))
         return memo[k]
-    if meets(ev(0)) or count == 0:
-        return 0, steps
-    if not meets(ev(count)):
-        return count, steps
-    lo, hi = 0, count
+    return ev, steps, memo
+
+
+def _least_between(ev, meets, lo: int, hi: int) -> int:
+    """The least k in (lo, hi] that meets, lo failing and hi meeting (scores growing)."""
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if meets(ev(mid)):
             hi = mid
         else:
             lo = mid
-    return hi, steps
+    return hi
+
+
+def bisect(count: int, evaluate: Callable[[int], float], meets: Callable[[float], bool]
+           ) -> tuple[int, list[tuple[int, float]]]:
+    """The least k in 0..count whose evaluate(k) meets the target, by bisection (the score is
+    taken to grow with k, the layers kept in float), or count if none does; and every
+    (k, score) evaluated, in order."""
+    ev, steps, _ = _recorded(evaluate)
+    if meets(ev(0)) or count == 0:
+        return 0, steps
+    if not meets(ev(count)):
+        return count, steps
+    return _least_between(ev, meets, 0, count), steps
+
+
+def grid_search(count: int, evaluate: Callable[[int], float], meets: Callable[[float], bool],
+                near_best: float) -> tuple[int, list[tuple[int, float]]]:
+    """The default mix's search over k in 0..count layers kept in float, which does not take
+    the score to grow with k: k = 0, 1, 2, 4, ... and count are evaluated; the least that
+    meets the target, refined by bisection from the grid point before it, or if none meets,
+    the least whose score is within `near_best` of the best evaluated. Returns k and every
+    (k, score) evaluated, in order."""
+    ev, steps, memo = _recorded(evaluate)
+    grid = sorted({0, count} | {1 << i for i in range(count.bit_length()) if 1 << i < count})
+    prev = None
+    for k in grid:
+        if meets(ev(k)):
+            return (k if prev is None else _least_between(ev, meets, prev, k)), steps
+        prev = k
+    best = max(memo.values())
+    return min(k for k, v in memo.items() if v >= best - near_best), steps
 
 
 @dataclass
@@ -208,6 +252,38 @@ def macs(g: Graph, node: str) -> int:
         k = w.shape[0] if n.op_type == "MatMul" or n.attr("transB", 0) == 0 else w.shape[1]
         return size * int(k)
     return size
+
+
+def time_ratio(layers: list[LayerPlan], layer_macs: dict[str, int]) -> float:
+    """The estimated time of a plan against the all-float program: the candidate layers'
+    multiply-accumulates, an integer one costing INT8_FLOAT_RATIO of a float one (layers of
+    no candidate, such as float attention, are left out: they cost the same in both)."""
+    integer = {lp.node for lp in layers if lp.integer}
+    total = sum(layer_macs.values())
+    if total == 0:
+        return INT8_FLOAT_RATIO
+    return sum(m * (INT8_FLOAT_RATIO if c in integer else 1.0)
+               for c, m in layer_macs.items()) / total
+
+
+def auto_rank_samples(layer_macs: dict[str, int], limit: int) -> int:
+    """How many samples the default mix's sensitivity pass runs: 8 (`limit`) for a model of
+    up to AUTO_RANK_MACS / 8 multiply-accumulates per inference, fewer for bigger ones (the
+    pass runs once per candidate layer and sample), 2 at least."""
+    total = max(1, sum(layer_macs.values()))
+    return max(min(2, limit), min(limit, int(AUTO_RANK_MACS // total)))
+
+
+def within_budget(order: list[str], ratio_of: Callable[[list[str]], float], budget: float
+                  ) -> list[str]:
+    """The layers of `order` (most sensitive first) taken in turn, each one only if the
+    estimated time ratio with it and those taken before stays within the budget: every
+    prefix of the result is affordable, so the search can cut it anywhere."""
+    taken: list[str] = []
+    for c in order:
+        if ratio_of(taken + [c]) <= budget:
+            taken.append(c)
+    return taken
 
 
 def select_nodes(g: Graph, patterns) -> tuple[frozenset, list[str]]:
