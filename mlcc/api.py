@@ -157,6 +157,11 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
         raise UnsupportedError("--min-sqnr / --max-drop with a range of sizes (--shape LO..HI) "
                                "is not supported yet: give fixed sizes, or leave the search "
                                "out (--keep-float picks float layers by hand)")
+    if quantize is not None and quantize.auto_mix and \
+            any(raw.values[n].is_dynamic for n in raw.inputs):
+        # the default mix simulates its candidates at fixed sizes: a range build is all
+        # integer, as with --pure-int8 (docs/dynamic-shapes.md)
+        quantize = replace(quantize, auto_mix=False)
     bound = bound_record(raw, bind or {})
     if quantize is not None and has_qdq(raw):
         raw, qdq = extract_qdq(raw)           # an already-quantized model: its own parameters
