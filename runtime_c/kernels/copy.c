@@ -64,60 +64,54 @@ static void copy_part(const mlcc_copy_params *p, const uint8_t *s, uint8_t *d, i
     }
 }
 
-typedef struct copy_job {
+/* The arguments of one call, for the two range functions below. */
+typedef struct copy_call {
     const mlcc_copy_params *p;
     const uint8_t *s;
     uint8_t *d;
-    int interleave, units;
-    int64_t rows;
-    ptrdiff_t flat_lines;     /* > 0: one contiguous block of this many 64-byte lines */
-    ptrdiff_t flat_bytes;
-} copy_job;
+    int interleave;
+    ptrdiff_t lines, bytes;   /* one contiguous block: its 64-byte lines and its bytes */
+} copy_call;
 
-static void copy_unit(void *arg, int unit, int thread) {
-    const copy_job *job = (const copy_job *)arg;
-    (void)thread;
-    if (job->flat_lines > 0) {   /* a range of whole lines; the last unit takes the tail */
-        const ptrdiff_t b0 = job->flat_lines * unit / job->units * 64;
-        const ptrdiff_t b1 = unit + 1 == job->units
-                                 ? job->flat_bytes
-                                 : job->flat_lines * (unit + 1) / job->units * 64;
-        memcpy(job->d + b0, job->s + b0, (size_t)(b1 - b0));
-        return;
-    }
-    copy_part(job->p, job->s, job->d, job->interleave, job->rows * unit / job->units,
-              job->rows * (unit + 1) / job->units);
+static void copy_rows(void *arg, ptrdiff_t r0, ptrdiff_t r1) {
+    const copy_call *c = (const copy_call *)arg;
+    copy_part(c->p, c->s, c->d, c->interleave, r0, r1);
+}
+
+/* Lines [l0, l1) of a contiguous block; the range that ends the block takes its tail. */
+static void copy_lines(void *arg, ptrdiff_t l0, ptrdiff_t l1) {
+    const copy_call *c = (const copy_call *)arg;
+    const ptrdiff_t b1 = l1 == c->lines ? c->bytes : l1 * 64;
+    memcpy(c->d + l0 * 64, c->s + l0 * 64, (size_t)(b1 - l0 * 64));
 }
 
 void mlcc_copy_strided(const mlcc_copy_params *p, const void *src, void *dst,
                        mlcc_threadpool *pool) {
-    const ptrdiff_t es = (ptrdiff_t)p->elem_size, nt = mlcc_threadpool_size(pool);
+    const ptrdiff_t es = (ptrdiff_t)p->elem_size;
     const int inner = p->rank - 1;
-    copy_job job;
+    copy_call call;
     double elements = 1.0;
+    int64_t rows;
     int axis;
-    job.p = p;
-    job.s = (const uint8_t *)src + (ptrdiff_t)p->src_offset * es;
-    job.d = (uint8_t *)dst + (ptrdiff_t)p->dst_offset * es;
+    call.p = p;
+    call.s = (const uint8_t *)src + (ptrdiff_t)p->src_offset * es;
+    call.d = (uint8_t *)dst + (ptrdiff_t)p->dst_offset * es;
     /* a short innermost axis written contiguously, read across rows: the two inner axes as
      * one interleave per odometer step (the odometer over the axes before them) */
-    job.interleave = inner >= 1 && p->shape[inner] <= 8 && p->dst_strides[inner] == 1 &&
-                     p->src_strides[inner - 1] == 1 && p->dst_strides[inner - 1] == p->shape[inner];
-    job.rows = mlcc_odometer_rows(job.interleave ? inner : p->rank, p->shape);
+    call.interleave = inner >= 1 && p->shape[inner] <= 8 && p->dst_strides[inner] == 1 &&
+                      p->src_strides[inner - 1] == 1 &&
+                      p->dst_strides[inner - 1] == p->shape[inner];
+    rows = mlcc_odometer_rows(call.interleave ? inner : p->rank, p->shape);
     for (axis = 0; axis < p->rank; axis++) elements *= (double)p->shape[axis];
+    call.bytes = (ptrdiff_t)elements * es;
+    call.lines = call.bytes / 64;
     /* by rows between threads: bytes, not elements, decide (memory-bound); one contiguous
      * block (a Concat's input, a Slice of whole planes) by ranges of 64-byte lines */
-    job.flat_lines = 0;
-    job.flat_bytes = (ptrdiff_t)elements * es;
-    if (job.rows == 1 && !job.interleave && inner >= 0 && p->src_strides[inner] == 1 &&
-        p->dst_strides[inner] == 1)
-        job.flat_lines = job.flat_bytes / 64;
-    job.units = mlcc_parallel_units(nt, elements * (double)es,
-                                    4.0 * (double)MLCC_MIN_PARALLEL_ELEMENTS,
-                                    job.flat_lines > 0 ? job.flat_lines : (ptrdiff_t)job.rows);
-    if (job.units <= 1) {
-        copy_part(p, job.s, job.d, job.interleave, 0, job.rows);
-        return;
-    }
-    mlcc_threadpool_for(pool, copy_unit, &job, job.units, job.units);
+    if (rows == 1 && !call.interleave && inner >= 0 && p->src_strides[inner] == 1 &&
+        p->dst_strides[inner] == 1 && call.lines > 0)
+        mlcc_parallel_ranges(pool, copy_lines, &call, call.lines, (double)call.bytes,
+                             4.0 * (double)MLCC_MIN_PARALLEL_ELEMENTS);
+    else
+        mlcc_parallel_ranges(pool, copy_rows, &call, (ptrdiff_t)rows, (double)call.bytes,
+                             4.0 * (double)MLCC_MIN_PARALLEL_ELEMENTS);
 }
