@@ -138,9 +138,15 @@ def _tuning_model(jobs: list[tuple[str, ConvLayer, list[str]]], path: Path) -> d
                   onnx.numpy_helper.from_array(
                       rng.standard_normal(l.cout).astype(np.float32), f"b{i}")]
         for j, variant in enumerate(variants):
+            # Each variant reads an input written just before it, as a layer in a model reads
+            # its producer's output from the caches: read cold from memory (a tuning model
+            # holds every layer's input), a memory-bound kernel timed 6x its time in the
+            # model (a depthwise 96x112x112 on Zen 5: 0.58 against 0.09 ms).
+            warm = f"x{i}_{j}"
+            nodes.append(helper.make_node("Relu", [x], [warm], name=f"warm_{i}_{j}"))
             y = f"y{i}_{j}"
             nodes.append(helper.make_node(
-                "Conv", [x, f"w{i}", f"b{i}"], [y], name=f"tune_{i}_{j}",
+                "Conv", [warm, f"w{i}", f"b{i}"], [y], name=f"tune_{i}_{j}",
                 kernel_shape=[w.kh, w.kw], strides=[w.sh, w.sw], dilations=[w.dh, w.dw],
                 group=l.groups, pads=[w.pt, w.pl, pb, pr]))
             outputs.append(helper.make_tensor_value_info(y, TensorProto.FLOAT,

@@ -56,6 +56,10 @@ def test_every_tuning_candidate_matches_onnxruntime(target, tmp_path):
                       "implicit_t_1x1": "implicit_t", "depthwise_vec": "depthwise_vec",
                       "packed_table": "packed_table"}.get(v, v)
             assert f"__{kernel}(" in call, (v, call)
+            # its input written by the call just before it, warm in the caches as in a model
+            lines = [line for line in src.splitlines() if line.startswith("    mlcc_")]
+            at = next(k for k, line in enumerate(lines) if f"&p_tune_{i}_{j}," in line)
+            assert f"&p_warm_{i}_{j}," in lines[at - 1], lines[at - 1]
     got = mlcc.load(res.folder).run(feeds)
     ref = reference_outputs(onnx.load(str(tmp_path / "t.onnx")), feeds)
     for name, want in ref.items():
