@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT / "tools"))    # fetch_models
 
 import fetch_models as fm  # noqa: E402
 import recurrent_models as rm  # noqa: E402
+import vcpu_placement  # noqa: E402
 
 
 # name -> function(tmp folder) -> (path, shapes)
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     from mlcc.targets import load_target
     from mlcc.tuning import tune
 
-    rows, memory, skipped = [], [], []
+    rows, memory, skipped, trips = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="mlcc-bench-models-") as tmp:
         for name in args.names or list(MODELS):
             model = available(name, Path(tmp))
@@ -132,12 +133,19 @@ def main(argv: list[str] | None = None) -> int:
             folder = Path(tmp) / name
             choices = (tune(path, args.target, shapes=shapes, bind=BIND.get(name)).choices
                        if args.tune else None)
+            before = vcpu_placement.round_trip_ns() if args.threads > 1 else None
             res = mlcc.bench(path, target=args.target, shapes=shapes, bind=BIND.get(name),
                              threads=args.threads, conv_choices=choices,
                              runs=args.runs, output_dir=folder, isolation=args.isolation,
                              rounds=args.rounds)
+            placement = ""
+            if args.threads > 1:
+                after = vcpu_placement.round_trip_ns()
+                trips.append(f"{name} {vcpu_placement.describe(before)} / "
+                             f"{vcpu_placement.describe(after)}")
+                placement = f" (vCPU round trip before / after: {trips[-1].split(' ', 1)[1]})"
             print(f"{name}: mlcc {res.mlcc.median_s * 1e3:.3f} ms, onnxruntime "
-                  f"{res.onnxruntime.median_s * 1e3:.3f} ms, ratio {res.ratio:.2f}",
+                  f"{res.onnxruntime.median_s * 1e3:.3f} ms, ratio {res.ratio:.2f}{placement}",
                   file=sys.stderr, flush=True)
             rows.append((name, res))
             if not args.no_memory:
@@ -157,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         + (f" Peak: {peak.gflops_per_core:.0f} GFLOP/s per core ({peak.assumption})."
            if peak else ""),
         ""]
+    if trips:   # a far placement of the two vCPUs slows every multi-thread engine
+        header.insert(-1, "Cache-line round trip between CPU 0 and CPU 1 before / after each model "
+                      "(bench/vcpu_placement.py; about 80 ns near, 400 ns far on the project "
+                      "VM): " + "; ".join(trips) + ".")
     table = markdown_table(rows)
     if memory:
         table += ("\nPeak memory (issue 3: arena + weights below onnxruntime's peak RSS): mlcc's "
