@@ -51,17 +51,70 @@ class Quantizer:
 
     @property
     def label(self) -> str:
-        return f"{self.op_type} {self.node!r}"
+        inside = ", its quantization of A," if self.op_type == "DynamicQuantizeMatMul" else ""
+        return f"{self.op_type} {self.node!r}{inside}"
 
     def outputs(self) -> list[str]:
         return [self.y, self.scale, self.zero_point] if self.dynamic else [self.y]
+
+
+_SPLIT = "A of DynamicQuantizeMatMul"      # doc_string of the quantizers split_internal writes
+
+
+def split_internal(model):
+    """A copy of an onnx.ModelProto with each DynamicQuantizeMatMul (com.microsoft) as the
+    two operators it is made of, DynamicQuantizeLinear(A) -> MatMulIntegerToFloat, so that its
+    quantization of A can be tapped; None when the model has none. (onnxruntime computes both
+    forms with the same functions; the caller checks that its outputs are the same.)"""
+    import onnx
+    from onnx import helper
+
+    if not any(n.op_type == "DynamicQuantizeMatMul" for n in model.graph.node):
+        return None
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    nodes = []
+    for i, n in enumerate(model.graph.node):
+        if n.op_type != "DynamicQuantizeMatMul" or n.domain != "com.microsoft":
+            nodes.append(n)
+            continue
+        name = n.name or n.output[0]
+        a, b, b_scale, b_zp, bias = (list(n.input) + [""] * 5)[:5]
+        q = [f"{name}/A_quantized_{i}", f"{name}/A_scale_{i}", f"{name}/A_zero_point_{i}"]
+        dql = helper.make_node("DynamicQuantizeLinear", [a], q, name=name, doc_string=_SPLIT)
+        mm = helper.make_node("MatMulIntegerToFloat", [q[0], b, q[1], b_scale, q[2], b_zp, bias],
+                              list(n.output), name=f"{name}/MatMulIntegerToFloat",
+                              domain="com.microsoft")
+        while mm.input and not mm.input[-1]:
+            mm.input.pop()
+        nodes += [dql, mm]
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out
+
+
+def tappable(model, feeds: dict) -> tuple[object, str]:
+    """The model to tap (split_internal's when onnxruntime's outputs on `feeds` are the same
+    bits with it, else `model`), and a note on what was split or why not ("" if nothing)."""
+    split = split_internal(model)
+    if split is None:
+        return model, ""
+    outs = [o.name for o in model.graph.output]
+    a = onnxruntime_run(model, feeds, outs)
+    b = onnxruntime_run(split, feeds, outs)
+    count = sum(n.op_type == "DynamicQuantizeMatMul" for n in model.graph.node)
+    if all(np.array_equal(a[o], b[o]) for o in outs):
+        return split, (f"{count} DynamicQuantizeMatMul tapped as DynamicQuantizeLinear -> "
+                       f"MatMulIntegerToFloat (the same bits in onnxruntime)")
+    return model, (f"{count} DynamicQuantizeMatMul not tapped: split in two, onnxruntime's "
+                   f"outputs change")
 
 
 def quantizers(model) -> list[Quantizer]:
     """The data-dependent quantizers of an onnx.ModelProto's main graph, in node order:
     DynamicQuantizeLinear, and QuantizeLinear with integer codes (no block size) of a value
     that is not an initializer. (DynamicQuantizeMatMul and DynamicQuantizeLSTM quantize inside
-    the kernel: not tapped.)"""
+    the kernel: not tapped, unless split_internal wrote the first as its two parts.)"""
     inits = set(constants(model))
     found = []
     for n in model.graph.node:
@@ -69,7 +122,8 @@ def quantizers(model) -> list[Quantizer]:
         name = n.name or n.output[0]
         if n.op_type == "DynamicQuantizeLinear" and n.domain in ("", "ai.onnx") and \
                 len(n.output) == 3 and all(n.output):
-            found.append(Quantizer(name, n.op_type, n.input[0], n.output[0], n.output[1],
+            op = "DynamicQuantizeMatMul" if n.doc_string == _SPLIT else n.op_type
+            found.append(Quantizer(name, op, n.input[0], n.output[0], n.output[1],
                                    n.output[2], dynamic=True))
         elif n.op_type == "QuantizeLinear" and n.domain in ("", "ai.onnx") and \
                 n.input[0] not in inits and "block_size" not in attrs and \
