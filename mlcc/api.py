@@ -969,6 +969,7 @@ class VerifyResult:
     folder: Path | None = None
     notes: list[str] = field(default_factory=list)
     reference: str = "onnxruntime"
+    ties: list[str] = field(default_factory=list)   # rounding ties forced (quant/ties.py)
 
 
 def random_inputs(g: Graph, seed: int = 0, sizes: dict[str, int] | None = None
@@ -1136,6 +1137,8 @@ def verify(model: str | Path, *, target: str = "x86", shapes: Shapes | None = No
         compiled = _load(folder)
         bound = bound_feeds(model, shapes, bind)
         checks: list[OutputCheck] = []
+        notes: list[str] = []
+        ties: list[str] = []
         # a model of dynamic dimensions: checked at its smallest, a middle and its largest sizes
         for sizes in (verify_sizes(dims) if dims and inputs is None else [None]):
             feeds = inputs if inputs is not None else random_inputs(res.graph, seed, sizes)
@@ -1144,14 +1147,69 @@ def verify(model: str | Path, *, target: str = "x86", shapes: Shapes | None = No
                                                **bound})
             at = "" if not sizes else " at " + ", ".join(f"{k}={v}" for k, v in sizes.items())
             now = [compare(n + at, got[n], ref[n]) for n in got]
+            if not all(c.ok for c in now):
+                now = _explain_ties(model, Path(tmp) / "taps", feeds, bound, got, now, notes,
+                                    ties, at, target=target, shapes=shapes, bind=bind,
+                                    max_outputs=max_outputs,
+                                    max_loop_iterations=max_loop_iterations)
             checks += now
             if not all(c.ok for c in now):
                 break             # (the feeds --per-layer looks at: the first that fails)
-        result = VerifyResult(all(c.ok for c in checks), checks, folder=folder)
+        result = VerifyResult(all(c.ok for c in checks), checks, folder=folder, notes=notes,
+                              ties=ties)
         if per_layer and (not result.ok or per_layer == "always"):
             result.first_divergence, result.layers_checked = _first_divergence(
                 model, target, shapes, feeds, Path(tmp) / "layers", bind, max_loop_iterations)
         return result
+
+
+def _explain_ties(model, folder: Path, feeds: dict, bound: dict, got: dict,
+                  checks: list[OutputCheck], notes: list[str], ties: list[str], at: str,
+                  **build) -> list[OutputCheck]:
+    """verify's second look at outputs that differ, in a model with data-dependent quantizers
+    (mlcc/quant/ties.py): a build with every quantizer tapped, then onnxruntime (graph
+    optimizations off) with mlcc's codes forced at each rounding tie. Returns the checks
+    against that reference when the outputs agree after the ties (appending them to `ties`),
+    else `checks`; says what it found in `notes`."""
+    from .quant import ties as _ties
+    proto = load_onnx(model)
+    if not _ties.quantizers(proto) and _ties.split_internal(proto) is None:
+        return checks
+    notes.append("against onnxruntime (default optimizations): " + "; ".join(
+        f"{c.name} max abs error {c.max_abs_error:.3g} > {c.tolerance:.3g}"
+        for c in checks if not c.ok))
+    ort_feeds = {**{k: np.asarray(v) for k, v in feeds.items()}, **bound}
+    outs = list(got)
+    try:
+        tapped, split = _ties.tappable(proto, ort_feeds)
+        notes += [split] if split else []
+        if tapped is not proto:       # DynamicQuantizeMatMul split in two: mlcc builds it too
+            import onnx
+            model, proto = folder.with_name("split.onnx"), tapped
+            onnx.save(proto, str(model))
+        compile(model, folder, extra_outputs=_ties.tap_names(proto), **build)
+        mine = _load(folder).run(feeds)
+        moved = max((float(np.max(np.abs(mine[n].astype(np.float64) - got[n])))
+                     for n in outs if got[n].size and got[n].dtype.kind == "f"), default=0.0)
+        if moved:       # (the same model: tapping should change nothing)
+            notes.append(f"the tapped build's outputs differ from the build's by {moved:.3g}")
+        ex = _ties.explain(proto, ort_feeds, mine, outs,
+                           lambda ref: all(compare(n, got[n], ref[n]).ok for n in outs))
+    except Exception as exc:    # (onnxruntime's errors have no common base) a second look
+        # that cannot be taken leaves the first verdict, the failure, as it is
+        text = (str(exc).splitlines() or [""])[0]
+        notes.append(f"the quantizers could not be tapped: {type(exc).__name__}: {text}")
+        return checks
+    for i, tie in enumerate(ex.ties, 1):
+        notes.append(f"rounding tie {i}{at}: {tie.text()}")
+    if not ex.ok:
+        notes.append(f"not explained by rounding ties{at}: {ex.failure}")
+        return checks
+    ties += [t.text() for t in ex.ties]
+    notes.append(f"compared again with onnxruntime, graph optimizations off"
+                 + (f", mlcc's codes fed at the {len(ex.ties)} tie(s)" if ex.ties else
+                    " (its default optimizations round differently)"))
+    return [compare(n + at, got[n], ex.reference[n]) for n in outs]
 
 
 def tflite_random_inputs(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:

@@ -452,6 +452,8 @@ def verify_cmd(model, target, shapes, binds, inputs, per_layer, output, min_sqnr
                      output_dir=output, bind=bind,
                      max_outputs=api.parse_max_outputs(max_outputs),
                      max_loop_iterations=loop_limit)
+    for note in res.notes:
+        click.echo(note)
     for c in res.outputs:
         extra = "" if c.argmax_ok is None else f", argmax {'same' if c.argmax_ok else 'DIFFERS'}"
         click.echo(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: max abs error {c.max_abs_error:.3g} "
@@ -463,8 +465,13 @@ def verify_cmd(model, target, shapes, binds, inputs, per_layer, output, min_sqnr
     elif per_layer and not res.ok:
         click.echo(f"per-layer: all {res.layers_checked} intermediate values match; only the "
                    f"outputs differ")
-    click.echo(f"verified: outputs match {res.reference}" if res.ok else
-               "verification FAILED")
+    if res.ok and res.ties:
+        click.echo(f"verified: outputs within tolerance of {res.reference} after "
+                   f"{len(res.ties)} rounding tie{'s' * (len(res.ties) > 1)} at "
+                   + "; ".join(res.ties))
+    else:
+        click.echo(f"verified: outputs match {res.reference}" if res.ok else
+                   "verification FAILED")
     if not res.ok:
         sys.exit(EXIT_VERIFY_FAILED)
 
