@@ -299,7 +299,8 @@ def test_int8_helium_kernels_match_the_portable_ones_on_odd_shapes(tmp_path, req
     3; rows of 11 and 4 outputs: predicated tails), depthwise rows of 7 outputs two at a time
     (9 and 3 rows: a last one alone; stride 3, and a 3x5 kernel of strides 2, 1), Conv 61 -> 5
     (K = 549: two transposed blocks of k), and a fully connected 275 -> 7 (K not a multiple of
-    4, 7 columns)."""
+    4, 7 columns); depthwise 3x3 at stride 1 two rows a pass with shared loads, on rows of 21
+    (chunks of 8, 8 and 5) and of 7, 9 and 3 rows (a last one alone)."""
     from onnx import helper
     rng = np.random.default_rng(5)
 
@@ -320,6 +321,10 @@ def test_int8_helium_kernels_match_the_portable_ones_on_odd_shapes(tmp_path, req
                                 strides=[1, 3], group=61), {"d4": w(61, 1, 3, 3), "e4": w(61)}),
               (helper.make_node("Conv", ["dw1", "d5"], ["v"], pads=[1, 0, 1, 0],
                                 strides=[2, 1], group=61), {"d5": w(61, 1, 3, 5)}),
+              (helper.make_node("Conv", ["r1", "d6", "e6"], ["s"], pads=[1, 1, 1, 1], group=61),
+               {"d6": w(61, 1, 3, 3), "e6": w(61)}),
+              (helper.make_node("Conv", ["v", "d7"], ["t"], pads=[1, 1, 1, 1], group=61),
+               {"d7": w(61, 1, 3, 3)}),
               (helper.make_node("Conv", ["r2", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
                {"w2": w(5, 61, 3, 3) * 0.2, "b2": w(5)}),
               (helper.make_node("Reshape", ["c2", "shape"], ["f"]),
@@ -327,7 +332,8 @@ def test_int8_helium_kernels_match_the_portable_ones_on_odd_shapes(tmp_path, req
               (helper.make_node("MatMul", ["f", "g"], ["y"]), {"g": w(275, 7) * 0.2})]
     shape = (1, 3, 9, 21)
     qdq = _odd_int8_model(tmp_path, layers, shape, {"y": (1, 7), "z": (1, 61, 2, 4),
-                                                    "u": (1, 61, 9, 7), "v": (1, 61, 3, 7)})
+                                                    "u": (1, 61, 9, 7), "v": (1, 61, 3, 7),
+                                                    "s": (1, 61, 9, 21), "t": (1, 61, 3, 7)})
     folder = _same_bits_as_x86(tmp_path, qdq, "cortex-m55", shape, requant)
     dis = _disassembly(folder, "armv8.1-m.main")
     # VMLADAVA, which objdump prints as its alias vmlava

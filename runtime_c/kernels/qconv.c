@@ -79,6 +79,7 @@ static inline void store_u8(__m512i c, int32_t bias, float scale, const mlcc_req
 /* d[4 q + t] = r_t[q] for q < n: 4 rows interleaved into words. The AVX-512 path takes 16
  * pixels at a time with masked loads and stores, so that the short rows of small feature maps
  * (20 or 40 pixels) do not fall to a scalar loop. */
+#if !MLCC_QMVE || MLCC_QCONV_AVX512
 static void interleave4(const uint8_t *r0, const uint8_t *r1, const uint8_t *r2,
                         const uint8_t *r3, ptrdiff_t n, uint8_t *d) {
     ptrdiff_t q = 0;
@@ -115,6 +116,7 @@ static void interleave4(const uint8_t *r0, const uint8_t *r1, const uint8_t *r2,
 #endif
     for (; q < n; q++) PUT4(d + 4 * q, r0[q], r1[q], r2[q], r3[q]);
 }
+#endif
 
 /* Packs output rows [oh0, oh1) of the im2col matrix of one group into [k4][P][4] (qgemm.h's
  * column operand, P = (oh1 - oh0) * out_w) straight from the padded planes, rows wp bytes
@@ -143,13 +145,21 @@ static void pack_columns(const mlcc_qconv2d_params *p, const uint8_t *xp, ptrdif
         }
         if (contiguous) {
             const uint8_t *r0 = r[0], *r1 = r[1], *r2 = r[2], *r3 = r[3];
+#if MLCC_QMVE
+            mlcc_mve_interleave4(r0, r1, r2, r3, P, 1, dst);
+#else
             interleave4(r0, r1, r2, r3, P, dst);
+#endif
             continue;
         }
         for (oh = 0; oh < oh1 - oh0; oh++) {
             const uint8_t *r0 = r[0] + oh * row_step, *r1 = r[1] + oh * row_step,
                           *r2 = r[2] + oh * row_step, *r3 = r[3] + oh * row_step;
             uint8_t *d = dst + 4 * oh * OW;
+#if MLCC_QMVE
+            mlcc_mve_interleave4(r0, r1, r2, r3, OW, sw, d);
+            (void)q;
+#else
             if (sw == 1) {
                 interleave4(r0, r1, r2, r3, OW, d);
             } else if (sw == 2) {
@@ -159,6 +169,7 @@ static void pack_columns(const mlcc_qconv2d_params *p, const uint8_t *xp, ptrdif
                 for (q = 0; q < OW; q++)
                     PUT4(d + 4 * q, r0[q * sw], r1[q * sw], r2[q * sw], r3[q * sw]);
             }
+#endif
         }
     }
 }
@@ -806,7 +817,7 @@ static void dw_channel(void *arg, int unit, int thread) {
     mlcc_mve_dw_pad_plane(x + (n * C + c) * p->in_h * p->in_w, (ptrdiff_t)p->in_h,
                           (ptrdiff_t)p->in_w, (ptrdiff_t)p->pad_top, (ptrdiff_t)p->pad_left,
                           p->x_zero_point, (ptrdiff_t)hp, (ptrdiff_t)wp, xp);
-    mlcc_mve_dw_plane(xp, wp, wc, p->kernel_h, p->kernel_w, p->stride_h, sw, p->dilation_h,
+    mlcc_mve_dw_plane(xp, hp, wp, wc, p->kernel_h, p->kernel_w, p->stride_h, sw, p->dilation_h,
                       p->dilation_w, p->out_h, p->out_w, &p->rq, &ch, c, y, (n * C + c) * P);
     return;
 #endif
