@@ -510,7 +510,7 @@ DQLSTM_CASES = {
     "s8_reverse_lens": (np.int8, 0, True, "reverse", 3, 7, [3, 1, 3], True, ("y", "yh")),
     # no Y: an ended sequence's h still counts in the range of h (onnxruntime keeps it)
     "u8_zp_no_y": (np.uint8, 100, False, "bidirectional", 2, 5, [5, 1], False, ("yh", "yc")),
-    "s8_zp3": (np.int8, 3, False, "forward", 1, 6, None, False, ("y",)),
+    "s8_zp3_peepholes": (np.int8, 3, False, "forward", 1, 6, None, False, ("y",)),
 }
 
 
@@ -529,6 +529,8 @@ def dq_lstm_model(case: str) -> tuple:
              "rs": rng.uniform(0.002, 0.01, shape).astype(np.float32),
              "rz": np.full(shape, zp, wdt)}
     ins = ["x", "w", "r", "b", "", "", "", "", "ws", "wz", "rs", "rz"]
+    if "peepholes" in case:
+        inits["p"], ins[7] = rng.normal(0, 0.5, (nd, 3 * hidden)).astype(np.float32), "p"
     if lens is not None:
         inits["lens"], ins[4] = np.array(lens, np.int32), "lens"
     if h0:

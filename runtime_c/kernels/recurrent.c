@@ -149,9 +149,12 @@ static void cell_update(int ort, float *c, const float *f, const float *i, const
         for (j = 0; j < n; j++) c[j] = f[j] * c[j] + i[j] * g[j];
 }
 
-static void peephole(float *v, const float *pw, const float *c, int64_t n) {
+static void peephole(int ort, float *v, const float *pw, const float *c, int64_t n) {
     int64_t i;
-    for (i = 0; i < n; i++) v[i] += pw[i] * c[i];
+    if (ort)
+        for (i = 0; i < n; i++) v[i] += mlcc_unfused(c[i] * pw[i]);
+    else
+        for (i = 0; i < n; i++) v[i] += pw[i] * c[i];
 }
 
 static void clip_all(const mlcc_recurrent_params *p, float *v, int64_t n) {
@@ -330,7 +333,9 @@ static void run_direction(const mlcc_recurrent_job *job, int64_t d) {
                            : xw + x_row(p, b, rev ? len - 1 - s : s) * ND * GH + d * GH;
             if (is_lstm) {
                 float *gi = g, *go = g + H, *gf = g + 2 * H, *gc = g + 3 * H;
-                if (xr)
+                /* onnxruntime adds the bias after the peepholes: xr (the bias) then waits */
+                const float *late = ort && pw ? xr : NULL;
+                if (xr && !late)
                     for (j = 0; j < GH; j++) g[j] += xr[j];
                 if (!pw && !p->input_forget) {
                     /* i, o and f, contiguous, take the same function and, with no
@@ -341,8 +346,13 @@ static void run_direction(const mlcc_recurrent_job *job, int64_t d) {
                     cell_update(ort, cb, gf, gi, gc, H);
                 } else {
                     if (pw) {
-                        peephole(gi, pw, cb, H);
-                        peephole(gf, pw + 2 * H, cb, H);
+                        peephole(ort, gi, pw, cb, H);
+                        peephole(ort, gf, pw + 2 * H, cb, H);
+                    }
+                    if (late) {
+                        for (j = 0; j < H; j++) gi[j] += late[j];
+                        for (j = 0; j < H; j++) gf[j] += late[2 * H + j];
+                        for (j = 0; j < H; j++) gc[j] += late[3 * H + j];
                     }
                     clip_all(p, gi, H);
                     clip_all(p, gf, H);
@@ -354,7 +364,9 @@ static void run_direction(const mlcc_recurrent_job *job, int64_t d) {
                         act_lstm(ort, kind[0], al[0], be[0], gf, H);
                     act_lstm(ort, kind[1], al[1], be[1], gc, H);
                     cell_update(ort, cb, gf, gi, gc, H);
-                    if (pw) peephole(go, pw + H, cb, H);
+                    if (pw) peephole(ort, go, pw + H, cb, H);
+                    if (late)
+                        for (j = 0; j < H; j++) go[j] += late[H + j];
                     clip_all(p, go, H);
                     act_lstm(ort, kind[0], al[0], be[0], go, H);
                 }
