@@ -330,6 +330,18 @@ def test_contrib_quant_matmuls(tmp_path, target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_dynamic_quantize_lstm(tmp_path, target):
+    """DynamicQuantizeLSTM (qrecurrent.c: uint8 weights, both directions, sequence_lens,
+    initial states): onnxruntime's output bits on the target too."""
+    from test_contrib_quant import _ort, dq_lstm_model
+    model, x, outputs = dq_lstm_model("u8_bidirectional")
+    got = compile_and_run(model, {"x": x}, tmp_path, target=target)
+    ref = _ort(model, {"x": x}, threads=1)
+    for name in outputs:
+        np.testing.assert_array_equal(got[name], ref[name], err_msg=name)
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_bitwise_shift_hardmax_isinf(tmp_path, target):
     """The bitwise and shift rows of mlcc_int_binary, Hardmax, IsInf/IsNaN and Shrink."""
     rng = np.random.default_rng(5)

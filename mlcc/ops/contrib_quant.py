@@ -6,9 +6,12 @@ that exist for other operators:
   graph optimizer fused them): the MatMulInteger lowering (u8 x s8 product, zero points at
   run time), then mlcc_i32_rescale (x a_scale * b_scale + bias); DynamicQuantizeMatMul first
   runs DynamicQuantizeLinear's kernel.
-- MatMulNBits (2/4/8-bit block-quantized weights) and DynamicQuantizeLSTM (int8 W and R):
-  the weights are dequantized at compile time and the node runs as a float MatMul with bias
-  (onnxruntime's float32 dequantization, then the same product) or a float LSTM.
+- MatMulNBits (2/4/8-bit block-quantized weights): the weights are dequantized at compile
+  time and the node runs as a float MatMul with bias (onnxruntime's float32 dequantization,
+  then the same product).
+- DynamicQuantizeLSTM (int8 or uint8 W and R): mlcc_f32_dynamic_quantize_lstm
+  (runtime_c/kernels/qrecurrent.h), X and h quantized at run time as onnxruntime does, integer
+  products on mlcc_u8_fc, the float LSTM's gates in onnxruntime's arithmetic.
 - QLinearAdd (mlcc_u8_add), QLinearMul (mlcc_u8_mul), QLinearSigmoid, QLinearLeakyRelu and the
   requantized inputs of QLinearConcat (256-entry tables, mlcc_u8_lut, built with onnxruntime's
   own table arithmetic), QLinearGlobalAveragePool and QLinearAveragePool (the integer
@@ -31,8 +34,9 @@ from .common import act_params, broadcast_shapes, broadcast_strides, const_input
 from .gemm import MatMul
 from .conv import AUTO_PAD, window_geometry
 from .movement import Concat
-from .quant import MLCC, QAdd, QConv, QFC, QLut, DynamicQuantizeLinear, MatMulInteger
-from .recurrent import LSTM
+from .quant import MLCC, QAdd, QConv, QFC, QLut, DynamicQuantizeLinear, MatMulInteger, \
+    pack_fc_weights
+from .recurrent import LSTM, activations, num_directions, recurrent_params, scratch_floats
 from .registry import OpDef, register
 
 MS = "com.microsoft"
@@ -571,10 +575,13 @@ class MatMulNBits(_MsOp):
 
 # ------------------------------------------------------------------ recurrent
 
-def _dequantize_gates(g: Graph, node: Node, index: int, what: str) -> np.ndarray:
+def _gate_codes(g: Graph, node: Node, index: int, what: str) -> tuple:
     """DynamicQuantizeLSTM's W or R ([nd, rows, 4 * hidden] int8 or uint8, scale and zero
-    point per direction or per direction and column) as float32 in ONNX LSTM's layout
-    [nd, 4 * hidden, rows]."""
+    point per direction or per direction and column) as onnxruntime reads them: (the int8
+    codes c = w - 128 (uint8) or w (int8) [nd, rows, cols], per direction the offset such
+    that w - zero point = c + offset, the column sums of w - zero point [nd * cols] int32, the
+    scale of every column [nd * cols] float32). onnxruntime takes one zero point per direction,
+    the first of its row (it refuses uint8 ones that vary along it, int8 ones not 0)."""
     q = np.asarray(const_input(g, node, index, what))
     if q.dtype not in (np.int8, np.uint8) or q.ndim != 3:
         raise UnsupportedError(f"{what} must be a constant 3-D int8 or uint8 tensor")
@@ -584,43 +591,119 @@ def _dequantize_gates(g: Graph, node: Node, index: int, what: str) -> np.ndarray
     zp = np.asarray(const_input(g, node, at + 1, f"{what}_zero_point"))
     if zp.dtype != q.dtype:
         raise ModelError(f"{what}_zero_point is {zp.dtype}, {what} is {q.dtype}")
-    shape = {nd: (nd, 1, 1), nd * cols: (nd, 1, cols)}
-    if scale.size not in shape or zp.size not in shape:
+    if scale.size not in (nd, nd * cols) or zp.size not in (nd, nd * cols):
         raise UnsupportedError(f"{what}_scale {list(scale.shape)} and zero point "
                                f"{list(zp.shape)} must be per direction or per column")
-    w = (q.astype(np.int32) - zp.astype(np.int32).reshape(shape[zp.size])).astype(np.float32)
-    w = (w * scale.reshape(shape[scale.size])).astype(np.float32)
-    return np.ascontiguousarray(w.transpose(0, 2, 1))
+    if not np.all(np.isfinite(scale)):
+        raise ModelError(f"{what}_scale holds a value that is not finite")
+    zrows = zp.reshape(nd, -1).astype(np.int32)
+    if np.any(zrows != zrows[:, :1]):
+        raise UnsupportedError(f"{what}_zero_point varies within a direction (onnxruntime "
+                               f"takes one per direction)")
+    if nd == 2 and scale.size != zp.size and zrows[0, 0] != zrows[1, 0]:
+        raise UnsupportedError(f"{what}_scale and {what}_zero_point of different shapes with "
+                               f"a zero point per direction (onnxruntime reads the second "
+                               f"direction's at the scale's stride)")
+    shift = 128 if q.dtype == np.uint8 else 0
+    codes = (q.astype(np.int32) - shift).astype(np.int8)
+    offset = [shift - int(z) for z in zrows[:, 0]]
+    centered = q.astype(np.int64) - zrows[:, :1, None]
+    colsum = centered.sum(axis=1).astype(np.int32).reshape(-1)
+    scales = np.broadcast_to(scale.reshape(nd, -1), (nd, cols)).astype(np.float32).reshape(-1)
+    return codes, offset, colsum, scales
+
+
+def dq_lstm_scratch_bytes(seq: int, batch: int, inp: int, hidden: int, nd: int) -> int:
+    """mlcc_f32_dynamic_quantize_lstm's scratch (qrecurrent.c), each part rounded up to 64
+    bytes: the projections (float), X's codes and their padded rows, the int32 column starts,
+    the LSTM state of every direction (recurrent.c), then per direction h's codes, their
+    padded rows, the column starts and the int32 product."""
+    def r64(v: int) -> int:
+        return -(-v // 64) * 64
+    n = nd * 4 * hidden
+    rows = seq * batch
+    state = 4 * scratch_floats("LSTM", seq, batch, hidden, nd, projected=True)
+    step = (r64(batch * hidden) + r64(batch * 4 * -(-hidden // 4)) + r64(16 * hidden) +
+            r64(16 * batch * hidden))
+    return (r64(4 * rows * n) + r64(rows * inp) + r64(rows * 4 * -(-inp // 4)) + r64(4 * n) +
+            r64(state) + nd * step)
 
 
 @register("DynamicQuantizeLSTM", domain=MS)
 class DynamicQuantizeLSTM(_MsOp):
-    """An LSTM with int8 or uint8 W and R (quantize_dynamic writes it): the weights are
-    dequantized at compile time and it runs as ONNX LSTM (mlcc_f32_recurrent) with float
-    activations. onnxruntime instead quantizes X and, at every step, h to uint8 at run time:
-    the results differ by that quantization error (docs/quantization.md)."""
+    """An LSTM with int8 or uint8 W and R (quantize_dynamic writes it), computed as
+    onnxruntime's CPU kernel does (mlcc_f32_dynamic_quantize_lstm, qrecurrent.h): X and, at
+    every step, h quantized to uint8 at run time, integer products with W and R, float gates.
+    onnxruntime splits a batch of 2 or more over its threads (more than 4 sequences, or a
+    hidden size up to 256) and then quantizes h per part: mlcc follows its one-thread
+    results."""
     required, max_inputs = (0, 1, 2, 8, 9, 10, 11), 12
-    attributes = {k: v for k, v in LSTM.attributes.items() if k != "layout"}
+    attributes = {k: v for k, v in LSTM.attributes.items() if k not in ("layout", "_projected")}
+
+    def _dims(self, node: Node, g: Graph) -> tuple[int, int, int, int, int]:
+        seq, batch, inp = g.values[node.inputs[0]].shape
+        nd, hidden = g.values[node.inputs[2]].shape[:2]
+        return seq, batch, inp, hidden, nd
 
     def infer(self, node, ins, g):
-        x, r = ins[0], ins[2]
+        x, w, r = ins[0], ins[1], ins[2]
         require_dtype(node, [x], ["float32"])
-        if len(x.shape) != 3 or len(r.shape) != 3:
-            raise ModelError(f"X {list(x.shape)} and R {list(r.shape)} must be 3-D")
-        seq, batch, _ = x.shape
+        if len(x.shape) != 3 or len(w.shape) != 3 or len(r.shape) != 3:
+            raise ModelError(f"X {list(x.shape)}, W {list(w.shape)} and R {list(r.shape)} "
+                             f"must be 3-D")
+        for i, what in ((1, "W"), (2, "R"), (3, "B"), (7, "P")):
+            if i < len(ins) and ins[i] is not None and not ins[i].is_const:
+                raise UnsupportedError(f"{what} {node.inputs[i]!r} must be a constant "
+                                       f"(weights computed at run time are not supported)")
+        seq, batch, inp = x.shape
         nd, hidden = r.shape[0], r.shape[1]
+        want_nd = num_directions(node)
+        hs = node.attr("hidden_size")
+        if nd != want_nd or (hs is not None and int(hs) != hidden):
+            raise ModelError(f"R {list(r.shape)} does not match direction and hidden_size")
+        shapes = {1: (nd, inp, 4 * hidden), 2: (nd, hidden, 4 * hidden),
+                  3: (nd, 8 * hidden), 4: (batch,), 5: (nd, batch, hidden),
+                  6: (nd, batch, hidden), 7: (nd, 3 * hidden)}
+        for i, v in enumerate(ins[1:8], 1):
+            if v is not None and tuple(v.shape) != shapes[i]:
+                raise ModelError(f"input {i} has shape {list(v.shape)}, expected "
+                                 f"{list(shapes[i])}")
+        if len(ins) > 4 and ins[4] is not None and ins[4].dtype != "int32":
+            raise ModelError("sequence_lens must be int32")
+        require_dtype(node, [v for i, v in enumerate(ins[:8]) if v is not None and
+                             i not in (1, 2, 4)], ["float32"])
+        activations(node, "LSTM", nd)   # refuses what the kernel cannot compute
         y, yh = (seq, nd, batch, hidden), (nd, batch, hidden)
         return [("float32", y), ("float32", yh), ("float32", yh)][:len(node.outputs)]
 
     def lower(self, node: Node, lo: Lowering) -> None:
         g = lo.graph
-        w = lo.add_const(f"{node.name}.W", _dequantize_gates(g, node, 1, "W"))
-        r = lo.add_const(f"{node.name}.R", _dequantize_gates(g, node, 2, "R"))
-        LSTM().lower(Node(node.name, "LSTM", [node.inputs[0], w, r, *[node.input(i)
-                                                                      for i in range(3, 8)]],
-                          list(node.outputs), dict(node.attrs), "", 14), lo)
+        seq, batch, inp, hidden, nd = self._dims(node, g)
+        wc, w_off, w_sum, w_scale = _gate_codes(g, node, 1, "W")
+        rc, r_off, r_sum, r_scale = _gate_codes(g, node, 2, "R")
+        gh = 4 * hidden
+        # W of both directions as one [nd * 4H, input] matrix; R per direction [4H, hidden]
+        w_packed = pack_fc_weights(wc.transpose(0, 2, 1).reshape(nd * gh, inp))
+        r_packed = np.concatenate([pack_fc_weights(np.ascontiguousarray(rc[d].T)).reshape(-1)
+                                   for d in range(nd)])
+        b = g.const(node.input(3))
+        bias = ""
+        if b is not None:
+            b = np.asarray(b, np.float32)
+            bias = lo.add_const(f"{node.name}.bias", np.ascontiguousarray(b[:, :gh] + b[:, gh:]))
+        outs = [node.outputs[i] if i < len(node.outputs) else "" for i in range(3)]
+        args = [node.inputs[0], lo.add_const(f"{node.name}.w_packed", w_packed),
+                lo.add_const(f"{node.name}.r_packed", r_packed),
+                lo.add_const(f"{node.name}.colsum", np.concatenate([w_sum, r_sum])),
+                lo.add_const(f"{node.name}.scale", np.concatenate([w_scale, r_scale])),
+                bias, node.input(7), node.input(4), node.input(5), node.input(6), *outs]
+        lo.call("mlcc_f32_dynamic_quantize_lstm", args, [o for o in outs if o],
+                params_type="mlcc_dynamic_quantize_lstm_params", params={
+                    "r": recurrent_params("LSTM", node, seq, batch, inp, hidden, nd, 0),
+                    "w_offset": (w_off + [0])[:2], "r_offset": (r_off + [0])[:2]},
+                scratch_bytes=dq_lstm_scratch_bytes(seq, batch, inp, hidden, nd),
+                returns_status=True, pool=True)
 
     def flops(self, node: Node, g: Graph) -> int:
-        seq, batch, inp = g.values[node.inputs[0]].shape
-        nd, hidden = g.values[node.inputs[2]].shape[:2]
+        seq, batch, inp, hidden, nd = self._dims(node, g)
         return nd * seq * batch * (2 * 4 * hidden * (inp + hidden) + 32 * hidden)

@@ -451,6 +451,16 @@ class QConv(OpDef):
         return 2 * y.numel * math.prod(w.shape[1:])
 
 
+def pack_fc_weights(wq: np.ndarray) -> np.ndarray:
+    """int8 weights [n, k] in mlcc_u8_fc's layout [ceil(k / 4)][n][4] (qgemm.h): the 4 k of a
+    group adjacent for each column, k padded with zeros."""
+    nout, k = wq.shape
+    k4 = -(-k // 4)
+    packed = np.zeros((k4 * 4, nout), np.int8)
+    packed[:k] = wq.T
+    return packed.reshape(k4, 4, nout).transpose(0, 2, 1).copy()
+
+
 @register("QFC", domain=MLCC)
 class QFC(OpDef):
     """y[..., n] = epilogue(sum_k x[..., k] w[n][k]): all leading axes of x are rows."""
@@ -466,10 +476,7 @@ class QFC(OpDef):
         nout, k = wq.shape
         rows = x.numel // k
         k4 = -(-k // 4)
-        packed = np.zeros((k4 * 4, nout), np.int8)
-        packed[:k] = wq.T
-        # [k4][n][4]: the 4 k of a group adjacent for each column
-        packed = packed.reshape(k4, 4, nout).transpose(0, 2, 1).copy()
+        packed = pack_fc_weights(wq)
         zx = int(node.attr("x_zero_point"))
         eff = _const(lo, node.inputs[2]).astype(np.int64) - zx * wq.astype(np.int64).sum(axis=1)
         wname = lo.add_const(f"{node.name}.w_packed", packed)

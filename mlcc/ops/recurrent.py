@@ -109,6 +109,30 @@ def activations(node: Node, op: str, nd: int) -> list[tuple[int, float, float]]:
     return out
 
 
+def recurrent_params(op: str, node: Node, seq: int, batch: int, inp: int, hidden: int,
+                     nd: int, layout: int) -> dict:
+    """The kernel's mlcc_recurrent_params (recurrent.h) of a node."""
+    kinds = [0] * (2 * MAX_ACTS)
+    alphas = [0.0] * (2 * MAX_ACTS)
+    betas = [0.0] * (2 * MAX_ACTS)
+    for i, (k, a, bt) in enumerate(activations(node, op, nd)):
+        d, f = divmod(i, N_ACTS[op])
+        kinds[d * MAX_ACTS + f], alphas[d * MAX_ACTS + f], betas[d * MAX_ACTS + f] = k, a, bt
+    clip = node.attr("clip")
+    return {"cell": CELLS[op], "seq": seq, "batch": batch, "input": inp,
+            "hidden": hidden, "num_directions": nd,
+            "reverse": int(_str(node.attr("direction", "forward")) == "reverse"),
+            "layout": layout, "input_forget": int(node.attr("input_forget", 0)),
+            "linear_before_reset": int(node.attr("linear_before_reset", 0)),
+            "has_clip": int(clip is not None),
+            "clip": float(clip) if clip is not None else 0.0,
+            "act_kind": kinds, "act_alpha": alphas, "act_beta": betas}
+
+
+def num_directions(node: Node) -> int:
+    return 2 if _str(node.attr("direction", "forward")) == "bidirectional" else 1
+
+
 class _Recurrent(OpDef):
     op = ""
     attributes = {
@@ -127,7 +151,7 @@ class _Recurrent(OpDef):
             batch, seq, inp = x.shape
         else:
             seq, batch, inp = x.shape
-        nd = 2 if _str(node.attr("direction", "forward")) == "bidirectional" else 1
+        nd = num_directions(node)
         r = g.value(node.inputs[2])
         hidden = int(r.shape[2])
         return seq, batch, 0 if node.attr("_projected") else inp, hidden, nd, layout
@@ -195,14 +219,6 @@ class _Recurrent(OpDef):
                 r_parts += [pack_b_panels(rt[:, :2 * hidden]), pack_b_panels(rt[:, 2 * hidden:])]
             else:
                 r_parts.append(pack_b_panels(rt))
-        acts = activations(node, op, nd)
-        kinds = [0] * (2 * MAX_ACTS)
-        alphas = [0.0] * (2 * MAX_ACTS)
-        betas = [0.0] * (2 * MAX_ACTS)
-        for i, (k, a, bt) in enumerate(acts):
-            d, f = divmod(i, N_ACTS[op])
-            kinds[d * MAX_ACTS + f], alphas[d * MAX_ACTS + f], betas[d * MAX_ACTS + f] = k, a, bt
-        clip = node.attr("clip")
         outs = [node.outputs[i] if i < len(node.outputs) else "" for i in range(3)]
         # (constants added in the order of the arguments)
         args = [node.inputs[0],
@@ -214,15 +230,8 @@ class _Recurrent(OpDef):
                 node.input(4), node.input(5), node.input(6) if op == "LSTM" else "",
                 outs[0], outs[1], outs[2] if op == "LSTM" else ""]
         lo.call("mlcc_f32_recurrent", args, [o for o in args[9:] if o],
-                params_type="mlcc_recurrent_params", params={
-                    "cell": CELLS[op], "seq": seq, "batch": batch, "input": inp,
-                    "hidden": hidden, "num_directions": nd,
-                    "reverse": int(_str(node.attr("direction", "forward")) == "reverse"),
-                    "layout": layout, "input_forget": int(node.attr("input_forget", 0)),
-                    "linear_before_reset": int(node.attr("linear_before_reset", 0)),
-                    "has_clip": int(clip is not None),
-                    "clip": float(clip) if clip is not None else 0.0,
-                    "act_kind": kinds, "act_alpha": alphas, "act_beta": betas},
+                params_type="mlcc_recurrent_params",
+                params=recurrent_params(op, node, seq, batch, inp, hidden, nd, layout),
                 scratch_bytes=4 * scratch_floats(op, seq, batch, hidden, nd, projected),
                 returns_status=True, pool=True)
 

@@ -30,26 +30,13 @@ void mlcc_u8_dequantize(const mlcc_quantize_params *p, const uint8_t *x, float *
 
 void mlcc_f32_dynamic_quantize(const mlcc_dynamic_quantize_params *p, const float *x,
                                uint8_t *y, float *y_scale, uint8_t *y_zero_point) {
-    const int64_t n = p->count;
-    const float magic = 12582912.0f;
     mlcc_quantize_params q;
-    float lo = 0.0f, hi = 0.0f, scale, zp;
-    int64_t i;
-    for (i = 0; i < n; i++) {
-        const float v = x[i];
-        lo = v < lo ? v : lo;         /* NaN compares false: skipped */
-        hi = v > hi ? v : hi;
-    }
-    scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
-    zp = 0.0f - lo / scale;
-    zp = zp > 0.0f ? zp : 0.0f;
-    zp = zp < 255.0f ? zp : 255.0f;
-    zp = (zp + magic) - magic;        /* round half to even */
-    q.count = n;
-    q.scale = scale;
-    q.zero_point = (int32_t)zp;
+    float lo = 0.0f, hi = 0.0f;
+    mlcc_f32_widen_range(x, p->count, &lo, &hi);
+    q.count = p->count;
+    mlcc_dynamic_qparams(lo, hi, &q.scale, &q.zero_point);
     mlcc_f32_quantize(&q, x, y);
-    *y_scale = scale;
+    *y_scale = q.scale;
     *y_zero_point = (uint8_t)q.zero_point;
 }
 

@@ -32,6 +32,33 @@ typedef struct mlcc_dynamic_quantize_params {
 void mlcc_f32_dynamic_quantize(const mlcc_dynamic_quantize_params *p, const float *x,
                                uint8_t *y, float *y_scale, uint8_t *y_zero_point);
 
+/* The range and the parameters of mlcc_f32_dynamic_quantize, for the kernels that quantize
+ * their own activations at run time that way (qrecurrent.c): *lo = min(*lo, x[i]) and
+ * *hi = max(*hi, x[i]) over x[0..n) (NaN skipped; start from 0 and 0), then the scale and
+ * the zero point of [lo, hi]. */
+static inline void mlcc_f32_widen_range(const float *x, int64_t n, float *lo, float *hi) {
+    float l = *lo, h = *hi;
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        const float v = x[i];
+        l = v < l ? v : l;            /* NaN compares false: skipped */
+        h = v > h ? v : h;
+    }
+    *lo = l;
+    *hi = h;
+}
+
+static inline void mlcc_dynamic_qparams(float lo, float hi, float *scale, int32_t *zero_point) {
+    const float magic = 12582912.0f;
+    const float s = hi == lo ? 1.0f : (hi - lo) / 255.0f;
+    float zp = 0.0f - lo / s;
+    zp = zp > 0.0f ? zp : 0.0f;
+    zp = zp < 255.0f ? zp : 255.0f;
+    zp = (zp + magic) - magic;        /* round half to even */
+    *scale = s;
+    *zero_point = (int32_t)zp;
+}
+
 /* The zero points of ONNX MatMulInteger applied after an integer product with none:
  *   y[i][j] += k * zx * zw[j] - zx * colsum[j] - zw[j] * sum_k x[i][k]
  * which makes y = sum_k (x[i][k] - zx) (w[k][j] - zw[j]) from y = sum_k x[i][k] w[k][j].

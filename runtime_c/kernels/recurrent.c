@@ -84,9 +84,77 @@ static void act_apply(int32_t kind, float a, float b, float *v, int64_t n) {
     }
 }
 
-static void peephole(float *v, const float *pw, const float *c, int64_t n) {
+/* onnxruntime's sigmoid and tanh on x86-64 (MlasComputeLogistic and MlasComputeTanh, its
+ * FMA3 kernels): Eigen's rational approximations, x clamped to [-18, 18] (sigmoid) or [-9, 9]
+ * (tanh), the polynomials in x^2 by fused multiply-adds, p / q (+ 0.5, at least 0, for
+ * sigmoid). A dynamic-quantized LSTM follows them bit for bit (job->ort_arithmetic): it
+ * quantizes h to uint8 at every step, so that one ulp of difference can move a code and the
+ * error then grows step by step. Checked against onnxruntime's Sigmoid and Tanh on 3e5 inputs
+ * (equal). */
+static float ort_poly(float x2, const float *c, int n) {
+    float p = fmaf(x2, c[0], c[1]);
+    int i;
+    for (i = 2; i < n; i++) p = fmaf(x2, p, c[i]);
+    return p;
+}
+
+static float ort_logistic(float x) {
+    static const float num[] = {4.37031012579801e-11f, 1.15627324459942e-07f,
+                                6.08574864600143e-05f, 8.51377133304701e-03f,
+                                2.48287947061529e-01f};
+    static const float den[] = {6.10247389755681e-13f, 5.76102136993427e-09f,
+                                6.29106785017040e-06f, 1.70198817374094e-03f,
+                                1.16817656904453e-01f, 9.93151921023180e-01f};
+    float v, x2, r;
+    x = x > -18.0f ? x : -18.0f;
+    x = x < 18.0f ? x : 18.0f;
+    x2 = x * x;
+    v = x * ort_poly(x2, num, 5);
+    r = v / ort_poly(x2, den, 6) + 0.5f;
+    return r > 0.0f ? r : 0.0f;
+}
+
+static float ort_tanh(float x) {
+    static const float num[] = {-2.76076847742355e-16f, 2.00018790482477e-13f,
+                                -8.60467152213735e-11f, 5.12229709037114e-08f,
+                                1.48572235717979e-05f, 6.37261928875436e-04f,
+                                4.89352455891786e-03f};
+    static const float den[] = {1.19825839466702e-06f, 1.18534705686654e-04f,
+                                2.26843463243900e-03f, 4.89352518554385e-03f};
+    float x2;
+    x = x > -9.0f ? x : -9.0f;
+    x = x < 9.0f ? x : 9.0f;
+    x2 = x * x;
+    return x * ort_poly(x2, num, 7) / ort_poly(x2, den, 4);
+}
+
+/* act_apply, with onnxruntime's sigmoid and tanh where `ort` */
+static void act_lstm(int ort, int32_t kind, float a, float b, float *v, int64_t n) {
     int64_t i;
-    for (i = 0; i < n; i++) v[i] += pw[i] * c[i];
+    if (ort && kind == MLCC_RNN_ACT_SIGMOID)
+        for (i = 0; i < n; i++) v[i] = ort_logistic(v[i]);
+    else if (ort && kind == MLCC_RNN_ACT_TANH)
+        for (i = 0; i < n; i++) v[i] = ort_tanh(v[i]);
+    else
+        act_apply(kind, a, b, v, n);
+}
+
+/* c = f * c + i * g, each product rounded (onnxruntime's order, where `ort`) */
+static void cell_update(int ort, float *c, const float *f, const float *i, const float *g,
+                        int64_t n) {
+    int64_t j;
+    if (ort)
+        for (j = 0; j < n; j++) c[j] = mlcc_unfused(c[j] * f[j]) + mlcc_unfused(i[j] * g[j]);
+    else
+        for (j = 0; j < n; j++) c[j] = f[j] * c[j] + i[j] * g[j];
+}
+
+static void peephole(int ort, float *v, const float *pw, const float *c, int64_t n) {
+    int64_t i;
+    if (ort)
+        for (i = 0; i < n; i++) v[i] += mlcc_unfused(c[i] * pw[i]);
+    else
+        for (i = 0; i < n; i++) v[i] += pw[i] * c[i];
 }
 
 static void clip_all(const mlcc_recurrent_params *p, float *v, int64_t n) {
@@ -210,20 +278,8 @@ static void product(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_s
     mlcc_f32_gemm__panels_threaded(&g, a, b_panels, bias, c, pool);
 }
 
-/* What every direction of one call reads and writes. */
-typedef struct recurrent_job {
-    const mlcc_recurrent_params *p;
-    const float *xw, *r_panels, *rbh, *peep, *init_h, *init_c;
-    const int32_t *seq_lens;
-    float *y, *y_h, *y_c;
-    float *state;             /* per direction: gates, h, c, tmp, hh */
-    int64_t state_floats;     /* of one direction */
-    mlcc_threadpool *pool;    /* for the products inside a direction; NULL when directions
-                               * run in parallel */
-} recurrent_job;
-
 /* Steps 2 and 3 of direction d: every time step's recurrent product and gates, then Y_h, Y_c. */
-static void run_direction(const recurrent_job *job, int64_t d) {
+static void run_direction(const mlcc_recurrent_job *job, int64_t d) {
     const mlcc_recurrent_params *p = job->p;
     const int64_t S = p->seq, B = p->batch, H = p->hidden, ND = p->num_directions;
     const int is_lstm = p->cell == MLCC_RNN_CELL_LSTM, is_gru = p->cell == MLCC_RNN_CELL_GRU;
@@ -248,6 +304,7 @@ static void run_direction(const recurrent_job *job, int64_t d) {
     const float *be = p->act_beta + d * MLCC_RNN_MAX_ACTS;
     const float *rp = job->r_panels + d * r_dir_floats;
     const float *pw = job->peep ? job->peep + d * 3 * H : NULL;   /* i, o, f */
+    const int ort = job->ort_arithmetic;
     int64_t b, s, j;
     for (b = 0; b < B; b++) {
         const int64_t st = p->layout ? (b * ND + d) * H : (d * B + b) * H;
@@ -259,8 +316,10 @@ static void run_direction(const recurrent_job *job, int64_t d) {
         }
     }
     for (s = 0; s < S; s++) {
-        /* 2. the recurrent product of every sequence of the batch */
-        product(B, n0, H, h, H, rp, NULL, gates, pool);
+        /* 2. the recurrent product of every sequence of the batch (or the job's own step:
+         * the input projection included) */
+        if (job->step) job->step(job->step_ctx, d, s, h, gates, pool);
+        else product(B, n0, H, h, H, rp, NULL, gates, pool);
         /* 3. the gates (GRU: z and r, then its h gate after its second product) */
         for (b = 0; b < B; b++) {
             const int64_t len = seq_lens ? seq_lens[b] : S;
@@ -270,38 +329,49 @@ static void run_direction(const recurrent_job *job, int64_t d) {
                 if (is_gru) memset(tmp + b * H, 0, (size_t)H * sizeof(float));
                 continue;
             }
-            xr = xw + x_row(p, b, rev ? len - 1 - s : s) * ND * GH + d * GH;
+            xr = job->step ? (job->gate_bias ? job->gate_bias + d * GH : NULL)
+                           : xw + x_row(p, b, rev ? len - 1 - s : s) * ND * GH + d * GH;
             if (is_lstm) {
                 float *gi = g, *go = g + H, *gf = g + 2 * H, *gc = g + 3 * H;
-                for (j = 0; j < GH; j++) g[j] += xr[j];
+                /* onnxruntime adds the bias after the peepholes: xr (the bias) then waits */
+                const float *late = ort && pw ? xr : NULL;
+                if (xr && !late)
+                    for (j = 0; j < GH; j++) g[j] += xr[j];
                 if (!pw && !p->input_forget) {
                     /* i, o and f, contiguous, take the same function and, with no
                      * peepholes, do not wait for c: one pass over the three */
                     clip_all(p, g, GH);
-                    act_apply(kind[0], al[0], be[0], g, 3 * H);
-                    act_apply(kind[1], al[1], be[1], gc, H);
-                    for (j = 0; j < H; j++) cb[j] = gf[j] * cb[j] + gi[j] * gc[j];
+                    act_lstm(ort, kind[0], al[0], be[0], g, 3 * H);
+                    act_lstm(ort, kind[1], al[1], be[1], gc, H);
+                    cell_update(ort, cb, gf, gi, gc, H);
                 } else {
                     if (pw) {
-                        peephole(gi, pw, cb, H);
-                        peephole(gf, pw + 2 * H, cb, H);
+                        peephole(ort, gi, pw, cb, H);
+                        peephole(ort, gf, pw + 2 * H, cb, H);
+                    }
+                    if (late) {
+                        for (j = 0; j < H; j++) gi[j] += late[j];
+                        for (j = 0; j < H; j++) gf[j] += late[2 * H + j];
+                        for (j = 0; j < H; j++) gc[j] += late[3 * H + j];
                     }
                     clip_all(p, gi, H);
                     clip_all(p, gf, H);
                     clip_all(p, gc, H);
-                    act_apply(kind[0], al[0], be[0], gi, H);
+                    act_lstm(ort, kind[0], al[0], be[0], gi, H);
                     if (p->input_forget)
                         for (j = 0; j < H; j++) gf[j] = 1.0f - gi[j];
                     else
-                        act_apply(kind[0], al[0], be[0], gf, H);
-                    act_apply(kind[1], al[1], be[1], gc, H);
-                    for (j = 0; j < H; j++) cb[j] = gf[j] * cb[j] + gi[j] * gc[j];
-                    if (pw) peephole(go, pw + H, cb, H);
+                        act_lstm(ort, kind[0], al[0], be[0], gf, H);
+                    act_lstm(ort, kind[1], al[1], be[1], gc, H);
+                    cell_update(ort, cb, gf, gi, gc, H);
+                    if (pw) peephole(ort, go, pw + H, cb, H);
+                    if (late)
+                        for (j = 0; j < H; j++) go[j] += late[H + j];
                     clip_all(p, go, H);
-                    act_apply(kind[0], al[0], be[0], go, H);
+                    act_lstm(ort, kind[0], al[0], be[0], go, H);
                 }
                 memcpy(gc, cb, (size_t)H * sizeof(float));
-                act_apply(kind[2], al[2], be[2], gc, H);
+                act_lstm(ort, kind[2], al[2], be[2], gc, H);
                 for (j = 0; j < H; j++) hb[j] = go[j] * gc[j];
             } else if (is_gru) {
                 for (j = 0; j < 2 * H; j++) g[j] += xr[j];
@@ -359,7 +429,26 @@ static void run_direction(const recurrent_job *job, int64_t d) {
 
 static void direction_unit(void *arg, int unit, int thread) {
     (void)thread;
-    run_direction((const recurrent_job *)arg, unit);
+    run_direction((const mlcc_recurrent_job *)arg, unit);
+}
+
+int64_t mlcc_recurrent_state_floats(const mlcc_recurrent_params *p) {
+    const int64_t G = p->cell == MLCC_RNN_CELL_LSTM ? 4 : p->cell == MLCC_RNN_CELL_GRU ? 3 : 1;
+    return round16(p->batch * G * p->hidden) + 4 * round16(p->batch * p->hidden);
+}
+
+void mlcc_recurrent_directions(mlcc_recurrent_job *job, mlcc_threadpool *pool) {
+    int64_t d;
+    job->state_floats = mlcc_recurrent_state_floats(job->p);
+    /* 2-3. the two directions of a bidirectional layer are independent: one thread each
+     * (their steps are too small to split), each with its own state */
+    if (job->p->num_directions == 2 && mlcc_threadpool_size(pool) > 1) {
+        job->pool = NULL;
+        mlcc_threadpool_for(pool, direction_unit, job, 2, 2);
+    } else {
+        job->pool = pool;
+        for (d = 0; d < job->p->num_directions; d++) run_direction(job, d);
+    }
 }
 
 int mlcc_f32_recurrent(const mlcc_recurrent_params *p, const float *x, const float *w_panels,
@@ -373,8 +462,8 @@ int mlcc_f32_recurrent(const mlcc_recurrent_params *p, const float *x, const flo
     const int64_t GH = G * H;
     /* the input projections [S * B][ND * GH]: computed into the scratch, or given as x */
     float *proj = w_panels ? scratch : NULL;
-    recurrent_job job;
-    int64_t b, d;
+    mlcc_recurrent_job job;
+    int64_t b;
 
     if (seq_lens)
         for (b = 0; b < B; b++)
@@ -384,6 +473,7 @@ int mlcc_f32_recurrent(const mlcc_recurrent_params *p, const float *x, const flo
      * w_panels, x holds them already: the int8 product of the quantized model) */
     if (w_panels) product(S * B, ND * GH, I, x, I, w_panels, bias, proj, pool);
 
+    memset(&job, 0, sizeof job);
     job.p = p;
     job.xw = w_panels ? proj : x;
     job.r_panels = r_panels;
@@ -396,15 +486,6 @@ int mlcc_f32_recurrent(const mlcc_recurrent_params *p, const float *x, const flo
     job.y_h = y_h;
     job.y_c = y_c;
     job.state = scratch + (w_panels ? round16(S * B * ND * GH) : 0);
-    job.state_floats = round16(B * GH) + 4 * round16(B * H);
-    /* 2-3. the two directions of a bidirectional layer are independent: one thread each
-     * (their steps are too small to split), each with its own state */
-    if (ND == 2 && mlcc_threadpool_size(pool) > 1) {
-        job.pool = NULL;
-        mlcc_threadpool_for(pool, direction_unit, &job, 2, 2);
-    } else {
-        job.pool = pool;
-        for (d = 0; d < ND; d++) run_direction(&job, d);
-    }
+    mlcc_recurrent_directions(&job, pool);
     return MLCC_OK;
 }

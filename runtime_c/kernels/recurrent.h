@@ -73,4 +73,46 @@ int mlcc_f32_recurrent(const mlcc_recurrent_params *p, const float *x, const flo
                        const float *init_c, float *y, float *y_h, float *y_c, float *scratch,
                        mlcc_threadpool *pool);
 
+/* v rounded to float on its own, never fused into a multiply-add (-ffp-contract=fast): where
+ * the recurrent kernels follow onnxruntime's rounding exactly. */
+static inline float mlcc_unfused(float v) {
+    volatile float r = v;
+    return r;
+}
+
+/* Shared with the other recurrent kernel files (qrecurrent.c), not called by generated code:
+ * steps 2 and 3 of every direction over a job's buffers.
+ *
+ * step: NULL for the float recurrent product above. Otherwise it replaces step 2 for the
+ *      LSTM cell: at step s of direction d, step(step_ctx, d, s, h, gates, pool) writes
+ *      gates[b][0..4H) for every sequence b of the batch from h[b][0..H): its whole
+ *      pre-activation but the bias (the input projection of b's time step included), and
+ *      gate_bias ([num_directions][4 * H] or NULL) is added to it next, where the float
+ *      path adds the input projection row (xw is then not read). */
+typedef void (*mlcc_recurrent_step_fn)(const void *ctx, int64_t d, int64_t s, const float *h,
+                                       float *gates, mlcc_threadpool *pool);
+
+typedef struct mlcc_recurrent_job {
+    const mlcc_recurrent_params *p;
+    const float *xw, *r_panels, *rbh, *peep, *init_h, *init_c;
+    const int32_t *seq_lens;
+    float *y, *y_h, *y_c;
+    float *state;             /* per direction mlcc_recurrent_state_floats: gates, h, c, tmp, hh */
+    mlcc_recurrent_step_fn step;
+    const void *step_ctx;
+    const float *gate_bias;
+    int32_t ort_arithmetic;   /* LSTM: onnxruntime's sigmoid, tanh and order of the cell's sums
+                               * (recurrent.c), which a dynamic-quantized LSTM follows exactly */
+    /* set by mlcc_recurrent_directions */
+    int64_t state_floats;     /* of one direction */
+    mlcc_threadpool *pool;    /* for the products inside a direction; NULL when directions
+                               * run in parallel */
+} mlcc_recurrent_job;
+
+/* Floats of one direction's state (gates, h, c and two temporaries, each rounded up to 16). */
+int64_t mlcc_recurrent_state_floats(const mlcc_recurrent_params *p);
+/* Runs every direction of the job (the two of a bidirectional layer on two threads when the
+ * pool has them; the bits do not depend on it). */
+void mlcc_recurrent_directions(mlcc_recurrent_job *job, mlcc_threadpool *pool);
+
 #endif /* MLCC_RECURRENT_H */

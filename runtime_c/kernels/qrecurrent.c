@@ -1,0 +1,184 @@
+/* DynamicQuantizeLSTM: see qrecurrent.h. */
+#include "qrecurrent.h"
+
+#include "qelem.h"
+
+static int64_t round64(int64_t n) { return (n + 63) / 64 * 64; }
+
+/* Bytes of one direction's step buffers: h's codes, their rows padded for mlcc_u8_fc, the
+ * per-column int32 start of the product and its int32 result. */
+static int64_t step_bytes(const mlcc_recurrent_params *r) {
+    const int64_t B = r->batch, H = r->hidden;
+    return round64(B * H) + round64(B * 4 * ((H + 3) / 4)) + round64(4 * 4 * H) +
+           round64(4 * B * 4 * H);
+}
+
+/* What the steps of every direction read (dq_step). */
+typedef struct dq_steps {
+    const mlcc_dynamic_quantize_lstm_params *p;
+    const int8_t *r_packed;
+    const int32_t *colsum;     /* R's [num_directions * 4H] */
+    const float *scale;        /* R's [num_directions * 4H] */
+    const float *proj;         /* [max_len * batch][num_directions * 4H] */
+    const int32_t *seq_lens;
+    int64_t max_len;
+    int y_wanted;
+    uint8_t *buffers;          /* per direction, step_bytes */
+} dq_steps;
+
+/* The product of codes x[m][k] with packed codes (their column sums' correction `start` per
+ * column, computed by the caller) as exact int32 sums: mlcc_u8_fc with an int32 output. */
+static void integer_product(int64_t m, int64_t n, int64_t k, const uint8_t *x,
+                            const int8_t *packed, const int32_t *start, int32_t *acc,
+                            uint8_t *pad, mlcc_threadpool *pool) {
+    mlcc_qfc_params f;
+    memset(&f, 0, sizeof f);
+    f.m = m;
+    f.n = n;
+    f.k = k;
+    f.rq.out_kind = MLCC_QOUT_S32;
+    mlcc_u8_fc(&f, x, packed, start, NULL, NULL, NULL, NULL, acc, pad, pool);
+}
+
+/* Quantizes v[0..n) with the range [lo, hi] to codes; returns the zero point, *scale. */
+static int32_t quantize(const float *v, int64_t n, float lo, float hi, uint8_t *codes,
+                        float *scale) {
+    mlcc_quantize_params q;
+    q.count = n;
+    mlcc_dynamic_qparams(lo, hi, &q.scale, &q.zero_point);
+    mlcc_f32_quantize(&q, v, codes);
+    *scale = q.scale;
+    return q.zero_point;
+}
+
+static int32_t row_sum(const uint8_t *codes, int64_t k) {
+    int32_t s = 0;
+    int64_t i;
+    for (i = 0; i < k; i++) s += codes[i];
+    return s;
+}
+
+/* Step s of direction d (mlcc_recurrent_step_fn): gates = proj + h R^T, h quantized. */
+static void dq_step(const void *arg, int64_t d, int64_t s, const float *h, float *gates,
+                    mlcc_threadpool *pool) {
+    const dq_steps *q = (const dq_steps *)arg;
+    const mlcc_recurrent_params *r = &q->p->r;
+    const int64_t B = r->batch, H = r->hidden, GH = 4 * H, N = r->num_directions * GH;
+    const int64_t k4 = (H + 3) / 4;
+    uint8_t *codes = q->buffers + d * step_bytes(r);
+    uint8_t *pad = codes + round64(B * H);
+    int32_t *start = (int32_t *)(pad + round64(B * 4 * k4));
+    int32_t *acc = start + round64(4 * GH) / 4;
+    const int32_t *colsum = q->colsum + d * GH;
+    const float *rs = q->scale + d * GH;
+    const int32_t off = q->p->r_offset[d];
+    const int rev = d == 1 || r->reverse;
+    float lo = 0.0f, hi = 0.0f, hs;
+    int32_t hz;
+    int64_t b, j;
+    if (s >= q->max_len) return;       /* every sequence has ended */
+    for (b = 0; b < B; b++) {
+        const int64_t len = q->seq_lens ? q->seq_lens[b] : r->seq;
+        if (!q->y_wanted || s <= len) mlcc_f32_widen_range(h + b * H, H, &lo, &hi);
+    }
+    hz = quantize(h, B * H, lo, hi, codes, &hs);
+    for (j = 0; j < GH; j++) start[j] = -hz * colsum[j];
+    integer_product(B, GH, H, codes, q->r_packed + d * 4 * k4 * GH, start, acc, pad, pool);
+    for (b = 0; b < B; b++) {
+        const int64_t len = q->seq_lens ? q->seq_lens[b] : r->seq;
+        const float *xr;
+        const int32_t *ab = acc + b * GH;
+        float *g = gates + b * GH;
+        int32_t corr;
+        if (s >= len) continue;
+        xr = q->proj + ((rev ? len - 1 - s : s) * B + b) * N + d * GH;
+        corr = off ? off * row_sum(codes + b * H, H) : 0;
+        for (j = 0; j < GH; j++) {
+            const float m = hs * rs[j];
+            /* onnxruntime's (float)acc * multiplier, then + the projection: not fused */
+            g[j] = mlcc_unfused((float)(ab[j] + corr) * m) + xr[j];
+        }
+    }
+}
+
+int mlcc_f32_dynamic_quantize_lstm(const mlcc_dynamic_quantize_lstm_params *p, const float *x,
+                                   const int8_t *w_packed, const int8_t *r_packed,
+                                   const int32_t *colsum, const float *scale, const float *bias,
+                                   const float *peep, const int32_t *seq_lens,
+                                   const float *init_h, const float *init_c, float *y,
+                                   float *y_h, float *y_c, void *scratch,
+                                   mlcc_threadpool *pool) {
+    const mlcc_recurrent_params *r = &p->r;
+    const int64_t S = r->seq, B = r->batch, I = r->input, H = r->hidden;
+    const int64_t ND = r->num_directions, GH = 4 * H, N = ND * GH;
+    const int64_t k4 = (I + 3) / 4;
+    uint8_t *at = (uint8_t *)scratch;
+    float *proj = (float *)at;
+    uint8_t *xcodes = at + round64(4 * S * B * N);
+    uint8_t *xpad = xcodes + round64(S * B * I);
+    int32_t *start = (int32_t *)(xpad + round64(S * B * 4 * k4));
+    float *state = (float *)((uint8_t *)start + round64(4 * N));
+    dq_steps steps;
+    mlcc_recurrent_job job;
+    int64_t b, i, j, max_len = S, rows;
+    int any_offset = p->w_offset[0] != 0 || (ND == 2 && p->w_offset[1] != 0);
+
+    if (seq_lens) {
+        max_len = 0;
+        for (b = 0; b < B; b++) {
+            if (seq_lens[b] < 0 || seq_lens[b] > S) return MLCC_ERR_INDEX_OUT_OF_RANGE;
+            if (seq_lens[b] > max_len) max_len = seq_lens[b];
+        }
+    }
+    /* 1. the input projections of the rows that run, both directions at once (their rows
+     * hold the same values, quantized alike) */
+    rows = max_len * B;
+    if (rows > 0) {
+        float lo = 0.0f, hi = 0.0f, xs;
+        int32_t xz;
+        mlcc_f32_widen_range(x, rows * I, &lo, &hi);
+        xz = quantize(x, rows * I, lo, hi, xcodes, &xs);
+        for (j = 0; j < N; j++) start[j] = -xz * colsum[j];
+        /* int32 sums in proj's bytes, turned into floats in place (memcpy: no aliasing) */
+        integer_product(rows, N, I, xcodes, w_packed, start, (int32_t *)(void *)proj, xpad,
+                        pool);
+        for (i = 0; i < rows; i++) {
+            const int32_t rs = any_offset ? row_sum(xcodes + i * I, I) : 0;
+            float *pr = proj + i * N;
+            for (j = 0; j < N; j++) {
+                const float m = xs * scale[j];
+                int32_t a;
+                memcpy(&a, pr + j, sizeof a);
+                a += p->w_offset[j / GH] * rs;
+                pr[j] = (float)a * m;
+            }
+        }
+    }
+    /* 2-3. the steps */
+    steps.p = p;
+    steps.r_packed = r_packed;
+    steps.colsum = colsum + N;
+    steps.scale = scale + N;
+    steps.proj = proj;
+    steps.seq_lens = seq_lens;
+    steps.max_len = max_len;
+    steps.y_wanted = y != NULL;
+    steps.buffers = (uint8_t *)state + round64(4 * ND * mlcc_recurrent_state_floats(r));
+    memset(&job, 0, sizeof job);
+    job.p = r;
+    job.xw = proj;
+    job.peep = peep;
+    job.init_h = init_h;
+    job.init_c = init_c;
+    job.seq_lens = seq_lens;
+    job.y = y;
+    job.y_h = y_h;
+    job.y_c = y_c;
+    job.state = state;
+    job.step = dq_step;
+    job.step_ctx = &steps;
+    job.gate_bias = bias;
+    job.ort_arithmetic = 1;
+    mlcc_recurrent_directions(&job, pool);
+    return MLCC_OK;
+}
