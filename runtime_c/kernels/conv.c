@@ -1113,7 +1113,7 @@ void mlcc_f32_conv2d__implicit_rows(const mlcc_conv2d_packed_params *pp, const f
 static inline __attribute__((always_inline)) void
 convt_tile(ptrdiff_t R, const int nc, ptrdiff_t kc, const float *MLCC_RESTRICT a,
            const float *MLCC_RESTRICT b, const int32_t *MLCC_RESTRICT off,
-           float *MLCC_RESTRICT out) {
+           float *MLCC_RESTRICT out, const float *pf, ptrdiff_t pf_n) {
     ptrdiff_t c0, p, r, v;
     for (c0 = 0; c0 < nc; c0 += TCH) {
         const ptrdiff_t nvec = (nc - c0 < TCH ? nc - c0 : TCH) / MLCC_VF_LANES;
@@ -1123,6 +1123,8 @@ convt_tile(ptrdiff_t R, const int nc, ptrdiff_t kc, const float *MLCC_RESTRICT a
         for (p = 0; p < kc; p++) {
             const float *bp = b + off[p];
             mlcc_vf wv[TCH / MLCC_VF_LANES];
+            if (c0 == 0 && p < pf_n) MLCC_PREFETCH(pf + p * MLCC_PF_FLOATS);
+            if (c0 == 0 && p + kc < pf_n) MLCC_PREFETCH(pf + (p + kc) * MLCC_PF_FLOATS);
             for (v = 0; v < nvec; v++) wv[v] = mlcc_vf_load(a + p * TCP + c0 + v * MLCC_VF_LANES);
             for (r = 0; r < R; r++) {
                 const mlcc_vf xv = mlcc_vf_splat(bp[r]);
@@ -1192,6 +1194,8 @@ typedef struct convt_epi {
     float *y;                  /* the panel's first output channel */
     ptrdiff_t spatial, nch;
     ptrdiff_t end;             /* the unit's positions end here: later ones are another's */
+    /* this tile is number pf_tile of pf_tiles over the panel; pf_tiles 0: no next panel */
+    ptrdiff_t pf_tile, pf_tiles;
 } convt_epi;
 
 #if CONVT_TRANSPOSE_REGS
@@ -1245,12 +1249,24 @@ convt_tile_k(ptrdiff_t R, const int nc, ptrdiff_t kdim, ptrdiff_t cpad, ptrdiff_
             const ptrdiff_t kc = kdim - k0 < MLCC_GEMM_KC ? kdim - k0 : MLCC_GEMM_KC;
             const float *a = w + k0 * cpad + ch0 * kc;
             const float *bk = b + k0 * bs;
+            /* the next channel panel's weights of this k block (kc x TCP floats right after
+             * this panel's), this tile's share of their cache lines: fetched while the tiles
+             * of this panel compute, so that the next panel's first tile does not wait for
+             * memory at every k step (weights larger than the caches: ResNet-50's 7 x 7 and
+             * 14 x 14 layers streamed each panel at memory speed in their first tile) */
+            const ptrdiff_t pf_all = e->pf_tiles > 0 && c0 == 0 ? kc * TCP / MLCC_PF_FLOATS : 0;
+            const ptrdiff_t pf_lo = e->pf_tiles > 0 ? pf_all * e->pf_tile / e->pf_tiles : 0;
+            const ptrdiff_t pf_n = e->pf_tiles > 0
+                                       ? pf_all * (e->pf_tile + 1) / e->pf_tiles - pf_lo : 0;
+            const float *pf = a + kc * TCP + pf_lo * MLCC_PF_FLOATS;
             mlcc_vf acc[TRMAX][TCH / MLCC_VF_LANES];
             for (r = 0; r < R; r++)
                 for (v = 0; v < nvec; v++) acc[r][v] = mlcc_vf_splat(0.0f);
             for (p = 0; p < kc; p++) {
                 const float *bp = bk + p * bs;
                 mlcc_vf wv[TCH / MLCC_VF_LANES];
+                if (p < pf_n) MLCC_PREFETCH(pf + p * MLCC_PF_FLOATS);
+                if (p + kc < pf_n) MLCC_PREFETCH(pf + (p + kc) * MLCC_PF_FLOATS);
                 for (v = 0; v < nvec; v++)
                     wv[v] = mlcc_vf_load(a + p * TCP + c0 + v * MLCC_VF_LANES);
                 for (r = 0; r < R; r++) {
@@ -1296,11 +1312,11 @@ convt_tile_k(ptrdiff_t R, const int nc, ptrdiff_t kdim, ptrdiff_t cpad, ptrdiff_
  * tiles: R <= 12, 24 of the 32 registers) */
 #define CONVT_CASES(nc)                                                   \
     switch (R) {                                                          \
-    case 8: convt_tile(8, nc, kc, a, b, off, out); break;                 \
-    case 7: convt_tile(7, nc, kc, a, b, off, out); break;                 \
-    case 6: convt_tile(6, nc, kc, a, b, off, out); break;                 \
-    case 5: convt_tile(5, nc, kc, a, b, off, out); break;                 \
-    default: convt_tile(R, nc, kc, a, b, off, out); break;                \
+    case 8: convt_tile(8, nc, kc, a, b, off, out, pf, pf_n); break;       \
+    case 7: convt_tile(7, nc, kc, a, b, off, out, pf, pf_n); break;       \
+    case 6: convt_tile(6, nc, kc, a, b, off, out, pf, pf_n); break;       \
+    case 5: convt_tile(5, nc, kc, a, b, off, out, pf, pf_n); break;       \
+    default: convt_tile(R, nc, kc, a, b, off, out, pf, pf_n); break;      \
     }
 #define CONVT_K_CASES(nc, tr)                                                  \
     switch (R) {                                                               \
@@ -1314,11 +1330,11 @@ convt_tile_k(ptrdiff_t R, const int nc, ptrdiff_t kdim, ptrdiff_t cpad, ptrdiff_
     }
 #else
 /* the kernel is chosen for 512-bit targets only (channel_tiles): elsewhere one copy, small */
-#define CONVT_CASES(nc) convt_tile(R, nc, kc, a, b, off, out)
+#define CONVT_CASES(nc) convt_tile(R, nc, kc, a, b, off, out, pf, pf_n)
 #define CONVT_K_CASES(nc, tr) convt_tile_k(R, nc, kdim, cpad, ch0, w, b, bs, e, y0, tr)
 #endif
 static void convt_tile_any(ptrdiff_t R, int half, ptrdiff_t kc, const float *a, const float *b,
-                           const int32_t *off, float *out) {
+                           const int32_t *off, float *out, const float *pf, ptrdiff_t pf_n) {
     if (half) {
         CONVT_CASES(TCP / 2);
     } else {
@@ -1351,9 +1367,11 @@ static void convt_tile_k_any(ptrdiff_t R, int half, ptrdiff_t kdim, ptrdiff_t cp
 }
 #else
 static void convt_tile_any(ptrdiff_t R, int half, ptrdiff_t kc, const float *a, const float *b,
-                           const int32_t *off, float *out) {
+                           const int32_t *off, float *out, const float *pf, ptrdiff_t pf_n) {
     const ptrdiff_t nc = half ? TCP / 2 : TCP;
     ptrdiff_t p, r, j;
+    (void)pf;
+    (void)pf_n;
     for (r = 0; r < R; r++) {
         float *o = out + r * TCP;
         for (j = 0; j < nc; j++) o[j] = 0.0f;
@@ -1369,6 +1387,7 @@ typedef struct convt_epi {
     const mlcc_act *act;
     float *y;
     ptrdiff_t spatial, nch, end;
+    ptrdiff_t pf_tile, pf_tiles;   /* (no prefetch in the portable loops) */
 } convt_epi;
 static void convt_tile_k_any(ptrdiff_t R, int half, ptrdiff_t kdim, ptrdiff_t cpad, ptrdiff_t ch0,
                              const float *w, const float *b, ptrdiff_t bs, const convt_epi *e,
@@ -1469,8 +1488,10 @@ static void convt_task(void *arg, int u, int thread) {
         e.spatial = spatial;
         e.nch = nch;
         e.end = s0 + n;
+        e.pf_tiles = ch0 + TCP < cpad ? tiles : 0;
         for (c = 0; c < tiles; c++) {
             const ptrdiff_t y0 = s0 + n * c / tiles, y1 = s0 + n * (c + 1) / tiles;
+            e.pf_tile = c;
 #if CONVT_TRANSPOSE_REGS
             if (e.res != NULL) {
                 convt_tile_k_res(y1 - y0, half, kdim, cpad, ch0, wg, job->pad + y0,
@@ -1491,13 +1512,22 @@ static void convt_task(void *arg, int u, int thread) {
             /* weights k-block-major: block k0 holds kc x cpad, panels of kc x TCP */
             const float *a = job->w + job->gi * cpad * kdim + k0 * cpad + ch0 * kc;
             const float *res = job->res != NULL ? job->res + ch0 * spatial : NULL;
+            /* this panel's weights of the next k block (as in convt_tile_k), a share of their
+             * cache lines per tile of this block */
+            const ptrdiff_t next_kc = kdim - k0 - kc < MLCC_GEMM_KC ? kdim - k0 - kc : MLCC_GEMM_KC;
+            const float *pf = job->w + job->gi * cpad * kdim + (k0 + kc) * cpad + ch0 * next_kc;
+            const ptrdiff_t pf_all = last ? 0 : next_kc * TCP / MLCC_PF_FLOATS;
+            const ptrdiff_t tiles = (he - hb) * job->chunks;
             for (oh = hb; oh < he; oh++) {
                 for (c = 0; c < job->chunks; c++) {
                     const ptrdiff_t w0 = ow_n * c / job->chunks;
                     const ptrdiff_t w1 = ow_n * (c + 1) / job->chunks;
                     const ptrdiff_t y0 = oh * ow_n + w0;
+                    const ptrdiff_t t = (oh - hb) * job->chunks + c;
+                    const ptrdiff_t pf_lo = pf_all * t / tiles;
                     convt_tile_any(w1 - w0, half, kc, a, job->pad + oh * job->wq + w0,
-                                   job->off + k0, tile);
+                                   job->off + k0, tile, pf + pf_lo * MLCC_PF_FLOATS,
+                                   pf_all * (t + 1) / tiles - pf_lo);
                     convt_store(w1 - w0, tile, part + (y0 - hb * ow_n) * TCP, first, last,
                                 job->bias != NULL ? bias : NULL, res, &p->act,
                                 job->y + ch0 * spatial, spatial, y0, nch);

@@ -479,6 +479,13 @@ void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, co
 #endif
 #define PNR MLCC_GEMM_NR
 #define PTR MLCC_GEMM_TILE_ROWS   /* rows per tile: PMR or a divisor of it */
+/* The column-major nest fetches the next block of A ahead (gemm_packed); not in wasm, whose
+ * engines ignore the hint. */
+#if MLCC_HAVE_VECTORS && !defined(__wasm_simd128__) && !defined(__wasm__)
+#define GEMM_PREFETCH_A 1
+#else
+#define GEMM_PREFETCH_A 0
+#endif
 
 /* Adds bias (and the residual), applies the activation and writes (or adds, unless first) one
  * tile row. */
@@ -626,7 +633,8 @@ static PACKED_INLINE void packed_tile_whole(ptrdiff_t kc, const float *MLCC_REST
                                             const float *MLCC_RESTRICT b, float *c,
                                             ptrdiff_t ldc, int first, int last,
                                             const float *bias, const float *res,
-                                            const mlcc_act *act, const int act_call) {
+                                            const mlcc_act *act, const int act_call,
+                                            const float *pf, ptrdiff_t pf_n) {
     mlcc_vf acc[PTR][MLCC_GEMM_NV];
     ptrdiff_t r, v, p;
     for (r = 0; r < PTR; r++)
@@ -641,8 +649,15 @@ static PACKED_INLINE void packed_tile_whole(ptrdiff_t kc, const float *MLCC_REST
      * third of the k loop's instructions in V8's code. (Two k steps per iteration, to save V8's
      * per-iteration interrupt check, made SqueezeNet 1.44x slower: V8 loads both steps'
      * operands first and spills.) */
+#if !GEMM_PREFETCH_A
+    (void)pf;
+    (void)pf_n;
+#endif
     for (p = 0; p < kc; p++, a += PMR, b += PNR) {
         mlcc_vf bv[MLCC_GEMM_NV];
+#if GEMM_PREFETCH_A
+        if (p < pf_n) MLCC_PREFETCH(pf + p * MLCC_PF_FLOATS);
+#endif
         for (v = 0; v < MLCC_GEMM_NV; v++) bv[v] = mlcc_vf_load(b + v * MLCC_VF_LANES);
         for (r = 0; r < PTR; r++) {
             const mlcc_vf av = mlcc_vf_splat(a[r]);
@@ -857,9 +872,11 @@ static PACKED_INLINE void gemm_packed_tile(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k
                                            ptrdiff_t a_row0, const float *b_panels,
                                            const float *bias, const float *res,
                                            const mlcc_act *act, float *c, ptrdiff_t ldc,
-                                           const int edge_call) {
+                                           const int edge_call, const float *pf,
+                                           ptrdiff_t pf_n) {
     /* edge_call (a constant, wasm): 1, the edge tiles through packed_tile_edge; 2, also the
-     * whole tiles' activation through wasm_act_n */
+     * whole tiles' activation through wasm_act_n; pf_n cache lines from pf fetched while a
+     * whole tile computes (the next block of A, gemm_packed) */
     const int first = k0 == 0, last = k0 + kc == k;
     const ptrdiff_t nr = n - j < PNR ? n - j : PNR;
     const ptrdiff_t mr = m - i < PTR ? m - i : PTR;
@@ -870,10 +887,12 @@ static PACKED_INLINE void gemm_packed_tile(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k
     const float *rt = res ? res + i * ldc + j : NULL;
     const float *bt = bias ? bias + i : NULL;
     (void)edge_call;
+    (void)pf;   /* (used by whole tiles only) */
+    (void)pf_n;
 #if MLCC_HAVE_VECTORS
     if (mr == PTR && nr == PNR)
         packed_tile_whole(kc, at, bp, c + i * ldc + j, ldc, first, last, bt, rt, act,
-                          edge_call == 2);
+                          edge_call == 2, pf, pf_n);
     else
 #endif
 #if defined(__wasm_simd128__) && MLCC_HAVE_VECTORS
@@ -921,7 +940,7 @@ static PACKED_INLINE void gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
         for (i = 0; i < m; i += PTR)
             for (j = 0; j < n_tiles; j += PNR)
                 gemm_packed_tile(m, n, k, 0, k, i, j, a_packed, a_rows, a_row0, b_panels, bias,
-                                 res, act, c, ldc, rows_outer == 2 ? 1 : 2);
+                                 res, act, c, ldc, rows_outer == 2 ? 1 : 2, NULL, 0);
 #if NARROW_PANEL
         if (n_tiles < n)
             narrow_panel(m, n - n_tiles, k, 0, k, 0, m, n_tiles, a_packed, a_rows, a_row0,
@@ -935,10 +954,33 @@ static PACKED_INLINE void gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
          * passes over them */
         for (i0 = 0; i0 < m; i0 += MLCC_GEMM_MC) {
             const ptrdiff_t i1 = m - i0 < MLCC_GEMM_MC ? m : i0 + MLCC_GEMM_MC;
+            /* The block of A the nest takes next (the next rows of this k block, else the
+             * first rows of the next k block: the next floats of the packed A), a share of its
+             * cache lines fetched by each tile of the second and later panels, which multiply
+             * this block from L2; weights larger than the caches otherwise come from memory
+             * as the first panel runs, 8 rows of kc per tile. */
+            const ptrdiff_t next_k0 = i1 < m ? k0 : k0 + MLCC_GEMM_KC;
+            const ptrdiff_t next_kc = k - next_k0 < MLCC_GEMM_KC ? k - next_k0 : MLCC_GEMM_KC;
+            const ptrdiff_t next_i0 = i1 < m ? i1 : 0;
+            const ptrdiff_t next_rows = m - next_i0 < MLCC_GEMM_MC ? m - next_i0 : MLCC_GEMM_MC;
+            const ptrdiff_t pf_lines =
+                GEMM_PREFETCH_A && next_k0 < k
+                    ? (next_rows + PMR - 1) / PMR * PMR * next_kc / MLCC_PF_FLOATS : 0;
+            const float *pf = a_packed + (next_k0 < k ? next_k0 * a_rows + (a_row0 + next_i0) * next_kc : 0);
+            const ptrdiff_t pf_calls = ((n_tiles + PNR - 1) / PNR - 1) * ((i1 - i0 + PTR - 1) / PTR);
+            ptrdiff_t pf_t = 0;
             for (j = 0; j < n_tiles; j += PNR)
-                for (i = i0; i < i1; i += PTR)
+                for (i = i0; i < i1; i += PTR) {
+                    ptrdiff_t l0 = 0, l1 = 0;
+                    if (j > 0 && pf_lines > 0) {
+                        l0 = pf_lines * pf_t / pf_calls;
+                        l1 = pf_lines * (pf_t + 1) / pf_calls;
+                        pf_t++;
+                    }
                     gemm_packed_tile(m, n, k, k0, kc, i, j, a_packed, a_rows, a_row0, b_panels,
-                                     bias, res, act, c, ldc, 0);
+                                     bias, res, act, c, ldc, 0, pf + l0 * MLCC_PF_FLOATS,
+                                     l1 - l0);
+                }
 #if NARROW_PANEL
             if (n_tiles < n)
                 narrow_panel(m, n - n_tiles, k, k0, kc, i0, i1, n_tiles, a_packed, a_rows,

@@ -75,6 +75,16 @@ static inline void mlcc_parallel_ranges(mlcc_threadpool *pool, mlcc_range_fn ran
 #define MLCC_RESTRICT
 #endif
 
+/* A hint to fetch the cache line at p (read, kept in the outer caches): weights that the next
+ * tiles need, fetched from memory while the current ones compute. Changes no result; nothing
+ * where the compiler has no such builtin. MLCC_PF_FLOATS: floats per line fetched. */
+#if defined(__GNUC__) || defined(__clang__)
+#define MLCC_PREFETCH(p) __builtin_prefetch((p), 0, 2)
+#else
+#define MLCC_PREFETCH(p) ((void)(p))
+#endif
+#define MLCC_PF_FLOATS 16
+
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(MLCC_NO_VECTORS)
 #define MLCC_HAVE_VECTORS 1
 #ifndef MLCC_VECTOR_BYTES
