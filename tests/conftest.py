@@ -72,3 +72,18 @@ def tiny_static_path(tmp_path) -> Path:
 # Operator coverage (tests/op_coverage.py): a test named as the witness of an operator fails if
 # the compiler did not write that operator while it ran.
 from op_coverage import lowered_witness, pytest_runtest_makereport  # noqa: E402,F401
+
+
+# The test files that take minutes in `make test` (its --durations and per-file totals), longest
+# first. With --dist loadfile the 2 processes take files in collection order, so these go
+# first: the run then ends on short files in both processes instead of one process finishing
+# a long file alone (docs/testing.md). A file whose tests reach the slowest 30 belongs here.
+LONG_FILES = ["test_cross_targets.py", "test_fuzz.py", "test_conformance.py", "test_quant.py",
+              "test_models.py", "test_cortex_m.py", "test_adaround.py", "test_quant_mixed.py",
+              "test_quant_cle.py", "test_quant_recurrent.py", "test_dynamic_speed.py",
+              "test_runtime_safety.py", "test_generated_c.py"]
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))   # stable
