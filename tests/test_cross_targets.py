@@ -245,39 +245,57 @@ def test_recurrent(tmp_path, target, op, layout):
                            peep=True, clip=3.0, seed=3), target=target)
 
 
-@pytest.mark.parametrize("target", TARGETS)
-def test_int8_digits_is_the_x86_result_bit_for_bit(tmp_path, target):
-    """The int8 program (portable integer kernels, float requantization) gives the same bits
-    on the target as on x86."""
+@pytest.fixture(scope="module")
+def digits_int8_x86(tmp_path_factory):
+    """The digits CNN's int8 program on x86 (calibrated on digits_sample.npz), its inputs and
+    its outputs on the first 6 of them: what every target must reproduce, built once."""
+    tmp = tmp_path_factory.mktemp("digits_int8")
     with np.load(ROOT / "examples" / "digits" / "digits_sample.npz") as d:
         x = d["input"].astype(np.float32)
-    np.savez(tmp_path / "calib.npz", input=x[:, None])
-    outs = {}
-    for name in ("x86", target):
-        mlcc.compile(DIGITS, tmp_path / name, target=name,
-                     quantize=mlcc.api.QuantizeConfig(tmp_path / "calib.npz"))
-        m = mlcc.load(tmp_path / name)
-        outs[name] = [m.run({"input": xi[None]})["logits"] for xi in x[:6]]
-    for a, b in zip(outs["x86"], outs[target]):
-        np.testing.assert_array_equal(a, b)
+    np.savez(tmp / "calib.npz", input=x[:, None])
+    mlcc.compile(DIGITS, tmp / "x86", target="x86",
+                 quantize=mlcc.api.QuantizeConfig(tmp / "calib.npz"))
+    m = mlcc.load(tmp / "x86")
+    return tmp / "calib.npz", x[:6], [m.run({"input": xi[None]})["logits"] for xi in x[:6]]
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_int8_recurrent(tmp_path, target):
+def test_int8_digits_is_the_x86_result_bit_for_bit(tmp_path, target, digits_int8_x86):
+    """The int8 program (portable integer kernels, float requantization) gives the same bits
+    on the target as on x86."""
+    calib, x, x86 = digits_int8_x86
+    mlcc.compile(DIGITS, tmp_path / target, target=target,
+                 quantize=mlcc.api.QuantizeConfig(calib))
+    m = mlcc.load(tmp_path / target)
+    for xi, a in zip(x, x86):
+        np.testing.assert_array_equal(a, m.run({"input": xi[None]})["logits"])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_int8_recurrent(tmp_path, target, int8_recurrent_x86):
     """int8 LSTM and GRU (input projections on the integer GEMM, the steps in float;
     test_quant_recurrent.py) on the target: SQNR >= 30 dB against onnxruntime's float
     outputs, and the x86 int8 build's outputs up to float rounding (>= 50 dB)."""
     from test_quant_recurrent import features, kws_model, quantized, sqnr_db
-    from util import reference_outputs
     model = kws_model()
-    calib = {"x": features(16, seed=1)}
-    _, x86 = quantized(tmp_path, model, calib)
-    _, lib = quantized(tmp_path, model, calib, target=target)
-    xs = features(2, seed=2)
+    _, lib = quantized(tmp_path, model, {"x": features(16, seed=1)}, target=target)
+    xs, ref, x86 = int8_recurrent_x86
     got = np.stack([lib.run({"x": x})["logits"] for x in xs])
-    ref = np.stack([reference_outputs(model, {"x": x})["logits"] for x in xs])
     assert sqnr_db(ref, got) >= 30
-    assert sqnr_db(np.stack([x86.run({"x": x})["logits"] for x in xs]), got) >= 50
+    assert sqnr_db(x86, got) >= 50
+
+
+@pytest.fixture(scope="module")
+def int8_recurrent_x86(tmp_path_factory):
+    """test_int8_recurrent's inputs, onnxruntime's float outputs and the x86 int8 build's
+    outputs on them (built once for every target)."""
+    from test_quant_recurrent import features, kws_model, quantized
+    model = kws_model()
+    _, x86 = quantized(tmp_path_factory.mktemp("int8_recurrent"), model,
+                       {"x": features(16, seed=1)})
+    xs = features(2, seed=2)
+    ref = np.stack([reference_outputs(model, {"x": x})["logits"] for x in xs])
+    return xs, ref, np.stack([x86.run({"x": x})["logits"] for x in xs])
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -648,22 +666,36 @@ def test_ppocr_recognizer_width_range(tmp_path, target):
                      [(1, 3, 48, w) for w in (32, 97, 1280)])
 
 
-@pytest.mark.parametrize("target", RANGE_TARGETS)
-def test_int8_cnn_over_a_range_is_the_x86_result_bit_for_bit(tmp_path, target):
-    """The int8 CNN of tests/test_quant_ranges.py over heights 9..33 and widths 10..47,
-    calibrated on samples of several sizes: the same bits on the target as on x86 at three
-    sizes."""
+RANGE_CNN_SHAPES = {"x": (1, 3, (9, 33), (10, 47))}
+RANGE_CNN_SIZES = ((9, 10), (18, 23), (33, 47))
+
+
+@pytest.fixture(scope="module")
+def range_cnn_int8_x86(tmp_path_factory):
+    """The int8 CNN of tests/test_quant_ranges.py over heights 9..33 and widths 10..47 on x86
+    (calibrated on samples of several sizes) and its outputs at three sizes, built once."""
     from test_quant_ranges import _calibration_folder, _cnn
-    path = _cnn(tmp_path / "cnn.onnx")
-    calib = _calibration_folder(tmp_path / "calib", [(1, 3, 9, 10), (1, 3, 20, 31),
-                                                     (1, 3, 33, 47)], seed=2)
-    outs = {}
-    for name in ("x86", target):
-        mlcc.compile(path, tmp_path / name, target=name, shapes={"x": (1, 3, (9, 33), (10, 47))},
-                     quantize=mlcc.api.QuantizeConfig(calib))
-        m = mlcc.load(tmp_path / name)
-        outs[name] = [m.run({"x": rand(1, 3, hh, ww, seed=hh)})
-                      for hh, ww in ((9, 10), (18, 23), (33, 47))]
-    for a, b in zip(outs["x86"], outs[target]):
+    tmp = tmp_path_factory.mktemp("range_cnn_int8")
+    path = _cnn(tmp / "cnn.onnx")
+    calib = _calibration_folder(tmp / "calib", [(1, 3, 9, 10), (1, 3, 20, 31),
+                                                (1, 3, 33, 47)], seed=2)
+    mlcc.compile(path, tmp / "x86", target="x86", shapes=RANGE_CNN_SHAPES,
+                 quantize=mlcc.api.QuantizeConfig(calib))
+    m = mlcc.load(tmp / "x86")
+    return path, calib, [m.run({"x": rand(1, 3, hh, ww, seed=hh)})
+                         for hh, ww in RANGE_CNN_SIZES]
+
+
+@pytest.mark.parametrize("target", RANGE_TARGETS)
+def test_int8_cnn_over_a_range_is_the_x86_result_bit_for_bit(tmp_path, target,
+                                                              range_cnn_int8_x86):
+    """The int8 CNN over a range of sizes: the same bits on the target as on x86 at three
+    sizes."""
+    path, calib, x86 = range_cnn_int8_x86
+    mlcc.compile(path, tmp_path / target, target=target, shapes=RANGE_CNN_SHAPES,
+                 quantize=mlcc.api.QuantizeConfig(calib))
+    m = mlcc.load(tmp_path / target)
+    for (hh, ww), a in zip(RANGE_CNN_SIZES, x86):
+        b = m.run({"x": rand(1, 3, hh, ww, seed=hh)})
         for name in a:
             np.testing.assert_array_equal(a[name], b[name])

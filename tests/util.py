@@ -28,18 +28,25 @@ def build_kernels(lib_path: Path, build: str, sources: list[str], defines=()) ->
     fallback of compilers without vector extensions) and MLCC_MIN_PARALLEL_MACS=0, so that
     even small cases use the pool. MLCC_TEST_KERNEL_CFLAGS adds flags, e.g. "-fsanitize=address
     -g" (then run pytest with LD_PRELOAD=$(gcc -print-file-name=libasan.so), -s and
-    -p no:faulthandler, or the report is lost)."""
+    -p no:faulthandler, or the report is lost). Each source compiles to its own object through
+    MLCC_CC_LAUNCHER (ccache in the tests: kernel files another module built with the same
+    flags are cache hits), then they link."""
     from mlcc.targets import load_target
+    from mlcc.targets.objects import launcher
     target = load_target("x86" if build == "scalar" else build)
     cflags = [f for f in target.toolchain.cflags if f != "-fvisibility=hidden"]
     if build == "scalar":
         cflags.append("-DMLCC_NO_VECTORS")
     cflags += shlex.split(os.environ.get("MLCC_TEST_KERNEL_CFLAGS", ""))
-    subprocess.run([target.toolchain.cc, *cflags, *target.defines(), *defines, "-shared",
-                    "-Wall", "-Wextra", "-Werror", "-DMLCC_MIN_PARALLEL_MACS=0",
-                    f"-I{RUNTIME / 'include'}", f"-I{RUNTIME / 'kernels'}",
-                    *(str(RUNTIME / f) for f in sources), "-o", str(lib_path), "-lm"],
-                   check=True)
+    objects = []
+    for i, source in enumerate(sources):
+        objects.append(str(lib_path.parent / f"{lib_path.stem}-{i}-{Path(source).stem}.o"))
+        subprocess.run([*launcher(), target.toolchain.cc, *cflags, *target.defines(), *defines,
+                        "-Wall", "-Wextra", "-Werror", "-DMLCC_MIN_PARALLEL_MACS=0",
+                        f"-I{RUNTIME / 'include'}", f"-I{RUNTIME / 'kernels'}", "-c",
+                        str(RUNTIME / source), "-o", objects[-1]], check=True)
+    subprocess.run([target.toolchain.cc, *cflags, "-shared", *objects, "-o", str(lib_path),
+                    "-lm"], check=True)
     return lib_path
 
 

@@ -1,7 +1,9 @@
 """Building a generated model folder with the target's toolchain.
 
-The same command lines go into the folder's Makefile, so a user can rebuild the library with
-`make` (or another compiler: `make CC=clang`) and get what mlcc built.
+Each source compiles to its own object under obj/ (mlcc/targets/objects.py), then the objects
+link into the library. The same command lines go into the folder's Makefile, so a user can
+rebuild the library with `make` (or another compiler: `make CC=clang`, in parallel: `make -j`)
+and get what mlcc built.
 
 Every folder also gets the generic test harness (harness.c, a copy of
 runtime_c/harness/mlcc_harness.c: weights and inputs from raw files, outputs to raw files).
@@ -24,6 +26,8 @@ from pathlib import Path
 from .. import resources
 from ..errors import BuildError, DoesNotFit, TargetError
 from . import firmware as fw
+from .objects import (LAUNCHER_ENV, MAKEFILE_OBJECT_RULE, MAKEFILE_OBJECTS, OBJ_DIR, launcher,
+                      object_command, object_path)
 from .target import Target
 
 BUILD_TIMEOUT_S = 1800
@@ -66,9 +70,10 @@ def _export_flags(target: Target, exports: list[str]) -> list[str]:
 
 def library_command(target: Target, sources: list[str], out: str,
                     exports: list[str] = ()) -> list[str]:
+    """Links the objects of `sources` (object_command) into `out`."""
     tc = target.toolchain
-    return ([tc.cc, *tc.cflags, *target.defines(), "-Iruntime/include", "-Iruntime/kernels",
-             "-I.", "-o", out, *sources, *tc.ldflags, *_export_flags(target, list(exports))])
+    return ([tc.cc, *tc.cflags, "-o", out, *(object_path(s) for s in sources), *tc.ldflags,
+             *_export_flags(target, list(exports))])
 
 
 def _harness_defines(prefix: str, output_shapes: bool, dims: int = 0) -> list[str]:
@@ -107,12 +112,15 @@ def makefile(target: Target, sources: list[str], prefix: str,
         f"CPPFLAGS = {' '.join(target.defines())} -Iruntime/include -Iruntime/kernels -I.",
         f"LDFLAGS = {' '.join(shlex.quote(f) for f in tc.ldflags)}",
         f"SOURCES = {' '.join(sources)}",
+        MAKEFILE_OBJECTS,
         f"MODEL = {prefix}",
         "",
         f"all: {' '.join(default)}",
         "",
-        f"{lib}: $(SOURCES) $(wildcard *.h runtime/*/*.h)",
-        f"\t$(CC) $(CFLAGS) $(CPPFLAGS) -o $@ $(SOURCES) $(LDFLAGS)",
+        *MAKEFILE_OBJECT_RULE,
+        "",
+        f"{lib}: $(OBJECTS)",
+        f"\t$(CC) $(CFLAGS) -o $@ $(OBJECTS) $(LDFLAGS)",
         "",
         f"{HARNESS_EXE}: {HARNESS_REL} {lib} runtime/include/mlcc_runtime.h",
         f"\t$(CC) $(CFLAGS) -Iruntime/include "
@@ -120,7 +128,7 @@ def makefile(target: Target, sources: list[str], prefix: str,
         f"-L. -lmodel '-Wl,-rpath,$$ORIGIN'",
         "",
         "clean:",
-        f"\trm -f {lib} {HARNESS_EXE}",
+        f"\trm -rf {OBJ_DIR} {lib} {HARNESS_EXE}",
         "",
         ".PHONY: all clean",
         ""])
@@ -139,15 +147,18 @@ def _wasm_makefile(target: Target, sources: list[str], exports: list[str]) -> st
         f"LDFLAGS = {' '.join(shlex.quote(f) for f in tc.ldflags)} "
         f"{' '.join(_export_flags(target, exports))}",
         f"SOURCES = {' '.join(sources)}",
+        MAKEFILE_OBJECTS,
         *[f"export {k} ?= {v}" for k, v in tc.env],
         "",
         f"all: {lib}",
         "",
-        f"{lib}: $(SOURCES) $(wildcard *.h runtime/*/*.h)",
-        f"\t$(CC) $(CFLAGS) $(CPPFLAGS) -o $@ $(SOURCES) $(LDFLAGS)",
+        *MAKEFILE_OBJECT_RULE,
+        "",
+        f"{lib}: $(OBJECTS)",
+        f"\t$(CC) $(CFLAGS) -o $@ $(OBJECTS) $(LDFLAGS)",
         "",
         "clean:",
-        f"\trm -f {lib}",
+        f"\trm -rf {OBJ_DIR} {lib}",
         "",
         ".PHONY: all clean",
         ""])
@@ -163,6 +174,8 @@ def _run_toolchain(target: Target, folder: Path, cmd: list[str], what: str) -> N
         proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True,
                               timeout=BUILD_TIMEOUT_S,
                               env={**os.environ, **dict(target.toolchain.env)})
+    except FileNotFoundError:       # the compiler was found: the launcher is missing
+        raise TargetError(f"{LAUNCHER_ENV}: {cmd[0]!r} not found") from None
     except subprocess.TimeoutExpired:
         raise BuildError(f"{target.toolchain.cc} did not finish within {BUILD_TIMEOUT_S} s"
                          ) from None
@@ -186,12 +199,21 @@ def _run_toolchain(target: Target, folder: Path, cmd: list[str], what: str) -> N
                      f"report it with --verbose output)", detail=detail)
 
 
-def build_library(target: Target, folder: Path, sources: list[str],
-                  exports: list[str] = ()) -> Path:
-    """Builds the target's library (or model.wasm, exporting `exports`) in `folder`."""
+def compile_objects(target: Target, folder: Path, sources: list[str]) -> None:
+    """Compiles each source of `folder` to its object (object_command), through
+    MLCC_CC_LAUNCHER when it is set."""
     if not target.compiler_found():
         raise TargetError(f"target {target.name}: compiler {target.toolchain.cc!r} not found"
                           f"{_install_hint(target)}")
+    for source in sources:
+        (folder / object_path(source)).parent.mkdir(parents=True, exist_ok=True)
+        _run_toolchain(target, folder, [*launcher(), *object_command(target, source)], source)
+
+
+def build_library(target: Target, folder: Path, sources: list[str],
+                  exports: list[str] = ()) -> Path:
+    """Builds the target's library (or model.wasm, exporting `exports`) in `folder`."""
+    compile_objects(target, folder, sources)
     cmd = library_command(target, sources, target.library_name, exports)
     _run_toolchain(target, folder, cmd, "the generated code")
     return folder / target.library_name
@@ -201,12 +223,7 @@ def build_firmware(target: Target, folder: Path, sources: list[str],
                    defines: list[str]) -> Path:
     """Compiles the sources into libmodel.a and links firmware.elf around it (output:
     firmware); `defines` are the harness's (firmware.harness_defines)."""
-    if not target.compiler_found():
-        raise TargetError(f"target {target.name}: compiler {target.toolchain.cc!r} not found"
-                          f"{_install_hint(target)}")
-    for source in sources:
-        (folder / fw.object_path(source)).parent.mkdir(parents=True, exist_ok=True)
-        _run_toolchain(target, folder, fw.object_command(target, source), source)
+    compile_objects(target, folder, sources)
     (folder / target.library_name).unlink(missing_ok=True)
     _run_toolchain(target, folder, fw.archive_command(target, sources), "the static library")
     _run_toolchain(target, folder, fw.link_command(target, defines), "the firmware")

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from .. import resources
 from ..errors import MlccError
+from .objects import MAKEFILE_OBJECT_RULE, MAKEFILE_OBJECTS, OBJ_DIR, object_path
 from .target import Firmware, Target
 
 FIRMWARE_ELF = "firmware.elf"
@@ -34,7 +35,6 @@ LINKER_SCRIPT = "firmware.ld"
 STARTUP_C = "startup.c"
 FIRMWARE_C = "firmware.c"
 IO_ALIGN = 16            # the harness places each input and output at a multiple of this
-OBJ_DIR = "obj"
 
 # Output sections of firmware.ld -> (memory, what the report calls them)
 SECTIONS = {".vectors": ("flash", "code"), ".text": ("flash", "code"),
@@ -109,16 +109,6 @@ def harness_defines(prefix: str, arena_size: int, io_bytes: int) -> list[str]:
             f"-DMLCC_FW_IO_SIZE={io_bytes}"]
 
 
-def object_path(source: str) -> str:
-    return f"{OBJ_DIR}/{source[:-2]}.o"
-
-
-def object_command(target: Target, source: str) -> list[str]:
-    tc = target.toolchain
-    return [tc.cc, *tc.cflags, *target.defines(), "-Iruntime/include", "-Iruntime/kernels",
-            "-I.", "-c", source, "-o", object_path(source)]
-
-
 def archive_command(target: Target, sources: list[str]) -> list[str]:
     return [target.toolchain.ar, "rcsD", target.library_name,
             *(object_path(s) for s in sources)]
@@ -144,13 +134,11 @@ def makefile(target: Target, sources: list[str], defines: list[str]) -> str:
         f"LDFLAGS = {' '.join(shlex.quote(f) for f in tc.ldflags)}",
         f"HARNESS_DEFINES = {' '.join(defines)}",
         f"SOURCES = {' '.join(sources)}",
-        f"OBJECTS = $(SOURCES:%.c={OBJ_DIR}/%.o)",
+        MAKEFILE_OBJECTS,
         "",
         f"all: {lib} {FIRMWARE_ELF}",
         "",
-        f"{OBJ_DIR}/%.o: %.c $(wildcard *.h runtime/*/*.h)",
-        "\t@mkdir -p $(dir $@)",
-        "\t$(CC) $(CFLAGS) $(CPPFLAGS) -c $< -o $@",
+        *MAKEFILE_OBJECT_RULE,
         "",
         f"{lib}: $(OBJECTS)",
         "\trm -f $@",
