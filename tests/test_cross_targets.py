@@ -616,9 +616,26 @@ def test_conv_resize_pad_over_a_range(tmp_path, target):
 
 
 @pytest.mark.parametrize("target", RANGE_TARGETS)
+def test_strided_pools_over_a_width_range(tmp_path, target):
+    """AveragePool and MaxPool striding along a dynamic width on the 2-D kernel, its tap
+    offsets into the stride phases computed at each call."""
+    nodes = [helper.make_node("AveragePool", ["x"], ["avg"], kernel_shape=[3, 2],
+                              strides=[3, 2]),
+             helper.make_node("AveragePool", ["x"], ["avg_pad"], kernel_shape=[2, 3],
+                              strides=[1, 3], pads=[1, 2, 0, 0]),
+             helper.make_node("MaxPool", ["x"], ["max"], kernel_shape=[2, 3], strides=[2, 2],
+                              pads=[0, 1, 0, 0])]
+    model = make_model(nodes, {"x": rand(1, 3, 6, 8)}, ["avg", "avg_pad", "max"],
+                       input_shapes={"x": [1, 3, 6, "W"]})
+    _range_on_target(model, tmp_path, target, {"x": (1, 3, 6, (4, 70))},
+                     [(1, 3, 6, 4), (1, 3, 6, 29), (1, 3, 6, 70)])
+
+
+@pytest.mark.parametrize("target", RANGE_TARGETS)
 def test_transformer_block_over_a_sequence_range(tmp_path, target):
     """A MiniLM-like encoder block (tests/test_quant_ranges.py) over 1 to 40 tokens: the
-    projections with the sequence as rows, the fused attention, LayerNormalization, GELU."""
+    projections with the sequence as rows (at 1 token the one-row loop over B's panels), the
+    fused attention, LayerNormalization, GELU."""
     from test_quant_ranges import _transformer
     _transformer(tmp_path / "block.onnx")
     model = onnx.load(str(tmp_path / "block.onnx"))

@@ -423,14 +423,35 @@ def test_pad_that_may_crop_a_whole_axis_is_refused(tmp_path):
     {"kernel_shape": [3, 2], "strides": [1, 3], "pads": [0, 1, 2, 0], "dilations": [1, 2]},
 ])
 def test_strided_max_pool_over_a_dynamic_width(tmp_path, attrs):
-    """A MaxPool striding along a dynamic width runs the N-D kernel (the 2-D one's tap table
-    of offsets into the stride phases would change with the width)."""
+    """A MaxPool striding along a dynamic width runs the 2-D kernel, which computes its tap
+    offsets into the stride phases at the actual width (pool.h, tap_offsets NULL)."""
     path = _save(tmp_path / "m.onnx", [h.make_node("MaxPool", ["x"], ["y"], name="pool",
                                                    **attrs)],
                  [h.make_tensor_value_info("x", T.FLOAT, [1, 2, "H", "W"])],
                  [h.make_tensor_value_info("y", T.FLOAT, None)])
     _compare(path, tmp_path / "out", {"x": (1, 2, (4, 9), (5, 23))},
              [{"x": (1, 2, hh, ww)} for hh, ww in ((4, 5), (7, 12), (9, 23))])
+    assert "mlcc_f32_maxpool2d(" in (tmp_path / "out" / "model.c").read_text()
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 2], "strides": [3, 2]},                      # PP-OCR rec's
+    {"kernel_shape": [2, 3], "strides": [1, 2], "pads": [1, 2, 0, 0]},
+    {"kernel_shape": [2, 3], "strides": [2, 3], "pads": [0, 1, 1, 0], "count_include_pad": 1},
+    {"kernel_shape": [1, 3], "strides": [1, 2], "dilations": [1, 2]},
+    {"kernel_shape": [2, 2]},
+])
+def test_average_pool_over_a_dynamic_width_runs_the_2d_kernel(tmp_path, attrs):
+    """An AveragePool over a dynamic width (static height) runs the 2-D kernel, as a static
+    build does: its column divisors at the largest width hold for every smaller one (no end
+    padding, floor mode), and a stride's tap offsets are computed at the actual width."""
+    path = _save(tmp_path / "m.onnx", [h.make_node("AveragePool", ["x"], ["y"], name="pool",
+                                                   **attrs)],
+                 [h.make_tensor_value_info("x", T.FLOAT, ["N", 3, 6, "W"])],
+                 [h.make_tensor_value_info("y", T.FLOAT, None)], opset=19)
+    _compare(path, tmp_path / "out", {"x": ((1, 2), 3, 6, (6, 131))},
+             [{"x": (n, 3, 6, ww)} for n, ww in ((1, 6), (2, 7), (1, 64), (2, 131))])
+    assert "mlcc_f32_avgpool2d(" in (tmp_path / "out" / "model.c").read_text()
 
 
 # ------------------------------------------------------------------ normalizations
@@ -523,6 +544,38 @@ def test_batched_matmul_over_a_dynamic_batch(tmp_path):
         [h.make_tensor_value_info(n, T.FLOAT, None) for n in ("y", "y2")], [w])
     _compare(path, tmp_path / "out", {"a": ((1, 5), 3, 7, 4)},
              [{"a": (n, 3, 7, 4), "b": (n, 1, 4, 6)} for n in (1, 2, 5)])
+
+
+def test_one_row_of_a_dynamic_batch_is_the_static_one_row_product(tmp_path):
+    """A dynamic row count that may be 1: B in column panels (250 columns: a partial last
+    panel and vector) runs the one-row loop over them at 1, skipping A's zeros (after a
+    ReLU), the same bits as a static build at 1; a narrow B (3 columns) keeps its rows
+    unpadded (the weights of a static build at 8 rows). Against onnxruntime at 1, 2 and 7
+    rows, depths over two k blocks."""
+    rng = np.random.default_rng(5)
+    w = lambda name, *shape: nh.from_array(rng.standard_normal(shape).astype(np.float32),  # noqa
+                                           name)
+    path = _save(tmp_path / "m.onnx", [
+        h.make_node("Relu", ["x"], ["r"], name="relu"),
+        h.make_node("MatMul", ["r", "w1"], ["m1"], name="wide"),
+        h.make_node("Add", ["m1", "b1"], ["a1"], name="bias"),
+        h.make_node("Relu", ["a1"], ["r1"], name="relu1"),
+        h.make_node("Gemm", ["r1", "w2", "b2"], ["y"], transB=1, alpha=0.5, name="narrow")],
+        [h.make_tensor_value_info("x", T.FLOAT, ["N", 300])],
+        [h.make_tensor_value_info("y", T.FLOAT, None), h.make_tensor_value_info("a1", T.FLOAT,
+                                                                                None)],
+        [w("w1", 300, 250), w("b1", 250), w("w2", 3, 250), w("b2", 3)])
+    res = _compare(path, tmp_path / "range", {"x": ((1, 8), 300)},
+                   [{"x": (n, 300)} for n in (1, 2, 7)], atol=1e-4)
+    code = (tmp_path / "range" / "model.c").read_text()
+    assert "mlcc_f32_gemm__panels_threaded(" in code and code.count(".b_finite = 1") == 2
+    static8 = mlcc.compile(path, tmp_path / "static8", shapes={"x": (8, 300)}, build=False)
+    assert res.manifest["weights_size"] == static8.manifest["weights_size"]
+    mlcc.compile(path, tmp_path / "static", shapes={"x": (1, 300)})
+    x = {"x": rng.standard_normal((1, 300)).astype(np.float32)}
+    got, ref = mlcc.load(tmp_path / "range").run(x), mlcc.load(tmp_path / "static").run(x)
+    for name in ("y", "a1"):
+        np.testing.assert_array_equal(got[name], ref[name], err_msg=name)
 
 
 # ------------------------------------------------------------------ real models
