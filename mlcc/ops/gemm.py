@@ -61,16 +61,16 @@ def gemm_call(lo: Lowering, a: str, b: str, bias: str | None, out: str, params: 
     n = params["n"]
     waste = -n % GEMM_B_PANEL
     # a dynamic number of rows (ir.symbolic): B laid out for many rows, as a static build at
-    # the largest count has it (no weight byte more); where the range holds 1, b_finite too
-    # (the kernels take the one-row loop at m == 1 on either layout: gemm.h)
+    # the largest count has it (no weight byte more). At 1 row the tiles run over B's panels
+    # (MiniLM at 1 token: 1.02 of a static build's one-row loop over B in rows; the one-row
+    # loop over the panels was 1.17, loaded); B kept in rows (narrow) takes the one-row loop
+    # at 1, with b_finite where the range holds 1
     dynamic = is_symbolic(params["m"])
     one_row = params["m"].lo <= 1 if dynamic else params["m"] <= 1
     if b_const is not None and (dynamic or not one_row) and params["ldb"] == n \
             and waste <= n // 8:
-        b_kn = b_const.reshape(params["k"], params["n"]).astype(np.float32)
-        b = lo.add_const(f"{b}.panels", pack_b_panels(b_kn))
-        if one_row:
-            params = {**params, "b_finite": int(np.isfinite(b_kn).all())}
+        panels = pack_b_panels(b_const.reshape(params["k"], params["n"]).astype(np.float32))
+        b = lo.add_const(f"{b}.panels", panels)
         lo.call("mlcc_f32_gemm__panels_threaded", [a, b, bias, out], [out],
                 params_type="mlcc_gemm_params", pool=True, params=params)
         return

@@ -338,23 +338,6 @@ static void gemm_block(const mlcc_gemm_params *p, const float *a, const float *b
         block_epilogue(p, bias, c, i0, i1, j0, j1);
         return;
     }
-    if (p->m == 1) {   /* one row, B in panels (a dynamic row count at 1: mlcc/ops/gemm.py) */
-        const ptrdiff_t acs = (ptrdiff_t)p->a_col_stride;
-        for (k0 = 0; k0 < k; k0 += KC) {
-            const ptrdiff_t kc = k - k0 < KC ? k - k0 : KC;
-            /* each panel's rows are bw floats apart, readable to the panel's end (zeros past
-             * n): per column the sums of a one-row product on B in rows, in its order */
-            for (j = j0; j < j1;) {
-                const ptrdiff_t off = j % bw, end = j - off + bw < j1 ? j - off + bw : j1;
-                gemv_block(end - j, bw - off, kc, a + i0 * (ptrdiff_t)p->a_row_stride + k0 * acs,
-                           acs, b + (j - off) * k + k0 * bw + off, bw, c + i0 * ldc + j,
-                           p->alpha, k0 > 0, p->b_finite);
-                j = end;
-            }
-        }
-        block_epilogue(p, bias, c, i0, i1, j0, j1);
-        return;
-    }
 #endif
     if ((double)(i1 - i0) * (double)k <= (double)STRIP_A_FLOATS) {
         for (j = j0; j < j1; j += NR) {

@@ -41,9 +41,7 @@ void mlcc_f32_gemm__threaded(const mlcc_gemm_params *p, const float *a, const fl
  * columns past n zero; p->ldb is not read. The register tiles' B strips are then contiguous in
  * the order the k loop walks them, so weights that come from memory at every call (MiniLM's
  * 85 MB) stream at the prefetchers' speed rather than as 128-byte pieces rows apart: 32 x 384
- * x 1536 0.83x. The same sums in the same order as mlcc_f32_gemm__threaded on B in rows; a
- * product of one row (a dynamic row count at 1) runs the one-row loop over the panels, and
- * skips the zeros of A where b_finite, as on B in rows. */
+ * x 1536 0.83x. The same sums in the same order as mlcc_f32_gemm__threaded on B in rows. */
 #define MLCC_GEMM_B_PANEL 32
 void mlcc_f32_gemm__panels_threaded(const mlcc_gemm_params *p, const float *a,
                                     const float *b_panels, const float *bias, float *c,
