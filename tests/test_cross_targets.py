@@ -638,8 +638,7 @@ def test_strided_pools_over_a_width_range(tmp_path, target):
 @pytest.mark.parametrize("target", RANGE_TARGETS)
 def test_transformer_block_over_a_sequence_range(tmp_path, target):
     """A MiniLM-like encoder block (tests/test_quant_ranges.py) over 1 to 40 tokens: the
-    projections with the sequence as rows (at 1 token the one-row loop over B's panels), the
-    fused attention, LayerNormalization, GELU."""
+    projections with the sequence as rows, the fused attention, LayerNormalization, GELU."""
     from test_quant_ranges import _transformer
     _transformer(tmp_path / "block.onnx")
     model = onnx.load(str(tmp_path / "block.onnx"))
