@@ -4,6 +4,7 @@
     python bench/profile_layers.py OLD_DIR NEW_DIR [--runs 21]    # A/B, calls alternating
     python bench/profile_layers.py OLD_DIR NEW_DIR --cpu   # the caller's CPU time per call
     python bench/profile_layers.py DIR --threads 1,2 [--pool-stats]  # the same build on 1 and 2
+    python bench/profile_layers.py STATIC_DIR RANGE_DIR --feed x=1,3,48,320   # a range build
 
 OUT_DIR is an `mlcc compile` output folder for this machine. Its generated model.c is copied
 into a temporary folder with a timer around every kernel call (CLOCK_MONOTONIC, summed into
@@ -90,9 +91,17 @@ def main() -> int:
     ap.add_argument("--cpu", action="store_true",
                     help="time each call by the calling thread's CPU time, not wall-clock "
                          "(1 thread on a busy machine: preempted calls do not count)")
+    ap.add_argument("--feed", action="append", default=[], metavar="NAME=D0,D1,...",
+                    help="the shape of an input's feed (a range build: a size in its range; "
+                         "default: its largest)")
     ap.add_argument("--pool-stats", action="store_true",
                     help="build with -DMLCC_POOL_STATS; print work, serial time and waits")
     args = ap.parse_args()
+    try:
+        shapes = {k: tuple(int(d) for d in v.split(","))
+                  for k, v in (f.split("=", 1) for f in args.feed)}
+    except ValueError:
+        ap.error("--feed takes NAME=D0,D1,... (integers)")
     threads = [int(t) for t in args.threads.split(",")]
     if len(args.folders) > 2 or len(threads) > 2:
         ap.error("one folder, or two for an A/B; one or two thread counts")
@@ -108,8 +117,8 @@ def main() -> int:
             model._ffi.cdef("double *mlcc_prof(void);")
             manifest = json.loads((folder / "manifest.json").read_text())
             rng = np.random.default_rng(0)
-            # (a range build, --shape x=LO..HI: at its largest sizes)
-            feeds = {t["name"]: rng.random(t.get("max_shape", t["shape"]))
+            # (a range build, --shape x=LO..HI: at its largest sizes unless --feed)
+            feeds = {t["name"]: rng.random(shapes.get(t["name"], t.get("max_shape", t["shape"])))
                      .astype(t.get("dtype", "float32")) for t in manifest["inputs"]}
             run, _ = model.prepare(feeds)
             builds.append((calls, params, model, run, model._lib.mlcc_prof(), []))

@@ -613,9 +613,9 @@ def _range_on_target(model: onnx.ModelProto, tmp_path: Path, target: str, ranges
 def test_conv_resize_pad_over_a_range(tmp_path, target):
     """Convolutions over a dynamic height and width (implicit GEMM offsets computed at run
     time, a strided one, a depthwise one), a linear Resize by 2, a nearest one by a Shape
-    chain's sizes and a cubic one (tables computed at run time), reflect and wrap Pads and a
-    LayerNormalization over the dynamic width: at the smallest, a middle and the largest
-    size."""
+    chain's sizes, a cubic one and an antialiased one (tables computed at run time), reflect
+    and wrap Pads and a LayerNormalization over the dynamic width: at the smallest, a middle
+    and the largest size."""
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c1"], ["r1"]),
              helper.make_node("Conv", ["r1", "w2"], ["c2"], strides=[2, 2], pads=[1, 0, 1, 2]),
@@ -630,7 +630,9 @@ def test_conv_resize_pad_over_a_range(tmp_path, target):
              helper.make_node("LayerNormalization", ["y", "g"], ["ln"], axis=-1),
              helper.make_node("Resize", ["c3", "", "scales15"], ["cub"], mode="cubic",
                               coordinate_transformation_mode="pytorch_half_pixel"),
-             helper.make_node("Pad", ["cub", "pads"], ["wrap"], mode="wrap")]
+             helper.make_node("Pad", ["cub", "pads"], ["wrap"], mode="wrap"),
+             helper.make_node("Resize", ["c3", "", "scales_aa"], ["aa"], mode="linear",
+                              antialias=1)]
     inits = {"w1": rand(6, 3, 3, 3, seed=1), "b1": rand(6, seed=2),
              "w2": rand(6, 6, 3, 3, seed=3), "w3": rand(6, 1, 3, 3, seed=4),
              "scales": np.array([1, 1, 2, 2], np.float32),
@@ -638,11 +640,29 @@ def test_conv_resize_pad_over_a_range(tmp_path, target):
              "four": np.array([4], np.int64),
              "pads": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64),
              "g": np.array([1.5], np.float32),
-             "scales15": np.array([1, 1, 1.5, 2], np.float32)}
-    model = make_model(nodes, {"x": rand(1, 3, 5, 4)}, ["y", "ln", "wrap"], initializers=inits,
+             "scales15": np.array([1, 1, 1.5, 2], np.float32),
+             "scales_aa": np.array([1, 1, 0.5, 0.75], np.float32)}
+    model = make_model(nodes, {"x": rand(1, 3, 5, 4)}, ["y", "ln", "wrap", "aa"],
+                       initializers=inits,
                        input_shapes={"x": [1, 3, "H", "W"]}, opset=19)
     _range_on_target(model, tmp_path, target, {"x": (1, 3, (5, 16), (4, 13))},
                      [(1, 3, 5, 4), (1, 3, 11, 7), (1, 3, 16, 13)])
+
+
+@pytest.mark.parametrize("target", RANGE_TARGETS)
+def test_strided_pools_over_a_width_range(tmp_path, target):
+    """AveragePool and MaxPool striding along a dynamic width on the 2-D kernel, its tap
+    offsets into the stride phases computed at each call."""
+    nodes = [helper.make_node("AveragePool", ["x"], ["avg"], kernel_shape=[3, 2],
+                              strides=[3, 2]),
+             helper.make_node("AveragePool", ["x"], ["avg_pad"], kernel_shape=[2, 3],
+                              strides=[1, 3], pads=[1, 2, 0, 0]),
+             helper.make_node("MaxPool", ["x"], ["max"], kernel_shape=[2, 3], strides=[2, 2],
+                              pads=[0, 1, 0, 0])]
+    model = make_model(nodes, {"x": rand(1, 3, 6, 8)}, ["avg", "avg_pad", "max"],
+                       input_shapes={"x": [1, 3, 6, "W"]})
+    _range_on_target(model, tmp_path, target, {"x": (1, 3, 6, (4, 70))},
+                     [(1, 3, 6, 4), (1, 3, 6, 29), (1, 3, 6, 70)])
 
 
 @pytest.mark.parametrize("target", RANGE_TARGETS)

@@ -147,8 +147,9 @@ def test_upsample_and_resize10_over_a_dynamic_width(tmp_path):
 
 
 @pytest.mark.parametrize("attrs, scales, message", [
-    ({"mode": "cubic", "antialias": 1}, [1, 1, 0.5, 0.5], r"a resize with mode='cubic'"),
-    ({"mode": "linear", "antialias": 1}, [1, 1, 0.5, 0.5], r"\(antialias\)"),
+    ({"mode": "cubic", "coordinate_transformation_mode": "tf_half_pixel_for_nn"},
+     [1, 1, 2, 2], r"a resize with mode='cubic', "
+                   r"coordinate_transformation_mode='tf_half_pixel_for_nn'"),
     ({"mode": "nearest"}, [1, 1, 1.3, 1], r"the output size of a resize by a scale of 1.3"),
     ({"mode": "linear", "coordinate_transformation_mode": "align_corners"}, [1, 1, 1.5, 1],
      r"align_corners resize by a scale that is not an integer"),
@@ -192,6 +193,104 @@ def test_cubic_resize_over_dynamic_sizes(tmp_path, attrs, scales, sizes_from_sha
                  [h.make_tensor_value_info("x", T.FLOAT, [1, 3, "H", "W"])],
                  [h.make_tensor_value_info("y", T.FLOAT, None)], inits, 13)
     _compare(path, tmp_path / "out", HW, HW_SIZES, atol=1e-4)
+
+
+def _sizes_chain(out_hw):
+    """Nodes and initializers of a sizes input [1, 3, *out_hw(H, W)] computed from x's Shape
+    (out_hw: the node list's two outputs from the scalars "h" and "w")."""
+    i = lambda name, v: nh.from_array(np.array(v, np.int64), name)       # noqa: E731
+    nodes = [h.make_node("Shape", ["x"], ["shp"], name="shape"),
+             h.make_node("Gather", ["shp", "k2"], ["h"], axis=0, name="gh"),
+             h.make_node("Gather", ["shp", "k3"], ["w"], axis=0, name="gw"),
+             *out_hw,
+             h.make_node("Concat", ["lead", "oh", "ow"], ["sizes"], axis=0, name="concat")]
+    return nodes, [i("k2", [2]), i("k3", [3]), i("lead", [1, 3]), i("two", [2]),
+                   i("three", [3]), i("four", [4])]
+
+
+ANTIALIAS_CASES = [   # mode, attributes, scales (None: sizes H // 2, W // 3 from the Shape)
+    ("linear", {"coordinate_transformation_mode": "half_pixel"}, [1, 1, 0.5, 0.375]),
+    ("cubic", {"coordinate_transformation_mode": "pytorch_half_pixel", "exclude_outside": 1},
+     [1, 1, 0.625, 1.5]),
+    ("linear", {"coordinate_transformation_mode": "asymmetric"}, [1, 1, 0.25, 0.75]),
+    ("cubic", {"coordinate_transformation_mode": "half_pixel", "cubic_coeff_a": -0.5}, None),
+    ("linear", {"coordinate_transformation_mode": "half_pixel"}, None),
+]
+
+
+@pytest.mark.parametrize("mode, attrs, scales", ANTIALIAS_CASES)
+def test_antialiased_resize_over_dynamic_sizes(tmp_path, mode, attrs, scales):
+    """Antialiased downscales: the taps of the stretched filter and their weights computed at
+    each call. By constant scales the count is fixed; by sizes from a Shape chain (scales
+    between 0.4 and 0.5, and 0.25 and 0.33, at run time) it changes with the size, within
+    the room of the range's largest count. Against onnxruntime."""
+    if scales is None:
+        nodes, inits = _sizes_chain([h.make_node("Div", ["h", "two"], ["oh"], name="dh"),
+                                     h.make_node("Div", ["w", "three"], ["ow"], name="dw")])
+        ins = ["x", "", "", "sizes"]
+    else:
+        nodes, inits = [], [nh.from_array(np.array(scales, np.float32), "scales")]
+        ins = ["x", "", "scales"]
+    nodes.append(h.make_node("Resize", ins, ["y"], name="resize", mode=mode, antialias=1,
+                             **attrs))
+    path = _save(tmp_path / "m.onnx", nodes,
+                 [h.make_tensor_value_info("x", T.FLOAT, [1, 3, "H", "W"])],
+                 [h.make_tensor_value_info("y", T.FLOAT, None)], inits, 18)
+    _compare(path, tmp_path / "out", {"x": (1, 3, (5, 23), (6, 17))},
+             [{"x": s} for s in ((1, 3, 5, 6), (1, 3, 13, 9), (1, 3, 11, 16), (1, 3, 23, 17))],
+             atol=1e-5)
+
+
+def test_antialias_by_sizes_over_two_dimensions_is_refused(tmp_path):
+    """An antialiased output height of (H + W) // 4: its count of taps hangs on two
+    dimensions at once; refused with the node, its operator and a dimension named."""
+    nodes, inits = _sizes_chain([h.make_node("Add", ["h", "w"], ["hw"], name="add"),
+                                 h.make_node("Div", ["hw", "four"], ["oh"], name="dh"),
+                                 h.make_node("Div", ["w", "two"], ["ow"], name="dw")])
+    nodes.append(h.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="rs", mode="linear",
+                             antialias=1))
+    path = _save(tmp_path / "m.onnx", nodes,
+                 [h.make_tensor_value_info("x", T.FLOAT, [1, 3, "H", "W"])],
+                 [h.make_tensor_value_info("y", T.FLOAT, None)], inits, 18)
+    with pytest.raises(UnsupportedError, match=r"node 'rs' \(Resize-18\): .*antialiased resize "
+                                               r"by a scale of sizes over several dimensions"):
+        mlcc.compile(path, tmp_path / "out", shapes={"x": (1, 3, (5, 23), (6, 17))},
+                     build=False)
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+@pytest.mark.parametrize("sizes", ["constant", "chain"])
+def test_tf_crop_and_resize_over_dynamic_sizes(tmp_path, mode, sizes):
+    """A roi reaching outside the input on both axes, over a dynamic input (constant output
+    sizes: the scale out / in at run time) or a dynamic output (sizes 2H - 1 and W + 3 from
+    the Shape): the crop's coordinates and the outputs outside it (extrapolation_value)
+    computed at each call. onnx.reference is the yardstick, as for static sizes
+    (tests/test_ops_resize.py: onnxruntime has no tf_crop_and_resize cubic)."""
+    from onnx.reference import ReferenceEvaluator
+    roi = nh.from_array(np.array([0, 0, -0.2, 0.3, 1, 1, 0.9, 1.4], np.float32), "roi")
+    if sizes == "constant":
+        nodes, inits = [], [nh.from_array(np.array([1, 3, 6, 13], np.int64), "sizes")]
+    else:
+        nodes, inits = _sizes_chain([
+            h.make_node("Mul", ["h", "two"], ["h2"], name="mh"),
+            h.make_node("Sub", ["h2", "one"], ["oh"], name="sh"),
+            h.make_node("Add", ["w", "three"], ["ow"], name="aw")])
+        inits.append(nh.from_array(np.array([1], np.int64), "one"))
+    nodes.append(h.make_node("Resize", ["x", "roi", "", "sizes"], ["y"], name="resize",
+                             mode=mode, coordinate_transformation_mode="tf_crop_and_resize",
+                             extrapolation_value=7.5))
+    path = _save(tmp_path / "m.onnx", nodes,
+                 [h.make_tensor_value_info("x", T.FLOAT, [1, 3, "H", "W"])],
+                 [h.make_tensor_value_info("y", T.FLOAT, None)], inits + [roi], 19)
+    mlcc.compile(path, tmp_path / "out", shapes={"x": (1, 3, (2, 19), (3, 14))})
+    m, ref = mlcc.load(tmp_path / "out"), ReferenceEvaluator(onnx.load(str(path)))
+    rng = np.random.default_rng(0)
+    for hh, ww in ((2, 3), (7, 11), (19, 14)):
+        x = rng.standard_normal((1, 3, hh, ww)).astype(np.float32)
+        want = ref.run(None, {"x": x})[0]
+        assert (want == 7.5).any() and (want != 7.5).any()
+        np.testing.assert_allclose(m.run({"x": x})["y"], want, rtol=1e-4, atol=1e-5,
+                                   err_msg=f"{hh}x{ww}")
 
 
 # ------------------------------------------------------------------ ranges with a step
@@ -423,14 +522,35 @@ def test_pad_that_may_crop_a_whole_axis_is_refused(tmp_path):
     {"kernel_shape": [3, 2], "strides": [1, 3], "pads": [0, 1, 2, 0], "dilations": [1, 2]},
 ])
 def test_strided_max_pool_over_a_dynamic_width(tmp_path, attrs):
-    """A MaxPool striding along a dynamic width runs the N-D kernel (the 2-D one's tap table
-    of offsets into the stride phases would change with the width)."""
+    """A MaxPool striding along a dynamic width runs the 2-D kernel, which computes its tap
+    offsets into the stride phases at the actual width (pool.h, tap_offsets NULL)."""
     path = _save(tmp_path / "m.onnx", [h.make_node("MaxPool", ["x"], ["y"], name="pool",
                                                    **attrs)],
                  [h.make_tensor_value_info("x", T.FLOAT, [1, 2, "H", "W"])],
                  [h.make_tensor_value_info("y", T.FLOAT, None)])
     _compare(path, tmp_path / "out", {"x": (1, 2, (4, 9), (5, 23))},
              [{"x": (1, 2, hh, ww)} for hh, ww in ((4, 5), (7, 12), (9, 23))])
+    assert "mlcc_f32_maxpool2d(" in (tmp_path / "out" / "model.c").read_text()
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 2], "strides": [3, 2]},                      # PP-OCR rec's
+    {"kernel_shape": [2, 3], "strides": [1, 2], "pads": [1, 2, 0, 0]},
+    {"kernel_shape": [2, 3], "strides": [2, 3], "pads": [0, 1, 1, 0], "count_include_pad": 1},
+    {"kernel_shape": [1, 3], "strides": [1, 2], "dilations": [1, 2]},
+    {"kernel_shape": [2, 2]},
+])
+def test_average_pool_over_a_dynamic_width_runs_the_2d_kernel(tmp_path, attrs):
+    """An AveragePool over a dynamic width (static height) runs the 2-D kernel, as a static
+    build does: its column divisors at the largest width hold for every smaller one (no end
+    padding, floor mode), and a stride's tap offsets are computed at the actual width."""
+    path = _save(tmp_path / "m.onnx", [h.make_node("AveragePool", ["x"], ["y"], name="pool",
+                                                   **attrs)],
+                 [h.make_tensor_value_info("x", T.FLOAT, ["N", 3, 6, "W"])],
+                 [h.make_tensor_value_info("y", T.FLOAT, None)], opset=19)
+    _compare(path, tmp_path / "out", {"x": ((1, 2), 3, 6, (6, 131))},
+             [{"x": (n, 3, 6, ww)} for n, ww in ((1, 6), (2, 7), (1, 64), (2, 131))])
+    assert "mlcc_f32_avgpool2d(" in (tmp_path / "out" / "model.c").read_text()
 
 
 # ------------------------------------------------------------------ normalizations
@@ -523,6 +643,32 @@ def test_batched_matmul_over_a_dynamic_batch(tmp_path):
         [h.make_tensor_value_info(n, T.FLOAT, None) for n in ("y", "y2")], [w])
     _compare(path, tmp_path / "out", {"a": ((1, 5), 3, 7, 4)},
              [{"a": (n, 3, 7, 4), "b": (n, 1, 4, 6)} for n in (1, 2, 5)])
+
+
+def test_one_row_of_a_dynamic_batch(tmp_path):
+    """A dynamic row count that may be 1: B in column panels (250 columns: a partial last
+    panel and vector) and a narrow B (3 columns) kept in unpadded rows, whose one-row loop
+    skips A's zeros (after a ReLU) at 1 row (b_finite); the weights of a static build at 8
+    rows. Against onnxruntime at 1, 2 and 7 rows, depths over two k blocks."""
+    rng = np.random.default_rng(5)
+    w = lambda name, *shape: nh.from_array(rng.standard_normal(shape).astype(np.float32),  # noqa
+                                           name)
+    path = _save(tmp_path / "m.onnx", [
+        h.make_node("Relu", ["x"], ["r"], name="relu"),
+        h.make_node("MatMul", ["r", "w1"], ["m1"], name="wide"),
+        h.make_node("Add", ["m1", "b1"], ["a1"], name="bias"),
+        h.make_node("Relu", ["a1"], ["r1"], name="relu1"),
+        h.make_node("Gemm", ["r1", "w2", "b2"], ["y"], transB=1, alpha=0.5, name="narrow")],
+        [h.make_tensor_value_info("x", T.FLOAT, ["N", 300])],
+        [h.make_tensor_value_info("y", T.FLOAT, None), h.make_tensor_value_info("a1", T.FLOAT,
+                                                                                None)],
+        [w("w1", 300, 250), w("b1", 250), w("w2", 3, 250), w("b2", 3)])
+    res = _compare(path, tmp_path / "range", {"x": ((1, 8), 300)},
+                   [{"x": (n, 300)} for n in (1, 2, 7)], atol=1e-4)
+    code = (tmp_path / "range" / "model.c").read_text()
+    assert "mlcc_f32_gemm__panels_threaded(" in code and code.count(".b_finite = 1") == 1
+    static8 = mlcc.compile(path, tmp_path / "static8", shapes={"x": (8, 300)}, build=False)
+    assert res.manifest["weights_size"] == static8.manifest["weights_size"]
 
 
 # ------------------------------------------------------------------ real models

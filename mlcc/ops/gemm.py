@@ -60,17 +60,25 @@ def gemm_call(lo: Lowering, a: str, b: str, bias: str | None, out: str, params: 
     b_const = lo.graph.const(b)
     n = params["n"]
     waste = -n % GEMM_B_PANEL
-    # a dynamic number of rows (ir.symbolic) takes the general path, right for any count
-    many_rows = is_symbolic(params["m"]) or params["m"] > 1
-    if b_const is not None and many_rows and params["ldb"] == n and waste <= n // 8:
+    # a dynamic number of rows (ir.symbolic): B laid out for many rows, as a static build at
+    # the largest count has it (no weight byte more). At 1 row the tiles run over B's panels
+    # (MiniLM at 1 token: 1.02 of a static build's one-row loop over B in rows; the one-row
+    # loop over the panels was 1.17, loaded); B kept in rows (narrow) takes the one-row loop
+    # at 1, with b_finite where the range holds 1
+    dynamic = is_symbolic(params["m"])
+    one_row = params["m"].lo <= 1 if dynamic else params["m"] <= 1
+    if b_const is not None and (dynamic or not one_row) and params["ldb"] == n \
+            and waste <= n // 8:
         panels = pack_b_panels(b_const.reshape(params["k"], params["n"]).astype(np.float32))
         b = lo.add_const(f"{b}.panels", panels)
         lo.call("mlcc_f32_gemm__panels_threaded", [a, b, bias, out], [out],
                 params_type="mlcc_gemm_params", pool=True, params=params)
         return
-    if b_const is not None and not many_rows and params["ldb"] == n:
+    if b_const is not None and one_row and params["ldb"] == n:
         b_rows = b_const.reshape(params["k"], n).astype(np.float32)
-        ldb = -(-n // GEMV_ROW_FLOATS) * GEMV_ROW_FLOATS
+        # (a dynamic row count keeps B as a static build at its largest has it: the one-row
+        # loop reads the last partial vector through a copy where a row ends, the same sums)
+        ldb = n if dynamic else -(-n // GEMV_ROW_FLOATS) * GEMV_ROW_FLOATS
         if ldb != n:
             padded = np.zeros((params["k"], ldb), np.float32)
             padded[:, :n] = b_rows

@@ -28,6 +28,18 @@ from .registry import OpDef, register
 
 MAXPOOL_SMALL_W = 32   # MLCC_MAXPOOL_SMALL_W (pool.h)
 POOL_SLICES = 4        # MLCC_POOL_SLICES (pool.h): threads that share a 2-D pooling
+POOL_MAX_TAPS = 64     # MLCC_POOL_MAX_TAPS (pool.h): kernel columns whose taps it computes
+
+
+def runtime_taps(params: dict) -> bool:
+    """Whether the 2-D kernel computes its tap table at each call (pool.h, tap_offsets NULL):
+    a stride over a dynamic width, whose stride phases are as wide as the width makes them."""
+    return params["stride_w"] > 1 and is_symbolic(params["phase_width"])
+
+
+def fits_2d(params: dict) -> bool:
+    """Whether the 2-D kernel takes this pooling (else the N-D one)."""
+    return not runtime_taps(params) or params["kernel_w"] <= POOL_MAX_TAPS
 
 
 def maxpool_small(params: dict) -> bool | None:
@@ -119,8 +131,11 @@ class _Pool(OpDef):
         row (of x for stride 1, of the stride phases in scratch otherwise; see pool.h)."""
         sw, width = params["stride_w"], params["phase_width"]
         t = np.arange(params["kernel_w"]) * params["dilation_w"] - params["pad_left"]
-        taps = t if sw == 1 else (t % sw) * width + t // sw
-        tab = lo.add_const(f"{node.name}.tap_offsets", taps.astype(np.int64))
+        if runtime_taps(params):
+            tab = ""       # the kernel computes them at the actual width
+        else:
+            taps = t if sw == 1 else (t % sw) * width + t // sw
+            tab = lo.add_const(f"{node.name}.tap_offsets", taps.astype(np.int64))
         scratch = 0 if sw == 1 else params["in_h"] * sw * width * 4
         if kernel == "mlcc_f32_maxpool2d" and maxpool_small(params) is not False:
             pitch = params["out_w"] + params["kernel_w"] - 1
@@ -158,9 +173,7 @@ class MaxPool(_Pool):
         indices = "" if _dead_or_absent(lo, node, 1) else node.outputs[1]
         if len(x.shape) <= 4 and x.dtype == "float32" and not indices:
             _, params = self._params(node, x)
-            # (a stride over a dynamic width: the tap table's offsets into the stride phases
-            # would change with it; the N-D kernel finds its windows from the parameters)
-            if params["stride_w"] == 1 or not is_symbolic(params["phase_width"]):
+            if fits_2d(params):
                 self._emit(node, lo, "mlcc_f32_maxpool2d", params, [])
                 return
         _, params = self._nd_params(node, x)
@@ -186,12 +199,15 @@ class AveragePool(_Pool):
 
     def lower(self, node: Node, lo: Lowering) -> None:
         x = lo.value(node.inputs[0])
-        if len(x.shape) == 5 or is_symbolic(x.shape[2:]):
-            # the N-D kernel finds its windows from the parameters alone (no tap table over
-            # the row, which a dynamic width would change)
+        if len(x.shape) == 5 or is_symbolic(x.shape[2:-1]):
+            # (a dynamic height: the 2-D kernel finds its column divisors after out_h row ones,
+            # where the table at the largest height does not have them; _inv_count refuses it)
             self._lower_nd(node, lo, x)
             return
         geo, params = self._params(node, x)
+        if not fits_2d(params):
+            self._lower_nd(node, lo, x)
+            return
         inv = self._inv_count(node, lo, x, geo, lead=4 - len(x.shape))    # 1-D: rows of 1
         self._emit(node, lo, "mlcc_f32_avgpool2d", params, [inv])
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Enum, Lowering, Node
-from ..ir.symbolic import SymInt, as_dim, dim_vars, is_symbolic
+from ..ir.symbolic import SymInt, as_dim, dim_vars, evaluate, is_symbolic
 from .common import C_DTYPES, const_input, norm_axis, require_dtype
 from .registry import OpDef, register
 
@@ -49,8 +49,11 @@ COMPUTED_ROUNDING = {"round_prefer_floor": "MLCC_RESIZE_ROUND_PREFER_FLOOR",
                      "round_prefer_ceil": "MLCC_RESIZE_ROUND_PREFER_CEIL",
                      "floor": "MLCC_RESIZE_FLOOR", "ceil": "MLCC_RESIZE_CEIL",
                      "simple": "MLCC_RESIZE_SIMPLE"}
-# the coordinate modes mlcc_f32_resize_taps__cubic_computed computes (cubic, no antialias)
-CUBIC_COMPUTED = ("asymmetric", "half_pixel", "pytorch_half_pixel", "align_corners")
+# the coordinate modes mlcc_f32_resize_taps__computed computes (cubic, antialias,
+# tf_crop_and_resize: the taps path)
+TAPS_COMPUTED = {**{k: v for k, v in COMPUTED_COORDS.items() if k != "tf_half_pixel_for_nn"},
+                 "half_pixel_symmetric": "MLCC_RESIZE_HALF_PIXEL_SYMMETRIC",
+                 "tf_crop_and_resize": "MLCC_RESIZE_TF_CROP_AND_RESIZE"}
 MAX_CHECKED_SIZES = 1 << 22
 
 
@@ -151,6 +154,20 @@ def _cubic_kernel(d: np.ndarray, a: float) -> np.ndarray:
     return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
 
 
+def antialias_start(mode: str, scale: float) -> int:
+    """The first tap (relative to the coordinate's base) of an antialiased downscale: the
+    linear or cubic filter stretched by 1 / scale reaches this far; the taps run from it to
+    1 - it (resize.c antialias_start)."""
+    return int(np.floor((-1 if mode == "linear" else -2) / scale) + 1)
+
+
+def tap_count(mode: str, antialias: bool, scale: float) -> int:
+    """Taps per output of taps_table at this scale."""
+    if antialias and scale < 1:
+        return 2 - 2 * antialias_start(mode, scale)
+    return 2 if mode == "linear" else 4
+
+
 def taps_table(mode: str, coord_mode: str, out_size: int, in_size: int, scale: float, *,
                cubic_a: float = -0.75, antialias: bool = False, exclude_outside: bool = False,
                roi: tuple[float, float] | None = None
@@ -188,13 +205,11 @@ def taps_table(mode: str, coord_mode: str, out_size: int, in_size: int, scale: f
     base = np.where(x == base, base - 1, base)            # ... so the taps sit around x - ratio
     if antialias and scale < 1:
         # The filter stretched by 1/scale: more source pixels per output pixel.
+        start = antialias_start(mode, scale)
+        k = np.arange(start, 2 - start)
         if mode == "linear":
-            start = int(np.floor(-1 / scale) + 1)
-            k = np.arange(start, 2 - start)
             w = np.clip(1 - np.abs((k[None, :] - ratio[:, None]) * scale), 0, 1)
         else:
-            start = int(np.floor(-2 / scale) + 1)
-            k = np.arange(start, 2 - start)
             w = _cubic_kernel((k[None, :] - ratio[:, None]) * scale, cubic_a)
         w = w / w.sum(axis=1, keepdims=True)
         first = start
@@ -355,8 +370,8 @@ class _ResizeBase(OpDef):
         and linear, the coordinate modes of COMPUTED_COORDS)."""
         mode, coord = self._mode(node), self._coord_mode(node)
         size = SymInt.var(dim_vars(params)[0])
-        if mode == "cubic" and not node.attr("antialias", 0) and coord in CUBIC_COMPUTED:
-            self._lower_cubic_computed(node, lo, x, y, params, scl)
+        if (mode == "cubic" or self._general(node)) and coord in TAPS_COMPUTED:
+            self._lower_taps_computed(node, lo, x, y, params, scl)
             return
         if mode not in ("nearest", "linear", "bilinear") or self._general(node) or \
                 coord not in COMPUTED_COORDS:
@@ -385,20 +400,55 @@ class _ResizeBase(OpDef):
                 params_type="mlcc_resize_computed_params", params=computed,
                 scratch_bytes=(4 * (oh + ow) + 2 * ow) * 4, op=f"{node.op_type}(linear)")
 
-    def _lower_cubic_computed(self, node: Node, lo: Lowering, x, y, params: dict, scl) -> None:
-        """Cubic over sizes known only at run time: the four taps and their weights computed
-        at each call, in double as taps_table does (mlcc_f32_resize_taps__cubic_computed)."""
+    def _lower_taps_computed(self, node: Node, lo: Lowering, x, y, params: dict, scl) -> None:
+        """Cubic, antialias and tf_crop_and_resize over sizes known only at run time: the taps
+        and their weights computed at each call, in double as taps_table does
+        (mlcc_f32_resize_taps__computed). An antialiased downscale by a scale of sizes takes
+        as many taps as the smallest scale of the range needs (the scratch's room)."""
+        g, rank = lo.graph, len(x.shape)
+        mode = "cubic" if self._mode(node) == "cubic" else "linear"
+        antialias = bool(node.attr("antialias", 0))
+        by_scales = self._scales_sizes(node, rank, g)[1] is None    # a constant scale per axis
         ih, oh, ow = params["in_h"], params["out_h"], params["out_w"]
+        taps, rois = [], []
+        for axis, (o, i) in ((rank - 2, (oh, params["in_h"])), (rank - 1, (ow, params["in_w"]))):
+            taps.append(tap_count(mode, antialias, float(scl[axis])) if by_scales else
+                        self._most_taps(mode, antialias, o, i))
+            roi = self._roi(node, g, rank, axis) or (0.0, 1.0)
+            if any(float(F32(r)) != r for r in roi):
+                raise SymInt.var(dim_vars(params)[0]).undecided(
+                    f"a tf_crop_and_resize roi {list(roi)} that float32 does not hold")
+            rois += roi
         base = {"planes": params["planes"], "in_h": ih, "in_w": params["in_w"], "out_h": oh,
-                "out_w": ow, "taps_h": 4, "taps_w": 4, "extrapolation_value": 0.0}
-        lo.call("mlcc_f32_resize_taps__cubic_computed", [x.name, y.name], [y.name],
-                params_type="mlcc_resize_cubic_computed_params", params={
-                    "base": base, "coord": Enum(COMPUTED_COORDS[self._coord_mode(node)]),
+                "out_w": ow, "taps_h": taps[0], "taps_w": taps[1],
+                "extrapolation_value": float(F32(node.attr("extrapolation_value", 0.0)))}
+        lo.call("mlcc_f32_resize_taps__computed", [x.name, y.name], [y.name],
+                params_type="mlcc_resize_taps_computed_params", params={
+                    "base": base, "coord": Enum(TAPS_COMPUTED[self._coord_mode(node)]),
+                    "cubic": int(mode == "cubic"), "antialias": int(antialias),
                     "exclude_outside": int(node.attr("exclude_outside", 0)),
-                    "scale_h": float(scl[-2]) if scl[-2] is not None else 0.0,
-                    "scale_w": float(scl[-1]) if scl[-1] is not None else 0.0,
-                    "cubic_a": float(node.attr("cubic_coeff_a", -0.75))},
-                scratch_bytes=(8 * (oh + ow) + ih * ow) * 4, op=f"{node.op_type}(cubic)")
+                    "scale_h": float(scl[-2]) if by_scales else 0.0,
+                    "scale_w": float(scl[-1]) if by_scales else 0.0,
+                    "cubic_a": float(node.attr("cubic_coeff_a", -0.75)),
+                    "roi_h0": rois[0], "roi_h1": rois[1], "roi_w0": rois[2], "roi_w1": rois[3]},
+                scratch_bytes=(2 * (taps[0] * oh + taps[1] * ow) + ih * ow) * 4,
+                op=f"{node.op_type}({self._mode(node)})")
+
+    @staticmethod
+    def _most_taps(mode: str, antialias: bool, out, size) -> int:
+        """The most taps per output of an axis resized from `size` to `out` (a scale out / size
+        at run time) over the range: its sizes tried one by one where they hang on one
+        dimension (refused over several)."""
+        if not antialias or not is_symbolic((out, size)):
+            return tap_count(mode, antialias, out / size if antialias else 1.0)
+        dims = dim_vars([out, size])
+        values = range(dims[0].lo, dims[0].hi + 1, dims[0].step)
+        if len(dims) > 1 or len(values) > MAX_CHECKED_SIZES:
+            raise SymInt.var(dims[0]).undecided(
+                "the number of taps of an antialiased resize by a scale of sizes" +
+                (" over several dimensions" if len(dims) > 1 else ""))
+        return max(tap_count(mode, True, evaluate(out, {dims[0].name: v}) /
+                             evaluate(size, {dims[0].name: v})) for v in values)
 
     def _lower_taps(self, node: Node, lo: Lowering, x, y, out, scl64) -> None:
         """Cubic, antialias, exclude_outside, tf_crop_and_resize, fractional align_corners:

@@ -394,7 +394,19 @@ static void pool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *t
                    float *scratch, int is_max, const float *inv_count, mlcc_threadpool *pool) {
     const ptrdiff_t nt = mlcc_threadpool_size(pool) < MLCC_POOL_SLICES ?
                          mlcc_threadpool_size(pool) : MLCC_POOL_SLICES;
+    int64_t own[MLCC_POOL_MAX_TAPS];
     pool2d_job job;
+    if (taps == NULL && p->stride_w > 1 && p->kernel_w <= MLCC_POOL_MAX_TAPS) {
+        /* the table the compiler writes for a static width (pool.h), at this phase_width */
+        const ptrdiff_t sw = (ptrdiff_t)p->stride_w;
+        ptrdiff_t kw;
+        for (kw = 0; kw < (ptrdiff_t)p->kernel_w; kw++) {
+            const ptrdiff_t t = kw * (ptrdiff_t)p->dilation_w - (ptrdiff_t)p->pad_left;
+            const ptrdiff_t q = div_floor(t, sw);
+            own[kw] = (int64_t)((t - q * sw) * (ptrdiff_t)p->phase_width + q);
+        }
+        taps = own;
+    }
     job.p = p, job.x = x, job.inv_count = inv_count, job.taps = taps, job.y = y;
     job.scratch = scratch, job.is_max = is_max;
     job.units = mlcc_parallel_units(nt, (double)p->planes * (double)(p->out_h * p->out_w) *

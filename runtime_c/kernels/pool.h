@@ -19,7 +19,9 @@
  *   stride_w  > 1: at phases_row[ow + tap_offsets[kw]] (q * phase_width + floor(t / stride_w)
  *                  with t = kw * dilation_w - pad_left and q = t mod stride_w)
  * A plane's scratch holds in_h * stride_w * phase_width floats when stride_w > 1 (else it may
- * be NULL). */
+ * be NULL). tap_offsets may be NULL when stride_w > 1 and kernel_w <= MLCC_POOL_MAX_TAPS: the
+ * kernel then computes them from the parameters at each call (a dynamic width, whose
+ * phase_width changes with the size: mlcc/ops/pool.py). */
 typedef struct mlcc_pool2d_params {
     int64_t planes;                   /* batch * channels */
     int64_t in_h, in_w, out_h, out_w;
@@ -34,6 +36,10 @@ typedef struct mlcc_pool2d_params {
 /* Threads of a pool that share a 2-D pooling, by planes: scratch holds this many slices of
  * scratch_slice floats (one in builds without threads: mlcc/ops/pool.py POOL_SLICES). */
 #define MLCC_POOL_SLICES 4
+
+/* Kernel columns of a pooling whose tap offsets the kernel computes (tap_offsets NULL):
+ * mlcc/ops/pool.py POOL_MAX_TAPS. */
+#define MLCC_POOL_MAX_TAPS 64
 
 /* Maximum over the taps inside the input; -FLT_MAX for a window that is all padding (as
  * onnxruntime). NaN inputs are skipped. */

@@ -263,20 +263,60 @@ static double cubic_weight(double d, double a) {
     return 0.0;
 }
 
-/* mlcc/ops/resize.py: taps_table for mode cubic without antialias; idx and wt 4 per output. */
-static void cubic_map(int32_t *idx, float *wt, const mlcc_resize_cubic_computed_params *p,
-                      int64_t in, int64_t out, float given) {
-    const double scale = given > 0.0f ? (double)given : (double)out / (double)in;
-    const double width = scale * (double)in, a = (double)p->cubic_a;
-    int64_t i;
-    int k;
+/* The first tap (relative to the coordinate's base) of an antialiased downscale
+ * (mlcc/ops/resize.py: antialias_start); the taps run from it to 1 - it. */
+static int64_t antialias_start(int cubic, double scale) {
+    return (int64_t)floor((cubic ? -2.0 : -1.0) / scale) + 1;
+}
+
+/* The weight of tap k before normalization (mlcc/ops/resize.py: taps_table): the filter
+ * stretched by 1 / scale (stretch: an antialiased downscale, whose first tap is `first`), or
+ * the two linear or four cubic taps around x - ratio. */
+static double tap_weight(const mlcc_resize_taps_computed_params *p, int stretch, int64_t first,
+                         int64_t k, double ratio, double scale) {
+    if (stretch) {
+        const double d = ((double)(first + k) - ratio) * scale;
+        double w;
+        if (p->cubic) return cubic_weight(d, (double)p->cubic_a);
+        w = 1.0 - fabs(d);
+        return w < 0.0 ? 0.0 : w > 1.0 ? 1.0 : w;
+    }
+    if (p->cubic)   /* at distances ratio + 1, ratio, 1 - ratio, 2 - ratio */
+        return cubic_weight(k == 0 ? ratio + 1.0 : k == 1 ? ratio : (double)(k - 1) - ratio,
+                            (double)p->cubic_a);
+    return k == 0 ? 1.0 - ratio : ratio;
+}
+
+/* The taps per output along an axis at this scale. */
+static int64_t taps_of(const mlcc_resize_taps_computed_params *p, double scale) {
+    if (p->antialias && scale < 1.0) return 2 - 2 * antialias_start(p->cubic, scale);
+    return p->cubic ? 4 : 2;
+}
+
+/* mlcc/ops/resize.py: taps_table along one axis (roi0, roi1: tf_crop_and_resize's crop):
+ * `taps` indices and weights per output, the weights normalized in double (a stretched
+ * filter by its sum; exclude_outside by the sum of the taps inside the input), -1 as the
+ * first index of an output outside the input (tf_crop_and_resize). */
+static void taps_map(int32_t *idx, float *wt, int64_t taps,
+                     const mlcc_resize_taps_computed_params *p, int64_t in, int64_t out,
+                     double scale, double roi0, double roi1) {
+    const double width = scale * (double)in;
+    const int stretch = p->antialias && scale < 1.0;
+    const int64_t first = stretch ? antialias_start(p->cubic, scale) : p->cubic ? -1 : 0;
+    int64_t i, k;
     for (i = 0; i < out; i++) {
         const double y = (double)i;
-        double x, base, ratio, w[4], total = 0.0;
-        int64_t t[4];
+        double x, base, ratio, sum = 0.0, inside = 0.0;
+        int outside = 0;
         switch (p->coord) {
         case MLCC_RESIZE_ALIGN_CORNERS:
             x = width == 1.0 ? 0.0 : y * (double)(in - 1) / (width - 1.0);
+            break;
+        case MLCC_RESIZE_TF_CROP_AND_RESIZE:
+            x = width == 1.0 ? (roi1 - roi0) * (double)(in - 1) / 2.0
+                             : y * (roi1 - roi0) * (double)(in - 1) / (width - 1.0);
+            x = x + roi0 * (double)(in - 1);
+            outside = x < 0.0 || x > (double)(in - 1);
             break;
         case MLCC_RESIZE_PYTORCH_HALF_PIXEL:
             x = out == 1 ? 0.0 : (y + 0.5) / scale - 0.5;
@@ -284,36 +324,48 @@ static void cubic_map(int32_t *idx, float *wt, const mlcc_resize_cubic_computed_
         case MLCC_RESIZE_HALF_PIXEL:
             x = (y + 0.5) / scale - 0.5;
             break;
+        case MLCC_RESIZE_HALF_PIXEL_SYMMETRIC:
+            x = (double)in / 2.0 * (1.0 - (double)out / width) + (y + 0.5) / scale - 0.5;
+            break;
         default:
             x = y / scale;
         }
         base = floor(x);
         ratio = x == base ? 1.0 : x - base;         /* in (0, 1]: the taps around x - ratio */
         if (x == base) base -= 1.0;
-        w[0] = cubic_weight(ratio + 1.0, a);
-        w[1] = cubic_weight(ratio, a);
-        w[2] = cubic_weight(1.0 - ratio, a);
-        w[3] = cubic_weight(2.0 - ratio, a);
-        for (k = 0; k < 4; k++) {
-            t[k] = (int64_t)base - 1 + k;       /* at distances ratio + 1, ratio, ... */
-            if (p->exclude_outside && (t[k] < 0 || t[k] >= in)) w[k] = 0.0;
-            total += w[k];
+        for (k = 0; k < taps; k++) sum += tap_weight(p, stretch, first, k, ratio, scale);
+        if (!stretch) sum = 1.0;
+        for (k = 0; k < taps; k++) {
+            const int64_t t = (int64_t)base + first + k;
+            if (t >= 0 && t < in) inside += tap_weight(p, stretch, first, k, ratio, scale) / sum;
         }
-        for (k = 0; k < 4; k++) {
-            if (p->exclude_outside) w[k] /= total == 0.0 ? 1.0 : total;
-            idx[4 * i + k] = (int32_t)(t[k] < 0 ? 0 : t[k] > in - 1 ? in - 1 : t[k]);
-            wt[4 * i + k] = (float)w[k];
+        if (inside == 0.0) inside = 1.0;
+        for (k = 0; k < taps; k++) {
+            const int64_t t = (int64_t)base + first + k;
+            double w = tap_weight(p, stretch, first, k, ratio, scale) / sum;
+            if (p->exclude_outside) w = t < 0 || t >= in ? 0.0 : w / inside;
+            idx[i * taps + k] = (int32_t)(t < 0 ? 0 : t > in - 1 ? in - 1 : t);
+            wt[i * taps + k] = (float)w;
         }
+        if (outside) idx[i * taps] = -1;
     }
 }
 
-void mlcc_f32_resize_taps__cubic_computed(const mlcc_resize_cubic_computed_params *p,
-                                          const float *x, float *y, void *scratch) {
-    const mlcc_resize_taps_params *b = &p->base;
-    const int64_t n = 4 * (b->out_h + b->out_w);
+void mlcc_f32_resize_taps__computed(const mlcc_resize_taps_computed_params *p, const float *x,
+                                    float *y, void *scratch) {
+    mlcc_resize_taps_params b = p->base;
+    const double sh = p->scale_h > 0.0f ? (double)p->scale_h : (double)b.out_h / (double)b.in_h;
+    const double sw = p->scale_w > 0.0f ? (double)p->scale_w : (double)b.out_w / (double)b.in_w;
     int32_t *map = (int32_t *)scratch;
-    float *wt = (float *)(map + n);
-    cubic_map(map, wt, p, b->in_h, b->out_h, p->scale_h);
-    cubic_map(map + 4 * b->out_h, wt + 4 * b->out_h, p, b->in_w, b->out_w, p->scale_w);
-    mlcc_f32_resize_taps(b, x, map, wt, y, wt + n);
+    float *wt;
+    int64_t n;
+    /* this call's counts: at most base's (mlcc/ops/resize.py bounds them over the range) */
+    b.taps_h = (int32_t)taps_of(p, sh);
+    b.taps_w = (int32_t)taps_of(p, sw);
+    n = b.taps_h * b.out_h + b.taps_w * b.out_w;
+    wt = (float *)(map + n);
+    taps_map(map, wt, b.taps_h, p, b.in_h, b.out_h, sh, (double)p->roi_h0, (double)p->roi_h1);
+    taps_map(map + b.taps_h * b.out_h, wt + b.taps_h * b.out_h, b.taps_w, p, b.in_w, b.out_w,
+             sw, (double)p->roi_w0, (double)p->roi_w1);
+    mlcc_f32_resize_taps(&b, x, map, wt, y, wt + n);
 }

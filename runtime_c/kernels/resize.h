@@ -35,7 +35,9 @@ typedef enum mlcc_resize_coord {
     MLCC_RESIZE_HALF_PIXEL = 1,
     MLCC_RESIZE_PYTORCH_HALF_PIXEL = 2,
     MLCC_RESIZE_TF_HALF_PIXEL_FOR_NN = 3,
-    MLCC_RESIZE_ALIGN_CORNERS = 4
+    MLCC_RESIZE_ALIGN_CORNERS = 4,
+    MLCC_RESIZE_HALF_PIXEL_SYMMETRIC = 5,   /* mlcc_f32_resize_taps__computed only */
+    MLCC_RESIZE_TF_CROP_AND_RESIZE = 6      /* mlcc_f32_resize_taps__computed only */
 } mlcc_resize_coord;
 
 typedef enum mlcc_resize_rounding {
@@ -79,21 +81,25 @@ typedef struct mlcc_resize_taps_params {
 void mlcc_f32_resize_taps(const mlcc_resize_taps_params *p, const float *x, const int32_t *map,
                           const float *wt, float *y, float *scratch);
 
-/* Cubic (without antialias) where the sizes are known only at run time: the four taps of
- * each output row and column and their weights computed at each call, in double as the
- * compiler's tables are (mlcc/ops/resize.py: taps_table, coordinate modes asymmetric,
- * half_pixel, pytorch_half_pixel and align_corners; exclude_outside), then
- * mlcc_f32_resize_taps. base.taps_h = base.taps_w = 4. scratch: 4 (out_h + out_w) int32,
- * 4 (out_h + out_w) floats, then in_h * out_w floats. */
-typedef struct mlcc_resize_cubic_computed_params {
+/* Cubic, antialias, exclude_outside and tf_crop_and_resize where the sizes are known only at
+ * run time: the taps of each output row and column and their weights computed at each call, in
+ * double as the compiler's tables are for static sizes (mlcc/ops/resize.py: taps_table), then
+ * mlcc_f32_resize_taps. An antialiased downscale takes more taps the smaller its scale:
+ * base.taps_h and base.taps_w are the most that any size of the range takes (the scratch's
+ * room); each call takes the count of its scale. scratch: (taps_h out_h + taps_w out_w) int32,
+ * as many floats, then in_h * out_w floats. */
+typedef struct mlcc_resize_taps_computed_params {
     mlcc_resize_taps_params base;
     int32_t coord;                  /* mlcc_resize_coord, not TF_HALF_PIXEL_FOR_NN */
+    int32_t cubic;                  /* 1 cubic, 0 linear */
+    int32_t antialias;
     int32_t exclude_outside;
     float scale_h, scale_w;         /* 0: out / in at run time (the node gave sizes) */
     float cubic_a;
-} mlcc_resize_cubic_computed_params;
+    float roi_h0, roi_h1, roi_w0, roi_w1;   /* tf_crop_and_resize: the crop of each axis */
+} mlcc_resize_taps_computed_params;
 
-void mlcc_f32_resize_taps__cubic_computed(const mlcc_resize_cubic_computed_params *p,
-                                          const float *x, float *y, void *scratch);
+void mlcc_f32_resize_taps__computed(const mlcc_resize_taps_computed_params *p, const float *x,
+                                    float *y, void *scratch);
 
 #endif /* MLCC_RESIZE_H */
