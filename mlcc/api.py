@@ -104,6 +104,9 @@ class QuantizeConfig:
     # groups to keep in float: node names of the optimized graph as the report names them,
     # shell-style patterns over them, or op:TYPE (mlcc/quant/sensitivity.select_nodes)
     keep_float: tuple[str, ...] = ()
+    # groups to run as W8A16 (int16 activations x int8 weights, mlcc.QConv16 / QFC16), the
+    # same patterns as keep_float (docs/quantization.md, W8A16)
+    w8a16: tuple[str, ...] = ()
     # cross-layer equalization of Conv -> Conv pairs before calibration: True (exact pairs
     # only) or "relu6" (also through Relu6, replaced by Relu); mlcc/quant/equalize.py
     equalize: bool | str = False
@@ -351,6 +354,8 @@ def compile_command(model: str | Path, *, target: str = "x86", shapes: Shapes | 
             words.append("--pure-int8")
         for pattern in q.keep_float:
             words += ["--keep-float", pattern]
+        for pattern in q.w8a16:
+            words += ["--w8a16", pattern]
         if q.max_samples is not None:
             api_only.append(f"max_samples={q.max_samples}")
     if extra_outputs:
@@ -503,7 +508,7 @@ def _write_report(fg: Graph, qres: QuantResult, cfg: QuantizeConfig, model, targ
     text = markdown("mlcc int8 quantization report", header, rows, info["float_layers"],
                     list(outs.items()),
                     {**info["mixed_precision"], **qres.timing}
-                    if "mixed_precision" in info else None)
+                    if "mixed_precision" in info else None, info.get("w8a16_layers", []))
     path = Path(cfg.report)
     try:
         path.write_text(text)
@@ -555,8 +560,16 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
                          f"optimized graph (give node names as the compile output and the "
                          f"report print them, shell-style patterns over them, or op:TYPE, "
                          f"e.g. op:Conv)")
+    w16, unmatched = select_nodes(g, (cfg.w8a16,) if isinstance(cfg.w8a16, str) else cfg.w8a16)
+    if unmatched:
+        raise InputError(f"--w8a16: {', '.join(unmatched)} matches no node of the optimized "
+                         f"graph (the same patterns as --keep-float)")
+    if keep & w16:
+        raise InputError(f"--w8a16 and --keep-float both name {', '.join(sorted(keep & w16))}")
+    if w16 and cfg.calibration is None:
+        raise InputError("--w8a16 needs --calibration DATA (the int16 ranges are calibrated)")
     opts = QuantOptions(per_channel=cfg.per_channel, requant=cfg.requant or tgt.int8_requant,
-                        activations=tgt.int8_activations, keep_float=keep)
+                        activations=tgt.int8_activations, keep_float=keep, w8a16=w16)
     target = _mix_target(cfg)
     say = cfg.progress or (lambda text: None)
     ranges: dict = {}
@@ -676,6 +689,9 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
             "activations": opts.activations,
             "integer_layers": sum(1 for layer in res.layers if layer.integer),
             "float_layers": [layer.node for layer in res.layers if not layer.integer]}
+    w8a16 = [layer.node for layer in res.layers if layer.precision == "w8a16"]
+    if w8a16:
+        info["w8a16_layers"] = w8a16
     if cfg.calibrator == "percentile":
         info["percentile"] = cfg.percentile
     if target is not None:

@@ -204,24 +204,33 @@ def quant_options(fn):
                      help="Keep these groups in float (repeatable or comma-separated): node "
                           "names as the compile output and the report print them, shell-style "
                           "patterns over them (p2o.Conv.3*), or op:TYPE (op:Conv)."),
+        click.option("--w8a16", "w8a16", multiple=True, metavar="PATTERN",
+                     help="Run these Conv / Gemm / MatMul groups with int16 activations and "
+                          "int8 weights (W8A16 integer kernels; the --keep-float patterns)."),
     ]
     for o in reversed(opts):
         fn = o(fn)
     return fn
 
 
+def _patterns(items) -> tuple[str, ...]:
+    """Repeatable, comma-separated node patterns (--keep-float, --w8a16)."""
+    return tuple(p.strip() for item in items for p in item.split(",") if p.strip())
+
+
 def _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant, report,
                   export_qdq=None, smooth=None, equalize=False, equalize_relu6=False,
                   bias_correction=None, keep_float=(), adaround=None,
-                  pure_int8=False):
+                  pure_int8=False, w8a16=()):
     from . import api
 
     if quantize is None:
         if calibration or report or export_qdq or smooth is not None or equalize or \
-                equalize_relu6 or bias_correction or keep_float or adaround or pure_int8:
+                equalize_relu6 or bias_correction or keep_float or adaround or pure_int8 or \
+                w8a16:
             raise MlccError("--calibration, --report, --export-qdq, --smooth, --equalize, "
-                            "--equalize-relu6, --bias-correction, --adaround, --keep-float "
-                            "and --pure-int8 need --quantize int8")
+                            "--equalize-relu6, --bias-correction, --adaround, --keep-float, "
+                            "--w8a16 and --pure-int8 need --quantize int8")
         return None
     defaults = api.QuantizeConfig()
     return api.QuantizeConfig(calibration, calibrator=calibrator, percentile=percentile,
@@ -232,8 +241,7 @@ def _quant_config(quantize, calibration, calibrator, percentile, per_channel, re
                               equalize="relu6" if equalize_relu6 else bool(equalize),
                               bias_correction=bias_correction or defaults.bias_correction,
                               adaround=adaround or defaults.adaround,
-                              keep_float=tuple(p.strip() for item in keep_float
-                                               for p in item.split(",") if p.strip()),
+                              keep_float=_patterns(keep_float), w8a16=_patterns(w8a16),
                               auto_mix=not pure_int8,
                               progress=lambda text: click.echo(text, err=True))
 
@@ -291,13 +299,13 @@ def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_wei
                 max_outputs, max_loop_iterations, dump_ir, no_build, min_sqnr, max_drop, metric,
                 eval_data, tune, tuning_file, quantize, calibration, calibrator, percentile,
                 per_channel, requant, report, export_qdq, smooth, equalize, equalize_relu6,
-                bias_correction, keep_float, adaround, pure_int8):
+                bias_correction, keep_float, adaround, pure_int8, w8a16):
     """Compile MODEL (an .onnx file) into C sources, a weight blob and a library."""
     from . import api, tuning
 
     qcfg = _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant,
                          report, export_qdq, smooth, equalize, equalize_relu6,
-                         bias_correction, keep_float, adaround, pure_int8)
+                         bias_correction, keep_float, adaround, pure_int8, w8a16)
     for flag, value in (("--min-sqnr", min_sqnr), ("--max-drop", max_drop),
                         ("--metric", metric), ("--eval-data", eval_data)):
         if value is not None and qcfg is None:
@@ -336,7 +344,9 @@ def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_wei
         floats = q["float_layers"]
         click.echo(f"int8: {q['integer_layers']} integer layers, {len(floats)} in float"
                    + (f" ({', '.join(floats[:8])}{', ...' if len(floats) > 8 else ''})"
-                      if floats else "") + (f"; report in {report}" if report else ""))
+                      if floats else "")
+                   + (f", {len(q['w8a16_layers'])} at W8A16" if q.get("w8a16_layers") else "")
+                   + (f"; report in {report}" if report else ""))
         if "mixed_precision" in q and q["mixed_precision"].get("auto"):
             mp = q["mixed_precision"]
             click.echo(f"default mix ({mp['target']}; --pure-int8: none): "
@@ -420,7 +430,7 @@ def verify_cmd(model, target, shapes, binds, inputs, per_layer, output, min_sqnr
                max_loop_iterations, quantize,
                calibration, calibrator, percentile, per_channel, requant, report, export_qdq,
                smooth, equalize, equalize_relu6, bias_correction, keep_float, adaround,
-               pure_int8):
+               pure_int8, w8a16):
     """Compile MODEL and compare its outputs with onnxruntime's."""
     from . import api
 
@@ -429,7 +439,7 @@ def verify_cmd(model, target, shapes, binds, inputs, per_layer, output, min_sqnr
     loop_limit = api.parse_max_loop_iterations(max_loop_iterations)
     qcfg = _quant_config(quantize, calibration, calibrator, percentile, per_channel, requant,
                          report, export_qdq, smooth, equalize, equalize_relu6,
-                         bias_correction, keep_float, adaround, pure_int8)
+                         bias_correction, keep_float, adaround, pure_int8, w8a16)
     if qcfg is not None:
         if max_outputs:
             raise MlccError("mlcc verify takes --max-output without --quantize only")

@@ -52,6 +52,10 @@ WITNESSES: dict[tuple[str, str], str] = {
                        "_bit_exact",
     ("mlcc", "QFC"): "test_quant.py::test_qdq_model_from_onnxruntime_runs_on_integer_kernels"
                      "_bit_exact",
+    ("mlcc", "QConv16"): "test_quant_w8a16.py::test_all_w8a16_is_float_with_int8_weights_up_to"
+                         "_int16_rounding",
+    ("mlcc", "QFC16"): "test_quant_w8a16.py::test_all_w8a16_is_float_with_int8_weights_up_to"
+                       "_int16_rounding",
     ("mlcc", "QMaxPool"): "test_quant.py::test_qdq_model_from_onnxruntime_runs_on_integer"
                           "_kernels_bit_exact",
     ("mlcc", "QAdd"): "test_quant.py::test_operators_without_integer_kernels_run_in_float",

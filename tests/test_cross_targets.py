@@ -259,6 +259,26 @@ def digits_int8_x86(tmp_path_factory):
     return tmp / "calib.npz", x[:6], [m.run({"input": xi[None]})["logits"] for xi in x[:6]]
 
 
+@pytest.mark.parametrize("target", TARGETS[:2])
+def test_w8a16_digits_is_the_x86_native_result_bit_for_bit(tmp_path, target):
+    """Every Conv and Gemm at W8A16 (--w8a16): the portable int16 kernels on the target give
+    x86-native's AVX-512 bytes (exact sums, one epilogue; the float layers between, Relu,
+    MaxPool and Flatten, are exact too)."""
+    with np.load(ROOT / "examples" / "digits" / "digits_sample.npz") as d:
+        x = d["input"].astype(np.float32)
+    np.savez(tmp_path / "calib.npz", input=x[:, None])
+    outs = {}
+    for name in ("x86-native", target):
+        mlcc.compile(DIGITS, tmp_path / name, target=name,
+                     quantize=mlcc.api.QuantizeConfig(tmp_path / "calib.npz", auto_mix=False,
+                                                      w8a16=("op:Conv", "op:Gemm")))
+        assert "mlcc_s16_conv2d(" in (tmp_path / name / "model.c").read_text()
+        m = mlcc.load(tmp_path / name)
+        outs[name] = [m.run({"input": xi[None]})["logits"] for xi in x[:6]]
+    for a, b in zip(outs["x86-native"], outs[target]):
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_int8_digits_is_the_x86_result_bit_for_bit(tmp_path, target, digits_int8_x86):
     """The int8 program (portable integer kernels, float requantization) gives the same bits

@@ -89,6 +89,13 @@ class QuantizeLinear(OpDef):
                 and ins[1].numel == 1 and g.const(node.inputs[1]) is not None
                 and (not node.input(2) or g.const(node.inputs[2]) is not None))
 
+    def _int16(self, node, ins, g) -> bool:
+        """int16 per tensor with zero point 0 (a W8A16 layer's input): mlcc_f32_quantize_int16."""
+        zp = g.const(node.inputs[2]) if node.input(2) else None
+        return (self._qdtype(node, ins) == "int16" and not node.attr("block_size", 0)
+                and ins[1].numel == 1 and g.const(node.inputs[1]) is not None
+                and zp is not None and zp.size == 1 and not np.any(zp))
+
     def _param(self, node, g, index: int, what: str):
         """Scale (1) or zero point (2): a constant broadcast to x, or the name of a run-time
         one-element value (per tensor, as DynamicQuantizeLinear's function body computes
@@ -152,7 +159,15 @@ class QuantizeLinear(OpDef):
         lookup(cast).lower(cast, lo)
 
     def lower(self, node: Node, lo: Lowering) -> None:
-        if not self._fast(node, [lo.value(i) if i else None for i in node.inputs], lo.graph):
+        ins = [lo.value(i) if i else None for i in node.inputs]
+        if self._int16(node, ins, lo.graph):
+            scale = float(np.float32(lo.graph.const(node.inputs[1]).reshape(())))
+            lo.call("mlcc_f32_quantize_int16", [node.inputs[0], node.outputs[0]],
+                    [node.outputs[0]], params_type="mlcc_quantize_params",
+                    params={"count": ins[0].numel, "scale": scale, "zero_point": 0},
+                    op=f"QuantizeLinear int16 scale={scale:.6g}")
+            return
+        if not self._fast(node, ins, lo.graph):
             self._lower_general(node, lo)
             return
         scale, zp, _ = qlinear_params(lo.graph, node)

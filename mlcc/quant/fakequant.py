@@ -11,6 +11,10 @@ exactly (`v + 0 * d = v`), and a plan of the rewrite (`quantize_graph` with some
 in float) switches on the values it quantizes and the layers whose weights it quantizes. So
 every candidate mix is measured by running one program, without building another.
 
+A W8A16 layer (int16 activations) is simulated by its int8 weights' switch and the int16
+quantize-dequantize of the values it reads (slots "16:" + value, from a plan with every
+producer at W8A16); the quantization of its output is its reader's, as for a float layer.
+
 What it leaves out: rounding inside the integer kernels (the int32 accumulation is exact, the
 requantization rounds once, as the output's quantize-dequantize does here), and the bias
 rounded to int32 (negligible at scale x_scale * w_scale). A value whose scale a plan changes
@@ -35,20 +39,25 @@ class FakeQuant:
     slots: dict[str, int] = field(default_factory=dict)    # value or "w:" + node -> index
     outputs: dict[str, str] = field(default_factory=dict)  # model output -> sim graph name
 
-    def control(self, values, weights) -> np.ndarray:
-        """The control vector switching on these values' and these layers' quantization."""
+    def control(self, values, weights, values16=()) -> np.ndarray:
+        """The control vector switching on these values' (uint8; int16: values16) and these
+        layers' quantization."""
         c = np.zeros(len(self.slots), np.float32)
         for v in values:
             if v in self.slots:
                 c[self.slots[v]] = 1
+        for v in values16:
+            if "16:" + v in self.slots:
+                c[self.slots["16:" + v]] = 1
         for n in weights:
             if "w:" + n in self.slots:
                 c[self.slots["w:" + n]] = 1
         return c
 
     def plan(self, res: QuantResult) -> np.ndarray:
-        """The control vector of one rewrite result (its uint8 values, its int8 weights)."""
-        return self.control(res.qnames, res.weights)
+        """The control vector of one rewrite result (its uint8 and int16 values, its int8
+        weights)."""
+        return self.control(res.qnames, res.weights, res.q16)
 
 
 def graph_layout_weights(g: Graph, n: Node, wq: np.ndarray, ws: np.ndarray) -> np.ndarray:
@@ -63,14 +72,21 @@ def graph_layout_weights(g: Graph, n: Node, wq: np.ndarray, ws: np.ndarray) -> n
     return np.ascontiguousarray(deq.T)            # MatMul
 
 
-def build(g: Graph, allint: QuantResult) -> FakeQuant:
+def build(g: Graph, allint: QuantResult, w16: QuantResult | None = None) -> FakeQuant:
     """The switchable graph for g from the all-integer plan `allint` (its values' qparams and
-    its int8 weights)."""
+    its int8 weights), and, from a plan with W8A16 layers (`w16`), the int16
+    quantize-dequantize of the values they read (slot "16:" + value, after the uint8 one: a
+    value an int8 layer also reads is dequantized, then quantized to int16, as the rewrite
+    does)."""
     sg = g.copy()
     fq = FakeQuant(sg)
     quantized = [v for v in allint.qnames if v in g.values and not g.values[v].is_const]
     for v in quantized:
         fq.slots[v] = len(fq.slots)
+    sixteen = {v: scale for v, (_, scale) in (w16.q16 if w16 is not None else {}).items()
+               if v in g.values and not g.values[v].is_const}
+    for v in sixteen:
+        fq.slots["16:" + v] = len(fq.slots)
     by_name = {n.name: n for n in g.nodes}
     for name in allint.weights:
         if name in by_name:
@@ -97,23 +113,33 @@ def build(g: Graph, allint: QuantResult) -> FakeQuant:
                       Node(f"{out}/Add", "Add", [v, e], [out], {}, "", 14)])
         return out
 
-    def fake_quant(key: str, v: str) -> str:
-        """The switchable quantize-dequantize of value `key`, read from `v` (key itself or
-        its weight blend)."""
-        qp = allint.qparams[key]
-        s = sg.add_const(f"{v}.fq.scale", np.array(qp.scale, np.float32))
-        z = sg.add_const(f"{v}.fq.zero_point", np.array(qp.zero_point, np.uint8))
-        q = sg.fresh_name(f"{v}.fq.q")
-        sg.values[q] = Value(q, "uint8", sg.values[v].shape)
-        dq = new_value(f"{v}.fq.dq", v)
-        nodes.extend([Node(f"{q}/QuantizeLinear", "QuantizeLinear", [v, s, z], [q], {}, "", 13),
+    def fake_quant(v: str, slot: str, scale: float, zero_point: np.ndarray, tag: str) -> str:
+        """The switchable quantize-dequantize of `v` (a value, or its weight blend) at scale
+        and zero_point (its dtype: the quantized type), switched by fq.slots[slot]."""
+        s = sg.add_const(f"{v}.{tag}.scale", np.array(scale, np.float32))
+        z = sg.add_const(f"{v}.{tag}.zero_point", zero_point)
+        q = sg.fresh_name(f"{v}.{tag}.q")
+        sg.values[q] = Value(q, zero_point.dtype.name, sg.values[v].shape)
+        dq = new_value(f"{v}.{tag}.dq", v)
+        version = 13 if zero_point.dtype == np.uint8 else 21     # int16: opset 21
+        nodes.extend([Node(f"{q}/QuantizeLinear", "QuantizeLinear", [v, s, z], [q], {}, "",
+                           version),
                       Node(f"{dq}/DequantizeLinear", "DequantizeLinear", [q, s, z], [dq], {},
-                           "", 13)])
-        return blend(v, dq, fq.slots[key], "fq")
+                           "", version)])
+        return blend(v, dq, fq.slots[slot], tag)
+
+    def both(key: str, v: str) -> str:
+        """Value `key`'s uint8 quantize-dequantize, then its int16 one, where they exist."""
+        if key in fq.slots:
+            qp = allint.qparams[key]
+            v = fake_quant(v, key, qp.scale, np.array(qp.zero_point, np.uint8), "fq")
+        if "16:" + key in fq.slots:
+            v = fake_quant(v, "16:" + key, sixteen[key], np.array(0, np.int16), "fq16")
+        return v
 
     for v in g.inputs:
-        if v in fq.slots:
-            rename[v] = fake_quant(v, v)
+        if v in fq.slots or "16:" + v in fq.slots:
+            rename[v] = both(v, v)
     for n in sg.nodes:
         n.inputs = [rename.get(i, i) for i in n.inputs]
         nodes.append(n)
@@ -129,8 +155,8 @@ def build(g: Graph, allint: QuantResult) -> FakeQuant:
             nodes.append(twin)
             rename[y] = blend(y, yq, fq.slots["w:" + n.name], "w")
         for o in n.outputs:
-            if o in fq.slots:
-                rename[o] = fake_quant(o, rename.get(o, o))
+            if o in fq.slots or "16:" + o in fq.slots:
+                rename[o] = both(o, rename.get(o, o))
     sg.nodes = nodes
     fq.outputs = {o: rename.get(o, o) for o in g.outputs}
     sg.outputs = [fq.outputs[o] for o in g.outputs]

@@ -108,7 +108,8 @@ def range_text(r: LayerRow) -> str:
 
 
 def markdown(title: str, header: list[str], rows: list[LayerRow], float_layers: list[str],
-             outputs: list[tuple[str, ErrorStats]], mixed: dict | None = None) -> str:
+             outputs: list[tuple[str, ErrorStats]], mixed: dict | None = None,
+             w8a16_layers: list[str] = ()) -> str:
     def num(x: float, fmt: str = ".1f") -> str:
         return "inf" if x == math.inf else ("-inf" if x == -math.inf else format(x, fmt))
 
@@ -133,6 +134,9 @@ def markdown(title: str, header: list[str], rows: list[LayerRow], float_layers: 
                      f"{100 * r.stats.clipped_share:.3f}% |")
     lines += ["", "## Layers kept in float", ""]
     lines += [f"- `{n}`" for n in float_layers] or ["none"]
+    if w8a16_layers:
+        lines += ["", "## Layers at W8A16 (int16 activations, int8 weights)", ""]
+        lines += [f"- `{n}`" for n in w8a16_layers]
     if mixed is not None:
         lines += ["", "## Mixed precision", "", mixed_text(mixed)]
     return "\n".join(lines) + "\n"

@@ -42,6 +42,9 @@ class QuantOptions:
     # node names (of the optimized graph) to run in float even where an integer kernel exists
     # (--min-sqnr's choice, mlcc/quant/sensitivity.py)
     keep_float: frozenset = frozenset()
+    # node names to run as W8A16 (int16 activations, int8 weights: mlcc.QConv16 / QFC16);
+    # --w8a16, or the mix's choice before float
+    w8a16: frozenset = frozenset()
     # --bias-correction: data input value -> its per-channel calibration mean; the float bias
     # of each integer Conv / Gemm / MatMul reading one gets (W - Wq) E[x] added
     # (mlcc/quant/bias_correction.py)
@@ -59,6 +62,8 @@ class QuantResult:
     graph: Graph
     qparams: dict[str, QParams]                 # float value -> params of its uint8 form
     qnames: dict[str, str]                      # float value -> name of its uint8 form
+    # float value -> (name, scale) of its int16 form (the inputs of W8A16 layers)
+    q16: dict[str, tuple[str, float]] = field(default_factory=dict)
     layers: list[LayerPlan] = field(default_factory=list)
     ranges: dict = field(default_factory=dict)  # float value -> observers.Range
     # ONNX node name -> (int8 weights [out channels, ...], float32 scales) of QConv / QFC
@@ -92,7 +97,7 @@ def quantize_graph(g: Graph, ranges: dict, opts: QuantOptions | None = None,
         float_out = float_out | wasted
     # an activation split_table_activations took out of a producer that stayed float goes
     # back into its epilogue
-    res.graph = _fold_float_acts(fuse_activations(res.graph))
+    res.graph = fuse_output_quantize(_fold_float_acts(fuse_activations(res.graph)))
     kept = {n.name for n in res.graph.nodes}
     res.layers = [layer for layer in res.layers if layer.integer or layer.node in kept]
     return res
@@ -105,9 +110,7 @@ def _fold_float_acts(g: Graph) -> Graph:
     consumers = g.consumers()
     folded: set[int] = set()
     for n in g.nodes:
-        if n.domain != "mlcc" or n.op_type not in ("QConv", "QFC") or \
-                n.attr("rq")[0] != "float32" or fused_act(n)[0] != "NONE" or \
-                n.outputs[0] in g.outputs:
+        if not _writes_float(n) or fused_act(n)[0] != "NONE" or n.outputs[0] in g.outputs:
             continue
         readers = consumers.get(n.outputs[0], [])
         act = table_act(g, readers[0]) if len(readers) == 1 else None
@@ -120,6 +123,54 @@ def _fold_float_acts(g: Graph) -> Graph:
         n.fused = n.fused + a.fused + [f"{a.name}:{a.op_type}"]
         folded.add(id(a))
     g.nodes = [n for n in g.nodes if id(n) not in folded]
+    return g
+
+
+def _writes_float(n: Node) -> bool:
+    """An integer Conv / Gemm / MatMul (int8 or W8A16) with a float32 epilogue."""
+    if n.domain != "mlcc":
+        return False
+    if n.op_type in ("QConv", "QFC"):
+        return n.attr("rq")[0] == "float32"
+    return n.op_type in ("QConv16", "QFC16") and n.attr("out")[0] == "float32"
+
+
+def fuse_output_quantize(g: Graph) -> Graph:
+    """A W8A16 layer whose float output is read only by QuantizeLinear nodes of one int16
+    (zero point 0) or uint8 form writes that form itself: its epilogue quantizes as
+    QuantizeLinear does (runtime_c/kernels/qconv16.h), one pass fewer and no float tensor."""
+    g = g.copy()
+    consumers = g.consumers()
+    gone: set[int] = set()
+    for n in g.nodes:
+        if n.op_type not in ("QConv16", "QFC16") or not _writes_float(n) or \
+                n.outputs[0] in g.outputs:
+            continue
+        readers = consumers.get(n.outputs[0], [])
+        forms = set()
+        for r in readers:
+            if r.op_type != "QuantizeLinear" or r.domain != "" or r.inputs[0] != n.outputs[0] \
+                    or len(r.inputs) < 3 or g.const(r.inputs[1]) is None or \
+                    g.const(r.inputs[2]) is None or r.attrs:
+                break
+            z = g.const(r.inputs[2])
+            if z.dtype not in (np.int16, np.uint8) or g.const(r.inputs[1]).size != 1 or \
+                    z.size != 1 or (z.dtype == np.int16 and int(z.reshape(())) != 0):
+                break
+            forms.add((z.dtype.name, float(np.float32(g.const(r.inputs[1]).reshape(()))),
+                       int(z.reshape(()))))
+        else:
+            if len(forms) != 1:
+                continue
+            kind, scale, zp = forms.pop()
+            q = readers[0].outputs[0]
+            for r in readers[1:]:           # the same form twice: one value
+                g.replace_uses(r.outputs[0], q)
+            del g.values[n.outputs[0]]
+            n.outputs = [q]
+            n.attrs["out"] = (kind, scale, zp)
+            gone.update(id(r) for r in readers)
+    g.nodes = [n for n in g.nodes if id(n) not in gone]
     return g
 
 
@@ -237,7 +288,7 @@ def _quantize_once(g: Graph, ranges: dict, opts: QuantOptions | None, qdq,
     for o in rw.g.outputs:
         rw.ensure_float(o)
     rw.g.nodes = rw.nodes
-    return QuantResult(rw.g, rw.qparams, rw.qnames, rw.layers, weights=rw.weights,
+    return QuantResult(rw.g, rw.qparams, rw.qnames, rw.q16, rw.layers, weights=rw.weights,
                        bias_shift=rw.bias_shift)
 
 

@@ -7,7 +7,8 @@ float (`float_rule`), with DequantizeLinear nodes inserted before it where its i
 only as uint8. The rules share one `Rewrite`: the graph being written, the parameters and
 uint8 names of the values quantized so far, and the helpers that insert Q/DQ nodes.
 
-  integer_producer  Conv, Gemm, MatMul with constant weights -> mlcc.QConv / mlcc.QFC
+  integer_producer  Conv, Gemm, MatMul with constant weights -> mlcc.QConv / mlcc.QFC, or
+                    at W8A16 (QuantOptions.w8a16) mlcc.QConv16 / mlcc.QFC16 on int16 inputs
   movement          data movement (Reshape, Transpose, Slice, nearest Resize, ...) on codes
   pool              MaxPool, AveragePool and their global forms -> mlcc.QMaxPool / QAvgPool
   table             a table activation, or x op scalar constant -> a 256-entry mlcc.QLut
@@ -32,7 +33,8 @@ from ..ops.activations import BY_KIND, activation_of, table_window
 from .bias_correction import correction, shifted_bias
 from .predicates import CLAMP_ACTS, fused_act, is_integer_producer, weight_matrix
 from .scheme import (QParams, act_clamp, activation_qparams, fit_bias, fixed_multipliers,
-                     float_multipliers, function_table, quantize_bias, quantize_weights)
+                     float_multipliers, function_table, int16_scale, quantize_bias,
+                     quantize_weights)
 
 # the rules whose operators read uint8 inputs as they are (the table rule: see table_fn)
 _CODE_READERS = {"integer_producer", "movement", "pool", "split", "add", "concat", "recurrent"}
@@ -44,6 +46,12 @@ class LayerPlan:
     op: str
     integer: bool
     note: str = ""
+    # "int8" | "w8a16" (int16 activations, int8 weights) | "float"; "" from `integer`
+    precision: str = ""
+
+    def __post_init__(self):
+        if not self.precision:
+            self.precision = "int8" if self.integer else "float"
 
 
 def rules_of(n: Node) -> tuple[str, ...]:
@@ -179,6 +187,8 @@ class Rewrite:
         self.consumers = g.consumers()
         self.qparams: dict[str, QParams] = dict(fixed)
         self.qnames: dict[str, str] = {}
+        # float value -> (its int16 form, scale): the inputs of W8A16 layers
+        self.q16: dict[str, tuple[str, float]] = {}
         self.float_missing: set[str] = set()
         self.nodes: list[Node] = []
         self.layers: list[LayerPlan] = []
@@ -270,6 +280,23 @@ class Rewrite:
         self.qnames[v] = out
         return out
 
+    def ensure_q16(self, v: str) -> tuple[str, float]:
+        """v's int16 form (symmetric, zero point 0, the observed range: 16 bits need no
+        clipping) and its scale, quantized from the float form where first needed."""
+        if v not in self.q16:
+            if v not in self.ranges:
+                raise InputError(f"no calibrated range for {v!r}: the calibration did not "
+                                 f"observe it")
+            scale = int16_scale(self.ranges[v])
+            self.ensure_float(v)
+            out = self.new_value(f"{v}_int16", "int16", self.g.values[v].shape)
+            s = self.g.add_const(f"{v}.scale16", np.array(scale, np.float32))
+            z = self.g.add_const(f"{v}.zero_point16", np.array(0, np.int16))
+            self.nodes.append(Node(f"{v}/QuantizeLinear16", "QuantizeLinear", [v, s, z], [out],
+                                   {}, "", 21))
+            self.q16[v] = (out, scale)
+        return self.q16[v]
+
     def ensure_float(self, v: str) -> None:
         if v in self.float_missing:
             qp = self.qparams[v]
@@ -321,21 +348,12 @@ def rule(name: str):
     return wrap
 
 
-@rule("integer_producer")
-def quantize_producer(rw: Rewrite, n: Node) -> bool:
-    g, opts = rw.g, rw.opts
-    if not is_integer_producer(g, n) or not rw.has(n.inputs[0]) or n.name in opts.keep_float:
-        return False
-    op = n.op_type
-    x = n.inputs[0]
-    xq = rw.ensure_q(x)
-    qx = rw.params_of(x)
-    out = n.outputs[0]
-    act = fused_act(n)
-    uint8_out = (act[0] in CLAMP_ACTS and rw.wants_uint8(out) and rw.has(out)
-                 and out not in rw.float_out)
-    out_q = rw.params_of(out) if uint8_out else None
-    if op == "Conv":
+def _int8_weights(rw: Rewrite, n: Node):
+    """(float weights, int8 weights, their scales, float bias, the QDQ model's own weights or
+    None) of an integer Conv / Gemm / MatMul: --adaround's rounding and bias correction
+    applied."""
+    g, opts, x = rw.g, rw.opts, n.inputs[0]
+    if n.op_type == "Conv":
         w = g.const(n.inputs[1]).astype(np.float32)
         bias = g.const(n.input(2)) if n.input(2) else None
     else:
@@ -353,8 +371,52 @@ def quantize_producer(rw: Rewrite, n: Node) -> bool:
             shift = correction(n, w, wq, ws, opts.input_means[x])
             rw.bias_shift[n.name] = shift if mask is None else np.where(mask, shift, 0.0)
             bias = shifted_bias(bias, rw.bias_shift[n.name])
-        if uint8_out:
-            wq, ws = fit_bias(w, wq, ws, bias, qx.scale)
+    return w, wq, ws, bias, given
+
+
+def quantize_w8a16(rw: Rewrite, n: Node) -> bool:
+    """A W8A16 layer (mlcc.QConv16 / mlcc.QFC16): its input as int16, its int8 weights,
+    exact sums, the float epilogue (bias and any fused activation) writing float32; a
+    QuantizeLinear after it (to the next W8A16 layer's int16 or an int8 layer's uint8) is
+    fused into it afterwards (rewrite.fuse_output_quantize)."""
+    g = rw.g
+    x, out, act = n.inputs[0], n.outputs[0], fused_act(n)
+    x16, sx = rw.ensure_q16(x)
+    _, wq, ws, bias, _ = _int8_weights(rw, n)
+    scale = (np.float32(sx) * ws).astype(np.float32)
+    fbias = np.zeros(len(ws), np.float32) if bias is None else \
+        np.asarray(bias, np.float32).reshape(-1)
+    attrs = {k: v for k, v in n.attrs.items() if k != "_act"} if n.op_type == "Conv" else {}
+    attrs.update(x_scale=sx, out=("float32", 0.0, 0), _act=act)
+    rw.weights[n.name] = (wq, ws)
+    ins = [x16, g.add_const(f"{n.name}.w_int8", wq), g.add_const(f"{n.name}.scale", scale),
+           g.add_const(f"{n.name}.fbias", fbias)]
+    rw.nodes.append(Node(n.name, "QConv16" if n.op_type == "Conv" else "QFC16", ins, [out],
+                         attrs, "mlcc", 1, list(n.fused)))
+    rw.layers.append(LayerPlan(n.name, _layer_op(n), True, "w8a16: int16 activations x int8 "
+                               "weights", "w8a16"))
+    return True
+
+
+@rule("integer_producer")
+def quantize_producer(rw: Rewrite, n: Node) -> bool:
+    g, opts = rw.g, rw.opts
+    if not is_integer_producer(g, n) or not rw.has(n.inputs[0]) or n.name in opts.keep_float:
+        return False
+    if n.name in opts.w8a16:
+        return quantize_w8a16(rw, n)
+    op = n.op_type
+    x = n.inputs[0]
+    xq = rw.ensure_q(x)
+    qx = rw.params_of(x)
+    out = n.outputs[0]
+    act = fused_act(n)
+    uint8_out = (act[0] in CLAMP_ACTS and rw.wants_uint8(out) and rw.has(out)
+                 and out not in rw.float_out)
+    out_q = rw.params_of(out) if uint8_out else None
+    w, wq, ws, bias, given = _int8_weights(rw, n)
+    if given is None and uint8_out:
+        wq, ws = fit_bias(w, wq, ws, bias, qx.scale)
     if uint8_out:
         lo, hi = act_clamp(act, out_q)
         rq = ("uint8", opts.requant, out_q.zero_point, lo, hi)

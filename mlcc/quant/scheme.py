@@ -73,6 +73,18 @@ def quantize_weights(w: np.ndarray, per_channel: bool = True) -> tuple[np.ndarra
     return q.reshape(w.shape), scale
 
 
+QMAX_S16 = 32767
+
+
+def int16_scale(r) -> float:
+    """The symmetric int16 scale (zero point 0) of a W8A16 layer's input from its calibrated
+    observers.Range: the whole observed range (minmax: at 16 bits a step is 1/32767 of it, so
+    clipping outliers buys nothing worth their error)."""
+    amax = max(abs(float(r.observed_lo)), abs(float(r.observed_hi)))
+    scale = np.float32(amax / QMAX_S16)
+    return float(scale) if np.isfinite(scale) and scale > 0 else 1.0
+
+
 BIAS_LIMIT = 2**30      # |quantized bias| bound: the folded zero-point term still fits int32
 
 
