@@ -207,6 +207,13 @@ def load_avg() -> str:
     return " ".join(f"{v:.1f}" for v in os.getloadavg())
 
 
+def cpu_seconds() -> float:
+    """User and system CPU time of this process and of the children it waited for (the C
+    compiler): a compile's cost that a loaded machine does not stretch."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def alternate_ms(fq, ff, runs: int) -> tuple[float, float]:
     """Median ms of fq and ff, timed alternately (a shared machine's load weighs on both)."""
     for f in (fq, ff, fq, ff):
@@ -263,6 +270,9 @@ def main(argv=None) -> int:
                          "search (mlcc compile --eval-data)")
     ap.add_argument("--save-samples", type=Path, default=None,
                     help="write the first 8 evaluation lines as PNG files here")
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="build in this folder and keep the builds (e.g. for "
+                         "bench/profile_layers.py FLOAT_DIR INT8_DIR --cpu)")
     args = ap.parse_args(argv)
 
     import mlcc
@@ -286,6 +296,9 @@ def main(argv=None) -> int:
             "|---|---:|---:|---:|---|---:|---:|---:|---|"]
     with tempfile.TemporaryDirectory(prefix="mlcc-ocr-") as tmp:
         tmp = Path(tmp)
+        if args.keep is not None:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            tmp = args.keep
         fixed = bq.fixed_model(model, {"x": (1, 3, H, W)}, tmp / "fixed.onnx")
         np.savez(tmp / "calib.npz", x=cx)
         np.savez(tmp / "calib_small.npz", x=cx[:args.ort_percentile_calib])
@@ -329,10 +342,10 @@ def main(argv=None) -> int:
                         if "metric" in search:
                             fn = {"lines": "line_agreement", "exact": "exact_match"}
                             qc.metric = f"{Path(__file__).resolve()}:{fn[search['metric']]}"
-                    t1 = time.perf_counter()
+                    t1, c1 = time.perf_counter(), cpu_seconds()
                     res = api.compile(fixed, out, target="x86-native", quantize=qc)
-                    say(f"{v}: compiled in {time.perf_counter() - t1:.0f} s (load "
-                        f"{load_avg()})")
+                    say(f"{v}: compiled in {time.perf_counter() - t1:.0f} s, "
+                        f"{cpu_seconds() - c1:.0f} CPU-seconds (load {load_avg()})")
                     mq = mlcc.load(out)
                     preds = read_mlcc(mq, ex, chars)
                     qi = res.manifest["quantization"]

@@ -670,7 +670,7 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
                 opts, sens, timing = _mixed_search(g, ranges, opts, qdq, cfg, target, run,
                                                    Path(tmp), say)
             elif cfg.auto_mix and qdq is None:
-                opts, auto = _auto_mix(g, ranges, opts, qdq, cfg, run, Path(tmp), say)
+                opts, auto = _auto_mix(g, ranges, opts, qdq, cfg, run, Path(tmp), say, tgt)
     if target is not None and data is None:
         raise InputError(f"{target.goal()} needs --calibration DATA (the samples it "
                          f"measures on)")
@@ -861,15 +861,16 @@ def _sensitivity(g: Graph, fq, sim, cands: list[str], ranked: list, refs: list, 
 
 
 def _auto_mix(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: QuantizeConfig,
-              run_float, tmp: Path, say) -> tuple[QuantOptions, dict | None]:
+              run_float, tmp: Path, say, tgt=None) -> tuple[QuantOptions, dict | None]:
     """The default mix (no --min-sqnr / --max-drop, not --pure-int8): if the all-integer
     program's simulated output SQNR is below sensitivity.AUTO_SQNR_DB, the layers the
     one-pass sensitivity ranks worst are kept in float until it reaches it, taking only
-    layers that keep the estimated int8 / float time within sensitivity.AUTO_TIME_BUDGET;
-    when the target is out of reach, the fewest of those whose simulated SQNR is near the
-    best mix tried (sensitivity.grid_search). One fake-quant build and no other: the choice
-    is not rebuilt to be verified."""
-    from .quant import fakequant
+    layers that keep the estimated int8 / float time within sensitivity.auto_budget (by the
+    target's fitted cost table where it has one, else by multiply-accumulates:
+    quant/latency.py); when the target is out of reach, the fewest of those whose simulated
+    SQNR is near the best mix tried (sensitivity.grid_search). One fake-quant build and no
+    other: the choice is not rebuilt to be verified."""
+    from .quant import fakequant, latency
     from .quant import sensitivity as sens
 
     t0 = time.perf_counter()
@@ -892,13 +893,16 @@ def _auto_mix(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: QuantizeConf
     def simulate(kept) -> float:
         return target.call(refs, [sim(s, fq.plan(plan(kept))) for s in samples])
     score = simulate([])
+    ratio, time_model = latency.estimator(tgt, allint, cands, layer_macs, plan,
+                                          [n.name for n in g.nodes])
+    budget = sens.auto_budget(ratio([]))
     info = {"auto": True, "target": f"auto: output SQNR >= {sens.AUTO_SQNR_DB:g} dB within "
-            f"{sens.AUTO_TIME_BUDGET:g} of float's estimated time", "kind": "sqnr",
-            "value": sens.AUTO_SQNR_DB, "budget": sens.AUTO_TIME_BUDGET,
+            f"{budget:.2g} of float's estimated time", "kind": "sqnr",
+            "value": sens.AUTO_SQNR_DB, "budget": round(budget, 4),
             "metric": target.name, "reference": None, "samples": len(samples),
             "rank_samples": 0, "kept": [], "order": [], "sensitivity_db": {},
             "steps": [[0, score]], "verified": [], "final": score, "macs": layer_macs,
-            "time_ratio": round(sens.time_ratio(allint.layers, layer_macs), 4),
+            "time_ratio": round(ratio([]), 4), "time_model": time_model,
             "met": target.meets(score)}
     if info["met"]:
         say(f"int8: simulated output SQNR {score:.1f} dB all integer (>= "
@@ -907,12 +911,7 @@ def _auto_mix(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: QuantizeConf
     ranked = samples[:sens.auto_rank_samples(layer_macs, RANK_SAMPLES)]
     bar = cfg.progress_bar or (lambda label, done, total: None)
     alone, order = _sensitivity(g, fq, sim, cands, ranked, refs, bar)
-    integer = {lp.node for lp in allint.layers if lp.integer}
-
-    def ratio(kept) -> float:       # kept layers in float, the rest as in the all-integer plan
-        return sens.time_ratio([sens.LayerPlan(c, "", c in integer and c not in kept)
-                                for c in cands], layer_macs)
-    affordable = sens.within_budget(order, ratio, sens.AUTO_TIME_BUDGET)
+    affordable = sens.within_budget(order, ratio, budget)
     memo = {0: score}
 
     def evaluate(k: int) -> float:

@@ -290,7 +290,7 @@ def test_default_mix_keeps_a_sensitive_layer_in_float_and_meets_its_sqnr(tmp_pat
     assert mp["auto"] and mp["met"] and mp["steps"][0][1] < 20 <= sensitivity.AUTO_SQNR_DB
     assert set(mp["order"][:2]) == {"A", "B"} and set(mp["kept"]) <= {"A", "B"}
     assert "C0" not in mp["kept"] and "C1" not in mp["kept"]
-    assert mp["time_ratio"] <= sensitivity.AUTO_TIME_BUDGET
+    assert mp["time_ratio"] <= mp["budget"] and mp["time_model"].startswith("fitted")
     assert "default mix" in r.output and "Default mix" in report.read_text()
     mixed_db = _sqnr_vs_onnxruntime(path, tmp_path / "mix", xs)[0]
     assert mixed_db >= sensitivity.AUTO_SQNR_DB, mixed_db
@@ -318,6 +318,9 @@ def test_default_mix_respects_the_time_budget():
     assert sensitivity.within_budget(["big", "small", "tiny"], ratio, 0.5) == ["small", "tiny"]
     assert sensitivity.within_budget(["small", "big", "tiny"], ratio, 0.44) == ["small"]
     assert sensitivity.within_budget(["big"], ratio, 1.0) == ["big"]
+    # the budget: AUTO_TIME_BUDGET, or above it the all-integer estimate plus a margin
+    assert sensitivity.auto_budget(0.46) == sensitivity.AUTO_TIME_BUDGET
+    assert sensitivity.auto_budget(0.8) == pytest.approx(0.8 + sensitivity.AUTO_TIME_MARGIN)
 
 
 def test_default_mix_grid_search_meets_or_takes_the_fewest_near_the_best():

@@ -155,7 +155,8 @@ def mixed_text(m: dict) -> str:
         lines = [f"Default mix ({m['target']}): {met} with {len(m['kept'])} of "
                  f"{len(m['macs'])} candidate layers in float (simulated output SQNR "
                  f"{num(m['final'])} dB on {m['samples']} samples; estimated int8 / float "
-                 f"time {m['time_ratio']:.2f}; `--pure-int8` turns it off).", "",
+                 f"time {m['time_ratio']:.2f} by {m.get('time_model', 'multiply-accumulates')}"
+                 f", budget {m['budget']:.2f}; `--pure-int8` turns it off).", "",
                  "Search, simulated by fake quantization (layers kept in float -> score): "
                  + ", ".join(f"{k} -> {num(v)}" for k, v in m["steps"]) + "."]
         if m["order"]:

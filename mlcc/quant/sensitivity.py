@@ -47,6 +47,7 @@ Outputs = list[dict[str, np.ndarray]]       # one dict of model outputs per samp
 # long as the estimated int8 / float time stays within AUTO_TIME_BUDGET.
 AUTO_SQNR_DB = 30.0
 AUTO_TIME_BUDGET = 0.5
+AUTO_TIME_MARGIN = 0.05   # what float layers may add where all integer is already above it
 # when the target is out of reach within the budget: the fewest layers whose simulated SQNR
 # is within this of the best mix tried (more float layers need not help: a float layer's
 # neighbours quantize at other points, and a saturating output such as softmax
@@ -272,6 +273,15 @@ def auto_rank_samples(layer_macs: dict[str, int], limit: int) -> int:
     pass runs once per candidate layer and sample), 2 at least."""
     total = max(1, sum(layer_macs.values()))
     return max(min(2, limit), min(limit, int(AUTO_RANK_MACS // total)))
+
+
+def auto_budget(base: float) -> float:
+    """The default mix's time budget, given the estimated int8 / float time of the
+    all-integer program: AUTO_TIME_BUDGET, or for a program already estimated above it (a
+    small model, whose time goes to each kernel call's fixed cost more than to
+    multiply-accumulates), that estimate plus AUTO_TIME_MARGIN, so that such a model may
+    still keep a few layers in float."""
+    return AUTO_TIME_BUDGET if base <= AUTO_TIME_BUDGET else base + AUTO_TIME_MARGIN
 
 
 def within_budget(order: list[str], ratio_of: Callable[[list[str]], float], budget: float
