@@ -207,8 +207,10 @@ def test_bias_correction_moves_the_int8_mean_to_the_float_mean(tmp_path):
     bias_of_rounding = -(w - wq * ws[:, None, None, None]).reshape(m, c) @ \
         xs.mean(axis=(0, 1, 3, 4), dtype=np.float64)
     assert np.all(bias_of_rounding < -0.05)
+    # all integer: the default mix may keep a one-layer model's only layer in float (its
+    # estimated time budget allows it), and then there is no rounding to correct
     res = api.compile(path, tmp_path / "q", target="x86-native",
-                      quantize=api.QuantizeConfig(calib, bias_correction=True))
+                      quantize=api.QuantizeConfig(calib, bias_correction=True, auto_mix=False))
     np.testing.assert_allclose(res.quant.bias_shift["conv"], -bias_of_rounding, rtol=1e-5)
     assert res.manifest["quantization"]["bias_correction"]["layers"] == 1
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
