@@ -55,24 +55,36 @@ static void *partner(void *arg) {
     }
 }
 
-/* The mean round trip over n handoffs after 1000 untimed ones, in ns; < 0 when
- * the threads cannot be pinned to the two CPUs. */
-double round_trip_ns(int cpu_a, int cpu_b, int n) {
-    pthread_t t;
-    atomic_store(&stop, 0);
-    atomic_store(&ball, 0);
-    if (pin(cpu_a) != 0 || pthread_create(&t, 0, partner, &cpu_b) != 0) return -1.0;
+struct pinger { int cpu, n; double ns; };
+
+static void *pinger(void *arg) {
+    struct pinger *p = arg;
+    p->ns = -1.0;
+    if (pin(p->cpu) != 0) return 0;
     double t0 = 0.0;
-    for (int i = 0; i < n + 1000; i++) {
+    for (int i = 0; i < p->n + 1000; i++) {
         if (i == 1000) t0 = now();
         atomic_store_explicit(&ball, 1, memory_order_release);
         while (atomic_load_explicit(&ball, memory_order_acquire) != 2) {}
     }
-    double dt = now() - t0;
+    p->ns = (now() - t0) / p->n * 1e9;
+    return 0;
+}
+
+/* The mean round trip over n handoffs after 1000 untimed ones, in ns, between two threads of
+ * their own pinned to the two CPUs (the caller's affinity, which child processes inherit, is
+ * left alone); < 0 when they cannot be pinned. */
+double round_trip_ns(int cpu_a, int cpu_b, int n) {
+    pthread_t a, b;
+    struct pinger p = {cpu_a, n, -1.0};
+    atomic_store(&stop, 0);
+    atomic_store(&ball, 0);
+    if (pthread_create(&b, 0, partner, &cpu_b) != 0) return -1.0;
+    if (pthread_create(&a, 0, pinger, &p) == 0) pthread_join(a, 0);
     atomic_store(&stop, 1);
     atomic_store(&ball, 0);
-    pthread_join(t, 0);
-    return dt / n * 1e9;
+    pthread_join(b, 0);
+    return p.ns;
 }
 """
 
