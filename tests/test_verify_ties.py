@@ -323,3 +323,40 @@ def test_quantize_dynamic_minilm_verifies(tmp_path):
     assert res.ok, res.notes
     assert "18 DynamicQuantizeMatMul tapped as DynamicQuantizeLinear -> MatMulIntegerToFloat " \
            "(the same bits in onnxruntime)" in res.notes, res.notes
+
+
+def test_a_float_floored_to_integers_is_a_quantizer_with_ties_at_integers():
+    """quantize_dynamic's older bias quantization, Cast(Floor(bias / (x_scale * w_scale))) with
+    a run-time x_scale: found as a quantizer (ties at integers, not half steps), one code apart
+    across an integer within an ulp is a tie, farther is not (ddddocr's CRNN met two)."""
+    nodes = [helper.make_node("Mul", ["s", "ws"], ["scale"]),
+             helper.make_node("Div", ["bias", "scale"], ["v"]),
+             helper.make_node("Floor", ["v"], ["f"]),
+             helper.make_node("Cast", ["f"], ["q"], name="bias_q", to=TensorProto.INT32),
+             helper.make_node("Floor", ["ws"], ["wf"]),      # of a constant: not a quantizer
+             helper.make_node("Cast", ["wf"], ["wq"], to=TensorProto.INT32)]
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("s", TensorProto.FLOAT, [])],
+        [helper.make_tensor_value_info("q", TensorProto.INT32, [3]),
+         helper.make_tensor_value_info("wq", TensorProto.INT32, [3])],
+        [numpy_helper.from_array(np.array([0.5, 2.0, 7.0], np.float32), "bias"),
+         numpy_helper.from_array(np.array([0.1, 0.1, 0.1], np.float32), "ws")]))
+    (qz,) = ties.quantizers(model)
+    assert (qz.node, qz.x, qz.y, qz.rounding, qz.label) == \
+        ("bias_q", "v", "q", "floor", "Floor -> Cast 'bias_q'")
+    assert ties.tap_names(model, [qz]) == ["v", "q"]
+    k = np.float32(2638.0)
+    below, above = np.nextafter(k, np.float32(0)), k
+    base = np.array([10.25, 0.0, -3.5], np.float32)
+
+    def sides(a, b):
+        xm, xr = base.copy(), base.copy()
+        xm[1], xr[1] = a, b
+        return ({"v": xm, "q": np.floor(xm).astype(np.int32)},
+                {"v": xr, "q": np.floor(xr).astype(np.int32)})
+    tie, why = ties.check_tie(qz, *sides(below, above))
+    assert tie is not None, why
+    assert (tie.mlcc_code, tie.ref_code) == (2637, 2638)
+    assert "Floor -> Cast 'bias_q' (code 2637 vs 2638, x 2637.9998 vs 2638" in tie.text()
+    tie, why = ties.check_tie(qz, *sides(np.float32(2637.6), above))
+    assert tie is None and "not a rounding tie" in why

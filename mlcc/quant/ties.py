@@ -36,6 +36,7 @@ import numpy as np
 
 MAX_TIES = 8            # forced ties after which `explain` gives up, listing them
 _INTEGER_CODES = ("uint8", "int8", "uint16", "int16", "int32", "uint32")
+_INTEGER_CASTS = (2, 3, 4, 5, 6, 12)   # TensorProto UINT8, INT8, UINT16, INT16, INT32, UINT32
 
 
 @dataclass(frozen=True)
@@ -48,9 +49,12 @@ class Quantizer:
     zero_point: str           # "" when absent (QuantizeLinear: zero point 0, uint8 codes)
     axis: int = 1
     dynamic: bool = False     # DynamicQuantizeLinear: scale and zero point are its outputs
+    rounding: str = "half_even"   # or "floor", "ceil": a Floor or Ceil then Cast to integers
 
     @property
     def label(self) -> str:
+        if not self.scale:
+            return f"{self.op_type} -> Cast {self.node!r}"
         inside = ", its quantization of A," if self.op_type == "DynamicQuantizeMatMul" else ""
         return f"{self.op_type} {self.node!r}{inside}"
 
@@ -116,7 +120,7 @@ def quantizers(model) -> list[Quantizer]:
     that is not an initializer. (DynamicQuantizeMatMul and DynamicQuantizeLSTM quantize inside
     the kernel: not tapped, unless split_internal wrote the first as its two parts.)"""
     inits = set(constants(model))
-    found = []
+    found, rounded = [], {}
     for n in model.graph.node:
         attrs = {a.name: a for a in n.attribute}
         name = n.name or n.output[0]
@@ -131,6 +135,17 @@ def quantizers(model) -> list[Quantizer]:
             found.append(Quantizer(name, n.op_type, n.input[0], n.output[0], n.input[1],
                                    n.input[2] if len(n.input) > 2 else "",
                                    axis=attrs["axis"].i if "axis" in attrs else 1))
+        elif n.op_type == "Cast" and n.domain in ("", "ai.onnx") and \
+                attrs.get("to") is not None and attrs["to"].i in _INTEGER_CASTS and \
+                n.input[0] in rounded and rounded[n.input[0]].input[0] not in inits:
+            # a float rounded to integers by hand (quantize_dynamic's old bias quantization:
+            # Cast(Floor(bias / (x_scale * w_scale)))): ties at integers, or at half steps
+            r = rounded[n.input[0]]
+            found.append(Quantizer(name, r.op_type, r.input[0], n.output[0], "", "",
+                                   rounding={"Floor": "floor", "Ceil": "ceil",
+                                             "Round": "half_even"}[r.op_type]))
+        if n.op_type in ("Floor", "Ceil", "Round") and n.domain in ("", "ai.onnx"):
+            rounded[n.output[0]] = n
     return found
 
 
@@ -170,7 +185,8 @@ class Tie:
     def text(self) -> str:
         more = f", {self.codes} codes" if self.codes > 1 else ""
         return (f"{self.quantizer.label} ({self.what} {self.mlcc_code} vs {self.ref_code}, "
-                f"x/scale {self.mlcc_q:.8g} vs {self.ref_q:.8g}{more}; mlcc vs onnxruntime)")
+                f"{'x/scale' if self.quantizer.scale else 'x'} {self.mlcc_q:.8g} vs "
+                f"{self.ref_q:.8g}{more}; mlcc vs onnxruntime)")
 
 
 @dataclass
@@ -198,12 +214,17 @@ def _broadcast(p: np.ndarray, x: np.ndarray, axis: int) -> np.ndarray:
     return p.reshape(shape)
 
 
-def _rounding(x: np.ndarray, scale: np.ndarray, zp: np.ndarray, dtype) -> tuple:
-    """(q = x / scale in float32, unsaturated rint(q) + zp, saturated codes)."""
+_ROUND = {"half_even": np.rint, "floor": np.floor, "ceil": np.ceil}
+
+
+def _rounding(x: np.ndarray, scale: np.ndarray, zp: np.ndarray, dtype,
+              mode: str = "half_even") -> tuple:
+    """(q = x / scale in float32, unsaturated rounding of q (rint, floor or ceil) + zp,
+    saturated codes)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         q = (x.astype(np.float32) / scale.astype(np.float32)).astype(np.float32)
     info = np.iinfo(dtype)
-    r = np.rint(q).astype(np.float64) + zp.astype(np.float64)
+    r = _ROUND[mode](q).astype(np.float64) + zp.astype(np.float64)
     return q, r, np.clip(r, info.min, info.max)
 
 
@@ -217,10 +238,12 @@ def _eps(x: np.ndarray, scale: np.ndarray, zp: np.ndarray, dtype) -> np.ndarray:
     return np.spacing(np.float32(peak)).astype(np.float64) / scale.astype(np.float64)
 
 
-def _near_half(q: np.ndarray, eps) -> tuple[np.ndarray, np.ndarray]:
-    """(the half step h = k + 0.5 nearest to q, whether q is within eps of it, or within one
-    float32 ulp of h: the division x / scale rounds q itself that far)."""
-    h = np.floor(q.astype(np.float64)) + 0.5
+def _near_half(q: np.ndarray, eps, mode: str = "half_even") -> tuple[np.ndarray, np.ndarray]:
+    """(the boundary h nearest to q where its rounding changes: a half step k + 0.5, or an
+    integer for floor and ceil; whether q is within eps of it, or within one float32 ulp of
+    h: the division x / scale rounds q itself that far)."""
+    h = np.floor(q.astype(np.float64)) + 0.5 if mode == "half_even" else \
+        np.rint(q.astype(np.float64))
     band = np.maximum(eps, np.spacing(np.abs(h).astype(np.float32)).astype(np.float64))
     return h, np.abs(q.astype(np.float64) - h) <= band
 
@@ -236,7 +259,7 @@ def check_tie(qz: Quantizer, mine: dict, ref: dict, consts: dict | None = None
     for vals in (mine, ref):
         x = np.asarray(vals[qz.x], np.float32)
         y = np.asarray(vals[qz.y])
-        s = _param(vals, consts, qz.scale)
+        s = _param(vals, consts, qz.scale) if qz.scale else np.ones((), np.float32)
         z = _param(vals, consts, qz.zero_point)
         if s is None:
             return None, f"{qz.label}: its scale {qz.scale!r} was not tapped"
@@ -250,7 +273,7 @@ def check_tie(qz: Quantizer, mine: dict, ref: dict, consts: dict | None = None
         return None, f"{qz.label}: shapes differ ({ym.shape} vs {yr.shape})"
     rounded = []
     for who, (x, y, s, z) in zip(("mlcc", "onnxruntime"), sides):
-        q, r, c = _rounding(x, s, z, y.dtype)
+        q, r, c = _rounding(x, s, z, y.dtype, qz.rounding)
         wrong = np.flatnonzero((c != y.astype(np.float64)) & np.isfinite(q))
         if wrong.size:
             i = wrong[0]
@@ -279,8 +302,8 @@ def check_tie(qz: Quantizer, mine: dict, ref: dict, consts: dict | None = None
     flat = [a.reshape(-1)[differ] for a in (qm, rm - zm, qr, rr - zr)]
     em_f = np.broadcast_to(em, qm.shape).reshape(-1)[differ]
     er_f = np.broadcast_to(er, qr.shape).reshape(-1)[differ]
-    hm, okm = _near_half(flat[0], em_f)
-    hr, okr = _near_half(flat[2], er_f)
+    hm, okm = _near_half(flat[0], em_f, qz.rounding)
+    hr, okr = _near_half(flat[2], er_f, qz.rounding)
     good = okm & okr & (hm == hr) & (np.abs(flat[1] - flat[3]) == 1)
     if not good.all():
         j = int(np.flatnonzero(~good)[0])
@@ -288,8 +311,8 @@ def check_tie(qz: Quantizer, mine: dict, ref: dict, consts: dict | None = None
         return None, (f"{qz.label}: code {ym.reshape(-1)[i]} vs {yr.reshape(-1)[i]} at "
                       f"element {i}, x/scale {flat[0][j]:.8g} vs {flat[2][j]:.8g} (mlcc vs "
                       f"onnxruntime): not a rounding tie (farther than one float32 ulp of "
-                      f"the tensor's peak, {max(em_f[j], er_f[j]):.3g} steps, from a half "
-                      f"step, or more than one step apart)")
+                      f"the tensor's peak, {max(em_f[j], er_f[j]):.3g} steps, from where its "
+                      f"rounding changes, or more than one step apart)")
     i = int(differ[0])
     tie = Tie(qz, int(differ.size), int(ym.reshape(-1)[i]), int(yr.reshape(-1)[i]),
               float(flat[0][0]), float(flat[2][0]))
