@@ -360,3 +360,20 @@ def test_a_float_floored_to_integers_is_a_quantizer_with_ties_at_integers():
     assert "Floor -> Cast 'bias_q' (code 2637 vs 2638, x 2637.9998 vs 2638" in tie.text()
     tie, why = ties.check_tie(qz, *sides(np.float32(2637.6), above))
     assert tie is None and "not a rounding tie" in why
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [97])
+def test_ddddocr_dynamic_quantized_crnn_verifies(width):
+    """A real model quantize_dynamic wrote (ddddocr 1.6.1's captcha CRNN: ConvInteger,
+    DynamicQuantizeLinear, its own Floor-based bias quantization, a bidirectional
+    DynamicQuantizeLSTM): its outputs amplify float32 ulps, and verify passes after rounding
+    ties, among them a Floor -> Cast one (width 160, with 2 ties, by hand)."""
+    import fetch_models as fm
+    try:
+        path = fm.fetch("ddddocr_old")
+    except fm.DownloadError as exc:
+        pytest.skip(f"cannot download the ddddocr wheel: {exc}")
+    res = mlcc.verify(path, shapes={"input1": (1, 1, 64, width)}, target="x86-native")
+    assert res.ok, res.notes
+    assert any(t.startswith("Floor -> Cast '") for t in res.ties), res.ties

