@@ -173,7 +173,7 @@ static void split_phases(const float *x, ptrdiff_t rows, ptrdiff_t in_w, ptrdiff
  * 3-wide windows max(max(c0, c1), c2), 2-wide ones and borders from -FLT_MAX, so the same bits,
  * NaN included. The row buffer cost a store and a misaligned reload of every row maximum;
  * this costs a second set of loads instead, which pays with 8 or 16 lanes and not with 4
- * (SSE, NEON and wasm builds keep the row buffer: 1.1-1.3x slower with SSE on this Zen 5). */
+ * (SSE, NEON and wasm builds keep the row buffer: 1.07-1.35x slower with SSE on a Zen 5). */
 static void max_row_s2(const float *r0, const float *r1, const float *r2, ptrdiff_t iw_n,
                        ptrdiff_t ow_n, ptrdiff_t kw_n, ptrdiff_t pl, ptrdiff_t lo, ptrdiff_t hi,
                        float *yr) {
