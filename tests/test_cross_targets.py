@@ -69,6 +69,8 @@ def test_matmul_batched_runtime_operands(tmp_path, target):
 @pytest.mark.parametrize("op,attrs", [
     ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 1],
                  "ceil_mode": 1}),
+    ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [0, 1, 1, 0],
+                 "ceil_mode": 1}),
     ("AveragePool", {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 1, 0, 0],
                      "count_include_pad": 0}),
     ("GlobalAveragePool", {}),

@@ -286,6 +286,8 @@ def pool_lib(tmp_path_factory):
     (1, 7, 7, 3, 2, 0),       # one plane: one unit
     (7, 37, 111, 3, 2, 0),    # SqueezeNet's 3x3/2: rows of 55, three vectors of 16 outputs
     (3, 21, 70, 3, 2, 1),     # padded: the vectors from the first output inside, then scalars
+    (6, 19, 112, 3, 2, 1),    # ResNet's stem pool: rows of 56, the last vector overlapping
+    (4, 9, 67, 2, 2, 0),      # 2x2/2 on an odd width: 33 outputs a row
 ])
 @pytest.mark.parametrize("kind", ["max", "avg"])
 def test_pool2d_is_bit_identical_across_thread_counts(pool_lib, planes, h, w, k, s, pad, kind):

@@ -1,5 +1,6 @@
 """MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, LpPool and GlobalLpPool against
 onnxruntime on odd shapes."""
+import platform
 import shutil
 import subprocess
 
@@ -27,7 +28,16 @@ from util import (check_model, check_node, compile_and_run, make_model, rand,
     ((1, 2, 5, 9), [2, 3], [3, 2], [1, 0, 1, 2], [2, 1], 1),        # ceil + dilation
     ((1, 3, 10, 10), [5, 5], [1, 1], [2, 2, 2, 2], [1, 1], 0),      # YOLOv8n's SPPF: stride 1
     ((2, 2, 7, 13), [3, 4], [1, 1], [0, 2, 1, 1], [1, 1], 0),       # on a narrow map (padded
-])                                                                  # copy, flat passes)
+                                                                    # copy, flat passes)
+    # stride 2 over rows of at most 3 taps in one pass (pool.c max_row_s2), interiors of 16+
+    # outputs (AVX-512 vectors, the last one overlapping) and borders:
+    ((1, 3, 23, 37), [3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 0),      # ResNet's stem pool
+    ((1, 2, 19, 41), [3, 3], [2, 2], [0, 0, 0, 0], [1, 1], 1),      # SqueezeNet's, ceil_mode
+    ((2, 3, 11, 37), [2, 2], [2, 2], [0, 0, 1, 1], [1, 1], 1),      # 2x2/2, end pads and ceil
+    ((1, 2, 13, 43), [3, 2], [2, 2], [1, 0, 1, 1], [2, 1], 0),      # dilated rows
+    ((1, 2, 17, 71), [3, 3], [2, 2], [2, 1, 0, 2], [1, 1], 1),      # asymmetric pads
+    ((1, 2, 7, 41), [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 0),       # 3x3/1, wide rows
+])
 def test_maxpool2d(tmp_path, shape, kernel, strides, pads, dil, ceil):
     check_node("MaxPool", {"x": rand(*shape)}, tmp_path=tmp_path, kernel_shape=kernel,
                strides=strides, pads=pads, dilations=dil, ceil_mode=ceil)
@@ -116,6 +126,7 @@ TWIN_C = r"""
 #include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "pool.h"
 #undef MLCC_HAVE_VECTORS
 #define MLCC_HAVE_VECTORS 0
@@ -133,7 +144,7 @@ TWIN_C = r"""
 static int rnd(int lo, int hi) { return lo + rand() % (hi - lo + 1); }
 
 int main(void) {
-    int trial, bad = 0;
+    int trial, bad = 0, special;
     for (trial = 0; trial < 3000; trial++) {
         mlcc_pool2d_params p;
         int64_t taps[8];
@@ -157,13 +168,24 @@ int main(void) {
             taps[k] = s == 1 ? t : q * p.phase_width + (t - q) / s;
         }
         n = p.planes * p.in_h * p.in_w;
-        for (i = 0; i < n; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
+        special = trial % 4 == 3;   /* NaN, signed zeros, infinities and ties in 1 of 8 */
+        for (i = 0; i < n; i++) {
+            const float specials[6] = {NAN, -0.0f, 0.0f, INFINITY, -INFINITY, 0.25f};
+            x[i] = special && rand() % 8 == 0 ? specials[rand() % 6]
+                                              : (float)rand() / RAND_MAX - 0.5f;
+        }
         for (i = 0; i < p.out_h + p.out_w; i++) inv[i] = 1.0f;
-        for (k = 0; k < 2; k++) {
+        for (k = 0; k < 2 - special; k++) {
             long plane, oh, ow, kh, kw;
             if (k == 0) {
                 mlcc_f32_maxpool2d(&p, x, taps, y0, scr, NULL);
                 scalar_maxpool2d(&p, x, taps, y1, scr, NULL);
+                /* the same bits, NaN and signed zeros included */
+                if (memcmp(y0, y1, sizeof(float) * (size_t)(p.planes * p.out_h * p.out_w))) {
+                    if (bad < 5) printf("vector and scalar bits differ, trial %d\n", trial);
+                    bad++;
+                }
+                if (special) continue;   /* the naive loop skips NaN, -inf gives -FLT_MAX */
             } else {
                 mlcc_f32_avgpool2d(&p, x, taps, inv, y0, scr, NULL);
                 scalar_avgpool2d(&p, x, taps, inv, y1, scr, NULL);
@@ -196,13 +218,25 @@ int main(void) {
 """
 
 
+def _has_avx2() -> bool:
+    try:
+        return platform.machine() == "x86_64" and " avx2" in open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+
+
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
-def test_pool_kernels_against_scalar_twin_and_naive(tmp_path):
+@pytest.mark.parametrize("vector_flags", [
+    [],                                                     # 16-byte vectors: the row buffer
+    pytest.param(["-mavx2", "-DMLCC_VECTOR_BYTES=32"],      # 8 lanes: max_row_s2's one pass
+                 marks=pytest.mark.skipif(not _has_avx2(), reason="needs AVX2"))])
+def test_pool_kernels_against_scalar_twin_and_naive(tmp_path, vector_flags):
     """The vector path, the portable scalar path (MLCC_HAVE_VECTORS 0) and a naive loop agree on
     3000 random geometries (strides 1-4 through the phase split, dilations, pads, borders),
-    under ASan and UBSan."""
+    under ASan and UBSan; the max pools bit for bit with NaN, signed zeros and infinities."""
     (tmp_path / "twin.c").write_text(TWIN_C)
     cmd = ["gcc", "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-O1", "-g",
+           *vector_flags,
            "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
            f"-I{KERNELS / 'include'}", f"-I{KERNELS / 'kernels'}", str(tmp_path / "twin.c"),
            str(KERNELS / "kernels" / "pool.c"), str(KERNELS / "src" / "mlcc_threadpool.c"),

@@ -152,12 +152,70 @@ static void split_phases(const float *x, ptrdiff_t rows, ptrdiff_t in_w, ptrdiff
     }
 }
 
+#if MLCC_HAVE_VECTORS && defined(MLCC_VF_DEINTERLEAVE) && MLCC_VECTOR_BYTES >= 32
+#define MAX_ROW_S2 1
+/* The maximum over the kernel rows of column j, rows r0, r1, r2 in that order (a window of
+ * two rows passes r2 = r1 and of one row r0 = r1 = r2: max(max(a, b), b) is max(a, b) bit for
+ * bit, NaN and signed zeros included, so every row count takes the same code). */
+#define COL3(j) MAX_OF(MAX_OF(r0[j], r1[j]), r2[j])
+#define VCOL3(j) vf_max(vf_max(mlcc_vf_load(r0 + (j)), mlcc_vf_load(r1 + (j))), \
+                        mlcc_vf_load(r2 + (j)))
+
+/* One output row of a 2- or 3-wide, stride-2, undilated max window (the 3x3/2 pools of
+ * SqueezeNet and ResNet, the 2x2/2 of small CNNs) over at most three input rows, in one pass:
+ * the row maxima of each column go straight into the column maxima, in registers. Interior
+ * columns [lo, hi) (every tap inside; hi - lo >= VL) take VL outputs at a time from 2 VL
+ * columns of row maxima: their even and odd lanes (mlcc_vf_deinterleave), and for 3-wide
+ * windows the odd lanes of the same columns one on, which are the even lanes one pair on; the
+ * last vector overlaps the one before (the same values again), so no scalar tail, and the
+ * loads stop at the row's last tap. Border columns test their taps. The same comparisons in
+ * the same order as the two passes through a row buffer (max_plane_separable below): interior
+ * 3-wide windows max(max(c0, c1), c2), 2-wide ones and borders from -FLT_MAX, so the same bits,
+ * NaN included. The row buffer cost a store and a misaligned reload of every row maximum;
+ * this costs a second set of loads instead, which pays with 8 or 16 lanes and not with 4
+ * (SSE, NEON and wasm builds keep the row buffer: 1.07-1.35x slower with SSE on a Zen 5). */
+static void max_row_s2(const float *r0, const float *r1, const float *r2, ptrdiff_t iw_n,
+                       ptrdiff_t ow_n, ptrdiff_t kw_n, ptrdiff_t pl, ptrdiff_t lo, ptrdiff_t hi,
+                       float *yr) {
+    ptrdiff_t ow, kw, j;
+    for (ow = 0; ow < ow_n; ow++) {
+        float acc = -FLT_MAX;
+        if (ow == lo) {
+            ow = hi - 1;
+            continue;
+        }
+        for (kw = 0; kw < kw_n; kw++) {
+            const ptrdiff_t iw = 2 * ow - pl + kw;
+            if (iw >= 0 && iw < iw_n) acc = MAX_OF(acc, COL3(iw));
+        }
+        yr[ow] = acc;
+    }
+    for (ow = lo; ow < hi; ow += VL) {
+        mlcc_vf e0, o0, o1, e1;
+        if (ow + VL > hi) ow = hi - VL;
+        j = 2 * ow - pl;
+        mlcc_vf_deinterleave(VCOL3(j), VCOL3(j + VL), &e0, &o0);
+        if (kw_n == 3) {
+            mlcc_vf_deinterleave(VCOL3(j + 1), VCOL3(j + 1 + VL), &o1, &e1);
+            (void)o1;
+            mlcc_vf_store(yr + ow, vf_max(vf_max(e0, o0), e1));
+        } else {
+            mlcc_vf_store(yr + ow, vf_max(vf_max(mlcc_vf_splat(-FLT_MAX), e0), o0));
+        }
+    }
+}
+#endif
+
 /* Max pooling with stride_w > 1, separably: per output row, the maximum over the kernel rows
  * (contiguous vectors) into tmp (in_w floats), then over the kernel columns of tmp. Max is
- * exact and skips NaN either way, so the result is that of the 2-D window. Cheaper than the
- * phase split (SqueezeNet's 3x3 stride-2 pools: the split rewrote every input value). Windows
- * of three rows take them in one pass (3 loads and a store per vector instead of a copy and
- * two read-modify-writes of tmp): SqueezeNet's pools 0.61-0.93x. */
+ * exact, so on numbers the result is that of the 2-D window. NaN: MAX_OF(a, v) keeps a when v
+ * is NaN and stays NaN once a is, and the row maxima start from a column's top tap, so a NaN
+ * there makes the column's maximum NaN, which the column pass then skips (from -FLT_MAX) or,
+ * as the first column of a 3-wide interior window (no -FLT_MAX start), returns. Cheaper than
+ * the phase split (SqueezeNet's 3x3 stride-2 pools: the split rewrote every input value).
+ * Windows of three rows take them in one pass (3 loads and a store per vector instead of a
+ * copy and two read-modify-writes of tmp): SqueezeNet's pools 0.61-0.93x. With 8 or 16 lanes,
+ * windows of 2 or 3 columns over at most 3 rows, stride 2, skip tmp (max_row_s2). */
 static void max_plane_separable(const mlcc_pool2d_params *p, const float *x, float *y,
                                 float *tmp, ptrdiff_t lo, ptrdiff_t hi) {
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
@@ -176,6 +234,16 @@ static void max_plane_separable(const mlcc_pool2d_params *p, const float *x, flo
             for (ow = 0; ow < ow_n; ow++) yr[ow] = -FLT_MAX;
             continue;
         }
+#ifdef MAX_ROW_S2
+        if (kh_hi - kh_lo <= 3 && sw == 2 && dw == 1 && (kw_n == 2 || kw_n == 3) &&
+            hi - lo >= VL) {
+            const float *r0 = x + (ih0 + kh_lo * dh) * iw_n;
+            const float *r2 = x + (ih0 + (kh_hi - 1) * dh) * iw_n;
+            const float *r1 = kh_hi - kh_lo == 3 ? r0 + dh * iw_n : r2;
+            max_row_s2(r0, r1, r2, iw_n, ow_n, kw_n, pl, lo, hi, yr);
+            continue;
+        }
+#endif
         if (kh_hi - kh_lo == 3) {   /* 3-row windows (SqueezeNet, ResNet): one pass */
             const float *r0 = x + (ih0 + kh_lo * dh) * iw_n, *r1 = r0 + dh * iw_n;
             const float *r2 = r1 + dh * iw_n;
@@ -329,6 +397,12 @@ static void pool2d_planes(const mlcc_pool2d_params *p, const float *x, const int
             const float *r0 = x + (r / oh_n) * ih_n * iw_n + (r % oh_n) * 2 * iw_n;
             const float *r1 = r0 + iw_n;
             float *yr = y + r * ow_n;
+#ifdef MAX_ROW_S2
+            if (ow_n >= VL) {
+                max_row_s2(r0, r1, r1, iw_n, ow_n, 2, 0, 0, ow_n, yr);
+                continue;
+            }
+#endif
             for (ow = 0; ow < ow_n; ow++) {
                 const float t0 = MAX_OF(r0[2 * ow], r1[2 * ow]);
                 const float t1 = MAX_OF(r0[2 * ow + 1], r1[2 * ow + 1]);

@@ -42,7 +42,8 @@ typedef struct mlcc_pool2d_params {
 #define MLCC_POOL_MAX_TAPS 64
 
 /* Maximum over the taps inside the input; -FLT_MAX for a window that is all padding (as
- * onnxruntime). NaN inputs are skipped. */
+ * onnxruntime). NaN inputs are skipped, except that with stride_w > 1 a NaN on a window
+ * column's top tap can come out (pool.c max_plane_separable says when). */
 /* Max pools of stride 1 and dilation 1 whose output rows are at most MLCC_MAXPOOL_SMALL_W
  * wide run over a padded copy of each plane (pool.c max_plane_small): scratch holds
  * mlcc_maxpool_small_floats() floats then (mlcc/ops/pool.py computes the same). */
