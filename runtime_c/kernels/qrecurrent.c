@@ -3,6 +3,13 @@
 
 #include "qelem.h"
 
+#if defined(__AVX512F__) && defined(MLCC_VECTOR_BYTES) && MLCC_VECTOR_BYTES >= 64
+#include <immintrin.h>
+#define DQ_GATES_AVX512 1     /* step_gates */
+#else
+#define DQ_GATES_AVX512 0
+#endif
+
 static int64_t round64(int64_t n) { return (n + 63) / 64 * 64; }
 
 /* Bytes of one direction's step buffers: h's codes, their rows padded for mlcc_u8_fc, the
@@ -40,6 +47,107 @@ static void integer_product(int64_t m, int64_t n, int64_t k, const uint8_t *x,
     mlcc_u8_fc(&f, x, packed, start, NULL, NULL, NULL, NULL, acc, pad, pool);
 }
 
+/* The step's product of few rows (a batch of one, usually): mlcc_u8_fc's tiles are 8 rows
+ * (or 4) and one 16-column vector wide, so with one row 3/4 of their multiply-adds repeat it
+ * and each column vector runs one chain of dependent sums. Here, with AVX512-VNNI, one row
+ * at a time against DQ_COLS columns: 16 independent accumulators, R's packed rows read as
+ * 1 KiB runs. The same int32 sums (vpdpbusd does not saturate), so the same bits. */
+#if defined(__AVX512VNNI__) && defined(__AVX512F__)
+#include <immintrin.h>
+#define DQ_GEMV 1
+#define DQ_VECS 16
+#define DQ_COLS (16 * DQ_VECS)
+#define DQ_GEMV_MAX_ROWS 4    /* more rows: mlcc_u8_fc, which reads R once per 8 rows */
+
+/* acc[j0..j0 + DQ_COLS) (those < n) = start + a (4 * k4 codes) times the packed columns;
+ * full: all DQ_COLS columns are < n (a constant where inlined) */
+static inline void gemv_block(int64_t n, int64_t k4, const uint8_t *a, const int8_t *packed,
+                              const int32_t *start, int64_t j0, int32_t *acc, const int full) {
+    __m512i c[DQ_VECS];
+    __mmask16 m[DQ_VECS];
+    const int8_t *bj = packed + j0 * 4;
+    int64_t v, kk;
+    for (v = 0; v < DQ_VECS; v++) {
+        const int64_t left = n - j0 - 16 * v;
+        m[v] = (__mmask16)(left >= 16 ? 0xFFFFu : left <= 0 ? 0u : (1u << left) - 1u);
+        c[v] = full ? _mm512_loadu_si512((const void *)(start + j0 + 16 * v))
+                    : _mm512_maskz_loadu_epi32(m[v], start + j0 + 16 * v);
+    }
+    for (kk = 0; kk < k4; kk++) {
+        const int8_t *row = bj + kk * n * 4;
+        int32_t a4;
+        __m512i av;
+        memcpy(&a4, a + 4 * kk, 4);
+        av = _mm512_set1_epi32(a4);
+#pragma GCC unroll 16
+        for (v = 0; v < DQ_VECS; v++)
+            c[v] = _mm512_dpbusd_epi32(c[v], av,
+                                       full ? _mm512_loadu_si512((const void *)(row + 64 * v))
+                                            : _mm512_maskz_loadu_epi32(m[v], row + 64 * v));
+    }
+    for (v = 0; v < DQ_VECS; v++) {
+        if (full) _mm512_storeu_si512((void *)(acc + j0 + 16 * v), c[v]);
+        else _mm512_mask_storeu_epi32(acc + j0 + 16 * v, m[v], c[v]);
+    }
+}
+
+typedef struct dq_gemv {
+    int64_t m, n, k4;
+    const uint8_t *a;          /* m rows of 4 * k4 codes */
+    const int8_t *packed;
+    const int32_t *start;
+    int32_t *acc;              /* m rows of n */
+} dq_gemv;
+
+/* Columns [unit * DQ_COLS, + DQ_COLS) of every row */
+static void gemv_unit(void *arg, int unit, int thread) {
+    const dq_gemv *g = (const dq_gemv *)arg;
+    const int64_t j0 = (int64_t)unit * DQ_COLS;
+    int64_t i;
+    (void)thread;
+    for (i = 0; i < g->m; i++) {
+        if (g->n - j0 >= DQ_COLS)
+            gemv_block(g->n, g->k4, g->a + i * 4 * g->k4, g->packed, g->start, j0,
+                       g->acc + i * g->n, 1);
+        else
+            gemv_block(g->n, g->k4, g->a + i * 4 * g->k4, g->packed, g->start, j0,
+                       g->acc + i * g->n, 0);
+    }
+}
+#else
+#define DQ_GEMV 0
+#endif
+
+/* The step's product: integer_product's result (the same int32 sums), by gemv_unit where it
+ * runs. pad: m * 4 * ceil(k / 4) bytes. */
+static void step_product(int64_t m, int64_t n, int64_t k, const uint8_t *x,
+                         const int8_t *packed, const int32_t *start, int32_t *acc,
+                         uint8_t *pad, mlcc_threadpool *pool) {
+#if DQ_GEMV
+    if (m <= DQ_GEMV_MAX_ROWS) {
+        const int64_t k4 = (k + 3) / 4;
+        const int64_t units = (n + DQ_COLS - 1) / DQ_COLS;
+        int64_t i, threads = mlcc_threadpool_size(pool);
+        dq_gemv g;
+        if (k % 4 != 0) {
+            for (i = 0; i < m; i++) {
+                memcpy(pad + i * 4 * k4, x + i * k, (size_t)k);
+                memset(pad + i * 4 * k4 + k, 0, (size_t)(4 * k4 - k));
+            }
+            x = pad;
+        }
+        g.m = m; g.n = n; g.k4 = k4; g.a = x; g.packed = packed; g.start = start; g.acc = acc;
+        if ((double)m * (double)n * (double)k < (double)MLCC_MIN_PARALLEL_INT8_MACS)
+            threads = 1;
+        if (threads > units) threads = units;
+        mlcc_threadpool_for(threads > 1 ? pool : NULL, gemv_unit, &g, (int)units,
+                            threads > 1 ? (int)threads : 1);
+        return;
+    }
+#endif
+    integer_product(m, n, k, x, packed, start, acc, pad, pool);
+}
+
 /* Quantizes v[0..n) with the range [lo, hi] to codes; returns the zero point, *scale. */
 static int32_t quantize(const float *v, int64_t n, float lo, float hi, uint8_t *codes,
                         float *scale) {
@@ -56,6 +164,31 @@ static int32_t row_sum(const uint8_t *codes, int64_t k) {
     int64_t i;
     for (i = 0; i < k; i++) s += codes[i];
     return s;
+}
+
+/* g[j] = (float)(acc[j] + corr) * (hs * rs[j]) + xr[j] for j < n: onnxruntime's product
+ * times the multiplier, rounded, then + the projection (not fused). With AVX-512 16 lanes at
+ * a time, the product kept from the sum by an empty asm (-ffp-contract=fast fuses
+ * intrinsics too): the same operations per element, the same bits. */
+static void step_gates(int64_t n, const int32_t *acc, int32_t corr, float hs, const float *rs,
+                       const float *xr, float *g) {
+    int64_t j = 0;
+#if DQ_GATES_AVX512
+    const __m512 hv = _mm512_set1_ps(hs);
+    const __m512i cv = _mm512_set1_epi32(corr);
+    for (; j + 16 <= n; j += 16) {
+        const __m512 m = _mm512_mul_ps(hv, _mm512_loadu_ps(rs + j));
+        __m512 v = _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_add_epi32(
+                _mm512_loadu_si512((const void *)(acc + j)), cv)), m);
+        __asm__("" : "+v"(v));
+        _mm512_storeu_ps(g + j, _mm512_add_ps(v, _mm512_loadu_ps(xr + j)));
+    }
+#endif
+    for (; j < n; j++) {
+        const float m = hs * rs[j];
+        g[j] = mlcc_unfused((float)(acc[j] + corr) * m) + xr[j];
+    }
 }
 
 /* Step s of direction d (mlcc_recurrent_step_fn): gates = proj + h R^T, h quantized. */
@@ -83,7 +216,7 @@ static void dq_step(const void *arg, int64_t d, int64_t s, const float *h, float
     }
     hz = quantize(h, B * H, lo, hi, codes, &hs);
     for (j = 0; j < GH; j++) start[j] = -hz * colsum[j];
-    integer_product(B, GH, H, codes, q->r_packed + d * 4 * k4 * GH, start, acc, pad, pool);
+    step_product(B, GH, H, codes, q->r_packed + d * 4 * k4 * GH, start, acc, pad, pool);
     for (b = 0; b < B; b++) {
         const int64_t len = q->seq_lens ? q->seq_lens[b] : r->seq;
         const float *xr;
@@ -93,11 +226,7 @@ static void dq_step(const void *arg, int64_t d, int64_t s, const float *h, float
         if (s >= len) continue;
         xr = q->proj + ((rev ? len - 1 - s : s) * B + b) * N + d * GH;
         corr = off ? off * row_sum(codes + b * H, H) : 0;
-        for (j = 0; j < GH; j++) {
-            const float m = hs * rs[j];
-            /* onnxruntime's (float)acc * multiplier, then + the projection: not fused */
-            g[j] = mlcc_unfused((float)(ab[j] + corr) * m) + xr[j];
-        }
+        step_gates(GH, ab, corr, hs, rs, xr, g);
     }
 }
 
