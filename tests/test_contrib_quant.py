@@ -584,7 +584,8 @@ ORT_TWIN_C = r"""
 /* recurrent.c's onnxruntime sigmoid and tanh in vectors (ort_logistic_n, ort_tanh_n) against
  * the scalar fmaf functions, bit for bit, on every 2^32 / stride-th float bit pattern (NaN,
  * infinities and subnormals included) and a dense sweep of [-20, 20]; then qrecurrent.c's
- * step product against mlcc_u8_fc's on random shapes. Prints the mismatches. */
+ * step product against mlcc_u8_fc's on random shapes, and on a pool of 2. Prints the
+ * mismatches. */
 #include <stdio.h>
 #include <stdlib.h>
 #include "recurrent.c"
@@ -642,6 +643,27 @@ int main(int argc, char **argv) {
             if (bad < 5) printf("product m=%ld n=%ld k=%ld differs\n", (long)m, (long)n, (long)k);
             bad++;
         }
+    }
+    {   /* one product large enough to split its columns over a pool of 2 */
+        const int64_t n = 4100, k = 1030, k4 = (k + 3) / 4;
+        uint8_t *ba = malloc((size_t)(4 * k4)), *bp = malloc((size_t)(4 * k4));
+        int8_t *bw = malloc((size_t)(4 * k4 * n));
+        int32_t *bs = malloc((size_t)n * 4), *b0 = malloc((size_t)n * 4);
+        int32_t *b1 = malloc((size_t)n * 4);
+        mlcc_threadpool *pool = NULL;
+        if (!ba || !bp || !bw || !bs || !b0 || !b1 || mlcc_threadpool_create(&pool, 2) != 0)
+            return 2;
+        for (i = 0; i < (unsigned long)k; i++) ba[i] = (uint8_t)rand();
+        for (i = 0; i < (unsigned long)(4 * k4 * n); i++) bw[i] = (int8_t)rand();
+        for (i = 0; i < (unsigned long)n; i++) bs[i] = rand() % 1000;
+        integer_product(1, n, k, ba, bw, bs, b0, bp, NULL);
+        step_product(1, n, k, ba, bw, bs, b1, bp, pool);
+        if (memcmp(b0, b1, (size_t)n * 4) != 0) {
+            printf("the product on 2 threads differs\n");
+            bad++;
+        }
+        mlcc_threadpool_destroy(pool);
+        free(ba); free(bp); free(bw); free(bs); free(b0); free(b1);
     }
     printf("%lu mismatches\n", bad);
     return bad != 0;

@@ -59,10 +59,33 @@ static void integer_product(int64_t m, int64_t n, int64_t k, const uint8_t *x,
 #define DQ_COLS (16 * DQ_VECS)
 #define DQ_GEMV_MAX_ROWS 4    /* more rows: mlcc_u8_fc, which reads R once per 8 rows */
 
-/* acc[j0..j0 + DQ_COLS) (those < n) = start + a (4 * k4 codes) times the packed columns;
- * full: all DQ_COLS columns are < n (a constant where inlined) */
-static inline void gemv_block(int64_t n, int64_t k4, const uint8_t *a, const int8_t *packed,
-                              const int32_t *start, int64_t j0, int32_t *acc, const int full) {
+/* acc[j0..j0 + DQ_COLS) = start + a (4 * k4 codes) times the packed columns j0.., all < n:
+ * sixteen named accumulators (in an array, GCC copied them between registers at every k) */
+#define DQ_EACH(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) \
+    X(14) X(15)
+#define DQ_DECL(v) __m512i c##v = _mm512_loadu_si512((const void *)(start + j0 + 16 * v));
+#define DQ_STEP(v) \
+    c##v = _mm512_dpbusd_epi32(c##v, av, _mm512_loadu_si512((const void *)(row + 64 * v)));
+#define DQ_STORE(v) _mm512_storeu_si512((void *)(acc + j0 + 16 * v), c##v);
+static void gemv_full(int64_t n, int64_t k4, const uint8_t *a, const int8_t *packed,
+                      const int32_t *start, int64_t j0, int32_t *acc) {
+    const int8_t *bj = packed + j0 * 4;
+    int64_t kk;
+    DQ_EACH(DQ_DECL)
+    for (kk = 0; kk < k4; kk++) {
+        const int8_t *row = bj + kk * n * 4;
+        int32_t a4;
+        __m512i av;
+        memcpy(&a4, a + 4 * kk, 4);
+        av = _mm512_set1_epi32(a4);
+        DQ_EACH(DQ_STEP)
+    }
+    DQ_EACH(DQ_STORE)
+}
+
+/* The same for the last columns (fewer than DQ_COLS), by masks */
+static void gemv_part(int64_t n, int64_t k4, const uint8_t *a, const int8_t *packed,
+                      const int32_t *start, int64_t j0, int32_t *acc) {
     __m512i c[DQ_VECS];
     __mmask16 m[DQ_VECS];
     const int8_t *bj = packed + j0 * 4;
@@ -70,8 +93,7 @@ static inline void gemv_block(int64_t n, int64_t k4, const uint8_t *a, const int
     for (v = 0; v < DQ_VECS; v++) {
         const int64_t left = n - j0 - 16 * v;
         m[v] = (__mmask16)(left >= 16 ? 0xFFFFu : left <= 0 ? 0u : (1u << left) - 1u);
-        c[v] = full ? _mm512_loadu_si512((const void *)(start + j0 + 16 * v))
-                    : _mm512_maskz_loadu_epi32(m[v], start + j0 + 16 * v);
+        c[v] = _mm512_maskz_loadu_epi32(m[v], start + j0 + 16 * v);
     }
     for (kk = 0; kk < k4; kk++) {
         const int8_t *row = bj + kk * n * 4;
@@ -79,16 +101,10 @@ static inline void gemv_block(int64_t n, int64_t k4, const uint8_t *a, const int
         __m512i av;
         memcpy(&a4, a + 4 * kk, 4);
         av = _mm512_set1_epi32(a4);
-#pragma GCC unroll 16
         for (v = 0; v < DQ_VECS; v++)
-            c[v] = _mm512_dpbusd_epi32(c[v], av,
-                                       full ? _mm512_loadu_si512((const void *)(row + 64 * v))
-                                            : _mm512_maskz_loadu_epi32(m[v], row + 64 * v));
+            c[v] = _mm512_dpbusd_epi32(c[v], av, _mm512_maskz_loadu_epi32(m[v], row + 64 * v));
     }
-    for (v = 0; v < DQ_VECS; v++) {
-        if (full) _mm512_storeu_si512((void *)(acc + j0 + 16 * v), c[v]);
-        else _mm512_mask_storeu_epi32(acc + j0 + 16 * v, m[v], c[v]);
-    }
+    for (v = 0; v < DQ_VECS; v++) _mm512_mask_storeu_epi32(acc + j0 + 16 * v, m[v], c[v]);
 }
 
 typedef struct dq_gemv {
@@ -107,11 +123,11 @@ static void gemv_unit(void *arg, int unit, int thread) {
     (void)thread;
     for (i = 0; i < g->m; i++) {
         if (g->n - j0 >= DQ_COLS)
-            gemv_block(g->n, g->k4, g->a + i * 4 * g->k4, g->packed, g->start, j0,
-                       g->acc + i * g->n, 1);
+            gemv_full(g->n, g->k4, g->a + i * 4 * g->k4, g->packed, g->start, j0,
+                      g->acc + i * g->n);
         else
-            gemv_block(g->n, g->k4, g->a + i * 4 * g->k4, g->packed, g->start, j0,
-                       g->acc + i * g->n, 0);
+            gemv_part(g->n, g->k4, g->a + i * 4 * g->k4, g->packed, g->start, j0,
+                      g->acc + i * g->n);
     }
 }
 #else
@@ -273,13 +289,17 @@ int mlcc_f32_dynamic_quantize_lstm(const mlcc_dynamic_quantize_lstm_params *p, c
                         pool);
         for (i = 0; i < rows; i++) {
             const int32_t rs = any_offset ? row_sum(xcodes + i * I, I) : 0;
-            float *pr = proj + i * N;
-            for (j = 0; j < N; j++) {
-                const float m = xs * scale[j];
-                int32_t a;
-                memcpy(&a, pr + j, sizeof a);
-                a += p->w_offset[j / GH] * rs;
-                pr[j] = (float)a * m;
+            int64_t d;
+            for (d = 0; d < ND; d++) {   /* the direction's offset outside: a loop of vectors */
+                float *pr = proj + i * N + d * GH;
+                const float *sc = scale + d * GH;
+                const int32_t add = p->w_offset[d] * rs;
+                for (j = 0; j < GH; j++) {
+                    const float m = xs * sc[j];
+                    int32_t a;
+                    memcpy(&a, pr + j, sizeof a);
+                    pr[j] = (float)(a + add) * m;
+                }
             }
         }
     }
