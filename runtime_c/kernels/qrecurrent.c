@@ -59,6 +59,13 @@ static void integer_product(int64_t m, int64_t n, int64_t k, const uint8_t *x,
 #define DQ_COLS (16 * DQ_VECS)
 #define DQ_GEMV_MAX_ROWS 4    /* more rows: mlcc_u8_fc, which reads R once per 8 rows */
 
+/* h's codes a[4 kk .. 4 kk + 4) in every int32 lane */
+static inline __m512i codes4(const uint8_t *a, int64_t kk) {
+    int32_t a4;
+    memcpy(&a4, a + 4 * kk, 4);
+    return _mm512_set1_epi32(a4);
+}
+
 /* acc[j0..j0 + DQ_COLS) = start + a (4 * k4 codes) times the packed columns j0.., all < n:
  * sixteen named accumulators (in an array, GCC copied them between registers at every k) */
 #define DQ_EACH(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) \
@@ -74,10 +81,7 @@ static void gemv_full(int64_t n, int64_t k4, const uint8_t *a, const int8_t *pac
     DQ_EACH(DQ_DECL)
     for (kk = 0; kk < k4; kk++) {
         const int8_t *row = bj + kk * n * 4;
-        int32_t a4;
-        __m512i av;
-        memcpy(&a4, a + 4 * kk, 4);
-        av = _mm512_set1_epi32(a4);
+        const __m512i av = codes4(a, kk);
         DQ_EACH(DQ_STEP)
     }
     DQ_EACH(DQ_STORE)
@@ -97,10 +101,7 @@ static void gemv_part(int64_t n, int64_t k4, const uint8_t *a, const int8_t *pac
     }
     for (kk = 0; kk < k4; kk++) {
         const int8_t *row = bj + kk * n * 4;
-        int32_t a4;
-        __m512i av;
-        memcpy(&a4, a + 4 * kk, 4);
-        av = _mm512_set1_epi32(a4);
+        const __m512i av = codes4(a, kk);
         for (v = 0; v < DQ_VECS; v++)
             c[v] = _mm512_dpbusd_epi32(c[v], av, _mm512_maskz_loadu_epi32(m[v], row + 64 * v));
     }
