@@ -107,7 +107,57 @@ static void gemv_part(int64_t n, int64_t k4, const uint8_t *a, const int8_t *pac
     }
     for (v = 0; v < DQ_VECS; v++) _mm512_mask_storeu_epi32(acc + j0 + 16 * v, m[v], c[v]);
 }
+#elif defined(__AVX2__)
+/* AVX2 without VNNI: vpmaddubsw would saturate (255 * -128 * 2), so R's codes widen to int16
+ * and vpmaddwd sums pairs of exact products into int32 (at most 2 * 255 * 128): per k4, a
+ * vector holds 4 columns' pair sums [c0 (k0 + k1), c0 (k2 + k3), c1 ...]; the pairs are added
+ * at the end. The same int32 sums. */
+#include <immintrin.h>
+#define DQ_GEMV 1
+#define DQ_COLS 32             /* 8 vectors of 4 columns' pairs */
+#define DQ_GEMV_MAX_ROWS 4
 
+static void gemv_full(int64_t n, int64_t k4, const uint8_t *a, const int8_t *packed,
+                      const int32_t *start, int64_t j0, int32_t *acc) {
+    __m256i c[8];
+    const int8_t *bj = packed + j0 * 4;
+    int64_t v, kk;
+    for (v = 0; v < 8; v++) c[v] = _mm256_setzero_si256();
+    for (kk = 0; kk < k4; kk++) {
+        const int8_t *row = bj + kk * n * 4;
+        const uint8_t *ak = a + 4 * kk;
+        const __m256i av = _mm256_set1_epi64x((int64_t)((uint64_t)ak[0] |
+                                                        (uint64_t)ak[1] << 16 |
+                                                        (uint64_t)ak[2] << 32 |
+                                                        (uint64_t)ak[3] << 48));
+        for (v = 0; v < 8; v++)
+            c[v] = _mm256_add_epi32(c[v], _mm256_madd_epi16(_mm256_cvtepi8_epi16(
+                _mm_loadu_si128((const __m128i *)(const void *)(row + 16 * v))), av));
+    }
+    for (v = 0; v < 8; v += 2) {
+        /* per 128-bit lane [c0 c1 c4 c5 | c2 c3 c6 c7], then the 64-bit pairs in order */
+        const __m256i h = _mm256_permute4x64_epi64(_mm256_hadd_epi32(c[v], c[v + 1]), 0xD8);
+        _mm256_storeu_si256((__m256i *)(void *)(acc + j0 + 4 * v), _mm256_add_epi32(
+            h, _mm256_loadu_si256((const __m256i *)(const void *)(start + j0 + 4 * v))));
+    }
+}
+
+/* The last columns (fewer than DQ_COLS), one at a time */
+static void gemv_part(int64_t n, int64_t k4, const uint8_t *a, const int8_t *packed,
+                      const int32_t *start, int64_t j0, int32_t *acc) {
+    int64_t j, kk, r;
+    for (j = j0; j < n; j++) {
+        int32_t sum = start[j];
+        for (kk = 0; kk < k4; kk++)
+            for (r = 0; r < 4; r++) sum += (int32_t)a[4 * kk + r] * packed[(kk * n + j) * 4 + r];
+        acc[j] = sum;
+    }
+}
+#else
+#define DQ_GEMV 0
+#endif
+
+#if DQ_GEMV
 typedef struct dq_gemv {
     int64_t m, n, k4;
     const uint8_t *a;          /* m rows of 4 * k4 codes */
@@ -131,8 +181,6 @@ static void gemv_unit(void *arg, int unit, int thread) {
                       g->acc + i * g->n);
     }
 }
-#else
-#define DQ_GEMV 0
 #endif
 
 /* The step's product: integer_product's result (the same int32 sums), by gemv_unit where it
