@@ -511,6 +511,7 @@ DQLSTM_CASES = {
     # no Y: an ended sequence's h still counts in the range of h (onnxruntime keeps it)
     "u8_zp_no_y": (np.uint8, 100, False, "bidirectional", 2, 5, [5, 1], False, ("yh", "yc")),
     "s8_zp3_peepholes": (np.int8, 3, False, "forward", 1, 6, None, False, ("y",)),
+    "u8_hidden67": (np.uint8, 128, True, "bidirectional", 1, 67, None, True, ("y", "yh", "yc")),
 }
 
 
@@ -558,6 +559,152 @@ def test_dynamic_quantize_lstm(tmp_path, case):
     ref = _ort(model, {"x": x}, threads=1)
     for name in outputs:
         np.testing.assert_array_equal(got[name], ref[name], err_msg=name)
+
+
+# hidden 67: R's product past one full 256-column block of the VNNI step product (268
+# columns, k = 67 not a multiple of 4), one sequence (the product of one row)
+NATIVE_DQLSTM_CASES = ["s8_forward", "u8_bidirectional", "s8_zp3_peepholes", "u8_hidden67"]
+
+
+@pytest.mark.parametrize("case", NATIVE_DQLSTM_CASES)
+def test_dynamic_quantize_lstm_native(tmp_path, case):
+    """The x86-native build (the vector sigmoid and tanh with FMA, the AVX512-VNNI step
+    product where the CPU has them) gives onnxruntime's bits too, on 1 and 2 threads."""
+    model, x, outputs = dq_lstm_model(case)
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", target="x86-native")
+    ref = _ort(model, {"x": x}, threads=1)
+    for threads in (1, 2):
+        got = mlcc.load(tmp_path / "out", threads=threads).run({"x": x})
+        for name in outputs:
+            np.testing.assert_array_equal(got[name], ref[name], err_msg=f"{name} {threads}")
+
+
+ORT_TWIN_C = r"""
+/* recurrent.c's onnxruntime sigmoid and tanh in vectors (ort_logistic_n, ort_tanh_n) against
+ * the scalar fmaf functions, bit for bit, on every 2^32 / stride-th float bit pattern (NaN,
+ * infinities and subnormals included) and a dense sweep of [-20, 20]; then qrecurrent.c's
+ * step product against mlcc_u8_fc's on random shapes, and on a pool of 2. Prints the
+ * mismatches. */
+#include <stdio.h>
+#include <stdlib.h>
+#include "recurrent.c"
+#include "qrecurrent.c"
+
+#define CHUNK 4093   /* odd: the scalar tail runs too */
+
+static float value(unsigned long i, unsigned long stride, unsigned long patterns) {
+    uint32_t u;
+    float f;
+    if (i < patterns) {
+        u = (uint32_t)(i * stride);
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    return -20.0f + (float)(i - patterns) * 1e-5f;
+}
+
+int main(int argc, char **argv) {
+    static float x[CHUNK], v[CHUNK];
+    static uint8_t a[4 * 160];
+    static int8_t w[160 * 700];
+    static int32_t start[700], acc0[4 * 700], acc1[4 * 700];
+    static uint8_t pad[4 * 160];
+    const unsigned long stride = strtoul(argv[1], NULL, 10), dense = strtoul(argv[2], NULL, 10);
+    const unsigned long patterns = 0xFFFFFFFFul / stride, total = patterns + dense;
+    unsigned long i0, i, bad = 0, trial;
+    int f;
+    (void)argc;
+    for (f = 0; f < 2; f++)
+        for (i0 = 0; i0 < total; i0 += CHUNK) {
+            const unsigned long n = total - i0 < CHUNK ? total - i0 : CHUNK;
+            for (i = 0; i < n; i++) x[i] = v[i] = value(i0 + i, stride, patterns);
+            if (f == 0) ort_logistic_n(v, (int64_t)n);
+            else ort_tanh_n(v, (int64_t)n);
+            for (i = 0; i < n; i++) {
+                const float s = f == 0 ? ort_logistic(x[i]) : ort_tanh(x[i]);
+                if (memcmp(&s, v + i, 4) != 0) {
+                    if (bad < 5) printf("%s(%.9g): %.9g != %.9g\n", f ? "tanh" : "sigmoid",
+                                        (double)x[i], (double)v[i], (double)s);
+                    bad++;
+                }
+            }
+        }
+    srand(7);
+    for (trial = 0; trial < 300; trial++) {
+        const int64_t m = 1 + rand() % 4, n = 1 + rand() % 700, k = 1 + rand() % 160;
+        const int64_t k4 = (k + 3) / 4;
+        for (i = 0; i < (unsigned long)(m * k); i++) a[i] = (uint8_t)rand();
+        for (i = 0; i < (unsigned long)(k4 * 4 * n); i++) w[i] = (int8_t)rand();
+        for (i = 0; i < (unsigned long)n; i++) start[i] = rand() % 100000 - 50000;
+        integer_product(m, n, k, a, w, start, acc0, pad, NULL);
+        step_product(m, n, k, a, w, start, acc1, pad, NULL);
+        if (memcmp(acc0, acc1, (size_t)(m * n) * 4) != 0) {
+            if (bad < 5) printf("product m=%ld n=%ld k=%ld differs\n", (long)m, (long)n, (long)k);
+            bad++;
+        }
+    }
+    {   /* one product large enough to split its columns over a pool of 2 */
+        const int64_t n = 4100, k = 1030, k4 = (k + 3) / 4;
+        uint8_t *ba = malloc((size_t)(4 * k4)), *bp = malloc((size_t)(4 * k4));
+        int8_t *bw = malloc((size_t)(4 * k4 * n));
+        int32_t *bs = malloc((size_t)n * 4), *b0 = malloc((size_t)n * 4);
+        int32_t *b1 = malloc((size_t)n * 4);
+        mlcc_threadpool *pool = NULL;
+        if (!ba || !bp || !bw || !bs || !b0 || !b1 || mlcc_threadpool_create(&pool, 2) != 0)
+            return 2;
+        for (i = 0; i < (unsigned long)k; i++) ba[i] = (uint8_t)rand();
+        for (i = 0; i < (unsigned long)(4 * k4 * n); i++) bw[i] = (int8_t)rand();
+        for (i = 0; i < (unsigned long)n; i++) bs[i] = rand() % 1000;
+        integer_product(1, n, k, ba, bw, bs, b0, bp, NULL);
+        step_product(1, n, k, ba, bw, bs, b1, bp, pool);
+        if (memcmp(b0, b1, (size_t)n * 4) != 0) {
+            printf("the product on 2 threads differs\n");
+            bad++;
+        }
+        mlcc_threadpool_destroy(pool);
+        free(ba); free(bp); free(bw); free(bs); free(b0); free(b1);
+    }
+    printf("%lu mismatches\n", bad);
+    return bad != 0;
+}
+"""
+
+TWIN_BUILDS = {"avx512": ["-march=native", "-DMLCC_VECTOR_BYTES=64"],
+               "avx2": ["-mavx2", "-mfma", "-DMLCC_VECTOR_BYTES=32"],
+               "arm": ["-march=armv8-a"]}
+
+
+def _twin_sources() -> list[str]:
+    from mlcc import resources
+    rt = resources.runtime_c()
+    return [f"-I{rt / 'include'}", f"-I{rt / 'kernels'}", f"-I{rt / 'src'}",
+            *(str(rt / "kernels" / f) for f in ("gemm.c", "qgemm.c", "qelem.c")),
+            str(rt / "src" / "mlcc_threadpool.c")]
+
+
+@pytest.mark.parametrize("build", list(TWIN_BUILDS))
+def test_dynamic_quantize_lstm_vector_twins(tmp_path, build):
+    """The vector paths of the dynamic-quantized LSTM against their scalar twins, bit for bit
+    (-ffp-contract=fast: the asm barriers and intrinsics keep each rounding)."""
+    import shutil
+    import subprocess
+    cc, run_prefix, counts = "gcc", [], ["997", "4000000"]
+    if build == "arm":      # NEON through qemu-user: fewer inputs
+        from test_targets_arm import ARM, MISSING
+        if MISSING:
+            pytest.skip(MISSING)
+        cc, run_prefix, counts = ARM.toolchain.cc, list(ARM.run), ["49999", "300000"]
+    if shutil.which(cc) is None:
+        pytest.skip(f"needs {cc}")
+    (tmp_path / "twin.c").write_text(ORT_TWIN_C)
+    cmd = [cc, "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-ffp-contract=fast",
+           *TWIN_BUILDS[build], str(tmp_path / "twin.c"), *_twin_sources(),
+           "-o", str(tmp_path / "twin"), "-lm", "-pthread"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    run = subprocess.run([*run_prefix, str(tmp_path / "twin"), *counts], capture_output=True,
+                         text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
 
 
 def test_dynamic_quantize_lstm_refusals(tmp_path):

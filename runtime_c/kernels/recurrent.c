@@ -91,6 +91,19 @@ static void act_apply(int32_t kind, float a, float b, float *v, int64_t n) {
  * quantizes h to uint8 at every step, so that one ulp of difference can move a code and the
  * error then grows step by step. Checked against onnxruntime's Sigmoid and Tanh on 3e5 inputs
  * (equal). */
+static const float ORT_LOG_NUM[] = {4.37031012579801e-11f, 1.15627324459942e-07f,
+                                    6.08574864600143e-05f, 8.51377133304701e-03f,
+                                    2.48287947061529e-01f};
+static const float ORT_LOG_DEN[] = {6.10247389755681e-13f, 5.76102136993427e-09f,
+                                    6.29106785017040e-06f, 1.70198817374094e-03f,
+                                    1.16817656904453e-01f, 9.93151921023180e-01f};
+static const float ORT_TANH_NUM[] = {-2.76076847742355e-16f, 2.00018790482477e-13f,
+                                     -8.60467152213735e-11f, 5.12229709037114e-08f,
+                                     1.48572235717979e-05f, 6.37261928875436e-04f,
+                                     4.89352455891786e-03f};
+static const float ORT_TANH_DEN[] = {1.19825839466702e-06f, 1.18534705686654e-04f,
+                                     2.26843463243900e-03f, 4.89352518554385e-03f};
+
 static float ort_poly(float x2, const float *c, int n) {
     float p = fmaf(x2, c[0], c[1]);
     int i;
@@ -99,42 +112,129 @@ static float ort_poly(float x2, const float *c, int n) {
 }
 
 static float ort_logistic(float x) {
-    static const float num[] = {4.37031012579801e-11f, 1.15627324459942e-07f,
-                                6.08574864600143e-05f, 8.51377133304701e-03f,
-                                2.48287947061529e-01f};
-    static const float den[] = {6.10247389755681e-13f, 5.76102136993427e-09f,
-                                6.29106785017040e-06f, 1.70198817374094e-03f,
-                                1.16817656904453e-01f, 9.93151921023180e-01f};
     float v, x2, r;
     x = x > -18.0f ? x : -18.0f;
     x = x < 18.0f ? x : 18.0f;
     x2 = x * x;
-    v = x * ort_poly(x2, num, 5);
-    r = v / ort_poly(x2, den, 6) + 0.5f;
+    v = x * ort_poly(x2, ORT_LOG_NUM, 5);
+    r = v / ort_poly(x2, ORT_LOG_DEN, 6) + 0.5f;
     return r > 0.0f ? r : 0.0f;
 }
 
 static float ort_tanh(float x) {
-    static const float num[] = {-2.76076847742355e-16f, 2.00018790482477e-13f,
-                                -8.60467152213735e-11f, 5.12229709037114e-08f,
-                                1.48572235717979e-05f, 6.37261928875436e-04f,
-                                4.89352455891786e-03f};
-    static const float den[] = {1.19825839466702e-06f, 1.18534705686654e-04f,
-                                2.26843463243900e-03f, 4.89352518554385e-03f};
     float x2;
     x = x > -9.0f ? x : -9.0f;
     x = x < 9.0f ? x : 9.0f;
     x2 = x * x;
-    return x * ort_poly(x2, num, 7) / ort_poly(x2, den, 4);
+    return x * ort_poly(x2, ORT_TANH_NUM, 7) / ort_poly(x2, ORT_TANH_DEN, 4);
+}
+
+/* The same functions in vectors where the target has a fused multiply-add per lane (one
+ * rounding, as fmaf) and IEEE division: every lane gives ort_logistic's and ort_tanh's bits
+ * (tests/test_quant_recurrent.py compares them on millions of inputs). The clamps are
+ * `x > lo ? x : lo`, as above (x86's max/min keep the second operand on NaN; NEON selects).
+ * ORT_KEEP(v): an empty asm that v passes through, so that a product is rounded on its own,
+ * never fused with the sum it feeds (-ffp-contract=fast contracts intrinsics too).
+ * Elsewhere (no FMA: SSE2, wasm) the scalar loops run, fmaf included. */
+#if defined(__AVX512F__) && defined(MLCC_VECTOR_BYTES) && MLCC_VECTOR_BYTES >= 64
+#include <immintrin.h>
+#define ORT_VECTORS 1
+#define ORT_LANES 16
+typedef __m512 ort_v;
+#define ORT_SET1(c) _mm512_set1_ps(c)
+#define ORT_LOAD(p) _mm512_loadu_ps(p)
+#define ORT_STORE(p, v) _mm512_storeu_ps((p), (v))
+#define ORT_FMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define ORT_MUL(a, b) _mm512_mul_ps((a), (b))
+#define ORT_DIV(a, b) _mm512_div_ps((a), (b))
+#define ORT_ADD(a, b) _mm512_add_ps((a), (b))
+#define ORT_MAX(x, lo) _mm512_max_ps((x), (lo))
+#define ORT_MIN(x, hi) _mm512_min_ps((x), (hi))
+#define ORT_KEEP(v) __asm__("" : "+v"(v))
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define ORT_VECTORS 1
+#define ORT_LANES 8
+typedef __m256 ort_v;
+#define ORT_SET1(c) _mm256_set1_ps(c)
+#define ORT_LOAD(p) _mm256_loadu_ps(p)
+#define ORT_STORE(p, v) _mm256_storeu_ps((p), (v))
+#define ORT_FMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define ORT_MUL(a, b) _mm256_mul_ps((a), (b))
+#define ORT_DIV(a, b) _mm256_div_ps((a), (b))
+#define ORT_ADD(a, b) _mm256_add_ps((a), (b))
+#define ORT_MAX(x, lo) _mm256_max_ps((x), (lo))
+#define ORT_MIN(x, hi) _mm256_min_ps((x), (hi))
+#define ORT_KEEP(v) __asm__("" : "+x"(v))
+#elif defined(__aarch64__) && defined(__ARM_NEON) && defined(__ARM_FEATURE_FMA)
+#include <arm_neon.h>
+#define ORT_VECTORS 1
+#define ORT_LANES 4
+typedef float32x4_t ort_v;
+#define ORT_SET1(c) vdupq_n_f32(c)
+#define ORT_LOAD(p) vld1q_f32(p)
+#define ORT_STORE(p, v) vst1q_f32((p), (v))
+#define ORT_FMA(a, b, c) vfmaq_f32((c), (a), (b))
+#define ORT_MUL(a, b) vmulq_f32((a), (b))
+#define ORT_DIV(a, b) vdivq_f32((a), (b))
+#define ORT_ADD(a, b) vaddq_f32((a), (b))
+#define ORT_MAX(x, lo) vbslq_f32(vcgtq_f32((x), (lo)), (x), (lo))
+#define ORT_MIN(x, hi) vbslq_f32(vcltq_f32((x), (hi)), (x), (hi))
+#define ORT_KEEP(v) __asm__("" : "+w"(v))
+#else
+#define ORT_VECTORS 0
+#endif
+
+#if ORT_VECTORS
+static inline ort_v ort_vpoly(ort_v x2, const float *c, int n) {
+    ort_v p = ORT_FMA(x2, ORT_SET1(c[0]), ORT_SET1(c[1]));
+    int i;
+    for (i = 2; i < n; i++) p = ORT_FMA(x2, p, ORT_SET1(c[i]));
+    return p;
+}
+
+static inline ort_v ort_vlogistic(ort_v x) {
+    ort_v x2, v, r;
+    x = ORT_MAX(x, ORT_SET1(-18.0f));
+    x = ORT_MIN(x, ORT_SET1(18.0f));
+    x2 = ORT_MUL(x, x);
+    v = ORT_MUL(x, ort_vpoly(x2, ORT_LOG_NUM, 5));
+    r = ORT_ADD(ORT_DIV(v, ort_vpoly(x2, ORT_LOG_DEN, 6)), ORT_SET1(0.5f));
+    return ORT_MAX(r, ORT_SET1(0.0f));
+}
+
+static inline ort_v ort_vtanh(ort_v x) {
+    ort_v x2;
+    x = ORT_MAX(x, ORT_SET1(-9.0f));
+    x = ORT_MIN(x, ORT_SET1(9.0f));
+    x2 = ORT_MUL(x, x);
+    return ORT_DIV(ORT_MUL(x, ort_vpoly(x2, ORT_TANH_NUM, 7)), ort_vpoly(x2, ORT_TANH_DEN, 4));
+}
+#endif
+
+/* v[i] = ort_logistic(v[i]) or ort_tanh(v[i]) for i < n: whole vectors, then the rest */
+static void ort_logistic_n(float *v, int64_t n) {
+    int64_t i = 0;
+#if ORT_VECTORS
+    for (; i + ORT_LANES <= n; i += ORT_LANES) ORT_STORE(v + i, ort_vlogistic(ORT_LOAD(v + i)));
+#endif
+    for (; i < n; i++) v[i] = ort_logistic(v[i]);
+}
+
+static void ort_tanh_n(float *v, int64_t n) {
+    int64_t i = 0;
+#if ORT_VECTORS
+    for (; i + ORT_LANES <= n; i += ORT_LANES) ORT_STORE(v + i, ort_vtanh(ORT_LOAD(v + i)));
+#endif
+    for (; i < n; i++) v[i] = ort_tanh(v[i]);
 }
 
 /* act_apply, with onnxruntime's sigmoid and tanh where `ort` */
 static void act_lstm(int ort, int32_t kind, float a, float b, float *v, int64_t n) {
-    int64_t i;
     if (ort && kind == MLCC_RNN_ACT_SIGMOID)
-        for (i = 0; i < n; i++) v[i] = ort_logistic(v[i]);
+        ort_logistic_n(v, n);
     else if (ort && kind == MLCC_RNN_ACT_TANH)
-        for (i = 0; i < n; i++) v[i] = ort_tanh(v[i]);
+        ort_tanh_n(v, n);
     else
         act_apply(kind, a, b, v, n);
 }
@@ -142,10 +242,19 @@ static void act_lstm(int ort, int32_t kind, float a, float b, float *v, int64_t 
 /* c = f * c + i * g, each product rounded (onnxruntime's order, where `ort`) */
 static void cell_update(int ort, float *c, const float *f, const float *i, const float *g,
                         int64_t n) {
-    int64_t j;
-    if (ort)
-        for (j = 0; j < n; j++) c[j] = mlcc_unfused(c[j] * f[j]) + mlcc_unfused(i[j] * g[j]);
-    else
+    int64_t j = 0;
+    if (ort) {
+#if ORT_VECTORS
+        for (; j + ORT_LANES <= n; j += ORT_LANES) {
+            ort_v cf = ORT_MUL(ORT_LOAD(c + j), ORT_LOAD(f + j));
+            ort_v ig = ORT_MUL(ORT_LOAD(i + j), ORT_LOAD(g + j));
+            ORT_KEEP(cf);    /* each product rounded: no fused multiply-add */
+            ORT_KEEP(ig);
+            ORT_STORE(c + j, ORT_ADD(cf, ig));
+        }
+#endif
+        for (; j < n; j++) c[j] = mlcc_unfused(c[j] * f[j]) + mlcc_unfused(i[j] * g[j]);
+    } else
         for (j = 0; j < n; j++) c[j] = f[j] * c[j] + i[j] * g[j];
 }
 
