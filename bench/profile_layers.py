@@ -122,21 +122,29 @@ def main() -> int:
                      .astype(t.get("dtype", "float32")) for t in manifest["inputs"]}
             run, _ = model.prepare(feeds)
             builds.append((calls, params, model, run, model._lib.mlcc_prof(), []))
-        n = min(len(b[0]) for b in builds)
-        if len(builds) == 2 and [c[0] for c in builds[0][0][:n]] != [c[0] for c in builds[1][0][:n]]:
-            print("note: the two builds call different kernels (compared call by call)")
         for r in range(args.runs + 2):                       # 2 warm-up runs
             for calls, params, model, run, prof, samples in builds:
-                for i in range(n * FIELDS):
+                m = len(calls)
+                for i in range(m * FIELDS):
                     prof[i] = 0.0
                 run()
                 if r >= 2:
-                    samples.append(np.frombuffer(model._ffi.buffer(prof, n * FIELDS * 8))
-                                   .reshape(n, FIELDS).copy())
-        st = [stats(b[5]) for b in builds]
+                    samples.append(np.frombuffer(model._ffi.buffer(prof, m * FIELDS * 8))
+                                   .reshape(m, FIELDS).copy())
+        # the calls that ran (a range build's layers by size class: one of two variants)
+        for k, b in enumerate(builds):
+            ran = np.flatnonzero(np.array(b[5])[:, :, 0].sum(axis=0) > 0)
+            builds[k] = ([b[0][i] for i in ran],) + b[1:5] + ([s[ran] for s in b[5]],)
         col = 1 if args.cpu else 0
-        meds = [np.median(np.array(b[5])[:, :, col], axis=0) * 1e3 for b in builds]
+        # each build's whole run (the calls compared one by one below are the first n)
         totals = [float(np.median(np.array(b[5])[:, :, col].sum(axis=1))) * 1e3 for b in builds]
+        n = min(len(b[0]) for b in builds)
+        for k, b in enumerate(builds):
+            builds[k] = (b[0][:n],) + b[1:5] + ([s[:n] for s in b[5]],)
+        if len(builds) == 2 and [c[0] for c in builds[0][0]] != [c[0] for c in builds[1][0]]:
+            print("note: the two builds call different kernels (compared call by call)")
+        st = [stats(b[5]) for b in builds]
+        meds = [np.median(np.array(b[5])[:, :, col], axis=0) * 1e3 for b in builds]
         calls, params = builds[0][0], builds[0][1]
         names = " / ".join(f"{f.name} on {t} thread{'s' if t > 1 else ''}"
                            for f, t in zip(folders, threads))

@@ -10,8 +10,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-# a kernel call, or one whose status is checked (`status = mlcc_f32_recurrent(...);`)
-CALL = re.compile(r"^    (?:status = )?(mlcc_[a-z0-9_]+)\((?:&(p_\w+))?")
+# a kernel call, or one whose status is checked (`status = mlcc_f32_recurrent(...);`), at
+# any depth of the run function's blocks (a run-time If, a loop, a range build's size class)
+CALL = re.compile(r"^ +(?:status = )?(mlcc_[a-z0-9_]+)\((?:&(p_\w+))?")
+RUN = re.compile(r"^int \w+_run\(")
 FIELDS = 10  # per call: wall, caller CPU, then (pool stats) units' CPU on the caller and on
              # workers, the caller's wait (wall, CPU), units on the caller, on workers, the
              # workers' delay from a loop's start to their first unit, and their sleeps
@@ -74,9 +76,11 @@ def instrument(folder: Path, into: Path,
     shutil.copytree(folder, into)
     calls, lines = [], []
     source = (into / "model.c").read_text()
+    in_run = False
     for line in statements(source):
+        in_run = bool(RUN.match(line)) or (in_run and line != "}")
         m = CALL.match(line)
-        if m and line.rstrip().endswith(";") and len(calls) < 4096:
+        if in_run and m and line.rstrip().endswith(";") and len(calls) < 4096:
             f = f"mlcc_prof_t + {len(calls) * FIELDS}"
             lines += ["    { double mlcc_prof_t0 = mlcc_prof_now(CLOCK_MONOTONIC), "
                       "mlcc_prof_c0 = mlcc_prof_now(CLOCK_THREAD_CPUTIME_ID);",

@@ -88,7 +88,20 @@ def test_range_build_runs_the_static_kernels(wide, tmp_path, tgt):
     assert chosen == _variants(static, tgt)
     assert len(set(chosen.values()) & DYNAMIC_MAP_KERNELS) >= 2, chosen
     # the offsets are computed by the kernel (NULL), not tabulated over one width
-    assert "implicit_offsets" not in (tmp_path / "range" / "model.c").read_text()
+    code = (tmp_path / "range" / "model.c").read_text()
+    assert "implicit_offsets" not in code
+    # layers whose static kernel changes within the range run the small widths' kernel
+    # there (WIDTHS has widths on both sides of each bound)
+    target = ck.ConvTarget.from_options(load_target(tgt).lowering_options())
+    layers = [lookup(n).layer(n, res.graph) for n in res.graph.nodes if n.op_type == "Conv"]
+    classes = [(la, ck.choose_variants(la, target)) for la in layers]
+    classes = [(la, c) for la, c in classes if len(c) == 2]
+    assert classes
+    for layer, ((small, v2), (rest, v1)) in classes:
+        assert f"if ({small.c_expr()}) {{" in code and f"if ({rest.c_expr()}) {{" in code
+        assert v1.name != v2.name and f"{v2.kernel_for(layer)}(" in code
+        bound = small.bounds[0][1]
+        assert any(w <= bound for w in WIDTHS) and any(w > bound for w in WIDTHS)
     # the arena: the static build's at the largest width, but for the offsets table that a
     # kernel of the implicit GEMM now computes into its scratch (the static build has it in
     # the weights) when that kernel's call is at the peak
@@ -97,7 +110,10 @@ def test_range_build_runs_the_static_kernels(wide, tmp_path, tgt):
               if n.op_type == "Conv" and lookup(n).variant(n, g, options).name.startswith(
                   "implicit")]
     assert res.manifest["arena_size"] <= static.manifest["arena_size"] + max(tables)
-    assert res.manifest["weights_size"] < static.manifest["weights_size"]
+    # the weights: the static build's, but for its offset tables, and a second packing of
+    # each layer run by size class (at most 16 floats per weight: Winograd F(2x2)'s 4x4)
+    extra = sum(64 + 4 * 16 * la.cin * la.cout_g for la, _ in classes)
+    assert res.manifest["weights_size"] < static.manifest["weights_size"] + extra
     m = mlcc.load(tmp_path / "range")
     sess = ort.InferenceSession(str(wide), providers=["CPUExecutionProvider"])
     for width in WIDTHS:
@@ -145,6 +161,36 @@ def test_a_dynamic_map_takes_the_choice_of_most_sizes():
     votes = [ck.choose_variant(ck.at_sizes(layer, {"W": v}), native).name for v in range(8, 33)]
     assert votes.count("implicit_t_1x1") > len(votes) // 2
     assert ck.choose_variant(layer, native).name == "implicit_t_1x1"
+
+
+def test_small_maps_of_a_range_run_the_static_small_map_variant():
+    """3x3, 256 -> 256 on a W x W map, W in 8..32 (x86): static builds run Winograd F(2x2) up
+    to W = 10 and F(4x4) above. The range build runs both, F(2x2) where W is at most 10 and
+    F(4x4) elsewhere; over two dimensions, in a box of sample sizes that all choose the small
+    map's variant; without a range, or with a tuning choice, one variant."""
+    from mlcc.ir.symbolic import DimVar, SymInt
+    x86 = ck.ConvTarget.from_options(load_target("x86").lowering_options())
+    w = SymInt.var(DimVar("W", 8, 32, 0))
+    layer = ck.ConvLayer(1, 256, 256, 1, ck.Window2d(3, 3, w, w, w, w, 1, 1, 1, 1, 1, 1))
+    static = {v: ck.choose_variant(ck.at_sizes(layer, {"W": v}), x86).name for v in range(8, 33)}
+    assert {static[v] for v in range(8, 11)} == {"winograd_2x2"} and static[11] == "winograd_4x4"
+    (small, v2), (rest, v1) = ck.choose_variants(layer, x86)
+    assert (v2.name, v1) == ("winograd_2x2", ck.choose_variant(layer, x86))
+    assert v1.name == "winograd_4x4"
+    assert small.c_expr() == "dims[0] <= 10" and rest.c_expr() == "!(dims[0] <= 10)"
+    assert small.env(w * w) == {"W": 10} and rest.env(w * w) == {"W": 32}
+    hh, ww = SymInt.var(DimVar("H", 8, 32, 0)), SymInt.var(DimVar("W", 6, 40, 1))
+    layer2 = ck.ConvLayer(1, 256, 256, 1, ck.Window2d(3, 3, hh, ww, hh, ww, 1, 1, 1, 1, 1, 1))
+    (small, v2), (rest, v1) = ck.choose_variants(layer2, x86)
+    assert [d.name for d, _ in small.bounds] == ["H", "W"] and v2.name == "winograd_2x2"
+    box = [e for e in ck.sample_sizes(layer2) if all(e[d.name] <= b for d, b in small.bounds)]
+    assert box and all(ck.choose_variant(ck.at_sizes(layer2, e), x86) == v2 for e in box)
+    assert small.c_expr() == " && ".join(f"dims[{i}] <= {b}"
+                                         for i, (_, b) in enumerate(small.bounds))
+    assert ck.choose_variants(ck.at_sizes(layer, {"W": 9}), x86) == [
+        (None, ck.variant_named("winograd_2x2"))]
+    tuned = {ck.layer_key(layer): "winograd_4x4"}
+    assert ck.choose_variants(layer, x86, tuned) == [(None, ck.variant_named("winograd_4x4"))]
 
 
 def test_dynamic_map_variants_are_the_kernels_with_run_time_geometry():

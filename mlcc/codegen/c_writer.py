@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import resources
 from ..version import __version__
-from ..ir import Enum, KernelCall, LoopScope, Program
+from ..ir import Enum, KernelCall, LoopScope, Program, SizeClass
 from ..ir.symbolic import DimVar, FloatQuotient, SymInt, dim_vars, is_symbolic, upper
 from ..ops.common import IO_DTYPES
 from .memory import MemoryPlan
@@ -423,11 +423,12 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
 
 
 def _blocks(guard: tuple) -> list:
-    """A call's guard as the C blocks around it, outermost first: a LoopScope is a loop, and
-    each run of (condition, truth) pairs between loops one `if`."""
+    """A call's guard as the C blocks around it, outermost first: a LoopScope is a loop, a
+    SizeClass an `if` on the sizes, and each run of (condition, truth) pairs between loops
+    one `if`."""
     blocks: list = []
     for e in guard:
-        if isinstance(e, LoopScope):
+        if isinstance(e, (LoopScope, SizeClass)):
             blocks.append(e)
         elif blocks and isinstance(blocks[-1], tuple):
             blocks[-1] += (e,)
@@ -439,6 +440,8 @@ def _blocks(guard: tuple) -> list:
 def _open_block(block, ind: str, pointer, depth: int) -> list[str]:
     """The opening lines of an `if` on conditions, or of a run-time loop's `for` (its counter
     i<depth>, the number of loops around it), at indentation `ind`."""
+    if isinstance(block, SizeClass):
+        return [f"{ind}if ({block.c_expr()}) {{"]
     if not isinstance(block, LoopScope):
         conds = [f"{'' if want else '!'}*(const uint8_t *){pointer(v)}" for v, want in block]
         return pack(conds, f"{ind}if (", f"{ind}    ", ") {", sep=" &&")

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .graph import Graph, LoopScope, Value
-from .symbolic import upper
+from .symbolic import DimVar, dim_vars, evaluate, is_symbolic, upper
 
 # Bytes every run-time tensor's storage starts on (codegen/memory.py places them so): a slice
 # view (Lowering.slice_alias) starts on such a boundary too, so a kernel sees the same
@@ -25,6 +25,38 @@ TENSOR_ALIGN = 64
 class Enum:
     """A C enumerator or macro written verbatim into a params struct, e.g. MLCC_ACT_RELU."""
     name: str
+
+
+@dataclass(frozen=True)
+class SizeClass:
+    """A guard on the dynamic sizes of a range build: the call runs where every listed
+    dimension is at most its bound (`inside`), or where one is above it (not `inside`). A
+    layer whose best kernel changes within the range runs one variant inside and another
+    outside (ops/conv_kernels.py choose_variants); the scratch of a call inside is planned at
+    the bounds, not at the largest sizes."""
+    bounds: tuple[tuple[DimVar, int], ...]
+    inside: bool = True
+
+    def tensors(self) -> list[str]:
+        return []
+
+    def env(self, x) -> dict[str, int]:
+        """The largest sizes of x's dimensions where the call runs."""
+        env = {v.name: v.hi for v in dim_vars(x)}
+        if self.inside:
+            env.update((v.name, b) for v, b in self.bounds)
+        return env
+
+    def c_expr(self) -> str:
+        test = " && ".join(f"dims[{v.index}] <= {b}" for v, b in self.bounds)
+        return test if self.inside else f"!({test})"
+
+    def text(self) -> str:
+        test = ", ".join(f"{v.name} <= {b}" for v, b in self.bounds)
+        return test if self.inside else f"not ({test})"
+
+    def outside(self) -> "SizeClass":
+        return SizeClass(self.bounds, False)
 
 
 @dataclass
@@ -41,7 +73,8 @@ class KernelCall:
     nodes: list[str] = field(default_factory=list)   # ONNX node names it implements
     op: str = ""                       # what the banner comment calls it, e.g. "Conv+Relu"
     guard: tuple = ()                  # run only if these bool scalars are so, inside these
-                                       # loops (Node.guard: (name, bool) pairs, LoopScopes)
+                                       # loops (Node.guard: (name, bool) pairs, LoopScopes),
+                                       # at these sizes (a SizeClass, last)
     # (output, input) pairs whose bytes the kernel allows to be the same (it reads every input
     # byte before it writes over it): the memory plan makes them so where the input is not
     # read after this call (codegen/memory.py)
@@ -65,7 +98,7 @@ class Program:
     def guard_tensors(self, call: KernelCall) -> list[str]:
         """The tensors a call's guard reads: If conditions, and what its loops' headers touch."""
         return [t for e in call.guard
-                for t in (e.tensors() if isinstance(e, LoopScope) else [e[0]])]
+                for t in (e.tensors() if isinstance(e, (LoopScope, SizeClass)) else [e[0]])]
 
     def root(self, name: str) -> str:
         """The tensor that owns the storage of `name` (following reshape-like views)."""
@@ -117,6 +150,8 @@ class Lowering:
         # lowers one node through its OpDef (set by codegen.lower_graph): for operators that
         # lower a body of nodes inside their own calls (Loop, Scan)
         self.lower_node: Callable[[Any], None] | None = None
+        # the sizes the calls being written run at (a range build's per-size-class kernel)
+        self.size_class: SizeClass | None = None
 
     def begin(self, node) -> None:
         self._node = node
@@ -130,12 +165,18 @@ class Lowering:
         names = [node.name] + [f.rsplit(":", 1)[0] for f in node.fused] if node else []
         label = op or ("+".join([node.op_type] + [f.rsplit(":", 1)[-1] for f in node.fused])
                        if node is not None else kernel)
+        guard = node.guard if node is not None else ()
+        sc = self.size_class
+        if sc is not None:
+            guard += (sc,)
+        if sc is not None and is_symbolic(scratch_bytes):
+            scratch_bytes = evaluate(scratch_bytes, sc.env(scratch_bytes))
         self.program.calls.append(KernelCall(
             kernel, list(args), list(writes), params_type, dict(params or {}),
-            # at the largest sizes when it depends on a dynamic one (ir.symbolic)
+            # at the largest sizes when it depends on a dynamic one (ir.symbolic), or at the
+            # largest of its size class
             None if scratch_bytes is None else upper(scratch_bytes),
-            returns_status, pool, names, label, node.guard if node is not None else (),
-            tuple(in_place)))
+            returns_status, pool, names, label, guard, tuple(in_place)))
 
     def alias(self, view: str, of: str) -> None:
         """`view` shares the storage of `of` (a reshape: same bytes, new shape)."""

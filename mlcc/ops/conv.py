@@ -7,7 +7,7 @@ from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Lowering, Node, Value
 from .common import act_params, require_dtype
 from .conv_kernels import (ConvEmit, ConvLayer, ConvTarget, ConvVariant, Window2d,
-                           choose_variant)
+                           choose_variant, choose_variants)
 from .registry import OpDef, register
 
 AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -139,11 +139,18 @@ class Conv(OpDef):
 
     def lower(self, node: Node, lo: Lowering) -> None:
         layer, target = self.layer(node, lo.graph), ConvTarget.from_options(lo.options)
-        variant = choose_variant(layer, target, lo.options.get("conv_choices"), node.name)
-        args = [node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]]
-        emit = ConvEmit(node, lo, layer, target, self.params(node, lo.graph), args,
-                        lo.graph.const(node.inputs[1]), node.input(3) if layer.residual else None)
-        variant.lower(emit, variant.kernel_for(layer))
+        packed: dict = {}
+        for sizes, variant in choose_variants(layer, target, lo.options.get("conv_choices"),
+                                              node.name):
+            args = [node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]]
+            emit = ConvEmit(node, lo, layer, target, self.params(node, lo.graph), args,
+                            lo.graph.const(node.inputs[1]),
+                            node.input(3) if layer.residual else None, packed)
+            lo.size_class = sizes
+            try:
+                variant.lower(emit, variant.kernel_for(layer))
+            finally:
+                lo.size_class = None
 
     def flops(self, node: Node, g: Graph) -> int:
         w, y = g.values[node.inputs[1]], g.values[node.outputs[0]]

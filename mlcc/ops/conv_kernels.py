@@ -12,7 +12,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from ..ir import Lowering, Node
+from ..ir import Lowering, Node, SizeClass
 from ..ir.symbolic import dim_vars, evaluate, is_symbolic, smax, smin, upper
 from .gemm import GEMM_KC, GEMM_MC, GEMM_MR, GEMM_ROWS_OUTER_K, pack_a
 from . import winograd
@@ -425,12 +425,20 @@ class ConvEmit:
     the residual input (if fused)."""
 
     def __init__(self, node: Node, lo: Lowering, layer: ConvLayer, target: ConvTarget,
-                 params: dict, args: list[str], w_const: Any, residual: str | None):
+                 params: dict, args: list[str], w_const: Any, residual: str | None,
+                 packed: dict | None = None):
         self.node, self.lo, self.layer, self.target = node, lo, layer, target
         self.params, self.args, self.w_const, self.residual = params, args, w_const, residual
+        # packings already made for this node (its variants by size class share them)
+        self.packed = {} if packed is None else packed
 
     def pack(self, mr: int = GEMM_MR, suffix: str = "W_packed") -> str:
         """The weights packed as gemm.h's A (panels of mr rows), per group."""
+        if (mr, suffix) not in self.packed:
+            self.packed[mr, suffix] = self._pack(mr, suffix)
+        return self.packed[mr, suffix]
+
+    def _pack(self, mr: int, suffix: str) -> str:
         l = self.layer
         return self.lo.add_const(f"{self.node.name}.{suffix}", pack_a(
             np.asarray(self.w_const, np.float32).reshape(l.groups, l.cout_g, l.kdim), mr))
@@ -730,13 +738,62 @@ def choose_variant(layer: ConvLayer, target: ConvTarget,
             return v
     if not is_symbolic(layer.window):
         return _first(layer, target, [v.name for v in VARIANTS])
-    votes = Counter(_first(at_sizes(layer, env), target, DYNAMIC_MAP_VARIANTS).name
-                    for env in sample_sizes(layer))
+    votes = Counter(name for _, name in _static_choices(layer, target))
     largest = at_largest(layer)
     for v in sorted(VARIANTS, key=lambda v: -votes[v.name]):     # (a stable sort)
         if votes[v.name] and v.limits(largest):
             return v
     return _first(largest, target, DYNAMIC_MAP_VARIANTS)
+
+
+def _static_choices(layer: ConvLayer, target: ConvTarget) -> list[tuple[dict[str, int], str]]:
+    """At each of the sample sizes, the variant of DYNAMIC_MAP_VARIANTS a static build of
+    that size would run."""
+    return [(env, _first(at_sizes(layer, env), target, DYNAMIC_MAP_VARIANTS).name)
+            for env in sample_sizes(layer)]
+
+
+def small_maps_variant(layer: ConvLayer, target: ConvTarget, main: ConvVariant
+                       ) -> tuple[SizeClass, ConvVariant] | None:
+    """On a feature map of a dynamic size: the smallest sizes where static builds run another
+    variant than `main` (the one choose_variant runs), as a SizeClass (every dynamic dimension
+    at most a bound, those below their largest size named: the most sample sizes from the
+    smallest up at which static builds all choose one same variant), and that variant; None
+    where there are none. Its limits hold at the bounds, and so at every size below them."""
+    choices = _static_choices(layer, target)
+    dims = dim_vars(layer.window)
+    best: tuple[int, dict[str, int], str] | None = None
+    for corner, name in choices:
+        if name == main.name:
+            continue
+        inside = [n for env, n in choices if all(env[d.name] <= corner[d.name] for d in dims)]
+        if all(n == name for n in inside) and (best is None or len(inside) > best[0]):
+            best = (len(inside), corner, name)
+    if best is None:
+        return None
+    _, corner, name = best
+    variant, bounds = variant_named(name), at_sizes(layer, corner)
+    sizes = tuple((d, corner[d.name] // d.step * d.step) for d in dims
+                  if corner[d.name] // d.step * d.step < d.hi)
+    if not (sizes and variant.limits(bounds) and can_run(variant, bounds, target)):
+        return None
+    return SizeClass(sizes), variant
+
+
+def choose_variants(layer: ConvLayer, target: ConvTarget, choices: dict[str, str] | None = None,
+                    node: str = "") -> list[tuple[SizeClass | None, ConvVariant]]:
+    """The variants Conv.lower runs, each with the sizes it runs at (None: all): on a feature
+    map of a dynamic size whose best variant changes within the range (and no tuning choice),
+    small_maps_variant's at the smallest sizes and choose_variant's at the others; else
+    choose_variant's alone. (The weights are packed once per packing the two take.)"""
+    main = choose_variant(layer, target, choices, node)
+    tuned = (choices or {}).get(f"node:{node}") or (choices or {}).get(layer_key(layer))
+    small = (small_maps_variant(layer, target, main)
+             if is_symbolic(layer.window) and tuned is None else None)
+    if small is None:
+        return [(None, main)]
+    sizes, variant = small
+    return [(sizes, variant), (sizes.outside(), main)]
 
 
 VARIANT_NAMES = frozenset(v.name for v in VARIANTS)
