@@ -27,7 +27,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from profile_layers import CALL, describe, print_per_kernel, statements  # noqa: E402
+from mlcc.profiling import CALL, statements  # noqa: E402
+from profile_layers import describe, print_per_kernel  # noqa: E402
 
 CLOCK = """
 __attribute__((import_module("env"), import_name("mlcc_prof_at")))
