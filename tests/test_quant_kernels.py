@@ -18,7 +18,7 @@ from mlcc.ops.quant import _conv_scratch, add_fixed_multipliers, fixed_multiplie
 from mlcc.quant.scheme import (QParams, activation_table, fixed_multipliers,
                                multiply_by_quantized_multiplier, quantize_linear,
                                requantize_fixed, requantize_float)
-from util import kernel_cdef
+from util import kernel_cdef, thread_pools
 
 KERNELS = resources.runtime_c() / "kernels"
 
@@ -53,14 +53,8 @@ def lib(request, tmp_path_factory):
     ffi = FFI()
     ffi.cdef(CDEF)
     dl = ffi.dlopen(str(out))
-    pools = {}
-    for n in POOL_SIZES:
-        p = ffi.new("mlcc_threadpool **")
-        assert dl.mlcc_threadpool_create(p, n) == 0
-        pools[n] = p[0]
-    yield ffi, dl, request.param, pools
-    for p in pools.values():
-        dl.mlcc_threadpool_destroy(p)
+    with thread_pools(ffi, dl, POOL_SIZES) as pools:
+        yield ffi, dl, request.param, pools
 
 
 def on_every_pool(ffi, pools, y, call):

@@ -16,7 +16,7 @@ from cffi import FFI
 
 from mlcc import resources
 from mlcc.ops.quant16 import _scratch
-from util import kernel_cdef
+from util import kernel_cdef, thread_pools
 
 KERNELS = resources.runtime_c() / "kernels"
 CDEF = kernel_cdef("qconv16.h")
@@ -52,14 +52,8 @@ def lib(request, tmp_path_factory):
     ffi = FFI()
     ffi.cdef(CDEF)
     dl = ffi.dlopen(str(out))
-    pools = {}
-    for n in POOL_SIZES:
-        p = ffi.new("mlcc_threadpool **")
-        assert dl.mlcc_threadpool_create(p, n) == 0
-        pools[n] = p[0]
-    yield ffi, dl, request.param, pools
-    for p in pools.values():
-        dl.mlcc_threadpool_destroy(p)
+    with thread_pools(ffi, dl, POOL_SIZES) as pools:
+        yield ffi, dl, request.param, pools
 
 
 def ptr(ffi, arr):

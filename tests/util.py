@@ -1,6 +1,7 @@
 """Shared helpers for tests: build one-node ONNX models, compile them, compare with references."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
@@ -48,6 +49,22 @@ def build_kernels(lib_path: Path, build: str, sources: list[str], defines=()) ->
     subprocess.run([target.toolchain.cc, *cflags, "-shared", *objects, "-o", str(lib_path),
                     "-lm"], check=True)
     return lib_path
+
+
+@contextlib.contextmanager
+def thread_pools(ffi, lib, sizes):
+    """{n: an mlcc thread pool of n threads} made by the kernel library `lib` (its cffi
+    handle), destroyed on leaving."""
+    pools = {}
+    try:
+        for n in sizes:
+            p = ffi.new("mlcc_threadpool **")
+            assert lib.mlcc_threadpool_create(p, n) == 0
+            pools[n] = p[0]
+        yield pools
+    finally:
+        for p in pools.values():
+            lib.mlcc_threadpool_destroy(p)
 
 
 def kernel_cdef(*headers: str, defines=("-DMLCC_NO_VECTORS",)) -> str:
