@@ -405,6 +405,23 @@ def _conv_scratch(lo: Lowering, p: dict, k4: int, hp: int, wp: int) -> tuple[int
     return rows, direct, scratch
 
 
+def conv_window_params(node: Node, x_shape, w_shape, refusal: str) -> dict:
+    """The window fields every integer convolution's params struct shares (batch, channels,
+    sizes, kernel, strides, dilations, pads, groups) of a 1-D or 2-D convolution; any other
+    rank is refused with `refusal`."""
+    if len(x_shape) not in (3, 4):
+        raise UnsupportedError(refusal)
+    kernel = list(w_shape[2:])
+    geo = window_geometry(node, list(x_shape[2:]), kernel)
+    geo["kernel"] = kernel
+    kh, kw, ih, iw, oh, ow, sh, sw, dh, dw, pt, pl = window2d(geo, x_shape[2:])
+    return {"batch": x_shape[0], "in_channels": x_shape[1], "in_h": ih, "in_w": iw,
+            "out_channels": w_shape[0], "out_h": oh, "out_w": ow, "kernel_h": kh,
+            "kernel_w": kw, "stride_h": sh, "stride_w": sw, "dilation_h": dh,
+            "dilation_w": dw, "pad_top": pt, "pad_left": pl,
+            "groups": int(node.attr("group", 1))}
+
+
 @register("QConv", domain=MLCC)
 class QConv(OpDef):
     attributes = {"auto_pad": lambda v: v in AUTO_PAD, "dilations": None, "group": None,
@@ -416,22 +433,16 @@ class QConv(OpDef):
 
     def lower(self, node: Node, lo: Lowering) -> None:
         x, w = lo.value(node.inputs[0]), lo.value(node.inputs[1])
-        if len(x.shape) not in (3, 4):
-            raise UnsupportedError("only 1-D and 2-D convolutions are quantized")
-        kernel = list(w.shape[2:])
-        geo = window_geometry(node, list(x.shape[2:]), kernel)
-        geo["kernel"] = kernel
-        kh, kw, ih, iw, oh, ow, sh, sw, dh, dw, pt, pl = window2d(geo, x.shape[2:])
-        group = int(node.attr("group", 1))
-        n, c = x.shape[:2]
+        params = conv_window_params(node, x.shape, w.shape, "only 1-D and 2-D convolutions "
+                                                            "are quantized")
+        kh, kw, ih, iw = (params[k] for k in ("kernel_h", "kernel_w", "in_h", "in_w"))
+        oh, ow, sh, sw = (params[k] for k in ("out_h", "out_w", "stride_h", "stride_w"))
+        dh, dw, pt, pl = (params[k] for k in ("dilation_h", "dilation_w", "pad_top", "pad_left"))
+        n, c, m, group = (params[k] for k in ("batch", "in_channels", "out_channels", "groups"))
         # the input rows and columns the window reaches (qconv.h's MLCC_QCONV_PADDED_H / _W)
         hp, wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
-        m = w.shape[0]
-        params = {"batch": n, "in_channels": c, "in_h": ih, "in_w": iw, "out_channels": m,
-                  "out_h": oh, "out_w": ow, "kernel_h": kh, "kernel_w": kw, "stride_h": sh,
-                  "stride_w": sw, "dilation_h": dh, "dilation_w": dw, "pad_top": pt,
-                  "pad_left": pl, "groups": group, "x_zero_point": int(node.attr("x_zero_point")),
-                  "rq": requant_params(node)}
+        params.update({"x_zero_point": int(node.attr("x_zero_point")),
+                       "rq": requant_params(node)})
         wq = _const(lo, node.inputs[1]).astype(np.int8)
         bias = _const(lo, node.inputs[2]).astype(np.int64)
         out = node.outputs[0]

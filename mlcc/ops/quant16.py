@@ -22,9 +22,9 @@ from ..errors import UnsupportedError
 from ..ir import Enum, Graph, Lowering, Node
 from ..ir.symbolic import is_symbolic
 from .common import act_params
-from .conv import AUTO_PAD, window2d, window_geometry
+from .conv import AUTO_PAD
 from .conv_kernels import DW_SLICES
-from .quant import MLCC, _const
+from .quant import MLCC, _const, conv_window_params
 from .registry import OpDef, register
 
 OUT_KINDS = {"float32": "F32", "int16": "S16", "uint8": "U8"}
@@ -78,19 +78,13 @@ class QConv16(OpDef):
         if len(x.shape) not in (3, 4):
             raise UnsupportedError("only 1-D and 2-D convolutions run as W8A16")
         _refuse_ranges(node, x.shape)
-        kernel = list(w.shape[2:])
-        geo = window_geometry(node, list(x.shape[2:]), kernel)
-        geo["kernel"] = kernel
-        kh, kw, ih, iw, oh, ow, sh, sw, dh, dw, pt, pl = window2d(geo, x.shape[2:])
-        group = int(node.attr("group", 1))
-        n, c = x.shape[:2]
-        m = w.shape[0]
-        chunk, scratch = _scratch(lo, group, m // group, c // group * kh * kw, oh * ow)
-        params = {"batch": n, "in_channels": c, "in_h": ih, "in_w": iw, "out_channels": m,
-                  "out_h": oh, "out_w": ow, "kernel_h": kh, "kernel_w": kw, "stride_h": sh,
-                  "stride_w": sw, "dilation_h": dh, "dilation_w": dw, "pad_top": pt,
-                  "pad_left": pl, "groups": group, "chunk_cols": chunk,
-                  "ep": _epilogue(node)}
+        params = conv_window_params(node, x.shape, w.shape,
+                                    "only 1-D and 2-D convolutions run as W8A16")
+        group, c, m = params["groups"], params["in_channels"], params["out_channels"]
+        kh, kw = params["kernel_h"], params["kernel_w"]
+        chunk, scratch = _scratch(lo, group, m // group, c // group * kh * kw,
+                                  params["out_h"] * params["out_w"])
+        params.update({"chunk_cols": chunk, "ep": _epilogue(node)})
         out = node.outputs[0]
         lo.call("mlcc_s16_conv2d", [node.inputs[0], node.inputs[1], node.inputs[2],
                                     node.input(3), out], [out],
