@@ -345,6 +345,14 @@ def onnxruntime_runner(model_path: str, feeds: dict[str, np.ndarray], threads: i
         binding.bind_cpu_input(name, arr)
     for name, arr in outs.items():
         binding.bind_output(name, "cpu", 0, arr.dtype, list(arr.shape), arr.ctypes.data)
+    try:
+        sess.run_with_iobinding(binding)
+    except Exception:                       # noqa: BLE001 - onnxruntime raises plain ones
+        # A model whose declared output rank differs from what it produces (ddddocr's CRNN
+        # declares [1, seqlen] and gives [seqlen, 1, classes]) runs with a warning, but
+        # IOBinding refuses its outputs (bound by buffer, or reused after a first run): time
+        # plain runs, which allocate those outputs at every call.
+        return bound_call(sess.run, names, inputs, keep=(sess, inputs)), first
     # the outputs are bound by address: the call keeps them alive, like the session and the
     # inputs (a caller that dropped them made onnxruntime write into freed memory)
     return bound_call(sess.run_with_iobinding, binding, keep=(sess, inputs, outs)), outs

@@ -228,3 +228,23 @@ def test_bench_refuses_an_unknown_isolation(tiny_static_path):
         mlcc.bench(tiny_static_path, isolation="threads")
     r = CliRunner().invoke(main, ["bench", str(tiny_static_path), "--isolation", "threads"])
     assert r.exit_code == 2
+
+
+def test_onnxruntime_runner_times_a_model_whose_declared_output_rank_is_wrong():
+    """ddddocr's captcha CRNN declares its output [1, seqlen] and produces [seqlen, 1,
+    classes]: onnxruntime runs it with a warning, but IOBinding refuses the output from the
+    second run on (`mlcc bench` failed inside onnxruntime). The runner times plain runs
+    instead, and every call gives the real output."""
+    import fetch_models as fm
+
+    from mlcc.benchmark import onnxruntime_runner
+    try:
+        path = fm.fetch("ddddocr_old")
+    except fm.DownloadError as exc:
+        pytest.skip(f"cannot download the ddddocr wheel: {exc}")
+    x = np.random.default_rng(0).random((1, 1, 64, 97), np.float32)
+    call, outs = onnxruntime_runner(str(path), {"input1": x}, 1)
+    for _ in range(3):
+        call()
+    (out,) = outs.values()
+    assert out.ndim == 3 and out.shape[1:] == (1, 8210), out.shape
