@@ -58,6 +58,23 @@ def test_dynamic_quantize_linear_nan_policy(tmp_path):
     assert np.all(got["y"][np.isnan(x)] == 0)
 
 
+@pytest.mark.parametrize("where", ["first", "body", "tail"])
+def test_dynamic_quantize_linear_range_over_vectors(tmp_path, where):
+    """The range is taken in vector lanes and then the tail: the extremes and NaNs placed in
+    the first lanes, the middle of the vector part or the scalar tail (211 elements: no
+    vector width divides it) give onnxruntime's range."""
+    rng = np.random.default_rng(11)
+    x = rng.uniform(-1.0, 2.0, (1, 211)).astype(np.float32)
+    at = {"first": [0, 1, 2], "body": [70, 101, 150], "tail": [208, 209, 210]}[where]
+    x[0, at[0]], x[0, at[1]], x[0, at[2]] = -7.5, 11.25, np.nan
+    got = compile_and_run(_dql_model(x.shape), {"x": x}, tmp_path)
+    keep = ~np.isnan(x)
+    ref = reference_outputs(_dql_model((1, int(keep.sum()))), {"x": x[keep].reshape(1, -1)})
+    for name in ("s", "z"):
+        np.testing.assert_array_equal(got[name], ref[name])
+    np.testing.assert_array_equal(got["y"][keep], ref["y"].reshape(-1))
+
+
 def _dq_then(op, w, wz, attrs=None):
     """DynamicQuantizeLinear of x feeding op(xq, w, xz, wz): the zero point is run-time."""
     nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql"),

@@ -231,6 +231,20 @@ def test_bitwise_every_integer_type_broadcasting(tmp_path, dtype):
                 tmp_path)
 
 
+@pytest.mark.parametrize("dtype", ["int32", "uint32"])
+def test_int32_add_sub_mul_wrap_with_broadcasts(tmp_path, dtype):
+    """32-bit Add, Sub and Mul (their own vectorized rows) wrap as two's complement, with
+    either side broadcast along the innermost axis or elsewhere, on odd sizes."""
+    a, b = int_arr((3, 1, 37), dtype), int_arr((5, 37), dtype, 1)
+    c, d = int_arr((3, 5, 1), dtype, 2), int_arr((1, 1, 37), dtype, 3)
+    nodes = [helper.make_node(op, ins, [f"y_{op}_{i}"])
+             for op in ("Add", "Sub", "Mul")
+             for i, ins in enumerate((["a", "b"], ["c", "d"], ["d", "c"], ["a", "a"]))]
+    outs = [n.output[0] for n in nodes]
+    feeds = {"a": a, "b": b, "c": c, "d": d}
+    check_model(make_model(nodes, feeds, outs, opset=14), feeds, tmp_path)
+
+
 @pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32", "uint64"])
 @pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
 def test_bitshift_unsigned_with_wide_shifts(tmp_path, dtype, direction):

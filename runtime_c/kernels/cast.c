@@ -283,5 +283,19 @@ void mlcc_cast(const mlcc_cast_params *p, const void *x, void *y) {
         for (i = 0; i < n; i++) ((int64_t *)y)[i] = f_to_i64(((const float *)x)[i]);
         return;
     }
+    /* An integer accumulator to float (ConvInteger and MatMulInteger outputs, before their
+     * scale): one rounding, as through double (int32 and narrower are exact in a double). */
+    if (p->from == MLCC_INT32 && p->to == MLCC_FLOAT32) {
+        for (i = 0; i < n; i++) ((float *)y)[i] = (float)((const int32_t *)x)[i];
+        return;
+    }
+    if (p->from == MLCC_UINT8 && p->to == MLCC_FLOAT32) {
+        for (i = 0; i < n; i++) ((float *)y)[i] = (float)((const uint8_t *)x)[i];
+        return;
+    }
+    if (p->from == MLCC_INT8 && p->to == MLCC_FLOAT32) {
+        for (i = 0; i < n; i++) ((float *)y)[i] = (float)((const int8_t *)x)[i];
+        return;
+    }
     for (i = 0; i < n; i++) store(p, y, i, load(p->from, x, i));
 }

@@ -37,15 +37,32 @@ void mlcc_f32_dynamic_quantize(const mlcc_dynamic_quantize_params *p, const floa
  * *hi = max(*hi, x[i]) over x[0..n) (NaN skipped; start from 0 and 0), then the scale and
  * the zero point of [lo, hi]. */
 static inline void mlcc_f32_widen_range(const float *x, int64_t n, float *lo, float *hi) {
-    float l = *lo, h = *hi;
-    int64_t i;
-    for (i = 0; i < n; i++) {
-        const float v = x[i];
-        l = v < l ? v : l;            /* NaN compares false: skipped */
-        h = v > h ? v : h;
+    /* a vector of running minima and maxima (one chain of compares ran at its latency); a
+     * selection is exact, so any order gives the same range */
+    float lv = *lo, hv = *hi;
+    int64_t i = 0;
+#if MLCC_HAVE_VECTORS
+    if (n >= 2 * MLCC_VF_LANES) {
+        mlcc_vf l = mlcc_vf_splat(lv), h = mlcc_vf_splat(hv);
+        ptrdiff_t j;
+        for (; i + MLCC_VF_LANES <= n; i += MLCC_VF_LANES) {
+            const mlcc_vf v = mlcc_vf_load(x + i);
+            l = mlcc_vf_select(v < l, v, l);            /* NaN compares false: skipped */
+            h = mlcc_vf_select(v > h, v, h);
+        }
+        for (j = 0; j < MLCC_VF_LANES; j++) {
+            lv = l[j] < lv ? l[j] : lv;
+            hv = h[j] > hv ? h[j] : hv;
+        }
     }
-    *lo = l;
-    *hi = h;
+#endif
+    for (; i < n; i++) {
+        const float v = x[i];
+        lv = v < lv ? v : lv;            /* NaN compares false: skipped */
+        hv = v > hv ? v : hv;
+    }
+    *lo = lv;
+    *hi = hv;
 }
 
 static inline void mlcc_dynamic_qparams(float lo, float hi, float *scale, int32_t *zero_point) {
