@@ -168,8 +168,14 @@ static void qgemm_vnni(const mlcc_qgemm_desc *d, const uint8_t *a, const uint8_t
         const int64_t nr = d->n - j0 < QNR ? d->n - j0 : QNR;
         const __mmask16 mask = (__mmask16)(nr == QNR ? 0xFFFFu : ((1u << nr) - 1u));
         const uint8_t *bj = b + j0 * 4;
+        /* The next column block's line of each k4 row, fetched while the first row block
+         * passes over this one: the packed operand's k4 rows are n * 4 bytes apart, too far
+         * for the hardware prefetcher, so a wide B (an FC's 8210 classes) came from memory
+         * one strided miss at a time. */
+        const uint8_t *next = j0 + QNR < d->n ? bj + QNR * 4 : NULL;
         for (i0 = 0; i0 < d->m; i0 += QMR) {
             const int64_t mr = d->m - i0 < QMR ? d->m - i0 : QMR;
+            const uint8_t *pf = i0 == 0 && next ? next : bj;   /* bj: in cache, a no-op */
             __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0,
                     c6 = c0, c7 = c0;
             int32_t acc[QMR][QNR];
@@ -182,12 +188,14 @@ static void qgemm_vnni(const mlcc_qgemm_desc *d, const uint8_t *a, const uint8_t
             if (mr > 4) {
                 for (k4 = 0; k4 < d->k4; k4++) {
                     const __m512i bv = _mm512_maskz_loadu_epi32(mask, bj + k4 * d->n * 4);
+                    _mm_prefetch((const char *)(pf + k4 * d->n * 4), _MM_HINT_T0);
                     VNNI_STEP(c0, r0); VNNI_STEP(c1, r1); VNNI_STEP(c2, r2); VNNI_STEP(c3, r3);
                     VNNI_STEP(c4, r4); VNNI_STEP(c5, r5); VNNI_STEP(c6, r6); VNNI_STEP(c7, r7);
                 }
             } else {
                 for (k4 = 0; k4 < d->k4; k4++) {
                     const __m512i bv = _mm512_maskz_loadu_epi32(mask, bj + k4 * d->n * 4);
+                    _mm_prefetch((const char *)(pf + k4 * d->n * 4), _MM_HINT_T0);
                     VNNI_STEP(c0, r0); VNNI_STEP(c1, r1); VNNI_STEP(c2, r2); VNNI_STEP(c3, r3);
                 }
             }
