@@ -113,7 +113,10 @@ def check(flavour, got, want, out_kind):
 
 @pytest.mark.parametrize("out_kind,mode", MODES)
 @pytest.mark.parametrize("m,n,k", [(1, 1, 1), (3, 17, 5), (4, 16, 4), (5, 15, 67),
-                                   (9, 33, 13), (2, 64, 100)])
+                                   (9, 33, 13), (2, 64, 100),
+                                   # past MLCC_MIN_PARALLEL_INT8_MACS: the pools split the
+                                   # columns (k a multiple of 4), or the rows (k = 1003)
+                                   (20, 211, 1024), (3, 1409, 1024), (13, 331, 1003)])
 def test_qfc_matches_numpy(lib, m, n, k, out_kind, mode):
     ffi, L, flavour, pools = lib
     rng = np.random.default_rng(m * 1000 + n * 10 + k)
@@ -347,6 +350,7 @@ def test_vector_qgemm_matches_portable_twin(lib, m, n, k4, a_signed, out_kind, c
         scale[::3] = 0.5
     fbias = np.zeros(max(m, n), np.float32)
     d = ffi.new("mlcc_qgemm_desc *", {"m": m, "n": n, "k4": k4, "lda": 4 * k4 + 3, "ldy": n,
+                                      "ldb": n,
                                       "channel_is_row": channel_is_row, "a_signed": a_signed})
     rq = ffi.new("mlcc_requant *", requant(ffi, out_kind, 0, 0 if out_kind else 131, 2, 250))
     ch = ffi.new("mlcc_qchannels *", {"bias": ffi.cast("int32_t *", bias.ctypes.data),

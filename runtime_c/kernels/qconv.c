@@ -382,7 +382,9 @@ static int im2col_rows(const im2col_job *j, int64_t oh0, int64_t oh1, uint8_t *s
     mlcc_qgemm_desc d;
     pack_columns(p, xp, plane_stride, row_stride, j->k4, 0, oh1 - oh0, slice);
     d.m = p->out_channels / p->groups; d.n = (oh1 - oh0) * p->out_w; d.k4 = j->k4;
-    d.lda = 4 * j->k4; d.ldy = p->out_h * p->out_w; d.channel_is_row = 1; d.a_signed = 1;
+    d.lda = 4 * j->k4; d.ldy = p->out_h * p->out_w;
+    d.n0 = 0; d.ldb = d.n;
+    d.channel_is_row = 1; d.a_signed = 1;
     mlcc_u8s8_gemm(&d, j->w, slice, &p->rq, &j->ch, j->y + (size_t)(oh0 * p->out_w) * j->esize);
     return xp == win;
 }

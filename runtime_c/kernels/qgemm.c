@@ -114,7 +114,7 @@ static void tile_epilogue(const mlcc_qgemm_desc *d, const mlcc_requant *rq,
 
 #define PORTABLE_TILE(ATYPE, BTYPE)                                                        \
     for (k4 = 0; k4 < d->k4; k4++) {                                                       \
-        const BTYPE *bk = (const BTYPE *)b + (k4 * d->n + j0) * 4;                         \
+        const BTYPE *bk = (const BTYPE *)b + (k4 * d->ldb + j0) * 4;                         \
         for (r = 0; r < mr; r++) {                                                         \
             const ATYPE *ar = (const ATYPE *)a + (i0 + r) * d->lda + k4 * 4;               \
             const int32_t a0 = ar[0], a1 = ar[1], a2 = ar[2], a3 = ar[3];                  \
@@ -131,7 +131,7 @@ void mlcc_u8s8_gemm__portable(const mlcc_qgemm_desc *d, const void *a, const voi
     int64_t i0, j0, k4, r, j;
     /* Column blocks outside: one block of the packed operand (k4 x 64 bytes) stays in L1
      * while every row block passes over it. */
-    for (j0 = 0; j0 < d->n; j0 += QNR) {
+    for (j0 = d->n0; j0 < d->n; j0 += QNR) {
         const int64_t nr = d->n - j0 < QNR ? d->n - j0 : QNR;
         for (i0 = 0; i0 < d->m; i0 += QMR) {
             const int64_t mr = d->m - i0 < QMR ? d->m - i0 : QMR;
@@ -164,7 +164,7 @@ static void qgemm_vnni(const mlcc_qgemm_desc *d, const uint8_t *a, const uint8_t
                        const mlcc_requant *rq, const mlcc_qchannels *ch, void *y) {
     int64_t i0, j0, k4;
     const int64_t lda = d->lda;
-    for (j0 = 0; j0 < d->n; j0 += QNR) {
+    for (j0 = d->n0; j0 < d->n; j0 += QNR) {
         const int64_t nr = d->n - j0 < QNR ? d->n - j0 : QNR;
         const __mmask16 mask = (__mmask16)(nr == QNR ? 0xFFFFu : ((1u << nr) - 1u));
         const uint8_t *bj = b + j0 * 4;
@@ -187,15 +187,15 @@ static void qgemm_vnni(const mlcc_qgemm_desc *d, const uint8_t *a, const uint8_t
                           *r7 = r0 + (mr > 7 ? 7 : 0) * lda;
             if (mr > 4) {
                 for (k4 = 0; k4 < d->k4; k4++) {
-                    const __m512i bv = _mm512_maskz_loadu_epi32(mask, bj + k4 * d->n * 4);
-                    _mm_prefetch((const char *)(pf + k4 * d->n * 4), _MM_HINT_T0);
+                    const __m512i bv = _mm512_maskz_loadu_epi32(mask, bj + k4 * d->ldb * 4);
+                    _mm_prefetch((const char *)(pf + k4 * d->ldb * 4), _MM_HINT_T0);
                     VNNI_STEP(c0, r0); VNNI_STEP(c1, r1); VNNI_STEP(c2, r2); VNNI_STEP(c3, r3);
                     VNNI_STEP(c4, r4); VNNI_STEP(c5, r5); VNNI_STEP(c6, r6); VNNI_STEP(c7, r7);
                 }
             } else {
                 for (k4 = 0; k4 < d->k4; k4++) {
-                    const __m512i bv = _mm512_maskz_loadu_epi32(mask, bj + k4 * d->n * 4);
-                    _mm_prefetch((const char *)(pf + k4 * d->n * 4), _MM_HINT_T0);
+                    const __m512i bv = _mm512_maskz_loadu_epi32(mask, bj + k4 * d->ldb * 4);
+                    _mm_prefetch((const char *)(pf + k4 * d->ldb * 4), _MM_HINT_T0);
                     VNNI_STEP(c0, r0); VNNI_STEP(c1, r1); VNNI_STEP(c2, r2); VNNI_STEP(c3, r3);
                 }
             }
@@ -357,10 +357,10 @@ static void qgemm_smlad_panel(const mlcc_qgemm_desc *d, const uint8_t *a, const 
     const ptrdiff_t lda = (ptrdiff_t)d->lda, ldy = (ptrdiff_t)d->ldy, words = 4 * k4;
     const ptrdiff_t block = 2 * (SMLAD_PANEL_K4 / k4 < 8 ? SMLAD_PANEL_K4 / k4 : 8);
     ptrdiff_t i, j0, j;
-    for (j0 = 0; j0 < n; j0 += block) {
+    for (j0 = (ptrdiff_t)d->n0; j0 < n; j0 += block) {
         const ptrdiff_t nb = n - j0 < block ? n - j0 : block;
         for (j = 0; j < nb; j += 2)
-            widen_columns(b + (j0 + j) * 4, (size_t)n * 4, j + 1 < nb ? 4 : 0, k4,
+            widen_columns(b + (j0 + j) * 4, (size_t)d->ldb * 4, j + 1 < nb ? 4 : 0, k4,
                           panel + j / 2 * words);
         for (i = 0; i < m; i += 2) {
             const int rows = i + 1 < m ? 2 : 1;
@@ -382,9 +382,9 @@ static void qgemm_smlad_panel(const mlcc_qgemm_desc *d, const uint8_t *a, const 
  * (computed, not stored). */
 static void qgemm_smlad(const mlcc_qgemm_desc *d, const uint8_t *a, const uint8_t *b,
                         const mlcc_requant *rq, const mlcc_qchannels *ch, void *y) {
-    const size_t bstep = (size_t)d->n * 4;     /* 32-bit steps in the k loop */
+    const size_t bstep = (size_t)d->ldb * 4;     /* 32-bit steps in the k loop */
     int64_t i0, j0, r, j;
-    for (j0 = 0; j0 < d->n; j0 += QNR) {
+    for (j0 = d->n0; j0 < d->n; j0 += QNR) {
         const int64_t nr = d->n - j0 < QNR ? d->n - j0 : QNR;
         for (i0 = 0; i0 < d->m; i0 += QMR) {
             const int64_t mr = d->m - i0 < QMR ? d->m - i0 : QMR;
@@ -446,21 +446,27 @@ typedef struct {
     mlcc_qchannels ch;
     void *y;
     uint8_t *scratch;
-    int64_t rows;          /* per unit, a multiple of QMR */
+    int64_t rows;          /* per unit, a multiple of QMR; 0 when the units split columns */
+    int64_t cols;          /* per unit, a multiple of QNR, when they do */
 } fc_job;
 
-/* Rows [unit * rows, +rows) of the product (the channel is the column: rows are independent). */
-static void fc_rows(void *arg, int unit, int thread) {
+/* One unit of the product: rows [unit * rows, +rows), or with `cols` every row of columns
+ * [unit * cols, +cols) (the channel is the column: rows and columns are independent). */
+static void fc_unit(void *arg, int unit, int thread) {
     const fc_job *j = (const fc_job *)arg;
     const mlcc_qfc_params *p = j->p;
-    const int64_t k4 = (p->k + 3) / 4, i0 = unit * j->rows;
-    const int64_t m = p->m - i0 < j->rows ? p->m - i0 : j->rows;
+    const int64_t k4 = (p->k + 3) / 4, i0 = j->cols ? 0 : unit * j->rows;
+    const int64_t m = j->cols ? p->m : (p->m - i0 < j->rows ? p->m - i0 : j->rows);
     const size_t esize = p->rq.out_kind == MLCC_QOUT_U8 ? 1 : 4;
     const uint8_t *a = j->x + i0 * p->k;
     mlcc_qgemm_desc d;
     (void)thread;
-    d.m = m; d.n = p->n; d.k4 = k4; d.lda = p->k; d.ldy = p->n;
+    d.m = m; d.n = p->n; d.k4 = k4; d.lda = p->k; d.ldy = p->n; d.n0 = 0; d.ldb = p->n;
     d.channel_is_row = 0; d.a_signed = 0;
+    if (j->cols) {
+        d.n0 = unit * j->cols;
+        d.n = d.n0 + j->cols < p->n ? d.n0 + j->cols : p->n;
+    }
     if (p->k % 4 != 0) {    /* rows padded to a multiple of 4 bytes, in the rows' own part */
         uint8_t *pad = j->scratch + i0 * 4 * k4;
         int64_t i;
@@ -480,17 +486,26 @@ void mlcc_u8_fc(const mlcc_qfc_params *p, const uint8_t *x, const int8_t *w_pack
                 const int32_t *mult, const int32_t *shift, void *y, uint8_t *scratch,
                 mlcc_threadpool *pool) {
     fc_job job;
-    const int64_t blocks = (p->m + QMR - 1) / QMR;
-    int64_t units = mlcc_threadpool_size(pool);
+    const int64_t blocks = (p->m + QMR - 1) / QMR, col_blocks = (p->n + QNR - 1) / QNR;
+    int64_t units = mlcc_threadpool_size(pool), count;
     job.p = p; job.x = x; job.w_packed = w_packed; job.y = y; job.scratch = scratch;
     job.ch.bias = bias; job.ch.scale = scale; job.ch.fbias = fbias; job.ch.mult = mult;
     job.ch.shift = shift;
+    job.rows = job.cols = 0;
     if ((double)p->m * (double)p->n * (double)p->k < (double)MLCC_MIN_PARALLEL_INT8_MACS)
         units = 1;
-    /* blocks of QMR rows dealt evenly; the sums are exact, so any split gives the same bytes */
-    if (units > blocks) units = blocks;
-    if (units < 1) units = 1;
-    job.rows = (blocks + units - 1) / units * QMR;
-    mlcc_threadpool_for(units > 1 ? pool : NULL, fc_rows, &job,
-                        (int)((p->m + job.rows - 1) / job.rows), (int)units);
+    /* The sums are exact, so any split gives the same bytes. By columns where there are as
+     * many blocks of them as units: each thread then reads its part of the weights, not all
+     * of them, and few rows (an FC over 20 time steps: blocks of 16 and 4 rows) no longer
+     * leave a thread idle. Rows need their own padding when K is not a multiple of 4. */
+    if (units > 1 && p->k % 4 == 0 && col_blocks >= units) {
+        job.cols = (col_blocks + units - 1) / units * QNR;
+        count = (p->n + job.cols - 1) / job.cols;
+    } else {
+        if (units > blocks) units = blocks;
+        if (units < 1) units = 1;
+        job.rows = (blocks + units - 1) / units * QMR;
+        count = (p->m + job.rows - 1) / job.rows;
+    }
+    mlcc_threadpool_for(units > 1 ? pool : NULL, fc_unit, &job, (int)count, (int)units);
 }

@@ -225,10 +225,14 @@ static inline uint8_t mlcc_rq1_apply(const mlcc_rq1 *q, int32_t acc) {
  * y: output, element (i, j) at y + i * ldy + j (uint8_t or float per rq->out_kind);
  * channel_is_row: 1 if the channel index is i (conv), 0 if it is j (Gemm).
  * a_signed: 1 if a is int8 and b uint8 (conv: weights x columns), 0 if a is uint8 and b int8
- * (Gemm: activations x packed weights). */
+ * (Gemm: activations x packed weights).
+ * n0, ldb: columns [n0, n) only (n0 a multiple of 16; 0 for the whole product), of a b
+ * whose rows hold ldb columns (n for the whole product); y and the channel constants are
+ * indexed by the same j: threads share a product with few rows by its columns this way. */
 typedef struct mlcc_qgemm_desc {
     int64_t m, n, k4;
     int64_t lda, ldy;
+    int64_t n0, ldb;
     int32_t channel_is_row;
     int32_t a_signed;
 } mlcc_qgemm_desc;

@@ -374,11 +374,11 @@ static inline void mlcc_mve_qgemm_cols(const mlcc_qgemm_desc *d, const uint8_t *
         const ptrdiff_t mb = m - i0 < MLCC_MVE_RB ? m - i0 : MLCC_MVE_RB;
         const uint8_t *ab = a + i0 * lda;
         for (r = 0; r < mb; r++) rs[r] = mlcc_mve_row_sum(ab + r * lda, kp, sa) << 7;
-        for (j0 = 0; j0 < n; j0 += 4) {
+        for (j0 = (ptrdiff_t)d->n0; j0 < n; j0 += 4) {
             const ptrdiff_t nr = n - j0 < 4 ? n - j0 : 4;
             for (k0 = 0; k0 < kp; k0 += MLCC_MVE_KC) {
                 const ptrdiff_t kn = kp - k0 < MLCC_MVE_KC ? kp - k0 : MLCC_MVE_KC;
-                mlcc_mve_transpose(b, n, j0, nr, k0 / 4, kn / 4, bt);
+                mlcc_mve_transpose(b, (ptrdiff_t)d->ldb, j0, nr, k0 / 4, kn / 4, bt);
                 for (r = 0; r < mb; r++) {
                     const uint8_t *ar = ab + r * lda + k0;
                     const int32x4_t t =
@@ -427,14 +427,14 @@ static inline void mlcc_mve_qgemm_rows(const mlcc_qgemm_desc *d, const uint8_t *
                                      (int32_t)(mlcc_mve_row_sum(ab + r * lda, kp, 1) << 7));
             fr = fr && rc[r].shift < 0;
         }
-        for (j0 = 0; j0 < n; j0 += 4) {
+        for (j0 = (ptrdiff_t)d->n0; j0 < n; j0 += 4) {
             const ptrdiff_t nr = n - j0 < 4 ? n - j0 : 4;
             const mve_pred16_t pn = mlcc_mve_lanes(nr);
             for (k0 = 0; k0 < kp; k0 += MLCC_MVE_KC) {
                 const ptrdiff_t kn = kp - k0 < MLCC_MVE_KC ? kp - k0 : MLCC_MVE_KC;
                 /* the last block of k: the sums go to the epilogue */
                 const int last = k0 + kn == kp;
-                mlcc_mve_transpose(b, n, j0, nr, k0 / 4, kn / 4, bt);
+                mlcc_mve_transpose(b, (ptrdiff_t)d->ldb, j0, nr, k0 / 4, kn / 4, bt);
                 for (r = 0; r < mb; r += 2) {
                     const int8_t *ar = (const int8_t *)(ab + r * lda + k0);
                     const ptrdiff_t r1 = r + 1 < mb ? r + 1 : r;  /* a last odd row: alone */
