@@ -209,6 +209,7 @@ def pools(kernels):
     (16, 70, (7, 7), 1, 64),      # few panels, many rows: split by rows
     (29, 9, (13, 17), 2, 128),    # strided, one block
     (300, 40, (5, 6), 1, 64),     # two k blocks
+    (64, 200, (13, 13), 1, 128),  # blocks of 4 and 2 panels: by rows on 2 threads, panels on 3
 ])
 def test_packed_conv_is_bit_identical_across_thread_counts(kernels, pools, c, m, spatial,
                                                           stride, block_cols):

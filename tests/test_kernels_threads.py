@@ -8,7 +8,8 @@ these small cases take the pool."""
 import numpy as np
 import pytest
 
-from mlcc.ops.gemm import pack_b_panels
+from mlcc.ops.gemm import pack_a, pack_b_panels
+from mlcc.targets import load_target
 from util import build_kernels, kernel_cdef
 
 
@@ -268,6 +269,53 @@ def test_pool_statistics_count_every_unit(tmp_path):
         assert all(v == 0 for i, v in enumerate(out) if i % 7 != 6), "read and reset"
         dl.mlcc_threadpool_destroy(pp[0])
     assert np.all(c == k)
+
+
+def test_packed_conv_partition_counts_every_block(tmp_path):
+    """The packed convolution's choice of partition counts the panels of all blocks: 13 x 13
+    positions in blocks of 128 columns are blocks of 4 and 2 panels; by panels (4 units) one of
+    2 threads would run 4 and the other 2, so 2 threads go by weight rows (a gather and a
+    multiply loop per block: 4 loops), 3 threads by panels (2, 2 and 2: one loop). The
+    measuring build counts the caller's loops (-DMLCC_POOL_STATS); the same bits either way.
+    Panels of 32 columns: the AVX-512 build (x86-native here)."""
+    cffi = pytest.importorskip("cffi")
+    if load_target("x86-native").lowering_options().get("gemm_nr") != 32:
+        pytest.skip("the shape is chosen for B panels of 32 columns (AVX-512)")
+    path = build_kernels(tmp_path / "libconv.so", "x86-native", ["kernels/conv.c",
+                         "kernels/gemm.c",
+                         "src/mlcc_threadpool.c", "src/mlcc_runtime.c"],
+                         defines=["-DMLCC_POOL_STATS"])
+    ffi = cffi.FFI()
+    ffi.cdef(kernel_cdef("conv.h", "gemm.h") +
+             "void mlcc_threadpool_stats(void *pool, double *out);")
+    dl = ffi.dlopen(str(path))
+    c, m, hw, block = 64, 200, 13, 128          # 200 x 169 x 64 multiply-adds: on the pool
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, c, hw, hw)).astype(np.float32)
+    wm = rng.standard_normal((m, c)).astype(np.float32)
+    w = pack_a(wm.reshape(1, m, c))
+    bias = rng.standard_normal(m).astype(np.float32)
+    conv = dict(batch=1, in_channels=c, in_h=hw, in_w=hw, out_channels=m, out_h=hw, out_w=hw,
+                kernel_h=1, kernel_w=1, stride_h=1, stride_w=1, dilation_h=1, dilation_w=1,
+                pad_top=0, pad_left=0, groups=1, act={"kind": 1, "alpha": 0.0, "beta": 0.0})
+    params = ffi.new("mlcc_conv2d_packed_params *", {"conv": conv, "block_cols": block})
+    scratch = np.zeros((c + 1) * block, np.float32)
+    outs = []
+    for threads, loops in ((1, 0), (2, 4), (3, 1)):
+        pp = ffi.new("mlcc_threadpool **")
+        assert dl.mlcc_threadpool_create(pp, threads) == 0
+        stats = ffi.new("double[]", 7 * threads)
+        y = np.full((1, m, hw, hw), np.nan, np.float32)
+        dl.mlcc_threadpool_stats(pp[0], stats)               # zeroes them
+        dl.mlcc_f32_conv2d__packed(params, _f(ffi, x), _f(ffi, w), _f(ffi, bias), _f(ffi, y),
+                                   _f(ffi, scratch), pp[0])
+        dl.mlcc_threadpool_stats(pp[0], stats)
+        dl.mlcc_threadpool_destroy(pp[0])
+        assert stats[4] == loops, f"{threads} threads: {stats[4]} loops"
+        outs.append(y)
+    ref = np.maximum(np.einsum("mc,chw->mhw", wm, x[0]) + bias[:, None, None], 0)
+    np.testing.assert_allclose(outs[0][0], ref, rtol=1e-4, atol=1e-4)
+    assert all(np.array_equal(o, outs[0]) for o in outs[1:])
 
 
 # ------------------------------------------------------------------------ 2-D pooling

@@ -117,12 +117,15 @@ def test_applies_only_to_3x3_stride1_dense():
 # (in channels, out channels, height, width, padding, activation): 1/3/17 channels, maps from
 # 1x1 to 13x13 (odd: partial 2x2 tiles), more tiles than one 64-tile block, a deep one (> 256,
 # the GEMM's k block), rows of more than 16 columns (for 4x4 tiles, the vector paths of the row
-# split and of the output transform) with partial tiles at the right and bottom, and one large
-# enough to be cut between threads (MLCC_MIN_PARALLEL_MACS)
+# split and of the output transform) with partial tiles at the right and bottom, and two large
+# enough to be cut between threads (MLCC_MIN_PARALLEL_MACS), the second with an activation
+# whose vector form has tails (Sigmoid: applied to each run of tiles by the output transform,
+# runs that the cut between threads moves)
 CASES = [(1, 1, 1, 1, 1, None), (3, 17, 5, 7, 1, "Relu"), (17, 3, 13, 11, 0, None),
          (17, 17, 13, 13, 1, "Sigmoid"), (3, 1, 3, 3, 0, None), (1, 3, 2, 9, 1, "Relu"),
          (9, 24, 23, 19, 1, None), (300, 9, 4, 5, 1, "Relu"), (5, 7, 18, 37, 1, None),
-         (8, 8, 33, 35, 0, "Relu"), (64, 40, 30, 29, 1, "Relu")]
+         (8, 8, 33, 35, 0, "Relu"), (64, 40, 30, 29, 1, "Relu"),
+         (24, 24, 31, 27, 1, "Sigmoid")]
 
 
 @pytest.fixture(scope="module")

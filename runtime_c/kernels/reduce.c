@@ -52,6 +52,29 @@ static double row_sum(const float *x, ptrdiff_t n, int op) {
     return total;
 }
 
+/* ROWS rows of row_sum(x, n, MLCC_REDUCE_SUM) of at most BLOCK values (one block each) at
+ * once, n apart, into out: each row's operations in row_sum's order (the same bits), their
+ * chains of dependent vector adds interleaved. One row at a time waited on the latency of each
+ * add: GlobalAveragePool over 13 x 13 maps (SqueezeNet's 1000 rows of 169) ran at a third of
+ * the speed of reading them. */
+#define ROWS 8
+static void rows_sum(const float *x, ptrdiff_t n, double *out) {
+    float lane[ROWS][LANES] = {{0}};
+    const ptrdiff_t body = n - n % LANES;
+    ptrdiff_t i, j, r;
+    for (i = 0; i < body; i += LANES)
+        for (r = 0; r < ROWS; r++)
+            for (j = 0; j < LANES; j++) lane[r][j] += x[r * n + i + j];
+    for (r = 0; r < ROWS; r++) {
+        double total = 0.0;
+        float part = 0.0f;
+        for (i = body; i < n; i++) part += x[r * n + i];
+        for (j = 0; j < LANES; j++) part += lane[r][j];
+        total += part;
+        out[r] = total;
+    }
+}
+
 /* NaN-propagating max / min, as numpy and onnxruntime's reductions. */
 #define MAX_OF(a, v) ((v) > (a) || (v) != (v) ? (v) : (a))
 #define MIN_OF(a, v) ((v) < (a) || (v) != (v) ? (v) : (a))
@@ -177,7 +200,16 @@ static void reduce_part(const mlcc_reduce_params *p, const float *x, float *y, p
     const ptrdiff_t n = (ptrdiff_t)p->reduce, inner = (ptrdiff_t)p->inner;
     ptrdiff_t o;
     if (inner == 1) {
-        for (o = o0; o < o1; o++) y[o] = finish(p, row_reduce(x + o * n, n, p->op));
+        o = o0;
+        if (p->op == MLCC_REDUCE_SUM && n <= BLOCK) {
+            double sums[ROWS];
+            ptrdiff_t r;
+            for (; o + ROWS <= o1; o += ROWS) {
+                rows_sum(x + o * n, n, sums);
+                for (r = 0; r < ROWS; r++) y[o + r] = finish(p, sums[r]);
+            }
+        }
+        for (; o < o1; o++) y[o] = finish(p, row_reduce(x + o * n, n, p->op));
         return;
     }
     for (o = o0; o < o1;) {

@@ -47,6 +47,52 @@ static void store_tiles(float *vc, ptrdiff_t tl, ptrdiff_t nl, ptrdiff_t cin, pt
 }
 #endif
 
+/* ReLU and Clip are applied by the output transforms to each value before its store (act1,
+ * act4), the way mlcc_act_apply computes them (x > 0 ? x : +0; x < lo ? lo : (x > hi ? hi :
+ * x)), so the results are the same bits as a pass over the output; they leave other kinds
+ * to that pass (activate), once all blocks are written. A pass of its own was one more
+ * parallel loop and one more read and write of the output per layer. */
+static int act_in_transform(const mlcc_act *act) {
+    return act->kind == MLCC_ACT_RELU || act->kind == MLCC_ACT_CLIP;
+}
+typedef struct wino_act {
+    int kind;       /* MLCC_ACT_RELU, MLCC_ACT_CLIP, or MLCC_ACT_NONE: nothing here */
+    float lo, hi;   /* Clip's bounds */
+} wino_act;
+static wino_act act_of(const mlcc_act *act) {
+    wino_act a;
+    a.kind = act_in_transform(act) ? act->kind : MLCC_ACT_NONE;
+    a.lo = act->alpha;
+    a.hi = act->beta;
+    return a;
+}
+static inline float act1(wino_act a, float x) {
+    switch (a.kind) {
+    case MLCC_ACT_RELU: return x > 0.0f ? x : 0.0f;
+    case MLCC_ACT_CLIP: return x < a.lo ? a.lo : (x > a.hi ? a.hi : x);
+    default: return x;
+    }
+}
+#if MLCC_HAVE_VECTORS
+typedef int32_t wino_i4 __attribute__((vector_size(16)));
+static inline wino_v4 wino_v4_select(wino_i4 mask, wino_v4 a, wino_v4 b) {
+    return (wino_v4)(((wino_i4)a & mask) | ((wino_i4)b & ~mask));
+}
+static inline wino_v4 act4(wino_act a, wino_v4 x) {
+    switch (a.kind) {
+    case MLCC_ACT_RELU: {
+        const wino_v4 zero = wino_v4_splat(0.0f);
+        return wino_v4_select(x > zero, x, zero);
+    }
+    case MLCC_ACT_CLIP: {
+        const wino_v4 lo = wino_v4_splat(a.lo), hi = wino_v4_splat(a.hi);
+        return wino_v4_select(x < lo, lo, wino_v4_select(x > hi, hi, x));
+    }
+    default: return x;
+    }
+}
+#endif
+
 typedef struct winograd_job {
     const mlcc_conv2d_packed_params *pp;
     const float *x, *u, *bias;
@@ -222,13 +268,15 @@ static void products(void *arg, int unit, int thread) {
                               block);
 }
 
-/* Y = A^T M A + bias of every tile of the block, for output channels [k0, k1). */
+/* Y = A^T M A + bias of every tile of the block, for output channels [k0, k1), with ReLU or
+ * Clip (act1, act4). */
 static void output_transform(void *arg, int unit, int thread) {
     const winograd_job *job = (const winograd_job *)arg;
     const mlcc_conv2d_params *p = &job->pp->conv;
     const ptrdiff_t cout = (ptrdiff_t)p->out_channels, oh = (ptrdiff_t)p->out_h;
     const ptrdiff_t ow = (ptrdiff_t)p->out_w, tw = (ow + 1) / 2;
     const ptrdiff_t plane = job->mplane;
+    const wino_act act = act_of(&p->act);
     const ptrdiff_t k0 = cout * unit / job->units, k1 = cout * (unit + 1) / job->units;
     ptrdiff_t k, tl;
     (void)thread;
@@ -258,8 +306,8 @@ static void output_transform(void *arg, int unit, int thread) {
                 }
                 for (j = 0; j < 2; j++) {
                     float *yr = yk + (y0 + j) * ow + 2 * tx;
-                    o[j][0] = sv[j][0] + sv[j][1] + sv[j][2] + vb;
-                    o[j][1] = sv[j][1] - sv[j][2] - sv[j][3] + vb;
+                    o[j][0] = act4(act, sv[j][0] + sv[j][1] + sv[j][2] + vb);
+                    o[j][1] = act4(act, sv[j][1] - sv[j][2] - sv[j][3] + vb);
                     wino_v4_store(yr, __builtin_shufflevector(o[j][0], o[j][1], 0, 4, 1, 5));
                     wino_v4_store(yr + 4, __builtin_shufflevector(o[j][0], o[j][1], 2, 6, 3, 7));
                 }
@@ -276,8 +324,8 @@ static void output_transform(void *arg, int unit, int thread) {
                     sc[1][j] = m1 - m2 - m3;
                 }
                 for (j = 0; j < 2; j++) {   /* (A^T M) A: columns, then the bias */
-                    o[j][0] = sc[j][0] + sc[j][1] + sc[j][2] + b;
-                    o[j][1] = sc[j][1] - sc[j][2] - sc[j][3] + b;
+                    o[j][0] = act1(act, sc[j][0] + sc[j][1] + sc[j][2] + b);
+                    o[j][1] = act1(act, sc[j][1] - sc[j][2] - sc[j][3] + b);
                 }
                 yk[y0 * ow + x0] = o[0][0];
                 if (x0 + 1 < ow) yk[y0 * ow + x0 + 1] = o[0][1];
@@ -432,15 +480,17 @@ static void input_transform_4x4(void *arg, int unit, int thread) {
     }
 }
 
-/* Y = A^T M A + bias of every 4x4 tile of the block, for output channels [k0, k1): four tiles
- * at a time in block order (their products are consecutive floats whatever rows the tiles are
- * in), transposed into the tiles' output rows and stored tile by tile, clipped at the edges. */
+/* Y = A^T M A + bias (with ReLU or Clip) of every 4x4 tile of the block, for output channels
+ * [k0, k1): four tiles at a time in block order (their products are consecutive floats
+ * whatever rows the tiles are in), transposed into the tiles' output rows and stored tile by
+ * tile, clipped at the edges. */
 static void output_transform_4x4(void *arg, int unit, int thread) {
     const winograd_job *job = (const winograd_job *)arg;
     const mlcc_conv2d_params *p = &job->pp->conv;
     const ptrdiff_t cout = (ptrdiff_t)p->out_channels, oh = (ptrdiff_t)p->out_h;
     const ptrdiff_t ow = (ptrdiff_t)p->out_w, tw = (ow + 3) / 4;
     const ptrdiff_t plane = job->mplane;
+    const wino_act act = act_of(&p->act);
     const ptrdiff_t k0 = cout * unit / job->units, k1 = cout * (unit + 1) / job->units;
     ptrdiff_t k, tl;
     (void)thread;
@@ -463,7 +513,7 @@ static void output_transform_4x4(void *arg, int unit, int thread) {
             for (i = 0; i < 4; i++) {   /* (A^T M) A: output row i, transposed */
                 wino_v4 t0, t1, t2, t3;
                 WINO4_AT(wino_v4, s[0][i], s[1][i], s[2][i], s[3][i], s[4][i], s[5][i], o);
-                o[0] += vb, o[1] += vb, o[2] += vb, o[3] += vb;
+                for (j = 0; j < 4; j++) o[j] = act4(act, o[j] + vb);
                 t0 = __builtin_shufflevector(o[0], o[1], 0, 4, 1, 5);
                 t1 = __builtin_shufflevector(o[2], o[3], 0, 4, 1, 5);
                 t2 = __builtin_shufflevector(o[0], o[1], 2, 6, 3, 7);
@@ -500,13 +550,14 @@ static void output_transform_4x4(void *arg, int unit, int thread) {
             for (i = 0; i < 4 && y0 + i < oh; i++) {
                 float *yr = yk + (y0 + i) * ow + x0;
                 WINO4_AT(float, s[0][i], s[1][i], s[2][i], s[3][i], s[4][i], s[5][i], o);
-                for (j = 0; j < 4 && x0 + j < ow; j++) yr[j] = o[j] + b;
+                for (j = 0; j < 4 && x0 + j < ow; j++) yr[j] = act1(act, o[j] + b);
             }
         }
     }
 }
 
-/* The activation over whole output planes, once all blocks are written. */
+/* The activation over whole output planes, once all blocks are written (the kinds the output
+ * transforms do not apply: act_in_transform). */
 static void activate(void *arg, int unit, int thread) {
     const winograd_job *job = (const winograd_job *)arg;
     const mlcc_conv2d_params *p = &job->pp->conv;
@@ -536,7 +587,8 @@ static void tile_range(void *arg, int unit, int thread) {
 }
 
 /* The convolution by blocks of tiles: input transform, products, output transform per block
- * (tile: 2 or 4 outputs square), then the activation over the whole output. On a pool, blocks
+ * (tile: 2 or 4 outputs square), then the activation over the whole output unless the output
+ * transforms applied it. On a pool, blocks
  * of at least one B panel of tiles per thread are split by tiles (tile_range); smaller ones
  * (deep layers on small maps) phase by phase: by input channels, products, output channels. */
 static void winograd_run(const mlcc_conv2d_packed_params *pp, const float *x, const float *u,
@@ -580,7 +632,7 @@ static void winograd_run(const mlcc_conv2d_packed_params *pp, const float *x, co
             job.units = phase_units((ptrdiff_t)p->out_channels, nt);
             mlcc_threadpool_for(pool, out_fn, &job, (int)job.units, (int)nt);
         }
-        if (p->act.kind != MLCC_ACT_NONE) {
+        if (p->act.kind != MLCC_ACT_NONE && !act_in_transform(&p->act)) {
             job.units = phase_units((ptrdiff_t)p->out_channels, nt);
             mlcc_threadpool_for(pool, activate, &job, (int)job.units, (int)nt);
         }
