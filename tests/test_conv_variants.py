@@ -104,7 +104,14 @@ def test_implicit_rows():
     assert not ck.implicit_rows_fits(conv(3, 16, 640, s=2), NATIVE)   # 4.9 MB of sub-planes
     assert not ck.implicit_rows_fits(conv(3, 64, 224, s=2), NATIVE)   # SqueezeNet: 64 outputs
     assert not ck.implicit_rows_fits(conv(3, 32, 224), NATIVE)        # stride 1
-    assert not ck.implicit_rows_fits(conv(16, 32, 224, s=2), NATIVE)  # depth 144
+    # deeper ones where rows compute no more columns than the implicit GEMM's virtual rows
+    assert ck.implicit_rows_fits(conv(3, 64, 224, k=7, s=2), NATIVE)  # ResNet's stem: 147
+    assert ck.implicit_rows_fits(conv(16, 32, 160, s=2), NATIVE)      # YOLOv8n's: rows of 80
+    assert not ck.implicit_rows_fits(conv(32, 64, 80, s=2), NATIVE)   # rows of 40 in 48
+    assert not ck.implicit_rows_fits(conv(30, 64, 224, k=7, s=2), NATIVE)   # two k blocks
+    assert not ck.implicit_rows_fits(conv(3, 64, 224, k=7, s=2), WASM)
+    assert choose_variant(conv(3, 64, 224, k=7, s=2), NATIVE).name == "implicit_rows"
+    assert choose_variant(conv(32, 64, 80, s=2), NATIVE).name == "implicit"
 
 
 def test_table():

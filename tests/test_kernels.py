@@ -446,6 +446,9 @@ def test_table_gather_conv_matches_packed(kernels, pools, c, m, hw, k, stride, p
     # 18 columns), 24 channels (three 8-row tiles), 13 (a partial one)
     (3, 24, (20, 96), 3, 2, 1, (1, 1, 1, 1), 1, False),
     (3, 13, (9, 100), 3, 2, 1, (1, 0, 1, 1), 1, False),
+    # a deeper 7x7/2 (depth 245, as ResNet's stem takes implicit_rows): 41 outputs (five
+    # 8-row tiles and a partial one), rows of 38 (a tile, a half one)
+    (5, 41, (37, 75), 7, 2, 1, (3, 3, 3, 3), 1, False),
 ])
 def test_implicit_conv_matches_packed(kernels, pools, c, m, hw, k, stride, dil, pads, groups,
                                       small_blocks):

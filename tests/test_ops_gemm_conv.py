@@ -24,6 +24,18 @@ def test_conv2d(tmp_path, n, c, h, w, m, k, stride, pads, dil, group):
                strides=[stride, stride], pads=pads, dilations=[dil, dil], group=group)
 
 
+@pytest.mark.parametrize("h,w", [(3, 5), (4, 8)])
+def test_packed_conv_of_one_column_panel(tmp_path, h, w):
+    """A packed 1x1 convolution whose GEMM has one column panel on x86-native (15 columns: a
+    half-width tile; 32: one whole tile), two row blocks (300 outputs > MLCC_GEMM_MC) and two k
+    blocks (260 > MLCC_GEMM_KC): the path where each tile fetches the next A panel ahead
+    (gemm.c, gemm_packed), within a block and across into the next."""
+    check_node("Conv", {"x": rand(1, 260, h, w)},
+               initializers={"w": rand(300, 260, 1, 1, seed=1), "b": rand(300, seed=2)},
+               tmp_path=tmp_path, target="x86-native")
+    assert "mlcc_f32_conv2d__packed(" in next(tmp_path.glob("**/model.c")).read_text()
+
+
 @pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
 def test_conv_auto_pad(tmp_path, auto_pad):
     check_node("Conv", {"x": rand(1, 2, 10, 7)}, initializers={"w": rand(3, 2, 4, 3, seed=1)},

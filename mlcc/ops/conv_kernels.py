@@ -372,11 +372,28 @@ def implicit_t_fits(l: ConvLayer, t: ConvTarget) -> bool:
 
 
 def implicit_rows_fits(l: ConvLayer, t: ConvTarget) -> bool:
-    """Shallow strided KxK (3-channel stems) of at most ROWS_MAX_COUT outputs per group on a
-    512-bit target, not a small map, sub-planes of at most ROWS_MAX_PAD_BYTES."""
+    """Strided KxK on a 512-bit target, not a small map, sub-planes of at most
+    ROWS_MAX_PAD_BYTES: shallow ones (3-channel stems) of at most ROWS_MAX_COUT outputs per
+    group (instead of gathered panels), and, where it would take the implicit GEMM (depth
+    IMPLICIT_MIN_STRIDED_DEPTH and up, implicit_strided), those whose rows compute no more
+    columns (rows_fewer_columns)."""
+    shallow = l.kdim <= ROWS_MAX_DEPTH and l.cout_g <= ROWS_MAX_COUT
+    deep = l.kdim > ROWS_MAX_DEPTH and t.implicit_strided and rows_fewer_columns(l)
     return (l.const_weights and t.channel_tiles and l.taps > 1 and l.strided
-            and l.kdim <= ROWS_MAX_DEPTH and not l.small_map and l.cout_g <= ROWS_MAX_COUT
+            and (shallow or deep) and not l.small_map
             and l.sub_floats * 4 <= ROWS_MAX_PAD_BYTES)
+
+
+def rows_fewer_columns(l: ConvLayer) -> bool:
+    """One k block (implicit_rows reads the packed weights as one; GEMM_KC) and output rows in
+    whole panels of 32 (a last one of at most 16 half-width: panel_cols) that make no more
+    columns than the implicit GEMM's virtual rows in whole panels, whose panels straddle output
+    rows (their epilogue scatters value by value). ResNet's 7x7/2 stem (3 -> 64, depth 147,
+    rows of 112: 12544 columns against 12896) 0.80x the implicit GEMM, YOLOv8n's 16 -> 32 3x3/2
+    (rows of 80) 0.92x; not its 32 -> 64 (rows of 40 in 48 columns, 1920 against 1664: 1.21x
+    slower)."""
+    return (l.kdim <= GEMM_KC
+            and l.oh * panel_cols(l.ow) <= panel_cols(l.oh * l.sub_hw[1]))
 
 
 def table_fits(l: ConvLayer, t: ConvTarget) -> bool:
@@ -599,12 +616,12 @@ VARIANTS: tuple[ConvVariant, ...] = (
     # 512-bit targets: channels along the vectors where virtual columns waste panels
     ConvVariant("implicit_t", "mlcc_f32_conv2d__implicit_t", implicit_t_fits, lower_implicit_t,
                 limits=sub_planes_fit),
+    # strided stems on 512-bit targets: sub-planes tiled by output rows, no straddling panels
+    ConvVariant("implicit_rows", "mlcc_f32_conv2d__implicit_rows", implicit_rows_fits,
+                lower_implicit, limits=sub_planes_fit),
     # nothing gathered: the GEMM reads the stride-phase sub-planes in place
     ConvVariant("implicit", "mlcc_f32_conv2d__implicit", implicit_fits, lower_implicit,
                 limits=sub_planes_fit),
-    # 3-channel strided stems on 512-bit targets: sub-planes tiled by output rows
-    ConvVariant("implicit_rows", "mlcc_f32_conv2d__implicit_rows", implicit_rows_fits,
-                lower_implicit, limits=sub_planes_fit),
     # small maps: im2col gathered through a compile-time table
     ConvVariant("packed_table", "mlcc_f32_conv2d__packed_table", table_fits, lower_table),
     # 1x1 on 512-bit targets where panels of 32 waste columns

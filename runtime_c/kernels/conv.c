@@ -772,9 +772,12 @@ static void implicit_task(void *arg, int u, int thread) {
 }
 
 /* Group gi's input, zero-padded and split by stride phase (conv.h), into scratch: per channel,
- * stride_h * stride_w sub-planes of hq x wq (and zeros past them). */
+ * stride_h * stride_w sub-planes of hq x wq (and zeros past them). phase0: only the first
+ * sub-plane of each channel, the only one a 1x1 window reads (the others are left unwritten:
+ * implicit_t's flat tiles read exactly their positions, nothing past them). */
 static void implicit_fill_channels(const mlcc_conv2d_params *p, const float *xg, ptrdiff_t c0,
-                                   ptrdiff_t c1, ptrdiff_t hq, ptrdiff_t wq, float *pad) {
+                                   ptrdiff_t c1, ptrdiff_t hq, ptrdiff_t wq, float *pad,
+                                   int phase0) {
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
     const ptrdiff_t sh = (ptrdiff_t)p->stride_h, sw = (ptrdiff_t)p->stride_w;
     const ptrdiff_t pt = (ptrdiff_t)p->pad_top, pl = (ptrdiff_t)p->pad_left;
@@ -782,8 +785,8 @@ static void implicit_fill_channels(const mlcc_conv2d_params *p, const float *xg,
     ptrdiff_t c, ry, rx, r, j;
     for (c = c0; c < c1; c++) {
         const float *xc = xg + c * ih_n * iw_n;
-        for (ry = 0; ry < sh; ry++) {
-            for (rx = 0; rx < sw; rx++) {
+        for (ry = 0; ry < (phase0 ? 1 : sh); ry++) {
+            for (rx = 0; rx < (phase0 ? 1 : sw); rx++) {
                 float *dq = pad + ((c * sh + ry) * sw + rx) * sub;
                 /* positions [lo, hi) of this phase: padded column j * sw + rx, input column - pl */
                 ptrdiff_t lo, hi;
@@ -817,17 +820,19 @@ typedef struct fill_call {
     const float *xg;
     float *pad;
     ptrdiff_t hq, wq;
+    int phase0;
 } fill_call;
 
 static void fill_range(void *arg, ptrdiff_t c0, ptrdiff_t c1) {
     const fill_call *c = (const fill_call *)arg;
-    implicit_fill_channels(c->p, c->xg, c0, c1, c->hq, c->wq, c->pad);
+    implicit_fill_channels(c->p, c->xg, c0, c1, c->hq, c->wq, c->pad, c->phase0);
 }
 
 /* The copy above of all cin_g channels, split by channels between the pool's threads when it
  * is large enough (a copy: the same bits), then the slack zeroed. */
 static void implicit_fill(const mlcc_conv2d_params *p, const float *xg, ptrdiff_t cin_g,
-                          ptrdiff_t hq, ptrdiff_t wq, float *pad, mlcc_threadpool *pool) {
+                          ptrdiff_t hq, ptrdiff_t wq, float *pad, mlcc_threadpool *pool,
+                          int phase0) {
     const ptrdiff_t planes = cin_g * (ptrdiff_t)(p->stride_h * p->stride_w);
     fill_call call;
     call.p = p;
@@ -835,7 +840,9 @@ static void implicit_fill(const mlcc_conv2d_params *p, const float *xg, ptrdiff_
     call.pad = pad;
     call.hq = hq;
     call.wq = wq;
-    mlcc_parallel_ranges(pool, fill_range, &call, cin_g, (double)planes * hq * wq,
+    call.phase0 = phase0;
+    mlcc_parallel_ranges(pool, fill_range, &call, cin_g,
+                         (double)(phase0 ? cin_g : planes) * hq * wq,
                          4.0 * (double)MLCC_MIN_PARALLEL_ELEMENTS);
     memset(pad + planes * hq * wq, 0,
            (size_t)((p->kernel_w - 1) * p->dilation_w + MLCC_IMPLICIT_SLACK) * sizeof(float));
@@ -968,7 +975,7 @@ static void implicit_conv(const mlcc_conv2d_packed_params *pp, const float *x, c
                                    (ptrdiff_t)p->batch * (ptrdiff_t)p->in_channels * in_plane,
                                    scratch);
             else
-                implicit_fill(p, xg, cin_g, job.hq, job.wq, scratch, pool);
+                implicit_fill(p, xg, cin_g, job.hq, job.wq, scratch, pool, 0);
             job.y = y + (n * (ptrdiff_t)p->out_channels + job.gi * cout_g) * spatial;
             mlcc_threadpool_for(pool, implicit_task, &job, (int)(job.col_units * job.row_units),
                                 (int)nt);
@@ -1111,7 +1118,7 @@ void mlcc_f32_conv2d__implicit_rows(const mlcc_conv2d_packed_params *pp, const f
     for (n = 0; n < p->batch; n++) {
         for (job.gi = 0; job.gi < (ptrdiff_t)p->groups; job.gi++) {
             const float *xg = x + (n * (ptrdiff_t)p->in_channels + job.gi * cin_g) * in_plane;
-            implicit_fill(p, xg, cin_g, mlcc_implicit_sub_h(p), job.wq, scratch, pool);
+            implicit_fill(p, xg, cin_g, mlcc_implicit_sub_h(p), job.wq, scratch, pool, 0);
             job.y = y + (n * (ptrdiff_t)p->out_channels + job.gi * cout_g) * spatial;
             mlcc_threadpool_for(pool, rows_task, &job, (int)job.units, (int)nt);
         }
@@ -1605,7 +1612,8 @@ static void conv_implicit_t(const mlcc_conv2d_packed_params *pp, const float *x,
             if (direct)   /* the input planes are the sub-planes: read in place */
                 job.pad = xg;
             else
-                implicit_fill(p, xg, cin_g, mlcc_implicit_sub_h(p), job.wq, scratch, pool);
+                implicit_fill(p, xg, cin_g, mlcc_implicit_sub_h(p), job.wq, scratch, pool,
+                              job.flat);
             job.y = y + yo;
             job.res = residual != NULL ? residual + yo : NULL;
             if (units == 1) {

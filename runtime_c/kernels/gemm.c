@@ -526,11 +526,13 @@ static PACKED_INLINE void packed_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a
                                       const float *MLCC_RESTRICT b, float *c, ptrdiff_t ldc,
                                       ptrdiff_t mr, ptrdiff_t nr, int first, int last,
                                       const float *bias, const float *res,
-                                      const mlcc_act *act, int half, const int act_call) {
+                                      const mlcc_act *act, int half, const int act_call,
+                                      const float *pf, ptrdiff_t pf_n) {
     /* half (a constant at each call): only the first vector of each row, for panels of at
      * most one vector of columns (small feature maps); act_call (a constant, wasm): the
      * activation through wasm_act_n, out of line (in packed_tile_edge: the module's size; a
-     * call inside the shared nests made their whole tiles 3-6% slower in V8) */
+     * call inside the shared nests made their whole tiles 3-6% slower in V8); pf_n cache
+     * lines from pf fetched while the k loop runs (gemm_packed) */
     const ptrdiff_t nv = half ? 1 : MLCC_GEMM_NV;
     mlcc_vf acc[PTR][MLCC_GEMM_NV];
     ptrdiff_t r, v, p;
@@ -546,8 +548,15 @@ static PACKED_INLINE void packed_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a
             for (v = 0; v < nv; v++)
                 __builtin_prefetch(res + r * ldc + v * MLCC_VF_LANES);
 #endif
+#if !GEMM_PREFETCH_A
+    (void)pf;
+    (void)pf_n;
+#endif
     for (p = 0; p < kc; p++) {
         mlcc_vf bv[MLCC_GEMM_NV];
+#if GEMM_PREFETCH_A
+        if (p < pf_n) MLCC_PREFETCH(pf + p * MLCC_PF_FLOATS);
+#endif
         for (v = 0; v < nv; v++) bv[v] = mlcc_vf_load(b + p * PNR + v * MLCC_VF_LANES);
         for (r = 0; r < PTR; r++) {
             const mlcc_vf av = mlcc_vf_splat(a[p * PMR + r]);
@@ -585,7 +594,8 @@ static PACKED_INLINE void packed_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a
 #else
 static void packed_tile(ptrdiff_t kc, const float *a, const float *b, float *c, ptrdiff_t ldc,
                         ptrdiff_t mr, ptrdiff_t nr, int first, int last, const float *bias,
-                        const float *res, const mlcc_act *act, int half, const int act_call) {
+                        const float *res, const mlcc_act *act, int half, const int act_call,
+                        const float *pf, ptrdiff_t pf_n) {
     float acc[PTR][PNR];
     ptrdiff_t r, j, p;
     for (r = 0; r < PTR; r++)
@@ -595,6 +605,8 @@ static void packed_tile(ptrdiff_t kc, const float *a, const float *b, float *c, 
             for (j = 0; j < PNR; j++) acc[r][j] += a[p * PMR + r] * b[p * PNR + j];
     (void)half;
     (void)act_call;
+    (void)pf;
+    (void)pf_n;
     for (r = 0; r < mr; r++)
         packed_store_row(c + r * ldc, acc[r], nr, first, last, bias ? bias + r : NULL,
                          res ? res + r * ldc : NULL, act);
@@ -858,10 +870,10 @@ static __attribute__((noinline)) void packed_tile_edge(ptrdiff_t kc, const float
                                                        const float *res, const mlcc_act *act) {
 #if MLCC_GEMM_NV > 1
     if (nr <= MLCC_VF_LANES)   /* the same sums: half the work */
-        packed_tile(kc, a, b, c, ldc, mr, nr, first, last, bias, res, act, 1, 1);
+        packed_tile(kc, a, b, c, ldc, mr, nr, first, last, bias, res, act, 1, 1, NULL, 0);
     else
 #endif
-        packed_tile(kc, a, b, c, ldc, mr, nr, first, last, bias, res, act, 0, 1);
+        packed_tile(kc, a, b, c, ldc, mr, nr, first, last, bias, res, act, 0, 1, NULL, 0);
 }
 #endif
 
@@ -887,8 +899,6 @@ static PACKED_INLINE void gemm_packed_tile(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k
     const float *rt = res ? res + i * ldc + j : NULL;
     const float *bt = bias ? bias + i : NULL;
     (void)edge_call;
-    (void)pf;   /* (used by whole tiles only) */
-    (void)pf_n;
 #if MLCC_HAVE_VECTORS
     if (mr == PTR && nr == PNR)
         packed_tile_whole(kc, at, bp, c + i * ldc + j, ldc, first, last, bt, rt, act,
@@ -902,10 +912,12 @@ static PACKED_INLINE void gemm_packed_tile(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k
 #endif
 #if MLCC_HAVE_VECTORS && MLCC_GEMM_NV > 1
     if (nr <= MLCC_VF_LANES)   /* the same sums: half the work */
-        packed_tile(kc, at, bp, c + i * ldc + j, ldc, mr, nr, first, last, bt, rt, act, 1, 0);
+        packed_tile(kc, at, bp, c + i * ldc + j, ldc, mr, nr, first, last, bt, rt, act, 1, 0,
+                    pf, pf_n);
     else
 #endif
-        packed_tile(kc, at, bp, c + i * ldc + j, ldc, mr, nr, first, last, bt, rt, act, 0, 0);
+        packed_tile(kc, at, bp, c + i * ldc + j, ldc, mr, nr, first, last, bt, rt, act, 0, 0,
+                    pf, pf_n);
 }
 
 /* Products of depth up to this (one k block) run the tiles row-major: each tile row's 8 output
@@ -972,13 +984,29 @@ static PACKED_INLINE void gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
             for (j = 0; j < n_tiles; j += PNR)
                 for (i = i0; i < i1; i += PTR) {
                     ptrdiff_t l0 = 0, l1 = 0;
+                    const float *tile_pf = pf;
                     if (j > 0 && pf_lines > 0) {
                         l0 = pf_lines * pf_t / pf_calls;
                         l1 = pf_lines * (pf_t + 1) / pf_calls;
                         pf_t++;
+                    } else if (GEMM_PREFETCH_A && n_tiles <= PNR && i % PMR == 0) {
+                        /* One column panel (Winograd's products on maps of at most 32 tiles):
+                         * no later panel fetches the next block, and each weight feeds only
+                         * the panel's columns, so the A panels came from memory at the pace
+                         * of the tiles' demand loads (16.8 MB in 1.3 ms for ResNet-50's
+                         * 512 -> 512 F(2x2) on 7 x 7). The first tile of each A panel
+                         * fetches the next panel of the stream instead: the next rows of
+                         * this block, else the next block's first rows. */
+                        if (i + PMR < i1) {
+                            tile_pf = a_packed + k0 * a_rows + (a_row0 + i + PMR) * kc;
+                            l1 = PMR * kc / MLCC_PF_FLOATS;
+                        } else if (pf_lines > 0) {
+                            l1 = pf_lines < PMR * next_kc / MLCC_PF_FLOATS
+                                     ? pf_lines : PMR * next_kc / MLCC_PF_FLOATS;
+                        }
                     }
                     gemm_packed_tile(m, n, k, k0, kc, i, j, a_packed, a_rows, a_row0, b_panels,
-                                     bias, res, act, c, ldc, 0, pf + l0 * MLCC_PF_FLOATS,
+                                     bias, res, act, c, ldc, 0, tile_pf + l0 * MLCC_PF_FLOATS,
                                      l1 - l0);
                 }
 #if NARROW_PANEL
