@@ -8,6 +8,7 @@ every run-time value as an output, one sample at a time, and hands each sample's
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable
 
 import numpy as np
@@ -39,17 +40,28 @@ def calibrate(data: Iterable[dict[str, np.ndarray]], run: RunFn, names: list[str
               channels: frozenset = frozenset()) -> dict[str, Range]:
     """Ranges of `names` over the calibration samples. `run(sample)` returns the float values
     (graph inputs included or not: the sample's own arrays are observed too). The values in
-    `channels` also get per-channel (last axis) minima and maxima."""
+    `channels` also get per-channel (last axis) minima and maxima. `run` is called once per
+    sample and pass, in order, one call at a time, on a thread of its own: the run of the
+    next sample overlaps the observation of this one (a compiled model's run releases the
+    GIL), which sees the samples in the same order as without it."""
     cal = Calibrator(method, percentile, channels)
-    for p in range(cal.passes):
-        k = 0
-        for sample in data:
-            values = run(sample)
-            cal.observe(p, {n: (values[n] if n in values else sample[n]) for n in names
-                            if n in values or n in sample})
-            k += 1
-            if progress is not None:
-                progress(p, cal.passes, k)
+
+    def observe(p: int, k: int, sample, values) -> None:
+        cal.observe(p, {n: (values[n] if n in values else sample[n]) for n in names
+                        if n in values or n in sample})
+        if progress is not None:
+            progress(p, cal.passes, k)
+    with ThreadPoolExecutor(max_workers=1) as ahead:
+        for p in range(cal.passes):
+            k, last = 0, None
+            for sample in data:
+                running = (sample, ahead.submit(run, sample))
+                if last is not None:
+                    k += 1
+                    observe(p, k, last[0], last[1].result())
+                last = running
+            if last is not None:
+                observe(p, k + 1, last[0], last[1].result())
     return cal.ranges()
 
 
