@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import math
 import os
-import shlex
 import queue
+import shlex
 import tempfile
 import time
 from collections import Counter
@@ -50,8 +50,8 @@ from .runtime import save_arrays  # noqa: F401  (mlcc run -o: ml_dtypes arrays s
 from .targets import builtin_targets, load_target
 from .targets import firmware as _fw
 from .targets.build import (HARNESS_EXE, build_firmware, build_harness, build_library,
-                            usable_cores,
-                            builds_harness, harness_files, makefile, wasm_exports)
+                            builds_harness, harness_files, makefile, usable_cores,
+                            wasm_exports)
 from .targets.objects import object_path
 from .targets.wasm import HARNESS_JS, js_files
 
