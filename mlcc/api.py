@@ -434,6 +434,14 @@ def _input_spec(g: Graph) -> dict:
     return {n: (g.values[n].dtype, tuple(g.values[n].shape)) for n in g.inputs}
 
 
+# Memory the tool may spend to run ahead: calibration runs the next sample while it observes
+# this one when one sample's values take at most AHEAD_BYTES (PP-OCR rec: 92 MB), and the
+# sensitivity's worker threads load at most as many copies of the fake-quant program (arena
+# and weights) as fit in SIMULATOR_COPIES_BYTES.
+AHEAD_BYTES = 256 << 20
+SIMULATOR_COPIES_BYTES = 1 << 30
+
+
 def _build_progress(bar, label: str):
     """A C build's progress(done, total) drawing `bar` (QuantizeConfig.progress_bar) under
     `label`; None without a bar."""
@@ -656,7 +664,9 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
                     seen[0] += 1
                 return values
             ranges = calibrate(data, run_observed, names, method=cfg.calibrator,
-                               percentile=cfg.percentile, progress=progress, channels=watch)
+                               percentile=cfg.percentile, progress=progress, channels=watch,
+                               ahead=sum(g.values[n].nbytes for n in names if n in g.values)
+                               <= AHEAD_BYTES)
             if bc != "off":
                 opts = replace(opts, input_means=means.means())
             say(f"calibrated {len(ranges)} tensors on {data.count} samples in "
@@ -885,8 +895,11 @@ class _Simulator:
     def map(self, pairs):
         """The outputs of each (sample, control) pair, in order (a generator)."""
         pairs = list(pairs)
-        jobs = min(usable_cores(), len(pairs))
-        if jobs <= 1 or not hasattr(self._run, "__self__"):
+        model = getattr(self._run, "__self__", None)
+        size = (int(model.manifest["arena_size"]) + int(model.manifest["weights_size"])
+                if model is not None else 0)
+        jobs = min(usable_cores(), len(pairs), SIMULATOR_COPIES_BYTES // max(size, 1))
+        if jobs <= 1 or model is None:
             yield from (self(s, c) for s, c in pairs)
             return
         with ThreadPoolExecutor(max_workers=jobs) as pool:
