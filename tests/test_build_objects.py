@@ -106,7 +106,7 @@ def test_the_key_follows_quoted_includes_and_refuses_side_outputs(tmp_path):
     assert key != objects.object_key(target, tmp_path, "src/x.c", cmd[:1] + ["-O3"] + cmd[2:])
     (tmp_path / "inc" / "z.h").write_text("\n\n")
     assert key != objects.object_key(target, tmp_path, "src/x.c", cmd)
-    for flag in ("-MD", "-fstack-usage", "--coverage", "-save-temps"):
+    for flag in ("-MD", "-fstack-usage", "--coverage", "-save-temps", "-include", "@args"):
         assert objects.object_key(target, tmp_path, "src/x.c", cmd + [flag]) is None
 
 

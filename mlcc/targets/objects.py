@@ -18,7 +18,8 @@ compiled with the same command. An object is reused when the command, the compil
 bytes of the source and of every header it includes with quotes (found as the compiler finds
 them: the source's own folder, then the -I folders) are the same; it is then the same bytes
 the compiler would write. Commands whose flags write other files beside the object (-M...,
---coverage, -fstack-usage, ...) are always compiled.
+--coverage, -fstack-usage, ...) or read files the key does not follow (-include, -isystem,
+@file, ...) are always compiled.
 """
 from __future__ import annotations
 
@@ -61,10 +62,14 @@ MAKEFILE_OBJECT_RULE = [f"{OBJ_DIR}/%.o: %.c $(wildcard *.h runtime/*/*.h)",
 
 
 _QUOTED_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
-# flags after which the compiler writes more than the object (or writes where it runs)
-_SIDE_OUTPUTS = ("-M", "-save-temps", "-fprofile", "--coverage", "-ftest-coverage",
-                 "-fstack-usage", "-fdump", "-fcallgraph-info", "-gsplit-dwarf", "-ftime-report",
-                 "-fopt-info", "-fsave-optimization-record")
+# flags after which the compiler writes more than the object (or writes where it runs), or
+# reads files the key does not follow (forced includes, other include paths, response files)
+_UNCACHED = ("-M", "-save-temps", "-fprofile", "--coverage", "-ftest-coverage",
+             "-fstack-usage", "-fdump", "-fcallgraph-info", "-gsplit-dwarf", "-ftime-report",
+             "-fopt-info", "-fsave-optimization-record", "-include", "-imacros", "-iquote",
+             "-isystem", "-idirafter", "-iprefix", "-I-", "@")
+# the compiler's environment variables that add include paths
+_INCLUDE_ENV = ("CPATH", "C_INCLUDE_PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH")
 CACHE_BYTES = 256 << 20        # objects kept per process (a model's kernels: a few MB)
 
 
@@ -105,12 +110,14 @@ def _compiler_id(cc: str) -> str:
 
 def object_key(target: Target, folder: Path, source: str, command: list[str]) -> str | None:
     """What the object of `source` compiled by `command` in `folder` depends on, hashed; None
-    when the command writes other files too (not cached)."""
-    if any(w.startswith(_SIDE_OUTPUTS) for w in command):
+    when the command writes other files too or reads files the key does not follow (not
+    cached)."""
+    if any(w.startswith(_UNCACHED) for w in command):
         return None
     h = hashlib.sha256()
     for word in (_compiler_id(target.toolchain.cc), *command,
-                 *(f"{k}={v}" for k, v in target.toolchain.env)):
+                 *(f"{k}={v}" for k, v in target.toolchain.env),
+                 *(f"{k}={os.environ.get(k, '')}" for k in _INCLUDE_ENV)):
         h.update(word.encode("utf-8", "surrogateescape") + b"\0")
     if any(w.startswith("-g") and w != "-g0" for w in command):
         h.update(str(folder.resolve()).encode() + b"\0")   # debug info names the folder
