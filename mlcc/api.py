@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import queue
 import shlex
 import tempfile
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -48,7 +50,8 @@ from .runtime import save_arrays  # noqa: F401  (mlcc run -o: ml_dtypes arrays s
 from .targets import builtin_targets, load_target
 from .targets import firmware as _fw
 from .targets.build import (HARNESS_EXE, build_firmware, build_harness, build_library,
-                            builds_harness, harness_files, makefile, wasm_exports)
+                            builds_harness, harness_files, makefile, usable_cores,
+                            wasm_exports)
 from .targets.objects import object_path
 from .targets.wasm import HARNESS_JS, js_files
 
@@ -95,7 +98,8 @@ class QuantizeConfig:
     max_drop: float | None = None
     metric: str | None = None
     eval_data: str | Path | None = None
-    # progress_bar(label, done, total): the search's progress (the CLI draws it on a terminal)
+    # progress_bar(label, done, total): the progress of the long steps (calibration, the C
+    # builds, the search's sensitivity); the CLI draws it on a terminal
     progress_bar: Callable[[str, int, int], None] | None = None
     # SmoothQuant for the float activations read by integer MatMuls (mlcc/quant/smooth.py):
     # "auto" (per value, the alpha of least product error on the calibration data, or none),
@@ -139,7 +143,8 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
             embed_weights: bool = False, quantize: QuantizeConfig | None = None,
             bind: Binds | None = None, max_outputs: dict[str, int] | None = None,
             conv_choices: dict[str, str] | None = None,
-            max_loop_iterations: int | None = None) -> CompileResult:
+            max_loop_iterations: int | None = None,
+            progress_bar: Callable[[str, int, int], None] | None = None) -> CompileResult:
     """Compiles an ONNX file into `output_dir` (model.h, model.c, weights.bin, runtime sources,
     Makefile, manifest.json and, with build=True, the library). With `quantize`, the model is
     calibrated and compiled to integer kernels (see QuantizeConfig). `bind` gives inputs their
@@ -150,8 +155,10 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
     (tuning.tune's choices; docs/performance.md). `max_loop_iterations` bounds every Loop
     whose trip count or condition is known only at run time (default
     DEFAULT_MAX_ITERATIONS): one more iteration returns MLCC_ERR_LOOP_LIMIT; manifest.json
-    records the bound when such a Loop exists or the option was given."""
+    records the bound when such a Loop exists or the option was given. progress_bar(label,
+    done, total) (default: quantize's) draws the C build's progress."""
     loop_limit = check_max_loop_iterations(max_loop_iterations)
+    bar = progress_bar or (quantize.progress_bar if quantize is not None else None)
     tgt = load_target(target)
     qdq = None
     raw = import_model(model, shapes, bind)
@@ -261,7 +268,8 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
     write_folder(folder, gen.files)
     if build and fw_defines:
         try:
-            elf = build_firmware(tgt, folder, gen.sources, fw_defines)
+            elf = build_firmware(tgt, folder, gen.sources, fw_defines,
+                                 _build_progress(bar, "C build"))
         except DoesNotFit as exc:
             raise DoesNotFit(f"{exc.message}; {peak_layers(gen.program, gen.plan)}",
                              detail=exc.detail) from None
@@ -269,7 +277,7 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
         (folder / "manifest.json").write_text(json.dumps(gen.manifest, indent=2,
                                                          sort_keys=True) + "\n")
     elif build:
-        build_library(tgt, folder, gen.sources, exports)
+        build_library(tgt, folder, gen.sources, exports, _build_progress(bar, "C build"))
         if builds_harness(tgt):
             build_harness(tgt, folder, prefix, shapes_fn, dims)
     if quantize is not None and quantize.report:
@@ -426,9 +434,23 @@ def _input_spec(g: Graph) -> dict:
     return {n: (g.values[n].dtype, tuple(g.values[n].shape)) for n in g.inputs}
 
 
-def _host_runner(g: Graph, folder: Path, prefix: str):
+# Memory the tool may spend to run ahead: calibration runs the next sample while it observes
+# this one when one sample's values take at most AHEAD_BYTES (PP-OCR rec: 92 MB), and the
+# sensitivity's worker threads load at most as many copies of the fake-quant program (arena
+# and weights) as fit in SIMULATOR_COPIES_BYTES.
+AHEAD_BYTES = 256 << 20
+SIMULATOR_COPIES_BYTES = 1 << 30
+
+
+def _build_progress(bar, label: str):
+    """A C build's progress(done, total) drawing `bar` (QuantizeConfig.progress_bar) under
+    `label`; None without a bar."""
+    return None if bar is None else (lambda done, total: bar(label, done, total))
+
+
+def _host_runner(g: Graph, folder: Path, prefix: str, bar=None, label: str = "C build"):
     """Builds a graph for this machine (x86-native: the fastest float code) into `folder` and
-    returns its run()."""
+    returns its run(); bar(label, objects done, objects): the build's progress."""
     import platform
     host = load_target("x86-native" if platform.machine() in ("x86_64", "AMD64") else "x86")
     gen = generate(g, prefix=prefix, target_name=host.name, source_name=prefix,
@@ -438,16 +460,16 @@ def _host_runner(g: Graph, folder: Path, prefix: str):
                              + [object_path(s) for s in gen.sources])
     gen.files["manifest.json"] = json.dumps(gen.manifest, indent=2, sort_keys=True).encode()
     write_folder(folder, gen.files)
-    build_library(host, folder, gen.sources)
+    build_library(host, folder, gen.sources, progress=_build_progress(bar, label))
     return _load(folder).run
 
 
-def float_runner(g: Graph, folder: Path, names: list[str]):
+def float_runner(g: Graph, folder: Path, names: list[str], bar=None):
     """Builds the optimized float graph for this machine with `names` as extra outputs and
     returns run(sample) -> {name: array} (one sample at a time: nothing accumulates)."""
     fg = g.copy()
     fg.outputs = list(g.outputs) + [n for n in names if n not in g.outputs and n not in g.inputs]
-    return _host_runner(fg, folder, "mlcc_float")
+    return _host_runner(fg, folder, "mlcc_float", bar, "C float")
 
 
 REPORT_SAMPLES = 32
@@ -473,11 +495,12 @@ def _write_report(fg: Graph, qres: QuantResult, cfg: QuantizeConfig, model, targ
     stats = {v: ErrorStats() for v in values + float_outs}
     outs = {o: ErrorStats() for o in fg.outputs}
     with tempfile.TemporaryDirectory(prefix="mlcc-report-") as tmp:
-        run_f = float_runner(fg, Path(tmp) / "float", values + float_outs)
+        run_f = float_runner(fg, Path(tmp) / "float", values + float_outs, cfg.progress_bar)
         qg = qg0.copy()
         extra = [qres.qnames[v] for v in values] + float_outs
         qg.outputs = list(qg.outputs) + [e for e in extra if e not in qg.outputs]
-        run_q = _host_runner(qg, Path(tmp) / "int8", "mlcc_int8")
+        run_q = _host_runner(qg, Path(tmp) / "int8", "mlcc_int8", cfg.progress_bar,
+                             "C report")
         for sample in data:
             f, q = run_f(sample), run_q(sample)
             f = {**sample, **f}
@@ -621,9 +644,13 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
             # those whose range is not needed (a MaxPool's output keeps its input's scale)
             extra = list(means.axes) + (rounding.inputs if rounding is not None else [])
             run = float_runner(g, Path(tmp) / "float",
-                               names + [v for v in dict.fromkeys(extra) if v not in names])
+                               names + [v for v in dict.fromkeys(extra) if v not in names],
+                               cfg.progress_bar)
+            bar = cfg.progress_bar or (lambda label, done, total: None)
+            total = data.known_count() or 0
 
             def progress(p, passes, k):
+                bar(f"calibration {p + 1}/{passes}", k, data.count or total)
                 if k % 8 == 0:
                     say(f"calibrating ({cfg.calibrator}): pass {p + 1}/{passes}, {k} samples")
             watch = frozenset(smoothable(g)) if cfg.smooth is not None else frozenset()
@@ -637,7 +664,9 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
                     seen[0] += 1
                 return values
             ranges = calibrate(data, run_observed, names, method=cfg.calibrator,
-                               percentile=cfg.percentile, progress=progress, channels=watch)
+                               percentile=cfg.percentile, progress=progress, channels=watch,
+                               ahead=sum(g.values[n].nbytes for n in names if n in g.values)
+                               <= AHEAD_BYTES)
             if bc != "off":
                 opts = replace(opts, input_means=means.means())
             say(f"calibrated {len(ranges)} tensors on {data.count} samples in "
@@ -764,7 +793,7 @@ def _mixed_search(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: Quantize
     allint = quantize_graph(g, ranges, opts, qdq)
     cands = sens.candidates(allint.layers)
     fq = fakequant.build(g, allint)
-    run_sim = _host_runner(fq.graph, tmp / "fakequant", "mlcc_fakequant")
+    run_sim = _host_runner(fq.graph, tmp / "fakequant", "mlcc_fakequant", bar, "C fake-quant")
     tb = time.perf_counter()
     say(f"mixed precision: fake-quant program ({len(fq.slots)} switches) built in "
         f"{tb - t0:.1f} s")
@@ -782,7 +811,7 @@ def _mixed_search(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: Quantize
                                                  frozenset(order[:k])), qdq)
     def simulate(k: int) -> float:
         control = fq.plan(plan(k))
-        score = target.call(refs, [sim(s, control) for s in samples])
+        score = target.call(refs, list(sim.map((s, control) for s in samples)))
         say(f"mixed precision: {k} layers in float: {target.text(score)} (simulated)")
         return score
     k, steps = sens.bisect(len(order), simulate, target.meets)
@@ -792,7 +821,7 @@ def _mixed_search(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: Quantize
     def real(k: int):
         qres = plan(k)
         folder = tmp / f"mixed{k}"
-        run_q = _host_runner(qres.graph, folder, "mlcc_int8")
+        run_q = _host_runner(qres.graph, folder, "mlcc_int8", bar, "C int8")
         score = target.call(refs, [{o: run_q(s)[o] for o in g.outputs} for s in samples])
         res.verified.append((k, score))
         say(f"mixed precision: {k} layers in float: {target.text(score)} (built and run)")
@@ -832,14 +861,59 @@ def _mixed_search(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: Quantize
     return replace(opts, keep_float=opts.keep_float | frozenset(res.kept)), info, timing
 
 
-def _simulator(g: Graph, fq, run_sim):
-    """sim(sample, control) -> the model outputs of the fake-quant program."""
-    from .quant import fakequant
+class _Simulator:
+    """sim(sample, control) -> the model outputs of the fake-quant program (run_sim: a loaded
+    program's run). sim.map(pairs) runs many (sample, control) pairs over the usable cores,
+    a few pairs ahead of the caller: each run at a time on a copy of the program of its own
+    (loaded once, its own arena; a run releases the GIL). The results come in the order of
+    the pairs and are the same arrays as one at a time."""
 
-    def sim(sample, control):
-        out = run_sim({**sample, fakequant.CONTROL: control})
-        return {o: out[fq.outputs[o]] for o in g.outputs}
-    return sim
+    def __init__(self, g: Graph, fq, run_sim):
+        from .quant.fakequant import CONTROL
+        self._control = CONTROL
+        self._outputs = {o: fq.outputs[o] for o in g.outputs}
+        self._run = run_sim
+        self._copies: queue.SimpleQueue = queue.SimpleQueue()   # loaded copies not running
+
+    def _call(self, run, sample, control) -> dict[str, np.ndarray]:
+        out = run({**sample, self._control: control})
+        return {o: out[name] for o, name in self._outputs.items()}
+
+    def __call__(self, sample, control) -> dict[str, np.ndarray]:
+        return self._call(self._run, sample, control)
+
+    def _worker_call(self, pair) -> dict[str, np.ndarray]:
+        try:
+            run = self._copies.get_nowait()
+        except queue.Empty:
+            run = _load(self._run.__self__.folder).run
+        try:
+            return self._call(run, *pair)
+        finally:
+            self._copies.put(run)
+
+    def map(self, pairs):
+        """The outputs of each (sample, control) pair, in order (a generator)."""
+        pairs = list(pairs)
+        model = getattr(self._run, "__self__", None)
+        size = (int(model.manifest["arena_size"]) + int(model.manifest["weights_size"])
+                if model is not None else 0)
+        jobs = min(usable_cores(), len(pairs), SIMULATOR_COPIES_BYTES // max(size, 1))
+        if jobs <= 1 or model is None:
+            yield from (self(s, c) for s, c in pairs)
+            return
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            ahead = []
+            for pair in pairs:
+                ahead.append(pool.submit(self._worker_call, pair))
+                if len(ahead) > 2 * jobs:
+                    yield ahead.pop(0).result()
+            for future in ahead:
+                yield future.result()
+
+
+def _simulator(g: Graph, fq, run_sim) -> _Simulator:
+    return _Simulator(g, fq, run_sim)
 
 
 def _sensitivity(g: Graph, fq, sim, cands: list[str], ranked: list, refs: list, bar
@@ -850,12 +924,12 @@ def _sensitivity(g: Graph, fq, sim, cands: list[str], ranked: list, refs: list, 
     from .quant import sensitivity as sens
     controls = {c: fq.control(sens.touched(g, c, fq.slots), [c]) for c in cands}
     stats: dict[str, dict[str, ErrorStats]] = {c: {} for c in cands}
-    for i, (s, ref) in enumerate(zip(ranked, refs)):
-        for j, c in enumerate(cands):
-            out = sim(s, controls[c])
-            for o in g.outputs:
-                stats[c].setdefault(o, ErrorStats()).update(ref[o], out[o])
-            bar("sensitivity", i * len(cands) + j + 1, len(ranked) * len(cands))
+    pairs = [(i, c) for i in range(len(ranked)) for c in cands]
+    outs = sim.map((ranked[i], controls[c]) for i, c in pairs)
+    for k, ((i, c), out) in enumerate(zip(pairs, outs), 1):
+        for o in g.outputs:
+            stats[c].setdefault(o, ErrorStats()).update(refs[i][o], out[o])
+        bar("sensitivity", k, len(pairs))
     alone = {c: sens.worst_db([st.sqnr_db for st in stats[c].values()]) for c in cands}
     return alone, sorted(cands, key=lambda c: (alone[c], cands.index(c)))
 
@@ -882,7 +956,8 @@ def _auto_mix(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: QuantizeConf
                                   min(SEARCH_SAMPLES, cfg.max_samples or SEARCH_SAMPLES)))
     refs = [{o: run_float(s)[o] for o in g.outputs} for s in samples]
     fq = fakequant.build(g, allint)
-    sim = _simulator(g, fq, _host_runner(fq.graph, tmp / "fakequant", "mlcc_fakequant"))
+    sim = _simulator(g, fq, _host_runner(fq.graph, tmp / "fakequant", "mlcc_fakequant",
+                                         cfg.progress_bar, "C fake-quant"))
     target = sens.Target.sqnr(sens.AUTO_SQNR_DB)
     layer_macs = {c: sens.macs(g, c) for c in cands}
 

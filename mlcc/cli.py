@@ -257,6 +257,24 @@ def _progress_bar(label: str, done: int, total: int) -> None:
     sys.stderr.flush()
 
 
+class _Progress:
+    """A command's progress on stderr: messages, and on a terminal one-line bars
+    (_progress_bar); a message first clears a bar still drawn, which the next step redraws."""
+
+    def __init__(self):
+        self.drawn = False
+
+    def say(self, text: str) -> None:
+        if self.drawn and sys.stderr.isatty():
+            sys.stderr.write("\r\033[K")
+        self.drawn = False
+        click.echo(text, err=True)
+
+    def bar(self, label: str, done: int, total: int) -> None:
+        _progress_bar(label, done, total)
+        self.drawn = 0 < total and done < total
+
+
 @main.command("compile")
 @click.argument("model", type=click.Path(dir_okay=False))
 @target_option
@@ -310,10 +328,11 @@ def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_wei
                         ("--metric", metric), ("--eval-data", eval_data)):
         if value is not None and qcfg is None:
             raise MlccError(f"{flag} needs --quantize int8")
+    term = _Progress()
     if qcfg is not None:
         qcfg.min_sqnr, qcfg.max_drop, qcfg.metric, qcfg.eval_data = \
             min_sqnr, max_drop, metric, eval_data
-        qcfg.progress_bar = _progress_bar
+        qcfg.progress, qcfg.progress_bar = term.say, term.bar
     out = output or str(Path("build") / Path(model).stem)
     if tune and tuning_file:
         raise MlccError("--tune measures the choices, --tuning reads them: give one")
@@ -335,7 +354,7 @@ def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_wei
                       max_outputs=api.parse_max_outputs(max_outputs),
                       max_loop_iterations=api.parse_max_loop_iterations(max_loop_iterations),
                       dump_ir=(lambda text: click.echo(text)) if dump_ir else None,
-                      conv_choices=choices)
+                      conv_choices=choices, progress_bar=term.bar)
     if tuned is not None:
         (Path(res.folder) / "tuning.json").write_text(
             json.dumps(tuned.to_json(), indent=1) + "\n")

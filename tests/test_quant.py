@@ -991,3 +991,27 @@ def test_int8_threads_give_bit_identical_outputs(tmp_path):
     x = rng.normal(0, 1, (1, 3, 64, 61)).astype(np.float32)
     outs = [mlcc.load(tmp_path / "q", threads=t).run({"x": x})["y"] for t in (1, 2, 3)]
     assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])
+
+
+def test_calibration_running_ahead_observes_the_same_samples_in_the_same_order():
+    """calibrate() runs the next sample while it observes this one (ahead=True, the default),
+    or one sample at a time: each sample is run once per pass, in order, one run at a time,
+    and the ranges are the same bits either way (auto: two passes, histograms)."""
+    from mlcc.quant import calibrate
+    rng = np.random.default_rng(7)
+    data = [{"x": rng.normal(0, 1 + i, (3, 17)).astype(np.float32)} for i in range(9)]
+    results = {}
+    for ahead in (True, False):
+        seen, running = [], []
+
+        def run(s):
+            running.append(1)
+            assert len(running) == 1                 # never two runs at once
+            seen.append(float(s["x"][0, 0]))
+            out = {"y": np.maximum(s["x"], 0) * 3, "z": np.tanh(s["x"])}
+            running.pop()
+            return out
+        ranges = calibrate(data, run, ["x", "y", "z"], ahead=ahead)
+        assert seen == [float(s["x"][0, 0]) for s in data] * 2
+        results[ahead] = {n: (r.lo, r.hi) for n, r in ranges.items()}
+    assert results[True] == results[False]

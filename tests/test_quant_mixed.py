@@ -49,7 +49,8 @@ def _cnn(tmp_path, rng) -> tuple[Path, Path]:
     return path, _calibration(tmp_path, rng, 12, (1, 3, 11, 13))
 
 
-def test_fake_quant_program_is_float_when_off_and_the_int8_program_when_on(tmp_path):
+def test_fake_quant_program_is_float_when_off_and_the_int8_program_when_on(tmp_path,
+                                                                             monkeypatch):
     """All switches off: the float model (onnxruntime). The all-integer plan's switches on:
     within rounding of the real integer program (its error against float is the same to
     0.5 dB, and the two differ by less than either differs from float: rounding flips
@@ -84,6 +85,16 @@ def test_fake_quant_program_is_float_when_off_and_the_int8_program_when_on(tmp_p
     real_db = sensitivity.output_sqnr(refs, reals)
     assert 15 < real_db < 60 and abs(sim_db - real_db) < 0.5, (sim_db, real_db)
     assert sensitivity.output_sqnr(reals, sims) > real_db + 5
+    # many runs at once (the sensitivity's), over the cores on copies of the program: the
+    # same outputs in the same order as one at a time
+    sim = api._simulator(g, fq, run_sim)
+    pairs = [(s, c) for s in data for c in (off, on, fq.control((), [allint.layers[0].node]))]
+    one = [sim(s, c) for s, c in pairs]
+    for cores in (1, 3):
+        monkeypatch.setattr(api, "usable_cores", lambda: cores)
+        many = list(sim.map(pairs))
+        assert len(many) == len(one) and all(
+            np.array_equal(a["y"], b["y"]) for a, b in zip(one, many)), cores
 
 
 def test_bisect_finds_the_least_count_that_meets():
@@ -239,6 +250,42 @@ def test_progress_bar_only_on_a_terminal(monkeypatch):
                 text.endswith("] 12/12\n")
         else:
             assert text == ""
+
+
+def test_progress_of_every_long_step(tmp_path):
+    """progress_bar hears from every long step of a --min-sqnr compile with a report, each
+    counting up to its total: both calibration passes (the total read from the .npz before
+    the first pass), each C build by objects (the float program, the fake-quant program, the
+    chosen program, the final library, the report's two programs) and the sensitivity."""
+    path, calib = _mlp(tmp_path, np.random.default_rng(5))
+    seen: dict[str, list[tuple[int, int]]] = {}
+    cfg = api.QuantizeConfig(calib, min_sqnr=300, report=tmp_path / "r.md",
+                             progress_bar=lambda label, done, total:
+                             seen.setdefault(label, []).append((done, total)))
+    api.compile(path, tmp_path / "q", target="x86-native", quantize=cfg)
+    assert set(seen) == {"calibration 1/2", "calibration 2/2", "C float", "C fake-quant",
+                         "C int8", "C build", "C report", "sensitivity"}
+    assert seen["calibration 1/2"] == seen["calibration 2/2"] == [(k, 8) for k in range(1, 9)]
+    # the report builds a float program of its own, under "C float" too
+    for label, steps in seen.items():
+        total = steps[0][1]
+        assert all(t == total for _, t in steps) and total > 0, label
+        assert [d for d, _ in steps] == list(range(1, total + 1)) * (len(steps) // total)
+    assert CalibrationSet(calib, {"x": ("float32", (3, 13))}, 5).known_count() == 5
+
+
+def test_a_message_clears_a_bar_left_on_the_terminal(monkeypatch):
+    from mlcc.cli import _Progress
+    err = _Stream(True)
+    monkeypatch.setattr(sys, "stderr", err)
+    term = _Progress()
+    term.bar("C float", 1, 3)
+    term.say("calibrating")
+    term.bar("C float", 3, 3)
+    term.say("done")
+    assert err.getvalue() == ("\r     C float [##########....................] 1/3"
+                              "\r\033[Kcalibrating\n"
+                              "\r     C float [##############################] 3/3\ndone\n")
 
 
 def _outlier_cnn(tmp_path, rng) -> tuple[Path, Path]:

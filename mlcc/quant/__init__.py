@@ -8,6 +8,7 @@ every run-time value as an output, one sample at a time, and hands each sample's
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable
 
 import numpy as np
@@ -36,20 +37,36 @@ def observed_values(g: Graph) -> list[str]:
 def calibrate(data: Iterable[dict[str, np.ndarray]], run: RunFn, names: list[str], *,
               method: str = DEFAULT_CALIBRATOR, percentile: float = 99.99,
               progress: Callable[[int, int, int], None] | None = None,
-              channels: frozenset = frozenset()) -> dict[str, Range]:
+              channels: frozenset = frozenset(), ahead: bool = True) -> dict[str, Range]:
     """Ranges of `names` over the calibration samples. `run(sample)` returns the float values
     (graph inputs included or not: the sample's own arrays are observed too). The values in
-    `channels` also get per-channel (last axis) minima and maxima."""
+    `channels` also get per-channel (last axis) minima and maxima. `run` is called once per
+    sample and pass, in order, one call at a time; with `ahead`, on a thread of its own, the
+    run of the next sample overlapping the observation of this one (a compiled model's run
+    releases the GIL; two samples' values are then in memory), which sees the samples in
+    the same order as without it."""
     cal = Calibrator(method, percentile, channels)
-    for p in range(cal.passes):
-        k = 0
-        for sample in data:
-            values = run(sample)
-            cal.observe(p, {n: (values[n] if n in values else sample[n]) for n in names
-                            if n in values or n in sample})
-            k += 1
-            if progress is not None:
-                progress(p, cal.passes, k)
+
+    def observe(p: int, k: int, sample, values) -> None:
+        cal.observe(p, {n: (values[n] if n in values else sample[n]) for n in names
+                        if n in values or n in sample})
+        if progress is not None:
+            progress(p, cal.passes, k)
+    with ThreadPoolExecutor(max_workers=1) as worker:
+        for p in range(cal.passes):
+            k, last = 0, None
+            for sample in data:
+                if last is not None and not ahead:     # one sample's values at a time
+                    k += 1
+                    observe(p, k, last[0], last[1].result())
+                    last = None
+                running = (sample, worker.submit(run, sample))
+                if last is not None:
+                    k += 1
+                    observe(p, k, last[0], last[1].result())
+                last = running
+            if last is not None:
+                observe(p, k + 1, last[0], last[1].result())
     return cal.ranges()
 
 

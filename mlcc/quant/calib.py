@@ -143,6 +143,20 @@ class CalibrationSet:
             raise InputError(f"calibration data {self.source} is empty: it has no samples")
         self.count = n
 
+    def known_count(self) -> int | None:
+        """The number of samples, where it is known without reading them: after one full
+        pass, or from the header of an .npz's first array (a folder or a Python file: None
+        until then). For progress bars only: the samples themselves are checked as read."""
+        if self.count is not None or Path(self.source).suffix != ".npz" or not self.spec:
+            return self.count
+        try:
+            with zipfile.ZipFile(self.source) as zf:
+                first = _NpyStream(zf, next(iter(self.spec)) + ".npy", Path(self.source))
+                n = int(first.shape[0]) if first.ndim else None
+        except Exception:  # noqa: BLE001 - unreadable here: the first pass reports it
+            return None
+        return n if n is None or self.limit is None else min(n, self.limit)
+
     def check_first(self) -> None:
         """Reads and checks the first sample (an empty set is an error): bad data is reported
         before any expensive work."""

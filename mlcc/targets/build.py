@@ -21,16 +21,19 @@ import os
 import re
 import shlex
 import subprocess
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
+from typing import Callable
 
 from .. import resources
 from ..errors import BuildError, DoesNotFit, TargetError
 from . import firmware as fw
-from .objects import (LAUNCHER_ENV, MAKEFILE_OBJECT_RULE, MAKEFILE_OBJECTS, OBJ_DIR, launcher,
-                      object_command, object_path)
+from .objects import (CACHE, LAUNCHER_ENV, MAKEFILE_OBJECT_RULE, MAKEFILE_OBJECTS, OBJ_DIR,
+                      launcher, object_command, object_key, object_path)
 from .target import Target
 
 BUILD_TIMEOUT_S = 1800
+JOBS_ENV = "MLCC_BUILD_JOBS"     # compile commands run at once (default: the usable cores)
 HARNESS_REL = "harness.c"
 HARNESS_EXE = "harness"
 _LIBC_HEADER = re.compile(r"\b(std\w*|math|string|limits|features)\.h: No such file")
@@ -199,31 +202,84 @@ def _run_toolchain(target: Target, folder: Path, cmd: list[str], what: str) -> N
                      f"report it with --verbose output)", detail=detail)
 
 
-def compile_objects(target: Target, folder: Path, sources: list[str]) -> None:
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:          # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def build_jobs() -> int:
+    """How many compile commands run at once: MLCC_BUILD_JOBS, else usable_cores()."""
+    text = os.environ.get(JOBS_ENV, "").strip()
+    if text:
+        if not text.isdigit() or int(text) < 1:
+            raise TargetError(f"{JOBS_ENV}={text!r}: expected a number of jobs >= 1")
+        return int(text)
+    return usable_cores()
+
+
+Progress = Callable[[int, int], None]     # (objects done, objects in all)
+
+
+def compile_objects(target: Target, folder: Path, sources: list[str],
+                    progress: Progress | None = None) -> None:
     """Compiles each source of `folder` to its object (object_command), through
-    MLCC_CC_LAUNCHER when it is set."""
+    MLCC_CC_LAUNCHER when it is set, build_jobs() at a time, the largest sources first;
+    objects this process compiled before from the same bytes with the same command are
+    reused (objects.CACHE). A failure is reported for the first failing source in the
+    order of `sources`, whatever the order the commands ended in."""
     if not target.compiler_found():
         raise TargetError(f"target {target.name}: compiler {target.toolchain.cc!r} not found"
                           f"{_install_hint(target)}")
     for source in sources:
         (folder / object_path(source)).parent.mkdir(parents=True, exist_ok=True)
-        _run_toolchain(target, folder, [*launcher(), *object_command(target, source)], source)
+
+    def one(source: str) -> None:
+        command = object_command(target, source)
+        key = object_key(target, folder, source, command)
+        data = CACHE.get(key) if key is not None else None
+        out = folder / object_path(source)
+        if data is not None:
+            out.write_bytes(data)
+        else:
+            _run_toolchain(target, folder, [*launcher(), *command], source)
+            if key is not None:
+                CACHE.put(key, out.read_bytes())
+
+    order = sorted(sources, key=lambda s: -(folder / s).stat().st_size)
+    jobs = min(build_jobs(), len(order)) or 1
+    errors: dict[str, BaseException] = {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(one, s): s for s in order}
+        for done, future in enumerate(as_completed(futures), 1):
+            try:
+                future.result()
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, in source order
+                errors[futures[future]] = exc
+            if progress is not None:
+                progress(done, len(order))
+    for source in sources:
+        if source in errors:
+            raise errors[source]
 
 
 def build_library(target: Target, folder: Path, sources: list[str],
-                  exports: list[str] = ()) -> Path:
-    """Builds the target's library (or model.wasm, exporting `exports`) in `folder`."""
-    compile_objects(target, folder, sources)
+                  exports: list[str] = (), progress: Progress | None = None) -> Path:
+    """Builds the target's library (or model.wasm, exporting `exports`) in `folder`;
+    progress(done, total) after each object."""
+    compile_objects(target, folder, sources, progress)
     cmd = library_command(target, sources, target.library_name, exports)
     _run_toolchain(target, folder, cmd, "the generated code")
     return folder / target.library_name
 
 
 def build_firmware(target: Target, folder: Path, sources: list[str],
-                   defines: list[str]) -> Path:
+                   defines: list[str], progress: Progress | None = None) -> Path:
     """Compiles the sources into libmodel.a and links firmware.elf around it (output:
     firmware); `defines` are the harness's (firmware.harness_defines)."""
-    compile_objects(target, folder, sources)
+    compile_objects(target, folder, sources, progress)
     (folder / target.library_name).unlink(missing_ok=True)
     _run_toolchain(target, folder, fw.archive_command(target, sources), "the static library")
     _run_toolchain(target, folder, fw.link_command(target, defines), "the firmware")
