@@ -241,18 +241,19 @@ def test_progress_bar_only_on_a_terminal(monkeypatch):
             assert text == ""
 
 
-def _outlier_cnn(tmp_path, rng) -> tuple[Path, Path]:
+def _outlier_cnn(tmp_path, rng, factor: float = 1000) -> tuple[Path, Path]:
     """A CNN with one deliberately sensitive tensor: `a`, the output of the small 1x1 Conv
-    `A`, has one channel 1000x the others (its weights and bias scaled), so one per-tensor
-    uint8 scale for `a` crushes the other three channels, which carry the output (the next
-    Conv `B` reads the big channel with weights 1000x smaller). Two 3x3 Convs before them
-    hold most of the multiply-accumulates, so keeping A and B in float is cheap."""
+    `A`, has one channel `factor` (1000) times the others (its weights and bias scaled), so
+    one per-tensor uint8 scale for `a` crushes the other three channels, which carry the
+    output (the next Conv `B` reads the big channel with weights that much smaller). Two 3x3
+    Convs before them hold most of the multiply-accumulates, so keeping A and B in float is
+    cheap."""
     wa = rng.normal(0, 0.3, (4, 16, 1, 1)).astype(np.float32)
     ba = rng.normal(0, 0.1, 4).astype(np.float32)
     wb = rng.normal(0, 0.5, (8, 4, 1, 1)).astype(np.float32)
-    wa[3] *= 1000
-    ba[3] *= 1000
-    wb[:, 3] /= 1000
+    wa[3] *= factor
+    ba[3] *= factor
+    wb[:, 3] /= factor
     consts = {"w0": rng.normal(0, 0.4, (16, 3, 3, 3)).astype(np.float32),
               "w1": rng.normal(0, 0.15, (16, 16, 3, 3)).astype(np.float32),
               "wa": wa, "ba": ba, "wb": wb,
@@ -321,6 +322,37 @@ def test_default_mix_respects_the_time_budget():
     # the budget: AUTO_TIME_BUDGET, or above it the all-integer estimate plus a margin
     assert sensitivity.auto_budget(0.46) == sensitivity.AUTO_TIME_BUDGET
     assert sensitivity.auto_budget(0.8) == pytest.approx(0.8 + sensitivity.AUTO_TIME_MARGIN)
+
+
+def test_ladder_tries_w8a16_before_float_and_prices_each_move():
+    """The searches' moves: each layer in sensitivity order to its cheaper better precision
+    (W8A16 where offered and cheaper, else float), then the W8A16 ones to float, a later
+    move replacing an earlier one; priced, only moves within the budget are taken and each
+    one's marginal cost is recorded."""
+    order = ["a", "b", "c"]
+    moves = sensitivity.ladder(order, {"c", "a"})
+    assert moves == [("a", "w8a16"), ("b", "float"), ("c", "w8a16"), ("a", "float"),
+                     ("c", "float")]
+    assert sensitivity.ladder(order, set()) == [(c, "float") for c in order]
+    assert sensitivity.mix_of(moves[:1]) == ([], ["a"])
+    assert sensitivity.mix_of(moves[:3]) == (["b"], ["a", "c"])
+    assert sensitivity.mix_of(moves[:4]) == (["a", "b"], ["c"])
+    assert sensitivity.mix_of(moves) == (["a", "b", "c"], [])
+    price = {"a": (0.05, 0.15), "b": (0.01, 0.2), "c": (0.3, 0.1)}   # (W8A16, float)
+
+    def ratio(taken):
+        kept, w16 = sensitivity.mix_of(taken)
+        return 0.4 + sum(price[c][1] for c in kept) + sum(price[c][0] for c in w16)
+    costs: dict = {}
+    taken = sensitivity.ladder(order, {"a", "b", "c"}, ratio, 0.62, costs)
+    # a: W8A16 (0.45); b: W8A16 (0.46); c: float is cheaper (0.56); a to float: 0.66, over
+    # the budget; b to float: 0.75, over
+    assert taken == [("a", "w8a16"), ("b", "w8a16"), ("c", "float")]
+    assert costs[("a", "w8a16")] == pytest.approx(0.05)
+    assert costs[("c", "w8a16")] == pytest.approx(0.3)
+    assert costs[("b", "float")] == pytest.approx(0.19)
+    # without W8A16: float moves within the budget, in order (within_budget)
+    assert sensitivity.ladder(order, set(), ratio, 0.66) == [("a", "float"), ("c", "float")]
 
 
 def test_default_mix_grid_search_meets_or_takes_the_fewest_near_the_best():
