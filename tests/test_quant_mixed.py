@@ -86,6 +86,36 @@ def test_fake_quant_program_is_float_when_off_and_the_int8_program_when_on(tmp_p
     assert sensitivity.output_sqnr(reals, sims) > real_db + 5
 
 
+def test_fake_quant_twins_take_the_bias_correction(tmp_path):
+    """With --bias-correction the rewrite adds (W - Wq) E[x] to each integer layer's bias;
+    each layer's int8 twin in the fake-quant program carries that shifted bias (in its own
+    layout: a Conv's [M], a Gemm's C that it did not have), so the search simulates the
+    program it builds. No C is built."""
+    from mlcc.quant import Range
+    g = split_table_activations(conv_transpose_as_conv(
+        run_pipeline(import_model(_cnn(tmp_path, np.random.default_rng(3))[0]),
+                     INT8_PIPELINE)))
+    layers = [n for n in g.nodes if n.op_type in ("Conv", "Gemm")]
+    rng = np.random.default_rng(4)
+    means = {n.inputs[0]: rng.normal(0, 2, g.values[n.inputs[0]].shape[1]) for n in layers}
+    ranges = {v: Range(-3.0, 3.0, -3.0, 3.0, 0.0) for v in needed_ranges(g, QuantOptions())}
+    allint = quantize_graph(g, ranges, QuantOptions(input_means=means))
+    assert {n.name for n in layers} <= set(allint.bias_shift)
+    fq = fakequant.build(g, allint)
+    consts = {n.name: n for n in fq.graph.nodes}
+    for n in layers:
+        twin = consts[f"{n.name}/fq"]
+        own = g.const(n.input(2)) if n.input(2) else np.zeros(len(allint.bias_shift[n.name]))
+        np.testing.assert_allclose(fq.graph.const(twin.inputs[2]).reshape(-1),
+                                   own.reshape(-1) + allint.bias_shift[n.name], rtol=1e-6,
+                                   atol=1e-7)
+        assert np.abs(allint.bias_shift[n.name]).max() > 0
+    # without the correction the twins read the layers' own biases
+    plain = fakequant.build(g, quantize_graph(g, ranges, QuantOptions()))
+    twins = {n.name: n for n in plain.graph.nodes if n.name.endswith("/fq")}
+    assert all(twins[f"{n.name}/fq"].inputs[2:] == n.inputs[2:] for n in layers)
+
+
 def test_bisect_finds_the_least_count_that_meets():
     scores = [1, 2, 2, 5, 7, 9, 9, 12]          # grows with the layers kept in float
     calls = []
