@@ -302,22 +302,29 @@ def _outlier_cnn(tmp_path, rng, factor: float = 1000) -> tuple[Path, Path]:
     return path, _calibration(tmp_path, rng, 16, (1, 3, 13, 17))
 
 
-def test_default_mix_keeps_a_sensitive_layer_in_float_and_meets_its_sqnr(tmp_path):
-    """With default options the sensitivity finds the layers around the outlier tensor and
-    keeps them in float, within the time budget, and the built program's output SQNR against
-    onnxruntime reaches the default target on held-out inputs; --pure-int8 keeps every layer
-    integer and loses most of the signal."""
-    from test_quant import _sqnr_vs_onnxruntime
+def default_mix_outlier(tmp_path, factor: float = 1000):
+    """_outlier_cnn compiled from the CLI with default int8 options and a report: (model,
+    calibration, 8 held-out inputs, report path, CLI result, the manifest's quantization)."""
     rng = np.random.default_rng(11)
-    path, calib = _outlier_cnn(tmp_path, rng)
+    path, calib = _outlier_cnn(tmp_path, rng, factor)
     xs = rng.normal(0, 1, (8, 1, 3, 13, 17)).astype(np.float32)
     report = tmp_path / "r.md"
     r = CliRunner().invoke(main, ["compile", str(path), "-o", str(tmp_path / "mix"),
                                   "--target", "x86-native", "--quantize", "int8",
                                   "--calibration", str(calib), "--report", str(report)])
     assert r.exit_code == 0, r.output
-    mp = json.loads((tmp_path / "mix" / "manifest.json").read_text())[
-        "quantization"]["mixed_precision"]
+    q = json.loads((tmp_path / "mix" / "manifest.json").read_text())["quantization"]
+    return path, calib, xs, report, r, q
+
+
+def test_default_mix_keeps_a_sensitive_layer_in_float_and_meets_its_sqnr(tmp_path):
+    """With default options the sensitivity finds the layers around the outlier tensor and
+    keeps them in float, within the time budget, and the built program's output SQNR against
+    onnxruntime reaches the default target on held-out inputs; --pure-int8 keeps every layer
+    integer and loses most of the signal."""
+    from test_quant import _sqnr_vs_onnxruntime
+    path, calib, xs, report, r, q = default_mix_outlier(tmp_path)
+    mp = q["mixed_precision"]
     assert mp["auto"] and mp["met"] and mp["steps"][0][1] < 20 <= sensitivity.AUTO_SQNR_DB
     assert set(mp["order"][:2]) == {"A", "B"} and set(mp["kept"]) <= {"A", "B"}
     assert "C0" not in mp["kept"] and "C1" not in mp["kept"]

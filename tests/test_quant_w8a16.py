@@ -180,26 +180,16 @@ def test_default_mix_tries_w8a16_before_float(tmp_path, monkeypatch):
     first move is to W8A16, the built mix (W8A16 layers, and float where W8A16 was not
     enough) meets the default 30 dB against onnxruntime, and the manifest, the compile
     output and the report give each layer's precision and the moves' estimated costs."""
-    from click.testing import CliRunner
     from test_quant import _sqnr_vs_onnxruntime
-    from test_quant_mixed import _outlier_cnn
+    from test_quant_mixed import default_mix_outlier
 
-    from mlcc.cli import main
     from mlcc.quant import latency
     t = latency.TABLES["x86_64-avx512"]
     # W8A16 kernels, the int16 conversions and the calls priced free (in this tiny model a
     # kernel call's fixed cost outweighs the MACs): cheaper than float everywhere
     monkeypatch.setitem(latency.TABLES, "x86_64-avx512", replace(
         t, w16_mac=0.0, w16_dw_mac=0.0, w16_out=0.0, quantize_elem=0.0, call=0.0))
-    rng = np.random.default_rng(11)
-    path, calib = _outlier_cnn(tmp_path, rng, factor=30)
-    xs = rng.normal(0, 1, (8, 1, 3, 13, 17)).astype(np.float32)
-    report = tmp_path / "r.md"
-    r = CliRunner().invoke(main, ["compile", str(path), "-o", str(tmp_path / "mix"),
-                                  "--target", "x86-native", "--quantize", "int8",
-                                  "--calibration", str(calib), "--report", str(report)])
-    assert r.exit_code == 0, r.output
-    q = json.loads((tmp_path / "mix" / "manifest.json").read_text())["quantization"]
+    path, _, xs, report, r, q = default_mix_outlier(tmp_path, factor=30)
     mp = q["mixed_precision"]
     assert mp["auto"] and mp["met"] and set(mp["order"][:2]) == {"A", "B"}
     # the Convs offered (not the Gemm: its input, a Flatten of the pooled codes, has no
