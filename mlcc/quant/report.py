@@ -174,12 +174,14 @@ def mixed_text(m: dict) -> str:
             def priced(p: str, node: str) -> str:
                 if node not in cost.get(p, {}):
                     return ""
-                return f"{cost[p][node]:+.4f}" + ("" if node in ok[p] else " (over budget)")
+                return f"{cost[p][node]:+.4f}" + ("" if node in ok[p] else " (not taken)")
             lines += ["", f"Layers, most sensitive first: the output SQNR with only that "
                       f"layer quantized (simulated, {m['rank_samples']} samples), the "
                       f"precision chosen, and the estimated time each move adds to the "
                       f"int8 / float ratio where the search priced it (W8A16 is offered "
-                      f"where its kernel is estimated cheaper than float's).", "",
+                      f"where its kernel is estimated cheaper than float's; a move is not "
+                      f"taken when the other precision was cheaper or it exceeds the "
+                      f"budget).", "",
                       "| layer | SQNR alone (dB) | precision | MACs | W8A16 cost | float cost |",
                       "|---|---:|---|---:|---:|---:|"]
             lines += [f"| `{node}` | {num(m['sensitivity_db'][node])} | {precision(node)} | "
