@@ -3,6 +3,7 @@
     python bench/profile_layers.py OUT_DIR [--runs 21] [--top 25]
     python bench/profile_layers.py OLD_DIR NEW_DIR [--runs 21]    # A/B, calls alternating
     python bench/profile_layers.py OLD_DIR NEW_DIR --cpu   # the caller's CPU time per call
+    python bench/profile_layers.py A_DIR B_DIR --cpu --json calls.json   # every call's time
     python bench/profile_layers.py DIR --threads 1,2 [--pool-stats]  # the same build on 1 and 2
     python bench/profile_layers.py STATIC_DIR RANGE_DIR --feed x=1,3,48,320   # a range build
 
@@ -94,6 +95,10 @@ def main() -> int:
     ap.add_argument("--feed", action="append", default=[], metavar="NAME=D0,D1,...",
                     help="the shape of an input's feed (a range build: a size in its range; "
                          "default: its largest)")
+    ap.add_argument("--json", type=Path, metavar="FILE",
+                    help="also write every call's median time (ms; CPU time with --cpu) per "
+                         "build, with its kernel and convolution shape, to FILE (e.g. to "
+                         "refit mlcc/quant/latency.py's cost table)")
     ap.add_argument("--pool-stats", action="store_true",
                     help="build with -DMLCC_POOL_STATS; print work, serial time and waits")
     args = ap.parse_args()
@@ -138,6 +143,13 @@ def main() -> int:
         col = 1 if args.cpu else 0
         # each build's whole run (the calls compared one by one below are the first n)
         totals = [float(np.median(np.array(b[5])[:, :, col].sum(axis=1))) * 1e3 for b in builds]
+        if args.json:           # every call of each build (the comparison below cuts them)
+            args.json.write_text(json.dumps([
+                {"folder": str(f), "threads": t, "cpu": args.cpu, "runs": args.runs,
+                 "calls": [{"kernel": c[0], "shape": describe(b[1].get(c[1], "")),
+                            "ms": float(m)} for c, m in
+                           zip(b[0], np.median(np.array(b[5])[:, :, col], axis=0) * 1e3)]}
+                for f, t, b in zip(folders, threads, builds)], indent=1) + "\n")
         n = min(len(b[0]) for b in builds)
         for k, b in enumerate(builds):
             builds[k] = (b[0][:n],) + b[1:5] + ([s[:n] for s in b[5]],)

@@ -697,7 +697,7 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
                 say(rplan.summary())
             if target is not None:
                 opts, sens, timing = _mixed_search(g, ranges, opts, qdq, cfg, target, run,
-                                                   Path(tmp), say)
+                                                   Path(tmp), say, tgt)
             elif cfg.auto_mix and qdq is None:
                 opts, auto = _auto_mix(g, ranges, opts, qdq, cfg, run, Path(tmp), say, tgt)
     if target is not None and data is None:
@@ -777,10 +777,13 @@ def _mix_target(cfg: QuantizeConfig):
 
 
 def _mixed_search(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: QuantizeConfig,
-                  target, run_float, tmp: Path, say) -> tuple[QuantOptions, dict, dict]:
+                  target, run_float, tmp: Path, say, tgt=None
+                  ) -> tuple[QuantOptions, dict, dict]:
     """--min-sqnr / --max-drop (mlcc/quant/sensitivity.py): the per-layer sensitivity and the
-    search on the fake-quant program (mlcc/quant/fakequant.py, one build), then the choice
-    verified with one real build (more layers kept in float if it misses the target)."""
+    search on the fake-quant program (mlcc/quant/fakequant.py, one build) over the moves of
+    sensitivity.ladder (the most sensitive layers to W8A16 where the target's cost table
+    estimates that cheaper than float, then to float), then the choice verified with one
+    real build (more moves taken if it misses the target)."""
     from .quant import fakequant
     from .quant import sensitivity as sens
 
@@ -792,7 +795,10 @@ def _mixed_search(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: Quantize
     target.start(refs)          # a metric that fails, fails before the next build
     allint = quantize_graph(g, ranges, opts, qdq)
     cands = sens.candidates(allint.layers)
-    fq = fakequant.build(g, allint)
+    sixteen = _w8a16_offers(g, allint, cands, tgt, ranges)
+    fq = fakequant.build(g, allint, quantize_graph(
+        g, ranges, replace(opts, w8a16=opts.w8a16 | frozenset(sixteen)), qdq)
+        if sixteen else None)
     run_sim = _host_runner(fq.graph, tmp / "fakequant", "mlcc_fakequant", bar, "C fake-quant")
     tb = time.perf_counter()
     say(f"mixed precision: fake-quant program ({len(fq.slots)} switches) built in "
@@ -805,16 +811,25 @@ def _mixed_search(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: Quantize
     say(f"mixed precision: sensitivity of {len(cands)} layers on {len(ranked)} samples in "
         f"{time.perf_counter() - tb:.1f} s")
 
-    # 2. bisection on the number kept in float, each mix simulated
+    # 2. bisection on the number of moves taken (to W8A16, then to float), each mix simulated
+    planner = _mix_planner(g, ranges, opts, qdq)
+    priced = None
+    if sixteen:             # W8A16 or float per layer, whichever the cost table finds cheaper
+        from .quant import latency
+        ratio, _ = latency.estimator(tgt, allint, cands, {c: sens.macs(g, c) for c in cands},
+                                     planner, [n.name for n in g.nodes])
+        priced = lambda moves: ratio(*sens.mix_of(moves))      # noqa: E731
+    moves = sens.ladder(order, sixteen, priced)
+
     def plan(k: int) -> QuantResult:
-        return quantize_graph(g, ranges, replace(opts, keep_float=opts.keep_float |
-                                                 frozenset(order[:k])), qdq)
+        return planner(*sens.mix_of(moves[:k]))
+
     def simulate(k: int) -> float:
         control = fq.plan(plan(k))
         score = target.call(refs, list(sim.map((s, control) for s in samples)))
-        say(f"mixed precision: {k} layers in float: {target.text(score)} (simulated)")
+        say(f"mixed precision: {_moves_text(moves[:k])}: {target.text(score)} (simulated)")
         return score
-    k, steps = sens.bisect(len(order), simulate, target.meets)
+    k, steps = sens.bisect(len(moves), simulate, target.meets)
     res = sens.MixResult(target, order, alone, steps, simulated=dict(steps)[k])
 
     # 3. the choice verified with a real build
@@ -824,13 +839,14 @@ def _mixed_search(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: Quantize
         run_q = _host_runner(qres.graph, folder, "mlcc_int8", bar, "C int8")
         score = target.call(refs, [{o: run_q(s)[o] for o in g.outputs} for s in samples])
         res.verified.append((k, score))
-        say(f"mixed precision: {k} layers in float: {target.text(score)} (built and run)")
+        say(f"mixed precision: {_moves_text(moves[:k])}: {target.text(score)} (built and "
+            f"run)")
         return qres, run_q, score, folder
     qres, run_q, score, folder = real(k)
-    while not target.meets(score) and k < len(order):
-        k = len(order) if len(res.verified) >= 3 else min(len(order), k + max(1, k // 2))
+    while not target.meets(score) and k < len(moves):
+        k = len(moves) if len(res.verified) >= 3 else min(len(moves), k + max(1, k // 2))
         qres, run_q, score, folder = real(k)
-    res.kept, res.met = order[:k], target.meets(score)
+    (res.kept, res.w8a16), res.met = sens.mix_of(moves[:k]), target.meets(score)
     if not res.met:
         still = [f"{lp.node} ({lp.op})" for lp in qres.layers if lp.integer]
         raise InputError(
@@ -841,14 +857,16 @@ def _mixed_search(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: Quantize
                               "nothing quantized is left (the float program itself does not "
                               "meet it on these samples)"))
     ms = _median_ms(run_q, samples[0])
-    say(f"mixed precision: {k} of {len(order)} layers kept in float, {target.text(score)} "
+    say(f"mixed precision: {len(res.kept)} of {len(order)} layers kept in float"
+        + (f", {len(res.w8a16)} at W8A16" if sixteen else "") + f", {target.text(score)} "
         f"({target.goal()}) in {time.perf_counter() - t0:.1f} s")
     layer_macs = {c: sens.macs(g, c) for c in cands}
     info = {"target": target.goal(), "kind": target.kind, "value": target.value,
             "metric": target.name, "met": res.met,
             "reference": target.reference if target.kind == "drop" else None,
             "samples": len(samples), "rank_samples": len(ranked), "kept": res.kept,
-            "order": order, "sensitivity_db": {c: round(v, 3) for c, v in alone.items()},
+            "w8a16": res.w8a16, "w8a16_offered": sixteen, "order": order,
+            "sensitivity_db": {c: round(v, 3) for c, v in alone.items()},
             "steps": [[n, v] for n, v in res.steps],
             "verified": [[n, v] for n, v in res.verified], "final": score,
             "macs": layer_macs,
@@ -858,7 +876,16 @@ def _mixed_search(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: Quantize
     per_mac = ms / max(1.0, float_macs + sens.INT8_FLOAT_RATIO * int_macs)
     timing = {"ms": ms, "extra_ms_per_float_mac": per_mac * (1 - sens.INT8_FLOAT_RATIO),
               "int8_float_ratio": sens.INT8_FLOAT_RATIO}
-    return replace(opts, keep_float=opts.keep_float | frozenset(res.kept)), info, timing
+    return replace(opts, keep_float=opts.keep_float | frozenset(res.kept),
+                   w8a16=(opts.w8a16 | frozenset(res.w8a16)) - frozenset(res.kept)), info, \
+        timing
+
+
+def _moves_text(moves) -> str:
+    """'3 layers in float, 2 at W8A16' for the mix a ladder prefix makes."""
+    from .quant.sensitivity import mix_of
+    kept, w16 = mix_of(moves)
+    return f"{len(kept)} layers in float" + (f", {len(w16)} at W8A16" if w16 else "")
 
 
 class _Simulator:
@@ -934,16 +961,33 @@ def _sensitivity(g: Graph, fq, sim, cands: list[str], ranked: list, refs: list, 
     return alone, sorted(cands, key=lambda c: (alone[c], cands.index(c)))
 
 
+def _w8a16_offers(g: Graph, allint: QuantResult, cands: list[str], tgt, ranges: dict
+                  ) -> list[str]:
+    """The candidate layers the mixes may run at W8A16 (int16 activations) before float: an
+    int8 Conv / Gemm / MatMul whose W8A16 kernel the target's cost table estimates cheaper
+    than its float one (latency.w8a16_cheaper; none without a table), and whose input has a
+    calibrated range (its int16 scale; a MaxPool output read at its input's scale has none:
+    the calibration observes no more values for the mix)."""
+    from .quant import latency
+    table = latency.table_for(tgt)
+    int8 = {lp.node for lp in allint.layers if lp.integer and lp.precision == "int8"}
+    first_input = {n.name: n.inputs[0] for n in g.nodes if n.inputs}
+    return [c for c in cands if c in allint.weights and c in int8 and
+            first_input.get(c) in ranges and latency.w8a16_cheaper(g, c, table)]
+
+
 def _auto_mix(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: QuantizeConfig,
               run_float, tmp: Path, say, tgt=None) -> tuple[QuantOptions, dict | None]:
     """The default mix (no --min-sqnr / --max-drop, not --pure-int8): if the all-integer
     program's simulated output SQNR is below sensitivity.AUTO_SQNR_DB, the layers the
-    one-pass sensitivity ranks worst are kept in float until it reaches it, taking only
-    layers that keep the estimated int8 / float time within sensitivity.auto_budget (by the
-    target's fitted cost table where it has one, else by multiply-accumulates:
-    quant/latency.py); when the target is out of reach, the fewest of those whose simulated
-    SQNR is near the best mix tried (sensitivity.grid_search). One fake-quant build and no
-    other: the choice is not rebuilt to be verified."""
+    one-pass sensitivity ranks worst are moved to W8A16 (where the target's cost table
+    estimates that cheaper than float: _w8a16_offers), then to float
+    (sensitivity.ladder) until it reaches it, taking only moves that keep the estimated
+    int8 / float time within sensitivity.auto_budget (by the target's fitted cost table
+    where it has one, else by multiply-accumulates: quant/latency.py); when the target is
+    out of reach, the fewest of those moves whose simulated SQNR is near the best mix tried
+    (sensitivity.grid_search). One fake-quant build and no other: the choice is not rebuilt
+    to be verified."""
     from .quant import fakequant, latency
     from .quant import sensitivity as sens
 
@@ -955,18 +999,19 @@ def _auto_mix(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: QuantizeConf
     samples = list(CalibrationSet(cfg.calibration, _input_spec(g),
                                   min(SEARCH_SAMPLES, cfg.max_samples or SEARCH_SAMPLES)))
     refs = [{o: run_float(s)[o] for o in g.outputs} for s in samples]
-    fq = fakequant.build(g, allint)
+    sixteen = _w8a16_offers(g, allint, cands, tgt, ranges)
+    all16 = quantize_graph(g, ranges, replace(opts, w8a16=opts.w8a16 | frozenset(sixteen)),
+                           qdq) if sixteen else None
+    fq = fakequant.build(g, allint, all16)
     sim = _simulator(g, fq, _host_runner(fq.graph, tmp / "fakequant", "mlcc_fakequant",
                                          cfg.progress_bar, "C fake-quant"))
     target = sens.Target.sqnr(sens.AUTO_SQNR_DB)
     layer_macs = {c: sens.macs(g, c) for c in cands}
+    plan = _mix_planner(g, ranges, opts, qdq)
 
-    def plan(kept) -> QuantResult:
-        return quantize_graph(g, ranges, replace(opts, keep_float=opts.keep_float |
-                                                 frozenset(kept)), qdq)
-
-    def simulate(kept) -> float:
-        return target.call(refs, [sim(s, fq.plan(plan(kept))) for s in samples])
+    def simulate(moves) -> float:
+        return target.call(refs, [sim(s, fq.plan(plan(*sens.mix_of(moves))))
+                                  for s in samples])
     score = simulate([])
     ratio, time_model = latency.estimator(tgt, allint, cands, layer_macs, plan,
                                           [n.name for n in g.nodes])
@@ -975,10 +1020,10 @@ def _auto_mix(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: QuantizeConf
             f"{budget:.2g} of float's estimated time", "kind": "sqnr",
             "value": sens.AUTO_SQNR_DB, "budget": round(budget, 4),
             "metric": target.name, "reference": None, "samples": len(samples),
-            "rank_samples": 0, "kept": [], "order": [], "sensitivity_db": {},
+            "rank_samples": 0, "kept": [], "w8a16": [], "order": [], "sensitivity_db": {},
             "steps": [[0, score]], "verified": [], "final": score, "macs": layer_macs,
             "time_ratio": round(ratio([]), 4), "time_model": time_model,
-            "met": target.meets(score)}
+            "w8a16_offered": sixteen, "met": target.meets(score)}
     if info["met"]:
         say(f"int8: simulated output SQNR {score:.1f} dB all integer (>= "
             f"{sens.AUTO_SQNR_DB:g}): no layer kept in float")
@@ -986,7 +1031,9 @@ def _auto_mix(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: QuantizeConf
     ranked = samples[:sens.auto_rank_samples(layer_macs, RANK_SAMPLES)]
     bar = cfg.progress_bar or (lambda label, done, total: None)
     alone, order = _sensitivity(g, fq, sim, cands, ranked, refs, bar)
-    affordable = sens.within_budget(order, ratio, budget)
+    costs: dict = {}
+    affordable = sens.ladder(order, sixteen, lambda moves: ratio(*sens.mix_of(moves)),
+                             budget, costs)
     memo = {0: score}
 
     def evaluate(k: int) -> float:
@@ -995,18 +1042,33 @@ def _auto_mix(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: QuantizeConf
         return memo[k]
     k, steps = sens.grid_search(len(affordable), evaluate, target.meets,
                                 sens.AUTO_NEAR_BEST_DB)
-    kept = affordable[:k]
+    kept, w16 = sens.mix_of(affordable[:k])
     score = memo[k]
-    info.update({"rank_samples": len(ranked), "order": order, "kept": kept,
-                 "affordable": affordable,
+    info.update({"rank_samples": len(ranked), "order": order, "kept": kept, "w8a16": w16,
+                 "affordable": [c for c, p in affordable if p == sens.FLOAT],
+                 "affordable_w8a16": [c for c, p in affordable if p == sens.W8A16],
+                 "move_cost": {p: {c: round(v, 4) for (c, q), v in costs.items() if q == p}
+                               for p in (sens.W8A16, sens.FLOAT)},
                  "sensitivity_db": {c: round(v, 3) for c, v in alone.items()},
                  "steps": [[0, info["steps"][0][1]]] + [[n, v] for n, v in steps if n],
                  "final": score, "met": target.meets(score),
-                 "time_ratio": round(ratio(kept), 4)})
-    say(f"int8: {len(kept)} of {len(cands)} layers kept in float by the sensitivity "
+                 "time_ratio": round(ratio(kept, w16), 4)})
+    say(f"int8: {len(kept)} of {len(cands)} layers kept in float"
+        + (f" and {len(w16)} at W8A16" if sixteen else "") + f" by the sensitivity "
         f"(simulated output SQNR {info['steps'][0][1]:.1f} -> {score:.1f} dB, estimated "
         f"int8/float time {info['time_ratio']:.2f}) in {time.perf_counter() - t0:.1f} s")
-    return replace(opts, keep_float=opts.keep_float | frozenset(kept)), info
+    return replace(opts, keep_float=opts.keep_float | frozenset(kept),
+                   w8a16=opts.w8a16 | frozenset(w16)), info
+
+
+def _mix_planner(g: Graph, ranges: dict, opts: QuantOptions, qdq):
+    """plan(kept, w16=()) -> the rewrite's plan with the layers `kept` in float and those of
+    `w16` at W8A16, on top of the options' own."""
+    def plan(kept, w16=()) -> QuantResult:
+        return quantize_graph(g, ranges, replace(
+            opts, keep_float=opts.keep_float | frozenset(kept),
+            w8a16=(opts.w8a16 | frozenset(w16)) - frozenset(kept)), qdq)
+    return plan
 
 
 def _median_ms(run, sample, reps: int = 5) -> float:

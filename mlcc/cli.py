@@ -369,13 +369,17 @@ def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_wei
         if "mixed_precision" in q and q["mixed_precision"].get("auto"):
             mp = q["mixed_precision"]
             click.echo(f"default mix ({mp['target']}; --pure-int8: none): "
-                       f"{len(mp['kept'])} layers kept in float, simulated output SQNR "
+                       f"{len(mp['kept'])} layers kept in float"
+                       + (f", {len(mp['w8a16'])} at W8A16" if mp.get("w8a16") else "")
+                       + f", simulated output SQNR "
                        f"{mp['steps'][0][1]:.1f} -> {mp['final']:.1f} dB, estimated "
                        f"int8/float time {mp['time_ratio']:.2f}")
         elif "mixed_precision" in q:
             mp = {**q["mixed_precision"], **res.quant.timing}
             click.echo(f"{mp['target']} met: {len(mp['kept'])} of {len(mp['order'])} layers "
-                       f"kept in float, score {mp['final']:.4g} on {mp['samples']} samples, "
+                       f"kept in float"
+                       + (f", {len(mp['w8a16'])} at W8A16" if mp.get("w8a16") else "")
+                       + f", score {mp['final']:.4g} on {mp['samples']} samples, "
                        f"{mp['ms']:.3g} ms, weights {mp['weights']} bytes")
     m = res.manifest
     click.echo(f"compiled {Path(model).name} for {m['target']} into {res.folder}/: "

@@ -55,8 +55,9 @@ def _stem_and_deep(tmp_path):
     cands = sensitivity.candidates(allint.layers)
     assert {"S", "W", "M", "D", "G"} <= set(cands)
 
-    def plan(kept):
-        return quantize_graph(g, ranges, replace(opts, keep_float=frozenset(kept)))
+    def plan(kept, w16=()):
+        return quantize_graph(g, ranges, replace(opts, keep_float=frozenset(kept),
+                                                 w8a16=frozenset(w16)))
     macs = {c: sensitivity.macs(g, c) for c in cands}
     return g, allint, cands, macs, plan
 
@@ -89,3 +90,28 @@ def test_fitted_estimate_charges_high_resolution_float_layers_more(tmp_path):
     assert mac_ratio([]) == pytest.approx(sensitivity.INT8_FLOAT_RATIO)
     assert mac_ratio(["S"]) - mac_ratio([]) == pytest.approx(
         (1 - sensitivity.INT8_FLOAT_RATIO) * macs["S"] / sum(macs.values()))
+
+
+def test_w8a16_is_priced_and_offered_only_where_cheaper_than_float(tmp_path):
+    """A W8A16 layer costs its MACs and outputs at the table's W8A16 rates (dearer than int8,
+    and with the int16 conversion of its input); w8a16_cheaper offers it where its kernel is
+    estimated below the float kernel, never without a table."""
+    g, allint, cands, macs, plan = _stem_and_deep(tmp_path)
+    every = [n.name for n in g.nodes]
+    table = latency.TABLES["x86_64-avx512"]
+    ratio, _ = latency.estimator(load_target("x86-native"), allint, cands, macs, plan, every)
+    base = ratio([])
+    assert ratio([], ["D"]) > base and ratio([], ["D", "M"]) > ratio([], ["D"])
+    pg = plan([], ["D"]).graph
+    d16 = next(n for n in pg.nodes if n.name == "D")
+    assert d16.op_type == "QConv16"
+    assert latency.macs(pg, d16) == latency.macs(g, next(n for n in g.nodes if n.name == "D"))
+    cheap = replace(table, w16_mac=table.float_mac / 2, w16_dw_mac=table.float_dw_mac / 2,
+                    w16_out=table.float_out / 2)
+    dear = replace(table, w16_mac=table.float_mac * 2, w16_dw_mac=table.float_dw_mac * 2,
+                   w16_out=table.float_out * 2)
+    assert all(latency.w8a16_cheaper(g, c, cheap) for c in ("S", "W", "M", "D"))
+    assert not any(latency.w8a16_cheaper(g, c, dear) for c in ("S", "W", "M", "D"))
+    assert not latency.w8a16_cheaper(g, "D", None)
+    mac_ratio, _ = latency.estimator(load_target("arm"), allint, cands, macs, plan, every)
+    assert mac_ratio([], ["D"]) == pytest.approx(mac_ratio(["D"]))

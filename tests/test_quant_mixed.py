@@ -97,6 +97,36 @@ def test_fake_quant_program_is_float_when_off_and_the_int8_program_when_on(tmp_p
             np.array_equal(a["y"], b["y"]) for a, b in zip(one, many)), cores
 
 
+def test_fake_quant_twins_take_the_bias_correction(tmp_path):
+    """With --bias-correction the rewrite adds (W - Wq) E[x] to each integer layer's bias;
+    each layer's int8 twin in the fake-quant program carries that shifted bias (in its own
+    layout: a Conv's [M], a Gemm's C that it did not have), so the search simulates the
+    program it builds. No C is built."""
+    from mlcc.quant import Range
+    g = split_table_activations(conv_transpose_as_conv(
+        run_pipeline(import_model(_cnn(tmp_path, np.random.default_rng(3))[0]),
+                     INT8_PIPELINE)))
+    layers = [n for n in g.nodes if n.op_type in ("Conv", "Gemm")]
+    rng = np.random.default_rng(4)
+    means = {n.inputs[0]: rng.normal(0, 2, g.values[n.inputs[0]].shape[1]) for n in layers}
+    ranges = {v: Range(-3.0, 3.0, -3.0, 3.0, 0.0) for v in needed_ranges(g, QuantOptions())}
+    allint = quantize_graph(g, ranges, QuantOptions(input_means=means))
+    assert {n.name for n in layers} <= set(allint.bias_shift)
+    fq = fakequant.build(g, allint)
+    consts = {n.name: n for n in fq.graph.nodes}
+    for n in layers:
+        twin = consts[f"{n.name}/fq"]
+        own = g.const(n.input(2)) if n.input(2) else np.zeros(len(allint.bias_shift[n.name]))
+        np.testing.assert_allclose(fq.graph.const(twin.inputs[2]).reshape(-1),
+                                   own.reshape(-1) + allint.bias_shift[n.name], rtol=1e-6,
+                                   atol=1e-7)
+        assert np.abs(allint.bias_shift[n.name]).max() > 0
+    # without the correction the twins read the layers' own biases
+    plain = fakequant.build(g, quantize_graph(g, ranges, QuantOptions()))
+    twins = {n.name: n for n in plain.graph.nodes if n.name.endswith("/fq")}
+    assert all(twins[f"{n.name}/fq"].inputs[2:] == n.inputs[2:] for n in layers)
+
+
 def test_bisect_finds_the_least_count_that_meets():
     scores = [1, 2, 2, 5, 7, 9, 9, 12]          # grows with the layers kept in float
     calls = []
@@ -288,18 +318,19 @@ def test_a_message_clears_a_bar_left_on_the_terminal(monkeypatch):
                               "\r     C float [##############################] 3/3\ndone\n")
 
 
-def _outlier_cnn(tmp_path, rng) -> tuple[Path, Path]:
+def _outlier_cnn(tmp_path, rng, factor: float = 1000) -> tuple[Path, Path]:
     """A CNN with one deliberately sensitive tensor: `a`, the output of the small 1x1 Conv
-    `A`, has one channel 1000x the others (its weights and bias scaled), so one per-tensor
-    uint8 scale for `a` crushes the other three channels, which carry the output (the next
-    Conv `B` reads the big channel with weights 1000x smaller). Two 3x3 Convs before them
-    hold most of the multiply-accumulates, so keeping A and B in float is cheap."""
+    `A`, has one channel `factor` (1000) times the others (its weights and bias scaled), so
+    one per-tensor uint8 scale for `a` crushes the other three channels, which carry the
+    output (the next Conv `B` reads the big channel with weights that much smaller). Two 3x3
+    Convs before them hold most of the multiply-accumulates, so keeping A and B in float is
+    cheap."""
     wa = rng.normal(0, 0.3, (4, 16, 1, 1)).astype(np.float32)
     ba = rng.normal(0, 0.1, 4).astype(np.float32)
     wb = rng.normal(0, 0.5, (8, 4, 1, 1)).astype(np.float32)
-    wa[3] *= 1000
-    ba[3] *= 1000
-    wb[:, 3] /= 1000
+    wa[3] *= factor
+    ba[3] *= factor
+    wb[:, 3] /= factor
     consts = {"w0": rng.normal(0, 0.4, (16, 3, 3, 3)).astype(np.float32),
               "w1": rng.normal(0, 0.15, (16, 16, 3, 3)).astype(np.float32),
               "wa": wa, "ba": ba, "wb": wb,
@@ -318,22 +349,29 @@ def _outlier_cnn(tmp_path, rng) -> tuple[Path, Path]:
     return path, _calibration(tmp_path, rng, 16, (1, 3, 13, 17))
 
 
-def test_default_mix_keeps_a_sensitive_layer_in_float_and_meets_its_sqnr(tmp_path):
-    """With default options the sensitivity finds the layers around the outlier tensor and
-    keeps them in float, within the time budget, and the built program's output SQNR against
-    onnxruntime reaches the default target on held-out inputs; --pure-int8 keeps every layer
-    integer and loses most of the signal."""
-    from test_quant import _sqnr_vs_onnxruntime
+def default_mix_outlier(tmp_path, factor: float = 1000):
+    """_outlier_cnn compiled from the CLI with default int8 options and a report: (model,
+    calibration, 8 held-out inputs, report path, CLI result, the manifest's quantization)."""
     rng = np.random.default_rng(11)
-    path, calib = _outlier_cnn(tmp_path, rng)
+    path, calib = _outlier_cnn(tmp_path, rng, factor)
     xs = rng.normal(0, 1, (8, 1, 3, 13, 17)).astype(np.float32)
     report = tmp_path / "r.md"
     r = CliRunner().invoke(main, ["compile", str(path), "-o", str(tmp_path / "mix"),
                                   "--target", "x86-native", "--quantize", "int8",
                                   "--calibration", str(calib), "--report", str(report)])
     assert r.exit_code == 0, r.output
-    mp = json.loads((tmp_path / "mix" / "manifest.json").read_text())[
-        "quantization"]["mixed_precision"]
+    q = json.loads((tmp_path / "mix" / "manifest.json").read_text())["quantization"]
+    return path, calib, xs, report, r, q
+
+
+def test_default_mix_keeps_a_sensitive_layer_in_float_and_meets_its_sqnr(tmp_path):
+    """With default options the sensitivity finds the layers around the outlier tensor and
+    keeps them in float, within the time budget, and the built program's output SQNR against
+    onnxruntime reaches the default target on held-out inputs; --pure-int8 keeps every layer
+    integer and loses most of the signal."""
+    from test_quant import _sqnr_vs_onnxruntime
+    path, calib, xs, report, r, q = default_mix_outlier(tmp_path)
+    mp = q["mixed_precision"]
     assert mp["auto"] and mp["met"] and mp["steps"][0][1] < 20 <= sensitivity.AUTO_SQNR_DB
     assert set(mp["order"][:2]) == {"A", "B"} and set(mp["kept"]) <= {"A", "B"}
     assert "C0" not in mp["kept"] and "C1" not in mp["kept"]
@@ -368,6 +406,37 @@ def test_default_mix_respects_the_time_budget():
     # the budget: AUTO_TIME_BUDGET, or above it the all-integer estimate plus a margin
     assert sensitivity.auto_budget(0.46) == sensitivity.AUTO_TIME_BUDGET
     assert sensitivity.auto_budget(0.8) == pytest.approx(0.8 + sensitivity.AUTO_TIME_MARGIN)
+
+
+def test_ladder_tries_w8a16_before_float_and_prices_each_move():
+    """The searches' moves: each layer in sensitivity order to its cheaper better precision
+    (W8A16 where offered and cheaper, else float), then the W8A16 ones to float, a later
+    move replacing an earlier one; priced, only moves within the budget are taken and each
+    one's marginal cost is recorded."""
+    order = ["a", "b", "c"]
+    moves = sensitivity.ladder(order, {"c", "a"})
+    assert moves == [("a", "w8a16"), ("b", "float"), ("c", "w8a16"), ("a", "float"),
+                     ("c", "float")]
+    assert sensitivity.ladder(order, set()) == [(c, "float") for c in order]
+    assert sensitivity.mix_of(moves[:1]) == ([], ["a"])
+    assert sensitivity.mix_of(moves[:3]) == (["b"], ["a", "c"])
+    assert sensitivity.mix_of(moves[:4]) == (["a", "b"], ["c"])
+    assert sensitivity.mix_of(moves) == (["a", "b", "c"], [])
+    price = {"a": (0.05, 0.15), "b": (0.01, 0.2), "c": (0.3, 0.1)}   # (W8A16, float)
+
+    def ratio(taken):
+        kept, w16 = sensitivity.mix_of(taken)
+        return 0.4 + sum(price[c][1] for c in kept) + sum(price[c][0] for c in w16)
+    costs: dict = {}
+    taken = sensitivity.ladder(order, {"a", "b", "c"}, ratio, 0.62, costs)
+    # a: W8A16 (0.45); b: W8A16 (0.46); c: float is cheaper (0.56); a to float: 0.66, over
+    # the budget; b to float: 0.75, over
+    assert taken == [("a", "w8a16"), ("b", "w8a16"), ("c", "float")]
+    assert costs[("a", "w8a16")] == pytest.approx(0.05)
+    assert costs[("c", "w8a16")] == pytest.approx(0.3)
+    assert costs[("b", "float")] == pytest.approx(0.19)
+    # without W8A16: float moves within the budget, in order (within_budget)
+    assert sensitivity.ladder(order, set(), ratio, 0.66) == [("a", "float"), ("c", "float")]
 
 
 def test_default_mix_grid_search_meets_or_takes_the_fewest_near_the_best():

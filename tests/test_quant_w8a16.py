@@ -6,6 +6,7 @@ errors."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import onnx
@@ -170,3 +171,36 @@ def test_fake_quant_simulates_int16_activations(setup):
     sim_db, real_db = sensitivity.output_sqnr(refs, sims), sensitivity.output_sqnr(refs, real)
     assert abs(sim_db - real_db) < 0.5 and sensitivity.output_sqnr(real, sims) > real_db + 10, \
         (sim_db, real_db)
+
+
+def test_default_mix_tries_w8a16_before_float(tmp_path, monkeypatch):
+    """Where the target's cost table prices W8A16 below float (here: free), the default
+    mix moves each sensitive layer to W8A16 before float: on test_quant_mixed's CNN with
+    one channel 30x the others (`A` writes it, `B` reads it), the most sensitive layer's
+    first move is to W8A16, the built mix (W8A16 layers, and float where W8A16 was not
+    enough) meets the default 30 dB against onnxruntime, and the manifest, the compile
+    output and the report give each layer's precision and the moves' estimated costs."""
+    from test_quant import _sqnr_vs_onnxruntime
+    from test_quant_mixed import default_mix_outlier
+
+    from mlcc.quant import latency
+    t = latency.TABLES["x86_64-avx512"]
+    # W8A16 kernels, the int16 conversions and the calls priced free (in this tiny model a
+    # kernel call's fixed cost outweighs the MACs): cheaper than float everywhere
+    monkeypatch.setitem(latency.TABLES, "x86_64-avx512", replace(
+        t, w16_mac=0.0, w16_dw_mac=0.0, w16_out=0.0, quantize_elem=0.0, call=0.0))
+    path, _, xs, report, r, q = default_mix_outlier(tmp_path, factor=30)
+    mp = q["mixed_precision"]
+    assert mp["auto"] and mp["met"] and set(mp["order"][:2]) == {"A", "B"}
+    # the Convs offered (not the Gemm: its input, a Flatten of the pooled codes, has no
+    # range of its own); the most sensitive layer's first move is to W8A16, the cheaper
+    assert set(mp["w8a16_offered"]) == {"A", "B", "C0", "C1"}
+    assert mp["affordable_w8a16"][0] == mp["order"][0]
+    assert mp["move_cost"]["w8a16"]["A"] < mp["move_cost"]["float"]["A"]
+    assert mp["w8a16"] and sorted(q["w8a16_layers"]) == sorted(mp["w8a16"])
+    assert not set(mp["w8a16"]) & set(mp["kept"])
+    assert f", {len(mp['w8a16'])} at W8A16" in r.output
+    text = report.read_text()
+    row = text.split(f"| `{mp['w8a16'][0]}` |")[-1].split("\n")[0]
+    assert "| W8A16 |" in row, row
+    assert _sqnr_vs_onnxruntime(path, tmp_path / "mix", xs)[0] >= 30

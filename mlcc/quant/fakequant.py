@@ -15,6 +15,9 @@ A W8A16 layer (int16 activations) is simulated by its int8 weights' switch and t
 quantize-dequantize of the values it reads (slots "16:" + value, from a plan with every
 producer at W8A16); the quantization of its output is its reader's, as for a float layer.
 
+A layer whose bias `--bias-correction` shifted (QuantResult.bias_shift) gets the shifted bias
+in its int8 twin, as the rewrite builds it.
+
 What it leaves out: rounding inside the integer kernels (the int32 accumulation is exact, the
 requantization rounds once, as the output's quantize-dequantize does here), and the bias
 rounded to int32 (negligible at scale x_scale * w_scale). A value whose scale a plan changes
@@ -28,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir import Graph, Node, Value
+from .bias_correction import shifted_bias
 from .rewrite import QuantResult
 
 CONTROL = "mlcc_fakequant_control"
@@ -70,6 +74,15 @@ def graph_layout_weights(g: Graph, n: Node, wq: np.ndarray, ws: np.ndarray) -> n
         deq = deq / np.float32(n.attr("alpha", 1.0))
         return deq if n.attr("transB", 0) else np.ascontiguousarray(deq.T)
     return np.ascontiguousarray(deq.T)            # MatMul
+
+
+def twin_bias(g: Graph, n: Node, shift: np.ndarray) -> np.ndarray:
+    """n's bias input with bias correction's shift (per output channel) added, in the layout
+    of n's own bias (Gemm's beta divided out); [M] where n has none."""
+    b = g.const(n.input(2)) if n.input(2) else None
+    beta = np.float32(n.attr("beta", 1.0)) if n.op_type == "Gemm" else np.float32(1.0)
+    bias = shifted_bias(None if b is None else b.reshape(-1) * beta, shift) / beta
+    return bias.astype(np.float32).reshape(b.shape if b is not None else (-1,))
 
 
 def build(g: Graph, allint: QuantResult, w16: QuantResult | None = None) -> FakeQuant:
@@ -149,8 +162,12 @@ def build(g: Graph, allint: QuantResult, w16: QuantResult | None = None) -> Fake
         if "w:" + n.name in fq.slots:
             wq, ws = allint.weights[n.name]
             wname = sg.add_const(f"{n.name}.fq.w", graph_layout_weights(g, n, wq, ws))
+            rest = n.inputs[2:]
+            if n.name in allint.bias_shift:           # --bias-correction's shifted bias
+                rest = [sg.add_const(f"{n.name}.fq.b",
+                                     twin_bias(g, n, allint.bias_shift[n.name]))] + rest[1:]
             yq = new_value(f"{y}.fq.wq", y)
-            twin = Node(f"{n.name}/fq", n.op_type, [n.inputs[0], wname] + n.inputs[2:], [yq],
+            twin = Node(f"{n.name}/fq", n.op_type, [n.inputs[0], wname] + rest, [yq],
                         dict(n.attrs), n.domain, n.version, [])
             nodes.append(twin)
             rename[y] = blend(y, yq, fq.slots["w:" + n.name], "w")

@@ -1,7 +1,7 @@
 """The default mix's time estimate: the cost of a rewrite plan's program, node by node, from
 the nodes' shapes and a per-target table of costs fitted on measured kernel times.
 
-A node costs its multiply-accumulates at the rate of its kind (float or int8; dense or
+A node costs its multiply-accumulates at the rate of its kind (float, int8 or W8A16; dense or
 depthwise / grouped), plus every element it reads or writes at the rate of its kind
 (float element-wise and data movement, uint8 tables and movement, QuantizeLinear,
 DequantizeLinear), plus a constant per kernel call. The constants come from the target: a
@@ -18,8 +18,9 @@ import numpy as np
 
 from ..ir import Graph, Node
 
-MAC_OPS = ("Conv", "QConv", "MatMul", "Gemm", "QFC")
+MAC_OPS = ("Conv", "QConv", "QConv16", "MatMul", "Gemm", "QFC", "QFC16")
 INT8_MAC_OPS = ("QConv", "QFC")
+W8A16_MAC_OPS = ("QConv16", "QFC16")
 # a window per output (grouped MACs; a global pool's window is its input)
 POOL_OPS = ("AveragePool", "QAvgPool", "MaxPool", "GlobalAveragePool", "GlobalMaxPool")
 # nodes that compile to no kernel call (a view of their input's memory)
@@ -37,8 +38,11 @@ class CostTable:
     float_dw_mac: float       # a grouped (depthwise) Conv's or a pool's
     int8_mac: float
     int8_dw_mac: float
+    w16_mac: float            # a W8A16 layer's (int16 activations x int8 weights)
+    w16_dw_mac: float
     float_out: float          # per output of a float Conv / MatMul / Gemm (its epilogue)
     int8_out: float           # per output of an integer one (requantization)
+    w16_out: float            # per output of a W8A16 one (its float epilogue)
     float_elem: float         # per element read or written by another float node
     heavy_elem: float         # ... by a float node of HEAVY_OPS
     int8_elem: float          # per element read or written by a uint8 node (tables, movement)
@@ -64,7 +68,7 @@ def macs(g: Graph, n: Node) -> tuple[int, bool]:
         if n.op_type.startswith("Global") or n.attr("global", 0):
             return _numel(g, n.inputs[0]), True
         return out * int(np.prod(n.attr("kernel_shape", [1]))), True
-    if n.op_type in ("Conv", "QConv"):
+    if n.op_type in ("Conv", "QConv", "QConv16"):
         w = g.const(n.inputs[1])
         if w is None:
             return 0, False
@@ -73,7 +77,7 @@ def macs(g: Graph, n: Node) -> tuple[int, bool]:
     b = g.const(n.inputs[1]) if len(n.inputs) > 1 else None
     if n.op_type == "Gemm" and b is not None:
         k = b.shape[0] if n.attr("transB", 0) == 0 else b.shape[1]
-    elif b is not None and b.ndim >= 2 and n.op_type != "QFC":
+    elif b is not None and b.ndim >= 2 and n.op_type not in ("QFC", "QFC16"):
         k = b.shape[-2]
     elif a is not None and a.shape:
         k = a.shape[-1]
@@ -98,6 +102,8 @@ def node_cost(g: Graph, n: Node, t: CostTable) -> float:
     uint8 = any(g.values[v].dtype == "uint8" for v in n.outputs if v in g.values)
     if n.op_type in MAC_OPS and m:
         out = _numel(g, n.outputs[0])
+        if n.domain == "mlcc" and n.op_type in W8A16_MAC_OPS:
+            return t.call + m * (t.w16_dw_mac if grouped else t.w16_mac) + t.w16_out * out
         if n.domain == "mlcc":
             return t.call + m * (t.int8_dw_mac if grouped else t.int8_mac) + t.int8_out * out
         return t.call + m * (t.float_dw_mac if grouped else t.float_mac) + t.float_out * out
@@ -116,10 +122,16 @@ def program_cost(g: Graph, t: CostTable) -> float:
 # the per-call CPU times of PP-OCRv4 rec's float and all-integer builds for x86-native
 # (1x3x48x320, 154 and 147 kernel calls, 15 interleaved runs; `bench/profile_layers.py`'s
 # timers, 2026-11-27 on the 2-core Zen machine at load 8-12): float 9.34 ms, integer 4.31 ms.
+# The W8A16 rates (w16_*): the same model's 38 convolutions at W8A16 (`--pure-int8 --w8a16
+# op:Conv`) against its float build, 15 alternating runs of CPU time at load 13-15, fitted by
+# bench/fit_w16_rates.py with the other rates fixed and the machine's speed divided out by
+# the float convolutions (2026-11-27, the kernels of cc7c704: depthwise runs through the
+# dense tiles, one channel in four used). Refit them when the W8A16 kernels change.
 TABLES: dict[str, CostTable] = {
     "x86_64-avx512": CostTable(
         "x86_64-avx512", float_mac=0.0096, float_dw_mac=0.0240, int8_mac=0.0031,
-        int8_dw_mac=0.0218, float_out=0.1264, int8_out=0.1441, float_elem=0.0373,
+        int8_dw_mac=0.0218, w16_mac=0.0082, w16_dw_mac=0.3638, float_out=0.1264,
+        int8_out=0.1441, w16_out=0.8041, float_elem=0.0373,
         heavy_elem=0.3083, int8_elem=0.0059, quantize_elem=0.0463, dequantize_elem=0.0203,
         call=897.7)}
 
@@ -136,25 +148,41 @@ def table_for(target) -> CostTable | None:
     return None
 
 
+def w8a16_cheaper(g: Graph, node: str, t: CostTable | None) -> bool:
+    """Whether a layer's W8A16 kernel is estimated cheaper than its float one (its
+    multiply-accumulates and outputs at each kind's rates; the crossings around it are left
+    to the whole plan's estimate): where it is not, float is both cheaper and exact, and the
+    mix does not offer W8A16 for it. No table (the multiply-accumulate estimate): never."""
+    n = next((x for x in g.nodes if x.name == node), None)
+    if t is None or n is None:
+        return False
+    m, grouped = macs(g, n)
+    out = _numel(g, n.outputs[0])
+    w16 = m * (t.w16_dw_mac if grouped else t.w16_mac) + t.w16_out * out
+    return bool(m) and w16 < m * (t.float_dw_mac if grouped else t.float_mac) + \
+        t.float_out * out
+
+
 def estimator(target, allint, cands: list[str], layer_macs: dict[str, int], plan,
-              every_node: list[str]) -> tuple[Callable[[list[str]], float], str]:
-    """(ratio(kept) -> the estimated int8 / float time of the plan with the layers `kept` in
-    float and the rest as in `allint`, a description of the estimate). With the target's
-    table (table_for): the plan's whole program (plan(kept).graph: its float layers, integer
-    kernels and Q/DQ crossings) against the all-float program (plan(every_node)); without
-    one: the candidates' multiply-accumulates (sensitivity.time_ratio)."""
+              every_node: list[str]) -> tuple[Callable[..., float], str]:
+    """(ratio(kept, w16=()) -> the estimated int8 / float time of the plan with the layers
+    `kept` in float, those of `w16` at W8A16 and the rest as in `allint`, a description of
+    the estimate). With the target's table (table_for): the plan's whole program
+    (plan(kept, w16).graph: its float layers, integer kernels and Q/DQ crossings) against
+    the all-float program (plan(every_node)); without one: the candidates'
+    multiply-accumulates (sensitivity.time_ratio; a W8A16 layer charged as a float one)."""
     from .sensitivity import LayerPlan, time_ratio
     table = table_for(target)
     if table is None:
         integer = {lp.node for lp in allint.layers if lp.integer}
 
-        def mac_ratio(kept) -> float:
-            return time_ratio([LayerPlan(c, "", c in integer and c not in kept)
-                               for c in cands], layer_macs)
+        def mac_ratio(kept, w16=()) -> float:
+            return time_ratio([LayerPlan(c, "", c in integer and c not in kept and
+                                         c not in w16) for c in cands], layer_macs)
         return mac_ratio, "multiply-accumulates"
     full = program_cost(plan(every_node).graph, table)
     base = program_cost(allint.graph, table)
 
-    def cost_ratio(kept) -> float:
-        return (program_cost(plan(kept).graph, table) if kept else base) / full
+    def cost_ratio(kept, w16=()) -> float:
+        return (program_cost(plan(kept, w16).graph, table) if kept or w16 else base) / full
     return cost_ratio, f"fitted cost table ({table.name})"

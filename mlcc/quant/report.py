@@ -159,25 +159,43 @@ def mixed_text(m: dict) -> str:
         return "inf" if x == math.inf else f"{x:.2f}"
     met = "met" if m["met"] else "NOT met"
     kept = set(m["kept"])
+    w16 = set(m.get("w8a16", ()))
+
+    def precision(node: str) -> str:
+        return "float" if node in kept else "W8A16" if node in w16 else "int8"
     cost = m.get("extra_ms_per_float_mac", math.nan)
     if m.get("auto"):       # the default mix: simulated only, bounded by a time budget
         lines = [f"Default mix ({m['target']}): {met} with {len(m['kept'])} of "
-                 f"{len(m['macs'])} candidate layers in float (simulated output SQNR "
+                 f"{len(m['macs'])} candidate layers in float"
+                 + (f" and {len(w16)} at W8A16" if m.get("w8a16_offered") else "")
+                 + f" (simulated output SQNR "
                  f"{num(m['final'])} dB on {m['samples']} samples; estimated int8 / float "
                  f"time {m['time_ratio']:.2f} by {m.get('time_model', 'multiply-accumulates')}"
                  f", budget {m['budget']:.2f}; `--pure-int8` turns it off).", "",
-                 "Search, simulated by fake quantization (layers kept in float -> score): "
+                 "Search, simulated by fake quantization (moves taken -> score; the moves: "
+                 "the most sensitive layers to W8A16 where offered, then to float): "
                  + ", ".join(f"{k} -> {num(v)}" for k, v in m["steps"]) + "."]
         if m["order"]:
-            affordable = set(m.get("affordable", ()))
+            cost = m.get("move_cost", {})
+            ok = {"float": set(m.get("affordable", ())),
+                  "w8a16": set(m.get("affordable_w8a16", ()))}
+
+            def priced(p: str, node: str) -> str:
+                if node not in cost.get(p, {}):
+                    return ""
+                return f"{cost[p][node]:+.4f}" + ("" if node in ok[p] else " (not taken)")
             lines += ["", f"Layers, most sensitive first: the output SQNR with only that "
                       f"layer quantized (simulated, {m['rank_samples']} samples), the "
-                      f"precision chosen, and whether the time budget lets it be float.", "",
-                      "| layer | SQNR alone (dB) | precision | MACs | within budget |",
-                      "|---|---:|---|---:|---|"]
-            lines += [f"| `{node}` | {num(m['sensitivity_db'][node])} | "
-                      f"{'float' if node in kept else 'int8'} | {m['macs'][node]} | "
-                      f"{'yes' if node in affordable else 'no'} |" for node in m["order"]]
+                      f"precision chosen, and the estimated time each move adds to the "
+                      f"int8 / float ratio where the search priced it (W8A16 is offered "
+                      f"where its kernel is estimated cheaper than float's; a move is not "
+                      f"taken when the other precision was cheaper or it exceeds the "
+                      f"budget).", "",
+                      "| layer | SQNR alone (dB) | precision | MACs | W8A16 cost | float cost |",
+                      "|---|---:|---|---:|---:|---:|"]
+            lines += [f"| `{node}` | {num(m['sensitivity_db'][node])} | {precision(node)} | "
+                      f"{m['macs'][node]} | {priced('w8a16', node)} | "
+                      f"{priced('float', node)} |" for node in m["order"]]
         return "\n".join(lines)
     lines = [f"Target {m['target']}: {met} with {len(m['kept'])} of {len(m['order'])} "
              f"candidate layers in float (score {num(m['final'])} on {m['samples']} samples, "
@@ -195,7 +213,7 @@ def mixed_text(m: dict) -> str:
              "| layer | SQNR alone (dB) | precision | MACs | est. float cost (ms) |",
              "|---|---:|---|---:|---:|"]
     for node in m["order"]:
-        lines.append(f"| `{node}` | {num(m['sensitivity_db'][node])} | "
-                     f"{'float' if node in kept else 'int8'} | {m['macs'][node]} | "
+        lines.append(f"| `{node}` | {num(m['sensitivity_db'][node])} | {precision(node)} | "
+                     f"{m['macs'][node]} | "
                      f"{m['macs'][node] * cost:.3g} |")
     return "\n".join(lines)

@@ -234,6 +234,7 @@ class MixResult:
     sensitivity: dict[str, float]                      # node -> output SQNR (dB) alone
     steps: list[tuple[int, float]] = field(default_factory=list)   # (kept, simulated score)
     kept: list[str] = field(default_factory=list)
+    w8a16: list[str] = field(default_factory=list)                 # layers moved to W8A16
     simulated: float = math.nan
     verified: list[tuple[int, float]] = field(default_factory=list)  # (kept, real score)
     met: bool = False
@@ -288,12 +289,64 @@ def within_budget(order: list[str], ratio_of: Callable[[list[str]], float], budg
                   ) -> list[str]:
     """The layers of `order` (most sensitive first) taken in turn, each one only if the
     estimated time ratio with it and those taken before stays within the budget: every
-    prefix of the result is affordable, so the search can cut it anywhere."""
-    taken: list[str] = []
+    prefix of the result is affordable, so the search can cut it anywhere (`ladder` with
+    float moves only)."""
+    return [c for c, _ in ladder(order, (), lambda moves: ratio_of([c for c, _ in moves]),
+                                 budget)]
+
+
+FLOAT, W8A16 = "float", "w8a16"
+
+
+def ladder(order: list[str], sixteen, ratio_of: Callable[[list], float] | None = None,
+           budget: float = math.inf, costs: dict | None = None) -> list[tuple[str, str]]:
+    """The mixes the searches try, as moves (layer, precision) in the order taken (a later
+    move of a layer replaces its earlier one): each layer of `order` (most sensitive first)
+    to its cheapest better precision, then the layers moved to W8A16 (int16 activations,
+    int8 weights) to float, in the same order. W8A16 is considered for the layers of
+    `sixteen` only (whose W8A16 kernel is estimated cheaper than their float one).
+
+    Unpriced (no `ratio_of`): W8A16 for the layers of `sixteen`, float for the others. Priced:
+    each move's estimated int8 / float time ratio with the moves taken before it,
+    `ratio_of(moves)`; a layer takes the cheaper of W8A16 and float (float when it is not
+    dearer: it is exact), and only a move that keeps the ratio within `budget` is taken, so
+    every prefix of the result is affordable and the search can cut it anywhere. `costs`, if
+    given, gets each move priced and its marginal cost (the ratio it adds to the moves
+    taken before it)."""
+    if ratio_of is None:
+        return [(c, W8A16 if c in sixteen else FLOAT) for c in order] + \
+            [(c, FLOAT) for c in order if c in sixteen]
+    taken: list[tuple[str, str]] = []
+    before = ratio_of([])
+
+    def price(move) -> float:
+        r = ratio_of(taken + [move])
+        if costs is not None:
+            costs[move] = r - before
+        return r
     for c in order:
-        if ratio_of(taken + [c]) <= budget:
-            taken.append(c)
+        options = [(price((c, FLOAT)), 0, (c, FLOAT))]
+        if c in sixteen:
+            options.append((price((c, W8A16)), 1, (c, W8A16)))
+        r, _, move = min(options)
+        if r <= budget:
+            taken.append(move)
+            before = r
+    for c in [c for c, p in taken if p == W8A16]:
+        r = price((c, FLOAT))
+        if r <= budget:
+            taken.append((c, FLOAT))
+            before = r
     return taken
+
+
+def mix_of(moves) -> tuple[list[str], list[str]]:
+    """(layers in float, layers at W8A16) after the moves, in the order first moved."""
+    precision: dict[str, str] = {}
+    for c, p in moves:
+        precision[c] = p
+    return ([c for c, p in precision.items() if p == FLOAT],
+            [c for c, p in precision.items() if p == W8A16])
 
 
 def select_nodes(g: Graph, patterns) -> tuple[frozenset, list[str]]:
