@@ -1010,8 +1010,8 @@ def _auto_mix(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: QuantizeConf
     plan = _mix_planner(g, ranges, opts, qdq)
 
     def simulate(moves) -> float:
-        return target.call(refs, [sim(s, fq.plan(plan(*sens.mix_of(moves))))
-                                  for s in samples])
+        control = fq.plan(plan(*sens.mix_of(moves)))
+        return target.call(refs, list(sim.map((s, control) for s in samples)))
     score = simulate([])
     ratio, time_model = latency.estimator(tgt, allint, cands, layer_macs, plan,
                                           [n.name for n in g.nodes])
