@@ -135,7 +135,8 @@ class QConv16(OpDef):
             return
         # the direct product (no im2col) where x86 kernels may take it: windows of more than
         # one tap, one group; its K order (tap, channel pair) is packed by the others
-        direct = bool(lo.options.get("int8_direct")) and group == 1 and kh * kw > 1
+        direct = bool(lo.options.get("int8_direct")) and group == 1 and (
+            kh * kw > 1 or params["stride_h"] == params["stride_w"] == 1)
         k = kh * kw * 2 * (-(-c // 2)) if direct else c // group * kh * kw
         chunk, scratch = _scratch(lo, group, m // group, k, params["out_h"] * params["out_w"],
                                   packed=True)

@@ -93,7 +93,18 @@ static inline __m512 ep_float(__m512d lo, __m512d hi, double s, float fb) {
     return _mm512_add_ps(f, _mm512_set1_ps(fb));
 }
 
+/* Sums under 2^24 in magnitude are floats, and their product with the float scale has at
+ * most 48 significant bits: exact in double, so rounding it to float is rounding the exact
+ * product once, which is what vmulps does (with its rounding explicit: never fused with the
+ * bias add). Larger sums take the double product. */
 static inline __m512 ep_from32(__m512i acc, double s, float fb) {
+    const __mmask16 big = _mm512_cmpgt_epu32_mask(_mm512_abs_epi32(acc),
+                                                  _mm512_set1_epi32(0xFFFFFF));
+    if (!big)
+        return _mm512_add_ps(_mm512_mul_round_ps(_mm512_cvtepi32_ps(acc),
+                                                 _mm512_set1_ps((float)s),
+                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                             _mm512_set1_ps(fb));
     return ep_float(_mm512_cvtepi32_pd(_mm512_castsi512_si256(acc)),
                     _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(acc, 1)), s, fb);
 }
@@ -399,7 +410,20 @@ static void gather_tap(const mlcc_s16_conv2d_params *p, const int16_t *xg, int64
             memset(d + hi, 0, (size_t)(len - hi) * sizeof *d);
         } else {
             const int16_t *row = xc + ih * iw_n;
-            for (t = 0; t < len; t++) {
+            t = 0;
+#if S16_AVX512
+            if (sw == 2) {  /* the inside run: the even int16 of 32 (vpmovdw) */
+                const int64_t i0 = ow0 * 2 + off_w;
+                const int64_t lo = i0 < 0 ? (-i0 + 1) / 2 : 0;
+                const int64_t hi = i0 < iw_n ? (iw_n - 1 - i0) / 2 + 1 : 0;
+                const int64_t e = hi < len ? hi : len;
+                for (; t < lo && t < len; t++) d[t] = 0;
+                for (; t + 16 <= e - 1; t += 16)    /* reads up to element 2 t + 31 < 2 e */
+                    _mm256_storeu_si256((__m256i *)(void *)(d + t), _mm512_cvtepi32_epi16(
+                        _mm512_loadu_si512((const void *)(row + i0 + 2 * t))));
+            }
+#endif
+            for (; t < len; t++) {
                 const int64_t iw = (ow0 + t) * sw + off_w;
                 d[t] = iw >= 0 && iw < iw_n ? row[iw] : 0;
             }
@@ -519,7 +543,7 @@ static void s16_unit(void *arg, int unit, int thread) {
 #if S16_AVX512
 /* ---- direct ("implicit GEMM", as qconv.c's int8 one): no im2col ---- */
 
-/* The input of one batch as planes of channel pairs, xc[c2][hp][sw][wq][2]: padded row r,
+/* The input of one batch as rows of channel pairs, xc[hp][c2][sw][wq][2]: padded row r,
  * padded column i at phase i % sw, index i / sw (zeros outside the input and for a missing
  * odd channel), so that a tap's pairs of 16 consecutive outputs of a row are contiguous. */
 static void direct_planes(const s16_job *j, const int16_t *x, int16_t *xc) {
@@ -534,7 +558,7 @@ static void direct_planes(const s16_job *j, const int16_t *x, int16_t *xc) {
             const int16_t *s0 = ok ? x + 2 * c2 * plane + ih * p->in_w : x;
             const int16_t *s1 = two ? s0 + plane : s0;
             for (ph = 0; ph < sw; ph++) {
-                int16_t *d = xc + ((c2 * hp + r) * sw + ph) * wq * 2;
+                int16_t *d = xc + ((r * j->c2n + c2) * sw + ph) * wq * 2;
                 /* the columns inside the input: iw = i * sw + ph - pad_left in [0, in_w) */
                 const int64_t first = ph - p->pad_left;
                 const int64_t lo = first >= 0 ? 0 : (-first + sw - 1) / sw;
@@ -573,7 +597,7 @@ static inline __attribute__((always_inline)) void direct_tile(
         const s16_job *j, const int16_t *a, int64_t c0, int rows, int64_t oh, int64_t ow0,
         int nc, const int NV) {
     const mlcc_s16_conv2d_params *p = j->conv;
-    const int64_t sw = p->stride_w, cstride = j->hp * sw * j->wq * 2;
+    const int64_t sw = p->stride_w, cstride = sw * j->wq * 2;
     const __mmask16 m0 = (__mmask16)(nc >= 16 ? 0xFFFFu : (1u << nc) - 1u);
     const __mmask16 m1 = (__mmask16)(nc >= 32 ? 0xFFFFu : nc > 16 ? (1u << (nc - 16)) - 1u : 0u);
     int32_t t32[S16_MR][S16_NR];
@@ -587,8 +611,8 @@ static inline __attribute__((always_inline)) void direct_tile(
         for (kw = 0; kw < p->kernel_w; kw++) {
             const int64_t col = kw * p->dilation_w;
             const int16_t *b = j->planes +
-                (((oh * p->stride_h + kh * p->dilation_h) * sw + col % sw) * j->wq + ow0 +
-                 col / sw) * 2;
+                (((oh * p->stride_h + kh * p->dilation_h) * j->c2n * sw + col % sw) * j->wq +
+                 ow0 + col / sw) * 2;
             const int16_t *ak = a + (kh * p->kernel_w + kw) * j->c2n * 2 * S16_MR;
             c2 = 0;
             while (c2 < j->c2n) {
@@ -668,50 +692,86 @@ static int is_depthwise(const mlcc_s16_conv2d_params *p) {
 }
 
 #if S16_AVX512
-/* One channel's plane (strides 1 and 2): 16 outputs of a row per vector, their window sums
- * in int32 lanes from (x, 0) x (w, 0) pairs, masked loads for the padding. */
+/* Columns a depthwise vector of 16 outputs reads: at most 64 for dw_plane512. */
+static int64_t dw_span(const mlcc_s16_conv2d_params *p) {
+    return 15 * p->stride_w + (p->kernel_w - 1) * p->dilation_w + 1;
+}
+
+/* One channel's plane: 16 outputs of a row per vector. Per kernel row, the 64 input columns
+ * the vector reads are loaded once (masked: zeros outside the row) and vpermt2w makes the
+ * int16 pairs of two taps (kw, kw + 1) for each lane (the second of an odd last one zeroed),
+ * so that vpdpwssd sums two taps per instruction, in int32 (at most 512 products: exact). */
 static inline __attribute__((always_inline)) void dw_plane512(
         const s16_job *j, const int16_t *xc, const int8_t *wc, int64_t c, int64_t yc,
         const int kind, const int actc, const int contig) {
     const mlcc_s16_conv2d_params *p = j->conv;
     const int64_t kh_n = p->kernel_h, kw_n = p->kernel_w, ih_n = p->in_h, iw_n = p->in_w;
     const int64_t oh_n = p->out_h, ow_n = p->out_w, sh = p->stride_h, sw = p->stride_w;
+    const int64_t nq = (kw_n + 1) / 2, two = dw_span(p) > 32;
     const double s = (double)j->scale[c];
     const float fb = j->fbias ? j->fbias[c] : 0.0f;
     int32_t wp[2 * S16_KB];
-    int64_t oh, ow0, kh, kw;
-    for (kh = 0; kh < kh_n * kw_n; kh++) wp[kh] = (int32_t)(uint16_t)(int16_t)wc[kh];
+    int16_t idx[32 * 32];
+    int64_t oh, ow0, kh, q, t;
+    for (kh = 0; kh < kh_n; kh++)
+        for (q = 0; q < nq; q++)
+            wp[kh * nq + q] = (int32_t)((uint32_t)(uint16_t)(int16_t)wc[kh * kw_n + 2 * q] |
+                                        (2 * q + 1 < kw_n ? (uint32_t)(uint16_t)(int16_t)
+                                         wc[kh * kw_n + 2 * q + 1] << 16 : 0u));
+    for (q = 0; q < nq; q++)
+        for (t = 0; t < 16; t++) {
+            idx[q * 32 + 2 * t] = (int16_t)(t * sw + 2 * q * p->dilation_w);
+            idx[q * 32 + 2 * t + 1] = (int16_t)(2 * q + 1 < kw_n
+                                                ? t * sw + (2 * q + 1) * p->dilation_w : 0);
+        }
+    /* four vectors of a row at a time: four independent chains of vpdpwssd */
     for (oh = 0; oh < oh_n; oh++)
-        for (ow0 = 0; ow0 < ow_n; ow0 += 16) {
-            const int64_t n = ow_n - ow0 < 16 ? ow_n - ow0 : 16;
-            __m512i acc = _mm512_setzero_si512();
+        for (ow0 = 0; ow0 < ow_n; ow0 += 64) {
+            const int nv = (int)(ow_n - ow0 < 64 ? (ow_n - ow0 + 15) / 16 : 4);
+            uint64_t bits[4];
+            int64_t i0[4];
+            __m512i acc[4];
+            int v;
+            for (v = 0; v < 4; v++) {
+                /* the columns i0 + e inside the row: e in [lo, hi) of the 64 */
+                const int64_t at = (ow0 + 16 * v) * sw - p->pad_left;
+                const int64_t lo = at < 0 ? -at : 0, hi = iw_n - at < 64 ? iw_n - at : 64;
+                bits[v] = hi > lo ? (hi - lo == 64 ? ~(uint64_t)0
+                                     : (((uint64_t)1 << (hi - lo)) - 1u) << lo) : 0u;
+                i0[v] = at;
+                acc[v] = _mm512_setzero_si512();
+            }
             for (kh = 0; kh < kh_n; kh++) {
                 const int64_t ih = oh * sh + kh * p->dilation_h - p->pad_top;
+                __m512i a[4], b[4];
                 if (ih < 0 || ih >= ih_n) continue;
-                for (kw = 0; kw < kw_n; kw++) {
-                    /* lanes t < n read iw = i0 + t * sw; those inside the row, [lo, hi) */
-                    const int64_t i0 = ow0 * sw + kw * p->dilation_w - p->pad_left;
-                    const int64_t lo = i0 < 0 ? (-i0 + sw - 1) / sw : 0;
-                    const int64_t in = i0 < iw_n ? (iw_n - 1 - i0) / sw + 1 : 0;
-                    const int64_t hi = in < n ? in : n;
-                    /* the address of lane 0, which may lie outside the row (masked off) */
+                for (v = 0; v < 4; v++) {
+                    /* the address of column i0, which may lie outside the row (masked off) */
                     const int16_t *src = (const int16_t *)(const void *)(
-                        (uintptr_t)(xc + ih * iw_n) + (uintptr_t)(i0 * 2));
-                    uint64_t bits;
-                    __m512i xv;
-                    if (lo >= hi) continue;
-                    /* lanes [lo, hi): bits lo..hi-1 (stride 2: of the even int16) */
-                    bits = (((uint64_t)1 << (sw * hi)) - 1u) & ~(((uint64_t)1 << (sw * lo)) - 1u);
-                    if (sw == 1)
-                        xv = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16((__mmask16)bits, src));
-                    else        /* the even int16 of 32: the odd ones masked to 0 */
-                        xv = _mm512_maskz_loadu_epi16((__mmask32)(bits & 0x55555555u), src);
-                    /* (w, 0) pairs against (x, 0): x * w exactly in each int32 lane */
-                    acc = madd512(acc, xv, _mm512_set1_epi32(wp[kh * kw_n + kw]));
+                        (uintptr_t)(xc + ih * iw_n) + (uintptr_t)(i0[v] * 2));
+                    if (v >= nv) break;
+                    a[v] = _mm512_maskz_loadu_epi16((__mmask32)bits[v], src);
+                    b[v] = two ? _mm512_maskz_loadu_epi16((__mmask32)(bits[v] >> 32), src + 32)
+                               : a[v];
+                }
+                for (q = 0; q < nq; q++) {
+                    const __m512i ix = _mm512_loadu_si512((const void *)(idx + q * 32));
+                    const __m512i w = _mm512_set1_epi32(wp[kh * nq + q]);
+                    /* (x[kw], x[kw + 1]) pairs: odd kw_n's last without its second */
+                    const __mmask32 keep = 2 * q + 1 < kw_n ? 0xFFFFFFFFu : 0x55555555u;
+                    for (v = 0; v < 4; v++) {
+                        if (v >= nv) break;
+                        acc[v] = madd512(acc[v],
+                                         _mm512_maskz_permutex2var_epi16(keep, a[v], ix, b[v]),
+                                         w);
+                    }
                 }
             }
-            ep_store(j, ep_from32(acc, s, fb), yc + oh * ow_n + ow0, (int)n, kind, actc,
-                     contig);
+            for (v = 0; v < nv; v++) {
+                const int64_t n = ow_n - ow0 - 16 * v < 16 ? ow_n - ow0 - 16 * v : 16;
+                ep_store(j, ep_from32(acc[v], s, fb), yc + oh * ow_n + ow0 + 16 * v, (int)n,
+                         kind, actc, contig);
+            }
         }
 }
 #endif
@@ -728,7 +788,7 @@ static void dw_unit(void *arg, int unit, int thread) {
     int64_t oh, ow0, kh, kw;
     (void)thread;
 #if S16_AVX512
-    if (!j->portable && sw <= 2) {
+    if (!j->portable && dw_span(p) <= 64) {
         S16_EP_DISPATCH(j, dw_plane512(j, xc, wc, c, yc, KIND, ACTC, CONTIG));
         return;
     }
@@ -900,8 +960,20 @@ void mlcc_s16_fc__packed(const mlcc_s16_fc_params *p, const int16_t *x, const in
 void mlcc_f32_quantize_int16(const mlcc_quantize_params *p, const float *x, int16_t *y) {
     const float s = p->scale, magic = 12582912.0f;
     const int64_t n = p->count;
-    int64_t i;
-    for (i = 0; i < n; i++) {
+    int64_t i = 0;
+#if S16_AVX512
+    {   /* the same operations on 16 lanes (ep_store's) */
+        const __m512 sv = _mm512_set1_ps(s), lo = _mm512_set1_ps(-32768.0f);
+        const __m512 hi = _mm512_set1_ps(32767.0f);
+        for (; i + 16 <= n; i += 16) {
+            __m512 v = _mm512_div_ps(_mm512_loadu_ps(x + i), sv);
+            v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+            _mm256_storeu_si256((__m256i *)(void *)(y + i), _mm512_cvtepi32_epi16(
+                _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+        }
+    }
+#endif
+    for (; i < n; i++) {
         float f = x[i] / s;
         f = f > -32768.0f ? f : -32768.0f;     /* NaN -> -32768 */
         f = f < 32767.0f ? f : 32767.0f;

@@ -78,7 +78,7 @@ typedef struct mlcc_s16_conv2d_params {
     mlcc_s16_epilogue ep;
 } mlcc_s16_conv2d_params;
 
-/* The direct path's planes: [ceil(in_channels / 2)][rows][stride_w][cols][2] int16, the
+/* The direct path's planes: [rows][ceil(in_channels / 2)][stride_w][cols][2] int16, the
  * padded rows and columns (per phase) the window reaches. */
 #define MLCC_S16_DIRECT_ROWS(p) (((p)->out_h - 1) * (p)->stride_h + \
                                  ((p)->kernel_h - 1) * (p)->dilation_h + 1)
