@@ -18,8 +18,9 @@ import numpy as np
 
 from ..ir import Graph, Node
 
-MAC_OPS = ("Conv", "QConv", "MatMul", "Gemm", "QFC")
+MAC_OPS = ("Conv", "QConv", "MatMul", "Gemm", "QFC", "QConv16", "QFC16")
 INT8_MAC_OPS = ("QConv", "QFC")
+W8A16_MAC_OPS = ("QConv16", "QFC16")      # int16 activations x int8 weights (ops/quant16.py)
 # a window per output (grouped MACs; a global pool's window is its input)
 POOL_OPS = ("AveragePool", "QAvgPool", "MaxPool", "GlobalAveragePool", "GlobalMaxPool")
 # nodes that compile to no kernel call (a view of their input's memory)
@@ -45,6 +46,12 @@ class CostTable:
     quantize_elem: float      # QuantizeLinear, per element
     dequantize_elem: float    # DequantizeLinear, per element
     call: float               # per node (a kernel call's fixed cost)
+    # W8A16 layers (QConv16 / QFC16) and their int16 inputs (QuantizeLinear to int16);
+    # 0 where not fitted
+    w8a16_mac: float = 0.0
+    w8a16_dw_mac: float = 0.0
+    w8a16_out: float = 0.0    # per output (the float epilogue, int16 / uint8 / float out)
+    quantize16_elem: float = 0.0
 
 
 def _numel(g: Graph, name: str) -> int:
@@ -64,7 +71,7 @@ def macs(g: Graph, n: Node) -> tuple[int, bool]:
         if n.op_type.startswith("Global") or n.attr("global", 0):
             return _numel(g, n.inputs[0]), True
         return out * int(np.prod(n.attr("kernel_shape", [1]))), True
-    if n.op_type in ("Conv", "QConv"):
+    if n.op_type in ("Conv", "QConv", "QConv16"):
         w = g.const(n.inputs[1])
         if w is None:
             return 0, False
@@ -73,7 +80,7 @@ def macs(g: Graph, n: Node) -> tuple[int, bool]:
     b = g.const(n.inputs[1]) if len(n.inputs) > 1 else None
     if n.op_type == "Gemm" and b is not None:
         k = b.shape[0] if n.attr("transB", 0) == 0 else b.shape[1]
-    elif b is not None and b.ndim >= 2 and n.op_type != "QFC":
+    elif b is not None and b.ndim >= 2 and n.op_type not in ("QFC", "QFC16"):
         k = b.shape[-2]
     elif a is not None and a.shape:
         k = a.shape[-1]
@@ -91,13 +98,16 @@ def node_cost(g: Graph, n: Node, t: CostTable) -> float:
     elems = sum(_numel(g, v) for v in list(n.inputs) + list(n.outputs)
                 if v and v in g.values and not g.values[v].is_const)
     if n.op_type == "QuantizeLinear":
-        return t.call + t.quantize_elem * elems
+        int16 = any(g.values[v].dtype == "int16" for v in n.outputs if v in g.values)
+        return t.call + (t.quantize16_elem if int16 else t.quantize_elem) * elems
     if n.op_type == "DequantizeLinear":
         return t.call + t.dequantize_elem * elems
     m, grouped = macs(g, n)
     uint8 = any(g.values[v].dtype == "uint8" for v in n.outputs if v in g.values)
     if n.op_type in MAC_OPS and m:
         out = _numel(g, n.outputs[0])
+        if n.op_type in W8A16_MAC_OPS:
+            return t.call + m * (t.w8a16_dw_mac if grouped else t.w8a16_mac) + t.w8a16_out * out
         if n.domain == "mlcc":
             return t.call + m * (t.int8_dw_mac if grouped else t.int8_mac) + t.int8_out * out
         return t.call + m * (t.float_dw_mac if grouped else t.float_mac) + t.float_out * out
@@ -116,12 +126,21 @@ def program_cost(g: Graph, t: CostTable) -> float:
 # the per-call CPU times of PP-OCRv4 rec's float and all-integer builds for x86-native
 # (1x3x48x320, 154 and 147 kernel calls, 15 interleaved runs; `bench/profile_layers.py`'s
 # timers, 2026-11-27 on the 2-core Zen machine at load 8-12): float 9.34 ms, integer 4.31 ms.
+# The W8A16 rates: PP-OCR det at 1x3x320x320, float and all-W8A16 (--w8a16 op:Conv) builds,
+# per-call CPU times (`bench/profile_layers.py --cpu --top 1000`, 11 runs, twice each,
+# 2026-11-27 at load 14-16): per kind (50 dense calls, 554 M MACs; 14 depthwise, 22 M)
+# time = call + MACs * rate + outputs * out (least squares, weights 1 / sqrt(time)), in this
+# table's units by the float build's convolutions measured in the same runs (the table's
+# estimate of them / their time: 1.13-1.15); quantize16_elem: the 42 int16 QuantizeLinear
+# calls' time per element read or written. Dense W8A16 layers measured 0.92-0.93x their
+# float time there, depthwise 2.9-3.1x.
 TABLES: dict[str, CostTable] = {
     "x86_64-avx512": CostTable(
         "x86_64-avx512", float_mac=0.0096, float_dw_mac=0.0240, int8_mac=0.0031,
         int8_dw_mac=0.0218, float_out=0.1264, int8_out=0.1441, float_elem=0.0373,
         heavy_elem=0.3083, int8_elem=0.0059, quantize_elem=0.0463, dequantize_elem=0.0203,
-        call=897.7)}
+        call=897.7, w8a16_mac=0.0065, w8a16_dw_mac=0.113, w8a16_out=0.33,
+        quantize16_elem=0.037)}
 
 
 def table_for(target) -> CostTable | None:
