@@ -322,8 +322,8 @@ def test_fc16_packed_weights(lib, rows, n, k):
 
 
 # depthwise (the kernel of its own): widths around the 16-lane vectors (15, 16, 17, 33),
-# strides 1, 2 and 3 (the portable loops), asymmetric pads, dilation, 1-D, batch 2, and a
-# window of 529 taps (more than one int32 block: the tiles)
+# strides 1, 2 and 3, asymmetric pads, dilation, 1-D, batch 2, a window of 529 taps (more
+# than one int32 block: the tiles) and one whose 16 outputs span more than 64 columns
 DEPTHWISE = [
     (1, 5, 9, 16, 5, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 5),
     (2, 3, 7, 17, 3, 3, 3, (1, 1), (0, 2, 1, 0), (1, 1), 3),
@@ -332,6 +332,7 @@ DEPTHWISE = [
     (1, 3, 10, 31, 3, 3, 3, (3, 3), (1, 1, 1, 1), (1, 1), 3),
     (1, 6, 1, 29, 6, 1, 7, (1, 1), (0, 3, 0, 3), (1, 1), 6),
     (1, 2, 25, 24, 2, 23, 23, (1, 1), (1, 1, 1, 1), (1, 1), 2),
+    (1, 2, 9, 70, 2, 3, 3, (1, 1), (30, 30, 30, 30), (30, 30), 2),  # 76 columns: the loops
 ]
 
 
