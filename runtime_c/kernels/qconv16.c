@@ -697,6 +697,56 @@ static int64_t dw_span(const mlcc_s16_conv2d_params *p) {
     return 15 * p->stride_w + (p->kernel_w - 1) * p->dilation_w + 1;
 }
 
+/* NV vectors of 16 outputs of row oh from ow0 (dw_plane512). */
+static inline __attribute__((always_inline)) void dw_vectors(
+        const s16_job *j, const int16_t *xc, const int16_t *idx, const int32_t *wp, int64_t oh,
+        int64_t ow0, const int NV, double s, float fb, int64_t yc, const int kind,
+        const int actc, const int contig) {
+    const mlcc_s16_conv2d_params *p = j->conv;
+    const int64_t kh_n = p->kernel_h, kw_n = p->kernel_w, ih_n = p->in_h, iw_n = p->in_w;
+    const int64_t ow_n = p->out_w, sw = p->stride_w, nq = (kw_n + 1) / 2;
+    const int two = dw_span(p) > 32;
+    uint64_t bits[4];
+    int64_t i0[4], kh, q;
+    __m512i acc[4];
+    int v;
+    for (v = 0; v < NV; v++) {
+        /* the columns i0 + e inside the row: e in [lo, hi) of the 64 */
+        const int64_t at = (ow0 + 16 * v) * sw - p->pad_left;
+        const int64_t lo = at < 0 ? -at : 0, hi = iw_n - at < 64 ? iw_n - at : 64;
+        bits[v] = hi > lo ? (hi - lo == 64 ? ~(uint64_t)0
+                             : (((uint64_t)1 << (hi - lo)) - 1u) << lo) : 0u;
+        i0[v] = at;
+        acc[v] = _mm512_setzero_si512();
+    }
+    for (kh = 0; kh < kh_n; kh++) {
+        const int64_t ih = oh * p->stride_h + kh * p->dilation_h - p->pad_top;
+        __m512i a[4], b[4];
+        if (ih < 0 || ih >= ih_n) continue;
+        for (v = 0; v < NV; v++) {
+            /* the address of column i0, which may lie outside the row (masked off) */
+            const int16_t *src = (const int16_t *)(const void *)(
+                (uintptr_t)(xc + ih * iw_n) + (uintptr_t)(i0[v] * 2));
+            a[v] = _mm512_maskz_loadu_epi16((__mmask32)bits[v], src);
+            b[v] = two ? _mm512_maskz_loadu_epi16((__mmask32)(bits[v] >> 32), src + 32) : a[v];
+        }
+        for (q = 0; q < nq; q++) {
+            const __m512i ix = _mm512_loadu_si512((const void *)(idx + q * 32));
+            const __m512i w = _mm512_set1_epi32(wp[kh * nq + q]);
+            /* (x[kw], x[kw + 1]) pairs: odd kw_n's last without its second */
+            const __mmask32 keep = 2 * q + 1 < kw_n ? 0xFFFFFFFFu : 0x55555555u;
+            for (v = 0; v < NV; v++)
+                acc[v] = madd512(acc[v], _mm512_maskz_permutex2var_epi16(keep, a[v], ix, b[v]),
+                                 w);
+        }
+    }
+    for (v = 0; v < NV; v++) {
+        const int64_t n = ow_n - ow0 - 16 * v < 16 ? ow_n - ow0 - 16 * v : 16;
+        ep_store(j, ep_from32(acc[v], s, fb), yc + oh * ow_n + ow0 + 16 * v, (int)n, kind,
+                 actc, contig);
+    }
+}
+
 /* One channel's plane: 16 outputs of a row per vector. Per kernel row, the 64 input columns
  * the vector reads are loaded once (masked: zeros outside the row) and vpermt2w makes the
  * int16 pairs of two taps (kw, kw + 1) for each lane (the second of an odd last one zeroed),
@@ -705,9 +755,8 @@ static inline __attribute__((always_inline)) void dw_plane512(
         const s16_job *j, const int16_t *xc, const int8_t *wc, int64_t c, int64_t yc,
         const int kind, const int actc, const int contig) {
     const mlcc_s16_conv2d_params *p = j->conv;
-    const int64_t kh_n = p->kernel_h, kw_n = p->kernel_w, ih_n = p->in_h, iw_n = p->in_w;
-    const int64_t oh_n = p->out_h, ow_n = p->out_w, sh = p->stride_h, sw = p->stride_w;
-    const int64_t nq = (kw_n + 1) / 2, two = dw_span(p) > 32;
+    const int64_t kh_n = p->kernel_h, kw_n = p->kernel_w, oh_n = p->out_h, ow_n = p->out_w;
+    const int64_t sw = p->stride_w, nq = (kw_n + 1) / 2;
     const double s = (double)j->scale[c];
     const float fb = j->fbias ? j->fbias[c] : 0.0f;
     int32_t wp[2 * S16_KB];
@@ -724,55 +773,15 @@ static inline __attribute__((always_inline)) void dw_plane512(
             idx[q * 32 + 2 * t + 1] = (int16_t)(2 * q + 1 < kw_n
                                                 ? t * sw + (2 * q + 1) * p->dilation_w : 0);
         }
-    /* four vectors of a row at a time: four independent chains of vpdpwssd */
-    for (oh = 0; oh < oh_n; oh++)
-        for (ow0 = 0; ow0 < ow_n; ow0 += 64) {
-            const int nv = (int)(ow_n - ow0 < 64 ? (ow_n - ow0 + 15) / 16 : 4);
-            uint64_t bits[4];
-            int64_t i0[4];
-            __m512i acc[4];
-            int v;
-            for (v = 0; v < 4; v++) {
-                /* the columns i0 + e inside the row: e in [lo, hi) of the 64 */
-                const int64_t at = (ow0 + 16 * v) * sw - p->pad_left;
-                const int64_t lo = at < 0 ? -at : 0, hi = iw_n - at < 64 ? iw_n - at : 64;
-                bits[v] = hi > lo ? (hi - lo == 64 ? ~(uint64_t)0
-                                     : (((uint64_t)1 << (hi - lo)) - 1u) << lo) : 0u;
-                i0[v] = at;
-                acc[v] = _mm512_setzero_si512();
-            }
-            for (kh = 0; kh < kh_n; kh++) {
-                const int64_t ih = oh * sh + kh * p->dilation_h - p->pad_top;
-                __m512i a[4], b[4];
-                if (ih < 0 || ih >= ih_n) continue;
-                for (v = 0; v < 4; v++) {
-                    /* the address of column i0, which may lie outside the row (masked off) */
-                    const int16_t *src = (const int16_t *)(const void *)(
-                        (uintptr_t)(xc + ih * iw_n) + (uintptr_t)(i0[v] * 2));
-                    if (v >= nv) break;
-                    a[v] = _mm512_maskz_loadu_epi16((__mmask32)bits[v], src);
-                    b[v] = two ? _mm512_maskz_loadu_epi16((__mmask32)(bits[v] >> 32), src + 32)
-                               : a[v];
-                }
-                for (q = 0; q < nq; q++) {
-                    const __m512i ix = _mm512_loadu_si512((const void *)(idx + q * 32));
-                    const __m512i w = _mm512_set1_epi32(wp[kh * nq + q]);
-                    /* (x[kw], x[kw + 1]) pairs: odd kw_n's last without its second */
-                    const __mmask32 keep = 2 * q + 1 < kw_n ? 0xFFFFFFFFu : 0x55555555u;
-                    for (v = 0; v < 4; v++) {
-                        if (v >= nv) break;
-                        acc[v] = madd512(acc[v],
-                                         _mm512_maskz_permutex2var_epi16(keep, a[v], ix, b[v]),
-                                         w);
-                    }
-                }
-            }
-            for (v = 0; v < nv; v++) {
-                const int64_t n = ow_n - ow0 - 16 * v < 16 ? ow_n - ow0 - 16 * v : 16;
-                ep_store(j, ep_from32(acc[v], s, fb), yc + oh * ow_n + ow0 + 16 * v, (int)n,
-                         kind, actc, contig);
-            }
-        }
+    /* four (two) vectors of a row at a time where there are: independent chains */
+    for (oh = 0; oh < oh_n; oh++) {
+        for (ow0 = 0; ow0 + 64 <= ow_n; ow0 += 64)
+            dw_vectors(j, xc, idx, wp, oh, ow0, 4, s, fb, yc, kind, actc, contig);
+        for (; ow0 + 32 <= ow_n; ow0 += 32)
+            dw_vectors(j, xc, idx, wp, oh, ow0, 2, s, fb, yc, kind, actc, contig);
+        for (; ow0 < ow_n; ow0 += 16)
+            dw_vectors(j, xc, idx, wp, oh, ow0, 1, s, fb, yc, kind, actc, contig);
+    }
 }
 #endif
 
