@@ -127,19 +127,20 @@ def program_cost(g: Graph, t: CostTable) -> float:
 # (1x3x48x320, 154 and 147 kernel calls, 15 interleaved runs; `bench/profile_layers.py`'s
 # timers, 2026-11-27 on the 2-core Zen machine at load 8-12): float 9.34 ms, integer 4.31 ms.
 # The W8A16 rates: PP-OCR det at 1x3x320x320, float and all-W8A16 (--w8a16 op:Conv) builds,
-# per-call CPU times (`bench/profile_layers.py --cpu --top 1000`, 11 runs, twice each,
-# 2026-11-27 at load 14-16): per kind (50 dense calls, 554 M MACs; 14 depthwise, 22 M)
-# time = call + MACs * rate + outputs * out (least squares, weights 1 / sqrt(time)), in this
-# table's units by the float build's convolutions measured in the same runs (the table's
-# estimate of them / their time: 1.13-1.15); quantize16_elem: the 42 int16 QuantizeLinear
-# calls' time per element read or written. Dense W8A16 layers measured 0.92-0.93x their
-# float time there, depthwise 2.9-3.1x.
+# per-call CPU times (`bench/profile_layers.py --cpu --top 1000`, 11 runs, twice each at
+# load 14-16 and twice at load 3-8, 2026-11-27): per kind (50 dense calls, 554 M MACs; 14
+# depthwise, 22 M) time = call + MACs * rate + outputs * out (least squares, weights
+# 1 / sqrt(time)), in this table's units by the float build's convolutions measured in the
+# same runs (the table's estimate of them / their time: 1.13-1.29); means of the four fits
+# (depthwise: the last two, after its last change); quantize16_elem: the 42 int16
+# QuantizeLinear calls' time per element read or written. Dense W8A16 layers measured
+# 0.92-1.01x their float time there, depthwise 2.8-3.1x.
 TABLES: dict[str, CostTable] = {
     "x86_64-avx512": CostTable(
         "x86_64-avx512", float_mac=0.0096, float_dw_mac=0.0240, int8_mac=0.0031,
         int8_dw_mac=0.0218, float_out=0.1264, int8_out=0.1441, float_elem=0.0373,
         heavy_elem=0.3083, int8_elem=0.0059, quantize_elem=0.0463, dequantize_elem=0.0203,
-        call=897.7, w8a16_mac=0.0065, w8a16_dw_mac=0.113, w8a16_out=0.33,
+        call=897.7, w8a16_mac=0.0068, w8a16_dw_mac=0.113, w8a16_out=0.32,
         quantize16_elem=0.037)}
 
 
