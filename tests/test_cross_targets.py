@@ -275,7 +275,7 @@ def test_w8a16_digits_is_the_x86_native_result_bit_for_bit(tmp_path, target):
         mlcc.compile(DIGITS, tmp_path / name, target=name,
                      quantize=mlcc.api.QuantizeConfig(tmp_path / "calib.npz", auto_mix=False,
                                                       w8a16=("op:Conv", "op:Gemm")))
-        assert "mlcc_s16_conv2d(" in (tmp_path / name / "model.c").read_text()
+        assert "mlcc_s16_conv2d__packed(" in (tmp_path / name / "model.c").read_text()
         m = mlcc.load(tmp_path / name)
         outs[name] = [m.run({"input": xi[None]})["logits"] for xi in x[:6]]
     for a, b in zip(outs["x86-native"], outs[target]):

@@ -15,7 +15,7 @@ import pytest
 from cffi import FFI
 
 from mlcc import resources
-from mlcc.ops.quant16 import _scratch
+from mlcc.ops.quant16 import _scratch, direct_bytes, pack_weights16
 from util import kernel_cdef, thread_pools
 
 KERNELS = resources.runtime_c() / "kernels"
@@ -217,3 +217,150 @@ def test_quantize_int16_is_quantize_linear(lib):
     L.mlcc_f32_quantize_int16(p, ptr(ffi, x), ptr(ffi, y))
     want = np.clip(np.rint(x / scale), -32768, 32767).astype(np.int16)
     np.testing.assert_array_equal(y, want)
+
+
+# the weights packed at compile time (mlcc/ops/quant16.py pack_weights16): tile edges of the 8
+# channel rows (8, 9, 17), odd K, grouped, 1x1, strided; every output kind
+PACKED = CONVS[:2] + CONVS[3:] + [
+    (1, 4, 6, 7, 8, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),       # M = 8: one whole tile
+    (1, 5, 7, 5, 9, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),       # M = 9, K = 5
+    (1, 6, 9, 8, 34, 3, 3, (2, 2), (0, 1, 1, 0), (1, 1), 2),      # 17 per group
+]
+
+
+def _conv_case(ffi, conv, kind, act, seed, chunk_bytes=4096, packed=False, direct=False):
+    """Inputs, the numpy result, the params and the scratch of one convolution."""
+    n, c, h, wd, m, kh, kw, stride, pads, dil, groups = conv
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-32768, 32768, (n, c, h, wd)).astype(np.int16)
+    w = rng.integers(-127, 128, (m, c // groups, kh, kw)).astype(np.int8)
+    acc = conv_acc(x.astype(np.int64), w, stride, pads, dil, groups)
+    kk = c // groups * kh * kw
+    scale = (rng.uniform(0.5, 2.0, m) / (32768 * 127 * np.sqrt(kk))).astype(np.float32)
+    fbias = rng.normal(0, 1, m).astype(np.float32)
+    y_scale, zp = (0.0 if kind == 0 else (1e-4 if kind == 1 else 0.02)), (0 if kind < 2 else 37)
+    named = isinstance(act, str)     # else an epilogue dict, no numpy model
+    want = epilogue(acc, scale, fbias, kind, y_scale, zp, act) if named else None
+    oh, ow = acc.shape[2:]
+    # the direct path's K: (tap, channel pair)
+    k = kh * kw * 2 * (-(-c // 2)) if direct else kk
+    chunk, scratch_bytes = _scratch(_lo(chunk_bytes), groups, m // groups, k, oh * ow,
+                                    packed=packed)
+    params = {
+        "batch": n, "in_channels": c, "in_h": h, "in_w": wd, "out_channels": m, "out_h": oh,
+        "out_w": ow, "kernel_h": kh, "kernel_w": kw, "stride_h": stride[0],
+        "stride_w": stride[1], "dilation_h": dil[0], "dilation_w": dil[1], "pad_top": pads[0],
+        "pad_left": pads[1], "groups": groups, "chunk_cols": chunk, "direct": int(direct),
+        "ep": _ep(kind, y_scale, zp, act) if named else act}
+    if direct:
+        scratch_bytes = max(scratch_bytes, direct_bytes(params))
+    p = ffi.new("mlcc_s16_conv2d_params *", params)
+    scratch = np.zeros(scratch_bytes + 64, np.uint8)
+    y = np.zeros((n, m, oh, ow), OUT_DTYPES[kind])
+    return SimpleNamespace(x=x, w=w, scale=scale, fbias=fbias, want=want, p=p,
+                           scratch=scratch, y=y)
+
+
+@pytest.mark.parametrize("case", range(len(PACKED)))
+@pytest.mark.parametrize("kind,act", [(0, "leaky"), (1, "clip"), (2, "relu")])
+def test_conv16_packed_weights(lib, case, kind, act):
+    """mlcc_s16_conv2d__packed with pack_weights16's blob: the numpy model's bytes, on every
+    thread count (no weight scratch: _scratch(packed=True))."""
+    ffi, L, _, pools = lib
+    t = _conv_case(ffi, PACKED[case], kind, act, 100 + case * 3 + kind, packed=True)
+    wide = pack_weights16(t.w, PACKED[case][-1])
+    got = _run_all(ffi, pools, t.y, lambda pool: L.mlcc_s16_conv2d__packed(
+        t.p, ptr(ffi, t.x), ptr(ffi, wide), ptr(ffi, t.scale), ptr(ffi, t.fbias),
+        ptr(ffi, t.y), ptr(ffi, t.scratch), pool))
+    np.testing.assert_array_equal(got, t.want)
+
+
+# the direct product (groups 1): odd channels, strides 1, 2 and 3 (column phases), dilation,
+# asymmetric pads, output widths around its 16 and 32 columns, K past one int32 block
+DIRECT = [c for c in PACKED if c[-1] == 1] + [
+    (1, 5, 6, 17, 11, 3, 3, (1, 1), (1, 0, 1, 1), (1, 1), 1),     # ow 16
+    (2, 3, 9, 35, 8, 3, 3, (2, 2), (1, 1, 0, 1), (1, 1), 1),      # ow 17, batch 2
+    (1, 4, 7, 36, 9, 3, 2, (1, 3), (0, 1, 2, 0), (2, 2), 1),      # stride 3, dilated
+    (1, 67, 5, 33, 6, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),     # ow 33, 306 pairs
+]
+
+
+@pytest.mark.parametrize("case", range(len(DIRECT)))
+@pytest.mark.parametrize("kind,act", [(0, "leaky"), (1, "clip"), (2, "relu")])
+def test_conv16_direct(lib, case, kind, act):
+    """p->direct: the tap-major weights; the direct product on AVX-512, the im2col of the
+    same K order elsewhere: the numpy model's bytes on every thread count."""
+    ffi, L, _, pools = lib
+    t = _conv_case(ffi, DIRECT[case], kind, act, 400 + case * 3 + kind, packed=True,
+                   direct=True)
+    wide = pack_weights16(t.w, 1, tap_major=True)
+    got = _run_all(ffi, pools, t.y, lambda pool: L.mlcc_s16_conv2d__packed(
+        t.p, ptr(ffi, t.x), ptr(ffi, wide), ptr(ffi, t.scale), ptr(ffi, t.fbias),
+        ptr(ffi, t.y), ptr(ffi, t.scratch), pool))
+    np.testing.assert_array_equal(got, t.want)
+
+
+@pytest.mark.parametrize("rows,n,k", [(1, 8, 7), (37, 17, 600), (33, 9, 2)])
+def test_fc16_packed_weights(lib, rows, n, k):
+    ffi, L, _, pools = lib
+    rng = np.random.default_rng(rows * 3 + k)
+    x = rng.integers(-32768, 32768, (rows, k)).astype(np.int16)
+    w = rng.integers(-127, 128, (n, k)).astype(np.int8)
+    scale = (rng.uniform(0.5, 2.0, n) / (32768 * 127 * np.sqrt(k))).astype(np.float32)
+    fbias = rng.normal(0, 1, n).astype(np.float32)
+    want = epilogue(x.astype(np.int64) @ w.T.astype(np.int64), scale, fbias, 1, 1e-4, 0, "clip")
+    chunk, scratch_bytes = _scratch(_lo(2048), 1, n, k, rows, packed=True)
+    p = ffi.new("mlcc_s16_fc_params *", {"m": rows, "n": n, "k": k, "chunk_cols": chunk,
+                                         "ep": _ep(1, 1e-4, 0, "clip")})
+    scratch = np.zeros(scratch_bytes + 64, np.uint8)
+    y = np.zeros(want.shape, np.int16)
+    wide = pack_weights16(w, 1)
+    got = _run_all(ffi, pools, y, lambda pool: L.mlcc_s16_fc__packed(
+        p, ptr(ffi, x), ptr(ffi, wide), ptr(ffi, scale), ptr(ffi, fbias), ptr(ffi, y),
+        ptr(ffi, scratch), pool))
+    np.testing.assert_array_equal(got, want)
+
+
+# depthwise (the kernel of its own): widths around the 16-lane vectors (15, 16, 17, 33),
+# strides 1, 2 and 3, asymmetric pads, dilation, 1-D, batch 2, a window of 529 taps (more
+# than one int32 block: the tiles) and one whose 16 outputs span more than 64 columns
+DEPTHWISE = [
+    (1, 5, 9, 16, 5, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 5),
+    (2, 3, 7, 17, 3, 3, 3, (1, 1), (0, 2, 1, 0), (1, 1), 3),
+    (1, 7, 11, 33, 7, 5, 5, (2, 2), (2, 1, 2, 2), (1, 1), 7),
+    (1, 4, 8, 15, 4, 3, 3, (2, 2), (1, 1, 1, 1), (2, 2), 4),
+    (1, 3, 10, 31, 3, 3, 3, (3, 3), (1, 1, 1, 1), (1, 1), 3),
+    (1, 6, 1, 29, 6, 1, 7, (1, 1), (0, 3, 0, 3), (1, 1), 6),
+    (1, 2, 25, 24, 2, 23, 23, (1, 1), (1, 1, 1, 1), (1, 1), 2),
+    (1, 2, 9, 70, 2, 3, 3, (1, 1), (30, 30, 30, 30), (30, 30), 2),  # 76 columns: the loops
+]
+
+
+@pytest.mark.parametrize("case", range(len(DEPTHWISE)))
+@pytest.mark.parametrize("kind,act", [(0, "leaky"), (1, "none"), (2, "relu")])
+def test_depthwise16(lib, case, kind, act):
+    ffi, L, _, pools = lib
+    t = _conv_case(ffi, DEPTHWISE[case], kind, act, 200 + case * 3 + kind)
+    for fn in (L.mlcc_s16_conv2d, L.mlcc_s16_conv2d__portable):
+        got = _run_all(ffi, pools, t.y, lambda pool: fn(
+            t.p, ptr(ffi, t.x), ptr(ffi, t.w), ptr(ffi, t.scale), ptr(ffi, t.fbias),
+            ptr(ffi, t.y), ptr(ffi, t.scratch), pool))
+        np.testing.assert_array_equal(got, t.want)
+
+
+@pytest.mark.parametrize("act_kind", [5, 6, 8, 9])
+@pytest.mark.parametrize("conv", [CONVS[0], DEPTHWISE[2]])
+def test_epilogue_activations_match_portable(lib, act_kind, conv):
+    """The vector epilogue applies every other activation (hard sigmoid, HardSwish, SiLU,
+    GELU) lane for lane as the portable one does: the same bytes."""
+    ffi, L, _, pools = lib
+    ep = {"out_kind": 0, "y_scale": 0.0, "zero_point": 0,
+          "act": {"kind": act_kind, "alpha": 0.3, "beta": 0.5}}
+    t = _conv_case(ffi, conv, 0, ep, 300 + act_kind)
+    got = []
+    for fn in (L.mlcc_s16_conv2d, L.mlcc_s16_conv2d__portable):
+        got.append(_run_all(ffi, pools, t.y, lambda pool: fn(
+            t.p, ptr(ffi, t.x), ptr(ffi, t.w), ptr(ffi, t.scale), ptr(ffi, t.fbias),
+            ptr(ffi, t.y), ptr(ffi, t.scratch), pool)))
+    assert np.isfinite(got[0]).all() and np.std(got[0]) > 0
+    np.testing.assert_array_equal(got[0], got[1])

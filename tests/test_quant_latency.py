@@ -115,3 +115,30 @@ def test_w8a16_is_priced_and_offered_only_where_cheaper_than_float(tmp_path):
     assert not latency.w8a16_cheaper(g, "D", None)
     mac_ratio, _ = latency.estimator(load_target("arm"), allint, cands, macs, plan, every)
     assert mac_ratio([], ["D"]) == pytest.approx(mac_ratio(["D"]))
+
+
+def test_w8a16_layers_priced_at_their_own_rates(tmp_path):
+    """The fitted table prices W8A16 layers (QConv16 / QFC16) at its w16 rates, dense or
+    depthwise, and the int16 QuantizeLinear of their inputs at quantize16_elem."""
+    g, allint, cands, macs, plan = _stem_and_deep(tmp_path)
+    ranges = {v: Range(-2.0, 2.0, -2.0, 2.0, 0.0)
+              for v in needed_ranges(g, QuantOptions(w8a16=frozenset(cands)))}
+    res = quantize_graph(g, ranges, QuantOptions(w8a16=frozenset(cands)))
+    t = latency.table_for(load_target("x86-native"))
+    q16 = res.graph
+    seen = set()
+    for n in q16.nodes:
+        if n.op_type in ("QConv16", "QFC16"):
+            m, grouped = latency.macs(q16, n)
+            out = int(q16.values[n.outputs[0]].numel)
+            rate = t.w16_dw_mac if grouped else t.w16_mac
+            assert m > 0 and latency.node_cost(q16, n, t) == pytest.approx(
+                t.call + m * rate + t.w16_out * out)
+            seen.add((n.op_type, grouped))
+        elif n.op_type == "QuantizeLinear" and q16.values[n.outputs[0]].dtype == "int16":
+            numel = int(q16.values[n.outputs[0]].numel)
+            assert latency.node_cost(q16, n, t) == pytest.approx(
+                t.call + 2 * numel * t.quantize16_elem)
+            seen.add(("Q16", False))
+    assert seen == {("QConv16", False), ("QConv16", True), ("QFC16", False), ("Q16", False)}
+    assert 0 < t.w16_mac < t.float_mac and t.w16_dw_mac > 0 and t.quantize16_elem > 0

@@ -49,6 +49,7 @@ class CostTable:
     quantize_elem: float      # QuantizeLinear, per element
     dequantize_elem: float    # DequantizeLinear, per element
     call: float               # per node (a kernel call's fixed cost)
+    quantize16_elem: float    # QuantizeLinear to int16 (a W8A16 layer's input), per element
 
 
 def _numel(g: Graph, name: str) -> int:
@@ -95,7 +96,8 @@ def node_cost(g: Graph, n: Node, t: CostTable) -> float:
     elems = sum(_numel(g, v) for v in list(n.inputs) + list(n.outputs)
                 if v and v in g.values and not g.values[v].is_const)
     if n.op_type == "QuantizeLinear":
-        return t.call + t.quantize_elem * elems
+        int16 = any(g.values[v].dtype == "int16" for v in n.outputs if v in g.values)
+        return t.call + (t.quantize16_elem if int16 else t.quantize_elem) * elems
     if n.op_type == "DequantizeLinear":
         return t.call + t.dequantize_elem * elems
     m, grouped = macs(g, n)
@@ -122,18 +124,23 @@ def program_cost(g: Graph, t: CostTable) -> float:
 # the per-call CPU times of PP-OCRv4 rec's float and all-integer builds for x86-native
 # (1x3x48x320, 154 and 147 kernel calls, 15 interleaved runs; `bench/profile_layers.py`'s
 # timers, 2026-11-27 on the 2-core Zen machine at load 8-12): float 9.34 ms, integer 4.31 ms.
-# The W8A16 rates (w16_*): the same model's 38 convolutions at W8A16 (`--pure-int8 --w8a16
-# op:Conv`) against its float build, 15 alternating runs of CPU time at load 13-15, fitted by
-# bench/fit_w16_rates.py with the other rates fixed and the machine's speed divided out by
-# the float convolutions (2026-11-27, the kernels of cc7c704: depthwise runs through the
-# dense tiles, one channel in four used). Refit them when the W8A16 kernels change.
+# The W8A16 rates (w16_*, quantize16_elem): PP-OCR det at 1x3x320x320, float and all-W8A16
+# (--w8a16 op:Conv) builds, per-call CPU times (`bench/profile_layers.py --cpu --top 1000`, 11
+# runs, twice each at load 14-16 and twice at load 3-8, 2026-11-27, the packed W8A16 kernels of
+# the w16k change): per kind (50 dense calls, 554 M MACs; 14 depthwise, 22 M) time = call +
+# MACs * rate + outputs * out (least squares, weights 1 / sqrt(time)), in this table's units
+# by the float build's convolutions measured in the same runs (the table's estimate of them /
+# their time: 1.13-1.29); means of the four fits (depthwise: the last two); quantize16_elem:
+# the 42 int16 QuantizeLinear calls' time per element read or written. Dense W8A16 layers
+# measured 0.92-1.01x their float time there, depthwise 2.8-3.1x. Refit them when the W8A16
+# kernels change (bench/fit_w16_rates.py fits them from rec's builds the same way).
 TABLES: dict[str, CostTable] = {
     "x86_64-avx512": CostTable(
         "x86_64-avx512", float_mac=0.0096, float_dw_mac=0.0240, int8_mac=0.0031,
-        int8_dw_mac=0.0218, w16_mac=0.0082, w16_dw_mac=0.3638, float_out=0.1264,
-        int8_out=0.1441, w16_out=0.8041, float_elem=0.0373,
+        int8_dw_mac=0.0218, w16_mac=0.0068, w16_dw_mac=0.113, float_out=0.1264,
+        int8_out=0.1441, w16_out=0.32, float_elem=0.0373,
         heavy_elem=0.3083, int8_elem=0.0059, quantize_elem=0.0463, dequantize_elem=0.0203,
-        call=897.7)}
+        call=897.7, quantize16_elem=0.037)}
 
 
 def table_for(target) -> CostTable | None:

@@ -18,10 +18,18 @@
  * MLCC_VECTOR_BYTES, and the instruction sets it compiles for) give the portable loops' bytes,
  * on any thread count.
  *
- * Layout of the product: the weights of each group are widened once per call into int16 pairs
- * ([rows][k2][2], rows padded to 4); the input is packed per chunk of output positions into
- * [k2][cols][2] int16 (convolutions: im2col with zeros for the padding; fully connected: the
- * rows of x), cols a multiple of 32; tiles of 4 channels x 32 positions.
+ * Layout of the product: the weights of each group as int16 pairs in tiles of MLCC_S16_MR rows
+ * ([groups][rows / 8][k2][8][2], rows padded to 8, K to even: zeros), packed at compile time
+ * for the __packed entries (mlcc/ops/quant16.py pack_weights16), widened into scratch per call
+ * by the int8-weight ones; the input is packed per chunk of output positions into
+ * [k2][cols][2] int16 (convolutions: im2col with zeros for the padding, two taps' rows
+ * interleaved; fully connected: the rows of x), cols a multiple of 32; tiles of 8 channels x
+ * 32 positions; the AVX-512 path keeps a tile's int32 sums in registers and runs the epilogue
+ * on 16 lanes at a time (the same operations, lane for lane).
+ * Depthwise convolutions (groups = in = out channels, kernel_h * kernel_w <= 512) take no
+ * tiles and no weight scratch: each channel's window sums straight from its int16 plane, in
+ * int32 (at most 512 products: exact), 16 outputs of a row per vector on AVX-512 (strides 1
+ * and 2; (x, 0) x (w, 0) pairs), the portable loops elsewhere; the epilogue as above.
  *
  * Thread-compatible: no state; x, y and scratch must not overlap. */
 #ifndef MLCC_QCONV16_H
@@ -41,9 +49,11 @@ typedef struct mlcc_s16_epilogue {
 /* Pairs per int32 block of the sums (see above). */
 #define MLCC_S16_BLOCK_PAIRS 256
 #define MLCC_S16_K2(k) (((k) + 1) / 2)
-#define MLCC_S16_ROWS(m) (((m) + 3) / 4 * 4)
-/* Scratch: the widened weights, then one slice of packed columns per thread (MLCC_DW_SLICES
- * slices, 1 in builds without threads, MLCC_NO_THREADS), 64-byte multiples each. */
+#define MLCC_S16_MR 8
+#define MLCC_S16_ROWS(m) (((m) + MLCC_S16_MR - 1) / MLCC_S16_MR * MLCC_S16_MR)
+/* Scratch: the widened weights (not for the __packed entries), then one slice of packed
+ * columns per thread (MLCC_DW_SLICES slices, 1 in builds without threads, MLCC_NO_THREADS),
+ * 64-byte multiples each. */
 #define MLCC_S16_WEIGHT_BYTES(groups, m_per_group, k) \
     (((size_t)(groups) * MLCC_S16_ROWS(m_per_group) * MLCC_S16_K2(k) * 4 + 63) / 64 * 64)
 #define MLCC_S16_SLICE_BYTES(k, cols) (((size_t)MLCC_S16_K2(k) * (cols) * 4 + 63) / 64 * 64)
@@ -59,8 +69,25 @@ typedef struct mlcc_s16_conv2d_params {
     int64_t kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w;
     int64_t pad_top, pad_left, groups;
     int64_t chunk_cols;
+    /* __packed only: the weights' K in (tap, channel pair) order (pack_weights16 with
+     * tap_major), and, in builds with the AVX-512 path and groups == 1, the direct product:
+     * no im2col, the input rewritten once per batch as planes of channel pairs
+     * (MLCC_S16_DIRECT_BYTES of scratch), each tap's pairs of 16 outputs of a row read in
+     * place; other builds pack those K columns (the same sums, the same bytes). */
+    int64_t direct;
     mlcc_s16_epilogue ep;
 } mlcc_s16_conv2d_params;
+
+/* The direct path's planes: [rows][ceil(in_channels / 2)][stride_w][cols][2] int16, the
+ * padded rows and columns (per phase) the window reaches. */
+#define MLCC_S16_DIRECT_ROWS(p) (((p)->out_h - 1) * (p)->stride_h + \
+                                 ((p)->kernel_h - 1) * (p)->dilation_h + 1)
+#define MLCC_S16_DIRECT_COLS(p) ((((p)->out_w - 1) * (p)->stride_w + \
+                                  ((p)->kernel_w - 1) * (p)->dilation_w + 1 + \
+                                  (p)->stride_w - 1) / (p)->stride_w)
+#define MLCC_S16_DIRECT_BYTES(p) \
+    ((size_t)(((p)->in_channels + 1) / 2) * MLCC_S16_DIRECT_ROWS(p) * (p)->stride_w * \
+     MLCC_S16_DIRECT_COLS(p) * 4)
 
 void mlcc_s16_conv2d(const mlcc_s16_conv2d_params *p, const int16_t *x, const int8_t *w,
                      const float *scale, const float *fbias, void *y, uint8_t *scratch,
@@ -69,6 +96,12 @@ void mlcc_s16_conv2d(const mlcc_s16_conv2d_params *p, const int16_t *x, const in
 void mlcc_s16_conv2d__portable(const mlcc_s16_conv2d_params *p, const int16_t *x,
                                const int8_t *w, const float *scale, const float *fbias, void *y,
                                uint8_t *scratch, mlcc_threadpool *pool);
+
+/* w: the packed int16 weights (layout above); scratch: slices * MLCC_S16_SLICE_BYTES(k,
+ * chunk_cols) (depthwise: none; the int8 entry takes those). */
+void mlcc_s16_conv2d__packed(const mlcc_s16_conv2d_params *p, const int16_t *x,
+                             const int16_t *w, const float *scale, const float *fbias, void *y,
+                             uint8_t *scratch, mlcc_threadpool *pool);
 
 /* y[i][j] = epilogue(sum_k x[i][k] w[j][k]): x int16 [m][k], w int8 [n][k], y [m][n];
  * scratch: MLCC_S16_WEIGHT_BYTES(1, n, k) + slices * MLCC_S16_SLICE_BYTES(k, chunk_cols). */
@@ -84,6 +117,10 @@ void mlcc_s16_fc(const mlcc_s16_fc_params *p, const int16_t *x, const int8_t *w,
 void mlcc_s16_fc__portable(const mlcc_s16_fc_params *p, const int16_t *x, const int8_t *w,
                            const float *scale, const float *fbias, void *y, uint8_t *scratch,
                            mlcc_threadpool *pool);
+/* w packed as mlcc_s16_conv2d__packed's (one group); scratch: slices * MLCC_S16_SLICE_BYTES. */
+void mlcc_s16_fc__packed(const mlcc_s16_fc_params *p, const int16_t *x, const int16_t *w,
+                         const float *scale, const float *fbias, void *y, uint8_t *scratch,
+                         mlcc_threadpool *pool);
 
 /* y = clamp(rint_even(x / scale), -32768, 32767) (ONNX QuantizeLinear to int16 with zero
  * point 0; NaN gives -32768): the input of a W8A16 layer. p->zero_point must be 0. */
