@@ -222,7 +222,28 @@ static void products(void *arg, int unit, int thread) {
                               block);
 }
 
-/* Y = A^T M A + bias of every tile of the block, for output channels [k0, k1). */
+/* The activation of the outputs a block's tiles [t0, t0 + nb) wrote in one output plane yk
+ * (tile x tile squares, tw to a row, clipped at the edges), row segment by row segment, right
+ * after the output transform wrote them: while they are in this thread's cache, and with no
+ * pass of its own (which split by channels read half of every plane from the other thread's
+ * cache, behind one more barrier). mlcc_act_apply is elementwise, whatever the segments: the
+ * same bits as one call over the plane. */
+static void activate_tiles(const mlcc_act *act, float *yk, ptrdiff_t oh, ptrdiff_t ow,
+                           ptrdiff_t tile, ptrdiff_t t0, ptrdiff_t nb) {
+    const ptrdiff_t tw = (ow + tile - 1) / tile, last = t0 + nb - 1;
+    ptrdiff_t ty, r;
+    if (act->kind == MLCC_ACT_NONE || nb <= 0) return;
+    for (ty = t0 / tw; ty <= last / tw; ty++) {
+        const ptrdiff_t x0 = ty == t0 / tw ? t0 % tw * tile : 0;
+        const ptrdiff_t x1 = ty == last / tw && (last % tw + 1) * tile < ow
+                                 ? (last % tw + 1) * tile : ow;
+        for (r = ty * tile; r < ty * tile + tile && r < oh; r++)
+            mlcc_act_apply(act, yk + r * ow + x0, x1 - x0);
+    }
+}
+
+/* Y = A^T M A + bias of every tile of the block, for output channels [k0, k1), then the
+ * activation. */
 static void output_transform(void *arg, int unit, int thread) {
     const winograd_job *job = (const winograd_job *)arg;
     const mlcc_conv2d_params *p = &job->pp->conv;
@@ -288,6 +309,7 @@ static void output_transform(void *arg, int unit, int thread) {
             }
             if (tx == tw) tx = 0, ty++;
         }
+        activate_tiles(&p->act, yk, oh, ow, 2, job->t0, job->nb);
     }
 }
 
@@ -434,7 +456,8 @@ static void input_transform_4x4(void *arg, int unit, int thread) {
 
 /* Y = A^T M A + bias of every 4x4 tile of the block, for output channels [k0, k1): four tiles
  * at a time in block order (their products are consecutive floats whatever rows the tiles are
- * in), transposed into the tiles' output rows and stored tile by tile, clipped at the edges. */
+ * in), transposed into the tiles' output rows and stored tile by tile, clipped at the edges;
+ * then the activation. */
 static void output_transform_4x4(void *arg, int unit, int thread) {
     const winograd_job *job = (const winograd_job *)arg;
     const mlcc_conv2d_params *p = &job->pp->conv;
@@ -503,17 +526,8 @@ static void output_transform_4x4(void *arg, int unit, int thread) {
                 for (j = 0; j < 4 && x0 + j < ow; j++) yr[j] = o[j] + b;
             }
         }
+        activate_tiles(&p->act, yk, oh, ow, 4, job->t0, job->nb);
     }
-}
-
-/* The activation over whole output planes, once all blocks are written. */
-static void activate(void *arg, int unit, int thread) {
-    const winograd_job *job = (const winograd_job *)arg;
-    const mlcc_conv2d_params *p = &job->pp->conv;
-    const ptrdiff_t cout = (ptrdiff_t)p->out_channels, hw = (ptrdiff_t)(p->out_h * p->out_w);
-    const ptrdiff_t k0 = cout * unit / job->units, k1 = cout * (unit + 1) / job->units;
-    (void)thread;
-    mlcc_act_apply(&p->act, job->y + (job->n * cout + k0) * hw, (k1 - k0) * hw);
 }
 
 /* The three phases of one block for the unit's range of whole B panels of tiles (the last
@@ -536,7 +550,7 @@ static void tile_range(void *arg, int unit, int thread) {
 }
 
 /* The convolution by blocks of tiles: input transform, products, output transform per block
- * (tile: 2 or 4 outputs square), then the activation over the whole output. On a pool, blocks
+ * (tile: 2 or 4 outputs square; the output transform applies the activation). On a pool, blocks
  * of at least one B panel of tiles per thread are split by tiles (tile_range); smaller ones
  * (deep layers on small maps) phase by phase: by input channels, products, output channels. */
 static void winograd_run(const mlcc_conv2d_packed_params *pp, const float *x, const float *u,
@@ -579,10 +593,6 @@ static void winograd_run(const mlcc_conv2d_packed_params *pp, const float *x, co
             mlcc_threadpool_for(pool, products, &job, (int)job.units, (int)nt);
             job.units = phase_units((ptrdiff_t)p->out_channels, nt);
             mlcc_threadpool_for(pool, out_fn, &job, (int)job.units, (int)nt);
-        }
-        if (p->act.kind != MLCC_ACT_NONE) {
-            job.units = phase_units((ptrdiff_t)p->out_channels, nt);
-            mlcc_threadpool_for(pool, activate, &job, (int)job.units, (int)nt);
         }
     }
 }
