@@ -52,6 +52,7 @@ typedef struct winograd_job {
     const float *x, *u, *bias;
     float *y, *v, *m, *rows;
     ptrdiff_t n, t0, nb, units;
+    ptrdiff_t tiles, chunk;     /* thread_range: the image's tiles, tiles per step of a thread */
     ptrdiff_t ne;   /* products: 16 for F(2x2, 3x3), 36 for F(4x4, 3x3) */
     ptrdiff_t vplane, mplane;   /* floats from one product's operand (V), result (M) to the next */
     mlcc_unit_fn in_fn, out_fn; /* the tile size's transforms */
@@ -549,10 +550,35 @@ static void tile_range(void *arg, int unit, int thread) {
     job->out_fn(&sub, 0, thread);
 }
 
+/* A thread's contiguous share of all the image's tiles (unit u of nt: tiles [tiles * u / nt,
+ * tiles * (u + 1) / nt)), in steps of job->chunk tiles through its own slice of the block's
+ * scratch (thread t: panels [t * chunk / NR, (t + 1) * chunk / NR) of V, columns [t * chunk,
+ * (t + 1) * chunk) of M), each step transformed, multiplied and written back as tile_range
+ * does: one loop per convolution instead of one per block, and each thread the same rows of
+ * the output whatever the block size, which the next layer (split the same way) reads on the
+ * same thread. */
+static void thread_range(void *arg, int unit, int thread) {
+    const winograd_job *job = (const winograd_job *)arg;
+    const ptrdiff_t r0 = job->tiles * unit / job->units;
+    const ptrdiff_t r1 = job->tiles * (unit + 1) / job->units;
+    winograd_job sub = *job;
+    sub.v = job->v + thread * job->chunk * (ptrdiff_t)job->pp->conv.in_channels;
+    sub.m = job->m + thread * job->chunk;
+    sub.units = 1;
+    for (sub.t0 = r0; sub.t0 < r1; sub.t0 += job->chunk) {
+        sub.nb = r1 - sub.t0 < job->chunk ? r1 - sub.t0 : job->chunk;
+        job->in_fn(&sub, 0, thread);
+        products(&sub, 0, thread);
+        job->out_fn(&sub, 0, thread);
+    }
+}
+
 /* The convolution by blocks of tiles: input transform, products, output transform per block
- * (tile: 2 or 4 outputs square; the output transform applies the activation). On a pool, blocks
- * of at least one B panel of tiles per thread are split by tiles (tile_range); smaller ones
- * (deep layers on small maps) phase by phase: by input channels, products, output channels. */
+ * (tile: 2 or 4 outputs square; the output transform applies the activation). On a pool, maps
+ * of at least one B panel of tiles per thread, where a block holds one per thread, are split
+ * by tiles, each thread its share of the image in steps of block / nt tiles (thread_range);
+ * with more threads than the block's panels, block by block (tile_range); smaller maps (deep
+ * layers) phase by phase: by input channels, products, output channels. */
 static void winograd_run(const mlcc_conv2d_packed_params *pp, const float *x, const float *u,
                          const float *bias, float *y, float *scratch, mlcc_threadpool *pool,
                          ptrdiff_t tile, mlcc_unit_fn in_fn, mlcc_unit_fn out_fn) {
@@ -579,7 +605,14 @@ static void winograd_run(const mlcc_conv2d_packed_params *pp, const float *x, co
     job.in_fn = in_fn;
     job.out_fn = out_fn;
     if (nt > WINOGRAD_SLICES) nt = WINOGRAD_SLICES;
+    job.tiles = tiles;
+    job.chunk = block / MLCC_GEMM_NR / nt * MLCC_GEMM_NR;
     for (job.n = 0; job.n < p->batch; job.n++) {
+        if (nt > 1 && job.chunk > 0 && (tiles + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR >= nt) {
+            job.units = nt;
+            mlcc_threadpool_for(pool, thread_range, &job, (int)job.units, (int)nt);
+            continue;
+        }
         for (job.t0 = 0; job.t0 < tiles; job.t0 += block) {
             job.nb = tiles - job.t0 < block ? tiles - job.t0 : block;
             if (nt > 1 && (job.nb + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR >= nt) {
