@@ -30,6 +30,10 @@ from .common import IO_DTYPES, act_params, const_input
 from .elementwise import emit_binary
 from .conv import AUTO_PAD, window2d, window_geometry
 from .conv_kernels import DW_SLICES
+
+# MLCC_MIN_PARALLEL_INT8_MACS (mlcc_kernel.h): integer convolutions from this many
+# multiply-adds are split between a pool's threads
+MIN_PARALLEL_INT8_MACS = 4 << 20
 from .registry import OpDef, lookup, register
 
 MLCC = "mlcc"
@@ -464,9 +468,15 @@ class QConv(OpDef):
         wname = lo.add_const(f"{node.name}.w_packed", packed)
         bname = lo.add_const(f"{node.name}.bias_zp", eff.astype(np.int32))
         # y may take x's bytes where each output row is written after the input rows it
-        # overwrites were read (qconv.c's im2col_lone)
+        # overwrites were read (qconv.c's im2col_lone), which is the lone caller's order: not
+        # where a thread pool would split the layer (then it ran on the caller alone: 2.2 ms
+        # of the 3.2 ms serial time of YOLOv8n int8 on 2 threads), only on targets without
+        # one (the microcontrollers, whose arenas this was for) or below the split's size
+        split = lo.options.get("threads", True) and not is_symbolic(params) and \
+            n * m * oh * ow * c * kh * kw >= MIN_PARALLEL_INT8_MACS
         same = (not is_symbolic(params) and n == 1 and group == 1 and (oh, ow) == (ih, iw)
-                and sh == sw == 1 and m <= c and params["rq"]["out_kind"].name == "MLCC_QOUT_U8")
+                and sh == sw == 1 and m <= c and params["rq"]["out_kind"].name == "MLCC_QOUT_U8"
+                and not split)
         lo.call("mlcc_u8_conv2d", [node.inputs[0], wname, bname, *_channel_args(node), out],
                 [out], params_type="mlcc_qconv2d_params", params=params, pool=True,
                 scratch_bytes=scratch, op=label,
