@@ -490,28 +490,38 @@ def test_fixed_requantization_exact_on_ties_and_extremes(lib):
         np.testing.assert_array_equal(y, want, err_msg=f"mult {mult} shift {sh}")
 
 
-def test_pools_match_numpy(lib):
-    ffi, L, _, _ = lib
+@pytest.mark.parametrize("n,c,h,w,kh,kw,s,pad", [
+    (2, 3, 7, 9, 3, 2, 2, 1),
+    (1, 37, 41, 43, 5, 5, 1, 2),     # YOLOv8n's SPPF window; enough taps for the pool
+])
+def test_pools_match_numpy(lib, n, c, h, w, kh, kw, s, pad):
+    """Max and average pooling against numpy, without a pool and on every pool (large ones
+    split by planes): the same bytes."""
+    ffi, L, _, pools = lib
     rng = np.random.default_rng(5)
-    x = rng.integers(0, 256, (2, 3, 7, 9)).astype(np.uint8)
-    kh, kw, s, pad = 3, 2, 2, 1
-    oh, ow = (7 + 2 * pad - kh) // s + 1, (9 + 2 * pad - kw) // s + 1
+    x = rng.integers(0, 256, (n, c, h, w)).astype(np.uint8)
+    oh, ow = (h + 2 * pad - kh) // s + 1, (w + 2 * pad - kw) // s + 1
     p = ffi.new("mlcc_qpool2d_params *", {
-        "planes": 6, "in_h": 7, "in_w": 9, "out_h": oh, "out_w": ow, "kernel_h": kh,
+        "planes": n * c, "in_h": h, "in_w": w, "out_h": oh, "out_w": ow, "kernel_h": kh,
         "kernel_w": kw, "stride_h": s, "stride_w": s, "dilation_h": 1, "dilation_w": 1,
         "pad_top": pad, "pad_left": pad, "pad_value": 0})
-    ymax = np.zeros((2, 3, oh, ow), np.uint8)
-    yavg = np.zeros((2, 3, oh, ow), np.uint8)
-    L.mlcc_u8_maxpool2d(p, ptr(ffi, x), ptr(ffi, ymax))
-    L.mlcc_u8_avgpool2d(p, ptr(ffi, x), ptr(ffi, yavg))
     xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=-1)
+    want_max = np.zeros((n, c, oh, ow), np.int64)
+    want_avg = np.zeros((n, c, oh, ow), np.int64)
     for i in range(oh):
         for j in range(ow):
-            win = xp[:, :, i * s:i * s + kh, j * s:j * s + kw].reshape(2, 3, -1)
+            win = xp[:, :, i * s:i * s + kh, j * s:j * s + kw].reshape(n, c, -1)
             valid = win >= 0
-            np.testing.assert_array_equal(ymax[:, :, i, j], win.max(axis=2))
+            want_max[:, :, i, j] = win.max(axis=2)
             total, count = np.where(valid, win, 0).sum(axis=2), valid.sum(axis=2)
-            np.testing.assert_array_equal(yavg[:, :, i, j], (total + count // 2) // count)
+            want_avg[:, :, i, j] = (total + count // 2) // count
+    for pool in [ffi.NULL, *pools.values()]:
+        ymax = np.zeros((n, c, oh, ow), np.uint8)
+        yavg = np.zeros((n, c, oh, ow), np.uint8)
+        L.mlcc_u8_maxpool2d(p, ptr(ffi, x), ptr(ffi, ymax), pool)
+        L.mlcc_u8_avgpool2d(p, ptr(ffi, x), ptr(ffi, yavg), pool)
+        np.testing.assert_array_equal(ymax, want_max)
+        np.testing.assert_array_equal(yavg, want_avg)
 
 
 @pytest.mark.parametrize("h,w", [(1, 1), (7, 9), (160, 160), (300, 257)])
@@ -524,7 +534,7 @@ def test_global_avgpool_matches_numpy(lib, h, w):
         "kernel_w": w, "stride_h": 1, "stride_w": 1, "dilation_h": 1, "dilation_w": 1,
         "pad_top": 0, "pad_left": 0, "pad_value": 0})
     y = np.zeros(3, np.uint8)
-    L.mlcc_u8_avgpool2d(p, ptr(ffi, x), ptr(ffi, y))
+    L.mlcc_u8_avgpool2d(p, ptr(ffi, x), ptr(ffi, y), ffi.NULL)
     total, count = x.reshape(3, -1).astype(np.int64).sum(axis=1), h * w
     np.testing.assert_array_equal(y, (total + count // 2) // count)
 

@@ -709,7 +709,7 @@ class _QPool(OpDef):
                        f"zp={node.attr('zero_point') - 128} clamp=[{qmin - 128},{qmax - 128}]")
             return
         lo.call(self.kernel, [node.inputs[0], node.outputs[0]], [node.outputs[0]],
-                params_type="mlcc_qpool2d_params", params=p,
+                params_type="mlcc_qpool2d_params", params=p, pool=True,
                 op=f"{self.op_type} int8 scale={node.attr('scale'):.6g} "
                    f"zp={node.attr('zero_point')}")
 

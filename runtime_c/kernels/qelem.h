@@ -152,7 +152,8 @@ void mlcc_u8_channel_scale(const mlcc_qchannel_scale_params *p, const uint8_t *x
 /* Pooling over NCHW uint8 planes with the output's scale and zero point equal to the input's
  * (max commutes with the monotonic quantization; an average of codes is the code of the
  * average). Taps as in pool.h (no tap table); average: (sum of codes over taps inside the
- * input + count / 2) / count, count = taps inside the input, integer only. */
+ * input + count / 2) / count, count = taps inside the input, integer only. Large ones split
+ * by planes between a pool's threads: the same bytes on any pool. */
 typedef struct mlcc_qpool2d_params {
     int64_t planes, in_h, in_w, out_h, out_w;
     int64_t kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w;
@@ -160,8 +161,10 @@ typedef struct mlcc_qpool2d_params {
     int32_t pad_value;        /* code of an all-padding max window (the zero point) */
 } mlcc_qpool2d_params;
 
-void mlcc_u8_maxpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y);
-void mlcc_u8_avgpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y);
+void mlcc_u8_maxpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y,
+                       mlcc_threadpool *pool);
+void mlcc_u8_avgpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y,
+                       mlcc_threadpool *pool);
 
 /* y = table[x]: an element-wise function of one uint8 tensor (Sigmoid, SiLU, HardSwish, ...)
  * as a 256-entry table the compiler computes from the input's and the output's scales and
