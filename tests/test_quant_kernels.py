@@ -38,12 +38,14 @@ POOL_SIZES = (2, 3)
 
 @pytest.fixture(scope="module", params=sorted(FLAGS))
 def lib(request, tmp_path_factory):
-    """The kernels with the thread pool, MLCC_MIN_PARALLEL_MACS=0 so that even these small
-    cases split; yields (ffi, lib, flavour, pools by size)."""
+    """The kernels with the thread pool, MLCC_MIN_PARALLEL_MACS=0 and
+    MLCC_MIN_PARALLEL_ELEMENTS=0 so that even these small cases split; yields (ffi, lib,
+    flavour, pools by size)."""
     out = tmp_path_factory.mktemp(f"qk_{request.param}") / "libq.so"
     src = resources.runtime_c() / "src"
     subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
                     *FLAGS[request.param], "-DMLCC_MIN_PARALLEL_MACS=0",
+                    "-DMLCC_MIN_PARALLEL_ELEMENTS=0",
                     *shlex.split(os.environ.get("MLCC_TEST_KERNEL_CFLAGS", "")),  # see util.py
                     f"-I{resources.runtime_c() / 'include'}",
                     f"-I{KERNELS}", "-o", str(out), str(KERNELS / "qgemm.c"),
@@ -373,7 +375,7 @@ def test_vector_qgemm_matches_portable_twin(lib, m, n, k4, a_signed, out_kind, c
 def test_lut_matches_numpy(lib):
     """mlcc_u8_lut: table[x] for every code, at a length that is no vector multiple; the
     table of an activation is quantize(act(dequantize(code))) (scheme.activation_table)."""
-    ffi, L, _, _ = lib
+    ffi, L, _, pools = lib
     rng = np.random.default_rng(5)
     qx, qy = QParams(0.061, 140), QParams(0.024, 12)
     table = activation_table(("SILU", 1.0, 0.0), qx, qy)
@@ -382,20 +384,22 @@ def test_lut_matches_numpy(lib):
         table, np.clip(np.rint(real / (1 + np.exp(-real)) / np.float32(0.024)) + 12, 0, 255))
     x = np.concatenate([np.arange(256), rng.integers(0, 256, 1000)]).astype(np.uint8)
     y = np.zeros(x.size, np.uint8)
-    L.mlcc_u8_lut(ffi.new("mlcc_lut_params *", {"count": x.size}), ptr(ffi, x),
-                  ptr(ffi, table), ptr(ffi, y))
+    p = ffi.new("mlcc_lut_params *", {"count": x.size})
+    on_every_pool(ffi, pools, y, lambda pool: L.mlcc_u8_lut(p, ptr(ffi, x), ptr(ffi, table),
+                                                            ptr(ffi, y), pool))
     np.testing.assert_array_equal(y, table[x])
 
 
 def test_quantize_dequantize_match_numpy(lib):
-    ffi, L, _, _ = lib
+    ffi, L, _, pools = lib
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.normal(0, 3, 1001), np.arange(-20, 20) * 0.25,
                         [1e9, -1e9, np.nan]]).astype(np.float32)
     qp = QParams(0.5, 11)
     p = ffi.new("mlcc_quantize_params *", {"count": x.size, "scale": 0.5, "zero_point": 11})
     y = np.zeros(x.size, np.uint8)
-    L.mlcc_f32_quantize(p, ptr(ffi, x), ptr(ffi, y))
+    on_every_pool(ffi, pools, y, lambda pool: L.mlcc_f32_quantize(p, ptr(ffi, x), ptr(ffi, y),
+                                                                  pool))
     finite = np.isfinite(x)
     np.testing.assert_array_equal(y[finite], quantize_linear(x[finite], qp))
     assert y[-1] == 0                                      # NaN -> the lowest code
@@ -418,7 +422,9 @@ def _qadd_model(a, b, sa, za, sb, zb, sy, zy, mode):
 
 @pytest.mark.parametrize("mode", [0, 1])
 def test_qadd_and_requantize_match_numpy(lib, mode):
-    ffi, L, _, _ = lib
+    """Add, Sub (TFLite's fixed mode) and requantize against numpy, the same bytes on every
+    pool, and Add in place (the output over its first input, as the memory plan allows)."""
+    ffi, L, _, pools = lib
     rng = np.random.default_rng(mode)
     a = rng.integers(0, 256, 997).astype(np.uint8)
     b = rng.integers(0, 256, 997).astype(np.uint8)
@@ -429,15 +435,28 @@ def test_qadd_and_requantize_match_numpy(lib, mode):
         "a_mult_f": float(np.float32(sa / sy)), "b_mult_f": float(np.float32(sb / sy)), "a_mult": am, "a_shift": ash, "b_mult": bm, "b_shift": bsh,
         "out_mult": om, "out_shift": osh, "rq": requant(ffi, 0, mode, zy)})
     y = np.zeros(a.size, np.uint8)
-    L.mlcc_u8_add(p, ptr(ffi, a), ptr(ffi, b), ptr(ffi, y))
+    on_every_pool(ffi, pools, y, lambda pool: L.mlcc_u8_add(p, ptr(ffi, a), ptr(ffi, b),
+                                                            ptr(ffi, y), pool))
     np.testing.assert_array_equal(y, _qadd_model(a, b, sa, za, sb, zb, sy, zy, mode))
+    for pool in pools.values():
+        over = a.copy()
+        L.mlcc_u8_add(p, ptr(ffi, over), ptr(ffi, b), ptr(ffi, over), pool)
+        np.testing.assert_array_equal(over, y)
+    if mode == 1:
+        on_every_pool(ffi, pools, y, lambda pool: L.mlcc_u8_sub(p, ptr(ffi, a), ptr(ffi, b),
+                                                                ptr(ffi, y), pool))
+        xa = multiply_by_quantized_multiplier((a.astype(np.int64) - za) << 20, np.int64(am), ash)
+        xb = multiply_by_quantized_multiplier((b.astype(np.int64) - zb) << 20, np.int64(bm), bsh)
+        want = multiply_by_quantized_multiplier(xa - xb, np.int64(om), osh) + zy
+        np.testing.assert_array_equal(y, np.clip(want, 0, 255).astype(np.uint8))
     # requantize: u8 at (0.02, 100) -> (0.03, 20)
     mf = np.float32(np.float32(0.02) / np.float32(0.03))
     m0, sh = fixed_multiplier(0.02 / 0.03)
     p = ffi.new("mlcc_qrequant_params *", {"count": a.size, "x_zero_point": 100,
                                            "mult_f": float(mf), "mult": m0, "shift": sh,
                                            "rq": requant(ffi, 0, mode, 20)})
-    L.mlcc_u8_requantize(p, ptr(ffi, a), ptr(ffi, y))
+    on_every_pool(ffi, pools, y, lambda pool: L.mlcc_u8_requantize(p, ptr(ffi, a), ptr(ffi, y),
+                                                                   pool))
     acc = a.astype(np.int32) - 100
     if mode == 0:
         want = requantize_float(acc, np.float32(mf), QParams(1.0, 20))

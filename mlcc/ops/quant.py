@@ -177,7 +177,7 @@ class QuantizeLinear(OpDef):
         scale, zp, _ = qlinear_params(lo.graph, node)
         x = lo.value(node.inputs[0])
         lo.call("mlcc_f32_quantize", [node.inputs[0], node.outputs[0]], [node.outputs[0]],
-                params_type="mlcc_quantize_params",
+                params_type="mlcc_quantize_params", pool=True,
                 params={"count": x.numel, "scale": scale, "zero_point": zp},
                 op=f"QuantizeLinear scale={scale:.6g} zp={zp}")
 
@@ -548,7 +548,7 @@ class QAdd(OpDef):
         out = node.outputs[0]
         lo.call(self.kernel, [node.inputs[0], node.inputs[1], out], [out],
                 in_place=[(out, node.inputs[0]), (out, node.inputs[1])],   # element-wise
-                params_type="mlcc_qadd_params",
+                params_type="mlcc_qadd_params", pool=True,
                 params={"count": lo.value(out).numel, "a_zero_point": int(za),
                         "b_zero_point": int(zb),
                         # float32 multipliers: each product with a code is then exact in
@@ -602,7 +602,7 @@ class QRequant(OpDef):
         out = node.outputs[0]
         mode = node.attr("mode")
         lo.call("mlcc_u8_requantize", [node.inputs[0], out], [out],
-                params_type="mlcc_qrequant_params",
+                params_type="mlcc_qrequant_params", pool=True,
                 params={"count": lo.value(out).numel, "x_zero_point": int(zx), "mult_f": mf,
                         "mult": m0, "shift": sh,
                         "rq": {"out_kind": Enum("MLCC_QOUT_U8"),
@@ -664,7 +664,7 @@ class QLut(OpDef):
         (sx, zx), (sy, zy) = node.attr("x"), node.attr("y")
         out = node.outputs[0]
         lo.call("mlcc_u8_lut", [node.inputs[0], node.inputs[1], out], [out],
-                params_type="mlcc_lut_params", params={"count": lo.value(out).numel},
+                params_type="mlcc_lut_params", params={"count": lo.value(out).numel}, pool=True,
                 op=f"{node.attr('act')} int8 table x=({sx:.6g},{zx}) y=({sy:.6g},{zy})")
 
 

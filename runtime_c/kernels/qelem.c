@@ -4,7 +4,40 @@
 
 #include <math.h>
 
-void mlcc_f32_quantize(const mlcc_quantize_params *p, const float *x, uint8_t *y) {
+/* A flat element-wise kernel of `count` elements cut between a pool's threads into ranges of
+ * whole 64-element lines (the uint8 side's cache lines: no line written by two threads), from
+ * MLCC_MIN_PARALLEL_ELEMENTS elements up; part(c, i0, i1) runs elements [i0, i1) through the
+ * kernel's one-thread loop with count i1 - i0. Every element is computed alone: the same bytes
+ * on any pool, and an output may be its input (in place). On the caller alone, YOLOv8n int8's
+ * 57 SiLU tables and 31 requantizations were 0.22 ms of its serial time on 2 threads. */
+typedef struct elem_call elem_call;
+struct elem_call {
+    void (*part)(const elem_call *c, ptrdiff_t i0, ptrdiff_t i1);
+    const void *p, *a, *b;
+    void *y;
+    ptrdiff_t count;
+};
+
+static void elem_lines(void *arg, ptrdiff_t l0, ptrdiff_t l1) {
+    const elem_call *c = (const elem_call *)arg;
+    c->part(c, l0 * 64, l1 * 64 < c->count ? l1 * 64 : c->count);
+}
+
+static void elem_run(void (*part)(const elem_call *, ptrdiff_t, ptrdiff_t), const void *p,
+                     const void *a, const void *b, void *y, int64_t count,
+                     mlcc_threadpool *pool) {
+    elem_call c;
+    c.part = part;
+    c.p = p;
+    c.a = a;
+    c.b = b;
+    c.y = y;
+    c.count = (ptrdiff_t)count;
+    mlcc_parallel_ranges(pool, elem_lines, &c, (c.count + 63) / 64, (double)count,
+                         (double)MLCC_MIN_PARALLEL_ELEMENTS);
+}
+
+static void quantize_run(const mlcc_quantize_params *p, const float *x, uint8_t *y) {
     /* locals: y (uint8_t) may alias *p, which would force reloads and block vectorization */
     const float s = p->scale, lo = (float)(0 - p->zero_point), hi = (float)(255 - p->zero_point);
     const float magic = 12582912.0f;
@@ -18,6 +51,17 @@ void mlcc_f32_quantize(const mlcc_quantize_params *p, const float *x, uint8_t *y
         f = (f + magic) - magic;      /* round half to even */
         y[i] = (uint8_t)((int32_t)f + zp);
     }
+}
+
+static void quantize_part(const elem_call *c, ptrdiff_t i0, ptrdiff_t i1) {
+    mlcc_quantize_params q = *(const mlcc_quantize_params *)c->p;
+    q.count = i1 - i0;
+    quantize_run(&q, (const float *)c->a + i0, (uint8_t *)c->y + i0);
+}
+
+void mlcc_f32_quantize(const mlcc_quantize_params *p, const float *x, uint8_t *y,
+                       mlcc_threadpool *pool) {
+    elem_run(quantize_part, p, x, NULL, y, p->count, pool);
 }
 
 void mlcc_u8_dequantize(const mlcc_quantize_params *p, const uint8_t *x, float *y) {
@@ -35,7 +79,7 @@ void mlcc_f32_dynamic_quantize(const mlcc_dynamic_quantize_params *p, const floa
     mlcc_f32_widen_range(x, p->count, &lo, &hi);
     q.count = p->count;
     mlcc_dynamic_qparams(lo, hi, &q.scale, &q.zero_point);
-    mlcc_f32_quantize(&q, x, y);
+    quantize_run(&q, x, y);
     *y_scale = q.scale;
     *y_zero_point = (uint8_t)q.zero_point;
 }
@@ -124,7 +168,7 @@ static inline __attribute__((always_inline)) void add_fixed(
     }
 }
 
-void mlcc_u8_add(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y) {
+static void add_run(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y) {
     const int64_t n = p->count;
     int64_t i;
     const int32_t za = p->a_zero_point, zb = p->b_zero_point, zy = p->rq.zero_point;
@@ -149,7 +193,7 @@ void mlcc_u8_add(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, 
     }
 }
 
-void mlcc_u8_requantize(const mlcc_qrequant_params *p, const uint8_t *x, uint8_t *y) {
+static void requantize_run(const mlcc_qrequant_params *p, const uint8_t *x, uint8_t *y) {
     const int64_t n = p->count;
     int64_t i;
     const int32_t zx = p->x_zero_point, zy = p->rq.zero_point;
@@ -172,6 +216,28 @@ void mlcc_u8_requantize(const mlcc_qrequant_params *p, const uint8_t *x, uint8_t
     }
 }
 
+static void add_part(const elem_call *c, ptrdiff_t i0, ptrdiff_t i1) {
+    mlcc_qadd_params q = *(const mlcc_qadd_params *)c->p;
+    q.count = i1 - i0;
+    add_run(&q, (const uint8_t *)c->a + i0, (const uint8_t *)c->b + i0, (uint8_t *)c->y + i0);
+}
+
+void mlcc_u8_add(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y,
+                 mlcc_threadpool *pool) {
+    elem_run(add_part, p, a, b, y, p->count, pool);
+}
+
+static void requantize_part(const elem_call *c, ptrdiff_t i0, ptrdiff_t i1) {
+    mlcc_qrequant_params q = *(const mlcc_qrequant_params *)c->p;
+    q.count = i1 - i0;
+    requantize_run(&q, (const uint8_t *)c->a + i0, (uint8_t *)c->y + i0);
+}
+
+void mlcc_u8_requantize(const mlcc_qrequant_params *p, const uint8_t *x, uint8_t *y,
+                        mlcc_threadpool *pool) {
+    elem_run(requantize_part, p, x, NULL, y, p->count, pool);
+}
+
 void mlcc_u8_channel_scale(const mlcc_qchannel_scale_params *p, const uint8_t *x,
                            const float *s, uint8_t *y) {
     mlcc_qrequant_params q;
@@ -186,7 +252,7 @@ void mlcc_u8_channel_scale(const mlcc_qchannel_scale_params *p, const uint8_t *x
         for (c = 0; c < p->channels; c++) {
             const int64_t at = (n * p->channels + c) * p->plane;
             q.mult_f = (s[n * p->s_batch + c] + p->offset) * p->mult_f;
-            mlcc_u8_requantize(&q, x + at, y + at);
+            requantize_run(&q, x + at, y + at);
         }
 }
 
@@ -315,7 +381,7 @@ void mlcc_u8_avgpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *
 #define MLCC_LUT_VBMI 0
 #endif
 
-void mlcc_u8_lut(const mlcc_lut_params *p, const uint8_t *x, const uint8_t *table, uint8_t *y) {
+static void lut_run(const mlcc_lut_params *p, const uint8_t *x, const uint8_t *table, uint8_t *y) {
     const int64_t n = p->count;
     int64_t i = 0;
 #if MLCC_LUT_VBMI
@@ -334,6 +400,18 @@ void mlcc_u8_lut(const mlcc_lut_params *p, const uint8_t *x, const uint8_t *tabl
     }
 #endif
     for (; i < n; i++) y[i] = table[x[i]];
+}
+
+/* (the table travels in b) */
+static void lut_part(const elem_call *c, ptrdiff_t i0, ptrdiff_t i1) {
+    mlcc_lut_params q;
+    q.count = i1 - i0;
+    lut_run(&q, (const uint8_t *)c->a + i0, (const uint8_t *)c->b, (uint8_t *)c->y + i0);
+}
+
+void mlcc_u8_lut(const mlcc_lut_params *p, const uint8_t *x, const uint8_t *table, uint8_t *y,
+                 mlcc_threadpool *pool) {
+    elem_run(lut_part, p, x, table, y, p->count, pool);
 }
 
 /* ---- TensorFlow Lite's arithmetic (qelem.h) */
@@ -439,12 +517,23 @@ void mlcc_u8_avgpool2d__tflite(const mlcc_qavgpool_tflite_params *p, const uint8
     }
 }
 
-void mlcc_u8_sub(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y) {
+static void sub_run(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y) {
 #if MLCC_QMVE
     add_fixed_mve(p, a, b, y, 1);
     return;
 #endif
     add_fixed(p, a, b, y, 1);
+}
+
+static void sub_part(const elem_call *c, ptrdiff_t i0, ptrdiff_t i1) {
+    mlcc_qadd_params q = *(const mlcc_qadd_params *)c->p;
+    q.count = i1 - i0;
+    sub_run(&q, (const uint8_t *)c->a + i0, (const uint8_t *)c->b + i0, (uint8_t *)c->y + i0);
+}
+
+void mlcc_u8_sub(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y,
+                 mlcc_threadpool *pool) {
+    elem_run(sub_part, p, a, b, y, p->count, pool);
 }
 
 void mlcc_u8_mul(const mlcc_qmul_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y) {

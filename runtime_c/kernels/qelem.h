@@ -2,7 +2,9 @@
  * DequantizeLinear, requantizing Add, a requantizing copy (Concat inputs of another scale),
  * max and average pooling, table lookup.
  *
- * Thread-compatible: no state; outputs must not overlap inputs. */
+ * Thread-compatible: no state; outputs must not overlap inputs. The kernels that take a pool
+ * (quantize, add, sub, requantize, lut, the poolings) split large calls between its threads:
+ * the same bytes on any pool. */
 #ifndef MLCC_QELEM_H
 #define MLCC_QELEM_H
 
@@ -15,7 +17,8 @@ typedef struct mlcc_quantize_params {
 } mlcc_quantize_params;
 
 /* y = clamp(rint_even(x / scale) + zero_point, 0, 255) (ONNX QuantizeLinear; NaN gives 0). */
-void mlcc_f32_quantize(const mlcc_quantize_params *p, const float *x, uint8_t *y);
+void mlcc_f32_quantize(const mlcc_quantize_params *p, const float *x, uint8_t *y,
+                       mlcc_threadpool *pool);
 /* y = (float)(x - zero_point) * scale (ONNX DequantizeLinear). */
 void mlcc_u8_dequantize(const mlcc_quantize_params *p, const uint8_t *x, float *y);
 
@@ -102,7 +105,8 @@ typedef struct mlcc_qadd_params {
     mlcc_requant rq;          /* mode, zero_point, qmin, qmax (out_kind U8) */
 } mlcc_qadd_params;
 
-void mlcc_u8_add(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y);
+void mlcc_u8_add(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y,
+                 mlcc_threadpool *pool);
 
 /* Requantizing Mul of two uint8 tensors of the same shape, in either arithmetic:
  *   rq.mode FLOAT (onnxruntime's QLinearMul):
@@ -132,7 +136,8 @@ typedef struct mlcc_qrequant_params {
     mlcc_requant rq;
 } mlcc_qrequant_params;
 
-void mlcc_u8_requantize(const mlcc_qrequant_params *p, const uint8_t *x, uint8_t *y);
+void mlcc_u8_requantize(const mlcc_qrequant_params *p, const uint8_t *x, uint8_t *y,
+                        mlcc_threadpool *pool);
 
 /* A per-channel scale of a uint8 [batch][channels][plane] tensor by a run-time float vector s
  * (squeeze-excitation: x * s, and x + x * s as x * (s + 1)): for plane (n, c),
@@ -173,7 +178,8 @@ typedef struct mlcc_lut_params {
     int64_t count;
 } mlcc_lut_params;
 
-void mlcc_u8_lut(const mlcc_lut_params *p, const uint8_t *x, const uint8_t *table, uint8_t *y);
+void mlcc_u8_lut(const mlcc_lut_params *p, const uint8_t *x, const uint8_t *table, uint8_t *y,
+                 mlcc_threadpool *pool);
 
 /* ---- TensorFlow Lite's arithmetic (models read from .tflite; mlcc/frontend/tflite_import.py).
  * Their int8 tensors are held as uint8 codes (int8 value + 128, the zero point with it), so
@@ -209,7 +215,8 @@ void mlcc_u8_softmax(const mlcc_qsoftmax_params *p, const uint8_t *x, const int3
 
 /* TFLite's int8 SUB (SubElementwise): mlcc_u8_add's fixed mode with the difference of the
  * scaled inputs (a - b, each rounded on its own as TFLite does, so not a negated multiplier). */
-void mlcc_u8_sub(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y);
+void mlcc_u8_sub(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y,
+                 mlcc_threadpool *pool);
 
 
 /* TFLite's int8 MEAN over the middle axis of [outer][reduce][inner] codes: acc = sum of the
