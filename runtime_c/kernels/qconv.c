@@ -312,6 +312,10 @@ typedef struct {
     const int8_t *wd;
     uint8_t *yn;
     int64_t c4n, hp, wp;
+    /* direct_prep_range: the image's input, the packed weights, the scratch xc and wd are */
+    const uint8_t *xn;
+    const int8_t *w;
+    uint8_t *scratch;
 } direct_job;
 
 /* One output row (unit oh) of every channel. */
@@ -339,19 +343,10 @@ static void direct_row(void *arg, int oh, int thread) {
 }
 
 /* The copies before the products, one parallel loop: items [0, c4n) are the input's channel
- * groups (of image xn), the rest the weights' output channels (with_weights: the first image
- * only). On the caller alone they were 7-9 us of every direct call (YOLOv8n int8 on 2
+ * groups (of image xn), the rest the weights' output channels (the first image only). On the caller alone they were 7-9 us of every direct call (YOLOv8n int8 on 2
  * threads: 0.15 ms of serial time). Copies: the same bytes on any pool. */
-typedef struct direct_prep {
-    const mlcc_qconv2d_params *p;
-    const uint8_t *xn;
-    const int8_t *w;
-    uint8_t *scratch;
-    int64_t c4n, hp, wp;
-} direct_prep;
-
 static void direct_prep_range(void *arg, ptrdiff_t i0, ptrdiff_t i1) {
-    const direct_prep *d = (const direct_prep *)arg;
+    const direct_job *d = (const direct_job *)arg;
     if (i0 < d->c4n)
         direct_input(d->p, d->xn, i0, i1 < d->c4n ? i1 : d->c4n, d->hp, d->wp, d->scratch);
     if (i1 > d->c4n)
@@ -364,16 +359,15 @@ static void qconv_direct(const mlcc_qconv2d_params *p, const uint8_t *x, const i
                          uint8_t *scratch, mlcc_threadpool *pool) {
     const size_t esize = p->rq.out_kind == MLCC_QOUT_U8 ? 1 : 4;
     direct_job job;
-    direct_prep prep;
     int64_t n;
     job.p = p; job.ch = ch; job.xc = scratch; job.c4n = c4n; job.hp = hp; job.wp = wp;
     job.wd = (int8_t *)(scratch + 4 * c4n * hp * wp);
-    prep.p = p; prep.w = w; prep.scratch = scratch; prep.c4n = c4n; prep.hp = hp; prep.wp = wp;
+    job.w = w; job.scratch = scratch;
     for (n = 0; n < p->batch; n++) {
         const int64_t items = c4n + (n == 0 ? p->out_channels : 0);
         job.yn = (uint8_t *)y + (size_t)(n * p->out_channels * p->out_h * p->out_w) * esize;
-        prep.xn = x + n * p->in_channels * p->in_h * p->in_w;
-        mlcc_parallel_ranges(pool, direct_prep_range, &prep, (ptrdiff_t)items,
+        job.xn = x + n * p->in_channels * p->in_h * p->in_w;
+        mlcc_parallel_ranges(pool, direct_prep_range, &job, (ptrdiff_t)items,
                              4.0 * (double)(c4n * hp * wp) +
                                  (n == 0 ? 4.0 * (double)(p->out_channels * c4n) *
                                                (double)(p->kernel_h * p->kernel_w) : 0.0),
