@@ -562,8 +562,9 @@ def test_global_avgpool_matches_numpy(lib, h, w):
     (1, 5, 21, 0, 0.0), (2, 3, 37, 0, 1.0), (2, 7, 1, 7, 1.0), (3, 1, 65, 1, 0.0)])
 def test_channel_scale_matches_numpy(lib, batch, channels, plane, s_batch, offset):
     """mlcc_u8_channel_scale (squeeze-excitation x * (s + offset) on codes) bit for bit against
-    its float32 model, with negative and large scales (clamped both ways), clamp [3, 250]."""
-    ffi, L, _, _ = lib
+    its float32 model, with negative and large scales (clamped both ways), clamp [3, 250];
+    the same bytes on every pool (split by planes)."""
+    ffi, L, _, pools = lib
     rng = np.random.default_rng(batch * 100 + channels * 10 + plane)
     x = rng.integers(0, 256, (batch, channels, plane)).astype(np.uint8)
     s = rng.uniform(-1.5, 3.0, (batch if s_batch else 1, channels)).astype(np.float32)
@@ -573,7 +574,9 @@ def test_channel_scale_matches_numpy(lib, batch, channels, plane, s_batch, offse
         "x_zero_point": zx, "offset": offset, "mult_f": float(mf),
         "rq": requant(ffi, 0, 0, zy, 3, 250)})
     y = np.zeros_like(x)
-    L.mlcc_u8_channel_scale(p, ptr(ffi, x), ptr(ffi, s), ptr(ffi, y))
+    on_every_pool(ffi, pools, y, lambda pool: L.mlcc_u8_channel_scale(p, ptr(ffi, x),
+                                                                      ptr(ffi, s), ptr(ffi, y),
+                                                                      pool))
     m = ((s + np.float32(offset)) * mf).astype(np.float32)
     m = np.broadcast_to(m, (batch, channels))[:, :, None]
     f = (x.astype(np.int32) - zx).astype(np.float32) * m

@@ -635,7 +635,7 @@ class QChannelScale(OpDef):
         out = node.outputs[0]
         mf = float(np.float32(np.float32(sx) / np.float32(sy)))
         lo.call("mlcc_u8_channel_scale", [node.inputs[0], node.inputs[1], out], [out],
-                params_type="mlcc_qchannel_scale_params",
+                params_type="mlcc_qchannel_scale_params", pool=True,
                 params={"batch": n, "channels": c, "plane": x.numel // max(n * c, 1),
                         "s_batch": c if sshape[0] == n and n > 1 else 0,
                         "x_zero_point": int(zx), "offset": float(node.attr("offset")),

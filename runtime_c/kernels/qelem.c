@@ -238,22 +238,44 @@ void mlcc_u8_requantize(const mlcc_qrequant_params *p, const uint8_t *x, uint8_t
     elem_run(requantize_part, p, x, NULL, y, p->count, pool);
 }
 
-void mlcc_u8_channel_scale(const mlcc_qchannel_scale_params *p, const uint8_t *x,
-                           const float *s, uint8_t *y) {
+/* Planes [i0, i1) of the batch x channels (the scales travel in b). */
+static void channel_scale_planes(const elem_call *e, ptrdiff_t i0, ptrdiff_t i1) {
+    const mlcc_qchannel_scale_params *p = (const mlcc_qchannel_scale_params *)e->p;
+    const float *s = (const float *)e->b;
     mlcc_qrequant_params q;
-    int64_t n, c;
+    ptrdiff_t i;
     q.count = p->plane;
     q.x_zero_point = p->x_zero_point;
     q.mult = 0;
     q.shift = 0;
     q.rq = p->rq;
     q.rq.mode = MLCC_REQUANT_FLOAT;
-    for (n = 0; n < p->batch; n++)
-        for (c = 0; c < p->channels; c++) {
-            const int64_t at = (n * p->channels + c) * p->plane;
-            q.mult_f = (s[n * p->s_batch + c] + p->offset) * p->mult_f;
-            requantize_run(&q, x + at, y + at);
-        }
+    for (i = i0; i < i1; i++) {
+        const int64_t n = i / p->channels, c = i % p->channels;
+        q.mult_f = (s[n * p->s_batch + c] + p->offset) * p->mult_f;
+        requantize_run(&q, (const uint8_t *)e->a + i * p->plane, (uint8_t *)e->y + i * p->plane);
+    }
+}
+
+static void channel_scale_range(void *arg, ptrdiff_t i0, ptrdiff_t i1) {
+    const elem_call *e = (const elem_call *)arg;
+    e->part(e, i0, i1);
+}
+
+/* Split by ranges of planes from MLCC_MIN_PARALLEL_ELEMENTS codes: PP-OCR det int8's ten
+ * squeeze-excitation scales were 0.29 ms on the caller on 2 threads. */
+void mlcc_u8_channel_scale(const mlcc_qchannel_scale_params *p, const uint8_t *x,
+                           const float *s, uint8_t *y, mlcc_threadpool *pool) {
+    elem_call e;
+    e.part = channel_scale_planes;
+    e.p = p;
+    e.a = x;
+    e.b = s;
+    e.y = y;
+    e.count = (ptrdiff_t)(p->batch * p->channels);
+    mlcc_parallel_ranges(pool, channel_scale_range, &e, e.count,
+                         (double)(p->batch * p->channels) * (double)p->plane,
+                         (double)MLCC_MIN_PARALLEL_ELEMENTS);
 }
 
 /* The arguments of one 2-D pooling, for its ranges of planes. */

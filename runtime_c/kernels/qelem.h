@@ -3,7 +3,7 @@
  * max and average pooling, table lookup.
  *
  * Thread-compatible: no state; outputs must not overlap inputs. The kernels that take a pool
- * (quantize, add, sub, requantize, lut, the poolings) split large calls between its threads:
+ * (quantize, add, sub, requantize, channel_scale, lut, the poolings) split large calls between its threads:
  * the same bytes on any pool. */
 #ifndef MLCC_QELEM_H
 #define MLCC_QELEM_H
@@ -152,7 +152,7 @@ typedef struct mlcc_qchannel_scale_params {
 } mlcc_qchannel_scale_params;
 
 void mlcc_u8_channel_scale(const mlcc_qchannel_scale_params *p, const uint8_t *x,
-                           const float *s, uint8_t *y);
+                           const float *s, uint8_t *y, mlcc_threadpool *pool);
 
 /* Pooling over NCHW uint8 planes with the output's scale and zero point equal to the input's
  * (max commutes with the monotonic quantization; an average of codes is the code of the
