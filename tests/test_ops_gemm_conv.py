@@ -45,6 +45,7 @@ def test_conv_threads_same_bits(tmp_path, c, h, w, m, k, stride, pads, relu):
     np.testing.assert_allclose(got, ref, atol=1e-4 * max(1.0, float(np.abs(ref).max())))
 
 
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
 def test_conv_auto_pad(tmp_path, auto_pad):
     check_node("Conv", {"x": rand(1, 2, 10, 7)}, initializers={"w": rand(3, 2, 4, 3, seed=1)},
                tmp_path=tmp_path, strides=[2, 3], auto_pad=auto_pad)
