@@ -1,8 +1,9 @@
 """INT8 quantization benchmark: mlcc int8 against onnxruntime's quantize_static (QDQ,
 per-channel int8 weights, uint8 activations, the same calibrator and the same calibration
-inputs), output SQNR against the float model and latency on one thread.
+inputs), output SQNR against the float model and latency on one thread (or N: --threads).
 
     python bench/bench_quant.py                       # every model
+    python bench/bench_quant.py yolov8n ppocr_det --threads 2
     python bench/bench_quant.py digits_cnn ppocr_rec --calibrator entropy
     python bench/bench_quant.py mobilenetv2 --variants pt,pt+eq,pt+bc,pt+eq+bc,pc,pc+eq
 
@@ -13,6 +14,13 @@ for YOLOv8n and PP-OCR det, and synthetic text lines (dark strokes on a light ba
 Percentile calibrator keeps every intermediate tensor in memory (6.8 GB for 32 PP-OCR rec
 images), and its Entropy method equals MinMax through quantize_static. This is not a test:
 nothing here asserts a number. Progress goes to stderr, the table to stdout.
+
+On one thread the four builds (mlcc and onnxruntime, float and int8) are timed round robin in
+this process. With --threads N (N > 1) each engine is timed alone in its own processes, as
+`bench_models.py --threads N` does (mlcc.benchmark.measure_in_processes: mlcc's float build
+against onnxruntime's float model, then mlcc's int8 build against onnxruntime's QDQ model,
+--rounds rounds of one process per engine); a latency is then the median over the rounds of
+each round's median (summarize_rounds).
 
 --variants compares mlcc's own options instead (no latencies): each variant is a `+`-joined
 set of pt (--per-tensor weights) or pc (per channel, the default), eq (--equalize), eq6
@@ -153,6 +161,19 @@ def medians_ms(fns: dict, runs: int) -> dict:
     return {k: 1e3 * float(np.median(v)) for k, v in times.items()}
 
 
+def medians_in_processes(pairs: dict, feeds: dict, threads: int, rounds: int | None) -> dict:
+    """{kind: (ONNX model, mlcc folder)} -> {"mlcc KIND": ms, "ort KIND": ms}: each engine
+    alone in its own processes on `threads` threads (measure_in_processes), a pair at a time."""
+    from mlcc.benchmark import ROUNDS, measure_in_processes, summarize_rounds
+    out = {}
+    for kind, (model, folder) in pairs.items():
+        m = measure_in_processes(model, folder, feeds, threads, rounds=rounds or ROUNDS)
+        for engine, short in (("mlcc", "mlcc"), ("onnxruntime", "ort")):
+            t = summarize_rounds(engine, m.latencies[engine], m.calls[engine], 0, 0.0)
+            out[f"{short} {kind}"] = 1e3 * t.median_s
+    return out
+
+
 def fixed_model(path: Path, shapes: dict, out: Path) -> Path:
     """The model with static input shapes (quantize_static calibrates with them)."""
     import onnx
@@ -213,7 +234,8 @@ def session(path: Path):
 
 
 def bench(name: str, calibrator: str, ort_calibrator: str, runs: int, tmp: Path,
-          smooth: float | str | None = "auto", min_sqnr: float | None = None) -> str:
+          smooth: float | str | None = "auto", min_sqnr: float | None = None,
+          threads: int = 1, rounds: int | None = None) -> str:
     import mlcc
     from mlcc import api
 
@@ -244,11 +266,17 @@ def bench(name: str, calibrator: str, ort_calibrator: str, runs: int, tmp: Path,
         r = mq.run({inp: x})
         got_mlcc += [r[o] for o in outs]
     x0 = test[0]
-    call_q, _ = mq.prepare({inp: x0})
-    call_f, _ = mf.prepare({inp: x0})
-    lat = medians_ms({"mlcc float": call_f, "mlcc int8": call_q,
-                      "ort float": lambda: f_sess.run(outs, {inp: x0}),
-                      "ort int8": lambda: q_sess.run(outs, {inp: x0})}, runs)
+    if threads > 1:
+        del mq, mf, f_sess, q_sess        # no thread pools of this process during the timing
+        say(f"timing on {threads} threads, each engine in its own processes")
+        lat = medians_in_processes({"float": (fixed, work / "float"),
+                                    "int8": (ort_q, work / "int8")}, {inp: x0}, threads, rounds)
+    else:
+        call_q, _ = mq.prepare({inp: x0})
+        call_f, _ = mf.prepare({inp: x0})
+        lat = medians_ms({"mlcc float": call_f, "mlcc int8": call_q,
+                          "ort float": lambda: f_sess.run(outs, {inp: x0}),
+                          "ort int8": lambda: q_sess.run(outs, {inp: x0})}, runs)
     q = res.manifest["quantization"]
     fsize = (work / "float" / "weights.bin").stat().st_size
     qsize = (work / "int8" / "weights.bin").stat().st_size
@@ -344,6 +372,11 @@ def main(argv=None) -> int:
     ap.add_argument("--ort-calibrator", default="minmax",
                     choices=["minmax", "percentile", "entropy"])
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="threads of each engine; above 1, each engine timed alone in its own "
+                         "processes (as bench_models.py --threads)")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="with --threads N > 1: rounds of one process per engine (default 5)")
     ap.add_argument("--smooth", default="auto", help="mlcc --smooth auto|off|ALPHA")
     ap.add_argument("--min-sqnr", type=float, default=None, help="mlcc --min-sqnr DB")
     ap.add_argument("--variants", default=None,
@@ -370,7 +403,12 @@ def main(argv=None) -> int:
     for name in args.models:
         if name not in MODELS:
             ap.error(f"unknown model {name!r} (known: {', '.join(MODELS)})")
-    rows = ["| model | calibrator mlcc / ort | calib samples | eval samples | mlcc int8 SQNR "
+    if args.threads < 1 or (args.rounds is not None and args.rounds < 1):
+        ap.error("--threads and --rounds take a positive number")
+    rows = [f"Latencies on {args.threads} thread{'s' if args.threads > 1 else ''}: "
+            + ("each engine alone in its own processes, alternated." if args.threads > 1 else
+               "the four builds timed round robin in one process."), "",
+            "| model | calibrator mlcc / ort | calib samples | eval samples | mlcc int8 SQNR "
             "(dB) | ort int8 SQNR (dB) | mlcc integer / float layers | mlcc float ms | "
             "mlcc int8 ms | ort float ms | ort int8 ms | mlcc int8/float | weights int8/float |",
             "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
@@ -379,7 +417,7 @@ def main(argv=None) -> int:
             smooth = args.smooth if args.smooth == "auto" else (
                 None if args.smooth == "off" else float(args.smooth))
             rows.append(bench(name, args.calibrator, args.ort_calibrator, args.runs, Path(tmp),
-                              smooth, args.min_sqnr))
+                              smooth, args.min_sqnr, args.threads, args.rounds))
             print(rows[-1], file=sys.stderr)
     print("\n".join(rows))
     return 0

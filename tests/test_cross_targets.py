@@ -179,6 +179,13 @@ def test_resize(tmp_path, target, mode, ctm):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_conv_transpose(tmp_path, target):
+    """Its GEMM and scatter-add through the pool's ranges (the caller alone here)."""
+    check_node("ConvTranspose", {"x": rand(1, 5, 6, 7)}, initializers={"w": rand(5, 3, 3, 3)},
+               tmp_path=tmp_path, target=target, strides=[2, 2], pads=[1, 0, 0, 1])
+
+
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("axis,opset", [(-1, 17), (1, 11)])
 def test_softmax(tmp_path, target, axis, opset):
     check_node("Softmax", {"x": rand(3, 37, 5) * 20}, tmp_path=tmp_path, target=target,

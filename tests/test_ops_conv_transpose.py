@@ -6,7 +6,7 @@ from onnx import helper
 
 import mlcc
 from mlcc.errors import UnsupportedError
-from util import check_model, check_node, make_model, rand
+from util import check_model, check_node, make_model, rand, run_same_bits_on_threads
 
 
 def convtranspose_ref(x, w, b=None, *, strides, begin, out, dilations, group=1):
@@ -58,6 +58,29 @@ def test_conv_transpose2d(tmp_path, n, c, h, w, m, k, stride, pads, dil, group, 
     check_node("ConvTranspose", {"x": x}, initializers={"w": wt, "b": b}, tmp_path=tmp_path,
                strides=[stride, stride], pads=pads, dilations=[dil, dil], group=group,
                output_padding=[out_pad, out_pad] if out_pad < max(stride, dil) else [0, 0])
+
+
+@pytest.mark.parametrize("c,h,w,m,k,stride,pads,group,act", [
+    (24, 41, 37, 24, 2, 2, [0, 0, 0, 0], 1, "Relu"),   # PP-OCR det's upsampler, odd map
+    (24, 131, 127, 1, 2, 2, [0, 0, 0, 0], 1, "Sigmoid"),   # one output channel: by rows
+    (6, 61, 67, 24, 3, 1, [1, 1, 1, 1], 2, None),      # overlapping taps, grouped
+    (32, 71, 67, 9, 1, 1, [0, 0, 0, 0], 1, "Relu"),    # 1x1: the direct GEMM
+])
+def test_conv_transpose_threads_same_bits(tmp_path, c, h, w, m, k, stride, pads, group, act):
+    """Large enough to be split between threads (the GEMM by tiles, the scatter-add by output
+    channels and rows, the activation with its rows): 1, 2 and 3 threads give the same bits,
+    within tolerance of the scatter definition."""
+    x, wt, b = rand(1, c, h, w), rand(c, m // group, k, k, seed=1), rand(m, seed=2)
+    nodes = [helper.make_node("ConvTranspose", ["x", "w", "b"], ["t" if act else "y"],
+                              strides=[stride, stride], pads=pads, group=group)]
+    if act:
+        nodes.append(helper.make_node(act, ["t"], ["y"]))
+    model = make_model(nodes, {"x": x}, ["y"], initializers={"w": wt, "b": b})
+    got = run_same_bits_on_threads(model, {"x": x}, tmp_path)["y"]
+    ref = convtranspose_ref(x, wt, b, strides=[stride, stride], begin=pads[:2],
+                            out=got.shape[2:], dilations=[1, 1], group=group)
+    ref = {None: ref, "Relu": np.maximum(ref, 0), "Sigmoid": 1 / (1 + np.exp(-ref))}[act]
+    np.testing.assert_allclose(got, ref, atol=1e-4 * max(1.0, float(np.abs(ref).max())))
 
 
 def test_conv_transpose_no_bias_defaults(tmp_path):

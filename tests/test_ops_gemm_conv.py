@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from util import check_model, check_node, make_model, rand
+from util import (check_model, check_node, make_model, rand, reference_outputs,
+                  run_same_bits_on_threads)
 
 
 @pytest.mark.parametrize("n,c,h,w,m,k,stride,pads,dil,group", [
@@ -34,6 +35,26 @@ def test_packed_conv_of_one_column_panel(tmp_path, h, w):
                initializers={"w": rand(300, 260, 1, 1, seed=1), "b": rand(300, seed=2)},
                tmp_path=tmp_path, target="x86-native")
     assert "mlcc_f32_conv2d__packed(" in next(tmp_path.glob("**/model.c")).read_text()
+
+
+@pytest.mark.parametrize("c,h,w,m,k,stride,pads,relu", [
+    (16, 61, 59, 32, 3, 2, [1, 1, 1, 1], False),   # implicit GEMM: its copy by 16 x 4 sub-planes
+    (3, 97, 89, 32, 3, 2, [1, 0, 2, 1], True),     # a 3-channel stem (gathered), odd pads
+    (24, 45, 43, 40, 3, 1, [1, 1, 1, 1], True),    # Winograd, the ReLU with each block's tiles
+])
+def test_conv_threads_same_bits(tmp_path, c, h, w, m, k, stride, pads, relu):
+    """Convolutions whose input copy (the implicit GEMM's padded, stride-phase sub-planes) or
+    products are split between threads: 1, 2 and 3 threads give the same bits, onnxruntime's
+    values within tolerance."""
+    x, wt, b = rand(1, c, h, w), rand(m, c, k, k, seed=1), rand(m, seed=2)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t" if relu else "y"],
+                              strides=[stride, stride], pads=pads)]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["t"], ["y"]))
+    model = make_model(nodes, {"x": x}, ["y"], initializers={"w": wt, "b": b})
+    got = run_same_bits_on_threads(model, {"x": x}, tmp_path)["y"]
+    ref = reference_outputs(model, {"x": x})["y"]
+    np.testing.assert_allclose(got, ref, atol=1e-4 * max(1.0, float(np.abs(ref).max())))
 
 
 @pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])

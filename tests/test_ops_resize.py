@@ -6,7 +6,8 @@ from onnx import helper
 
 from mlcc.errors import UnsupportedError
 from mlcc.ops.resize import linear_table, nearest_table, F32
-from util import check_model, compile_and_run, make_model, rand, reference_outputs
+from util import (check_model, compile_and_run, make_model, rand, reference_outputs,
+                  run_same_bits_on_threads)
 
 
 def resize(tmp_path, x, *, opset=19, scales=None, sizes=None, op="Resize", **attrs):
@@ -36,6 +37,25 @@ def resize(tmp_path, x, *, opset=19, scales=None, sizes=None, op="Resize", **att
 def test_yolov8_upsample(tmp_path):
     resize(tmp_path, rand(1, 5, 7, 9), opset=17, scales=[1, 1, 2, 2], mode="nearest",
            coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+
+
+@pytest.mark.parametrize("shape,scales,dtype", [
+    ((1, 37, 23, 29), [1, 1, 2, 2], np.float32),      # rows repeated: copies inside a range
+    ((2, 5, 61, 47), [1, 1, 0.6, 1.7], np.float32),   # down the height, up the width
+    ((1, 67, 31, 19), [1, 1, 3, 2], np.uint8),
+])
+def test_nearest_threads_same_bits(tmp_path, shape, scales, dtype):
+    """Above the threading threshold nearest splits the output rows (planes x out_h, in memory
+    order) between threads, a range's first row gathered, not copied from the row before it:
+    1, 2 and 3 threads give the same bits, onnxruntime's values."""
+    x = rand(*shape, seed=5)
+    x = (x * 100 + 100).astype(dtype) if dtype == np.uint8 else x
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode="nearest",
+                            coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    model = make_model([node], {"x": x}, ["y"], initializers={
+        "roi": np.zeros(0, np.float32), "scales": np.array(scales, np.float32)}, opset=19)
+    got = run_same_bits_on_threads(model, {"x": x}, tmp_path)
+    np.testing.assert_array_equal(got["y"], reference_outputs(model, {"x": x})["y"])
 
 
 @pytest.mark.parametrize("coord", ["half_pixel", "asymmetric", "align_corners",

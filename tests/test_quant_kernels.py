@@ -38,12 +38,14 @@ POOL_SIZES = (2, 3)
 
 @pytest.fixture(scope="module", params=sorted(FLAGS))
 def lib(request, tmp_path_factory):
-    """The kernels with the thread pool, MLCC_MIN_PARALLEL_MACS=0 so that even these small
-    cases split; yields (ffi, lib, flavour, pools by size)."""
+    """The kernels with the thread pool, MLCC_MIN_PARALLEL_MACS=0 and
+    MLCC_MIN_PARALLEL_ELEMENTS=0 so that even these small cases split; yields (ffi, lib,
+    flavour, pools by size)."""
     out = tmp_path_factory.mktemp(f"qk_{request.param}") / "libq.so"
     src = resources.runtime_c() / "src"
     subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
                     *FLAGS[request.param], "-DMLCC_MIN_PARALLEL_MACS=0",
+                    "-DMLCC_MIN_PARALLEL_ELEMENTS=0",
                     *shlex.split(os.environ.get("MLCC_TEST_KERNEL_CFLAGS", "")),  # see util.py
                     f"-I{resources.runtime_c() / 'include'}",
                     f"-I{KERNELS}", "-o", str(out), str(KERNELS / "qgemm.c"),
@@ -377,7 +379,7 @@ def test_vector_qgemm_matches_portable_twin(lib, m, n, k4, a_signed, out_kind, c
 def test_lut_matches_numpy(lib):
     """mlcc_u8_lut: table[x] for every code, at a length that is no vector multiple; the
     table of an activation is quantize(act(dequantize(code))) (scheme.activation_table)."""
-    ffi, L, _, _ = lib
+    ffi, L, _, pools = lib
     rng = np.random.default_rng(5)
     qx, qy = QParams(0.061, 140), QParams(0.024, 12)
     table = activation_table(("SILU", 1.0, 0.0), qx, qy)
@@ -386,20 +388,22 @@ def test_lut_matches_numpy(lib):
         table, np.clip(np.rint(real / (1 + np.exp(-real)) / np.float32(0.024)) + 12, 0, 255))
     x = np.concatenate([np.arange(256), rng.integers(0, 256, 1000)]).astype(np.uint8)
     y = np.zeros(x.size, np.uint8)
-    L.mlcc_u8_lut(ffi.new("mlcc_lut_params *", {"count": x.size}), ptr(ffi, x),
-                  ptr(ffi, table), ptr(ffi, y))
+    p = ffi.new("mlcc_lut_params *", {"count": x.size})
+    on_every_pool(ffi, pools, y, lambda pool: L.mlcc_u8_lut(p, ptr(ffi, x), ptr(ffi, table),
+                                                            ptr(ffi, y), pool))
     np.testing.assert_array_equal(y, table[x])
 
 
 def test_quantize_dequantize_match_numpy(lib):
-    ffi, L, _, _ = lib
+    ffi, L, _, pools = lib
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.normal(0, 3, 1001), np.arange(-20, 20) * 0.25,
                         [1e9, -1e9, np.nan]]).astype(np.float32)
     qp = QParams(0.5, 11)
     p = ffi.new("mlcc_quantize_params *", {"count": x.size, "scale": 0.5, "zero_point": 11})
     y = np.zeros(x.size, np.uint8)
-    L.mlcc_f32_quantize(p, ptr(ffi, x), ptr(ffi, y))
+    on_every_pool(ffi, pools, y, lambda pool: L.mlcc_f32_quantize(p, ptr(ffi, x), ptr(ffi, y),
+                                                                  pool))
     finite = np.isfinite(x)
     np.testing.assert_array_equal(y[finite], quantize_linear(x[finite], qp))
     assert y[-1] == 0                                      # NaN -> the lowest code
@@ -422,7 +426,9 @@ def _qadd_model(a, b, sa, za, sb, zb, sy, zy, mode):
 
 @pytest.mark.parametrize("mode", [0, 1])
 def test_qadd_and_requantize_match_numpy(lib, mode):
-    ffi, L, _, _ = lib
+    """Add, Sub (TFLite's fixed mode) and requantize against numpy, the same bytes on every
+    pool, and Add in place (the output over its first input, as the memory plan allows)."""
+    ffi, L, _, pools = lib
     rng = np.random.default_rng(mode)
     a = rng.integers(0, 256, 997).astype(np.uint8)
     b = rng.integers(0, 256, 997).astype(np.uint8)
@@ -433,15 +439,28 @@ def test_qadd_and_requantize_match_numpy(lib, mode):
         "a_mult_f": float(np.float32(sa / sy)), "b_mult_f": float(np.float32(sb / sy)), "a_mult": am, "a_shift": ash, "b_mult": bm, "b_shift": bsh,
         "out_mult": om, "out_shift": osh, "rq": requant(ffi, 0, mode, zy)})
     y = np.zeros(a.size, np.uint8)
-    L.mlcc_u8_add(p, ptr(ffi, a), ptr(ffi, b), ptr(ffi, y))
+    on_every_pool(ffi, pools, y, lambda pool: L.mlcc_u8_add(p, ptr(ffi, a), ptr(ffi, b),
+                                                            ptr(ffi, y), pool))
     np.testing.assert_array_equal(y, _qadd_model(a, b, sa, za, sb, zb, sy, zy, mode))
+    for pool in pools.values():
+        over = a.copy()
+        L.mlcc_u8_add(p, ptr(ffi, over), ptr(ffi, b), ptr(ffi, over), pool)
+        np.testing.assert_array_equal(over, y)
+    if mode == 1:
+        on_every_pool(ffi, pools, y, lambda pool: L.mlcc_u8_sub(p, ptr(ffi, a), ptr(ffi, b),
+                                                                ptr(ffi, y), pool))
+        xa = multiply_by_quantized_multiplier((a.astype(np.int64) - za) << 20, np.int64(am), ash)
+        xb = multiply_by_quantized_multiplier((b.astype(np.int64) - zb) << 20, np.int64(bm), bsh)
+        want = multiply_by_quantized_multiplier(xa - xb, np.int64(om), osh) + zy
+        np.testing.assert_array_equal(y, np.clip(want, 0, 255).astype(np.uint8))
     # requantize: u8 at (0.02, 100) -> (0.03, 20)
     mf = np.float32(np.float32(0.02) / np.float32(0.03))
     m0, sh = fixed_multiplier(0.02 / 0.03)
     p = ffi.new("mlcc_qrequant_params *", {"count": a.size, "x_zero_point": 100,
                                            "mult_f": float(mf), "mult": m0, "shift": sh,
                                            "rq": requant(ffi, 0, mode, 20)})
-    L.mlcc_u8_requantize(p, ptr(ffi, a), ptr(ffi, y))
+    on_every_pool(ffi, pools, y, lambda pool: L.mlcc_u8_requantize(p, ptr(ffi, a), ptr(ffi, y),
+                                                                   pool))
     acc = a.astype(np.int32) - 100
     if mode == 0:
         want = requantize_float(acc, np.float32(mf), QParams(1.0, 20))
@@ -494,28 +513,38 @@ def test_fixed_requantization_exact_on_ties_and_extremes(lib):
         np.testing.assert_array_equal(y, want, err_msg=f"mult {mult} shift {sh}")
 
 
-def test_pools_match_numpy(lib):
-    ffi, L, _, _ = lib
+@pytest.mark.parametrize("n,c,h,w,kh,kw,s,pad", [
+    (2, 3, 7, 9, 3, 2, 2, 1),
+    (1, 37, 41, 43, 5, 5, 1, 2),     # YOLOv8n's SPPF window; enough taps for the pool
+])
+def test_pools_match_numpy(lib, n, c, h, w, kh, kw, s, pad):
+    """Max and average pooling against numpy, without a pool and on every pool (large ones
+    split by planes): the same bytes."""
+    ffi, L, _, pools = lib
     rng = np.random.default_rng(5)
-    x = rng.integers(0, 256, (2, 3, 7, 9)).astype(np.uint8)
-    kh, kw, s, pad = 3, 2, 2, 1
-    oh, ow = (7 + 2 * pad - kh) // s + 1, (9 + 2 * pad - kw) // s + 1
+    x = rng.integers(0, 256, (n, c, h, w)).astype(np.uint8)
+    oh, ow = (h + 2 * pad - kh) // s + 1, (w + 2 * pad - kw) // s + 1
     p = ffi.new("mlcc_qpool2d_params *", {
-        "planes": 6, "in_h": 7, "in_w": 9, "out_h": oh, "out_w": ow, "kernel_h": kh,
+        "planes": n * c, "in_h": h, "in_w": w, "out_h": oh, "out_w": ow, "kernel_h": kh,
         "kernel_w": kw, "stride_h": s, "stride_w": s, "dilation_h": 1, "dilation_w": 1,
         "pad_top": pad, "pad_left": pad, "pad_value": 0})
-    ymax = np.zeros((2, 3, oh, ow), np.uint8)
-    yavg = np.zeros((2, 3, oh, ow), np.uint8)
-    L.mlcc_u8_maxpool2d(p, ptr(ffi, x), ptr(ffi, ymax))
-    L.mlcc_u8_avgpool2d(p, ptr(ffi, x), ptr(ffi, yavg))
     xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=-1)
+    want_max = np.zeros((n, c, oh, ow), np.int64)
+    want_avg = np.zeros((n, c, oh, ow), np.int64)
     for i in range(oh):
         for j in range(ow):
-            win = xp[:, :, i * s:i * s + kh, j * s:j * s + kw].reshape(2, 3, -1)
+            win = xp[:, :, i * s:i * s + kh, j * s:j * s + kw].reshape(n, c, -1)
             valid = win >= 0
-            np.testing.assert_array_equal(ymax[:, :, i, j], win.max(axis=2))
+            want_max[:, :, i, j] = win.max(axis=2)
             total, count = np.where(valid, win, 0).sum(axis=2), valid.sum(axis=2)
-            np.testing.assert_array_equal(yavg[:, :, i, j], (total + count // 2) // count)
+            want_avg[:, :, i, j] = (total + count // 2) // count
+    for pool in [ffi.NULL, *pools.values()]:
+        ymax = np.zeros((n, c, oh, ow), np.uint8)
+        yavg = np.zeros((n, c, oh, ow), np.uint8)
+        L.mlcc_u8_maxpool2d(p, ptr(ffi, x), ptr(ffi, ymax), pool)
+        L.mlcc_u8_avgpool2d(p, ptr(ffi, x), ptr(ffi, yavg), pool)
+        np.testing.assert_array_equal(ymax, want_max)
+        np.testing.assert_array_equal(yavg, want_avg)
 
 
 @pytest.mark.parametrize("h,w", [(1, 1), (7, 9), (160, 160), (300, 257)])
@@ -528,7 +557,7 @@ def test_global_avgpool_matches_numpy(lib, h, w):
         "kernel_w": w, "stride_h": 1, "stride_w": 1, "dilation_h": 1, "dilation_w": 1,
         "pad_top": 0, "pad_left": 0, "pad_value": 0})
     y = np.zeros(3, np.uint8)
-    L.mlcc_u8_avgpool2d(p, ptr(ffi, x), ptr(ffi, y))
+    L.mlcc_u8_avgpool2d(p, ptr(ffi, x), ptr(ffi, y), ffi.NULL)
     total, count = x.reshape(3, -1).astype(np.int64).sum(axis=1), h * w
     np.testing.assert_array_equal(y, (total + count // 2) // count)
 
@@ -537,8 +566,9 @@ def test_global_avgpool_matches_numpy(lib, h, w):
     (1, 5, 21, 0, 0.0), (2, 3, 37, 0, 1.0), (2, 7, 1, 7, 1.0), (3, 1, 65, 1, 0.0)])
 def test_channel_scale_matches_numpy(lib, batch, channels, plane, s_batch, offset):
     """mlcc_u8_channel_scale (squeeze-excitation x * (s + offset) on codes) bit for bit against
-    its float32 model, with negative and large scales (clamped both ways), clamp [3, 250]."""
-    ffi, L, _, _ = lib
+    its float32 model, with negative and large scales (clamped both ways), clamp [3, 250];
+    the same bytes on every pool (split by planes)."""
+    ffi, L, _, pools = lib
     rng = np.random.default_rng(batch * 100 + channels * 10 + plane)
     x = rng.integers(0, 256, (batch, channels, plane)).astype(np.uint8)
     s = rng.uniform(-1.5, 3.0, (batch if s_batch else 1, channels)).astype(np.float32)
@@ -548,7 +578,9 @@ def test_channel_scale_matches_numpy(lib, batch, channels, plane, s_batch, offse
         "x_zero_point": zx, "offset": offset, "mult_f": float(mf),
         "rq": requant(ffi, 0, 0, zy, 3, 250)})
     y = np.zeros_like(x)
-    L.mlcc_u8_channel_scale(p, ptr(ffi, x), ptr(ffi, s), ptr(ffi, y))
+    on_every_pool(ffi, pools, y, lambda pool: L.mlcc_u8_channel_scale(p, ptr(ffi, x),
+                                                                      ptr(ffi, s), ptr(ffi, y),
+                                                                      pool))
     m = ((s + np.float32(offset)) * mf).astype(np.float32)
     m = np.broadcast_to(m, (batch, channels))[:, :, None]
     f = (x.astype(np.int32) - zx).astype(np.float32) * m

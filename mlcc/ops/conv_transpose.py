@@ -128,7 +128,7 @@ class ConvTranspose(OpDef):
         lo.call("mlcc_f32_conv_transpose2d",
                 [node.inputs[0], w_name, node.input(2), node.outputs[0]], [node.outputs[0]],
                 params_type="mlcc_conv_transpose2d_params", params=params,
-                scratch_bytes=scratch)
+                scratch_bytes=scratch, pool=True)
 
     def flops(self, node: Node, g: Graph) -> int:
         x, w = g.values[node.inputs[0]], g.values[node.inputs[1]]

@@ -30,6 +30,10 @@ from .common import IO_DTYPES, act_params, const_input
 from .elementwise import emit_binary
 from .conv import AUTO_PAD, window2d, window_geometry
 from .conv_kernels import DW_SLICES
+
+# MLCC_MIN_PARALLEL_INT8_MACS (mlcc_kernel.h): integer convolutions from this many
+# multiply-adds are split between a pool's threads
+MIN_PARALLEL_INT8_MACS = 4 << 20
 from .registry import OpDef, lookup, register
 
 MLCC = "mlcc"
@@ -173,7 +177,7 @@ class QuantizeLinear(OpDef):
         scale, zp, _ = qlinear_params(lo.graph, node)
         x = lo.value(node.inputs[0])
         lo.call("mlcc_f32_quantize", [node.inputs[0], node.outputs[0]], [node.outputs[0]],
-                params_type="mlcc_quantize_params",
+                params_type="mlcc_quantize_params", pool=True,
                 params={"count": x.numel, "scale": scale, "zero_point": zp},
                 op=f"QuantizeLinear scale={scale:.6g} zp={zp}")
 
@@ -464,9 +468,15 @@ class QConv(OpDef):
         wname = lo.add_const(f"{node.name}.w_packed", packed)
         bname = lo.add_const(f"{node.name}.bias_zp", eff.astype(np.int32))
         # y may take x's bytes where each output row is written after the input rows it
-        # overwrites were read (qconv.c's im2col_lone)
+        # overwrites were read (qconv.c's im2col_lone), which is the lone caller's order: not
+        # where a thread pool would split the layer (then it ran on the caller alone: 2.2 ms
+        # of the 3.2 ms serial time of YOLOv8n int8 on 2 threads), only on targets without
+        # one (the microcontrollers, whose arenas this was for) or below the split's size
+        split = lo.options.get("threads", True) and not is_symbolic(params) and \
+            n * m * oh * ow * c * kh * kw >= MIN_PARALLEL_INT8_MACS
         same = (not is_symbolic(params) and n == 1 and group == 1 and (oh, ow) == (ih, iw)
-                and sh == sw == 1 and m <= c and params["rq"]["out_kind"].name == "MLCC_QOUT_U8")
+                and sh == sw == 1 and m <= c and params["rq"]["out_kind"].name == "MLCC_QOUT_U8"
+                and not split)
         lo.call("mlcc_u8_conv2d", [node.inputs[0], wname, bname, *_channel_args(node), out],
                 [out], params_type="mlcc_qconv2d_params", params=params, pool=True,
                 scratch_bytes=scratch, op=label,
@@ -538,7 +548,7 @@ class QAdd(OpDef):
         out = node.outputs[0]
         lo.call(self.kernel, [node.inputs[0], node.inputs[1], out], [out],
                 in_place=[(out, node.inputs[0]), (out, node.inputs[1])],   # element-wise
-                params_type="mlcc_qadd_params",
+                params_type="mlcc_qadd_params", pool=True,
                 params={"count": lo.value(out).numel, "a_zero_point": int(za),
                         "b_zero_point": int(zb),
                         # float32 multipliers: each product with a code is then exact in
@@ -592,7 +602,7 @@ class QRequant(OpDef):
         out = node.outputs[0]
         mode = node.attr("mode")
         lo.call("mlcc_u8_requantize", [node.inputs[0], out], [out],
-                params_type="mlcc_qrequant_params",
+                params_type="mlcc_qrequant_params", pool=True,
                 params={"count": lo.value(out).numel, "x_zero_point": int(zx), "mult_f": mf,
                         "mult": m0, "shift": sh,
                         "rq": {"out_kind": Enum("MLCC_QOUT_U8"),
@@ -625,7 +635,7 @@ class QChannelScale(OpDef):
         out = node.outputs[0]
         mf = float(np.float32(np.float32(sx) / np.float32(sy)))
         lo.call("mlcc_u8_channel_scale", [node.inputs[0], node.inputs[1], out], [out],
-                params_type="mlcc_qchannel_scale_params",
+                params_type="mlcc_qchannel_scale_params", pool=True,
                 params={"batch": n, "channels": c, "plane": x.numel // max(n * c, 1),
                         "s_batch": c if sshape[0] == n and n > 1 else 0,
                         "x_zero_point": int(zx), "offset": float(node.attr("offset")),
@@ -654,7 +664,7 @@ class QLut(OpDef):
         (sx, zx), (sy, zy) = node.attr("x"), node.attr("y")
         out = node.outputs[0]
         lo.call("mlcc_u8_lut", [node.inputs[0], node.inputs[1], out], [out],
-                params_type="mlcc_lut_params", params={"count": lo.value(out).numel},
+                params_type="mlcc_lut_params", params={"count": lo.value(out).numel}, pool=True,
                 op=f"{node.attr('act')} int8 table x=({sx:.6g},{zx}) y=({sy:.6g},{zy})")
 
 
@@ -699,7 +709,7 @@ class _QPool(OpDef):
                        f"zp={node.attr('zero_point') - 128} clamp=[{qmin - 128},{qmax - 128}]")
             return
         lo.call(self.kernel, [node.inputs[0], node.outputs[0]], [node.outputs[0]],
-                params_type="mlcc_qpool2d_params", params=p,
+                params_type="mlcc_qpool2d_params", params=p, pool=True,
                 op=f"{self.op_type} int8 scale={node.attr('scale'):.6g} "
                    f"zp={node.attr('zero_point')}")
 

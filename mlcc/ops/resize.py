@@ -348,7 +348,8 @@ class _ResizeBase(OpDef):
                                     nearest_table(coord, nm, ow, iw, scl[-1])])
             name = lo.add_const(f"{node.name}.index", table.astype(np.int32))
             lo.call("mlcc_resize_nearest", [x.name, name, y.name], [y.name],
-                    params_type="mlcc_resize_params", params=params, op=f"{node.op_type}(nearest)")
+                    params_type="mlcc_resize_params", params=params, op=f"{node.op_type}(nearest)",
+                    pool=True)
             return
         if self._mode(node) == "cubic" or self._general(node) or (
                 coord == "align_corners" and any(F32(s * F32(d)) != o for s, d, o in

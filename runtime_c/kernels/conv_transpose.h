@@ -22,7 +22,9 @@ typedef struct mlcc_conv_transpose2d_params {
     int64_t in_d, out_d, kernel_d, stride_d, dilation_d, pad_front;
 } mlcc_conv_transpose2d_params;
 
-/* One GEMM per group into a column buffer, then a col2im scatter-add into y.
+/* One GEMM per group into a column buffer, then a col2im scatter-add into y, both split
+ * between the pool's threads when large enough (the GEMM by column and row tiles, the
+ * scatter-add by output channels and rows: the same bits on any number of threads).
  * w is packed at compile time as [groups][out_channels/groups * kernel_d * kernel_h *
  *   kernel_w][in_channels/groups] (each group's weight slice transposed).
  * scratch holds (out_channels / groups) * kernel_d * kernel_h * kernel_w * in_d * in_h * in_w
@@ -30,6 +32,7 @@ typedef struct mlcc_conv_transpose2d_params {
  * (NULL) for a 1x1 kernel with stride 1, no padding and out == in, which multiplies directly.
  * bias may be NULL. y must not overlap x, w, bias or scratch. */
 void mlcc_f32_conv_transpose2d(const mlcc_conv_transpose2d_params *p, const float *x,
-                               const float *w, const float *bias, float *y, float *scratch);
+                               const float *w, const float *bias, float *y, float *scratch,
+                               mlcc_threadpool *pool);
 
 #endif /* MLCC_CONV_TRANSPOSE_H */

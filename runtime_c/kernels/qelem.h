@@ -2,7 +2,9 @@
  * DequantizeLinear, requantizing Add, a requantizing copy (Concat inputs of another scale),
  * max and average pooling, table lookup.
  *
- * Thread-compatible: no state; outputs must not overlap inputs. */
+ * Thread-compatible: no state; outputs must not overlap inputs. The kernels that take a pool
+ * (quantize, add, sub, requantize, channel_scale, lut, the poolings) split large calls between its threads:
+ * the same bytes on any pool. */
 #ifndef MLCC_QELEM_H
 #define MLCC_QELEM_H
 
@@ -15,7 +17,8 @@ typedef struct mlcc_quantize_params {
 } mlcc_quantize_params;
 
 /* y = clamp(rint_even(x / scale) + zero_point, 0, 255) (ONNX QuantizeLinear; NaN gives 0). */
-void mlcc_f32_quantize(const mlcc_quantize_params *p, const float *x, uint8_t *y);
+void mlcc_f32_quantize(const mlcc_quantize_params *p, const float *x, uint8_t *y,
+                       mlcc_threadpool *pool);
 /* y = (float)(x - zero_point) * scale (ONNX DequantizeLinear). */
 void mlcc_u8_dequantize(const mlcc_quantize_params *p, const uint8_t *x, float *y);
 
@@ -119,7 +122,8 @@ typedef struct mlcc_qadd_params {
     mlcc_requant rq;          /* mode, zero_point, qmin, qmax (out_kind U8) */
 } mlcc_qadd_params;
 
-void mlcc_u8_add(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y);
+void mlcc_u8_add(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y,
+                 mlcc_threadpool *pool);
 
 /* Requantizing Mul of two uint8 tensors of the same shape, in either arithmetic:
  *   rq.mode FLOAT (onnxruntime's QLinearMul):
@@ -149,7 +153,8 @@ typedef struct mlcc_qrequant_params {
     mlcc_requant rq;
 } mlcc_qrequant_params;
 
-void mlcc_u8_requantize(const mlcc_qrequant_params *p, const uint8_t *x, uint8_t *y);
+void mlcc_u8_requantize(const mlcc_qrequant_params *p, const uint8_t *x, uint8_t *y,
+                        mlcc_threadpool *pool);
 
 /* A per-channel scale of a uint8 [batch][channels][plane] tensor by a run-time float vector s
  * (squeeze-excitation: x * s, and x + x * s as x * (s + 1)): for plane (n, c),
@@ -164,12 +169,13 @@ typedef struct mlcc_qchannel_scale_params {
 } mlcc_qchannel_scale_params;
 
 void mlcc_u8_channel_scale(const mlcc_qchannel_scale_params *p, const uint8_t *x,
-                           const float *s, uint8_t *y);
+                           const float *s, uint8_t *y, mlcc_threadpool *pool);
 
 /* Pooling over NCHW uint8 planes with the output's scale and zero point equal to the input's
  * (max commutes with the monotonic quantization; an average of codes is the code of the
  * average). Taps as in pool.h (no tap table); average: (sum of codes over taps inside the
- * input + count / 2) / count, count = taps inside the input, integer only. */
+ * input + count / 2) / count, count = taps inside the input, integer only. Large ones split
+ * by planes between a pool's threads: the same bytes on any pool. */
 typedef struct mlcc_qpool2d_params {
     int64_t planes, in_h, in_w, out_h, out_w;
     int64_t kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w;
@@ -177,8 +183,10 @@ typedef struct mlcc_qpool2d_params {
     int32_t pad_value;        /* code of an all-padding max window (the zero point) */
 } mlcc_qpool2d_params;
 
-void mlcc_u8_maxpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y);
-void mlcc_u8_avgpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y);
+void mlcc_u8_maxpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y,
+                       mlcc_threadpool *pool);
+void mlcc_u8_avgpool2d(const mlcc_qpool2d_params *p, const uint8_t *x, uint8_t *y,
+                       mlcc_threadpool *pool);
 
 /* y = table[x]: an element-wise function of one uint8 tensor (Sigmoid, SiLU, HardSwish, ...)
  * as a 256-entry table the compiler computes from the input's and the output's scales and
@@ -187,7 +195,8 @@ typedef struct mlcc_lut_params {
     int64_t count;
 } mlcc_lut_params;
 
-void mlcc_u8_lut(const mlcc_lut_params *p, const uint8_t *x, const uint8_t *table, uint8_t *y);
+void mlcc_u8_lut(const mlcc_lut_params *p, const uint8_t *x, const uint8_t *table, uint8_t *y,
+                 mlcc_threadpool *pool);
 
 /* ---- TensorFlow Lite's arithmetic (models read from .tflite; mlcc/frontend/tflite_import.py).
  * Their int8 tensors are held as uint8 codes (int8 value + 128, the zero point with it), so
@@ -223,7 +232,8 @@ void mlcc_u8_softmax(const mlcc_qsoftmax_params *p, const uint8_t *x, const int3
 
 /* TFLite's int8 SUB (SubElementwise): mlcc_u8_add's fixed mode with the difference of the
  * scaled inputs (a - b, each rounded on its own as TFLite does, so not a negated multiplier). */
-void mlcc_u8_sub(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y);
+void mlcc_u8_sub(const mlcc_qadd_params *p, const uint8_t *a, const uint8_t *b, uint8_t *y,
+                 mlcc_threadpool *pool);
 
 
 /* TFLite's int8 MEAN over the middle axis of [outer][reduce][inner] codes: acc = sum of the

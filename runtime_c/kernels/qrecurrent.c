@@ -219,7 +219,7 @@ static int32_t quantize(const float *v, int64_t n, float lo, float hi, uint8_t *
     mlcc_quantize_params q;
     q.count = n;
     mlcc_dynamic_qparams(lo, hi, &q.scale, &q.zero_point);
-    mlcc_f32_quantize(&q, v, codes);
+    mlcc_f32_quantize(&q, v, codes, NULL);
     *scale = q.scale;
     return q.zero_point;
 }

@@ -14,9 +14,9 @@ typedef struct mlcc_resize_params {
 } mlcc_resize_params;
 
 /* y[p, i, j] = x[p, map[i], map[out_h + j]]; map entries lie in [0, in_h) and [0, in_w).
- * Any element size. */
+ * Any element size. On a pool, large ones split by output rows (a copy: the same bits). */
 void mlcc_resize_nearest(const mlcc_resize_params *p, const void *x, const int32_t *map,
-                         void *y);
+                         void *y, mlcc_threadpool *pool);
 
 /* Bilinear blend of two source rows and two source columns per output element:
  *   rows: r0 = map[i], r1 = map[out_h + i] with weights wt[i], wt[out_h + i]

@@ -47,57 +47,12 @@ static void store_tiles(float *vc, ptrdiff_t tl, ptrdiff_t nl, ptrdiff_t cin, pt
 }
 #endif
 
-/* ReLU and Clip are applied by the output transforms to each value before its store (act1,
- * act4), the way mlcc_act_apply computes them (x > 0 ? x : +0; x < lo ? lo : (x > hi ? hi :
- * x)), so the results are the same bits as a pass over the output; they leave other kinds
- * to that pass (activate), once all blocks are written. A pass of its own was one more
- * parallel loop and one more read and write of the output per layer. */
-static int act_in_transform(const mlcc_act *act) {
-    return act->kind == MLCC_ACT_RELU || act->kind == MLCC_ACT_CLIP;
-}
-typedef struct wino_act {
-    int kind;       /* MLCC_ACT_RELU, MLCC_ACT_CLIP, or MLCC_ACT_NONE: nothing here */
-    float lo, hi;   /* Clip's bounds */
-} wino_act;
-static wino_act act_of(const mlcc_act *act) {
-    wino_act a;
-    a.kind = act_in_transform(act) ? act->kind : MLCC_ACT_NONE;
-    a.lo = act->alpha;
-    a.hi = act->beta;
-    return a;
-}
-static inline float act1(wino_act a, float x) {
-    switch (a.kind) {
-    case MLCC_ACT_RELU: return x > 0.0f ? x : 0.0f;
-    case MLCC_ACT_CLIP: return x < a.lo ? a.lo : (x > a.hi ? a.hi : x);
-    default: return x;
-    }
-}
-#if MLCC_HAVE_VECTORS
-typedef int32_t wino_i4 __attribute__((vector_size(16)));
-static inline wino_v4 wino_v4_select(wino_i4 mask, wino_v4 a, wino_v4 b) {
-    return (wino_v4)(((wino_i4)a & mask) | ((wino_i4)b & ~mask));
-}
-static inline wino_v4 act4(wino_act a, wino_v4 x) {
-    switch (a.kind) {
-    case MLCC_ACT_RELU: {
-        const wino_v4 zero = wino_v4_splat(0.0f);
-        return wino_v4_select(x > zero, x, zero);
-    }
-    case MLCC_ACT_CLIP: {
-        const wino_v4 lo = wino_v4_splat(a.lo), hi = wino_v4_splat(a.hi);
-        return wino_v4_select(x < lo, lo, wino_v4_select(x > hi, hi, x));
-    }
-    default: return x;
-    }
-}
-#endif
-
 typedef struct winograd_job {
     const mlcc_conv2d_packed_params *pp;
     const float *x, *u, *bias;
     float *y, *v, *m, *rows;
     ptrdiff_t n, t0, nb, units;
+    ptrdiff_t tiles, chunk;     /* thread_range: the image's tiles, tiles per step of a thread */
     ptrdiff_t ne;   /* products: 16 for F(2x2, 3x3), 36 for F(4x4, 3x3) */
     ptrdiff_t vplane, mplane;   /* floats from one product's operand (V), result (M) to the next */
     mlcc_unit_fn in_fn, out_fn; /* the tile size's transforms */
@@ -268,15 +223,34 @@ static void products(void *arg, int unit, int thread) {
                               block);
 }
 
-/* Y = A^T M A + bias of every tile of the block, for output channels [k0, k1), with ReLU or
- * Clip (act1, act4). */
+/* The activation of the outputs a block's tiles [t0, t0 + nb) wrote in one output plane yk
+ * (tile x tile squares, tw to a row, clipped at the edges), row segment by row segment, right
+ * after the output transform wrote them: while they are in this thread's cache, and with no
+ * pass of its own (which split by channels read half of every plane from the other thread's
+ * cache, behind one more barrier). mlcc_act_apply is elementwise, whatever the segments: the
+ * same bits as one call over the plane. */
+static void activate_tiles(const mlcc_act *act, float *yk, ptrdiff_t oh, ptrdiff_t ow,
+                           ptrdiff_t tile, ptrdiff_t t0, ptrdiff_t nb) {
+    const ptrdiff_t tw = (ow + tile - 1) / tile, last = t0 + nb - 1;
+    ptrdiff_t ty, r;
+    if (act->kind == MLCC_ACT_NONE || nb <= 0) return;
+    for (ty = t0 / tw; ty <= last / tw; ty++) {
+        const ptrdiff_t x0 = ty == t0 / tw ? t0 % tw * tile : 0;
+        const ptrdiff_t x1 = ty == last / tw && (last % tw + 1) * tile < ow
+                                 ? (last % tw + 1) * tile : ow;
+        for (r = ty * tile; r < ty * tile + tile && r < oh; r++)
+            mlcc_act_apply(act, yk + r * ow + x0, x1 - x0);
+    }
+}
+
+/* Y = A^T M A + bias of every tile of the block, for output channels [k0, k1), then the
+ * activation. */
 static void output_transform(void *arg, int unit, int thread) {
     const winograd_job *job = (const winograd_job *)arg;
     const mlcc_conv2d_params *p = &job->pp->conv;
     const ptrdiff_t cout = (ptrdiff_t)p->out_channels, oh = (ptrdiff_t)p->out_h;
     const ptrdiff_t ow = (ptrdiff_t)p->out_w, tw = (ow + 1) / 2;
     const ptrdiff_t plane = job->mplane;
-    const wino_act act = act_of(&p->act);
     const ptrdiff_t k0 = cout * unit / job->units, k1 = cout * (unit + 1) / job->units;
     ptrdiff_t k, tl;
     (void)thread;
@@ -306,8 +280,8 @@ static void output_transform(void *arg, int unit, int thread) {
                 }
                 for (j = 0; j < 2; j++) {
                     float *yr = yk + (y0 + j) * ow + 2 * tx;
-                    o[j][0] = act4(act, sv[j][0] + sv[j][1] + sv[j][2] + vb);
-                    o[j][1] = act4(act, sv[j][1] - sv[j][2] - sv[j][3] + vb);
+                    o[j][0] = sv[j][0] + sv[j][1] + sv[j][2] + vb;
+                    o[j][1] = sv[j][1] - sv[j][2] - sv[j][3] + vb;
                     wino_v4_store(yr, __builtin_shufflevector(o[j][0], o[j][1], 0, 4, 1, 5));
                     wino_v4_store(yr + 4, __builtin_shufflevector(o[j][0], o[j][1], 2, 6, 3, 7));
                 }
@@ -324,8 +298,8 @@ static void output_transform(void *arg, int unit, int thread) {
                     sc[1][j] = m1 - m2 - m3;
                 }
                 for (j = 0; j < 2; j++) {   /* (A^T M) A: columns, then the bias */
-                    o[j][0] = act1(act, sc[j][0] + sc[j][1] + sc[j][2] + b);
-                    o[j][1] = act1(act, sc[j][1] - sc[j][2] - sc[j][3] + b);
+                    o[j][0] = sc[j][0] + sc[j][1] + sc[j][2] + b;
+                    o[j][1] = sc[j][1] - sc[j][2] - sc[j][3] + b;
                 }
                 yk[y0 * ow + x0] = o[0][0];
                 if (x0 + 1 < ow) yk[y0 * ow + x0 + 1] = o[0][1];
@@ -336,6 +310,7 @@ static void output_transform(void *arg, int unit, int thread) {
             }
             if (tx == tw) tx = 0, ty++;
         }
+        activate_tiles(&p->act, yk, oh, ow, 2, job->t0, job->nb);
     }
 }
 
@@ -480,17 +455,16 @@ static void input_transform_4x4(void *arg, int unit, int thread) {
     }
 }
 
-/* Y = A^T M A + bias (with ReLU or Clip) of every 4x4 tile of the block, for output channels
- * [k0, k1): four tiles at a time in block order (their products are consecutive floats
- * whatever rows the tiles are in), transposed into the tiles' output rows and stored tile by
- * tile, clipped at the edges. */
+/* Y = A^T M A + bias of every 4x4 tile of the block, for output channels [k0, k1): four tiles
+ * at a time in block order (their products are consecutive floats whatever rows the tiles are
+ * in), transposed into the tiles' output rows and stored tile by tile, clipped at the edges;
+ * then the activation. */
 static void output_transform_4x4(void *arg, int unit, int thread) {
     const winograd_job *job = (const winograd_job *)arg;
     const mlcc_conv2d_params *p = &job->pp->conv;
     const ptrdiff_t cout = (ptrdiff_t)p->out_channels, oh = (ptrdiff_t)p->out_h;
     const ptrdiff_t ow = (ptrdiff_t)p->out_w, tw = (ow + 3) / 4;
     const ptrdiff_t plane = job->mplane;
-    const wino_act act = act_of(&p->act);
     const ptrdiff_t k0 = cout * unit / job->units, k1 = cout * (unit + 1) / job->units;
     ptrdiff_t k, tl;
     (void)thread;
@@ -513,7 +487,7 @@ static void output_transform_4x4(void *arg, int unit, int thread) {
             for (i = 0; i < 4; i++) {   /* (A^T M) A: output row i, transposed */
                 wino_v4 t0, t1, t2, t3;
                 WINO4_AT(wino_v4, s[0][i], s[1][i], s[2][i], s[3][i], s[4][i], s[5][i], o);
-                for (j = 0; j < 4; j++) o[j] = act4(act, o[j] + vb);
+                o[0] += vb, o[1] += vb, o[2] += vb, o[3] += vb;
                 t0 = __builtin_shufflevector(o[0], o[1], 0, 4, 1, 5);
                 t1 = __builtin_shufflevector(o[2], o[3], 0, 4, 1, 5);
                 t2 = __builtin_shufflevector(o[0], o[1], 2, 6, 3, 7);
@@ -550,21 +524,11 @@ static void output_transform_4x4(void *arg, int unit, int thread) {
             for (i = 0; i < 4 && y0 + i < oh; i++) {
                 float *yr = yk + (y0 + i) * ow + x0;
                 WINO4_AT(float, s[0][i], s[1][i], s[2][i], s[3][i], s[4][i], s[5][i], o);
-                for (j = 0; j < 4 && x0 + j < ow; j++) yr[j] = act1(act, o[j] + b);
+                for (j = 0; j < 4 && x0 + j < ow; j++) yr[j] = o[j] + b;
             }
         }
+        activate_tiles(&p->act, yk, oh, ow, 4, job->t0, job->nb);
     }
-}
-
-/* The activation over whole output planes, once all blocks are written (the kinds the output
- * transforms do not apply: act_in_transform). */
-static void activate(void *arg, int unit, int thread) {
-    const winograd_job *job = (const winograd_job *)arg;
-    const mlcc_conv2d_params *p = &job->pp->conv;
-    const ptrdiff_t cout = (ptrdiff_t)p->out_channels, hw = (ptrdiff_t)(p->out_h * p->out_w);
-    const ptrdiff_t k0 = cout * unit / job->units, k1 = cout * (unit + 1) / job->units;
-    (void)thread;
-    mlcc_act_apply(&p->act, job->y + (job->n * cout + k0) * hw, (k1 - k0) * hw);
 }
 
 /* The three phases of one block for the unit's range of whole B panels of tiles (the last
@@ -586,11 +550,35 @@ static void tile_range(void *arg, int unit, int thread) {
     job->out_fn(&sub, 0, thread);
 }
 
+/* A thread's contiguous share of all the image's tiles (unit u of nt: tiles [tiles * u / nt,
+ * tiles * (u + 1) / nt)), in steps of job->chunk tiles through its own slice of the block's
+ * scratch (thread t: panels [t * chunk / NR, (t + 1) * chunk / NR) of V, columns [t * chunk,
+ * (t + 1) * chunk) of M), each step transformed, multiplied and written back as tile_range
+ * does: one loop per convolution instead of one per block, and each thread the same rows of
+ * the output whatever the block size, which the next layer (split the same way) reads on the
+ * same thread. */
+static void thread_range(void *arg, int unit, int thread) {
+    const winograd_job *job = (const winograd_job *)arg;
+    const ptrdiff_t r0 = job->tiles * unit / job->units;
+    const ptrdiff_t r1 = job->tiles * (unit + 1) / job->units;
+    winograd_job sub = *job;
+    sub.v = job->v + thread * job->chunk * (ptrdiff_t)job->pp->conv.in_channels;
+    sub.m = job->m + thread * job->chunk;
+    sub.units = 1;
+    for (sub.t0 = r0; sub.t0 < r1; sub.t0 += job->chunk) {
+        sub.nb = r1 - sub.t0 < job->chunk ? r1 - sub.t0 : job->chunk;
+        job->in_fn(&sub, 0, thread);
+        products(&sub, 0, thread);
+        job->out_fn(&sub, 0, thread);
+    }
+}
+
 /* The convolution by blocks of tiles: input transform, products, output transform per block
- * (tile: 2 or 4 outputs square), then the activation over the whole output unless the output
- * transforms applied it. On a pool, blocks
- * of at least one B panel of tiles per thread are split by tiles (tile_range); smaller ones
- * (deep layers on small maps) phase by phase: by input channels, products, output channels. */
+ * (tile: 2 or 4 outputs square; the output transform applies the activation). On a pool, maps
+ * of at least one B panel of tiles per thread, where a block holds one per thread, are split
+ * by tiles, each thread its share of the image in steps of block / nt tiles (thread_range);
+ * with more threads than the block's panels, block by block (tile_range); smaller maps (deep
+ * layers) phase by phase: by input channels, products, output channels. */
 static void winograd_run(const mlcc_conv2d_packed_params *pp, const float *x, const float *u,
                          const float *bias, float *y, float *scratch, mlcc_threadpool *pool,
                          ptrdiff_t tile, mlcc_unit_fn in_fn, mlcc_unit_fn out_fn) {
@@ -617,7 +605,14 @@ static void winograd_run(const mlcc_conv2d_packed_params *pp, const float *x, co
     job.in_fn = in_fn;
     job.out_fn = out_fn;
     if (nt > WINOGRAD_SLICES) nt = WINOGRAD_SLICES;
+    job.tiles = tiles;
+    job.chunk = block / MLCC_GEMM_NR / nt * MLCC_GEMM_NR;
     for (job.n = 0; job.n < p->batch; job.n++) {
+        if (nt > 1 && job.chunk > 0 && (tiles + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR >= nt) {
+            job.units = nt;
+            mlcc_threadpool_for(pool, thread_range, &job, (int)job.units, (int)nt);
+            continue;
+        }
         for (job.t0 = 0; job.t0 < tiles; job.t0 += block) {
             job.nb = tiles - job.t0 < block ? tiles - job.t0 : block;
             if (nt > 1 && (job.nb + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR >= nt) {
@@ -631,10 +626,6 @@ static void winograd_run(const mlcc_conv2d_packed_params *pp, const float *x, co
             mlcc_threadpool_for(pool, products, &job, (int)job.units, (int)nt);
             job.units = phase_units((ptrdiff_t)p->out_channels, nt);
             mlcc_threadpool_for(pool, out_fn, &job, (int)job.units, (int)nt);
-        }
-        if (p->act.kind != MLCC_ACT_NONE && !act_in_transform(&p->act)) {
-            job.units = phase_units((ptrdiff_t)p->out_channels, nt);
-            mlcc_threadpool_for(pool, activate, &job, (int)job.units, (int)nt);
         }
     }
 }
