@@ -223,6 +223,32 @@ static void products(void *arg, int unit, int thread) {
                               block);
 }
 
+/* Whether the output transforms apply the activation to each block's rows as they write them
+ * (the kinds without exponentials: a few operations per element, cheap on short rows), or
+ * one pass over whole planes after the last block does (sigmoid, SiLU, tanh, GELU: on
+ * the rows of a block, often 20 to 80 wide, their vector code's padded tails and setup cost
+ * YOLOv8n's SiLU layers 1.2x their time on one thread). */
+static int act_per_block(const mlcc_act *act) {
+    switch (act->kind) {
+    case MLCC_ACT_RELU: case MLCC_ACT_CLIP: case MLCC_ACT_LEAKY_RELU: case MLCC_ACT_HARD_SIGMOID:
+    case MLCC_ACT_HARD_SWISH:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* The activation over whole output planes once every block is written (the kinds that
+ * act_per_block leaves), split by output channels. */
+static void activate_planes(void *arg, int unit, int thread) {
+    const winograd_job *job = (const winograd_job *)arg;
+    const mlcc_conv2d_params *p = &job->pp->conv;
+    const ptrdiff_t cout = (ptrdiff_t)p->out_channels, hw = (ptrdiff_t)(p->out_h * p->out_w);
+    const ptrdiff_t k0 = cout * unit / job->units, k1 = cout * (unit + 1) / job->units;
+    (void)thread;
+    mlcc_act_apply(&p->act, job->y + (job->n * cout + k0) * hw, (k1 - k0) * hw);
+}
+
 /* The activation of the outputs a block's tiles [t0, t0 + nb) wrote in one output plane yk
  * (tile x tile squares, tw to a row, clipped at the edges), row segment by row segment, right
  * after the output transform wrote them: while they are in this thread's cache, and with no
@@ -233,7 +259,7 @@ static void activate_tiles(const mlcc_act *act, float *yk, ptrdiff_t oh, ptrdiff
                            ptrdiff_t tile, ptrdiff_t t0, ptrdiff_t nb) {
     const ptrdiff_t tw = (ow + tile - 1) / tile, last = t0 + nb - 1;
     ptrdiff_t ty, r;
-    if (act->kind == MLCC_ACT_NONE || nb <= 0) return;
+    if (!act_per_block(act) || nb <= 0) return;
     for (ty = t0 / tw; ty <= last / tw; ty++) {
         const ptrdiff_t x0 = ty == t0 / tw ? t0 % tw * tile : 0;
         const ptrdiff_t x1 = ty == last / tw && (last % tw + 1) * tile < ow
@@ -573,12 +599,34 @@ static void thread_range(void *arg, int unit, int thread) {
     }
 }
 
+/* One image block by block (winograd_run's paths other than thread_range): on a pool, a
+ * block of at least one B panel of tiles per thread split by tiles (tile_range); smaller ones
+ * (deep layers on small maps) phase by phase: by input channels, products, output channels. */
+static void winograd_blocks(winograd_job *job, mlcc_threadpool *pool, ptrdiff_t nt,
+                            ptrdiff_t tiles, ptrdiff_t block) {
+    const mlcc_conv2d_params *p = &job->pp->conv;
+    for (job->t0 = 0; job->t0 < tiles; job->t0 += block) {
+        job->nb = tiles - job->t0 < block ? tiles - job->t0 : block;
+        if (nt > 1 && (job->nb + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR >= nt) {
+            job->units = nt;
+            mlcc_threadpool_for(pool, tile_range, job, (int)job->units, (int)nt);
+            continue;
+        }
+        job->units = phase_units((ptrdiff_t)p->in_channels, nt);
+        mlcc_threadpool_for(pool, job->in_fn, job, (int)job->units, (int)nt);
+        job->units = phase_units(job->ne, nt);
+        mlcc_threadpool_for(pool, products, job, (int)job->units, (int)nt);
+        job->units = phase_units((ptrdiff_t)p->out_channels, nt);
+        mlcc_threadpool_for(pool, job->out_fn, job, (int)job->units, (int)nt);
+    }
+}
+
 /* The convolution by blocks of tiles: input transform, products, output transform per block
- * (tile: 2 or 4 outputs square; the output transform applies the activation). On a pool, maps
- * of at least one B panel of tiles per thread, where a block holds one per thread, are split
- * by tiles, each thread its share of the image in steps of block / nt tiles (thread_range);
- * with more threads than the block's panels, block by block (tile_range); smaller maps (deep
- * layers) phase by phase: by input channels, products, output channels. */
+ * (tile: 2 or 4 outputs square; the output transform applies the cheap activations, a pass
+ * over the planes the others: act_per_block). On a pool, maps of at least one B panel of
+ * tiles per thread, where a block holds one per thread, are split by tiles, each thread its
+ * share of the image in steps of block / nt tiles (thread_range); otherwise block by block
+ * (winograd_blocks). */
 static void winograd_run(const mlcc_conv2d_packed_params *pp, const float *x, const float *u,
                          const float *bias, float *y, float *scratch, mlcc_threadpool *pool,
                          ptrdiff_t tile, mlcc_unit_fn in_fn, mlcc_unit_fn out_fn) {
@@ -611,24 +659,16 @@ static void winograd_run(const mlcc_conv2d_packed_params *pp, const float *x, co
         if (nt > 1 && job.chunk > 0 && (tiles + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR >= nt) {
             job.units = nt;
             mlcc_threadpool_for(pool, thread_range, &job, (int)job.units, (int)nt);
-            continue;
+        } else {
+            winograd_blocks(&job, pool, nt, tiles, block);
         }
-        for (job.t0 = 0; job.t0 < tiles; job.t0 += block) {
-            job.nb = tiles - job.t0 < block ? tiles - job.t0 : block;
-            if (nt > 1 && (job.nb + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR >= nt) {
-                job.units = nt;
-                mlcc_threadpool_for(pool, tile_range, &job, (int)job.units, (int)nt);
-                continue;
-            }
-            job.units = phase_units((ptrdiff_t)p->in_channels, nt);
-            mlcc_threadpool_for(pool, in_fn, &job, (int)job.units, (int)nt);
-            job.units = phase_units(ne, nt);
-            mlcc_threadpool_for(pool, products, &job, (int)job.units, (int)nt);
+        if (p->act.kind != MLCC_ACT_NONE && !act_per_block(&p->act)) {
             job.units = phase_units((ptrdiff_t)p->out_channels, nt);
-            mlcc_threadpool_for(pool, out_fn, &job, (int)job.units, (int)nt);
+            mlcc_threadpool_for(pool, activate_planes, &job, (int)job.units, (int)nt);
         }
     }
 }
+
 
 void mlcc_f32_conv2d__winograd_2x2(const mlcc_conv2d_packed_params *pp, const float *x,
                                    const float *u, const float *bias, float *y, float *scratch,
