@@ -18,7 +18,7 @@ from mlcc.ops.quant import _conv_scratch, add_fixed_multipliers, fixed_multiplie
 from mlcc.quant.scheme import (QParams, activation_table, fixed_multipliers,
                                multiply_by_quantized_multiplier, quantize_linear,
                                requantize_fixed, requantize_float)
-from util import kernel_cdef, thread_pools
+from util import kernel_cdef, on_every_pool, thread_pools
 
 KERNELS = resources.runtime_c() / "kernels"
 
@@ -57,17 +57,6 @@ def lib(request, tmp_path_factory):
     dl = ffi.dlopen(str(out))
     with thread_pools(ffi, dl, POOL_SIZES) as pools:
         yield ffi, dl, request.param, pools
-
-
-def on_every_pool(ffi, pools, y, call):
-    """Runs call(pool) without a pool and on each pool: the same bytes every time (rows and
-    channels are split between threads, and integer sums are exact)."""
-    call(ffi.NULL)
-    first = y.copy()
-    for pool in pools.values():
-        y[...] = 0
-        call(pool)
-        np.testing.assert_array_equal(y, first)
 
 
 def ptr(ffi, arr):

@@ -16,7 +16,7 @@ from cffi import FFI
 
 from mlcc import resources
 from mlcc.ops.quant16 import _scratch, direct_bytes, pack_weights16
-from util import kernel_cdef, thread_pools
+from util import kernel_cdef, on_every_pool, thread_pools
 
 KERNELS = resources.runtime_c() / "kernels"
 CDEF = kernel_cdef("qconv16.h")
@@ -118,17 +118,6 @@ def _ep(kind, y_scale, zp, act):
             "act": {"kind": k, "alpha": a, "beta": b}}
 
 
-def _run_all(ffi, pools, y, call):
-    """call(pool) without a pool and on each pool: the same bytes every time."""
-    call(ffi.NULL)
-    first = y.copy()
-    for pool in pools.values():
-        y[...] = 0
-        call(pool)
-        np.testing.assert_array_equal(y, first)
-    return first
-
-
 # (N, C, H, W, M, kh, kw, stride, pads (t, l, b, r), dilation, groups)
 CONVS = [
     (1, 3, 7, 9, 5, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),
@@ -174,7 +163,7 @@ def test_conv16_matches_numpy(lib, case, kind, act):
     scratch = np.zeros(scratch_bytes + 64, np.uint8)
     y = np.zeros(want.shape, OUT_DTYPES[kind])
     for fn in (L.mlcc_s16_conv2d, L.mlcc_s16_conv2d__portable):
-        got = _run_all(ffi, pools, y, lambda pool: fn(p, ptr(ffi, x), ptr(ffi, w), ptr(ffi, scale),
+        got = on_every_pool(ffi, pools, y, lambda pool: fn(p, ptr(ffi, x), ptr(ffi, w), ptr(ffi, scale),
                                                         ptr(ffi, fbias), ptr(ffi, y),
                                                         ptr(ffi, scratch), pool))
         np.testing.assert_array_equal(got, want)
@@ -200,7 +189,7 @@ def test_fc16_matches_numpy(lib, rows, n, k, kind):
     scratch = np.zeros(scratch_bytes + 64, np.uint8)
     y = np.zeros(want.shape, OUT_DTYPES[kind])
     for fn in (L.mlcc_s16_fc, L.mlcc_s16_fc__portable):
-        got = _run_all(ffi, pools, y, lambda pool: fn(p, ptr(ffi, x), ptr(ffi, w), ptr(ffi, scale),
+        got = on_every_pool(ffi, pools, y, lambda pool: fn(p, ptr(ffi, x), ptr(ffi, w), ptr(ffi, scale),
                                                         ptr(ffi, fbias), ptr(ffi, y),
                                                         ptr(ffi, scratch), pool))
         np.testing.assert_array_equal(got, want)
@@ -269,7 +258,7 @@ def test_conv16_packed_weights(lib, case, kind, act):
     ffi, L, _, pools = lib
     t = _conv_case(ffi, PACKED[case], kind, act, 100 + case * 3 + kind, packed=True)
     wide = pack_weights16(t.w, PACKED[case][-1])
-    got = _run_all(ffi, pools, t.y, lambda pool: L.mlcc_s16_conv2d__packed(
+    got = on_every_pool(ffi, pools, t.y, lambda pool: L.mlcc_s16_conv2d__packed(
         t.p, ptr(ffi, t.x), ptr(ffi, wide), ptr(ffi, t.scale), ptr(ffi, t.fbias),
         ptr(ffi, t.y), ptr(ffi, t.scratch), pool))
     np.testing.assert_array_equal(got, t.want)
@@ -294,7 +283,7 @@ def test_conv16_direct(lib, case, kind, act):
     t = _conv_case(ffi, DIRECT[case], kind, act, 400 + case * 3 + kind, packed=True,
                    direct=True)
     wide = pack_weights16(t.w, 1, tap_major=True)
-    got = _run_all(ffi, pools, t.y, lambda pool: L.mlcc_s16_conv2d__packed(
+    got = on_every_pool(ffi, pools, t.y, lambda pool: L.mlcc_s16_conv2d__packed(
         t.p, ptr(ffi, t.x), ptr(ffi, wide), ptr(ffi, t.scale), ptr(ffi, t.fbias),
         ptr(ffi, t.y), ptr(ffi, t.scratch), pool))
     np.testing.assert_array_equal(got, t.want)
@@ -315,7 +304,7 @@ def test_fc16_packed_weights(lib, rows, n, k):
     scratch = np.zeros(scratch_bytes + 64, np.uint8)
     y = np.zeros(want.shape, np.int16)
     wide = pack_weights16(w, 1)
-    got = _run_all(ffi, pools, y, lambda pool: L.mlcc_s16_fc__packed(
+    got = on_every_pool(ffi, pools, y, lambda pool: L.mlcc_s16_fc__packed(
         p, ptr(ffi, x), ptr(ffi, wide), ptr(ffi, scale), ptr(ffi, fbias), ptr(ffi, y),
         ptr(ffi, scratch), pool))
     np.testing.assert_array_equal(got, want)
@@ -342,7 +331,7 @@ def test_depthwise16(lib, case, kind, act):
     ffi, L, _, pools = lib
     t = _conv_case(ffi, DEPTHWISE[case], kind, act, 200 + case * 3 + kind)
     for fn in (L.mlcc_s16_conv2d, L.mlcc_s16_conv2d__portable):
-        got = _run_all(ffi, pools, t.y, lambda pool: fn(
+        got = on_every_pool(ffi, pools, t.y, lambda pool: fn(
             t.p, ptr(ffi, t.x), ptr(ffi, t.w), ptr(ffi, t.scale), ptr(ffi, t.fbias),
             ptr(ffi, t.y), ptr(ffi, t.scratch), pool))
         np.testing.assert_array_equal(got, t.want)
@@ -359,7 +348,7 @@ def test_epilogue_activations_match_portable(lib, act_kind, conv):
     t = _conv_case(ffi, conv, 0, ep, 300 + act_kind)
     got = []
     for fn in (L.mlcc_s16_conv2d, L.mlcc_s16_conv2d__portable):
-        got.append(_run_all(ffi, pools, t.y, lambda pool: fn(
+        got.append(on_every_pool(ffi, pools, t.y, lambda pool: fn(
             t.p, ptr(ffi, t.x), ptr(ffi, t.w), ptr(ffi, t.scale), ptr(ffi, t.fbias),
             ptr(ffi, t.y), ptr(ffi, t.scratch), pool)))
     assert np.isfinite(got[0]).all() and np.std(got[0]) > 0

@@ -67,6 +67,19 @@ def thread_pools(ffi, lib, sizes):
             lib.mlcc_threadpool_destroy(p)
 
 
+def on_every_pool(ffi, pools, y, call):
+    """Runs call(pool) without a pool and on each pool of `pools` (thread_pools): the same
+    bytes in y every time (kernels that split rows and channels between threads, with exact
+    integer sums); returns them."""
+    call(ffi.NULL)
+    first = y.copy()
+    for pool in pools.values():
+        y[...] = 0
+        call(pool)
+        np.testing.assert_array_equal(y, first)
+    return first
+
+
 def kernel_cdef(*headers: str, defines=("-DMLCC_NO_VECTORS",)) -> str:
     """cffi declarations (ffi.cdef text) of runtime headers (names under runtime_c/kernels or
     runtime_c/include), read from the headers themselves so that a test's structs and
