@@ -105,7 +105,7 @@ def main() -> None:
         all16 = quantize_graph(g, ranges, QuantOptions(w8a16=frozenset(producers))) \
             if a.w8a16 else None
         fq = fakequant.build(g, allint, all16)
-        sim = api._simulator(g, fq, api._host_runner(fq.graph, tmp / "fq", "mlcc_fq"))
+        sim = api._Simulator(g, fq, api._host_runner(fq.graph, tmp / "fq", "mlcc_fq"))
 
         def score(control) -> tuple[float, list]:
             outs = [sim(s, control) for s in samples]

@@ -804,7 +804,7 @@ def _mixed_search(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: Quantize
     say(f"mixed precision: fake-quant program ({len(fq.slots)} switches) built in "
         f"{tb - t0:.1f} s")
 
-    sim = _simulator(g, fq, run_sim)
+    sim = _Simulator(g, fq, run_sim)
     # 1. each candidate quantized alone
     ranked = samples[:RANK_SAMPLES]
     alone, order = _sensitivity(g, fq, sim, cands, ranked, refs, bar)
@@ -939,10 +939,6 @@ class _Simulator:
                 yield future.result()
 
 
-def _simulator(g: Graph, fq, run_sim) -> _Simulator:
-    return _Simulator(g, fq, run_sim)
-
-
 def _sensitivity(g: Graph, fq, sim, cands: list[str], ranked: list, refs: list, bar
                  ) -> tuple[dict[str, float], list[str]]:
     """Each candidate quantized alone (its weights and the activations it reads and writes):
@@ -1003,7 +999,7 @@ def _auto_mix(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: QuantizeConf
     all16 = quantize_graph(g, ranges, replace(opts, w8a16=opts.w8a16 | frozenset(sixteen)),
                            qdq) if sixteen else None
     fq = fakequant.build(g, allint, all16)
-    sim = _simulator(g, fq, _host_runner(fq.graph, tmp / "fakequant", "mlcc_fakequant",
+    sim = _Simulator(g, fq, _host_runner(fq.graph, tmp / "fakequant", "mlcc_fakequant",
                                          cfg.progress_bar, "C fake-quant"))
     target = sens.Target.sqnr(sens.AUTO_SQNR_DB)
     layer_macs = {c: sens.macs(g, c) for c in cands}

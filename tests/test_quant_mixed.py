@@ -87,7 +87,7 @@ def test_fake_quant_program_is_float_when_off_and_the_int8_program_when_on(tmp_p
     assert sensitivity.output_sqnr(reals, sims) > real_db + 5
     # many runs at once (the sensitivity's), over the cores on copies of the program: the
     # same outputs in the same order as one at a time
-    sim = api._simulator(g, fq, run_sim)
+    sim = api._Simulator(g, fq, run_sim)
     pairs = [(s, c) for s in data for c in (off, on, fq.control((), [allint.layers[0].node]))]
     one = [sim(s, c) for s, c in pairs]
     for cores in (1, 3):
