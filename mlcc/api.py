@@ -1196,10 +1196,9 @@ def _onnxruntime_outputs(model_path: str | Path, feeds: dict, names: list[str] |
         for n in names:
             if n not in have:
                 proto.graph.output.append(onnx.ValueInfoProto(name=n))
-        sess = ort.InferenceSession(proto.SerializeToString(), opts,
-                                    providers=["CPUExecutionProvider"])
+        sess = _bench.onnxruntime_session(proto.SerializeToString(), opts)
     else:
-        sess = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+        sess = _bench.onnxruntime_session(model_path, opts)
     wanted = names or [o.name for o in sess.get_outputs()]
     return dict(zip(wanted, sess.run(wanted, feeds)))
 
@@ -1469,7 +1468,7 @@ def verify_quantized(model: str | Path, cfg: QuantizeConfig, *, target: str = "x
         data = CalibrationSet(inputs or cfg.calibration, _input_spec(res.graph))
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
-        sess = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
+        sess = _bench.onnxruntime_session(model, opts)
         names = [o.name for o in sess.get_outputs()]
         stats = {n: ErrorStats() for n in names}
         for sample in data:

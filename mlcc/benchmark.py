@@ -322,6 +322,20 @@ def machine_peak(target) -> Peak:
                           f"{described.assumption}")
 
 
+def onnxruntime_session(model, opts):
+    """An onnxruntime CPU session of `model` (a path or serialized bytes). onnxruntime refusing
+    to load it (its own checks are stricter in places: shape inference inside If branches that
+    mlcc compiles only once bound) is a fact about the model, not a bug of mlcc."""
+    import onnxruntime as ort
+    try:
+        return ort.InferenceSession(model if isinstance(model, bytes) else str(model), opts,
+                                    providers=["CPUExecutionProvider"])
+    except Exception as exc:    # onnxruntime's pybind errors share no public base class
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MlccError(f"onnxruntime, the reference mlcc compares against, cannot load the "
+                        f"model: {first}") from None
+
+
 def onnxruntime_runner(model_path: str, feeds: dict[str, np.ndarray], threads: int
                        ) -> tuple[Callable[[], None], dict[str, np.ndarray]]:
     """(call, outputs): onnxruntime with `threads` intra-op threads and every graph
@@ -334,7 +348,7 @@ def onnxruntime_runner(model_path: str, feeds: dict[str, np.ndarray], threads: i
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    sess = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+    sess = onnxruntime_session(model_path, opts)
     names = [o.name for o in sess.get_outputs()]
     # One plain run tells the output shapes; the bound buffers then get reused.
     first = dict(zip(names, sess.run(names, feeds)))

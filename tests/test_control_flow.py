@@ -3,6 +3,7 @@ Conv/MatMul in each branch, a nested If in one of them) compiles with --bind sr=
 folded, the branch inlined) and agrees with onnxruntime; without the binding both branches are
 compiled behind a C `if` and the one the run-time condition picks runs."""
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -209,3 +210,122 @@ def test_run_time_if_on_aarch64(vad_path, tmp_path):
         got, ref = m.run(feeds), _ort(vad_path, feeds)
         for k in ref:
             np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-6, err_msg=f"{sr} {k}")
+
+
+def _rate_switch(tmp_path, name: str, shape_dependent: bool) -> Path:
+    """x [t, 1, 4] -> If sr == 16000: LSTM(x), else LSTM(x with its leading 1 squeezed away),
+    which is invalid (rank 2) for t = 1. With `shape_dependent` the squeeze sits in an If on
+    x's shape (as in silero-vad), so that onnxruntime cannot see the rank before it runs."""
+    w = numpy_helper.from_array(rng.standard_normal((1, 12, 4)).astype(np.float32), "w")
+    r = numpy_helper.from_array(rng.standard_normal((1, 12, 3)).astype(np.float32), "r")
+
+    def branch(rate, squeeze):
+        if not squeeze:
+            nodes = [helper.make_node("Identity", ["x"], ["xs"], name="keep")]
+        elif shape_dependent:
+            inner = [helper.make_graph([helper.make_node(*op)], f"{rate}_{i}", [],
+                                       [vi(f"xs{i}", TensorProto.FLOAT, None)])
+                     for i, op in enumerate((("Squeeze", ["x", "zero"], ["xs0"]),
+                                             ("Identity", ["x"], ["xs1"])))]
+            nodes = [helper.make_node("Shape", ["x"], ["shape"], end=1),
+                     helper.make_node("Equal", ["shape", "one"], ["single"]),
+                     helper.make_node("Squeeze", ["single"], ["lead_is_1"]),
+                     helper.make_node("If", ["lead_is_1"], ["xs"], then_branch=inner[0],
+                                      else_branch=inner[1], name="squeeze")]
+        else:
+            nodes = [helper.make_node("Squeeze", ["x", "zero"], ["xs"], name="squeeze")]
+        nodes.append(helper.make_node("LSTM", ["xs", "w", "r"], ["", "hn"], hidden_size=3,
+                                      name="rnn"))
+        return helper.make_graph(nodes, rate, [], [vi("hn", TensorProto.FLOAT, None)])
+    g = helper.make_graph(
+        [helper.make_node("Equal", ["sr", "sixteen_k"], ["is_16k"], name="is_16k"),
+         helper.make_node("If", ["is_16k"], ["h"], then_branch=branch("16k", False),
+                          else_branch=branch("8k", True), name="by_rate")],
+        "g", [vi("x", TensorProto.FLOAT, ["t" if shape_dependent else 1, 1, 4]),
+              vi("sr", TensorProto.INT64, [])],
+        [vi("h", TensorProto.FLOAT, [1, 1, 3])],
+        [w, r, numpy_helper.from_array(np.array(16000, np.int64), "sixteen_k"),
+         numpy_helper.from_array(np.array([0], np.int64), "zero"),
+         numpy_helper.from_array(np.array([1], np.int64), "one")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    path = tmp_path / name
+    onnx.save(m, str(path))
+    return path
+
+
+def test_invalid_branch_of_a_run_time_if_names_the_input_to_bind(tmp_path):
+    """A branch written for other shapes (silero-vad's 8 kHz decoder fed a 16 kHz chunk) is
+    invalid for the shapes given; the error says which input to bind to compile only the
+    branch taken, and binding it compiles and verifies."""
+    path = _rate_switch(tmp_path, "m.onnx", shape_dependent=True)
+    out = CliRunner().invoke(main, ["compile", str(path), "--shape", "x=1,1,4",
+                                    "-o", str(tmp_path / "out")])
+    assert out.exit_code != 0 and "Traceback" not in out.output, out.output
+    assert "by_rate/else/rnn" in out.output and "X must be 3-D, not float32[1x4]" in out.output
+    assert "'is_16k' is False" in out.output and "--bind sr=..." in out.output, out.output
+    out = CliRunner().invoke(main, ["verify", str(path), "--shape", "x=1,1,4",
+                                    "--bind", "sr=16000", "-o", str(tmp_path / "bound")])
+    assert out.exit_code == 0 and "verified" in out.output, out.output
+
+
+def test_verify_says_when_onnxruntime_cannot_load_the_model(tmp_path):
+    """onnxruntime's shape inference refuses the invalid branch when it loads the model, which
+    mlcc (the branch not taken once sr is bound) compiles: verify says so, exit code 1, not a
+    bug of mlcc."""
+    path = _rate_switch(tmp_path, "static.onnx", shape_dependent=False)
+    out = CliRunner().invoke(main, ["verify", str(path), "--bind", "sr=16000", "-o",
+                                    str(tmp_path / "static")])
+    assert out.exit_code == 1 and "Traceback" not in out.output, out.output
+    assert "onnxruntime, the reference mlcc compares against, cannot load the model" \
+        in out.output and "rank 3" in out.output, out.output
+
+
+@pytest.fixture(scope="module")
+def silero_path():
+    import fetch_models as fm
+    try:
+        return fm.fetch("silero_vad")
+    except fm.DownloadError as exc:
+        pytest.skip(f"cannot download the silero-vad wheel: {exc}")
+
+
+def _chunks(samples: int, count: int = 3) -> list[dict]:
+    """Speech-like chunks (a chirp in noise) and a carried state, as a stream feeds them."""
+    t = np.arange(samples * count, dtype=np.float32) / 16000
+    audio = (0.3 * np.sin(2 * np.pi * (200 + 600 * t) * t)
+             + 0.05 * rng.standard_normal(t.size)).astype(np.float32)
+    return [audio[i * samples:(i + 1) * samples][None] for i in range(count)]
+
+
+def test_silero_vad_streams_like_onnxruntime(silero_path, tmp_path):
+    """A real streaming model (silero-vad 6.2.3: If on the sample rate around an STFT, a conv
+    encoder and an LSTM cell; nested Ifs on shapes): with `sr` bound to each rate, and with
+    `sr` a run-time input (both branches compiled behind a C `if`, 256-sample chunks, valid for
+    both), three chunks in a row carry the state like onnxruntime's."""
+    import onnxruntime as ort
+    sess = ort.InferenceSession(str(silero_path), providers=["CPUExecutionProvider"])
+    builds = [(16000, 512, {"sr": [16000]}), (8000, 256, {"sr": [8000]}), (None, 256, None)]
+    for sr, samples, bind in builds:
+        folder = tmp_path / f"b{sr}_{samples}"
+        mlcc.compile(silero_path, folder, shapes={"input": (1, samples), "state": (2, 1, 128)},
+                     bind=bind)
+        model = mlcc.load(folder)
+        for rate in ([sr] if sr else [16000, 8000]):
+            state = ref_state = np.zeros((2, 1, 128), np.float32)
+            for chunk in _chunks(samples):
+                feeds = {"input": chunk, "state": state}
+                if sr is None:
+                    feeds["sr"] = np.array(rate, np.int64)
+                got = model.run(feeds)
+                ref, ref_state = sess.run(None, {"input": chunk, "state": ref_state,
+                                                 "sr": np.array(rate, np.int64)})
+                np.testing.assert_allclose(got["output"], ref, atol=1e-5)
+                np.testing.assert_allclose(got["stateN"], ref_state, atol=1e-4)
+                state = got["stateN"]
+    # 512 samples are a 16 kHz chunk only: the 8 kHz branch cannot take them (its LSTM would
+    # get a rank-5 input), so with `sr` at run time the error names the input to bind
+    with pytest.raises(mlcc.MlccError) as info:
+        mlcc.compile(silero_path, tmp_path / "bad", shapes={"input": (1, 512),
+                                                            "state": (2, 1, 128)})
+    assert "X must be 3-D" in info.value.message and "--bind sr=..." in info.value.message

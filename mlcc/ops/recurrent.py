@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelError, UnsupportedError
-from ..ir import Graph, Lowering, Node
+from ..ir import Graph, Lowering, Node, format_type
 from .common import require_dtype
 from .gemm import pack_b_panels
 from .registry import OpDef, register
@@ -89,7 +89,7 @@ def activations(node: Node, op: str, nd: int) -> list[tuple[int, float, float]]:
     names = node.attr("activations")
     names = [_str(a) for a in names] if names else DEFAULT_ACTS[op] * nd
     if len(names) != N_ACTS[op] * nd:
-        raise UnsupportedError(f"{op} node {node.name!r}: {len(names)} activations for "
+        raise UnsupportedError(f"{len(names)} activations for "
                                f"{nd} direction(s), expected {N_ACTS[op] * nd}")
     alphas = list(node.attr("activation_alpha") or [])
     betas = list(node.attr("activation_beta") or [])
@@ -97,13 +97,13 @@ def activations(node: Node, op: str, nd: int) -> list[tuple[int, float, float]]:
     for name in names:
         key = ACTS_LOWER.get(name.lower())
         if key is None:
-            raise UnsupportedError(f"{op} node {node.name!r}: activation {name!r} is not "
+            raise UnsupportedError(f"activation {name!r} is not "
                                    f"supported")
         kind, takes_a, takes_b, da, db = ACTS[key]
         a = float(alphas.pop(0)) if takes_a and alphas else da
         b = float(betas.pop(0)) if takes_b and betas else db
         if a is None or b is None:
-            raise UnsupportedError(f"{op} node {node.name!r}: activation {key} needs "
+            raise UnsupportedError(f"activation {key} needs "
                                    f"activation_alpha and activation_beta values")
         out.append((kind, a, b))
     return out
@@ -161,24 +161,24 @@ class _Recurrent(OpDef):
         require_dtype(node, [v for i, v in enumerate(ins) if v is not None and i != 4],
                       ["float32"])
         if len(ins) > 4 and ins[4] is not None and ins[4].dtype != "int32":
-            raise ModelError(f"{op} node {node.name!r}: sequence_lens must be int32")
+            raise ModelError(f"sequence_lens must be int32")
         x = ins[0]
         if x.shape is None or len(x.shape) != 3:
-            raise ModelError(f"{op} node {node.name!r}: X must be 3-D")
+            raise ModelError(f"X must be 3-D, not {format_type(x)}")
         for i, what in ((1, "W"), (2, "R"), (3, "B"), (7, "P")):
             if i < len(ins) and ins[i] is not None and not ins[i].is_const:
-                raise UnsupportedError(f"{op} node {node.name!r}: {what} "
+                raise UnsupportedError(f"{what} "
                                        f"{node.inputs[i]!r} must be a constant (weights "
                                        f"computed at run time are not supported)")
         if ins[2] is None or len(ins[2].shape) != 3:
-            raise ModelError(f"{op} node {node.name!r}: R must be 3-D")
+            raise ModelError(f"R must be 3-D")
         seq, batch, inp, hidden, nd, layout = self._dims(node, g)
         hs = node.attr("hidden_size")
         gates = GATES[op]
         if not node.attr("_projected") and (len(ins) < 2 or ins[1] is None):
-            raise ModelError(f"{op} node {node.name!r}: W is missing")
+            raise ModelError(f"W is missing")
         if node.attr("_projected") and tuple(x.shape[2:]) != (nd * gates * hidden,):
-            raise ModelError(f"{op} node {node.name!r}: its input projections have shape "
+            raise ModelError(f"its input projections have shape "
                              f"{list(x.shape)}, expected the last axis {nd * gates * hidden}")
         shapes = {1: (nd, gates * hidden, inp), 2: (nd, gates * hidden, hidden),
                   3: (nd, 2 * gates * hidden), 4: (batch,),
@@ -186,11 +186,11 @@ class _Recurrent(OpDef):
                   6: (batch, nd, hidden) if layout else (nd, batch, hidden),
                   7: (nd, 3 * hidden)}
         if hs is not None and int(hs) != hidden:
-            raise ModelError(f"{op} node {node.name!r}: hidden_size {hs} but R holds "
+            raise ModelError(f"hidden_size {hs} but R holds "
                              f"{hidden} per gate")
         for i, v in enumerate(ins[1:], 1):
             if v is not None and tuple(v.shape) != shapes[i]:
-                raise ModelError(f"{op} node {node.name!r}: input {i} has shape "
+                raise ModelError(f"input {i} has shape "
                                  f"{list(v.shape)}, expected {list(shapes[i])}")
         activations(node, op, nd)   # refuses what the kernel cannot compute
         y = (batch, seq, nd, hidden) if layout else (seq, nd, batch, hidden)

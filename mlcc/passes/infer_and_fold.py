@@ -39,6 +39,12 @@ NONDETERMINISTIC = {op for op, category in REFUSED.items() if category == RANDOM
 def infer_and_fold(g: Graph) -> Graph:
     g = g.copy()
     problems: list[str] = []
+    problem_nodes: list[Node] = []
+
+    def report(node: Node, message: str) -> None:
+        problems.append(message)
+        problem_nodes.append(node)
+
     unknown: set[str] = set()     # values whose type could not be inferred (after a problem)
     selects: dict[str, Node] = {}  # Where nodes choosing a run-time If's outputs -> the If
     f32_of: dict[str, str] = {}   # float16/bfloat16/float64 value -> its float32 source
@@ -53,7 +59,7 @@ def infer_and_fold(g: Graph) -> Graph:
                         f"be compiled"] if node.op_type in ("Loop", "If")
                        else unsupported_reason(node))
             if reasons:
-                problems.append(f"{describe(node)}: {'; '.join(reasons)}")
+                report(node, f"{describe(node)}: {'; '.join(reasons)}")
             unknown.update(o for o in node.outputs if o)
             continue
         missing = [i for i, v in zip(node.inputs, ins) if i and (v is None or v.dtype is None)]
@@ -65,11 +71,11 @@ def infer_and_fold(g: Graph) -> Graph:
                 selects.update({k: node for k in chosen})
                 index -= 1
             except UnsupportedError as exc:
-                problems.append(f"{describe(node)}: {exc.message}")
+                report(node, f"{describe(node)}: {exc.message}")
                 unknown.update(o for o in node.outputs if o)
             continue
         if node.name in selects and not _same_type(ins[1], ins[2], ins[0]):
-            problems.append(
+            report(node, 
                 f"{describe(selects[node.name])}: its condition {node.inputs[0]!r} is known "
                 f"only at run time, and the branches give output {node.outputs[0]!r} as "
                 f"{format_type(ins[1])} and {format_type(ins[2])}; mlcc runs such an If only "
@@ -80,7 +86,7 @@ def infer_and_fold(g: Graph) -> Graph:
         try:
             results = _fold(g, node)
         except UnsupportedError as exc:
-            problems.append(f"{describe(node)}: {exc.message}")
+            report(node, f"{describe(node)}: {exc.message}")
             unknown.update(o for o in node.outputs if o)
             continue
         if results is not None:
@@ -94,12 +100,12 @@ def infer_and_fold(g: Graph) -> Graph:
                 node = g.nodes[index - 1] = prepare(g, node, infer_and_fold)
                 ins = [g.values.get(i) if i else None for i in node.inputs]
             except UnsupportedError as exc:
-                problems.append(f"{describe(node)}: {exc.message}")
+                report(node, f"{describe(node)}: {exc.message}")
                 unknown.update(o for o in node.outputs if o)
                 continue
         reasons = unsupported_reason(node)
         if reasons:
-            problems.append(f"{describe(node)}: {'; '.join(reasons)}")
+            report(node, f"{describe(node)}: {'; '.join(reasons)}")
             unknown.update(o for o in node.outputs if o)
             continue
         try:
@@ -120,18 +126,19 @@ def infer_and_fold(g: Graph) -> Graph:
                 g.nodes[index - 1:index] = widened
                 index -= 1
                 continue
-            problems.append(exc.message if exc.message.startswith(describe(node)) else
+            report(node, exc.message if exc.message.startswith(describe(node)) else
                             f"{describe(node)}: {exc.message}")
             unknown.update(o for o in node.outputs if o)
             continue
         except ModelError as exc:
-            raise ModelError(f"{describe(node)}: {exc.message}", exc.detail) from None
+            raise ModelError(f"{describe(node)}: {exc.message}{_branch_hint(g, [node])}",
+                             exc.detail) from None
         for name, (dtype, shape) in zip(node.outputs, types):
             if name:
                 try:
                     negative = any(d < 0 for d in shape)
                 except SymbolicError as exc:
-                    problems.append(f"{describe(node)}: {exc.message}")
+                    report(node, f"{describe(node)}: {exc.message}")
                     unknown.add(name)
                     continue
                 if negative:
@@ -151,7 +158,7 @@ def infer_and_fold(g: Graph) -> Graph:
                     "of sizes (--shape LO..HI) is not supported yet: compile this model for "
                     "fixed sizes (docs/dynamic-shapes.md)")
         except UnsupportedError as exc:
-            problems.append(f"{describe(node)}: {exc.message}")
+            report(node, f"{describe(node)}: {exc.message}")
             unknown.update(o for o in node.outputs if o)
             continue
         for name, dyn in zip(node.outputs, dyns):
@@ -160,7 +167,7 @@ def infer_and_fold(g: Graph) -> Graph:
     if problems:
         raise UnsupportedError(
             f"{len(problems)} node{'s' if len(problems) > 1 else ''} cannot be compiled:\n  "
-            + "\n  ".join(problems))
+            + "\n  ".join(problems) + _branch_hint(g, problem_nodes))
     for name in g.outputs:
         v = g.values.get(name)
         if v is None or v.dtype is None or not v.is_static:
@@ -183,6 +190,23 @@ def infer_and_fold(g: Graph) -> Graph:
                                        f"{len(g.values[name].shape)}; at most {MAX_RANK} "
                                        f"is supported")
     return g
+
+
+def _branch_hint(g: Graph, nodes: list[Node]) -> str:
+    """For nodes inside a branch of an If whose condition is known only at run time: which
+    graph inputs to bind so that only the branch taken is compiled (a branch the given shapes
+    make invalid, e.g. one written for another sample rate, is then never compiled)."""
+    conds = sorted({c for n in nodes for c in n.guard if isinstance(c, tuple)
+                    and len(c) == 2 and isinstance(c[0], str)})
+    if not conds:
+        return ""
+    sources = sorted({s for c, _ in conds for s in g.inputs_upstream(c)},
+                     key=g.inputs.index)
+    where = " and ".join(f"{c!r} is {want}" for c, want in conds)
+    binds = " ".join(f"--bind {s}=..." for s in sources)
+    return (f" (in a branch of an If that runs only where {where}, which is computed at run "
+            f"time{' from graph input ' + ', '.join(map(repr, sources)) if sources else ''}; "
+            f"{binds + ' compiles' if binds else 'binding it compiles'} only the branch taken)")
 
 
 def _has_body(node: Node) -> bool:
