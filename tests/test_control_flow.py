@@ -329,3 +329,36 @@ def test_silero_vad_streams_like_onnxruntime(silero_path, tmp_path):
         mlcc.compile(silero_path, tmp_path / "bad", shapes={"input": (1, 512),
                                                             "state": (2, 1, 128)})
     assert "X must be 3-D" in info.value.message and "--bind sr=..." in info.value.message
+
+
+def test_run_time_if_on_a_condition_through_a_no_op_cast(tmp_path):
+    """openWakeWord's hey_jarvis model: Cast(GreaterOrEqual(p, threshold), to=BOOL) -> If. The
+    bool -> bool Cast is removed as a no-op; the guards of both branches read its input from
+    then on (they kept the Cast's output, which no longer existed: KeyError in the memory
+    plan). Both branches run, against onnxruntime."""
+    w = numpy_helper.from_array(rng.standard_normal((5, 3)).astype(np.float32), "w")
+    then = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"]),
+                              helper.make_node("Sigmoid", ["m"], ["t"])], "then", [],
+                             [vi("t", TensorProto.FLOAT, [1, 3])], [w])
+    other = helper.make_graph([helper.make_node("Identity", ["p"], ["e"])], "else", [],
+                              [vi("e", TensorProto.FLOAT, [1, 3])])
+    g = helper.make_graph(
+        [helper.make_node("ReduceMax", ["p"], ["top"], keepdims=0),
+         helper.make_node("GreaterOrEqual", ["top", "threshold"], ["ge"]),
+         helper.make_node("Cast", ["ge"], ["cond"], to=TensorProto.BOOL),
+         helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other,
+                          name="verifier")],
+        "g", [vi("x", TensorProto.FLOAT, [1, 5]), vi("p", TensorProto.FLOAT, [1, 3])],
+        [vi("y", TensorProto.FLOAT, [1, 3])],
+        [numpy_helper.from_array(np.array(0.5, np.float32), "threshold")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    mlcc.compile(tmp_path / "m.onnx", tmp_path / "out")
+    model = mlcc.load(tmp_path / "out")
+    import onnxruntime as ort
+    sess = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    x = rng.standard_normal((1, 5)).astype(np.float32)
+    for p in ([[0.1, 0.7, 0.2]], [[0.1, 0.3, 0.2]]):
+        feeds = {"x": x, "p": np.array(p, np.float32)}
+        np.testing.assert_allclose(model.run(feeds)["y"], sess.run(None, feeds)[0], rtol=1e-6)

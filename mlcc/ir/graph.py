@@ -94,6 +94,13 @@ class Node:
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
 
+    def replace_input(self, old: str, new: str) -> None:
+        """Reads `new` wherever it read `old`: its inputs and its guard's conditions."""
+        self.inputs = [new if i == old else i for i in self.inputs]
+        if any(isinstance(c, tuple) and c[0] == old for c in self.guard):
+            self.guard = tuple((new, c[1]) if isinstance(c, tuple) and c[0] == old else c
+                               for c in self.guard)
+
     def input(self, i: int) -> str:
         """The name of input i, or "" when it is absent."""
         return self.inputs[i] if i < len(self.inputs) else ""
@@ -168,9 +175,10 @@ class Graph:
                      self.opset, self.source_sha256)
 
     def replace_uses(self, old: str, new: str) -> None:
-        """Makes every node that reads `old` read `new` (graph outputs are left alone)."""
+        """Makes every node that reads `old` read `new`, as an input or as the condition of
+        its guard (graph outputs are left alone)."""
         for n in self.nodes:
-            n.inputs = [new if i == old else i for i in n.inputs]
+            n.replace_input(old, new)
 
     def outer_names(self) -> list[str]:
         """For a subgraph: the names it (and the subgraphs in it) reads from the scopes around

@@ -49,7 +49,7 @@ def remove_noops(g: Graph) -> Graph:
             # Let the producer of src write the graph output directly.
             for m in kept:
                 m.outputs = [dst if o == src else o for o in m.outputs]
-                m.inputs = [dst if i == src else i for i in m.inputs]
+                m.replace_input(src, dst)
             g.replace_uses(src, dst)
             g.values[dst].dtype, g.values[dst].shape = g.values[src].dtype, g.values[src].shape
         else:
