@@ -264,3 +264,23 @@ def test_bitshift_signed_opset28(tmp_path, dtype, direction):
     x.reshape(-1)[:2] = [-1, np.iinfo(dtype).min]
     s = np.array([-1, 0, 1, bits - 1, bits, bits + 5, 3], dtype=dtype).reshape(7, 1)
     check_node("BitShift", {"x": x, "s": s}, tmp_path=tmp_path, opset=28, direction=direction)
+
+
+def test_pow_by_a_constant_two_squares(tmp_path):
+    """Pow by a constant 2 (power spectra, variances) is x * x, as onnxruntime computes it
+    (the same bits: one rounding), special values included; an exponent of 2s whose shape
+    broadcasts the base to a larger output keeps the general kernel."""
+    x = np.concatenate([rand(1, 5, 37).reshape(-1),
+                        np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 3e19, -1e-23], np.float32)])
+    x = x.reshape(1, 1, -1)
+    model = make_model([helper.make_node("Pow", ["x", "two"], ["y"]),
+                        helper.make_node("Pow", ["x", "twos"], ["z"])], {"x": x}, ["y", "z"],
+                       initializers={"two": np.array(2.0, np.float32),
+                                     "twos": np.full((3, 1, 1), 2.0, np.float32)})
+    got = check_model(model, {"x": x}, tmp_path)
+    with np.errstate(over="ignore"):
+        square = x * x
+    np.testing.assert_array_equal(got["y"], square)
+    np.testing.assert_array_equal(got["z"], np.broadcast_to(square, (3, 1, x.size)))
+    text = next(tmp_path.glob("**/model.c")).read_text()
+    assert text.count(".op = MLCC_BINARY_MUL") == 1 and text.count(".op = MLCC_BINARY_POW") == 1

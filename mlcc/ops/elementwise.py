@@ -282,6 +282,13 @@ class Pow(_Binary):
         from .cast import emit_cast
         base, exp, out = node.inputs[0], node.inputs[1], node.outputs[0]
         bt, et = lo.value(base).dtype, lo.value(exp).dtype
+        two = lo.graph.const(exp)
+        if (bt == "float32" and two is not None and two.size and np.all(two == 2)
+                and lo.value(out).shape == lo.value(base).shape):
+            # squares (a power spectrum's, a variance's) as x * x, one rounding, as
+            # onnxruntime computes them; powf took 4.6 ns per element
+            emit_binary(lo, "MUL", base, base, out)
+            return
         if bt == "float32" or et == "float32":
             if et != "float32":
                 arr = lo.graph.const(exp)
