@@ -121,6 +121,25 @@ def test_table():
     assert not ck.table_fits(conv(512, 64, 16), X86)           # table over TABLE_MAX_BYTES
 
 
+def conv1d(cin, cout, length, k, s=1, p=0, d=1, groups=1) -> ConvLayer:
+    o = (length + 2 * p - d * (k - 1) - 1) // s + 1
+    return ConvLayer(1, cin, cout, groups, Window2d(1, k, 1, length, 1, o, 1, s, 1, d, 0, p))
+
+
+def test_frames():
+    stft = conv1d(1, 257, 1280, 512, s=160)                     # openWakeWord: 5 windows
+    assert ck.frames_fit(stft, X86) and ck.frames_fit(stft, NATIVE)
+    assert choose_variant(stft, NATIVE).name == "frames"
+    assert ck.frames_fit(conv1d(1, 16, 200, 9, s=13), NATIVE)      # 15 windows < 32 lanes
+    assert not ck.frames_fit(conv1d(1, 16, 200, 9, s=13), X86)     # ... not < 8
+    assert not ck.frames_fit(conv1d(1, 257, 1280, 512, s=16), NATIVE)  # 48 windows
+    assert not ck.frames_fit(conv1d(2, 257, 1280, 512, s=160), NATIVE)  # two channels
+    assert not ck.frames_fit(conv1d(1, 257, 1280, 512, s=160, p=3), NATIVE)   # padded
+    assert not ck.frames_fit(conv1d(1, 8, 1280, 512, s=160), NATIVE)   # half a vector
+    assert not ck.frames_fit(conv(1, 64, 9, k=3, s=4), NATIVE)     # 2-D
+    assert not ck.frames_fit(ConvLayer(1, 1, 257, 1, stft.window, const_weights=False), NATIVE)
+
+
 def test_implicit_t_1x1():
     assert ck.implicit_t_1x1_fits(conv(160, 960, 7, k=1), NATIVE)    # MobileNetV2: 64 for 49
     assert not ck.implicit_t_1x1_fits(conv(160, 960, 7, k=1), ARM)

@@ -51,6 +51,18 @@ def test_conv(tmp_path, target, c, h, w, m, k, stride, pads, group):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_conv1d_frames(tmp_path, target):
+    """A 1-D convolution over one channel with 5 windows: where there are vectors of 4 lanes
+    (arm, wasm), mlcc_f32_conv2d__frames (the GEMM's B panels, 5 rows of its tile, a
+    transposed write-back); the Cortex-M targets, without vectors, keep the packed GEMM."""
+    check_node("Conv", {"x": rand(2, 1, 301)},
+               initializers={"w": rand(13, 1, 61, seed=1), "b": rand(13, seed=2)},
+               tmp_path=tmp_path, target=target, strides=[60])
+    assert ("mlcc_f32_conv2d__frames(" in next(tmp_path.glob("**/model.c")).read_text()) == \
+        (target in ("arm", "wasm"))
+
+
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("m,k,n,tb", [(7, 13, 17, 1), (6, 300, 33, 0), (1, 9, 8, 1)])
 def test_gemm(tmp_path, target, m, k, n, tb):
     """Column counts around the 128-bit tiles (2 x 4 lanes), K past one cache block (256)."""

@@ -68,6 +68,32 @@ def test_conv1d(tmp_path):
                tmp_path=tmp_path, strides=[2], pads=[2, 1])
 
 
+@pytest.mark.parametrize("target", ["x86", "x86-native"])
+@pytest.mark.parametrize("n,length,m,k,stride,dil,bias,relu", [
+    (1, 1280, 257, 512, 160, 1, False, False),   # openWakeWord's STFT: 5 windows
+    (2, 211, 37, 31, 17, 2, True, True),         # two images, dilated, prime sizes, ReLU fused
+    (1, 97, 16, 97, 1, 1, True, False),          # one window covering the whole signal
+    (3, 389, 19, 7, 29, 3, True, True),          # 13 windows of 19 taps
+])
+def test_conv1d_frames(tmp_path, target, n, length, m, k, stride, dil, bias, relu):
+    """1-D convolutions over one channel with few windows and many outputs take the frames
+    GEMM (mlcc_f32_conv2d__frames: windows read in place, channels along the vectors), on 1
+    and 2 threads with the same bits, against onnxruntime."""
+    x = rand(n, 1, length)
+    inits = {"w": rand(m, 1, k, seed=1), **({"b": rand(m, seed=2)} if bias else {})}
+    nodes = [helper.make_node("Conv", ["x", *inits], ["t" if relu else "y"], strides=[stride],
+                              dilations=[dil])]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["t"], ["y"]))
+    model = make_model(nodes, {"x": x}, ["y"], initializers=inits)
+    check_model(model, {"x": x}, tmp_path / "check", target=target)
+    windows = (length - dil * (k - 1) - 1) // stride + 1
+    lanes = 16 if target == "x86-native" else 4      # fewer windows than two vectors' lanes
+    assert ("mlcc_f32_conv2d__frames(" in next((tmp_path / "check").glob("**/model.c"))
+            .read_text()) == (windows < 2 * lanes)
+    run_same_bits_on_threads(model, {"x": x}, tmp_path / "threads")
+
+
 @pytest.mark.parametrize("m,k,n,ta,tb", [(1, 7, 13, 0, 1), (5, 31, 17, 0, 0), (37, 3, 2, 1, 0),
                                          (6, 300, 33, 1, 1)])
 def test_gemm(tmp_path, m, k, n, ta, tb):

@@ -1640,3 +1640,17 @@ void mlcc_f32_conv2d_residual__implicit_t(const mlcc_conv2d_packed_params *pp, c
                                           float *y, float *scratch, mlcc_threadpool *pool) {
     conv_implicit_t(pp, x, w, bias, offsets, residual, y, scratch, pool);
 }
+
+void mlcc_f32_conv2d__frames(const mlcc_conv2d_frames_params *p, const float *x,
+                             const float *w_panels, const float *bias, float *y, float *scratch,
+                             mlcc_threadpool *pool) {
+    const ptrdiff_t positions = (ptrdiff_t)p->gemm.m, channels = (ptrdiff_t)p->gemm.n;
+    ptrdiff_t n, c, q;
+    for (n = 0; n < (ptrdiff_t)p->batch; n++) {
+        float *yn = y + n * channels * positions;
+        mlcc_f32_gemm__panels_threaded(&p->gemm, x + n * (ptrdiff_t)p->image_floats, w_panels,
+                                       bias, scratch, pool);
+        for (c = 0; c < channels; c++)
+            for (q = 0; q < positions; q++) yn[c * positions + q] = scratch[q * channels + c];
+    }
+}

@@ -3,6 +3,7 @@
 #define MLCC_CONV_H
 
 #include "mlcc_kernel.h"
+#include "gemm.h"
 
 typedef struct mlcc_conv2d_params {
     int64_t batch, in_channels, in_h, in_w;
@@ -186,5 +187,23 @@ void mlcc_f32_conv2d_residual__implicit_t(const mlcc_conv2d_packed_params *p, co
                                           const float *w, const float *bias,
                                           const int32_t *offsets, const float *residual,
                                           float *y, float *scratch, mlcc_threadpool *pool);
+
+/* A 1-D convolution over one input channel with few output positions and many output
+ * channels (the STFT and filterbank front ends of audio models: 512-sample windows, 5
+ * positions, 257 channels), where the GEMMs above put the positions along the vectors and use
+ * a few of their lanes: the product frames x weights^T instead, frame p the window at
+ * p * stride_w read in place (gemm.a_row_stride = stride_w, a_col_stride = dilation_w), the
+ * weights^T in gemm.h's B panels (mlcc/ops/gemm.py pack_b_panels), so that the vectors run
+ * along the output channels; bias and activation in the GEMM's epilogue, into scratch
+ * (positions x out_channels floats), then transposed into y per image. The product sums each
+ * output in window order as mlcc_f32_gemm does; mlcc/ops/conv_kernels.py decides where it
+ * runs (frames_fit). */
+typedef struct mlcc_conv2d_frames_params {
+    mlcc_gemm_params gemm;               /* m = positions, n = out_channels, k = kernel_w */
+    int64_t batch, image_floats;         /* images, and the floats of one input image */
+} mlcc_conv2d_frames_params;
+void mlcc_f32_conv2d__frames(const mlcc_conv2d_frames_params *p, const float *x,
+                             const float *w_panels, const float *bias, float *y, float *scratch,
+                             mlcc_threadpool *pool);
 
 #endif /* MLCC_CONV_H */
