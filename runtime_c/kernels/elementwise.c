@@ -39,10 +39,11 @@ static void unary_range(const mlcc_unary_params *p, const float *x, float *y, pt
 /* Planes (NCHW: the H x W of one channel) of at least this many elements are split between
  * threads within each plane, each unit the same part of every plane (of a binary operation's
  * output: the same rows), instead of by ranges of whole planes: the convolutions that produce
- * and consume maps this large split them by rows or by tiles of rows (Winograd's thread_range,
- * the implicit GEMMs), so that a thread reads the rows it wrote in the layer before and the
- * next layer reads what it writes, where ranges of channels made it read half of every input
- * from the other core's cache. With the VM's vCPUs far apart (a 360 ns round trip) an input
+ * and consume maps this large mostly split them by rows or by tiles of rows (Winograd's
+ * thread_range, the implicit GEMM's column blocks; not implicit_t, by channel panels), so
+ * that a thread reads the rows it wrote in the layer before and the next layer reads what it
+ * writes, where ranges of channels made it read half of every input from the other core's
+ * cache. With the VM's vCPUs far apart (a 360 ns round trip) an input
  * written on the other core made a ResNet-18 56 x 56 Winograd layer's input transform 1.4x
  * slower and an Add of 64 x 56 x 56 1.15x (no difference with them near). Below it (14 x 14
  * and 7 x 7), Winograd splits the output by channels. */
