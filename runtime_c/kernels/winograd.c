@@ -154,7 +154,7 @@ static void input_transform(void *arg, int unit, int thread) {
     const ptrdiff_t cin = (ptrdiff_t)p->in_channels, tw = ((ptrdiff_t)p->out_w + 1) / 2;
     const ptrdiff_t plane = job->vplane;
     const ptrdiff_t c0 = cin * unit / job->units, c1 = cin * (unit + 1) / job->units;
-    float *buf = job->rows + thread * 8 * ROW_STRIDE(tw);
+    float *buf = job->rows + thread * mlcc_winograd_rows_floats(8, tw);
     ptrdiff_t c, tl;
     for (c = c0; c < c1; c++) {
         const float *xc = job->x + (job->n * cin + c) * (ptrdiff_t)(p->in_h * p->in_w);
@@ -455,7 +455,7 @@ static void input_transform_4x4(void *arg, int unit, int thread) {
     const ptrdiff_t cin = (ptrdiff_t)p->in_channels, tw = ((ptrdiff_t)p->out_w + 3) / 4;
     const ptrdiff_t plane = job->vplane, o = ROW_STRIDE(tw);
     const ptrdiff_t c0 = cin * unit / job->units, c1 = cin * (unit + 1) / job->units;
-    float *buf = job->rows + thread * 24 * ROW_STRIDE(tw);
+    float *buf = job->rows + thread * mlcc_winograd_rows_floats(24, tw);
     ptrdiff_t c, tl;
     for (c = c0; c < c1; c++) {
         const float *xc = job->x + (job->n * cin + c) * (ptrdiff_t)(p->in_h * p->in_w);
