@@ -386,6 +386,8 @@ def elementwise_lib(tmp_path_factory):
     ((7, 13, 29), (13, 1)),          # rows split between threads, broadcasting on two axes
     ((3, 1, 5), (1, 4, 1)),          # both operands broadcast: an outer product of rows
     ((2, 3), (5, 2, 3)),             # a leading axis of b alone
+    ((2, 5, 31, 17), (1, 5, 1, 1)),  # planes of 31 x 17 >= 512: each unit rows of every plane
+    ((3, 29, 23), (29, 23)),         # the same, b one plane for all
 ])
 def test_binary_is_bit_identical_across_thread_counts(elementwise_lib, a_shape, b_shape):
     ffi, dl, pools = elementwise_lib
@@ -414,19 +416,23 @@ def test_binary_is_bit_identical_across_thread_counts(elementwise_lib, a_shape, 
         np.testing.assert_array_equal(run(pool), serial, err_msg=f"{n} threads")
 
 
-@pytest.mark.parametrize("n", [1, 15, 16, 17, 1000, 4099])
+@pytest.mark.parametrize("n,plane", [(1, 0), (15, 0), (16, 0), (17, 0), (1000, 0), (4099, 0),
+                                     (1000, 500),     # planes too small: ranges of elements
+                                     (1560, 520),     # 3 planes, each split (not whole lines)
+                                     (2352, 784)])    # 3 planes of 28 x 28
 @pytest.mark.parametrize("op", ["tanh", "erf"])
-def test_unary_is_bit_identical_across_thread_counts(elementwise_lib, n, op):
-    """An activation (copied, then applied in place) and an expression of the X-list."""
+def test_unary_is_bit_identical_across_thread_counts(elementwise_lib, n, plane, op):
+    """An activation (copied, then applied in place) and an expression of the X-list, by
+    ranges of the elements or (planes of MLCC_PLANE_SPLIT_MIN elements) parts of every plane."""
     import math
     ffi, dl, pools = elementwise_lib
     x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
     if op == "tanh":
-        p = ffi.new("mlcc_unary_params *", dict(n=n, op=dl.MLCC_UNARY_ACT,
+        p = ffi.new("mlcc_unary_params *", dict(n=n, plane=plane, op=dl.MLCC_UNARY_ACT,
                                                 act=dict(kind=dl.MLCC_ACT_TANH)))
         ref = np.tanh(x)
     else:
-        p = ffi.new("mlcc_unary_params *", dict(n=n, op=dl.MLCC_UNARY_ERF))
+        p = ffi.new("mlcc_unary_params *", dict(n=n, plane=plane, op=dl.MLCC_UNARY_ERF))
         ref = np.array([math.erf(v) for v in x], np.float32)
 
     def run(pool):

@@ -42,12 +42,22 @@ class _Unary(OpDef):
         alpha, beta = self.params_of(node)
         lo.call("mlcc_f32_unary", [node.inputs[0], node.outputs[0]], [node.outputs[0]],
                 params_type="mlcc_unary_params",
-                params={"n": x.numel, "op": Enum(f"MLCC_UNARY_{op}"),
-                        "alpha": float(alpha), "beta": float(beta), "act": act_struct(act)},
+                params={"n": x.numel, "plane": _plane(x.shape),
+                        "op": Enum(f"MLCC_UNARY_{op}"), "alpha": float(alpha),
+                        "beta": float(beta), "act": act_struct(act)},
                 pool=True)
 
     def flops(self, node, g):
         return g.values[node.outputs[0]].numel
+
+
+def _plane(shape) -> int:
+    """Elements per plane of an element-wise kernel's thread split (mlcc_unary_params.plane):
+    the product of the last two dimensions of a tensor of rank 3 or more (NCHW: H x W), where
+    both are static; else 0."""
+    if len(shape) < 3 or not all(isinstance(d, int) for d in shape[-2:]):
+        return 0
+    return shape[-2] * shape[-1]
 
 
 class _Activation(_Unary):

@@ -125,5 +125,6 @@ def plan(cin: int, cout: int, oh: int, ow: int, m: int = 2) -> tuple[int, int]:
     block = max(64, BLOCK_BYTES // (4 * ne * (cin + cout)) // 64 * 64)
     block = smin(block, -(-tiles // 64) * 64)
     # per thread, the patch rows split into m column phases: (m + 2) x m x (tiles wide + slack)
-    rows = SLICES * (m + 2) * m * (-(-ow // m) + ROW_SLACK)
+    # floats in whole cache lines of 16 (mlcc_winograd_rows_floats)
+    rows = SLICES * -(-(m + 2) * m * (-(-ow // m) + ROW_SLACK) // 16) * 16
     return block, 4 * (ne * ((cin + cout) * block + 2 * PLANE_PAD) + rows)

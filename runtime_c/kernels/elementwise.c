@@ -36,6 +36,21 @@ static void unary_range(const mlcc_unary_params *p, const float *x, float *y, pt
  * not depend on the split. */
 #define RANGE_ALIGN 16
 
+/* Planes (NCHW: the H x W of one channel) of at least this many elements are split between
+ * threads within each plane, each unit the same part of every plane (of a binary operation's
+ * output: the same rows), instead of by ranges of whole planes: the convolutions that produce
+ * and consume maps this large mostly split them by rows or by tiles of rows (Winograd's
+ * thread_range, the implicit GEMM's column blocks; not implicit_t, by channel panels), so
+ * that a thread reads the rows it wrote in the layer before and the next layer reads what it
+ * writes, where ranges of channels made it read half of every input from the other core's
+ * cache. With the VM's vCPUs far apart (a 360 ns round trip) an input
+ * written on the other core made a ResNet-18 56 x 56 Winograd layer's input transform 1.4x
+ * slower and an Add of 64 x 56 x 56 1.15x (no difference with them near). Below it (14 x 14
+ * and 7 x 7), Winograd splits the output by channels. */
+#ifndef MLCC_PLANE_SPLIT_MIN
+#define MLCC_PLANE_SPLIT_MIN 512
+#endif
+
 typedef struct unary_job {
     const mlcc_unary_params *p;
     const float *x;
@@ -43,14 +58,30 @@ typedef struct unary_job {
     int units;
 } unary_job;
 
+/* Whether a unary operation splits each plane (MLCC_PLANE_SPLIT_MIN): planes of its plane's
+ * size that it holds two of at least. */
+static int unary_by_planes(const mlcc_unary_params *p) {
+    return p->plane >= MLCC_PLANE_SPLIT_MIN && p->n % p->plane == 0 && p->n >= 2 * p->plane;
+}
+
 static void unary_unit(void *arg, int unit, int thread) {
     const unary_job *job = (const unary_job *)arg;
-    const ptrdiff_t blocks = ((ptrdiff_t)job->p->n + RANGE_ALIGN - 1) / RANGE_ALIGN;
-    const ptrdiff_t i0 = blocks * unit / job->units * RANGE_ALIGN;
-    ptrdiff_t i1 = blocks * (unit + 1) / job->units * RANGE_ALIGN;
     (void)thread;
-    if (i1 > (ptrdiff_t)job->p->n) i1 = (ptrdiff_t)job->p->n;
-    if (i1 > i0) unary_range(job->p, job->x + i0, job->y + i0, i1 - i0);
+    if (unary_by_planes(job->p)) {   /* the unit's part of every plane */
+        const ptrdiff_t plane = (ptrdiff_t)job->p->plane, blocks = plane / RANGE_ALIGN;
+        const ptrdiff_t j0 = unit == 0 ? 0 : blocks * unit / job->units * RANGE_ALIGN;
+        const ptrdiff_t j1 = unit + 1 == job->units ? plane
+                                                    : blocks * (unit + 1) / job->units * RANGE_ALIGN;
+        ptrdiff_t q;
+        for (q = 0; q < (ptrdiff_t)job->p->n; q += plane)
+            unary_range(job->p, job->x + q + j0, job->y + q + j0, j1 - j0);
+    } else {
+        const ptrdiff_t blocks = ((ptrdiff_t)job->p->n + RANGE_ALIGN - 1) / RANGE_ALIGN;
+        const ptrdiff_t i0 = blocks * unit / job->units * RANGE_ALIGN;
+        ptrdiff_t i1 = blocks * (unit + 1) / job->units * RANGE_ALIGN;
+        if (i1 > (ptrdiff_t)job->p->n) i1 = (ptrdiff_t)job->p->n;
+        if (i1 > i0) unary_range(job->p, job->x + i0, job->y + i0, i1 - i0);
+    }
 }
 
 /* The number of units for `work` elements on `pool` (mlcc_parallel_units). */
@@ -137,16 +168,24 @@ typedef struct binary_job {
     const float *a, *b;
     float *y;
     int64_t rows;
+    int64_t plane_rows;   /* rows per plane split within each plane (MLCC_PLANE_SPLIT_MIN); 0 */
     int units, by_rows;
 } binary_job;
 
-/* A range of rows, or (few long rows) a range of every row's columns in whole cache lines. */
+/* A range of rows of every plane, a range of rows, or (few long rows) a range of every row's
+ * columns in whole cache lines. */
 static void binary_unit(void *arg, int unit, int thread) {
     const binary_job *job = (const binary_job *)arg;
     const mlcc_binary_params *p = job->p;
     const ptrdiff_t n = (ptrdiff_t)p->shape[p->rank - 1];
     (void)thread;
-    if (job->by_rows) {
+    if (job->plane_rows) {
+        const int64_t h = job->plane_rows;
+        const int64_t h0 = h * unit / job->units, h1 = h * (unit + 1) / job->units;
+        int64_t r;
+        for (r = 0; r < job->rows; r += h)
+            binary_part(p, job->a, job->b, job->y, r + h0, r + h1, 0, n);
+    } else if (job->by_rows) {
         binary_part(p, job->a, job->b, job->y, job->rows * unit / job->units,
                     job->rows * (unit + 1) / job->units, 0, n);
     } else {
@@ -165,6 +204,10 @@ void mlcc_f32_binary(const mlcc_binary_params *p, const float *a, const float *b
     job.p = p, job.a = a, job.b = b, job.y = y;
     job.rows = mlcc_odometer_rows(p->rank, p->shape);
     job.by_rows = job.rows >= 2 * mlcc_threadpool_size(pool);
+    /* planes (the last two dimensions) split within each: rows of at least one per thread */
+    job.plane_rows = p->rank >= 3 && p->shape[p->rank - 2] * n >= MLCC_PLANE_SPLIT_MIN &&
+                     p->shape[p->rank - 2] >= mlcc_threadpool_size(pool) &&
+                     job.rows >= 2 * p->shape[p->rank - 2] ? p->shape[p->rank - 2] : 0;
     job.units = elementwise_units(pool, (double)job.rows * (double)n,
                                   job.by_rows ? (ptrdiff_t)job.rows
                                               : (n + RANGE_ALIGN - 1) / RANGE_ALIGN);

@@ -52,12 +52,15 @@ enum mlcc_unary_op {
 
 typedef struct mlcc_unary_params {
     int64_t n;
+    int64_t plane;              /* elements per plane (NCHW: H x W) for the thread split; 0: none */
     int32_t op;                 /* enum mlcc_unary_op */
     float alpha, beta;          /* Elu/Selu/Celu/ThresholdedRelu parameters */
     mlcc_act act;
 } mlcc_unary_params;
 
-/* y[i] = f(x[i]) for i < n; y may equal x. Large ones split between the threads of pool. */
+/* y[i] = f(x[i]) for i < n; y may equal x. Large ones split between the threads of pool: each
+ * thread the same part of every plane where the planes are large (MLCC_PLANE_SPLIT_MIN), else
+ * a range of the elements. */
 void mlcc_f32_unary(const mlcc_unary_params *p, const float *x, float *y, mlcc_threadpool *pool);
 
 enum mlcc_binary_op {

@@ -47,6 +47,30 @@ static void store_tiles(float *vc, ptrdiff_t tl, ptrdiff_t nl, ptrdiff_t cin, pt
 }
 #endif
 
+/* The last B panel's columns past the block's nb tiles, in the count products' panels of one
+ * channel (vc: its row of the first panel): zeros, so that the GEMM, which computes whole
+ * panels, reads nothing undefined. Product by product, each row's columns contiguous: a block
+ * of 2 tiles after whole panels (a thread's share of ResNet-18's 196 tiles, 98, in steps of
+ * 32) wrote 30 x 36 scalar zeros per channel a product apart, and the step's input transform
+ * took as long as a step of 32 tiles. */
+static void zero_past_block(float *vc, ptrdiff_t nb, ptrdiff_t cin, ptrdiff_t plane, int count) {
+    const ptrdiff_t z0 = nb % MLCC_GEMM_NR;
+    float *row = vc + nb / MLCC_GEMM_NR * cin * MLCC_GEMM_NR;
+    int e;
+    if (z0 == 0) return;
+    for (e = 0; e < count; e++, row += plane) {
+#if MLCC_HAVE_VECTORS
+        const mlcc_vf zero = mlcc_vf_splat(0.0f);
+        ptrdiff_t l;
+        for (l = z0 / MLCC_VF_LANES * MLCC_VF_LANES; l < MLCC_GEMM_NR; l += MLCC_VF_LANES)
+            store_lanes(row + l, zero, l < z0 ? z0 - l : 0, MLCC_VF_LANES);
+#else
+        ptrdiff_t l;
+        for (l = z0; l < MLCC_GEMM_NR; l++) row[l] = 0.0f;
+#endif
+    }
+}
+
 typedef struct winograd_job {
     const mlcc_conv2d_packed_params *pp;
     const float *x, *u, *bias;
@@ -56,7 +80,19 @@ typedef struct winograd_job {
     ptrdiff_t ne;   /* products: 16 for F(2x2, 3x3), 36 for F(4x4, 3x3) */
     ptrdiff_t vplane, mplane;   /* floats from one product's operand (V), result (M) to the next */
     mlcc_unit_fn in_fn, out_fn; /* the tile size's transforms */
+    /* thread_range: whether the last partial panel of tiles is shared by output channels
+     * (split_tail); its sub-jobs' output channels [k0, k1) for products and output transform
+     * (k1 = 0: the unit's share of all of them) */
+    int split_tail;
+    ptrdiff_t k0, k1;
 } winograd_job;
+
+/* Output channels [*k0, *k1) of unit `unit` of a phase: the sub-job's own range if it has one. */
+static void channel_range(const winograd_job *job, int unit, ptrdiff_t *k0, ptrdiff_t *k1) {
+    const ptrdiff_t cout = (ptrdiff_t)job->pp->conv.out_channels;
+    *k0 = job->k1 ? job->k0 : cout * unit / job->units;
+    *k1 = job->k1 ? job->k1 : cout * (unit + 1) / job->units;
+}
 
 /* Units of a phase: ranges of channels (or of the 16 products), at most 4 per thread. */
 static ptrdiff_t phase_units(ptrdiff_t items, ptrdiff_t nt) {
@@ -118,7 +154,7 @@ static void input_transform(void *arg, int unit, int thread) {
     const ptrdiff_t cin = (ptrdiff_t)p->in_channels, tw = ((ptrdiff_t)p->out_w + 1) / 2;
     const ptrdiff_t plane = job->vplane;
     const ptrdiff_t c0 = cin * unit / job->units, c1 = cin * (unit + 1) / job->units;
-    float *buf = job->rows + thread * 8 * ROW_STRIDE(tw);
+    float *buf = job->rows + thread * mlcc_winograd_rows_floats(8, tw);
     ptrdiff_t c, tl;
     for (c = c0; c < c1; c++) {
         const float *xc = job->x + (job->n * cin + c) * (ptrdiff_t)(p->in_h * p->in_w);
@@ -196,13 +232,7 @@ static void input_transform(void *arg, int unit, int thread) {
             }
             if (tx == tw) tx = 0, ty++;
         }
-        /* the last panel's columns past the block: zeros, so that nothing undefined is read */
-        for (tl = job->nb; tl % MLCC_GEMM_NR; tl++) {
-            int e;
-            for (e = 0; e < 16; e++)
-                vc[e * plane + (tl / MLCC_GEMM_NR) * cin * MLCC_GEMM_NR + tl % MLCC_GEMM_NR] =
-                    0.0f;
-        }
+        zero_past_block(vc, job->nb, cin, plane, 16);
     }
 }
 
@@ -214,13 +244,15 @@ static void products(void *arg, int unit, int thread) {
     const ptrdiff_t cout_pad = (cout + MLCC_GEMM_MR - 1) / MLCC_GEMM_MR * MLCC_GEMM_MR;
     const ptrdiff_t block = (ptrdiff_t)job->pp->block_cols;
     const ptrdiff_t e0 = job->ne * unit / job->units, e1 = job->ne * (unit + 1) / job->units;
+    /* a sub-job's output channels (from a multiple of MLCC_GEMM_MR: whole A panels), else all */
+    const ptrdiff_t k0 = job->k1 ? job->k0 : 0, k1 = job->k1 ? job->k1 : cout;
     const mlcc_act none = {MLCC_ACT_NONE, 0.0f, 0.0f};
     ptrdiff_t e;
     (void)thread;
     for (e = e0; e < e1; e++)
-        mlcc_f32_gemm__packed(cout, job->nb, cin, job->u + e * cout_pad * cin, cout_pad, 0,
-                              job->v + e * job->vplane, NULL, &none, job->m + e * job->mplane,
-                              block);
+        mlcc_f32_gemm__packed(k1 - k0, job->nb, cin, job->u + e * cout_pad * cin, cout_pad, k0,
+                              job->v + e * job->vplane, NULL, &none,
+                              job->m + e * job->mplane + k0 * block, block);
 }
 
 /* Whether the output transforms apply the activation to each block's rows as they write them
@@ -277,9 +309,9 @@ static void output_transform(void *arg, int unit, int thread) {
     const ptrdiff_t cout = (ptrdiff_t)p->out_channels, oh = (ptrdiff_t)p->out_h;
     const ptrdiff_t ow = (ptrdiff_t)p->out_w, tw = (ow + 1) / 2;
     const ptrdiff_t plane = job->mplane;
-    const ptrdiff_t k0 = cout * unit / job->units, k1 = cout * (unit + 1) / job->units;
-    ptrdiff_t k, tl;
+    ptrdiff_t k0, k1, k, tl;
     (void)thread;
+    channel_range(job, unit, &k0, &k1);
     for (k = k0; k < k1; k++) {
         float *yk = job->y + (job->n * cout + k) * oh * ow;
         const float *mk = job->m + k * (ptrdiff_t)job->pp->block_cols;
@@ -423,7 +455,7 @@ static void input_transform_4x4(void *arg, int unit, int thread) {
     const ptrdiff_t cin = (ptrdiff_t)p->in_channels, tw = ((ptrdiff_t)p->out_w + 3) / 4;
     const ptrdiff_t plane = job->vplane, o = ROW_STRIDE(tw);
     const ptrdiff_t c0 = cin * unit / job->units, c1 = cin * (unit + 1) / job->units;
-    float *buf = job->rows + thread * 24 * ROW_STRIDE(tw);
+    float *buf = job->rows + thread * mlcc_winograd_rows_floats(24, tw);
     ptrdiff_t c, tl;
     for (c = c0; c < c1; c++) {
         const float *xc = job->x + (job->n * cin + c) * (ptrdiff_t)(p->in_h * p->in_w);
@@ -472,12 +504,7 @@ static void input_transform_4x4(void *arg, int unit, int thread) {
             }
             if (tx == tw) tx = 0, ty++;
         }
-        for (tl = job->nb; tl % MLCC_GEMM_NR; tl++) {   /* zeros past the block */
-            int e;
-            for (e = 0; e < 36; e++)
-                vc[e * plane + (tl / MLCC_GEMM_NR) * cin * MLCC_GEMM_NR + tl % MLCC_GEMM_NR] =
-                    0.0f;
-        }
+        zero_past_block(vc, job->nb, cin, plane, 36);
     }
 }
 
@@ -491,9 +518,9 @@ static void output_transform_4x4(void *arg, int unit, int thread) {
     const ptrdiff_t cout = (ptrdiff_t)p->out_channels, oh = (ptrdiff_t)p->out_h;
     const ptrdiff_t ow = (ptrdiff_t)p->out_w, tw = (ow + 3) / 4;
     const ptrdiff_t plane = job->mplane;
-    const ptrdiff_t k0 = cout * unit / job->units, k1 = cout * (unit + 1) / job->units;
-    ptrdiff_t k, tl;
+    ptrdiff_t k0, k1, k, tl;
     (void)thread;
+    channel_range(job, unit, &k0, &k1);
     for (k = k0; k < k1; k++) {
         float *yk = job->y + (job->n * cout + k) * oh * ow;
         const float *mk = job->m + k * (ptrdiff_t)job->pp->block_cols;
@@ -576,27 +603,70 @@ static void tile_range(void *arg, int unit, int thread) {
     job->out_fn(&sub, 0, thread);
 }
 
-/* A thread's contiguous share of all the image's tiles (unit u of nt: tiles [tiles * u / nt,
- * tiles * (u + 1) / nt)), in steps of job->chunk tiles through its own slice of the block's
- * scratch (thread t: panels [t * chunk / NR, (t + 1) * chunk / NR) of V, columns [t * chunk,
- * (t + 1) * chunk) of M), each step transformed, multiplied and written back as tile_range
- * does: one loop per convolution instead of one per block, and each thread the same rows of
- * the output whatever the block size, which the next layer (split the same way) reads on the
- * same thread. */
+/* A thread's contiguous share of the image's tiles (unit u of nt), in steps of job->chunk
+ * tiles through its own slice of the block's scratch (thread t: panels [t * chunk / NR,
+ * (t + 1) * chunk / NR) of V, columns [t * chunk, (t + 1) * chunk) of M), each step
+ * transformed, multiplied and written back as tile_range does: one loop per convolution
+ * instead of one per block, and each thread the same rows of the output whatever the block
+ * size, which the next layer (split the same way) reads on the same thread. The share is
+ * tiles [tiles * u / nt, tiles * (u + 1) / nt), or with job->split_tail (split_tail()) whole
+ * panels [full * u / nt, full * (u + 1) / nt) of the full = tiles / NR, after which every
+ * thread transforms the last partial panel's tiles itself and multiplies and writes back its
+ * share of the output channels for them. */
 static void thread_range(void *arg, int unit, int thread) {
     const winograd_job *job = (const winograd_job *)arg;
-    const ptrdiff_t r0 = job->tiles * unit / job->units;
-    const ptrdiff_t r1 = job->tiles * (unit + 1) / job->units;
+    const ptrdiff_t full = job->tiles / MLCC_GEMM_NR;
+    const ptrdiff_t r0 = job->split_tail ? full * unit / job->units * MLCC_GEMM_NR
+                                         : job->tiles * unit / job->units;
+    const ptrdiff_t r1 = job->split_tail ? full * (unit + 1) / job->units * MLCC_GEMM_NR
+                                         : job->tiles * (unit + 1) / job->units;
     winograd_job sub = *job;
     sub.v = job->v + thread * job->chunk * (ptrdiff_t)job->pp->conv.in_channels;
     sub.m = job->m + thread * job->chunk;
     sub.units = 1;
+    sub.k0 = sub.k1 = 0;
     for (sub.t0 = r0; sub.t0 < r1; sub.t0 += job->chunk) {
         sub.nb = r1 - sub.t0 < job->chunk ? r1 - sub.t0 : job->chunk;
         job->in_fn(&sub, 0, thread);
         products(&sub, 0, thread);
         job->out_fn(&sub, 0, thread);
     }
+    if (job->split_tail) {
+        const ptrdiff_t cout = (ptrdiff_t)job->pp->conv.out_channels;
+        const ptrdiff_t panels = (cout + MLCC_GEMM_MR - 1) / MLCC_GEMM_MR;
+        sub.t0 = full * MLCC_GEMM_NR;
+        sub.nb = job->tiles - sub.t0;
+        sub.k0 = panels * unit / job->units * MLCC_GEMM_MR;
+        sub.k1 = panels * (unit + 1) / job->units * MLCC_GEMM_MR;
+        if (sub.k1 > cout) sub.k1 = cout;
+        if (sub.k0 >= sub.k1) return;
+        job->in_fn(&sub, 0, thread);
+        products(&sub, 0, thread);
+        job->out_fn(&sub, 0, thread);
+    }
+}
+
+/* Whether thread_range shares the last partial panel of tiles by output channels, on nt
+ * threads with steps of chunk tiles: where it takes fewer GEMM panels of the critical path
+ * than cutting the tiles (counting the shared panel as 1 / nt). The GEMM multiplies whole
+ * panels of NR tiles whatever their fill, so a share that ends a few tiles past a whole panel
+ * costs that thread a step of its own: ResNet-18's 56 x 56 maps, 196 tiles of F(4x4) = 6
+ * panels + 4 tiles, gave each of 2 threads 98 tiles, steps of 32 + 32 + 32 + 2, where the
+ * step of 2 tiles took as long as one of 32 (4 panels against the 3.06 of its share); shared,
+ * 3 + 1/2. Only for a last panel of at most NR / nt tiles, which every thread transforms. */
+static int split_tail(ptrdiff_t tiles, ptrdiff_t chunk, ptrdiff_t nt) {
+    const ptrdiff_t full = tiles / MLCC_GEMM_NR, tail = tiles % MLCC_GEMM_NR;
+    ptrdiff_t u, cut = 0, shared = 0;
+    if (tail == 0 || tail * nt > MLCC_GEMM_NR) return 0;
+    for (u = 0; u < nt; u++) {   /* panels: the most of any thread, each way */
+        const ptrdiff_t share = tiles * (u + 1) / nt - tiles * u / nt;
+        const ptrdiff_t steps = share / chunk * (chunk / MLCC_GEMM_NR) +
+                                (share % chunk + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR;
+        const ptrdiff_t whole = full * (u + 1) / nt - full * u / nt;
+        if (steps > cut) cut = steps;
+        if (whole > shared) shared = whole;
+    }
+    return nt * shared + 1 < nt * cut;
 }
 
 /* One image block by block (winograd_run's paths other than thread_range): on a pool, a
@@ -655,6 +725,8 @@ static void winograd_run(const mlcc_conv2d_packed_params *pp, const float *x, co
     if (nt > WINOGRAD_SLICES) nt = WINOGRAD_SLICES;
     job.tiles = tiles;
     job.chunk = block / MLCC_GEMM_NR / nt * MLCC_GEMM_NR;
+    job.split_tail = job.chunk > 0 && split_tail(tiles, job.chunk, nt);
+    job.k0 = job.k1 = 0;
     for (job.n = 0; job.n < p->batch; job.n++) {
         if (nt > 1 && job.chunk > 0 && (tiles + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR >= nt) {
             job.units = nt;

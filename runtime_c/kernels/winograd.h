@@ -16,7 +16,7 @@
  * block. scratch holds mlcc_winograd_scratch_floats(p) floats: the transformed input (16 x
  * in_channels x block), the products (16 x out_channels x block) and, per thread (up to
  * MLCC_WINOGRAD_SLICES), four input rows split by column parity (8 x (ceil(out_w / 2) +
- * MLCC_WINOGRAD_ROW_SLACK)).
+ * MLCC_WINOGRAD_ROW_SLACK), rounded up to whole cache lines: mlcc_winograd_rows_floats).
  * pool: see mlcc_runtime.h; results do not depend on it. */
 #define MLCC_WINOGRAD_SLICES 4
 /* Floats between consecutive products' operands and results in scratch: their planes, of
@@ -25,11 +25,17 @@
 #define MLCC_WINOGRAD_PLANE_PAD 16
 /* Slack after each row buffer's column phase: the widest vector's lanes (AVX-512: 16). */
 #define MLCC_WINOGRAD_ROW_SLACK 16
+/* Floats of one thread's row buffers (phases phases of tw tiles plus the slack), in whole
+ * cache lines of 16 floats: the threads rewrite theirs for every channel and tile row, and
+ * two threads' buffers in one line (24 x 23 floats each for F(4x4) on 28 x 28 maps) made that
+ * line go back and forth between their cores. */
+static inline ptrdiff_t mlcc_winograd_rows_floats(ptrdiff_t phases, ptrdiff_t tw) {
+    return (phases * (tw + MLCC_WINOGRAD_ROW_SLACK) + 15) / 16 * 16;
+}
 static inline ptrdiff_t mlcc_winograd_scratch_floats(const mlcc_conv2d_packed_params *p) {
     return 16 * ((ptrdiff_t)(p->conv.in_channels + p->conv.out_channels) *
                      (ptrdiff_t)p->block_cols + 2 * MLCC_WINOGRAD_PLANE_PAD) +
-           MLCC_WINOGRAD_SLICES * 8 * (((ptrdiff_t)p->conv.out_w + 1) / 2 +
-                                       MLCC_WINOGRAD_ROW_SLACK);
+           MLCC_WINOGRAD_SLICES * mlcc_winograd_rows_floats(8, ((ptrdiff_t)p->conv.out_w + 1) / 2);
 }
 void mlcc_f32_conv2d__winograd_2x2(const mlcc_conv2d_packed_params *p, const float *x,
                                    const float *u, const float *bias, float *y, float *scratch,
@@ -42,12 +48,11 @@ void mlcc_f32_conv2d__winograd_2x2(const mlcc_conv2d_packed_params *p, const flo
  * picks it per convolution where the map holds enough 4x4 tiles. scratch holds
  * mlcc_winograd_4x4_scratch_floats(p) floats: the transformed input (36 x in_channels x
  * block), the products (36 x out_channels x block) and, per thread, six input rows split into
- * four column phases (24 x (ceil(out_w / 4) + MLCC_WINOGRAD_ROW_SLACK)). */
+ * four column phases (24 x (ceil(out_w / 4) + MLCC_WINOGRAD_ROW_SLACK), in whole lines). */
 static inline ptrdiff_t mlcc_winograd_4x4_scratch_floats(const mlcc_conv2d_packed_params *p) {
     return 36 * ((ptrdiff_t)(p->conv.in_channels + p->conv.out_channels) *
                      (ptrdiff_t)p->block_cols + 2 * MLCC_WINOGRAD_PLANE_PAD) +
-           MLCC_WINOGRAD_SLICES * 24 * (((ptrdiff_t)p->conv.out_w + 3) / 4 +
-                                        MLCC_WINOGRAD_ROW_SLACK);
+           MLCC_WINOGRAD_SLICES * mlcc_winograd_rows_floats(24, ((ptrdiff_t)p->conv.out_w + 3) / 4);
 }
 void mlcc_f32_conv2d__winograd_4x4(const mlcc_conv2d_packed_params *p, const float *x,
                                    const float *u, const float *bias, float *y, float *scratch,
