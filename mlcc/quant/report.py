@@ -175,6 +175,17 @@ def mixed_text(m: dict) -> str:
                  "Search, simulated by fake quantization (moves taken -> score; the moves: "
                  "the most sensitive layers to W8A16 where offered, then to float): "
                  + ", ".join(f"{k} -> {num(v)}" for k, v in m["steps"]) + "."]
+        if "target_cost" in m and m["target_cost"] is None:
+            lines += ["", f"{m['value']:g} dB is not reached with every move taken."]
+        elif "target_cost" in m:
+            lines += ["", f"{m['value']:g} dB needs a budget of {m['target_cost']:.4g} of "
+                      f"float's estimated time (the same moves without a budget)"
+                      + (" (the default budget was raised to it)." if m.get("budget_raised")
+                         else "; `--time-budget` sets the budget"
+                         + (" (the default budget is not raised for class probabilities: "
+                            + ", ".join(f"`{o}`" for o in m["probability_outputs"]) + ")."
+                            if m.get("probability_outputs") and not m.get("budget_given")
+                            else "."))]
         if m["order"]:
             cost = m.get("move_cost", {})
             ok = {"float": set(m.get("affordable", ())),
