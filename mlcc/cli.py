@@ -313,7 +313,8 @@ class _Progress:
 @click.option("--time-budget", "time_budget", type=float, default=None, metavar="R",
               help="With --quantize: the estimated int8 / float time the default mix may "
                    "spend keeping sensitive layers at W8A16 or float, in (0, 1.5] (default: "
-                   "0.5, raised up to 0.9 where that reaches 30 dB).")
+                   "0.5, raised up to 0.8 where that reaches 30 dB, except for class "
+                   "probabilities).")
 @click.option("--metric", default=None, metavar="FILE.py:FN",
               help="For --max-drop: FN(float_outputs, quantized_outputs) -> a number, higher "
                    "is better (each a list of dicts output name -> array, one per sample).")
