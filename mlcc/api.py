@@ -172,6 +172,11 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
         raise UnsupportedError("--min-sqnr / --max-drop with a range of sizes (--shape LO..HI) "
                                "is not supported yet: give fixed sizes, or leave the search "
                                "out (--keep-float picks float layers by hand)")
+    if quantize is not None and quantize.time_budget is not None and \
+            any(raw.values[n].is_dynamic for n in raw.inputs):
+        raise UnsupportedError("--time-budget with a range of sizes (--shape LO..HI): a range "
+                               "build has no default mix (it is all integer); give fixed "
+                               "sizes, or leave --time-budget out")
     if quantize is not None and quantize.auto_mix and \
             any(raw.values[n].is_dynamic for n in raw.inputs):
         # the default mix simulates its candidates at fixed sizes: a range build is all
