@@ -1084,6 +1084,7 @@ def _auto_mix(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: QuantizeConf
                                         * 1e4) / 1e4 \
             if target.meets(simulate(every[:reach])) else None
         info["probability_outputs"] = sens.probability_outputs(g)
+        info["budget_cap"] = sens.AUTO_TIME_CAP
         raised = None if given else sens.raised_budget(info["target_cost"],
                                                         bool(info["probability_outputs"]))
         if raised is not None:

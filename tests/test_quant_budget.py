@@ -65,6 +65,7 @@ def test_a_budget_that_misses_the_target_says_what_it_would_cost(tmp_path):
     assert f"30 dB would need --time-budget {math.ceil(cost * 100) / 100:g}" in r.output, \
         r.output
     assert f"30 dB needs a budget of {cost:.4g}" in report.read_text()
+    assert "more than the `--time-budget` given" in report.read_text()
     r = _compile(tmp_path, path, calib, "enough", "--time-budget", f"{cost:.4f}")
     assert r.exit_code == 0, r.output
     mp = json.loads((tmp_path / "enough" / "manifest.json").read_text())["quantization"][
@@ -80,15 +81,18 @@ def test_the_default_budget_rises_to_what_meets_the_target(tmp_path, monkeypatch
     path, calib = _outlier_cnn(tmp_path, np.random.default_rng(11))
     monkeypatch.setattr(sensitivity, "AUTO_TIME_BUDGET", -1.0)
     monkeypatch.setattr(sensitivity, "AUTO_TIME_MARGIN", -2.0)
-    cfg = api.QuantizeConfig(calib)
+    report = tmp_path / "r.md"
+    cfg = api.QuantizeConfig(calib, report=report)
     q = api.compile(path, tmp_path / "raised", target="x86-native", quantize=cfg).manifest[
         "quantization"]["mixed_precision"]
     assert q["met"] and q["budget_raised"] and q["budget"] == q["target_cost"], q
     assert q["time_ratio"] <= sensitivity.AUTO_TIME_CAP and q["kept"] + q["w8a16"]
+    assert "the default budget was raised to it" in report.read_text()
     monkeypatch.setattr(sensitivity, "AUTO_TIME_CAP", q["target_cost"] - 0.01)
     q = api.compile(path, tmp_path / "capped", target="x86-native", quantize=cfg).manifest[
         "quantization"]["mixed_precision"]
     assert not q["met"] and "budget_raised" not in q and q["kept"] == [], q
+    assert "above the cap of the default budget" in report.read_text()
 
 
 def test_raised_budget_and_probability_outputs(tmp_path):
