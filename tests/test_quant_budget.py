@@ -122,3 +122,12 @@ def test_raised_budget_and_probability_outputs(tmp_path):
                             {"w": w})
         found = sensitivity.probability_outputs(import_model(model))
         assert found == ([out] if out in ("p", "lp") else []), (out, found)
+
+
+def test_the_recorded_command_keeps_the_budget():
+    """The manifest's command line says --time-budget where it was given."""
+    words = api.compile_command("m.onnx", target="x86-native",
+                                quantize=api.QuantizeConfig("c.npz", time_budget=0.75))
+    assert words[words.index("--time-budget") + 1] == "0.75"
+    assert "--time-budget" not in api.compile_command(
+        "m.onnx", target="x86-native", quantize=api.QuantizeConfig("c.npz"))
