@@ -1085,8 +1085,9 @@ def _auto_mix(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: QuantizeConf
             if target.meets(simulate(every[:reach])) else None
         info["probability_outputs"] = sens.probability_outputs(g)
         info["budget_cap"] = sens.AUTO_TIME_CAP
-        raised = None if given else sens.raised_budget(info["target_cost"],
-                                                        bool(info["probability_outputs"]))
+        raised = None if given else sens.raised_budget(
+            info["target_cost"], bool(info["probability_outputs"]),
+            latency.table_for(tgt) is not None)
         if raised is not None:
             budget = raised
             affordable, costs, k, steps = unbounded

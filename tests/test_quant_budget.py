@@ -77,7 +77,8 @@ def test_a_budget_that_misses_the_target_says_what_it_would_cost(tmp_path):
 def test_the_default_budget_rises_to_what_meets_the_target(tmp_path, monkeypatch):
     """Without --time-budget, a target missed within the default budget (here made negative)
     is met by raising the budget to the least mix that meets it, when that costs at most
-    AUTO_TIME_CAP; above the cap the budget stays and the target is missed."""
+    AUTO_TIME_CAP; above the cap, or on a target without a fitted cost table, the budget
+    stays and the target is missed."""
     path, calib = _outlier_cnn(tmp_path, np.random.default_rng(11))
     monkeypatch.setattr(sensitivity, "AUTO_TIME_BUDGET", -1.0)
     monkeypatch.setattr(sensitivity, "AUTO_TIME_MARGIN", -2.0)
@@ -93,6 +94,12 @@ def test_the_default_budget_rises_to_what_meets_the_target(tmp_path, monkeypatch
         "quantization"]["mixed_precision"]
     assert not q["met"] and "budget_raised" not in q and q["kept"] == [], q
     assert "above the cap of the default budget" in report.read_text()
+    # a target without a fitted cost table (x86 with SSE2: the multiply-accumulate estimate)
+    q = api.compile(path, tmp_path / "sse2", target="x86", quantize=cfg).manifest[
+        "quantization"]["mixed_precision"]
+    assert not q["met"] and "budget_raised" not in q and q["time_model"] == \
+        "multiply-accumulates" and q["target_cost"] is not None, q
+    assert "raised only by a fitted cost table" in report.read_text()
 
 
 def test_raised_budget_and_probability_outputs(tmp_path):
@@ -105,6 +112,7 @@ def test_raised_budget_and_probability_outputs(tmp_path):
     assert sensitivity.raised_budget(cap + 0.01, False) is None
     assert sensitivity.raised_budget(None, False) is None
     assert sensitivity.raised_budget(0.6, True) is None
+    assert sensitivity.raised_budget(0.6, False, fitted=False) is None
     rng = np.random.default_rng(2)
     w = rng.normal(0, 0.3, (5, 7)).astype(np.float32)
     heads = {"p": [helper.make_node("Softmax", ["l"], ["s"], axis=-1),

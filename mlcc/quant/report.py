@@ -166,6 +166,9 @@ def _target_cost_text(m: dict) -> str:
         return text + ("the default budget is not raised for class probabilities ("
                        + ", ".join(f"`{o}`" for o in m["probability_outputs"])
                        + "); `--time-budget` sets it.")
+    if not m.get("time_model", "").startswith("fitted"):
+        return text + ("the default budget is raised only by a fitted cost table; "
+                       "`--time-budget` sets it.")
     return text + (f"above the cap of the default budget ({m['budget_cap']:g}); "
                    f"`--time-budget` sets it.")
 

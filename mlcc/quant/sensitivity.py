@@ -312,15 +312,19 @@ def probability_outputs(g: Graph) -> list[str]:
     return found
 
 
-def raised_budget(target_cost: float | None, probabilities: bool) -> float | None:
+def raised_budget(target_cost: float | None, probabilities: bool, fitted: bool = True
+                  ) -> float | None:
     """The default mix's budget where its target is out of reach within auto_budget: what
     reaches the target (target_cost, the estimated int8 / float time of the least mix of the
     same moves, unbounded, that meets it) if that is at most AUTO_TIME_CAP, else None (the
-    budget stays). Never for a model with class probabilities among its outputs: there the
+    budget stays). Only by a fitted cost table (`fitted`): the cap's margin is that table's
+    measured error, and the multiply-accumulate estimate of the other targets (arm, wasm, the
+    microcontrollers, whose flash a float layer also fills) was never checked against their
+    times. Never for a model with class probabilities among its outputs: there the
     output SQNR saturates below the target while the decisions already agree with float's
     (PP-OCR rec reads float's exact match at 22 dB, and 30 dB would cost 0.9 of float's
     time: there a budget above the default is a choice for --time-budget)."""
-    if target_cost is None or probabilities or target_cost > AUTO_TIME_CAP:
+    if target_cost is None or probabilities or not fitted or target_cost > AUTO_TIME_CAP:
         return None
     return target_cost
 
