@@ -264,6 +264,14 @@ def compare(name: str, tmp: Path, runs: int, methods: tuple[str, ...],
             f"{ratio} |")
 
 
+def number(text: str):
+    """A --quant value: a float where it reads as one (time_budget=0.8), else the text."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", help=f"default: {', '.join(TASKS)}")
@@ -275,9 +283,9 @@ def main(argv=None) -> int:
                          "default: every type it can)")
     ap.add_argument("--quant", default="",
                     help="mlcc options other than the defaults, comma-separated QuantizeConfig "
-                         "fields: adaround=auto,bias_correction=auto")
+                         "fields: adaround=auto,bias_correction=auto,time_budget=0.8")
     args = ap.parse_args(argv)
-    quant = dict(kv.split("=", 1) for kv in args.quant.split(",") if kv)
+    quant = {k: number(v) for k, v in (kv.split("=", 1) for kv in args.quant.split(",") if kv)}
     for name in args.models:
         if name not in TASKS:
             ap.error(f"unknown model {name!r} (known: {', '.join(TASKS)})")

@@ -126,6 +126,10 @@ class QuantizeConfig:
     # estimated time budget (`_auto_mix`); False: every layer that can be integer is
     # (`--pure-int8`)
     auto_mix: bool = True
+    # the default mix's budget: the estimated int8 / float time it may spend on W8A16 and
+    # float layers (`--time-budget R`, in (0, 1.5]); None: sensitivity.AUTO_TIME_BUDGET, raised
+    # to what reaches the output SQNR target where that is at most sensitivity.AUTO_TIME_CAP
+    time_budget: float | None = None
 
 
 def _optimize(model: str | Path, shapes: Shapes | None, extra_outputs: list[str] | None,
@@ -168,6 +172,11 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
         raise UnsupportedError("--min-sqnr / --max-drop with a range of sizes (--shape LO..HI) "
                                "is not supported yet: give fixed sizes, or leave the search "
                                "out (--keep-float picks float layers by hand)")
+    if quantize is not None and quantize.time_budget is not None and \
+            any(raw.values[n].is_dynamic for n in raw.inputs):
+        raise UnsupportedError("--time-budget with a range of sizes (--shape LO..HI): a range "
+                               "build has no default mix (it is all integer); give fixed "
+                               "sizes, or leave --time-budget out")
     if quantize is not None and quantize.auto_mix and \
             any(raw.values[n].is_dynamic for n in raw.inputs):
         # the default mix simulates its candidates at fixed sizes: a range build is all
@@ -344,6 +353,8 @@ def compile_command(model: str | Path, *, target: str = "x86", shapes: Shapes | 
             words += ["--min-sqnr", f"{q.min_sqnr:g}"]
         if q.max_drop is not None:
             words += ["--max-drop", f"{q.max_drop:g}"]
+        if q.time_budget is not None:
+            words += ["--time-budget", f"{q.time_budget:g}"]
         if q.metric is not None:
             words += ["--metric", Path(q.metric).name]
         if q.eval_data is not None:
@@ -570,7 +581,7 @@ def _alpha_summary(alphas: list[float]) -> str:
 
 def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
               ) -> tuple[Graph, QuantResult, dict]:
-    from .quant.sensitivity import select_nodes
+    from .quant.sensitivity import check_time_budget, select_nodes
     if not (cfg.smooth is None or cfg.smooth == AUTO_SMOOTH or (
             isinstance(cfg.smooth, (int, float)) and 0.0 <= cfg.smooth <= 1.0)):
         raise InputError(f"smooth must be 'auto', None (off) or an alpha in [0, 1], not "
@@ -594,6 +605,11 @@ def _quantize(g: Graph, tgt, model, cfg: QuantizeConfig, dump_ir, qdq=None
     opts = QuantOptions(per_channel=cfg.per_channel, requant=cfg.requant or tgt.int8_requant,
                         activations=tgt.int8_activations, keep_float=keep, w8a16=w16)
     target = _mix_target(cfg)
+    if cfg.time_budget is not None:
+        check_time_budget(cfg.time_budget)
+        if target is not None or not cfg.auto_mix:
+            raise InputError("--time-budget bounds the default mix: --min-sqnr and "
+                             "--max-drop search without a budget, --pure-int8 has no mix")
     say = cfg.progress or (lambda text: None)
     ranges: dict = {}
     auto = None                     # the default mix's account (_auto_mix)
@@ -979,11 +995,13 @@ def _auto_mix(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: QuantizeConf
     one-pass sensitivity ranks worst are moved to W8A16 (where the target's cost table
     estimates that cheaper than float: _w8a16_offers), then to float
     (sensitivity.ladder) until it reaches it, taking only moves that keep the estimated
-    int8 / float time within sensitivity.auto_budget (by the target's fitted cost table
-    where it has one, else by multiply-accumulates: quant/latency.py); when the target is
-    out of reach, the fewest of those moves whose simulated SQNR is near the best mix tried
-    (sensitivity.grid_search). One fake-quant build and no other: the choice is not rebuilt
-    to be verified."""
+    int8 / float time within the budget (--time-budget, else sensitivity.auto_budget; by the
+    target's fitted cost table where it has one, else by multiply-accumulates:
+    quant/latency.py); when the target is out of reach, the fewest of those moves whose
+    simulated SQNR is near the best mix tried (sensitivity.grid_search). A missed target is
+    searched again without a budget: the budget it needs is recorded (`target_cost`), and
+    without --time-budget it becomes the budget where sensitivity.raised_budget allows. One
+    fake-quant build and no other: the choice is not rebuilt to be verified."""
     from .quant import fakequant, latency
     from .quant import sensitivity as sens
 
@@ -1005,16 +1023,34 @@ def _auto_mix(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: QuantizeConf
     layer_macs = {c: sens.macs(g, c) for c in cands}
     plan = _mix_planner(g, ranges, opts, qdq)
 
+    sims: dict = {}
+    prices: dict = {}
+
+    def key(kept, w16=()) -> tuple:
+        return frozenset(kept), frozenset(w16)
+
     def simulate(moves) -> float:
-        control = fq.plan(plan(*sens.mix_of(moves)))
-        return target.call(refs, list(sim.map((s, control) for s in samples)))
+        kept, w16 = sens.mix_of(moves)
+        if key(kept, w16) not in sims:
+            control = fq.plan(plan(kept, w16))
+            sims[key(kept, w16)] = target.call(refs, list(sim.map((s, control)
+                                                                  for s in samples)))
+        return sims[key(kept, w16)]
     score = simulate([])
-    ratio, time_model = latency.estimator(tgt, allint, cands, layer_macs, plan,
-                                          [n.name for n in g.nodes])
-    budget = sens.auto_budget(ratio([]))
+    estimate, time_model = latency.estimator(tgt, allint, cands, layer_macs, plan,
+                                             [n.name for n in g.nodes])
+
+    def ratio(kept, w16=()) -> float:
+        if key(kept, w16) not in prices:
+            prices[key(kept, w16)] = estimate(kept, w16)
+        return prices[key(kept, w16)]
+    given = cfg.time_budget is not None
+    budget = sens.check_time_budget(cfg.time_budget) if given else sens.auto_budget(ratio([]))
     info = {"auto": True, "target": f"auto: output SQNR >= {sens.AUTO_SQNR_DB:g} dB within "
-            f"{budget:.2g} of float's estimated time", "kind": "sqnr",
+            f"{budget:.2g} of float's estimated time"
+            + (" (--time-budget)" if given else ""), "kind": "sqnr",
             "value": sens.AUTO_SQNR_DB, "budget": round(budget, 4),
+            "budget_given": given,
             "metric": target.name, "reference": None, "samples": len(samples),
             "rank_samples": 0, "kept": [], "w8a16": [], "order": [], "sensitivity_db": {},
             "steps": [[0, score]], "verified": [], "final": score, "macs": layer_macs,
@@ -1027,19 +1063,40 @@ def _auto_mix(g: Graph, ranges: dict, opts: QuantOptions, qdq, cfg: QuantizeConf
     ranked = samples[:sens.auto_rank_samples(layer_macs, RANK_SAMPLES)]
     bar = cfg.progress_bar or (lambda label, done, total: None)
     alone, order = _sensitivity(g, fq, sim, cands, ranked, refs, bar)
-    costs: dict = {}
-    affordable = sens.ladder(order, sixteen, lambda moves: ratio(*sens.mix_of(moves)),
-                             budget, costs)
-    memo = {0: score}
+    priced = lambda moves: ratio(*sens.mix_of(moves))      # noqa: E731
 
-    def evaluate(k: int) -> float:
-        if k not in memo:
-            memo[k] = simulate(affordable[:k])
-        return memo[k]
-    k, steps = sens.grid_search(len(affordable), evaluate, target.meets,
-                                sens.AUTO_NEAR_BEST_DB)
+    def search(limit: float) -> tuple[list, dict, int, list]:
+        """The moves affordable within `limit`, their prices, how many the search takes
+        and the (moves, simulated SQNR) it evaluated."""
+        costs: dict = {}
+        moves = sens.ladder(order, sixteen, priced, limit, costs)
+        k, steps = sens.grid_search(len(moves), lambda k: simulate(moves[:k]), target.meets,
+                                    sens.AUTO_NEAR_BEST_DB)
+        return moves, costs, k, steps
+    affordable, costs, k, steps = search(budget)
+    if not target.meets(simulate(affordable[:k])):
+        # what the target would cost: the same moves with no budget
+        unbounded = search(math.inf)
+        every, reach = unbounded[0], unbounded[2]
+        # the budget the least mix that meets it needs: the peak estimate along its moves (a
+        # later move to float can remove crossings and lower the estimate), rounded up
+        info["target_cost"] = math.ceil(max(priced(every[:j]) for j in range(reach + 1))
+                                        * 1e4) / 1e4 \
+            if target.meets(simulate(every[:reach])) else None
+        info["probability_outputs"] = sens.probability_outputs(g)
+        info["budget_cap"] = sens.AUTO_TIME_CAP
+        raised = None if given else sens.raised_budget(
+            info["target_cost"], bool(info["probability_outputs"]),
+            latency.table_for(tgt) is not None)
+        if raised is not None:
+            budget = raised
+            affordable, costs, k, steps = unbounded
+            info.update({"budget": round(budget, 4), "budget_raised": True,
+                         "target": f"auto: output SQNR >= {sens.AUTO_SQNR_DB:g} dB, the "
+                         f"budget raised to {budget:.2g} of float's estimated time (what "
+                         f"reaches it; at most {sens.AUTO_TIME_CAP:g})"})
     kept, w16 = sens.mix_of(affordable[:k])
-    score = memo[k]
+    score = simulate(affordable[:k])
     info.update({"rank_samples": len(ranked), "order": order, "kept": kept, "w8a16": w16,
                  "affordable": [c for c, p in affordable if p == sens.FLOAT],
                  "affordable_w8a16": [c for c, p in affordable if p == sens.W8A16],

@@ -6,6 +6,7 @@ Exit codes: 0 success; 1 a user error (bad model, target, inputs) or a failed ve
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import traceback
@@ -246,6 +247,16 @@ def _quant_config(quantize, calibration, calibrator, percentile, per_channel, re
                               progress=lambda text: click.echo(text, err=True))
 
 
+def _target_cost_text(mp: dict) -> str:
+    """'; 30 dB would take ...' where the default mix missed its target."""
+    if mp["met"] or "target_cost" not in mp:
+        return ""
+    if mp["target_cost"] is None:
+        return f"; {mp['value']:g} dB not reached with every layer moved"
+    return (f"; {mp['value']:g} dB would need --time-budget "
+            f"{math.ceil(mp['target_cost'] * 100) / 100:g} (of float's estimated time)")
+
+
 def _progress_bar(label: str, done: int, total: int) -> None:
     """A one-line progress bar on a terminal (nothing in logs: stderr not a terminal)."""
     if not sys.stderr.isatty() or total <= 0:
@@ -299,6 +310,11 @@ class _Progress:
               help="With --quantize: keep the most sensitive layers in float until the "
                    "metric (--metric, default: top-1 agreement in %) drops by at most D "
                    "from the float model's.")
+@click.option("--time-budget", "time_budget", type=float, default=None, metavar="R",
+              help="With --quantize: the estimated int8 / float time the default mix may "
+                   "spend keeping sensitive layers at W8A16 or float, in (0, 1.5] (default: "
+                   "0.5, raised up to 0.8 where that reaches 30 dB, except for class "
+                   "probabilities).")
 @click.option("--metric", default=None, metavar="FILE.py:FN",
               help="For --max-drop: FN(float_outputs, quantized_outputs) -> a number, higher "
                    "is better (each a list of dicts output name -> array, one per sample).")
@@ -314,10 +330,11 @@ class _Progress:
 @quant_options
 @_guard
 def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_weights,
-                max_outputs, max_loop_iterations, dump_ir, no_build, min_sqnr, max_drop, metric,
-                eval_data, tune, tuning_file, quantize, calibration, calibrator, percentile,
-                per_channel, requant, report, export_qdq, smooth, equalize, equalize_relu6,
-                bias_correction, keep_float, adaround, pure_int8, w8a16):
+                max_outputs, max_loop_iterations, dump_ir, no_build, min_sqnr, max_drop,
+                time_budget, metric, eval_data, tune, tuning_file, quantize, calibration,
+                calibrator, percentile, per_channel, requant, report, export_qdq, smooth,
+                equalize, equalize_relu6, bias_correction, keep_float, adaround, pure_int8,
+                w8a16):
     """Compile MODEL (an .onnx file) into C sources, a weight blob and a library."""
     from . import api, tuning
 
@@ -325,13 +342,14 @@ def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_wei
                          report, export_qdq, smooth, equalize, equalize_relu6,
                          bias_correction, keep_float, adaround, pure_int8, w8a16)
     for flag, value in (("--min-sqnr", min_sqnr), ("--max-drop", max_drop),
-                        ("--metric", metric), ("--eval-data", eval_data)):
+                        ("--time-budget", time_budget), ("--metric", metric),
+                        ("--eval-data", eval_data)):
         if value is not None and qcfg is None:
             raise MlccError(f"{flag} needs --quantize int8")
     term = _Progress()
     if qcfg is not None:
-        qcfg.min_sqnr, qcfg.max_drop, qcfg.metric, qcfg.eval_data = \
-            min_sqnr, max_drop, metric, eval_data
+        qcfg.min_sqnr, qcfg.max_drop, qcfg.metric, qcfg.eval_data, qcfg.time_budget = \
+            min_sqnr, max_drop, metric, eval_data, time_budget
         qcfg.progress, qcfg.progress_bar = term.say, term.bar
     out = output or str(Path("build") / Path(model).stem)
     if tune and tuning_file:
@@ -373,7 +391,7 @@ def compile_cmd(model, target, output, shapes, binds, name, max_arena, embed_wei
                        + (f", {len(mp['w8a16'])} at W8A16" if mp.get("w8a16") else "")
                        + f", simulated output SQNR "
                        f"{mp['steps'][0][1]:.1f} -> {mp['final']:.1f} dB, estimated "
-                       f"int8/float time {mp['time_ratio']:.2f}")
+                       f"int8/float time {mp['time_ratio']:.2f}" + _target_cost_text(mp))
         elif "mixed_precision" in q:
             mp = {**q["mixed_precision"], **res.quant.timing}
             click.echo(f"{mp['target']} met: {len(mp['kept'])} of {len(mp['order'])} layers "

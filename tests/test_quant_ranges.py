@@ -232,6 +232,9 @@ def test_mixed_precision_search_with_a_range_is_refused(tmp_path):
     with pytest.raises(UnsupportedError, match=r"--min-sqnr / --max-drop with a range of sizes"):
         mlcc.compile(path, tmp_path / "q", shapes={"x": (1, 3, (9, 33), (10, 47))},
                      build=False, quantize=mlcc.api.QuantizeConfig(calib, min_sqnr=30))
+    with pytest.raises(UnsupportedError, match=r"--time-budget with a range of sizes"):
+        mlcc.compile(path, tmp_path / "q", shapes={"x": (1, 3, (9, 33), (10, 47))},
+                     build=False, quantize=mlcc.api.QuantizeConfig(calib, time_budget=0.8))
 
 
 def test_cli_calibration_sample_out_of_the_range_is_one_line_and_exit_1(tmp_path):

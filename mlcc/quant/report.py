@@ -151,6 +151,28 @@ def markdown(title: str, header: list[str], rows: list[LayerRow], float_layers: 
     return "\n".join(lines) + "\n"
 
 
+def _target_cost_text(m: dict) -> str:
+    """Where the default mix missed its target within the budget: what the target needs, and
+    why the budget was or was not raised to it."""
+    if m["target_cost"] is None:
+        return f"{m['value']:g} dB is not reached with every move taken."
+    text = (f"{m['value']:g} dB needs a budget of {m['target_cost']:.4g} of float's estimated "
+            f"time (the same moves searched without a budget): ")
+    if m.get("budget_raised"):
+        return text + "the default budget was raised to it."
+    if m.get("budget_given"):
+        return text + "more than the `--time-budget` given."
+    if m.get("probability_outputs"):
+        return text + ("the default budget is not raised for class probabilities ("
+                       + ", ".join(f"`{o}`" for o in m["probability_outputs"])
+                       + "); `--time-budget` sets it.")
+    if not m.get("time_model", "").startswith("fitted"):
+        return text + ("the default budget is raised only by a fitted cost table; "
+                       "`--time-budget` sets it.")
+    return text + (f"above the cap of the default budget ({m['budget_cap']:g}); "
+                   f"`--time-budget` sets it.")
+
+
 def mixed_text(m: dict) -> str:
     """The mixed-precision search (mlcc.api's manifest entry plus its timing) as markdown: the
     target and how it was met, the simulated and built steps, and per layer its sensitivity,
@@ -175,6 +197,8 @@ def mixed_text(m: dict) -> str:
                  "Search, simulated by fake quantization (moves taken -> score; the moves: "
                  "the most sensitive layers to W8A16 where offered, then to float): "
                  + ", ".join(f"{k} -> {num(v)}" for k, v in m["steps"]) + "."]
+        if "target_cost" in m:
+            lines += ["", _target_cost_text(m)]
         if m["order"]:
             cost = m.get("move_cost", {})
             ok = {"float": set(m.get("affordable", ())),

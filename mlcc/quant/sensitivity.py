@@ -35,6 +35,7 @@ from ..errors import InputError
 from ..ir import Graph
 from .calib import user_module
 from .rewrite import LayerPlan
+from .rules import is_movement
 from .report import ErrorStats
 
 # Integer groups whose quantization adds error (data movement and MaxPool on uint8 are exact).
@@ -48,6 +49,17 @@ Outputs = list[dict[str, np.ndarray]]       # one dict of model outputs per samp
 AUTO_SQNR_DB = 30.0
 AUTO_TIME_BUDGET = 0.5
 AUTO_TIME_MARGIN = 0.05   # what float layers may add where all integer is already above it
+# without --time-budget, where the target is out of reach within AUTO_TIME_BUDGET the budget
+# rises to what reaches it (the least such mix of the same moves) if that is at most this
+# (int8 stays faster than float where the estimate errs by 0.1, as it did for MiniLM's W8A16
+# MatMuls: 0.88 estimated, 0.98 measured), except for a model with class probabilities among
+# its outputs (raised_budget)
+AUTO_TIME_CAP = 0.8
+# outputs that are probabilities over classes (a decision is their argmax)
+PROBABILITY_OPS = ("Softmax", "LogSoftmax")
+# --time-budget R: the estimated int8 / float time the default mix may spend, at most this
+# (an all-float mix estimates a little above 1.0: its Q/DQ crossings)
+MAX_TIME_BUDGET = 1.5
 # when the target is out of reach within the budget: the fewest layers whose simulated SQNR
 # is within this of the best mix tried (more float layers need not help: a float layer's
 # neighbours quantize at other points, and a saturating output such as softmax
@@ -274,6 +286,47 @@ def auto_rank_samples(layer_macs: dict[str, int], limit: int) -> int:
     pass runs once per candidate layer and sample), 2 at least."""
     total = max(1, sum(layer_macs.values()))
     return max(min(2, limit), min(limit, int(AUTO_RANK_MACS // total)))
+
+
+def check_time_budget(budget: float) -> float:
+    """`--time-budget R`: a number in (0, MAX_TIME_BUDGET], or an InputError."""
+    if not isinstance(budget, (int, float)) or isinstance(budget, bool) or \
+            not math.isfinite(budget) or not 0 < budget <= MAX_TIME_BUDGET:
+        raise InputError(f"--time-budget must be a ratio of float's time in (0, "
+                         f"{MAX_TIME_BUDGET:g}], not {budget!r}")
+    return float(budget)
+
+
+def probability_outputs(g: Graph) -> list[str]:
+    """The model outputs a Softmax or LogSoftmax writes (through data movement): class
+    probabilities, whose SQNR saturates where two classes are near a tie and says little of
+    the decisions (their argmax)."""
+    producer = {o: n for n in g.nodes for o in n.outputs}
+    found = []
+    for out in g.outputs:
+        n = producer.get(out)
+        while n is not None and is_movement(n) and n.inputs:
+            n = producer.get(n.inputs[0])
+        if n is not None and n.op_type in PROBABILITY_OPS:
+            found.append(out)
+    return found
+
+
+def raised_budget(target_cost: float | None, probabilities: bool, fitted: bool = True
+                  ) -> float | None:
+    """The default mix's budget where its target is out of reach within auto_budget: what
+    reaches the target (target_cost, the estimated int8 / float time of the least mix of the
+    same moves, unbounded, that meets it) if that is at most AUTO_TIME_CAP, else None (the
+    budget stays). Only by a fitted cost table (`fitted`): the cap's margin is that table's
+    measured error, and the multiply-accumulate estimate of the other targets (arm, wasm, the
+    microcontrollers, whose flash a float layer also fills) was never checked against their
+    times. Never for a model with class probabilities among its outputs: there the
+    output SQNR saturates below the target while the decisions already agree with float's
+    (PP-OCR rec reads float's exact match at 22 dB, and 30 dB would cost 0.9 of float's
+    time: there a budget above the default is a choice for --time-budget)."""
+    if target_cost is None or probabilities or not fitted or target_cost > AUTO_TIME_CAP:
+        return None
+    return target_cost
 
 
 def auto_budget(base: float) -> float:
