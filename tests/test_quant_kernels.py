@@ -181,6 +181,15 @@ CONVS = [  # n, c, h, w, m, k, stride, pad, dil, groups
     (1, 2, 6, 34, 2, (2, 4), (2, 2), (0, 1), (2, 1), 2),
     (1, 3, 4, 66, 3, (3, 5), (1, 2), (1, 2), (1, 1), 3),
     (1, 2, 3, 601, 2, (3, 3), (1, 2), (1, 1), (1, 1), 2),
+    # the VNNI + VBMI byte path (3 x 3 and 5 x 5, strides 1 and 2): rec's 5 x 5 stride (2, 1)
+    # at 80 columns with 6 output rows (a block of 4, then 2); 5 x 5 stride (2, 2) past 64
+    # input columns; no padding; stride (1, 2) with padding only on the left and right;
+    # padding wider than the kernel (windows wholly outside the input)
+    (1, 4, 12, 80, 4, (5, 5), (2, 1), (2, 2), (1, 1), 4),
+    (1, 3, 13, 70, 3, (5, 5), (2, 2), (2, 2), (1, 1), 3),
+    (1, 3, 6, 19, 3, (3, 3), (1, 1), (0, 0), (1, 1), 3),
+    (1, 2, 8, 66, 2, (5, 5), (1, 2), (0, 2), (1, 1), 2),
+    (1, 2, 3, 5, 2, (3, 3), (1, 1), (3, 3), (1, 1), 2),
     # packed from padded planes: stride 2 as YOLOv8n downsamples; a 1 x 1 stride-2 conv (no
     # padding but a copy); a 1 x 1 conv read in place with K not a multiple of 4; a window
     # that does not reach the last input row / column; dilation with groups
