@@ -514,6 +514,12 @@ def test_fixed_requantization_exact_on_ties_and_extremes(lib):
 @pytest.mark.parametrize("n,c,h,w,kh,kw,s,pad", [
     (2, 3, 7, 9, 3, 2, 2, 1),
     (1, 37, 41, 43, 5, 5, 1, 2),     # YOLOv8n's SPPF window; enough taps for the pool
+    # no padding, every window inside (the checks-free loop): as PP-OCR rec's last AvgPool
+    # (one output row); windows that do not reach the last input row and column
+    (1, 6, 3, 81, 3, 3, 3, 0),
+    (2, 3, 8, 11, 2, 3, 2, 0),
+    (1, 4, 9, 10, 2, 2, 2, 0),
+    (1, 2, 3, 2100, 2, 3, 1, 0),     # rows past the 1024 column sums of one chunk
 ])
 def test_pools_match_numpy(lib, n, c, h, w, kh, kw, s, pad):
     """Max and average pooling against numpy, without a pool and on every pool (large ones
