@@ -190,6 +190,9 @@ CONVS = [  # n, c, h, w, m, k, stride, pad, dil, groups
     (1, 3, 6, 19, 3, (3, 3), (1, 1), (0, 0), (1, 1), 3),
     (1, 2, 8, 66, 2, (5, 5), (1, 2), (0, 2), (1, 1), 2),
     (1, 2, 3, 5, 2, (3, 3), (1, 1), (3, 3), (1, 1), 2),
+    # rows of more than DW_BYTES_MAX_W (512) outputs: float / int32 / fixed-mode outputs
+    # then take the tap pairs (uint8 with the float requantization stays on the byte path)
+    (1, 2, 4, 530, 2, (5, 5), (1, 1), (2, 2), (1, 1), 2),
     # packed from padded planes: stride 2 as YOLOv8n downsamples; a 1 x 1 stride-2 conv (no
     # padding but a copy); a 1 x 1 conv read in place with K not a multiple of 4; a window
     # that does not reach the last input row / column; dilation with groups

@@ -822,6 +822,10 @@ static void dw_rows_pairs_s2(const int16_t *row0, int64_t step, const int32_t *p
  * and permutations stay in registers. */
 #define MLCC_QCONV_DW_BYTES 1
 #define DW_BYTES_ROWS 4
+/* Without the uint8 requantization in registers (float or int32 outputs, the fixed mode),
+ * the sums of DW_BYTES_ROWS whole rows go to mlcc_requant_run a row at a time (per 16 sums
+ * its calls had cost 6x the convolution): rows of at most this many outputs. */
+#define DW_BYTES_MAX_W 512
 
 typedef struct {
     const uint8_t *x;           /* the channel's input plane */
@@ -832,7 +836,7 @@ typedef struct {
     uint8_t zp;
     mlcc_rq16 rq;
     uint8_t *out;               /* the channel's uint8 output plane (float requantization) */
-    int32_t *acc;               /* else sums here, 16 per row, for flush(row, col, count) */
+    int32_t *acc;               /* else the sums of a block's rows here (DW_BYTES_ACC) */
     const mlcc_qconv2d_params *p;
     const mlcc_qchannels *ch;
     int64_t c, y_at;
@@ -874,7 +878,7 @@ static inline __attribute__((always_inline)) void dw_bytes_sums(
 }
 
 /* Output rows [oh0, oh0 + R) of the plane (the sums, then the requantization). */
-#define DW_BYTES_ROWS_OF(R)                                                                  \
+#define DW_BYTES_ROWS_OF(R) {                                                                \
     for (ow = 0; ow < OW; ow += 16) {                                                        \
         const int nw = OW - ow >= 16 ? 16 : (int)(OW - ow);                                  \
         const __mmask16 mo = (__mmask16)(nw >= 16 ? 0xFFFFu : (1u << nw) - 1u);              \
@@ -883,15 +887,20 @@ static inline __attribute__((always_inline)) void dw_bytes_sums(
         dw_bytes_sums(x, in_h, in_w, pad_top, pad_left, zpv, w, idx, KH, NQ, SH, SW, R, oh,  \
                       ow, s);                                                                \
         for (r = 0; r < R; r++) {                                                            \
-            if (out != NULL) {                                                               \
+            if (out != NULL)                                                                 \
                 mlcc_u8_store_rq16(s[r], bias, scale, &rq, mo, out + (oh + r) * OW + ow);    \
-                continue;                                                                    \
-            }                                                                                \
-            _mm512_mask_storeu_epi32(a->acc, mo, _mm512_add_epi32(s[r], bias));              \
-            mlcc_requant_run(&a->p->rq, a->ch, a->c, a->acc, nw, a->y,                       \
-                             a->y_at + (oh + r) * OW + ow);                                  \
+            else                                                                             \
+                _mm512_mask_storeu_epi32(acc + r * OW + ow, mo,                              \
+                                         _mm512_add_epi32(s[r], bias));                      \
         }                                                                                    \
-    }
+    }                                                                                        \
+    if (out == NULL) {                                                                       \
+        int r;                                                                               \
+        for (r = 0; r < R; r++)                                                              \
+            mlcc_requant_run(&a->p->rq, a->ch, a->c, acc + r * OW, OW, a->y,                 \
+                             a->y_at + (oh + r) * OW);                                       \
+    }                                                                                        \
+}
 
 static inline __attribute__((always_inline)) void dw_bytes_plane_t(
         const dw_bytes_args *a, const int KH, const int NQ, const int SH, const int SW) {
@@ -903,6 +912,7 @@ static inline __attribute__((always_inline)) void dw_bytes_plane_t(
     const __m512 scale = _mm512_set1_ps(a->scale);
     const mlcc_rq16 rq = a->rq;
     uint8_t *out = a->out;
+    int32_t *acc = a->acc;
     __m512i w[5 * 2], idx[2];
     ptrdiff_t oh, ow;
     int i, g;
@@ -932,18 +942,20 @@ DW_BYTES_SPECIAL(5, 2, 1) DW_BYTES_SPECIAL(5, 2, 2)
 /* One channel (unit n * C + c) by the specializations above; 0 where none fits (the tap-pair
  * or portable paths then). */
 static int dw_bytes_plane(const mlcc_qconv2d_params *p, const mlcc_qchannels *ch, int64_t n,
-                          int64_t c, const uint8_t *x, const int8_t *wc, int32_t *acc,
-                          void *y) {
+                          int64_t c, const uint8_t *x, const int8_t *wc, void *y) {
     static void (*const fns[2][2][2])(const dw_bytes_args *) = {
         {{dw_bytes_k3_11, dw_bytes_k3_12}, {dw_bytes_k3_21, dw_bytes_k3_22}},
         {{dw_bytes_k5_11, dw_bytes_k5_12}, {dw_bytes_k5_21, dw_bytes_k5_22}}};
     const int k = (int)p->kernel_h, nq = (k + 3) / 4;
     const int64_t C = p->out_channels, unit = n * C + c;
+    const int in_regs = p->rq.out_kind == MLCC_QOUT_U8 && p->rq.mode == MLCC_REQUANT_FLOAT;
+    int32_t acc[DW_BYTES_ROWS * DW_BYTES_MAX_W];
     dw_bytes_args a;
     int32_t wsum = 0;
     int kh, g, b;
     if (p->kernel_w != k || (k != 3 && k != 5) || p->dilation_h != 1 || p->dilation_w != 1 ||
-        p->stride_h < 1 || p->stride_h > 2 || p->stride_w < 1 || p->stride_w > 2)
+        p->stride_h < 1 || p->stride_h > 2 || p->stride_w < 1 || p->stride_w > 2 ||
+        (!in_regs && p->out_w > DW_BYTES_MAX_W))
         return 0;
     a.p = p; a.ch = ch; a.c = c; a.y = y; a.acc = acc; a.rq = mlcc_rq16_prep(&p->rq);
     a.x = x + unit * p->in_h * p->in_w;
@@ -965,7 +977,7 @@ static int dw_bytes_plane(const mlcc_qconv2d_params *p, const mlcc_qchannels *ch
         }
     /* uint8 with the float requantization in registers (the bias with the correction), else
      * the sums with the correction to mlcc_requant_run, which adds the bias */
-    if (p->rq.out_kind == MLCC_QOUT_U8 && p->rq.mode == MLCC_REQUANT_FLOAT) {
+    if (in_regs) {
         a.out = (uint8_t *)y + a.y_at;
         a.scale = ch->scale[c];
         a.bias = ch->bias[c] - p->x_zero_point * wsum;
@@ -1009,7 +1021,7 @@ static void dw_channel(void *arg, int unit, int thread) {
     int64_t oh, ow0, o, kh, kw;
     const int8_t *wc = w + c * kk;
 #if MLCC_QCONV_DW_BYTES
-    if (dw_bytes_plane(p, &ch, n, c, x, wc, acc, y)) return;
+    if (dw_bytes_plane(p, &ch, n, c, x, wc, y)) return;
 #endif
 #if MLCC_QCONV_AVX512 || MLCC_QCONV_SMLAD
     int32_t pairs[DW_MAX_PAIRS];
