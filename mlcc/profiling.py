@@ -99,5 +99,7 @@ def instrument(folder: Path, into: Path,
         cppflags = re.search(r"^CPPFLAGS = (.*)$", (into / "Makefile").read_text(), re.M)
         make.append(f"CPPFLAGS={cppflags.group(1) if cppflags else ''} -DMLCC_POOL_STATS")
     subprocess.run(make, check=True)
-    params = dict(re.findall(r"static const \w+ (p_\w+) = \{(.*?)\n\};", text, re.S))
+    # each struct to its own closing line ("};" ends a line only there; a one-line struct
+    # such as `{.count = 122880};` too, which "\n};" ran past into the next struct)
+    params = dict(re.findall(r"^static const \w+ (p_\w+) = \{(.*?)\};$", text, re.S | re.M))
     return calls, params

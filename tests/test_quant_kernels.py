@@ -181,6 +181,18 @@ CONVS = [  # n, c, h, w, m, k, stride, pad, dil, groups
     (1, 2, 6, 34, 2, (2, 4), (2, 2), (0, 1), (2, 1), 2),
     (1, 3, 4, 66, 3, (3, 5), (1, 2), (1, 2), (1, 1), 3),
     (1, 2, 3, 601, 2, (3, 3), (1, 2), (1, 1), (1, 1), 2),
+    # the VNNI + VBMI byte path (3 x 3 and 5 x 5, strides 1 and 2): rec's 5 x 5 stride (2, 1)
+    # at 80 columns with 6 output rows (a block of 4, then 2); 5 x 5 stride (2, 2) past 64
+    # input columns; no padding; stride (1, 2) with padding only on the left and right;
+    # padding wider than the kernel (windows wholly outside the input)
+    (1, 4, 12, 80, 4, (5, 5), (2, 1), (2, 2), (1, 1), 4),
+    (1, 3, 13, 70, 3, (5, 5), (2, 2), (2, 2), (1, 1), 3),
+    (1, 3, 6, 19, 3, (3, 3), (1, 1), (0, 0), (1, 1), 3),
+    (1, 2, 8, 66, 2, (5, 5), (1, 2), (0, 2), (1, 1), 2),
+    (1, 2, 3, 5, 2, (3, 3), (1, 1), (3, 3), (1, 1), 2),
+    # rows of more than DW_BYTES_MAX_W (512) outputs: float / int32 / fixed-mode outputs
+    # then take the tap pairs (uint8 with the float requantization stays on the byte path)
+    (1, 2, 4, 530, 2, (5, 5), (1, 1), (2, 2), (1, 1), 2),
     # packed from padded planes: stride 2 as YOLOv8n downsamples; a 1 x 1 stride-2 conv (no
     # padding but a copy); a 1 x 1 conv read in place with K not a multiple of 4; a window
     # that does not reach the last input row / column; dilation with groups
@@ -505,6 +517,12 @@ def test_fixed_requantization_exact_on_ties_and_extremes(lib):
 @pytest.mark.parametrize("n,c,h,w,kh,kw,s,pad", [
     (2, 3, 7, 9, 3, 2, 2, 1),
     (1, 37, 41, 43, 5, 5, 1, 2),     # YOLOv8n's SPPF window; enough taps for the pool
+    # no padding, every window inside (the checks-free loop): as PP-OCR rec's last AvgPool
+    # (one output row); windows that do not reach the last input row and column
+    (1, 6, 3, 81, 3, 3, 3, 0),
+    (2, 3, 8, 11, 2, 3, 2, 0),
+    (1, 4, 9, 10, 2, 2, 2, 0),
+    (1, 2, 3, 2100, 2, 3, 1, 0),     # rows past the 1024 column sums of one chunk
 ])
 def test_pools_match_numpy(lib, n, c, h, w, kh, kw, s, pad):
     """Max and average pooling against numpy, without a pool and on every pool (large ones

@@ -37,7 +37,7 @@ class CostTable:
     float_mac: float          # a dense Conv / MatMul / Gemm's multiply-accumulate
     float_dw_mac: float       # a grouped (depthwise) Conv's or a pool's
     int8_mac: float
-    int8_dw_mac: float
+    int8_dw_mac: float        # a depthwise QConv's (not a pool's: int8_pool_mac)
     w16_mac: float            # a W8A16 layer's (int16 activations x int8 weights)
     w16_dw_mac: float
     float_out: float          # per output of a float Conv / MatMul / Gemm (its epilogue)
@@ -50,6 +50,7 @@ class CostTable:
     dequantize_elem: float    # DequantizeLinear, per element
     call: float               # per node (a kernel call's fixed cost)
     quantize16_elem: float    # QuantizeLinear to int16 (a W8A16 layer's input), per element
+    int8_pool_mac: float      # a uint8 pool's tap
 
 
 def _numel(g: Graph, name: str) -> int:
@@ -110,7 +111,7 @@ def node_cost(g: Graph, n: Node, t: CostTable) -> float:
             return t.call + m * (t.int8_dw_mac if grouped else t.int8_mac) + t.int8_out * out
         return t.call + m * (t.float_dw_mac if grouped else t.float_mac) + t.float_out * out
     if n.op_type in POOL_OPS:
-        return t.call + m * (t.int8_dw_mac if uint8 else t.float_dw_mac)
+        return t.call + m * (t.int8_pool_mac if uint8 else t.float_dw_mac)
     rate = t.int8_elem if uint8 else t.heavy_elem if n.op_type in HEAVY_OPS else t.float_elem
     return t.call + rate * elems
 
@@ -134,13 +135,19 @@ def program_cost(g: Graph, t: CostTable) -> float:
 # the 42 int16 QuantizeLinear calls' time per element read or written. Dense W8A16 layers
 # measured 0.92-1.01x their float time there, depthwise 2.8-3.1x. Refit them when the W8A16
 # kernels change (bench/fit_w16_rates.py fits them from rec's builds the same way).
+# int8_dw_mac: refitted after the VNNI + VBMI depthwise kernel (dw8 change) on rec's 14
+# depthwise calls of its --pure-int8 build against the float build (profile_layers --cpu,
+# 15 runs, 2026-11-28, load 6-7 on 2 cores), the call and int8_out fixed, the machine's
+# speed divided out by the float convolutions of the same runs (bench/fit_w16_rates.py's
+# way): 0.0041 ns per MAC, from 0.0218; the pools keep the rate fitted with the old one
+# (int8_pool_mac), their kernels unchanged.
 TABLES: dict[str, CostTable] = {
     "x86_64-avx512": CostTable(
         "x86_64-avx512", float_mac=0.0096, float_dw_mac=0.0240, int8_mac=0.0031,
-        int8_dw_mac=0.0218, w16_mac=0.0068, w16_dw_mac=0.113, float_out=0.1264,
+        int8_dw_mac=0.0041, w16_mac=0.0068, w16_dw_mac=0.113, float_out=0.1264,
         int8_out=0.1441, w16_out=0.32, float_elem=0.0373,
         heavy_elem=0.3083, int8_elem=0.0059, quantize_elem=0.0463, dequantize_elem=0.0203,
-        call=897.7, quantize16_elem=0.037)}
+        call=897.7, quantize16_elem=0.037, int8_pool_mac=0.0218)}
 
 
 def table_for(target) -> CostTable | None:

@@ -805,6 +805,194 @@ static void dw_rows_pairs_s2(const int16_t *row0, int64_t step, const int32_t *p
 }
 #endif
 
+#if MLCC_QCONV_AVX512 && defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
+/* Depthwise 3 x 3 and 5 x 5 on the uint8 codes themselves (AVX512-VNNI and VBMI), strides 1
+ * and 2: vpdpbusd multiplies 4 uint8 x int8 pairs per int32 lane, so 4 taps of a kernel row
+ * go in one instruction (the int16 pairs above take 2, after widening the plane). vpermb
+ * (VBMI) builds, from one 64-byte load of an input row, the words (x[s i + 4 g], ...,
+ * x[s i + 4 g + 3]) of 16 consecutive outputs i (stride s) for each group g of 4 taps: the
+ * outputs stay in order and stride 2 needs no gather. DW_BYTES_ROWS output rows at once:
+ * each loaded and permuted input row feeds every output row whose window holds it, and the
+ * rows' sums are independent dependency chains. No padded copy of the plane: a load takes
+ * the input's bytes under a mask of the columns inside it and the zero point elsewhere (rows
+ * outside: all zero point), and sum w (x - zp) = sum w x - zp sum w, the correction folded
+ * into the bias; all exact in int32 (|sum| <= 255 * 128 * 25), so the bytes are the portable
+ * loop's. Taps past kernel_w have zero weights. Kernel, strides and rows are constants of
+ * each specialization (dw_bytes_plane's switch), so the loops unroll and the sums, weights
+ * and permutations stay in registers. */
+#define MLCC_QCONV_DW_BYTES 1
+#define DW_BYTES_ROWS 4
+/* Without the uint8 requantization in registers (float or int32 outputs, the fixed mode),
+ * the sums of DW_BYTES_ROWS whole rows go to mlcc_requant_run a row at a time (per 16 sums
+ * its calls had cost 6x the convolution): rows of at most this many outputs. */
+#define DW_BYTES_MAX_W 512
+
+typedef struct {
+    const uint8_t *x;           /* the channel's input plane */
+    ptrdiff_t in_h, in_w, pad_top, pad_left, out_h, out_w;
+    int32_t quads[5 * 2];       /* kernel row kh's taps 4 g .. 4 g + 3 at [kh * nq + g] */
+    int32_t bias;               /* with the zero point's correction */
+    float scale;
+    uint8_t zp;
+    mlcc_rq16 rq;
+    uint8_t *out;               /* the channel's uint8 output plane (float requantization) */
+    int32_t *acc;               /* else the sums of a block's rows here (DW_BYTES_ACC) */
+    const mlcc_qconv2d_params *p;
+    const mlcc_qchannels *ch;
+    int64_t c, y_at;
+    void *y;
+} dw_bytes_args;
+
+/* The sums of output rows [oh0, oh0 + R), columns [ow0, ow0 + 16), into s[0 .. R). x: the
+ * channel's input plane; w: the weight words, broadcast; idx: vpermb's indices per tap
+ * group. Branch-free: a row outside the input reads under mask 0 (from row 0). */
+static inline __attribute__((always_inline)) void dw_bytes_sums(
+        const uint8_t *x, ptrdiff_t in_h, ptrdiff_t in_w, ptrdiff_t pad_top,
+        ptrdiff_t pad_left, __m512i zpv, const __m512i *w, const __m512i *idx, const int KH,
+        const int NQ, const int SH, const int SW, const int R, ptrdiff_t oh0, ptrdiff_t ow0,
+        __m512i *s) {
+    /* input columns [ic, ic + 64) of a load: the mask of those inside the row */
+    const ptrdiff_t ic = ow0 * SW - pad_left;
+    const ptrdiff_t lo = ic < 0 ? -ic : 0, hi = in_w - ic < 64 ? in_w - ic : 64;
+    const __mmask64 mcol = hi <= lo ? 0 :
+        ((hi - lo >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (hi - lo)) - 1)) << lo);
+    int r, j, g;
+#pragma GCC unroll 4
+    for (r = 0; r < R; r++) s[r] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+    for (j = 0; j < (R - 1) * SH + KH; j++) {
+        const ptrdiff_t ih = oh0 * SH + j - pad_top;
+        const ptrdiff_t in = (size_t)ih < (size_t)in_h;
+        const __m512i v = _mm512_mask_loadu_epi8(
+            zpv, mcol & (__mmask64)(0 - (uint64_t)in), x + ih * in * in_w + ic);
+#pragma GCC unroll 2
+        for (g = 0; g < NQ; g++) {
+            const __m512i p = _mm512_permutexvar_epi8(idx[g], v);
+#pragma GCC unroll 4
+            for (r = 0; r < R; r++) {
+                const int kh = j - r * SH;
+                if (kh >= 0 && kh < KH) s[r] = _mm512_dpbusd_epi32(s[r], p, w[kh * NQ + g]);
+            }
+        }
+    }
+}
+
+/* Output rows [oh0, oh0 + R) of the plane (the sums, then the requantization). */
+#define DW_BYTES_ROWS_OF(R) {                                                                \
+    for (ow = 0; ow < OW; ow += 16) {                                                        \
+        const int nw = OW - ow >= 16 ? 16 : (int)(OW - ow);                                  \
+        const __mmask16 mo = (__mmask16)(nw >= 16 ? 0xFFFFu : (1u << nw) - 1u);              \
+        __m512i s[DW_BYTES_ROWS];                                                            \
+        int r;                                                                               \
+        dw_bytes_sums(x, in_h, in_w, pad_top, pad_left, zpv, w, idx, KH, NQ, SH, SW, R, oh,  \
+                      ow, s);                                                                \
+        for (r = 0; r < R; r++) {                                                            \
+            if (out != NULL)                                                                 \
+                mlcc_u8_store_rq16(s[r], bias, scale, &rq, mo, out + (oh + r) * OW + ow);    \
+            else                                                                             \
+                _mm512_mask_storeu_epi32(acc + r * OW + ow, mo,                              \
+                                         _mm512_add_epi32(s[r], bias));                      \
+        }                                                                                    \
+    }                                                                                        \
+    if (out == NULL) {                                                                       \
+        int r;                                                                               \
+        for (r = 0; r < R; r++)                                                              \
+            mlcc_requant_run(&a->p->rq, a->ch, a->c, acc + r * OW, OW, a->y,                 \
+                             a->y_at + (oh + r) * OW);                                       \
+    }                                                                                        \
+}
+
+static inline __attribute__((always_inline)) void dw_bytes_plane_t(
+        const dw_bytes_args *a, const int KH, const int NQ, const int SH, const int SW) {
+    /* locals: the output's stores may alias *a for the compiler */
+    const uint8_t *x = a->x;
+    const ptrdiff_t in_h = a->in_h, in_w = a->in_w, pad_top = a->pad_top,
+                    pad_left = a->pad_left, OH = a->out_h, OW = a->out_w;
+    const __m512i zpv = _mm512_set1_epi8((char)a->zp), bias = _mm512_set1_epi32(a->bias);
+    const __m512 scale = _mm512_set1_ps(a->scale);
+    const mlcc_rq16 rq = a->rq;
+    uint8_t *out = a->out;
+    int32_t *acc = a->acc;
+    __m512i w[5 * 2], idx[2];
+    ptrdiff_t oh, ow;
+    int i, g;
+    for (i = 0; i < KH * NQ; i++) w[i] = _mm512_set1_epi32(a->quads[i]);
+    for (g = 0; g < NQ; g++) {
+        int8_t t[64];
+        for (i = 0; i < 64; i++) t[i] = (int8_t)(SW * (i / 4) + 4 * g + i % 4);
+        idx[g] = _mm512_loadu_si512((const void *)t);
+    }
+    for (oh = 0; oh + DW_BYTES_ROWS <= OH; oh += DW_BYTES_ROWS) DW_BYTES_ROWS_OF(DW_BYTES_ROWS)
+    /* the last rows: a block of as many (a constant each) */
+    if (OH - oh == 3) DW_BYTES_ROWS_OF(3)
+    else if (OH - oh == 2) DW_BYTES_ROWS_OF(2)
+    else if (OH - oh == 1) DW_BYTES_ROWS_OF(1)
+}
+#undef DW_BYTES_ROWS_OF
+
+#define DW_BYTES_SPECIAL(K, SH, SW) \
+    static void dw_bytes_k##K##_##SH##SW(const dw_bytes_args *a) { \
+        dw_bytes_plane_t(a, K, (K + 3) / 4, SH, SW);               \
+    }
+DW_BYTES_SPECIAL(3, 1, 1) DW_BYTES_SPECIAL(3, 1, 2) DW_BYTES_SPECIAL(3, 2, 1)
+DW_BYTES_SPECIAL(3, 2, 2) DW_BYTES_SPECIAL(5, 1, 1) DW_BYTES_SPECIAL(5, 1, 2)
+DW_BYTES_SPECIAL(5, 2, 1) DW_BYTES_SPECIAL(5, 2, 2)
+#undef DW_BYTES_SPECIAL
+
+/* One channel (unit n * C + c) by the specializations above; 0 where none fits (the tap-pair
+ * or portable paths then). */
+static int dw_bytes_plane(const mlcc_qconv2d_params *p, const mlcc_qchannels *ch, int64_t n,
+                          int64_t c, const uint8_t *x, const int8_t *wc, void *y) {
+    static void (*const fns[2][2][2])(const dw_bytes_args *) = {
+        {{dw_bytes_k3_11, dw_bytes_k3_12}, {dw_bytes_k3_21, dw_bytes_k3_22}},
+        {{dw_bytes_k5_11, dw_bytes_k5_12}, {dw_bytes_k5_21, dw_bytes_k5_22}}};
+    const int k = (int)p->kernel_h, nq = (k + 3) / 4;
+    const int64_t C = p->out_channels, unit = n * C + c;
+    const int in_regs = p->rq.out_kind == MLCC_QOUT_U8 && p->rq.mode == MLCC_REQUANT_FLOAT;
+    int32_t acc[DW_BYTES_ROWS * DW_BYTES_MAX_W];
+    dw_bytes_args a;
+    int32_t wsum = 0;
+    int kh, g, b;
+    if (p->kernel_w != k || (k != 3 && k != 5) || p->dilation_h != 1 || p->dilation_w != 1 ||
+        p->stride_h < 1 || p->stride_h > 2 || p->stride_w < 1 || p->stride_w > 2 ||
+        (!in_regs && p->out_w > DW_BYTES_MAX_W))
+        return 0;
+    a.p = p; a.ch = ch; a.c = c; a.y = y; a.acc = acc; a.rq = mlcc_rq16_prep(&p->rq);
+    a.x = x + unit * p->in_h * p->in_w;
+    a.in_h = (ptrdiff_t)p->in_h; a.in_w = (ptrdiff_t)p->in_w;
+    a.pad_top = (ptrdiff_t)p->pad_top; a.pad_left = (ptrdiff_t)p->pad_left;
+    a.out_h = (ptrdiff_t)p->out_h; a.out_w = (ptrdiff_t)p->out_w;
+    a.y_at = unit * p->out_h * p->out_w;
+    a.zp = (uint8_t)p->x_zero_point;
+    for (kh = 0; kh < k; kh++)
+        for (g = 0; g < nq; g++) {
+            uint32_t q = 0;
+            for (b = 0; b < 4; b++) {
+                const int kw = 4 * g + b;
+                const int8_t wv = kw < k ? wc[kh * k + kw] : 0;
+                q |= (uint32_t)(uint8_t)wv << (8 * b);
+                wsum += wv;
+            }
+            a.quads[kh * nq + g] = (int32_t)q;
+        }
+    /* uint8 with the float requantization in registers (the bias with the correction), else
+     * the sums with the correction to mlcc_requant_run, which adds the bias */
+    if (in_regs) {
+        a.out = (uint8_t *)y + a.y_at;
+        a.scale = ch->scale[c];
+        a.bias = ch->bias[c] - p->x_zero_point * wsum;
+    } else {
+        a.out = NULL;
+        a.scale = 0.0f;
+        a.bias = -p->x_zero_point * wsum;
+    }
+    fns[k == 5][p->stride_h == 2][p->stride_w == 2](&a);
+    return 1;
+}
+#else
+#define MLCC_QCONV_DW_BYTES 0
+#endif
+
 typedef struct {
     const mlcc_qconv2d_params *p;
     mlcc_qchannels ch;
@@ -832,6 +1020,9 @@ static void dw_channel(void *arg, int unit, int thread) {
     int32_t acc[DW_CHUNK];
     int64_t oh, ow0, o, kh, kw;
     const int8_t *wc = w + c * kk;
+#if MLCC_QCONV_DW_BYTES
+    if (dw_bytes_plane(p, &ch, n, c, x, wc, y)) return;
+#endif
 #if MLCC_QCONV_AVX512 || MLCC_QCONV_SMLAD
     int32_t pairs[DW_MAX_PAIRS];
     const int use_pairs = (MLCC_QCONV_SMLAD || sw == 1 || sw == 2) && p->dilation_w == 1 &&

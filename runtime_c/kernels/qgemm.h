@@ -268,20 +268,38 @@ void mlcc_u8_fc(const mlcc_qfc_params *p, const uint8_t *x, const int8_t *w_pack
  * the same order up to the rounding, done by the conversion: the same bits) of one row of a tile, in registers: per-row constants
  * (conv: the channel is the row) or per-column ones (Gemm). Shared by qgemm.c and qconv.c
  * (AVX-512 F, BW and VL: the masked byte store). */
-static inline void mlcc_u8_store_requant16(__m512i c, __m512i bias, __m512 scale,
-                                           const mlcc_requant *rq, __mmask16 mask,
-                                           uint8_t *out) {
-    const __m512 lo = _mm512_set1_ps((float)(rq->qmin - rq->zero_point));
-    const __m512 hi = _mm512_set1_ps((float)(rq->qmax - rq->zero_point));
+/* Its per-layer constants, set up once where a loop would reload them (the output may alias
+ * the requant parameters for the compiler): mlcc_rq16_prep, then mlcc_u8_store_rq16. */
+typedef struct mlcc_rq16 {
+    __m512 lo, hi;
+    __m512i zp;
+} mlcc_rq16;
+
+static inline mlcc_rq16 mlcc_rq16_prep(const mlcc_requant *rq) {
+    mlcc_rq16 k;
+    k.lo = _mm512_set1_ps((float)(rq->qmin - rq->zero_point));
+    k.hi = _mm512_set1_ps((float)(rq->qmax - rq->zero_point));
+    k.zp = _mm512_set1_epi32(rq->zero_point);
+    return k;
+}
+
+static inline void mlcc_u8_store_rq16(__m512i c, __m512i bias, __m512 scale,
+                                      const mlcc_rq16 *k, __mmask16 mask, uint8_t *out) {
     __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c, bias)), scale);
-    f = _mm512_max_ps(f, lo);
-    f = _mm512_min_ps(f, hi);
+    f = _mm512_max_ps(f, k->lo);
+    f = _mm512_min_ps(f, k->hi);
     /* rounded half to even by the conversion itself (the portable loop's (f + magic) -
      * magic, in one instruction: f is clamped to [-255, 255], an exact integer either way) */
     _mm_mask_storeu_epi8(out, mask, _mm512_cvtepi32_epi8(
         _mm512_add_epi32(_mm512_cvt_roundps_epi32(f, _MM_FROUND_TO_NEAREST_INT |
-                                                         _MM_FROUND_NO_EXC),
-                         _mm512_set1_epi32(rq->zero_point))));
+                                                         _MM_FROUND_NO_EXC), k->zp)));
+}
+
+static inline void mlcc_u8_store_requant16(__m512i c, __m512i bias, __m512 scale,
+                                           const mlcc_requant *rq, __mmask16 mask,
+                                           uint8_t *out) {
+    const mlcc_rq16 k = mlcc_rq16_prep(rq);
+    mlcc_u8_store_rq16(c, bias, scale, &k, mask, out);
 }
 #endif
 
