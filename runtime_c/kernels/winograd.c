@@ -658,7 +658,13 @@ static void winograd_run(const mlcc_conv2d_packed_params *pp, const float *x, co
     for (job.n = 0; job.n < p->batch; job.n++) {
         if (nt > 1 && job.chunk > 0 && (tiles + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR >= nt) {
             job.units = nt;
-            mlcc_threadpool_for(pool, thread_range, &job, (int)job.units, (int)nt);
+            /* the last loop: a loop group (mlcc_internal.h) may run it with its siblings' */
+            if (job.n + 1 == (ptrdiff_t)p->batch && (p->act.kind == MLCC_ACT_NONE ||
+                                                     act_per_block(&p->act)))
+                mlcc_threadpool_for_last(pool, thread_range, &job, sizeof job, (int)job.units,
+                                         (int)nt);
+            else
+                mlcc_threadpool_for(pool, thread_range, &job, (int)job.units, (int)nt);
         } else {
             winograd_blocks(&job, pool, nt, tiles, block);
         }
