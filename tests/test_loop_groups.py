@@ -35,7 +35,7 @@ def test_groupable_kernels_hand_over_their_last_loop():
     files, _ = kernel_index()
     for kernel in GROUPABLE:
         source = (RUNTIME / "kernels" / f"{files[kernel]}.c").read_text()
-        assert "mlcc_threadpool_for_last(" in source, kernel
+        assert re.search(r"mlcc_parallel_loop\(pool, (?!0,)", source), kernel
     internal = (RUNTIME / "src" / "mlcc_internal.h").read_text()
     assert re.search(rf"#define MLCC_GROUP_LOOPS {GROUP_LOOPS}\b", internal)
 
@@ -251,7 +251,7 @@ CASES = {
     "fire55": (lambda: _fire(64, 16, 64, 64, 55), 1),
     # prime sizes: 29 x 29, an expand of 37 channels (its part of the Concat unaligned: copied)
     "fire29": (lambda: _fire(48, 24, 37, 64, 29), 1),
-    # 13 x 13: Winograd by phases runs its loops at once, the packed loop alone in the group
+    # 13 x 13: Winograd by phases, its last block's output transform in the group
     "fire13": (lambda: _fire(384, 64, 256, 256, 13), 1),
     # the three 1x1 layers of the input, then the 3x3 and the 5x5 after the reduces
     "inception": (lambda: _inception(96, 23), 2),
@@ -290,3 +290,38 @@ def test_loop_groups_on_cross_targets(tmp_path, target):
     model, feeds = _fire(48, 24, 37, 64, 29)
     check_model(model, feeds, tmp_path, target=target)
     assert len(_groups(next(tmp_path.glob("m*/out")))) == (target == "arm")
+
+
+def _loops_per_run(folder: Path, feeds, ungrouped: bool) -> float:
+    """The parallel loops of one run on 2 threads, counted by a measuring build of the folder
+    (-DMLCC_POOL_STATS); ungrouped: with the calls given the context's pool, not the group's."""
+    import shutil
+    import subprocess
+    copy = folder.parent / f"stats{int(ungrouped)}"
+    shutil.copytree(folder, copy)
+    if ungrouped:
+        text = (copy / "model.c").read_text()
+        (copy / "model.c").write_text(re.sub(r"\bgpool\);", "ctx->pool);", text))
+    flags = re.search(r"^CPPFLAGS = (.*)$", (copy / "Makefile").read_text(), re.M).group(1)
+    subprocess.run(["make", "-s", "-B", "-C", str(copy), f"CPPFLAGS={flags} -DMLCC_POOL_STATS"],
+                   check=True)
+    model = mlcc.load(copy, threads=2)
+    model._ffi.cdef("void mlcc_threadpool_stats(void *pool, double *out);")
+    stats = model._ffi.new("double[]", 14)
+    model.run(feeds)
+    model._lib.mlcc_threadpool_stats(model._ctx.pool, stats)
+    got = model.run(feeds)
+    model._lib.mlcc_threadpool_stats(model._ctx.pool, stats)
+    return stats[4], got["y"]
+
+
+@pytest.mark.parametrize("case", ["fire55", "fire13"])
+def test_a_group_runs_one_loop_where_its_calls_ran_two(tmp_path, case):
+    # fire55: the packed and the Winograd-by-tiles loops; fire13: the packed loop and
+    # Winograd's last output transform by channels (its other phases run at once)
+    model, feeds = CASES[case][0]()
+    out = _compile(model, tmp_path, "x86-native")
+    grouped, y = _loops_per_run(out, feeds, False)
+    alone, y_alone = _loops_per_run(out, feeds, True)
+    assert grouped == alone - 1 and grouped > 0, (grouped, alone)
+    assert np.array_equal(y, y_alone)

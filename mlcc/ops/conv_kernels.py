@@ -482,8 +482,8 @@ class ConvEmit:
                          scratch_bytes=scratch, pool=True, groupable=kernel in GROUPABLE)
 
 
-# The kernels that hand their last parallel loop to a loop group (mlcc_threadpool_for_last in
-# conv.c and winograd.c; tests/test_loop_groups.py checks their files): consecutive
+# The kernels that hand their last parallel loop to a loop group (mlcc_parallel_loop in conv.c
+# and winograd.c; tests/test_loop_groups.py checks their files): consecutive
 # independent calls of them, such as a fire module's two expand convolutions, run those loops
 # as one (codegen/groups.py).
 GROUPABLE = frozenset({

@@ -473,9 +473,8 @@ static void conv_packed(const mlcc_conv2d_packed_params *pp, const float *x, con
                                   ? job.np_block : MLCC_CONV_UNITS_PER_THREAD * nt;
     if (nt == 1 ||
         panels_balance(spatial, job.block, job.np_block, job.units, nt) + 64 >= balance(mb, nt)) {
-        /* the only loop: a loop group (mlcc_internal.h) may run it with its siblings' */
-        mlcc_threadpool_for_last(pool, conv_packed_by_panels, &job, sizeof job, (int)job.units,
-                                 (int)nt);
+        /* the only loop: a loop group may run it with its siblings' */
+        mlcc_parallel_loop(pool, 1, conv_packed_by_panels, &job, sizeof job, job.units, nt);
         return;
     }
     for (job.n = 0; job.n < p->batch; job.n++)
@@ -510,15 +509,13 @@ void mlcc_f32_conv2d__packed_table(const mlcc_conv2d_packed_params *pp, const fl
 }
 
 /* The parallel loop of image n, group gi of a convolution whose loops end there: the last
- * one (nothing follows it in the kernel) may run with its siblings' in a loop group
- * (mlcc_internal.h); the job holds no pointer into the kernel's stack. */
+ * one may run with its siblings' in a loop group (mlcc_parallel_loop); the jobs hold no
+ * pointer into the kernel's stack. */
 static void image_loop(const mlcc_conv2d_params *p, ptrdiff_t n, ptrdiff_t gi,
                        mlcc_threadpool *pool, mlcc_unit_fn fn, void *job, size_t job_bytes,
                        ptrdiff_t units, ptrdiff_t nt) {
-    if (n + 1 == (ptrdiff_t)p->batch && gi + 1 == (ptrdiff_t)p->groups)
-        mlcc_threadpool_for_last(pool, fn, job, job_bytes, (int)units, (int)nt);
-    else
-        mlcc_threadpool_for(pool, fn, job, (int)units, (int)nt);
+    mlcc_parallel_loop(pool, n + 1 == (ptrdiff_t)p->batch && gi + 1 == (ptrdiff_t)p->groups,
+                       fn, job, job_bytes, units, nt);
 }
 
 /* ---- Convolution as an implicit GEMM (conv.h) ---- */
