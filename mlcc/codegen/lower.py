@@ -53,7 +53,7 @@ def lower_graph(g: Graph, options: dict | None = None) -> tuple[Program, dict[st
     for name, slot in copies:
         emit_plain_copy(lo, name, slot, op="output copy")
     if lo.options.get("threads"):      # a runtime without threads runs every loop at once
-        prog.groups = loop_groups(prog, set(slots))
+        prog.groups = loop_groups(prog, slots)
     for name, _ in copies:        # a shape over dynamic sizes as an output: values at run time
         v = g.values[prog.root(name)]
         if v.is_const and v.const.dtype == object:
