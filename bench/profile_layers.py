@@ -21,6 +21,8 @@ CPU time spent in parallel units (all threads), the caller's CPU time outside th
 work), its wait for workers, and the share of units the workers ran. "work" = serial + unit
 CPU time: on 2 threads against 1, work above 1.0x is work the partition adds or slows down
 (duplicated gathers, cache or bandwidth contention), not the machine's load.
+On a pool of 2 threads or more, the calls of a loop group (docs/kernels.md) hand their last
+loops to the group: their time is then that of the `mlcc_loop_group_run` line after them.
 """
 from __future__ import annotations
 

@@ -367,6 +367,7 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
                                  indent=INDENT)
     open_blocks: list = []          # the if-blocks (run-time If) and loops around the calls
     ind = INDENT
+    group_of = {t: (lo, hi) for lo, hi in prog.groups for t in range(lo, hi + 1)}
     for t, call_ in enumerate(prog.calls):
         blocks = _blocks(call_.guard)
         if blocks != open_blocks:
@@ -381,6 +382,16 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
                                  sum(isinstance(b, LoopScope) for b in blocks[:depth]))
             open_blocks = blocks
             ind = INDENT * (len(blocks) + 1)
+        group = group_of.get(t)
+        if group and group[0] == t:     # a loop group (codegen/groups.py): no guard, no block
+            nodes = ", ".join(n for u in range(group[0], group[1] + 1)
+                              for n in prog.calls[u].nodes[:1])
+            c += comment(_c_comment(f"{nodes}: independent; their last parallel loops run as "
+                                    f"one (a loop group)"), ind)
+            c += [f"{ind}{{", f"{ind}{INDENT}mlcc_loop_group group;",
+                  f"{ind}{INDENT}mlcc_threadpool *gpool = mlcc_loop_group_open(&group, "
+                  f"ctx->pool);"]
+            ind += INDENT
         reads = [a for a in call_.args if a and a not in call_.writes and
                  not g.values[prog.root(a)].is_const]
         ins_txt = ", ".join(f"{a}{_dims(g.values[a].shape)}" for a in reads) or "constants"
@@ -392,12 +403,16 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
         if call_.scratch_bytes is not None:
             args.append(f"ARENA({sym.scratch[t]})" if call_.scratch_bytes else "NULL")
         if call_.pool:
-            args.append("ctx->pool")
+            args.append("gpool" if group else "ctx->pool")
         if call_.returns_status:
             c += call(f"status = {call_.kernel}", args, indent=ind)
             c.append(f"{ind}if (status != MLCC_OK) return status;")
         else:
             c += call(call_.kernel, args, indent=ind)
+        if group and group[1] == t:
+            c.append(f"{ind}mlcc_loop_group_run(&group);")
+            ind = ind[:-len(INDENT)]
+            c.append(f"{ind}}}")
     for depth in range(len(open_blocks) - 1, -1, -1):
         c.append(INDENT * (depth + 1) + "}")
     c += ["    return MLCC_OK;", "}", ""]

@@ -7,6 +7,7 @@ from ..ir.symbolic import SymbolicError, SymInt, dim_vars
 from ..ops import lookup
 from ..ops.common import emit_plain_copy
 from ..ops.registry import describe, static_only
+from .groups import loop_groups
 
 
 def _check_no_symbolic_data(prog: Program, calls) -> None:
@@ -51,6 +52,8 @@ def lower_graph(g: Graph, options: dict | None = None) -> tuple[Program, dict[st
     copies.sort(key=lambda c: prog.root(c[0]) not in g.inputs)
     for name, slot in copies:
         emit_plain_copy(lo, name, slot, op="output copy")
+    if lo.options.get("threads"):      # a runtime without threads runs every loop at once
+        prog.groups = loop_groups(prog, slots)
     for name, _ in copies:        # a shape over dynamic sizes as an output: values at run time
         v = g.values[prog.root(name)]
         if v.is_const and v.const.dtype == object:

@@ -6,6 +6,10 @@ between already placed tensors alive at the same time), which is deterministic a
 percent of optimal on CNNs. Graph inputs and outputs live in the caller's buffers and constants
 in the weight blob, so neither takes arena space.
 
+The calls of a loop group (codegen/groups.py) run their last loops together at its end:
+what each of them touches, its scratch included, is alive from the group's first call to its
+last.
+
 A call may let its output take the bytes of an input (KernelCall.in_place: an element-wise
 add, a same-size convolution that reads its input rows before it writes them): where that
 input is read by no later call, the output shares its storage (the residual Add of a ResNet
@@ -67,6 +71,15 @@ def plan_memory(prog: Program, output_slots: dict[str, int]) -> MemoryPlan:
             first.setdefault(root, t)
             last[root] = t
     _extend_over_loops(prog, first, last)
+    in_group = {}      # call index -> the (first, last) calls of its loop group
+    for lo, hi in prog.groups:
+        # the calls' deferred loops run at the group's end: all they touch is alive throughout
+        for t in range(lo, hi + 1):
+            in_group[t] = (lo, hi)
+            for name in prog.calls[t].args:
+                root = prog.root(name) if name else None
+                if root in first:
+                    first[root], last[root] = min(first[root], lo), max(last[root], hi)
     for name in prog.counts.values():   # read after the run (NAME_output_shape): kept
         if name in first:
             last[name] = len(prog.calls) - 1
@@ -75,7 +88,7 @@ def plan_memory(prog: Program, output_slots: dict[str, int]) -> MemoryPlan:
     # dynamic dimensions, so the plan for the largest sizes holds for all smaller ones.
     items = [(name, _align(upper(g.values[name].nbytes)), first[name], last[name])
              for name in first if name not in shared]
-    items += [(f"#scratch{t}", _align(c.scratch_bytes), t, t)
+    items += [(f"#scratch{t}", _align(c.scratch_bytes), *in_group.get(t, (t, t)))
               for t, c in enumerate(prog.calls) if c.scratch_bytes]
 
     placed: list[tuple[int, int, int, int]] = []     # (offset, size, first, last)

@@ -79,6 +79,9 @@ class KernelCall:
     # byte before it writes over it): the memory plan makes them so where the input is not
     # read after this call (codegen/memory.py)
     in_place: tuple = ()
+    # the kernel may hand its last parallel loop to a loop group (mlcc_threadpool_for_last):
+    # consecutive independent such calls run those loops as one (codegen/groups.py)
+    groupable: bool = False
 
 
 @dataclass
@@ -91,6 +94,9 @@ class Program:
     slices: dict[str, int] = field(default_factory=dict)
     # Value.dyn key -> the int64 scalar tensor that holds that data-dependent size at run time
     counts: dict[str, str] = field(default_factory=dict)
+    # loop groups: (first, last) call indices of runs of independent calls whose last
+    # parallel loops run as one (codegen/groups.py); everything they touch is alive throughout
+    groups: list[tuple[int, int]] = field(default_factory=list)
 
     def value(self, name: str) -> Value:
         return self.graph.values[name]
@@ -159,7 +165,8 @@ class Lowering:
     def call(self, kernel: str, args: list[str], writes: list[str], *,
              params_type: str | None = None, params: dict[str, Any] | None = None,
              scratch_bytes: int | None = None, returns_status: bool = False,
-             op: str = "", pool: bool = False, in_place: tuple = ()) -> None:
+             op: str = "", pool: bool = False, in_place: tuple = (),
+             groupable: bool = False) -> None:
         node = self._node
         # node.fused holds "name:OpType" entries (see passes.fuse_activations)
         names = [node.name] + [f.rsplit(":", 1)[0] for f in node.fused] if node else []
@@ -176,7 +183,7 @@ class Lowering:
             # at the largest sizes when it depends on a dynamic one (ir.symbolic), or at the
             # largest of its size class
             None if scratch_bytes is None else upper(scratch_bytes),
-            returns_status, pool, names, label, guard, tuple(in_place)))
+            returns_status, pool, names, label, guard, tuple(in_place), groupable))
 
     def alias(self, view: str, of: str) -> None:
         """`view` shares the storage of `of` (a reshape: same bytes, new shape)."""

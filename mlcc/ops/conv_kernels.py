@@ -485,11 +485,24 @@ class ConvEmit:
         out = [self.node.outputs[0]]
         if block is None:
             self.lo.call(kernel, self.args, out, params_type="mlcc_conv2d_params",
-                         params=self.params, scratch_bytes=scratch, pool=True)
+                         params=self.params, scratch_bytes=scratch, pool=True,
+                         groupable=kernel in GROUPABLE)
         else:
             self.lo.call(kernel, self.args, out, params_type="mlcc_conv2d_packed_params",
                          params={"conv": self.params, "block_cols": block},
-                         scratch_bytes=scratch, pool=True)
+                         scratch_bytes=scratch, pool=True, groupable=kernel in GROUPABLE)
+
+
+# The kernels that hand their last parallel loop to a loop group (mlcc_parallel_loop in conv.c
+# and winograd.c; tests/test_loop_groups.py checks their files): consecutive
+# independent calls of them, such as a fire module's two expand convolutions, run those loops
+# as one (codegen/groups.py).
+GROUPABLE = frozenset({
+    "mlcc_f32_conv2d__packed", "mlcc_f32_conv2d_residual__packed",
+    "mlcc_f32_conv2d__packed_table", "mlcc_f32_conv2d__implicit",
+    "mlcc_f32_conv2d__implicit_cols", "mlcc_f32_conv2d__implicit_rows",
+    "mlcc_f32_conv2d__implicit_t", "mlcc_f32_conv2d_residual__implicit_t",
+    "mlcc_f32_conv2d__winograd_2x2", "mlcc_f32_conv2d__winograd_4x4"})
 
 
 def lower_depthwise(e: ConvEmit, kernel: str) -> None:

@@ -473,7 +473,8 @@ static void conv_packed(const mlcc_conv2d_packed_params *pp, const float *x, con
                                   ? job.np_block : MLCC_CONV_UNITS_PER_THREAD * nt;
     if (nt == 1 ||
         panels_balance(spatial, job.block, job.np_block, job.units, nt) + 64 >= balance(mb, nt)) {
-        mlcc_threadpool_for(pool, conv_packed_by_panels, &job, (int)job.units, (int)nt);
+        /* the only loop: a loop group may run it with its siblings' */
+        mlcc_parallel_loop(pool, 1, conv_packed_by_panels, &job, sizeof job, job.units, nt);
         return;
     }
     for (job.n = 0; job.n < p->batch; job.n++)
@@ -505,6 +506,16 @@ void mlcc_f32_conv2d__packed_table(const mlcc_conv2d_packed_params *pp, const fl
                                    const float *w, const float *bias, const int32_t *table,
                                    float *y, float *scratch, mlcc_threadpool *pool) {
     conv_packed(pp, x, w, bias, table, NULL, y, scratch, pool);
+}
+
+/* The parallel loop of image n, group gi of a convolution whose loops end there: the last
+ * one may run with its siblings' in a loop group (mlcc_parallel_loop); the jobs hold no
+ * pointer into the kernel's stack. */
+static void image_loop(const mlcc_conv2d_params *p, ptrdiff_t n, ptrdiff_t gi,
+                       mlcc_threadpool *pool, mlcc_unit_fn fn, void *job, size_t job_bytes,
+                       ptrdiff_t units, ptrdiff_t nt) {
+    mlcc_parallel_loop(pool, n + 1 == (ptrdiff_t)p->batch && gi + 1 == (ptrdiff_t)p->groups,
+                       fn, job, job_bytes, units, nt);
 }
 
 /* ---- Convolution as an implicit GEMM (conv.h) ---- */
@@ -979,8 +990,8 @@ static void implicit_conv(const mlcc_conv2d_packed_params *pp, const float *x, c
             else
                 implicit_fill(p, xg, cin_g, job.hq, job.wq, scratch, pool, 0);
             job.y = y + (n * (ptrdiff_t)p->out_channels + job.gi * cout_g) * spatial;
-            mlcc_threadpool_for(pool, implicit_task, &job, (int)(job.col_units * job.row_units),
-                                (int)nt);
+            image_loop(p, n, job.gi, pool, implicit_task, &job, sizeof job,
+                       job.col_units * job.row_units, nt);
         }
     }
 }
@@ -1122,7 +1133,7 @@ void mlcc_f32_conv2d__implicit_rows(const mlcc_conv2d_packed_params *pp, const f
             const float *xg = x + (n * (ptrdiff_t)p->in_channels + job.gi * cin_g) * in_plane;
             implicit_fill(p, xg, cin_g, mlcc_implicit_sub_h(p), job.wq, scratch, pool, 0);
             job.y = y + (n * (ptrdiff_t)p->out_channels + job.gi * cout_g) * spatial;
-            mlcc_threadpool_for(pool, rows_task, &job, (int)job.units, (int)nt);
+            image_loop(p, n, job.gi, pool, rows_task, &job, sizeof job, job.units, nt);
         }
     }
 }
@@ -1622,7 +1633,7 @@ static void conv_implicit_t(const mlcc_conv2d_packed_params *pp, const float *x,
                 ptrdiff_t u;
                 for (u = 0; u < job.cpan; u++) convt_task(&job, (int)u, 0);
             } else {
-                mlcc_threadpool_for(pool, convt_task, &job, (int)units, (int)nt);
+                image_loop(p, n, job.gi, pool, convt_task, &job, sizeof job, units, nt);
             }
         }
     }

@@ -62,6 +62,17 @@ static inline void mlcc_parallel_ranges(mlcc_threadpool *pool, mlcc_range_fn ran
     else
         mlcc_threadpool_for(pool, mlcc_ranges_unit, &r, r.units, r.units);
 }
+/* A kernel's loop: when `last` (nothing after it in the kernel reads what it writes, and job
+ * points to nothing on the kernel's stack), one a loop group may run with its siblings'
+ * (mlcc_threadpool_for_last, mlcc_internal.h); else at once. */
+static inline void mlcc_parallel_loop(mlcc_threadpool *pool, int last, mlcc_unit_fn fn,
+                                      void *job, size_t job_bytes, ptrdiff_t units,
+                                      ptrdiff_t threads) {
+    if (last)
+        mlcc_threadpool_for_last(pool, fn, job, job_bytes, (int)units, (int)threads);
+    else
+        mlcc_threadpool_for(pool, fn, job, (int)units, (int)threads);
+}
 /* Integer (u8 x s8) products run 4 multiply-adds per float one's lane: 4x the threshold. */
 #define MLCC_MIN_PARALLEL_INT8_MACS (4 * MLCC_MIN_PARALLEL_MACS)
 

@@ -673,13 +673,15 @@ static int split_tail(ptrdiff_t tiles, ptrdiff_t chunk, ptrdiff_t nt) {
  * block of at least one B panel of tiles per thread split by tiles (tile_range); smaller ones
  * (deep layers on small maps) phase by phase: by input channels, products, output channels. */
 static void winograd_blocks(winograd_job *job, mlcc_threadpool *pool, ptrdiff_t nt,
-                            ptrdiff_t tiles, ptrdiff_t block) {
+                            ptrdiff_t tiles, ptrdiff_t block, int last) {
     const mlcc_conv2d_params *p = &job->pp->conv;
     for (job->t0 = 0; job->t0 < tiles; job->t0 += block) {
+        /* last: the last block's last loop may go to a loop group (a copy of *job) */
+        const int final = last && job->t0 + block >= tiles;
         job->nb = tiles - job->t0 < block ? tiles - job->t0 : block;
         if (nt > 1 && (job->nb + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR >= nt) {
             job->units = nt;
-            mlcc_threadpool_for(pool, tile_range, job, (int)job->units, (int)nt);
+            mlcc_parallel_loop(pool, final, tile_range, job, sizeof *job, job->units, nt);
             continue;
         }
         job->units = phase_units((ptrdiff_t)p->in_channels, nt);
@@ -687,7 +689,7 @@ static void winograd_blocks(winograd_job *job, mlcc_threadpool *pool, ptrdiff_t 
         job->units = phase_units(job->ne, nt);
         mlcc_threadpool_for(pool, products, job, (int)job->units, (int)nt);
         job->units = phase_units((ptrdiff_t)p->out_channels, nt);
-        mlcc_threadpool_for(pool, job->out_fn, job, (int)job->units, (int)nt);
+        mlcc_parallel_loop(pool, final, job->out_fn, job, sizeof *job, job->units, nt);
     }
 }
 
@@ -728,11 +730,15 @@ static void winograd_run(const mlcc_conv2d_packed_params *pp, const float *x, co
     job.split_tail = job.chunk > 0 && split_tail(tiles, job.chunk, nt);
     job.k0 = job.k1 = 0;
     for (job.n = 0; job.n < p->batch; job.n++) {
+        /* the last image's last loop, when no activation pass follows: a loop group
+         * (mlcc_internal.h) may run it with its siblings' */
+        const int last = job.n + 1 == (ptrdiff_t)p->batch &&
+                         (p->act.kind == MLCC_ACT_NONE || act_per_block(&p->act));
         if (nt > 1 && job.chunk > 0 && (tiles + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR >= nt) {
             job.units = nt;
-            mlcc_threadpool_for(pool, thread_range, &job, (int)job.units, (int)nt);
+            mlcc_parallel_loop(pool, last, thread_range, &job, sizeof job, job.units, nt);
         } else {
-            winograd_blocks(&job, pool, nt, tiles, block);
+            winograd_blocks(&job, pool, nt, tiles, block, last);
         }
         if (p->act.kind != MLCC_ACT_NONE && !act_per_block(&p->act)) {
             job.units = phase_units((ptrdiff_t)p->out_channels, nt);

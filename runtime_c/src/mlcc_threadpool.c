@@ -19,6 +19,22 @@
 #include "mlcc_internal.h"
 
 #include <stdlib.h>
+#include <string.h>
+
+/* The first int of a pool and of a loop group (mlcc_internal.h): a group passed where kernels
+ * take a pool stands for the pool it was opened on, and may keep their last loops. */
+#define KIND_POOL 0x4d4c5050
+#define KIND_GROUP 0x4d4c4752
+
+static int is_group(const mlcc_threadpool *pool) {
+    return pool != NULL && *(const int *)(const void *)pool == KIND_GROUP;
+}
+
+/* The pool that runs a loop given `pool`: itself, or the pool a group was opened on. */
+static mlcc_threadpool *loop_pool(const mlcc_threadpool *pool) {
+    return is_group(pool) ? ((const mlcc_loop_group *)(const void *)pool)->pool
+                          : (mlcc_threadpool *)pool;
+}
 
 #if !defined(MLCC_NO_THREADS) && (defined(__unix__) || defined(__APPLE__)) && \
     (defined(__GNUC__) || defined(__clang__))
@@ -117,6 +133,7 @@ typedef struct worker {
 } worker;
 
 struct mlcc_threadpool {
+    int kind;                          /* KIND_POOL */
     int size;                          /* threads, the caller included */
     int started;                       /* workers created (size - 1 once create succeeds) */
     pthread_mutex_t run_lock;          /* serializes loops of contexts sharing the pool */
@@ -232,6 +249,7 @@ int mlcc_threadpool_create(mlcc_threadpool **out, int nthreads) {
     if (nthreads < 1 || nthreads > MLCC_MAX_THREADS) return MLCC_ERR_THREADS;
     pool = (struct mlcc_threadpool *)calloc(1, sizeof *pool);
     if (pool == NULL) return MLCC_ERR_THREADS;
+    pool->kind = KIND_POOL;
     pool->size = nthreads;
     if (pthread_mutex_init(&pool->run_lock, NULL) != 0) goto fail_run_lock;
     if (pthread_mutex_init(&pool->mu, NULL) != 0) goto fail_mu;
@@ -273,6 +291,7 @@ void mlcc_threadpool_destroy(mlcc_threadpool *pool) {
 }
 
 int mlcc_threadpool_size(const mlcc_threadpool *pool) {
+    pool = loop_pool(pool);
     return pool == NULL ? 1 : pool->size;
 }
 
@@ -282,6 +301,7 @@ void mlcc_threadpool_for(mlcc_threadpool *pool, mlcc_unit_fn fn, void *arg, int 
     long u;
     int i;
     if (units <= 0) return;
+    pool = loop_pool(pool);
     if (pool == NULL || pool->size == 1 || max_threads <= 1 || units == 1 ||
         (unsigned)units > MAX_UNITS) {
         for (i = 0; i < units; i++) fn(arg, i, 0);
@@ -364,6 +384,7 @@ void mlcc_threadpool_stats(mlcc_threadpool *pool, double *out) {
 #else /* no threads */
 
 struct mlcc_threadpool {
+    int kind;
     int size;
 };
 
@@ -390,6 +411,66 @@ void mlcc_threadpool_for(mlcc_threadpool *pool, mlcc_unit_fn fn, void *arg, int 
 }
 
 #endif
+
+mlcc_threadpool *mlcc_loop_group_open(mlcc_loop_group *group, mlcc_threadpool *pool) {
+    group->kind = KIND_GROUP;
+    group->count = 0;
+    group->threads = 1;
+    group->pool = loop_pool(pool);
+    return mlcc_threadpool_size(group->pool) > 1 ? (mlcc_threadpool *)(void *)group
+                                                 : group->pool;
+}
+
+void mlcc_threadpool_for_last(mlcc_threadpool *pool, mlcc_unit_fn fn, const void *job,
+                              size_t job_bytes, int units, int max_threads) {
+    if (is_group(pool) && units > 0) {
+        mlcc_loop_group *g = (mlcc_loop_group *)(void *)pool;
+        if (g->count < MLCC_GROUP_LOOPS && job_bytes <= MLCC_GROUP_JOB_BYTES) {
+            mlcc_group_loop *l = &g->loops[g->count++];
+            l->fn = fn;
+            l->units = units;
+            l->max_threads = max_threads;
+            memcpy(l->job.bytes, job, job_bytes);
+            return;
+        }
+    }
+    mlcc_threadpool_for(pool, fn, (void *)job, units, max_threads);
+}
+
+/* Unit `unit` of a group's loop. Its units are ordered by thread, then by loop: thread t's
+ * share of every loop (the range mlcc_threadpool_for would give it in that loop alone), so
+ * that, as the pool hands each thread a contiguous range of the units, a thread runs about
+ * the parts of each loop it would have run alone (its rows of the next layer's input). */
+static void group_unit(void *arg, int unit, int thread) {
+    const mlcc_loop_group *g = (const mlcc_loop_group *)arg;
+    int t, i;
+    for (t = 0; t < g->threads; t++)
+        for (i = 0; i < g->count; i++) {
+            const mlcc_group_loop *l = &g->loops[i];
+            const int first = (int)((long)l->units * t / g->threads);
+            const int n = (int)((long)l->units * (t + 1) / g->threads) - first;
+            if (unit < n) {
+                l->fn((void *)l->job.bytes, first + unit, thread);
+                return;
+            }
+            unit -= n;
+        }
+}
+
+void mlcc_loop_group_run(mlcc_loop_group *group) {
+    int i, units = 0, threads = mlcc_threadpool_size(group->pool);
+    for (i = 0; i < group->count; i++) {
+        units += group->loops[i].units;
+        if (group->loops[i].max_threads < threads) threads = group->loops[i].max_threads;
+    }
+    group->threads = threads < 1 ? 1 : threads;
+    if (group->count == 1)
+        mlcc_threadpool_for(group->pool, group->loops[0].fn, group->loops[0].job.bytes,
+                            group->loops[0].units, group->loops[0].max_threads);
+    else if (group->count > 1)
+        mlcc_threadpool_for(group->pool, group_unit, group, units, group->threads);
+    group->count = 0;
+}
 
 int mlcc_context_set_threadpool(mlcc_context *ctx, mlcc_threadpool *pool) {
     if (ctx == NULL) return MLCC_ERR_NULL_ARGUMENT;
