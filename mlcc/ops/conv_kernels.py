@@ -732,7 +732,8 @@ def applicable_variants(layer: ConvLayer, target: ConvTarget) -> list[ConvVarian
 # The variants whose lowering takes a feature map of a dynamic size (ir.symbolic): their
 # kernels compute every position from the parameters at run time (the implicit GEMM's
 # offsets too, into scratch: _offsets_arg); their scratch is planned at the largest size.
-# packed_table's im2col table, one offset per value of the map, is not.
+# packed_table's im2col table, one offset per value of the map, is not, nor frames' GEMM, whose
+# rows (the windows) are a compile-time count.
 DYNAMIC_MAP_VARIANTS = ("depthwise_vec", "winograd_4x4", "winograd_2x2", "implicit_cols",
                         "implicit_t", "implicit", "implicit_rows", "implicit_t_1x1", "packed",
                         "reference")
