@@ -112,9 +112,10 @@ MODELS = {
     "yolov8n": lambda: (fm.fetch("yolov8n"), {"images": (1, 3, 320, 320)},
                         images(16, (1, 3, 320, 320), 0, 0.0, 1.0),
                         images(4, (1, 3, 320, 320), 100, 0.0, 1.0)),
+    # text pages: on random images the probability map has no signal, and its SQNR (and the
+    # default mix, which aims at one) says nothing (-4.6 dB for mlcc, -0.5 for onnxruntime)
     "ppocr_det": lambda: (fm.fetch("ppocr_det"), {"x": (1, 3, 640, 640)},
-                          images(8, (1, 3, 640, 640), 0, -2.0, 2.0),
-                          images(2, (1, 3, 640, 640), 100, -2.0, 2.0)),
+                          text_pages(8, 0), text_pages(2, 100)),
     "ppocr_rec": lambda: (fm.fetch("ppocr_rec"), {"x": (1, 3, 48, 320)},
                           text_lines(64, 0), text_lines(16, 100)),
 }
