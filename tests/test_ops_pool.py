@@ -155,6 +155,12 @@ int main(void) {
         p.stride_h = rnd(1, 3); p.stride_w = rnd(1, 4);
         p.dilation_h = rnd(1, 2); p.dilation_w = rnd(1, 3);
         p.pad_top = rnd(0, 3); p.pad_left = rnd(0, 3);
+        if (trial % 3 == 0) {   /* 2- or 3-wide windows of stride 2 on rows of up to 33
+                                   columns: max_row_s2 and the row buffer around a vector */
+            p.in_h = rnd(1, 30); p.in_w = rnd(2, 33); p.kernel_w = rnd(2, 3);
+            p.stride_w = 2; p.dilation_w = 1; p.pad_left = 0;
+        }
+        p.scratch_slice = 40 * 48;
         {
             long eh = p.dilation_h * (p.kernel_h - 1) + 1, ew = p.dilation_w * (p.kernel_w - 1) + 1;
             long sh = p.in_h + p.pad_top + rnd(0, 3) - eh;
@@ -225,11 +231,20 @@ def _has_avx2() -> bool:
         return False
 
 
+def _has_avx512() -> bool:
+    try:
+        return platform.machine() == "x86_64" and " avx512f" in open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+
+
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 @pytest.mark.parametrize("vector_flags", [
     [],                                                     # 16-byte vectors: the row buffer
     pytest.param(["-mavx2", "-DMLCC_VECTOR_BYTES=32"],      # 8 lanes: max_row_s2's one pass
-                 marks=pytest.mark.skipif(not _has_avx2(), reason="needs AVX2"))])
+                 marks=pytest.mark.skipif(not _has_avx2(), reason="needs AVX2")),
+    pytest.param(["-mavx512f", "-DMLCC_VECTOR_BYTES=64"],   # 16 lanes, as x86-native
+                 marks=pytest.mark.skipif(not _has_avx512(), reason="needs AVX-512"))])
 def test_pool_kernels_against_scalar_twin_and_naive(tmp_path, vector_flags):
     """The vector path, the portable scalar path (MLCC_HAVE_VECTORS 0) and a naive loop agree on
     3000 random geometries (strides 1-4 through the phase split, dilations, pads, borders),
