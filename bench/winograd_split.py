@@ -72,11 +72,15 @@ static void run_unit(int u) {
     }
 }
 
+/* go counts the threads on their CPUs: each starts once both are (the caller, pinned to CPU 0
+ * too, only creates and joins them; a flag it set had let CPU 1's unit start a time slice
+ * before CPU 0's, and every sample was discarded as not simultaneous) */
 typedef struct { int u; volatile int *go; double t0, t1; } arg_t;
 static void *unit_thread(void *p) {
     arg_t *a = (arg_t *)p;
     pin(a->u);
-    while (!*a->go) {
+    __sync_fetch_and_add(a->go, 1);
+    while (*a->go < 2) {
     }
     a->t0 = now();
     run_unit(a->u);
@@ -136,7 +140,6 @@ int main(int argc, char **argv) {
                 pthread_t th[2];
                 pthread_create(&th[0], NULL, unit_thread, &a[0]);
                 pthread_create(&th[1], NULL, unit_thread, &a[1]);
-                go = 1;
                 pthread_join(th[0], NULL);
                 pthread_join(th[1], NULL);
                 t = fmax(a[0].t1, a[1].t1) - fmin(a[0].t0, a[1].t0);
