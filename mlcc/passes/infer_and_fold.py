@@ -196,8 +196,7 @@ def _branch_hint(g: Graph, nodes: list[Node]) -> str:
     """For nodes inside a branch of an If whose condition is known only at run time: which
     graph inputs to bind so that only the branch taken is compiled (a branch the given shapes
     make invalid, e.g. one written for another sample rate, is then never compiled)."""
-    conds = sorted({c for n in nodes for c in n.guard if isinstance(c, tuple)
-                    and len(c) == 2 and isinstance(c[0], str)})
+    conds = sorted({c for n in nodes for c in n.guard if isinstance(c, tuple)})  # not LoopScopes
     if not conds:
         return ""
     sources = sorted({s for c, _ in conds for s in g.inputs_upstream(c)},

@@ -301,7 +301,7 @@ def probability_outputs(g: Graph) -> list[str]:
     """The model outputs a Softmax or LogSoftmax writes (through data movement): class
     probabilities, whose SQNR saturates where two classes are near a tie and says little of
     the decisions (their argmax)."""
-    producer = {o: n for n in g.nodes for o in n.outputs}
+    producer = g.producers()
     found = []
     for out in g.outputs:
         n = producer.get(out)

@@ -3,7 +3,7 @@
 #include "qmve.h"
 
 #if defined(__AVX512VNNI__) && defined(__AVX512F__) && defined(__AVX512BW__) && \
-    defined(__AVX512VL__)   /* mlcc_u8_store_requant16 (qgemm.h) */
+    defined(__AVX512VL__)   /* mlcc_u8_store_rq16 (qgemm.h) */
 #include <immintrin.h>
 #define MLCC_QGEMM_VNNI 1
 #else
@@ -202,17 +202,18 @@ static void qgemm_vnni(const mlcc_qgemm_desc *d, const uint8_t *a, const uint8_t
             if (rq->out_kind == MLCC_QOUT_U8 && rq->mode == MLCC_REQUANT_FLOAT) {
                 uint8_t *yt = (uint8_t *)y + i0 * d->ldy + j0;
                 const __m512i cs[QMR] = {c0, c1, c2, c3, c4, c5, c6, c7};
+                const mlcc_rq16 k = mlcc_rq16_prep(rq);   /* once, not after every store */
                 int64_t r;
                 if (d->channel_is_row) {
                     for (r = 0; r < mr; r++)
-                        mlcc_u8_store_requant16(cs[r], _mm512_set1_epi32(ch->bias[i0 + r]),
-                                      _mm512_set1_ps(ch->scale[i0 + r]), rq, mask,
-                                      yt + r * d->ldy);
+                        mlcc_u8_store_rq16(cs[r], _mm512_set1_epi32(ch->bias[i0 + r]),
+                                           _mm512_set1_ps(ch->scale[i0 + r]), &k, mask,
+                                           yt + r * d->ldy);
                 } else {
                     const __m512i bias = _mm512_maskz_loadu_epi32(mask, ch->bias + j0);
                     const __m512 scale = _mm512_maskz_loadu_ps(mask, ch->scale + j0);
                     for (r = 0; r < mr; r++)
-                        mlcc_u8_store_requant16(cs[r], bias, scale, rq, mask, yt + r * d->ldy);
+                        mlcc_u8_store_rq16(cs[r], bias, scale, &k, mask, yt + r * d->ldy);
                 }
                 continue;
             }
