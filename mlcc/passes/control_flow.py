@@ -22,6 +22,7 @@ from onnx import helper, numpy_helper
 from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Node, Value
 from ..ops.control_flow import carried_count, loop_count
+from ..ops import reference
 from ..ops.registry import describe
 
 MAX_LOOP_ITERATIONS = 100_000    # a Loop folded at compile time: bounded compile time
@@ -405,8 +406,6 @@ def _run_loop(g: Graph, node: Node, body: Graph, outer: dict[str, np.ndarray]
               ) -> list[np.ndarray]:
     """Loop's semantics, with onnx.reference running the body once per iteration (its own
     Loop stacks scan outputs with np.vstack, which is wrong for scalars and for rank > 1)."""
-    from onnx.reference import ReferenceEvaluator
-
     trip = g.const(node.input(0)) if node.input(0) else None
     cond = g.const(node.input(1)) if node.input(1) else None
     carried = [g.const(n) for n in node.inputs[2:]]
@@ -418,7 +417,7 @@ def _run_loop(g: Graph, node: Node, body: Graph, outer: dict[str, np.ndarray]
     graph = to_onnx_graph(body, outer)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", g.opset)])
     try:
-        run = ReferenceEvaluator(model).run
+        run = reference.evaluator(model).run
     except Exception as exc:
         raise ModelError(f"{describe(node)}: its body cannot be evaluated: {exc}") from None
     limit = None if trip is None else int(np.asarray(trip).reshape(-1)[0])

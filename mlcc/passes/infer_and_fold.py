@@ -21,6 +21,7 @@ from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Node, format_type
 from ..ir.symbolic import SymbolicError, SymInt, same_shape, upper
 from ..ops import lookup, unsupported_reason
+from ..ops import reference
 from ..ops.common import IO_DTYPES, MAX_RANK
 from ..ops.refusals import RANDOM, REFUSED, SEQUENCES, refusal
 from ..ops.registry import describe, static_only
@@ -314,8 +315,6 @@ def _constant_value(node: Node) -> np.ndarray:
 
 def reference_eval(node: Node, arrays: list[np.ndarray | None], opset: int) -> list[np.ndarray]:
     """Runs one node through onnx.reference (the ONNX reference implementation)."""
-    from onnx.reference import ReferenceEvaluator
-
     names = [f"in{i}" if a is not None else "" for i, a in enumerate(arrays)]
     outs = [f"out{i}" if o else "" for i, o in enumerate(node.outputs)]
     attrs = {k: (numpy_helper.from_array(v) if isinstance(v, np.ndarray) else v)
@@ -328,7 +327,7 @@ def reference_eval(node: Node, arrays: list[np.ndarray | None], opset: int) -> l
         [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in outs if o])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     try:
-        results = ReferenceEvaluator(model).run(None, {n: a for n, a in zip(names, arrays)
+        results = reference.evaluator(model).run(None, {n: a for n, a in zip(names, arrays)
                                                        if a is not None})
     except Exception as exc:
         raise ModelError(f"{describe(node)}: evaluating it on constant inputs failed: {exc}"
