@@ -19,6 +19,8 @@ from mlcc.cli import main
 from mlcc.frontend import float64
 from mlcc.ops.reference import evaluator
 
+import fetch_models as fm
+
 
 def _layer_norm_variance(n: int = 512, c: int = 256) -> onnx.ModelProto:
     """sqrt(E[x^2] - E[x]^2 + eps) over axis 1 of [1, n, c], as jax2tf writes a LayerNorm
@@ -156,3 +158,21 @@ def test_reference_global_max_pool_reduces_only_the_spatial_axes(shape):
     got = evaluator(model).run(None, {"x": x})[0]
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.slow
+def test_magika_verifies_on_random_bytes_and_on_a_file(tmp_path: Path):
+    """magika 1.0: on the default random bytes (0 or 1) its written-out LayerNorms cancel and
+    onnxruntime strays (2.5e-3 from the float64 value, mlcc 6.2e-5); on a real file's first
+    and last 1024 bytes, as magika reads them, both match onnxruntime directly."""
+    try:
+        path = fm.fetch("magika")
+    except fm.DownloadError as exc:      # no network or no index: not a failure of mlcc
+        pytest.skip(f"cannot download magika: {exc}")
+    shapes = fm.ILL_CONDITIONED_MODELS["magika"].shapes
+    res = api.verify(path, shapes=shapes, output_dir=tmp_path / "out")
+    assert res.ok and res.reference.startswith("a float64 evaluation"), res.notes
+    text = Path(api.__file__).read_bytes()
+    data = np.frombuffer(text[:1024] + text[-1024:], np.uint8).astype(np.int32)[None]
+    res = api.verify(path, shapes=shapes, inputs={"bytes": data})
+    assert res.ok and res.reference == "onnxruntime", res.notes
