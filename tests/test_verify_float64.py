@@ -145,21 +145,6 @@ def test_models_without_a_float64_evaluation_say_why():
     assert float64.refusal(_float_pieces()) == ""
 
 
-@pytest.mark.parametrize("shape", [(2, 3, 5), (2, 3, 4, 5), (1, 2, 3, 2, 3)])
-def test_reference_global_max_pool_reduces_only_the_spatial_axes(shape):
-    """onnx 1.23's GlobalMaxPool reduced axes (ndim - 2, ndim - 1): the channels of a 3-D
-    input. ops/reference.py's matches onnxruntime on every rank."""
-    node = helper.make_node("GlobalMaxPool", ["x"], ["y"])
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, shape)], [helper.make_tensor_value_info(
-            "y", TensorProto.FLOAT, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
-    got = evaluator(model).run(None, {"x": x})[0]
-    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
-    np.testing.assert_array_equal(got, want)
-
-
 @pytest.mark.slow
 def test_magika_verifies_on_random_bytes_and_on_a_file(tmp_path: Path):
     """magika 1.0: on the default random bytes (0 or 1) its written-out LayerNorms cancel and

@@ -28,4 +28,19 @@ def _fixed_ops() -> list:
         def _run(self, x):
             return (np.max(x, axis=tuple(range(2, x.ndim)), keepdims=True),)
 
-    return [GlobalMaxPool]
+    class GatherElements(OpRun):
+        """np.take_along_axis with negative indices counted from the end. onnx 1.23's goes
+        through np.choose, which takes at most 64 choices (numpy 2): an axis longer than that
+        failed, or on 2-D inputs returned one element per row (BERT's token type ids as the
+        dynamo exporter writes them: a [1, 512] buffer gathered by 16 positions)."""
+        op_domain = ""
+
+        def _run(self, data, indices, axis=0):
+            axis = axis % data.ndim if data.ndim else 0
+            size = data.shape[axis]
+            if indices.size and (indices.min() < -size or indices.max() >= size):
+                raise ValueError(f"GatherElements index out of range [-{size}, {size})")
+            index = np.where(indices < 0, indices + size, indices)
+            return (np.take_along_axis(data, index.astype(np.int64), axis=axis),)
+
+    return [GlobalMaxPool, GatherElements]
