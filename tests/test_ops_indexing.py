@@ -18,6 +18,33 @@ def test_arg_reduce(tmp_path, op, axis, keepdims, last):
                select_last_index=last)
 
 
+# onnxruntime has ArgMax/ArgMin for these; the 16-bit and unsigned 32/64-bit kernels are
+# checked against onnx.reference (CLIP's text model takes the ArgMax of int32 token ids)
+ARG_REFERENCE = {"float64": "onnxruntime", "int8": "onnxruntime", "uint8": "onnxruntime",
+                 "int32": "onnxruntime", "int64": "onnxruntime", "int16": "onnx.reference",
+                 "uint16": "onnx.reference", "uint32": "onnx.reference",
+                 "uint64": "onnx.reference"}
+
+
+@pytest.mark.parametrize("dtype", list(ARG_REFERENCE))
+@pytest.mark.parametrize("op,axis,last", [("ArgMax", 1, 0), ("ArgMin", -1, 1), ("ArgMax", 0, 1)])
+def test_arg_reduce_of_every_type(tmp_path, dtype, op, axis, last):
+    x = arr((3, 7, 5), "float32").astype(dtype) if dtype == "float64" else arr((3, 7, 5), dtype)
+    x[1, 2:5, 3] = x.max()         # ties at the largest and the smallest value
+    x[2, 4, 1:3] = x.min()
+    x[0, 1, :] = x[0, 1, 0]
+    node = helper.make_node(op, ["x"], ["y0"], axis=axis, keepdims=0, select_last_index=last)
+    model = make_model([node], {"x": x}, ["y0"], opset=13)
+    check_model(model, {"x": x}, tmp_path, reference=ARG_REFERENCE[dtype])
+
+
+def test_arg_reduce_nan(tmp_path):
+    """NaN is neither larger nor smaller: it keeps the index it is met at only in front."""
+    x = np.array([[np.nan, 1.0, 3.0, 3.0], [2.0, np.nan, 5.0, -1.0]], np.float32)
+    got = check_node("ArgMax", {"x": x}, tmp_path=tmp_path, opset=13, axis=1, keepdims=0)
+    assert got["y0"].tolist() == [0, 2]
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64"])
 @pytest.mark.parametrize("axis,exclusive,reverse", [(0, 0, 0), (1, 1, 0), (-1, 0, 1), (1, 1, 1)])
 def test_cumsum(tmp_path, dtype, axis, exclusive, reverse):

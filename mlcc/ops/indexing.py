@@ -17,6 +17,12 @@ def _split(shape, axis):
     return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
 
 
+# ArgMax's and ArgMin's input types with a kernel (float16 is computed in float32:
+# passes/float32_compute.py; the order of its values is the same)
+ARG_DTYPES = ("float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
+              "int64", "uint64")
+
+
 class _ArgReduce(OpDef):
     attributes = {"axis": None, "keepdims": lambda v: v in (0, 1),
                   "select_last_index": lambda v: v in (0, 1)}
@@ -24,7 +30,7 @@ class _ArgReduce(OpDef):
 
     def infer(self, node, ins, g):
         x = ins[0]
-        require_dtype(node, [x], ["float32"])
+        require_dtype(node, [x], list(ARG_DTYPES))
         if not x.shape:
             raise ModelError(f"{node.op_type} needs a tensor of rank >= 1")
         axis = norm_axis(int(node.attr("axis", 0)), len(x.shape))
@@ -41,9 +47,10 @@ class _ArgReduce(OpDef):
         x = lo.value(node.inputs[0])
         axis = norm_axis(int(node.attr("axis", 0)), len(x.shape))
         outer, dim, inner = _split(x.shape, axis)
-        lo.call("mlcc_f32_arg_reduce", [node.inputs[0], node.outputs[0]], [node.outputs[0]],
+        lo.call("mlcc_arg_reduce", [node.inputs[0], node.outputs[0]], [node.outputs[0]],
                 params_type="mlcc_arg_reduce_params",
-                params={"outer": outer, "dim": dim, "inner": inner, "is_min": self.is_min,
+                params={"outer": outer, "dim": dim, "inner": inner,
+                        "dtype": Enum(C_DTYPES[x.dtype]), "is_min": self.is_min,
                         "select_last": int(node.attr("select_last_index", 0))})
 
     def flops(self, node, g):

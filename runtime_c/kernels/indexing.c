@@ -1,24 +1,44 @@
 #include "indexing.h"
 
-void mlcc_f32_arg_reduce(const mlcc_arg_reduce_params *p, const float *x, int64_t *y) {
+/* The arg reduction for element type T: one comparison per element, in order (NaN is
+ * neither better nor worse, so a NaN in front keeps index 0, as onnxruntime's). */
+#define ARG_REDUCE(T)                                                                        \
+    do {                                                                                     \
+        const T *xs = (const T *)x;                                                          \
+        for (o = 0; o < (ptrdiff_t)p->outer; o++)                                            \
+            for (i = 0; i < inner; i++) {                                                    \
+                const T *col = xs + o * dim * inner + i;                                     \
+                ptrdiff_t best = 0;                                                          \
+                T v = col[0];                                                                \
+                for (k = 1; k < dim; k++) {                                                  \
+                    const T c = col[k * inner];                                              \
+                    const int better = p->is_min ? (p->select_last ? c <= v : c < v)         \
+                                                 : (p->select_last ? c >= v : c > v);        \
+                    if (better) {                                                            \
+                        v = c;                                                               \
+                        best = k;                                                            \
+                    }                                                                        \
+                }                                                                            \
+                y[o * inner + i] = (int64_t)best;                                            \
+            }                                                                                \
+    } while (0)
+
+void mlcc_arg_reduce(const mlcc_arg_reduce_params *p, const void *x, int64_t *y) {
     const ptrdiff_t dim = (ptrdiff_t)p->dim, inner = (ptrdiff_t)p->inner;
     ptrdiff_t o, i, k;
-    for (o = 0; o < (ptrdiff_t)p->outer; o++) {
-        for (i = 0; i < inner; i++) {
-            const float *col = x + o * dim * inner + i;
-            ptrdiff_t best = 0;
-            float v = dim > 0 ? col[0] : 0.0f;
-            for (k = 1; k < dim; k++) {
-                const float c = col[k * inner];
-                const int better = p->is_min ? (p->select_last ? c <= v : c < v)
-                                             : (p->select_last ? c >= v : c > v);
-                if (better) {
-                    v = c;
-                    best = k;
-                }
-            }
-            y[o * inner + i] = (int64_t)best;
-        }
+    if (dim <= 0) return;   /* (the compiler refuses an empty axis) */
+    switch (p->dtype) {
+    case MLCC_FLOAT32: ARG_REDUCE(float); break;
+    case MLCC_FLOAT64: ARG_REDUCE(double); break;
+    case MLCC_INT8: ARG_REDUCE(int8_t); break;
+    case MLCC_UINT8: ARG_REDUCE(uint8_t); break;
+    case MLCC_INT16: ARG_REDUCE(int16_t); break;
+    case MLCC_UINT16: ARG_REDUCE(uint16_t); break;
+    case MLCC_INT32: ARG_REDUCE(int32_t); break;
+    case MLCC_UINT32: ARG_REDUCE(uint32_t); break;
+    case MLCC_INT64: ARG_REDUCE(int64_t); break;
+    case MLCC_UINT64: ARG_REDUCE(uint64_t); break;
+    default: break;
     }
 }
 

@@ -5,15 +5,16 @@
 
 #include "mlcc_kernel.h"
 
-/* x viewed as [outer, dim, inner] (float32), y as [outer, inner] (int64): the index along
- * dim of the largest (is_min = 0) or smallest (is_min = 1) value, the first one of equal
- * values, or the last one with select_last. NaN compares as neither larger nor smaller. */
+/* x viewed as [outer, dim, inner] (dtype: float32, float64, or an integer type of 8 to 64
+ * bits), y as [outer, inner] (int64): the index along dim of the largest (is_min = 0) or
+ * smallest (is_min = 1) value, the first one of equal values, or the last one with
+ * select_last. NaN compares as neither larger nor smaller. */
 typedef struct mlcc_arg_reduce_params {
     int64_t outer, dim, inner;
-    int32_t is_min, select_last;
+    int32_t dtype, is_min, select_last;
 } mlcc_arg_reduce_params;
 
-void mlcc_f32_arg_reduce(const mlcc_arg_reduce_params *p, const float *x, int64_t *y);
+void mlcc_arg_reduce(const mlcc_arg_reduce_params *p, const void *x, int64_t *y);
 
 /* Running sums along dim of x viewed as [outer, dim, inner]: y[o, k, i] = sum of x[o, j, i]
  * over j <= k (j < k when exclusive), or over j >= k (j > k) when reverse. dtype is float32,
