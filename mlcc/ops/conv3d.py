@@ -13,8 +13,8 @@ products, summed in the same order (c, kd, kh, kw). Which 2-D convolution, by pl
 - `gather`: otherwise each output depth od gathers its input planes x[n, c, od * sd + kd * dd -
   pd] (zeros in the depth padding) into a block of [od, (c, kd), H, W], the 2-D convolution
   runs on the block as its batch, and its [od, M, OH, OW] output is copied to y[n, :, od].
-  Blocks are cut to at most GATHER_BYTES of gathered input (bounded scratch, one block's
-  tensors reused by the next); strided copies (common.emit_copy) gather and scatter.
+  Blocks are cut to at most GATHER_BYTES of gathered input, or one output depth's where that
+  is more (bounded scratch, one block's tensors reused by the next); strided copies (common.emit_copy) gather and scatter.
 
 Depth taps that read only padding for every output depth (a depth-1 map's kd = 0 and 2 of a
 3x3x3 kernel with padding 1) are dropped from constant weights: they add zeros.
