@@ -63,6 +63,20 @@ def test_conv1d_frames(tmp_path, target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_conv3d(tmp_path, target):
+    """3-D convolutions as 2-D ones (mlcc/ops/conv3d.py): a 3x3x3 / (1, 2, 2) one over gathered
+    depth taps with a fused Relu, then a (3, 1, 1) one over the input viewed as rows."""
+    x = rand(1, 3, 5, 9, 7)
+    model = make_model([
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c"], pads=[1] * 6, strides=[1, 2, 2]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Conv", ["r", "w2"], ["y"], pads=[1, 0, 0, 1, 0, 0], group=2)],
+        {"x": x}, ["y"], initializers={"w1": rand(6, 3, 3, 3, 3, seed=1), "b1": rand(6, seed=2),
+                                       "w2": rand(4, 3, 3, 1, 1, seed=3)})
+    check_model(model, {"x": x}, tmp_path, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("m,k,n,tb", [(7, 13, 17, 1), (6, 300, 33, 0), (1, 9, 8, 1)])
 def test_gemm(tmp_path, target, m, k, n, tb):
     """Column counts around the 128-bit tiles (2 x 4 lanes), K past one cache block (256)."""

@@ -1,10 +1,12 @@
-"""Conv: 1-D and 2-D convolution (NCHW), grouped and depthwise, with fused bias and activation."""
+"""Conv: 1-D, 2-D and 3-D convolution (NCHW, NCDHW), grouped and depthwise, with fused bias and
+activation. 3-D convolutions run as 2-D ones (conv3d.py)."""
 from __future__ import annotations
 
 import math
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Lowering, Node, Value
+from . import conv3d
 from .common import act_params, require_dtype
 from .conv_kernels import (ConvEmit, ConvLayer, ConvTarget, ConvVariant, Window2d,
                            choose_variant, choose_variants)
@@ -67,9 +69,9 @@ def window2d(geo: dict, in_spatial) -> Window2d:
 
 def check_conv_weight(node: Node, x: Value, w: Value, what: str) -> list[int]:
     """Validates the ranks of a (transposed) convolution and returns its kernel shape."""
-    if len(x.shape) not in (3, 4):
+    if len(x.shape) not in (3, 4, 5):
         raise UnsupportedError(f"{len(x.shape) - 2}-D {what} is not supported "
-                               f"(1-D and 2-D are)")
+                               f"(1-D, 2-D and 3-D are)")
     if len(w.shape) != len(x.shape):
         raise ModelError(f"weight rank {len(w.shape)} does not match input rank "
                          f"{len(x.shape)}")
@@ -102,6 +104,9 @@ class Conv(OpDef):
     def infer(self, node, ins, g):
         x, w = ins[0], ins[1]
         require_dtype(node, [x, w] + [v for v in ins[2:] if v is not None], ["float32"])
+        if len(x.shape) == 5 and not all(isinstance(d, int) for d in x.shape + w.shape):
+            raise UnsupportedError(f"3-D convolution needs static shapes (input "
+                                   f"{list(x.shape)}): bind them with --shape")
         geo = self._geometry(node, x, w)
         if len(ins) > 2 and ins[2] is not None and ins[2].shape != (geo["m"],):
             raise ModelError(f"bias shape {list(ins[2].shape)} is not [{geo['m']}]")
@@ -111,9 +116,18 @@ class Conv(OpDef):
             raise ModelError(f"Conv takes 2 or 3 inputs, not {len(ins)}")
         return [("float32", out)]
 
-    def params(self, node: Node, g: Graph) -> dict:
-        """The fields of mlcc_conv2d_params (conv.h) for this node."""
+    def plan3d(self, node: Node, g: Graph) -> conv3d.Conv3dPlan:
+        """How a 3-D convolution runs as a 2-D one (conv3d.py)."""
         x, w = g.values[node.inputs[0]], g.values[node.inputs[1]]
+        return conv3d.plan(self._geometry(node, x, w), x.shape[2:],
+                           g.const(node.inputs[1]) is not None, act_params(node))
+
+    def params(self, node: Node, g: Graph) -> dict:
+        """The fields of mlcc_conv2d_params (conv.h) for this node (a 3-D one: of the 2-D
+        convolution it runs as)."""
+        x, w = g.values[node.inputs[0]], g.values[node.inputs[1]]
+        if len(x.shape) == 5:
+            return self.plan3d(node, g).params
         geo = self._geometry(node, x, w)
         kh, kw, ih, iw, oh, ow, sh, sw, dh, dw, pt, pl = window2d(geo, x.shape[2:])
         return {"batch": geo["n"], "in_channels": geo["c"], "in_h": ih, "in_w": iw,
@@ -138,14 +152,33 @@ class Conv(OpDef):
         return choose_variant(self.layer(node, g), ConvTarget.from_options(options))
 
     def lower(self, node: Node, lo: Lowering) -> None:
-        layer, target = self.layer(node, lo.graph), ConvTarget.from_options(lo.options)
+        w_const = lo.graph.const(node.inputs[1])
+        if len(lo.value(node.inputs[0]).shape) != 5:
+            self._lower_2d(node, lo, self.params(node, lo.graph), node.inputs[0],
+                           node.inputs[1], w_const, node.outputs[0], {})
+            return
+        plan = self.plan3d(node, lo.graph)
+        w_name = node.inputs[1]
+        if w_const is not None:
+            w_const = plan.weights(w_const)
+            w_name = lo.add_const(f"{node.name}.W_2d", w_const)
         packed: dict = {}
+        conv3d.lower(plan, node, lo, lambda p, x, y: self._lower_2d(
+            node, lo, p, x, w_name, w_const, y, packed))
+
+    def _lower_2d(self, node: Node, lo: Lowering, params: dict, x: str, w: str, w_const,
+                  y: str, packed: dict) -> None:
+        """The calls of the 2-D convolution with these params from x into y (packed: the
+        weight packings made so far, shared by the calls of one node)."""
+        residual = bool(node.attrs.get("_residual"))
+        layer = ConvLayer.from_params(params, const_weights=w_const is not None,
+                                      residual=residual)
+        target = ConvTarget.from_options(lo.options)
         for sizes, variant in choose_variants(layer, target, lo.options.get("conv_choices"),
                                               node.name):
-            args = [node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]]
-            emit = ConvEmit(node, lo, layer, target, self.params(node, lo.graph), args,
-                            lo.graph.const(node.inputs[1]),
-                            node.input(3) if layer.residual else None, packed)
+            args = [x, w, node.input(2), y]
+            emit = ConvEmit(node, lo, layer, target, params, args, w_const,
+                            node.input(3) if residual else None, packed)
             lo.size_class = sizes
             try:
                 variant.lower(emit, variant.kernel_for(layer))

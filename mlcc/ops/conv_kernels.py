@@ -450,13 +450,15 @@ def always(l: ConvLayer, t: ConvTarget) -> bool:
 class ConvEmit:
     """What a variant's lowering writes with: the node, the Lowering, the layer and target the
     choice saw, the kernel's params and arguments (x, w, bias, y), the constant weights and
-    the residual input (if fused)."""
+    the residual input (if fused). The output is args[3] as given (the node's, or the 2-D
+    block of a 3-D convolution: conv3d.py)."""
 
     def __init__(self, node: Node, lo: Lowering, layer: ConvLayer, target: ConvTarget,
                  params: dict, args: list[str], w_const: Any, residual: str | None,
                  packed: dict | None = None):
         self.node, self.lo, self.layer, self.target = node, lo, layer, target
         self.params, self.args, self.w_const, self.residual = params, args, w_const, residual
+        self.out = args[3]
         # packings already made for this node (its variants by size class share them)
         self.packed = {} if packed is None else packed
 
@@ -472,7 +474,13 @@ class ConvEmit:
             np.asarray(self.w_const, np.float32).reshape(l.groups, l.cout_g, l.kdim), mr))
 
     def const(self, suffix: str, data: np.ndarray) -> str:
-        return self.lo.add_const(f"{self.node.name}.{suffix}", data)
+        """A constant of the node's; the same data added twice (the blocks of a 3-D
+        convolution) is one constant."""
+        data = np.ascontiguousarray(data)
+        key = (suffix, data.dtype.str, data.shape, data.tobytes())
+        if key not in self.packed:
+            self.packed[key] = self.lo.add_const(f"{self.node.name}.{suffix}", data)
+        return self.packed[key]
 
     def block_cols(self) -> int:
         """The gathered paths' block: PANEL_BYTES of panels, in multiples of 64 positions."""
@@ -482,7 +490,7 @@ class ConvEmit:
 
     def call(self, kernel: str, scratch: int, block: int | None = None) -> None:
         """Calls the kernel: with block, through mlcc_conv2d_packed_params on the pool."""
-        out = [self.node.outputs[0]]
+        out = [self.out]
         if block is None:
             self.lo.call(kernel, self.args, out, params_type="mlcc_conv2d_params",
                          params=self.params, scratch_bytes=scratch, pool=True,
@@ -599,7 +607,7 @@ def lower_frames(e: ConvEmit, kernel: str) -> None:
     e.args[1] = e.const("W_frames", pack_b_panels(np.ascontiguousarray(w.T)))
     gemm = gemm_params(l.ow, l.cout, l.kw, a_strides=(l.sw, l.dw), ldb=l.cout, ldc=l.cout,
                        bias_strides=(0, 1), node=e.node)
-    e.lo.call(kernel, e.args, [e.node.outputs[0]], params_type="mlcc_conv2d_frames_params",
+    e.lo.call(kernel, e.args, [e.out], params_type="mlcc_conv2d_frames_params",
               params={"gemm": gemm, "batch": e.params["batch"], "image_floats": l.iw},
               scratch_bytes=4 * l.ow * l.cout, pool=True)
 
@@ -608,7 +616,7 @@ def lower_reference(e: ConvEmit, kernel: str) -> None:
     l = e.layer
     direct = (l.kh == l.kw == l.sh == l.sw == 1 and l.pt == l.pl == 0
               and (l.oh, l.ow) == (l.ih, l.iw))
-    e.lo.call(kernel, e.args, [e.node.outputs[0]], params_type="mlcc_conv2d_params",
+    e.lo.call(kernel, e.args, [e.out], params_type="mlcc_conv2d_params",
               params=e.params, scratch_bytes=0 if direct else l.kdim * l.oh * l.ow * 4)
 
 

@@ -67,16 +67,7 @@ class ConvTranspose(OpDef):
                   "pads": None, "strides": None}
 
     def _geometry(self, node: Node, x: Value, w: Value) -> dict:
-        if len(x.shape) == 5:     # check_conv_weight covers 1-D and 2-D (Conv's kernels)
-            if len(w.shape) != 5:
-                raise ModelError(f"weight rank {len(w.shape)} does not match input rank 5")
-            kernel = list(w.shape[2:])
-            if node.attr("kernel_shape") is not None and \
-                    list(node.attr("kernel_shape")) != kernel:
-                raise ModelError(f"kernel_shape {node.attr('kernel_shape')} disagrees with "
-                                 f"the weight shape {list(w.shape)}")
-        else:
-            kernel = check_conv_weight(node, x, w, "transposed convolution")
+        kernel = check_conv_weight(node, x, w, "transposed convolution")
         group = int(node.attr("group", 1))
         n, c = x.shape[:2]
         if group < 1 or c % group or w.shape[0] != c:
