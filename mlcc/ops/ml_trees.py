@@ -1,0 +1,315 @@
+"""Tree ensembles of the ai.onnx.ml domain: TreeEnsembleRegressor and TreeEnsembleClassifier
+(opsets 1 and 3: the *_as_tensor attributes), what skl2onnx and onnxmltools write for
+scikit-learn, LightGBM and XGBoost trees, on the kernel of runtime_c/kernels/trees.h.
+
+The compiler flattens the trees (`flatten`): nodes by (tree id, node id), each tree's root its
+first node in attribute order and trees in that order (as onnxruntime and the ONNX reference
+take them), every tree checked acyclic with its features inside the input row. Evaluation
+follows onnxruntime: every branch mode, NaN features by missing_value_tracks_true, leaf
+weights in attribute order, aggregate SUM / AVERAGE / MIN / MAX, base values, the post
+transforms, and its rules for two-class classifiers (one class id: the two score columns it
+writes). Sums run in the thresholds' type: float, or double where the model gives double
+tensors (the kernel's __f64 variant). docs/classical-ml.md lists what is refused and why.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ModelError, UnsupportedError
+from ..ir import Enum, Lowering, Node
+from .common import require_dtype
+from .refusals import STRINGS, refusal
+from .registry import OpDef, describe, register
+
+ML = "ai.onnx.ml"
+MODES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRANCH_EQ": 4,
+         "BRANCH_NEQ": 5, "LEAF": 6}
+MISSING_TRUE = 8            # MLCC_TREE_MISSING_TRUE
+AGGREGATES = {"SUM": "MLCC_TREE_SUM", "AVERAGE": "MLCC_TREE_AVERAGE", "MIN": "MLCC_TREE_MIN",
+              "MAX": "MLCC_TREE_MAX"}
+POST_TRANSFORMS = {"NONE": "MLCC_ML_POST_NONE", "LOGISTIC": "MLCC_ML_POST_LOGISTIC",
+                   "SOFTMAX": "MLCC_ML_POST_SOFTMAX", "SOFTMAX_ZERO": "MLCC_ML_POST_SOFTMAX_ZERO",
+                   "PROBIT": "MLCC_ML_POST_PROBIT"}
+
+
+def text(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def attr_array(node: Node, name: str, dtype=None) -> np.ndarray | None:
+    """An attribute as an array: its list form, else its *_as_tensor form, else None."""
+    v = node.attr(name)
+    if v is None:
+        v = node.attr(f"{name}_as_tensor")
+    if v is None:
+        return None
+    a = np.asarray(v).reshape(-1)
+    return a.astype(dtype) if dtype is not None else a
+
+
+def post_transform(node: Node) -> str:
+    return text(node.attr("post_transform", "NONE"))
+
+
+@dataclass
+class Flat:
+    """The trees as the kernel reads them (runtime_c/kernels/trees.h)."""
+    roots: np.ndarray          # int32 [trees]
+    nodes: np.ndarray          # int32 [n, 4]
+    thresholds: np.ndarray     # float32 [n]
+    weight_target: np.ndarray  # int32 [w]
+    weight_value: np.ndarray   # float32 [w]
+    max_depth: int
+
+
+def flatten(node: Node, prefix: str, features: int, targets: int) -> Flat:
+    """The node's trees (prefix: "target" or "class" for the leaf weights' attributes)."""
+    where = describe(node)
+    need = ["nodes_treeids", "nodes_nodeids", "nodes_modes", "nodes_truenodeids",
+            "nodes_falsenodeids", "nodes_featureids", f"{prefix}_ids", f"{prefix}_nodeids",
+            f"{prefix}_treeids"]
+    missing = [a for a in need if node.attr(a) is None]
+    if missing:
+        raise ModelError(f"{where} needs the attributes {', '.join(missing)}")
+    tree_ids = [int(v) for v in node.attr("nodes_treeids")]
+    node_ids = [int(v) for v in node.attr("nodes_nodeids")]
+    modes = [text(m) for m in node.attr("nodes_modes")]
+    true_ids = [int(v) for v in node.attr("nodes_truenodeids")]
+    false_ids = [int(v) for v in node.attr("nodes_falsenodeids")]
+    feature_ids = [int(v) for v in node.attr("nodes_featureids")]
+    n = len(tree_ids)
+    values = attr_array(node, "nodes_values")
+    if values is None:
+        values = np.zeros(n, np.float32)
+    weights = attr_array(node, f"{prefix}_weights")
+    if weights is None:
+        raise ModelError(f"{where} needs {prefix}_weights or {prefix}_weights_as_tensor")
+    missing_true = [int(v) for v in (node.attr("nodes_missing_value_tracks_true") or [0] * n)]
+    lists = {"nodes_nodeids": node_ids, "nodes_modes": modes, "nodes_truenodeids": true_ids,
+             "nodes_falsenodeids": false_ids, "nodes_featureids": feature_ids,
+             "nodes_values": values, "nodes_missing_value_tracks_true": missing_true}
+    bad = [k for k, v in lists.items() if len(v) != n]
+    if bad:
+        raise ModelError(f"{where}: {', '.join(bad)} do not have one entry per node "
+                         f"({n} nodes_treeids)")
+    unknown = sorted({m for m in modes if m not in MODES})
+    if unknown:
+        raise UnsupportedError(f"{where}: node mode {unknown[0]!r} is not supported "
+                               f"(supported: {', '.join(MODES)})")
+    index: dict[tuple[int, int], int] = {}
+    roots: list[int] = []
+    seen_trees: set[int] = set()
+    for k, key in enumerate(zip(tree_ids, node_ids)):
+        if key in index:
+            raise ModelError(f"{where}: node {key[1]} of tree {key[0]} is listed twice")
+        index[key] = k
+        if key[0] not in seen_trees:        # a tree's root: its first node listed
+            seen_trees.add(key[0])
+            roots.append(k)
+    w_tree = [int(v) for v in node.attr(f"{prefix}_treeids")]
+    w_node = [int(v) for v in node.attr(f"{prefix}_nodeids")]
+    w_target = [int(v) for v in node.attr(f"{prefix}_ids")]
+    if not len(w_tree) == len(w_node) == len(w_target) == len(weights):
+        raise ModelError(f"{where}: {prefix}_treeids, _nodeids, _ids and _weights differ in "
+                         f"length")
+    by_leaf: dict[int, list[int]] = {}
+    for w, (t, nd, c) in enumerate(zip(w_tree, w_node, w_target)):
+        k = index.get((t, nd))
+        if k is None:
+            raise ModelError(f"{where}: weight {w} names node {nd} of tree {t}, which does "
+                             f"not exist")
+        if modes[k] != "LEAF":
+            raise ModelError(f"{where}: weight {w} is on node {nd} of tree {t}, a branch")
+        if not 0 <= c < targets:
+            raise ModelError(f"{where}: weight {w} is for {prefix} {c}, outside [0, {targets})")
+        by_leaf.setdefault(k, []).append(w)
+    flat = np.zeros((n, 4), np.int32)
+    order: list[int] = []
+    for k in range(n):
+        if modes[k] == "LEAF":
+            ws = by_leaf.get(k, [])
+            flat[k] = (len(order), len(ws), 0, MODES["LEAF"])
+            order += ws
+            continue
+        if not 0 <= feature_ids[k] < features:
+            raise ModelError(f"{where}: node {node_ids[k]} of tree {tree_ids[k]} reads feature "
+                             f"{feature_ids[k]} of rows of {features}")
+        children = []
+        for child in (true_ids[k], false_ids[k]):
+            c = index.get((tree_ids[k], child))
+            if c is None:
+                raise ModelError(f"{where}: node {node_ids[k]} of tree {tree_ids[k]} branches "
+                                 f"to node {child}, which the tree does not have")
+            children.append(c)
+        flat[k] = (feature_ids[k], children[0], children[1],
+                   MODES[modes[k]] | (MISSING_TRUE if missing_true[k] else 0))
+    # every path from a root ends in a leaf: no cycle (the kernel would never stop)
+    max_depth = 0
+    for r in roots:
+        stack = [(r, 0)]
+        depth_of: dict[int, int] = {}
+        while stack:
+            k, depth = stack.pop()
+            if depth > n:
+                raise ModelError(f"{where}: tree {tree_ids[r]} has a cycle")
+            if depth_of.get(k, -1) >= depth:
+                continue
+            depth_of[k] = depth
+            max_depth = max(max_depth, depth)
+            if modes[k] != "LEAF":
+                stack += [(int(flat[k, 1]), depth + 1), (int(flat[k, 2]), depth + 1)]
+    return Flat(np.array(roots, np.int32), flat, values.astype(np.float32),
+                np.array([w_target[w] for w in order], np.int32),
+                weights[order].astype(np.float32) if order else np.zeros(1, np.float32),
+                max_depth)
+
+
+class _TreeEnsemble(OpDef):
+    prefix = ""
+
+    common = {"nodes_treeids": None, "nodes_nodeids": None, "nodes_modes": None,
+              "nodes_truenodeids": None, "nodes_falsenodeids": None, "nodes_featureids": None,
+              "nodes_values": None, "nodes_values_as_tensor": None,
+              "nodes_hitrates": None, "nodes_hitrates_as_tensor": None,
+              "nodes_missing_value_tracks_true": None,
+              "base_values": None, "base_values_as_tensor": None,
+              "post_transform": lambda v: text(v) in POST_TRANSFORMS}
+
+    def check(self, node):
+        problems = super().check(node)
+        for key in sorted(node.attrs):
+            v = node.attrs[key]
+            if key.endswith("_as_tensor") and np.asarray(v).dtype != np.float32:
+                problems.append(f"attribute {key} of type {np.asarray(v).dtype} is not "
+                                f"supported: onnxruntime takes double thresholds and weights "
+                                f"with double inputs only, and mlcc compiles float32 trees "
+                                f"(convert the model with float inputs)")
+        return problems
+
+    def targets(self, node: Node) -> int:
+        raise NotImplementedError
+
+    def input_shape(self, node, x):
+        require_dtype(node, [x], ["float32"])
+        if len(x.shape) not in (1, 2):
+            raise ModelError(f"{describe(node)}: input {list(x.shape)} is not [N, F] or [F]")
+        rows = x.shape[0] if len(x.shape) == 2 else 1
+        return rows, x.shape[-1]
+
+    def base(self, node: Node, allowed: tuple[int, ...]) -> np.ndarray:
+        b = attr_array(node, "base_values")
+        b = np.zeros(0) if b is None else b
+        if len(b) not in allowed:
+            raise UnsupportedError(f"{describe(node)}: {len(b)} base_values for "
+                                   f"{self.targets(node)} {self.prefix}s are not supported "
+                                   f"(supported: {', '.join(map(str, allowed))})")
+        return b.astype(np.float32)
+
+    def emit(self, node: Node, lo: Lowering, flat: Flat, base: np.ndarray, *, rows: int,
+             features: int, aggregate: str, classifier: dict | None) -> None:
+        name = node.name
+        targets = self.targets(node)
+        consts = [lo.add_const(f"{name}.roots", flat.roots),
+                  lo.add_const(f"{name}.nodes", flat.nodes),
+                  lo.add_const(f"{name}.thresholds", flat.thresholds),
+                  lo.add_const(f"{name}.weight_target", flat.weight_target),
+                  lo.add_const(f"{name}.weight_value", flat.weight_value),
+                  lo.add_const(f"{name}.base", base) if len(base) else ""]
+        if classifier:
+            labels = lo.add_const(f"{name}.labels", classifier["labels"])
+            outs = list(node.outputs)
+        else:
+            labels, outs = "", ["", node.outputs[0]]
+        lo.call("mlcc_f32_tree_ensemble",
+                [node.inputs[0], *consts, labels, *outs], [o for o in outs if o],
+                params_type="mlcc_tree_ensemble_params",
+                params={"rows": rows, "features": features, "targets": targets,
+                        "trees": len(flat.roots), "max_depth": flat.max_depth,
+                        "aggregate": Enum(AGGREGATES[aggregate]),
+                        "post": Enum(POST_TRANSFORMS[post_transform(node)]),
+                        "n_base": len(base), "classifier": int(bool(classifier)),
+                        "binary_case": int(bool(classifier and classifier["binary"])),
+                        "all_positive": int(bool(classifier and classifier["positive"]))},
+                scratch_bytes=rows * targets, pool=True)
+
+    def flops(self, node, g):
+        return 0
+
+
+@register("TreeEnsembleRegressor", domain=ML)
+class TreeEnsembleRegressor(_TreeEnsemble):
+    """Y [N, n_targets] float32 from X [N, F] float32."""
+    prefix = "target"
+    attributes = {**_TreeEnsemble.common, "n_targets": lambda v: v >= 1,
+                  "aggregate_function": lambda v: text(v) in AGGREGATES,
+                  "target_ids": None, "target_nodeids": None, "target_treeids": None,
+                  "target_weights": None, "target_weights_as_tensor": None}
+
+    def check(self, node):
+        problems = super().check(node)
+        if int(node.attr("n_targets", 1)) == 1 and post_transform(node) not in ("NONE",
+                                                                                "PROBIT"):
+            problems.append(f"post_transform {post_transform(node)} with one target is not "
+                            f"supported: onnxruntime ignores it and the ONNX reference applies "
+                            f"it, so the model has no one answer")
+        return problems
+
+    def targets(self, node):
+        return int(node.attr("n_targets", 1))
+
+    def infer(self, node, ins, g):
+        rows, _ = self.input_shape(node, ins[0])
+        return [("float32", (rows, self.targets(node)))]
+
+    def lower(self, node, lo):
+        rows, features = self.input_shape(node, lo.value(node.inputs[0]))
+        flat = flatten(node, "target", features, self.targets(node))
+        base = self.base(node, (0, self.targets(node)))
+        self.emit(node, lo, flat, base, rows=rows, features=features,
+                  aggregate=text(node.attr("aggregate_function", "SUM")), classifier=None)
+
+
+@register("TreeEnsembleClassifier", domain=ML)
+class TreeEnsembleClassifier(_TreeEnsemble):
+    """Y [N] int64 labels and Z [N, classes] float32 scores from X [N, F] float32; int64
+    class labels (string labels are refused: convert with integer labels)."""
+    prefix = "class"
+    attributes = {**_TreeEnsemble.common, "classlabels_int64s": None,
+                  "classlabels_strings": None, "class_ids": None, "class_nodeids": None,
+                  "class_treeids": None, "class_weights": None,
+                  "class_weights_as_tensor": None}
+
+    def check(self, node):
+        problems = super().check(node)
+        if node.attr("classlabels_strings") is not None:
+            problems.append(
+                f"string class labels (classlabels_strings): {refusal(STRINGS)}; convert the "
+                f"model with integer labels (e.g. fit on the label indices and map them back "
+                f"after the call)")
+        elif len(node.attr("classlabels_int64s") or []) < 2:
+            problems.append("a classifier needs classlabels_int64s of two classes or more")
+        elif len(node.attr("classlabels_int64s")) == 2 and post_transform(node) == "PROBIT":
+            problems.append("post_transform PROBIT with two classes is not supported "
+                            "(onnxruntime then writes one of the two score columns)")
+        return problems
+
+    def targets(self, node):
+        return len(node.attr("classlabels_int64s") or [])
+
+    def infer(self, node, ins, g):
+        rows, _ = self.input_shape(node, ins[0])
+        return [("int64", (rows,)), ("float32", (rows, self.targets(node)))]
+
+    def lower(self, node, lo):
+        rows, features = self.input_shape(node, lo.value(node.inputs[0]))
+        classes = self.targets(node)
+        flat = flatten(node, "class", features, classes)
+        base = self.base(node, (0, classes) if classes > 2 else (0, 1, 2))
+        weights = attr_array(node, "class_weights")
+        ids = {int(v) for v in node.attr("class_ids")}
+        self.emit(node, lo, flat, base, rows=rows, features=features, aggregate="SUM",
+                  classifier={"labels": np.array(node.attr("classlabels_int64s"), np.int64),
+                              "binary": classes == 2 and len(ids) == 1,
+                              "positive": bool(np.all(weights >= 0))})

@@ -1,0 +1,223 @@
+#include "trees.h"
+
+float mlcc_ml_logistic(float v) {
+    const float e = 1.0f / (1.0f + expf(-fabsf(v)));
+    return v < 0.0f ? 1.0f - e : e;
+}
+
+/* sqrt(2) * erfinv(2v - 1), erfinv by Winitzki's closed form with a = 0.147 (the
+ * approximation onnxruntime uses, so that PROBIT outputs agree with it). */
+float mlcc_ml_probit(float v) {
+    const float a = 0.147f, pi = 3.14159f;
+    float x = 2.0f * v - 1.0f;
+    const float sgn = x < 0.0f ? -1.0f : 1.0f;
+    const float ln = logf((1.0f - x) * (1.0f + x));
+    const float t = 2.0f / (pi * a) + 0.5f * ln;
+    x = sgn * sqrtf(-t + sqrtf(t * t - ln / a));
+    return 1.41421356f * x;
+}
+
+void mlcc_ml_post_transform(int post, float *s, ptrdiff_t n) {
+    ptrdiff_t i;
+    float mx = -3.402823466e38f, sum = 0.0f;
+    switch (post) {
+    case MLCC_ML_POST_LOGISTIC:
+        for (i = 0; i < n; i++) s[i] = mlcc_ml_logistic(s[i]);
+        break;
+    case MLCC_ML_POST_PROBIT:
+        for (i = 0; i < n; i++) s[i] = mlcc_ml_probit(s[i]);
+        break;
+    case MLCC_ML_POST_SOFTMAX:
+        for (i = 0; i < n; i++) mx = s[i] > mx ? s[i] : mx;
+        for (i = 0; i < n; i++) {
+            s[i] = expf(s[i] - mx);
+            sum += s[i];
+        }
+        for (i = 0; i < n; i++) s[i] /= sum;
+        break;
+    case MLCC_ML_POST_SOFTMAX_ZERO: {
+        /* scores of (nearly) 0 stay 0 after the exponential: "no score" */
+        float scale;
+        for (i = 0; i < n; i++) mx = s[i] > mx ? s[i] : mx;
+        scale = expf(-mx);
+        for (i = 0; i < n; i++) {
+            if (s[i] > 1e-7f || s[i] < -1e-7f) {
+                s[i] = expf(s[i] - mx);
+                sum += s[i];
+            } else {
+                s[i] *= scale;
+            }
+        }
+        for (i = 0; i < n; i++) s[i] /= sum;
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* The two score columns of a two-class classifier that has one score s, as onnxruntime
+ * writes them: with LOGISTIC logistic(-s), logistic(s); otherwise, for weights all positive
+ * (which = 0 or 1: a probability) 1 - s, s, for mixed weights (which = 2 or 3: a margin)
+ * -s, s; which = -1 (two class ids, the second without a score in this row): s, 0. */
+static void binary_scores(float sc, int post, int which, float *out) {
+    if (which >= 0 && post == MLCC_ML_POST_LOGISTIC) {
+        out[0] = mlcc_ml_logistic(-sc);
+        out[1] = mlcc_ml_logistic(sc);
+    } else if (which == 0 || which == 1) {
+        out[0] = 1.0f - sc;
+        out[1] = sc;
+    } else if (which >= 2) {
+        out[0] = -sc;
+        out[1] = sc;
+    } else {
+        out[0] = sc;
+        out[1] = 0.0f;
+    }
+}
+
+/* Rows r0 .. r1 - 1: float comparisons and sums (onnxruntime's threshold type for float
+ * inputs), each row's scores its own accumulators, then the post transform. */
+typedef struct trees_job {
+    const mlcc_tree_ensemble_params *p;
+    const float *x;
+    const int32_t *roots, *nodes, *weight_target;
+    const float *thresholds, *weight_value, *base;
+    const int64_t *labels;
+    int64_t *label;
+    float *scores;
+    unsigned char *has;
+} trees_job;
+
+static void tree_rows(void *arg, ptrdiff_t r0, ptrdiff_t r1) {
+    const trees_job *j = (const trees_job *)arg;
+    const mlcc_tree_ensemble_params *p = j->p;
+    const ptrdiff_t c = (ptrdiff_t)p->targets, nb = (ptrdiff_t)p->n_base;
+    ptrdiff_t r, t, k, w;
+    for (r = r0; r < r1; r++) {
+        const float *xr = j->x + r * (ptrdiff_t)p->features;
+        float *s = j->scores + r * c;      /* the row's scores, summed in place */
+        unsigned char *h = j->has + r * c;
+        for (k = 0; k < c; k++) {
+            s[k] = 0.0f;
+            h[k] = 0;
+        }
+        for (t = 0; t < (ptrdiff_t)p->trees; t++) {
+            const int32_t *nd = j->nodes + 4 * (ptrdiff_t)j->roots[t];
+            ptrdiff_t end;
+            while ((nd[3] & 7) != MLCC_TREE_LEAF) {
+                const float v = xr[nd[0]];
+                const float th = j->thresholds[(nd - j->nodes) / 4];
+                int go;
+                switch (nd[3] & 7) {
+                case MLCC_TREE_LEQ: go = v <= th; break;
+                case MLCC_TREE_LT: go = v < th; break;
+                case MLCC_TREE_GTE: go = v >= th; break;
+                case MLCC_TREE_GT: go = v > th; break;
+                case MLCC_TREE_EQ: go = v == th; break;
+                default: go = v != th; break;
+                }
+                if (!go && (nd[3] & MLCC_TREE_MISSING_TRUE) && v != v) go = 1;
+                nd = j->nodes + 4 * (ptrdiff_t)(go ? nd[1] : nd[2]);
+            }
+            end = (ptrdiff_t)nd[0] + (ptrdiff_t)nd[1];
+            for (w = nd[0]; w < end; w++) {
+                const ptrdiff_t i = j->weight_target[w];
+                const float val = j->weight_value[w];
+                if (p->aggregate == MLCC_TREE_MIN)
+                    s[i] = (!h[i] || val < s[i]) ? val : s[i];
+                else if (p->aggregate == MLCC_TREE_MAX)
+                    s[i] = (!h[i] || val > s[i]) ? val : s[i];
+                else
+                    s[i] += val;
+                h[i] = 1;
+            }
+        }
+        if (!p->classifier) {
+            for (k = 0; k < c; k++) {
+                float v = s[k];
+                if (p->aggregate == MLCC_TREE_AVERAGE) v /= (float)p->trees;
+                if (p->aggregate >= MLCC_TREE_MIN && !h[k]) v = 0.0f;
+                s[k] = nb ? v + j->base[k] : v;
+            }
+            /* one target: onnxruntime applies PROBIT only */
+            if (c > 1 || p->post == MLCC_ML_POST_PROBIT)
+                mlcc_ml_post_transform(p->post, s, c);
+        } else if (c > 2) {
+            ptrdiff_t best = -1;
+            for (k = 0; k < nb; k++) {
+                s[k] = h[k] ? s[k] + j->base[k] : j->base[k];
+                h[k] = 1;
+            }
+            for (k = 0; k < c; k++)
+                if (h[k] && (best < 0 || s[k] > s[best])) best = k;
+            j->label[r] = j->labels[best < 0 ? 0 : best];
+            mlcc_ml_post_transform(p->post, s, c);
+        } else {
+            /* two classes: onnxruntime's rules, one score column or two */
+            int two = 1, which = -1;
+            float s1 = 0, pos;
+            if (nb == 2) {
+                if (h[1]) {
+                    s[1] = j->base[1] + s[0];
+                    s[0] = -s[1];
+                } else {
+                    s[1] += j->base[1];
+                    s[0] += j->base[0];
+                }
+            } else if (nb == 1) {
+                s[0] += j->base[0];
+                two = h[1];
+            } else {
+                which = 3;
+                two = h[1];
+            }
+            if (two && h[1]) s1 = s[1];
+            pos = (two && h[1]) ? s1 : (h[0] ? s[0] : 0.0f);
+            if (p->binary_case) {
+                if (p->all_positive)
+                    which = pos > 0.5f ? 0 : 1;
+                else
+                    which = pos > 0.0f ? 2 : 3;
+                j->label[r] = j->labels[which == 0 || which == 2];
+            } else {
+                j->label[r] = pos > 0.0f ? 1 : 0;
+            }
+            if (two) {
+                /* a class no leaf gave a score to is written as 0 (base values ignored) */
+                for (k = 0; k < 2; k++)
+                    if (!h[k]) s[k] = 0.0f;
+                mlcc_ml_post_transform(p->post, s, 2);
+            }
+            else
+                binary_scores(s[0], p->post, which, s);
+        }
+    }
+}
+
+/* Each row walks about trees x depth nodes: the work the parallel cut weighs. */
+static double tree_work(const mlcc_tree_ensemble_params *p) {
+    return (double)p->rows * (double)p->trees * (double)(p->max_depth + 1);
+}
+
+void mlcc_f32_tree_ensemble(const mlcc_tree_ensemble_params *p, const float *x,
+                            const int32_t *roots, const int32_t *nodes, const float *thresholds,
+                            const int32_t *weight_target, const float *weight_value,
+                            const float *base, const int64_t *labels, int64_t *label,
+                            float *scores, void *scratch, mlcc_threadpool *pool) {
+    trees_job j;
+    j.p = p;
+    j.x = x;
+    j.roots = roots;
+    j.nodes = nodes;
+    j.weight_target = weight_target;
+    j.thresholds = thresholds;
+    j.weight_value = weight_value;
+    j.base = base;
+    j.labels = labels;
+    j.label = label;
+    j.scores = scores;
+    j.has = (unsigned char *)scratch;
+    mlcc_parallel_ranges(pool, tree_rows, &j, (ptrdiff_t)p->rows, tree_work(p),
+                         (double)MLCC_MIN_PARALLEL_ELEMENTS);
+}
