@@ -219,3 +219,215 @@ def test_tree_binary_classifier(tmp_path, class_id, n_base, weights, post):
     model = classifier(a, 13, 7, [-3, 11], post_transform=post, **b)
     check_model(model, {"X": features(13, 7, seed=7)}, tmp_path)
 
+
+
+# ------------------------------------------------------------------ models trained here
+
+def fit_tree(x: np.ndarray, grad: np.ndarray, hess: np.ndarray, depth: int, min_rows: int = 4):
+    """A regression tree as gradient boosting grows it (the split of the best gain, midpoints
+    between sorted values as thresholds, leaf = -sum(grad) / sum(hess)): nested tuples
+    ("split", feature, threshold, left, right) or ("leaf", values)."""
+    def leaf(rows):
+        return ("leaf", -grad[rows].sum(0) / max(hess[rows].sum(), 1e-9))
+
+    def grow(rows, d):
+        if d == depth or len(rows) < 2 * min_rows:
+            return leaf(rows)
+        g_all, h_all = grad[rows].sum(0), hess[rows].sum()
+        best = None
+        for f in range(x.shape[1]):
+            order = rows[np.argsort(x[rows, f], kind="stable")]
+            v = x[order, f]
+            g, h = np.cumsum(grad[order], 0), np.cumsum(hess[order])
+            for i in range(min_rows - 1, len(order) - min_rows):
+                if v[i] == v[i + 1]:
+                    continue
+                gain = ((g[i] ** 2).sum() / h[i] + ((g_all - g[i]) ** 2).sum() / (h_all - h[i]))
+                if best is None or gain > best[0]:
+                    best = (gain, f, np.float32((v[i] + v[i + 1]) / 2))
+        if best is None:
+            return leaf(rows)
+        _, f, t = best
+        left = rows[x[rows, f] <= t]
+        right = rows[x[rows, f] > t]
+        return ("split", f, t, grow(left, d + 1), grow(right, d + 1))
+    return grow(np.arange(len(x)), 0)
+
+
+def tree_attrs(trees: list, scale: float = 1.0) -> dict:
+    """The trees as TreeEnsemble attributes (BRANCH_LEQ, node ids in preorder)."""
+    a = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_modes", "nodes_featureids",
+                         "nodes_values", "nodes_truenodeids", "nodes_falsenodeids", "w_ids",
+                         "w_nodeids", "w_treeids", "w_weights")}
+    for tid, tree in enumerate(trees):
+        counter = [0]
+
+        def emit(t):
+            nid = counter[0]
+            counter[0] += 1
+            a["nodes_treeids"].append(tid)
+            a["nodes_nodeids"].append(nid)
+            at = len(a["nodes_modes"])
+            a["nodes_modes"].append("LEAF" if t[0] == "leaf" else "BRANCH_LEQ")
+            for k in ("nodes_featureids", "nodes_values", "nodes_truenodeids",
+                      "nodes_falsenodeids"):
+                a[k].append(0)
+            if t[0] == "leaf":
+                for c, v in enumerate(np.atleast_1d(t[1])):
+                    a["w_ids"].append(c)
+                    a["w_nodeids"].append(nid)
+                    a["w_treeids"].append(tid)
+                    a["w_weights"].append(float(v) * scale)
+            else:
+                a["nodes_featureids"][at] = int(t[1])
+                a["nodes_values"][at] = float(t[2])
+                a["nodes_truenodeids"][at] = emit(t[3])
+                a["nodes_falsenodeids"][at] = emit(t[4])
+            return nid
+        emit(tree)
+    return a
+
+
+def two_moons(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, n)
+    t = rng.uniform(0, np.pi, n)
+    x = np.stack([np.cos(t) + y * 1.0, np.sin(t) * (1 - 2 * y) + y * 0.4,
+                  *rng.standard_normal((3, n)) * 0.3], 1)
+    return (x + rng.standard_normal(x.shape) * 0.15).astype(np.float32), y
+
+
+def test_gradient_boosted_classifier_trained_here(tmp_path):
+    """30 boosting rounds of depth-3 trees on logistic loss, written as converters write
+    binary gradient boosting (one class id, the prior as base value, LOGISTIC): labels and
+    probabilities as onnxruntime's, and the model learned something."""
+    x, y = two_moons(400, seed=1)
+    prior = float(np.log(y.mean() / (1 - y.mean())))
+    margin = np.full(len(x), prior)
+    trees = []
+    for _ in range(30):
+        p = 1 / (1 + np.exp(-margin))
+        tree = fit_tree(x, (p - y)[:, None], p * (1 - p), depth=3)
+        trees.append(tree)
+        def predict(t, row):
+            while t[0] == "split":
+                t = t[3] if row[t[1]] <= t[2] else t[4]
+            return float(t[1][0])
+        margin += 0.3 * np.array([predict(tree, r) for r in x])
+    a = tree_attrs(trees, scale=0.3)
+    a["w_ids"] = [0] * len(a["w_ids"])
+    x_test, y_test = two_moons(13, seed=2)
+    model = classifier(a, 13, 5, [0, 1], post_transform="LOGISTIC", base_values=[prior])
+    got = check_model(model, {"X": x_test}, tmp_path)
+    assert (got["L"] == y_test).mean() >= 0.75
+
+
+def test_random_forest_regressor_trained_here(tmp_path):
+    """A forest of 20 bootstrapped depth-6 trees over 3 targets, AVERAGE: as onnxruntime."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((300, 7)).astype(np.float32)
+    y = np.stack([np.sin(x[:, 0]) + x[:, 1], x[:, 2] * x[:, 3], np.abs(x[:, 4])], 1)
+    trees = []
+    for _ in range(20):
+        rows = rng.integers(0, len(x), len(x))
+        trees.append(fit_tree(x[rows], -y[rows], np.ones(len(rows)), depth=6))
+    a = tree_attrs(trees)
+    x_test = rng.standard_normal((13, 7)).astype(np.float32)
+    model = regressor(a, 13, 7, 3, aggregate_function="AVERAGE")
+    got = check_model(model, {"X": x_test}, tmp_path)["Y"]
+    want = np.stack([np.sin(x_test[:, 0]) + x_test[:, 1], x_test[:, 2] * x_test[:, 3],
+                     np.abs(x_test[:, 4])], 1)
+    assert np.corrcoef(got[:, 0], want[:, 0])[0, 1] > 0.7
+
+
+# ------------------------------------------------------------------ refusals
+
+def compile_error(model: onnx.ModelProto, tmp_path) -> str:
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    with pytest.raises(MlccError) as info:
+        mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", target="x86")
+    return info.value.message
+
+
+def simple_trees() -> dict:
+    return random_trees(np.random.default_rng(0), 2, 2, 3, 2, per_leaf=2)
+
+
+@pytest.mark.parametrize("change,words", [
+    (dict(classlabels_strings=["a", "b"]), ["string class labels", "refused: strings",
+                                            "integer labels"]),
+    (dict(post_transform="PROBIT"), ["PROBIT with two classes"]),
+    (dict(base_values=[0.1, 0.2, 0.3]), ["3 base_values"]),
+])
+def test_tree_classifier_refusals(tmp_path, change, words):
+    a = with_prefix(simple_trees(), "class")
+    attrs = {"classlabels_int64s": [0, 1], **a, **change}
+    if "classlabels_strings" in change:
+        del attrs["classlabels_int64s"]
+    node = helper.make_node("TreeEnsembleClassifier", ["X"], ["L", "S"], name="forest",
+                            domain=ML, **attrs)
+    model = ml_model([node], {"X": np.zeros((4, 3), np.float32)},
+                     {"L": (TensorProto.INT64 if "classlabels_strings" not in change
+                            else TensorProto.STRING, [4]), "S": (TensorProto.FLOAT, [4, 2])})
+    message = compile_error(model, tmp_path)
+    assert "'forest' (TreeEnsembleClassifier" in message
+    for w in words:
+        assert w in message, message
+
+
+@pytest.mark.parametrize("change,words", [
+    (dict(post_transform="LOGISTIC"), ["LOGISTIC with one target", "no one answer"]),
+    (dict(tensors=np.float64), ["nodes_values_as_tensor of type float64", "float inputs"]),
+    (dict(nodes_truenodeids="cycle"), ["has a cycle"]),
+    (dict(nodes_featureids="outside"), ["reads feature 9 of rows of 3"]),
+])
+def test_tree_regressor_refusals(tmp_path, change, words):
+    a = simple_trees()
+    if change.get("nodes_truenodeids") == "cycle":      # the root its own true branch
+        a["nodes_truenodeids"][0] = a["nodes_nodeids"][0]
+        change = {}
+    elif change.get("nodes_featureids") == "outside":
+        a["nodes_featureids"][0] = 9
+        change = {}
+    model = regressor(a, 4, 3, 1 if "post_transform" in change else 2, **change)
+    model.graph.node[0].name = "forest"
+    message = compile_error(model, tmp_path)
+    assert "'forest' (TreeEnsembleRegressor" in message
+    for w in words:
+        assert w in message, message
+
+
+@pytest.mark.parametrize("as_output", [True, False])
+def test_zipmap_is_refused_with_the_way_around_it(tmp_path, as_output):
+    """ZipMap (a sequence of maps) is refused naming the tensor to read instead, and whether
+    it is a graph output; through the CLI, one line and exit code 3."""
+    from click.testing import CliRunner
+    from mlcc.cli import main
+    a = with_prefix(simple_trees(), "class")
+    forest = helper.make_node("TreeEnsembleClassifier", ["X"], ["label", "probabilities"],
+                              domain=ML, classlabels_int64s=[0, 1], **a)
+    zipmap = helper.make_node("ZipMap", ["probabilities"], ["output_probability"],
+                              domain=ML, classlabels_int64s=[0, 1], name="zip")
+    if as_output:       # the sequence of maps as converters declare it
+        seq = helper.make_value_info("output_probability", helper.make_sequence_type_proto(
+            helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(
+                TensorProto.FLOAT, []))))
+        graph = helper.make_graph(
+            [forest, zipmap], "ml", [helper.make_tensor_value_info("X", TensorProto.FLOAT,
+                                                                   [4, 3])],
+            [helper.make_tensor_value_info("label", TensorProto.INT64, [4]), seq])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                        helper.make_opsetid(ML, 3)])
+        model.ir_version = 9
+    else:
+        model = ml_model([forest, zipmap], {"X": np.zeros((4, 3), np.float32)},
+                         {"label": (TensorProto.INT64, [4])})
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    r = CliRunner().invoke(main, ["compile", str(tmp_path / "m.onnx"), "-o",
+                                  str(tmp_path / "out")])
+    assert r.exit_code == 3, r.output
+    assert "Traceback" not in r.output
+    message = r.output
+    assert "'zip' (ZipMap" in message and "refused: sequences and optionals" in message
+    assert "'zipmap': False" in message and "'probabilities' instead" in message
+    assert ("'output_probability' is a graph output" in message) == as_output
