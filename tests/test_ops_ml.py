@@ -431,3 +431,156 @@ def test_zipmap_is_refused_with_the_way_around_it(tmp_path, as_output):
     assert "'zip' (ZipMap" in message and "refused: sequences and optionals" in message
     assert "'zipmap': False" in message and "'probabilities' instead" in message
     assert ("'output_probability' is a graph output" in message) == as_output
+
+
+# ------------------------------------------------------------------ the other operators
+
+def check_ml(tmp_path, op: str, feeds: dict, outs: dict, *, ml_opset=3, n_out=None,
+             initializers=None, **attrs):
+    node = helper.make_node(op, list(feeds) + list(initializers or {}), list(outs), domain=ML,
+                            name=op.lower(), **attrs)
+    model = ml_model([node], feeds, outs, ml_opset=ml_opset, initializers=initializers)
+    return check_model(model, feeds, tmp_path)
+
+
+@pytest.mark.parametrize("rows,n_features,targets,post", [
+    (1, 1, 1, "NONE"), (13, 7, 1, "NONE"), (13, 7, 3, "SOFTMAX"), (13, 7, 2, "LOGISTIC"),
+    (1, 7, 3, "SOFTMAX_ZERO"), (13, 7, 1, "PROBIT"), (13, 7, 2, "PROBIT")])
+def test_linear_regressor(tmp_path, rows, n_features, targets, post):
+    rng = np.random.default_rng(rows + targets)
+    x = rng.standard_normal((rows, n_features)).astype(np.float32)
+    if post == "PROBIT":        # of probabilities
+        x = np.abs(x) / n_features / 4
+    check_ml(tmp_path, "LinearRegressor", {"X": x},
+             {"Y": (TensorProto.FLOAT, [rows, targets])}, targets=targets, post_transform=post,
+             coefficients=list(rng.uniform(0, 1, targets * n_features) if post == "PROBIT"
+                               else rng.standard_normal(targets * n_features)),
+             intercepts=list(rng.uniform(0.1, 0.3, targets) if post == "PROBIT"
+                             else rng.standard_normal(targets)))
+
+
+@pytest.mark.parametrize("rows,n_features,labels,post", [
+    (1, 1, [4, 9, 2], "NONE"), (13, 7, [0, 1, 2, 3, 4], "SOFTMAX"), (13, 7, [3, 8], "NONE"),
+    (13, 7, [3, 8, 9], "LOGISTIC"), (13, 7, [-1, 1], "LOGISTIC"), (13, 1, [0, 1], "NONE")])
+def test_linear_classifier(tmp_path, rows, n_features, labels, post):
+    """Several classes, two classes with two coefficient rows, and the binary form (one row,
+    two labels: the last two cases)."""
+    rng = np.random.default_rng(rows * 7 + len(labels))
+    rows_of_coef = 1 if labels in ([-1, 1], [0, 1]) else len(labels)
+    x = rng.standard_normal((rows, n_features)).astype(np.float32)
+    check_ml(tmp_path, "LinearClassifier", {"X": x},
+             {"L": (TensorProto.INT64, [rows]),
+              "S": (TensorProto.FLOAT, [rows, max(2, rows_of_coef)])},
+             classlabels_ints=labels, post_transform=post, multi_class=0,
+             coefficients=list(rng.standard_normal(rows_of_coef * n_features)),
+             intercepts=list(rng.standard_normal(rows_of_coef)))
+
+
+@pytest.mark.parametrize("shape,per_feature", [((1,), False), ((13, 7), True),
+                                               ((13, 7), False), ((1, 1), True)])
+def test_scaler_imputer_binarizer(tmp_path, shape, per_feature):
+    rng = np.random.default_rng(len(shape))
+    x = rng.choice(GRID, size=shape).astype(np.float32)
+    x[rng.random(shape) < 0.2] = np.nan
+    f = shape[-1] if per_feature else 1
+    out = {"Y": (TensorProto.FLOAT, list(shape))}
+    check_ml(tmp_path / "s", "Scaler", {"X": x}, out, offset=list(rng.standard_normal(f)),
+             scale=list(rng.uniform(0.5, 2, f)))
+    # onnxruntime fails on NaN, the ONNX reference gives 0 (NaN > t is false): so does mlcc
+    check_ml(tmp_path / "b", "Binarizer", {"X": np.nan_to_num(x, nan=0.5)}, out, threshold=0.5)
+    got = compile_and_run(ml_model([helper.make_node("Binarizer", ["X"], ["Y"], domain=ML,
+                                                     threshold=0.5)], {"X": x}, out),
+                          {"X": x}, tmp_path / "nan")
+    np.testing.assert_array_equal(got["Y"], (x > 0.5).astype(np.float32))
+    got = check_ml(tmp_path / "n", "Imputer", {"X": x}, out,
+                   imputed_value_floats=list(rng.standard_normal(f)),
+                   replaced_value_float=float("nan"))
+    assert not np.isnan(got["Y"]).any()
+    check_ml(tmp_path / "v", "Imputer", {"X": x}, out, imputed_value_floats=[9.0] * f,
+             replaced_value_float=0.5)
+
+
+@pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])
+@pytest.mark.parametrize("shape", [(1, 1), (13, 7), (1, 7)])
+def test_normalizer(tmp_path, norm, shape):
+    x = np.random.default_rng(shape[0]).standard_normal(shape).astype(np.float32)
+    x[0, 0] = 3.5       # a positive maximum in every row 0
+    check_ml(tmp_path, "Normalizer", {"X": x}, {"Y": (TensorProto.FLOAT, list(shape))},
+             norm=norm)
+
+
+@pytest.mark.parametrize("dtype,shape,idx", [
+    (np.float32, (13, 7), [6, 0, 3, 3]), (np.int64, (2, 3, 5), [4]),
+    (np.float32, (7,), [1, 5])])
+def test_array_feature_extractor(tmp_path, dtype, shape, idx):
+    x = (np.random.default_rng(1).standard_normal(shape) * 10).astype(dtype)
+    out_shape = (list(shape[:-1]) if len(shape) > 1 else [1]) + [len(idx)]
+    check_ml(tmp_path, "ArrayFeatureExtractor", {"X": x},
+             {"Y": (helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), out_shape)},
+             initializers={"I": np.array(idx, np.int64)})
+
+
+def test_array_feature_extractor_runtime_index_out_of_range(tmp_path):
+    x = np.zeros((3, 5), np.float32)
+    node = helper.make_node("ArrayFeatureExtractor", ["X", "I"], ["Y"], domain=ML)
+    model = ml_model([node], {"X": x, "I": np.array([1, 2], np.int64)},
+                     {"Y": (TensorProto.FLOAT, [3, 2])})
+    got = compile_and_run(model, {"X": x + 1, "I": np.array([4, 0], np.int64)}, tmp_path)
+    assert (got["Y"] == 1).all()
+    with pytest.raises(Exception, match="out of range|OUT_OF_RANGE|index"):
+        compile_and_run(model, {"X": x, "I": np.array([5, 0], np.int64)}, tmp_path)
+
+
+@pytest.mark.parametrize("shape,zeros", [((13,), 1), ((13, 3), 1), ((1,), 0)])
+def test_one_hot_encoder(tmp_path, shape, zeros):
+    x = np.random.default_rng(5).choice([3, -2, 7, 11, 5], size=shape).astype(np.int64)
+    cats = [7, -2, 3, 11] + ([5] if not zeros else [])
+    check_ml(tmp_path, "OneHotEncoder", {"X": x},
+             {"Y": (TensorProto.FLOAT, list(shape) + [len(cats)])}, cats_int64s=cats,
+             zeros=zeros)
+
+
+@pytest.mark.parametrize("case", ["i2i", "i2f", "f2i", "f2f", "tensor"])
+def test_label_encoder(tmp_path, case):
+    rng = np.random.default_rng(3)
+    if case.startswith("i"):
+        x = rng.choice([5, -1, 9, 100, 2, 7], size=(13,)).astype(np.int64)
+        keys = {"keys_int64s": [9, 5, 2, -1]}
+    else:
+        x = rng.choice([0.5, -1.0, 2.25, 3.0, np.nan], size=(13, 3)).astype(np.float32)
+        keys = {"keys_floats": [2.25, 0.5, -1.0, float("nan")]}
+    if case.endswith("2i"):
+        values, out = {"values_int64s": [10, 20, 30, 40], "default_int64": -7}, TensorProto.INT64
+    else:
+        values, out = {"values_floats": [0.1, 0.2, 0.3, 0.4]}, TensorProto.FLOAT
+    if case == "tensor":      # opset 4
+        keys = {"keys_tensor": numpy_helper.from_array(np.array([9, 5, 2, -1], np.int64))}
+        values = {"values_tensor": numpy_helper.from_array(np.array([1.5, 2, 3, 4], np.float32)),
+                  "default_tensor": numpy_helper.from_array(np.array([8.5], np.float32))}
+        x = rng.choice([5, -1, 9, 100, 2, 7], size=(13,)).astype(np.int64)
+        out = TensorProto.FLOAT
+    check_ml(tmp_path, "LabelEncoder", {"X": x}, {"Y": (out, list(x.shape))},
+             ml_opset=4 if case == "tensor" else 2, **keys, **values)
+
+
+@pytest.mark.parametrize("op,attrs,words", [
+    ("LabelEncoder", dict(keys_strings=["a"], values_int64s=[1]), "refused: strings"),
+    ("OneHotEncoder", dict(cats_strings=["a"]), "refused: strings"),
+    ("LinearClassifier", dict(classlabels_strings=["a", "b"], coefficients=[1.0],
+                              intercepts=[0.0]), "integer labels"),
+    ("Normalizer", dict(norm="L3"), "norm='L3' is not supported"),
+    ("LinearRegressor", dict(coefficients=[1.0], post_transform="LOGISTIC"),
+     "LOGISTIC with one target"),
+])
+def test_other_refusals(tmp_path, op, attrs, words):
+    x = np.zeros((2, 1), np.int64 if op == "OneHotEncoder" else np.float32)
+    node = helper.make_node(op, ["X"], ["Y"] + (["S"] if op == "LinearClassifier" else []),
+                            domain=ML, name="n", **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(
+        "X", helper.np_dtype_to_tensor_dtype(x.dtype), [2, 1])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, [2]) for o in node.output])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid(ML, 2)])
+    model.ir_version = 9
+    message = compile_error(model, tmp_path)
+    assert f"'n' ({op}" in message and words in message, message

@@ -53,6 +53,16 @@ def post_transform(node: Node) -> str:
     return text(node.attr("post_transform", "NONE"))
 
 
+def one_target_post(node: Node, targets: int) -> list[str]:
+    """The refusal of a regressor's post transform that onnxruntime skips on one target (it
+    applies PROBIT only there; the ONNX text applies every transform)."""
+    if targets == 1 and post_transform(node) not in ("NONE", "PROBIT"):
+        return [f"post_transform {post_transform(node)} with one target is not supported: "
+                f"onnxruntime ignores it where the ONNX text applies it, so the model has no "
+                f"one answer"]
+    return []
+
+
 @dataclass
 class Flat:
     """The trees as the kernel reads them (runtime_c/kernels/trees.h)."""
@@ -248,13 +258,7 @@ class TreeEnsembleRegressor(_TreeEnsemble):
                   "target_weights": None, "target_weights_as_tensor": None}
 
     def check(self, node):
-        problems = super().check(node)
-        if int(node.attr("n_targets", 1)) == 1 and post_transform(node) not in ("NONE",
-                                                                                "PROBIT"):
-            problems.append(f"post_transform {post_transform(node)} with one target is not "
-                            f"supported: onnxruntime ignores it and the ONNX reference applies "
-                            f"it, so the model has no one answer")
-        return problems
+        return super().check(node) + one_target_post(node, int(node.attr("n_targets", 1)))
 
     def targets(self, node):
         return int(node.attr("n_targets", 1))

@@ -1,81 +1,5 @@
 #include "trees.h"
 
-float mlcc_ml_logistic(float v) {
-    const float e = 1.0f / (1.0f + expf(-fabsf(v)));
-    return v < 0.0f ? 1.0f - e : e;
-}
-
-/* sqrt(2) * erfinv(2v - 1), erfinv by Winitzki's closed form with a = 0.147 (the
- * approximation onnxruntime uses, so that PROBIT outputs agree with it). */
-float mlcc_ml_probit(float v) {
-    const float a = 0.147f, pi = 3.14159f;
-    float x = 2.0f * v - 1.0f;
-    const float sgn = x < 0.0f ? -1.0f : 1.0f;
-    const float ln = logf((1.0f - x) * (1.0f + x));
-    const float t = 2.0f / (pi * a) + 0.5f * ln;
-    x = sgn * sqrtf(-t + sqrtf(t * t - ln / a));
-    return 1.41421356f * x;
-}
-
-void mlcc_ml_post_transform(int post, float *s, ptrdiff_t n) {
-    ptrdiff_t i;
-    float mx = -3.402823466e38f, sum = 0.0f;
-    switch (post) {
-    case MLCC_ML_POST_LOGISTIC:
-        for (i = 0; i < n; i++) s[i] = mlcc_ml_logistic(s[i]);
-        break;
-    case MLCC_ML_POST_PROBIT:
-        for (i = 0; i < n; i++) s[i] = mlcc_ml_probit(s[i]);
-        break;
-    case MLCC_ML_POST_SOFTMAX:
-        for (i = 0; i < n; i++) mx = s[i] > mx ? s[i] : mx;
-        for (i = 0; i < n; i++) {
-            s[i] = expf(s[i] - mx);
-            sum += s[i];
-        }
-        for (i = 0; i < n; i++) s[i] /= sum;
-        break;
-    case MLCC_ML_POST_SOFTMAX_ZERO: {
-        /* scores of (nearly) 0 stay 0 after the exponential: "no score" */
-        float scale;
-        for (i = 0; i < n; i++) mx = s[i] > mx ? s[i] : mx;
-        scale = expf(-mx);
-        for (i = 0; i < n; i++) {
-            if (s[i] > 1e-7f || s[i] < -1e-7f) {
-                s[i] = expf(s[i] - mx);
-                sum += s[i];
-            } else {
-                s[i] *= scale;
-            }
-        }
-        for (i = 0; i < n; i++) s[i] /= sum;
-        break;
-    }
-    default:
-        break;
-    }
-}
-
-/* The two score columns of a two-class classifier that has one score s, as onnxruntime
- * writes them: with LOGISTIC logistic(-s), logistic(s); otherwise, for weights all positive
- * (which = 0 or 1: a probability) 1 - s, s, for mixed weights (which = 2 or 3: a margin)
- * -s, s; which = -1 (two class ids, the second without a score in this row): s, 0. */
-static void binary_scores(float sc, int post, int which, float *out) {
-    if (which >= 0 && post == MLCC_ML_POST_LOGISTIC) {
-        out[0] = mlcc_ml_logistic(-sc);
-        out[1] = mlcc_ml_logistic(sc);
-    } else if (which == 0 || which == 1) {
-        out[0] = 1.0f - sc;
-        out[1] = sc;
-    } else if (which >= 2) {
-        out[0] = -sc;
-        out[1] = sc;
-    } else {
-        out[0] = sc;
-        out[1] = 0.0f;
-    }
-}
-
 /* Rows r0 .. r1 - 1: float comparisons and sums (onnxruntime's threshold type for float
  * inputs), each row's scores its own accumulators, then the post transform. */
 typedef struct trees_job {
@@ -190,7 +114,7 @@ static void tree_rows(void *arg, ptrdiff_t r0, ptrdiff_t r1) {
                 mlcc_ml_post_transform(p->post, s, 2);
             }
             else
-                binary_scores(s[0], p->post, which, s);
+                mlcc_ml_binary_scores(s[0], p->post, which, s);
         }
     }
 }

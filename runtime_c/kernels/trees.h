@@ -16,7 +16,7 @@
 #ifndef MLCC_TREES_H
 #define MLCC_TREES_H
 
-#include "mlcc_kernel.h"
+#include "ml.h"
 
 enum mlcc_tree_mode {
     MLCC_TREE_LEQ = 0, MLCC_TREE_LT = 1, MLCC_TREE_GTE = 2, MLCC_TREE_GT = 3,
@@ -26,11 +26,6 @@ enum mlcc_tree_mode {
 
 enum mlcc_tree_aggregate {
     MLCC_TREE_SUM = 0, MLCC_TREE_AVERAGE = 1, MLCC_TREE_MIN = 2, MLCC_TREE_MAX = 3
-};
-
-enum mlcc_ml_post {
-    MLCC_ML_POST_NONE = 0, MLCC_ML_POST_LOGISTIC = 1, MLCC_ML_POST_SOFTMAX = 2,
-    MLCC_ML_POST_SOFTMAX_ZERO = 3, MLCC_ML_POST_PROBIT = 4
 };
 
 /* rows x features input; `targets` scores per row (the classes of a classifier). n_base: the
@@ -52,10 +47,5 @@ void mlcc_f32_tree_ensemble(const mlcc_tree_ensemble_params *p, const float *x,
                             const int32_t *weight_target, const float *weight_value,
                             const float *base, const int64_t *labels, int64_t *label,
                             float *scores, void *scratch, mlcc_threadpool *pool);
-/* The post transforms of the ai.onnx.ml operators on one row of n scores, in place, as
- * onnxruntime computes them (float). */
-float mlcc_ml_logistic(float v);
-float mlcc_ml_probit(float v);
-void mlcc_ml_post_transform(int post, float *s, ptrdiff_t n);
 
 #endif /* MLCC_TREES_H */
