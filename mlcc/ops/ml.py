@@ -26,7 +26,7 @@ def rows_features(node: Node, x) -> tuple[int, int]:
     """[N, F] or [F] (one row) as onnxruntime reads the input of the linear models."""
     require_dtype(node, [x], ["float32"])
     if len(x.shape) not in (1, 2):
-        raise ModelError(f"{describe(node)}: input {list(x.shape)} is not [N, F] or [F]")
+        raise ModelError(f"input {list(x.shape)} is not [N, F] or [F]")
     return (x.shape[0] if len(x.shape) == 2 else 1), x.shape[-1]
 
 
@@ -108,6 +108,8 @@ class LinearClassifier(_Linear):
             return problems
         labels = node.attr("classlabels_ints") or []
         targets = self.targets(node)
+        if targets == 0:
+            return ["LinearClassifier needs intercepts (one per class)"]
         if not (len(labels) == targets >= 2 or (targets == 1 and len(labels) == 2)):
             problems.append(f"{len(labels)} classlabels_ints for {targets} intercepts are not "
                             f"supported (one per score row, or two for one row)")
@@ -117,10 +119,7 @@ class LinearClassifier(_Linear):
         return problems
 
     def targets(self, node):
-        n = len(node.attr("intercepts") if node.attr("intercepts") is not None else [])
-        if n == 0:
-            raise ModelError(f"{describe(node)} needs intercepts (one per class)")
-        return n
+        return len(node.attr("intercepts") if node.attr("intercepts") is not None else [])
 
     def infer(self, node, ins, g):
         rows, _ = rows_features(node, ins[0])
@@ -133,14 +132,16 @@ class LinearClassifier(_Linear):
 
 
 class _Features(OpDef):
-    """Elementwise with a per-feature parameter: float32 [N, F] (or [F])."""
+    """Elementwise with a per-feature parameter (along the last axis): float32 of any rank
+    (a scalar is one feature)."""
 
     def infer(self, node, ins, g):
-        x = ins[0]
-        require_dtype(node, [x], ["float32"])
-        if len(x.shape) not in (1, 2):
-            raise ModelError(f"{describe(node)}: input {list(x.shape)} is not [N, F] or [F]")
-        return [("float32", tuple(x.shape))]
+        require_dtype(node, [ins[0]], ["float32"])
+        return [("float32", tuple(ins[0].shape))]
+
+    def features(self, lo: Lowering, node: Node) -> int:
+        shape = lo.value(node.inputs[0]).shape
+        return shape[-1] if shape else 1
 
     def per_feature(self, node: Node, arr: np.ndarray, features: int, what: str) -> np.ndarray:
         if arr.size not in (1, features):
@@ -150,7 +151,8 @@ class _Features(OpDef):
 
     def params(self, lo: Lowering, node: Node, n_offset=1, n_scale=1, value=0.0) -> dict:
         x = lo.value(node.inputs[0])
-        return {"n": math.prod(x.shape), "features": x.shape[-1], "n_offset": n_offset,
+        return {"n": math.prod(x.shape), "features": x.shape[-1] if x.shape else 1,
+                "n_offset": n_offset,
                 "n_scale": n_scale, "value": value}
 
 
@@ -160,7 +162,7 @@ class Scaler(_Features):
     attributes = {"offset": None, "scale": None}
 
     def lower(self, node, lo):
-        f = lo.value(node.inputs[0]).shape[-1]
+        f = self.features(lo, node)
         offset = self.per_feature(node, floats(node, "offset", [0.0]), f, "offsets")
         scale = self.per_feature(node, floats(node, "scale", [1.0]), f, "scales")
         lo.call("mlcc_f32_scaler", [node.inputs[0], lo.add_const(f"{node.name}.offset", offset),
@@ -176,7 +178,7 @@ class Imputer(_Features):
     attributes = {"imputed_value_floats": None, "replaced_value_float": None}
 
     def lower(self, node, lo):
-        f = lo.value(node.inputs[0]).shape[-1]
+        f = self.features(lo, node)
         imputed = self.per_feature(node, floats(node, "imputed_value_floats"), f,
                                    "imputed values")
         lo.call("mlcc_f32_imputer", [node.inputs[0], lo.add_const(f"{node.name}.imputed",
@@ -228,8 +230,8 @@ class ArrayFeatureExtractor(OpDef):
             raise UnsupportedError(f"string tensors: {refusal(STRINGS)}")
         require_dtype(node, [idx], list(INDEX_KERNELS))
         if idx.const is not None and (idx.const < 0).any():
-            raise ModelError(f"{describe(node)}: negative indices {idx.const.reshape(-1)[:4]}"
-                             f" (onnxruntime rejects them)")
+            raise ModelError(f"negative indices {idx.const.reshape(-1)[:4]} (onnxruntime "
+                             f"rejects them)")
         lead = tuple(x.shape[:-1]) if len(x.shape) > 1 else (1,)
         return [(x.dtype, lead + (math.prod(idx.shape),))]
 
@@ -289,7 +291,9 @@ class LabelEncoder(OpDef):
             node, ("keys_strings", "values_strings"))
         for a in ("keys_tensor", "values_tensor", "default_tensor"):
             v = node.attr(a)
-            if v is not None and np.asarray(v).dtype.name not in ("int64", "float32"):
+            if v is not None and np.asarray(v).dtype == object:
+                problems += strings_refused(node, (a,))
+            elif v is not None and np.asarray(v).dtype.name not in ("int64", "float32"):
                 problems.append(f"attribute {a} of type {np.asarray(v).dtype} is not "
                                 f"supported (int64 and float32 are)")
         return problems
@@ -303,7 +307,7 @@ class LabelEncoder(OpDef):
                                                             "values_tensor")
                        if node.attr(a) is not None), None)
         if keys is None or values is None:
-            raise ModelError(f"{describe(node)} needs keys and values")
+            raise ModelError("LabelEncoder needs keys and values")
         keys = keys.reshape(-1).astype(np.int64 if node.attr("keys_int64s") is not None
                                        else keys.dtype)
         if node.attr("keys_floats") is not None:
@@ -313,14 +317,14 @@ class LabelEncoder(OpDef):
                                else np.int64 if node.attr("values_int64s") is not None
                                else values.dtype)
         if len(keys) != len(values):
-            raise ModelError(f"{describe(node)}: {len(keys)} keys for {len(values)} values")
+            raise ModelError(f"{len(keys)} keys for {len(values)} values")
         if keys.dtype == np.float32:        # NaN finds no key in onnxruntime's map
             keys, values = keys[~np.isnan(keys)], values[~np.isnan(keys)]
         order = np.argsort(keys, kind="stable")
         keys, values = keys[order], values[order]
         same = keys[1:] == keys[:-1]
         if np.any(same):
-            raise ModelError(f"{describe(node)}: the key {keys[1:][same][0]} is listed twice")
+            raise ModelError(f"the key {keys[1:][same][0]} is listed twice")
         if node.attr("default_tensor") is not None:
             default = np.asarray(node.attr("default_tensor")).reshape(-1)[:1]
         elif values.dtype == np.int64:

@@ -106,7 +106,7 @@ def flatten(node: Node, prefix: str, features: int, targets: int) -> Flat:
                          f"({n} nodes_treeids)")
     unknown = sorted({m for m in modes if m not in MODES})
     if unknown:
-        raise UnsupportedError(f"{where}: node mode {unknown[0]!r} is not supported "
+        raise UnsupportedError(f"node mode {unknown[0]!r} is not supported "
                                f"(supported: {', '.join(MODES)})")
     index: dict[tuple[int, int], int] = {}
     roots: list[int] = []
@@ -204,7 +204,7 @@ class _TreeEnsemble(OpDef):
     def input_shape(self, node, x):
         require_dtype(node, [x], ["float32"])
         if len(x.shape) not in (1, 2):
-            raise ModelError(f"{describe(node)}: input {list(x.shape)} is not [N, F] or [F]")
+            raise ModelError(f"input {list(x.shape)} is not [N, F] or [F]")
         rows = x.shape[0] if len(x.shape) == 2 else 1
         return rows, x.shape[-1]
 
@@ -212,7 +212,7 @@ class _TreeEnsemble(OpDef):
         b = attr_array(node, "base_values")
         b = np.zeros(0) if b is None else b
         if len(b) not in allowed:
-            raise UnsupportedError(f"{describe(node)}: {len(b)} base_values for "
+            raise UnsupportedError(f"{len(b)} base_values for "
                                    f"{self.targets(node)} {self.prefix}s are not supported "
                                    f"(supported: {', '.join(map(str, allowed))})")
         return b.astype(np.float32)
