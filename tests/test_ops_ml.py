@@ -584,3 +584,89 @@ def test_other_refusals(tmp_path, op, attrs, words):
     model.ir_version = 9
     message = compile_error(model, tmp_path)
     assert f"'n' ({op}" in message and words in message, message
+
+
+# ------------------------------------------------------------------ TreeEnsemble (opset 5)
+
+def to_v5(a: dict, members: bool = False, rng=None) -> dict:
+    """random_trees' attributes (one weight per leaf) as TreeEnsemble-5 writes them: branches
+    and leaves in arrays of their own, integer modes; with `members`, thresholds doubled
+    (whole numbers: onnxruntime takes integer members only, and truncates the feature before
+    the test where the ONNX text compares exactly; the two agree on whole numbers) and every
+    BRANCH_EQ node a set-membership node of its threshold and two other such values."""
+    scale = 2.0 if members else 1.0
+    key = list(zip(a["nodes_treeids"], a["nodes_nodeids"]))
+    branch = [k for k, m in enumerate(a["nodes_modes"]) if m != "LEAF"]
+    leaf = [k for k, m in enumerate(a["nodes_modes"]) if m == "LEAF"]
+    b_index = {key[k]: i for i, k in enumerate(branch)}
+    l_index = {key[k]: i for i, k in enumerate(leaf)}
+    weight = {(t, n): (c, w) for t, n, c, w in zip(a["w_treeids"], a["w_nodeids"], a["w_ids"],
+                                                    a["w_weights"])}
+    v = {k: [] for k in ("nodes_featureids", "nodes_modes", "nodes_splits",
+                         "nodes_truenodeids", "nodes_trueleafs", "nodes_falsenodeids",
+                         "nodes_falseleafs", "nodes_missing_value_tracks_true")}
+    sets = []
+    for k in branch:
+        tree = a["nodes_treeids"][k]
+        mode = MODES.index(a["nodes_modes"][k])
+        if members and mode == 4:
+            mode = 6
+            sets += [a["nodes_values"][k] * scale, *rng.choice(GRID * scale, 2), np.nan]
+        v["nodes_featureids"].append(a["nodes_featureids"][k])
+        v["nodes_modes"].append(mode)
+        v["nodes_splits"].append(a["nodes_values"][k] * scale if mode != 6 else np.nan)
+        v["nodes_missing_value_tracks_true"].append(a["nodes_missing_value_tracks_true"][k])
+        for side in ("true", "false"):
+            child = (tree, a[f"nodes_{side}nodeids"][k])
+            is_leaf = child in l_index
+            v[f"nodes_{side}nodeids"].append(l_index[child] if is_leaf else b_index[child])
+            v[f"nodes_{side}leafs"].append(int(is_leaf))
+    out = {k: x for k, x in v.items() if k not in ("nodes_modes", "nodes_splits")}
+    out["nodes_modes"] = numpy_helper.from_array(np.array(v["nodes_modes"], np.uint8))
+    out["nodes_splits"] = numpy_helper.from_array(np.array(v["nodes_splits"], np.float32))
+    out["leaf_targetids"] = [weight[key[k]][0] for k in leaf]
+    out["leaf_weights"] = numpy_helper.from_array(
+        np.array([weight[key[k]][1] for k in leaf], np.float32))
+    first = {}
+    for k in branch:
+        first.setdefault(a["nodes_treeids"][k], b_index[key[k]])
+    out["tree_roots"] = list(first.values())
+    if sets:
+        out["membership_values"] = numpy_helper.from_array(np.array(sets, np.float32))
+    return out
+
+
+@pytest.mark.parametrize("trees,depth,n_features,rows,n_targets,aggregate,post,members", [
+    (1, 1, 1, 1, 1, 1, 0, False), (50, 8, 7, 13, 1, 1, 0, False),
+    (20, 6, 7, 13, 3, 0, 4, True), (20, 5, 7, 13, 2, 2, 0, False),
+    (9, 4, 7, 13, 3, 3, 3, True), (9, 4, 7, 13, 1, 0, 4, False)])
+def test_tree_ensemble_opset5(tmp_path, trees, depth, n_features, rows, n_targets, aggregate,
+                              post, members):
+    """Aggregates by number (0 AVERAGE, 1 SUM, 2 MIN, 3 MAX), post transforms 0 (NONE), 3
+    (SOFTMAX_ZERO) and 4 (PROBIT; 1 and 2 are refused: test_tree_ensemble_opset5_refusals)
+    and set-membership nodes (a chain of BRANCH_EQ)."""
+    rng = np.random.default_rng(trees + depth)
+    a = random_trees(rng, trees, depth, n_features, n_targets,
+                     weights=(0.05, 0.95) if post == 4 else (-2, 2))
+    node = helper.make_node("TreeEnsemble", ["X"], ["Y"], domain=ML, n_targets=n_targets,
+                            aggregate_function=aggregate, post_transform=post,
+                            **to_v5(a, members, rng))
+    model = ml_model([node], {"X": np.zeros((rows, n_features), np.float32)},
+                     {"Y": (TensorProto.FLOAT, [rows, n_targets])}, ml_opset=5)
+    model.opset_import[0].version = 21
+    x = features(rows, n_features, seed=depth) * (2 if members else 1)
+    check_model(model, {"X": x}, tmp_path)
+
+
+@pytest.mark.parametrize("post", [1, 2])
+def test_tree_ensemble_opset5_refusals(tmp_path, post):
+    """post_transform 1 and 2: SOFTMAX and LOGISTIC in the ONNX text, the other way round
+    in onnxruntime 1.23."""
+    a = random_trees(np.random.default_rng(0), 2, 2, 3, 2)
+    node = helper.make_node("TreeEnsemble", ["X"], ["Y"], domain=ML, n_targets=2, name="t5",
+                            post_transform=post, **to_v5(a))
+    model = ml_model([node], {"X": np.zeros((4, 3), np.float32)},
+                     {"Y": (TensorProto.FLOAT, [4, 2])}, ml_opset=5)
+    model.opset_import[0].version = 21
+    message = compile_error(model, tmp_path)
+    assert "'t5' (TreeEnsemble" in message and "no one answer" in message, message

@@ -2,7 +2,8 @@
 (opsets 1 and 3: the *_as_tensor attributes), what skl2onnx and onnxmltools write for
 scikit-learn, LightGBM and XGBoost trees, on the kernel of runtime_c/kernels/trees.h.
 
-The compiler flattens the trees (`flatten`): nodes by (tree id, node id), each tree's root its
+TreeEnsemble (ai.onnx.ml 5) takes the same kernel (`flatten_v5`; set membership becomes a
+chain of BRANCH_EQ nodes). The compiler flattens the trees (`flatten`): nodes by (tree id, node id), each tree's root its
 first node in attribute order and trees in that order (as onnxruntime and the ONNX reference
 take them), every tree checked acyclic with its features inside the input row. Evaluation
 follows onnxruntime: every branch mode, NaN features by missing_value_tracks_true, leaf
@@ -13,6 +14,7 @@ tensors (the kernel's __f64 variant). docs/classical-ml.md lists what is refused
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -155,25 +157,29 @@ def flatten(node: Node, prefix: str, features: int, targets: int) -> Flat:
             children.append(c)
         flat[k] = (feature_ids[k], children[0], children[1],
                    MODES[modes[k]] | (MISSING_TRUE if missing_true[k] else 0))
-    # every path from a root ends in a leaf: no cycle (the kernel would never stop)
-    max_depth = 0
-    for r in roots:
+    return Flat(np.array(roots, np.int32), flat, values.astype(np.float32),
+                np.array([w_target[w] for w in order], np.int32),
+                weights[order].astype(np.float32) if order else np.zeros(1, np.float32),
+                deepest(where, flat, roots, [f"tree {tree_ids[r]}" for r in roots]))
+
+
+def deepest(where: str, flat: np.ndarray, roots: list[int], names: list[str]) -> int:
+    """The longest path from a root to a leaf; refuses a cycle (the kernel would not stop)."""
+    max_depth, n = 0, len(flat)
+    for r, name in zip(roots, names):
         stack = [(r, 0)]
         depth_of: dict[int, int] = {}
         while stack:
             k, depth = stack.pop()
             if depth > n:
-                raise ModelError(f"{where}: tree {tree_ids[r]} has a cycle")
+                raise ModelError(f"{where}: {name} has a cycle")
             if depth_of.get(k, -1) >= depth:
                 continue
             depth_of[k] = depth
             max_depth = max(max_depth, depth)
-            if modes[k] != "LEAF":
+            if flat[k, 3] & 7 != MODES["LEAF"]:
                 stack += [(int(flat[k, 1]), depth + 1), (int(flat[k, 2]), depth + 1)]
-    return Flat(np.array(roots, np.int32), flat, values.astype(np.float32),
-                np.array([w_target[w] for w in order], np.int32),
-                weights[order].astype(np.float32) if order else np.zeros(1, np.float32),
-                max_depth)
+    return max_depth
 
 
 class _TreeEnsemble(OpDef):
@@ -317,3 +323,135 @@ class TreeEnsembleClassifier(_TreeEnsemble):
                   classifier={"labels": np.array(node.attr("classlabels_int64s"), np.int64),
                               "binary": classes == 2 and len(ids) == 1,
                               "positive": bool(np.all(weights >= 0))})
+
+
+# TreeEnsemble (ai.onnx.ml 5): integer enums for modes, aggregates and post transforms
+V5_MODES = ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ"]
+V5_MEMBER = 6
+V5_AGGREGATES = ["AVERAGE", "SUM", "MIN", "MAX"]
+V5_POSTS = ["NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT"]
+
+
+def flatten_v5(node: Node, features: int, targets: int) -> Flat:
+    """TreeEnsemble-5's arrays as the kernel reads them: node k stays k, leaf j becomes node
+    n + j (its one weight, weight j), and a set-membership node a chain of BRANCH_EQ nodes,
+    one per member (the same true branch, the NaN flag on each), appended after the leaves."""
+    where = describe(node)
+    need = ["nodes_featureids", "nodes_modes", "nodes_splits", "nodes_truenodeids",
+            "nodes_trueleafs", "nodes_falsenodeids", "nodes_falseleafs", "leaf_targetids",
+            "leaf_weights", "tree_roots"]
+    missing = [a for a in need if node.attr(a) is None]
+    if missing:
+        raise ModelError(f"{where} needs the attributes {', '.join(missing)}")
+    ints = {a: [int(v) for v in np.asarray(node.attr(a)).reshape(-1)]
+            for a in need if a not in ("nodes_splits", "leaf_weights")}
+    splits = np.asarray(node.attr("nodes_splits")).reshape(-1).astype(np.float32)
+    weights = np.asarray(node.attr("leaf_weights")).reshape(-1).astype(np.float32)
+    n, leaves = len(ints["nodes_modes"]), len(weights)
+    missing_true = [int(v) for v in (node.attr("nodes_missing_value_tracks_true") or [0] * n)]
+    per_node = ("nodes_featureids", "nodes_truenodeids", "nodes_trueleafs",
+                "nodes_falsenodeids", "nodes_falseleafs")
+    if any(len(ints[a]) != n for a in per_node) or len(splits) != n or \
+            len(missing_true) != n or len(ints["leaf_targetids"]) != leaves:
+        raise ModelError(f"{where}: the nodes_* (or leaf_*) attributes differ in length")
+    members = list(np.asarray(node.attr("membership_values") if node.attr(
+        "membership_values") is not None else []).reshape(-1).astype(np.float32))
+    flat = [[0, 0, 0, 0] for _ in range(n)]
+    thresholds = list(splits) + [0.0] * leaves
+    flat += [[j, 1, 0, MODES["LEAF"]] for j in range(leaves)]
+
+    def child(index: int, leaf: int) -> int:
+        limit = leaves if leaf else n
+        if not 0 <= index < limit:
+            raise ModelError(f"{where}: a branch goes to {'leaf' if leaf else 'node'} {index} "
+                             f"of {limit}")
+        return n + index if leaf else index
+
+    sets = iter(members)
+    for k in range(n):
+        mode, feature = ints["nodes_modes"][k], ints["nodes_featureids"][k]
+        if not 0 <= feature < features:
+            raise ModelError(f"{where}: node {k} reads feature {feature} of rows of {features}")
+        t = child(ints["nodes_truenodeids"][k], ints["nodes_trueleafs"][k])
+        f = child(ints["nodes_falsenodeids"][k], ints["nodes_falseleafs"][k])
+        flag = MISSING_TRUE if missing_true[k] else 0
+        if mode < len(V5_MODES):
+            flat[k] = [feature, t, f, mode | flag]
+            continue
+        if mode != V5_MEMBER:
+            raise UnsupportedError(f"node mode {mode} is not supported")
+        values = []          # this node's members: up to the next NaN
+        for v in sets:
+            if np.isnan(v):
+                break
+            values.append(v)
+        if not values:
+            raise ModelError(f"{where}: set-membership node {k} has no members")
+        chain = [k] + [len(flat) + i for i in range(len(values) - 1)]
+        flat += [[0, 0, 0, 0] for _ in values[1:]]
+        thresholds += [0.0] * (len(values) - 1)
+        for i, (at, v) in enumerate(zip(chain, values)):
+            nxt = chain[i + 1] if i + 1 < len(chain) else f
+            flat[at] = [feature, t, nxt, MODES["BRANCH_EQ"] | flag]
+            thresholds[at] = v
+    targets_of = ints["leaf_targetids"]
+    if any(not 0 <= c < targets for c in targets_of):
+        raise ModelError(f"{where}: a leaf's target is outside [0, {targets})")
+    roots = [child(r, 0) for r in ints["tree_roots"]]
+    flat_arr = np.array(flat, np.int32)
+    return Flat(np.array(roots, np.int32), flat_arr, np.array(thresholds, np.float32),
+                np.array(targets_of, np.int32), weights if leaves else np.zeros(1, np.float32),
+                deepest(where, flat_arr, roots, [f"tree {i}" for i in range(len(roots))]))
+
+
+@register("TreeEnsemble", domain=ML, since=5)
+class TreeEnsemble(_TreeEnsemble):
+    """TreeEnsemble (ai.onnx.ml 5): Y [N, n_targets] float32 from X [N, F] float32; node
+    modes 0-5 and set membership (6), aggregates, post transforms; float32 splits and
+    weights (a double or float16 model is refused, as double attributes above)."""
+    attributes = {"nodes_featureids": None, "nodes_modes": None, "nodes_splits": None,
+                  "nodes_truenodeids": None, "nodes_trueleafs": None,
+                  "nodes_falsenodeids": None, "nodes_falseleafs": None,
+                  "nodes_hitrates": None, "nodes_missing_value_tracks_true": None,
+                  "leaf_targetids": None, "leaf_weights": None, "tree_roots": None,
+                  "membership_values": None, "n_targets": lambda v: v >= 1,
+                  "aggregate_function": lambda v: 0 <= v < len(V5_AGGREGATES),
+                  "post_transform": lambda v: 0 <= v < len(V5_POSTS)}
+
+    def check(self, node):
+        problems = OpDef.check(self, node)
+        for key in ("nodes_splits", "leaf_weights", "membership_values", "nodes_hitrates"):
+            v = node.attr(key)
+            if v is not None and np.asarray(v).dtype != np.float32:
+                problems.append(f"attribute {key} of type {np.asarray(v).dtype} is not "
+                                f"supported: mlcc compiles float32 trees (convert the model "
+                                f"with float inputs)")
+        code = int(node.attr("post_transform", 0))
+        if code in (1, 2):
+            problems.append(f"post_transform {code} is not supported: the ONNX text reads 1 "
+                            f"as SOFTMAX and 2 as LOGISTIC, onnxruntime the other way round, "
+                            f"so the model has no one answer")
+        elif 0 <= code < len(V5_POSTS):
+            problems += one_target_post(named_post(node, V5_POSTS[code]), self.targets(node))
+        return problems
+
+    def targets(self, node):
+        return int(node.attr("n_targets", 1))
+
+    def infer(self, node, ins, g):
+        rows, _ = self.input_shape(node, ins[0])
+        return [("float32", (rows, self.targets(node)))]
+
+    def lower(self, node, lo):
+        rows, features = self.input_shape(node, lo.value(node.inputs[0]))
+        flat = flatten_v5(node, features, self.targets(node))
+        post = V5_POSTS[int(node.attr("post_transform", 0))]
+        self.emit(named_post(node, post), lo, flat, np.zeros(0, np.float32), rows=rows,
+                  features=features,
+                  aggregate=V5_AGGREGATES[int(node.attr("aggregate_function", 1))],
+                  classifier=None)
+
+
+def named_post(node: Node, post: str) -> Node:
+    """The node with its post transform by name, as the older operators give it."""
+    return dataclasses.replace(node, attrs={**node.attrs, "post_transform": post})
