@@ -670,3 +670,19 @@ def test_tree_ensemble_opset5_refusals(tmp_path, post):
     model.opset_import[0].version = 21
     message = compile_error(model, tmp_path)
     assert "'t5' (TreeEnsemble" in message and "no one answer" in message, message
+
+
+@pytest.mark.parametrize("kernel,params,vectors,one_class", [
+    ("RBF", [0.3, 0.0, 0.0], 11, 0), ("LINEAR", [0.0, 0.0, 0.0], 5, 0),
+    ("POLY", [0.5, 1.0, 3.0], 7, 0), ("SIGMOID", [0.2, -0.5, 0.0], 7, 1),
+    ("LINEAR", [0.0, 0.0, 0.0], 0, 0), ("RBF", [1.5, 0.0, 0.0], 1, 1)])
+def test_svm_regressor(tmp_path, kernel, params, vectors, one_class):
+    """Support vectors with each kernel, liblinear coefficients (no vectors), one_class."""
+    rng = np.random.default_rng(vectors + len(kernel))
+    x = rng.standard_normal((13, 7)).astype(np.float32)
+    attrs = dict(kernel_type=kernel, kernel_params=params, n_supports=vectors,
+                 one_class=one_class, rho=[0.25],
+                 coefficients=list(rng.standard_normal(vectors or 7)))
+    if vectors:
+        attrs["support_vectors"] = list(rng.standard_normal(vectors * 7))
+    check_ml(tmp_path, "SVMRegressor", {"X": x}, {"Y": (TensorProto.FLOAT, [13, 1])}, **attrs)

@@ -1,5 +1,5 @@
 """The numeric ai.onnx.ml operators other than the tree ensembles (mlcc/ops/ml_trees.py):
-LinearRegressor, LinearClassifier, Scaler, Normalizer, Binarizer, Imputer,
+LinearRegressor, LinearClassifier, SVMRegressor, Scaler, Normalizer, Binarizer, Imputer,
 ArrayFeatureExtractor, OneHotEncoder and LabelEncoder, as onnxruntime computes them (float32;
 int64 labels, categories and keys). String attributes and tensors are refused (strings
 category): convert the model with integer labels. Kernels in runtime_c/kernels/ml.h;
@@ -348,3 +348,51 @@ class LabelEncoder(OpDef):
                 [node.outputs[0]], params_type="mlcc_label_encoder_params",
                 params={"n": math.prod(x.shape), "n_keys": len(keys),
                         "value_size": values.dtype.itemsize})
+
+
+SVM_KERNELS = {"LINEAR": "MLCC_SVM_LINEAR", "POLY": "MLCC_SVM_POLY", "RBF": "MLCC_SVM_RBF",
+               "SIGMOID": "MLCC_SVM_SIGMOID"}
+
+
+@register("SVMRegressor", domain=ML)
+class SVMRegressor(OpDef):
+    """Y [N, 1] from X [N, F] float32: support vectors with a LINEAR, POLY, RBF or SIGMOID
+    kernel, or liblinear's coefficients (n_supports 0); one_class gives +-1. onnxruntime
+    ignores post_transform here: any other than NONE is refused."""
+    attributes = {"coefficients": None, "kernel_params": None, "n_supports": lambda v: v >= 0,
+                  "one_class": lambda v: v in (0, 1), "rho": None, "support_vectors": None,
+                  "kernel_type": lambda v: text(v) in SVM_KERNELS,
+                  "post_transform": lambda v: text(v) == "NONE"}
+
+    def infer(self, node, ins, g):
+        rows, _ = rows_features(node, ins[0])
+        return [("float32", (rows, 1))]
+
+    def lower(self, node, lo):
+        rows, features = rows_features(node, lo.value(node.inputs[0]))
+        coef = floats(node, "coefficients")
+        vectors = int(node.attr("n_supports", 0))
+        rho = floats(node, "rho", [0.0])
+        params = [float(v) for v in (node.attr("kernel_params") or [0.0, 0.0, 0.0])][:3]
+        kernel = text(node.attr("kernel_type", "LINEAR")) if vectors else "LINEAR"
+        if vectors:
+            sv = floats(node, "support_vectors")
+            if sv.size != vectors * features or coef.size != vectors:
+                raise ModelError(f"{describe(node)}: {sv.size} support vector values and "
+                                 f"{coef.size} coefficients for {vectors} vectors of "
+                                 f"{features} features")
+        else:
+            sv = np.zeros(1, np.float32)
+            if coef.size != features:
+                raise ModelError(f"{describe(node)}: {coef.size} coefficients for {features} "
+                                 f"features")
+        if len(params) != 3:
+            raise ModelError(f"{describe(node)}: kernel_params needs gamma, coef0, degree")
+        lo.call("mlcc_f32_svm_regressor",
+                [node.inputs[0], lo.add_const(f"{node.name}.sv", sv),
+                 lo.add_const(f"{node.name}.coef", coef), node.outputs[0]], [node.outputs[0]],
+                params_type="mlcc_svm_params",
+                params={"rows": rows, "features": features, "vectors": vectors,
+                        "kernel": Enum(SVM_KERNELS[kernel]),
+                        "one_class": int(node.attr("one_class", 0)), "gamma": params[0],
+                        "coef0": params[1], "degree": params[2], "rho": float(rho[0])})

@@ -1,16 +1,19 @@
 """Tree ensembles of the ai.onnx.ml domain: TreeEnsembleRegressor and TreeEnsembleClassifier
-(opsets 1 and 3: the *_as_tensor attributes), what skl2onnx and onnxmltools write for
-scikit-learn, LightGBM and XGBoost trees, on the kernel of runtime_c/kernels/trees.h.
+(opsets 1 and 3: the *_as_tensor attributes) and TreeEnsemble (opset 5), what skl2onnx and
+onnxmltools write for scikit-learn, LightGBM and XGBoost trees, on the kernel of
+runtime_c/kernels/trees.h.
 
-TreeEnsemble (ai.onnx.ml 5) takes the same kernel (`flatten_v5`; set membership becomes a
-chain of BRANCH_EQ nodes). The compiler flattens the trees (`flatten`): nodes by (tree id, node id), each tree's root its
+The compiler flattens the trees (`flatten`; `flatten_v5` for opset 5, whose set-membership
+nodes become chains of BRANCH_EQ nodes): nodes by (tree id, node id), each tree's root its
 first node in attribute order and trees in that order (as onnxruntime and the ONNX reference
 take them), every tree checked acyclic with its features inside the input row. Evaluation
 follows onnxruntime: every branch mode, NaN features by missing_value_tracks_true, leaf
 weights in attribute order, aggregate SUM / AVERAGE / MIN / MAX, base values, the post
 transforms, and its rules for two-class classifiers (one class id: the two score columns it
-writes). Sums run in the thresholds' type: float, or double where the model gives double
-tensors (the kernel's __f64 variant). docs/classical-ml.md lists what is refused and why.
+writes); float32 comparisons and sums, as onnxruntime for float inputs (it takes double
+*_as_tensor attributes with double inputs only, which mlcc refuses). Where onnxruntime and
+the ONNX text disagree, the node is refused naming both. docs/classical-ml.md lists what is
+refused and why.
 """
 from __future__ import annotations
 

@@ -104,6 +104,38 @@ void mlcc_f32_linear(const mlcc_linear_params *p, const float *x, const float *c
     }
 }
 
+static float svm_kernel(const mlcc_svm_params *p, const float *x, const float *sv) {
+    const ptrdiff_t f = (ptrdiff_t)p->features;
+    float sum = 0.0f;
+    ptrdiff_t k;
+    if (p->kernel == MLCC_SVM_RBF) {
+        for (k = 0; k < f; k++) sum += (x[k] - sv[k]) * (x[k] - sv[k]);
+        return expf(-p->gamma * sum);
+    }
+    for (k = 0; k < f; k++) sum += x[k] * sv[k];
+    if (p->kernel == MLCC_SVM_POLY) return powf(p->gamma * sum + p->coef0, p->degree);
+    if (p->kernel == MLCC_SVM_SIGMOID) return tanhf(p->gamma * sum + p->coef0);
+    return sum;
+}
+
+void mlcc_f32_svm_regressor(const mlcc_svm_params *p, const float *x, const float *sv,
+                            const float *coef, float *y) {
+    const ptrdiff_t f = (ptrdiff_t)p->features;
+    ptrdiff_t r, j;
+    for (r = 0; r < (ptrdiff_t)p->rows; r++) {
+        const float *xr = x + r * f;
+        float v = 0.0f;
+        if (p->vectors > 0) {
+            for (j = 0; j < (ptrdiff_t)p->vectors; j++)
+                v += coef[j] * svm_kernel(p, xr, sv + j * f);
+        } else {
+            for (j = 0; j < f; j++) v += xr[j] * coef[j];
+        }
+        v += p->rho;
+        y[r] = p->one_class ? (v > 0.0f ? 1.0f : -1.0f) : v;
+    }
+}
+
 void mlcc_f32_scaler(const mlcc_ml_features_params *p, const float *x, const float *offset,
                      const float *scale, float *y) {
     const ptrdiff_t n = (ptrdiff_t)p->n, f = (ptrdiff_t)p->features;

@@ -1,5 +1,5 @@
 /* The ai.onnx.ml operators other than the tree ensembles (mlcc/ops/ml.py; trees.h has
- * those): linear models, Scaler, Normalizer, Binarizer, Imputer, OneHotEncoder and
+ * those): linear models, SVMRegressor, Scaler, Normalizer, Binarizer, Imputer, OneHotEncoder and
  * LabelEncoder, as onnxruntime computes them (float32), and the post transforms they share
  * with the trees. Thread-compatible: no state; outputs must not overlap inputs. */
 #ifndef MLCC_ML_H
@@ -36,6 +36,24 @@ typedef struct mlcc_linear_params {
 void mlcc_f32_linear(const mlcc_linear_params *p, const float *x, const float *coef,
                      const float *intercepts, const int64_t *labels, int64_t *label,
                      float *scores);
+
+/* SVMRegressor: with support vectors (vectors > 0),
+ *   y[r] = sum_j coef[j] K(x_r, sv_j) + rho
+ * K: LINEAR x.sv, POLY (gamma x.sv + coef0)^degree, SIGMOID tanh(gamma x.sv + coef0), RBF
+ * exp(-gamma |x - sv|^2); without (vectors = 0, liblinear), y[r] = x_r.coef + rho. one_class:
+ * y = y > 0 ? 1 : -1. */
+enum mlcc_svm_kernel {
+    MLCC_SVM_LINEAR = 0, MLCC_SVM_POLY = 1, MLCC_SVM_RBF = 2, MLCC_SVM_SIGMOID = 3
+};
+typedef struct mlcc_svm_params {
+    int64_t rows, features, vectors;
+    int32_t kernel;             /* enum mlcc_svm_kernel */
+    int32_t one_class;
+    float gamma, coef0, degree, rho;
+} mlcc_svm_params;
+
+void mlcc_f32_svm_regressor(const mlcc_svm_params *p, const float *x, const float *sv,
+                            const float *coef, float *y);
 
 /* Per feature f of rows of `features` values (n: the element count):
  *   Scaler:    y = (x - offset[f]) * scale[f]
@@ -78,8 +96,8 @@ int mlcc_i64_one_hot_encoder(const mlcc_one_hot_encoder_params *p, const int64_t
                              const int64_t *cats, float *y);
 
 /* LabelEncoder: y[i] = values[k] where keys[k] == x[i] (keys sorted ascending at compile
- * time, each once, no NaN: NaN matches no key, as in onnxruntime), else the default. Values and the default
- * are elements of value_size bytes (int64 or float). */
+ * time, each once, no NaN: NaN matches no key, as in onnxruntime), else the default.
+ * Values and the default are elements of value_size bytes (int64 or float). */
 typedef struct mlcc_label_encoder_params {
     int64_t n, n_keys;
     int32_t value_size;
