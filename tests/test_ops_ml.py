@@ -380,6 +380,9 @@ def test_tree_classifier_refusals(tmp_path, change, words):
     (dict(tensors=np.float64), ["nodes_values_as_tensor of type float64", "float inputs"]),
     (dict(nodes_truenodeids="cycle"), ["has a cycle"]),
     (dict(nodes_featureids="outside"), ["reads feature 9 of rows of 3"]),
+    (dict(nodes_falsenodeids="missing"), ["which the tree does not have"]),
+    (dict(target_nodeids="branch"), ["a branch"]),
+    (dict(nodes_values="short"), ["nodes_values do not have one entry per node"]),
 ])
 def test_tree_regressor_refusals(tmp_path, change, words):
     a = simple_trees()
@@ -388,6 +391,16 @@ def test_tree_regressor_refusals(tmp_path, change, words):
         change = {}
     elif change.get("nodes_featureids") == "outside":
         a["nodes_featureids"][0] = 9
+        change = {}
+    elif change.get("nodes_falsenodeids") == "missing":
+        a["nodes_falsenodeids"][0] = 99
+        change = {}
+    elif change.get("target_nodeids") == "branch":     # a weight on the root, a branch
+        a["w_nodeids"][0] = a["nodes_nodeids"][0]
+        a["w_treeids"][0] = a["nodes_treeids"][0]
+        change = {}
+    elif change.get("nodes_values") == "short":
+        a["nodes_values"] = a["nodes_values"][:-1]
         change = {}
     model = regressor(a, 4, 3, 1 if "post_transform" in change else 2, **change)
     model.graph.node[0].name = "forest"
