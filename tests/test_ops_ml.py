@@ -584,10 +584,12 @@ def test_label_encoder(tmp_path, case):
     ("Normalizer", dict(norm="L3"), "norm='L3' is not supported"),
     ("LinearRegressor", dict(coefficients=[1.0], post_transform="LOGISTIC"),
      "LOGISTIC with one target"),
+    ("SVMClassifier", dict(classlabels_ints=[0, 1], coefficients=[1.0, 2.0], rho=[0.0],
+                           prob_a=[1.0], prob_b=[0.0]), "probability=True"),
 ])
 def test_other_refusals(tmp_path, op, attrs, words):
     x = np.zeros((2, 1), np.int64 if op == "OneHotEncoder" else np.float32)
-    node = helper.make_node(op, ["X"], ["Y"] + (["S"] if op == "LinearClassifier" else []),
+    node = helper.make_node(op, ["X"], ["Y"] + (["S"] if "Classifier" in op else []),
                             domain=ML, name="n", **attrs)
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(
         "X", helper.np_dtype_to_tensor_dtype(x.dtype), [2, 1])],
@@ -699,3 +701,28 @@ def test_svm_regressor(tmp_path, kernel, params, vectors, one_class):
     if vectors:
         attrs["support_vectors"] = list(rng.standard_normal(vectors * 7))
     check_ml(tmp_path, "SVMRegressor", {"X": x}, {"Y": (TensorProto.FLOAT, [13, 1])}, **attrs)
+
+
+@pytest.mark.parametrize("kernel,classes,per_class,post", [
+    ("RBF", 3, [4, 2, 5], "NONE"), ("POLY", 4, [2, 3, 1, 2], "SOFTMAX"),
+    ("LINEAR", 3, [3, 3, 3], "LOGISTIC"), ("RBF", 2, [3, 4], "NONE"),
+    ("SIGMOID", 2, [2, 5], "LOGISTIC"), ("LINEAR", 3, [], "NONE"), ("LINEAR", 2, [], "NONE")])
+def test_svm_classifier(tmp_path, kernel, classes, per_class, post):
+    """libsvm's one-vs-one SVC (decision values, votes) with each kernel, two classes (the
+    two score columns), and liblinear's per-class scores (no support vectors)."""
+    rng = np.random.default_rng(classes * 10 + len(per_class))
+    x = rng.standard_normal((13, 7)).astype(np.float32)
+    vectors = sum(per_class)
+    attrs = dict(kernel_type=kernel, kernel_params=[0.3, 0.5, 2.0], post_transform=post,
+                 classlabels_ints=list(range(5, 5 + classes)))
+    if vectors:
+        attrs.update(vectors_per_class=per_class,
+                     support_vectors=list(rng.standard_normal(vectors * 7)),
+                     coefficients=list(rng.standard_normal((classes - 1) * vectors)),
+                     rho=list(rng.standard_normal(classes * (classes - 1) // 2)))
+        width = classes * (classes - 1) // 2 if classes > 2 else 2
+    else:
+        attrs.update(coefficients=list(rng.standard_normal(classes * 7)), rho=[0.1])
+        width = classes
+    check_ml(tmp_path, "SVMClassifier", {"X": x},
+             {"L": (TensorProto.INT64, [13]), "S": (TensorProto.FLOAT, [13, width])}, **attrs)

@@ -1,5 +1,5 @@
 """The numeric ai.onnx.ml operators other than the tree ensembles (mlcc/ops/ml_trees.py):
-LinearRegressor, LinearClassifier, SVMRegressor, Scaler, Normalizer, Binarizer, Imputer,
+LinearRegressor, LinearClassifier, SVMRegressor, SVMClassifier, Scaler, Normalizer, Binarizer, Imputer,
 ArrayFeatureExtractor, OneHotEncoder and LabelEncoder, as onnxruntime computes them (float32;
 int64 labels, categories and keys). String attributes and tensors are refused (strings
 category): convert the model with integer labels. Kernels in runtime_c/kernels/ml.h;
@@ -396,3 +396,80 @@ class SVMRegressor(OpDef):
                         "kernel": Enum(SVM_KERNELS[kernel]),
                         "one_class": int(node.attr("one_class", 0)), "gamma": params[0],
                         "coef0": params[1], "degree": params[2], "rho": float(rho[0])})
+
+
+@register("SVMClassifier", domain=ML)
+class SVMClassifier(OpDef):
+    """Y [N] int64 labels and Z scores from X [N, F] float32, without probabilities (prob_a,
+    prob_b refused): libsvm's one-vs-one decision values (Z [N, C(C-1)/2], or [N, 2] for two
+    classes) and votes, or liblinear's per-class scores (no support vectors, Z [N, C])."""
+    attributes = {"classlabels_ints": None, "classlabels_strings": None, "coefficients": None,
+                  "kernel_params": None, "kernel_type": lambda v: text(v) in SVM_KERNELS,
+                  "post_transform": lambda v: text(v) in POST_TRANSFORMS, "rho": None,
+                  "support_vectors": None, "vectors_per_class": None}
+
+    def check(self, node):
+        problems = super().check(node) + strings_refused(node, ("classlabels_strings",))
+        for a in ("prob_a", "prob_b"):
+            if node.attr(a) is not None:
+                problems.append(f"attribute {a} (probability estimates: libsvm's pairwise "
+                                f"coupling) is not supported; convert without probability=True")
+        labels = node.attr("classlabels_ints") or []
+        if len(labels) < 2 and node.attr("classlabels_strings") is None:
+            problems.append("SVMClassifier needs classlabels_ints of two classes or more")
+        if len(labels) == 2 and sum(node.attr("vectors_per_class") or []) > 0 and \
+                post_transform(node) not in ("NONE", "LOGISTIC"):
+            problems.append(f"post_transform {post_transform(node)} of a two-class SVM is not "
+                            f"supported")
+        return problems
+
+    def shape(self, node: Node) -> tuple[int, int, int]:
+        """Classes, support vectors, score columns."""
+        classes = len(node.attr("classlabels_ints"))
+        vectors = int(sum(node.attr("vectors_per_class") or []))
+        width = (classes * (classes - 1) // 2 if classes > 2 else 2) if vectors else classes
+        return classes, vectors, width
+
+    def infer(self, node, ins, g):
+        rows, _ = rows_features(node, ins[0])
+        return [("int64", (rows,)), ("float32", (rows, self.shape(node)[2]))]
+
+    def lower(self, node, lo):
+        rows, features = rows_features(node, lo.value(node.inputs[0]))
+        classes, vectors, _ = self.shape(node)
+        coef, rho = floats(node, "coefficients"), floats(node, "rho", [0.0])
+        pairs = classes * (classes - 1) // 2
+        if vectors:
+            sv = floats(node, "support_vectors")
+            if sv.size != vectors * features or coef.size != (classes - 1) * vectors or \
+                    rho.size != pairs or len(node.attr("vectors_per_class")) != classes:
+                raise ModelError(f"{describe(node)}: support vectors, coefficients, rho or "
+                                 f"vectors_per_class do not fit {classes} classes, {vectors} "
+                                 f"vectors of {features} features")
+        else:
+            sv = np.zeros(1, np.float32)
+            if coef.size != classes * features:
+                raise ModelError(f"{describe(node)}: {coef.size} coefficients for {classes} "
+                                 f"classes of {features} features")
+        params = [float(v) for v in (node.attr("kernel_params") or [0.0, 0.0, 0.0])][:3]
+        if len(params) != 3:
+            raise ModelError(f"{describe(node)}: kernel_params needs gamma, coef0, degree")
+        kernel = text(node.attr("kernel_type", "LINEAR")) if vectors else "LINEAR"
+        per_class = np.array(node.attr("vectors_per_class") or [0], np.int64)
+        name = node.name
+        lo.call("mlcc_f32_svm_classifier",
+                [node.inputs[0], lo.add_const(f"{name}.sv", sv),
+                 lo.add_const(f"{name}.coef", coef), lo.add_const(f"{name}.rho", rho),
+                 lo.add_const(f"{name}.per_class", per_class),
+                 lo.add_const(f"{name}.labels", np.array(node.attr("classlabels_ints"),
+                                                         np.int64)),
+                 *node.outputs], list(node.outputs),
+                params_type="mlcc_svm_classifier_params",
+                params={"svm": {"rows": rows, "features": features, "vectors": vectors,
+                                "kernel": Enum(SVM_KERNELS[kernel]), "one_class": 0,
+                                "gamma": params[0], "coef0": params[1], "degree": params[2],
+                                "rho": float(rho[0])},
+                        "classes": classes,
+                        "post": Enum(POST_TRANSFORMS[post_transform(node)]),
+                        "all_positive": int(bool(np.all(coef >= 0)))},
+                scratch_bytes=4 * max(vectors, 1) + 8 * classes)

@@ -136,6 +136,66 @@ void mlcc_f32_svm_regressor(const mlcc_svm_params *p, const float *x, const floa
     }
 }
 
+void mlcc_f32_svm_classifier(const mlcc_svm_classifier_params *p, const float *x,
+                             const float *sv, const float *coef, const float *rho,
+                             const int64_t *per_class, const int64_t *labels, int64_t *label,
+                             float *scores, void *scratch) {
+    const mlcc_svm_params *q = &p->svm;
+    const ptrdiff_t f = (ptrdiff_t)q->features, nv = (ptrdiff_t)q->vectors;
+    const ptrdiff_t nc = (ptrdiff_t)p->classes;
+    const ptrdiff_t width = nv > 0 ? (nc > 2 ? nc * (nc - 1) / 2 : 2) : nc;
+    float *kern = (float *)scratch;
+    int64_t *votes = (int64_t *)((char *)scratch + (size_t)(nv > 0 ? nv : 1) * sizeof(float));
+    ptrdiff_t r, a, b, m, v;
+    for (r = 0; r < (ptrdiff_t)q->rows; r++) {
+        const float *xr = x + r * f;
+        float *s = scores + r * width;
+        ptrdiff_t best = 0;
+        if (nv == 0) {
+            for (a = 0; a < nc; a++) {
+                float acc = 0.0f;
+                for (m = 0; m < f; m++) acc += xr[m] * coef[a * f + m];
+                s[a] = acc + q->rho;
+            }
+            for (a = 1; a < nc; a++)
+                if (s[a] > s[best]) best = a;
+            if (nc == 2 && ((p->all_positive && s[best] >= 0.5f) ||
+                            (!p->all_positive && s[best] > 0.0f)))
+                best = 1;
+            label[r] = labels[best];
+            mlcc_ml_post_transform(p->post, s, nc);
+            continue;
+        }
+        for (v = 0; v < nv; v++) kern[v] = svm_kernel(q, xr, sv + v * f);
+        for (a = 0; a < nc; a++) votes[a] = 0;
+        {
+            ptrdiff_t pair = 0, start_a = 0;
+            for (a = 0; a < nc - 1; a++) {
+                ptrdiff_t start_b = start_a + (ptrdiff_t)per_class[a];
+                for (b = a + 1; b < nc; b++) {
+                    double d = 0.0;
+                    for (m = 0; m < (ptrdiff_t)per_class[a]; m++)
+                        d += (double)(coef[(b - 1) * nv + start_a + m] * kern[start_a + m]);
+                    for (m = 0; m < (ptrdiff_t)per_class[b]; m++)
+                        d += (double)(coef[a * nv + start_b + m] * kern[start_b + m]);
+                    d += (double)rho[pair];
+                    s[pair++] = (float)d;
+                    votes[d > 0.0 ? a : b]++;
+                    start_b += (ptrdiff_t)per_class[b];
+                }
+                start_a += (ptrdiff_t)per_class[a];
+            }
+        }
+        for (a = 1; a < nc; a++)
+            if (votes[a] > votes[best]) best = a;
+        label[r] = labels[best];
+        if (nc == 2)
+            mlcc_ml_binary_scores(s[0], p->post, p->post == MLCC_ML_POST_NONE ? 2 : 0, s);
+        else
+            mlcc_ml_post_transform(p->post, s, width);
+    }
+}
+
 void mlcc_f32_scaler(const mlcc_ml_features_params *p, const float *x, const float *offset,
                      const float *scale, float *y) {
     const ptrdiff_t n = (ptrdiff_t)p->n, f = (ptrdiff_t)p->features;

@@ -1,5 +1,5 @@
 /* The ai.onnx.ml operators other than the tree ensembles (mlcc/ops/ml.py; trees.h has
- * those): linear models, SVMRegressor, Scaler, Normalizer, Binarizer, Imputer, OneHotEncoder and
+ * those): linear models, SVMRegressor and SVMClassifier, Scaler, Normalizer, Binarizer, Imputer, OneHotEncoder and
  * LabelEncoder, as onnxruntime computes them (float32), and the post transforms they share
  * with the trees. Thread-compatible: no state; outputs must not overlap inputs. */
 #ifndef MLCC_ML_H
@@ -54,6 +54,28 @@ typedef struct mlcc_svm_params {
 
 void mlcc_f32_svm_regressor(const mlcc_svm_params *p, const float *x, const float *sv,
                             const float *coef, float *y);
+
+/* SVMClassifier without probabilities, as onnxruntime: with support vectors (libsvm, one
+ * vs one), the decision value of each pair of classes i < j, in that order,
+ *   d = sum over class i's vectors v of coef[(j - 1) V + v] K(x, sv_v)
+ *     + sum over class j's vectors v of coef[i V + v] K(x, sv_v) + rho[pair]
+ * (summed in double) is a score, and a vote for i (d > 0) or j; the label is the first class
+ * with the most votes; two classes give the scores -d, d (post NONE) or their logistic
+ * (LOGISTIC). Without (liblinear, vectors = 0): the scores x.coef_c + rho[0], the label the
+ * first highest (for two classes, the second label where that score passes 0.5 with all
+ * coefficients positive, or 0 otherwise). Then the post transform. The scratch holds V
+ * floats and one int64 per class. */
+typedef struct mlcc_svm_classifier_params {
+    mlcc_svm_params svm;
+    int64_t classes;
+    int32_t post;               /* enum mlcc_ml_post */
+    int32_t all_positive;
+} mlcc_svm_classifier_params;
+
+void mlcc_f32_svm_classifier(const mlcc_svm_classifier_params *p, const float *x,
+                             const float *sv, const float *coef, const float *rho,
+                             const int64_t *per_class, const int64_t *labels, int64_t *label,
+                             float *scores, void *scratch);
 
 /* Per feature f of rows of `features` values (n: the element count):
  *   Scaler:    y = (x - offset[f]) * scale[f]
