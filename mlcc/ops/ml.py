@@ -1,8 +1,8 @@
 """The numeric ai.onnx.ml operators other than the tree ensembles (mlcc/ops/ml_trees.py):
-LinearRegressor, LinearClassifier, SVMRegressor, SVMClassifier, Scaler, Normalizer, Binarizer, Imputer,
-ArrayFeatureExtractor, OneHotEncoder and LabelEncoder, as onnxruntime computes them (float32;
-int64 labels, categories and keys). String attributes and tensors are refused (strings
-category): convert the model with integer labels. Kernels in runtime_c/kernels/ml.h;
+LinearRegressor, LinearClassifier, SVMRegressor, SVMClassifier, Scaler, Normalizer,
+Binarizer, Imputer, ArrayFeatureExtractor, OneHotEncoder and LabelEncoder, as onnxruntime
+computes them (float32; int64 labels, categories and keys). String attributes and tensors
+are refused (strings category): convert the model with integer labels. Kernels in runtime_c/kernels/ml.h;
 ArrayFeatureExtractor runs on Gather's kernel (runtime_c/kernels/gather.h).
 """
 from __future__ import annotations

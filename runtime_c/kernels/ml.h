@@ -1,7 +1,7 @@
 /* The ai.onnx.ml operators other than the tree ensembles (mlcc/ops/ml.py; trees.h has
- * those): linear models, SVMRegressor and SVMClassifier, Scaler, Normalizer, Binarizer, Imputer, OneHotEncoder and
- * LabelEncoder, as onnxruntime computes them (float32), and the post transforms they share
- * with the trees. Thread-compatible: no state; outputs must not overlap inputs. */
+ * those): linear models, SVMRegressor and SVMClassifier, Scaler, Normalizer, Binarizer,
+ * Imputer, OneHotEncoder and LabelEncoder, as onnxruntime computes them (float32), and the
+ * post transforms they share with the trees. Thread-compatible: no state; outputs must not overlap inputs. */
 #ifndef MLCC_ML_H
 #define MLCC_ML_H
 
