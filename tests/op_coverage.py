@@ -130,6 +130,8 @@ WITNESSES: dict[tuple[str, str], str] = {
     ("ai.onnx.ml", "OneHotEncoder"): "test_ops_ml.py::test_one_hot_encoder[shape1-1]",
     ("ai.onnx.ml", "LabelEncoder"): "test_ops_ml.py::test_label_encoder[i2f]",
     ("ai.onnx.ml", "SVMRegressor"): "test_ops_ml.py::test_svm_regressor[RBF-params0-11-0]",
+    ("ai.onnx.ml", "FeatureVectorizer"):
+        "test_ops_ml.py::test_feature_vectorizer[shapes1-dims1]",
     ("ai.onnx.ml", "SVMClassifier"):
         "test_ops_ml.py::test_svm_classifier[RBF-3-per_class0-NONE]",
     # the attention fusion (mlcc/passes/fuse_attention.py)

@@ -726,3 +726,15 @@ def test_svm_classifier(tmp_path, kernel, classes, per_class, post):
         width = classes
     check_ml(tmp_path, "SVMClassifier", {"X": x},
              {"L": (TensorProto.INT64, [13]), "S": (TensorProto.FLOAT, [13, width])}, **attrs)
+
+
+@pytest.mark.parametrize("shapes,dims", [
+    ([(13, 3), (13, 1), (13, 4)], [3, 1, 4]), ([(13, 5), (13, 2)], [3, 4]),
+    ([(7,), (7,)], [7, 2]), ([(1, 2, 3)], [6])])
+def test_feature_vectorizer(tmp_path, shapes, dims):
+    """Inputs concatenated along the features: extra columns dropped, missing ones 0."""
+    rng = np.random.default_rng(len(shapes))
+    feeds = {f"X{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(shapes)}
+    rows = shapes[0][0] if len(shapes[0]) > 1 else 1
+    check_ml(tmp_path, "FeatureVectorizer", feeds,
+             {"Y": (TensorProto.FLOAT, [rows, sum(dims)])}, inputdimensions=dims)

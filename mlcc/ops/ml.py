@@ -1,9 +1,10 @@
 """The numeric ai.onnx.ml operators other than the tree ensembles (mlcc/ops/ml_trees.py):
 LinearRegressor, LinearClassifier, SVMRegressor, SVMClassifier, Scaler, Normalizer,
-Binarizer, Imputer, ArrayFeatureExtractor, OneHotEncoder and LabelEncoder, as onnxruntime
-computes them (float32; int64 labels, categories and keys). String attributes and tensors
-are refused (strings category): convert the model with integer labels. Kernels in runtime_c/kernels/ml.h;
-ArrayFeatureExtractor runs on Gather's kernel (runtime_c/kernels/gather.h).
+Binarizer, Imputer, ArrayFeatureExtractor, FeatureVectorizer, OneHotEncoder and LabelEncoder,
+as onnxruntime computes them (float32; int64 labels, categories and keys). String
+attributes and tensors are refused (strings category): convert the model with integer
+labels. Kernels in runtime_c/kernels/ml.h; ArrayFeatureExtractor runs on Gather's kernel
+(runtime_c/kernels/gather.h), FeatureVectorizer on strided copies.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Enum, Lowering, Node
-from .common import require_dtype
+from .common import emit_copy, require_dtype
 from .gather import INDEX_KERNELS
 from .ml_trees import ML, POST_TRANSFORMS, attr_array, one_target_post, post_transform, text
 from .refusals import STRINGS, refusal
@@ -473,3 +474,40 @@ class SVMClassifier(OpDef):
                         "post": Enum(POST_TRANSFORMS[post_transform(node)]),
                         "all_positive": int(bool(np.all(coef >= 0)))},
                 scratch_bytes=4 * max(vectors, 1) + 8 * classes)
+
+
+@register("FeatureVectorizer", domain=ML)
+class FeatureVectorizer(OpDef):
+    """Y [N, sum(inputdimensions)]: input i ([N, C_i] or [C_i]) gives inputdimensions[i]
+    columns, its first ones (extra columns dropped, missing ones 0), as onnxruntime; float32
+    inputs (other types are refused), on the strided copy kernel."""
+    attributes = {"inputdimensions": lambda v: len(v) > 0 and min(v) >= 0}
+
+    def infer(self, node, ins, g):
+        require_dtype(node, ins, ["float32"])
+        dims = [int(d) for d in node.attr("inputdimensions") or []]
+        if len(dims) != len(ins):
+            raise ModelError(f"{len(ins)} inputs for {len(dims)} inputdimensions")
+        rows = {x.shape[0] if len(x.shape) > 1 else 1 for x in ins}
+        if len(rows) != 1 or any(len(x.shape) == 0 for x in ins):
+            raise ModelError(f"inputs of different batch sizes "
+                             f"({', '.join(str(list(x.shape)) for x in ins)})")
+        return [("float32", (rows.pop(), sum(dims)))]
+
+    def lower(self, node, lo):
+        y = lo.value(node.outputs[0])
+        rows, total = y.shape
+        dims = [int(d) for d in node.attr("inputdimensions")]
+        offset = 0
+        for name, d in zip(node.inputs, dims):
+            x = lo.value(name)
+            cols = math.prod(x.shape[1:]) if len(x.shape) > 1 else x.shape[0]
+            take = min(cols, d)
+            if take:
+                emit_copy(lo, name, node.outputs[0], [rows, take], [cols, 1], [total, 1],
+                          dst_offset=offset, op="FeatureVectorizer")
+            if d > take:        # columns the input does not have: zeros
+                zero = lo.add_const(f"{node.name}.zero", np.zeros(1, np.float32))
+                emit_copy(lo, zero, node.outputs[0], [rows, d - take], [0, 0], [total, 1],
+                          dst_offset=offset + take, op="FeatureVectorizer")
+            offset += d
