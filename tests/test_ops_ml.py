@@ -7,6 +7,8 @@ onnxruntime writes them, a gradient-boosted and a random-forest model trained he
 the same bits on any number of threads, and the refusals (docs/classical-ml.md)."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import onnx
 import pytest
@@ -676,7 +678,7 @@ def test_tree_ensemble_opset5(tmp_path, trees, depth, n_features, rows, n_target
 @pytest.mark.parametrize("post", [1, 2])
 def test_tree_ensemble_opset5_refusals(tmp_path, post):
     """post_transform 1 and 2: SOFTMAX and LOGISTIC in the ONNX text, the other way round
-    in onnxruntime 1.23."""
+    in onnxruntime 1.32."""
     a = random_trees(np.random.default_rng(0), 2, 2, 3, 2)
     node = helper.make_node("TreeEnsemble", ["X"], ["Y"], domain=ML, n_targets=2, name="t5",
                             post_transform=post, **to_v5(a))
@@ -738,3 +740,65 @@ def test_feature_vectorizer(tmp_path, shapes, dims):
     rows = shapes[0][0] if len(shapes[0]) > 1 else 1
     check_ml(tmp_path, "FeatureVectorizer", feeds,
              {"Y": (TensorProto.FLOAT, [rows, sum(dims)])}, inputdimensions=dims)
+
+
+# ------------------------------------------------------------------ real conversions
+
+@functools.lru_cache(maxsize=1)
+def sklearn_cases():
+    """(name, fitted model) for the converted models (the `ml` extra), fitted once."""
+    from sklearn.ensemble import (GradientBoostingClassifier, GradientBoostingRegressor,
+                                  RandomForestClassifier, RandomForestRegressor)
+    from sklearn.linear_model import LinearRegression, LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import MinMaxScaler, Normalizer as SkNormalizer, StandardScaler
+    from sklearn.svm import SVC, SVR
+    from sklearn.tree import DecisionTreeClassifier
+    x, y = two_moons(300, seed=3)
+    y3 = (y + (x[:, 2] > 0.2)).astype(np.int64)           # three classes
+    r = x[:, 0] * 2 + np.sin(x[:, 1] * 3)
+    return [
+        ("gbc_binary", GradientBoostingClassifier(n_estimators=30, max_depth=3).fit(x, y)),
+        ("gbc_3", GradientBoostingClassifier(n_estimators=20, max_depth=3).fit(x, y3)),
+        ("rfc_3", RandomForestClassifier(n_estimators=15, max_depth=6, random_state=0)
+         .fit(x, y3)),
+        ("rfr", RandomForestRegressor(n_estimators=15, max_depth=8, random_state=0).fit(x, r)),
+        ("gbr", GradientBoostingRegressor(n_estimators=40, max_depth=4).fit(x, r)),
+        ("tree", DecisionTreeClassifier(max_depth=8, random_state=0).fit(x, y3)),
+        ("logreg", make_pipeline(StandardScaler(), LogisticRegression()).fit(x, y3)),
+        ("linreg", make_pipeline(MinMaxScaler(), LinearRegression()).fit(x, r)),
+        ("svc", make_pipeline(StandardScaler(), SVC(kernel="rbf")).fit(x, y3)),
+        ("svc_binary", make_pipeline(SkNormalizer(), SVC(kernel="poly", degree=2)).fit(x, y)),
+        ("svr", SVR(kernel="rbf").fit(x, r)),
+    ]
+
+
+@pytest.mark.parametrize("index", range(11))
+def test_scikit_learn_models_converted_by_skl2onnx(tmp_path, index):
+    """Real conversions: each model through skl2onnx (ZipMap off), compiled and compared with
+    onnxruntime on 13 rows; skipped without the `ml` extra (scikit-learn, skl2onnx)."""
+    pytest.importorskip("sklearn")
+    skl2onnx = pytest.importorskip("skl2onnx")
+    name, model = sklearn_cases()[index]
+    x_test, _ = two_moons(13, seed=8)
+    options = {id(model): {"zipmap": False}} if hasattr(model, "predict_proba") else None
+    onx = skl2onnx.to_onnx(model, x_test[:1], options=options, target_opset={"": 17,
+                                                                              ML: 3})
+    onx.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 13
+    got = check_model(onx, {onx.graph.input[0].name: x_test}, tmp_path)
+    if hasattr(model, "predict_proba") or name.startswith("svc"):
+        np.testing.assert_array_equal(got[onx.graph.output[0].name], model.predict(x_test))
+
+
+def test_scikit_learn_zipmap_refused(tmp_path):
+    """A classifier converted with ZipMap (skl2onnx's default) is refused with the way
+    around it."""
+    pytest.importorskip("sklearn")
+    skl2onnx = pytest.importorskip("skl2onnx")
+    from sklearn.linear_model import LogisticRegression
+    x, y = two_moons(50, seed=1)
+    onx = skl2onnx.to_onnx(LogisticRegression().fit(x, y), x[:1],
+                           target_opset={"": 17, ML: 3})
+    onx.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 4
+    message = compile_error(onx, tmp_path)
+    assert "is a graph output" in message and "'zipmap': False" in message, message
