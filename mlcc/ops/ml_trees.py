@@ -408,10 +408,10 @@ def flatten_v5(node: Node, features: int, targets: int) -> Flat:
 
 
 @register("TreeEnsemble", domain=ML, since=5)
-class TreeEnsemble(_TreeEnsemble):
-    """TreeEnsemble (ai.onnx.ml 5): Y [N, n_targets] float32 from X [N, F] float32; node
-    modes 0-5 and set membership (6), aggregates, post transforms; float32 splits and
-    weights (a double or float16 model is refused, as double attributes above)."""
+class TreeEnsemble(TreeEnsembleRegressor):
+    """TreeEnsemble (ai.onnx.ml 5): TreeEnsembleRegressor's outputs from other attributes:
+    node modes 0-5 and set membership (6), aggregates and post transforms by number; float32
+    splits and weights (a double or float16 model is refused, as double attributes above)."""
     attributes = {"nodes_featureids": None, "nodes_modes": None, "nodes_splits": None,
                   "nodes_truenodeids": None, "nodes_trueleafs": None,
                   "nodes_falsenodeids": None, "nodes_falseleafs": None,
@@ -437,13 +437,6 @@ class TreeEnsemble(_TreeEnsemble):
         elif 0 <= code < len(V5_POSTS):
             problems += one_target_post(named_post(node, V5_POSTS[code]), self.targets(node))
         return problems
-
-    def targets(self, node):
-        return int(node.attr("n_targets", 1))
-
-    def infer(self, node, ins, g):
-        rows, _ = self.input_shape(node, ins[0])
-        return [("float32", (rows, self.targets(node)))]
 
     def lower(self, node, lo):
         rows, features = self.input_shape(node, lo.value(node.inputs[0]))
