@@ -4,7 +4,8 @@ tests/test_conformance.py and the `lowered_witness` fixture of conftest.py.
 Every operator of the registry (mlcc.ops.registered_operators()) must be executed by a test that
 `make test` runs, and compared with a reference:
 
-- an ONNX-domain operator by its ONNX backend node tests (tools/conformance.py), a few of
+- an ONNX-domain operator (default or ai.onnx.ml: NODE_TEST_DOMAINS) by its ONNX backend node
+  tests (tools/conformance.py), a few of
   which test_conformance.py runs per operator (node_test_picks), requiring one to pass with the
   operator in the compiled program (not folded away: for an operator that exists only
   at compile time, folding is what it does);
@@ -27,6 +28,9 @@ import pytest
 
 # Node tests run per ONNX operator: this many, spread evenly over its tests in name order.
 PER_OP = 2
+# The domains whose operators have ONNX backend node tests (the index names a test's operator
+# by op type alone: no op type is in both).
+NODE_TEST_DOMAINS = ("", "ai.onnx.ml")
 
 # (domain, op type) -> "file::test" (test id as pytest prints it, relative to tests/).
 WITNESSES: dict[tuple[str, str], str] = {
@@ -111,6 +115,25 @@ WITNESSES: dict[tuple[str, str], str] = {
         "test_contrib_ops.py::test_skip_layer_norm_sum_output",
     ("com.microsoft", "SkipSimplifiedLayerNormalization"):
         "test_contrib_ops.py::test_skip_simplified_layer_norm[bias]",
+    # ai.onnx.ml operators (mlcc/ops/ml_trees.py, ml.py) whose node tests mlcc refuses (string
+    # keys: LabelEncoder) or that have none
+    ("ai.onnx.ml", "TreeEnsembleRegressor"):
+        "test_ops_ml.py::test_tree_regressor[50-8-7-13-1-SUM]",
+    ("ai.onnx.ml", "TreeEnsembleClassifier"):
+        "test_ops_ml.py::test_tree_classifier[50-8-7-13-labels1-SOFTMAX-True]",
+    ("ai.onnx.ml", "LinearRegressor"): "test_ops_ml.py::test_linear_regressor[13-7-3-SOFTMAX]",
+    ("ai.onnx.ml", "LinearClassifier"):
+        "test_ops_ml.py::test_linear_classifier[13-7-labels1-SOFTMAX]",
+    ("ai.onnx.ml", "Scaler"): "test_ops_ml.py::test_scaler_imputer_binarizer[shape1-True]",
+    ("ai.onnx.ml", "Imputer"): "test_ops_ml.py::test_scaler_imputer_binarizer[shape1-True]",
+    ("ai.onnx.ml", "Normalizer"): "test_ops_ml.py::test_normalizer[shape1-L2]",
+    ("ai.onnx.ml", "OneHotEncoder"): "test_ops_ml.py::test_one_hot_encoder[shape1-1]",
+    ("ai.onnx.ml", "LabelEncoder"): "test_ops_ml.py::test_label_encoder[i2f]",
+    ("ai.onnx.ml", "SVMRegressor"): "test_ops_ml.py::test_svm_regressor[RBF-params0-11-0]",
+    ("ai.onnx.ml", "FeatureVectorizer"):
+        "test_ops_ml.py::test_feature_vectorizer[shapes1-dims1]",
+    ("ai.onnx.ml", "SVMClassifier"):
+        "test_ops_ml.py::test_svm_classifier[RBF-3-per_class0-NONE]",
     # the attention fusion (mlcc/passes/fuse_attention.py)
     ("mlcc", "Attention"): "test_fusions_transformer.py::test_attention_is_one_kernel[x86]",
 }

@@ -5,8 +5,9 @@ registered operator is executed by some test (tests/op_coverage.py, issue 17).
   give a wrong answer or crash. To stay within its CI budget this runs a deterministic third of
   them: every third one in name order (MLCC_CONFORMANCE_STRIDE=1 runs them all). Refusals are
   allowed here (`make conformance` lists them over all 1,884 tests).
-- Every registered operator: a few node tests of each ONNX-domain operator, one of which must
-  run it (op_coverage.node_test_picks), or the witness test op_coverage.WITNESSES names for it.
+- Every registered operator: a few node tests of each operator of the default and ai.onnx.ml
+  domains, one of which must run it (op_coverage.node_test_picks), or the witness test
+  op_coverage.WITNESSES names for it.
 
 The two share their results: a node test both select is compiled and run once."""
 import ast
@@ -55,43 +56,50 @@ def test_model_operator_node_tests_never_give_a_wrong_answer():
     assert passed >= 0.95 * len(results), f"only {passed} of {len(results)} passed"
 
 
-def _runs(op: str, r: conformance.Result) -> bool:
+def _runs(domain: str, op: str, r: conformance.Result) -> bool:
     """Whether this node test ran op through mlcc: passed, with op in the compiled program (or
     folded, for an operator that exists only at compile time)."""
     return r.status in ("passed", "bound") and (
-        ("", op) in r.lowered or op_coverage.runs_at_compile_time_only("", op))
+        (domain, op) in r.lowered or op_coverage.runs_at_compile_time_only(domain, op))
 
 
 def test_every_registered_operator_is_executed_by_a_test():
     index = _index()
     start = time.monotonic()
     operators = op_coverage.registered()
-    onnx_ops = [op for domain, op in operators if domain == ""]
-    picks = {op: op_coverage.node_test_picks(index, op) for op in onnx_ops}
-    _results([e for op in onnx_ops for e in picks[op][0]])
+    # the operators the ONNX node tests cover: the default domain's and ai.onnx.ml's
+    onnx_ops = [(d, op) for d, op in operators if d in op_coverage.NODE_TEST_DOMAINS]
+    picks = {key: op_coverage.node_test_picks(index, key[1]) for key in onnx_ops}
+    _results([e for key in onnx_ops for e in picks[key][0]])
     problems, ran = [], 0
-    for op in onnx_ops:
-        first, rest = picks[op]
+    for domain, op in onnx_ops:
+        first, rest = picks[(domain, op)]
+        name = f"{domain}.{op}" if domain else op
         results = _results(first)
         # None of the picks runs op: its other node tests, a few at a time, until one does.
-        while rest and not any(_runs(op, r) for r in results) and \
-                ("", op) not in op_coverage.WITNESSES:
+        while rest and not any(_runs(domain, op, r) for r in results) and \
+                (domain, op) not in op_coverage.WITNESSES:
             results += _results(rest[:2 * JOBS])
             rest = rest[2 * JOBS:]
         ran += len(results)
-        problems += [f"{op}: {r.name} failed: {r.why}" for r in results if r.status == "failed"]
-        if not any(_runs(op, r) for r in results) and ("", op) not in op_coverage.WITNESSES:
+        problems += [f"{name}: {r.name} failed: {r.why}" for r in results
+                     if r.status == "failed"]
+        if not any(_runs(domain, op, r) for r in results) and \
+                (domain, op) not in op_coverage.WITNESSES:
             why = "; ".join(f"{r.name}: {r.status} {r.why}".strip() for r in results[:3])
             problems.append(
-                f"{op}: no test executes it: none of its {len(results)} ONNX node tests ran it "
-                f"through mlcc ({why or 'it has none'}); make one pass, or add a test against "
-                f"onnxruntime that compiles it and name it in tests/op_coverage.py WITNESSES")
+                f"{name}: no test executes it: none of its {len(results)} ONNX node tests ran "
+                f"it through mlcc ({why or 'it has none'}); make one pass, or add a test "
+                f"against onnxruntime that compiles it and name it in tests/op_coverage.py "
+                f"WITNESSES")
     for domain, op in operators:
-        if domain and (domain, op) not in op_coverage.WITNESSES:
+        if domain not in op_coverage.NODE_TEST_DOMAINS and \
+                (domain, op) not in op_coverage.WITNESSES:
             problems.append(
-                f"{domain}.{op}: no test executes it: an operator of domain {domain!r} (written "
-                f"by the compiler itself) needs the test that makes the compiler write it and "
-                f"checks the result, named in tests/op_coverage.py WITNESSES")
+                f"{domain}.{op}: no test executes it: an operator of domain {domain!r} (no ONNX "
+                f"node tests: written by the compiler itself, or onnxruntime's) needs the test "
+                f"that compiles it and checks the result, named in tests/op_coverage.py "
+                f"WITNESSES")
     print(f"\n{len(onnx_ops)} ONNX operators, {ran} node tests, "
           f"{time.monotonic() - start:.0f} s; {len(op_coverage.WITNESSES)} witnesses")
     assert not problems, "\n".join(problems)

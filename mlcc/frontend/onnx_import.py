@@ -187,9 +187,13 @@ def default_opset(model: onnx.ModelProto) -> int:
     for o in model.opset_import:
         if o.domain in ("", "ai.onnx"):
             return int(o.version)
+    if any(o.domain == "ai.onnx.ml" for o in model.opset_import):
+        # classical-ML nodes only (docs/classical-ml.md): no default-domain node to version
+        return onnx.defs.onnx_opset_version()
     domains = ", ".join(sorted(o.domain for o in model.opset_import)) or "none"
     raise UnsupportedError(f"the model uses only operator sets mlcc does not support "
-                           f"({domains}); mlcc compiles the default ONNX domain")
+                           f"({domains}); mlcc compiles the default ONNX domain and "
+                           f"ai.onnx.ml")
 
 
 def _attr_value(a: onnx.AttributeProto, subgraph):

@@ -44,6 +44,18 @@ REFUSED: dict[str, str] = {
     "ImageDecoder": IMAGES,
 }
 
+# ai.onnx.ml operators refused by design -> (category, what to do instead). ZipMap is what
+# converters append to a classifier's scores; its advice names the tensor it would read.
+ZIPMAP_ADVICE = ("convert without it (skl2onnx: options={{id(model): {{'zipmap': False}}}}; "
+                 "onnxmltools: zipmap=False) or remove the node, and read the scores tensor "
+                 "{scores!r} instead")
+ML_REFUSED: dict[str, tuple[str, str]] = {
+    "ZipMap": (SEQUENCES, "it makes a sequence of maps, one {label: score} per row"),
+    "DictVectorizer": (SEQUENCES, "it reads a map, whose keys are known only at run time"),
+    "CastMap": (SEQUENCES, "it reads a map, whose keys are known only at run time"),
+    "CategoryMapper": (STRINGS, "it maps strings to integers and back"),
+}
+
 # Default-domain operators the compiler handles itself, without an OpDef
 # (passes/infer_and_fold.py): Constant and Shape/Size fold (shapes are static), If is inlined
 # (its branch when the condition folds, both and a Where otherwise: docs/binding.md).

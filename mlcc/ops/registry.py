@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir import Graph, Lowering, Node, Value
-from .refusals import REFUSED, refusal
+from .refusals import ML_REFUSED, REFUSED, ZIPMAP_ADVICE, refusal
 
 TypeShape = tuple[str, tuple[int, ...]]
 
@@ -114,13 +114,25 @@ def lookup(node: Node) -> OpDef | None:
     return best
 
 
-def unsupported_reason(node: Node) -> list[str]:
-    """Why this node cannot be compiled at run time (empty if it can)."""
+def unsupported_reason(node: Node, graph_outputs=()) -> list[str]:
+    """Why this node cannot be compiled at run time (empty if it can); graph_outputs: the
+    names of the graph's outputs (a ZipMap's refusal says when it makes one)."""
     defs = _REGISTRY.get((node.domain, node.op_type))
     if not defs:
         if node.domain in ("", "ai.onnx") and node.op_type in REFUSED:
             return [f"operator {node.op_type} is not supported: "
                     f"{refusal(REFUSED[node.op_type])}"]
+        if node.domain == "ai.onnx.ml" and node.op_type in ML_REFUSED:
+            category, why = ML_REFUSED[node.op_type]
+            text = f"operator {node.op_type} (ai.onnx.ml) is not supported: {why}: " \
+                   f"{refusal(category)}"
+            if node.op_type == "ZipMap":
+                out = node.outputs[0] if node.outputs else ""
+                where = f"its output {out!r} is a graph output; " if out in graph_outputs \
+                    else ""
+                text += "; " + where + ZIPMAP_ADVICE.format(
+                    scores=node.inputs[0] if node.inputs else "")
+            return [text]
         where = f" in domain {node.domain!r}" if node.domain else ""
         return [f"operator {node.op_type}{where} is not supported"]
     d = lookup(node)

@@ -58,7 +58,7 @@ def infer_and_fold(g: Graph) -> Graph:
             # Downstream of a problem: no types to infer, but still report what is unsupported.
             reasons = ([f"{node.op_type} (control flow) reads a value of a node that cannot "
                         f"be compiled"] if node.op_type in ("Loop", "If")
-                       else unsupported_reason(node))
+                       else unsupported_reason(node, g.outputs))
             if reasons:
                 report(node, f"{describe(node)}: {'; '.join(reasons)}")
             unknown.update(o for o in node.outputs if o)
@@ -104,7 +104,7 @@ def infer_and_fold(g: Graph) -> Graph:
                 report(node, f"{describe(node)}: {exc.message}")
                 unknown.update(o for o in node.outputs if o)
                 continue
-        reasons = unsupported_reason(node)
+        reasons = unsupported_reason(node, g.outputs)
         if reasons:
             report(node, f"{describe(node)}: {'; '.join(reasons)}")
             unknown.update(o for o in node.outputs if o)
