@@ -1663,10 +1663,13 @@ static void conv_implicit_t(const mlcc_conv2d_packed_params *pp, const float *x,
     if ((double)cout_g * (double)spatial * (double)kdim * (double)p->batch * (double)p->groups <
         (double)MLCC_MIN_PARALLEL_MACS)
         nt = 1, pool = NULL;
-    /* units: channel panels; rows of the output too when panels are few */
+    /* units: channel panels; rows of the output too when panels are few, in a multiple of
+     * the threads' bands (unit u: panel u % cpan of band u / cpan), so that a thread's
+     * contiguous units are whole bands of rows: the rows of the copy above it wrote */
     job.row_units = 1;
     if (nt > 1 && job.cpan < MLCC_CONV_UNITS_PER_THREAD * nt) {
         job.row_units = (MLCC_CONV_UNITS_PER_THREAD * nt + job.cpan - 1) / job.cpan;
+        job.row_units = (job.row_units + nt - 1) / nt * nt;
         if (job.row_units > (ptrdiff_t)p->out_h) job.row_units = (ptrdiff_t)p->out_h;
     }
     units = nt == 1 ? 1 : job.cpan * job.row_units;
