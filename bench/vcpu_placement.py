@@ -23,15 +23,13 @@ import tempfile
 import time
 from pathlib import Path
 
-SOURCE = r"""
+# A clock and pinning a thread to a CPU, for the probes here and in crossing_cost.py.
+HELPERS = r"""
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <time.h>
-
-static _Alignas(64) atomic_int ball;
-static atomic_int stop;
 
 static double now(void) {
     struct timespec t;
@@ -45,6 +43,11 @@ static int pin(int cpu) {
     CPU_SET(cpu, &set);
     return pthread_setaffinity_np(pthread_self(), sizeof set, &set);
 }
+"""
+
+SOURCE = HELPERS + r"""
+static _Alignas(64) atomic_int ball;
+static atomic_int stop;
 
 static void *partner(void *arg) {
     pin(*(int *)arg);
@@ -98,19 +101,27 @@ double round_trip_ns(int cpu_a, int cpu_b, int n) {
 """
 
 
-def _library() -> ctypes.CDLL:
-    """The probe, built once per source into the temporary folder."""
-    tag = hashlib.sha256(SOURCE.encode()).hexdigest()[:12]
-    lib = Path(tempfile.gettempdir()) / f"mlcc-vcpu-placement-{tag}.so"
+def build_probe(name: str, source: str, flags: list[str], inputs: list[Path] = ()) -> Path:
+    """`source` (and the C files `inputs`) built with cc and `flags` into a shared library in
+    the temporary folder, once per content."""
+    digest = hashlib.sha256(source.encode() + " ".join(flags).encode())
+    for path in inputs:
+        digest.update(path.read_bytes())
+    lib = Path(tempfile.gettempdir()) / f"mlcc-{name}-{digest.hexdigest()[:12]}.so"
     if not lib.exists():
         src = lib.with_suffix(f".{os.getpid()}.c")
-        src.write_text(SOURCE)
+        src.write_text(source)
         tmp = lib.with_suffix(f".{os.getpid()}.so")
-        subprocess.run(["cc", "-O2", "-std=c11", "-shared", "-fPIC", "-pthread", str(src),
-                        "-o", str(tmp)], check=True)
+        subprocess.run(["cc", *flags, "-shared", "-fPIC", "-pthread", str(src),
+                        *map(str, inputs), "-o", str(tmp)], check=True)
         src.unlink()
         tmp.replace(lib)
-    so = ctypes.CDLL(str(lib))
+    return lib
+
+
+def _library() -> ctypes.CDLL:
+    """The probe, built once per source into the temporary folder."""
+    so = ctypes.CDLL(str(build_probe("vcpu-placement", SOURCE, ["-O2", "-std=c11"])))
     so.round_trip_ns.restype = ctypes.c_double
     so.round_trip_ns.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
     return so

@@ -2049,8 +2049,22 @@ def _bench_processes(model, folder, feeds, ort_feeds, threads, runs, settle, flo
             f"alternated (mlcc, onnxruntime, mlcc, ...), {rounds} rounds, each child timed for "
             + (f"{runs} samples" if runs else f"{_bench.TIME_BUDGET_S / (2 * rounds):.3g} s")
             + " after its warm-up; median and p90 = medians over the rounds of each round's "
-              "median and p90")
+              "median and p90" + _helper_cpu_note(m.children))
     return timings, mode, m.outputs["mlcc"], m.outputs["onnxruntime"]
+
+
+def _helper_cpu_note(children: list[dict]) -> str:
+    """The lowest share of a worker's CPU time per engine over its rounds (benchmark_worker's
+    helper_cpu): well under 1, a round whose worker waited for a CPU (a busy machine)."""
+    low = {}
+    for c in children:
+        if c.get("helper_cpu") is not None:
+            low[c["engine"]] = min(low.get(c["engine"], c["helper_cpu"]), c["helper_cpu"])
+    if not low:
+        return ""
+    return ("; the worker's CPU time over the caller's, lowest round: "
+            + ", ".join(f"{e} {v:.2f}" for e, v in low.items())
+            + " (well under 1: its worker waited for a CPU, a busy machine)")
 
 
 __all__ = ["compile", "load", "verify", "inspect", "bench", "CompileResult", "VerifyResult",

@@ -179,6 +179,21 @@ def test_bench_two_threads_runs_each_engine_alone_alternated(monkeypatch):
     assert "each engine in its own process, alternated" in report
     assert "mode: separate processes" in report and "2 rounds" in report
     assert "| mlcc |" in report and "| onnxruntime |" in report
+    if sys.platform.startswith("linux"):   # each child's worker CPU share, in the mode line
+        assert all(c["helper_cpu"] is not None and c["helper_cpu"] >= 0 for c in children)
+        assert "the worker's CPU time over the caller's, lowest round: mlcc " in report
+
+
+def test_helper_cpu_is_the_busiest_other_threads_share():
+    """benchmark_worker.helper_cpu: the busiest other thread's CPU time over the caller's
+    between two readings; None without a reading, another thread or caller time."""
+    from mlcc.benchmark_worker import helper_cpu
+    before = {1: 100, 2: 50, 3: 0}
+    assert helper_cpu(before, {1: 300, 2: 150, 3: 20}, 1) == 0.5
+    assert helper_cpu(before, {1: 300, 2: 50, 3: 0, 4: 400}, 1) == 2.0   # a new thread
+    assert helper_cpu(None, {1: 300}, 1) is None
+    assert helper_cpu(before, {1: 300}, 1) is None
+    assert helper_cpu(before, {1: 100, 2: 60}, 1) is None
 
 
 def test_summarize_rounds_takes_medians_over_rounds():
