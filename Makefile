@@ -31,7 +31,7 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml setup.py mlcc/runtime/_fastcall.c
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,ml]'
 	@command -v gcc >/dev/null || { echo "gcc is needed: apt-get install gcc"; exit 1; }
 	touch $@
 
