@@ -148,7 +148,7 @@ int main(void) {
     for (trial = 0; trial < 3000; trial++) {
         mlcc_pool2d_params p;
         int64_t taps[8];
-        float x[2 * 40 * 40], y0[2 * 40 * 40], y1[2 * 40 * 40], scr[40 * 48], inv[100];
+        float x[2 * 30 * 96], y0[2 * 30 * 96], y1[2 * 30 * 96], scr[40 * 96], inv[200];
         long i, k, n;
         p.planes = 2; p.in_h = rnd(1, 9); p.in_w = rnd(1, 40);
         p.kernel_h = rnd(1, 4); p.kernel_w = rnd(1, 4);
@@ -156,11 +156,12 @@ int main(void) {
         p.dilation_h = rnd(1, 2); p.dilation_w = rnd(1, 3);
         p.pad_top = rnd(0, 3); p.pad_left = rnd(0, 3);
         if (trial % 3 == 0) {   /* 2- or 3-wide windows of stride 2 on rows of up to 33
-                                   columns: max_row_s2 and the row buffer around a vector */
-            p.in_h = rnd(1, 30); p.in_w = rnd(2, 33); p.kernel_w = rnd(2, 3);
-            p.stride_w = 2; p.dilation_w = 1; p.pad_left = 0;
+                                   columns, or up to 96 (several blocks of 16 lanes), pads 0
+                                   or 1: max_row_s2 and the row buffer around a vector */
+            p.in_h = rnd(1, 30); p.in_w = rnd(2, trial % 2 ? 96 : 33); p.kernel_w = rnd(2, 3);
+            p.stride_w = 2; p.dilation_w = 1; p.pad_left = rnd(0, 1);
         }
-        p.scratch_slice = 40 * 48;
+        p.scratch_slice = 40 * 96;
         {
             long eh = p.dilation_h * (p.kernel_h - 1) + 1, ew = p.dilation_w * (p.kernel_w - 1) + 1;
             long sh = p.in_h + p.pad_top + rnd(0, 3) - eh;

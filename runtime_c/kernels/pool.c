@@ -3,16 +3,34 @@
 
 #include "pool.h"
 
+#if MLCC_HAVE_VECTORS && (defined(__SSE__) || defined(__AVX__) || defined(__AVX512F__))
+#include <immintrin.h>
+#elif MLCC_HAVE_VECTORS && defined(__wasm_simd128__)
+#include <wasm_simd128.h>
+#endif
+
 #define MAX_OF(a, v) ((v) > (a) ? (v) : (a))
 #define ADD_TO(a, v) ((a) + (v))
 
 #if MLCC_HAVE_VECTORS
 #define VL MLCC_VF_LANES
-/* Lane-wise (b > a ? b : a) as a comparison and a select: one or two instructions on every
- * target. (A loop over the lanes, which GCC turns into maxps, stays a loop through the stack
- * in clang's WebAssembly output, and made MaxPool 20x slower there.) */
+/* Lane-wise (b > a ? b : a): x86's maxps(b, a) and WebAssembly's f32x4.pmax(a, b) are that
+ * very rule (the first operand's lane when greater, else the second's: NaN and equal zeros
+ * give a), one instruction; elsewhere (NEON's fmax returns NaN) a comparison and a select.
+ * (GCC compiled the select to a compare and two masked xors on AVX-512; a loop over the lanes
+ * stays a loop through the stack in clang's WebAssembly output: MaxPool 20x slower there.) */
 static inline mlcc_vf vf_max(mlcc_vf a, mlcc_vf b) {
+#if defined(__AVX512F__) && MLCC_VECTOR_BYTES == 64
+    return (mlcc_vf)_mm512_max_ps((__m512)b, (__m512)a);
+#elif defined(__AVX__) && MLCC_VECTOR_BYTES == 32
+    return (mlcc_vf)_mm256_max_ps((__m256)b, (__m256)a);
+#elif defined(__SSE__) && MLCC_VECTOR_BYTES == 16
+    return (mlcc_vf)_mm_max_ps((__m128)b, (__m128)a);
+#elif defined(__wasm_simd128__) && MLCC_VECTOR_BYTES == 16
+    return (mlcc_vf)wasm_f32x4_pmax((v128_t)a, (v128_t)b);
+#else
     return mlcc_vf_select(b > a, b, a);
+#endif
 }
 #define VMAX_OF(a, v) vf_max(a, v)
 #define VADD_TO(a, v) ((a) + (v))
@@ -161,23 +179,53 @@ static void split_phases(const float *x, ptrdiff_t rows, ptrdiff_t in_w, ptrdiff
 #define VCOL3(j) vf_max(vf_max(mlcc_vf_load(r0 + (j)), mlcc_vf_load(r1 + (j))), \
                         mlcc_vf_load(r2 + (j)))
 
+/* Lanes 1.. of a, then the first lane of b (vf_next_first) or its last (vf_next_last). */
+#if MLCC_VECTOR_BYTES == 64
+#define VF_NEXT(a, b, l) \
+    __builtin_shufflevector(a, b, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, l)
+#else
+#define VF_NEXT(a, b, l) __builtin_shufflevector(a, b, 1, 2, 3, 4, 5, 6, 7, l)
+#endif
+#define vf_next_first(a, b) VF_NEXT(a, b, MLCC_VECTOR_BYTES / 4)
+#define vf_next_last(a, b) VF_NEXT(a, b, MLCC_VECTOR_BYTES / 2 - 1)
+
+/* 16-lane builds (AVX-512) end a row with masked loads and a masked store (no load past the
+ * row's last tap, no store past its last output), so rows narrower than a vector (SqueezeNet's
+ * 13 outputs) take the vector path too. */
+#if defined(__AVX512F__) && MLCC_VECTOR_BYTES == 64
+#define MAX_ROW_S2_MASKED 1
+#define VCOL3_MASKED(j, m)                                                               \
+    vf_max(vf_max((mlcc_vf)_mm512_maskz_loadu_ps(m, r0 + (j)),                           \
+                  (mlcc_vf)_mm512_maskz_loadu_ps(m, r1 + (j))),                          \
+           (mlcc_vf)_mm512_maskz_loadu_ps(m, r2 + (j)))
+#define S2_MIN_INTERIOR 1   /* interior outputs max_row_s2 needs */
+#else
+#define S2_MIN_INTERIOR VL
+#endif
+
 /* One output row of a 2- or 3-wide, stride-2, undilated max window (the 3x3/2 pools of
  * SqueezeNet and ResNet, the 2x2/2 of small CNNs) over at most three input rows, in one pass:
  * the row maxima of each column go straight into the column maxima, in registers. Interior
- * columns [lo, hi) (every tap inside; hi - lo >= VL) take VL outputs at a time from 2 VL
- * columns of row maxima: their even and odd lanes (mlcc_vf_deinterleave), and for 3-wide
- * windows the odd lanes of the same columns one on, which are the even lanes one pair on; the
- * last vector overlaps the one before (the same values again), so no scalar tail, and the
- * loads stop at the row's last tap. Border columns test their taps. The same comparisons in
- * the same order as the two passes through a row buffer (max_plane_separable below): interior
- * 3-wide windows max(max(c0, c1), c2), 2-wide ones and borders from -FLT_MAX, so the same bits,
- * NaN included. The row buffer cost a store and a misaligned reload of every row maximum;
- * this costs a second set of loads instead, which pays with 8 or 16 lanes and not with 4
- * (SSE, NEON and wasm builds keep the row buffer: 1.07-1.35x slower with SSE on a Zen 5). */
+ * columns [lo, hi) (every tap inside; hi - lo >= VL, or >= 1 with MAX_ROW_S2_MASKED) take VL
+ * outputs at a time from 2 VL columns of row maxima: their even and odd lanes
+ * (mlcc_vf_deinterleave), and for 3-wide windows the even lanes one pair on, which are the
+ * even lanes but the first, then column 2 VL: the first lane of the next block's row maxima,
+ * which the next block then uses (or, on a row's last block, the last lane of the row maxima
+ * of the VL columns before it). 6 loads per VL outputs, 9 on a row's last block (12 before).
+ * The row's end: a masked block, or the last vector overlapping the one before (the same
+ * values again); no scalar tail either way, and no load past the row's last tap. Border
+ * columns test their taps. The same comparisons in the same order as the two passes through a
+ * row buffer (max_plane_separable below): interior 3-wide windows max(max(c0, c1), c2),
+ * 2-wide ones and borders from -FLT_MAX, so the same bits, NaN included. The row buffer cost
+ * a store and a misaligned reload of every row maximum; this costs a second set of loads
+ * instead, which pays with 8 or 16 lanes and not with 4 (SSE, NEON and wasm builds keep the
+ * row buffer: 1.07-1.35x slower with SSE on a Zen 5). */
 static void max_row_s2(const float *r0, const float *r1, const float *r2, ptrdiff_t iw_n,
                        ptrdiff_t ow_n, ptrdiff_t kw_n, ptrdiff_t pl, ptrdiff_t lo, ptrdiff_t hi,
                        float *yr) {
+    const mlcc_vf lowest = mlcc_vf_splat(-FLT_MAX);
     ptrdiff_t ow, kw, j;
+    mlcc_vf a, b, e0, o0, e1;
     for (ow = 0; ow < ow_n; ow++) {
         float acc = -FLT_MAX;
         if (ow == lo) {
@@ -190,19 +238,50 @@ static void max_row_s2(const float *r0, const float *r1, const float *r2, ptrdif
         }
         yr[ow] = acc;
     }
-    for (ow = lo; ow < hi; ow += VL) {
-        mlcc_vf e0, o0, o1, e1;
-        if (ow + VL > hi) ow = hi - VL;
+    ow = lo;
+    if (ow + VL <= hi) a = VCOL3(2 * ow - pl);
+    for (; ow + VL <= hi; ow += VL) {
         j = 2 * ow - pl;
-        mlcc_vf_deinterleave(VCOL3(j), VCOL3(j + VL), &e0, &o0);
-        if (kw_n == 3) {
-            mlcc_vf_deinterleave(VCOL3(j + 1), VCOL3(j + 1 + VL), &o1, &e1);
-            (void)o1;
-            mlcc_vf_store(yr + ow, vf_max(vf_max(e0, o0), e1));
-        } else {
-            mlcc_vf_store(yr + ow, vf_max(vf_max(mlcc_vf_splat(-FLT_MAX), e0), o0));
+        b = VCOL3(j + VL);
+        mlcc_vf_deinterleave(a, b, &e0, &o0);
+        if (kw_n == 2) {
+            mlcc_vf_store(yr + ow, vf_max(vf_max(lowest, e0), o0));
+            if (ow + 2 * VL <= hi) a = VCOL3(j + 2 * VL);
+            continue;
         }
+        if (ow + 2 * VL <= hi) {   /* column j + 2 VL starts the next block */
+            a = VCOL3(j + 2 * VL);
+            e1 = vf_next_first(e0, a);
+        } else {                   /* it ends the row's last tap */
+            e1 = vf_next_last(e0, VCOL3(j + VL + 1));
+        }
+        mlcc_vf_store(yr + ow, vf_max(vf_max(e0, o0), e1));
     }
+    if (ow == hi) return;
+#ifdef MAX_ROW_S2_MASKED
+    {
+        /* n < VL outputs from the 2 n + kw_n - 2 columns at j */
+        const ptrdiff_t n = hi - ow, cols = 2 * n + kw_n - 2;
+        const __mmask16 ma = (__mmask16)(cols >= VL ? 0xffff : (1u << cols) - 1);
+        const __mmask16 mb = (__mmask16)(cols > VL ? (1u << (cols - VL)) - 1 : 0);
+        j = 2 * ow - pl;
+        mlcc_vf_deinterleave(VCOL3_MASKED(j, ma), VCOL3_MASKED(j + VL, mb), &e0, &o0);
+        if (kw_n == 2)
+            e0 = vf_max(vf_max(lowest, e0), o0);
+        else   /* lanes below n: the even lanes one on */
+            e0 = vf_max(vf_max(e0, o0), vf_next_first(e0, e0));
+        _mm512_mask_storeu_ps(yr + ow, (__mmask16)((1u << n) - 1), (__m512)e0);
+    }
+#else
+    /* the last vector overlaps the one before (hi - lo >= VL) */
+    ow = hi - VL;
+    j = 2 * ow - pl;
+    mlcc_vf_deinterleave(VCOL3(j), VCOL3(j + VL), &e0, &o0);
+    if (kw_n == 2)
+        mlcc_vf_store(yr + ow, vf_max(vf_max(lowest, e0), o0));
+    else
+        mlcc_vf_store(yr + ow, vf_max(vf_max(e0, o0), vf_next_last(e0, VCOL3(j + VL + 1))));
+#endif
 }
 #endif
 
@@ -236,7 +315,7 @@ static void max_plane_separable(const mlcc_pool2d_params *p, const float *x, flo
         }
 #ifdef MAX_ROW_S2
         if (kh_hi - kh_lo <= 3 && sw == 2 && dw == 1 && (kw_n == 2 || kw_n == 3) &&
-            hi - lo >= VL) {
+            hi - lo >= S2_MIN_INTERIOR) {
             const float *r0 = x + (ih0 + kh_lo * dh) * iw_n;
             const float *r2 = x + (ih0 + (kh_hi - 1) * dh) * iw_n;
             const float *r1 = kh_hi - kh_lo == 3 ? r0 + dh * iw_n : r2;
@@ -398,7 +477,7 @@ static void pool2d_planes(const mlcc_pool2d_params *p, const float *x, const int
             const float *r1 = r0 + iw_n;
             float *yr = y + r * ow_n;
 #ifdef MAX_ROW_S2
-            if (ow_n >= VL) {
+            if (ow_n >= S2_MIN_INTERIOR) {
                 max_row_s2(r0, r1, r1, iw_n, ow_n, 2, 0, 0, ow_n, yr);
                 continue;
             }
