@@ -160,6 +160,9 @@ int main(void) {
                                    or 1: max_row_s2 and the row buffer around a vector */
             p.in_h = rnd(1, 30); p.in_w = rnd(2, trial % 2 ? 96 : 33); p.kernel_w = rnd(2, 3);
             p.stride_w = 2; p.dilation_w = 1; p.pad_left = rnd(0, 1);
+            if (trial % 2) {   /* 3-row windows of stride 2 dilations: pairs of output rows */
+                p.kernel_h = 3; p.stride_h = 2 * p.dilation_h;
+            }
         }
         p.scratch_slice = 40 * 96;
         {

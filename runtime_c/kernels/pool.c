@@ -172,12 +172,11 @@ static void split_phases(const float *x, ptrdiff_t rows, ptrdiff_t in_w, ptrdiff
 
 #if MLCC_HAVE_VECTORS && defined(MLCC_VF_DEINTERLEAVE) && MLCC_VECTOR_BYTES >= 32
 #define MAX_ROW_S2 1
-/* The maximum over the kernel rows of column j, rows r0, r1, r2 in that order (a window of
- * two rows passes r2 = r1 and of one row r0 = r1 = r2: max(max(a, b), b) is max(a, b) bit for
- * bit, NaN and signed zeros included, so every row count takes the same code). */
-#define COL3(j) MAX_OF(MAX_OF(r0[j], r1[j]), r2[j])
-#define VCOL3(j) vf_max(vf_max(mlcc_vf_load(r0 + (j)), mlcc_vf_load(r1 + (j))), \
-                        mlcc_vf_load(r2 + (j)))
+/* The maximum over the kernel rows of column j, rows r[0], r[1], r[2] in that order (a window
+ * of two rows passes r[2] = r[1] and of one row r[0] = r[1] = r[2]: max(max(a, b), b) is
+ * max(a, b) bit for bit, NaN and signed zeros included, so every row count takes the same
+ * code); for the second output row of a pair, rows r[2], r[3], r[4]. */
+#define COL3(r, j) MAX_OF(MAX_OF((r)[0][j], (r)[1][j]), (r)[2][j])
 
 /* Lanes 1.. of a, then the first lane of b (vf_next_first) or its last (vf_next_last). */
 #if MLCC_VECTOR_BYTES == 64
@@ -189,73 +188,107 @@ static void split_phases(const float *x, ptrdiff_t rows, ptrdiff_t in_w, ptrdiff
 #define vf_next_first(a, b) VF_NEXT(a, b, MLCC_VECTOR_BYTES / 4)
 #define vf_next_last(a, b) VF_NEXT(a, b, MLCC_VECTOR_BYTES / 2 - 1)
 
+#define S2_INLINE static inline __attribute__((always_inline))
+
 /* 16-lane builds (AVX-512) end a row with masked loads and a masked store (no load past the
  * row's last tap, no store past its last output), so rows narrower than a vector (SqueezeNet's
  * 13 outputs) take the vector path too. */
 #if defined(__AVX512F__) && MLCC_VECTOR_BYTES == 64
 #define MAX_ROW_S2_MASKED 1
-#define VCOL3_MASKED(j, m)                                                               \
-    vf_max(vf_max((mlcc_vf)_mm512_maskz_loadu_ps(m, r0 + (j)),                           \
-                  (mlcc_vf)_mm512_maskz_loadu_ps(m, r1 + (j))),                          \
-           (mlcc_vf)_mm512_maskz_loadu_ps(m, r2 + (j)))
-#define S2_MIN_INTERIOR 1   /* interior outputs max_row_s2 needs */
+#define S2_MIN_INTERIOR 1   /* interior outputs max_rows_s2 needs */
+typedef __mmask16 s2_mask;
+#define S2_LOAD(p, m) ((mlcc_vf)_mm512_maskz_loadu_ps(m, p))
 #else
 #define S2_MIN_INTERIOR VL
+typedef int s2_mask;
+#define S2_LOAD(p, m) ((void)(m), mlcc_vf_load(p))
 #endif
 
-/* One output row of a 2- or 3-wide, stride-2, undilated max window (the 3x3/2 pools of
- * SqueezeNet and ResNet, the 2x2/2 of small CNNs) over at most three input rows, in one pass:
- * the row maxima of each column go straight into the column maxima, in registers. Interior
- * columns [lo, hi) (every tap inside; hi - lo >= VL, or >= 1 with MAX_ROW_S2_MASKED) take VL
+/* The column maxima of columns j.. (the lanes of mask m) for one output row (ca) or two (cb
+ * too), their shared row r[2] loaded once. */
+S2_INLINE void s2_cols(const float *const *r, int two, ptrdiff_t j, s2_mask m, mlcc_vf *ca,
+                       mlcc_vf *cb) {
+    const mlcc_vf x2 = S2_LOAD(r[2] + j, m);
+    *ca = vf_max(vf_max(S2_LOAD(r[0] + j, m), S2_LOAD(r[1] + j, m)), x2);
+    if (two) *cb = vf_max(vf_max(x2, S2_LOAD(r[3] + j, m)), S2_LOAD(r[4] + j, m));
+}
+
+/* VL outputs from the column maxima a (columns j..), b (j + VL..) and, for 3-wide windows,
+ * c: the next VL columns (its first lane is column j + 2 VL: how 0), the VL columns that end
+ * at j + 2 VL (how 1), or none (how 2: only the outputs below VL - 1 are right). */
+S2_INLINE mlcc_vf s2_out(mlcc_vf a, mlcc_vf b, mlcc_vf c, ptrdiff_t kw_n, int how) {
+    mlcc_vf e0, o0;
+    mlcc_vf_deinterleave(a, b, &e0, &o0);
+    if (kw_n == 2) return vf_max(vf_max(mlcc_vf_splat(-FLT_MAX), e0), o0);
+    return vf_max(vf_max(e0, o0), how == 0   ? vf_next_first(e0, c)
+                                  : how == 1 ? vf_next_last(e0, c)
+                                             : vf_next_first(e0, e0));
+}
+
+/* One output row (ya; two: and the next, yb) of a 2- or 3-wide, stride-2, undilated max
+ * window (the 3x3/2 pools of SqueezeNet and ResNet, the 2x2/2 of small CNNs) over at most
+ * three input rows, in one pass: the row maxima of each column go straight into the column
+ * maxima, in registers. Two output rows of 3-row windows of stride 2 share a row, loaded once
+ * for both. Interior columns [lo, hi) (every tap inside; hi - lo >= S2_MIN_INTERIOR) take VL
  * outputs at a time from 2 VL columns of row maxima: their even and odd lanes
  * (mlcc_vf_deinterleave), and for 3-wide windows the even lanes one pair on, which are the
  * even lanes but the first, then column 2 VL: the first lane of the next block's row maxima,
  * which the next block then uses (or, on a row's last block, the last lane of the row maxima
- * of the VL columns before it). 6 loads per VL outputs, 9 on a row's last block (12 before).
- * The row's end: a masked block, or the last vector overlapping the one before (the same
- * values again); no scalar tail either way, and no load past the row's last tap. Border
- * columns test their taps. The same comparisons in the same order as the two passes through a
- * row buffer (max_plane_separable below): interior 3-wide windows max(max(c0, c1), c2),
- * 2-wide ones and borders from -FLT_MAX, so the same bits, NaN included. The row buffer cost
- * a store and a misaligned reload of every row maximum; this costs a second set of loads
- * instead, which pays with 8 or 16 lanes and not with 4 (SSE, NEON and wasm builds keep the
- * row buffer: 1.07-1.35x slower with SSE on a Zen 5). */
-static void max_row_s2(const float *r0, const float *r1, const float *r2, ptrdiff_t iw_n,
-                       ptrdiff_t ow_n, ptrdiff_t kw_n, ptrdiff_t pl, ptrdiff_t lo, ptrdiff_t hi,
-                       float *yr) {
-    const mlcc_vf lowest = mlcc_vf_splat(-FLT_MAX);
+ * of the VL columns before it). 6 loads per VL outputs of one row, 5 in a pair (12 before).
+ * The row's end: a masked block (MAX_ROW_S2_MASKED), or the last vector overlapping the one
+ * before (the same values again); no scalar tail either way, and no load past the row's last
+ * tap. Border columns test their taps. The same comparisons in the same order as the two
+ * passes through a row buffer (max_plane_separable below): interior 3-wide windows
+ * max(max(c0, c1), c2), 2-wide ones and borders from -FLT_MAX, so the same bits, NaN
+ * included. The row buffer cost a store and a misaligned reload of every row maximum; this
+ * costs a second set of loads instead, which pays with 8 or 16 lanes and not with 4 (SSE,
+ * NEON and wasm builds keep the row buffer: 1.07-1.35x slower with SSE on a Zen 5). */
+S2_INLINE void max_rows_s2(const float *const *r, int two, ptrdiff_t iw_n, ptrdiff_t ow_n,
+                           ptrdiff_t kw_n, ptrdiff_t pl, ptrdiff_t lo, ptrdiff_t hi, float *ya,
+                           float *yb) {
+    const s2_mask all = (s2_mask)-1;
     ptrdiff_t ow, kw, j;
-    mlcc_vf a, b, e0, o0, e1;
+    mlcc_vf aa, ab = mlcc_vf_splat(0.0f), ba, bb = ab, na, nb = ab;
     for (ow = 0; ow < ow_n; ow++) {
-        float acc = -FLT_MAX;
+        float acc = -FLT_MAX, acc2 = -FLT_MAX;
         if (ow == lo) {
             ow = hi - 1;
             continue;
         }
         for (kw = 0; kw < kw_n; kw++) {
             const ptrdiff_t iw = 2 * ow - pl + kw;
-            if (iw >= 0 && iw < iw_n) acc = MAX_OF(acc, COL3(iw));
+            if (iw >= 0 && iw < iw_n) {
+                acc = MAX_OF(acc, COL3(r, iw));
+                if (two) acc2 = MAX_OF(acc2, COL3(r + 2, iw));
+            }
         }
-        yr[ow] = acc;
+        ya[ow] = acc;
+        if (two) yb[ow] = acc2;
     }
     ow = lo;
-    if (ow + VL <= hi) a = VCOL3(2 * ow - pl);
+    aa = ab;
+    if (ow + VL <= hi) s2_cols(r, two, 2 * ow - pl, all, &aa, &ab);
     for (; ow + VL <= hi; ow += VL) {
+        const int next = ow + 2 * VL <= hi;   /* column j + 2 VL starts the next block */
+        mlcc_vf oa, ob = ab;
         j = 2 * ow - pl;
-        b = VCOL3(j + VL);
-        mlcc_vf_deinterleave(a, b, &e0, &o0);
+        s2_cols(r, two, j + VL, all, &ba, &bb);
         if (kw_n == 2) {
-            mlcc_vf_store(yr + ow, vf_max(vf_max(lowest, e0), o0));
-            if (ow + 2 * VL <= hi) a = VCOL3(j + 2 * VL);
-            continue;
+            oa = s2_out(aa, ba, ba, 2, 0);
+            if (two) ob = s2_out(ab, bb, bb, 2, 0);
+            if (next) s2_cols(r, two, j + 2 * VL, all, &aa, &ab);
+        } else if (next) {
+            s2_cols(r, two, j + 2 * VL, all, &na, &nb);
+            oa = s2_out(aa, ba, na, 3, 0);
+            if (two) ob = s2_out(ab, bb, nb, 3, 0);
+            aa = na, ab = nb;
+        } else {                              /* it ends the row's last tap */
+            s2_cols(r, two, j + VL + 1, all, &na, &nb);
+            oa = s2_out(aa, ba, na, 3, 1);
+            if (two) ob = s2_out(ab, bb, nb, 3, 1);
         }
-        if (ow + 2 * VL <= hi) {   /* column j + 2 VL starts the next block */
-            a = VCOL3(j + 2 * VL);
-            e1 = vf_next_first(e0, a);
-        } else {                   /* it ends the row's last tap */
-            e1 = vf_next_last(e0, VCOL3(j + VL + 1));
-        }
-        mlcc_vf_store(yr + ow, vf_max(vf_max(e0, o0), e1));
+        mlcc_vf_store(ya + ow, oa);
+        if (two) mlcc_vf_store(yb + ow, ob);
     }
     if (ow == hi) return;
 #ifdef MAX_ROW_S2_MASKED
@@ -264,24 +297,34 @@ static void max_row_s2(const float *r0, const float *r1, const float *r2, ptrdif
         const ptrdiff_t n = hi - ow, cols = 2 * n + kw_n - 2;
         const __mmask16 ma = (__mmask16)(cols >= VL ? 0xffff : (1u << cols) - 1);
         const __mmask16 mb = (__mmask16)(cols > VL ? (1u << (cols - VL)) - 1 : 0);
+        const __mmask16 mo = (__mmask16)((1u << n) - 1);
         j = 2 * ow - pl;
-        mlcc_vf_deinterleave(VCOL3_MASKED(j, ma), VCOL3_MASKED(j + VL, mb), &e0, &o0);
-        if (kw_n == 2)
-            e0 = vf_max(vf_max(lowest, e0), o0);
-        else   /* lanes below n: the even lanes one on */
-            e0 = vf_max(vf_max(e0, o0), vf_next_first(e0, e0));
-        _mm512_mask_storeu_ps(yr + ow, (__mmask16)((1u << n) - 1), (__m512)e0);
+        s2_cols(r, two, j, ma, &aa, &ab);
+        s2_cols(r, two, j + VL, mb, &ba, &bb);
+        _mm512_mask_storeu_ps(ya + ow, mo, (__m512)s2_out(aa, ba, ba, kw_n, 2));
+        if (two) _mm512_mask_storeu_ps(yb + ow, mo, (__m512)s2_out(ab, bb, bb, kw_n, 2));
     }
 #else
     /* the last vector overlaps the one before (hi - lo >= VL) */
     ow = hi - VL;
     j = 2 * ow - pl;
-    mlcc_vf_deinterleave(VCOL3(j), VCOL3(j + VL), &e0, &o0);
-    if (kw_n == 2)
-        mlcc_vf_store(yr + ow, vf_max(vf_max(lowest, e0), o0));
-    else
-        mlcc_vf_store(yr + ow, vf_max(vf_max(e0, o0), vf_next_last(e0, VCOL3(j + VL + 1))));
+    s2_cols(r, two, j, all, &aa, &ab);
+    s2_cols(r, two, j + VL, all, &ba, &bb);
+    na = ba, nb = bb;
+    if (kw_n == 3) s2_cols(r, two, j + VL + 1, all, &na, &nb);
+    mlcc_vf_store(ya + ow, s2_out(aa, ba, na, kw_n, 1));
+    if (two) mlcc_vf_store(yb + ow, s2_out(ab, bb, nb, kw_n, 1));
 #endif
+}
+
+/* One output row (rows r[0..2]), or two of 3-wide windows that share a row (r[0..4]). */
+static void max_row_s2(const float *const *r, ptrdiff_t iw_n, ptrdiff_t ow_n, ptrdiff_t kw_n,
+                       ptrdiff_t pl, ptrdiff_t lo, ptrdiff_t hi, float *yr) {
+    max_rows_s2(r, 0, iw_n, ow_n, kw_n, pl, lo, hi, yr, yr);
+}
+static void max_row_pair_s2(const float *const *r, ptrdiff_t iw_n, ptrdiff_t ow_n,
+                            ptrdiff_t pl, ptrdiff_t lo, ptrdiff_t hi, float *yr) {
+    max_rows_s2(r, 1, iw_n, ow_n, 3, pl, lo, hi, yr, yr + ow_n);
 }
 #endif
 
@@ -316,10 +359,19 @@ static void max_plane_separable(const mlcc_pool2d_params *p, const float *x, flo
 #ifdef MAX_ROW_S2
         if (kh_hi - kh_lo <= 3 && sw == 2 && dw == 1 && (kw_n == 2 || kw_n == 3) &&
             hi - lo >= S2_MIN_INTERIOR) {
-            const float *r0 = x + (ih0 + kh_lo * dh) * iw_n;
-            const float *r2 = x + (ih0 + (kh_hi - 1) * dh) * iw_n;
-            const float *r1 = kh_hi - kh_lo == 3 ? r0 + dh * iw_n : r2;
-            max_row_s2(r0, r1, r2, iw_n, ow_n, kw_n, pl, lo, hi, yr);
+            const float *r[5];
+            r[0] = x + (ih0 + kh_lo * dh) * iw_n;
+            r[2] = x + (ih0 + (kh_hi - 1) * dh) * iw_n;
+            r[1] = kh_hi - kh_lo == 3 ? r[0] + dh * iw_n : r[2];
+            if (kw_n == 3 && kh_n == 3 && kh_lo == 0 && kh_hi == 3 && sh == 2 * dh && oh + 1 < oh_n &&
+                ih0 + sh + 2 * dh < ih_n) {   /* the next row's window: rows 2 to 4 */
+                r[3] = r[2] + dh * iw_n;
+                r[4] = r[3] + dh * iw_n;
+                max_row_pair_s2(r, iw_n, ow_n, pl, lo, hi, yr);
+                oh++;
+                continue;
+            }
+            max_row_s2(r, iw_n, ow_n, kw_n, pl, lo, hi, yr);
             continue;
         }
 #endif
@@ -478,7 +530,9 @@ static void pool2d_planes(const mlcc_pool2d_params *p, const float *x, const int
             float *yr = y + r * ow_n;
 #ifdef MAX_ROW_S2
             if (ow_n >= S2_MIN_INTERIOR) {
-                max_row_s2(r0, r1, r1, iw_n, ow_n, 2, 0, 0, ow_n, yr);
+                const float *rows[3];
+                rows[0] = r0, rows[1] = rows[2] = r1;
+                max_row_s2(rows, iw_n, ow_n, 2, 0, 0, ow_n, yr);
                 continue;
             }
 #endif
