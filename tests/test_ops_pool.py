@@ -244,10 +244,10 @@ def _has_avx512() -> bool:
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 @pytest.mark.parametrize("vector_flags", [
-    [],                                                     # 16-byte vectors: the row buffer
-    pytest.param(["-mavx2", "-DMLCC_VECTOR_BYTES=32"],      # 8 lanes: max_row_s2's one pass
+    [],                                                     # 4 lanes (SSE, as NEON, wasm)
+    pytest.param(["-mavx2", "-DMLCC_VECTOR_BYTES=32"],      # 8 lanes: last block overlapping
                  marks=pytest.mark.skipif(not _has_avx2(), reason="needs AVX2")),
-    pytest.param(["-mavx512f", "-DMLCC_VECTOR_BYTES=64"],   # 16 lanes, as x86-native
+    pytest.param(["-mavx512f", "-DMLCC_VECTOR_BYTES=64"],   # 16, as x86-native: masked ends
                  marks=pytest.mark.skipif(not _has_avx512(), reason="needs AVX-512"))])
 def test_pool_kernels_against_scalar_twin_and_naive(tmp_path, vector_flags):
     """The vector path, the portable scalar path (MLCC_HAVE_VECTORS 0) and a naive loop agree on

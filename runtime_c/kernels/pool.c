@@ -170,7 +170,7 @@ static void split_phases(const float *x, ptrdiff_t rows, ptrdiff_t in_w, ptrdiff
     }
 }
 
-#if MLCC_HAVE_VECTORS && defined(MLCC_VF_DEINTERLEAVE) && MLCC_VECTOR_BYTES >= 32
+#if MLCC_HAVE_VECTORS && defined(MLCC_VF_DEINTERLEAVE)
 #define MAX_ROW_S2 1
 /* The maximum over the kernel rows of column j, rows r[0], r[1], r[2] in that order (a window
  * of two rows passes r[2] = r[1] and of one row r[0] = r[1] = r[2]: max(max(a, b), b) is
@@ -182,8 +182,10 @@ static void split_phases(const float *x, ptrdiff_t rows, ptrdiff_t in_w, ptrdiff
 #if MLCC_VECTOR_BYTES == 64
 #define VF_NEXT(a, b, l) \
     __builtin_shufflevector(a, b, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, l)
-#else
+#elif MLCC_VECTOR_BYTES == 32
 #define VF_NEXT(a, b, l) __builtin_shufflevector(a, b, 1, 2, 3, 4, 5, 6, 7, l)
+#else
+#define VF_NEXT(a, b, l) __builtin_shufflevector(a, b, 1, 2, 3, l)
 #endif
 #define vf_next_first(a, b) VF_NEXT(a, b, MLCC_VECTOR_BYTES / 4)
 #define vf_next_last(a, b) VF_NEXT(a, b, MLCC_VECTOR_BYTES / 2 - 1)
@@ -241,8 +243,9 @@ S2_INLINE mlcc_vf s2_out(mlcc_vf a, mlcc_vf b, mlcc_vf c, ptrdiff_t kw_n, int ho
  * passes through a row buffer (max_plane_separable below): interior 3-wide windows
  * max(max(c0, c1), c2), 2-wide ones and borders from -FLT_MAX, so the same bits, NaN
  * included. The row buffer cost a store and a misaligned reload of every row maximum; this
- * costs a second set of loads instead, which pays with 8 or 16 lanes and not with 4 (SSE,
- * NEON and wasm builds keep the row buffer: 1.07-1.35x slower with SSE on a Zen 5). */
+ * costs a second set of loads instead, which pays with 4 lanes too now that a block takes 6
+ * loads and not 12 (SqueezeNet's and ResNet's pools against the row buffer: SSE 0.58-0.82x
+ * the time, wasm in node 0.22-0.65x, NEON 0.60-0.67x the instructions under qemu). */
 S2_INLINE void max_rows_s2(const float *const *r, int two, ptrdiff_t iw_n, ptrdiff_t ow_n,
                            ptrdiff_t kw_n, ptrdiff_t pl, ptrdiff_t lo, ptrdiff_t hi, float *ya,
                            float *yb) {
@@ -336,8 +339,8 @@ static void max_row_pair_s2(const float *const *r, ptrdiff_t iw_n, ptrdiff_t ow_
  * as the first column of a 3-wide interior window (no -FLT_MAX start), returns. Cheaper than
  * the phase split (SqueezeNet's 3x3 stride-2 pools: the split rewrote every input value).
  * Windows of three rows take them in one pass (3 loads and a store per vector instead of a
- * copy and two read-modify-writes of tmp): SqueezeNet's pools 0.61-0.93x. With 8 or 16 lanes,
- * windows of 2 or 3 columns over at most 3 rows, stride 2, skip tmp (max_row_s2). */
+ * copy and two read-modify-writes of tmp): SqueezeNet's pools 0.61-0.93x. Vector builds take
+ * windows of 2 or 3 columns over at most 3 rows, stride 2, without tmp (max_row_s2). */
 static void max_plane_separable(const mlcc_pool2d_params *p, const float *x, float *y,
                                 float *tmp, ptrdiff_t lo, ptrdiff_t hi) {
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
