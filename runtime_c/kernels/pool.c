@@ -499,6 +499,52 @@ static void max_plane_small(const mlcc_pool2d_params *p, const float *x, float *
         for (ow = 0; ow < ow_n; ow++) y[r * ow_n + ow] = u[r * pitch + ow];
 }
 
+/* One output row of a 2x2/2 average whose windows are all inside: ((0 + a + b) + c) + d with
+ * a, b from row r0 and c, d from r1, times rh * rw[ow]: sum_row's order and the scaling after
+ * it, so the same bits. Vectors take the even and odd lanes of 2 VL columns of each row
+ * (before: the phase split copied every input, then sum_row read the phases). */
+static void avg_row_2x2(const float *r0, const float *r1, ptrdiff_t ow_n, float rh,
+                        const float *rw, float *yr) {
+    ptrdiff_t ow = 0;
+#ifdef MAX_ROW_S2
+    const mlcc_vf zero = mlcc_vf_splat(0.0f), vrh = mlcc_vf_splat(rh);
+    const s2_mask all = (s2_mask)-1;
+    mlcc_vf e0, o0, e1, o1;
+#define AVG_2X2(ow, ma, mb, mo)                                                              \
+    (mlcc_vf_deinterleave(S2_LOAD(r0 + 2 * (ow), ma), S2_LOAD(r0 + 2 * (ow) + VL, mb), &e0,  \
+                          &o0),                                                              \
+     mlcc_vf_deinterleave(S2_LOAD(r1 + 2 * (ow), ma), S2_LOAD(r1 + 2 * (ow) + VL, mb), &e1,  \
+                          &o1),                                                              \
+     ((((zero + e0) + o0) + e1) + o1) * (vrh * S2_LOAD(rw + (ow), mo)))
+    for (; ow + VL <= ow_n; ow += VL) mlcc_vf_store(yr + ow, AVG_2X2(ow, all, all, all));
+#ifdef MAX_ROW_S2_MASKED
+    if (ow < ow_n) {   /* n < VL outputs from 2 n columns */
+        const ptrdiff_t n = ow_n - ow;
+        const __mmask16 ma = (__mmask16)(2 * n >= VL ? 0xffff : (1u << 2 * n) - 1);
+        const __mmask16 mb = (__mmask16)(2 * n > VL ? (1u << (2 * n - VL)) - 1 : 0);
+        const __mmask16 mo = (__mmask16)((1u << n) - 1);
+        _mm512_mask_storeu_ps(yr + ow, mo, (__m512)AVG_2X2(ow, ma, mb, mo));
+        return;
+    }
+#else
+    if (ow < ow_n && ow_n >= VL) {   /* the last vector overlapping the one before */
+        ow = ow_n - VL;
+        mlcc_vf_store(yr + ow, AVG_2X2(ow, all, all, all));
+        return;
+    }
+#endif
+#undef AVG_2X2
+#endif
+    for (; ow < ow_n; ow++) {
+        float acc = 0.0f;
+        acc = ADD_TO(acc, r0[2 * ow]);
+        acc = ADD_TO(acc, r0[2 * ow + 1]);
+        acc = ADD_TO(acc, r1[2 * ow]);
+        acc = ADD_TO(acc, r1[2 * ow + 1]);
+        yr[ow] = acc * (rh * rw[ow]);
+    }
+}
+
 /* Planes [plane0, plane1) of the pooling. */
 static void pool2d_planes(const mlcc_pool2d_params *p, const float *x, const int64_t *taps,
                           float *y, float *scratch, int is_max, const float *inv_count,
@@ -521,16 +567,21 @@ static void pool2d_planes(const mlcc_pool2d_params *p, const float *x, const int
     c.hi = hi0 < hi1 ? hi0 : hi1;
     if (c.hi < c.lo) c.hi = c.lo;
     c.pitch = sw == 1 ? iw_n : sw * (ptrdiff_t)p->phase_width;
-    if (is_max && kh_n == 2 && kw_n == 2 && sh == 2 && sw == 2 && dh == 1 && dw == 1 &&
-        pt == 0 && pl == 0 && 2 * oh_n <= ih_n && 2 * ow_n <= iw_n) {
-        /* 2x2/2 without padding (small CNNs: the digits CNN's 8 x 8 maps), every window
-         * inside: the rows of all planes in one loop, no row buffer. The same maxima in the
-         * same order as max_plane_separable (rows first, from -FLT_MAX). */
+    if (kh_n == 2 && kw_n == 2 && sh == 2 && sw == 2 && dh == 1 && dw == 1 && pt == 0 &&
+        pl == 0 && 2 * oh_n <= ih_n && 2 * ow_n <= iw_n) {
+        /* 2x2/2 without padding (small CNNs: the digits CNN's 8 x 8 maps; DenseNet's
+         * transitions average), every window inside: the rows of all planes in one loop, no
+         * row buffer. The same maxima in the same order as max_plane_separable (rows first,
+         * from -FLT_MAX); the same sums as sum_row (avg_row_2x2). */
         ptrdiff_t r;
         for (r = plane0 * oh_n; r < plane1 * oh_n; r++) {
             const float *r0 = x + (r / oh_n) * ih_n * iw_n + (r % oh_n) * 2 * iw_n;
             const float *r1 = r0 + iw_n;
             float *yr = y + r * ow_n;
+            if (!is_max) {
+                avg_row_2x2(r0, r1, ow_n, inv_count[r % oh_n], inv_count + oh_n, yr);
+                continue;
+            }
 #ifdef MAX_ROW_S2
             if (ow_n >= S2_MIN_INTERIOR) {
                 const float *rows[3];
