@@ -188,7 +188,7 @@ int main(void) {
                                               : (float)rand() / RAND_MAX - 0.5f;
         }
         for (i = 0; i < p.out_h + p.out_w; i++) inv[i] = 1.0f / (float)rnd(1, 9);
-        for (k = 0; k < 2 - special; k++) {
+        for (k = 0; k < 2; k++) {
             long plane, oh, ow, kh, kw;
             if (k == 0) {
                 mlcc_f32_maxpool2d(&p, x, taps, y0, scr, NULL);
@@ -202,12 +202,14 @@ int main(void) {
             } else {
                 mlcc_f32_avgpool2d(&p, x, taps, inv, y0, scr, NULL);
                 scalar_avgpool2d(&p, x, taps, inv, y1, scr, NULL);
-                /* the sums in the same order: the same bits too */
+                /* the sums in the same order: the same bits too (on x86 NaN's too: where
+                   inf - inf meets a NaN, the running sum's NaN) */
                 if (memcmp(y0, y1, sizeof(float) * (size_t)(p.planes * p.out_h * p.out_w))) {
                     if (bad < 5) printf("vector and scalar average bits differ, trial %d\n",
                                         trial);
                     bad++;
                 }
+                if (special) continue;
             }
             for (plane = 0; plane < p.planes; plane++)
                 for (oh = 0; oh < p.out_h; oh++)

@@ -33,7 +33,31 @@ static inline mlcc_vf vf_max(mlcc_vf a, mlcc_vf b) {
 #endif
 }
 #define VMAX_OF(a, v) vf_max(a, v)
-#define VADD_TO(a, v) ((a) + (v))
+/* a + v where both are NaN gives a's NaN on x86 and arm (VF_ADD_PINNED), as the scalar
+ * loop's adds (and sum_row's, whose loads are memory operands) do: the compiler may swap the
+ * operands of a register add, which then gave v's NaN (inf - inf in a window with a NaN:
+ * 0xffc00000 or 0x7fc00000). Elsewhere (wasm, whose NaN bits the spec leaves open) a plain
+ * add, and the average pools keep the phase split there. */
+static inline mlcc_vf vf_add(mlcc_vf a, mlcc_vf v) {
+#if defined(__AVX__) && (MLCC_VECTOR_BYTES <= 32 || defined(__AVX512F__))
+#define VF_ADD_PINNED 1
+    mlcc_vf r;
+    __asm__("vaddps %2, %1, %0" : "=v"(r) : "v"(a), "v"(v));
+    return r;
+#elif defined(__SSE__) && MLCC_VECTOR_BYTES == 16
+#define VF_ADD_PINNED 1
+    __asm__("addps %1, %0" : "+x"(a) : "x"(v));
+    return a;
+#elif defined(__aarch64__) && MLCC_VECTOR_BYTES == 16
+#define VF_ADD_PINNED 1
+    mlcc_vf r;
+    __asm__("fadd %0.4s, %1.4s, %2.4s" : "=w"(r) : "w"(a), "w"(v));
+    return r;
+#else
+    return a + v;
+#endif
+}
+#define VADD_TO(a, v) vf_add(a, v)
 #endif
 
 /* floor(a / s) for s >= 1 (stride 1, the usual case, without a division). */
@@ -499,6 +523,74 @@ static void max_plane_small(const mlcc_pool2d_params *p, const float *x, float *
         for (ow = 0; ow < ow_n; ow++) y[r * ow_n + ow] = u[r * pitch + ow];
 }
 
+#if defined(MAX_ROW_S2) && defined(VF_ADD_PINNED)
+#define AVG_ROW_S2 1
+/* The window sums of VL outputs (columns j.. of the kernel rows rows[0..n), masks ma, mb):
+ * per row, the even lanes, the odd lanes and for 3-wide windows the even lanes one on (from
+ * the VL columns that end at j + 2 VL if last, else only right below VL - 1). */
+S2_INLINE mlcc_vf avg_block_s2(const float *const *rows, ptrdiff_t n, ptrdiff_t j,
+                               ptrdiff_t kw_n, s2_mask ma, s2_mask mb, int last) {
+    mlcc_vf acc = mlcc_vf_splat(0.0f), e0, o0;
+    ptrdiff_t k;
+    for (k = 0; k < n; k++) {
+        mlcc_vf_deinterleave(S2_LOAD(rows[k] + j, ma), S2_LOAD(rows[k] + j + VL, mb), &e0, &o0);
+        acc = VADD_TO(acc, e0);
+        acc = VADD_TO(acc, o0);
+        if (kw_n == 3)
+            acc = VADD_TO(acc, last ? vf_next_last(e0, mlcc_vf_load(rows[k] + j + VL + 1))
+                                    : vf_next_first(e0, e0));
+    }
+    return acc;
+}
+
+/* One output row of a 2- or 3-wide, stride-2, undilated average over the kernel rows inside
+ * the input, rows[0..n) top to bottom (ShuffleNet's 3x3/2 pad 1 shortcuts), read in place as
+ * max_rows_s2 reads them: the taps summed from 0 row by row, left to right, as sum_row sums
+ * them, then times rh * rw[ow], so the same bits (before: the phase split copied every input
+ * into scratch first). Columns [lo, hi) are interior (hi - lo >= S2_MIN_INTERIOR). */
+static void avg_row_s2(const float *const *rows, ptrdiff_t n, ptrdiff_t iw_n, ptrdiff_t ow_n,
+                       ptrdiff_t kw_n, ptrdiff_t pl, ptrdiff_t lo, ptrdiff_t hi, float rh,
+                       const float *rw, float *yr) {
+    const mlcc_vf vrh = mlcc_vf_splat(rh);
+    const s2_mask all = (s2_mask)-1;
+    ptrdiff_t ow, kw, k;
+    for (ow = 0; ow < ow_n; ow++) {   /* border columns: the taps inside */
+        float acc = 0.0f;
+        if (ow == lo) {
+            ow = hi - 1;
+            continue;
+        }
+        for (k = 0; k < n; k++)
+            for (kw = 0; kw < kw_n; kw++) {
+                const ptrdiff_t iw = 2 * ow - pl + kw;
+                if (iw >= 0 && iw < iw_n) acc = ADD_TO(acc, rows[k][iw]);
+            }
+        yr[ow] = acc * (rh * rw[ow]);
+    }
+    for (ow = lo; ow + VL <= hi; ow += VL)
+        mlcc_vf_store(yr + ow, avg_block_s2(rows, n, 2 * ow - pl, kw_n, all, all, 1) *
+                                   (vrh * mlcc_vf_load(rw + ow)));
+    if (ow == hi) return;
+#ifdef MAX_ROW_S2_MASKED
+    {
+        /* m < VL outputs from the 2 m + kw_n - 2 columns at 2 ow - pl */
+        const ptrdiff_t m = hi - ow, cols = 2 * m + kw_n - 2;
+        const __mmask16 ma = (__mmask16)(cols >= VL ? 0xffff : (1u << cols) - 1);
+        const __mmask16 mb = (__mmask16)(cols > VL ? (1u << (cols - VL)) - 1 : 0);
+        const __mmask16 mo = (__mmask16)((1u << m) - 1);
+        _mm512_mask_storeu_ps(yr + ow, mo,
+                              (__m512)(avg_block_s2(rows, n, 2 * ow - pl, kw_n, ma, mb, 0) *
+                                       (vrh * S2_LOAD(rw + ow, mo))));
+    }
+#else
+    ow = hi - VL;   /* the last vector overlapping the one before */
+    mlcc_vf_store(yr + ow, avg_block_s2(rows, n, 2 * ow - pl, kw_n, all, all, 1) *
+                               (vrh * mlcc_vf_load(rw + ow)));
+#endif
+}
+#endif
+
+#ifdef AVG_ROW_S2
 /* One output row of a 2x2/2 average whose windows are all inside: ((0 + a + b) + c) + d with
  * a, b from row r0 and c, d from r1, times rh * rw[ow]: sum_row's order and the scaling after
  * it, so the same bits. Vectors take the even and odd lanes of 2 VL columns of each row
@@ -506,7 +598,6 @@ static void max_plane_small(const mlcc_pool2d_params *p, const float *x, float *
 static void avg_row_2x2(const float *r0, const float *r1, ptrdiff_t ow_n, float rh,
                         const float *rw, float *yr) {
     ptrdiff_t ow = 0;
-#ifdef MAX_ROW_S2
     const mlcc_vf zero = mlcc_vf_splat(0.0f), vrh = mlcc_vf_splat(rh);
     const s2_mask all = (s2_mask)-1;
     mlcc_vf e0, o0, e1, o1;
@@ -515,7 +606,7 @@ static void avg_row_2x2(const float *r0, const float *r1, ptrdiff_t ow_n, float 
                           &o0),                                                              \
      mlcc_vf_deinterleave(S2_LOAD(r1 + 2 * (ow), ma), S2_LOAD(r1 + 2 * (ow) + VL, mb), &e1,  \
                           &o1),                                                              \
-     ((((zero + e0) + o0) + e1) + o1) * (vrh * S2_LOAD(rw + (ow), mo)))
+     vf_add(vf_add(vf_add(vf_add(zero, e0), o0), e1), o1) * (vrh * S2_LOAD(rw + (ow), mo)))
     for (; ow + VL <= ow_n; ow += VL) mlcc_vf_store(yr + ow, AVG_2X2(ow, all, all, all));
 #ifdef MAX_ROW_S2_MASKED
     if (ow < ow_n) {   /* n < VL outputs from 2 n columns */
@@ -534,7 +625,6 @@ static void avg_row_2x2(const float *r0, const float *r1, ptrdiff_t ow_n, float 
     }
 #endif
 #undef AVG_2X2
-#endif
     for (; ow < ow_n; ow++) {
         float acc = 0.0f;
         acc = ADD_TO(acc, r0[2 * ow]);
@@ -544,6 +634,10 @@ static void avg_row_2x2(const float *r0, const float *r1, ptrdiff_t ow_n, float 
         yr[ow] = acc * (rh * rw[ow]);
     }
 }
+#define AVG_FAST 1
+#else
+#define AVG_FAST 0
+#endif
 
 /* Planes [plane0, plane1) of the pooling. */
 static void pool2d_planes(const mlcc_pool2d_params *p, const float *x, const int64_t *taps,
@@ -567,8 +661,8 @@ static void pool2d_planes(const mlcc_pool2d_params *p, const float *x, const int
     c.hi = hi0 < hi1 ? hi0 : hi1;
     if (c.hi < c.lo) c.hi = c.lo;
     c.pitch = sw == 1 ? iw_n : sw * (ptrdiff_t)p->phase_width;
-    if (kh_n == 2 && kw_n == 2 && sh == 2 && sw == 2 && dh == 1 && dw == 1 && pt == 0 &&
-        pl == 0 && 2 * oh_n <= ih_n && 2 * ow_n <= iw_n) {
+    if ((is_max || AVG_FAST) && kh_n == 2 && kw_n == 2 && sh == 2 && sw == 2 && dh == 1 &&
+        dw == 1 && pt == 0 && pl == 0 && 2 * oh_n <= ih_n && 2 * ow_n <= iw_n) {
         /* 2x2/2 without padding (small CNNs: the digits CNN's 8 x 8 maps; DenseNet's
          * transitions average), every window inside: the rows of all planes in one loop, no
          * row buffer. The same maxima in the same order as max_plane_separable (rows first,
@@ -578,10 +672,12 @@ static void pool2d_planes(const mlcc_pool2d_params *p, const float *x, const int
             const float *r0 = x + (r / oh_n) * ih_n * iw_n + (r % oh_n) * 2 * iw_n;
             const float *r1 = r0 + iw_n;
             float *yr = y + r * ow_n;
+#ifdef AVG_ROW_S2
             if (!is_max) {
                 avg_row_2x2(r0, r1, ow_n, inv_count[r % oh_n], inv_count + oh_n, yr);
                 continue;
             }
+#endif
 #ifdef MAX_ROW_S2
             if (ow_n >= S2_MIN_INTERIOR) {
                 const float *rows[3];
@@ -610,6 +706,21 @@ static void pool2d_planes(const mlcc_pool2d_params *p, const float *x, const int
             max_plane_separable(p, c.x, yp, scratch, c.lo, c.hi);
             continue;
         }
+#ifdef AVG_ROW_S2
+        if (!is_max && sw == 2 && dw == 1 && (kw_n == 2 || kw_n == 3) && kh_n <= 3 &&
+            c.hi - c.lo >= S2_MIN_INTERIOR) {
+            for (oh = 0; oh < oh_n; oh++) {
+                const float *rows[3];
+                ptrdiff_t kh, n = 0;
+                c.ih0 = oh * sh - pt;
+                for (kh = first_inside(dh, c.ih0); kh < end_inside(kh_n, dh, c.ih0, ih_n); kh++)
+                    rows[n++] = c.x + (c.ih0 + kh * dh) * iw_n;
+                avg_row_s2(rows, n, iw_n, ow_n, kw_n, pl, c.lo, c.hi, inv_count[oh],
+                           inv_count + oh_n, yp + oh * ow_n);
+            }
+            continue;
+        }
+#endif
         if (sw > 1 && c.hi > c.lo) {
             split_phases(c.x, ih_n, iw_n, sw, (ptrdiff_t)p->phase_width, scratch);
             c.src = scratch;
