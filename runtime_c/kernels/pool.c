@@ -469,11 +469,14 @@ static void max_plane_separable(const mlcc_pool2d_params *p, const float *x, flo
 
 /* Max pooling of stride 1 on narrow maps (pool.h: mlcc_maxpool_small): the plane copied into
  * xp, padded with -FLT_MAX to (out_h + kernel_h - 1) rows of out_w + kernel_w - 1 columns, then
- * two flat passes over the virtual positions q = oh * pitch + ow (the implicit GEMM's trick):
- * v[q] = max over kh of xp[q + kh * pitch], then u[q] = max over kw of v[q + kw], whose rows
- * are copied out. Every vector is whole (YOLOv8n's SPPF: 5 x 5 windows on 10 x 10 maps, where
- * max_row tested the bounds of every tap of every output: 0.19 ms a pool). NaN is skipped and
- * all padding gives -FLT_MAX, as in max_row; the maximum of the same taps. */
+ * a flat pass over the virtual positions q = oh * pitch + ow (the implicit GEMM's trick):
+ * v[q] = max over kh of xp[q + kh * pitch], every vector whole (YOLOv8n's SPPF: 5 x 5 windows
+ * on 10 x 10 maps, where max_row tested the bounds of every tap of every output: 0.19 ms a
+ * pool); then per output row y = max over kw of v[q + kw] (a masked end on AVX-512, else the
+ * last vector overlapping or scalars). That pass wrote u and copied its rows out before:
+ * Inception's 3x3/1 and the SPPF pools 0.70-0.72x without the copy (mlcc_maxpool_small_floats
+ * still counts u's out_h * pitch floats). NaN is skipped and all padding gives -FLT_MAX, as in
+ * max_row; the maximum of the same taps. */
 static void max_plane_small(const mlcc_pool2d_params *p, const float *x, float *y,
                             float *scratch) {
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
@@ -482,7 +485,7 @@ static void max_plane_small(const mlcc_pool2d_params *p, const float *x, float *
     const ptrdiff_t pt = (ptrdiff_t)p->pad_top, pl = (ptrdiff_t)p->pad_left;
     const ptrdiff_t pitch = ow_n + kw_n - 1, rows = oh_n + kh_n - 1;
     const ptrdiff_t nq = oh_n * pitch;
-    float *xp = scratch, *v = xp + rows * pitch, *u = v + nq + kw_n;
+    float *xp = scratch, *v = xp + rows * pitch;
     ptrdiff_t r, q, k, ow;
     for (r = 0; r < rows; r++) {   /* padded row r: input row r - pt, columns c - pl */
         float *d = xp + r * pitch;
@@ -506,21 +509,40 @@ static void max_plane_small(const mlcc_pool2d_params *p, const float *x, float *
         for (k = 0; k < kh_n; k++) a = MAX_OF(a, xp[q + k * pitch]);
         v[q] = a;
     }
-    q = 0;
+    for (r = 0; r < oh_n; r++) {   /* the maxima across each row's windows, into y */
+        const float *vr = v + r * pitch;
+        float *yr = y + r * ow_n;
+        ow = 0;
 #if MLCC_HAVE_VECTORS
-    for (; q + VL <= nq; q += VL) {
-        mlcc_vf a = mlcc_vf_splat(-FLT_MAX);
-        for (k = 0; k < kw_n; k++) a = vf_max(a, mlcc_vf_load(v + q + k));
-        mlcc_vf_store(u + q, a);
-    }
+        for (; ow + VL <= ow_n; ow += VL) {
+            mlcc_vf a = mlcc_vf_splat(-FLT_MAX);
+            for (k = 0; k < kw_n; k++) a = vf_max(a, mlcc_vf_load(vr + ow + k));
+            mlcc_vf_store(yr + ow, a);
+        }
+#ifdef MAX_ROW_S2_MASKED
+        if (ow < ow_n) {
+            const __mmask16 mo = (__mmask16)((1u << (ow_n - ow)) - 1);
+            mlcc_vf a = mlcc_vf_splat(-FLT_MAX);
+            for (k = 0; k < kw_n; k++) a = vf_max(a, S2_LOAD(vr + ow + k, mo));
+            _mm512_mask_storeu_ps(yr + ow, mo, (__m512)a);
+            continue;
+        }
+#else
+        if (ow < ow_n && ow_n >= VL) {
+            mlcc_vf a = mlcc_vf_splat(-FLT_MAX);
+            ow = ow_n - VL;
+            for (k = 0; k < kw_n; k++) a = vf_max(a, mlcc_vf_load(vr + ow + k));
+            mlcc_vf_store(yr + ow, a);
+            continue;
+        }
 #endif
-    for (; q < nq; q++) {
-        float a = -FLT_MAX;
-        for (k = 0; k < kw_n; k++) a = MAX_OF(a, v[q + k]);
-        u[q] = a;
+#endif
+        for (; ow < ow_n; ow++) {
+            float a = -FLT_MAX;
+            for (k = 0; k < kw_n; k++) a = MAX_OF(a, vr[ow + k]);
+            yr[ow] = a;
+        }
     }
-    for (r = 0; r < oh_n; r++)
-        for (ow = 0; ow < ow_n; ow++) y[r * ow_n + ow] = u[r * pitch + ow];
 }
 
 #if defined(MAX_ROW_S2) && defined(VF_ADD_PINNED)
