@@ -224,6 +224,18 @@ static void split_phases(const float *x, ptrdiff_t rows, ptrdiff_t in_w, ptrdiff
 #define S2_MIN_INTERIOR 1   /* interior outputs max_rows_s2 needs */
 typedef __mmask16 s2_mask;
 #define S2_LOAD(p, m) ((mlcc_vf)_mm512_maskz_loadu_ps(m, p))
+/* A row's last m < VL outputs from cols input columns: the masks of the first VL columns
+ * (ma), of the rest (mb) and of the outputs (mo). */
+typedef struct s2_tail {
+    __mmask16 ma, mb, mo;
+} s2_tail;
+static inline s2_tail s2_tail_masks(ptrdiff_t m, ptrdiff_t cols) {
+    s2_tail t;
+    t.ma = (__mmask16)(cols >= VL ? 0xffff : (1u << cols) - 1);
+    t.mb = (__mmask16)(cols > VL ? (1u << (cols - VL)) - 1 : 0);
+    t.mo = (__mmask16)((1u << m) - 1);
+    return t;
+}
 #else
 #define S2_MIN_INTERIOR VL
 typedef int s2_mask;
@@ -320,16 +332,13 @@ S2_INLINE void max_rows_s2(const float *const *r, int two, ptrdiff_t iw_n, ptrdi
     if (ow == hi) return;
 #ifdef MAX_ROW_S2_MASKED
     {
-        /* n < VL outputs from the 2 n + kw_n - 2 columns at j */
-        const ptrdiff_t n = hi - ow, cols = 2 * n + kw_n - 2;
-        const __mmask16 ma = (__mmask16)(cols >= VL ? 0xffff : (1u << cols) - 1);
-        const __mmask16 mb = (__mmask16)(cols > VL ? (1u << (cols - VL)) - 1 : 0);
-        const __mmask16 mo = (__mmask16)((1u << n) - 1);
+        /* hi - ow < VL outputs from the 2 (hi - ow) + kw_n - 2 columns at j */
+        const s2_tail t = s2_tail_masks(hi - ow, 2 * (hi - ow) + kw_n - 2);
         j = 2 * ow - pl;
-        s2_cols(r, two, j, ma, &aa, &ab);
-        s2_cols(r, two, j + VL, mb, &ba, &bb);
-        _mm512_mask_storeu_ps(ya + ow, mo, (__m512)s2_out(aa, ba, ba, kw_n, 2));
-        if (two) _mm512_mask_storeu_ps(yb + ow, mo, (__m512)s2_out(ab, bb, bb, kw_n, 2));
+        s2_cols(r, two, j, t.ma, &aa, &ab);
+        s2_cols(r, two, j + VL, t.mb, &ba, &bb);
+        _mm512_mask_storeu_ps(ya + ow, t.mo, (__m512)s2_out(aa, ba, ba, kw_n, 2));
+        if (two) _mm512_mask_storeu_ps(yb + ow, t.mo, (__m512)s2_out(ab, bb, bb, kw_n, 2));
     }
 #else
     /* the last vector overlaps the one before (hi - lo >= VL) */
@@ -521,10 +530,10 @@ static void max_plane_small(const mlcc_pool2d_params *p, const float *x, float *
         }
 #ifdef MAX_ROW_S2_MASKED
         if (ow < ow_n) {
-            const __mmask16 mo = (__mmask16)((1u << (ow_n - ow)) - 1);
+            const s2_tail t = s2_tail_masks(ow_n - ow, ow_n - ow);
             mlcc_vf a = mlcc_vf_splat(-FLT_MAX);
-            for (k = 0; k < kw_n; k++) a = vf_max(a, S2_LOAD(vr + ow + k, mo));
-            _mm512_mask_storeu_ps(yr + ow, mo, (__m512)a);
+            for (k = 0; k < kw_n; k++) a = vf_max(a, S2_LOAD(vr + ow + k, t.mo));
+            _mm512_mask_storeu_ps(yr + ow, t.mo, (__m512)a);
             continue;
         }
 #else
@@ -595,14 +604,11 @@ static void avg_row_s2(const float *const *rows, ptrdiff_t n, ptrdiff_t iw_n, pt
     if (ow == hi) return;
 #ifdef MAX_ROW_S2_MASKED
     {
-        /* m < VL outputs from the 2 m + kw_n - 2 columns at 2 ow - pl */
-        const ptrdiff_t m = hi - ow, cols = 2 * m + kw_n - 2;
-        const __mmask16 ma = (__mmask16)(cols >= VL ? 0xffff : (1u << cols) - 1);
-        const __mmask16 mb = (__mmask16)(cols > VL ? (1u << (cols - VL)) - 1 : 0);
-        const __mmask16 mo = (__mmask16)((1u << m) - 1);
-        _mm512_mask_storeu_ps(yr + ow, mo,
-                              (__m512)(avg_block_s2(rows, n, 2 * ow - pl, kw_n, ma, mb, 0) *
-                                       (vrh * S2_LOAD(rw + ow, mo))));
+        /* hi - ow < VL outputs from the 2 (hi - ow) + kw_n - 2 columns at 2 ow - pl */
+        const s2_tail t = s2_tail_masks(hi - ow, 2 * (hi - ow) + kw_n - 2);
+        _mm512_mask_storeu_ps(yr + ow, t.mo,
+                              (__m512)(avg_block_s2(rows, n, 2 * ow - pl, kw_n, t.ma, t.mb, 0) *
+                                       (vrh * S2_LOAD(rw + ow, t.mo))));
     }
 #else
     ow = hi - VL;   /* the last vector overlapping the one before */
@@ -631,12 +637,9 @@ static void avg_row_2x2(const float *r0, const float *r1, ptrdiff_t ow_n, float 
      vf_add(vf_add(vf_add(vf_add(zero, e0), o0), e1), o1) * (vrh * S2_LOAD(rw + (ow), mo)))
     for (; ow + VL <= ow_n; ow += VL) mlcc_vf_store(yr + ow, AVG_2X2(ow, all, all, all));
 #ifdef MAX_ROW_S2_MASKED
-    if (ow < ow_n) {   /* n < VL outputs from 2 n columns */
-        const ptrdiff_t n = ow_n - ow;
-        const __mmask16 ma = (__mmask16)(2 * n >= VL ? 0xffff : (1u << 2 * n) - 1);
-        const __mmask16 mb = (__mmask16)(2 * n > VL ? (1u << (2 * n - VL)) - 1 : 0);
-        const __mmask16 mo = (__mmask16)((1u << n) - 1);
-        _mm512_mask_storeu_ps(yr + ow, mo, (__m512)AVG_2X2(ow, ma, mb, mo));
+    if (ow < ow_n) {   /* ow_n - ow < VL outputs from 2 (ow_n - ow) columns */
+        const s2_tail t = s2_tail_masks(ow_n - ow, 2 * (ow_n - ow));
+        _mm512_mask_storeu_ps(yr + ow, t.mo, (__m512)AVG_2X2(ow, t.ma, t.mb, t.mo));
         return;
     }
 #else
