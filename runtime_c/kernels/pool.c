@@ -127,7 +127,28 @@ typedef struct row_ctx {
 #define VECTOR_BLOCKS(VCOMBINE)
 #endif
 
-#define POOL_ROW(NAME, COMBINE, VCOMBINE)                                                    \
+/* Rows whose interior columns are fewer than a vector: with 16 lanes (AVX-512) one masked
+ * vector, the taps in the same order (Inception v2's 3x3/1 average pools on 14 x 14 and 7 x 7
+ * maps took every tap of every output one at a time). max_row_narrow and sum_row_narrow are
+ * max_row and sum_row made with it: in the same functions it made wide rows 5-10% slower. */
+#if MLCC_HAVE_VECTORS && defined(__AVX512F__) && MLCC_VECTOR_BYTES == 64
+#define POOL_NARROW_ROWS 1
+#define VECTOR_NARROW(VCOMBINE)                                                              \
+    if (ow < c->hi) {                                                                        \
+        const __mmask16 m_ = (__mmask16)((1u << (c->hi - ow)) - 1);                          \
+        mlcc_vf a0 = mlcc_vf_splat(init);                                                    \
+        for (kh = c->kh_lo; kh < c->kh_hi; kh++) {                                           \
+            const float *r = c->src + (c->ih0 + kh * dh) * c->pitch;                         \
+            for (kw = 0; kw < kw_n; kw++)                                                    \
+                a0 = VCOMBINE(a0, (mlcc_vf)_mm512_maskz_loadu_ps(                           \
+                                      m_, r + (ow + (ptrdiff_t)c->taps[kw])));               \
+        }                                                                                    \
+        _mm512_mask_storeu_ps(yr + ow, m_, (__m512)a0);                                      \
+        ow = c->hi;                                                                          \
+    }
+#endif
+
+#define POOL_ROW(NAME, COMBINE, VCOMBINE, VECTORS)                                           \
     static void NAME(const mlcc_pool2d_params *p, const row_ctx *c, float init, float *yr) { \
         const ptrdiff_t iw_n = (ptrdiff_t)p->in_w, ow_n = (ptrdiff_t)p->out_w;               \
         const ptrdiff_t kw_n = (ptrdiff_t)p->kernel_w, sw = (ptrdiff_t)p->stride_w;          \
@@ -150,7 +171,7 @@ typedef struct row_ctx {
             yr[ow] = acc;                                                                    \
         }                                                                                    \
         ow = c->lo;                                                                          \
-        VECTOR_BLOCKS(VCOMBINE)                                                              \
+        VECTORS(VCOMBINE)                                                                    \
         for (; ow < c->hi; ow++) {                                                           \
             float acc = init;                                                                \
             for (kh = c->kh_lo; kh < c->kh_hi; kh++) {                                       \
@@ -162,8 +183,17 @@ typedef struct row_ctx {
         }                                                                                    \
     }
 
-POOL_ROW(max_row, MAX_OF, VMAX_OF)
-POOL_ROW(sum_row, ADD_TO, VADD_TO)
+POOL_ROW(max_row, MAX_OF, VMAX_OF, VECTOR_BLOCKS)
+POOL_ROW(sum_row, ADD_TO, VADD_TO, VECTOR_BLOCKS)
+#ifdef POOL_NARROW_ROWS
+POOL_ROW(max_row_narrow, MAX_OF, VMAX_OF, VECTOR_NARROW)
+POOL_ROW(sum_row_narrow, ADD_TO, VADD_TO, VECTOR_NARROW)
+#define NARROW_ROWS(c) ((c).hi > (c).lo && (c).hi - (c).lo < VL)
+#else
+#define max_row_narrow max_row
+#define sum_row_narrow sum_row
+#define NARROW_ROWS(c) 0
+#endif
 
 /* Phase q of row r goes to phases[r * stride * width + q * width + j] = x[r * in_w + q +
  * j * stride] for the j that stay inside the row. */
@@ -756,11 +786,17 @@ static void pool2d_planes(const mlcc_pool2d_params *p, const float *x, const int
             c.kh_lo = first_inside(dh, c.ih0);
             c.kh_hi = end_inside(kh_n, dh, c.ih0, ih_n);
             if (is_max) {
-                max_row(p, &c, init, yr);
+                if (NARROW_ROWS(c))
+                    max_row_narrow(p, &c, init, yr);
+                else
+                    max_row(p, &c, init, yr);
             } else {
                 const float rh = inv_count[oh];
                 const float *rw = inv_count + oh_n;
-                sum_row(p, &c, init, yr);
+                if (NARROW_ROWS(c))
+                    sum_row_narrow(p, &c, init, yr);
+                else
+                    sum_row(p, &c, init, yr);
                 for (ow = 0; ow < ow_n; ow++) yr[ow] *= rh * rw[ow];
             }
         }
