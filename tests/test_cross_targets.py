@@ -99,6 +99,7 @@ def test_matmul_batched_runtime_operands(tmp_path, target):
                  "ceil_mode": 1}),
     ("AveragePool", {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 1, 0, 0],
                      "count_include_pad": 0}),
+    ("AveragePool", {"kernel_shape": [2, 2], "strides": [2, 2]}),   # pool.c avg_row_2x2
     ("GlobalAveragePool", {}),
     ("LpPool", {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 1, 0, 0], "p": 3}),
     ("GlobalLpPool", {}),

@@ -332,9 +332,10 @@ def pool_lib(tmp_path_factory):
     (11, 13, 13, 5, 1, 2),    # stride 1 on a small map: a padded copy per plane in scratch
     (3, 9, 40, 3, 1, 1),      # stride 1, rows wider than MLCC_MAXPOOL_SMALL_W: in place
     (1, 7, 7, 3, 2, 0),       # one plane: one unit
-    (7, 37, 111, 3, 2, 0),    # SqueezeNet's 3x3/2: rows of 55, three vectors of 16 outputs
-    (3, 21, 70, 3, 2, 1),     # padded: the vectors from the first output inside, then scalars
-    (6, 19, 112, 3, 2, 1),    # ResNet's stem pool: rows of 56, the last vector overlapping
+    (7, 37, 111, 3, 2, 0),    # SqueezeNet's 3x3/2: rows of 55 in pairs, 3 vectors + 7 masked
+    (9, 27, 27, 3, 2, 0),     # its third pool: rows of 13, narrower than a vector
+    (3, 21, 70, 3, 2, 1),     # padded: vectors from the first output inside, a masked end
+    (6, 19, 112, 3, 2, 1),    # ResNet's stem pool: rows of 56, a border column, then vectors
     (4, 9, 67, 2, 2, 0),      # 2x2/2 on an odd width: 33 outputs a row
 ])
 @pytest.mark.parametrize("kind", ["max", "avg"])

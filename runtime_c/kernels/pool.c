@@ -3,19 +3,61 @@
 
 #include "pool.h"
 
+#if MLCC_HAVE_VECTORS && (defined(__SSE__) || defined(__AVX__) || defined(__AVX512F__))
+#include <immintrin.h>
+#elif MLCC_HAVE_VECTORS && defined(__wasm_simd128__)
+#include <wasm_simd128.h>
+#endif
+
 #define MAX_OF(a, v) ((v) > (a) ? (v) : (a))
 #define ADD_TO(a, v) ((a) + (v))
 
 #if MLCC_HAVE_VECTORS
 #define VL MLCC_VF_LANES
-/* Lane-wise (b > a ? b : a) as a comparison and a select: one or two instructions on every
- * target. (A loop over the lanes, which GCC turns into maxps, stays a loop through the stack
- * in clang's WebAssembly output, and made MaxPool 20x slower there.) */
+/* Lane-wise (b > a ? b : a): x86's maxps(b, a) and WebAssembly's f32x4.pmax(a, b) are that
+ * very rule (the first operand's lane when greater, else the second's: NaN and equal zeros
+ * give a), one instruction; elsewhere (NEON's fmax returns NaN) a comparison and a select.
+ * (GCC compiled the select to a compare and two masked xors on AVX-512; a loop over the lanes
+ * stays a loop through the stack in clang's WebAssembly output: MaxPool 20x slower there.) */
 static inline mlcc_vf vf_max(mlcc_vf a, mlcc_vf b) {
+#if defined(__AVX512F__) && MLCC_VECTOR_BYTES == 64
+    return (mlcc_vf)_mm512_max_ps((__m512)b, (__m512)a);
+#elif defined(__AVX__) && MLCC_VECTOR_BYTES == 32
+    return (mlcc_vf)_mm256_max_ps((__m256)b, (__m256)a);
+#elif defined(__SSE__) && MLCC_VECTOR_BYTES == 16
+    return (mlcc_vf)_mm_max_ps((__m128)b, (__m128)a);
+#elif defined(__wasm_simd128__) && MLCC_VECTOR_BYTES == 16
+    return (mlcc_vf)wasm_f32x4_pmax((v128_t)a, (v128_t)b);
+#else
     return mlcc_vf_select(b > a, b, a);
+#endif
 }
 #define VMAX_OF(a, v) vf_max(a, v)
-#define VADD_TO(a, v) ((a) + (v))
+/* a + v where both are NaN gives a's NaN on x86 and arm (VF_ADD_PINNED), as the scalar
+ * loop's adds (and sum_row's, whose loads are memory operands) do: the compiler may swap the
+ * operands of a register add, which then gave v's NaN (inf - inf in a window with a NaN:
+ * 0xffc00000 or 0x7fc00000). Elsewhere (wasm, whose NaN bits the spec leaves open) a plain
+ * add, and the average pools keep the phase split there. */
+static inline mlcc_vf vf_add(mlcc_vf a, mlcc_vf v) {
+#if defined(__AVX__) && (MLCC_VECTOR_BYTES <= 32 || defined(__AVX512F__))
+#define VF_ADD_PINNED 1
+    mlcc_vf r;
+    __asm__("vaddps %2, %1, %0" : "=v"(r) : "v"(a), "v"(v));
+    return r;
+#elif defined(__SSE__) && MLCC_VECTOR_BYTES == 16
+#define VF_ADD_PINNED 1
+    __asm__("addps %1, %0" : "+x"(a) : "x"(v));
+    return a;
+#elif defined(__aarch64__) && MLCC_VECTOR_BYTES == 16
+#define VF_ADD_PINNED 1
+    mlcc_vf r;
+    __asm__("fadd %0.4s, %1.4s, %2.4s" : "=w"(r) : "w"(a), "w"(v));
+    return r;
+#else
+    return a + v;
+#endif
+}
+#define VADD_TO(a, v) vf_add(a, v)
 #endif
 
 /* floor(a / s) for s >= 1 (stride 1, the usual case, without a division). */
@@ -85,7 +127,28 @@ typedef struct row_ctx {
 #define VECTOR_BLOCKS(VCOMBINE)
 #endif
 
-#define POOL_ROW(NAME, COMBINE, VCOMBINE)                                                    \
+/* Rows whose interior columns are fewer than a vector: with 16 lanes (AVX-512) one masked
+ * vector, the taps in the same order (Inception v2's 3x3/1 average pools on 14 x 14 and 7 x 7
+ * maps took every tap of every output one at a time). max_row_narrow and sum_row_narrow are
+ * max_row and sum_row made with it: in the same functions it made wide rows 5-10% slower. */
+#if MLCC_HAVE_VECTORS && defined(__AVX512F__) && MLCC_VECTOR_BYTES == 64
+#define POOL_NARROW_ROWS 1
+#define VECTOR_NARROW(VCOMBINE)                                                              \
+    if (ow < c->hi) {                                                                        \
+        const __mmask16 m_ = (__mmask16)((1u << (c->hi - ow)) - 1);                          \
+        mlcc_vf a0 = mlcc_vf_splat(init);                                                    \
+        for (kh = c->kh_lo; kh < c->kh_hi; kh++) {                                           \
+            const float *r = c->src + (c->ih0 + kh * dh) * c->pitch;                         \
+            for (kw = 0; kw < kw_n; kw++)                                                    \
+                a0 = VCOMBINE(a0, (mlcc_vf)_mm512_maskz_loadu_ps(                           \
+                                      m_, r + (ow + (ptrdiff_t)c->taps[kw])));               \
+        }                                                                                    \
+        _mm512_mask_storeu_ps(yr + ow, m_, (__m512)a0);                                      \
+        ow = c->hi;                                                                          \
+    }
+#endif
+
+#define POOL_ROW(NAME, COMBINE, VCOMBINE, VECTORS)                                           \
     static void NAME(const mlcc_pool2d_params *p, const row_ctx *c, float init, float *yr) { \
         const ptrdiff_t iw_n = (ptrdiff_t)p->in_w, ow_n = (ptrdiff_t)p->out_w;               \
         const ptrdiff_t kw_n = (ptrdiff_t)p->kernel_w, sw = (ptrdiff_t)p->stride_w;          \
@@ -108,7 +171,7 @@ typedef struct row_ctx {
             yr[ow] = acc;                                                                    \
         }                                                                                    \
         ow = c->lo;                                                                          \
-        VECTOR_BLOCKS(VCOMBINE)                                                              \
+        VECTORS(VCOMBINE)                                                                    \
         for (; ow < c->hi; ow++) {                                                           \
             float acc = init;                                                                \
             for (kh = c->kh_lo; kh < c->kh_hi; kh++) {                                       \
@@ -120,8 +183,17 @@ typedef struct row_ctx {
         }                                                                                    \
     }
 
-POOL_ROW(max_row, MAX_OF, VMAX_OF)
-POOL_ROW(sum_row, ADD_TO, VADD_TO)
+POOL_ROW(max_row, MAX_OF, VMAX_OF, VECTOR_BLOCKS)
+POOL_ROW(sum_row, ADD_TO, VADD_TO, VECTOR_BLOCKS)
+#ifdef POOL_NARROW_ROWS
+POOL_ROW(max_row_narrow, MAX_OF, VMAX_OF, VECTOR_NARROW)
+POOL_ROW(sum_row_narrow, ADD_TO, VADD_TO, VECTOR_NARROW)
+#define NARROW_ROWS(c) ((c).hi > (c).lo && (c).hi - (c).lo < VL)
+#else
+#define max_row_narrow max_row
+#define sum_row_narrow sum_row
+#define NARROW_ROWS(c) 0
+#endif
 
 /* Phase q of row r goes to phases[r * stride * width + q * width + j] = x[r * in_w + q +
  * j * stride] for the j that stay inside the row. */
@@ -152,57 +224,173 @@ static void split_phases(const float *x, ptrdiff_t rows, ptrdiff_t in_w, ptrdiff
     }
 }
 
-#if MLCC_HAVE_VECTORS && defined(MLCC_VF_DEINTERLEAVE) && MLCC_VECTOR_BYTES >= 32
+#if MLCC_HAVE_VECTORS && defined(MLCC_VF_DEINTERLEAVE)
 #define MAX_ROW_S2 1
-/* The maximum over the kernel rows of column j, rows r0, r1, r2 in that order (a window of
- * two rows passes r2 = r1 and of one row r0 = r1 = r2: max(max(a, b), b) is max(a, b) bit for
- * bit, NaN and signed zeros included, so every row count takes the same code). */
-#define COL3(j) MAX_OF(MAX_OF(r0[j], r1[j]), r2[j])
-#define VCOL3(j) vf_max(vf_max(mlcc_vf_load(r0 + (j)), mlcc_vf_load(r1 + (j))), \
-                        mlcc_vf_load(r2 + (j)))
+/* The maximum over the kernel rows of column j, rows r[0], r[1], r[2] in that order (a window
+ * of two rows passes r[2] = r[1] and of one row r[0] = r[1] = r[2]: max(max(a, b), b) is
+ * max(a, b) bit for bit, NaN and signed zeros included, so every row count takes the same
+ * code); for the second output row of a pair, rows r[2], r[3], r[4]. */
+#define COL3(r, j) MAX_OF(MAX_OF((r)[0][j], (r)[1][j]), (r)[2][j])
 
-/* One output row of a 2- or 3-wide, stride-2, undilated max window (the 3x3/2 pools of
- * SqueezeNet and ResNet, the 2x2/2 of small CNNs) over at most three input rows, in one pass:
- * the row maxima of each column go straight into the column maxima, in registers. Interior
- * columns [lo, hi) (every tap inside; hi - lo >= VL) take VL outputs at a time from 2 VL
- * columns of row maxima: their even and odd lanes (mlcc_vf_deinterleave), and for 3-wide
- * windows the odd lanes of the same columns one on, which are the even lanes one pair on; the
- * last vector overlaps the one before (the same values again), so no scalar tail, and the
- * loads stop at the row's last tap. Border columns test their taps. The same comparisons in
- * the same order as the two passes through a row buffer (max_plane_separable below): interior
- * 3-wide windows max(max(c0, c1), c2), 2-wide ones and borders from -FLT_MAX, so the same bits,
- * NaN included. The row buffer cost a store and a misaligned reload of every row maximum;
- * this costs a second set of loads instead, which pays with 8 or 16 lanes and not with 4
- * (SSE, NEON and wasm builds keep the row buffer: 1.07-1.35x slower with SSE on a Zen 5). */
-static void max_row_s2(const float *r0, const float *r1, const float *r2, ptrdiff_t iw_n,
-                       ptrdiff_t ow_n, ptrdiff_t kw_n, ptrdiff_t pl, ptrdiff_t lo, ptrdiff_t hi,
-                       float *yr) {
+/* Lanes 1.. of a, then the first lane of b (vf_next_first) or its last (vf_next_last). */
+#if MLCC_VECTOR_BYTES == 64
+#define VF_NEXT(a, b, l) \
+    __builtin_shufflevector(a, b, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, l)
+#elif MLCC_VECTOR_BYTES == 32
+#define VF_NEXT(a, b, l) __builtin_shufflevector(a, b, 1, 2, 3, 4, 5, 6, 7, l)
+#else
+#define VF_NEXT(a, b, l) __builtin_shufflevector(a, b, 1, 2, 3, l)
+#endif
+#define vf_next_first(a, b) VF_NEXT(a, b, MLCC_VECTOR_BYTES / 4)
+#define vf_next_last(a, b) VF_NEXT(a, b, MLCC_VECTOR_BYTES / 2 - 1)
+
+#define S2_INLINE static inline __attribute__((always_inline))
+
+/* 16-lane builds (AVX-512) end a row with masked loads and a masked store (no load past the
+ * row's last tap, no store past its last output), so rows narrower than a vector (SqueezeNet's
+ * 13 outputs) take the vector path too. */
+#if defined(__AVX512F__) && MLCC_VECTOR_BYTES == 64
+#define MAX_ROW_S2_MASKED 1
+#define S2_MIN_INTERIOR 1   /* interior outputs max_rows_s2 needs */
+typedef __mmask16 s2_mask;
+#define S2_LOAD(p, m) ((mlcc_vf)_mm512_maskz_loadu_ps(m, p))
+/* A row's last m < VL outputs from cols input columns: the masks of the first VL columns
+ * (ma), of the rest (mb) and of the outputs (mo). */
+typedef struct s2_tail {
+    __mmask16 ma, mb, mo;
+} s2_tail;
+static inline s2_tail s2_tail_masks(ptrdiff_t m, ptrdiff_t cols) {
+    s2_tail t;
+    t.ma = (__mmask16)(cols >= VL ? 0xffff : (1u << cols) - 1);
+    t.mb = (__mmask16)(cols > VL ? (1u << (cols - VL)) - 1 : 0);
+    t.mo = (__mmask16)((1u << m) - 1);
+    return t;
+}
+#else
+#define S2_MIN_INTERIOR VL
+typedef int s2_mask;
+#define S2_LOAD(p, m) ((void)(m), mlcc_vf_load(p))
+#endif
+
+/* The column maxima of columns j.. (the lanes of mask m) for one output row (ca) or two (cb
+ * too), their shared row r[2] loaded once. */
+S2_INLINE void s2_cols(const float *const *r, int two, ptrdiff_t j, s2_mask m, mlcc_vf *ca,
+                       mlcc_vf *cb) {
+    const mlcc_vf x2 = S2_LOAD(r[2] + j, m);
+    *ca = vf_max(vf_max(S2_LOAD(r[0] + j, m), S2_LOAD(r[1] + j, m)), x2);
+    if (two) *cb = vf_max(vf_max(x2, S2_LOAD(r[3] + j, m)), S2_LOAD(r[4] + j, m));
+}
+
+/* VL outputs from the column maxima a (columns j..), b (j + VL..) and, for 3-wide windows,
+ * c: the next VL columns (its first lane is column j + 2 VL: how 0), the VL columns that end
+ * at j + 2 VL (how 1), or none (how 2: only the outputs below VL - 1 are right). */
+S2_INLINE mlcc_vf s2_out(mlcc_vf a, mlcc_vf b, mlcc_vf c, ptrdiff_t kw_n, int how) {
+    mlcc_vf e0, o0;
+    mlcc_vf_deinterleave(a, b, &e0, &o0);
+    if (kw_n == 2) return vf_max(vf_max(mlcc_vf_splat(-FLT_MAX), e0), o0);
+    return vf_max(vf_max(e0, o0), how == 0   ? vf_next_first(e0, c)
+                                  : how == 1 ? vf_next_last(e0, c)
+                                             : vf_next_first(e0, e0));
+}
+
+/* One output row (ya; two: and the next, yb) of a 2- or 3-wide, stride-2, undilated max
+ * window (the 3x3/2 pools of SqueezeNet and ResNet, the 2x2/2 of small CNNs) over at most
+ * three input rows, in one pass: the row maxima of each column go straight into the column
+ * maxima, in registers. Two output rows of 3-row windows of stride 2 share a row, loaded once
+ * for both. Interior columns [lo, hi) (every tap inside; hi - lo >= S2_MIN_INTERIOR) take VL
+ * outputs at a time from 2 VL columns of row maxima: their even and odd lanes
+ * (mlcc_vf_deinterleave), and for 3-wide windows the even lanes one pair on, which are the
+ * even lanes but the first, then column 2 VL: the first lane of the next block's row maxima,
+ * which the next block then uses (or, on a row's last block, the last lane of the row maxima
+ * of the VL columns before it). 6 loads per VL outputs of one row, 5 in a pair (12 before).
+ * The row's end: a masked block (MAX_ROW_S2_MASKED), or the last vector overlapping the one
+ * before (the same values again); no scalar tail either way, and no load past the row's last
+ * tap. Border columns test their taps. The same comparisons in the same order as the two
+ * passes through a row buffer (max_plane_separable below): interior 3-wide windows
+ * max(max(c0, c1), c2), 2-wide ones and borders from -FLT_MAX, so the same bits, NaN
+ * included. The row buffer cost a store and a misaligned reload of every row maximum; this
+ * costs a second set of loads instead, which pays with 4 lanes too now that a block takes 6
+ * loads and not 12 (SqueezeNet's and ResNet's pools against the row buffer: SSE 0.58-0.82x
+ * the time, wasm in node 0.22-0.65x, NEON 0.60-0.67x the instructions under qemu). */
+S2_INLINE void max_rows_s2(const float *const *r, int two, ptrdiff_t iw_n, ptrdiff_t ow_n,
+                           ptrdiff_t kw_n, ptrdiff_t pl, ptrdiff_t lo, ptrdiff_t hi, float *ya,
+                           float *yb) {
+    const s2_mask all = (s2_mask)-1;
     ptrdiff_t ow, kw, j;
+    mlcc_vf aa, ab = mlcc_vf_splat(0.0f), ba, bb = ab, na, nb = ab;
     for (ow = 0; ow < ow_n; ow++) {
-        float acc = -FLT_MAX;
+        float acc = -FLT_MAX, acc2 = -FLT_MAX;
         if (ow == lo) {
             ow = hi - 1;
             continue;
         }
         for (kw = 0; kw < kw_n; kw++) {
             const ptrdiff_t iw = 2 * ow - pl + kw;
-            if (iw >= 0 && iw < iw_n) acc = MAX_OF(acc, COL3(iw));
+            if (iw >= 0 && iw < iw_n) {
+                acc = MAX_OF(acc, COL3(r, iw));
+                if (two) acc2 = MAX_OF(acc2, COL3(r + 2, iw));
+            }
         }
-        yr[ow] = acc;
+        ya[ow] = acc;
+        if (two) yb[ow] = acc2;
     }
-    for (ow = lo; ow < hi; ow += VL) {
-        mlcc_vf e0, o0, o1, e1;
-        if (ow + VL > hi) ow = hi - VL;
+    ow = lo;
+    aa = ab;
+    if (ow + VL <= hi) s2_cols(r, two, 2 * ow - pl, all, &aa, &ab);
+    for (; ow + VL <= hi; ow += VL) {
+        const int next = ow + 2 * VL <= hi;   /* column j + 2 VL starts the next block */
+        mlcc_vf oa, ob = ab;
         j = 2 * ow - pl;
-        mlcc_vf_deinterleave(VCOL3(j), VCOL3(j + VL), &e0, &o0);
-        if (kw_n == 3) {
-            mlcc_vf_deinterleave(VCOL3(j + 1), VCOL3(j + 1 + VL), &o1, &e1);
-            (void)o1;
-            mlcc_vf_store(yr + ow, vf_max(vf_max(e0, o0), e1));
-        } else {
-            mlcc_vf_store(yr + ow, vf_max(vf_max(mlcc_vf_splat(-FLT_MAX), e0), o0));
+        s2_cols(r, two, j + VL, all, &ba, &bb);
+        if (kw_n == 2) {
+            oa = s2_out(aa, ba, ba, 2, 0);
+            if (two) ob = s2_out(ab, bb, bb, 2, 0);
+            if (next) s2_cols(r, two, j + 2 * VL, all, &aa, &ab);
+        } else if (next) {
+            s2_cols(r, two, j + 2 * VL, all, &na, &nb);
+            oa = s2_out(aa, ba, na, 3, 0);
+            if (two) ob = s2_out(ab, bb, nb, 3, 0);
+            aa = na, ab = nb;
+        } else {                              /* it ends the row's last tap */
+            s2_cols(r, two, j + VL + 1, all, &na, &nb);
+            oa = s2_out(aa, ba, na, 3, 1);
+            if (two) ob = s2_out(ab, bb, nb, 3, 1);
         }
+        mlcc_vf_store(ya + ow, oa);
+        if (two) mlcc_vf_store(yb + ow, ob);
     }
+    if (ow == hi) return;
+#ifdef MAX_ROW_S2_MASKED
+    {
+        /* hi - ow < VL outputs from the 2 (hi - ow) + kw_n - 2 columns at j */
+        const s2_tail t = s2_tail_masks(hi - ow, 2 * (hi - ow) + kw_n - 2);
+        j = 2 * ow - pl;
+        s2_cols(r, two, j, t.ma, &aa, &ab);
+        s2_cols(r, two, j + VL, t.mb, &ba, &bb);
+        _mm512_mask_storeu_ps(ya + ow, t.mo, (__m512)s2_out(aa, ba, ba, kw_n, 2));
+        if (two) _mm512_mask_storeu_ps(yb + ow, t.mo, (__m512)s2_out(ab, bb, bb, kw_n, 2));
+    }
+#else
+    /* the last vector overlaps the one before (hi - lo >= VL) */
+    ow = hi - VL;
+    j = 2 * ow - pl;
+    s2_cols(r, two, j, all, &aa, &ab);
+    s2_cols(r, two, j + VL, all, &ba, &bb);
+    na = ba, nb = bb;
+    if (kw_n == 3) s2_cols(r, two, j + VL + 1, all, &na, &nb);
+    mlcc_vf_store(ya + ow, s2_out(aa, ba, na, kw_n, 1));
+    if (two) mlcc_vf_store(yb + ow, s2_out(ab, bb, nb, kw_n, 1));
+#endif
+}
+
+/* One output row (rows r[0..2]), or two of 3-wide windows that share a row (r[0..4]). */
+static void max_row_s2(const float *const *r, ptrdiff_t iw_n, ptrdiff_t ow_n, ptrdiff_t kw_n,
+                       ptrdiff_t pl, ptrdiff_t lo, ptrdiff_t hi, float *yr) {
+    max_rows_s2(r, 0, iw_n, ow_n, kw_n, pl, lo, hi, yr, yr);
+}
+static void max_row_pair_s2(const float *const *r, ptrdiff_t iw_n, ptrdiff_t ow_n,
+                            ptrdiff_t pl, ptrdiff_t lo, ptrdiff_t hi, float *yr) {
+    max_rows_s2(r, 1, iw_n, ow_n, 3, pl, lo, hi, yr, yr + ow_n);
 }
 #endif
 
@@ -214,8 +402,8 @@ static void max_row_s2(const float *r0, const float *r1, const float *r2, ptrdif
  * as the first column of a 3-wide interior window (no -FLT_MAX start), returns. Cheaper than
  * the phase split (SqueezeNet's 3x3 stride-2 pools: the split rewrote every input value).
  * Windows of three rows take them in one pass (3 loads and a store per vector instead of a
- * copy and two read-modify-writes of tmp): SqueezeNet's pools 0.61-0.93x. With 8 or 16 lanes,
- * windows of 2 or 3 columns over at most 3 rows, stride 2, skip tmp (max_row_s2). */
+ * copy and two read-modify-writes of tmp): SqueezeNet's pools 0.61-0.93x. Vector builds take
+ * windows of 2 or 3 columns over at most 3 rows, stride 2, without tmp (max_row_s2). */
 static void max_plane_separable(const mlcc_pool2d_params *p, const float *x, float *y,
                                 float *tmp, ptrdiff_t lo, ptrdiff_t hi) {
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
@@ -236,11 +424,20 @@ static void max_plane_separable(const mlcc_pool2d_params *p, const float *x, flo
         }
 #ifdef MAX_ROW_S2
         if (kh_hi - kh_lo <= 3 && sw == 2 && dw == 1 && (kw_n == 2 || kw_n == 3) &&
-            hi - lo >= VL) {
-            const float *r0 = x + (ih0 + kh_lo * dh) * iw_n;
-            const float *r2 = x + (ih0 + (kh_hi - 1) * dh) * iw_n;
-            const float *r1 = kh_hi - kh_lo == 3 ? r0 + dh * iw_n : r2;
-            max_row_s2(r0, r1, r2, iw_n, ow_n, kw_n, pl, lo, hi, yr);
+            hi - lo >= S2_MIN_INTERIOR) {
+            const float *r[5];
+            r[0] = x + (ih0 + kh_lo * dh) * iw_n;
+            r[2] = x + (ih0 + (kh_hi - 1) * dh) * iw_n;
+            r[1] = kh_hi - kh_lo == 3 ? r[0] + dh * iw_n : r[2];
+            if (kw_n == 3 && kh_n == 3 && kh_lo == 0 && kh_hi == 3 && sh == 2 * dh && oh + 1 < oh_n &&
+                ih0 + sh + 2 * dh < ih_n) {   /* the next row's window: rows 2 to 4 */
+                r[3] = r[2] + dh * iw_n;
+                r[4] = r[3] + dh * iw_n;
+                max_row_pair_s2(r, iw_n, ow_n, pl, lo, hi, yr);
+                oh++;
+                continue;
+            }
+            max_row_s2(r, iw_n, ow_n, kw_n, pl, lo, hi, yr);
             continue;
         }
 #endif
@@ -311,11 +508,14 @@ static void max_plane_separable(const mlcc_pool2d_params *p, const float *x, flo
 
 /* Max pooling of stride 1 on narrow maps (pool.h: mlcc_maxpool_small): the plane copied into
  * xp, padded with -FLT_MAX to (out_h + kernel_h - 1) rows of out_w + kernel_w - 1 columns, then
- * two flat passes over the virtual positions q = oh * pitch + ow (the implicit GEMM's trick):
- * v[q] = max over kh of xp[q + kh * pitch], then u[q] = max over kw of v[q + kw], whose rows
- * are copied out. Every vector is whole (YOLOv8n's SPPF: 5 x 5 windows on 10 x 10 maps, where
- * max_row tested the bounds of every tap of every output: 0.19 ms a pool). NaN is skipped and
- * all padding gives -FLT_MAX, as in max_row; the maximum of the same taps. */
+ * a flat pass over the virtual positions q = oh * pitch + ow (the implicit GEMM's trick):
+ * v[q] = max over kh of xp[q + kh * pitch], every vector whole (YOLOv8n's SPPF: 5 x 5 windows
+ * on 10 x 10 maps, where max_row tested the bounds of every tap of every output: 0.19 ms a
+ * pool); then per output row y = max over kw of v[q + kw] (a masked end on AVX-512, else the
+ * last vector overlapping or scalars). That pass wrote u and copied its rows out before:
+ * Inception's 3x3/1 and the SPPF pools 0.70-0.72x without the copy (mlcc_maxpool_small_floats
+ * still counts u's out_h * pitch floats). NaN is skipped and all padding gives -FLT_MAX, as in
+ * max_row; the maximum of the same taps. */
 static void max_plane_small(const mlcc_pool2d_params *p, const float *x, float *y,
                             float *scratch) {
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
@@ -324,7 +524,7 @@ static void max_plane_small(const mlcc_pool2d_params *p, const float *x, float *
     const ptrdiff_t pt = (ptrdiff_t)p->pad_top, pl = (ptrdiff_t)p->pad_left;
     const ptrdiff_t pitch = ow_n + kw_n - 1, rows = oh_n + kh_n - 1;
     const ptrdiff_t nq = oh_n * pitch;
-    float *xp = scratch, *v = xp + rows * pitch, *u = v + nq + kw_n;
+    float *xp = scratch, *v = xp + rows * pitch;
     ptrdiff_t r, q, k, ow;
     for (r = 0; r < rows; r++) {   /* padded row r: input row r - pt, columns c - pl */
         float *d = xp + r * pitch;
@@ -348,22 +548,151 @@ static void max_plane_small(const mlcc_pool2d_params *p, const float *x, float *
         for (k = 0; k < kh_n; k++) a = MAX_OF(a, xp[q + k * pitch]);
         v[q] = a;
     }
-    q = 0;
+    for (r = 0; r < oh_n; r++) {   /* the maxima across each row's windows, into y */
+        const float *vr = v + r * pitch;
+        float *yr = y + r * ow_n;
+        ow = 0;
 #if MLCC_HAVE_VECTORS
-    for (; q + VL <= nq; q += VL) {
-        mlcc_vf a = mlcc_vf_splat(-FLT_MAX);
-        for (k = 0; k < kw_n; k++) a = vf_max(a, mlcc_vf_load(v + q + k));
-        mlcc_vf_store(u + q, a);
+        for (; ow + VL <= ow_n; ow += VL) {
+            mlcc_vf a = mlcc_vf_splat(-FLT_MAX);
+            for (k = 0; k < kw_n; k++) a = vf_max(a, mlcc_vf_load(vr + ow + k));
+            mlcc_vf_store(yr + ow, a);
+        }
+#ifdef MAX_ROW_S2_MASKED
+        if (ow < ow_n) {
+            const s2_tail t = s2_tail_masks(ow_n - ow, ow_n - ow);
+            mlcc_vf a = mlcc_vf_splat(-FLT_MAX);
+            for (k = 0; k < kw_n; k++) a = vf_max(a, S2_LOAD(vr + ow + k, t.mo));
+            _mm512_mask_storeu_ps(yr + ow, t.mo, (__m512)a);
+            continue;
+        }
+#else
+        if (ow < ow_n && ow_n >= VL) {
+            mlcc_vf a = mlcc_vf_splat(-FLT_MAX);
+            ow = ow_n - VL;
+            for (k = 0; k < kw_n; k++) a = vf_max(a, mlcc_vf_load(vr + ow + k));
+            mlcc_vf_store(yr + ow, a);
+            continue;
+        }
+#endif
+#endif
+        for (; ow < ow_n; ow++) {
+            float a = -FLT_MAX;
+            for (k = 0; k < kw_n; k++) a = MAX_OF(a, vr[ow + k]);
+            yr[ow] = a;
+        }
+    }
+}
+
+#if defined(MAX_ROW_S2) && defined(VF_ADD_PINNED)
+#define AVG_ROW_S2 1
+/* The window sums of VL outputs (columns j.. of the kernel rows rows[0..n), masks ma, mb):
+ * per row, the even lanes, the odd lanes and for 3-wide windows the even lanes one on (from
+ * the VL columns that end at j + 2 VL if last, else only right below VL - 1). */
+S2_INLINE mlcc_vf avg_block_s2(const float *const *rows, ptrdiff_t n, ptrdiff_t j,
+                               ptrdiff_t kw_n, s2_mask ma, s2_mask mb, int last) {
+    mlcc_vf acc = mlcc_vf_splat(0.0f), e0, o0;
+    ptrdiff_t k;
+    for (k = 0; k < n; k++) {
+        mlcc_vf_deinterleave(S2_LOAD(rows[k] + j, ma), S2_LOAD(rows[k] + j + VL, mb), &e0, &o0);
+        acc = VADD_TO(acc, e0);
+        acc = VADD_TO(acc, o0);
+        if (kw_n == 3)
+            acc = VADD_TO(acc, last ? vf_next_last(e0, mlcc_vf_load(rows[k] + j + VL + 1))
+                                    : vf_next_first(e0, e0));
+    }
+    return acc;
+}
+
+/* One output row of a 2- or 3-wide, stride-2, undilated average over the kernel rows inside
+ * the input, rows[0..n) top to bottom (ShuffleNet's 3x3/2 pad 1 shortcuts), read in place as
+ * max_rows_s2 reads them: the taps summed from 0 row by row, left to right, as sum_row sums
+ * them, then times rh * rw[ow], so the same bits (before: the phase split copied every input
+ * into scratch first). Columns [lo, hi) are interior (hi - lo >= S2_MIN_INTERIOR). */
+static void avg_row_s2(const float *const *rows, ptrdiff_t n, ptrdiff_t iw_n, ptrdiff_t ow_n,
+                       ptrdiff_t kw_n, ptrdiff_t pl, ptrdiff_t lo, ptrdiff_t hi, float rh,
+                       const float *rw, float *yr) {
+    const mlcc_vf vrh = mlcc_vf_splat(rh);
+    const s2_mask all = (s2_mask)-1;
+    ptrdiff_t ow, kw, k;
+    for (ow = 0; ow < ow_n; ow++) {   /* border columns: the taps inside */
+        float acc = 0.0f;
+        if (ow == lo) {
+            ow = hi - 1;
+            continue;
+        }
+        for (k = 0; k < n; k++)
+            for (kw = 0; kw < kw_n; kw++) {
+                const ptrdiff_t iw = 2 * ow - pl + kw;
+                if (iw >= 0 && iw < iw_n) acc = ADD_TO(acc, rows[k][iw]);
+            }
+        yr[ow] = acc * (rh * rw[ow]);
+    }
+    for (ow = lo; ow + VL <= hi; ow += VL)
+        mlcc_vf_store(yr + ow, avg_block_s2(rows, n, 2 * ow - pl, kw_n, all, all, 1) *
+                                   (vrh * mlcc_vf_load(rw + ow)));
+    if (ow == hi) return;
+#ifdef MAX_ROW_S2_MASKED
+    {
+        /* hi - ow < VL outputs from the 2 (hi - ow) + kw_n - 2 columns at 2 ow - pl */
+        const s2_tail t = s2_tail_masks(hi - ow, 2 * (hi - ow) + kw_n - 2);
+        _mm512_mask_storeu_ps(yr + ow, t.mo,
+                              (__m512)(avg_block_s2(rows, n, 2 * ow - pl, kw_n, t.ma, t.mb, 0) *
+                                       (vrh * S2_LOAD(rw + ow, t.mo))));
+    }
+#else
+    ow = hi - VL;   /* the last vector overlapping the one before */
+    mlcc_vf_store(yr + ow, avg_block_s2(rows, n, 2 * ow - pl, kw_n, all, all, 1) *
+                               (vrh * mlcc_vf_load(rw + ow)));
+#endif
+}
+#endif
+
+#ifdef AVG_ROW_S2
+/* One output row of a 2x2/2 average whose windows are all inside: ((0 + a + b) + c) + d with
+ * a, b from row r0 and c, d from r1, times rh * rw[ow]: sum_row's order and the scaling after
+ * it, so the same bits. Vectors take the even and odd lanes of 2 VL columns of each row
+ * (before: the phase split copied every input, then sum_row read the phases). */
+static void avg_row_2x2(const float *r0, const float *r1, ptrdiff_t ow_n, float rh,
+                        const float *rw, float *yr) {
+    ptrdiff_t ow = 0;
+    const mlcc_vf zero = mlcc_vf_splat(0.0f), vrh = mlcc_vf_splat(rh);
+    const s2_mask all = (s2_mask)-1;
+    mlcc_vf e0, o0, e1, o1;
+#define AVG_2X2(ow, ma, mb, mo)                                                              \
+    (mlcc_vf_deinterleave(S2_LOAD(r0 + 2 * (ow), ma), S2_LOAD(r0 + 2 * (ow) + VL, mb), &e0,  \
+                          &o0),                                                              \
+     mlcc_vf_deinterleave(S2_LOAD(r1 + 2 * (ow), ma), S2_LOAD(r1 + 2 * (ow) + VL, mb), &e1,  \
+                          &o1),                                                              \
+     vf_add(vf_add(vf_add(vf_add(zero, e0), o0), e1), o1) * (vrh * S2_LOAD(rw + (ow), mo)))
+    for (; ow + VL <= ow_n; ow += VL) mlcc_vf_store(yr + ow, AVG_2X2(ow, all, all, all));
+#ifdef MAX_ROW_S2_MASKED
+    if (ow < ow_n) {   /* ow_n - ow < VL outputs from 2 (ow_n - ow) columns */
+        const s2_tail t = s2_tail_masks(ow_n - ow, 2 * (ow_n - ow));
+        _mm512_mask_storeu_ps(yr + ow, t.mo, (__m512)AVG_2X2(ow, t.ma, t.mb, t.mo));
+        return;
+    }
+#else
+    if (ow < ow_n && ow_n >= VL) {   /* the last vector overlapping the one before */
+        ow = ow_n - VL;
+        mlcc_vf_store(yr + ow, AVG_2X2(ow, all, all, all));
+        return;
     }
 #endif
-    for (; q < nq; q++) {
-        float a = -FLT_MAX;
-        for (k = 0; k < kw_n; k++) a = MAX_OF(a, v[q + k]);
-        u[q] = a;
+#undef AVG_2X2
+    for (; ow < ow_n; ow++) {
+        float acc = 0.0f;
+        acc = ADD_TO(acc, r0[2 * ow]);
+        acc = ADD_TO(acc, r0[2 * ow + 1]);
+        acc = ADD_TO(acc, r1[2 * ow]);
+        acc = ADD_TO(acc, r1[2 * ow + 1]);
+        yr[ow] = acc * (rh * rw[ow]);
     }
-    for (r = 0; r < oh_n; r++)
-        for (ow = 0; ow < ow_n; ow++) y[r * ow_n + ow] = u[r * pitch + ow];
 }
+#define AVG_FAST 1
+#else
+#define AVG_FAST 0
+#endif
 
 /* Planes [plane0, plane1) of the pooling. */
 static void pool2d_planes(const mlcc_pool2d_params *p, const float *x, const int64_t *taps,
@@ -387,19 +716,28 @@ static void pool2d_planes(const mlcc_pool2d_params *p, const float *x, const int
     c.hi = hi0 < hi1 ? hi0 : hi1;
     if (c.hi < c.lo) c.hi = c.lo;
     c.pitch = sw == 1 ? iw_n : sw * (ptrdiff_t)p->phase_width;
-    if (is_max && kh_n == 2 && kw_n == 2 && sh == 2 && sw == 2 && dh == 1 && dw == 1 &&
-        pt == 0 && pl == 0 && 2 * oh_n <= ih_n && 2 * ow_n <= iw_n) {
-        /* 2x2/2 without padding (small CNNs: the digits CNN's 8 x 8 maps), every window
-         * inside: the rows of all planes in one loop, no row buffer. The same maxima in the
-         * same order as max_plane_separable (rows first, from -FLT_MAX). */
+    if ((is_max || AVG_FAST) && kh_n == 2 && kw_n == 2 && sh == 2 && sw == 2 && dh == 1 &&
+        dw == 1 && pt == 0 && pl == 0 && 2 * oh_n <= ih_n && 2 * ow_n <= iw_n) {
+        /* 2x2/2 without padding (small CNNs: the digits CNN's 8 x 8 maps; DenseNet's
+         * transitions average), every window inside: the rows of all planes in one loop, no
+         * row buffer. The same maxima in the same order as max_plane_separable (rows first,
+         * from -FLT_MAX); the same sums as sum_row (avg_row_2x2). */
         ptrdiff_t r;
         for (r = plane0 * oh_n; r < plane1 * oh_n; r++) {
             const float *r0 = x + (r / oh_n) * ih_n * iw_n + (r % oh_n) * 2 * iw_n;
             const float *r1 = r0 + iw_n;
             float *yr = y + r * ow_n;
+#ifdef AVG_ROW_S2
+            if (!is_max) {
+                avg_row_2x2(r0, r1, ow_n, inv_count[r % oh_n], inv_count + oh_n, yr);
+                continue;
+            }
+#endif
 #ifdef MAX_ROW_S2
-            if (ow_n >= VL) {
-                max_row_s2(r0, r1, r1, iw_n, ow_n, 2, 0, 0, ow_n, yr);
+            if (ow_n >= S2_MIN_INTERIOR) {
+                const float *rows[3];
+                rows[0] = r0, rows[1] = rows[2] = r1;
+                max_row_s2(rows, iw_n, ow_n, 2, 0, 0, ow_n, yr);
                 continue;
             }
 #endif
@@ -423,6 +761,21 @@ static void pool2d_planes(const mlcc_pool2d_params *p, const float *x, const int
             max_plane_separable(p, c.x, yp, scratch, c.lo, c.hi);
             continue;
         }
+#ifdef AVG_ROW_S2
+        if (!is_max && sw == 2 && dw == 1 && (kw_n == 2 || kw_n == 3) && kh_n <= 3 &&
+            c.hi - c.lo >= S2_MIN_INTERIOR) {
+            for (oh = 0; oh < oh_n; oh++) {
+                const float *rows[3];
+                ptrdiff_t kh, n = 0;
+                c.ih0 = oh * sh - pt;
+                for (kh = first_inside(dh, c.ih0); kh < end_inside(kh_n, dh, c.ih0, ih_n); kh++)
+                    rows[n++] = c.x + (c.ih0 + kh * dh) * iw_n;
+                avg_row_s2(rows, n, iw_n, ow_n, kw_n, pl, c.lo, c.hi, inv_count[oh],
+                           inv_count + oh_n, yp + oh * ow_n);
+            }
+            continue;
+        }
+#endif
         if (sw > 1 && c.hi > c.lo) {
             split_phases(c.x, ih_n, iw_n, sw, (ptrdiff_t)p->phase_width, scratch);
             c.src = scratch;
@@ -433,11 +786,17 @@ static void pool2d_planes(const mlcc_pool2d_params *p, const float *x, const int
             c.kh_lo = first_inside(dh, c.ih0);
             c.kh_hi = end_inside(kh_n, dh, c.ih0, ih_n);
             if (is_max) {
-                max_row(p, &c, init, yr);
+                if (NARROW_ROWS(c))
+                    max_row_narrow(p, &c, init, yr);
+                else
+                    max_row(p, &c, init, yr);
             } else {
                 const float rh = inv_count[oh];
                 const float *rw = inv_count + oh_n;
-                sum_row(p, &c, init, yr);
+                if (NARROW_ROWS(c))
+                    sum_row_narrow(p, &c, init, yr);
+                else
+                    sum_row(p, &c, init, yr);
                 for (ow = 0; ow < ow_n; ow++) yr[ow] *= rh * rw[ow];
             }
         }
