@@ -725,7 +725,7 @@ typedef struct implicit_job {
     float *y, *part;                   /* y: the current group's output */
     ptrdiff_t gi;
     ptrdiff_t hq, wq, nv, bc, nb;      /* sub-plane, virtual columns, block width, blocks */
-    ptrdiff_t col_units, row_units;    /* unit u: column blocks of u / row_units, rows of u % */
+    ptrdiff_t col_units, row_units;    /* unit u: column blocks of u % col_units, rows of u / */
     ptrdiff_t part_floats;             /* per thread slice */
 } implicit_job;
 
@@ -739,10 +739,10 @@ static void implicit_task(void *arg, int u, int thread) {
     conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
     segs.count = 0;   /* set before every last k block, which alone reads it */
     mb = cout_pad / MLCC_GEMM_MR;
-    b0 = job->nb * (u / job->row_units) / job->col_units;
-    b1 = job->nb * (u / job->row_units + 1) / job->col_units;
-    r0 = mb * (u % job->row_units) / job->row_units * MLCC_GEMM_MR;
-    r1 = mb * (u % job->row_units + 1) / job->row_units * MLCC_GEMM_MR;
+    b0 = job->nb * (u % job->col_units) / job->col_units;
+    b1 = job->nb * (u % job->col_units + 1) / job->col_units;
+    r0 = mb * (u / job->col_units) / job->row_units * MLCC_GEMM_MR;
+    r1 = mb * (u / job->col_units + 1) / job->row_units * MLCC_GEMM_MR;
     if (r1 > cout_g) r1 = cout_g;
     for (jb = b0; jb < b1; jb++) {
         const ptrdiff_t js = jb * job->bc;
@@ -787,10 +787,10 @@ static void implicit_task(void *arg, int u, int thread) {
  * [q0, q1) of the cin_g * stride_h * stride_w, sub-plane q = (c * stride_h + ry) * stride_w
  * + rx; with phase0 only those of phase (0, 0), the only ones a 1x1 window reads (the others
  * are left unwritten: implicit_t's flat tiles read exactly their positions, nothing past
- * them); of each, the rows [r0, r1) of its hq. */
+ * them). */
 static void implicit_fill_planes(const mlcc_conv2d_params *p, const float *xg, ptrdiff_t q0,
-                                 ptrdiff_t q1, ptrdiff_t r0, ptrdiff_t r1, ptrdiff_t hq,
-                                 ptrdiff_t wq, float *pad, int phase0) {
+                                 ptrdiff_t q1, ptrdiff_t hq, ptrdiff_t wq, float *pad,
+                                 int phase0) {
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
     const ptrdiff_t sh = (ptrdiff_t)p->stride_h, sw = (ptrdiff_t)p->stride_w;
     const ptrdiff_t pt = (ptrdiff_t)p->pad_top, pl = (ptrdiff_t)p->pad_left;
@@ -804,7 +804,7 @@ static void implicit_fill_planes(const mlcc_conv2d_params *p, const float *xg, p
         ptrdiff_t lo, hi;
         if (phase0 && (ry != 0 || rx != 0)) continue;
         mlcc_conv_valid_range(wq, sw, pl, rx, iw_n, &lo, &hi);
-        for (r = r0; r < r1; r++) {
+        for (r = 0; r < hq; r++) {
             const ptrdiff_t ih = r * sh + ry - pt;
             float *d = dq + r * wq;
             const float *xr;
@@ -830,23 +830,19 @@ typedef struct fill_call {
     const mlcc_conv2d_params *p;
     const float *xg;
     float *pad;
-    ptrdiff_t planes, hq, wq;
+    ptrdiff_t hq, wq;
     int phase0;
 } fill_call;
 
-static void fill_range(void *arg, ptrdiff_t r0, ptrdiff_t r1) {
+static void fill_range(void *arg, ptrdiff_t q0, ptrdiff_t q1) {
     const fill_call *c = (const fill_call *)arg;
-    implicit_fill_planes(c->p, c->xg, 0, c->planes, r0, r1, c->hq, c->wq, c->pad, c->phase0);
+    implicit_fill_planes(c->p, c->xg, q0, q1, c->hq, c->wq, c->pad, c->phase0);
 }
 
-/* The copy above of all cin_g channels, split by rows of the sub-planes between the pool's
- * threads from a quarter of MLCC_MIN_PARALLEL_ELEMENTS floats (a copy: the same bits; on the
- * caller alone, the copies of the stride-2 layers of ResNet-18 and YOLOv8n, 35-55 us each,
- * were most of the serial time of their 2-thread runs), then the slack zeroed. By rows, not
- * by planes: a thread copies the rows of every channel that the layer before wrote on it
- * (its contiguous share of output positions) and that its own share of this layer's
- * positions reads; split by planes, each thread read half its copy from the other core and
- * the GEMM half its input again (docs/performance.md, "Small layers on two threads"). */
+/* The copy above of all cin_g channels, split by sub-planes between the pool's threads from
+ * a quarter of MLCC_MIN_PARALLEL_ELEMENTS floats (a copy: the same bits; on the caller alone,
+ * the copies of the stride-2 layers of ResNet-18 and YOLOv8n, 35-55 us each, were most of
+ * the serial time of their 2-thread runs), then the slack zeroed. */
 static void implicit_fill(const mlcc_conv2d_params *p, const float *xg, ptrdiff_t cin_g,
                           ptrdiff_t hq, ptrdiff_t wq, float *pad, mlcc_threadpool *pool,
                           int phase0) {
@@ -858,8 +854,7 @@ static void implicit_fill(const mlcc_conv2d_params *p, const float *xg, ptrdiff_
     call.hq = hq;
     call.wq = wq;
     call.phase0 = phase0;
-    call.planes = planes;
-    mlcc_parallel_ranges(pool, fill_range, &call, hq,
+    mlcc_parallel_ranges(pool, fill_range, &call, planes,
                          (double)(phase0 ? cin_g : planes) * hq * wq,
                          (double)MLCC_MIN_PARALLEL_ELEMENTS / 4);
     memset(pad + planes * hq * wq, 0,
@@ -877,20 +872,8 @@ static void implicit_fill(const mlcc_conv2d_params *p, const float *xg, ptrdiff_
  * the input zeroed by lane masks that repeat every period vectors; else row by row. */
 #define IMPLICIT_COLS_MAX_KW 8
 #define IMPLICIT_COLS_MAX_PERIOD 4
-typedef struct fill_cols_call {
-    const mlcc_conv2d_params *p;
-    const float *xg, *x0;
-    float *pad;
-    ptrdiff_t cin_g, hp, xs;
-} fill_cols_call;
-
-/* Rows [r0, r1) of every plane: a vector never writes past r1 (the rows of another thread). */
-static void fill_cols_range(void *arg, ptrdiff_t r0, ptrdiff_t r1) {
-    const fill_cols_call *call = (const fill_cols_call *)arg;
-    const mlcc_conv2d_params *p = call->p;
-    const float *xg = call->xg, *x0 = call->x0;
-    const ptrdiff_t cin_g = call->cin_g, hp = call->hp, xs = call->xs;
-    float *pad = call->pad;
+static void implicit_fill_cols(const mlcc_conv2d_params *p, const float *xg, ptrdiff_t cin_g,
+                               ptrdiff_t hp, const float *x0, ptrdiff_t xs, float *pad) {
     const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
     const ptrdiff_t ow_n = (ptrdiff_t)p->out_w, kw_n = (ptrdiff_t)p->kernel_w;
     const ptrdiff_t dw = (ptrdiff_t)p->dilation_w;
@@ -929,15 +912,12 @@ static void fill_cols_range(void *arg, ptrdiff_t r0, ptrdiff_t r1) {
             if (hi < lo) hi = lo;
 #if MLCC_HAVE_VECTORS
             if (flat) {
-                /* the input rows of [r0, r1) as one run (starting at a whole row, so at
-                 * vector 0 of the masks' period), then the padding rows of [r0, r1) */
-                const ptrdiff_t a = r0 > pt ? r0 : pt;
-                const ptrdiff_t b = r1 < pt + ih_n ? r1 : pt + ih_n;
-                const ptrdiff_t n = (b - a) * ow_n;
-                const ptrdiff_t src = xg_off + (c * ih_n + a - pt) * iw_n + s;
-                float *dd = d + a * ow_n;
+                /* rows pt .. pt + ih_n - 1 as one run (its last vector may run into the
+                 * bottom rows, zeroed after it), then the padding rows */
+                const ptrdiff_t n = ih_n * ow_n, src = xg_off + c * ih_n * iw_n + s;
+                float *dd = d + pt * ow_n;
                 for (v = 0, j = 0; j < n; j += VL, v = v + 1 == period ? 0 : v + 1) {
-                    if (src + j >= 0 && src + j + VL <= xs && j + VL <= n) {
+                    if (src + j >= 0 && src + j + VL <= xs) {
                         mlcc_vf_store(dd + j, (mlcc_vf)((mlcc_vi)mlcc_vf_load(x0 + src + j) &
                                                         keep[kj][v]));
                     } else {
@@ -946,13 +926,12 @@ static void fill_cols_range(void *arg, ptrdiff_t r0, ptrdiff_t r1) {
                             dd[j + t] = keep[kj][v][t] ? x0[src + j + t] : 0.0f;
                     }
                 }
-                for (j = r0 * ow_n; j < (r1 < pt ? r1 : pt) * ow_n; j++) d[j] = 0.0f;
-                for (j = (r0 > pt + ih_n ? r0 : pt + ih_n) * ow_n; j < r1 * ow_n; j++)
-                    d[j] = 0.0f;
+                for (j = 0; j < pt * ow_n; j++) d[j] = 0.0f;
+                for (j = (pt + ih_n) * ow_n; j < hp * ow_n; j++) d[j] = 0.0f;
                 continue;
             }
 #endif
-            for (r = r0; r < r1; r++) {
+            for (r = 0; r < hp; r++) {
                 const ptrdiff_t ih = r - pt;
                 float *dr = d + r * ow_n;
                 const ptrdiff_t src = xg_off + (c * ih_n + ih) * iw_n + s;   /* from x0 */
@@ -964,27 +943,7 @@ static void fill_cols_range(void *arg, ptrdiff_t r0, ptrdiff_t r1) {
             }
         }
     }
-}
-
-/* The copy above, split by rows between the pool's threads as implicit_fill (and for the same
- * reason: a thread copies the rows that it wrote in the layer before and that its share of
- * this layer reads), then the slack zeroed. */
-static void implicit_fill_cols(const mlcc_conv2d_params *p, const float *xg, ptrdiff_t cin_g,
-                               ptrdiff_t hp, const float *x0, ptrdiff_t xs, float *pad,
-                               mlcc_threadpool *pool) {
-    fill_cols_call call;
-    call.p = p;
-    call.xg = xg;
-    call.x0 = x0;
-    call.pad = pad;
-    call.cin_g = cin_g;
-    call.hp = hp;
-    call.xs = xs;
-    mlcc_parallel_ranges(pool, fill_cols_range, &call, hp,
-                         (double)(cin_g * (ptrdiff_t)p->kernel_w * hp) * (double)p->out_w,
-                         (double)MLCC_MIN_PARALLEL_ELEMENTS / 4);
-    memset(pad + cin_g * (ptrdiff_t)p->kernel_w * hp * (ptrdiff_t)p->out_w, 0,
-           MLCC_IMPLICIT_SLACK * sizeof(float));
+    memset(pad + cin_g * kw_n * hp * ow_n, 0, MLCC_IMPLICIT_SLACK * sizeof(float));
 }
 
 static void implicit_conv(const mlcc_conv2d_packed_params *pp, const float *x, const float *w,
@@ -1003,28 +962,17 @@ static void implicit_conv(const mlcc_conv2d_packed_params *pp, const float *x, c
     job.wq = cols ? (ptrdiff_t)p->out_w : mlcc_implicit_sub_w(p);
     job.nv = (ptrdiff_t)p->out_h * job.wq;
     job.bc = (ptrdiff_t)pp->block_cols;
+    job.nb = (job.nv + job.bc - 1) / job.bc;
+    job.part = scratch + (cols ? mlcc_implicit_cols_pad_floats(p) : mlcc_implicit_pad_floats(p));
+    job.part_floats = kdim <= MLCC_GEMM_KC ? 0   /* one k block: no partial sums */
+                      : (cout_pad < MLCC_GEMM_MC ? cout_pad : MLCC_GEMM_MC) * job.bc;
     mb = cout_pad / MLCC_GEMM_MR;
     nt = mlcc_threadpool_size(pool);
     if (nt > MLCC_IMPLICIT_SLICES) nt = MLCC_IMPLICIT_SLICES;
     if ((double)cout_g * (double)spatial * (double)kdim * (double)p->batch * (double)p->groups <
         (double)MLCC_MIN_PARALLEL_MACS)
         nt = 1, pool = NULL;
-    /* On threads, blocks narrower than the compiler's (down to 64 columns, the same sums)
-     * rather than fewer than MLCC_CONV_UNITS_PER_THREAD per thread: each thread then writes
-     * a contiguous range of output positions of every channel, the rows its share of the next
-     * layer's fill reads, where rows of weight panels (split by channels) made each thread
-     * read all of the input, half of it from the other core. */
-    if (nt > 1) {
-        const ptrdiff_t want = MLCC_CONV_UNITS_PER_THREAD * nt;
-        const ptrdiff_t bc = ((job.nv + want - 1) / want + 63) / 64 * 64;
-        if (bc < job.bc) job.bc = bc;
-    }
-    job.nb = (job.nv + job.bc - 1) / job.bc;
-    job.part = scratch + (cols ? mlcc_implicit_cols_pad_floats(p) : mlcc_implicit_pad_floats(p));
-    job.part_floats = kdim <= MLCC_GEMM_KC ? 0   /* one k block: no partial sums */
-                      : (cout_pad < MLCC_GEMM_MC ? cout_pad : MLCC_GEMM_MC) * job.bc;
-    /* units: column blocks first; rows of weight panels too when blocks are few, a thread's
-     * contiguous units (mlcc_threadpool_for) still a range of columns */
+    /* units: column blocks first; rows of weight panels too when blocks are few */
     job.col_units = nt == 1 ? 1 : job.nb < MLCC_CONV_UNITS_PER_THREAD * nt
                                       ? job.nb : MLCC_CONV_UNITS_PER_THREAD * nt;
     job.row_units = 1;
@@ -1038,7 +986,7 @@ static void implicit_conv(const mlcc_conv2d_packed_params *pp, const float *x, c
             if (cols)
                 implicit_fill_cols(p, xg, cin_g, job.hq, x,
                                    (ptrdiff_t)p->batch * (ptrdiff_t)p->in_channels * in_plane,
-                                   scratch, pool);
+                                   scratch);
             else
                 implicit_fill(p, xg, cin_g, job.hq, job.wq, scratch, pool, 0);
             job.y = y + (n * (ptrdiff_t)p->out_channels + job.gi * cout_g) * spatial;
@@ -1663,13 +1611,10 @@ static void conv_implicit_t(const mlcc_conv2d_packed_params *pp, const float *x,
     if ((double)cout_g * (double)spatial * (double)kdim * (double)p->batch * (double)p->groups <
         (double)MLCC_MIN_PARALLEL_MACS)
         nt = 1, pool = NULL;
-    /* units: channel panels; rows of the output too when panels are few, in a multiple of
-     * the threads' bands (unit u: panel u % cpan of band u / cpan), so that a thread's
-     * contiguous units are whole bands of rows: the rows of the copy above it wrote */
+    /* units: channel panels; rows of the output too when panels are few */
     job.row_units = 1;
     if (nt > 1 && job.cpan < MLCC_CONV_UNITS_PER_THREAD * nt) {
         job.row_units = (MLCC_CONV_UNITS_PER_THREAD * nt + job.cpan - 1) / job.cpan;
-        job.row_units = (job.row_units + nt - 1) / nt * nt;
         if (job.row_units > (ptrdiff_t)p->out_h) job.row_units = (ptrdiff_t)p->out_h;
     }
     units = nt == 1 ? 1 : job.cpan * job.row_units;

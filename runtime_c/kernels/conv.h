@@ -91,10 +91,7 @@ void mlcc_f32_conv2d__packed_table(const mlcc_conv2d_packed_params *p, const flo
  * stride_w. The micro-kernel reads those runs in place; the columns ow >= out_w are computed
  * and dropped (wq - out_w of every wq). w is packed as for mlcc_f32_conv2d__packed, and every
  * output sums its terms in the same order: the results are bit-identical to it.
- * block_cols (a multiple of 64) is the virtual columns per block (at most: on threads, blocks
- * narrow to a multiple of 64 until there are MLCC_CONV_UNITS_PER_THREAD per thread, so that
- * each thread computes a contiguous range of positions of every channel, as the copy into
- * scratch is split by rows; the same sums); when the depth
+ * block_cols (a multiple of 64) is the virtual columns per block; when the depth
  * (in_channels / groups * kernel_h * kernel_w) exceeds MLCC_GEMM_KC, partial sums of
  * min(MLCC_GEMM_MC, out_channels / groups rounded up to 8) rows x block_cols columns are kept
  * in scratch, one such buffer per thread, up to MLCC_IMPLICIT_SLICES threads.
