@@ -1464,7 +1464,7 @@ def _explain_precision(model, feeds: dict, bound: dict, got: dict, ref: dict,
                      f"{mine.max_abs_error:.3g} from mlcc's output, {theirs.max_abs_error:.3g} "
                      f"from onnxruntime's")
         if mine.ok:
-            rechecked.append(n)
+            rechecked.append(n + at)
         result.append(mine if mine.ok else c)
     return result
 
@@ -2053,6 +2053,11 @@ def _bench_processes(model, folder, feeds, ort_feeds, threads, runs, settle, flo
     return timings, mode, m.outputs["mlcc"], m.outputs["onnxruntime"]
 
 
+# A worker that ran for less than half of the caller's CPU time was not on a CPU of its own
+# (0-1% when another job held the second CPU; 0.97-1.00 on the quiet machine, spinning included)
+STARVED_HELPER = 0.5
+
+
 def _helper_cpu_note(children: list[dict]) -> str:
     """The lowest share of a worker's CPU time per engine over its rounds (benchmark_worker's
     helper_cpu): well under 1, a round whose worker waited for a CPU (a busy machine)."""
@@ -2062,9 +2067,11 @@ def _helper_cpu_note(children: list[dict]) -> str:
             low[c["engine"]] = min(low.get(c["engine"], c["helper_cpu"]), c["helper_cpu"])
     if not low:
         return ""
+    starved = [e for e, v in low.items() if v < STARVED_HELPER]
     return ("; the worker's CPU time over the caller's, lowest round: "
             + ", ".join(f"{e} {v:.2f}" for e, v in low.items())
-            + " (well under 1: its worker waited for a CPU, a busy machine)")
+            + (f" ({' and '.join(starved)}: a worker waited for a CPU, a busy machine; "
+               f"those rounds time fewer threads)" if starved else ""))
 
 
 __all__ = ["compile", "load", "verify", "inspect", "bench", "CompileResult", "VerifyResult",

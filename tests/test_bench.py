@@ -263,3 +263,16 @@ def test_onnxruntime_runner_times_a_model_whose_declared_output_rank_is_wrong():
         call()
     (out,) = outs.values()
     assert out.ndim == 3 and out.shape[1:] == (1, 8210), out.shape
+
+
+def test_helper_cpu_note_names_only_starved_engines():
+    """The mode line's note gives each engine's lowest helper_cpu and calls an engine starved
+    only below api.STARVED_HELPER (a quiet run reads 0.97-1.00)."""
+    from mlcc.api import _helper_cpu_note
+    quiet = [{"engine": "mlcc", "helper_cpu": 0.98}, {"engine": "onnxruntime", "helper_cpu": 1.0},
+             {"engine": "mlcc", "helper_cpu": 0.99}]
+    assert _helper_cpu_note(quiet).endswith("mlcc 0.98, onnxruntime 1.00")
+    busy = quiet + [{"engine": "mlcc", "helper_cpu": 0.01}]
+    assert "mlcc 0.01" in _helper_cpu_note(busy) and "(mlcc: a worker waited" in \
+        _helper_cpu_note(busy)
+    assert _helper_cpu_note([{"engine": "mlcc", "helper_cpu": None}]) == ""
