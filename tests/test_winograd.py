@@ -121,14 +121,14 @@ def test_applies_only_to_3x3_stride1_dense():
 # enough to be cut between threads (MLCC_MIN_PARALLEL_MACS), the second with an activation
 # whose vector form has tails (Sigmoid: applied to each run of tiles by the output transform,
 # runs that the cut between threads moves), and two whose last partial panel of tiles the
-# threads share by output channels (21: a last A panel of 5 rows), on 2 threads (32 x 36,
-# F(4x4), x86-native: 72 tiles = 2 panels of 32 + 8) and on 2 and 3 (34 x 34: F(2x2)'s 289 tiles
+# threads share by output channels (21: a last A panel of 5 rows), on 2 threads (44 x 48,
+# F(4x4), x86-native: 132 tiles = 4 panels of 32 + 4) and on 2 and 3 (34 x 34: F(2x2)'s 289 tiles
 # on x86-native's 3 threads and x86's 2 and 3, F(4x4)'s 81 on x86's 2)
 CASES = [(1, 1, 1, 1, 1, None), (3, 17, 5, 7, 1, "Relu"), (17, 3, 13, 11, 0, None),
          (17, 17, 13, 13, 1, "Sigmoid"), (3, 1, 3, 3, 0, None), (1, 3, 2, 9, 1, "Relu"),
          (9, 24, 23, 19, 1, None), (300, 9, 4, 5, 1, "Relu"), (5, 7, 18, 37, 1, None),
          (8, 8, 33, 35, 0, "Relu"), (64, 40, 30, 29, 1, "Relu"),
-         (24, 24, 31, 27, 1, "Sigmoid"), (24, 21, 32, 36, 1, "Relu"),
+         (24, 24, 31, 27, 1, "Sigmoid"), (24, 21, 44, 48, 1, "Relu"),
          (24, 21, 34, 34, 1, "Sigmoid")]
 
 
@@ -179,9 +179,9 @@ def test_winograd_conv(target, tile, x86_winograd, cases, tmp_path, monkeypatch)
     src = next((tmp_path / "w").glob("*/out/model.c")).read_text()
     assert src.count(winograd.KERNELS[tile] + "(") == len(CASES)
     if target in ("x86", "x86-native"):
-        # the same bits on 2 and 3 threads: blocks split by tiles (the last case's F(4x4)
-        # blocks have 2 panels of tiles: split on 2 threads, phase by phase on 3) or phases
-        # cut into units
+        # the same bits on 2 and 3 threads: images split by tiles (more than two panels per
+        # thread: the last case's F(4x4) on x86, 6 panels of 16, split on 2 threads, phase
+        # by phase on 3) or phases cut into units
         for threads in (2, 3):
             threaded = mlcc.load(next((tmp_path / "w").glob("*/out")),
                                  threads=threads).run(feeds)

@@ -669,9 +669,23 @@ static int split_tail(ptrdiff_t tiles, ptrdiff_t chunk, ptrdiff_t nt) {
     return nt * shared + 1 < nt * cut;
 }
 
+/* Whether nt threads share `tiles` tiles by tiles (each its own range, transformed, multiplied
+ * and written back in one loop) rather than phase by phase (input channels, products, output
+ * channels: three loops). Only where every thread gets more than two B panels: split by
+ * tiles, each thread multiplies all of U by its few panels, the last one partial; phase by
+ * phase, each multiplies its share of the products (half of U on 2 threads) by all the
+ * block's panels, at the cost of two more barriers and of reading the other thread's V and M.
+ * Measured on 2 threads (Zen 5, vCPUs near): 128 -> 128 channels on 28x28 (49
+ * tiles of F(4x4), 2 panels) took 0.91x the time, 32 -> 128 on 27x27 0.76x, 32 -> 32 and
+ * 64 -> 64 on 40x40 (100 tiles, 4 panels) 0.88-0.95x; 56x56 and 80x80 maps (7 and 13
+ * panels) the same either way, so they keep the one loop of the tile split. */
+static int split_by_tiles(ptrdiff_t tiles, ptrdiff_t nt) {
+    return nt > 1 && (tiles + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR > 2 * nt;
+}
+
 /* One image block by block (winograd_run's paths other than thread_range): on a pool, a
- * block of at least one B panel of tiles per thread split by tiles (tile_range); smaller ones
- * (deep layers on small maps) phase by phase: by input channels, products, output channels. */
+ * block split by tiles (split_by_tiles: tile_range); others (deep layers on small maps)
+ * phase by phase: by input channels, products, output channels. */
 static void winograd_blocks(winograd_job *job, mlcc_threadpool *pool, ptrdiff_t nt,
                             ptrdiff_t tiles, ptrdiff_t block, int last) {
     const mlcc_conv2d_params *p = &job->pp->conv;
@@ -679,7 +693,7 @@ static void winograd_blocks(winograd_job *job, mlcc_threadpool *pool, ptrdiff_t 
         /* last: the last block's last loop may go to a loop group (a copy of *job) */
         const int final = last && job->t0 + block >= tiles;
         job->nb = tiles - job->t0 < block ? tiles - job->t0 : block;
-        if (nt > 1 && (job->nb + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR >= nt) {
+        if (split_by_tiles(job->nb, nt)) {
             job->units = nt;
             mlcc_parallel_loop(pool, final, tile_range, job, sizeof *job, job->units, nt);
             continue;
@@ -695,9 +709,9 @@ static void winograd_blocks(winograd_job *job, mlcc_threadpool *pool, ptrdiff_t 
 
 /* The convolution by blocks of tiles: input transform, products, output transform per block
  * (tile: 2 or 4 outputs square; the output transform applies the cheap activations, a pass
- * over the planes the others: act_per_block). On a pool, maps of at least one B panel of
- * tiles per thread, where a block holds one per thread, are split by tiles, each thread its
- * share of the image in steps of block / nt tiles (thread_range); otherwise block by block
+ * over the planes the others: act_per_block). On a pool, maps split by tiles
+ * (split_by_tiles), where a block holds one panel per thread, give each thread its share of
+ * the image in steps of block / nt tiles (thread_range); otherwise block by block
  * (winograd_blocks). */
 static void winograd_run(const mlcc_conv2d_packed_params *pp, const float *x, const float *u,
                          const float *bias, float *y, float *scratch, mlcc_threadpool *pool,
@@ -734,7 +748,7 @@ static void winograd_run(const mlcc_conv2d_packed_params *pp, const float *x, co
          * (mlcc_internal.h) may run it with its siblings' */
         const int last = job.n + 1 == (ptrdiff_t)p->batch &&
                          (p->act.kind == MLCC_ACT_NONE || act_per_block(&p->act));
-        if (nt > 1 && job.chunk > 0 && (tiles + MLCC_GEMM_NR - 1) / MLCC_GEMM_NR >= nt) {
+        if (job.chunk > 0 && split_by_tiles(tiles, nt)) {
             job.units = nt;
             mlcc_parallel_loop(pool, last, thread_range, &job, sizeof job, job.units, nt);
         } else {
