@@ -781,8 +781,9 @@ def test_int8_cnn_over_a_range_is_the_x86_result_bit_for_bit(tmp_path, target,
 @pytest.mark.parametrize("target", TARGETS)
 def test_classical_ml(tmp_path, target):
     """The ai.onnx.ml kernels (runtime_c/kernels/trees.c, ml.c): a Scaler, then a forest of
-    20 trees of depth 6 (every branch mode, NaN features) with three classes and SOFTMAX, and a
-    linear classifier beside it."""
+    20 trees of depth 6 (every branch mode, NaN features) with three classes and SOFTMAX, a
+    regressor of trees of one mode (the walk with the comparison built in), and a linear
+    classifier beside them."""
     from onnx import TensorProto
     from test_ops_ml import ML, features, ml_model, random_trees, with_prefix
     rng = np.random.default_rng(8)
@@ -791,12 +792,16 @@ def test_classical_ml(tmp_path, target):
                               scale=list(rng.uniform(0.5, 2, 7))),
              helper.make_node("TreeEnsembleClassifier", ["Xs"], ["L", "S"], domain=ML,
                               classlabels_int64s=[4, 9, 1], post_transform="SOFTMAX", **a),
+             helper.make_node("TreeEnsembleRegressor", ["Xs"], ["R"], domain=ML, n_targets=2,
+                              **with_prefix(random_trees(rng, 20, 7, 7, 2, modes=["BRANCH_LT"],
+                                                         per_leaf=2), "target")),
              helper.make_node("LinearClassifier", ["Z"], ["L2", "S2"], domain=ML,
                               classlabels_ints=[0, 1], coefficients=list(rng.uniform(-1, 1, 7)),
                               intercepts=[0.1], post_transform="LOGISTIC")]
     feeds = {"X": features(13, 7, seed=5), "Z": rand(13, 7)}
     model = ml_model(nodes, feeds, {"L": (TensorProto.INT64, [13]),
                                     "S": (TensorProto.FLOAT, [13, 3]),
+                                    "R": (TensorProto.FLOAT, [13, 2]),
                                     "L2": (TensorProto.INT64, [13]),
                                     "S2": (TensorProto.FLOAT, [13, 2])})
     assert np.isnan(feeds["X"]).any()

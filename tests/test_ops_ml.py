@@ -158,6 +158,28 @@ def test_tree_modes_at_equal_thresholds_and_nan(tmp_path, mode):
         assert got[len(GRID)] == (1.0 if missing or mode == "BRANCH_NEQ" else 2.0)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_trees_of_one_mode(tmp_path, mode):
+    """Trees whose branches all share one mode (as converters write them) take the walk with
+    that comparison built in, four rows side by side: deep random trees of each mode and
+    single-leaf trees, NaN features with and without missing-value tracking, 1, 2 and 13 rows
+    (fewer than four rows walk one by one; 13 = three groups of four and one), against
+    onnxruntime."""
+    rng = np.random.default_rng(len(mode))
+    a = random_trees(rng, 30, 9, 7, 2, modes=[mode], per_leaf=2)
+    # and three trees that are a single leaf (every row stops at the root)
+    single = random_trees(rng, 3, 0, 7, 2, per_leaf=2)
+    for key in ("nodes_treeids", "w_treeids"):
+        single[key] = [t + 100 for t in single[key]]
+    a = {key: a[key] + single[key] for key in a}
+    assert {m for m in a["nodes_modes"]} == {mode, "LEAF"}
+    for rows in (1, 2, 13):
+        check_model(regressor(a, rows, 7, 2), {"X": features(rows, 7, seed=rows, nan=0.2)},
+                    tmp_path / str(rows))
+    src = "".join(f.read_text() for f in tmp_path.glob("13/**/model.c"))
+    assert f".same_mode = {MODES.index(mode)}" in src
+
+
 @pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT"])
 def test_tree_regressor_post_transforms(tmp_path, post):
     rng = np.random.default_rng(5)

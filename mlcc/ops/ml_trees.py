@@ -166,6 +166,12 @@ def flatten(node: Node, prefix: str, features: int, targets: int) -> Flat:
                 deepest(where, flat, roots, [f"tree {tree_ids[r]}" for r in roots]))
 
 
+def same_mode(nodes: np.ndarray) -> int:
+    """The mode every branch of the flattened trees shares, or -1 (mixed, or no branch)."""
+    modes = {int(m) for m in nodes[:, 3] & 7} - {MODES["LEAF"]}
+    return modes.pop() if len(modes) == 1 else -1
+
+
 def deepest(where: str, flat: np.ndarray, roots: list[int], names: list[str]) -> int:
     """The longest path from a root to a leaf; refuses a cycle (the kernel would not stop)."""
     max_depth, n = 0, len(flat)
@@ -250,7 +256,8 @@ class _TreeEnsemble(OpDef):
                         "post": Enum(POST_TRANSFORMS[post_transform(node)]),
                         "n_base": len(base), "classifier": int(bool(classifier)),
                         "binary_case": int(bool(classifier and classifier["binary"])),
-                        "all_positive": int(bool(classifier and classifier["positive"]))},
+                        "all_positive": int(bool(classifier and classifier["positive"])),
+                        "same_mode": same_mode(flat.nodes)},
                 scratch_bytes=rows * targets, pool=True)
 
     def flops(self, node, g):

@@ -13,26 +13,32 @@ typedef struct trees_job {
     unsigned char *has;
 } trees_job;
 
-/* The leaf that row xr reaches in the tree whose root is node `root`. */
-static const int32_t *tree_leaf(const trees_job *j, const float *xr, int32_t root) {
-    const int32_t *nd = j->nodes + 4 * (ptrdiff_t)root;
-    while ((nd[3] & 7) != MLCC_TREE_LEAF) {
-        const float v = xr[nd[0]];
-        const float th = j->thresholds[(nd - j->nodes) / 4];
-        int go;
-        switch (nd[3] & 7) {
-        case MLCC_TREE_LEQ: go = v <= th; break;
-        case MLCC_TREE_LT: go = v < th; break;
-        case MLCC_TREE_GTE: go = v >= th; break;
-        case MLCC_TREE_GT: go = v > th; break;
-        case MLCC_TREE_EQ: go = v == th; break;
-        default: go = v != th; break;
-        }
-        if (!go && (nd[3] & MLCC_TREE_MISSING_TRUE) && v != v) go = 1;
-        nd = j->nodes + 4 * (ptrdiff_t)(go ? nd[1] : nd[2]);
+/* Whether row value v takes the true branch of a node of this mode (and flags: a NaN takes it
+ * with MLCC_TREE_MISSING_TRUE). */
+static inline int branch_true(int mode, float v, float th, int32_t flags) {
+    int go;
+    switch (mode) {
+    case MLCC_TREE_LEQ: go = v <= th; break;
+    case MLCC_TREE_LT: go = v < th; break;
+    case MLCC_TREE_GTE: go = v >= th; break;
+    case MLCC_TREE_GT: go = v > th; break;
+    case MLCC_TREE_EQ: go = v == th; break;
+    default: go = v != th; break;
     }
-    return nd;
+    return go | (((flags & MLCC_TREE_MISSING_TRUE) != 0) & (v != v));
 }
+
+/* One step down from branch nd (node k) for row xr, every branch compared as `mode` (-1: each
+ * its own mode): the next node, chosen by a mask, not a jump (half the comparisons go each
+ * way: as a branch, gcc's code mispredicted at every other level). */
+static inline ptrdiff_t step(const trees_job *j, const int32_t *nd, ptrdiff_t k, const float *xr,
+                             int mode) {
+    const int m = mode < 0 ? nd[3] & 7 : mode;
+    const int32_t take = -(int32_t)branch_true(m, xr[nd[0]], j->thresholds[k], nd[3]);
+    return (nd[1] & take) | (nd[2] & ~take);
+}
+
+#define IS_LEAF(nd) (((nd)[3] & 7) == MLCC_TREE_LEAF)
 
 /* Row r's scores (summed by tree_rows) to its outputs: base values, the average, the label,
  * the post transform. */
@@ -108,36 +114,120 @@ static void finish_row(const trees_job *j, ptrdiff_t r) {
  * row still adds its trees' leaves in tree order: the same sums). */
 #define TREE_ROW_BLOCK 128
 
+/* A leaf's weights into row r's scores. */
+static void add_leaf(const trees_job *j, ptrdiff_t r, const int32_t *leaf) {
+    const mlcc_tree_ensemble_params *p = j->p;
+    const ptrdiff_t c = (ptrdiff_t)p->targets, end = (ptrdiff_t)leaf[0] + (ptrdiff_t)leaf[1];
+    float *s = j->scores + r * c;
+    unsigned char *h = j->has + r * c;
+    ptrdiff_t w;
+    for (w = leaf[0]; w < end; w++) {
+        const ptrdiff_t i = j->weight_target[w];
+        const float val = j->weight_value[w];
+        if (p->aggregate == MLCC_TREE_MIN)
+            s[i] = (!h[i] || val < s[i]) ? val : s[i];
+        else if (p->aggregate == MLCC_TREE_MAX)
+            s[i] = (!h[i] || val > s[i]) ? val : s[i];
+        else
+            s[i] += val;
+        h[i] = 1;
+    }
+}
+
+/* Walks side by side (walk_together). */
+#define TREE_WALKS 4
+
+/* The leaves that TREE_WALKS rows xr[i] reach from nodes k[i] (several rows down one tree, or
+ * one row down several trees), into leaf[i]: the walks step together while all are on
+ * branches, each one's chain of dependent loads overlapping the others', then each finishes
+ * alone. Called with a constant mode (-1: each node its own), the comparison compiles into
+ * the loops: every converter writes trees of one mode. */
+static inline void walk_together(const trees_job *j, const float *const *xr, ptrdiff_t *k,
+                                 const int32_t **leaf, int mode) {
+    const int32_t *nd[TREE_WALKS];
+    int i, all = 1;
+    for (i = 0; i < TREE_WALKS; i++) {
+        nd[i] = j->nodes + 4 * k[i];
+        all &= !IS_LEAF(nd[i]);
+    }
+    while (all) {
+        for (i = 0; i < TREE_WALKS; i++) {
+            k[i] = step(j, nd[i], k[i], xr[i], mode);
+            nd[i] = j->nodes + 4 * k[i];
+        }
+        for (i = 0; i < TREE_WALKS; i++) all &= !IS_LEAF(nd[i]);
+    }
+    for (i = 0; i < TREE_WALKS; i++) {
+        for (; !IS_LEAF(nd[i]); nd[i] = j->nodes + 4 * k[i])
+            k[i] = step(j, nd[i], k[i], xr[i], mode);
+        leaf[i] = nd[i];
+    }
+}
+
+/* The leaf row xr reaches from node k, alone. */
+static inline const int32_t *walk_alone(const trees_job *j, const float *xr, ptrdiff_t k,
+                                        int mode) {
+    const int32_t *nd = j->nodes + 4 * k;
+    for (; !IS_LEAF(nd); nd = j->nodes + 4 * k) k = step(j, nd, k, xr, mode);
+    return nd;
+}
+
+/* Rows [b0, b1) through every tree, their scores summed (each row adds its trees' leaves in
+ * tree order whichever way the walks are grouped: the same bits). Groups of TREE_WALKS rows
+ * walk one tree together, tree by tree; the rows left over (all of them at batch 1) walk
+ * TREE_WALKS trees together, row by row. Against one walk at a time with the comparison
+ * jumping on each node's mode (Zen 5, 1 thread, a 100-tree forest of depth 10 and a
+ * 100-tree boosted classifier of depth 6, 20 features, batch 1,000): the mode built in 0.88x
+ * and 0.90x, the next node chosen by a mask instead of a jump (gcc's code mispredicted half
+ * the comparisons) 0.64x and 0.66x, four walks together 0.71x and 0.72x (two: 0.87x and 0.96x;
+ * three, six and eight, or stepping every walk until the last reaches its leaf, were slower). */
+static inline void walk_block(const trees_job *j, ptrdiff_t b0, ptrdiff_t b1, int mode) {
+    const mlcc_tree_ensemble_params *p = j->p;
+    const ptrdiff_t f = (ptrdiff_t)p->features, trees = (ptrdiff_t)p->trees;
+    const ptrdiff_t grouped = b0 + (b1 - b0) / TREE_WALKS * TREE_WALKS;
+    const float *xr[TREE_WALKS];
+    const int32_t *leaf[TREE_WALKS];
+    ptrdiff_t k[TREE_WALKS], r, t;
+    int i;
+    for (t = 0; t < trees; t++)
+        for (r = b0; r < grouped; r += TREE_WALKS) {
+            for (i = 0; i < TREE_WALKS; i++) {
+                xr[i] = j->x + (r + i) * f;
+                k[i] = j->roots[t];
+            }
+            walk_together(j, xr, k, leaf, mode);
+            for (i = 0; i < TREE_WALKS; i++) add_leaf(j, r + i, leaf[i]);
+        }
+    for (r = grouped; r < b1; r++) {
+        for (i = 0; i < TREE_WALKS; i++) xr[i] = j->x + r * f;
+        for (t = 0; t + TREE_WALKS <= trees; t += TREE_WALKS) {
+            for (i = 0; i < TREE_WALKS; i++) k[i] = j->roots[t + i];
+            walk_together(j, xr, k, leaf, mode);
+            for (i = 0; i < TREE_WALKS; i++) add_leaf(j, r, leaf[i]);
+        }
+        for (; t < trees; t++) add_leaf(j, r, walk_alone(j, xr[0], j->roots[t], mode));
+    }
+}
+
 static void tree_rows(void *arg, ptrdiff_t r0, ptrdiff_t r1) {
     const trees_job *j = (const trees_job *)arg;
-    const mlcc_tree_ensemble_params *p = j->p;
-    const ptrdiff_t c = (ptrdiff_t)p->targets;
-    ptrdiff_t b0, b1, r, t, k, w;
+    const ptrdiff_t c = (ptrdiff_t)j->p->targets;
+    ptrdiff_t b0, b1, r, k;
     for (b0 = r0; b0 < r1; b0 = b1) {
         b1 = r1 - b0 < TREE_ROW_BLOCK ? r1 : b0 + TREE_ROW_BLOCK;
         for (k = b0 * c; k < b1 * c; k++) {
             j->scores[k] = 0.0f;
             j->has[k] = 0;
         }
-        for (t = 0; t < (ptrdiff_t)p->trees; t++)
-            for (r = b0; r < b1; r++) {
-                const int32_t *nd = tree_leaf(j, j->x + r * (ptrdiff_t)p->features,
-                                              j->roots[t]);
-                const ptrdiff_t end = (ptrdiff_t)nd[0] + (ptrdiff_t)nd[1];
-                float *s = j->scores + r * c;
-                unsigned char *h = j->has + r * c;
-                for (w = nd[0]; w < end; w++) {
-                    const ptrdiff_t i = j->weight_target[w];
-                    const float val = j->weight_value[w];
-                    if (p->aggregate == MLCC_TREE_MIN)
-                        s[i] = (!h[i] || val < s[i]) ? val : s[i];
-                    else if (p->aggregate == MLCC_TREE_MAX)
-                        s[i] = (!h[i] || val > s[i]) ? val : s[i];
-                    else
-                        s[i] += val;
-                    h[i] = 1;
-                }
-            }
+        switch (j->p->same_mode) {
+        case MLCC_TREE_LEQ: walk_block(j, b0, b1, MLCC_TREE_LEQ); break;
+        case MLCC_TREE_LT: walk_block(j, b0, b1, MLCC_TREE_LT); break;
+        case MLCC_TREE_GTE: walk_block(j, b0, b1, MLCC_TREE_GTE); break;
+        case MLCC_TREE_GT: walk_block(j, b0, b1, MLCC_TREE_GT); break;
+        case MLCC_TREE_EQ: walk_block(j, b0, b1, MLCC_TREE_EQ); break;
+        case MLCC_TREE_NEQ: walk_block(j, b0, b1, MLCC_TREE_NEQ); break;
+        default: walk_block(j, b0, b1, -1); break;
+        }
         for (r = b0; r < b1; r++) finish_row(j, r);
     }
 }

@@ -32,14 +32,16 @@ enum mlcc_tree_aggregate {
  * number of base values (0, or targets; a two-class classifier also 1). classifier: 0 writes
  * the scores only; 1 also the label of each row (labels[class]), with onnxruntime's rules for
  * two classes (binary_case: one class id among the weights; all_positive: no negative
- * weight). max_depth: the deepest path, for the parallel cut. The scratch holds rows x
- * targets flags (bytes): which scores a leaf has set. */
+ * weight). max_depth: the deepest path, for the parallel cut. same_mode: the comparison of
+ * every branch where they all share one (the walk then has it built in), else -1. The
+ * scratch holds rows x targets flags (bytes): which scores a leaf has set. */
 typedef struct mlcc_tree_ensemble_params {
     int64_t rows, features, targets, trees, max_depth;
     int32_t aggregate;          /* enum mlcc_tree_aggregate */
     int32_t post;               /* enum mlcc_ml_post */
     int32_t n_base;
     int32_t classifier, binary_case, all_positive;
+    int32_t same_mode;          /* the mode of every branch (enum mlcc_tree_mode), or -1 */
 } mlcc_tree_ensemble_params;
 
 void mlcc_f32_tree_ensemble(const mlcc_tree_ensemble_params *p, const float *x,
