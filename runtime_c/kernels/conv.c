@@ -100,37 +100,6 @@ void mlcc_f32_conv2d(const mlcc_conv2d_params *p, const float *x, const float *w
     }
 }
 
-#if !(MLCC_HAVE_VECTORS && defined(__wasm_simd128__))   /* wasm: pack_1x1 instead */
-/* n values (src[t * step], or zeros if src is NULL) into B panel columns jj..jj+n of panel
- * row dst_k (= panels + k * NR), where panels lie panel_size floats apart. */
-static void put_run(float *dst_k, ptrdiff_t panel_size, ptrdiff_t jj, ptrdiff_t n,
-                    const float *src, ptrdiff_t step) {
-    while (n > 0) {
-        const ptrdiff_t off = jj % MLCC_GEMM_NR;
-        const ptrdiff_t take = n < MLCC_GEMM_NR - off ? n : MLCC_GEMM_NR - off;
-        float *d = dst_k + (jj / MLCC_GEMM_NR) * panel_size + off;
-        ptrdiff_t t;
-        if (src == NULL) {
-            for (t = 0; t < take; t++) d[t] = 0.0f;
-#if MLCC_HAVE_VECTORS
-        } else if (step == 1 && take == MLCC_GEMM_NR) {   /* a whole panel row: no libc call */
-            for (t = 0; t < MLCC_GEMM_NR; t += MLCC_VF_LANES)
-                mlcc_vf_store(d + t, mlcc_vf_load(src + t));
-            src += take;
-#endif
-        } else if (step == 1) {
-            memcpy(d, src, (size_t)take * sizeof(float));
-            src += take;
-        } else {
-            for (t = 0; t < take; t++) d[t] = src[t * step];
-            src += take * step;
-        }
-        jj += take;
-        n -= take;
-    }
-}
-#endif
-
 static inline void copy_panel_row(float *d, const float *src) {
 #if MLCC_HAVE_VECTORS
     ptrdiff_t t;
@@ -140,44 +109,41 @@ static inline void copy_panel_row(float *d, const float *src) {
 #endif
 }
 
-#if MLCC_HAVE_VECTORS && defined(__wasm_simd128__)
-/* wasm: a 1x1 convolution's panels (stride 1, no padding: row k of the im2col matrix is input
- * plane k), two planes at a time, each panel row copied by whole vectors with the pointers
- * bumped (put_run's per-8-float division and branches): MobileNetV2's projections (144 -> 24,
- * 32 -> 16, 96 -> 24, 576 -> 96) 0.78-0.95x, SqueezeNet's 0.77-0.96x. The input comes from L3
- * there (1.8 MB for 144 -> 24): few sequential read streams paid most (four planes at a time,
- * 0.89-0.96x; eight, 0.88-0.97x). Two, not one: each 64-byte line of the panels written
- * whole; plane by plane, SqueezeNet's 128 -> 16 (panels 4 KiB apart: one L1 set) ran 1.33x
- * slower than put_run, each line's halves fetched twice. */
+/* A 1x1 convolution's panels (stride 1, no padding: row k of the im2col matrix is input plane
+ * k): PACK_1X1_GROUP planes at a time, panel by panel, each panel row copied by whole vectors.
+ * Plane by plane (put_run: each plane's row of every panel, the panels 4 KiB apart and so in
+ * one L1 set at depth 32) took MobileNetV2's 32 -> 16 on 112 x 112 0.161 ms, of which the
+ * packing was 0.113; panel by panel over all planes 0.081 (Zen 5, one thread, the layer
+ * alone), and groups of 16 planes were better than of all of them or of 64 on deeper layers
+ * (ResNet-50's 256 -> 64 on 56 x 56 0.96x, SqueezeNet's 512 -> 1000 0.97x; 12 layers 0.88x
+ * in all). wasm keeps groups of two (each 64-byte line of its 8-float panel rows written
+ * whole; V8 paid for every further read stream: four planes at a time 0.89-0.96x of two,
+ * eight 0.88-0.97x; two against put_run, MobileNetV2's projections 0.78-0.95x). */
+#if defined(__wasm_simd128__)
+#define PACK_1X1_GROUP 2
+#else
+#define PACK_1X1_GROUP 16
+#endif
 static void pack_1x1(const float *x, ptrdiff_t plane, ptrdiff_t channels, ptrdiff_t j0,
                      ptrdiff_t nc, float *panels) {
     const ptrdiff_t panel_size = channels * MLCC_GEMM_NR;
     const ptrdiff_t nfull = nc / MLCC_GEMM_NR, rem = nc - nfull * MLCC_GEMM_NR;
-    ptrdiff_t c = 0, q, t;
-    for (; c + 2 <= channels; c += 2) {
-        const float *s = x + c * plane + j0;
-        float *d = panels + c * MLCC_GEMM_NR;
-        for (q = 0; q < nfull; q++, s += MLCC_GEMM_NR, d += panel_size)
-            for (t = 0; t < 2 * MLCC_GEMM_NV; t++)
-                mlcc_vf_store(d + t * MLCC_VF_LANES,
-                              mlcc_vf_load(s + (t / MLCC_GEMM_NV) * plane +
-                                           (t % MLCC_GEMM_NV) * MLCC_VF_LANES));
-        if (rem)
-            for (t = 0; t < 2 * MLCC_GEMM_NR; t++)
-                d[t] = t % MLCC_GEMM_NR < rem ? s[(t / MLCC_GEMM_NR) * plane + t % MLCC_GEMM_NR]
-                                             : 0.0f;
-    }
-    for (; c < channels; c++) {
-        const float *s = x + c * plane + j0;
-        float *d = panels + c * MLCC_GEMM_NR;
-        for (q = 0; q < nfull; q++, s += MLCC_GEMM_NR, d += panel_size)
-            for (t = 0; t < MLCC_GEMM_NV; t++)
-                mlcc_vf_store(d + t * MLCC_VF_LANES, mlcc_vf_load(s + t * MLCC_VF_LANES));
-        if (rem)
-            for (t = 0; t < MLCC_GEMM_NR; t++) d[t] = t < rem ? s[t] : 0.0f;
+    ptrdiff_t c0, c1, c, q, t;
+    for (c0 = 0; c0 < channels; c0 = c1) {
+        c1 = channels - c0 < PACK_1X1_GROUP ? channels : c0 + PACK_1X1_GROUP;
+        for (q = 0; q <= nfull; q++) {
+            const float *s = x + c0 * plane + j0 + q * MLCC_GEMM_NR;
+            float *d = panels + q * panel_size + c0 * MLCC_GEMM_NR;
+            if (q == nfull && rem == 0) break;
+            for (c = c0; c < c1; c++, s += plane, d += MLCC_GEMM_NR) {
+                if (q < nfull)
+                    copy_panel_row(d, s);
+                else   /* the last, partial panel: zeros past the columns */
+                    for (t = 0; t < MLCC_GEMM_NR; t++) d[t] = t < rem ? s[t] : 0.0f;
+            }
+        }
     }
 }
-#endif
 
 /* Columns [j0, j0 + nc) of the im2col matrix of x (channels planes) as B panels (gemm.h),
  * zero-padded to a whole panel; row (nc rounded up to a panel floats) is working space. */
@@ -194,14 +160,7 @@ static void pack_im2col(const mlcc_conv2d_params *p, ptrdiff_t channels, const f
     if (khw == 1 && sh == 1 && sw == 1 && p->pad_top == 0 && p->pad_left == 0 &&
         p->out_h == ih_n && ow_n == iw_n) {
         /* 1x1, stride 1, no padding: row k of the im2col matrix is input plane k */
-#if MLCC_HAVE_VECTORS && defined(__wasm_simd128__)
         pack_1x1(x, ih_n * iw_n, channels, j0, nc, panels);
-#else
-        for (c = 0; c < channels; c++) {
-            put_run(panels + c * MLCC_GEMM_NR, panel_size, 0, nc, x + c * ih_n * iw_n + j0, 1);
-            put_run(panels + c * MLCC_GEMM_NR, panel_size, nc, ncp - nc, NULL, 0);
-        }
-#endif
         return;
     }
     /* Each im2col row is built contiguously in row (after the panels: ncp floats), a few
