@@ -140,7 +140,7 @@ class _Pool(OpDef):
         if kernel == "mlcc_f32_maxpool2d" and maxpool_small(params) is not False:
             pitch = params["out_w"] + params["kernel_w"] - 1
             small = 4 * ((params["out_h"] + params["kernel_h"] - 1) * pitch +
-                         2 * params["out_h"] * pitch + params["kernel_w"])
+                         params["out_h"] * pitch + params["kernel_w"])
             # a dynamic width: the kernel decides at run time (pool.h), room for either way
             scratch = small if maxpool_small(params) else smax(upper(small), upper(scratch))
         # one plane's scratch per thread (at the largest sizes of a dynamic build), one slice

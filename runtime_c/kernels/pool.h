@@ -54,7 +54,8 @@ static inline int mlcc_maxpool_small(const mlcc_pool2d_params *p) {
 }
 static inline ptrdiff_t mlcc_maxpool_small_floats(const mlcc_pool2d_params *p) {
     const ptrdiff_t pitch = (ptrdiff_t)(p->out_w + p->kernel_w - 1);
-    return (ptrdiff_t)(p->out_h + p->kernel_h - 1) * pitch + 2 * (ptrdiff_t)p->out_h * pitch +
+    /* the padded plane, then the column maxima (out_h rows of pitch, and kernel_w more) */
+    return (ptrdiff_t)(p->out_h + p->kernel_h - 1) * pitch + (ptrdiff_t)p->out_h * pitch +
            (ptrdiff_t)p->kernel_w;
 }
 void mlcc_f32_maxpool2d(const mlcc_pool2d_params *p, const float *x, const int64_t *tap_offsets,
