@@ -174,6 +174,17 @@ def test_blob_of_another_model_is_refused(tiny_static_path, tmp_path):
         mlcc.load(a)
 
 
+def test_model_named_like_a_libc_function(tiny_static_path, tmp_path):
+    """glibc exports svc_run (Sun RPC): a model named "svc" has an svc_run of its own, which its
+    svc_run_v must call, not glibc's (the API is exported with protected visibility on ELF)."""
+    mlcc.compile(tiny_static_path, tmp_path / "tiny", name="tiny")
+    mlcc.compile(tiny_static_path, tmp_path / "svc", name="svc")
+    ref, svc = mlcc.load(tmp_path / "tiny"), mlcc.load(tmp_path / "svc")
+    x = np.random.default_rng(3).standard_normal((1, 2, 6, 6)).astype(np.float32)
+    np.testing.assert_array_equal(svc.run({"images": x})["logits"],
+                                  ref.run({"images": x})["logits"])
+
+
 def test_python_binding_checks_inputs(tiny_out):
     m = mlcc.load(tiny_out)
     x = np.ones((1, 2, 6, 6), np.float32)

@@ -20,6 +20,11 @@ from .memory import MemoryPlan
 from .c_format import INDENT, WIDTH, call, comment, define, initializer, pack
 from .names import MAX_LENGTH, NameTable
 
+# model.c and weights.c are the library's own sources: mlcc_runtime.h exports their API with
+# visibility that their own calls cannot be diverted from (MLCC_EXPORT)
+LIBRARY_DEFINE = "#define MLCC_BUILDING_LIBRARY 1"
+
+
 C_TYPES = {"float32": "float", "uint8": "uint8_t", "int8": "int8_t", "int32": "int32_t",
            "int64": "int64_t", "bool": "uint8_t", "int16": "int16_t", "uint16": "uint16_t",
            "uint32": "uint32_t", "uint64": "uint64_t", "float64": "double",
@@ -291,7 +296,7 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
     kernel_headers = [Path(f).name for f in runtime_files
                       if f.startswith("kernels/") and f.endswith(".h") and
                       not f.endswith("mlcc_kernel.h")]
-    c = [banner, '#include "model.h"', ""]
+    c = [banner, LIBRARY_DEFINE, '#include "model.h"', ""]
     c += [f'#include "{hdr}"' for hdr in kernel_headers]
     c += ["", "/* Tensors are offsets into the caller's arena and weight blob. */",
           "#define ARENA(offset) ((void *)(ctx->arena + (offset)))",
@@ -590,7 +595,7 @@ def _leaf(v) -> str:
 
 def write_embedded_weights(blob: bytes, prefix: str, banner: str) -> str:
     """weights.c: the blob as a const array, for devices without a file system."""
-    lines = [banner, '#include "model.h"', "",
+    lines = [banner, LIBRARY_DEFINE, '#include "model.h"', "",
              f"static const unsigned char MLCC_ALIGNED(64) blob[{len(blob)}] = {{"]
     for i in range(0, len(blob), 20):
         lines.append("    " + ",".join(str(b) for b in blob[i:i + 20]) + ",")

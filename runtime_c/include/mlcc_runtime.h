@@ -49,7 +49,17 @@ extern "C" {
 #define MLCC_WEIGHTS_ALIGN 64u
 #define MLCC_MAX_RANK 8
 
-#if defined(__GNUC__) || defined(__clang__)
+/* The model's and the runtime's API, exported from the shared library. Where the library
+ * itself is compiled (MLCC_BUILDING_LIBRARY: model.c, weights.c and the runtime's sources
+ * define it before their includes), "protected" on ELF: exported, but the library's own calls
+ * (NAME_run_v -> NAME_run, NAME_init -> mlcc_context_init) bind to its own definitions. With
+ * "default", a model compiled under the name "svc" had its svc_run_v call glibc's svc_run (Sun
+ * RPC), loaded first, and two models in one process could call each other's runtime. An
+ * application including this header sees the default: a protected declaration would tell its
+ * linker that the symbol is its own. */
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__ELF__) && defined(MLCC_BUILDING_LIBRARY)
+#define MLCC_EXPORT __attribute__((visibility("protected")))
+#elif defined(__GNUC__) || defined(__clang__)
 #define MLCC_EXPORT __attribute__((visibility("default")))
 #else
 #define MLCC_EXPORT

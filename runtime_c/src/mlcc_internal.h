@@ -11,6 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifndef MLCC_BUILDING_LIBRARY
+#define MLCC_BUILDING_LIBRARY 1   /* mlcc_runtime.h: these sources are the library's */
+#endif
 #include "mlcc_runtime.h"
 
 #ifdef __cplusplus

@@ -3,6 +3,7 @@
  *     mlcc compile tiny.onnx --target x86 --name tiny
  * Do not edit: recompile the model instead. */
 
+#define MLCC_BUILDING_LIBRARY 1
 #include "model.h"
 
 #include "conv.h"
