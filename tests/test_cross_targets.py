@@ -782,8 +782,8 @@ def test_int8_cnn_over_a_range_is_the_x86_result_bit_for_bit(tmp_path, target,
 def test_classical_ml(tmp_path, target):
     """The ai.onnx.ml kernels (runtime_c/kernels/trees.c, ml.c): a Scaler, then a forest of
     20 trees of depth 6 (every branch mode, NaN features) with three classes and SOFTMAX, a
-    regressor of trees of one mode (the walk with the comparison built in), and a linear
-    classifier beside them."""
+    regressor of trees of one mode (the walk with the comparison built in), a linear
+    classifier and an RBF SVM of 21 support vectors (two blocks of 16) beside them."""
     from onnx import TensorProto
     from test_ops_ml import ML, features, ml_model, random_trees, with_prefix
     rng = np.random.default_rng(8)
@@ -795,6 +795,10 @@ def test_classical_ml(tmp_path, target):
              helper.make_node("TreeEnsembleRegressor", ["Xs"], ["R"], domain=ML, n_targets=2,
                               **with_prefix(random_trees(rng, 20, 7, 7, 2, modes=["BRANCH_LT"],
                                                          per_leaf=2), "target")),
+             helper.make_node("SVMRegressor", ["Z"], ["V"], domain=ML, kernel_type="RBF",
+                              kernel_params=[0.2, 0.0, 0.0], n_supports=21, rho=[0.5],
+                              support_vectors=list(rng.standard_normal(21 * 7)),
+                              coefficients=list(rng.standard_normal(21))),
              helper.make_node("LinearClassifier", ["Z"], ["L2", "S2"], domain=ML,
                               classlabels_ints=[0, 1], coefficients=list(rng.uniform(-1, 1, 7)),
                               intercepts=[0.1], post_transform="LOGISTIC")]
@@ -802,6 +806,7 @@ def test_classical_ml(tmp_path, target):
     model = ml_model(nodes, feeds, {"L": (TensorProto.INT64, [13]),
                                     "S": (TensorProto.FLOAT, [13, 3]),
                                     "R": (TensorProto.FLOAT, [13, 2]),
+                                    "V": (TensorProto.FLOAT, [13, 1]),
                                     "L2": (TensorProto.INT64, [13]),
                                     "S2": (TensorProto.FLOAT, [13, 2])})
     assert np.isnan(feeds["X"]).any()

@@ -752,6 +752,37 @@ def test_svm_classifier(tmp_path, kernel, classes, per_class, post):
              {"L": (TensorProto.INT64, [13]), "S": (TensorProto.FLOAT, [13, width])}, **attrs)
 
 
+@pytest.mark.parametrize("op,kernel", [("SVMClassifier", "RBF"), ("SVMClassifier", "POLY"),
+                                       ("SVMRegressor", "RBF"), ("SVMRegressor", "SIGMOID")])
+def test_svm_blocks_and_threads(tmp_path, op, kernel):
+    """Support vectors over several blocks of 16, the last one partial (39), rows enough to
+    be split over the pool: the same bits on 1, 2 and 3 threads, and onnxruntime's values."""
+    rng = np.random.default_rng(len(op) + len(kernel))
+    rows, features, per_class = 2500, 13, [17, 9, 13]
+    vectors = sum(per_class)
+    x = rng.standard_normal((rows, features)).astype(np.float32)
+    attrs = dict(kernel_type=kernel, kernel_params=[0.05, 0.5, 2.0],
+                 support_vectors=list(rng.standard_normal(vectors * features)))
+    if op == "SVMClassifier":
+        attrs.update(vectors_per_class=per_class, classlabels_ints=[3, 1, 4],
+                     coefficients=list(rng.standard_normal(2 * vectors)),
+                     rho=list(rng.standard_normal(3)))
+        outs = {"L": (TensorProto.INT64, [rows]), "S": (TensorProto.FLOAT, [rows, 3])}
+    else:
+        attrs.update(n_supports=vectors, rho=[0.25],
+                     coefficients=list(rng.standard_normal(vectors)))
+        outs = {"Y": (TensorProto.FLOAT, [rows, 1])}
+    node = helper.make_node(op, ["X"], list(outs), domain=ML, name=op.lower(), **attrs)
+    model = ml_model([node], {"X": x}, outs)
+    got = run_same_bits_on_threads(model, {"X": x}, tmp_path)
+    ref = reference_outputs(model, {"X": x})
+    for name, r in ref.items():
+        if r.dtype == np.int64:
+            np.testing.assert_array_equal(got[name], r, err_msg=name)
+        else:
+            np.testing.assert_allclose(got[name], r, rtol=1e-4, atol=1e-4 * np.abs(r).max())
+
+
 @pytest.mark.parametrize("shapes,dims", [
     ([(13, 3), (13, 1), (13, 4)], [3, 1, 4]), ([(13, 5), (13, 2)], [3, 4]),
     ([(7,), (7,)], [7, 2]), ([(1, 2, 3)], [6])])

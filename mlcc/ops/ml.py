@@ -351,6 +351,19 @@ class LabelEncoder(OpDef):
                         "value_size": values.dtype.itemsize})
 
 
+SVM_BLOCK = 16         # MLCC_SVM_BLOCK (ml.h): support vectors per feature-major block
+SVM_SLICES = 4         # MLCC_SVM_SLICES (ml.h): threads that share an SVM (scratch slices)
+
+
+def svm_blocks(sv: np.ndarray, vectors: int, features: int) -> np.ndarray:
+    """The support vectors [vectors, features] as the kernels read them (ml.h): blocks of
+    SVM_BLOCK vectors, each feature-major, zeros past the last vector."""
+    blocks = -(-vectors // SVM_BLOCK)
+    out = np.zeros((blocks * SVM_BLOCK, features), np.float32)
+    out[:vectors] = sv.reshape(vectors, features)
+    return np.ascontiguousarray(out.reshape(blocks, SVM_BLOCK, features).transpose(0, 2, 1))
+
+
 SVM_KERNELS = {"LINEAR": "MLCC_SVM_LINEAR", "POLY": "MLCC_SVM_POLY", "RBF": "MLCC_SVM_RBF",
                "SIGMOID": "MLCC_SVM_SIGMOID"}
 
@@ -389,10 +402,12 @@ class SVMRegressor(OpDef):
                                  f"features")
         if len(params) != 3:
             raise ModelError(f"{describe(node)}: kernel_params needs gamma, coef0, degree")
+        if vectors:
+            sv = svm_blocks(sv, vectors, features)
         lo.call("mlcc_f32_svm_regressor",
                 [node.inputs[0], lo.add_const(f"{node.name}.sv", sv),
                  lo.add_const(f"{node.name}.coef", coef), node.outputs[0]], [node.outputs[0]],
-                params_type="mlcc_svm_params",
+                pool=True, params_type="mlcc_svm_params",
                 params={"rows": rows, "features": features, "vectors": vectors,
                         "kernel": Enum(SVM_KERNELS[kernel]),
                         "one_class": int(node.attr("one_class", 0)), "gamma": params[0],
@@ -458,6 +473,12 @@ class SVMClassifier(OpDef):
         kernel = text(node.attr("kernel_type", "LINEAR")) if vectors else "LINEAR"
         per_class = np.array(node.attr("vectors_per_class") or [0], np.int64)
         name = node.name
+        if vectors:
+            sv = svm_blocks(sv, vectors, features)
+        # per thread that may share it (one without threads): the kernel values of a row
+        # (whole blocks) and a vote per class (mlcc_svm_slice_bytes)
+        slices = SVM_SLICES if lo.options.get("threads", True) else 1
+        slice_bytes = 4 * max(1, -(-vectors // SVM_BLOCK)) * SVM_BLOCK + 8 * classes
         lo.call("mlcc_f32_svm_classifier",
                 [node.inputs[0], lo.add_const(f"{name}.sv", sv),
                  lo.add_const(f"{name}.coef", coef), lo.add_const(f"{name}.rho", rho),
@@ -473,7 +494,7 @@ class SVMClassifier(OpDef):
                         "classes": classes,
                         "post": Enum(POST_TRANSFORMS[post_transform(node)]),
                         "all_positive": int(bool(np.all(coef >= 0)))},
-                scratch_bytes=4 * max(vectors, 1) + 8 * classes)
+                scratch_bytes=slices * slice_bytes, pool=True)
 
 
 @register("FeatureVectorizer", domain=ML)

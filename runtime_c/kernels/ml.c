@@ -104,52 +104,107 @@ void mlcc_f32_linear(const mlcc_linear_params *p, const float *x, const float *c
     }
 }
 
-static float svm_kernel(const mlcc_svm_params *p, const float *x, const float *sv) {
-    const ptrdiff_t f = (ptrdiff_t)p->features;
-    float sum = 0.0f;
-    ptrdiff_t k;
-    if (p->kernel == MLCC_SVM_RBF) {
-        for (k = 0; k < f; k++) sum += (x[k] - sv[k]) * (x[k] - sv[k]);
-        return expf(-p->gamma * sum);
+/* K(x, sv) from the sum over the features (x.sv, or |x - sv|^2 for RBF). */
+static float svm_kernel_of(const mlcc_svm_params *p, float sum) {
+    switch (p->kernel) {
+    case MLCC_SVM_RBF: return expf(-p->gamma * sum);
+    case MLCC_SVM_POLY: return powf(p->gamma * sum + p->coef0, p->degree);
+    case MLCC_SVM_SIGMOID: return tanhf(p->gamma * sum + p->coef0);
+    default: return sum;
     }
-    for (k = 0; k < f; k++) sum += x[k] * sv[k];
-    if (p->kernel == MLCC_SVM_POLY) return powf(p->gamma * sum + p->coef0, p->degree);
-    if (p->kernel == MLCC_SVM_SIGMOID) return tanhf(p->gamma * sum + p->coef0);
-    return sum;
 }
 
-void mlcc_f32_svm_regressor(const mlcc_svm_params *p, const float *x, const float *sv,
-                            const float *coef, float *y) {
+/* The kernel values of row x against support vector block b (MLCC_SVM_BLOCK of them, ml.h's
+ * layout) into k[0..MLCC_SVM_BLOCK). Each vector's sum runs over the features in order, a
+ * vector of lanes at a time; RBF's exponential by mlcc_vf_exp (within 2 ulp of expf), the
+ * other kernels' functions per value. */
+static void svm_block(const mlcc_svm_params *p, const float *x, const float *svb, float *k) {
     const ptrdiff_t f = (ptrdiff_t)p->features;
-    ptrdiff_t r, j;
-    for (r = 0; r < (ptrdiff_t)p->rows; r++) {
-        const float *xr = x + r * f;
+    const int rbf = p->kernel == MLCC_SVM_RBF;
+    ptrdiff_t j, i;
+#if MLCC_HAVE_VECTORS
+    enum { NV = MLCC_SVM_BLOCK / MLCC_VF_LANES > 0 ? MLCC_SVM_BLOCK / MLCC_VF_LANES : 1 };
+    mlcc_vf acc[NV];
+    for (i = 0; i < NV; i++) acc[i] = mlcc_vf_splat(0.0f);
+    for (j = 0; j < f; j++) {
+        const mlcc_vf xv = mlcc_vf_splat(x[j]);
+        for (i = 0; i < NV; i++) {
+            const mlcc_vf s = mlcc_vf_load(svb + j * MLCC_SVM_BLOCK + i * MLCC_VF_LANES);
+            if (rbf) {
+                const mlcc_vf d = xv - s;
+                acc[i] += d * d;
+            } else {
+                acc[i] += xv * s;
+            }
+        }
+    }
+    for (i = 0; i < NV; i++) {
+        if (rbf) acc[i] = mlcc_vf_exp(acc[i] * -p->gamma);
+        mlcc_vf_store(k + i * MLCC_VF_LANES, acc[i]);
+    }
+    if (!rbf)
+        for (i = 0; i < MLCC_SVM_BLOCK; i++) k[i] = svm_kernel_of(p, k[i]);
+#else
+    for (i = 0; i < MLCC_SVM_BLOCK; i++) {
+        float sum = 0.0f;
+        for (j = 0; j < f; j++) {
+            const float s = svb[j * MLCC_SVM_BLOCK + i];
+            sum += rbf ? (x[j] - s) * (x[j] - s) : x[j] * s;
+        }
+        k[i] = svm_kernel_of(p, sum);
+    }
+#endif
+}
+
+/* The rows [r0, r1) of a regressor or classifier (svm_job), on scratch slice `thread`. */
+typedef struct svm_job {
+    const mlcc_svm_params *p;
+    const mlcc_svm_classifier_params *cp;   /* NULL for the regressor */
+    const float *x, *sv, *coef, *rho;
+    const int64_t *per_class, *labels;
+    int64_t *label;
+    float *y;                               /* regressor values, or classifier scores */
+    unsigned char *scratch;
+    ptrdiff_t units;
+} svm_job;
+
+static void svm_regressor_rows(const svm_job *job, ptrdiff_t r0, ptrdiff_t r1) {
+    const mlcc_svm_params *p = job->p;
+    const ptrdiff_t f = (ptrdiff_t)p->features, nv = (ptrdiff_t)p->vectors;
+    float k[MLCC_SVM_BLOCK];
+    ptrdiff_t r, j, b;
+    for (r = r0; r < r1; r++) {
+        const float *xr = job->x + r * f;
         float v = 0.0f;
-        if (p->vectors > 0) {
-            for (j = 0; j < (ptrdiff_t)p->vectors; j++)
-                v += coef[j] * svm_kernel(p, xr, sv + j * f);
+        if (nv > 0) {
+            for (b = 0; b * MLCC_SVM_BLOCK < nv; b++) {
+                const ptrdiff_t n = nv - b * MLCC_SVM_BLOCK;
+                svm_block(p, xr, job->sv + b * f * MLCC_SVM_BLOCK, k);
+                for (j = 0; j < (n < MLCC_SVM_BLOCK ? n : MLCC_SVM_BLOCK); j++)
+                    v += job->coef[b * MLCC_SVM_BLOCK + j] * k[j];
+            }
         } else {
-            for (j = 0; j < f; j++) v += xr[j] * coef[j];
+            for (j = 0; j < f; j++) v += xr[j] * job->coef[j];
         }
         v += p->rho;
-        y[r] = p->one_class ? (v > 0.0f ? 1.0f : -1.0f) : v;
+        job->y[r] = p->one_class ? (v > 0.0f ? 1.0f : -1.0f) : v;
     }
 }
 
-void mlcc_f32_svm_classifier(const mlcc_svm_classifier_params *p, const float *x,
-                             const float *sv, const float *coef, const float *rho,
-                             const int64_t *per_class, const int64_t *labels, int64_t *label,
-                             float *scores, void *scratch) {
+static void svm_classifier_rows(const svm_job *job, ptrdiff_t r0, ptrdiff_t r1, int thread) {
+    const mlcc_svm_classifier_params *p = job->cp;
     const mlcc_svm_params *q = &p->svm;
     const ptrdiff_t f = (ptrdiff_t)q->features, nv = (ptrdiff_t)q->vectors;
     const ptrdiff_t nc = (ptrdiff_t)p->classes;
     const ptrdiff_t width = nv > 0 ? (nc > 2 ? nc * (nc - 1) / 2 : 2) : nc;
-    float *kern = (float *)scratch;
-    int64_t *votes = (int64_t *)((char *)scratch + (size_t)(nv > 0 ? nv : 1) * sizeof(float));
+    const float *coef = job->coef;
+    unsigned char *slice = job->scratch + (size_t)thread * mlcc_svm_slice_bytes(p);
+    float *kern = (float *)slice;
+    int64_t *votes = (int64_t *)(slice + mlcc_svm_slice_bytes(p) - (size_t)nc * sizeof(int64_t));
     ptrdiff_t r, a, b, m, v;
-    for (r = 0; r < (ptrdiff_t)q->rows; r++) {
-        const float *xr = x + r * f;
-        float *s = scores + r * width;
+    for (r = r0; r < r1; r++) {
+        const float *xr = job->x + r * f;
+        float *s = job->y + r * width;
         ptrdiff_t best = 0;
         if (nv == 0) {
             for (a = 0; a < nc; a++) {
@@ -162,38 +217,95 @@ void mlcc_f32_svm_classifier(const mlcc_svm_classifier_params *p, const float *x
             if (nc == 2 && ((p->all_positive && s[best] >= 0.5f) ||
                             (!p->all_positive && s[best] > 0.0f)))
                 best = 1;
-            label[r] = labels[best];
+            job->label[r] = job->labels[best];
             mlcc_ml_post_transform(p->post, s, nc);
             continue;
         }
-        for (v = 0; v < nv; v++) kern[v] = svm_kernel(q, xr, sv + v * f);
+        for (v = 0; v * MLCC_SVM_BLOCK < nv; v++)
+            svm_block(q, xr, job->sv + v * f * MLCC_SVM_BLOCK, kern + v * MLCC_SVM_BLOCK);
         for (a = 0; a < nc; a++) votes[a] = 0;
         {
             ptrdiff_t pair = 0, start_a = 0;
             for (a = 0; a < nc - 1; a++) {
-                ptrdiff_t start_b = start_a + (ptrdiff_t)per_class[a];
+                ptrdiff_t start_b = start_a + (ptrdiff_t)job->per_class[a];
                 for (b = a + 1; b < nc; b++) {
                     double d = 0.0;
-                    for (m = 0; m < (ptrdiff_t)per_class[a]; m++)
+                    for (m = 0; m < (ptrdiff_t)job->per_class[a]; m++)
                         d += (double)(coef[(b - 1) * nv + start_a + m] * kern[start_a + m]);
-                    for (m = 0; m < (ptrdiff_t)per_class[b]; m++)
+                    for (m = 0; m < (ptrdiff_t)job->per_class[b]; m++)
                         d += (double)(coef[a * nv + start_b + m] * kern[start_b + m]);
-                    d += (double)rho[pair];
+                    d += (double)job->rho[pair];
                     s[pair++] = (float)d;
                     votes[d > 0.0 ? a : b]++;
-                    start_b += (ptrdiff_t)per_class[b];
+                    start_b += (ptrdiff_t)job->per_class[b];
                 }
-                start_a += (ptrdiff_t)per_class[a];
+                start_a += (ptrdiff_t)job->per_class[a];
             }
         }
         for (a = 1; a < nc; a++)
             if (votes[a] > votes[best]) best = a;
-        label[r] = labels[best];
+        job->label[r] = job->labels[best];
         if (nc == 2)
             mlcc_ml_binary_scores(s[0], p->post, p->post == MLCC_ML_POST_NONE ? 2 : 0, s);
         else
             mlcc_ml_post_transform(p->post, s, width);
     }
+}
+
+static void svm_unit(void *arg, int unit, int thread) {
+    const svm_job *job = (const svm_job *)arg;
+    const ptrdiff_t rows = (ptrdiff_t)job->p->rows;
+    const ptrdiff_t r0 = rows * unit / job->units, r1 = rows * (unit + 1) / job->units;
+    if (job->cp != NULL)
+        svm_classifier_rows(job, r0, r1, thread);
+    else
+        svm_regressor_rows(job, r0, r1);
+}
+
+/* Rows over at most MLCC_SVM_SLICES threads (the classifier's scratch slices), where a row's
+ * kernel values are worth a wake-up. */
+static void svm_run(svm_job *job, mlcc_threadpool *pool) {
+    const mlcc_svm_params *p = job->p;
+    ptrdiff_t nt = mlcc_threadpool_size(pool);
+    const double work = (double)p->rows * (double)(p->vectors > 0 ? p->vectors : 1) *
+                        (double)p->features;
+    if (nt > MLCC_SVM_SLICES) nt = MLCC_SVM_SLICES;
+    job->units = mlcc_parallel_units(nt, work, (double)MLCC_MIN_PARALLEL_MACS,
+                                     (ptrdiff_t)p->rows);
+    if (job->units <= 1)
+        svm_unit(job, 0, 0);
+    else
+        mlcc_threadpool_for(pool, svm_unit, job, (int)job->units, (int)nt);
+}
+
+void mlcc_f32_svm_regressor(const mlcc_svm_params *p, const float *x, const float *sv,
+                            const float *coef, float *y, mlcc_threadpool *pool) {
+    svm_job job = {0};
+    job.p = p;
+    job.x = x;
+    job.sv = sv;
+    job.coef = coef;
+    job.y = y;
+    svm_run(&job, pool);
+}
+
+void mlcc_f32_svm_classifier(const mlcc_svm_classifier_params *p, const float *x,
+                             const float *sv, const float *coef, const float *rho,
+                             const int64_t *per_class, const int64_t *labels, int64_t *label,
+                             float *scores, void *scratch, mlcc_threadpool *pool) {
+    svm_job job = {0};
+    job.p = &p->svm;
+    job.cp = p;
+    job.x = x;
+    job.sv = sv;
+    job.coef = coef;
+    job.rho = rho;
+    job.per_class = per_class;
+    job.labels = labels;
+    job.label = label;
+    job.y = scores;
+    job.scratch = (unsigned char *)scratch;
+    svm_run(&job, pool);
 }
 
 void mlcc_f32_scaler(const mlcc_ml_features_params *p, const float *x, const float *offset,

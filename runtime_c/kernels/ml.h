@@ -41,7 +41,14 @@ void mlcc_f32_linear(const mlcc_linear_params *p, const float *x, const float *c
  *   y[r] = sum_j coef[j] K(x_r, sv_j) + rho
  * K: LINEAR x.sv, POLY (gamma x.sv + coef0)^degree, SIGMOID tanh(gamma x.sv + coef0), RBF
  * exp(-gamma |x - sv|^2); without (vectors = 0, liblinear), y[r] = x_r.coef + rho. one_class:
- * y = y > 0 ? 1 : -1. */
+ * y = y > 0 ? 1 : -1.
+ * The support vectors come in blocks of MLCC_SVM_BLOCK, each feature-major (sv[(b F + f) B + i]
+ * is feature f of vector b B + i; zeros past the last vector: mlcc/ops/ml.py svm_blocks), so
+ * that a block's kernel values are computed a vector of lanes at a time, each one's sum over
+ * the features in feature order. Rows are split over the pool (at most MLCC_SVM_SLICES
+ * threads), each row whole on one thread: the same bits on any number of threads. */
+#define MLCC_SVM_BLOCK 16
+#define MLCC_SVM_SLICES 4
 enum mlcc_svm_kernel {
     MLCC_SVM_LINEAR = 0, MLCC_SVM_POLY = 1, MLCC_SVM_RBF = 2, MLCC_SVM_SIGMOID = 3
 };
@@ -53,7 +60,7 @@ typedef struct mlcc_svm_params {
 } mlcc_svm_params;
 
 void mlcc_f32_svm_regressor(const mlcc_svm_params *p, const float *x, const float *sv,
-                            const float *coef, float *y);
+                            const float *coef, float *y, mlcc_threadpool *pool);
 
 /* SVMClassifier without probabilities, as onnxruntime: with support vectors (libsvm, one
  * vs one), the decision value of each pair of classes i < j, in that order,
@@ -63,8 +70,9 @@ void mlcc_f32_svm_regressor(const mlcc_svm_params *p, const float *x, const floa
  * with the most votes; two classes give the scores -d, d (post NONE) or their logistic
  * (LOGISTIC). Without (liblinear, vectors = 0): the scores x.coef_c + rho[0], the label the
  * first highest (for two classes, the second label where that score passes 0.5 with all
- * coefficients positive, or 0 otherwise). Then the post transform. The scratch holds V
- * floats and one int64 per class. */
+ * coefficients positive, or 0 otherwise). Then the post transform. The scratch holds, per
+ * thread (MLCC_SVM_SLICES, or 1 without threads), mlcc_svm_slice_bytes(p): the row's kernel
+ * values (V rounded up to a block) and one int64 vote per class. */
 typedef struct mlcc_svm_classifier_params {
     mlcc_svm_params svm;
     int64_t classes;
@@ -72,10 +80,16 @@ typedef struct mlcc_svm_classifier_params {
     int32_t all_positive;
 } mlcc_svm_classifier_params;
 
+static inline size_t mlcc_svm_slice_bytes(const mlcc_svm_classifier_params *p) {
+    const int64_t blocks = (p->svm.vectors + MLCC_SVM_BLOCK - 1) / MLCC_SVM_BLOCK;
+    return (size_t)((blocks > 0 ? blocks : 1) * MLCC_SVM_BLOCK) * sizeof(float) +
+           (size_t)p->classes * sizeof(int64_t);
+}
+
 void mlcc_f32_svm_classifier(const mlcc_svm_classifier_params *p, const float *x,
                              const float *sv, const float *coef, const float *rho,
                              const int64_t *per_class, const int64_t *labels, int64_t *label,
-                             float *scores, void *scratch);
+                             float *scores, void *scratch, mlcc_threadpool *pool);
 
 /* Per feature f of rows of `features` values (n: the element count):
  *   Scaler:    y = (x - offset[f]) * scale[f]
