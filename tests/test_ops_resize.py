@@ -58,6 +58,27 @@ def test_nearest_threads_same_bits(tmp_path, shape, scales, dtype):
     np.testing.assert_array_equal(got["y"], reference_outputs(model, {"x": x})["y"])
 
 
+@pytest.mark.parametrize("shape,scales,mode", [
+    ((1, 37, 23, 29), [1, 1, 2, 2], "linear"),       # ranges that start inside a plane
+    ((2, 5, 61, 47), [1, 1, 0.6, 1.7], "linear"),
+    ((1, 1, 131, 89), [1, 1, 3, 2], "linear"),       # one plane: rows of it on each thread
+    ((1, 37, 23, 29), [1, 1, 2, 2], "cubic"),        # the separable taps, split by planes
+    ((3, 7, 31, 19), [1, 1, 1.5, 2.5], "cubic")])
+def test_linear_and_cubic_threads_same_bits(tmp_path, shape, scales, mode):
+    """Above the threading threshold a linear resize splits its output rows (planes x out_h,
+    in memory order) between threads, each range blending its first source rows itself, and
+    the separable (cubic) one its planes, each thread in its own scratch slice: 1, 2 and 3
+    threads give the same bits, onnxruntime's values within tolerance."""
+    x = rand(*shape, seed=7)
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode=mode,
+                            coordinate_transformation_mode="half_pixel")
+    model = make_model([node], {"x": x}, ["y"], initializers={
+        "roi": np.zeros(0, np.float32), "scales": np.array(scales, np.float32)}, opset=19)
+    got = run_same_bits_on_threads(model, {"x": x}, tmp_path)
+    np.testing.assert_allclose(got["y"], reference_outputs(model, {"x": x})["y"],
+                               rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("coord", ["half_pixel", "asymmetric", "align_corners",
                                    "pytorch_half_pixel", "half_pixel_symmetric"])
 @pytest.mark.parametrize("nearest_mode", ["round_prefer_floor", "round_prefer_ceil", "floor",

@@ -55,6 +55,7 @@ TAPS_COMPUTED = {**{k: v for k, v in COMPUTED_COORDS.items() if k != "tf_half_pi
                  "half_pixel_symmetric": "MLCC_RESIZE_HALF_PIXEL_SYMMETRIC",
                  "tf_crop_and_resize": "MLCC_RESIZE_TF_CROP_AND_RESIZE"}
 MAX_CHECKED_SIZES = 1 << 22
+RESIZE_SLICES = 4      # MLCC_RESIZE_SLICES (resize.h): threads that share a linear resize
 
 
 def scaled_size(scale: np.float32, d):
@@ -363,7 +364,8 @@ class _ResizeBase(OpDef):
         weights = lo.add_const(f"{node.name}.weights",
                                np.concatenate([wr0, wr1, wc0, wc1]).astype(np.float32))
         lo.call("mlcc_f32_resize_linear", [x.name, index, weights, y.name], [y.name],
-                params_type="mlcc_resize_params", params=params, scratch_bytes=2 * ow * 4,
+                params_type="mlcc_resize_params", params=params,
+                scratch_bytes=self._slices(lo) * 2 * ow * 4, pool=True,
                 op=f"{node.op_type}(linear)")
 
     def _lower_computed(self, node: Node, lo: Lowering, x, y, params: dict, scl) -> None:
@@ -480,7 +482,13 @@ class _ResizeBase(OpDef):
                   "extrapolation_value": float(F32(node.attr("extrapolation_value", 0.0)))}
         lo.call("mlcc_f32_resize_taps", [x.name, index, weights, y.name], [y.name],
                 params_type="mlcc_resize_taps_params", params=params,
-                scratch_bytes=ih * ow * 4, op=f"{node.op_type}({self._mode(node)})")
+                scratch_bytes=self._slices(lo) * ih * ow * 4, pool=True,
+                op=f"{node.op_type}({self._mode(node)})")
+
+    @staticmethod
+    def _slices(lo: Lowering) -> int:
+        """Scratch slices of a resize with a pool: one per thread that may share it."""
+        return RESIZE_SLICES if lo.options.get("threads", True) else 1
 
     def _roi(self, node: Node, g, rank: int, axis: int) -> tuple[float, float] | None:
         return None

@@ -76,47 +76,93 @@ static void blend_row(float *MLCC_RESTRICT out, const float *MLCC_RESTRICT row,
     for (j = 0; j < n; j++) out[j] = w0[j] * row[c0[j]] + w1[j] * row[c1[j]];
 }
 
-void mlcc_f32_resize_linear(const mlcc_resize_params *p, const float *x, const int32_t *map,
-                            const float *wt, float *y, float *scratch) {
+/* A resize split over the pool: unit u of `units` takes items [items u / units, items (u + 1) /
+ * units) (output rows in memory order, or planes) on scratch slice `thread` (at most
+ * MLCC_RESIZE_SLICES threads). */
+typedef struct resize_job {
+    const void *p;
+    const float *x, *wt;
+    const int32_t *map;
+    float *y, *scratch;
+    ptrdiff_t items, units, slice;      /* slice: floats of scratch per thread */
+} resize_job;
+
+static void resize_run(resize_job *job, mlcc_unit_fn fn, mlcc_threadpool *pool, double work) {
+    ptrdiff_t nt = mlcc_threadpool_size(pool);
+    if (nt > MLCC_RESIZE_SLICES) nt = MLCC_RESIZE_SLICES;
+    job->units = mlcc_parallel_units(nt, work, (double)MLCC_MIN_PARALLEL_ELEMENTS, job->items);
+    if (job->units <= 1)
+        fn(job, 0, 0);
+    else
+        mlcc_threadpool_for(pool, fn, job, (int)job->units, (int)nt);
+}
+
+/* Output rows of the planes x out_h in a unit's range, in order, each blended from two source
+ * rows resized along the width (two buffers, reused by the rows that read them again). */
+static void linear_unit(void *arg, int unit, int thread) {
+    const resize_job *job = (const resize_job *)arg;
+    const mlcc_resize_params *p = (const mlcc_resize_params *)job->p;
     const ptrdiff_t ih = (ptrdiff_t)p->in_h, iw = (ptrdiff_t)p->in_w;
     const ptrdiff_t oh = (ptrdiff_t)p->out_h, ow = (ptrdiff_t)p->out_w;
-    const int32_t *r0 = map, *r1 = map + oh, *c0 = map + 2 * oh, *c1 = c0 + ow;
-    const float *wr0 = wt, *wr1 = wt + oh, *wc0 = wt + 2 * oh, *wc1 = wc0 + ow;
+    const int32_t *r0 = job->map, *r1 = r0 + oh, *c0 = r0 + 2 * oh, *c1 = c0 + ow;
+    const float *wr0 = job->wt, *wr1 = wr0 + oh, *wc0 = wr0 + 2 * oh, *wc1 = wc0 + ow;
+    const ptrdiff_t first = job->items * unit / job->units;
+    const ptrdiff_t last = job->items * (unit + 1) / job->units;
     float *buf[2];
-    ptrdiff_t plane, i, j;
-    buf[0] = scratch;
-    buf[1] = scratch + ow;
-    for (plane = 0; plane < (ptrdiff_t)p->planes; plane++) {
-        const float *in = x + plane * ih * iw;
-        float *out = y + plane * oh * ow;
-        int32_t have[2] = {-1, -1};   /* which source row each buffer holds */
-        for (i = 0; i < oh; i++) {
-            const float *a, *b;
-            const float u = wr0[i], v = wr1[i];
-            int s0, s1;
-            if (have[0] == r0[i]) {
-                s0 = 0;
-            } else if (have[1] == r0[i]) {
-                s0 = 1;
-            } else {
-                s0 = have[0] == r1[i] ? 1 : 0;   /* keep the buffer the second row needs */
-                blend_row(buf[s0], in + (ptrdiff_t)r0[i] * iw, c0, c1, wc0, wc1, ow);
-                have[s0] = r0[i];
-            }
-            if (have[s0] == r1[i]) {
-                s1 = s0;
-            } else {
-                s1 = 1 - s0;
-                if (have[s1] != r1[i]) {
-                    blend_row(buf[s1], in + (ptrdiff_t)r1[i] * iw, c0, c1, wc0, wc1, ow);
-                    have[s1] = r1[i];
-                }
-            }
-            a = buf[s0];
-            b = buf[s1];
-            for (j = 0; j < ow; j++) out[i * ow + j] = u * a[j] + v * b[j];
+    int32_t have[2] = {-1, -1};   /* which source row each buffer holds */
+    ptrdiff_t r, j, plane = -1;
+    buf[0] = job->scratch + thread * job->slice;
+    buf[1] = buf[0] + ow;
+    for (r = first; r < last; r++) {
+        const ptrdiff_t i = r % oh;
+        const float *in = job->x + (r / oh) * ih * iw;
+        float *out = job->y + r * ow;
+        const float *a, *b;
+        const float u = wr0[i], v = wr1[i];
+        int s0, s1;
+        if (r / oh != plane) {        /* a new plane: the buffers hold another plane's rows */
+            plane = r / oh;
+            have[0] = have[1] = -1;
         }
+        if (have[0] == r0[i]) {
+            s0 = 0;
+        } else if (have[1] == r0[i]) {
+            s0 = 1;
+        } else {
+            s0 = have[0] == r1[i] ? 1 : 0;   /* keep the buffer the second row needs */
+            blend_row(buf[s0], in + (ptrdiff_t)r0[i] * iw, c0, c1, wc0, wc1, ow);
+            have[s0] = r0[i];
+        }
+        if (have[s0] == r1[i]) {
+            s1 = s0;
+        } else {
+            s1 = 1 - s0;
+            if (have[s1] != r1[i]) {
+                blend_row(buf[s1], in + (ptrdiff_t)r1[i] * iw, c0, c1, wc0, wc1, ow);
+                have[s1] = r1[i];
+            }
+        }
+        a = buf[s0];
+        b = buf[s1];
+        for (j = 0; j < ow; j++) out[j] = u * a[j] + v * b[j];
     }
+}
+
+/* Split by ranges of output rows in memory order (whole planes, mostly), as the nearest
+ * resize is; a range that starts inside a plane blends its first rows again (the same values:
+ * the same bits on any number of threads). */
+void mlcc_f32_resize_linear(const mlcc_resize_params *p, const float *x, const int32_t *map,
+                            const float *wt, float *y, float *scratch, mlcc_threadpool *pool) {
+    resize_job job;
+    job.p = p;
+    job.x = x;
+    job.map = map;
+    job.wt = wt;
+    job.y = y;
+    job.scratch = scratch;
+    job.items = (ptrdiff_t)(p->planes * p->out_h);
+    job.slice = 2 * (ptrdiff_t)p->out_w;
+    resize_run(&job, linear_unit, pool, (double)p->planes * (double)(p->out_h * p->out_w));
 }
 
 /* The source coordinate of output index i along one axis, in float32 as onnxruntime
@@ -230,20 +276,26 @@ void mlcc_f32_resize_linear__computed(const mlcc_resize_computed_params *p, cons
     linear_map(map, map + oh, wt, wt + oh, p->coord, b->in_h, oh, sh);
     linear_map(map + 2 * oh, map + 2 * oh + ow, wt + 2 * oh, wt + 2 * oh + ow, p->coord,
                b->in_w, ow, sw);
-    mlcc_f32_resize_linear(b, x, map, wt, y, wt + n);
+    mlcc_f32_resize_linear(b, x, map, wt, y, wt + n, NULL);
 }
 
-void mlcc_f32_resize_taps(const mlcc_resize_taps_params *p, const float *x, const int32_t *map,
-                          const float *wt, float *y, float *scratch) {
+/* The planes of a unit's range: every source row resized along the width into the thread's
+ * scratch (in_h x out_w), then blended along the height. */
+static void taps_unit(void *arg, int unit, int thread) {
+    const resize_job *job = (const resize_job *)arg;
+    const mlcc_resize_taps_params *p = (const mlcc_resize_taps_params *)job->p;
     const ptrdiff_t ih = (ptrdiff_t)p->in_h, iw = (ptrdiff_t)p->in_w;
     const ptrdiff_t oh = (ptrdiff_t)p->out_h, ow = (ptrdiff_t)p->out_w;
     const ptrdiff_t th = (ptrdiff_t)p->taps_h, tw = (ptrdiff_t)p->taps_w;
-    const int32_t *rows = map, *cols = map + oh * th;
-    const float *wr = wt, *wc = wt + oh * th;
+    const int32_t *rows = job->map, *cols = job->map + oh * th;
+    const float *wr = job->wt, *wc = job->wt + oh * th;
+    float *scratch = job->scratch + thread * job->slice;
+    const ptrdiff_t first = job->items * unit / job->units;
+    const ptrdiff_t last = job->items * (unit + 1) / job->units;
     ptrdiff_t plane, r, i, j, k;
-    for (plane = 0; plane < (ptrdiff_t)p->planes; plane++) {
-        const float *in = x + plane * ih * iw;
-        float *out = y + plane * oh * ow;
+    for (plane = first; plane < last; plane++) {
+        const float *in = job->x + plane * ih * iw;
+        float *out = job->y + plane * oh * ow;
         /* Along the width: every source row, once. */
         for (r = 0; r < ih; r++) {
             const float *src = in + r * iw;
@@ -276,6 +328,22 @@ void mlcc_f32_resize_taps(const mlcc_resize_taps_params *p, const float *x, cons
                 if (cols[j * tw] < 0) o[j] = p->extrapolation_value;
         }
     }
+}
+
+/* Split by planes (each computed whole by one thread: the same bits on any number). */
+void mlcc_f32_resize_taps(const mlcc_resize_taps_params *p, const float *x, const int32_t *map,
+                          const float *wt, float *y, float *scratch, mlcc_threadpool *pool) {
+    resize_job job;
+    job.p = p;
+    job.x = x;
+    job.map = map;
+    job.wt = wt;
+    job.y = y;
+    job.scratch = scratch;
+    job.items = (ptrdiff_t)p->planes;
+    job.slice = (ptrdiff_t)(p->in_h * p->out_w);
+    resize_run(&job, taps_unit, pool,
+               (double)p->planes * (double)(p->out_h * p->out_w) * (double)(p->taps_h + p->taps_w));
 }
 
 /* mlcc/ops/resize.py: _cubic_kernel at distance d. */
@@ -390,5 +458,5 @@ void mlcc_f32_resize_taps__computed(const mlcc_resize_taps_computed_params *p, c
     taps_map(map, wt, b.taps_h, p, b.in_h, b.out_h, sh, (double)p->roi_h0, (double)p->roi_h1);
     taps_map(map + b.taps_h * b.out_h, wt + b.taps_h * b.out_h, b.taps_w, p, b.in_w, b.out_w,
              sw, (double)p->roi_w0, (double)p->roi_w1);
-    mlcc_f32_resize_taps(&b, x, map, wt, y, wt + n);
+    mlcc_f32_resize_taps(&b, x, map, wt, y, wt + n, NULL);
 }

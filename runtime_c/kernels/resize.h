@@ -22,10 +22,12 @@ void mlcc_resize_nearest(const mlcc_resize_params *p, const void *x, const int32
  *   rows: r0 = map[i], r1 = map[out_h + i] with weights wt[i], wt[out_h + i]
  *   cols: c0 = map[2 out_h + j], c1 = map[2 out_h + out_w + j], weights at the same places
  *   y[p, i, j] = wr0 (wc0 x[r0, c0] + wc1 x[r0, c1]) + wr1 (wc0 x[r1, c0] + wc1 x[r1, c1])
- * scratch holds 2 * out_w floats: source rows blended along the width, reused by the output
- * rows that read them. */
+ * scratch holds 2 * out_w floats per thread (MLCC_RESIZE_SLICES of them, one without threads):
+ * source rows blended along the width, reused by the output rows that read them. On a pool,
+ * large ones split by output rows (each computed whole by one thread: the same bits). */
+#define MLCC_RESIZE_SLICES 4
 void mlcc_f32_resize_linear(const mlcc_resize_params *p, const float *x, const int32_t *map,
-                            const float *wt, float *y, float *scratch);
+                            const float *wt, float *y, float *scratch, mlcc_threadpool *pool);
 
 /* The same two kernels where the sizes are known only at run time (bounded dynamic shapes):
  * the tables are computed from the sizes and the coordinate rules at each call, into the
@@ -70,7 +72,8 @@ void mlcc_f32_resize_linear__computed(const mlcc_resize_computed_params *p, cons
  *        outside the input: those outputs are extrapolation_value.
  *   wt:  the weights, laid out as map.
  *   y[p, i, j] = sum_a wr[i, a] sum_b wc[j, b] x[p, rows[i, a], cols[j, b]]
- * scratch holds in_h * out_w floats (every source row resized along the width). */
+ * scratch holds in_h * out_w floats per thread (MLCC_RESIZE_SLICES, one without threads):
+ * every source row resized along the width. On a pool, large ones split by planes. */
 typedef struct mlcc_resize_taps_params {
     int64_t planes;
     int64_t in_h, in_w, out_h, out_w;
@@ -79,7 +82,7 @@ typedef struct mlcc_resize_taps_params {
 } mlcc_resize_taps_params;
 
 void mlcc_f32_resize_taps(const mlcc_resize_taps_params *p, const float *x, const int32_t *map,
-                          const float *wt, float *y, float *scratch);
+                          const float *wt, float *y, float *scratch, mlcc_threadpool *pool);
 
 /* Cubic, antialias, exclude_outside and tf_crop_and_resize where the sizes are known only at
  * run time: the taps of each output row and column and their weights computed at each call, in
