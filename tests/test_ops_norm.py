@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 import mlcc
 from mlcc.errors import UnsupportedError
 from util import (check_model, check_node, compile_and_run, make_model, rand,
-                  run_same_bits_on_threads)
+                  reference_outputs, run_same_bits_on_threads)
 
 
 def _bn_params(c, seed=1):
@@ -109,6 +109,27 @@ def test_lrn_threads_same_bits(tmp_path, beta):
     got = run_same_bits_on_threads(make_model([node], {"x": x}, ["y"]), {"x": x}, tmp_path)
     np.testing.assert_allclose(got["y"], _lrn_spec(x.astype(np.float64), 5, 2e-3, beta, 1.0),
                                rtol=2e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("op,attrs,extra", [
+    ("LayerNormalization", {"axis": -1}, {"scale": (97,), "bias": (97,)}),
+    ("LayerNormalization", {"axis": 1}, {"scale": (29, 23, 97)}),     # one row per batch
+    ("RMSNormalization", {"axis": -1}, {"scale": (97,)}),
+    ("GroupNormalization", {"num_groups": 29}, {"scale": (29,), "bias": (29,)}),
+    ("InstanceNormalization", {}, {"scale": (29,), "bias": (29,)}),
+    ("BatchNormalization", {}, {"scale": (29,), "bias": (29,), "mean": (29,), "var": (29,)})])
+def test_normalizations_threads_same_bits(tmp_path, op, attrs, extra):
+    """Above the threading threshold the rows (a row, channel or group normalized whole)
+    are cut into ranges between threads: 1, 2 and 3 threads give the same bits, onnxruntime's
+    values. [3, 29, 23, 97]: 194,097 values, odd counts of rows per range."""
+    x = rand(3, 29, 23, 97, seed=11) * 4.0 + 1.0
+    inits = {k: (rand(*shape, seed=len(k)) + (2.0 if k == "var" else 0.0))
+             for k, shape in extra.items()}
+    opset = {"RMSNormalization": 23, "GroupNormalization": 21}.get(op, 17)
+    model = _typed_model(op, x.shape, inits, False, opset, **attrs)
+    got = run_same_bits_on_threads(model, {"x": x}, tmp_path)
+    ref = reference_outputs(model, {"x": x})["y"]   # onnx.reference where onnxruntime has none
+    np.testing.assert_allclose(got["y"], ref, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 7, 11), (1, 4, 50), (2, 3, 3, 4, 5), (1, 2, 4099)])

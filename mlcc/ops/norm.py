@@ -87,7 +87,7 @@ class BatchNormalization(OpDef):
                  lo.add_const(f"{node.name}.shift", shift.astype(np.float32)), node.outputs[0]],
                 [node.outputs[0]], params_type="mlcc_channel_affine_params",
                 params={"outer": x.shape[0], "channels": channels,
-                        "inner": x.numel // max(1, x.shape[0] * channels)})
+                        "inner": x.numel // max(1, x.shape[0] * channels)}, pool=True)
 
     def _lower_training(self, node: Node, lo: Lowering) -> None:
         """Batch statistics at run time (scale, B, mean and var may be run-time inputs);
@@ -170,7 +170,7 @@ class InstanceNormalization(OpDef):
                 [node.outputs[0]], params_type="mlcc_instance_norm_params",
                 params={"batch": x.shape[0], "channels": x.shape[1],
                         "inner": math.prod(x.shape[2:]),
-                        "epsilon": float(node.attr("epsilon", 1e-5))})
+                        "epsilon": float(node.attr("epsilon", 1e-5))}, pool=True)
 
     def flops(self, node, g):
         return 6 * g.values[node.inputs[0]].numel
@@ -239,7 +239,7 @@ class LayerNormalization(OpDef):
         lo.call("mlcc_f32_layer_norm", [node.inputs[0], scale, bias, node.outputs[0]],
                 [node.outputs[0]], params_type="mlcc_layer_norm_params",
                 params={"outer": math.prod(x.shape[:axis]), "n": math.prod(norm_shape),
-                        "epsilon": float(node.attr("epsilon", 1e-5))})
+                        "epsilon": float(node.attr("epsilon", 1e-5))}, pool=True)
         stats = [o if o and o in lo.graph.values else "" for o in node.outputs[1:3]]
         if any(stats):
             stat_shape = tuple(x.shape[:axis]) + (1,) * len(norm_shape)
@@ -249,7 +249,7 @@ class LayerNormalization(OpDef):
             lo.call("mlcc_f32_layer_norm_stats", [node.inputs[0], mean, inv], [mean, inv],
                     params_type="mlcc_layer_norm_params",
                     params={"outer": math.prod(x.shape[:axis]), "n": math.prod(norm_shape),
-                            "epsilon": float(node.attr("epsilon", 1e-5))})
+                            "epsilon": float(node.attr("epsilon", 1e-5))}, pool=True)
 
     def flops(self, node, g):
         return 8 * g.values[node.inputs[0]].numel
@@ -285,7 +285,8 @@ class GroupNormalization(OpDef):
                 params={"batch": x.shape[0], "groups": groups,
                         "channels_per_group": x.shape[1] // groups,
                         "inner": math.prod(x.shape[2:]),
-                        "epsilon": float(node.attr("epsilon", 1e-5)), "std_epsilon": 0.0})
+                        "epsilon": float(node.attr("epsilon", 1e-5)), "std_epsilon": 0.0},
+                pool=True)
 
     def flops(self, node, g):
         return 6 * g.values[node.inputs[0]].numel
@@ -321,7 +322,8 @@ class MeanVarianceNormalization(OpDef):
                   "epsilon": 0.0, "std_epsilon": 1e-9}
         if perm == sorted(perm):
             lo.call("mlcc_f32_group_norm", [node.inputs[0], "", "", node.outputs[0]],
-                    [node.outputs[0]], params_type="mlcc_group_norm_params", params=params)
+                    [node.outputs[0]], params_type="mlcc_group_norm_params", params=params,
+                    pool=True)
             return
         x_strides = contiguous_strides(x.shape)
         moved = [x_strides[a] for a in perm]
@@ -330,7 +332,7 @@ class MeanVarianceNormalization(OpDef):
         emit_copy(lo, node.inputs[0], src, shape, moved, contiguous_strides(shape),
                   op="move the normalized axes last")
         lo.call("mlcc_f32_group_norm", [src, "", "", dst], [dst],
-                params_type="mlcc_group_norm_params", params=params)
+                params_type="mlcc_group_norm_params", params=params, pool=True)
         emit_copy(lo, dst, node.outputs[0], shape, contiguous_strides(shape), moved,
                   op="move the normalized axes back")
 
@@ -358,7 +360,7 @@ class RMSNormalization(LayerNormalization):
         lo.call("mlcc_f32_rms_norm", [node.inputs[0], scale, node.outputs[0]],
                 [node.outputs[0]], params_type="mlcc_rms_norm_params",
                 params={"outer": math.prod(x.shape[:axis]), "n": math.prod(norm_shape),
-                        "epsilon": float(node.attr("epsilon", 1e-5))})
+                        "epsilon": float(node.attr("epsilon", 1e-5))}, pool=True)
 
     def flops(self, node, g):
         return 4 * g.values[node.inputs[0]].numel

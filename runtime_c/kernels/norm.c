@@ -3,24 +3,36 @@
 #define LANES 8
 #define BLOCK 512
 
-void mlcc_f32_channel_affine(const mlcc_channel_affine_params *p, const float *x,
-                             const float *scale, const float *shift, float *y) {
+/* The operands of the normalizations split into ranges of rows (norm_job): each row whole on
+ * one thread, the same bits on any number of threads. */
+typedef struct norm_job {
+    const void *p;
+    const float *x, *scale, *bias;
+    float *y, *mean, *inv_std;
+} norm_job;
+
+/* Rows [r0, r1) of outer x channels, each `inner` values of one channel. */
+static void channel_affine_rows(void *arg, ptrdiff_t r0, ptrdiff_t r1) {
+    const norm_job *job = (const norm_job *)arg;
+    const mlcc_channel_affine_params *p = (const mlcc_channel_affine_params *)job->p;
     const ptrdiff_t channels = (ptrdiff_t)p->channels, inner = (ptrdiff_t)p->inner;
-    ptrdiff_t o, c, i;
-    for (o = 0; o < (ptrdiff_t)p->outer; o++) {
-        const float *xo = x + o * channels * inner;
-        float *yo = y + o * channels * inner;
-        if (inner == 1) {
-            for (c = 0; c < channels; c++) yo[c] = xo[c] * scale[c] + shift[c];
-            continue;
-        }
-        for (c = 0; c < channels; c++) {
-            const float s = scale[c], b = shift[c];
-            const float *xr = xo + c * inner;
-            float *yr = yo + c * inner;
-            for (i = 0; i < inner; i++) yr[i] = xr[i] * s + b;
-        }
+    ptrdiff_t r, i;
+    for (r = r0; r < r1; r++) {
+        const ptrdiff_t c = r % channels;
+        const float s = job->scale[c], b = job->bias[c];
+        const float *xr = job->x + r * inner;
+        float *yr = job->y + r * inner;
+        for (i = 0; i < inner; i++) yr[i] = xr[i] * s + b;
     }
+}
+
+void mlcc_f32_channel_affine(const mlcc_channel_affine_params *p, const float *x,
+                             const float *scale, const float *shift, float *y,
+                             mlcc_threadpool *pool) {
+    norm_job job = {p, x, scale, shift, y, NULL, NULL};
+    mlcc_parallel_ranges(pool, channel_affine_rows, &job, (ptrdiff_t)(p->outer * p->channels),
+                         (double)p->outer * (double)p->channels * (double)p->inner,
+                         (double)MLCC_MIN_PARALLEL_ELEMENTS);
 }
 
 /* y[i] = x[i] * (k + a * y[i])^-beta: y holds the sums of squares. beta 0.75 (AlexNet,
@@ -139,31 +151,42 @@ static void row_moments(const float *x, ptrdiff_t n, float *mean, float *var) {
     *var = (float)(sum_squares(x, n, mf) / (double)n);
 }
 
-void mlcc_f32_instance_norm(const mlcc_instance_norm_params *p, const float *x,
-                            const float *scale, const float *bias, float *y) {
+/* Rows [r0, r1) of batch x channels, each one channel's `inner` values. */
+static void instance_norm_rows(void *arg, ptrdiff_t r0, ptrdiff_t r1) {
+    const norm_job *job = (const norm_job *)arg;
+    const mlcc_instance_norm_params *p = (const mlcc_instance_norm_params *)job->p;
     const ptrdiff_t channels = (ptrdiff_t)p->channels, inner = (ptrdiff_t)p->inner;
-    ptrdiff_t n, c, i;
-    for (n = 0; n < (ptrdiff_t)p->batch; n++) {
-        for (c = 0; c < channels; c++) {
-            const ptrdiff_t row = (n * channels + c) * inner;
-            const float *xr = x + row;
-            float *yr = y + row;
-            float mean, var, a;
-            const float b = bias[c];
-            row_moments(xr, inner, &mean, &var);
-            a = scale[c] / sqrtf(var + p->epsilon);
-            for (i = 0; i < inner; i++) yr[i] = (xr[i] - mean) * a + b;
-        }
+    ptrdiff_t r, i;
+    for (r = r0; r < r1; r++) {
+        const ptrdiff_t c = r % channels;
+        const float *xr = job->x + r * inner;
+        float *yr = job->y + r * inner;
+        float mean, var, a;
+        const float b = job->bias[c];
+        row_moments(xr, inner, &mean, &var);
+        a = job->scale[c] / sqrtf(var + p->epsilon);
+        for (i = 0; i < inner; i++) yr[i] = (xr[i] - mean) * a + b;
     }
 }
 
-void mlcc_f32_layer_norm(const mlcc_layer_norm_params *p, const float *x, const float *scale,
-                         const float *bias, float *y) {
+void mlcc_f32_instance_norm(const mlcc_instance_norm_params *p, const float *x,
+                            const float *scale, const float *bias, float *y,
+                            mlcc_threadpool *pool) {
+    norm_job job = {p, x, scale, bias, y, NULL, NULL};
+    mlcc_parallel_ranges(pool, instance_norm_rows, &job, (ptrdiff_t)(p->batch * p->channels),
+                         (double)p->batch * (double)p->channels * (double)p->inner,
+                         (double)MLCC_MIN_PARALLEL_ELEMENTS);
+}
+
+static void layer_norm_rows(void *arg, ptrdiff_t r0, ptrdiff_t r1) {
+    const norm_job *job = (const norm_job *)arg;
+    const mlcc_layer_norm_params *p = (const mlcc_layer_norm_params *)job->p;
     const ptrdiff_t n = (ptrdiff_t)p->n;
+    const float *scale = job->scale, *bias = job->bias;
     ptrdiff_t o, j;
-    for (o = 0; o < (ptrdiff_t)p->outer; o++) {
-        const float *xr = x + o * n;
-        float *yr = y + o * n;
+    for (o = r0; o < r1; o++) {
+        const float *xr = job->x + o * n;
+        float *yr = job->y + o * n;
         float mean, var, inv;
         row_moments(xr, n, &mean, &var);
         inv = 1.0f / sqrtf(var + p->epsilon);
@@ -174,16 +197,33 @@ void mlcc_f32_layer_norm(const mlcc_layer_norm_params *p, const float *x, const 
     }
 }
 
-void mlcc_f32_layer_norm_stats(const mlcc_layer_norm_params *p, const float *x, float *mean,
-                               float *inv_std) {
+void mlcc_f32_layer_norm(const mlcc_layer_norm_params *p, const float *x, const float *scale,
+                         const float *bias, float *y, mlcc_threadpool *pool) {
+    norm_job job = {p, x, scale, bias, y, NULL, NULL};
+    mlcc_parallel_ranges(pool, layer_norm_rows, &job, (ptrdiff_t)p->outer,
+                         (double)p->outer * (double)p->n,
+                         (double)MLCC_MIN_PARALLEL_ELEMENTS);
+}
+
+static void layer_norm_stats_rows(void *arg, ptrdiff_t r0, ptrdiff_t r1) {
+    const norm_job *job = (const norm_job *)arg;
+    const mlcc_layer_norm_params *p = (const mlcc_layer_norm_params *)job->p;
     const ptrdiff_t n = (ptrdiff_t)p->n;
     ptrdiff_t o;
-    for (o = 0; o < (ptrdiff_t)p->outer; o++) {
+    for (o = r0; o < r1; o++) {
         float m, var;
-        row_moments(x + o * n, n, &m, &var);
-        mean[o] = m;
-        inv_std[o] = 1.0f / sqrtf(var + p->epsilon);
+        row_moments(job->x + o * n, n, &m, &var);
+        job->mean[o] = m;
+        job->inv_std[o] = 1.0f / sqrtf(var + p->epsilon);
     }
+}
+
+void mlcc_f32_layer_norm_stats(const mlcc_layer_norm_params *p, const float *x, float *mean,
+                               float *inv_std, mlcc_threadpool *pool) {
+    norm_job job = {p, x, NULL, NULL, NULL, mean, inv_std};
+    mlcc_parallel_ranges(pool, layer_norm_stats_rows, &job, (ptrdiff_t)p->outer,
+                         (double)p->outer * (double)p->n,
+                         (double)MLCC_MIN_PARALLEL_ELEMENTS);
 }
 
 void mlcc_f32_batchnorm_train(const mlcc_batchnorm_train_params *p, const float *x,
@@ -221,40 +261,58 @@ void mlcc_f32_batchnorm_train(const mlcc_batchnorm_train_params *p, const float 
     }
 }
 
-void mlcc_f32_group_norm(const mlcc_group_norm_params *p, const float *x, const float *scale,
-                         const float *bias, float *y) {
+/* Rows [r0, r1) of batch x groups, each channels_per_group x inner values. */
+static void group_norm_rows(void *arg, ptrdiff_t r0, ptrdiff_t r1) {
+    const norm_job *job = (const norm_job *)arg;
+    const mlcc_group_norm_params *p = (const mlcc_group_norm_params *)job->p;
     const ptrdiff_t groups = (ptrdiff_t)p->groups, cpg = (ptrdiff_t)p->channels_per_group;
     const ptrdiff_t inner = (ptrdiff_t)p->inner;
-    ptrdiff_t n, g, c, i;
-    for (n = 0; n < (ptrdiff_t)p->batch; n++) {
-        for (g = 0; g < groups; g++) {
-            const ptrdiff_t row = (n * groups + g) * cpg * inner;
-            float mean, var, inv;
-            row_moments(x + row, cpg * inner, &mean, &var);
-            inv = 1.0f / (sqrtf(var + p->epsilon) + p->std_epsilon);
-            for (c = 0; c < cpg; c++) {
-                const ptrdiff_t ch = g * cpg + c;
-                const float a = scale != NULL ? scale[ch] * inv : inv;
-                const float b = bias != NULL ? bias[ch] : 0.0f;
-                const float *xr = x + row + c * inner;
-                float *yr = y + row + c * inner;
-                for (i = 0; i < inner; i++) yr[i] = (xr[i] - mean) * a + b;
-            }
+    ptrdiff_t r, c, i;
+    for (r = r0; r < r1; r++) {
+        const ptrdiff_t g = r % groups, row = r * cpg * inner;
+        float mean, var, inv;
+        row_moments(job->x + row, cpg * inner, &mean, &var);
+        inv = 1.0f / (sqrtf(var + p->epsilon) + p->std_epsilon);
+        for (c = 0; c < cpg; c++) {
+            const ptrdiff_t ch = g * cpg + c;
+            const float a = job->scale != NULL ? job->scale[ch] * inv : inv;
+            const float b = job->bias != NULL ? job->bias[ch] : 0.0f;
+            const float *xr = job->x + row + c * inner;
+            float *yr = job->y + row + c * inner;
+            for (i = 0; i < inner; i++) yr[i] = (xr[i] - mean) * a + b;
         }
     }
 }
 
-void mlcc_f32_rms_norm(const mlcc_rms_norm_params *p, const float *x, const float *scale,
-                       float *y) {
+void mlcc_f32_group_norm(const mlcc_group_norm_params *p, const float *x, const float *scale,
+                         const float *bias, float *y, mlcc_threadpool *pool) {
+    norm_job job = {p, x, scale, bias, y, NULL, NULL};
+    mlcc_parallel_ranges(pool, group_norm_rows, &job, (ptrdiff_t)(p->batch * p->groups),
+                         (double)p->batch * (double)p->groups * (double)p->channels_per_group *
+                             (double)p->inner,
+                         (double)MLCC_MIN_PARALLEL_ELEMENTS);
+}
+
+static void rms_norm_rows(void *arg, ptrdiff_t r0, ptrdiff_t r1) {
+    const norm_job *job = (const norm_job *)arg;
+    const mlcc_rms_norm_params *p = (const mlcc_rms_norm_params *)job->p;
     const ptrdiff_t n = (ptrdiff_t)p->n;
     ptrdiff_t o, j;
-    for (o = 0; o < (ptrdiff_t)p->outer; o++) {
-        const float *xr = x + o * n;
-        float *yr = y + o * n;
+    for (o = r0; o < r1; o++) {
+        const float *xr = job->x + o * n;
+        float *yr = job->y + o * n;
         const float ms = n > 0 ? (float)(sum_squares(xr, n, 0.0f) / (double)n) : 0.0f;
         const float inv = 1.0f / sqrtf(ms + p->epsilon);
-        for (j = 0; j < n; j++) yr[j] = xr[j] * inv * scale[j];
+        for (j = 0; j < n; j++) yr[j] = xr[j] * inv * job->scale[j];
     }
+}
+
+void mlcc_f32_rms_norm(const mlcc_rms_norm_params *p, const float *x, const float *scale,
+                       float *y, mlcc_threadpool *pool) {
+    norm_job job = {p, x, scale, NULL, y, NULL, NULL};
+    mlcc_parallel_ranges(pool, rms_norm_rows, &job, (ptrdiff_t)p->outer,
+                         (double)p->outer * (double)p->n,
+                         (double)MLCC_MIN_PARALLEL_ELEMENTS);
 }
 
 void mlcc_f32_lp_norm(const mlcc_lp_norm_params *p, const float *x, float *y) {

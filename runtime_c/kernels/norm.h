@@ -2,7 +2,10 @@
  * InstanceNormalization, LayerNormalization, GroupNormalization (also
  * MeanVarianceNormalization), RMSNormalization and LpNormalization.
  *
- * Thread-compatible: no state; y must not overlap x (or the other inputs). */
+ * Thread-compatible: no state; y must not overlap x (or the other inputs). On a pool, the
+ * normalizations other than BatchNormalization in training mode and LpNormalization split
+ * their rows (a row, a channel or a group normalized whole by one thread: the same bits on
+ * any number of threads) from MLCC_MIN_PARALLEL_ELEMENTS values up. */
 #ifndef MLCC_NORM_H
 #define MLCC_NORM_H
 
@@ -16,7 +19,8 @@ typedef struct mlcc_channel_affine_params {
 } mlcc_channel_affine_params;
 
 void mlcc_f32_channel_affine(const mlcc_channel_affine_params *p, const float *x,
-                             const float *scale, const float *shift, float *y);
+                             const float *scale, const float *shift, float *y,
+                             mlcc_threadpool *pool);
 
 /* Local response normalization across channels of [batch, channels, inner]:
  *   y[n][c][i] = x[n][c][i] * (bias + alpha_over_size * sum_{c'} x[n][c'][i]^2)^-beta
@@ -38,7 +42,8 @@ typedef struct mlcc_instance_norm_params {
 } mlcc_instance_norm_params;
 
 void mlcc_f32_instance_norm(const mlcc_instance_norm_params *p, const float *x,
-                            const float *scale, const float *bias, float *y);
+                            const float *scale, const float *bias, float *y,
+                            mlcc_threadpool *pool);
 
 /* LayerNormalization over [outer, n]: each row of n values is normalized by its mean and
  * (biased) variance, then y[o][j] = x_hat[o][j] * scale[j] + bias[j]; bias may be NULL. */
@@ -48,12 +53,12 @@ typedef struct mlcc_layer_norm_params {
 } mlcc_layer_norm_params;
 
 void mlcc_f32_layer_norm(const mlcc_layer_norm_params *p, const float *x, const float *scale,
-                         const float *bias, float *y);
+                         const float *bias, float *y, mlcc_threadpool *pool);
 
 /* The per-row statistics of the same normalization: mean[o] and inv_std[o] =
  * 1 / sqrt(var + epsilon), the optional Mean and InvStdDev outputs of LayerNormalization. */
 void mlcc_f32_layer_norm_stats(const mlcc_layer_norm_params *p, const float *x, float *mean,
-                               float *inv_std);
+                               float *inv_std, mlcc_threadpool *pool);
 
 /* BatchNormalization in training mode over [batch, channels, inner]: per channel, the mean
  * and (biased) variance over batch and inner, y = scale[c] (x - mean) / sqrt(var + epsilon)
@@ -81,7 +86,7 @@ typedef struct mlcc_group_norm_params {
 } mlcc_group_norm_params;
 
 void mlcc_f32_group_norm(const mlcc_group_norm_params *p, const float *x, const float *scale,
-                         const float *bias, float *y);
+                         const float *bias, float *y, mlcc_threadpool *pool);
 
 /* RMSNormalization over [outer, n]: y[o][j] = x[o][j] / sqrt(mean_j x^2 + epsilon) *
  * scale[j]. */
@@ -91,7 +96,7 @@ typedef struct mlcc_rms_norm_params {
 } mlcc_rms_norm_params;
 
 void mlcc_f32_rms_norm(const mlcc_rms_norm_params *p, const float *x, const float *scale,
-                       float *y);
+                       float *y, mlcc_threadpool *pool);
 
 /* LpNormalization along the middle axis of [outer, n, inner]: y = x / ||x||_p with p = 1
  * (sum of |x|) or p = 2 (Euclidean); a zero norm gives zeros. */
