@@ -571,7 +571,8 @@ def test_loop(tmp_path, target):
 @pytest.mark.parametrize("target", TARGETS[:2])    # firmware targets refuse them (below)
 def test_data_dependent_sizes(tmp_path, target):
     """NonMaxSuppression then Gather of the selected boxes, TopK with a run-time k and Unique
-    along an axis (runtime_c/kernels/selection.c): the harness reports the actual sizes."""
+    along an axis (runtime_c/kernels/selection.c), GatherND of NonZero's coordinates
+    (mlcc_gather_nd__counted): the harness reports the actual sizes."""
     from test_dynamic_outputs import boxes_and_scores, detector_postprocess, one_node
 
     boxes, scores = boxes_and_scores(batches=1, n=29, classes=3, center=1, seed=7)
@@ -582,6 +583,11 @@ def test_data_dependent_sizes(tmp_path, target):
     u = (np.arange(21, dtype=np.int64).reshape(3, 7) * 5 % 4).astype(np.int64)
     check_model(one_node("Unique", {"x": u}, 4, sorted=0, axis=1), {"x": u}, tmp_path,
                 target=target)
+    from test_dynamic_chains import selected_rows      # NonZero -> GatherND (counted)
+    x = rand(3, 5, 4, seed=8)
+    model = make_model(selected_rows(x.shape, 2), {"x": x}, ["y"],
+                       initializers={"thr": np.array(0.5, np.float32)}, opset=17)
+    check_model(model, {"x": x}, tmp_path, target=target)
 
 
 @needs_cortex_m

@@ -1,0 +1,130 @@
+"""Chains of a detector's postprocess over sizes that depend on the data
+(docs/dynamic-outputs.md): GatherND with indices of a data-dependent size (NonZero ->
+Transpose -> GatherND) or data carrying one, against onnxruntime with counts of 0, 1, some
+and the maximum, and the refusals that remain. The same kernels on arm and wasm:
+tests/test_cross_targets.py."""
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+import mlcc
+from mlcc.errors import RuntimeStatusError, UnsupportedError
+from util import check_model, make_model, rand
+
+
+def fills(shape, seed=0):
+    """Inputs for a `> 0.5` mask: none, one, some and every element above it."""
+    x = rand(*shape, seed=seed)
+    one = np.zeros(shape, np.float32)
+    one.reshape(-1)[-1] = 2.0
+    return [np.full(shape, -1, np.float32), one, x, np.full(shape, 3, np.float32) + x]
+
+
+def selected_rows(x_shape, mask_axes, extra=(), batch_dims=0, unsqueeze=False):
+    """Greater -> NonZero -> Transpose -> GatherND(x, the coordinates of the mask)."""
+    nodes = [helper.make_node("ReduceMax", ["x"], ["s"], name="score", keepdims=0,
+                              axes=list(range(mask_axes, len(x_shape))))
+             if mask_axes < len(x_shape) else helper.make_node("Identity", ["x"], ["s"]),
+             helper.make_node("Greater", ["s", "thr"], ["m"], name="gt"),
+             helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
+             helper.make_node("Transpose", ["nz"], ["idx"], name="tr", perm=[1, 0])]
+    idx = "idx"
+    if unsqueeze:
+        nodes.append(helper.make_node("Unsqueeze", ["idx", "ax0"], ["idx3"], name="unsq"))
+        idx = "idx3"
+    nodes.append(helper.make_node("GatherND", ["x", idx], ["y"], name="gnd",
+                                  batch_dims=batch_dims))
+    nodes += extra
+    return nodes
+
+
+@pytest.mark.parametrize("x_shape,mask_axes", [((7, 5), 2), ((3, 5, 4), 2), ((11, 3), 1)])
+def test_gathernd_of_nonzero_coordinates(tmp_path, x_shape, mask_axes):
+    inits = {"thr": np.array(0.5, np.float32)}
+    nodes = selected_rows(x_shape, mask_axes,
+                          [helper.make_node("Mul", ["y", "two"], ["y2"], name="double")])
+    inits["two"] = np.array(2, np.float32)
+    model = make_model(nodes, {"x": rand(*x_shape)}, ["y2", "idx"], initializers=inits,
+                       opset=17)
+    sizes = []
+    for i, x in enumerate(fills(x_shape)):
+        got = check_model(model, {"x": x}, tmp_path / str(i))
+        sizes.append(got["y2"].shape[0])
+    full = int(np.prod(x_shape[:mask_axes]))
+    assert sizes[0] == 0 and sizes[1] == 1 and 1 < sizes[2] < full and sizes[3] == full
+
+
+def test_gathernd_counted_with_batch_dims(tmp_path):
+    """Indices [1, N, 2] (an Unsqueeze of the coordinates) into data [1, 5, 6, 3] with
+    batch_dims 1: the count stays on axis 1 of the output [1, N, 3]."""
+    nodes = [helper.make_node("ReduceMax", ["x"], ["s4"], name="score", keepdims=0, axes=[3]),
+             helper.make_node("Squeeze", ["s4", "ax0"], ["s"], name="sq"),
+             helper.make_node("Greater", ["s", "thr"], ["m"], name="gt"),
+             helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
+             helper.make_node("Transpose", ["nz"], ["idx"], name="tr", perm=[1, 0]),
+             helper.make_node("Unsqueeze", ["idx", "ax0"], ["idx3"], name="unsq"),
+             helper.make_node("GatherND", ["x", "idx3"], ["y"], name="gnd", batch_dims=1)]
+    inits = {"thr": np.array(0.5, np.float32), "ax0": np.array([0], np.int64)}
+    model = make_model(nodes, {"x": rand(1, 5, 6, 3)}, ["y"], initializers=inits, opset=17)
+    for i, x in enumerate(fills((1, 5, 6, 3), seed=3)):
+        got = check_model(model, {"x": x}, tmp_path / str(i))
+        assert got["y"].shape[::2] == (1, 3)
+
+
+def test_gathernd_of_data_with_a_counted_trailing_axis(tmp_path):
+    """Data NonZero's [2, N] (the count on a sliced axis), constant tuples of 1: [3, N]."""
+    nodes = [helper.make_node("Greater", ["x", "thr"], ["m"], name="gt"),
+             helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
+             helper.make_node("GatherND", ["nz", "rows"], ["y"], name="gnd")]
+    inits = {"thr": np.array(0.5, np.float32),
+             "rows": np.array([[1], [0], [-1]], np.int64)}
+    model = make_model(nodes, {"x": rand(3, 7)}, ["y"], initializers=inits, opset=17)
+    for i, x in enumerate(fills((3, 7), seed=5)):
+        check_model(model, {"x": x}, tmp_path / str(i))
+
+
+def test_gathernd_checks_only_the_valid_tuples(tmp_path):
+    """Coordinates - (5, 0) into data [4, 9]: the valid rows (1 to 4 of the mask) are in
+    range, the padding's (-5, 0) is not and must not fail the run; a valid tuple out of range
+    (row 0 of the mask) is a status."""
+    nodes = [helper.make_node("Greater", ["x", "thr"], ["m"], name="gt"),
+             helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
+             helper.make_node("Transpose", ["nz"], ["idx"], name="tr", perm=[1, 0]),
+             helper.make_node("Sub", ["idx", "shift"], ["idx2"], name="shift"),
+             helper.make_node("GatherND", ["d", "idx2"], ["y"], name="gnd")]
+    inits = {"thr": np.array(0.5, np.float32), "shift": np.array([5, 0], np.int64),
+             "d": rand(4, 9)}
+    model = make_model(nodes, {"x": rand(5, 9)}, ["y"], initializers=inits, opset=17)
+    onnx.save(model, tmp_path / "m.onnx")
+    mlcc.compile(tmp_path / "m.onnx", tmp_path / "out")
+    m = mlcc.load(tmp_path / "out")
+    x = np.zeros((5, 9), np.float32)
+    x[1, 2] = x[4, 8] = 1
+    np.testing.assert_array_equal(m.run({"x": x})["y"], inits["d"][[0, 3], [2, 8]])
+    x[0, 6] = 1
+    with pytest.raises(RuntimeStatusError, match="out of range"):
+        m.run({"x": x})
+
+
+@pytest.mark.parametrize("case", ["tuple_axis", "indexed_data_axis"])
+def test_gathernd_refusals(tmp_path, case):
+    inits = {"thr": np.array(0.5, np.float32)}
+    if case == "tuple_axis":      # NonZero's [1, N] as indices: N coordinates per tuple
+        nodes = [helper.make_node("Greater", ["v", "thr"], ["m"], name="gt"),
+                 helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
+                 helper.make_node("GatherND", ["x", "nz"], ["y"], name="gnd")]
+        model = make_model(nodes, {"x": rand(3, 5), "v": rand(2)}, [], initializers=inits,
+                           opset=17)
+        model.graph.output.append(helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT,
+                                                                [1]))
+    else:                         # the tuples index the data's data-dependent axis
+        nodes = [helper.make_node("Greater", ["x", "thr"], ["m"], name="gt"),
+                 helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
+                 helper.make_node("Transpose", ["nz"], ["t"], name="tr", perm=[1, 0]),
+                 helper.make_node("GatherND", ["t", "first"], ["y"], name="gnd")]
+        inits["first"] = np.array([[0]], np.int64)
+        model = make_model(nodes, {"x": rand(3, 5)}, ["y"], initializers=inits, opset=17)
+    onnx.save(model, tmp_path / "m.onnx")
+    with pytest.raises(UnsupportedError, match=r"'gnd' \(GatherND-13\).*depends on the data"):
+        mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", build=False)
