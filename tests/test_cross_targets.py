@@ -572,7 +572,8 @@ def test_loop(tmp_path, target):
 def test_data_dependent_sizes(tmp_path, target):
     """NonMaxSuppression then Gather of the selected boxes, TopK with a run-time k and Unique
     along an axis (runtime_c/kernels/selection.c), GatherND of NonZero's coordinates
-    (mlcc_gather_nd__counted): the harness reports the actual sizes."""
+    (mlcc_gather_nd__counted), TopK over such an axis (mlcc_topk__counted): the harness
+    reports the actual sizes."""
     from test_dynamic_outputs import boxes_and_scores, detector_postprocess, one_node
 
     boxes, scores = boxes_and_scores(batches=1, n=29, classes=3, center=1, seed=7)
@@ -588,6 +589,13 @@ def test_data_dependent_sizes(tmp_path, target):
     model = make_model(selected_rows(x.shape, 2), {"x": x}, ["y"],
                        initializers={"thr": np.array(0.5, np.float32)}, opset=17)
     check_model(model, {"x": x}, tmp_path, target=target)
+    from test_dynamic_chains import negatives, scores_of_selected     # mlcc_topk__counted
+    nodes, feeds, inits = scores_of_selected(
+        29, [helper.make_node("TopK", ["s", "k"], ["v", "i"], name="topk")],
+        inits={"k": np.array([4], np.int64)})
+    feeds = {"x": negatives(29, 11, ties=True)}
+    check_model(make_model(nodes, feeds, ["v", "i"], initializers=inits, opset=17), feeds,
+                tmp_path, target=target)
 
 
 @needs_cortex_m

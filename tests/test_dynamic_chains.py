@@ -128,3 +128,79 @@ def test_gathernd_refusals(tmp_path, case):
     onnx.save(model, tmp_path / "m.onnx")
     with pytest.raises(UnsupportedError, match=r"'gnd' \(GatherND-13\).*depends on the data"):
         mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", build=False)
+
+
+# --------------------------------------------------------------- TopK over a counted axis
+
+def scores_of_selected(n, extra, inputs=None, inits=None):
+    """x [n] -> the elements below -0.5 (negative: padding zeros would beat them) -> extra."""
+    nodes = [helper.make_node("Less", ["x", "thr"], ["m"], name="lt"),
+             helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
+             helper.make_node("Transpose", ["nz"], ["idx"], name="tr", perm=[1, 0]),
+             helper.make_node("GatherND", ["x", "idx"], ["s"], name="gnd")] + extra
+    return nodes, {"x": rand(n), **(inputs or {})}, {"thr": np.array(-0.5, np.float32),
+                                                      **(inits or {})}
+
+
+def negatives(n, count, seed=0, ties=False):
+    """n values of which `count` are below -0.5 (with ties: three distinct values)."""
+    x = np.abs(rand(n, seed=seed)) * 0.4
+    pick = np.random.default_rng(seed).permutation(n)[:count]
+    x[pick] = (-1.0 - np.arange(count) % 3) if ties else -0.6 - np.abs(rand(count, seed=seed))
+    return x
+
+
+@pytest.mark.parametrize("largest", [1, 0])
+def test_topk_over_a_counted_axis_constant_k(tmp_path, largest):
+    """Only the valid elements compete (the padding's zeros are larger than every valid
+    score, and smaller when largest=0); ties to the lower index; k = the count; k above
+    the count is a status, as onnxruntime fails."""
+    nodes, feeds, inits = scores_of_selected(
+        29, [helper.make_node("TopK", ["s", "k"], ["v", "i"], name="topk", largest=largest)],
+        inits={"k": np.array([3], np.int64)})
+    model = make_model(nodes, feeds, ["v", "i"], initializers=inits, opset=17)
+    for count, ties in [(3, False), (4, True), (17, True), (29, False)]:
+        x = negatives(29, count, seed=count, ties=ties)
+        check_model(model, {"x": x}, tmp_path / f"{count}")
+    onnx.save(model, tmp_path / "m.onnx")
+    mlcc.compile(tmp_path / "m.onnx", tmp_path / "out")
+    with pytest.raises(RuntimeStatusError, match="exceeds its compiled maximum"):
+        mlcc.load(tmp_path / "out").run({"x": negatives(29, 2)})
+
+
+def test_topk_over_a_counted_axis_runtime_k(tmp_path):
+    """k known at run time (0, 1, some, the count): the outputs' count is k."""
+    nodes, feeds, inits = scores_of_selected(
+        31, [helper.make_node("TopK", ["s", "k"], ["v", "i"], name="topk")],
+        inputs={"k": np.array([1], np.int64)})
+    model = make_model(nodes, feeds, ["v", "i"], initializers=inits, opset=17)
+    for count, k in [(0, 0), (1, 1), (1, 0), (12, 5), (13, 13), (31, 31)]:
+        x = negatives(31, count, seed=count, ties=True)
+        got = check_model(model, {"x": x, "k": np.array([k], np.int64)}, tmp_path / f"{count}_{k}")
+        assert got["v"].shape == (k,)
+
+
+def test_topk_carries_a_counted_other_axis(tmp_path):
+    """Rows [N, 5] gathered by NonZero's coordinates, TopK 2 along the static axis: [N, 2]."""
+    nodes = [helper.make_node("ReduceMax", ["x"], ["s"], name="score", keepdims=0, axes=[1]),
+             helper.make_node("Greater", ["s", "thr"], ["m"], name="gt"),
+             helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
+             helper.make_node("Transpose", ["nz"], ["idx"], name="tr", perm=[1, 0]),
+             helper.make_node("GatherND", ["x", "idx"], ["rows"], name="gnd"),
+             helper.make_node("TopK", ["rows", "k"], ["v", "i"], name="topk", axis=-1,
+                              largest=0)]
+    inits = {"thr": np.array(0.5, np.float32), "k": np.array([2], np.int64)}
+    model = make_model(nodes, {"x": rand(13, 5)}, ["v", "i"], initializers=inits, opset=17)
+    for i, x in enumerate(fills((13, 5), seed=2)):
+        check_model(model, {"x": x}, tmp_path / str(i))
+
+
+def test_topk_refuses_runtime_k_over_another_counted_axis(tmp_path):
+    nodes = [helper.make_node("Greater", ["x", "thr"], ["m"], name="gt"),
+             helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
+             helper.make_node("TopK", ["nz", "k"], ["v", "i"], name="topk", axis=0)]
+    model = make_model(nodes, {"x": rand(3, 5), "k": np.array([1], np.int64)}, ["v", "i"],
+                       initializers={"thr": np.array(0.5, np.float32)}, opset=17)
+    onnx.save(model, tmp_path / "m.onnx")
+    with pytest.raises(UnsupportedError, match=r"'topk' \(TopK-11\).*two data-dependent"):
+        mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", build=False)

@@ -90,20 +90,32 @@ class TopK(OpDef):
         return [(x.dtype, shape), ("int64", shape)]
 
     def dynamic(self, node, ins, g):
-        refuse_dynamic(node, ins)
-        if self._k(node, g) is not None:
-            return [None, None]
-        axis = norm_axis(int(node.attr("axis", -1)), len(ins[0].shape))
-        return [(axis, _key(node))] * 2
+        """A run-time k: the outputs' size along the axis is k. An input whose size along
+        the axis depends on the data: only its valid elements compete (k above their count
+        is a status at run time, as onnxruntime refuses it). One with such a size along
+        another axis: the outputs carry it, for a constant k."""
+        x = ins[0]
+        refuse_dynamic(node, ins[1:])
+        axis = norm_axis(int(node.attr("axis", -1)), len(x.shape))
+        constant_k = self._k(node, g) is not None
+        if x.dyn is not None and x.dyn[0] != axis:
+            if not constant_k:
+                refuse_dynamic(node, [x], "with a k known only at run time cannot consume it "
+                                          "(its outputs would have two data-dependent axes)")
+            return [x.dyn] * 2
+        return [None, None] if constant_k else [(axis, _key(node))] * 2
 
     def lower(self, node: Node, lo: Lowering) -> None:
         x = lo.value(node.inputs[0])
         axis = norm_axis(int(node.attr("axis", -1)), len(x.shape))
         values, indices = node.outputs[0], node.outputs[1]
         k_max = lo.value(values).shape[axis]
-        dynamic = lo.value(values).dyn is not None
-        lo.call("mlcc_topk", [x.name, node.inputs[1] if dynamic else "", values, indices,
-                              lo.count(_key(node)) if dynamic else ""],
+        dynamic = self._k(node, lo.graph) is None
+        counted = x.dyn is not None and x.dyn[0] == axis    # only the valid elements compete
+        lo.call("mlcc_topk__counted" if counted else "mlcc_topk",
+                [x.name] + ([lo.count_of(x.name)] if counted else [])
+                + [node.inputs[1] if dynamic else "", values, indices,
+                   lo.count(_key(node)) if dynamic else ""],
                 [values, indices] + ([lo.count_of(values)] if dynamic else []),
                 params_type="mlcc_topk_params",
                 params={"outer": math.prod(x.shape[:axis]), "n": x.shape[axis],

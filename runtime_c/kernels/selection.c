@@ -63,7 +63,7 @@ static size_t elem_size(int32_t dtype) {
             for (i = 0; i < p->inner; i++) {                                                  \
                 const T *row = xs + o * n * inner + i;                                        \
                 int64_t h = 0, j, r;                                                          \
-                for (j = 0; j < n && k > 0; j++) {                                            \
+                for (j = 0; j < valid && k > 0; j++) {                                        \
                     const T v = row[j * inner];                                               \
                     int64_t c;                                                                \
                     if (h < k) { /* sift up from the end */                                   \
@@ -123,13 +123,14 @@ static size_t elem_size(int32_t dtype) {
     ((GREATER) ? ((av) > (bv) || ((av) == (bv) && (ai) < (bi)))                               \
                : ((av) < (bv) || ((av) == (bv) && (ai) < (bi))))
 
-int mlcc_topk(const mlcc_topk_params *p, const void *x, const int64_t *k_in, void *values,
-              int64_t *indices, int64_t *count, void *scratch) {
+/* The rows' first `valid` elements (of n) compete. */
+static int topk(const mlcc_topk_params *p, const void *x, int64_t valid, const int64_t *k_in,
+                void *values, int64_t *indices, int64_t *count, void *scratch) {
     const int64_t n = p->n, inner = p->inner;
     const int64_t k = k_in != NULL ? *k_in : p->k_max;
     int64_t *heap = (int64_t *)scratch;
     int64_t o, i;
-    if (k < 0 || k > p->k_max || k > n) return MLCC_ERR_OUTPUT_TOO_LARGE;
+    if (k < 0 || k > p->k_max || k > valid) return MLCC_ERR_OUTPUT_TOO_LARGE;
     if (count != NULL) *count = k;
 #define MLCC_TOPK_CASE(T)                                                                     \
     if (p->largest) MLCC_TOPK_BODY(T, 1); else MLCC_TOPK_BODY(T, 0);                          \
@@ -148,6 +149,18 @@ int mlcc_topk(const mlcc_topk_params *p, const void *x, const int64_t *k_in, voi
     }
 #undef MLCC_TOPK_CASE
     return MLCC_OK;
+}
+
+int mlcc_topk(const mlcc_topk_params *p, const void *x, const int64_t *k, void *values,
+              int64_t *indices, int64_t *count, void *scratch) {
+    return topk(p, x, p->n, k, values, indices, count, scratch);
+}
+
+int mlcc_topk__counted(const mlcc_topk_params *p, const void *x, const int64_t *n_count,
+                       const int64_t *k, void *values, int64_t *indices, int64_t *count,
+                       void *scratch) {
+    if (*n_count < 0 || *n_count > p->n) return MLCC_ERR_OUTPUT_TOO_LARGE;
+    return topk(p, x, *n_count, k, values, indices, count, scratch);
 }
 
 /* ---------------------------------------------------------------------------- NonZero */

@@ -26,6 +26,13 @@ typedef struct mlcc_topk_params {
 int mlcc_topk(const mlcc_topk_params *p, const void *x, const int64_t *k, void *values,
               int64_t *indices, int64_t *count, void *scratch);
 
+/* The same over an axis whose size depends on the data (docs/dynamic-outputs.md): only the
+ * first *n_count of the n elements of each row compete (the others are padding); a k above
+ * *n_count is MLCC_ERR_OUTPUT_TOO_LARGE, as a k above the axis is. */
+int mlcc_topk__counted(const mlcc_topk_params *p, const void *x, const int64_t *n_count,
+                       const int64_t *k, void *values, int64_t *indices, int64_t *count,
+                       void *scratch);
+
 /* NonZero: the coordinates of the non-zero elements of x (shape dims[0..rank), row-major
  * order) as out[rank, max] (int64; column j is the j-th non-zero element). -0.0 is zero, NaN
  * is not. */
