@@ -204,3 +204,80 @@ def test_topk_refuses_runtime_k_over_another_counted_axis(tmp_path):
     onnx.save(model, tmp_path / "m.onnx")
     with pytest.raises(UnsupportedError, match=r"'topk' \(TopK-11\).*two data-dependent"):
         mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", build=False)
+
+
+# ------------------------------------------- Shape and Size of a data-dependent size, at run time
+
+def test_shape_and_size_of_a_counted_tensor(tmp_path, target="x86"):
+    """Shape (whole, from axis 1, up to axis 1) and Size of NonZero's [2, N], and integer
+    arithmetic on them (Sub, Div, Max, Add, ReduceSum, ReduceProd, ReduceMax, Gather,
+    Concat), as outputs: computed at run time from the count (mlcc.Sizes)."""
+    nodes = [helper.make_node("Greater", ["x", "thr"], ["m"], name="gt"),
+             helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
+             helper.make_node("Shape", ["nz"], ["shape"], name="shape"),
+             helper.make_node("Shape", ["nz"], ["tail"], name="tail", start=1),
+             helper.make_node("Shape", ["nz"], ["head"], name="head", end=1),
+             helper.make_node("Size", ["nz"], ["size"], name="size"),
+             helper.make_node("Sub", ["size", "one"], ["last"], name="sub"),
+             helper.make_node("Div", ["size", "three"], ["third"], name="div"),
+             helper.make_node("Max", ["shape", "four"], ["at_least"], name="max"),
+             helper.make_node("Add", ["tail", "tail"], ["sum"], name="add"),
+             helper.make_node("ReduceSum", ["shape"], ["rsum"], name="rsum", keepdims=1),
+             helper.make_node("ReduceProd", ["shape"], ["rprod"], name="rprod", keepdims=0),
+             helper.make_node("ReduceMax", ["shape"], ["rmax"], name="rmax", keepdims=0),
+             helper.make_node("Gather", ["shape", "one"], ["n"], name="gather", axis=0),
+             helper.make_node("Concat", ["tail", "head", "rsum"], ["cat"], name="cat", axis=0),
+             helper.make_node("Equal", ["rprod", "zero"], ["empty"], name="empty")]
+    inits = {"thr": np.array(0.5, np.float32), "one": np.array(1, np.int64),
+             "three": np.array(3, np.int64), "four": np.array([4, 4], np.int64),
+             "zero": np.array(0, np.int64)}
+    outs = ["shape", "tail", "head", "size", "last", "third", "at_least", "sum", "rsum", "rprod",
+            "rmax", "n", "cat", "empty"]
+    model = make_model(nodes, {"x": rand(3, 5)}, outs, initializers=inits, opset=17)
+    for i, x in enumerate(fills((3, 5), seed=4)):
+        got = check_model(model, {"x": x}, tmp_path / str(i), target=target)
+        assert got["size"] == 2 * got["n"]
+
+
+def test_topk_k_from_the_count(tmp_path):
+    """torchvision's per-class top-k: k = min(cap, the number of scores above the threshold)
+    (Shape -> Gather -> Unsqueeze -> Concat with the cap -> ReduceMin -> Reshape -> TopK's K),
+    then the Shape of TopK's output; counts 0, 1, below, at and above the cap, every element."""
+    extra = [helper.make_node("Shape", ["s"], ["sh"], name="shape"),
+             helper.make_node("Gather", ["sh", "zero"], ["n"], name="g0", axis=0),
+             helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"], name="unsq"),
+             helper.make_node("Concat", ["cap", "n1"], ["both"], name="cat", axis=0),
+             helper.make_node("ReduceMin", ["both"], ["k0"], name="rmin", keepdims=0),
+             helper.make_node("Reshape", ["k0", "one"], ["k"], name="rs"),
+             helper.make_node("TopK", ["s", "k"], ["v", "i"], name="topk"),
+             helper.make_node("Shape", ["v"], ["vs"], name="vshape")]
+    inits = {"zero": np.array(0, np.int64), "ax0": np.array([0], np.int64),
+             "cap": np.array([5], np.int64), "one": np.array([1], np.int64)}
+    nodes, feeds, inits = scores_of_selected(23, extra, inits=inits)
+    model = make_model(nodes, feeds, ["v", "i", "vs", "k"], initializers=inits, opset=17)
+    for count in [0, 1, 4, 5, 6, 23]:
+        x = negatives(23, count, seed=count, ties=True)
+        got = check_model(model, {"x": x}, tmp_path / str(count))
+        assert got["vs"].tolist() == [min(count, 5)]
+
+
+@pytest.mark.parametrize("op", ["Reshape", "ConstantOfShape", "Cast"])
+def test_shape_of_a_counted_tensor_refusals(tmp_path, op):
+    """What a size the data decides cannot yet become: a shape (a Reshape's, a
+    ConstantOfShape's), or a float (a Cast of it as an output)."""
+    nodes = [helper.make_node("Greater", ["x", "thr"], ["m"], name="gt"),
+             helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
+             helper.make_node("Shape", ["nz"], ["s"], name="shape"),
+             helper.make_node(op, {"Reshape": ["nz", "s"]}.get(op, ["s"]), ["y"], name="bad",
+                              **({"to": 1} if op == "Cast" else {}))]
+    model = make_model(nodes, {"x": rand(3, 5)}, [], initializers={
+        "thr": np.array(0.5, np.float32)}, opset=17)
+    elem = onnx.TensorProto.FLOAT if op in ("Cast", "ConstantOfShape") else \
+        onnx.TensorProto.INT64
+    model.graph.output.append(helper.make_tensor_value_info("y", elem, None))
+    model.graph.output[0].type.tensor_type.shape.SetInParent()
+    onnx.save(model, tmp_path / "m.onnx")
+    want = (r"graph output 'y'.*the count of 'nz' \(0..15\), which the data decides"
+            if op == "Cast" else rf"'bad' \({op}-\d+\): shape .*must be a constant")
+    with pytest.raises(UnsupportedError, match=want):
+        mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", build=False)

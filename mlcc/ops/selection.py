@@ -15,13 +15,14 @@ import numpy as np
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Enum, Lowering, Node
-from ..ir.symbolic import as_dim, smax
+from ..ir.symbolic import SymInt, as_dim, dim_vars, smax
 from .common import C_DTYPES, IO_DTYPES, norm_axis, require_dtype
 from .registry import OpDef, refuse_dynamic, register
 
 # the element types the comparisons of selection.c handle (cmp_elem)
 ORDERED_DTYPES = ["float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
                   "uint32", "uint64"]
+MAX_SIZES = 8           # values of one mlcc.Sizes (mlcc_sizes_params in selection.h)
 MAX_OUTPUT = "_max_output"          # the attribute --max-output sets on the producing node
 
 
@@ -280,3 +281,36 @@ class NonMaxSuppression(OpDef):
                         "n": boxes.shape[1], "max": lo.value(out).shape[0],
                         "center_point_box": int(node.attr("center_point_box", 0))},
                 scratch_bytes=8 * max(boxes.shape[1], 1), returns_status=True)
+
+
+@register("Sizes", domain="mlcc")
+class Sizes(OpDef):
+    """int64 values computed at run time from data-dependent counts: a shape computation over
+    such a count (a Shape or Size of a NonZero's output, folded with ir.symbolic.count_var)
+    that a kernel reads, or that is a graph output; passes/infer_and_fold.py inserts it.
+    Attribute `values`: the folded object array (ints and SymInts over counts); inputs: the
+    values whose counts it reads, so that their nodes run first."""
+    attributes = {"values": None}
+
+    def infer(self, node, ins, g):
+        values = node.attrs.get("values")
+        if not isinstance(values, np.ndarray) or values.dtype != object:
+            raise ModelError("mlcc.Sizes is made by mlcc (passes/infer_and_fold.py); a model "
+                             "file may not use it")
+        if values.size > MAX_SIZES:
+            raise UnsupportedError(f"{values.size} sizes computed from a data-dependent count "
+                                   f"at run time; mlcc computes at most {MAX_SIZES}")
+        return [("int64", values.shape)]
+
+    def dynamic(self, node, ins, g):
+        return [None]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        values = [v if isinstance(v, SymInt) else int(v) for v in node.attrs["values"].flat]
+        keys = {d.count for d in dim_vars(values)}
+        missing = sorted(k for k in keys if k not in lo.program.counts)
+        if missing:       # (the inputs order the nodes; a branch not run would leave it unset)
+            raise UnsupportedError(f"the count of {missing[0]!r} is read before its node runs")
+        out = node.outputs[0]
+        lo.call("mlcc_i64_sizes", [out], [out], params_type="mlcc_sizes_params",
+                params={"n": len(values), "values": values + [0] * (MAX_SIZES - len(values))})

@@ -12,14 +12,15 @@ Every node that can neither fold nor be compiled is reported, all in one error.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import ModelError, UnsupportedError
-from ..ir import Graph, Node, format_type
-from ..ir.symbolic import SymbolicError, SymInt, same_shape, upper
+from ..ir import Graph, Node, Value, format_type
+from ..ir.symbolic import SymbolicError, SymInt, count_var, dim_vars, prod, same_shape, upper
 from ..ops import lookup, unsupported_reason
 from ..ops import reference
 from ..ops.common import IO_DTYPES, MAX_RANK
@@ -95,6 +96,14 @@ def infer_and_fold(g: Graph) -> Graph:
                 if name:
                     _set_const(g, name, arr, symbolic_dtype(g, node))
             continue
+        counted = [i for i in node.inputs if _counted_const(g, i)]
+        if counted:     # computed at run time first (an mlcc.Sizes node), then this node
+            g.nodes[index - 1:index] = [
+                _run_time_sizes(g, i, f"{i}.sizes", node.guard) for i in dict.fromkeys(counted)
+            ] + [replace(node, inputs=[f"{i}.sizes" if i in counted else i
+                                       for i in node.inputs])]
+            index -= 1
+            continue
         if _has_body(node) and "_outer" not in node.attrs:
             try:    # run at run time: its body compiled on its own
                 prepare = prepare_loop if node.op_type == "Loop" else prepare_scan
@@ -165,6 +174,11 @@ def infer_and_fold(g: Graph) -> Graph:
         for name, dyn in zip(node.outputs, dyns):
             if name:
                 g.values[name].dyn = dyn
+    for name in g.outputs:      # a size the data decides as an output: computed at run time
+        if not problems and _counted_const(g, name):
+            g.nodes = [n for n in g.nodes if name not in n.outputs]    # (folded into it)
+            g.nodes.append(_run_time_sizes(g, name, name, ()))
+            g.values[name].const = None
     if problems:
         raise UnsupportedError(
             f"{len(problems)} node{'s' if len(problems) > 1 else ''} cannot be compiled:\n  "
@@ -191,6 +205,29 @@ def infer_and_fold(g: Graph) -> Graph:
                                        f"{len(g.values[name].shape)}; at most {MAX_RANK} "
                                        f"is supported")
     return g
+
+
+def _counted_const(g: Graph, name: str) -> bool:
+    """Whether value `name` is an int64 shape computation over data-dependent counts only
+    (ir.symbolic.count_var): its value is known only at run time."""
+    v = g.values.get(name) if name else None
+    if v is None or not v.is_const or not is_symbolic_array(v.const) or v.dtype != "int64":
+        return False
+    found = dim_vars([x for x in v.const.reshape(-1) if isinstance(x, SymInt)])
+    return bool(found) and all(d.count for d in found)
+
+
+def _run_time_sizes(g: Graph, name: str, out: str, guard: tuple) -> Node:
+    """The mlcc.Sizes node (ops/selection.py) that computes value `name`, a shape computation
+    over data-dependent counts, at run time, into value `out`. Its inputs are the values that
+    own the counts, so that their nodes run before it."""
+    v = g.values[name]
+    if out not in g.values:
+        g.values[out] = Value(out, "int64", v.shape)
+    keys = sorted({d.count for x in v.const.reshape(-1) if isinstance(x, SymInt)
+                   for d in x.dims})
+    return Node(f"{out}/sizes", "Sizes", keys, [out], {"values": v.const}, domain="mlcc",
+                version=1, guard=guard)
 
 
 def _branch_hint(g: Graph, nodes: list[Node]) -> str:
@@ -238,22 +275,21 @@ def _fold(g: Graph, node: Node) -> list[np.ndarray] | None:
         return [_constant_value(node)]
     if node.domain == "" and node.op_type in ("Shape", "Size"):
         v = g.values[node.inputs[0]]
-        if v.dyn is not None and node.op_type == "Size":
-            raise UnsupportedError(f"the size of {v.name!r} depends on the data (axis "
-                                   f"{v.dyn[0]}); mlcc cannot compute its Size")
-        if v.is_dynamic:       # an array of ints and SymInts (fold_symbolic.py)
-            if node.op_type == "Size":
-                return [shape_array([v.numel]).reshape(())]
-            return [shape_array(v.shape[slice(node.attr("start", 0), node.attr("end", None))])]
-        if v.is_static:
-            if node.op_type == "Size":
-                return [np.array(v.numel, dtype=np.int64)]
-            start, end = node.attr("start", 0), node.attr("end", None)
-            if v.dyn is not None and v.dyn[0] in range(len(v.shape))[slice(start, end)]:
-                raise UnsupportedError(f"dimension {v.dyn[0]} of {v.name!r} depends on the "
-                                       f"data; mlcc cannot compute it as a Shape")
-            return [np.array(v.shape[slice(start, end)], dtype=np.int64)]
-        return None
+        shape = v.shape
+        if v.dyn is not None and v.is_static:    # the count, known at run time (symbolic)
+            axis, key = v.dyn
+            shape = shape[:axis] + (SymInt.var(count_var(key, shape[axis])),) \
+                + shape[axis + 1:]
+        if not v.is_static:
+            return None
+        if node.op_type == "Size":
+            size = prod(shape)
+            return [shape_array([size]).reshape(()) if isinstance(size, SymInt)
+                    else np.array(size, dtype=np.int64)]
+        dims = shape[slice(node.attr("start", 0), node.attr("end", None))]
+        if any(isinstance(d, SymInt) for d in dims):    # ints and SymInts (fold_symbolic.py)
+            return [shape_array(dims)]
+        return [np.array(dims, dtype=np.int64)]
     if node.op_type in NONDETERMINISTIC or node.domain not in ("", "ai.onnx"):
         return None
     if node.subgraphs():
@@ -273,7 +309,13 @@ def _fold(g: Graph, node: Node) -> list[np.ndarray] | None:
             return None     # a size over dynamic dimensions: runs (ops/compile_time.py)
         if node.op_type == "Slice" and not is_symbolic_array(arrays[0]):
             return None     # a slice of a tensor up to a dynamic size: a copy at run time
-        return fold_symbolic(g, node, arrays)
+        try:
+            return fold_symbolic(g, node, arrays)
+        except SymbolicError:
+            if all(_counted_const(g, i) for i, a in zip(node.inputs, arrays)
+                   if is_symbolic_array(a)):
+                return None     # over data-dependent counts: runs at run time (mlcc.Sizes)
+            raise
     _guard_size(node, arrays)
     d = lookup(node)
     out = d.fold(node, arrays) if d is not None else None

@@ -409,3 +409,10 @@ int mlcc_f32_nms(const mlcc_nms_params *p, const float *boxes, const float *scor
     *count = rows;
     return MLCC_OK;
 }
+
+/* ---------------------------------------------------------------------------- Sizes */
+
+void mlcc_i64_sizes(const mlcc_sizes_params *p, int64_t *out) {
+    int64_t i;
+    for (i = 0; i < p->n; i++) out[i] = p->values[i];
+}

@@ -84,4 +84,14 @@ int mlcc_f32_nms(const mlcc_nms_params *p, const float *boxes, const float *scor
                  const int64_t *max_per_class, const float *iou_threshold,
                  const float *score_threshold, int64_t *out, int64_t *count, void *scratch);
 
+/* mlcc.Sizes: out[0..n) = values[0..n), which the generated code computes from the counts of
+ * data-dependent sizes just before the call (a Shape of a NonZero's output, say, and the
+ * integer arithmetic on it; docs/dynamic-outputs.md). */
+typedef struct mlcc_sizes_params {
+    int64_t n;
+    int64_t values[8];
+} mlcc_sizes_params;
+
+void mlcc_i64_sizes(const mlcc_sizes_params *p, int64_t *out);
+
 #endif /* MLCC_SELECTION_H */
