@@ -281,3 +281,61 @@ def test_shape_of_a_counted_tensor_refusals(tmp_path, op):
             if op == "Cast" else rf"'bad' \({op}-\d+\): shape .*must be a constant")
     with pytest.raises(UnsupportedError, match=want):
         mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", build=False)
+
+
+# -------------------------------------------------------- Gather along a data-dependent axis
+
+def test_gather_of_the_topk_rows(tmp_path):
+    """torchvision: the rows of the boxes whose scores pass the threshold (GatherND), TopK of
+    their scores, Gather of those rows by TopK's indices (both counted) and of the first and
+    last valid row (constant indices 0 and -1: against the count, not the maximum)."""
+    nodes = [helper.make_node("ReduceMax", ["x"], ["score"], name="score", keepdims=0,
+                              axes=[1]),
+             helper.make_node("Greater", ["score", "thr"], ["m"], name="gt"),
+             helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
+             helper.make_node("Transpose", ["nz"], ["idx"], name="tr", perm=[1, 0]),
+             helper.make_node("GatherND", ["x", "idx"], ["rows"], name="rows"),
+             helper.make_node("GatherND", ["score", "idx"], ["s"], name="scores"),
+             helper.make_node("TopK", ["s", "k"], ["v", "i"], name="topk"),
+             helper.make_node("Gather", ["rows", "i"], ["best"], name="best", axis=0),
+             helper.make_node("Gather", ["rows", "ends"], ["ends_rows"], name="ends", axis=0)]
+    inits = {"thr": np.array(0.5, np.float32), "ends": np.array([0, -1], np.int64)}
+    feeds = {"x": rand(17, 3), "k": np.array([2], np.int64)}
+    model = make_model(nodes, feeds, ["best", "ends_rows", "v"], initializers=inits, opset=17)
+    for count, k in [(1, 1), (1, 0), (2, 2), (9, 4), (17, 17)]:
+        x = np.abs(rand(17, 3, seed=count)) * 0.4
+        x[np.random.default_rng(count).permutation(17)[:count], 1] = 1 + rand(count) ** 2
+        got = check_model(model, {"x": x, "k": np.array([k], np.int64)},
+                          tmp_path / f"{count}_{k}")
+        assert got["best"].shape == (k, 3)
+    onnx.save(model, tmp_path / "m.onnx")      # no valid row: index 0 is out of range
+    mlcc.compile(tmp_path / "m.onnx", tmp_path / "out")
+    with pytest.raises(RuntimeStatusError, match="out of range"):
+        mlcc.load(tmp_path / "out").run({"x": np.zeros((17, 3), np.float32),
+                                         "k": np.array([0], np.int64)})
+
+
+def counted_gather(tmp_path, target="x86"):
+    """Run-time indices into NonZero's [2, N] along N (4 valid columns): in range of the
+    count, negative ones from its end. (model, x)."""
+    nodes = [helper.make_node("Greater", ["x", "thr"], ["m"], name="gt"),
+             helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
+             helper.make_node("Gather", ["nz", "j"], ["y"], name="pick", axis=1)]
+    feeds = {"x": rand(3, 5), "j": np.array([[0, -1], [2, -3]], np.int64)}
+    model = make_model(nodes, feeds, ["y"], initializers={"thr": np.array(0.5, np.float32)},
+                       opset=17)
+    x = np.zeros((3, 5), np.float32)
+    x[0, 1] = x[1, 4] = x[2, 0] = x[2, 2] = 1
+    check_model(model, {"x": x, "j": feeds["j"]}, tmp_path / "ok", target=target)
+    return model, x
+
+
+def test_gather_along_a_counted_axis_checks_the_count(tmp_path):
+    """An index in the padding is a status, as onnxruntime fails."""
+    model, x = counted_gather(tmp_path)
+    onnx.save(model, tmp_path / "m.onnx")
+    mlcc.compile(tmp_path / "m.onnx", tmp_path / "out")
+    m = mlcc.load(tmp_path / "out")
+    for j in ([[0, 4], [1, 1]], [[0, -5], [1, 1]]):     # 4 and -5: in the padding
+        with pytest.raises(RuntimeStatusError, match="out of range"):
+            m.run({"x": x, "j": np.array(j, np.int64)})
