@@ -339,3 +339,71 @@ def test_gather_along_a_counted_axis_checks_the_count(tmp_path):
     for j in ([[0, 4], [1, 1]], [[0, -5], [1, 1]]):     # 4 and -5: in the padding
         with pytest.raises(RuntimeStatusError, match="out of range"):
             m.run({"x": x, "j": np.array(j, np.int64)})
+
+
+# ------------------------------------- ConstantOfShape of a count, Concat along a counted axis
+
+def per_class_detections(x_shape=(13, 3)):
+    """torchvision's postprocess over classes: per class (column) the rows whose score passes
+    (GatherND of NonZero's coordinates), their labels (ConstantOfShape of the count), then all
+    classes concatenated along the counted axis (a static block too), and its Shape."""
+    nodes, outs = [], []
+    for c in range(x_shape[1]):
+        nodes += [helper.make_node("Gather", ["x", f"c{c}"], [f"s{c}"], name=f"col{c}", axis=1),
+                  helper.make_node("Greater", [f"s{c}", "thr"], [f"m{c}"], name=f"gt{c}"),
+                  helper.make_node("NonZero", [f"m{c}"], [f"nz{c}"], name=f"nz{c}"),
+                  helper.make_node("Transpose", [f"nz{c}"], [f"i{c}"], name=f"tr{c}",
+                                   perm=[1, 0]),
+                  helper.make_node("GatherND", ["x", f"i{c}"], [f"rows{c}"], name=f"rows{c}"),
+                  helper.make_node("Shape", [f"i{c}"], [f"sh{c}"], name=f"shape{c}", end=1),
+                  helper.make_node("ConstantOfShape", [f"sh{c}"], [f"lab{c}"], name=f"lab{c}",
+                                   value=helper.make_tensor("v", onnx.TensorProto.INT64, [1],
+                                                            [c + 1]))]
+    n = x_shape[1]
+    nodes += [helper.make_node("Concat", [f"rows{c}" for c in range(n)] + ["extra"], ["rows"],
+                               name="cat_rows", axis=0),
+              helper.make_node("Concat", [f"lab{c}" for c in range(n)], ["labels"],
+                               name="cat_labels", axis=0),
+              helper.make_node("Shape", ["labels"], ["n"], name="count")]
+    inits = {"thr": np.array(0.5, np.float32), "extra": rand(2, x_shape[1], seed=9),
+             **{f"c{c}": np.array(c, np.int64) for c in range(n)}}
+    return make_model(nodes, {"x": rand(*x_shape)}, ["rows", "labels", "n"],
+                      initializers=inits, opset=17)
+
+
+def test_concat_along_a_counted_axis(tmp_path):
+    model = per_class_detections()
+    for i, x in enumerate(fills((13, 3), seed=6)):
+        got = check_model(model, {"x": x}, tmp_path / str(i))
+        assert got["rows"].shape[0] == got["n"][0] + 2
+
+
+def test_concat_of_nonzero_outputs_along_their_counted_axis(tmp_path):
+    """[2, N] + a constant [2, 2] + [2, M] along axis 1 (outer 2: each row packed)."""
+    nodes = [helper.make_node("Greater", ["x", "thr"], ["m"], name="gt"),
+             helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
+             helper.make_node("Less", ["x", "low"], ["m2"], name="lt"),
+             helper.make_node("NonZero", ["m2"], ["nz2"], name="nz2"),
+             helper.make_node("Concat", ["nz", "two", "nz2"], ["cat"], name="cat", axis=-1),
+             helper.make_node("Transpose", ["cat"], ["t"], name="tr", perm=[1, 0])]
+    inits = {"thr": np.array(0.5, np.float32), "low": np.array(-0.5, np.float32),
+             "two": np.array([[9, 8], [7, 6]], np.int64)}
+    model = make_model(nodes, {"x": rand(3, 5)}, ["cat", "t"], initializers=inits, opset=17)
+    for i, x in enumerate(fills((3, 5), seed=7) + [np.full((3, 5), -2, np.float32)]):
+        check_model(model, {"x": x}, tmp_path / str(i))
+
+
+def test_constant_of_shape_of_a_count_plus_one_is_refused(tmp_path):
+    nodes = [helper.make_node("Greater", ["x", "thr"], ["m"], name="gt"),
+             helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
+             helper.make_node("Shape", ["nz"], ["s"], name="shape"),
+             helper.make_node("Add", ["s", "one"], ["s1"], name="plus_one"),
+             helper.make_node("ConstantOfShape", ["s1"], ["y"], name="bad")]
+    model = make_model(nodes, {"x": rand(3, 5)}, [], initializers={
+        "thr": np.array(0.5, np.float32), "one": np.array(1, np.int64)}, opset=17)
+    model.graph.output.append(helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None))
+    model.graph.output[0].type.tensor_type.shape.SetInParent()
+    onnx.save(model, tmp_path / "m.onnx")
+    with pytest.raises(UnsupportedError, match=r"'bad' \(ConstantOfShape-9\): output 'y' would "
+                                               r"have the shape .* depends on the data"):
+        mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", build=False)

@@ -131,15 +131,20 @@ class Concat(OpDef):
         if dyns == {None}:
             return [None]
         axis = self._axis(node, len(present[0].shape))
-        if len(dyns) > 1 or next(iter(dyns))[0] == axis:
-            refuse_dynamic(node, present, "concatenates it along that axis or with inputs of "
-                                          "another size there")
+        if all(d is None or d[0] == axis for d in dyns):   # packed at run time: a count of its own
+            return [(axis, node.outputs[0])]
+        if len(dyns) > 1:
+            refuse_dynamic(node, present, "concatenates it with inputs of another "
+                                          "data-dependent size")
         return [present[0].dyn]
 
     def lower(self, node: Node, lo: Lowering) -> None:
         out = node.outputs[0]
         out_shape = lo.value(out).shape
         axis = self._axis(node, len(out_shape))
+        if lo.value(out).dyn == (axis, out):
+            self._counted(node, lo, axis)
+            return
         out_strides = contiguous_strides(out_shape)
         offset = 0
         sliced: set[str] = set()
@@ -155,6 +160,27 @@ class Concat(OpDef):
                 emit_copy_nd(lo, name, out, shape, contiguous_strides(shape), out_strides,
                              dst_offset=start, op=node.op_type)
             offset += shape[axis]
+
+    def _counted(self, node: Node, lo: Lowering, axis: int) -> None:
+        """Along a data-dependent axis: the inputs' valid parts packed one after the other
+        (mlcc_concat__counted), the output's count their total."""
+        out = lo.value(node.outputs[0])
+        count = lo.count(out.name)
+        first = True
+        for name in node.inputs:
+            if not name:
+                continue
+            v = lo.value(name)
+            src = name if v.numel else ""
+            lo.call("mlcc_concat__counted",
+                    [src, lo.count_of(name) if v.dyn is not None else "", count, out.name],
+                    [count, out.name], params_type="mlcc_concat_counted_params",
+                    params={"outer": math.prod(out.shape[:axis]), "src_max": v.shape[axis],
+                            "inner": math.prod(out.shape[axis + 1:]),
+                            "dst_max": out.shape[axis],
+                            "elem_size": np.dtype(out.dtype).itemsize, "first": int(first)},
+                    returns_status=True)
+            first = False
 
 
 def _writes_into_slice(lo: Lowering, node: Node, name: str, axis: int, start: int,

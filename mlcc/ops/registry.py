@@ -34,6 +34,11 @@ class OpDef:
     quant_rules: tuple[str, ...] = ()
     # Its kernels apply a fused activation (attrs["_act"], passes.fuse_activations).
     fuses_activation: bool = False
+    # An output size that is a data-dependent count (a Shape of a NonZero's output as the
+    # shape input) may be planned at its maximum, the count becoming that axis's Value.dyn:
+    # computed over the maximum, the first `count` positions along the axis are the result
+    # (ConstantOfShape; docs/dynamic-outputs.md). Other operators refuse such a size.
+    counted_shapes: bool = False
 
     def check(self, node: Node) -> list[str]:
         """What about this node (from its attributes alone) mlcc does not support."""

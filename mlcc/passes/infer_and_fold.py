@@ -97,7 +97,8 @@ def infer_and_fold(g: Graph) -> Graph:
                     _set_const(g, name, arr, symbolic_dtype(g, node))
             continue
         counted = [i for i in node.inputs if _counted_const(g, i)]
-        if counted:     # computed at run time first (an mlcc.Sizes node), then this node
+        if counted and not getattr(lookup(node), "counted_shapes", False):
+            # computed at run time first (an mlcc.Sizes node), then this node
             g.nodes[index - 1:index] = [
                 _run_time_sizes(g, i, f"{i}.sizes", node.guard) for i in dict.fromkeys(counted)
             ] + [replace(node, inputs=[f"{i}.sizes" if i in counted else i
@@ -159,7 +160,9 @@ def infer_and_fold(g: Graph) -> Graph:
                                                 for d in shape)
         try:    # which outputs have a data-dependent size (once their shapes are known)
             try:
-                dyns = lookup(node).dynamic(node, ins, g)
+                counted_outputs = _counted_shapes(g, node)
+                dyns = [counted_outputs.get(n, d) for n, d in
+                        zip(node.outputs, lookup(node).dynamic(node, ins, g))]
             except TypeError as exc:        # numpy refusing a SymInt (ops/registry.py)
                 raise static_only(node, ins, exc) from None
             if any(dyns) and any(g.values[n].is_dynamic for n in g.inputs):
@@ -205,6 +208,29 @@ def infer_and_fold(g: Graph) -> Graph:
                                        f"{len(g.values[name].shape)}; at most {MAX_RANK} "
                                        f"is supported")
     return g
+
+
+def _counted_shapes(g: Graph, node: Node) -> dict[str, tuple[int, str]]:
+    """The outputs whose shape holds a data-dependent count (ir.symbolic.count_var): where the
+    operator allows it (OpDef.counted_shapes) and the count is a whole dimension, that
+    dimension becomes its maximum and the output's Value.dyn; else a refusal."""
+    found = {}
+    for name in node.outputs:
+        v = g.values.get(name) if name else None
+        if v is None or not any(isinstance(d, SymInt) and any(x.count for x in d.dims)
+                                for d in v.shape):
+            continue
+        bare = [a for a, d in enumerate(v.shape) if isinstance(d, SymInt) and len(d.dims) == 1
+                and d.dims[0].count and d.poly == SymInt.var(d.dims[0]).poly]
+        if not lookup(node).counted_shapes or len(bare) != 1 or \
+                sum(isinstance(d, SymInt) for d in v.shape) != 1:
+            raise UnsupportedError(f"output {name!r} would have the shape {list(v.shape)}, "
+                                   f"which depends on the data; mlcc plans such a size only "
+                                   f"as one whole dimension of a ConstantOfShape")
+        axis, count = bare[0], v.shape[bare[0]].dims[0]
+        v.shape = v.shape[:axis] + (count.hi,) + v.shape[axis + 1:]
+        found[name] = (axis, count.count)
+    return found
 
 
 def _counted_const(g: Graph, name: str) -> bool:

@@ -416,3 +416,24 @@ void mlcc_i64_sizes(const mlcc_sizes_params *p, int64_t *out) {
     int64_t i;
     for (i = 0; i < p->n; i++) out[i] = p->values[i];
 }
+
+/* --------------------------------------------------------------------- Concat (counted) */
+
+int mlcc_concat__counted(const mlcc_concat_counted_params *p, const void *src,
+                         const int64_t *src_count, int64_t *count, void *dst) {
+    const size_t es = (size_t)p->elem_size, row = (size_t)p->inner * es;
+    const int64_t n = src_count != NULL ? *src_count : p->src_max;
+    int64_t o, at;
+    if (p->first) {
+        memset(dst, 0, (size_t)(p->outer * p->dst_max) * row);
+        *count = 0;
+    }
+    at = *count;
+    if (n < 0 || n > p->src_max || at + n > p->dst_max) return MLCC_ERR_OUTPUT_TOO_LARGE;
+    if (n > 0)
+        for (o = 0; o < p->outer; o++)
+            memcpy((uint8_t *)dst + (size_t)(o * p->dst_max + at) * row,
+                   (const uint8_t *)src + (size_t)(o * p->src_max) * row, (size_t)n * row);
+    *count = at + n;
+    return MLCC_OK;
+}

@@ -84,6 +84,19 @@ int mlcc_f32_nms(const mlcc_nms_params *p, const float *boxes, const float *scor
                  const int64_t *max_per_class, const float *iou_threshold,
                  const float *score_threshold, int64_t *out, int64_t *count, void *scratch);
 
+/* Concat along an axis whose size depends on the data: one call per input, src viewed as
+ * [outer, src_max, inner] of which the first *src_count along src_max are valid (src_count
+ * NULL: all src_max), appended at *count along dst's [outer, dst_max, inner], *count then
+ * advanced; the first call (first = 1) zeros dst and sets *count to 0. So the valid parts
+ * are packed one after the other and *count ends as their total. */
+typedef struct mlcc_concat_counted_params {
+    int64_t outer, src_max, inner, dst_max;
+    int32_t elem_size, first;
+} mlcc_concat_counted_params;
+
+int mlcc_concat__counted(const mlcc_concat_counted_params *p, const void *src,
+                         const int64_t *src_count, int64_t *count, void *dst);
+
 /* mlcc.Sizes: out[0..n) = values[0..n), which the generated code computes from the counts of
  * data-dependent sizes just before the call (a Shape of a NonZero's output, say, and the
  * integer arithmetic on it; docs/dynamic-outputs.md). */
