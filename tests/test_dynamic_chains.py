@@ -261,19 +261,18 @@ def test_topk_k_from_the_count(tmp_path):
         assert got["vs"].tolist() == [min(count, 5)]
 
 
-@pytest.mark.parametrize("op", ["Reshape", "ConstantOfShape", "Cast"])
+@pytest.mark.parametrize("op", ["Reshape", "Expand", "Cast"])
 def test_shape_of_a_counted_tensor_refusals(tmp_path, op):
-    """What a size the data decides cannot yet become: a shape (a Reshape's, a
-    ConstantOfShape's), or a float (a Cast of it as an output)."""
+    """What a size the data decides cannot yet become: a shape (a Reshape's, an Expand's), or
+    a float (a Cast of it as an output)."""
     nodes = [helper.make_node("Greater", ["x", "thr"], ["m"], name="gt"),
              helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
              helper.make_node("Shape", ["nz"], ["s"], name="shape"),
-             helper.make_node(op, {"Reshape": ["nz", "s"]}.get(op, ["s"]), ["y"], name="bad",
-                              **({"to": 1} if op == "Cast" else {}))]
+             helper.make_node(op, {"Reshape": ["nz", "s"], "Expand": ["thr", "s"]}.get(
+                 op, ["s"]), ["y"], name="bad", **({"to": 1} if op == "Cast" else {}))]
     model = make_model(nodes, {"x": rand(3, 5)}, [], initializers={
         "thr": np.array(0.5, np.float32)}, opset=17)
-    elem = onnx.TensorProto.FLOAT if op in ("Cast", "ConstantOfShape") else \
-        onnx.TensorProto.INT64
+    elem = onnx.TensorProto.FLOAT if op in ("Cast", "Expand") else onnx.TensorProto.INT64
     model.graph.output.append(helper.make_tensor_value_info("y", elem, None))
     model.graph.output[0].type.tensor_type.shape.SetInParent()
     onnx.save(model, tmp_path / "m.onnx")
@@ -390,6 +389,20 @@ def test_concat_of_nonzero_outputs_along_their_counted_axis(tmp_path):
              "two": np.array([[9, 8], [7, 6]], np.int64)}
     model = make_model(nodes, {"x": rand(3, 5)}, ["cat", "t"], initializers=inits, opset=17)
     for i, x in enumerate(fills((3, 5), seed=7) + [np.full((3, 5), -2, np.float32)]):
+        check_model(model, {"x": x}, tmp_path / str(i))
+
+
+def test_constant_of_shape_of_a_count_as_an_output(tmp_path):
+    """ConstantOfShape of NonZero's whole shape [2, N], the only output: NonZero still runs
+    (its count is the output's, passes/dead_code.py)."""
+    nodes = [helper.make_node("Greater", ["x", "thr"], ["m"], name="gt"),
+             helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
+             helper.make_node("Shape", ["nz"], ["s"], name="shape"),
+             helper.make_node("ConstantOfShape", ["s"], ["y"], name="fill",
+                              value=helper.make_tensor("v", onnx.TensorProto.FLOAT, [1], [2.5]))]
+    model = make_model(nodes, {"x": rand(3, 5)}, ["y"], initializers={
+        "thr": np.array(0.5, np.float32)}, opset=17)
+    for i, x in enumerate(fills((3, 5), seed=8)):
         check_model(model, {"x": x}, tmp_path / str(i))
 
 
