@@ -420,3 +420,45 @@ def test_constant_of_shape_of_a_count_plus_one_is_refused(tmp_path):
     with pytest.raises(UnsupportedError, match=r"'bad' \(ConstantOfShape-9\): output 'y' would "
                                                r"have the shape .* depends on the data"):
         mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", build=False)
+
+
+# ---------------------------------------------------------- reductions over a counted axis
+
+REDUCTIONS = ["ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd", "ReduceSumSquare",
+              "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp"]
+
+
+def counted_reductions():
+    """Every reduction over the negated selected scores (the padding's zeros would be the
+    maximum), int64 ones of the coordinates (over all axes, and along the static one: counted)."""
+    nodes = [helper.make_node("Greater", ["x", "thr"], ["m"], name="gt"),
+             helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
+             helper.make_node("Transpose", ["nz"], ["i"], name="tr", perm=[1, 0]),
+             helper.make_node("GatherND", ["x", "i"], ["s"], name="g"),
+             helper.make_node("Neg", ["s"], ["ns"], name="neg"),
+             helper.make_node("ReduceMax", ["i"], ["imax"], name="imax", keepdims=0),
+             helper.make_node("ReduceSum", ["i"], ["isum"], name="isum", keepdims=1),
+             helper.make_node("ReduceMin", ["i"], ["icols"], name="icols", keepdims=1, axes=[1])]
+    nodes += [helper.make_node(op, ["ns" if op != "ReduceLogSum" else "s"], [op], name=op,
+                               keepdims=0) for op in REDUCTIONS]
+    return make_model(nodes, {"x": rand(3, 5)}, ["imax", "isum", "icols"] + REDUCTIONS,
+                      initializers={"thr": np.array(0.5, np.float32)}, opset=17)
+
+
+def test_reductions_over_a_counted_axis(tmp_path, target="x86"):
+    model = counted_reductions()
+    for i, x in enumerate(fills((3, 5), seed=9)):
+        check_model(model, {"x": x}, tmp_path / str(i), target=target)
+
+
+def test_reduce_mean_over_a_counted_axis_is_refused(tmp_path):
+    nodes = [helper.make_node("Greater", ["x", "thr"], ["m"], name="gt"),
+             helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
+             helper.make_node("Cast", ["nz"], ["f"], name="f", to=1),
+             helper.make_node("ReduceMean", ["f"], ["y"], name="mean", keepdims=0)]
+    model = make_model(nodes, {"x": rand(3, 5)}, ["y"], initializers={
+        "thr": np.array(0.5, np.float32)}, opset=17)
+    onnx.save(model, tmp_path / "m.onnx")
+    with pytest.raises(UnsupportedError, match=r"'mean' \(ReduceMean-13\).*depends on the "
+                                               r"data.*reduces over that axis"):
+        mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", build=False)

@@ -437,3 +437,19 @@ int mlcc_concat__counted(const mlcc_concat_counted_params *p, const void *src,
     *count = at + n;
     return MLCC_OK;
 }
+
+/* ------------------------------------------------------------------------ fill padding */
+
+int mlcc_fill_padding(const mlcc_fill_padding_params *p, const void *src, const int64_t *count,
+                      const void *fill, void *dst) {
+    const size_t es = (size_t)p->elem_size, row = (size_t)p->inner * es;
+    const int64_t n = *count;
+    int64_t o, j;
+    if (n < 0 || n > p->max) return MLCC_ERR_OUTPUT_TOO_LARGE;
+    for (o = 0; o < p->outer; o++) {
+        uint8_t *d = (uint8_t *)dst + (size_t)(o * p->max) * row;
+        if (n > 0) memmove(d, (const uint8_t *)src + (size_t)(o * p->max) * row, (size_t)n * row);
+        for (j = n * p->inner; j < p->max * p->inner; j++) memcpy(d + (size_t)j * es, fill, es);
+    }
+    return MLCC_OK;
+}

@@ -97,6 +97,17 @@ typedef struct mlcc_concat_counted_params {
 int mlcc_concat__counted(const mlcc_concat_counted_params *p, const void *src,
                          const int64_t *src_count, int64_t *count, void *dst);
 
+/* dst = src ([outer, max, inner], the first *count along max valid) with every padding
+ * element set to *fill (one element): a reduction over the data-dependent axis then runs over
+ * the whole buffer, the padding being its identity (-inf for a maximum, 0 for a sum). */
+typedef struct mlcc_fill_padding_params {
+    int64_t outer, max, inner;
+    int32_t elem_size;
+} mlcc_fill_padding_params;
+
+int mlcc_fill_padding(const mlcc_fill_padding_params *p, const void *src, const int64_t *count,
+                      const void *fill, void *dst);
+
 /* mlcc.Sizes: out[0..n) = values[0..n), which the generated code computes from the counts of
  * data-dependent sizes just before the call (a Shape of a NonZero's output, say, and the
  * integer arithmetic on it; docs/dynamic-outputs.md). */
