@@ -345,7 +345,8 @@ def test_gather_along_a_counted_axis_checks_the_count(tmp_path):
 def per_class_detections(x_shape=(13, 3)):
     """torchvision's postprocess over classes: per class (column) the rows whose score passes
     (GatherND of NonZero's coordinates), their labels (ConstantOfShape of the count), then all
-    classes concatenated along the counted axis (a static block too), and its Shape."""
+    classes concatenated along the counted axis (a static block too), and its Shape; their
+    scores concatenated too, plus the labels (two Concats of the same counts: one count)."""
     nodes, outs = [], []
     for c in range(x_shape[1]):
         nodes += [helper.make_node("Gather", ["x", f"c{c}"], [f"s{c}"], name=f"col{c}", axis=1),
@@ -354,6 +355,8 @@ def per_class_detections(x_shape=(13, 3)):
                   helper.make_node("Transpose", [f"nz{c}"], [f"i{c}"], name=f"tr{c}",
                                    perm=[1, 0]),
                   helper.make_node("GatherND", ["x", f"i{c}"], [f"rows{c}"], name=f"rows{c}"),
+                  helper.make_node("GatherND", [f"s{c}", f"i{c}"], [f"s{c}_sel"],
+                                   name=f"sel{c}"),
                   helper.make_node("Shape", [f"i{c}"], [f"sh{c}"], name=f"shape{c}", end=1),
                   helper.make_node("ConstantOfShape", [f"sh{c}"], [f"lab{c}"], name=f"lab{c}",
                                    value=helper.make_tensor("v", onnx.TensorProto.INT64, [1],
@@ -363,10 +366,15 @@ def per_class_detections(x_shape=(13, 3)):
                                name="cat_rows", axis=0),
               helper.make_node("Concat", [f"lab{c}" for c in range(n)], ["labels"],
                                name="cat_labels", axis=0),
-              helper.make_node("Shape", ["labels"], ["n"], name="count")]
+              helper.make_node("Shape", ["labels"], ["n"], name="count"),
+              # the scores of every class again: the same counts, so one count (Add)
+              helper.make_node("Concat", [f"s{c}_sel" for c in range(n)], ["scores"],
+                               name="cat_scores", axis=0),
+              helper.make_node("Cast", ["labels"], ["flabels"], name="flabels", to=1),
+              helper.make_node("Add", ["scores", "flabels"], ["scored"], name="offset")]
     inits = {"thr": np.array(0.5, np.float32), "extra": rand(2, x_shape[1], seed=9),
              **{f"c{c}": np.array(c, np.int64) for c in range(n)}}
-    return make_model(nodes, {"x": rand(*x_shape)}, ["rows", "labels", "n"],
+    return make_model(nodes, {"x": rand(*x_shape)}, ["rows", "labels", "n", "scored"],
                       initializers=inits, opset=17)
 
 

@@ -132,7 +132,7 @@ class Concat(OpDef):
             return [None]
         axis = self._axis(node, len(present[0].shape))
         if all(d is None or d[0] == axis for d in dyns):   # packed at run time: a count of its own
-            return [(axis, node.outputs[0])]
+            return [(axis, self._same_count(node, g) or node.outputs[0])]
         if len(dyns) > 1:
             refuse_dynamic(node, present, "concatenates it with inputs of another "
                                           "data-dependent size")
@@ -142,7 +142,7 @@ class Concat(OpDef):
         out = node.outputs[0]
         out_shape = lo.value(out).shape
         axis = self._axis(node, len(out_shape))
-        if lo.value(out).dyn == (axis, out):
+        if lo.value(out).dyn is not None and lo.value(out).dyn[0] == axis:
             self._counted(node, lo, axis)
             return
         out_strides = contiguous_strides(out_shape)
@@ -161,11 +161,35 @@ class Concat(OpDef):
                              dst_offset=start, op=node.op_type)
             offset += shape[axis]
 
+    def _parts(self, node: Node, g) -> tuple:
+        """What the count of a Concat along a data-dependent axis adds up: each input's count
+        key, or its static length."""
+        present = [g.values[i] for i in node.inputs if i]
+        axis = self._axis(node, len(present[0].shape))
+        return tuple(v.dyn[1] if v.dyn is not None else v.shape[axis] for v in present)
+
+    def _same_count(self, node: Node, g) -> str | None:
+        """The key of an earlier Concat along a data-dependent axis that adds up the same
+        counts (torchvision concatenates every class's boxes, then their labels: one count),
+        so that elementwise operators may combine the two."""
+        parts = self._parts(node, g)
+        for other in g.nodes:
+            if other is node:
+                return None
+            out = g.values.get(other.outputs[0]) if other.outputs else None
+            if other.op_type == "Concat" and other.domain in ("", "ai.onnx") and out \
+                    is not None and out.dyn is not None and out.dyn[1] == other.outputs[0] \
+                    and self._parts(other, g) == parts:
+                return other.outputs[0]
+        return None
+
     def _counted(self, node: Node, lo: Lowering, axis: int) -> None:
         """Along a data-dependent axis: the inputs' valid parts packed one after the other
-        (mlcc_concat__counted), the output's count their total."""
+        (mlcc_concat__counted), the output's count their total (of its own; the key of an
+        earlier Concat of the same counts keeps that one's, this one's cursor is private)."""
         out = lo.value(node.outputs[0])
-        count = lo.count(out.name)
+        key = out.dyn[1]
+        count = lo.count(key) if key == out.name else lo.temp(f"{out.name}.cursor", "int64", ())
         first = True
         for name in node.inputs:
             if not name:
