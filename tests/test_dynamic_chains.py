@@ -470,3 +470,52 @@ def test_reduce_mean_over_a_counted_axis_is_refused(tmp_path):
     with pytest.raises(UnsupportedError, match=r"'mean' \(ReduceMean-13\).*depends on the "
                                                r"data.*reduces over that axis"):
         mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", build=False)
+
+
+# ------------------------------------------------------- NonMaxSuppression of counted boxes
+
+def nms_of_selected_boxes(n=23):
+    """torchvision's batched NMS input: the boxes whose score passes the threshold ([N, 4]
+    rows of x, GatherND) and their scores, unsqueezed to [1, N, 4] and [1, 1, N], then
+    NonMaxSuppression without a score threshold (the padding's zero boxes and scores would be
+    kept if they were candidates) and Gather of the kept boxes."""
+    nodes = [helper.make_node("Slice", ["x", "s0", "s1", "one"], ["score2"], name="score_col"),
+             helper.make_node("Squeeze", ["score2", "one"], ["score"], name="score_sq"),
+             helper.make_node("Greater", ["score", "thr"], ["m"], name="gt"),
+             helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
+             helper.make_node("Transpose", ["nz"], ["i"], name="tr", perm=[1, 0]),
+             helper.make_node("GatherND", ["boxes", "i"], ["b"], name="sel_boxes"),
+             helper.make_node("GatherND", ["score", "i"], ["s"], name="sel_scores"),
+             helper.make_node("Unsqueeze", ["b", "zero"], ["b3"], name="b3"),
+             helper.make_node("Unsqueeze", ["s", "zero_one"], ["s3"], name="s3"),
+             helper.make_node("NonMaxSuppression", ["b3", "s3", "per_class", "iou"], ["sel"],
+                              name="nms"),
+             helper.make_node("Gather", ["sel", "two"], ["k"], name="k", axis=1),
+             helper.make_node("Squeeze", ["k", "one"], ["keep"], name="keep"),
+             helper.make_node("Gather", ["b", "keep"], ["kept"], name="kept", axis=0)]
+    inits = {"thr": np.array(0.5, np.float32), "s0": np.array([4], np.int64),
+             "s1": np.array([5], np.int64), "one": np.array([1], np.int64),
+             "zero": np.array([0], np.int64), "zero_one": np.array([0, 1], np.int64),
+             "per_class": np.array([100], np.int64), "iou": np.array([0.3], np.float32),
+             "two": np.array([2], np.int64)}
+    return make_model(nodes, {"x": rand(n, 5), "boxes": rand(n, 4)}, ["sel", "keep", "kept"],
+                      initializers=inits, opset=17)
+
+
+def overlapping_boxes(n, count, seed=0):
+    """n boxes [y1, x1, y2, x2] in clusters that overlap, and x whose column 4 (the score)
+    passes 0.5 for `count` of them."""
+    rng = np.random.default_rng(seed)
+    centre = rng.integers(0, 4, n)[:, None] * 3.0 + rng.uniform(-0.6, 0.6, (n, 2))
+    boxes = np.concatenate([centre - 1, centre + 1], axis=1).astype(np.float32)
+    x = rng.uniform(0, 0.4, (n, 5)).astype(np.float32)
+    x[rng.permutation(n)[:count], 4] = rng.uniform(0.6, 1, count)
+    return x, boxes
+
+
+def test_nms_of_counted_boxes(tmp_path, target="x86"):
+    model = nms_of_selected_boxes()
+    for count in ([0, 1, 9, 23] if target == "x86" else [9]):
+        x, boxes = overlapping_boxes(23, count, seed=count)
+        got = check_model(model, {"x": x, "boxes": boxes}, tmp_path / str(count), target=target)
+        assert min(count, 1) <= got["keep"].shape[0] < max(count, 1) or count == 1

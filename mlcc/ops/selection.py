@@ -268,14 +268,23 @@ class NonMaxSuppression(OpDef):
         return [("int64", (rows, 3))]
 
     def dynamic(self, node, ins, g):
-        refuse_dynamic(node, ins)
+        """Boxes whose number depends on the data (boxes' axis 1 and scores' axis 2, one
+        count): only the valid ones are candidates."""
+        boxes, scores = ins[0], ins[1]
+        if boxes.dyn is not None and boxes.dyn[0] == 1 and scores.dyn == (2, boxes.dyn[1]):
+            refuse_dynamic(node, ins[2:])
+        else:
+            refuse_dynamic(node, ins, "reads it only as the number of boxes (axis 1 of the "
+                                      "boxes, 2 of the scores, one count)")
         return [(0, _key(node))]
 
     def lower(self, node: Node, lo: Lowering) -> None:
         boxes, scores = lo.value(node.inputs[0]), lo.value(node.inputs[1])
         out = node.outputs[0]
-        lo.call("mlcc_f32_nms", [boxes.name, scores.name, node.input(2), node.input(3),
-                                 node.input(4), out, lo.count(_key(node))],
+        counted = [lo.count_of(boxes.name)] if boxes.dyn is not None else []
+        lo.call("mlcc_f32_nms__counted" if counted else "mlcc_f32_nms",
+                [boxes.name, scores.name] + counted + [node.input(2), node.input(3),
+                                                       node.input(4), out, lo.count(_key(node))],
                 [out, lo.count_of(out)], params_type="mlcc_nms_params",
                 params={"batches": boxes.shape[0], "classes": scores.shape[1],
                         "n": boxes.shape[1], "max": lo.value(out).shape[0],

@@ -369,9 +369,10 @@ static void nms_sift_down(const float *s, int32_t *heap, int64_t h, int64_t c) {
     heap[c] = v;
 }
 
-int mlcc_f32_nms(const mlcc_nms_params *p, const float *boxes, const float *scores,
-                 const int64_t *max_per_class, const float *iou_threshold,
-                 const float *score_threshold, int64_t *out, int64_t *count, void *scratch) {
+/* Boxes (and scores) at positions below `valid` (of n) are candidates. */
+static int nms(const mlcc_nms_params *p, int64_t valid, const float *boxes, const float *scores,
+               const int64_t *max_per_class, const float *iou_threshold,
+               const float *score_threshold, int64_t *out, int64_t *count, void *scratch) {
     const int64_t n = p->n;
     const int64_t limit = max_per_class != NULL && *max_per_class > 0 ? *max_per_class : 0;
     const float iou = iou_threshold != NULL ? *iou_threshold : 0.0f;
@@ -382,7 +383,7 @@ int mlcc_f32_nms(const mlcc_nms_params *p, const float *boxes, const float *scor
         for (c = 0; c < p->classes; c++) {
             const float *s = scores + (b * p->classes + c) * n;
             int64_t h = 0, nk = 0;
-            for (j = 0; j < n; j++)
+            for (j = 0; j < valid; j++)
                 if (score_threshold == NULL || s[j] > *score_threshold) heap[h++] = (int32_t)j;
             for (j = h / 2 - 1; j >= 0; j--) nms_sift_down(s, heap, h, j);
             while (h > 0 && nk < limit) {
@@ -408,6 +409,22 @@ int mlcc_f32_nms(const mlcc_nms_params *p, const float *boxes, const float *scor
     for (j = rows * 3; j < p->max * 3; j++) out[j] = 0;
     *count = rows;
     return MLCC_OK;
+}
+
+int mlcc_f32_nms(const mlcc_nms_params *p, const float *boxes, const float *scores,
+                 const int64_t *max_per_class, const float *iou_threshold,
+                 const float *score_threshold, int64_t *out, int64_t *count, void *scratch) {
+    return nms(p, p->n, boxes, scores, max_per_class, iou_threshold, score_threshold, out,
+               count, scratch);
+}
+
+int mlcc_f32_nms__counted(const mlcc_nms_params *p, const float *boxes, const float *scores,
+                          const int64_t *n_count, const int64_t *max_per_class,
+                          const float *iou_threshold, const float *score_threshold,
+                          int64_t *out, int64_t *count, void *scratch) {
+    if (*n_count < 0 || *n_count > p->n) return MLCC_ERR_OUTPUT_TOO_LARGE;
+    return nms(p, *n_count, boxes, scores, max_per_class, iou_threshold, score_threshold, out,
+               count, scratch);
 }
 
 /* ---------------------------------------------------------------------------- Sizes */

@@ -84,6 +84,13 @@ int mlcc_f32_nms(const mlcc_nms_params *p, const float *boxes, const float *scor
                  const int64_t *max_per_class, const float *iou_threshold,
                  const float *score_threshold, int64_t *out, int64_t *count, void *scratch);
 
+/* The same when the number of boxes depends on the data (docs/dynamic-outputs.md): only the
+ * first *n_count of the n boxes (and of each class's scores) are candidates. */
+int mlcc_f32_nms__counted(const mlcc_nms_params *p, const float *boxes, const float *scores,
+                          const int64_t *n_count, const int64_t *max_per_class,
+                          const float *iou_threshold, const float *score_threshold,
+                          int64_t *out, int64_t *count, void *scratch);
+
 /* Concat along an axis whose size depends on the data: one call per input, src viewed as
  * [outer, src_max, inner] of which the first *src_count along src_max are valid (src_count
  * NULL: all src_max), appended at *count along dst's [outer, dst_max, inner], *count then
