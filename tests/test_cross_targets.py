@@ -575,8 +575,8 @@ def test_data_dependent_sizes(tmp_path, target):
     (mlcc_gather_nd__counted), TopK over such an axis (mlcc_topk__counted), Shape and Size
     of one computed at run time (mlcc_i64_sizes), Gather along such an axis
     (mlcc_gather__counted_data_i64), Concat along one (mlcc_concat__counted), reductions over
-    one (mlcc_fill_padding), NMS of counted boxes (mlcc_f32_nms__counted): the harness
-    reports the actual sizes."""
+    one (mlcc_fill_padding), NMS of counted boxes (mlcc_f32_nms__counted), a run-time If,
+    Slice and Split of counted values: the harness reports the actual sizes."""
     from test_dynamic_outputs import boxes_and_scores, detector_postprocess, one_node
 
     boxes, scores = boxes_and_scores(batches=1, n=29, classes=3, center=1, seed=7)
@@ -610,6 +610,8 @@ def test_data_dependent_sizes(tmp_path, target):
     test_reductions_over_a_counted_axis(tmp_path / "reduce", target=target)
     from test_dynamic_chains import test_nms_of_counted_boxes      # mlcc_f32_nms__counted
     test_nms_of_counted_boxes(tmp_path / "nms", target=target)
+    from test_dynamic_chains import test_if_slice_and_split_of_counted_values  # If, Slice
+    test_if_slice_and_split_of_counted_values(tmp_path / "if", target=target)
 
 
 @needs_cortex_m

@@ -519,3 +519,57 @@ def test_nms_of_counted_boxes(tmp_path, target="x86"):
         x, boxes = overlapping_boxes(23, count, seed=count)
         got = check_model(model, {"x": x, "boxes": boxes}, tmp_path / str(count), target=target)
         assert min(count, 1) <= got["keep"].shape[0] < max(count, 1) or count == 1
+
+
+# ----------------------- a run-time If with a counted branch output, Slice and Split of one
+
+def if_of_a_counted_branch():
+    """torchvision's `if boxes.numel() == 0: keep = empty else: keep = nms(...)`: the
+    condition computed at run time from the count (Size -> Equal), the then-branch an empty
+    constant, the else-branch the selected coordinates' column 1 ([N] counted); then the first
+    4 of the kept (Slice of the counted axis: a count of min(N, 4)) and Split of the
+    coordinates along the static axis."""
+    then = helper.make_graph(
+        [helper.make_node("Constant", [], ["empty"], name="empty",
+                          value=helper.make_tensor("e", onnx.TensorProto.INT64, [0], []))],
+        "then", [], [helper.make_tensor_value_info("empty", onnx.TensorProto.INT64, [0])])
+    other = helper.make_graph(
+        [helper.make_node("Gather", ["i", "one_s"], ["col"], name="col", axis=1),
+         helper.make_node("Mul", ["col", "ten"], ["keep"], name="times_ten")],
+        "else", [], [helper.make_tensor_value_info("keep", onnx.TensorProto.INT64, ["n"])])
+    nodes = [helper.make_node("Greater", ["x", "thr"], ["m"], name="gt"),
+             helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
+             helper.make_node("Transpose", ["nz"], ["i"], name="tr", perm=[1, 0]),
+             helper.make_node("Size", ["nz"], ["size"], name="size"),
+             helper.make_node("Equal", ["size", "zero"], ["none"], name="none"),
+             helper.make_node("If", ["none"], ["kept"], name="if", then_branch=then,
+                              else_branch=other),
+             helper.make_node("Slice", ["kept", "zero1", "four"], ["first"], name="first4"),
+             helper.make_node("Split", ["i"], ["rows", "cols"], name="split", axis=1,
+                              num_outputs=2)]
+    inits = {"thr": np.array(0.5, np.float32), "zero": np.array(0, np.int64),
+             "one_s": np.array(1, np.int64), "ten": np.array(10, np.int64),
+             "zero1": np.array([0], np.int64), "four": np.array([4], np.int64)}
+    return make_model(nodes, {"x": rand(3, 5)}, ["kept", "first", "rows", "cols"],
+                      initializers=inits, opset=18)
+
+
+def test_if_slice_and_split_of_counted_values(tmp_path, target="x86"):
+    model = if_of_a_counted_branch()
+    for i, x in enumerate(fills((3, 5), seed=10)):
+        got = check_model(model, {"x": x}, tmp_path / str(i), target=target)
+        assert got["first"].shape == (min(got["kept"].shape[0], 4),)
+
+
+@pytest.mark.parametrize("starts,ends", [([-2], [100]), ([0], [-1])])
+def test_slice_of_a_counted_axis_from_its_end_is_refused(tmp_path, starts, ends):
+    nodes = [helper.make_node("Greater", ["x", "thr"], ["m"], name="gt"),
+             helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
+             helper.make_node("Slice", ["nz", "s", "e", "ax"], ["y"], name="cut")]
+    inits = {"thr": np.array(0.5, np.float32), "s": np.array(starts, np.int64),
+             "e": np.array(ends, np.int64), "ax": np.array([1], np.int64)}
+    model = make_model(nodes, {"x": rand(3, 5)}, ["y"], initializers=inits, opset=17)
+    onnx.save(model, tmp_path / "m.onnx")
+    with pytest.raises(UnsupportedError, match=r"'cut' \(Slice-13\).*slices that axis \(with "
+                                               r"bounds other than non-negative"):
+        mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", build=False)

@@ -92,8 +92,9 @@ def refuse_dynamic(node: Node, inputs: list[Value | None], allowed: str = "") ->
                 f"input {v.name!r} has a size that depends on the data (axis {axis}, up to "
                 f"{v.shape[axis]}, counted at run time by {key!r}), and {node.op_type} "
                 + (allowed or "cannot consume it") + "; mlcc carries such sizes through "
-                "elementwise operators, Cast, Gather, GatherND, Slice, Squeeze, Unsqueeze, "
-                "Transpose and Concat on the other axes (docs/dynamic-outputs.md)")
+                "elementwise operators, Cast, Gather, GatherND, Slice, Split, Squeeze, "
+                "Unsqueeze, Transpose and Concat on the other axes, and a few across it "
+                "(docs/dynamic-outputs.md)")
 
 
 _REGISTRY: dict[tuple[str, str], list[OpDef]] = {}

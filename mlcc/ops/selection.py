@@ -315,11 +315,15 @@ class Sizes(OpDef):
         return [None]
 
     def lower(self, node: Node, lo: Lowering) -> None:
-        values = [v if isinstance(v, SymInt) else int(v) for v in node.attrs["values"].flat]
-        keys = {d.count for d in dim_vars(values)}
-        missing = sorted(k for k in keys if k not in lo.program.counts)
-        if missing:       # (the inputs order the nodes; a branch not run would leave it unset)
-            raise UnsupportedError(f"the count of {missing[0]!r} is read before its node runs")
-        out = node.outputs[0]
-        lo.call("mlcc_i64_sizes", [out], [out], params_type="mlcc_sizes_params",
-                params={"n": len(values), "values": values + [0] * (MAX_SIZES - len(values))})
+        emit_sizes(lo, node.outputs[0], list(node.attrs["values"].flat))
+
+
+def emit_sizes(lo: Lowering, out: str, values: list) -> None:
+    """out[i] = values[i] (ints, SymInts over counts: ir.symbolic.count_var) at run time."""
+    values = [v if isinstance(v, SymInt) else int(v) for v in values]
+    keys = {d.count for d in dim_vars(values)}
+    missing = sorted(k for k in keys if k not in lo.program.counts)
+    if missing:       # (the inputs order the nodes; a branch not run would leave it unset)
+        raise UnsupportedError(f"the count of {missing[0]!r} is read before its node runs")
+    lo.call("mlcc_i64_sizes", [out], [out], params_type="mlcc_sizes_params",
+            params={"n": len(values), "values": values + [0] * (MAX_SIZES - len(values))})

@@ -25,6 +25,7 @@ from ..ops import lookup, unsupported_reason
 from ..ops import reference
 from ..ops.common import IO_DTYPES, MAX_RANK
 from ..ops.refusals import RANDOM, REFUSED, SEQUENCES, refusal
+from ..ops.logical import SELECT_AXIS
 from ..ops.registry import describe, static_only
 from .float32_compute import reads_float32, widen
 from .control_flow import fold_loop, inline_if, loop_is_constant, prepare_loop, prepare_scan
@@ -76,7 +77,10 @@ def infer_and_fold(g: Graph) -> Graph:
                 report(node, f"{describe(node)}: {exc.message}")
                 unknown.update(o for o in node.outputs if o)
             continue
-        if node.name in selects and not _same_type(ins[1], ins[2], ins[0]):
+        if node.name in selects and _counted_select(ins) is not None:
+            # a branch's output of a data-dependent size: the taken one's, counted (Where)
+            node = g.nodes[index - 1] = replace(node, attrs={SELECT_AXIS: _counted_select(ins)})
+        elif node.name in selects and not _same_type(ins[1], ins[2], ins[0]):
             report(node, 
                 f"{describe(selects[node.name])}: its condition {node.inputs[0]!r} is known "
                 f"only at run time, and the branches give output {node.outputs[0]!r} as "
@@ -275,6 +279,21 @@ def _branch_hint(g: Graph, nodes: list[Node]) -> str:
 def _has_body(node: Node) -> bool:
     """A Loop or Scan: prepared to run at run time (passes/control_flow.py)."""
     return node.op_type in ("Loop", "Scan") and node.domain in ("", "ai.onnx")
+
+
+def _counted_select(ins) -> int | None:
+    """The axis along which a run-time If's branches give an output of a data-dependent size
+    (one of them counted there, the other counted or static; otherwise one type), or None."""
+    cond, a, b = ins
+    dyns = {v.dyn for v in (a, b)} - {None}
+    if not dyns or cond.numel != 1 or a.dtype != b.dtype or len(a.shape) != len(b.shape):
+        return None
+    axes = {d[0] for d in dyns}
+    if len(axes) != 1:
+        return None
+    axis = axes.pop()
+    same = all(x == y for i, (x, y) in enumerate(zip(a.shape, b.shape)) if i != axis)
+    return axis if same and all(v.dyn is None or v.dyn[0] == axis for v in (a, b)) else None
 
 
 def _same_type(a, b, cond) -> bool:
