@@ -612,6 +612,8 @@ def test_data_dependent_sizes(tmp_path, target):
     test_nms_of_counted_boxes(tmp_path / "nms", target=target)
     from test_dynamic_chains import test_if_slice_and_split_of_counted_values  # If, Slice
     test_if_slice_and_split_of_counted_values(tmp_path / "if", target=target)
+    from test_dynamic_chains import test_torchvision_postprocess_detections   # all of them
+    test_torchvision_postprocess_detections(tmp_path / "tv", target=target)
 
 
 @needs_cortex_m

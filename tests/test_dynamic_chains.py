@@ -573,3 +573,104 @@ def test_slice_of_a_counted_axis_from_its_end_is_refused(tmp_path, starts, ends)
     with pytest.raises(UnsupportedError, match=r"'cut' \(Slice-13\).*slices that axis \(with "
                                                r"bounds other than non-negative"):
         mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", build=False)
+
+
+# ------------------------------------------------ torchvision's postprocess_detections, whole
+
+def torchvision_postprocess(anchors=29, classes=4, cap=5, keep=6):
+    """torchvision's SSD postprocess_detections as its TorchScript export writes it, on
+    scores [anchors, classes] and boxes [anchors, 4]: per class but the background, the scores
+    above a threshold (NonZero -> GatherND), their top min(cap, count) (TopK with k from the
+    Shape), the boxes of those and their labels (ConstantOfShape); every class concatenated;
+    then `if boxes.numel() == 0` an empty result, else the batched NMS (boxes offset by
+    label x (max + 1), ReduceMax over the counted boxes), the first `keep` kept, and the
+    boxes, scores and labels gathered by them."""
+    I64 = onnx.TensorProto.INT64
+    nodes, parts = [], {"b": [], "s": [], "l": []}
+    for c in range(1, classes):
+        p = f"c{c}_"
+        nodes += [
+            helper.make_node("Gather", ["scores", f"{p}idx"], [p + "s"], axis=1),
+            helper.make_node("Greater", [p + "s", "thr"], [p + "m"]),
+            helper.make_node("NonZero", [p + "m"], [p + "nz"]),
+            helper.make_node("Transpose", [p + "nz"], [p + "t"], perm=[1, 0]),
+            helper.make_node("GatherND", [p + "s", p + "t"], [p + "sc"]),
+            helper.make_node("GatherND", ["boxes", p + "t"], [p + "bc"]),
+            helper.make_node("Shape", [p + "sc"], [p + "sh"]),
+            helper.make_node("Gather", [p + "sh", "zero"], [p + "n"], axis=0),
+            helper.make_node("Unsqueeze", [p + "n", "ax0"], [p + "n1"]),
+            helper.make_node("Concat", ["cap", p + "n1"], [p + "both"], axis=0),
+            helper.make_node("ReduceMin", [p + "both"], [p + "k0"], keepdims=0),
+            helper.make_node("Reshape", [p + "k0", "one1"], [p + "k"]),
+            helper.make_node("TopK", [p + "sc", p + "k"], [p + "v", p + "i"]),
+            helper.make_node("Gather", [p + "bc", p + "i"], [p + "bt"], axis=0),
+            helper.make_node("Shape", [p + "v"], [p + "vs"]),
+            helper.make_node("ConstantOfShape", [p + "vs"], [p + "lab"],
+                             value=helper.make_tensor("v", I64, [1], [c]))]
+        parts["b"].append(p + "bt")
+        parts["s"].append(p + "v")
+        parts["l"].append(p + "lab")
+    nodes += [helper.make_node("Concat", parts["b"], ["B"], axis=0),
+              helper.make_node("Concat", parts["s"], ["S"], axis=0),
+              helper.make_node("Concat", parts["l"], ["L"], axis=0),
+              helper.make_node("Size", ["B"], ["numel"]),
+              helper.make_node("Equal", ["numel", "zero"], ["none"])]
+    empty = helper.make_graph(
+        [helper.make_node("Constant", [], ["empty"],
+                          value=helper.make_tensor("e", I64, [0], []))],
+        "then", [], [helper.make_tensor_value_info("empty", I64, [0])])
+    nms = helper.make_graph(
+        [helper.make_node("ReduceMax", ["B"], ["mx"], keepdims=0),
+         helper.make_node("Cast", ["L"], ["lf"], to=1),
+         helper.make_node("Add", ["mx", "onef"], ["mx1"]),
+         helper.make_node("Mul", ["lf", "mx1"], ["off"]),
+         helper.make_node("Unsqueeze", ["off", "one1"], ["off2"]),
+         helper.make_node("Add", ["B", "off2"], ["bn"]),
+         helper.make_node("Unsqueeze", ["bn", "ax0"], ["bn3"]),
+         helper.make_node("Unsqueeze", ["S", "ax01"], ["s3"]),
+         helper.make_node("NonMaxSuppression", ["bn3", "s3", "per_class", "iou"], ["sel"]),
+         helper.make_node("Gather", ["sel", "two1"], ["k2"], axis=1),
+         helper.make_node("Squeeze", ["k2", "one1"], ["kept"])],
+        "else", [], [helper.make_tensor_value_info("kept", I64, ["n"])])
+    nodes += [helper.make_node("If", ["none"], ["keep_all"], then_branch=empty,
+                               else_branch=nms),
+              helper.make_node("Slice", ["keep_all", "zero1", "keep"], ["keep_n"]),
+              helper.make_node("Gather", ["B", "keep_n"], ["out_boxes"], axis=0),
+              helper.make_node("Gather", ["S", "keep_n"], ["out_scores"], axis=0),
+              helper.make_node("Gather", ["L", "keep_n"], ["out_labels"], axis=0)]
+    for k, n in enumerate(nodes):
+        n.name = f"n{k}_{n.op_type}"
+    inits = {"thr": np.array(0.5, np.float32), "zero": np.array(0, np.int64),
+             "ax0": np.array([0], np.int64), "ax01": np.array([0, 1], np.int64),
+             "cap": np.array([cap], np.int64), "one1": np.array([1], np.int64),
+             "two1": np.array([2], np.int64), "zero1": np.array([0], np.int64),
+             "keep": np.array([keep], np.int64), "onef": np.array(1, np.float32),
+             "per_class": np.array([1000], np.int64), "iou": np.array([0.45], np.float32),
+             **{f"c{c}_idx": np.array(c, np.int64) for c in range(1, classes)}}
+    feeds = {"scores": rand(anchors, classes), "boxes": rand(anchors, 4)}
+    return make_model(nodes, feeds, ["out_boxes", "out_scores", "out_labels"],
+                      initializers=inits, opset=18)
+
+
+def detector_inputs(anchors, classes, passing, seed=0):
+    """Scores with `passing` (anchor, class) pairs above 0.5 (distinct values), clustered
+    boxes [y1, x1, y2, x2] that overlap within a cluster."""
+    rng = np.random.default_rng(seed)
+    scores = rng.uniform(0, 0.45, (anchors, classes)).astype(np.float32)
+    flat = rng.permutation(anchors * classes)[:passing]
+    scores.reshape(-1)[flat] = np.linspace(0.55, 0.99, passing, dtype=np.float32)
+    centre = rng.integers(0, 3, anchors)[:, None] * 2.5 + rng.uniform(-0.5, 0.5, (anchors, 2))
+    boxes = np.concatenate([centre - 1, centre + 1], axis=1).astype(np.float32)
+    return {"scores": scores, "boxes": boxes}
+
+
+def test_torchvision_postprocess_detections(tmp_path, target="x86"):
+    """The whole chain against onnxruntime: no score passes (the If's empty branch), one,
+    fewer than the cap per class, more than the cap (TopK cuts), more kept than `keep` (the
+    Slice cuts), every score passing."""
+    model = torchvision_postprocess()
+    for passing in ([0, 1, 4, 15, 40, 116] if target == "x86" else [15]):
+        feeds = detector_inputs(29, 4, passing, seed=passing)
+        got = check_model(model, feeds, tmp_path / str(passing), target=target)
+        assert (got["out_labels"].size == 0) == (passing == 0 or
+                                                 not (feeds["scores"][:, 1:] > 0.5).any())
