@@ -614,6 +614,8 @@ def test_data_dependent_sizes(tmp_path, target):
     test_if_slice_and_split_of_counted_values(tmp_path / "if", target=target)
     from test_dynamic_chains import test_torchvision_postprocess_detections   # all of them
     test_torchvision_postprocess_detections(tmp_path / "tv", target=target)
+    from test_dynamic_chains import test_reshape_around_a_counted_axis
+    test_reshape_around_a_counted_axis(tmp_path / "reshape", target=target)
 
 
 @needs_cortex_m

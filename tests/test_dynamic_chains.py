@@ -261,15 +261,15 @@ def test_topk_k_from_the_count(tmp_path):
         assert got["vs"].tolist() == [min(count, 5)]
 
 
-@pytest.mark.parametrize("op", ["Reshape", "Expand", "Cast"])
+@pytest.mark.parametrize("op", ["Expand", "Cast"])
 def test_shape_of_a_counted_tensor_refusals(tmp_path, op):
-    """What a size the data decides cannot yet become: a shape (a Reshape's, an Expand's), or
-    a float (a Cast of it as an output)."""
+    """What a size the data decides cannot yet become: an Expand's shape, or a float (a Cast
+    of it as an output). (A Reshape's: test_reshape_refusals.)"""
     nodes = [helper.make_node("Greater", ["x", "thr"], ["m"], name="gt"),
              helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
              helper.make_node("Shape", ["nz"], ["s"], name="shape"),
-             helper.make_node(op, {"Reshape": ["nz", "s"], "Expand": ["thr", "s"]}.get(
-                 op, ["s"]), ["y"], name="bad", **({"to": 1} if op == "Cast" else {}))]
+             helper.make_node(op, {"Expand": ["thr", "s"]}.get(op, ["s"]), ["y"], name="bad",
+                              **({"to": 1} if op == "Cast" else {}))]
     model = make_model(nodes, {"x": rand(3, 5)}, [], initializers={
         "thr": np.array(0.5, np.float32)}, opset=17)
     elem = onnx.TensorProto.FLOAT if op in ("Cast", "Expand") else onnx.TensorProto.INT64
@@ -674,3 +674,53 @@ def test_torchvision_postprocess_detections(tmp_path, target="x86"):
         got = check_model(model, feeds, tmp_path / str(passing), target=target)
         assert (got["out_labels"].size == 0) == (passing == 0 or
                                                  not (feeds["scores"][:, 1:] > 0.5).any())
+
+
+# ------------------------------------------------------------ Reshape of a counted tensor
+
+def test_reshape_around_a_counted_axis(tmp_path, target="x86"):
+    """RetinaNet's and FCOS's box decoding: [N, 2, 2] -> [N, 4] with a constant target
+    ([-1, 4]) and with one computed from the Shape (the count, 4): a view, the count kept."""
+    nodes = [helper.make_node("Greater", ["x", "thr"], ["m"], name="gt"),
+             helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
+             helper.make_node("Transpose", ["nz"], ["t"], name="tr", perm=[1, 0]),
+             helper.make_node("Concat", ["t", "t"], ["tt"], name="pair", axis=1),
+             helper.make_node("Reshape", ["tt", "n22"], ["r3"], name="to3"),
+             helper.make_node("Reshape", ["r3", "n4"], ["flat_const"], name="flat_const"),
+             helper.make_node("Shape", ["t"], ["sh"], name="shape"),
+             helper.make_node("Gather", ["sh", "zero"], ["n"], name="n"),
+             helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"], name="n1"),
+             helper.make_node("Concat", ["n1", "four"], ["target"], name="target", axis=0),
+             helper.make_node("Reshape", ["r3", "target"], ["flat"], name="flat")]
+    inits = {"thr": np.array(0.5, np.float32), "n22": np.array([-1, 2, 2], np.int64),
+             "n4": np.array([-1, 4], np.int64), "zero": np.array(0, np.int64),
+             "ax0": np.array([0], np.int64), "four": np.array([4], np.int64)}
+    model = make_model(nodes, {"x": rand(3, 5)}, ["r3", "flat_const", "flat"],
+                       initializers=inits, opset=17)
+    for i, x in enumerate(fills((3, 5), seed=11)):
+        check_model(model, {"x": x}, tmp_path / str(i), target=target)
+
+
+@pytest.mark.parametrize("case", ["merge", "static"])
+def test_reshape_refusals(tmp_path, case):
+    """Merging the counted axis with another ([2, N] -> [2N]) is refused; so is reshaping a
+    static tensor to a size the data decides."""
+    nodes = [helper.make_node("Greater", ["x", "thr"], ["m"], name="gt"),
+             helper.make_node("NonZero", ["m"], ["nz"], name="nz")]
+    inits = {"thr": np.array(0.5, np.float32)}
+    if case == "merge":
+        nodes.append(helper.make_node("Reshape", ["nz", "flat"], ["y"], name="bad"))
+        inits["flat"] = np.array([-1], np.int64)
+        want = r"'bad' \(Reshape-14\).*would reshape its axis 1"
+    else:
+        nodes += [helper.make_node("Shape", ["nz"], ["s"], name="shape"),
+                  helper.make_node("Reshape", ["w", "s"], ["y"], name="bad")]
+        inits["w"] = rand(2, 15)
+        want = r"'bad' \(Reshape-14\).*depends on the count of 'nz'"
+    model = make_model(nodes, {"x": rand(3, 5)}, [], initializers=inits, opset=17)
+    model.graph.output.append(helper.make_tensor_value_info(
+        "y", onnx.TensorProto.INT64 if case == "merge" else onnx.TensorProto.FLOAT, None))
+    model.graph.output[0].type.tensor_type.shape.SetInParent()
+    onnx.save(model, tmp_path / "m.onnx")
+    with pytest.raises(UnsupportedError, match=want):
+        mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", build=False)

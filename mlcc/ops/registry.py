@@ -35,10 +35,11 @@ class OpDef:
     # Its kernels apply a fused activation (attrs["_act"], passes.fuse_activations).
     fuses_activation: bool = False
     # An output size that is a data-dependent count (a Shape of a NonZero's output as the
-    # shape input) may be planned at its maximum, the count becoming that axis's Value.dyn:
-    # computed over the maximum, the first `count` positions along the axis are the result
-    # (ConstantOfShape; docs/dynamic-outputs.md). Other operators refuse such a size.
-    counted_shapes: bool = False
+    # shape input) may be planned at its maximum, the count becoming that axis's Value.dyn
+    # (docs/dynamic-outputs.md): "fill" when, computed over the maximum, the first `count`
+    # positions along the axis are the result (ConstantOfShape); "view" when the output is
+    # a view of an input that has that very count on that axis (Reshape). "": refused.
+    counted_shapes: str = ""
 
     def check(self, node: Node) -> list[str]:
         """What about this node (from its attributes alone) mlcc does not support."""

@@ -101,7 +101,7 @@ def infer_and_fold(g: Graph) -> Graph:
                     _set_const(g, name, arr, symbolic_dtype(g, node))
             continue
         counted = [i for i in node.inputs if _counted_const(g, i)]
-        if counted and not getattr(lookup(node), "counted_shapes", False):
+        if counted and not getattr(lookup(node), "counted_shapes", ""):
             # computed at run time first (an mlcc.Sizes node), then this node
             g.nodes[index - 1:index] = [
                 _run_time_sizes(g, i, f"{i}.sizes", node.guard) for i in dict.fromkeys(counted)
@@ -165,8 +165,16 @@ def infer_and_fold(g: Graph) -> Graph:
         try:    # which outputs have a data-dependent size (once their shapes are known)
             try:
                 counted_outputs = _counted_shapes(g, node)
-                dyns = [counted_outputs.get(n, d) for n, d in
-                        zip(node.outputs, lookup(node).dynamic(node, ins, g))]
+                dyns = lookup(node).dynamic(node, ins, g)
+                for name, d in zip(node.outputs, dyns):
+                    if lookup(node).counted_shapes == "view" and \
+                            counted_outputs.get(name, d) != d:
+                        raise UnsupportedError(
+                            f"output {name!r} would have the size of the count of "
+                            f"{counted_outputs[name][1]!r} along axis "
+                            f"{counted_outputs[name][0]}, but is not a view of a tensor of "
+                            f"that size there")
+                dyns = [counted_outputs.get(n, d) for n, d in zip(node.outputs, dyns)]
             except TypeError as exc:        # numpy refusing a SymInt (ops/registry.py)
                 raise static_only(node, ins, exc) from None
             if any(dyns) and any(g.values[n].is_dynamic for n in g.inputs):
@@ -230,7 +238,8 @@ def _counted_shapes(g: Graph, node: Node) -> dict[str, tuple[int, str]]:
                 sum(isinstance(d, SymInt) for d in v.shape) != 1:
             raise UnsupportedError(f"output {name!r} would have the shape {list(v.shape)}, "
                                    f"which depends on the data; mlcc plans such a size only "
-                                   f"as one whole dimension of a ConstantOfShape")
+                                   f"as one whole dimension of a ConstantOfShape, or of a "
+                                   f"Reshape to that very size")
         axis, count = bare[0], v.shape[bare[0]].dims[0]
         v.shape = v.shape[:axis] + (count.hi,) + v.shape[axis + 1:]
         found[name] = (axis, count.count)
