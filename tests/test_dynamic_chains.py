@@ -242,7 +242,8 @@ def test_shape_and_size_of_a_counted_tensor(tmp_path, target="x86"):
 def test_topk_k_from_the_count(tmp_path):
     """torchvision's per-class top-k: k = min(cap, the number of scores above the threshold)
     (Shape -> Gather -> Unsqueeze -> Concat with the cap -> ReduceMin -> Reshape -> TopK's K),
-    then the Shape of TopK's output; counts 0, 1, below, at and above the cap, every element."""
+    (read by two TopKs: one mlcc.Sizes), then the Shape of TopK's output; counts 0, 1, below,
+    at and above the cap, every element."""
     extra = [helper.make_node("Shape", ["s"], ["sh"], name="shape"),
              helper.make_node("Gather", ["sh", "zero"], ["n"], name="g0", axis=0),
              helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"], name="unsq"),
@@ -250,11 +251,13 @@ def test_topk_k_from_the_count(tmp_path):
              helper.make_node("ReduceMin", ["both"], ["k0"], name="rmin", keepdims=0),
              helper.make_node("Reshape", ["k0", "one"], ["k"], name="rs"),
              helper.make_node("TopK", ["s", "k"], ["v", "i"], name="topk"),
+             helper.make_node("TopK", ["s", "k"], ["lv", "li"], name="bottomk", largest=0),
              helper.make_node("Shape", ["v"], ["vs"], name="vshape")]
     inits = {"zero": np.array(0, np.int64), "ax0": np.array([0], np.int64),
              "cap": np.array([5], np.int64), "one": np.array([1], np.int64)}
     nodes, feeds, inits = scores_of_selected(23, extra, inits=inits)
-    model = make_model(nodes, feeds, ["v", "i", "vs", "k"], initializers=inits, opset=17)
+    model = make_model(nodes, feeds, ["v", "i", "lv", "li", "vs", "k"], initializers=inits,
+                       opset=17)
     for count in [0, 1, 4, 5, 6, 23]:
         x = negatives(23, count, seed=count, ties=True)
         got = check_model(model, {"x": x}, tmp_path / str(count))

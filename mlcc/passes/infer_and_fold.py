@@ -51,6 +51,7 @@ def infer_and_fold(g: Graph) -> Graph:
     unknown: set[str] = set()     # values whose type could not be inferred (after a problem)
     selects: dict[str, Node] = {}  # Where nodes choosing a run-time If's outputs -> the If
     f32_of: dict[str, str] = {}   # float16/bfloat16/float64 value -> its float32 source
+    sizes_made: dict = {}   # (value over counts, guard) -> the mlcc.Sizes output computing it
     index = 0
     while index < len(g.nodes):
         node = g.nodes[index]
@@ -102,11 +103,15 @@ def infer_and_fold(g: Graph) -> Graph:
             continue
         counted = [i for i in node.inputs if _counted_const(g, i)]
         if counted and not getattr(lookup(node), "counted_shapes", ""):
-            # computed at run time first (an mlcc.Sizes node), then this node
-            g.nodes[index - 1:index] = [
-                _run_time_sizes(g, i, f"{i}.sizes", node.guard) for i in dict.fromkeys(counted)
-            ] + [replace(node, inputs=[f"{i}.sizes" if i in counted else i
-                                       for i in node.inputs])]
+            # computed at run time first (an mlcc.Sizes node, one per value and guard), then
+            # this node
+            made = {i: sizes_made.get((i, node.guard)) for i in counted}
+            new = {i: g.fresh_name(f"{i}.sizes") for i in dict.fromkeys(counted) if not made[i]}
+            sizes_made.update({(i, node.guard): out for i, out in new.items()})
+            made.update(new)
+            g.nodes[index - 1:index] = [_run_time_sizes(g, i, out, node.guard)
+                                        for i, out in new.items()] + [
+                replace(node, inputs=[made.get(i, i) for i in node.inputs])]
             index -= 1
             continue
         if _has_body(node) and "_outer" not in node.attrs:
