@@ -727,3 +727,19 @@ def test_reshape_refusals(tmp_path, case):
     onnx.save(model, tmp_path / "m.onnx")
     with pytest.raises(UnsupportedError, match=want):
         mlcc.compile(tmp_path / "m.onnx", tmp_path / "out", build=False)
+
+
+@pytest.mark.parametrize("start,end", [(0, 4), (2, 100), (3, 3), (1, 9)])
+def test_slice_of_a_counted_axis(tmp_path, start, end):
+    """NonZero's [2, N] sliced along N from `start` to `end`: a count of
+    max(0, min(N, end) - start), for N of 0, 1, some and all."""
+    nodes = [helper.make_node("Greater", ["x", "thr"], ["m"], name="gt"),
+             helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
+             helper.make_node("Slice", ["nz", "s", "e", "ax"], ["y"], name="cut")]
+    inits = {"thr": np.array(0.5, np.float32), "s": np.array([start], np.int64),
+             "e": np.array([end], np.int64), "ax": np.array([-1], np.int64)}
+    model = make_model(nodes, {"x": rand(3, 5)}, ["y"], initializers=inits, opset=17)
+    for i, x in enumerate(fills((3, 5), seed=12)):
+        got = check_model(model, {"x": x}, tmp_path / str(i))
+        n = int((x > 0.5).sum())
+        assert got["y"].shape == (2, max(0, min(n, end) - start))
