@@ -571,7 +571,12 @@ def test_loop(tmp_path, target):
 @pytest.mark.parametrize("target", TARGETS[:2])    # firmware targets refuse them (below)
 def test_data_dependent_sizes(tmp_path, target):
     """NonMaxSuppression then Gather of the selected boxes, TopK with a run-time k and Unique
-    along an axis (runtime_c/kernels/selection.c): the harness reports the actual sizes."""
+    along an axis (runtime_c/kernels/selection.c), GatherND of NonZero's coordinates
+    (mlcc_gather_nd__counted), TopK over such an axis (mlcc_topk__counted), Shape and Size
+    of one computed at run time (mlcc_i64_sizes), Gather along such an axis
+    (mlcc_gather__counted_data_i64), Concat along one (mlcc_concat__counted), reductions over
+    one (mlcc_fill_padding), NMS of counted boxes (mlcc_f32_nms__counted), a run-time If,
+    Slice and Split of counted values: the harness reports the actual sizes."""
     from test_dynamic_outputs import boxes_and_scores, detector_postprocess, one_node
 
     boxes, scores = boxes_and_scores(batches=1, n=29, classes=3, center=1, seed=7)
@@ -582,6 +587,35 @@ def test_data_dependent_sizes(tmp_path, target):
     u = (np.arange(21, dtype=np.int64).reshape(3, 7) * 5 % 4).astype(np.int64)
     check_model(one_node("Unique", {"x": u}, 4, sorted=0, axis=1), {"x": u}, tmp_path,
                 target=target)
+    from test_dynamic_chains import selected_rows      # NonZero -> GatherND (counted)
+    x = rand(3, 5, 4, seed=8)
+    model = make_model(selected_rows(x.shape, 2), {"x": x}, ["y"],
+                       initializers={"thr": np.array(0.5, np.float32)}, opset=17)
+    check_model(model, {"x": x}, tmp_path, target=target)
+    from test_dynamic_chains import negatives, scores_of_selected     # mlcc_topk__counted
+    nodes, feeds, inits = scores_of_selected(
+        29, [helper.make_node("TopK", ["s", "k"], ["v", "i"], name="topk")],
+        inits={"k": np.array([4], np.int64)})
+    feeds = {"x": negatives(29, 11, ties=True)}
+    check_model(make_model(nodes, feeds, ["v", "i"], initializers=inits, opset=17), feeds,
+                tmp_path, target=target)
+    from test_dynamic_chains import test_shape_and_size_of_a_counted_tensor   # mlcc_i64_sizes
+    test_shape_and_size_of_a_counted_tensor(tmp_path / "sizes", target=target)
+    from test_dynamic_chains import counted_gather      # mlcc_gather__counted_data_i64
+    counted_gather(tmp_path / "gather", target=target)
+    from test_dynamic_chains import per_class_detections     # mlcc_concat__counted
+    x = rand(13, 3, seed=3)
+    check_model(per_class_detections(), {"x": x}, tmp_path / "concat", target=target)
+    from test_dynamic_chains import test_reductions_over_a_counted_axis  # mlcc_fill_padding
+    test_reductions_over_a_counted_axis(tmp_path / "reduce", target=target)
+    from test_dynamic_chains import test_nms_of_counted_boxes      # mlcc_f32_nms__counted
+    test_nms_of_counted_boxes(tmp_path / "nms", target=target)
+    from test_dynamic_chains import test_if_slice_and_split_of_counted_values  # If, Slice
+    test_if_slice_and_split_of_counted_values(tmp_path / "if", target=target)
+    from test_dynamic_chains import test_torchvision_postprocess_detections   # all of them
+    test_torchvision_postprocess_detections(tmp_path / "tv", target=target)
+    from test_dynamic_chains import test_reshape_around_a_counted_axis
+    test_reshape_around_a_counted_axis(tmp_path / "reshape", target=target)
 
 
 @needs_cortex_m

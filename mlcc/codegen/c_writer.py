@@ -322,6 +322,16 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
           f"    {P}_ARENA_SIZE, {P}_ARENA_ALIGN, {P}_WEIGHTS_SIZE,",
           f"    {P}_NUM_INPUTS, {P}_NUM_OUTPUTS, input_info, output_info", "};", ""]
 
+    def counted(params) -> bool:    # computed from data-dependent counts: just before the call
+        return any(v.count for v in dim_vars(params))
+
+    def count_entry(v: DimVar) -> str:
+        return f"*(const int64_t *){pointer(prog.counts[v.count])}" if v.count else \
+            f"dims[{v.index}]"
+
+    def leaf(v) -> str:
+        return v.c_expr(count_entry) if isinstance(v, SymInt) else _leaf(v)
+
     for call_, pn in zip(prog.calls, sym.params):
         if pn is not None and not is_symbolic(call_.params):
             c += initializer(f"static const {call_.params_type} {pn} = ", call_.params, _leaf)
@@ -367,7 +377,7 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
               "    if (!check_dims(dims)) return MLCC_ERR_DIMS_OUT_OF_RANGE;"]
         # the parameters that depend on the sizes, computed from them at each run
         for call_, pn in zip(prog.calls, sym.params):
-            if pn is not None and is_symbolic(call_.params):
+            if pn is not None and is_symbolic(call_.params) and not counted(call_.params):
                 c += initializer(f"const {call_.params_type} {pn} = ", call_.params, _leaf,
                                  indent=INDENT)
     open_blocks: list = []          # the if-blocks (run-time If) and loops around the calls
@@ -403,6 +413,9 @@ def write_c(prog: Program, plan: MemoryPlan, weight_offsets: dict[str, int], *, 
         outs_txt = ", ".join(f"{a}{_dims(g.values[a].shape)}" for a in call_.writes)
         label = ", ".join(call_.nodes) or "output copy"
         c += comment(_c_comment(f"{label} ({call_.op}): {ins_txt} -> {outs_txt}"), ind)
+        if sym.params[t] is not None and counted(call_.params):
+            c += initializer(f"const {call_.params_type} {sym.params[t]} = ", call_.params,
+                             leaf, indent=ind)
         args = ([f"&{sym.params[t]}"] if sym.params[t] else []) + \
             [pointer(a) for a in call_.args]
         if call_.scratch_bytes is not None:

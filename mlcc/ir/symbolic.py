@@ -18,6 +18,7 @@ max of polynomials.
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -35,6 +36,9 @@ class DimVar:
     hi: int
     index: int           # position in the model's list of dynamic dimensions (the C dims[])
     step: int = 1        # every size is a multiple of step (--shape x=1,3,64..960:32)
+    # a size the data decides (docs/dynamic-outputs.md): the key of Value.dyn whose run-time
+    # count this is, known only once its node has run (not an entry of dims[]; count_var)
+    count: str = ""
 
     @property
     def symbol(self) -> str:
@@ -42,6 +46,19 @@ class DimVar:
         (N, batch), else _d<index> ("p2o.DynamicDimension.1", "x:3")."""
         ok = self.name.isidentifier() and self.name not in ("min", "max")
         return self.name if ok and not self.name.startswith("_d") else f"_d{self.index}"
+
+
+def count_var(key: str, maximum: int) -> DimVar:
+    """The run-time count of the data-dependent size `key` (Value.dyn), 0..maximum; its index
+    (negative, apart from dims[]) is a stable hash of the key, so that output is deterministic."""
+    return DimVar(f"the count of {key!r}", 0, maximum, -1 - zlib.crc32(key.encode()),
+                  count=key)
+
+
+def _dims_entry(v: DimVar) -> str:
+    if v.count:
+        raise SymbolicError(f"{v.name} is known only at run time, after its node has run")
+    return f"dims[{v.index}]"
 
 
 # An atom: ("var", DimVar) | ("div", Poly, Poly) | ("mod", Poly, Poly) | ("min"/"max", Poly,
@@ -174,6 +191,9 @@ class SymInt:
                          for v in self.dims)
 
     def undecided(self, what: str) -> SymbolicError:
+        if any(v.count for v in self.dims):
+            return SymbolicError(f"{what} depends on {self._names()}, which the data decides; "
+                                 f"mlcc cannot plan it (docs/dynamic-outputs.md)")
         return SymbolicError(f"{what} depends on the size of {self._names()}; not supported "
                              f"with a dynamic size (give it a fixed --shape)")
 
@@ -296,7 +316,7 @@ class SymInt:
     def __repr__(self):
         return _render(self.poly, lambda v: v.name, "//")
 
-    def c_expr(self, var_name=lambda v: f"dims[{v.index}]") -> str:
+    def c_expr(self, var_name=_dims_entry) -> str:
         """The expression in C over int64_t dims (every division of non-negative values)."""
         return _render(self.poly, var_name, "/", c=True)
 

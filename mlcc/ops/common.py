@@ -1,6 +1,7 @@
 """Helpers shared by operator definitions: axes, broadcasting, constant inputs, copies."""
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
@@ -239,16 +240,18 @@ def elementwise_dynamic(node: Node, ins: Sequence[Value | None], g: Graph
 
 def view_dynamic(node: Node, x: Value, out: Value) -> list[tuple[int, str] | None]:
     """Value.dyn of a view's output (Reshape, Squeeze, ...: the same bytes, another shape):
-    the data-dependent axis keeps its place among the axes of size > 1, which must be the
-    same in and out (a view that merges or splits it is refused)."""
+    the data-dependent axis whole, with the same number of elements before it and after it
+    (the axes around it may merge or split: [N, 2, 2] -> [N, 4]), so that the padding stays
+    where it was (a view that merges or splits that axis is refused)."""
     if x.dyn is None:
         return [None]
     axis, key = x.dyn
     if tuple(x.shape) == tuple(out.shape):
         return [(axis, key)]
-    kept_in = [a for a, d in enumerate(x.shape) if d != 1]
-    kept_out = [a for a, d in enumerate(out.shape) if d != 1]
-    if x.shape[axis] == 1 or [x.shape[a] for a in kept_in] != [out.shape[a] for a in kept_out]:
+    before, size = math.prod(x.shape[:axis]), x.shape[axis]
+    found = [a for a, d in enumerate(out.shape) if d == size and d != 1
+             and math.prod(out.shape[:a]) == before]
+    if size == 1 or not found:
         refuse_dynamic(node, [x], f"would reshape its axis {axis} from {list(x.shape)} to "
                                   f"{list(out.shape)}")
-    return [(kept_out[kept_in.index(axis)], key)]
+    return [(found[0], key)]

@@ -46,6 +46,7 @@ class _CompileTime(OpDef):
 @register("ConstantOfShape", since=9)
 class ConstantOfShape(_CompileTime):
     attributes = {"value": None}
+    counted_shapes = "fill"
     value_inputs = ((0, "shape"),)
 
     def _value(self, node) -> np.ndarray:

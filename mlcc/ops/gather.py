@@ -53,8 +53,10 @@ class Gather(OpDef):
             return [(a if a < axis else a + len(indices.shape) - 1, data.dyn[1])]
         if data.dyn is None and indices.dyn is not None:
             return [(axis + indices.dyn[0], indices.dyn[1])]
-        refuse_dynamic(node, [data], "gathers along that axis (or with indices of a "
-                                     "data-dependent size too)")
+        if data.dyn is not None and data.dyn[0] == axis:    # indices checked against the count
+            return [None if indices.dyn is None else (axis + indices.dyn[0], indices.dyn[1])]
+        refuse_dynamic(node, [data], "gathers along another axis with indices of a "
+                                     "data-dependent size too")
         return [None]
 
     def lower(self, node: Node, lo: Lowering) -> None:
@@ -66,6 +68,11 @@ class Gather(OpDef):
         inner = math.prod(data.shape[axis + 1:])
         n = indices.numel
         if out.numel == 0:
+            return
+        params = {"outer": outer, "axis_dim": dim, "inner": inner, "n_indices": n,
+                  "elem_size": np.dtype(data.dtype).itemsize}
+        if data.dyn is not None and data.dyn[0] == axis:
+            self._counted_data(node, lo, data, indices, out, params)
             return
         if indices.is_const:
             idx = np.asarray(indices.const, dtype=np.int64).reshape(-1)
@@ -80,8 +87,6 @@ class Gather(OpDef):
         else:
             index_name = indices.name
         kernel = INDEX_KERNELS[lo.value(index_name).dtype]
-        params = {"outer": outer, "axis_dim": dim, "inner": inner, "n_indices": n,
-                  "elem_size": np.dtype(data.dtype).itemsize}
         if indices.dyn is not None:     # only the indices before the run-time count
             a = indices.dyn[0]
             lo.call(kernel.replace("__", "__counted_"),
@@ -93,3 +98,18 @@ class Gather(OpDef):
             return
         lo.call(kernel, [data.name, index_name, out.name], [out.name],
                 params_type="mlcc_gather_params", params=params, returns_status=True)
+
+    def _counted_data(self, node, lo, data, indices, out, params) -> None:
+        """Data with a data-dependent size along the axis: the indices (constant ones too, never
+        wrapped by the maximum) are checked against, and negative ones wrapped by, the run-time
+        count (mlcc_gather__counted_data_i64); indices of a data-dependent size as above."""
+        index_name = indices.name if not indices.is_const else lo.add_const(
+            f"{node.name}.indices", np.asarray(indices.const, dtype=np.int64))
+        a = indices.dyn[0] if indices.dyn is not None else None
+        lo.call(INDEX_KERNELS[lo.value(index_name).dtype].replace("__", "__counted_data_"),
+                [data.name, lo.count_of(data.name), index_name,
+                 lo.count_of(indices.name) if a is not None else "", out.name], [out.name],
+                params_type="mlcc_gather_counted_params",
+                params={"gather": params, "idx_max": 1 if a is None else indices.shape[a],
+                        "idx_inner": 1 if a is None else math.prod(indices.shape[a + 1:])},
+                returns_status=True)

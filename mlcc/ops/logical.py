@@ -4,6 +4,9 @@ one kernel, mlcc_compare, covers them all (Not is Equal to false). Where moves e
 size."""
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import numpy as np
 
 from ..errors import ModelError
@@ -74,11 +77,18 @@ class Not(OpDef):
         emit_compare(lo, "EQUAL", node.inputs[0], false, node.outputs[0])
 
 
+# The attribute passes/control_flow.py's Where selecting a run-time If's branch outputs gets
+# (infer_and_fold) when a branch's size along that axis depends on the data.
+SELECT_AXIS = "_select_axis"
+
+
 @register("Where", since=9)
 class Where(OpDef):
-    attributes = {}
+    attributes = {SELECT_AXIS: None}
 
     def dynamic(self, node, ins, g):
+        if SELECT_AXIS in node.attrs:     # the taken branch's count, as a count of its own
+            return [(node.attrs[SELECT_AXIS], node.outputs[0])]
         return elementwise_dynamic(node, ins, g)
 
     def infer(self, node, ins, g):
@@ -86,11 +96,39 @@ class Where(OpDef):
         if cond.dtype != "bool":
             raise ModelError(f"the condition must be bool, not {cond.dtype}")
         dtype = require_dtype(node, [x, y], list(C_DTYPES))
+        if SELECT_AXIS in node.attrs:
+            a = node.attrs[SELECT_AXIS]
+            if cond.numel != 1 or len(x.shape) != len(y.shape) or not 0 <= a < len(x.shape):
+                raise ModelError(f"{SELECT_AXIS} selects a run-time If's branch output")
+            return [(dtype, x.shape[:a] + (max(x.shape[a], y.shape[a]),) + x.shape[a + 1:])]
         return [(dtype, broadcast_shapes(cond.shape, x.shape, y.shape))]
 
     def lower(self, node: Node, lo: Lowering) -> None:
         c, x, y = node.inputs
+        if SELECT_AXIS in node.attrs:
+            self._select_counted(node, lo)
+            return
         emit_where(lo, c, x, y, node.outputs[0])
+
+    def _select_counted(self, node: Node, lo: Lowering) -> None:
+        """A run-time If's branch output of a data-dependent size: the taken branch's valid
+        part copied (mlcc_concat__counted of that one input, under the If's condition), its
+        count the output's."""
+        c, out = node.inputs[0], lo.value(node.outputs[0])
+        a = node.attrs[SELECT_AXIS]
+        count = lo.count(out.name)
+        for src, want in ((node.inputs[1], True), (node.inputs[2], False)):
+            v = lo.value(src)
+            lo.begin(replace(node, guard=node.guard + ((c, want),)))
+            lo.call("mlcc_concat__counted",
+                    [src if v.numel else "", lo.count_of(src) if v.dyn is not None else "",
+                     count, out.name], [count, out.name],
+                    params_type="mlcc_concat_counted_params",
+                    params={"outer": math.prod(out.shape[:a]), "src_max": v.shape[a],
+                            "inner": math.prod(out.shape[a + 1:]), "dst_max": out.shape[a],
+                            "elem_size": np.dtype(out.dtype).itemsize, "first": 1},
+                    returns_status=True)
+        lo.begin(node)
 
 
 def emit_where(lo: Lowering, c: str, x: str, y: str, out: str) -> None:

@@ -12,11 +12,12 @@ import numpy as np
 from ..errors import ModelError, UnsupportedError
 from ..ir import PACKED_BITS, Lowering, Node
 from ..ir.program import TENSOR_ALIGN
-from ..ir.symbolic import SymInt, as_dim, dim_vars, is_symbolic, smax, smin
+from ..ir.symbolic import SymInt, as_dim, count_var, dim_vars, is_symbolic, smax, smin
 from .common import (C_DTYPES, broadcast_shapes, broadcast_strides, const_input,
                      contiguous_strides, emit_copy, ints_attr_or_input, norm_axis, require_dtype,
                      simplify_copy)
 from .registry import OpDef, refuse_dynamic, register
+from .selection import emit_sizes
 
 ANY_DTYPE = list(C_DTYPES)
 MAX_COPY_CALLS = 256     # beyond this many calls for one node, refuse rather than bloat the C
@@ -131,15 +132,20 @@ class Concat(OpDef):
         if dyns == {None}:
             return [None]
         axis = self._axis(node, len(present[0].shape))
-        if len(dyns) > 1 or next(iter(dyns))[0] == axis:
-            refuse_dynamic(node, present, "concatenates it along that axis or with inputs of "
-                                          "another size there")
+        if all(d is None or d[0] == axis for d in dyns):   # packed at run time: a count of its own
+            return [(axis, self._same_count(node, g) or node.outputs[0])]
+        if len(dyns) > 1:
+            refuse_dynamic(node, present, "concatenates it with inputs of another "
+                                          "data-dependent size")
         return [present[0].dyn]
 
     def lower(self, node: Node, lo: Lowering) -> None:
         out = node.outputs[0]
         out_shape = lo.value(out).shape
         axis = self._axis(node, len(out_shape))
+        if lo.value(out).dyn is not None and lo.value(out).dyn[0] == axis:
+            self._counted(node, lo, axis)
+            return
         out_strides = contiguous_strides(out_shape)
         offset = 0
         sliced: set[str] = set()
@@ -155,6 +161,51 @@ class Concat(OpDef):
                 emit_copy_nd(lo, name, out, shape, contiguous_strides(shape), out_strides,
                              dst_offset=start, op=node.op_type)
             offset += shape[axis]
+
+    def _parts(self, node: Node, g) -> tuple:
+        """What the count of a Concat along a data-dependent axis adds up: each input's count
+        key, or its static length."""
+        present = [g.values[i] for i in node.inputs if i]
+        axis = self._axis(node, len(present[0].shape))
+        return tuple(v.dyn[1] if v.dyn is not None else v.shape[axis] for v in present)
+
+    def _same_count(self, node: Node, g) -> str | None:
+        """The key of an earlier Concat along a data-dependent axis that adds up the same
+        counts (torchvision concatenates every class's boxes, then their labels: one count),
+        so that elementwise operators may combine the two."""
+        parts = self._parts(node, g)
+        for other in g.nodes:
+            if other is node:
+                return None
+            out = g.values.get(other.outputs[0]) if other.outputs else None
+            if other.op_type == "Concat" and other.domain in ("", "ai.onnx") and out \
+                    is not None and out.dyn is not None and out.dyn[1] == other.outputs[0] \
+                    and self._parts(other, g) == parts:
+                return other.outputs[0]
+        return None
+
+    def _counted(self, node: Node, lo: Lowering, axis: int) -> None:
+        """Along a data-dependent axis: the inputs' valid parts packed one after the other
+        (mlcc_concat__counted), the output's count their total (of its own; the key of an
+        earlier Concat of the same counts keeps that one's, this one's cursor is private)."""
+        out = lo.value(node.outputs[0])
+        key = out.dyn[1]
+        count = lo.count(key) if key == out.name else lo.temp(f"{out.name}.cursor", "int64", ())
+        first = True
+        for name in node.inputs:
+            if not name:
+                continue
+            v = lo.value(name)
+            src = name if v.numel else ""
+            lo.call("mlcc_concat__counted",
+                    [src, lo.count_of(name) if v.dyn is not None else "", count, out.name],
+                    [count, out.name], params_type="mlcc_concat_counted_params",
+                    params={"outer": math.prod(out.shape[:axis]), "src_max": v.shape[axis],
+                            "inner": math.prod(out.shape[axis + 1:]),
+                            "dst_max": out.shape[axis],
+                            "elem_size": np.dtype(out.dtype).itemsize, "first": int(first)},
+                    returns_status=True)
+            first = False
 
 
 def _writes_into_slice(lo: Lowering, node: Node, name: str, axis: int, start: int,
@@ -223,6 +274,14 @@ class Split(OpDef):
         axis, sizes = self._sizes(node, x.shape, g)
         return [(x.dtype, tuple(s if i == axis else d for i, d in enumerate(x.shape)))
                 for s in sizes]
+
+    def dynamic(self, node, ins, g):
+        """Along another axis than a data-dependent one, every part carries its count."""
+        x = ins[0]
+        refuse_dynamic(node, ins[1:])
+        if x.dyn is not None and x.dyn[0] == self._sizes(node, x.shape, g)[0]:
+            refuse_dynamic(node, [x], "splits that axis")
+        return [x.dyn] * len(node.outputs)
 
     def lower(self, node: Node, lo: Lowering) -> None:
         src = node.inputs[0]
@@ -301,7 +360,8 @@ class Slice(OpDef):
     quant_rules = ("movement",)
     attributes = {"starts": None, "ends": None, "axes": None}   # attributes before opset 10
 
-    def _ranges(self, node: Node, shape, g) -> list[range]:
+    def _params(self, node: Node, g) -> tuple:
+        """starts, ends, axes (None: all), steps (None: ones), as the model gives them."""
         if node.version < 10:
             starts, ends = node.attr("starts"), node.attr("ends")
             if starts is None or ends is None:
@@ -314,9 +374,30 @@ class Slice(OpDef):
             steps = ints_attr_or_input(g, node, "steps", 4, 10)
             if starts is None or ends is None:
                 raise ModelError("Slice needs starts and ends")
-        return slice_ranges(shape, [as_dim(s) for s in starts], [as_dim(e) for e in ends],
-                            None if axes is None else [int(a) for a in axes],
-                            None if steps is None else [int(s) for s in steps])
+        return ([as_dim(s) for s in starts], [as_dim(e) for e in ends],
+                None if axes is None else [int(a) for a in axes],
+                None if steps is None else [int(s) for s in steps])
+
+    def _ranges(self, node: Node, shape, g) -> list[range]:
+        return slice_ranges(shape, *self._params(node, g))
+
+    def _counted_bounds(self, node: Node, x, g) -> tuple[int, int] | None:
+        """(start, end) along x's data-dependent axis when the Slice cuts it, else None;
+        refused unless both are non-negative constants and the step is 1 (a prefix of the
+        valid part, from start: negative bounds would count from the run-time end)."""
+        starts, ends, axes, steps = self._params(node, g)
+        rank = len(x.shape)
+        axes = list(range(len(starts))) if axes is None else [a % rank for a in axes]
+        if x.dyn[0] not in axes:
+            return None
+        i = axes.index(x.dyn[0])
+        s, e, st = starts[i], ends[i], 1 if steps is None else steps[i]
+        if not (isinstance(s, int) and isinstance(e, int) and st == 1 and s >= 0 and e >= 0):
+            refuse_dynamic(node, [x], "slices that axis (with bounds other than non-negative "
+                                      "constants and a step of 1)")
+        if range(x.shape[x.dyn[0]])[s:e] == range(x.shape[x.dyn[0]]):
+            return None
+        return s, e
 
     def infer(self, node, ins, g):
         x = ins[0]
@@ -328,9 +409,8 @@ class Slice(OpDef):
         refuse_dynamic(node, ins[1:])
         if x.dyn is None:
             return [None]
-        kept = self._ranges(node, x.shape, g)[x.dyn[0]]
-        if kept != range(x.shape[x.dyn[0]]):
-            refuse_dynamic(node, [x], "slices that axis")
+        if self._counted_bounds(node, x, g) is not None:    # a count of its own
+            return [(x.dyn[0], node.outputs[0])]
         return [x.dyn]
 
     def lower(self, node: Node, lo: Lowering) -> None:
@@ -338,6 +418,12 @@ class Slice(OpDef):
         shape = lo.value(src).shape
         ranges = self._ranges(node, shape, lo.graph)
         out_shape = [span_len(r) for r in ranges]
+        x, out = lo.value(src), lo.value(node.outputs[0])
+        if out.dyn is not None and out.dyn[1] == out.name:
+            # valid: the input's from start to min(its count, end), computed at run time
+            start, end = self._counted_bounds(node, x, lo.graph)
+            count = SymInt.var(count_var(x.dyn[1], shape[x.dyn[0]]))
+            emit_sizes(lo, lo.count(out.name), [smax(smin(count, end) - start, 0)])
         if math.prod(out_shape) == 0:
             return
         strides = contiguous_strides(shape)

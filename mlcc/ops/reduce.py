@@ -16,12 +16,13 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Enum, Graph, Lowering, Node
 from .common import (C_DTYPES, INT_DTYPES, emit_plain_copy, ints_attr_or_input, norm_axis,
                      require_dtype)
-from .registry import OpDef, register
+from .registry import OpDef, refuse_dynamic, register
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,37 @@ def emit_int_reduce(lo: Lowering, op: str, src: str, dst: str, axes: set[int]) -
         cur = out
 
 
+# The element a padding position of a data-dependent axis holds for a reduction over it to
+# skip it (mlcc_fill_padding): the reduction's identity, by dtype kind (f: float, i: integer,
+# b: bool). ReduceMean is not here: its divisor would be the run-time count.
+PADDING_IDENTITY = {
+    "ReduceMax": {"f": -np.inf, "i": "min", "b": 0},
+    "ReduceMin": {"f": np.inf, "i": "max", "b": 1},
+    "ReduceSum": {"f": 0.0, "i": 0}, "ReduceProd": {"f": 1.0, "i": 1},
+    "ReduceSumSquare": {"f": 0.0}, "ReduceL1": {"f": 0.0}, "ReduceL2": {"f": 0.0},
+    "ReduceLogSum": {"f": 0.0}, "ReduceLogSumExp": {"f": -np.inf},
+}
+
+
+def _fill_padding(lo: Lowering, node: Node, x) -> str:
+    """A copy of x whose padding along its data-dependent axis is the identity of node's
+    reduction."""
+    axis = x.dyn[0]
+    dtype = np.dtype("uint8" if x.dtype == "bool" else x.dtype)
+    kind = "b" if x.dtype == "bool" else "f" if dtype.kind == "f" else "i"
+    fill = PADDING_IDENTITY[node.op_type][kind]
+    if fill in ("min", "max"):
+        fill = getattr(np.iinfo(dtype), fill)
+    fill_name = lo.add_const(f"{node.name}.padding", np.array([fill], dtype=dtype))
+    dst = lo.temp(f"{x.name}.padded", x.dtype, x.shape)
+    lo.call("mlcc_fill_padding", [x.name, lo.count_of(x.name), fill_name, dst], [dst],
+            params_type="mlcc_fill_padding_params",
+            params={"outer": math.prod(x.shape[:axis]), "max": x.shape[axis],
+                    "inner": math.prod(x.shape[axis + 1:]), "elem_size": dtype.itemsize},
+            returns_status=True)
+    return dst
+
+
 class _Reduce(OpDef):
     attributes = {"axes": None, "keepdims": lambda v: v in (0, 1),
                   "noop_with_empty_axes": lambda v: v in (0, 1)}
@@ -175,14 +207,34 @@ class _Reduce(OpDef):
             shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
         return [(x.dtype, shape)]
 
+    def dynamic(self, node, ins, g):
+        """Over a data-dependent axis: the padding filled with the reduction's identity
+        first (PADDING_IDENTITY; not ReduceMean, whose divisor would be the count); along
+        another axis, the output carries the count."""
+        x = ins[0]
+        refuse_dynamic(node, ins[1:])
+        if x.dyn is None:
+            return [None]
+        axis, key = x.dyn
+        axes = self._axes(node, g, len(x.shape))
+        if axis not in axes:
+            kept = axis if node.attr("keepdims", 1) else axis - sum(a < axis for a in axes)
+            return [(kept, key)]
+        if node.op_type not in PADDING_IDENTITY:
+            refuse_dynamic(node, [x], "reduces over that axis (over a data-dependent axis "
+                                      "mlcc reduces with " + ", ".join(PADDING_IDENTITY) + ")")
+        return [None]
+
     def lower(self, node: Node, lo: Lowering) -> None:
         x = lo.value(node.inputs[0])
         axes = self._axes(node, lo.graph, len(x.shape))
+        src = node.inputs[0]
+        if x.dyn is not None and x.dyn[0] in axes:     # the padding as the identity
+            src = _fill_padding(lo, node, x)
         if x.dtype != "float32":
-            emit_int_reduce(lo, INT_REDUCE_OPS[node.op_type], node.inputs[0], node.outputs[0],
-                            set(axes))
+            emit_int_reduce(lo, INT_REDUCE_OPS[node.op_type], src, node.outputs[0], set(axes))
             return
-        emit_reduce(lo, KINDS[node.op_type], node.inputs[0], node.outputs[0], set(axes))
+        emit_reduce(lo, KINDS[node.op_type], src, node.outputs[0], set(axes))
 
     def flops(self, node, g):
         return g.values[node.inputs[0]].numel

@@ -34,6 +34,12 @@ class OpDef:
     quant_rules: tuple[str, ...] = ()
     # Its kernels apply a fused activation (attrs["_act"], passes.fuse_activations).
     fuses_activation: bool = False
+    # An output size that is a data-dependent count (a Shape of a NonZero's output as the
+    # shape input) may be planned at its maximum, the count becoming that axis's Value.dyn
+    # (docs/dynamic-outputs.md): "fill" when, computed over the maximum, the first `count`
+    # positions along the axis are the result (ConstantOfShape); "view" when the output is
+    # a view of an input that has that very count on that axis (Reshape). "": refused.
+    counted_shapes: str = ""
 
     def check(self, node: Node) -> list[str]:
         """What about this node (from its attributes alone) mlcc does not support."""
@@ -87,8 +93,9 @@ def refuse_dynamic(node: Node, inputs: list[Value | None], allowed: str = "") ->
                 f"input {v.name!r} has a size that depends on the data (axis {axis}, up to "
                 f"{v.shape[axis]}, counted at run time by {key!r}), and {node.op_type} "
                 + (allowed or "cannot consume it") + "; mlcc carries such sizes through "
-                "elementwise operators, Cast, Gather, Slice, Squeeze, Unsqueeze, Transpose "
-                "and Concat on the other axes (docs/dynamic-outputs.md)")
+                "elementwise operators, Cast, Gather, GatherND, Slice, Split, Squeeze, "
+                "Unsqueeze, Transpose and Concat on the other axes, and a few across it "
+                "(docs/dynamic-outputs.md)")
 
 
 _REGISTRY: dict[tuple[str, str], list[OpDef]] = {}

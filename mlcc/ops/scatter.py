@@ -11,7 +11,7 @@ from ..errors import ModelError, UnsupportedError
 from ..ir import PACKED_BITS, Enum, Lowering, Node
 from .common import (C_DTYPES, IO_DTYPES, MAX_RANK, check_elements_indices, const_input,
                      contiguous_strides, emit_copy, emit_plain_copy, norm_axis, require_dtype)
-from .registry import OpDef, register
+from .registry import OpDef, refuse_dynamic, register
 
 REDUCTIONS = {"none": "MLCC_SCATTER_NONE", "add": "MLCC_SCATTER_ADD",
               "mul": "MLCC_SCATTER_MUL", "max": "MLCC_SCATTER_MAX", "min": "MLCC_SCATTER_MIN"}
@@ -69,6 +69,21 @@ class GatherND(OpDef):
         _check_const_nd(g, node.inputs[1], data.shape[b:b + k])
         return [(data.dtype, tuple(idx.shape[:-1]) + tuple(data.shape[b + k:]))]
 
+    def dynamic(self, node, ins, g):
+        """Indices with a data-dependent axis among their tuples (not a batch axis, not the
+        tuples' own axis): that axis of the output, the kernel reading the count. Data with
+        one among the sliced trailing axes: carried to the output's matching axis."""
+        data, idx = ins
+        b, k = int(node.attr("batch_dims", 0)), idx.shape[-1]
+        if idx.dyn is not None and data.dyn is None and b <= idx.dyn[0] < len(idx.shape) - 1:
+            return [idx.dyn]
+        if data.dyn is not None and idx.dyn is None and data.dyn[0] >= b + k:
+            return [(data.dyn[0] - b - k + len(idx.shape) - 1, data.dyn[1])]
+        refuse_dynamic(node, [data, idx], "reads it only along an axis of the index tuples "
+                                          "(not a batch axis, nor their last) or a sliced "
+                                          "axis of the data")
+        return [None]
+
     def lower(self, node: Node, lo: Lowering) -> None:
         data, idx, out = (lo.value(n) for n in (node.inputs[0], node.inputs[1],
                                                node.outputs[0]))
@@ -76,11 +91,19 @@ class GatherND(OpDef):
             return
         b = int(node.attr("batch_dims", 0))
         n = math.prod(idx.shape[b:-1])
+        params = _nd_params(data.shape, idx.shape[-1], b, n, np.dtype(data.dtype).itemsize,
+                            data.dtype)
+        if idx.dyn is not None:     # only the tuples before the run-time count
+            a = idx.dyn[0]
+            lo.call("mlcc_gather_nd__counted", [data.name, idx.name, lo.count_of(idx.name),
+                                                out.name], [out.name],
+                    params_type="mlcc_gather_nd_counted_params",
+                    params={"nd": params, "idx_max": idx.shape[a],
+                            "idx_inner": math.prod(idx.shape[a + 1:-1])},
+                    returns_status=True)
+            return
         lo.call("mlcc_gather_nd", [data.name, idx.name, out.name], [out.name],
-                params_type="mlcc_nd_index_params",
-                params=_nd_params(data.shape, idx.shape[-1], b, n,
-                                  np.dtype(data.dtype).itemsize, data.dtype),
-                returns_status=True)
+                params_type="mlcc_nd_index_params", params=params, returns_status=True)
 
 
 class _Scatter(OpDef):

@@ -15,13 +15,14 @@ import numpy as np
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Enum, Lowering, Node
-from ..ir.symbolic import as_dim, smax
+from ..ir.symbolic import SymInt, as_dim, dim_vars, smax
 from .common import C_DTYPES, IO_DTYPES, norm_axis, require_dtype
 from .registry import OpDef, refuse_dynamic, register
 
 # the element types the comparisons of selection.c handle (cmp_elem)
 ORDERED_DTYPES = ["float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
                   "uint32", "uint64"]
+MAX_SIZES = 8           # values of one mlcc.Sizes (mlcc_sizes_params in selection.h)
 MAX_OUTPUT = "_max_output"          # the attribute --max-output sets on the producing node
 
 
@@ -90,20 +91,32 @@ class TopK(OpDef):
         return [(x.dtype, shape), ("int64", shape)]
 
     def dynamic(self, node, ins, g):
-        refuse_dynamic(node, ins)
-        if self._k(node, g) is not None:
-            return [None, None]
-        axis = norm_axis(int(node.attr("axis", -1)), len(ins[0].shape))
-        return [(axis, _key(node))] * 2
+        """A run-time k: the outputs' size along the axis is k. An input whose size along
+        the axis depends on the data: only its valid elements compete (k above their count
+        is a status at run time, as onnxruntime refuses it). One with such a size along
+        another axis: the outputs carry it, for a constant k."""
+        x = ins[0]
+        refuse_dynamic(node, ins[1:])
+        axis = norm_axis(int(node.attr("axis", -1)), len(x.shape))
+        constant_k = self._k(node, g) is not None
+        if x.dyn is not None and x.dyn[0] != axis:
+            if not constant_k:
+                refuse_dynamic(node, [x], "with a k known only at run time cannot consume it "
+                                          "(its outputs would have two data-dependent axes)")
+            return [x.dyn] * 2
+        return [None, None] if constant_k else [(axis, _key(node))] * 2
 
     def lower(self, node: Node, lo: Lowering) -> None:
         x = lo.value(node.inputs[0])
         axis = norm_axis(int(node.attr("axis", -1)), len(x.shape))
         values, indices = node.outputs[0], node.outputs[1]
         k_max = lo.value(values).shape[axis]
-        dynamic = lo.value(values).dyn is not None
-        lo.call("mlcc_topk", [x.name, node.inputs[1] if dynamic else "", values, indices,
-                              lo.count(_key(node)) if dynamic else ""],
+        dynamic = self._k(node, lo.graph) is None
+        counted = x.dyn is not None and x.dyn[0] == axis    # only the valid elements compete
+        lo.call("mlcc_topk__counted" if counted else "mlcc_topk",
+                [x.name] + ([lo.count_of(x.name)] if counted else [])
+                + [node.inputs[1] if dynamic else "", values, indices,
+                   lo.count(_key(node)) if dynamic else ""],
                 [values, indices] + ([lo.count_of(values)] if dynamic else []),
                 params_type="mlcc_topk_params",
                 params={"outer": math.prod(x.shape[:axis]), "n": x.shape[axis],
@@ -255,16 +268,62 @@ class NonMaxSuppression(OpDef):
         return [("int64", (rows, 3))]
 
     def dynamic(self, node, ins, g):
-        refuse_dynamic(node, ins)
+        """Boxes whose number depends on the data (boxes' axis 1 and scores' axis 2, one
+        count): only the valid ones are candidates."""
+        boxes, scores = ins[0], ins[1]
+        if boxes.dyn is not None and boxes.dyn[0] == 1 and scores.dyn == (2, boxes.dyn[1]):
+            refuse_dynamic(node, ins[2:])
+        else:
+            refuse_dynamic(node, ins, "reads it only as the number of boxes (axis 1 of the "
+                                      "boxes, 2 of the scores, one count)")
         return [(0, _key(node))]
 
     def lower(self, node: Node, lo: Lowering) -> None:
         boxes, scores = lo.value(node.inputs[0]), lo.value(node.inputs[1])
         out = node.outputs[0]
-        lo.call("mlcc_f32_nms", [boxes.name, scores.name, node.input(2), node.input(3),
-                                 node.input(4), out, lo.count(_key(node))],
+        counted = [lo.count_of(boxes.name)] if boxes.dyn is not None else []
+        lo.call("mlcc_f32_nms__counted" if counted else "mlcc_f32_nms",
+                [boxes.name, scores.name] + counted + [node.input(2), node.input(3),
+                                                       node.input(4), out, lo.count(_key(node))],
                 [out, lo.count_of(out)], params_type="mlcc_nms_params",
                 params={"batches": boxes.shape[0], "classes": scores.shape[1],
                         "n": boxes.shape[1], "max": lo.value(out).shape[0],
                         "center_point_box": int(node.attr("center_point_box", 0))},
                 scratch_bytes=8 * max(boxes.shape[1], 1), returns_status=True)
+
+
+@register("Sizes", domain="mlcc")
+class Sizes(OpDef):
+    """int64 values computed at run time from data-dependent counts: a shape computation over
+    such a count (a Shape or Size of a NonZero's output, folded with ir.symbolic.count_var)
+    that a kernel reads, or that is a graph output; passes/infer_and_fold.py inserts it.
+    Attribute `values`: the folded object array (ints and SymInts over counts); inputs: the
+    values whose counts it reads, so that their nodes run first."""
+    attributes = {"values": None}
+
+    def infer(self, node, ins, g):
+        values = node.attrs.get("values")
+        if not isinstance(values, np.ndarray) or values.dtype != object:
+            raise ModelError("mlcc.Sizes is made by mlcc (passes/infer_and_fold.py); a model "
+                             "file may not use it")
+        if values.size > MAX_SIZES:
+            raise UnsupportedError(f"{values.size} sizes computed from a data-dependent count "
+                                   f"at run time; mlcc computes at most {MAX_SIZES}")
+        return [("int64", values.shape)]
+
+    def dynamic(self, node, ins, g):
+        return [None]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        emit_sizes(lo, node.outputs[0], list(node.attrs["values"].flat))
+
+
+def emit_sizes(lo: Lowering, out: str, values: list) -> None:
+    """out[i] = values[i] (ints, SymInts over counts: ir.symbolic.count_var) at run time."""
+    values = [v if isinstance(v, SymInt) else int(v) for v in values]
+    keys = {d.count for d in dim_vars(values)}
+    missing = sorted(k for k in keys if k not in lo.program.counts)
+    if missing:       # (the inputs order the nodes; a branch not run would leave it unset)
+        raise UnsupportedError(f"the count of {missing[0]!r} is read before its node runs")
+    lo.call("mlcc_i64_sizes", [out], [out], params_type="mlcc_sizes_params",
+            params={"n": len(values), "values": values + [0] * (MAX_SIZES - len(values))})

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Lowering, Node
-from ..ir.symbolic import as_dim
+from ..ir.symbolic import SymInt, as_dim, count_var, dim_vars
 from .common import (const_input, contiguous_strides, emit_copy, emit_plain_copy,
                      ints_attr_or_input, norm_axis, view_dynamic)
 from .refusals import RANDOM, refusal
@@ -32,6 +32,7 @@ class _View(OpDef):
 @register("Reshape")
 class Reshape(_View):
     quant_rules = ("movement",)
+    counted_shapes = "view"
     attributes = {"allowzero": None, "shape": None}   # "shape" is the opset < 5 attribute
 
     def infer(self, node, ins, g):
@@ -40,7 +41,12 @@ class Reshape(_View):
             target = [int(d) for d in node.attr("shape", [])]
         else:
             target = [as_dim(d) for d in const_input(g, node, 1, "shape").reshape(-1)]
-        return [(x.dtype, reshape_target(x.shape, target, bool(node.attr("allowzero", 0))))]
+        shape = x.shape
+        if x.dyn is not None and any(v.count for v in dim_vars(target)):
+            # a target computed from the count: the input's size is that count too
+            a, key = x.dyn
+            shape = shape[:a] + (SymInt.var(count_var(key, shape[a])),) + shape[a + 1:]
+        return [(x.dtype, reshape_target(shape, target, bool(node.attr("allowzero", 0))))]
 
 
 def reshape_target(shape, target, allowzero=False) -> tuple[int, ...]:

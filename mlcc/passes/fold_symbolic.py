@@ -1,18 +1,21 @@
 """Folding of shape arithmetic over dynamic sizes (--shape x=LO..HI).
 
-A Shape of a tensor with a dynamic dimension folds to an int64 constant held as a numpy object
-array of ints and SymInts (ir.symbolic); the usual shape chains (Shape -> Gather / Slice ->
-Unsqueeze -> Concat -> Reshape, with integer Add / Sub / Mul / Div on the way) fold over such
-arrays here, since the ONNX reference cannot evaluate them. Any other operator reading one is
+A Shape of a tensor with a dynamic dimension (or a data-dependent size: its count is a SymInt
+too, ir.symbolic.count_var) folds to an int64 constant held as a numpy object array of ints and
+SymInts (ir.symbolic); the usual shape chains (Shape -> Gather / Slice -> Unsqueeze -> Concat
+-> Reshape, with integer Add / Sub / Mul / Div, Min / Max and the reductions ReduceMin /
+ReduceMax / ReduceSum / ReduceProd on the way) fold over such arrays here, since the ONNX reference cannot evaluate them. Any other operator reading one is
 refused naming the dimension: its value would be known only at run time.
 """
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
 from ..errors import ModelError
 from ..ir import Graph, Node
-from ..ir.symbolic import SymInt, dim_vars
+from ..ir.symbolic import SymInt, dim_vars, smax, smin
 
 
 def is_symbolic_array(a) -> bool:
@@ -117,6 +120,38 @@ def _gather(node, arrays):
     return np.take(arrays[0], np.where(idx < 0, idx + n, idx), axis=axis)
 
 
+def _variadic(fn):
+    """Min, Max of any number of inputs, with broadcasting."""
+    ufunc = np.frompyfunc(fn, 2, 1)
+
+    def run(node, arrays):
+        return functools.reduce(lambda a, b: ufunc(np.asarray(a, dtype=object),
+                                                   np.asarray(b, dtype=object)), arrays)
+    return run
+
+
+def _reduce(fn):
+    """ReduceMin, ReduceMax, ReduceSum, ReduceProd (axes an attribute or, from opset 18 (13
+    for ReduceSum), an input; keepdims; noop_with_empty_axes)."""
+    ufunc = np.frompyfunc(fn, 2, 1)
+
+    def run(node, arrays):
+        data = np.asarray(arrays[0], dtype=object)
+        axes = _axes(node, arrays, 1) if node.op_type == "ReduceSum" or node.version >= 18 \
+            else list(node.attr("axes", []))
+        if not axes:
+            if node.attr("noop_with_empty_axes", 0):
+                return data
+            axes = list(range(data.ndim))
+        axes = sorted({a + data.ndim if a < 0 else a for a in axes}, reverse=True)
+        for a in axes:
+            data = ufunc.reduce(data, axis=a)
+            if node.attr("keepdims", 1):
+                data = np.expand_dims(data, a)
+        return data
+    return run
+
+
 FOLDS = {
     "Identity": lambda node, a: a[0],
     "Concat": lambda node, a: np.concatenate([np.asarray(x, dtype=object) for x in a],
@@ -131,6 +166,12 @@ FOLDS = {
     "Sub": _binary(lambda x, y: x - y),
     "Mul": _binary(lambda x, y: x * y),
     "Div": _binary(_div),
+    "Min": _variadic(smin),
+    "Max": _variadic(smax),
+    "ReduceMin": _reduce(smin),
+    "ReduceMax": _reduce(smax),
+    "ReduceSum": _reduce(lambda x, y: x + y),
+    "ReduceProd": _reduce(lambda x, y: x * y),
 }
 
 

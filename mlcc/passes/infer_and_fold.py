@@ -12,18 +12,20 @@ Every node that can neither fold nor be compiled is reported, all in one error.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import ModelError, UnsupportedError
-from ..ir import Graph, Node, format_type
-from ..ir.symbolic import SymbolicError, SymInt, same_shape, upper
+from ..ir import Graph, Node, Value, format_type
+from ..ir.symbolic import SymbolicError, SymInt, count_var, dim_vars, prod, same_shape, upper
 from ..ops import lookup, unsupported_reason
 from ..ops import reference
 from ..ops.common import IO_DTYPES, MAX_RANK
 from ..ops.refusals import RANDOM, REFUSED, SEQUENCES, refusal
+from ..ops.logical import SELECT_AXIS
 from ..ops.registry import describe, static_only
 from .float32_compute import reads_float32, widen
 from .control_flow import fold_loop, inline_if, loop_is_constant, prepare_loop, prepare_scan
@@ -49,6 +51,7 @@ def infer_and_fold(g: Graph) -> Graph:
     unknown: set[str] = set()     # values whose type could not be inferred (after a problem)
     selects: dict[str, Node] = {}  # Where nodes choosing a run-time If's outputs -> the If
     f32_of: dict[str, str] = {}   # float16/bfloat16/float64 value -> its float32 source
+    sizes_made: dict = {}   # (value over counts, guard) -> the mlcc.Sizes output computing it
     index = 0
     while index < len(g.nodes):
         node = g.nodes[index]
@@ -75,7 +78,10 @@ def infer_and_fold(g: Graph) -> Graph:
                 report(node, f"{describe(node)}: {exc.message}")
                 unknown.update(o for o in node.outputs if o)
             continue
-        if node.name in selects and not _same_type(ins[1], ins[2], ins[0]):
+        if node.name in selects and _counted_select(ins) is not None:
+            # a branch's output of a data-dependent size: the taken one's, counted (Where)
+            node = g.nodes[index - 1] = replace(node, attrs={SELECT_AXIS: _counted_select(ins)})
+        elif node.name in selects and not _same_type(ins[1], ins[2], ins[0]):
             report(node, 
                 f"{describe(selects[node.name])}: its condition {node.inputs[0]!r} is known "
                 f"only at run time, and the branches give output {node.outputs[0]!r} as "
@@ -94,6 +100,19 @@ def infer_and_fold(g: Graph) -> Graph:
             for name, arr in zip(node.outputs, results):
                 if name:
                     _set_const(g, name, arr, symbolic_dtype(g, node))
+            continue
+        counted = [i for i in node.inputs if _counted_const(g, i)]
+        if counted and not getattr(lookup(node), "counted_shapes", ""):
+            # computed at run time first (an mlcc.Sizes node, one per value and guard), then
+            # this node
+            made = {i: sizes_made.get((i, node.guard)) for i in counted}
+            new = {i: g.fresh_name(f"{i}.sizes") for i in dict.fromkeys(counted) if not made[i]}
+            sizes_made.update({(i, node.guard): out for i, out in new.items()})
+            made.update(new)
+            g.nodes[index - 1:index] = [_run_time_sizes(g, i, out, node.guard)
+                                        for i, out in new.items()] + [
+                replace(node, inputs=[made.get(i, i) for i in node.inputs])]
+            index -= 1
             continue
         if _has_body(node) and "_outer" not in node.attrs:
             try:    # run at run time: its body compiled on its own
@@ -150,7 +169,17 @@ def infer_and_fold(g: Graph) -> Graph:
                                                 for d in shape)
         try:    # which outputs have a data-dependent size (once their shapes are known)
             try:
+                counted_outputs = _counted_shapes(g, node)
                 dyns = lookup(node).dynamic(node, ins, g)
+                for name, d in zip(node.outputs, dyns):
+                    if lookup(node).counted_shapes == "view" and \
+                            counted_outputs.get(name, d) != d:
+                        raise UnsupportedError(
+                            f"output {name!r} would have the size of the count of "
+                            f"{counted_outputs[name][1]!r} along axis "
+                            f"{counted_outputs[name][0]}, but is not a view of a tensor of "
+                            f"that size there")
+                dyns = [counted_outputs.get(n, d) for n, d in zip(node.outputs, dyns)]
             except TypeError as exc:        # numpy refusing a SymInt (ops/registry.py)
                 raise static_only(node, ins, exc) from None
             if any(dyns) and any(g.values[n].is_dynamic for n in g.inputs):
@@ -165,6 +194,11 @@ def infer_and_fold(g: Graph) -> Graph:
         for name, dyn in zip(node.outputs, dyns):
             if name:
                 g.values[name].dyn = dyn
+    for name in g.outputs:      # a size the data decides as an output: computed at run time
+        if not problems and _counted_const(g, name):
+            g.nodes = [n for n in g.nodes if name not in n.outputs]    # (folded into it)
+            g.nodes.append(_run_time_sizes(g, name, name, ()))
+            g.values[name].const = None
     if problems:
         raise UnsupportedError(
             f"{len(problems)} node{'s' if len(problems) > 1 else ''} cannot be compiled:\n  "
@@ -193,6 +227,53 @@ def infer_and_fold(g: Graph) -> Graph:
     return g
 
 
+def _counted_shapes(g: Graph, node: Node) -> dict[str, tuple[int, str]]:
+    """The outputs whose shape holds a data-dependent count (ir.symbolic.count_var): where the
+    operator allows it (OpDef.counted_shapes) and the count is a whole dimension, that
+    dimension becomes its maximum and the output's Value.dyn; else a refusal."""
+    found = {}
+    for name in node.outputs:
+        v = g.values.get(name) if name else None
+        if v is None or not any(isinstance(d, SymInt) and any(x.count for x in d.dims)
+                                for d in v.shape):
+            continue
+        bare = [a for a, d in enumerate(v.shape) if isinstance(d, SymInt) and len(d.dims) == 1
+                and d.dims[0].count and d.poly == SymInt.var(d.dims[0]).poly]
+        if not lookup(node).counted_shapes or len(bare) != 1 or \
+                sum(isinstance(d, SymInt) for d in v.shape) != 1:
+            raise UnsupportedError(f"output {name!r} would have the shape {list(v.shape)}, "
+                                   f"which depends on the data; mlcc plans such a size only "
+                                   f"as one whole dimension of a ConstantOfShape, or of a "
+                                   f"Reshape to that very size")
+        axis, count = bare[0], v.shape[bare[0]].dims[0]
+        v.shape = v.shape[:axis] + (count.hi,) + v.shape[axis + 1:]
+        found[name] = (axis, count.count)
+    return found
+
+
+def _counted_const(g: Graph, name: str) -> bool:
+    """Whether value `name` is an int64 shape computation over data-dependent counts only
+    (ir.symbolic.count_var): its value is known only at run time."""
+    v = g.values.get(name) if name else None
+    if v is None or not v.is_const or not is_symbolic_array(v.const) or v.dtype != "int64":
+        return False
+    found = dim_vars([x for x in v.const.reshape(-1) if isinstance(x, SymInt)])
+    return bool(found) and all(d.count for d in found)
+
+
+def _run_time_sizes(g: Graph, name: str, out: str, guard: tuple) -> Node:
+    """The mlcc.Sizes node (ops/selection.py) that computes value `name`, a shape computation
+    over data-dependent counts, at run time, into value `out`. Its inputs are the values that
+    own the counts, so that their nodes run before it."""
+    v = g.values[name]
+    if out not in g.values:
+        g.values[out] = Value(out, "int64", v.shape)
+    keys = sorted({d.count for x in v.const.reshape(-1) if isinstance(x, SymInt)
+                   for d in x.dims})
+    return Node(f"{out}/sizes", "Sizes", keys, [out], {"values": v.const}, domain="mlcc",
+                version=1, guard=guard)
+
+
 def _branch_hint(g: Graph, nodes: list[Node]) -> str:
     """For nodes inside a branch of an If whose condition is known only at run time: which
     graph inputs to bind so that only the branch taken is compiled (a branch the given shapes
@@ -212,6 +293,21 @@ def _branch_hint(g: Graph, nodes: list[Node]) -> str:
 def _has_body(node: Node) -> bool:
     """A Loop or Scan: prepared to run at run time (passes/control_flow.py)."""
     return node.op_type in ("Loop", "Scan") and node.domain in ("", "ai.onnx")
+
+
+def _counted_select(ins) -> int | None:
+    """The axis along which a run-time If's branches give an output of a data-dependent size
+    (one of them counted there, the other counted or static; otherwise one type), or None."""
+    cond, a, b = ins
+    dyns = {v.dyn for v in (a, b)} - {None}
+    if not dyns or cond.numel != 1 or a.dtype != b.dtype or len(a.shape) != len(b.shape):
+        return None
+    axes = {d[0] for d in dyns}
+    if len(axes) != 1:
+        return None
+    axis = axes.pop()
+    same = all(x == y for i, (x, y) in enumerate(zip(a.shape, b.shape)) if i != axis)
+    return axis if same and all(v.dyn is None or v.dyn[0] == axis for v in (a, b)) else None
 
 
 def _same_type(a, b, cond) -> bool:
@@ -238,22 +334,21 @@ def _fold(g: Graph, node: Node) -> list[np.ndarray] | None:
         return [_constant_value(node)]
     if node.domain == "" and node.op_type in ("Shape", "Size"):
         v = g.values[node.inputs[0]]
-        if v.dyn is not None and node.op_type == "Size":
-            raise UnsupportedError(f"the size of {v.name!r} depends on the data (axis "
-                                   f"{v.dyn[0]}); mlcc cannot compute its Size")
-        if v.is_dynamic:       # an array of ints and SymInts (fold_symbolic.py)
-            if node.op_type == "Size":
-                return [shape_array([v.numel]).reshape(())]
-            return [shape_array(v.shape[slice(node.attr("start", 0), node.attr("end", None))])]
-        if v.is_static:
-            if node.op_type == "Size":
-                return [np.array(v.numel, dtype=np.int64)]
-            start, end = node.attr("start", 0), node.attr("end", None)
-            if v.dyn is not None and v.dyn[0] in range(len(v.shape))[slice(start, end)]:
-                raise UnsupportedError(f"dimension {v.dyn[0]} of {v.name!r} depends on the "
-                                       f"data; mlcc cannot compute it as a Shape")
-            return [np.array(v.shape[slice(start, end)], dtype=np.int64)]
-        return None
+        shape = v.shape
+        if v.dyn is not None and v.is_static:    # the count, known at run time (symbolic)
+            axis, key = v.dyn
+            shape = shape[:axis] + (SymInt.var(count_var(key, shape[axis])),) \
+                + shape[axis + 1:]
+        if not v.is_static:
+            return None
+        if node.op_type == "Size":
+            size = prod(shape)
+            return [shape_array([size]).reshape(()) if isinstance(size, SymInt)
+                    else np.array(size, dtype=np.int64)]
+        dims = shape[slice(node.attr("start", 0), node.attr("end", None))]
+        if any(isinstance(d, SymInt) for d in dims):    # ints and SymInts (fold_symbolic.py)
+            return [shape_array(dims)]
+        return [np.array(dims, dtype=np.int64)]
     if node.op_type in NONDETERMINISTIC or node.domain not in ("", "ai.onnx"):
         return None
     if node.subgraphs():
@@ -273,7 +368,13 @@ def _fold(g: Graph, node: Node) -> list[np.ndarray] | None:
             return None     # a size over dynamic dimensions: runs (ops/compile_time.py)
         if node.op_type == "Slice" and not is_symbolic_array(arrays[0]):
             return None     # a slice of a tensor up to a dynamic size: a copy at run time
-        return fold_symbolic(g, node, arrays)
+        try:
+            return fold_symbolic(g, node, arrays)
+        except SymbolicError:
+            if all(_counted_const(g, i) for i, a in zip(node.inputs, arrays)
+                   if is_symbolic_array(a)):
+                return None     # over data-dependent counts: runs at run time (mlcc.Sizes)
+            raise
     _guard_size(node, arrays)
     d = lookup(node)
     out = d.fold(node, arrays) if d is not None else None

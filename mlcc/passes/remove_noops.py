@@ -43,7 +43,9 @@ def remove_noops(g: Graph) -> Graph:
             continue
         src, dst = n.inputs[0], n.outputs[0]
         if dst in outputs:
-            if src in g.inputs or src in outputs or g.values[src].is_const:
+            # (a data-dependent count is known by its producer's output name: kept)
+            if src in g.inputs or src in outputs or g.values[src].is_const or \
+                    any(v.dyn is not None and v.dyn[1] == src for v in g.values.values()):
                 kept.append(n)
                 continue
             # Let the producer of src write the graph output directly.

@@ -19,8 +19,11 @@ static int counted(ptrdiff_t j, int64_t idx_max, int64_t idx_inner, int64_t vali
     return (j / idx_inner) % idx_max < valid;
 }
 
-static int gather(const mlcc_gather_params *p, const void *data, const void *indices, int wide,
-                  int64_t idx_max, int64_t idx_inner, int64_t valid, void *out) {
+/* Indices address the first `size` of the axis_dim positions (all of them but when the data
+ * has a data-dependent size along the axis). */
+static int gather(const mlcc_gather_params *p, const void *data, int64_t size,
+                  const void *indices, int wide, int64_t idx_max, int64_t idx_inner,
+                  int64_t valid, void *out) {
     const ptrdiff_t es = (ptrdiff_t)p->elem_size, n = (ptrdiff_t)p->n_indices;
     const ptrdiff_t dim = (ptrdiff_t)p->axis_dim, block = (ptrdiff_t)p->inner * es;
     const uint8_t *src = (const uint8_t *)data;
@@ -30,7 +33,7 @@ static int gather(const mlcc_gather_params *p, const void *data, const void *ind
     /* Validate every index before writing: a bad index fails the call as a whole. */
     for (j = 0; j < n; j++) {
         int64_t idx = load_index(indices, wide, j);
-        if ((idx < -p->axis_dim || idx >= p->axis_dim) &&
+        if ((idx < -size || idx >= size) &&
             (all || counted(j, idx_max, idx_inner, valid))) return MLCC_ERR_INDEX_OUT_OF_RANGE;
     }
     if (block == 0) return MLCC_OK;
@@ -38,7 +41,7 @@ static int gather(const mlcc_gather_params *p, const void *data, const void *ind
         const uint8_t *plane = src + o * dim * block;
         for (j = 0; j < n; j++) {
             ptrdiff_t idx = (ptrdiff_t)load_index(indices, wide, j);
-            if (idx < 0) idx += dim;
+            if (idx < 0) idx += (ptrdiff_t)size;
             if (!all && !counted(j, idx_max, idx_inner, valid))
                 memset(dst, 0, (size_t)block);
             else if (block == es)
@@ -53,20 +56,38 @@ static int gather(const mlcc_gather_params *p, const void *data, const void *ind
 
 int mlcc_gather__i64(const mlcc_gather_params *p, const void *data, const int64_t *indices,
                      void *out) {
-    return gather(p, data, indices, 1, 1, 1, 1, out);
+    return gather(p, data, p->axis_dim, indices, 1, 1, 1, 1, out);
 }
 
 int mlcc_gather__i32(const mlcc_gather_params *p, const void *data, const int32_t *indices,
                      void *out) {
-    return gather(p, data, indices, 0, 1, 1, 1, out);
+    return gather(p, data, p->axis_dim, indices, 0, 1, 1, 1, out);
 }
 
 int mlcc_gather__counted_i64(const mlcc_gather_counted_params *p, const void *data,
                              const int64_t *indices, const int64_t *count, void *out) {
-    return gather(&p->gather, data, indices, 1, p->idx_max, p->idx_inner, *count, out);
+    return gather(&p->gather, data, p->gather.axis_dim, indices, 1, p->idx_max, p->idx_inner,
+                  *count, out);
 }
 
 int mlcc_gather__counted_i32(const mlcc_gather_counted_params *p, const void *data,
                              const int32_t *indices, const int64_t *count, void *out) {
-    return gather(&p->gather, data, indices, 0, p->idx_max, p->idx_inner, *count, out);
+    return gather(&p->gather, data, p->gather.axis_dim, indices, 0, p->idx_max, p->idx_inner,
+                  *count, out);
+}
+
+int mlcc_gather__counted_data_i64(const mlcc_gather_counted_params *p, const void *data,
+                                  const int64_t *size, const int64_t *indices,
+                                  const int64_t *count, void *out) {
+    if (*size < 0 || *size > p->gather.axis_dim) return MLCC_ERR_INDEX_OUT_OF_RANGE;
+    return gather(&p->gather, data, *size, indices, 1, p->idx_max, p->idx_inner,
+                  count != NULL ? *count : 1, out);
+}
+
+int mlcc_gather__counted_data_i32(const mlcc_gather_counted_params *p, const void *data,
+                                  const int64_t *size, const int32_t *indices,
+                                  const int64_t *count, void *out) {
+    if (*size < 0 || *size > p->gather.axis_dim) return MLCC_ERR_INDEX_OUT_OF_RANGE;
+    return gather(&p->gather, data, *size, indices, 0, p->idx_max, p->idx_inner,
+                  count != NULL ? *count : 1, out);
 }

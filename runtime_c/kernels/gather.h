@@ -37,4 +37,14 @@ int mlcc_gather__counted_i64(const mlcc_gather_counted_params *p, const void *da
 int mlcc_gather__counted_i32(const mlcc_gather_counted_params *p, const void *data,
                              const int32_t *indices, const int64_t *count, void *out);
 
+/* Data whose size along the axis depends on the data (*size of axis_dim valid): indices are
+ * checked against (and negative ones wrapped by) *size; count as above, or NULL when the
+ * indices are all valid (idx_max = idx_inner = 1 then). */
+int mlcc_gather__counted_data_i64(const mlcc_gather_counted_params *p, const void *data,
+                                  const int64_t *size, const int64_t *indices,
+                                  const int64_t *count, void *out);
+int mlcc_gather__counted_data_i32(const mlcc_gather_counted_params *p, const void *data,
+                                  const int64_t *size, const int32_t *indices,
+                                  const int64_t *count, void *out);
+
 #endif /* MLCC_GATHER_H */

@@ -55,35 +55,58 @@ static ptrdiff_t nd_offset(const mlcc_nd_index_params *p, const int64_t *tuple) 
     return off;
 }
 
-static int nd_check(const mlcc_nd_index_params *p, const int64_t *indices) {
+/* Tuple t counts when its coordinate along the data-dependent axis of the indices (idx_max
+ * positions of idx_inner tuples each) is below valid; every tuple counts when idx_max is 0. */
+static int nd_counted(ptrdiff_t t, int64_t idx_max, int64_t idx_inner, int64_t valid) {
+    return idx_max == 0 || (t / idx_inner) % idx_max < valid;
+}
+
+static int nd_check(const mlcc_nd_index_params *p, const int64_t *indices, int64_t idx_max,
+                    int64_t idx_inner, int64_t valid) {
     ptrdiff_t t;
     for (t = 0; t < (ptrdiff_t)(p->batch * p->n); t++)
-        if (nd_offset(p, indices + t * p->k) < 0) return MLCC_ERR_INDEX_OUT_OF_RANGE;
+        if (nd_counted(t, idx_max, idx_inner, valid) && nd_offset(p, indices + t * p->k) < 0)
+            return MLCC_ERR_INDEX_OUT_OF_RANGE;
+    return MLCC_OK;
+}
+
+static int gather_nd(const mlcc_nd_index_params *p, const void *data, const int64_t *indices,
+                     int64_t idx_max, int64_t idx_inner, int64_t valid, void *out) {
+    const ptrdiff_t es = p->elem_size, slice = (ptrdiff_t)p->slice;
+    const uint8_t *src = (const uint8_t *)data;
+    uint8_t *dst = (uint8_t *)out;
+    ptrdiff_t b, t;
+    if (nd_check(p, indices, idx_max, idx_inner, valid) != MLCC_OK)
+        return MLCC_ERR_INDEX_OUT_OF_RANGE;
+    for (b = 0; b < (ptrdiff_t)p->batch; b++)
+        for (t = 0; t < (ptrdiff_t)p->n; t++) {
+            const ptrdiff_t at = b * (ptrdiff_t)p->n + t;
+            if (!nd_counted(at, idx_max, idx_inner, valid)) {
+                memset(dst + at * slice * es, 0, (size_t)(slice * es));
+                continue;
+            }
+            memcpy(dst + at * slice * es,
+                   src + (b * (ptrdiff_t)p->batch_stride + nd_offset(p, indices + at * p->k)) * es,
+                   (size_t)(slice * es));
+        }
     return MLCC_OK;
 }
 
 int mlcc_gather_nd(const mlcc_nd_index_params *p, const void *data, const int64_t *indices,
                    void *out) {
-    const ptrdiff_t es = p->elem_size, slice = (ptrdiff_t)p->slice;
-    const uint8_t *src = (const uint8_t *)data;
-    uint8_t *dst = (uint8_t *)out;
-    ptrdiff_t b, t;
-    if (nd_check(p, indices) != MLCC_OK) return MLCC_ERR_INDEX_OUT_OF_RANGE;
-    for (b = 0; b < (ptrdiff_t)p->batch; b++)
-        for (t = 0; t < (ptrdiff_t)p->n; t++) {
-            const ptrdiff_t at = b * (ptrdiff_t)p->n + t;
-            const ptrdiff_t off =
-                b * (ptrdiff_t)p->batch_stride + nd_offset(p, indices + at * p->k);
-            memcpy(dst + at * slice * es, src + off * es, (size_t)(slice * es));
-        }
-    return MLCC_OK;
+    return gather_nd(p, data, indices, 0, 1, 0, out);
+}
+
+int mlcc_gather_nd__counted(const mlcc_gather_nd_counted_params *p, const void *data,
+                            const int64_t *indices, const int64_t *count, void *out) {
+    return gather_nd(&p->nd, data, indices, p->idx_max, p->idx_inner, *count, out);
 }
 
 int mlcc_scatter_nd(const mlcc_nd_index_params *p, const int64_t *indices, const void *updates,
                     void *y) {
     const ptrdiff_t es = p->elem_size, slice = (ptrdiff_t)p->slice;
     ptrdiff_t t;
-    if (nd_check(p, indices) != MLCC_OK) return MLCC_ERR_INDEX_OUT_OF_RANGE;
+    if (nd_check(p, indices, 0, 1, 0) != MLCC_OK) return MLCC_ERR_INDEX_OUT_OF_RANGE;
     for (t = 0; t < (ptrdiff_t)p->n; t++)
         combine(p->reduction, p->dtype, (int)es,
                 (uint8_t *)y + nd_offset(p, indices + t * p->k) * es,

@@ -27,6 +27,18 @@ typedef struct mlcc_nd_index_params {
 int mlcc_gather_nd(const mlcc_nd_index_params *p, const void *data, const int64_t *indices,
                    void *out);
 
+/* The same when the indices have a size that depends on the data along one of their axes
+ * before the last (NonZero -> Transpose; docs/dynamic-outputs.md): the batch * n tuples
+ * viewed as [batch * n / (idx_max * idx_inner), idx_max, idx_inner], only the tuples before
+ * *count along idx_max are checked and gathered; the others (the padding) give zeros. */
+typedef struct mlcc_gather_nd_counted_params {
+    mlcc_nd_index_params nd;
+    int64_t idx_max, idx_inner;
+} mlcc_gather_nd_counted_params;
+
+int mlcc_gather_nd__counted(const mlcc_gather_nd_counted_params *p, const void *data,
+                            const int64_t *indices, const int64_t *count, void *out);
+
 /* ScatterND on y (already holding a copy of data): y[slice of tuple t] (reduction)=
  * updates[t, :], tuples in order (batch = 1). */
 int mlcc_scatter_nd(const mlcc_nd_index_params *p, const int64_t *indices, const void *updates,

@@ -63,7 +63,7 @@ static size_t elem_size(int32_t dtype) {
             for (i = 0; i < p->inner; i++) {                                                  \
                 const T *row = xs + o * n * inner + i;                                        \
                 int64_t h = 0, j, r;                                                          \
-                for (j = 0; j < n && k > 0; j++) {                                            \
+                for (j = 0; j < valid && k > 0; j++) {                                        \
                     const T v = row[j * inner];                                               \
                     int64_t c;                                                                \
                     if (h < k) { /* sift up from the end */                                   \
@@ -123,13 +123,14 @@ static size_t elem_size(int32_t dtype) {
     ((GREATER) ? ((av) > (bv) || ((av) == (bv) && (ai) < (bi)))                               \
                : ((av) < (bv) || ((av) == (bv) && (ai) < (bi))))
 
-int mlcc_topk(const mlcc_topk_params *p, const void *x, const int64_t *k_in, void *values,
-              int64_t *indices, int64_t *count, void *scratch) {
+/* The rows' first `valid` elements (of n) compete. */
+static int topk(const mlcc_topk_params *p, const void *x, int64_t valid, const int64_t *k_in,
+                void *values, int64_t *indices, int64_t *count, void *scratch) {
     const int64_t n = p->n, inner = p->inner;
     const int64_t k = k_in != NULL ? *k_in : p->k_max;
     int64_t *heap = (int64_t *)scratch;
     int64_t o, i;
-    if (k < 0 || k > p->k_max || k > n) return MLCC_ERR_OUTPUT_TOO_LARGE;
+    if (k < 0 || k > p->k_max || k > valid) return MLCC_ERR_OUTPUT_TOO_LARGE;
     if (count != NULL) *count = k;
 #define MLCC_TOPK_CASE(T)                                                                     \
     if (p->largest) MLCC_TOPK_BODY(T, 1); else MLCC_TOPK_BODY(T, 0);                          \
@@ -148,6 +149,18 @@ int mlcc_topk(const mlcc_topk_params *p, const void *x, const int64_t *k_in, voi
     }
 #undef MLCC_TOPK_CASE
     return MLCC_OK;
+}
+
+int mlcc_topk(const mlcc_topk_params *p, const void *x, const int64_t *k, void *values,
+              int64_t *indices, int64_t *count, void *scratch) {
+    return topk(p, x, p->n, k, values, indices, count, scratch);
+}
+
+int mlcc_topk__counted(const mlcc_topk_params *p, const void *x, const int64_t *n_count,
+                       const int64_t *k, void *values, int64_t *indices, int64_t *count,
+                       void *scratch) {
+    if (*n_count < 0 || *n_count > p->n) return MLCC_ERR_OUTPUT_TOO_LARGE;
+    return topk(p, x, *n_count, k, values, indices, count, scratch);
 }
 
 /* ---------------------------------------------------------------------------- NonZero */
@@ -356,9 +369,10 @@ static void nms_sift_down(const float *s, int32_t *heap, int64_t h, int64_t c) {
     heap[c] = v;
 }
 
-int mlcc_f32_nms(const mlcc_nms_params *p, const float *boxes, const float *scores,
-                 const int64_t *max_per_class, const float *iou_threshold,
-                 const float *score_threshold, int64_t *out, int64_t *count, void *scratch) {
+/* Boxes (and scores) at positions below `valid` (of n) are candidates. */
+static int nms(const mlcc_nms_params *p, int64_t valid, const float *boxes, const float *scores,
+               const int64_t *max_per_class, const float *iou_threshold,
+               const float *score_threshold, int64_t *out, int64_t *count, void *scratch) {
     const int64_t n = p->n;
     const int64_t limit = max_per_class != NULL && *max_per_class > 0 ? *max_per_class : 0;
     const float iou = iou_threshold != NULL ? *iou_threshold : 0.0f;
@@ -369,7 +383,7 @@ int mlcc_f32_nms(const mlcc_nms_params *p, const float *boxes, const float *scor
         for (c = 0; c < p->classes; c++) {
             const float *s = scores + (b * p->classes + c) * n;
             int64_t h = 0, nk = 0;
-            for (j = 0; j < n; j++)
+            for (j = 0; j < valid; j++)
                 if (score_threshold == NULL || s[j] > *score_threshold) heap[h++] = (int32_t)j;
             for (j = h / 2 - 1; j >= 0; j--) nms_sift_down(s, heap, h, j);
             while (h > 0 && nk < limit) {
@@ -394,5 +408,65 @@ int mlcc_f32_nms(const mlcc_nms_params *p, const float *boxes, const float *scor
     }
     for (j = rows * 3; j < p->max * 3; j++) out[j] = 0;
     *count = rows;
+    return MLCC_OK;
+}
+
+int mlcc_f32_nms(const mlcc_nms_params *p, const float *boxes, const float *scores,
+                 const int64_t *max_per_class, const float *iou_threshold,
+                 const float *score_threshold, int64_t *out, int64_t *count, void *scratch) {
+    return nms(p, p->n, boxes, scores, max_per_class, iou_threshold, score_threshold, out,
+               count, scratch);
+}
+
+int mlcc_f32_nms__counted(const mlcc_nms_params *p, const float *boxes, const float *scores,
+                          const int64_t *n_count, const int64_t *max_per_class,
+                          const float *iou_threshold, const float *score_threshold,
+                          int64_t *out, int64_t *count, void *scratch) {
+    if (*n_count < 0 || *n_count > p->n) return MLCC_ERR_OUTPUT_TOO_LARGE;
+    return nms(p, *n_count, boxes, scores, max_per_class, iou_threshold, score_threshold, out,
+               count, scratch);
+}
+
+/* ---------------------------------------------------------------------------- Sizes */
+
+void mlcc_i64_sizes(const mlcc_sizes_params *p, int64_t *out) {
+    int64_t i;
+    for (i = 0; i < p->n; i++) out[i] = p->values[i];
+}
+
+/* --------------------------------------------------------------------- Concat (counted) */
+
+int mlcc_concat__counted(const mlcc_concat_counted_params *p, const void *src,
+                         const int64_t *src_count, int64_t *count, void *dst) {
+    const size_t es = (size_t)p->elem_size, row = (size_t)p->inner * es;
+    const int64_t n = src_count != NULL ? *src_count : p->src_max;
+    int64_t o, at;
+    if (p->first) {
+        memset(dst, 0, (size_t)(p->outer * p->dst_max) * row);
+        *count = 0;
+    }
+    at = *count;
+    if (n < 0 || n > p->src_max || at + n > p->dst_max) return MLCC_ERR_OUTPUT_TOO_LARGE;
+    if (n > 0)
+        for (o = 0; o < p->outer; o++)
+            memcpy((uint8_t *)dst + (size_t)(o * p->dst_max + at) * row,
+                   (const uint8_t *)src + (size_t)(o * p->src_max) * row, (size_t)n * row);
+    *count = at + n;
+    return MLCC_OK;
+}
+
+/* ------------------------------------------------------------------------ fill padding */
+
+int mlcc_fill_padding(const mlcc_fill_padding_params *p, const void *src, const int64_t *count,
+                      const void *fill, void *dst) {
+    const size_t es = (size_t)p->elem_size, row = (size_t)p->inner * es;
+    const int64_t n = *count;
+    int64_t o, j;
+    if (n < 0 || n > p->max) return MLCC_ERR_OUTPUT_TOO_LARGE;
+    for (o = 0; o < p->outer; o++) {
+        uint8_t *d = (uint8_t *)dst + (size_t)(o * p->max) * row;
+        if (n > 0) memmove(d, (const uint8_t *)src + (size_t)(o * p->max) * row, (size_t)n * row);
+        for (j = n * p->inner; j < p->max * p->inner; j++) memcpy(d + (size_t)j * es, fill, es);
+    }
     return MLCC_OK;
 }

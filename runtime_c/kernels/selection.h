@@ -26,6 +26,13 @@ typedef struct mlcc_topk_params {
 int mlcc_topk(const mlcc_topk_params *p, const void *x, const int64_t *k, void *values,
               int64_t *indices, int64_t *count, void *scratch);
 
+/* The same over an axis whose size depends on the data (docs/dynamic-outputs.md): only the
+ * first *n_count of the n elements of each row compete (the others are padding); a k above
+ * *n_count is MLCC_ERR_OUTPUT_TOO_LARGE, as a k above the axis is. */
+int mlcc_topk__counted(const mlcc_topk_params *p, const void *x, const int64_t *n_count,
+                       const int64_t *k, void *values, int64_t *indices, int64_t *count,
+                       void *scratch);
+
 /* NonZero: the coordinates of the non-zero elements of x (shape dims[0..rank), row-major
  * order) as out[rank, max] (int64; column j is the j-th non-zero element). -0.0 is zero, NaN
  * is not. */
@@ -76,5 +83,46 @@ typedef struct mlcc_nms_params {
 int mlcc_f32_nms(const mlcc_nms_params *p, const float *boxes, const float *scores,
                  const int64_t *max_per_class, const float *iou_threshold,
                  const float *score_threshold, int64_t *out, int64_t *count, void *scratch);
+
+/* The same when the number of boxes depends on the data (docs/dynamic-outputs.md): only the
+ * first *n_count of the n boxes (and of each class's scores) are candidates. */
+int mlcc_f32_nms__counted(const mlcc_nms_params *p, const float *boxes, const float *scores,
+                          const int64_t *n_count, const int64_t *max_per_class,
+                          const float *iou_threshold, const float *score_threshold,
+                          int64_t *out, int64_t *count, void *scratch);
+
+/* Concat along an axis whose size depends on the data: one call per input, src viewed as
+ * [outer, src_max, inner] of which the first *src_count along src_max are valid (src_count
+ * NULL: all src_max), appended at *count along dst's [outer, dst_max, inner], *count then
+ * advanced; the first call (first = 1) zeros dst and sets *count to 0. So the valid parts
+ * are packed one after the other and *count ends as their total. */
+typedef struct mlcc_concat_counted_params {
+    int64_t outer, src_max, inner, dst_max;
+    int32_t elem_size, first;
+} mlcc_concat_counted_params;
+
+int mlcc_concat__counted(const mlcc_concat_counted_params *p, const void *src,
+                         const int64_t *src_count, int64_t *count, void *dst);
+
+/* dst = src ([outer, max, inner], the first *count along max valid) with every padding
+ * element set to *fill (one element): a reduction over the data-dependent axis then runs over
+ * the whole buffer, the padding being its identity (-inf for a maximum, 0 for a sum). */
+typedef struct mlcc_fill_padding_params {
+    int64_t outer, max, inner;
+    int32_t elem_size;
+} mlcc_fill_padding_params;
+
+int mlcc_fill_padding(const mlcc_fill_padding_params *p, const void *src, const int64_t *count,
+                      const void *fill, void *dst);
+
+/* mlcc.Sizes: out[0..n) = values[0..n), which the generated code computes from the counts of
+ * data-dependent sizes just before the call (a Shape of a NonZero's output, say, and the
+ * integer arithmetic on it; docs/dynamic-outputs.md). */
+typedef struct mlcc_sizes_params {
+    int64_t n;
+    int64_t values[8];
+} mlcc_sizes_params;
+
+void mlcc_i64_sizes(const mlcc_sizes_params *p, int64_t *out);
 
 #endif /* MLCC_SELECTION_H */
