@@ -6,7 +6,8 @@ import pytest
 from onnx import helper
 
 from mlcc.errors import UnsupportedError
-from util import check_model, check_node, compile_and_run, make_model, rand
+from util import (check_model, check_node, compile_and_run, make_model, rand,
+                  reference_outputs, run_same_bits_on_threads)
 
 
 def _grid(n, out_shape, nd, seed, spread=1.3):
@@ -267,3 +268,24 @@ def test_deform_conv(tmp_path, attrs, group, og, with_mask, with_bias):
         names.pop()
     node = helper.make_node("DeformConv", names, ["y"], group=group, offset_group=og, **attrs)
     check_model(make_model([node], feeds, ["y"], opset=19), feeds, tmp_path)
+
+
+def test_grid_sample_and_deform_conv_threads_same_bits(tmp_path):
+    """Above the threading threshold GridSample (every mode) and DeformConv split their
+    output points between threads, each point's channels computed by one: 1, 2 and 3
+    threads give the same bits, onnxruntime's values (DeformConv: 2 images, so that ranges
+    cross from one image to the next)."""
+    x, grid = rand(1, 13, 31, 29, seed=3), _grid(1, (37, 41), 2, seed=4)
+    nodes = [helper.make_node("GridSample", ["x", "grid"], [f"y_{mode}"], mode=mode,
+                              padding_mode="border")
+             for mode in ("nearest", "linear", "cubic")]
+    xd, w = rand(2, 8, 23, 19, seed=5), rand(24, 8, 3, 3, seed=6)   # 1.5 M multiply-adds
+    offset = rand(2, 2 * 9 * 2, 23, 19, seed=7, low=-3, high=3)
+    nodes.append(helper.make_node("DeformConv", ["xd", "w", "offset"], ["y_deform"],
+                                  offset_group=2, pads=[1, 1, 1, 1]))
+    feeds = {"x": x, "grid": grid, "xd": xd, "w": w, "offset": offset}
+    model = make_model(nodes, feeds, [n.output[0] for n in nodes], opset=20)
+    got = run_same_bits_on_threads(model, feeds, tmp_path)
+    ref = reference_outputs(model, feeds)
+    for name, r in ref.items():
+        np.testing.assert_allclose(got[name], r, rtol=1e-4, atol=1e-4, err_msg=name)

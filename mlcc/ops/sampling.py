@@ -68,7 +68,7 @@ class GridSample(OpDef):
                         "mode": Enum(GRID_MODES[mode]),
                         "padding": Enum(GRID_PADDINGS[_text(node.attr("padding_mode",
                                                                       "zeros"))]),
-                        "align_corners": int(node.attr("align_corners", 0))})
+                        "align_corners": int(node.attr("align_corners", 0))}, pool=True)
 
     def flops(self, node, g):
         x = g.values[node.inputs[0]]
@@ -313,7 +313,8 @@ class DeformConv(OpDef):
         lo.call("mlcc_f32_deform_conv2d",
                 [node.inputs[0], node.inputs[1], node.inputs[2], node.input(3), node.input(4),
                  node.outputs[0]], [node.outputs[0]],
-                params_type="mlcc_deform_conv_params", params=self._geometry(node, ins))
+                params_type="mlcc_deform_conv_params", params=self._geometry(node, ins),
+                pool=True)
 
     def flops(self, node, g):
         w = g.values[node.inputs[1]]

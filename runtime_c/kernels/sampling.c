@@ -29,85 +29,112 @@ static void cubic_coeffs(float t, float *w) {
     w[3] = ((a * t3 - 5.0f * a) * t3 + 8.0f * a) * t3 - 4.0f * a;
 }
 
-void mlcc_f32_grid_sample(const mlcc_grid_sample_params *p, const float *x, const float *grid,
-                          float *y) {
+typedef struct sampling_job {
+    const void *p;
+    const float *x, *grid, *w, *offset, *bias, *mask;
+    float *y;
+} sampling_job;
+
+/* Output points [r0, r1) of the batch x points, every channel of each. */
+static void grid_sample_points(void *arg, ptrdiff_t r0, ptrdiff_t r1) {
+    const sampling_job *job = (const sampling_job *)arg;
+    const mlcc_grid_sample_params *p = (const mlcc_grid_sample_params *)job->p;
+    const float *x = job->x, *grid = job->grid;
+    float *y = job->y;
     const int nd = p->nd;
     const int taps = p->mode == MLCC_GRID_NEAREST ? 1 : (p->mode == MLCC_GRID_LINEAR ? 2 : 4);
-    ptrdiff_t plane = 1, b, q, ch;
+    ptrdiff_t plane = 1, r, ch;
     int i, t;
     for (i = 0; i < nd; i++) plane *= (ptrdiff_t)p->in_dims[i];
-    for (b = 0; b < (ptrdiff_t)p->n; b++)
-        for (q = 0; q < (ptrdiff_t)p->points; q++) {
-            int64_t idx[MLCC_GRID_SAMPLE_MAX_DIMS][4];
-            float w[MLCC_GRID_SAMPLE_MAX_DIMS][4];
-            ptrdiff_t offs[64];
-            float weights[64];
-            int combos = 1, k;
-            const float *g = grid + (b * (ptrdiff_t)p->points + q) * nd;
-            for (i = 0; i < nd; i++) {
-                const int64_t d = p->in_dims[i];
-                const double lo = p->align_corners ? 0.0 : -0.5;
-                const double hi = p->align_corners ? (double)(d - 1) : (double)d - 0.5;
-                const float u = g[nd - 1 - i];
-                float v = p->align_corners ? (u + 1.0f) / 2.0f * (float)(d - 1)
-                                           : ((u + 1.0f) * (float)d - 1.0f) / 2.0f;
-                int64_t base;
-                if (p->mode == MLCC_GRID_NEAREST) v = rintf(v);
-                /* a point outside moves inside first, except cubic with border padding,
-                 * which clamps each of its taps instead (onnxruntime and PyTorch; for nearest
-                 * and linear the two agree) */
-                if ((v < lo || v > hi) &&
-                    !(p->mode == MLCC_GRID_CUBIC && p->padding == MLCC_GRID_BORDER)) {
-                    if (p->padding == MLCC_GRID_BORDER)
-                        v = v < 0.0f ? 0.0f : (float)(d - 1);
-                    else if (p->padding == MLCC_GRID_REFLECTION)
-                        v = (float)reflect((double)v, lo, hi);
-                }
-                /* far outside (or NaN) reads only padding either way: keep the ints small */
-                if (!(v >= -8.0f)) v = -8.0f;
-                if (v > (float)d + 8.0f) v = (float)d + 8.0f;
-                if (p->mode == MLCC_GRID_NEAREST) {
-                    idx[i][0] = pixel_index((int64_t)v, d, p->padding, lo, hi);
-                    w[i][0] = 1.0f;
-                    continue;
-                }
-                base = (int64_t)floorf(v);
-                if (p->mode == MLCC_GRID_LINEAR) {
-                    w[i][0] = 1.0f - (v - (float)base);
-                    w[i][1] = v - (float)base;
-                } else {
-                    cubic_coeffs(v - (float)base, w[i]);
-                    base -= 1;
-                }
-                for (t = 0; t < taps; t++)
-                    idx[i][t] = pixel_index(base + t, d, p->padding, lo, hi);
+    for (r = r0; r < r1; r++) {
+        const ptrdiff_t b = r / (ptrdiff_t)p->points, q = r % (ptrdiff_t)p->points;
+        int64_t idx[MLCC_GRID_SAMPLE_MAX_DIMS][4];
+        float w[MLCC_GRID_SAMPLE_MAX_DIMS][4];
+        ptrdiff_t offs[64];
+        float weights[64];
+        int combos = 1, k;
+        const float *g = grid + (b * (ptrdiff_t)p->points + q) * nd;
+        for (i = 0; i < nd; i++) {
+            const int64_t d = p->in_dims[i];
+            const double lo = p->align_corners ? 0.0 : -0.5;
+            const double hi = p->align_corners ? (double)(d - 1) : (double)d - 0.5;
+            const float u = g[nd - 1 - i];
+            float v = p->align_corners ? (u + 1.0f) / 2.0f * (float)(d - 1)
+                                       : ((u + 1.0f) * (float)d - 1.0f) / 2.0f;
+            int64_t base;
+            if (p->mode == MLCC_GRID_NEAREST) v = rintf(v);
+            /* a point outside moves inside first, except cubic with border padding,
+             * which clamps each of its taps instead (onnxruntime and PyTorch; for nearest
+             * and linear the two agree) */
+            if ((v < lo || v > hi) &&
+                !(p->mode == MLCC_GRID_CUBIC && p->padding == MLCC_GRID_BORDER)) {
+                if (p->padding == MLCC_GRID_BORDER)
+                    v = v < 0.0f ? 0.0f : (float)(d - 1);
+                else if (p->padding == MLCC_GRID_REFLECTION)
+                    v = (float)reflect((double)v, lo, hi);
             }
-            /* every combination of one tap per axis: its offset in a plane and its weight */
-            for (i = 0; i < nd; i++) combos *= taps;
-            for (k = 0; k < combos; k++) {
-                ptrdiff_t off = 0;
-                float wk = 1.0f;
-                int rest = k;
-                for (i = 0; i < nd; i++) {
-                    const int div = i == nd - 1 ? 1 : (i == nd - 2 ? taps : taps * taps);
-                    const int tap = (rest / div) % taps;
-                    if (off >= 0 && idx[i][tap] >= 0)
-                        off = off * (ptrdiff_t)p->in_dims[i] + (ptrdiff_t)idx[i][tap];
-                    else
-                        off = -1;
-                    wk *= w[i][tap];
-                }
-                offs[k] = off;
-                weights[k] = wk;
+            /* far outside (or NaN) reads only padding either way: keep the ints small */
+            if (!(v >= -8.0f)) v = -8.0f;
+            if (v > (float)d + 8.0f) v = (float)d + 8.0f;
+            if (p->mode == MLCC_GRID_NEAREST) {
+                idx[i][0] = pixel_index((int64_t)v, d, p->padding, lo, hi);
+                w[i][0] = 1.0f;
+                continue;
             }
-            for (ch = 0; ch < (ptrdiff_t)p->c; ch++) {
-                const float *xc = x + (b * (ptrdiff_t)p->c + ch) * plane;
-                float acc = 0.0f;
-                for (k = 0; k < combos; k++)
-                    if (offs[k] >= 0) acc += weights[k] * xc[offs[k]];
-                y[(b * (ptrdiff_t)p->c + ch) * (ptrdiff_t)p->points + q] = acc;
+            base = (int64_t)floorf(v);
+            if (p->mode == MLCC_GRID_LINEAR) {
+                w[i][0] = 1.0f - (v - (float)base);
+                w[i][1] = v - (float)base;
+            } else {
+                cubic_coeffs(v - (float)base, w[i]);
+                base -= 1;
             }
+            for (t = 0; t < taps; t++)
+                idx[i][t] = pixel_index(base + t, d, p->padding, lo, hi);
         }
+        /* every combination of one tap per axis: its offset in a plane and its weight */
+        for (i = 0; i < nd; i++) combos *= taps;
+        for (k = 0; k < combos; k++) {
+            ptrdiff_t off = 0;
+            float wk = 1.0f;
+            int rest = k;
+            for (i = 0; i < nd; i++) {
+                const int div = i == nd - 1 ? 1 : (i == nd - 2 ? taps : taps * taps);
+                const int tap = (rest / div) % taps;
+                if (off >= 0 && idx[i][tap] >= 0)
+                    off = off * (ptrdiff_t)p->in_dims[i] + (ptrdiff_t)idx[i][tap];
+                else
+                    off = -1;
+                wk *= w[i][tap];
+            }
+            offs[k] = off;
+            weights[k] = wk;
+        }
+        for (ch = 0; ch < (ptrdiff_t)p->c; ch++) {
+            const float *xc = x + (b * (ptrdiff_t)p->c + ch) * plane;
+            float acc = 0.0f;
+            for (k = 0; k < combos; k++)
+                if (offs[k] >= 0) acc += weights[k] * xc[offs[k]];
+            y[(b * (ptrdiff_t)p->c + ch) * (ptrdiff_t)p->points + q] = acc;
+        }
+    }
+}
+
+/* On a pool, ranges of output points (each point's channels computed by one thread: the same
+ * bits on any number of threads). */
+void mlcc_f32_grid_sample(const mlcc_grid_sample_params *p, const float *x, const float *grid,
+                          float *y, mlcc_threadpool *pool) {
+    sampling_job job = {0};
+    const double taps = p->mode == MLCC_GRID_NEAREST ? 1.0
+                        : p->mode == MLCC_GRID_LINEAR ? 2.0 : 4.0;
+    job.p = p;
+    job.x = x;
+    job.grid = grid;
+    job.y = y;
+    mlcc_parallel_ranges(pool, grid_sample_points, &job, (ptrdiff_t)(p->n * p->points),
+                         (double)p->n * (double)p->points * (double)p->c *
+                             pow(taps, (double)p->nd),
+                         (double)MLCC_MIN_PARALLEL_ELEMENTS);
 }
 
 void mlcc_f32_col2im(const mlcc_col2im_params *p, const float *x, float *y) {
@@ -330,29 +357,37 @@ static float bilinear_zero(const float *x, int64_t height, int64_t width, float 
     return v;
 }
 
-void mlcc_f32_deform_conv2d(const mlcc_deform_conv_params *p, const float *x, const float *w,
-                            const float *offset, const float *bias, const float *mask,
-                            float *y) {
+/* Output positions [r0, r1) of batch x out_h x out_w, every output channel of each: the sums in
+ * the order of the input channels and taps, as on one thread. */
+static void deform_conv_positions(void *arg, ptrdiff_t r0, ptrdiff_t r1) {
+    const sampling_job *job = (const sampling_job *)arg;
+    const mlcc_deform_conv_params *p = (const mlcc_deform_conv_params *)job->p;
     const ptrdiff_t c = (ptrdiff_t)p->c, oc = (ptrdiff_t)p->oc, taps = (ptrdiff_t)(p->kh * p->kw);
     const ptrdiff_t plane = (ptrdiff_t)(p->height * p->width);
     const ptrdiff_t out = (ptrdiff_t)(p->out_h * p->out_w);
     const ptrdiff_t icpg = c / (ptrdiff_t)p->group, ocpg = oc / (ptrdiff_t)p->group;
     const ptrdiff_t icpo = c / (ptrdiff_t)p->offset_group;
+    const float *w = job->w;
+    float *y = job->y;
     ptrdiff_t b, ic, t, q, o;
-    for (b = 0; b < (ptrdiff_t)p->n; b++)
+    if (r0 >= r1) return;
+    for (b = r0 / out; b <= (r1 - 1) / out; b++) {
+        /* this batch's positions within [r0, r1) */
+        const ptrdiff_t q0 = b == r0 / out ? r0 % out : 0;
+        const ptrdiff_t q1 = b == (r1 - 1) / out ? (r1 - 1) % out + 1 : out;
         for (o = 0; o < oc; o++)
-            for (q = 0; q < out; q++) y[(b * oc + o) * out + q] = bias ? bias[o] : 0.0f;
-    for (b = 0; b < (ptrdiff_t)p->n; b++)
+            for (q = q0; q < q1; q++) y[(b * oc + o) * out + q] = job->bias ? job->bias[o] : 0.0f;
         for (ic = 0; ic < c; ic++) {
             const ptrdiff_t og = ic / icpo, g = ic / icpg;
-            const float *xc = x + (b * c + ic) * plane;
+            const float *xc = job->x + (b * c + ic) * plane;
             for (t = 0; t < taps; t++) {
                 const ptrdiff_t i = t / (ptrdiff_t)p->kw, j = t % (ptrdiff_t)p->kw;
-                const float *dy = offset + ((b * (ptrdiff_t)p->offset_group + og) * taps + t) * 2 * out;
+                const float *dy =
+                    job->offset + ((b * (ptrdiff_t)p->offset_group + og) * taps + t) * 2 * out;
                 const float *dx = dy + out;
-                const float *m =
-                    mask ? mask + ((b * (ptrdiff_t)p->offset_group + og) * taps + t) * out : NULL;
-                for (q = 0; q < out; q++) {
+                const float *m = job->mask ? job->mask +
+                    ((b * (ptrdiff_t)p->offset_group + og) * taps + t) * out : NULL;
+                for (q = q0; q < q1; q++) {
                     const ptrdiff_t oh = q / (ptrdiff_t)p->out_w, ow = q % (ptrdiff_t)p->out_w;
                     const float h = (float)(oh * p->stride_h - p->pad_h + i * p->dil_h) + dy[q];
                     const float ww = (float)(ow * p->stride_w - p->pad_w + j * p->dil_w) + dx[q];
@@ -363,4 +398,25 @@ void mlcc_f32_deform_conv2d(const mlcc_deform_conv_params *p, const float *x, co
                 }
             }
         }
+    }
+}
+
+/* On a pool, ranges of output positions (each position's outputs summed by one thread in the
+ * same order: the same bits on any number of threads). */
+void mlcc_f32_deform_conv2d(const mlcc_deform_conv_params *p, const float *x, const float *w,
+                            const float *offset, const float *bias, const float *mask,
+                            float *y, mlcc_threadpool *pool) {
+    sampling_job job = {0};
+    job.p = p;
+    job.x = x;
+    job.w = w;
+    job.offset = offset;
+    job.bias = bias;
+    job.mask = mask;
+    job.y = y;
+    mlcc_parallel_ranges(pool, deform_conv_positions, &job,
+                         (ptrdiff_t)(p->n * p->out_h * p->out_w),
+                         (double)p->n * (double)(p->out_h * p->out_w) * (double)p->c *
+                             (double)(p->kh * p->kw) * (double)(p->oc / p->group),
+                         (double)MLCC_MIN_PARALLEL_MACS);
 }

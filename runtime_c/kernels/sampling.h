@@ -1,7 +1,8 @@
 /* Sampling and rearranging images: GridSample (the values of an image at the points of a grid,
  * interpolated) and Col2Im (blocks summed back into an image, the inverse of im2col).
  *
- * Thread-compatible: no state; y must not overlap the inputs. */
+ * Thread-compatible: no state; y must not overlap the inputs. GridSample and DeformConv split
+ * their output points between a pool's threads, each point computed whole by one. */
 #ifndef MLCC_SAMPLING_H
 #define MLCC_SAMPLING_H
 
@@ -33,7 +34,7 @@ typedef struct mlcc_grid_sample_params {
 } mlcc_grid_sample_params;
 
 void mlcc_f32_grid_sample(const mlcc_grid_sample_params *p, const float *x, const float *grid,
-                          float *y);
+                          float *y, mlcc_threadpool *pool);
 
 /* x: [n, c * prod(block), prod(cols)], y: [n, c, image...] (nd spatial axes): every column
  * entry (channel, block offset k, block position l) is added to the image at
@@ -96,6 +97,6 @@ typedef struct mlcc_deform_conv_params {
 
 void mlcc_f32_deform_conv2d(const mlcc_deform_conv_params *p, const float *x, const float *w,
                             const float *offset, const float *bias, const float *mask,
-                            float *y);
+                            float *y, mlcc_threadpool *pool);
 
 #endif /* MLCC_SAMPLING_H */
