@@ -21,6 +21,7 @@ from .compile_time import _CompileTime
 from .registry import OpDef, register
 
 MAX_STAGES = 32                  # MLCC_FFT_MAX_STAGES in fft.h
+DFT_SLICES = 4                   # MLCC_DFT_SLICES in fft.h: threads that share a DFT
 GENERIC_RADICES = (3, 5, 7, 11, 13)   # the generic butterfly's radices (fft.c: up to 13)
 
 _binary = {0: True, 1: True}.get
@@ -129,8 +130,10 @@ def _emit_dft(lo: Lowering, node: Node, x: str, window: str, y: str, *, outer: i
               "frame_step": frame_step, "n_in": n_in, "n": n, "n_out": n_out,
               "in_complex": int(in_complex), "inverse": int(inverse), "windowed": int(bool(window)),
               "hermitian": int(hermitian), **plan_params}
+    # 4 fft_n doubles per thread that may share the transforms (MLCC_DFT_SLICES, fft.h)
+    slices = DFT_SLICES if lo.options.get("threads", True) else 1
     lo.call("mlcc_f32_dft", [x, window, plan_name, y], [y], params_type="mlcc_dft_params",
-            params=params, scratch_bytes=32 * plan_params["fft_n"])
+            params=params, scratch_bytes=slices * 32 * plan_params["fft_n"], pool=True)
 
 
 def _length(g: Graph, node: Node, index: int, what: str) -> int | None:

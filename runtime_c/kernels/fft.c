@@ -102,16 +102,31 @@ static double *fft_run(const mlcc_dft_params *p, ptrdiff_t n, const double **pla
     return a;
 }
 
-void mlcc_f32_dft(const mlcc_dft_params *p, const float *x, const float *window,
-                  const double *plan, float *y, double *scratch) {
+/* The transforms of a dft_job's range, on its thread's scratch slice. */
+typedef struct dft_job {
+    const mlcc_dft_params *p;
+    const float *x, *window;
+    const double *plan;
+    float *y;
+    double *scratch;
+    ptrdiff_t units;
+} dft_job;
+
+static void dft_unit(void *arg, int unit, int thread) {
+    const dft_job *job = (const dft_job *)arg;
+    const mlcc_dft_params *p = job->p;
+    const float *x = job->x, *window = job->window;
+    const double *plan = job->plan;
+    float *y = job->y;
     const ptrdiff_t n = p->n, m = p->fft_n, inner = p->inner;
     const ptrdiff_t n_read = p->hermitian ? p->n : p->n_in < p->n ? p->n_in : p->n;
     const ptrdiff_t in_w = p->in_complex ? 2 : 1;
+    const ptrdiff_t count = (ptrdiff_t)(p->outer * p->frames) * inner;
     const double sign = p->inverse ? -1.0 : 1.0;
     const double scale = p->inverse ? 1.0 / (double)p->n : 1.0;
-    double *a = scratch, *b = scratch + 2 * m;
+    double *a = job->scratch + (ptrdiff_t)thread * 4 * m, *b = a + 2 * m;
     const double *chirp = NULL, *kernel_hat = NULL;
-    ptrdiff_t o, f, i, t, k;
+    ptrdiff_t j, t, k;
     if (p->bluestein) {
         /* after the FFT's stages (fft_run reads them from plan): the chirp, then B */
         const double *q = plan;
@@ -124,67 +139,90 @@ void mlcc_f32_dft(const mlcc_dft_params *p, const float *x, const float *window,
         chirp = q;
         kernel_hat = q + 2 * n;
     }
-    for (o = 0; o < p->outer; o++) {
-        for (f = 0; f < p->frames; f++) {
-            for (i = 0; i < inner; i++) {
-                const double *plan_at = plan;
-                const ptrdiff_t base = (o * p->axis_len + f * p->frame_step) * inner + i;
-                double *res;
-                for (t = 0; t < n_read; t++) {
-                    /* hermitian: X[t] for t <= n / 2, conj(X[n - t]) above, 0 past n_in */
-                    const ptrdiff_t src = p->hermitian && 2 * t > n ? n - t : t;
-                    double re = 0.0, im = 0.0;
-                    if (src < p->n_in) {
-                        const float *v = x + (base + src * inner) * in_w;
-                        re = v[0];
-                        im = p->in_complex ? (src != t ? -sign : sign) * v[1] : 0.0;
-                    }
-                    if (p->windowed) {
-                        re *= window[t];
-                        im *= window[t];
-                    }
-                    if (chirp) {
-                        const double cr = chirp[2 * t], ci = chirp[2 * t + 1];
-                        a[2 * t] = re * cr - im * ci;
-                        a[2 * t + 1] = re * ci + im * cr;
-                    } else {
-                        a[2 * t] = re;
-                        a[2 * t + 1] = im;
-                    }
-                }
-                for (t = n_read; t < m; t++) {
-                    a[2 * t] = 0.0;
-                    a[2 * t + 1] = 0.0;
-                }
-                res = fft_run(p, m, &plan_at, a, b);
-                if (chirp) {
-                    /* conv = conj(FFT(conj(A * B))) with B = FFT(b) / m; X[k] = c[k] conv[k] */
-                    double *other = res == a ? b : a;
-                    const double *q = plan;
-                    for (k = 0; k < m; k++) {
-                        const double ar = res[2 * k], ai = res[2 * k + 1];
-                        const double br = kernel_hat[2 * k], bi = kernel_hat[2 * k + 1];
-                        res[2 * k] = ar * br - ai * bi;
-                        res[2 * k + 1] = -(ar * bi + ai * br);
-                    }
-                    res = fft_run(p, m, &q, res, other);
-                    for (k = 0; k < p->n_out; k++) {
-                        const double cr = res[2 * k], ci = -res[2 * k + 1];
-                        const double wr = chirp[2 * k], wi = chirp[2 * k + 1];
-                        res[2 * k] = cr * wr - ci * wi;
-                        res[2 * k + 1] = cr * wi + ci * wr;
-                    }
-                }
-                for (k = 0; k < p->n_out; k++) {
-                    const ptrdiff_t at = ((o * p->frames + f) * p->n_out + k) * inner + i;
-                    if (p->hermitian) {
-                        y[at] = (float)(res[2 * k] * scale);      /* the real part only */
-                    } else {
-                        y[2 * at] = (float)(res[2 * k] * scale);
-                        y[2 * at + 1] = (float)(sign * res[2 * k + 1] * scale);
-                    }
-                }
+    /* transform j: (outer o, frame f, inner i), in that order */
+    for (j = count * unit / job->units; j < count * (unit + 1) / job->units; j++) {
+        const ptrdiff_t i = j % inner, f = j / inner % (ptrdiff_t)p->frames;
+        const ptrdiff_t o = j / inner / (ptrdiff_t)p->frames;
+        const double *plan_at = plan;
+        const ptrdiff_t base = (o * p->axis_len + f * p->frame_step) * inner + i;
+        double *res;
+        for (t = 0; t < n_read; t++) {
+            /* hermitian: X[t] for t <= n / 2, conj(X[n - t]) above, 0 past n_in */
+            const ptrdiff_t src = p->hermitian && 2 * t > n ? n - t : t;
+            double re = 0.0, im = 0.0;
+            if (src < p->n_in) {
+                const float *v = x + (base + src * inner) * in_w;
+                re = v[0];
+                im = p->in_complex ? (src != t ? -sign : sign) * v[1] : 0.0;
+            }
+            if (p->windowed) {
+                re *= window[t];
+                im *= window[t];
+            }
+            if (chirp) {
+                const double cr = chirp[2 * t], ci = chirp[2 * t + 1];
+                a[2 * t] = re * cr - im * ci;
+                a[2 * t + 1] = re * ci + im * cr;
+            } else {
+                a[2 * t] = re;
+                a[2 * t + 1] = im;
+            }
+        }
+        for (t = n_read; t < m; t++) {
+            a[2 * t] = 0.0;
+            a[2 * t + 1] = 0.0;
+        }
+        res = fft_run(p, m, &plan_at, a, b);
+        if (chirp) {
+            /* conv = conj(FFT(conj(A * B))) with B = FFT(b) / m; X[k] = c[k] conv[k] */
+            double *other = res == a ? b : a;
+            const double *q = plan;
+            for (k = 0; k < m; k++) {
+                const double ar = res[2 * k], ai = res[2 * k + 1];
+                const double br = kernel_hat[2 * k], bi = kernel_hat[2 * k + 1];
+                res[2 * k] = ar * br - ai * bi;
+                res[2 * k + 1] = -(ar * bi + ai * br);
+            }
+            res = fft_run(p, m, &q, res, other);
+            for (k = 0; k < p->n_out; k++) {
+                const double cr = res[2 * k], ci = -res[2 * k + 1];
+                const double wr = chirp[2 * k], wi = chirp[2 * k + 1];
+                res[2 * k] = cr * wr - ci * wi;
+                res[2 * k + 1] = cr * wi + ci * wr;
+            }
+        }
+        for (k = 0; k < p->n_out; k++) {
+            const ptrdiff_t at = ((o * p->frames + f) * p->n_out + k) * inner + i;
+            if (p->hermitian) {
+                y[at] = (float)(res[2 * k] * scale);      /* the real part only */
+            } else {
+                y[2 * at] = (float)(res[2 * k] * scale);
+                y[2 * at + 1] = (float)(sign * res[2 * k + 1] * scale);
             }
         }
     }
+}
+
+/* On a pool, ranges of the transforms (frames, rows) between at most MLCC_DFT_SLICES threads,
+ * each transform computed whole by one thread: the same bits on any number of threads. */
+void mlcc_f32_dft(const mlcc_dft_params *p, const float *x, const float *window,
+                  const double *plan, float *y, double *scratch, mlcc_threadpool *pool) {
+    dft_job job;
+    const ptrdiff_t count = (ptrdiff_t)(p->outer * p->frames * p->inner);
+    ptrdiff_t nt = mlcc_threadpool_size(pool);
+    if (nt > MLCC_DFT_SLICES) nt = MLCC_DFT_SLICES;
+    job.p = p;
+    job.x = x;
+    job.window = window;
+    job.plan = plan;
+    job.y = y;
+    job.scratch = scratch;
+    /* work: about fft_n log2(fft_n) butterflies per transform, two FFTs with Bluestein */
+    job.units = mlcc_parallel_units(nt, (double)count * (double)p->fft_n *
+                                            (double)(p->nstages + 1) * (p->bluestein ? 2.0 : 1.0),
+                                    (double)MLCC_MIN_PARALLEL_ELEMENTS, count);
+    if (job.units <= 1)
+        dft_unit(&job, 0, 0);
+    else
+        mlcc_threadpool_for(pool, dft_unit, &job, (int)job.units, (int)nt);
 }

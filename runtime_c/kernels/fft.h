@@ -49,8 +49,10 @@ typedef struct mlcc_dft_params {
  *     then, for a radix other than 2 and 4, the p roots exp(-2 pi i j / p);
  *   with bluestein: the chirp c[t] = exp(-pi i t^2 / n) (n values), then the fft_n values
  *     B = FFT(b) / fft_n of b[u] = conj(c[|u|]) on u = -(n - 1)..n - 1 (circularly).
- * scratch: 4 * fft_n doubles. */
+ * scratch: 4 * fft_n doubles per thread (MLCC_DFT_SLICES of them, one without threads): on a
+ * pool, the transforms are split between threads. */
+#define MLCC_DFT_SLICES 4
 void mlcc_f32_dft(const mlcc_dft_params *p, const float *x, const float *window,
-                  const double *plan, float *y, double *scratch);
+                  const double *plan, float *y, double *scratch, mlcc_threadpool *pool);
 
 #endif /* MLCC_FFT_H */
