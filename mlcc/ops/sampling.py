@@ -222,7 +222,7 @@ class RoiAlign(OpDef):
                         "half_pixel": int(_text(node.attr("coordinate_transformation_mode",
                                                           default)) == "half_pixel"),
                         "max_mode": int(_text(node.attr("mode", "avg")) == "max")},
-                returns_status=True)
+                returns_status=True, pool=True)
 
     def flops(self, node, g):
         sr = int(node.attr("sampling_ratio", 0)) or 2
@@ -260,7 +260,7 @@ class MaxRoiPool(OpDef):
                         "width": x.shape[3], "num_rois": y.shape[0], "out_h": y.shape[2],
                         "out_w": y.shape[3],
                         "spatial_scale": float(node.attr("spatial_scale", 1.0))},
-                returns_status=True)
+                returns_status=True, pool=True)
 
     def flops(self, node, g):
         return g.values[node.outputs[0]].numel    # at least one comparison per output

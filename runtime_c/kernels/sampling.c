@@ -31,7 +31,8 @@ static void cubic_coeffs(float t, float *w) {
 
 typedef struct sampling_job {
     const void *p;
-    const float *x, *grid, *w, *offset, *bias, *mask;
+    const float *x, *grid, *w, *offset, *bias, *mask, *rois;
+    const int64_t *batch_indices;
     float *y;
 } sampling_job;
 
@@ -210,49 +211,62 @@ static void roi_sample(float yy, float xx, int64_t height, int64_t width, ptrdif
     w[3] = ly * lx;
 }
 
-int mlcc_f32_roi_align__i64(const mlcc_roi_align_params *p, const float *x, const float *rois,
-                            const int64_t *batch_indices, float *y) {
+/* A RoiAlign box's start, bin sizes and sampling grid. */
+typedef struct roi_box {
+    float start_h, start_w, bin_h, bin_w;
+    int64_t grid_h, grid_w, count;
+} roi_box;
+
+/* The geometry of box (x1, y1, x2, y2): MLCC_OK, or MLCC_ERR_INDEX_OUT_OF_RANGE for a grid
+ * larger than 16 times the image along an axis, or a NaN start. */
+static int roi_align_box(const mlcc_roi_align_params *p, const float *box, roi_box *g) {
+    const float offset = p->half_pixel ? 0.5f : 0.0f;
+    float roi_w, roi_h, grid_hf, grid_wf;
+    g->start_w = box[0] * p->spatial_scale - offset;
+    g->start_h = box[1] * p->spatial_scale - offset;
+    roi_w = box[2] * p->spatial_scale - offset - g->start_w;
+    roi_h = box[3] * p->spatial_scale - offset - g->start_h;
+    if (!p->half_pixel) {
+        roi_w = roi_w > 1.0f ? roi_w : 1.0f;
+        roi_h = roi_h > 1.0f ? roi_h : 1.0f;
+    }
+    g->bin_h = roi_h / (float)p->out_h;
+    g->bin_w = roi_w / (float)p->out_w;
+    grid_hf = p->sampling_ratio > 0 ? (float)p->sampling_ratio : ceilf(g->bin_h);
+    grid_wf = p->sampling_ratio > 0 ? (float)p->sampling_ratio : ceilf(g->bin_w);
+    if (!(grid_hf <= 16.0f * (float)(p->height + 1)) ||
+        !(grid_wf <= 16.0f * (float)(p->width + 1)) || !(g->start_h == g->start_h) ||
+        !(g->start_w == g->start_w))
+        return MLCC_ERR_INDEX_OUT_OF_RANGE;
+    g->grid_h = grid_hf > 0.0f ? (int64_t)grid_hf : 0;
+    g->grid_w = grid_wf > 0.0f ? (int64_t)grid_wf : 0;
+    g->count = g->grid_h * g->grid_w > 1 ? g->grid_h * g->grid_w : 1;
+    return MLCC_OK;
+}
+
+/* RoIs [r0, r1), every channel and bin of each (their boxes already checked). */
+static void roi_align_rois(void *arg, ptrdiff_t r0, ptrdiff_t r1) {
+    const sampling_job *job = (const sampling_job *)arg;
+    const mlcc_roi_align_params *p = (const mlcc_roi_align_params *)job->p;
     const ptrdiff_t c = (ptrdiff_t)p->c, plane = (ptrdiff_t)(p->height * p->width);
     const ptrdiff_t bins = (ptrdiff_t)(p->out_h * p->out_w);
-    const float offset = p->half_pixel ? 0.5f : 0.0f;
     ptrdiff_t r, ph, pw, ch;
-    for (r = 0; r < (ptrdiff_t)p->num_rois; r++)
-        if (batch_indices[r] < 0 || batch_indices[r] >= p->n) return MLCC_ERR_INDEX_OUT_OF_RANGE;
-    for (r = 0; r < (ptrdiff_t)p->num_rois; r++) {
-        const float *box = rois + r * 4;
-        const float start_w = box[0] * p->spatial_scale - offset;
-        const float start_h = box[1] * p->spatial_scale - offset;
-        float roi_w = box[2] * p->spatial_scale - offset - start_w;
-        float roi_h = box[3] * p->spatial_scale - offset - start_h;
-        float bin_h, bin_w, grid_hf, grid_wf;
-        int64_t grid_h, grid_w, iy, ix, count;
-        const float *xr = x + (ptrdiff_t)batch_indices[r] * c * plane;
-        float *yr = y + r * c * bins;
-        if (!p->half_pixel) {
-            roi_w = roi_w > 1.0f ? roi_w : 1.0f;
-            roi_h = roi_h > 1.0f ? roi_h : 1.0f;
-        }
-        bin_h = roi_h / (float)p->out_h;
-        bin_w = roi_w / (float)p->out_w;
-        grid_hf = p->sampling_ratio > 0 ? (float)p->sampling_ratio : ceilf(bin_h);
-        grid_wf = p->sampling_ratio > 0 ? (float)p->sampling_ratio : ceilf(bin_w);
-        if (!(grid_hf <= 16.0f * (float)(p->height + 1)) ||
-            !(grid_wf <= 16.0f * (float)(p->width + 1)) || !(start_h == start_h) ||
-            !(start_w == start_w))
-            return MLCC_ERR_INDEX_OUT_OF_RANGE;
-        grid_h = grid_hf > 0.0f ? (int64_t)grid_hf : 0;
-        grid_w = grid_wf > 0.0f ? (int64_t)grid_wf : 0;
-        count = grid_h * grid_w > 1 ? grid_h * grid_w : 1;
+    for (r = r0; r < r1; r++) {
+        const float *xr = job->x + (ptrdiff_t)job->batch_indices[r] * c * plane;
+        float *yr = job->y + r * c * bins;
+        roi_box g;
+        int64_t iy, ix;
+        (void)roi_align_box(p, job->rois + r * 4, &g);
         for (ph = 0; ph < (ptrdiff_t)p->out_h; ph++)
             for (pw = 0; pw < (ptrdiff_t)p->out_w; pw++) {
                 const ptrdiff_t bin = ph * (ptrdiff_t)p->out_w + pw;
                 for (ch = 0; ch < c; ch++) yr[ch * bins + bin] = 0.0f;
-                for (iy = 0; iy < grid_h; iy++) {
-                    const float yy = start_h + (float)ph * bin_h +
-                                     ((float)iy + 0.5f) * bin_h / (float)grid_h;
-                    for (ix = 0; ix < grid_w; ix++) {
-                        const float xx = start_w + (float)pw * bin_w +
-                                         ((float)ix + 0.5f) * bin_w / (float)grid_w;
+                for (iy = 0; iy < g.grid_h; iy++) {
+                    const float yy = g.start_h + (float)ph * g.bin_h +
+                                     ((float)iy + 0.5f) * g.bin_h / (float)g.grid_h;
+                    for (ix = 0; ix < g.grid_w; ix++) {
+                        const float xx = g.start_w + (float)pw * g.bin_w +
+                                         ((float)ix + 0.5f) * g.bin_w / (float)g.grid_w;
                         const int first = iy == 0 && ix == 0;
                         ptrdiff_t pos[4];
                         float w[4];
@@ -277,9 +291,31 @@ int mlcc_f32_roi_align__i64(const mlcc_roi_align_params *p, const float *x, cons
                     }
                 }
                 if (!p->max_mode)
-                    for (ch = 0; ch < c; ch++) yr[ch * bins + bin] /= (float)count;
+                    for (ch = 0; ch < c; ch++) yr[ch * bins + bin] /= (float)g.count;
             }
     }
+}
+
+/* Every box checked first (a bad one: the status, nothing computed), then on a pool ranges of
+ * RoIs between threads (each RoI computed by one: the same bits on any number of threads). */
+int mlcc_f32_roi_align__i64(const mlcc_roi_align_params *p, const float *x, const float *rois,
+                            const int64_t *batch_indices, float *y, mlcc_threadpool *pool) {
+    sampling_job job = {0};
+    ptrdiff_t r;
+    for (r = 0; r < (ptrdiff_t)p->num_rois; r++) {
+        roi_box g;
+        if (batch_indices[r] < 0 || batch_indices[r] >= p->n ||
+            roi_align_box(p, rois + r * 4, &g) != MLCC_OK)
+            return MLCC_ERR_INDEX_OUT_OF_RANGE;
+    }
+    job.p = p;
+    job.x = x;
+    job.rois = rois;
+    job.batch_indices = batch_indices;
+    job.y = y;
+    mlcc_parallel_ranges(pool, roi_align_rois, &job, (ptrdiff_t)p->num_rois,
+                         (double)p->num_rois * (double)p->c * (double)(p->out_h * p->out_w) * 4.0,
+                         (double)MLCC_MIN_PARALLEL_ELEMENTS);
     return MLCC_OK;
 }
 
@@ -292,25 +328,34 @@ static void roi_pool_bin(int64_t i, float bin, int64_t start, int64_t size, int6
     *hi = b < 0 ? 0 : b > size ? size : b;
 }
 
-int mlcc_f32_max_roi_pool(const mlcc_max_roi_pool_params *p, const float *x, const float *rois,
-                          float *y) {
+/* A MaxRoiPool box's scaled corners (x1, y1, x2, y2): MLCC_OK, or MLCC_ERR_INDEX_OUT_OF_RANGE
+ * for a batch index that truncates to outside [0, n) or a corner beyond +-2^30 or NaN. */
+static int max_roi_box(const mlcc_max_roi_pool_params *p, const float *box, int64_t *corner) {
+    const float limit = 1073741824.0f; /* 2^30: corners and sizes stay exact int64 values */
+    int k;
+    if (!(box[0] > -1.0f && box[0] < (float)p->n)) return MLCC_ERR_INDEX_OUT_OF_RANGE;
+    for (k = 0; k < 4; k++) {
+        const float v = roundf(box[1 + k] * p->spatial_scale);
+        if (!(v >= -limit && v <= limit)) return MLCC_ERR_INDEX_OUT_OF_RANGE;
+        corner[k] = (int64_t)v;
+    }
+    return MLCC_OK;
+}
+
+/* RoIs [r0, r1), every channel and bin of each (their boxes already checked). */
+static void max_roi_pool_rois(void *arg, ptrdiff_t r0, ptrdiff_t r1) {
+    const sampling_job *job = (const sampling_job *)arg;
+    const mlcc_max_roi_pool_params *p = (const mlcc_max_roi_pool_params *)job->p;
     const ptrdiff_t c = (ptrdiff_t)p->c, plane = (ptrdiff_t)(p->height * p->width);
     const ptrdiff_t bins = (ptrdiff_t)(p->out_h * p->out_w);
-    const float limit = 1073741824.0f; /* 2^30: corners and sizes stay exact int64 values */
     ptrdiff_t r, ph, pw, ch;
-    for (r = 0; r < (ptrdiff_t)p->num_rois; r++) {
-        const float *box = rois + r * 5;
-        int64_t corner[4], roi_w, roi_h, k;
+    for (r = r0; r < r1; r++) {
+        const float *box = job->rois + r * 5;
+        int64_t corner[4], roi_w, roi_h;
         float bin_h, bin_w;
-        const float *xr;
-        float *yr = y + r * c * bins;
-        if (!(box[0] > -1.0f && box[0] < (float)p->n)) return MLCC_ERR_INDEX_OUT_OF_RANGE;
-        for (k = 0; k < 4; k++) {
-            const float v = roundf(box[1 + k] * p->spatial_scale);
-            if (!(v >= -limit && v <= limit)) return MLCC_ERR_INDEX_OUT_OF_RANGE;
-            corner[k] = (int64_t)v;
-        }
-        xr = x + (ptrdiff_t)(int64_t)box[0] * c * plane;
+        const float *xr = job->x + (ptrdiff_t)(int64_t)box[0] * c * plane;
+        float *yr = job->y + r * c * bins;
+        (void)max_roi_box(p, box, corner);
         roi_w = corner[2] - corner[0] + 1;
         roi_h = corner[3] - corner[1] + 1;
         bin_h = (float)(roi_h > 1 ? roi_h : 1) / (float)p->out_h;
@@ -336,6 +381,24 @@ int mlcc_f32_max_roi_pool(const mlcc_max_roi_pool_params *p, const float *x, con
             }
         }
     }
+}
+
+/* Every box checked first, then on a pool ranges of RoIs between threads. */
+int mlcc_f32_max_roi_pool(const mlcc_max_roi_pool_params *p, const float *x, const float *rois,
+                          float *y, mlcc_threadpool *pool) {
+    sampling_job job = {0};
+    ptrdiff_t r;
+    for (r = 0; r < (ptrdiff_t)p->num_rois; r++) {
+        int64_t corner[4];
+        if (max_roi_box(p, rois + r * 5, corner) != MLCC_OK) return MLCC_ERR_INDEX_OUT_OF_RANGE;
+    }
+    job.p = p;
+    job.x = x;
+    job.rois = rois;
+    job.y = y;
+    mlcc_parallel_ranges(pool, max_roi_pool_rois, &job, (ptrdiff_t)p->num_rois,
+                         (double)p->num_rois * (double)p->c * (double)(p->height * p->width),
+                         (double)MLCC_MIN_PARALLEL_ELEMENTS);
     return MLCC_OK;
 }
 

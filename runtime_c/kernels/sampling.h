@@ -2,7 +2,8 @@
  * interpolated) and Col2Im (blocks summed back into an image, the inverse of im2col).
  *
  * Thread-compatible: no state; y must not overlap the inputs. GridSample and DeformConv split
- * their output points between a pool's threads, each point computed whole by one. */
+ * their output points between a pool's threads, RoiAlign and MaxRoiPool their RoIs, each
+ * computed whole by one. */
 #ifndef MLCC_SAMPLING_H
 #define MLCC_SAMPLING_H
 
@@ -56,9 +57,10 @@ void mlcc_f32_col2im(const mlcc_col2im_params *p, const float *x, float *y);
  * the 4 weighted corner values of each sample, as onnxruntime does) a grid of bilinear samples
  * (sampling_ratio per axis, or ceil(bin size) when 0); samples beyond one pixel outside the
  * image count as 0. Without half_pixel boxes are at least 1 x 1.
- * Return MLCC_OK, or MLCC_ERR_INDEX_OUT_OF_RANGE (the output then undefined) for a batch index
- * outside [0, n) or a box whose sampling grid would be non-finite or larger than 16 times the
- * image along an axis (a box far outside the image: a bound on the work). */
+ * Return MLCC_OK, or MLCC_ERR_INDEX_OUT_OF_RANGE (checked for every RoI before any is computed:
+ * the output is then untouched) for a batch index outside [0, n) or a box whose sampling grid
+ * would be non-finite or larger than 16 times the image along an axis (a box far outside the
+ * image: a bound on the work). */
 typedef struct mlcc_roi_align_params {
     int64_t n, c, height, width, num_rois, out_h, out_w;
     int64_t sampling_ratio;
@@ -68,7 +70,7 @@ typedef struct mlcc_roi_align_params {
 } mlcc_roi_align_params;
 
 int mlcc_f32_roi_align__i64(const mlcc_roi_align_params *p, const float *x, const float *rois,
-                            const int64_t *batch_indices, float *y);
+                            const int64_t *batch_indices, float *y, mlcc_threadpool *pool);
 
 /* MaxRoiPool (ONNX opset 1, as onnxruntime): x: [n, c, height, width], rois: [num_rois, 5] rows
  * (batch index, x1, y1, x2, y2), y: [num_rois, c, out_h, out_w]. Corners are rounded (half away
@@ -83,7 +85,7 @@ typedef struct mlcc_max_roi_pool_params {
 } mlcc_max_roi_pool_params;
 
 int mlcc_f32_max_roi_pool(const mlcc_max_roi_pool_params *p, const float *x, const float *rois,
-                          float *y);
+                          float *y, mlcc_threadpool *pool);
 
 /* DeformConv, 2-D (ONNX opset 19, 22): a convolution whose taps read x at their position plus
  * a learned offset, bilinearly (pixels outside the image are 0), times an optional mask.
