@@ -87,14 +87,25 @@ typedef struct resize_job {
     ptrdiff_t items, units, slice;      /* slice: floats of scratch per thread */
 } resize_job;
 
-static void resize_run(resize_job *job, mlcc_unit_fn fn, mlcc_threadpool *pool, double work) {
+static void resize_run(const void *p, const float *x, const int32_t *map, const float *wt,
+                       float *y, float *scratch, ptrdiff_t items, ptrdiff_t slice,
+                       mlcc_unit_fn fn, mlcc_threadpool *pool, double work) {
+    resize_job job;
     ptrdiff_t nt = mlcc_threadpool_size(pool);
     if (nt > MLCC_RESIZE_SLICES) nt = MLCC_RESIZE_SLICES;
-    job->units = mlcc_parallel_units(nt, work, (double)MLCC_MIN_PARALLEL_ELEMENTS, job->items);
-    if (job->units <= 1)
-        fn(job, 0, 0);
+    job.p = p;
+    job.x = x;
+    job.map = map;
+    job.wt = wt;
+    job.y = y;
+    job.scratch = scratch;
+    job.items = items;
+    job.slice = slice;
+    job.units = mlcc_parallel_units(nt, work, (double)MLCC_MIN_PARALLEL_ELEMENTS, items);
+    if (job.units <= 1)
+        fn(&job, 0, 0);
     else
-        mlcc_threadpool_for(pool, fn, job, (int)job->units, (int)nt);
+        mlcc_threadpool_for(pool, fn, &job, (int)job.units, (int)nt);
 }
 
 /* Output rows of the planes x out_h in a unit's range, in order, each blended from two source
@@ -153,16 +164,9 @@ static void linear_unit(void *arg, int unit, int thread) {
  * the same bits on any number of threads). */
 void mlcc_f32_resize_linear(const mlcc_resize_params *p, const float *x, const int32_t *map,
                             const float *wt, float *y, float *scratch, mlcc_threadpool *pool) {
-    resize_job job;
-    job.p = p;
-    job.x = x;
-    job.map = map;
-    job.wt = wt;
-    job.y = y;
-    job.scratch = scratch;
-    job.items = (ptrdiff_t)(p->planes * p->out_h);
-    job.slice = 2 * (ptrdiff_t)p->out_w;
-    resize_run(&job, linear_unit, pool, (double)p->planes * (double)(p->out_h * p->out_w));
+    resize_run(p, x, map, wt, y, scratch, (ptrdiff_t)(p->planes * p->out_h),
+               2 * (ptrdiff_t)p->out_w, linear_unit, pool,
+               (double)p->planes * (double)(p->out_h * p->out_w));
 }
 
 /* The source coordinate of output index i along one axis, in float32 as onnxruntime
@@ -333,16 +337,8 @@ static void taps_unit(void *arg, int unit, int thread) {
 /* Split by planes (each computed whole by one thread: the same bits on any number). */
 void mlcc_f32_resize_taps(const mlcc_resize_taps_params *p, const float *x, const int32_t *map,
                           const float *wt, float *y, float *scratch, mlcc_threadpool *pool) {
-    resize_job job;
-    job.p = p;
-    job.x = x;
-    job.map = map;
-    job.wt = wt;
-    job.y = y;
-    job.scratch = scratch;
-    job.items = (ptrdiff_t)p->planes;
-    job.slice = (ptrdiff_t)(p->in_h * p->out_w);
-    resize_run(&job, taps_unit, pool,
+    resize_run(p, x, map, wt, y, scratch, (ptrdiff_t)p->planes, (ptrdiff_t)(p->in_h * p->out_w),
+               taps_unit, pool,
                (double)p->planes * (double)(p->out_h * p->out_w) * (double)(p->taps_h + p->taps_w));
 }
 
