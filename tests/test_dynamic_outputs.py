@@ -164,6 +164,30 @@ def test_nms_constant_parameters(tmp_path, center):
     check_model(model, feeds, tmp_path)
 
 
+@pytest.mark.parametrize("center", [0, 1])
+def test_nms_many_kept_boxes(tmp_path, center):
+    """Hundreds of boxes kept per class, so that each candidate is checked against whole
+    vectors of kept boxes and a tail: sparse boxes over a large image (most kept), dense ones
+    (most suppressed), zero-area and repeated boxes, at three IoU thresholds; exactly
+    onnxruntime's selection."""
+    rng = np.random.default_rng(center)
+    cases = []
+    for n, side, iou in [(611, 200.0, 0.5), (389, 30.0, 0.3), (257, 60.0, 0.7)]:
+        xy = rng.uniform(0, side, (1, n, 2))
+        wh = rng.uniform(0.5, 6, (1, n, 2))
+        wh[:, ::17] = 0.0                               # zero-area boxes
+        boxes = (np.concatenate([xy, wh], axis=2) if center else
+                 np.concatenate([xy, xy + wh], axis=2)[..., [1, 0, 3, 2]])
+        boxes[:, 40:50] = boxes[:, 30:40]               # repeats of earlier boxes
+        scores = rng.uniform(0, 1, (1, 2, n))
+        cases.append(({"b": boxes.astype(np.float32), "sc": scores.astype(np.float32)},
+                      {"m": np.array([n], np.int64), "i": np.array([iou], np.float32)},
+                      {"center_point_box": center}))
+    model, feeds = many_nodes("NonMaxSuppression", cases)
+    got = check_model(model, feeds, tmp_path)
+    assert max(v.shape[0] for v in got.values()) > 300
+
+
 def test_nms_runtime_parameters(tmp_path):
     cases = []
     for per_class, iou, score in [(4, 0.5, 0.2), (0, 0.5, 0.2), (-3, 0.5, 0.2),

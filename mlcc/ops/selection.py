@@ -289,7 +289,9 @@ class NonMaxSuppression(OpDef):
                 params={"batches": boxes.shape[0], "classes": scores.shape[1],
                         "n": boxes.shape[1], "max": lo.value(out).shape[0],
                         "center_point_box": int(node.attr("center_point_box", 0))},
-                scratch_bytes=8 * max(boxes.shape[1], 1), returns_status=True)
+                # the candidates' heap (int32) and the kept boxes' extents and areas (5
+                # floats), per box (selection.h)
+                scratch_bytes=24 * max(boxes.shape[1], 1), returns_status=True)
 
 
 @register("Sizes", domain="mlcc")

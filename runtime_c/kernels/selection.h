@@ -74,7 +74,8 @@ int mlcc_unique(const mlcc_unique_params *p, const void *x, void *y, int64_t *in
  * is above *iou_threshold (0 when NULL), at most *max_per_class per class (0 when NULL or
  * negative). boxes [batches, n, 4] as [y1, x1, y2, x2] (center_point_box 0, any two
  * opposite corners) or [x_center, y_center, width, height] (1); scores [batches, classes,
- * n]. out[max, 3] holds (batch, class, box) rows in that order. Scratch: 2 * n int32. */
+ * n]. out[max, 3] holds (batch, class, box) rows in that order. Scratch: n int32 (the
+ * candidates' heap), then 5 * n floats (the kept boxes' extents and areas). */
 typedef struct mlcc_nms_params {
     int64_t batches, classes, n, max;
     int32_t center_point_box;
