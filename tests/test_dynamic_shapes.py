@@ -70,6 +70,9 @@ def test_symint_arithmetic_and_decisions():
     assert half.evaluate({"W": 97}) == 49 and half.c_expr() == "((dims[1]-1) / (2))+1"
     assert n >= 1 and n + 1 > n and not (n > 8) and n * 2 // 2 == n
     assert smin(n, 9) == n and smax(n, 0) == n and smin(n, w) == n
+    p = SymInt.var(DimVar("P", 1, 64, 2))     # a multiple of a sum: the reshape of a KV cache
+    assert (64 * p + 64) // (16 * p + 16) == 4 and (64 * p + 64) % (16 * p + 16) == 0
+    assert not isinstance((48 * p + 64) // (16 * p + 16), int)
     for undecidable in (lambda: n == 1, lambda: n > 4, lambda: int(n), lambda: w // (n - 1)):
         with pytest.raises(SymbolicError, match=r"depends on the size of (N|W)"):
             undecidable()
