@@ -120,7 +120,8 @@ max_output_option = click.option(
 shape_option = click.option("--shape", "shapes", multiple=True, metavar="NAME=D1,D2,...",
                             help="Shape of an input; repeat for each input. A dimension "
                                  "LO..HI is a range of sizes, LO..HI:STEP the multiples of "
-                                 "STEP in it.")
+                                 "STEP in it, P+1 an expression of a dimension name that "
+                                 "another input binds.")
 max_loop_option = click.option(
     "--max-loop-iterations", "max_loop_iterations", default=None, metavar="N",
     help="Fail a Loop whose trip count or condition is known only at run time with status "

@@ -442,6 +442,84 @@ def test_float_arithmetic_on_a_size_is_refused(tmp_path):
         mlcc.compile(path, tmp_path / "out", shapes={"x": ((1, 4), 3)}, build=False)
 
 
+def _decoding_step_model(path):
+    """One decoding step over a KV cache of P entries, as exporters write it: the position P
+    (a size) read as data (a Gather of a table row, cast to float and scaled: rotary angles;
+    compared with a run-time Range: the causal mask), torch's expand of the mask
+    (Where(Equal(shape, -1), 1, shape), Max), and batched MatMuls whose matrices have P
+    columns or P rows (scores over the cache, their weighted sum; a broadcast batch too)."""
+    i64 = lambda name, v: nh.from_array(np.array(v, np.int64), name)  # noqa: E731
+    rng = np.random.default_rng(5)
+    nodes = [
+        h.make_node("Concat", ["past", "x"], ["kv"], axis=2, name="cat"),
+        h.make_node("Shape", ["past"], ["s"], name="shape"),
+        h.make_node("Gather", ["s", "two"], ["p"], axis=0, name="p"),
+        h.make_node("Unsqueeze", ["p", "zero"], ["pu"], name="pu"),
+        h.make_node("Gather", ["table", "pu"], ["pos"], axis=0, name="pos"),
+        h.make_node("Cast", ["pu"], ["pf"], to=T.FLOAT, name="pf"),
+        h.make_node("Mul", ["pf", "freq"], ["angles"], name="angles"),
+        h.make_node("Add", ["p", "one"], ["t"], name="t"),
+        h.make_node("Range", ["zero_s", "t", "one"], ["r"], name="range"),
+        h.make_node("LessOrEqual", ["r", "pu"], ["le"], name="le"),
+        h.make_node("Cast", ["le"], ["lef"], to=T.FLOAT, name="lef"),
+        h.make_node("Unsqueeze", ["t", "zero"], ["tu"], name="tu"),
+        h.make_node("Concat", ["ones3", "tu"], ["shape2"], axis=0, name="shape2"),
+        h.make_node("Equal", ["shape2", "minus1"], ["isneg"], name="isneg"),
+        h.make_node("Where", ["isneg", "ones4", "shape2"], ["shape3"], name="where"),
+        h.make_node("Max", ["shape3", "ones4"], ["shape4"], name="max"),
+        h.make_node("Expand", ["lef", "shape4"], ["mask"], name="expand"),
+        h.make_node("Transpose", ["kv"], ["kt"], perm=[0, 1, 3, 2], name="kt"),
+        h.make_node("MatMul", ["q", "kt"], ["scores"], name="qk"),
+        h.make_node("Add", ["scores", "mask"], ["masked"], name="masked"),
+        h.make_node("Softmax", ["masked"], ["w"], axis=-1, name="softmax"),
+        h.make_node("MatMul", ["w", "kv"], ["y"], name="wv"),
+        h.make_node("MatMul", ["a", "b"], ["ab"], name="broadcast_batch")]
+    inits = [i64("two", 2), i64("zero", [0]), i64("zero_s", 0), i64("one", 1),
+             i64("ones3", [1, 1, 1]), i64("minus1", -1), i64("ones4", [1, 1, 1, 1]),
+             nh.from_array(rng.standard_normal((17, 4)).astype(np.float32), "table"),
+             nh.from_array(rng.standard_normal(4).astype(np.float32), "freq")]
+    vi = h.make_tensor_value_info
+    return _save(path, nodes,
+                 [vi("past", T.FLOAT, [1, 3, "P", 4]), vi("x", T.FLOAT, [1, 3, 1, 4]),
+                  vi("q", T.FLOAT, [1, 3, 1, 4]), vi("a", T.FLOAT, [2, 1, 3, "P"]),
+                  vi("b", T.FLOAT, [1, 3, "P", 5])],
+                 [vi(n, T.FLOAT, None) for n in ("y", "kv", "pos", "angles", "ab")], inits)
+
+
+def test_decoding_step_over_a_kv_cache(tmp_path):
+    path = _decoding_step_model(tmp_path / "m.onnx")
+    ranges = {"past": (1, 3, (1, 13), 4), "a": (2, 1, 3, (1, 13))}
+    _compare(path, tmp_path / "out", ranges,
+             [{"past": (1, 3, p, 4), "x": (1, 3, 1, 4), "q": (1, 3, 1, 4), "a": (2, 1, 3, p),
+               "b": (1, 3, p, 5)} for p in (1, 6, 13)])
+
+
+@pytest.mark.parametrize("target", [pytest.param("arm", marks=needs_arm),
+                                    pytest.param("wasm", marks=needs_wasm)])
+def test_decoding_step_on_cross_targets(tmp_path, target):
+    """The sizes computed as data and the batched MatMul over dynamic matrices on arm (qemu)
+    and wasm (node)."""
+    path = _decoding_step_model(tmp_path / "m.onnx")
+    _compare(path, tmp_path / "out", {"past": (1, 3, (1, 13), 4), "a": (2, 1, 3, (1, 13))},
+             [{"past": (1, 3, p, 4), "x": (1, 3, 1, 4), "q": (1, 3, 1, 4), "a": (2, 1, 3, p),
+               "b": (1, 3, p, 5)} for p in (2, 13)], target=target)
+
+
+def test_sizes_read_as_data_that_no_range_computes_are_refused(tmp_path):
+    """A shape over the sizes that a kernel reads, neither one value nor an increasing
+    progression ([1, 3, P, 4] times a float): refused naming the node and the dimension."""
+    path = _save(tmp_path / "m.onnx", [
+        h.make_node("Shape", ["x"], ["s"], name="shape"),
+        h.make_node("Cast", ["s"], ["sf"], to=T.FLOAT, name="cast"),
+        h.make_node("Mul", ["sf", "x1"], ["y"], name="mul")],
+        [h.make_tensor_value_info("x", T.FLOAT, [1, 3, "P", 4]),
+         h.make_tensor_value_info("x1", T.FLOAT, [4])],
+        [h.make_tensor_value_info("y", T.FLOAT, [4])])
+    with pytest.raises(UnsupportedError, match=r"node 'mul' \(Mul-13\): .*read as data at run "
+                       r"time .*size of P \(1..9\)"):
+        mlcc.compile(path, tmp_path / "out", shapes={"x": (1, 3, (1, 9), 4)}, build=False)
+
+
 # ------------------------------------------------------------------ cross targets
 
 @pytest.mark.parametrize("target", [pytest.param("arm", marks=needs_arm),

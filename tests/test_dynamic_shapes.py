@@ -70,6 +70,9 @@ def test_symint_arithmetic_and_decisions():
     assert half.evaluate({"W": 97}) == 49 and half.c_expr() == "((dims[1]-1) / (2))+1"
     assert n >= 1 and n + 1 > n and not (n > 8) and n * 2 // 2 == n
     assert smin(n, 9) == n and smax(n, 0) == n and smin(n, w) == n
+    p = SymInt.var(DimVar("P", 1, 64, 2))     # a multiple of a sum: the reshape of a KV cache
+    assert (64 * p + 64) // (16 * p + 16) == 4 and (64 * p + 64) % (16 * p + 16) == 0
+    assert not isinstance((48 * p + 64) // (16 * p + 16), int)
     for undecidable in (lambda: n == 1, lambda: n > 4, lambda: int(n), lambda: w // (n - 1)):
         with pytest.raises(SymbolicError, match=r"depends on the size of (N|W)"):
             undecidable()
@@ -77,8 +80,11 @@ def test_symint_arithmetic_and_decisions():
 
 def test_parse_ranges():
     assert parse_shape_option("x=1,3,48,32..1280") == ("x", (1, 3, 48, (32, 1280)))
-    with pytest.raises(ModelError, match="integers or ranges"):
+    with pytest.raises(ModelError, match="integers, ranges"):
         parse_shape_option("x=1,3..")
+    assert parse_shape_option("mask=1, P + 1") == ("mask", (1, "P + 1"))
+    with pytest.raises(ModelError, match="expressions of the model's dimension names"):
+        parse_shape_option("x=1,P+1.5")
 
 
 @pytest.mark.parametrize("shape, message", [
@@ -112,6 +118,61 @@ def test_shared_symbol_follows_and_conflicts(tmp_path):
         np.testing.assert_array_equal(m.run({"a": a, "b": b})["y"], a + b)
     with pytest.raises(InputError, match=r"'S' is 3 in a\[0\] but 2 in b\[0\]"):
         m.run({"a": np.zeros((3, 5), np.float32), "b": np.zeros((2, 5), np.float32)})
+
+
+def _kv_step(path, mask_dim):
+    """A decoding step with a KV cache: past [1, 3, P, 5] and the new key [1, 3, 1, 5]
+    concatenated along the sequence, times the mask [1, mask_dim] (P + 1 long) broadcast over
+    heads and features."""
+    nodes = [h.make_node("Concat", ["past", "new"], ["kv"], axis=-2, name="concat"),
+             h.make_node("Unsqueeze", ["mask", "axes"], ["m4"], name="unsq"),
+             h.make_node("Mul", ["kv", "m4"], ["y"], name="mul")]
+    g = h.make_graph(nodes, "kv", [h.make_tensor_value_info("past", T.FLOAT, [1, 3, "P", 5]),
+                                   h.make_tensor_value_info("new", T.FLOAT, [1, 3, 1, 5]),
+                                   h.make_tensor_value_info("mask", T.FLOAT, [1, mask_dim])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [1, 3, "Y", 5])],
+                     [nh.from_array(np.array([1, 3], np.int64), "axes")])
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize("mask_dim, shapes", [
+    ("P + 1", {"past": (1, 3, (1, 9), 5)}),                  # torch.export: "P + 1"
+    ("T", {"past": (1, 3, (1, 9), 5), "mask": (1, "P+1")}),  # a symbol of its own: given
+    ("P + 1", {"mask": (1, (2, 10)), "past": (1, 3, (1, 9), 5)}),   # its range, checked
+])
+def test_dimension_expressions_follow_their_symbols(tmp_path, mask_dim, shapes):
+    """A dimension the model writes as an expression of another input's dim_param (what
+    exporters write for the attention mask of a decoding step with a KV cache), or that
+    --shape gives as one, is that expression: one dynamic dimension, P."""
+    path = _kv_step(tmp_path / "kv.onnx", mask_dim)
+    res = mlcc.compile(path, tmp_path / "out", shapes=shapes)
+    assert res.manifest["dims"] == [{"name": "P", "symbol": "P", "min": 1, "max": 9}]
+    m = mlcc.load(tmp_path / "out")
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+    for p in (1, 4, 9):
+        feeds = {"past": rng.standard_normal((1, 3, p, 5)).astype(np.float32),
+                 "new": rng.standard_normal((1, 3, 1, 5)).astype(np.float32),
+                 "mask": rng.standard_normal((1, p + 1)).astype(np.float32)}
+        np.testing.assert_array_equal(m.run(feeds)["y"], sess.run(None, feeds)[0])
+    with pytest.raises(InputError, match=r"input 'mask' must have shape \[1, 'P\+1'\]"):
+        m.run({**feeds, "mask": np.zeros((1, 9), np.float32)})
+
+
+@pytest.mark.parametrize("mask_dim, shapes, message", [
+    ("P + 1", {"mask": (1, (2, 10))},
+     r"input 'past': dimension 2 \('P'\) is dynamic"),
+    ("P + 1", {"mask": (1, (2, 11)), "past": (1, 3, (1, 9), 5)},
+     r"--shape mask: dimension 1 is 'P \+ 1' in the model, 2..10 by the other bindings, "
+     r"not 2..11"),
+    ("T", {"past": (1, 3, (1, 9), 5), "mask": (1, "Q+1")},
+     r"--shape mask: dimension 1 'Q\+1' reads Q, which no input binds"),
+])
+def test_dimension_expression_errors(tmp_path, mask_dim, shapes, message):
+    path = _kv_step(tmp_path / "kv.onnx", mask_dim)
+    with pytest.raises(ModelError, match=message):
+        mlcc.compile(path, tmp_path / "out", shapes=shapes, build=False)
 
 
 def test_batch_range_matches_onnxruntime(cnn, cnn_batch):
@@ -189,7 +250,7 @@ def test_width_range_matches_onnxruntime(tmp_path):
 
 def _one_node(path, node, inits, x_shape):
     g = h.make_graph([node], "one", [h.make_tensor_value_info("x", T.FLOAT, x_shape)],
-                     [h.make_tensor_value_info("y", T.FLOAT, None)], inits)
+                     [h.make_tensor_value_info("y", T.FLOAT, [1, 3, "Y", 5])], inits)
     model = onnx.shape_inference.infer_shapes(
         h.make_model(g, opset_imports=[h.make_opsetid("", 13)]))
     model.graph.output[0].type.tensor_type.shape.SetInParent()

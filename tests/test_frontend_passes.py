@@ -261,3 +261,24 @@ def test_sequence_and_string_inputs_refused_with_the_reason(tmp_path):
     with pytest.raises(UnsupportedError, match="Equal.*string tensors are not supported.*"
                                                "variable length"):
         mlcc.compile(tmp_path / "e.onnx", tmp_path / "out2", target="x86")
+
+
+def test_folding_ieee_edge_values_is_quiet_and_matches(tmp_path):
+    """T5's relative-position buckets fold log(0) = -inf and cast it, then mask it with a
+    Where: folded as it runs (the result matches onnxruntime), without numpy's warnings."""
+    import warnings
+    rel = np.array([[0, 1, 2], [3, 0, 7], [12, 5, 0]], np.float32)
+    model = make_model(
+        [helper.make_node("Log", ["rel"], ["lg"]),
+         helper.make_node("Mul", ["lg", "k"], ["scaled"]),
+         helper.make_node("Cast", ["scaled"], ["bucket"], to=TensorProto.INT64),
+         helper.make_node("Less", ["rel", "small"], ["is_small"]),
+         helper.make_node("Cast", ["rel"], ["rel_i"], to=TensorProto.INT64),
+         helper.make_node("Where", ["is_small", "rel_i", "bucket"], ["b"]),
+         helper.make_node("Cast", ["b"], ["bf"], to=TensorProto.FLOAT),
+         helper.make_node("Add", ["x", "bf"], ["y"])],
+        {"x": rand(3, 3)}, ["y"],
+        initializers={"rel": rel, "k": np.float32(2.5), "small": np.float32(4)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        check_model(model, {"x": rand(3, 3)}, tmp_path)

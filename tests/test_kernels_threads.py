@@ -173,13 +173,13 @@ def test_batched_gemm_is_bit_identical_across_thread_counts(lib):
     a = rng.standard_normal((batch, m, k)).astype(np.float32)
     b = rng.standard_normal((batch // 2, k, n)).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
-    a_off = np.arange(batch, dtype=np.int64) * m * k
-    b_off = np.arange(batch, dtype=np.int64) // 2 * k * n
+    a_off = np.arange(batch, dtype=np.int64)              # in matrices (a_matrix = m * k)
+    b_off = np.arange(batch, dtype=np.int64) // 2
     p = ffi.new("mlcc_batched_gemm_params *", dict(
         gemm=dict(m=m, n=n, k=k, a_row_stride=k, a_col_stride=1, ldb=n, ldc=n,
                   bias_row_stride=0, bias_col_stride=1, alpha=1.0, beta=1.0,
                   act={"kind": 1, "alpha": 0.0, "beta": 0.0}),
-        batch=batch, c_batch_stride=m * n))
+        batch=batch, c_batch_stride=m * n, a_matrix=m * k, b_matrix=k * n))
 
     def run(pool):
         c = np.full((batch, m, n), np.nan, np.float32)

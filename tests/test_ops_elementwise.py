@@ -245,6 +245,21 @@ def test_int32_add_sub_mul_wrap_with_broadcasts(tmp_path, dtype):
     check_model(make_model(nodes, feeds, outs, opset=14), feeds, tmp_path)
 
 
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64", "uint8", "uint64"])
+def test_integer_neg_and_abs_at_run_time(tmp_path, dtype):
+    """Neg (signed types) and Abs of integer tensors computed at run time (T5's relative
+    positions over a KV cache), on an odd shape with the extreme values: the most negative
+    value wraps to itself, as in onnxruntime."""
+    info = np.iinfo(dtype)
+    a = int_arr((3, 5, 7), dtype)
+    a.reshape(-1)[:3] = [info.min, info.max, 0]
+    nodes = [helper.make_node("Abs", ["a"], ["y_abs"])]
+    if info.min < 0:
+        nodes.append(helper.make_node("Neg", ["a"], ["y_neg"]))
+    check_model(make_model(nodes, {"a": a}, [n.output[0] for n in nodes], opset=13),
+                {"a": a}, tmp_path)
+
+
 @pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32", "uint64"])
 @pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
 def test_bitshift_unsigned_with_wide_shifts(tmp_path, dtype, direction):

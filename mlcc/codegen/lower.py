@@ -6,6 +6,7 @@ from ..ir import Graph, LoopScope, Lowering, Program
 from ..ir.symbolic import SymbolicError, SymInt, dim_vars
 from ..ops import lookup
 from ..ops.common import emit_plain_copy
+from ..ops.compile_time import size_values
 from ..ops.registry import describe, static_only
 from .groups import loop_groups
 
@@ -20,6 +21,24 @@ def _check_no_symbolic_data(prog: Program, calls) -> None:
                 dims = dim_vars(list(v.const.reshape(-1)))
                 raise SymInt.var(dims[0]).undecided(f"the value of {v.name!r} (a shape) at "
                                                     f"run time")
+
+
+def _compute_sizes_read_as_data(lo: Lowering, first: int) -> None:
+    """The calls from `first` on that read a shape over the dynamic sizes as data read it from
+    a tensor that calls just before them compute (ops/compile_time.py's size_values)."""
+    prog = lo.program
+    calls = prog.calls[first:]
+    symbolic = sorted({a for call in calls for a in call.args if a and
+                       prog.graph.values[a].is_const and
+                       prog.graph.values[a].const.dtype == object})
+    if not symbolic:
+        return
+    computed = {name: size_values(lo, name) for name in symbolic}
+    made = prog.calls[first + len(calls):]
+    del prog.calls[first + len(calls):]
+    prog.calls[first:first] = made
+    for call in calls:
+        call.args = [computed.get(a, a) for a in call.args]
 
 
 def lower_graph(g: Graph, options: dict | None = None) -> tuple[Program, dict[str, int]]:
@@ -71,6 +90,7 @@ def _lower_node(node, lo: Lowering) -> None:
     first = len(lo.program.calls)
     try:
         d.lower(node, lo)
+        _compute_sizes_read_as_data(lo, first)
         _check_no_symbolic_data(lo.program, lo.program.calls[first:])
     except UnsupportedError as exc:
         raise UnsupportedError(f"{describe(node)}: {exc.message}") from None

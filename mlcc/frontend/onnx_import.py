@@ -16,7 +16,8 @@ from onnx import helper, numpy_helper
 
 from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Node, Value
-from ..ir.symbolic import DimVar, SymInt
+from ..dimexpr import eval_dim, names_of
+from ..ir.symbolic import DimVar, SymInt, same_shape, smax, smin
 from .binding import bind_inputs
 
 MIN_OPSET = 7
@@ -375,36 +376,101 @@ def bind_shapes(g: Graph, shapes: dict[str, tuple] | None) -> Graph:
         dynamic.append(var)
         return SymInt.var(var)
 
-    for name in g.inputs:          # given shapes first, so that the others can follow them
+    # Each input dimension is bound once what it reads is bound: a number or range given
+    # with --shape; an expression given with --shape ("P+1") or written as the model's
+    # dim_param ("past_sequence_length + 1"), once the names it reads are; a dim_param that
+    # another input binds.
+    sym_of: dict[str, object] = {}        # dim_param -> its size (int or SymInt)
+    pending: dict[tuple[str, int], tuple] = {}     # (input, axis) -> (model's dim, given)
+    for name in g.inputs:
         given = shapes.get(name)
-        if given is None:
-            continue
         v = g.values[name]
-        if v.shape is not None and len(v.shape) != len(given):
+        if given is not None and v.shape is not None and len(v.shape) != len(given):
             raise ModelError(f"--shape {name}={','.join(map(dim_text, given))} has rank "
                              f"{len(given)}, but input {name!r} has rank {len(v.shape)} "
                              f"({_dims(v.shape)})")
-        have = v.shape if v.shape is not None else (None,) * len(given)
-        v.shape = tuple(bind_dim(name, axis, h, w)
-                        for axis, (h, w) in enumerate(zip(have, given)))
-    for name in g.inputs:
-        if name in shapes:
-            continue
-        v = g.values[name]
-        if v.shape is None:
+        if given is None and v.shape is None:
             raise ModelError(f"input {name!r} has no shape in the model: give one with "
                              f"--shape {name}=D1,D2,...")
-        dims = []
-        for axis, d in enumerate(v.shape):
-            if isinstance(d, str) and d != "?" and d in by_param:
-                dims.append(bind_dim(name, axis, d, by_param[d][0]))
-            elif not isinstance(d, int):
-                label = f" ({d!r})" if isinstance(d, str) else ""
-                raise ModelError(f"input {name!r}: dimension {axis}{label} is dynamic "
-                                 f"({_dims(v.shape)}); bind it with --shape {name}=D1,D2,...")
-            else:
-                dims.append(d)
-        v.shape = tuple(dims)
+        have = v.shape if v.shape is not None else (None,) * len(given)
+        for axis, h in enumerate(have):
+            pending[name, axis] = (None if h == "?" else h, None if given is None
+                                   else given[axis])
+
+    def expression(d):
+        """The names dim `d` reads if it is an expression rather than one name, else None."""
+        names = names_of(d) if isinstance(d, str) and not d.isidentifier() else None
+        return names if names else None
+
+    def evaluate(name: str, axis: int, text: str):
+        try:
+            return eval_dim(text, sym_of, (smin, smax))
+        except ValueError:
+            raise ModelError(f"--shape {name}: dimension {axis} {text!r} must be an expression "
+                             f"of the model's dimension names (e.g. P+1)") from None
+
+    def resolve(name: str, axis: int, have, want, last: bool):
+        """The size of the dimension, or None if it waits for names not bound yet."""
+        if isinstance(want, str):                        # --shape x=1,P+1
+            missing = sorted((names_of(want) or set()) - set(sym_of))
+            if missing and not last:
+                return None
+            if missing:
+                raise ModelError(f"--shape {name}: dimension {axis} {want!r} reads "
+                                 f"{', '.join(missing)}, which no input binds")
+            size = evaluate(name, axis, want)
+            if isinstance(have, int) and size != have:
+                raise ModelError(f"--shape {name}: dimension {axis} is fixed to {have} in the "
+                                 f"model, not {want}")
+        elif want is not None:
+            reads = expression(have)
+            if reads and not last:
+                # a range given for a dimension the model writes as an expression: the
+                # expression, once its names are bound, if the range is its range
+                if not reads <= set(sym_of):
+                    return None
+                size = eval_dim(have, sym_of, (smin, smax))
+                lo, hi = (size, size) if isinstance(size, int) else (size.lo, size.hi)
+                span = want if isinstance(want, tuple) else (want, want)
+                if (lo, hi) != tuple(span[:2]):
+                    raise ModelError(f"--shape {name}: dimension {axis} is {have!r} in the "
+                                     f"model, {lo}..{hi} by the other bindings, not "
+                                     f"{dim_text(want)}")
+                return size
+            size = bind_dim(name, axis, have, want)
+        elif isinstance(have, int):
+            return have
+        elif isinstance(have, str) and have in sym_of:
+            return sym_of[have]
+        elif expression(have) and expression(have) <= set(sym_of):
+            return eval_dim(have, sym_of, (smin, smax))
+        else:
+            if not last:
+                return None
+            label = f" ({have!r})" if isinstance(have, str) else ""
+            shape = g.values[name].shape
+            raise ModelError(f"input {name!r}: dimension {axis}{label} is dynamic "
+                             f"({_dims(shape)}); bind it with --shape {name}=D1,D2,...")
+        if isinstance(have, str) and have.isidentifier():
+            if have in sym_of and not same_shape((sym_of[have],), (size,)):
+                raise ModelError(f"--shape {name}: dimension {axis} ({have!r}) is "
+                                 f"{size}, but {sym_of[have]} by another input")
+            sym_of.setdefault(have, size)
+        return size
+
+    sizes: dict[tuple[str, int], object] = {}
+    last = False
+    while pending:
+        done = [k for k, (have, want) in pending.items()
+                if (size := resolve(*k, have, want, last)) is not None
+                and sizes.setdefault(k, size) is not None]
+        for k in done:
+            del pending[k]
+        last = not done           # stuck: bind what is left on its own, or say what is missing
+    for name in g.inputs:
+        v = g.values[name]
+        v.shape = tuple(sizes[name, axis] for axis in range(
+            len(v.shape) if v.shape is not None else len(shapes[name])))
     return g
 
 
@@ -442,7 +508,9 @@ def specialize(g: Graph, shapes: dict[str, tuple[int, ...]] | None,
 def parse_shape_option(text: str) -> tuple[str, tuple]:
     """'images=1,3,320,320' -> ('images', (1, 3, 320, 320)); a dimension LO..HI is a range,
     'x=1,3,48,32..1280' -> ('x', (1, 3, 48, (32, 1280))), and LO..HI:STEP the multiples of
-    STEP in it, 'x=1,3,64..960:32,64..960:32' -> ('x', (1, 3, (64, 960, 32), (64, 960, 32)))."""
+    STEP in it, 'x=1,3,64..960:32,64..960:32' -> ('x', (1, 3, (64, 960, 32), (64, 960, 32))); an
+    expression of dimension names that other inputs bind is kept as text,
+    'mask=1,P+1' -> ('mask', (1, 'P+1'))."""
     name, sep, dims = text.rpartition("=")
     if not sep or not name:
         raise ModelError(f"--shape {text!r}: expected NAME=D1,D2,... (e.g. images=1,3,224,224)")
@@ -454,6 +522,9 @@ def parse_shape_option(text: str) -> tuple[str, tuple]:
             values.append(((int(lo), int(hi), int(step)) if colon else (int(lo), int(hi)))
                           if dots else int(d))
         except ValueError:
-            raise ModelError(f"--shape {text!r}: dimensions must be integers or ranges "
-                             f"LO..HI (or LO..HI:STEP)") from None
+            if dots or not names_of(d):
+                raise ModelError(f"--shape {text!r}: dimensions must be integers, ranges "
+                                 f"LO..HI (or LO..HI:STEP) or expressions of the model's "
+                                 f"dimension names (P+1)") from None
+            values.append(d.strip())
     return name, tuple(values)

@@ -377,9 +377,14 @@ def _binary(kind: str, a, b):
 
 
 def _exact_quotient(pa, pb):
-    """pa / pb when pb is one term that divides every term of pa exactly, else None."""
+    """pa / pb when pb is one term that divides every term of pa exactly, or when pa is an
+    integer multiple of pb ((64 P + 64) / (16 P + 16) = 4), else None."""
     if len(pb) != 1:
-        return None
+        ta, tb = dict(pa), dict(pb)
+        if set(ta) != set(tb) or any(ta[m] % tb[m] for m in tb):
+            return None
+        ratios = {ta[m] // tb[m] for m in tb}
+        return _norm({(): ratios.pop()}) if len(ratios) == 1 else None
     mono_b, cb = pb[0]
     terms = {}
     for mono, c in pa:

@@ -6,7 +6,8 @@ graph input to bind as a constant).
 Over bounded dynamic sizes (ir.symbolic) the input may be a shape computed from the dynamic
 dimensions (passes/fold_symbolic.py): the output's size is then symbolic and the node runs at
 run time, as a broadcast copy of its value (ConstantOfShape) or the mlcc_*_range kernel (Range,
-with a constant start and delta: YOLOv8's anchor grid over the feature map's width)."""
+with a constant delta: YOLOv8's anchor grid over the feature map's width, a decoding step's
+position from the length of its KV cache)."""
 from __future__ import annotations
 
 import math
@@ -85,12 +86,14 @@ class Range(_CompileTime):
         if start is None or limit is None or delta is None:
             raise ModelError("Range takes scalars")
         symbolic = next(x for x in (start, limit, delta) if isinstance(x, SymInt))
-        if isinstance(start, SymInt) or isinstance(delta, SymInt) or \
-                float(start) != int(start) or float(delta) != int(delta) or int(delta) < 1:
-            raise symbolic.undecided("a Range whose start or step is not a constant integer "
-                                     "(or whose step is not positive)")
-        start, delta = int(start), int(delta)
-        if (limit - start).lo < 0:
+        if isinstance(delta, SymInt) or float(delta) != int(delta) or int(delta) < 1 or \
+                not isinstance(start, SymInt) and float(start) != int(start):
+            raise symbolic.undecided("a Range whose start or step is not an integer (or whose "
+                                     "step is not a positive constant)")
+        # a start over the sizes (a decoding step's position P: passes/fold_symbolic.py's
+        # materialize) is a C expression of the kernel's parameters
+        start, delta = start if isinstance(start, SymInt) else int(start), int(delta)
+        if (limit - start if isinstance(limit - start, int) else (limit - start).lo) < 0:
             raise symbolic.undecided("a Range that may be empty")
         return start, delta, smax((limit - start + delta - 1) // delta, 0)
 
@@ -108,3 +111,26 @@ class Range(_CompileTime):
         lo.call(RANGE_KERNELS[y.dtype], [y.name], [y.name], params_type="mlcc_range_params",
                 params={"count": count, "start": start, "delta": delta}, op=node.op_type)
 
+
+
+def size_values(lo: Lowering, name: str) -> str:
+    """A run-time tensor holding the values of constant `name`, a shape over the dynamic sizes
+    (passes/fold_symbolic.py) that a kernel reads as data: the position of a decoding step's
+    token is P, the length of its KV cache. One mlcc_*_range call, for a value or an
+    increasing progression of an integer step; anything else is refused naming the dimension
+    (codegen/lower.py calls this for every such argument of a node's calls)."""
+    v = lo.value(name)
+    flat = list(v.const.reshape(-1))
+    step = flat[1] - flat[0] if len(flat) > 1 else 1
+    exact = isinstance(step, int) and step >= 1 and all(
+        isinstance(x - flat[0] - i * step, int) and x - flat[0] - i * step == 0
+        for i, x in enumerate(flat))
+    if v.dtype not in RANGE_KERNELS or not exact:
+        symbol = next(x for x in flat if isinstance(x, SymInt))
+        raise symbol.undecided(f"the value of {name!r} (a shape) read as data at run time "
+                               f"(mlcc computes one that is a value or an increasing "
+                               f"progression, of {', '.join(RANGE_KERNELS)})")
+    out = lo.temp(f"{name}.values", v.dtype, v.shape)
+    lo.call(RANGE_KERNELS[v.dtype], [out], [out], params_type="mlcc_range_params",
+            params={"count": len(flat), "start": flat[0], "delta": step}, op="sizes")
+    return out

@@ -86,8 +86,39 @@ UNARY_OPS = [("Exp", "EXP"), ("Log", "LOG"), ("Sqrt", "SQRT"), ("Neg", "NEG"), (
              ("Mish", "MISH"), ("Tan", "TAN"), ("Asin", "ASIN"), ("Acos", "ACOS"),
              ("Atan", "ATAN"), ("Sinh", "SINH"), ("Cosh", "COSH"), ("Asinh", "ASINH"),
              ("Acosh", "ACOSH"), ("Atanh", "ATANH")]
+
+
+class _IntUnary(_Unary):
+    """Neg and Abs, also of integer tensors (T5's relative positions at run time, over a KV
+    cache): 0 - x, and max(x, 0 - x), through mlcc_int_binary (two's complement: the most
+    negative value stays itself, as in onnxruntime). Neg is defined for signed types only."""
+    int_dtypes = ("int8", "int16", "int32", "int64")
+
+    def infer(self, node, ins, g):
+        require_dtype(node, ins[:1], ["float32", *self.int_dtypes])
+        return [(ins[0].dtype, ins[0].shape)]
+
+    def lower(self, node: Node, lo: Lowering) -> None:
+        x, out = lo.value(node.inputs[0]), node.outputs[0]
+        if x.dtype == "float32":
+            super().lower(node, lo)
+            return
+        if x.dtype.startswith("uint"):            # Abs of an unsigned value: itself
+            emit_plain_copy(lo, x.name, out, op=node.op_type)
+            return
+        zero = lo.add_const(f"{node.name}.zero", np.zeros((), x.dtype))
+        neg = out if self.unary_op == "NEG" else lo.temp(f"{node.name}.neg", x.dtype, x.shape)
+        emit_int_binary(lo, "SUB", zero, x.name, neg)
+        if self.unary_op == "ABS":
+            emit_int_binary(lo, "MAX", x.name, neg, out)
+
+
 for _name, _op in UNARY_OPS:
-    register(_name)(type(_name, (_Unary,), {"unary_op": _op}))
+    register(_name)(type(_name, (_IntUnary if _name in ("Neg", "Abs") else _Unary,),
+                         {"unary_op": _op, **({"int_dtypes": (*_IntUnary.int_dtypes,
+                                                               "uint8", "uint16", "uint32",
+                                                               "uint64")}
+                                              if _name == "Abs" else {})}))
 
 
 @register("Elu")

@@ -37,7 +37,7 @@ class Gather(OpDef):
             raise ModelError("Gather needs data of rank >= 1")
         axis = norm_axis(int(node.attr("axis", 0)), len(data.shape))
         const = g.const(node.inputs[1])
-        if const is not None:
+        if const is not None and const.dtype != object:     # (sizes: checked at run time)
             dim = data.shape[axis]
             bad = const[(const < -dim) | (const >= dim)]
             if bad.size:
@@ -74,7 +74,7 @@ class Gather(OpDef):
         if data.dyn is not None and data.dyn[0] == axis:
             self._counted_data(node, lo, data, indices, out, params)
             return
-        if indices.is_const:
+        if indices.is_const and indices.const.dtype != object:
             idx = np.asarray(indices.const, dtype=np.int64).reshape(-1)
             idx = np.where(idx < 0, idx + dim, idx)
             step = _even_step(idx)

@@ -199,26 +199,28 @@ class MatMul(OpDef):
         if is_symbolic(batch):
             # a dynamic outermost batch axis: the offset tables at its largest size hold for
             # every smaller one (a prefix); anything else would need tables per size
-            if is_symbolic((m, n, k)) or is_symbolic(batch[1:]):
-                raise SymInt.var(dim_vars([batch, m, n, k])[0]).undecided(
-                    "a batched MatMul whose matrices or inner batch axes have a dynamic size")
+            if is_symbolic(batch[1:]):
+                raise SymInt.var(dim_vars([batch])[0]).undecided(
+                    "a batched MatMul whose inner batch axes have a dynamic size")
             a2, b2, batch = ([upper(d) for d in s] for s in (a2, b2, batch))
-        a_off = self._offsets(a2, batch, m * k)
-        b_off = self._offsets(b2, batch, k * n)
+        # tables in matrices: one table for matrices of any size (the kernel scales them)
+        a_off = self._offsets(a2, batch)
+        b_off = self._offsets(b2, batch)
         a_tab = lo.add_const(f"{node.name}.a_offsets", a_off)
         b_tab = lo.add_const(f"{node.name}.b_offsets", b_off)
         lo.call("mlcc_f32_batched_gemm", [node.inputs[0], node.inputs[1], bias, out, a_tab, b_tab],
                 [out], params_type="mlcc_batched_gemm_params", pool=True,
                 params={"gemm": gemm_params(m, n, k, a_strides=(k, 1), ldb=n, ldc=n,
                                             bias_strides=bias_strides, node=node),
-                        "batch": nb, "c_batch_stride": m * n})
+                        "batch": nb, "c_batch_stride": m * n, "a_matrix": m * k,
+                        "b_matrix": k * n})
 
     @staticmethod
-    def _offsets(shape2, batch, matrix_size) -> np.ndarray:
-        """Element offset of each broadcast batch's matrix inside the operand."""
+    def _offsets(shape2, batch) -> np.ndarray:
+        """Offset of each broadcast batch's matrix inside the operand, in matrices."""
         strides = broadcast_strides(shape2[:-2], batch)
         idx = np.indices(batch).reshape(len(batch), -1) if batch else np.zeros((0, 1), np.int64)
-        offs = (np.asarray(strides, np.int64).reshape(-1, 1) * idx).sum(axis=0) * matrix_size
+        offs = (np.asarray(strides, np.int64).reshape(-1, 1) * idx).sum(axis=0)
         return offs.astype(np.int64).reshape(-1)
 
     def flops(self, node: Node, g: Graph) -> int:

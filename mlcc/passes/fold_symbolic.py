@@ -3,9 +3,13 @@
 A Shape of a tensor with a dynamic dimension (or a data-dependent size: its count is a SymInt
 too, ir.symbolic.count_var) folds to an int64 constant held as a numpy object array of ints and
 SymInts (ir.symbolic); the usual shape chains (Shape -> Gather / Slice -> Unsqueeze -> Concat
--> Reshape, with integer Add / Sub / Mul / Div, Min / Max and the reductions ReduceMin /
-ReduceMax / ReduceSum / ReduceProd on the way) fold over such arrays here, since the ONNX reference cannot evaluate them. Any other operator reading one is
-refused naming the dimension: its value would be known only at run time.
+-> Reshape, with integer Add / Sub / Mul / Div, Neg, Min / Max, the reductions ReduceMin /
+ReduceMax / ReduceSum / ReduceProd and the Equal / Where of torch's expand on the way) fold
+over such arrays here, since the ONNX reference cannot evaluate them. Any other operator
+reading one is left to run: the node reads the sizes as data, which its lowering computes at
+run time (the position of a decoding step's token, `P`, from a KV cache of P entries:
+ops/compile_time.py's size_values; a data-dependent count: mlcc.Sizes), or refuses naming the
+dimension.
 """
 from __future__ import annotations
 
@@ -172,7 +176,14 @@ FOLDS = {
     "ReduceMax": _reduce(smax),
     "ReduceSum": _reduce(lambda x, y: x + y),
     "ReduceProd": _reduce(lambda x, y: x * y),
+    # the -1 test of torch's expand (Where(Equal(shape, -1), ones, shape)) and size clamps:
+    # decided by the intervals (SymInt comparisons), else refused naming the dimension
+    "Equal": _binary(lambda x, y: bool(x == y)),
+    "Where": lambda node, a: np.where(np.asarray(a[0]).astype(bool), np.asarray(a[1], object),
+                                      np.asarray(a[2], object)),
+    "Neg": lambda node, a: -np.asarray(a[0], dtype=object),
 }
+BOOL_FOLDS = ("Equal",)
 
 
 def fold_symbolic(g: Graph, node: Node, arrays: list) -> list[np.ndarray]:
@@ -190,6 +201,19 @@ def fold_symbolic(g: Graph, node: Node, arrays: list) -> list[np.ndarray]:
     except (ValueError, IndexError) as exc:
         raise ModelError(f"folding a shape computation failed: {exc}") from None
     out = np.asarray(out, dtype=object)
+    if node.op_type in BOOL_FOLDS:
+        return [out.astype(bool)]
     if not any(isinstance(x, SymInt) for x in out.reshape(-1)):
         out = out.astype(symbolic_dtype(g, node))
     return [out]
+
+
+def foldable(g: Graph, node: Node, arrays: list) -> bool:
+    """Whether fold_symbolic computes this node (else it runs, reading the sizes as data)."""
+    floats = [i for i, a in zip(node.inputs, arrays) if is_symbolic_array(a) and
+              g.values[i].dtype in FLOAT_CASTS.values()]
+    if node.op_type == "Gather" and is_symbolic_array(arrays[1]):
+        return False       # an index over the sizes: a row of a table, read at run time
+    return (node.domain in ("", "ai.onnx") and node.op_type in FOLDS
+            and not (floats and node.op_type not in FLOAT_FOLDS))
+

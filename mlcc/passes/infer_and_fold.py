@@ -29,7 +29,8 @@ from ..ops.logical import SELECT_AXIS
 from ..ops.registry import describe, static_only
 from .float32_compute import reads_float32, widen
 from .control_flow import fold_loop, inline_if, loop_is_constant, prepare_loop, prepare_scan
-from .fold_symbolic import fold_symbolic, is_symbolic_array, shape_array, symbolic_dtype
+from .fold_symbolic import (fold_symbolic, foldable, is_symbolic_array, shape_array,
+                            symbolic_dtype)
 
 # No tensor may be larger: sizes and offsets stay far from overflowing size_t and int64 in the
 # generated C (a 2^62-element input once gave an arena size of 2^64, which wraps to 0).
@@ -59,8 +60,12 @@ def infer_and_fold(g: Graph) -> Graph:
         ins = [g.values.get(i) if i else None for i in node.inputs]
         if any(i and i in unknown for i in node.inputs):
             # Downstream of a problem: no types to infer, but still report what is unsupported.
+            # (Shape and Size have no definition: _fold computes them, from types that are
+            # unknown here; not a problem of their own)
             reasons = ([f"{node.op_type} (control flow) reads a value of a node that cannot "
                         f"be compiled"] if node.op_type in ("Loop", "If")
+                       else [] if node.op_type in ("Shape", "Size") and
+                       node.domain in ("", "ai.onnx")
                        else unsupported_reason(node, g.outputs))
             if reasons:
                 report(node, f"{describe(node)}: {'; '.join(reasons)}")
@@ -366,8 +371,11 @@ def _fold(g: Graph, node: Node) -> list[np.ndarray] | None:
     if any(is_symbolic_array(a) for a in arrays):
         if node.op_type in ("Range", "ConstantOfShape"):
             return None     # a size over dynamic dimensions: runs (ops/compile_time.py)
-        if node.op_type == "Slice" and not is_symbolic_array(arrays[0]):
-            return None     # a slice of a tensor up to a dynamic size: a copy at run time
+        if node.op_type in ("Slice", "Expand") and not is_symbolic_array(arrays[0]):
+            return None     # a slice or broadcast of a tensor to a dynamic size: a copy at
+            #                 run time
+        if not foldable(g, node, arrays) and lookup(node) is not None:
+            return None     # sizes read as data: computed at run time (codegen/lower.py)
         try:
             return fold_symbolic(g, node, arrays)
         except SymbolicError:
@@ -428,8 +436,12 @@ def reference_eval(node: Node, arrays: list[np.ndarray | None], opset: int) -> l
         [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in outs if o])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     try:
-        results = reference.evaluator(model).run(None, {n: a for n, a in zip(names, arrays)
-                                                       if a is not None})
+        # IEEE results (log(0) = -inf, a cast of NaN) fold as they run, without numpy's
+        # warnings on the user's terminal: T5's relative-position buckets take log(0) and
+        # mask it with a Where
+        with np.errstate(all="ignore"):
+            results = reference.evaluator(model).run(None, {n: a for n, a in zip(names, arrays)
+                                                           if a is not None})
     except Exception as exc:
         raise ModelError(f"{describe(node)}: evaluating it on constant inputs failed: {exc}"
                          ) from None

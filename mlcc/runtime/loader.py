@@ -12,7 +12,6 @@ through cffi.
 """
 from __future__ import annotations
 
-import ast
 import functools
 import json
 import shutil
@@ -25,6 +24,7 @@ import numpy as np
 from cffi import FFI
 
 from ..errors import InputError, MlccError, RuntimeStatusError
+from ..dimexpr import eval_dim
 from ..dtypes import PACKED_BITS, pack_elements, storage_bytes, unpack_elements
 
 _CDEF = """
@@ -227,34 +227,11 @@ class ModelBase:
         return self.run(feeds)
 
 
-_DIM_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
-            ast.Mult: lambda a, b: a * b, ast.FloorDiv: lambda a, b: a // b,
-            ast.Mod: lambda a, b: a % b}
-
-
 def _eval_dim(text: str, env: dict[str, int]) -> int:
-    """A dimension of manifest.json over the dynamic sizes, e.g. "((W-1) // (4))+1" or
-    "min(N, 4)" (ir.symbolic's form): integers, names, + - * // %, min and max only."""
-    def ev(node):
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
-        if isinstance(node, ast.Name) and node.id in env:
-            return int(env[node.id])
-        if isinstance(node, ast.BinOp) and type(node.op) in _DIM_OPS:
-            return _DIM_OPS[type(node.op)](ev(node.left), ev(node.right))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -ev(node.operand)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
-                node.func.id in ("min", "max") and len(node.args) == 2:
-            return (min if node.func.id == "min" else max)(ev(node.args[0]), ev(node.args[1]))
-        raise MlccError(f"malformed manifest: dimension {text!r}")
-    if text in env:
-        return int(env[text])
+    """A dimension of manifest.json over the dynamic sizes (dimexpr's form)."""
     try:
-        return ev(ast.parse(text, mode="eval"))
-    except SyntaxError:
+        return int(eval_dim(text, env))
+    except ValueError:
         raise MlccError(f"malformed manifest: dimension {text!r}") from None
 
 

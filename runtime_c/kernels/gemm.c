@@ -399,8 +399,8 @@ typedef struct gemm_job {
     const mlcc_gemm_params *p;
     const float *a, *b, *bias;
     float *c;
-    const int64_t *a_offsets, *b_offsets;   /* NULL: one product */
-    int64_t c_batch_stride;
+    const int64_t *a_offsets, *b_offsets;   /* NULL: one product; in matrices of: */
+    int64_t a_matrix, b_matrix, c_batch_stride;
     ptrdiff_t bw;                            /* gemm_block's B layout */
     ptrdiff_t col_tiles, row_tiles, col_units, row_units;
 } gemm_job;
@@ -434,8 +434,8 @@ static void gemm_unit(void *arg, int unit, int thread) {
     if (j1 > n) j1 = n;
     if (i0 >= i1 || j0 >= j1) return;
     if (job->a_offsets != NULL) {
-        a += job->a_offsets[t];
-        b += job->b_offsets[t];
+        a += job->a_offsets[t] * job->a_matrix;
+        b += job->b_offsets[t] * job->b_matrix;
         c += t * job->c_batch_stride;
     }
     gemm_block(p, a, b, job->bias, c, i0, i1, j0, j1, job->bw);
@@ -487,6 +487,7 @@ void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, co
     job.a = a, job.b = b, job.bias = bias, job.c = c;
     job.a_offsets = a_offsets, job.b_offsets = b_offsets;
     job.c_batch_stride = p->c_batch_stride;
+    job.a_matrix = p->a_matrix, job.b_matrix = p->b_matrix;
     job.bw = 0;
     if (mlcc_threadpool_size(pool) > 1 && gemm_parallel(&p->gemm, p->batch) &&
         (double)p->batch * (double)(job.col_units * job.row_units) <= 65535.0) {
@@ -496,7 +497,8 @@ void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, co
         return;
     }
     for (t = 0; t < p->batch; t++)   /* one thread, or more units than one loop takes */
-        mlcc_f32_gemm__threaded(&p->gemm, a + a_offsets[t], b + b_offsets[t], bias,
+        mlcc_f32_gemm__threaded(&p->gemm, a + a_offsets[t] * p->a_matrix,
+                                b + b_offsets[t] * p->b_matrix, bias,
                                 c + t * p->c_batch_stride, pool);
 }
 

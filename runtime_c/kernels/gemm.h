@@ -47,14 +47,17 @@ void mlcc_f32_gemm__panels_threaded(const mlcc_gemm_params *p, const float *a,
                                     const float *b_panels, const float *bias, float *c,
                                     mlcc_threadpool *pool);
 
-/* Batched form (MatMul): batch b multiplies a + a_offsets[b], b + b_offsets[b] into
- * c + b * c_batch_stride. The offsets are tables in the weight blob, so that any broadcasting
- * of batch dimensions costs nothing at run time. Threaded as mlcc_f32_gemm__threaded (units:
- * batches x blocks). */
+/* Batched form (MatMul): batch b multiplies a + a_offsets[b] * a_matrix,
+ * b + b_offsets[b] * b_matrix into c + b * c_batch_stride. The offsets are tables in the
+ * weight blob, counted in matrices, so that any broadcasting of batch dimensions costs nothing
+ * at run time, and one table holds for matrices of any size (a_matrix = m * k and
+ * b_matrix = k * n elements, over bounded dynamic sizes: attention over a KV cache). Threaded
+ * as mlcc_f32_gemm__threaded (units: batches x blocks). */
 typedef struct mlcc_batched_gemm_params {
     mlcc_gemm_params gemm;
     int64_t batch;
     int64_t c_batch_stride;
+    int64_t a_matrix, b_matrix;
 } mlcc_batched_gemm_params;
 
 void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, const float *b,
