@@ -141,7 +141,7 @@ def test_max_arena_names_the_peak_layers(tiny_static_path, tmp_path):
     (["--shape", "nope=1,2,6,6"], "not an input"),
     (["--shape", "images=1,3,6,6"], "fixed to 2"),
     (["--shape", "images"], "NAME=D1"),
-    (["--shape", "images=a,b"], "integers"),
+    (["--shape", "images=1,2,6,6.5"], "integers"),   # names are expressions (P+1) now
     ([], "dimension 0 ('N') is dynamic"),
     (["--target", "nowhere"], "unknown target"),
     (["--max-arena", "lots"], "--max-arena"),

@@ -209,8 +209,6 @@ void mlcc_f32_dft(const mlcc_dft_params *p, const float *x, const float *window,
                   const double *plan, float *y, double *scratch, mlcc_threadpool *pool) {
     dft_job job;
     const ptrdiff_t count = (ptrdiff_t)(p->outer * p->frames * p->inner);
-    ptrdiff_t nt = mlcc_threadpool_size(pool);
-    if (nt > MLCC_DFT_SLICES) nt = MLCC_DFT_SLICES;
     job.p = p;
     job.x = x;
     job.window = window;
@@ -218,11 +216,8 @@ void mlcc_f32_dft(const mlcc_dft_params *p, const float *x, const float *window,
     job.y = y;
     job.scratch = scratch;
     /* work: about fft_n log2(fft_n) butterflies per transform, two FFTs with Bluestein */
-    job.units = mlcc_parallel_units(nt, (double)count * (double)p->fft_n *
-                                            (double)(p->nstages + 1) * (p->bluestein ? 2.0 : 1.0),
-                                    (double)MLCC_MIN_PARALLEL_ELEMENTS, count);
-    if (job.units <= 1)
-        dft_unit(&job, 0, 0);
-    else
-        mlcc_threadpool_for(pool, dft_unit, &job, (int)job.units, (int)nt);
+    mlcc_parallel_sliced(pool, MLCC_DFT_SLICES, dft_unit, &job, &job.units, count,
+                         (double)count * (double)p->fft_n * (double)(p->nstages + 1) *
+                             (p->bluestein ? 2.0 : 1.0),
+                         (double)MLCC_MIN_PARALLEL_ELEMENTS);
 }

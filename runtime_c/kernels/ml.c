@@ -266,16 +266,10 @@ static void svm_unit(void *arg, int unit, int thread) {
  * kernel values are worth a wake-up. */
 static void svm_run(svm_job *job, mlcc_threadpool *pool) {
     const mlcc_svm_params *p = job->p;
-    ptrdiff_t nt = mlcc_threadpool_size(pool);
-    const double work = (double)p->rows * (double)(p->vectors > 0 ? p->vectors : 1) *
-                        (double)p->features;
-    if (nt > MLCC_SVM_SLICES) nt = MLCC_SVM_SLICES;
-    job->units = mlcc_parallel_units(nt, work, (double)MLCC_MIN_PARALLEL_MACS,
-                                     (ptrdiff_t)p->rows);
-    if (job->units <= 1)
-        svm_unit(job, 0, 0);
-    else
-        mlcc_threadpool_for(pool, svm_unit, job, (int)job->units, (int)nt);
+    mlcc_parallel_sliced(pool, MLCC_SVM_SLICES, svm_unit, job, &job->units, (ptrdiff_t)p->rows,
+                         (double)p->rows * (double)(p->vectors > 0 ? p->vectors : 1) *
+                             (double)p->features,
+                         (double)MLCC_MIN_PARALLEL_MACS);
 }
 
 void mlcc_f32_svm_regressor(const mlcc_svm_params *p, const float *x, const float *sv,

@@ -62,6 +62,20 @@ static inline void mlcc_parallel_ranges(mlcc_threadpool *pool, mlcc_range_fn ran
     else
         mlcc_threadpool_for(pool, mlcc_ranges_unit, &r, r.units, r.units);
 }
+/* fn over units of `items` on at most `slices` threads, for kernels with a scratch slice per
+ * thread (unit fn(job, u, thread) works in slice `thread`): *units, which the units read to
+ * find their range, is set before any runs; the caller alone where mlcc_parallel_units says. */
+static inline void mlcc_parallel_sliced(mlcc_threadpool *pool, ptrdiff_t slices, mlcc_unit_fn fn,
+                                        void *job, ptrdiff_t *units, ptrdiff_t items,
+                                        double work, double threshold) {
+    ptrdiff_t nt = mlcc_threadpool_size(pool);
+    if (nt > slices) nt = slices;
+    *units = mlcc_parallel_units(nt, work, threshold, items);
+    if (*units <= 1)
+        fn(job, 0, 0);
+    else
+        mlcc_threadpool_for(pool, fn, job, (int)*units, (int)nt);
+}
 /* A kernel's loop: when `last` (nothing after it in the kernel reads what it writes, and job
  * points to nothing on the kernel's stack), one a loop group may run with its siblings'
  * (mlcc_threadpool_for_last, mlcc_internal.h); else at once. */

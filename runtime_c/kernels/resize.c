@@ -91,8 +91,6 @@ static void resize_run(const void *p, const float *x, const int32_t *map, const 
                        float *y, float *scratch, ptrdiff_t items, ptrdiff_t slice,
                        mlcc_unit_fn fn, mlcc_threadpool *pool, double work) {
     resize_job job;
-    ptrdiff_t nt = mlcc_threadpool_size(pool);
-    if (nt > MLCC_RESIZE_SLICES) nt = MLCC_RESIZE_SLICES;
     job.p = p;
     job.x = x;
     job.map = map;
@@ -101,11 +99,8 @@ static void resize_run(const void *p, const float *x, const int32_t *map, const 
     job.scratch = scratch;
     job.items = items;
     job.slice = slice;
-    job.units = mlcc_parallel_units(nt, work, (double)MLCC_MIN_PARALLEL_ELEMENTS, items);
-    if (job.units <= 1)
-        fn(&job, 0, 0);
-    else
-        mlcc_threadpool_for(pool, fn, &job, (int)job.units, (int)nt);
+    mlcc_parallel_sliced(pool, MLCC_RESIZE_SLICES, fn, &job, &job.units, items, work,
+                         (double)MLCC_MIN_PARALLEL_ELEMENTS);
 }
 
 /* Output rows of the planes x out_h in a unit's range, in order, each blended from two source
