@@ -1,6 +1,7 @@
-"""Tree ensembles against onnxruntime (docs/classical-ml.md, "Speed"): a random forest and a
-gradient-boosted classifier trained here with scikit-learn on synthetic data, converted by
-skl2onnx, timed by `mlcc bench` at each batch size. Needs the `ml` extra (make setup)."""
+"""Tree ensembles and SVMs against onnxruntime (docs/classical-ml.md, "Speed"): a random
+forest, a gradient-boosted classifier and RBF SVMs (SVC, SVR) trained here with scikit-learn
+on synthetic data, converted by skl2onnx, timed by `mlcc bench` at each batch size. Needs the
+`ml` extra (make setup)."""
 from __future__ import annotations
 
 import argparse
@@ -14,6 +15,7 @@ import numpy as np
 
 def models(folder: Path) -> dict[str, Path]:
     from sklearn.ensemble import GradientBoostingClassifier, RandomForestRegressor
+    from sklearn.svm import SVC, SVR
     from skl2onnx import to_onnx
 
     rng = np.random.default_rng(0)
@@ -22,10 +24,15 @@ def models(folder: Path) -> dict[str, Path]:
     forest = RandomForestRegressor(n_estimators=100, max_depth=10, random_state=0).fit(x, y)
     boosted = GradientBoostingClassifier(n_estimators=100, max_depth=6, random_state=0).fit(
         x, (y > np.median(y)).astype(np.int64))
+    # RBF SVMs on the first 2,000 rows: about 1,300 (SVC) and 1,900 (SVR) support vectors
+    svc = SVC(kernel="rbf").fit(x[:2000], (x[:2000, 0] + np.sin(3 * x[:2000, 1]) > 0))
+    svr = SVR(kernel="rbf").fit(x[:2000], y[:2000])
     opset = {"": 17, "ai.onnx.ml": 3}
     out = {"forest": to_onnx(forest, x[:1], target_opset=opset),
            "boosted": to_onnx(boosted, x[:1], target_opset=opset,
-                              options={id(boosted): {"zipmap": False}})}
+                              options={id(boosted): {"zipmap": False}}),
+           "svc": to_onnx(svc, x[:1], target_opset=opset, options={id(svc): {"zipmap": False}}),
+           "svr": to_onnx(svr, x[:1], target_opset=opset)}
     paths = {}
     for name, proto in out.items():
         paths[name] = folder / f"{name}.onnx"
