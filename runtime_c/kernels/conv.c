@@ -109,16 +109,16 @@ static inline void copy_panel_row(float *d, const float *src) {
 #endif
 }
 
-/* A 1x1 convolution's panels (stride 1, no padding: row k of the im2col matrix is input plane
- * k): PACK_1X1_GROUP planes at a time, panel by panel, each panel row copied by whole vectors.
- * Plane by plane (put_run: each plane's row of every panel, the panels 4 KiB apart and so in
- * one L1 set at depth 32) took MobileNetV2's 32 -> 16 on 112 x 112 0.161 ms, of which the
- * packing was 0.113; panel by panel over all planes 0.081 (Zen 5, one thread, the layer
- * alone), and groups of 16 planes were better than of all of them or of 64 on deeper layers
- * (ResNet-50's 256 -> 64 on 56 x 56 0.96x, SqueezeNet's 512 -> 1000 0.97x; 12 layers 0.88x
- * in all). wasm keeps groups of two (each 64-byte line of its 8-float panel rows written
- * whole; V8 paid for every further read stream: four planes at a time 0.89-0.96x of two,
- * eight 0.88-0.97x; two against put_run, MobileNetV2's projections 0.78-0.95x). */
+/* A 1x1 convolution's panels (stride 1, no padding: row k of the im2col matrix is input plane k):
+ * PACK_1X1_GROUP planes at a time, panel by panel, each panel row copied by whole vectors. Plane
+ * by plane (the earlier copy, one plane's row into every panel in turn, the panels 4 KiB apart and
+ * so in one L1 set at depth 32) took MobileNetV2's 32 -> 16 on 112 x 112 0.161 ms, of which the
+ * packing was 0.113; panel by panel over all planes 0.081 (Zen 5, one thread, the layer alone),
+ * and groups of 16 planes were better than of all of them or of 64 on deeper layers (ResNet-50's
+ * 256 -> 64 on 56 x 56 0.96x, SqueezeNet's 512 -> 1000 0.97x; 12 layers 0.88x in all). wasm keeps
+ * groups of two (each 64-byte line of its 8-float panel rows written whole; V8 paid for every
+ * further read stream: four planes at a time 0.89-0.96x of two, eight 0.88-0.97x; two against
+ * plane by plane, MobileNetV2's projections 0.78-0.95x). */
 #if defined(__wasm_simd128__)
 #define PACK_1X1_GROUP 2
 #else
