@@ -76,7 +76,7 @@ def available(name: str, tmp: Path) -> tuple[Path, dict | None] | None:
 
 def cpu_name() -> str:
     """The CPU's model name with family/model numbers (a VM may show only the brand)."""
-    from mlcc.tuning import cpu_model
+    from mlcc.machine import cpu_model
     return f"{cpu_model()}, {os.cpu_count()} logical CPUs"
 
 

@@ -44,6 +44,7 @@ from .quant.bias_correction import summary as bias_summary
 from .quant.equalize import equalize as equalize_graph
 from .quant.smooth import AUTO as AUTO_SMOOTH
 from .quant.smooth import choose_alphas, sample_rows, smooth, smoothable
+from .quant import ort_saturation
 from .quant.qdq import extract_qdq, has_qdq
 from .quant.report import ErrorStats, LayerRow, markdown
 from .runtime import ModelBase
@@ -234,6 +235,10 @@ def compile(model: str | Path, output_dir: str | Path, *, target: str = "x86",
                               quantize=quantize, max_outputs=max_outputs,
                               max_loop_iterations=max_loop_iterations)
     extra["command"] = " ".join(command)
+    if tgt.native:     # what `native` meant on the machine that compiled (reproducing a build)
+        extra["target_machine"] = tgt.machine_summary
+    if tgt.cpu_features():     # what the loader checks before it loads the library
+        extra["cpu_features"] = tgt.cpu_features()
     gen = generate(g, prefix=prefix, target_name=tgt.name, source_name=Path(model).name,
                    max_arena=max_arena, embed_weights=embed_weights, manifest_extra=extra,
                    pointer_bits=tgt.pointer_bits, arch=tgt.arch,
@@ -1249,15 +1254,16 @@ def _onnxruntime_outputs(model_path: str | Path, feeds: dict, names: list[str] |
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    if names:
-        proto = onnx.load(str(model_path))
-        have = {o.name for o in proto.graph.output}
-        for n in names:
+    proto = onnx.load(str(model_path)) if names or ort_saturation.saturates() else None
+    if proto is not None:
+        exact = ort_saturation.reference_model(proto)
+        have = {o.name for o in exact.graph.output}
+        for n in names or ():
             if n not in have:
-                proto.graph.output.append(onnx.ValueInfoProto(name=n))
-        sess = _bench.onnxruntime_session(proto.SerializeToString(), opts)
-    else:
-        sess = _bench.onnxruntime_session(model_path, opts)
+                exact.graph.output.append(onnx.ValueInfoProto(name=n))
+        proto = exact if exact is not proto or names else None
+    sess = _bench.onnxruntime_session(
+        model_path if proto is None else proto.SerializeToString(), opts)
     wanted = names or [o.name for o in sess.get_outputs()]
     return dict(zip(wanted, sess.run(wanted, feeds)))
 
@@ -1291,12 +1297,22 @@ def bound_feeds(model: str | Path, shapes: Shapes | None, bind: Binds | None
     return {n: g.values[n].const for n in bind}
 
 
+def refuse_missing_cpu_features(tgt, what: str) -> None:
+    """`what` (bench, --tune) runs the target's code on this CPU: refused, before anything is
+    built, where that code needs x86 features the CPU lacks."""
+    missing = tgt.missing_cpu_features()
+    if missing:
+        raise InputError(f"target {tgt.name}'s code uses {', '.join(missing)}, which this CPU "
+                         f"does not have: {what} runs it here (use x86-native)")
+
+
 def list_targets() -> list[tuple[str, str, str]]:
     """(name, description, "ready" or what to install) for every built-in target."""
     rows = []
     for name in builtin_targets():
         t = load_target(name)
-        rows.append((name, t.description, "; ".join(t.missing_tools()) or "ready"))
+        here = f" (here: {t.machine_summary})" if t.native else ""
+        rows.append((name, t.description + here, "; ".join(t.missing_tools()) or "ready"))
     return rows
 
 
@@ -1733,6 +1749,7 @@ def bench(model: str | Path, *, target: str = "x86-native", shapes: Shapes | Non
     onnxruntime, the three interleaved in this process (a RangeBenchResult)."""
     check_max_loop_iterations(max_loop_iterations)
     tgt = load_target(target)
+    refuse_missing_cpu_features(tgt, "bench")
     if tgt.output == "firmware":
         return _bench_firmware(model, tgt, target, shapes, output_dir, seed, bind, quantize,
                                per_layer, max_loop_iterations)

@@ -607,8 +607,10 @@ def targets_cmd():
     """List the built-in targets and whether their compilers and emulators are installed."""
     from . import api
 
-    for name, description, status in api.list_targets():
-        click.echo(f"{name:14} {description:60} {status}")
+    rows = api.list_targets()
+    width = max(len(description) for _, description, _ in rows)
+    for name, description, status in rows:
+        click.echo(f"{name:14} {description:{width}} {status}")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import re
 import tempfile
 import time
@@ -26,6 +25,7 @@ import numpy as np
 from .api import compile as compile_model
 from .errors import InputError, TargetError
 from .frontend import import_model
+from .machine import cpu_model
 from .ops import lookup
 from .ops.conv_kernels import (ConvLayer, ConvTarget, choose_variant, layer_key,
                                tuning_candidates)
@@ -56,21 +56,6 @@ class Tuning:
                 "choices": dict(sorted(self.choices.items())),
                 "times_ms": {k: dict(sorted(v.items())) for k, v in sorted(self.times_ms.items())},
                 **({"rejected": self.rejected} if self.rejected else {})}
-
-
-def cpu_model() -> str:
-    """The CPU's model name with family and model numbers (/proc/cpuinfo), else the platform's."""
-    info: dict[str, str] = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            info.setdefault(key.strip(), value.strip())
-    except OSError:
-        return platform.processor() or platform.machine()
-    name = info.get("model name", platform.machine())
-    if "cpu family" in info:
-        name += f" (family {info['cpu family']}, model {info.get('model', '?')})"
-    return name
 
 
 def read_tuning(path: str | Path) -> dict[str, str]:
@@ -193,6 +178,10 @@ def tune(model: str | Path, target: str = "x86-native", shapes=None, bind=None,
     if not tgt.is_host:
         raise TargetError(f"--tune times kernels on this machine: target {tgt.name} does not "
                           f"run here (use --tuning FILE with choices measured on the device)")
+    if tgt.missing_cpu_features():
+        raise TargetError(f"--tune times kernels on this machine: target {tgt.name}'s code uses "
+                          f"{', '.join(tgt.missing_cpu_features())}, which this CPU does not "
+                          f"have (use --tuning FILE with choices measured on such a CPU)")
     conv_target = ConvTarget.from_options(tgt.lowering_options())
     result = Tuning(cpu_model(), tgt.name)
     cache_file = _cache_path(result.cpu, tgt.name)

@@ -87,3 +87,18 @@ LONG_FILES = ["test_cross_targets.py", "test_fuzz.py", "test_conformance.py", "t
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(LONG_FILES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))   # stable
+
+
+@pytest.fixture
+def avx512_prices(monkeypatch):
+    """The int8 mix's tests price x86-native's kernels with the AVX-512 table on any x86 CPU:
+    they test the mix's logic given a fitted table, which an AVX2 CPU (no table yet: the
+    multiply-accumulate estimate) would otherwise skip. The builds still run on this CPU."""
+    from mlcc.quant import latency
+    table_for = latency.table_for
+
+    def priced(target):
+        if target is not None and target.arch == "x86_64" and target.native:
+            return latency.TABLES["x86_64-avx512"]
+        return table_for(target)
+    monkeypatch.setattr(latency, "table_for", priced)

@@ -1,5 +1,7 @@
 """The CLI contract: commands, options, outputs and exit codes, including every error path."""
 import json
+import os
+import platform
 import re
 import subprocess
 import sys
@@ -268,6 +270,100 @@ def test_pointer_bits_from_arch_and_file():
     text = "name: m\narch: armv7\ntoolchain: {cc: gcc}\n"
     assert parse_target(text).pointer_bits == 32
     assert parse_target(text + "pointer_bits: 64\n").pointer_bits == 64
+
+
+def _fake_compiler(tmp_path, macros):
+    """A `cc` that predefines exactly `macros` when asked with -dM -E, as gcc does."""
+    cc = tmp_path / "fakecc"
+    lines = "".join(f"echo '#define {m} 1'\n" for m in macros)
+    cc.write_text("#!/bin/sh\n" + lines)
+    cc.chmod(0o755)
+    return str(cc)
+
+
+@pytest.mark.parametrize("macros, simd, bits", [
+    (["__AVX512F__", "__AVX2__", "__FMA__", "__SSE2__"], "avx512", 512),
+    (["__AVX2__", "__FMA__", "__SSE2__"], "avx2", 256),       # a Zen 3, a Haswell
+    (["__AVX2__", "__SSE2__"], "sse2", 128),                  # AVX2 without FMA: not 256
+    (["__SSE2__"], "sse2", 128),
+])
+def test_native_simd_is_what_the_compiler_builds_for(tmp_path, macros, simd, bits):
+    """`simd: native` takes the widest vectors that the target's compiler and flags enable
+    here, not a width written for another CPU (512-bit vectors on AVX2 spilled the GEMM tiles:
+    8x slower); the file's vector_bits caps it."""
+    from mlcc.targets.target import parse_target
+    base = f"name: m\narch: x86_64\ntoolchain: {{cc: {_fake_compiler(tmp_path, macros)}}}\n"
+    t = parse_target(base + "simd: native\n")
+    assert (t.simd, t.vector_bits, t.native) == (simd, bits, True)
+    assert t.lowering_options()["channel_tiles"] == (bits >= 512)
+    assert t.defines()[0] == f"-DMLCC_VECTOR_BYTES={bits // 8}"
+    capped = parse_target(base + "simd: native\nvector_bits: 256\n")
+    assert capped.vector_bits == min(bits, 256)
+    gone = parse_target("name: m\narch: x86_64\ntoolchain: {cc: /nonexistent/cc}\n"
+                        "simd: native\n")
+    assert (gone.simd, gone.vector_bits) == ("sse2", 128)     # the build then says cc is missing
+
+
+def test_native_target_matches_this_machine():
+    """x86-native describes the machine that compiles: its vectors are what gcc -march=native
+    predefines here, its caches what Linux reports; the manifest and `mlcc targets` say so."""
+    if platform.machine() != "x86_64":
+        pytest.skip("x86-64 only")
+    from mlcc.targets.target import load_target
+    t = load_target("x86-native")
+    out = subprocess.run(["gcc", "-march=native", "-dM", "-E", "-x", "c", os.devnull],
+                         capture_output=True, text=True, check=True).stdout
+    bits = 512 if "__AVX512F__" in out else 256 if "__AVX2__" in out and "__FMA__" in out \
+        else 128
+    assert t.native and t.vector_bits == bits
+    if os.path.isdir("/sys/devices/system/cpu/cpu0/cache"):
+        assert t.cache_kib.get("l1d", 0) >= 16 and t.cache_kib.get("l2", 0) >= 128
+    assert f"{bits}-bit vectors" in run("targets").output
+
+
+def test_library_needing_missing_cpu_features_is_refused(tiny_model_path, tmp_path):
+    """The manifest lists the x86 features the library's code may use (x86-avx2: avx2, fma);
+    the loader refuses to load it on a CPU without one, which would stop at an illegal
+    instruction: here a feature no CPU has, written into the manifest."""
+    if platform.machine() != "x86_64":
+        pytest.skip("x86-64 only")
+    from mlcc.errors import InputError
+    from mlcc.targets.target import load_target
+    assert {"avx2", "fma"} <= set(load_target("x86-avx2").cpu_features())
+    assert "avx512f" in load_target("x86-avx512").cpu_features()
+    assert load_target("x86").cpu_features() == [] and load_target("arm").cpu_features() == []
+    out = tmp_path / "o"
+    r = run("compile", tiny_model_path, "-t", "x86-avx2", "-o", out, "--shape", "images=2,2,6,6")
+    assert r.exit_code == 0, r.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["cpu_features"] == load_target("x86-avx2").cpu_features()
+    manifest["cpu_features"].append("avx1024_imaginary")
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    import mlcc
+    with pytest.raises(InputError, match="avx1024_imaginary, which this CPU does not have"):
+        mlcc.load(out)
+
+
+def test_native_needs_a_host_target():
+    from mlcc.targets.target import TargetError, parse_target
+    base = "name: m\narch: aarch64\ntoolchain: {cc: gcc}\n"
+    for extra in ("simd: native\nrun: [qemu-aarch64]\n", "cache_kib: native\noutput: wasm\n"):
+        with pytest.raises(TargetError, match="host target only"):
+            parse_target(base + extra)
+    with pytest.raises(TargetError, match="mapping .* or native"):
+        parse_target(base + "cache_kib: lots\n")
+
+
+def test_host_caches_from_sysfs(tmp_path):
+    from mlcc.targets.host import _sysfs_caches
+    for i, (level, kind, size) in enumerate([("1", "Data", "32K"), ("1", "Instruction", "32K"),
+                                             ("2", "Unified", "512K"), ("3", "Unified", "32M")]):
+        d = tmp_path / f"index{i}"
+        d.mkdir()
+        for name, value in (("level", level), ("type", kind), ("size", size)):
+            (d / name).write_text(value + "\n")
+    assert _sysfs_caches(tmp_path) == {"l1d": 32, "l2": 512, "l3": 32768}
+    assert _sysfs_caches(tmp_path / "missing") == {}
 
 
 def test_gemm_tile_from_target_file():

@@ -150,13 +150,13 @@ def test_width_range_on_cross_targets(wide, tmp_path, target):
 
 
 def test_a_dynamic_map_takes_the_choice_of_most_sizes():
-    """1x1, 64 -> 64 channels on a 1 x W map, W in 8..32 (x86-native): the packed GEMM's
+    """1x1, 64 -> 64 channels on a 1 x W map, W in 8..32 (x86-avx512): the packed GEMM's
     panels of 32 waste columns at every width but 32, where a static build runs `packed`;
     the range build runs what the static builds run at most widths."""
     from mlcc.ir.symbolic import DimVar, SymInt
     w = SymInt.var(DimVar("W", 8, 32, 0))
     layer = ck.ConvLayer(1, 64, 64, 1, ck.Window2d(1, 1, 1, w, 1, w, 1, 1, 1, 1, 0, 0))
-    native = ck.ConvTarget.from_options(load_target("x86-native").lowering_options())
+    native = ck.ConvTarget.from_options(load_target("x86-avx512").lowering_options())
     assert ck.choose_variant(ck.at_largest(layer), native).name == "packed"
     votes = [ck.choose_variant(ck.at_sizes(layer, {"W": v}), native).name for v in range(8, 33)]
     assert votes.count("implicit_t_1x1") > len(votes) // 2

@@ -13,20 +13,21 @@ ALLOWED = {
     "dimexpr": set(),                    # dimension expressions as text: a leaf
     "resources": set(),                  # setup.py loads it on its own: no mlcc imports
     "version": set(),
+    "machine": set(),                    # /proc/cpuinfo: a leaf
     "ir": {"errors", "dtypes"},
     "frontend": {"errors", "ir", "dimexpr"},
     "ops": {"errors", "ir"},
     "passes": {"errors", "ir", "ops"},
     "quant": {"errors", "ir", "ops", "passes"},
     "codegen": {"errors", "ir", "ops", "resources", "version"},
-    "targets": {"errors", "resources"},
-    "runtime": {"errors", "dtypes", "dimexpr"},
+    "targets": {"errors", "resources", "machine"},
+    "runtime": {"errors", "dtypes", "dimexpr", "machine"},
     "api": {"errors", "ir", "frontend", "ops", "passes", "quant", "codegen", "targets",
             "runtime", "benchmark", "version"},
     "benchmark": {"errors", "resources"},
     "profiling": set(),                  # text of a measuring build; no mlcc imports
     "tuning": {"errors", "ir", "frontend", "ops", "passes", "targets", "runtime", "api",
-               "profiling"},
+               "profiling", "machine"},
     "benchmark_worker": {"errors", "benchmark", "runtime"},   # a child process's entry point
     "cli": {"errors", "api", "tuning", "version"},
     "__init__": {"api", "errors", "version"},

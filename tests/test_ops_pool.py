@@ -1,6 +1,5 @@
 """MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, LpPool and GlobalLpPool against
 onnxruntime on odd shapes."""
-import platform
 import shutil
 import subprocess
 
@@ -13,7 +12,7 @@ from mlcc import resources
 from mlcc.errors import UnsupportedError
 from mlcc.ir import Node
 from mlcc.ops.conv import window_geometry
-from util import (check_model, check_node, compile_and_run, make_model, rand,
+from util import (check_model, check_node, compile_and_run, cpu_has, make_model, rand,
                   reference_outputs)
 
 
@@ -245,27 +244,13 @@ int main(void) {
 """
 
 
-def _has_avx2() -> bool:
-    try:
-        return platform.machine() == "x86_64" and " avx2" in open("/proc/cpuinfo").read()
-    except OSError:
-        return False
-
-
-def _has_avx512() -> bool:
-    try:
-        return platform.machine() == "x86_64" and " avx512f" in open("/proc/cpuinfo").read()
-    except OSError:
-        return False
-
-
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 @pytest.mark.parametrize("vector_flags", [
     [],                                                     # 4 lanes (SSE, as NEON, wasm)
     pytest.param(["-mavx2", "-DMLCC_VECTOR_BYTES=32"],      # 8 lanes: last block overlapping
-                 marks=pytest.mark.skipif(not _has_avx2(), reason="needs AVX2")),
+                 marks=pytest.mark.skipif(not cpu_has("avx2"), reason="needs AVX2")),
     pytest.param(["-mavx512f", "-DMLCC_VECTOR_BYTES=64"],   # 16, as x86-native: masked ends
-                 marks=pytest.mark.skipif(not _has_avx512(), reason="needs AVX-512"))])
+                 marks=pytest.mark.skipif(not cpu_has("avx512f"), reason="needs AVX-512"))])
 def test_pool_kernels_against_scalar_twin_and_naive(tmp_path, vector_flags):
     """The vector path, the portable scalar path (MLCC_HAVE_VECTORS 0) and a naive loop agree on
     3000 random geometries (strides 1-4 through the phase split, dilations, pads, borders),

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
@@ -26,6 +25,7 @@ from mlcc.quant.observers import (Calibrator, HistogramObserver, MinMaxObserver,
 from mlcc.quant.scheme import (QParams, activation_qparams, fixed_multipliers,
                                float_multipliers, quantize_weights, requantize_fixed,
                                requantize_float)
+from util import native_vector_flags, ort_session
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "digits" / "digits_cnn.onnx"
@@ -66,7 +66,7 @@ def _kernel_calls(folder) -> list[str]:
 def _sqnr_vs_onnxruntime(path, folder, xs):
     """SQNR (dB) of the compiled folder's output y against onnxruntime's over the samples xs,
     and mlcc's outputs."""
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    sess = ort_session(str(path))
     m = mlcc.load(folder)
     ref = np.stack([sess.run(None, {"x": x})[0] for x in xs])
     got = np.stack([m.run({"x": x})["y"] for x in xs])
@@ -190,8 +190,7 @@ def test_float_requant_is_bit_exact_with_onnxruntime_qlinearconv(tmp_path):
             "y", TensorProto.UINT8, [1, 24, 11, 13])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
-    ref = ort.InferenceSession(model.SerializeToString(),
-                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    ref = ort_session(model).run(None, {"x": x})[0]
     xp = np.pad(x.astype(np.int32) - int(xz), ((0, 0), (0, 0), (1, 1), (1, 1)))
     acc = np.zeros((1, 24, 11, 13), np.int64) + b.reshape(1, -1, 1, 1)
     for i in range(3):
@@ -227,8 +226,7 @@ def test_qlinearmatmul_matches_onnxruntime(tmp_path):
         [numpy_helper.from_array(np.asarray(v), n) for n, v in consts])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     model.ir_version = 10
-    ref = ort.InferenceSession(model.SerializeToString(),
-                               providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+    ref = ort_session(model).run(None, {"a": a})[0]
     np.testing.assert_array_equal(_mlcc_run(model, {"a": a}, tmp_path)["y"], ref)
 
 
@@ -353,7 +351,7 @@ def test_bad_calibration_data_exits_1_from_the_cli(tmp_path):
 
 def _argmax_agreement(folder, model, x):
     m = mlcc.load(folder)
-    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    sess = ort_session(str(model))
     name = sess.get_inputs()[0].name
     same = 0
     for xi in x:
@@ -402,7 +400,7 @@ def test_example_digits_int8_agrees_with_float(tmp_path, requant):
     ops = [n.op_type for n in exported.graph.node]
     assert ops.count("QuantizeLinear") >= 5    # activations; + one DQ per weight (5 layers)
     assert ops.count("DequantizeLinear") == ops.count("QuantizeLinear") + 5
-    sess = ort.InferenceSession(str(tmp_path / "qdq.onnx"), providers=["CPUExecutionProvider"])
+    sess = ort_session(str(tmp_path / "qdq.onnx"))
     m = mlcc.load(tmp_path / "q")
     for xi in x[:8]:
         a = sess.run(None, {"input": xi[None]})[0]
@@ -420,9 +418,9 @@ def _sanitized_run_matches(folder: Path, prefix: str, x: np.ndarray, loaded) -> 
     sources = ["model.c"] + [str(p.relative_to(folder)) for p in
                              sorted((folder / "runtime").rglob("*.c"))]
     exe = folder / "harness_asan"
-    subprocess.run(["gcc", "-std=c99", "-O1", "-g", "-march=native", "-Wall", "-Wextra",
+    subprocess.run(["gcc", "-std=c99", "-O1", "-g", *native_vector_flags(), "-Wall", "-Wextra",
                     "-Werror", "-pedantic", "-fsanitize=address,undefined",
-                    "-fno-sanitize-recover=all", "-DMLCC_VECTOR_BYTES=64", f"-DMLCC_MODEL={prefix}",
+                    "-fno-sanitize-recover=all", f"-DMLCC_MODEL={prefix}",
                     "-I.", "-Iruntime/include", "-Iruntime/kernels", "harness.c", *sources,
                     "-o", str(exe), "-lm"], cwd=folder, check=True)
     x.astype("<f4").tofile(folder / "in.bin")
@@ -441,7 +439,7 @@ def test_digits_int8_accuracy_within_half_a_point(tmp_path, calibrator):
                 quantize=api.QuantizeConfig(DIGITS.parent / "digits_calib.npz",
                                             calibrator=calibrator))
     m = mlcc.load(tmp_path / "q")
-    sess = ort.InferenceSession(str(DIGITS), providers=["CPUExecutionProvider"])
+    sess = ort_session(str(DIGITS))
     acc_q = np.mean([np.argmax(m.run({"input": xi[None]})["logits"]) == y
                      for xi, y in zip(x, labels)])
     acc_f = np.mean([np.argmax(sess.run(None, {"input": xi[None]})[0]) == y
@@ -533,7 +531,7 @@ def test_qdq_model_from_onnxruntime_runs_on_integer_kernels_bit_exact(tmp_path):
     calls = (tmp_path / "out" / "model.c").read_text()
     assert calls.count("mlcc_u8_conv2d(") == 2 and "mlcc_u8_fc(" in calls
     lib = mlcc.load(tmp_path / "out")
-    sess = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"])
+    sess = ort_session(str(tmp_path / "q.onnx"))
     for _ in range(10):
         x = rng.normal(0, 1, (1, 3, 8, 10)).astype(np.float32)
         np.testing.assert_array_equal(lib.run({"x": x})["y"], sess.run(None, {"x": x})[0])
@@ -571,8 +569,7 @@ def test_integer_ops_match_onnxruntime(tmp_path, op):
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.uint8(77), "xz")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    ref = ort.InferenceSession(model.SerializeToString(),
-                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    ref = ort_session(model).run(None, {"x": x})[0]
     np.testing.assert_array_equal(_mlcc_run(model, {"x": x}, tmp_path)["y"], ref)
 
 

@@ -74,6 +74,7 @@ def test_a_budget_that_misses_the_target_says_what_it_would_cost(tmp_path):
     assert mp["time_ratio"] <= cost and "target_cost" not in mp
 
 
+@pytest.mark.usefixtures("avx512_prices")
 def test_the_default_budget_rises_to_what_meets_the_target(tmp_path, monkeypatch):
     """Without --time-budget, a target missed within the default budget (here made negative)
     is met by raising the budget to the least mix that meets it, when that costs at most

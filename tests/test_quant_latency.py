@@ -62,8 +62,9 @@ def _stem_and_deep(tmp_path):
     return g, allint, cands, macs, plan
 
 
-@pytest.mark.parametrize("name,fitted", [("x86-native", True), ("x86", False), ("arm", False),
-                                         ("wasm", False), ("cortex-m4", False)])
+@pytest.mark.parametrize("name,fitted", [("x86-avx512", True), ("x86-avx2", False),
+                                         ("x86", False), ("arm", False), ("wasm", False),
+                                         ("cortex-m4", False)])
 def test_only_targets_with_a_fitted_table_use_it(name, fitted):
     assert (latency.table_for(load_target(name)) is not None) == fitted
 
@@ -71,7 +72,7 @@ def test_only_targets_with_a_fitted_table_use_it(name, fitted):
 def test_fitted_estimate_charges_high_resolution_float_layers_more(tmp_path):
     g, allint, cands, macs, plan = _stem_and_deep(tmp_path)
     every = [n.name for n in g.nodes]
-    ratio, how = latency.estimator(load_target("x86-native"), allint, cands, macs, plan, every)
+    ratio, how = latency.estimator(load_target("x86-avx512"), allint, cands, macs, plan, every)
     assert how.startswith("fitted")
     assert ratio(every) == pytest.approx(1.0)
     base = ratio([])
@@ -86,7 +87,7 @@ def test_fitted_estimate_charges_high_resolution_float_layers_more(tmp_path):
     # float S, the crossing between them is gone: less, by at least that crossing's cost
     alone = ratio(["W"]) - base
     together = ratio(["S", "W"]) - ratio(["S"])
-    t = latency.table_for(load_target("x86-native"))
+    t = latency.table_for(load_target("x86-avx512"))
     full = latency.program_cost(plan(every).graph, t)
     crossings = [n for n in plan(["W"]).graph.nodes
                  if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
@@ -106,7 +107,7 @@ def test_w8a16_is_priced_and_offered_only_where_cheaper_than_float(tmp_path):
     g, allint, cands, macs, plan = _stem_and_deep(tmp_path)
     every = [n.name for n in g.nodes]
     table = latency.TABLES["x86_64-avx512"]
-    ratio, _ = latency.estimator(load_target("x86-native"), allint, cands, macs, plan, every)
+    ratio, _ = latency.estimator(load_target("x86-avx512"), allint, cands, macs, plan, every)
     base = ratio([])
     assert ratio([], ["D"]) > base and ratio([], ["D", "M"]) > ratio([], ["D"])
     pg = plan([], ["D"]).graph
@@ -131,7 +132,7 @@ def test_w8a16_layers_priced_at_their_own_rates(tmp_path):
     ranges = {v: Range(-2.0, 2.0, -2.0, 2.0, 0.0)
               for v in needed_ranges(g, QuantOptions(w8a16=frozenset(cands)))}
     res = quantize_graph(g, ranges, QuantOptions(w8a16=frozenset(cands)))
-    t = latency.table_for(load_target("x86-native"))
+    t = latency.table_for(load_target("x86-avx512"))
     q16 = res.graph
     seen = set()
     for n in q16.nodes:

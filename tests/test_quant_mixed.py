@@ -364,6 +364,7 @@ def default_mix_outlier(tmp_path, factor: float = 1000):
     return path, calib, xs, report, r, q
 
 
+@pytest.mark.usefixtures("avx512_prices")
 def test_default_mix_keeps_a_sensitive_layer_in_float_and_meets_its_sqnr(tmp_path):
     """With default options the sensitivity finds the layers around the outlier tensor and
     keeps them in float, within the time budget, and the built program's output SQNR against

@@ -173,6 +173,7 @@ def test_fake_quant_simulates_int16_activations(setup):
         (sim_db, real_db)
 
 
+@pytest.mark.usefixtures("avx512_prices")
 def test_default_mix_tries_w8a16_before_float(tmp_path, monkeypatch):
     """Where the target's cost table prices W8A16 below float (here: free), the default
     mix moves each sensitive layer to W8A16 before float: on test_quant_mixed's CNN with

@@ -78,11 +78,11 @@ def test_tile_size_by_panels():
 
 
 def test_choice_by_target():
-    """4-lane targets take every qualifying layer; 16-lane ones (x86-native's 32-column
+    """4-lane targets take every qualifying layer; 16-lane ones (x86-avx512's 32-column
     panels) only where the fitted cost is below the direct convolution's: not few channels,
     not 6x6 maps or 64 channels at 10x10 (one-layer A/Bs 1.45x, 1.19x, 1.11x slower)."""
     narrow = load_target("x86").lowering_options()
-    wide = load_target("x86-native").lowering_options()
+    wide = load_target("x86-avx512").lowering_options()
     assert (narrow["gemm_nr"], narrow["vector_lanes"]) == (4, 4)
     assert (wide["gemm_nr"], wide["vector_lanes"]) == (32, 16)
     assert load_target("wasm").lowering_options()["gemm_nr"] == 8

@@ -18,9 +18,27 @@ import mlcc
 from mlcc import resources
 from mlcc.api import compare
 from mlcc.errors import MlccError
+from mlcc.quant.ort_saturation import reference_model
 
 _counter = itertools.count()
 RUNTIME = resources.runtime_c()
+
+
+def cpu_has(flag: str) -> bool:
+    """Whether this x86-64 CPU has the instruction set `flag` (as /proc/cpuinfo names it:
+    avx2, avx512f, avx512_vnni...); tests that run code built for it skip without."""
+    import platform
+    try:
+        return platform.machine() == "x86_64" and f" {flag}" in open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+
+
+def native_vector_flags() -> list[str]:
+    """-march=native and the vector width x86-native builds for on this CPU (512 bits with
+    AVX-512, 256 with AVX2: gcc refuses 64-byte vectors under -Werror without AVX-512)."""
+    from mlcc.targets.target import load_target
+    return ["-march=native", f"-DMLCC_VECTOR_BYTES={load_target('x86-native').vector_bits // 8}"]
 
 
 def build_kernels(lib_path: Path, build: str, sources: list[str], defines=()) -> Path:
@@ -149,10 +167,22 @@ def make_model(nodes, inputs: dict[str, np.ndarray], outputs: list[str], *,
     return model
 
 
+def ort_session(model, opts=None):
+    """An onnxruntime CPU session of `model` (a ModelProto or a path) as mlcc's reference: its
+    uint8 x int8 products exact (reference_model; they saturate on CPUs without VNNI)."""
+    import onnxruntime as ort
+    if not isinstance(model, onnx.ModelProto):
+        model = onnx.load(str(model))
+    return ort.InferenceSession(reference_model(model).SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+
+
 def reference_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
                       reference: str = "onnxruntime") -> dict:
     """onnxruntime's outputs; onnx.reference where onnxruntime cannot run the model, or
-    (reference="onnx") always: the implementation the ONNX node tests were made with."""
+    (reference="onnx") always: the implementation the ONNX node tests were made with.
+    onnxruntime runs the model's uint8 x int8 products exactly (reference_model: they
+    saturate on CPUs without VNNI)."""
     import onnxruntime as ort
     names = [o.name for o in model.graph.output]
     try:
@@ -160,7 +190,7 @@ def reference_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
             raise NotImplementedError
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
-        sess = ort.InferenceSession(model.SerializeToString(), opts,
+        sess = ort.InferenceSession(reference_model(model).SerializeToString(), opts,
                                     providers=["CPUExecutionProvider"])
         return dict(zip(names, sess.run(names, feeds)))
     except Exception:

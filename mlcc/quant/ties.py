@@ -34,6 +34,8 @@ from typing import Callable
 
 import numpy as np
 
+from .ort_saturation import reference_model
+
 MAX_TIES = 8            # forced ties after which `explain` gives up, listing them
 _INTEGER_CODES = ("uint8", "int8", "uint16", "int16", "int32", "uint32")
 _INTEGER_CASTS = (2, 3, 4, 5, 6, 12)   # TensorProto UINT8, INT8, UINT16, INT16, INT32, UINT32
@@ -352,7 +354,7 @@ def onnxruntime_run(model, feeds: dict, names: list[str], forced: dict | None = 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(proto.SerializeToString(), opts,
+    sess = ort.InferenceSession(reference_model(proto).SerializeToString(), opts,
                                 providers=["CPUExecutionProvider"])
     return dict(zip(names, sess.run(names, {**feeds, **forced})))
 

@@ -26,6 +26,7 @@ from cffi import FFI
 from ..errors import InputError, MlccError, RuntimeStatusError
 from ..dimexpr import eval_dim
 from ..dtypes import PACKED_BITS, pack_elements, storage_bytes, unpack_elements
+from ..machine import x86_cpu_flags
 
 _CDEF = """
 typedef struct mlcc_context { const uint8_t *weights; uint8_t *arena; const void *model;
@@ -235,6 +236,19 @@ def _eval_dim(text: str, env: dict[str, int]) -> int:
         raise MlccError(f"malformed manifest: dimension {text!r}") from None
 
 
+def check_cpu_features(folder: Path, manifest: dict) -> None:
+    """Refuses a library whose code uses x86 features (the manifest's `cpu_features`) that
+    this CPU lacks: it would stop at an illegal instruction."""
+    need = manifest.get("cpu_features") or []
+    have = x86_cpu_flags() if need else None
+    missing = [] if have is None else [f for f in need if f not in have]
+    if missing:
+        raise InputError(f"{folder}: built for target {manifest.get('target', '?')}, whose "
+                         f"code uses {', '.join(missing)}, which this CPU does not have (it "
+                         f"would stop at an illegal instruction): run it on a CPU that has "
+                         f"them, or compile for x86-native here")
+
+
 class CompiledModel(ModelBase):
     """A compiled model loaded in this process. Not thread-safe: one context, one arena.
     threads > 1 runs it on a thread pool of its own (the calling thread and threads - 1
@@ -247,6 +261,7 @@ class CompiledModel(ModelBase):
         library = self.folder / self.manifest["library"]
         if not library.is_file():
             raise MlccError(f"{library}: the compiled library is missing (rebuild with make)")
+        check_cpu_features(self.folder, self.manifest)
         embedded = bool(self.manifest.get("embedded_weights"))
         weights_path = self.folder / "weights.bin"
         if not embedded and not weights_path.is_file():

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..errors import MlccError, RuntimeStatusError, TargetError
 from ..dtypes import PACKED_BITS, storage_bytes, unpack_elements
-from .loader import ModelBase
+from .loader import ModelBase, check_cpu_features
 
 RUN_TIMEOUT_S = 3600
 EXIT_STATUS = 2          # the harness's exit code for a model status (see mlcc_harness.c)
@@ -55,6 +55,8 @@ class HarnessModel(ModelBase):
                             f"with a `run` command, or build it with `make harness`)")
         if not self.weights.is_file():
             raise MlccError(f"{self.weights}: the weight blob is missing")
+        if not self.command:        # the harness runs on this CPU
+            check_cpu_features(self.folder, self.manifest)
         if self.command and shutil.which(self.command[0]) is None:
             package = self.manifest.get("run_package", "") if run is None else ""
             raise TargetError(f"{self.command[0]} is not installed, so models built for "

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
 
 from .. import resources
 from ..errors import TargetError
+from ..machine import x86_cpu_flags
+from . import host
 
-SIMD_LEVELS = ("auto", "none", "sse2", "avx2", "avx512", "neon", "simd128")
+SIMD_LEVELS = ("auto", "none", "sse2", "avx2", "avx512", "neon", "simd128", "native")
 # shared: a shared library (libmodel.so); wasm: a standalone WebAssembly module (model.wasm)
 # with the JavaScript wrapper of mlcc/targets/wasm.py; firmware: a static library (libmodel.a)
 # and a bare-metal firmware.elf around it for a microcontroller (mlcc/targets/firmware.py).
@@ -79,15 +81,39 @@ class Target:
     # 0.72-0.88x per layer in node: docs/performance-log.md, wasm)
     implicit_strided: bool = True
     firmware: Firmware | None = None     # output: firmware only
+    # simd and/or cache_kib were `native` in the file: read off the compiling machine
+    native: bool = False
 
     @property
     def library_name(self) -> str:
         return {"wasm": "model.wasm", "firmware": "libmodel.a"}.get(self.output, "libmodel.so")
 
     @property
+    def machine_summary(self) -> str:
+        """What the kernels are built for: the vectors, and for a native target the caches
+        it read off this machine (`mlcc targets`, the manifest)."""
+        caches = ", ".join(f"{k} {v} KiB" for k, v in sorted(self.cache_kib.items()))
+        return f"{self.simd}, {self.vector_bits}-bit vectors" + (f", {caches}" if caches else "")
+
+    @property
     def is_host(self) -> bool:
-        """Whether Python can load what this target builds (a wasm module never)."""
+        """Whether Python loads what this target builds into its own process (a wasm module
+        never). An x86 library that needs instructions this CPU lacks is still one, which the
+        loader refuses to load here (missing_cpu_features)."""
         return not self.run and self.output == "shared"
+
+    def cpu_features(self) -> list[str]:
+        """The x86 CPU features (cpuinfo names: avx2, avx512f...) that this target's code may
+        use, from what its compiler flags enable; [] on other architectures."""
+        if self.arch != "x86_64" or self.output != "shared":
+            return []
+        return host.x86_features(self.toolchain.cc, self.toolchain.cflags)
+
+    def missing_cpu_features(self) -> list[str]:
+        """Those of cpu_features() that this machine's CPU does not have (an x86-avx512 build
+        on a Zen 3): its library would stop at an illegal instruction here."""
+        have = x86_cpu_flags()
+        return [] if have is None else [f for f in self.cpu_features() if f not in have]
 
     def compiler_found(self) -> bool:
         return shutil.which(self.toolchain.cc) is not None
@@ -184,7 +210,8 @@ class Target:
 
 _SCHEMA = {
     "name": str, "description": str, "arch": str, "toolchain": dict, "simd": str,
-    "vector_bits": int, "alignment": int, "threads": int, "output": str, "cache_kib": dict,
+    "vector_bits": int, "alignment": int, "threads": int, "output": str,
+    "cache_kib": (dict, str),
     "cpu": dict, "run": list, "run_package": str, "int8": dict, "pointer_bits": int,
     "gemm_tile": dict, "winograd": bool, "implicit_strided": bool, "firmware": dict,
 }
@@ -220,7 +247,9 @@ def _check_keys(data: dict, schema: dict, where: str, path: str) -> None:
                               f"{', '.join(sorted(schema))})")
         want = schema[key]
         if want is int and isinstance(value, bool) or not isinstance(value, want):
-            raise TargetError(f"{path}: {where}{key} must be a {want.__name__}, got "
+            names = " or ".join(w.__name__ for w in (want if isinstance(want, tuple) else
+                                                     (want,)))
+            raise TargetError(f"{path}: {where}{key} must be a {names}, got "
                               f"{type(value).__name__} {value!r}")
 
 
@@ -254,7 +283,7 @@ def parse_target(text: str, path: str = "<target>") -> Target:
     simd = data.get("simd", "auto")
     if simd not in SIMD_LEVELS:
         raise TargetError(f"{path}: simd must be one of {', '.join(SIMD_LEVELS)}, not {simd!r}")
-    vb = data.get("vector_bits", 128)
+    vb = data.get("vector_bits", 512 if simd == "native" else 128)
     if vb not in (32, 64, 128, 256, 512):
         raise TargetError(f"{path}: vector_bits must be 32, 64, 128, 256 or 512, not {vb}")
     align = data.get("alignment", 64)
@@ -266,8 +295,17 @@ def parse_target(text: str, path: str = "<target>") -> Target:
     output = data.get("output", "shared")
     if output not in OUTPUT_KINDS:
         raise TargetError(f"{path}: output must be one of {', '.join(OUTPUT_KINDS)}")
+    cache = data.get("cache_kib", {})
+    if isinstance(cache, str) and cache != "native":
+        raise TargetError(f"{path}: cache_kib must be a mapping ({{l1d: KIB, l2: KIB, l3: "
+                          f"KIB}}) or native, not {cache!r}")
+    if "native" in (simd, cache) and (data.get("run") or output != "shared"):
+        raise TargetError(f"{path}: simd: native and cache_kib: native describe the machine "
+                          f"that compiles, so they go with a host target only (no run "
+                          f"command, output: shared)")
     for key in ("cache_kib", "cpu"):
-        for k, v in data.get(key, {}).items():
+        values = data.get(key, {})
+        for k, v in (values.items() if isinstance(values, dict) else ()):
             if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
                 raise TargetError(f"{path}: {key}.{k} must be a non-negative number")
     run = data.get("run", [])
@@ -294,20 +332,44 @@ def parse_target(text: str, path: str = "<target>") -> Target:
     pointer_bits = data.get("pointer_bits", arch_pointer_bits(data["arch"]))
     if pointer_bits not in (32, 64):
         raise TargetError(f"{path}: pointer_bits must be 32 or 64, not {pointer_bits}")
-    return Target(
+    target = Target(
         pointer_bits=pointer_bits,
         name=data["name"], description=data.get("description", ""), arch=data["arch"],
         toolchain=Toolchain(tc["cc"], tuple(tc.get("cflags", [])), tuple(tc.get("ldflags", [])),
                             tc.get("ar", "ar"), tc.get("package", ""),
                             tuple(sorted(env.items()))),
         simd=simd, vector_bits=vb, alignment=align, threads=threads, output=output,
-        cache_kib=dict(data.get("cache_kib", {})), cpu=dict(data.get("cpu", {})),
+        cache_kib=dict(cache) if isinstance(cache, dict) else {}, cpu=dict(data.get("cpu", {})),
         run=tuple(run), run_package=data.get("run_package", ""),
         int8_activations=int8.get("activations", "uint8"),
         int8_requant=int8.get("requant", "float"), path=path,
         gemm_tile=(tile["rows"], tile["vectors"]) if tile is not None else (),
         winograd=data.get("winograd", False),
         implicit_strided=data.get("implicit_strided", True), firmware=firmware)
+    return resolve_native(target, native_caches=cache == "native")
+
+
+def resolve_native(target: Target, native_caches: bool = False) -> Target:
+    """The target with `simd: native` replaced by what its compiler builds for on this machine
+    (its vectors at most the file's vector_bits) and, with `cache_kib: native`, this machine's
+    caches (mlcc/targets/host.py). A compiler that cannot be asked leaves the portable
+    baseline of the architecture: SSE2 or NEON (128 bits), else scalar code."""
+    if target.simd != "native" and not native_caches:
+        return target
+    changes: dict = {}
+    if target.simd == "native":
+        found = host.compiler_vectors(target.toolchain.cc, target.toolchain.cflags)
+        if found is None:
+            found = {"x86_64": ("sse2", 128), "aarch64": ("neon", 128)}.get(target.arch,
+                                                                              ("none", 32))
+        level, bits = found
+        if bits > target.vector_bits:     # the file caps the width: 256 on a Zen 4, say
+            level, bits = {256: ("avx2", 256), 128: ("auto", 128)}.get(
+                target.vector_bits, ("auto", target.vector_bits))
+        changes.update(simd=level, vector_bits=bits)
+    if native_caches:
+        changes["cache_kib"] = host.host_caches()
+    return replace(target, native=True, **changes)
 
 
 def _parse_firmware(data: dict, output: str, path: str) -> Firmware | None:
