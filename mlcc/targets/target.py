@@ -79,7 +79,8 @@ class Target:
     # Strided KxK convolutions (depth 64+) by the implicit GEMM (conv.h) rather than gathered
     # im2col panels through the packed GEMM; wasm turns it off (the gathered path was
     # 0.72-0.88x per layer in node: docs/performance-log.md, wasm)
-    implicit_strided: bool = True
+    # (None: the default of the vector width, strided_by_implicit)
+    implicit_strided: bool | None = None
     firmware: Firmware | None = None     # output: firmware only
     # simd and/or cache_kib were `native` in the file: read off the compiling machine
     native: bool = False
@@ -165,10 +166,21 @@ class Target:
         # 128-bit ones they would hold 16 accumulators in 16 registers and spill
         return {"winograd": self.winograd, "threads": self.has_threads(),
                 "channel_tiles": self.simd != "none" and self.vector_bits >= 512,
-                "implicit_strided": self.implicit_strided,
+                "implicit_strided": self.strided_by_implicit(),
                 "gemm_nr": self.gemm_nr(), "vector_lanes": self.vector_lanes(),
                 "chunk_bytes": self.chunk_bytes(),
                 "int8_direct": self.arch == "x86_64" and self.simd in ("auto", "avx512")}
+
+    def strided_by_implicit(self) -> bool:
+        """Whether strided KxK convolutions (depth 64+) take the implicit GEMM: the file's
+        `implicit_strided`, else yes except on x86 with 256-bit vectors. On a Zen 3 (AVX2;
+        `--tune`'s per-layer times and whole-model A/Bs, 2026-11-28) the gathered panels were
+        1.12-1.30x faster on ResNet-18's and ResNet-50's 3x3 stride-2 layers and their 7x7
+        stems: ResNet-18 0.944, YOLOv8n 0.953, ResNet-50 0.99-1.04 (noise) as whole models;
+        on 512-bit vectors the implicit GEMM was measured the faster."""
+        if self.implicit_strided is not None:
+            return self.implicit_strided
+        return not (self.arch == "x86_64" and self.simd != "none" and self.vector_bits == 256)
 
     def chunk_bytes(self) -> int:
         """The bytes of packed columns the integer convolution works on at a time (its
@@ -345,7 +357,7 @@ def parse_target(text: str, path: str = "<target>") -> Target:
         int8_requant=int8.get("requant", "float"), path=path,
         gemm_tile=(tile["rows"], tile["vectors"]) if tile is not None else (),
         winograd=data.get("winograd", False),
-        implicit_strided=data.get("implicit_strided", True), firmware=firmware)
+        implicit_strided=data.get("implicit_strided"), firmware=firmware)
     return resolve_native(target, native_caches=cache == "native")
 
 
