@@ -84,8 +84,13 @@ def test_range_build_runs_the_static_kernels(wide, tmp_path, tgt):
                        shapes={"x": (1, 3, 13, W_RANGE)})
     static = mlcc.compile(wide, tmp_path / "static", target=tgt,
                           shapes={"x": (1, 3, 13, W_RANGE[1])}, build=False)
-    chosen = _variants(res, tgt)
-    assert chosen == _variants(static, tgt)
+    chosen, fixed = _variants(res, tgt), _variants(static, tgt)
+    # a variant for static maps only (packed_table: the strided 'y' on 256-bit x86, where
+    # strided layers skip the implicit GEMM) gives way to one that takes a dynamic map
+    assert chosen.keys() == fixed.keys()
+    for name, variant in chosen.items():
+        assert variant == fixed[name] if fixed[name] in ck.DYNAMIC_MAP_VARIANTS else \
+            variant in ck.DYNAMIC_MAP_VARIANTS, (name, variant, fixed[name])
     assert len(set(chosen.values()) & DYNAMIC_MAP_KERNELS) >= 2, chosen
     # the offsets are computed by the kernel (NULL), not tabulated over one width
     code = (tmp_path / "range" / "model.c").read_text()
