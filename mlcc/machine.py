@@ -37,3 +37,10 @@ def x86_cpu_flags() -> set[str] | None:
         return None
     flags = _cpuinfo().get("flags")
     return set(flags.split()) if flags is not None else None
+
+
+def missing_x86_features(needed) -> list[str]:
+    """Those of `needed` (cpuinfo names) that this CPU lacks; [] where it cannot be told (not
+    x86-64, or Linux does not say)."""
+    have = x86_cpu_flags() if needed else None
+    return [] if have is None else [f for f in needed if f not in have]

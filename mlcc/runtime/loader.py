@@ -26,7 +26,7 @@ from cffi import FFI
 from ..errors import InputError, MlccError, RuntimeStatusError
 from ..dimexpr import eval_dim
 from ..dtypes import PACKED_BITS, pack_elements, storage_bytes, unpack_elements
-from ..machine import x86_cpu_flags
+from ..machine import missing_x86_features
 
 _CDEF = """
 typedef struct mlcc_context { const uint8_t *weights; uint8_t *arena; const void *model;
@@ -239,9 +239,7 @@ def _eval_dim(text: str, env: dict[str, int]) -> int:
 def check_cpu_features(folder: Path, manifest: dict) -> None:
     """Refuses a library whose code uses x86 features (the manifest's `cpu_features`) that
     this CPU lacks: it would stop at an illegal instruction."""
-    need = manifest.get("cpu_features") or []
-    have = x86_cpu_flags() if need else None
-    missing = [] if have is None else [f for f in need if f not in have]
+    missing = missing_x86_features(manifest.get("cpu_features") or [])
     if missing:
         raise InputError(f"{folder}: built for target {manifest.get('target', '?')}, whose "
                          f"code uses {', '.join(missing)}, which this CPU does not have (it "

@@ -16,7 +16,7 @@ import yaml
 
 from .. import resources
 from ..errors import TargetError
-from ..machine import x86_cpu_flags
+from ..machine import missing_x86_features
 from . import host
 
 SIMD_LEVELS = ("auto", "none", "sse2", "avx2", "avx512", "neon", "simd128", "native")
@@ -113,8 +113,7 @@ class Target:
     def missing_cpu_features(self) -> list[str]:
         """Those of cpu_features() that this machine's CPU does not have (an x86-avx512 build
         on a Zen 3): its library would stop at an illegal instruction here."""
-        have = x86_cpu_flags()
-        return [] if have is None else [f for f in self.cpu_features() if f not in have]
+        return missing_x86_features(self.cpu_features())
 
     def compiler_found(self) -> bool:
         return shutil.which(self.toolchain.cc) is not None
@@ -175,8 +174,7 @@ class Target:
         """Whether strided KxK convolutions (depth 64+) take the implicit GEMM: the file's
         `implicit_strided`, else yes except on x86 with 256-bit vectors. On a Zen 3 (AVX2;
         `--tune`'s per-layer times and whole-model A/Bs, 2026-11-28) the gathered panels were
-        1.12-1.30x faster on ResNet-18's and ResNet-50's 3x3 stride-2 layers and their 7x7
-        stems: ResNet-18 0.944, YOLOv8n 0.953, ResNet-50 0.99-1.04 (noise) as whole models;
+        1.12-1.30x faster on ResNet-18's 3x3 stride-2 layers and its 7x7 stem: ResNet-18 0.944, YOLOv8n 0.953, ResNet-50 0.99-1.04 (noise) as whole models;
         on 512-bit vectors the implicit GEMM was measured the faster."""
         if self.implicit_strided is not None:
             return self.implicit_strided
