@@ -203,12 +203,12 @@ class Target:
 
     def gemm_nr(self) -> int:
         """Columns of the packed GEMM's B panels, MLCC_GEMM_NR (gemm.h): vectors per tile row
-        (`gemm_tile`, else 2 on 512-bit vectors and aarch64, 1 elsewhere) x floats per vector;
-        8 with `simd: none`."""
+        (`gemm_tile`, else 2 on vectors of 256 bits or more and on aarch64, 1 elsewhere) x
+        floats per vector; 8 with `simd: none`."""
         if self.simd == "none":
             return 8
         nv = self.gemm_tile[1] if self.gemm_tile else (
-            2 if self.vector_bits >= 512 or self.arch == "aarch64" else 1)
+            2 if self.vector_bits >= 256 or self.arch == "aarch64" else 1)
         return nv * self.vector_lanes()
 
     def tile_defines(self) -> list[str]:
@@ -228,9 +228,10 @@ _SCHEMA = {
 _FIRMWARE = {"flash": dict, "ram": dict, "stack_kib": int}
 _REGION = {"origin": int, "kib": int}
 _GEMM_TILE = {"rows": int, "vectors": int}
-# rows divide the packed A panel's 8 rows (MLCC_GEMM_MR); vectors keep the B panel's width a
+# rows divide the packed A panel's 8 rows (MLCC_GEMM_MR), or are 6 (tiles that straddle two
+# panels; the kernels reading one panel per tile take 4); vectors keep the B panel's width a
 # divisor of the convolution's 64-column blocks
-GEMM_TILE_ROWS = (1, 2, 4, 8)
+GEMM_TILE_ROWS = (1, 2, 4, 6, 8)
 GEMM_TILE_VECTORS = (1, 2, 4)
 # Architectures whose pointers and size_t have 32 bits, when the file does not say
 # (`pointer_bits`): the arena and the weights must fit in what size_t holds there.

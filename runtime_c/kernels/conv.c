@@ -563,27 +563,27 @@ static inline void implicit_scatter_row(float *yr, const float *row, const impli
     }
 }
 
-/* One TILE_ROWS x NR tile (gemm.h: MR, or a divisor of it on targets with few registers):
+/* One PANEL_ROWS x NR tile (gemm.h: MR, or a divisor of it on targets with few registers):
  * rows of an A panel (kc x MR, packed; a points at the tile's first row) times the B rows
  * b + off[p]. Partial sums (not last) go to part (row stride ldp); the last k block adds bias, applies the activation and
  * writes the output columns into y (row stride ldy). Same order of operations as packed_tile. */
 #if MLCC_HAVE_VECTORS
-/* The k loop of a TILE_ROWS x nvec-vector tile: acc = the A panel's rows (kc x MR, packed; a
+/* The k loop of a PANEL_ROWS x nvec-vector tile: acc = the A panel's rows (kc x MR, packed; a
  * points at the tile's first row) times the B rows b + off[p], summed over p in order. Shared
  * by implicit_tile and rows_tile_whole, always inlined into them (the accumulators stay in
  * registers only in a copy specialized for a constant nvec). */
 static inline __attribute__((always_inline)) void
 implicit_products(ptrdiff_t kc, const float *MLCC_RESTRICT a, const float *MLCC_RESTRICT b,
                   const int32_t *MLCC_RESTRICT off, const ptrdiff_t nvec,
-                  mlcc_vf acc[MLCC_GEMM_TILE_ROWS][MLCC_GEMM_NV]) {
+                  mlcc_vf acc[MLCC_GEMM_PANEL_ROWS][MLCC_GEMM_NV]) {
     ptrdiff_t r, v, p;
-    for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
+    for (r = 0; r < MLCC_GEMM_PANEL_ROWS; r++)
         for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] = mlcc_vf_splat(0.0f);
     for (p = 0; p < kc; p++) {
         const float *bp = b + off[p];
         mlcc_vf bv[MLCC_GEMM_NV];
         for (v = 0; v < nvec; v++) bv[v] = mlcc_vf_load(bp + v * MLCC_VF_LANES);
-        for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++) {
+        for (r = 0; r < MLCC_GEMM_PANEL_ROWS; r++) {
             const mlcc_vf av = mlcc_vf_splat(a[p * MLCC_GEMM_MR + r]);
             for (v = 0; v < nvec; v++) acc[r][v] += av * bv[v];
         }
@@ -599,22 +599,22 @@ implicit_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a,
                                  ptrdiff_t mr, float *part, ptrdiff_t ldp, int first, int last,
                                  float *y, ptrdiff_t ldy, const implicit_segs *s,
                                  const float *bias, const mlcc_act *act, const ptrdiff_t nvec) {
-    mlcc_vf acc[MLCC_GEMM_TILE_ROWS][MLCC_GEMM_NV];
+    mlcc_vf acc[MLCC_GEMM_PANEL_ROWS][MLCC_GEMM_NV];
     ptrdiff_t r, v;
     implicit_products(kc, a, b, off, nvec, acc);
 #if defined(__wasm_simd128__)
     /* wasm: a whole tile's last k block written in one run (nearly every tile), the epilogue
      * in registers and the activation switched once (gemm.c, packed_tile_whole) */
-    if (last && mr == MLCC_GEMM_TILE_ROWS && s->count == 1 && s->n[0] == MLCC_GEMM_NR) {
+    if (last && mr == MLCC_GEMM_PANEL_ROWS && s->count == 1 && s->n[0] == MLCC_GEMM_NR) {
         if (!first)
-            for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
+            for (r = 0; r < MLCC_GEMM_PANEL_ROWS; r++)
                 for (v = 0; v < MLCC_GEMM_NV; v++)
                     acc[r][v] += mlcc_vf_load(part + r * ldp + v * MLCC_VF_LANES);
         if (bias != NULL)
-            for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
+            for (r = 0; r < MLCC_GEMM_PANEL_ROWS; r++)
                 for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] += bias[r];
-        mlcc_wasm_act_vecs(act, &acc[0][0], MLCC_GEMM_TILE_ROWS * MLCC_GEMM_NV);
-        for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
+        mlcc_wasm_act_vecs(act, &acc[0][0], MLCC_GEMM_PANEL_ROWS * MLCC_GEMM_NV);
+        for (r = 0; r < MLCC_GEMM_PANEL_ROWS; r++)
             for (v = 0; v < MLCC_GEMM_NV; v++)
                 mlcc_vf_store(y + r * ldy + s->y[0] + v * MLCC_VF_LANES, acc[r][v]);
         return;
@@ -646,13 +646,13 @@ static void implicit_tile(ptrdiff_t kc, const float *a, const float *b, const in
                           ptrdiff_t mr, float *part, ptrdiff_t ldp, int first, int last, float *y,
                           ptrdiff_t ldy, const implicit_segs *s, const float *bias,
                           const mlcc_act *act, ptrdiff_t nvec) {
-    float acc[MLCC_GEMM_TILE_ROWS][MLCC_GEMM_NR];
+    float acc[MLCC_GEMM_PANEL_ROWS][MLCC_GEMM_NR];
     ptrdiff_t r, j, p;
     (void)nvec;
-    for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
+    for (r = 0; r < MLCC_GEMM_PANEL_ROWS; r++)
         for (j = 0; j < MLCC_GEMM_NR; j++) acc[r][j] = 0.0f;
     for (p = 0; p < kc; p++)
-        for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
+        for (r = 0; r < MLCC_GEMM_PANEL_ROWS; r++)
             for (j = 0; j < MLCC_GEMM_NR; j++) acc[r][j] += a[p * MLCC_GEMM_MR + r] * b[off[p] + j];
     for (r = 0; r < mr; r++) {
         float *pr = part + r * ldp;
@@ -713,9 +713,9 @@ static void implicit_task(void *arg, int u, int thread) {
                 const int first = k0 == 0, last = k0 + kc == kdim;
                 for (j = js; j < je; j += MLCC_GEMM_NR) {
                     if (last) implicit_panel_segs(j, job->nv, job->wq, (ptrdiff_t)p->out_w, &segs);
-                    for (i = i0; i < i1; i += MLCC_GEMM_TILE_ROWS) {
-                        const ptrdiff_t mr = i1 - i < MLCC_GEMM_TILE_ROWS ? i1 - i
-                                                                           : MLCC_GEMM_TILE_ROWS;
+                    for (i = i0; i < i1; i += MLCC_GEMM_PANEL_ROWS) {
+                        const ptrdiff_t mr = i1 - i < MLCC_GEMM_PANEL_ROWS ? i1 - i
+                                                                           : MLCC_GEMM_PANEL_ROWS;
                         /* weights k-block-major (gemm.h): block k0 holds kc x cout_pad; a
                          * tile starts i % MR rows into its panel */
                         const float *a = job->w + job->gi * cout_pad * kdim + k0 * cout_pad +
@@ -970,21 +970,21 @@ void mlcc_f32_conv2d__implicit_cols(const mlcc_conv2d_packed_params *pp, const f
 /* ---- The implicit GEMM by output rows: shallow strided convolutions (conv.h) ---- */
 
 #if MLCC_HAVE_VECTORS && !defined(__wasm_simd128__)
-/* A whole TILE_ROWS x nvec-vector tile of one output row, one k block (the whole depth), the
+/* A whole PANEL_ROWS x nvec-vector tile of one output row, one k block (the whole depth), the
  * epilogue in registers (as gemm.c's packed_tile_whole): the same sums in the same order as
  * implicit_tile, the same bits. */
 static inline __attribute__((always_inline)) void
 rows_tile_whole(ptrdiff_t kc, const float *MLCC_RESTRICT a, const float *MLCC_RESTRICT b,
                 const int32_t *MLCC_RESTRICT off, float *y, ptrdiff_t ldy, const float *bias,
                 const mlcc_act *act, const int nvec) {
-    mlcc_vf acc[MLCC_GEMM_TILE_ROWS][MLCC_GEMM_NV];
+    mlcc_vf acc[MLCC_GEMM_PANEL_ROWS][MLCC_GEMM_NV];
     ptrdiff_t r, v;
     implicit_products(kc, a, b, off, nvec, acc);
     if (bias != NULL)
-        for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
+        for (r = 0; r < MLCC_GEMM_PANEL_ROWS; r++)
             for (v = 0; v < nvec; v++) acc[r][v] += bias[r];
-    mlcc_tile_act(act, &acc[0][0], MLCC_GEMM_TILE_ROWS * MLCC_GEMM_NV);
-    for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
+    mlcc_tile_act(act, &acc[0][0], MLCC_GEMM_PANEL_ROWS * MLCC_GEMM_NV);
+    for (r = 0; r < MLCC_GEMM_PANEL_ROWS; r++)
         for (v = 0; v < nvec; v++) mlcc_vf_store(y + r * ldy + v * MLCC_VF_LANES, acc[r][v]);
 }
 #endif
@@ -1001,7 +1001,7 @@ typedef struct rows_job {
 #define ROWS_BLOCK 32
 #endif
 /* Unit u: a range of output rows; per row, column tiles of NR (the last one narrower), each
- * for every TILE_ROWS of output channels, so that no tile straddles two output rows. */
+ * for every PANEL_ROWS of output channels, so that no tile straddles two output rows. */
 static void rows_task(void *arg, int u, int thread) {
     const rows_job *job = (const rows_job *)arg;
     const mlcc_conv2d_params *p = &job->pp->conv;
@@ -1012,7 +1012,7 @@ static void rows_task(void *arg, int u, int thread) {
     (void)thread;
     conv_packed_geometry(p, &cin_g, &cout_g, &cout_pad, &kdim, &spatial, &in_plane);
     for (hb = h0; hb < h1; hb += ROWS_BLOCK)
-    for (i = 0; i < cout_g; i += MLCC_GEMM_TILE_ROWS)
+    for (i = 0; i < cout_g; i += MLCC_GEMM_PANEL_ROWS)
     for (oh = hb; oh < (h1 - hb < ROWS_BLOCK ? h1 : hb + ROWS_BLOCK); oh++) {
         for (ow0 = 0; ow0 < ow_n; ow0 += MLCC_GEMM_NR) {
             const ptrdiff_t nc = ow_n - ow0 < MLCC_GEMM_NR ? ow_n - ow0 : MLCC_GEMM_NR;
@@ -1022,32 +1022,32 @@ static void rows_task(void *arg, int u, int thread) {
             segs.n[0] = nc;
             segs.y[0] = oh * ow_n + ow0;
             {
-                const ptrdiff_t mr = cout_g - i < MLCC_GEMM_TILE_ROWS ? cout_g - i
-                                                                      : MLCC_GEMM_TILE_ROWS;
+                const ptrdiff_t mr = cout_g - i < MLCC_GEMM_PANEL_ROWS ? cout_g - i
+                                                                      : MLCC_GEMM_PANEL_ROWS;
                 const float *a = job->w + job->gi * cout_pad * kdim +
                                  (i - i % MLCC_GEMM_MR) * kdim + i % MLCC_GEMM_MR;
                 const float *bi = job->bias ? job->bias + job->gi * cout_g + i : NULL;
                 float *yt = job->y + i * spatial;
 #if MLCC_HAVE_VECTORS && !defined(__wasm_simd128__)
-                if (mr == MLCC_GEMM_TILE_ROWS && nc == MLCC_GEMM_NR) {
+                if (mr == MLCC_GEMM_PANEL_ROWS && nc == MLCC_GEMM_NR) {
                     rows_tile_whole(kdim, a, b, job->off, yt + segs.y[0], spatial, bi, &p->act,
                                     MLCC_GEMM_NV);
                     continue;
                 }
-                if (MLCC_GEMM_NV > 1 && mr == MLCC_GEMM_TILE_ROWS && nc == MLCC_VF_LANES) {
+                if (MLCC_GEMM_NV > 1 && mr == MLCC_GEMM_PANEL_ROWS && nc == MLCC_VF_LANES) {
                     rows_tile_whole(kdim, a, b, job->off, yt + segs.y[0], spatial, bi, &p->act,
                                     1);
                     continue;
                 }
-                if (mr == MLCC_GEMM_TILE_ROWS) {   /* a row's last columns: through a copy */
-                    float tmp[MLCC_GEMM_TILE_ROWS * MLCC_GEMM_NR];
+                if (mr == MLCC_GEMM_PANEL_ROWS) {   /* a row's last columns: through a copy */
+                    float tmp[MLCC_GEMM_PANEL_ROWS * MLCC_GEMM_NR];
                     ptrdiff_t r, t;
                     if (MLCC_GEMM_NV > 1 && nc <= MLCC_VF_LANES)
                         rows_tile_whole(kdim, a, b, job->off, tmp, MLCC_GEMM_NR, bi, &p->act, 1);
                     else
                         rows_tile_whole(kdim, a, b, job->off, tmp, MLCC_GEMM_NR, bi, &p->act,
                                         MLCC_GEMM_NV);
-                    for (r = 0; r < MLCC_GEMM_TILE_ROWS; r++)
+                    for (r = 0; r < MLCC_GEMM_PANEL_ROWS; r++)
                         for (t = 0; t < nc; t++)
                             yt[r * spatial + segs.y[0] + t] = tmp[r * MLCC_GEMM_NR + t];
                     continue;

@@ -13,7 +13,7 @@
  * never changes a result: every element is one sum in k order per k block. */
 #if MLCC_GEMM_TILE_ROWS < 6
 #define MR MLCC_GEMM_TILE_ROWS
-#elif MLCC_HAVE_VECTORS && MLCC_GEMM_NV > 1
+#elif MLCC_HAVE_VECTORS && MLCC_VECTOR_REGISTERS == 32
 #define MR 8
 #else
 #define MR 6
@@ -514,7 +514,19 @@ void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, co
 #define PACKED_INLINE inline
 #endif
 #define PNR MLCC_GEMM_NR
-#define PTR MLCC_GEMM_TILE_ROWS   /* rows per tile: PMR or a divisor of it */
+#define PTR MLCC_GEMM_TILE_ROWS   /* rows per tile: PMR, a divisor of it, or 6 */
+/* Rows of the tile at row i of [i, end): PTR, except that 6-row tiles leave no 2-row tile where
+ * the rows are a multiple of 8 (16 = 6 + 6 + 4: 8 accumulators each; 6 + 6 + 2 left a 2-row
+ * tile latency-bound on its 4 chains of FMAs), and take 4 for the last 8 or 4. */
+#define PACKED_TILE_H(left)                                                                   \
+    (PMR % PTR == 0 ? PTR : (left) == 8 || (left) == 4 ? 4 : (left) < PTR ? (left) : PTR)
+
+/* Where row r of a tile starting o rows into an A panel (of depth kc) reads, from the tile's
+ * first row: in the panel, else (a 6-row tile straddling two panels) at the same depth in the
+ * next panel, kc x PMR floats on. A constant r where PTR divides PMR. */
+static inline ptrdiff_t packed_row_offset(ptrdiff_t r, ptrdiff_t o, ptrdiff_t kc) {
+    return PMR % PTR == 0 || o + r < PMR ? r : r + (kc - 1) * PMR;
+}
 /* The column-major nest fetches the next block of A ahead (gemm_packed); not in wasm, whose
  * engines ignore the hint. */
 #if MLCC_HAVE_VECTORS && !defined(__wasm_simd128__) && !defined(__wasm__)
@@ -563,15 +575,18 @@ static PACKED_INLINE void packed_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a
                                       ptrdiff_t mr, ptrdiff_t nr, int first, int last,
                                       const float *bias, const float *res,
                                       const mlcc_act *act, int half, const int act_call,
-                                      const float *pf, ptrdiff_t pf_n) {
+                                      const float *pf, ptrdiff_t pf_n, ptrdiff_t o) {
     /* half (a constant at each call): only the first vector of each row, for panels of at
      * most one vector of columns (small feature maps); act_call (a constant, wasm): the
      * activation through wasm_act_n, out of line (in packed_tile_edge: the module's size; a
      * call inside the shared nests made their whole tiles 3-6% slower in V8); pf_n cache
-     * lines from pf fetched while the k loop runs (gemm_packed) */
+     * lines from pf fetched while the k loop runs (gemm_packed); o: the tile's first row in
+     * its A panel (packed_row_offset) */
     const ptrdiff_t nv = half ? 1 : MLCC_GEMM_NV;
     mlcc_vf acc[PTR][MLCC_GEMM_NV];
-    ptrdiff_t r, v, p;
+    ptrdiff_t r, v, p, a_row[PTR];
+    /* rows past mr read the first row (their sums are dropped): no read past the last panel */
+    for (r = 0; r < PTR; r++) a_row[r] = r < mr ? packed_row_offset(r, o, kc) : 0;
 #if !defined(__wasm_simd128__)
     (void)act_call;
 #endif
@@ -595,7 +610,7 @@ static PACKED_INLINE void packed_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a
 #endif
         for (v = 0; v < nv; v++) bv[v] = mlcc_vf_load(b + p * PNR + v * MLCC_VF_LANES);
         for (r = 0; r < PTR; r++) {
-            const mlcc_vf av = mlcc_vf_splat(a[p * PMR + r]);
+            const mlcc_vf av = mlcc_vf_splat(a[p * PMR + a_row[r]]);
             for (v = 0; v < nv; v++) acc[r][v] += av * bv[v];
         }
     }
@@ -631,14 +646,16 @@ static PACKED_INLINE void packed_tile(ptrdiff_t kc, const float *MLCC_RESTRICT a
 static void packed_tile(ptrdiff_t kc, const float *a, const float *b, float *c, ptrdiff_t ldc,
                         ptrdiff_t mr, ptrdiff_t nr, int first, int last, const float *bias,
                         const float *res, const mlcc_act *act, int half, const int act_call,
-                        const float *pf, ptrdiff_t pf_n) {
+                        const float *pf, ptrdiff_t pf_n, ptrdiff_t o) {
     float acc[PTR][PNR];
     ptrdiff_t r, j, p;
     for (r = 0; r < PTR; r++)
         for (j = 0; j < PNR; j++) acc[r][j] = 0.0f;
     for (p = 0; p < kc; p++)
         for (r = 0; r < PTR; r++)
-            for (j = 0; j < PNR; j++) acc[r][j] += a[p * PMR + r] * b[p * PNR + j];
+            for (j = 0; j < PNR; j++)
+                acc[r][j] += (r < mr ? a[p * PMR + packed_row_offset(r, o, kc)] : 0.0f) *
+                             b[p * PNR + j];
     (void)half;
     (void)act_call;
     (void)pf;
@@ -670,26 +687,28 @@ void mlcc_vf_act_n(const mlcc_act *act, mlcc_vf *x, ptrdiff_t n) {
 #endif
 
 #if MLCC_HAVE_VECTORS
-/* A whole TILE_ROWS x NR tile (nearly every tile) with the epilogue in registers: the rows a
- * constant, the activation's kind switched once per tile (mlcc_tile_act in gemm.h; wasm:
+/* A whole tile of `rows` (a constant: PTR, or 4 beside 6-row tiles) x NR (nearly every tile)
+ * with the epilogue in registers: the rows a constant, the activation's kind switched once per tile (mlcc_tile_act in gemm.h; wasm:
  * mlcc_wasm_act_vecs in mlcc_kernel.h, ReLU and Clip as pmax/pmin). packed_tile's epilogue (a
  * variable number of rows, mlcc_vf_act's switch per vector) made GCC and clang spill the
  * accumulators after every k loop (and V8 run a br_table per vector): on MobileNetV2's
  * 16 -> 96 layer (k = 16) that was a third of the time, on x86 and in wasm. The same
  * operations in the same order as packed_tile: the same bits. */
-static PACKED_INLINE void packed_tile_whole(ptrdiff_t kc, const float *MLCC_RESTRICT a,
+static PACKED_INLINE void packed_tile_whole(const int rows, ptrdiff_t kc,
+                                            const float *MLCC_RESTRICT a,
                                             const float *MLCC_RESTRICT b, float *c,
                                             ptrdiff_t ldc, int first, int last,
                                             const float *bias, const float *res,
                                             const mlcc_act *act, const int act_call,
-                                            const float *pf, ptrdiff_t pf_n) {
+                                            const float *pf, ptrdiff_t pf_n, ptrdiff_t o) {
     mlcc_vf acc[PTR][MLCC_GEMM_NV];
-    ptrdiff_t r, v, p;
-    for (r = 0; r < PTR; r++)
+    ptrdiff_t r, v, p, a_row[PTR];
+    for (r = 0; r < rows; r++) a_row[r] = packed_row_offset(r, o, kc);
+    for (r = 0; r < rows; r++)
         for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] = mlcc_vf_splat(0.0f);
 #if defined(__GNUC__) && !defined(__wasm_simd128__)
     if (res != NULL && last)
-        for (r = 0; r < PTR; r++)
+        for (r = 0; r < rows; r++)
             for (v = 0; v < MLCC_GEMM_NV; v++)
                 __builtin_prefetch(res + r * ldc + v * MLCC_VF_LANES);
 #endif
@@ -707,34 +726,34 @@ static PACKED_INLINE void packed_tile_whole(ptrdiff_t kc, const float *MLCC_REST
         if (p < pf_n) MLCC_PREFETCH(pf + p * MLCC_PF_FLOATS);
 #endif
         for (v = 0; v < MLCC_GEMM_NV; v++) bv[v] = mlcc_vf_load(b + v * MLCC_VF_LANES);
-        for (r = 0; r < PTR; r++) {
-            const mlcc_vf av = mlcc_vf_splat(a[r]);
+        for (r = 0; r < rows; r++) {
+            const mlcc_vf av = mlcc_vf_splat(a[a_row[r]]);
             for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] += av * bv[v];
         }
     }
     if (!first)
-        for (r = 0; r < PTR; r++)
+        for (r = 0; r < rows; r++)
             for (v = 0; v < MLCC_GEMM_NV; v++)
                 acc[r][v] += mlcc_vf_load(c + r * ldc + v * MLCC_VF_LANES);
     if (last) {
         if (bias != NULL)
-            for (r = 0; r < PTR; r++)
+            for (r = 0; r < rows; r++)
                 for (v = 0; v < MLCC_GEMM_NV; v++) acc[r][v] += bias[r];
         if (res != NULL)
-            for (r = 0; r < PTR; r++)
+            for (r = 0; r < rows; r++)
                 for (v = 0; v < MLCC_GEMM_NV; v++)
                     acc[r][v] += mlcc_vf_load(res + r * ldc + v * MLCC_VF_LANES);
 #if defined(__wasm_simd128__)
         if (act_call)   /* (a constant) the shared row-major nest: kinds other than these */
-            wasm_act_n(act, &acc[0][0], PTR * MLCC_GEMM_NV);
+            wasm_act_n(act, &acc[0][0], rows * MLCC_GEMM_NV);
         else
-            mlcc_wasm_act_vecs(act, &acc[0][0], PTR * MLCC_GEMM_NV);
+            mlcc_wasm_act_vecs(act, &acc[0][0], rows * MLCC_GEMM_NV);
 #else
         (void)act_call;
-        mlcc_tile_act(act, &acc[0][0], PTR * MLCC_GEMM_NV);
+        mlcc_tile_act(act, &acc[0][0], rows * MLCC_GEMM_NV);
 #endif
     }
-    for (r = 0; r < PTR; r++)
+    for (r = 0; r < rows; r++)
         for (v = 0; v < MLCC_GEMM_NV; v++) mlcc_vf_store(c + r * ldc + v * MLCC_VF_LANES, acc[r][v]);
 }
 #endif
@@ -903,17 +922,19 @@ static __attribute__((noinline)) void packed_tile_edge(ptrdiff_t kc, const float
                                                        const float *b, float *c, ptrdiff_t ldc,
                                                        ptrdiff_t mr, ptrdiff_t nr, int first,
                                                        int last, const float *bias,
-                                                       const float *res, const mlcc_act *act) {
+                                                       const float *res, const mlcc_act *act,
+                                                       ptrdiff_t o) {
 #if MLCC_GEMM_NV > 1
     if (nr <= MLCC_VF_LANES)   /* the same sums: half the work */
-        packed_tile(kc, a, b, c, ldc, mr, nr, first, last, bias, res, act, 1, 1, NULL, 0);
+        packed_tile(kc, a, b, c, ldc, mr, nr, first, last, bias, res, act, 1, 1, NULL, 0, o);
     else
 #endif
-        packed_tile(kc, a, b, c, ldc, mr, nr, first, last, bias, res, act, 0, 1, NULL, 0);
+        packed_tile(kc, a, b, c, ldc, mr, nr, first, last, bias, res, act, 0, 1, NULL, 0, o);
 }
 #endif
 
-/* One tile of gemm_packed: rows [i, i + PTR) x columns [j, j + PNR) of k block k0. */
+/* One tile of gemm_packed: rows [i, i + h) x columns [j, j + PNR) of k block k0, h rows a tile
+ * (PACKED_TILE_H). */
 static PACKED_INLINE void gemm_packed_tile(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k, ptrdiff_t k0,
                                            ptrdiff_t kc, ptrdiff_t i, ptrdiff_t j,
                                            const float *a_packed, ptrdiff_t a_rows,
@@ -921,39 +942,43 @@ static PACKED_INLINE void gemm_packed_tile(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k
                                            const float *bias, const float *res,
                                            const mlcc_act *act, float *c, ptrdiff_t ldc,
                                            const int edge_call, const float *pf,
-                                           ptrdiff_t pf_n) {
+                                           ptrdiff_t pf_n, ptrdiff_t h) {
     /* edge_call (a constant, wasm): 1, the edge tiles through packed_tile_edge; 2, also the
      * whole tiles' activation through wasm_act_n; pf_n cache lines from pf fetched while a
      * whole tile computes (the next block of A, gemm_packed) */
     const int first = k0 == 0, last = k0 + kc == k;
     const ptrdiff_t nr = n - j < PNR ? n - j : PNR;
-    const ptrdiff_t mr = m - i < PTR ? m - i : PTR;
+    const ptrdiff_t mr = m - i < h ? m - i : h;
     const float *bp = b_panels + (j / PNR) * k * PNR + k0 * PNR;
-    /* block k0 of A: kc x a_rows, panel by panel (gemm.h); a tile of PTR rows starts i % PMR
-     * rows into its panel */
+    /* block k0 of A: kc x a_rows, panel by panel (gemm.h); a tile starts i % PMR rows into its
+     * panel */
     const float *at = a_packed + k0 * a_rows + (a_row0 + i - i % PMR) * kc + i % PMR;
     const float *rt = res ? res + i * ldc + j : NULL;
     const float *bt = bias ? bias + i : NULL;
     (void)edge_call;
 #if MLCC_HAVE_VECTORS
     if (mr == PTR && nr == PNR)
-        packed_tile_whole(kc, at, bp, c + i * ldc + j, ldc, first, last, bt, rt, act,
-                          edge_call == 2, pf, pf_n);
+        packed_tile_whole(PTR, kc, at, bp, c + i * ldc + j, ldc, first, last, bt, rt, act,
+                          edge_call == 2, pf, pf_n, i % PMR);
+    else if (PTR == 6 && mr == 4 && nr == PNR)
+        packed_tile_whole(4, kc, at, bp, c + i * ldc + j, ldc, first, last, bt, rt, act,
+                          edge_call == 2, pf, pf_n, i % PMR);
     else
 #endif
 #if defined(__wasm_simd128__) && MLCC_HAVE_VECTORS
     if (edge_call)
-        packed_tile_edge(kc, at, bp, c + i * ldc + j, ldc, mr, nr, first, last, bt, rt, act);
+        packed_tile_edge(kc, at, bp, c + i * ldc + j, ldc, mr, nr, first, last, bt, rt, act,
+                         i % PMR);
     else
 #endif
 #if MLCC_HAVE_VECTORS && MLCC_GEMM_NV > 1
     if (nr <= MLCC_VF_LANES)   /* the same sums: half the work */
         packed_tile(kc, at, bp, c + i * ldc + j, ldc, mr, nr, first, last, bt, rt, act, 1, 0,
-                    pf, pf_n);
+                    pf, pf_n, i % PMR);
     else
 #endif
         packed_tile(kc, at, bp, c + i * ldc + j, ldc, mr, nr, first, last, bt, rt, act, 0, 0,
-                    pf, pf_n);
+                    pf, pf_n, i % PMR);
 }
 
 /* Products of depth up to this (one k block) run the tiles row-major: each tile row's 8 output
@@ -985,10 +1010,11 @@ static PACKED_INLINE void gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
     const ptrdiff_t n_tiles = NARROW_PANEL && (n % PNR == 1 || n % PNR == 2 || n % PNR == 4)
                                   ? n - n % PNR : n;
     if (rows_outer == 2 || (rows_outer && k <= MLCC_GEMM_ROWS_OUTER_K)) {   /* 2: only this */
-        for (i = 0; i < m; i += PTR)
+        for (i = 0; i < m; i += PACKED_TILE_H(m - i))
             for (j = 0; j < n_tiles; j += PNR)
                 gemm_packed_tile(m, n, k, 0, k, i, j, a_packed, a_rows, a_row0, b_panels, bias,
-                                 res, act, c, ldc, rows_outer == 2 ? 1 : 2, NULL, 0);
+                                 res, act, c, ldc, rows_outer == 2 ? 1 : 2, NULL, 0,
+                                 PACKED_TILE_H(m - i));
 #if NARROW_PANEL
         if (n_tiles < n)
             narrow_panel(m, n - n_tiles, k, 0, k, 0, m, n_tiles, a_packed, a_rows, a_row0,
@@ -1015,26 +1041,31 @@ static PACKED_INLINE void gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
                 GEMM_PREFETCH_A && next_k0 < k
                     ? (next_rows + PMR - 1) / PMR * PMR * next_kc / MLCC_PF_FLOATS : 0;
             const float *pf = a_packed + (next_k0 < k ? next_k0 * a_rows + (a_row0 + next_i0) * next_kc : 0);
-            const ptrdiff_t pf_calls = ((n_tiles + PNR - 1) / PNR - 1) * ((i1 - i0 + PTR - 1) / PTR);
-            ptrdiff_t pf_t = 0;
+            ptrdiff_t row_tiles = 0, pf_calls, pf_t = 0;
+            for (i = i0; i < i1; i += PACKED_TILE_H(i1 - i)) row_tiles++;
+            pf_calls = ((n_tiles + PNR - 1) / PNR - 1) * row_tiles;
             for (j = 0; j < n_tiles; j += PNR)
-                for (i = i0; i < i1; i += PTR) {
+                for (i = i0; i < i1; i += PACKED_TILE_H(i1 - i)) {
+                    const ptrdiff_t h = PACKED_TILE_H(i1 - i);
+                    /* the first row of the last A panel the tile reads */
+                    const ptrdiff_t last_panel = (i + h - 1) / PMR * PMR;
                     ptrdiff_t l0 = 0, l1 = 0;
                     const float *tile_pf = pf;
                     if (j > 0 && pf_lines > 0) {
                         l0 = pf_lines * pf_t / pf_calls;
                         l1 = pf_lines * (pf_t + 1) / pf_calls;
                         pf_t++;
-                    } else if (GEMM_PREFETCH_A && n_tiles <= PNR && i % PMR == 0) {
+                    } else if (GEMM_PREFETCH_A && n_tiles <= PNR &&
+                               (i % PMR == 0 || last_panel > i)) {
                         /* One column panel (Winograd's products on maps of at most 32 tiles):
                          * no later panel fetches the next block, and each weight feeds only
                          * the panel's columns, so the A panels came from memory at the pace
                          * of the tiles' demand loads (16.8 MB in 1.3 ms for ResNet-50's
-                         * 512 -> 512 F(2x2) on 7 x 7). The first tile of each A panel
+                         * 512 -> 512 F(2x2) on 7 x 7). The first tile to read each A panel
                          * fetches the next panel of the stream instead: the next rows of
                          * this block, else the next block's first rows. */
-                        if (i + PMR < i1) {
-                            tile_pf = a_packed + k0 * a_rows + (a_row0 + i + PMR) * kc;
+                        if (last_panel + PMR < i1) {
+                            tile_pf = a_packed + k0 * a_rows + (a_row0 + last_panel + PMR) * kc;
                             l1 = PMR * kc / MLCC_PF_FLOATS;
                         } else if (pf_lines > 0) {
                             l1 = pf_lines < PMR * next_kc / MLCC_PF_FLOATS
@@ -1043,7 +1074,7 @@ static PACKED_INLINE void gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
                     }
                     gemm_packed_tile(m, n, k, k0, kc, i, j, a_packed, a_rows, a_row0, b_panels,
                                      bias, res, act, c, ldc, 0, tile_pf + l0 * MLCC_PF_FLOATS,
-                                     l1 - l0);
+                                     l1 - l0, h);
                 }
 #if NARROW_PANEL
             if (n_tiles < n)

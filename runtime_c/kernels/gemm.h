@@ -77,19 +77,32 @@ void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, co
  *             t holds B[p][j * NR + t]; columns past n are zero).
  *
  * MLCC_GEMM_MR is fixed (the blob's layout must not depend on the vector width); MLCC_GEMM_NR is
- * the vector width times the vectors per row that the target's registers hold: 2 where there
- * are 32 vector registers (AVX-512, aarch64), else 1, so the 8 x NR tile of accumulators plus
- * the operands always fit in registers. A target may choose its own register tile instead
- * (the target file's `gemm_tile`, passed as -DMLCC_GEMM_TILE_ROWS and -DMLCC_GEMM_NV): wasm takes
- * 4 rows x 2 vectors, each 8-row A panel then read as two 4-row halves. V8 issues a k step's
- * broadcasts of A before its multiplies, so 8 x 1 needs 17 of the 16 xmm registers and keeps an
- * accumulator on the stack; 4 x 2 needs 14 and half the broadcasts per multiply (1.6x the
- * speed: README, wasm Speed). Every output is still one product sum in k order, so the tile
- * shape never changes a result. */
+ * the vector width times the vectors per tile row (MLCC_GEMM_NV), and the register tile is
+ * MLCC_GEMM_TILE_ROWS x NV vectors of accumulators, sized to the vector registers:
+ *   - 32 registers (AVX-512, aarch64): 8 rows x 2 vectors (16 accumulators, 2 B vectors and a
+ *     broadcast of A);
+ *   - 16 registers of 256 bits (x86 AVX2): 6 rows x 2 vectors (12 + 2 + 1), the tile of BLIS
+ *     and onnxruntime's FMA3 kernel. On a Zen 3 (92 GFLOP/s a core), 8 x 1 (8 accumulators:
+ *     the FMA latency times 2 units, no slack; 9 loads per 8 FMAs) ran ResNet's and
+ *     MobileNetV2's products at 56-78 GFLOP/s, 6 x 2 (8 loads per 12 FMAs) at 59-89: 1.05-1.35x,
+ *     whole models 0.80-0.90x the time. A 6-row tile straddles two A panels where it starts
+ *     past a panel's second row (packed_row_offset, gemm.c);
+ *   - otherwise (SSE2, 16 registers of 128 bits): 8 x 1.
+ * A target may choose its own tile (the target file's `gemm_tile`, passed as
+ * -DMLCC_GEMM_TILE_ROWS and -DMLCC_GEMM_NV): wasm takes 4 rows x 2 vectors, each 8-row A panel
+ * then read as two 4-row halves. V8 issues a k step's broadcasts of A before its multiplies,
+ * so 8 x 1 needs 17 of the 16 xmm registers and keeps an accumulator on the stack; 4 x 2 needs
+ * 14 and half the broadcasts per multiply (1.6x the speed: README, wasm Speed). Every output
+ * is still one product sum in k order, so the tile shape never changes a result. */
 #define MLCC_GEMM_MR 8
 #if MLCC_HAVE_VECTORS
-#ifndef MLCC_GEMM_NV
 #if MLCC_VECTOR_BYTES >= 64 || defined(__aarch64__)
+#define MLCC_VECTOR_REGISTERS 32
+#else
+#define MLCC_VECTOR_REGISTERS 16
+#endif
+#ifndef MLCC_GEMM_NV
+#if MLCC_VECTOR_REGISTERS == 32 || MLCC_VECTOR_BYTES == 32
 #define MLCC_GEMM_NV 2
 #else
 #define MLCC_GEMM_NV 1
@@ -99,13 +112,24 @@ void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, co
 #else
 #define MLCC_GEMM_NR 8
 #endif
-/* Rows of C per micro-kernel tile: a divisor of MLCC_GEMM_MR (the tile reads rows
- * [r0, r0 + TILE_ROWS) of an A panel). */
+/* Rows of C per tile of the packed GEMM: a divisor of MLCC_GEMM_MR (the tile reads rows
+ * [r0, r0 + TILE_ROWS) of an A panel), or 6 (tiles that may straddle two panels). */
 #ifndef MLCC_GEMM_TILE_ROWS
+#if MLCC_HAVE_VECTORS && MLCC_VECTOR_REGISTERS == 16 && MLCC_GEMM_NV == 2
+#define MLCC_GEMM_TILE_ROWS 6
+#else
 #define MLCC_GEMM_TILE_ROWS MLCC_GEMM_MR
 #endif
-#if MLCC_GEMM_MR % MLCC_GEMM_TILE_ROWS != 0
-#error "MLCC_GEMM_TILE_ROWS must divide MLCC_GEMM_MR"
+#endif
+#if MLCC_GEMM_MR % MLCC_GEMM_TILE_ROWS != 0 && MLCC_GEMM_TILE_ROWS != 6
+#error "MLCC_GEMM_TILE_ROWS must divide MLCC_GEMM_MR, or be 6"
+#endif
+/* Rows per tile of the kernels whose tiles read one A panel only (conv.c's implicit GEMMs):
+ * TILE_ROWS, or 4 where that is 6. */
+#if MLCC_GEMM_TILE_ROWS == 6
+#define MLCC_GEMM_PANEL_ROWS 4
+#else
+#define MLCC_GEMM_PANEL_ROWS MLCC_GEMM_TILE_ROWS
 #endif
 /* Depth of one k block: the B panel (MLCC_GEMM_KC x NR) stays in L1 while A panels stream.
  * A constant, not derived from the cache size, so that every target sums in the same order. */
