@@ -7,11 +7,12 @@ random weights of the layer's shape; the library is built once with a timer arou
 call (profiling.py), run on one thread, and per layer the fastest variant whose output matches
 the rule's choice is kept, the rule's choice unless another one is at least MARGIN faster (the
 build is never slower than the untuned one by more than the measurement's noise). Choices are
-cached per CPU model and target (~/.cache/mlcc/tuning), so a second compile on the same machine
-measures nothing new, and written into the output folder as tuning.json, which `--tuning FILE`
+cached per CPU model and target (~/.cache/mlcc/tuning) for the kernels' sources and flags that
+measured them, so a second compile on the same machine measures nothing new, and written into the output folder as tuning.json, which `--tuning FILE`
 reuses elsewhere for a reproducible build. docs/performance.md has the measurements."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -31,6 +32,7 @@ from .ops.conv_kernels import (ConvLayer, ConvTarget, choose_variant, layer_key,
                                tuning_candidates)
 from .passes import run_pipeline
 from .profiling import FIELDS, instrument
+from .resources import runtime_c
 from .runtime import load
 from .targets import load_target
 
@@ -79,10 +81,21 @@ def _cache_path(cpu: str, target: str) -> Path:
     return root / f"{slug}.json"
 
 
-def _read_cache(path: Path) -> dict:
+def kernels_digest(defines: list[str]) -> str:
+    """What the cached times were measured on: the kernels' sources and the target's macros
+    (vector width, register tile). Choices measured on other kernels are stale: after the AVX2
+    register tile changed, the cache still held the variants timed on the old one."""
+    h = hashlib.sha256("\n".join(defines).encode())
+    for path in sorted((runtime_c() / "kernels").iterdir()):
+        if path.suffix in (".c", ".h"):
+            h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _read_cache(path: Path, kernels: str) -> dict:
     try:
         data = json.loads(path.read_text())
-        return data if data.get("format") == FORMAT else {}
+        return data if data.get("format") == FORMAT and data.get("kernels") == kernels else {}
     except (OSError, ValueError):
         return {}
 
@@ -185,7 +198,8 @@ def tune(model: str | Path, target: str = "x86-native", shapes=None, bind=None,
     conv_target = ConvTarget.from_options(tgt.lowering_options())
     result = Tuning(cpu_model(), tgt.name)
     cache_file = _cache_path(result.cpu, tgt.name)
-    cache = _read_cache(cache_file) if use_cache else {}
+    kernels = kernels_digest(tgt.defines())
+    cache = _read_cache(cache_file, kernels) if use_cache else {}
     jobs = []
     for layer in conv_layers(model, shapes, bind):
         key = layer_key(layer)
@@ -222,7 +236,7 @@ def tune(model: str | Path, target: str = "x86-native", shapes=None, bind=None,
             result.times_ms[key] = {n: round(t, 4) for n, t in ok.items()}
         result.measured = len(jobs)
         if use_cache:
-            merged = {"format": FORMAT, "cpu": result.cpu, "target": tgt.name,
+            merged = {"format": FORMAT, "cpu": result.cpu, "target": tgt.name, "kernels": kernels,
                       "choices": {**cache.get("choices", {}), **result.choices},
                       "times_ms": {**cache.get("times_ms", {}), **result.times_ms}}
             cache_file.parent.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,7 @@ ALLOWED = {
     "benchmark": {"errors", "resources"},
     "profiling": set(),                  # text of a measuring build; no mlcc imports
     "tuning": {"errors", "ir", "frontend", "ops", "passes", "targets", "runtime", "api",
-               "profiling", "machine"},
+               "profiling", "machine", "resources"},
     "benchmark_worker": {"errors", "benchmark", "runtime"},   # a child process's entry point
     "cli": {"errors", "api", "tuning", "version"},
     "__init__": {"api", "errors", "version"},
