@@ -209,7 +209,9 @@ def tune(model: str | Path, target: str = "x86-native", shapes=None, bind=None,
             names.insert(0, default)
         if len(names) < 2:
             result.choices[key] = default
-        elif key in cache.get("choices", {}) and cache["choices"][key] in names:
+        elif (key in cache.get("choices", {}) and cache["choices"][key] in names
+              and set(names) <= set(cache.get("times_ms", {}).get(key, {}))):
+            # (timed against every variant that can run it now, not fewer)
             result.choices[key] = cache["choices"][key]
             result.times_ms[key] = cache.get("times_ms", {}).get(key, {})
         else:
