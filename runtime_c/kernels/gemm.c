@@ -2,6 +2,9 @@
  * k loop streams a column of A (broadcast) and a row of B; K is cut into KC-deep blocks so that
  * the KC x NR strip of B being reused stays in L1. */
 #include "gemm.h"
+#if defined(__FMA__)
+#include <immintrin.h>
+#endif
 
 /* 8 rows x 2 vectors where there are 32 vector registers (AVX-512, aarch64: 16 accumulators,
  * 2 B vectors and a broadcast), else 6 x 2 (SSE2, AVX2: 12 + 3 of 16), or fewer rows where the
@@ -758,36 +761,59 @@ static PACKED_INLINE void packed_tile_whole(const int rows, ptrdiff_t kc,
 }
 #endif
 
-#if MLCC_HAVE_VECTORS && defined(__wasm_simd128__) && MLCC_VECTOR_BYTES == 16 && \
-    MLCC_GEMM_MR == 8 && MLCC_GEMM_NV == 2
-/* wasm: a last panel of 1 or 2 columns (7 x 7 maps: 49 = 48 + 1) transposed: the rows along
- * the vectors (an A panel's 8 rows are two vectors of each k step), the nr columns broadcast
- * from B. The half-width tile (4 rows x 1 vector) computed 4 columns for 1, and its epilogue
- * went through a row buffer and mlcc_act_apply. NP A panels (8 NP rows) x NC columns: 2 NP NC
- * accumulators, 8 where possible: enough independent sums for the two add pipes. MobileNetV2's
- * 7 x 7 layers 0.88-0.94x. (4 columns, 14 x 14 maps, with this epilogue's gathers and scatters
- * per value made those layers 0.99-1.13x: narrow_tile4 transposes back by shuffles.) Every output is still one sum in k order
- * plus C, bias, residual in packed_tile's order: the same bits. */
+#if MLCC_HAVE_VECTORS && MLCC_GEMM_MR == 8 && \
+    ((defined(__wasm_simd128__) && MLCC_VECTOR_BYTES == 16 && MLCC_GEMM_NV == 2) || \
+     (!defined(__wasm_simd128__) && MLCC_VECTOR_BYTES == 32 && MLCC_GEMM_NV == 2))
+/* A last panel of a few columns (7 x 7 maps: 49 = 48 + 1) transposed: the rows along the
+ * vectors (an A panel's 8 rows are NARROW_PV vectors of each k step: two in wasm, one on AVX2),
+ * the nr columns broadcast from B. The half-width tile computed 4 (wasm) or 8 (AVX2) columns
+ * for 1, with 4 or 6 accumulators, and its epilogue went through a row buffer and
+ * mlcc_act_apply. NP A panels (8 NP rows) x NC columns: NARROW_PV NP NC accumulators, 8-12
+ * where possible: enough independent sums for the two FMA pipes. wasm: MobileNetV2's 7 x 7
+ * layers 0.88-0.94x (4 columns, 14 x 14 maps, with this epilogue's gathers and scatters per
+ * value made those layers 0.99-1.13x: narrow_tile4 transposes back by shuffles). Every output
+ * is still one sum in k order plus C, bias, residual in packed_tile's order: the same bits. */
 #define NARROW_PANEL 1
+#define NARROW_PV (PMR / MLCC_VF_LANES)
+/* the last panel's column counts that take it: 1, 2 or 4 in wasm, 1 to 4 on AVX2 */
+#if defined(__wasm_simd128__)
+#define NARROW_COLS(nr) ((nr) == 1 || (nr) == 2 || (nr) == 4)
+#else
+#define NARROW_COLS(nr) ((nr) >= 1 && (nr) <= 4)
+#endif
+#if defined(__wasm_simd128__)
+#define NARROW_ACT(act, x, n) wasm_act_n(act, x, n)
+#else
+#define NARROW_ACT(act, x, n) mlcc_tile_act(act, x, n)
+#endif
+/* acc += a * b as one FMA, whatever the copy: GCC tuned for Zen (-march=native there sets
+ * avoid-fma-max-bits=256) splits a loop's lone chain of multiply-adds into multiplies and adds,
+ * so the copy of one A panel and one column rounded otherwise than the copy of 8 panels, and
+ * 3 threads (rows cut into 8-row units) gave other bits than 1 */
+#if defined(__FMA__) && MLCC_VECTOR_BYTES == 32
+#define NARROW_FMA(acc, a, b) ((acc) = (mlcc_vf)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(acc)))
+#else
+#define NARROW_FMA(acc, a, b) ((acc) += (a) * (b))
+#endif
 static PACKED_INLINE void narrow_tile(const int NP, const int NC, ptrdiff_t kc,
                                       const float *MLCC_RESTRICT a, ptrdiff_t a_step,
                                       const float *MLCC_RESTRICT b, float *c, ptrdiff_t ldc,
                                       ptrdiff_t mr, int first, int last, const float *bias,
                                       const float *res, const mlcc_act *act) {
-    mlcc_vf acc[8];   /* [q][h][t]: panel q, rows h * 4.. of it, column t */
+    mlcc_vf acc[12];   /* [q][h][t]: panel q, rows h * lanes.. of it, column t */
     ptrdiff_t p, l;
     int q, h, t;
-    for (q = 0; q < 2 * NP * NC; q++) acc[q] = mlcc_vf_splat(0.0f);
+    for (q = 0; q < NARROW_PV * NP * NC; q++) acc[q] = mlcc_vf_splat(0.0f);
     for (p = 0; p < kc; p++, a += PMR, b += PNR) {
         mlcc_vf bv[4];
         for (t = 0; t < NC; t++) bv[t] = mlcc_vf_splat(b[t]);
         for (q = 0; q < NP; q++)
-            for (h = 0; h < 2; h++) {
+            for (h = 0; h < NARROW_PV; h++) {
                 const mlcc_vf av = mlcc_vf_load(a + q * a_step + h * MLCC_VF_LANES);
-                for (t = 0; t < NC; t++) acc[(q * 2 + h) * NC + t] += av * bv[t];
+                for (t = 0; t < NC; t++) NARROW_FMA(acc[(q * NARROW_PV + h) * NC + t], av, bv[t]);
             }
     }
-    for (q = 0; q < 2 * NP; q++) {   /* rows q * 4 .. q * 4 + 3 */
+    for (q = 0; q < NARROW_PV * NP; q++) {   /* rows q * lanes.. */
         const ptrdiff_t r0 = (ptrdiff_t)q * MLCC_VF_LANES;
         const ptrdiff_t n = mr - r0 < MLCC_VF_LANES ? mr - r0 : MLCC_VF_LANES;
         if (n <= 0) break;
@@ -812,13 +838,14 @@ static PACKED_INLINE void narrow_tile(const int NP, const int NC, ptrdiff_t kc,
             }
             acc[q * NC + t] = v;
         }
-        if (last) wasm_act_n(act, &acc[q * NC], NC);
+        if (last) NARROW_ACT(act, &acc[q * NC], NC);
         for (t = 0; t < NC; t++)
             for (l = 0; l < n; l++) c[(r0 + l) * ldc + t] = acc[q * NC + t][l];
     }
 }
 
-/* The same for exactly 4 columns (14 x 14 maps: 196 = 192 + 4), one A panel: the 8 x 4 tile
+#if defined(__wasm_simd128__)
+/* wasm: the same for exactly 4 columns (14 x 14 maps: 196 = 192 + 4), one A panel: the 8 x 4 tile
  * transposed back by shuffles (4 x 4 blocks), so that the epilogue reads and writes whole rows
  * of 4 as packed_tile's half-width path does, in its order. Instead of that path's 4 x 1-vector
  * tile (4 broadcasts per 4 multiplies): MobileNetV2's 14 x 14 1x1 layers 0.97-0.99x. */
@@ -873,9 +900,10 @@ static PACKED_INLINE void narrow_tile4(ptrdiff_t kc, const float *MLCC_RESTRICT 
         mlcc_vf_store(c + r * ldc, v);
     }
 }
+#endif
 
-/* Rows [i0, i1) x the nr (1, 2 or 4) columns of the panel at j of k block k0, by narrow_tile. Out
- * of line: inlined into gemm_packed's nests, it made V8 run every layer's tiles 2.4-3x
+/* Rows [i0, i1) x the nr (NARROW_COLS) columns of the panel at j of k block k0, by narrow_tile.
+ * Out of line: inlined into gemm_packed's nests, it made V8 run every layer's tiles 2.4-3x
  * slower (bench/profile_wasm.py). */
 static __attribute__((noinline)) void narrow_panel(ptrdiff_t m, ptrdiff_t nr, ptrdiff_t k, ptrdiff_t k0,
                                        ptrdiff_t kc, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t j,
@@ -895,23 +923,40 @@ static __attribute__((noinline)) void narrow_panel(ptrdiff_t m, ptrdiff_t nr, pt
 #define NARROW_CALL(NP, NC, i, mr)                                                            \
     narrow_tile(NP, NC, kc, NARROW_AT(i), a_step, bp, c + (i) * ldc + j, ldc, mr, first,      \
                 last, bias ? bias + (i) : NULL, res ? res + (i) * ldc + j : NULL, act)
+#define NARROW_ROWS(NP, NC)                                                                   \
+    do {                                                                                      \
+        for (; i + (NP) * PMR <= end; i += (NP) * PMR) NARROW_CALL(NP, NC, i, (NP) * PMR);    \
+        for (; i < end; i += PMR) NARROW_CALL(1, NC, i, end - i < PMR ? end - i : PMR);       \
+    } while (0)
+#if defined(__wasm_simd128__)
     if (nr == 1) {
-        for (; i + 4 * PMR <= end; i += 4 * PMR) NARROW_CALL(4, 1, i, 4 * PMR);
-        for (; i < end; i += PMR) NARROW_CALL(1, 1, i, end - i < PMR ? end - i : PMR);
+        NARROW_ROWS(4, 1);
     } else if (nr == 2) {
-        for (; i + 2 * PMR <= end; i += 2 * PMR) NARROW_CALL(2, 2, i, 2 * PMR);
-        for (; i < end; i += PMR) NARROW_CALL(1, 2, i, end - i < PMR ? end - i : PMR);
+        NARROW_ROWS(2, 2);
     } else {
         for (; i < end; i += PMR)
             narrow_tile4(kc, NARROW_AT(i), bp, c + i * ldc + j, ldc,
                          end - i < PMR ? end - i : PMR, first, last, bias ? bias + i : NULL,
                          res ? res + i * ldc + j : NULL, act);
     }
+#else
+    /* AVX2: 8-12 accumulators, 2-8 A panels a tile */
+    if (nr == 1)
+        NARROW_ROWS(8, 1);
+    else if (nr == 2)
+        NARROW_ROWS(6, 2);
+    else if (nr == 3)
+        NARROW_ROWS(4, 3);
+    else
+        NARROW_ROWS(3, 4);
+#endif
+#undef NARROW_ROWS
 #undef NARROW_CALL
 #undef NARROW_AT
 }
 #else
 #define NARROW_PANEL 0
+#define NARROW_COLS(nr) 0
 #endif
 
 #if defined(__wasm_simd128__) && MLCC_HAVE_VECTORS
@@ -1006,9 +1051,8 @@ static PACKED_INLINE void gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
                                       const int rows_outer) {
     ptrdiff_t k0, i0, i, j;
     /* columns [0, n_tiles) by PNR-column tiles; the rest (NARROW_PANEL: a last panel of
-     * 1, 2 or 4 columns) by narrow_panel */
-    const ptrdiff_t n_tiles = NARROW_PANEL && (n % PNR == 1 || n % PNR == 2 || n % PNR == 4)
-                                  ? n - n % PNR : n;
+     * NARROW_COLS columns) by narrow_panel */
+    const ptrdiff_t n_tiles = NARROW_PANEL && NARROW_COLS(n % PNR) ? n - n % PNR : n;
     if (rows_outer == 2 || (rows_outer && k <= MLCC_GEMM_ROWS_OUTER_K)) {   /* 2: only this */
         for (i = 0; i < m; i += PACKED_TILE_H(m - i))
             for (j = 0; j < n_tiles; j += PNR)
