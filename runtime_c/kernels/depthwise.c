@@ -1010,53 +1010,41 @@ static void dw_direct_channels(dw_job *job, int thread, ptrdiff_t c0, ptrdiff_t 
 
 #endif
 
-/* Unit u: channels [c0, c1) of every image, in the scratch slice of the thread running it. */
-static void dw_flat_task(void *arg, int u, int thread) {
-    dw_job *job = (dw_job *)arg;
-    const mlcc_conv2d_params *p = job->p;
-    const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
-    const ptrdiff_t oh_n = (ptrdiff_t)p->out_h, ow_n = (ptrdiff_t)p->out_w;
-    const ptrdiff_t kh_n = (ptrdiff_t)p->kernel_h, kw_n = (ptrdiff_t)p->kernel_w;
-    const ptrdiff_t sh = (ptrdiff_t)p->stride_h, sw = (ptrdiff_t)p->stride_w;
-    const ptrdiff_t dw = (ptrdiff_t)p->dilation_w;
-    const ptrdiff_t channels = (ptrdiff_t)p->out_channels;
-    const ptrdiff_t hq = mlcc_implicit_sub_h(p), wq = mlcc_implicit_sub_w(p);
-    const ptrdiff_t planes = sh * sw * hq * wq, nv = oh_n * wq;
-    const ptrdiff_t ntaps = kh_n * kw_n;
-    const ptrdiff_t c0 = channels * u / job->units, c1 = channels * (u + 1) / job->units;
-    float *pad = job->scratch + thread * mlcc_dw_scratch_floats(p);
-    float *out = pad + planes + kw_n * dw + MLCC_DW_CHUNK;
-    ptrdiff_t off[DW_MAX_TAPS];
-    ptrdiff_t n, c;
-#ifdef DW_CIL
-    if (job->cil == 2) {
-        dw_direct_channels(job, thread, c0, c1, pad);
-        return;
-    }
-    if (job->cil) {   /* whole blocks of 16 channels per unit */
-        const ptrdiff_t nb = (channels + 15) / 16, b1 = 16 * (nb * (u + 1) / job->units);
-        dw_cil_channels(job, thread, 16 * (nb * u / job->units), b1 < channels ? b1 : channels, pad);
-        return;
-    }
+#if MLCC_HAVE_VECTORS && (defined(__wasm_simd128__) || MLCC_VECTOR_BYTES == 32)
+#define DW_IP 1
+/* The activation of the kernels below, its class chosen once per call: ReLU and Clip inline
+ * (wasm: f32x4.pmax/pmin; elsewhere as mlcc_tile_act), the others by mlcc_vf_act. Lane for lane
+ * mlcc_vf_act: the same bits (gemm.c, packed_tile_whole). */
+enum { DW_ACT_NONE, DW_ACT_RELU, DW_ACT_CLIP, DW_ACT_OTHER };
+
+static inline __attribute__((always_inline)) mlcc_vf dw_act_vec(int cls, mlcc_vf x, mlcc_vf lo,
+                                                                mlcc_vf hi,
+                                                                const mlcc_act *act) {
+    switch (cls) {
+    case DW_ACT_NONE: return x;
+#if defined(__wasm_simd128__)
+    case DW_ACT_RELU: return __builtin_wasm_pmax_f32x4(lo, x);
+    case DW_ACT_CLIP: return __builtin_wasm_pmax_f32x4(__builtin_wasm_pmin_f32x4(x, hi), lo);
+#else
+    case DW_ACT_RELU: return mlcc_vf_select(x > lo, x, lo);
+    case DW_ACT_CLIP: return mlcc_vf_select(x < lo, lo, mlcc_vf_select(x > hi, hi, x));
 #endif
-#if MLCC_HAVE_VECTORS
-    if (dw_small_channels(job, thread, c0, c1, pad)) return;
-#endif
-    dw_flat_prepare(job, thread, pad, off);
-    for (n = 0; n < p->batch; n++) {
-        for (c = c0; c < c1; c++) {
-            const float *wc = job->w + c * ntaps;
-            float *yc = job->y + (n * channels + c) * oh_n * ow_n;
-            const float b = job->bias ? job->bias[c] : 0.0f;
-            dw_flat_fill(p, job->x + (n * channels + c) * ih_n * iw_n, pad, hq, wq);
-            if (ntaps == 9)
-                dw_flat_run(pad, off, wc, 9, b, out, nv, &p->act);
-            else
-                dw_flat_run(pad, off, wc, ntaps, b, out, nv, &p->act);
-            dw_copy_rows(yc, ow_n, oh_n * ow_n, out, wq, nv + MLCC_DW_CHUNK, oh_n, ow_n);
-        }
+    default: return mlcc_vf_act(act, x);
     }
 }
+
+static int dw_act_class(const mlcc_act *act) {
+    return act->kind == MLCC_ACT_NONE ? DW_ACT_NONE : act->kind == MLCC_ACT_RELU ? DW_ACT_RELU
+           : act->kind == MLCC_ACT_CLIP ? DW_ACT_CLIP : DW_ACT_OTHER;
+}
+
+/* clang (wasm) keeps these loops rolled: V8 issues a block's loads before its arithmetic */
+#if defined(__clang__)
+#define DW_NO_UNROLL _Pragma("clang loop unroll(disable)")
+#else
+#define DW_NO_UNROLL
+#endif
+#endif
 
 #if MLCC_HAVE_VECTORS && defined(__wasm_simd128__)
 /* ---- wasm: the flat depthwise kernel writing the output rows directly ----
@@ -1066,18 +1054,6 @@ static void dw_flat_task(void *arg, int u, int thread) {
  * run past its end into the next row, which is written afterwards; never past the plane), and
  * the activation is chosen once per call: ReLU and Clip as f32x4.pmax/pmin, the same bits as
  * mlcc_vf_act (gemm.c, packed_tile_whole). Each output sums its taps in the same order. */
-enum { DW_WASM_NONE, DW_WASM_RELU, DW_WASM_CLIP, DW_WASM_OTHER };
-
-static inline __attribute__((always_inline)) mlcc_vf dw_wasm_act(int cls, mlcc_vf x, mlcc_vf lo,
-                                                                 mlcc_vf hi,
-                                                                 const mlcc_act *act) {
-    switch (cls) {
-    case DW_WASM_NONE: return x;
-    case DW_WASM_RELU: return __builtin_wasm_pmax_f32x4(lo, x);
-    case DW_WASM_CLIP: return __builtin_wasm_pmax_f32x4(__builtin_wasm_pmin_f32x4(x, hi), lo);
-    default: return mlcc_vf_act(act, x);
-    }
-}
 
 /* nv vectors (1, 2 or 4: a constant after inlining) of virtual outputs from src into y */
 static inline __attribute__((always_inline)) void dw_wasm_vecs(int nv, const float *src,
@@ -1093,7 +1069,7 @@ static inline __attribute__((always_inline)) void dw_wasm_vecs(int nv, const flo
         const mlcc_vf w = mlcc_vf_splat(wt[t]);
         for (v = 0; v < nv; v++) acc[v] += w * mlcc_vf_load(src + off[t] + v * MLCC_VF_LANES);
     }
-    for (v = 0; v < nv; v++) mlcc_vf_store(y + v * MLCC_VF_LANES, dw_wasm_act(cls, acc[v], lo, hi, act));
+    for (v = 0; v < nv; v++) mlcc_vf_store(y + v * MLCC_VF_LANES, dw_act_vec(cls, acc[v], lo, hi, act));
 }
 
 /* The same for a 3x3 window of stride s (1 or 2) without dilation, from row pointers: for
@@ -1110,14 +1086,14 @@ static inline __attribute__((always_inline)) void dw3_vecs(int nv, int s, const 
     for (v = 0; v < nv; v++) acc[v] = mlcc_vf_splat(b);
     /* window rows not unrolled: V8 issues a block's loads before its arithmetic, and 36 loads
      * of 9 taps spilled most of them (the rolled loop: 0.83-0.90x in a node micro-benchmark) */
-#pragma clang loop unroll(disable)
+DW_NO_UNROLL
     for (kh = 0; kh < 3; kh++)
         for (kw = 0; kw < 3; kw++) {
             const float *src = s == 1 ? e[kh] + j + kw : kw == 1 ? o[kh] + j : e[kh] + j + kw / 2;
             const mlcc_vf w = mlcc_vf_splat(wt[kh * 3 + kw]);
             for (v = 0; v < nv; v++) acc[v] += w * mlcc_vf_load(src + v * MLCC_VF_LANES);
         }
-    for (v = 0; v < nv; v++) mlcc_vf_store(y + v * MLCC_VF_LANES, dw_wasm_act(cls, acc[v], lo, hi, act));
+    for (v = 0; v < nv; v++) mlcc_vf_store(y + v * MLCC_VF_LANES, dw_act_vec(cls, acc[v], lo, hi, act));
 }
 
 /* nv vectors of output row yr from column j: the 3x3 form when s3 (its stride) is set */
@@ -1141,7 +1117,7 @@ static inline __attribute__((always_inline)) void dw_wasm_plane(const float *bas
     const float *e[3] = {NULL, NULL, NULL}, *o[3] = {NULL, NULL, NULL};
     mlcc_vf lo, hi;
     ptrdiff_t oh, j, kh;
-    if (cls == DW_WASM_CLIP) {
+    if (cls == DW_ACT_CLIP) {
         lo = mlcc_vf_splat(act->alpha);
         hi = mlcc_vf_splat(act->beta);
     } else {
@@ -1182,7 +1158,10 @@ static inline __attribute__((always_inline)) void dw_wasm_plane(const float *bas
     }
 }
 
-/* ---- wasm: 3x3 depthwise, pad 1, stride 1 or 2, reading the input in place ----
+#endif
+
+#if DW_IP
+/* ---- 3x3 depthwise, pad 1, stride 1 or 2, reading the input in place (wasm, AVX2) ----
  * dw_wasm_plane reads a padded (for stride 2, phase-split) copy of each channel's plane that
  * dw_flat_fill writes first: 1.8 ms of MobileNetV2's 4.2 ms of depthwise in node. Here each
  * output row reads its three input rows directly (a row above or below the input points at a
@@ -1192,11 +1171,20 @@ static inline __attribute__((always_inline)) void dw_wasm_plane(const float *bas
  * of loaded vectors into even and odd columns by shuffles. Each output sums the same terms in
  * the same order as the reference kernel (zeros where padding was read): the same bits. */
 
-/* (a[3], b[0], b[1], b[2]) and (a[1], a[2], a[3], b[0]): one palignr each in V8 */
+/* (a's last lane, b's lanes but the last) and (a's lanes but the first, b's first lane): one
+ * palignr each in V8 */
+#if MLCC_VECTOR_BYTES == 16
 #define DW_IP_SHL1(a, b) __builtin_shufflevector(a, b, 3, 4, 5, 6)
 #define DW_IP_SHR1(a, b) __builtin_shufflevector(a, b, 1, 2, 3, 4)
+#else
+#define DW_IP_SHL1(a, b) __builtin_shufflevector(a, b, 7, 8, 9, 10, 11, 12, 13, 14)
+#define DW_IP_SHR1(a, b) __builtin_shufflevector(a, b, 1, 2, 3, 4, 5, 6, 7, 8)
+#endif
+/* The first column a step other than a row's first may start at: its loads begin at column
+ * s j - 1 (stride 1) or 2 j - lanes (stride 2, the previous vector's odd columns). */
+#define DW_IP_MIN_J (MLCC_VF_LANES / 2)
 
-/* nv vectors of outputs (columns j, j + 4, ...) of one output row from its input rows r[3],
+/* nv vectors of outputs (columns j, j + lanes, ...) of one output row from its input rows r[3],
  * stride s; left (a constant, as all flags) when the first vector is the row's first (column
  * -1 is padding), right when the last vector's rightmost tap is past the row (padding). The
  * loads are a base pointer plus constants >= 0 (wasm's offset field: V8 computes a negative
@@ -1207,20 +1195,21 @@ static inline __attribute__((always_inline)) void dw_ip_vecs(int nv, int s, int 
                                                              int cls, mlcc_vf lo, mlcc_vf hi,
                                                              const mlcc_act *act) {
     const mlcc_vf zero = mlcc_vf_splat(0.0f);
-    /* the base: column j - 1 (stride 1) or 2 j - 4 (stride 2: j >= 2 there), or j at the left */
-    const ptrdiff_t d = left ? 0 : s == 1 ? 1 : 4;
+    /* the base: column j - 1 (stride 1) or 2 j - lanes (stride 2: j >= DW_IP_MIN_J there), or j
+     * at the left */
+    const ptrdiff_t d = left ? 0 : s == 1 ? 1 : MLCC_VF_LANES;
     mlcc_vf acc[4];
     ptrdiff_t kh, v;
     for (v = 0; v < nv; v++) acc[v] = mlcc_vf_splat(b);
     /* window rows not unrolled: V8 issues a block's loads before its arithmetic */
-#pragma clang loop unroll(disable)
+DW_NO_UNROLL
     for (kh = 0; kh < 3; kh++) {
         const float *x = r[kh] + s * j - d;   /* column s * j - d */
         const mlcc_vf w0 = mlcc_vf_splat(wt[kh * 3]), w1 = mlcc_vf_splat(wt[kh * 3 + 1]);
         const mlcc_vf w2 = mlcc_vf_splat(wt[kh * 3 + 2]);
         mlcc_vf prev = zero;
         for (v = 0; v < nv; v++) {
-            const ptrdiff_t q = d + s * v * MLCC_VF_LANES;   /* column s * (j + 4 v) from x */
+            const ptrdiff_t q = d + s * v * MLCC_VF_LANES;   /* column s (j + lanes v) from x */
             mlcc_vf l, c, rr;
             if (s == 1) {
                 c = mlcc_vf_load(x + q);
@@ -1228,11 +1217,12 @@ static inline __attribute__((always_inline)) void dw_ip_vecs(int nv, int s, int 
                 rr = right && v == nv - 1 ? DW_IP_SHR1(c, zero) : mlcc_vf_load(x + q + 1);
             } else {
                 const mlcc_vf v0 = mlcc_vf_load(x + q);
-                const mlcc_vf v1 = right && v == nv - 1 ? DW_IP_SHR1(mlcc_vf_load(x + q + 3), zero)
-                                                        : mlcc_vf_load(x + q + 4);
-                c = __builtin_shufflevector(v0, v1, 0, 2, 4, 6);
-                rr = __builtin_shufflevector(v0, v1, 1, 3, 5, 7);
-                /* column 2 (j + 4 v) - 1: the previous vector's last odd one, or loaded */
+                const mlcc_vf v1 =
+                    right && v == nv - 1
+                        ? DW_IP_SHR1(mlcc_vf_load(x + q + MLCC_VF_LANES - 1), zero)
+                        : mlcc_vf_load(x + q + MLCC_VF_LANES);
+                mlcc_vf_deinterleave(v0, v1, &c, &rr);
+                /* column 2 (j + lanes v) - 1: the previous vector's last odd one, or loaded */
                 if (v == 0 && !left) prev = mlcc_vf_load(x);
                 l = DW_IP_SHL1(prev, rr);
                 prev = rr;
@@ -1242,7 +1232,7 @@ static inline __attribute__((always_inline)) void dw_ip_vecs(int nv, int s, int 
             acc[v] += w2 * rr;
         }
     }
-    for (v = 0; v < nv; v++) mlcc_vf_store(y + v * MLCC_VF_LANES, dw_wasm_act(cls, acc[v], lo, hi, act));
+    for (v = 0; v < nv; v++) mlcc_vf_store(y + v * MLCC_VF_LANES, dw_act_vec(cls, acc[v], lo, hi, act));
 }
 
 /* Stride 1, two output rows at once (y and y + ys) from their four input rows r[4]: each
@@ -1281,13 +1271,13 @@ static inline __attribute__((always_inline)) void dw_ip_vecs2(int nv, int left, 
         }                                                                                     \
     } while (0)
     DW_IP_ROW(0, 1, 0);
-#pragma clang loop unroll(disable)
+DW_NO_UNROLL
     for (i = 1; i < 3; i++) DW_IP_ROW(i, 1, 1);
     DW_IP_ROW(3, 0, 1);
 #undef DW_IP_ROW
     for (v = 0; v < nv; v++) {
-        mlcc_vf_store(y + v * MLCC_VF_LANES, dw_wasm_act(cls, a0[v], lo, hi, act));
-        mlcc_vf_store(y + ys + v * MLCC_VF_LANES, dw_wasm_act(cls, a1[v], lo, hi, act));
+        mlcc_vf_store(y + v * MLCC_VF_LANES, dw_act_vec(cls, a0[v], lo, hi, act));
+        mlcc_vf_store(y + ys + v * MLCC_VF_LANES, dw_act_vec(cls, a1[v], lo, hi, act));
     }
 }
 
@@ -1309,7 +1299,7 @@ static inline __attribute__((always_inline)) void dw_ip_rows2(const float *const
         const int nv = ow_n - edge - j > MLCC_VF_LANES ? 2 : 1;
         if (j + nv * MLCC_VF_LANES > ow_n - edge) {
             j = ow_n - edge - nv * MLCC_VF_LANES;
-            if (j < 2) j = 2;
+            if (j < DW_IP_MIN_J) j = DW_IP_MIN_J;
         }
         if (nv == 2)
             dw_ip_vecs2(2, 0, 0, r, j, wt, b, yr + j, ow_n, cls, lo, hi, act);
@@ -1325,14 +1315,15 @@ static inline __attribute__((always_inline)) void dw_ip_rows2(const float *const
 }
 
 /* Whether the in-place form applies: 3x3, pad 1 on the top and left, stride 1 or 2 both ways,
- * no dilation, the output size of pad 1 on the bottom and right, output rows of at least 6
- * (a left and a right vector, whose reads stay inside the row) and room for a row of zeros in
- * scratch. */
+ * no dilation, the output size of pad 1 on the bottom and right, output rows of at least 1.5
+ * vectors (a left and a right vector, whose reads stay inside the row: 6 columns of 4 lanes,
+ * 12 of 8) and room for a row of zeros in scratch. */
 static int dw_ip_ok(const mlcc_conv2d_params *p) {
     const ptrdiff_t s = (ptrdiff_t)p->stride_h;
-    return MLCC_VF_LANES == 4 && p->kernel_h == 3 && p->kernel_w == 3 && p->dilation_h == 1 &&
+    return (MLCC_VF_LANES == 4 || MLCC_VF_LANES == 8) && p->kernel_h == 3 && p->kernel_w == 3 &&
+           p->dilation_h == 1 &&
            p->dilation_w == 1 && p->pad_top == 1 && p->pad_left == 1 && (s == 1 || s == 2) &&
-           p->stride_w == p->stride_h && (ptrdiff_t)p->out_w >= 6 &&
+           p->stride_w == p->stride_h && (ptrdiff_t)p->out_w >= 3 * MLCC_VF_LANES / 2 &&
            (ptrdiff_t)p->out_h == ((ptrdiff_t)p->in_h - 1) / s + 1 &&
            (ptrdiff_t)p->out_w == ((ptrdiff_t)p->in_w - 1) / s + 1 &&
            (ptrdiff_t)p->in_w <= mlcc_dw_scratch_floats(p);
@@ -1344,14 +1335,15 @@ static inline __attribute__((always_inline)) void dw_ip_plane(const float *xc, c
                                                               ptrdiff_t oh_n, ptrdiff_t ow_n,
                                                               int s, int cls,
                                                               const mlcc_act *act) {
-    /* stride 2: the last vector reads column 2 (ow - 4) + 7 = iw, the padding, for odd widths */
+    /* stride 2: the last vector reads column 2 (ow - lanes) + 2 lanes - 1 = iw, the padding, for
+     * odd widths */
     const int right = s == 1 || 2 * ow_n - 1 >= iw_n;
     /* the row's ends: groups of 4 vectors where the row has room for two, else single ones;
      * stride 1 takes single rows only for an odd last one: single vectors (less code) */
     const ptrdiff_t edge = s == 2 && ow_n >= 8 * MLCC_VF_LANES ? 4 * MLCC_VF_LANES : MLCC_VF_LANES;
     mlcc_vf lo, hi;
     ptrdiff_t oh, kh, j;
-    if (cls == DW_WASM_CLIP) {
+    if (cls == DW_ACT_CLIP) {
         lo = mlcc_vf_splat(act->alpha);
         hi = mlcc_vf_splat(act->beta);
     } else {
@@ -1386,7 +1378,7 @@ static inline __attribute__((always_inline)) void dw_ip_plane(const float *xc, c
             const int nv = s == 1 ? 1 : rem >= 4 * MLCC_VF_LANES ? 4 : rem > MLCC_VF_LANES ? 2 : 1;
             if (j + nv * MLCC_VF_LANES > ow_n - edge) {
                 j = ow_n - edge - nv * MLCC_VF_LANES;
-                if (j < 2) j = 2;
+                if (j < DW_IP_MIN_J) j = DW_IP_MIN_J;
             }
             if (nv == 4)
                 dw_ip_vecs(4, s, 0, 0, r, j, wt, b, yr + j, cls, lo, hi, act);
@@ -1422,12 +1414,12 @@ typedef void (*dw_ip_fn)(const float *, const float *, const float *, float, flo
                                                ptrdiff_t ow_n, const mlcc_act *act) {          \
         dw_ip_plane(xc, zrow, wt, b, y, ih_n, iw_n, oh_n, ow_n, s, cls, act);                 \
     }
-DW_IP_VARIANT(dw_ip_plane_1none, 1, DW_WASM_NONE)
-DW_IP_VARIANT(dw_ip_plane_2none, 2, DW_WASM_NONE)
-DW_IP_VARIANT(dw_ip_plane_1relu, 1, DW_WASM_RELU)
-DW_IP_VARIANT(dw_ip_plane_2relu, 2, DW_WASM_RELU)
-DW_IP_VARIANT(dw_ip_plane_1clip, 1, DW_WASM_CLIP)
-DW_IP_VARIANT(dw_ip_plane_2clip, 2, DW_WASM_CLIP)
+DW_IP_VARIANT(dw_ip_plane_1none, 1, DW_ACT_NONE)
+DW_IP_VARIANT(dw_ip_plane_2none, 2, DW_ACT_NONE)
+DW_IP_VARIANT(dw_ip_plane_1relu, 1, DW_ACT_RELU)
+DW_IP_VARIANT(dw_ip_plane_2relu, 2, DW_ACT_RELU)
+DW_IP_VARIANT(dw_ip_plane_1clip, 1, DW_ACT_CLIP)
+DW_IP_VARIANT(dw_ip_plane_2clip, 2, DW_ACT_CLIP)
 
 /* Channels [c0, c1) of every image in place (dw_ip_ok), zrow a row of zeros. Activations but
  * ReLU and Clip go over each plane after its sums, by mlcc_act_apply (lane for lane
@@ -1441,8 +1433,8 @@ static void dw_ip_channels(dw_job *job, ptrdiff_t c0, ptrdiff_t c1, const float 
     const int s = (int)p->stride_h;
     /* through a pointer: wasm-opt inlines a function called from one place */
     const dw_ip_fn plane =
-        cls == DW_WASM_CLIP ? (s == 1 ? dw_ip_plane_1clip : dw_ip_plane_2clip)
-        : cls == DW_WASM_RELU ? (s == 1 ? dw_ip_plane_1relu : dw_ip_plane_2relu)
+        cls == DW_ACT_CLIP ? (s == 1 ? dw_ip_plane_1clip : dw_ip_plane_2clip)
+        : cls == DW_ACT_RELU ? (s == 1 ? dw_ip_plane_1relu : dw_ip_plane_2relu)
                               : (s == 1 ? dw_ip_plane_1none : dw_ip_plane_2none);
     ptrdiff_t n, c;
     for (n = 0; n < p->batch; n++)
@@ -1450,10 +1442,13 @@ static void dw_ip_channels(dw_job *job, ptrdiff_t c0, ptrdiff_t c1, const float 
             float *yc = job->y + (n * channels + c) * plane_n;
             plane(job->x + (n * channels + c) * ih_n * iw_n, zrow, job->w + c * 9,
                   job->bias ? job->bias[c] : 0.0f, yc, ih_n, iw_n, oh_n, ow_n, &p->act);
-            if (cls == DW_WASM_OTHER) mlcc_act_apply(&p->act, yc, plane_n);
+            if (cls == DW_ACT_OTHER) mlcc_act_apply(&p->act, yc, plane_n);
         }
 }
 
+#endif
+
+#if MLCC_HAVE_VECTORS && defined(__wasm_simd128__)
 /* dw_wasm_plane per (window, activation) as its own function, reached through a pointer (as
  * dw_ip_channels' planes): inlined into the task with every variant, V8 kept its accumulators
  * on the stack */
@@ -1469,11 +1464,11 @@ typedef void (*dw_wasm_fn)(const float *, const ptrdiff_t *, const float *, ptrd
         (void)cls;                                                                             \
         dw_wasm_plane(base, off, wt, s3 ? 9 : ntaps, b, y, oh_n, ow_n, wq, hq, s3, cls_, act); \
     }
-DW_WASM_VARIANT(dw_wasm_plane_1clip, 1, DW_WASM_CLIP)
-DW_WASM_VARIANT(dw_wasm_plane_2clip, 2, DW_WASM_CLIP)
-DW_WASM_VARIANT(dw_wasm_plane_1relu, 1, DW_WASM_RELU)
-DW_WASM_VARIANT(dw_wasm_plane_2relu, 2, DW_WASM_RELU)
-DW_WASM_VARIANT(dw_wasm_plane_1none, 1, DW_WASM_NONE)
+DW_WASM_VARIANT(dw_wasm_plane_1clip, 1, DW_ACT_CLIP)
+DW_WASM_VARIANT(dw_wasm_plane_2clip, 2, DW_ACT_CLIP)
+DW_WASM_VARIANT(dw_wasm_plane_1relu, 1, DW_ACT_RELU)
+DW_WASM_VARIANT(dw_wasm_plane_2relu, 2, DW_ACT_RELU)
+DW_WASM_VARIANT(dw_wasm_plane_1none, 1, DW_ACT_NONE)
 DW_WASM_VARIANT(dw_wasm_plane_any, 0, cls)
 
 static void dw_wasm_task(void *arg, int u, int thread) {
@@ -1488,9 +1483,7 @@ static void dw_wasm_task(void *arg, int u, int thread) {
     const ptrdiff_t hq = mlcc_implicit_sub_h(p), wq = mlcc_implicit_sub_w(p);
     const ptrdiff_t ntaps = kh_n * kw_n;
     const ptrdiff_t c0 = channels * u / job->units, c1 = channels * (u + 1) / job->units;
-    const int kind = p->act.kind;
-    const int cls = kind == MLCC_ACT_NONE ? DW_WASM_NONE : kind == MLCC_ACT_RELU ? DW_WASM_RELU
-                    : kind == MLCC_ACT_CLIP ? DW_WASM_CLIP : DW_WASM_OTHER;
+    const int cls = dw_act_class(&p->act);
     /* 3x3 windows of stride 1 or 2 (both ways), no dilation: the row-pointer form */
     const int s3 = kh_n == 3 && kw_n == 3 && dh == 1 && dw == 1 && sh == sw && sh <= 2
                    ? (int)sh : 0;
@@ -1507,11 +1500,11 @@ static void dw_wasm_task(void *arg, int u, int thread) {
         return;
     }
     if (dw_small_channels(job, thread, c0, c1, pad)) return;
-    plane = s3 == 1 && cls == DW_WASM_CLIP   ? dw_wasm_plane_1clip
-            : s3 == 2 && cls == DW_WASM_CLIP ? dw_wasm_plane_2clip
-            : s3 == 1 && cls == DW_WASM_RELU ? dw_wasm_plane_1relu
-            : s3 == 2 && cls == DW_WASM_RELU ? dw_wasm_plane_2relu
-            : s3 == 1 && cls == DW_WASM_NONE ? dw_wasm_plane_1none
+    plane = s3 == 1 && cls == DW_ACT_CLIP   ? dw_wasm_plane_1clip
+            : s3 == 2 && cls == DW_ACT_CLIP ? dw_wasm_plane_2clip
+            : s3 == 1 && cls == DW_ACT_RELU ? dw_wasm_plane_1relu
+            : s3 == 2 && cls == DW_ACT_RELU ? dw_wasm_plane_2relu
+            : s3 == 1 && cls == DW_ACT_NONE ? dw_wasm_plane_1none
                                              : dw_wasm_plane_any;
     dw_flat_prepare(job, thread, pad, off);
     for (n = 0; n < p->batch; n++) {
@@ -1525,6 +1518,64 @@ static void dw_wasm_task(void *arg, int u, int thread) {
     }
 }
 #endif
+
+/* Unit u: channels [c0, c1) of every image, in the scratch slice of the thread running it. */
+static void dw_flat_task(void *arg, int u, int thread) {
+    dw_job *job = (dw_job *)arg;
+    const mlcc_conv2d_params *p = job->p;
+    const ptrdiff_t ih_n = (ptrdiff_t)p->in_h, iw_n = (ptrdiff_t)p->in_w;
+    const ptrdiff_t oh_n = (ptrdiff_t)p->out_h, ow_n = (ptrdiff_t)p->out_w;
+    const ptrdiff_t kh_n = (ptrdiff_t)p->kernel_h, kw_n = (ptrdiff_t)p->kernel_w;
+    const ptrdiff_t sh = (ptrdiff_t)p->stride_h, sw = (ptrdiff_t)p->stride_w;
+    const ptrdiff_t dw = (ptrdiff_t)p->dilation_w;
+    const ptrdiff_t channels = (ptrdiff_t)p->out_channels;
+    const ptrdiff_t hq = mlcc_implicit_sub_h(p), wq = mlcc_implicit_sub_w(p);
+    const ptrdiff_t planes = sh * sw * hq * wq, nv = oh_n * wq;
+    const ptrdiff_t ntaps = kh_n * kw_n;
+    const ptrdiff_t c0 = channels * u / job->units, c1 = channels * (u + 1) / job->units;
+    float *pad = job->scratch + thread * mlcc_dw_scratch_floats(p);
+    float *out = pad + planes + kw_n * dw + MLCC_DW_CHUNK;
+    ptrdiff_t off[DW_MAX_TAPS];
+    ptrdiff_t n, c;
+#ifdef DW_CIL
+    if (job->cil == 2) {
+        dw_direct_channels(job, thread, c0, c1, pad);
+        return;
+    }
+    if (job->cil) {   /* whole blocks of 16 channels per unit */
+        const ptrdiff_t nb = (channels + 15) / 16, b1 = 16 * (nb * (u + 1) / job->units);
+        dw_cil_channels(job, thread, 16 * (nb * u / job->units), b1 < channels ? b1 : channels, pad);
+        return;
+    }
+#endif
+#if DW_IP
+    if (dw_ip_ok(p)) {   /* AVX2: 3x3, pad 1, stride 1 or 2, the input read in place */
+        if (!job->zeroed[thread]) {   /* the row of zeros, once per call */
+            memset(pad, 0, (size_t)iw_n * sizeof(float));
+            job->zeroed[thread] = 1;
+        }
+        dw_ip_channels(job, c0, c1, pad, dw_act_class(&p->act));
+        return;
+    }
+#endif
+#if MLCC_HAVE_VECTORS
+    if (dw_small_channels(job, thread, c0, c1, pad)) return;
+#endif
+    dw_flat_prepare(job, thread, pad, off);
+    for (n = 0; n < p->batch; n++) {
+        for (c = c0; c < c1; c++) {
+            const float *wc = job->w + c * ntaps;
+            float *yc = job->y + (n * channels + c) * oh_n * ow_n;
+            const float b = job->bias ? job->bias[c] : 0.0f;
+            dw_flat_fill(p, job->x + (n * channels + c) * ih_n * iw_n, pad, hq, wq);
+            if (ntaps == 9)
+                dw_flat_run(pad, off, wc, 9, b, out, nv, &p->act);
+            else
+                dw_flat_run(pad, off, wc, ntaps, b, out, nv, &p->act);
+            dw_copy_rows(yc, ow_n, oh_n * ow_n, out, wq, nv + MLCC_DW_CHUNK, oh_n, ow_n);
+        }
+    }
+}
 
 void mlcc_f32_conv2d__depthwise_vec(const mlcc_conv2d_params *p, const float *x, const float *w,
                                     const float *bias, float *y, float *scratch,
