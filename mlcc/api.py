@@ -472,7 +472,10 @@ def _host_runner(g: Graph, folder: Path, prefix: str, bar=None, label: str = "C 
     import platform
     host = load_target("x86-native" if platform.machine() in ("x86_64", "AMD64") else "x86")
     gen = generate(g, prefix=prefix, target_name=host.name, source_name=prefix,
-                   manifest_extra={"library": host.library_name})
+                   manifest_extra={"library": host.library_name},
+                   # the host's layouts (B panels of MLCC_GEMM_B_PANEL columns) and kernel
+                   # facts, without Winograd's rounding in the float reference
+                   options={**host.lowering_options(), "winograd": False})
     gen.files["Makefile"] = makefile(host, gen.sources, prefix).encode()
     gen.manifest["files"] = (sorted(gen.files) + [host.library_name]
                              + [object_path(s) for s in gen.sources])

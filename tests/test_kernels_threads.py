@@ -54,8 +54,9 @@ def _f(ffi, a):
     (32, 1536, 384, "col", 9),    # MiniLM at 32 tokens: whole 8-row tiles, 48 B panels
     (9, 70, 300, "col", 0),       # a last B panel of 6 columns (zero-padded), an 8 + 1 row cut
 ])
-def test_gemm_is_bit_identical_across_thread_counts(lib, m, n, k, bias, act):
+def test_gemm_is_bit_identical_across_thread_counts(request, lib, m, n, k, bias, act):
     ffi, dl, pools = lib
+    build = request.node.callspec.params["lib"]
     rng = np.random.default_rng(m * 1000 + n + k)
     a = rng.standard_normal((k, m)).astype(np.float32)       # transposed A: strides (1, m)
     b = rng.standard_normal((k, n)).astype(np.float32)
@@ -87,7 +88,8 @@ def test_gemm_is_bit_identical_across_thread_counts(lib, m, n, k, bias, act):
     # B in column panels (constant weights: mlcc.ops.gemm.pack_b_panels): the same bits for
     # every product of more than one row (one row reads B in rows, gemv_block)
     if m > 1:
-        panels = pack_b_panels(b)
+        # (the panels' width is the build's: 16 columns on 256-bit vectors, else 32)
+        panels = pack_b_panels(b, 32 if build == "scalar" else load_target(build).gemm_b_panel())
         for name, pool in [("no pool", ffi.NULL), *pools.items()]:
             c = np.full((m, n), np.nan, np.float32)
             dl.mlcc_f32_gemm__panels_threaded(p, _f(ffi, a), _f(ffi, panels), bias_ptr,

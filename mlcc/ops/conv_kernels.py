@@ -14,7 +14,8 @@ import numpy as np
 
 from ..ir import Lowering, Node, SizeClass
 from ..ir.symbolic import dim_vars, evaluate, is_symbolic, smax, smin, upper
-from .gemm import GEMM_KC, GEMM_MC, GEMM_MR, GEMM_ROWS_OUTER_K, gemm_params, pack_a, pack_b_panels
+from .gemm import (GEMM_KC, GEMM_MC, GEMM_MR, GEMM_ROWS_OUTER_K, b_panel, gemm_params, pack_a,
+                   pack_b_panels)
 from . import winograd
 
 # The im2col panels one packed step gathers: about this many bytes (they stay in L2 while
@@ -604,7 +605,8 @@ def lower_packed(e: ConvEmit, kernel: str) -> None:
 def lower_frames(e: ConvEmit, kernel: str) -> None:
     l = e.layer
     w = np.asarray(e.w_const, np.float32).reshape(l.cout, l.kw)
-    e.args[1] = e.const("W_frames", pack_b_panels(np.ascontiguousarray(w.T)))
+    e.args[1] = e.const("W_frames", pack_b_panels(np.ascontiguousarray(w.T),
+                                                  b_panel(e.lo.options)))
     gemm = gemm_params(l.ow, l.cout, l.kw, a_strides=(l.sw, l.dw), ldb=l.cout, ldc=l.cout,
                        bias_strides=(0, 1), node=e.node)
     e.lo.call(kernel, e.args, [e.out], params_type="mlcc_conv2d_frames_params",

@@ -15,7 +15,7 @@ from .registry import OpDef, register
 GEMM_MR = 8          # MLCC_GEMM_MR in runtime_c/kernels/gemm.h: rows of a packed A panel
 GEMM_KC = 256        # MLCC_GEMM_KC: the depth of one k block
 GEMM_MC = 256        # MLCC_GEMM_MC: rows of A per block
-GEMM_B_PANEL = 32    # MLCC_GEMM_B_PANEL: columns of a B panel (mlcc_f32_gemm__panels_threaded)
+GEMM_B_PANEL = 32    # MLCC_GEMM_B_PANEL without a target's b_panel (Target.gemm_b_panel)
 GEMM_ROWS_OUTER_K = 64  # MLCC_GEMM_ROWS_OUTER_K (gemm.c): depths that run tile row by row
 GEMV_ROW_FLOATS = 16  # a constant B of a one-row product: rows padded to 64 bytes (gemm.h)
 
@@ -47,6 +47,11 @@ def pack_b_panels(b: np.ndarray, w: int = GEMM_B_PANEL) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(k, npan, w).transpose(1, 0, 2)).reshape(-1)
 
 
+def b_panel(options: dict) -> int:
+    """The target's MLCC_GEMM_B_PANEL (lowering option b_panel)."""
+    return int(options.get("b_panel", GEMM_B_PANEL))
+
+
 def gemm_call(lo: Lowering, a: str, b: str, bias: str | None, out: str, params: dict) -> None:
     """One product on mlcc_f32_gemm__threaded; a constant B of a product of more than one row
     is stored in column panels instead and read by mlcc_f32_gemm__panels_threaded (the same
@@ -59,7 +64,8 @@ def gemm_call(lo: Lowering, a: str, b: str, bias: str | None, out: str, params: 
     (b_finite: the product may then skip the rows that meet a zero of A)."""
     b_const = lo.graph.const(b)
     n = params["n"]
-    waste = -n % GEMM_B_PANEL
+    width = b_panel(lo.options)
+    waste = -n % width
     # a dynamic number of rows (ir.symbolic): B laid out for many rows, as a static build at
     # the largest count has it (no weight byte more). At 1 row the tiles run over B's panels
     # (MiniLM at 1 token: 1.02 of a static build's one-row loop over B in rows; the one-row
@@ -69,7 +75,8 @@ def gemm_call(lo: Lowering, a: str, b: str, bias: str | None, out: str, params: 
     one_row = params["m"].lo <= 1 if dynamic else params["m"] <= 1
     if b_const is not None and (dynamic or not one_row) and params["ldb"] == n \
             and waste <= n // 8:
-        panels = pack_b_panels(b_const.reshape(params["k"], params["n"]).astype(np.float32))
+        panels = pack_b_panels(b_const.reshape(params["k"], params["n"]).astype(np.float32),
+                               width)
         b = lo.add_const(f"{b}.panels", panels)
         lo.call("mlcc_f32_gemm__panels_threaded", [a, b, bias, out], [out],
                 params_type="mlcc_gemm_params", pool=True, params=params)

@@ -21,6 +21,10 @@ from ..errors import ModelError, UnsupportedError
 from ..ir import Graph, Lowering, Node, format_type
 from .common import require_dtype
 from .gemm import pack_b_panels
+
+# MLCC_RECURRENT_PANEL (recurrent.c): the recurrent weights' panels are 32 columns on every
+# target, whatever the GEMM's (Target.gemm_b_panel)
+RECURRENT_PANEL = 32
 from .registry import OpDef, register
 
 CELLS = {"LSTM": 0, "GRU": 1, "RNN": 2}          # enum mlcc_rnn_cell
@@ -212,17 +216,20 @@ class _Recurrent(OpDef):
             rbh = lo.add_const(f"{node.name}.rbh", np.ascontiguousarray(rb))
         if not projected:
             w, b_in = input_projection(op, node, g)
+        width = RECURRENT_PANEL
         r_parts = []
         for d in range(nd):
             rt = r[d].T                                            # [hidden, gh]
             if op == "GRU":
-                r_parts += [pack_b_panels(rt[:, :2 * hidden]), pack_b_panels(rt[:, 2 * hidden:])]
+                r_parts += [pack_b_panels(rt[:, :2 * hidden], width),
+                            pack_b_panels(rt[:, 2 * hidden:], width)]
             else:
-                r_parts.append(pack_b_panels(rt))
+                r_parts.append(pack_b_panels(rt, width))
         outs = [node.outputs[i] if i < len(node.outputs) else "" for i in range(3)]
         # (constants added in the order of the arguments)
         args = [node.inputs[0],
-                "" if projected else lo.add_const(f"{node.name}.w_panels", pack_b_panels(w.T)),
+                "" if projected else lo.add_const(f"{node.name}.w_panels",
+                                                  pack_b_panels(w.T, width)),
                 lo.add_const(f"{node.name}.r_panels", np.concatenate(r_parts)),
                 "" if projected else lo.add_const(f"{node.name}.bias", b_in.reshape(nd, gh)),
                 rbh,

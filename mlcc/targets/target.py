@@ -167,6 +167,7 @@ class Target:
                 "channel_tiles": self.simd != "none" and self.vector_bits >= 512,
                 "implicit_strided": self.strided_by_implicit(),
                 "gemm_nr": self.gemm_nr(), "vector_lanes": self.vector_lanes(),
+                "b_panel": self.gemm_b_panel(),
                 "chunk_bytes": self.chunk_bytes(),
                 "int8_direct": self.arch == "x86_64" and self.simd in ("auto", "avx512")}
 
@@ -210,6 +211,11 @@ class Target:
         nv = self.gemm_tile[1] if self.gemm_tile else (
             2 if self.vector_bits >= 256 or self.arch == "aarch64" else 1)
         return nv * self.vector_lanes()
+
+    def gemm_b_panel(self) -> int:
+        """Columns of the panels constant B operands are stored in (MatMul, Gemm, recurrent
+        weights), MLCC_GEMM_B_PANEL (gemm.h): 16 on 256-bit vectors, else 32."""
+        return 16 if self.simd != "none" and self.vector_bits == 256 else 32
 
     def tile_defines(self) -> list[str]:
         """The macros of the target's own packed-GEMM register tile (`gemm_tile`), if any."""

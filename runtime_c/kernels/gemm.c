@@ -481,6 +481,12 @@ void mlcc_f32_gemm__panels_threaded(const mlcc_gemm_params *p, const float *a,
     gemm_threaded(p, a, b_panels, bias, c, pool, MLCC_GEMM_B_PANEL);
 }
 
+void mlcc_f32_gemm__panels_of_threaded(const mlcc_gemm_params *p, const float *a,
+                                       const float *b_panels, ptrdiff_t width,
+                                       const float *bias, float *c, mlcc_threadpool *pool) {
+    gemm_threaded(p, a, b_panels, bias, c, pool, width);
+}
+
 void mlcc_f32_batched_gemm(const mlcc_batched_gemm_params *p, const float *a, const float *b,
                            const float *bias, float *c, const int64_t *a_offsets,
                            const int64_t *b_offsets, mlcc_threadpool *pool) {

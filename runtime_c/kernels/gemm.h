@@ -41,11 +41,24 @@ void mlcc_f32_gemm__threaded(const mlcc_gemm_params *p, const float *a, const fl
  * columns past n zero; p->ldb is not read. The register tiles' B strips are then contiguous in
  * the order the k loop walks them, so weights that come from memory at every call (MiniLM's
  * 85 MB) stream at the prefetchers' speed rather than as 128-byte pieces rows apart: 32 x 384
- * x 1536 0.83x. The same sums in the same order as mlcc_f32_gemm__threaded on B in rows. */
+ * x 1536 0.83x. The same sums in the same order as mlcc_f32_gemm__threaded on B in rows.
+ * 16 columns on 256-bit vectors, the width of the tile there (2 vectors): each tile's strip of
+ * B is then contiguous, where in panels of 32 it read 64 of every 128 bytes and its lines fell
+ * on half the L1's sets (Zen 3, MiniLM's products: 1.02-1.24x). Elsewhere 32 (the AVX-512 tile;
+ * 128-bit targets not measured). Target.gemm_b_panel() says the same to the compiler. */
+#if MLCC_HAVE_VECTORS && MLCC_VECTOR_BYTES == 32
+#define MLCC_GEMM_B_PANEL 16
+#else
 #define MLCC_GEMM_B_PANEL 32
+#endif
 void mlcc_f32_gemm__panels_threaded(const mlcc_gemm_params *p, const float *a,
                                     const float *b_panels, const float *bias, float *c,
                                     mlcc_threadpool *pool);
+/* The same with panels of `width` columns, a multiple of 2 vectors (recurrent.c's, 32 on every
+ * target). */
+void mlcc_f32_gemm__panels_of_threaded(const mlcc_gemm_params *p, const float *a,
+                                       const float *b_panels, ptrdiff_t width,
+                                       const float *bias, float *c, mlcc_threadpool *pool);
 
 /* Batched form (MatMul): batch b multiplies a + a_offsets[b] * a_matrix,
  * b + b_offsets[b] * b_matrix into c + b * c_batch_stride. The offsets are tables in the

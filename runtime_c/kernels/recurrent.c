@@ -3,9 +3,15 @@
 
 #include "gemm.h"
 
-/* Floats of a K x N matrix in column panels of MLCC_GEMM_B_PANEL. */
+/* The recurrent weights' column panels stay 32 wide on every target (MLCC_GEMM_B_PANEL is 16
+ * on 256-bit vectors): at batch 1, product_row runs a panel of 32 as 4 independent chains where
+ * one of 16 gave 2 (one panel at a time for matrices over 16 KiB): a BiLSTM of 256 took 1.10x
+ * and a BiGRU 1.14x the time in panels of 16 (Zen 3). mlcc/ops/recurrent.py RECURRENT_PANEL. */
+#define MLCC_RECURRENT_PANEL 32
+
+/* Floats of a K x N matrix in column panels of MLCC_RECURRENT_PANEL. */
 static int64_t panel_floats(int64_t k, int64_t n) {
-    return (n + MLCC_GEMM_B_PANEL - 1) / MLCC_GEMM_B_PANEL * MLCC_GEMM_B_PANEL * k;
+    return (n + MLCC_RECURRENT_PANEL - 1) / MLCC_RECURRENT_PANEL * MLCC_RECURRENT_PANEL * k;
 }
 
 static int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
@@ -290,7 +296,7 @@ static void store_y(const mlcc_recurrent_params *p, float *y, const float *h, in
 /* Vectors in a panel's row, and the panels product_row runs at once: enough for 8
  * independent chains of FMAs (one panel of 2 vectors was one chain per vector, as long as k:
  * the latency of k FMAs per panel, most of a small LSTM's step). */
-#define ROW_VECS (MLCC_GEMM_B_PANEL / MLCC_VF_LANES)
+#define ROW_VECS (MLCC_RECURRENT_PANEL / MLCC_VF_LANES)
 #define ROW_PANELS (ROW_VECS >= 8 ? 1 : 8 / ROW_VECS)
 /* ... while the whole matrix takes at most half of a 32 KiB L1 data cache (the smallest of
  * the cores mlcc targets), the rest left to the step's other data: larger ones stream from L2
@@ -307,7 +313,7 @@ static inline void panels_row(int64_t nq, int64_t k, const float *a, const float
     for (p = 0; p < k; p++) {
         const mlcc_vf ap = mlcc_vf_splat(a[p]);
         for (v = 0; v < nq * ROW_VECS; v++)
-            acc[v] += ap * mlcc_vf_load(panels + (v / ROW_VECS * k + p) * MLCC_GEMM_B_PANEL +
+            acc[v] += ap * mlcc_vf_load(panels + (v / ROW_VECS * k + p) * MLCC_RECURRENT_PANEL +
                                         v % ROW_VECS * MLCC_VF_LANES);
     }
 }
@@ -321,40 +327,40 @@ static void product_row(int64_t n, int64_t k, const float *a, const float *b_pan
                         const float *bias, float *c) {
     int64_t jp, p, j;
 #if MLCC_HAVE_VECTORS
-    const int64_t panels = (n + MLCC_GEMM_B_PANEL - 1) / MLCC_GEMM_B_PANEL;
-    const int64_t at_once = panels * k * MLCC_GEMM_B_PANEL * (int64_t)sizeof(float) <=
+    const int64_t panels = (n + MLCC_RECURRENT_PANEL - 1) / MLCC_RECURRENT_PANEL;
+    const int64_t at_once = panels * k * MLCC_RECURRENT_PANEL * (int64_t)sizeof(float) <=
                             ROW_PANELS_MAX_BYTES ? ROW_PANELS : 1;
     int64_t q0;
     for (q0 = 0; q0 < panels; q0 += at_once) {
         const int64_t nq = panels - q0 < at_once ? panels - q0 : at_once;
         mlcc_vf acc[ROW_PANELS * ROW_VECS];
-        float out[MLCC_GEMM_B_PANEL];
+        float out[MLCC_RECURRENT_PANEL];
         int64_t q;
         if (nq == ROW_PANELS)
-            panels_row(ROW_PANELS, k, a, b_panels + q0 * k * MLCC_GEMM_B_PANEL, acc);
+            panels_row(ROW_PANELS, k, a, b_panels + q0 * k * MLCC_RECURRENT_PANEL, acc);
         else
             for (q = 0; q < nq; q++)
-                panels_row(1, k, a, b_panels + (q0 + q) * k * MLCC_GEMM_B_PANEL,
+                panels_row(1, k, a, b_panels + (q0 + q) * k * MLCC_RECURRENT_PANEL,
                            acc + q * ROW_VECS);
         for (q = 0; q < nq; q++) {
-            const int64_t w = n - (q0 + q) * MLCC_GEMM_B_PANEL;
-            jp = (q0 + q) * MLCC_GEMM_B_PANEL;
+            const int64_t w = n - (q0 + q) * MLCC_RECURRENT_PANEL;
+            jp = (q0 + q) * MLCC_RECURRENT_PANEL;
             memcpy(out, acc + q * ROW_VECS, sizeof out);
-            for (j = 0; j < (w < MLCC_GEMM_B_PANEL ? w : MLCC_GEMM_B_PANEL); j++)
+            for (j = 0; j < (w < MLCC_RECURRENT_PANEL ? w : MLCC_RECURRENT_PANEL); j++)
                 c[jp + j] = bias ? out[j] + bias[jp + j] : out[j];
         }
     }
     (void)p;
 #else
-    for (jp = 0; jp < n; jp += MLCC_GEMM_B_PANEL) {
+    for (jp = 0; jp < n; jp += MLCC_RECURRENT_PANEL) {
         const float *panel = b_panels + jp * k;
-        const int64_t w = n - jp < MLCC_GEMM_B_PANEL ? n - jp : MLCC_GEMM_B_PANEL;
-        float acc[MLCC_GEMM_B_PANEL];
-        for (j = 0; j < MLCC_GEMM_B_PANEL; j++) acc[j] = 0.0f;
+        const int64_t w = n - jp < MLCC_RECURRENT_PANEL ? n - jp : MLCC_RECURRENT_PANEL;
+        float acc[MLCC_RECURRENT_PANEL];
+        for (j = 0; j < MLCC_RECURRENT_PANEL; j++) acc[j] = 0.0f;
         for (p = 0; p < k; p++) {
             const float ap = a[p];
-            const float *row = panel + p * MLCC_GEMM_B_PANEL;
-            for (j = 0; j < MLCC_GEMM_B_PANEL; j++) acc[j] += ap * row[j];
+            const float *row = panel + p * MLCC_RECURRENT_PANEL;
+            for (j = 0; j < MLCC_RECURRENT_PANEL; j++) acc[j] += ap * row[j];
         }
         for (j = 0; j < w; j++) c[jp + j] = bias ? acc[j] + bias[jp + j] : acc[j];
     }
@@ -384,7 +390,7 @@ static void product(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_s
     g.alpha = 1.0f;
     g.beta = bias ? 1.0f : 0.0f;
     g.act.kind = MLCC_ACT_NONE;
-    mlcc_f32_gemm__panels_threaded(&g, a, b_panels, bias, c, pool);
+    mlcc_f32_gemm__panels_of_threaded(&g, a, b_panels, MLCC_RECURRENT_PANEL, bias, c, pool);
 }
 
 /* Steps 2 and 3 of direction d: every time step's recurrent product and gates, then Y_h, Y_c. */

@@ -3,7 +3,7 @@
  * Each direction runs the same three stages (docs/recurrent.md):
  *   1. the input projections of all time steps and directions as ONE product,
  *      XW[row][dir * G * H + g] = sum_i X[row][i] * W[dir][g][i] + bias[dir][g]
- *      (mlcc_f32_gemm__panels_threaded, W transposed and packed in column panels at compile time);
+ *      (the panel GEMM, W transposed and packed in 32-column panels at compile time);
  *   2. per time step, the recurrent product H_{t-1} R^T on the same kernel (R packed likewise);
  *   3. per time step, the gates in one pass over the hidden units.
  * G, the gates per cell: 4 for LSTM (i, o, f, c), 3 for GRU (z, r, h), 1 for RNN. */
