@@ -1446,6 +1446,18 @@ static void dw_ip_channels(dw_job *job, ptrdiff_t c0, ptrdiff_t c1, const float 
         }
 }
 
+
+/* Channels [c0, c1) of every image in place, the thread's scratch slice (pad) holding the row
+ * of zeros; 0 where the layer does not take this path (dw_ip_ok). */
+static int dw_ip_try(dw_job *job, int thread, ptrdiff_t c0, ptrdiff_t c1, float *pad) {
+    if (!dw_ip_ok(job->p)) return 0;
+    if (!job->zeroed[thread]) {   /* the row of zeros, once per call */
+        memset(pad, 0, (size_t)job->p->in_w * sizeof(float));
+        job->zeroed[thread] = 1;
+    }
+    dw_ip_channels(job, c0, c1, pad, dw_act_class(&job->p->act));
+    return 1;
+}
 #endif
 
 #if MLCC_HAVE_VECTORS && defined(__wasm_simd128__)
@@ -1491,14 +1503,7 @@ static void dw_wasm_task(void *arg, int u, int thread) {
     ptrdiff_t off[DW_MAX_TAPS];
     ptrdiff_t n, c;
     dw_wasm_fn plane;
-    if (dw_ip_ok(p)) {
-        if (!job->zeroed[thread]) {   /* the row of zeros, once per call */
-            memset(pad, 0, (size_t)iw_n * sizeof(float));
-            job->zeroed[thread] = 1;
-        }
-        dw_ip_channels(job, c0, c1, pad, cls);
-        return;
-    }
+    if (dw_ip_try(job, thread, c0, c1, pad)) return;
     if (dw_small_channels(job, thread, c0, c1, pad)) return;
     plane = s3 == 1 && cls == DW_ACT_CLIP   ? dw_wasm_plane_1clip
             : s3 == 2 && cls == DW_ACT_CLIP ? dw_wasm_plane_2clip
@@ -1548,15 +1553,8 @@ static void dw_flat_task(void *arg, int u, int thread) {
         return;
     }
 #endif
-#if DW_IP
-    if (dw_ip_ok(p)) {   /* AVX2: 3x3, pad 1, stride 1 or 2, the input read in place */
-        if (!job->zeroed[thread]) {   /* the row of zeros, once per call */
-            memset(pad, 0, (size_t)iw_n * sizeof(float));
-            job->zeroed[thread] = 1;
-        }
-        dw_ip_channels(job, c0, c1, pad, dw_act_class(&p->act));
-        return;
-    }
+#if DW_IP   /* AVX2: 3x3, pad 1, stride 1 or 2, the input read in place */
+    if (dw_ip_try(job, thread, c0, c1, pad)) return;
 #endif
 #if MLCC_HAVE_VECTORS
     if (dw_small_channels(job, thread, c0, c1, pad)) return;
