@@ -1055,16 +1055,17 @@ static PACKED_INLINE void gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
                                       const float *b_panels, const float *bias, const float *res,
                                       const mlcc_act *act, float *c, ptrdiff_t ldc,
                                       const int rows_outer) {
-    ptrdiff_t k0, i0, i, j;
+    ptrdiff_t k0, i0, i, j, h;   /* h: the rows of the tile at i (PACKED_TILE_H) */
     /* columns [0, n_tiles) by PNR-column tiles; the rest (NARROW_PANEL: a last panel of
      * NARROW_COLS columns) by narrow_panel */
     const ptrdiff_t n_tiles = NARROW_PANEL && NARROW_COLS(n % PNR) ? n - n % PNR : n;
     if (rows_outer == 2 || (rows_outer && k <= MLCC_GEMM_ROWS_OUTER_K)) {   /* 2: only this */
-        for (i = 0; i < m; i += PACKED_TILE_H(m - i))
+        for (i = 0; i < m; i += h) {
+            h = PACKED_TILE_H(m - i);
             for (j = 0; j < n_tiles; j += PNR)
                 gemm_packed_tile(m, n, k, 0, k, i, j, a_packed, a_rows, a_row0, b_panels, bias,
-                                 res, act, c, ldc, rows_outer == 2 ? 1 : 2, NULL, 0,
-                                 PACKED_TILE_H(m - i));
+                                 res, act, c, ldc, rows_outer == 2 ? 1 : 2, NULL, 0, h);
+        }
 #if NARROW_PANEL
         if (n_tiles < n)
             narrow_panel(m, n - n_tiles, k, 0, k, 0, m, n_tiles, a_packed, a_rows, a_row0,
@@ -1092,15 +1093,15 @@ static PACKED_INLINE void gemm_packed(ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
                     ? (next_rows + PMR - 1) / PMR * PMR * next_kc / MLCC_PF_FLOATS : 0;
             const float *pf = a_packed + (next_k0 < k ? next_k0 * a_rows + (a_row0 + next_i0) * next_kc : 0);
             ptrdiff_t row_tiles = 0, pf_calls, pf_t = 0;
-            for (i = i0; i < i1; i += PACKED_TILE_H(i1 - i)) row_tiles++;
+            for (i = i0; i < i1; i += PACKED_TILE_H(i1 - i)) row_tiles++;   /* (pf_calls) */
             pf_calls = ((n_tiles + PNR - 1) / PNR - 1) * row_tiles;
             for (j = 0; j < n_tiles; j += PNR)
-                for (i = i0; i < i1; i += PACKED_TILE_H(i1 - i)) {
-                    const ptrdiff_t h = PACKED_TILE_H(i1 - i);
-                    /* the first row of the last A panel the tile reads */
-                    const ptrdiff_t last_panel = (i + h - 1) / PMR * PMR;
+                for (i = i0; i < i1; i += h) {
+                    ptrdiff_t last_panel;   /* the first row of the last A panel it reads */
                     ptrdiff_t l0 = 0, l1 = 0;
                     const float *tile_pf = pf;
+                    h = PACKED_TILE_H(i1 - i);
+                    last_panel = (i + h - 1) / PMR * PMR;
                     if (j > 0 && pf_lines > 0) {
                         l0 = pf_lines * pf_t / pf_calls;
                         l1 = pf_lines * (pf_t + 1) / pf_calls;
